@@ -1,0 +1,154 @@
+package cluster_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/fulgur-ml/fulgur/strategy/cluster"
+)
+
+func TestDetect(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		vars      map[string]string
+		want      cluster.Env
+		wantFound bool
+		wantErr   string // substring; "" means no error
+	}{
+		{name: "none", vars: map[string]string{}, want: cluster.Single()},
+		{
+			name: "torchrun",
+			vars: map[string]string{"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4",
+				"GROUP_RANK": "1", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29400"},
+			want:      cluster.Env{Rank: 5, WorldSize: 8, LocalRank: 1, LocalWorldSize: 4, NodeRank: 1, NumNodes: 2, MasterAddr: "10.0.0.1", MasterPort: 29400, Source: "torchrun"},
+			wantFound: true,
+		},
+		{
+			name:      "torchrun wins over slurm",
+			vars:      map[string]string{"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "SLURM_PROCID": "1", "SLURM_NTASKS": "4"},
+			want:      cluster.Env{Rank: 0, WorldSize: 2, LocalRank: 0, LocalWorldSize: 2, NumNodes: 1, Source: "torchrun"},
+			wantFound: true,
+		},
+		{
+			name: "kubeflow",
+			vars: map[string]string{"KUBERNETES_PORT": "tcp://10.96.0.1:443", "MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456",
+				"WORLD_SIZE": "3", "RANK": "2"},
+			want:      cluster.Env{Rank: 2, WorldSize: 3, LocalWorldSize: 1, NodeRank: 2, NumNodes: 3, MasterAddr: "job-master-0", MasterPort: 23456, Source: "kubeflow"},
+			wantFound: true,
+		},
+		{
+			name: "openmpi",
+			vars: map[string]string{"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4",
+				"OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"},
+			want:      cluster.Env{Rank: 3, WorldSize: 4, LocalRank: 1, LocalWorldSize: 2, NodeRank: 1, NumNodes: 2, Source: "openmpi"},
+			wantFound: true,
+		},
+		{
+			name: "slurm with node list",
+			vars: map[string]string{"SLURM_PROCID": "6", "SLURM_NTASKS": "8", "SLURM_LOCALID": "2", "SLURM_NODEID": "1",
+				"SLURM_NNODES": "2", "SLURM_TASKS_PER_NODE": "4(x2)", "SLURM_JOB_NODELIST": "node[07-08]", "SLURM_JOB_ID": "123456"},
+			want:      cluster.Env{Rank: 6, WorldSize: 8, LocalRank: 2, LocalWorldSize: 4, NodeRank: 1, NumNodes: 2, MasterAddr: "node07", MasterPort: 10000 + 123456%20000, Source: "slurm"},
+			wantFound: true,
+		},
+		{
+			name: "slurm with MASTER_ADDR",
+			vars: map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_NNODES": "1",
+				"SLURM_JOB_NODELIST": "a[1-2]", "MASTER_ADDR": "b", "MASTER_PORT": "1234"},
+			want:      cluster.Env{WorldSize: 2, LocalWorldSize: 2, NumNodes: 1, MasterAddr: "b", MasterPort: 1234, Source: "slurm"},
+			wantFound: true,
+		},
+		{name: "rank past world", vars: map[string]string{"RANK": "4", "WORLD_SIZE": "4", "LOCAL_RANK": "0"}, wantFound: true, wantErr: "rank 4 is outside 0..3"},
+		{name: "rank not a number", vars: map[string]string{"RANK": "x", "WORLD_SIZE": "4", "LOCAL_RANK": "0"}, wantFound: true, wantErr: `RANK="x" is not a whole number`},
+		{name: "port not a number", vars: map[string]string{"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "http"}, wantFound: true, wantErr: `MASTER_PORT="http" is not a port number`},
+		{name: "port too big", vars: map[string]string{"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "70000"}, wantFound: true, wantErr: "not a port number"},
+		{name: "local rank past local size", vars: map[string]string{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, wantFound: true, wantErr: "local rank 2 is outside 0..1"},
+		{name: "bad node list", vars: map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_JOB_NODELIST": "n[1-"}, wantFound: true, wantErr: "never closed"},
+		{name: "negative world", vars: map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "-2"}, wantFound: true, wantErr: "world size is -2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, found, err := cluster.Detect(cluster.MapLookup(tc.vars))
+			if found != tc.wantFound {
+				t.Errorf("found = %v, want %v", found, tc.wantFound)
+			}
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("got  %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestExpandHostList(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    string
+		wantErr bool
+	}{
+		{in: "node[01-04,07]", want: "node01 node02 node03 node04 node07"},
+		{in: "a1,b[2-3],c", want: "a1 b2 b3 c"},
+		{in: "r[1-2]-n[08-09]", want: "r1-n08 r1-n09 r2-n08 r2-n09"},
+		{in: "gpu[9-11]", want: "gpu9 gpu10 gpu11"},
+		{in: "single", want: "single"},
+		{in: "n[3-1]", wantErr: true},
+		{in: "n[a-b]", wantErr: true},
+		{in: "n[1-2", wantErr: true},
+		{in: "n]1", wantErr: true},
+		{in: "a,,b", wantErr: true},
+		{in: "n[0-99999999]", wantErr: true},
+	} {
+		got, err := cluster.ExpandHostList(tc.in)
+		if tc.wantErr {
+			if err == nil {
+				t.Errorf("%q: expanded to %d hosts, want an error", tc.in, len(got))
+			}
+			continue
+		}
+		if err != nil || strings.Join(got, " ") != tc.want {
+			t.Errorf("%q: got %v, %v; want %s", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestStatic(t *testing.T) {
+	if _, err := cluster.Static(cluster.Env{Rank: 2, WorldSize: 2, LocalWorldSize: 1, NumNodes: 1}); err == nil {
+		t.Error("rank 2 of 2 accepted")
+	}
+	e, err := cluster.Static(cluster.Env{Rank: 1, WorldSize: 2, LocalRank: 1, LocalWorldSize: 2, NumNodes: 1, MasterAddr: "127.0.0.1", MasterPort: 5000})
+	if err != nil || e.Source != "static" {
+		t.Errorf("got %+v, %v", e, err)
+	}
+}
+
+func FuzzExpandHostList(f *testing.F) {
+	for _, s := range []string{"node[01-04,07]", "a,b", "x[1-2]-y[3-4]", "[", "]"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		hosts, err := cluster.ExpandHostList(s)
+		if err == nil && len(hosts) == 0 {
+			t.Errorf("%q: no hosts and no error", s)
+		}
+	})
+}
+
+func ExampleDetect() {
+	env, found, err := cluster.Detect(cluster.MapLookup(map[string]string{
+		"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_NODEID": "1",
+		"SLURM_NNODES": "2", "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_JOB_ID": "4242",
+	}))
+	fmt.Println(found, err)
+	fmt.Printf("%s rank %d/%d local %d/%d node %d/%d at %s:%d\n", env.Source, env.Rank, env.WorldSize,
+		env.LocalRank, env.LocalWorldSize, env.NodeRank, env.NumNodes, env.MasterAddr, env.MasterPort)
+	// Output:
+	// true <nil>
+	// slurm rank 3/4 local 1/2 node 1/2 at gpu07:14242
+}

@@ -1,0 +1,72 @@
+// Package collective defines how ranks of a training job talk to each other:
+// the Collective interface (AllReduce, Broadcast, AllGather, ReduceScatter,
+// Barrier), its asynchronous form, the errors every backend reports, and the
+// small helpers backends share (buffer views, block layout, reduction kernels,
+// per-operation headers).
+//
+// # The interface
+//
+//	type Collective interface {
+//	    Rank() int
+//	    Size() int
+//	    AllReduce(ctx context.Context, buf any, op Op) error
+//	    Broadcast(ctx context.Context, buf any, root int) error
+//	    AllGather(ctx context.Context, send, recv any) error
+//	    ReduceScatter(ctx context.Context, send, recv any, op Op) error
+//	    Barrier(ctx context.Context) error
+//	    Close() error
+//	}
+//	type Async interface {
+//	    AllReduceAsync(ctx context.Context, buf any, op Op) Handle
+//	}
+//	type Handle interface{ Wait() error }
+//
+// Buffers are []float32 or []float64 and are used in place. Every rank of a
+// group must call the same operations in the same order with the same dtype
+// and length; a backend compares a small header (operation, dtype, length,
+// reduce op, root, sequence number) across ranks and reports a mismatch as an
+// error wrapping ErrMismatch rather than combining unrelated buffers.
+//
+// # Block layout (uneven lengths)
+//
+// ReduceScatter and AllGather cut a buffer of n elements into Size blocks with
+// Counts(n, Size): the first n%Size ranks get n/Size+1 elements, the others
+// n/Size. Block r starts at Offset(n, Size, r).
+//
+//   - ReduceScatter(send, recv): len(recv) must be Counts(len(send), Size)[Rank];
+//     recv receives block Rank of the reduction. When len(send) is divisible by
+//     Size this is the usual len(send) == Size*len(recv).
+//   - AllGather(send, recv): len(send) must be Counts(len(recv), Size)[Rank];
+//     block r of recv receives rank r's send. With equal blocks this is
+//     len(recv) == Size*len(send).
+//
+// So a sharded strategy can reduce-scatter a gradient of any length and
+// all-gather the updated shards back with the same two buffers, no padding.
+//
+// # Order, async and the communication goroutine
+//
+// WithAsync wraps any Collective so that every operation, synchronous or not,
+// runs on one goroutine per group member, in submission order; that keeps the
+// order of operations identical on every rank as long as each rank submits in
+// the same order. Every backend in this module returns values already wrapped,
+// so c.(collective.Async) always succeeds for them.
+//
+// # Faults
+//
+// A peer that dies, closes, or sends nothing for the backend's timeout
+// (default DefaultTimeout, configurable per backend) turns into an error on
+// every other rank, of type *Error, naming the peer and the operation; use
+// errors.Is with ErrPeerLost, ErrTimeout, ErrMismatch or ErrClosed, and
+// errors.As to read the *Error. After an error a group is broken: every later
+// call returns an error; build a new group to continue.
+//
+// # Backends
+//
+// inproc (goroutines, bitwise reproducible, fault injection), tcp (ring over
+// TCP with token-checked rendezvous), shm (same host, shared memory), mpi
+// (build tag mpi, cgo, Open MPI) and nccl (libnccl loaded at run time).
+//
+// This package owns no policy: it must not decide who is rank 0 or read the
+// environment (strategy/cluster does), and must not import trainer, strategy
+// or strategy/launch.
+package collective

@@ -1,0 +1,132 @@
+package collective
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// Float is the element type constraint of collective buffers.
+type Float interface{ ~float32 | ~float64 }
+
+// ReduceInto sets dst[i] = dst[i] op src[i] for Sum, Mean (summed; call
+// Scale afterwards), Max and Min. len(src) must be >= len(dst).
+func ReduceInto[T Float](dst, src []T, op Op) {
+	src = src[:len(dst)]
+	switch op {
+	case Sum, Mean:
+		i := 0
+		for ; i+8 <= len(dst); i += 8 {
+			d := dst[i : i+8 : i+8]
+			s := src[i : i+8 : i+8]
+			d[0] += s[0]
+			d[1] += s[1]
+			d[2] += s[2]
+			d[3] += s[3]
+			d[4] += s[4]
+			d[5] += s[5]
+			d[6] += s[6]
+			d[7] += s[7]
+		}
+		for ; i < len(dst); i++ {
+			dst[i] += src[i]
+		}
+	case Max:
+		for i, v := range src {
+			if v > dst[i] {
+				dst[i] = v
+			}
+		}
+	case Min:
+		for i, v := range src {
+			if v < dst[i] {
+				dst[i] = v
+			}
+		}
+	}
+}
+
+// Scale divides every element by n; backends call it once after a Mean.
+func Scale[T Float](buf []T, n int) {
+	d := T(n)
+	for i := range buf {
+		buf[i] /= d
+	}
+}
+
+// ReduceAny is ReduceInto on untyped buffers of the same dtype.
+func ReduceAny(dst, src any, op Op) error {
+	switch d := dst.(type) {
+	case []float32:
+		s, ok := src.([]float32)
+		if !ok {
+			return fmt.Errorf("%w: reduce %T into []float32", ErrBadBuffer, src)
+		}
+		ReduceInto(d, s, op)
+	case []float64:
+		s, ok := src.([]float64)
+		if !ok {
+			return fmt.Errorf("%w: reduce %T into []float64", ErrBadBuffer, src)
+		}
+		ReduceInto(d, s, op)
+	default:
+		return fmt.Errorf("%w: reduce into %T", ErrBadBuffer, dst)
+	}
+	return nil
+}
+
+// ScaleAny is Scale on an untyped buffer.
+func ScaleAny(buf any, n int) {
+	switch b := buf.(type) {
+	case []float32:
+		Scale(b, n)
+	case []float64:
+		Scale(b, n)
+	}
+}
+
+// Bytes views a []float32 or []float64 as its bytes (no copy).
+func Bytes(buf any) []byte {
+	switch b := buf.(type) {
+	case []float32:
+		if len(b) == 0 {
+			return nil
+		}
+		return unsafe.Slice((*byte)(unsafe.Pointer(&b[0])), len(b)*4)
+	case []float64:
+		if len(b) == 0 {
+			return nil
+		}
+		return unsafe.Slice((*byte)(unsafe.Pointer(&b[0])), len(b)*8)
+	}
+	return nil
+}
+
+// Sub returns buf[lo:hi] keeping its type.
+func Sub(buf any, lo, hi int) any {
+	switch b := buf.(type) {
+	case []float32:
+		return b[lo:hi]
+	case []float64:
+		return b[lo:hi]
+	}
+	return nil
+}
+
+// Alloc returns a zeroed buffer of n elements of dt.
+func Alloc(dt DType, n int) any {
+	if dt == Float64 {
+		return make([]float64, n)
+	}
+	return make([]float32, n)
+}
+
+// Copy copies src into dst (same dtype) and returns the number of elements copied.
+func Copy(dst, src any) int {
+	switch d := dst.(type) {
+	case []float32:
+		return copy(d, src.([]float32))
+	case []float64:
+		return copy(d, src.([]float64))
+	}
+	return 0
+}
