@@ -1,0 +1,391 @@
+// Package engine compiles a module's graphs for one replica and runs them:
+// it binds batches to input nodes, runs forward and backward, and gathers the
+// gradients into the replica store's flat gradient buffer. Strategies own
+// engines; nothing else does.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"runtime/debug"
+	"slices"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/module"
+)
+
+// Engine runs one replica of a module.
+type Engine struct {
+	mod    module.Module
+	store  *module.Store
+	fields []data.Field
+	seed   uint64
+	graphs map[key]*compiled
+}
+
+type key struct {
+	mode  module.Mode
+	batch int
+}
+
+type input struct {
+	name string
+	t32  []float32
+	t64  []float64
+	size int // values per example
+}
+
+type compiled struct {
+	g       *G.ExprGraph
+	vm      G.VM
+	step    *module.Step
+	inputs  []input
+	loss    *G.Node
+	lossVal G.Value
+	out     *G.Node
+	outVal  G.Value
+	grads   []gradBinding
+	metrics []module.Metric
+}
+
+type gradBinding struct {
+	name   string
+	node   *G.Node
+	offset int
+	n      int
+}
+
+// Result is what one run of a graph produced.
+type Result struct {
+	Loss    float64         // training graphs only
+	Metrics []module.Metric // values the step logged; valid until the next run of the same graph
+	Output  *tensor.Dense   // predict graphs only; valid until the next run
+}
+
+// New makes an engine for module m over store; fields describe the batches it
+// will be given.
+func New(m module.Module, store *module.Store, fields []data.Field, seed uint64) *Engine {
+	return &Engine{mod: m, store: store, fields: fields, seed: seed, graphs: map[key]*compiled{}}
+}
+
+// Store is the replica's store.
+func (e *Engine) Store() *module.Store { return e.store }
+
+// Run executes the graph of mode for batch b. For Train it runs forward and
+// backward and writes scale×gradient into the store's gradient buffer, or adds
+// it there when accumulate is true.
+func (e *Engine) Run(ctx context.Context, mode module.Mode, b *data.Batch, accumulate bool, scale float64) (res Result, err error) {
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	c, err := e.graph(mode, b)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := e.bind(c, b); err != nil {
+		return Result{}, err
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%s step: %v\n%s", mode, r, debug.Stack())
+		}
+	}()
+	if err := c.vm.RunAll(); err != nil {
+		c.vm.Reset()
+		return Result{}, fmt.Errorf("%s step: run graph: %w", mode, err)
+	}
+	c.vm.Reset()
+	if mode == module.Train {
+		res.Loss = scalar(c.lossVal)
+		e.gatherGrads(c, accumulate, scale)
+	}
+	for i, l := range c.step.Logs() {
+		c.metrics[i].Value = l.Float()
+		c.metrics[i].Weight = float64(realRows(b))
+	}
+	res.Metrics = c.metrics
+	if c.out != nil {
+		if t, ok := c.outVal.(*tensor.Dense); ok {
+			res.Output = t
+		} else if t, ok := c.out.Value().(*tensor.Dense); ok {
+			res.Output = t
+		}
+	}
+	return res, nil
+}
+
+func realRows(b *data.Batch) int {
+	n := b.Size
+	for _, p := range b.Pad {
+		if p {
+			n--
+		}
+	}
+	return n
+}
+
+func scalar(v G.Value) float64 {
+	if v == nil {
+		return math.NaN()
+	}
+	switch d := v.Data().(type) {
+	case float32:
+		return float64(d)
+	case float64:
+		return d
+	case []float32:
+		if len(d) == 1 {
+			return float64(d[0])
+		}
+	case []float64:
+		if len(d) == 1 {
+			return d[0]
+		}
+	}
+	return math.NaN()
+}
+
+func (e *Engine) gatherGrads(c *compiled, accumulate bool, scale float64) {
+	s := e.store
+	for _, gb := range c.grads {
+		switch d := gb.node.Value().Data().(type) {
+		case []float32:
+			dst := s.Grad32()[gb.offset : gb.offset+gb.n]
+			sc := float32(scale)
+			if accumulate {
+				for i, v := range d[:gb.n] {
+					dst[i] += v * sc
+				}
+			} else if scale == 1 {
+				copy(dst, d)
+			} else {
+				for i, v := range d[:gb.n] {
+					dst[i] = v * sc
+				}
+			}
+		case []float64:
+			dst := s.Grad64()[gb.offset : gb.offset+gb.n]
+			if accumulate {
+				for i, v := range d[:gb.n] {
+					dst[i] += v * scale
+				}
+			} else if scale == 1 {
+				copy(dst, d)
+			} else {
+				for i, v := range d[:gb.n] {
+					dst[i] = v * scale
+				}
+			}
+		case float32:
+			dst := s.Grad32()[gb.offset:]
+			if accumulate {
+				dst[0] += d * float32(scale)
+			} else {
+				dst[0] = d * float32(scale)
+			}
+		case float64:
+			dst := s.Grad64()[gb.offset:]
+			if accumulate {
+				dst[0] += d * scale
+			} else {
+				dst[0] = d * scale
+			}
+		}
+	}
+}
+
+func (e *Engine) bind(c *compiled, b *data.Batch) error {
+	if len(b.Data) != len(c.inputs) {
+		return fmt.Errorf("batch has %d fields, the graph expects %d (%v)", len(b.Data), len(c.inputs), fieldNames(e.fields))
+	}
+	for i, in := range c.inputs {
+		src := b.Data[i]
+		want := in.size * b.Size
+		if len(src) != want {
+			return fmt.Errorf("batch field %q holds %d values for %d rows, the graph input %q expects %d (shape %v per row)", in.name, len(src), b.Size, in.name, want, e.fields[i].Shape)
+		}
+		if in.t32 != nil {
+			copy(in.t32, src)
+		} else {
+			for j, v := range src {
+				in.t64[j] = float64(v)
+			}
+		}
+	}
+	return nil
+}
+
+func fieldNames(fs []data.Field) []string {
+	out := make([]string, len(fs))
+	for i, f := range fs {
+		out[i] = f.Name
+	}
+	return out
+}
+
+func (e *Engine) graph(mode module.Mode, b *data.Batch) (*compiled, error) {
+	if b.Size <= 0 {
+		return nil, fmt.Errorf("%s batch has %d rows: a batch needs at least one", mode, b.Size)
+	}
+	if err := sameFields(e.fields, b.Fields); err != nil {
+		return nil, err
+	}
+	k := key{mode, b.Size}
+	if c, ok := e.graphs[k]; ok {
+		return c, nil
+	}
+	c, err := e.compile(mode, b.Size)
+	if err != nil {
+		return nil, err
+	}
+	e.graphs[k] = c
+	return c, nil
+}
+
+func sameFields(want, got []data.Field) error {
+	if len(want) != len(got) {
+		return fmt.Errorf("batch has fields %v, the model was set up for %v", fieldNames(got), fieldNames(want))
+	}
+	for i := range want {
+		if want[i].Name != got[i].Name || !slices.Equal(want[i].Shape, got[i].Shape) {
+			return fmt.Errorf("batch field %d is %q with shape %v, the model was set up for %q with shape %v", i, got[i].Name, got[i].Shape, want[i].Name, want[i].Shape)
+		}
+	}
+	return nil
+}
+
+// Build runs the module's step method for mode on a fresh graph, turning
+// panics into errors that name the step.
+func Build(m module.Module, store *module.Store, mode module.Mode, batch int, fields []data.Field, seed uint64) (s *module.Step, loss *G.Node, err error) {
+	ins := make([]module.StepInput, len(fields))
+	for i, f := range fields {
+		ins[i] = module.StepInput{Name: f.Name, Shape: f.Shape}
+	}
+	g := G.NewGraph()
+	s = module.NewStep(g, mode, store, batch, ins, seed)
+	defer func() {
+		if r := recover(); r != nil {
+			if e, ok := r.(error); ok {
+				err = fmt.Errorf("%s: %w", stepName(mode), e)
+			} else {
+				err = fmt.Errorf("%s: %v", stepName(mode), r)
+			}
+		}
+	}()
+	switch mode {
+	case module.Train:
+		loss, err = m.TrainingStep(s)
+		if err == nil && loss == nil {
+			err = errors.New("returned a nil loss")
+		}
+		if err == nil && loss.Shape().TotalSize() != 1 {
+			err = fmt.Errorf("returned a loss of shape %v: return a scalar (take the mean)", loss.Shape())
+		}
+	case module.Validate:
+		v, ok := m.(module.Validator)
+		if !ok {
+			return nil, nil, errors.New("the module has no ValidationStep")
+		}
+		err = v.ValidationStep(s)
+	case module.Test:
+		v, ok := m.(module.Tester)
+		if !ok {
+			return nil, nil, errors.New("the module has no TestStep")
+		}
+		err = v.TestStep(s)
+	case module.Predict:
+		v, ok := m.(module.Predictor)
+		if !ok {
+			return nil, nil, errors.New("the module has no PredictStep")
+		}
+		var out *G.Node
+		out, err = v.PredictStep(s)
+		if err == nil && out == nil {
+			err = errors.New("returned a nil output")
+		}
+		s.SetOutput(out)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", stepName(mode), err)
+	}
+	return s, loss, nil
+}
+
+func stepName(m module.Mode) string {
+	switch m {
+	case module.Train:
+		return "TrainingStep"
+	case module.Validate:
+		return "ValidationStep"
+	case module.Test:
+		return "TestStep"
+	}
+	return "PredictStep"
+}
+
+func (e *Engine) compile(mode module.Mode, batch int) (c *compiled, err error) {
+	s, loss, err := Build(e.mod, e.store, mode, batch, e.fields, e.seed)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%s: compile graph: %v", stepName(mode), r)
+		}
+	}()
+	c = &compiled{g: s.Graph(), step: s, loss: loss}
+	for _, f := range e.fields {
+		n := s.Inputs()[f.Name]
+		size := 1
+		for _, d := range f.Shape {
+			size *= d
+		}
+		in := input{name: f.Name, size: size}
+		shape := append([]int{batch}, f.Shape...)
+		var t *tensor.Dense
+		if e.store.Dtype() == tensor.Float32 {
+			in.t32 = make([]float32, batch*size)
+			t = tensor.New(tensor.WithShape(shape...), tensor.WithBacking(in.t32))
+		} else {
+			in.t64 = make([]float64, batch*size)
+			t = tensor.New(tensor.WithShape(shape...), tensor.WithBacking(in.t64))
+		}
+		if err := G.Let(n, t); err != nil {
+			return nil, fmt.Errorf("bind input %q: %w", f.Name, err)
+		}
+		c.inputs = append(c.inputs, in)
+	}
+	if mode == module.Train {
+		G.Read(loss, &c.lossVal)
+		names := s.UsedParams()
+		if len(names) == 0 {
+			return nil, errors.New("TrainingStep: the loss uses no parameter: nothing to train")
+		}
+		nodes := make([]*G.Node, len(names))
+		for i, name := range names {
+			nodes[i], _ = s.Node(name)
+		}
+		grads, gerr := G.Grad(loss, nodes...)
+		if gerr != nil {
+			return nil, fmt.Errorf("TrainingStep: differentiate the loss: %w", gerr)
+		}
+		for i, name := range names {
+			ent, _ := e.store.Lookup(name)
+			c.grads = append(c.grads, gradBinding{name: name, node: grads[i], offset: ent.Offset, n: ent.Len})
+		}
+	}
+	if out := s.Output(); out != nil {
+		c.out = out
+		G.Read(out, &c.outVal)
+	}
+	for _, l := range s.Logs() {
+		c.metrics = append(c.metrics, module.Metric{Name: l.Name, Spec: l.Spec})
+	}
+	c.vm = G.NewTapeMachine(c.g)
+	return c, nil
+}

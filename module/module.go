@@ -1,0 +1,79 @@
+package module
+
+import (
+	"context"
+
+	G "gorgonia.org/gorgonia"
+
+	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/optim"
+)
+
+// Module is what a user implements: declare tensors once, build the training
+// graph for a batch as often as asked.
+type Module interface {
+	// Configure declares every parameter and buffer. It is called once per
+	// model, before any graph is built.
+	Configure(b *Builder) error
+	// TrainingStep builds the training graph for a batch and returns the
+	// scalar loss to minimise.
+	TrainingStep(s *Step) (*G.Node, error)
+}
+
+// Validator builds the validation graph (eval mode): log metrics with s.Log.
+type Validator interface {
+	ValidationStep(s *Step) error
+}
+
+// Tester builds the test graph (eval mode).
+type Tester interface {
+	TestStep(s *Step) error
+}
+
+// Predictor builds the predict graph and returns its output node (one row per
+// example).
+type Predictor interface {
+	PredictStep(s *Step) (*G.Node, error)
+}
+
+// OptimizerConfigurer makes the optimizer and an optional scheduler. It is a
+// factory: strategies call it once per replica or shard. Without it the
+// trainer uses Adam with lr 1e-3.
+type OptimizerConfigurer interface {
+	ConfigureOptimizers() (optim.Optimizer, optim.Scheduler, error)
+}
+
+// HParamser reports hyperparameters for loggers and checkpoints.
+type HParamser interface {
+	HParams() map[string]any
+}
+
+// Hooks: each is optional; the trainer's dispatcher calls them.
+
+type FitStarter interface {
+	OnFitStart(ctx context.Context) error
+}
+
+type FitEnder interface {
+	OnFitEnd(ctx context.Context) error
+}
+
+type TrainEpochStarter interface {
+	OnTrainEpochStart(ctx context.Context, epoch int) error
+}
+
+type TrainEpochEnder interface {
+	OnTrainEpochEnd(ctx context.Context, epoch int) error
+}
+
+type TrainBatchStarter interface {
+	OnTrainBatchStart(ctx context.Context, b *data.Batch, batchIdx int) error
+}
+
+type TrainBatchEnder interface {
+	OnTrainBatchEnd(ctx context.Context, b *data.Batch, batchIdx int) error
+}
+
+type ValidationEpochEnder interface {
+	OnValidationEpochEnd(ctx context.Context, epoch int) error
+}

@@ -1,0 +1,251 @@
+package module
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"math"
+
+	"gorgonia.org/tensor"
+)
+
+// Entry locates one named tensor in a Store's flat buffer.
+type Entry struct {
+	Spec
+	Offset int // first element in the flat buffer
+	Len    int // number of elements
+}
+
+// Store holds all parameters and buffers of one replica in one flat,
+// contiguous buffer. Learnable parameters come first, in declaration order,
+// then buffers; the gradient buffer matches the learnable part exactly, so
+// Data()[:NumParams()] and Grad() line up element for element.
+type Store struct {
+	dtype   tensor.Dtype
+	entries []Entry
+	index   map[string]int
+	nParams int
+	f32     []float32
+	f64     []float64
+	g32     []float32
+	g64     []float64
+}
+
+// NewStore lays out specs, allocates the flat buffers and initialises every
+// tensor from (seed, name), so two stores made with the same seed are equal
+// bit for bit whatever order layers were declared in.
+func NewStore(specs []Spec, dtype tensor.Dtype, seed uint64) (*Store, error) {
+	if dtype != tensor.Float32 && dtype != tensor.Float64 {
+		return nil, fmt.Errorf("store dtype is %v: use tensor.Float32 or tensor.Float64", dtype)
+	}
+	s := &Store{dtype: dtype, index: make(map[string]int, len(specs))}
+	off := 0
+	for pass := 0; pass < 2; pass++ { // parameters first, then buffers
+		for _, sp := range specs {
+			if sp.Buffer != (pass == 1) {
+				continue
+			}
+			if _, dup := s.index[sp.Name]; dup {
+				return nil, fmt.Errorf("tensor %q is declared twice", sp.Name)
+			}
+			s.index[sp.Name] = len(s.entries)
+			s.entries = append(s.entries, Entry{Spec: sp, Offset: off, Len: sp.Size()})
+			off += sp.Size()
+		}
+		if pass == 0 {
+			s.nParams = off
+		}
+	}
+	var scratch []float64
+	if dtype == tensor.Float32 {
+		s.f32 = make([]float32, off)
+		s.g32 = make([]float32, s.nParams)
+	} else {
+		s.f64 = make([]float64, off)
+		s.g64 = make([]float64, s.nParams)
+	}
+	for _, e := range s.entries {
+		if cap(scratch) < e.Len {
+			scratch = make([]float64, e.Len)
+		}
+		v := scratch[:e.Len]
+		for i := range v {
+			v[i] = 0
+		}
+		if e.Init != nil {
+			e.Init(rngFor(seed, e.Name), e.Shape, v)
+		}
+		if s.f32 != nil {
+			dst := s.f32[e.Offset : e.Offset+e.Len]
+			for i, x := range v {
+				dst[i] = float32(x)
+			}
+		} else {
+			copy(s.f64[e.Offset:e.Offset+e.Len], v)
+		}
+	}
+	return s, nil
+}
+
+// Dtype is tensor.Float32 or tensor.Float64.
+func (s *Store) Dtype() tensor.Dtype { return s.dtype }
+
+// Entries lists every tensor in store order (parameters, then buffers).
+func (s *Store) Entries() []Entry { return s.entries }
+
+// Lookup finds a tensor by name.
+func (s *Store) Lookup(name string) (Entry, bool) {
+	i, ok := s.index[name]
+	if !ok {
+		return Entry{}, false
+	}
+	return s.entries[i], true
+}
+
+// NumParams is the number of learnable elements (the length of Grad).
+func (s *Store) NumParams() int { return s.nParams }
+
+// Len is the number of elements of all parameters and buffers.
+func (s *Store) Len() int { return len(s.f32) + len(s.f64) }
+
+// Data32 is the flat buffer of a float32 store (nil otherwise).
+func (s *Store) Data32() []float32 { return s.f32 }
+
+// Data64 is the flat buffer of a float64 store (nil otherwise).
+func (s *Store) Data64() []float64 { return s.f64 }
+
+// Grad32 is the flat gradient buffer of a float32 store (nil otherwise).
+func (s *Store) Grad32() []float32 { return s.g32 }
+
+// Grad64 is the flat gradient buffer of a float64 store (nil otherwise).
+func (s *Store) Grad64() []float64 { return s.g64 }
+
+// Data is the flat buffer as []float32 or []float64.
+func (s *Store) Data() any {
+	if s.f32 != nil || s.dtype == tensor.Float32 {
+		return s.f32
+	}
+	return s.f64
+}
+
+// Grad is the flat gradient buffer as []float32 or []float64.
+func (s *Store) Grad() any {
+	if s.dtype == tensor.Float32 {
+		return s.g32
+	}
+	return s.g64
+}
+
+// Tensor returns a tensor viewing the named slice of the flat buffer: writes
+// through it change the store, and the store's changes show in it.
+func (s *Store) Tensor(name string) (*tensor.Dense, error) {
+	e, ok := s.Lookup(name)
+	if !ok {
+		return nil, fmt.Errorf("no tensor %q in the store", name)
+	}
+	return s.view(e, false), nil
+}
+
+// GradTensor is like Tensor for the gradient of a learnable parameter.
+func (s *Store) GradTensor(name string) (*tensor.Dense, error) {
+	e, ok := s.Lookup(name)
+	if !ok || e.Buffer {
+		return nil, fmt.Errorf("no learnable parameter %q in the store", name)
+	}
+	return s.view(e, true), nil
+}
+
+func (s *Store) view(e Entry, grad bool) *tensor.Dense {
+	shape := e.Shape
+	if len(shape) == 0 {
+		shape = []int{} // scalar
+	}
+	var backing any
+	switch {
+	case s.dtype == tensor.Float32 && grad:
+		backing = s.g32[e.Offset : e.Offset+e.Len : e.Offset+e.Len]
+	case s.dtype == tensor.Float32:
+		backing = s.f32[e.Offset : e.Offset+e.Len : e.Offset+e.Len]
+	case grad:
+		backing = s.g64[e.Offset : e.Offset+e.Len : e.Offset+e.Len]
+	default:
+		backing = s.f64[e.Offset : e.Offset+e.Len : e.Offset+e.Len]
+	}
+	if len(shape) == 0 {
+		return tensor.New(tensor.WithShape(), tensor.WithBacking(backing))
+	}
+	return tensor.New(tensor.WithShape(shape...), tensor.WithBacking(backing))
+}
+
+// Clone returns a store with the same layout and a copy of the values; the
+// gradient buffer starts at zero.
+func (s *Store) Clone() *Store {
+	c := &Store{dtype: s.dtype, entries: s.entries, index: s.index, nParams: s.nParams}
+	if s.dtype == tensor.Float32 {
+		c.f32 = append([]float32(nil), s.f32...)
+		c.g32 = make([]float32, len(s.g32))
+	} else {
+		c.f64 = append([]float64(nil), s.f64...)
+		c.g64 = make([]float64, len(s.g64))
+	}
+	return c
+}
+
+// CopyFrom copies every value from o, which must have the same layout.
+func (s *Store) CopyFrom(o *Store) error {
+	if err := s.SameLayout(o); err != nil {
+		return err
+	}
+	copy(s.f32, o.f32)
+	copy(s.f64, o.f64)
+	return nil
+}
+
+// SameLayout reports how o's layout differs from s's, if it does.
+func (s *Store) SameLayout(o *Store) error {
+	if s.dtype != o.dtype {
+		return fmt.Errorf("store dtypes differ: %v and %v", s.dtype, o.dtype)
+	}
+	if len(s.entries) != len(o.entries) {
+		return fmt.Errorf("stores hold %d and %d tensors", len(s.entries), len(o.entries))
+	}
+	for i, e := range s.entries {
+		f := o.entries[i]
+		if e.Name != f.Name || e.Offset != f.Offset || e.Len != f.Len || e.Buffer != f.Buffer {
+			return fmt.Errorf("tensor %d differs: %q (%v at %d) and %q (%v at %d)", i, e.Name, e.Shape, e.Offset, f.Name, f.Shape, f.Offset)
+		}
+	}
+	return nil
+}
+
+// ZeroGrad sets every gradient to 0.
+func (s *Store) ZeroGrad() {
+	clear(s.g32)
+	clear(s.g64)
+}
+
+// SHA256 hashes every parameter and buffer in store order (little-endian IEEE
+// bits), so two runs can be compared bit for bit.
+func (s *Store) SHA256() string {
+	h := sha256.New()
+	var b [8]byte
+	buf := make([]byte, 0, 1<<16)
+	flush := func() { h.Write(buf); buf = buf[:0] }
+	for _, v := range s.f32 {
+		binary.LittleEndian.PutUint32(b[:4], math.Float32bits(v))
+		buf = append(buf, b[:4]...)
+		if len(buf) >= 1<<16-8 {
+			flush()
+		}
+	}
+	for _, v := range s.f64 {
+		binary.LittleEndian.PutUint64(b[:], math.Float64bits(v))
+		buf = append(buf, b[:]...)
+		if len(buf) >= 1<<16-8 {
+			flush()
+		}
+	}
+	flush()
+	return hex.EncodeToString(h.Sum(nil))
+}

@@ -1,0 +1,134 @@
+package profiler
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/olekukonko/tablewriter"
+)
+
+// Profiler records named spans.
+type Profiler interface {
+	// Start opens a span for action; End on the returned Span closes it.
+	Start(action string) Span
+	// Report writes a summary (a table, file names, ...) to w.
+	Report(w io.Writer) error
+	// Close flushes files the profiler writes.
+	Close() error
+}
+
+// Recorder receives closed spans.
+type Recorder interface {
+	Record(action string, start, end time.Time)
+}
+
+// Span is an open span. Its zero value (from Nop) does nothing.
+type Span struct {
+	rec    Recorder
+	action string
+	start  time.Time
+}
+
+// NewSpan opens a span recorded by rec; profilers return it from Start.
+func NewSpan(rec Recorder, action string) Span {
+	return Span{rec: rec, action: action, start: time.Now()}
+}
+
+// End closes the span.
+func (s Span) End() {
+	if s.rec != nil {
+		s.rec.Record(s.action, s.start, time.Now())
+	}
+}
+
+// Nop records nothing and costs a nil check per span.
+type Nop struct{}
+
+var _ Profiler = Nop{}
+
+func (Nop) Start(string) Span      { return Span{} }
+func (Nop) Report(io.Writer) error { return nil }
+func (Nop) Close() error           { return nil }
+
+// Simple sums the time of each action and reports a table: action, calls,
+// mean, total and share of the whole run.
+type Simple struct {
+	mu    sync.Mutex
+	stats map[string]*stat
+	order []string
+	begin time.Time
+	now   func() time.Time
+}
+
+type stat struct {
+	calls int
+	total time.Duration
+}
+
+var _ Profiler = (*Simple)(nil)
+
+// NewSimple starts a Simple profiler; the run's length is measured from now.
+func NewSimple() *Simple {
+	return &Simple{stats: map[string]*stat{}, begin: time.Now(), now: time.Now}
+}
+
+func (p *Simple) Start(action string) Span { return NewSpan(p, action) }
+
+// Record adds one span.
+func (p *Simple) Record(action string, start, end time.Time) {
+	p.mu.Lock()
+	st, ok := p.stats[action]
+	if !ok {
+		st = &stat{}
+		p.stats[action] = st
+		p.order = append(p.order, action)
+	}
+	st.calls++
+	st.total += end.Sub(start)
+	p.mu.Unlock()
+}
+
+// Row is one line of the Simple report.
+type Row struct {
+	Action string
+	Calls  int
+	Mean   time.Duration
+	Total  time.Duration
+	Share  float64 // of the whole run, 0..1
+}
+
+// Rows returns the report's rows, longest total first.
+func (p *Simple) Rows() []Row {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	whole := p.now().Sub(p.begin)
+	rows := make([]Row, 0, len(p.order))
+	for _, a := range p.order {
+		st := p.stats[a]
+		r := Row{Action: a, Calls: st.calls, Total: st.total, Mean: st.total / time.Duration(st.calls)}
+		if whole > 0 {
+			r.Share = float64(st.total) / float64(whole)
+		}
+		rows = append(rows, r)
+	}
+	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Total > rows[j].Total })
+	return rows
+}
+
+// Report writes the table.
+func (p *Simple) Report(w io.Writer) error {
+	tw := tablewriter.NewWriter(w)
+	tw.SetHeader([]string{"Action", "Calls", "Mean", "Total", "% of run"})
+	tw.SetAlignment(tablewriter.ALIGN_RIGHT)
+	for _, r := range p.Rows() {
+		tw.Append([]string{r.Action, fmt.Sprint(r.Calls), r.Mean.Round(time.Microsecond).String(),
+			r.Total.Round(time.Millisecond).String(), fmt.Sprintf("%.1f%%", 100*r.Share)})
+	}
+	tw.Render()
+	return nil
+}
+
+func (p *Simple) Close() error { return nil }

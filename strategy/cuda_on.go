@@ -1,0 +1,5 @@
+//go:build cuda
+
+package strategy
+
+const cudaBuilt = true

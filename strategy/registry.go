@@ -1,0 +1,110 @@
+package strategy
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"sync"
+
+	"github.com/rs/zerolog"
+)
+
+// Options are what a strategy built by name needs to know.
+type Options struct {
+	Devices     int    // per node; -1: all
+	NumNodes    int    // machines
+	Accelerator string // "cpu", "cuda", "auto"
+	// Lookup reads launch variables (RANK, SLURM_PROCID, ...). nil: the
+	// process environment. Tests inject their own.
+	Lookup func(string) (string, bool)
+	Log    zerolog.Logger
+}
+
+// Factory builds a strategy from options.
+type Factory func(o Options) (Strategy, error)
+
+var (
+	regMu    sync.RWMutex
+	registry = map[string]Factory{}
+)
+
+// Register makes a strategy available by name to New. Strategy packages
+// register themselves; libraries and tests pass values instead.
+func Register(name string, f Factory) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	registry[name] = f
+}
+
+func init() {
+	Register("single", func(o Options) (Strategy, error) {
+		if o.Devices > 1 || o.NumNodes > 1 {
+			return nil, fmt.Errorf("strategy \"single\" runs one device, but Devices is %d and NumNodes is %d: use a distributed strategy (\"ddp\", \"dp\", ...) or Devices 1", o.Devices, o.NumNodes)
+		}
+		return NewSingle(), nil
+	})
+}
+
+// Known reports whether name can be passed to New.
+func Known(name string) bool {
+	if name == "auto" {
+		return true
+	}
+	regMu.RLock()
+	defer regMu.RUnlock()
+	_, ok := registry[name]
+	return ok
+}
+
+// Names lists the names New accepts.
+func Names() []string {
+	regMu.RLock()
+	defer regMu.RUnlock()
+	out := []string{"auto"}
+	for n := range registry {
+		out = append(out, n)
+	}
+	sort.Strings(out[1:])
+	return out
+}
+
+// New builds the strategy called name. "auto" picks "single" for one device
+// on one node and "ddp" otherwise.
+func New(name string, o Options) (Strategy, error) {
+	if o.Devices == 0 {
+		o.Devices = 1
+	}
+	if o.NumNodes == 0 {
+		o.NumNodes = 1
+	}
+	if o.Lookup == nil {
+		o.Lookup = os.LookupEnv
+	}
+	if name == "auto" {
+		name = "single"
+		if o.Devices != 1 || o.NumNodes != 1 || launchedByCluster(o.Lookup) {
+			name = "ddp"
+		}
+	}
+	regMu.RLock()
+	f, ok := registry[name]
+	regMu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("strategy %q is not available: use one of %v", name, Names())
+	}
+	return f(o)
+}
+
+// launchedByCluster reports whether a launcher (torchrun, mpirun, srun, a
+// Kubernetes job) started this process as part of a larger world.
+func launchedByCluster(lookup func(string) (string, bool)) bool {
+	for _, k := range []string{"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"} {
+		if v, ok := lookup(k); ok && v != "" && v != "1" {
+			return true
+		}
+	}
+	return false
+}
+
+// CUDAAvailable reports whether this build can use CUDA devices.
+func CUDAAvailable() bool { return cudaBuilt }

@@ -1,0 +1,108 @@
+package strategy
+
+import (
+	"context"
+	"errors"
+	"math"
+
+	"gorgonia.org/tensor"
+
+	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/internal/engine"
+	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/optim"
+)
+
+var _ Strategy = (*Single)(nil)
+
+// Single trains one replica in this process.
+type Single struct {
+	eng   *engine.Engine
+	opt   optim.Optimizer
+	sched optim.Scheduler
+}
+
+// NewSingle returns the one-replica strategy.
+func NewSingle() *Single { return &Single{} }
+
+func (s *Single) Name() string { return "single" }
+
+func (s *Single) Setup(ctx context.Context, su Setup) error {
+	store, err := module.NewStore(su.Specs, su.Dtype, su.Seed)
+	if err != nil {
+		return err
+	}
+	s.eng = engine.New(su.Module, store, su.Fields, su.Seed)
+	s.opt, s.sched, err = su.NewOptimizer()
+	if err != nil {
+		return err
+	}
+	return s.opt.Bind(0, store.NumParams())
+}
+
+func (s *Single) Rank() int                  { return 0 }
+func (s *Single) WorldSize() int             { return 1 }
+func (s *Single) IsGlobalZero() bool         { return true }
+func (s *Single) Store() *module.Store       { return s.eng.Store() }
+func (s *Single) Optimizer() optim.Optimizer { return s.opt }
+func (s *Single) Scheduler() optim.Scheduler { return s.sched }
+
+func (s *Single) TrainStep(ctx context.Context, b *data.Batch, o TrainOptions) (float64, []module.Metric, error) {
+	scale := o.Scale
+	if scale == 0 {
+		scale = 1
+	}
+	r, err := s.eng.Run(ctx, module.Train, b, o.Accumulate, scale)
+	return r.Loss, r.Metrics, err
+}
+
+func (s *Single) OptimizerStep(ctx context.Context, o StepOptions) (float64, error) {
+	return ApplyStep(s.eng.Store(), s.opt, o, 0, s.eng.Store().NumParams()), nil
+}
+
+// ApplyStep clips the gradients of [lo, hi) and runs one optimizer step over
+// them: the shared tail of every strategy whose gradients are already reduced.
+func ApplyStep(st *module.Store, opt optim.Optimizer, o StepOptions, lo, hi int) float64 {
+	norm := math.NaN()
+	opt.Begin()
+	if st.Dtype() == tensor.Float32 {
+		g := st.Grad32()[lo:hi]
+		if o.ClipValue > 0 {
+			optim.ClipGradValue32(g, o.ClipValue)
+		}
+		if o.ClipNorm > 0 {
+			norm = optim.ClipGradNorm32(g, o.ClipNorm)
+		}
+		opt.Update32(st.Data32()[lo:hi], g, lo)
+	} else {
+		g := st.Grad64()[lo:hi]
+		if o.ClipValue > 0 {
+			optim.ClipGradValue64(g, o.ClipValue)
+		}
+		if o.ClipNorm > 0 {
+			norm = optim.ClipGradNorm64(g, o.ClipNorm)
+		}
+		opt.Update64(st.Data64()[lo:hi], g, lo)
+	}
+	return norm
+}
+
+func (s *Single) EvalStep(ctx context.Context, mode module.Mode, b *data.Batch) ([]module.Metric, error) {
+	r, err := s.eng.Run(ctx, mode, b, false, 1)
+	return r.Metrics, err
+}
+
+func (s *Single) PredictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, error) {
+	r, err := s.eng.Run(ctx, module.Predict, b, false, 1)
+	if err == nil && r.Output == nil {
+		err = errors.New("PredictStep: the graph produced no output")
+	}
+	return r.Output, err
+}
+
+func (s *Single) Reduce(ctx context.Context, sums, weights []float64, ops []module.Reduce) error {
+	return nil
+}
+
+func (s *Single) Barrier(ctx context.Context) error  { return ctx.Err() }
+func (s *Single) Teardown(ctx context.Context) error { return nil }

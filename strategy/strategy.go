@@ -1,0 +1,95 @@
+package strategy
+
+import (
+	"context"
+
+	"github.com/rs/zerolog"
+	"gorgonia.org/tensor"
+
+	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/optim"
+)
+
+// Setup is everything a strategy needs to build its replicas. The trainer
+// fills it; tests fill it by hand.
+type Setup struct {
+	Module module.Module
+	Specs  []module.Spec
+	Dtype  tensor.Dtype
+	Seed   uint64
+	// Fields describe the training batches (name and per-example shape).
+	Fields []data.Field
+	// NewOptimizer makes an optimizer and optional scheduler; strategies
+	// call it once per replica or shard.
+	NewOptimizer func() (optim.Optimizer, optim.Scheduler, error)
+	Log          zerolog.Logger
+}
+
+// StepOptions control one optimizer step.
+type StepOptions struct {
+	ClipNorm  float64 // clip the global gradient norm to this when > 0
+	ClipValue float64 // clip each gradient to ±this when > 0
+}
+
+// TrainOptions control one forward and backward pass.
+type TrainOptions struct {
+	// Sync is false for micro-batches before the last one of an accumulation
+	// window: gradients accumulate locally and no communication happens.
+	Sync bool
+	// Accumulate adds to the gradient buffer instead of overwriting it.
+	Accumulate bool
+	// Scale multiplies the gradients (1/accumulation steps).
+	Scale float64
+}
+
+// Strategy runs a module's steps on one or more replicas.
+type Strategy interface {
+	Name() string
+	// Setup builds replicas and optimizers, and makes every replica start
+	// from the same parameters and buffers (broadcast from rank 0).
+	Setup(ctx context.Context, s Setup) error
+	// Rank and WorldSize describe this process in the job (0 and 1 for one
+	// process, whatever the number of in-process replicas).
+	Rank() int
+	WorldSize() int
+	// IsGlobalZero reports whether this process writes logs and checkpoints.
+	IsGlobalZero() bool
+	// Store is this process's view of the model (rank 0's replica).
+	Store() *module.Store
+	// Optimizer and Scheduler are this process's (nil scheduler if none).
+	Optimizer() optim.Optimizer
+	Scheduler() optim.Scheduler
+	// TrainStep runs forward and backward on b and, when o.Sync, reduces
+	// gradients across replicas. It returns the loss and the logged values
+	// of this process (not yet reduced across ranks).
+	TrainStep(ctx context.Context, b *data.Batch, o TrainOptions) (loss float64, metrics []module.Metric, err error)
+	// OptimizerStep updates parameters from the reduced gradients and
+	// returns the gradient norm before clipping (NaN if not computed).
+	OptimizerStep(ctx context.Context, o StepOptions) (gradNorm float64, err error)
+	// EvalStep runs the validation or test graph on b.
+	EvalStep(ctx context.Context, mode module.Mode, b *data.Batch) ([]module.Metric, error)
+	// PredictStep runs the predict graph on b and returns its output.
+	PredictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, error)
+	// Reduce combines per-rank values across the job in place, each by its
+	// Reduce kind (Mean values arrive as weighted sums with their weights).
+	Reduce(ctx context.Context, sums []float64, weights []float64, ops []module.Reduce) error
+	// Barrier waits for every rank.
+	Barrier(ctx context.Context) error
+	// Teardown releases replicas and connections.
+	Teardown(ctx context.Context) error
+}
+
+// Launcher is implemented by strategies that must start worker processes
+// before training; for a worker process it reports that the caller should
+// not run the code after Fit (DDP-spawn workers).
+type Launcher interface {
+	// Launch is called by the trainer before Setup.
+	Launch(ctx context.Context) (worker bool, err error)
+}
+
+// Sampler is implemented by strategies that shard data across ranks; the
+// trainer inserts the returned sampler into its loaders unless told not to.
+type Sampler interface {
+	DistributedSampler(shuffle bool, seed uint64, train bool) data.Sampler
+}

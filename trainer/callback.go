@@ -1,0 +1,120 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/fulgur-ml/fulgur/module"
+)
+
+// Callback is anything with a name; what it does is found by the hook
+// interfaces below, each optional. Its name keys its state in checkpoints.
+type Callback interface {
+	Name() string
+}
+
+// FitStartHook runs once when fitting starts, after setup.
+type FitStartHook interface {
+	OnFitStart(ctx context.Context, s *State) error
+}
+
+// FitEndHook runs once when fitting ends normally.
+type FitEndHook interface {
+	OnFitEnd(ctx context.Context, s *State) error
+}
+
+// TrainEpochStartHook runs before each training epoch.
+type TrainEpochStartHook interface {
+	OnTrainEpochStart(ctx context.Context, s *State) error
+}
+
+// TrainEpochEndHook runs after each training epoch (after its validation).
+type TrainEpochEndHook interface {
+	OnTrainEpochEnd(ctx context.Context, s *State) error
+}
+
+// TrainBatchEndHook runs after each training batch.
+type TrainBatchEndHook interface {
+	OnTrainBatchEnd(ctx context.Context, s *State) error
+}
+
+// ValidationEndHook runs after each validation loop, with its metrics in
+// s.Metrics.
+type ValidationEndHook interface {
+	OnValidationEnd(ctx context.Context, s *State) error
+}
+
+// TestEndHook runs after a test loop.
+type TestEndHook interface {
+	OnTestEnd(ctx context.Context, s *State) error
+}
+
+// Stateful callbacks save and restore their state in checkpoints.
+type Stateful interface {
+	StateDict() ([]byte, error)
+	LoadStateDict([]byte) error
+}
+
+// Logger receives metrics on rank 0.
+type Logger interface {
+	Name() string
+	LogHyperparams(h map[string]any) error
+	LogMetrics(step int, metrics map[string]float64) error
+	// Finalize is called once at the end with "success", "failed" or
+	// "interrupted".
+	Finalize(status string) error
+}
+
+// State is the read-only view of a run handed to callbacks. It is valid for
+// the duration of the hook call only; copy what must be kept.
+type State struct {
+	Stage        string // "fit", "validate", "test" or "predict"
+	Epoch        int    // 0-based current epoch
+	GlobalStep   int    // optimizer steps taken
+	BatchIdx     int    // within the epoch
+	Rank         int
+	WorldSize    int
+	IsGlobalZero bool
+	RootDir      string
+	MaxEpochs    int
+	MaxSteps     int
+	LR           float64
+	// Metrics holds the latest value of every logged metric (Lightning's
+	// callback_metrics). Do not modify it.
+	Metrics map[string]float64
+	// Layers lists the module's layers for summaries.
+	Layers []module.LayerInfo
+	// Store is the model's parameters and buffers. Do not modify it.
+	Store *module.Store
+	// FastDevRun is true for smoke-test runs (no checkpoints are written).
+	FastDevRun bool
+
+	save func(ctx context.Context, path string) error
+}
+
+// SaveCheckpoint writes a checkpoint of the run to path (on rank 0).
+func (s *State) SaveCheckpoint(ctx context.Context, path string) error {
+	if s.save == nil {
+		return errors.New("checkpoints are not available in this stage")
+	}
+	return s.save(ctx, path)
+}
+
+// StopTraining is returned by a hook to end fitting gracefully after the
+// current step: the trainer finishes the epoch's bookkeeping, calls the end
+// hooks and returns nil from Fit.
+type StopTraining struct{ Reason string }
+
+func (e *StopTraining) Error() string { return fmt.Sprintf("stop training: %s", e.Reason) }
+
+// Stop returns a StopTraining error with a formatted reason.
+func Stop(format string, args ...any) error {
+	return &StopTraining{Reason: fmt.Sprintf(format, args...)}
+}
+
+func isStop(err error) (*StopTraining, bool) {
+	var st *StopTraining
+	ok := errors.As(err, &st)
+	return st, ok
+}

@@ -1,0 +1,205 @@
+package trainer
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/fulgur-ml/fulgur/profiler"
+	"github.com/fulgur-ml/fulgur/strategy"
+)
+
+// Config configures a Trainer. Every field's zero value is a documented
+// default; Validate fills them in and reports every problem at once.
+type Config struct {
+	// MaxEpochs stops training after this many epochs. 0: 1000 when MaxSteps
+	// is 0 too (Lightning's default), unlimited otherwise.
+	MaxEpochs int
+	// MaxSteps stops training after this many optimizer steps. 0: no limit.
+	MaxSteps int
+	// LimitTrainBatches, LimitValBatches, LimitTestBatches and
+	// LimitPredictBatches cap the batches used per epoch. 0: all.
+	LimitTrainBatches   int
+	LimitValBatches     int
+	LimitTestBatches    int
+	LimitPredictBatches int
+	// ValCheckInterval runs validation every this many training batches
+	// within an epoch as well as at its end. 0: at the end of the epoch only.
+	ValCheckInterval int
+	// CheckValEveryNEpoch runs validation every this many epochs. 0: 1.
+	CheckValEveryNEpoch int
+	// FastDevRun runs this many batches of training, validation and test
+	// in a single epoch, with no checkpoints, as a smoke test. 0: off.
+	FastDevRun int
+	// AccumulateGradBatches sums gradients over this many batches per
+	// optimizer step. 0: 1.
+	AccumulateGradBatches int
+	// GradientClipVal clips gradients when > 0, by GradientClipAlgorithm:
+	// "norm" (the default: the global L2 norm) or "value" (each element).
+	GradientClipVal       float64
+	GradientClipAlgorithm string
+	// Seed seeds parameter initialisation, shuffling and dropout.
+	Seed uint64
+	// Deterministic promises bitwise-reproducible runs for a given Seed; the
+	// trainer refuses settings that would break the promise.
+	Deterministic bool
+	// LogEveryNSteps records step metrics every this many steps. 0: 50.
+	LogEveryNSteps int
+	// DefaultRootDir is where logs and checkpoints go. "": ".".
+	DefaultRootDir string
+	// Precision is "32" (float32, the default) or "64" (float64).
+	Precision string
+
+	// Devices is the number of devices per node; -1 means all. 0: 1.
+	Devices int
+	// NumNodes is the number of machines. 0: 1.
+	NumNodes int
+	// Strategy is "auto" (the default), "single", "dp", "ddp", "ddp_spawn"
+	// or "sharded". StrategyImpl, when set, is used instead.
+	Strategy     string
+	StrategyImpl strategy.Strategy
+	// Accelerator is "cpu" (the default), "cuda" or "auto".
+	Accelerator string
+	// UseDistributedSampler, when false, leaves the loaders' samplers alone
+	// under distributed strategies. nil: true.
+	UseDistributedSampler *bool
+
+	// Callbacks are called in order at each hook they implement.
+	Callbacks []Callback
+	// Loggers receive metrics and hyperparameters (rank 0 only).
+	Loggers []Logger
+	// Profiler records spans. nil: profiler.Nop.
+	Profiler profiler.Profiler
+	// EnableProgressBar shows a progress bar on a terminal and periodic log
+	// lines otherwise. nil: true.
+	EnableProgressBar *bool
+	// WarnOnNaN makes a NaN or infinite loss a warning instead of an error.
+	WarnOnNaN bool
+	// Out is where the progress bar and reports go. nil: os.Stderr.
+	Out io.Writer
+	// Log is the structured logger. Zero value: zerolog on Out.
+	Log *zerolog.Logger
+	// Now is the clock (tests inject a fake one). nil: time.Now.
+	Now func() time.Time
+}
+
+// Validate fills defaults and returns every problem found, each with its fix.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	nonNeg := func(name string, v int) {
+		if v < 0 {
+			bad("%s is %d: use 0 (the default) or a positive number", name, v)
+		}
+	}
+	nonNeg("MaxEpochs", c.MaxEpochs)
+	nonNeg("MaxSteps", c.MaxSteps)
+	nonNeg("LimitTrainBatches", c.LimitTrainBatches)
+	nonNeg("LimitValBatches", c.LimitValBatches)
+	nonNeg("LimitTestBatches", c.LimitTestBatches)
+	nonNeg("LimitPredictBatches", c.LimitPredictBatches)
+	nonNeg("ValCheckInterval", c.ValCheckInterval)
+	nonNeg("CheckValEveryNEpoch", c.CheckValEveryNEpoch)
+	nonNeg("FastDevRun", c.FastDevRun)
+	nonNeg("AccumulateGradBatches", c.AccumulateGradBatches)
+	nonNeg("LogEveryNSteps", c.LogEveryNSteps)
+	nonNeg("NumNodes", c.NumNodes)
+	if c.GradientClipVal < 0 {
+		bad("GradientClipVal is %g: use 0 (off) or a positive number", c.GradientClipVal)
+	}
+	switch c.GradientClipAlgorithm {
+	case "":
+		c.GradientClipAlgorithm = "norm"
+	case "norm", "value":
+	default:
+		bad("GradientClipAlgorithm is %q: use \"norm\" or \"value\"", c.GradientClipAlgorithm)
+	}
+	switch c.Precision {
+	case "":
+		c.Precision = "32"
+	case "32", "64":
+	case "16", "bf16", "16-mixed", "bf16-mixed":
+		bad("Precision is %q: half precision is not supported on CPU; use \"32\" or \"64\"", c.Precision)
+	default:
+		bad("Precision is %q: use \"32\" or \"64\"", c.Precision)
+	}
+	if c.Devices < -1 {
+		bad("Devices is %d: use 1 or more, or -1 for all", c.Devices)
+	}
+	if c.Devices == 0 {
+		c.Devices = 1
+	}
+	if c.NumNodes == 0 {
+		c.NumNodes = 1
+	}
+	if c.Strategy == "" {
+		c.Strategy = "auto"
+	}
+	if c.StrategyImpl == nil && !strategy.Known(c.Strategy) {
+		bad("Strategy is %q: use one of %v", c.Strategy, strategy.Names())
+	}
+	switch c.Accelerator {
+	case "":
+		c.Accelerator = "cpu"
+	case "cpu", "auto":
+	case "cuda", "gpu":
+		if !strategy.CUDAAvailable() {
+			bad("Accelerator is %q but this build has no CUDA support: build with -tags cuda on a machine with CUDA, or use \"cpu\"", c.Accelerator)
+		}
+	default:
+		bad("Accelerator is %q: use \"cpu\", \"cuda\" or \"auto\"", c.Accelerator)
+	}
+	if c.MaxEpochs == 0 && c.MaxSteps == 0 {
+		c.MaxEpochs = 1000
+	}
+	if c.FastDevRun > 0 {
+		c.MaxEpochs = 1
+		c.MaxSteps = 0
+		c.LimitTrainBatches, c.LimitValBatches, c.LimitTestBatches, c.LimitPredictBatches = c.FastDevRun, c.FastDevRun, c.FastDevRun, c.FastDevRun
+		c.ValCheckInterval = 0
+	}
+	if c.CheckValEveryNEpoch == 0 {
+		c.CheckValEveryNEpoch = 1
+	}
+	if c.AccumulateGradBatches == 0 {
+		c.AccumulateGradBatches = 1
+	}
+	if c.LogEveryNSteps == 0 {
+		c.LogEveryNSteps = 50
+	}
+	if c.DefaultRootDir == "" {
+		c.DefaultRootDir = "."
+	}
+	if c.Profiler == nil {
+		c.Profiler = profiler.Nop{}
+	}
+	if c.Out == nil {
+		c.Out = os.Stderr
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Log == nil {
+		l := zerolog.New(zerolog.ConsoleWriter{Out: c.Out, NoColor: true, TimeFormat: "15:04:05"}).With().Timestamp().Logger()
+		c.Log = &l
+	}
+	for i, cb := range c.Callbacks {
+		if cb == nil {
+			bad("Callbacks[%d] is nil: remove it", i)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Config) progressBar() bool { return c.EnableProgressBar == nil || *c.EnableProgressBar }
+
+func (c *Config) distributedSampler() bool {
+	return c.UseDistributedSampler == nil || *c.UseDistributedSampler
+}
+
+// Bool returns a pointer to v, for the optional boolean fields.
+func Bool(v bool) *bool { return &v }

@@ -1,0 +1,139 @@
+package trainer
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"golang.org/x/term"
+
+	"github.com/fulgur-ml/fulgur/module"
+)
+
+// progress shows training progress on rank 0: a one-line bar redrawn in
+// place on a terminal, periodic log lines otherwise.
+type progress struct {
+	cfg      *Config
+	on       bool
+	tty      bool
+	w        io.Writer
+	epoch    int
+	epochs   int
+	total    int
+	start    time.Time
+	last     time.Time
+	samples  int
+	lossEMA  float64
+	nLoss    int
+	bar      []string
+	lastLine int
+}
+
+func newProgress(cfg *Config, rank0 bool) *progress {
+	p := &progress{cfg: cfg, on: rank0 && cfg.progressBar(), w: cfg.Out}
+	if f, ok := cfg.Out.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		p.tty = true
+	}
+	return p
+}
+
+func (p *progress) startEpoch(epoch, epochs, total int) {
+	if p == nil || !p.on {
+		return
+	}
+	p.epoch, p.epochs, p.total = epoch, epochs, total
+	p.start = p.cfg.Now()
+	p.last = p.start
+	p.samples, p.nLoss = 0, 0
+}
+
+func (p *progress) batch(done int, loss float64, rows int, metrics map[string]float64, step []module.Metric) {
+	if p == nil || !p.on {
+		return
+	}
+	p.samples += rows
+	if p.nLoss == 0 {
+		p.lossEMA = loss
+	} else {
+		p.lossEMA = 0.9*p.lossEMA + 0.1*loss
+	}
+	p.nLoss++
+	now := p.cfg.Now()
+	el := now.Sub(p.start)
+	rate := float64(p.samples) / el.Seconds()
+	var eta time.Duration
+	if done > 0 {
+		eta = time.Duration(float64(el) / float64(done) * float64(p.total-done))
+	}
+	extra := p.barMetrics(step)
+	if p.tty {
+		if now.Sub(p.last) < 100*time.Millisecond && done < p.total {
+			return
+		}
+		p.last = now
+		width := 24
+		fill := width * done / max(p.total, 1)
+		line := fmt.Sprintf("\rEpoch %d/%d [%s%s] %d/%d loss=%.4f%s %.0f samples/s ETA %s ",
+			p.epoch+1, p.epochs, strings.Repeat("=", fill), strings.Repeat(" ", width-fill), done, p.total,
+			p.lossEMA, extra, rate, eta.Round(time.Second))
+		fmt.Fprint(p.w, line)
+		p.lastLine = len(line)
+		return
+	}
+	every := max(p.cfg.LogEveryNSteps, 1)
+	if done%every != 0 && done != p.total {
+		return
+	}
+	p.cfg.Log.Info().Int("epoch", p.epoch+1).Int("batch", done).Int("of", p.total).
+		Float64("loss", round4(p.lossEMA)).Float64("samples_per_s", float64(int(rate))).
+		Str("eta", eta.Round(time.Second).String()).Msg("train" + extra)
+}
+
+func (p *progress) barMetrics(step []module.Metric) string {
+	var b strings.Builder
+	for _, m := range step {
+		if m.Spec.ProgBar && m.Spec.OnStep {
+			fmt.Fprintf(&b, " %s=%.4f", m.Name, m.Value)
+		}
+	}
+	return b.String()
+}
+
+func (p *progress) validation(epoch int, vals map[string]float64) {
+	if p == nil || !p.on {
+		return
+	}
+	if p.tty {
+		fmt.Fprintln(p.w)
+	}
+	keys := make([]string, 0, len(vals))
+	for k := range vals {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	ev := p.cfg.Log.Info().Int("epoch", epoch+1)
+	for _, k := range keys {
+		ev = ev.Float64(k, round4(vals[k]))
+	}
+	ev.Msg("validation")
+}
+
+func (p *progress) done() {
+	if p != nil && p.on && p.tty {
+		fmt.Fprintln(p.w)
+	}
+}
+
+func round4(v float64) float64 {
+	return float64(int64(v*1e4+0.5*sign(v))) / 1e4
+}
+
+func sign(v float64) float64 {
+	if v < 0 {
+		return -1
+	}
+	return 1
+}

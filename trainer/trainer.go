@@ -1,0 +1,731 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"gorgonia.org/tensor"
+
+	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/optim"
+	"github.com/fulgur-ml/fulgur/strategy"
+)
+
+// Trainer runs modules. Make one with New; it may Fit a module and then
+// Validate, Test or Predict with the trained parameters.
+type Trainer struct {
+	cfg   Config
+	strat strategy.Strategy
+	mod   module.Module
+	state State
+	stats Stats
+
+	epochAgg map[string]*agg
+	progress *progress
+	worker   bool
+}
+
+// Stats summarises the last Fit.
+type Stats struct {
+	Epochs            int           // epochs completed
+	GlobalStep        int           // optimizer steps taken
+	TrainSamples      int           // samples trained on by this process
+	TrainTime         time.Duration // wall time in training batches (validation excluded)
+	TrainSamplesPerS  float64       // all ranks together
+	WorldSize         int
+	StoppedEarly      string // the reason, when a callback stopped training
+	Interrupted       bool
+	LastTrainLoss     float64
+	ValidationsPassed int
+}
+
+// New validates cfg and returns a Trainer.
+func New(cfg Config) (*Trainer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("trainer config:\n%w", err)
+	}
+	return &Trainer{cfg: cfg}, nil
+}
+
+// Config returns the validated configuration.
+func (t *Trainer) Config() Config { return t.cfg }
+
+// Stats returns figures of the last Fit.
+func (t *Trainer) Stats() Stats { return t.stats }
+
+// Metrics returns the latest value of every logged metric.
+func (t *Trainer) Metrics() map[string]float64 {
+	out := make(map[string]float64, len(t.state.Metrics))
+	for k, v := range t.state.Metrics {
+		out[k] = v
+	}
+	return out
+}
+
+// Store is the trained model's parameters and buffers (nil before setup).
+func (t *Trainer) Store() *module.Store {
+	if t.strat == nil {
+		return nil
+	}
+	return t.strat.Store()
+}
+
+// IsGlobalZero reports whether this process is rank 0 (writes logs, prints
+// results).
+func (t *Trainer) IsGlobalZero() bool { return t.strat == nil || t.strat.IsGlobalZero() }
+
+// IsWorker reports whether this process is a worker started by a launching
+// strategy (DDP-spawn) that must not run the code after Fit.
+func (t *Trainer) IsWorker() bool { return t.worker }
+
+// FitOption changes one Fit call.
+type FitOption func(*fitOptions)
+
+type fitOptions struct {
+	ckptPath string
+}
+
+// FromCheckpoint resumes training from the checkpoint at path.
+func FromCheckpoint(path string) FitOption { return func(o *fitOptions) { o.ckptPath = path } }
+
+func (t *Trainer) dtype() tensor.Dtype {
+	if t.cfg.Precision == "64" {
+		return tensor.Float64
+	}
+	return tensor.Float32
+}
+
+// setup builds the strategy and replicas for m, once per module.
+func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Field) error {
+	if m == nil {
+		return errors.New("module is nil: pass your module.Module value")
+	}
+	if t.strat != nil && t.mod == m {
+		return nil
+	}
+	b := module.NewBuilder(t.dtype())
+	if err := configure(m, b); err != nil {
+		return err
+	}
+	specs, err := b.Specs()
+	if err != nil {
+		return fmt.Errorf("module Configure:\n%w", err)
+	}
+	st := t.cfg.StrategyImpl
+	if st == nil {
+		st, err = strategy.New(t.cfg.Strategy, strategy.Options{
+			Devices: t.cfg.Devices, NumNodes: t.cfg.NumNodes, Accelerator: t.cfg.Accelerator, Log: *t.cfg.Log,
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if l, ok := st.(strategy.Launcher); ok {
+		worker, err := l.Launch(ctx)
+		if err != nil {
+			return fmt.Errorf("strategy %s: launch: %w", st.Name(), err)
+		}
+		t.worker = worker
+	}
+	newOpt := func() (optim.Optimizer, optim.Scheduler, error) {
+		if oc, ok := m.(module.OptimizerConfigurer); ok {
+			o, s, err := oc.ConfigureOptimizers()
+			if err != nil {
+				return nil, nil, fmt.Errorf("module.ConfigureOptimizers: %w", err)
+			}
+			if o == nil {
+				return nil, nil, errors.New("module.ConfigureOptimizers returned a nil optimizer")
+			}
+			return o, s, nil
+		}
+		o, err := optim.NewAdam(optim.AdamConfig{LR: 1e-3})
+		return o, nil, err
+	}
+	err = st.Setup(ctx, strategy.Setup{
+		Module: m, Specs: specs, Dtype: t.dtype(), Seed: t.cfg.Seed, Fields: fields,
+		NewOptimizer: newOpt, Log: *t.cfg.Log,
+	})
+	if err != nil {
+		return fmt.Errorf("strategy %s: setup: %w", st.Name(), err)
+	}
+	t.strat, t.mod = st, m
+	t.state = State{
+		Rank: st.Rank(), WorldSize: st.WorldSize(), IsGlobalZero: st.IsGlobalZero(),
+		RootDir: t.cfg.DefaultRootDir, MaxEpochs: t.cfg.MaxEpochs, MaxSteps: t.cfg.MaxSteps,
+		Metrics: map[string]float64{}, Layers: b.Layers(), Store: st.Store(), FastDevRun: t.cfg.FastDevRun > 0,
+	}
+	return nil
+}
+
+func configure(m module.Module, b *module.Builder) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("module Configure: %v", r)
+		}
+	}()
+	if err := m.Configure(b); err != nil {
+		return fmt.Errorf("module Configure: %w", err)
+	}
+	return nil
+}
+
+// loaderFor inserts the strategy's distributed sampler when it has one.
+func (t *Trainer) loaderFor(l *data.Loader, train bool) *data.Loader {
+	if l == nil || !t.cfg.distributedSampler() {
+		return l
+	}
+	ds, ok := t.strat.(strategy.Sampler)
+	if !ok || t.strat.WorldSize() == 1 {
+		return l
+	}
+	c := l.Config()
+	return l.WithSampler(ds.DistributedSampler(c.Shuffle, c.Seed, train))
+}
+
+// Fit trains m on train, validating on val (which may be nil).
+func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loader, opts ...FitOption) (err error) {
+	var fo fitOptions
+	for _, o := range opts {
+		o(&fo)
+	}
+	if train == nil {
+		return errors.New("Fit: the training loader is nil: pass a *data.Loader")
+	}
+	if val != nil {
+		if _, ok := m.(module.Validator); !ok {
+			return errors.New("Fit: a validation loader was given but the module has no ValidationStep: implement module.Validator or pass nil")
+		}
+	}
+	if err := t.setup(ctx, m, train.Dataset().Fields()); err != nil {
+		return err
+	}
+	t.stats = Stats{WorldSize: t.strat.WorldSize()}
+	t.state.Stage = "fit"
+	t.state.save = t.saveCheckpoint
+	status := "failed"
+	defer func() {
+		if ferr := t.finalizeLoggers(status); err == nil {
+			err = ferr
+		}
+	}()
+	start := 0
+	if fo.ckptPath != "" {
+		if start, err = t.resume(ctx, fo.ckptPath); err != nil {
+			return err
+		}
+	}
+	train, val = t.loaderFor(train, true), t.loaderFor(val, false)
+	if h, ok := m.(module.HParamser); ok {
+		if err := t.logHyperparams(h.HParams()); err != nil {
+			return err
+		}
+	}
+	t.progress = newProgress(&t.cfg, t.state.IsGlobalZero)
+	if err := t.onFitStart(ctx, m); err != nil {
+		return t.stopOr(err)
+	}
+	err = t.fitLoop(ctx, m, train, val, start)
+	t.finishStats()
+	t.progress.done()
+	if st, ok := isStop(err); ok {
+		t.stats.StoppedEarly = st.Reason
+		t.cfg.Log.Info().Str("reason", st.Reason).Msg("training stopped early")
+		err = nil
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			status = "interrupted"
+			t.stats.Interrupted = true
+		}
+		return err
+	}
+	if err := t.onFitEnd(ctx, m); err != nil {
+		return t.stopOr(err)
+	}
+	if t.state.IsGlobalZero {
+		if err := t.cfg.Profiler.Report(t.cfg.Out); err != nil {
+			return fmt.Errorf("profiler report: %w", err)
+		}
+	}
+	status = "success"
+	return nil
+}
+
+func (t *Trainer) stopOr(err error) error {
+	if _, ok := isStop(err); ok {
+		return nil
+	}
+	return err
+}
+
+type agg struct {
+	spec   module.LogSpec
+	sum    float64
+	weight float64
+	max    float64
+	min    float64
+	n      int
+}
+
+func (a *agg) add(v, w float64) {
+	if a.n == 0 {
+		a.max, a.min = v, v
+	}
+	a.n++
+	a.sum += v * w
+	a.weight += w
+	a.max = math.Max(a.max, v)
+	a.min = math.Min(a.min, v)
+}
+
+func (a *agg) value() float64 {
+	switch a.spec.Reduce {
+	case module.Sum:
+		return a.sum
+	case module.Max:
+		return a.max
+	case module.Min:
+		return a.min
+	}
+	if a.weight == 0 {
+		return math.NaN()
+	}
+	return a.sum / a.weight
+}
+
+func stepName(name string, spec module.LogSpec) string {
+	if spec.OnStep && spec.OnEpoch {
+		return name + "_step"
+	}
+	return name
+}
+
+func epochName(name string, spec module.LogSpec) string {
+	if spec.OnStep && spec.OnEpoch {
+		return name + "_epoch"
+	}
+	return name
+}
+
+func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data.Loader, startEpoch int) error {
+	cfg := &t.cfg
+	accum := cfg.AccumulateGradBatches
+	stepOpts := strategy.StepOptions{}
+	if cfg.GradientClipVal > 0 {
+		if cfg.GradientClipAlgorithm == "value" {
+			stepOpts.ClipValue = cfg.GradientClipVal
+		} else {
+			stepOpts.ClipNorm = cfg.GradientClipVal
+		}
+	}
+	opt, sched := t.strat.Optimizer(), t.strat.Scheduler()
+	stepLog := map[string]float64{}
+	for epoch := startEpoch; cfg.MaxEpochs == 0 || epoch < cfg.MaxEpochs; epoch++ {
+		if cfg.MaxSteps > 0 && t.state.GlobalStep >= cfg.MaxSteps {
+			break
+		}
+		t.state.Epoch = epoch
+		t.state.LR = opt.LR()
+		t.epochAgg = map[string]*agg{}
+		if err := t.onTrainEpochStart(ctx, m, epoch); err != nil {
+			return err
+		}
+		nb := train.NumBatches(epoch)
+		if cfg.LimitTrainBatches > 0 && cfg.LimitTrainBatches < nb {
+			nb = cfg.LimitTrainBatches
+		}
+		t.progress.startEpoch(epoch, cfg.MaxEpochs, nb)
+		it := train.Iter(ctx, epoch)
+		epochStart := cfg.Now()
+		var trainDur time.Duration
+		var stop error
+		for bi := 0; bi < nb; bi++ {
+			sp := cfg.Profiler.Start("data fetch")
+			b, ok := it.Next()
+			sp.End()
+			if !ok {
+				break
+			}
+			t.state.BatchIdx = bi
+			if err := t.onTrainBatchStart(ctx, m, b, bi); err != nil {
+				it.Close()
+				return err
+			}
+			micro := bi % accum
+			last := micro == accum-1 || bi == nb-1
+			t0 := cfg.Now()
+			sp = cfg.Profiler.Start("forward+backward")
+			loss, metrics, err := t.strat.TrainStep(ctx, b, strategy.TrainOptions{Sync: last, Accumulate: micro > 0, Scale: 1 / float64(accum)})
+			sp.End()
+			if err != nil {
+				it.Close()
+				return fmt.Errorf("epoch %d batch %d: %w", epoch, bi, err)
+			}
+			if math.IsNaN(loss) || math.IsInf(loss, 0) {
+				if !cfg.WarnOnNaN {
+					it.Close()
+					return fmt.Errorf("the loss is %v at epoch %d, batch %d (global step %d): lower the learning rate, clip gradients (GradientClipVal), or set WarnOnNaN to carry on", loss, epoch, bi, t.state.GlobalStep)
+				}
+				cfg.Log.Warn().Float64("loss", loss).Int("step", t.state.GlobalStep).Msg("non-finite loss")
+			}
+			t.stats.LastTrainLoss = loss
+			for _, mt := range metrics {
+				if mt.Spec.OnEpoch {
+					a := t.epochAgg[mt.Name]
+					if a == nil {
+						a = &agg{spec: mt.Spec}
+						t.epochAgg[mt.Name] = a
+					}
+					a.add(mt.Value, mt.Weight)
+				}
+				if mt.Spec.OnStep {
+					t.state.Metrics[stepName(mt.Name, mt.Spec)] = mt.Value
+				}
+			}
+			if last {
+				sp = cfg.Profiler.Start("optimizer step")
+				_, err := t.strat.OptimizerStep(ctx, stepOpts)
+				sp.End()
+				if err != nil {
+					it.Close()
+					return fmt.Errorf("epoch %d batch %d: optimizer step: %w", epoch, bi, err)
+				}
+				t.state.GlobalStep++
+				if sched != nil && sched.Interval() == optim.PerStep {
+					sched.Step(opt, math.NaN())
+				}
+				t.state.LR = opt.LR()
+			}
+			dt := cfg.Now().Sub(t0)
+			trainDur += dt
+			t.stats.TrainSamples += b.Size
+			t.progress.batch(bi+1, loss, b.Size, t.state.Metrics, metrics)
+			if last && t.state.GlobalStep%cfg.LogEveryNSteps == 0 {
+				clear(stepLog)
+				for _, mt := range metrics {
+					if mt.Spec.OnStep {
+						stepLog[stepName(mt.Name, mt.Spec)] = mt.Value
+					}
+				}
+				stepLog["epoch"] = float64(epoch)
+				stepLog["lr"] = opt.LR()
+				if err := t.logMetrics(t.state.GlobalStep, stepLog); err != nil {
+					it.Close()
+					return err
+				}
+			}
+			if err := t.onTrainBatchEnd(ctx, m, b, bi); err != nil {
+				if _, ok := isStop(err); !ok {
+					it.Close()
+					return err
+				}
+				stop = err
+			}
+			if stop != nil {
+				t.stats.TrainTime += trainDur
+				it.Close()
+				return stop
+			}
+			if (cfg.MaxSteps > 0 && t.state.GlobalStep >= cfg.MaxSteps) {
+				break
+			}
+			if val != nil && cfg.ValCheckInterval > 0 && (bi+1)%cfg.ValCheckInterval == 0 && bi+1 < nb {
+				if err := t.validationLoop(ctx, m, val, epoch); err != nil {
+					if _, ok := isStop(err); !ok {
+						it.Close()
+						return err
+					}
+					stop = err
+					break
+				}
+			}
+		}
+		it.Close()
+		if err := it.Err(); err != nil {
+			return fmt.Errorf("epoch %d: training data: %w", epoch, err)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		t.stats.TrainTime += trainDur
+		_ = epochStart
+		if err := t.finishTrainEpoch(ctx, epoch); err != nil {
+			return err
+		}
+		if val != nil && stop == nil && (epoch+1)%cfg.CheckValEveryNEpoch == 0 {
+			if err := t.validationLoop(ctx, m, val, epoch); err != nil {
+				if _, ok := isStop(err); !ok {
+					return err
+				}
+				stop = err
+			}
+		}
+		t.stats.Epochs = epoch + 1
+		if sched != nil && sched.Interval() == optim.PerEpoch {
+			metric := math.NaN()
+			if v, ok := t.state.Metrics[plateauMetric(t.state.Metrics)]; ok {
+				metric = v
+			}
+			sched.Step(opt, metric)
+		}
+		if err := t.onTrainEpochEnd(ctx, m, epoch); err != nil {
+			if _, ok := isStop(err); !ok {
+				return err
+			}
+			stop = err
+		}
+		if stop != nil {
+			return stop
+		}
+	}
+	return nil
+}
+
+func (t *Trainer) finishStats() {
+	if t.stats.TrainTime > 0 {
+		t.stats.TrainSamplesPerS = float64(t.stats.TrainSamples*t.strat.WorldSize()) / t.stats.TrainTime.Seconds()
+	}
+	t.stats.GlobalStep = t.state.GlobalStep
+}
+
+// plateauMetric picks the metric a ReduceOnPlateau scheduler watches:
+// val_loss when logged, otherwise the training loss.
+func plateauMetric(m map[string]float64) string {
+	for _, k := range []string{"val_loss", "val_loss_epoch", "train_loss_epoch", "train_loss"} {
+		if _, ok := m[k]; ok {
+			return k
+		}
+	}
+	return ""
+}
+
+// finishTrainEpoch reduces epoch aggregates across ranks and logs them.
+func (t *Trainer) finishTrainEpoch(ctx context.Context, epoch int) error {
+	vals, err := t.reduceAggs(ctx, t.epochAgg, false)
+	if err != nil {
+		return err
+	}
+	out := map[string]float64{}
+	for name, v := range vals {
+		n := epochName(name, t.epochAgg[name].spec)
+		t.state.Metrics[n] = v
+		out[n] = v
+	}
+	if len(out) > 0 {
+		out["epoch"] = float64(epoch)
+		return t.logMetrics(t.state.GlobalStep, out)
+	}
+	return nil
+}
+
+// reduceAggs turns aggregates into values, reducing across ranks those
+// marked SyncDist (or all of them when all is true), in name order so every
+// rank issues the same collective.
+func (t *Trainer) reduceAggs(ctx context.Context, aggs map[string]*agg, all bool) (map[string]float64, error) {
+	names := sortedKeys(aggs)
+	var sums, weights []float64
+	var ops []module.Reduce
+	var synced []string
+	for _, n := range names {
+		a := aggs[n]
+		if all || a.spec.SyncDist {
+			synced = append(synced, n)
+			switch a.spec.Reduce {
+			case module.Max:
+				sums = append(sums, a.max)
+			case module.Min:
+				sums = append(sums, a.min)
+			default:
+				sums = append(sums, a.sum)
+			}
+			weights = append(weights, a.weight)
+			ops = append(ops, a.spec.Reduce)
+		}
+	}
+	out := make(map[string]float64, len(names))
+	for _, n := range names {
+		out[n] = aggs[n].value()
+	}
+	if len(synced) > 0 && t.strat.WorldSize() > 1 {
+		if err := t.strat.Reduce(ctx, sums, weights, ops); err != nil {
+			return nil, fmt.Errorf("reduce metrics %v across ranks: %w", synced, err)
+		}
+		for i, n := range synced {
+			switch ops[i] {
+			case module.Mean:
+				if weights[i] > 0 {
+					out[n] = sums[i] / weights[i]
+				}
+			default:
+				out[n] = sums[i]
+			}
+		}
+	}
+	return out, nil
+}
+
+func (t *Trainer) evalLoop(ctx context.Context, mode module.Mode, l *data.Loader, limit int) (map[string]*agg, error) {
+	aggs := map[string]*agg{}
+	nb := l.NumBatches(0)
+	if limit > 0 && limit < nb {
+		nb = limit
+	}
+	it := l.Iter(ctx, 0)
+	defer it.Close()
+	for bi := 0; bi < nb; bi++ {
+		b, ok := it.Next()
+		if !ok {
+			break
+		}
+		sp := t.cfg.Profiler.Start(mode.String() + " step")
+		metrics, err := t.strat.EvalStep(ctx, mode, b)
+		sp.End()
+		if err != nil {
+			return nil, fmt.Errorf("%s batch %d: %w", mode, bi, err)
+		}
+		for _, mt := range metrics {
+			a := aggs[mt.Name]
+			if a == nil {
+				a = &agg{spec: mt.Spec}
+				aggs[mt.Name] = a
+			}
+			a.add(mt.Value, mt.Weight)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("%s data: %w", mode, err)
+	}
+	return aggs, ctx.Err()
+}
+
+// validationLoop runs validation; its epoch metrics are always reduced
+// across ranks so every rank makes the same early-stop and checkpoint
+// decisions.
+func (t *Trainer) validationLoop(ctx context.Context, m module.Module, val *data.Loader, epoch int) error {
+	aggs, err := t.evalLoop(ctx, module.Validate, val, t.cfg.LimitValBatches)
+	if err != nil {
+		return err
+	}
+	vals, err := t.reduceAggs(ctx, aggs, true)
+	if err != nil {
+		return err
+	}
+	out := map[string]float64{}
+	for name, v := range vals {
+		n := epochName(name, aggs[name].spec)
+		t.state.Metrics[n] = v
+		out[n] = v
+	}
+	t.stats.ValidationsPassed++
+	t.progress.validation(epoch, out)
+	if len(out) > 0 {
+		out["epoch"] = float64(epoch)
+		if err := t.logMetrics(t.state.GlobalStep, out); err != nil {
+			return err
+		}
+	}
+	return t.onValidationEnd(ctx, m, epoch)
+}
+
+// Validate runs the validation loop once and returns its metrics.
+func (t *Trainer) Validate(ctx context.Context, m module.Module, val *data.Loader) (map[string]float64, error) {
+	return t.evaluate(ctx, m, val, module.Validate)
+}
+
+// Test runs the test loop once and returns its metrics. After Fit on the
+// same module it uses the trained parameters.
+func (t *Trainer) Test(ctx context.Context, m module.Module, test *data.Loader) (map[string]float64, error) {
+	return t.evaluate(ctx, m, test, module.Test)
+}
+
+func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader, mode module.Mode) (map[string]float64, error) {
+	if l == nil {
+		return nil, fmt.Errorf("%s: the loader is nil: pass a *data.Loader", mode)
+	}
+	switch mode {
+	case module.Validate:
+		if _, ok := m.(module.Validator); !ok {
+			return nil, errors.New("Validate: the module has no ValidationStep: implement module.Validator")
+		}
+	case module.Test:
+		if _, ok := m.(module.Tester); !ok {
+			return nil, errors.New("Test: the module has no TestStep: implement module.Tester")
+		}
+	}
+	if err := t.setup(ctx, m, l.Dataset().Fields()); err != nil {
+		return nil, err
+	}
+	t.state.Stage = mode.String()
+	limit := t.cfg.LimitValBatches
+	if mode == module.Test {
+		limit = t.cfg.LimitTestBatches
+	}
+	aggs, err := t.evalLoop(ctx, mode, t.loaderFor(l, false), limit)
+	if err != nil {
+		return nil, err
+	}
+	vals, err := t.reduceAggs(ctx, aggs, true)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for name, v := range vals {
+		n := epochName(name, aggs[name].spec)
+		out[n] = v
+		t.state.Metrics[n] = v
+	}
+	if mode == module.Test {
+		if err := t.onTestEnd(ctx); err != nil {
+			return nil, t.stopOr(err)
+		}
+	}
+	return out, nil
+}
+
+// Predict runs the predict graph over l and returns one output tensor per
+// batch (copies, safe to keep).
+func (t *Trainer) Predict(ctx context.Context, m module.Module, l *data.Loader) ([]*tensor.Dense, error) {
+	if l == nil {
+		return nil, errors.New("Predict: the loader is nil: pass a *data.Loader")
+	}
+	if _, ok := m.(module.Predictor); !ok {
+		return nil, errors.New("Predict: the module has no PredictStep: implement module.Predictor")
+	}
+	if err := t.setup(ctx, m, l.Dataset().Fields()); err != nil {
+		return nil, err
+	}
+	t.state.Stage = "predict"
+	nb := l.NumBatches(0)
+	if t.cfg.LimitPredictBatches > 0 && t.cfg.LimitPredictBatches < nb {
+		nb = t.cfg.LimitPredictBatches
+	}
+	it := l.Iter(ctx, 0)
+	defer it.Close()
+	var out []*tensor.Dense
+	for bi := 0; bi < nb; bi++ {
+		b, ok := it.Next()
+		if !ok {
+			break
+		}
+		y, err := t.strat.PredictStep(ctx, b)
+		if err != nil {
+			return nil, fmt.Errorf("predict batch %d: %w", bi, err)
+		}
+		out = append(out, y.Clone().(*tensor.Dense))
+	}
+	return out, it.Err()
+}
+
+// Teardown releases the strategy's replicas and connections.
+func (t *Trainer) Teardown(ctx context.Context) error {
+	if t.strat == nil {
+		return nil
+	}
+	err := t.strat.Teardown(ctx)
+	t.strat, t.mod = nil, nil
+	return err
+}
