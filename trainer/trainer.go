@@ -430,7 +430,7 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 				it.Close()
 				return stop
 			}
-			if (cfg.MaxSteps > 0 && t.state.GlobalStep >= cfg.MaxSteps) {
+			if cfg.MaxSteps > 0 && t.state.GlobalStep >= cfg.MaxSteps {
 				break
 			}
 			if val != nil && cfg.ValCheckInterval > 0 && (bi+1)%cfg.ValCheckInterval == 0 && bi+1 < nb {
