@@ -124,8 +124,8 @@ func (s *StepLR) LRAt(t int64) float64 {
 	return s.base * math.Pow(s.gamma, float64(t/s.size))
 }
 
-func (s *StepLR) Interval() Interval    { return s.every }
-func (s *StepLR) Start(opt Optimizer)   { opt.SetLR(s.LRAt(s.count)) }
+func (s *StepLR) Interval() Interval  { return s.every }
+func (s *StepLR) Start(opt Optimizer) { opt.SetLR(s.LRAt(s.count)) }
 func (s *StepLR) Step(opt Optimizer, _ float64) {
 	s.count++
 	opt.SetLR(s.LRAt(s.count))
