@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 )
 
@@ -149,7 +150,7 @@ func (l *Loader) batchesOf(k int) int {
 // unless Next has returned false; an Iter is used from one goroutine. When
 // ctx is cancelled, Next returns false and Err returns ctx.Err().
 func (l *Loader) Iter(ctx context.Context, epoch int) *Iter {
-	it := &Iter{l: l, ctx: ctx}
+	it := &Iter{l: l, ctx: ctx, e: &epochState{l: l}}
 	if ctx == nil {
 		it.err = errors.New("data.Loader.Iter: ctx is nil: pass context.Background() or a cancellable context")
 		return it
@@ -175,9 +176,9 @@ func (l *Loader) Iter(ctx context.Context, epoch int) *Iter {
 	if pad == nil {
 		pad = make([]bool, len(idx))
 	}
-	it.idx, it.pad = idx, pad
-	it.nb = l.batchesOf(len(idx))
-	if l.cfg.Prefetch > 0 && it.nb > 0 {
+	it.e.idx, it.e.pad = idx, pad
+	it.e.nb = l.batchesOf(len(idx))
+	if l.cfg.Prefetch > 0 && it.e.nb > 0 {
 		it.p = startPipe(ctx, it, l.cfg.Prefetch)
 	}
 	return it
@@ -187,14 +188,20 @@ func (l *Loader) Iter(ctx context.Context, epoch int) *Iter {
 type Iter struct {
 	l      *Loader
 	ctx    context.Context
-	idx    []int
-	pad    []bool
-	nb     int // batches in the epoch
+	e      *epochState
 	k      int // next batch to fill (synchronous mode)
 	cur    *Batch
 	err    error
 	closed bool
 	p      *pipe
+}
+
+// epochState is what the prefetch worker needs; it must not reference the Iter.
+type epochState struct {
+	l   *Loader
+	idx []int
+	pad []bool
+	nb  int // batches in the epoch
 }
 
 // Next returns the next batch, or false at the end of the epoch, on
@@ -210,14 +217,14 @@ func (it *Iter) Next() (*Batch, bool) {
 		return nil, false
 	}
 	if it.p == nil {
-		if it.k >= it.nb {
+		if it.k >= it.e.nb {
 			it.Close()
 			return nil, false
 		}
 		if it.cur == nil {
 			it.cur = it.l.pool.get(it.l)
 		}
-		if err := it.fill(it.cur, it.k); err != nil {
+		if err := it.e.fill(it.cur, it.k); err != nil {
 			it.err = err
 			it.Close()
 			return nil, false
@@ -257,7 +264,8 @@ func (it *Iter) Close() {
 	}
 	it.closed = true
 	if p := it.p; p != nil {
-		close(p.quit)
+		p.cleanup.Stop()
+		p.stop()
 		<-p.exited
 		for b := range p.ready {
 			it.l.pool.put(b)
@@ -275,30 +283,30 @@ func (it *Iter) Close() {
 // fill reads batch k of the epoch into b. A panic in Dataset.Read becomes an
 // error, since it may happen on the prefetch goroutine where nobody could
 // recover it.
-func (it *Iter) fill(b *Batch, k int) (err error) {
-	bs := it.l.cfg.BatchSize
+func (e *epochState) fill(b *Batch, k int) (err error) {
+	bs := e.l.cfg.BatchSize
 	lo := k * bs
-	hi := min(lo+bs, len(it.idx))
+	hi := min(lo+bs, len(e.idx))
 	rows := hi - lo
 	b.Size = rows
 	for f := range b.Data {
-		b.Data[f] = b.Data[f][:rows*it.l.width[f]]
+		b.Data[f] = b.Data[f][:rows*e.l.width[f]]
 	}
 	b.Indices = b.Indices[:rows]
 	b.Pad = b.Pad[:rows]
-	copy(b.Indices, it.idx[lo:hi])
-	copy(b.Pad, it.pad[lo:hi])
+	copy(b.Indices, e.idx[lo:hi])
+	copy(b.Pad, e.pad[lo:hi])
 	r := 0
 	defer func() {
 		if v := recover(); v != nil {
-			err = fmt.Errorf("data: %T.Read(%d) panicked: %v", it.l.ds, b.Indices[r], v)
+			err = fmt.Errorf("data: %T.Read(%d) panicked: %v", e.l.ds, b.Indices[r], v)
 		}
 	}()
 	for ; r < rows; r++ {
-		for f, w := range it.l.width {
+		for f, w := range e.l.width {
 			b.dst[f] = b.Data[f][r*w : (r+1)*w]
 		}
-		if err := it.l.ds.Read(b.Indices[r], b.dst); err != nil {
+		if err := e.l.ds.Read(b.Indices[r], b.dst); err != nil {
 			return fmt.Errorf("data: read example %d (batch %d, row %d): %w", b.Indices[r], k, r, err)
 		}
 	}
@@ -314,9 +322,18 @@ type pipe struct {
 	quit   chan struct{}
 	exited chan struct{}
 	err    error // set by the worker before it closes ready
+	once   sync.Once
+	// cleanup stops the worker of an Iter dropped without Close (say, a
+	// loop left by break) once the Iter is collected; the worker does not
+	// reference the Iter, so that it can be. The worker cancels it when it
+	// exits on its own, so that it never touches the channels afterwards.
+	cleanup runtime.Cleanup
 }
 
+func (p *pipe) stop() { p.once.Do(func() { close(p.quit) }) }
+
 func startPipe(ctx context.Context, it *Iter, prefetch int) *pipe {
+	e := it.e
 	nbuf := prefetch + 1
 	p := &pipe{
 		free:   make(chan *Batch, nbuf),
@@ -325,16 +342,18 @@ func startPipe(ctx context.Context, it *Iter, prefetch int) *pipe {
 		exited: make(chan struct{}),
 	}
 	for range nbuf {
-		p.free <- it.l.pool.get(it.l)
+		p.free <- e.l.pool.get(e.l)
 	}
-	go p.run(ctx, it)
+	p.cleanup = runtime.AddCleanup(it, (*pipe).stop, p)
+	go p.run(ctx, e)
 	return p
 }
 
-func (p *pipe) run(ctx context.Context, it *Iter) {
+func (p *pipe) run(ctx context.Context, e *epochState) {
 	defer close(p.exited)
+	defer p.cleanup.Stop()
 	defer close(p.ready)
-	for k := 0; k < it.nb; k++ {
+	for k := 0; k < e.nb; k++ {
 		var b *Batch
 		select {
 		case b = <-p.free:
@@ -344,7 +363,7 @@ func (p *pipe) run(ctx context.Context, it *Iter) {
 			p.err = ctx.Err()
 			return
 		}
-		if err := it.fill(b, k); err != nil {
+		if err := e.fill(b, k); err != nil {
 			p.free <- b
 			p.err = err
 			return

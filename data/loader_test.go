@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"testing"
 	"testing/synctest"
@@ -426,4 +427,25 @@ func BenchmarkLoaderFashionMNIST(b *testing.B) {
 			b.ReportMetric(float64(rows)/b.Elapsed().Seconds(), "samples/s")
 		})
 	}
+}
+
+// An Iter dropped without Close or cancellation does not leave its worker
+// blocked: once the Iter is collected, a cleanup stops it.
+func TestDroppedIterStopsWorker(t *testing.T) {
+	l, _ := NewLoader(newSeq(1000), LoaderConfig{BatchSize: 4, Prefetch: 2})
+	exited := func() <-chan struct{} {
+		it := l.Iter(context.Background(), 0)
+		it.Next()
+		return it.p.exited
+	}()
+	for range 1000 {
+		runtime.GC()
+		select {
+		case <-exited:
+			return
+		default:
+			runtime.Gosched()
+		}
+	}
+	t.Fatal("the worker of an unreachable Iter is still running after 1000 collections")
 }
