@@ -28,9 +28,10 @@ func (f Field) String() string {
 }
 
 // Dataset is a random-access collection of examples, each made of the same
-// fields. Implementations must allow Read to be called from a goroutine other
-// than the one that built the dataset (the Loader prefetches in background),
-// though never concurrently with itself by one Loader.
+// fields. Read is called from the Loader's prefetch goroutine, and from
+// several goroutines at once when loaders over the same dataset run at the
+// same time, so it must not mutate shared state without locking (reading
+// immutable memory, as the datasets of this package do, needs none).
 type Dataset interface {
 	// Len is the number of examples.
 	Len() int

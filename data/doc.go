@@ -2,7 +2,8 @@
 // Loader (batching, shuffling by (seed, epoch), drop-last, background prefetch
 // with a bounded queue and recycled buffers), the samplers (sequential,
 // random, and DistributedSampler, which shards a dataset by rank and world),
-// the IDX reader for MNIST and Fashion-MNIST, and an embedded Fashion-MNIST
+// the IDX reader for MNIST and Fashion-MNIST, the CIFAR-10 binary reader,
+// and an embedded Fashion-MNIST
 // subset so that examples run with nothing installed.
 //
 // Randomness comes in from outside: every order is a pure function of a seed
