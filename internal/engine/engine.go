@@ -21,6 +21,9 @@ import (
 
 // Engine runs one replica of a module.
 type Engine struct {
+	// Tape runs graphs on Gorgonia's TapeMachine instead of the engine's own
+	// executor: the reference the executor is tested against.
+	Tape   bool
 	mod    module.Module
 	store  *module.Store
 	fields []data.Field
@@ -42,7 +45,8 @@ type input struct {
 
 type compiled struct {
 	g       *G.ExprGraph
-	vm      G.VM
+	vm      G.VM      // reference path (Tape)
+	exec    *executor // default path
 	step    *module.Step
 	inputs  []input
 	loss    *G.Node
@@ -95,24 +99,28 @@ func (e *Engine) Run(ctx context.Context, mode module.Mode, b *data.Batch, accum
 			err = fmt.Errorf("%s step: %v\n%s", mode, r, debug.Stack())
 		}
 	}()
-	if err := c.vm.RunAll(); err != nil {
+	if c.exec != nil {
+		if err := c.exec.run(); err != nil {
+			return Result{}, fmt.Errorf("%s step: %w", mode, err)
+		}
+	} else {
+		if err := c.vm.RunAll(); err != nil {
+			c.vm.Reset()
+			return Result{}, fmt.Errorf("%s step: run graph: %w", mode, err)
+		}
 		c.vm.Reset()
-		return Result{}, fmt.Errorf("%s step: run graph: %w", mode, err)
 	}
-	c.vm.Reset()
 	if mode == module.Train {
-		res.Loss = scalar(c.lossVal)
+		res.Loss = scalar(c.valueOf(c.loss, c.lossVal))
 		e.gatherGrads(c, accumulate, scale)
 	}
 	for i, l := range c.step.Logs() {
-		c.metrics[i].Value = l.Float()
+		c.metrics[i].Value = scalar(c.valueOf(l.Node, l.Value))
 		c.metrics[i].Weight = float64(realRows(b))
 	}
 	res.Metrics = c.metrics
 	if c.out != nil {
-		if t, ok := c.outVal.(*tensor.Dense); ok {
-			res.Output = t
-		} else if t, ok := c.out.Value().(*tensor.Dense); ok {
+		if t, ok := c.valueOf(c.out, c.outVal).(*tensor.Dense); ok {
 			res.Output = t
 		}
 	}
@@ -150,10 +158,22 @@ func scalar(v G.Value) float64 {
 	return math.NaN()
 }
 
+// valueOf is n's value after a run: from the executor's table, or the value
+// a read op captured on the TapeMachine path.
+func (c *compiled) valueOf(n *G.Node, read G.Value) G.Value {
+	if c.exec != nil {
+		return c.exec.value(n)
+	}
+	if read != nil {
+		return read
+	}
+	return n.Value()
+}
+
 func (e *Engine) gatherGrads(c *compiled, accumulate bool, scale float64) {
 	s := e.store
 	for _, gb := range c.grads {
-		switch d := gb.node.Value().Data().(type) {
+		switch d := c.valueOf(gb.node, nil).Data().(type) {
 		case []float32:
 			dst := s.Grad32()[gb.offset : gb.offset+gb.n]
 			sc := float32(scale)
@@ -386,6 +406,10 @@ func (e *Engine) compile(mode module.Mode, batch int) (c *compiled, err error) {
 	for _, l := range s.Logs() {
 		c.metrics = append(c.metrics, module.Metric{Name: l.Name, Spec: l.Spec})
 	}
-	c.vm = G.NewTapeMachine(c.g)
+	if e.Tape {
+		c.vm = G.NewTapeMachine(c.g)
+	} else if c.exec, err = newExecutor(c.g); err != nil {
+		return nil, fmt.Errorf("%s: %w", stepName(mode), err)
+	}
 	return c, nil
 }

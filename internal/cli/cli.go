@@ -1,0 +1,166 @@
+// Package cli holds the command-line shape shared by every example and cmd/
+// program: flags that mirror trainer.Config, the data-set flag, and the JSON
+// summary line printed last on stdout.
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/fulgur-ml/fulgur/profiler"
+	"github.com/fulgur-ml/fulgur/trainer"
+)
+
+// Flags are the common flags. Programs add their own beside them.
+type Flags struct {
+	MaxEpochs             int
+	MaxSteps              int
+	Devices               int
+	NumNodes              int
+	Strategy              string
+	Accelerator           string
+	BatchSize             int
+	LR                    float64
+	LimitTrainBatches     int
+	LimitValBatches       int
+	LimitTestBatches      int
+	FastDevRun            int
+	Seed                  uint64
+	Deterministic         bool
+	Data                  string
+	RootDir               string
+	CkptPath              string
+	CkptEveryNSteps       int
+	Profiler              string
+	Precision             string
+	AccumulateGradBatches int
+	GradientClipVal       float64
+	LogEveryNSteps        int
+	NoProgressBar         bool
+}
+
+// Register defines the common flags on fs with the program's defaults.
+func (f *Flags) Register(fs *flag.FlagSet, defaults Flags) {
+	*f = defaults
+	fs.IntVar(&f.MaxEpochs, "max-epochs", defaults.MaxEpochs, "stop after this many epochs")
+	fs.IntVar(&f.MaxSteps, "max-steps", defaults.MaxSteps, "stop after this many optimizer steps (0: no limit)")
+	fs.IntVar(&f.Devices, "devices", max(defaults.Devices, 1), "devices (processes or replicas) per node; -1 for all")
+	fs.IntVar(&f.NumNodes, "num-nodes", max(defaults.NumNodes, 1), "number of machines")
+	fs.StringVar(&f.Strategy, "strategy", "auto", "auto, single, dp, ddp, ddp_spawn or sharded")
+	fs.StringVar(&f.Accelerator, "accelerator", "cpu", "cpu, cuda or auto")
+	fs.IntVar(&f.BatchSize, "batch-size", defaults.BatchSize, "examples per batch (per rank)")
+	fs.Float64Var(&f.LR, "lr", defaults.LR, "learning rate")
+	fs.IntVar(&f.LimitTrainBatches, "limit-train-batches", 0, "training batches per epoch (0: all)")
+	fs.IntVar(&f.LimitValBatches, "limit-val-batches", 0, "validation batches (0: all)")
+	fs.IntVar(&f.LimitTestBatches, "limit-test-batches", 0, "test batches (0: all)")
+	fs.IntVar(&f.FastDevRun, "fast-dev-run", 0, "run this many batches of train, validation and test as a smoke test")
+	fs.Uint64Var(&f.Seed, "seed", defaults.Seed, "seed for initialisation, shuffling and dropout")
+	fs.BoolVar(&f.Deterministic, "deterministic", false, "bitwise-reproducible run for a given seed")
+	fs.StringVar(&f.Data, "data", "", "directory of the data set (default: installed copy, else the embedded subset)")
+	fs.StringVar(&f.RootDir, "root-dir", defaults.RootDir, "directory for logs and checkpoints")
+	fs.StringVar(&f.CkptPath, "ckpt-path", "", "checkpoint to resume from: a file, or \"last\" for the newest under the root dir")
+	fs.IntVar(&f.CkptEveryNSteps, "ckpt-every-n-steps", 0, "save a checkpoint every this many steps (0: at epoch ends)")
+	fs.StringVar(&f.Profiler, "profiler", "", "simple, advanced or timeline (default: none)")
+	fs.StringVar(&f.Precision, "precision", "32", "32 or 64")
+	fs.IntVar(&f.AccumulateGradBatches, "accumulate-grad-batches", 1, "batches per optimizer step")
+	fs.Float64Var(&f.GradientClipVal, "gradient-clip-val", 0, "clip the gradient norm to this (0: off)")
+	fs.IntVar(&f.LogEveryNSteps, "log-every-n-steps", 50, "record step metrics every this many steps")
+	fs.BoolVar(&f.NoProgressBar, "no-progress-bar", false, "no progress bar or periodic progress lines")
+}
+
+// Validate reports every bad flag at once.
+func (f *Flags) Validate() error {
+	var errs []error
+	if f.BatchSize < 1 {
+		errs = append(errs, fmt.Errorf("-batch-size is %d: use 1 or more", f.BatchSize))
+	}
+	if !(f.LR > 0) {
+		errs = append(errs, fmt.Errorf("-lr is %g: use a positive learning rate", f.LR))
+	}
+	if f.CkptEveryNSteps < 0 {
+		errs = append(errs, fmt.Errorf("-ckpt-every-n-steps is %d: use 0 or more", f.CkptEveryNSteps))
+	}
+	return errors.Join(errs...)
+}
+
+// TrainerConfig turns the flags into a trainer.Config (not yet validated).
+func (f *Flags) TrainerConfig() (trainer.Config, error) {
+	prof, err := NewProfiler(f.Profiler, f.RootDir)
+	if err != nil {
+		return trainer.Config{}, err
+	}
+	return trainer.Config{
+		MaxEpochs: f.MaxEpochs, MaxSteps: f.MaxSteps,
+		LimitTrainBatches: f.LimitTrainBatches, LimitValBatches: f.LimitValBatches, LimitTestBatches: f.LimitTestBatches,
+		FastDevRun: f.FastDevRun, AccumulateGradBatches: f.AccumulateGradBatches, GradientClipVal: f.GradientClipVal,
+		Seed: f.Seed, Deterministic: f.Deterministic, LogEveryNSteps: f.LogEveryNSteps,
+		DefaultRootDir: f.RootDir, Precision: f.Precision,
+		Devices: f.Devices, NumNodes: f.NumNodes, Strategy: f.Strategy, Accelerator: f.Accelerator,
+		Profiler: prof, EnableProgressBar: trainer.Bool(!f.NoProgressBar),
+	}, nil
+}
+
+// Profilers maps -profiler names to constructors; packages that provide more
+// profilers add to it.
+var Profilers = map[string]func(dir string) (profiler.Profiler, error){
+	"simple": func(string) (profiler.Profiler, error) { return profiler.NewSimple(), nil },
+}
+
+// NewProfiler builds the profiler called name ("" for none).
+func NewProfiler(name, dir string) (profiler.Profiler, error) {
+	if name == "" || name == "none" {
+		return nil, nil
+	}
+	mk, ok := Profilers[name]
+	if !ok {
+		names := make([]string, 0, len(Profilers))
+		for k := range Profilers {
+			names = append(names, k)
+		}
+		return nil, fmt.Errorf("-profiler is %q: use one of %v", name, names)
+	}
+	return mk(dir)
+}
+
+// Summary is the JSON object printed last on stdout.
+type Summary struct {
+	Program          string  `json:"program"`
+	TestAcc          float64 `json:"test_acc"`
+	TestLoss         float64 `json:"test_loss"`
+	TrainSamplesPerS float64 `json:"train_samples_per_s"`
+	Epochs           int     `json:"epochs"`
+	GlobalStep       int     `json:"global_step"`
+	WorldSize        int     `json:"world_size"`
+	Strategy         string  `json:"strategy"`
+	WeightsSHA256    string  `json:"weights_sha256"`
+	Data             string  `json:"data"`
+	Seconds          float64 `json:"seconds"`
+	Seed             uint64  `json:"seed"`
+}
+
+// Print writes s as one JSON line.
+func (s Summary) Print(w io.Writer) error {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// Fail prints err for a person and exits with status 1: no panic trace
+// reaches the user.
+func Fail(prog string, err error) {
+	fmt.Fprintf(os.Stderr, "%s: %v\n", prog, err)
+	os.Exit(1)
+}
+
+// Since is the seconds elapsed from t0, rounded to milliseconds.
+func Since(t0 time.Time) float64 {
+	return float64(time.Since(t0).Milliseconds()) / 1000
+}

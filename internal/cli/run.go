@@ -1,0 +1,126 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/trainer"
+)
+
+// ImageJob describes an example that trains a classifier on Fashion-MNIST.
+type ImageJob struct {
+	Program string
+	// NewModule makes the module from the parsed flags.
+	NewModule func(f *Flags) module.Module
+	Defaults  Flags
+	// DropLast drops the last partial training batch (the benchmark
+	// workloads do; the default trains on it).
+	DropLast bool
+	// Stdout receives the JSON summary; nil: os.Stdout.
+	Stdout io.Writer
+	// Hooks let other packages add callbacks and loggers from the flags.
+	Extra func(f *Flags, cfg *trainer.Config) error
+}
+
+// Main parses args, trains, tests and prints the summary; it is the whole
+// main function of an example.
+func (j ImageJob) Main(args []string) {
+	if err := j.Run(context.Background(), args); err != nil {
+		Fail(j.Program, err)
+	}
+}
+
+// Run is Main without the exit.
+func (j ImageJob) Run(ctx context.Context, args []string) error {
+	t0 := time.Now()
+	fs := flag.NewFlagSet(j.Program, flag.ContinueOnError)
+	var f Flags
+	f.Register(fs, j.Defaults)
+	dropLast := fs.Bool("drop-last", j.DropLast, "drop the last partial training batch")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %v: every option is a flag (see -h)", fs.Args())
+	}
+	if err := f.Validate(); err != nil {
+		return err
+	}
+	train, test, source, err := data.OpenFashionMNIST(f.Data)
+	if err != nil {
+		return err
+	}
+	trainL, err := data.NewLoader(train, data.LoaderConfig{BatchSize: f.BatchSize, Shuffle: true, DropLast: *dropLast, Seed: f.Seed})
+	if err != nil {
+		return err
+	}
+	testL, err := data.NewLoader(test, data.LoaderConfig{BatchSize: max(f.BatchSize, 256)})
+	if err != nil {
+		return err
+	}
+	cfg, err := f.TrainerConfig()
+	if err != nil {
+		return err
+	}
+	if j.Extra != nil {
+		if err := j.Extra(&f, &cfg); err != nil {
+			return err
+		}
+	}
+	tr, err := trainer.New(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	m := j.NewModule(&f)
+	cfg = tr.Config()
+	cfg.Log.Info().Str("data", source).Int("train", train.Len()).Int("test", test.Len()).Msg(j.Program)
+	var opts []trainer.FitOption
+	if f.CkptPath != "" {
+		opts = append(opts, trainer.FromCheckpoint(f.CkptPath))
+	}
+	// The test split doubles as the validation set, as in Lightning's
+	// MNIST examples: nothing is selected on it.
+	if err := tr.Fit(ctx, m, trainL, testL, opts...); err != nil {
+		return err
+	}
+	if tr.IsWorker() {
+		return nil
+	}
+	res, err := tr.Test(ctx, m, testL)
+	if err != nil {
+		return err
+	}
+	defer tr.Teardown(ctx)
+	if !tr.IsGlobalZero() {
+		return nil
+	}
+	st := tr.Stats()
+	out := j.Stdout
+	if out == nil {
+		out = os.Stdout
+	}
+	return Summary{
+		Program: j.Program, TestAcc: finite(res["test_acc"]), TestLoss: finite(res["test_loss"]),
+		TrainSamplesPerS: math.Round(st.TrainSamplesPerS), Epochs: st.Epochs, GlobalStep: st.GlobalStep,
+		WorldSize: st.WorldSize, Strategy: cfg.Strategy, WeightsSHA256: tr.Store().SHA256(), Data: source,
+		Seconds: Since(t0), Seed: f.Seed,
+	}.Print(out)
+}
+
+func finite(v float64) float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return -1
+	}
+	return v
+}
