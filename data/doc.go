@@ -3,8 +3,8 @@
 // with a bounded queue and recycled buffers), the samplers (sequential,
 // random, and DistributedSampler, which shards a dataset by rank and world),
 // the IDX reader for MNIST and Fashion-MNIST, the CIFAR-10 binary reader,
-// and an embedded Fashion-MNIST
-// subset so that examples run with nothing installed.
+// and an embedded Fashion-MNIST subset so that examples run with nothing
+// installed.
 //
 // Randomness comes in from outside: every order is a pure function of a seed
 // and an epoch number, so a seeded run visits the same examples in the same
