@@ -18,14 +18,14 @@ func SumSquares32(g []float32) float64 {
 	for ; i+4 <= len(g); i += 4 {
 		x := g[i : i+4 : i+4]
 		a, b, c, d := float64(x[0]), float64(x[1]), float64(x[2]), float64(x[3])
-		s0 += a * a
-		s1 += b * b
-		s2 += c * c
-		s3 += d * d
+		s0 += float64(a * a) // exact for a float32; the conversion rules out FMA
+		s1 += float64(b * b)
+		s2 += float64(c * c)
+		s3 += float64(d * d)
 	}
 	for ; i < len(g); i++ {
 		a := float64(g[i])
-		s0 += a * a
+		s0 += float64(a * a)
 	}
 	return (s0 + s1) + (s2 + s3)
 }

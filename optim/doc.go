@@ -31,6 +31,11 @@
 // multiply and an add, so results are identical on every architecture and
 // with every GOAMD64 level.
 //
+// On amd64 with AVX2 the float32 kernels run eight lanes at a time in
+// assembly with the same IEEE operations in the same order (no FMA), so they
+// return bit for bit what the Go loops return; the tests check it. The
+// purego build tag, or another architecture, selects the Go loops.
+//
 // State follows the parameters' dtype like torch's: Update32 keeps momentum
 // and moment buffers in float32 and computes in float32, Update64 keeps them
 // in float64. The precision is fixed by the first Update after Bind (state is

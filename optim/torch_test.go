@@ -132,16 +132,20 @@ func TestAgainstTorch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := o.Bind(0, 4); err != nil {
+			const copies = 5
+			if err := o.Bind(0, 4*copies); err != nil {
 				t.Fatal(err)
 			}
-			p := to32(torchP0)
+			// Five copies of the 4-element vector: the first 16 elements go
+			// through the 8-lane kernel where there is one, the rest through
+			// the Go loop; every copy must match torch.
+			p := to32(tile(torchP0, copies))
 			for s, g := range torchGrads {
 				o.Begin()
-				o.Update32(p, to32(g), 0)
+				o.Update32(p, to32(tile(g, copies)), 0)
 				for i := range p {
-					if u := ulps32(p[i], float32(tc.f32[s][i])); u > 1 {
-						t.Errorf("step %d p[%d] = %.9g, torch %.9g (%d ulps apart)", s+1, i, p[i], tc.f32[s][i], u)
+					if u := ulps32(p[i], float32(tc.f32[s][i%4])); u > 1 {
+						t.Errorf("step %d p[%d] = %.9g, torch %.9g (%d ulps apart)", s+1, i, p[i], tc.f32[s][i%4], u)
 					}
 				}
 			}
@@ -153,6 +157,14 @@ func to32(x []float64) []float32 {
 	y := make([]float32, len(x))
 	for i, v := range x {
 		y[i] = float32(v)
+	}
+	return y
+}
+
+func tile(x []float64, n int) []float64 {
+	var y []float64
+	for range n {
+		y = append(y, x...)
 	}
 	return y
 }
