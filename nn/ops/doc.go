@@ -1,0 +1,26 @@
+// Package ops holds fulgur's custom Gorgonia operations: fused, allocation-
+// lean kernels for the layers of package nn, and replacements for the parts
+// of Gorgonia v0.9.17 that are wrong or missing (see DESIGN.md, "known
+// defects"). Every op works in float32 and float64, differentiates through
+// SymDiff (what TapeMachine uses) into backward ops of this package, and is
+// covered by a gradient check in both dtypes.
+//
+// Conventions every op here follows:
+//
+//   - Each op instance writes a unique hash, so Gorgonia never merges two
+//     look-alike nodes (two Linear layers of the same shape, say).
+//   - Outputs are written into a buffer the op holds across runs, sized at the
+//     first run: a graph run allocates (nearly) nothing. An op never writes
+//     into its inputs and never returns one of them, so reusing its buffer is
+//     safe however Gorgonia's register allocation aliases values downstream.
+//     Caches that a backward op reads (argmax indices, dropout masks, batch
+//     statistics) are separate from outputs, and each backward op takes the
+//     forward node as an input so the tape orders it after the forward.
+//   - Shapes are checked when the graph is built, with errors naming both
+//     shapes; the values bound at run time are checked again (a batch of the
+//     wrong size is an error, not memory corruption).
+//   - Matrix multiplies go through internal/blas.
+//
+// ops imports only Gorgonia, tensor and internal/blas; never trainer,
+// strategy or module.
+package ops

@@ -1,0 +1,465 @@
+package ops
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/chewxy/hm"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+func checkLogitsLabels(what string, logits, labels, weights *G.Node) error {
+	if err := checkFloat(what+" logits", logits); err != nil {
+		return err
+	}
+	if err := checkFloat(what+" labels", labels); err != nil {
+		return err
+	}
+	if err := sameDtype(what+" labels", logits, labels); err != nil {
+		return err
+	}
+	ls := logits.Shape()
+	if len(ls) != 2 {
+		return fmt.Errorf("%s logits have shape %v: want [batch, classes]", what, ls)
+	}
+	if s := labels.Shape(); len(s) != 1 || s[0] != ls[0] {
+		return fmt.Errorf("%s labels have shape %v, want [%d] (one class index per row of logits %v)", what, s, ls[0], ls)
+	}
+	if weights != nil {
+		if err := sameDtype(what+" weights", logits, weights); err != nil {
+			return err
+		}
+		if s := weights.Shape(); len(s) != 1 || s[0] != ls[0] {
+			return fmt.Errorf("%s weights have shape %v, want [%d] (one weight per row of logits %v)", what, s, ls[0], ls)
+		}
+	}
+	return nil
+}
+
+// classIndex turns a label stored as a float into a class index, or says why
+// it is not one.
+func classIndex(op fmt.Stringer, row int, l float64, classes int) (int, error) {
+	if l != math.Trunc(l) || l < 0 || l >= float64(classes) {
+		return 0, fmt.Errorf("%v: label %v at row %d is not a class index in [0, %d)", op, l, row, classes)
+	}
+	return int(l), nil
+}
+
+// rowWeights fills w with each row's share of the mean: 1/batch without
+// weights, w_i/Σw with them (0 everywhere when Σw is 0: an all-masked batch
+// contributes nothing instead of NaN).
+func rowWeights[T float](op fmt.Stringer, weights *tensor.Dense, w []float64) error {
+	if weights == nil {
+		for i := range w {
+			w[i] = 1 / float64(len(w))
+		}
+		return nil
+	}
+	var sum float64
+	for i, v := range data[T](weights) {
+		if v < 0 || math.IsNaN(float64(v)) {
+			return fmt.Errorf("%v: row weight %v at row %d is negative or NaN: weights must be ≥ 0", op, v, i)
+		}
+		w[i] = float64(v)
+		sum += float64(v)
+	}
+	for i := range w {
+		if sum > 0 {
+			w[i] /= sum
+		} else {
+			w[i] = 0
+		}
+	}
+	return nil
+}
+
+// SoftmaxCrossEntropy is the mean over the batch of -log softmax(logits)[label],
+// computed stably (log-sum-exp with the row maximum subtracted) in one op.
+// logits is [batch, classes]; labels is [batch] holding class indices as
+// floats; weights, if not nil, is [batch] of row weights ≥ 0 and the result
+// is Σ wᵢ·lossᵢ / Σ wᵢ (a 0/1 mask gives the mean over the kept rows; padded
+// rows of a last partial batch weigh 0). Labels get no gradient.
+func SoftmaxCrossEntropy(logits, labels, weights *G.Node) (*G.Node, error) {
+	if err := checkLogitsLabels("SoftmaxCrossEntropy", logits, labels, weights); err != nil {
+		return nil, err
+	}
+	s := logits.Shape()
+	op := &softmaxCEOp{base: newBase("SoftmaxCrossEntropy"), batch: s[0], classes: s[1], weighted: weights != nil}
+	ch := []*G.Node{logits, labels}
+	if weights != nil {
+		ch = append(ch, weights)
+	}
+	return apply(op, ch...)
+}
+
+type softmaxCEOp struct {
+	base
+	batch, classes int
+	weighted       bool
+	out            scalarBuffer
+	// Cache for the backward op, filled by each forward run.
+	prob64 []float64 // softmax probabilities, batch×classes
+	rowW   []float64 // each row's weight in the mean
+	label  []int32
+}
+
+func (op *softmaxCEOp) Arity() int {
+	if op.weighted {
+		return 3
+	}
+	return 2
+}
+
+func (op *softmaxCEOp) Type() hm.Type {
+	if op.weighted {
+		return fnType(0, 2, 1, 1)
+	}
+	return fnType(0, 2, 1)
+}
+
+func (op *softmaxCEOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
+	return tensor.ScalarShape(), nil
+}
+
+func (op *softmaxCEOp) DiffWRT(int) []bool {
+	if op.weighted {
+		return []bool{true, false, false}
+	}
+	return []bool{true, false}
+}
+
+func (op *softmaxCEOp) Do(v ...G.Value) (G.Value, error) {
+	dt := v[0].Dtype()
+	z, err := dense(op, "logits", v[0], dt, tensor.Shape{op.batch, op.classes})
+	if err != nil {
+		return nil, err
+	}
+	l, err := dense(op, "labels", v[1], dt, tensor.Shape{op.batch})
+	if err != nil {
+		return nil, err
+	}
+	var w *tensor.Dense
+	if op.weighted {
+		if w, err = dense(op, "weights", v[2], dt, tensor.Shape{op.batch}); err != nil {
+			return nil, err
+		}
+	}
+	var loss float64
+	if dt == tensor.Float32 {
+		loss, err = softmaxCE[float32](op, z, l, w)
+	} else {
+		loss, err = softmaxCE[float64](op, z, l, w)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return op.out.set(dt, loss), nil
+}
+
+func softmaxCE[T float](op *softmaxCEOp, zt, lt, wt *tensor.Dense) (float64, error) {
+	b, c := op.batch, op.classes
+	op.prob64 = grow(op.prob64, b*c)
+	op.rowW = grow(op.rowW, b)
+	op.label = grow(op.label, b)
+	if err := rowWeights[T](op, wt, op.rowW); err != nil {
+		return 0, err
+	}
+	z, labels := data[T](zt), data[T](lt)
+	var loss float64
+	for i := 0; i < b; i++ {
+		k, err := classIndex(op, i, float64(labels[i]), c)
+		if err != nil {
+			return 0, err
+		}
+		op.label[i] = int32(k)
+		row, p := z[i*c:(i+1)*c], op.prob64[i*c:(i+1)*c]
+		m := float64(row[0])
+		for _, x := range row[1:] {
+			m = max(m, float64(x))
+		}
+		var sum float64
+		for j, x := range row {
+			e := math.Exp(float64(x) - m)
+			p[j] = e
+			sum += e
+		}
+		for j := range p {
+			p[j] /= sum
+		}
+		// -log p[k] = lse - z[k], with lse = m + log(sum).
+		loss += op.rowW[i] * (m + math.Log(sum) - float64(row[k]))
+	}
+	return loss, nil
+}
+
+func (op *softmaxCEOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
+	d, err := apply(&softmaxCEGradOp{base: newBase("SoftmaxCrossEntropyGrad"), fwd: op}, output, grad)
+	if err != nil {
+		return nil, err
+	}
+	res := make(G.Nodes, len(inputs))
+	res[0] = d
+	return res, nil
+}
+
+// softmaxCEGradOp is g·wᵢ·(softmax(z)ᵢ - onehot(labelᵢ)) from the forward
+// op's cache; (loss, g) → [batch, classes]. Taking the loss node as input
+// orders it after the forward run that filled the cache.
+type softmaxCEGradOp struct {
+	base
+	noDiff
+	fwd *softmaxCEOp
+	out buffer
+}
+
+func (op *softmaxCEGradOp) Arity() int { return 2 }
+func (op *softmaxCEGradOp) Type() hm.Type {
+	a := hm.TypeVariable('a')
+	return hm.NewFnType(a, a, &G.TensorType{Dims: 2, Of: a})
+}
+func (op *softmaxCEGradOp) DiffWRT(int) []bool { return []bool{false, false} }
+func (op *softmaxCEGradOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
+	return tensor.Shape{op.fwd.batch, op.fwd.classes}, nil
+}
+
+func (op *softmaxCEGradOp) Do(v ...G.Value) (G.Value, error) {
+	g, err := scalarOf(v[1])
+	if err != nil {
+		return nil, fmt.Errorf("%v: loss gradient: %w", op, err)
+	}
+	f := op.fwd
+	dt := v[0].Dtype()
+	d := op.out.get(dt, tensor.Shape{f.batch, f.classes})
+	if dt == tensor.Float32 {
+		softmaxCEGrad(f, g, data[float32](d))
+	} else {
+		softmaxCEGrad(f, g, data[float64](d))
+	}
+	return d, nil
+}
+
+func softmaxCEGrad[T float](f *softmaxCEOp, g float64, d []T) {
+	c := f.classes
+	for i := 0; i < f.batch; i++ {
+		s := g * f.rowW[i]
+		p, row := f.prob64[i*c:(i+1)*c], d[i*c:(i+1)*c]
+		for j, pj := range p {
+			row[j] = T(s * pj)
+		}
+		row[f.label[i]] = T(s * (p[f.label[i]] - 1))
+	}
+}
+
+// LogSoftmax is x - logsumexp(x) along the last axis, computed stably.
+// (Gorgonia v0.9.17 has no public log-softmax.)
+func LogSoftmax(x *G.Node) (*G.Node, error) {
+	if err := checkFloat("LogSoftmax input", x); err != nil {
+		return nil, err
+	}
+	if x.Dims() < 1 {
+		return nil, fmt.Errorf("LogSoftmax input is a scalar: want at least one axis")
+	}
+	return apply(&logSoftmaxOp{base: newBase("LogSoftmax"), dims: x.Dims()}, x)
+}
+
+type logSoftmaxOp struct {
+	base
+	dims int
+	out  buffer
+}
+
+func (op *logSoftmaxOp) Arity() int         { return 1 }
+func (op *logSoftmaxOp) Type() hm.Type      { return fnType(op.dims, op.dims) }
+func (op *logSoftmaxOp) DiffWRT(int) []bool { return []bool{true} }
+func (op *logSoftmaxOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
+	return shapeOf(in[0]).Clone(), nil
+}
+
+func (op *logSoftmaxOp) Do(v ...G.Value) (G.Value, error) {
+	x, err := dense(op, "input", v[0], v[0].Dtype(), nil)
+	if err != nil {
+		return nil, err
+	}
+	s := x.Shape()
+	c := s[len(s)-1]
+	y := op.out.get(x.Dtype(), s)
+	if x.Dtype() == tensor.Float32 {
+		logSoftmax(data[float32](x), data[float32](y), c)
+	} else {
+		logSoftmax(data[float64](x), data[float64](y), c)
+	}
+	return y, nil
+}
+
+func logSoftmax[T float](x, y []T, c int) {
+	for off := 0; off+c <= len(x); off += c {
+		row, out := x[off:off+c], y[off:off+c]
+		m := float64(row[0])
+		for _, v := range row[1:] {
+			m = max(m, float64(v))
+		}
+		var sum float64
+		for _, v := range row {
+			sum += math.Exp(float64(v) - m)
+		}
+		lse := m + math.Log(sum)
+		for j, v := range row {
+			out[j] = T(float64(v) - lse)
+		}
+	}
+}
+
+func (op *logSoftmaxOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
+	d, err := apply(&logSoftmaxGradOp{base: newBase("LogSoftmaxGrad")}, output, grad)
+	return G.Nodes{d}, err
+}
+
+// logSoftmaxGradOp is dy - exp(y)·Σdy per row: (y, dy) → dx.
+type logSoftmaxGradOp struct {
+	base
+	noDiff
+	out buffer
+}
+
+func (op *logSoftmaxGradOp) Arity() int { return 2 }
+func (op *logSoftmaxGradOp) Type() hm.Type {
+	a := hm.TypeVariable('a')
+	return hm.NewFnType(a, a, a)
+}
+func (op *logSoftmaxGradOp) DiffWRT(int) []bool { return []bool{false, false} }
+func (op *logSoftmaxGradOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
+	return shapeOf(in[0]).Clone(), nil
+}
+
+func (op *logSoftmaxGradOp) Do(v ...G.Value) (G.Value, error) {
+	y, err := dense(op, "output", v[0], v[0].Dtype(), nil)
+	if err != nil {
+		return nil, err
+	}
+	dy, err := dense(op, "output gradient", v[1], y.Dtype(), y.Shape())
+	if err != nil {
+		return nil, err
+	}
+	s := y.Shape()
+	c := s[len(s)-1]
+	dx := op.out.get(y.Dtype(), s)
+	if y.Dtype() == tensor.Float32 {
+		logSoftmaxGrad(data[float32](y), data[float32](dy), data[float32](dx), c)
+	} else {
+		logSoftmaxGrad(data[float64](y), data[float64](dy), data[float64](dx), c)
+	}
+	return dx, nil
+}
+
+func logSoftmaxGrad[T float](y, dy, dx []T, c int) {
+	for off := 0; off+c <= len(y); off += c {
+		var sum float64
+		for _, v := range dy[off : off+c] {
+			sum += float64(v)
+		}
+		for j := off; j < off+c; j++ {
+			dx[j] = T(float64(dy[j]) - math.Exp(float64(y[j]))*sum)
+		}
+	}
+}
+
+// Accuracy is the fraction of rows whose largest logit (the first, on ties)
+// is at the label's index: logits [batch, classes], labels [batch] as float
+// class indices, weights [batch] or nil as in SoftmaxCrossEntropy. It has no
+// gradient; log it, do not minimise it.
+func Accuracy(logits, labels, weights *G.Node) (*G.Node, error) {
+	if err := checkLogitsLabels("Accuracy", logits, labels, weights); err != nil {
+		return nil, err
+	}
+	s := logits.Shape()
+	op := &accuracyOp{base: newBase("Accuracy"), batch: s[0], classes: s[1], weighted: weights != nil}
+	op.noDiff.arity = op.Arity()
+	ch := []*G.Node{logits, labels}
+	if weights != nil {
+		ch = append(ch, weights)
+	}
+	return apply(op, ch...)
+}
+
+type accuracyOp struct {
+	base
+	noDiff
+	batch, classes int
+	weighted       bool
+	out            scalarBuffer
+	rowW           []float64
+}
+
+func (op *accuracyOp) Arity() int {
+	if op.weighted {
+		return 3
+	}
+	return 2
+}
+
+func (op *accuracyOp) Type() hm.Type {
+	if op.weighted {
+		return fnType(0, 2, 1, 1)
+	}
+	return fnType(0, 2, 1)
+}
+
+func (op *accuracyOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
+	return tensor.ScalarShape(), nil
+}
+
+func (op *accuracyOp) Do(v ...G.Value) (G.Value, error) {
+	dt := v[0].Dtype()
+	z, err := dense(op, "logits", v[0], dt, tensor.Shape{op.batch, op.classes})
+	if err != nil {
+		return nil, err
+	}
+	l, err := dense(op, "labels", v[1], dt, tensor.Shape{op.batch})
+	if err != nil {
+		return nil, err
+	}
+	var w *tensor.Dense
+	if op.weighted {
+		if w, err = dense(op, "weights", v[2], dt, tensor.Shape{op.batch}); err != nil {
+			return nil, err
+		}
+	}
+	var acc float64
+	if dt == tensor.Float32 {
+		acc, err = accuracy[float32](op, z, l, w)
+	} else {
+		acc, err = accuracy[float64](op, z, l, w)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return op.out.set(dt, acc), nil
+}
+
+func accuracy[T float](op *accuracyOp, zt, lt, wt *tensor.Dense) (float64, error) {
+	op.rowW = grow(op.rowW, op.batch)
+	if err := rowWeights[T](op, wt, op.rowW); err != nil {
+		return 0, err
+	}
+	z, labels := data[T](zt), data[T](lt)
+	c := op.classes
+	var acc float64
+	for i := 0; i < op.batch; i++ {
+		k, err := classIndex(op, i, float64(labels[i]), c)
+		if err != nil {
+			return 0, err
+		}
+		row := z[i*c : (i+1)*c]
+		best := 0
+		for j, x := range row {
+			if x > row[best] {
+				best = j
+			}
+		}
+		if best == k {
+			acc += op.rowW[i]
+		}
+	}
+	return acc, nil
+}
