@@ -1,0 +1,686 @@
+package tcp
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/fulgur-ml/fulgur/strategy/collective"
+)
+
+// New joins the group described by cfg: the rendezvous through rank 0, then a
+// ring of connections (each rank dials the next). The result also implements
+// collective.Async.
+func New(ctx context.Context, cfg Config) (collective.Group, error) {
+	rv, err := Meet(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	g, err := NewRing(ctx, rv)
+	if err != nil {
+		rv.Close()
+		return nil, err
+	}
+	return collective.WithAsync(g), nil
+}
+
+// Ring is the TCP ring backend on top of a Rendezvous. Most callers use New,
+// which wraps it with collective.WithAsync.
+type Ring struct {
+	cfg        Config
+	rank, size int
+	rv         *Rendezvous
+	next, prev *net.TCPConn // data flows prev -> us -> next; aborts flow both ways
+
+	wmu      sync.Mutex // forward writes on next
+	midFrame bool       // a forward write was interrupted inside a frame
+	rmu      sync.Mutex // reverse writes on prev
+
+	seq     uint64
+	hb      []byte
+	whb     []byte
+	scratch []byte // one segment, 8-byte aligned
+	work32  []float32
+	work64  []float64
+
+	mu         sync.Mutex
+	broken     *cause
+	brokenCh   chan struct{}
+	closing    atomic.Bool
+	nextClosed atomic.Bool
+	readerDone chan struct{}
+}
+
+var _ collective.Collective = (*Ring)(nil)
+
+// cause is why a group broke: the blamed rank (-1: none) and the error.
+type cause struct {
+	peer int
+	err  error
+}
+
+// remoteErr is a failure reported by another rank.
+type remoteErr struct {
+	sentinel error
+	text     string
+}
+
+func (e *remoteErr) Error() string { return e.text }
+func (e *remoteErr) Unwrap() error { return e.sentinel }
+
+const (
+	codeOther uint8 = iota
+	codeLost
+	codeTimeout
+	codeMismatch
+	codeClosed
+)
+
+func codeOf(err error) uint8 {
+	switch {
+	case errors.Is(err, collective.ErrPeerLost):
+		return codeLost
+	case errors.Is(err, collective.ErrTimeout):
+		return codeTimeout
+	case errors.Is(err, collective.ErrMismatch):
+		return codeMismatch
+	case errors.Is(err, collective.ErrClosed):
+		return codeClosed
+	}
+	return codeOther
+}
+
+func sentinelOf(code uint8) error {
+	switch code {
+	case codeTimeout:
+		return collective.ErrTimeout
+	case codeMismatch:
+		return collective.ErrMismatch
+	default:
+		// A rank that failed or closed is lost as far as its peers go.
+		return collective.ErrPeerLost
+	}
+}
+
+// NewRing connects the ring: each rank dials the next and accepts the
+// previous one, both presenting the token.
+func NewRing(ctx context.Context, rv *Rendezvous) (*Ring, error) {
+	cfg := rv.cfg
+	g := &Ring{cfg: cfg, rank: cfg.Rank, size: cfg.Size, rv: rv, hb: make([]byte, headerSize), whb: make([]byte, headerSize),
+		brokenCh: make(chan struct{}), readerDone: make(chan struct{})}
+	sc := make([]float64, cfg.SegmentBytes/8)
+	g.scratch = unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(sc))), len(sc)*8)
+	if g.size == 1 {
+		close(g.readerDone)
+		return g, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	nextRank, prevRank := (g.rank+1)%g.size, (g.rank+g.size-1)%g.size
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", rv.addrs[nextRank])
+	if err != nil {
+		return nil, fmt.Errorf("tcp: rank %d: connect to rank %d at %s: %w", g.rank, nextRank, rv.addrs[nextRank], err)
+	}
+	g.next = c.(*net.TCPConn)
+	h := hello{token: cfg.Token, rank: g.rank, size: g.size, host: HostID(), dataAddr: "-:0"}
+	g.next.SetWriteDeadline(time.Now().Add(cfg.Timeout))
+	if _, err := g.next.Write(controlFrame(kindHello, 0, 0, h.encode())); err != nil {
+		g.next.Close()
+		return nil, fmt.Errorf("tcp: rank %d: hello to rank %d: %w", g.rank, nextRank, err)
+	}
+	if err := g.acceptPrev(ctx, prevRank); err != nil {
+		g.next.Close()
+		return nil, err
+	}
+	for _, c := range []*net.TCPConn{g.next, g.prev} {
+		c.SetNoDelay(true)
+		c.SetReadBuffer(cfg.SocketBuffer)
+		c.SetWriteBuffer(cfg.SocketBuffer)
+		c.SetDeadline(time.Time{})
+	}
+	rv.ln.Close()
+	go g.reverseReader()
+	return g, nil
+}
+
+func (g *Ring) acceptPrev(ctx context.Context, prevRank int) error {
+	stop := context.AfterFunc(ctx, func() { g.rv.ln.Close() })
+	defer stop()
+	for {
+		c, err := g.rv.ln.Accept()
+		if err != nil {
+			return fmt.Errorf("tcp: rank %d: rank %d did not connect within the timeout: %w", g.rank, prevRank, err)
+		}
+		c.SetDeadline(time.Now().Add(min(g.cfg.Timeout, 10*time.Second)))
+		hdr, p, err := readControl(c, make([]byte, headerSize))
+		var h hello
+		if err == nil && hdr.kind != kindHello {
+			err = fmt.Errorf("first frame is %s, not hello", hdr.kind)
+		}
+		if err == nil {
+			h, err = decodeHello(p)
+		}
+		if err == nil && subtle.ConstantTimeCompare([]byte(h.token), []byte(g.cfg.Token)) != 1 {
+			err = fmt.Errorf("wrong token (claimed rank %d)", h.rank)
+			c.Write(controlFrame(kindReject, 0, 0, []byte("wrong token")))
+		}
+		if err == nil && (h.rank != prevRank || h.size != g.size) {
+			err = fmt.Errorf("rank %d of %d connected, expected rank %d of %d", h.rank, h.size, prevRank, g.size)
+		}
+		if err != nil {
+			g.cfg.Logger.Warn().Str("remote", c.RemoteAddr().String()).Err(err).Msg("refused ring connection")
+			c.Close()
+			continue
+		}
+		g.prev = c.(*net.TCPConn)
+		return nil
+	}
+}
+
+func (g *Ring) nextRank() int { return (g.rank + 1) % g.size }
+func (g *Ring) prevRank() int { return (g.rank + g.size - 1) % g.size }
+
+// Rank returns this process's rank.
+func (g *Ring) Rank() int { return g.rank }
+
+// Size returns the number of ranks.
+func (g *Ring) Size() int { return g.size }
+
+// Rendezvous returns the star connections the ring was built from.
+func (g *Ring) Rendezvous() *Rendezvous { return g.rv }
+
+// reverseReader watches the back channel of the connection to the next rank:
+// the next rank sends aborts and byes there, and its death shows up as EOF
+// even while no operation runs.
+func (g *Ring) reverseReader() {
+	defer close(g.readerDone)
+	hb := make([]byte, headerSize)
+	for {
+		hdr, p, err := readControl(g.next, hb)
+		if g.closing.Load() {
+			return
+		}
+		if err != nil {
+			if g.nextClosed.Load() {
+				return
+			}
+			g.breakGroup(cause{g.nextRank(), fmt.Errorf("%w: connection to rank %d lost: %v", collective.ErrPeerLost, g.nextRank(), err)})
+			return
+		}
+		switch hdr.kind {
+		case kindAbort:
+			if a, err := decodeAbort(p); err == nil {
+				g.breakGroup(cause{a.blame, &remoteErr{sentinelOf(hdr.code), fmt.Sprintf("%s (reported by rank %d)", a.msg, a.from)}})
+			} else {
+				g.breakGroup(cause{g.nextRank(), fmt.Errorf("%w: rank %d sent a bad abort: %v", collective.ErrPeerLost, g.nextRank(), err)})
+			}
+			return
+		case kindBye:
+			g.nextClosed.Store(true)
+		default:
+			g.breakGroup(cause{g.nextRank(), fmt.Errorf("%w: rank %d sent %s on the back channel", collective.ErrPeerLost, g.nextRank(), hdr.kind)})
+			return
+		}
+	}
+}
+
+// breakGroup records the first failure, tells both neighbours, and interrupts
+// any blocked read or write. It returns the recorded cause.
+func (g *Ring) breakGroup(c cause) cause {
+	g.mu.Lock()
+	if g.broken != nil {
+		b := *g.broken
+		g.mu.Unlock()
+		return b
+	}
+	g.broken = &c
+	close(g.brokenCh)
+	g.mu.Unlock()
+	if g.size == 1 {
+		return c
+	}
+	if !g.closing.Load() {
+		g.cfg.Logger.Warn().Int("blame", c.peer).Err(c.err).Msg("collective group broken")
+	}
+	blame := c.peer
+	if blame < 0 {
+		blame = g.rank
+	}
+	msg := controlFrame(kindAbort, codeOf(c.err), 0, abort{from: g.rank, blame: blame, msg: c.err.Error()}.encode())
+	past := time.Unix(1, 0)
+	// Kick our own blocked reader and writer.
+	g.prev.SetReadDeadline(past)
+	g.next.SetWriteDeadline(past)
+	g.rmu.Lock()
+	g.prev.SetWriteDeadline(time.Now().Add(time.Second))
+	g.prev.Write(msg)
+	g.rmu.Unlock()
+	g.wmu.Lock()
+	if !g.midFrame {
+		g.next.SetWriteDeadline(time.Now().Add(time.Second))
+		g.next.Write(msg)
+	}
+	g.midFrame = true // nothing more goes forward
+	g.wmu.Unlock()
+	g.next.CloseWrite()
+	g.prev.CloseWrite()
+	return c
+}
+
+func (g *Ring) brokenCause() *cause {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.broken
+}
+
+func (g *Ring) opErr(h collective.Header, c cause) error {
+	return &collective.Error{Backend: "tcp", Self: g.rank, Kind: h.Kind, Seq: h.Seq, Peer: c.peer, Err: c.err}
+}
+
+// Close tells the neighbours this rank is leaving and closes its connections.
+func (g *Ring) Close() error {
+	if g.closing.Swap(true) {
+		return nil
+	}
+	if g.size > 1 {
+		if g.brokenCause() == nil {
+			bye := controlFrame(kindBye, 0, 0, nil)
+			g.rmu.Lock()
+			g.prev.SetWriteDeadline(time.Now().Add(time.Second))
+			g.prev.Write(bye)
+			g.rmu.Unlock()
+			g.next.SetWriteDeadline(time.Unix(1, 0)) // kick a blocked sender
+			g.wmu.Lock()
+			if !g.midFrame {
+				g.next.SetWriteDeadline(time.Now().Add(time.Second))
+				g.next.Write(bye)
+			}
+			g.midFrame = true
+			g.wmu.Unlock()
+		}
+		g.next.Close()
+		g.prev.Close()
+		<-g.readerDone
+	}
+	g.breakGroup(cause{-1, fmt.Errorf("%w: rank %d closed its group", collective.ErrClosed, g.rank)})
+	return g.rv.Close()
+}
+
+func (g *Ring) AllReduce(ctx context.Context, buf any, op collective.Op) error {
+	return g.do(ctx, collective.KindAllReduce, buf, nil, op, 0)
+}
+
+func (g *Ring) Broadcast(ctx context.Context, buf any, root int) error {
+	return g.do(ctx, collective.KindBroadcast, buf, nil, 0, root)
+}
+
+func (g *Ring) AllGather(ctx context.Context, send, recv any) error {
+	return g.do(ctx, collective.KindAllGather, send, recv, 0, 0)
+}
+
+func (g *Ring) ReduceScatter(ctx context.Context, send, recv any, op collective.Op) error {
+	return g.do(ctx, collective.KindReduceScatter, send, recv, op, 0)
+}
+
+func (g *Ring) Barrier(ctx context.Context) error {
+	return g.do(ctx, collective.KindBarrier, nil, nil, 0, 0)
+}
+
+// span is a range of elements; flags say what a received span needs.
+type span struct {
+	lo, hi int
+	reduce bool // received: reduce into the buffer (else copy)
+	scale  bool // received: divide by Size afterwards (Mean, own block)
+}
+
+type plan struct {
+	sends []span
+	dep   []int // dep[i] >= 0: recvs[dep[i]] must land before sends[i] leaves
+	recvs []span
+}
+
+func (g *Ring) do(ctx context.Context, kind collective.Kind, send, recv any, op collective.Op, root int) error {
+	h, err := collective.Prepare(kind, g.rank, g.size, send, recv, op, root)
+	h.Seq = g.seq + 1
+	if err != nil {
+		return &collective.Error{Backend: "tcp", Self: g.rank, Kind: kind, Seq: h.Seq, Peer: -1, Err: err}
+	}
+	g.seq++
+	if c := g.brokenCause(); c != nil {
+		return g.opErr(h, *c)
+	}
+	if err := ctx.Err(); err != nil {
+		return g.opErr(h, cause{-1, err})
+	}
+	if g.nextClosed.Load() {
+		return g.opErr(h, g.breakGroup(cause{g.nextRank(), fmt.Errorf("%w: rank %d closed its group", collective.ErrPeerLost, g.nextRank())}))
+	}
+	buf := send // the buffer the ring works on
+	switch kind {
+	case collective.KindReduceScatter:
+		buf = g.workspace(send)
+		collective.Copy(buf, send)
+	case collective.KindAllGather:
+		buf = recv
+		lo := collective.Offset(h.Len, g.size, g.rank)
+		collective.Copy(collective.Sub(recv, lo, lo+collective.BlockLen(h.Len, g.size, g.rank)), send)
+	case collective.KindBarrier:
+		buf = []float32{}
+	}
+	if g.size > 1 {
+		if err := g.runRing(ctx, h, buf, g.makePlan(h)); err != nil {
+			return err
+		}
+	}
+	switch {
+	case kind == collective.KindReduceScatter:
+		lo := collective.Offset(h.Len, g.size, g.rank)
+		collective.Copy(recv, collective.Sub(buf, lo, lo+collective.BlockLen(h.Len, g.size, g.rank)))
+	}
+	return nil
+}
+
+func (g *Ring) workspace(like any) any {
+	switch b := like.(type) {
+	case []float32:
+		if cap(g.work32) < len(b) {
+			g.work32 = make([]float32, len(b))
+		}
+		return g.work32[:len(b)]
+	case []float64:
+		if cap(g.work64) < len(b) {
+			g.work64 = make([]float64, len(b))
+		}
+		return g.work64[:len(b)]
+	}
+	return nil
+}
+
+func (g *Ring) makePlan(h collective.Header) plan {
+	n, r, N := g.size, g.rank, h.Len
+	esz := 4
+	if h.DType == collective.Float64 {
+		esz = 8
+	}
+	segElems := max(g.cfg.SegmentBytes/esz, 1)
+	mod := func(x int) int { return ((x % n) + n) % n }
+	chunk := func(c int, reduce, scale bool) []span {
+		lo := collective.Offset(N, n, c)
+		hi := lo + collective.BlockLen(N, n, c)
+		if lo == hi {
+			return []span{{lo, hi, reduce, scale}} // an empty frame still synchronises
+		}
+		var out []span
+		for s := lo; s < hi; s += segElems {
+			out = append(out, span{s, min(s+segElems, hi), reduce, scale})
+		}
+		return out
+	}
+	var p plan
+	var first []span
+	last := 0 // spans received in the final step: nothing is sent after them
+	switch h.Kind {
+	case collective.KindBroadcast:
+		all := chunk(0, false, false)
+		if N > 0 {
+			all = nil
+			for s := 0; s < N; s += segElems {
+				all = append(all, span{s, min(s+segElems, N), false, false})
+			}
+		}
+		if r == h.Root {
+			p.sends = all
+			p.dep = make([]int, len(all))
+			for i := range p.dep {
+				p.dep[i] = -1
+			}
+			return p
+		}
+		p.recvs = all
+		if mod(r+1) != h.Root {
+			p.sends = all
+			p.dep = make([]int, len(all))
+			for i := range p.dep {
+				p.dep[i] = i
+			}
+		}
+		return p
+	case collective.KindAllReduce, collective.KindReduceScatter, collective.KindBarrier:
+		mean := h.Op == collective.Mean
+		first = chunk(mod(r-1), false, false)
+		for s := 0; s < n-1; s++ {
+			lastRS := s == n-2
+			got := chunk(mod(r-2-s), true, mean && lastRS)
+			p.recvs = append(p.recvs, got...)
+			last = len(got)
+		}
+		if h.Kind != collective.KindReduceScatter {
+			for s := 0; s < n-1; s++ {
+				got := chunk(mod(r-1-s), false, false)
+				p.recvs = append(p.recvs, got...)
+				last = len(got)
+			}
+		}
+	case collective.KindAllGather:
+		first = chunk(r, false, false)
+		for s := 0; s < n-1; s++ {
+			got := chunk(mod(r-1-s), false, false)
+			p.recvs = append(p.recvs, got...)
+			last = len(got)
+		}
+	}
+	p.sends = append(p.sends, first...)
+	for range first {
+		p.dep = append(p.dep, -1)
+	}
+	for i := 0; i < len(p.recvs)-last; i++ {
+		s := p.recvs[i]
+		p.sends = append(p.sends, span{lo: s.lo, hi: s.hi})
+		p.dep = append(p.dep, i)
+	}
+	return p
+}
+
+// runRing moves one operation's frames: a sender goroutine streams p.sends
+// to the next rank, each as soon as the span it depends on has landed, while
+// this goroutine reads p.recvs from the previous rank.
+func (g *Ring) runRing(ctx context.Context, h collective.Header, buf any, p plan) error {
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() {
+			g.breakGroup(cause{-1, fmt.Errorf("rank %d gave up: %w", g.rank, ctx.Err())})
+		})
+		defer stop()
+	}
+	esz := 4
+	if h.DType == collective.Float64 {
+		esz = 8
+	}
+	data := collective.Bytes(buf)
+	progress := make(chan struct{}, len(p.recvs))
+	quit := make(chan struct{})
+	sendErr := make(chan error, 1)
+	oh := opHeader{kind: uint8(h.Kind), dtype: uint8(h.DType), op: uint8(h.Op), root: h.Root, length: uint64(h.Len)}
+	go func() { sendErr <- g.sender(h, oh, data, esz, p, progress, quit) }()
+
+	rerr := g.receiver(h, data, buf, esz, p, progress)
+	if rerr != nil {
+		close(quit)
+		<-sendErr
+		return rerr
+	}
+	if err := <-sendErr; err != nil {
+		return err
+	}
+	return nil
+}
+
+func (g *Ring) sender(h collective.Header, oh opHeader, data []byte, esz int, p plan, progress <-chan struct{}, quit <-chan struct{}) error {
+	fail := func(err error) error {
+		// A write fails when the next rank is gone; its abort on the back
+		// channel usually says why, so give the reader a moment to see it.
+		select {
+		case <-g.brokenCh:
+		case <-quit:
+		case <-time.After(200 * time.Millisecond):
+		}
+		return g.opErr(h, g.breakGroup(cause{g.nextRank(), err}))
+	}
+	if err := g.writeFrame(kindOp, h.Seq, oh.encode()); err != nil {
+		return fail(g.writeErr(err))
+	}
+	done := 0
+	for i, s := range p.sends {
+		for done <= p.dep[i] {
+			select {
+			case <-progress:
+				done++
+			case <-quit:
+				return nil
+			}
+		}
+		if err := g.writeFrame(kindData, h.Seq, data[s.lo*esz:s.hi*esz]); err != nil {
+			return fail(g.writeErr(err))
+		}
+	}
+	return nil
+}
+
+func (g *Ring) writeErr(err error) error {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("%w: rank %d accepted no data for %v", collective.ErrTimeout, g.nextRank(), g.cfg.Timeout)
+	}
+	return fmt.Errorf("%w: sending to rank %d: %v", collective.ErrPeerLost, g.nextRank(), err)
+}
+
+func (g *Ring) writeFrame(k kind, seq uint64, payload []byte) error {
+	g.wmu.Lock()
+	defer g.wmu.Unlock()
+	if g.midFrame {
+		return net.ErrClosed
+	}
+	putHeader(g.whb, header{kind: k, seq: seq, length: uint32(len(payload))})
+	g.next.SetWriteDeadline(time.Now().Add(g.cfg.Timeout))
+	// Re-check after arming the deadline: breakGroup and Close kick the
+	// deadline only after setting their flags, so one of the two sees it.
+	if g.closing.Load() || g.brokenCause() != nil {
+		return net.ErrClosed
+	}
+	bufs := net.Buffers{g.whb, payload}
+	n, err := bufs.WriteTo(g.next)
+	if err != nil && n > 0 {
+		g.midFrame = true
+	}
+	return err
+}
+
+func (g *Ring) receiver(h collective.Header, data []byte, buf any, esz int, p plan, progress chan<- struct{}) error {
+	prev := g.prevRank()
+	fail := func(c cause) error { return g.opErr(h, g.breakGroup(c)) }
+	readErr := func(what string, err error) error {
+		if c := g.brokenCause(); c != nil {
+			return g.opErr(h, *c)
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return fail(cause{prev, fmt.Errorf("%w: rank %d sent nothing for %v (waiting for %s)", collective.ErrTimeout, prev, g.cfg.Timeout, what)})
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return fail(cause{prev, fmt.Errorf("%w: rank %d closed the connection (waiting for %s)", collective.ErrPeerLost, prev, what)})
+		}
+		return fail(cause{prev, fmt.Errorf("%w: reading %s from rank %d: %v", collective.ErrPeerLost, what, prev, err)})
+	}
+	// next reads a frame header from prev and handles everything but data.
+	next := func(what string) (header, error) {
+		g.prev.SetReadDeadline(time.Now().Add(g.cfg.Timeout))
+		if c := g.brokenCause(); c != nil {
+			return header{}, g.opErr(h, *c)
+		}
+		if _, err := io.ReadFull(g.prev, g.hb); err != nil {
+			return header{}, readErr(what, err)
+		}
+		hdr, err := decodeHeader(g.hb)
+		if err != nil {
+			return hdr, fail(cause{prev, fmt.Errorf("%w: rank %d: %v", collective.ErrPeerLost, prev, err)})
+		}
+		switch hdr.kind {
+		case kindAbort:
+			pl := make([]byte, hdr.length)
+			if _, err := io.ReadFull(g.prev, pl); err != nil {
+				return hdr, readErr("abort", err)
+			}
+			a, err := decodeAbort(pl)
+			if err != nil {
+				return hdr, fail(cause{prev, fmt.Errorf("%w: rank %d sent a bad abort: %v", collective.ErrPeerLost, prev, err)})
+			}
+			return hdr, fail(cause{a.blame, &remoteErr{sentinelOf(hdr.code), fmt.Sprintf("%s (reported by rank %d)", a.msg, a.from)}})
+		case kindBye:
+			return hdr, fail(cause{prev, fmt.Errorf("%w: rank %d closed its group", collective.ErrPeerLost, prev)})
+		}
+		if hdr.seq != h.Seq {
+			return hdr, fail(cause{prev, fmt.Errorf("%w: rank %d sent %s for operation #%d during #%d", collective.ErrMismatch, prev, hdr.kind, hdr.seq, h.Seq)})
+		}
+		return hdr, nil
+	}
+
+	hdr, err := next("operation header")
+	if err != nil {
+		return err
+	}
+	if hdr.kind != kindOp {
+		return fail(cause{prev, fmt.Errorf("%w: rank %d sent %s before the operation header", collective.ErrPeerLost, prev, hdr.kind)})
+	}
+	pl := make([]byte, hdr.length)
+	if _, err := io.ReadFull(g.prev, pl); err != nil {
+		return readErr("operation header", err)
+	}
+	oh, err := decodeOpHeader(pl)
+	if err != nil {
+		return fail(cause{prev, fmt.Errorf("%w: rank %d: %v", collective.ErrPeerLost, prev, err)})
+	}
+	theirs := collective.Header{Kind: collective.Kind(oh.kind), DType: collective.DType(oh.dtype), Op: collective.Op(oh.op), Root: oh.root, Len: int(oh.length), Seq: hdr.seq}
+	if err := h.Mismatch(g.rank, prev, theirs); err != nil {
+		return fail(cause{prev, err})
+	}
+
+	for _, s := range p.recvs {
+		hdr, err := next("data")
+		if err != nil {
+			return err
+		}
+		want := (s.hi - s.lo) * esz
+		if hdr.kind != kindData || int(hdr.length) != want {
+			return fail(cause{prev, fmt.Errorf("%w: rank %d sent %s of %d bytes, want data of %d", collective.ErrMismatch, prev, hdr.kind, hdr.length, want)})
+		}
+		if !s.reduce {
+			if _, err := io.ReadFull(g.prev, data[s.lo*esz:s.hi*esz]); err != nil {
+				return readErr("data", err)
+			}
+		} else {
+			if _, err := io.ReadFull(g.prev, g.scratch[:want]); err != nil {
+				return readErr("data", err)
+			}
+			switch b := buf.(type) {
+			case []float32:
+				collective.ReduceInto(b[s.lo:s.hi], unsafe.Slice((*float32)(unsafe.Pointer(&g.scratch[0])), s.hi-s.lo), h.Op)
+				if s.scale {
+					collective.Scale(b[s.lo:s.hi], g.size)
+				}
+			case []float64:
+				collective.ReduceInto(b[s.lo:s.hi], unsafe.Slice((*float64)(unsafe.Pointer(&g.scratch[0])), s.hi-s.lo), h.Op)
+				if s.scale {
+					collective.Scale(b[s.lo:s.hi], g.size)
+				}
+			}
+		}
+		progress <- struct{}{}
+	}
+	return nil
+}

@@ -1,0 +1,176 @@
+package tcp_test
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fulgur-ml/fulgur/strategy/collective"
+	"github.com/fulgur-ml/fulgur/strategy/collective/collectivetest"
+	"github.com/fulgur-ml/fulgur/strategy/collective/tcp"
+	"github.com/rs/zerolog"
+)
+
+const token = "test-token"
+
+// configs returns n loopback configurations; rank 0's listener is bound to
+// port 0 so tests never collide.
+func configs(t testing.TB, n int) []tcp.Config {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	nop := zerolog.Nop()
+	cfgs := make([]tcp.Config, n)
+	for r := range cfgs {
+		cfgs[r] = tcp.Config{Rank: r, Size: n, MasterAddr: "127.0.0.1", MasterPort: port, Token: token,
+			BindAddr: "127.0.0.1", Timeout: 20 * time.Second, Logger: &nop}
+	}
+	cfgs[0].Listener = ln
+	return cfgs
+}
+
+func build(t testing.TB, cfgs []tcp.Config) []collective.Collective {
+	t.Helper()
+	out := make([]collective.Collective, len(cfgs))
+	errs := make([]error, len(cfgs))
+	var wg sync.WaitGroup
+	for r := range cfgs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g, err := tcp.New(context.Background(), cfgs[r])
+			out[r], errs[r] = g, err
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, c := range out {
+			c.Close()
+		}
+	})
+	return out
+}
+
+func newGroup(t *testing.T, n int) []collective.Collective { return build(t, configs(t, n)) }
+
+func TestConformance(t *testing.T) { collectivetest.RunAll(t, newGroup) }
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b = append(s.b, p...)
+	return len(p), nil
+}
+
+func (s *syncBuf) String() string { s.mu.Lock(); defer s.mu.Unlock(); return string(s.b) }
+
+func TestStrangerRefused(t *testing.T) {
+	cfgs := configs(t, 2)
+	var logs syncBuf
+	l := zerolog.New(&logs)
+	cfgs[0].Logger = &l
+	// A stranger with the wrong token joins first; rank 0 must refuse it,
+	// log it, and still admit the real rank 1.
+	type result struct {
+		g   collective.Group
+		err error
+	}
+	rank0 := make(chan result, 1)
+	go func() {
+		g, err := tcp.New(context.Background(), cfgs[0])
+		rank0 <- result{g, err}
+	}()
+	stranger := cfgs[1]
+	stranger.Token = "guess"
+	if _, err := tcp.New(context.Background(), stranger); err == nil || !contains(err.Error(), "refused") || !contains(err.Error(), "wrong token") {
+		t.Fatalf("stranger: got %v, want a refusal naming the token", err)
+	}
+	g1, err := tcp.New(context.Background(), cfgs[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	r0 := <-rank0
+	if r0.err != nil {
+		t.Fatal(r0.err)
+	}
+	cs := []collective.Collective{r0.g, g1}
+	defer g1.Close()
+	defer r0.g.Close()
+	buf := [][]float32{{1}, {2}}
+	var wg sync.WaitGroup
+	for r, c := range cs {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.AllReduce(context.Background(), buf[r], collective.Sum) }()
+	}
+	wg.Wait()
+	if buf[0][0] != 3 || buf[1][0] != 3 {
+		t.Errorf("after refusing the stranger: %v, want [3] [3]", buf)
+	}
+	if !contains(logs.String(), "refused connection") || !contains(logs.String(), "wrong token") {
+		t.Errorf("log does not record the refusal: %q", logs.String())
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  tcp.Config
+		want string
+	}{
+		{"no token", tcp.Config{Rank: 0, Size: 2, MasterAddr: "h", MasterPort: 1}, "Token is empty"},
+		{"rank past size", tcp.Config{Rank: 2, Size: 2, MasterAddr: "h", MasterPort: 1, Token: "x"}, "Rank is 2"},
+		{"no port", tcp.Config{Rank: 1, Size: 2, MasterAddr: "h", Token: "x"}, "MasterPort is 0"},
+		{"bad bind", tcp.Config{Rank: 1, Size: 2, MasterAddr: "h", MasterPort: 5, Token: "x", BindAddr: "eth0"}, "BindAddr \"eth0\""},
+		{"no addr", tcp.Config{Rank: 1, Size: 2, MasterPort: 5, Token: "x"}, "MasterAddr is empty"},
+	} {
+		err := tc.cfg.Validate()
+		if err == nil || !contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want an error containing %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+func BenchmarkAllReduce(b *testing.B) {
+	for _, size := range []int{4 << 20, 25 << 20} {
+		b.Run(byteSize(size), func(b *testing.B) {
+			cs := build(b, configs(b, 2))
+			bufs := [][]float32{make([]float32, size/4), make([]float32, size/4)}
+			b.SetBytes(int64(size))
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for r, c := range cs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < b.N; i++ {
+						if err := c.AllReduce(context.Background(), bufs[r], collective.Sum); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+		})
+	}
+}
+
+func byteSize(n int) string { return strconv.Itoa(n>>20) + "MB" }
