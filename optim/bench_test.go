@@ -40,24 +40,43 @@ func benchOpt(b *testing.B, o Optimizer, use32 bool, bytesPerParam int) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/benchN, "ns/param")
 }
 
+// kernels runs f once per kernel: the AVX2 assembly where there is one, and
+// the Go loops.
+func kernels(b *testing.B, f func(b *testing.B)) {
+	defer func(v bool) { useSIMD = v }(useSIMD)
+	if useSIMD {
+		b.Run("kernel=simd", f)
+	}
+	useSIMD = false
+	b.Run("kernel=go", f)
+}
+
 func BenchmarkAdamUpdate32(b *testing.B) {
-	o, _ := NewAdam(AdamConfig{})
-	benchOpt(b, o, true, 28)
+	kernels(b, func(b *testing.B) {
+		o, _ := NewAdam(AdamConfig{})
+		benchOpt(b, o, true, 28)
+	})
 }
 
 func BenchmarkAdamWUpdate32(b *testing.B) {
-	o, _ := NewAdamW(AdamConfig{})
-	benchOpt(b, o, true, 28)
+	kernels(b, func(b *testing.B) {
+		o, _ := NewAdamW(AdamConfig{})
+		benchOpt(b, o, true, 28)
+	})
 }
 
 func BenchmarkAdamUpdate64(b *testing.B) {
-	o, _ := NewAdam(AdamConfig{})
-	benchOpt(b, o, false, 56)
+	kernels(b, func(b *testing.B) {
+		o, _ := NewAdam(AdamConfig{})
+		benchOpt(b, o, false, 56)
+	})
 }
 
 func BenchmarkSGDMomentumUpdate32(b *testing.B) {
-	o, _ := NewSGD(SGDConfig{LR: 0.01, Momentum: 0.9})
-	benchOpt(b, o, true, 20)
+	kernels(b, func(b *testing.B) {
+		o, _ := NewSGD(SGDConfig{LR: 0.01, Momentum: 0.9})
+		benchOpt(b, o, true, 20)
+	})
 }
 
 func BenchmarkClipGradNorm32(b *testing.B) {

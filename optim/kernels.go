@@ -8,10 +8,44 @@ import "math"
 // between architectures. Slices are re-sliced to len(p) first so the compiler
 // drops the bounds checks in the loops.
 //
-// On amd64 with AVX2 the float32 kernels run 8 lanes at a time in assembly
+// On amd64 with AVX2 the kernels run 8 (float32) or 4 (float64) lanes at a
+// time in assembly
 // (kernels_amd64.s) with the same IEEE operations in the same order, and no
 // FMA, so the results are bit for bit those of the Go loops (tested); the
 // Go loops do the tail and serve every other platform and the purego tag.
+
+// sgdPlain64 is SGD without momentum.
+func sgdPlain64(p, g []float64, k sgdK64) {
+	g = g[:len(p)]
+	if n := len(p) &^ 3; n > 0 && useSIMD {
+		sgd64x4(p[:n], g[:n], nil, k)
+		p, g = p[n:], g[n:]
+	}
+	sgdPlain64Go(p, g, k)
+}
+
+// sgdMomentum64 is SGD with a momentum buffer.
+func sgdMomentum64(p, g, buf []float64, k sgdK64) {
+	g = g[:len(p)]
+	buf = buf[:len(p)]
+	if n := len(p) &^ 3; n > 0 && useSIMD {
+		sgd64x4(p[:n], g[:n], buf[:n], k)
+		p, g, buf = p[n:], g[n:], buf[n:]
+	}
+	sgdMomentum64Go(p, g, buf, k)
+}
+
+// adam64 is Adam and AdamW on float64.
+func adam64(p, g, m, v []float64, k *adamK64) {
+	g = g[:len(p)]
+	m = m[:len(p)]
+	v = v[:len(p)]
+	if n := len(p) &^ 3; n > 0 && useSIMD {
+		adam64x4(p[:n], g[:n], m[:n], v[:n], k)
+		p, g, m, v = p[n:], g[n:], m[n:], v[n:]
+	}
+	adam64Go(p, g, m, v, k)
+}
 
 // sgdPlain32 is SGD without momentum.
 func sgdPlain32(p, g []float32, k sgdK32) {
@@ -57,7 +91,7 @@ func sgdPlain32Go(p, g []float32, k sgdK32) {
 	}
 }
 
-func sgdPlain64(p, g []float64, k sgdK64) {
+func sgdPlain64Go(p, g []float64, k sgdK64) {
 	g = g[:len(p)]
 	for i := range p {
 		d := g[i]
@@ -90,7 +124,7 @@ func sgdMomentum32Go(p, g, buf []float32, k sgdK32) {
 	}
 }
 
-func sgdMomentum64(p, g, buf []float64, k sgdK64) {
+func sgdMomentum64Go(p, g, buf []float64, k sgdK64) {
 	g = g[:len(p)]
 	buf = buf[:len(p)]
 	for i := range p {
@@ -149,8 +183,8 @@ func adam32Go(p, g, m, v []float32, kp *adamK32) {
 	}
 }
 
-// adam64 is adam32Go on float64.
-func adam64(p, g, m, v []float64, kp *adamK64) {
+// adam64Go is adam32Go on float64.
+func adam64Go(p, g, m, v []float64, kp *adamK64) {
 	k := *kp
 	g = g[:len(p)]
 	m = m[:len(p)]

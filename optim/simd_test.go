@@ -52,3 +52,47 @@ func TestSIMDMatchesGoLoops(t *testing.T) {
 		}
 	}
 }
+
+func TestSIMDMatchesGoLoops64(t *testing.T) {
+	if !useSIMD {
+		t.Skip("no SIMD kernels on this platform or build")
+	}
+	defer func() { useSIMD = true }()
+	specials := []float64{0, math.Copysign(0, -1), 5e-324, -1e-310, 1e-160, 1e300, -1e300, 1, -1}
+	for _, c := range optCases {
+		for _, n := range []int{4, 5, 7, 8, 13, 1003} {
+			t.Run(fmt.Sprintf("%s/n=%d", c.name, n), func(t *testing.T) {
+				p0, gs := data(n, 4, uint64(n))
+				var res [2][]float64
+				var st [2]State
+				for k, simd := range []bool{true, false} {
+					useSIMD = simd
+					o := mustNew(t, c, 0, n)
+					p := append([]float64(nil), p0...)
+					for i := range min(n, len(specials)) {
+						p[(i*7)%n] = specials[i]
+					}
+					for s, g := range gs {
+						g = append([]float64(nil), g...)
+						for i := range min(n, len(specials)) {
+							g[(i*5+s)%n] = specials[(i+s)%len(specials)]
+						}
+						o.Begin()
+						o.Update64(p, g, 0)
+					}
+					res[k], st[k] = p, o.State()
+				}
+				if !bitsEqual64(res[0], res[1]) {
+					for i := range res[0] {
+						if math.Float64bits(res[0][i]) != math.Float64bits(res[1][i]) {
+							t.Errorf("p[%d]: SIMD %g, Go %g", i, res[0][i], res[1][i])
+						}
+					}
+				}
+				if !statesEqual(st[0], st[1]) {
+					t.Errorf("state differs between SIMD and Go loops")
+				}
+			})
+		}
+	}
+}
