@@ -453,6 +453,9 @@ func TestDefaultsAndLookup(t *testing.T) {
 	if w.Config().WeightDecay != 0.01 || w.Name() != "adamw" {
 		t.Errorf("AdamW: name %q weight decay %v", w.Name(), w.Config().WeightDecay)
 	}
+	if o, err := Lookup("adam", -1); o != nil || err == nil {
+		t.Errorf("Lookup(adam, -1) = %v, %v: want a nil Optimizer and an error", o, err)
+	}
 	for _, name := range []string{"sgd", "adam", "AdamW"} {
 		o, err := Lookup(name, 0.5)
 		if err != nil {

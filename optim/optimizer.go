@@ -60,15 +60,32 @@ var lookupNames = []string{"adam", "adamw", "sgd"}
 // learning rate lr and every other setting at its default. It serves command
 // lines; programs build configs and call NewSGD, NewAdam or NewAdamW.
 func Lookup(name string, lr float64) (Optimizer, error) {
+	var (
+		o   Optimizer
+		err error
+	)
+	// Each case assigns through a typed variable: returning NewSGD's
+	// (*SGD)(nil) as an Optimizer would give a non-nil interface.
 	switch strings.ToLower(strings.TrimSpace(name)) {
 	case "sgd":
-		return NewSGD(SGDConfig{LR: lr})
-	case "adam":
-		return NewAdam(AdamConfig{LR: lr})
-	case "adamw":
-		return NewAdamW(AdamConfig{LR: lr})
+		var s *SGD
+		if s, err = NewSGD(SGDConfig{LR: lr}); err == nil {
+			o = s
+		}
+	case "adam", "adamw":
+		var a *Adam
+		if strings.EqualFold(strings.TrimSpace(name), "adam") {
+			a, err = NewAdam(AdamConfig{LR: lr})
+		} else {
+			a, err = NewAdamW(AdamConfig{LR: lr})
+		}
+		if err == nil {
+			o = a
+		}
+	default:
+		err = fmt.Errorf("optimizer %q is unknown: use one of %s", name, strings.Join(lookupNames, ", "))
 	}
-	return nil, fmt.Errorf("optimizer %q is unknown: use one of %s", name, strings.Join(lookupNames, ", "))
+	return o, err
 }
 
 // problems collects configuration errors so that Validate reports all at once.

@@ -174,3 +174,39 @@ func TestSchedulerStepDoesNotAllocate(t *testing.T) {
 }
 
 func second[T any](_ T, err error) error { return err }
+
+// torch's is_better for every mode and threshold mode, with best = 10 and
+// threshold 0.1.
+func TestPlateauIsBetter(t *testing.T) {
+	cases := []struct {
+		mode, tmode string
+		better      []float64
+		notBetter   []float64
+	}{
+		{"min", "rel", []float64{8.99}, []float64{9, 9.5, 11, math.NaN()}},      // a < best*(1-0.1)
+		{"min", "abs", []float64{9.89}, []float64{9.9, 9.95, 11, math.NaN()}},   // a < best-0.1
+		{"max", "rel", []float64{11.01}, []float64{11, 10.5, 9, math.NaN()}},    // a > best*(1+0.1)
+		{"max", "abs", []float64{10.11}, []float64{10.1, 10.05, 9, math.NaN()}}, // a > best+0.1
+	}
+	for _, tc := range cases {
+		s := mustSched(NewReduceOnPlateau(PlateauConfig{Mode: tc.mode, ThresholdMode: tc.tmode, Threshold: 0.1}))
+		s.best = 10
+		for _, a := range tc.better {
+			if !s.better(a) {
+				t.Errorf("%s/%s: %v should beat 10", tc.mode, tc.tmode, a)
+			}
+		}
+		for _, a := range tc.notBetter {
+			if s.better(a) {
+				t.Errorf("%s/%s: %v should not beat 10", tc.mode, tc.tmode, a)
+			}
+		}
+	}
+	d := DefaultPlateauConfig()
+	if err := d.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if want := (PlateauConfig{Mode: "min", Factor: 0.1, Patience: 10, Threshold: 1e-4, ThresholdMode: "rel", Eps: 1e-8, Interval: PerEpoch}); d != want {
+		t.Errorf("DefaultPlateauConfig = %+v, want torch's %+v", d, want)
+	}
+}
