@@ -323,6 +323,9 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 		}
 	}
 	opt, sched := t.strat.Optimizer(), t.strat.Scheduler()
+	if st, ok := sched.(optim.Starter); ok && startEpoch == 0 && t.state.GlobalStep == 0 {
+		st.Start(opt)
+	}
 	stepLog := map[string]float64{}
 	for epoch := startEpoch; cfg.MaxEpochs == 0 || epoch < cfg.MaxEpochs; epoch++ {
 		if cfg.MaxSteps > 0 && t.state.GlobalStep >= cfg.MaxSteps {
