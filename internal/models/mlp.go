@@ -1,0 +1,109 @@
+// Package models holds the modules of the examples and benchmark workloads
+// (BENCHMARKS.md), so examples/ and cmd/bench train exactly the same thing.
+package models
+
+import (
+	"fmt"
+
+	G "gorgonia.org/gorgonia"
+
+	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/nn/ops"
+	"github.com/fulgur-ml/fulgur/optim"
+)
+
+// MLP is the mlp workload: 784-256-128-10 with ReLU, softmax cross-entropy,
+// trained with Adam (lr 1e-3, betas 0.9/0.999, eps 1e-8 by default).
+type MLP struct {
+	Sizes []int   // layer widths, input first; nil: 784, 256, 128, 10
+	LR    float64 // 0: 1e-3
+}
+
+func (m *MLP) sizes() []int {
+	if len(m.Sizes) == 0 {
+		return []int{784, 256, 128, 10}
+	}
+	return m.Sizes
+}
+
+// Configure declares fc1..fcN with PyTorch's nn.Linear initialisation.
+func (m *MLP) Configure(b *module.Builder) error {
+	sz := m.sizes()
+	if len(sz) < 2 {
+		return fmt.Errorf("MLP.Sizes is %v: give the input width and at least one layer", sz)
+	}
+	for i := 0; i+1 < len(sz); i++ {
+		l := b.Scope(fmt.Sprintf("fc%d", i+1))
+		l.Param("weight", []int{sz[i], sz[i+1]}, module.KaimingUniform(sz[i]))
+		l.Param("bias", []int{sz[i+1]}, module.KaimingUniform(sz[i]))
+		l.Layer("Linear", sz[i]*sz[i+1]+sz[i+1])
+	}
+	return nil
+}
+
+func (m *MLP) logits(s *module.Step) *G.Node {
+	sz := m.sizes()
+	x := G.Must(G.Reshape(s.Input("x"), []int{s.BatchSize(), sz[0]}))
+	for i := 0; i+1 < len(sz); i++ {
+		name := fmt.Sprintf("fc%d", i+1)
+		last := i+2 == len(sz)
+		x = must(ops.Linear(x, s.Param(name+".weight"), s.Param(name+".bias"),
+			ops.LinearOpts{ReLU: !last, NoInputGrad: i == 0}))
+	}
+	return x
+}
+
+// TrainingStep returns the mean cross-entropy and logs it with the accuracy.
+func (m *MLP) TrainingStep(s *module.Step) (*G.Node, error) {
+	logits := m.logits(s)
+	loss := must(ops.SoftmaxCrossEntropy(logits, s.Input("y"), nil))
+	s.Log("train_loss", loss, module.ProgBar(), module.OnEpoch(true))
+	return loss, nil
+}
+
+// ValidationStep logs val_loss and val_acc.
+func (m *MLP) ValidationStep(s *module.Step) error { return evalStep(s, m.logits(s), "val") }
+
+// TestStep logs test_loss and test_acc.
+func (m *MLP) TestStep(s *module.Step) error { return evalStep(s, m.logits(s), "test") }
+
+// PredictStep returns the logits.
+func (m *MLP) PredictStep(s *module.Step) (*G.Node, error) { return m.logits(s), nil }
+
+// ConfigureOptimizers returns Adam.
+func (m *MLP) ConfigureOptimizers() (optim.Optimizer, optim.Scheduler, error) {
+	return adam(m.LR)
+}
+
+// HParams are the hyperparameters loggers record.
+func (m *MLP) HParams() map[string]any {
+	return map[string]any{"model": "mlp", "sizes": fmt.Sprint(m.sizes()), "lr": lrOr(m.LR)}
+}
+
+func evalStep(s *module.Step, logits *G.Node, prefix string) error {
+	y := s.Input("y")
+	s.Log(prefix+"_loss", must(ops.SoftmaxCrossEntropy(logits, y, nil)), module.SyncDist())
+	s.Log(prefix+"_acc", must(ops.Accuracy(logits, y, nil)), module.SyncDist(), module.ProgBar())
+	return nil
+}
+
+func adam(lr float64) (optim.Optimizer, optim.Scheduler, error) {
+	o, err := optim.NewAdam(optim.AdamConfig{LR: lrOr(lr), Beta1: 0.9, Beta2: 0.999, Eps: 1e-8})
+	return o, nil, err
+}
+
+func lrOr(lr float64) float64 {
+	if lr == 0 {
+		return 1e-3
+	}
+	return lr
+}
+
+// must turns an op-construction error into a panic, which the trainer
+// reports as an error of the step being built.
+func must(n *G.Node, err error) *G.Node {
+	if err != nil {
+		panic(err)
+	}
+	return n
+}
