@@ -1,0 +1,319 @@
+package strategy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+
+	"gorgonia.org/tensor"
+
+	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/internal/engine"
+	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/optim"
+	"github.com/fulgur-ml/fulgur/strategy/collective"
+	"github.com/fulgur-ml/fulgur/strategy/device"
+)
+
+var _ Strategy = (*DP)(nil)
+
+func init() {
+	Register("dp", func(o Options) (Strategy, error) {
+		if o.NumNodes > 1 {
+			return nil, fmt.Errorf("strategy \"dp\" runs in one process on one machine, but NumNodes is %d: use \"ddp\" across machines", o.NumNodes)
+		}
+		devs, err := device.Open(o.Accelerator, o.Devices)
+		if err != nil {
+			return nil, fmt.Errorf("strategy \"dp\": %w", err)
+		}
+		return NewDP(DPConfig{Devices: devs})
+	})
+}
+
+// DPConfig configures DP.
+type DPConfig struct {
+	// Devices holds one replica each; at least one.
+	Devices []device.Device
+}
+
+// DP is data parallelism in one process: one replica per device, run as
+// goroutines. Each training batch is cut into one contiguous chunk per
+// replica, gradients are summed into replica 0 in replica order (so a run is
+// bitwise reproducible), replica 0's optimizer takes one step, and its
+// parameters and buffers are copied to the other replicas, which therefore
+// stay bit-identical. WorldSize is 1: data is not sharded across processes.
+type DP struct {
+	devs  []device.Device
+	engs  []*engine.Engine
+	ran   []bool // replica has gradients in the current accumulation window
+	opt   optim.Optimizer
+	sched optim.Scheduler
+
+	subs    []data.Batch
+	results []engine.Result
+	metrics []module.Metric
+}
+
+// NewDP returns a DP strategy over cfg.Devices.
+func NewDP(cfg DPConfig) (*DP, error) {
+	if len(cfg.Devices) == 0 {
+		return nil, errors.New("strategy dp: no devices: pass at least one (device.Open(\"cpu\", n))")
+	}
+	for i, d := range cfg.Devices {
+		if d == nil {
+			return nil, fmt.Errorf("strategy dp: Devices[%d] is nil", i)
+		}
+	}
+	return &DP{devs: cfg.Devices}, nil
+}
+
+func (d *DP) Name() string { return "dp" }
+
+// replicaSeed gives replica (or rank) i its own stream for dropout; replica
+// 0 keeps the run's seed so one replica behaves like Single.
+func replicaSeed(seed uint64, i int) uint64 {
+	if i == 0 {
+		return seed
+	}
+	return seed ^ (uint64(i) * 0x9e3779b97f4a7c15)
+}
+
+func (d *DP) Setup(ctx context.Context, su Setup) error {
+	store, err := module.NewStore(su.Specs, su.Dtype, su.Seed)
+	if err != nil {
+		return err
+	}
+	n := len(d.devs)
+	d.engs = make([]*engine.Engine, n)
+	for i := range d.engs {
+		st := store
+		if i > 0 {
+			st = store.Clone()
+		}
+		d.engs[i] = engine.New(su.Module, st, su.Fields, replicaSeed(su.Seed, i))
+	}
+	d.ran = make([]bool, n)
+	d.subs = make([]data.Batch, n)
+	d.results = make([]engine.Result, n)
+	if d.opt, d.sched, err = su.NewOptimizer(); err != nil {
+		return err
+	}
+	return d.opt.Bind(0, store.NumParams())
+}
+
+func (d *DP) Rank() int                  { return 0 }
+func (d *DP) WorldSize() int             { return 1 }
+func (d *DP) IsGlobalZero() bool         { return true }
+func (d *DP) Store() *module.Store       { return d.engs[0].Store() }
+func (d *DP) Optimizer() optim.Optimizer { return d.opt }
+func (d *DP) Scheduler() optim.Scheduler { return d.sched }
+
+// ReplicaStores returns every replica's store (replica 0's is Store()).
+func (d *DP) ReplicaStores() []*module.Store {
+	out := make([]*module.Store, len(d.engs))
+	for i, e := range d.engs {
+		out[i] = e.Store()
+	}
+	return out
+}
+
+// scatter cuts b into one chunk per replica (the first b.Size%n chunks one
+// row longer) and returns how many replicas have rows.
+func (d *DP) scatter(b *data.Batch) int {
+	n := min(len(d.engs), b.Size)
+	for i := 0; i < n; i++ {
+		lo := collective.Offset(b.Size, n, i)
+		sliceBatch(&d.subs[i], b, lo, lo+collective.BlockLen(b.Size, n, i))
+	}
+	return n
+}
+
+// sliceBatch makes dst view rows [lo, hi) of b without copying.
+func sliceBatch(dst, b *data.Batch, lo, hi int) {
+	dst.Size, dst.Fields = hi-lo, b.Fields
+	if cap(dst.Data) < len(b.Data) {
+		dst.Data = make([][]float32, len(b.Data))
+	}
+	dst.Data = dst.Data[:len(b.Data)]
+	for f := range b.Data {
+		w := b.Fields[f].Size()
+		dst.Data[f] = b.Data[f][lo*w : hi*w]
+	}
+	dst.Indices, dst.Pad = nil, nil
+	if b.Indices != nil {
+		dst.Indices = b.Indices[lo:hi]
+	}
+	if b.Pad != nil {
+		dst.Pad = b.Pad[lo:hi]
+	}
+}
+
+// parallel runs f(0..n-1) on the replicas' devices at once and returns the
+// lowest-numbered replica's error, naming its device.
+func (d *DP) parallel(ctx context.Context, n int, f func(i int) error) error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := 1; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = d.devs[i].Do(ctx, func() error { return f(i) })
+		}()
+	}
+	errs[0] = d.devs[0].Do(ctx, func() error { return f(0) })
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return fmt.Errorf("replica %d on %s: %w", i, d.devs[i], err)
+		}
+	}
+	return nil
+}
+
+func (d *DP) TrainStep(ctx context.Context, b *data.Batch, o TrainOptions) (float64, []module.Metric, error) {
+	scale := o.Scale
+	if scale == 0 {
+		scale = 1
+	}
+	if !o.Accumulate {
+		clear(d.ran)
+	}
+	n := d.scatter(b)
+	err := d.parallel(ctx, n, func(i int) error {
+		// Each replica's mean-loss gradient is weighted by its share of the
+		// batch, so the sum over replicas is the gradient of the whole
+		// batch's mean loss.
+		share := float64(d.subs[i].Size) / float64(b.Size)
+		r, err := d.engs[i].Run(ctx, module.Train, &d.subs[i], d.ran[i], scale*share)
+		d.results[i] = r
+		return err
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	loss := 0.0
+	for i := 0; i < n; i++ {
+		d.ran[i] = true
+		loss += d.results[i].Loss * float64(d.subs[i].Size) / float64(b.Size)
+	}
+	if o.Sync {
+		d.reduceGrads()
+	}
+	return loss, d.combine(n), nil
+}
+
+// reduceGrads sums every replica's gradients into replica 0's in replica
+// order; the buffer is cut into one span per replica, summed in parallel.
+func (d *DP) reduceGrads() {
+	st := d.engs[0].Store()
+	np, n := st.NumParams(), len(d.engs)
+	var wg sync.WaitGroup
+	for s := 0; s < n; s++ {
+		lo := collective.Offset(np, n, s)
+		hi := lo + collective.BlockLen(np, n, s)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 1; i < n; i++ {
+				if !d.ran[i] {
+					continue
+				}
+				src := d.engs[i].Store()
+				if st.Dtype() == tensor.Float32 {
+					collective.ReduceInto(st.Grad32()[lo:hi], src.Grad32()[lo:hi], collective.Sum)
+				} else {
+					collective.ReduceInto(st.Grad64()[lo:hi], src.Grad64()[lo:hi], collective.Sum)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// combine merges the replicas' logged values into one per name, as if one
+// device had run the whole batch.
+func (d *DP) combine(n int) []module.Metric {
+	base := d.results[0].Metrics
+	d.metrics = append(d.metrics[:0], base...)
+	for k := range d.metrics {
+		m := &d.metrics[k]
+		if n == 1 {
+			continue
+		}
+		sum, w := 0.0, 0.0
+		for i := 0; i < n; i++ {
+			v := d.results[i].Metrics[k]
+			switch m.Spec.Reduce {
+			case module.Max:
+				m.Value = math.Max(m.Value, v.Value)
+			case module.Min:
+				m.Value = math.Min(m.Value, v.Value)
+			case module.Sum:
+				sum += v.Value
+			default:
+				sum += v.Value * v.Weight
+			}
+			w += v.Weight
+		}
+		m.Weight = w
+		switch m.Spec.Reduce {
+		case module.Sum:
+			m.Value = sum
+		case module.Mean:
+			if w > 0 {
+				m.Value = sum / w
+			}
+		}
+	}
+	return d.metrics
+}
+
+func (d *DP) OptimizerStep(ctx context.Context, o StepOptions) (float64, error) {
+	st := d.engs[0].Store()
+	norm := ApplyStep(st, d.opt, o, 0, st.NumParams())
+	err := d.parallel(ctx, len(d.engs), func(i int) error {
+		if i == 0 {
+			return nil
+		}
+		return d.engs[i].Store().CopyFrom(st)
+	})
+	return norm, err
+}
+
+func (d *DP) EvalStep(ctx context.Context, mode module.Mode, b *data.Batch) ([]module.Metric, error) {
+	n := d.scatter(b)
+	err := d.parallel(ctx, n, func(i int) error {
+		r, err := d.engs[i].Run(ctx, mode, &d.subs[i], false, 1)
+		d.results[i] = r
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return d.combine(n), nil
+}
+
+// PredictStep runs the whole batch on replica 0: outputs need no reduction,
+// and one graph keeps rows in order.
+func (d *DP) PredictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, error) {
+	var out *tensor.Dense
+	err := d.devs[0].Do(ctx, func() error {
+		r, err := d.engs[0].Run(ctx, module.Predict, b, false, 1)
+		if err == nil && r.Output == nil {
+			err = errors.New("PredictStep: the graph produced no output")
+		}
+		out = r.Output
+		return err
+	})
+	return out, err
+}
+
+// Reduce has nothing to do: the replicas' values were combined per step.
+func (d *DP) Reduce(ctx context.Context, sums, weights []float64, ops []module.Reduce) error {
+	return ctx.Err()
+}
+
+func (d *DP) Barrier(ctx context.Context) error  { return ctx.Err() }
+func (d *DP) Teardown(ctx context.Context) error { return nil }

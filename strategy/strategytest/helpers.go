@@ -1,0 +1,123 @@
+package strategytest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/rs/zerolog"
+	"gorgonia.org/tensor"
+
+	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/optim"
+	"github.com/fulgur-ml/fulgur/strategy"
+)
+
+// Each runs f for every process's strategy at once (in-process ranks must
+// run their collectives concurrently) and returns every error, each prefixed
+// with its rank.
+func Each(strats []strategy.Strategy, f func(rank int, s strategy.Strategy) error) error {
+	errs := make([]error, len(strats))
+	var wg sync.WaitGroup
+	for r, s := range strats {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() {
+				if p := recover(); p != nil {
+					errs[r] = fmt.Errorf("panic: %v", p)
+				}
+			}()
+			if err := f(r, s); err != nil {
+				errs[r] = fmt.Errorf("rank %d: %w", r, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// SetupFor builds the strategy.Setup of module m for the data fields of ds.
+func SetupFor(m module.Module, fields []data.Field, seed uint64) (strategy.Setup, error) {
+	b := module.NewBuilder(tensor.Float32)
+	if err := m.Configure(b); err != nil {
+		return strategy.Setup{}, err
+	}
+	specs, err := b.Specs()
+	if err != nil {
+		return strategy.Setup{}, err
+	}
+	newOpt := func() (optim.Optimizer, optim.Scheduler, error) {
+		if oc, ok := m.(module.OptimizerConfigurer); ok {
+			return oc.ConfigureOptimizers()
+		}
+		o, err := optim.NewSGD(optim.SGDConfig{LR: 0.01})
+		return o, nil, err
+	}
+	return strategy.Setup{Module: m, Specs: specs, Dtype: tensor.Float32, Seed: seed, Fields: fields, NewOptimizer: newOpt, Log: zerolog.Nop()}, nil
+}
+
+// SetupAll sets every process up with m. Rank r gets seed+r, so that only a
+// strategy that broadcasts rank 0's initial parameters ends up consistent.
+func SetupAll(ctx context.Context, strats []strategy.Strategy, m module.Module, fields []data.Field, seed uint64) error {
+	return Each(strats, func(r int, s strategy.Strategy) error {
+		su, err := SetupFor(m, fields, seed+uint64(r))
+		if err != nil {
+			return err
+		}
+		return s.Setup(ctx, su)
+	})
+}
+
+// Shard returns process p's rows of a global batch cut into P equal parts.
+func Shard(b *data.Batch, p, P int) *data.Batch {
+	if P == 1 {
+		return b
+	}
+	per := b.Size / P
+	lo, hi := p*per, (p+1)*per
+	s := &data.Batch{Size: hi - lo, Fields: b.Fields, Data: make([][]float32, len(b.Data))}
+	for f := range b.Data {
+		w := b.Fields[f].Size()
+		s.Data[f] = b.Data[f][lo*w : hi*w]
+	}
+	if b.Indices != nil {
+		s.Indices = b.Indices[lo:hi]
+	}
+	if b.Pad != nil {
+		s.Pad = b.Pad[lo:hi]
+	}
+	return s
+}
+
+// Step runs one optimizer step on every process: micro-batches are the
+// global batches of an accumulation window, each cut into one shard per
+// process. It returns rank 0's loss of the last micro-batch and gradient norm.
+func Step(ctx context.Context, strats []strategy.Strategy, o strategy.StepOptions, micro ...*data.Batch) (loss, norm float64, err error) {
+	P := len(strats)
+	losses, norms := make([]float64, P), make([]float64, P)
+	err = Each(strats, func(r int, s strategy.Strategy) error {
+		for i, b := range micro {
+			l, _, err := s.TrainStep(ctx, Shard(b, r, P), strategy.TrainOptions{Sync: i == len(micro)-1, Accumulate: i > 0, Scale: 1 / float64(len(micro))})
+			if err != nil {
+				return err
+			}
+			losses[r] = l
+		}
+		n, err := s.OptimizerStep(ctx, o)
+		norms[r] = n
+		return err
+	})
+	return losses[0], norms[0], err
+}
+
+// Hashes returns every process's store hash.
+func Hashes(strats []strategy.Strategy) []string {
+	out := make([]string, len(strats))
+	for i, s := range strats {
+		out[i] = s.Store().SHA256()
+	}
+	return out
+}
