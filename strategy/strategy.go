@@ -18,6 +18,9 @@ type Setup struct {
 	Specs  []module.Spec
 	Dtype  tensor.Dtype
 	Seed   uint64
+	// Deterministic asks for bitwise-reproducible results: a strategy that
+	// cannot promise them for its configuration returns an error from Setup.
+	Deterministic bool
 	// Fields describe the training batches (name and per-example shape).
 	Fields []data.Field
 	// NewOptimizer makes an optimizer and optional scheduler; strategies

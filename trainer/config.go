@@ -44,8 +44,10 @@ type Config struct {
 	GradientClipAlgorithm string
 	// Seed seeds parameter initialisation, shuffling and dropout.
 	Seed uint64
-	// Deterministic promises bitwise-reproducible runs for a given Seed; the
-	// trainer refuses settings that would break the promise.
+	// Deterministic asks for bitwise-reproducible runs for a given Seed. The
+	// built-in paths are deterministic already (fixed reduction orders,
+	// shuffles drawn from (seed, epoch)); strategies receive the flag in
+	// strategy.Setup and refuse configurations that would break it.
 	Deterministic bool
 	// LogEveryNSteps records step metrics every this many steps. 0: 50.
 	LogEveryNSteps int

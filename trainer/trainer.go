@@ -146,7 +146,7 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 		return o, nil, err
 	}
 	err = st.Setup(ctx, strategy.Setup{
-		Module: m, Specs: specs, Dtype: t.dtype(), Seed: t.cfg.Seed, Fields: fields,
+		Module: m, Specs: specs, Dtype: t.dtype(), Seed: t.cfg.Seed, Deterministic: t.cfg.Deterministic, Fields: fields,
 		NewOptimizer: newOpt, Log: *t.cfg.Log,
 	})
 	if err != nil {
