@@ -109,7 +109,8 @@ func dense(op fmt.Stringer, what string, v G.Value, dt tensor.Dtype, want tensor
 		return nil, fmt.Errorf("%v: %s has dtype %v, want %v", op, what, d.Dtype(), dt)
 	}
 	if want != nil && !d.Shape().Eq(want) {
-		return nil, fmt.Errorf("%v: %s has shape %v, want %v", op, what, d.Shape(), want)
+		// Copy want so that it does not escape: callers pass shape literals.
+		return nil, fmt.Errorf("%v: %s has shape %v, want %v", op, what, d.Shape(), append(tensor.Shape(nil), want...))
 	}
 	if d.RequiresIterator() {
 		d = d.Materialize().(*tensor.Dense)
@@ -117,7 +118,17 @@ func dense(op fmt.Stringer, what string, v G.Value, dt tensor.Dtype, want tensor
 	return d, nil
 }
 
-func data[T float](d *tensor.Dense) []T { return d.Data().([]T) }
+// data is d's elements as []T without boxing (Dense.Data goes through
+// reflect and allocates); it also works for scalar tensors.
+func data[T float](d *tensor.Dense) []T {
+	var z T
+	if unsafe.Sizeof(z) == 4 {
+		s := d.Float32s()
+		return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(s))), len(s))
+	}
+	s := d.Float64s()
+	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(s))), len(s))
+}
 
 // scalarOf reads a scalar Value (the gradient Gorgonia seeds a loss with, or
 // one produced by an op) without boxing it.
@@ -155,7 +166,7 @@ func (b *buffer) get(dt tensor.Dtype, shape tensor.Shape) *tensor.Dense {
 		}
 		// A downstream Gorgonia op may have reshaped the tensor in place
 		// (reshapeOp.UnsafeDo does): restore the shape, keep the memory.
-		if b.d.Shape().TotalSize() == shape.TotalSize() && b.d.Reshape(shape...) == nil {
+		if b.d.Shape().TotalSize() == shape.TotalSize() && b.d.Reshape(append([]int(nil), shape...)...) == nil {
 			return b.d
 		}
 	}

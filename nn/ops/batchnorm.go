@@ -1,0 +1,481 @@
+package ops
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/chewxy/hm"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// BatchNorm replaces Gorgonia v0.9.17's BatchNorm, whose float64 input
+// gradient and eval mode (SetTesting) are wrong and whose running statistics
+// are unexported, so they cannot be saved, restored or synced (DESIGN.md,
+// known defects). Here the statistics are tensors the caller owns (buffers
+// of the parameter store), updated in place.
+
+// BatchNormStats are the running statistics of one BatchNorm, each [C]
+// except NumBatches (one element, may be nil). Training graphs update them
+// in place at every run; eval graphs read them.
+type BatchNormStats struct {
+	Mean, Var  *tensor.Dense
+	NumBatches *tensor.Dense
+}
+
+// BatchNormOpts are PyTorch's BatchNorm settings.
+type BatchNormOpts struct {
+	// Training normalises with the batch's statistics and updates the
+	// running ones; otherwise the running statistics are used.
+	Training bool
+	// Momentum weighs the batch in the running statistics:
+	// running = (1-Momentum)·running + Momentum·batch. 0 means 0.1.
+	Momentum float64
+	// CumulativeAverage makes the running statistics the plain average of
+	// every batch seen (PyTorch's momentum=None); it needs NumBatches.
+	CumulativeAverage bool
+	// Eps is added to the variance; 0 means 1e-5.
+	Eps float64
+	// ReLU applies max(0, ·) to the result in the same pass.
+	ReLU bool
+}
+
+// BatchNorm normalises x [N, C, ...] per channel C and applies the affine
+// map gamma·x̂ + beta (gamma and beta [C], or both nil for none). In training
+// the batch variance is the biased one and the running variance is updated
+// with the unbiased one, as PyTorch does.
+func BatchNorm(x, gamma, beta *G.Node, stats BatchNormStats, o BatchNormOpts) (*G.Node, error) {
+	if err := checkFloat("BatchNorm input", x); err != nil {
+		return nil, err
+	}
+	xs := x.Shape()
+	if len(xs) < 2 {
+		return nil, fmt.Errorf("BatchNorm input has shape %v: want [batch, channels, ...]", xs)
+	}
+	c := xs[1]
+	if (gamma == nil) != (beta == nil) {
+		return nil, fmt.Errorf("BatchNorm needs both gamma and beta, or neither")
+	}
+	children := []*G.Node{x}
+	if gamma != nil {
+		for _, p := range []struct {
+			what string
+			n    *G.Node
+		}{{"gamma", gamma}, {"beta", beta}} {
+			if err := sameDtype("BatchNorm "+p.what, x, p.n); err != nil {
+				return nil, err
+			}
+			if s := p.n.Shape(); len(s) != 1 || s[0] != c {
+				return nil, fmt.Errorf("BatchNorm %s has shape %v, want [%d] for input %v", p.what, s, c, xs)
+			}
+		}
+		children = append(children, gamma, beta)
+	}
+	for _, st := range []struct {
+		what string
+		t    *tensor.Dense
+	}{{"running mean", stats.Mean}, {"running var", stats.Var}} {
+		if st.t == nil {
+			return nil, fmt.Errorf("BatchNorm %s is nil: pass the buffer tensors", st.what)
+		}
+		if st.t.Dtype() != x.Dtype() || st.t.Shape().TotalSize() != c {
+			return nil, fmt.Errorf("BatchNorm %s is %v %v, want %v with %d elements for input %v", st.what, st.t.Dtype(), st.t.Shape(), x.Dtype(), c, xs)
+		}
+	}
+	if nb := stats.NumBatches; nb != nil && (nb.Dtype() != x.Dtype() || nb.Shape().TotalSize() != 1) {
+		return nil, fmt.Errorf("BatchNorm batch counter is %v %v, want one %v", nb.Dtype(), nb.Shape(), x.Dtype())
+	}
+	if o.CumulativeAverage && stats.NumBatches == nil {
+		return nil, fmt.Errorf("BatchNorm with CumulativeAverage needs the NumBatches counter")
+	}
+	m := xs.TotalSize() / c
+	if o.Training && m < 2 {
+		return nil, fmt.Errorf("BatchNorm in training needs more than one value per channel, input %v has %d: use a larger batch or eval mode", xs, m)
+	}
+	if o.Momentum == 0 {
+		o.Momentum = 0.1
+	}
+	if o.Eps == 0 {
+		o.Eps = 1e-5
+	}
+	if o.Momentum < 0 || o.Momentum > 1 || o.Eps < 0 {
+		return nil, fmt.Errorf("BatchNorm momentum %v and eps %v: want momentum in (0, 1] and eps > 0", o.Momentum, o.Eps)
+	}
+	op := &bnOp{base: newBase("BatchNorm"), BatchNormOpts: o, stats: stats, shape: xs.Clone(), affine: gamma != nil,
+		n: xs[0], c: c, inner: m / xs[0]}
+	return apply(op, children...)
+}
+
+type bnOp struct {
+	base
+	BatchNormOpts
+	stats          BatchNormStats
+	shape          tensor.Shape
+	affine         bool
+	n, c, inner    int
+	out            buffer
+	mean, invstd   []float64 // per channel, of the statistics used by the last run
+	scale, shift   []float64
+	sumDy, sumDyXh []float64 // filled by the backward ops
+	ga, gb, gk     []float64 // input-gradient coefficients
+}
+
+func (op *bnOp) Arity() int {
+	if op.affine {
+		return 3
+	}
+	return 1
+}
+
+func (op *bnOp) Type() hm.Type {
+	d := len(op.shape)
+	if op.affine {
+		return fnType(d, d, 1, 1)
+	}
+	return fnType(d, d)
+}
+
+func (op *bnOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.shape.Clone(), nil }
+
+func (op *bnOp) DiffWRT(int) []bool {
+	if op.affine {
+		return []bool{true, true, true}
+	}
+	return []bool{true}
+}
+
+func (op *bnOp) Do(v ...G.Value) (G.Value, error) {
+	dt := v[0].Dtype()
+	x, err := dense(op, "input", v[0], dt, op.shape)
+	if err != nil {
+		return nil, err
+	}
+	var gamma, beta *tensor.Dense
+	if op.affine {
+		if gamma, err = dense(op, "gamma", v[1], dt, tensor.Shape{op.c}); err != nil {
+			return nil, err
+		}
+		if beta, err = dense(op, "beta", v[2], dt, tensor.Shape{op.c}); err != nil {
+			return nil, err
+		}
+	}
+	y := op.out.get(dt, op.shape)
+	if dt == tensor.Float32 {
+		bnFwd[float32](op, x, gamma, beta, y)
+	} else {
+		bnFwd[float64](op, x, gamma, beta, y)
+	}
+	return y, nil
+}
+
+func bnFwd[T float](op *bnOp, xt, gt, bt, yt *tensor.Dense) {
+	c, inner := op.c, op.inner
+	op.mean = grow(op.mean, c)
+	op.invstd = grow(op.invstd, c)
+	op.scale = grow(op.scale, c)
+	op.shift = grow(op.shift, c)
+	x, y := data[T](xt), data[T](yt)
+	rm, rv := data[T](op.stats.Mean), data[T](op.stats.Var)
+	if op.Training {
+		m := float64(op.n * inner)
+		// Sums shifted by each channel's first value, in float64: no
+		// cancellation when the mean is large against the spread.
+		sum, sumSq := op.scale, op.shift // scratch until the affine pass
+		clear(sum)
+		clear(sumSq)
+		for n := 0; n < op.n; n++ {
+			for ch := 0; ch < c; ch++ {
+				k := float64(x[ch*inner])
+				var s, s2 float64
+				for _, e := range x[(n*c+ch)*inner : (n*c+ch+1)*inner] {
+					d := float64(e) - k
+					s += d
+					s2 += d * d
+				}
+				sum[ch] += s
+				sumSq[ch] += s2
+			}
+		}
+		momentum := op.Momentum
+		if nb := op.stats.NumBatches; nb != nil {
+			cnt := data[T](nb)
+			cnt[0]++
+			if op.CumulativeAverage {
+				momentum = 1 / float64(cnt[0])
+			}
+		}
+		for ch := 0; ch < c; ch++ {
+			d := sum[ch] / m
+			v := max(sumSq[ch]/m-d*d, 0)
+			mean := float64(x[ch*inner]) + d
+			op.mean[ch] = mean
+			op.invstd[ch] = 1 / math.Sqrt(v+op.Eps)
+			rm[ch] = T((1-momentum)*float64(rm[ch]) + momentum*mean)
+			rv[ch] = T((1-momentum)*float64(rv[ch]) + momentum*v*m/(m-1))
+		}
+	} else {
+		for ch := 0; ch < c; ch++ {
+			op.mean[ch] = float64(rm[ch])
+			op.invstd[ch] = 1 / math.Sqrt(float64(rv[ch])+op.Eps)
+		}
+	}
+	for ch := 0; ch < c; ch++ {
+		g, b := 1.0, 0.0
+		if gt != nil {
+			g, b = float64(data[T](gt)[ch]), float64(data[T](bt)[ch])
+		}
+		op.scale[ch] = g * op.invstd[ch]
+		op.shift[ch] = b - op.mean[ch]*op.scale[ch]
+	}
+	for n := 0; n < op.n; n++ {
+		for ch := 0; ch < c; ch++ {
+			s, b := T(op.scale[ch]), T(op.shift[ch])
+			src := x[(n*c+ch)*inner : (n*c+ch+1)*inner]
+			dst := y[(n*c+ch)*inner : (n*c+ch+1)*inner]
+			if op.ReLU {
+				for i, e := range src {
+					dst[i] = max(e*s+b, 0)
+				}
+			} else {
+				for i, e := range src {
+					dst[i] = e*s + b
+				}
+			}
+		}
+	}
+}
+
+// SymDiff makes three nodes at most: the gamma gradient (which also sums the
+// beta gradient), the beta gradient (a copy of that sum, ordered after it),
+// and the input gradient (which reuses both sums).
+func (op *bnOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
+	x := inputs[0]
+	if !op.affine {
+		dx, err := apply(&bnGradInputOp{base: newBase("BatchNormGradInput"), fwd: op}, x, output, grad)
+		return G.Nodes{dx}, err
+	}
+	dgamma, err := apply(&bnGradGammaOp{base: newBase("BatchNormGradGamma"), fwd: op}, x, output, grad)
+	if err != nil {
+		return nil, err
+	}
+	dbeta, err := apply(&bnGradBetaOp{base: newBase("BatchNormGradBeta"), fwd: op}, dgamma)
+	if err != nil {
+		return nil, err
+	}
+	dx, err := apply(&bnGradInputOp{base: newBase("BatchNormGradInput"), fwd: op}, x, output, grad, inputs[1], dgamma)
+	if err != nil {
+		return nil, err
+	}
+	return G.Nodes{dx, dgamma, dbeta}, nil
+}
+
+// bnSums fills fwd.sumDy with Σdy' and fwd.sumDyXh with Σdy'·x̂ per channel,
+// where dy' is dy masked by the fused ReLU.
+func bnSums[T float](op *bnOp, xt, yt, dyt *tensor.Dense) {
+	c, inner := op.c, op.inner
+	op.sumDy = grow(op.sumDy, c)
+	op.sumDyXh = grow(op.sumDyXh, c)
+	sdx := op.sumDyXh // Σdy'·x first
+	clear(op.sumDy)
+	clear(sdx)
+	x, y, dy := data[T](xt), data[T](yt), data[T](dyt)
+	for n := 0; n < op.n; n++ {
+		for ch := 0; ch < c; ch++ {
+			lo, hi := (n*c+ch)*inner, (n*c+ch+1)*inner
+			var s, sx float64
+			if op.ReLU {
+				yy := y[lo:hi]
+				for i, d := range dy[lo:hi] {
+					if yy[i] > 0 {
+						s += float64(d)
+						sx += float64(d) * float64(x[lo+i])
+					}
+				}
+			} else {
+				xx := x[lo:hi]
+				for i, d := range dy[lo:hi] {
+					s += float64(d)
+					sx += float64(d) * float64(xx[i])
+				}
+			}
+			op.sumDy[ch] += s
+			sdx[ch] += sx
+		}
+	}
+	for ch := 0; ch < c; ch++ {
+		// Σdy'·x̂ = invstd·(Σdy'·x - mean·Σdy')
+		sdx[ch] = op.invstd[ch] * (sdx[ch] - op.mean[ch]*op.sumDy[ch])
+	}
+}
+
+func bnInputs(op fmt.Stringer, fwd *bnOp, v []G.Value) (x, y, dy *tensor.Dense, err error) {
+	dt := v[0].Dtype()
+	if x, err = dense(op, "input", v[0], dt, fwd.shape); err != nil {
+		return
+	}
+	if y, err = dense(op, "output", v[1], dt, fwd.shape); err != nil {
+		return
+	}
+	dy, err = dense(op, "output gradient", v[2], dt, fwd.shape)
+	return
+}
+
+// bnGradGammaOp is Σdy'·x̂ per channel: (x, y, dy) → [C].
+type bnGradGammaOp struct {
+	base
+	noDiff
+	fwd *bnOp
+	out buffer
+}
+
+func (op *bnGradGammaOp) Arity() int         { return 3 }
+func (op *bnGradGammaOp) DiffWRT(int) []bool { return []bool{false, false, false} }
+func (op *bnGradGammaOp) Type() hm.Type {
+	d := len(op.fwd.shape)
+	return fnType(1, d, d, d)
+}
+func (op *bnGradGammaOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
+	return tensor.Shape{op.fwd.c}, nil
+}
+
+func (op *bnGradGammaOp) Do(v ...G.Value) (G.Value, error) {
+	x, y, dy, err := bnInputs(op, op.fwd, v)
+	if err != nil {
+		return nil, err
+	}
+	o := op.out.get(x.Dtype(), tensor.Shape{op.fwd.c})
+	if x.Dtype() == tensor.Float32 {
+		bnSums[float32](op.fwd, x, y, dy)
+		copyFrom64(data[float32](o), op.fwd.sumDyXh)
+	} else {
+		bnSums[float64](op.fwd, x, y, dy)
+		copyFrom64(data[float64](o), op.fwd.sumDyXh)
+	}
+	return o, nil
+}
+
+func copyFrom64[T float](dst []T, src []float64) {
+	for i, v := range src {
+		dst[i] = T(v)
+	}
+}
+
+// bnGradBetaOp is Σdy' per channel, summed by the gamma gradient op whose
+// output it takes (for ordering): (dgamma) → [C].
+type bnGradBetaOp struct {
+	base
+	noDiff
+	fwd *bnOp
+	out buffer
+}
+
+func (op *bnGradBetaOp) Arity() int         { return 1 }
+func (op *bnGradBetaOp) DiffWRT(int) []bool { return []bool{false} }
+func (op *bnGradBetaOp) Type() hm.Type      { return fnType(1, 1) }
+func (op *bnGradBetaOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
+	return tensor.Shape{op.fwd.c}, nil
+}
+
+func (op *bnGradBetaOp) Do(v ...G.Value) (G.Value, error) {
+	dt := v[0].Dtype()
+	o := op.out.get(dt, tensor.Shape{op.fwd.c})
+	if dt == tensor.Float32 {
+		copyFrom64(data[float32](o), op.fwd.sumDy)
+	} else {
+		copyFrom64(data[float64](o), op.fwd.sumDy)
+	}
+	return o, nil
+}
+
+// bnGradInputOp is the input gradient: (x, y, dy[, gamma, dgamma]) → like x.
+// Without gamma it sums Σdy' and Σdy'·x̂ itself.
+type bnGradInputOp struct {
+	base
+	noDiff
+	fwd *bnOp
+	out buffer
+}
+
+func (op *bnGradInputOp) Arity() int {
+	if op.fwd.affine {
+		return 5
+	}
+	return 3
+}
+func (op *bnGradInputOp) DiffWRT(int) []bool { return make([]bool, op.Arity()) }
+func (op *bnGradInputOp) Type() hm.Type {
+	d := len(op.fwd.shape)
+	if op.fwd.affine {
+		return fnType(d, d, d, d, 1, 1)
+	}
+	return fnType(d, d, d, d)
+}
+func (op *bnGradInputOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
+	return op.fwd.shape.Clone(), nil
+}
+
+func (op *bnGradInputOp) Do(v ...G.Value) (G.Value, error) {
+	x, y, dy, err := bnInputs(op, op.fwd, v)
+	if err != nil {
+		return nil, err
+	}
+	dt := x.Dtype()
+	var gamma *tensor.Dense
+	if op.fwd.affine {
+		if gamma, err = dense(op, "gamma", v[3], dt, tensor.Shape{op.fwd.c}); err != nil {
+			return nil, err
+		}
+	}
+	dx := op.out.get(dt, op.fwd.shape)
+	if dt == tensor.Float32 {
+		bnGradInput[float32](op.fwd, x, y, dy, gamma, dx)
+	} else {
+		bnGradInput[float64](op.fwd, x, y, dy, gamma, dx)
+	}
+	return dx, nil
+}
+
+func bnGradInput[T float](op *bnOp, xt, yt, dyt, gt, dxt *tensor.Dense) {
+	c, inner := op.c, op.inner
+	if gt == nil && op.Training {
+		bnSums[T](op, xt, yt, dyt)
+	}
+	x, y, dy, dx := data[T](xt), data[T](yt), data[T](dyt), data[T](dxt)
+	m := float64(op.n * inner)
+	// dx = a·dy' + b·x + k per channel. In training
+	//   dx = γ·invstd/M·(M·dy' - Σdy' - x̂·Σdy'x̂), x̂ = (x-mean)·invstd;
+	// in eval the statistics are constants and dx = γ·invstd·dy'.
+	op.ga, op.gb, op.gk = grow(op.ga, c), grow(op.gb, c), grow(op.gk, c)
+	for ch := 0; ch < c; ch++ {
+		g := 1.0
+		if gt != nil {
+			g = float64(data[T](gt)[ch])
+		}
+		a := g * op.invstd[ch]
+		var b, k float64
+		if op.Training {
+			b = -a * op.sumDyXh[ch] * op.invstd[ch] / m
+			k = -a*op.sumDy[ch]/m - b*op.mean[ch]
+		}
+		op.ga[ch], op.gb[ch], op.gk[ch] = a, b, k
+	}
+	for n := 0; n < op.n; n++ {
+		for ch := 0; ch < c; ch++ {
+			lo, hi := (n*c+ch)*inner, (n*c+ch+1)*inner
+			a, b, k := T(op.ga[ch]), T(op.gb[ch]), T(op.gk[ch])
+			xx, yy, dd, out := x[lo:hi], y[lo:hi], dy[lo:hi], dx[lo:hi]
+			if op.ReLU {
+				for i, d := range dd {
+					if !(yy[i] > 0) {
+						d = 0
+					}
+					out[i] = a*d + b*xx[i] + k
+				}
+			} else {
+				for i, d := range dd {
+					out[i] = a*d + b*xx[i] + k
+				}
+			}
+		}
+	}
+}

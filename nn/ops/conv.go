@@ -1,0 +1,527 @@
+package ops
+
+import (
+	"fmt"
+
+	"github.com/chewxy/hm"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// Conv2dOpts are the geometry and gradient options of Conv2d. Zero values
+// mean stride 1, padding 0, dilation 1.
+type Conv2dOpts struct {
+	Stride, Padding, Dilation [2]int // (height, width)
+	// NoInputGrad skips the gradient with respect to the input (a first
+	// layer fed straight from the batch).
+	NoInputGrad bool
+}
+
+// convGeom is everything the kernels need to know about one convolution.
+type convGeom struct {
+	n, c, h, w     int // input
+	oc, kh, kw     int // weight
+	sh, sw, ph, pw int
+	dh, dw         int
+	oh, ow         int // output
+}
+
+func (g *convGeom) ckk() int { return g.c * g.kh * g.kw }
+func (g *convGeom) ohw() int { return g.oh * g.ow }
+func (g *convGeom) in() int  { return g.c * g.h * g.w }
+func (g *convGeom) out() int { return g.oc * g.ohw() }
+func (g *convGeom) x1() bool {
+	return g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0
+}
+func (g *convGeom) xShape() tensor.Shape { return tensor.Shape{g.n, g.c, g.h, g.w} }
+func (g *convGeom) wShape() tensor.Shape { return tensor.Shape{g.oc, g.c, g.kh, g.kw} }
+func (g *convGeom) yShape() tensor.Shape { return tensor.Shape{g.n, g.oc, g.oh, g.ow} }
+
+// chunk is how many images one multiply covers: enough columns (about
+// convColumns) for an efficient multiply when images are small, one image
+// when they are large (the multiply then writes straight into the output).
+func (g *convGeom) chunk() int {
+	if g.x1() {
+		return 1
+	}
+	nb := (convColumns + g.ohw() - 1) / g.ohw()
+	return max(1, min(nb, g.n))
+}
+
+// convColumns is the target width of the column matrix of one multiply.
+var convColumns = 1024
+
+// Conv2d is the 2-D cross-correlation of x [N, C, H, W] with w [OC, C, KH, KW]
+// plus b [OC] (or no bias when b is nil), as PyTorch's conv2d: im2col into an
+// op-held buffer and one matrix multiply per chunk of images.
+func Conv2d(x, w, b *G.Node, o Conv2dOpts) (*G.Node, error) {
+	for _, c := range []struct {
+		what string
+		n    *G.Node
+	}{{"Conv2d input", x}, {"Conv2d weight", w}} {
+		if err := checkFloat(c.what, c.n); err != nil {
+			return nil, err
+		}
+	}
+	if err := sameDtype("Conv2d weight", x, w); err != nil {
+		return nil, err
+	}
+	xs, ws := x.Shape(), w.Shape()
+	if len(ws) != 4 {
+		return nil, fmt.Errorf("Conv2d weight has shape %v: want [out channels, in channels, kh, kw]", ws)
+	}
+	if len(xs) != 4 {
+		return nil, fmt.Errorf("Conv2d input has shape %v: want [batch, %d, height, width]", xs, ws[1])
+	}
+	if xs[1] != ws[1] {
+		return nil, fmt.Errorf("Conv2d input has shape %v with %d channels, but weight %v wants %d", xs, xs[1], ws, ws[1])
+	}
+	def := func(v, d int) int {
+		if v == 0 {
+			return d
+		}
+		return v
+	}
+	g := convGeom{n: xs[0], c: xs[1], h: xs[2], w: xs[3], oc: ws[0], kh: ws[2], kw: ws[3],
+		sh: def(o.Stride[0], 1), sw: def(o.Stride[1], 1), ph: o.Padding[0], pw: o.Padding[1],
+		dh: def(o.Dilation[0], 1), dw: def(o.Dilation[1], 1)}
+	if g.sh < 1 || g.sw < 1 || g.dh < 1 || g.dw < 1 || g.ph < 0 || g.pw < 0 {
+		return nil, fmt.Errorf("Conv2d stride %v, padding %v, dilation %v: stride and dilation must be ≥ 1, padding ≥ 0", o.Stride, o.Padding, o.Dilation)
+	}
+	g.oh = (g.h+2*g.ph-g.dh*(g.kh-1)-1)/g.sh + 1
+	g.ow = (g.w+2*g.pw-g.dw*(g.kw-1)-1)/g.sw + 1
+	if g.h+2*g.ph-g.dh*(g.kh-1)-1 < 0 || g.w+2*g.pw-g.dw*(g.kw-1)-1 < 0 {
+		return nil, fmt.Errorf("Conv2d input %v is too small for a %dx%d kernel with padding (%d, %d) and dilation (%d, %d): each spatial side needs at least %dx%d after padding",
+			xs, g.kh, g.kw, g.ph, g.pw, g.dh, g.dw, g.dh*(g.kh-1)+1, g.dw*(g.kw-1)+1)
+	}
+	children := []*G.Node{x, w}
+	if b != nil {
+		if err := sameDtype("Conv2d bias", x, b); err != nil {
+			return nil, err
+		}
+		if bs := b.Shape(); len(bs) != 1 || bs[0] != g.oc {
+			return nil, fmt.Errorf("Conv2d bias has shape %v, want [%d] to match weight %v", bs, g.oc, ws)
+		}
+		children = append(children, b)
+	}
+	return apply(&convOp{base: newBase("Conv2d"), g: g, bias: b != nil, noInputGrad: o.NoInputGrad}, children...)
+}
+
+type convOp struct {
+	base
+	g           convGeom
+	bias        bool
+	noInputGrad bool
+	out         buffer
+	cols, tmp   any // []T scratch: column matrix, chunk result
+}
+
+func (op *convOp) Arity() int {
+	if op.bias {
+		return 3
+	}
+	return 2
+}
+
+func (op *convOp) Type() hm.Type {
+	if op.bias {
+		return fnType(4, 4, 4, 1)
+	}
+	return fnType(4, 4, 4)
+}
+
+func (op *convOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.g.yShape(), nil }
+
+func (op *convOp) DiffWRT(int) []bool {
+	d := []bool{!op.noInputGrad, true}
+	if op.bias {
+		d = append(d, true)
+	}
+	return d
+}
+
+func (op *convOp) Do(v ...G.Value) (G.Value, error) {
+	dt := v[1].Dtype()
+	x, err := dense(op, "input", v[0], dt, op.g.xShape())
+	if err != nil {
+		return nil, err
+	}
+	w, err := dense(op, "weight", v[1], dt, op.g.wShape())
+	if err != nil {
+		return nil, err
+	}
+	var b *tensor.Dense
+	if op.bias {
+		if b, err = dense(op, "bias", v[2], dt, tensor.Shape{op.g.oc}); err != nil {
+			return nil, err
+		}
+	}
+	y := op.out.get(dt, op.g.yShape())
+	if dt == tensor.Float32 {
+		convFwd[float32](op, x, w, b, y)
+	} else {
+		convFwd[float64](op, x, w, b, y)
+	}
+	return y, nil
+}
+
+// scratch returns *p as a []T of length n, reallocating when too short.
+func scratch[T float](p *any, n int) []T {
+	s, _ := (*p).([]T)
+	s = grow(s, n)
+	*p = s
+	return s
+}
+
+func convFwd[T float](op *convOp, xt, wt, bt, yt *tensor.Dense) {
+	g := &op.g
+	x, w, y := data[T](xt), data[T](wt), data[T](yt)
+	ckk, ohw, out := g.ckk(), g.ohw(), g.out()
+	nb := g.chunk()
+	var cols, tmp []T
+	if !g.x1() {
+		cols = scratch[T](&op.cols, ckk*nb*ohw)
+	}
+	if nb > 1 {
+		tmp = scratch[T](&op.tmp, g.oc*nb*ohw)
+	}
+	for n0 := 0; n0 < g.n; n0 += nb {
+		m := min(nb, g.n-n0)
+		ld := m * ohw
+		src := cols
+		if g.x1() {
+			src = x[n0*g.in() : (n0+1)*g.in()] // [C, HW] is already the column matrix
+		} else {
+			for i := 0; i < m; i++ {
+				im2col(g, x[(n0+i)*g.in():(n0+i+1)*g.in()], cols, ld, i*ohw)
+			}
+		}
+		if m == 1 {
+			gemm(false, false, g.oc, ohw, ckk, 1, w, ckk, src, ld, 0, y[n0*out:(n0+1)*out], ohw)
+		} else {
+			gemm(false, false, g.oc, ld, ckk, 1, w, ckk, src, ld, 0, tmp, ld)
+			for i := 0; i < m; i++ {
+				dst := y[(n0+i)*out : (n0+i+1)*out]
+				for o := 0; o < g.oc; o++ {
+					copy(dst[o*ohw:(o+1)*ohw], tmp[o*ld+i*ohw:o*ld+(i+1)*ohw])
+				}
+			}
+		}
+	}
+	if bt != nil {
+		b := data[T](bt)
+		for n := 0; n < g.n; n++ {
+			for o := 0; o < g.oc; o++ {
+				row := y[n*out+o*ohw : n*out+(o+1)*ohw]
+				bo := b[o]
+				for i := range row {
+					row[i] += bo
+				}
+			}
+		}
+	}
+}
+
+// im2col writes image x [C, H, W] into the column matrix cols (ld columns
+// per row, this image's columns starting at off): row (c, ki, kj), column
+// (oy, ox) holds x[c, oy·sh - ph + ki·dh, ox·sw - pw + kj·dw], 0 outside.
+func im2col[T float](g *convGeom, x, cols []T, ld, off int) {
+	for c := 0; c < g.c; c++ {
+		plane := x[c*g.h*g.w : (c+1)*g.h*g.w]
+		for ki := 0; ki < g.kh; ki++ {
+			for kj := 0; kj < g.kw; kj++ {
+				row := cols[((c*g.kh+ki)*g.kw+kj)*ld+off:]
+				// Output columns whose input column is inside the image.
+				x0 := kj*g.dw - g.pw
+				lo, hi := validRange(x0, g.sw, g.w, g.ow)
+				for oy := 0; oy < g.oh; oy++ {
+					dst := row[oy*g.ow : (oy+1)*g.ow]
+					iy := oy*g.sh - g.ph + ki*g.dh
+					if iy < 0 || iy >= g.h || lo >= hi {
+						clear(dst)
+						continue
+					}
+					clear(dst[:lo])
+					clear(dst[hi:])
+					src := plane[iy*g.w:]
+					if g.sw == 1 {
+						copy(dst[lo:hi], src[x0+lo:x0+hi])
+					} else {
+						for ox := lo; ox < hi; ox++ {
+							dst[ox] = src[x0+ox*g.sw]
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// validRange is the range [lo, hi) of outputs o in [0, n) for which
+// x0 + o·s lies in [0, size).
+func validRange(x0, s, size, n int) (lo, hi int) {
+	if x0 < 0 {
+		lo = (-x0 + s - 1) / s
+	}
+	if last := size - 1 - x0; last < 0 {
+		hi = 0
+	} else {
+		hi = min(n, last/s+1)
+	}
+	if lo > hi {
+		lo = hi
+	}
+	return lo, hi
+}
+
+// col2im adds the column matrix back into image dx [C, H, W]: the adjoint of
+// im2col.
+func col2im[T float](g *convGeom, cols []T, ld, off int, dx []T) {
+	for c := 0; c < g.c; c++ {
+		plane := dx[c*g.h*g.w : (c+1)*g.h*g.w]
+		for ki := 0; ki < g.kh; ki++ {
+			for kj := 0; kj < g.kw; kj++ {
+				row := cols[((c*g.kh+ki)*g.kw+kj)*ld+off:]
+				x0 := kj*g.dw - g.pw
+				lo, hi := validRange(x0, g.sw, g.w, g.ow)
+				if lo >= hi {
+					continue
+				}
+				for oy := 0; oy < g.oh; oy++ {
+					iy := oy*g.sh - g.ph + ki*g.dh
+					if iy < 0 || iy >= g.h {
+						continue
+					}
+					src := row[oy*g.ow : (oy+1)*g.ow]
+					dst := plane[iy*g.w:]
+					if g.sw == 1 {
+						d := dst[x0+lo : x0+hi]
+						for i, v := range src[lo:hi] {
+							d[i] += v
+						}
+					} else {
+						for ox := lo; ox < hi; ox++ {
+							dst[x0+ox*g.sw] += src[ox]
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func (op *convOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
+	res := make(G.Nodes, len(inputs))
+	var err error
+	if !op.noInputGrad {
+		if res[0], err = apply(&convGradInputOp{base: newBase("Conv2dGradInput"), g: op.g}, grad, inputs[1]); err != nil {
+			return nil, err
+		}
+	}
+	if res[1], err = apply(&convGradWeightOp{base: newBase("Conv2dGradWeight"), g: op.g}, inputs[0], grad); err != nil {
+		return nil, err
+	}
+	if op.bias {
+		if res[2], err = apply(&channelSumOp{base: newBase("Conv2dGradBias"), shape: op.g.yShape()}, grad); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// gatherChunk copies images n0..n0+m of dy [N, OC, OHW] into the chunk
+// layout [OC, m·OHW] the multiplies use.
+func gatherChunk[T float](g *convGeom, dy, dst []T, n0, m int) {
+	ohw, out, ld := g.ohw(), g.out(), m*g.ohw()
+	for i := 0; i < m; i++ {
+		src := dy[(n0+i)*out : (n0+i+1)*out]
+		for o := 0; o < g.oc; o++ {
+			copy(dst[o*ld+i*ohw:o*ld+(i+1)*ohw], src[o*ohw:(o+1)*ohw])
+		}
+	}
+}
+
+// convGradWeightOp is Σ_images dy·colsᵀ: (x, dy) → [OC, C, KH, KW].
+type convGradWeightOp struct {
+	base
+	noDiff
+	g         convGeom
+	out       buffer
+	cols, dyc any
+}
+
+func (op *convGradWeightOp) Arity() int         { return 2 }
+func (op *convGradWeightOp) Type() hm.Type      { return fnType(4, 4, 4) }
+func (op *convGradWeightOp) DiffWRT(int) []bool { return []bool{false, false} }
+func (op *convGradWeightOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
+	return op.g.wShape(), nil
+}
+
+func (op *convGradWeightOp) Do(v ...G.Value) (G.Value, error) {
+	dt := v[0].Dtype()
+	x, err := dense(op, "input", v[0], dt, op.g.xShape())
+	if err != nil {
+		return nil, err
+	}
+	dy, err := dense(op, "output gradient", v[1], dt, op.g.yShape())
+	if err != nil {
+		return nil, err
+	}
+	dw := op.out.get(dt, op.g.wShape())
+	if dt == tensor.Float32 {
+		convGradWeight[float32](op, x, dy, dw)
+	} else {
+		convGradWeight[float64](op, x, dy, dw)
+	}
+	return dw, nil
+}
+
+func convGradWeight[T float](op *convGradWeightOp, xt, dyt, dwt *tensor.Dense) {
+	g := &op.g
+	x, dy, dw := data[T](xt), data[T](dyt), data[T](dwt)
+	ckk, ohw, out := g.ckk(), g.ohw(), g.out()
+	nb := g.chunk()
+	var cols, dyc []T
+	if !g.x1() {
+		cols = scratch[T](&op.cols, ckk*nb*ohw)
+	}
+	if nb > 1 {
+		dyc = scratch[T](&op.dyc, g.oc*nb*ohw)
+	}
+	var beta T
+	for n0 := 0; n0 < g.n; n0 += nb {
+		m := min(nb, g.n-n0)
+		ld := m * ohw
+		src := cols
+		if g.x1() {
+			src = x[n0*g.in() : (n0+1)*g.in()]
+		} else {
+			for i := 0; i < m; i++ {
+				im2col(g, x[(n0+i)*g.in():(n0+i+1)*g.in()], cols, ld, i*ohw)
+			}
+		}
+		d := dy[n0*out : (n0+1)*out]
+		if m > 1 {
+			gatherChunk(g, dy, dyc, n0, m)
+			d = dyc
+		}
+		gemm(false, true, g.oc, ckk, ld, 1, d, ld, src, ld, beta, dw, ckk)
+		beta = 1
+	}
+}
+
+// convGradInputOp is col2im(wᵀ·dy): (dy, w) → [N, C, H, W].
+type convGradInputOp struct {
+	base
+	noDiff
+	g          convGeom
+	out        buffer
+	dcols, dyc any
+}
+
+func (op *convGradInputOp) Arity() int                                     { return 2 }
+func (op *convGradInputOp) Type() hm.Type                                  { return fnType(4, 4, 4) }
+func (op *convGradInputOp) DiffWRT(int) []bool                             { return []bool{false, false} }
+func (op *convGradInputOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.g.xShape(), nil }
+
+func (op *convGradInputOp) Do(v ...G.Value) (G.Value, error) {
+	dt := v[0].Dtype()
+	dy, err := dense(op, "output gradient", v[0], dt, op.g.yShape())
+	if err != nil {
+		return nil, err
+	}
+	w, err := dense(op, "weight", v[1], dt, op.g.wShape())
+	if err != nil {
+		return nil, err
+	}
+	dx := op.out.get(dt, op.g.xShape())
+	if dt == tensor.Float32 {
+		convGradInput[float32](op, dy, w, dx)
+	} else {
+		convGradInput[float64](op, dy, w, dx)
+	}
+	return dx, nil
+}
+
+func convGradInput[T float](op *convGradInputOp, dyt, wt, dxt *tensor.Dense) {
+	g := &op.g
+	dy, w, dx := data[T](dyt), data[T](wt), data[T](dxt)
+	ckk, ohw, out, in := g.ckk(), g.ohw(), g.out(), g.in()
+	if g.x1() { // dx_n = wᵀ·dy_n, straight into the output
+		for n := 0; n < g.n; n++ {
+			gemm(true, false, ckk, ohw, g.oc, 1, w, ckk, dy[n*out:(n+1)*out], ohw, 0, dx[n*in:(n+1)*in], ohw)
+		}
+		return
+	}
+	nb := g.chunk()
+	dcols := scratch[T](&op.dcols, ckk*nb*ohw)
+	var dyc []T
+	if nb > 1 {
+		dyc = scratch[T](&op.dyc, g.oc*nb*ohw)
+	}
+	clear(dx)
+	for n0 := 0; n0 < g.n; n0 += nb {
+		m := min(nb, g.n-n0)
+		ld := m * ohw
+		d := dy[n0*out : (n0+1)*out]
+		if m > 1 {
+			gatherChunk(g, dy, dyc, n0, m)
+			d = dyc
+		}
+		gemm(true, false, ckk, ld, g.oc, 1, w, ckk, d, ld, 0, dcols, ld)
+		for i := 0; i < m; i++ {
+			col2im(g, dcols, ld, i*ohw, dx[(n0+i)*in:(n0+i+1)*in])
+		}
+	}
+}
+
+// channelSumOp sums x [N, C, ...] over every axis but the channel axis: the
+// bias gradient of Conv2d. → [C].
+type channelSumOp struct {
+	base
+	noDiff
+	shape tensor.Shape
+	out   buffer
+	acc   []float64
+}
+
+func (op *channelSumOp) Arity() int         { return 1 }
+func (op *channelSumOp) Type() hm.Type      { return fnType(1, len(op.shape)) }
+func (op *channelSumOp) DiffWRT(int) []bool { return []bool{false} }
+func (op *channelSumOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
+	return tensor.Shape{op.shape[1]}, nil
+}
+
+func (op *channelSumOp) Do(v ...G.Value) (G.Value, error) {
+	dt := v[0].Dtype()
+	x, err := dense(op, "input", v[0], dt, op.shape)
+	if err != nil {
+		return nil, err
+	}
+	n, c := op.shape[0], op.shape[1]
+	inner := op.shape.TotalSize() / (n * c)
+	op.acc = grow(op.acc, c)
+	o := op.out.get(dt, tensor.Shape{c})
+	if dt == tensor.Float32 {
+		channelSum(data[float32](x), data[float32](o), op.acc, n, c, inner)
+	} else {
+		channelSum(data[float64](x), data[float64](o), op.acc, n, c, inner)
+	}
+	return o, nil
+}
+
+func channelSum[T float](x, o []T, acc []float64, n, c, inner int) {
+	clear(acc)
+	for i := 0; i < n; i++ {
+		for ch := 0; ch < c; ch++ {
+			var s T
+			for _, v := range x[(i*c+ch)*inner : (i*c+ch+1)*inner] {
+				s += v
+			}
+			acc[ch] += float64(s)
+		}
+	}
+	for ch := range o {
+		o[ch] = T(acc[ch])
+	}
+}
