@@ -1,0 +1,158 @@
+package blas
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/rs/zerolog"
+)
+
+// ChooseOptions say how Choose picks the implementation. The zero value
+// reads the environment: FULGUR_BLAS ("auto", "openblas" or "gonum") and
+// FULGUR_BLAS_THREADS (threads per process; default GOMAXPROCS).
+type ChooseOptions struct {
+	// Lookup reads configuration variables; nil: os.LookupEnv. Tests inject
+	// their own.
+	Lookup func(string) (string, bool)
+}
+
+// Choice is what Choose selected.
+type Choice struct {
+	Impl Impl
+	// Fallback explains why gonum runs although OpenBLAS was wanted ("" when
+	// OpenBLAS runs, or gonum was asked for).
+	Fallback string
+	// Threads is the OpenBLAS thread count (0 for gonum).
+	Threads int
+	// ThreadsFromEnv reports that FULGUR_BLAS_THREADS fixed the count, which
+	// SetThreadsPerRank then leaves alone.
+	ThreadsFromEnv bool
+}
+
+var (
+	chooseMu sync.Mutex
+	chosen   *Choice
+)
+
+// Choose picks the matrix-multiply implementation for this process, once:
+// OpenBLAS when the dynamic loader finds it, gonum otherwise, and installs
+// it with Use. It logs the choice (and, on fallback, why and what to
+// install) on log. Programs call it at start, before any graph runs; later
+// calls return the first choice and log nothing. It fails on a bad
+// FULGUR_BLAS or FULGUR_BLAS_THREADS, when OpenBLAS was demanded but cannot
+// load, or when a multiply already ran on another implementation.
+func Choose(log zerolog.Logger, o ChooseOptions) (Choice, error) {
+	chooseMu.Lock()
+	defer chooseMu.Unlock()
+	if chosen != nil {
+		return *chosen, nil
+	}
+	c, err := choose(o, LoadOpenBLAS)
+	if err != nil {
+		return Choice{}, err
+	}
+	if err := Use(c.Impl); err != nil {
+		if Current().Name() != c.Impl.Name() {
+			return Choice{}, err
+		}
+	}
+	ev := log.Info()
+	if c.Fallback != "" {
+		ev = log.Warn().Str("reason", c.Fallback)
+	}
+	ev.Str("blas", c.Impl.Name()).Msg("matrix multiply")
+	chosen = &c
+	return c, nil
+}
+
+func choose(o ChooseOptions, load func() (*OpenBLAS, error)) (Choice, error) {
+	lookup := o.Lookup
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	var errs []error
+	want := "auto"
+	if v, ok := lookup("FULGUR_BLAS"); ok && v != "" {
+		want = strings.ToLower(strings.TrimSpace(v))
+		if want != "auto" && want != "openblas" && want != "gonum" {
+			errs = append(errs, fmt.Errorf("FULGUR_BLAS is %q: use auto, openblas or gonum", v))
+		}
+	}
+	threads, fromEnv := runtime.GOMAXPROCS(0), false
+	if v, ok := lookup("FULGUR_BLAS_THREADS"); ok && v != "" {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 1 {
+			errs = append(errs, fmt.Errorf("FULGUR_BLAS_THREADS is %q: use a whole number of threads, 1 or more", v))
+		}
+		threads, fromEnv = n, true
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Choice{}, err
+	}
+	if want == "gonum" {
+		return Choice{Impl: Gonum{}}, nil
+	}
+	ob, err := load()
+	if err != nil {
+		if want == "openblas" {
+			return Choice{}, fmt.Errorf("FULGUR_BLAS is openblas: %w", err)
+		}
+		return Choice{Impl: Gonum{}, Fallback: err.Error() + "; running the pure-Go gonum BLAS"}, nil
+	}
+	if err := ob.SetThreads(threads); err != nil {
+		return Choice{}, err
+	}
+	return Choice{Impl: ob, Threads: threads, ThreadsFromEnv: fromEnv}, nil
+}
+
+// threader is an implementation whose thread count can change.
+type threader interface{ SetThreads(n int) error }
+
+// SetThreads sets the thread count of the implementation in use when it has
+// one (OpenBLAS); gonum's parallelism is not adjustable and it returns nil.
+func SetThreads(n int) error {
+	if n < 1 {
+		return fmt.Errorf("blas: thread count %d: use 1 or more", n)
+	}
+	if t, ok := Current().(threader); ok {
+		return t.SetThreads(n)
+	}
+	return nil
+}
+
+// SetThreadsPerRank shares the machine's cores between localRanks processes
+// (or in-process replicas) running multiplies at once: each gets
+// GOMAXPROCS/localRanks threads, at least one, unless FULGUR_BLAS_THREADS
+// fixed the count. Strategies that start several ranks on one machine call it
+// in every rank; without it, N ranks × N threads oversubscribe the cores.
+// It returns the count now in force (0 for gonum).
+func SetThreadsPerRank(localRanks int) (int, error) {
+	if localRanks < 1 {
+		return 0, fmt.Errorf("blas: %d local ranks: use 1 or more", localRanks)
+	}
+	chooseMu.Lock()
+	c := chosen
+	chooseMu.Unlock()
+	if c != nil && c.ThreadsFromEnv {
+		return c.Threads, nil
+	}
+	t, ok := Current().(threader)
+	if !ok {
+		return 0, nil
+	}
+	n := max(1, runtime.GOMAXPROCS(0)/localRanks)
+	if err := t.SetThreads(n); err != nil {
+		return 0, err
+	}
+	if c != nil {
+		chooseMu.Lock()
+		c.Threads = n
+		chooseMu.Unlock()
+	}
+	return n, nil
+}

@@ -1,0 +1,163 @@
+package blas_test
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/fulgur-ml/fulgur/internal/blas"
+	"github.com/fulgur-ml/fulgur/internal/blas/blastest"
+)
+
+func openBLAS(t testing.TB) *blas.OpenBLAS {
+	t.Helper()
+	o, err := blas.LoadOpenBLAS()
+	if errors.Is(err, blas.ErrNoOpenBLAS) {
+		t.Skipf("OpenBLAS is not installed: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func TestOpenBLASConformance(t *testing.T) {
+	blastest.Run(t, openBLAS(t))
+}
+
+// The shapes of the mlp workload's multiplies (batch 64, 784-256-128-10),
+// forward and backward, against gonum.
+func TestOpenBLASMatchesGonum(t *testing.T) {
+	o := openBLAS(t)
+	cases := []struct {
+		name    string
+		tA, tB  bool
+		m, n, k int
+		beta    float64
+	}{
+		{"fc1 forward", false, false, 64, 256, 784, 1},
+		{"fc3 forward", false, false, 64, 10, 128, 1},
+		{"fc2 grad input", false, true, 64, 256, 128, 0},
+		{"fc1 grad weight", true, false, 784, 256, 64, 0},
+		{"fc3 grad weight", true, false, 128, 10, 64, 0},
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			lda, ldb := c.k, c.n
+			if c.tA {
+				lda = c.m
+			}
+			if c.tB {
+				ldb = c.k
+			}
+			a64 := randn(r, c.m*c.k)
+			b64 := randn(r, c.k*c.n)
+			c64 := randn(r, c.m*c.n)
+			want64 := append([]float64(nil), c64...)
+			got64 := append([]float64(nil), c64...)
+			blas.Gonum{}.Dgemm(c.tA, c.tB, c.m, c.n, c.k, 1, a64, lda, b64, ldb, c.beta, want64, c.n)
+			o.Dgemm(c.tA, c.tB, c.m, c.n, c.k, 1, a64, lda, b64, ldb, c.beta, got64, c.n)
+			if d := maxRel(want64, got64); d > 1e-12 {
+				t.Errorf("float64: max relative difference %.3g, want ≤ 1e-12", d)
+			}
+			a32, b32, c32 := to32(a64), to32(b64), to32(c64)
+			want32 := append([]float32(nil), c32...)
+			got32 := append([]float32(nil), c32...)
+			blas.Gonum{}.Sgemm(c.tA, c.tB, c.m, c.n, c.k, 1, a32, lda, b32, ldb, float32(c.beta), want32, c.n)
+			o.Sgemm(c.tA, c.tB, c.m, c.n, c.k, 1, a32, lda, b32, ldb, float32(c.beta), got32, c.n)
+			// float32 sums of up to 784 products in different orders:
+			// relative to the row's magnitude, 1e-5 is ~100 ulps.
+			if d := maxRel(to64(want32), to64(got32)); d > 1e-5 {
+				t.Errorf("float32: max relative difference %.3g, want ≤ 1e-5", d)
+			}
+		})
+	}
+}
+
+func TestOpenBLASCallsDoNotAllocate(t *testing.T) {
+	o := openBLAS(t)
+	a, b, c := make([]float32, 64*128), make([]float32, 128*10), make([]float32, 64*10)
+	a64, b64, c64 := make([]float64, 64*128), make([]float64, 128*10), make([]float64, 64*10)
+	n := testing.AllocsPerRun(50, func() {
+		o.Sgemm(false, false, 64, 10, 128, 1, a, 128, b, 10, 0, c, 10)
+		o.Dgemm(false, true, 64, 128, 10, 1, c64, 10, b64, 10, 0, a64, 128)
+	})
+	if n != 0 {
+		t.Fatalf("%v allocations per pair of calls, want 0", n)
+	}
+}
+
+func TestOpenBLASThreads(t *testing.T) {
+	o := openBLAS(t)
+	before := o.Threads()
+	defer o.SetThreads(before)
+	for _, n := range []int{1, 2} {
+		if err := o.SetThreads(n); err != nil {
+			t.Fatal(err)
+		}
+		if got := o.Threads(); got != n {
+			t.Errorf("after SetThreads(%d), Threads() = %d", n, got)
+		}
+	}
+	if err := o.SetThreads(0); err == nil {
+		t.Error("SetThreads(0) succeeded")
+	}
+}
+
+func randn(r *rand.Rand, n int) []float64 {
+	v := make([]float64, n)
+	for i := range v {
+		v[i] = r.NormFloat64()
+	}
+	return v
+}
+
+func to32(v []float64) []float32 {
+	o := make([]float32, len(v))
+	for i, x := range v {
+		o[i] = float32(x)
+	}
+	return o
+}
+
+func to64(v []float32) []float64 {
+	o := make([]float64, len(v))
+	for i, x := range v {
+		o[i] = float64(x)
+	}
+	return o
+}
+
+// maxRel is max |a-b| / max(1, max |a|).
+func maxRel(a, b []float64) float64 {
+	scale := 1.0
+	for _, x := range a {
+		scale = math.Max(scale, math.Abs(x))
+	}
+	d := 0.0
+	for i := range a {
+		d = math.Max(d, math.Abs(a[i]-b[i]))
+	}
+	return d / scale
+}
+
+func BenchmarkSgemmMLP(b *testing.B) {
+	impls := []blas.Impl{blas.Gonum{}}
+	if o, err := blas.LoadOpenBLAS(); err == nil {
+		o.SetThreads(1)
+		impls = append(impls, o)
+	}
+	// Random values: gonum skips zero elements, so zeros would flatter it.
+	r := rand.New(rand.NewPCG(3, 4))
+	x, w, y := to32(randn(r, 64*784)), to32(randn(r, 784*256)), make([]float32, 64*256)
+	for _, impl := range impls {
+		b.Run(impl.Name()[:5], func(b *testing.B) {
+			b.SetBytes(int64(2 * 64 * 784 * 256 * 4 / 8)) // not bytes: FLOP/8, so MB/s×8 ≈ MFLOP/s
+			for b.Loop() {
+				impl.Sgemm(false, false, 64, 256, 784, 1, x, 784, w, 256, 0, y, 256)
+			}
+		})
+	}
+}
