@@ -29,6 +29,11 @@ type base struct {
 
 func newBase(kind string) base { return base{id: lastID.Add(1), kind: kind} }
 
+// fulgurOp is satisfied by every op of this package (tests use it to find them).
+type fulgurOp interface{ self() *base }
+
+func (b *base) self() *base { return b }
+
 // WriteHash includes the instance id: Gorgonia merges nodes whose ops hash
 // alike (common subexpression elimination), which for ops holding buffers
 // and caches would silently share them between layers.

@@ -166,11 +166,15 @@ func (op *convOp) Do(v ...G.Value) (G.Value, error) {
 }
 
 // scratch returns *p as a []T of length n, reallocating when too short.
+// Storing into *p boxes the slice header, so it happens only when the
+// buffer grows.
 func scratch[T float](p *any, n int) []T {
 	s, _ := (*p).([]T)
-	s = grow(s, n)
-	*p = s
-	return s
+	if cap(s) < n {
+		s = make([]T, n)
+		*p = s
+	}
+	return s[:n]
 }
 
 func convFwd[T float](op *convOp, xt, wt, bt, yt *tensor.Dense) {

@@ -54,6 +54,7 @@ func split(s tensor.Shape, axis int) (outer, n, inner int) {
 type reduceAxisOp struct {
 	base
 	in   tensor.Shape
+	outS tensor.Shape
 	axis int
 	mean bool
 	out  buffer
@@ -62,11 +63,13 @@ type reduceAxisOp struct {
 }
 
 func (op *reduceAxisOp) outShape() tensor.Shape {
-	s := append(append(tensor.Shape{}, op.in[:op.axis]...), op.in[op.axis+1:]...)
-	if len(s) == 0 {
+	if op.outS == nil {
+		op.outS = append(append(tensor.Shape{}, op.in[:op.axis]...), op.in[op.axis+1:]...)
+	}
+	if len(op.outS) == 0 {
 		return tensor.ScalarShape()
 	}
-	return s
+	return op.outS
 }
 
 func (op *reduceAxisOp) Arity() int                                     { return 1 }

@@ -1,0 +1,94 @@
+package ops
+
+import (
+	"testing"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// smallNet builds a training graph using every op of the package and
+// differentiates it with respect to its parameters.
+func smallNet(t *testing.T, dt tensor.Dtype) (*G.ExprGraph, *G.Node) {
+	t.Helper()
+	g := G.NewGraph()
+	must := func(n *G.Node, err error) *G.Node {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// 6x6 images keep every multiply below gonum's parallel threshold (256
+	// columns), where its goroutines allocate: that cost belongs to the BLAS.
+	x := node(g, randT(dt, 1, -1, 1, 4, 2, 6, 6), "x")
+	w1 := node(g, randT(dt, 2, -0.5, 0.5, 4, 2, 3, 3), "w1")
+	b1 := node(g, randT(dt, 3, -0.5, 0.5, 4), "b1")
+	gam := node(g, randT(dt, 4, 0.5, 1.5, 4), "gamma")
+	bet := node(g, randT(dt, 5, -0.5, 0.5, 4), "beta")
+	st := newBNState(dt, 4)
+	w2 := node(g, randT(dt, 6, -0.5, 0.5, 4, 4, 1, 1), "w2")
+	wl := node(g, randT(dt, 7, -0.5, 0.5, 4, 3), "wl")
+	bl := node(g, randT(dt, 8, -0.5, 0.5, 3), "bl")
+	wg := node(g, randT(dt, 9, -0.5, 0.5, 4, 3), "wg")
+	labels := node(g, labelsT(dt, 10, 4, 3), "labels")
+
+	h := must(Conv2d(x, w1, b1, Conv2dOpts{Padding: [2]int{1, 1}, NoInputGrad: true}))
+	h = must(BatchNorm(h, gam, bet, st.stats(), BatchNormOpts{Training: true, ReLU: true}))
+	s := must(Conv2d(h, w2, nil, Conv2dOpts{}))
+	h = must(AddReLU(h, s))
+	h = must(ReLU(h))
+	m := must(MaxPool2d(h, PoolOpts{Kernel: [2]int{2, 2}}))
+	a := must(AvgPool2d(m, PoolOpts{Kernel: [2]int{2, 2}}))
+	gp := must(GlobalAvgPool2d(m))
+	f := must(Flatten(a))
+	f = must(Dropout(f, 0.3, 1))
+	logits := must(Linear(f, wl, bl, LinearOpts{ReLU: true}))
+	logits2 := must(Linear(gp, wg, nil, LinearOpts{}))
+	ls := must(LogSoftmax(logits2))
+	r := must(MeanAxis(ls, 1))
+	r = must(SumAll(r))
+	loss := must(SoftmaxCrossEntropy(logits, labels, nil))
+	loss = must(G.Add(loss, r))
+	must(Accuracy(logits, labels, nil))
+	if _, err := G.Grad(loss, w1, b1, gam, bet, w2, wl, bl, wg); err != nil {
+		t.Fatal(err)
+	}
+	return g, loss
+}
+
+// After the first run, no op of the package allocates when it runs again:
+// outputs, caches and scratch space are all held by the op.
+func TestOpsDoNotAllocate(t *testing.T) {
+	for _, dt := range dtypes {
+		g, _ := smallNet(t, dt)
+		m := G.NewTapeMachine(g)
+		if err := m.RunAll(); err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		for _, n := range g.AllNodes() {
+			op, ok := n.Op().(fulgurOp)
+			if !ok {
+				continue
+			}
+			var in []G.Value
+			for it := g.From(n.ID()); it.Next(); {
+				in = append(in, it.Node().(*G.Node).Value())
+			}
+			allocs := testing.AllocsPerRun(5, func() {
+				if _, err := n.Op().Do(in...); err != nil {
+					t.Fatal(err)
+				}
+			})
+			if allocs != 0 {
+				t.Errorf("%v: %v allocates %.0f times per run", dt, n.Op(), allocs)
+			}
+			seen[op.self().kind] = true
+		}
+		if len(seen) < 25 {
+			t.Errorf("only %d kinds of op checked: %v", len(seen), seen)
+		}
+		m.Close()
+	}
+}
