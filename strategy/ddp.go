@@ -1,0 +1,430 @@
+package strategy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/rs/zerolog"
+	"gorgonia.org/tensor"
+
+	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/internal/engine"
+	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/optim"
+	"github.com/fulgur-ml/fulgur/strategy/collective"
+	"github.com/fulgur-ml/fulgur/strategy/device"
+)
+
+var (
+	_ Strategy = (*DDP)(nil)
+	_ Sampler  = (*DDP)(nil)
+)
+
+// DDPConfig configures one rank of DDP.
+type DDPConfig struct {
+	// Group is this rank's collective, already joined (tests pass the ranks
+	// of inproc.NewGroup). DDP takes it over and closes it at Teardown or on
+	// the first failure, so peers learn at once that this rank is gone.
+	Group collective.Collective
+	// Connect joins the job's group in Setup when Group is nil; the registry
+	// builds it from the cluster environment and the chosen backend.
+	Connect func(ctx context.Context) (collective.Collective, error)
+	// Rank and WorldSize describe this process before Connect has run; they
+	// are ignored when Group is set.
+	Rank, WorldSize int
+	// Device runs this rank's replica. nil: the CPU.
+	Device device.Device
+	// BucketBytes caps a gradient bucket. 0: DefaultBucketBytes (25 MiB).
+	BucketBytes int
+	// BufferSyncOnce broadcasts buffers (BatchNorm running statistics) from
+	// rank 0 only at Setup. By default they are also broadcast before the
+	// first micro-batch of every step, as PyTorch's DDP does, so every rank
+	// holds rank 0's statistics and ranks stay bit-identical.
+	BufferSyncOnce bool
+	// Timeout bounds Teardown's final barrier. 0: collective.DefaultTimeout.
+	Timeout time.Duration
+	Log     zerolog.Logger
+}
+
+// DDP is distributed data parallelism, one process (rank) per device. Setup
+// broadcasts rank 0's parameters and buffers. After the last micro-batch of
+// a step, gradient buckets (contiguous spans of the flat gradient buffer, in
+// reverse parameter order, at most BucketBytes each) are all-reduced
+// asynchronously on the group's communication goroutine, in order;
+// OptimizerStep updates each bucket's slice as soon as its reduction lands,
+// while the next is still on the wire. Gradient-norm clipping waits for
+// every bucket first. Micro-batches before the last one of an accumulation
+// window do not communicate.
+type DDP struct {
+	cfg  DDPConfig
+	name string
+
+	c       collective.Group
+	dev     device.Device
+	eng     *engine.Engine
+	opt     optim.Optimizer
+	sched   optim.Scheduler
+	buckets []Bucket
+	pending []collective.Handle
+	broken  error
+
+	rank, world int
+	reduceBuf   []float64
+	launch      *launcher // self-launched local ranks (nil when joined)
+}
+
+// NewDDP returns one rank of DDP.
+func NewDDP(cfg DDPConfig) (*DDP, error) {
+	var errs []error
+	if cfg.Group == nil && cfg.Connect == nil {
+		errs = append(errs, errors.New("neither Group nor Connect is set: pass this rank's collective (e.g. from inproc.NewGroup or tcp.New)"))
+	}
+	if cfg.BucketBytes < 0 {
+		errs = append(errs, fmt.Errorf("BucketBytes is %d: use 0 for %d MiB or a positive size", cfg.BucketBytes, DefaultBucketBytes>>20))
+	}
+	if cfg.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("Timeout is %v: use 0 for the default or a positive duration", cfg.Timeout))
+	}
+	d := &DDP{cfg: cfg, name: "ddp", dev: cfg.Device, rank: cfg.Rank, world: max(cfg.WorldSize, 1)}
+	if cfg.Group != nil {
+		d.rank, d.world = cfg.Group.Rank(), cfg.Group.Size()
+	} else if cfg.Rank < 0 || cfg.Rank >= d.world {
+		errs = append(errs, fmt.Errorf("Rank %d is outside 0..%d (WorldSize %d)", cfg.Rank, d.world-1, d.world))
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("strategy ddp: %w", errors.Join(errs...))
+	}
+	if d.cfg.BucketBytes == 0 {
+		d.cfg.BucketBytes = DefaultBucketBytes
+	}
+	if d.cfg.Timeout == 0 {
+		d.cfg.Timeout = collective.DefaultTimeout
+	}
+	if d.dev == nil {
+		d.dev = device.NewCPU(0)
+	}
+	return d, nil
+}
+
+func (d *DDP) Name() string { return d.name }
+
+// Buckets returns the gradient buckets laid out by Setup.
+func (d *DDP) Buckets() []Bucket { return d.buckets }
+
+// fail records the first error, closes the group so that every peer fails
+// fast naming this rank, and returns the error prefixed with this rank.
+func (d *DDP) fail(what string, err error) error {
+	err = fmt.Errorf("rank %d: %s: %w", d.rank, what, err)
+	if d.broken == nil {
+		d.broken = err
+		if d.c != nil { // fails the queued reductions too
+			d.c.Close()
+		}
+		d.pending = d.pending[:0]
+	}
+	return err
+}
+
+func (d *DDP) check() error {
+	if d.broken != nil {
+		return fmt.Errorf("the job failed earlier: %w", d.broken)
+	}
+	return nil
+}
+
+func (d *DDP) Setup(ctx context.Context, su Setup) error {
+	c := d.cfg.Group
+	if c == nil {
+		var err error
+		if c, err = d.cfg.Connect(ctx); err != nil {
+			return fmt.Errorf("rank %d: join the group: %w", d.rank, err)
+		}
+	}
+	d.c = collective.WithAsync(c)
+	d.rank, d.world = d.c.Rank(), d.c.Size()
+	store, err := module.NewStore(su.Specs, su.Dtype, su.Seed)
+	if err != nil {
+		return d.fail("setup", err)
+	}
+	if err := d.c.Broadcast(ctx, store.Data(), 0); err != nil {
+		return d.fail("broadcast rank 0's parameters and buffers", err)
+	}
+	d.eng = engine.New(su.Module, store, su.Fields, replicaSeed(su.Seed, d.rank))
+	elem := 4
+	if su.Dtype == tensor.Float64 {
+		elem = 8
+	}
+	if d.buckets, err = Buckets(store.Entries(), elem, d.cfg.BucketBytes); err != nil {
+		return d.fail("setup", err)
+	}
+	if d.opt, d.sched, err = su.NewOptimizer(); err != nil {
+		return d.fail("setup", err)
+	}
+	if err := d.opt.Bind(0, store.NumParams()); err != nil {
+		return d.fail("setup", err)
+	}
+	return nil
+}
+
+func (d *DDP) Rank() int                  { return d.rank }
+func (d *DDP) WorldSize() int             { return d.world }
+func (d *DDP) IsGlobalZero() bool         { return d.rank == 0 }
+func (d *DDP) Store() *module.Store       { return d.eng.Store() }
+func (d *DDP) Optimizer() optim.Optimizer { return d.opt }
+func (d *DDP) Scheduler() optim.Scheduler { return d.sched }
+
+// syncBuffers broadcasts rank 0's buffers (the part of the store after the
+// parameters), when the model has any.
+func (d *DDP) syncBuffers(ctx context.Context) error {
+	st := d.eng.Store()
+	if st.Len() == st.NumParams() {
+		return nil
+	}
+	var buf any
+	if st.Dtype() == tensor.Float32 {
+		buf = st.Data32()[st.NumParams():]
+	} else {
+		buf = st.Data64()[st.NumParams():]
+	}
+	return d.c.Broadcast(ctx, buf, 0)
+}
+
+func (d *DDP) TrainStep(ctx context.Context, b *data.Batch, o TrainOptions) (float64, []module.Metric, error) {
+	if err := d.check(); err != nil {
+		return 0, nil, err
+	}
+	if len(d.pending) > 0 {
+		return 0, nil, errors.New("TrainStep called while the last step's gradients are still being reduced: call OptimizerStep after a TrainStep with Sync")
+	}
+	scale := o.Scale
+	if scale == 0 {
+		scale = 1
+	}
+	if !o.Accumulate && !d.cfg.BufferSyncOnce {
+		if err := d.syncBuffers(ctx); err != nil {
+			return 0, nil, d.fail("broadcast buffers", err)
+		}
+	}
+	var r engine.Result
+	err := d.dev.Do(ctx, func() error {
+		var err error
+		r, err = d.eng.Run(ctx, module.Train, b, o.Accumulate, scale)
+		return err
+	})
+	if err != nil {
+		return 0, nil, d.fail("train step on "+d.dev.String(), err)
+	}
+	if o.Sync {
+		d.startReduce(ctx)
+	}
+	return r.Loss, r.Metrics, nil
+}
+
+// startReduce queues one all-reduce (mean) per bucket, in fill order.
+func (d *DDP) startReduce(ctx context.Context) {
+	st := d.eng.Store()
+	for _, bk := range d.buckets {
+		var buf any
+		if st.Dtype() == tensor.Float32 {
+			buf = st.Grad32()[bk.Lo:bk.Hi]
+		} else {
+			buf = st.Grad64()[bk.Lo:bk.Hi]
+		}
+		d.pending = append(d.pending, d.c.AllReduceAsync(ctx, buf, collective.Mean))
+	}
+}
+
+func (d *DDP) OptimizerStep(ctx context.Context, o StepOptions) (float64, error) {
+	if err := d.check(); err != nil {
+		return math.NaN(), err
+	}
+	st := d.eng.Store()
+	if len(d.pending) == 0 {
+		// No reduction in flight: a step without a synced micro-batch
+		// updates from local gradients, like Single.
+		return ApplyStep(st, d.opt, o, 0, st.NumParams()), nil
+	}
+	defer func() { d.pending = d.pending[:0] }()
+	if o.ClipNorm > 0 {
+		// The norm needs every bucket.
+		for i, h := range d.pending {
+			if err := h.Wait(); err != nil {
+				return math.NaN(), d.fail(fmt.Sprintf("all-reduce gradient bucket %d of %d", i+1, len(d.pending)), err)
+			}
+		}
+		return ApplyStep(st, d.opt, o, 0, st.NumParams()), nil
+	}
+	d.opt.Begin()
+	for i, h := range d.pending {
+		if err := h.Wait(); err != nil {
+			return math.NaN(), d.fail(fmt.Sprintf("all-reduce gradient bucket %d of %d", i+1, len(d.pending)), err)
+		}
+		bk := d.buckets[i]
+		if st.Dtype() == tensor.Float32 {
+			g := st.Grad32()[bk.Lo:bk.Hi]
+			if o.ClipValue > 0 {
+				optim.ClipGradValue32(g, o.ClipValue)
+			}
+			d.opt.Update32(st.Data32()[bk.Lo:bk.Hi], g, bk.Lo)
+		} else {
+			g := st.Grad64()[bk.Lo:bk.Hi]
+			if o.ClipValue > 0 {
+				optim.ClipGradValue64(g, o.ClipValue)
+			}
+			d.opt.Update64(st.Data64()[bk.Lo:bk.Hi], g, bk.Lo)
+		}
+	}
+	return math.NaN(), nil
+}
+
+func (d *DDP) EvalStep(ctx context.Context, mode module.Mode, b *data.Batch) ([]module.Metric, error) {
+	if err := d.check(); err != nil {
+		return nil, err
+	}
+	var r engine.Result
+	err := d.dev.Do(ctx, func() error {
+		var err error
+		r, err = d.eng.Run(ctx, mode, b, false, 1)
+		return err
+	})
+	if err != nil {
+		return nil, d.fail(mode.String()+" step on "+d.dev.String(), err)
+	}
+	return r.Metrics, nil
+}
+
+func (d *DDP) PredictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, error) {
+	var out *tensor.Dense
+	err := d.dev.Do(ctx, func() error {
+		r, err := d.eng.Run(ctx, module.Predict, b, false, 1)
+		if err == nil && r.Output == nil {
+			err = errors.New("PredictStep: the graph produced no output")
+		}
+		out = r.Output
+		return err
+	})
+	return out, err
+}
+
+func (d *DDP) Reduce(ctx context.Context, sums, weights []float64, ops []module.Reduce) error {
+	if err := d.check(); err != nil {
+		return err
+	}
+	if err := reduceMetrics(ctx, d.c, &d.reduceBuf, sums, weights, ops); err != nil {
+		return d.fail("reduce metrics", err)
+	}
+	return nil
+}
+
+// reduceMetrics combines per-rank metric values: Mean and Sum values and
+// every weight are summed in one all-reduce; Max and Min (negated) share a
+// second one, issued only when present (every rank has the same ops).
+func reduceMetrics(ctx context.Context, c collective.Collective, scratch *[]float64, sums, weights []float64, ops []module.Reduce) error {
+	if len(sums) != len(ops) || len(weights) != len(ops) {
+		return fmt.Errorf("Reduce: %d values, %d weights and %d ops: pass one of each per metric", len(sums), len(weights), len(ops))
+	}
+	n := len(ops)
+	buf := (*scratch)[:0]
+	var nMax int
+	for i, op := range ops {
+		if op == module.Max || op == module.Min {
+			nMax++
+			buf = append(buf, 0)
+		} else {
+			buf = append(buf, sums[i])
+		}
+	}
+	buf = append(buf, weights...)
+	*scratch = buf
+	if n == 0 {
+		return nil
+	}
+	if err := c.AllReduce(ctx, buf, collective.Sum); err != nil {
+		return err
+	}
+	for i, op := range ops {
+		if op != module.Max && op != module.Min {
+			sums[i] = buf[i]
+		}
+	}
+	copy(weights, buf[n:2*n])
+	if nMax == 0 {
+		return nil
+	}
+	mx := buf[:0]
+	for i, op := range ops {
+		switch op {
+		case module.Max:
+			mx = append(mx, sums[i])
+		case module.Min:
+			mx = append(mx, -sums[i])
+		}
+	}
+	if err := c.AllReduce(ctx, mx, collective.Max); err != nil {
+		return err
+	}
+	j := 0
+	for i, op := range ops {
+		switch op {
+		case module.Max:
+			sums[i] = mx[j]
+			j++
+		case module.Min:
+			sums[i] = -mx[j]
+			j++
+		}
+	}
+	return nil
+}
+
+func (d *DDP) Barrier(ctx context.Context) error {
+	if err := d.check(); err != nil {
+		return err
+	}
+	if err := d.c.Barrier(ctx); err != nil {
+		return d.fail("barrier", err)
+	}
+	return nil
+}
+
+// DistributedSampler shards training data by rank, padded so every rank
+// runs the same number of steps, and evaluation data without padding so
+// duplicates do not skew metrics.
+func (d *DDP) DistributedSampler(shuffle bool, seed uint64, train bool) data.Sampler {
+	return distributedSampler(d.rank, d.world, shuffle, seed, train)
+}
+
+func distributedSampler(rank, world int, shuffle bool, seed uint64, train bool) data.Sampler {
+	if train {
+		return data.DistributedSampler{Rank: rank, World: world, Shuffle: shuffle, Seed: seed}
+	}
+	return data.DistributedSampler{Rank: rank, World: world, NoPad: true}
+}
+
+// Teardown waits for the ranks to finish (a last barrier, so no rank
+// closes a connection a peer still reads), closes the group and waits for
+// self-launched local ranks.
+func (d *DDP) Teardown(ctx context.Context) error {
+	var errs []error
+	if d.c != nil && d.broken == nil {
+		for _, h := range d.pending {
+			h.Wait()
+		}
+		d.pending = nil
+		bctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
+		if err := d.c.Barrier(bctx); err != nil {
+			errs = append(errs, fmt.Errorf("rank %d: final barrier: %w", d.rank, err))
+		}
+		cancel()
+		d.c.Close()
+	}
+	if d.launch != nil {
+		if err := d.launch.wait(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
