@@ -312,3 +312,26 @@ func (r *Rendezvous) Close() error {
 	}
 	return nil
 }
+
+// Watch starts one goroutine per star connection (rank 0: one per joiner;
+// others: the one to rank 0) that calls lost(rank, err) once when that
+// connection ends: the peer process died or closed. Backends that move data
+// elsewhere (shm) use it to notice dead peers. After Watch, Exchange must not
+// be called. The goroutines end when the connections close (Close).
+func (r *Rendezvous) Watch(lost func(rank int, err error)) {
+	for i, c := range r.peers {
+		if c == nil {
+			continue
+		}
+		c.SetDeadline(time.Time{})
+		go func() {
+			hb := make([]byte, headerSize)
+			for {
+				if _, _, err := readControl(c, hb); err != nil {
+					lost(i, err)
+					return
+				}
+			}
+		}()
+	}
+}

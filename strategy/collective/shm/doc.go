@@ -1,0 +1,25 @@
+// Package shm is the same-host collective backend: ranks that are separate
+// processes on one machine exchange data through a shared-memory file in
+// /dev/shm mapped by every rank (golang.org/x/sys/unix), synchronising with
+// per-rank counters in that memory (spin, then yield, then short sleeps; no
+// futexes, no syscalls on the fast path).
+//
+// Start-up goes through tcp's rendezvous (token checked): rank 0 creates the
+// file, sends its name to the others, and removes the name once every rank
+// has mapped it, so nothing is left behind even if a process is killed.
+// Auto picks shared memory when every rank reports the same host identity and
+// can map the file, and the TCP ring otherwise, so a launcher can always call
+// Auto.
+//
+// Data moves in rounds of Config-sized slots: every rank copies its part in,
+// each rank reduces its own block of the round across all slots in rank
+// order (so results do not depend on timing), and every rank copies the
+// result out; two counter barriers per round.
+//
+// Faults: the rendezvous connections stay open as liveness links (rank 0 to
+// each rank); when one ends, the survivor marks that rank dead in shared
+// memory and every waiting rank fails naming it. A silent rank is named by
+// the counter that stopped advancing once Timeout passes. Linux only; on
+// other systems New reports that shared memory is unavailable and Auto falls
+// back to TCP. It must not import trainer or strategy.
+package shm

@@ -1,0 +1,500 @@
+//go:build linux
+
+package shm
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/fulgur-ml/fulgur/strategy/collective"
+	"github.com/fulgur-ml/fulgur/strategy/collective/tcp"
+	"golang.org/x/sys/unix"
+)
+
+// Dir is where shared-memory files are created.
+const Dir = "/dev/shm"
+
+// SlotBytes is the per-rank staging area of one round.
+const SlotBytes = 1 << 20
+
+const (
+	ctrlBytes = 128 // one cache-line pair per rank: no false sharing
+	headBytes = 256
+
+	statusAlive  = 0
+	statusClosed = 1
+	statusDead   = 2
+)
+
+var fileMagic = [8]byte{'f', 'u', 'l', 'g', 'u', 'r', 's', 'm'}
+
+// Auto returns a shared-memory group when every rank of rv is on this host
+// and can map the shared file, and a TCP ring over rv otherwise. All ranks
+// take the same decision.
+func Auto(ctx context.Context, rv *tcp.Rendezvous) (collective.Group, error) {
+	if rv.Size() > 1 && rv.SameHost() {
+		g, err := open(ctx, rv)
+		if err == nil {
+			return collective.WithAsync(g), nil
+		}
+		if !errors.Is(err, errUnavailable) {
+			return nil, err
+		}
+		rv.Config().Logger.Info().Err(err).Msg("shared memory unavailable; using TCP")
+	}
+	r, err := tcp.NewRing(ctx, rv)
+	if err != nil {
+		return nil, err
+	}
+	return collective.WithAsync(r), nil
+}
+
+// New returns a shared-memory group, or an error when the ranks are not all
+// on this host or cannot share memory.
+func New(ctx context.Context, rv *tcp.Rendezvous) (collective.Group, error) {
+	if !rv.SameHost() {
+		return nil, fmt.Errorf("shm: %w: the ranks run on different hosts %v", errUnavailable, rv.Hosts())
+	}
+	g, err := open(ctx, rv)
+	if err != nil {
+		return nil, err
+	}
+	return collective.WithAsync(g), nil
+}
+
+var errUnavailable = errors.New("shared memory unavailable")
+
+// Group is one rank's view of the shared segment.
+type Group struct {
+	rv         *tcp.Rendezvous
+	rank, size int
+	timeout    time.Duration
+	mem        []byte
+	slot       int // bytes per slot
+	phase      uint64
+	seq        uint64
+
+	opMu    sync.Mutex   // held by an operation; Close waits for it before unmapping
+	memMu   sync.RWMutex // watchers read-lock it to touch the mapping; unmap write-locks
+	closing atomic.Bool
+	broken  error
+}
+
+var _ collective.Collective = (*Group)(nil)
+
+func fileSize(n int) int { return headBytes + n*ctrlBytes + (n+1)*SlotBytes }
+
+// open creates (rank 0) or maps (others) the segment; every rank learns
+// whether all succeeded, so they fall back together.
+func open(ctx context.Context, rv *tcp.Rendezvous) (*Group, error) {
+	n := rv.Size()
+	g := &Group{rv: rv, rank: rv.Rank(), size: n, timeout: rv.Config().Timeout, slot: SlotBytes}
+	var name string
+	var mapErr error
+	if g.rank == 0 {
+		name, mapErr = g.create(n)
+		if mapErr != nil {
+			name = ""
+		}
+	}
+	blobs, err := rv.Exchange(ctx, []byte(name))
+	if err != nil {
+		g.unmap()
+		return nil, fmt.Errorf("shm: %w", err)
+	}
+	if g.rank != 0 {
+		name = string(blobs[0])
+		if name == "" {
+			mapErr = errors.New("rank 0 could not create the file")
+		} else {
+			mapErr = g.attach(name, n)
+		}
+	}
+	ok := []byte{1}
+	if mapErr != nil {
+		ok = []byte(mapErr.Error())
+	}
+	blobs, err = rv.Exchange(ctx, ok)
+	if g.rank == 0 && name != "" {
+		os.Remove(name) // every rank has mapped it (or given up): drop the name
+	}
+	if err != nil {
+		g.unmap()
+		return nil, fmt.Errorf("shm: %w", err)
+	}
+	for r, b := range blobs {
+		if len(b) != 1 || b[0] != 1 {
+			g.unmap()
+			return nil, fmt.Errorf("shm: %w: rank %d: %s", errUnavailable, r, b)
+		}
+	}
+	rv.Watch(g.lost)
+	return g, nil
+}
+
+func (g *Group) create(n int) (string, error) {
+	var id [8]byte
+	rand.Read(id[:])
+	name := filepath.Join(Dir, "fulgur-"+hex.EncodeToString(id[:]))
+	fd, err := unix.Open(name, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("%w: create %s: %v", errUnavailable, name, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Ftruncate(fd, int64(fileSize(n))); err != nil {
+		os.Remove(name)
+		return "", fmt.Errorf("%w: size %s: %v", errUnavailable, name, err)
+	}
+	if err := g.mapFd(fd, n); err != nil {
+		os.Remove(name)
+		return "", err
+	}
+	copy(g.mem, fileMagic[:])
+	binary.LittleEndian.PutUint32(g.mem[8:], uint32(n))
+	return name, nil
+}
+
+func (g *Group) attach(name string, n int) error {
+	fd, err := unix.Open(name, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("%w: open %s: %v", errUnavailable, name, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Size != int64(fileSize(n)) {
+		return fmt.Errorf("%w: %s has the wrong size", errUnavailable, name)
+	}
+	if err := g.mapFd(fd, n); err != nil {
+		return err
+	}
+	if [8]byte(g.mem[:8]) != fileMagic || binary.LittleEndian.Uint32(g.mem[8:]) != uint32(n) {
+		g.unmap()
+		return fmt.Errorf("%w: %s is not this group's segment", errUnavailable, name)
+	}
+	return nil
+}
+
+func (g *Group) mapFd(fd, n int) error {
+	m, err := unix.Mmap(fd, 0, fileSize(n), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("%w: mmap: %v", errUnavailable, err)
+	}
+	g.mem = m
+	return nil
+}
+
+func (g *Group) unmap() {
+	g.memMu.Lock()
+	defer g.memMu.Unlock()
+	if g.mem != nil {
+		unix.Munmap(g.mem)
+		g.mem = nil
+	}
+}
+
+// Shared layout: head (magic, size, abort word), per-rank control blocks,
+// n slots, one result slot.
+func (g *Group) abortWord() *uint64 { return (*uint64)(unsafe.Pointer(&g.mem[64])) }
+func (g *Group) abortMsg() []byte   { return g.mem[72:headBytes] }
+func (g *Group) ctrl(r int) []byte  { return g.mem[headBytes+r*ctrlBytes : headBytes+(r+1)*ctrlBytes] }
+func (g *Group) counter(r int) *uint64 {
+	return (*uint64)(unsafe.Pointer(&g.ctrl(r)[0]))
+}
+func (g *Group) status(r int) *uint32 { return (*uint32)(unsafe.Pointer(&g.ctrl(r)[8])) }
+
+// hdr is rank r's published header for operations of seq's parity: a rank
+// can be one operation ahead of a peer still reading the previous headers,
+// never two (it would have to pass a barrier the peer has not reached).
+func (g *Group) hdr(r int, seq uint64) []byte {
+	o := 16 + 32*int(seq&1)
+	return g.ctrl(r)[o : o+32]
+}
+func (g *Group) slotBytes(r int) []byte {
+	o := headBytes + g.size*ctrlBytes + r*g.slot
+	return g.mem[o : o+g.slot]
+}
+
+// lost is called by the liveness watcher when rank r's connection ends.
+func (g *Group) lost(r int, err error) {
+	g.memMu.RLock()
+	defer g.memMu.RUnlock()
+	if g.closing.Load() || g.mem == nil {
+		return
+	}
+	// The dead rank cannot mark itself; its watcher (rank 0 watches every
+	// rank, the others watch rank 0) does, unless it closed in order.
+	atomic.CompareAndSwapUint32(g.status(r), statusAlive, statusDead)
+}
+
+// setAbort publishes a failure every rank will see: blame+1 in the low 32
+// bits, the error class above, and the message.
+func (g *Group) setAbort(blame int, class uint32, msg string) {
+	m := g.abortMsg()
+	if atomic.LoadUint64(g.abortWord()) != 0 {
+		return
+	}
+	n := copy(m[1:], msg)
+	m[0] = byte(n)
+	atomic.CompareAndSwapUint64(g.abortWord(), 0, uint64(class)<<32|uint64(uint32(blame+1)))
+}
+
+const (
+	classLost uint32 = iota + 1
+	classTimeout
+)
+
+func (g *Group) Rank() int { return g.rank }
+func (g *Group) Size() int { return g.size }
+
+func (g *Group) fail(h collective.Header, peer int, err error) error {
+	if g.broken == nil {
+		g.broken = &collective.Error{Backend: "shm", Self: g.rank, Kind: h.Kind, Seq: h.Seq, Peer: peer, Err: err}
+		return g.broken
+	}
+	return &collective.Error{Backend: "shm", Self: g.rank, Kind: h.Kind, Seq: h.Seq, Peer: peer, Err: err}
+}
+
+// barrier raises this rank's counter to the next phase and waits until every
+// rank has reached it.
+func (g *Group) barrier(ctx context.Context, h collective.Header) error {
+	g.phase++
+	target := g.phase
+	atomic.StoreUint64(g.counter(g.rank), target)
+	var start time.Time
+	for spins := 0; ; spins++ {
+		behind := -1
+		for q := 0; q < g.size; q++ {
+			if atomic.LoadUint64(g.counter(q)) < target {
+				behind = q
+				break
+			}
+		}
+		if behind < 0 {
+			return nil
+		}
+		if w := atomic.LoadUint64(g.abortWord()); w != 0 {
+			m := g.abortMsg()
+			msg := string(m[1 : 1+int(m[0])])
+			sent := collective.ErrPeerLost
+			if uint32(w>>32) == classTimeout {
+				sent = collective.ErrTimeout
+			}
+			return g.fail(h, int(uint32(w))-1, fmt.Errorf("%w: %s", sent, msg))
+		}
+		switch atomic.LoadUint32(g.status(behind)) {
+		case statusClosed:
+			return g.fail(h, behind, fmt.Errorf("%w: rank %d closed its group", collective.ErrPeerLost, behind))
+		case statusDead:
+			return g.fail(h, behind, fmt.Errorf("%w: rank %d's process is gone (its connection to rank 0 ended)", collective.ErrPeerLost, behind))
+		}
+		if spins < 200 {
+			continue
+		}
+		if spins&63 == 0 {
+			if start.IsZero() {
+				start = time.Now()
+			} else if time.Since(start) > g.timeout {
+				msg := fmt.Sprintf("rank %d made no progress for %v", behind, g.timeout)
+				g.setAbort(behind, classTimeout, msg)
+				return g.fail(h, behind, fmt.Errorf("%w: %s", collective.ErrTimeout, msg))
+			}
+			if err := ctx.Err(); err != nil {
+				g.setAbort(g.rank, classLost, fmt.Sprintf("rank %d gave up: %v", g.rank, err))
+				return g.fail(h, -1, err)
+			}
+			if g.closing.Load() {
+				return g.fail(h, -1, fmt.Errorf("%w: closed during the operation", collective.ErrClosed))
+			}
+		}
+		// More ranks than cores is common (4 ranks on 2 cores): hand the
+		// core to the rank we wait for, then back off to short sleeps.
+		if spins < 4000 {
+			unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		} else {
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+}
+
+func (g *Group) AllReduce(ctx context.Context, buf any, op collective.Op) error {
+	return g.do(ctx, collective.KindAllReduce, buf, nil, op, 0)
+}
+func (g *Group) Broadcast(ctx context.Context, buf any, root int) error {
+	return g.do(ctx, collective.KindBroadcast, buf, nil, 0, root)
+}
+func (g *Group) AllGather(ctx context.Context, send, recv any) error {
+	return g.do(ctx, collective.KindAllGather, send, recv, 0, 0)
+}
+func (g *Group) ReduceScatter(ctx context.Context, send, recv any, op collective.Op) error {
+	return g.do(ctx, collective.KindReduceScatter, send, recv, op, 0)
+}
+func (g *Group) Barrier(ctx context.Context) error {
+	return g.do(ctx, collective.KindBarrier, nil, nil, 0, 0)
+}
+
+// Close marks this rank closed (peers waiting on it fail naming it) and
+// unmaps the segment once no operation is running.
+func (g *Group) Close() error {
+	if g.closing.Swap(true) {
+		return nil
+	}
+	g.opMu.Lock()
+	defer g.opMu.Unlock()
+	if g.mem != nil {
+		atomic.StoreUint32(g.status(g.rank), statusClosed)
+	}
+	g.rv.Close()
+	g.unmap()
+	return nil
+}
+
+func putHeader(b []byte, h collective.Header) {
+	b[0], b[1], b[2] = byte(h.Kind), byte(h.DType), byte(h.Op)
+	binary.LittleEndian.PutUint32(b[4:], uint32(h.Root))
+	binary.LittleEndian.PutUint64(b[8:], uint64(h.Len))
+	binary.LittleEndian.PutUint64(b[16:], h.Seq)
+}
+
+func getHeader(b []byte) collective.Header {
+	return collective.Header{Kind: collective.Kind(b[0]), DType: collective.DType(b[1]), Op: collective.Op(b[2]),
+		Root: int(binary.LittleEndian.Uint32(b[4:])), Len: int(binary.LittleEndian.Uint64(b[8:])), Seq: binary.LittleEndian.Uint64(b[16:])}
+}
+
+func (g *Group) do(ctx context.Context, kind collective.Kind, send, recv any, op collective.Op, root int) error {
+	h, err := collective.Prepare(kind, g.rank, g.size, send, recv, op, root)
+	h.Seq = g.seq + 1
+	if err != nil {
+		return &collective.Error{Backend: "shm", Self: g.rank, Kind: kind, Seq: h.Seq, Peer: -1, Err: err}
+	}
+	g.seq++
+	g.opMu.Lock()
+	defer g.opMu.Unlock()
+	if g.closing.Load() || g.mem == nil {
+		return g.fail(h, -1, collective.ErrClosed)
+	}
+	if g.broken != nil {
+		var e *collective.Error
+		errors.As(g.broken, &e)
+		return &collective.Error{Backend: "shm", Self: g.rank, Kind: h.Kind, Seq: h.Seq, Peer: e.Peer, Err: e.Err}
+	}
+	// Publish the header, meet, and compare everyone's.
+	putHeader(g.hdr(g.rank, h.Seq), h)
+	if err := g.barrier(ctx, h); err != nil {
+		return err
+	}
+	for q := 0; q < g.size; q++ {
+		if err := h.Mismatch(g.rank, q, getHeader(g.hdr(q, h.Seq))); err != nil {
+			return g.fail(h, q, err)
+		}
+	}
+	switch kind {
+	case collective.KindAllReduce:
+		return g.reduce(ctx, h, send, send, 0, h.Len)
+	case collective.KindReduceScatter:
+		lo := collective.Offset(h.Len, g.size, g.rank)
+		return g.reduce(ctx, h, send, recv, lo, lo+collective.BlockLen(h.Len, g.size, g.rank))
+	case collective.KindBroadcast:
+		return g.broadcast(ctx, h, send)
+	case collective.KindAllGather:
+		return g.allGather(ctx, h, send, recv)
+	}
+	return nil
+}
+
+// view returns the first n elements of shared slot r typed like buf.
+func (g *Group) view(buf any, r, n int) any {
+	p := unsafe.Pointer(&g.slotBytes(r)[0])
+	switch buf.(type) {
+	case []float32:
+		return unsafe.Slice((*float32)(p), n)
+	default:
+		return unsafe.Slice((*float64)(p), n)
+	}
+}
+
+// reduce combines send across ranks round by round; out receives elements
+// [outLo, outHi) of the result (the whole buffer for all-reduce, this rank's
+// block for reduce-scatter; out == send for all-reduce, in place).
+func (g *Group) reduce(ctx context.Context, h collective.Header, send, out any, outLo, outHi int) error {
+	esz := h.DType.Size()
+	per := g.slot / esz
+	for off := 0; off < h.Len; off += per {
+		c := min(per, h.Len-off)
+		collective.Copy(g.view(send, g.rank, c), collective.Sub(send, off, off+c))
+		if err := g.barrier(ctx, h); err != nil {
+			return err
+		}
+		// This rank reduces its block of the round, in rank order, into the
+		// result slot.
+		blo := collective.Offset(c, g.size, g.rank)
+		bhi := blo + collective.BlockLen(c, g.size, g.rank)
+		if bhi > blo {
+			res := collective.Sub(g.view(send, g.size, c), blo, bhi)
+			collective.Copy(res, collective.Sub(g.view(send, 0, c), blo, bhi))
+			for q := 1; q < g.size; q++ {
+				collective.ReduceAny(res, collective.Sub(g.view(send, q, c), blo, bhi), h.Op)
+			}
+			if h.Op == collective.Mean {
+				collective.ScaleAny(res, g.size)
+			}
+		}
+		if err := g.barrier(ctx, h); err != nil {
+			return err
+		}
+		lo, hi := max(off, outLo), min(off+c, outHi)
+		if lo < hi {
+			collective.Copy(collective.Sub(out, lo-outLo, hi-outLo), collective.Sub(g.view(send, g.size, c), lo-off, hi-off))
+		}
+	}
+	return nil
+}
+
+func (g *Group) broadcast(ctx context.Context, h collective.Header, buf any) error {
+	per := g.slot / h.DType.Size()
+	for off := 0; off < h.Len; off += per {
+		c := min(per, h.Len-off)
+		if g.rank == h.Root {
+			collective.Copy(g.view(buf, g.size, c), collective.Sub(buf, off, off+c))
+		}
+		if err := g.barrier(ctx, h); err != nil {
+			return err
+		}
+		if g.rank != h.Root {
+			collective.Copy(collective.Sub(buf, off, off+c), g.view(buf, g.size, c))
+		}
+		if err := g.barrier(ctx, h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (g *Group) allGather(ctx context.Context, h collective.Header, send, recv any) error {
+	per := g.slot / h.DType.Size()
+	mlo := collective.Offset(h.Len, g.size, g.rank)
+	mhi := mlo + collective.BlockLen(h.Len, g.size, g.rank)
+	for off := 0; off < h.Len; off += per {
+		c := min(per, h.Len-off)
+		if lo, hi := max(off, mlo), min(off+c, mhi); lo < hi {
+			collective.Copy(collective.Sub(g.view(recv, g.size, c), lo-off, hi-off), collective.Sub(send, lo-mlo, hi-mlo))
+		}
+		if err := g.barrier(ctx, h); err != nil {
+			return err
+		}
+		collective.Copy(collective.Sub(recv, off, off+c), g.view(recv, g.size, c))
+		if err := g.barrier(ctx, h); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,114 @@
+//go:build linux
+
+package shm_test
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fulgur-ml/fulgur/strategy/collective"
+	"github.com/fulgur-ml/fulgur/strategy/collective/collectivetest"
+	"github.com/fulgur-ml/fulgur/strategy/collective/shm"
+	"github.com/fulgur-ml/fulgur/strategy/collective/tcp"
+	"github.com/rs/zerolog"
+)
+
+func configs(t testing.TB, n int) []tcp.Config {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nop := zerolog.Nop()
+	cfgs := make([]tcp.Config, n)
+	for r := range cfgs {
+		cfgs[r] = tcp.Config{Rank: r, Size: n, MasterAddr: "127.0.0.1", MasterPort: ln.Addr().(*net.TCPAddr).Port,
+			Token: "t", BindAddr: "127.0.0.1", Timeout: 20 * time.Second, Logger: &nop}
+	}
+	cfgs[0].Listener = ln
+	return cfgs
+}
+
+func build(t testing.TB, n int, open func(context.Context, *tcp.Rendezvous) (collective.Group, error)) []collective.Collective {
+	t.Helper()
+	cfgs := configs(t, n)
+	out := make([]collective.Collective, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range cfgs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rv, err := tcp.Meet(context.Background(), cfgs[r])
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			g, err := open(context.Background(), rv)
+			if err != nil {
+				rv.Close()
+			}
+			out[r], errs[r] = g, err
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, c := range out {
+			c.Close()
+		}
+	})
+	return out
+}
+
+func TestConformance(t *testing.T) {
+	collectivetest.RunAll(t, func(t *testing.T, n int) []collective.Collective {
+		if n == 1 {
+			return build(t, n, shm.Auto) // one rank has nobody to share with
+		}
+		return build(t, n, shm.New)
+	})
+}
+
+func TestAutoPicksSharedMemory(t *testing.T) {
+	cs := build(t, 2, shm.Auto)
+	type unwrapper interface{ Unwrap() collective.Collective }
+	for r, c := range cs {
+		inner := c.(unwrapper).Unwrap()
+		if _, ok := inner.(*shm.Group); !ok {
+			t.Errorf("rank %d: Auto chose %T for two ranks on one host, want *shm.Group", r, inner)
+		}
+	}
+}
+
+func BenchmarkAllReduce(b *testing.B) {
+	for _, size := range []int{4 << 20, 25 << 20} {
+		b.Run(strconv.Itoa(size>>20)+"MB", func(b *testing.B) {
+			cs := build(b, 2, shm.New)
+			bufs := [][]float32{make([]float32, size/4), make([]float32, size/4)}
+			b.SetBytes(int64(size))
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for r, c := range cs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < b.N; i++ {
+						if err := c.AllReduce(context.Background(), bufs[r], collective.Sum); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+		})
+	}
+}
