@@ -117,6 +117,11 @@ func (d *DDP) Buckets() []Bucket { return d.buckets }
 // fail records the first error, closes the group so that every peer fails
 // fast naming this rank, and returns the error prefixed with this rank.
 func (d *DDP) fail(what string, err error) error {
+	if d.launch != nil && errors.Is(err, collective.ErrPeerLost) {
+		if why := d.launch.explain(2 * time.Second); why != "" {
+			err = fmt.Errorf("%w (%s)", err, why)
+		}
+	}
 	err = fmt.Errorf("rank %d: %s: %w", d.rank, what, err)
 	if d.broken == nil {
 		d.broken = err
@@ -138,8 +143,14 @@ func (d *DDP) check() error {
 func (d *DDP) Setup(ctx context.Context, su Setup) error {
 	c := d.cfg.Group
 	if c == nil {
+		cctx, cancel := d.launch.connectCtx(ctx)
 		var err error
-		if c, err = d.cfg.Connect(ctx); err != nil {
+		c, err = d.cfg.Connect(cctx)
+		cancel()
+		if err != nil {
+			if why := d.launch.explain(0); why != "" {
+				err = fmt.Errorf("%w (%s)", err, why)
+			}
 			return fmt.Errorf("rank %d: join the group: %w", d.rank, err)
 		}
 	}

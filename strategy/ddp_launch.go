@@ -1,7 +1,340 @@
 package strategy
 
-import "context"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
 
-type launcher struct{}
+	"github.com/rs/zerolog"
 
-func (l *launcher) wait(ctx context.Context) error { return nil }
+	"github.com/fulgur-ml/fulgur/strategy/cluster"
+	"github.com/fulgur-ml/fulgur/strategy/collective"
+	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
+	"github.com/fulgur-ml/fulgur/strategy/collective/shm"
+	"github.com/fulgur-ml/fulgur/strategy/collective/tcp"
+	"github.com/fulgur-ml/fulgur/strategy/device"
+	"github.com/fulgur-ml/fulgur/strategy/launch"
+)
+
+// Variables read (through Options.Lookup) by the "ddp", "ddp_spawn" and
+// "sharded" strategies built by name.
+const (
+	// EnvBackend picks the collective backend between processes: "auto"
+	// (the default: shared memory when every rank is on this host, else
+	// tcp), "tcp" or "shm".
+	EnvBackend = "FULGUR_BACKEND"
+	// EnvBucketMB is DDP's gradient bucket cap in MiB (default 25).
+	EnvBucketMB = "FULGUR_BUCKET_MB"
+	// EnvTimeout bounds the wait for a silent peer, as a Go duration
+	// ("90s"); default collective.DefaultTimeout.
+	EnvTimeout = "FULGUR_TIMEOUT"
+)
+
+func init() {
+	Register("ddp", func(o Options) (Strategy, error) { return ddpFromOptions(o, "ddp") })
+	Register("ddp_spawn", func(o Options) (Strategy, error) { return ddpFromOptions(o, "ddp_spawn") })
+}
+
+// knobs are the settings distributed strategies read from the environment.
+type knobs struct {
+	backend     string
+	bucketBytes int
+	timeout     time.Duration
+}
+
+func readKnobs(lookup func(string) (string, bool)) (knobs, error) {
+	var k knobs
+	var errs []error
+	k.backend, _ = lookup(EnvBackend)
+	k.backend = strings.ToLower(strings.TrimSpace(k.backend))
+	switch k.backend {
+	case "", "auto", "tcp", "shm":
+	case "inproc":
+		errs = append(errs, fmt.Errorf("%s=inproc: the in-process backend joins goroutines, not processes: build DDP with DDPConfig.Group from inproc.NewGroup instead, or use tcp, shm or auto", EnvBackend))
+	default:
+		errs = append(errs, fmt.Errorf("%s=%q: use auto, tcp or shm", EnvBackend, k.backend))
+	}
+	if v, ok := lookup(EnvBucketMB); ok && v != "" {
+		mb, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(mb > 0) {
+			errs = append(errs, fmt.Errorf("%s=%q: use a positive number of MiB, e.g. 25", EnvBucketMB, v))
+		} else {
+			k.bucketBytes = max(int(mb*(1<<20)), 4)
+		}
+	}
+	if v, ok := lookup(EnvTimeout); ok && v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			errs = append(errs, fmt.Errorf("%s=%q: use a positive Go duration such as 90s or 5m", EnvTimeout, v))
+		} else {
+			k.timeout = d
+		}
+	}
+	return k, errors.Join(errs...)
+}
+
+// worldFromOptions is Devices × NumNodes, with Devices -1 resolved to the
+// number of devices of the accelerator on this machine.
+func worldFromOptions(o Options) (perNode int, err error) {
+	perNode = o.Devices
+	if perNode == -1 {
+		devs, err := device.Open(o.Accelerator, -1)
+		if err != nil {
+			return 0, err
+		}
+		perNode = len(devs)
+	}
+	return perNode, nil
+}
+
+func localDevice(accel string, localRank int) (device.Device, error) {
+	devs, err := device.Open(accel, localRank+1)
+	if err != nil {
+		return nil, err
+	}
+	return devs[localRank], nil
+}
+
+// ddpFromOptions builds DDP (or DDP-spawn) for this process: a rank of the
+// job described by the launcher's environment, or, with none, the rank 0
+// that starts the local ranks itself.
+func ddpFromOptions(o Options, name string) (Strategy, error) {
+	k, err := readKnobs(o.Lookup)
+	if err != nil {
+		return nil, fmt.Errorf("strategy %q: %w", name, err)
+	}
+	perNode, err := worldFromOptions(o)
+	if err != nil {
+		return nil, fmt.Errorf("strategy %q: %w", name, err)
+	}
+	env, found, err := cluster.Detect(cluster.Lookup(o.Lookup))
+	if err != nil {
+		return nil, fmt.Errorf("strategy %q: %w", name, err)
+	}
+	if found {
+		return joinFromEnv(o, name, k, env, perNode)
+	}
+	if o.NumNodes > 1 {
+		return nil, fmt.Errorf("strategy %q: NumNodes is %d but this process was not started by a launcher: start one process per device on every node with torchrun-style variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), mpirun or srun", name, o.NumNodes)
+	}
+	if name == "ddp_spawn" {
+		return newSpawnParent(o, perNode)
+	}
+	dev, err := localDevice(o.Accelerator, 0)
+	if err != nil {
+		return nil, fmt.Errorf("strategy %q: %w", name, err)
+	}
+	cfg := DDPConfig{Rank: 0, WorldSize: perNode, Device: dev, BucketBytes: k.bucketBytes, Timeout: k.timeout, Log: o.Log}
+	if perNode == 1 {
+		g, _ := inproc.NewGroup(1)
+		cfg.Group = g[0]
+		return NewDDP(cfg)
+	}
+	l := &launcher{world: perNode, failed: make(chan struct{}), log: o.Log}
+	cfg.Connect = func(ctx context.Context) (collective.Collective, error) {
+		if l.ln == nil {
+			return nil, errors.New("the local ranks were not started: the trainer calls Launch before Setup")
+		}
+		env := cluster.Env{WorldSize: perNode, LocalWorldSize: perNode, NumNodes: 1, MasterAddr: "127.0.0.1", MasterPort: l.port}
+		return connect(ctx, k, env, l.token, l.ln, o.Log)
+	}
+	d, err := NewDDP(cfg)
+	if err != nil {
+		return nil, err
+	}
+	d.launch = l
+	return d, nil
+}
+
+func joinFromEnv(o Options, name string, k knobs, env cluster.Env, perNode int) (Strategy, error) {
+	if want := perNode * o.NumNodes; want != 1 && want != env.WorldSize {
+		return nil, fmt.Errorf("strategy %q: the %s launcher started %d processes, but Devices × NumNodes is %d × %d = %d: make them agree (one process per device)", name, env.Source, env.WorldSize, perNode, o.NumNodes, want)
+	}
+	dev, err := localDevice(o.Accelerator, env.LocalRank)
+	if err != nil {
+		return nil, fmt.Errorf("strategy %q: rank %d: %w", name, env.Rank, err)
+	}
+	token, _ := o.Lookup(launch.EnvToken)
+	var ln net.Listener
+	if fd, ok := o.Lookup(launch.EnvListenerFD); ok && env.Rank == 0 {
+		n, err := strconv.Atoi(fd)
+		if err != nil {
+			return nil, fmt.Errorf("strategy %q: %s=%q is not a file descriptor", name, launch.EnvListenerFD, fd)
+		}
+		f := os.NewFile(uintptr(n), "rendezvous")
+		ln, err = net.FileListener(f)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("strategy %q: the rendezvous listener handed over as descriptor %d: %w", name, n, err)
+		}
+	}
+	cfg := DDPConfig{
+		Rank: env.Rank, WorldSize: env.WorldSize, Device: dev, BucketBytes: k.bucketBytes, Timeout: k.timeout, Log: o.Log,
+		Connect: func(ctx context.Context) (collective.Collective, error) {
+			return connect(ctx, k, env, token, ln, o.Log)
+		},
+	}
+	if env.WorldSize == 1 {
+		g, _ := inproc.NewGroup(1)
+		cfg.Group, cfg.Connect = g[0], nil
+	}
+	d, err := NewDDP(cfg)
+	if err != nil {
+		return nil, err
+	}
+	d.name = name
+	if v, _ := o.Lookup(launch.EnvLauncher); name == "ddp_spawn" && v == "ddp_spawn" {
+		path, _ := o.Lookup(launch.EnvResult)
+		return &spawnWorker{DDP: d, resultPath: path}, nil
+	}
+	return d, nil
+}
+
+// connect joins the group of env over the chosen backend.
+func connect(ctx context.Context, k knobs, env cluster.Env, token string, ln net.Listener, log zerolog.Logger) (collective.Collective, error) {
+	cfg := tcp.Config{
+		Rank: env.Rank, Size: env.WorldSize, MasterAddr: env.MasterAddr, MasterPort: env.MasterPort,
+		Token: token, Listener: ln, Timeout: k.timeout, Logger: &log,
+	}
+	if cfg.Token == "" && env.WorldSize > 1 {
+		return nil, fmt.Errorf("%s is not set: give every rank the same secret (e.g. export %s=$(openssl rand -hex 16)) so strangers cannot join the job", launch.EnvToken, launch.EnvToken)
+	}
+	if k.backend == "tcp" {
+		return tcp.New(ctx, cfg)
+	}
+	rv, err := tcp.Meet(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	var g collective.Group
+	if k.backend == "shm" {
+		g, err = shm.New(ctx, rv)
+	} else {
+		g, err = shm.Auto(ctx, rv)
+	}
+	if err != nil {
+		rv.Close()
+		return nil, err
+	}
+	return g, nil
+}
+
+// launcher starts and watches the local ranks 1..world-1 of a self-launched
+// DDP job; this process is rank 0.
+type launcher struct {
+	world int
+	log   zerolog.Logger
+	ln    net.Listener
+	port  int
+	token string
+	g     *launch.Group
+
+	once   sync.Once
+	failed chan struct{} // closed when a rank exits with an error
+}
+
+// Launch starts the local ranks 1..N-1 when this process launched the job
+// itself; it does nothing for a rank started by a launcher.
+func (d *DDP) Launch(ctx context.Context) (bool, error) {
+	if d.launch == nil || d.launch.g != nil {
+		return false, nil
+	}
+	return false, d.launch.start(ctx)
+}
+
+func (l *launcher) start(ctx context.Context) error {
+	ln, port, err := launch.Loopback()
+	if err != nil {
+		return err
+	}
+	token, err := launch.NewToken()
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	l.ln, l.port, l.token = ln, port, token
+	local := launch.Local{World: l.world, MasterPort: port, Token: token, Launcher: "ddp"}
+	ranks := make([]int, l.world-1)
+	for i := range ranks {
+		ranks[i] = i + 1
+	}
+	g, err := launch.Start(ctx, launch.Config{Ranks: ranks, Env: local.RankEnv})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	l.g = g
+	l.log.Info().Int("world", l.world).Ints("pids", g.Pids()).Msg("ddp: started local ranks")
+	go func() {
+		for {
+			select {
+			case e := <-g.Exits():
+				if e.Err != nil {
+					l.once.Do(func() { close(l.failed) })
+				}
+			case <-g.Done():
+				return
+			}
+		}
+	}()
+	return nil
+}
+
+// explain returns why a local rank failed, waiting up to d for a rank that
+// is about to be reaped; "" when none failed.
+func (l *launcher) explain(d time.Duration) string {
+	if l == nil || l.g == nil {
+		return ""
+	}
+	select {
+	case <-l.failed:
+	default:
+		if d <= 0 {
+			return ""
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-l.failed:
+		case <-t.C:
+			return ""
+		}
+	}
+	if err := l.g.Err(); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+// connectCtx is cancelled when a local rank fails, so rank 0 stops waiting
+// for it at the rendezvous.
+func (l *launcher) connectCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	if l == nil || l.g == nil {
+		return ctx, cancel
+	}
+	go func() {
+		select {
+		case <-l.failed:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+func (l *launcher) wait(ctx context.Context) error {
+	if l == nil || l.g == nil {
+		return nil
+	}
+	if l.ln != nil {
+		l.ln.Close()
+	}
+	return l.g.Wait(ctx)
+}

@@ -91,6 +91,36 @@ type Launcher interface {
 	Launch(ctx context.Context) (worker bool, err error)
 }
 
+// FitResult is what a training process reports to the process that
+// launched it (DDP-spawn): the figures of its Fit and the latest metrics.
+type FitResult struct {
+	Metrics          map[string]float64
+	Epochs           int
+	GlobalStep       int
+	TrainSamples     int     // samples trained on by one rank
+	TrainSeconds     float64 // wall time in training batches
+	TrainSamplesPerS float64 // all ranks together
+	LastTrainLoss    float64
+	WorldSize        int
+	StoppedEarly     string
+}
+
+// Spawner is implemented by launchers whose training runs entirely in
+// worker processes started by Launch (DDP-spawn).
+type Spawner interface {
+	Launcher
+	// Spawned reports, in the launching process after Launch, that the
+	// workers have trained: the trainer skips training and takes r; after
+	// Setup, Store holds the trained parameters and buffers.
+	Spawned() (r FitResult, ok bool)
+	// Finish is called by the trainer in a worker once its Fit succeeded
+	// (after loggers are closed): rank 0 hands r and its parameters and
+	// buffers to the launching process. It returns only on failure; on
+	// success the worker process exits with status 0, so a worker never runs
+	// the code after Fit.
+	Finish(ctx context.Context, r FitResult) error
+}
+
 // Sampler is implemented by strategies that shard data across ranks; the
 // trainer inserts the returned sampler into its loaders unless told not to.
 type Sampler interface {

@@ -203,6 +203,32 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 	if err := t.setup(ctx, m, train.Dataset().Fields()); err != nil {
 		return err
 	}
+	if sp, ok := t.strat.(strategy.Spawner); ok {
+		if r, done := sp.Spawned(); done {
+			// DDP-spawn's launching process: the workers trained and the
+			// strategy loaded rank 0's parameters; take its figures.
+			t.stats = Stats{Epochs: r.Epochs, GlobalStep: r.GlobalStep, TrainSamples: r.TrainSamples,
+				TrainTime: time.Duration(r.TrainSeconds * float64(time.Second)), TrainSamplesPerS: r.TrainSamplesPerS,
+				WorldSize: r.WorldSize, StoppedEarly: r.StoppedEarly, LastTrainLoss: r.LastTrainLoss}
+			for k, v := range r.Metrics {
+				t.state.Metrics[k] = v
+			}
+			t.state.GlobalStep, t.state.Epoch = r.GlobalStep, max(r.Epochs-1, 0)
+			return nil
+		}
+		if t.worker {
+			// Deferred first so it runs after the loggers are closed: rank 0
+			// hands the result back, and the worker exits inside Finish.
+			defer func() {
+				if err == nil {
+					s := t.stats
+					err = sp.Finish(ctx, strategy.FitResult{Metrics: t.Metrics(), Epochs: s.Epochs, GlobalStep: s.GlobalStep,
+						TrainSamples: s.TrainSamples, TrainSeconds: s.TrainTime.Seconds(), TrainSamplesPerS: s.TrainSamplesPerS,
+						LastTrainLoss: s.LastTrainLoss, WorldSize: s.WorldSize, StoppedEarly: s.StoppedEarly})
+				}
+			}()
+		}
+	}
 	t.stats = Stats{WorldSize: t.strat.WorldSize()}
 	t.state.Stage = "fit"
 	t.state.save = t.saveCheckpoint

@@ -1,0 +1,205 @@
+package strategy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+
+	"github.com/rs/zerolog"
+
+	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/strategy/launch"
+)
+
+var (
+	_ Spawner = (*DDPSpawn)(nil)
+	_ Spawner = (*spawnWorker)(nil)
+)
+
+// DDPSpawn is the launching side of DDP-spawn: Launch starts one worker
+// process per device (ranks 0..N-1, copies of this program that run DDP),
+// waits for them, and reads the parameters, buffers and figures rank 0
+// reports at the end of its Fit. Setup then loads them into a single local
+// replica, so after Fit this process holds the trained model and carries on
+// (Test, Predict, saving) as rank 0 of a world of one; the workers never run
+// the code after Fit.
+type DDPSpawn struct {
+	*Single
+	world  int
+	log    zerolog.Logger
+	res    *launch.Result
+	fit    FitResult
+	loaded bool
+}
+
+func newSpawnParent(o Options, world int) (*DDPSpawn, error) {
+	if world < 1 {
+		return nil, fmt.Errorf("strategy \"ddp_spawn\": Devices is %d: use 1 or more", world)
+	}
+	return &DDPSpawn{Single: NewSingle(), world: world, log: o.Log}, nil
+}
+
+func (s *DDPSpawn) Name() string { return "ddp_spawn" }
+
+// Launch runs the whole training in the workers and collects rank 0's result.
+func (s *DDPSpawn) Launch(ctx context.Context) (bool, error) {
+	if s.res != nil {
+		return false, nil
+	}
+	dir, err := os.MkdirTemp("", "fulgur-spawn-")
+	if err != nil {
+		return false, fmt.Errorf("make a directory for the workers' result: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "result")
+	ln, port, err := launch.Loopback()
+	if err != nil {
+		return false, err
+	}
+	lnFile, err := ln.(interface{ File() (*os.File, error) }).File()
+	ln.Close()
+	if err != nil {
+		return false, fmt.Errorf("hand the rendezvous port to rank 0: %w", err)
+	}
+	defer lnFile.Close()
+	token, err := launch.NewToken()
+	if err != nil {
+		return false, err
+	}
+	local := launch.Local{World: s.world, MasterPort: port, Token: token, Launcher: "ddp_spawn", ResultPath: path}
+	ranks := make([]int, s.world)
+	for i := range ranks {
+		ranks[i] = i
+	}
+	g, err := launch.Start(ctx, launch.Config{
+		Ranks: ranks,
+		Env: func(r int) []string {
+			env := local.RankEnv(r)
+			if r == 0 {
+				env = append(env, launch.EnvListenerFD+"=3")
+			}
+			return env
+		},
+		Files: func(r int) []*os.File {
+			if r == 0 {
+				return []*os.File{lnFile}
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		return false, err
+	}
+	lnFile.Close()
+	s.log.Info().Int("world", s.world).Ints("pids", g.Pids()).Msg("ddp_spawn: started workers")
+	if err := g.Wait(ctx); err != nil {
+		return false, fmt.Errorf("ddp_spawn workers failed (their output is above): %w", err)
+	}
+	res, err := launch.ReadResult(path)
+	if err != nil {
+		return false, err
+	}
+	s.res = res
+	s.fit = fitResultFrom(res)
+	return false, nil
+}
+
+// Setup builds the local replica and loads the workers' parameters and
+// buffers into it.
+func (s *DDPSpawn) Setup(ctx context.Context, su Setup) error {
+	if s.res == nil {
+		return errors.New("ddp_spawn: Setup before Launch: the workers have not trained (the trainer calls Launch first)")
+	}
+	if err := s.Single.Setup(ctx, su); err != nil {
+		return err
+	}
+	st := s.Single.Store()
+	if got := layoutOf(st); !slices.Equal(got, s.res.Layout) {
+		return fmt.Errorf("ddp_spawn: the workers trained a model laid out as %v, this process built %v: the program must build the same module in every process", s.res.Layout, got)
+	}
+	switch {
+	case st.Data32() != nil && len(s.res.Data32) == len(st.Data32()):
+		copy(st.Data32(), s.res.Data32)
+	case st.Data64() != nil && len(s.res.Data64) == len(st.Data64()):
+		copy(st.Data64(), s.res.Data64)
+	default:
+		return fmt.Errorf("ddp_spawn: the workers' result holds %d float32 and %d float64 values, the store %d: the precision differs", len(s.res.Data32), len(s.res.Data64), st.Len())
+	}
+	if h := st.SHA256(); h != s.res.SHA256 {
+		return fmt.Errorf("ddp_spawn: the loaded parameters hash to %s, rank 0 reported %s: the result file is damaged", h, s.res.SHA256)
+	}
+	s.loaded = true
+	return nil
+}
+
+// Spawned returns rank 0's figures once its parameters are loaded.
+func (s *DDPSpawn) Spawned() (FitResult, bool) { return s.fit, s.loaded }
+
+// Finish is a worker's call; the launching process never trains.
+func (s *DDPSpawn) Finish(ctx context.Context, r FitResult) error {
+	return errors.New("ddp_spawn: Finish called in the launching process, which does not train")
+}
+
+// spawnWorker is one rank of a DDP-spawn job: DDP, plus handing the result
+// back and exiting once Fit is done.
+type spawnWorker struct {
+	*DDP
+	resultPath string
+}
+
+// exitProcess ends a worker after Finish (a variable for tests).
+var exitProcess = os.Exit
+
+func (w *spawnWorker) Launch(ctx context.Context) (bool, error) { return true, nil }
+func (w *spawnWorker) Spawned() (FitResult, bool)               { return FitResult{}, false }
+
+func (w *spawnWorker) Finish(ctx context.Context, r FitResult) error {
+	if w.rank == 0 {
+		if w.resultPath == "" {
+			return fmt.Errorf("ddp_spawn worker: %s is not set: the launching process did not say where to write the result", launch.EnvResult)
+		}
+		st := w.Store()
+		res := &launch.Result{Layout: layoutOf(st), Metrics: r.Metrics, SHA256: st.SHA256(), Stats: map[string]float64{
+			"epochs": float64(r.Epochs), "global_step": float64(r.GlobalStep), "train_samples": float64(r.TrainSamples),
+			"train_seconds": r.TrainSeconds, "train_samples_per_s": r.TrainSamplesPerS, "last_train_loss": r.LastTrainLoss,
+			"world_size": float64(r.WorldSize),
+		}}
+		if r.StoppedEarly != "" {
+			res.Notes = map[string]string{"stopped_early": r.StoppedEarly}
+		}
+		res.Data32, res.Data64 = st.Data32(), st.Data64()
+		if err := launch.WriteResult(w.resultPath, res); err != nil {
+			return fmt.Errorf("rank 0: hand the result back: %w", err)
+		}
+	}
+	if err := w.Teardown(ctx); err != nil {
+		return err
+	}
+	exitProcess(0)
+	return nil
+}
+
+func fitResultFrom(res *launch.Result) FitResult {
+	st := res.Stats
+	r := FitResult{
+		Metrics: res.Metrics, Epochs: int(st["epochs"]), GlobalStep: int(st["global_step"]), TrainSamples: int(st["train_samples"]),
+		TrainSeconds: st["train_seconds"], TrainSamplesPerS: st["train_samples_per_s"], LastTrainLoss: st["last_train_loss"],
+		WorldSize: int(st["world_size"]), StoppedEarly: res.Notes["stopped_early"],
+	}
+	if r.Metrics == nil {
+		r.Metrics = map[string]float64{}
+	}
+	return r
+}
+
+func layoutOf(st *module.Store) []string {
+	out := make([]string, len(st.Entries()))
+	for i, e := range st.Entries() {
+		out[i] = e.Name + ":" + strconv.Itoa(e.Offset) + ":" + strconv.Itoa(e.Len)
+	}
+	return out
+}

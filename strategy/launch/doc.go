@@ -1,0 +1,20 @@
+// Package launch starts the worker processes of a training job on this
+// machine and keeps them tied to their parent:
+//
+//   - re-exec for ddp: the calling process stays rank 0 and starts local
+//     ranks 1..N-1 as copies of itself (same executable, same arguments)
+//     with torchrun-style variables (RANK, WORLD_SIZE, LOCAL_RANK, ...,
+//     MASTER_ADDR, MASTER_PORT) and a random FULGUR_TOKEN;
+//   - spawn-and-collect for ddp_spawn: the calling process starts every rank,
+//     waits for them, and reads the result rank 0 wrote (parameters, buffers,
+//     metrics) from a file in a private temporary directory (Result).
+//
+// Children never outlive their parent: on Linux each is started with
+// PDEATHSIG (SIGKILL) from one OS thread that stays alive until the children
+// have exited, so a parent killed by any signal takes its workers with it;
+// Kill and a cancelled context stop them too. Wait reports each rank that
+// failed, naming it and its exit status.
+//
+// launch owns processes only: it must not train, import trainer, or open the
+// collective (strategy does, with the port and token it gets from here).
+package launch

@@ -1,0 +1,312 @@
+package launch
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Variables set for every started rank.
+const (
+	EnvRank           = "RANK"
+	EnvWorldSize      = "WORLD_SIZE"
+	EnvLocalRank      = "LOCAL_RANK"
+	EnvLocalWorldSize = "LOCAL_WORLD_SIZE"
+	EnvNodeRank       = "NODE_RANK"
+	EnvGroupRank      = "GROUP_RANK"
+	EnvMasterAddr     = "MASTER_ADDR"
+	EnvMasterPort     = "MASTER_PORT"
+	// EnvToken carries the shared secret of the rendezvous (tcp.TokenEnv).
+	EnvToken = "FULGUR_TOKEN"
+	// EnvLauncher marks a process started by this package ("ddp" or
+	// "ddp_spawn"), so a worker knows it must not launch again.
+	EnvLauncher = "FULGUR_LAUNCHER"
+	// EnvResult is where rank 0 of a ddp_spawn job writes its result.
+	EnvResult = "FULGUR_SPAWN_RESULT"
+	// EnvListenerFD is the file descriptor of an already-bound rendezvous
+	// listener handed to rank 0 (ddp_spawn), so that no other program can
+	// take the port between its choice and its use.
+	EnvListenerFD = "FULGUR_RENDEZVOUS_FD"
+)
+
+// launchVars are removed from the inherited environment before a rank's own
+// are added, so a stale value can never win.
+var launchVars = []string{EnvRank, EnvWorldSize, EnvLocalRank, EnvLocalWorldSize, EnvNodeRank, EnvGroupRank,
+	EnvMasterAddr, EnvMasterPort, EnvToken, EnvLauncher, EnvResult, EnvListenerFD, "NNODES"}
+
+// Local describes a job of World ranks on this machine.
+type Local struct {
+	World      int
+	MasterAddr string // default 127.0.0.1
+	MasterPort int
+	Token      string
+	Launcher   string // value of EnvLauncher
+	ResultPath string // ddp_spawn only
+}
+
+// RankEnv is the environment a rank of the job gets on top of the parent's.
+func (l Local) RankEnv(rank int) []string {
+	addr := l.MasterAddr
+	if addr == "" {
+		addr = "127.0.0.1"
+	}
+	env := []string{
+		EnvRank + "=" + strconv.Itoa(rank),
+		EnvWorldSize + "=" + strconv.Itoa(l.World),
+		EnvLocalRank + "=" + strconv.Itoa(rank),
+		EnvLocalWorldSize + "=" + strconv.Itoa(l.World),
+		EnvNodeRank + "=0",
+		EnvMasterAddr + "=" + addr,
+		EnvMasterPort + "=" + strconv.Itoa(l.MasterPort),
+		EnvToken + "=" + l.Token,
+		EnvLauncher + "=" + l.Launcher,
+	}
+	if l.ResultPath != "" {
+		env = append(env, EnvResult+"="+l.ResultPath)
+	}
+	return env
+}
+
+// Config describes the processes Start runs.
+type Config struct {
+	// Program is the executable; "": this program (os.Executable).
+	Program string
+	// Args are its arguments; nil: this process's own (os.Args[1:]).
+	Args []string
+	// Ranks are the ranks to start, one process each.
+	Ranks []int
+	// Env is the extra environment of each rank, added to this process's
+	// (where it replaces the launch variables).
+	Env func(rank int) []string
+	// Files are extra open files of each rank, from descriptor 3 on (nil:
+	// none).
+	Files func(rank int) []*os.File
+	// Stdout and Stderr receive the children's output. nil: this process's.
+	Stdout, Stderr io.Writer
+}
+
+// Exit is how one rank's process ended.
+type Exit struct {
+	Rank int
+	Pid  int
+	Err  error // nil when it exited with status 0
+	At   time.Time
+}
+
+func (e Exit) String() string {
+	if e.Err == nil {
+		return fmt.Sprintf("rank %d (pid %d) exited normally", e.Rank, e.Pid)
+	}
+	return fmt.Sprintf("rank %d (pid %d) %v", e.Rank, e.Pid, describe(e.Err))
+}
+
+func describe(err error) string {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := waitStatus(ee); ok {
+			return ws
+		}
+		return "exited with status " + strconv.Itoa(ee.ExitCode())
+	}
+	return "failed: " + err.Error()
+}
+
+// Group is a set of started rank processes.
+type Group struct {
+	cmds   []*exec.Cmd
+	ranks  []int
+	exits  chan Exit
+	mu     sync.Mutex
+	done   []Exit
+	allOut chan struct{}
+	once   sync.Once
+	stop   context.CancelFunc
+}
+
+// Start starts one process per rank. It returns once every process has
+// started (or none has: on error, the started ones are killed).
+func Start(ctx context.Context, cfg Config) (*Group, error) {
+	if len(cfg.Ranks) == 0 {
+		return nil, errors.New("launch: no ranks to start")
+	}
+	prog := cfg.Program
+	if prog == "" {
+		p, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("launch: find this program to start its other ranks: %w", err)
+		}
+		prog = p
+	}
+	args := cfg.Args
+	if args == nil {
+		args = os.Args[1:]
+	}
+	base := withoutVars(os.Environ(), launchVars)
+	ctx, stop := context.WithCancel(ctx)
+	g := &Group{ranks: slices.Clone(cfg.Ranks), exits: make(chan Exit, len(cfg.Ranks)), allOut: make(chan struct{}), stop: stop}
+	for _, r := range cfg.Ranks {
+		cmd := exec.Command(prog, args...)
+		cmd.Env = append(slices.Clone(base), cfg.Env(r)...)
+		cmd.Stdin = nil
+		cmd.Stdout, cmd.Stderr = cfg.Stdout, cfg.Stderr
+		if cmd.Stdout == nil {
+			cmd.Stdout = os.Stdout
+		}
+		if cmd.Stderr == nil {
+			cmd.Stderr = os.Stderr
+		}
+		if cfg.Files != nil {
+			cmd.ExtraFiles = cfg.Files(r)
+		}
+		cmd.SysProcAttr = sysProcAttr()
+		g.cmds = append(g.cmds, cmd)
+	}
+	started := make(chan error, 1)
+	// One goroutine locked to one OS thread starts every child and stays
+	// until they have all exited: PDEATHSIG fires when the thread that
+	// started a child ends, so that thread must live as long as the parent
+	// needs the child.
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		for i, cmd := range g.cmds {
+			if err := cmd.Start(); err != nil {
+				for _, c := range g.cmds[:i] {
+					c.Process.Kill()
+					c.Wait()
+				}
+				started <- fmt.Errorf("launch: start rank %d (%s): %w", g.ranks[i], prog, err)
+				return
+			}
+		}
+		started <- nil
+		var wg sync.WaitGroup
+		for i, cmd := range g.cmds {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				err := cmd.Wait()
+				e := Exit{Rank: g.ranks[i], Pid: cmd.Process.Pid, Err: err, At: time.Now()}
+				g.mu.Lock()
+				g.done = append(g.done, e)
+				g.mu.Unlock()
+				g.exits <- e
+			}()
+		}
+		go func() {
+			select {
+			case <-ctx.Done():
+				g.Kill()
+			case <-g.allOut:
+			}
+		}()
+		wg.Wait()
+		close(g.allOut)
+	}()
+	if err := <-started; err != nil {
+		stop()
+		return nil, err
+	}
+	return g, nil
+}
+
+func withoutVars(env, drop []string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(drop, k) {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// Pids returns the process ids, in the order of Config.Ranks.
+func (g *Group) Pids() []int {
+	out := make([]int, len(g.cmds))
+	for i, c := range g.cmds {
+		out[i] = c.Process.Pid
+	}
+	return out
+}
+
+// Exits delivers each process's exit as it happens.
+func (g *Group) Exits() <-chan Exit { return g.exits }
+
+// Done is closed once every process has exited.
+func (g *Group) Done() <-chan struct{} { return g.allOut }
+
+// Kill kills every process still running.
+func (g *Group) Kill() {
+	for _, c := range g.cmds {
+		c.Process.Kill() // ErrProcessDone for those already reaped
+	}
+}
+
+// Wait waits for every process. It returns nil when all exited with status
+// 0, and otherwise an error naming each failed rank, earliest first (the
+// first to fail is usually the cause; the others lost their peer). When ctx
+// ends first, the processes are killed.
+func (g *Group) Wait(ctx context.Context) error {
+	select {
+	case <-g.allOut:
+	case <-ctx.Done():
+		g.Kill()
+		<-g.allOut
+		g.stop()
+		return fmt.Errorf("launch: stopped the ranks: %w", ctx.Err())
+	}
+	g.stop()
+	return g.Err()
+}
+
+// Err is the error Wait returns, for the processes that have exited so far.
+func (g *Group) Err() error {
+	g.mu.Lock()
+	done := slices.Clone(g.done)
+	g.mu.Unlock()
+	sort.SliceStable(done, func(i, j int) bool { return done[i].At.Before(done[j].At) })
+	var msgs []string
+	for _, e := range done {
+		if e.Err != nil {
+			msgs = append(msgs, e.String())
+		}
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("launch: %s", strings.Join(msgs, "; "))
+}
+
+// Loopback reserves a free TCP port on 127.0.0.1 for rank 0's rendezvous.
+// The caller keeps the listener (tcp.Config.Listener), so no other program
+// can take the port between choosing it and using it.
+func Loopback() (net.Listener, int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, 0, fmt.Errorf("launch: reserve a loopback port for the rendezvous: %w", err)
+	}
+	return ln, ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// NewToken returns a random 128-bit secret, hex encoded.
+func NewToken() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("launch: make a rendezvous token: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}

@@ -1,0 +1,112 @@
+package strategy_test
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"syscall"
+	"testing"
+
+	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/strategytest"
+	"github.com/fulgur-ml/fulgur/trainer"
+)
+
+// programEnv makes the test binary act as a small training program instead
+// of running tests: the multi-process tests start it, and DDP re-executes it
+// for its other ranks exactly as it would a user's program.
+const programEnv = "FULGUR_STRATEGY_TEST_PROGRAM"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(programEnv) != "" {
+		if err := runProgram(context.Background(), os.Args[1:], os.Stdout, nil); err != nil {
+			fmt.Fprintln(os.Stderr, "program:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// programResult is the JSON line rank 0 prints.
+type programResult struct {
+	SHA256     string  `json:"weights_sha256"`
+	ValLoss    float64 `json:"val_loss"`
+	WorldSize  int     `json:"world_size"`
+	GlobalStep int     `json:"global_step"`
+	Strategy   string  `json:"strategy"`
+	Params     []float32
+}
+
+// dying kills its own process at a given batch on a given rank (a crash).
+type dying struct {
+	*strategytest.MLP
+	rank, batch int
+}
+
+func (d *dying) OnTrainBatchStart(ctx context.Context, b *data.Batch, batchIdx int) error {
+	if r, _ := strconv.Atoi(os.Getenv("RANK")); r == d.rank && batchIdx == d.batch {
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	}
+	return nil
+}
+
+// runProgram trains the strategytest MLP. impl, when set, is used instead
+// of the strategy named by -strategy (in-process ranks).
+func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strategy.Strategy) error {
+	fs := flag.NewFlagSet("program", flag.ContinueOnError)
+	strat := fs.String("strategy", "single", "")
+	devices := fs.Int("devices", 1, "")
+	epochs := fs.Int("epochs", 2, "")
+	batch := fs.Int("batch", 4, "per-rank batch")
+	rows := fs.Int("rows", 90, "")
+	dieRank := fs.Int("die-rank", -1, "")
+	dieBatch := fs.Int("die-batch", 3, "")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ds, err := strategytest.Regression(*rows, 6, 2, 1)
+	if err != nil {
+		return err
+	}
+	train, err := data.NewLoader(ds, data.LoaderConfig{BatchSize: *batch, Shuffle: true, Seed: 3})
+	if err != nil {
+		return err
+	}
+	val, err := data.NewLoader(ds, data.LoaderConfig{BatchSize: 16})
+	if err != nil {
+		return err
+	}
+	cfg := trainer.Config{MaxEpochs: *epochs, Seed: 5, Strategy: *strat, Devices: *devices, StrategyImpl: impl,
+		Out: io.Discard, EnableProgressBar: trainer.Bool(false)}
+	if impl != nil {
+		cfg.Strategy, cfg.Devices = "", 1
+	}
+	tr, err := trainer.New(cfg)
+	if err != nil {
+		return err
+	}
+	m := &dying{MLP: &strategytest.MLP{In: 6, Hidden: 16, Out: 2, Optimizer: "adam", LR: 0.01}, rank: *dieRank, batch: *dieBatch}
+	if err := tr.Fit(ctx, m, train, nil); err != nil {
+		return err
+	}
+	if tr.IsWorker() {
+		return fmt.Errorf("a ddp_spawn worker returned from Fit")
+	}
+	res, err := tr.Validate(ctx, m, val)
+	if err != nil {
+		return err
+	}
+	defer tr.Teardown(ctx)
+	if !tr.IsGlobalZero() {
+		return nil
+	}
+	st := tr.Stats()
+	return json.NewEncoder(stdout).Encode(programResult{SHA256: tr.Store().SHA256(), ValLoss: res["val_loss"],
+		WorldSize: st.WorldSize, GlobalStep: st.GlobalStep, Strategy: *strat, Params: tr.Store().Data32()})
+}

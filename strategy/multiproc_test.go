@@ -1,0 +1,215 @@
+package strategy_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
+)
+
+// inProcess runs the test program as n in-process DDP ranks over inproc and
+// returns rank 0's result.
+func inProcess(t *testing.T, n int, args ...string) programResult {
+	t.Helper()
+	group, err := inproc.NewGroup(n, inproc.Timeout(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs := make([]bytes.Buffer, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := 0; r < n; r++ {
+		d, err := strategy.NewDDP(strategy.DDPConfig{Group: group[r]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = runProgram(context.Background(), args, &outs[r], d)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return parseResult(t, outs[0].String())
+}
+
+func parseResult(t *testing.T, out string) programResult {
+	t.Helper()
+	var res programResult
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil {
+		t.Fatalf("no result line in the output %q: %v", out, err)
+	}
+	return res
+}
+
+// TestDDPTrainerMatchesSingle runs whole Fits through the trainer: two DDP
+// ranks with batch 4 (the distributed sampler inserted by the trainer) and
+// one process with batch 8 visit the same examples per step, so they end
+// with the same parameters within float32 tolerance.
+func TestDDPTrainerMatchesSingle(t *testing.T) {
+	got := inProcess(t, 2, "-batch", "4", "-rows", "96")
+	var out bytes.Buffer
+	if err := runProgram(context.Background(), []string{"-batch", "8", "-rows", "96"}, &out, nil); err != nil {
+		t.Fatal(err)
+	}
+	want := parseResult(t, out.String())
+	if got.GlobalStep != want.GlobalStep || got.GlobalStep != 24 {
+		t.Fatalf("ddp took %d steps, single %d, want 24", got.GlobalStep, want.GlobalStep)
+	}
+	worst := 0.0
+	for i := range want.Params {
+		worst = math.Max(worst, math.Abs(float64(got.Params[i]-want.Params[i]))/(1e-3+math.Abs(float64(want.Params[i]))))
+	}
+	t.Logf("largest relative difference after 24 Adam steps: %.3g", worst)
+	if worst > 1e-4 {
+		t.Errorf("ddp 2×4 and single 8 differ by %g (relative) after 24 steps", worst)
+	}
+}
+
+type run struct {
+	stdout, stderr string
+	err            error
+	took           time.Duration
+}
+
+// startProgram runs the test binary as a training program, with marker in
+// its environment so that its descendants can be found afterwards.
+func startProgram(t *testing.T, marker string, extraEnv []string, args ...string) run {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Env = append(os.Environ(), programEnv+"=1", "FULGUR_TEST_MARKER="+marker, "FULGUR_TIMEOUT=60s")
+	cmd.Env = append(cmd.Env, extraEnv...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	t0 := time.Now()
+	err := cmd.Run()
+	return run{stdout: out.String(), stderr: errb.String(), err: err, took: time.Since(t0)}
+}
+
+func newMarker(t *testing.T) string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// survivors lists processes whose environment holds marker, waiting up to
+// 10 s for dying ones to go (a killed process's children are killed by the
+// kernel, asynchronously).
+func survivors(t *testing.T, marker string) []string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var found []string
+		dirs, _ := filepath.Glob("/proc/[0-9]*")
+		for _, d := range dirs {
+			env, err := os.ReadFile(d + "/environ")
+			if err != nil || !bytes.Contains(env, []byte("FULGUR_TEST_MARKER="+marker)) {
+				continue
+			}
+			found = append(found, filepath.Base(d))
+		}
+		if len(found) == 0 || time.Now().After(deadline) {
+			return found
+		}
+		time.Sleep(50 * time.Millisecond) // polling other processes, not goroutines
+	}
+}
+
+func needLinux(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("multi-process tests use /proc and PDEATHSIG (Linux)")
+	}
+	if testing.Short() {
+		t.Skip("multi-process tests skipped with -short")
+	}
+}
+
+func TestDDPMultiProcessMatchesInProcess(t *testing.T) {
+	needLinux(t)
+	want := inProcess(t, 2)
+	for _, tc := range []struct {
+		strategy string
+		backend  string
+	}{
+		{"ddp", "tcp"},
+		{"ddp", "auto"},
+		{"ddp_spawn", "auto"},
+	} {
+		t.Run(tc.strategy+"/"+tc.backend, func(t *testing.T) {
+			marker := newMarker(t)
+			r := startProgram(t, marker, []string{"FULGUR_BACKEND=" + tc.backend}, "-strategy", tc.strategy, "-devices", "2")
+			if r.err != nil {
+				t.Fatalf("%s: %v\n%s", tc.strategy, r.err, r.stderr)
+			}
+			got := parseResult(t, r.stdout)
+			if got.SHA256 != want.SHA256 {
+				t.Errorf("weights %s, in-process ranks over inproc give %s", got.SHA256, want.SHA256)
+			}
+			// ddp_spawn validates after Fit in one process: another summation order.
+			if got.WorldSize != 2 || got.GlobalStep != want.GlobalStep || math.Abs(got.ValLoss-want.ValLoss) > 1e-6*math.Abs(want.ValLoss) {
+				t.Errorf("result %+v, in-process %+v", got, want)
+			}
+			if left := survivors(t, marker); len(left) > 0 {
+				t.Errorf("processes left behind: %v", left)
+			}
+			t.Logf("%s over %s: %v", tc.strategy, tc.backend, r.took)
+		})
+	}
+}
+
+func TestDDPKilledProcess(t *testing.T) {
+	needLinux(t)
+	for _, tc := range []struct {
+		strategy string
+		victim   string
+	}{
+		{"ddp", "1"},       // a child rank crashes: rank 0 must say which
+		{"ddp", "0"},       // the parent crashes: its children must not survive it
+		{"ddp_spawn", "1"}, // a worker crashes: the launching process must say which
+	} {
+		t.Run(tc.strategy+"/rank"+tc.victim, func(t *testing.T) {
+			marker := newMarker(t)
+			r := startProgram(t, marker, nil, "-strategy", tc.strategy, "-devices", "2", "-die-rank", tc.victim, "-die-batch", "3")
+			if r.err == nil {
+				t.Fatalf("the run succeeded although rank %s died:\n%s", tc.victim, r.stderr)
+			}
+			if r.took > 60*time.Second {
+				t.Errorf("took %v to fail", r.took)
+			}
+			if tc.victim != "0" || tc.strategy == "ddp_spawn" {
+				if !strings.Contains(r.stderr, "rank "+tc.victim) {
+					t.Errorf("the error does not name rank %s:\n%s", tc.victim, r.stderr)
+				}
+			}
+			if left := survivors(t, marker); len(left) > 0 {
+				t.Errorf("processes left behind: %v", left)
+			}
+			t.Logf("stderr: %s", lastLines(r.stderr, 3))
+		})
+	}
+}
+
+func lastLines(s string, n int) string {
+	l := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(l[max(0, len(l)-n):], "\n")
+}
