@@ -1,0 +1,307 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fulgur-ml/fulgur/strategy/cluster"
+	"github.com/fulgur-ml/fulgur/strategy/collective"
+	"github.com/fulgur-ml/fulgur/strategy/collective/shm"
+	"github.com/fulgur-ml/fulgur/strategy/collective/tcp"
+)
+
+// allreduce: float32 sum over 4 MB and 25 MB at 2 and 4 ranks, each rank a
+// separate process; bus bandwidth = bytes * 2(n-1)/n / time, median of the
+// timed iterations (each timed from a barrier to the slowest rank's finish,
+// as Open MPI's figure below is). With mpirun on PATH the same is measured
+// through Open MPI (a small C program built with mpicc), over shared memory
+// (--mca btl vader,self) and TCP (--mca btl tcp,self), and ratios are added.
+func init() {
+	register(&workload{
+		Name:    "allreduce",
+		Doc:     "collective bus bandwidth per backend vs Open MPI",
+		Configs: allreduceConfigs,
+		Run:     allreduceRun,
+		Derive:  allreduceDerive,
+	})
+}
+
+const (
+	allreduceWarmup = 5
+	allreduceIters  = 20
+)
+
+var allreduceSizes = []int{4 << 20, 25 << 20}
+
+// allreduceBackends is extended by allreduce_mpi.go under the mpi tag.
+var allreduceBackends = []string{"tcp", "shm"}
+
+// Open MPI transports, named as peers of our backends.
+var openMPIPeers = map[string]string{"openmpi-sm": "vader,self", "openmpi-tcp": "tcp,self"}
+
+var peerOf = map[string]string{"shm": "openmpi-sm", "tcp": "openmpi-tcp"}
+
+func allreduceConfigs(o *Options) ([]Config, error) {
+	_, mpiErr := exec.LookPath("mpirun")
+	var cs []Config
+	for _, size := range allreduceSizes {
+		for _, ranks := range []int{2, 4} {
+			for _, b := range allreduceBackends {
+				cs = append(cs, Config{Workload: "allreduce", Impl: "fulgur", Variant: fmt.Sprintf("backend=%s bytes=%d", b, size), Ranks: ranks, Steps: allreduceIters, Seed: o.Seed})
+			}
+			if mpiErr != nil {
+				continue
+			}
+			for _, p := range []string{"openmpi-sm", "openmpi-tcp"} {
+				// One measuring process that runs mpirun itself.
+				cs = append(cs, Config{Workload: "allreduce", Impl: "openmpi", Variant: fmt.Sprintf("backend=%s bytes=%d ranks=%d", p, size, ranks), Steps: allreduceIters, Seed: o.Seed})
+			}
+		}
+	}
+	return cs, nil
+}
+
+// variant parses "k=v k=v".
+func variant(v string) map[string]string {
+	m := map[string]string{}
+	for _, f := range strings.Fields(v) {
+		if k, val, ok := strings.Cut(f, "="); ok {
+			m[k] = val
+		}
+	}
+	return m
+}
+
+func busBW(bytes, ranks int, seconds float64) float64 {
+	return float64(bytes) * 2 * float64(ranks-1) / float64(ranks) / seconds / 1e9
+}
+
+func iterFigures(bytes, ranks int, times []float64) Figures {
+	sort.Float64s(times)
+	med := times[len(times)/2]
+	return Figures{
+		"busbw_gbps":      busBW(bytes, ranks, med),
+		"busbw_gbps_best": busBW(bytes, ranks, times[0]),
+		"busbw_gbps_wrst": busBW(bytes, ranks, times[len(times)-1]),
+		"bytes":           float64(bytes),
+		"ms":              med * 1e3,
+	}
+}
+
+func allreduceRun(ctx context.Context, c Config) (Figures, error) {
+	v := variant(c.Variant)
+	size, err := strconv.Atoi(v["bytes"])
+	if err != nil {
+		return nil, fmt.Errorf("allreduce: variant %q has no bytes=N", c.Variant)
+	}
+	iters := max(c.Steps, 1)
+	if c.Impl == "openmpi" {
+		ranks, _ := strconv.Atoi(v["ranks"])
+		return openMPIAllreduce(ctx, openMPIPeers[v["backend"]], ranks, size, iters)
+	}
+	g, err := openBackend(ctx, v["backend"])
+	if err != nil {
+		return nil, err
+	}
+	defer g.Close()
+	buf := make([]float32, size/4)
+	for i := range buf {
+		buf[i] = 1
+	}
+	t := []float64{0}
+	var times []float64
+	for i := 0; i < allreduceWarmup+iters; i++ {
+		if err := g.Barrier(ctx); err != nil {
+			return nil, err
+		}
+		start := time.Now()
+		if err := g.AllReduce(ctx, buf, collective.Sum); err != nil {
+			return nil, err
+		}
+		t[0] = time.Since(start).Seconds()
+		if err := g.AllReduce(ctx, t, collective.Max); err != nil {
+			return nil, err
+		}
+		if i >= allreduceWarmup {
+			times = append(times, t[0])
+		}
+	}
+	if g.Rank() != 0 {
+		return nil, nil
+	}
+	return iterFigures(size, g.Size(), times), nil
+}
+
+// openBackend builds this rank's group from the launcher's environment.
+func openBackend(ctx context.Context, backend string) (collective.Group, error) {
+	if open, ok := extraBackends[backend]; ok {
+		return open(ctx)
+	}
+	env, found, err := cluster.Detect(cluster.OSLookup)
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, fmt.Errorf("allreduce: no launcher environment (RANK, WORLD_SIZE, ...) found")
+	}
+	token := os.Getenv(tcp.TokenEnv)
+	if token == "" {
+		// The bench's ranks share only the environment measure() gives
+		// them and listen on loopback; a per-run token still keeps other
+		// runs' stragglers out.
+		token = fmt.Sprintf("bench-%s-%d", env.MasterAddr, env.MasterPort)
+	}
+	cfg := tcp.Config{Rank: env.Rank, Size: env.WorldSize, MasterAddr: env.MasterAddr, MasterPort: env.MasterPort,
+		Token: token, BindAddr: "127.0.0.1", Timeout: 2 * time.Minute}
+	rv, err := tcp.Meet(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	switch backend {
+	case "shm":
+		return shm.New(ctx, rv)
+	case "tcp":
+		r, err := tcp.NewRing(ctx, rv)
+		if err != nil {
+			rv.Close()
+			return nil, err
+		}
+		return collective.WithAsync(r), nil
+	}
+	rv.Close()
+	return nil, fmt.Errorf("allreduce: unknown backend %q", backend)
+}
+
+// extraBackends holds backends compiled in by build tags (mpi).
+var extraBackends = map[string]func(ctx context.Context) (collective.Group, error){}
+
+const openMPIProgram = `#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  int rank;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  long bytes = atol(argv[1]);
+  int iters = atoi(argv[2]), warm = atoi(argv[3]);
+  long n = bytes / 4;
+  float *b = malloc(bytes);
+  for (long i = 0; i < n; i++) b[i] = 1;
+  for (int it = 0; it < warm + iters; it++) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    MPI_Allreduce(MPI_IN_PLACE, b, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    double t = MPI_Wtime() - t0, tmax;
+    MPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (rank == 0 && it >= warm) printf("%.9f\n", tmax);
+  }
+  MPI_Finalize();
+  return 0;
+}
+`
+
+// openMPIAllreduce compiles the C program with mpicc and runs it under
+// mpirun with the given transports.
+func openMPIAllreduce(ctx context.Context, btl string, ranks, size, iters int) (Figures, error) {
+	dir, err := os.MkdirTemp("", "fulgur-bench-mpi")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	src, bin := filepath.Join(dir, "allreduce.c"), filepath.Join(dir, "allreduce")
+	if err := os.WriteFile(src, []byte(openMPIProgram), 0o644); err != nil {
+		return nil, err
+	}
+	if out, err := exec.CommandContext(ctx, "mpicc", "-O2", "-o", bin, src).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("mpicc (from libopenmpi-dev): %v\n%s", err, out)
+	}
+	args := []string{"--oversubscribe", "-np", strconv.Itoa(ranks), "--mca", "btl", btl}
+	if os.Geteuid() == 0 {
+		args = append([]string{"--allow-run-as-root"}, args...)
+	}
+	args = append(args, bin, strconv.Itoa(size), strconv.Itoa(iters), strconv.Itoa(allreduceWarmup))
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, "mpirun", args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("mpirun %s: %v\n%s", strings.Join(args, " "), err, tail(stderr.String(), 2000))
+	}
+	var times []float64
+	sc := bufio.NewScanner(&stdout)
+	for sc.Scan() {
+		if t, err := strconv.ParseFloat(strings.TrimSpace(sc.Text()), 64); err == nil {
+			times = append(times, t)
+		}
+	}
+	if len(times) != iters {
+		return nil, fmt.Errorf("mpirun printed %d timings, want %d:\n%s", len(times), iters, tail(stdout.String(), 500))
+	}
+	return iterFigures(size, ranks, times), nil
+}
+
+// allreduceDerive adds, per size and rank count, each backend's bus
+// bandwidth with plain labels (backend, ranks, bytes) and its ratio to the
+// Open MPI transport it competes with (shm vs vader, tcp vs tcp), computed
+// run by run (runs are interleaved) and summarised as median, min, max.
+func allreduceDerive(o *Options, rs []*Result) []Row {
+	type key struct {
+		backend     string
+		bytes, rnks int
+	}
+	runs := map[key][]float64{}
+	for _, r := range rs {
+		v := variant(r.Config.Variant)
+		size, _ := strconv.Atoi(v["bytes"])
+		ranks := r.Config.Ranks
+		if n, err := strconv.Atoi(v["ranks"]); err == nil {
+			ranks = n
+		}
+		runs[key{v["backend"], size, ranks}] = r.figure("busbw_gbps")
+	}
+	var rows []Row
+	var keys []key
+	for k := range runs {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		a, b := keys[i], keys[j]
+		if a.bytes != b.bytes {
+			return a.bytes < b.bytes
+		}
+		if a.rnks != b.rnks {
+			return a.rnks < b.rnks
+		}
+		return a.backend < b.backend
+	})
+	for _, k := range keys {
+		bw := runs[k]
+		if len(bw) == 0 {
+			continue
+		}
+		row := Row{Workload: "allreduce", Config: fmt.Sprintf("%s ranks=%d bytes=%d", k.backend, k.rnks, k.bytes),
+			Labels:  map[string]any{"backend": k.backend, "ranks": k.rnks, "bytes": k.bytes},
+			Figures: map[string]Stat{"busbw_gbps": stat(bw)}, N: len(bw)}
+		if p, ok := peerOf[k.backend]; ok {
+			if pbw := runs[key{p, k.bytes, k.rnks}]; len(pbw) > 0 {
+				var ratios []float64
+				for i := 0; i < min(len(bw), len(pbw)); i++ {
+					ratios = append(ratios, bw[i]/pbw[i])
+				}
+				row.Figures["ratio"] = stat(ratios)
+				row.Labels["peer"] = p
+				row.Config += " vs " + p
+			}
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
