@@ -1,0 +1,579 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/olekukonko/tablewriter"
+)
+
+// childEnv carries a Config to a child process: its presence makes the
+// binary measure that one configuration and print its Figures.
+const childEnv = "FULGUR_BENCH_CHILD"
+
+// Options are the command-line options.
+type Options struct {
+	Workloads   []string
+	Runs        int
+	JSON        bool
+	Threads     []int
+	BLAS        string
+	Epochs      int
+	Steps       int
+	Batch       int
+	Seed        uint64
+	Data        string
+	Peer        string
+	PeerThreads []int
+	Python      string
+	PeerScript  string
+	Verbose     bool
+	Timeout     time.Duration
+	command     string
+}
+
+func parseOptions(args []string) (*Options, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	o := &Options{}
+	var wl, thr, pthr string
+	fs.StringVar(&wl, "workload", "mlp", "comma-separated workloads: "+strings.Join(workloadNames(), ", ")+", or all")
+	fs.IntVar(&o.Runs, "runs", 3, "runs of each configuration (figures are medians)")
+	fs.BoolVar(&o.JSON, "json", false, "print one JSON object per line instead of a table")
+	fs.StringVar(&thr, "threads", "1,2", "BLAS threads of the single-process configurations, comma-separated")
+	fs.StringVar(&o.BLAS, "blas", "auto", "matrix multiply: auto (OpenBLAS when installed), openblas or gonum")
+	fs.IntVar(&o.Epochs, "epochs", 0, "training epochs (0: the workload's, 1 for mlp and resnet8)")
+	fs.IntVar(&o.Steps, "steps", 0, "training batches per epoch (0: all; 200 for scaling)")
+	fs.IntVar(&o.Batch, "batch", 0, "batch size (0: the workload's, 64)")
+	fs.Uint64Var(&o.Seed, "seed", 1, "seed for initialisation and shuffling")
+	fs.StringVar(&o.Data, "data", "", "Fashion-MNIST directory (default: the installed copy, else the embedded subset)")
+	fs.StringVar(&o.Peer, "peer", "", `"torch" to measure the PyTorch peer side by side and print ratios`)
+	fs.StringVar(&pthr, "peer-threads", "1,2", "PyTorch thread counts, comma-separated (the bar compares with the fastest)")
+	// Debian's python3-torch installs into the system interpreter, which a
+	// pyenv or virtualenv python3 earlier on PATH would not see.
+	fs.StringVar(&o.Python, "python", "/usr/bin/python3", "Python interpreter with PyTorch")
+	fs.StringVar(&o.PeerScript, "peer-script", "bench/torch_peer.py", "the PyTorch peer script")
+	fs.BoolVar(&o.Verbose, "v", false, "show the child processes' logs")
+	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "limit for one measured process")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %v: every option is a flag (see -h)", fs.Args())
+	}
+	var errs []error
+	if wl == "all" {
+		o.Workloads = workloadNames()
+	} else {
+		for _, w := range strings.Split(wl, ",") {
+			w = strings.TrimSpace(w)
+			if _, ok := workloads[w]; !ok {
+				errs = append(errs, fmt.Errorf("-workload %q is unknown: use %s or all", w, strings.Join(workloadNames(), ", ")))
+				continue
+			}
+			o.Workloads = append(o.Workloads, w)
+		}
+	}
+	var err error
+	if o.Threads, err = intList("-threads", thr); err != nil {
+		errs = append(errs, err)
+	}
+	if o.PeerThreads, err = intList("-peer-threads", pthr); err != nil {
+		errs = append(errs, err)
+	}
+	if o.Runs < 1 {
+		errs = append(errs, fmt.Errorf("-runs is %d: use 1 or more (3 or more for figures worth reporting)", o.Runs))
+	}
+	switch o.BLAS {
+	case "auto", "openblas", "gonum":
+	default:
+		errs = append(errs, fmt.Errorf("-blas is %q: use auto, openblas or gonum", o.BLAS))
+	}
+	if o.Peer != "" && o.Peer != "torch" {
+		errs = append(errs, fmt.Errorf("-peer is %q: use torch, or leave it empty", o.Peer))
+	}
+	for _, c := range []struct {
+		name string
+		v    int
+	}{{"-epochs", o.Epochs}, {"-steps", o.Steps}, {"-batch", o.Batch}} {
+		if c.v < 0 {
+			errs = append(errs, fmt.Errorf("%s is %d: use 0 for the default or a positive number", c.name, c.v))
+		}
+	}
+	o.command = "go run ./cmd/bench " + strings.Join(args, " ")
+	return o, errors.Join(errs...)
+}
+
+func intList(name, s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%s is %q: use positive whole numbers separated by commas, e.g. 1,2", name, s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// Config is one measured configuration; it travels to the child as JSON.
+type Config struct {
+	Workload string `json:"workload"`
+	// Impl is "fulgur" or "torch" (the peer).
+	Impl string `json:"impl"`
+	// Variant distinguishes configurations of one workload ("trainer",
+	// "plain", "ranks=2", ...).
+	Variant string `json:"variant,omitempty"`
+	Threads int    `json:"threads,omitempty"`
+	BLAS    string `json:"blas,omitempty"`
+	Batch   int    `json:"batch"`
+	Epochs  int    `json:"epochs,omitempty"`
+	Steps   int    `json:"steps,omitempty"`
+	Ranks   int    `json:"ranks,omitempty"`
+	Seed    uint64 `json:"seed"`
+	Data    string `json:"data,omitempty"`
+}
+
+// Label names the configuration in tables.
+func (c Config) Label() string {
+	parts := []string{c.Impl}
+	if c.Variant != "" {
+		parts = append(parts, c.Variant)
+	}
+	if c.Ranks > 1 {
+		parts = append(parts, fmt.Sprintf("ranks=%d", c.Ranks))
+	}
+	parts = append(parts, fmt.Sprintf("threads=%d", c.Threads), fmt.Sprintf("batch=%d", c.Batch))
+	return strings.Join(parts, " ")
+}
+
+// Figures are what one run measured, by the field names of BENCHMARKS.md
+// (samples_per_s, allocs_per_step, peak_rss_mb, test_acc, ...).
+type Figures map[string]float64
+
+// Result is every run of one configuration.
+type Result struct {
+	Config Config
+	Runs   []Figures
+	Errs   []string
+}
+
+// Stat summarises one figure over runs.
+type Stat struct{ Median, Min, Max float64 }
+
+func stat(v []float64) Stat {
+	if len(v) == 0 {
+		return Stat{math.NaN(), math.NaN(), math.NaN()}
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	m := s[len(s)/2]
+	if len(s)%2 == 0 {
+		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return Stat{m, s[0], s[len(s)-1]}
+}
+
+// figure collects one figure over the runs that have it.
+func (r *Result) figure(name string) []float64 {
+	var out []float64
+	for _, f := range r.Runs {
+		if v, ok := f[name]; ok && !math.IsNaN(v) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// Row is one line of output: a configuration's figures or a derived ratio.
+type Row struct {
+	Workload string
+	Config   string
+	Labels   map[string]any
+	Figures  map[string]Stat
+	N        int
+}
+
+// figureOrder is the order figures appear in tables.
+var figureOrder = []string{"samples_per_s", "ratio", "efficiency", "allocs_per_step", "peak_rss_mb", "test_acc", "test_acc_1", "test_acc_3", "busbw_gbps", "seconds", "steps"}
+
+func rowOf(r *Result) Row {
+	row := Row{Workload: r.Config.Workload, Config: r.Config.Label(), Figures: map[string]Stat{}, N: len(r.Runs),
+		Labels: map[string]any{"impl": r.Config.Impl, "threads": r.Config.Threads, "batch": r.Config.Batch}}
+	if r.Config.Variant != "" {
+		row.Labels["variant"] = r.Config.Variant
+	}
+	if r.Config.Ranks > 0 {
+		row.Labels["ranks"] = r.Config.Ranks
+	}
+	names := map[string]bool{}
+	for _, f := range r.Runs {
+		for k := range f {
+			names[k] = true
+		}
+	}
+	for k := range names {
+		row.Figures[k] = stat(r.figure(k))
+	}
+	return row
+}
+
+func parentMain(ctx context.Context, args []string) error {
+	o, err := parseOptions(args)
+	if err != nil {
+		return err
+	}
+	var results []*Result
+	byWorkload := map[string][]*Result{}
+	for _, name := range o.Workloads {
+		cs, err := workloads[name].Configs(o)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		for _, c := range cs {
+			r := &Result{Config: c}
+			results = append(results, r)
+			byWorkload[name] = append(byWorkload[name], r)
+		}
+	}
+	load0 := loadAvg()
+	start := time.Now()
+	for run := 0; run < o.Runs; run++ {
+		for _, r := range results {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if !o.JSON {
+				fmt.Fprintf(os.Stderr, "run %d/%d: %s %s\n", run+1, o.Runs, r.Config.Workload, r.Config.Label())
+			}
+			f, err := measure(ctx, o, r.Config)
+			if err != nil {
+				r.Errs = append(r.Errs, err.Error())
+				fmt.Fprintf(os.Stderr, "bench: %s %s: %v\n", r.Config.Workload, r.Config.Label(), err)
+				continue
+			}
+			r.Runs = append(r.Runs, f)
+		}
+	}
+	var rows []Row
+	failed := 0
+	for _, name := range o.Workloads {
+		for _, r := range byWorkload[name] {
+			if len(r.Runs) == 0 {
+				failed++
+				continue
+			}
+			rows = append(rows, rowOf(r))
+		}
+		if d := workloads[name].Derive; d != nil {
+			rows = append(rows, d(o, byWorkload[name])...)
+		}
+	}
+	meta := map[string]any{"command": o.command, "runs": o.Runs, "blas": o.BLAS, "loadavg_start": load0,
+		"loadavg_end": loadAvg(), "cpus": runtime.NumCPU(), "seconds": math.Round(time.Since(start).Seconds())}
+	if o.JSON {
+		err = printJSON(os.Stdout, rows, meta)
+	} else {
+		err = printTable(os.Stdout, rows, meta)
+	}
+	if err != nil {
+		return err
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d configuration(s) produced no figures (errors above)", failed)
+	}
+	return nil
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func printJSON(w io.Writer, rows []Row, meta map[string]any) error {
+	enc := json.NewEncoder(w)
+	for _, r := range rows {
+		obj := map[string]any{"workload": r.Workload, "config": r.Config, "runs": r.N, "command": meta["command"], "loadavg_start": meta["loadavg_start"]}
+		for k, v := range r.Labels {
+			obj[k] = v
+		}
+		for k, s := range r.Figures {
+			obj[k] = round(s.Median)
+			obj[k+"_min"] = round(s.Min)
+			obj[k+"_max"] = round(s.Max)
+		}
+		if err := enc.Encode(obj); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func round(v float64) any {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil
+	}
+	a := math.Abs(v)
+	switch {
+	case a >= 1000:
+		return math.Round(v)
+	case a >= 10:
+		return math.Round(v*10) / 10
+	default:
+		return math.Round(v*10000) / 10000
+	}
+}
+
+func printTable(w io.Writer, rows []Row, meta map[string]any) error {
+	fmt.Fprintf(w, "command: %s\n", meta["command"])
+	fmt.Fprintf(w, "runs per configuration: %v (interleaved); load average at start %v, at end %v; %v CPUs; %vs\n",
+		meta["runs"], meta["loadavg_start"], meta["loadavg_end"], meta["cpus"], meta["seconds"])
+	t := tablewriter.NewWriter(w)
+	t.SetHeader([]string{"workload", "configuration", "figure", "median", "min", "max", "runs"})
+	t.SetAutoWrapText(false)
+	t.SetAlignment(tablewriter.ALIGN_RIGHT)
+	for _, r := range rows {
+		for _, name := range orderedFigures(r.Figures) {
+			s := r.Figures[name]
+			t.Append([]string{r.Workload, r.Config, name, fmtNum(s.Median), fmtNum(s.Min), fmtNum(s.Max), strconv.Itoa(r.N)})
+		}
+	}
+	t.Render()
+	return nil
+}
+
+func orderedFigures(m map[string]Stat) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, n := range figureOrder {
+		if _, ok := m[n]; ok {
+			out = append(out, n)
+			seen[n] = true
+		}
+	}
+	var rest []string
+	for n := range m {
+		if !seen[n] {
+			rest = append(rest, n)
+		}
+	}
+	sort.Strings(rest)
+	return append(out, rest...)
+}
+
+func fmtNum(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return fmt.Sprint(round(v))
+}
+
+// measure runs one configuration in fresh processes and returns rank 0's
+// figures.
+func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	if c.Impl == "torch" {
+		return measureTorch(ctx, o, c)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	spec, err := json.Marshal(c)
+	if err != nil {
+		return nil, err
+	}
+	env := append(os.Environ(), childEnv+"="+string(spec), "FULGUR_BLAS="+c.BLAS)
+	if c.Threads > 0 {
+		env = append(env, fmt.Sprintf("FULGUR_BLAS_THREADS=%d", c.Threads))
+	}
+	ranks := max(c.Ranks, 1)
+	if ranks > 1 {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		// torchrun's variables, which strategy/cluster reads.
+		env = append(env, "MASTER_ADDR=127.0.0.1", fmt.Sprintf("MASTER_PORT=%d", port),
+			fmt.Sprintf("WORLD_SIZE=%d", ranks), fmt.Sprintf("LOCAL_WORLD_SIZE=%d", ranks), "GROUP_RANK=0", "NODE_RANK=0")
+	}
+	type out struct {
+		stdout, stderr bytes.Buffer
+		err            error
+	}
+	outs := make([]*out, ranks)
+	done := make(chan int, ranks)
+	for rank := 0; rank < ranks; rank++ {
+		cmd := exec.CommandContext(ctx, exe)
+		cmd.Env = env
+		if ranks > 1 {
+			cmd.Env = append(append([]string(nil), env...), fmt.Sprintf("RANK=%d", rank), fmt.Sprintf("LOCAL_RANK=%d", rank))
+		}
+		ot := &out{}
+		outs[rank] = ot
+		cmd.Stdout = &ot.stdout
+		cmd.Stderr = &ot.stderr
+		if o.Verbose {
+			cmd.Stderr = io.MultiWriter(&ot.stderr, prefixed(os.Stderr, fmt.Sprintf("[rank %d] ", rank)))
+		}
+		if err := cmd.Start(); err != nil {
+			return nil, err
+		}
+		go func(rank int) {
+			ot.err = cmd.Wait()
+			done <- rank
+		}(rank)
+	}
+	for range ranks {
+		<-done
+	}
+	for rank, ot := range outs {
+		if ot.err != nil {
+			return nil, fmt.Errorf("rank %d: %v\n%s", rank, ot.err, tail(ot.stderr.String(), 2000))
+		}
+	}
+	return lastJSON(outs[0].stdout.Bytes(), outs[0].stderr.String())
+}
+
+func measureTorch(ctx context.Context, o *Options, c Config) (Figures, error) {
+	w := c.Workload
+	if w == "scaling" { // the peer trains the model under DDP when --ranks > 1
+		w = c.Variant
+	}
+	args := []string{o.PeerScript, "--workload", w, "--threads", strconv.Itoa(c.Threads),
+		"--batch", strconv.Itoa(c.Batch), "--seed", strconv.FormatUint(c.Seed, 10), "--json"}
+	if c.Epochs > 0 {
+		args = append(args, "--epochs", strconv.Itoa(c.Epochs))
+	}
+	if c.Steps > 0 {
+		args = append(args, "--steps", strconv.Itoa(c.Steps))
+	}
+	if c.Ranks > 1 {
+		args = append(args, "--ranks", strconv.Itoa(c.Ranks))
+	}
+	if c.Data != "" {
+		args = append(args, "--data", c.Data)
+	}
+	cmd := exec.CommandContext(ctx, o.Python, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout = &stdout
+	cmd.Stderr = &stderr
+	if o.Verbose {
+		cmd.Stderr = io.MultiWriter(&stderr, prefixed(os.Stderr, "[torch] "))
+	}
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("%s %s: %v\n%s", o.Python, strings.Join(args, " "), err, tail(stderr.String(), 2000))
+	}
+	return lastJSON(stdout.Bytes(), stderr.String())
+}
+
+func lastJSON(stdout []byte, stderr string) (Figures, error) {
+	lines := strings.Split(strings.TrimSpace(string(stdout)), "\n")
+	last := lines[len(lines)-1]
+	var f Figures
+	if err := json.Unmarshal([]byte(last), &f); err != nil {
+		return nil, fmt.Errorf("the measured process printed no figures (%v); its output ends:\n%s\n%s", err, tail(string(stdout), 500), tail(stderr, 2000))
+	}
+	return f, nil
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}
+
+type prefixWriter struct {
+	w      io.Writer
+	prefix string
+}
+
+func prefixed(w io.Writer, p string) io.Writer { return &prefixWriter{w, p} }
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		fmt.Fprintf(p.w, "%s%s\n", p.prefix, sc.Text())
+	}
+	return len(b), nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port for the ranks' rendezvous: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// childMain measures the configuration in spec and prints its figures as
+// the last line on stdout, with peak RSS added.
+func childMain(ctx context.Context, spec string) error {
+	var c Config
+	if err := json.Unmarshal([]byte(spec), &c); err != nil {
+		return fmt.Errorf("%s is not a configuration: %w", childEnv, err)
+	}
+	w, ok := workloads[c.Workload]
+	if !ok {
+		return fmt.Errorf("%s names workload %q, which this binary does not have", childEnv, c.Workload)
+	}
+	f, err := w.Run(ctx, c)
+	if err != nil {
+		return err
+	}
+	if f == nil { // a rank other than 0
+		return nil
+	}
+	if rss, err := peakRSSMB(); err == nil {
+		f["peak_rss_mb"] = rss
+	}
+	b, err := json.Marshal(f)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Printf("%s\n", b)
+	return err
+}
+
+// peakRSSMB reads this process's peak resident set (VmHWM) in MiB.
+func peakRSSMB() (float64, error) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			f := strings.Fields(v)
+			kb, err := strconv.ParseFloat(f[0], 64)
+			if err != nil {
+				return 0, err
+			}
+			return kb / 1024, nil
+		}
+	}
+	return 0, errors.New("no VmHWM in /proc/self/status")
+}

@@ -1,0 +1,251 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/internal/blas"
+	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/trainer"
+)
+
+// steadyAfter is the batch after which allocations count as steady state:
+// the first runs of a graph allocate its op-held buffers.
+const steadyAfter = 20
+
+// childLog writes the child's logs to stderr, which the parent shows with -v
+// or when the child fails.
+func childLog() zerolog.Logger {
+	return zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, NoColor: true, TimeFormat: "15:04:05"}).With().Timestamp().Logger()
+}
+
+// chooseBLAS selects the matrix multiply as every fulgur program should at
+// start (the parent passes FULGUR_BLAS and FULGUR_BLAS_THREADS) and
+// returns its name.
+func chooseBLAS(log zerolog.Logger) (string, error) {
+	c, err := blas.Choose(log, blas.ChooseOptions{})
+	if err != nil {
+		return "", err
+	}
+	return c.Impl.Name(), nil
+}
+
+// trainTimer times training batches and counts allocations through trainer
+// callbacks. The first batch of every epoch is left out of the time (the
+// first one compiles the graph), so samples/s covers batches 2..n of each
+// epoch; allocations are counted over the steady batches of the first epoch.
+type trainTimer struct {
+	now        func() time.Time
+	lastBatch  int // index of the last batch of an epoch
+	epochStart time.Time
+	epochTime  time.Duration
+	epochSteps int
+	total      time.Duration
+	steps      int
+	mallocs0   uint64
+	allocSteps int
+	allocs     float64
+	accs       []float64 // val_acc after each epoch
+	metric     string
+}
+
+func (t *trainTimer) Name() string { return "bench-timer" }
+
+func (t *trainTimer) OnTrainBatchEnd(ctx context.Context, s *trainer.State) error {
+	now := t.now()
+	if s.BatchIdx == 0 {
+		t.epochStart, t.epochTime, t.epochSteps = now, 0, 0
+	} else {
+		t.epochTime = now.Sub(t.epochStart)
+		t.epochSteps = s.BatchIdx
+	}
+	if s.Epoch == 0 {
+		first := min(steadyAfter, max(t.lastBatch-1, 0))
+		switch s.BatchIdx {
+		case first:
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			t.mallocs0 = ms.Mallocs
+		case t.lastBatch:
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			if n := t.lastBatch - first; n > 0 {
+				t.allocs = float64(ms.Mallocs-t.mallocs0) / float64(n)
+				t.allocSteps = n
+			}
+		}
+	}
+	if s.BatchIdx == t.lastBatch {
+		t.total += t.epochTime
+		t.steps += t.epochSteps
+	}
+	return nil
+}
+
+func (t *trainTimer) OnValidationEnd(ctx context.Context, s *trainer.State) error {
+	if v, ok := s.Metrics[t.metric]; ok {
+		t.accs = append(t.accs, v)
+	}
+	return nil
+}
+
+// trainJob trains mod through trainer.Fit as the workloads define it
+// (Fashion-MNIST, shuffled, drop last) and measures samples/s, allocations
+// per steady step and test accuracy. It returns nil figures on ranks other
+// than 0.
+type trainJob struct {
+	Config
+	Module   module.Module
+	Strategy string // "single" or "ddp"
+	// ValEachEpoch tests after every epoch (through validation), recording
+	// test_acc_<epoch>.
+	ValEachEpoch bool
+}
+
+func (j trainJob) run(ctx context.Context) (Figures, error) {
+	log := childLog()
+	blasName, err := chooseBLAS(log)
+	if err != nil {
+		return nil, err
+	}
+	train, test, source, err := data.OpenFashionMNIST(j.Data)
+	if err != nil {
+		return nil, err
+	}
+	trainL, err := data.NewLoader(train, data.LoaderConfig{BatchSize: j.Batch, Shuffle: true, DropLast: true, Seed: j.Seed})
+	if err != nil {
+		return nil, err
+	}
+	testL, err := data.NewLoader(test, data.LoaderConfig{BatchSize: 256})
+	if err != nil {
+		return nil, err
+	}
+	root, err := os.MkdirTemp("", "fulgur-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(root)
+	ranks := max(j.Ranks, 1)
+	nb := train.Len() / ranks / j.Batch // per-rank batches per epoch, drop last
+	if j.Steps > 0 && j.Steps < nb {
+		nb = j.Steps
+	}
+	timer := &trainTimer{now: time.Now, lastBatch: nb - 1, metric: "val_acc"}
+	cfg := trainer.Config{
+		MaxEpochs: j.Epochs, LimitTrainBatches: j.Steps, Seed: j.Seed, DefaultRootDir: root,
+		Strategy: j.Strategy, Devices: ranks, EnableProgressBar: trainer.Bool(false),
+		HandleSignals: trainer.Bool(false), Callbacks: []trainer.Callback{timer}, Out: io.Discard, Log: &log,
+	}
+	tr, err := trainer.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var val *data.Loader
+	if j.ValEachEpoch {
+		val = testL
+	}
+	log.Info().Str("data", source).Str("blas", blasName).Str("config", j.Label()).Msg(j.Workload)
+	t0 := time.Now()
+	if err := tr.Fit(ctx, j.Module, trainL, val); err != nil {
+		return nil, err
+	}
+	fitSeconds := time.Since(t0).Seconds()
+	res, err := tr.Test(ctx, j.Module, testL)
+	if err != nil {
+		return nil, err
+	}
+	defer tr.Teardown(ctx)
+	if !tr.IsGlobalZero() {
+		return nil, nil
+	}
+	if timer.steps == 0 {
+		return nil, fmt.Errorf("no timed training batches (%d per epoch): raise -steps", nb)
+	}
+	f := Figures{
+		"samples_per_s":   float64(timer.steps*j.Batch*ranks) / timer.total.Seconds(),
+		"allocs_per_step": timer.allocs,
+		"test_acc":        res["test_acc"],
+		"steps":           float64(tr.Stats().GlobalStep),
+		"seconds":         fitSeconds,
+	}
+	for i, a := range timer.accs {
+		f[fmt.Sprintf("test_acc_%d", i+1)] = a
+	}
+	return f, nil
+}
+
+// threadConfigs makes one configuration per -threads value.
+func threadConfigs(o *Options, base Config) []Config {
+	var cs []Config
+	for _, t := range o.Threads {
+		c := base
+		c.Impl, c.Threads, c.BLAS = "fulgur", t, o.BLAS
+		cs = append(cs, c)
+	}
+	if o.Peer == "torch" {
+		for _, t := range o.PeerThreads {
+			c := base
+			c.Impl, c.Threads = "torch", t
+			cs = append(cs, c)
+		}
+	}
+	return cs
+}
+
+func orDefault(v, d int) int {
+	if v == 0 {
+		return d
+	}
+	return v
+}
+
+// peerRatios compares fulgur with the peer: samples/s of each one's fastest
+// thread setting in the same run (the bar), and peak RSS of those same
+// configurations, run by run.
+func peerRatios(o *Options, rs []*Result) []Row {
+	if o.Peer == "" {
+		return nil
+	}
+	best := func(impl string, run int) (Figures, bool) {
+		var b Figures
+		for _, r := range rs {
+			if r.Config.Impl != impl || run >= len(r.Runs) {
+				continue
+			}
+			if b == nil || r.Runs[run]["samples_per_s"] > b["samples_per_s"] {
+				b = r.Runs[run]
+			}
+		}
+		return b, b != nil
+	}
+	var sps, rss []float64
+	for run := 0; run < o.Runs; run++ {
+		f, ok1 := best("fulgur", run)
+		p, ok2 := best(o.Peer, run)
+		if !ok1 || !ok2 {
+			continue
+		}
+		sps = append(sps, f["samples_per_s"]/p["samples_per_s"])
+		if p["peak_rss_mb"] > 0 {
+			rss = append(rss, f["peak_rss_mb"]/p["peak_rss_mb"])
+		}
+	}
+	if len(sps) == 0 {
+		return nil
+	}
+	w := rs[0].Config.Workload
+	rows := []Row{{Workload: w, Config: "fulgur/" + o.Peer + " samples_per_s (best threads each)", N: len(sps),
+		Labels: map[string]any{"figure": "samples_per_s", "peer": o.Peer}, Figures: map[string]Stat{"ratio": stat(sps)}}}
+	if len(rss) > 0 {
+		rows = append(rows, Row{Workload: w, Config: "fulgur/" + o.Peer + " peak_rss_mb (same configs)", N: len(rss),
+			Labels: map[string]any{"figure": "peak_rss_mb", "peer": o.Peer}, Figures: map[string]Stat{"ratio": stat(rss)}})
+	}
+	return rows
+}

@@ -1,0 +1,66 @@
+// Command bench runs fulgur's benchmark workloads (see BENCHMARKS.md in the
+// project's shared notes): each measured configuration runs in a fresh
+// process, so peak RSS is per configuration, configurations are interleaved
+// (A, B, A, B, ...) and every figure is the median of -runs runs, with min
+// and max.
+//
+//	go run ./cmd/bench -workload mlp
+//	go run ./cmd/bench -workload mlp,overhead -runs 5 -json
+//	go run ./cmd/bench -workload mlp -peer torch   # PyTorch side by side, with ratios
+//
+// Workloads register themselves (one file each) with register.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+// workload is one benchmark of BENCHMARKS.md.
+type workload struct {
+	Name string
+	Doc  string
+	// Configs lists the configurations to measure for the options.
+	Configs func(o *Options) ([]Config, error)
+	// Run measures one configuration inside a child process.
+	Run func(ctx context.Context, c Config) (Figures, error)
+	// Derive adds rows computed across configurations (ratios); optional.
+	Derive func(o *Options, rs []*Result) []Row
+}
+
+var workloads = map[string]*workload{}
+
+func register(w *workload) {
+	if _, dup := workloads[w.Name]; dup {
+		panic("bench: workload " + w.Name + " registered twice")
+	}
+	workloads[w.Name] = w
+}
+
+func workloadNames() []string {
+	var out []string
+	for n := range workloads {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	if spec, ok := os.LookupEnv(childEnv); ok {
+		err = childMain(ctx, spec)
+	} else {
+		err = parentMain(ctx, os.Args[1:])
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		os.Exit(1)
+	}
+}

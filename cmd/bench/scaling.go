@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/fulgur-ml/fulgur/internal/models"
+	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/strategy"
+)
+
+// scaling: each model under ddp with 2 ranks (one process and one BLAS
+// thread each, per-rank batch 32) against 1 rank (1 thread, batch 64), 200
+// steps; efficiency = samples/s(2 ranks) / (2 × samples/s(1 rank)).
+func init() {
+	register(&workload{
+		Name: "scaling",
+		Doc:  "ddp with 2 ranks (1 thread, batch 32 each) vs 1 rank (1 thread, batch 64), 200 steps, mlp and resnet8",
+		Configs: func(o *Options) ([]Config, error) {
+			if !strategy.Known("ddp") {
+				return nil, errors.New(`strategy "ddp" is not registered yet (strategy/registry): the workload runs once it lands`)
+			}
+			models := []string{"mlp"}
+			if newResNet8 != nil {
+				models = append([]string{"resnet8"}, models...)
+			}
+			steps := orDefault(o.Steps, 200)
+			var cs []Config
+			for _, m := range models {
+				for _, ranks := range []int{1, 2} {
+					c := Config{Workload: "scaling", Variant: m, Impl: "fulgur", Threads: 1, BLAS: o.BLAS,
+						Batch: 64 / ranks, Epochs: 1, Steps: steps, Ranks: ranks, Seed: o.Seed, Data: o.Data}
+					cs = append(cs, c)
+					if o.Peer == "torch" {
+						c.Impl, c.BLAS = "torch", ""
+						cs = append(cs, c)
+					}
+				}
+			}
+			return cs, nil
+		},
+		Run: func(ctx context.Context, c Config) (Figures, error) {
+			var mod module.Module
+			switch c.Variant {
+			case "mlp":
+				mod = &models.MLP{}
+			case "resnet8":
+				if newResNet8 == nil {
+					return nil, errors.New("internal/models has no ResNet8 module yet")
+				}
+				mod = newResNet8()
+			default:
+				return nil, fmt.Errorf("scaling: unknown model %q", c.Variant)
+			}
+			st := "single"
+			if c.Ranks > 1 {
+				st = "ddp"
+			}
+			return trainJob{Config: c, Module: mod, Strategy: st}.run(ctx)
+		},
+		Derive: func(o *Options, rs []*Result) []Row {
+			var rows []Row
+			type key struct{ impl, model string }
+			one, two := map[key]*Result{}, map[key]*Result{}
+			var keys []key
+			for _, r := range rs {
+				k := key{r.Config.Impl, r.Config.Variant}
+				if r.Config.Ranks > 1 {
+					two[k] = r
+				} else {
+					one[k] = r
+					keys = append(keys, k)
+				}
+			}
+			for _, k := range keys {
+				a, b := one[k], two[k]
+				if a == nil || b == nil {
+					continue
+				}
+				var eff []float64
+				for run := 0; run < min(len(a.Runs), len(b.Runs)); run++ {
+					if s1 := a.Runs[run]["samples_per_s"]; s1 > 0 {
+						eff = append(eff, b.Runs[run]["samples_per_s"]/(2*s1))
+					}
+				}
+				if len(eff) > 0 {
+					rows = append(rows, Row{Workload: "scaling", Config: k.impl + " " + k.model + " efficiency", N: len(eff),
+						Labels:  map[string]any{"impl": k.impl, "model": k.model, "ranks": 2},
+						Figures: map[string]Stat{"efficiency": stat(eff)}})
+				}
+			}
+			return rows
+		},
+	})
+}
