@@ -50,6 +50,14 @@ type TestEndHook interface {
 	OnTestEnd(ctx context.Context, s *State) error
 }
 
+// AccumulationScheduler callbacks choose how many batches each optimizer
+// step sums in an epoch (GradientAccumulationScheduler). The last one in
+// Callbacks that returns a positive number wins over
+// Config.AccumulateGradBatches.
+type AccumulationScheduler interface {
+	AccumulateGradBatches(epoch int) int
+}
+
 // Stateful callbacks save and restore their state in checkpoints.
 type Stateful interface {
 	StateDict() ([]byte, error)

@@ -1,15 +1,905 @@
 package trainer
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/binary"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"gorgonia.org/tensor"
+
+	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/optim"
 )
 
-// saveCheckpoint and resume are replaced by the checkpoint format work.
-func (t *Trainer) saveCheckpoint(ctx context.Context, path string) error {
-	return errors.New("checkpoints are not implemented yet")
+// A checkpoint is one safetensors file (see checkpoint_safetensors.go):
+//
+//   - the model's parameters and buffers, one tensor each under its store
+//     name, in store order, in the model's dtype: safetensors.safe_open or
+//     load_file in Python reads them as they are;
+//   - the optimizer's state buffers as tensors named "optimizer/<buffer>"
+//     (for example "optimizer/exp_avg"), each covering the optimizer's span;
+//   - in "__metadata__": "format" ("fulgur-checkpoint"), "format_version",
+//     and JSON documents "fulgur.trainer" (loop position, global step, seed,
+//     metrics), "fulgur.optimizer", "fulgur.scheduler", "fulgur.callbacks"
+//     (each Stateful callback's bytes by name) and "fulgur.hparams";
+//   - "fulgur.sha256": a JSON map from "tensor:<name>" and "meta:<key>" to
+//     the SHA-256 of that tensor (name, dtype, shape and bytes) or metadata
+//     entry. Every byte of the file is covered either by a checksum or by
+//     the strict parse of the framing, so a flipped byte or a cut is
+//     reported, naming the tensor or field.
+//
+// Files are written to a temporary file in the same directory, synced,
+// renamed over the target and the directory synced: a crash mid-write leaves
+// the previous file in place.
+
+// CheckpointFormat is the "format" metadata value of fulgur checkpoints.
+const CheckpointFormat = "fulgur-checkpoint"
+
+// CheckpointVersion is the format version this package writes and the
+// newest it reads.
+const CheckpointVersion = 1
+
+const (
+	optTensorPrefix = "optimizer/"
+
+	keyFormat    = "format"
+	keyVersion   = "format_version"
+	keyTrainer   = "fulgur.trainer"
+	keyOptimizer = "fulgur.optimizer"
+	keyScheduler = "fulgur.scheduler"
+	keyCallbacks = "fulgur.callbacks"
+	keyHParams   = "fulgur.hparams"
+	keySums      = "fulgur.sha256"
+)
+
+// loopPos is where a run stands in the fit loop, as a checkpoint taken now
+// would resume it.
+type loopPos struct {
+	Epoch int `json:"epoch"`
+	// Batch is the next training batch of Epoch to run; it equals the
+	// epoch's batch count once all have run.
+	Batch int `json:"batch_idx"`
+	// Validated: the epoch's end-of-epoch logging and validation have run;
+	// what remains is the per-epoch scheduler step and the epoch-end hooks.
+	Validated bool `json:"validated"`
+	// ValPending: a mid-epoch validation (ValCheckInterval) is due before
+	// batch Batch runs.
+	ValPending bool `json:"val_pending"`
+
+	midWindow bool // inside a gradient accumulation window: not resumable
 }
 
+type ckptTrainer struct {
+	loopPos
+	GlobalStep            int                `json:"global_step"`
+	Seed                  uint64             `json:"seed"`
+	Deterministic         bool               `json:"deterministic"`
+	WorldSize             int                `json:"world_size"`
+	Precision             string             `json:"precision"`
+	Strategy              string             `json:"strategy"`
+	TrainBatchSize        int                `json:"train_batch_size"`
+	TrainBatches          int                `json:"train_batches"`
+	AccumulateGradBatches int                `json:"accumulate_grad_batches"`
+	Metrics               map[string]jfloat  `json:"metrics"`
+	EpochAggs             map[string]ckptAgg `json:"epoch_aggregates"`
+	LastTrainLoss         jfloat             `json:"last_train_loss"`
+	Written               string             `json:"written"`
+}
+
+type ckptAgg struct {
+	Reduce   int    `json:"reduce"`
+	OnStep   bool   `json:"on_step"`
+	OnEpoch  bool   `json:"on_epoch"`
+	ProgBar  bool   `json:"prog_bar"`
+	SyncDist bool   `json:"sync_dist"`
+	Sum      jfloat `json:"sum"`
+	Weight   jfloat `json:"weight"`
+	Max      jfloat `json:"max"`
+	Min      jfloat `json:"min"`
+	N        int    `json:"n"`
+}
+
+type ckptOptimizer struct {
+	Name    string            `json:"name"`
+	Step    int64             `json:"step"`
+	Lo      int               `json:"lo"`
+	Hi      int               `json:"hi"`
+	Scalars map[string]jfloat `json:"scalars"`
+	Buffers []string          `json:"buffers"`
+}
+
+type ckptScheduler struct {
+	Type  string            `json:"type"`
+	State map[string]jfloat `json:"state"`
+}
+
+// jfloat is a float64 that survives JSON when NaN or infinite.
+type jfloat float64
+
+func (f jfloat) MarshalJSON() ([]byte, error) {
+	v := float64(f)
+	switch {
+	case math.IsNaN(v):
+		return []byte(`"NaN"`), nil
+	case math.IsInf(v, 1):
+		return []byte(`"+Inf"`), nil
+	case math.IsInf(v, -1):
+		return []byte(`"-Inf"`), nil
+	}
+	return strconv.AppendFloat(nil, v, 'g', -1, 64), nil
+}
+
+func (f *jfloat) UnmarshalJSON(b []byte) error {
+	switch string(b) {
+	case `"NaN"`:
+		*f = jfloat(math.NaN())
+		return nil
+	case `"+Inf"`:
+		*f = jfloat(math.Inf(1))
+		return nil
+	case `"-Inf"`:
+		*f = jfloat(math.Inf(-1))
+		return nil
+	}
+	v, err := strconv.ParseFloat(string(b), 64)
+	if err != nil {
+		return fmt.Errorf("%s is not a number", b)
+	}
+	*f = jfloat(v)
+	return nil
+}
+
+func toJ(m map[string]float64) map[string]jfloat {
+	out := make(map[string]jfloat, len(m))
+	for k, v := range m {
+		out[k] = jfloat(v)
+	}
+	return out
+}
+
+func fromJ(m map[string]jfloat) map[string]float64 {
+	out := make(map[string]float64, len(m))
+	for k, v := range m {
+		out[k] = float64(v)
+	}
+	return out
+}
+
+func dtypeName(dt tensor.Dtype) string {
+	if dt == tensor.Float64 {
+		return "F64"
+	}
+	return "F32"
+}
+
+// saveCheckpoint writes a checkpoint of the run to path; asked during a
+// callback hook, it writes once every callback has run the hook. Every rank
+// calls it at the same point; rank 0 writes.
+func (t *Trainer) saveCheckpoint(ctx context.Context, path string) error {
+	if path == "" {
+		return errors.New("SaveCheckpoint: the path is empty: pass a file name such as checkpoints/last.ckpt")
+	}
+	if t.pos.midWindow {
+		return fmt.Errorf("SaveCheckpoint at epoch %d batch %d: the batch is inside a gradient accumulation window (AccumulateGradBatches %d), whose partial gradients a checkpoint cannot hold: save after the optimizer step (when GlobalStep changes), and set ValCheckInterval to a multiple of AccumulateGradBatches", t.state.Epoch, t.state.BatchIdx, t.accum)
+	}
+	if t.hooking {
+		for _, s := range t.saves {
+			if s.path == path {
+				return nil
+			}
+		}
+		t.saves = append(t.saves, pendingSave{owner: t.hookOwner, path: path})
+		return nil
+	}
+	return t.writeCheckpoint(ctx, path)
+}
+
+type pendingSave struct{ owner, path string }
+
+// writeCheckpoint writes now, on rank 0.
+func (t *Trainer) writeCheckpoint(ctx context.Context, path string) error {
+	if !t.state.IsGlobalZero {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	defer t.span("checkpoint save")()
+	tensors, meta, err := t.encodeCheckpoint()
+	if err != nil {
+		return fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	if err := writeFileAtomic(path, func(w io.Writer) error { return encodeSafetensors(w, tensors, meta) }); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	return nil
+}
+
+func (t *Trainer) encodeCheckpoint() ([]stTensor, map[string]string, error) {
+	st := t.strat.Store()
+	dt := dtypeName(st.Dtype())
+	var tensors []stTensor
+	for _, e := range st.Entries() {
+		if strings.HasPrefix(e.Name, optTensorPrefix) {
+			return nil, nil, fmt.Errorf("model tensor %q starts with %q, which checkpoints reserve for optimizer state: rename it", e.Name, optTensorPrefix)
+		}
+		var b []byte
+		if d := st.Data32(); d != nil {
+			b = f32Bytes(d[e.Offset : e.Offset+e.Len])
+		} else {
+			b = f64Bytes(st.Data64()[e.Offset : e.Offset+e.Len])
+		}
+		tensors = append(tensors, stTensor{Name: e.Name, Dtype: dt, Shape: e.Shape, Data: b})
+	}
+	meta := map[string]string{keyFormat: CheckpointFormat, keyVersion: strconv.Itoa(CheckpointVersion)}
+	put := func(key string, v any) error {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("encode %s: %w", key, err)
+		}
+		meta[key] = string(b)
+		return nil
+	}
+
+	ts := ckptTrainer{
+		loopPos: t.pos, GlobalStep: t.state.GlobalStep, Seed: t.cfg.Seed, Deterministic: t.cfg.Deterministic,
+		WorldSize: t.state.WorldSize, Precision: t.cfg.Precision, Strategy: t.strat.Name(),
+		TrainBatchSize: t.trainBS, TrainBatches: t.trainNB, AccumulateGradBatches: t.accum,
+		Metrics: toJ(t.state.Metrics), EpochAggs: map[string]ckptAgg{}, LastTrainLoss: jfloat(t.stats.LastTrainLoss),
+		Written: t.cfg.Now().UTC().Format(time.RFC3339Nano),
+	}
+	for name, a := range t.epochAgg {
+		if t.pos.Batch == 0 && !t.pos.Validated {
+			break // a new epoch starts with no aggregates
+		}
+		ts.EpochAggs[name] = ckptAgg{
+			Reduce: int(a.spec.Reduce), OnStep: a.spec.OnStep, OnEpoch: a.spec.OnEpoch, ProgBar: a.spec.ProgBar, SyncDist: a.spec.SyncDist,
+			Sum: jfloat(a.sum), Weight: jfloat(a.weight), Max: jfloat(a.max), Min: jfloat(a.min), N: a.n,
+		}
+	}
+	if err := put(keyTrainer, ts); err != nil {
+		return nil, nil, err
+	}
+
+	if opt := t.strat.Optimizer(); opt != nil {
+		ost := opt.State()
+		co := ckptOptimizer{Name: opt.Name(), Step: ost.Step, Lo: ost.Lo, Hi: ost.Hi, Scalars: toJ(ost.Scalars)}
+		for name := range ost.Buffers {
+			co.Buffers = append(co.Buffers, name)
+		}
+		sort.Strings(co.Buffers)
+		for _, name := range co.Buffers {
+			v := ost.Buffers[name]
+			tensors = append(tensors, optTensor(name, v, st.Dtype() == tensor.Float32))
+		}
+		if err := put(keyOptimizer, co); err != nil {
+			return nil, nil, err
+		}
+	}
+	if s := t.strat.Scheduler(); s != nil {
+		if err := put(keyScheduler, ckptScheduler{Type: fmt.Sprintf("%T", s), State: toJ(s.State())}); err != nil {
+			return nil, nil, err
+		}
+	}
+	cbs := map[string][]byte{}
+	for _, cb := range t.cfg.Callbacks {
+		sf, ok := cb.(Stateful)
+		if !ok {
+			continue
+		}
+		name := cb.Name()
+		if _, dup := cbs[name]; dup {
+			return nil, nil, fmt.Errorf("two stateful callbacks are named %q, so their states would collide: give each a distinct name", name)
+		}
+		b, err := sf.StateDict()
+		if err != nil {
+			return nil, nil, fmt.Errorf("callbacks/%s.StateDict: %w", name, err)
+		}
+		cbs[name] = b
+	}
+	if err := put(keyCallbacks, cbs); err != nil {
+		return nil, nil, err
+	}
+	if h, ok := t.mod.(module.HParamser); ok {
+		if b, err := json.Marshal(h.HParams()); err == nil {
+			meta[keyHParams] = string(b)
+		} else {
+			t.cfg.Log.Warn().Err(err).Msg("checkpoint: the module's HParams are not JSON-encodable; left out")
+		}
+	}
+
+	sums := map[string]string{}
+	for _, tn := range tensors {
+		sums["tensor:"+tn.Name] = tensorSum(tn)
+	}
+	for k, v := range meta {
+		sums["meta:"+k] = metaSum(k, v)
+	}
+	if err := put(keySums, sums); err != nil {
+		return nil, nil, err
+	}
+	return tensors, meta, nil
+}
+
+// optTensor stores an optimizer buffer in float32 when the model is float32
+// and every value is a float32 exactly (always, for float32 optimizer
+// state), else in float64.
+func optTensor(name string, v []float64, f32 bool) stTensor {
+	if f32 {
+		exact := true
+		for _, x := range v {
+			if float64(float32(x)) != x && !math.IsNaN(x) {
+				exact = false
+				break
+			}
+		}
+		if exact {
+			w := make([]float32, len(v))
+			for i, x := range v {
+				w[i] = float32(x)
+			}
+			return stTensor{Name: optTensorPrefix + name, Dtype: "F32", Shape: []int{len(v)}, Data: f32Bytes(w)}
+		}
+	}
+	return stTensor{Name: optTensorPrefix + name, Dtype: "F64", Shape: []int{len(v)}, Data: f64Bytes(v)}
+}
+
+// writeFileAtomic writes through a temporary file in path's directory,
+// syncs it, renames it over path and syncs the directory.
+func writeFileAtomic(path string, write func(io.Writer) error) (err error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	bw := bufio.NewWriterSize(f, 1<<20)
+	if err := write(bw); err != nil {
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp, 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	syncDir(dir)
+	return nil
+}
+
+// syncDir makes a rename durable; file systems that cannot sync a
+// directory are left to their own guarantees.
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+}
+
+// checkpoint is a parsed, verified checkpoint file.
+type checkpoint struct {
+	version   int
+	tensors   map[string]stTensor
+	order     []string // tensor names in data order
+	trainer   ckptTrainer
+	opt       *ckptOptimizer
+	sched     *ckptScheduler
+	callbacks map[string][]byte
+	hparams   string
+}
+
+// parseCheckpoint verifies the framing and every checksum of a whole file
+// and decodes its trainer state.
+func parseCheckpoint(b []byte) (*checkpoint, error) {
+	f, err := decodeSafetensors(b)
+	if err != nil {
+		return nil, err
+	}
+	c := &checkpoint{tensors: map[string]stTensor{}}
+	for _, t := range f.Tensors {
+		c.tensors[t.Name] = t
+		c.order = append(c.order, t.Name)
+	}
+	if err := checkMeta(f.Meta, &c.version); err != nil {
+		return nil, err
+	}
+	var sums map[string]string
+	if err := strictJSON(f.Meta[keySums], &sums); err != nil {
+		return nil, fmt.Errorf("metadata field %q: %v: the file is corrupt", keySums, err)
+	}
+	for _, t := range f.Tensors {
+		want, ok := sums["tensor:"+t.Name]
+		if !ok {
+			return nil, fmt.Errorf("tensor %q has no checksum in %q: the file is corrupt or was edited", t.Name, keySums)
+		}
+		if tensorSum(t) != want {
+			return nil, fmt.Errorf("tensor %q (%s %v): SHA-256 mismatch: its bytes, dtype or shape changed since it was written, so the file is corrupt", t.Name, t.Dtype, t.Shape)
+		}
+	}
+	for k, v := range f.Meta {
+		if k == keySums {
+			continue
+		}
+		want, ok := sums["meta:"+k]
+		if !ok {
+			return nil, fmt.Errorf("metadata field %q has no checksum in %q: the file is corrupt or was edited", k, keySums)
+		}
+		if metaSum(k, v) != want {
+			return nil, fmt.Errorf("metadata field %q: SHA-256 mismatch: the file is corrupt", k)
+		}
+	}
+	for k := range sums {
+		kind, name, _ := strings.Cut(k, ":")
+		_, isT := c.tensors[name]
+		_, isM := f.Meta[name]
+		if (kind == "tensor" && !isT) || (kind == "meta" && !isM) || (kind != "tensor" && kind != "meta") {
+			return nil, fmt.Errorf("%q lists %q, which the file lacks: the file is corrupt", keySums, k)
+		}
+	}
+	if err := strictJSON(f.Meta[keyTrainer], &c.trainer); err != nil {
+		return nil, fmt.Errorf("metadata field %q: %v", keyTrainer, err)
+	}
+	if err := c.trainer.validate(); err != nil {
+		return nil, fmt.Errorf("metadata field %q: %v", keyTrainer, err)
+	}
+	if s, ok := f.Meta[keyOptimizer]; ok {
+		c.opt = &ckptOptimizer{}
+		if err := strictJSON(s, c.opt); err != nil {
+			return nil, fmt.Errorf("metadata field %q: %v", keyOptimizer, err)
+		}
+	}
+	if s, ok := f.Meta[keyScheduler]; ok {
+		c.sched = &ckptScheduler{}
+		if err := strictJSON(s, c.sched); err != nil {
+			return nil, fmt.Errorf("metadata field %q: %v", keyScheduler, err)
+		}
+	}
+	if s, ok := f.Meta[keyCallbacks]; ok {
+		if err := strictJSON(s, &c.callbacks); err != nil {
+			return nil, fmt.Errorf("metadata field %q: %v", keyCallbacks, err)
+		}
+	}
+	c.hparams = f.Meta[keyHParams]
+	return c, nil
+}
+
+func checkMeta(meta map[string]string, version *int) error {
+	if meta[keyFormat] != CheckpointFormat {
+		if _, ok := meta[keyFormat]; !ok {
+			return fmt.Errorf("the file is a safetensors file without fulgur's trainer state (no %q metadata): it holds weights only; resume needs a checkpoint written by the trainer", keyFormat)
+		}
+		return fmt.Errorf("metadata field %q is %q, not %q: the file is not a fulgur checkpoint, or is corrupt", keyFormat, meta[keyFormat], CheckpointFormat)
+	}
+	v, err := strconv.Atoi(meta[keyVersion])
+	if err != nil || v < 1 {
+		return fmt.Errorf("metadata field %q is %q: want a version number from 1 to %d: the file is corrupt", keyVersion, meta[keyVersion], CheckpointVersion)
+	}
+	if v > CheckpointVersion {
+		return fmt.Errorf("metadata field %q is %d, newer than the %d this fulgur reads: upgrade fulgur to load it", keyVersion, v, CheckpointVersion)
+	}
+	*version = v
+	if _, ok := meta[keySums]; !ok {
+		return fmt.Errorf("metadata field %q is missing: the file is corrupt or was edited", keySums)
+	}
+	return nil
+}
+
+func strictJSON(s string, v any) error {
+	d := json.NewDecoder(strings.NewReader(s))
+	d.DisallowUnknownFields()
+	if err := d.Decode(v); err != nil {
+		return err
+	}
+	if d.More() {
+		return errors.New("trailing data after the JSON value")
+	}
+	return nil
+}
+
+func (s *ckptTrainer) validate() error {
+	var errs []error
+	for name, v := range map[string]int{"epoch": s.Epoch, "batch_idx": s.Batch, "global_step": s.GlobalStep} {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf("field %q is %d: it is never negative, so the file is corrupt", name, v))
+		}
+	}
+	for name, a := range s.EpochAggs {
+		if a.Reduce < int(module.Mean) || a.Reduce > int(module.Min) {
+			errs = append(errs, fmt.Errorf("field \"epoch_aggregates\": %q has reduce %d, not 0..3", name, a.Reduce))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// resume loads the checkpoint at path into the set-up run and returns the
+// epoch to start from; the batch position is left in t.resumeAt.
 func (t *Trainer) resume(ctx context.Context, path string) (int, error) {
-	return 0, errors.New("resuming from a checkpoint is not implemented yet")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("resume: %w", err)
+	}
+	c, err := parseCheckpoint(b)
+	if err != nil {
+		return 0, fmt.Errorf("resume from checkpoint %s: %w", path, err)
+	}
+	if err := t.apply(c); err != nil {
+		return 0, fmt.Errorf("resume from checkpoint %s: %w", path, err)
+	}
+	ts := c.trainer
+	t.cfg.Log.Info().Str("path", path).Int("epoch", ts.Epoch).Int("batch", ts.Batch).Int("global_step", ts.GlobalStep).Msg("resumed from checkpoint")
+	return ts.Epoch, nil
+}
+
+// apply checks everything that can be checked before changing anything,
+// then restores optimizer, scheduler, callbacks, weights and loop state.
+func (t *Trainer) apply(c *checkpoint) error {
+	st := t.strat.Store()
+	if err := checkWeights(c, st); err != nil {
+		return err
+	}
+	ts := c.trainer
+	if ts.Seed != t.cfg.Seed {
+		t.cfg.Log.Warn().Uint64("checkpoint_seed", ts.Seed).Uint64("seed", t.cfg.Seed).Msg("resuming with another seed: the data order differs from the interrupted run's")
+	}
+	if ts.WorldSize != t.state.WorldSize {
+		t.cfg.Log.Warn().Int("checkpoint_world_size", ts.WorldSize).Int("world_size", t.state.WorldSize).Msg("resuming with another world size: each rank's share of the epoch differs from the interrupted run's")
+	}
+
+	opt, sched := t.strat.Optimizer(), t.strat.Scheduler()
+	switch {
+	case c.opt == nil && opt != nil:
+		return fmt.Errorf("metadata field %q is missing: the checkpoint holds no optimizer state", keyOptimizer)
+	case c.opt != nil && opt != nil:
+		if c.opt.Name != opt.Name() {
+			return fmt.Errorf("metadata field %q: the checkpoint's optimizer is %q but the module configures %q: configure the same optimizer to resume", keyOptimizer, c.opt.Name, opt.Name())
+		}
+		ost := optim.State{Step: c.opt.Step, Lo: c.opt.Lo, Hi: c.opt.Hi, Scalars: fromJ(c.opt.Scalars), Buffers: map[string][]float64{}}
+		for _, name := range c.opt.Buffers {
+			tn, ok := c.tensors[optTensorPrefix+name]
+			if !ok {
+				return fmt.Errorf("tensor %q (optimizer buffer %q) is missing from the checkpoint: the file is corrupt", optTensorPrefix+name, name)
+			}
+			if len(tn.Shape) != 1 || tn.Shape[0] != c.opt.Hi-c.opt.Lo {
+				return fmt.Errorf("tensor %q has shape %v but the optimizer span [%d, %d) needs [%d]", tn.Name, tn.Shape, c.opt.Lo, c.opt.Hi, c.opt.Hi-c.opt.Lo)
+			}
+			ost.Buffers[name] = values64(tn)
+		}
+		if err := opt.LoadState(ost); err != nil {
+			return fmt.Errorf("metadata field %q: %w", keyOptimizer, err)
+		}
+	}
+	switch {
+	case c.sched != nil && sched == nil:
+		return fmt.Errorf("metadata field %q: the checkpoint has a %s learning-rate scheduler but the module configures none: configure the same scheduler to resume", keyScheduler, c.sched.Type)
+	case c.sched == nil && sched != nil:
+		return fmt.Errorf("metadata field %q is missing: the checkpoint was written without a scheduler but the module configures %T: configure the same (no) scheduler to resume", keyScheduler, sched)
+	case c.sched != nil:
+		if typ := fmt.Sprintf("%T", sched); typ != c.sched.Type {
+			return fmt.Errorf("metadata field %q: the checkpoint's scheduler is %s but the module configures %s", keyScheduler, c.sched.Type, typ)
+		}
+		if err := sched.LoadState(fromJ(c.sched.State)); err != nil {
+			return fmt.Errorf("metadata field %q: %w", keyScheduler, err)
+		}
+	}
+	seen := map[string]bool{}
+	for _, cb := range t.cfg.Callbacks {
+		sf, ok := cb.(Stateful)
+		if !ok {
+			continue
+		}
+		name := cb.Name()
+		b, ok := c.callbacks[name]
+		if !ok {
+			t.cfg.Log.Warn().Str("callback", name).Msg("the checkpoint holds no state for this callback; it starts fresh")
+			continue
+		}
+		seen[name] = true
+		if err := sf.LoadStateDict(b); err != nil {
+			return fmt.Errorf("callbacks/%s.LoadStateDict: %w", name, err)
+		}
+	}
+	for name := range c.callbacks {
+		if !seen[name] {
+			t.cfg.Log.Warn().Str("callback", name).Msg("the checkpoint holds state for a callback this run lacks; ignored")
+		}
+	}
+
+	copyWeights(c, st)
+
+	t.state.GlobalStep = ts.GlobalStep
+	t.state.Epoch = ts.Epoch
+	t.state.Metrics = fromJ(ts.Metrics)
+	t.stats.LastTrainLoss = float64(ts.LastTrainLoss)
+	pos := ts.loopPos
+	t.resumeAt = &pos
+	t.resumeAggs = map[string]*agg{}
+	for name, a := range ts.EpochAggs {
+		t.resumeAggs[name] = &agg{
+			spec: module.LogSpec{OnStep: a.OnStep, OnEpoch: a.OnEpoch, ProgBar: a.ProgBar, SyncDist: a.SyncDist, Reduce: module.Reduce(a.Reduce)},
+			sum:  float64(a.Sum), weight: float64(a.Weight), max: float64(a.Max), min: float64(a.Min), n: a.N,
+		}
+	}
+	t.resumeBS = ts.TrainBatchSize
+	return nil
+}
+
+// checkWeights reports every model tensor the checkpoint lacks or holds
+// with another dtype or shape, and every tensor it has that the model lacks.
+func checkWeights(c *checkpoint, st *module.Store) error {
+	dt := dtypeName(st.Dtype())
+	model := map[string]bool{}
+	var errs []error
+	for _, e := range st.Entries() {
+		model[e.Name] = true
+		tn, ok := c.tensors[e.Name]
+		switch {
+		case !ok:
+			errs = append(errs, fmt.Errorf("tensor %q %v of the model is missing from the checkpoint: was it written for another model?", e.Name, e.Shape))
+		case tn.Dtype != dt:
+			errs = append(errs, fmt.Errorf("tensor %q is %s in the checkpoint but the model computes in %s: set Precision to %q to match the checkpoint", e.Name, tn.Dtype, dt, map[string]string{"F32": "32", "F64": "64"}[tn.Dtype]))
+		case !sameShape(tn.Shape, e.Shape):
+			errs = append(errs, fmt.Errorf("tensor %q has shape %v in the checkpoint but %v in the model", e.Name, tn.Shape, e.Shape))
+		}
+	}
+	for _, name := range c.order {
+		if !model[name] && !strings.HasPrefix(name, optTensorPrefix) {
+			errs = append(errs, fmt.Errorf("the checkpoint has tensor %q that the model does not declare: was it written for another model?", name))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// copyWeights copies the checked tensors into st.
+func copyWeights(c *checkpoint, st *module.Store) {
+	for _, e := range st.Entries() {
+		v := c.tensors[e.Name]
+		if d := st.Data32(); d != nil {
+			dst := d[e.Offset : e.Offset+e.Len]
+			for i := range dst {
+				dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(v.Data[4*i:]))
+			}
+		} else {
+			dst := st.Data64()[e.Offset : e.Offset+e.Len]
+			for i := range dst {
+				dst[i] = math.Float64frombits(binary.LittleEndian.Uint64(v.Data[8*i:]))
+			}
+		}
+	}
+}
+
+func sameShape(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// CheckpointInfo describes a checkpoint from its header.
+type CheckpointInfo struct {
+	Path    string
+	Version int
+	// Epoch and BatchIdx are where training resumes: the next batch to run.
+	Epoch      int
+	BatchIdx   int
+	GlobalStep int
+	// Tensors lists the model's tensor names (optimizer state excluded), in
+	// file order.
+	Tensors []string
+	ModTime time.Time
+	Size    int64
+}
+
+// ReadCheckpointInfo reads a checkpoint's header (not its tensor data) and
+// checks the checksum of its trainer state. Use VerifyCheckpoint to check
+// every byte.
+func ReadCheckpointInfo(path string) (CheckpointInfo, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return CheckpointInfo{}, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return CheckpointInfo{}, err
+	}
+	var nb [8]byte
+	if _, err := io.ReadFull(f, nb[:]); err != nil {
+		return CheckpointInfo{}, fmt.Errorf("checkpoint %s: the file is %d bytes, shorter than the 8-byte header length: it is truncated or not a checkpoint", path, fi.Size())
+	}
+	n := binary.LittleEndian.Uint64(nb[:])
+	if n > maxHeader || int64(n) > fi.Size()-8 {
+		return CheckpointInfo{}, fmt.Errorf("checkpoint %s: the header length field says %d bytes but the file has %d after it: it is truncated, corrupt, or not a checkpoint", path, n, fi.Size()-8)
+	}
+	hb := make([]byte, n)
+	if _, err := io.ReadFull(f, hb); err != nil {
+		return CheckpointInfo{}, fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	var hdr struct {
+		Meta map[string]string `json:"__metadata__"`
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(bytes.TrimRight(hb, " "), &raw); err != nil {
+		return CheckpointInfo{}, fmt.Errorf("checkpoint %s: the header is not a JSON object: %v: the file is corrupt", path, err)
+	}
+	if m, ok := raw["__metadata__"]; ok {
+		if err := json.Unmarshal(m, &hdr.Meta); err != nil {
+			return CheckpointInfo{}, fmt.Errorf("checkpoint %s: header field __metadata__: %v", path, err)
+		}
+	}
+	info := CheckpointInfo{Path: path, ModTime: fi.ModTime(), Size: fi.Size()}
+	if err := checkMeta(hdr.Meta, &info.Version); err != nil {
+		return info, fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	var sums map[string]string
+	if err := json.Unmarshal([]byte(hdr.Meta[keySums]), &sums); err != nil || sums["meta:"+keyTrainer] != metaSum(keyTrainer, hdr.Meta[keyTrainer]) {
+		return info, fmt.Errorf("checkpoint %s: metadata field %q: SHA-256 mismatch: the file is corrupt", path, keyTrainer)
+	}
+	var ts ckptTrainer
+	if err := strictJSON(hdr.Meta[keyTrainer], &ts); err != nil {
+		return info, fmt.Errorf("checkpoint %s: metadata field %q: %v", path, keyTrainer, err)
+	}
+	info.Epoch, info.BatchIdx, info.GlobalStep = ts.Epoch, ts.Batch, ts.GlobalStep
+	type named struct {
+		name string
+		off  int
+	}
+	var ns []named
+	for k, r := range raw {
+		if k == "__metadata__" || strings.HasPrefix(k, optTensorPrefix) {
+			continue
+		}
+		var e stHeaderEntry
+		if err := json.Unmarshal(r, &e); err == nil {
+			ns = append(ns, named{k, e.Offsets[0]})
+		}
+	}
+	sort.Slice(ns, func(i, j int) bool { return ns[i].off < ns[j].off })
+	for _, x := range ns {
+		info.Tensors = append(info.Tensors, x.name)
+	}
+	return info, nil
+}
+
+// VerifyCheckpoint reads a whole checkpoint and checks its framing and
+// every checksum.
+func VerifyCheckpoint(path string) (CheckpointInfo, error) {
+	info, err := ReadCheckpointInfo(path)
+	if err != nil {
+		return info, err
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return info, err
+	}
+	if _, err := parseCheckpoint(b); err != nil {
+		return info, fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	return info, nil
+}
+
+// LoadWeights copies the parameters and buffers of the checkpoint at path
+// into store, after checking every checksum and that every tensor's name,
+// dtype and shape match. Nothing else of the run is restored.
+func LoadWeights(path string, store *module.Store) error {
+	if store == nil {
+		return errors.New("LoadWeights: the store is nil: pass Trainer.Store() after setup")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	c, err := parseCheckpoint(b)
+	if err != nil {
+		return fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	if err := checkWeights(c, store); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	copyWeights(c, store)
+	return nil
+}
+
+// LatestCheckpoint returns the newest checkpoint (*.ckpt) under root, by
+// modification time and then global step. Files that are not readable
+// checkpoints are skipped.
+func LatestCheckpoint(root string) (string, error) {
+	var best CheckpointInfo
+	var skipped []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() || !strings.HasSuffix(d.Name(), ".ckpt") || strings.HasPrefix(d.Name(), ".") {
+			return nil
+		}
+		info, err := ReadCheckpointInfo(p)
+		if err != nil {
+			skipped = append(skipped, fmt.Sprintf("%s (%v)", p, err))
+			return nil
+		}
+		if best.Path == "" || info.ModTime.After(best.ModTime) || (info.ModTime.Equal(best.ModTime) && info.GlobalStep > best.GlobalStep) {
+			best = info
+		}
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("look for checkpoints under %s: %w", root, err)
+	}
+	if best.Path == "" {
+		msg := fmt.Sprintf("no checkpoint (*.ckpt) under %s", root)
+		if len(skipped) > 0 {
+			msg += "; unreadable: " + strings.Join(skipped, "; ")
+		}
+		return "", errors.New(msg)
+	}
+	return best.Path, nil
+}
+
+// skipBatches returns l starting its epochs at batch first, for a run that
+// resumes mid-epoch: the sampler's order is cut, so the skipped batches are
+// never read.
+func skipBatches(l *data.Loader, first int) *data.Loader {
+	if first <= 0 {
+		return l
+	}
+	c := l.Config()
+	return l.WithSampler(skipSampler{s: c.Sampler, n: first * c.BatchSize})
+}
+
+type skipSampler struct {
+	s data.Sampler
+	n int
+}
+
+func (k skipSampler) Order(epoch, n int) ([]int, []bool) {
+	idx, pad := k.s.Order(epoch, n)
+	cut := min(k.n, len(idx))
+	if pad != nil {
+		pad = pad[cut:]
+	}
+	return idx[cut:], pad
+}
+
+func (k skipSampler) Validate() error {
+	if v, ok := k.s.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
 }

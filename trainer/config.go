@@ -79,6 +79,11 @@ type Config struct {
 	// EnableProgressBar shows a progress bar on a terminal and periodic log
 	// lines otherwise. nil: true.
 	EnableProgressBar *bool
+	// HandleSignals makes SIGINT and SIGTERM during Fit finish the current
+	// optimizer step, save a checkpoint to <DefaultRootDir>/checkpoints/
+	// interrupted.ckpt, and return from Fit with Stats.Interrupted set, on
+	// every rank; a second signal exits at once. nil: true.
+	HandleSignals *bool
 	// WarnOnNaN makes a NaN or infinite loss a warning instead of an error.
 	WarnOnNaN bool
 	// Out is where the progress bar and reports go. nil: os.Stderr.
@@ -198,6 +203,8 @@ func (c *Config) Validate() error {
 }
 
 func (c *Config) progressBar() bool { return c.EnableProgressBar == nil || *c.EnableProgressBar }
+
+func (c *Config) handleSignals() bool { return c.HandleSignals == nil || *c.HandleSignals }
 
 func (c *Config) distributedSampler() bool {
 	return c.UseDistributedSampler == nil || *c.UseDistributedSampler

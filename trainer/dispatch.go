@@ -27,10 +27,16 @@ func wrap(owner, hook string, err error) error {
 	return fmt.Errorf("%s.%s: %w", owner, hook, err)
 }
 
+// callbackHook calls hook on every callback. Checkpoints that callbacks ask
+// for during the hook are written after the last callback has run it, so
+// every callback's state in the file is the state after this hook.
 func (t *Trainer) callbackHook(ctx context.Context, hook string, call func(cb Callback) (bool, error)) error {
 	var stop error
+	t.saves, t.hooking = t.saves[:0], true
+	defer func() { t.hooking = false }()
 	for _, cb := range t.cfg.Callbacks {
 		end := t.span("callbacks/" + cb.Name() + "." + hook)
+		t.hookOwner = cb.Name()
 		_, err := call(cb)
 		end()
 		if err = wrap("callbacks/"+cb.Name(), hook, err); err != nil {
@@ -41,6 +47,12 @@ func (t *Trainer) callbackHook(ctx context.Context, hook string, call func(cb Ca
 				continue
 			}
 			return err
+		}
+	}
+	t.hooking = false
+	for _, s := range t.saves {
+		if err := t.writeCheckpoint(ctx, s.path); err != nil {
+			return wrap("callbacks/"+s.owner, hook, err)
 		}
 	}
 	return stop
@@ -168,6 +180,19 @@ func (t *Trainer) onTestEnd(ctx context.Context) error {
 		}
 		return false, nil
 	})
+}
+
+// accumulation is the number of batches per optimizer step in epoch.
+func (t *Trainer) accumulation(epoch int) int {
+	n := t.cfg.AccumulateGradBatches
+	for _, cb := range t.cfg.Callbacks {
+		if h, ok := cb.(AccumulationScheduler); ok {
+			if k := h.AccumulateGradBatches(epoch); k > 0 {
+				n = k
+			}
+		}
+	}
+	return n
 }
 
 func (t *Trainer) logMetrics(step int, m map[string]float64) error {

@@ -27,20 +27,37 @@ type Trainer struct {
 	epochAgg map[string]*agg
 	progress *progress
 	worker   bool
+
+	// Checkpoint and resume (checkpoint.go): where the loop stands, and
+	// where a resumed run starts.
+	pos        loopPos
+	resumeAt   *loopPos
+	resumeAggs map[string]*agg
+	resumeBS   int
+	trainBS    int // training batch size and batch count of the epoch
+	trainNB    int
+	accum      int
+	signals    *signalWatch
+	hooking    bool          // inside callbackHook: saves wait for its end
+	hookOwner  string        // the callback being called
+	saves      []pendingSave // checkpoints asked for during the hook
 }
 
 // Stats summarises the last Fit.
 type Stats struct {
-	Epochs            int           // epochs completed
-	GlobalStep        int           // optimizer steps taken
-	TrainSamples      int           // samples trained on by this process
-	TrainTime         time.Duration // wall time in training batches (validation excluded)
-	TrainSamplesPerS  float64       // all ranks together
-	WorldSize         int
-	StoppedEarly      string // the reason, when a callback stopped training
-	Interrupted       bool
-	LastTrainLoss     float64
-	ValidationsPassed int
+	Epochs           int           // epochs completed
+	GlobalStep       int           // optimizer steps taken
+	TrainSamples     int           // samples trained on by this process
+	TrainTime        time.Duration // wall time in training batches (validation excluded)
+	TrainSamplesPerS float64       // all ranks together
+	WorldSize        int
+	StoppedEarly     string // the reason, when a callback stopped training
+	// Interrupted is set when SIGINT or SIGTERM ended training (after a
+	// checkpoint was saved to InterruptCheckpoint) or ctx was cancelled.
+	Interrupted         bool
+	InterruptCheckpoint string
+	LastTrainLoss       float64
+	ValidationsPassed   int
 }
 
 // New validates cfg and returns a Trainer.
@@ -278,6 +295,9 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 		}
 	}
 	status = "success"
+	if t.stats.Interrupted {
+		status = "interrupted"
+	}
 	return nil
 }
 
@@ -349,8 +369,14 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 		}
 	}
 	opt, sched := t.strat.Optimizer(), t.strat.Scheduler()
-	if st, ok := sched.(optim.Starter); ok && startEpoch == 0 && t.state.GlobalStep == 0 {
+	resume := t.resumeAt
+	t.resumeAt = nil
+	if st, ok := sched.(optim.Starter); ok && startEpoch == 0 && t.state.GlobalStep == 0 && resume == nil {
 		st.Start(opt)
+	}
+	if cfg.handleSignals() {
+		t.signals = watchSignals(cfg.Log)
+		defer t.signals.stop()
 	}
 	stepLog := map[string]float64{}
 	for epoch := startEpoch; cfg.MaxEpochs == 0 || epoch < cfg.MaxEpochs; epoch++ {
@@ -360,6 +386,16 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 		t.state.Epoch = epoch
 		t.state.LR = opt.LR()
 		t.epochAgg = map[string]*agg{}
+		var r loopPos // where a resumed run re-enters this epoch
+		if resume != nil && resume.Epoch == epoch {
+			r, resume = *resume, nil
+			if r.Batch > 0 {
+				t.epochAgg = t.resumeAggs
+			}
+		}
+		accum = t.accumulation(epoch)
+		t.accum = accum
+		t.pos = loopPos{Epoch: epoch, Batch: r.Batch, Validated: r.Validated, ValPending: r.ValPending}
 		if err := t.onTrainEpochStart(ctx, m, epoch); err != nil {
 			return err
 		}
@@ -367,12 +403,28 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 		if cfg.LimitTrainBatches > 0 && cfg.LimitTrainBatches < nb {
 			nb = cfg.LimitTrainBatches
 		}
+		t.trainBS, t.trainNB = train.Config().BatchSize, nb
+		first := min(r.Batch, nb)
+		if first > 0 && t.resumeBS > 0 && t.resumeBS != t.trainBS {
+			cfg.Log.Warn().Int("checkpoint_batch_size", t.resumeBS).Int("batch_size", t.trainBS).Msg("resuming mid-epoch with another batch size: the rest of the epoch is not the interrupted run's")
+		}
 		t.progress.startEpoch(epoch, cfg.MaxEpochs, nb)
-		it := train.Iter(ctx, epoch)
+		it := skipBatches(train, first).Iter(ctx, epoch)
 		epochStart := cfg.Now()
 		var trainDur time.Duration
 		var stop error
-		for bi := 0; bi < nb; bi++ {
+		if r.ValPending && val != nil {
+			t.pos.ValPending = false
+			if err := t.validationLoop(ctx, m, val, epoch); err != nil {
+				if _, ok := isStop(err); !ok {
+					it.Close()
+					return err
+				}
+				stop = err
+				first = nb
+			}
+		}
+		for bi := first; bi < nb; bi++ {
 			sp := cfg.Profiler.Start("data fetch")
 			b, ok := it.Next()
 			sp.End()
@@ -433,6 +485,8 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 			trainDur += dt
 			t.stats.TrainSamples += b.Size
 			t.progress.batch(bi+1, loss, b.Size, t.state.Metrics, metrics)
+			valDue := val != nil && cfg.ValCheckInterval > 0 && (bi+1)%cfg.ValCheckInterval == 0 && bi+1 < nb
+			t.pos = loopPos{Epoch: epoch, Batch: bi + 1, ValPending: valDue, midWindow: !last}
 			if last && t.state.GlobalStep%cfg.LogEveryNSteps == 0 {
 				clear(stepLog)
 				for _, mt := range metrics {
@@ -454,6 +508,10 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 				}
 				stop = err
 			}
+			if stop, err = t.agreeStop(ctx, stop, last); err != nil {
+				it.Close()
+				return err
+			}
 			if stop != nil {
 				t.stats.TrainTime += trainDur
 				it.Close()
@@ -462,7 +520,8 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 			if cfg.MaxSteps > 0 && t.state.GlobalStep >= cfg.MaxSteps {
 				break
 			}
-			if val != nil && cfg.ValCheckInterval > 0 && (bi+1)%cfg.ValCheckInterval == 0 && bi+1 < nb {
+			if valDue {
+				t.pos.ValPending = false
 				if err := t.validationLoop(ctx, m, val, epoch); err != nil {
 					if _, ok := isStop(err); !ok {
 						it.Close()
@@ -482,15 +541,18 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 		}
 		t.stats.TrainTime += trainDur
 		_ = epochStart
-		if err := t.finishTrainEpoch(ctx, epoch); err != nil {
-			return err
-		}
-		if val != nil && stop == nil && (epoch+1)%cfg.CheckValEveryNEpoch == 0 {
-			if err := t.validationLoop(ctx, m, val, epoch); err != nil {
-				if _, ok := isStop(err); !ok {
-					return err
+		if !r.Validated {
+			if err := t.finishTrainEpoch(ctx, epoch); err != nil {
+				return err
+			}
+			if val != nil && stop == nil && (epoch+1)%cfg.CheckValEveryNEpoch == 0 {
+				t.pos = loopPos{Epoch: epoch, Batch: nb, Validated: true}
+				if err := t.validationLoop(ctx, m, val, epoch); err != nil {
+					if _, ok := isStop(err); !ok {
+						return err
+					}
+					stop = err
 				}
-				stop = err
 			}
 		}
 		t.stats.Epochs = epoch + 1
@@ -501,11 +563,16 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 			}
 			sched.Step(opt, metric)
 		}
+		t.pos = loopPos{Epoch: epoch + 1}
 		if err := t.onTrainEpochEnd(ctx, m, epoch); err != nil {
 			if _, ok := isStop(err); !ok {
 				return err
 			}
 			stop = err
+		}
+		var err error
+		if stop, err = t.agreeStop(ctx, stop, true); err != nil {
+			return err
 		}
 		if stop != nil {
 			return stop
