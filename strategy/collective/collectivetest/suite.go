@@ -40,12 +40,12 @@ func RunAllWith(t *testing.T, newGroup NewGroup, o Options) {
 	s := suite{newGroup: newGroup, o: o}
 	for n := 1; n <= o.MaxRanks; n++ {
 		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
-			t.Run("AllReduce", func(t *testing.T) { s.allReduce(t, n) })
-			t.Run("Broadcast", func(t *testing.T) { s.broadcast(t, n) })
-			t.Run("AllGather", func(t *testing.T) { s.allGather(t, n) })
-			t.Run("ReduceScatter", func(t *testing.T) { s.reduceScatter(t, n) })
-			t.Run("Barrier", func(t *testing.T) { s.barrier(t, n) })
-			t.Run("Async", func(t *testing.T) { s.async(t, n) })
+			for _, rc := range rankCases {
+				t.Run(rc.name, func(t *testing.T) {
+					s.mustEach(t, s.group(t, n), func(ctx context.Context, c collective.Collective) error { return rc.run(t, ctx, c) })
+				})
+			}
+			t.Run("BarrierOrder", func(t *testing.T) { s.barrierOrder(t, n) })
 			t.Run("BadBuffer", func(t *testing.T) { s.badBuffer(t, n) })
 			if n >= 2 {
 				t.Run("Mismatch", func(t *testing.T) { s.mismatch(t, n) })
@@ -59,7 +59,33 @@ func RunAllWith(t *testing.T, newGroup NewGroup, o Options) {
 		if testing.Short() {
 			t.Skip("100 MB all-reduce skipped with -short")
 		}
-		s.big(t, 2)
+		s.mustEach(t, s.group(t, 2), func(ctx context.Context, c collective.Collective) error { return bigRank(t, ctx, c) })
+	})
+}
+
+// RunRank runs the rank cases of the suite on the one rank this process
+// holds, for backends whose ranks are processes started by a launcher (mpi).
+// Every rank of the group must call it at the same time; every process checks
+// its own results. The closed-peer and in-process ordering checks need all
+// ranks in one process and are left to RunAll.
+func RunRank(t *testing.T, c collective.Collective) {
+	for _, rc := range rankCases {
+		t.Run(rc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			if err := rc.run(t, ctx, c); err != nil {
+				t.Fatalf("rank %d: %v", c.Rank(), err)
+			}
+		})
+	}
+	t.Run("Mismatch", func(t *testing.T) {
+		if c.Size() < 2 {
+			t.Skip("one rank cannot disagree with itself")
+		}
+		err := c.AllReduce(context.Background(), make([]float32, 10+min(c.Rank(), 1)), collective.Sum)
+		if !errors.Is(err, collective.ErrMismatch) {
+			t.Errorf("rank %d: got %v, want an error wrapping ErrMismatch", c.Rank(), err)
+		}
 	})
 }
 
@@ -190,44 +216,53 @@ func (s suite) group(t *testing.T, n int) []collective.Collective {
 	return cs
 }
 
-func (s suite) allReduce(t *testing.T, n int) {
-	cs := s.group(t, n)
+// A rank case runs on one rank: it fills that rank's buffers, calls the
+// operations and checks that rank's results. RunAll runs it on every rank of
+// an in-process group at once; RunRank on the one rank a process holds.
+type rankCase struct {
+	name string
+	run  func(t *testing.T, ctx context.Context, c collective.Collective) error
+}
+
+var rankCases = []rankCase{
+	{"AllReduce", allReduceRank},
+	{"Broadcast", broadcastRank},
+	{"AllGather", allGatherRank},
+	{"ReduceScatter", reduceScatterRank},
+	{"Barrier", barrierRank},
+	{"Async", asyncRank},
+}
+
+func allReduceRank(t *testing.T, ctx context.Context, c collective.Collective) error {
+	n, r := c.Size(), c.Rank()
 	for _, dt := range dtypes {
 		for _, l := range lengths(n) {
 			for _, op := range ops {
-				bufs := make([]any, n)
-				for r := range bufs {
-					bufs[r] = fill(dt, l, r, 0)
+				buf := fill(dt, l, r, 0)
+				if err := c.AllReduce(ctx, buf, op); err != nil {
+					return err
 				}
-				s.mustEach(t, cs, func(ctx context.Context, c collective.Collective) error {
-					return c.AllReduce(ctx, bufs[c.Rank()], op)
-				})
-				for r := range bufs {
-					check(t, fmt.Sprintf("%s len %d %s rank %d", dt, l, op, r), bufs[r], func(i int) float64 { return want(dt, n, i, op) })
-				}
+				check(t, fmt.Sprintf("%s len %d %s rank %d", dt, l, op, r), buf, func(i int) float64 { return want(dt, n, i, op) })
 			}
 		}
 	}
+	return nil
 }
 
-func (s suite) broadcast(t *testing.T, n int) {
-	cs := s.group(t, n)
+func broadcastRank(t *testing.T, ctx context.Context, c collective.Collective) error {
+	n, r := c.Size(), c.Rank()
 	for _, dt := range dtypes {
 		for _, l := range lengths(n) {
 			for root := 0; root < n; root++ {
-				bufs := make([]any, n)
-				for r := range bufs {
-					bufs[r] = fill(dt, l, r, 0)
+				buf := fill(dt, l, r, 0)
+				if err := c.Broadcast(ctx, buf, root); err != nil {
+					return err
 				}
-				s.mustEach(t, cs, func(ctx context.Context, c collective.Collective) error {
-					return c.Broadcast(ctx, bufs[c.Rank()], root)
-				})
-				for r := range bufs {
-					check(t, fmt.Sprintf("%s len %d root %d rank %d", dt, l, root, r), bufs[r], func(i int) float64 { return rounded(dt, val(root, i)) })
-				}
+				check(t, fmt.Sprintf("%s len %d root %d rank %d", dt, l, root, r), buf, func(i int) float64 { return rounded(dt, val(root, i)) })
 			}
 		}
 	}
+	return nil
 }
 
 func rounded(dt collective.DType, v float64) float64 {
@@ -237,69 +272,106 @@ func rounded(dt collective.DType, v float64) float64 {
 	return v
 }
 
-func (s suite) allGather(t *testing.T, n int) {
-	cs := s.group(t, n)
+func allGatherRank(t *testing.T, ctx context.Context, c collective.Collective) error {
+	n, r := c.Size(), c.Rank()
 	for _, dt := range dtypes {
 		for _, l := range append(lengths(n), 4*n) {
-			sends, recvs := make([]any, n), make([]any, n)
-			for r := range sends {
-				// rank r contributes the elements of block r of val(r, ·).
-				sends[r] = fill(dt, collective.BlockLen(l, n, r), r, collective.Offset(l, n, r))
-				recvs[r] = collective.Alloc(dt, l)
+			// rank r contributes the elements of block r of val(r, ·).
+			send := fill(dt, collective.BlockLen(l, n, r), r, collective.Offset(l, n, r))
+			recv := collective.Alloc(dt, l)
+			if err := c.AllGather(ctx, send, recv); err != nil {
+				return err
 			}
-			s.mustEach(t, cs, func(ctx context.Context, c collective.Collective) error {
-				return c.AllGather(ctx, sends[c.Rank()], recvs[c.Rank()])
-			})
 			owner := func(i int) int {
-				for r := n - 1; r >= 0; r-- {
-					if i >= collective.Offset(l, n, r) {
-						return r
+				for q := n - 1; q >= 0; q-- {
+					if i >= collective.Offset(l, n, q) {
+						return q
 					}
 				}
 				return 0
 			}
-			for r := range recvs {
-				check(t, fmt.Sprintf("%s len %d rank %d", dt, l, r), recvs[r], func(i int) float64 { return rounded(dt, val(owner(i), i)) })
-			}
+			check(t, fmt.Sprintf("%s len %d rank %d", dt, l, r), recv, func(i int) float64 { return rounded(dt, val(owner(i), i)) })
 		}
 	}
+	return nil
 }
 
-func (s suite) reduceScatter(t *testing.T, n int) {
-	cs := s.group(t, n)
+func reduceScatterRank(t *testing.T, ctx context.Context, c collective.Collective) error {
+	n, r := c.Size(), c.Rank()
 	for _, dt := range dtypes {
 		for _, l := range append(lengths(n), 4*n) {
 			for _, op := range ops {
-				sends, recvs := make([]any, n), make([]any, n)
-				for r := range sends {
-					sends[r] = fill(dt, l, r, 0)
-					recvs[r] = collective.Alloc(dt, collective.BlockLen(l, n, r))
+				send := fill(dt, l, r, 0)
+				recv := collective.Alloc(dt, collective.BlockLen(l, n, r))
+				if err := c.ReduceScatter(ctx, send, recv, op); err != nil {
+					return err
 				}
-				s.mustEach(t, cs, func(ctx context.Context, c collective.Collective) error {
-					return c.ReduceScatter(ctx, sends[c.Rank()], recvs[c.Rank()], op)
-				})
-				for r := range recvs {
-					off := collective.Offset(l, n, r)
-					check(t, fmt.Sprintf("%s len %d %s rank %d", dt, l, op, r), recvs[r], func(i int) float64 { return want(dt, n, off+i, op) })
-				}
+				off := collective.Offset(l, n, r)
+				check(t, fmt.Sprintf("%s len %d %s rank %d", dt, l, op, r), recv, func(i int) float64 { return want(dt, n, off+i, op) })
+				check(t, fmt.Sprintf("%s len %d %s rank %d: send kept", dt, l, op, r), send, func(i int) float64 { return rounded(dt, val(r, i)) })
 			}
 		}
 	}
+	return nil
 }
 
-func (s suite) barrier(t *testing.T, n int) {
+// barrierRank checks that barriers leave the group usable and in step; the
+// ordering property itself is checked in process by barrierOrder.
+func barrierRank(t *testing.T, ctx context.Context, c collective.Collective) error {
+	n, r := c.Size(), c.Rank()
+	for i := range 3 {
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		// A barrier must leave the group usable and in step.
+		buf := []float64{float64(r + i)}
+		if err := c.AllReduce(ctx, buf, collective.Sum); err != nil {
+			return err
+		}
+		if want := float64(n*(n-1)/2 + n*i); buf[0] != want {
+			t.Errorf("rank %d: all-reduce after barrier %d = %v, want %v", r, i, buf[0], want)
+		}
+	}
+	return nil
+}
+
+func asyncRank(t *testing.T, ctx context.Context, c collective.Collective) error {
+	n, r := c.Size(), c.Rank()
+	const k = 8
+	a, ok := c.(collective.Async)
+	if !ok {
+		return fmt.Errorf("%T does not implement collective.Async", c)
+	}
+	bufs := make([]any, k)
+	hs := make([]collective.Handle, k)
+	for j := range k {
+		bufs[j] = fill(dtypes[j%2], 100*j+j%3, r, 0)
+		hs[j] = a.AllReduceAsync(ctx, bufs[j], ops[j%len(ops)])
+	}
+	// A synchronous call queued behind the async ones keeps its place.
+	if err := c.Barrier(ctx); err != nil {
+		return err
+	}
+	for j := k - 1; j >= 0; j-- {
+		if err := hs[j].Wait(); err != nil {
+			return fmt.Errorf("async op %d: %w", j, err)
+		}
+	}
+	for j, b := range bufs {
+		dt, op := dtypes[j%2], ops[j%len(ops)]
+		check(t, fmt.Sprintf("async %d rank %d", j, r), b, func(i int) float64 { return want(dt, n, i, op) })
+	}
+	return nil
+}
+
+// barrierOrder checks, in process, that no rank leaves a barrier before
+// every rank has entered it.
+func (s suite) barrierOrder(t *testing.T, n int) {
 	cs := s.group(t, n)
-	// Every rank increments before the barrier and reads after it: each must
-	// see all n increments.
 	var mu sync.Mutex
 	count := 0
 	seen := make([]int, n)
 	s.mustEach(t, cs, func(ctx context.Context, c collective.Collective) error {
-		for range 3 {
-			if err := c.Barrier(ctx); err != nil {
-				return err
-			}
-		}
 		mu.Lock()
 		count++
 		mu.Unlock()
@@ -314,46 +386,6 @@ func (s suite) barrier(t *testing.T, n int) {
 	for r, v := range seen {
 		if v != n {
 			t.Errorf("rank %d saw %d arrivals after the barrier, want %d", r, v, n)
-		}
-	}
-}
-
-func (s suite) async(t *testing.T, n int) {
-	cs := s.group(t, n)
-	const k = 8
-	bufs := make([][]any, n)
-	for r := range bufs {
-		bufs[r] = make([]any, k)
-		for j := range k {
-			dt := dtypes[j%2]
-			bufs[r][j] = fill(dt, 100*j+j%3, r, 0)
-		}
-	}
-	s.mustEach(t, cs, func(ctx context.Context, c collective.Collective) error {
-		a, ok := c.(collective.Async)
-		if !ok {
-			return fmt.Errorf("%T does not implement collective.Async", c)
-		}
-		hs := make([]collective.Handle, k)
-		for j := range k {
-			hs[j] = a.AllReduceAsync(ctx, bufs[c.Rank()][j], ops[j%len(ops)])
-		}
-		// A synchronous call queued behind the async ones keeps its place.
-		if err := c.Barrier(ctx); err != nil {
-			return err
-		}
-		for j := k - 1; j >= 0; j-- {
-			if err := hs[j].Wait(); err != nil {
-				return fmt.Errorf("async op %d: %w", j, err)
-			}
-		}
-		return nil
-	})
-	for r := range bufs {
-		for j, b := range bufs[r] {
-			dt := dtypes[j%2]
-			op := ops[j%len(ops)]
-			check(t, fmt.Sprintf("async %d rank %d", j, r), b, func(i int) float64 { return want(dt, n, i, op) })
 		}
 	}
 }
@@ -445,20 +477,16 @@ func (s suite) closedPeer(t *testing.T, n int) {
 	t.Logf("ranks noticed the closed peer after %v", time.Since(start))
 }
 
-func (s suite) big(t *testing.T, n int) {
+func bigRank(t *testing.T, ctx context.Context, c collective.Collective) error {
 	const elems = 100 << 20 / 4
-	cs := s.group(t, n)
-	bufs := make([][]float32, n)
-	for r := range bufs {
-		bufs[r] = make([]float32, elems)
-		for i := range bufs[r] {
-			bufs[r][i] = float32(val(r, i))
-		}
+	n, r := c.Size(), c.Rank()
+	buf := make([]float32, elems)
+	for i := range buf {
+		buf[i] = float32(val(r, i))
 	}
-	s.mustEach(t, cs, func(ctx context.Context, c collective.Collective) error {
-		return c.AllReduce(ctx, bufs[c.Rank()], collective.Sum)
-	})
-	for r := range bufs {
-		check(t, fmt.Sprintf("100MB rank %d", r), bufs[r], func(i int) float64 { return want(collective.Float32, n, i, collective.Sum) })
+	if err := c.AllReduce(ctx, buf, collective.Sum); err != nil {
+		return err
 	}
+	check(t, fmt.Sprintf("100MB rank %d", r), buf, func(i int) float64 { return want(collective.Float32, n, i, collective.Sum) })
+	return nil
 }
