@@ -29,6 +29,12 @@ type Case struct {
 	// returns its output (any shape). It is called twice, for the symbolic
 	// and the numeric graph.
 	Build func(g *G.ExprGraph, in []*G.Node) (*G.Node, error)
+	// BuildBound replaces Inputs and Build when the leaves already exist
+	// bound to memory (a layer's parameters in a module.Store): it adds the
+	// function to g and returns its output and the leaves to differentiate,
+	// each bound to a *tensor.Dense. Their values are perturbed in place and
+	// restored afterwards. It is called twice, like Build.
+	BuildBound func(g *G.ExprGraph) (out *G.Node, wrt []*G.Node, err error)
 	// Eps is the finite-difference step: default 1e-6 in float64 and 1e-2
 	// in float32.
 	Eps float64
@@ -44,14 +50,15 @@ type Case struct {
 
 // Mismatch is one element whose gradients were compared.
 type Mismatch struct {
-	Input, Index      int
+	Input, Index      int    // which leaf (in Inputs or BuildBound's order) and element
+	Name              string // the leaf node's name
 	Symbolic, Numeric float64
 	// Ratio is |s - n| over the tolerance at that element: above 1 fails.
 	Ratio float64
 }
 
 func (m Mismatch) String() string {
-	return fmt.Sprintf("input %d element %d: symbolic %.8g, numeric %.8g (%.3g× the tolerance)", m.Input, m.Index, m.Symbolic, m.Numeric, m.Ratio)
+	return fmt.Sprintf("%s element %d: symbolic %.8g, numeric %.8g (%.3g× the tolerance)", m.Name, m.Index, m.Symbolic, m.Numeric, m.Ratio)
 }
 
 // Result summarises a check.
@@ -76,31 +83,20 @@ func Run(t testing.TB, c Case) Result {
 // run.
 func Check(c Case) (Result, error) {
 	var res Result
-	if len(c.Inputs) == 0 || c.Build == nil {
-		return res, errors.New("a Case needs Inputs and Build")
+	build := c.builder()
+	if build == nil {
+		return res, errors.New("a Case needs Inputs and Build, or BuildBound")
 	}
-	dt := c.Inputs[0].Dtype()
-	if dt != tensor.Float32 && dt != tensor.Float64 {
-		return res, fmt.Errorf("inputs have dtype %v: use float32 or float64", dt)
-	}
-	for i, in := range c.Inputs {
-		if in.Dtype() != dt {
-			return res, fmt.Errorf("input %d has dtype %v, input 0 has %v: use one dtype", i, in.Dtype(), dt)
-		}
-	}
-	c.defaults(dt)
 	rng := rand.New(rand.NewPCG(c.Seed, 0x9e3779b97f4a7c15))
 
-	// Symbolic graph: out projected onto r, differentiated.
+	// Symbolic graph: out projected onto a random direction, differentiated.
 	gs := G.NewGraph()
-	sIn := leaves(gs, c.Inputs)
-	out, err := c.Build(gs, nodes(sIn))
+	out, sIn, err := build(gs)
 	if err != nil {
 		return res, fmt.Errorf("build: %w", err)
 	}
-	if out == nil {
-		return res, errors.New("build returned a nil node")
-	}
+	dt := sIn[0].t.Dtype()
+	c.defaults(dt)
 	size := out.Shape().TotalSize()
 	if out.IsScalar() {
 		size = 1
@@ -113,13 +109,9 @@ func Check(c Case) (Result, error) {
 	if err != nil {
 		return res, fmt.Errorf("projecting the output: %w", err)
 	}
-	var wrt []int
 	var wrtNodes G.Nodes
-	for i := range c.Inputs {
-		if !slices.Contains(c.NoGrad, i) {
-			wrt = append(wrt, i)
-			wrtNodes = append(wrtNodes, sIn[i].node)
-		}
+	for _, l := range sIn {
+		wrtNodes = append(wrtNodes, l.node)
 	}
 	grads, err := G.Grad(loss, wrtNodes...)
 	if err != nil {
@@ -130,43 +122,47 @@ func Check(c Case) (Result, error) {
 
 	// Warm-up run on other values, so state kept from a previous run (a
 	// buffer accumulated into instead of overwritten) shows up as an error.
-	for _, i := range wrt {
-		for j := 0; j < sIn[i].len(); j++ {
-			sIn[i].set(j, sIn[i].get(j)*0.5+rng.Float64()-0.5)
+	saved := make([][]float64, len(sIn))
+	for k, l := range sIn {
+		saved[k] = make([]float64, l.len())
+		for j := range saved[k] {
+			saved[k][j] = l.get(j)
+			l.set(j, saved[k][j]*0.5+rng.Float64()-0.5)
 		}
 	}
-	if err := ms.RunAll(); err != nil {
-		return res, fmt.Errorf("warm-up run: %w", err)
-	}
+	err = ms.RunAll()
 	ms.Reset()
-	for _, i := range wrt {
-		if dt == tensor.Float32 {
-			copy(sIn[i].t.Float32s(), c.Inputs[i].Float32s())
-		} else {
-			copy(sIn[i].t.Float64s(), c.Inputs[i].Float64s())
+	for k, l := range sIn {
+		for j, v := range saved[k] {
+			l.set(j, v)
 		}
+	}
+	if err != nil {
+		return res, fmt.Errorf("warm-up run: %w", err)
 	}
 	if err := ms.RunAll(); err != nil {
 		return res, fmt.Errorf("symbolic run: %w", err)
 	}
-	sym := make([][]float64, len(wrt))
+	sym := make([][]float64, len(sIn))
 	for k, gn := range grads {
 		if gn.Value() == nil {
-			return res, fmt.Errorf("gradient of input %d has no value after the run", wrt[k])
+			return res, fmt.Errorf("gradient of %s has no value after the run", sIn[k].name)
 		}
 		sym[k] = values(gn.Value())
-		if len(sym[k]) != sIn[wrt[k]].len() {
-			return res, fmt.Errorf("gradient of input %d has %d elements, the input has %d", wrt[k], len(sym[k]), sIn[wrt[k]].len())
+		if len(sym[k]) != sIn[k].len() {
+			return res, fmt.Errorf("gradient of %s has %d elements, it has %d", sIn[k].name, len(sym[k]), sIn[k].len())
 		}
 	}
 	ms.Reset()
 
 	// Numeric graph: the output alone.
 	gf := G.NewGraph()
-	fIn := leaves(gf, c.Inputs)
-	fout, err := c.Build(gf, nodes(fIn))
+	fout, fIn, err := build(gf)
 	if err != nil {
 		return res, fmt.Errorf("build (numeric graph): %w", err)
+	}
+	if len(fIn) != len(sIn) {
+		return res, fmt.Errorf("the two builds returned %d and %d leaves", len(sIn), len(fIn))
 	}
 	mf := G.NewTapeMachine(gf)
 	defer mf.Close()
@@ -182,12 +178,12 @@ func Check(c Case) (Result, error) {
 		}
 		return s, nil
 	}
-	numeric := func(i, j int, eps float64) (float64, error) {
-		l := fIn[i]
+	numeric := func(l *leaf, j int, eps float64) (float64, error) {
 		orig := l.get(j)
 		l.set(j, orig+eps)
 		lp, err := f()
 		if err != nil {
+			l.set(j, orig)
 			return 0, err
 		}
 		l.set(j, orig-eps)
@@ -198,19 +194,19 @@ func Check(c Case) (Result, error) {
 		return (lp - lm) / step, err
 	}
 	res.Worst.Ratio = -1
-	for k, i := range wrt {
-		for j := 0; j < fIn[i].len(); j++ {
-			n, err := numeric(i, j, c.Eps)
+	for k, l := range fIn {
+		for j := 0; j < l.len(); j++ {
+			n, err := numeric(l, j, c.Eps)
 			if err != nil {
-				return res, fmt.Errorf("numeric run (input %d element %d): %w", i, j, err)
+				return res, fmt.Errorf("numeric run (%s element %d): %w", l.name, j, err)
 			}
 			s := sym[k][j]
 			tol := c.ATol + c.RTol*max(math.Abs(s), math.Abs(n))
 			ratio := math.Abs(s-n) / tol
 			if ratio > 1 {
-				n2, err := numeric(i, j, c.Eps/2)
+				n2, err := numeric(l, j, c.Eps/2)
 				if err != nil {
-					return res, fmt.Errorf("numeric run (input %d element %d): %w", i, j, err)
+					return res, fmt.Errorf("numeric run (%s element %d): %w", l.name, j, err)
 				}
 				if math.Abs(n-n2) > tol && math.Abs(s-n2) > tol {
 					res.Skipped++ // the differences disagree: a kink
@@ -225,7 +221,7 @@ func Check(c Case) (Result, error) {
 				ratio = math.Inf(1)
 			}
 			if ratio > res.Worst.Ratio {
-				res.Worst = Mismatch{Input: i, Index: j, Symbolic: s, Numeric: n, Ratio: ratio}
+				res.Worst = Mismatch{Input: sIn[k].index, Name: sIn[k].name, Index: j, Symbolic: s, Numeric: n, Ratio: ratio}
 			}
 		}
 	}
@@ -260,33 +256,81 @@ func (c *Case) defaults(dt tensor.Dtype) {
 
 // leaf is one input node, bound to a private copy of the caller's tensor.
 type leaf struct {
-	node *G.Node
-	t    *tensor.Dense
+	node  *G.Node
+	t     *tensor.Dense
+	index int    // position among the checked leaves
+	name  string // for messages
 }
 
-// leaves makes one input node per tensor, bound to a private copy.
-func leaves(g *G.ExprGraph, ins []*tensor.Dense) []*leaf {
-	ls := make([]*leaf, len(ins))
-	for i, in := range ins {
-		c := in.Clone().(*tensor.Dense)
-		name := fmt.Sprintf("input%d", i)
-		var n *G.Node
-		if in.Shape().IsScalar() {
-			n = G.NewScalar(g, in.Dtype(), G.WithName(name), G.WithValue(c))
-		} else {
-			n = G.NewTensor(g, in.Dtype(), in.Dims(), G.WithShape(in.Shape().Clone()...), G.WithName(name), G.WithValue(c))
+// builder returns a function that builds the case into a graph and returns
+// its output and the leaves to differentiate, or nil for an empty case.
+func (c *Case) builder() func(g *G.ExprGraph) (*G.Node, []*leaf, error) {
+	if c.BuildBound != nil {
+		return func(g *G.ExprGraph) (*G.Node, []*leaf, error) {
+			out, wrt, err := c.BuildBound(g)
+			if err != nil {
+				return nil, nil, err
+			}
+			if out == nil {
+				return nil, nil, errors.New("BuildBound returned a nil output")
+			}
+			if len(wrt) == 0 {
+				return nil, nil, errors.New("BuildBound returned no leaf to differentiate")
+			}
+			ls := make([]*leaf, len(wrt))
+			for i, n := range wrt {
+				t, ok := n.Value().(*tensor.Dense)
+				if !ok {
+					return nil, nil, fmt.Errorf("leaf %d (%s) is bound to a %T: bind a *tensor.Dense", i, n.Name(), n.Value())
+				}
+				ls[i] = &leaf{node: n, t: t, index: i, name: n.Name()}
+			}
+			return out, ls, checkDtypes(ls)
 		}
-		ls[i] = &leaf{node: n, t: c}
 	}
-	return ls
+	if len(c.Inputs) == 0 || c.Build == nil {
+		return nil
+	}
+	return func(g *G.ExprGraph) (*G.Node, []*leaf, error) {
+		all := make([]*G.Node, len(c.Inputs))
+		var ls []*leaf
+		for i, in := range c.Inputs {
+			t := in.Clone().(*tensor.Dense)
+			name := fmt.Sprintf("input%d", i)
+			if in.Shape().IsScalar() {
+				all[i] = G.NewScalar(g, in.Dtype(), G.WithName(name), G.WithValue(t))
+			} else {
+				all[i] = G.NewTensor(g, in.Dtype(), in.Dims(), G.WithShape(in.Shape().Clone()...), G.WithName(name), G.WithValue(t))
+			}
+			if !slices.Contains(c.NoGrad, i) {
+				ls = append(ls, &leaf{node: all[i], t: t, index: i, name: name})
+			}
+		}
+		if len(ls) == 0 {
+			return nil, nil, errors.New("no input to differentiate: every input is in NoGrad")
+		}
+		if err := checkDtypes(ls); err != nil {
+			return nil, nil, err
+		}
+		out, err := c.Build(g, all)
+		if err == nil && out == nil {
+			err = errors.New("Build returned a nil node")
+		}
+		return out, ls, err
+	}
 }
 
-func nodes(ls []*leaf) []*G.Node {
-	ns := make([]*G.Node, len(ls))
-	for i, l := range ls {
-		ns[i] = l.node
+func checkDtypes(ls []*leaf) error {
+	dt := ls[0].t.Dtype()
+	if dt != tensor.Float32 && dt != tensor.Float64 {
+		return fmt.Errorf("%s has dtype %v: use float32 or float64", ls[0].name, dt)
 	}
-	return ns
+	for _, l := range ls {
+		if l.t.Dtype() != dt {
+			return fmt.Errorf("%s has dtype %v, %s has %v: use one dtype", l.name, l.t.Dtype(), ls[0].name, dt)
+		}
+	}
+	return nil
 }
 
 func (l *leaf) len() int { return l.t.Shape().TotalSize() }

@@ -90,7 +90,7 @@ func TestFailsWrongGradient(t *testing.T) {
 			return G.ApplyOp(badOp{}, in[0])
 		},
 	})
-	if err == nil || !strings.Contains(err.Error(), "gradient mismatch at input 0 element") {
+	if err == nil || !strings.Contains(err.Error(), "gradient mismatch at input0 element") {
 		t.Fatalf("a wrong gradient passed: err = %v", err)
 	}
 }
@@ -124,11 +124,41 @@ func TestBadCases(t *testing.T) {
 		{"mixed dtypes", gradcheck.Case{Inputs: []*tensor.Dense{vec(tensor.Float32, 1), vec(tensor.Float64, 1)},
 			Build: func(*G.ExprGraph, []*G.Node) (*G.Node, error) { return nil, nil }}, "use one dtype"},
 		{"nothing to check", gradcheck.Case{Inputs: []*tensor.Dense{vec(tensor.Float64, 1)}, NoGrad: []int{0},
-			Build: func(g *G.ExprGraph, in []*G.Node) (*G.Node, error) { return G.Square(in[0]) }}, "Grad"},
+			Build: func(g *G.ExprGraph, in []*G.Node) (*G.Node, error) { return G.Square(in[0]) }}, "no input to differentiate"},
+		{"bound leaf without a dense value", gradcheck.Case{BuildBound: func(g *G.ExprGraph) (*G.Node, []*G.Node, error) {
+			x := G.NewScalar(g, tensor.Float64, G.WithName("x"), G.WithValue(2.0))
+			y, err := G.Square(x)
+			return y, []*G.Node{x}, err
+		}}, "leaf 0 (x) is bound to a *gorgonia.F64"},
 	} {
 		_, err := gradcheck.Check(c.c)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: err = %v, want it to contain %q", c.name, err, c.want)
+		}
+	}
+}
+
+// BuildBound differentiates leaves the caller bound to its own memory (as a
+// parameter store does), perturbs them in place and restores them.
+func TestBuildBound(t *testing.T) {
+	w := vec(tensor.Float64, 0.5, -1, 2)
+	x := vec(tensor.Float64, 1, 2, 3)
+	r := gradcheck.Run(t, gradcheck.Case{Name: "bound", BuildBound: func(g *G.ExprGraph) (*G.Node, []*G.Node, error) {
+		wn := G.NewVector(g, tensor.Float64, G.WithShape(3), G.WithName("w"), G.WithValue(w))
+		xn := G.NewVector(g, tensor.Float64, G.WithShape(3), G.WithName("x"), G.WithValue(x))
+		th, err := G.Tanh(wn)
+		if err != nil {
+			return nil, nil, err
+		}
+		y, err := G.HadamardProd(th, xn)
+		return y, []*G.Node{wn}, err
+	}})
+	if r.Checked != 3 {
+		t.Fatalf("checked %d elements, want 3", r.Checked)
+	}
+	for i, want := range []float64{0.5, -1, 2} {
+		if w.Float64s()[i] != want {
+			t.Fatalf("w[%d] = %v after the check, want %v restored", i, w.Float64s()[i], want)
 		}
 	}
 }

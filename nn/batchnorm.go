@@ -1,0 +1,113 @@
+package nn
+
+import (
+	"fmt"
+
+	G "gorgonia.org/gorgonia"
+
+	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/nn/ops"
+)
+
+// BatchNorm is PyTorch's BatchNorm1d or BatchNorm2d: learnable "weight"
+// (γ, ones) and "bias" (β, zeros) of [C], and the buffers "running_mean"
+// (zeros), "running_var" (ones) and "num_batches_tracked" ([1], zeros). The
+// buffers live in the parameter store, so checkpoints, broadcast and sync
+// carry them. Training graphs normalise with batch statistics and update the
+// buffers in place at every run; other graphs use the buffers.
+type BatchNorm struct {
+	Name     string
+	Channels int
+	Dims     int // 1 or 2
+	Weight   string
+	Bias     string // "" when not affine (both are)
+	Mean     string
+	Var      string
+	Count    string
+	opts     ops.BatchNormOpts
+}
+
+// BatchNormOption changes a BatchNorm's defaults (momentum 0.1, eps 1e-5,
+// affine).
+type BatchNormOption func(*BatchNorm)
+
+// BatchNormMomentum sets the momentum of the running statistics.
+func BatchNormMomentum(m float64) BatchNormOption {
+	return func(l *BatchNorm) { l.opts.Momentum = m }
+}
+
+// BatchNormCumulative makes the running statistics a plain average of every
+// batch (PyTorch's momentum=None).
+func BatchNormCumulative() BatchNormOption {
+	return func(l *BatchNorm) { l.opts.CumulativeAverage = true }
+}
+
+// BatchNormEps sets the value added to the variance.
+func BatchNormEps(eps float64) BatchNormOption { return func(l *BatchNorm) { l.opts.Eps = eps } }
+
+// BatchNormNoAffine leaves out γ and β.
+func BatchNormNoAffine() BatchNormOption { return func(l *BatchNorm) { l.Weight = "" } }
+
+// NewBatchNorm2d normalises [batch, channels, H, W] inputs per channel.
+func NewBatchNorm2d(b *module.Builder, name string, channels int, opts ...BatchNormOption) *BatchNorm {
+	return newBatchNorm(b, name, channels, 2, opts)
+}
+
+// NewBatchNorm1d normalises [batch, channels] or [batch, channels, length]
+// inputs per channel.
+func NewBatchNorm1d(b *module.Builder, name string, channels int, opts ...BatchNormOption) *BatchNorm {
+	return newBatchNorm(b, name, channels, 1, opts)
+}
+
+func newBatchNorm(b *module.Builder, name string, c, dims int, opts []BatchNormOption) *BatchNorm {
+	sb := b.Scope(name)
+	l := &BatchNorm{Name: b.Name(name), Channels: c, Dims: dims, Weight: "weight"}
+	for _, o := range opts {
+		o(l)
+	}
+	typ := fmt.Sprintf("BatchNorm%dd", dims)
+	if c < 1 {
+		b.Errorf("nn.%s %q has %d channels: want 1 or more", typ, l.Name, c)
+		return l
+	}
+	if m := l.opts.Momentum; m < 0 || m > 1 || l.opts.Eps < 0 {
+		b.Errorf("nn.%s %q: momentum %v and eps %v: want momentum in (0, 1] and eps > 0", typ, l.Name, m, l.opts.Eps)
+		return l
+	}
+	n := 0
+	if l.Weight != "" {
+		l.Weight = sb.Param("weight", []int{c}, module.Ones())
+		l.Bias = sb.Param("bias", []int{c}, module.Zeros())
+		n = 2 * c
+	}
+	l.Mean = sb.Buffer("running_mean", []int{c}, module.Zeros())
+	l.Var = sb.Buffer("running_var", []int{c}, module.Ones())
+	l.Count = sb.Buffer("num_batches_tracked", []int{1}, module.Zeros())
+	sb.Layer(typ, n)
+	return l
+}
+
+func (l *BatchNorm) typ() string { return fmt.Sprintf("BatchNorm%dd", l.Dims) }
+
+// Forward adds the normalisation to s's graph.
+func (l *BatchNorm) Forward(s *module.Step, x *G.Node) *G.Node { return l.forward(s, x, false) }
+
+// ForwardReLU is Forward followed by ReLU, fused into one op.
+func (l *BatchNorm) ForwardReLU(s *module.Step, x *G.Node) *G.Node { return l.forward(s, x, true) }
+
+func (l *BatchNorm) forward(s *module.Step, x *G.Node, relu bool) *G.Node {
+	if l.Dims == 2 {
+		checkInput(l.typ(), l.Name, x, fmt.Sprintf("[batch, %d, height, width]", l.Channels), -1, l.Channels, -1, -1)
+	} else if x == nil || (x.Dims() != 2 && x.Dims() != 3) || x.Shape()[1] != l.Channels {
+		checkInput(l.typ(), l.Name, x, fmt.Sprintf("[batch, %d] or [batch, %d, length]", l.Channels, l.Channels), -1, l.Channels)
+	}
+	var gamma, beta *G.Node
+	if l.Weight != "" {
+		gamma, beta = s.Param(l.Weight), s.Param(l.Bias)
+	}
+	o := l.opts
+	o.Training = s.Training()
+	o.ReLU = relu
+	stats := ops.BatchNormStats{Mean: s.BufferTensor(l.Mean), Var: s.BufferTensor(l.Var), NumBatches: s.BufferTensor(l.Count)}
+	return must(l.typ(), l.Name)(ops.BatchNorm(x, gamma, beta, stats, o))
+}

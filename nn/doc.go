@@ -1,0 +1,17 @@
+// Package nn holds fulgur's layers: Linear, Conv2d, BatchNorm1d/2d,
+// MaxPool2d, AvgPool2d, GlobalAvgPool2d, Dropout, Flatten, ReLU, the ResNet
+// BasicBlock and a ResNet builder, and the CrossEntropy and Accuracy
+// functions. Each layer declares its parameters and buffers on a
+// module.Builder when it is made (PyTorch's names and initialisation) and
+// adds its ops to a graph in Forward, given the module.Step being built. The
+// ops themselves, with verified gradients, are in nn/ops; nn/gradcheck checks
+// gradients.
+//
+// Layers hold names and sizes only, never values or graph state, so one
+// layer value serves every graph a module builds (per replica, per mode).
+// Forward panics with an error naming the layer and the shapes when its input
+// does not fit; the trainer turns the panic into an error of the step being
+// built.
+//
+// nn imports module, Gorgonia and tensor; never trainer or strategy.
+package nn

@@ -1,0 +1,68 @@
+package nn
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+
+	"strconv"
+
+	G "gorgonia.org/gorgonia"
+)
+
+// layerError is the panic value of a Forward that cannot build: it names the
+// layer type and its full name.
+func layerError(typ, name string, format string, args ...any) error {
+	return fmt.Errorf("nn.%s %q: %s", typ, name, fmt.Sprintf(format, args...))
+}
+
+// must returns a function that passes a node through, or panics with the
+// error wrapped in the layer's name: must(typ, name)(ops.X(...)).
+func must(typ, name string) func(*G.Node, error) *G.Node {
+	return func(n *G.Node, err error) *G.Node {
+		if err != nil {
+			panic(fmt.Errorf("nn.%s %q: %w", typ, name, err))
+		}
+		return n
+	}
+}
+
+// checkInput panics unless x has dims dimensions and, where want is not -1,
+// the given sizes; form describes the expected shape in words.
+func checkInput(typ, name string, x *G.Node, form string, want ...int) {
+	if x == nil {
+		panic(layerError(typ, name, "input is nil"))
+	}
+	s := x.Shape()
+	ok := len(s) == len(want)
+	for i := 0; ok && i < len(want); i++ {
+		ok = want[i] < 0 || want[i] == s[i]
+	}
+	if !ok {
+		panic(layerError(typ, name, "input has shape %v, want %s", s, form))
+	}
+}
+
+// leaf reports whether n is a graph input (the batch), whose gradient no one
+// reads: the first layer can skip computing it.
+func leaf(n *G.Node) bool { return n.Op() == nil }
+
+// seedFor mixes a step's seed with a layer's name, so that every layer (and
+// every replica) draws its own random stream.
+func seedFor(seed uint64, name string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	z := seed ^ h.Sum64() + 0x9e3779b97f4a7c15
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+func joinErrs(errs []error) error {
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	return errors.Join(errs...)
+}

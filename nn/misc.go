@@ -1,0 +1,117 @@
+package nn
+
+import (
+	"fmt"
+
+	G "gorgonia.org/gorgonia"
+
+	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/nn/ops"
+)
+
+// Dropout zeroes each element with probability P in training graphs, scaling
+// the rest by 1/(1-P), with a mask drawn afresh at every run from the step's
+// seed and the layer's name; in other graphs it is the identity.
+type Dropout struct {
+	Name string
+	P    float64
+}
+
+// NewDropout records the layer; p must be in [0, 1].
+func NewDropout(b *module.Builder, name string, p float64) *Dropout {
+	l := &Dropout{Name: b.Name(name), P: p}
+	if !(p >= 0 && p <= 1) {
+		b.Errorf("nn.Dropout %q has p=%v: want 0 ≤ p ≤ 1", l.Name, p)
+	}
+	b.Scope(name).Layer("Dropout", 0)
+	return l
+}
+
+// Forward adds dropout to a training graph and returns x itself otherwise.
+func (l *Dropout) Forward(s *module.Step, x *G.Node) *G.Node {
+	if x == nil {
+		panic(layerError("Dropout", l.Name, "input is nil"))
+	}
+	if !s.Training() || l.P == 0 {
+		return x
+	}
+	return must("Dropout", l.Name)(ops.Dropout(x, l.P, seedFor(s.Seed(), l.Name)))
+}
+
+// Flatten reshapes [batch, ...] to [batch, prod(...)].
+type Flatten struct{ Name string }
+
+// NewFlatten records the layer.
+func NewFlatten(b *module.Builder, name string) *Flatten {
+	b.Scope(name).Layer("Flatten", 0)
+	return &Flatten{Name: b.Name(name)}
+}
+
+// Forward adds the reshape (a copy; see ops.Flatten) to s's graph, or returns
+// x when it is already [batch, features].
+func (l *Flatten) Forward(s *module.Step, x *G.Node) *G.Node {
+	if x == nil || x.Dims() < 2 {
+		var shape any = "nil"
+		if x != nil {
+			shape = x.Shape()
+		}
+		panic(layerError("Flatten", l.Name, "input has shape %v, want [batch, ...] with at least 2 axes", shape))
+	}
+	if x.Dims() == 2 {
+		return x
+	}
+	return must("Flatten", l.Name)(ops.Flatten(x))
+}
+
+// ReLU is max(0, x) elementwise.
+type ReLU struct{ Name string }
+
+// NewReLU records the layer.
+func NewReLU(b *module.Builder, name string) *ReLU {
+	b.Scope(name).Layer("ReLU", 0)
+	return &ReLU{Name: b.Name(name)}
+}
+
+// Forward adds the ReLU to s's graph.
+func (l *ReLU) Forward(s *module.Step, x *G.Node) *G.Node {
+	if x == nil {
+		panic(layerError("ReLU", l.Name, "input is nil"))
+	}
+	return must("ReLU", l.Name)(ops.ReLU(x))
+}
+
+// CrossEntropy is the mean over the batch of the softmax cross-entropy of
+// logits [batch, classes] against labels [batch] (class indices stored as
+// floats), computed stably in one op. It panics, naming the shapes, when they
+// do not fit.
+func CrossEntropy(logits, labels *G.Node) *G.Node {
+	return lossOrMetric("CrossEntropy", ops.SoftmaxCrossEntropy, logits, labels, nil)
+}
+
+// CrossEntropyWeighted is Σ wᵢ·lossᵢ / Σ wᵢ with row weights [batch] ≥ 0; a
+// 0/1 mask averages over the kept rows (a padded last batch).
+func CrossEntropyWeighted(logits, labels, weights *G.Node) *G.Node {
+	return lossOrMetric("CrossEntropy", ops.SoftmaxCrossEntropy, logits, labels, weights)
+}
+
+// Accuracy is the fraction of rows whose largest logit is the label's. It
+// has no gradient: log it.
+func Accuracy(logits, labels *G.Node) *G.Node {
+	return lossOrMetric("Accuracy", ops.Accuracy, logits, labels, nil)
+}
+
+// AccuracyWeighted is Accuracy with row weights, as CrossEntropyWeighted.
+func AccuracyWeighted(logits, labels, weights *G.Node) *G.Node {
+	return lossOrMetric("Accuracy", ops.Accuracy, logits, labels, weights)
+}
+
+func lossOrMetric(name string, f func(a, b, c *G.Node) (*G.Node, error), logits, labels, weights *G.Node) *G.Node {
+	if logits == nil || labels == nil {
+		panic(fmt.Errorf("nn.%s: logits or labels is nil", name))
+	}
+	n, err := f(logits, labels, weights)
+	if err != nil {
+		panic(fmt.Errorf("nn.%w", err))
+	}
+	return n
+}
