@@ -78,6 +78,14 @@ func RunRank(t *testing.T, c collective.Collective) {
 			}
 		})
 	}
+	t.Run("100MB", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("100 MB all-reduce skipped with -short")
+		}
+		if err := bigRank(t, context.Background(), c); err != nil {
+			t.Fatalf("rank %d: %v", c.Rank(), err)
+		}
+	})
 	t.Run("Mismatch", func(t *testing.T) {
 		if c.Size() < 2 {
 			t.Skip("one rank cannot disagree with itself")

@@ -1,0 +1,23 @@
+// Package mpi is the collective backend over MPI (Open MPI 4.1 from Debian's
+// libopenmpi-dev), for clusters that already launch jobs with mpirun or srun.
+// It is compiled only with the build tag mpi (cgo); without the tag New and
+// Split report that the binary was built without MPI.
+//
+// Ranks are processes started by the launcher: New wraps a duplicate of
+// MPI_COMM_WORLD, Split(n) the first n world ranks. Each operation first
+// all-gathers a small header (kind, dtype, op, root, length, sequence) so
+// mismatched calls fail with collective.ErrMismatch on every rank; data then
+// moves with MPI's non-blocking collectives (MPI_Iallreduce, MPI_Ibcast,
+// MPI_Iallgatherv, MPI_Ireduce_scatter, MPI_Ibarrier), polled so a context or
+// the timeout can end the wait. MPI cannot cancel a collective or say which
+// rank is missing: a timed-out operation reports collective.ErrTimeout with no
+// peer and breaks the group, and a dead process is handled by the launcher
+// (mpirun kills the job and names the failed rank).
+//
+// Call Finalize once, at the end of the program. Tests run with
+//
+//	go test -tags mpi -c -o mpi.test ./strategy/collective/mpi
+//	mpirun --allow-run-as-root --oversubscribe -np 4 ./mpi.test -test.v
+//
+// It must not import trainer or strategy.
+package mpi

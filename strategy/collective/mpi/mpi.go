@@ -1,0 +1,332 @@
+//go:build mpi
+
+package mpi
+
+/*
+#cgo pkg-config: ompi-c
+#include <mpi.h>
+#include <stdint.h>
+
+static MPI_Datatype fl_f32(void) { return MPI_FLOAT; }
+static MPI_Datatype fl_f64(void) { return MPI_DOUBLE; }
+static MPI_Datatype fl_i64(void) { return MPI_INT64_T; }
+static MPI_Op fl_op(int op) {
+	switch (op) {
+	case 2: return MPI_MAX;
+	case 3: return MPI_MIN;
+	default: return MPI_SUM;
+	}
+}
+static MPI_Comm fl_world(void) { return MPI_COMM_WORLD; }
+static MPI_Comm fl_null(void) { return MPI_COMM_NULL; }
+static int fl_undefined(void) { return MPI_UNDEFINED; }
+static void *fl_in_place(void) { return MPI_IN_PLACE; }
+static MPI_Request fl_req_null(void) { return MPI_REQUEST_NULL; }
+
+static int fl_init(void) {
+	int done = 0;
+	MPI_Initialized(&done);
+	if (done) return MPI_SUCCESS;
+	int provided;
+	int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
+	if (rc != MPI_SUCCESS) return rc;
+	return MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+}
+
+static int fl_test(MPI_Request *r, int *flag) { return MPI_Test(r, flag, MPI_STATUS_IGNORE); }
+
+static int fl_errstr(int rc, char *buf, int n) {
+	int len = 0;
+	if (MPI_Error_string(rc, buf, &len) != MPI_SUCCESS) return 0;
+	return len;
+}
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/fulgur-ml/fulgur/strategy/collective"
+)
+
+// ErrUnavailable is returned when MPI cannot start.
+var ErrUnavailable = errors.New("mpi: unavailable")
+
+var (
+	initOnce sync.Once
+	initErr  error
+)
+
+func initMPI() error {
+	initOnce.Do(func() {
+		if rc := C.fl_init(); rc != C.MPI_SUCCESS {
+			initErr = fmt.Errorf("%w: MPI_Init_thread: %s", ErrUnavailable, errString(rc))
+		}
+	})
+	return initErr
+}
+
+func errString(rc C.int) string {
+	var buf [C.MPI_MAX_ERROR_STRING]C.char
+	n := C.fl_errstr(rc, &buf[0], C.int(len(buf)))
+	return C.GoStringN(&buf[0], n)
+}
+
+// Finalize shuts MPI down; call it once, when no group is in use.
+func Finalize() error {
+	if initErr != nil {
+		return nil
+	}
+	var done C.int
+	C.MPI_Finalized(&done)
+	if done != 0 {
+		return nil
+	}
+	if rc := C.MPI_Finalize(); rc != C.MPI_SUCCESS {
+		return fmt.Errorf("mpi: MPI_Finalize: %s", errString(rc))
+	}
+	return nil
+}
+
+// Timeout bounds every operation (a silent rank); it may be changed before
+// groups are made.
+var Timeout = collective.DefaultTimeout
+
+// Group is one rank's handle on an MPI communicator.
+type Group struct {
+	comm       C.MPI_Comm
+	rank, size int
+	seq        uint64
+	broken     error
+	closed     bool
+}
+
+var _ collective.Collective = (*Group)(nil)
+
+// New returns a group of every process of the job (a duplicate of
+// MPI_COMM_WORLD), wrapped with collective.WithAsync.
+func New() (collective.Group, error) {
+	if err := initMPI(); err != nil {
+		return nil, err
+	}
+	var comm C.MPI_Comm
+	if rc := C.MPI_Comm_dup(C.fl_world(), &comm); rc != C.MPI_SUCCESS {
+		return nil, fmt.Errorf("mpi: MPI_Comm_dup: %s", errString(rc))
+	}
+	return wrap(comm)
+}
+
+// Split returns a group of the first n world ranks; every world rank must
+// call it, and ranks >= n get nil and no error.
+func Split(n int) (collective.Group, error) {
+	if err := initMPI(); err != nil {
+		return nil, err
+	}
+	var wr, ws C.int
+	C.MPI_Comm_rank(C.fl_world(), &wr)
+	C.MPI_Comm_size(C.fl_world(), &ws)
+	if n < 1 || n > int(ws) {
+		return nil, fmt.Errorf("mpi: Split(%d): the job has %d ranks", n, ws)
+	}
+	color := C.int(0)
+	if int(wr) >= n {
+		color = C.fl_undefined()
+	}
+	var comm C.MPI_Comm
+	if rc := C.MPI_Comm_split(C.fl_world(), color, wr, &comm); rc != C.MPI_SUCCESS {
+		return nil, fmt.Errorf("mpi: MPI_Comm_split: %s", errString(rc))
+	}
+	if int(wr) >= n {
+		return nil, nil
+	}
+	return wrap(comm)
+}
+
+func wrap(comm C.MPI_Comm) (collective.Group, error) {
+	C.MPI_Comm_set_errhandler(comm, C.MPI_ERRORS_RETURN)
+	var r, s C.int
+	C.MPI_Comm_rank(comm, &r)
+	C.MPI_Comm_size(comm, &s)
+	return collective.WithAsync(&Group{comm: comm, rank: int(r), size: int(s)}), nil
+}
+
+func (g *Group) Rank() int { return g.rank }
+func (g *Group) Size() int { return g.size }
+
+// Close frees the communicator.
+func (g *Group) Close() error {
+	if g.closed {
+		return nil
+	}
+	g.closed = true
+	if g.broken != nil {
+		return nil // a communicator with a pending collective cannot be freed safely
+	}
+	if rc := C.MPI_Comm_free(&g.comm); rc != C.MPI_SUCCESS {
+		return fmt.Errorf("mpi: MPI_Comm_free: %s", errString(rc))
+	}
+	return nil
+}
+
+func (g *Group) AllReduce(ctx context.Context, buf any, op collective.Op) error {
+	return g.do(ctx, collective.KindAllReduce, buf, nil, op, 0)
+}
+func (g *Group) Broadcast(ctx context.Context, buf any, root int) error {
+	return g.do(ctx, collective.KindBroadcast, buf, nil, 0, root)
+}
+func (g *Group) AllGather(ctx context.Context, send, recv any) error {
+	return g.do(ctx, collective.KindAllGather, send, recv, 0, 0)
+}
+func (g *Group) ReduceScatter(ctx context.Context, send, recv any, op collective.Op) error {
+	return g.do(ctx, collective.KindReduceScatter, send, recv, op, 0)
+}
+func (g *Group) Barrier(ctx context.Context) error {
+	return g.do(ctx, collective.KindBarrier, nil, nil, 0, 0)
+}
+
+func (g *Group) fail(h collective.Header, peer int, err error) error {
+	return &collective.Error{Backend: "mpi", Self: g.rank, Kind: h.Kind, Seq: h.Seq, Peer: peer, Err: err}
+}
+
+// ptr returns the address of a buffer's first element (a dummy for empty
+// buffers, which MPI never reads) and pins it for the non-blocking call.
+func ptr(p *runtime.Pinner, buf any) unsafe.Pointer {
+	b := collective.Bytes(buf)
+	if len(b) == 0 {
+		return unsafe.Pointer(&dummy)
+	}
+	p.Pin(&b[0])
+	return unsafe.Pointer(&b[0])
+}
+
+var dummy [8]byte
+
+func dtype(d collective.DType) C.MPI_Datatype {
+	if d == collective.Float64 {
+		return C.fl_f64()
+	}
+	return C.fl_f32()
+}
+
+func (g *Group) do(ctx context.Context, kind collective.Kind, send, recv any, op collective.Op, root int) error {
+	h, err := collective.Prepare(kind, g.rank, g.size, send, recv, op, root)
+	h.Seq = g.seq + 1
+	if err != nil {
+		return g.fail(h, -1, err)
+	}
+	if h.Len > 1<<31-1 {
+		return g.fail(h, -1, fmt.Errorf("%w: %d elements exceed MPI's int count: split the buffer", collective.ErrBadBuffer, h.Len))
+	}
+	g.seq++
+	if g.closed {
+		return g.fail(h, -1, collective.ErrClosed)
+	}
+	if g.broken != nil {
+		return g.fail(h, -1, g.broken)
+	}
+	deadline := time.Now().Add(Timeout)
+
+	// Header exchange: every rank sees every rank's view of the operation.
+	mine := [4]int64{int64(h.Kind) | int64(h.DType)<<8 | int64(h.Op)<<16, int64(h.Root), int64(h.Len), int64(h.Seq)}
+	all := make([]int64, 4*g.size)
+	var pin runtime.Pinner
+	defer pin.Unpin()
+	pin.Pin(&mine[0])
+	pin.Pin(&all[0])
+	var req C.MPI_Request
+	if rc := C.MPI_Iallgather(unsafe.Pointer(&mine[0]), 4, C.fl_i64(), unsafe.Pointer(&all[0]), 4, C.fl_i64(), g.comm, &req); rc != C.MPI_SUCCESS {
+		return g.fail(h, -1, fmt.Errorf("%w: MPI_Iallgather: %s", collective.ErrPeerLost, errString(rc)))
+	}
+	if err := g.wait(ctx, h, &req, deadline); err != nil {
+		return err
+	}
+	for q := 0; q < g.size; q++ {
+		a := all[4*q:]
+		theirs := collective.Header{Kind: collective.Kind(a[0] & 0xff), DType: collective.DType(a[0] >> 8 & 0xff), Op: collective.Op(a[0] >> 16 & 0xff), Root: int(a[1]), Len: int(a[2]), Seq: uint64(a[3])}
+		if err := h.Mismatch(g.rank, q, theirs); err != nil {
+			return g.fail(h, q, err)
+		}
+	}
+
+	n := C.int(h.Len)
+	var rc C.int
+	switch kind {
+	case collective.KindBarrier:
+		rc = C.MPI_Ibarrier(g.comm, &req)
+	case collective.KindAllReduce:
+		rc = C.MPI_Iallreduce(C.fl_in_place(), ptr(&pin, send), n, dtype(h.DType), C.fl_op(C.int(op)), g.comm, &req)
+	case collective.KindBroadcast:
+		rc = C.MPI_Ibcast(ptr(&pin, send), n, dtype(h.DType), C.int(root), g.comm, &req)
+	case collective.KindAllGather:
+		counts, displs := layout(h.Len, g.size)
+		pin.Pin(&counts[0])
+		pin.Pin(&displs[0])
+		rc = C.MPI_Iallgatherv(ptr(&pin, send), counts[g.rank], dtype(h.DType), ptr(&pin, recv), &counts[0], &displs[0], dtype(h.DType), g.comm, &req)
+	case collective.KindReduceScatter:
+		counts, _ := layout(h.Len, g.size)
+		pin.Pin(&counts[0])
+		rc = C.MPI_Ireduce_scatter(ptr(&pin, send), ptr(&pin, recv), &counts[0], dtype(h.DType), C.fl_op(C.int(op)), g.comm, &req)
+	}
+	if rc != C.MPI_SUCCESS {
+		return g.fail(h, -1, fmt.Errorf("%w: %s: %s", collective.ErrPeerLost, kind, errString(rc)))
+	}
+	if err := g.wait(ctx, h, &req, deadline); err != nil {
+		return err
+	}
+	if op == collective.Mean {
+		switch kind {
+		case collective.KindAllReduce:
+			collective.ScaleAny(send, g.size)
+		case collective.KindReduceScatter:
+			collective.ScaleAny(recv, g.size)
+		}
+	}
+	return nil
+}
+
+func layout(total, size int) (counts, displs []C.int) {
+	counts, displs = make([]C.int, size), make([]C.int, size)
+	for r := range counts {
+		counts[r] = C.int(collective.BlockLen(total, size, r))
+		displs[r] = C.int(collective.Offset(total, size, r))
+	}
+	return counts, displs
+}
+
+// wait polls req until it completes, the context ends or the deadline
+// passes (spinning briefly, then backing off so idle ranks leave the CPU to
+// busy ones).
+func (g *Group) wait(ctx context.Context, h collective.Header, req *C.MPI_Request, deadline time.Time) error {
+	for spins := 0; ; spins++ {
+		var flag C.int
+		if rc := C.fl_test(req, &flag); rc != C.MPI_SUCCESS {
+			g.broken = fmt.Errorf("%w: %s", collective.ErrPeerLost, errString(rc))
+			return g.fail(h, -1, g.broken)
+		}
+		if flag != 0 {
+			return nil
+		}
+		if spins&63 == 63 {
+			if err := ctx.Err(); err != nil {
+				g.broken = fmt.Errorf("%w: abandoned by this rank: %v", collective.ErrClosed, err)
+				return g.fail(h, -1, err)
+			}
+			if time.Now().After(deadline) {
+				g.broken = fmt.Errorf("%w: a rank did not take part within %v (MPI cannot say which)", collective.ErrTimeout, Timeout)
+				return g.fail(h, -1, g.broken)
+			}
+		}
+		switch {
+		case spins < 1000:
+			runtime.Gosched()
+		default:
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+}
