@@ -65,6 +65,7 @@ type DDP struct {
 	c       collective.Group
 	dev     device.Device
 	eng     *engine.Engine
+	rep     *replica
 	opt     optim.Optimizer
 	sched   optim.Scheduler
 	buckets []Bucket
@@ -73,6 +74,7 @@ type DDP struct {
 
 	rank, world int
 	reduceBuf   []float64
+	syncGrads   func(ctx context.Context) error // replaces the bucket all-reduce (Sharded stage 2)
 	launch      *launcher // self-launched local ranks (nil when joined)
 }
 
@@ -141,29 +143,10 @@ func (d *DDP) check() error {
 }
 
 func (d *DDP) Setup(ctx context.Context, su Setup) error {
-	c := d.cfg.Group
-	if c == nil {
-		cctx, cancel := d.launch.connectCtx(ctx)
-		var err error
-		c, err = d.cfg.Connect(cctx)
-		cancel()
-		if err != nil {
-			if why := d.launch.explain(0); why != "" {
-				err = fmt.Errorf("%w (%s)", err, why)
-			}
-			return fmt.Errorf("rank %d: join the group: %w", d.rank, err)
-		}
-	}
-	d.c = collective.WithAsync(c)
-	d.rank, d.world = d.c.Rank(), d.c.Size()
-	store, err := module.NewStore(su.Specs, su.Dtype, su.Seed)
+	store, err := d.setupReplica(ctx, su)
 	if err != nil {
-		return d.fail("setup", err)
+		return err
 	}
-	if err := d.c.Broadcast(ctx, store.Data(), 0); err != nil {
-		return d.fail("broadcast rank 0's parameters and buffers", err)
-	}
-	d.eng = engine.New(su.Module, store, su.Fields, replicaSeed(su.Seed, d.rank))
 	elem := 4
 	if su.Dtype == tensor.Float64 {
 		elem = 8
@@ -178,6 +161,36 @@ func (d *DDP) Setup(ctx context.Context, su Setup) error {
 		return d.fail("setup", err)
 	}
 	return nil
+}
+
+// setupReplica joins the group, builds this rank's replica and makes it
+// rank 0's.
+func (d *DDP) setupReplica(ctx context.Context, su Setup) (*module.Store, error) {
+	c := d.cfg.Group
+	if c == nil {
+		cctx, cancel := d.launch.connectCtx(ctx)
+		var err error
+		c, err = d.cfg.Connect(cctx)
+		cancel()
+		if err != nil {
+			if why := d.launch.explain(0); why != "" {
+				err = fmt.Errorf("%w (%s)", err, why)
+			}
+			return nil, fmt.Errorf("rank %d: join the group: %w", d.rank, err)
+		}
+	}
+	d.c = collective.WithAsync(c)
+	d.rank, d.world = d.c.Rank(), d.c.Size()
+	store, err := module.NewStore(su.Specs, su.Dtype, su.Seed)
+	if err != nil {
+		return nil, d.fail("setup", err)
+	}
+	if err := d.c.Broadcast(ctx, store.Data(), 0); err != nil {
+		return nil, d.fail("broadcast rank 0's parameters and buffers", err)
+	}
+	d.eng = engine.New(su.Module, store, su.Fields, replicaSeed(su.Seed, d.rank))
+	d.rep = newReplica(d.eng)
+	return store, nil
 }
 
 func (d *DDP) Rank() int                  { return d.rank }
@@ -222,14 +235,20 @@ func (d *DDP) TrainStep(ctx context.Context, b *data.Batch, o TrainOptions) (flo
 	var r engine.Result
 	err := d.dev.Do(ctx, func() error {
 		var err error
-		r, err = d.eng.Run(ctx, module.Train, b, o.Accumulate, scale)
+		r, err = d.rep.run(ctx, module.Train, b, o.Accumulate, scale)
 		return err
 	})
 	if err != nil {
 		return 0, nil, d.fail("train step on "+d.dev.String(), err)
 	}
 	if o.Sync {
-		d.startReduce(ctx)
+		if d.syncGrads != nil {
+			if err := d.syncGrads(ctx); err != nil {
+				return 0, nil, err
+			}
+		} else {
+			d.startReduce(ctx)
+		}
 	}
 	return r.Loss, r.Metrics, nil
 }
@@ -298,7 +317,7 @@ func (d *DDP) EvalStep(ctx context.Context, mode module.Mode, b *data.Batch) ([]
 	var r engine.Result
 	err := d.dev.Do(ctx, func() error {
 		var err error
-		r, err = d.eng.Run(ctx, mode, b, false, 1)
+		r, err = d.rep.run(ctx, mode, b, false, 1)
 		return err
 	})
 	if err != nil {
@@ -310,7 +329,7 @@ func (d *DDP) EvalStep(ctx context.Context, mode module.Mode, b *data.Batch) ([]
 func (d *DDP) PredictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, error) {
 	var out *tensor.Dense
 	err := d.dev.Do(ctx, func() error {
-		r, err := d.eng.Run(ctx, module.Predict, b, false, 1)
+		r, err := d.rep.run(ctx, module.Predict, b, false, 1)
 		if err == nil && r.Output == nil {
 			err = errors.New("PredictStep: the graph produced no output")
 		}

@@ -37,8 +37,8 @@ const (
 )
 
 func init() {
-	Register("ddp", func(o Options) (Strategy, error) { return ddpFromOptions(o, "ddp") })
-	Register("ddp_spawn", func(o Options) (Strategy, error) { return ddpFromOptions(o, "ddp_spawn") })
+	Register("ddp", func(o Options) (Strategy, error) { return ddpFromOptions(o, "ddp", nil) })
+	Register("ddp_spawn", func(o Options) (Strategy, error) { return ddpFromOptions(o, "ddp_spawn", nil) })
 }
 
 // knobs are the settings distributed strategies read from the environment.
@@ -104,7 +104,13 @@ func localDevice(accel string, localRank int) (device.Device, error) {
 // ddpFromOptions builds DDP (or DDP-spawn) for this process: a rank of the
 // job described by the launcher's environment, or, with none, the rank 0
 // that starts the local ranks itself.
-func ddpFromOptions(o Options, name string) (Strategy, error) {
+//
+// wrap, when set, turns the DDP rank into another strategy built on it
+// (Sharded).
+func ddpFromOptions(o Options, name string, wrap func(*DDP) (Strategy, error)) (Strategy, error) {
+	if wrap == nil {
+		wrap = func(d *DDP) (Strategy, error) { return d, nil }
+	}
 	k, err := readKnobs(o.Lookup)
 	if err != nil {
 		return nil, fmt.Errorf("strategy %q: %w", name, err)
@@ -118,7 +124,7 @@ func ddpFromOptions(o Options, name string) (Strategy, error) {
 		return nil, fmt.Errorf("strategy %q: %w", name, err)
 	}
 	if found {
-		return joinFromEnv(o, name, k, env, perNode)
+		return joinFromEnv(o, name, k, env, perNode, wrap)
 	}
 	if o.NumNodes > 1 {
 		return nil, fmt.Errorf("strategy %q: NumNodes is %d but this process was not started by a launcher: start one process per device on every node with torchrun-style variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), mpirun or srun", name, o.NumNodes)
@@ -134,7 +140,12 @@ func ddpFromOptions(o Options, name string) (Strategy, error) {
 	if perNode == 1 {
 		g, _ := inproc.NewGroup(1)
 		cfg.Group = g[0]
-		return NewDDP(cfg)
+		d, err := NewDDP(cfg)
+		if err != nil {
+			return nil, err
+		}
+		d.name = name
+		return wrap(d)
 	}
 	l := &launcher{world: perNode, failed: make(chan struct{}), log: o.Log}
 	cfg.Connect = func(ctx context.Context) (collective.Collective, error) {
@@ -148,11 +159,12 @@ func ddpFromOptions(o Options, name string) (Strategy, error) {
 	if err != nil {
 		return nil, err
 	}
+	d.name = name
 	d.launch = l
-	return d, nil
+	return wrap(d)
 }
 
-func joinFromEnv(o Options, name string, k knobs, env cluster.Env, perNode int) (Strategy, error) {
+func joinFromEnv(o Options, name string, k knobs, env cluster.Env, perNode int, wrap func(*DDP) (Strategy, error)) (Strategy, error) {
 	if want := perNode * o.NumNodes; want != 1 && want != env.WorldSize {
 		return nil, fmt.Errorf("strategy %q: the %s launcher started %d processes, but Devices × NumNodes is %d × %d = %d: make them agree (one process per device)", name, env.Source, env.WorldSize, perNode, o.NumNodes, want)
 	}
@@ -193,7 +205,7 @@ func joinFromEnv(o Options, name string, k knobs, env cluster.Env, perNode int) 
 		path, _ := o.Lookup(launch.EnvResult)
 		return &spawnWorker{DDP: d, resultPath: path}, nil
 	}
-	return d, nil
+	return wrap(d)
 }
 
 // connect joins the group of env over the chosen backend.

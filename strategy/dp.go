@@ -46,7 +46,7 @@ type DPConfig struct {
 // stay bit-identical. WorldSize is 1: data is not sharded across processes.
 type DP struct {
 	devs  []device.Device
-	engs  []*engine.Engine
+	engs  []*replica
 	ran   []bool // replica has gradients in the current accumulation window
 	opt   optim.Optimizer
 	sched optim.Scheduler
@@ -86,13 +86,13 @@ func (d *DP) Setup(ctx context.Context, su Setup) error {
 		return err
 	}
 	n := len(d.devs)
-	d.engs = make([]*engine.Engine, n)
+	d.engs = make([]*replica, n)
 	for i := range d.engs {
 		st := store
 		if i > 0 {
 			st = store.Clone()
 		}
-		d.engs[i] = engine.New(su.Module, st, su.Fields, replicaSeed(su.Seed, i))
+		d.engs[i] = newReplica(engine.New(su.Module, st, su.Fields, replicaSeed(su.Seed, i)))
 	}
 	d.ran = make([]bool, n)
 	d.subs = make([]data.Batch, n)
@@ -106,7 +106,7 @@ func (d *DP) Setup(ctx context.Context, su Setup) error {
 func (d *DP) Rank() int                  { return 0 }
 func (d *DP) WorldSize() int             { return 1 }
 func (d *DP) IsGlobalZero() bool         { return true }
-func (d *DP) Store() *module.Store       { return d.engs[0].Store() }
+func (d *DP) Store() *module.Store       { return d.engs[0].eng.Store() }
 func (d *DP) Optimizer() optim.Optimizer { return d.opt }
 func (d *DP) Scheduler() optim.Scheduler { return d.sched }
 
@@ -114,7 +114,7 @@ func (d *DP) Scheduler() optim.Scheduler { return d.sched }
 func (d *DP) ReplicaStores() []*module.Store {
 	out := make([]*module.Store, len(d.engs))
 	for i, e := range d.engs {
-		out[i] = e.Store()
+		out[i] = e.eng.Store()
 	}
 	return out
 }
@@ -186,7 +186,7 @@ func (d *DP) TrainStep(ctx context.Context, b *data.Batch, o TrainOptions) (floa
 		// batch, so the sum over replicas is the gradient of the whole
 		// batch's mean loss.
 		share := float64(d.subs[i].Size) / float64(b.Size)
-		r, err := d.engs[i].Run(ctx, module.Train, &d.subs[i], d.ran[i], scale*share)
+		r, err := d.engs[i].run(ctx, module.Train, &d.subs[i], d.ran[i], scale*share)
 		d.results[i] = r
 		return err
 	})
@@ -207,7 +207,7 @@ func (d *DP) TrainStep(ctx context.Context, b *data.Batch, o TrainOptions) (floa
 // reduceGrads sums every replica's gradients into replica 0's in replica
 // order; the buffer is cut into one span per replica, summed in parallel.
 func (d *DP) reduceGrads() {
-	st := d.engs[0].Store()
+	st := d.engs[0].eng.Store()
 	np, n := st.NumParams(), len(d.engs)
 	var wg sync.WaitGroup
 	for s := 0; s < n; s++ {
@@ -220,7 +220,7 @@ func (d *DP) reduceGrads() {
 				if !d.ran[i] {
 					continue
 				}
-				src := d.engs[i].Store()
+				src := d.engs[i].eng.Store()
 				if st.Dtype() == tensor.Float32 {
 					collective.ReduceInto(st.Grad32()[lo:hi], src.Grad32()[lo:hi], collective.Sum)
 				} else {
@@ -271,13 +271,13 @@ func (d *DP) combine(n int) []module.Metric {
 }
 
 func (d *DP) OptimizerStep(ctx context.Context, o StepOptions) (float64, error) {
-	st := d.engs[0].Store()
+	st := d.engs[0].eng.Store()
 	norm := ApplyStep(st, d.opt, o, 0, st.NumParams())
 	err := d.parallel(ctx, len(d.engs), func(i int) error {
 		if i == 0 {
 			return nil
 		}
-		return d.engs[i].Store().CopyFrom(st)
+		return d.engs[i].eng.Store().CopyFrom(st)
 	})
 	return norm, err
 }
@@ -285,7 +285,7 @@ func (d *DP) OptimizerStep(ctx context.Context, o StepOptions) (float64, error) 
 func (d *DP) EvalStep(ctx context.Context, mode module.Mode, b *data.Batch) ([]module.Metric, error) {
 	n := d.scatter(b)
 	err := d.parallel(ctx, n, func(i int) error {
-		r, err := d.engs[i].Run(ctx, mode, &d.subs[i], false, 1)
+		r, err := d.engs[i].run(ctx, mode, &d.subs[i], false, 1)
 		d.results[i] = r
 		return err
 	})
@@ -300,7 +300,7 @@ func (d *DP) EvalStep(ctx context.Context, mode module.Mode, b *data.Batch) ([]m
 func (d *DP) PredictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, error) {
 	var out *tensor.Dense
 	err := d.devs[0].Do(ctx, func() error {
-		r, err := d.engs[0].Run(ctx, module.Predict, b, false, 1)
+		r, err := d.engs[0].run(ctx, module.Predict, b, false, 1)
 		if err == nil && r.Output == nil {
 			err = errors.New("PredictStep: the graph produced no output")
 		}
@@ -317,3 +317,34 @@ func (d *DP) Reduce(ctx context.Context, sums, weights []float64, ops []module.R
 
 func (d *DP) Barrier(ctx context.Context) error  { return ctx.Err() }
 func (d *DP) Teardown(ctx context.Context) error { return nil }
+
+// buildMu serialises the runs that build a graph. Gorgonia v0.9.17 keeps
+// unsynchronised package state while graphs are built (the group counter of
+// Rectify and friends), so replicas in one process (DP, in-process DDP
+// ranks) must not build graphs at the same time; later runs of a built graph
+// are independent and run in parallel.
+var buildMu sync.Mutex
+
+type graphKey struct {
+	mode module.Mode
+	rows int
+}
+
+// replica is an engine and the graphs it has already built, which mirror the
+// engine's own cache (one graph per mode and batch size).
+type replica struct {
+	eng   *engine.Engine
+	built map[graphKey]bool
+}
+
+func newReplica(e *engine.Engine) *replica { return &replica{eng: e, built: map[graphKey]bool{}} }
+
+func (r *replica) run(ctx context.Context, mode module.Mode, b *data.Batch, accumulate bool, scale float64) (engine.Result, error) {
+	k := graphKey{mode, b.Size}
+	if !r.built[k] {
+		buildMu.Lock()
+		defer buildMu.Unlock()
+		r.built[k] = true
+	}
+	return r.eng.Run(ctx, mode, b, accumulate, scale)
+}
