@@ -1,0 +1,25 @@
+// Package nccl is the collective backend over NVIDIA NCCL. libnccl.so.2 and
+// libcudart are loaded at run time with github.com/ebitengine/purego, so the
+// package builds without CUDA headers or cgo, and on a machine without NCCL,
+// New and Load return an error wrapping ErrUnavailable that says which
+// library is missing and how to point at it (Config.NCCLPath, CUDARTPath).
+//
+// Ranks meet through tcp's token-checked rendezvous: rank 0 asks NCCL for a
+// unique id and hands it to the others with Rendezvous.Exchange, then every
+// rank calls ncclCommInitRank on its device (Config.Device). Each Comm owns
+// one CUDA stream. The collective.Collective methods take host buffers:
+// they are staged into device memory, reduced by NCCL on the stream, and
+// copied back; device buffers go straight through the Device* methods.
+// Every operation first all-gathers a small header through NCCL so
+// mismatched calls fail with collective.ErrMismatch. Completion is polled
+// (cudaStreamQuery) against the context and Config.Timeout; on timeout the
+// communicator is aborted. NCCL does not say which rank failed, so errors
+// name no peer.
+//
+// NCCL's all-gather and reduce-scatter need equal blocks; uneven lengths
+// (collective.Counts) are padded to the largest block on the device.
+//
+// Tests run against a stand-in library with the same C signatures
+// (testdata/standin.c), compiled by the test with gcc. It must not import
+// trainer or strategy.
+package nccl

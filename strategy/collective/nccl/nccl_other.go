@@ -1,0 +1,28 @@
+//go:build !linux
+
+package nccl
+
+import (
+	"context"
+	"errors"
+
+	"github.com/fulgur-ml/fulgur/strategy/collective"
+	"github.com/fulgur-ml/fulgur/strategy/collective/tcp"
+)
+
+// ErrUnavailable means NCCL cannot be used here.
+var ErrUnavailable = errors.New("nccl: unavailable: NCCL is supported on Linux only")
+
+// Config selects the libraries and device.
+type Config struct {
+	Device               int
+	NCCLPath, CUDARTPath string
+}
+
+// Available reports ErrUnavailable.
+func Available(cfg Config) error { return ErrUnavailable }
+
+// New reports ErrUnavailable.
+func New(ctx context.Context, rv *tcp.Rendezvous, cfg Config) (collective.Group, error) {
+	return nil, ErrUnavailable
+}
