@@ -4,6 +4,7 @@ package shm_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strconv"
 	"sync"
@@ -110,5 +111,52 @@ func BenchmarkAllReduce(b *testing.B) {
 			}
 			wg.Wait()
 		})
+	}
+}
+
+// TestSilentPeer: rank 2 never joins; the others fail with ErrTimeout
+// naming it (its counter is the one that stopped).
+func TestSilentPeer(t *testing.T) {
+	cfgs := configs(t, 3)
+	cs := make([]collective.Collective, 3)
+	var wg sync.WaitGroup
+	for r := range cfgs {
+		cfgs[r].Timeout = 300 * time.Millisecond
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rv, err := tcp.Meet(context.Background(), cfgs[r])
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			cs[r], err = shm.New(context.Background(), rv)
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	defer func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	}()
+	errs := make([]error, 2)
+	for r := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = cs[r].AllReduce(context.Background(), make([]float32, 1<<16), collective.Sum)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if p, ok := collective.PeerOf(err); !ok || p != 2 || !errors.Is(err, collective.ErrTimeout) {
+			t.Errorf("rank %d: got %v, want ErrTimeout naming rank 2", r, err)
+		}
 	}
 }

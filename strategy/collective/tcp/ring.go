@@ -597,13 +597,27 @@ func (g *Ring) receiver(h collective.Header, data []byte, buf any, esz int, p pl
 		}
 		return fail(cause{prev, fmt.Errorf("%w: reading %s from rank %d: %v", collective.ErrPeerLost, what, prev, err)})
 	}
+	// A rank that has this operation's header from prev waits half a
+	// timeout longer before blaming prev: when a rank never joins, its
+	// successor (which got no header) times out first and its abort, naming
+	// the silent rank, reaches everyone else within that grace.
+	gotHeader, graced := false, false
 	// next reads a frame header from prev and handles everything but data.
 	next := func(what string) (header, error) {
 		g.prev.SetReadDeadline(time.Now().Add(g.cfg.Timeout))
 		if c := g.brokenCause(); c != nil {
 			return header{}, g.opErr(h, *c)
 		}
-		if _, err := io.ReadFull(g.prev, g.hb); err != nil {
+		for {
+			n, err := io.ReadFull(g.prev, g.hb)
+			if err == nil {
+				break
+			}
+			if n == 0 && gotHeader && !graced && errors.Is(err, os.ErrDeadlineExceeded) && g.brokenCause() == nil {
+				graced = true
+				g.prev.SetReadDeadline(time.Now().Add(g.cfg.Timeout / 2))
+				continue
+			}
 			return header{}, readErr(what, err)
 		}
 		hdr, err := decodeHeader(g.hb)
@@ -645,6 +659,7 @@ func (g *Ring) receiver(h collective.Header, data []byte, buf any, esz int, p pl
 	if err != nil {
 		return fail(cause{prev, fmt.Errorf("%w: rank %d: %v", collective.ErrPeerLost, prev, err)})
 	}
+	gotHeader = true
 	theirs := collective.Header{Kind: collective.Kind(oh.kind), DType: collective.DType(oh.dtype), Op: collective.Op(oh.op), Root: oh.root, Len: int(oh.length), Seq: hdr.seq}
 	if err := h.Mismatch(g.rank, prev, theirs); err != nil {
 		return fail(cause{prev, err})

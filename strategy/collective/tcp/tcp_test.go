@@ -2,6 +2,7 @@ package tcp_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strconv"
 	"strings"
@@ -174,3 +175,32 @@ func BenchmarkAllReduce(b *testing.B) {
 }
 
 func byteSize(n int) string { return strconv.Itoa(n>>20) + "MB" }
+
+// TestSilentPeer: rank 2 never joins the all-reduce; both others must fail
+// with ErrTimeout naming rank 2, soon after the timeout.
+func TestSilentPeer(t *testing.T) {
+	cfgs := configs(t, 3)
+	for r := range cfgs {
+		cfgs[r].Timeout = 300 * time.Millisecond
+	}
+	cs := build(t, cfgs)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for r := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = cs[r].AllReduce(context.Background(), make([]float32, 1<<16), collective.Sum)
+		}()
+	}
+	wg.Wait()
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %v to notice a silent peer with a 300ms timeout", d)
+	}
+	for r, err := range errs {
+		if p, ok := collective.PeerOf(err); !ok || p != 2 || !errors.Is(err, collective.ErrTimeout) {
+			t.Errorf("rank %d: got %v, want ErrTimeout naming rank 2", r, err)
+		}
+	}
+}
