@@ -11,6 +11,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/internal/blas"
 	"github.com/fulgur-ml/fulgur/internal/engine"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/optim"
@@ -75,6 +76,7 @@ type DDP struct {
 	rank, world int
 	reduceBuf   []float64
 	syncGrads   func(ctx context.Context) error // replaces the bucket all-reduce (Sharded stage 2)
+	localRanks  int                             // processes of the job on this machine (0: unknown)
 	launch      *launcher // self-launched local ranks (nil when joined)
 }
 
@@ -190,6 +192,9 @@ func (d *DDP) setupReplica(ctx context.Context, su Setup) (*module.Store, error)
 	}
 	d.eng = engine.New(su.Module, store, su.Fields, replicaSeed(su.Seed, d.rank))
 	d.rep = newReplica(d.eng)
+	if d.localRanks > 1 {
+		shareCores(d.cfg.Log, d.localRanks)
+	}
 	return store, nil
 }
 
@@ -457,4 +462,15 @@ func (d *DDP) Teardown(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// shareCores gives each of n processes (or in-process replicas) on this
+// machine its share of the BLAS threads, so n ranks do not oversubscribe
+// the cores (a no-op for gonum; FULGUR_BLAS_THREADS overrides it).
+func shareCores(log zerolog.Logger, n int) {
+	if t, err := blas.SetThreadsPerRank(n); err != nil {
+		log.Warn().Err(err).Int("local_ranks", n).Msg("could not share BLAS threads between local ranks")
+	} else if t > 0 {
+		log.Debug().Int("blas_threads", t).Int("local_ranks", n).Msg("BLAS threads per rank")
+	}
 }

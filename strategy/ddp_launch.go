@@ -161,6 +161,7 @@ func ddpFromOptions(o Options, name string, wrap func(*DDP) (Strategy, error)) (
 	}
 	d.name = name
 	d.launch = l
+	d.localRanks = perNode
 	return wrap(d)
 }
 
@@ -201,6 +202,7 @@ func joinFromEnv(o Options, name string, k knobs, env cluster.Env, perNode int, 
 		return nil, err
 	}
 	d.name = name
+	d.localRanks = env.LocalWorldSize
 	if v, _ := o.Lookup(launch.EnvLauncher); name == "ddp_spawn" && v == "ddp_spawn" {
 		path, _ := o.Lookup(launch.EnvResult)
 		return &spawnWorker{DDP: d, resultPath: path}, nil

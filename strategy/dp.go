@@ -94,6 +94,9 @@ func (d *DP) Setup(ctx context.Context, su Setup) error {
 		}
 		d.engs[i] = newReplica(engine.New(su.Module, st, su.Fields, replicaSeed(su.Seed, i)))
 	}
+	if n > 1 {
+		shareCores(su.Log, n)
+	}
 	d.ran = make([]bool, n)
 	d.subs = make([]data.Batch, n)
 	d.results = make([]engine.Result, n)

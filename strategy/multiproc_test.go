@@ -154,6 +154,9 @@ func TestDDPMultiProcessMatchesInProcess(t *testing.T) {
 		{"ddp", "tcp"},
 		{"ddp", "auto"},
 		{"ddp_spawn", "auto"},
+		// ZeRO updates each element as DDP does, from the same reduced
+		// gradient: two ranks end bit-identical to DDP's.
+		{"sharded", "auto"},
 	} {
 		t.Run(tc.strategy+"/"+tc.backend, func(t *testing.T) {
 			marker := newMarker(t)
