@@ -77,7 +77,7 @@ type DDP struct {
 	reduceBuf   []float64
 	syncGrads   func(ctx context.Context) error // replaces the bucket all-reduce (Sharded stage 2)
 	localRanks  int                             // processes of the job on this machine (0: unknown)
-	launch      *launcher // self-launched local ranks (nil when joined)
+	launch      *launcher                       // self-launched local ranks (nil when joined)
 }
 
 // NewDDP returns one rank of DDP.
