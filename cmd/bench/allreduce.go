@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -48,7 +49,7 @@ var allreduceBackends = []string{"tcp", "shm"}
 // Open MPI transports, named as peers of our backends.
 var openMPIPeers = map[string]string{"openmpi-sm": "vader,self", "openmpi-tcp": "tcp,self"}
 
-var peerOf = map[string]string{"shm": "openmpi-sm", "tcp": "openmpi-tcp"}
+var peerOf = map[string]string{"shm": "openmpi-sm", "tcp": "openmpi-tcp", "mpi": "openmpi-sm"}
 
 func allreduceConfigs(o *Options) ([]Config, error) {
 	_, mpiErr := exec.LookPath("mpirun")
@@ -60,6 +61,10 @@ func allreduceConfigs(o *Options) ([]Config, error) {
 			}
 			if mpiErr != nil {
 				continue
+			}
+			if mpiBuilt {
+				// Our mpi backend runs under mpirun, started by one measuring process.
+				cs = append(cs, Config{Workload: "allreduce", Impl: "fulgur-mpi", Variant: fmt.Sprintf("backend=mpi bytes=%d ranks=%d", size, ranks), Steps: allreduceIters, Seed: o.Seed})
 			}
 			for _, p := range []string{"openmpi-sm", "openmpi-tcp"} {
 				// One measuring process that runs mpirun itself.
@@ -104,15 +109,24 @@ func allreduceRun(ctx context.Context, c Config) (Figures, error) {
 		return nil, fmt.Errorf("allreduce: variant %q has no bytes=N", c.Variant)
 	}
 	iters := max(c.Steps, 1)
-	if c.Impl == "openmpi" {
+	switch c.Impl {
+	case "openmpi":
 		ranks, _ := strconv.Atoi(v["ranks"])
 		return openMPIAllreduce(ctx, openMPIPeers[v["backend"]], ranks, size, iters)
+	case "fulgur-mpi":
+		ranks, _ := strconv.Atoi(v["ranks"])
+		return mpirunSelf(ctx, c, ranks)
 	}
 	g, err := openBackend(ctx, v["backend"])
 	if err != nil {
 		return nil, err
 	}
-	defer g.Close()
+	defer func() {
+		g.Close()
+		if fin := extraFinalize[v["backend"]]; fin != nil {
+			fin()
+		}
+	}()
 	buf := make([]float32, size/4)
 	for i := range buf {
 		buf[i] = 1
@@ -183,6 +197,38 @@ func openBackend(ctx context.Context, backend string) (collective.Group, error) 
 
 // extraBackends holds backends compiled in by build tags (mpi).
 var extraBackends = map[string]func(ctx context.Context) (collective.Group, error){}
+
+// extraFinalize shuts a tagged backend down after its group closes.
+var extraFinalize = map[string]func() error{}
+
+// mpiBuilt is set by allreduce_mpi.go (build tag mpi).
+var mpiBuilt bool
+
+// mpirunSelf runs this binary under mpirun as the ranks of configuration c
+// (with Impl "mpi-rank") and returns rank 0's figures.
+func mpirunSelf(ctx context.Context, c Config, ranks int) (Figures, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	c.Impl = "mpi-rank"
+	spec, err := json.Marshal(c)
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"--oversubscribe", "-np", strconv.Itoa(ranks), "-x", childEnv, exe}
+	if os.Geteuid() == 0 {
+		args = append([]string{"--allow-run-as-root"}, args...)
+	}
+	cmd := exec.CommandContext(ctx, "mpirun", args...)
+	cmd.Env = append(os.Environ(), childEnv+"="+string(spec))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("mpirun %s: %v\n%s", strings.Join(args, " "), err, tail(stderr.String(), 2000))
+	}
+	return lastJSON(stdout.Bytes(), stderr.String())
+}
 
 const openMPIProgram = `#include <mpi.h>
 #include <stdio.h>
