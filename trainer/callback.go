@@ -58,6 +58,13 @@ type AccumulationScheduler interface {
 	AccumulateGradBatches(epoch int) int
 }
 
+// ProgressDisplay is implemented by callbacks that draw training progress
+// themselves (callbacks.ProgressBar); with one in Callbacks the trainer's
+// built-in progress display stays off.
+type ProgressDisplay interface {
+	DisplaysProgress() bool
+}
+
 // Stateful callbacks save and restore their state in checkpoints.
 type Stateful interface {
 	StateDict() ([]byte, error)
@@ -97,8 +104,27 @@ type State struct {
 	Store *module.Store
 	// FastDevRun is true for smoke-test runs (no checkpoints are written).
 	FastDevRun bool
+	// NumTrainBatches is the number of training batches in this epoch.
+	NumTrainBatches int
+	// Loss is the training loss of the last batch.
+	Loss float64
+	// Optimizer is the optimizer's registry name ("adam", "sgd", ...).
+	Optimizer string
+	// LogEveryNSteps is the trainer's step-logging interval.
+	LogEveryNSteps int
 
 	save func(ctx context.Context, path string) error
+	log  func(m map[string]float64) error
+}
+
+// LogMetrics sends metrics to the trainer's loggers at the current global
+// step (rank 0 only; a no-op elsewhere), as a callback's own figures
+// (learning rates, timings).
+func (s *State) LogMetrics(m map[string]float64) error {
+	if s.log == nil {
+		return errors.New("logging is not available in this stage")
+	}
+	return s.log(m)
 }
 
 // SaveCheckpoint writes a checkpoint of the run to path (on rank 0).

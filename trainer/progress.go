@@ -34,6 +34,11 @@ type progress struct {
 
 func newProgress(cfg *Config, rank0 bool) *progress {
 	p := &progress{cfg: cfg, on: rank0 && cfg.progressBar(), w: cfg.Out}
+	for _, cb := range cfg.Callbacks {
+		if d, ok := cb.(ProgressDisplay); ok && d.DisplaysProgress() {
+			p.on = false // a progress callback replaces the built-in display
+		}
+	}
 	if f, ok := cfg.Out.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		p.tty = true
 	}

@@ -249,6 +249,8 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 	t.stats = Stats{WorldSize: t.strat.WorldSize()}
 	t.state.Stage = "fit"
 	t.state.save = t.saveCheckpoint
+	t.state.log = func(m map[string]float64) error { return t.logMetrics(t.state.GlobalStep, m) }
+	t.state.Optimizer, t.state.LogEveryNSteps = t.strat.Optimizer().Name(), t.cfg.LogEveryNSteps
 	status := "failed"
 	defer func() {
 		if ferr := t.finalizeLoggers(status); err == nil {
@@ -404,6 +406,7 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 			nb = cfg.LimitTrainBatches
 		}
 		t.trainBS, t.trainNB = train.Config().BatchSize, nb
+		t.state.NumTrainBatches = nb
 		first := min(r.Batch, nb)
 		if first > 0 && t.resumeBS > 0 && t.resumeBS != t.trainBS {
 			cfg.Log.Warn().Int("checkpoint_batch_size", t.resumeBS).Int("batch_size", t.trainBS).Msg("resuming mid-epoch with another batch size: the rest of the epoch is not the interrupted run's")
@@ -454,6 +457,7 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 				cfg.Log.Warn().Float64("loss", loss).Int("step", t.state.GlobalStep).Msg("non-finite loss")
 			}
 			t.stats.LastTrainLoss = loss
+			t.state.Loss = loss
 			for _, mt := range metrics {
 				if mt.Spec.OnEpoch {
 					a := t.epochAgg[mt.Name]

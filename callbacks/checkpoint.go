@@ -1,0 +1,447 @@
+package callbacks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/fulgur-ml/fulgur/trainer"
+)
+
+// ModelCheckpointConfig configures a ModelCheckpoint. The zero value saves
+// epoch=E-step=S.ckpt at the end of every epoch under
+// <RootDir>/checkpoints, keeping the newest only.
+type ModelCheckpointConfig struct {
+	// Dirpath is the directory of the checkpoints. "": <RootDir>/checkpoints.
+	Dirpath string
+	// Filename is the name template, without ".ckpt": "{epoch}", "{step}"
+	// and "{METRIC}" or "{METRIC:FORMAT}" (a Go fmt verb without the "%",
+	// such as ".4f") are replaced by "name=value"; "/" in names becomes
+	// "_". "": "{epoch}-{step}". Metrics print as %.4f unless formatted.
+	Filename string
+	// Monitor is the metric that ranks checkpoints ("val_loss"). "": none;
+	// the newest checkpoints are kept.
+	Monitor string
+	// Mode is "min" (the default: lower is better) or "max".
+	Mode string
+	// SaveTopK is how many checkpoints to keep: the best by Monitor, or the
+	// newest without one. 0: 1; -1: all.
+	SaveTopK int
+	// LastOnly writes no ranked checkpoints, only last.ckpt (it implies
+	// SaveLast).
+	LastOnly bool
+	// SaveLast also writes last.ckpt each time a checkpoint is due.
+	SaveLast bool
+	// EveryNTrainSteps saves after every this many optimizer steps instead
+	// of at epoch ends. 0: off.
+	EveryNTrainSteps int
+	// EveryNEpochs saves at the end of every this many epochs (after
+	// validation when the run validates, else at the training epoch's
+	// end). 0: 1 (when EveryNTrainSteps is 0).
+	EveryNEpochs int
+	// Name keys the callback's state in checkpoints. "": "ModelCheckpoint".
+	// Give each of several ModelCheckpoints its own.
+	Name string
+}
+
+// Validate fills defaults and reports every problem at once.
+func (c *ModelCheckpointConfig) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	switch c.Mode {
+	case "":
+		c.Mode = "min"
+	case "min", "max":
+	default:
+		bad("ModelCheckpoint Mode is %q: use \"min\" or \"max\"", c.Mode)
+	}
+	if c.SaveTopK < -1 {
+		bad("ModelCheckpoint SaveTopK is %d: use 0 (keep 1), a positive count, or -1 to keep all", c.SaveTopK)
+	}
+	if c.SaveTopK == 0 {
+		c.SaveTopK = 1
+	}
+	if c.Monitor == "" && c.SaveTopK > 1 {
+		bad("ModelCheckpoint SaveTopK is %d but Monitor is empty: ranking needs a metric; set Monitor, or use 1 (the newest) or -1 (all)", c.SaveTopK)
+	}
+	if c.EveryNTrainSteps < 0 || c.EveryNEpochs < 0 {
+		bad("ModelCheckpoint EveryNTrainSteps %d and EveryNEpochs %d: use 0 or more", c.EveryNTrainSteps, c.EveryNEpochs)
+	}
+	if c.EveryNTrainSteps > 0 && c.EveryNEpochs > 0 {
+		bad("ModelCheckpoint EveryNTrainSteps (%d) and EveryNEpochs (%d) are both set: choose one", c.EveryNTrainSteps, c.EveryNEpochs)
+	}
+	if c.EveryNTrainSteps == 0 && c.EveryNEpochs == 0 {
+		c.EveryNEpochs = 1
+	}
+	if c.LastOnly {
+		c.SaveLast = true
+	}
+	if c.Filename == "" {
+		c.Filename = "{epoch}-{step}"
+	}
+	if strings.Count(c.Filename, "{") != strings.Count(c.Filename, "}") || strings.ContainsAny(c.Filename, string(filepath.Separator)) {
+		bad("ModelCheckpoint Filename %q: braces must pair up, as in \"{epoch}-{val_loss:.2f}\", and it must not contain a path separator (use Dirpath)", c.Filename)
+	}
+	if c.Name == "" {
+		c.Name = "ModelCheckpoint"
+	}
+	return errors.Join(errs...)
+}
+
+// ModelCheckpoint saves checkpoints as training goes, keeping the best k by
+// a monitored metric (or the newest), and optionally last.ckpt. Decisions
+// are the same on every rank (validation metrics are reduced across ranks);
+// rank 0 writes and deletes files. Files displaced from the top k are
+// deleted at the callback's next call, once the new file is on disk, so a
+// crash leaves an extra file rather than a missing one.
+type ModelCheckpoint struct {
+	cfg ModelCheckpointConfig
+	dir string
+	st  ckptState
+}
+
+type ckptState struct {
+	BestK     map[string]jf `json:"best_k_models"`
+	Best      string        `json:"best_model_path"`
+	BestScore jf            `json:"best_model_score"`
+	Last      string        `json:"last_model_path"`
+	LastStep  int           `json:"last_global_step_saved"`
+	Stale     []string      `json:"stale"` // to delete at the next call
+	Monitor   string        `json:"monitor"`
+	Mode      string        `json:"mode"`
+	Dirpath   string        `json:"dirpath"`
+	ValEpoch  int           `json:"last_validated_epoch"`
+}
+
+var (
+	_ trainer.FitStartHook      = (*ModelCheckpoint)(nil)
+	_ trainer.TrainBatchEndHook = (*ModelCheckpoint)(nil)
+	_ trainer.ValidationEndHook = (*ModelCheckpoint)(nil)
+	_ trainer.TrainEpochEndHook = (*ModelCheckpoint)(nil)
+	_ trainer.FitEndHook        = (*ModelCheckpoint)(nil)
+	_ trainer.Stateful          = (*ModelCheckpoint)(nil)
+)
+
+// NewModelCheckpoint validates cfg and returns the callback.
+func NewModelCheckpoint(cfg ModelCheckpointConfig) (*ModelCheckpoint, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &ModelCheckpoint{cfg: cfg, st: ckptState{BestK: map[string]jf{}, LastStep: -1, ValEpoch: -1, Monitor: cfg.Monitor, Mode: cfg.Mode}}, nil
+}
+
+func (c *ModelCheckpoint) Name() string { return c.cfg.Name }
+
+// Config returns the validated configuration.
+func (c *ModelCheckpoint) Config() ModelCheckpointConfig { return c.cfg }
+
+// BestModelPath is the best checkpoint so far ("" before the first), by
+// Monitor, or the newest without one.
+func (c *ModelCheckpoint) BestModelPath() string { return c.st.Best }
+
+// BestModelScore is the monitored value of BestModelPath (NaN if none).
+func (c *ModelCheckpoint) BestModelScore() float64 {
+	if c.st.Best == "" {
+		return math.NaN()
+	}
+	return float64(c.st.BestScore)
+}
+
+// LastModelPath is the checkpoint written last.
+func (c *ModelCheckpoint) LastModelPath() string { return c.st.Last }
+
+// BestK returns the kept checkpoints and their scores.
+func (c *ModelCheckpoint) BestK() map[string]float64 {
+	out := make(map[string]float64, len(c.st.BestK))
+	for k, v := range c.st.BestK {
+		out[k] = float64(v)
+	}
+	return out
+}
+
+// Dir is where checkpoints go (known from fit start).
+func (c *ModelCheckpoint) Dir() string { return c.dir }
+
+func (c *ModelCheckpoint) OnFitStart(ctx context.Context, s *trainer.State) error {
+	c.dir = c.cfg.Dirpath
+	if c.dir == "" {
+		c.dir = filepath.Join(s.RootDir, "checkpoints")
+	}
+	return c.removeStale(s)
+}
+
+func (c *ModelCheckpoint) OnTrainBatchEnd(ctx context.Context, s *trainer.State) error {
+	n := c.cfg.EveryNTrainSteps
+	if n == 0 || s.GlobalStep == 0 || s.GlobalStep%n != 0 || s.GlobalStep == c.st.LastStep {
+		return nil
+	}
+	return c.save(ctx, s)
+}
+
+func (c *ModelCheckpoint) OnValidationEnd(ctx context.Context, s *trainer.State) error {
+	c.st.ValEpoch = s.Epoch
+	if c.cfg.EveryNTrainSteps > 0 || (s.Epoch+1)%c.cfg.EveryNEpochs != 0 || s.GlobalStep == c.st.LastStep {
+		return nil
+	}
+	return c.save(ctx, s)
+}
+
+func (c *ModelCheckpoint) OnTrainEpochEnd(ctx context.Context, s *trainer.State) error {
+	if c.cfg.EveryNTrainSteps > 0 || c.st.ValEpoch == s.Epoch || (s.Epoch+1)%c.cfg.EveryNEpochs != 0 || s.GlobalStep == c.st.LastStep {
+		return c.removeStale(s)
+	}
+	return c.save(ctx, s)
+}
+
+func (c *ModelCheckpoint) OnFitEnd(ctx context.Context, s *trainer.State) error {
+	return c.removeStale(s)
+}
+
+// save decides which files a checkpoint due now goes to, updates the
+// ranking, and asks the trainer to write them.
+func (c *ModelCheckpoint) save(ctx context.Context, s *trainer.State) error {
+	if s.FastDevRun {
+		return nil
+	}
+	if err := c.removeStale(s); err != nil {
+		return err
+	}
+	if c.dir == "" {
+		c.dir = c.cfg.Dirpath
+		if c.dir == "" {
+			c.dir = filepath.Join(s.RootDir, "checkpoints")
+		}
+	}
+	c.st.LastStep = s.GlobalStep
+	var paths []string
+	if !c.cfg.LastOnly {
+		p, err := c.decide(s)
+		if err != nil {
+			return err
+		}
+		if p != "" {
+			paths = append(paths, p)
+		}
+	}
+	if c.cfg.SaveLast {
+		paths = append(paths, filepath.Join(c.dir, "last.ckpt"))
+	}
+	for _, p := range paths {
+		if err := s.SaveCheckpoint(ctx, p); err != nil {
+			return err
+		}
+		c.st.Last = p
+	}
+	return nil
+}
+
+// decide ranks the current checkpoint and returns its path, or "" when it
+// does not make the top k. Displaced files are queued for deletion.
+func (c *ModelCheckpoint) decide(s *trainer.State) (string, error) {
+	name, err := formatFilename(c.cfg.Filename, s)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(c.dir, name+".ckpt")
+	k := c.cfg.SaveTopK
+	if c.cfg.Monitor == "" {
+		if k == 1 {
+			for old := range c.st.BestK {
+				if old != path {
+					c.stale(old)
+				}
+			}
+			clear(c.st.BestK)
+		}
+		c.st.BestK[path] = jf(s.GlobalStep)
+		c.st.Best, c.st.BestScore = path, jf(math.NaN())
+		c.unstale(path)
+		return path, nil
+	}
+	cur, ok := s.Metrics[c.cfg.Monitor]
+	if !ok {
+		return "", fmt.Errorf("ModelCheckpoint(Monitor %q): the metric was not logged; logged metrics are %v: log it with Step.Log or fix Monitor", c.cfg.Monitor, metricNames(s.Metrics))
+	}
+	if math.IsNaN(cur) {
+		cur = math.Inf(1)
+		if c.cfg.Mode == "max" {
+			cur = math.Inf(-1)
+		}
+	}
+	if k != -1 && len(c.st.BestK) >= k {
+		worst := c.worst()
+		if _, same := c.st.BestK[path]; !same && !c.better(cur, float64(c.st.BestK[worst])) {
+			return "", nil
+		}
+	}
+	c.st.BestK[path] = jf(cur)
+	c.unstale(path)
+	for k != -1 && len(c.st.BestK) > k {
+		w := c.worst()
+		delete(c.st.BestK, w)
+		c.stale(w)
+	}
+	best := ""
+	for p, v := range c.st.BestK {
+		if best == "" || c.better(float64(v), float64(c.st.BestK[best])) || (float64(v) == float64(c.st.BestK[best]) && p < best) {
+			best = p
+		}
+	}
+	c.st.Best, c.st.BestScore = best, c.st.BestK[best]
+	return path, nil
+}
+
+func (c *ModelCheckpoint) better(a, b float64) bool {
+	if c.cfg.Mode == "max" {
+		return a > b
+	}
+	return a < b
+}
+
+// worst is the kept checkpoint with the worst score (ties: the later name).
+func (c *ModelCheckpoint) worst() string {
+	w := ""
+	for p, v := range c.st.BestK {
+		if w == "" || c.better(float64(c.st.BestK[w]), float64(v)) || (float64(v) == float64(c.st.BestK[w]) && p > w) {
+			w = p
+		}
+	}
+	return w
+}
+
+func (c *ModelCheckpoint) stale(p string) {
+	if p == c.st.Last && c.cfg.SaveLast {
+		return
+	}
+	c.st.Stale = append(c.st.Stale, p)
+}
+
+func (c *ModelCheckpoint) unstale(p string) {
+	out := c.st.Stale[:0]
+	for _, q := range c.st.Stale {
+		if q != p {
+			out = append(out, q)
+		}
+	}
+	c.st.Stale = out
+}
+
+// removeStale deletes displaced checkpoints (rank 0).
+func (c *ModelCheckpoint) removeStale(s *trainer.State) error {
+	if len(c.st.Stale) == 0 {
+		return nil
+	}
+	if s.IsGlobalZero {
+		for _, p := range c.st.Stale {
+			if _, kept := c.st.BestK[p]; kept || p == filepath.Join(c.dir, "last.ckpt") {
+				continue
+			}
+			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("remove displaced checkpoint: %w", err)
+			}
+		}
+	}
+	c.st.Stale = c.st.Stale[:0]
+	return nil
+}
+
+var fieldRE = regexp.MustCompile(`\{([^{}:]+)(?::([^{}]+))?\}`)
+
+// formatFilename expands "{epoch}-{val_loss:.2f}" into
+// "epoch=3-val_loss=0.12".
+func formatFilename(tmpl string, s *trainer.State) (string, error) {
+	var err error
+	out := fieldRE.ReplaceAllStringFunc(tmpl, func(m string) string {
+		sub := fieldRE.FindStringSubmatch(m)
+		name, spec := strings.TrimSpace(sub[1]), sub[2]
+		var v string
+		switch name {
+		case "epoch", "step":
+			n := s.Epoch
+			if name == "step" {
+				n = s.GlobalStep
+			}
+			v = strconv.Itoa(n)
+			if strings.HasSuffix(spec, "d") {
+				v = fmt.Sprintf("%"+spec, n)
+			}
+		default:
+			x, ok := s.Metrics[name]
+			if !ok {
+				if err == nil {
+					err = fmt.Errorf("ModelCheckpoint Filename %q uses %q, which was not logged; logged metrics are %v", tmpl, name, metricNames(s.Metrics))
+				}
+				return m
+			}
+			if spec == "" {
+				spec = ".4f"
+			}
+			v = fmt.Sprintf("%"+spec, x)
+		}
+		return strings.ReplaceAll(name, "/", "_") + "=" + v
+	})
+	return out, err
+}
+
+func metricNames(m map[string]float64) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (c *ModelCheckpoint) StateDict() ([]byte, error) {
+	c.st.Dirpath = c.dir
+	return json.Marshal(c.st)
+}
+
+func (c *ModelCheckpoint) LoadStateDict(b []byte) error {
+	var st ckptState
+	if err := json.Unmarshal(b, &st); err != nil {
+		return fmt.Errorf("ModelCheckpoint state: %w", err)
+	}
+	if st.Monitor != c.cfg.Monitor || st.Mode != c.cfg.Mode {
+		// Another ranking: keep the files, start the ranking afresh.
+		c.st.LastStep = st.LastStep
+		return nil
+	}
+	if st.BestK == nil {
+		st.BestK = map[string]jf{}
+	}
+	c.st = st
+	return nil
+}
+
+// jf is a float64 that survives JSON when infinite or NaN.
+type jf float64
+
+func (f jf) MarshalJSON() ([]byte, error) {
+	v := float64(f)
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return json.Marshal(strconv.FormatFloat(v, 'g', -1, 64))
+	}
+	return json.Marshal(v)
+}
+
+func (f *jf) UnmarshalJSON(b []byte) error {
+	var s string
+	if json.Unmarshal(b, &s) == nil {
+		v, err := strconv.ParseFloat(s, 64)
+		*f = jf(v)
+		return err
+	}
+	var v float64
+	err := json.Unmarshal(b, &v)
+	*f = jf(v)
+	return err
+}

@@ -1,0 +1,200 @@
+package callbacks
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/fulgur-ml/fulgur/trainer"
+)
+
+// CSVLogger writes metrics.csv (a header of every metric name and "step",
+// sorted, then one row per logging call, empty where a metric was not
+// logged) and hparams.yaml into its run directory, like Lightning's
+// CSVLogger. The directory is created at the first write; when the file
+// exists already (a run resumed into the same directory) its rows are kept.
+type CSVLogger struct {
+	dir     string
+	cols    []string
+	rows    []map[string]string
+	f       *os.File
+	w       *csv.Writer
+	started bool
+}
+
+var _ trainer.Logger = (*CSVLogger)(nil)
+
+// NewCSVLogger logs into dir, usually from VersionDir.
+func NewCSVLogger(dir string) (*CSVLogger, error) {
+	if dir == "" {
+		return nil, errors.New("CSVLogger: the directory is empty: pass a run directory, such as the one VersionDir returns")
+	}
+	return &CSVLogger{dir: dir}, nil
+}
+
+func (l *CSVLogger) Name() string { return "CSVLogger" }
+
+// Dir is the run directory.
+func (l *CSVLogger) Dir() string { return l.dir }
+
+// Path is the metrics file.
+func (l *CSVLogger) Path() string { return filepath.Join(l.dir, "metrics.csv") }
+
+// LogHyperparams writes hparams.yaml.
+func (l *CSVLogger) LogHyperparams(h map[string]any) error {
+	if err := os.MkdirAll(l.dir, 0o755); err != nil {
+		return err
+	}
+	b, err := hparamsYAML(h)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(l.dir, "hparams.yaml"), b, 0o644)
+}
+
+// hparamsYAML writes one "key: value" line per hyperparameter, keys
+// sorted, each value in JSON (which is YAML's flow style).
+func hparamsYAML(h map[string]any) ([]byte, error) {
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		v, err := json.Marshal(h[k])
+		if err != nil {
+			return nil, fmt.Errorf("hyperparameter %q: %w", k, err)
+		}
+		kj, _ := json.Marshal(k)
+		key := k
+		if strings.ContainsAny(k, ":#{}[],&*?|<>=!%@`'\" \t") || k == "" {
+			key = string(kj)
+		}
+		fmt.Fprintf(&b, "%s: %s\n", key, v)
+	}
+	return []byte(b.String()), nil
+}
+
+func (l *CSVLogger) start() error {
+	l.started = true
+	if err := os.MkdirAll(l.dir, 0o755); err != nil {
+		return err
+	}
+	b, err := os.ReadFile(l.Path())
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if len(b) > 0 {
+		recs, err := csv.NewReader(strings.NewReader(string(b))).ReadAll()
+		if err != nil {
+			return fmt.Errorf("CSVLogger: existing %s: %w", l.Path(), err)
+		}
+		if len(recs) > 0 {
+			l.cols = recs[0]
+			for _, r := range recs[1:] {
+				row := map[string]string{}
+				for i, c := range l.cols {
+					if i < len(r) {
+						row[c] = r[i]
+					}
+				}
+				l.rows = append(l.rows, row)
+			}
+		}
+	}
+	return l.rewrite()
+}
+
+// rewrite writes the whole file again (when a new column appears).
+func (l *CSVLogger) rewrite() error {
+	if l.f != nil {
+		l.w.Flush()
+		l.f.Close()
+	}
+	f, err := os.Create(l.Path())
+	if err != nil {
+		return err
+	}
+	l.f, l.w = f, csv.NewWriter(f)
+	if len(l.cols) > 0 {
+		l.w.Write(l.cols)
+		for _, r := range l.rows {
+			l.w.Write(l.record(r))
+		}
+	}
+	l.w.Flush()
+	return l.w.Error()
+}
+
+func (l *CSVLogger) record(r map[string]string) []string {
+	out := make([]string, len(l.cols))
+	for i, c := range l.cols {
+		out[i] = r[c]
+	}
+	return out
+}
+
+// FormatValue writes a metric value as metrics.csv does: shortest
+// round-trip decimal, "nan", "inf", "-inf" as Python writes them.
+func FormatValue(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "nan"
+	case math.IsInf(v, 1):
+		return "inf"
+	case math.IsInf(v, -1):
+		return "-inf"
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64)
+}
+
+// LogMetrics appends a row.
+func (l *CSVLogger) LogMetrics(step int, m map[string]float64) error {
+	if !l.started {
+		if err := l.start(); err != nil {
+			return err
+		}
+	}
+	row := map[string]string{"step": strconv.Itoa(step)}
+	for k, v := range m {
+		row[k] = FormatValue(v)
+	}
+	known := map[string]bool{}
+	for _, c := range l.cols {
+		known[c] = true
+	}
+	grew := false
+	for k := range row {
+		if !known[k] {
+			l.cols = append(l.cols, k)
+			grew = true
+		}
+	}
+	l.rows = append(l.rows, row)
+	if grew {
+		sort.Strings(l.cols)
+		return l.rewrite()
+	}
+	l.w.Write(l.record(row))
+	l.w.Flush()
+	return l.w.Error()
+}
+
+// Finalize closes the file.
+func (l *CSVLogger) Finalize(status string) error {
+	if l.f == nil {
+		return nil
+	}
+	l.w.Flush()
+	err := errors.Join(l.w.Error(), l.f.Sync(), l.f.Close())
+	l.f, l.started, l.rows, l.cols = nil, false, nil, nil
+	return err
+}

@@ -1,0 +1,25 @@
+// Package callbacks holds the trainer's standard callbacks and loggers, in
+// the shape of PyTorch Lightning's:
+//
+//   - ModelCheckpoint: top-k checkpoints by a monitored metric, last.ckpt,
+//     every N epochs or steps, filename templates with metrics;
+//   - EarlyStopping: stop when a metric stops improving (patience,
+//     min-delta, mode, thresholds);
+//   - LearningRateMonitor, ModelSummary, ProgressBar, Timer,
+//     GradientAccumulationScheduler;
+//   - loggers: CSVLogger (metrics.csv and hparams.yaml), TensorBoardLogger
+//     (event files: scalars and hyperparameters), JSONLLogger
+//     (metrics.jsonl and hparams.json), writing into a run directory
+//     root/lightning_logs/version_N (VersionDir).
+//
+// Each callback is a Name plus the trainer's one-method hook interfaces it
+// needs; stateful ones save their state in checkpoints under their name.
+// Callbacks see the run only through *trainer.State.
+//
+// The trainer has its own progress display, on by default; a ProgressBar
+// in Callbacks replaces it (it implements trainer.ProgressDisplay), so the
+// callback is the way to customise progress output.
+//
+// callbacks imports trainer, module and profiler; it must not reach into
+// trainer internals, and no package of the trainer's layers imports it.
+package callbacks

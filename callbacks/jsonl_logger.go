@@ -1,0 +1,97 @@
+package callbacks
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+
+	"github.com/fulgur-ml/fulgur/trainer"
+)
+
+// JSONLLogger writes metrics.jsonl (one JSON object per logging call:
+// "step" and every metric, NaN and infinities as null) and hparams.json
+// into its run directory, appending when the file exists.
+type JSONLLogger struct {
+	dir string
+	f   *os.File
+	w   *bufio.Writer
+}
+
+var _ trainer.Logger = (*JSONLLogger)(nil)
+
+// NewJSONLLogger logs into dir, usually from VersionDir.
+func NewJSONLLogger(dir string) (*JSONLLogger, error) {
+	if dir == "" {
+		return nil, errors.New("JSONLLogger: the directory is empty: pass a run directory, such as the one VersionDir returns")
+	}
+	return &JSONLLogger{dir: dir}, nil
+}
+
+func (l *JSONLLogger) Name() string { return "JSONLLogger" }
+
+// Path is the metrics file.
+func (l *JSONLLogger) Path() string { return filepath.Join(l.dir, "metrics.jsonl") }
+
+func (l *JSONLLogger) LogHyperparams(h map[string]any) error {
+	if err := os.MkdirAll(l.dir, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(h, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(l.dir, "hparams.json"), append(b, '\n'), 0o644)
+}
+
+func (l *JSONLLogger) LogMetrics(step int, m map[string]float64) error {
+	if l.f == nil {
+		if err := os.MkdirAll(l.dir, 0o755); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(l.Path(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		l.f, l.w = f, bufio.NewWriter(f)
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	b := append(make([]byte, 0, 64+24*len(keys)), `{"step":`...)
+	b = strconv.AppendInt(b, int64(step), 10)
+	for _, k := range keys {
+		if k == "step" {
+			continue
+		}
+		b = append(b, ',')
+		kb, _ := json.Marshal(k)
+		b = append(b, kb...)
+		b = append(b, ':')
+		if v := m[k]; math.IsNaN(v) || math.IsInf(v, 0) {
+			b = append(b, "null"...)
+		} else {
+			b = strconv.AppendFloat(b, v, 'g', -1, 64)
+		}
+	}
+	b = append(b, "}\n"...)
+	if _, err := l.w.Write(b); err != nil {
+		return err
+	}
+	return l.w.Flush()
+}
+
+func (l *JSONLLogger) Finalize(status string) error {
+	if l.f == nil {
+		return nil
+	}
+	err := errors.Join(l.w.Flush(), l.f.Sync(), l.f.Close())
+	l.f = nil
+	return err
+}

@@ -1,0 +1,65 @@
+package callbacks
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/fulgur-ml/fulgur/trainer"
+)
+
+// LearningRateMonitor logs the learning rate as "lr-<optimizer>" (for
+// example "lr-adam") through the trainer's loggers.
+type LearningRateMonitor struct {
+	interval string
+	lastStep int
+	lastLR   float64
+	logged   bool
+}
+
+var (
+	_ trainer.TrainBatchEndHook   = (*LearningRateMonitor)(nil)
+	_ trainer.TrainEpochStartHook = (*LearningRateMonitor)(nil)
+)
+
+// NewLearningRateMonitor logs at every logged step (interval "step" or "",
+// following the trainer's LogEveryNSteps) or at every epoch start
+// ("epoch"). The value logged at step N is the rate the next step uses.
+func NewLearningRateMonitor(interval string) (*LearningRateMonitor, error) {
+	switch interval {
+	case "":
+		interval = "step"
+	case "step", "epoch":
+	default:
+		return nil, fmt.Errorf("LearningRateMonitor interval is %q: use \"step\" or \"epoch\"", interval)
+	}
+	return &LearningRateMonitor{interval: interval, lastStep: -1}, nil
+}
+
+func (l *LearningRateMonitor) Name() string { return "LearningRateMonitor" }
+
+func (l *LearningRateMonitor) key(s *trainer.State) string { return "lr-" + s.Optimizer }
+
+func (l *LearningRateMonitor) OnTrainEpochStart(ctx context.Context, s *trainer.State) error {
+	if l.interval == "epoch" {
+		return l.log(s)
+	}
+	return l.OnTrainBatchEnd(ctx, s) // the rate of the first step
+}
+
+func (l *LearningRateMonitor) OnTrainBatchEnd(ctx context.Context, s *trainer.State) error {
+	every := max(s.LogEveryNSteps, 1)
+	if l.interval != "step" || s.GlobalStep == l.lastStep || s.GlobalStep%every != 0 {
+		return nil
+	}
+	return l.log(s)
+}
+
+func (l *LearningRateMonitor) log(s *trainer.State) error {
+	l.lastStep, l.lastLR, l.logged = s.GlobalStep, s.LR, true
+	return s.LogMetrics(map[string]float64{l.key(s): s.LR})
+}
+
+// Last returns the last learning rate logged and its step.
+func (l *LearningRateMonitor) Last() (lr float64, step int, ok bool) {
+	return l.lastLR, l.lastStep, l.logged
+}

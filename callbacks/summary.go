@@ -1,0 +1,93 @@
+package callbacks
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/olekukonko/tablewriter"
+	"gorgonia.org/tensor"
+
+	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/trainer"
+)
+
+// ModelSummary prints a table of the model's layers at fit start (rank 0):
+// name, type and parameter count of each layer the module recorded with
+// Builder.Layer, then the trainable, non-trainable and total counts and
+// the size of parameters and buffers in MB.
+type ModelSummary struct {
+	out      io.Writer
+	maxDepth int
+}
+
+var _ trainer.FitStartHook = (*ModelSummary)(nil)
+
+// NewModelSummary writes to out (nil: os.Stdout), showing layers nested up
+// to maxDepth dots deep (0: all; 1: top-level layers only).
+func NewModelSummary(out io.Writer, maxDepth int) (*ModelSummary, error) {
+	if maxDepth < 0 {
+		return nil, fmt.Errorf("ModelSummary maxDepth is %d: use 0 (all layers) or more", maxDepth)
+	}
+	if out == nil {
+		out = os.Stdout
+	}
+	return &ModelSummary{out: out, maxDepth: maxDepth}, nil
+}
+
+func (m *ModelSummary) Name() string { return "ModelSummary" }
+
+func (m *ModelSummary) OnFitStart(ctx context.Context, s *trainer.State) error {
+	if !s.IsGlobalZero {
+		return nil
+	}
+	return WriteSummary(m.out, s.Layers, s.Store, m.maxDepth)
+}
+
+// WriteSummary writes the summary table of layers and store to w.
+func WriteSummary(w io.Writer, layers []module.LayerInfo, st *module.Store, maxDepth int) error {
+	tw := tablewriter.NewWriter(w)
+	tw.SetHeader([]string{"", "Name", "Type", "Params"})
+	tw.SetAutoFormatHeaders(false)
+	tw.SetColumnAlignment([]int{tablewriter.ALIGN_RIGHT, tablewriter.ALIGN_LEFT, tablewriter.ALIGN_LEFT, tablewriter.ALIGN_RIGHT})
+	i := 0
+	for _, l := range layers {
+		if maxDepth > 0 && strings.Count(l.Name, ".")+1 > maxDepth {
+			continue
+		}
+		name := l.Name
+		if name == "" {
+			name = "(root)"
+		}
+		tw.Append([]string{fmt.Sprint(i), name, l.Type, HumanCount(l.Params)})
+		i++
+	}
+	tw.Render()
+	if st == nil {
+		return nil
+	}
+	trainable := st.NumParams()
+	total := st.Len()
+	size := 4
+	if st.Dtype() == tensor.Float64 {
+		size = 8
+	}
+	_, err := fmt.Fprintf(w, "%-10s Trainable params\n%-10s Non-trainable params\n%-10s Total params\n%-10.3f Total estimated model params size (MB)\n",
+		HumanCount(trainable), HumanCount(total-trainable), HumanCount(total), float64(total*size)/1e6)
+	return err
+}
+
+// HumanCount writes n as Lightning does: 950, 1.2 K, 3.4 M, 5.6 B.
+func HumanCount(n int) string {
+	switch {
+	case n < 1000:
+		return fmt.Sprint(n)
+	case n < 1e6:
+		return fmt.Sprintf("%.1f K", float64(n)/1e3)
+	case n < 1e9:
+		return fmt.Sprintf("%.1f M", float64(n)/1e6)
+	}
+	return fmt.Sprintf("%.1f B", float64(n)/1e9)
+}
