@@ -62,6 +62,7 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 	fs := flag.NewFlagSet("program", flag.ContinueOnError)
 	strat := fs.String("strategy", "single", "")
 	devices := fs.Int("devices", 1, "")
+	nodes := fs.Int("num-nodes", 1, "")
 	epochs := fs.Int("epochs", 2, "")
 	batch := fs.Int("batch", 4, "per-rank batch")
 	rows := fs.Int("rows", 90, "")
@@ -82,10 +83,10 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 	if err != nil {
 		return err
 	}
-	cfg := trainer.Config{MaxEpochs: *epochs, Seed: 5, Strategy: *strat, Devices: *devices, StrategyImpl: impl,
+	cfg := trainer.Config{MaxEpochs: *epochs, Seed: 5, Strategy: *strat, Devices: *devices, NumNodes: *nodes, StrategyImpl: impl,
 		Out: io.Discard, EnableProgressBar: trainer.Bool(false)}
 	if impl != nil {
-		cfg.Strategy, cfg.Devices = "", 1
+		cfg.Strategy, cfg.Devices, cfg.NumNodes = "", 1, 1
 	}
 	tr, err := trainer.New(cfg)
 	if err != nil {
