@@ -29,6 +29,8 @@ type ImageJob struct {
 	Stdout io.Writer
 	// Hooks let other packages add callbacks and loggers from the flags.
 	Extra func(f *Flags, cfg *trainer.Config) error
+	// Flags adds the program's own flags.
+	Flags func(fs *flag.FlagSet)
 }
 
 // Main parses args, trains, tests and prints the summary; it is the whole
@@ -46,6 +48,9 @@ func (j ImageJob) Run(ctx context.Context, args []string) error {
 	var f Flags
 	f.Register(fs, j.Defaults)
 	dropLast := fs.Bool("drop-last", j.DropLast, "drop the last partial training batch")
+	if j.Flags != nil {
+		j.Flags(fs)
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -1,0 +1,58 @@
+package models
+
+import (
+	"fmt"
+
+	G "gorgonia.org/gorgonia"
+
+	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/nn"
+	"github.com/fulgur-ml/fulgur/optim"
+)
+
+// ResNet is the resnet8 workload of BENCHMARKS.md by default (conv3x3 1→16,
+// BasicBlocks 16, 32 (s2), 64 (s2), global average pool, Linear 64→10),
+// trained with Adam; Config gives deeper or wider variants.
+type ResNet struct {
+	Config nn.ResNetConfig
+	LR     float64 // 0: 1e-3
+	net    *nn.ResNet
+}
+
+// Configure declares the network.
+func (m *ResNet) Configure(b *module.Builder) error {
+	m.net = nn.NewResNet(b, m.Config)
+	return nil
+}
+
+func (m *ResNet) logits(s *module.Step) *G.Node { return m.net.Forward(s, s.Input("x")) }
+
+// TrainingStep returns the mean cross-entropy and logs it with the accuracy.
+func (m *ResNet) TrainingStep(s *module.Step) (*G.Node, error) {
+	logits := m.logits(s)
+	loss := nn.CrossEntropy(logits, s.Input("y"))
+	s.Log("train_loss", loss, module.ProgBar(), module.OnEpoch(true))
+	s.Log("train_acc", nn.Accuracy(logits, s.Input("y")), module.OnStep(false), module.OnEpoch(true))
+	return loss, nil
+}
+
+// ValidationStep logs val_loss and val_acc (eval mode: BatchNorm uses its
+// running statistics).
+func (m *ResNet) ValidationStep(s *module.Step) error { return evalStep(s, m.logits(s), "val") }
+
+// TestStep logs test_loss and test_acc.
+func (m *ResNet) TestStep(s *module.Step) error { return evalStep(s, m.logits(s), "test") }
+
+// PredictStep returns the logits.
+func (m *ResNet) PredictStep(s *module.Step) (*G.Node, error) { return m.logits(s), nil }
+
+// ConfigureOptimizers returns Adam.
+func (m *ResNet) ConfigureOptimizers() (optim.Optimizer, optim.Scheduler, error) {
+	return adam(m.LR)
+}
+
+// HParams are the hyperparameters loggers record.
+func (m *ResNet) HParams() map[string]any {
+	c := m.Config
+	return map[string]any{"model": "resnet", "widths": fmt.Sprint(c.Widths), "blocks_per_stage": c.BlocksPerStage, "lr": lrOr(m.LR)}
+}
