@@ -86,6 +86,14 @@ func TestDPSmallBatchLeavesReplicasIdle(t *testing.T) {
 	}
 }
 
+func cpus(n int) []device.Device {
+	devs, err := device.Open("cpu", n)
+	if err != nil {
+		panic(err)
+	}
+	return devs
+}
+
 func TestDPRegistered(t *testing.T) {
 	s, err := strategy.New("dp", strategy.Options{Devices: 2})
 	if err != nil || s.Name() != "dp" {
