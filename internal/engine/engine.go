@@ -62,6 +62,7 @@ type gradBinding struct {
 	node   *G.Node
 	offset int
 	n      int
+	direct bool // the executor may write this gradient straight into the store
 }
 
 // Result is what one run of a graph produced.
@@ -100,7 +101,9 @@ func (e *Engine) Run(ctx context.Context, mode module.Mode, b *data.Batch, accum
 		}
 	}()
 	if c.exec != nil {
-		if err := c.exec.run(); err != nil {
+		// Gradients whose op can write into the store do so when they are
+		// wanted as they are (no accumulation, no scaling): no copy after.
+		if err := c.exec.run(!accumulate && scale == 1); err != nil {
 			return Result{}, fmt.Errorf("%s step: %w", mode, err)
 		}
 	} else {
@@ -137,8 +140,25 @@ func realRows(b *data.Batch) int {
 	return n
 }
 
+// scalar reads a one-element value without boxing it (Value.Data returns an
+// interface, which allocates on every call).
 func scalar(v G.Value) float64 {
-	if v == nil {
+	switch d := v.(type) {
+	case nil:
+		return math.NaN()
+	case *G.F32:
+		return float64(*d)
+	case *G.F64:
+		return float64(*d)
+	case *tensor.Dense:
+		if d.Shape().TotalSize() == 1 {
+			switch d.Dtype() {
+			case tensor.Float32:
+				return float64(d.Float32s()[0])
+			case tensor.Float64:
+				return d.Float64s()[0]
+			}
+		}
 		return math.NaN()
 	}
 	switch d := v.Data().(type) {
@@ -172,50 +192,70 @@ func (c *compiled) valueOf(n *G.Node, read G.Value) G.Value {
 
 func (e *Engine) gatherGrads(c *compiled, accumulate bool, scale float64) {
 	s := e.store
+	direct := !accumulate && scale == 1
 	for _, gb := range c.grads {
-		switch d := c.valueOf(gb.node, nil).Data().(type) {
-		case []float32:
+		if direct && gb.direct && c.exec.wroteDirect(gb.node) {
+			continue
+		}
+		v := c.valueOf(gb.node, nil)
+		if s.Dtype() == tensor.Float32 {
 			dst := s.Grad32()[gb.offset : gb.offset+gb.n]
-			sc := float32(scale)
-			if accumulate {
-				for i, v := range d[:gb.n] {
-					dst[i] += v * sc
-				}
-			} else if scale == 1 {
-				copy(dst, d)
-			} else {
-				for i, v := range d[:gb.n] {
-					dst[i] = v * sc
-				}
+			if d, ok := v.(*tensor.Dense); ok && d.Dtype() == tensor.Float32 {
+				combine(dst, d.Float32s()[:gb.n], float32(scale), accumulate)
+				continue
 			}
-		case []float64:
+			if d, ok := v.(*G.F32); ok {
+				combine(dst, []float32{float32(*d)}, float32(scale), accumulate)
+				continue
+			}
+		} else {
 			dst := s.Grad64()[gb.offset : gb.offset+gb.n]
-			if accumulate {
-				for i, v := range d[:gb.n] {
-					dst[i] += v * scale
-				}
-			} else if scale == 1 {
-				copy(dst, d)
-			} else {
-				for i, v := range d[:gb.n] {
-					dst[i] = v * scale
-				}
+			if d, ok := v.(*tensor.Dense); ok && d.Dtype() == tensor.Float64 {
+				combine(dst, d.Float64s()[:gb.n], scale, accumulate)
+				continue
 			}
-		case float32:
-			dst := s.Grad32()[gb.offset:]
-			if accumulate {
-				dst[0] += d * float32(scale)
-			} else {
-				dst[0] = d * float32(scale)
-			}
-		case float64:
-			dst := s.Grad64()[gb.offset:]
-			if accumulate {
-				dst[0] += d * scale
-			} else {
-				dst[0] = d * scale
+			if d, ok := v.(*G.F64); ok {
+				combine(dst, []float64{float64(*d)}, scale, accumulate)
+				continue
 			}
 		}
+		panic(fmt.Sprintf("gradient of %q is a %T of dtype %v, the store holds %v", gb.name, v, v.Dtype(), s.Dtype()))
+	}
+}
+
+// combine writes (or adds, when accumulate) scale·src into dst.
+func combine[T float32 | float64](dst, src []T, scale T, accumulate bool) {
+	switch {
+	case accumulate:
+		for i, v := range src {
+			dst[i] += v * scale
+		}
+	case scale == 1:
+		copy(dst, src)
+	default:
+		for i, v := range src {
+			dst[i] = v * scale
+		}
+	}
+}
+
+// bindDirectGrads lets the executor write each gradient straight into its
+// slice of the store's gradient buffer where the op producing it can (it
+// implements G.UsePreallocDoer), saving the copy in gatherGrads. A node
+// that is the gradient of two parameters (Gorgonia merges identical
+// expressions) is bound to neither.
+func (c *compiled) bindDirectGrads(s *module.Store) {
+	uses := map[*G.Node]int{}
+	for _, gb := range c.grads {
+		uses[gb.node]++
+	}
+	for i := range c.grads {
+		gb := &c.grads[i]
+		t, err := s.GradTensor(gb.name)
+		if err != nil || uses[gb.node] > 1 {
+			continue
+		}
+		gb.direct = c.exec.setDirect(gb.node, t)
 	}
 }
 
@@ -398,6 +438,7 @@ func (e *Engine) compile(mode module.Mode, batch int) (c *compiled, err error) {
 			ent, _ := e.store.Lookup(name)
 			c.grads = append(c.grads, gradBinding{name: name, node: grads[i], offset: ent.Offset, n: ent.Len})
 		}
+
 	}
 	if out := s.Output(); out != nil {
 		c.out = out
@@ -410,6 +451,8 @@ func (e *Engine) compile(mode module.Mode, batch int) (c *compiled, err error) {
 		c.vm = G.NewTapeMachine(c.g)
 	} else if c.exec, err = newExecutor(c.g); err != nil {
 		return nil, fmt.Errorf("%s: %w", stepName(mode), err)
+	} else {
+		c.bindDirectGrads(e.store)
 	}
 	return c, nil
 }

@@ -29,10 +29,23 @@ type execStep struct {
 	out      int
 	pd       G.UsePreallocDoer
 	prealloc G.Value
+	// direct is a caller's value (a view of the store's gradient buffer)
+	// the op writes into instead of prealloc on runs that ask for it, so
+	// the result needs no copy afterwards.
+	direct G.Value
+	// reshape marks Gorgonia's reshapeOp, whose output is a view of its
+	// input: it is made once and reused while the input is the same tensor
+	// (Do would allocate a shallow clone and its shape every run).
+	reshape bool
+	shape   tensor.Shape // the node's (Node.Shape clones on every call)
+	lastIn  G.Value
+	lastOut *tensor.Dense
 }
 
 // isRead reports Gorgonia's readOp, whose work the engine does itself.
 func isRead(op G.Op) bool { return fmt.Sprintf("%T", op) == "gorgonia.readOp" }
+
+func isReshape(op G.Op) bool { return fmt.Sprintf("%T", op) == "gorgonia.reshapeOp" }
 
 func newExecutor(g *G.ExprGraph) (*executor, error) {
 	sorted, err := G.Sort(g)
@@ -57,7 +70,7 @@ func newExecutor(g *G.ExprGraph) (*executor, error) {
 			e.vals[idx] = n.Value()
 			continue
 		}
-		st := execStep{node: n, op: op, out: idx}
+		st := execStep{node: n, op: op, out: idx, reshape: isReshape(op), shape: n.Shape().Clone()}
 		for it := g.From(n.ID()); it.Next(); {
 			c := it.Node().(*G.Node)
 			ci, ok := e.index[c]
@@ -89,8 +102,9 @@ func dtypeOf(n *G.Node) (dt tensor.Dtype, err error) {
 	return n.Dtype(), nil
 }
 
-// run executes every step once.
-func (e *executor) run() error {
+// run executes every step once. With direct, ops given a direct value
+// (setDirect) write into it.
+func (e *executor) run(direct bool) error {
 	for i := range e.steps {
 		st := &e.steps[i]
 		in := e.scratch[:len(st.in)]
@@ -99,9 +113,14 @@ func (e *executor) run() error {
 		}
 		var v G.Value
 		var err error
-		if st.pd != nil {
+		switch {
+		case st.reshape:
+			v, err = st.reshaped(in[0])
+		case direct && st.direct != nil:
+			v, err = st.pd.UsePreallocDo(st.direct, in...)
+		case st.pd != nil:
 			v, err = st.pd.UsePreallocDo(st.prealloc, in...)
-		} else {
+		default:
 			v, err = st.op.Do(in...)
 		}
 		if err != nil {
@@ -109,7 +128,65 @@ func (e *executor) run() error {
 		}
 		e.vals[st.out] = v
 	}
+	clear(e.scratch)
 	return nil
+}
+
+// reshaped is the reshape step's output for input v: the view made on an
+// earlier run while v is the same tensor with the same shape, else a new
+// one from the op.
+func (st *execStep) reshaped(v G.Value) (G.Value, error) {
+	d, ok := v.(*tensor.Dense)
+	if ok && v == st.lastIn && st.lastOut != nil && !d.IsView() &&
+		d.Shape().TotalSize() == st.lastOut.Shape().TotalSize() && st.lastOut.Shape().Eq(st.shape) &&
+		d.Uintptr() == st.lastOut.Uintptr() {
+		return st.lastOut, nil
+	}
+	out, err := st.op.Do(v)
+	if err != nil {
+		return nil, err
+	}
+	st.lastIn, st.lastOut = nil, nil
+	if o, isDense := out.(*tensor.Dense); ok && isDense && !d.IsView() {
+		st.lastIn, st.lastOut = v, o
+	}
+	return out, nil
+}
+
+// setDirect makes n's op write into v on direct runs. It reports false, and
+// changes nothing, when the op cannot write into a given value or v's shape
+// differs from n's.
+func (e *executor) setDirect(n *G.Node, v *tensor.Dense) bool {
+	i, ok := e.index[n]
+	if !ok {
+		return false
+	}
+	for k := range e.steps {
+		st := &e.steps[k]
+		if st.out != i {
+			continue
+		}
+		if st.pd == nil || st.reshape || !v.Shape().Eq(n.Shape()) {
+			return false
+		}
+		st.direct = v
+		return true
+	}
+	return false
+}
+
+// wroteDirect reports whether n's last value is the direct value set for it.
+func (e *executor) wroteDirect(n *G.Node) bool {
+	i, ok := e.index[n]
+	if !ok {
+		return false
+	}
+	for k := range e.steps {
+		if st := &e.steps[k]; st.out == i {
+			return st.direct != nil && e.vals[i] == st.direct
+		}
+	}
+	return false
 }
 
 // value is the last value of n (nil if n is not in the schedule).

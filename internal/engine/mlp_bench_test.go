@@ -1,0 +1,93 @@
+package engine
+
+import (
+	"context"
+	"math/rand/v2"
+	"os"
+	"testing"
+
+	"github.com/rs/zerolog"
+	"gorgonia.org/tensor"
+
+	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/internal/blas"
+	"github.com/fulgur-ml/fulgur/internal/models"
+	"github.com/fulgur-ml/fulgur/module"
+)
+
+// BenchmarkMLPStep is one training step of the mlp workload (batch 64,
+// 784-256-128-10, Adam) on the engine: forward, backward, gradient gather,
+// optimizer update. It uses OpenBLAS with one thread when installed (set
+// FULGUR_BLAS=gonum to compare). Profile with
+//
+//	go test ./internal/engine -run XXX -bench MLPStep -benchmem -cpuprofile cpu.out
+func BenchmarkMLPStep(b *testing.B) {
+	lookup := func(k string) (string, bool) {
+		if k == "FULGUR_BLAS_THREADS" {
+			if v, ok := os.LookupEnv(k); ok {
+				return v, ok
+			}
+			return "1", true
+		}
+		return os.LookupEnv(k)
+	}
+	c, err := blas.Choose(zerolog.Nop(), blas.ChooseOptions{Lookup: lookup})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("blas: %s", c.Impl.Name())
+	for _, tape := range []bool{false, true} {
+		name := "exec"
+		if tape {
+			name = "tape"
+		}
+		b.Run(name, func(b *testing.B) {
+			mod := &models.MLP{}
+			bd := module.NewBuilder(tensor.Float32)
+			if err := mod.Configure(bd); err != nil {
+				b.Fatal(err)
+			}
+			specs, _ := bd.Specs()
+			st, err := module.NewStore(specs, tensor.Float32, 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			fields := []data.Field{{Name: "x", Shape: []int{1, 28, 28}}, {Name: "y"}}
+			e := New(mod, st, fields, 1)
+			e.Tape = tape
+			opt, _, err := mod.ConfigureOptimizers()
+			if err != nil {
+				b.Fatal(err)
+			}
+			np := st.NumParams()
+			if err := opt.Bind(0, np); err != nil {
+				b.Fatal(err)
+			}
+			r := rand.New(rand.NewPCG(1, 2))
+			batch := &data.Batch{Size: 64, Fields: fields, Data: [][]float32{make([]float32, 64*784), make([]float32, 64)}}
+			for i := range batch.Data[0] {
+				batch.Data[0][i] = r.Float32()
+			}
+			for i := range batch.Data[1] {
+				batch.Data[1][i] = float32(r.IntN(10))
+			}
+			ctx := context.Background()
+			step := func() {
+				if _, err := e.Run(ctx, module.Train, batch, false, 1); err != nil {
+					b.Fatal(err)
+				}
+				opt.Begin()
+				opt.Update32(st.Data32()[:np], st.Grad32(), 0)
+			}
+			for range 5 { // first runs allocate op buffers
+				step()
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				step()
+			}
+			b.ReportMetric(float64(b.N)*64/b.Elapsed().Seconds(), "samples/s")
+		})
+	}
+}
