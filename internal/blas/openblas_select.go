@@ -52,7 +52,7 @@ func Choose(log zerolog.Logger, o ChooseOptions) (Choice, error) {
 	if chosen != nil {
 		return *chosen, nil
 	}
-	c, err := choose(o, LoadOpenBLAS)
+	c, err := choose(o, loadWithThreads)
 	if err != nil {
 		return Choice{}, err
 	}
@@ -70,7 +70,25 @@ func Choose(log zerolog.Logger, o ChooseOptions) (Choice, error) {
 	return c, nil
 }
 
-func choose(o ChooseOptions, load func() (*OpenBLAS, error)) (Choice, error) {
+// loadWithThreads loads OpenBLAS for n threads. Unless the environment sets
+// a count already, OPENBLAS_NUM_THREADS is set first, so that OpenBLAS
+// starts only the worker threads it will use (it reads the variable when
+// loaded; a single-thread rank then has no idle workers). SetThreads can
+// still raise the count later: OpenBLAS starts more workers on demand.
+func loadWithThreads(n int) (*OpenBLAS, error) {
+	set := false
+	for _, k := range []string{"OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"} {
+		if _, ok := os.LookupEnv(k); ok {
+			set = true
+		}
+	}
+	if !set {
+		os.Setenv("OPENBLAS_NUM_THREADS", strconv.Itoa(n))
+	}
+	return LoadOpenBLAS()
+}
+
+func choose(o ChooseOptions, load func(threads int) (*OpenBLAS, error)) (Choice, error) {
 	lookup := o.Lookup
 	if lookup == nil {
 		lookup = os.LookupEnv
@@ -97,7 +115,7 @@ func choose(o ChooseOptions, load func() (*OpenBLAS, error)) (Choice, error) {
 	if want == "gonum" {
 		return Choice{Impl: Gonum{}}, nil
 	}
-	ob, err := load()
+	ob, err := load(threads)
 	if err != nil {
 		if want == "openblas" {
 			return Choice{}, fmt.Errorf("FULGUR_BLAS is openblas: %w", err)

@@ -15,7 +15,9 @@ func env(kv ...string) func(string) (string, bool) {
 	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
 }
 
-func absent() (*OpenBLAS, error) { return nil, ErrNoOpenBLAS }
+func absent(int) (*OpenBLAS, error) { return nil, ErrNoOpenBLAS }
+
+func load(int) (*OpenBLAS, error) { return LoadOpenBLAS() }
 
 func TestChooseWithoutOpenBLAS(t *testing.T) {
 	cases := []struct {
@@ -69,7 +71,7 @@ func TestChooseOpenBLASThreads(t *testing.T) {
 		{env("FULGUR_BLAS", "openblas", "FULGUR_BLAS_THREADS", " 3 "), 3, true},
 	}
 	for _, c := range cases {
-		got, err := choose(ChooseOptions{Lookup: c.lookup}, LoadOpenBLAS)
+		got, err := choose(ChooseOptions{Lookup: c.lookup}, load)
 		if err != nil {
 			t.Fatal(err)
 		}
