@@ -78,6 +78,7 @@ type DDP struct {
 	syncGrads   func(ctx context.Context) error // replaces the bucket all-reduce (Sharded stage 2)
 	localRanks  int                             // processes of the job on this machine (0: unknown)
 	launch      *launcher                       // self-launched local ranks (nil when joined)
+	tornDown    bool
 }
 
 // NewDDP returns one rank of DDP.
@@ -444,6 +445,10 @@ func distributedSampler(rank, world int, shuffle bool, seed uint64, train bool) 
 // self-launched local ranks.
 func (d *DDP) Teardown(ctx context.Context) error {
 	var errs []error
+	if d.tornDown {
+		return nil
+	}
+	d.tornDown = true
 	if d.c != nil && d.broken == nil {
 		for _, h := range d.pending {
 			h.Wait()

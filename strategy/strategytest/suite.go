@@ -112,6 +112,11 @@ func identity(t *testing.T, f Factory, n int) {
 			t.Errorf("rank %d's initial parameters differ from rank 0's seed: Setup must broadcast rank 0's parameters and buffers", r)
 		}
 	}
+	for i := 0; i < 2; i++ {
+		if err := Each(strats, func(_ int, s strategy.Strategy) error { return s.Teardown(ctx) }); err != nil {
+			t.Errorf("Teardown #%d: %v (Teardown must be safe to call twice)", i+1, err)
+		}
+	}
 }
 
 func refStore(t *testing.T, ds data.Dataset) *module.Store {
