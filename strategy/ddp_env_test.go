@@ -80,7 +80,14 @@ func TestDDPTwoNodesOverLoopback(t *testing.T) {
 		t.Fatal(err)
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
+	// Rank 0 inherits the bound listener, so no other test can take the
+	// port between its choice and its use.
+	lnFile, err := ln.(*net.TCPListener).File()
 	ln.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lnFile.Close()
 	marker := newMarker(t)
 	cmds := make([]*exec.Cmd, 4)
 	outs := make([]strings.Builder, 4)
@@ -90,6 +97,10 @@ func TestDDPTwoNodesOverLoopback(t *testing.T) {
 		cmd.Env = append(os.Environ(), programEnv+"=1", "FULGUR_TEST_MARKER="+marker, "FULGUR_TIMEOUT=60s")
 		for k, v := range torchrun(r, 4, "MASTER_PORT", fmt.Sprint(port)) {
 			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+		if r == 0 {
+			cmd.ExtraFiles = []*os.File{lnFile}
+			cmd.Env = append(cmd.Env, "FULGUR_RENDEZVOUS_FD=3")
 		}
 		cmd.Stdout, cmd.Stderr = &outs[r], &errs[r]
 		if err := cmd.Start(); err != nil {
