@@ -3,6 +3,7 @@ package blas
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 )
@@ -139,4 +140,22 @@ func scale[T float32 | float64](m, n int, beta T, c []T, ldc int) {
 			row[j] *= beta
 		}
 	}
+}
+
+// threadCounter is an implementation that runs each multiply on several
+// threads and says how many.
+type threadCounter interface{ Threads() int }
+
+// Threads is how many threads the implementation in use runs a multiply on:
+// what the kernels around the multiplies (im2col, normalisation) should use
+// too, so that a process sized for one core stays on one core. It is
+// GOMAXPROCS for implementations that do not say (gonum parallelises over
+// goroutines).
+func Threads() int {
+	if t, ok := Current().(threadCounter); ok {
+		if n := t.Threads(); n > 0 {
+			return n
+		}
+	}
+	return runtime.GOMAXPROCS(0)
 }

@@ -2,6 +2,7 @@ package blas
 
 import (
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -80,5 +81,26 @@ func TestUseOnlyBeforeFirstMultiply(t *testing.T) {
 func TestDefaultIsGonum(t *testing.T) {
 	if got := Current().Name(); got != "gonum" {
 		t.Fatalf("default implementation is %q, want gonum", got)
+	}
+}
+
+type threaded struct {
+	Gonum
+	n int
+}
+
+func (t threaded) Threads() int { return t.n }
+
+func TestThreads(t *testing.T) {
+	s := &selector{impl: threaded{n: 3}}
+	old := global
+	global = s
+	defer func() { global = old }()
+	if got := Threads(); got != 3 {
+		t.Fatalf("Threads() = %d with a 3-thread implementation", got)
+	}
+	global = &selector{impl: Gonum{}}
+	if got := Threads(); got != runtime.GOMAXPROCS(0) {
+		t.Fatalf("Threads() = %d for gonum, want GOMAXPROCS %d", got, runtime.GOMAXPROCS(0))
 	}
 }

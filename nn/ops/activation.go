@@ -36,9 +36,9 @@ func (op *reluOp) Do(v ...G.Value) (G.Value, error) {
 	}
 	y := op.out.get(x.Dtype(), x.Shape())
 	if x.Dtype() == tensor.Float32 {
-		relu(data[float32](x), data[float32](y))
+		reluPar(data[float32](x), data[float32](y))
 	} else {
-		relu(data[float64](x), data[float64](y))
+		reluPar(data[float64](x), data[float64](y))
 	}
 	return y, nil
 }
@@ -48,22 +48,18 @@ func (op *reluOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error)
 	return G.Nodes{dx}, err
 }
 
+// relu is max(x, 0), which compiles to a branch-free instruction; NaN
+// propagates (as in PyTorch).
 func relu[T float](x, y []T) {
 	y = y[:len(x)]
 	for i, v := range x {
-		if v > 0 {
-			y[i] = v
-		} else {
-			y[i] = 0
-		}
+		y[i] = max(v, 0)
 	}
 }
 
 func reluInPlace[T float](y []T) {
 	for i, v := range y {
-		if !(v > 0) {
-			y[i] = 0
-		}
+		y[i] = max(v, 0)
 	}
 }
 
@@ -103,15 +99,14 @@ func (op *reluGradOp) Do(v ...G.Value) (G.Value, error) {
 	return dx, nil
 }
 
-func reluGrad[T float](y, dy, dx []T) {
-	dy, dx = dy[:len(y)], dx[:len(y)]
-	for i, v := range y {
-		if v > 0 {
-			dx[i] = dy[i]
-		} else {
-			dx[i] = 0
-		}
+func reluGrad[T float](y, dy, dx []T) { maskPosPar(y, dy, dx) }
+
+func reluPar[T float](x, y []T) {
+	if w := workers(len(x), 1); w > 1 {
+		parallelFor(w, len(x), func(lo, hi int) { relu(x[lo:hi], y[lo:hi]) })
+		return
 	}
+	relu(x, y)
 }
 
 // AddReLU is max(0, a + b) elementwise for a and b of one shape: the end of
@@ -156,9 +151,9 @@ func (op *addReLUOp) Do(v ...G.Value) (G.Value, error) {
 	}
 	y := op.out.get(a.Dtype(), a.Shape())
 	if a.Dtype() == tensor.Float32 {
-		addRelu(data[float32](a), data[float32](b), data[float32](y))
+		addReluPar(data[float32](a), data[float32](b), data[float32](y))
 	} else {
-		addRelu(data[float64](a), data[float64](b), data[float64](y))
+		addReluPar(data[float64](a), data[float64](b), data[float64](y))
 	}
 	return y, nil
 }
@@ -166,13 +161,16 @@ func (op *addReLUOp) Do(v ...G.Value) (G.Value, error) {
 func addRelu[T float](a, b, y []T) {
 	b, y = b[:len(a)], y[:len(a)]
 	for i, v := range a {
-		s := v + b[i]
-		if s > 0 {
-			y[i] = s
-		} else {
-			y[i] = 0
-		}
+		y[i] = max(v+b[i], 0)
 	}
+}
+
+func addReluPar[T float](a, b, y []T) {
+	if w := workers(len(a), 1); w > 1 {
+		parallelFor(w, len(a), func(lo, hi int) { addRelu(a[lo:hi], b[lo:hi], y[lo:hi]) })
+		return
+	}
+	addRelu(a, b, y)
 }
 
 func (op *addReLUOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {

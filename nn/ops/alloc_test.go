@@ -1,6 +1,8 @@
 package ops
 
 import (
+	"fmt"
+	"math"
 	"testing"
 
 	G "gorgonia.org/gorgonia"
@@ -90,5 +92,44 @@ func TestOpsDoNotAllocate(t *testing.T) {
 			t.Errorf("only %d kinds of op checked: %v", len(seen), seen)
 		}
 		m.Close()
+	}
+}
+
+// The parallel paths split work by index and combine partial sums in index
+// order: every value of a training graph is bitwise the same with one worker
+// as with three (an uneven split).
+func TestParallelMatchesSerial(t *testing.T) {
+	defer func(g int, w func() int) { parallelGrain, maxWorkers = g, w }(parallelGrain, maxWorkers)
+	for _, dt := range dtypes {
+		runAll := func() map[string][]float64 {
+			g, _ := smallNet(t, dt)
+			m := G.NewTapeMachine(g)
+			defer m.Close()
+			if err := m.RunAll(); err != nil {
+				t.Fatal(err)
+			}
+			out := map[string][]float64{}
+			for _, n := range g.AllNodes() {
+				if _, ok := n.Op().(fulgurOp); ok {
+					out[fmt.Sprintf("%d:%v", len(out), n.Op().(fulgurOp).self().kind)] = vals(n.Value())
+				}
+			}
+			return out
+		}
+		parallelGrain, maxWorkers = 1<<30, func() int { return 1 }
+		serial := runAll()
+		parallelGrain, maxWorkers = 1, func() int { return 3 }
+		par := runAll()
+		if len(par) != len(serial) || len(par) < 40 {
+			t.Fatalf("%d and %d op values", len(serial), len(par))
+		}
+		for k, want := range serial {
+			got := par[k]
+			for i := range want {
+				if math.Float64bits(got[i]) != math.Float64bits(want[i]) {
+					t.Fatalf("%v %s[%d]: parallel %v, serial %v", dt, k, i, got[i], want[i])
+				}
+			}
+		}
 	}
 }

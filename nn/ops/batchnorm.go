@@ -118,6 +118,8 @@ type bnOp struct {
 	scale, shift   []float64
 	sumDy, sumDyXh []float64 // filled by the backward ops
 	ga, gb, gk     []float64 // input-gradient coefficients
+	dyMasked       any       // []T: dy masked by the fused ReLU, from bnSums
+	parts          []float64 // per-plane partial sums, combined in plane order
 }
 
 func (op *bnOp) Arity() int {
@@ -180,21 +182,19 @@ func bnFwd[T float](op *bnOp, xt, gt, bt, yt *tensor.Dense) {
 		m := float64(op.n * inner)
 		// Sums shifted by each channel's first value, in float64: no
 		// cancellation when the mean is large against the spread.
+		planes := op.n * c
+		op.parts = grow(op.parts, 2*planes)
+		if w := workers(planes, inner); w > 1 {
+			parallelFor(w, planes, func(lo, hi int) { bnStats(op, x, lo, hi) })
+		} else {
+			bnStats(op, x, 0, planes)
+		}
 		sum, sumSq := op.scale, op.shift // scratch until the affine pass
 		clear(sum)
 		clear(sumSq)
-		for n := 0; n < op.n; n++ {
-			for ch := 0; ch < c; ch++ {
-				k := float64(x[ch*inner])
-				var s, s2 float64
-				for _, e := range x[(n*c+ch)*inner : (n*c+ch+1)*inner] {
-					d := float64(e) - k
-					s += d
-					s2 += d * d
-				}
-				sum[ch] += s
-				sumSq[ch] += s2
-			}
+		for p := 0; p < planes; p++ { // in plane order: the same sums for any worker count
+			sum[p%c] += op.parts[2*p]
+			sumSq[p%c] += op.parts[2*p+1]
 		}
 		momentum := op.Momentum
 		if nb := op.stats.NumBatches; nb != nil {
@@ -227,19 +227,38 @@ func bnFwd[T float](op *bnOp, xt, gt, bt, yt *tensor.Dense) {
 		op.scale[ch] = g * op.invstd[ch]
 		op.shift[ch] = b - op.mean[ch]*op.scale[ch]
 	}
-	for n := 0; n < op.n; n++ {
-		for ch := 0; ch < c; ch++ {
-			s, b := T(op.scale[ch]), T(op.shift[ch])
-			src := x[(n*c+ch)*inner : (n*c+ch+1)*inner]
-			dst := y[(n*c+ch)*inner : (n*c+ch+1)*inner]
-			if op.ReLU {
-				for i, e := range src {
-					dst[i] = max(e*s+b, 0)
-				}
-			} else {
-				for i, e := range src {
-					dst[i] = e*s + b
-				}
+	planes := op.n * c
+	if w := workers(planes, inner); w > 1 {
+		parallelFor(w, planes, func(lo, hi int) { bnAffine(op, x, y, lo, hi) })
+	} else {
+		bnAffine(op, x, y, 0, planes)
+	}
+}
+
+// bnStats writes Σ(x-k) and Σ(x-k)² of planes [lo, hi) into op.parts, with
+// k each channel's first value (no cancellation when the mean is large
+// against the spread).
+func bnStats[T float](op *bnOp, x []T, lo, hi int) {
+	c, inner := op.c, op.inner
+	for p := lo; p < hi; p++ {
+		op.parts[2*p], op.parts[2*p+1] = shiftedSums(x[p*inner:(p+1)*inner], float64(x[(p%c)*inner]))
+	}
+}
+
+// bnAffine writes y = x·scale + shift (then ReLU) for planes [lo, hi).
+func bnAffine[T float](op *bnOp, x, y []T, lo, hi int) {
+	inner := op.inner
+	for p := lo; p < hi; p++ {
+		s, b := T(op.scale[p%op.c]), T(op.shift[p%op.c])
+		src, dst := x[p*inner:(p+1)*inner], y[p*inner:(p+1)*inner]
+		dst = dst[:len(src)]
+		if op.ReLU {
+			for i, e := range src {
+				dst[i] = max(e*s+b, 0)
+			}
+		} else {
+			for i, e := range src {
+				dst[i] = e*s + b
 			}
 		}
 	}
@@ -269,42 +288,44 @@ func (op *bnOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
 	return G.Nodes{dx, dgamma, dbeta}, nil
 }
 
-// bnSums fills fwd.sumDy with Σdy' and fwd.sumDyXh with Σdy'·x̂ per channel,
-// where dy' is dy masked by the fused ReLU.
-func bnSums[T float](op *bnOp, xt, yt, dyt *tensor.Dense) {
+// bnSums fills op.sumDy with Σdy' and op.sumDyXh with Σdy'·x̂ per channel,
+// where dy' is dy masked by the fused ReLU (kept in op.dyMasked for the
+// input gradient), and returns dy'.
+func bnSums[T float](op *bnOp, xt, yt, dyt *tensor.Dense) []T {
 	c, inner := op.c, op.inner
 	op.sumDy = grow(op.sumDy, c)
 	op.sumDyXh = grow(op.sumDyXh, c)
 	sdx := op.sumDyXh // Σdy'·x first
 	clear(op.sumDy)
 	clear(sdx)
-	x, y, dy := data[T](xt), data[T](yt), data[T](dyt)
-	for n := 0; n < op.n; n++ {
-		for ch := 0; ch < c; ch++ {
-			lo, hi := (n*c+ch)*inner, (n*c+ch+1)*inner
-			var s, sx float64
-			if op.ReLU {
-				yy := y[lo:hi]
-				for i, d := range dy[lo:hi] {
-					if yy[i] > 0 {
-						s += float64(d)
-						sx += float64(d) * float64(x[lo+i])
-					}
-				}
-			} else {
-				xx := x[lo:hi]
-				for i, d := range dy[lo:hi] {
-					s += float64(d)
-					sx += float64(d) * float64(xx[i])
-				}
-			}
-			op.sumDy[ch] += s
-			sdx[ch] += sx
-		}
+	x, dy := data[T](xt), data[T](dyt)
+	if op.ReLU {
+		m := scratch[T](&op.dyMasked, len(dy))
+		maskPosPar(data[T](yt), dy, m)
+		dy = m
+	}
+	planes := op.n * c
+	op.parts = grow(op.parts, 2*planes)
+	if w := workers(planes, inner); w > 1 {
+		parallelFor(w, planes, func(lo, hi int) { bnDotSums(op, dy, x, lo, hi) })
+	} else {
+		bnDotSums(op, dy, x, 0, planes)
+	}
+	for p := 0; p < planes; p++ {
+		op.sumDy[p%c] += op.parts[2*p]
+		sdx[p%c] += op.parts[2*p+1]
 	}
 	for ch := 0; ch < c; ch++ {
 		// Σdy'·x̂ = invstd·(Σdy'·x - mean·Σdy')
 		sdx[ch] = op.invstd[ch] * (sdx[ch] - op.mean[ch]*op.sumDy[ch])
+	}
+	return dy
+}
+
+func bnDotSums[T float](op *bnOp, dy, x []T, lo, hi int) {
+	inner := op.inner
+	for p := lo; p < hi; p++ {
+		op.parts[2*p], op.parts[2*p+1] = dotSums(dy[p*inner:(p+1)*inner], x[p*inner:(p+1)*inner])
 	}
 }
 
@@ -437,10 +458,17 @@ func (op *bnGradInputOp) Do(v ...G.Value) (G.Value, error) {
 
 func bnGradInput[T float](op *bnOp, xt, yt, dyt, gt, dxt *tensor.Dense) {
 	c, inner := op.c, op.inner
-	if gt == nil && op.Training {
-		bnSums[T](op, xt, yt, dyt)
+	x, dy, dx := data[T](xt), data[T](dyt), data[T](dxt)
+	switch {
+	case gt == nil && op.Training:
+		dy = bnSums[T](op, xt, yt, dyt)
+	case op.ReLU && op.Training:
+		dy = op.dyMasked.([]T)[:len(dy)] // masked by the gamma-gradient op
+	case op.ReLU:
+		m := scratch[T](&op.dyMasked, len(dy))
+		maskPosPar(data[T](yt), dy, m)
+		dy = m
 	}
-	x, y, dy, dx := data[T](xt), data[T](yt), data[T](dyt), data[T](dxt)
 	m := float64(op.n * inner)
 	// dx = a·dy' + b·x + k per channel. In training
 	//   dx = γ·invstd/M·(M·dy' - Σdy' - x̂·Σdy'x̂), x̂ = (x-mean)·invstd;
@@ -459,23 +487,25 @@ func bnGradInput[T float](op *bnOp, xt, yt, dyt, gt, dxt *tensor.Dense) {
 		}
 		op.ga[ch], op.gb[ch], op.gk[ch] = a, b, k
 	}
-	for n := 0; n < op.n; n++ {
-		for ch := 0; ch < c; ch++ {
-			lo, hi := (n*c+ch)*inner, (n*c+ch+1)*inner
-			a, b, k := T(op.ga[ch]), T(op.gb[ch]), T(op.gk[ch])
-			xx, yy, dd, out := x[lo:hi], y[lo:hi], dy[lo:hi], dx[lo:hi]
-			if op.ReLU {
-				for i, d := range dd {
-					if !(yy[i] > 0) {
-						d = 0
-					}
-					out[i] = a*d + b*xx[i] + k
-				}
-			} else {
-				for i, d := range dd {
-					out[i] = a*d + b*xx[i] + k
-				}
-			}
+	planes := op.n * c
+	if w := workers(planes, inner); w > 1 {
+		parallelFor(w, planes, func(lo, hi int) { bnInputGrad(op, dy, x, dx, lo, hi) })
+	} else {
+		bnInputGrad(op, dy, x, dx, 0, planes)
+	}
+}
+
+// bnInputGrad writes dx = a·dy' + b·x + k for planes [lo, hi).
+func bnInputGrad[T float](op *bnOp, dy, x, dx []T, lo, hi int) {
+	inner := op.inner
+	for p := lo; p < hi; p++ {
+		ch := p % op.c
+		a, b, k := T(op.ga[ch]), T(op.gb[ch]), T(op.gk[ch])
+		xx, out := x[p*inner:(p+1)*inner], dx[p*inner:(p+1)*inner]
+		d := dy[p*inner : (p+1)*inner]
+		xx, out = xx[:len(d)], out[:len(d)]
+		for i, v := range d {
+			out[i] = a*v + b*xx[i] + k
 		}
 	}
 }

@@ -39,17 +39,24 @@ func (g *convGeom) yShape() tensor.Shape { return tensor.Shape{g.n, g.oc, g.oh, 
 
 // chunk is how many images one multiply covers: enough columns (about
 // convColumns) for an efficient multiply when images are small, one image
-// when they are large (the multiply then writes straight into the output).
+// when they are large (the multiply then reads and writes the output and its
+// gradient in place, with no gather or scatter).
 func (g *convGeom) chunk() int {
 	if g.x1() {
 		return 1
 	}
-	nb := (convColumns + g.ohw() - 1) / g.ohw()
-	return max(1, min(nb, g.n))
+	return max(1, min(convColumns/g.ohw(), g.n))
 }
 
 // convColumns is the target width of the column matrix of one multiply.
-var convColumns = 1024
+var convColumns = 512
+
+// same reports a stride-1 convolution whose output is as large as its input
+// (3x3 with padding 1, say): every row of the column matrix is then the image
+// shifted by a fixed offset, copied (or added back) in one contiguous block.
+func (g *convGeom) same() bool {
+	return g.sh == 1 && g.sw == 1 && g.oh == g.h && g.ow == g.w
+}
 
 // Conv2d is the 2-D cross-correlation of x [N, C, H, W] with w [OC, C, KH, KW]
 // plus b [OC] (or no bias when b is nil), as PyTorch's conv2d: im2col into an
@@ -196,20 +203,13 @@ func convFwd[T float](op *convOp, xt, wt, bt, yt *tensor.Dense) {
 		if g.x1() {
 			src = x[n0*g.in() : (n0+1)*g.in()] // [C, HW] is already the column matrix
 		} else {
-			for i := 0; i < m; i++ {
-				im2col(g, x[(n0+i)*g.in():(n0+i+1)*g.in()], cols, ld, i*ohw)
-			}
+			im2colChunk(g, x, cols, n0, m)
 		}
 		if m == 1 {
 			gemm(false, false, g.oc, ohw, ckk, 1, w, ckk, src, ld, 0, y[n0*out:(n0+1)*out], ohw)
 		} else {
 			gemm(false, false, g.oc, ld, ckk, 1, w, ckk, src, ld, 0, tmp, ld)
-			for i := 0; i < m; i++ {
-				dst := y[(n0+i)*out : (n0+i+1)*out]
-				for o := 0; o < g.oc; o++ {
-					copy(dst[o*ohw:(o+1)*ohw], tmp[o*ld+i*ohw:o*ld+(i+1)*ohw])
-				}
-			}
+			moveChunk(g, tmp, y, n0, m, false)
 		}
 	}
 	if bt != nil {
@@ -229,8 +229,12 @@ func convFwd[T float](op *convOp, xt, wt, bt, yt *tensor.Dense) {
 // im2col writes image x [C, H, W] into the column matrix cols (ld columns
 // per row, this image's columns starting at off): row (c, ki, kj), column
 // (oy, ox) holds x[c, oy·sh - ph + ki·dh, ox·sw - pw + kj·dw], 0 outside.
-func im2col[T float](g *convGeom, x, cols []T, ld, off int) {
-	for c := 0; c < g.c; c++ {
+func im2col[T float](g *convGeom, x, cols []T, ld, off, c0, c1 int) {
+	if g.same() {
+		im2colSame(g, x, cols, ld, off, c0, c1)
+		return
+	}
+	for c := c0; c < c1; c++ {
 		plane := x[c*g.h*g.w : (c+1)*g.h*g.w]
 		for ki := 0; ki < g.kh; ki++ {
 			for kj := 0; kj < g.kw; kj++ {
@@ -280,8 +284,12 @@ func validRange(x0, s, size, n int) (lo, hi int) {
 
 // col2im adds the column matrix back into image dx [C, H, W]: the adjoint of
 // im2col.
-func col2im[T float](g *convGeom, cols []T, ld, off int, dx []T) {
-	for c := 0; c < g.c; c++ {
+func col2im[T float](g *convGeom, cols []T, ld, off int, dx []T, c0, c1 int) {
+	if g.same() {
+		col2imSame(g, cols, ld, off, dx, c0, c1)
+		return
+	}
+	for c := c0; c < c1; c++ {
 		plane := dx[c*g.h*g.w : (c+1)*g.h*g.w]
 		for ki := 0; ki < g.kh; ki++ {
 			for kj := 0; kj < g.kw; kj++ {
@@ -314,6 +322,97 @@ func col2im[T float](g *convGeom, cols []T, ld, off int, dx []T) {
 	}
 }
 
+// sameShift describes row (ki, kj) of a same() convolution: output position
+// p reads input position p + shift for output rows [rowLo, rowHi); output
+// columns [0, -sx) or [w-sx, w) of those rows read outside the image.
+func sameShift(g *convGeom, ki, kj int) (shift, sx, rowLo, rowHi int) {
+	sy := ki*g.dh - g.ph
+	sx = kj*g.dw - g.pw
+	rowLo, rowHi = max(0, -sy), min(g.h, g.h-sy)
+	return sy*g.w + sx, sx, max(rowLo, 0), max(rowHi, rowLo)
+}
+
+func im2colSame[T float](g *convGeom, x, cols []T, ld, off, c0, c1 int) {
+	hw, w := g.h*g.w, g.w
+	for c := c0; c < c1; c++ {
+		plane := x[c*hw : (c+1)*hw]
+		for ki := 0; ki < g.kh; ki++ {
+			for kj := 0; kj < g.kw; kj++ {
+				r := (c*g.kh+ki)*g.kw + kj
+				dst := cols[r*ld+off : r*ld+off+hw]
+				shift, sx, lo, hi := sameShift(g, ki, kj)
+				clear(dst[:lo*w])
+				clear(dst[hi*w:])
+				if lo >= hi || sx >= w || -sx >= w {
+					clear(dst[lo*w : hi*w])
+					continue
+				}
+				// One block copy; the few elements it takes from the
+				// neighbouring row (or skips at the ends) are the columns
+				// outside the image, zeroed next.
+				from, to, at := lo*w+shift, hi*w+shift, lo*w
+				if from < 0 {
+					at -= from
+					from = 0
+				}
+				to = min(to, hw)
+				copy(dst[at:], plane[from:to])
+				zeroEdges(dst, w, lo, hi, sx)
+			}
+		}
+	}
+}
+
+// zeroEdges clears, in rows [lo, hi) of a row-major block of width w, the
+// columns a shift of sx moved outside the image.
+func zeroEdges[T float](d []T, w, lo, hi, sx int) {
+	switch {
+	case sx < 0:
+		for y := lo; y < hi; y++ {
+			clear(d[y*w : y*w-sx])
+		}
+	case sx > 0:
+		for y := lo; y < hi; y++ {
+			clear(d[y*w+w-sx : (y+1)*w])
+		}
+	}
+}
+
+func col2imSame[T float](g *convGeom, cols []T, ld, off int, dx []T, c0, c1 int) {
+	hw, w := g.h*g.w, g.w
+	for c := c0; c < c1; c++ {
+		plane := dx[c*hw : (c+1)*hw]
+		for ki := 0; ki < g.kh; ki++ {
+			for kj := 0; kj < g.kw; kj++ {
+				r := (c*g.kh+ki)*g.kw + kj
+				src := cols[r*ld+off : r*ld+off+hw]
+				shift, sx, lo, hi := sameShift(g, ki, kj)
+				if lo >= hi || sx >= w || -sx >= w {
+					continue
+				}
+				// The column matrix is scratch: zero its out-of-image
+				// columns, then add the rows back in one block.
+				zeroEdges(src, w, lo, hi, sx)
+				from, to, at := lo*w+shift, hi*w+shift, lo*w
+				if from < 0 {
+					at -= from
+					from = 0
+				}
+				to = min(to, hw)
+				addTo(plane[from:to], src[at:])
+			}
+		}
+	}
+}
+
+// addTo is d += s elementwise over d.
+func addTo[T float](d, s []T) {
+	s = s[:len(d)]
+	for i, v := range s {
+		d[i] += v
+	}
+}
+
 func (op *convOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
 	res := make(G.Nodes, len(inputs))
 	var err error
@@ -333,15 +432,64 @@ func (op *convOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error)
 	return res, nil
 }
 
-// gatherChunk copies images n0..n0+m of dy [N, OC, OHW] into the chunk
-// layout [OC, m·OHW] the multiplies use.
-func gatherChunk[T float](g *convGeom, dy, dst []T, n0, m int) {
-	ohw, out, ld := g.ohw(), g.out(), m*g.ohw()
-	for i := 0; i < m; i++ {
-		src := dy[(n0+i)*out : (n0+i+1)*out]
-		for o := 0; o < g.oc; o++ {
-			copy(dst[o*ld+i*ohw:o*ld+(i+1)*ohw], src[o*ohw:(o+1)*ohw])
+// moveChunk copies between the chunk layout [OC, m·OHW] of the multiplies
+// and images n0..n0+m of the batch layout [N, OC, OHW]: into the batch
+// (scatter) or, with gather, out of it.
+func moveChunk[T float](g *convGeom, chunk, batch []T, n0, m int, gather bool) {
+	tasks := m * g.oc
+	if w := workers(tasks, g.ohw()); w > 1 {
+		parallelFor(w, tasks, func(lo, hi int) { moveRows(g, chunk, batch, n0, m, gather, lo, hi) })
+		return
+	}
+	moveRows(g, chunk, batch, n0, m, gather, 0, tasks)
+}
+
+func moveRows[T float](g *convGeom, chunk, batch []T, n0, m int, gather bool, lo, hi int) {
+	ohw, ld := g.ohw(), m*g.ohw()
+	for t := lo; t < hi; t++ {
+		i, o := t/g.oc, t%g.oc
+		c := chunk[o*ld+i*ohw : o*ld+(i+1)*ohw]
+		b := batch[(n0+i)*g.out()+o*ohw : (n0+i)*g.out()+(o+1)*ohw]
+		if gather {
+			copy(c, b)
+		} else {
+			copy(b, c)
 		}
+	}
+}
+
+// im2colChunk writes images n0..n0+m of x into the column matrix, one
+// (image, channel) plane per task.
+func im2colChunk[T float](g *convGeom, x, cols []T, n0, m int) {
+	tasks := m * g.c
+	if w := workers(tasks, g.kh*g.kw*g.ohw()); w > 1 {
+		parallelFor(w, tasks, func(lo, hi int) { im2colTasks(g, x, cols, n0, m, lo, hi) })
+		return
+	}
+	im2colTasks(g, x, cols, n0, m, 0, tasks)
+}
+
+func im2colTasks[T float](g *convGeom, x, cols []T, n0, m, lo, hi int) {
+	for t := lo; t < hi; t++ {
+		i, c := t/g.c, t%g.c
+		im2col(g, x[(n0+i)*g.in():(n0+i+1)*g.in()], cols, m*g.ohw(), i*g.ohw(), c, c+1)
+	}
+}
+
+// col2imChunk adds the column matrix of images n0..n0+m back into dx.
+func col2imChunk[T float](g *convGeom, cols, dx []T, n0, m int) {
+	tasks := m * g.c
+	if w := workers(tasks, g.kh*g.kw*g.ohw()); w > 1 {
+		parallelFor(w, tasks, func(lo, hi int) { col2imTasks(g, cols, dx, n0, m, lo, hi) })
+		return
+	}
+	col2imTasks(g, cols, dx, n0, m, 0, tasks)
+}
+
+func col2imTasks[T float](g *convGeom, cols, dx []T, n0, m, lo, hi int) {
+	for t := lo; t < hi; t++ {
+		i, c := t/g.c, t%g.c
+		col2im(g, cols, m*g.ohw(), i*g.ohw(), dx[(n0+i)*g.in():(n0+i+1)*g.in()], c, c+1)
 	}
 }
 
@@ -400,13 +548,11 @@ func convGradWeight[T float](op *convGradWeightOp, xt, dyt, dwt *tensor.Dense) {
 		if g.x1() {
 			src = x[n0*g.in() : (n0+1)*g.in()]
 		} else {
-			for i := 0; i < m; i++ {
-				im2col(g, x[(n0+i)*g.in():(n0+i+1)*g.in()], cols, ld, i*ohw)
-			}
+			im2colChunk(g, x, cols, n0, m)
 		}
 		d := dy[n0*out : (n0+1)*out]
 		if m > 1 {
-			gatherChunk(g, dy, dyc, n0, m)
+			moveChunk(g, dyc, dy, n0, m, true)
 			d = dyc
 		}
 		gemm(false, true, g.oc, ckk, ld, 1, d, ld, src, ld, beta, dw, ckk)
@@ -469,13 +615,11 @@ func convGradInput[T float](op *convGradInputOp, dyt, wt, dxt *tensor.Dense) {
 		ld := m * ohw
 		d := dy[n0*out : (n0+1)*out]
 		if m > 1 {
-			gatherChunk(g, dy, dyc, n0, m)
+			moveChunk(g, dyc, dy, n0, m, true)
 			d = dyc
 		}
 		gemm(true, false, ckk, ld, g.oc, 1, w, ckk, d, ld, 0, dcols, ld)
-		for i := 0; i < m; i++ {
-			col2im(g, dcols, ld, i*ohw, dx[(n0+i)*in:(n0+i+1)*in])
-		}
+		col2imChunk(g, dcols, dx, n0, m)
 	}
 }
 
@@ -518,11 +662,7 @@ func channelSum[T float](x, o []T, acc []float64, n, c, inner int) {
 	clear(acc)
 	for i := 0; i < n; i++ {
 		for ch := 0; ch < c; ch++ {
-			var s T
-			for _, v := range x[(i*c+ch)*inner : (i*c+ch+1)*inner] {
-				s += v
-			}
-			acc[ch] += float64(s)
+			acc[ch] += sum(x[(i*c+ch)*inner : (i*c+ch+1)*inner])
 		}
 	}
 	for ch := range o {

@@ -350,11 +350,7 @@ func (op *gapOp) Do(v ...G.Value) (G.Value, error) {
 
 func gap[T float](x, y []T, hw int) {
 	for p := range y {
-		var s float64
-		for _, v := range x[p*hw : (p+1)*hw] {
-			s += float64(v)
-		}
-		y[p] = T(s / float64(hw))
+		y[p] = T(sum(x[p*hw:(p+1)*hw]) / float64(hw))
 	}
 }
 

@@ -129,13 +129,7 @@ func reduceMid[T float](x, y []T, acc []float64, outer, n, inner int, scale floa
 	}
 }
 
-func sumAll[T float](x []T) float64 {
-	var s float64
-	for _, e := range x {
-		s += float64(e)
-	}
-	return s
-}
+func sumAll[T float](x []T) float64 { return sum(x) }
 
 func (op *reduceAxisOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
 	_, n, _ := split(op.in, op.axis)

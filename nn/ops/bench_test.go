@@ -1,0 +1,118 @@
+package ops
+
+import (
+	"testing"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// Op-level benchmarks on the resnet8 stage-1 shape (batch 64, 16 channels,
+// 28x28, float32): forward and backward through the ops' Do methods in graph
+// order, without a VM. go test ./nn/ops -run '^$' -bench . -benchmem
+
+// opRunner runs every op node of g in topological order, from the values its
+// children produced.
+type opRunner struct {
+	steps []*G.Node
+	in    [][]*G.Node
+	args  [][]G.Value
+	out   map[*G.Node]G.Value
+}
+
+func newOpRunner(tb testing.TB, g *G.ExprGraph) *opRunner {
+	sorted, err := G.Sort(g)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	r := &opRunner{out: map[*G.Node]G.Value{}}
+	for i := len(sorted) - 1; i >= 0; i-- {
+		n := sorted[i]
+		if n.Op() == nil {
+			r.out[n] = n.Value()
+			continue
+		}
+		var in []*G.Node
+		for it := g.From(n.ID()); it.Next(); {
+			in = append(in, it.Node().(*G.Node))
+		}
+		r.steps = append(r.steps, n)
+		r.in = append(r.in, in)
+		r.args = append(r.args, make([]G.Value, len(in)))
+	}
+	return r
+}
+
+func (r *opRunner) run(tb testing.TB) {
+	for i, n := range r.steps {
+		for j, c := range r.in[i] {
+			r.args[i][j] = r.out[c]
+		}
+		v, err := n.Op().Do(r.args[i]...)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		r.out[n] = v
+	}
+}
+
+func benchGraph(b *testing.B, build func(g *G.ExprGraph) (*G.Node, G.Nodes)) {
+	g := G.NewGraph()
+	loss, wrt := build(g)
+	if _, err := G.Grad(loss, wrt...); err != nil {
+		b.Fatal(err)
+	}
+	r := newOpRunner(b, g)
+	r.run(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		r.run(b)
+	}
+}
+
+func stage1(g *G.ExprGraph) *G.Node {
+	return node(g, randT(tensor.Float32, 1, -1, 1, 64, 16, 28, 28), "x")
+}
+
+func BenchmarkConv3x3Stage1(b *testing.B) {
+	benchGraph(b, func(g *G.ExprGraph) (*G.Node, G.Nodes) {
+		x := stage1(g)
+		w := node(g, randT(tensor.Float32, 2, -0.1, 0.1, 16, 16, 3, 3), "w")
+		y, _ := Conv2d(x, w, nil, Conv2dOpts{Padding: [2]int{1, 1}})
+		s, _ := SumAll(y)
+		return s, G.Nodes{x, w}
+	})
+}
+
+func BenchmarkConv3x3Stage3(b *testing.B) {
+	benchGraph(b, func(g *G.ExprGraph) (*G.Node, G.Nodes) {
+		x := node(g, randT(tensor.Float32, 1, -1, 1, 64, 64, 7, 7), "x")
+		w := node(g, randT(tensor.Float32, 2, -0.1, 0.1, 64, 64, 3, 3), "w")
+		y, _ := Conv2d(x, w, nil, Conv2dOpts{Padding: [2]int{1, 1}})
+		s, _ := SumAll(y)
+		return s, G.Nodes{x, w}
+	})
+}
+
+func BenchmarkBatchNormReLUStage1(b *testing.B) {
+	benchGraph(b, func(g *G.ExprGraph) (*G.Node, G.Nodes) {
+		x := stage1(g)
+		gm := node(g, randT(tensor.Float32, 2, 0.5, 1.5, 16), "gamma")
+		bt := node(g, randT(tensor.Float32, 3, -0.5, 0.5, 16), "beta")
+		st := newBNState(tensor.Float32, 16)
+		y, _ := BatchNorm(x, gm, bt, st.stats(), BatchNormOpts{Training: true, ReLU: true})
+		s, _ := SumAll(y)
+		return s, G.Nodes{x, gm, bt}
+	})
+}
+
+func BenchmarkAddReLUStage1(b *testing.B) {
+	benchGraph(b, func(g *G.ExprGraph) (*G.Node, G.Nodes) {
+		x := stage1(g)
+		x2 := node(g, randT(tensor.Float32, 5, -1, 1, 64, 16, 28, 28), "x2")
+		y, _ := AddReLU(x, x2)
+		s, _ := SumAll(y)
+		return s, G.Nodes{x, x2}
+	})
+}

@@ -1,0 +1,105 @@
+package ops
+
+import (
+	"math"
+	"unsafe"
+)
+
+// Elementwise and reduction kernels shared by the ops. The hot loops avoid
+// data-dependent branches (a ReLU mask is half ones, half zeros at random:
+// a branch there mispredicts every other element and runs several times
+// slower) and long floating-point dependency chains (sums use four
+// accumulators).
+
+// maskPos writes dx[i] = dy[i] where y[i] > 0 and 0 elsewhere, without a
+// branch. y is a ReLU output: +0, positive or NaN (which passes dy through).
+func maskPos[T float](y, dy, dx []T) {
+	var z T
+	if unsafe.Sizeof(z) == 4 {
+		maskPos32(f32s(y), f32s(dy), f32s(dx))
+		return
+	}
+	maskPos64(f64s(y), f64s(dy), f64s(dx))
+}
+
+func maskPos32(y, dy, dx []float32) {
+	dy, dx = dy[:len(y)], dx[:len(y)]
+	for i, v := range y {
+		b := math.Float32bits(v)
+		// All ones when b is a positive non-zero pattern, else zero.
+		m := uint32(int32(-b)>>31) &^ uint32(int32(b)>>31)
+		dx[i] = math.Float32frombits(math.Float32bits(dy[i]) & m)
+	}
+}
+
+func maskPos64(y, dy, dx []float64) {
+	dy, dx = dy[:len(y)], dx[:len(y)]
+	for i, v := range y {
+		b := math.Float64bits(v)
+		m := uint64(int64(-b)>>63) &^ uint64(int64(b)>>63)
+		dx[i] = math.Float64frombits(math.Float64bits(dy[i]) & m)
+	}
+}
+
+// sum is Σx in float64.
+func sum[T float](x []T) float64 {
+	var s0, s1, s2, s3 float64
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		s0 += float64(x[i])
+		s1 += float64(x[i+1])
+		s2 += float64(x[i+2])
+		s3 += float64(x[i+3])
+	}
+	for ; i < len(x); i++ {
+		s0 += float64(x[i])
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// shiftedSums is Σ(x-k) and Σ(x-k)² in float64.
+func shiftedSums[T float](x []T, k float64) (s, sq float64) {
+	var s0, s1, q0, q1 float64
+	i := 0
+	for ; i+2 <= len(x); i += 2 {
+		d0, d1 := float64(x[i])-k, float64(x[i+1])-k
+		s0 += d0
+		s1 += d1
+		q0 += d0 * d0
+		q1 += d1 * d1
+	}
+	for ; i < len(x); i++ {
+		d := float64(x[i]) - k
+		s0 += d
+		q0 += d * d
+	}
+	return s0 + s1, q0 + q1
+}
+
+// dotSums is Σd and Σd·x in float64.
+func dotSums[T float](d, x []T) (s, sx float64) {
+	x = x[:len(d)]
+	var s0, s1, p0, p1 float64
+	i := 0
+	for ; i+2 <= len(d); i += 2 {
+		d0, d1 := float64(d[i]), float64(d[i+1])
+		s0 += d0
+		s1 += d1
+		p0 += d0 * float64(x[i])
+		p1 += d1 * float64(x[i+1])
+	}
+	for ; i < len(d); i++ {
+		s0 += float64(d[i])
+		p0 += float64(d[i]) * float64(x[i])
+	}
+	return s0 + s1, p0 + p1
+}
+
+// maskPosPar is maskPos over goroutines for large slices.
+func maskPosPar[T float](y, dy, dx []T) {
+	if w := workers(len(y), 1); w > 1 {
+		parallelFor(w, len(y), func(lo, hi int) { maskPos(y[lo:hi], dy[lo:hi], dx[lo:hi]) })
+		return
+	}
+	maskPos(y, dy, dx)
+}
