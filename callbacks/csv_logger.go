@@ -21,6 +21,7 @@ import (
 // CSVLogger. The directory is created at the first write; when the file
 // exists already (a run resumed into the same directory) its rows are kept.
 type CSVLogger struct {
+	hp      map[string]any // hyperparameters logged so far (merged)
 	dir     string
 	cols    []string
 	rows    []map[string]string
@@ -47,16 +48,29 @@ func (l *CSVLogger) Dir() string { return l.dir }
 // Path is the metrics file.
 func (l *CSVLogger) Path() string { return filepath.Join(l.dir, "metrics.csv") }
 
-// LogHyperparams writes hparams.yaml.
+// LogHyperparams writes hparams.yaml, merged with what earlier calls gave.
 func (l *CSVLogger) LogHyperparams(h map[string]any) error {
 	if err := os.MkdirAll(l.dir, 0o755); err != nil {
 		return err
 	}
-	b, err := hparamsYAML(h)
+	l.hp = mergeHParams(l.hp, h)
+	b, err := hparamsYAML(l.hp)
 	if err != nil {
 		return err
 	}
 	return os.WriteFile(filepath.Join(l.dir, "hparams.yaml"), b, 0o644)
+}
+
+// mergeHParams adds h to into (a new map when into is nil): loggers merge
+// successive calls (a program's flags, then the module's HParams).
+func mergeHParams(into, h map[string]any) map[string]any {
+	if into == nil {
+		into = map[string]any{}
+	}
+	for k, v := range h {
+		into[k] = v
+	}
+	return into
 }
 
 // hparamsYAML writes one "key: value" line per hyperparameter, keys

@@ -17,6 +17,7 @@ import (
 // "step" and every metric, NaN and infinities as null) and hparams.json
 // into its run directory, appending when the file exists.
 type JSONLLogger struct {
+	hp  map[string]any // hyperparameters logged so far (merged)
 	dir string
 	f   *os.File
 	w   *bufio.Writer
@@ -41,7 +42,8 @@ func (l *JSONLLogger) LogHyperparams(h map[string]any) error {
 	if err := os.MkdirAll(l.dir, 0o755); err != nil {
 		return err
 	}
-	b, err := json.MarshalIndent(h, "", "  ")
+	l.hp = mergeHParams(l.hp, h)
+	b, err := json.MarshalIndent(l.hp, "", "  ")
 	if err != nil {
 		return err
 	}

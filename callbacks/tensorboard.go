@@ -25,6 +25,7 @@ import (
 // CRC-32C) of protobuf tensorflow.Event messages, encoded with protowire
 // from the message definitions (field numbers noted below).
 type TensorBoardLogger struct {
+	hp      map[string]any // hyperparameters logged so far (merged)
 	dir     string
 	now     func() time.Time
 	f       *os.File
@@ -219,6 +220,8 @@ func (l *TensorBoardLogger) LogHyperparams(h map[string]any) error {
 	if err := l.open(); err != nil {
 		return err
 	}
+	l.hp = mergeHParams(l.hp, h)
+	h = l.hp
 	keys := make([]string, 0, len(h))
 	for k := range h {
 		keys = append(keys, k)

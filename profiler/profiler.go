@@ -44,6 +44,34 @@ func (s Span) End() {
 	}
 }
 
+// Tracker is implemented by profilers that place spans on named tracks
+// (Timeline: one track per communication goroutine). Use StartTrack.
+type Tracker interface {
+	StartOn(track, action string) Span
+}
+
+// StartTrack opens a span on track when p keeps tracks, and a plain span
+// otherwise. Strategies call it from their communication goroutines with
+// tracks such as "comm" or "comm bucket 3".
+func StartTrack(p Profiler, track, action string) Span {
+	if t, ok := p.(Tracker); ok {
+		return t.StartOn(track, action)
+	}
+	return p.Start(action)
+}
+
+// Flusher is implemented by profilers that write per-process files; the
+// trainer flushes every rank before rank 0 reports, so rank 0 can gather
+// what the others wrote.
+type Flusher interface {
+	Flush() error
+}
+
+// StageActions are the span names the trainer gives whole stages; Advanced
+// writes one CPU and one heap profile per stage, and Simple's shares are of
+// the "fit" span when there is one.
+var StageActions = map[string]bool{"fit": true, "validate": true, "test": true, "predict": true}
+
 // Nop records nothing and costs a nil check per span.
 type Nop struct{}
 
@@ -54,7 +82,8 @@ func (Nop) Report(io.Writer) error { return nil }
 func (Nop) Close() error           { return nil }
 
 // Simple sums the time of each action and reports a table: action, calls,
-// mean, total and share of the whole run.
+// mean, total and share of the "fit" span (of the whole run when no fit
+// span was recorded).
 type Simple struct {
 	mu    sync.Mutex
 	stats map[string]*stat
@@ -97,7 +126,7 @@ type Row struct {
 	Calls  int
 	Mean   time.Duration
 	Total  time.Duration
-	Share  float64 // of the whole run, 0..1
+	Share  float64 // of the fit span (or the whole run), 0..1
 }
 
 // Rows returns the report's rows, longest total first.
@@ -105,6 +134,9 @@ func (p *Simple) Rows() []Row {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	whole := p.now().Sub(p.begin)
+	if st, ok := p.stats["fit"]; ok && st.total > 0 {
+		whole = st.total
+	}
 	rows := make([]Row, 0, len(p.order))
 	for _, a := range p.order {
 		st := p.stats[a]
@@ -121,7 +153,13 @@ func (p *Simple) Rows() []Row {
 // Report writes the table.
 func (p *Simple) Report(w io.Writer) error {
 	tw := tablewriter.NewWriter(w)
-	tw.SetHeader([]string{"Action", "Calls", "Mean", "Total", "% of run"})
+	share := "% of run"
+	p.mu.Lock()
+	if _, ok := p.stats["fit"]; ok {
+		share = "% of fit"
+	}
+	p.mu.Unlock()
+	tw.SetHeader([]string{"Action", "Calls", "Mean", "Total", share})
 	tw.SetAlignment(tablewriter.ALIGN_RIGHT)
 	for _, r := range p.Rows() {
 		tw.Append([]string{r.Action, fmt.Sprint(r.Calls), r.Mean.Round(time.Microsecond).String(),

@@ -210,9 +210,10 @@ func (t *Trainer) saveCheckpoint(ctx context.Context, path string) error {
 
 type pendingSave struct{ owner, path string }
 
-// writeCheckpoint writes now, on rank 0.
-func (t *Trainer) writeCheckpoint(ctx context.Context, path string) error {
-	if !t.state.IsGlobalZero {
+// writeCheckpoint writes the run's state to every path now, on rank 0,
+// encoding it once.
+func (t *Trainer) writeCheckpoint(ctx context.Context, paths ...string) error {
+	if !t.state.IsGlobalZero || len(paths) == 0 {
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
@@ -221,10 +222,12 @@ func (t *Trainer) writeCheckpoint(ctx context.Context, path string) error {
 	defer t.span("checkpoint save")()
 	tensors, meta, err := t.encodeCheckpoint()
 	if err != nil {
-		return fmt.Errorf("checkpoint %s: %w", path, err)
+		return fmt.Errorf("checkpoint %s: %w", paths[0], err)
 	}
-	if err := writeFileAtomic(path, func(w io.Writer) error { return encodeSafetensors(w, tensors, meta) }); err != nil {
-		return fmt.Errorf("checkpoint %s: %w", path, err)
+	for _, path := range paths {
+		if err := writeFileAtomic(path, func(w io.Writer) error { return encodeSafetensors(w, tensors, meta) }); err != nil {
+			return fmt.Errorf("checkpoint %s: %w", path, err)
+		}
 	}
 	return nil
 }

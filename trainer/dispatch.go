@@ -6,6 +6,7 @@ import (
 
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/profiler"
 )
 
 // dispatch.go is the only place that calls hooks of modules and callbacks.
@@ -15,6 +16,24 @@ import (
 func (t *Trainer) span(name string) func() {
 	sp := t.cfg.Profiler.Start(name)
 	return sp.End
+}
+
+// flushProfiler has every rank write its profiler's files and wait for the
+// others, so that rank 0's report can gather them.
+func (t *Trainer) flushProfiler(ctx context.Context) error {
+	f, ok := t.cfg.Profiler.(profiler.Flusher)
+	if !ok {
+		return nil
+	}
+	if err := f.Flush(); err != nil {
+		return fmt.Errorf("profiler flush: %w", err)
+	}
+	if t.strat.WorldSize() > 1 {
+		if err := t.strat.Barrier(ctx); err != nil {
+			return fmt.Errorf("profiler flush: wait for the other ranks: %w", err)
+		}
+	}
+	return nil
 }
 
 func wrap(owner, hook string, err error) error {
@@ -27,18 +46,28 @@ func wrap(owner, hook string, err error) error {
 	return fmt.Errorf("%s.%s: %w", owner, hook, err)
 }
 
-// callbackHook calls hook on every callback. Checkpoints that callbacks ask
-// for during the hook are written after the last callback has run it, so
-// every callback's state in the file is the state after this hook.
-func (t *Trainer) callbackHook(ctx context.Context, hook string, call func(cb Callback) (bool, error)) error {
+// callHook calls hook on every callback implementing H, each in a profiler
+// span named after it (the name is built only when a profiler is on).
+// Checkpoints that callbacks ask for during the hook are written after the
+// last callback has run it, so every callback's state in the file is the
+// state after this hook.
+func callHook[H any](t *Trainer, ctx context.Context, hook string, call func(h H) error) error {
 	var stop error
 	t.saves, t.hooking = t.saves[:0], true
 	defer func() { t.hooking = false }()
+	_, nop := t.cfg.Profiler.(profiler.Nop)
 	for _, cb := range t.cfg.Callbacks {
-		end := t.span("callbacks/" + cb.Name() + "." + hook)
+		h, ok := cb.(H)
+		if !ok {
+			continue
+		}
+		var sp profiler.Span
+		if !nop {
+			sp = t.cfg.Profiler.Start("callbacks/" + cb.Name() + "." + hook)
+		}
 		t.hookOwner = cb.Name()
-		_, err := call(cb)
-		end()
+		err := call(h)
+		sp.End()
 		if err = wrap("callbacks/"+cb.Name(), hook, err); err != nil {
 			if _, ok := isStop(err); ok {
 				if stop == nil {
@@ -50,9 +79,13 @@ func (t *Trainer) callbackHook(ctx context.Context, hook string, call func(cb Ca
 		}
 	}
 	t.hooking = false
-	for _, s := range t.saves {
-		if err := t.writeCheckpoint(ctx, s.path); err != nil {
-			return wrap("callbacks/"+s.owner, hook, err)
+	if len(t.saves) > 0 {
+		paths := make([]string, len(t.saves))
+		for i, s := range t.saves {
+			paths[i] = s.path
+		}
+		if err := t.writeCheckpoint(ctx, paths...); err != nil {
+			return wrap("callbacks/"+t.saves[0].owner, hook, err)
 		}
 	}
 	return stop
@@ -67,12 +100,7 @@ func (t *Trainer) onFitStart(ctx context.Context, m module.Module) error {
 			return err
 		}
 	}
-	return t.callbackHook(ctx, "OnFitStart", func(cb Callback) (bool, error) {
-		if h, ok := cb.(FitStartHook); ok {
-			return true, h.OnFitStart(ctx, &t.state)
-		}
-		return false, nil
-	})
+	return callHook(t, ctx, "OnFitStart", func(h FitStartHook) error { return h.OnFitStart(ctx, &t.state) })
 }
 
 func (t *Trainer) onFitEnd(ctx context.Context, m module.Module) error {
@@ -84,12 +112,7 @@ func (t *Trainer) onFitEnd(ctx context.Context, m module.Module) error {
 			return err
 		}
 	}
-	return t.callbackHook(ctx, "OnFitEnd", func(cb Callback) (bool, error) {
-		if h, ok := cb.(FitEndHook); ok {
-			return true, h.OnFitEnd(ctx, &t.state)
-		}
-		return false, nil
-	})
+	return callHook(t, ctx, "OnFitEnd", func(h FitEndHook) error { return h.OnFitEnd(ctx, &t.state) })
 }
 
 func (t *Trainer) onTrainEpochStart(ctx context.Context, m module.Module, epoch int) error {
@@ -101,12 +124,7 @@ func (t *Trainer) onTrainEpochStart(ctx context.Context, m module.Module, epoch 
 			return err
 		}
 	}
-	return t.callbackHook(ctx, "OnTrainEpochStart", func(cb Callback) (bool, error) {
-		if h, ok := cb.(TrainEpochStartHook); ok {
-			return true, h.OnTrainEpochStart(ctx, &t.state)
-		}
-		return false, nil
-	})
+	return callHook(t, ctx, "OnTrainEpochStart", func(h TrainEpochStartHook) error { return h.OnTrainEpochStart(ctx, &t.state) })
 }
 
 func (t *Trainer) onTrainEpochEnd(ctx context.Context, m module.Module, epoch int) error {
@@ -118,12 +136,7 @@ func (t *Trainer) onTrainEpochEnd(ctx context.Context, m module.Module, epoch in
 			return err
 		}
 	}
-	return t.callbackHook(ctx, "OnTrainEpochEnd", func(cb Callback) (bool, error) {
-		if h, ok := cb.(TrainEpochEndHook); ok {
-			return true, h.OnTrainEpochEnd(ctx, &t.state)
-		}
-		return false, nil
-	})
+	return callHook(t, ctx, "OnTrainEpochEnd", func(h TrainEpochEndHook) error { return h.OnTrainEpochEnd(ctx, &t.state) })
 }
 
 func (t *Trainer) onTrainBatchStart(ctx context.Context, m module.Module, b *data.Batch, idx int) error {
@@ -148,12 +161,7 @@ func (t *Trainer) onTrainBatchEnd(ctx context.Context, m module.Module, b *data.
 	if len(t.cfg.Callbacks) == 0 {
 		return nil
 	}
-	return t.callbackHook(ctx, "OnTrainBatchEnd", func(cb Callback) (bool, error) {
-		if h, ok := cb.(TrainBatchEndHook); ok {
-			return true, h.OnTrainBatchEnd(ctx, &t.state)
-		}
-		return false, nil
-	})
+	return callHook(t, ctx, "OnTrainBatchEnd", func(h TrainBatchEndHook) error { return h.OnTrainBatchEnd(ctx, &t.state) })
 }
 
 func (t *Trainer) onValidationEnd(ctx context.Context, m module.Module, epoch int) error {
@@ -165,21 +173,11 @@ func (t *Trainer) onValidationEnd(ctx context.Context, m module.Module, epoch in
 			return err
 		}
 	}
-	return t.callbackHook(ctx, "OnValidationEnd", func(cb Callback) (bool, error) {
-		if h, ok := cb.(ValidationEndHook); ok {
-			return true, h.OnValidationEnd(ctx, &t.state)
-		}
-		return false, nil
-	})
+	return callHook(t, ctx, "OnValidationEnd", func(h ValidationEndHook) error { return h.OnValidationEnd(ctx, &t.state) })
 }
 
 func (t *Trainer) onTestEnd(ctx context.Context) error {
-	return t.callbackHook(ctx, "OnTestEnd", func(cb Callback) (bool, error) {
-		if h, ok := cb.(TestEndHook); ok {
-			return true, h.OnTestEnd(ctx, &t.state)
-		}
-		return false, nil
-	})
+	return callHook(t, ctx, "OnTestEnd", func(h TestEndHook) error { return h.OnTestEnd(ctx, &t.state) })
 }
 
 // accumulation is the number of batches per optimizer step in epoch.

@@ -291,6 +291,9 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 	if err := t.onFitEnd(ctx, m); err != nil {
 		return t.stopOr(err)
 	}
+	if err := t.flushProfiler(ctx); err != nil {
+		return err
+	}
 	if t.state.IsGlobalZero {
 		if err := t.cfg.Profiler.Report(t.cfg.Out); err != nil {
 			return fmt.Errorf("profiler report: %w", err)
@@ -360,6 +363,7 @@ func epochName(name string, spec module.LogSpec) string {
 }
 
 func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data.Loader, startEpoch int) error {
+	defer t.span("fit")()
 	cfg := &t.cfg
 	accum := cfg.AccumulateGradBatches
 	stepOpts := strategy.StepOptions{}
@@ -764,7 +768,9 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 	if mode == module.Test {
 		limit = t.cfg.LimitTestBatches
 	}
+	end := t.span(mode.String())
 	aggs, err := t.evalLoop(ctx, mode, t.loaderFor(l, false), limit)
+	end()
 	if err != nil {
 		return nil, err
 	}
@@ -799,6 +805,7 @@ func (t *Trainer) Predict(ctx context.Context, m module.Module, l *data.Loader) 
 		return nil, err
 	}
 	t.state.Stage = "predict"
+	defer t.span("predict")()
 	nb := l.NumBatches(0)
 	if t.cfg.LimitPredictBatches > 0 && t.cfg.LimitPredictBatches < nb {
 		nb = t.cfg.LimitPredictBatches

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/fulgur-ml/fulgur/profiler"
@@ -42,6 +43,15 @@ type Flags struct {
 	GradientClipVal       float64
 	LogEveryNSteps        int
 	NoProgressBar         bool
+
+	// Run outputs (runs.go).
+	Loggers        string
+	CkptMonitor    string
+	CkptMode       string
+	CkptTopK       int
+	NoCheckpoint   bool
+	MaxTime        time.Duration
+	NoModelSummary bool
 }
 
 // Register defines the common flags on fs with the program's defaults.
@@ -71,6 +81,7 @@ func (f *Flags) Register(fs *flag.FlagSet, defaults Flags) {
 	fs.Float64Var(&f.GradientClipVal, "gradient-clip-val", 0, "clip the gradient norm to this (0: off)")
 	fs.IntVar(&f.LogEveryNSteps, "log-every-n-steps", 50, "record step metrics every this many steps")
 	fs.BoolVar(&f.NoProgressBar, "no-progress-bar", false, "no progress bar or periodic progress lines")
+	f.registerRun(fs)
 }
 
 // Validate reports every bad flag at once.
@@ -85,6 +96,7 @@ func (f *Flags) Validate() error {
 	if f.CkptEveryNSteps < 0 {
 		errs = append(errs, fmt.Errorf("-ckpt-every-n-steps is %d: use 0 or more", f.CkptEveryNSteps))
 	}
+	errs = append(errs, f.validateRun()...)
 	return errors.Join(errs...)
 }
 
@@ -109,6 +121,12 @@ func (f *Flags) TrainerConfig() (trainer.Config, error) {
 // profilers add to it.
 var Profilers = map[string]func(dir string) (profiler.Profiler, error){
 	"simple": func(string) (profiler.Profiler, error) { return profiler.NewSimple(), nil },
+	"advanced": func(dir string) (profiler.Profiler, error) {
+		return profiler.NewAdvanced(profiler.AdvancedConfig{Dir: filepath.Join(dir, "profiles"), Rank: processRank()})
+	},
+	"timeline": func(dir string) (profiler.Profiler, error) {
+		return profiler.NewTimeline(profiler.TimelineConfig{Dir: filepath.Join(dir, "profiles"), Rank: processRank()})
+	},
 }
 
 // NewProfiler builds the profiler called name ("" for none).
@@ -141,6 +159,11 @@ type Summary struct {
 	Data             string  `json:"data"`
 	Seconds          float64 `json:"seconds"`
 	Seed             uint64  `json:"seed"`
+	// Interrupted runs (SIGINT, SIGTERM) stop after saving Checkpoint and
+	// skip the test (test_acc and test_loss are -1).
+	Interrupted bool   `json:"interrupted,omitempty"`
+	Checkpoint  string `json:"checkpoint,omitempty"`
+	RunDir      string `json:"run_dir,omitempty"`
 }
 
 // Print writes s as one JSON line.

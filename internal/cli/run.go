@@ -7,8 +7,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/fulgur-ml/fulgur/data"
@@ -27,6 +25,9 @@ type ImageJob struct {
 	DropLast bool
 	// Stdout receives the JSON summary; nil: os.Stdout.
 	Stdout io.Writer
+	// Stderr receives progress, the model summary and the profiler's
+	// report (trainer.Config.Out); nil: os.Stderr.
+	Stderr io.Writer
 	// Hooks let other packages add callbacks and loggers from the flags.
 	Extra func(f *Flags, cfg *trainer.Config) error
 	// Flags adds the program's own flags.
@@ -76,6 +77,13 @@ func (j ImageJob) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if j.Stderr != nil {
+		cfg.Out = j.Stderr
+	}
+	runs, err := f.SetupRun(&cfg, HParams(fs))
+	if err != nil {
+		return err
+	}
 	if j.Extra != nil {
 		if err := j.Extra(&f, &cfg); err != nil {
 			return err
@@ -85,14 +93,18 @@ func (j ImageJob) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	if err := runs.WriteHParams(); err != nil {
+		return err
+	}
+	// SIGINT and SIGTERM during Fit are the trainer's: it finishes the
+	// step, saves a checkpoint and returns (HandleSignals).
+	defer closeProfiler(tr.Config().Profiler)
 	m := j.NewModule(&f)
 	cfg = tr.Config()
 	cfg.Log.Info().Str("data", source).Int("train", train.Len()).Int("test", test.Len()).Msg(j.Program)
 	var opts []trainer.FitOption
-	if f.CkptPath != "" {
-		opts = append(opts, trainer.FromCheckpoint(f.CkptPath))
+	if runs.CkptPath != "" {
+		opts = append(opts, trainer.FromCheckpoint(runs.CkptPath))
 	}
 	// The test split doubles as the validation set, as in Lightning's
 	// MNIST examples: nothing is selected on it.
@@ -101,6 +113,22 @@ func (j ImageJob) Run(ctx context.Context, args []string) error {
 	}
 	if tr.IsWorker() {
 		return nil
+	}
+	out := j.Stdout
+	if out == nil {
+		out = os.Stdout
+	}
+	if st := tr.Stats(); st.Interrupted {
+		defer tr.Teardown(ctx)
+		if !tr.IsGlobalZero() {
+			return nil
+		}
+		cfg.Log.Warn().Str("checkpoint", st.InterruptCheckpoint).Msg("interrupted: resume with -ckpt-path " + st.InterruptCheckpoint + " (or last)")
+		return Summary{
+			Program: j.Program, TestAcc: -1, TestLoss: -1, TrainSamplesPerS: math.Round(st.TrainSamplesPerS), Epochs: st.Epochs,
+			GlobalStep: st.GlobalStep, WorldSize: st.WorldSize, Strategy: cfg.Strategy, WeightsSHA256: tr.Store().SHA256(),
+			Data: source, Seconds: Since(t0), Seed: f.Seed, Interrupted: true, Checkpoint: st.InterruptCheckpoint, RunDir: runs.RunDir,
+		}.Print(out)
 	}
 	res, err := tr.Test(ctx, m, testL)
 	if err != nil {
@@ -111,15 +139,11 @@ func (j ImageJob) Run(ctx context.Context, args []string) error {
 		return nil
 	}
 	st := tr.Stats()
-	out := j.Stdout
-	if out == nil {
-		out = os.Stdout
-	}
 	return Summary{
 		Program: j.Program, TestAcc: finite(res["test_acc"]), TestLoss: finite(res["test_loss"]),
 		TrainSamplesPerS: math.Round(st.TrainSamplesPerS), Epochs: st.Epochs, GlobalStep: st.GlobalStep,
 		WorldSize: st.WorldSize, Strategy: cfg.Strategy, WeightsSHA256: tr.Store().SHA256(), Data: source,
-		Seconds: Since(t0), Seed: f.Seed,
+		Seconds: Since(t0), Seed: f.Seed, RunDir: runs.RunDir,
 	}.Print(out)
 }
 

@@ -1,0 +1,153 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/fulgur-ml/fulgur/internal/models"
+	"github.com/fulgur-ml/fulgur/module"
+)
+
+// runIn runs the mlp example in root with args and returns its summary and
+// what it wrote to stderr.
+func runIn(t *testing.T, root string, args ...string) (Summary, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	j := ImageJob{
+		Program:   "mlp",
+		NewModule: func(f *Flags) module.Module { return &models.MLP{LR: f.LR} },
+		Defaults:  Flags{MaxEpochs: 1, BatchSize: 64, LR: 1e-3, RootDir: root},
+		Stdout:    &out,
+		Stderr:    &errOut,
+	}
+	base := []string{"-no-progress-bar", "-seed", "3", "-deterministic", "-limit-test-batches", "2", "-limit-val-batches", "2"}
+	if err := j.Run(context.Background(), append(base, args...)); err != nil {
+		t.Fatalf("%v: %v\n%s", args, err, errOut.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	var s Summary
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &s); err != nil {
+		t.Fatalf("last line %q: %v", lines[len(lines)-1], err)
+	}
+	return s, errOut.String()
+}
+
+func list(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestRunWritesLogsCheckpointsAndResumes(t *testing.T) {
+	root := t.TempDir()
+	s, stderr := runIn(t, root, "-max-steps", "20", "-ckpt-every-n-steps", "10", "-loggers", "csv,tensorboard,jsonl", "-profiler", "simple")
+	run := filepath.Join(root, "lightning_logs", "version_0")
+	if s.RunDir != run || s.GlobalStep != 20 {
+		t.Fatalf("summary %+v", s)
+	}
+	files := list(t, run)
+	want := []string{"checkpoints", "hparams.json", "hparams.yaml", "metrics.csv", "metrics.jsonl"}
+	if len(files) != 6 || !strings.HasPrefix(files[1], "events.out.tfevents.") {
+		t.Errorf("run dir holds %v, want %v and an event file", files, want)
+	}
+	if got := list(t, filepath.Join(run, "checkpoints")); strings.Join(got, " ") != "epoch=0-step=20.ckpt last.ckpt" {
+		t.Errorf("checkpoints %v", got)
+	}
+	hp, _ := os.ReadFile(filepath.Join(run, "hparams.yaml"))
+	if !strings.Contains(string(hp), "batch_size: 64\n") || !strings.Contains(string(hp), "seed: 3\n") {
+		t.Errorf("hparams.yaml:\n%s", hp)
+	}
+	// The simple profiler's table covers the loop and the hooks.
+	for _, w := range []string{"% OF FIT", "data fetch", "forward+backward", "optimizer step", "callbacks/ModelCheckpoint.OnTrainBatchEnd", "checkpoint save", " fit |"} {
+		if !strings.Contains(stderr, w) {
+			t.Errorf("stderr lacks %q:\n%s", w, stderr)
+		}
+	}
+	if !strings.Contains(stderr, "Trainable params") {
+		t.Errorf("no model summary in stderr")
+	}
+
+	// Resuming from the newest checkpoint ("last") to step 40 gives the
+	// weights of an uninterrupted 40-step run.
+	resumed, _ := runIn(t, root, "-max-steps", "40", "-ckpt-path", "last", "-no-model-summary")
+	straight, _ := runIn(t, t.TempDir(), "-max-steps", "40", "-no-model-summary")
+	if resumed.GlobalStep != 40 || resumed.WeightsSHA256 != straight.WeightsSHA256 {
+		t.Errorf("resumed: step %d, %s; uninterrupted: %s", resumed.GlobalStep, resumed.WeightsSHA256, straight.WeightsSHA256)
+	}
+	if resumed.RunDir != filepath.Join(root, "lightning_logs", "version_1") {
+		t.Errorf("resumed run dir %s, want version_1", resumed.RunDir)
+	}
+	// With no checkpoint under the root, "last" starts from scratch.
+	fresh, _ := runIn(t, t.TempDir(), "-max-steps", "40", "-ckpt-path", "last", "-no-model-summary", "-loggers", "none", "-no-checkpoint")
+	if fresh.WeightsSHA256 != straight.WeightsSHA256 || fresh.RunDir != "" {
+		t.Errorf("fresh run with -ckpt-path last: %+v", fresh)
+	}
+}
+
+func TestRunTimelineAndAdvancedProfilers(t *testing.T) {
+	root := t.TempDir()
+	_, stderr := runIn(t, root, "-max-steps", "5", "-profiler", "timeline", "-no-model-summary", "-loggers", "none", "-no-checkpoint")
+	b, err := os.ReadFile(filepath.Join(root, "profiles", "timeline.json"))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	var tr struct {
+		TraceEvents []struct {
+			Name string  `json:"name"`
+			Ph   string  `json:"ph"`
+			Pid  int     `json:"pid"`
+			Dur  float64 `json:"dur"`
+		} `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(b, &tr); err != nil {
+		t.Fatalf("timeline.json does not parse: %v", err)
+	}
+	n := map[string]int{}
+	for _, e := range tr.TraceEvents {
+		if e.Ph == "X" && e.Pid == 0 {
+			n[e.Name]++
+		}
+	}
+	if n["forward+backward"] != 5 || n["optimizer step"] != 5 || n["fit"] != 1 {
+		t.Errorf("span counts %v", n)
+	}
+	if !strings.Contains(stderr, "timeline: ") {
+		t.Errorf("no timeline report in stderr:\n%s", stderr)
+	}
+	root = t.TempDir()
+	runIn(t, root, "-max-steps", "5", "-profiler", "advanced", "-no-model-summary", "-loggers", "none", "-no-checkpoint")
+	for _, f := range []string{"cpu-fit.pprof", "heap-fit.pprof", "cpu-test.pprof"} {
+		if _, err := os.Stat(filepath.Join(root, "profiles", f)); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func TestRunFlagErrors(t *testing.T) {
+	j := ImageJob{Program: "mlp", NewModule: func(f *Flags) module.Module { return &models.MLP{} },
+		Defaults: Flags{MaxEpochs: 1, BatchSize: 64, LR: 1e-3, RootDir: t.TempDir()}}
+	err := j.Run(context.Background(), []string{"-loggers", "csv,wandb", "-ckpt-mode", "avg", "-ckpt-top-k", "3", "-max-time", "-1s"})
+	for _, w := range []string{`-loggers names "wandb"`, `-ckpt-mode is "avg"`, "-ckpt-top-k is 3 but -ckpt-monitor is empty", "-max-time is -1s"} {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("err = %v, want %q", err, w)
+		}
+	}
+	err = j.Run(context.Background(), []string{"-ckpt-path", filepath.Join(t.TempDir(), "nope.ckpt")})
+	if err == nil || !strings.Contains(err.Error(), "nope.ckpt") || !strings.Contains(err.Error(), "or last for the newest") {
+		t.Errorf("err = %v", err)
+	}
+}
