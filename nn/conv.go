@@ -20,8 +20,8 @@ type Conv2dConfig struct {
 	DilationHW                        [2]int
 	// NoBias leaves out the bias (right before a BatchNorm).
 	NoBias bool
-	// InputGrad computes the input gradient even when the input is a graph
-	// input (by default it is skipped there).
+	// InputGrad computes the input gradient even when the input depends on
+	// no parameter (by default it is skipped there, as for a first layer).
 	InputGrad bool
 }
 
@@ -97,6 +97,6 @@ func (l *Conv2d) Forward(s *module.Step, x *G.Node) *G.Node {
 	}
 	return must("Conv2d", l.Name)(ops.Conv2d(x, s.Param(l.Weight), bias, ops.Conv2dOpts{
 		Stride: hw(c.Stride, c.StrideHW), Padding: hw(c.Padding, c.PaddingHW), Dilation: hw(c.Dilation, c.DilationHW),
-		NoInputGrad: leaf(x) && !c.InputGrad,
+		NoInputGrad: !c.InputGrad && !needsGrad(s, x),
 	}))
 }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 
 	G "gorgonia.org/gorgonia"
+
+	"github.com/fulgur-ml/fulgur/module"
 )
 
 // layerError is the panic value of a Forward that cannot build: it names the
@@ -43,9 +45,36 @@ func checkInput(typ, name string, x *G.Node, form string, want ...int) {
 	}
 }
 
-// leaf reports whether n is a graph input (the batch), whose gradient no one
-// reads: the first layer can skip computing it.
-func leaf(n *G.Node) bool { return n.Op() == nil }
+// needsGrad reports whether the gradient with respect to x can matter to
+// training: whether x depends on a learnable parameter of the step. A layer
+// fed from the batch alone (directly, or through a reshape) skips its input
+// gradient: one matrix multiply per step that nobody reads.
+func needsGrad(s *module.Step, x *G.Node) bool {
+	params := map[*G.Node]bool{}
+	for _, name := range s.UsedParams() {
+		if n, ok := s.Node(name); ok {
+			params[n] = true
+		}
+	}
+	seen := map[*G.Node]bool{}
+	var walk func(n *G.Node) bool
+	walk = func(n *G.Node) bool {
+		if params[n] {
+			return true
+		}
+		if seen[n] {
+			return false
+		}
+		seen[n] = true
+		for it := n.Graph().From(n.ID()); it.Next(); {
+			if walk(it.Node().(*G.Node)) {
+				return true
+			}
+		}
+		return false
+	}
+	return walk(x)
+}
 
 // seedFor mixes a step's seed with a layer's name, so that every layer (and
 // every replica) draws its own random stream.

@@ -296,3 +296,49 @@ func TestDropout(t *testing.T) {
 		}
 	}
 }
+
+// A layer fed from the batch (directly or through a reshape) builds no
+// input-gradient op; a layer fed from another layer does.
+func TestInputGradSkippedForBatchInputs(t *testing.T) {
+	var fc1, fc2 *nn.Linear
+	var conv *nn.Conv2d
+	m := newModel(t, tensor.Float32, func(b *module.Builder) {
+		conv = nn.NewConv2d(b, "conv", nn.Conv2dConfig{In: 1, Out: 2, Kernel: 3})
+		fc1 = nn.NewLinear(b, "fc1", 16, 4)
+		fc2 = nn.NewLinear(b, "fc2", 4, 2)
+	})
+	g := G.NewGraph()
+	s := m.step(t, g, module.Train, randT(tensor.Float32, 1, 0, 1, 2, 1, 4, 4))
+	x := s.Input("x")
+	flat := must(G.Reshape(x, []int{2, 16}))
+	out := fc2.Forward(s, fc1.Forward(s, flat))
+	c := conv.Forward(s, x)
+	loss := must(G.Add(nn.CrossEntropy(out, constLabels(g, tensor.Float32, 2)), must(G.Sum(must(G.Reshape(c, []int{16}))))))
+	var params G.Nodes
+	for _, p := range s.UsedParams() {
+		n, _ := s.Node(p)
+		params = append(params, n)
+	}
+	if _, err := G.Grad(loss, params...); err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]int{}
+	for _, n := range g.AllNodes() {
+		if n.Op() != nil {
+			k := n.Op().String()
+			if i := strings.Index(k, "#"); i > 0 {
+				kinds[k[:i]]++
+			}
+		}
+	}
+	if kinds["LinearGradInput"] != 1 || kinds["Conv2dGradInput"] != 0 || kinds["LinearGradWeight"] != 2 {
+		t.Fatalf("gradient ops %v: want one LinearGradInput (fc2's), no Conv2dGradInput, two LinearGradWeight", kinds)
+	}
+}
+
+func must(n *G.Node, err error) *G.Node {
+	if err != nil {
+		panic(err)
+	}
+	return n
+}

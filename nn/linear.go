@@ -30,8 +30,9 @@ func LinearNoBias() LinearOption { return func(l *Linear) { l.Bias = "" } }
 // LinearReLU applies ReLU to the output in the same op.
 func LinearReLU() LinearOption { return func(l *Linear) { l.relu = true } }
 
-// LinearInputGrad computes the input gradient even when the input is a graph
-// input (by default it is skipped there: nobody reads it).
+// LinearInputGrad computes the input gradient even when the input depends on
+// no parameter (by default it is skipped there: a layer fed from the batch
+// needs no input gradient for training).
 func LinearInputGrad() LinearOption { return func(l *Linear) { l.forceDx = true } }
 
 // NewLinear declares "name.weight" [in, out] and "name.bias" [out], both
@@ -68,5 +69,5 @@ func (l *Linear) Forward(s *module.Step, x *G.Node) *G.Node {
 		bias = s.Param(l.Bias)
 	}
 	return must("Linear", l.Name)(ops.Linear(x, s.Param(l.Weight), bias,
-		ops.LinearOpts{ReLU: l.relu, NoInputGrad: leaf(x) && !l.forceDx}))
+		ops.LinearOpts{ReLU: l.relu, NoInputGrad: !l.forceDx && !needsGrad(s, x)}))
 }

@@ -1,15 +1,23 @@
 package ops
 
 import (
+	"sync"
 	"testing"
+
+	"github.com/rs/zerolog"
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
+
+	"github.com/fulgur-ml/fulgur/internal/blas"
 )
 
-// Op-level benchmarks on the resnet8 stage-1 shape (batch 64, 16 channels,
-// 28x28, float32): forward and backward through the ops' Do methods in graph
-// order, without a VM. go test ./nn/ops -run '^$' -bench . -benchmem
+// Op-level benchmarks at resnet8 shapes (batch 64, float32): forward and
+// backward through the ops' Do methods in graph order, without a VM, on the
+// BLAS programs choose (OpenBLAS when found; FULGUR_BLAS, FULGUR_BLAS_THREADS
+// override). Run alone so no test multiplies first:
+//
+//	go test ./nn/ops -run '^$' -bench . -benchmem
 
 // opRunner runs every op node of g in topological order, from the values its
 // children produced.
@@ -56,7 +64,11 @@ func (r *opRunner) run(tb testing.TB) {
 	}
 }
 
+var chooseOnce sync.Once
+
 func benchGraph(b *testing.B, build func(g *G.ExprGraph) (*G.Node, G.Nodes)) {
+	chooseOnce.Do(func() { _, _ = blas.Choose(zerolog.Nop(), blas.ChooseOptions{}) })
+	b.Logf("blas: %s", blas.Current().Name())
 	g := G.NewGraph()
 	loss, wrt := build(g)
 	if _, err := G.Grad(loss, wrt...); err != nil {
