@@ -133,3 +133,54 @@ func TestParallelMatchesSerial(t *testing.T) {
 		}
 	}
 }
+
+// Parameter-gradient ops write into a caller's tensor through
+// UsePreallocDo (an executor's view of the store's gradient buffer), with
+// the same values as Do, and fall back to their own buffer when it does
+// not fit.
+func TestGradientOpsUsePrealloc(t *testing.T) {
+	for _, dt := range dtypes {
+		g, _ := smallNet(t, dt)
+		m := G.NewTapeMachine(g)
+		if err := m.RunAll(); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, nd := range g.AllNodes() {
+			pd, ok := nd.Op().(G.UsePreallocDoer)
+			if _, ours := nd.Op().(fulgurOp); !ok || !ours {
+				continue
+			}
+			var in []G.Value
+			for it := g.From(nd.ID()); it.Next(); {
+				in = append(in, it.Node().(*G.Node).Value())
+			}
+			want, err := nd.Op().Do(in...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantV := vals(want)
+			p := tensor.New(tensor.Of(dt), tensor.WithShape(nd.Shape().Clone()...))
+			got, err := pd.UsePreallocDo(p, in...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != G.Value(p) {
+				t.Fatalf("%v: UsePreallocDo returned its own buffer, not the given tensor", nd.Op())
+			}
+			assertClose(t, fmt.Sprint(nd.Op()), vals(got), wantV, 0)
+			wrong := tensor.New(tensor.Of(dt), tensor.WithShape(nd.Shape().TotalSize()+1))
+			if got, err = pd.UsePreallocDo(wrong, in...); err != nil || got == G.Value(wrong) {
+				t.Fatalf("%v: a tensor of the wrong shape was written (%v)", nd.Op(), err)
+			}
+			if again, _ := nd.Op().Do(in...); again == G.Value(p) {
+				t.Fatalf("%v: Do still writes into the tensor of an earlier UsePreallocDo", nd.Op())
+			}
+			n++
+		}
+		if n < 6 {
+			t.Fatalf("%d ops implement UsePreallocDo, want the 6 parameter-gradient ops", n)
+		}
+		m.Close()
+	}
+}

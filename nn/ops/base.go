@@ -161,10 +161,14 @@ func scalarOf(v G.Value) (float64, error) {
 }
 
 // buffer is an op-held output tensor, allocated at the first run and reused
-// after. Callers overwrite it completely each run.
-type buffer struct{ d *tensor.Dense }
+// after. Callers overwrite it completely each run. During UsePreallocDo,
+// into is the caller's tensor and get returns it instead when it fits.
+type buffer struct{ d, into *tensor.Dense }
 
 func (b *buffer) get(dt tensor.Dtype, shape tensor.Shape) *tensor.Dense {
+	if p := b.into; p != nil && p.Dtype() == dt && p.Shape().Eq(shape) && !p.RequiresIterator() {
+		return p
+	}
 	if b.d != nil && b.d.Dtype() == dt {
 		if b.d.Shape().Eq(shape) {
 			return b.d
@@ -227,3 +231,14 @@ func apply(op G.Op, children ...*G.Node) (*G.Node, error) {
 	}
 	return n, nil
 }
+
+// prealloc makes the op of buffer b write its next output into p (a
+// *tensor.Dense of the output's dtype and shape) instead of its own buffer:
+// how an executor lands parameter gradients straight in the store. A p that
+// does not fit is ignored and the op's own buffer is used as usual; release
+// ends it.
+func (b *buffer) prealloc(p G.Value) {
+	b.into, _ = p.(*tensor.Dense)
+}
+
+func (b *buffer) release() { b.into = nil }

@@ -509,3 +509,17 @@ func bnInputGrad[T float](op *bnOp, dy, x, dx []T, lo, hi int) {
 		}
 	}
 }
+
+// UsePreallocDo is Do writing into p when p fits (see buffer.prealloc).
+func (op *bnGradGammaOp) UsePreallocDo(p G.Value, v ...G.Value) (G.Value, error) {
+	op.out.prealloc(p)
+	defer op.out.release()
+	return op.Do(v...)
+}
+
+// UsePreallocDo is Do writing into p when p fits (see buffer.prealloc).
+func (op *bnGradBetaOp) UsePreallocDo(p G.Value, v ...G.Value) (G.Value, error) {
+	op.out.prealloc(p)
+	defer op.out.release()
+	return op.Do(v...)
+}

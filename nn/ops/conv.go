@@ -669,3 +669,17 @@ func channelSum[T float](x, o []T, acc []float64, n, c, inner int) {
 		o[ch] = T(acc[ch])
 	}
 }
+
+// UsePreallocDo is Do writing into p when p fits (see buffer.prealloc).
+func (op *convGradWeightOp) UsePreallocDo(p G.Value, v ...G.Value) (G.Value, error) {
+	op.out.prealloc(p)
+	defer op.out.release()
+	return op.Do(v...)
+}
+
+// UsePreallocDo is Do writing into p when p fits (see buffer.prealloc).
+func (op *channelSumOp) UsePreallocDo(p G.Value, v ...G.Value) (G.Value, error) {
+	op.out.prealloc(p)
+	defer op.out.release()
+	return op.Do(v...)
+}

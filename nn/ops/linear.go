@@ -260,3 +260,17 @@ func sumRows[T float](x, o []T, rows, cols int) {
 		}
 	}
 }
+
+// UsePreallocDo is Do writing into p when p fits (see buffer.prealloc).
+func (op *linearGradWeightOp) UsePreallocDo(p G.Value, v ...G.Value) (G.Value, error) {
+	op.out.prealloc(p)
+	defer op.out.release()
+	return op.Do(v...)
+}
+
+// UsePreallocDo is Do writing into p when p fits (see buffer.prealloc).
+func (op *sumRowsOp) UsePreallocDo(p G.Value, v ...G.Value) (G.Value, error) {
+	op.out.prealloc(p)
+	defer op.out.release()
+	return op.Do(v...)
+}
