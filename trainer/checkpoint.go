@@ -210,6 +210,20 @@ func (t *Trainer) saveCheckpoint(ctx context.Context, path string) error {
 
 type pendingSave struct{ owner, path string }
 
+// SaveCheckpoint writes a checkpoint of the model, optimizer, scheduler,
+// callbacks and loop position to path (rank 0 writes; call it on every
+// rank), for example after Fit. During Fit, callbacks use
+// State.SaveCheckpoint.
+func (t *Trainer) SaveCheckpoint(ctx context.Context, path string) error {
+	if t.strat == nil {
+		return errors.New("SaveCheckpoint: nothing to save before Fit, Validate, Test or Predict has set the model up")
+	}
+	if path == "" {
+		return errors.New("SaveCheckpoint: the path is empty: pass a file name such as model.ckpt")
+	}
+	return t.writeCheckpoint(ctx, path)
+}
+
 // writeCheckpoint writes the run's state to every path now, on rank 0,
 // encoding it once.
 func (t *Trainer) writeCheckpoint(ctx context.Context, paths ...string) error {

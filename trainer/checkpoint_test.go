@@ -682,3 +682,22 @@ func TestSIGTERMSavesAndStops(t *testing.T) {
 		t.Fatalf("resumed after SIGTERM at step %d: weights %s, want %s", info.GlobalStep, h, want)
 	}
 }
+
+func TestTrainerSaveCheckpointAfterFit(t *testing.T) {
+	tr, _ := trainer.New(quiet(trainer.Config{MaxEpochs: 1}))
+	if err := tr.SaveCheckpoint(context.Background(), filepath.Join(t.TempDir(), "x.ckpt")); err == nil || !strings.Contains(err.Error(), "nothing to save before Fit") {
+		t.Fatalf("before Fit: %v", err)
+	}
+	ds := regression(t, 64, 0.1, 3)
+	if err := tr.Fit(context.Background(), &linreg{in: 4, lr: 0.05}, loader(t, ds, 16, false, false), nil); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "final.ckpt")
+	if err := tr.SaveCheckpoint(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	info, err := trainer.VerifyCheckpoint(p)
+	if err != nil || info.GlobalStep != 4 || info.Epoch != 1 || info.BatchIdx != 0 {
+		t.Errorf("info %+v, %v; want step 4, epoch 1, batch 0", info, err)
+	}
+}

@@ -68,6 +68,9 @@ func callHook[H any](t *Trainer, ctx context.Context, hook string, call func(h H
 		t.hookOwner = cb.Name()
 		err := call(h)
 		sp.End()
+		if err == nil {
+			continue
+		}
 		if err = wrap("callbacks/"+cb.Name(), hook, err); err != nil {
 			if _, ok := isStop(err); ok {
 				if stop == nil {

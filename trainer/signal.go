@@ -36,7 +36,7 @@ func watchSignals(log *zerolog.Logger) *signalWatch {
 			select {
 			case s := <-w.ch:
 				if w.got.CompareAndSwap(nil, &s) {
-					log.Warn().Str("signal", s.String()).Msg("finishing the current step, then saving a checkpoint and stopping; send the signal again to exit at once")
+					log.Warn().Str("signal", signalName(s)).Msg("finishing the current step, then saving a checkpoint and stopping; send the signal again to exit at once")
 					continue
 				}
 				signal.Stop(w.ch)
@@ -99,16 +99,27 @@ func (t *Trainer) agreeStop(ctx context.Context, stop error, boundary bool) (err
 	if sig == nil {
 		return stop, nil
 	}
+	name := signalName(sig)
 	path := filepath.Join(t.cfg.DefaultRootDir, filepath.FromSlash(InterruptCheckpointName))
 	if err := t.saveCheckpoint(ctx, path); err != nil {
-		return nil, fmt.Errorf("stopping on %v: %w", sig, err)
+		return nil, fmt.Errorf("stopping on %s: %w", name, err)
 	}
 	if t.strat.WorldSize() > 1 {
 		if err := t.strat.Barrier(ctx); err != nil {
-			return nil, fmt.Errorf("stopping on %v: wait for rank 0 to save the checkpoint: %w", sig, err)
+			return nil, fmt.Errorf("stopping on %s: wait for rank 0 to save the checkpoint: %w", name, err)
 		}
 	}
 	t.stats.Interrupted = true
 	t.stats.InterruptCheckpoint = path
-	return Stop("interrupted by %v at global step %d; checkpoint saved to %s", sig, t.state.GlobalStep, path), nil
+	return Stop("%s at global step %d; checkpoint saved to %s", name, t.state.GlobalStep, path), nil
+}
+
+func signalName(s os.Signal) string {
+	switch s {
+	case os.Interrupt:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return s.String()
 }
