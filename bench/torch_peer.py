@@ -128,6 +128,12 @@ def evaluate(model, x, y):
 
 
 def train(rank, a, port):
+    # torch.set_num_threads does not reach a generic BLAS such as Debian's
+    # OpenBLAS, which would otherwise start one thread per core (and spin
+    # them) even at 1 torch thread: give it the same count. Read when the
+    # library loads, so before the import.
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(a.threads)
     import torch
     from torch import nn
     torch.set_num_threads(a.threads)
@@ -153,7 +159,7 @@ def train(rank, a, port):
     nb = n // a.ranks // a.batch
     if a.steps:
         nb = min(nb, a.steps)
-    total, timed, accs = 0.0, 0, []
+    total, cpu, timed, accs = 0.0, 0.0, 0, []
     t_fit = time.perf_counter()
     for epoch in range(a.epochs):
         g = torch.Generator().manual_seed(a.seed * 1000003 + epoch)
@@ -168,9 +174,10 @@ def train(rank, a, port):
             loss.backward()
             opt.step()
             if b == 0:
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
         if nb > 1:
             total += time.perf_counter() - t0
+            cpu += time.process_time() - c0
             timed += nb - 1
         if a.epochs > 1 and rank == 0:
             accs.append(evaluate(model, xte, yte))
@@ -184,7 +191,7 @@ def train(rank, a, port):
         return
     if timed == 0:
         sys.exit(f"torch_peer: no timed batches ({nb} per epoch): raise --steps")
-    out = {"samples_per_s": timed * a.batch * a.ranks / total, "test_acc": acc, "peak_rss_mb": peak_rss_mb(),
+    out = {"samples_per_s": timed * a.batch * a.ranks / total, "samples_per_cpu_s": timed * a.batch / cpu, "test_acc": acc, "peak_rss_mb": peak_rss_mb(),
            "steps": nb * a.epochs, "seconds": seconds, "torch_threads": torch.get_num_threads()}
     for i, v in enumerate(accs):
         out[f"test_acc_{i + 1}"] = v

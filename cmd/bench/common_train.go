@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -54,6 +55,12 @@ type trainTimer struct {
 	allocs     float64
 	accs       []float64 // val_acc after each epoch
 	metric     string
+	// CPU time of the process over the same batches: on a machine shared
+	// with other work, samples per CPU second varies far less than per
+	// wall second.
+	epochCPU0 time.Duration
+	epochCPU  time.Duration
+	cpu       time.Duration
 }
 
 func (t *trainTimer) Name() string { return "bench-timer" }
@@ -62,9 +69,13 @@ func (t *trainTimer) OnTrainBatchEnd(ctx context.Context, s *trainer.State) erro
 	now := t.now()
 	if s.BatchIdx == 0 {
 		t.epochStart, t.epochTime, t.epochSteps = now, 0, 0
+		t.epochCPU0, t.epochCPU = processCPU(), 0
 	} else {
 		t.epochTime = now.Sub(t.epochStart)
 		t.epochSteps = s.BatchIdx
+		if s.BatchIdx == t.lastBatch {
+			t.epochCPU = processCPU() - t.epochCPU0
+		}
 	}
 	if s.Epoch == 0 {
 		first := min(steadyAfter, max(t.lastBatch-1, 0))
@@ -85,6 +96,7 @@ func (t *trainTimer) OnTrainBatchEnd(ctx context.Context, s *trainer.State) erro
 	if s.BatchIdx == t.lastBatch {
 		t.total += t.epochTime
 		t.steps += t.epochSteps
+		t.cpu += t.epochCPU
 	}
 	return nil
 }
@@ -169,16 +181,26 @@ func (j trainJob) run(ctx context.Context) (Figures, error) {
 		return nil, fmt.Errorf("no timed training batches (%d per epoch): raise -steps", nb)
 	}
 	f := Figures{
-		"samples_per_s":   float64(timer.steps*j.Batch*ranks) / timer.total.Seconds(),
-		"allocs_per_step": timer.allocs,
-		"test_acc":        res["test_acc"],
-		"steps":           float64(tr.Stats().GlobalStep),
-		"seconds":         fitSeconds,
+		"samples_per_s":     float64(timer.steps*j.Batch*ranks) / timer.total.Seconds(),
+		"allocs_per_step":   timer.allocs,
+		"test_acc":          res["test_acc"],
+		"samples_per_cpu_s": float64(timer.steps*j.Batch) / timer.cpu.Seconds(),
+		"steps":             float64(tr.Stats().GlobalStep),
+		"seconds":           fitSeconds,
 	}
 	for i, a := range timer.accs {
 		f[fmt.Sprintf("test_acc_%d", i+1)] = a
 	}
 	return f, nil
+}
+
+// processCPU is the user and system CPU time of this process so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // threadConfigs makes one configuration per -threads value.

@@ -138,11 +138,12 @@ func plainLoop(ctx context.Context, c Config, tape bool) (Figures, error) {
 		return nil, err
 	}
 	return Figures{
-		"samples_per_s":   float64(timer.steps*bs) / timer.total.Seconds(),
-		"allocs_per_step": timer.allocs,
-		"test_acc":        acc,
-		"steps":           float64(nb),
-		"seconds":         fitSeconds,
+		"samples_per_s":     float64(timer.steps*bs) / timer.total.Seconds(),
+		"allocs_per_step":   timer.allocs,
+		"samples_per_cpu_s": float64(timer.steps*bs) / timer.cpu.Seconds(),
+		"test_acc":          acc,
+		"steps":             float64(nb),
+		"seconds":           fitSeconds,
 	}, nil
 }
 

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestMain lets the test binary act as the measured child process, as the
+// bench binary does, so the end-to-end test below runs real children.
+func TestMain(m *testing.M) {
+	if spec, ok := os.LookupEnv(childEnv); ok {
+		if err := childMain(context.Background(), spec); err != nil {
+			os.Stderr.WriteString("bench child: " + err.Error() + "\n")
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func TestStat(t *testing.T) {
+	cases := []struct {
+		in   []float64
+		want Stat
+	}{
+		{[]float64{3, 1, 2}, Stat{2, 1, 3}},
+		{[]float64{4, 1, 3, 2}, Stat{2.5, 1, 4}},
+		{[]float64{7}, Stat{7, 7, 7}},
+	}
+	for _, c := range cases {
+		if got := stat(c.in); got != c.want {
+			t.Errorf("stat(%v) = %+v, want %+v", c.in, got, c.want)
+		}
+	}
+	if s := stat(nil); !math.IsNaN(s.Median) {
+		t.Errorf("stat(nil) = %+v, want NaNs", s)
+	}
+}
+
+func TestParseOptionsReportsEveryProblem(t *testing.T) {
+	_, err := parseOptions([]string{"-workload", "mlp,nope", "-runs", "0", "-threads", "1,x", "-blas", "mkl", "-peer", "jax", "-steps", "-1"})
+	if err == nil {
+		t.Fatal("bad options accepted")
+	}
+	for _, want := range []string{`-workload "nope" is unknown`, "-runs is 0", `-threads is "1,x"`, `-blas is "mkl"`, `-peer is "jax"`, "-steps is -1"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	o, err := parseOptions([]string{"-workload", "mlp,overhead", "-threads", "2,1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.Workloads) != 2 || o.Threads[0] != 2 || o.Threads[1] != 1 || o.Runs != 3 {
+		t.Errorf("options %+v", o)
+	}
+}
+
+func runs(sps ...float64) []Figures {
+	var out []Figures
+	for _, s := range sps {
+		out = append(out, Figures{"samples_per_s": s, "peak_rss_mb": 100})
+	}
+	return out
+}
+
+// The peer ratio compares each implementation's fastest thread setting
+// run by run, then takes the median over runs.
+func TestPeerRatiosUseBestThreadsPerRun(t *testing.T) {
+	o := &Options{Runs: 3, Peer: "torch"}
+	rs := []*Result{
+		{Config: Config{Workload: "mlp", Impl: "fulgur", Threads: 1}, Runs: runs(60, 50, 70)},
+		{Config: Config{Workload: "mlp", Impl: "fulgur", Threads: 2}, Runs: runs(20, 55, 10)},
+		{Config: Config{Workload: "mlp", Impl: "torch", Threads: 1}, Runs: runs(50, 50, 35)},
+		{Config: Config{Workload: "mlp", Impl: "torch", Threads: 2}, Runs: runs(10, 10, 50)},
+	}
+	rows := peerRatios(o, rs)
+	if len(rows) != 2 {
+		t.Fatalf("%d rows, want samples/s and RSS ratios", len(rows))
+	}
+	// Run ratios: 60/50, 55/50, 70/50 → median 1.2.
+	if got := rows[0].Figures["ratio"]; math.Abs(got.Median-1.2) > 1e-12 || math.Abs(got.Min-1.1) > 1e-12 || math.Abs(got.Max-1.4) > 1e-12 {
+		t.Errorf("samples/s ratio %+v, want median 1.2, min 1.1, max 1.4", got)
+	}
+	if got := rows[1].Figures["ratio"].Median; got != 1 {
+		t.Errorf("RSS ratio %v, want 1", got)
+	}
+}
+
+func TestScalingEfficiency(t *testing.T) {
+	rs := []*Result{
+		{Config: Config{Workload: "scaling", Impl: "fulgur", Variant: "mlp", Ranks: 1}, Runs: runs(100, 100)},
+		{Config: Config{Workload: "scaling", Impl: "fulgur", Variant: "mlp", Ranks: 2}, Runs: runs(180, 160)},
+	}
+	rows := workloads["scaling"].Derive(&Options{Runs: 2}, rs)
+	if len(rows) != 1 || math.Abs(rows[0].Figures["efficiency"].Median-0.85) > 1e-12 {
+		t.Fatalf("rows %+v, want one efficiency row of median 0.85", rows)
+	}
+}
+
+func TestOverheadRatio(t *testing.T) {
+	rs := []*Result{
+		{Config: Config{Workload: "overhead", Impl: "fulgur", Variant: "plain"}, Runs: runs(100, 100, 100)},
+		{Config: Config{Workload: "overhead", Impl: "fulgur", Variant: "trainer"}, Runs: runs(100, 50, 98)},
+	}
+	rows := workloads["overhead"].Derive(&Options{Runs: 3}, rs)
+	if len(rows) != 1 || math.Abs(rows[0].Figures["ratio"].Median-100.0/98) > 1e-12 {
+		t.Fatalf("rows %+v, want the trainer/plain wall-time ratio, median 100/98", rows)
+	}
+}
+
+// End to end: the parent runs a short mlp training in a child process and
+// prints one JSON object with the figures of BENCHMARKS.md.
+func TestMLPEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains for a few seconds")
+	}
+	var out bytes.Buffer
+	o, err := parseOptions([]string{"-workload", "mlp", "-runs", "1", "-threads", "1", "-steps", "30", "-json"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Result{Config: threadConfigs(o, Config{Workload: "mlp", Batch: 64, Epochs: 1, Steps: 30, Seed: 1})[0]}
+	f, err := measure(context.Background(), o, r.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Runs = append(r.Runs, f)
+	if err := printJSON(&out, []Row{rowOf(r)}, map[string]any{"command": o.command}); err != nil {
+		t.Fatal(err)
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(out.Bytes(), &obj); err != nil {
+		t.Fatalf("output %q is not one JSON object: %v", out.String(), err)
+	}
+	for _, k := range []string{"samples_per_s", "allocs_per_step", "peak_rss_mb", "test_acc"} {
+		v, ok := obj[k].(float64)
+		if !ok || v < 0 {
+			t.Errorf("%s = %v in %s", k, obj[k], out.String())
+		}
+	}
+	if obj["workload"] != "mlp" || obj["steps"].(float64) != 30 {
+		t.Errorf("workload %v, steps %v: want mlp, 30", obj["workload"], obj["steps"])
+	}
+	// 30 steps of Adam already beat chance (0.1) by far.
+	if acc := obj["test_acc"].(float64); acc < 0.4 || acc > 1 {
+		t.Errorf("test_acc %v after 30 steps, want well above chance", acc)
+	}
+}
