@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -540,6 +541,20 @@ func childMain(ctx context.Context, spec string) error {
 	w, ok := workloads[c.Workload]
 	if !ok {
 		return fmt.Errorf("%s names workload %q, which this binary does not have", childEnv, c.Workload)
+	}
+	if path := os.Getenv("FULGUR_BENCH_CPUPROFILE"); path != "" {
+		// Profile the measured process itself (go tool pprof BINARY PATH);
+		// with several configurations each overwrites it: pick one with
+		// -workload and -threads.
+		pf, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return err
+		}
+		defer pf.Close()
+		defer pprof.StopCPUProfile()
 	}
 	f, err := w.Run(ctx, c)
 	if err != nil {

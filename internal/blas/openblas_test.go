@@ -161,3 +161,47 @@ func BenchmarkSgemmMLP(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkMLPShapes times every multiply of one mlp training step (batch
+// 64, 784-256-128-10) on OpenBLAS with one thread and on gonum, reporting
+// GFLOP/s per shape: the step's time is mostly these.
+func BenchmarkMLPShapes(b *testing.B) {
+	shapes := []struct {
+		name    string
+		tA, tB  bool
+		m, n, k int
+	}{
+		{"fwd1", false, false, 64, 256, 784},
+		{"fwd2", false, false, 64, 128, 256},
+		{"fwd3", false, false, 64, 10, 128},
+		{"dW1", true, false, 784, 256, 64},
+		{"dW2", true, false, 256, 128, 64},
+		{"dW3", true, false, 128, 10, 64},
+		{"dX2", false, true, 64, 256, 128},
+		{"dX3", false, true, 64, 128, 10},
+	}
+	impls := []blas.Impl{}
+	if o, err := blas.LoadOpenBLAS(); err == nil {
+		o.SetThreads(1)
+		impls = append(impls, o)
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, impl := range impls {
+		for _, s := range shapes {
+			lda, ldb := s.k, s.n
+			if s.tA {
+				lda = s.m
+			}
+			if s.tB {
+				ldb = s.k
+			}
+			a, bb, c := to32(randn(r, s.m*s.k)), to32(randn(r, s.k*s.n)), make([]float32, s.m*s.n)
+			b.Run(impl.Name()[:8]+"/"+s.name, func(b *testing.B) {
+				for b.Loop() {
+					impl.Sgemm(s.tA, s.tB, s.m, s.n, s.k, 1, a, lda, bb, ldb, 0, c, s.n)
+				}
+				b.ReportMetric(2*float64(s.m*s.n*s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}
