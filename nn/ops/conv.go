@@ -24,6 +24,35 @@ type convGeom struct {
 	sh, sw, ph, pw int
 	dh, dw         int
 	oh, ow         int // output
+	// idx maps, for kernel offset k = ki·kw + kj and output position p,
+	// idx[k·OHW + p] to the input position read, or -1 in the padding. Set
+	// for geometries that are not same(); read-only, shared by the ops.
+	idx []int32
+}
+
+// buildIndex fills g.idx.
+func (g *convGeom) buildIndex() {
+	if g.same() {
+		return
+	}
+	ohw := g.ohw()
+	g.idx = make([]int32, g.kh*g.kw*ohw)
+	for ki := 0; ki < g.kh; ki++ {
+		for kj := 0; kj < g.kw; kj++ {
+			ix := g.idx[(ki*g.kw+kj)*ohw:]
+			for oy := 0; oy < g.oh; oy++ {
+				iy := oy*g.sh - g.ph + ki*g.dh
+				for ox := 0; ox < g.ow; ox++ {
+					jx := ox*g.sw - g.pw + kj*g.dw
+					if iy < 0 || iy >= g.h || jx < 0 || jx >= g.w {
+						ix[oy*g.ow+ox] = -1
+					} else {
+						ix[oy*g.ow+ox] = int32(iy*g.w + jx)
+					}
+				}
+			}
+		}
+	}
 }
 
 func (g *convGeom) ckk() int { return g.c * g.kh * g.kw }
@@ -111,6 +140,7 @@ func Conv2d(x, w, b *G.Node, o Conv2dOpts) (*G.Node, error) {
 		}
 		children = append(children, b)
 	}
+	g.buildIndex()
 	return apply(&convOp{base: newBase("Conv2d"), g: g, bias: b != nil, noInputGrad: o.NoInputGrad}, children...)
 }
 
@@ -234,52 +264,20 @@ func im2col[T float](g *convGeom, x, cols []T, ld, off, c0, c1 int) {
 		im2colSame(g, x, cols, ld, off, c0, c1)
 		return
 	}
+	ohw, khw := g.ohw(), g.kh*g.kw
 	for c := c0; c < c1; c++ {
 		plane := x[c*g.h*g.w : (c+1)*g.h*g.w]
-		for ki := 0; ki < g.kh; ki++ {
-			for kj := 0; kj < g.kw; kj++ {
-				row := cols[((c*g.kh+ki)*g.kw+kj)*ld+off:]
-				// Output columns whose input column is inside the image.
-				x0 := kj*g.dw - g.pw
-				lo, hi := validRange(x0, g.sw, g.w, g.ow)
-				for oy := 0; oy < g.oh; oy++ {
-					dst := row[oy*g.ow : (oy+1)*g.ow]
-					iy := oy*g.sh - g.ph + ki*g.dh
-					if iy < 0 || iy >= g.h || lo >= hi {
-						clear(dst)
-						continue
-					}
-					clear(dst[:lo])
-					clear(dst[hi:])
-					src := plane[iy*g.w:]
-					if g.sw == 1 {
-						copy(dst[lo:hi], src[x0+lo:x0+hi])
-					} else {
-						for ox := lo; ox < hi; ox++ {
-							dst[ox] = src[x0+ox*g.sw]
-						}
-					}
+		for k := 0; k < khw; k++ {
+			row := cols[(c*khw+k)*ld+off : (c*khw+k)*ld+off+ohw]
+			for p, j := range g.idx[k*ohw : (k+1)*ohw] {
+				if j >= 0 {
+					row[p] = plane[j]
+				} else {
+					row[p] = 0
 				}
 			}
 		}
 	}
-}
-
-// validRange is the range [lo, hi) of outputs o in [0, n) for which
-// x0 + o·s lies in [0, size).
-func validRange(x0, s, size, n int) (lo, hi int) {
-	if x0 < 0 {
-		lo = (-x0 + s - 1) / s
-	}
-	if last := size - 1 - x0; last < 0 {
-		hi = 0
-	} else {
-		hi = min(n, last/s+1)
-	}
-	if lo > hi {
-		lo = hi
-	}
-	return lo, hi
 }
 
 // col2im adds the column matrix back into image dx [C, H, W]: the adjoint of
@@ -289,33 +287,14 @@ func col2im[T float](g *convGeom, cols []T, ld, off int, dx []T, c0, c1 int) {
 		col2imSame(g, cols, ld, off, dx, c0, c1)
 		return
 	}
+	ohw, khw := g.ohw(), g.kh*g.kw
 	for c := c0; c < c1; c++ {
 		plane := dx[c*g.h*g.w : (c+1)*g.h*g.w]
-		for ki := 0; ki < g.kh; ki++ {
-			for kj := 0; kj < g.kw; kj++ {
-				row := cols[((c*g.kh+ki)*g.kw+kj)*ld+off:]
-				x0 := kj*g.dw - g.pw
-				lo, hi := validRange(x0, g.sw, g.w, g.ow)
-				if lo >= hi {
-					continue
-				}
-				for oy := 0; oy < g.oh; oy++ {
-					iy := oy*g.sh - g.ph + ki*g.dh
-					if iy < 0 || iy >= g.h {
-						continue
-					}
-					src := row[oy*g.ow : (oy+1)*g.ow]
-					dst := plane[iy*g.w:]
-					if g.sw == 1 {
-						d := dst[x0+lo : x0+hi]
-						for i, v := range src[lo:hi] {
-							d[i] += v
-						}
-					} else {
-						for ox := lo; ox < hi; ox++ {
-							dst[x0+ox*g.sw] += src[ox]
-						}
-					}
+		for k := 0; k < khw; k++ {
+			row := cols[(c*khw+k)*ld+off : (c*khw+k)*ld+off+ohw]
+			for p, j := range g.idx[k*ohw : (k+1)*ohw] {
+				if j >= 0 {
+					plane[j] += row[p]
 				}
 			}
 		}
