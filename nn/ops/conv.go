@@ -216,15 +216,34 @@ func scratch[T float](p *any, n int) []T {
 
 func convFwd[T float](op *convOp, xt, wt, bt, yt *tensor.Dense) {
 	g := &op.g
-	x, w, y := data[T](xt), data[T](wt), data[T](yt)
+	y := data[T](yt)
+	ohw, out := g.ohw(), g.out()
+	convForward(g, data[T](xt), data[T](wt), y, &op.cols, &op.tmp)
+	if bt != nil {
+		b := data[T](bt)
+		for n := 0; n < g.n; n++ {
+			for o := 0; o < g.oc; o++ {
+				row := y[n*out+o*ohw : n*out+(o+1)*ohw]
+				bo := b[o]
+				for i := range row {
+					row[i] += bo
+				}
+			}
+		}
+	}
+}
+
+// convForward is y = w ⊛ x for the whole batch: im2col a chunk of images
+// into cols, one multiply, scatter when the chunk has several images.
+func convForward[T float](g *convGeom, x, w, y []T, colsP, tmpP *any) {
 	ckk, ohw, out := g.ckk(), g.ohw(), g.out()
 	nb := g.chunk()
 	var cols, tmp []T
 	if !g.x1() {
-		cols = scratch[T](&op.cols, ckk*nb*ohw)
+		cols = scratch[T](colsP, ckk*nb*ohw)
 	}
 	if nb > 1 {
-		tmp = scratch[T](&op.tmp, g.oc*nb*ohw)
+		tmp = scratch[T](tmpP, g.oc*nb*ohw)
 	}
 	for n0 := 0; n0 < g.n; n0 += nb {
 		m := min(nb, g.n-n0)
@@ -242,15 +261,29 @@ func convFwd[T float](op *convOp, xt, wt, bt, yt *tensor.Dense) {
 			moveChunk(g, tmp, y, n0, m, false)
 		}
 	}
-	if bt != nil {
-		b := data[T](bt)
-		for n := 0; n < g.n; n++ {
-			for o := 0; o < g.oc; o++ {
-				row := y[n*out+o*ohw : n*out+(o+1)*ohw]
-				bo := b[o]
-				for i := range row {
-					row[i] += bo
-				}
+}
+
+// transposed is the geometry of the input gradient of a same() convolution
+// seen as a convolution itself: dx = w' ⊛ dy with w' the kernel flipped in
+// space and its channel axes swapped (valid because same() padding is
+// symmetric: 2·pad = dilation·(kernel-1)).
+func (g *convGeom) transposed() convGeom {
+	t := *g
+	t.c, t.oc = g.oc, g.c
+	t.h, t.w, t.oh, t.ow = g.oh, g.ow, g.h, g.w
+	t.idx = nil
+	return t
+}
+
+// flipKernel writes w' [C, OC, KH, KW] with w'[c, o, i, j] = w[o, c, KH-1-i, KW-1-j].
+func flipKernel[T float](g *convGeom, w, wt []T) {
+	khw := g.kh * g.kw
+	for o := 0; o < g.oc; o++ {
+		for c := 0; c < g.c; c++ {
+			src := w[(o*g.c+c)*khw : (o*g.c+c+1)*khw]
+			dst := wt[(c*g.oc+o)*khw : (c*g.oc+o+1)*khw]
+			for k, v := range src {
+				dst[khw-1-k] = v
 			}
 		}
 	}
@@ -543,9 +576,9 @@ func convGradWeight[T float](op *convGradWeightOp, xt, dyt, dwt *tensor.Dense) {
 type convGradInputOp struct {
 	base
 	noDiff
-	g          convGeom
-	out        buffer
-	dcols, dyc any
+	g                 convGeom
+	out               buffer
+	dcols, dyc, wflip any
 }
 
 func (op *convGradInputOp) Arity() int                                     { return 2 }
@@ -576,6 +609,17 @@ func convGradInput[T float](op *convGradInputOp, dyt, wt, dxt *tensor.Dense) {
 	g := &op.g
 	dy, w, dx := data[T](dyt), data[T](wt), data[T](dxt)
 	ckk, ohw, out, in := g.ckk(), g.ohw(), g.out(), g.in()
+	if g.same() && !g.x1() && g.oc <= 2*g.c {
+		// A convolution of dy: its multiply has K = OC·KH·KW instead of
+		// OC, and no scatter-add (col2im) is needed. (With many more output
+		// than input channels, as in a stem, the column matrix of dy would
+		// be the larger one: col2im below.)
+		t := g.transposed()
+		wt := scratch[T](&op.wflip, len(w))
+		flipKernel(g, w, wt)
+		convForward(&t, dy, wt, dx, &op.dcols, &op.dyc)
+		return
+	}
 	if g.x1() { // dx_n = wᵀ·dy_n, straight into the output
 		for n := 0; n < g.n; n++ {
 			gemm(true, false, ckk, ohw, g.oc, 1, w, ckk, dy[n*out:(n+1)*out], ohw, 0, dx[n*in:(n+1)*in], ohw)

@@ -30,6 +30,7 @@ var convCases = []convCase{
 	{n: 3, c: 2, h: 5, w: 5, oc: 3, kh: 1, kw: 1, o: Conv2dOpts{Stride: [2]int{2, 2}}}, // shortcut conv
 	{n: 1, c: 2, h: 3, w: 3, oc: 2, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{2, 2}, Dilation: [2]int{2, 2}}},
 	{n: 5, c: 2, h: 4, w: 4, oc: 3, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}, bias: true}, // chunks of 3 and 2 at 40 columns
+	{n: 2, c: 1, h: 5, w: 4, oc: 3, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}},             // same, input gradient through col2im
 }
 
 // convRef is a direct 7-loop convolution.
