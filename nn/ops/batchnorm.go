@@ -241,7 +241,7 @@ func bnFwd[T float](op *bnOp, xt, gt, bt, yt *tensor.Dense) {
 func bnStats[T float](op *bnOp, x []T, lo, hi int) {
 	c, inner := op.c, op.inner
 	for p := lo; p < hi; p++ {
-		op.parts[2*p], op.parts[2*p+1] = shiftedSums(x[p*inner:(p+1)*inner], float64(x[(p%c)*inner]))
+		op.parts[2*p], op.parts[2*p+1] = shiftedSums(x[p*inner:(p+1)*inner], x[(p%c)*inner])
 	}
 }
 

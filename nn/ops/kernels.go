@@ -57,42 +57,51 @@ func sum[T float](x []T) float64 {
 	return (s0 + s1) + (s2 + s3)
 }
 
-// shiftedSums is Σ(x-k) and Σ(x-k)² in float64.
-func shiftedSums[T float](x []T, k float64) (s, sq float64) {
-	var s0, s1, q0, q1 float64
+// shiftedSums is Σ(x-k) and Σ(x-k)². It accumulates in T over four lanes
+// (one plane of an image is at most a few thousand elements; the shift keeps
+// the terms small) and returns float64 for the caller to sum planes in.
+func shiftedSums[T float](x []T, k T) (s, sq float64) {
+	var s0, s1, s2, s3, q0, q1, q2, q3 T
 	i := 0
-	for ; i+2 <= len(x); i += 2 {
-		d0, d1 := float64(x[i])-k, float64(x[i+1])-k
+	for ; i+4 <= len(x); i += 4 {
+		d0, d1, d2, d3 := x[i]-k, x[i+1]-k, x[i+2]-k, x[i+3]-k
 		s0 += d0
 		s1 += d1
+		s2 += d2
+		s3 += d3
 		q0 += d0 * d0
 		q1 += d1 * d1
+		q2 += d2 * d2
+		q3 += d3 * d3
 	}
 	for ; i < len(x); i++ {
-		d := float64(x[i]) - k
+		d := x[i] - k
 		s0 += d
 		q0 += d * d
 	}
-	return s0 + s1, q0 + q1
+	return float64((s0 + s1) + (s2 + s3)), float64((q0 + q1) + (q2 + q3))
 }
 
-// dotSums is Σd and Σd·x in float64.
+// dotSums is Σd and Σd·x, accumulated as shiftedSums.
 func dotSums[T float](d, x []T) (s, sx float64) {
 	x = x[:len(d)]
-	var s0, s1, p0, p1 float64
+	var s0, s1, s2, s3, p0, p1, p2, p3 T
 	i := 0
-	for ; i+2 <= len(d); i += 2 {
-		d0, d1 := float64(d[i]), float64(d[i+1])
-		s0 += d0
-		s1 += d1
-		p0 += d0 * float64(x[i])
-		p1 += d1 * float64(x[i+1])
+	for ; i+4 <= len(d); i += 4 {
+		s0 += d[i]
+		s1 += d[i+1]
+		s2 += d[i+2]
+		s3 += d[i+3]
+		p0 += d[i] * x[i]
+		p1 += d[i+1] * x[i+1]
+		p2 += d[i+2] * x[i+2]
+		p3 += d[i+3] * x[i+3]
 	}
 	for ; i < len(d); i++ {
-		s0 += float64(d[i])
-		p0 += float64(d[i]) * float64(x[i])
+		s0 += d[i]
+		p0 += d[i] * x[i]
 	}
-	return s0 + s1, p0 + p1
+	return float64((s0 + s1) + (s2 + s3)), float64((p0 + p1) + (p2 + p3))
 }
 
 // maskPosPar is maskPos over goroutines for large slices.
