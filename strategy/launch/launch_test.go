@@ -28,10 +28,14 @@ func TestMain(m *testing.M) {
 	case mode == "":
 		os.Exit(m.Run())
 	case mode == "env":
+		// One write per child: two children share the collecting buffer,
+		// and a write of one short line to a pipe is not interleaved.
+		var line strings.Builder
 		for _, k := range []string{launch.EnvRank, launch.EnvWorldSize, launch.EnvLocalRank, launch.EnvMasterPort, launch.EnvToken, launch.EnvLauncher, "KEEP"} {
-			fmt.Printf("%s=%s ", k, os.Getenv(k))
+			fmt.Fprintf(&line, "%s=%s ", k, os.Getenv(k))
 		}
-		fmt.Println()
+		line.WriteString("\n")
+		os.Stdout.WriteString(line.String())
 		os.Exit(0)
 	case strings.HasPrefix(mode, "exit:"):
 		n, _ := strconv.Atoi(strings.TrimPrefix(mode, "exit:"))
