@@ -227,14 +227,21 @@ func (t *Trainer) SaveCheckpoint(ctx context.Context, path string) error {
 // writeCheckpoint writes the run's state to every path now, on rank 0,
 // encoding it once.
 func (t *Trainer) writeCheckpoint(ctx context.Context, paths ...string) error {
-	if !t.state.IsGlobalZero || len(paths) == 0 {
+	if len(paths) == 0 {
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	defer t.span("checkpoint save")()
-	tensors, meta, err := t.encodeCheckpoint()
+	ost, err := t.optimizerState(ctx) // every rank: it may gather shards
+	if err != nil {
+		return fmt.Errorf("checkpoint %s: %w", paths[0], err)
+	}
+	if !t.state.IsGlobalZero {
+		return nil
+	}
+	tensors, meta, err := t.encodeCheckpoint(ost)
 	if err != nil {
 		return fmt.Errorf("checkpoint %s: %w", paths[0], err)
 	}
@@ -246,7 +253,65 @@ func (t *Trainer) writeCheckpoint(ctx context.Context, paths ...string) error {
 	return nil
 }
 
-func (t *Trainer) encodeCheckpoint() ([]stTensor, map[string]string, error) {
+// sharder is implemented by strategies whose optimizer holds state for one
+// span [lo, hi) of the parameters on each rank (strategy.Sharded).
+type sharder interface {
+	Shard() (lo, hi int)
+}
+
+// replicated is implemented by strategies with several replicas in this
+// process (strategy.DP): Store() is replica 0's.
+type replicated interface {
+	ReplicaStores() []*module.Store
+}
+
+// optimizerState is the optimizer's state over every parameter. With a
+// sharded optimizer each rank holds one span: the spans are gathered with
+// the strategy's Reduce (element-wise Max over -Inf elsewhere, which keeps
+// every value and its sign bit exactly), so every rank must call it.
+func (t *Trainer) optimizerState(ctx context.Context) (*optim.State, error) {
+	opt := t.strat.Optimizer()
+	if opt == nil {
+		return nil, nil
+	}
+	st := opt.State()
+	sh, ok := t.strat.(sharder)
+	if !ok || t.strat.WorldSize() == 1 {
+		return &st, nil
+	}
+	lo, hi := sh.Shard()
+	n := t.strat.Store().NumParams()
+	if st.Lo != lo || st.Hi != hi {
+		return nil, fmt.Errorf("the optimizer state covers [%d, %d) but the strategy's shard is [%d, %d)", st.Lo, st.Hi, lo, hi)
+	}
+	names := make([]string, 0, len(st.Buffers))
+	for name := range st.Buffers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	buf := make([]float64, len(names)*n)
+	for i := range buf {
+		buf[i] = math.Inf(-1)
+	}
+	for k, name := range names {
+		copy(buf[k*n+lo:k*n+hi], st.Buffers[name])
+	}
+	weights := make([]float64, len(buf))
+	ops := make([]module.Reduce, len(buf))
+	for i := range ops {
+		ops[i] = module.Max
+	}
+	if err := t.strat.Reduce(ctx, buf, weights, ops); err != nil {
+		return nil, fmt.Errorf("gather the optimizer's shards: %w", err)
+	}
+	full := optim.State{Step: st.Step, Scalars: st.Scalars, Lo: 0, Hi: n, Buffers: map[string][]float64{}}
+	for k, name := range names {
+		full.Buffers[name] = buf[k*n : (k+1)*n : (k+1)*n]
+	}
+	return &full, nil
+}
+
+func (t *Trainer) encodeCheckpoint(ost *optim.State) ([]stTensor, map[string]string, error) {
 	st := t.strat.Store()
 	dt := dtypeName(st.Dtype())
 	var tensors []stTensor
@@ -292,8 +357,7 @@ func (t *Trainer) encodeCheckpoint() ([]stTensor, map[string]string, error) {
 		return nil, nil, err
 	}
 
-	if opt := t.strat.Optimizer(); opt != nil {
-		ost := opt.State()
+	if opt := t.strat.Optimizer(); opt != nil && ost != nil {
 		co := ckptOptimizer{Name: opt.Name(), Step: ost.Step, Lo: ost.Lo, Hi: ost.Hi, Scalars: toJ(ost.Scalars)}
 		for name := range ost.Buffers {
 			co.Buffers = append(co.Buffers, name)
@@ -613,6 +677,17 @@ func (t *Trainer) apply(c *checkpoint) error {
 			}
 			ost.Buffers[name] = values64(tn)
 		}
+		if sh, ok := t.strat.(sharder); ok && t.strat.WorldSize() > 1 {
+			// The file holds every rank's span; this rank loads its own.
+			lo, hi := sh.Shard()
+			if ost.Lo != 0 || ost.Hi != st.NumParams() {
+				return fmt.Errorf("metadata field %q: the optimizer state covers [%d, %d), not every parameter [0, %d): a sharded run needs a checkpoint with the whole state", keyOptimizer, ost.Lo, ost.Hi, st.NumParams())
+			}
+			for name, b := range ost.Buffers {
+				ost.Buffers[name] = b[lo:hi]
+			}
+			ost.Lo, ost.Hi = lo, hi
+		}
 		if err := opt.LoadState(ost); err != nil {
 			return fmt.Errorf("metadata field %q: %w", keyOptimizer, err)
 		}
@@ -654,6 +729,15 @@ func (t *Trainer) apply(c *checkpoint) error {
 	}
 
 	copyWeights(c, st)
+	if r, ok := t.strat.(replicated); ok {
+		for _, rs := range r.ReplicaStores() {
+			if rs != st {
+				if err := rs.CopyFrom(st); err != nil {
+					return fmt.Errorf("copy the weights to every replica: %w", err)
+				}
+			}
+		}
+	}
 
 	t.state.GlobalStep = ts.GlobalStep
 	t.state.Epoch = ts.Epoch

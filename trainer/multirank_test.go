@@ -1,0 +1,128 @@
+package trainer_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/collective"
+	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
+	"github.com/fulgur-ml/fulgur/trainer"
+)
+
+// fitRanks runs a job on n ranks in goroutines (inproc collectives), each
+// with its own trainer, and returns rank 0's trainer.
+func fitRanks(t *testing.T, n int, newStrat func(r int, g collective.Collective) strategy.Strategy, job resumeJob, ckpt string, cbs func(rank int) []trainer.Callback) []*trainer.Trainer {
+	t.Helper()
+	group, err := inproc.NewGroup(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trs := make([]*trainer.Trainer, n)
+	errs := make([]error, n)
+	root := t.TempDir()
+	var wg sync.WaitGroup
+	for r := 0; r < n; r++ {
+		cfg := quiet(job.cfg)
+		cfg.DefaultRootDir = root
+		cfg.StrategyImpl = newStrat(r, group[r])
+		cfg.HandleSignals = trainer.Bool(false)
+		if cbs != nil {
+			cfg.Callbacks = cbs(r)
+		}
+		tr, err := trainer.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		trs[r] = tr
+		var opts []trainer.FitOption
+		if ckpt != "" {
+			opts = append(opts, trainer.FromCheckpoint(ckpt))
+		}
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			errs[r] = tr.Fit(context.Background(), job.mod(), job.train, job.val, opts...)
+		}(r)
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	return trs
+}
+
+func TestShardedResumeGathersOptimizerState(t *testing.T) {
+	job := newResumeJob(t, 1, 0)
+	job.cfg.MaxEpochs = 2
+	sharded := func(r int, g collective.Collective) strategy.Strategy {
+		s, err := strategy.NewSharded(strategy.ShardedConfig{DDPConfig: strategy.DDPConfig{Group: g}, Stage: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	dir := t.TempDir()
+	savers := make([]*saver, 2)
+	ref := fitRanks(t, 2, sharded, job, "", func(r int) []trainer.Callback {
+		savers[r] = &saver{dir: dir, when: map[string]func(*trainer.State) bool{"batch": func(s *trainer.State) bool { return s.GlobalStep == 5 }}}
+		return []trainer.Callback{savers[r]}
+	})
+	want := ref[0].Store().SHA256()
+	if h := ref[1].Store().SHA256(); h != want {
+		t.Fatalf("ranks differ: %s and %s", want, h)
+	}
+	if len(savers[0].paths) != 1 {
+		t.Fatalf("saved %v", savers[0].paths)
+	}
+	got := fitRanks(t, 2, sharded, job, savers[0].paths[0], nil)
+	for r, tr := range got {
+		if h := tr.Store().SHA256(); h != want {
+			t.Errorf("rank %d resumed from step 5: weights %s, want %s", r, h, want)
+		}
+	}
+}
+
+// stopOn stops training at a step on one rank only.
+type stopOn struct{ rank, step int }
+
+func (s stopOn) Name() string { return "stopOn" }
+func (s stopOn) OnTrainBatchEnd(ctx context.Context, st *trainer.State) error {
+	if st.Rank == s.rank && st.GlobalStep == s.step {
+		return trainer.Stop("rank %d asked", s.rank)
+	}
+	return nil
+}
+
+func TestStopOnOneRankStopsEveryRank(t *testing.T) {
+	job := newResumeJob(t, 1, 0)
+	ddp := func(r int, g collective.Collective) strategy.Strategy {
+		s, err := strategy.NewDDP(strategy.DDPConfig{Group: g})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	trs := fitRanks(t, 2, ddp, job, "", func(r int) []trainer.Callback { return []trainer.Callback{stopOn{rank: 1, step: 7}} })
+	for r, tr := range trs {
+		st := tr.Stats()
+		want := map[int]string{0: "another rank stopped training", 1: "rank 1 asked"}[r]
+		if st.GlobalStep != 7 || st.StoppedEarly != want {
+			t.Errorf("rank %d: step %d, reason %q; want 7, %q", r, st.GlobalStep, st.StoppedEarly, want)
+		}
+	}
+}
+
+func TestDPResumeSyncsReplicas(t *testing.T) {
+	job := newResumeJob(t, 1, 0)
+	job.cfg.MaxEpochs = 2
+	job.cfg.Strategy, job.cfg.Devices = "dp", 2
+	sv := &saver{dir: t.TempDir(), when: map[string]func(*trainer.State) bool{"batch": func(s *trainer.State) bool { return s.GlobalStep == 9 }}}
+	want := job.run(t, "", sv).Store().SHA256()
+	if got := job.run(t, sv.paths[0]).Store().SHA256(); got != want {
+		t.Errorf("dp resumed from step 9: %s, want %s", got, want)
+	}
+}
