@@ -1,5 +1,3 @@
-// Package blastest is the conformance suite every blas.Impl must pass: a new
-// implementation is one line of test, blastest.Run(t, impl).
 package blastest
 
 import (
