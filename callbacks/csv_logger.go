@@ -24,7 +24,6 @@ type CSVLogger struct {
 	hp      map[string]any // hyperparameters logged so far (merged)
 	dir     string
 	cols    []string
-	rows    []map[string]string
 	f       *os.File
 	w       *csv.Writer
 	started bool
@@ -102,6 +101,22 @@ func (l *CSVLogger) start() error {
 	if err := os.MkdirAll(l.dir, 0o755); err != nil {
 		return err
 	}
+	return l.rewrite(nil, nil)
+}
+
+// rewrite writes the file again under the header l.cols plus extra (sorted
+// together), keeping the rows already in it, then row: the rows live in
+// the file, not in memory, and a rewrite happens only when a new metric
+// appears.
+func (l *CSVLogger) rewrite(extra []string, row map[string]string) error {
+	if l.f != nil {
+		l.w.Flush()
+		if err := errors.Join(l.w.Error(), l.f.Close()); err != nil {
+			return err
+		}
+		l.f = nil
+	}
+	var rows []map[string]string
 	b, err := os.ReadFile(l.Path())
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
@@ -114,38 +129,55 @@ func (l *CSVLogger) start() error {
 		if len(recs) > 0 {
 			l.cols = recs[0]
 			for _, r := range recs[1:] {
-				row := map[string]string{}
+				m := map[string]string{}
 				for i, c := range l.cols {
 					if i < len(r) {
-						row[c] = r[i]
+						m[c] = r[i]
 					}
 				}
-				l.rows = append(l.rows, row)
+				rows = append(rows, m)
 			}
 		}
 	}
-	return l.rewrite()
-}
-
-// rewrite writes the whole file again (when a new column appears).
-func (l *CSVLogger) rewrite() error {
-	if l.f != nil {
-		l.w.Flush()
-		l.f.Close()
+	known := map[string]bool{}
+	for _, c := range l.cols {
+		known[c] = true
 	}
-	f, err := os.Create(l.Path())
+	for _, c := range extra {
+		if !known[c] {
+			l.cols = append(l.cols, c)
+			known[c] = true
+		}
+	}
+	sort.Strings(l.cols)
+	if row != nil {
+		rows = append(rows, row)
+	}
+	tmp := l.Path() + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	if len(l.cols) > 0 {
+		w.Write(l.cols)
+		for _, r := range rows {
+			w.Write(l.record(r))
+		}
+	}
+	w.Flush()
+	if err := errors.Join(w.Error(), f.Close()); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, l.Path()); err != nil {
+		return err
+	}
+	f, err = os.OpenFile(l.Path(), os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	l.f, l.w = f, csv.NewWriter(f)
-	if len(l.cols) > 0 {
-		l.w.Write(l.cols)
-		for _, r := range l.rows {
-			l.w.Write(l.record(r))
-		}
-	}
-	l.w.Flush()
-	return l.w.Error()
+	return nil
 }
 
 func (l *CSVLogger) record(r map[string]string) []string {
@@ -185,17 +217,14 @@ func (l *CSVLogger) LogMetrics(step int, m map[string]float64) error {
 	for _, c := range l.cols {
 		known[c] = true
 	}
-	grew := false
+	var extra []string
 	for k := range row {
 		if !known[k] {
-			l.cols = append(l.cols, k)
-			grew = true
+			extra = append(extra, k)
 		}
 	}
-	l.rows = append(l.rows, row)
-	if grew {
-		sort.Strings(l.cols)
-		return l.rewrite()
+	if len(extra) > 0 {
+		return l.rewrite(extra, row)
 	}
 	l.w.Write(l.record(row))
 	l.w.Flush()
@@ -209,6 +238,6 @@ func (l *CSVLogger) Finalize(status string) error {
 	}
 	l.w.Flush()
 	err := errors.Join(l.w.Error(), l.f.Sync(), l.f.Close())
-	l.f, l.started, l.rows, l.cols = nil, false, nil, nil
+	l.f, l.started, l.cols = nil, false, nil
 	return err
 }
