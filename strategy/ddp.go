@@ -15,6 +15,7 @@ import (
 	"github.com/fulgur-ml/fulgur/internal/engine"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/optim"
+	"github.com/fulgur-ml/fulgur/profiler"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/device"
 )
@@ -62,6 +63,7 @@ type DDPConfig struct {
 type DDP struct {
 	cfg  DDPConfig
 	name string
+	prof profiler.Profiler
 
 	c       collective.Group
 	dev     device.Device
@@ -146,6 +148,7 @@ func (d *DDP) check() error {
 }
 
 func (d *DDP) Setup(ctx context.Context, su Setup) error {
+	d.prof = profilerOf(su.Profiler)
 	store, err := d.setupReplica(ctx, su)
 	if err != nil {
 		return err
@@ -271,7 +274,39 @@ func (d *DDP) startReduce(ctx context.Context) {
 		}
 		d.pending = append(d.pending, d.c.AllReduceAsync(ctx, buf, collective.Mean))
 	}
+	if profiling(d.prof) {
+		// The communication goroutine runs the buckets one after another,
+		// so bucket i is on the wire from bucket i-1's landing to its own.
+		pending := append([]collective.Handle(nil), d.pending...)
+		go func() {
+			for i, h := range pending {
+				sp := profiler.StartTrack(d.prof, "comm", bucketNames[min(i, len(bucketNames)-1)])
+				h.Wait()
+				sp.End()
+			}
+		}()
+	}
 }
+
+// bucketNames are the span names of gradient buckets (the last one covers
+// every bucket past it), built once so profiling allocates no strings.
+var bucketNames = func() []string {
+	out := make([]string, 16)
+	for i := range out {
+		out[i] = fmt.Sprintf("all-reduce bucket %d", i)
+	}
+	out[15] = "all-reduce bucket 15+"
+	return out
+}()
+
+var waitNames = func() []string {
+	out := make([]string, 16)
+	for i := range out {
+		out[i] = fmt.Sprintf("wait bucket %d", i)
+	}
+	out[15] = "wait bucket 15+"
+	return out
+}()
 
 func (d *DDP) OptimizerStep(ctx context.Context, o StepOptions) (float64, error) {
 	if err := d.check(); err != nil {
@@ -287,7 +322,10 @@ func (d *DDP) OptimizerStep(ctx context.Context, o StepOptions) (float64, error)
 	if o.ClipNorm > 0 {
 		// The norm needs every bucket.
 		for i, h := range d.pending {
-			if err := h.Wait(); err != nil {
+			sp := d.prof.Start(waitNames[min(i, len(waitNames)-1)])
+			err := h.Wait()
+			sp.End()
+			if err != nil {
 				return math.NaN(), d.fail(fmt.Sprintf("all-reduce gradient bucket %d of %d", i+1, len(d.pending)), err)
 			}
 		}
@@ -295,7 +333,10 @@ func (d *DDP) OptimizerStep(ctx context.Context, o StepOptions) (float64, error)
 	}
 	d.opt.Begin()
 	for i, h := range d.pending {
-		if err := h.Wait(); err != nil {
+		sp := d.prof.Start(waitNames[min(i, len(waitNames)-1)])
+		err := h.Wait()
+		sp.End()
+		if err != nil {
 			return math.NaN(), d.fail(fmt.Sprintf("all-reduce gradient bucket %d of %d", i+1, len(d.pending)), err)
 		}
 		bk := d.buckets[i]

@@ -135,6 +135,7 @@ func (s *Sharded) Stage() int { return s.stage }
 func (s *Sharded) Shard() (lo, hi int) { return s.lo, s.hi }
 
 func (s *Sharded) Setup(ctx context.Context, su Setup) error {
+	s.prof = profilerOf(su.Profiler)
 	st, err := s.setupReplica(ctx, su)
 	if err != nil {
 		return err
@@ -166,11 +167,13 @@ func (s *Sharded) Setup(ctx context.Context, su Setup) error {
 func (s *Sharded) reduceScatter(ctx context.Context) error {
 	st := s.Store()
 	var err error
+	sp := s.prof.Start("reduce-scatter gradients")
 	if st.Dtype() == tensor.Float32 {
 		err = s.c.ReduceScatter(ctx, st.Grad32(), s.g32, collective.Mean)
 	} else {
 		err = s.c.ReduceScatter(ctx, st.Grad64(), s.g64, collective.Mean)
 	}
+	sp.End()
 	if err != nil {
 		return s.fail("reduce-scatter gradients", err)
 	}
@@ -220,7 +223,10 @@ func (s *Sharded) OptimizerStep(ctx context.Context, o StepOptions) (float64, er
 		s.opt.Begin()
 		s.opt.Update32(p, g, s.lo)
 		copy(s.g32, p)
-		if err := s.c.AllGather(ctx, s.g32, st.Data32()[:st.NumParams()]); err != nil {
+		sp := s.prof.Start("all-gather parameters")
+		err := s.c.AllGather(ctx, s.g32, st.Data32()[:st.NumParams()])
+		sp.End()
+		if err != nil {
 			return math.NaN(), s.fail("all-gather parameters", err)
 		}
 	} else {
@@ -246,7 +252,10 @@ func (s *Sharded) OptimizerStep(ctx context.Context, o StepOptions) (float64, er
 		s.opt.Begin()
 		s.opt.Update64(p, g, s.lo)
 		copy(s.g64, p)
-		if err := s.c.AllGather(ctx, s.g64, st.Data64()[:st.NumParams()]); err != nil {
+		sp := s.prof.Start("all-gather parameters")
+		err := s.c.AllGather(ctx, s.g64, st.Data64()[:st.NumParams()])
+		sp.End()
+		if err != nil {
 			return math.NaN(), s.fail("all-gather parameters", err)
 		}
 	}

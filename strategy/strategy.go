@@ -9,6 +9,7 @@ import (
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/optim"
+	"github.com/fulgur-ml/fulgur/profiler"
 )
 
 // Setup is everything a strategy needs to build its replicas. The trainer
@@ -27,6 +28,24 @@ type Setup struct {
 	// call it once per replica or shard.
 	NewOptimizer func() (optim.Optimizer, optim.Scheduler, error)
 	Log          zerolog.Logger
+	// Profiler records the strategy's communication spans (gradient
+	// buckets on the communication track, waits on the training one).
+	// nil: profiler.Nop.
+	Profiler profiler.Profiler
+}
+
+// profilerOf returns p, or Nop when p is nil.
+func profilerOf(p profiler.Profiler) profiler.Profiler {
+	if p == nil {
+		return profiler.Nop{}
+	}
+	return p
+}
+
+// profiling reports whether p records anything.
+func profiling(p profiler.Profiler) bool {
+	_, nop := p.(profiler.Nop)
+	return p != nil && !nop
 }
 
 // StepOptions control one optimizer step.
