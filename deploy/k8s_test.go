@@ -382,3 +382,25 @@ func TestDockerfile(t *testing.T) {
 		}
 	}
 }
+
+// TestReadmeMatchesFiles keeps deploy/README.md honest about the files it
+// names and the secret the manifests read.
+func TestReadmeMatchesFiles(t *testing.T) {
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	if !strings.Contains(readme, "kubectl create secret generic fulgur-token --from-literal=token=") {
+		t.Error("README.md does not show how to create the secret fulgur-token (key token) the manifests read")
+	}
+	paths := regexp.MustCompile("deploy/[A-Za-z0-9_./-]*[A-Za-z0-9_]").FindAllString(readme, -1)
+	if len(paths) < 5 {
+		t.Fatalf("README.md names only %d deploy/ paths: %v", len(paths), paths)
+	}
+	for _, p := range paths {
+		if _, err := os.Stat(filepath.Join("..", p)); err != nil {
+			t.Errorf("README.md names %s: %v", p, err)
+		}
+	}
+}
