@@ -19,7 +19,8 @@
 # MASTER_ADDR, MASTER_PORT), two in each node, tcp backend. "mpirun-tcp":
 # mpirun starts them (2 slots per node), the tcp backend carries the
 # gradients. "mpi": the mpi backend (build tag mpi) under mpirun, against the
-# same on one node; skipped, saying why, while the tree has no mpi backend.
+# same on one node; skipped, saying why, while DDP does not take
+# FULGUR_BACKEND=mpi.
 #
 # Environment: FULGUR_NETNS_RUN_TIMEOUT (seconds per training run, default
 # 300), FULGUR_NETNS_KEEP=1 (keep the work directory and its logs),
