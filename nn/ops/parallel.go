@@ -6,20 +6,36 @@ import (
 	"github.com/fulgur-ml/fulgur/internal/blas"
 )
 
-// Loops around the multiplies (im2col, normalisation, elementwise) run on as
-// many goroutines as the matrix multiply uses threads (blas.Threads), so a
-// process sized for one core (a rank of several on one machine) stays on one
-// core. Work is split by index, never by timing, and reductions combine
-// per-index partial results in index order: results do not depend on the
-// number of workers.
+// Loops around the multiplies (im2col, normalisation, elementwise) can run on
+// several goroutines. Work is split by index, never by timing, and
+// reductions combine per-index partial results in index order: results do
+// not depend on the number of workers (TestParallelMatchesSerial).
+//
+// By default they run serially: measured on the resnet8 step (batch 64, two
+// cores), splitting them over two goroutines next to a two-thread OpenBLAS
+// made the step slower (about 90 -> 120 ms), as OpenBLAS's threads spin
+// between calls and the goroutines compete with them for the cores.
+// SetLoopWorkers changes it for programs where that does not hold.
 
 // parallelGrain is the least number of elements worth a goroutine;
 // maxWorkers caps the goroutines of one loop. Tests change both to run the
 // parallel paths on small inputs.
 var (
 	parallelGrain = 1 << 15
-	maxWorkers    = blas.Threads
+	maxWorkers    = func() int { return 1 }
 )
+
+// SetLoopWorkers sets how many goroutines the loops around the multiplies
+// may use: 0 means as many as the BLAS uses threads (blas.Threads), 1 (the
+// default) keeps them serial. Call it at program start, before graphs run.
+func SetLoopWorkers(n int) {
+	switch {
+	case n <= 0:
+		maxWorkers = blas.Threads
+	default:
+		maxWorkers = func() int { return n }
+	}
+}
 
 // workers is how many goroutines a loop over n items of size elements each
 // should use.
