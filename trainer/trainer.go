@@ -10,6 +10,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/internal/blas"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/optim"
 	"github.com/fulgur-ml/fulgur/strategy"
@@ -123,6 +124,11 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 	}
 	if t.strat != nil && t.mod == m {
 		return nil
+	}
+	// Pick the matrix multiply (OpenBLAS when the loader finds it, pure-Go
+	// gonum otherwise) once per process, before any graph runs.
+	if _, err := blas.Choose(*t.cfg.Log, blas.ChooseOptions{}); err != nil {
+		return fmt.Errorf("matrix multiply: %w", err)
 	}
 	b := module.NewBuilder(t.dtype())
 	if err := configure(m, b); err != nil {
