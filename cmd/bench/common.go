@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -416,8 +418,13 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 		if err != nil {
 			return nil, err
 		}
-		// torchrun's variables, which strategy/cluster reads.
-		env = append(env, "MASTER_ADDR=127.0.0.1", fmt.Sprintf("MASTER_PORT=%d", port),
+		token := make([]byte, 16)
+		if _, err := rand.Read(token); err != nil {
+			return nil, err
+		}
+		// torchrun's variables, which strategy/cluster reads, and the job's
+		// shared secret.
+		env = append(env, "FULGUR_TOKEN="+hex.EncodeToString(token), "MASTER_ADDR=127.0.0.1", fmt.Sprintf("MASTER_PORT=%d", port),
 			fmt.Sprintf("WORLD_SIZE=%d", ranks), fmt.Sprintf("LOCAL_WORLD_SIZE=%d", ranks), "GROUP_RANK=0", "NODE_RANK=0")
 	}
 	type out struct {
@@ -555,6 +562,17 @@ func childMain(ctx context.Context, spec string) error {
 		}
 		defer pf.Close()
 		defer pprof.StopCPUProfile()
+	}
+	if path := os.Getenv("FULGUR_BENCH_MEMPROFILE"); path != "" {
+		// Every allocation is sampled (slow): for finding what allocates
+		// per step, not for timing.
+		runtime.MemProfileRate = 1
+		defer func() {
+			if pf, err := os.Create(path); err == nil {
+				pprof.Lookup("allocs").WriteTo(pf, 0)
+				pf.Close()
+			}
+		}()
 	}
 	f, err := w.Run(ctx, c)
 	if err != nil {

@@ -5,14 +5,14 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/fulgur-ml/fulgur/internal/models"
 	"github.com/fulgur-ml/fulgur/module"
 )
 
 // newResNet8 makes the resnet8 workload's module (BENCHMARKS.md: conv3x3
 // 1→16 + BN + ReLU, BasicBlocks 16→16 s1, 16→32 s2, 32→64 s2, global average
-// pool, Linear 64→10, Adam 1e-3). It is set by resnet8_model.go once
-// internal/models has the module.
-var newResNet8 func() module.Module
+// pool, Linear 64→10, Adam 1e-3): models.ResNet's default configuration.
+var newResNet8 = func() module.Module { return &models.ResNet{} }
 
 func init() {
 	register(&workload{
