@@ -1,0 +1,336 @@
+package plot
+
+import (
+	"encoding/csv"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// MetricsFile is the name of the CSV logger's file in a run directory.
+const MetricsFile = "metrics.csv"
+
+// Row is one logging call: the metrics logged at one step.
+type Row struct {
+	Step int
+	// Epoch is the 0-based epoch logged with the row; NaN when the row has
+	// none.
+	Epoch float64
+	// Values holds the metrics of the row other than step and epoch.
+	Values map[string]float64
+}
+
+// History is the logged metrics of one run, in logging order.
+type History struct {
+	// Label names the run in legends when several runs share a chart.
+	Label string
+	Rows  []Row
+}
+
+// Log appends one row, as a trainer.Logger's LogMetrics receives it: an
+// "epoch" entry becomes the row's epoch. m is copied.
+func (h *History) Log(step int, m map[string]float64) {
+	r := Row{Step: step, Epoch: math.NaN(), Values: make(map[string]float64, len(m))}
+	for k, v := range m {
+		if k == "epoch" {
+			r.Epoch = v
+			continue
+		}
+		r.Values[k] = v
+	}
+	h.Rows = append(h.Rows, r)
+}
+
+// Keys returns the names of the logged metrics, sorted.
+func (h *History) Keys() []string {
+	seen := map[string]bool{}
+	for _, r := range h.Rows {
+		for k := range r.Values {
+			seen[k] = true
+		}
+	}
+	keys := make([]string, 0, len(seen))
+	for k := range seen {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// Point is one logged value of a metric.
+type Point struct {
+	Step  int
+	Epoch float64 // NaN when not logged
+	Value float64
+}
+
+// Series returns the finite logged values of key in logging order.
+func (h *History) Series(key string) []Point {
+	var out []Point
+	for _, r := range h.Rows {
+		v, ok := r.Values[key]
+		if !ok || math.IsNaN(v) || math.IsInf(v, 0) {
+			continue
+		}
+		out = append(out, Point{Step: r.Step, Epoch: r.Epoch, Value: v})
+	}
+	return out
+}
+
+// EpochLevel reports whether key is logged at most once per epoch, each time
+// with its epoch (validation metrics, *_epoch aggregates): those are drawn
+// against epoch as well as step.
+func (h *History) EpochLevel(key string) bool {
+	pts := h.Series(key)
+	if len(pts) == 0 {
+		return false
+	}
+	seen := map[float64]bool{}
+	for _, p := range pts {
+		if math.IsNaN(p.Epoch) || seen[p.Epoch] {
+			return false
+		}
+		seen[p.Epoch] = true
+	}
+	return true
+}
+
+// Goal says which way a metric improves.
+type Goal int
+
+const (
+	// NoGoal: neither direction is better (learning rate, memory, ...).
+	NoGoal Goal = iota
+	// Minimize: lower is better (losses, errors).
+	Minimize
+	// Maximize: higher is better (accuracy, F1, ...).
+	Maximize
+)
+
+func (g Goal) String() string {
+	switch g {
+	case Minimize:
+		return "min"
+	case Maximize:
+		return "max"
+	}
+	return ""
+}
+
+var (
+	minWords = regexp.MustCompile(`(^|[_/.\-])(loss|err|error|mse|mae|rmse|nll|perplexity|ppl)($|[_/.\-])`)
+	maxWords = regexp.MustCompile(`(^|[_/.\-])(acc|accuracy|f1|auc|auroc|precision|recall|iou|dice|top1|top5)($|[_/.\-])`)
+)
+
+// GoalOf guesses from its name which way a metric improves: losses and
+// errors fall, accuracies rise, anything else has no goal.
+func GoalOf(key string) Goal {
+	k := strings.ToLower(key)
+	switch {
+	case minWords.MatchString(k):
+		return Minimize
+	case maxWords.MatchString(k):
+		return Maximize
+	}
+	return NoGoal
+}
+
+// Summary is the final and best value of one metric.
+type Summary struct {
+	Key       string
+	N         int // finite values logged
+	Final     float64
+	FinalStep int
+	Goal      Goal
+	// Best and BestStep are the lowest or highest value by Goal (its first
+	// occurrence); equal to Final when Goal is NoGoal.
+	Best     float64
+	BestStep int
+	Min, Max float64
+}
+
+// Summaries returns a Summary for every metric with a finite value, by key.
+func (h *History) Summaries() []Summary {
+	var out []Summary
+	for _, k := range h.Keys() {
+		pts := h.Series(k)
+		if len(pts) == 0 {
+			continue
+		}
+		last := pts[len(pts)-1]
+		s := Summary{Key: k, N: len(pts), Final: last.Value, FinalStep: last.Step, Goal: GoalOf(k),
+			Best: last.Value, BestStep: last.Step, Min: pts[0].Value, Max: pts[0].Value}
+		if s.Goal != NoGoal {
+			s.Best, s.BestStep = pts[0].Value, pts[0].Step
+		}
+		for _, p := range pts {
+			s.Min, s.Max = math.Min(s.Min, p.Value), math.Max(s.Max, p.Value)
+			if (s.Goal == Minimize && p.Value < s.Best) || (s.Goal == Maximize && p.Value > s.Best) {
+				s.Best, s.BestStep = p.Value, p.Step
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// ReadCSV reads a metrics.csv: a header naming the columns, one of them
+// "step" (and usually "epoch"), then one row per logging call with empty
+// cells for metrics not logged in it. name is used in errors.
+func ReadCSV(r io.Reader, name string) (*History, error) {
+	cr := csv.NewReader(r)
+	cr.FieldsPerRecord = -1
+	header, err := cr.Read()
+	if err == io.EOF {
+		return nil, fmt.Errorf("%s is empty: nothing was logged (a run logs every LogEveryNSteps steps and at each epoch end)", name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: header: %w", name, err)
+	}
+	stepCol, epochCol := -1, -1
+	for i, c := range header {
+		header[i] = strings.TrimSpace(c)
+		switch header[i] {
+		case "step":
+			stepCol = i
+		case "epoch":
+			epochCol = i
+		}
+	}
+	if stepCol < 0 {
+		return nil, fmt.Errorf("%s has no \"step\" column (header %q): it is not a metrics file written by the CSV logger", name, strings.Join(header, ","))
+	}
+	h := &History{}
+	for line := 2; ; line++ {
+		rec, err := cr.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		if len(rec) != len(header) {
+			return nil, fmt.Errorf("%s line %d has %d cells but the header has %d: the file is cut short or was edited; drop the line", name, line, len(rec), len(header))
+		}
+		row := Row{Epoch: math.NaN(), Values: map[string]float64{}}
+		for i, cell := range rec {
+			cell = strings.TrimSpace(cell)
+			if cell == "" {
+				continue
+			}
+			v, err := strconv.ParseFloat(cell, 64)
+			if err != nil {
+				return nil, fmt.Errorf("%s line %d column %q: %q is not a number", name, line, header[i], cell)
+			}
+			switch i {
+			case stepCol:
+				if v != math.Trunc(v) || v < 0 {
+					return nil, fmt.Errorf("%s line %d: step %q is not a whole number of 0 or more", name, line, cell)
+				}
+				row.Step = int(v)
+			case epochCol:
+				row.Epoch = v
+			default:
+				row.Values[header[i]] = v
+			}
+		}
+		if strings.TrimSpace(rec[stepCol]) == "" {
+			return nil, fmt.Errorf("%s line %d has no step: every row of a metrics file needs one", name, line)
+		}
+		h.Rows = append(h.Rows, row)
+	}
+	if len(h.Rows) == 0 {
+		return nil, fmt.Errorf("%s has a header but no rows: nothing was logged yet", name)
+	}
+	return h, nil
+}
+
+// FindMetrics returns the metrics.csv of a run given its directory, the
+// file itself, or a root directory holding lightning_logs/version_N (or
+// version_N) directories, where it picks the highest N.
+func FindMetrics(path string) (string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("run %s: %w", path, err)
+	}
+	if !fi.IsDir() {
+		return path, nil
+	}
+	if f := filepath.Join(path, MetricsFile); exists(f) {
+		return f, nil
+	}
+	for _, base := range []string{filepath.Join(path, "lightning_logs"), path} {
+		if v, ok := newestVersion(base); ok {
+			if f := filepath.Join(v, MetricsFile); exists(f) {
+				return f, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("run %s has no %s (nor lightning_logs/version_N/%s): pass the directory the CSV logger wrote", path, MetricsFile, MetricsFile)
+}
+
+// ReadRun reads the metrics of the run at path (see FindMetrics) and labels
+// the history with the run's directory.
+func ReadRun(path string) (*History, string, error) {
+	file, err := FindMetrics(path)
+	if err != nil {
+		return nil, "", err
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, "", err
+	}
+	defer f.Close()
+	h, err := ReadCSV(f, file)
+	if err != nil {
+		return nil, "", err
+	}
+	h.Label = RunLabel(filepath.Dir(file))
+	return h, file, nil
+}
+
+// RunLabel names a run directory for legends: its last two path elements
+// when the last is a version directory ("mlp/version_3"), else the last.
+func RunLabel(dir string) string {
+	dir = filepath.Clean(dir)
+	base := filepath.Base(dir)
+	if strings.HasPrefix(base, "version_") {
+		parent := filepath.Base(filepath.Dir(dir))
+		if parent == "lightning_logs" {
+			parent = filepath.Base(filepath.Dir(filepath.Dir(dir)))
+		}
+		if parent != "." && parent != string(filepath.Separator) {
+			return parent + "/" + base
+		}
+	}
+	return base
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+func newestVersion(dir string) (string, bool) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return "", false
+	}
+	best, bestN := "", -1
+	for _, e := range ents {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), "version_") {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimPrefix(e.Name(), "version_"))
+		if err == nil && n > bestN {
+			best, bestN = filepath.Join(dir, e.Name()), n
+		}
+	}
+	return best, bestN >= 0
+}
