@@ -18,6 +18,7 @@ import (
 type progress struct {
 	cfg      *Config
 	on       bool
+	rank0    bool
 	tty      bool
 	w        io.Writer
 	epoch    int
@@ -33,7 +34,7 @@ type progress struct {
 }
 
 func newProgress(cfg *Config, rank0 bool) *progress {
-	p := &progress{cfg: cfg, on: rank0 && cfg.progressBar(), w: cfg.Out}
+	p := &progress{cfg: cfg, on: rank0 && cfg.progressBar(), rank0: rank0, w: cfg.Out}
 	for _, cb := range cfg.Callbacks {
 		if d, ok := cb.(ProgressDisplay); ok && d.DisplaysProgress() {
 			p.on = false // a progress callback replaces the built-in display
@@ -107,11 +108,13 @@ func (p *progress) barMetrics(step []module.Metric) string {
 	return b.String()
 }
 
+// validation logs the epoch's validation metrics on rank 0, with or without
+// the progress display: they are the run's main result.
 func (p *progress) validation(epoch int, vals map[string]float64) {
-	if p == nil || !p.on {
+	if p == nil || !p.rank0 {
 		return
 	}
-	if p.tty {
+	if p.on && p.tty {
 		fmt.Fprintln(p.w)
 	}
 	keys := make([]string, 0, len(vals))
