@@ -169,6 +169,9 @@ type Options struct {
 	// SmoothAbove is the number of points from which a series is smoothed.
 	// 0: 20.
 	SmoothAbove int
+	// Prefix is put before every file name WriteCharts writes (for
+	// example "rank_" for per-rank figures beside the run's charts).
+	Prefix string
 }
 
 func (o Options) withDefaults() Options {
@@ -420,7 +423,7 @@ func WriteCharts(dir string, runs []*History, opt Options) ([]string, error) {
 			if _, err := wt.WriteTo(&buf); err != nil {
 				return files, fmt.Errorf("chart %s (%s): %w", c.Name, f, err)
 			}
-			name := c.Name + "." + f
+			name := fileSafe(opt.Prefix+c.Name) + "." + f
 			if err := writeAtomic(filepath.Join(dir, name), buf.Bytes()); err != nil {
 				return files, err
 			}

@@ -2,6 +2,8 @@ package plot
 
 import (
 	"encoding/csv"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -333,4 +335,52 @@ func newestVersion(dir string) (string, bool) {
 		}
 	}
 	return best, bestN >= 0
+}
+
+// HParamsFile is the CSV logger's hyperparameter file in a run directory.
+const HParamsFile = "hparams.yaml"
+
+// ReadHParams reads the hparams.yaml the CSV logger writes: one
+// "key: value" line per hyperparameter, each value in JSON (YAML's flow
+// style). Values that are not JSON are kept as their text. A missing file
+// gives an empty map and no error: hyperparameters are optional.
+func ReadHParams(path string) (map[string]any, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return map[string]any{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]any{}
+	for i, line := range strings.Split(string(b), "\n") {
+		if strings.TrimSpace(line) == "" || strings.HasPrefix(strings.TrimSpace(line), "#") {
+			continue
+		}
+		var key, val string
+		if strings.HasPrefix(line, `"`) {
+			// A quoted key: find its closing quote with the JSON decoder.
+			dec := json.NewDecoder(strings.NewReader(line))
+			if err := dec.Decode(&key); err != nil {
+				return nil, fmt.Errorf("%s line %d: key %q is not a quoted string: %w", path, i+1, line, err)
+			}
+			rest := strings.TrimSpace(line[dec.InputOffset():])
+			var ok bool
+			if val, ok = strings.CutPrefix(rest, ":"); !ok {
+				return nil, fmt.Errorf("%s line %d: no \":\" after the key in %q", path, i+1, line)
+			}
+		} else {
+			var ok bool
+			if key, val, ok = strings.Cut(line, ":"); !ok {
+				return nil, fmt.Errorf("%s line %d: %q is not \"key: value\"", path, i+1, line)
+			}
+		}
+		val = strings.TrimSpace(val)
+		var v any
+		if err := json.Unmarshal([]byte(val), &v); err != nil {
+			v = val
+		}
+		out[strings.TrimSpace(key)] = v
+	}
+	return out, nil
 }

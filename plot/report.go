@@ -105,6 +105,13 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 			b.WriteString("\n")
 		}
 	}
+	if len(r.Checkpoints) > 0 {
+		b.WriteString("## Checkpoints\n\n")
+		for _, c := range r.Checkpoints {
+			fmt.Fprintf(b, "- [%s](%s)\n", path.Base(c), c)
+		}
+		b.WriteString("\n")
+	}
 	if len(r.Plots) > 0 {
 		b.WriteString("## Plots\n\n")
 		// Show each chart once (its PNG when there is one), and link
@@ -132,13 +139,6 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 			}
 			fmt.Fprintf(b, "### %s\n\n![%s](%s)\n\n%s\n\n", path.Base(base), path.Base(base), show, strings.Join(links, " · "))
 		}
-	}
-	if len(r.Checkpoints) > 0 {
-		b.WriteString("## Checkpoints\n\n")
-		for _, c := range r.Checkpoints {
-			fmt.Fprintf(b, "- [%s](%s)\n", path.Base(c), c)
-		}
-		b.WriteString("\n")
 	}
 	if len(r.HParams) > 0 {
 		b.WriteString("## Hyperparameters\n\n| name | value |\n|---|---|\n")
