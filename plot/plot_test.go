@@ -426,3 +426,41 @@ func contains(xs []string, s string) bool {
 	}
 	return false
 }
+
+func TestReadHParams(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, HParamsFile)
+	body := "batch_size: 64\nlr: 0.001\nname: \"mlp\"\n\"a: b\": [1,2]\nraw: not json\n\n"
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadHParams(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"batch_size": 64.0, "lr": 0.001, "name": "mlp", "a: b": []any{1.0, 2.0}, "raw": "not json"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("ReadHParams = %#v, want %#v", got, want)
+	}
+	if got, err := ReadHParams(filepath.Join(dir, "missing.yaml")); err != nil || len(got) != 0 {
+		t.Errorf("missing file: %v, %v; want an empty map", got, err)
+	}
+	if err := os.WriteFile(p, []byte("no colon here\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadHParams(p); err == nil || !strings.Contains(err.Error(), "line 1") {
+		t.Errorf("err = %v, want one naming line 1", err)
+	}
+}
+
+func TestWriteChartsPrefix(t *testing.T) {
+	dir := t.TempDir()
+	h := mustRead(t, "step,cpu_pct\n1,50\n2,60\n", "rank 0")
+	files, err := WriteCharts(dir, []*History{h}, Options{Prefix: "ranks_", Formats: []string{"svg"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(files, []string{"ranks_cpu.svg"}) {
+		t.Fatalf("files = %v, want [ranks_cpu.svg]", files)
+	}
+}

@@ -1,0 +1,51 @@
+// Command fulgur is the framework's tool box. Its one subcommand so far,
+// plot, redraws the charts of logged runs from their metrics.csv:
+//
+//	go run ./cmd/fulgur plot runs/mlp/lightning_logs/version_0
+//	go run ./cmd/fulgur plot -o compare runs/mlp runs/resnet
+//
+// A RUN_DIR is a directory holding metrics.csv, the file itself, or a root
+// directory with lightning_logs/version_N inside (the newest is used).
+// Several runs are drawn on the same charts, one colour per run.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+)
+
+const usage = `usage: fulgur COMMAND [flags] [args]
+
+commands:
+  plot RUN_DIR [RUN_DIR...]   draw charts of logged runs from their metrics.csv
+
+"fulgur COMMAND -h" describes a command's flags.
+`
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(os.Stderr, "fulgur: %v\n", err)
+		}
+		os.Exit(2)
+	}
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("no command given: use plot")
+	}
+	switch args[0] {
+	case "plot":
+		return runPlot(args[1:], stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q: use plot", args[0])
+}
