@@ -5,7 +5,9 @@ package blas
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"unsafe"
@@ -13,9 +15,9 @@ import (
 	"github.com/ebitengine/purego"
 )
 
-// OpenBLAS runs multiplies on an OpenBLAS shared library loaded at run time
-// through purego: no cgo and no headers at build time, so CGO_ENABLED=0
-// builds still reach it.
+// Native runs multiplies on a BLAS shared library loaded at run time through
+// purego: OpenBLAS or BLIS. No cgo and no headers at build time, so
+// CGO_ENABLED=0 builds still reach it.
 //
 // It calls the Fortran entry points sgemm_ and dgemm_, not cblas_*: they take
 // every argument by pointer, so purego.SyscallN calls them with no
@@ -23,66 +25,264 @@ import (
 // allocates on every call, and cblas's float arguments cannot be passed
 // through SyscallN). Row-major c = op(a)·op(b) is computed as the
 // column-major cᵀ = op(b)ᵀ·op(a)ᵀ, which is the same memory.
-type OpenBLAS struct {
-	lib      string
-	sgemm    uintptr
-	dgemm    uintptr
-	setThr   uintptr
-	getThr   uintptr
-	config   string
-	corename string
+type Native struct {
+	lib     *library
+	file    string
+	sgemm   uintptr
+	dgemm   uintptr
+	setThr  uintptr
+	getThr  uintptr
+	version string
 }
 
-var _ Impl = (*OpenBLAS)(nil)
+var _ Impl = (*Native)(nil)
 
-// openBLASNames are the loader names tried in order: the runtime package of
-// Debian and most distributions ships libopenblas.so.0; the unversioned name
-// comes with development packages; .dylib is Homebrew's.
-var openBLASNames = []string{"libopenblas.so.0", "libopenblas.so", "libopenblas.dylib", "libopenblas.0.dylib"}
+// library describes one BLAS that can be loaded at run time.
+type library struct {
+	kind  string   // "openblas" or "blis"
+	names []string // loader names, tried in order
+	// thread-count entry points: void set(int), int get(void) (64-bit
+	// integers for BLIS)
+	setThreads, getThreads string
+	wide                   bool // BLIS's dim_t thread counts are 64-bit
+	install                string
+	// prepare runs after the library is opened and before its first call.
+	prepare func(h uintptr)
+	// describe returns the version and configuration string of a loaded
+	// library, for Name.
+	describe func(h uintptr) string
+
+	once   sync.Once
+	loaded *Native
+	err    error
+}
 
 var (
-	loadOnce sync.Once
-	loaded   *OpenBLAS
-	loadErr  error
+	// openBLAS: Debian's runtime package ships libopenblas.so.0; the
+	// unversioned name comes with development packages; .dylib is Homebrew's.
+	openBLAS = &library{
+		kind: "openblas", names: []string{"libopenblas.so.0", "libopenblas.so", "libopenblas.dylib", "libopenblas.0.dylib"},
+		setThreads: "openblas_set_num_threads", getThreads: "openblas_get_num_threads",
+		install: "Debian/Ubuntu: apt-get install libopenblas0; macOS: brew install openblas",
+		describe: func(h uintptr) string {
+			cfg, core := cString(h, "openblas_get_config"), cString(h, "openblas_get_corename")
+			if core != "" && !strings.Contains(cfg, core) {
+				cfg += " " + core
+			}
+			return cfg
+		},
+	}
+	// blis: Debian's libblis4-serial, -pthread and -openmp all provide
+	// libblis.so.4.
+	blis = &library{
+		kind: "blis", names: []string{"libblis.so.4", "libblis.so", "libblis.4.dylib", "libblis.dylib"},
+		setThreads: "bli_thread_set_num_threads", getThreads: "bli_thread_get_num_threads", wide: true,
+		install: "Debian/Ubuntu: apt-get install libblis4-serial (or libblis4-pthread)",
+		prepare: blisPrepare,
+		describe: func(h uintptr) string {
+			v := "BLIS " + cString(h, "bli_info_get_version_str")
+			if a := blisArch(h); a != "" {
+				v += " " + a
+			}
+			return v
+		},
+	}
 )
 
 // LoadOpenBLAS finds OpenBLAS through the dynamic loader's standard search
 // (ld.so.cache, LD_LIBRARY_PATH, DYLD_LIBRARY_PATH) and binds its gemm
 // entry points. The library is opened once per process; later calls return
-// the same value. It returns an error that says what to install when the
-// library is absent.
-func LoadOpenBLAS() (*OpenBLAS, error) {
-	loadOnce.Do(func() { loaded, loadErr = loadOpenBLAS(openBLASNames) })
-	return loaded, loadErr
+// the same value. The error wraps ErrNoOpenBLAS and says what to install
+// when the library is absent.
+func LoadOpenBLAS() (*Native, error) { return openBLAS.load() }
+
+// LoadBLIS is LoadOpenBLAS for BLIS (libblis.so.4). The error wraps
+// ErrNoBLIS when it is absent, and ErrSlowBLIS when BLIS runs only its
+// generic reference kernels on this processor.
+func LoadBLIS() (*Native, error) { return blis.load() }
+
+func (l *library) load() (*Native, error) {
+	l.once.Do(func() { l.loaded, l.err = l.open() })
+	return l.loaded, l.err
 }
 
-func loadOpenBLAS(names []string) (*OpenBLAS, error) {
+func (l *library) open() (*Native, error) {
 	var errs []string
-	for _, name := range names {
-		h, err := purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	for _, name := range l.names {
+		// RTLD_LOCAL: two BLAS libraries in one process must not
+		// interpose each other's sgemm_.
+		h, err := purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_LOCAL)
 		if err != nil {
 			errs = append(errs, err.Error())
 			continue
 		}
-		o := &OpenBLAS{lib: name}
+		o := &Native{lib: l, file: name}
 		for _, s := range []struct {
 			sym string
 			p   *uintptr
-		}{{"sgemm_", &o.sgemm}, {"dgemm_", &o.dgemm}, {"openblas_set_num_threads", &o.setThr}, {"openblas_get_num_threads", &o.getThr}} {
+		}{{"sgemm_", &o.sgemm}, {"dgemm_", &o.dgemm}, {l.setThreads, &o.setThr}, {l.getThreads, &o.getThr}} {
 			if *s.p, err = purego.Dlsym(h, s.sym); err != nil || *s.p == 0 {
 				purego.Dlclose(h)
-				return nil, fmt.Errorf("blas: %s has no symbol %s (is it OpenBLAS?): %v", name, s.sym, err)
+				return nil, fmt.Errorf("blas: %s has no symbol %s (is it %s?): %v", name, s.sym, l.kind, err)
 			}
 		}
-		o.config = cString(h, "openblas_get_config")
-		o.corename = cString(h, "openblas_get_corename")
+		if l.prepare != nil {
+			l.prepare(h)
+		}
+		o.version = l.describe(h)
+		if l == blis && strings.HasSuffix(o.version, " generic") {
+			return nil, fmt.Errorf("%w: %s (%s): set BLIS_ARCH_TYPE to a configuration for this processor", ErrSlowBLIS, name, o.version)
+		}
+		if err := selfCheck(o); err != nil {
+			return nil, fmt.Errorf("blas: %s (%s) %w: not used", name, o.version, err)
+		}
 		return o, nil
 	}
-	return nil, fmt.Errorf("%w (tried %s: %s)", ErrNoOpenBLAS, strings.Join(names, ", "), strings.Join(errs, "; "))
+	notFound := ErrNoOpenBLAS
+	if l == blis {
+		notFound = ErrNoBLIS
+	}
+	return nil, fmt.Errorf("%w (%s; tried %s: %s)", notFound, l.install, strings.Join(l.names, ", "), strings.Join(errs, "; "))
 }
 
-// ErrNoOpenBLAS says the library could not be found.
-var ErrNoOpenBLAS = errors.New("blas: OpenBLAS not found: install it (Debian/Ubuntu: apt-get install libopenblas0; macOS: brew install openblas) or keep the pure-Go gonum BLAS")
+// selfCheck multiplies small matrices of every transpose combination with
+// the library and a direct loop: a library whose kernels are wrong on this
+// processor (old OpenBLAS builds on new processors; a forced configuration
+// the processor cannot run) is refused rather than trusted.
+func selfCheck(o *Native) error {
+	const m, n, k = 7, 5, 33
+	a, b := make([]float64, m*k), make([]float64, k*n)
+	for i := range a {
+		a[i] = float64(i%11) - 5
+	}
+	for i := range b {
+		b[i] = float64(i%7) - 3
+	}
+	a32, b32 := make([]float32, len(a)), make([]float32, len(b))
+	for i, v := range a {
+		a32[i] = float32(v)
+	}
+	for i, v := range b {
+		b32[i] = float32(v)
+	}
+	for _, ta := range []bool{false, true} {
+		for _, tb := range []bool{false, true} {
+			lda, ldb := k, n
+			if ta {
+				lda = m
+			}
+			if tb {
+				ldb = k
+			}
+			c := make([]float64, m*n)
+			c32 := make([]float32, m*n)
+			o.Dgemm(ta, tb, m, n, k, 1, a, lda, b, ldb, 0, c, n)
+			o.Sgemm(ta, tb, m, n, k, 1, a32, lda, b32, ldb, 0, c32, n)
+			for i := 0; i < m; i++ {
+				for j := 0; j < n; j++ {
+					var want float64
+					for p := 0; p < k; p++ {
+						var av, bv float64
+						if ta {
+							av = a[p*lda+i]
+						} else {
+							av = a[i*lda+p]
+						}
+						if tb {
+							bv = b[j*ldb+p]
+						} else {
+							bv = b[p*ldb+j]
+						}
+						want += av * bv
+					}
+					// Small integers: every partial sum is exact.
+					if c[i*n+j] != want || float64(c32[i*n+j]) != want {
+						return fmt.Errorf("computes wrong products on this processor (transA %v, transB %v: c[%d,%d] = %v / %v, want %v)", ta, tb, i, j, c[i*n+j], c32[i*n+j], want)
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// ErrNoOpenBLAS says OpenBLAS could not be found.
+var ErrNoOpenBLAS = errors.New("blas: OpenBLAS not found: install it or keep the pure-Go gonum BLAS")
+
+// ErrNoBLIS says BLIS could not be found.
+var ErrNoBLIS = errors.New("blas: BLIS not found")
+
+// ErrSlowBLIS says BLIS found no optimised kernels for this processor.
+var ErrSlowBLIS = errors.New("blas: BLIS would run its generic reference kernels here")
+
+// blisConfig is the BLIS kernel configuration to ask for on this processor
+// when BLIS_ARCH_TYPE is unset ("" to leave BLIS's own detection alone).
+// BLIS 0.9 knows processors by model and runs slow reference kernels on
+// newer ones (AMD Zen 4 and 5, for instance), though their instruction sets
+// run its optimised kernels: "skx" needs AVX-512 F, CD, DQ, BW and VL;
+// "haswell" needs AVX2 and FMA. A self-check at load rejects a library whose
+// results are wrong anyway.
+var blisConfig = func() string {
+	switch {
+	case hasAVX512SKX():
+		return "skx"
+	case hasAVX2FMA():
+		return "haswell"
+	}
+	return ""
+}
+
+// blisPrepare selects blisConfig's kernels, then initialises BLIS (which
+// fixes the choice). BLIS 0.9 reads BLIS_ARCH_TYPE as the numeric id of a
+// configuration in its build (a name reads as 0), so the id is looked up by
+// name in the library itself.
+func blisPrepare(h uintptr) {
+	if _, ok := os.LookupEnv("BLIS_ARCH_TYPE"); !ok {
+		if want := blisConfig(); want != "" {
+			if id, ok := blisArchID(h, want); ok {
+				os.Setenv("BLIS_ARCH_TYPE", strconv.Itoa(id))
+			}
+		}
+	}
+	if p, err := purego.Dlsym(h, "bli_init"); err == nil && p != 0 {
+		purego.SyscallN(p)
+	}
+}
+
+// blisArchID finds the id of the configuration called name.
+func blisArchID(h uintptr, name string) (int, bool) {
+	str, err := purego.Dlsym(h, "bli_arch_string")
+	if err != nil || str == 0 {
+		return 0, false
+	}
+	var archString func(int32) string
+	purego.RegisterFunc(&archString, str)
+	for id := int32(0); id < 64; id++ {
+		s := archString(id)
+		if s == "" {
+			break
+		}
+		if s == name {
+			return int(id), true
+		}
+	}
+	return 0, false
+}
+
+// blisArch is the kernel configuration BLIS runs (its first call fixes it,
+// from BLIS_ARCH_TYPE or its own processor detection).
+func blisArch(h uintptr) string {
+	q, err1 := purego.Dlsym(h, "bli_arch_query_id")
+	str, err2 := purego.Dlsym(h, "bli_arch_string")
+	if err1 != nil || err2 != nil || q == 0 || str == 0 {
+		return ""
+	}
+	var query func() int32
+	var name func(int32) string
+	purego.RegisterFunc(&query, q)
+	purego.RegisterFunc(&name, str)
+	return name(query())
+}
 
 // cString calls a const char *(void) function of the library, "" when
 // absent. Called once at load, so purego's reflect path is fine here.
@@ -95,39 +295,43 @@ func cString(h uintptr, sym string) string {
 	return strings.TrimSpace(f())
 }
 
-// Name implements Impl: library, version string and thread count, e.g.
-// "openblas (OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64, 1 thread)".
-func (o *OpenBLAS) Name() string {
-	cfg := o.config
-	if cfg == "" {
-		cfg = o.lib
-	}
-	if o.corename != "" && !strings.Contains(cfg, o.corename) {
-		cfg += " " + o.corename
+// Kind is "openblas" or "blis".
+func (o *Native) Kind() string { return o.lib.kind }
+
+// Name implements Impl: library, version and configuration, thread count,
+// e.g. "openblas (OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell
+// MAX_THREADS=64, 1 thread)".
+func (o *Native) Name() string {
+	v := o.version
+	if v == "" {
+		v = o.file
 	}
 	n := o.Threads()
 	unit := "threads"
 	if n == 1 {
 		unit = "thread"
 	}
-	return fmt.Sprintf("openblas (%s, %d %s)", cfg, n, unit)
+	return fmt.Sprintf("%s (%s, %d %s)", o.lib.kind, v, n, unit)
 }
 
-// SetThreads sets how many threads OpenBLAS uses for each call (n ≥ 1).
+// SetThreads sets how many threads the library uses for each call (n ≥ 1).
 // It may be called at any time, for example by a strategy that runs several
-// ranks on one machine and wants one thread each.
-func (o *OpenBLAS) SetThreads(n int) error {
+// ranks on one machine and wants one thread each. A single-threaded build
+// (libblis4-serial) keeps running on one.
+func (o *Native) SetThreads(n int) error {
 	if n < 1 {
-		return fmt.Errorf("blas: OpenBLAS thread count %d: use 1 or more", n)
+		return fmt.Errorf("blas: %s thread count %d: use 1 or more", o.lib.kind, n)
 	}
-	thr := int32(n)
-	purego.SyscallN(o.setThr, uintptr(thr))
+	purego.SyscallN(o.setThr, uintptr(n))
 	return nil
 }
 
-// Threads is the thread count OpenBLAS will use.
-func (o *OpenBLAS) Threads() int {
+// Threads is the thread count the library will use.
+func (o *Native) Threads() int {
 	r, _, _ := purego.SyscallN(o.getThr)
+	if o.lib.wide {
+		return int(int64(r))
+	}
 	return int(int32(r))
 }
 
@@ -196,7 +400,7 @@ func call[T float32 | float64](fn uintptr, pool *sync.Pool, transA, transB bool,
 }
 
 // Sgemm implements Impl.
-func (o *OpenBLAS) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+func (o *Native) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	if !fits(m, n, k, lda, ldb, ldc) {
 		Gonum{}.Sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
@@ -205,7 +409,7 @@ func (o *OpenBLAS) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []fl
 }
 
 // Dgemm implements Impl.
-func (o *OpenBLAS) Dgemm(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
+func (o *Native) Dgemm(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
 	if !fits(m, n, k, lda, ldb, ldc) {
 		Gonum{}.Dgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return

@@ -4,20 +4,34 @@ package blas
 
 import "fmt"
 
-// OpenBLAS is unavailable on this platform: purego cannot call C here
-// without cgo. LoadOpenBLAS always fails and gonum runs every multiply.
-type OpenBLAS struct{ Impl }
+// Native is unavailable on this platform: purego cannot call C here without
+// cgo. LoadOpenBLAS and LoadBLIS always fail and gonum runs every multiply.
+type Native struct{ Impl }
 
 // LoadOpenBLAS reports that this platform cannot load OpenBLAS.
-func LoadOpenBLAS() (*OpenBLAS, error) {
+func LoadOpenBLAS() (*Native, error) {
 	return nil, fmt.Errorf("%w: loading it at run time is not supported on this platform", ErrNoOpenBLAS)
 }
 
-// ErrNoOpenBLAS says the library could not be found.
+// LoadBLIS reports that this platform cannot load BLIS.
+func LoadBLIS() (*Native, error) {
+	return nil, fmt.Errorf("%w: loading it at run time is not supported on this platform", ErrNoBLIS)
+}
+
+// ErrNoOpenBLAS says OpenBLAS could not be found.
 var ErrNoOpenBLAS = fmt.Errorf("blas: OpenBLAS not available")
 
-// SetThreads is never reached: no OpenBLAS value exists on this platform.
-func (o *OpenBLAS) SetThreads(n int) error { return ErrNoOpenBLAS }
+// ErrNoBLIS says BLIS could not be found.
+var ErrNoBLIS = fmt.Errorf("blas: BLIS not available")
+
+// ErrSlowBLIS says BLIS found no optimised kernels for this processor.
+var ErrSlowBLIS = fmt.Errorf("blas: BLIS would run its generic reference kernels here")
+
+// Kind is never reached: no Native value exists on this platform.
+func (o *Native) Kind() string { return "" }
+
+// SetThreads is never reached.
+func (o *Native) SetThreads(n int) error { return ErrNoOpenBLAS }
 
 // Threads is never reached.
-func (o *OpenBLAS) Threads() int { return 1 }
+func (o *Native) Threads() int { return 1 }

@@ -15,11 +15,12 @@ func env(kv ...string) func(string) (string, bool) {
 	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
 }
 
-func absent(int) (*OpenBLAS, error) { return nil, ErrNoOpenBLAS }
+func absentOpenBLAS(int) (*Native, error) { return nil, ErrNoOpenBLAS }
+func absentBLIS(int) (*Native, error)     { return nil, ErrNoBLIS }
 
-func load(int) (*OpenBLAS, error) { return LoadOpenBLAS() }
+var none = loaders{openblas: absentOpenBLAS, blis: absentBLIS}
 
-func TestChooseWithoutOpenBLAS(t *testing.T) {
+func TestChooseWithoutLibraries(t *testing.T) {
 	cases := []struct {
 		name     string
 		lookup   func(string) (string, bool)
@@ -27,17 +28,18 @@ func TestChooseWithoutOpenBLAS(t *testing.T) {
 		fallback string // substring of Choice.Fallback; "" for none
 		err      string // substring of the error; "" for success
 	}{
-		{"auto falls back", env(), "gonum", "install it", ""},
+		{"auto falls back", env(), "gonum", "OpenBLAS not found", ""},
 		{"gonum asked for", env("FULGUR_BLAS", "gonum"), "gonum", "", ""},
 		{"openblas demanded", env("FULGUR_BLAS", "openblas"), "", "", "FULGUR_BLAS is openblas: blas: OpenBLAS not found"},
-		{"bad name", env("FULGUR_BLAS", "mkl"), "", "", `FULGUR_BLAS is "mkl": use auto, openblas or gonum`},
+		{"blis demanded", env("FULGUR_BLAS", "BLIS"), "", "", "FULGUR_BLAS is blis: blas: BLIS not found"},
+		{"bad name", env("FULGUR_BLAS", "mkl"), "", "", `FULGUR_BLAS is "mkl": use auto, blis, openblas or gonum`},
 		{"bad threads", env("FULGUR_BLAS_THREADS", "two"), "", "", `FULGUR_BLAS_THREADS is "two"`},
 		{"zero threads", env("FULGUR_BLAS_THREADS", "0"), "", "", `FULGUR_BLAS_THREADS is "0"`},
 		{"every problem at once", env("FULGUR_BLAS", "x", "FULGUR_BLAS_THREADS", "-1"), "", "", "FULGUR_BLAS_THREADS is \"-1\""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := choose(ChooseOptions{Lookup: c.lookup}, absent)
+			got, err := choose(ChooseOptions{Lookup: c.lookup}, none)
 			if c.err != "" {
 				if err == nil || !strings.Contains(err.Error(), c.err) {
 					t.Fatalf("error = %v, want one containing %q", err, c.err)
@@ -57,30 +59,59 @@ func TestChooseWithoutOpenBLAS(t *testing.T) {
 	}
 }
 
-func TestChooseOpenBLASThreads(t *testing.T) {
-	if _, err := LoadOpenBLAS(); errors.Is(err, ErrNoOpenBLAS) {
-		t.Skip(err)
+// With the real libraries (skipped where neither is installed): the order
+// is BLIS, then OpenBLAS, the thread count is set, and a single-threaded
+// BLIS build gives way to OpenBLAS when more threads are asked for.
+func TestChooseLibraries(t *testing.T) {
+	_, errB := loadBLISFor(1)
+	_, errO := LoadOpenBLAS()
+	if errB != nil && errO != nil {
+		t.Skipf("neither BLIS (%v) nor OpenBLAS (%v) loads", errB, errO)
 	}
+	real := loaders{openblas: func(int) (*Native, error) { return LoadOpenBLAS() }, blis: loadBLISFor}
 	cases := []struct {
 		lookup  func(string) (string, bool)
+		kinds   []string // acceptable kinds
 		threads int
 		fromEnv bool
 	}{
-		{env(), runtime.GOMAXPROCS(0), false},
-		{env("FULGUR_BLAS_THREADS", "1"), 1, true},
-		{env("FULGUR_BLAS", "openblas", "FULGUR_BLAS_THREADS", " 3 "), 3, true},
+		{env("FULGUR_BLAS_THREADS", "1"), []string{"blis", "openblas"}, 1, true},
+		{env("FULGUR_BLAS", "openblas", "FULGUR_BLAS_THREADS", " 3 "), []string{"openblas"}, 3, true},
+		{env("FULGUR_BLAS", "auto", "FULGUR_BLAS_THREADS", "2"), []string{"blis", "openblas"}, 2, true},
+	}
+	if errB != nil {
+		cases[0].kinds = []string{"openblas"}
 	}
 	for _, c := range cases {
-		got, err := choose(ChooseOptions{Lookup: c.lookup}, load)
+		if errO != nil && c.kinds[0] == "openblas" && len(c.kinds) == 1 {
+			continue
+		}
+		got, err := choose(ChooseOptions{Lookup: c.lookup}, real)
 		if err != nil {
 			t.Fatal(err)
 		}
-		o, ok := got.Impl.(*OpenBLAS)
-		if !ok || got.Threads != c.threads || got.ThreadsFromEnv != c.fromEnv || o.Threads() != c.threads {
-			t.Errorf("choice %+v (library threads %d), want OpenBLAS with %d threads, from env %v", got, o.Threads(), c.threads, c.fromEnv)
+		n, ok := got.Impl.(*Native)
+		if !ok {
+			t.Fatalf("choice %+v, want a run-time library", got)
 		}
-		if !strings.HasPrefix(o.Name(), "openblas (") {
-			t.Errorf("Name() = %q", o.Name())
+		if !strings.Contains(strings.Join(c.kinds, " "), n.Kind()) || got.Threads != c.threads || got.ThreadsFromEnv != c.fromEnv || n.Threads() != c.threads {
+			t.Errorf("choice %s with %d threads (from env %v), want one of %v with %d", n.Name(), got.Threads, got.ThreadsFromEnv, c.kinds, c.threads)
 		}
+		if !strings.HasPrefix(n.Name(), n.Kind()+" (") {
+			t.Errorf("Name() = %q", n.Name())
+		}
+	}
+}
+
+func TestChooseDefaultThreads(t *testing.T) {
+	if _, err := LoadOpenBLAS(); errors.Is(err, ErrNoOpenBLAS) {
+		t.Skip(err)
+	}
+	got, err := choose(ChooseOptions{Lookup: env("FULGUR_BLAS", "openblas")}, loaders{openblas: func(int) (*Native, error) { return LoadOpenBLAS() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Threads != runtime.GOMAXPROCS(0) || got.ThreadsFromEnv {
+		t.Errorf("threads %d (from env %v), want GOMAXPROCS %d", got.Threads, got.ThreadsFromEnv, runtime.GOMAXPROCS(0))
 	}
 }

@@ -4,13 +4,14 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/fulgur-ml/fulgur/internal/blas"
 	"github.com/fulgur-ml/fulgur/internal/blas/blastest"
 )
 
-func openBLAS(t testing.TB) *blas.OpenBLAS {
+func openBLAS(t testing.TB) *blas.Native {
 	t.Helper()
 	o, err := blas.LoadOpenBLAS()
 	if errors.Is(err, blas.ErrNoOpenBLAS) {
@@ -22,14 +23,31 @@ func openBLAS(t testing.TB) *blas.OpenBLAS {
 	return o
 }
 
-func TestOpenBLASConformance(t *testing.T) {
-	blastest.Run(t, openBLAS(t))
+// blisLib loads BLIS as Choose would (BLIS_ARCH_TYPE for this processor
+// when unset).
+func blisLib(t testing.TB) *blas.Native {
+	t.Helper()
+	o, err := blas.LoadBLISForTest()
+	if errors.Is(err, blas.ErrNoBLIS) || errors.Is(err, blas.ErrSlowBLIS) {
+		t.Skipf("BLIS is not usable: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
 }
+
+func TestOpenBLASConformance(t *testing.T) { blastest.Run(t, openBLAS(t)) }
+
+func TestBLISConformance(t *testing.T) { blastest.Run(t, blisLib(t)) }
 
 // The shapes of the mlp workload's multiplies (batch 64, 784-256-128-10),
 // forward and backward, against gonum.
-func TestOpenBLASMatchesGonum(t *testing.T) {
-	o := openBLAS(t)
+func TestOpenBLASMatchesGonum(t *testing.T) { matchesGonum(t, openBLAS(t)) }
+
+func TestBLISMatchesGonum(t *testing.T) { matchesGonum(t, blisLib(t)) }
+
+func matchesGonum(t *testing.T, o *blas.Native) {
 	cases := []struct {
 		name    string
 		tA, tB  bool
@@ -76,8 +94,11 @@ func TestOpenBLASMatchesGonum(t *testing.T) {
 	}
 }
 
-func TestOpenBLASCallsDoNotAllocate(t *testing.T) {
-	o := openBLAS(t)
+func TestOpenBLASCallsDoNotAllocate(t *testing.T) { noAllocs(t, openBLAS(t)) }
+
+func TestBLISCallsDoNotAllocate(t *testing.T) { noAllocs(t, blisLib(t)) }
+
+func noAllocs(t *testing.T, o *blas.Native) {
 	a, b, c := make([]float32, 64*128), make([]float32, 128*10), make([]float32, 64*10)
 	a64, b64, c64 := make([]float64, 64*128), make([]float64, 128*10), make([]float64, 64*10)
 	n := testing.AllocsPerRun(50, func() {
@@ -149,11 +170,15 @@ func BenchmarkSgemmMLP(b *testing.B) {
 		o.SetThreads(1)
 		impls = append(impls, o)
 	}
+	if o, err := blas.LoadBLISForTest(); err == nil {
+		o.SetThreads(1)
+		impls = append(impls, o)
+	}
 	// Random values: gonum skips zero elements, so zeros would flatter it.
 	r := rand.New(rand.NewPCG(3, 4))
 	x, w, y := to32(randn(r, 64*784)), to32(randn(r, 784*256)), make([]float32, 64*256)
 	for _, impl := range impls {
-		b.Run(impl.Name()[:5], func(b *testing.B) {
+		b.Run(strings.Fields(impl.Name())[0], func(b *testing.B) {
 			b.SetBytes(int64(2 * 64 * 784 * 256 * 4 / 8)) // not bytes: FLOP/8, so MB/s×8 ≈ MFLOP/s
 			for b.Loop() {
 				impl.Sgemm(false, false, 64, 256, 784, 1, x, 784, w, 256, 0, y, 256)
@@ -185,6 +210,10 @@ func BenchmarkMLPShapes(b *testing.B) {
 		o.SetThreads(1)
 		impls = append(impls, o)
 	}
+	if o, err := blas.LoadBLISForTest(); err == nil {
+		o.SetThreads(1)
+		impls = append(impls, o)
+	}
 	r := rand.New(rand.NewPCG(5, 6))
 	for _, impl := range impls {
 		for _, s := range shapes {
@@ -196,7 +225,7 @@ func BenchmarkMLPShapes(b *testing.B) {
 				ldb = s.k
 			}
 			a, bb, c := to32(randn(r, s.m*s.k)), to32(randn(r, s.k*s.n)), make([]float32, s.m*s.n)
-			b.Run(impl.Name()[:8]+"/"+s.name, func(b *testing.B) {
+			b.Run(strings.Fields(impl.Name())[0]+"/"+s.name, func(b *testing.B) {
 				for b.Loop() {
 					impl.Sgemm(s.tA, s.tB, s.m, s.n, s.k, 1, a, lda, bb, ldb, 0, c, s.n)
 				}
