@@ -35,7 +35,7 @@ type Options struct {
 	Runs        int
 	JSON        bool
 	Threads     []int
-	BLAS        string
+	BLAS        []string
 	Epochs      int
 	Steps       int
 	Batch       int
@@ -53,12 +53,12 @@ type Options struct {
 func parseOptions(args []string) (*Options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	o := &Options{}
-	var wl, thr, pthr string
+	var wl, thr, pthr, bl string
 	fs.StringVar(&wl, "workload", "mlp", "comma-separated workloads: "+strings.Join(workloadNames(), ", ")+", or all")
 	fs.IntVar(&o.Runs, "runs", 3, "runs of each configuration (figures are medians)")
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON object per line instead of a table")
 	fs.StringVar(&thr, "threads", "1,2", "BLAS threads of the single-process configurations, comma-separated")
-	fs.StringVar(&o.BLAS, "blas", "auto", "matrix multiply: auto (OpenBLAS when installed), openblas or gonum")
+	fs.StringVar(&bl, "blas", "auto", "matrix multiply, comma-separated to compare: auto (BLIS, else OpenBLAS, when installed), blis, openblas or gonum")
 	fs.IntVar(&o.Epochs, "epochs", 0, "training epochs (0: the workload's, 1 for mlp and resnet8)")
 	fs.IntVar(&o.Steps, "steps", 0, "training batches per epoch (0: all; 200 for scaling)")
 	fs.IntVar(&o.Batch, "batch", 0, "batch size (0: the workload's, 64)")
@@ -101,10 +101,13 @@ func parseOptions(args []string) (*Options, error) {
 	if o.Runs < 1 {
 		errs = append(errs, fmt.Errorf("-runs is %d: use 1 or more (3 or more for figures worth reporting)", o.Runs))
 	}
-	switch o.BLAS {
-	case "auto", "openblas", "gonum":
-	default:
-		errs = append(errs, fmt.Errorf("-blas is %q: use auto, openblas or gonum", o.BLAS))
+	for _, b := range strings.Split(bl, ",") {
+		switch b = strings.TrimSpace(b); b {
+		case "auto", "blis", "openblas", "gonum":
+			o.BLAS = append(o.BLAS, b)
+		default:
+			errs = append(errs, fmt.Errorf("-blas is %q: use auto, blis, openblas or gonum, comma-separated", bl))
+		}
 	}
 	if o.Peer != "" && o.Peer != "torch" {
 		errs = append(errs, fmt.Errorf("-peer is %q: use torch, or leave it empty", o.Peer))
@@ -159,6 +162,9 @@ func (c Config) Label() string {
 	}
 	if c.Ranks > 1 {
 		parts = append(parts, fmt.Sprintf("ranks=%d", c.Ranks))
+	}
+	if c.BLAS != "" && c.BLAS != "auto" {
+		parts = append(parts, c.BLAS)
 	}
 	parts = append(parts, fmt.Sprintf("threads=%d", c.Threads), fmt.Sprintf("batch=%d", c.Batch))
 	return strings.Join(parts, " ")
@@ -219,6 +225,9 @@ func rowOf(r *Result) Row {
 		Labels: map[string]any{"impl": r.Config.Impl, "threads": r.Config.Threads, "batch": r.Config.Batch}}
 	if r.Config.Variant != "" {
 		row.Labels["variant"] = r.Config.Variant
+	}
+	if r.Config.BLAS != "" {
+		row.Labels["blas"] = r.Config.BLAS
 	}
 	if r.Config.Ranks > 0 {
 		row.Labels["ranks"] = r.Config.Ranks
@@ -286,7 +295,7 @@ func parentMain(ctx context.Context, args []string) error {
 			rows = append(rows, d(o, byWorkload[name])...)
 		}
 	}
-	meta := map[string]any{"command": o.command, "runs": o.Runs, "blas": o.BLAS, "loadavg_start": load0,
+	meta := map[string]any{"command": o.command, "runs": o.Runs, "blas": strings.Join(o.BLAS, ","), "loadavg_start": load0,
 		"loadavg_end": loadAvg(), "cpus": runtime.NumCPU(), "seconds": math.Round(time.Since(start).Seconds())}
 	if o.JSON {
 		err = printJSON(os.Stdout, rows, meta)

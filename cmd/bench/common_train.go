@@ -206,10 +206,12 @@ func processCPU() time.Duration {
 // threadConfigs makes one configuration per -threads value.
 func threadConfigs(o *Options, base Config) []Config {
 	var cs []Config
-	for _, t := range o.Threads {
-		c := base
-		c.Impl, c.Threads, c.BLAS = "fulgur", t, o.BLAS
-		cs = append(cs, c)
+	for _, b := range o.BLAS {
+		for _, t := range o.Threads {
+			c := base
+			c.Impl, c.Threads, c.BLAS = "fulgur", t, b
+			cs = append(cs, c)
+		}
 	}
 	if o.Peer == "torch" {
 		for _, t := range o.PeerThreads {

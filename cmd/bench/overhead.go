@@ -28,7 +28,7 @@ func init() {
 		Configs: func(o *Options) ([]Config, error) {
 			var cs []Config
 			for _, v := range []string{"plain", "trainer", "plain-tape"} {
-				cs = append(cs, Config{Workload: "overhead", Impl: "fulgur", Variant: v, Threads: o.Threads[0], BLAS: o.BLAS,
+				cs = append(cs, Config{Workload: "overhead", Impl: "fulgur", Variant: v, Threads: o.Threads[0], BLAS: o.BLAS[0],
 					Batch: orDefault(o.Batch, 64), Epochs: 1, Steps: o.Steps, Seed: o.Seed, Data: o.Data})
 			}
 			return cs, nil

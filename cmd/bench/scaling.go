@@ -29,7 +29,7 @@ func init() {
 			var cs []Config
 			for _, m := range models {
 				for _, ranks := range []int{1, 2} {
-					c := Config{Workload: "scaling", Variant: m, Impl: "fulgur", Threads: 1, BLAS: o.BLAS,
+					c := Config{Workload: "scaling", Variant: m, Impl: "fulgur", Threads: 1, BLAS: o.BLAS[0],
 						Batch: 64 / ranks, Epochs: 1, Steps: steps, Ranks: ranks, Seed: o.Seed, Data: o.Data}
 					cs = append(cs, c)
 					if o.Peer == "torch" {
