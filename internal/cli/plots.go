@@ -1,0 +1,59 @@
+package cli
+
+import (
+	"path/filepath"
+
+	"github.com/fulgur-ml/fulgur/callbacks"
+	"github.com/fulgur-ml/fulgur/profiler"
+	"github.com/fulgur-ml/fulgur/trainer"
+)
+
+// AddPlots adds a DeviceStatsMonitor (CPU %, resident memory, every
+// LogEveryNSteps steps, through the loggers) and a Plots callback (charts
+// in RUN_DIR/plots and RUN_DIR/report.md at the end of Fit, test metrics
+// added after Test) to cfg. It has ImageJob.Extra's shape and belongs
+// after SetupRun: it writes into the CSV logger's run directory, and adds
+// nothing but the monitor when there is no CSV logger (-loggers without
+// csv).
+func AddPlots(f *Flags, cfg *trainer.Config) error {
+	stats, err := callbacks.NewDeviceStatsMonitor(callbacks.DeviceStatsConfig{})
+	if err != nil {
+		return err
+	}
+	cfg.Callbacks = append(cfg.Callbacks, stats)
+	var dir string
+	for _, l := range cfg.Loggers {
+		if c, ok := l.(*callbacks.CSVLogger); ok {
+			dir = c.Dir()
+		}
+	}
+	if dir == "" {
+		return nil
+	}
+	root := f.RootDir
+	if root == "" {
+		root = "."
+	}
+	ckpts := []string{filepath.Join(root, "checkpoints")}
+	for _, cb := range cfg.Callbacks {
+		if mc, ok := cb.(*callbacks.ModelCheckpoint); ok && mc.Config().Dirpath != "" {
+			ckpts = append([]string{mc.Config().Dirpath}, ckpts...)
+		}
+	}
+	pc := callbacks.PlotsConfig{Dir: dir, Config: *f, Strategy: f.Strategy, CheckpointDirs: ckpts}
+	// Only profilers whose Report is a side-effect-free table: the
+	// timeline's Report merges the ranks' trace files, which must happen
+	// once, after Fit.
+	switch p := cfg.Profiler.(type) {
+	case *profiler.Simple:
+		pc.ProfileReport = p.Report
+	case *profiler.Advanced:
+		pc.ProfileReport = p.Report
+	}
+	plots, err := callbacks.NewPlots(pc)
+	if err != nil {
+		return err
+	}
+	cfg.Callbacks = append(cfg.Callbacks, plots)
+	return nil
+}
