@@ -43,7 +43,7 @@ func TestDDPJoinsFromEnvironment(t *testing.T) {
 		{"slurm", "sharded", map[string]string{"SLURM_PROCID": "2", "SLURM_NTASKS": "4", "SLURM_NNODES": "2", "SLURM_NODEID": "1", "SLURM_JOB_NODELIST": "n[1-2]", "FULGUR_TOKEN": "t"}, 2, 2, 2, 4, ""},
 		{"spawn under a launcher joins", "ddp_spawn", torchrun(0, 2), 2, 1, 0, 2, ""},
 		{"size disagrees", "ddp", torchrun(0, 4), 3, 1, 0, 0, "started 4 processes, but Devices × NumNodes is 3 × 1 = 3"},
-		{"bad backend", "ddp", torchrun(0, 2, "FULGUR_BACKEND", "nccl2"), 2, 1, 0, 0, "FULGUR_BACKEND=\"nccl2\": use auto, tcp or shm"},
+		{"bad backend", "ddp", torchrun(0, 2, "FULGUR_BACKEND", "nccl2"), 2, 1, 0, 0, "FULGUR_BACKEND=\"nccl2\": use auto, tcp, shm, mpi"},
 		{"inproc between processes", "ddp", torchrun(0, 2, "FULGUR_BACKEND", "inproc"), 2, 1, 0, 0, "joins goroutines, not processes"},
 		{"bad bucket", "ddp", torchrun(0, 2, "FULGUR_BUCKET_MB", "-1"), 2, 1, 0, 0, "FULGUR_BUCKET_MB=\"-1\""},
 		{"bad timeout", "ddp", torchrun(0, 2, "FULGUR_TIMEOUT", "soon"), 2, 1, 0, 0, "FULGUR_TIMEOUT=\"soon\""},

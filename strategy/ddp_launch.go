@@ -16,6 +16,7 @@ import (
 	"github.com/fulgur-ml/fulgur/strategy/cluster"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
+	"github.com/fulgur-ml/fulgur/strategy/collective/nccl"
 	"github.com/fulgur-ml/fulgur/strategy/collective/shm"
 	"github.com/fulgur-ml/fulgur/strategy/collective/tcp"
 	"github.com/fulgur-ml/fulgur/strategy/device"
@@ -54,11 +55,11 @@ func readKnobs(lookup func(string) (string, bool)) (knobs, error) {
 	k.backend, _ = lookup(EnvBackend)
 	k.backend = strings.ToLower(strings.TrimSpace(k.backend))
 	switch k.backend {
-	case "", "auto", "tcp", "shm":
+	case "", "auto", "tcp", "shm", "mpi", "nccl":
 	case "inproc":
 		errs = append(errs, fmt.Errorf("%s=inproc: the in-process backend joins goroutines, not processes: build DDP with DDPConfig.Group from inproc.NewGroup instead, or use tcp, shm or auto", EnvBackend))
 	default:
-		errs = append(errs, fmt.Errorf("%s=%q: use auto, tcp or shm", EnvBackend, k.backend))
+		errs = append(errs, fmt.Errorf("%s=%q: use auto, tcp, shm, mpi (a binary built with -tags mpi, launched by mpirun or srun) or nccl", EnvBackend, k.backend))
 	}
 	if v, ok := lookup(EnvBucketMB); ok && v != "" {
 		mb, err := strconv.ParseFloat(v, 64)
@@ -216,6 +217,9 @@ func connect(ctx context.Context, k knobs, env cluster.Env, token string, ln net
 		Rank: env.Rank, Size: env.WorldSize, MasterAddr: env.MasterAddr, MasterPort: env.MasterPort,
 		Token: token, Listener: ln, Timeout: k.timeout, Logger: &log,
 	}
+	if k.backend == "mpi" {
+		return connectMPI(env)
+	}
 	if cfg.Token == "" && env.WorldSize > 1 {
 		return nil, fmt.Errorf("%s is not set: give every rank the same secret (e.g. export %s=$(openssl rand -hex 16)) so strangers cannot join the job", launch.EnvToken, launch.EnvToken)
 	}
@@ -227,9 +231,12 @@ func connect(ctx context.Context, k knobs, env cluster.Env, token string, ln net
 		return nil, err
 	}
 	var g collective.Group
-	if k.backend == "shm" {
+	switch k.backend {
+	case "shm":
 		g, err = shm.New(ctx, rv)
-	} else {
+	case "nccl":
+		g, err = nccl.New(ctx, rv, nccl.Config{Device: env.LocalRank, Timeout: k.timeout})
+	default:
 		g, err = shm.Auto(ctx, rv)
 	}
 	if err != nil {

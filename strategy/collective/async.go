@@ -18,8 +18,8 @@ type Group interface {
 // returned value, never c directly. Closing the returned value waits for
 // queued operations to finish, then closes c.
 func WithAsync(c Collective) Group {
-	if g, ok := c.(*asyncGroup); ok {
-		return g
+	if g, ok := c.(Group); ok {
+		return g // already ordered by its own communication goroutine
 	}
 	g := &asyncGroup{c: c, q: make(chan *handle, 64), done: make(chan struct{})}
 	go g.loop()
