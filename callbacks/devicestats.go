@@ -154,7 +154,12 @@ func (d *DeviceStatsMonitor) OnTrainBatchEnd(ctx context.Context, s *trainer.Sta
 	if !s.IsGlobalZero || len(m) == 0 {
 		return nil
 	}
-	return s.LogMetrics(m)
+	logged := make(map[string]float64, len(m)+1)
+	for k, v := range m {
+		logged[k] = v
+	}
+	logged["epoch"] = float64(s.Epoch)
+	return s.LogMetrics(logged)
 }
 
 func (d *DeviceStatsMonitor) OnFitEnd(ctx context.Context, s *trainer.State) error {

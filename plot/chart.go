@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 
 	gplot "gonum.org/v1/plot"
@@ -66,7 +67,7 @@ var (
 // groups are tried in order; the first match takes the key.
 var groups = []group{
 	{name: "loss", title: "Loss", ylabel: "loss", match: func(k string) bool { return GoalOf(k) == Minimize }},
-	{name: "accuracy", title: "Accuracy and other scores", ylabel: "score", bottom: true, match: func(k string) bool { return GoalOf(k) == Maximize }},
+	{name: "accuracy", title: "Accuracy", ylabel: "score", bottom: true, match: func(k string) bool { return GoalOf(k) == Maximize }},
 	{name: "lr", title: "Learning rate", ylabel: "learning rate", match: func(k string) bool { return lrKey.MatchString(strings.ToLower(k)) }},
 	{name: "cpu", title: "CPU utilisation", ylabel: "% of one core", match: func(k string) bool { return cpuKey.MatchString(strings.ToLower(k)) }},
 	{name: "memory", title: "Memory", ylabel: "MB", match: func(k string) bool { return memKey.MatchString(strings.ToLower(k)) }},
@@ -337,6 +338,7 @@ func newPlot(c Chart, runs []*History, opt Options) (*gplot.Plot, error) {
 	if drawn == 0 {
 		return nil, fmt.Errorf("chart %s: no finite value of %v in the runs given", c.Name, c.Keys)
 	}
+	p.X.Tick.Marker, p.Y.Tick.Marker = plainTicks{}, plainTicks{}
 	if c.X == Epochs {
 		p.X.Tick.Marker = integerTicks{}
 	}
@@ -373,7 +375,22 @@ func epochPoints(pts []Point) []Point {
 func faint(c color.Color) color.Color {
 	// The colours of plotutil are opaque, so RGBA is not premultiplied.
 	r, g, b, _ := c.RGBA()
-	return color.NRGBA{R: uint8(r >> 8), G: uint8(g >> 8), B: uint8(b >> 8), A: 64}
+	return color.NRGBA{R: uint8(r >> 8), G: uint8(g >> 8), B: uint8(b >> 8), A: 96}
+}
+
+// plainTicks are gonum's default ticks labelled without padding zeros
+// ("250", not "250.00").
+type plainTicks struct{}
+
+func (plainTicks) Ticks(min, max float64) []gplot.Tick {
+	ts := gplot.DefaultTicks{}.Ticks(min, max)
+	for i, t := range ts {
+		if t.Label == "" {
+			continue
+		}
+		ts[i].Label = strconv.FormatFloat(t.Value, 'g', 6, 64)
+	}
+	return ts
 }
 
 // integerTicks labels whole epochs only.
