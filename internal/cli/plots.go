@@ -40,7 +40,10 @@ func AddPlots(f *Flags, cfg *trainer.Config) error {
 			ckpts = append([]string{mc.Config().Dirpath}, ckpts...)
 		}
 	}
-	pc := callbacks.PlotsConfig{Dir: dir, Config: *f, Strategy: f.Strategy, CheckpointDirs: ckpts}
+	// The flags are the run's hyperparameters (SetupRun logs them to
+	// hparams.yaml, which the report shows), so no Config section repeats
+	// them.
+	pc := callbacks.PlotsConfig{Dir: dir, Strategy: f.Strategy, CheckpointDirs: ckpts}
 	// Only profilers whose Report is a side-effect-free table: the
 	// timeline's Report merges the ranks' trace files, which must happen
 	// once, after Fit.

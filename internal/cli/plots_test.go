@@ -46,7 +46,7 @@ func TestAddPlotsLeavesChartsAndReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"world size 1", "| test_acc |", "| cpu_pct |", "| rss_mb |", "| MaxEpochs | 2 |",
+	for _, want := range []string{"world size 1", "| test_acc |", "| cpu_pct |", "| rss_mb |", "| max_epochs | 2 |",
 		"| batch_size | 64 |", "checkpoints/last.ckpt", "## Profiler", "forward+backward", "![loss](plots/loss.png)"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
