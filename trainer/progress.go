@@ -74,7 +74,7 @@ func (p *progress) batch(done int, loss float64, rows int, metrics map[string]fl
 	if done > 0 {
 		eta = time.Duration(float64(el) / float64(done) * float64(p.total-done))
 	}
-	extra := p.barMetrics(step)
+	extra := p.barMetrics(step, metrics)
 	if p.tty {
 		if now.Sub(p.last) < 100*time.Millisecond && done < p.total {
 			return
@@ -98,12 +98,22 @@ func (p *progress) batch(done int, loss float64, rows int, metrics map[string]fl
 		Str("eta", eta.Round(time.Second).String()).Msg("train" + extra)
 }
 
-func (p *progress) barMetrics(step []module.Metric) string {
+func (p *progress) barMetrics(step []module.Metric, metrics map[string]float64) string {
 	var b strings.Builder
 	for _, m := range step {
 		if m.Spec.ProgBar && m.Spec.OnStep {
 			fmt.Fprintf(&b, " %s=%.4f", m.Name, m.Value)
 		}
+	}
+	// Resource figures logged by callbacks.DeviceStatsMonitor.
+	if v, ok := metrics["cpu_pct"]; ok {
+		fmt.Fprintf(&b, " cpu=%.0f%%", v)
+	}
+	if v, ok := metrics["rss_mb"]; ok {
+		fmt.Fprintf(&b, " rss=%.0fMB", v)
+	}
+	if v, ok := metrics["gpu_mem_mb"]; ok {
+		fmt.Fprintf(&b, " gpu_mem=%.0fMB", v)
 	}
 	return b.String()
 }

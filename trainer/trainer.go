@@ -255,7 +255,16 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 	t.stats = Stats{WorldSize: t.strat.WorldSize()}
 	t.state.Stage = "fit"
 	t.state.save = t.saveCheckpoint
-	t.state.log = func(m map[string]float64) error { return t.logMetrics(t.state.GlobalStep, m) }
+	t.state.log = func(m map[string]float64) error {
+		// Values a callback logs (resource figures, say) join the metrics
+		// the progress display and other callbacks read.
+		for k, v := range m {
+			if k != "epoch" {
+				t.state.Metrics[k] = v
+			}
+		}
+		return t.logMetrics(t.state.GlobalStep, m)
+	}
 	t.state.Optimizer, t.state.LogEveryNSteps = t.strat.Optimizer().Name(), t.cfg.LogEveryNSteps
 	status := "failed"
 	defer func() {

@@ -84,6 +84,9 @@ func (j ImageJob) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := AddPlots(&f, &cfg); err != nil {
+		return err
+	}
 	if j.Extra != nil {
 		if err := j.Extra(&f, &cfg); err != nil {
 			return err

@@ -60,9 +60,12 @@ func TestRunWritesLogsCheckpointsAndResumes(t *testing.T) {
 		t.Fatalf("summary %+v", s)
 	}
 	files := list(t, run)
-	want := []string{"checkpoints", "hparams.json", "hparams.yaml", "metrics.csv", "metrics.jsonl"}
-	if len(files) != 6 || !strings.HasPrefix(files[1], "events.out.tfevents.") {
+	want := []string{"checkpoints", "hparams.json", "hparams.yaml", "metrics.csv", "metrics.jsonl", "plots", "report.md"}
+	if len(files) != 8 || !strings.HasPrefix(files[1], "events.out.tfevents.") {
 		t.Errorf("run dir holds %v, want %v and an event file", files, want)
+	}
+	if pngs, _ := filepath.Glob(filepath.Join(run, "plots", "loss*.png")); len(pngs) == 0 {
+		t.Errorf("no loss chart in %s/plots", run)
 	}
 	if got := list(t, filepath.Join(run, "checkpoints")); strings.Join(got, " ") != "epoch=0-step=20.ckpt last.ckpt" {
 		t.Errorf("checkpoints %v", got)
