@@ -174,6 +174,11 @@ type Comm struct {
 	caps  [2]uintptr
 	dhdr  uintptr // device header buffers: own (4 int64) and all (4*size)
 	dhdrs uintptr
+	// Host header buffers live on the heap, held by the Comm: the library
+	// gets their addresses as integers, and a buffer on a goroutine stack
+	// could move (stack growth) between taking the address and the call.
+	hmine []int64
+	hall  []int64
 }
 
 var _ collective.Collective = (*Comm)(nil)
@@ -422,8 +427,12 @@ func (c *Comm) checkHeader(ctx context.Context, h collective.Header) error {
 	if c.broken != nil {
 		return c.fail(h, c.broken)
 	}
-	mine := []int64{int64(h.Kind) | int64(h.DType)<<8 | int64(h.Op)<<16, int64(h.Root), int64(h.Len), int64(h.Seq)}
-	all := make([]int64, 4*c.size)
+	if c.hmine == nil {
+		c.hmine, c.hall = make([]int64, 4), make([]int64, 4*c.size)
+	}
+	mine, all := c.hmine, c.hall
+	mine[0], mine[1], mine[2], mine[3] = int64(h.Kind)|int64(h.DType)<<8|int64(h.Op)<<16, int64(h.Root), int64(h.Len), int64(h.Seq)
+	clear(all)
 	if err := c.toDevice(c.dhdr, int64Bytes(mine)); err != nil {
 		return c.fail(h, err)
 	}
