@@ -367,3 +367,53 @@ func TestFloat64Precision(t *testing.T) {
 		t.Fatalf("float64 weights = %v, want w[1] ≈ %v", w, trueW[1])
 	}
 }
+
+func (m *linreg) PredictStep(s *module.Step) (*G.Node, error) {
+	pred := G.Must(G.Mul(s.Input("x"), s.Param("w")))
+	return G.Must(G.BroadcastAdd(pred, s.Param("b"), nil, []byte{0})), nil
+}
+
+// After Fit, Validate and Predict run on the trained parameters: predictions
+// equal x·w + b computed by hand from the store, batch by batch, including a
+// last partial batch.
+func TestValidateAndPredictUseTrainedWeights(t *testing.T) {
+	ds := regression(t, 50, 0, 5)
+	m := &linreg{in: 4, lr: 0.05}
+	tr, _ := trainer.New(quiet(trainer.Config{MaxEpochs: 3}))
+	if err := tr.Fit(context.Background(), m, loader(t, ds, 16, true, false), nil); err != nil {
+		t.Fatal(err)
+	}
+	res, err := tr.Validate(context.Background(), m, loader(t, ds, 20, false, false))
+	if err != nil || !(res["val_loss"] >= 0) {
+		t.Fatalf("Validate = %v, %v", res, err)
+	}
+	outs, err := tr.Predict(context.Background(), m, loader(t, ds, 16, false, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(outs) != 4 || outs[3].Shape()[0] != 2 {
+		t.Fatalf("got %d outputs, last of shape %v; want 4 batches, the last of 2 rows", len(outs), outs[len(outs)-1].Shape())
+	}
+	w := tr.Store().Data32()
+	row := make([][]float32, 2)
+	row[0], row[1] = make([]float32, 4), make([]float32, 1)
+	i := 0
+	for _, o := range outs {
+		for _, got := range o.Data().([]float32) {
+			if err := ds.Read(i, row); err != nil {
+				t.Fatal(err)
+			}
+			want := w[4]
+			for j := 0; j < 4; j++ {
+				want += row[0][j] * w[j]
+			}
+			if math.Abs(float64(got-want)) > 1e-5 {
+				t.Fatalf("prediction %d = %v, want %v", i, got, want)
+			}
+			i++
+		}
+	}
+	if i != 50 {
+		t.Fatalf("%d predictions, want 50", i)
+	}
+}
