@@ -38,6 +38,21 @@ type BatchNormOpts struct {
 	Eps float64
 	// ReLU applies max(0, ·) to the result in the same pass.
 	ReLU bool
+	// Sync, when set in training, sums the per-channel statistics over
+	// every replica of the job (SyncBatchNorm): the batch is normalised with
+	// the global mean and variance, the running statistics get the global
+	// ones, and the input gradient uses the global sums of the output
+	// gradient, as PyTorch's SyncBatchNorm does. Gamma and beta gradients
+	// stay local: the strategy reduces them with every other gradient.
+	Sync StatReducer
+}
+
+// StatReducer sums float64 buffers element-wise across the replicas of a
+// job, in place; every replica calls it with a buffer of the same length, in
+// the same order. It is called while the graph runs, so it must not need the
+// graph's goroutine for anything else.
+type StatReducer interface {
+	AllReduceSum(buf []float64) error
 }
 
 // BatchNorm normalises x [N, C, ...] per channel C and applies the affine
@@ -120,6 +135,9 @@ type bnOp struct {
 	ga, gb, gk     []float64 // input-gradient coefficients
 	dyMasked       any       // []T: dy masked by the fused ReLU, from bnSums
 	parts          []float64 // per-plane partial sums, combined in plane order
+	count          float64   // values per channel behind mean and invstd (all replicas under Sync)
+	syncBuf        []float64 // Sync: per-channel statistics or gradient sums, reduced in place
+	gSumDy, gSumXh []float64 // Sync: the global Σdy' and Σdy'·x̂ used by the input gradient
 }
 
 func (op *bnOp) Arity() int {
@@ -163,14 +181,17 @@ func (op *bnOp) Do(v ...G.Value) (G.Value, error) {
 	}
 	y := op.out.get(dt, op.shape)
 	if dt == tensor.Float32 {
-		bnFwd[float32](op, x, gamma, beta, y)
+		err = bnFwd[float32](op, x, gamma, beta, y)
 	} else {
-		bnFwd[float64](op, x, gamma, beta, y)
+		err = bnFwd[float64](op, x, gamma, beta, y)
+	}
+	if err != nil {
+		return nil, err
 	}
 	return y, nil
 }
 
-func bnFwd[T float](op *bnOp, xt, gt, bt, yt *tensor.Dense) {
+func bnFwd[T float](op *bnOp, xt, gt, bt, yt *tensor.Dense) error {
 	c, inner := op.c, op.inner
 	op.mean = grow(op.mean, c)
 	op.invstd = grow(op.invstd, c)
@@ -196,6 +217,13 @@ func bnFwd[T float](op *bnOp, xt, gt, bt, yt *tensor.Dense) {
 			sum[p%c] += op.parts[2*p]
 			sumSq[p%c] += op.parts[2*p+1]
 		}
+		var vars []float64
+		if op.Sync != nil {
+			var err error
+			if m, vars, err = bnSyncStats(op, x, sum, sumSq, m); err != nil {
+				return err
+			}
+		}
 		momentum := op.Momentum
 		if nb := op.stats.NumBatches; nb != nil {
 			cnt := data[T](nb)
@@ -205,14 +233,20 @@ func bnFwd[T float](op *bnOp, xt, gt, bt, yt *tensor.Dense) {
 			}
 		}
 		for ch := 0; ch < c; ch++ {
-			d := sum[ch] / m
-			v := max(sumSq[ch]/m-d*d, 0)
-			mean := float64(x[ch*inner]) + d
+			var mean, v float64
+			if vars != nil {
+				mean, v = op.mean[ch], vars[ch]
+			} else {
+				d := sum[ch] / m
+				v = max(sumSq[ch]/m-d*d, 0)
+				mean = float64(x[ch*inner]) + d
+			}
 			op.mean[ch] = mean
 			op.invstd[ch] = 1 / math.Sqrt(v+op.Eps)
 			rm[ch] = T((1-momentum)*float64(rm[ch]) + momentum*mean)
 			rv[ch] = T((1-momentum)*float64(rv[ch]) + momentum*v*m/(m-1))
 		}
+		op.count = m
 	} else {
 		for ch := 0; ch < c; ch++ {
 			op.mean[ch] = float64(rm[ch])
@@ -233,6 +267,43 @@ func bnFwd[T float](op *bnOp, xt, gt, bt, yt *tensor.Dense) {
 	} else {
 		bnAffine(op, x, y, 0, planes)
 	}
+	return nil
+}
+
+// bnSyncStats combines this replica's shifted sums (shift k = each
+// channel's first value, m values per channel) with every other replica's
+// through op.Sync, in one reduction of [count, n·mean, n·mean², M2] per
+// channel (M2: the sum of squared deviations from the local mean). Chan's
+// parallel formula then gives the global mean (written to op.mean) and the
+// biased global variance, returned with the global count: no sum of squares
+// of raw values, so no cancellation when the mean is large.
+func bnSyncStats[T float](op *bnOp, x []T, sum, sumSq []float64, m float64) (float64, []float64, error) {
+	c, inner := op.c, op.inner
+	op.syncBuf = grow(op.syncBuf, 1+3*c)
+	b := op.syncBuf
+	b[0] = m
+	for ch := 0; ch < c; ch++ {
+		d := sum[ch] / m
+		mean := float64(x[ch*inner]) + d
+		b[1+ch] = m * mean
+		b[1+c+ch] = m * mean * mean
+		b[1+2*c+ch] = max(sumSq[ch]-m*d*d, 0)
+	}
+	if err := op.Sync.AllReduceSum(b); err != nil {
+		return 0, nil, fmt.Errorf("SyncBatchNorm: reduce batch statistics across replicas: %w", err)
+	}
+	n := b[0]
+	if n < 2 {
+		return 0, nil, fmt.Errorf("SyncBatchNorm: %v values per channel across all replicas: need more than one", n)
+	}
+	vars := sumSq // scratch no longer needed: the biased variance per channel
+	for ch := 0; ch < c; ch++ {
+		mean := b[1+ch] / n
+		between := max(b[1+c+ch]-n*mean*mean, 0) // Σ n_i·(mean_i - mean)²
+		op.mean[ch] = mean
+		vars[ch] = (b[1+2*c+ch] + between) / n
+	}
+	return n, vars, nil
 }
 
 // bnStats writes Σ(x-k) and Σ(x-k)² of planes [lo, hi) into op.parts, with
@@ -449,14 +520,17 @@ func (op *bnGradInputOp) Do(v ...G.Value) (G.Value, error) {
 	}
 	dx := op.out.get(dt, op.fwd.shape)
 	if dt == tensor.Float32 {
-		bnGradInput[float32](op.fwd, x, y, dy, gamma, dx)
+		err = bnGradInput[float32](op.fwd, x, y, dy, gamma, dx)
 	} else {
-		bnGradInput[float64](op.fwd, x, y, dy, gamma, dx)
+		err = bnGradInput[float64](op.fwd, x, y, dy, gamma, dx)
+	}
+	if err != nil {
+		return nil, err
 	}
 	return dx, nil
 }
 
-func bnGradInput[T float](op *bnOp, xt, yt, dyt, gt, dxt *tensor.Dense) {
+func bnGradInput[T float](op *bnOp, xt, yt, dyt, gt, dxt *tensor.Dense) error {
 	c, inner := op.c, op.inner
 	x, dy, dx := data[T](xt), data[T](dyt), data[T](dxt)
 	switch {
@@ -470,6 +544,20 @@ func bnGradInput[T float](op *bnOp, xt, yt, dyt, gt, dxt *tensor.Dense) {
 		dy = m
 	}
 	m := float64(op.n * inner)
+	sumDy, sumDyXh := op.sumDy, op.sumDyXh
+	if op.Training && op.Sync != nil {
+		// The global sums, in their own slices: the beta gradient op may
+		// still read the local Σdy' after this one.
+		op.syncBuf = grow(op.syncBuf, 2*c)
+		copy(op.syncBuf, op.sumDy)
+		copy(op.syncBuf[c:], op.sumDyXh)
+		if err := op.Sync.AllReduceSum(op.syncBuf); err != nil {
+			return fmt.Errorf("SyncBatchNorm: reduce gradient sums across replicas: %w", err)
+		}
+		op.gSumDy = append(op.gSumDy[:0], op.syncBuf[:c]...)
+		op.gSumXh = append(op.gSumXh[:0], op.syncBuf[c:2*c]...)
+		sumDy, sumDyXh, m = op.gSumDy, op.gSumXh, op.count
+	}
 	// dx = a·dy' + b·x + k per channel. In training
 	//   dx = γ·invstd/M·(M·dy' - Σdy' - x̂·Σdy'x̂), x̂ = (x-mean)·invstd;
 	// in eval the statistics are constants and dx = γ·invstd·dy'.
@@ -482,8 +570,8 @@ func bnGradInput[T float](op *bnOp, xt, yt, dyt, gt, dxt *tensor.Dense) {
 		a := g * op.invstd[ch]
 		var b, k float64
 		if op.Training {
-			b = -a * op.sumDyXh[ch] * op.invstd[ch] / m
-			k = -a*op.sumDy[ch]/m - b*op.mean[ch]
+			b = -a * sumDyXh[ch] * op.invstd[ch] / m
+			k = -a*sumDy[ch]/m - b*op.mean[ch]
 		}
 		op.ga[ch], op.gb[ch], op.gk[ch] = a, b, k
 	}
@@ -493,6 +581,7 @@ func bnGradInput[T float](op *bnOp, xt, yt, dyt, gt, dxt *tensor.Dense) {
 	} else {
 		bnInputGrad(op, dy, x, dx, 0, planes)
 	}
+	return nil
 }
 
 // bnInputGrad writes dx = a·dy' + b·x + k for planes [lo, hi).
