@@ -118,6 +118,7 @@ type Step struct {
 	logs       []*Logged
 	output     *G.Node
 	extras     map[string]any
+	statSync   *StatSync
 }
 
 // StepInput describes one symbolic batch input.
@@ -269,6 +270,14 @@ func (s *Step) Extra(key string) (any, bool) {
 
 // SetExtra stores a per-step value under key.
 func (s *Step) SetExtra(key string, v any) { s.extras[key] = v }
+
+// StatSync is how layers reduce batch statistics across the job's replicas
+// (SyncBatchNorm); nil when the step's replica has no one to sync with.
+func (s *Step) StatSync() *StatSync { return s.statSync }
+
+// SetStatSync gives the step's layers ss (the engine does this before the
+// module builds the step).
+func (s *Step) SetStatSync(ss *StatSync) { s.statSync = ss }
 
 // Metric is one logged value after a graph ran, with the weight (rows in
 // the batch) used when averaging over batches.

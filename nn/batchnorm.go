@@ -24,7 +24,11 @@ type BatchNorm struct {
 	Mean     string
 	Var      string
 	Count    string
-	opts     ops.BatchNormOpts
+	// Sync makes training graphs normalise with the statistics of the
+	// whole job's batch (SyncBatchNorm) when the strategy runs more than
+	// one replica; Trainer's SyncBatchNorm turns it on for every layer.
+	Sync bool
+	opts ops.BatchNormOpts
 }
 
 // BatchNormOption changes a BatchNorm's defaults (momentum 0.1, eps 1e-5,
@@ -41,6 +45,13 @@ func BatchNormMomentum(m float64) BatchNormOption {
 func BatchNormCumulative() BatchNormOption {
 	return func(l *BatchNorm) { l.opts.CumulativeAverage = true }
 }
+
+// BatchNormSync makes the layer a SyncBatchNorm: in training, its batch
+// mean and variance (and their gradients) are reduced across every replica
+// of the job, as PyTorch's SyncBatchNorm does, so N replicas with batch b
+// normalise like one device with batch N·b. With one replica it is a plain
+// BatchNorm. trainer.Config.SyncBatchNorm does this for every BatchNorm.
+func BatchNormSync() BatchNormOption { return func(l *BatchNorm) { l.Sync = true } }
 
 // BatchNormEps sets the value added to the variance.
 func BatchNormEps(eps float64) BatchNormOption { return func(l *BatchNorm) { l.opts.Eps = eps } }
@@ -108,6 +119,9 @@ func (l *BatchNorm) forward(s *module.Step, x *G.Node, relu bool) *G.Node {
 	o := l.opts
 	o.Training = s.Training()
 	o.ReLU = relu
+	if ss := s.StatSync(); ss != nil && o.Training && (l.Sync || ss.All()) {
+		o.Sync = ss
+	}
 	stats := ops.BatchNormStats{Mean: s.BufferTensor(l.Mean), Var: s.BufferTensor(l.Var), NumBatches: s.BufferTensor(l.Count)}
 	return must(l.typ(), l.Name)(ops.BatchNorm(x, gamma, beta, stats, o))
 }

@@ -194,7 +194,7 @@ func (d *DDP) setupReplica(ctx context.Context, su Setup) (*module.Store, error)
 	if err := d.c.Broadcast(ctx, store.Data(), 0); err != nil {
 		return nil, d.fail("broadcast rank 0's parameters and buffers", err)
 	}
-	d.eng = engine.New(su.Module, store, su.Fields, replicaSeed(su.Seed, d.rank))
+	d.eng = engine.New(su.Module, store, su.Fields, replicaSeed(su.Seed, d.rank), statSyncOption(ddpStatSync{d}, d.world, su.SyncBatchNorm)...)
 	d.rep = newReplica(d.eng)
 	if d.localRanks > 1 {
 		shareCores(d.cfg.Log, d.localRanks)

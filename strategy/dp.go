@@ -54,6 +54,7 @@ type DP struct {
 	subs    []data.Batch
 	results []engine.Result
 	metrics []module.Metric
+	sync    *replicaSum // SyncBatchNorm across the replicas; nil for one
 }
 
 // NewDP returns a DP strategy over cfg.Devices.
@@ -87,12 +88,16 @@ func (d *DP) Setup(ctx context.Context, su Setup) error {
 	}
 	n := len(d.devs)
 	d.engs = make([]*replica, n)
+	if n > 1 {
+		d.sync = newReplicaSum(n)
+	}
 	for i := range d.engs {
 		st := store
 		if i > 0 {
 			st = store.Clone()
 		}
-		d.engs[i] = newReplica(engine.New(su.Module, st, su.Fields, replicaSeed(su.Seed, i)))
+		opts := statSyncOption(replicaStatSync{d.sync, i}, n, su.SyncBatchNorm)
+		d.engs[i] = newReplica(engine.New(su.Module, st, su.Fields, replicaSeed(su.Seed, i), opts...))
 	}
 	if n > 1 {
 		shareCores(su.Log, n)
@@ -157,15 +162,23 @@ func sliceBatch(dst, b *data.Batch, lo, hi int) {
 // lowest-numbered replica's error, naming its device.
 func (d *DP) parallel(ctx context.Context, n int, f func(i int) error) error {
 	errs := make([]error, n)
+	do := func(i int) {
+		errs[i] = d.devs[i].Do(ctx, func() error { return f(i) })
+		if errs[i] != nil && d.sync != nil {
+			// Free the replicas waiting for this one in a SyncBatchNorm
+			// reduction.
+			d.sync.abort(fmt.Errorf("replica %d on %s failed: %w", i, d.devs[i], errs[i]))
+		}
+	}
 	var wg sync.WaitGroup
 	for i := 1; i < n; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = d.devs[i].Do(ctx, func() error { return f(i) })
+			do(i)
 		}()
 	}
-	errs[0] = d.devs[0].Do(ctx, func() error { return f(0) })
+	do(0)
 	wg.Wait()
 	for i, err := range errs {
 		if err != nil {
@@ -184,6 +197,9 @@ func (d *DP) TrainStep(ctx context.Context, b *data.Batch, o TrainOptions) (floa
 		clear(d.ran)
 	}
 	n := d.scatter(b)
+	if d.sync != nil {
+		d.sync.begin(n)
+	}
 	err := d.parallel(ctx, n, func(i int) error {
 		// Each replica's mean-loss gradient is weighted by its share of the
 		// batch, so the sum over replicas is the gradient of the whole
@@ -345,8 +361,15 @@ func newReplica(e *engine.Engine) *replica { return &replica{eng: e, built: map[
 func (r *replica) run(ctx context.Context, mode module.Mode, b *data.Batch, accumulate bool, scale float64) (engine.Result, error) {
 	k := graphKey{mode, b.Size}
 	if !r.built[k] {
+		// Build under the lock, run outside it: a graph that reduces across
+		// replicas while it runs (SyncBatchNorm) would otherwise wait for a
+		// replica blocked on the lock.
 		buildMu.Lock()
-		defer buildMu.Unlock()
+		err := r.eng.Compile(mode, b)
+		buildMu.Unlock()
+		if err != nil {
+			return engine.Result{}, err
+		}
 		r.built[k] = true
 	}
 	return r.eng.Run(ctx, mode, b, accumulate, scale)

@@ -22,6 +22,12 @@ type Setup struct {
 	// Deterministic asks for bitwise-reproducible results: a strategy that
 	// cannot promise them for its configuration returns an error from Setup.
 	Deterministic bool
+	// SyncBatchNorm makes every BatchNorm of the module reduce its batch
+	// statistics across all replicas of the job in training (PyTorch's
+	// SyncBatchNorm). Strategies with more than one replica give their
+	// graphs the means to do so either way, for layers built with
+	// nn.BatchNormSync.
+	SyncBatchNorm bool
 	// Fields describe the training batches (name and per-example shape).
 	Fields []data.Field
 	// NewOptimizer makes an optimizer and optional scheduler; strategies

@@ -29,6 +29,7 @@ type Engine struct {
 	fields []data.Field
 	seed   uint64
 	graphs map[key]*compiled
+	sync   *module.StatSync // nil: no replica to sync BatchNorm statistics with
 }
 
 type key struct {
@@ -72,14 +73,38 @@ type Result struct {
 	Output  *tensor.Dense   // predict graphs only; valid until the next run
 }
 
+// Option is a rare engine setting.
+type Option func(*Engine)
+
+// WithStatSync gives the engine's graphs s to reduce BatchNorm statistics
+// across the job's replicas (SyncBatchNorm); all makes every BatchNorm
+// sync, otherwise only those built with nn.BatchNormSync. A nil s is no
+// syncing. Strategies pass it when they run more than one replica.
+func WithStatSync(s module.StatSyncer, all bool) Option {
+	return func(e *Engine) { e.sync = module.NewStatSync(s, all) }
+}
+
 // New makes an engine for module m over store; fields describe the batches it
 // will be given.
-func New(m module.Module, store *module.Store, fields []data.Field, seed uint64) *Engine {
-	return &Engine{mod: m, store: store, fields: fields, seed: seed, graphs: map[key]*compiled{}}
+func New(m module.Module, store *module.Store, fields []data.Field, seed uint64, opts ...Option) *Engine {
+	e := &Engine{mod: m, store: store, fields: fields, seed: seed, graphs: map[key]*compiled{}}
+	for _, o := range opts {
+		o(e)
+	}
+	return e
 }
 
 // Store is the replica's store.
 func (e *Engine) Store() *module.Store { return e.store }
+
+// Compile builds the graph of mode for batches like b, once, without running
+// it. Replicas in one process build one at a time (Gorgonia's graph building
+// is not safe for concurrent use) but must run together when their graphs
+// reduce across replicas (SyncBatchNorm): strategies compile first.
+func (e *Engine) Compile(mode module.Mode, b *data.Batch) error {
+	_, err := e.graph(mode, b)
+	return err
+}
 
 // Run executes the graph of mode for batch b. For Train it runs forward and
 // backward and writes scale×gradient into the store's gradient buffer, or adds
@@ -94,6 +119,9 @@ func (e *Engine) Run(ctx context.Context, mode module.Mode, b *data.Batch, accum
 	}
 	if err := e.bind(c, b); err != nil {
 		return Result{}, err
+	}
+	if e.sync != nil {
+		e.sync.SetContext(ctx) // ops reduce statistics under this run's context
 	}
 	defer func() {
 		if r := recover(); r != nil {
@@ -322,12 +350,18 @@ func sameFields(want, got []data.Field) error {
 // Build runs the module's step method for mode on a fresh graph, turning
 // panics into errors that name the step.
 func Build(m module.Module, store *module.Store, mode module.Mode, batch int, fields []data.Field, seed uint64) (s *module.Step, loss *G.Node, err error) {
+	return BuildWith(m, store, mode, batch, fields, seed, nil)
+}
+
+// BuildWith is Build with the step's StatSync (nil: none).
+func BuildWith(m module.Module, store *module.Store, mode module.Mode, batch int, fields []data.Field, seed uint64, sync *module.StatSync) (s *module.Step, loss *G.Node, err error) {
 	ins := make([]module.StepInput, len(fields))
 	for i, f := range fields {
 		ins[i] = module.StepInput{Name: f.Name, Shape: f.Shape}
 	}
 	g := G.NewGraph()
 	s = module.NewStep(g, mode, store, batch, ins, seed)
+	s.SetStatSync(sync)
 	defer func() {
 		if r := recover(); r != nil {
 			if e, ok := r.(error); ok {
@@ -389,7 +423,7 @@ func stepName(m module.Mode) string {
 }
 
 func (e *Engine) compile(mode module.Mode, batch int) (c *compiled, err error) {
-	s, loss, err := Build(e.mod, e.store, mode, batch, e.fields, e.seed)
+	s, loss, err := BuildWith(e.mod, e.store, mode, batch, e.fields, e.seed, e.sync)
 	if err != nil {
 		return nil, err
 	}
