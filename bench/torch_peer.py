@@ -117,6 +117,9 @@ def peak_rss_mb():
 
 def evaluate(model, x, y):
     import torch
+    # Evaluate the bare module: DDP's forward would broadcast BatchNorm
+    # buffers, a collective the other ranks (waiting at a barrier) never join.
+    model = getattr(model, "module", model)
     model.eval()
     correct = 0
     with torch.no_grad():
