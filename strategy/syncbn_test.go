@@ -1,0 +1,282 @@
+package strategy_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	G "gorgonia.org/gorgonia"
+
+	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/nn"
+	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/collective"
+	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
+	"github.com/fulgur-ml/fulgur/strategy/device/fakedevice"
+	"github.com/fulgur-ml/fulgur/strategy/strategytest"
+)
+
+// bnNet is Linear(6→8) → BatchNorm1d(8) with ReLU → Linear(8→2), mean
+// squared error: a model whose gradients and buffers depend on the batch
+// statistics. layerSync builds its BatchNorm with nn.BatchNormSync.
+type bnNet struct {
+	layerSync bool
+	l1, l2    *nn.Linear
+	bn        *nn.BatchNorm
+}
+
+func (m *bnNet) Configure(b *module.Builder) error {
+	m.l1 = nn.NewLinear(b, "l1", 6, 8)
+	var opts []nn.BatchNormOption
+	if m.layerSync {
+		opts = append(opts, nn.BatchNormSync())
+	}
+	m.bn = nn.NewBatchNorm1d(b, "bn", 8, opts...)
+	m.l2 = nn.NewLinear(b, "l2", 8, 2)
+	return nil
+}
+
+func (m *bnNet) TrainingStep(s *module.Step) (*G.Node, error) {
+	o := m.l2.Forward(s, m.bn.ForwardReLU(s, m.l1.Forward(s, s.Input("x"))))
+	n := s.BatchSize() * 2
+	d := G.Must(G.Sub(G.Must(G.Reshape(o, []int{n})), G.Must(G.Reshape(s.Input("y"), []int{n}))))
+	return G.Must(G.Mean(G.Must(G.Square(d)))), nil
+}
+
+// syncSetup sets every process up with its own bnNet, rank r with seed 1+r
+// (DDP broadcasts rank 0's), and SyncBatchNorm as given.
+func syncSetup(ctx context.Context, strats []strategy.Strategy, layerSync bool, fields []data.Field, syncAll bool) error {
+	return strategytest.Each(strats, func(r int, s strategy.Strategy) error {
+		su, err := strategytest.SetupFor(&bnNet{layerSync: layerSync}, fields, 1+uint64(r))
+		if err != nil {
+			return err
+		}
+		su.SyncBatchNorm = syncAll
+		return s.Setup(ctx, su)
+	})
+}
+
+// With SyncBatchNorm, N replicas with batch b each train like one device
+// with batch N·b and a plain BatchNorm: parameters and the running mean and
+// variance agree after K steps within float32 rounding (|diff| ≤ 1e-5 +
+// 1e-4·|want|, the conformance suite's bound). Without it they do not (the
+// running statistics are rank 0's local ones), so the test tells them apart.
+func TestSyncBatchNormTrainsLikeOneDevice(t *testing.T) {
+	const (
+		n, per, steps  = 2, 4, 4
+		absTol, relTol = 1e-5, 1e-4
+	)
+	ds, err := strategytest.Regression(steps*n*per, 6, 2, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ddp := func(t *testing.T) []strategy.Strategy { return ddpRanks(t, n, 0, nil) }
+	dp := func(t *testing.T) []strategy.Strategy {
+		devs, err := fakedevice.New(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := strategy.NewDP(strategy.DPConfig{Devices: devs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []strategy.Strategy{d}
+	}
+	sharded := func(t *testing.T) []strategy.Strategy {
+		group, err := inproc.NewGroup(n, inproc.Timeout(20*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := make([]strategy.Strategy, n)
+		for r := range out {
+			s, err := strategy.NewSharded(strategy.ShardedConfig{DDPConfig: strategy.DDPConfig{Group: group[r], Timeout: 20 * time.Second}, Stage: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[r] = s
+		}
+		return out
+	}
+	ctx := context.Background()
+	ref := []strategy.Strategy{strategy.NewSingle()}
+	if err := syncSetup(ctx, ref, false, ds.Fields(), false); err != nil {
+		t.Fatal(err)
+	}
+	for k := 0; k < steps; k++ {
+		whole, _ := strategytest.Rows(ds, k*n*per, (k+1)*n*per)
+		if _, _, err := strategytest.Step(ctx, ref, strategy.StepOptions{}, whole); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := ref[0].Store().Data32()
+	wantMean, wantVar := bufferOf(t, ref[0].Store(), "bn.running_mean"), bufferOf(t, ref[0].Store(), "bn.running_var")
+
+	for _, tc := range []struct {
+		name      string
+		strats    func(t *testing.T) []strategy.Strategy
+		syncAll   bool // Setup.SyncBatchNorm
+		layer     bool // nn.BatchNormSync on the layer
+		sameAsOne bool
+	}{
+		{"ddp/global", ddp, true, false, true},
+		{"ddp/layer", ddp, false, true, true},
+		{"ddp/off", ddp, false, false, false},
+		{"dp/global", dp, true, false, true},
+		{"dp/off", dp, false, false, false},
+		{"sharded2/global", sharded, true, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			strats := tc.strats(t)
+			if err := syncSetup(ctx, strats, tc.layer, ds.Fields(), tc.syncAll); err != nil {
+				t.Fatal(err)
+			}
+			defer strategytest.Each(strats, func(_ int, s strategy.Strategy) error { return s.Teardown(ctx) })
+			for k := 0; k < steps; k++ {
+				global, _ := strategytest.Rows(ds, k*n*per, (k+1)*n*per)
+				if _, _, err := strategytest.Step(ctx, strats, strategy.StepOptions{}, global); err != nil {
+					t.Fatalf("step %d: %v", k, err)
+				}
+			}
+			got := strats[0].Store().Data32()
+			worst, at, maxAbs := 0.0, -1, 0.0
+			for i := range want {
+				maxAbs = math.Max(maxAbs, math.Abs(float64(got[i]-want[i])))
+				if d := math.Abs(float64(got[i]-want[i])) - relTol*math.Abs(float64(want[i])); d > worst {
+					worst, at = d, i
+				}
+			}
+			t.Logf("largest difference from one device with batch %d after %d steps: %.3g", n*per, steps, maxAbs)
+			mean, vr := bufferOf(t, strats[0].Store(), "bn.running_mean"), bufferOf(t, strats[0].Store(), "bn.running_var")
+			if !tc.sameAsOne {
+				if worst <= absTol {
+					t.Fatalf("without SyncBatchNorm the store is within %g of one device's: the test cannot tell sync apart", worst)
+				}
+				return
+			}
+			if worst > absTol {
+				t.Errorf("after %d steps store value %d is %g, one device with batch %d gives %g", steps, at, got[at], n*per, want[at])
+			}
+			for i := range wantMean {
+				if math.Abs(mean[i]-wantMean[i]) > absTol+relTol*math.Abs(wantMean[i]) || math.Abs(vr[i]-wantVar[i]) > absTol+relTol*math.Abs(wantVar[i]) {
+					t.Errorf("channel %d: running mean %g var %g, one device gives %g %g", i, mean[i], vr[i], wantMean[i], wantVar[i])
+				}
+			}
+			if h := strategytest.Hashes(strats); len(slices.Compact(slices.Clone(h))) != 1 {
+				t.Errorf("ranks are not bit-identical: %v", h)
+			}
+			if rs, ok := strats[0].(interface{ ReplicaStores() []*module.Store }); ok {
+				for i, s := range rs.ReplicaStores() {
+					if s.SHA256() != strats[0].Store().SHA256() {
+						t.Errorf("replica %d differs from replica 0", i)
+					}
+				}
+			}
+		})
+	}
+}
+
+func bufferOf(t *testing.T, s *module.Store, name string) []float64 {
+	t.Helper()
+	e, ok := s.Lookup(name)
+	if !ok {
+		t.Fatalf("no buffer %q", name)
+	}
+	out := make([]float64, e.Len)
+	for i, v := range s.Data32()[e.Offset : e.Offset+e.Len] {
+		out[i] = float64(v)
+	}
+	return out
+}
+
+// recorder logs the operations a rank's group runs, in the order they run.
+type recorder struct {
+	collective.Collective
+	mu  sync.Mutex
+	ops []string
+}
+
+func (r *recorder) log(kind string, buf any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	dt, n, _ := collective.Describe(buf)
+	r.ops = append(r.ops, fmt.Sprintf("%s %v[%d]", kind, dt, n))
+}
+
+func (r *recorder) AllReduce(ctx context.Context, buf any, op collective.Op) error {
+	r.log("all-reduce", buf)
+	return r.Collective.AllReduce(ctx, buf, op)
+}
+
+func (r *recorder) Broadcast(ctx context.Context, buf any, root int) error {
+	r.log("broadcast", buf)
+	return r.Collective.Broadcast(ctx, buf, root)
+}
+
+// SyncBatchNorm's reductions run inside the graph, on the same ordered
+// communication goroutine as the gradient buckets: on every rank and at
+// every step they come after the buffer broadcast and before the first
+// bucket (forward statistics, then backward sums), never mixed with a
+// bucket still in flight from the step before.
+func TestSyncBatchNormOrdersWithBuckets(t *testing.T) {
+	const n = 2
+	group, err := inproc.NewGroup(n, inproc.Timeout(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := make([]*recorder, n)
+	strats := make([]strategy.Strategy, n)
+	for r := range strats {
+		recs[r] = &recorder{Collective: group[r]}
+		// 64-byte buckets: several reductions per step, started before
+		// the last one is queued.
+		if strats[r], err = strategy.NewDDP(strategy.DDPConfig{Group: recs[r], BucketBytes: 64, Timeout: 20 * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	ds, _ := strategytest.Regression(24, 6, 2, 9)
+	if err := syncSetup(ctx, strats, false, ds.Fields(), true); err != nil {
+		t.Fatal(err)
+	}
+	buckets := len(strats[0].(*strategy.DDP).Buckets())
+	if buckets < 3 {
+		t.Fatalf("%d buckets: the test needs several", buckets)
+	}
+	for k := 0; k < 3; k++ {
+		b, _ := strategytest.Rows(ds, k*8, k*8+8)
+		if _, _, err := strategytest.Step(ctx, strats, strategy.StepOptions{}, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := strategytest.Each(strats, func(_ int, s strategy.Strategy) error { return s.Teardown(ctx) }); err != nil {
+		t.Fatal(err)
+	}
+	st := strats[0].Store()
+	step := []string{
+		fmt.Sprintf("broadcast float32[%d]", st.Len()-st.NumParams()),
+		"all-reduce float64[25]", // forward: count, then n·mean, n·mean², M2 of 8 channels
+		"all-reduce float64[16]", // backward: Σdy', Σdy'·x̂ of 8 channels
+	}
+	var want []string
+	want = append(want, fmt.Sprintf("broadcast float32[%d]", st.Len())) // Setup
+	for k := 0; k < 3; k++ {
+		want = append(want, step...)
+		for _, bk := range strats[0].(*strategy.DDP).Buckets() {
+			want = append(want, fmt.Sprintf("all-reduce float32[%d]", bk.Hi-bk.Lo))
+		}
+	}
+	for r, rec := range recs {
+		got := rec.ops
+		if len(got) < len(want) {
+			t.Fatalf("rank %d ran %v", r, got)
+		}
+		if !slices.Equal(got[:len(want)], want) {
+			t.Errorf("rank %d ran\n%v\nwant\n%v", r, got[:len(want)], want)
+		}
+	}
+}
