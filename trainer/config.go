@@ -49,6 +49,13 @@ type Config struct {
 	// shuffles drawn from (seed, epoch)); strategies receive the flag in
 	// strategy.Setup and refuse configurations that would break it.
 	Deterministic bool
+	// SyncBatchNorm makes every BatchNorm reduce its batch statistics
+	// across all replicas of the job in training (Lightning's
+	// sync_batchnorm=True, PyTorch's SyncBatchNorm): N replicas with batch
+	// b normalise like one device with batch N·b. It costs two small
+	// all-reduces per BatchNorm layer and step; with one replica it changes
+	// nothing. Single layers can ask for it alone with nn.BatchNormSync.
+	SyncBatchNorm bool
 	// LogEveryNSteps records step metrics every this many steps. 0: 50.
 	LogEveryNSteps int
 	// DefaultRootDir is where logs and checkpoints go. "": ".".

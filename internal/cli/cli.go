@@ -33,6 +33,7 @@ type Flags struct {
 	FastDevRun            int
 	Seed                  uint64
 	Deterministic         bool
+	SyncBatchNorm         bool
 	Data                  string
 	RootDir               string
 	CkptPath              string
@@ -71,6 +72,7 @@ func (f *Flags) Register(fs *flag.FlagSet, defaults Flags) {
 	fs.IntVar(&f.FastDevRun, "fast-dev-run", 0, "run this many batches of train, validation and test as a smoke test")
 	fs.Uint64Var(&f.Seed, "seed", defaults.Seed, "seed for initialisation, shuffling and dropout")
 	fs.BoolVar(&f.Deterministic, "deterministic", false, "bitwise-reproducible run for a given seed")
+	fs.BoolVar(&f.SyncBatchNorm, "sync-batchnorm", false, "reduce BatchNorm batch statistics across all replicas (SyncBatchNorm)")
 	fs.StringVar(&f.Data, "data", "", "directory of the data set (default: installed copy, else the embedded subset)")
 	fs.StringVar(&f.RootDir, "root-dir", defaults.RootDir, "directory for logs and checkpoints")
 	fs.StringVar(&f.CkptPath, "ckpt-path", "", "checkpoint to resume from: a file, or \"last\" for the newest under the root dir")
@@ -110,7 +112,7 @@ func (f *Flags) TrainerConfig() (trainer.Config, error) {
 		MaxEpochs: f.MaxEpochs, MaxSteps: f.MaxSteps,
 		LimitTrainBatches: f.LimitTrainBatches, LimitValBatches: f.LimitValBatches, LimitTestBatches: f.LimitTestBatches,
 		FastDevRun: f.FastDevRun, AccumulateGradBatches: f.AccumulateGradBatches, GradientClipVal: f.GradientClipVal,
-		Seed: f.Seed, Deterministic: f.Deterministic, LogEveryNSteps: f.LogEveryNSteps,
+		Seed: f.Seed, Deterministic: f.Deterministic, SyncBatchNorm: f.SyncBatchNorm, LogEveryNSteps: f.LogEveryNSteps,
 		DefaultRootDir: f.RootDir, Precision: f.Precision,
 		Devices: f.Devices, NumNodes: f.NumNodes, Strategy: f.Strategy, Accelerator: f.Accelerator,
 		Profiler: prof, EnableProgressBar: trainer.Bool(!f.NoProgressBar),

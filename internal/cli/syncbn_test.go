@@ -1,0 +1,114 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	G "gorgonia.org/gorgonia"
+
+	"github.com/fulgur-ml/fulgur/internal/models"
+	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/nn"
+)
+
+// statSyncProbe is the small ResNet, recording what each training graph's
+// layers were given to sync BatchNorm with.
+type statSyncProbe struct {
+	*models.ResNet
+	mu   sync.Mutex
+	seen []string
+}
+
+func (p *statSyncProbe) TrainingStep(s *module.Step) (*G.Node, error) {
+	p.mu.Lock()
+	if ss := s.StatSync(); ss == nil {
+		p.seen = append(p.seen, "none")
+	} else {
+		p.seen = append(p.seen, fmt.Sprintf("all=%v size=%d", ss.All(), ss.Size()))
+	}
+	p.mu.Unlock()
+	return p.ResNet.TrainingStep(s)
+}
+
+// -sync-batchnorm reaches every replica's training graph through the
+// trainer, the strategy and the engine; without it layers can still opt in
+// (all=false), and one device has nothing to sync with.
+func TestSyncBatchNormFlagReachesLayers(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-devices", "2", "-strategy", "dp", "-sync-batchnorm"}, "all=true size=2,all=true size=2"},
+		{[]string{"-devices", "2", "-strategy", "dp"}, "all=false size=2,all=false size=2"},
+		{[]string{"-devices", "1", "-sync-batchnorm"}, "none"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			probe := &statSyncProbe{ResNet: &models.ResNet{Config: nn.ResNetConfig{BlocksPerStage: 1, Widths: []int{4, 8, 16}}}}
+			var out bytes.Buffer
+			j := ImageJob{Program: "resnet", NewModule: func(*Flags) module.Module { return probe },
+				Defaults: Flags{MaxEpochs: 1, BatchSize: 16, LR: 1e-3, RootDir: t.TempDir()}, Stdout: &out}
+			args := append([]string{"-no-progress-bar", "-max-steps", "2", "-limit-val-batches", "1", "-limit-test-batches", "1"}, tc.args...)
+			if err := j.Run(context.Background(), args); err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Join(probe.seen, ","); got != tc.want {
+				t.Fatalf("training graphs saw %q, want %q", got, tc.want)
+			}
+			var s Summary
+			if err := json.Unmarshal([]byte(lastLine(out.String())), &s); err != nil || s.GlobalStep != 2 {
+				t.Fatalf("summary %q: %+v, %v", lastLine(out.String()), s, err)
+			}
+		})
+	}
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+// A two-process DDP run of the resnet program with -sync-batchnorm trains
+// and prints its summary; its weights differ from the same run without the
+// flag, so the flag reached both processes' layers (had only one rank
+// synced, the ranks' collectives would not have matched and the run would
+// have failed).
+func TestSyncBatchNormDDPProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts training processes")
+	}
+	runDDP := func(extra ...string) Summary {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		args := append([]string{"-devices", "2", "-strategy", "ddp", "-max-steps", "3", "-limit-val-batches", "1",
+			"-limit-test-batches", "1", "-no-progress-bar", "-root-dir", t.TempDir()}, extra...)
+		cmd := exec.CommandContext(ctx, os.Args[0], args...)
+		cmd.Env = append(os.Environ(), programEnv+"=1", "FULGUR_TIMEOUT=60s")
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, errb.String())
+		}
+		var s Summary
+		if err := json.Unmarshal([]byte(lastLine(out.String())), &s); err != nil {
+			t.Fatalf("%v: last line %q is not the summary: %v", args, lastLine(out.String()), err)
+		}
+		if s.WorldSize != 2 || s.GlobalStep != 3 || s.Strategy != "ddp" || len(s.WeightsSHA256) != 64 {
+			t.Fatalf("%v: summary %+v", args, s)
+		}
+		return s
+	}
+	synced := runDDP("-sync-batchnorm")
+	local := runDDP()
+	if synced.WeightsSHA256 == local.WeightsSHA256 {
+		t.Fatal("-sync-batchnorm changed nothing: the weights are the same as without it")
+	}
+}
