@@ -15,12 +15,13 @@ type StatSyncer interface {
 
 // StatSync is a step's view of its job's StatSyncer, handed to layers
 // through Step.StatSync. Gorgonia ops run without a context, so the engine
-// sets the context of each run before running the graph, and ops reduce
-// through AllReduceSum(buf).
+// sets the context (and gradient weight) of each run before running the
+// graph, and ops reduce through AllReduceSum(buf).
 type StatSync struct {
 	syncer StatSyncer
 	all    bool
 	ctx    context.Context
+	weight float64
 }
 
 // NewStatSync wraps s for the steps of one replica; all makes every
@@ -31,7 +32,7 @@ func NewStatSync(s StatSyncer, all bool) *StatSync {
 	if s == nil {
 		return nil
 	}
-	return &StatSync{syncer: s, all: all, ctx: context.Background()}
+	return &StatSync{syncer: s, all: all, ctx: context.Background(), weight: 1}
 }
 
 // All reports whether every BatchNorm synchronises.
@@ -45,9 +46,14 @@ func (s *StatSync) Size() int {
 	return s.syncer.Size()
 }
 
-// SetContext is the context of the graph run about to start; the engine
-// calls it before each run of a graph built with s.
-func (s *StatSync) SetContext(ctx context.Context) { s.ctx = ctx }
+// SetRun describes the graph run about to start: its context, and the
+// weight its gradients get before the strategy sums them across replicas
+// (the engine's gradient scale: DP weighs replicas by their share of the
+// batch). The engine calls it before each run of a graph built with s.
+func (s *StatSync) SetRun(ctx context.Context, gradWeight float64) { s.ctx, s.weight = ctx, gradWeight }
+
+// GradWeight is the current run's gradient weight (ops.GradWeighter).
+func (s *StatSync) GradWeight() float64 { return s.weight }
 
 // AllReduceSum sums buf across the replicas under the current run's
 // context (ops.StatReducer).

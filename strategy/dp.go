@@ -180,10 +180,8 @@ func (d *DP) parallel(ctx context.Context, n int, f func(i int) error) error {
 	}
 	do(0)
 	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			return fmt.Errorf("replica %d on %s: %w", i, d.devs[i], err)
-		}
+	if i, err := firstCause(errs); err != nil {
+		return fmt.Errorf("replica %d on %s: %w", i, d.devs[i], err)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package strategy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -78,9 +79,39 @@ func (r *replicaSum) abort(err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.err == nil {
-		r.err = err
+		r.err = &syncAborted{err}
 	}
 	r.cond.Broadcast()
+}
+
+// syncAborted is the error of a replica freed from a reduction because
+// another failed: DP reports the failure itself rather than this echo.
+type syncAborted struct{ cause error }
+
+func (e *syncAborted) Error() string { return e.cause.Error() }
+func (e *syncAborted) Unwrap() error { return e.cause }
+
+// firstCause returns the lowest-numbered error that is not merely another
+// replica's failure echoed through a SyncBatchNorm reduction, else the
+// lowest-numbered one, with its index (-1 when there is none).
+func firstCause(errs []error) (int, error) {
+	first := -1
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		var echo *syncAborted
+		if !errors.As(err, &echo) {
+			return i, err
+		}
+		if first < 0 {
+			first = i
+		}
+	}
+	if first < 0 {
+		return -1, nil
+	}
+	return first, errs[first]
 }
 
 func (r *replicaSum) reduce(ctx context.Context, i int, buf []float64) error {

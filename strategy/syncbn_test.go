@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -68,31 +69,33 @@ func syncSetup(ctx context.Context, strats []strategy.Strategy, layerSync bool, 
 // running statistics are rank 0's local ones), so the test tells them apart.
 func TestSyncBatchNormTrainsLikeOneDevice(t *testing.T) {
 	const (
-		n, per, steps  = 2, 4, 4
+		steps          = 4
 		absTol, relTol = 1e-5, 1e-4
 	)
-	ds, err := strategytest.Regression(steps*n*per, 6, 2, 9)
+	ds, err := strategytest.Regression(steps*8, 6, 2, 9)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ddp := func(t *testing.T) []strategy.Strategy { return ddpRanks(t, n, 0, nil) }
-	dp := func(t *testing.T) []strategy.Strategy {
-		devs, err := fakedevice.New(n)
-		if err != nil {
-			t.Fatal(err)
+	ddp := func(t *testing.T) []strategy.Strategy { return ddpRanks(t, 2, 0, nil) }
+	dp := func(n int) func(t *testing.T) []strategy.Strategy {
+		return func(t *testing.T) []strategy.Strategy {
+			devs, err := fakedevice.New(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := strategy.NewDP(strategy.DPConfig{Devices: devs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return []strategy.Strategy{d}
 		}
-		d, err := strategy.NewDP(strategy.DPConfig{Devices: devs})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return []strategy.Strategy{d}
 	}
 	sharded := func(t *testing.T) []strategy.Strategy {
-		group, err := inproc.NewGroup(n, inproc.Timeout(20*time.Second))
+		group, err := inproc.NewGroup(2, inproc.Timeout(20*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
-		out := make([]strategy.Strategy, n)
+		out := make([]strategy.Strategy, 2)
 		for r := range out {
 			s, err := strategy.NewSharded(strategy.ShardedConfig{DDPConfig: strategy.DDPConfig{Group: group[r], Timeout: 20 * time.Second}, Stage: 2})
 			if err != nil {
@@ -103,41 +106,57 @@ func TestSyncBatchNormTrainsLikeOneDevice(t *testing.T) {
 		return out
 	}
 	ctx := context.Background()
-	ref := []strategy.Strategy{strategy.NewSingle()}
-	if err := syncSetup(ctx, ref, false, ds.Fields(), false); err != nil {
-		t.Fatal(err)
-	}
-	for k := 0; k < steps; k++ {
-		whole, _ := strategytest.Rows(ds, k*n*per, (k+1)*n*per)
-		if _, _, err := strategytest.Step(ctx, ref, strategy.StepOptions{}, whole); err != nil {
+	// oneDevice is the store of one device with a plain BatchNorm after
+	// training on global batches of the given size.
+	oneDevice := map[int]*module.Store{}
+	reference := func(t *testing.T, global int) *module.Store {
+		if st, ok := oneDevice[global]; ok {
+			return st
+		}
+		ref := []strategy.Strategy{strategy.NewSingle()}
+		if err := syncSetup(ctx, ref, false, ds.Fields(), false); err != nil {
 			t.Fatal(err)
 		}
+		for k := 0; k < steps; k++ {
+			whole, _ := strategytest.Rows(ds, k*global, (k+1)*global)
+			if _, _, err := strategytest.Step(ctx, ref, strategy.StepOptions{}, whole); err != nil {
+				t.Fatal(err)
+			}
+		}
+		oneDevice[global] = ref[0].Store()
+		return ref[0].Store()
 	}
-	want := ref[0].Store().Data32()
-	wantMean, wantVar := bufferOf(t, ref[0].Store(), "bn.running_mean"), bufferOf(t, ref[0].Store(), "bn.running_var")
 
 	for _, tc := range []struct {
 		name      string
 		strats    func(t *testing.T) []strategy.Strategy
+		global    int  // rows per step, all replicas together
 		syncAll   bool // Setup.SyncBatchNorm
 		layer     bool // nn.BatchNormSync on the layer
 		sameAsOne bool
 	}{
-		{"ddp/global", ddp, true, false, true},
-		{"ddp/layer", ddp, false, true, true},
-		{"ddp/off", ddp, false, false, false},
-		{"dp/global", dp, true, false, true},
-		{"dp/off", dp, false, false, false},
-		{"sharded2/global", sharded, true, false, true},
+		{"ddp/global", ddp, 8, true, false, true},
+		{"ddp/layer", ddp, 8, false, true, true},
+		{"ddp/off", ddp, 8, false, false, false},
+		{"dp/global", dp(2), 8, true, false, true},
+		{"dp/off", dp(2), 8, false, false, false},
+		// 4 and 3 rows: the replicas' gradients weigh 4/7 and 3/7.
+		{"dp/uneven", dp(2), 7, true, false, true},
+		// 2 rows on 3 replicas: one row each on two, the third idle.
+		{"dp/idle-replica", dp(3), 2, true, false, true},
+		{"sharded2/global", sharded, 8, true, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			refStore := reference(t, tc.global)
+			want := refStore.Data32()
+			wantMean, wantVar := bufferOf(t, refStore, "bn.running_mean"), bufferOf(t, refStore, "bn.running_var")
 			strats := tc.strats(t)
 			if err := syncSetup(ctx, strats, tc.layer, ds.Fields(), tc.syncAll); err != nil {
 				t.Fatal(err)
 			}
 			defer strategytest.Each(strats, func(_ int, s strategy.Strategy) error { return s.Teardown(ctx) })
 			for k := 0; k < steps; k++ {
-				global, _ := strategytest.Rows(ds, k*n*per, (k+1)*n*per)
+				global, _ := strategytest.Rows(ds, k*tc.global, (k+1)*tc.global)
 				if _, _, err := strategytest.Step(ctx, strats, strategy.StepOptions{}, global); err != nil {
 					t.Fatalf("step %d: %v", k, err)
 				}
@@ -150,7 +169,7 @@ func TestSyncBatchNormTrainsLikeOneDevice(t *testing.T) {
 					worst, at = d, i
 				}
 			}
-			t.Logf("largest difference from one device with batch %d after %d steps: %.3g", n*per, steps, maxAbs)
+			t.Logf("largest difference from one device with batch %d after %d steps: %.3g", tc.global, steps, maxAbs)
 			mean, vr := bufferOf(t, strats[0].Store(), "bn.running_mean"), bufferOf(t, strats[0].Store(), "bn.running_var")
 			if !tc.sameAsOne {
 				if worst <= absTol {
@@ -159,7 +178,7 @@ func TestSyncBatchNormTrainsLikeOneDevice(t *testing.T) {
 				return
 			}
 			if worst > absTol {
-				t.Errorf("after %d steps store value %d is %g, one device with batch %d gives %g", steps, at, got[at], n*per, want[at])
+				t.Errorf("after %d steps store value %d is %g, one device with batch %d gives %g", steps, at, got[at], tc.global, want[at])
 			}
 			for i := range wantMean {
 				if math.Abs(mean[i]-wantMean[i]) > absTol+relTol*math.Abs(wantMean[i]) || math.Abs(vr[i]-wantVar[i]) > absTol+relTol*math.Abs(wantVar[i]) {
@@ -278,5 +297,45 @@ func TestSyncBatchNormOrdersWithBuckets(t *testing.T) {
 		if !slices.Equal(got[:len(want)], want) {
 			t.Errorf("rank %d ran\n%v\nwant\n%v", r, got[:len(want)], want)
 		}
+	}
+}
+
+// A DP replica that fails while the others wait in a SyncBatchNorm
+// reduction frees them: the step returns the failure, naming the replica,
+// instead of hanging.
+func TestSyncBatchNormDPReplicaFailure(t *testing.T) {
+	devs, err := fakedevice.New(3, fakedevice.FailAfter(2, 2)) // a step is two units: train, then copy the update
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp, err := strategy.NewDP(strategy.DPConfig{Devices: devs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ds, _ := strategytest.Regression(12, 6, 2, 1)
+	strats := []strategy.Strategy{dp}
+	if err := syncSetup(ctx, strats, false, ds.Fields(), true); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := strategytest.Rows(ds, 0, 6)
+	if _, _, err := strategytest.Step(ctx, strats, strategy.StepOptions{}, b); err != nil {
+		t.Fatalf("first step: %v", err)
+	}
+	_, _, err = strategytest.Step(ctx, strats, strategy.StepOptions{}, b)
+	// The failure itself, not its echo in the replicas it freed.
+	if err == nil || !strings.Contains(err.Error(), "replica 2 on fake:2: device") || strings.Contains(err.Error(), "SyncBatchNorm") {
+		t.Fatalf("second step error = %v, want the failure of replica 2 on fake:2", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the step returned only when the context expired")
+	}
+	// The next step starts afresh: the failure does not stick to the
+	// reduction (the fake device fails every time from now on, so the
+	// error is the device's again, not a stale one).
+	_, _, err = strategytest.Step(ctx, strats, strategy.StepOptions{}, b)
+	if err == nil || !strings.Contains(err.Error(), "replica 2 on fake:2") {
+		t.Fatalf("third step error = %v", err)
 	}
 }

@@ -121,7 +121,7 @@ func (e *Engine) Run(ctx context.Context, mode module.Mode, b *data.Batch, accum
 		return Result{}, err
 	}
 	if e.sync != nil {
-		e.sync.SetContext(ctx) // ops reduce statistics under this run's context
+		e.sync.SetRun(ctx, scale) // ops reduce statistics under this run's context and weight
 	}
 	defer func() {
 		if r := recover(); r != nil {

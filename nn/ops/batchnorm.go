@@ -55,6 +55,16 @@ type StatReducer interface {
 	AllReduceSum(buf []float64) error
 }
 
+// GradWeighter is a StatReducer that knows the weight w of this replica's
+// loss in the job's objective (its gradients are multiplied by w before
+// they are summed across replicas; DP weighs replicas by their share of an
+// uneven batch). The backward reduction then sums w·Σdy and divides by this
+// replica's w, which makes the input gradient exact for unequal weights;
+// for equal weights, and for reducers without it, it is PyTorch's plain sum.
+type GradWeighter interface {
+	GradWeight() float64
+}
+
 // BatchNorm normalises x [N, C, ...] per channel C and applies the affine
 // map gamma·x̂ + beta (gamma and beta [C], or both nil for none). In training
 // the batch variance is the biased one and the running variance is updated
@@ -104,7 +114,7 @@ func BatchNorm(x, gamma, beta *G.Node, stats BatchNormStats, o BatchNormOpts) (*
 		return nil, fmt.Errorf("BatchNorm with CumulativeAverage needs the NumBatches counter")
 	}
 	m := xs.TotalSize() / c
-	if o.Training && m < 2 {
+	if o.Training && m < 2 && o.Sync == nil { // under Sync the job's count is checked at run time
 		return nil, fmt.Errorf("BatchNorm in training needs more than one value per channel, input %v has %d: use a larger batch or eval mode", xs, m)
 	}
 	if o.Momentum == 0 {
@@ -548,14 +558,22 @@ func bnGradInput[T float](op *bnOp, xt, yt, dyt, gt, dxt *tensor.Dense) error {
 	if op.Training && op.Sync != nil {
 		// The global sums, in their own slices: the beta gradient op may
 		// still read the local Σdy' after this one.
+		w := 1.0
+		if gw, ok := op.Sync.(GradWeighter); ok && gw.GradWeight() > 0 {
+			w = gw.GradWeight()
+		}
 		op.syncBuf = grow(op.syncBuf, 2*c)
-		copy(op.syncBuf, op.sumDy)
-		copy(op.syncBuf[c:], op.sumDyXh)
-		if err := op.Sync.AllReduceSum(op.syncBuf); err != nil {
+		b := op.syncBuf
+		for ch := 0; ch < c; ch++ {
+			b[ch], b[c+ch] = w*op.sumDy[ch], w*op.sumDyXh[ch]
+		}
+		if err := op.Sync.AllReduceSum(b); err != nil {
 			return fmt.Errorf("SyncBatchNorm: reduce gradient sums across replicas: %w", err)
 		}
-		op.gSumDy = append(op.gSumDy[:0], op.syncBuf[:c]...)
-		op.gSumXh = append(op.gSumXh[:0], op.syncBuf[c:2*c]...)
+		op.gSumDy, op.gSumXh = grow(op.gSumDy, c), grow(op.gSumXh, c)
+		for ch := 0; ch < c; ch++ {
+			op.gSumDy[ch], op.gSumXh[ch] = b[ch]/w, b[c+ch]/w
+		}
 		sumDy, sumDyXh, m = op.gSumDy, op.gSumXh, op.count
 	}
 	// dx = a·dy' + b·x + k per channel. In training

@@ -17,10 +17,13 @@ import (
 // buffer to the peer and adds the peer's. Both sides add the same two
 // numbers, so they end bit-identical, as a real collective's ranks do.
 type pairReducer struct {
-	out   chan<- []float64
-	in    <-chan []float64
-	calls int
+	out    chan<- []float64
+	in     <-chan []float64
+	calls  int
+	weight float64 // GradWeight; 0: none (the op uses 1)
 }
+
+func (p *pairReducer) GradWeight() float64 { return p.weight }
 
 func newPair() (*pairReducer, *pairReducer) {
 	a, b := make(chan []float64, 1), make(chan []float64, 1)
@@ -125,16 +128,32 @@ func TestBatchNormSyncMatchesWholeBatch(t *testing.T) {
 	type tc struct {
 		shape        []int
 		affine, relu bool
+		split        int        // rows of replica 0; 0: half
+		weights      [2]float64 // of each replica's loss in the whole one; zero: 1 each
 	}
-	cases := []tc{{[]int{4, 3, 2, 2}, true, false}, {[]int{4, 3, 2, 2}, true, true}, {[]int{6, 3}, false, false}, {[]int{4, 2, 5}, true, true}}
+	cases := []tc{{shape: []int{4, 3, 2, 2}, affine: true}, {shape: []int{4, 3, 2, 2}, affine: true, relu: true}, {shape: []int{6, 3}},
+		{shape: []int{4, 2, 5}, affine: true, relu: true},
+		// DP's uneven batch: 2 and 3 rows, each replica's mean loss
+		// weighted by its share.
+		{shape: []int{5, 3, 2, 2}, affine: true, relu: true, split: 2, weights: [2]float64{0.4, 0.6}},
+		{shape: []int{5, 3}, split: 3, weights: [2]float64{0.6, 0.4}}}
 	for _, dt := range dtypes {
 		for _, c := range cases {
-			t.Run(fmt.Sprintf("%v/affine=%v/relu=%v/%v", c.shape, c.affine, c.relu, dt), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%v/affine=%v/relu=%v/split=%d/%v", c.shape, c.affine, c.relu, c.split, dt), func(t *testing.T) {
 				ch := c.shape[1]
 				// An offset per half and a large mean: the merge of the
 				// replicas' statistics must not cancel.
 				x := spreadT(dt, 5, 2, 6, c.shape...)
 				n := c.shape[0]
+				split := c.split
+				if split == 0 {
+					split = n / 2
+				}
+				bounds := [3]int{0, split, n}
+				wt := c.weights
+				if wt == [2]float64{} {
+					wt = [2]float64{1, 1}
+				}
 				setAll(x, func(i int) float64 {
 					v := vals(x)[i]
 					if i >= x.Shape().TotalSize()/2 {
@@ -147,7 +166,17 @@ func TestBatchNormSyncMatchesWholeBatch(t *testing.T) {
 				if c.affine {
 					gamma, beta = randT(dt, 7, 0.5, 1.5, ch), randT(dt, 8, -0.5, 0.5, ch)
 				}
-				whole, err := runBNGrad(x, w, gamma, beta, newBNState(dt, ch), BatchNormOpts{Training: true, ReLU: c.relu})
+				// The whole loss is Σ_r wt_r·(Σ w·y over replica r's rows).
+				per := x.Shape().TotalSize() / n
+				ww := fromF64(dt, vals(w), c.shape...)
+				setAll(ww, func(i int) float64 {
+					r := 0
+					if i >= split*per {
+						r = 1
+					}
+					return wt[r] * vals(w)[i]
+				})
+				whole, err := runBNGrad(x, ww, gamma, beta, newBNState(dt, ch), BatchNormOpts{Training: true, ReLU: c.relu})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -155,13 +184,16 @@ func TestBatchNormSyncMatchesWholeBatch(t *testing.T) {
 					var out [2]bnRun
 					var errs [2]error
 					a, b := newPair()
+					if c.weights != [2]float64{} {
+						a.weight, b.weight = c.weights[0], c.weights[1]
+					}
 					red := [2]*pairReducer{a, b}
 					var wg sync.WaitGroup
 					for r := 0; r < 2; r++ {
 						wg.Add(1)
 						go func() {
 							defer wg.Done()
-							lo, hi := r*n/2, (r+1)*n/2
+							lo, hi := bounds[r], bounds[r+1]
 							o := BatchNormOpts{Training: true, ReLU: c.relu}
 							if synced {
 								o.Sync = red[r]
@@ -186,7 +218,16 @@ func TestBatchNormSyncMatchesWholeBatch(t *testing.T) {
 					gtol = 1e-4
 				}
 				assertClose(t, "output", append(got[0].y, got[1].y...), whole.y, 10*ftol)
-				assertClose(t, "input gradient", append(got[0].dx, got[1].dx...), whole.dx, gtol)
+				// Each replica's gradients get multiplied by its weight
+				// before the strategy sums them.
+				scaled := func(v []float64, k float64) []float64 {
+					o := make([]float64, len(v))
+					for i := range v {
+						o[i] = k * v[i]
+					}
+					return o
+				}
+				assertClose(t, "input gradient", append(scaled(got[0].dx, wt[0]), scaled(got[1].dx, wt[1])...), whole.dx, gtol)
 				for r := 0; r < 2; r++ {
 					assertClose(t, fmt.Sprintf("replica %d running mean", r), got[r].mean, whole.mean, ftol)
 					assertClose(t, fmt.Sprintf("replica %d running var", r), got[r].vr, whole.vr, ftol)
@@ -199,8 +240,8 @@ func TestBatchNormSyncMatchesWholeBatch(t *testing.T) {
 						}
 						return o
 					}
-					assertClose(t, "gamma gradient (sum of replicas)", sum(got[0].dgamma, got[1].dgamma), whole.dgamma, gtol)
-					assertClose(t, "beta gradient (sum of replicas)", sum(got[0].dbeta, got[1].dbeta), whole.dbeta, gtol)
+					assertClose(t, "gamma gradient (sum of replicas)", sum(scaled(got[0].dgamma, wt[0]), scaled(got[1].dgamma, wt[1])), whole.dgamma, gtol)
+					assertClose(t, "beta gradient (sum of replicas)", sum(scaled(got[0].dbeta, wt[0]), scaled(got[1].dbeta, wt[1])), whole.dbeta, gtol)
 				}
 				local, calls := halves(false)
 				if calls != [2]int{0, 0} {
