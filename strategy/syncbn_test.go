@@ -72,7 +72,7 @@ func TestSyncBatchNormTrainsLikeOneDevice(t *testing.T) {
 		steps          = 4
 		absTol, relTol = 1e-5, 1e-4
 	)
-	ds, err := strategytest.Regression(steps*8, 6, 2, 9)
+	ds, err := strategytest.Regression(steps*16, 6, 2, 9)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,11 +106,21 @@ func TestSyncBatchNormTrainsLikeOneDevice(t *testing.T) {
 		return out
 	}
 	ctx := context.Background()
+	// batches are the micro-batches of step k: accum global batches.
+	batches := func(k, global, accum int) []*data.Batch {
+		out := make([]*data.Batch, max(accum, 1))
+		for i := range out {
+			lo := (k*len(out) + i) * global
+			out[i], _ = strategytest.Rows(ds, lo, lo+global)
+		}
+		return out
+	}
 	// oneDevice is the store of one device with a plain BatchNorm after
 	// training on global batches of the given size.
-	oneDevice := map[int]*module.Store{}
-	reference := func(t *testing.T, global int) *module.Store {
-		if st, ok := oneDevice[global]; ok {
+	type refKey struct{ global, accum int }
+	oneDevice := map[refKey]*module.Store{}
+	reference := func(t *testing.T, global, accum int) *module.Store {
+		if st, ok := oneDevice[refKey{global, accum}]; ok {
 			return st
 		}
 		ref := []strategy.Strategy{strategy.NewSingle()}
@@ -118,36 +128,40 @@ func TestSyncBatchNormTrainsLikeOneDevice(t *testing.T) {
 			t.Fatal(err)
 		}
 		for k := 0; k < steps; k++ {
-			whole, _ := strategytest.Rows(ds, k*global, (k+1)*global)
-			if _, _, err := strategytest.Step(ctx, ref, strategy.StepOptions{}, whole); err != nil {
+			if _, _, err := strategytest.Step(ctx, ref, strategy.StepOptions{}, batches(k, global, accum)...); err != nil {
 				t.Fatal(err)
 			}
 		}
-		oneDevice[global] = ref[0].Store()
+		oneDevice[refKey{global, accum}] = ref[0].Store()
 		return ref[0].Store()
 	}
 
 	for _, tc := range []struct {
 		name      string
 		strats    func(t *testing.T) []strategy.Strategy
-		global    int  // rows per step, all replicas together
+		global    int  // rows per micro-batch, all replicas together
+		accum     int  // micro-batches per step (0: 1)
 		syncAll   bool // Setup.SyncBatchNorm
 		layer     bool // nn.BatchNormSync on the layer
 		sameAsOne bool
 	}{
-		{"ddp/global", ddp, 8, true, false, true},
-		{"ddp/layer", ddp, 8, false, true, true},
-		{"ddp/off", ddp, 8, false, false, false},
-		{"dp/global", dp(2), 8, true, false, true},
-		{"dp/off", dp(2), 8, false, false, false},
+		{"ddp/global", ddp, 8, 0, true, false, true},
+		{"ddp/layer", ddp, 8, 0, false, true, true},
+		{"ddp/off", ddp, 8, 0, false, false, false},
+		{"dp/global", dp(2), 8, 0, true, false, true},
+		{"dp/off", dp(2), 8, 0, false, false, false},
 		// 4 and 3 rows: the replicas' gradients weigh 4/7 and 3/7.
-		{"dp/uneven", dp(2), 7, true, false, true},
+		{"dp/uneven", dp(2), 7, 0, true, false, true},
 		// 2 rows on 3 replicas: one row each on two, the third idle.
-		{"dp/idle-replica", dp(3), 2, true, false, true},
-		{"sharded2/global", sharded, 8, true, false, true},
+		{"dp/idle-replica", dp(3), 2, 0, true, false, true},
+		{"sharded2/global", sharded, 8, 0, true, false, true},
+		// Micro-batches that do not communicate gradients still sync
+		// their statistics.
+		{"ddp/accumulate", ddp, 8, 2, true, false, true},
+		{"dp/accumulate", dp(2), 8, 2, true, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			refStore := reference(t, tc.global)
+			refStore := reference(t, tc.global, tc.accum)
 			want := refStore.Data32()
 			wantMean, wantVar := bufferOf(t, refStore, "bn.running_mean"), bufferOf(t, refStore, "bn.running_var")
 			strats := tc.strats(t)
@@ -156,8 +170,7 @@ func TestSyncBatchNormTrainsLikeOneDevice(t *testing.T) {
 			}
 			defer strategytest.Each(strats, func(_ int, s strategy.Strategy) error { return s.Teardown(ctx) })
 			for k := 0; k < steps; k++ {
-				global, _ := strategytest.Rows(ds, k*tc.global, (k+1)*tc.global)
-				if _, _, err := strategytest.Step(ctx, strats, strategy.StepOptions{}, global); err != nil {
+				if _, _, err := strategytest.Step(ctx, strats, strategy.StepOptions{}, batches(k, tc.global, tc.accum)...); err != nil {
 					t.Fatalf("step %d: %v", k, err)
 				}
 			}
