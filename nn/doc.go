@@ -13,5 +13,11 @@
 // does not fit; the trainer turns the panic into an error of the step being
 // built.
 //
+// SyncBatchNorm is a BatchNorm built with BatchNormSync (or every
+// BatchNorm when trainer.Config.SyncBatchNorm is set): in training graphs
+// it reduces its batch statistics and gradient sums through the step's
+// module.StatSync, which the strategy provides when it runs more than one
+// replica; with none it is a plain BatchNorm.
+//
 // nn imports module, Gorgonia and tensor; never trainer or strategy.
 package nn
