@@ -561,7 +561,10 @@ func childMain(ctx context.Context, spec string) error {
 	if path := os.Getenv("FULGUR_BENCH_CPUPROFILE"); path != "" {
 		// Profile the measured process itself (go tool pprof BINARY PATH);
 		// with several configurations each overwrites it: pick one with
-		// -workload and -threads.
+		// -workload and -threads. Ranks other than 0 write PATH.rank<N>.
+		if r := os.Getenv("RANK"); r != "" && r != "0" {
+			path += ".rank" + r
+		}
 		pf, err := os.Create(path)
 		if err != nil {
 			return err
