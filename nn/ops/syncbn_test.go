@@ -56,7 +56,16 @@ type bnRun struct {
 
 // runBNGrad runs BatchNorm in training on x with loss Σ w·y and returns the
 // output, the gradients and the running statistics after the run.
+// gorgoniaBuild serialises graph building across simulated ranks.
+var gorgoniaBuild sync.Mutex
+
 func runBNGrad(x, w, gamma, beta *tensor.Dense, st bnState, o BatchNormOpts) (bnRun, error) {
+	// Gorgonia v0.9.17 shares state between graphs while building them and
+	// making machines (a data race between the two simulated ranks): build
+	// one at a time, run concurrently (the ranks wait for each other).
+	gorgoniaBuild.Lock()
+	unlock := sync.OnceFunc(gorgoniaBuild.Unlock)
+	defer unlock()
 	g := G.NewGraph()
 	xn := node(g, x, "x")
 	wn := node(g, w, "w")
@@ -98,6 +107,7 @@ func runBNGrad(x, w, gamma, beta *tensor.Dense, st bnState, o BatchNormOpts) (bn
 	G.Read(y, &yv)
 	m := G.NewTapeMachine(g)
 	defer m.Close()
+	unlock()
 	if err := m.RunAll(); err != nil {
 		return bnRun{}, err
 	}
