@@ -587,6 +587,9 @@ func childMain(ctx context.Context, spec string) error {
 		}()
 	}
 	f, err := w.Run(ctx, c)
+	if stats != nil {
+		stats.report(os.Stderr)
+	}
 	if err != nil {
 		return err
 	}

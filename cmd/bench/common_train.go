@@ -35,8 +35,20 @@ func chooseBLAS(log zerolog.Logger) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if os.Getenv("FULGUR_BENCH_GEMMSTATS") != "" {
+		// Choose installed the library but nothing multiplied yet, so the
+		// choice can still be wrapped.
+		gs := newGemmStats(c.Impl)
+		if err := blas.Use(gs); err != nil {
+			return "", err
+		}
+		stats = gs
+	}
 	return c.Impl.Name(), nil
 }
+
+// stats is the multiply recorder when FULGUR_BENCH_GEMMSTATS is set.
+var stats *gemmStats
 
 // trainTimer times training batches and counts allocations through trainer
 // callbacks. The first batch of every epoch is left out of the time (the
