@@ -42,9 +42,10 @@ type DDPConfig struct {
 	// BucketBytes caps a gradient bucket. 0: DefaultBucketBytes (25 MiB).
 	BucketBytes int
 	// BufferSyncOnce broadcasts buffers (BatchNorm running statistics) from
-	// rank 0 only at Setup. By default they are also broadcast before the
-	// first micro-batch of every step, as PyTorch's DDP does, so every rank
-	// holds rank 0's statistics and ranks stay bit-identical.
+	// rank 0 only at Setup. By default they are also broadcast at the end of
+	// every optimizer step, so every rank starts each step with rank 0's
+	// statistics (as PyTorch's DDP arranges by broadcasting before each
+	// forward) and validates, tests and checkpoints with them.
 	BufferSyncOnce bool
 	// Timeout bounds Teardown's final barrier. 0: collective.DefaultTimeout.
 	Timeout time.Duration
@@ -236,11 +237,6 @@ func (d *DDP) TrainStep(ctx context.Context, b *data.Batch, o TrainOptions) (flo
 	if scale == 0 {
 		scale = 1
 	}
-	if !o.Accumulate && !d.cfg.BufferSyncOnce {
-		if err := d.syncBuffers(ctx); err != nil {
-			return 0, nil, d.fail("broadcast buffers", err)
-		}
-	}
 	var r engine.Result
 	err := d.dev.Do(ctx, func() error {
 		var err error
@@ -309,6 +305,28 @@ var waitNames = func() []string {
 }()
 
 func (d *DDP) OptimizerStep(ctx context.Context, o StepOptions) (float64, error) {
+	norm, err := d.optimizerStep(ctx, o)
+	if err != nil {
+		return norm, err
+	}
+	return norm, d.afterStep(ctx)
+}
+
+// afterStep gives every rank rank 0's buffers at the end of a step.
+// Evaluation runs no collective per batch (ranks may see different numbers
+// of batches), so without this each rank would validate and test with the
+// BatchNorm statistics of its own last micro-batch.
+func (d *DDP) afterStep(ctx context.Context) error {
+	if d.cfg.BufferSyncOnce {
+		return nil
+	}
+	if err := d.syncBuffers(ctx); err != nil {
+		return d.fail("broadcast buffers", err)
+	}
+	return nil
+}
+
+func (d *DDP) optimizerStep(ctx context.Context, o StepOptions) (float64, error) {
 	if err := d.check(); err != nil {
 		return math.NaN(), err
 	}

@@ -182,6 +182,14 @@ func (s *Sharded) reduceScatter(ctx context.Context) error {
 }
 
 func (s *Sharded) OptimizerStep(ctx context.Context, o StepOptions) (float64, error) {
+	norm, err := s.shardStep(ctx, o)
+	if err != nil {
+		return norm, err
+	}
+	return norm, s.afterStep(ctx)
+}
+
+func (s *Sharded) shardStep(ctx context.Context, o StepOptions) (float64, error) {
 	if err := s.check(); err != nil {
 		return math.NaN(), err
 	}

@@ -292,7 +292,6 @@ func TestSyncBatchNormOrdersWithBuckets(t *testing.T) {
 	}
 	st := strats[0].Store()
 	step := []string{
-		fmt.Sprintf("broadcast float32[%d]", st.Len()-st.NumParams()),
 		"all-reduce float64[25]", // forward: count, then n·mean, n·mean², M2 of 8 channels
 		"all-reduce float64[16]", // backward: Σdy', Σdy'·x̂ of 8 channels
 	}
@@ -303,6 +302,8 @@ func TestSyncBatchNormOrdersWithBuckets(t *testing.T) {
 		for _, bk := range strats[0].(*strategy.DDP).Buckets() {
 			want = append(want, fmt.Sprintf("all-reduce float32[%d]", bk.Hi-bk.Lo))
 		}
+		// After the update: rank 0's buffers to every rank.
+		want = append(want, fmt.Sprintf("broadcast float32[%d]", st.Len()-st.NumParams()))
 	}
 	for r, rec := range recs {
 		got := rec.ops
