@@ -86,4 +86,12 @@ func TestExecutorStepAllocatesNothing(t *testing.T) {
 	if math.IsNaN(loss) || loss < 1 || loss > 4 {
 		t.Fatalf("loss %v: want the cross-entropy of an untrained 10-class model, about ln 10", loss)
 	}
+	// The fused Linear's weight and bias gradient ops write into the store
+	// (UsePreallocDo): no gradient goes through the gather copy.
+	c := e.graphs[key{module.Train, 8}]
+	for _, gb := range c.grads {
+		if !gb.direct || !c.exec.wroteDirect(gb.node) {
+			t.Errorf("gradient of %s was copied, not written into the store", gb.name)
+		}
+	}
 }
