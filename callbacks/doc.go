@@ -10,7 +10,11 @@
 //   - loggers: CSVLogger (metrics.csv and hparams.yaml), TensorBoardLogger
 //     (event files: scalars and hyperparameters), JSONLLogger
 //     (metrics.jsonl and hparams.json), writing into a run directory
-//     root/lightning_logs/version_N (VersionDir).
+//     root/lightning_logs/version_N (VersionDir);
+//   - Plots: PNG and SVG charts of every logged scalar and a report.md in
+//     the run directory at the end of Fit (package plot draws them);
+//   - DeviceStatsMonitor: CPU utilisation and resident memory per rank
+//     every N steps (GPU memory through a hook), shown in the progress bar.
 //
 // Each callback is a Name plus the trainer's one-method hook interfaces it
 // needs; stateful ones save their state in checkpoints under their name.

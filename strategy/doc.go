@@ -2,7 +2,14 @@
 // gradients are combined: Single (one replica), and the distributed
 // strategies DP, DDP, DDP-spawn and Sharded. The trainer talks to every
 // strategy through the small Strategy interface and never switches on its
-// type; a name registry (Lookup) serves command-line programs only.
+// type; a name registry (New, Register, Known) serves the trainer's
+// Config.Strategy names and command-line programs only.
+//
+// DDP and Sharded run one process per device: ddp_launch.go re-executes the
+// program for local ranks or joins the job a launcher describes, and
+// connects over FULGUR_BACKEND (auto, tcp, shm, mpi, nccl). bucket.go lays
+// out gradient buckets; syncbn.go gives BatchNorm layers the group's
+// reductions for SyncBatchNorm.
 //
 // strategy may import strategy/{device, collective, cluster, launch},
 // module, data, optim, nn and profiler; it must not import trainer, parse
