@@ -118,6 +118,7 @@ type Step struct {
 	logs       []*Logged
 	output     *G.Node
 	extras     map[string]any
+	runKey     *uint64
 	statSync   *StatSync
 }
 
@@ -278,6 +279,16 @@ func (s *Step) StatSync() *StatSync { return s.statSync }
 // SetStatSync gives the step's layers ss (the engine does this before the
 // module builds the step).
 func (s *Step) SetStatSync(ss *StatSync) { s.statSync = ss }
+
+// RunKey points at the key of the run in progress: the engine sets it before
+// each run from the trainer's position (epoch and batch), so randomness drawn
+// inside the graph (dropout masks) can be a function of (Seed, key) alone and
+// a resumed run draws what the uninterrupted one drew. nil outside an engine.
+func (s *Step) RunKey() *uint64 { return s.runKey }
+
+// SetRunKey binds the run key (the engine does this before the module
+// builds the step).
+func (s *Step) SetRunKey(k *uint64) { s.runKey = k }
 
 // Metric is one logged value after a graph ran, with the weight (rows in
 // the batch) used when averaging over batches.

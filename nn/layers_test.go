@@ -342,3 +342,45 @@ func must(n *G.Node, err error) *G.Node {
 	}
 	return n
 }
+
+// With a run key bound to the step (the trainer's epoch and batch), a
+// dropout mask depends on the key alone, not on how many runs came before:
+// a run resumed from a checkpoint draws the masks the uninterrupted run drew.
+func TestDropoutMasksFollowTheRunKey(t *testing.T) {
+	var d *nn.Dropout
+	m := newModel(t, tensor.Float64, func(b *module.Builder) { d = nn.NewDropout(b, "drop", 0.5) })
+	x := randT(tensor.Float64, 1, 1, 4, 16)
+	g := G.NewGraph()
+	s := m.step(t, g, module.Train, x)
+	var key uint64
+	s.SetRunKey(&key)
+	var yv G.Value
+	G.Read(d.Forward(s, s.Input("x")), &yv)
+	vm := G.NewTapeMachine(g)
+	defer vm.Close()
+	mask := func(k uint64) string {
+		key = k
+		if err := vm.RunAll(); err != nil {
+			t.Fatal(err)
+		}
+		vm.Reset()
+		var b strings.Builder
+		for _, v := range yv.Data().([]float64) {
+			if v == 0 {
+				b.WriteByte('0')
+			} else {
+				b.WriteByte('1')
+			}
+		}
+		return b.String()
+	}
+	first := mask(7)
+	other := mask(8)
+	mask(9)
+	if again := mask(7); again != first {
+		t.Fatalf("key 7 after other runs gave mask %s, first time %s", again, first)
+	}
+	if other == first {
+		t.Fatalf("keys 7 and 8 gave the same mask %s", first)
+	}
+}

@@ -35,7 +35,7 @@ func (l *Dropout) Forward(s *module.Step, x *G.Node) *G.Node {
 	if !s.Training() || l.P == 0 {
 		return x
 	}
-	return must("Dropout", l.Name)(ops.Dropout(x, l.P, seedFor(s.Seed(), l.Name)))
+	return must("Dropout", l.Name)(ops.DropoutKeyed(x, l.P, seedFor(s.Seed(), l.Name), s.RunKey()))
 }
 
 // Flatten reshapes [batch, ...] to [batch, prod(...)].

@@ -240,6 +240,7 @@ func (d *DDP) TrainStep(ctx context.Context, b *data.Batch, o TrainOptions) (flo
 	var r engine.Result
 	err := d.dev.Do(ctx, func() error {
 		var err error
+		d.eng.SetRunKey(o.Key)
 		r, err = d.rep.run(ctx, module.Train, b, o.Accumulate, scale)
 		return err
 	})

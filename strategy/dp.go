@@ -203,6 +203,7 @@ func (d *DP) TrainStep(ctx context.Context, b *data.Batch, o TrainOptions) (floa
 		// batch, so the sum over replicas is the gradient of the whole
 		// batch's mean loss.
 		share := float64(d.subs[i].Size) / float64(b.Size)
+		d.engs[i].eng.SetRunKey(o.Key)
 		r, err := d.engs[i].run(ctx, module.Train, &d.subs[i], d.ran[i], scale*share)
 		d.results[i] = r
 		return err

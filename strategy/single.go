@@ -52,6 +52,7 @@ func (s *Single) TrainStep(ctx context.Context, b *data.Batch, o TrainOptions) (
 	if scale == 0 {
 		scale = 1
 	}
+	s.eng.SetRunKey(o.Key)
 	r, err := s.eng.Run(ctx, module.Train, b, o.Accumulate, scale)
 	return r.Loss, r.Metrics, err
 }

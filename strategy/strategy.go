@@ -69,6 +69,10 @@ type TrainOptions struct {
 	Accumulate bool
 	// Scale multiplies the gradients (1/accumulation steps).
 	Scale float64
+	// Key identifies the batch in the run (the trainer passes epoch and
+	// batch index); randomness inside the graph, such as dropout masks, is
+	// drawn from the replica's seed and Key, so a resumed run repeats it.
+	Key uint64
 }
 
 // Strategy runs a module's steps on one or more replicas.

@@ -462,7 +462,7 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 			last := micro == accum-1 || bi == nb-1
 			t0 := cfg.Now()
 			sp = cfg.Profiler.Start("forward+backward")
-			loss, metrics, err := t.strat.TrainStep(ctx, b, strategy.TrainOptions{Sync: last, Accumulate: micro > 0, Scale: 1 / float64(accum)})
+			loss, metrics, err := t.strat.TrainStep(ctx, b, strategy.TrainOptions{Sync: last, Accumulate: micro > 0, Scale: 1 / float64(accum), Key: uint64(epoch)<<32 | uint64(bi)})
 			sp.End()
 			if err != nil {
 				it.Close()

@@ -30,6 +30,7 @@ type Engine struct {
 	seed   uint64
 	graphs map[key]*compiled
 	sync   *module.StatSync // nil: no replica to sync BatchNorm statistics with
+	runKey uint64           // read by graph ops through module.Step.RunKey
 }
 
 type key struct {
@@ -96,6 +97,11 @@ func New(m module.Module, store *module.Store, fields []data.Field, seed uint64,
 
 // Store is the replica's store.
 func (e *Engine) Store() *module.Store { return e.store }
+
+// SetRunKey sets the key the next training runs draw their in-graph
+// randomness from (see module.Step.RunKey); strategies pass
+// TrainOptions.Key.
+func (e *Engine) SetRunKey(k uint64) { e.runKey = k }
 
 // Compile builds the graph of mode for batches like b, once, without running
 // it. Replicas in one process build one at a time (Gorgonia's graph building
@@ -350,11 +356,12 @@ func sameFields(want, got []data.Field) error {
 // Build runs the module's step method for mode on a fresh graph, turning
 // panics into errors that name the step.
 func Build(m module.Module, store *module.Store, mode module.Mode, batch int, fields []data.Field, seed uint64) (s *module.Step, loss *G.Node, err error) {
-	return BuildWith(m, store, mode, batch, fields, seed, nil)
+	return BuildWith(m, store, mode, batch, fields, seed, nil, nil)
 }
 
-// BuildWith is Build with the step's StatSync (nil: none).
-func BuildWith(m module.Module, store *module.Store, mode module.Mode, batch int, fields []data.Field, seed uint64, sync *module.StatSync) (s *module.Step, loss *G.Node, err error) {
+// BuildWith is Build with the step's StatSync (nil: none)
+// and run key (nil: none).
+func BuildWith(m module.Module, store *module.Store, mode module.Mode, batch int, fields []data.Field, seed uint64, sync *module.StatSync, runKey *uint64) (s *module.Step, loss *G.Node, err error) {
 	ins := make([]module.StepInput, len(fields))
 	for i, f := range fields {
 		ins[i] = module.StepInput{Name: f.Name, Shape: f.Shape}
@@ -362,6 +369,7 @@ func BuildWith(m module.Module, store *module.Store, mode module.Mode, batch int
 	g := G.NewGraph()
 	s = module.NewStep(g, mode, store, batch, ins, seed)
 	s.SetStatSync(sync)
+	s.SetRunKey(runKey)
 	defer func() {
 		if r := recover(); r != nil {
 			if e, ok := r.(error); ok {
@@ -423,7 +431,7 @@ func stepName(m module.Mode) string {
 }
 
 func (e *Engine) compile(mode module.Mode, batch int) (c *compiled, err error) {
-	s, loss, err := BuildWith(e.mod, e.store, mode, batch, e.fields, e.seed, e.sync)
+	s, loss, err := BuildWith(e.mod, e.store, mode, batch, e.fields, e.seed, e.sync, &e.runKey)
 	if err != nil {
 		return nil, err
 	}

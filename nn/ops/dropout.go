@@ -15,13 +15,22 @@ import (
 // It is the training-graph half of dropout; in an eval graph, use x itself
 // (Gorgonia v0.9.17's Dropout has no eval mode; nn.Dropout does this).
 func Dropout(x *G.Node, p float64, seed uint64) (*G.Node, error) {
+	return DropoutKeyed(x, p, seed, nil)
+}
+
+// DropoutKeyed is Dropout whose mask at each run is a function of (seed,
+// *key) alone, where key is read when the op runs (module.Step.RunKey: the
+// trainer's epoch and batch). Masks then do not depend on how many runs came
+// before, so a run resumed from a checkpoint draws the masks the
+// uninterrupted run drew. A nil key gives Dropout's running sequence.
+func DropoutKeyed(x *G.Node, p float64, seed uint64, key *uint64) (*G.Node, error) {
 	if err := checkFloat("Dropout input", x); err != nil {
 		return nil, err
 	}
 	if !(p >= 0 && p <= 1) {
 		return nil, fmt.Errorf("Dropout probability %v: want 0 ≤ p ≤ 1", p)
 	}
-	op := &dropoutOp{base: newBase("Dropout"), p: p, seed: seed, shape: x.Shape().Clone()}
+	op := &dropoutOp{base: newBase("Dropout"), p: p, seed: seed, key: key, shape: x.Shape().Clone()}
 	op.rng = rand.New(&op.pcg)
 	op.pcg.Seed(seed, 0xda3e39cb94b95bdb)
 	// Keep an element when a uniform 32-bit draw is at least p·2³².
@@ -36,6 +45,7 @@ type dropoutOp struct {
 	base
 	p         float64
 	seed      uint64
+	key       *uint64
 	shape     tensor.Shape
 	pcg       rand.PCG
 	rng       *rand.Rand
@@ -57,8 +67,11 @@ func (op *dropoutOp) Do(v ...G.Value) (G.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	if op.fixed { // tests: the same mask at every run
+	switch {
+	case op.fixed: // tests: the same mask at every run
 		op.pcg.Seed(op.seed, 0xda3e39cb94b95bdb)
+	case op.key != nil:
+		op.pcg.Seed(op.seed, *op.key^0xda3e39cb94b95bdb)
 	}
 	y := op.out.get(dt, op.shape)
 	if dt == tensor.Float32 {
