@@ -125,8 +125,9 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 	if t.strat != nil && t.mod == m {
 		return nil
 	}
-	// Pick the matrix multiply (OpenBLAS when the loader finds it, pure-Go
-	// gonum otherwise) once per process, before any graph runs.
+	// Pick the matrix multiply (BLIS, else OpenBLAS, when the dynamic loader
+	// finds them; pure-Go gonum otherwise) once per process, before any graph
+	// runs.
 	if _, err := blas.Choose(*t.cfg.Log, blas.ChooseOptions{}); err != nil {
 		return fmt.Errorf("matrix multiply: %w", err)
 	}
