@@ -84,7 +84,9 @@ func expandOne(p string) ([]string, error) {
 		if b < a {
 			return nil, fmt.Errorf("range %q in %q runs backwards", r, p)
 		}
-		if (b-a+1)*len(tails) > maxHosts {
+		// Bound the whole expansion, not each range alone (many large ranges
+		// in one bracket), and without overflowing on huge numbers.
+		if b-a >= maxHosts || (b-a+1)*max(len(tails), 1) > maxHosts-len(out) {
 			return nil, fmt.Errorf("range %q in %q expands to more than %d hosts", r, p, maxHosts)
 		}
 		width := len(lo)
