@@ -16,21 +16,20 @@ import (
 // progress shows training progress on rank 0: a one-line bar redrawn in
 // place on a terminal, periodic log lines otherwise.
 type progress struct {
-	cfg      *Config
-	on       bool
-	rank0    bool
-	tty      bool
-	w        io.Writer
-	epoch    int
-	epochs   int
-	total    int
-	start    time.Time
-	last     time.Time
-	samples  int
-	lossEMA  float64
-	nLoss    int
-	bar      []string
-	lastLine int
+	cfg     *Config
+	on      bool
+	rank0   bool
+	tty     bool
+	w       io.Writer
+	epoch   int
+	epochs  int
+	total   int
+	start   time.Time
+	last    time.Time
+	samples int
+	lossEMA float64
+	nLoss   int
+	bar     []string
 }
 
 func newProgress(cfg *Config, rank0 bool) *progress {
@@ -86,7 +85,6 @@ func (p *progress) batch(done int, loss float64, rows int, metrics map[string]fl
 			p.epoch+1, p.epochs, strings.Repeat("=", fill), strings.Repeat(" ", width-fill), done, p.total,
 			p.lossEMA, extra, rate, eta.Round(time.Second))
 		fmt.Fprint(p.w, line)
-		p.lastLine = len(line)
 		return
 	}
 	every := max(p.cfg.LogEveryNSteps, 1)

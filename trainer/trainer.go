@@ -433,7 +433,6 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 		}
 		t.progress.startEpoch(epoch, cfg.MaxEpochs, nb)
 		it := skipBatches(train, first).Iter(ctx, epoch)
-		epochStart := cfg.Now()
 		var trainDur time.Duration
 		var stop error
 		if r.ValPending && val != nil {
@@ -564,7 +563,6 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 			return err
 		}
 		t.stats.TrainTime += trainDur
-		_ = epochStart
 		if !r.Validated {
 			if err := t.finishTrainEpoch(ctx, epoch); err != nil {
 				return err
