@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"runtime/debug"
 	"slices"
 
@@ -131,7 +132,12 @@ func (e *Engine) Run(ctx context.Context, mode module.Mode, b *data.Batch, accum
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("%s step: %v\n%s", mode, r, debug.Stack())
+			// A panic inside an op is a bug in that op: report it as an
+			// error (no trace for the user), with the stack on request.
+			err = fmt.Errorf("%s step: an op failed: %v (set FULGUR_TRACE=1 for the stack, and report it)", mode, r)
+			if os.Getenv("FULGUR_TRACE") != "" {
+				err = fmt.Errorf("%w\n%s", err, debug.Stack())
+			}
 		}
 	}()
 	if c.exec != nil {
