@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rs/zerolog"
 )
@@ -190,11 +191,13 @@ func SetThreads(n int) error {
 // GOMAXPROCS/localRanks threads, at least one, unless FULGUR_BLAS_THREADS
 // fixed the count. Strategies that start several ranks on one machine call it
 // in every rank; without it, N ranks × N threads oversubscribe the cores.
-// It returns the count now in force (0 for gonum).
+// It returns the count now in force (0 for gonum). It also sets the core
+// budget Cores reports, which FULGUR_BLAS_THREADS does not fix.
 func SetThreadsPerRank(localRanks int) (int, error) {
 	if localRanks < 1 {
 		return 0, fmt.Errorf("blas: %d local ranks: use 1 or more", localRanks)
 	}
+	coresPerRank.Store(int64(max(1, runtime.GOMAXPROCS(0)/localRanks)))
 	chooseMu.Lock()
 	c := chosen
 	chooseMu.Unlock()
@@ -215,4 +218,19 @@ func SetThreadsPerRank(localRanks int) (int, error) {
 		chooseMu.Unlock()
 	}
 	return n, nil
+}
+
+// coresPerRank is the core budget set by SetThreadsPerRank (0: not set).
+var coresPerRank atomic.Int64
+
+// Cores is how many cores this process (or each of its in-process replicas)
+// may keep busy: GOMAXPROCS, or its share after SetThreadsPerRank, whether
+// or not FULGUR_BLAS_THREADS fixed the BLAS's own thread count. Code that
+// runs multiplies on several goroutines at once uses Cores()/Threads() of
+// them, so that goroutines × BLAS threads never exceed the cores.
+func Cores() int {
+	if n := coresPerRank.Load(); n > 0 {
+		return int(n)
+	}
+	return runtime.GOMAXPROCS(0)
 }

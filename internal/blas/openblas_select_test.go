@@ -115,3 +115,28 @@ func TestChooseDefaultThreads(t *testing.T) {
 		t.Errorf("threads %d (from env %v), want GOMAXPROCS %d", got.Threads, got.ThreadsFromEnv, runtime.GOMAXPROCS(0))
 	}
 }
+
+// SetThreadsPerRank divides the core budget that Cores reports between the
+// local ranks, whatever the implementation (gonum here) does with threads.
+func TestSetThreadsPerRankSharesCores(t *testing.T) {
+	defer coresPerRank.Store(coresPerRank.Load())
+	coresPerRank.Store(0)
+	procs := runtime.GOMAXPROCS(0)
+	if got := Cores(); got != procs {
+		t.Fatalf("Cores() = %d before any split, want GOMAXPROCS %d", got, procs)
+	}
+	for _, c := range []struct{ ranks, want int }{{1, procs}, {2, max(1, procs/2)}, {procs + 1, 1}} {
+		if _, err := SetThreadsPerRank(c.ranks); err != nil {
+			t.Fatal(err)
+		}
+		if got := Cores(); got != c.want {
+			t.Errorf("after SetThreadsPerRank(%d): Cores() = %d, want %d", c.ranks, got, c.want)
+		}
+	}
+	if _, err := SetThreadsPerRank(0); err == nil {
+		t.Error("SetThreadsPerRank(0) succeeded")
+	}
+	if got := Cores(); got != 1 {
+		t.Errorf("a rejected SetThreadsPerRank changed Cores() to %d", got)
+	}
+}

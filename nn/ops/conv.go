@@ -2,6 +2,7 @@ package ops
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
@@ -150,7 +151,8 @@ type convOp struct {
 	bias        bool
 	noInputGrad bool
 	out         buffer
-	cols, tmp   any // []T scratch: column matrix, chunk result
+	ws          []convScratch
+	job         any // *convFwdJob[T], reused
 }
 
 func (op *convOp) Arity() int {
@@ -214,28 +216,94 @@ func scratch[T float](p *any, n int) []T {
 	return s[:n]
 }
 
-func convFwd[T float](op *convOp, xt, wt, bt, yt *tensor.Dense) {
-	g := &op.g
-	y := data[T](yt)
+// convScratch is one image worker's scratch ([]T each): column matrix,
+// chunk result or gathered output gradient, weight-gradient partial sum.
+type convScratch struct{ cols, tmp, acc any }
+
+// scratchFor returns (*ws)[:n], growing it (the only allocation) when short.
+func scratchFor(ws *[]convScratch, n int) []convScratch {
+	if len(*ws) < n {
+		*ws = append(*ws, make([]convScratch, n-len(*ws))...)
+	}
+	return (*ws)[:n]
+}
+
+// jobFor returns the *J held in *p, making it on first use.
+func jobFor[J any](p *any) *J {
+	j, _ := (*p).(*J)
+	if j == nil {
+		j = new(J)
+		*p = j
+	}
+	return j
+}
+
+// chunks is how many image chunks (see chunk) the batch has.
+func (g *convGeom) chunks() int {
+	nb := g.chunk()
+	return (g.n + nb - 1) / nb
+}
+
+// macs is the multiply-adds of one multiply pass over the batch.
+func (g *convGeom) macs() int { return g.n * g.oc * g.ckk() * g.ohw() }
+
+// imageRange is the images of part i of n: whole chunks, contiguous, the
+// same chunks a serial pass multiplies (so each multiply, and its bits, are
+// the same whatever n).
+func (g *convGeom) imageRange(i, n int) (lo, hi int) {
+	nb, c := g.chunk(), g.chunks()
+	return min(g.n, i*c/n*nb), min(g.n, (i+1)*c/n*nb)
+}
+
+// convFwdJob is the forward pass split over image workers.
+type convFwdJob[T float] struct {
+	g          *convGeom
+	x, w, b, y []T
+	ws         []convScratch
+	wg         sync.WaitGroup
+}
+
+func (j *convFwdJob[T]) run(i, n int) {
+	g := j.g
+	lo, hi := g.imageRange(i, n)
+	s := &j.ws[i]
+	convForward(g, j.x, j.w, j.y, &s.cols, &s.tmp, lo, hi, n == 1)
+	if j.b == nil {
+		return
+	}
 	ohw, out := g.ohw(), g.out()
-	convForward(g, data[T](xt), data[T](wt), y, &op.cols, &op.tmp)
-	if bt != nil {
-		b := data[T](bt)
-		for n := 0; n < g.n; n++ {
-			for o := 0; o < g.oc; o++ {
-				row := y[n*out+o*ohw : n*out+(o+1)*ohw]
-				bo := b[o]
-				for i := range row {
-					row[i] += bo
-				}
+	for n := lo; n < hi; n++ {
+		for o := 0; o < g.oc; o++ {
+			row := j.y[n*out+o*ohw : n*out+(o+1)*ohw]
+			bo := j.b[o]
+			for i := range row {
+				row[i] += bo
 			}
 		}
 	}
 }
 
-// convForward is y = w ⊛ x for the whole batch: im2col a chunk of images
-// into cols, one multiply, scatter when the chunk has several images.
-func convForward[T float](g *convGeom, x, w, y []T, colsP, tmpP *any) {
+func convFwd[T float](op *convOp, xt, wt, bt, yt *tensor.Dense) {
+	g := &op.g
+	j := jobFor[convFwdJob[T]](&op.job)
+	j.g, j.x, j.w, j.b, j.y = g, data[T](xt), data[T](wt), nil, data[T](yt)
+	if bt != nil {
+		j.b = data[T](bt)
+	}
+	w := imageSplit(g.chunks(), g.macs())
+	j.ws = scratchFor(&op.ws, w)
+	if w == 1 {
+		j.run(0, 1)
+	} else {
+		runParts(j, w, &j.wg)
+	}
+	j.x, j.w, j.b, j.y = nil, nil, nil, nil
+}
+
+// convForward is y = w ⊛ x for images [lo, hi) (whole chunks): im2col a
+// chunk of images into cols, one multiply, scatter when the chunk has
+// several images. par lets the copies use the loop workers (parallelFor).
+func convForward[T float](g *convGeom, x, w, y []T, colsP, tmpP *any, lo, hi int, par bool) {
 	ckk, ohw, out := g.ckk(), g.ohw(), g.out()
 	nb := g.chunk()
 	var cols, tmp []T
@@ -245,20 +313,20 @@ func convForward[T float](g *convGeom, x, w, y []T, colsP, tmpP *any) {
 	if nb > 1 {
 		tmp = scratch[T](tmpP, g.oc*nb*ohw)
 	}
-	for n0 := 0; n0 < g.n; n0 += nb {
-		m := min(nb, g.n-n0)
+	for n0 := lo; n0 < hi; n0 += nb {
+		m := min(nb, hi-n0)
 		ld := m * ohw
 		src := cols
 		if g.x1() {
 			src = x[n0*g.in() : (n0+1)*g.in()] // [C, HW] is already the column matrix
 		} else {
-			im2colChunk(g, x, cols, n0, m)
+			im2colChunk(g, x, cols, n0, m, par)
 		}
 		if m == 1 {
 			gemm(false, false, g.oc, ohw, ckk, 1, w, ckk, src, ld, 0, y[n0*out:(n0+1)*out], ohw)
 		} else {
 			gemm(false, false, g.oc, ld, ckk, 1, w, ckk, src, ld, 0, tmp, ld)
-			moveChunk(g, tmp, y, n0, m, false)
+			moveChunk(g, tmp, y, n0, m, false, par)
 		}
 	}
 }
@@ -447,9 +515,9 @@ func (op *convOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error)
 // moveChunk copies between the chunk layout [OC, m·OHW] of the multiplies
 // and images n0..n0+m of the batch layout [N, OC, OHW]: into the batch
 // (scatter) or, with gather, out of it.
-func moveChunk[T float](g *convGeom, chunk, batch []T, n0, m int, gather bool) {
+func moveChunk[T float](g *convGeom, chunk, batch []T, n0, m int, gather, par bool) {
 	tasks := m * g.oc
-	if w := workers(tasks, g.ohw()); w > 1 {
+	if w := workers(tasks, g.ohw()); par && w > 1 {
 		parallelFor(w, tasks, func(lo, hi int) { moveRows(g, chunk, batch, n0, m, gather, lo, hi) })
 		return
 	}
@@ -471,10 +539,10 @@ func moveRows[T float](g *convGeom, chunk, batch []T, n0, m int, gather bool, lo
 }
 
 // im2colChunk writes images n0..n0+m of x into the column matrix, one
-// (image, channel) plane per task.
-func im2colChunk[T float](g *convGeom, x, cols []T, n0, m int) {
+// (image, channel) plane per task (on the loop workers when par).
+func im2colChunk[T float](g *convGeom, x, cols []T, n0, m int, par bool) {
 	tasks := m * g.c
-	if w := workers(tasks, g.kh*g.kw*g.ohw()); w > 1 {
+	if w := workers(tasks, g.kh*g.kw*g.ohw()); par && w > 1 {
 		parallelFor(w, tasks, func(lo, hi int) { im2colTasks(g, x, cols, n0, m, lo, hi) })
 		return
 	}
@@ -489,9 +557,9 @@ func im2colTasks[T float](g *convGeom, x, cols []T, n0, m, lo, hi int) {
 }
 
 // col2imChunk adds the column matrix of images n0..n0+m back into dx.
-func col2imChunk[T float](g *convGeom, cols, dx []T, n0, m int) {
+func col2imChunk[T float](g *convGeom, cols, dx []T, n0, m int, par bool) {
 	tasks := m * g.c
-	if w := workers(tasks, g.kh*g.kw*g.ohw()); w > 1 {
+	if w := workers(tasks, g.kh*g.kw*g.ohw()); par && w > 1 {
 		parallelFor(w, tasks, func(lo, hi int) { col2imTasks(g, cols, dx, n0, m, lo, hi) })
 		return
 	}
@@ -509,9 +577,10 @@ func col2imTasks[T float](g *convGeom, cols, dx []T, n0, m, lo, hi int) {
 type convGradWeightOp struct {
 	base
 	noDiff
-	g         convGeom
-	out       buffer
-	cols, dyc any
+	g   convGeom
+	out buffer
+	ws  []convScratch
+	job any // *convDwJob[T], reused
 }
 
 func (op *convGradWeightOp) Arity() int         { return 2 }
@@ -540,31 +609,73 @@ func (op *convGradWeightOp) Do(v ...G.Value) (G.Value, error) {
 	return dw, nil
 }
 
+// convDwJob is the weight gradient split over image workers: worker i sums
+// its images' products into its own partial sum (worker 0 straight into
+// dw), then dw += partial 1, += partial 2, ... in worker order, so that the
+// bits depend on the worker count only, never on timing.
+type convDwJob[T float] struct {
+	g         *convGeom
+	x, dy, dw []T
+	ws        []convScratch
+	wg        sync.WaitGroup
+}
+
+func (j *convDwJob[T]) run(i, n int) {
+	s := &j.ws[i]
+	acc := j.dw
+	if i > 0 {
+		acc = scratch[T](&s.acc, len(j.dw))
+	}
+	lo, hi := j.g.imageRange(i, n)
+	convGradWeightRange(j.g, j.x, j.dy, acc, &s.cols, &s.tmp, lo, hi, n == 1)
+}
+
 func convGradWeight[T float](op *convGradWeightOp, xt, dyt, dwt *tensor.Dense) {
 	g := &op.g
-	x, dy, dw := data[T](xt), data[T](dyt), data[T](dwt)
+	j := jobFor[convDwJob[T]](&op.job)
+	j.g, j.x, j.dy, j.dw = g, data[T](xt), data[T](dyt), data[T](dwt)
+	w := imageSplit(g.chunks(), g.macs())
+	j.ws = scratchFor(&op.ws, w)
+	if w == 1 {
+		j.run(0, 1)
+	} else {
+		runParts(j, w, &j.wg)
+		for i := 1; i < w; i++ {
+			addTo(j.dw, j.ws[i].acc.([]T)[:len(j.dw)])
+		}
+	}
+	j.x, j.dy, j.dw = nil, nil, nil
+}
+
+// convGradWeightRange sets dw to Σ dy·colsᵀ over images [lo, hi) (whole
+// chunks; zero when empty).
+func convGradWeightRange[T float](g *convGeom, x, dy, dw []T, colsP, dycP *any, lo, hi int, par bool) {
 	ckk, ohw, out := g.ckk(), g.ohw(), g.out()
 	nb := g.chunk()
 	var cols, dyc []T
 	if !g.x1() {
-		cols = scratch[T](&op.cols, ckk*nb*ohw)
+		cols = scratch[T](colsP, ckk*nb*ohw)
 	}
 	if nb > 1 {
-		dyc = scratch[T](&op.dyc, g.oc*nb*ohw)
+		dyc = scratch[T](dycP, g.oc*nb*ohw)
+	}
+	if lo >= hi {
+		clear(dw)
+		return
 	}
 	var beta T
-	for n0 := 0; n0 < g.n; n0 += nb {
-		m := min(nb, g.n-n0)
+	for n0 := lo; n0 < hi; n0 += nb {
+		m := min(nb, hi-n0)
 		ld := m * ohw
 		src := cols
 		if g.x1() {
 			src = x[n0*g.in() : (n0+1)*g.in()]
 		} else {
-			im2colChunk(g, x, cols, n0, m)
+			im2colChunk(g, x, cols, n0, m, par)
 		}
 		d := dy[n0*out : (n0+1)*out]
 		if m > 1 {
-			moveChunk(g, dyc, dy, n0, m, true)
+			moveChunk(g, dyc, dy, n0, m, true, par)
 			d = dyc
 		}
 		gemm(false, true, g.oc, ckk, ld, 1, d, ld, src, ld, beta, dw, ckk)
@@ -576,9 +687,12 @@ func convGradWeight[T float](op *convGradWeightOp, xt, dyt, dwt *tensor.Dense) {
 type convGradInputOp struct {
 	base
 	noDiff
-	g                 convGeom
-	out               buffer
-	dcols, dyc, wflip any
+	g     convGeom
+	t     convGeom // same(): the transposed geometry (see convGradInput)
+	out   buffer
+	ws    []convScratch
+	wflip any
+	job   any // *convDxJob[T], reused
 }
 
 func (op *convGradInputOp) Arity() int                                     { return 2 }
@@ -605,44 +719,90 @@ func (op *convGradInputOp) Do(v ...G.Value) (G.Value, error) {
 	return dx, nil
 }
 
+// dx modes: a convolution of dy, one multiply per image (1x1), or
+// multiply then col2im.
+const (
+	dxConv = iota
+	dxX1
+	dxCol2im
+)
+
+// convDxJob is the input gradient split over image workers; each writes
+// only its own images of dx.
+type convDxJob[T float] struct {
+	g         *convGeom // the transposed geometry in mode dxConv
+	mode      int
+	dy, w, dx []T
+	ws        []convScratch
+	wg        sync.WaitGroup
+}
+
+func (j *convDxJob[T]) run(i, n int) {
+	g, s := j.g, &j.ws[i]
+	lo, hi := g.imageRange(i, n)
+	switch j.mode {
+	case dxConv:
+		convForward(g, j.dy, j.w, j.dx, &s.cols, &s.tmp, lo, hi, n == 1)
+	case dxX1: // dx_n = wᵀ·dy_n, straight into the output
+		ckk, ohw, out, in := g.ckk(), g.ohw(), g.out(), g.in()
+		for n := lo; n < hi; n++ {
+			gemm(true, false, ckk, ohw, g.oc, 1, j.w, ckk, j.dy[n*out:(n+1)*out], ohw, 0, j.dx[n*in:(n+1)*in], ohw)
+		}
+	default:
+		convGradInputCols(g, j.dy, j.w, j.dx, &s.cols, &s.tmp, lo, hi, n == 1)
+	}
+}
+
 func convGradInput[T float](op *convGradInputOp, dyt, wt, dxt *tensor.Dense) {
 	g := &op.g
-	dy, w, dx := data[T](dyt), data[T](wt), data[T](dxt)
-	ckk, ohw, out, in := g.ckk(), g.ohw(), g.out(), g.in()
-	if g.same() && !g.x1() && g.oc <= 2*g.c {
+	j := jobFor[convDxJob[T]](&op.job)
+	j.g, j.dy, j.w, j.dx = g, data[T](dyt), data[T](wt), data[T](dxt)
+	switch {
+	case g.same() && !g.x1() && g.oc <= 2*g.c:
 		// A convolution of dy: its multiply has K = OC·KH·KW instead of
 		// OC, and no scatter-add (col2im) is needed. (With many more output
 		// than input channels, as in a stem, the column matrix of dy would
 		// be the larger one: col2im below.)
-		t := g.transposed()
-		wt := scratch[T](&op.wflip, len(w))
-		flipKernel(g, w, wt)
-		convForward(&t, dy, wt, dx, &op.dcols, &op.dyc)
-		return
+		op.t = g.transposed()
+		wf := scratch[T](&op.wflip, len(j.w))
+		flipKernel(g, j.w, wf)
+		j.g, j.w, j.mode = &op.t, wf, dxConv
+	case g.x1():
+		j.mode = dxX1
+	default:
+		j.mode = dxCol2im
 	}
-	if g.x1() { // dx_n = wᵀ·dy_n, straight into the output
-		for n := 0; n < g.n; n++ {
-			gemm(true, false, ckk, ohw, g.oc, 1, w, ckk, dy[n*out:(n+1)*out], ohw, 0, dx[n*in:(n+1)*in], ohw)
-		}
-		return
+	w := imageSplit(j.g.chunks(), g.macs())
+	j.ws = scratchFor(&op.ws, w)
+	if w == 1 {
+		j.run(0, 1)
+	} else {
+		runParts(j, w, &j.wg)
 	}
+	j.dy, j.w, j.dx = nil, nil, nil
+}
+
+// convGradInputCols sets dx for images [lo, hi) (whole chunks) to
+// col2im(wᵀ·dy).
+func convGradInputCols[T float](g *convGeom, dy, w, dx []T, dcolsP, dycP *any, lo, hi int, par bool) {
+	ckk, ohw, out, in := g.ckk(), g.ohw(), g.out(), g.in()
 	nb := g.chunk()
-	dcols := scratch[T](&op.dcols, ckk*nb*ohw)
+	dcols := scratch[T](dcolsP, ckk*nb*ohw)
 	var dyc []T
 	if nb > 1 {
-		dyc = scratch[T](&op.dyc, g.oc*nb*ohw)
+		dyc = scratch[T](dycP, g.oc*nb*ohw)
 	}
-	clear(dx)
-	for n0 := 0; n0 < g.n; n0 += nb {
-		m := min(nb, g.n-n0)
+	clear(dx[lo*in : hi*in])
+	for n0 := lo; n0 < hi; n0 += nb {
+		m := min(nb, hi-n0)
 		ld := m * ohw
 		d := dy[n0*out : (n0+1)*out]
 		if m > 1 {
-			moveChunk(g, dyc, dy, n0, m, true)
+			moveChunk(g, dyc, dy, n0, m, true, par)
 			d = dyc
 		}
 		gemm(true, false, ckk, ld, g.oc, 1, w, ckk, d, ld, 0, dcols, ld)
-		col2imChunk(g, dcols, dx, n0, m)
+		col2imChunk(g, dcols, dx, n0, m, par)
 	}
 }
 

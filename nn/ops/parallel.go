@@ -62,3 +62,80 @@ func parallelFor(w, n int, f func(lo, hi int)) {
 	f(0, n/w)
 	wg.Wait()
 }
+
+// Convolutions also split their batch between goroutines, image chunk by
+// image chunk, each with its own column-matrix scratch, each calling the
+// BLAS on its own: worth it when each multiply runs on one thread (BLIS's
+// serial build, or OpenBLAS set to one thread), where a second core would
+// otherwise idle. imageWorkers is how many goroutines: Cores()/Threads(), so
+// that goroutines × BLAS threads stay within this process's (or rank's)
+// share of the cores; 1 with gonum, which parallelises by itself.
+var imageWorkers = func() int { return max(1, blas.Cores()/blas.Threads()) }
+
+// imageGrain is the least number of multiply-adds per image worker worth
+// waking a goroutine for. Tests lower it.
+var imageGrain = 1 << 18
+
+// SetImageWorkers sets how many goroutines a convolution splits its batch
+// between: 0 (the default) means blas.Cores()/blas.Threads(), 1 keeps it
+// serial. Results do not depend on it, except the weight gradient's, which
+// sums the workers' partial sums in worker order: the same bits for the
+// same count. Call it at program start, before graphs run.
+func SetImageWorkers(n int) {
+	if n <= 0 {
+		imageWorkers = func() int { return max(1, blas.Cores()/blas.Threads()) }
+		return
+	}
+	imageWorkers = func() int { return n }
+}
+
+// imageSplit is how many workers a convolution with chunks chunks of macs
+// multiply-adds in all should use.
+func imageSplit(chunks, macs int) int {
+	if chunks < 2 {
+		return 1
+	}
+	return max(1, min(imageWorkers(), chunks, macs/imageGrain))
+}
+
+// part is work split into n parts that can run at once; run does part i.
+type part interface{ run(i, n int) }
+
+type partMsg struct {
+	p    part
+	i, n int
+	wg   *sync.WaitGroup
+}
+
+// pool is a set of long-lived goroutines that run parts, so that a split
+// allocates nothing (a go statement with a closure would).
+var pool struct {
+	mu      sync.Mutex
+	started int
+	ch      chan partMsg
+}
+
+// runParts runs parts 1..n-1 of p on the pool and part 0 on the caller,
+// and returns when all are done. Parts must not call runParts.
+func runParts(p part, n int, wg *sync.WaitGroup) {
+	pool.mu.Lock()
+	if pool.ch == nil {
+		pool.ch = make(chan partMsg, 64)
+	}
+	for ; pool.started < n-1; pool.started++ {
+		go func(ch <-chan partMsg) {
+			for m := range ch {
+				m.p.run(m.i, m.n)
+				m.wg.Done()
+			}
+		}(pool.ch)
+	}
+	ch := pool.ch
+	pool.mu.Unlock()
+	wg.Add(n - 1)
+	for i := 1; i < n; i++ {
+		ch <- partMsg{p, i, n, wg}
+	}
+	p.run(0, n)
+	wg.Wait()
+}

@@ -1,0 +1,115 @@
+package ops
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// convOps builds c's convolution and returns its op and the ops of its
+// input and weight gradients, with inputs x, w, (b) and an output gradient.
+func convOps(t *testing.T, c convCase, dt tensor.Dtype) (*convOp, *convGradInputOp, *convGradWeightOp, []G.Value, G.Value) {
+	t.Helper()
+	g := G.NewGraph()
+	ins := c.inputs(dt)
+	ns := make([]*G.Node, len(ins))
+	vs := make([]G.Value, len(ins))
+	for i, in := range ins {
+		ns[i], vs[i] = node(g, in, fmt.Sprintf("in%d", i)), in
+	}
+	y, err := c.build(g, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := y.Op().(*convOp)
+	dy := randT(dt, 11, -1, 1, op.g.yShape()...)
+	return op, &convGradInputOp{base: newBase("Conv2dGradInput"), g: op.g},
+		&convGradWeightOp{base: newBase("Conv2dGradWeight"), g: op.g}, vs, dy
+}
+
+// convPass runs forward, input gradient and weight gradient of c with the
+// given image workers (grain 1, so that every case splits) and returns
+// their values.
+func convPass(t *testing.T, c convCase, dt tensor.Dtype, workers int) (y, dx, dw []float64) {
+	t.Helper()
+	defer func(w func() int, gr int) { imageWorkers, imageGrain = w, gr }(imageWorkers, imageGrain)
+	SetImageWorkers(workers)
+	imageGrain = 1
+	op, gi, gw, in, dy := convOps(t, c, dt)
+	do := func(f func(...G.Value) (G.Value, error), v ...G.Value) []float64 {
+		t.Helper()
+		r, err := f(v...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return vals(r)
+	}
+	return do(op.Do, in...), do(gi.Do, dy, in[1]), do(gw.Do, in[0], dy)
+}
+
+func sameBits(t *testing.T, what string, got, want []float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
+	}
+	for i := range want {
+		if math.Float64bits(got[i]) != math.Float64bits(want[i]) {
+			t.Fatalf("%s[%d] = %v, want %v bit for bit", what, i, got[i], want[i])
+		}
+	}
+}
+
+// Splitting a convolution's batch between image workers gives the serial
+// forward and input gradient bit for bit (every multiply is the serial
+// one); the weight gradient sums per-worker partial sums in worker order:
+// the same bits on every run with a given count, and within rounding of the
+// serial sum.
+func TestConv2dImageWorkersMatchSerial(t *testing.T) {
+	cases := append([]convCase{
+		{n: 7, c: 4, h: 6, w: 6, oc: 4, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}, bias: true}, // dx as a convolution
+		{n: 6, c: 2, h: 6, w: 6, oc: 8, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}},             // dx through col2im
+	}, convCases...)
+	withColumns(t, func(t *testing.T) {
+		for _, dt := range dtypes {
+			for _, c := range cases {
+				name := fmt.Sprintf("%v/%v", dt, c)
+				y1, dx1, dw1 := convPass(t, c, dt, 1)
+				for _, w := range []int{2, 3} {
+					y, dx, dw := convPass(t, c, dt, w)
+					sameBits(t, fmt.Sprintf("%s workers=%d y", name, w), y, y1)
+					sameBits(t, fmt.Sprintf("%s workers=%d dx", name, w), dx, dx1)
+					_, _, again := convPass(t, c, dt, w)
+					sameBits(t, fmt.Sprintf("%s workers=%d dw, second run", name, w), again, dw)
+					assertClose(t, fmt.Sprintf("%s workers=%d dw", name, w), dw, dw1, tol(dt))
+				}
+			}
+		}
+	})
+}
+
+// With image workers, the ops still allocate nothing once warm.
+func TestConv2dImageWorkersDoNotAllocate(t *testing.T) {
+	defer func(w func() int, gr int) { imageWorkers, imageGrain = w, gr }(imageWorkers, imageGrain)
+	SetImageWorkers(3)
+	imageGrain = 1
+	for _, dt := range dtypes {
+		for _, c := range convCases {
+			op, gi, gw, in, dy := convOps(t, c, dt)
+			for _, r := range []struct {
+				what string
+				f    func(...G.Value) (G.Value, error)
+				v    []G.Value
+			}{{"forward", op.Do, in}, {"dx", gi.Do, []G.Value{dy, in[1]}}, {"dw", gw.Do, []G.Value{in[0], dy}}} {
+				if _, err := r.f(r.v...); err != nil {
+					t.Fatal(err)
+				}
+				if a := testing.AllocsPerRun(5, func() { _, _ = r.f(r.v...) }); a != 0 {
+					t.Errorf("%v %v %s: %.0f allocations per run", dt, c, r.what, a)
+				}
+			}
+		}
+	}
+}
