@@ -2,7 +2,6 @@ package ops
 
 import (
 	"fmt"
-	"sync"
 
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
@@ -70,12 +69,20 @@ func (g *convGeom) yShape() tensor.Shape { return tensor.Shape{g.n, g.oc, g.oh, 
 // chunk is how many images one multiply covers: enough columns (about
 // convColumns) for an efficient multiply when images are small, one image
 // when they are large (the multiply then reads and writes the output and its
-// gradient in place, with no gather or scatter).
+// gradient in place, with no gather or scatter). An odd number of chunks
+// (above one) is evened out with smaller chunks, so that two image workers
+// get the same work (64 images of 7x7: 8 chunks of 8, not 6 of 10 and one
+// of 4). It depends on the geometry only, never on the worker count: the
+// chunks, and so each multiply's bits, are the same serial or split.
 func (g *convGeom) chunk() int {
 	if g.x1() {
 		return 1
 	}
-	return max(1, min(convColumns/g.ohw(), g.n))
+	nb := max(1, min(convColumns/g.ohw(), g.n))
+	if c := (g.n + nb - 1) / nb; c > 1 && c%2 == 1 {
+		nb = max(1, (g.n+c)/(c+1))
+	}
+	return nb
 }
 
 // convColumns is the target width of the column matrix of one multiply.
@@ -260,7 +267,7 @@ type convFwdJob[T float] struct {
 	g          *convGeom
 	x, w, b, y []T
 	ws         []convScratch
-	wg         sync.WaitGroup
+	pr         partRun
 }
 
 func (j *convFwdJob[T]) run(i, n int) {
@@ -295,7 +302,7 @@ func convFwd[T float](op *convOp, xt, wt, bt, yt *tensor.Dense) {
 	if w == 1 {
 		j.run(0, 1)
 	} else {
-		runParts(j, w, &j.wg)
+		runParts(j, w, &j.pr)
 	}
 	j.x, j.w, j.b, j.y = nil, nil, nil, nil
 }
@@ -617,7 +624,7 @@ type convDwJob[T float] struct {
 	g         *convGeom
 	x, dy, dw []T
 	ws        []convScratch
-	wg        sync.WaitGroup
+	pr        partRun
 }
 
 func (j *convDwJob[T]) run(i, n int) {
@@ -639,7 +646,7 @@ func convGradWeight[T float](op *convGradWeightOp, xt, dyt, dwt *tensor.Dense) {
 	if w == 1 {
 		j.run(0, 1)
 	} else {
-		runParts(j, w, &j.wg)
+		runParts(j, w, &j.pr)
 		for i := 1; i < w; i++ {
 			addTo(j.dw, j.ws[i].acc.([]T)[:len(j.dw)])
 		}
@@ -734,7 +741,7 @@ type convDxJob[T float] struct {
 	mode      int
 	dy, w, dx []T
 	ws        []convScratch
-	wg        sync.WaitGroup
+	pr        partRun
 }
 
 func (j *convDxJob[T]) run(i, n int) {
@@ -777,7 +784,7 @@ func convGradInput[T float](op *convGradInputOp, dyt, wt, dxt *tensor.Dense) {
 	if w == 1 {
 		j.run(0, 1)
 	} else {
-		runParts(j, w, &j.wg)
+		runParts(j, w, &j.pr)
 	}
 	j.dy, j.w, j.dx = nil, nil, nil
 }

@@ -113,3 +113,29 @@ func TestConv2dImageWorkersDoNotAllocate(t *testing.T) {
 		}
 	}
 }
+
+type panicPart struct{ at int }
+
+func (p panicPart) run(i, n int) {
+	if i == p.at {
+		panic(fmt.Sprintf("part %d of %d failed", i, n))
+	}
+}
+
+// A part's panic reaches runParts's caller (where the engine recovers it),
+// whichever goroutine ran the part, and the pool keeps working after it.
+func TestRunPartsRaisesPanicsOnCaller(t *testing.T) {
+	for _, at := range []int{0, 2} {
+		var pr partRun
+		got := func() (r any) {
+			defer func() { r = recover() }()
+			runParts(panicPart{at}, 3, &pr)
+			return nil
+		}()
+		if want := fmt.Sprintf("part %d of 3 failed", at); got != want {
+			t.Errorf("panic in part %d: caller recovered %v, want %q", at, got, want)
+		}
+	}
+	var pr partRun
+	runParts(panicPart{-1}, 3, &pr)
+}

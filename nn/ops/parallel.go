@@ -101,10 +101,18 @@ func imageSplit(chunks, macs int) int {
 // part is work split into n parts that can run at once; run does part i.
 type part interface{ run(i, n int) }
 
+// partRun is the state of one runParts call, held in the job so that a split
+// allocates nothing.
+type partRun struct {
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	fault any // the first panic of a part run on the pool
+}
+
 type partMsg struct {
 	p    part
 	i, n int
-	wg   *sync.WaitGroup
+	s    *partRun
 }
 
 // pool is a set of long-lived goroutines that run parts, so that a split
@@ -116,26 +124,49 @@ var pool struct {
 }
 
 // runParts runs parts 1..n-1 of p on the pool and part 0 on the caller,
-// and returns when all are done. Parts must not call runParts.
-func runParts(p part, n int, wg *sync.WaitGroup) {
+// and returns when all are done. A part's panic is raised again on the
+// caller (where the engine turns it into an error), not on the pool's
+// goroutine. Parts must not call runParts.
+func runParts(p part, n int, s *partRun) {
 	pool.mu.Lock()
 	if pool.ch == nil {
 		pool.ch = make(chan partMsg, 64)
 	}
 	for ; pool.started < n-1; pool.started++ {
-		go func(ch <-chan partMsg) {
-			for m := range ch {
-				m.p.run(m.i, m.n)
-				m.wg.Done()
-			}
-		}(pool.ch)
+		go poolWorker(pool.ch)
 	}
 	ch := pool.ch
 	pool.mu.Unlock()
-	wg.Add(n - 1)
+	s.fault = nil
+	s.wg.Add(n - 1)
 	for i := 1; i < n; i++ {
-		ch <- partMsg{p, i, n, wg}
+		ch <- partMsg{p, i, n, s}
 	}
-	p.run(0, n)
-	wg.Wait()
+	func() {
+		defer s.wg.Wait()
+		p.run(0, n)
+	}()
+	if s.fault != nil {
+		panic(s.fault)
+	}
+}
+
+func poolWorker(ch <-chan partMsg) {
+	for m := range ch {
+		runPart(m)
+	}
+}
+
+func runPart(m partMsg) {
+	defer m.s.wg.Done()
+	defer func() {
+		if r := recover(); r != nil {
+			m.s.mu.Lock()
+			if m.s.fault == nil {
+				m.s.fault = r
+			}
+			m.s.mu.Unlock()
+		}
+	}()
+	m.p.run(m.i, m.n)
 }
