@@ -103,7 +103,7 @@ func reluGrad[T float](y, dy, dx []T) { maskPosPar(y, dy, dx) }
 
 func reluPar[T float](x, y []T) {
 	if w := workers(len(x), 1); w > 1 {
-		parallelFor(w, len(x), func(lo, hi int) { relu(x[lo:hi], y[lo:hi]) })
+		parallelLoop(loopRelu, w, len(x), x, y, nil, loopArgs{})
 		return
 	}
 	relu(x, y)
@@ -167,7 +167,7 @@ func addRelu[T float](a, b, y []T) {
 
 func addReluPar[T float](a, b, y []T) {
 	if w := workers(len(a), 1); w > 1 {
-		parallelFor(w, len(a), func(lo, hi int) { addRelu(a[lo:hi], b[lo:hi], y[lo:hi]) })
+		parallelLoop(loopAddRelu, w, len(a), a, b, y, loopArgs{})
 		return
 	}
 	addRelu(a, b, y)

@@ -60,8 +60,25 @@ func smallNet(t *testing.T, dt tensor.Dtype) (*G.ExprGraph, *G.Node) {
 }
 
 // After the first run, no op of the package allocates when it runs again:
-// outputs, caches and scratch space are all held by the op.
+// outputs, caches and scratch space are all held by the op; serial, and
+// with every loop and convolution split between three workers.
 func TestOpsDoNotAllocate(t *testing.T) {
+	defer func(g int, w, iw func() int, ig int) {
+		parallelGrain, maxWorkers, imageWorkers, imageGrain = g, w, iw, ig
+	}(parallelGrain, maxWorkers, imageWorkers, imageGrain)
+	for _, par := range []bool{false, true} {
+		if par {
+			parallelGrain, maxWorkers, imageGrain = 1, func() int { return 3 }, 1
+			SetImageWorkers(3)
+		} else {
+			SetLoopWorkers(1)
+			SetImageWorkers(1)
+		}
+		t.Run(fmt.Sprintf("parallel=%v", par), opsDoNotAllocate)
+	}
+}
+
+func opsDoNotAllocate(t *testing.T) {
 	for _, dt := range dtypes {
 		g, _ := smallNet(t, dt)
 		m := G.NewTapeMachine(g)

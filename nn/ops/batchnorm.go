@@ -216,7 +216,7 @@ func bnFwd[T float](op *bnOp, xt, gt, bt, yt *tensor.Dense) error {
 		planes := op.n * c
 		op.parts = grow(op.parts, 2*planes)
 		if w := workers(planes, inner); w > 1 {
-			parallelFor(w, planes, func(lo, hi int) { bnStats(op, x, lo, hi) })
+			parallelLoop(loopBNStats, w, planes, x, nil, nil, loopArgs{bn: op})
 		} else {
 			bnStats(op, x, 0, planes)
 		}
@@ -273,7 +273,7 @@ func bnFwd[T float](op *bnOp, xt, gt, bt, yt *tensor.Dense) error {
 	}
 	planes := op.n * c
 	if w := workers(planes, inner); w > 1 {
-		parallelFor(w, planes, func(lo, hi int) { bnAffine(op, x, y, lo, hi) })
+		parallelLoop(loopBNAffine, w, planes, x, y, nil, loopArgs{bn: op})
 	} else {
 		bnAffine(op, x, y, 0, planes)
 	}
@@ -388,7 +388,7 @@ func bnSums[T float](op *bnOp, xt, yt, dyt *tensor.Dense) []T {
 	planes := op.n * c
 	op.parts = grow(op.parts, 2*planes)
 	if w := workers(planes, inner); w > 1 {
-		parallelFor(w, planes, func(lo, hi int) { bnDotSums(op, dy, x, lo, hi) })
+		parallelLoop(loopBNDotSums, w, planes, dy, x, nil, loopArgs{bn: op})
 	} else {
 		bnDotSums(op, dy, x, 0, planes)
 	}
@@ -595,7 +595,7 @@ func bnGradInput[T float](op *bnOp, xt, yt, dyt, gt, dxt *tensor.Dense) error {
 	}
 	planes := op.n * c
 	if w := workers(planes, inner); w > 1 {
-		parallelFor(w, planes, func(lo, hi int) { bnInputGrad(op, dy, x, dx, lo, hi) })
+		parallelLoop(loopBNInputGrad, w, planes, dy, x, dx, loopArgs{bn: op})
 	} else {
 		bnInputGrad(op, dy, x, dx, 0, planes)
 	}

@@ -309,7 +309,7 @@ func convFwd[T float](op *convOp, xt, wt, bt, yt *tensor.Dense) {
 
 // convForward is y = w ⊛ x for images [lo, hi) (whole chunks): im2col a
 // chunk of images into cols, one multiply, scatter when the chunk has
-// several images. par lets the copies use the loop workers (parallelFor).
+// several images. par lets the copies use the loop workers (parallelLoop).
 func convForward[T float](g *convGeom, x, w, y []T, colsP, tmpP *any, lo, hi int, par bool) {
 	ckk, ohw, out := g.ckk(), g.ohw(), g.out()
 	nb := g.chunk()
@@ -525,7 +525,7 @@ func (op *convOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error)
 func moveChunk[T float](g *convGeom, chunk, batch []T, n0, m int, gather, par bool) {
 	tasks := m * g.oc
 	if w := workers(tasks, g.ohw()); par && w > 1 {
-		parallelFor(w, tasks, func(lo, hi int) { moveRows(g, chunk, batch, n0, m, gather, lo, hi) })
+		parallelLoop(loopMoveRows, w, tasks, chunk, batch, nil, loopArgs{g: g, n0: n0, m: m, gather: gather})
 		return
 	}
 	moveRows(g, chunk, batch, n0, m, gather, 0, tasks)
@@ -550,7 +550,7 @@ func moveRows[T float](g *convGeom, chunk, batch []T, n0, m int, gather bool, lo
 func im2colChunk[T float](g *convGeom, x, cols []T, n0, m int, par bool) {
 	tasks := m * g.c
 	if w := workers(tasks, g.kh*g.kw*g.ohw()); par && w > 1 {
-		parallelFor(w, tasks, func(lo, hi int) { im2colTasks(g, x, cols, n0, m, lo, hi) })
+		parallelLoop(loopIm2col, w, tasks, x, cols, nil, loopArgs{g: g, n0: n0, m: m})
 		return
 	}
 	im2colTasks(g, x, cols, n0, m, 0, tasks)
@@ -567,7 +567,7 @@ func im2colTasks[T float](g *convGeom, x, cols []T, n0, m, lo, hi int) {
 func col2imChunk[T float](g *convGeom, cols, dx []T, n0, m int, par bool) {
 	tasks := m * g.c
 	if w := workers(tasks, g.kh*g.kw*g.ohw()); par && w > 1 {
-		parallelFor(w, tasks, func(lo, hi int) { col2imTasks(g, cols, dx, n0, m, lo, hi) })
+		parallelLoop(loopCol2im, w, tasks, cols, dx, nil, loopArgs{g: g, n0: n0, m: m})
 		return
 	}
 	col2imTasks(g, cols, dx, n0, m, 0, tasks)

@@ -107,7 +107,7 @@ func dotSums[T float](d, x []T) (s, sx float64) {
 // maskPosPar is maskPos over goroutines for large slices.
 func maskPosPar[T float](y, dy, dx []T) {
 	if w := workers(len(y), 1); w > 1 {
-		parallelFor(w, len(y), func(lo, hi int) { maskPos(y[lo:hi], dy[lo:hi], dx[lo:hi]) })
+		parallelLoop(loopMaskPos, w, len(y), y, dy, dx, loopArgs{})
 		return
 	}
 	maskPos(y, dy, dx)

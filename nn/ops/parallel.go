@@ -1,7 +1,9 @@
 package ops
 
 import (
+	"fmt"
 	"sync"
+	"unsafe"
 
 	"github.com/fulgur-ml/fulgur/internal/blas"
 )
@@ -11,27 +13,32 @@ import (
 // reductions combine per-index partial results in index order: results do
 // not depend on the number of workers (TestParallelMatchesSerial).
 //
-// By default they run serially: measured on the resnet8 step (batch 64, two
-// cores), splitting them over two goroutines next to a two-thread OpenBLAS
-// made the step slower (about 90 -> 120 ms), as OpenBLAS's threads spin
-// between calls and the goroutines compete with them for the cores.
-// SetLoopWorkers changes it for programs where that does not hold.
+// By default they use blas.Cores()/blas.Threads() goroutines: two with a
+// one-thread BLAS on two cores, one (serial) next to a two-thread OpenBLAS,
+// where splitting them made the resnet8 step slower (about 90 -> 120 ms), as
+// OpenBLAS's threads spin between calls and the goroutines compete with them
+// for the cores, and one with gonum. SetLoopWorkers changes it.
 
 // parallelGrain is the least number of elements worth a goroutine;
 // maxWorkers caps the goroutines of one loop. Tests change both to run the
 // parallel paths on small inputs.
 var (
 	parallelGrain = 1 << 15
-	maxWorkers    = func() int { return 1 }
+	maxWorkers    = coreShare
 )
 
+// coreShare is how many goroutines may each run a one-thread kernel, or a
+// multiply on the BLAS's threads, at once within this process's (or rank's)
+// share of the cores.
+func coreShare() int { return max(1, blas.Cores()/blas.Threads()) }
+
 // SetLoopWorkers sets how many goroutines the loops around the multiplies
-// may use: 0 means as many as the BLAS uses threads (blas.Threads), 1 (the
-// default) keeps them serial. Call it at program start, before graphs run.
+// may use: 0 (the default) means blas.Cores()/blas.Threads(), 1 keeps them
+// serial. Call it at program start, before graphs run.
 func SetLoopWorkers(n int) {
 	switch {
 	case n <= 0:
-		maxWorkers = blas.Threads
+		maxWorkers = coreShare
 	default:
 		maxWorkers = func() int { return n }
 	}
@@ -46,23 +53,6 @@ func workers(n, size int) int {
 	return max(1, min(maxWorkers(), n, n*size/parallelGrain))
 }
 
-// parallelFor runs f over [0, n) split into w contiguous ranges, w-1 of them
-// on new goroutines. Callers check workers(...) > 1 first and call their
-// kernel directly otherwise, so that the serial path builds no closure (and
-// allocates nothing).
-func parallelFor(w, n int, f func(lo, hi int)) {
-	var wg sync.WaitGroup
-	wg.Add(w - 1)
-	for i := 1; i < w; i++ {
-		go func(lo, hi int) {
-			defer wg.Done()
-			f(lo, hi)
-		}(i*n/w, (i+1)*n/w)
-	}
-	f(0, n/w)
-	wg.Wait()
-}
-
 // Convolutions also split their batch between goroutines, image chunk by
 // image chunk, each with its own column-matrix scratch, each calling the
 // BLAS on its own: worth it when each multiply runs on one thread (BLIS's
@@ -70,7 +60,7 @@ func parallelFor(w, n int, f func(lo, hi int)) {
 // otherwise idle. imageWorkers is how many goroutines: Cores()/Threads(), so
 // that goroutines × BLAS threads stay within this process's (or rank's)
 // share of the cores; 1 with gonum, which parallelises by itself.
-var imageWorkers = func() int { return max(1, blas.Cores()/blas.Threads()) }
+var imageWorkers = coreShare
 
 // imageGrain is the least number of multiply-adds per image worker worth
 // waking a goroutine for. Tests lower it.
@@ -83,7 +73,7 @@ var imageGrain = 1 << 18
 // same count. Call it at program start, before graphs run.
 func SetImageWorkers(n int) {
 	if n <= 0 {
-		imageWorkers = func() int { return max(1, blas.Cores()/blas.Threads()) }
+		imageWorkers = coreShare
 		return
 	}
 	imageWorkers = func() int { return n }
@@ -169,4 +159,106 @@ func runPart(m partMsg) {
 		}
 	}()
 	m.p.run(m.i, m.n)
+}
+
+// loopJob is one loop of the package split between the loop workers
+// without allocating: the kernel is named by kind (a switch, not a
+// closure), its arguments live in the job, and jobs come from a free list.
+type loopJob[T float] struct {
+	kind    loopKind
+	n       int
+	a, b, c []T
+	loopArgs
+	pr partRun
+}
+
+// loopArgs are a kernel's arguments other than its slices.
+type loopArgs struct {
+	bn     *bnOp
+	g      *convGeom
+	n0, m  int
+	gather bool
+}
+
+type loopKind int
+
+const (
+	loopRelu loopKind = iota
+	loopAddRelu
+	loopMaskPos
+	loopBNStats
+	loopBNAffine
+	loopBNDotSums
+	loopBNInputGrad
+	loopMoveRows
+	loopIm2col
+	loopCol2im
+)
+
+func (j *loopJob[T]) run(i, w int) {
+	lo, hi := i*j.n/w, (i+1)*j.n/w
+	switch j.kind {
+	case loopRelu:
+		relu(j.a[lo:hi], j.b[lo:hi])
+	case loopAddRelu:
+		addRelu(j.a[lo:hi], j.b[lo:hi], j.c[lo:hi])
+	case loopMaskPos:
+		maskPos(j.a[lo:hi], j.b[lo:hi], j.c[lo:hi])
+	case loopBNStats:
+		bnStats(j.bn, j.a, lo, hi)
+	case loopBNAffine:
+		bnAffine(j.bn, j.a, j.b, lo, hi)
+	case loopBNDotSums:
+		bnDotSums(j.bn, j.a, j.b, lo, hi)
+	case loopBNInputGrad:
+		bnInputGrad(j.bn, j.a, j.b, j.c, lo, hi)
+	case loopMoveRows:
+		moveRows(j.g, j.a, j.b, j.n0, j.m, j.gather, lo, hi)
+	case loopIm2col:
+		im2colTasks(j.g, j.a, j.b, j.n0, j.m, lo, hi)
+	case loopCol2im:
+		col2imTasks(j.g, j.a, j.b, j.n0, j.m, lo, hi)
+	default:
+		panic(fmt.Sprintf("ops: loop kind %d has no kernel", j.kind))
+	}
+}
+
+type loopFree[T float] struct {
+	mu   sync.Mutex
+	jobs []*loopJob[T]
+}
+
+var (
+	loopFree32 loopFree[float32]
+	loopFree64 loopFree[float64]
+)
+
+func loopFreeList[T float]() *loopFree[T] {
+	var z T
+	if unsafe.Sizeof(z) == 4 {
+		return any(&loopFree32).(*loopFree[T])
+	}
+	return any(&loopFree64).(*loopFree[T])
+}
+
+// parallelLoop runs the kernel kind over [0, n) split into w contiguous
+// ranges (range i is [i·n/w, (i+1)·n/w)), w-1 of them on the pool. Callers
+// check workers(...) > 1 first.
+func parallelLoop[T float](kind loopKind, w, n int, a, b, c []T, x loopArgs) {
+	fl := loopFreeList[T]()
+	fl.mu.Lock()
+	var j *loopJob[T]
+	if k := len(fl.jobs); k > 0 {
+		j, fl.jobs = fl.jobs[k-1], fl.jobs[:k-1]
+	}
+	fl.mu.Unlock()
+	if j == nil {
+		j = new(loopJob[T])
+	}
+	j.kind, j.n, j.a, j.b, j.c, j.loopArgs = kind, n, a, b, c, x
+	runParts(j, w, &j.pr)
+	j.a, j.b, j.c, j.loopArgs = nil, nil, nil, loopArgs{}
+	fl.mu.Lock()
+	fl.jobs = append(fl.jobs, j)
+	fl.mu.Unlock()
 }
