@@ -33,6 +33,9 @@ type Native struct {
 	setThr  uintptr
 	getThr  uintptr
 	version string
+	// serial: a build without threading (libblis4-serial), which keeps
+	// reporting the count set although every call runs on one thread.
+	serial bool
 }
 
 var _ Impl = (*Native)(nil)
@@ -128,6 +131,9 @@ func (l *library) open() (*Native, error) {
 		}
 		if l.prepare != nil {
 			l.prepare(h)
+		}
+		if l == blis {
+			o.serial = !blisThreaded(h)
 		}
 		o.version = l.describe(h)
 		if l == blis && strings.HasSuffix(o.version, " generic") {
@@ -269,6 +275,17 @@ func blisArchID(h uintptr, name string) (int, bool) {
 	return 0, false
 }
 
+// blisThreaded reports whether BLIS was built with threading (pthreads or
+// OpenMP), when it says; a build that does not is taken to be threaded.
+func blisThreaded(h uintptr) bool {
+	p, err := purego.Dlsym(h, "bli_info_get_enable_threading")
+	if err != nil || p == 0 {
+		return true
+	}
+	r, _, _ := purego.SyscallN(p)
+	return int64(r) != 0
+}
+
 // blisArch is the kernel configuration BLIS runs (its first call fixes it,
 // from BLIS_ARCH_TYPE or its own processor detection).
 func blisArch(h uintptr) string {
@@ -326,8 +343,12 @@ func (o *Native) SetThreads(n int) error {
 	return nil
 }
 
-// Threads is the thread count the library will use.
+// Threads is the thread count the library will use: 1 for a build without
+// threading, whatever count was set.
 func (o *Native) Threads() int {
+	if o.serial {
+		return 1
+	}
 	r, _, _ := purego.SyscallN(o.getThr)
 	if o.lib.wide {
 		return int(int64(r))

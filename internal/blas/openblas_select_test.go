@@ -103,6 +103,24 @@ func TestChooseLibraries(t *testing.T) {
 	}
 }
 
+// Without FULGUR_BLAS_THREADS, auto keeps BLIS even when its build runs one
+// thread (the ops then split their work over Cores()/Threads()
+// goroutines); an explicit count above the build's passes it over.
+func TestChooseKeepsBLISByDefault(t *testing.T) {
+	if _, err := loadBLISFor(1); err != nil {
+		t.Skip(err)
+	}
+	real := loaders{openblas: func(int) (*Native, error) { return LoadOpenBLAS() }, blis: loadBLISFor}
+	got, err := choose(ChooseOptions{Lookup: env()}, real)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, ok := got.Impl.(*Native)
+	if !ok || n.Kind() != "blis" || got.ThreadsFromEnv || got.Threads != n.Threads() || got.Threads < 1 {
+		t.Errorf("choice %+v, want BLIS at its own thread count, not from the environment", got)
+	}
+}
+
 func TestChooseDefaultThreads(t *testing.T) {
 	if _, err := LoadOpenBLAS(); errors.Is(err, ErrNoOpenBLAS) {
 		t.Skip(err)
@@ -138,5 +156,26 @@ func TestSetThreadsPerRankSharesCores(t *testing.T) {
 	}
 	if got := Cores(); got != 1 {
 		t.Errorf("a rejected SetThreadsPerRank changed Cores() to %d", got)
+	}
+}
+
+// A BLIS build without threading reports one thread whatever count is set
+// (bli_thread_get_num_threads echoes the count back); a threaded build
+// reports the count.
+func TestBLISThreadsOfItsBuild(t *testing.T) {
+	lib, err := LoadBLIS()
+	if err != nil {
+		t.Skip(err)
+	}
+	defer func() { _ = lib.SetThreads(1) }()
+	if err := lib.SetThreads(3); err != nil {
+		t.Fatal(err)
+	}
+	want := 3
+	if lib.serial {
+		want = 1
+	}
+	if got := lib.Threads(); got != want {
+		t.Errorf("%s (serial build %v) after SetThreads(3): Threads() = %d, want %d", lib.Name(), lib.serial, got, want)
 	}
 }
