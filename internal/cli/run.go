@@ -30,8 +30,10 @@ type ImageJob struct {
 	Stderr io.Writer
 	// Hooks let other packages add callbacks and loggers from the flags.
 	Extra func(f *Flags, cfg *trainer.Config) error
-	// Flags adds the program's own flags.
-	Flags func(fs *flag.FlagSet)
+	// Flags adds the program's own flags; CheckFlags, when set, validates
+	// them after parsing.
+	Flags      func(fs *flag.FlagSet)
+	CheckFlags func() error
 }
 
 // Main parses args, trains, tests and prints the summary; it is the whole
@@ -60,6 +62,11 @@ func (j ImageJob) Run(ctx context.Context, args []string) error {
 	}
 	if err := f.Validate(); err != nil {
 		return err
+	}
+	if j.CheckFlags != nil {
+		if err := j.CheckFlags(); err != nil {
+			return err
+		}
 	}
 	train, test, source, err := data.OpenFashionMNIST(f.Data)
 	if err != nil {

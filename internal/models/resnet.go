@@ -16,7 +16,12 @@ import (
 type ResNet struct {
 	Config nn.ResNetConfig
 	LR     float64 // 0: 1e-3
-	net    *nn.ResNet
+	// CosineEpochs, when 2 or more, anneals the learning rate per epoch
+	// along a cosine from LR towards 0 over that many epochs (what the
+	// example does for its -max-epochs); 0 keeps LR constant, as the
+	// resnet8 benchmark workload defines it.
+	CosineEpochs int
+	net          *nn.ResNet
 }
 
 // Configure declares the network.
@@ -48,7 +53,12 @@ func (m *ResNet) PredictStep(s *module.Step) (*G.Node, error) { return m.logits(
 
 // ConfigureOptimizers returns Adam.
 func (m *ResNet) ConfigureOptimizers() (optim.Optimizer, optim.Scheduler, error) {
-	return adam(m.LR)
+	o, _, err := adam(m.LR)
+	if err != nil || m.CosineEpochs < 2 {
+		return o, nil, err
+	}
+	s, err := optim.NewCosineAnnealing(lrOr(m.LR), m.CosineEpochs, 0, optim.Every(optim.PerEpoch))
+	return o, s, err
 }
 
 // HParams are the hyperparameters loggers record.
