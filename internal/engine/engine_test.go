@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	G "gorgonia.org/gorgonia"
@@ -141,13 +142,22 @@ func TestGradientsLandAtTheirOffsets(t *testing.T) {
 func TestAccumulateAndScale(t *testing.T) {
 	e := newEngine(t, tensor.Float64, false)
 	b1, b2 := batchOf(4, 1), batchOf(4, 2)
-	e.Run(context.Background(), module.Train, b1, false, 1)
+	run := func(b *data.Batch, accumulate bool, scale float64) {
+		t.Helper()
+		if _, err := e.Run(context.Background(), module.Train, b, accumulate, scale); err != nil {
+			t.Fatalf("Run(accumulate=%v, scale=%v): %v", accumulate, scale, err)
+		}
+	}
+	run(b1, false, 1)
 	g1 := grads(e.Store())
-	e.Run(context.Background(), module.Train, b2, false, 1)
+	run(b2, false, 1)
 	g2 := grads(e.Store())
-	e.Run(context.Background(), module.Train, b1, false, 0.5)
-	e.Run(context.Background(), module.Train, b2, true, 0.5)
+	run(b1, false, 0.5)
+	run(b2, true, 0.5)
 	g := grads(e.Store())
+	if slices.Equal(g1, g2) {
+		t.Fatal("the two batches give the same gradient: the test cannot tell accumulation from overwriting")
+	}
 	for i := range g {
 		if want := 0.5*g1[i] + 0.5*g2[i]; math.Abs(g[i]-want) > 1e-12 {
 			t.Fatalf("grad[%d] = %v, want %v", i, g[i], want)
