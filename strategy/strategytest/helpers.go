@@ -39,9 +39,16 @@ func Each(strats []strategy.Strategy, f func(rank int, s strategy.Strategy) erro
 	return errors.Join(errs...)
 }
 
-// SetupFor builds the strategy.Setup of module m for the data fields of ds.
+// SetupFor builds the float32 strategy.Setup of module m for the data fields
+// of ds.
 func SetupFor(m module.Module, fields []data.Field, seed uint64) (strategy.Setup, error) {
-	b := module.NewBuilder(tensor.Float32)
+	return SetupForDtype(m, fields, seed, tensor.Float32)
+}
+
+// SetupForDtype is SetupFor with parameters of dtype (tensor.Float32 or
+// tensor.Float64).
+func SetupForDtype(m module.Module, fields []data.Field, seed uint64, dtype tensor.Dtype) (strategy.Setup, error) {
+	b := module.NewBuilder(dtype)
 	if err := m.Configure(b); err != nil {
 		return strategy.Setup{}, err
 	}
@@ -56,14 +63,18 @@ func SetupFor(m module.Module, fields []data.Field, seed uint64) (strategy.Setup
 		o, err := optim.NewSGD(optim.SGDConfig{LR: 0.01})
 		return o, nil, err
 	}
-	return strategy.Setup{Module: m, Specs: specs, Dtype: tensor.Float32, Seed: seed, Fields: fields, NewOptimizer: newOpt, Log: zerolog.Nop()}, nil
+	return strategy.Setup{Module: m, Specs: specs, Dtype: dtype, Seed: seed, Fields: fields, NewOptimizer: newOpt, Log: zerolog.Nop()}, nil
 }
 
 // SetupAll sets every process up with m. Rank r gets seed+r, so that only a
 // strategy that broadcasts rank 0's initial parameters ends up consistent.
 func SetupAll(ctx context.Context, strats []strategy.Strategy, m module.Module, fields []data.Field, seed uint64) error {
+	return setupAll(ctx, strats, m, fields, seed, tensor.Float32)
+}
+
+func setupAll(ctx context.Context, strats []strategy.Strategy, m module.Module, fields []data.Field, seed uint64, dtype tensor.Dtype) error {
 	return Each(strats, func(r int, s strategy.Strategy) error {
-		su, err := SetupFor(m, fields, seed+uint64(r))
+		su, err := SetupForDtype(m, fields, seed+uint64(r), dtype)
 		if err != nil {
 			return err
 		}
