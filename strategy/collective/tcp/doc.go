@@ -2,12 +2,17 @@
 // or many machines.
 //
 // Start-up (Meet): rank 0 listens at MasterAddr:MasterPort; every other rank
-// dials it and presents the shared Token (launchers pass it in FULGUR_TOKEN).
+// dials it and proves it holds the shared Token (launchers pass it in
+// FULGUR_TOKEN). The token never crosses the network: the side that accepts
+// a connection sends a fresh nonce, the dialer answers with an HMAC-SHA256
+// keyed by the token over both sides' nonces and its hello, and the acceptor
+// proves the token back before the dialer trusts it (auth.go), so a recorded
+// handshake cannot be replayed and an impostor listener is refused.
 // A connection with a wrong token, a duplicate rank or a different world size
 // is refused, told why, and logged with zerolog; the rendezvous keeps waiting
 // for the real ranks. Rank 0 then sends everyone the table of ring addresses
 // and host identities (used by shm to pick shared memory for same-host
-// groups). Each rank dials the next one on the ring, again with the token.
+// groups). Each rank dials the next one on the ring, with the same handshake.
 //
 // Operations: all-reduce is a ring reduce-scatter followed by a ring
 // all-gather, both pipelined in segments (Config.SegmentBytes): a sender

@@ -2,7 +2,6 @@ package tcp
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net"
@@ -117,6 +116,7 @@ func (r *Rendezvous) serve(ctx context.Context) error {
 	}
 	r.hosts[0], r.addrs[0] = HostID(), net.JoinHostPort(adv, r.port())
 	joined := 1
+	proofs := make([][]byte, cfg.Size)
 	for joined < cfg.Size {
 		c, err := ln.Accept()
 		if err != nil {
@@ -131,19 +131,20 @@ func (r *Rendezvous) serve(ctx context.Context) error {
 			}
 			return fmt.Errorf("tcp: rank 0: accept joiners: %w", err)
 		}
-		h, err := r.admit(c)
+		h, proof, err := r.admit(c)
 		if err != nil {
 			cfg.Logger.Warn().Str("remote", c.RemoteAddr().String()).Err(err).Msg("refused connection at rendezvous")
 			c.Close()
 			continue
 		}
 		r.peers[h.rank], r.hosts[h.rank], r.addrs[h.rank] = c, h.host, h.dataAddr
+		proofs[h.rank] = proof
 		joined++
 	}
-	table := controlFrame(kindTable, 0, 0, encodeTable(r.hosts, r.addrs))
+	table := encodeTable(r.hosts, r.addrs)
 	for i := 1; i < cfg.Size; i++ {
 		r.peers[i].SetWriteDeadline(time.Now().Add(cfg.Timeout))
-		if _, err := r.peers[i].Write(table); err != nil {
+		if _, err := r.peers[i].Write(controlFrame(kindTable, 0, 0, append(proofs[i], table...))); err != nil {
 			return fmt.Errorf("tcp: rank 0: send address table to rank %d: %w", i, err)
 		}
 	}
@@ -151,26 +152,32 @@ func (r *Rendezvous) serve(ctx context.Context) error {
 }
 
 // admit reads and checks one joiner's hello; a refusal is also sent to it.
-func (r *Rendezvous) admit(c net.Conn) (hello, error) {
-	c.SetDeadline(time.Now().Add(min(r.cfg.Timeout, 10*time.Second)))
+// It returns the hello and the acceptor's proof that leads the table frame.
+func (r *Rendezvous) admit(c net.Conn) (hello, []byte, error) {
+	c.SetDeadline(handshakeDeadline(r.cfg.Timeout))
 	defer c.SetDeadline(time.Time{})
+	nonceA, err := sendChallenge(c)
+	if err != nil {
+		return hello{}, nil, err
+	}
 	hdr, p, err := readControl(c, make([]byte, headerSize))
 	if err != nil {
-		return hello{}, fmt.Errorf("no valid hello: %w", err)
+		return hello{}, nil, fmt.Errorf("no valid hello: %w", err)
 	}
 	if hdr.kind != kindHello {
-		return hello{}, fmt.Errorf("first frame is %s, not hello", hdr.kind)
+		return hello{}, nil, fmt.Errorf("first frame is %s, not hello", hdr.kind)
 	}
 	h, err := decodeHello(p)
 	if err != nil {
-		return hello{}, fmt.Errorf("hello: %w", err)
+		return hello{}, nil, fmt.Errorf("hello: %w", err)
 	}
-	refuse := func(format string, a ...any) (hello, error) {
+	refuse := func(format string, a ...any) (hello, []byte, error) {
 		msg := fmt.Sprintf(format, a...)
 		c.Write(controlFrame(kindReject, 0, 0, []byte(msg)))
-		return hello{}, errors.New(msg)
+		return hello{}, nil, errors.New(msg)
 	}
-	if subtle.ConstantTimeCompare([]byte(h.token), []byte(r.cfg.Token)) != 1 {
+	nonceD, ok := checkHello(h, r.cfg.Token, nonceA)
+	if !ok {
 		return refuse("wrong token (claimed rank %d): every rank needs the same %s", h.rank, TokenEnv)
 	}
 	if h.size != r.cfg.Size {
@@ -185,7 +192,7 @@ func (r *Rendezvous) admit(c net.Conn) (hello, error) {
 	if _, _, err := net.SplitHostPort(h.dataAddr); err != nil {
 		return refuse("rank %d announced a bad address %q", h.rank, h.dataAddr)
 	}
-	return h, nil
+	return h, acceptProof(r.cfg.Token, nonceA, nonceD), nil
 }
 
 func (r *Rendezvous) join(ctx context.Context) error {
@@ -213,7 +220,17 @@ func (r *Rendezvous) join(ctx context.Context) error {
 	if adv == "" {
 		adv, _, _ = net.SplitHostPort(c.LocalAddr().String())
 	}
-	h := hello{token: cfg.Token, rank: cfg.Rank, size: cfg.Size, host: HostID(), dataAddr: net.JoinHostPort(adv, r.port())}
+	nonceA, err := readChallenge(c, r.hb)
+	if err != nil {
+		c.Close()
+		return fmt.Errorf("tcp: rank %d: rendezvous with rank 0 at %s: %w", cfg.Rank, cfg.masterHostPort(), err)
+	}
+	h := hello{rank: cfg.Rank, size: cfg.Size, host: HostID(), dataAddr: net.JoinHostPort(adv, r.port())}
+	nonceD, err := signHello(&h, cfg.Token, nonceA)
+	if err != nil {
+		c.Close()
+		return fmt.Errorf("tcp: rank %d: %w", cfg.Rank, err)
+	}
 	if _, err := c.Write(controlFrame(kindHello, 0, 0, h.encode())); err != nil {
 		c.Close()
 		return fmt.Errorf("tcp: rank %d: send hello to rank 0: %w", cfg.Rank, err)
@@ -231,6 +248,11 @@ func (r *Rendezvous) join(ctx context.Context) error {
 	default:
 		c.Close()
 		return fmt.Errorf("tcp: rank %d: rank 0 sent %s instead of the address table", cfg.Rank, hdr.kind)
+	}
+	p, ok := checkAccept(p, cfg.Token, nonceA, nonceD)
+	if !ok {
+		c.Close()
+		return fmt.Errorf("tcp: rank %d: the process at %s answered without proving it holds the token: it is not this job's rank 0 (check MASTER_ADDR, MASTER_PORT and %s)", cfg.Rank, cfg.masterHostPort(), TokenEnv)
 	}
 	hosts, addrs, err := decodeTable(p, cfg.Size)
 	if err != nil {

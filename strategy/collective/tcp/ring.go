@@ -2,7 +2,6 @@ package tcp
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -125,19 +124,19 @@ func NewRing(ctx context.Context, rv *Rendezvous) (*Ring, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	nextRank, prevRank := (g.rank+1)%g.size, (g.rank+g.size-1)%g.size
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", rv.addrs[nextRank])
-	if err != nil {
-		return nil, fmt.Errorf("tcp: rank %d: connect to rank %d at %s: %w", g.rank, nextRank, rv.addrs[nextRank], err)
+	// Accept the previous rank while dialing the next: each side of a
+	// connection waits for the other's handshake frames, so the two must
+	// run at once or the ring would wait on itself.
+	accepted := make(chan error, 1)
+	go func() { accepted <- g.acceptPrev(ctx, prevRank) }()
+	if err := g.dialNext(ctx, nextRank); err != nil {
+		cancel()
+		if <-accepted == nil {
+			g.prev.Close()
+		}
+		return nil, err
 	}
-	g.next = c.(*net.TCPConn)
-	h := hello{token: cfg.Token, rank: g.rank, size: g.size, host: HostID(), dataAddr: "-:0"}
-	g.next.SetWriteDeadline(time.Now().Add(cfg.Timeout))
-	if _, err := g.next.Write(controlFrame(kindHello, 0, 0, h.encode())); err != nil {
-		g.next.Close()
-		return nil, fmt.Errorf("tcp: rank %d: hello to rank %d: %w", g.rank, nextRank, err)
-	}
-	if err := g.acceptPrev(ctx, prevRank); err != nil {
+	if err := <-accepted; err != nil {
 		g.next.Close()
 		return nil, err
 	}
@@ -152,6 +151,52 @@ func NewRing(ctx context.Context, rv *Rendezvous) (*Ring, error) {
 	return g, nil
 }
 
+// dialNext connects to the next rank and runs the dialer's half of the
+// handshake (auth.go).
+func (g *Ring) dialNext(ctx context.Context, nextRank int) error {
+	cfg := g.cfg
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", g.rv.addrs[nextRank])
+	if err != nil {
+		return fmt.Errorf("tcp: rank %d: connect to rank %d at %s: %w", g.rank, nextRank, g.rv.addrs[nextRank], err)
+	}
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	c.SetDeadline(time.Now().Add(cfg.Timeout))
+	fail := func(format string, a ...any) error {
+		c.Close()
+		return fmt.Errorf("tcp: rank %d: ring connection to rank %d at %s: %s", g.rank, nextRank, g.rv.addrs[nextRank], fmt.Sprintf(format, a...))
+	}
+	hb := make([]byte, headerSize)
+	nonceA, err := readChallenge(c, hb)
+	if err != nil {
+		return fail("%v", err)
+	}
+	h := hello{rank: g.rank, size: g.size, host: HostID(), dataAddr: "-:0"}
+	nonceD, err := signHello(&h, cfg.Token, nonceA)
+	if err != nil {
+		return fail("%v", err)
+	}
+	if _, err := c.Write(controlFrame(kindHello, 0, 0, h.encode())); err != nil {
+		return fail("hello: %v", err)
+	}
+	hdr, p, err := readControl(c, hb)
+	switch {
+	case err != nil:
+		return fail("no answer to hello: %v", err)
+	case hdr.kind == kindReject:
+		return fail("refused: %s", p)
+	case hdr.kind != kindAccept:
+		return fail("sent %s instead of accept", hdr.kind)
+	}
+	if rest, ok := checkAccept(p, cfg.Token, nonceA, nonceD); !ok || len(rest) != 0 {
+		return fail("the listener did not prove it holds the token: not this job's rank %d", nextRank)
+	}
+	g.next = c.(*net.TCPConn)
+	return nil
+}
+
+// acceptPrev waits for the previous rank, refusing (and logging) strangers.
 func (g *Ring) acceptPrev(ctx context.Context, prevRank int) error {
 	stop := context.AfterFunc(ctx, func() { g.rv.ln.Close() })
 	defer stop()
@@ -160,8 +205,13 @@ func (g *Ring) acceptPrev(ctx context.Context, prevRank int) error {
 		if err != nil {
 			return fmt.Errorf("tcp: rank %d: rank %d did not connect within the timeout: %w", g.rank, prevRank, err)
 		}
-		c.SetDeadline(time.Now().Add(min(g.cfg.Timeout, 10*time.Second)))
-		hdr, p, err := readControl(c, make([]byte, headerSize))
+		c.SetDeadline(handshakeDeadline(g.cfg.Timeout))
+		nonceA, err := sendChallenge(c)
+		var hdr header
+		var p []byte
+		if err == nil {
+			hdr, p, err = readControl(c, make([]byte, headerSize))
+		}
 		var h hello
 		if err == nil && hdr.kind != kindHello {
 			err = fmt.Errorf("first frame is %s, not hello", hdr.kind)
@@ -169,12 +219,19 @@ func (g *Ring) acceptPrev(ctx context.Context, prevRank int) error {
 		if err == nil {
 			h, err = decodeHello(p)
 		}
-		if err == nil && subtle.ConstantTimeCompare([]byte(h.token), []byte(g.cfg.Token)) != 1 {
-			err = fmt.Errorf("wrong token (claimed rank %d)", h.rank)
-			c.Write(controlFrame(kindReject, 0, 0, []byte("wrong token")))
+		var nonceD []byte
+		if err == nil {
+			var ok bool
+			if nonceD, ok = checkHello(h, g.cfg.Token, nonceA); !ok {
+				err = fmt.Errorf("wrong token (claimed rank %d)", h.rank)
+				c.Write(controlFrame(kindReject, 0, 0, []byte("wrong token")))
+			}
 		}
 		if err == nil && (h.rank != prevRank || h.size != g.size) {
 			err = fmt.Errorf("rank %d of %d connected, expected rank %d of %d", h.rank, h.size, prevRank, g.size)
+		}
+		if err == nil {
+			_, err = c.Write(controlFrame(kindAccept, 0, 0, acceptProof(g.cfg.Token, nonceA, nonceD)))
 		}
 		if err != nil {
 			g.cfg.Logger.Warn().Str("remote", c.RemoteAddr().String()).Err(err).Msg("refused ring connection")

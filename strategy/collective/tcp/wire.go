@@ -29,14 +29,16 @@ var magic = [4]byte{'F', 'L', 'G', '1'}
 type kind uint8
 
 const (
-	kindHello    kind = 1 // joiner -> rank 0 and ring dialer -> acceptor
-	kindReject   kind = 2 // refusal with a reason
-	kindTable    kind = 3 // rank 0 -> joiner: everyone's addresses
-	kindExchange kind = 4 // small blob all-gather through rank 0
-	kindOp       kind = 5 // operation header
-	kindData     kind = 6 // elements
-	kindAbort    kind = 7 // the group failed: who is blamed and why
-	kindBye      kind = 8 // orderly close
+	kindHello     kind = 1  // joiner -> rank 0 and ring dialer -> acceptor
+	kindReject    kind = 2  // refusal with a reason
+	kindTable     kind = 3  // rank 0 -> joiner: everyone's addresses
+	kindExchange  kind = 4  // small blob all-gather through rank 0
+	kindOp        kind = 5  // operation header
+	kindData      kind = 6  // elements
+	kindAbort     kind = 7  // the group failed: who is blamed and why
+	kindBye       kind = 8  // orderly close
+	kindChallenge kind = 9  // acceptor -> dialer: a fresh nonce to sign (auth.go)
+	kindAccept    kind = 10 // ring acceptor -> dialer: its own proof
 )
 
 func (k kind) String() string {
@@ -57,6 +59,10 @@ func (k kind) String() string {
 		return "abort"
 	case kindBye:
 		return "bye"
+	case kindChallenge:
+		return "challenge"
+	case kindAccept:
+		return "accept"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -104,7 +110,7 @@ func decodeHeader(b []byte) (header, error) {
 		if h.length > maxData {
 			return header{}, fmt.Errorf("%w: data payload of %d bytes exceeds %d", errFrame, h.length, maxData)
 		}
-	case kindHello, kindReject, kindTable, kindExchange, kindOp, kindAbort, kindBye:
+	case kindHello, kindReject, kindTable, kindExchange, kindOp, kindAbort, kindBye, kindChallenge, kindAccept:
 		if h.length > maxControl {
 			return header{}, fmt.Errorf("%w: %s payload of %d bytes exceeds %d", errFrame, h.kind, h.length, maxControl)
 		}
