@@ -48,6 +48,8 @@ func TestDDPJoinsFromEnvironment(t *testing.T) {
 		{"bad bucket", "ddp", torchrun(0, 2, "FULGUR_BUCKET_MB", "-1"), 2, 1, 0, 0, "FULGUR_BUCKET_MB=\"-1\""},
 		{"bad timeout", "ddp", torchrun(0, 2, "FULGUR_TIMEOUT", "soon"), 2, 1, 0, 0, "FULGUR_TIMEOUT=\"soon\""},
 		{"bad rank", "ddp", torchrun(5, 4), 2, 2, 0, 0, "rank 5 is outside"},
+		{"socket interface", "ddp", torchrun(1, 2, "FULGUR_SOCKET_IFNAME", "lo"), 2, 1, 1, 2, ""},
+		{"unknown socket interface", "ddp", torchrun(0, 2, "FULGUR_SOCKET_IFNAME", "nosuch9"), 2, 1, 0, 0, "FULGUR_SOCKET_IFNAME=\"nosuch9\": no such network interface on this host (it has lo"},
 		{"nodes without launcher", "ddp", map[string]string{}, 2, 2, 0, 0, "not started by a launcher"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -94,7 +96,8 @@ func TestDDPTwoNodesOverLoopback(t *testing.T) {
 	errs := make([]strings.Builder, 4)
 	for r := range cmds {
 		cmd := exec.Command(os.Args[0], "-strategy", "ddp", "-devices", "2", "-num-nodes", "2")
-		cmd.Env = append(os.Environ(), programEnv+"=1", "FULGUR_TEST_MARKER="+marker, "FULGUR_TIMEOUT=60s")
+		// FULGUR_SOCKET_IFNAME=lo: every rank binds and announces 127.0.0.1.
+		cmd.Env = append(os.Environ(), programEnv+"=1", "FULGUR_TEST_MARKER="+marker, "FULGUR_TIMEOUT=60s", "FULGUR_SOCKET_IFNAME=lo")
 		for k, v := range torchrun(r, 4, "MASTER_PORT", fmt.Sprint(port)) {
 			cmd.Env = append(cmd.Env, k+"="+v)
 		}

@@ -35,6 +35,11 @@ const (
 	// EnvTimeout bounds the wait for a silent peer, as a Go duration
 	// ("90s"); default collective.DefaultTimeout.
 	EnvTimeout = "FULGUR_TIMEOUT"
+	// EnvSocketIfname names the network interface (as GLOO_SOCKET_IFNAME
+	// and NCCL_SOCKET_IFNAME do) whose address this rank listens on and
+	// announces to the others, for hosts with several networks. Default:
+	// every interface, announcing the address that reaches rank 0.
+	EnvSocketIfname = "FULGUR_SOCKET_IFNAME"
 )
 
 func init() {
@@ -47,6 +52,7 @@ type knobs struct {
 	backend     string
 	bucketBytes int
 	timeout     time.Duration
+	sockAddr    string // the address of EnvSocketIfname's interface
 }
 
 func readKnobs(lookup func(string) (string, bool)) (knobs, error) {
@@ -77,7 +83,49 @@ func readKnobs(lookup func(string) (string, bool)) (knobs, error) {
 			k.timeout = d
 		}
 	}
+	if v, _ := lookup(EnvSocketIfname); strings.TrimSpace(v) != "" {
+		addr, err := interfaceAddr(strings.TrimSpace(v))
+		if err != nil {
+			errs = append(errs, err)
+		}
+		k.sockAddr = addr
+	}
 	return k, errors.Join(errs...)
+}
+
+// interfaceAddr returns the first IPv4 address (else IPv6) of the network
+// interface named name, with an error that lists this host's interfaces.
+func interfaceAddr(name string) (string, error) {
+	ifs, _ := net.Interfaces()
+	var names []string
+	for _, i := range ifs {
+		names = append(names, i.Name)
+	}
+	ifc, err := net.InterfaceByName(name)
+	if err != nil {
+		return "", fmt.Errorf("%s=%q: no such network interface on this host (it has %s)", EnvSocketIfname, name, strings.Join(names, ", "))
+	}
+	addrs, err := ifc.Addrs()
+	if err != nil {
+		return "", fmt.Errorf("%s=%q: read its addresses: %w", EnvSocketIfname, name, err)
+	}
+	var v6 string
+	for _, a := range addrs {
+		ipn, ok := a.(*net.IPNet)
+		if !ok || ipn.IP.IsLinkLocalUnicast() {
+			continue
+		}
+		if ipn.IP.To4() != nil {
+			return ipn.IP.String(), nil
+		}
+		if v6 == "" {
+			v6 = ipn.IP.String()
+		}
+	}
+	if v6 != "" {
+		return v6, nil
+	}
+	return "", fmt.Errorf("%s=%q: the interface has no usable IP address (is it up?); this host has %s", EnvSocketIfname, name, strings.Join(names, ", "))
 }
 
 // worldFromOptions is Devices × NumNodes, with Devices -1 resolved to the
@@ -219,6 +267,9 @@ func connect(ctx context.Context, k knobs, env cluster.Env, token string, ln net
 	}
 	if k.backend == "mpi" {
 		return connectMPI(env)
+	}
+	if k.sockAddr != "" {
+		cfg.BindAddr, cfg.AdvertiseAddr = k.sockAddr, k.sockAddr
 	}
 	if cfg.Token == "" && env.WorldSize > 1 {
 		return nil, fmt.Errorf("%s is not set: give every rank the same secret (e.g. export %s=$(openssl rand -hex 16)) so strangers cannot join the job", launch.EnvToken, launch.EnvToken)

@@ -225,12 +225,12 @@ if want tcp || want mpirun-tcp; then
 fi
 
 if want tcp; then
-  say "tcp: ranks 0,1 on node 0 and 2,3 on node 1, torchrun-style variables, MASTER_ADDR=${addr[0]}"
+  say "tcp: ranks 0,1 on node 0 and 2,3 on node 1, torchrun-style variables, MASTER_ADDR=${addr[0]}, FULGUR_SOCKET_IFNAME=the node's veth"
   logs=()
   for r in 0 1 2 3; do
     i=$((r / 2))
     start "$node" "$i" env RANK=$r WORLD_SIZE=4 LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=2 NODE_RANK=$i \
-      MASTER_ADDR="${addr[0]}" MASTER_PORT=$port \
+      MASTER_ADDR="${addr[0]}" MASTER_PORT=$port FULGUR_SOCKET_IFNAME="${veth[$i]}" \
       "$work/mlp" -num-nodes 2 -devices 2 -strategy ddp "${train_args[@]}" \
       >"$work/tcp-rank$r.out" 2>"$work/tcp-rank$r.err"
     logs+=("$work/tcp-rank$r.err")
