@@ -203,6 +203,19 @@ func (d *DDP) setupReplica(ctx context.Context, su Setup) (*module.Store, error)
 	return store, nil
 }
 
+// Rebind runs m over this rank's parameters from now on; the group stays
+// joined, so evaluation after Fit runs on the ranks that trained.
+func (d *DDP) Rebind(m module.Module) error {
+	if d.rep == nil {
+		return errors.New("ddp: Rebind before Setup")
+	}
+	if err := d.check(); err != nil {
+		return err
+	}
+	d.rep.rebind(m)
+	return nil
+}
+
 func (d *DDP) Rank() int                  { return d.rank }
 func (d *DDP) WorldSize() int             { return d.world }
 func (d *DDP) IsGlobalZero() bool         { return d.rank == 0 }
@@ -393,6 +406,9 @@ func (d *DDP) EvalStep(ctx context.Context, mode module.Mode, b *data.Batch) ([]
 }
 
 func (d *DDP) PredictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, error) {
+	if err := d.check(); err != nil {
+		return nil, err
+	}
 	var out *tensor.Dense
 	err := d.dev.Do(ctx, func() error {
 		r, err := d.rep.run(ctx, module.Predict, b, false, 1)
@@ -402,7 +418,10 @@ func (d *DDP) PredictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, er
 		out = r.Output
 		return err
 	})
-	return out, err
+	if err != nil {
+		return nil, d.fail("predict step on "+d.dev.String(), err)
+	}
+	return out, nil
 }
 
 func (d *DDP) Reduce(ctx context.Context, sums, weights []float64, ops []module.Reduce) error {

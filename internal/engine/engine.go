@@ -99,6 +99,14 @@ func New(m module.Module, store *module.Store, fields []data.Field, seed uint64,
 // Store is the replica's store.
 func (e *Engine) Store() *module.Store { return e.store }
 
+// Rebind makes the engine build its graphs from m from now on, over the
+// same store: the graphs built from the previous module value are dropped.
+// The caller has checked that m declares the store's tensors.
+func (e *Engine) Rebind(m module.Module) {
+	e.mod = m
+	e.graphs = map[key]*compiled{}
+}
+
 // SetRunKey sets the key the next training runs draw their in-graph
 // randomness from (see module.Step.RunKey); strategies pass
 // TrainOptions.Key.
