@@ -11,6 +11,7 @@ import (
 
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/internal/blas"
+	"github.com/fulgur-ml/fulgur/internal/panics"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/optim"
 	"github.com/fulgur-ml/fulgur/strategy"
@@ -265,7 +266,7 @@ func matchStore(specs []module.Spec, dtype tensor.Dtype, st *module.Store) error
 func configure(m module.Module, b *module.Builder) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("module Configure: %v", r)
+			err = fmt.Errorf("module Configure: %w", panics.Recovered(r))
 		}
 	}()
 	if err := m.Configure(b); err != nil {
