@@ -541,7 +541,7 @@ func (d *DDP) Teardown(ctx context.Context) error {
 		d.c.Close()
 	}
 	if d.launch != nil {
-		if err := d.launch.wait(ctx); err != nil {
+		if err := d.launch.wait(ctx, d.cfg.Timeout); err != nil {
 			errs = append(errs, err)
 		}
 	}

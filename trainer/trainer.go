@@ -163,6 +163,7 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 	if st == nil {
 		st, err = strategy.New(t.cfg.Strategy, strategy.Options{
 			Devices: t.cfg.Devices, NumNodes: t.cfg.NumNodes, Accelerator: t.cfg.Accelerator, Log: *t.cfg.Log,
+			LogDir: t.cfg.DefaultRootDir,
 		})
 		if err != nil {
 			return err

@@ -96,6 +96,9 @@ type Config struct {
 	Files func(rank int) []*os.File
 	// Stdout and Stderr receive the children's output. nil: this process's.
 	Stdout, Stderr io.Writer
+	// Output, when set, opens the file that receives a rank's stdout and
+	// stderr instead (Start closes its own copy once the rank started).
+	Output func(rank int) (*os.File, error)
 }
 
 // Exit is how one rank's process ended.
@@ -168,6 +171,15 @@ func Start(ctx context.Context, cfg Config) (*Group, error) {
 		if cmd.Stderr == nil {
 			cmd.Stderr = os.Stderr
 		}
+		if cfg.Output != nil {
+			f, err := cfg.Output(r)
+			if err != nil {
+				closeOutputs(g.cmds)
+				stop()
+				return nil, fmt.Errorf("launch: rank %d's output: %w", r, err)
+			}
+			cmd.Stdout, cmd.Stderr = f, f
+		}
 		if cfg.Files != nil {
 			cmd.ExtraFiles = cfg.Files(r)
 		}
@@ -216,11 +228,21 @@ func Start(ctx context.Context, cfg Config) (*Group, error) {
 		wg.Wait()
 		close(g.allOut)
 	}()
-	if err := <-started; err != nil {
+	err := <-started
+	closeOutputs(g.cmds) // the children hold their own descriptors
+	if err != nil {
 		stop()
 		return nil, err
 	}
 	return g, nil
+}
+
+func closeOutputs(cmds []*exec.Cmd) {
+	for _, c := range cmds {
+		if f, ok := c.Stdout.(*os.File); ok && f != os.Stdout && f != os.Stderr {
+			f.Close()
+		}
+	}
 }
 
 func withoutVars(env, drop []string) []string {
@@ -271,6 +293,22 @@ func (g *Group) Wait(ctx context.Context) error {
 	}
 	g.stop()
 	return g.Err()
+}
+
+// Failed returns the ranks that have exited with an error so far, earliest
+// first.
+func (g *Group) Failed() []Exit {
+	g.mu.Lock()
+	done := slices.Clone(g.done)
+	g.mu.Unlock()
+	sort.SliceStable(done, func(i, j int) bool { return done[i].At.Before(done[j].At) })
+	out := done[:0]
+	for _, e := range done {
+		if e.Err != nil {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // Err is the error Wait returns, for the processes that have exited so far.
