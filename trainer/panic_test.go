@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	G "gorgonia.org/gorgonia"
 
@@ -161,5 +162,63 @@ func TestPanicOnOneDDPRankIsReportedOnEveryRank(t *testing.T) {
 	checkPanicError(t, errs[1], "rank 1 step exploded")
 	if errs[0] == nil || !strings.Contains(errs[0].Error(), "rank 1") {
 		t.Errorf("rank 0's error does not name rank 1: %v", errs[0])
+	}
+}
+
+// stallAt blocks rank 1 after an optimizer step until released: a rank that
+// stops answering.
+type stallAt struct {
+	step    int
+	release chan struct{}
+}
+
+func (s stallAt) Name() string { return "stallAt" }
+func (s stallAt) OnTrainBatchEnd(ctx context.Context, st *trainer.State) error {
+	if st.Rank == 1 && st.GlobalStep == s.step {
+		<-s.release
+	}
+	return nil
+}
+
+func TestDDPTimeoutNamesTheSilentRankAndItsLastOperation(t *testing.T) {
+	group, err := inproc.NewGroup(2, inproc.Timeout(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := regression(t, 64, 0.01, 4)
+	release := make(chan struct{})
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := 0; r < 2; r++ {
+		d, err := strategy.NewDDP(strategy.DDPConfig{Group: group[r]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 1, StrategyImpl: d, DefaultRootDir: t.TempDir(), HandleSignals: trainer.Bool(false),
+			Callbacks: []trainer.Callback{stallAt{step: 3, release: release}}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = tr.Fit(context.Background(), &linreg{in: 4, lr: 0.01}, loader(t, ds, 8, false, false), nil)
+			if r == 0 {
+				close(release) // rank 0 gave up: let rank 1 go on and fail
+			}
+		}()
+	}
+	wg.Wait()
+	if errs[0] == nil {
+		t.Fatal("rank 0 finished although rank 1 stopped answering")
+	}
+	msg := errs[0].Error()
+	for _, s := range []string{"rank 1", "the last collective rank 1 finished was the all-reduce of gradient bucket 1 of 1 of step 3", "after step 3"} {
+		if !strings.Contains(msg, s) {
+			t.Errorf("rank 0's error lacks %q:\n%s", s, msg)
+		}
+	}
+	if errs[1] == nil {
+		t.Error("rank 1 carried on after rank 0 gave up")
 	}
 }
