@@ -150,7 +150,10 @@ func ddpFromOptions(o Options, name string, wrap func(*DDP) (Strategy, error)) (
 		d.name = name
 		return wrap(d)
 	}
-	l := &launcher{world: perNode, failed: make(chan struct{}), log: o.Log, logDir: o.LogDir}
+	l := &launcher{world: perNode, failed: make(chan struct{}), log: o.Log, logDir: o.LogDir, linger: k.timeout}
+	if l.linger == 0 {
+		l.linger = collective.DefaultTimeout
+	}
 	cfg.Connect = func(ctx context.Context) (collective.Collective, error) {
 		if l.ln == nil {
 			return nil, errors.New("the local ranks were not started: the trainer calls Launch before Setup")
@@ -175,6 +178,14 @@ func joinFromEnv(o Options, name string, k knobs, env cluster.Env, perNode int, 
 	dev, err := localDevice(o.Accelerator, env.LocalRank)
 	if err != nil {
 		return nil, fmt.Errorf("strategy %q: rank %d: %w", name, env.Rank, err)
+	}
+	if v, _ := o.Lookup(launch.EnvLauncher); v == "ddp" {
+		// Started by a rank 0 that lets its ranks finish (Config.Linger).
+		linger := k.timeout
+		if linger == 0 {
+			linger = collective.DefaultTimeout
+		}
+		launch.WatchParent(o.Lookup, linger)
 	}
 	token, _ := o.Lookup(launch.EnvToken)
 	var ln net.Listener
@@ -255,6 +266,7 @@ type launcher struct {
 	log    zerolog.Logger
 	logDir string         // where rank_N.log go ("": this process's output)
 	logs   map[int]string // rank -> its log file
+	linger time.Duration  // how long ranks may outlive this process
 	ln     net.Listener
 	port   int
 	token  string
@@ -289,7 +301,7 @@ func (l *launcher) start(ctx context.Context) error {
 	for i := range ranks {
 		ranks[i] = i + 1
 	}
-	cfg := launch.Config{Ranks: ranks, Env: local.RankEnv}
+	cfg := launch.Config{Ranks: ranks, Env: local.RankEnv, Linger: l.linger}
 	if l.logDir != "" {
 		if err := os.MkdirAll(l.logDir, 0o755); err != nil {
 			ln.Close()
@@ -377,7 +389,11 @@ func lastLines(path string, n int) string {
 	}
 	b := make([]byte, most)
 	k, _ := io.ReadFull(f, b)
-	lines := strings.Split(strings.TrimRight(string(b[:k]), "\n"), "\n")
+	text := strings.TrimRight(string(b[:k]), "\n")
+	if strings.TrimSpace(text) == "" {
+		return ""
+	}
+	lines := strings.Split(text, "\n")
 	return "\t" + strings.Join(lines[max(0, len(lines)-n):], "\n\t")
 }
 

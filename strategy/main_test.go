@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"syscall"
 	"testing"
+	"time"
 
 	G "gorgonia.org/gorgonia"
 
@@ -87,6 +88,7 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 	dieBatch := fs.Int("die-batch", 3, "")
 	panicRank := fs.Int("panic-rank", -1, "")
 	fresh := fs.Bool("fresh", false, "validate and predict after Fit on a module value built again")
+	afterRank0 := fs.String("after-rank0", "", "rank 0 returns without Teardown; the other ranks write this file once rank 0's process is gone")
 	root := fs.String("root", "", "the trainer's root directory (\"\": a temporary one)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -145,6 +147,17 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 	res, err := tr.Validate(ctx, m, val)
 	if err != nil {
 		return err
+	}
+	if *afterRank0 != "" {
+		if tr.IsGlobalZero() {
+			return json.NewEncoder(stdout).Encode(programResult{SHA256: tr.Store().SHA256()})
+		}
+		// Work that goes on after rank 0 has returned: it must not be
+		// killed mid-way.
+		for ppid := os.Getppid(); os.Getppid() == ppid; {
+			time.Sleep(10 * time.Millisecond) // waiting for another process
+		}
+		return os.WriteFile(*afterRank0, []byte("rank "+os.Getenv("RANK")+" finished after rank 0 returned\n"), 0o644)
 	}
 	defer tr.Teardown(ctx)
 	if !tr.IsGlobalZero() {

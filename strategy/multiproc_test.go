@@ -318,3 +318,33 @@ func TestDDPPanicOnRankNamesItsLog(t *testing.T) {
 		t.Errorf("processes left behind: %v", left)
 	}
 }
+
+// TestDDPRanksFinishAfterRank0Returns: rank 0's program ends (without
+// Teardown) while rank 1 still works; rank 1 is not killed and finishes.
+func TestDDPRanksFinishAfterRank0Returns(t *testing.T) {
+	needLinux(t)
+	marker := newMarker(t)
+	done := filepath.Join(t.TempDir(), "rank1.done")
+	r := startProgram(t, marker, nil, "-strategy", "ddp", "-devices", "2", "-after-rank0", done)
+	if r.err != nil {
+		t.Fatalf("%v\n%s", r.err, r.stderr)
+	}
+	// Rank 1 writes the file only once rank 0's process is gone.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		b, err := os.ReadFile(done)
+		if err == nil && strings.HasSuffix(string(b), "returned\n") {
+			break
+		}
+		if time.Now().After(deadline) || len(survivors(t, marker)) == 0 {
+			if b, err := os.ReadFile(done); err == nil && strings.HasSuffix(string(b), "returned\n") {
+				break
+			}
+			t.Fatalf("rank 1 did not finish after rank 0 returned (killed with it?)")
+		}
+		time.Sleep(20 * time.Millisecond) // polling another process's file
+	}
+	if left := survivors(t, marker); len(left) > 0 {
+		t.Errorf("processes left behind: %v", left)
+	}
+}
