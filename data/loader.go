@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+
+	"github.com/fulgur-ml/fulgur/internal/panics"
 )
 
 // LoaderConfig configures a Loader. The zero value of every field but
@@ -299,7 +301,7 @@ func (e *epochState) fill(b *Batch, k int) (err error) {
 	r := 0
 	defer func() {
 		if v := recover(); v != nil {
-			err = fmt.Errorf("data: %T.Read(%d) panicked: %v", e.l.ds, b.Indices[r], v)
+			err = fmt.Errorf("data: %T.Read(%d) %w", e.l.ds, b.Indices[r], panics.Recovered(v))
 		}
 	}()
 	for ; r < rows; r++ {

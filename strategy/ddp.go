@@ -82,6 +82,46 @@ type DDP struct {
 	localRanks  int                             // processes of the job on this machine (0: unknown)
 	launch      *launcher                       // self-launched local ranks (nil when joined)
 	tornDown    bool
+
+	// What the job did last, for a peer that stops answering: every rank
+	// runs the same collectives in the same order, so the last one this
+	// rank finished is the last one the silent peer took part in.
+	steps    int   // optimizer steps completed
+	lastDone ddpOp // the last collective this rank finished
+}
+
+// ddpOp describes one collective of DDP, formatted only for an error (the
+// step loop records it without allocating).
+type ddpOp struct {
+	kind       ddpOpKind
+	i, n, step int // bucket i of n; the step; values reduced (n)
+}
+
+type ddpOpKind uint8
+
+const (
+	opNone ddpOpKind = iota
+	opSetup
+	opBucket
+	opBuffers
+	opReduce
+	opBarrier
+)
+
+func (o ddpOp) String() string {
+	switch o.kind {
+	case opSetup:
+		return "the broadcast of rank 0's parameters at setup"
+	case opBucket:
+		return fmt.Sprintf("the all-reduce of gradient bucket %d of %d of step %d", o.i, o.n, o.step)
+	case opBuffers:
+		return fmt.Sprintf("the broadcast of buffers at the end of step %d", o.step)
+	case opReduce:
+		return fmt.Sprintf("a reduce of %d values (logged metrics, the stop decision or predictions) after step %d", o.n, o.step)
+	case opBarrier:
+		return fmt.Sprintf("a barrier after step %d", o.step)
+	}
+	return "none: it never finished one with this rank"
 }
 
 // NewDDP returns one rank of DDP.
@@ -129,6 +169,9 @@ func (d *DDP) fail(what string, err error) error {
 		if why := d.launch.explain(2 * time.Second); why != "" {
 			err = fmt.Errorf("%w (%s)", err, why)
 		}
+	}
+	if peer, ok := collective.PeerOf(err); ok && (errors.Is(err, collective.ErrTimeout) || errors.Is(err, collective.ErrPeerLost)) {
+		err = fmt.Errorf("%w; the last collective rank %d finished was %s: it stopped after that", err, peer, d.lastDone)
 	}
 	err = fmt.Errorf("rank %d: %s: %w", d.rank, what, err)
 	if d.broken == nil {
@@ -195,12 +238,26 @@ func (d *DDP) setupReplica(ctx context.Context, su Setup) (*module.Store, error)
 	if err := d.c.Broadcast(ctx, store.Data(), 0); err != nil {
 		return nil, d.fail("broadcast rank 0's parameters and buffers", err)
 	}
+	d.lastDone = ddpOp{kind: opSetup}
 	d.eng = engine.New(su.Module, store, su.Fields, replicaSeed(su.Seed, d.rank), statSyncOption(ddpStatSync{d}, d.world, su.SyncBatchNorm)...)
 	d.rep = newReplica(d.eng)
 	if d.localRanks > 1 {
 		shareCores(d.cfg.Log, d.localRanks)
 	}
 	return store, nil
+}
+
+// Rebind runs m over this rank's parameters from now on; the group stays
+// joined, so evaluation after Fit runs on the ranks that trained.
+func (d *DDP) Rebind(m module.Module) error {
+	if d.rep == nil {
+		return errors.New("ddp: Rebind before Setup")
+	}
+	if err := d.check(); err != nil {
+		return err
+	}
+	d.rep.rebind(m)
+	return nil
 }
 
 func (d *DDP) Rank() int                  { return d.rank }
@@ -310,6 +367,7 @@ func (d *DDP) OptimizerStep(ctx context.Context, o StepOptions) (float64, error)
 	if err != nil {
 		return norm, err
 	}
+	d.steps++
 	return norm, d.afterStep(ctx)
 }
 
@@ -322,7 +380,10 @@ func (d *DDP) afterStep(ctx context.Context) error {
 		return nil
 	}
 	if err := d.syncBuffers(ctx); err != nil {
-		return d.fail("broadcast buffers", err)
+		return d.fail(ddpOp{kind: opBuffers, step: d.steps}.String(), err)
+	}
+	if st := d.eng.Store(); st.Len() > st.NumParams() {
+		d.lastDone = ddpOp{kind: opBuffers, step: d.steps}
 	}
 	return nil
 }
@@ -345,8 +406,9 @@ func (d *DDP) optimizerStep(ctx context.Context, o StepOptions) (float64, error)
 			err := h.Wait()
 			sp.End()
 			if err != nil {
-				return math.NaN(), d.fail(fmt.Sprintf("all-reduce gradient bucket %d of %d", i+1, len(d.pending)), err)
+				return math.NaN(), d.fail(ddpOp{kind: opBucket, i: i + 1, n: len(d.pending), step: d.steps + 1}.String(), err)
 			}
+			d.lastDone = ddpOp{kind: opBucket, i: i + 1, n: len(d.pending), step: d.steps + 1}
 		}
 		return ApplyStep(st, d.opt, o, 0, st.NumParams()), nil
 	}
@@ -356,8 +418,9 @@ func (d *DDP) optimizerStep(ctx context.Context, o StepOptions) (float64, error)
 		err := h.Wait()
 		sp.End()
 		if err != nil {
-			return math.NaN(), d.fail(fmt.Sprintf("all-reduce gradient bucket %d of %d", i+1, len(d.pending)), err)
+			return math.NaN(), d.fail(ddpOp{kind: opBucket, i: i + 1, n: len(d.pending), step: d.steps + 1}.String(), err)
 		}
+		d.lastDone = ddpOp{kind: opBucket, i: i + 1, n: len(d.pending), step: d.steps + 1}
 		bk := d.buckets[i]
 		if st.Dtype() == tensor.Float32 {
 			g := st.Grad32()[bk.Lo:bk.Hi]
@@ -393,6 +456,9 @@ func (d *DDP) EvalStep(ctx context.Context, mode module.Mode, b *data.Batch) ([]
 }
 
 func (d *DDP) PredictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, error) {
+	if err := d.check(); err != nil {
+		return nil, err
+	}
 	var out *tensor.Dense
 	err := d.dev.Do(ctx, func() error {
 		r, err := d.rep.run(ctx, module.Predict, b, false, 1)
@@ -402,7 +468,10 @@ func (d *DDP) PredictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, er
 		out = r.Output
 		return err
 	})
-	return out, err
+	if err != nil {
+		return nil, d.fail("predict step on "+d.dev.String(), err)
+	}
+	return out, nil
 }
 
 func (d *DDP) Reduce(ctx context.Context, sums, weights []float64, ops []module.Reduce) error {
@@ -410,8 +479,9 @@ func (d *DDP) Reduce(ctx context.Context, sums, weights []float64, ops []module.
 		return err
 	}
 	if err := reduceMetrics(ctx, d.c, &d.reduceBuf, sums, weights, ops); err != nil {
-		return d.fail("reduce metrics", err)
+		return d.fail(ddpOp{kind: opReduce, n: len(sums), step: d.steps}.String(), err)
 	}
+	d.lastDone = ddpOp{kind: opReduce, n: len(sums), step: d.steps}
 	return nil
 }
 
@@ -481,8 +551,9 @@ func (d *DDP) Barrier(ctx context.Context) error {
 		return err
 	}
 	if err := d.c.Barrier(ctx); err != nil {
-		return d.fail("barrier", err)
+		return d.fail(ddpOp{kind: opBarrier, step: d.steps}.String(), err)
 	}
+	d.lastDone = ddpOp{kind: opBarrier, step: d.steps}
 	return nil
 }
 
@@ -522,7 +593,7 @@ func (d *DDP) Teardown(ctx context.Context) error {
 		d.c.Close()
 	}
 	if d.launch != nil {
-		if err := d.launch.wait(ctx); err != nil {
+		if err := d.launch.wait(ctx, d.cfg.Timeout); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -196,7 +198,10 @@ func ddpFromOptions(o Options, name string, wrap func(*DDP) (Strategy, error)) (
 		d.name = name
 		return wrap(d)
 	}
-	l := &launcher{world: perNode, failed: make(chan struct{}), log: o.Log}
+	l := &launcher{world: perNode, failed: make(chan struct{}), log: o.Log, logDir: o.LogDir, linger: k.timeout}
+	if l.linger == 0 {
+		l.linger = collective.DefaultTimeout
+	}
 	cfg.Connect = func(ctx context.Context) (collective.Collective, error) {
 		if l.ln == nil {
 			return nil, errors.New("the local ranks were not started: the trainer calls Launch before Setup")
@@ -221,6 +226,14 @@ func joinFromEnv(o Options, name string, k knobs, env cluster.Env, perNode int, 
 	dev, err := localDevice(o.Accelerator, env.LocalRank)
 	if err != nil {
 		return nil, fmt.Errorf("strategy %q: rank %d: %w", name, env.Rank, err)
+	}
+	if v, _ := o.Lookup(launch.EnvLauncher); v == "ddp" {
+		// Started by a rank 0 that lets its ranks finish (Config.Linger).
+		linger := k.timeout
+		if linger == 0 {
+			linger = collective.DefaultTimeout
+		}
+		launch.WatchParent(o.Lookup, linger)
 	}
 	token, _ := o.Lookup(launch.EnvToken)
 	var ln net.Listener
@@ -300,12 +313,15 @@ func connect(ctx context.Context, k knobs, env cluster.Env, token string, ln net
 // launcher starts and watches the local ranks 1..world-1 of a self-launched
 // DDP job; this process is rank 0.
 type launcher struct {
-	world int
-	log   zerolog.Logger
-	ln    net.Listener
-	port  int
-	token string
-	g     *launch.Group
+	world  int
+	log    zerolog.Logger
+	logDir string         // where rank_N.log go ("": this process's output)
+	logs   map[int]string // rank -> its log file
+	linger time.Duration  // how long ranks may outlive this process
+	ln     net.Listener
+	port   int
+	token  string
+	g      *launch.Group
 
 	once   sync.Once
 	failed chan struct{} // closed when a rank exits with an error
@@ -336,13 +352,26 @@ func (l *launcher) start(ctx context.Context) error {
 	for i := range ranks {
 		ranks[i] = i + 1
 	}
-	g, err := launch.Start(ctx, launch.Config{Ranks: ranks, Env: local.RankEnv})
+	cfg := launch.Config{Ranks: ranks, Env: local.RankEnv, Linger: l.linger}
+	if l.logDir != "" {
+		if err := os.MkdirAll(l.logDir, 0o755); err != nil {
+			ln.Close()
+			return fmt.Errorf("make the directory for the ranks' logs: %w", err)
+		}
+		l.logs = map[int]string{}
+		cfg.Output = func(r int) (*os.File, error) {
+			p := filepath.Join(l.logDir, "rank_"+strconv.Itoa(r)+".log")
+			l.logs[r] = p
+			return os.Create(p)
+		}
+	}
+	g, err := launch.Start(ctx, cfg)
 	if err != nil {
 		ln.Close()
 		return err
 	}
 	l.g = g
-	l.log.Info().Int("world", l.world).Ints("pids", g.Pids()).Msg("ddp: started local ranks")
+	l.log.Info().Int("world", l.world).Ints("pids", g.Pids()).Str("logs", l.logDir).Msg("ddp: started local ranks (their output: rank_N.log)")
 	go func() {
 		for {
 			select {
@@ -378,10 +407,45 @@ func (l *launcher) explain(d time.Duration) string {
 			return ""
 		}
 	}
-	if err := l.g.Err(); err != nil {
-		return err.Error()
+	return l.describe(l.g.Failed())
+}
+
+// describe names each failed rank, its log file and the log's last lines.
+func (l *launcher) describe(failed []launch.Exit) string {
+	var parts []string
+	for _, e := range failed {
+		s := e.String()
+		if p, ok := l.logs[e.Rank]; ok {
+			s += "; its output is in " + p
+			if tail := lastLines(p, 5); tail != "" {
+				s += ", ending:\n" + tail
+			}
+		}
+		parts = append(parts, s)
 	}
-	return ""
+	return strings.Join(parts, "\n")
+}
+
+// lastLines returns the last n lines of the file at path ("" when
+// unreadable), reading at most its last 8 KiB.
+func lastLines(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	const most = 8 << 10
+	if fi, err := f.Stat(); err == nil && fi.Size() > most {
+		f.Seek(fi.Size()-most, 0)
+	}
+	b := make([]byte, most)
+	k, _ := io.ReadFull(f, b)
+	text := strings.TrimRight(string(b[:k]), "\n")
+	if strings.TrimSpace(text) == "" {
+		return ""
+	}
+	lines := strings.Split(text, "\n")
+	return "\t" + strings.Join(lines[max(0, len(lines)-n):], "\n\t")
 }
 
 // connectCtx is cancelled when a local rank fails, so rank 0 stops waiting
@@ -401,12 +465,30 @@ func (l *launcher) connectCtx(ctx context.Context) (context.Context, context.Can
 	return ctx, cancel
 }
 
-func (l *launcher) wait(ctx context.Context) error {
+// wait lets the local ranks finish their program, for at most timeout:
+// rank 0 does not kill them mid-write when it is done first.
+func (l *launcher) wait(ctx context.Context, timeout time.Duration) error {
 	if l == nil || l.g == nil {
 		return nil
 	}
 	if l.ln != nil {
 		l.ln.Close()
 	}
-	return l.g.Wait(ctx)
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err := l.g.Wait(wctx)
+	if err == nil {
+		return nil
+	}
+	if wctx.Err() != nil && ctx.Err() == nil {
+		where := ""
+		if l.logDir != "" {
+			where = "; their output is in " + filepath.Join(l.logDir, "rank_N.log")
+		}
+		return fmt.Errorf("the local ranks were still running %v after rank 0 finished (FULGUR_TIMEOUT) and were stopped%s", timeout, where)
+	}
+	if why := l.describe(l.g.Failed()); why != "" {
+		return fmt.Errorf("local ranks: %s", why)
+	}
+	return err
 }

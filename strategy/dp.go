@@ -357,6 +357,19 @@ type replica struct {
 
 func newReplica(e *engine.Engine) *replica { return &replica{eng: e, built: map[graphKey]bool{}} }
 
+func (r *replica) rebind(m module.Module) {
+	r.eng.Rebind(m)
+	clear(r.built)
+}
+
+// Rebind runs m over the replicas' parameters from now on.
+func (d *DP) Rebind(m module.Module) error {
+	for _, r := range d.engs {
+		r.rebind(m)
+	}
+	return nil
+}
+
 func (r *replica) run(ctx context.Context, mode module.Mode, b *data.Batch, accumulate bool, scale float64) (engine.Result, error) {
 	k := graphKey{mode, b.Size}
 	if !r.built[k] {

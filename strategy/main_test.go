@@ -10,8 +10,12 @@ import (
 	"strconv"
 	"syscall"
 	"testing"
+	"time"
+
+	G "gorgonia.org/gorgonia"
 
 	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/strategytest"
 	"github.com/fulgur-ml/fulgur/trainer"
@@ -41,6 +45,7 @@ type programResult struct {
 	GlobalStep int     `json:"global_step"`
 	Strategy   string  `json:"strategy"`
 	Params     []float32
+	Preds      []float32 // Predict after Fit on a fresh module value (-fresh)
 }
 
 // dying kills its own process at a given batch on a given rank (a crash).
@@ -56,6 +61,19 @@ func (d *dying) OnTrainBatchStart(ctx context.Context, b *data.Batch, batchIdx i
 	return nil
 }
 
+// panicky panics in TrainingStep on one rank (a bug in the user's step).
+type panicky struct {
+	*dying
+	rank int
+}
+
+func (p *panicky) TrainingStep(s *module.Step) (*G.Node, error) {
+	if r, _ := strconv.Atoi(os.Getenv("RANK")); r == p.rank {
+		panic(fmt.Sprintf("user step failed on rank %d", r)) // the line rank_N.log must name
+	}
+	return p.dying.TrainingStep(s)
+}
+
 // runProgram trains the strategytest MLP. impl, when set, is used instead
 // of the strategy named by -strategy (in-process ranks).
 func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strategy.Strategy) error {
@@ -68,6 +86,10 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 	rows := fs.Int("rows", 90, "")
 	dieRank := fs.Int("die-rank", -1, "")
 	dieBatch := fs.Int("die-batch", 3, "")
+	panicRank := fs.Int("panic-rank", -1, "")
+	fresh := fs.Bool("fresh", false, "validate and predict after Fit on a module value built again")
+	afterRank0 := fs.String("after-rank0", "", "rank 0 returns without Teardown; the other ranks write this file once rank 0's process is gone")
+	root := fs.String("root", "", "the trainer's root directory (\"\": a temporary one)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -83,8 +105,14 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 	if err != nil {
 		return err
 	}
+	if *root == "" {
+		if *root, err = os.MkdirTemp("", "fulgur-program-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(*root)
+	}
 	cfg := trainer.Config{MaxEpochs: *epochs, Seed: 5, Strategy: *strat, Devices: *devices, NumNodes: *nodes, StrategyImpl: impl,
-		Out: io.Discard, EnableProgressBar: trainer.Bool(false)}
+		Out: io.Discard, EnableProgressBar: trainer.Bool(false), DefaultRootDir: *root}
 	if impl != nil {
 		cfg.Strategy, cfg.Devices, cfg.NumNodes = "", 1, 1
 	}
@@ -92,16 +120,44 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 	if err != nil {
 		return err
 	}
-	m := &dying{MLP: &strategytest.MLP{In: 6, Hidden: 16, Out: 2, Optimizer: "adam", LR: 0.01}, rank: *dieRank, batch: *dieBatch}
+	newModule := func() module.Module {
+		return &dying{MLP: &strategytest.MLP{In: 6, Hidden: 16, Out: 2, Optimizer: "adam", LR: 0.01}, rank: *dieRank, batch: *dieBatch}
+	}
+	m := newModule()
+	if *panicRank >= 0 {
+		m = &panicky{dying: m.(*dying), rank: *panicRank}
+	}
 	if err := tr.Fit(ctx, m, train, nil); err != nil {
 		return err
 	}
 	if tr.IsWorker() {
 		return fmt.Errorf("a ddp_spawn worker returned from Fit")
 	}
+	var preds []float32
+	if *fresh {
+		m = newModule()
+		ys, err := tr.Predict(ctx, m, val)
+		if err != nil {
+			return err
+		}
+		for _, y := range ys {
+			preds = append(preds, y.Float32s()...)
+		}
+	}
 	res, err := tr.Validate(ctx, m, val)
 	if err != nil {
 		return err
+	}
+	if *afterRank0 != "" {
+		if tr.IsGlobalZero() {
+			return json.NewEncoder(stdout).Encode(programResult{SHA256: tr.Store().SHA256()})
+		}
+		// Work that goes on after rank 0 has returned: it must not be
+		// killed mid-way.
+		for ppid := os.Getppid(); os.Getppid() == ppid; {
+			time.Sleep(10 * time.Millisecond) // waiting for another process
+		}
+		return os.WriteFile(*afterRank0, []byte("rank "+os.Getenv("RANK")+" finished after rank 0 returned\n"), 0o644)
 	}
 	defer tr.Teardown(ctx)
 	if !tr.IsGlobalZero() {
@@ -109,5 +165,5 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 	}
 	st := tr.Stats()
 	return json.NewEncoder(stdout).Encode(programResult{SHA256: tr.Store().SHA256(), ValLoss: res["val_loss"],
-		WorldSize: st.WorldSize, GlobalStep: st.GlobalStep, Strategy: *strat, Params: tr.Store().Data32()})
+		WorldSize: st.WorldSize, GlobalStep: st.GlobalStep, Strategy: *strat, Params: tr.Store().Data32(), Preds: preds})
 }

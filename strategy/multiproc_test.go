@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"io"
 	"math"
 	"os"
 	"os/exec"
@@ -17,8 +18,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
+	"github.com/fulgur-ml/fulgur/strategy/strategytest"
+	"github.com/fulgur-ml/fulgur/trainer"
 )
 
 // inProcess runs the test program as n in-process DDP ranks over inproc and
@@ -215,4 +219,132 @@ func TestDDPKilledProcess(t *testing.T) {
 func lastLines(s string, n int) string {
 	l := strings.Split(strings.TrimSpace(s), "\n")
 	return strings.Join(l[max(0, len(l)-n):], "\n")
+}
+
+// TestDDPEvaluateAfterFitOnFreshValue fits with self-launched ddp, then
+// predicts and validates on a module value built again: the ranks that
+// trained evaluate the trained weights (no relaunch), and Predict returns
+// every row in dataset order.
+func TestDDPEvaluateAfterFitOnFreshValue(t *testing.T) {
+	needLinux(t)
+	want := inProcess(t, 2)
+	for _, st := range []string{"ddp", "ddp_spawn"} {
+		t.Run(st, func(t *testing.T) {
+			marker := newMarker(t)
+			r := startProgram(t, marker, nil, "-strategy", st, "-devices", "2", "-fresh", "-root", t.TempDir())
+			if r.err != nil {
+				t.Fatalf("%v\n%s", r.err, r.stderr)
+			}
+			got := parseResult(t, r.stdout)
+			if got.SHA256 != want.SHA256 {
+				t.Fatalf("trained weights %s, in-process %s", got.SHA256, want.SHA256)
+			}
+			if math.Abs(got.ValLoss-want.ValLoss) > 1e-6*math.Abs(want.ValLoss) {
+				t.Errorf("val_loss on a fresh module value %g, on the fitted value in-process %g", got.ValLoss, want.ValLoss)
+			}
+			ref := predictWith(t, got.Params)
+			if len(got.Preds) != len(ref) {
+				t.Fatalf("%d predicted values, want %d (90 rows × 2)", len(got.Preds), len(ref))
+			}
+			for i := range ref {
+				if math.Abs(float64(got.Preds[i]-ref[i])) > 1e-5 {
+					t.Fatalf("prediction value %d (row %d) is %g, one process with the trained weights gives %g", i, i/2, got.Preds[i], ref[i])
+				}
+			}
+			if left := survivors(t, marker); len(left) > 0 {
+				t.Errorf("processes left behind: %v", left)
+			}
+		})
+	}
+}
+
+// predictWith predicts the program's validation rows in one process with
+// the given parameters and buffers.
+func predictWith(t *testing.T, params []float32) []float32 {
+	t.Helper()
+	ds, err := strategytest.Regression(90, 6, 2, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := data.NewLoader(ds, data.LoaderConfig{BatchSize: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := trainer.New(trainer.Config{Out: io.Discard, EnableProgressBar: trainer.Bool(false), DefaultRootDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &strategytest.MLP{In: 6, Hidden: 16, Out: 2}
+	if _, err := tr.Validate(context.Background(), m, l); err != nil {
+		t.Fatal(err)
+	}
+	copy(tr.Store().Data32(), params)
+	ys, err := tr.Predict(context.Background(), m, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []float32
+	for _, y := range ys {
+		out = append(out, y.Float32s()...)
+	}
+	return out
+}
+
+// TestDDPPanicOnRankNamesItsLog: a step panicking on rank 1 of a
+// self-launched job ends rank 0 with an error naming rank 1 and its
+// rank_1.log, which holds the panic and the user's file:line.
+func TestDDPPanicOnRankNamesItsLog(t *testing.T) {
+	needLinux(t)
+	marker := newMarker(t)
+	root := t.TempDir()
+	r := startProgram(t, marker, nil, "-strategy", "ddp", "-devices", "2", "-panic-rank", "1", "-root", root)
+	if r.err == nil {
+		t.Fatalf("the run succeeded although rank 1 panicked:\n%s", r.stderr)
+	}
+	logPath := filepath.Join(root, "rank_1.log")
+	for _, s := range []string{"rank 1", logPath, "user step failed on rank 1"} {
+		if !strings.Contains(r.stderr, s) {
+			t.Errorf("rank 0's error does not contain %q:\n%s", s, r.stderr)
+		}
+	}
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "user step failed on rank 1") || !strings.Contains(string(b), "main_test.go:") {
+		t.Errorf("rank_1.log lacks the panic and the user's file:line:\n%s", b)
+	}
+	if left := survivors(t, marker); len(left) > 0 {
+		t.Errorf("processes left behind: %v", left)
+	}
+}
+
+// TestDDPRanksFinishAfterRank0Returns: rank 0's program ends (without
+// Teardown) while rank 1 still works; rank 1 is not killed and finishes.
+func TestDDPRanksFinishAfterRank0Returns(t *testing.T) {
+	needLinux(t)
+	marker := newMarker(t)
+	done := filepath.Join(t.TempDir(), "rank1.done")
+	r := startProgram(t, marker, nil, "-strategy", "ddp", "-devices", "2", "-after-rank0", done)
+	if r.err != nil {
+		t.Fatalf("%v\n%s", r.err, r.stderr)
+	}
+	// Rank 1 writes the file only once rank 0's process is gone.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		b, err := os.ReadFile(done)
+		if err == nil && strings.HasSuffix(string(b), "returned\n") {
+			break
+		}
+		if time.Now().After(deadline) || len(survivors(t, marker)) == 0 {
+			if b, err := os.ReadFile(done); err == nil && strings.HasSuffix(string(b), "returned\n") {
+				break
+			}
+			t.Fatalf("rank 1 did not finish after rank 0 returned (killed with it?)")
+		}
+		time.Sleep(20 * time.Millisecond) // polling another process's file
+	}
+	if left := survivors(t, marker); len(left) > 0 {
+		t.Errorf("processes left behind: %v", left)
+	}
 }

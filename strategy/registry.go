@@ -18,6 +18,10 @@ type Options struct {
 	// process environment. Tests inject their own.
 	Lookup func(string) (string, bool)
 	Log    zerolog.Logger
+	// LogDir is where the ranks a strategy starts itself (ddp's ranks
+	// 1..N-1) write their output, one rank_N.log each. "": they share this
+	// process's stdout and stderr.
+	LogDir string
 }
 
 // Factory builds a strategy from options.

@@ -13,7 +13,12 @@ import (
 	"github.com/fulgur-ml/fulgur/optim"
 )
 
-var _ Strategy = (*Single)(nil)
+var (
+	_ Strategy = (*Single)(nil)
+	_ Rebinder = (*Single)(nil)
+	_ Rebinder = (*DP)(nil)
+	_ Rebinder = (*DDP)(nil)
+)
 
 // Single trains one replica in this process.
 type Single struct {
@@ -38,6 +43,15 @@ func (s *Single) Setup(ctx context.Context, su Setup) error {
 		return err
 	}
 	return s.opt.Bind(0, store.NumParams())
+}
+
+// Rebind runs m over the trained parameters from now on.
+func (s *Single) Rebind(m module.Module) error {
+	if s.eng == nil {
+		return errors.New("single: Rebind before Setup")
+	}
+	s.eng.Rebind(m)
+	return nil
 }
 
 func (s *Single) Rank() int                  { return 0 }

@@ -150,6 +150,15 @@ type Spawner interface {
 	Finish(ctx context.Context, r FitResult) error
 }
 
+// Rebinder is implemented by strategies that can run another value of the
+// module over the parameters and buffers they hold: after Fit, the trainer
+// evaluates a freshly built module value (whose Configure declared the same
+// tensors, checked by the trainer) with the trained weights, on the ranks
+// that trained, instead of building new replicas.
+type Rebinder interface {
+	Rebind(m module.Module) error
+}
+
 // Sampler is implemented by strategies that shard data across ranks; the
 // trainer inserts the returned sampler into its loaders unless told not to.
 type Sampler interface {

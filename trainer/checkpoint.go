@@ -823,8 +823,11 @@ type CheckpointInfo struct {
 	// Tensors lists the model's tensor names (optimizer state excluded), in
 	// file order.
 	Tensors []string
-	ModTime time.Time
-	Size    int64
+	// BestModelPath is the best checkpoint a ModelCheckpoint had recorded
+	// when this one was written ("" when none did).
+	BestModelPath string
+	ModTime       time.Time
+	Size          int64
 }
 
 // ReadCheckpointInfo reads a checkpoint's header (not its tensor data) and
@@ -877,6 +880,12 @@ func ReadCheckpointInfo(path string) (CheckpointInfo, error) {
 		return info, fmt.Errorf("checkpoint %s: metadata field %q: %v", path, keyTrainer, err)
 	}
 	info.Epoch, info.BatchIdx, info.GlobalStep = ts.Epoch, ts.Batch, ts.GlobalStep
+	if cb, ok := hdr.Meta[keyCallbacks]; ok {
+		if sums["meta:"+keyCallbacks] != metaSum(keyCallbacks, cb) {
+			return info, fmt.Errorf("checkpoint %s: metadata field %q: SHA-256 mismatch: the file is corrupt", path, keyCallbacks)
+		}
+		info.BestModelPath = bestRecorded(cb)
+	}
 	type named struct {
 		name string
 		off  int

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/internal/panics"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/profiler"
 )
@@ -34,6 +35,17 @@ func (t *Trainer) flushProfiler(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// guarded calls a hook of the user's code; a panic in it becomes an error
+// carrying the panic value and the user's frames, on the rank it happened.
+func guarded(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = panics.Recovered(r)
+		}
+	}()
+	return f()
 }
 
 func wrap(owner, hook string, err error) error {
@@ -66,7 +78,7 @@ func callHook[H any](t *Trainer, ctx context.Context, hook string, call func(h H
 			sp = t.cfg.Profiler.Start("callbacks/" + cb.Name() + "." + hook)
 		}
 		t.hookOwner = cb.Name()
-		err := call(h)
+		err := guarded(func() error { return call(h) })
 		sp.End()
 		if err == nil {
 			continue
@@ -97,7 +109,7 @@ func callHook[H any](t *Trainer, ctx context.Context, hook string, call func(h H
 func (t *Trainer) onFitStart(ctx context.Context, m module.Module) error {
 	if h, ok := m.(module.FitStarter); ok {
 		end := t.span("module.OnFitStart")
-		err := h.OnFitStart(ctx)
+		err := guarded(func() error { return h.OnFitStart(ctx) })
 		end()
 		if err := wrap("module", "OnFitStart", err); err != nil {
 			return err
@@ -109,7 +121,7 @@ func (t *Trainer) onFitStart(ctx context.Context, m module.Module) error {
 func (t *Trainer) onFitEnd(ctx context.Context, m module.Module) error {
 	if h, ok := m.(module.FitEnder); ok {
 		end := t.span("module.OnFitEnd")
-		err := h.OnFitEnd(ctx)
+		err := guarded(func() error { return h.OnFitEnd(ctx) })
 		end()
 		if err := wrap("module", "OnFitEnd", err); err != nil {
 			return err
@@ -121,7 +133,7 @@ func (t *Trainer) onFitEnd(ctx context.Context, m module.Module) error {
 func (t *Trainer) onTrainEpochStart(ctx context.Context, m module.Module, epoch int) error {
 	if h, ok := m.(module.TrainEpochStarter); ok {
 		end := t.span("module.OnTrainEpochStart")
-		err := h.OnTrainEpochStart(ctx, epoch)
+		err := guarded(func() error { return h.OnTrainEpochStart(ctx, epoch) })
 		end()
 		if err := wrap("module", "OnTrainEpochStart", err); err != nil {
 			return err
@@ -133,7 +145,7 @@ func (t *Trainer) onTrainEpochStart(ctx context.Context, m module.Module, epoch 
 func (t *Trainer) onTrainEpochEnd(ctx context.Context, m module.Module, epoch int) error {
 	if h, ok := m.(module.TrainEpochEnder); ok {
 		end := t.span("module.OnTrainEpochEnd")
-		err := h.OnTrainEpochEnd(ctx, epoch)
+		err := guarded(func() error { return h.OnTrainEpochEnd(ctx, epoch) })
 		end()
 		if err := wrap("module", "OnTrainEpochEnd", err); err != nil {
 			return err
@@ -145,7 +157,7 @@ func (t *Trainer) onTrainEpochEnd(ctx context.Context, m module.Module, epoch in
 func (t *Trainer) onTrainBatchStart(ctx context.Context, m module.Module, b *data.Batch, idx int) error {
 	if h, ok := m.(module.TrainBatchStarter); ok {
 		end := t.span("module.OnTrainBatchStart")
-		err := h.OnTrainBatchStart(ctx, b, idx)
+		err := guarded(func() error { return h.OnTrainBatchStart(ctx, b, idx) })
 		end()
 		return wrap("module", "OnTrainBatchStart", err)
 	}
@@ -155,7 +167,7 @@ func (t *Trainer) onTrainBatchStart(ctx context.Context, m module.Module, b *dat
 func (t *Trainer) onTrainBatchEnd(ctx context.Context, m module.Module, b *data.Batch, idx int) error {
 	if h, ok := m.(module.TrainBatchEnder); ok {
 		end := t.span("module.OnTrainBatchEnd")
-		err := h.OnTrainBatchEnd(ctx, b, idx)
+		err := guarded(func() error { return h.OnTrainBatchEnd(ctx, b, idx) })
 		end()
 		if err := wrap("module", "OnTrainBatchEnd", err); err != nil {
 			return err
@@ -170,7 +182,7 @@ func (t *Trainer) onTrainBatchEnd(ctx context.Context, m module.Module, b *data.
 func (t *Trainer) onValidationEnd(ctx context.Context, m module.Module, epoch int) error {
 	if h, ok := m.(module.ValidationEpochEnder); ok {
 		end := t.span("module.OnValidationEpochEnd")
-		err := h.OnValidationEpochEnd(ctx, epoch)
+		err := guarded(func() error { return h.OnValidationEpochEnd(ctx, epoch) })
 		end()
 		if err := wrap("module", "OnValidationEpochEnd", err); err != nil {
 			return err

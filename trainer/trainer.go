@@ -11,6 +11,7 @@ import (
 
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/internal/blas"
+	"github.com/fulgur-ml/fulgur/internal/panics"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/optim"
 	"github.com/fulgur-ml/fulgur/strategy"
@@ -107,8 +108,24 @@ type fitOptions struct {
 	ckptPath string
 }
 
-// FromCheckpoint resumes training from the checkpoint at path.
+// FromCheckpoint resumes training from a checkpoint: a path, or "last" or
+// "best" for one under DefaultRootDir (see ResolveCheckpoint).
 func FromCheckpoint(path string) FitOption { return func(o *fitOptions) { o.ckptPath = path } }
+
+// EvalOption changes one Validate, Test or Predict call.
+type EvalOption func(*evalOptions)
+
+type evalOptions struct {
+	ckptPath string
+}
+
+// WithCheckpoint evaluates the weights of a checkpoint, as Lightning's
+// ckpt_path: "best" (ModelCheckpoint's best model), "last" (the newest
+// last.ckpt under DefaultRootDir) or a path. Its parameters and buffers
+// replace the ones the Trainer holds, on every rank. Without it, Validate,
+// Test and Predict use the weights the Trainer holds: after Fit, the
+// trained ones.
+func WithCheckpoint(which string) EvalOption { return func(o *evalOptions) { o.ckptPath = which } }
 
 func (t *Trainer) dtype() tensor.Dtype {
 	if t.cfg.Precision == "64" {
@@ -122,8 +139,11 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 	if m == nil {
 		return errors.New("module is nil: pass your module.Module value")
 	}
-	if t.strat != nil && t.mod == m {
-		return nil
+	if t.strat != nil {
+		if t.mod == m {
+			return nil
+		}
+		return t.rebind(m)
 	}
 	// Pick the matrix multiply (BLIS, else OpenBLAS, when the dynamic loader
 	// finds them; pure-Go gonum otherwise) once per process, before any graph
@@ -143,6 +163,7 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 	if st == nil {
 		st, err = strategy.New(t.cfg.Strategy, strategy.Options{
 			Devices: t.cfg.Devices, NumNodes: t.cfg.NumNodes, Accelerator: t.cfg.Accelerator, Log: *t.cfg.Log,
+			LogDir: t.cfg.DefaultRootDir,
 		})
 		if err != nil {
 			return err
@@ -185,10 +206,68 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 	return nil
 }
 
+// rebind makes the trained parameters and buffers the weights of m, another
+// value of the module: m's Configure must declare the same tensors (name,
+// shape, kind and dtype). The strategy keeps its replicas and ranks.
+func (t *Trainer) rebind(m module.Module) error {
+	b := module.NewBuilder(t.dtype())
+	if err := configure(m, b); err != nil {
+		return err
+	}
+	specs, err := b.Specs()
+	if err != nil {
+		return fmt.Errorf("module Configure:\n%w", err)
+	}
+	if err := matchStore(specs, b.Dtype(), t.strat.Store()); err != nil {
+		return fmt.Errorf("the module value %T does not match the model this Trainer holds (its trained weights): %w", m, err)
+	}
+	rb, ok := t.strat.(strategy.Rebinder)
+	if !ok {
+		return fmt.Errorf("strategy %s cannot run another module value over its weights: pass the module value given to Fit", t.strat.Name())
+	}
+	if err := rb.Rebind(m); err != nil {
+		return fmt.Errorf("strategy %s: %w", t.strat.Name(), err)
+	}
+	t.mod = m
+	t.state.Layers = b.Layers()
+	return nil
+}
+
+// matchStore reports every tensor that specs (a module value's
+// declarations in dtype) and st (the weights held) disagree on.
+func matchStore(specs []module.Spec, dtype tensor.Dtype, st *module.Store) error {
+	var errs []error
+	kind := func(buffer bool) string {
+		if buffer {
+			return "buffer"
+		}
+		return "parameter"
+	}
+	seen := map[string]bool{}
+	for _, sp := range specs {
+		seen[sp.Name] = true
+		e, ok := st.Lookup(sp.Name)
+		switch {
+		case !ok:
+			errs = append(errs, fmt.Errorf("%s %q %v is declared by the module value but not held by the trained model", kind(sp.Buffer), sp.Name, sp.Shape))
+		case !sameShape(e.Shape, sp.Shape) || dtype != st.Dtype():
+			errs = append(errs, fmt.Errorf("%s %q is %v %v in the trained model but the module value declares %v %v", kind(sp.Buffer), sp.Name, e.Shape, st.Dtype(), sp.Shape, dtype))
+		case e.Buffer != sp.Buffer:
+			errs = append(errs, fmt.Errorf("%q is a %s in the trained model but the module value declares a %s", sp.Name, kind(e.Buffer), kind(sp.Buffer)))
+		}
+	}
+	for _, e := range st.Entries() {
+		if !seen[e.Name] {
+			errs = append(errs, fmt.Errorf("%s %q %v of the trained model is not declared by the module value", kind(e.Buffer), e.Name, e.Shape))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 func configure(m module.Module, b *module.Builder) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("module Configure: %v", r)
+			err = fmt.Errorf("module Configure: %w", panics.Recovered(r))
 		}
 	}()
 	if err := m.Configure(b); err != nil {
@@ -275,7 +354,11 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 	}()
 	start := 0
 	if fo.ckptPath != "" {
-		if start, err = t.resume(ctx, fo.ckptPath); err != nil {
+		path, err := t.checkpointPath(fo.ckptPath)
+		if err != nil {
+			return fmt.Errorf("Fit: resume: %w", err)
+		}
+		if start, err = t.resume(ctx, path); err != nil {
 			return err
 		}
 	}
@@ -750,17 +833,53 @@ func (t *Trainer) validationLoop(ctx context.Context, m module.Module, val *data
 }
 
 // Validate runs the validation loop once and returns its metrics.
-func (t *Trainer) Validate(ctx context.Context, m module.Module, val *data.Loader) (map[string]float64, error) {
-	return t.evaluate(ctx, m, val, module.Validate)
+func (t *Trainer) Validate(ctx context.Context, m module.Module, val *data.Loader, opts ...EvalOption) (map[string]float64, error) {
+	return t.evaluate(ctx, m, val, module.Validate, opts)
 }
 
-// Test runs the test loop once and returns its metrics. After Fit on the
-// same module it uses the trained parameters.
-func (t *Trainer) Test(ctx context.Context, m module.Module, test *data.Loader) (map[string]float64, error) {
-	return t.evaluate(ctx, m, test, module.Test)
+// Test runs the test loop once and returns its metrics. After Fit it uses
+// the trained parameters, on the module value given to Fit or on any other
+// value whose Configure declares the same tensors (a model built again);
+// WithCheckpoint picks a checkpoint's instead.
+func (t *Trainer) Test(ctx context.Context, m module.Module, test *data.Loader, opts ...EvalOption) (map[string]float64, error) {
+	return t.evaluate(ctx, m, test, module.Test, opts)
 }
 
-func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader, mode module.Mode) (map[string]float64, error) {
+// prepareEval sets up (or rebinds) the strategy for m and loads the
+// checkpoint the options ask for.
+func (t *Trainer) prepareEval(ctx context.Context, m module.Module, l *data.Loader, opts []EvalOption) error {
+	var eo evalOptions
+	for _, o := range opts {
+		o(&eo)
+	}
+	if err := t.setup(ctx, m, l.Dataset().Fields()); err != nil {
+		return err
+	}
+	if eo.ckptPath == "" {
+		return nil
+	}
+	path, err := t.checkpointPath(eo.ckptPath)
+	if err != nil {
+		return err
+	}
+	st := t.strat.Store()
+	if err := LoadWeights(path, st); err != nil {
+		return err
+	}
+	if r, ok := t.strat.(replicated); ok {
+		for _, rs := range r.ReplicaStores() {
+			if rs != st {
+				if err := rs.CopyFrom(st); err != nil {
+					return fmt.Errorf("copy the weights to every replica: %w", err)
+				}
+			}
+		}
+	}
+	t.cfg.Log.Info().Str("path", path).Msg("evaluating the weights of a checkpoint")
+	return nil
+}
+
+func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader, mode module.Mode, opts []EvalOption) (map[string]float64, error) {
 	if l == nil {
 		return nil, fmt.Errorf("%s: the loader is nil: pass a *data.Loader", mode)
 	}
@@ -774,8 +893,8 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 			return nil, errors.New("Test: the module has no TestStep: implement module.Tester")
 		}
 	}
-	if err := t.setup(ctx, m, l.Dataset().Fields()); err != nil {
-		return nil, err
+	if err := t.prepareEval(ctx, m, l, opts); err != nil {
+		return nil, fmt.Errorf("%s: %w", mode, err)
 	}
 	t.state.Stage = mode.String()
 	limit := t.cfg.LimitValBatches
@@ -807,26 +926,34 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 }
 
 // Predict runs the predict graph over l and returns one output tensor per
-// batch (copies, safe to keep).
-func (t *Trainer) Predict(ctx context.Context, m module.Module, l *data.Loader) ([]*tensor.Dense, error) {
+// batch (copies, safe to keep). After Fit it uses the trained parameters
+// (see Test); WithCheckpoint picks a checkpoint's instead.
+//
+// With several ranks (ddp, sharded), each rank predicts its shard of l
+// (DistributedSampler, no padding) and every rank returns all predictions
+// in dataset order, cut into batches of l's batch size, as one process
+// would return them for an unshuffled loader.
+func (t *Trainer) Predict(ctx context.Context, m module.Module, l *data.Loader, opts ...EvalOption) ([]*tensor.Dense, error) {
 	if l == nil {
 		return nil, errors.New("Predict: the loader is nil: pass a *data.Loader")
 	}
 	if _, ok := m.(module.Predictor); !ok {
 		return nil, errors.New("Predict: the module has no PredictStep: implement module.Predictor")
 	}
-	if err := t.setup(ctx, m, l.Dataset().Fields()); err != nil {
-		return nil, err
+	if err := t.prepareEval(ctx, m, l, opts); err != nil {
+		return nil, fmt.Errorf("predict: %w", err)
 	}
 	t.state.Stage = "predict"
 	defer t.span("predict")()
-	nb := l.NumBatches(0)
+	pl := t.loaderFor(l, false)
+	nb := pl.NumBatches(0)
 	if t.cfg.LimitPredictBatches > 0 && t.cfg.LimitPredictBatches < nb {
 		nb = t.cfg.LimitPredictBatches
 	}
-	it := l.Iter(ctx, 0)
+	it := pl.Iter(ctx, 0)
 	defer it.Close()
 	var out []*tensor.Dense
+	var rows [][]int
 	for bi := 0; bi < nb; bi++ {
 		b, ok := it.Next()
 		if !ok {
@@ -837,8 +964,128 @@ func (t *Trainer) Predict(ctx context.Context, m module.Module, l *data.Loader) 
 			return nil, fmt.Errorf("predict batch %d: %w", bi, err)
 		}
 		out = append(out, y.Clone().(*tensor.Dense))
+		rows = append(rows, append([]int(nil), b.Indices...))
 	}
-	return out, it.Err()
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("predict data: %w", err)
+	}
+	if pl == l {
+		return out, nil
+	}
+	return t.gatherPredictions(ctx, out, rows, l.Dataset().Len(), l.Config().BatchSize)
+}
+
+// maxPredictDims bounds the rank of one prediction row that ranks agree on
+// before gathering.
+const maxPredictDims = 8
+
+// gatherPredictions puts every rank's predictions (out, with the dataset
+// index of each row) into dataset order on every rank. Each rank writes its
+// rows into their slots of an n-row buffer of zeros and the ranks sum the
+// buffers (x+0 is x exactly), with a count per slot; rows no rank predicted
+// (LimitPredictBatches) are left out.
+func (t *Trainer) gatherPredictions(ctx context.Context, out []*tensor.Dense, rows [][]int, n, batchSize int) ([]*tensor.Dense, error) {
+	// Agree on the shape of a row: ranks with no rows learn it from others.
+	hdr := make([]float64, 2+maxPredictDims)
+	for i := range hdr {
+		hdr[i] = -1
+	}
+	if len(out) > 0 {
+		if out[0].Dims() == 0 || out[0].Shape()[0] != len(rows[0]) {
+			return nil, fmt.Errorf("predict: PredictStep returned shape %v for %d rows: return one row per example to predict on several ranks", out[0].Shape(), len(rows[0]))
+		}
+		sh := out[0].Shape()[1:]
+		if len(sh) > maxPredictDims {
+			return nil, fmt.Errorf("predict: PredictStep returned rows of shape %v: at most %d dimensions per row can be gathered across ranks", sh, maxPredictDims)
+		}
+		hdr[0], hdr[1] = float64(sh.TotalSize()), float64(len(sh))
+		for i, d := range sh {
+			hdr[2+i] = float64(d)
+		}
+	}
+	ops := make([]module.Reduce, len(hdr))
+	for i := range ops {
+		ops[i] = module.Max
+	}
+	if err := t.strat.Reduce(ctx, hdr, make([]float64, len(hdr)), ops); err != nil {
+		return nil, fmt.Errorf("predict: agree on the output shape across ranks: %w", err)
+	}
+	if hdr[0] < 0 {
+		return nil, nil // no rank predicted anything
+	}
+	width := int(hdr[0])
+	rowShape := make([]int, int(hdr[1]))
+	for i := range rowShape {
+		rowShape[i] = int(hdr[2+i])
+	}
+	// Slots: n rows of width values, then n counts.
+	buf := make([]float64, n*width+n)
+	for bi, y := range out {
+		vals := denseFloats(y)
+		if len(vals) != len(rows[bi])*width {
+			return nil, fmt.Errorf("predict: this rank's batch %d has %d values for %d rows of %v: every rank's PredictStep must return rows of one shape", bi, len(vals), len(rows[bi]), rowShape)
+		}
+		for r, idx := range rows[bi] {
+			if idx < 0 || idx >= n {
+				return nil, fmt.Errorf("predict: row index %d is outside the dataset of %d", idx, n)
+			}
+			copy(buf[idx*width:(idx+1)*width], vals[r*width:(r+1)*width])
+			buf[n*width+idx]++
+		}
+	}
+	ops = make([]module.Reduce, len(buf))
+	for i := range ops {
+		ops[i] = module.Sum
+	}
+	if err := t.strat.Reduce(ctx, buf, make([]float64, len(buf)), ops); err != nil {
+		return nil, fmt.Errorf("predict: gather the predictions across ranks: %w", err)
+	}
+	var keep []int
+	for i := 0; i < n; i++ {
+		if buf[n*width+i] > 0 {
+			keep = append(keep, i)
+		}
+	}
+	var res []*tensor.Dense
+	for lo := 0; lo < len(keep); lo += batchSize {
+		part := keep[lo:min(lo+batchSize, len(keep))]
+		shape := append([]int{len(part)}, rowShape...)
+		if t.dtype() == tensor.Float64 {
+			v := make([]float64, 0, len(part)*width)
+			for _, i := range part {
+				v = append(v, buf[i*width:(i+1)*width]...)
+			}
+			res = append(res, tensor.New(tensor.WithShape(shape...), tensor.WithBacking(v)))
+		} else {
+			v := make([]float32, 0, len(part)*width)
+			for _, i := range part {
+				for _, x := range buf[i*width : (i+1)*width] {
+					v = append(v, float32(x))
+				}
+			}
+			res = append(res, tensor.New(tensor.WithShape(shape...), tensor.WithBacking(v)))
+		}
+	}
+	return res, nil
+}
+
+// denseFloats returns a prediction's values as float64.
+func denseFloats(y *tensor.Dense) []float64 {
+	switch v := y.Data().(type) {
+	case []float64:
+		return v
+	case []float32:
+		out := make([]float64, len(v))
+		for i, x := range v {
+			out[i] = float64(x)
+		}
+		return out
+	case float32:
+		return []float64{float64(v)}
+	case float64:
+		return []float64{v}
+	}
+	return nil
 }
 
 // Teardown releases the strategy's replicas and connections.

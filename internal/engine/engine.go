@@ -17,6 +17,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/internal/panics"
 	"github.com/fulgur-ml/fulgur/module"
 )
 
@@ -99,6 +100,14 @@ func New(m module.Module, store *module.Store, fields []data.Field, seed uint64,
 // Store is the replica's store.
 func (e *Engine) Store() *module.Store { return e.store }
 
+// Rebind makes the engine build its graphs from m from now on, over the
+// same store: the graphs built from the previous module value are dropped.
+// The caller has checked that m declares the store's tensors.
+func (e *Engine) Rebind(m module.Module) {
+	e.mod = m
+	e.graphs = map[key]*compiled{}
+}
+
 // SetRunKey sets the key the next training runs draw their in-graph
 // randomness from (see module.Step.RunKey); strategies pass
 // TrainOptions.Key.
@@ -132,8 +141,13 @@ func (e *Engine) Run(ctx context.Context, mode module.Mode, b *data.Batch, accum
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			// A panic inside an op is a bug in that op: report it as an
-			// error (no trace for the user), with the stack on request.
+			// A panic in the user's code (an op of their own) keeps their
+			// frames; one inside fulgur's or Gorgonia's ops is a bug in
+			// that op: an error without a trace, the stack on request.
+			if pe := panics.Recovered(r); pe.HasUserFrame() {
+				err = fmt.Errorf("%s step: %w", mode, pe)
+				return
+			}
 			err = fmt.Errorf("%s step: an op failed: %v (set FULGUR_TRACE=1 for the stack, and report it)", mode, r)
 			if os.Getenv("FULGUR_TRACE") != "" {
 				err = fmt.Errorf("%w\n%s", err, debug.Stack())
@@ -378,11 +392,8 @@ func BuildWith(m module.Module, store *module.Store, mode module.Mode, batch int
 	s.SetRunKey(runKey)
 	defer func() {
 		if r := recover(); r != nil {
-			if e, ok := r.(error); ok {
-				err = fmt.Errorf("%s: %w", stepName(mode), e)
-			} else {
-				err = fmt.Errorf("%s: %v", stepName(mode), r)
-			}
+			// The step is the user's code: keep the value and their frames.
+			err = fmt.Errorf("%s: %w", stepName(mode), panics.Recovered(r))
 		}
 	}()
 	switch mode {

@@ -9,11 +9,15 @@
 //     waits for them, and reads the result rank 0 wrote (parameters, buffers,
 //     metrics) from a file in a private temporary directory (Result).
 //
-// Children never outlive their parent: on Linux each is started with
-// PDEATHSIG (SIGKILL) from one OS thread that stays alive until the children
-// have exited, so a parent killed by any signal takes its workers with it;
-// Kill and a cancelled context stop them too. Wait reports each rank that
-// failed, naming it and its exit status.
+// Children never outlive their parent by more than a bound: on Linux each
+// is started with PDEATHSIG (SIGKILL) from one OS thread that stays alive
+// until the children have exited, so a parent killed by any signal takes
+// its workers with it; Kill and a cancelled context stop them too. With
+// Config.Linger (ddp's re-exec) a rank instead gets a pipe from its parent
+// and, through WatchParent, finishes its program for at most Linger after
+// the parent is gone, so a rank 0 that returns first does not kill the
+// others mid-write. Wait reports each rank that failed, naming it and its
+// exit status.
 //
 // launch owns processes only: it must not train, import trainer, or open the
 // collective (strategy does, with the port and token it gets from here).

@@ -36,6 +36,10 @@ const (
 	EnvLauncher = "FULGUR_LAUNCHER"
 	// EnvResult is where rank 0 of a ddp_spawn job writes its result.
 	EnvResult = "FULGUR_SPAWN_RESULT"
+	// EnvParentFD is the file descriptor of a pipe from the launching
+	// process to a rank started with Config.Linger: it reads end of file
+	// once the launching process is gone (see WatchParent).
+	EnvParentFD = "FULGUR_PARENT_FD"
 	// EnvListenerFD is the file descriptor of an already-bound rendezvous
 	// listener handed to rank 0 (ddp_spawn), so that no other program can
 	// take the port between its choice and its use.
@@ -45,7 +49,7 @@ const (
 // launchVars are removed from the inherited environment before a rank's own
 // are added, so a stale value can never win.
 var launchVars = []string{EnvRank, EnvWorldSize, EnvLocalRank, EnvLocalWorldSize, EnvNodeRank, EnvGroupRank,
-	EnvMasterAddr, EnvMasterPort, EnvToken, EnvLauncher, EnvResult, EnvListenerFD, "NNODES"}
+	EnvMasterAddr, EnvMasterPort, EnvToken, EnvLauncher, EnvResult, EnvListenerFD, EnvParentFD, "NNODES"}
 
 // Local describes a job of World ranks on this machine.
 type Local struct {
@@ -96,6 +100,16 @@ type Config struct {
 	Files func(rank int) []*os.File
 	// Stdout and Stderr receive the children's output. nil: this process's.
 	Stdout, Stderr io.Writer
+	// Output, when set, opens the file that receives a rank's stdout and
+	// stderr instead (Start closes its own copy once the rank started).
+	Output func(rank int) (*os.File, error)
+	// Linger, when positive, lets the ranks outlive this process instead of
+	// dying with it: each gets a pipe from this process (EnvParentFD) and,
+	// calling WatchParent, exits Linger after this process is gone if its
+	// program has not ended by then. A rank that is in a collective with
+	// this process fails at once anyway. 0: the ranks die with this process
+	// (PDEATHSIG on Linux).
+	Linger time.Duration
 }
 
 // Exit is how one rank's process ended.
@@ -134,6 +148,7 @@ type Group struct {
 	allOut chan struct{}
 	once   sync.Once
 	stop   context.CancelFunc
+	alive  *os.File // write end of the Linger pipe, held until this process ends
 }
 
 // Start starts one process per rank. It returns once every process has
@@ -157,6 +172,16 @@ func Start(ctx context.Context, cfg Config) (*Group, error) {
 	base := withoutVars(os.Environ(), launchVars)
 	ctx, stop := context.WithCancel(ctx)
 	g := &Group{ranks: slices.Clone(cfg.Ranks), exits: make(chan Exit, len(cfg.Ranks)), allOut: make(chan struct{}), stop: stop}
+	var aliveR *os.File
+	if cfg.Linger > 0 {
+		r, w, err := os.Pipe() // close-on-exec: only the ranks' ExtraFiles carry r
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("launch: make the pipe that tells ranks this process is gone: %w", err)
+		}
+		aliveR, g.alive = r, w
+		defer aliveR.Close()
+	}
 	for _, r := range cfg.Ranks {
 		cmd := exec.Command(prog, args...)
 		cmd.Env = append(slices.Clone(base), cfg.Env(r)...)
@@ -168,10 +193,24 @@ func Start(ctx context.Context, cfg Config) (*Group, error) {
 		if cmd.Stderr == nil {
 			cmd.Stderr = os.Stderr
 		}
+		if cfg.Output != nil {
+			f, err := cfg.Output(r)
+			if err != nil {
+				closeOutputs(g.cmds)
+				stop()
+				return nil, fmt.Errorf("launch: rank %d's output: %w", r, err)
+			}
+			cmd.Stdout, cmd.Stderr = f, f
+		}
 		if cfg.Files != nil {
 			cmd.ExtraFiles = cfg.Files(r)
 		}
 		cmd.SysProcAttr = sysProcAttr()
+		if aliveR != nil {
+			cmd.Env = append(cmd.Env, EnvParentFD+"="+strconv.Itoa(3+len(cmd.ExtraFiles)))
+			cmd.ExtraFiles = append(cmd.ExtraFiles, aliveR)
+			cmd.SysProcAttr = nil
+		}
 		g.cmds = append(g.cmds, cmd)
 	}
 	started := make(chan error, 1)
@@ -216,11 +255,21 @@ func Start(ctx context.Context, cfg Config) (*Group, error) {
 		wg.Wait()
 		close(g.allOut)
 	}()
-	if err := <-started; err != nil {
+	err := <-started
+	closeOutputs(g.cmds) // the children hold their own descriptors
+	if err != nil {
 		stop()
 		return nil, err
 	}
 	return g, nil
+}
+
+func closeOutputs(cmds []*exec.Cmd) {
+	for _, c := range cmds {
+		if f, ok := c.Stdout.(*os.File); ok && f != os.Stdout && f != os.Stderr {
+			f.Close()
+		}
+	}
 }
 
 func withoutVars(env, drop []string) []string {
@@ -273,6 +322,22 @@ func (g *Group) Wait(ctx context.Context) error {
 	return g.Err()
 }
 
+// Failed returns the ranks that have exited with an error so far, earliest
+// first.
+func (g *Group) Failed() []Exit {
+	g.mu.Lock()
+	done := slices.Clone(g.done)
+	g.mu.Unlock()
+	sort.SliceStable(done, func(i, j int) bool { return done[i].At.Before(done[j].At) })
+	out := done[:0]
+	for _, e := range done {
+		if e.Err != nil {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // Err is the error Wait returns, for the processes that have exited so far.
 func (g *Group) Err() error {
 	g.mu.Lock()
@@ -289,6 +354,44 @@ func (g *Group) Err() error {
 		return nil
 	}
 	return fmt.Errorf("launch: %s", strings.Join(msgs, "; "))
+}
+
+// WatchParent is called in a rank started with Config.Linger (lookup
+// reads its environment): once the launching process is gone, the rank's
+// program gets linger more to end on its own before the rank exits with
+// status 1, printing why to stderr. It does nothing in other processes.
+func WatchParent(lookup func(string) (string, bool), linger time.Duration) {
+	watchOnce.Do(func() { watchParent(lookup, linger) })
+}
+
+var watchOnce sync.Once
+
+func watchParent(lookup func(string) (string, bool), linger time.Duration) {
+	v, ok := lookup(EnvParentFD)
+	if !ok {
+		return
+	}
+	fd, err := strconv.Atoi(v)
+	if err != nil || fd < 3 {
+		return
+	}
+	f := os.NewFile(uintptr(fd), "launching process")
+	if f == nil {
+		return
+	}
+	go func() {
+		var b [1]byte
+		for {
+			if _, err := f.Read(b[:]); err != nil {
+				break // EOF: the launching process is gone
+			}
+		}
+		f.Close()
+		time.Sleep(linger)
+		rank, _ := lookup(EnvRank)
+		fmt.Fprintf(os.Stderr, "rank %s: the launching process (rank 0) ended %v ago and this rank's program is still running: exiting\n", rank, linger)
+		os.Exit(1)
+	}()
 }
 
 // Loopback reserves a free TCP port on 127.0.0.1 for rank 0's rendezvous.
