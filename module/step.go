@@ -344,7 +344,8 @@ type Metric struct {
 }
 
 // Values calls f with each value m stands for: its Value under its Name for
-// a scalar, the values derived from its Counts for a count metric.
+// a scalar, the values derived from its Counts (in name order) for a count
+// metric.
 func (m *Metric) Values(f func(name string, v float64)) {
 	if m.Derive == nil {
 		f(m.Name, m.Value)
@@ -352,7 +353,12 @@ func (m *Metric) Values(f func(name string, v float64)) {
 	}
 	out := map[string]float64{}
 	m.Derive.Values(m.Name, m.Counts, out)
-	for k, v := range out {
-		f(k, v)
+	names := make([]string, 0, len(out))
+	for k := range out {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		f(k, out[k])
 	}
 }

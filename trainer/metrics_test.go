@@ -236,3 +236,35 @@ func TestClassMetricsFit(t *testing.T) {
 		})
 	}
 }
+
+// A run resumed from a checkpoint saved mid-epoch keeps the counts of the
+// batches before it: the epoch's training metrics are the whole data's.
+func TestClassMetricsResumeMidEpoch(t *testing.T) {
+	all := clsData(t, rowsOf(0, 1))
+	sv := &saver{dir: t.TempDir(), when: map[string]func(*trainer.State) bool{"batch": func(s *trainer.State) bool { return s.GlobalStep == 2 }}}
+	fit := func(ckpt string, cbs ...trainer.Callback) *trainer.Trainer {
+		cfg := clsConfig(t)
+		cfg.Callbacks = cbs
+		tr, err := trainer.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var opts []trainer.FitOption
+		if ckpt != "" {
+			opts = append(opts, trainer.FromCheckpoint(ckpt))
+		}
+		if err := tr.Fit(context.Background(), fixedClassifier{}, clsLoader(t, all, 4), nil, opts...); err != nil {
+			t.Fatal(err)
+		}
+		return tr
+	}
+	fit("", sv)
+	if len(sv.paths) != 1 {
+		t.Fatalf("saved %v, want one checkpoint at step 2 of 3", sv.paths)
+	}
+	tr := fit(sv.paths[0])
+	if got := tr.Stats().GlobalStep; got != 3 {
+		t.Fatalf("resumed run ended at step %d, want 3", got)
+	}
+	checkCls(t, "resumed train", tr.Metrics(), "train")
+}
