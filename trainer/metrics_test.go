@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 
@@ -267,4 +268,25 @@ func TestClassMetricsResumeMidEpoch(t *testing.T) {
 		t.Fatalf("resumed run ended at step %d, want 3", got)
 	}
 	checkCls(t, "resumed train", tr.Metrics(), "train")
+}
+
+type badTopK struct{ fixedClassifier }
+
+func (badTopK) ValidationStep(s *module.Step) error {
+	nn.ClassMetrics{TopK: 5}.Log(s, "val", s.Input("x"), s.Input("y"))
+	return nil
+}
+
+// A top-k beyond the classes is an error of the step that names the metric
+// and the sizes, not a panic.
+func TestClassMetricsBadTopK(t *testing.T) {
+	tr, err := trainer.New(clsConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Teardown(context.Background())
+	_, err = tr.Validate(context.Background(), badTopK{}, clsLoader(t, clsData(t, rowsOf(0, 1)), 4))
+	if err == nil || !strings.Contains(err.Error(), `nn.ClassMetrics "val": ClassCounts: topK is 5 but the logits (4, 3) have 3 classes`) {
+		t.Fatalf("Validate with TopK 5 of 3 classes: %v", err)
+	}
 }
