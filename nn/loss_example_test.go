@@ -29,15 +29,16 @@ func ExampleBCEWithLogitsLoss() {
 	// 0.5292
 }
 
-// ClassMetrics derives its values from counts: here a batch's, laid out as
-// [top-k correct, then the confusion matrix, rows true, columns predicted].
+// ClassMetrics derives its values from counts: here a batch's, laid out
+// (with ConfusionMatrix) as [top-k correct, then the confusion matrix, rows
+// true, columns predicted].
 func ExampleClassMetrics_Values() {
 	counts := []float64{9,
 		5, 1,
 		2, 2,
 	}
 	out := map[string]float64{}
-	nn.ClassMetrics{PerClass: true}.Values("val", counts, out)
+	nn.ClassMetrics{PerClass: true, ConfusionMatrix: true}.Values("val", counts, out)
 	fmt.Printf("acc %.3f  f1 %.3f  f1_class0 %.3f  f1_class1 %.3f\n", out["val_acc"], out["val_f1"], out["val_f1_class0"], out["val_f1_class1"])
 	// Output:
 	// acc 0.700  f1 0.670  f1_class0 0.769  f1_class1 0.571

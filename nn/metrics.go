@@ -34,6 +34,10 @@ import (
 // denominator is 0 is 0, and the macro means leave out the classes that
 // occur neither as a label nor as a prediction.
 //
+// The state is 1 + 3·classes counts (true positives, predictions and labels
+// of each class), or 1 + classes² with ConfusionMatrix: mind it for
+// thousands of classes, where the matrix is summed at every batch.
+//
 // In training graphs the rows a DistributedSampler adds to even out the
 // shards are counted, like the loss; evaluation shards are not padded.
 type ClassMetrics struct {
@@ -57,7 +61,7 @@ func (m ClassMetrics) Log(s *module.Step, name string, logits, labels *G.Node, o
 		panic(fmt.Errorf("nn.ClassMetrics %q: logits have shape %v: want [batch, classes] with 2 classes or more (for one logit per row, log [-z, z])", name, sh))
 	}
 	k := max(m.TopK, 1)
-	n, err := ops.ClassCounts(logits, labels, k)
+	n, err := ops.ClassCounts(logits, labels, k, m.ConfusionMatrix)
 	if err != nil {
 		panic(fmt.Errorf("nn.ClassMetrics %q: %w", name, err))
 	}
@@ -65,26 +69,36 @@ func (m ClassMetrics) Log(s *module.Step, name string, logits, labels *G.Node, o
 }
 
 // Values derives the metrics from counts laid out as ops.ClassCounts
-// makes them (module.CountMetric).
+// makes them, with the confusion matrix when m.ConfusionMatrix is set
+// (module.CountMetric).
 func (m ClassMetrics) Values(name string, counts []float64, out map[string]float64) {
-	c := int(math.Round(math.Sqrt(float64(len(counts) - 1))))
-	if len(counts) < 5 || 1+c*c != len(counts) {
-		return
-	}
-	cm := counts[1:]
-	var total, correct float64
-	tp := make([]float64, c)
-	rows := make([]float64, c) // labels of each class: tp + fn
-	cols := make([]float64, c) // predictions of each class: tp + fp
-	for t := 0; t < c; t++ {
-		for p := 0; p < c; p++ {
-			v := cm[t*c+p]
-			total += v
-			rows[t] += v
-			cols[p] += v
+	var c int
+	var tp, rows, cols, cm []float64 // rows: labels of each class (tp + fn); cols: predictions (tp + fp)
+	if m.ConfusionMatrix {
+		c = int(math.Round(math.Sqrt(float64(len(counts) - 1))))
+		if c < 2 || 1+c*c != len(counts) {
+			return
 		}
-		tp[t] = cm[t*c+t]
-		correct += tp[t]
+		cm = counts[1:]
+		tp, rows, cols = make([]float64, c), make([]float64, c), make([]float64, c)
+		for t := 0; t < c; t++ {
+			for p := 0; p < c; p++ {
+				rows[t] += cm[t*c+p]
+				cols[p] += cm[t*c+p]
+			}
+			tp[t] = cm[t*c+t]
+		}
+	} else {
+		c = (len(counts) - 1) / 3
+		if c < 2 || 1+3*c != len(counts) {
+			return
+		}
+		tp, cols, rows = counts[1:1+c], counts[1+c:1+2*c], counts[1+2*c:]
+	}
+	var total, correct float64
+	for i := 0; i < c; i++ {
+		total += rows[i]
+		correct += tp[i]
 	}
 	out[name+"_acc"] = ratio(correct, total)
 	if m.TopK >= 2 {

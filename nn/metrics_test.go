@@ -40,6 +40,18 @@ func TestClassMetricsValues(t *testing.T) {
 	if n := len(out); n != 5+3*4+16 {
 		t.Errorf("%d values logged, want %d: %v", n, 5+3*4+16, out)
 	}
+	// Without the matrix the counts are compact (true positives, predictions
+	// and labels per class) and give the same values.
+	compact := map[string]float64{}
+	nn.ClassMetrics{TopK: 3, PerClass: true}.Values("v", []float64{7, 4, 2, 2, 0, 5, 4, 3, 0, 5, 3, 4, 0}, compact)
+	if len(compact) != 5+3*4 {
+		t.Errorf("compact: %d values logged, want %d: %v", len(compact), 5+3*4, compact)
+	}
+	for k, v := range compact {
+		if w, ok := want[k]; !ok || math.Abs(v-w) > 1e-15 {
+			t.Errorf("compact: %s = %v, want %v (in want: %v)", k, v, w, ok)
+		}
+	}
 	cm, err := nn.ConfusionMatrixOf(out, "v")
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package trainer_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"math"
 	"strings"
@@ -139,6 +140,9 @@ func checkCls(t *testing.T, what string, got map[string]float64, prefix string) 
 			t.Errorf("%s: %s = %.12g, want %.12g", what, k, v, want)
 		}
 	}
+	if !clsMetrics.ConfusionMatrix {
+		return
+	}
 	cm, err := nn.ConfusionMatrixOf(got, prefix)
 	if err != nil {
 		t.Fatalf("%s: %v", what, err)
@@ -168,6 +172,14 @@ func TestClassMetricsAcrossRanks(t *testing.T) {
 		t.Fatalf("the ranks' own F1s %v and %v average to %v, too close to the whole data's %v for this test to tell them apart", r0, r1, mean, clsWant["val_f1"])
 	}
 
+	for _, matrix := range []bool{true, false} {
+		clsMetrics.ConfusionMatrix = matrix
+		t.Run(fmt.Sprintf("matrix=%v", matrix), func(t *testing.T) { acrossRanks(t, all) })
+	}
+	clsMetrics.ConfusionMatrix = true
+}
+
+func acrossRanks(t *testing.T, all data.Dataset) {
 	t.Run("dp", func(t *testing.T) {
 		cfg := clsConfig(t)
 		cfg.Strategy, cfg.Devices = "dp", 2

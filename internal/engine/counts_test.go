@@ -27,10 +27,10 @@ func TestCountMetricOnBothPaths(t *testing.T) {
 		{Size: 2, Fields: fields, Data: [][]float32{{3, 1, 0, 0, 1, 2}, {0, 1}}},
 		{Size: 2, Fields: fields, Data: [][]float32{{0, 0, 1, 1, 2, 0}, {2, 0}}},
 	}
-	// [top-2 correct, confusion matrix rows true, columns predicted]
+	// [top-2 correct, true positives, predictions, labels of each class]
 	want := [][]float64{
-		{2, 1, 0, 0, 0, 0, 1, 0, 0, 0},
-		{2, 0, 1, 0, 0, 0, 0, 0, 0, 1},
+		{2, 1, 0, 0, 1, 0, 1, 1, 1, 0},
+		{2, 0, 0, 1, 0, 1, 1, 1, 0, 1},
 	}
 	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
 		for _, tape := range []bool{false, true} {
