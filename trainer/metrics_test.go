@@ -302,3 +302,43 @@ func TestClassMetricsBadTopK(t *testing.T) {
 		t.Fatalf("Validate with TopK 5 of 3 classes: %v", err)
 	}
 }
+
+// Under ddp, training metrics logged on epoch (not SyncDist) are still
+// summed across the ranks before their values are derived.
+func TestClassMetricsFitDDP(t *testing.T) {
+	all := clsData(t, rowsOf(0, 1))
+	group, err := inproc.NewGroup(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trs := make([]*trainer.Trainer, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		s, err := strategy.NewDDP(strategy.DDPConfig{Group: group[r]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := clsConfig(t)
+		cfg.StrategyImpl = s
+		if trs[r], err = trainer.New(cfg); err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = trs[r].Fit(context.Background(), fixedClassifier{}, clsLoader(t, all, 4), clsLoader(t, all, 5))
+			if err := trs[r].Teardown(context.Background()); err != nil && errs[r] == nil {
+				errs[r] = err
+			}
+		}()
+	}
+	wg.Wait()
+	for r := range 2 {
+		if errs[r] != nil {
+			t.Fatalf("rank %d: %v", r, errs[r])
+		}
+		checkCls(t, fmt.Sprintf("ddp rank %d train", r), trs[r].Metrics(), "train")
+		checkCls(t, fmt.Sprintf("ddp rank %d val", r), trs[r].Metrics(), "val")
+	}
+}
