@@ -75,9 +75,24 @@ func ReduceBy(r Reduce) LogOption { return func(s *LogSpec) { s.Reduce = r } }
 type Logged struct {
 	Name  string
 	Spec  LogSpec
-	Node  *G.Node // the scalar node logged
+	Node  *G.Node // the scalar node logged, or a count metric's count vector
 	Value G.Value // set by the read op at run time
-	read  *G.Node
+	// Counts is the metric that derives values from Node's counts, for a
+	// value logged with LogCounts; nil for a scalar.
+	Counts CountMetric
+	read   *G.Node
+}
+
+// CountMetric is a metric whose state is a vector of counts (correct and
+// total rows, a confusion matrix): the trainer sums the vectors over the
+// batches of an epoch and across every rank, and derives the values once,
+// from the summed counts. A mean of per-batch or per-rank values would be
+// wrong for precision, recall and F1 whenever batches or ranks hold
+// different numbers of each class.
+type CountMetric interface {
+	// Values puts into out the values derived from counts, keyed by name
+	// and its suffixes ("val" → "val_acc", "val_f1_class3").
+	Values(name string, counts []float64, out map[string]float64)
 }
 
 // Float reads the last value as float64.
@@ -239,6 +254,28 @@ func (s *Step) Log(name string, n *G.Node, opts ...LogOption) {
 	if !n.IsScalar() && n.Shape().TotalSize() != 1 {
 		panic(fmt.Errorf("Log(%q): the node has shape %v: log a scalar (reduce it first)", name, n.Shape()))
 	}
+	s.log(name, n, nil, opts)
+}
+
+// LogCounts records a count metric: counts is a vector node holding this
+// batch's counts (m's layout) and m derives the logged values from counts
+// summed over the epoch's batches and, always, across ranks (SyncDist is
+// implied: a metric is computed from the job's counts). On-step values, where
+// asked for, are derived from the batch's own counts. Defaults are Log's.
+func (s *Step) LogCounts(name string, counts *G.Node, m CountMetric, opts ...LogOption) {
+	if counts == nil {
+		panic(fmt.Errorf("LogCounts(%q): the counts node is nil", name))
+	}
+	if m == nil {
+		panic(fmt.Errorf("LogCounts(%q): the metric is nil", name))
+	}
+	if counts.Dims() != 1 {
+		panic(fmt.Errorf("LogCounts(%q): the counts node has shape %v: want a vector", name, counts.Shape()))
+	}
+	s.log(name, counts, m, append(opts, SyncDist()))
+}
+
+func (s *Step) log(name string, n *G.Node, m CountMetric, opts []LogOption) {
 	for _, l := range s.logs {
 		if l.Name == name {
 			panic(fmt.Errorf("Log(%q) is called twice in one step: use distinct names", name))
@@ -248,7 +285,10 @@ func (s *Step) Log(name string, n *G.Node, opts ...LogOption) {
 	for _, o := range opts {
 		o(&spec)
 	}
-	l := &Logged{Name: name, Spec: spec, Node: n}
+	if m != nil {
+		spec.Reduce = Sum
+	}
+	l := &Logged{Name: name, Spec: spec, Node: n, Counts: m}
 	l.read = G.Read(n, &l.Value)
 	s.logs = append(s.logs, l)
 }
@@ -297,4 +337,28 @@ type Metric struct {
 	Spec   LogSpec
 	Value  float64
 	Weight float64
+	// Counts is a count metric's counts for this batch (Derive says how to
+	// turn summed counts into values); nil for a scalar.
+	Counts []float64
+	Derive CountMetric
+}
+
+// Values calls f with each value m stands for: its Value under its Name for
+// a scalar, the values derived from its Counts (in name order) for a count
+// metric.
+func (m *Metric) Values(f func(name string, v float64)) {
+	if m.Derive == nil {
+		f(m.Name, m.Value)
+		return
+	}
+	out := map[string]float64{}
+	m.Derive.Values(m.Name, m.Counts, out)
+	names := make([]string, 0, len(out))
+	for k := range out {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		f(k, out[k])
+	}
 }

@@ -1,7 +1,9 @@
 // Package nn holds fulgur's layers: Linear, Conv2d, BatchNorm1d/2d,
 // MaxPool2d, AvgPool2d, GlobalAvgPool2d, Dropout, Flatten, ReLU, the ResNet
-// BasicBlock and a ResNet builder, and the CrossEntropy and Accuracy
-// functions. Each layer declares its parameters and buffers on a
+// BasicBlock and a ResNet builder; the losses CrossEntropy, MSELoss, L1Loss,
+// SmoothL1Loss, HuberLoss and BCEWithLogitsLoss; the Accuracy node and
+// ClassMetrics (accuracy, top-k, precision, recall, F1, confusion matrix,
+// computed from counts summed over batches and ranks). Each layer declares its parameters and buffers on a
 // module.Builder when it is made (PyTorch's names and initialisation) and
 // adds its ops to a graph in Forward, given the module.Step being built. The
 // ops themselves, with verified gradients, are in nn/ops; nn/gradcheck checks

@@ -54,6 +54,7 @@ type DP struct {
 	subs    []data.Batch
 	results []engine.Result
 	metrics []module.Metric
+	counts  [][]float64 // combined count metrics, per metric index
 	sync    *replicaSum // SyncBatchNorm across the replicas; nil for one
 }
 
@@ -258,6 +259,23 @@ func (d *DP) combine(n int) []module.Metric {
 	for k := range d.metrics {
 		m := &d.metrics[k]
 		if n == 1 {
+			continue
+		}
+		if m.Derive != nil {
+			// A count metric: the whole batch's counts are the replicas' sum.
+			if len(d.counts) <= k {
+				d.counts = append(d.counts, make([][]float64, k+1-len(d.counts))...)
+			}
+			c := append(d.counts[k][:0], m.Counts...)
+			w := m.Weight
+			for i := 1; i < n; i++ {
+				v := d.results[i].Metrics[k]
+				for j := range min(len(c), len(v.Counts)) {
+					c[j] += v.Counts[j]
+				}
+				w += v.Weight
+			}
+			d.counts[k], m.Counts, m.Weight = c, c, w
 			continue
 		}
 		sum, w := 0.0, 0.0

@@ -111,6 +111,8 @@ type ckptAgg struct {
 	Max      jfloat `json:"max"`
 	Min      jfloat `json:"min"`
 	N        int    `json:"n"`
+	// Counts is a count metric's summed counts (module.Step.LogCounts).
+	Counts []float64 `json:"counts,omitempty"`
 }
 
 type ckptOptimizer struct {
@@ -350,7 +352,7 @@ func (t *Trainer) encodeCheckpoint(ost *optim.State) ([]stTensor, map[string]str
 		}
 		ts.EpochAggs[name] = ckptAgg{
 			Reduce: int(a.spec.Reduce), OnStep: a.spec.OnStep, OnEpoch: a.spec.OnEpoch, ProgBar: a.spec.ProgBar, SyncDist: a.spec.SyncDist,
-			Sum: jfloat(a.sum), Weight: jfloat(a.weight), Max: jfloat(a.max), Min: jfloat(a.min), N: a.n,
+			Sum: jfloat(a.sum), Weight: jfloat(a.weight), Max: jfloat(a.max), Min: jfloat(a.min), N: a.n, Counts: a.counts,
 		}
 	}
 	if err := put(keyTrainer, ts); err != nil {
@@ -749,7 +751,7 @@ func (t *Trainer) apply(c *checkpoint) error {
 	for name, a := range ts.EpochAggs {
 		t.resumeAggs[name] = &agg{
 			spec: module.LogSpec{OnStep: a.OnStep, OnEpoch: a.OnEpoch, ProgBar: a.ProgBar, SyncDist: a.SyncDist, Reduce: module.Reduce(a.Reduce)},
-			sum:  float64(a.Sum), weight: float64(a.Weight), max: float64(a.Max), min: float64(a.Min), n: a.N,
+			sum:  float64(a.Sum), weight: float64(a.Weight), max: float64(a.Max), min: float64(a.Min), n: a.N, counts: a.Counts,
 		}
 	}
 	t.resumeBS = ts.TrainBatchSize

@@ -100,7 +100,7 @@ func (p *progress) barMetrics(step []module.Metric, metrics map[string]float64) 
 	var b strings.Builder
 	for _, m := range step {
 		if m.Spec.ProgBar && m.Spec.OnStep {
-			fmt.Fprintf(&b, " %s=%.4f", m.Name, m.Value)
+			m.Values(func(name string, v float64) { fmt.Fprintf(&b, " %s=%.4f", name, v) })
 		}
 	}
 	// Resource figures logged by callbacks.DeviceStatsMonitor.

@@ -419,6 +419,27 @@ type agg struct {
 	max    float64
 	min    float64
 	n      int
+	// A count metric's counts summed over batches, and what derives its
+	// values from them (nil after a resume until its next batch).
+	counts []float64
+	derive module.CountMetric
+}
+
+// addMetric adds one batch's logged value (or counts) to a.
+func (a *agg) addMetric(mt *module.Metric) {
+	if mt.Derive == nil {
+		a.add(mt.Value, mt.Weight)
+		return
+	}
+	a.derive = mt.Derive
+	if len(a.counts) < len(mt.Counts) {
+		a.counts = append(a.counts, make([]float64, len(mt.Counts)-len(a.counts))...)
+	}
+	for i, c := range mt.Counts {
+		a.counts[i] += c
+	}
+	a.n++
+	a.weight += mt.Weight
 }
 
 func (a *agg) add(v, w float64) {
@@ -567,10 +588,10 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 						a = &agg{spec: mt.Spec}
 						t.epochAgg[mt.Name] = a
 					}
-					a.add(mt.Value, mt.Weight)
+					a.addMetric(&mt)
 				}
 				if mt.Spec.OnStep {
-					t.state.Metrics[stepName(mt.Name, mt.Spec)] = mt.Value
+					mt.Values(func(name string, v float64) { t.state.Metrics[stepName(name, mt.Spec)] = v })
 				}
 			}
 			if last {
@@ -597,7 +618,7 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 				clear(stepLog)
 				for _, mt := range metrics {
 					if mt.Spec.OnStep {
-						stepLog[stepName(mt.Name, mt.Spec)] = mt.Value
+						mt.Values(func(name string, v float64) { stepLog[stepName(name, mt.Spec)] = v })
 					}
 				}
 				stepLog["epoch"] = float64(epoch)
@@ -712,7 +733,7 @@ func (t *Trainer) finishTrainEpoch(ctx context.Context, epoch int) error {
 	}
 	out := map[string]float64{}
 	for name, v := range vals {
-		n := epochName(name, t.epochAgg[name].spec)
+		n := name
 		t.state.Metrics[n] = v
 		out[n] = v
 	}
@@ -723,9 +744,10 @@ func (t *Trainer) finishTrainEpoch(ctx context.Context, epoch int) error {
 	return nil
 }
 
-// reduceAggs turns aggregates into values, reducing across ranks those
-// marked SyncDist (or all of them when all is true), in name order so every
-// rank issues the same collective.
+// reduceAggs turns aggregates into values keyed by their logged names
+// (epochName), reducing across ranks those marked SyncDist (or all of them
+// when all is true) and every count metric, in name order so every rank
+// issues the same collective.
 func (t *Trainer) reduceAggs(ctx context.Context, aggs map[string]*agg, all bool) (map[string]float64, error) {
 	names := sortedKeys(aggs)
 	var sums, weights []float64
@@ -733,6 +755,9 @@ func (t *Trainer) reduceAggs(ctx context.Context, aggs map[string]*agg, all bool
 	var synced []string
 	for _, n := range names {
 		a := aggs[n]
+		if a.derive != nil || a.counts != nil {
+			continue // count metrics go after the scalars, below
+		}
 		if all || a.spec.SyncDist {
 			synced = append(synced, n)
 			switch a.spec.Reduce {
@@ -747,11 +772,27 @@ func (t *Trainer) reduceAggs(ctx context.Context, aggs map[string]*agg, all bool
 			ops = append(ops, a.spec.Reduce)
 		}
 	}
+	// Count metrics are always summed across ranks, element by element, and
+	// their values derived once from the job's counts.
+	var counted []string
+	nScalar := len(sums)
+	for _, n := range names {
+		if a := aggs[n]; a.derive != nil || a.counts != nil {
+			counted = append(counted, n)
+			sums = append(sums, a.counts...)
+			for range a.counts {
+				weights = append(weights, 0)
+				ops = append(ops, module.Sum)
+			}
+		}
+	}
 	out := make(map[string]float64, len(names))
 	for _, n := range names {
-		out[n] = aggs[n].value()
+		if a := aggs[n]; a.derive == nil && a.counts == nil {
+			out[epochName(n, a.spec)] = a.value()
+		}
 	}
-	if len(synced) > 0 && t.strat.WorldSize() > 1 {
+	if len(sums) > 0 && t.strat.WorldSize() > 1 {
 		if err := t.strat.Reduce(ctx, sums, weights, ops); err != nil {
 			return nil, fmt.Errorf("reduce metrics %v across ranks: %w", synced, err)
 		}
@@ -759,11 +800,25 @@ func (t *Trainer) reduceAggs(ctx context.Context, aggs map[string]*agg, all bool
 			switch ops[i] {
 			case module.Mean:
 				if weights[i] > 0 {
-					out[n] = sums[i] / weights[i]
+					out[epochName(n, aggs[n].spec)] = sums[i] / weights[i]
 				}
 			default:
-				out[n] = sums[i]
+				out[epochName(n, aggs[n].spec)] = sums[i]
 			}
+		}
+	}
+	off := nScalar
+	for _, n := range counted {
+		a := aggs[n]
+		c := sums[off : off+len(a.counts)]
+		off += len(a.counts)
+		if a.derive == nil {
+			continue // resumed with no batch since: nothing to derive with
+		}
+		vals := map[string]float64{}
+		a.derive.Values(n, c, vals)
+		for k, v := range vals {
+			out[epochName(k, a.spec)] = v
 		}
 	}
 	return out, nil
@@ -794,7 +849,7 @@ func (t *Trainer) evalLoop(ctx context.Context, mode module.Mode, l *data.Loader
 				a = &agg{spec: mt.Spec}
 				aggs[mt.Name] = a
 			}
-			a.add(mt.Value, mt.Weight)
+			a.addMetric(&mt)
 		}
 	}
 	if err := it.Err(); err != nil {
@@ -817,7 +872,7 @@ func (t *Trainer) validationLoop(ctx context.Context, m module.Module, val *data
 	}
 	out := map[string]float64{}
 	for name, v := range vals {
-		n := epochName(name, aggs[name].spec)
+		n := name
 		t.state.Metrics[n] = v
 		out[n] = v
 	}
@@ -913,7 +968,7 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 	}
 	out := map[string]float64{}
 	for name, v := range vals {
-		n := epochName(name, aggs[name].spec)
+		n := name
 		out[n] = v
 		t.state.Metrics[n] = v
 	}

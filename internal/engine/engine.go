@@ -172,6 +172,11 @@ func (e *Engine) Run(ctx context.Context, mode module.Mode, b *data.Batch, accum
 		e.gatherGrads(c, accumulate, scale)
 	}
 	for i, l := range c.step.Logs() {
+		if l.Counts != nil {
+			c.metrics[i].Counts = countsOf(c.metrics[i].Counts, c.valueOf(l.Node, l.Value))
+			c.metrics[i].Weight = float64(realRows(b))
+			continue
+		}
 		c.metrics[i].Value = scalar(c.valueOf(l.Node, l.Value))
 		c.metrics[i].Weight = float64(realRows(b))
 	}
@@ -230,6 +235,24 @@ func scalar(v G.Value) float64 {
 		}
 	}
 	return math.NaN()
+}
+
+// countsOf copies a count vector's elements into buf (reused) as float64.
+func countsOf(buf []float64, v G.Value) []float64 {
+	d, ok := v.(*tensor.Dense)
+	if !ok {
+		return buf[:0]
+	}
+	buf = buf[:0]
+	switch d.Dtype() {
+	case tensor.Float32:
+		for _, x := range d.Float32s() {
+			buf = append(buf, float64(x))
+		}
+	case tensor.Float64:
+		buf = append(buf, d.Float64s()...)
+	}
+	return buf
 }
 
 // valueOf is n's value after a run: from the executor's table, or the value
@@ -504,7 +527,7 @@ func (e *Engine) compile(mode module.Mode, batch int) (c *compiled, err error) {
 		G.Read(out, &c.outVal)
 	}
 	for _, l := range s.Logs() {
-		c.metrics = append(c.metrics, module.Metric{Name: l.Name, Spec: l.Spec})
+		c.metrics = append(c.metrics, module.Metric{Name: l.Name, Spec: l.Spec, Derive: l.Counts})
 	}
 	if e.Tape {
 		c.vm = G.NewTapeMachine(c.g)
