@@ -437,3 +437,69 @@ func TestPyTorchInterchange(t *testing.T) {
 		}
 	}
 }
+
+// PyTorch state dicts may hold half, bfloat16 and integer tensors, and
+// 0-dimensional scalars where fulgur keeps [1]: each converts to the
+// store's dtype.
+func TestLoadWeightsDtypes(t *testing.T) {
+	hdr := `{"w":{"dtype":"F16","shape":[3],"data_offsets":[0,6]},` +
+		`"b":{"dtype":"BF16","shape":[1],"data_offsets":[6,8]},` +
+		`"n":{"dtype":"I64","shape":[],"data_offsets":[8,16]}}`
+	var b []byte
+	b = binary.LittleEndian.AppendUint64(b, uint64(len(hdr)))
+	b = append(b, hdr...)
+	for _, h := range []uint16{0x3e00, 0xc000, 0x0001} { // 1.5, -2, 2^-24
+		b = binary.LittleEndian.AppendUint16(b, h)
+	}
+	b = binary.LittleEndian.AppendUint16(b, 0x4040) // 3.0
+	b = binary.LittleEndian.AppendUint64(b, 7)
+	path := filepath.Join(t.TempDir(), "torch.safetensors")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st, err := module.NewStore([]module.Spec{{Name: "w", Shape: []int{3}}, {Name: "b", Shape: []int{1}}, {Name: "n", Shape: []int{1}, Buffer: true}}, tensor.Float64, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := infer.LoadWeights(path, st); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := st.Data64(), []float64{1.5, -2, math.Ldexp(1, -24), 3, 7}; !sameValues(got, want) {
+		t.Errorf("loaded %v, want %v", got, want)
+	}
+}
+
+// A cut or foreign file is an error that says so, never a panic.
+func TestLoadWeightsTruncated(t *testing.T) {
+	m, err := infer.New(&tinyMLP{}, infer.Config{Inputs: []data.Field{xField}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	full := filepath.Join(dir, "w.safetensors")
+	if err := infer.SaveStateDict(full, m.Store()); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		data []byte
+		want string
+	}{
+		{"short", b[:5], "shorter than the 8-byte header length"},
+		{"cut header", b[:40], "it is truncated, corrupt, or not safetensors"},
+		{"cut data", b[:len(b)-4], "the file is truncated or corrupt"},
+		{"text", []byte("this is not a weights file at all"), "not safetensors"},
+	} {
+		p := filepath.Join(dir, c.name)
+		if err := os.WriteFile(p, c.data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := infer.LoadWeights(p, m.Store()); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error containing %q", c.name, err, c.want)
+		}
+	}
+}
