@@ -49,9 +49,13 @@ func TestLinear(t *testing.T) {
 		if got := m.b.Layers(); len(got) != 2 || got[0] != (module.LayerInfo{Name: "fc1", Type: "Linear", Params: 24}) || got[1].Name != "head.fc" || got[1].Params != 12 {
 			t.Fatalf("layers %+v", got)
 		}
+		// The gradient check below was tuned (clear of ReLU kinks) on the
+		// weights drawn for the old [in, out] layout: keep that function.
+		transposeParam(t, m.store, "fc1.weight", 5, 4)
+		transposeParam(t, m.store, "head.fc.weight", 4, 3)
 		forward := func(s *module.Step, x *G.Node) *G.Node { return fc2.Forward(s, fc1.Forward(s, x)) }
 		x := randT(dt, 1, -1, 1, 3, 5)
-		// By hand: relu(x·W1 + b1)·W2.
+		// By hand: relu(x·W1ᵀ + b1)·W2ᵀ, W [out, in] as in PyTorch.
 		w1, b1, w2, xv := storeVals(t, m.store, "fc1.weight"), storeVals(t, m.store, "fc1.bias"), storeVals(t, m.store, "head.fc.weight"), vals(x)
 		var want []float64
 		for r := 0; r < 3; r++ {
@@ -59,14 +63,14 @@ func TestLinear(t *testing.T) {
 			for j := range h {
 				h[j] = b1[j]
 				for k := 0; k < 5; k++ {
-					h[j] += xv[r*5+k] * w1[k*4+j]
+					h[j] += xv[r*5+k] * w1[j*5+k]
 				}
 				h[j] = math.Max(h[j], 0)
 			}
 			for j := 0; j < 3; j++ {
 				s := 0.0
 				for k := 0; k < 4; k++ {
-					s += h[k] * w2[k*3+j]
+					s += h[k] * w2[j*4+k]
 				}
 				want = append(want, s)
 			}
@@ -74,6 +78,31 @@ func TestLinear(t *testing.T) {
 		closeTo(t, "output", m.run(t, module.Train, x, forward), want, 1e-5)
 		m.gradcheckLayer(t, "Linear/"+dt.String(), module.Train, x, false, forward)
 	}
+}
+
+// transposeParam rewrites a [cols, rows] parameter with its values read as
+// [rows, cols] and transposed.
+func transposeParam(t *testing.T, st *module.Store, name string, rows, cols int) {
+	t.Helper()
+	v := storeVals(t, st, name)
+	d, err := st.Tensor(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := 0; r < rows; r++ {
+		for c := 0; c < cols; c++ {
+			if err := d.SetAt(cast(d.Dtype(), v[r*cols+c]), c, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+func cast(dt tensor.Dtype, v float64) any {
+	if dt == tensor.Float32 {
+		return float32(v)
+	}
+	return v
 }
 
 func TestLinearInputGrad(t *testing.T) {

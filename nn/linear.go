@@ -9,8 +9,8 @@ import (
 	"github.com/fulgur-ml/fulgur/nn/ops"
 )
 
-// Linear is y = x·W + b with W of shape [in, out] (the transpose of
-// PyTorch's layout, so the forward is one plain matrix multiply), optionally
+// Linear is y = x·Wᵀ + b with W of shape [out, in], PyTorch's nn.Linear
+// layout (so state dicts move between the two as they are), optionally
 // followed by a fused ReLU.
 type Linear struct {
 	Name    string // full name, as in "fc1"
@@ -35,7 +35,7 @@ func LinearReLU() LinearOption { return func(l *Linear) { l.relu = true } }
 // needs no input gradient for training).
 func LinearInputGrad() LinearOption { return func(l *Linear) { l.forceDx = true } }
 
-// NewLinear declares "name.weight" [in, out] and "name.bias" [out], both
+// NewLinear declares "name.weight" [out, in] and "name.bias" [out], both
 // drawn from U(±1/√in) as PyTorch's nn.Linear does.
 func NewLinear(b *module.Builder, name string, in, out int, opts ...LinearOption) *Linear {
 	sb := b.Scope(name)
@@ -47,7 +47,7 @@ func NewLinear(b *module.Builder, name string, in, out int, opts ...LinearOption
 		b.Errorf("nn.Linear %q has in=%d, out=%d: both must be 1 or more", l.Name, in, out)
 		return l
 	}
-	l.Weight = sb.Param("weight", []int{in, out}, module.KaimingUniform(in))
+	l.Weight = sb.Param("weight", []int{out, in}, module.KaimingUniform(in))
 	n := in * out
 	if l.Bias != "" {
 		bound := 1 / math.Sqrt(float64(in))

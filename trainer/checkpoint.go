@@ -50,8 +50,12 @@ import (
 const CheckpointFormat = "fulgur-checkpoint"
 
 // CheckpointVersion is the format version this package writes and the
-// newest it reads.
-const CheckpointVersion = 1
+// newest it reads. Version 2 stores Linear weights [out, in] (PyTorch's
+// layout); version 1 stored them [in, out]. A version-1 file does not say
+// which of its 2-D tensors are Linear weights (a square one has the same
+// shape either way), so its 2-D tensors are refused with an error rather
+// than guessed at, and fulgur before version 2 refuses version-2 files.
+const CheckpointVersion = 2
 
 const (
 	optTensorPrefix = "optimizer/"
@@ -774,6 +778,8 @@ func checkWeights(c *checkpoint, st *module.Store) error {
 			errs = append(errs, fmt.Errorf("tensor %q is %s in the checkpoint but the model computes in %s: set Precision to %q to match the checkpoint", e.Name, tn.Dtype, dt, map[string]string{"F32": "32", "F64": "64"}[tn.Dtype]))
 		case !sameShape(tn.Shape, e.Shape):
 			errs = append(errs, fmt.Errorf("tensor %q has shape %v in the checkpoint but %v in the model", e.Name, tn.Shape, e.Shape))
+		case c.version < 2 && len(e.Shape) == 2:
+			errs = append(errs, fmt.Errorf("tensor %q %v: the checkpoint is format_version %d, which stored Linear weights [in, out]; fulgur now stores them [out, in] as PyTorch does, and the file cannot say which 2-D tensors are Linear weights: train again, or transpose the Linear weights with the fulgur that wrote the file", e.Name, tn.Shape, c.version))
 		}
 	}
 	for _, name := range c.order {

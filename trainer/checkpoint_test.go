@@ -338,7 +338,7 @@ func TestCheckpointIsSafetensors(t *testing.T) {
 					t.Errorf("%s has %d values, want %d", k, len(vals[k]), st.NumParams())
 				}
 			}
-			if meta["format"] != trainer.CheckpointFormat || meta["format_version"] != "1" {
+			if meta["format"] != trainer.CheckpointFormat || meta["format_version"] != "2" {
 				t.Errorf("metadata = %v", meta)
 			}
 			var ts map[string]any

@@ -54,11 +54,11 @@ func matchesGonum(t *testing.T, o *blas.Native) {
 		m, n, k int
 		beta    float64
 	}{
-		{"fc1 forward", false, false, 64, 256, 784, 1},
-		{"fc3 forward", false, false, 64, 10, 128, 1},
-		{"fc2 grad input", false, true, 64, 256, 128, 0},
-		{"fc1 grad weight", true, false, 784, 256, 64, 0},
-		{"fc3 grad weight", true, false, 128, 10, 64, 0},
+		{"fc1 forward", false, true, 64, 256, 784, 1},
+		{"fc3 forward", false, true, 64, 10, 128, 1},
+		{"fc2 grad input", false, false, 64, 256, 128, 0},
+		{"fc1 grad weight", true, false, 256, 784, 64, 0},
+		{"fc3 grad weight", true, false, 10, 128, 64, 0},
 	}
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, c := range cases {

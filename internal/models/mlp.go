@@ -34,7 +34,7 @@ func (m *MLP) Configure(b *module.Builder) error {
 	}
 	for i := 0; i+1 < len(sz); i++ {
 		l := b.Scope(fmt.Sprintf("fc%d", i+1))
-		l.Param("weight", []int{sz[i], sz[i+1]}, module.KaimingUniform(sz[i]))
+		l.Param("weight", []int{sz[i+1], sz[i]}, module.KaimingUniform(sz[i]))
 		l.Param("bias", []int{sz[i+1]}, module.KaimingUniform(sz[i]))
 		l.Layer("Linear", sz[i]*sz[i+1]+sz[i+1])
 	}

@@ -70,9 +70,9 @@ func TestBuffersAcrossRuns(t *testing.T) {
 		}
 		m := G.NewTapeMachine(g)
 		for i, c := range []struct{ x, y, dw []float64 }{
-			{[]float64{1, -1, 2, -2}, []float64{1, 0, 2, 0}, []float64{3, 0, -3, 0}},
-			{[]float64{-1, 3, -2, 1}, []float64{0, 3, 0, 1}, []float64{0, -3, 0, 4}},
-			{[]float64{1, -1, 2, -2}, []float64{1, 0, 2, 0}, []float64{3, 0, -3, 0}},
+			{[]float64{1, -1, 2, -2}, []float64{1, 0, 2, 0}, []float64{3, -3, 0, 0}},
+			{[]float64{-1, 3, -2, 1}, []float64{0, 3, 0, 1}, []float64{0, 0, -3, 4}},
+			{[]float64{1, -1, 2, -2}, []float64{1, 0, 2, 0}, []float64{3, -3, 0, 0}},
 		} {
 			setAll(xt, func(j int) float64 { return c.x[j] })
 			if err := m.RunAll(); err != nil {

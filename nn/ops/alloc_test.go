@@ -30,9 +30,9 @@ func smallNet(t *testing.T, dt tensor.Dtype) (*G.ExprGraph, *G.Node) {
 	bet := node(g, randT(dt, 5, -0.5, 0.5, 4), "beta")
 	st := newBNState(dt, 4)
 	w2 := node(g, randT(dt, 6, -0.5, 0.5, 4, 4, 1, 1), "w2")
-	wl := node(g, randT(dt, 7, -0.5, 0.5, 4, 3), "wl")
+	wl := node(g, randT(dt, 7, -0.5, 0.5, 3, 4), "wl")
 	bl := node(g, randT(dt, 8, -0.5, 0.5, 3), "bl")
-	wg := node(g, randT(dt, 9, -0.5, 0.5, 4, 3), "wg")
+	wg := node(g, randT(dt, 9, -0.5, 0.5, 3, 4), "wg")
 	labels := node(g, labelsT(dt, 10, 4, 3), "labels")
 
 	h := must(Conv2d(x, w1, b1, Conv2dOpts{Padding: [2]int{1, 1}, NoInputGrad: true}))

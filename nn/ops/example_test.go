@@ -17,8 +17,8 @@ func Example() {
 	g := G.NewGraph()
 	x := G.NewMatrix(g, tensor.Float64, G.WithShape(2, 3), G.WithName("x"),
 		G.WithValue(tensor.New(tensor.WithShape(2, 3), tensor.WithBacking([]float64{1, 0, -1, 0, 2, 1}))))
-	w := G.NewMatrix(g, tensor.Float64, G.WithShape(3, 2), G.WithName("w"),
-		G.WithValue(tensor.New(tensor.WithShape(3, 2), tensor.WithBacking([]float64{0.5, -0.5, 0.25, 0, 0, 0.5}))))
+	w := G.NewMatrix(g, tensor.Float64, G.WithShape(2, 3), G.WithName("w"), // [out, in]
+		G.WithValue(tensor.New(tensor.WithShape(2, 3), tensor.WithBacking([]float64{0.5, 0.25, 0, -0.5, 0, 0.5}))))
 	labels := G.NewVector(g, tensor.Float64, G.WithShape(2), G.WithName("labels"),
 		G.WithValue(tensor.New(tensor.WithShape(2), tensor.WithBacking([]float64{0, 1}))))
 
@@ -41,5 +41,5 @@ func Example() {
 	fmt.Printf("dw %.4f\n", grads[0].Value().Data())
 	// Output:
 	// loss 0.4473 accuracy 0.5
-	// dw [-0.0912 0.0912 0.5000 -0.5000 0.3412 -0.3412]
+	// dw [-0.0912 0.5000 0.3412 0.0912 -0.5000 -0.3412]
 }

@@ -18,9 +18,10 @@ type LinearOpts struct {
 	NoInputGrad bool
 }
 
-// Linear is x·w + b (optionally followed by ReLU) as one op and one matrix
-// multiply: x is [batch, in], w is [in, out], b is [out] or nil; the result
-// is [batch, out].
+// Linear is x·wᵀ + b (optionally followed by ReLU) as one op and one matrix
+// multiply: x is [batch, in], w is [out, in] (PyTorch's nn.Linear layout, so
+// weights move to and from PyTorch as they are), b is [out] or nil; the
+// result is [batch, out].
 func Linear(x, w, b *G.Node, o LinearOpts) (*G.Node, error) {
 	if err := checkFloat("Linear input", x); err != nil {
 		return nil, err
@@ -33,18 +34,18 @@ func Linear(x, w, b *G.Node, o LinearOpts) (*G.Node, error) {
 	}
 	xs, ws := x.Shape(), w.Shape()
 	if len(ws) != 2 {
-		return nil, fmt.Errorf("Linear weight has shape %v: want [in, out]", ws)
+		return nil, fmt.Errorf("Linear weight has shape %v: want [out, in]", ws)
 	}
-	if len(xs) != 2 || xs[1] != ws[0] {
-		return nil, fmt.Errorf("Linear input has shape %v, want [batch, %d] to match weight %v", xs, ws[0], ws)
+	if len(xs) != 2 || xs[1] != ws[1] {
+		return nil, fmt.Errorf("Linear input has shape %v, want [batch, %d] to match weight %v ([out, in])", xs, ws[1], ws)
 	}
 	children := []*G.Node{x, w}
 	if b != nil {
 		if err := sameDtype("Linear bias", x, b); err != nil {
 			return nil, err
 		}
-		if bs := b.Shape(); len(bs) != 1 || bs[0] != ws[1] {
-			return nil, fmt.Errorf("Linear bias has shape %v, want [%d] to match weight %v", bs, ws[1], ws)
+		if bs := b.Shape(); len(bs) != 1 || bs[0] != ws[0] {
+			return nil, fmt.Errorf("Linear bias has shape %v, want [%d] to match weight %v ([out, in])", bs, ws[0], ws)
 		}
 		children = append(children, b)
 	}
@@ -74,7 +75,7 @@ func (op *linearOp) Type() hm.Type {
 }
 
 func (op *linearOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
-	return tensor.Shape{shapeOf(in[0])[0], shapeOf(in[1])[1]}, nil
+	return tensor.Shape{shapeOf(in[0])[0], shapeOf(in[1])[0]}, nil
 }
 
 func (op *linearOp) DiffWRT(int) []bool {
@@ -90,7 +91,7 @@ func (op *linearOp) Do(v ...G.Value) (G.Value, error) {
 	if !ok {
 		return nil, fmt.Errorf("%v: weight is a %T", op, v[1])
 	}
-	in, outN := w.Shape()[0], w.Shape()[1]
+	outN, in := w.Shape()[0], w.Shape()[1]
 	dt := w.Dtype()
 	x, err := dense(op, "input", v[0], dt, nil)
 	if err != nil {
@@ -125,7 +126,7 @@ func linearFwd[T float](x, w, b, y *tensor.Dense, batch, in, out int, relu bool)
 		}
 		beta = 1
 	}
-	gemm(false, false, batch, out, in, 1, data[T](x), in, data[T](w), out, beta, yd, out)
+	gemm(false, true, batch, out, in, 1, data[T](x), in, data[T](w), in, beta, yd, out)
 	if relu {
 		reluInPlace(yd)
 	}
@@ -156,7 +157,7 @@ func (op *linearOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, erro
 	return res, nil
 }
 
-// linearGradInputOp is dz·wᵀ: (dz [B,out], w [in,out]) → [B,in].
+// linearGradInputOp is dz·w: (dz [B,out], w [out,in]) → [B,in].
 type linearGradInputOp struct {
 	base
 	noDiff
@@ -167,12 +168,12 @@ func (op *linearGradInputOp) Arity() int         { return 2 }
 func (op *linearGradInputOp) Type() hm.Type      { return fnType(2, 2, 2) }
 func (op *linearGradInputOp) DiffWRT(int) []bool { return []bool{false, false} }
 func (op *linearGradInputOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
-	return tensor.Shape{shapeOf(in[0])[0], shapeOf(in[1])[0]}, nil
+	return tensor.Shape{shapeOf(in[0])[0], shapeOf(in[1])[1]}, nil
 }
 
 func (op *linearGradInputOp) Do(v ...G.Value) (G.Value, error) {
 	w := v[1].(*tensor.Dense)
-	in, out := w.Shape()[0], w.Shape()[1]
+	out, in := w.Shape()[0], w.Shape()[1]
 	dz, err := dense(op, "output gradient", v[0], w.Dtype(), nil)
 	if err != nil {
 		return nil, err
@@ -180,14 +181,14 @@ func (op *linearGradInputOp) Do(v ...G.Value) (G.Value, error) {
 	batch := dz.Shape()[0]
 	dx := op.out.get(w.Dtype(), tensor.Shape{batch, in})
 	if w.Dtype() == tensor.Float32 {
-		gemm(false, true, batch, in, out, 1, data[float32](dz), out, data[float32](w), out, 0, data[float32](dx), in)
+		gemm(false, false, batch, in, out, 1, data[float32](dz), out, data[float32](w), in, 0, data[float32](dx), in)
 	} else {
-		gemm(false, true, batch, in, out, 1, data[float64](dz), out, data[float64](w), out, 0, data[float64](dx), in)
+		gemm(false, false, batch, in, out, 1, data[float64](dz), out, data[float64](w), in, 0, data[float64](dx), in)
 	}
 	return dx, nil
 }
 
-// linearGradWeightOp is xᵀ·dz: (x [B,in], dz [B,out]) → [in,out].
+// linearGradWeightOp is dzᵀ·x: (x [B,in], dz [B,out]) → [out,in].
 type linearGradWeightOp struct {
 	base
 	noDiff
@@ -198,7 +199,7 @@ func (op *linearGradWeightOp) Arity() int         { return 2 }
 func (op *linearGradWeightOp) Type() hm.Type      { return fnType(2, 2, 2) }
 func (op *linearGradWeightOp) DiffWRT(int) []bool { return []bool{false, false} }
 func (op *linearGradWeightOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
-	return tensor.Shape{shapeOf(in[0])[1], shapeOf(in[1])[1]}, nil
+	return tensor.Shape{shapeOf(in[1])[1], shapeOf(in[0])[1]}, nil
 }
 
 func (op *linearGradWeightOp) Do(v ...G.Value) (G.Value, error) {
@@ -213,11 +214,11 @@ func (op *linearGradWeightOp) Do(v ...G.Value) (G.Value, error) {
 		return nil, err
 	}
 	out := dz.Shape()[1]
-	dw := op.out.get(dt, tensor.Shape{in, out})
+	dw := op.out.get(dt, tensor.Shape{out, in})
 	if dt == tensor.Float32 {
-		gemm(true, false, in, out, batch, 1, data[float32](x), in, data[float32](dz), out, 0, data[float32](dw), out)
+		gemm(true, false, out, in, batch, 1, data[float32](dz), out, data[float32](x), in, 0, data[float32](dw), in)
 	} else {
-		gemm(true, false, in, out, batch, 1, data[float64](x), in, data[float64](dz), out, 0, data[float64](dw), out)
+		gemm(true, false, out, in, batch, 1, data[float64](dz), out, data[float64](x), in, 0, data[float64](dw), in)
 	}
 	return dw, nil
 }

@@ -19,7 +19,7 @@ func linearRef(x, w, b []float64, batch, in, out int, relu bool) []float64 {
 				s = b[j]
 			}
 			for k := 0; k < in; k++ {
-				s += x[r*in+k] * w[k*out+j]
+				s += x[r*in+k] * w[j*in+k]
 			}
 			if relu && s < 0 {
 				s = 0
@@ -30,6 +30,25 @@ func linearRef(x, w, b []float64, batch, in, out int, relu bool) []float64 {
 	return y
 }
 
+// weightT is a Linear weight [out, in] holding the transpose of randT's
+// [in, out] draw: the same function of the inputs the gradient checks were
+// tuned on (clear of ReLU kinks) before weights moved to PyTorch's layout.
+func weightT(dt tensor.Dtype, seed uint64, in, out int) *tensor.Dense {
+	src := vals(randT(dt, seed, -1, 1, in, out))
+	return fromF64(dt, transpose(src, in, out), out, in)
+}
+
+// transpose turns a row-major [rows, cols] matrix into [cols, rows].
+func transpose(v []float64, rows, cols int) []float64 {
+	out := make([]float64, len(v))
+	for r := 0; r < rows; r++ {
+		for c := 0; c < cols; c++ {
+			out[c*rows+r] = v[r*cols+c]
+		}
+	}
+	return out
+}
+
 func TestLinearForward(t *testing.T) {
 	for _, dt := range dtypes {
 		for _, c := range []struct {
@@ -38,7 +57,7 @@ func TestLinearForward(t *testing.T) {
 		}{{1, 1, 1, true, false}, {3, 5, 7, true, true}, {4, 9, 2, false, false}, {2, 3, 4, false, true}} {
 			t.Run(fmt.Sprintf("%v/%+v", dt, c), func(t *testing.T) {
 				x := randT(dt, 1, -1, 1, c.batch, c.in)
-				w := randT(dt, 2, -1, 1, c.in, c.out)
+				w := randT(dt, 2, -1, 1, c.out, c.in)
 				b := randT(dt, 3, -1, 1, c.out)
 				var bv []float64
 				ins := []*tensor.Dense{x, w}
@@ -66,7 +85,7 @@ func TestLinearGrad(t *testing.T) {
 			bias, relu     bool
 		}{{1, 1, 1, true, false}, {3, 5, 7, true, true}, {4, 9, 2, false, false}, {1, 6, 3, true, true}} {
 			t.Run(fmt.Sprintf("%v/%+v", dt, c), func(t *testing.T) {
-				ins := []*tensor.Dense{randT(dt, 1, -1, 1, c.batch, c.in), randT(dt, 2, -1, 1, c.in, c.out)}
+				ins := []*tensor.Dense{randT(dt, 1, -1, 1, c.batch, c.in), weightT(dt, 2, c.in, c.out)}
 				if c.bias {
 					ins = append(ins, randT(dt, 3, -1, 1, c.out))
 				}
@@ -87,7 +106,7 @@ func TestLinearGrad(t *testing.T) {
 // wasted multiply) while the weight and bias gradients stay right.
 func TestLinearNoInputGrad(t *testing.T) {
 	for _, dt := range dtypes {
-		ins := []*tensor.Dense{randT(dt, 1, -1, 1, 3, 4), randT(dt, 2, -1, 1, 4, 5), randT(dt, 3, -1, 1, 5)}
+		ins := []*tensor.Dense{randT(dt, 1, -1, 1, 3, 4), weightT(dt, 2, 4, 5), randT(dt, 3, -1, 1, 5)}
 		check(t, gradcheck.Case{Name: "Linear/NoInputGrad", Inputs: ins, NoGrad: []int{0}, Seed: 5,
 			Build: func(g *G.ExprGraph, in []*G.Node) (*G.Node, error) {
 				return Linear(in[0], in[1], in[2], LinearOpts{ReLU: true, NoInputGrad: true})
@@ -114,14 +133,14 @@ func TestLinearNoInputGrad(t *testing.T) {
 func TestLinearShapeErrors(t *testing.T) {
 	g := G.NewGraph()
 	x := G.NewMatrix(g, tensor.Float32, G.WithShape(2, 3), G.WithName("x"))
-	w := G.NewMatrix(g, tensor.Float32, G.WithShape(4, 5), G.WithName("w"))
+	w := G.NewMatrix(g, tensor.Float32, G.WithShape(5, 4), G.WithName("w"))
 	b := G.NewVector(g, tensor.Float32, G.WithShape(4), G.WithName("b"))
-	w64 := G.NewMatrix(g, tensor.Float64, G.WithShape(3, 5), G.WithName("w64"))
-	if _, err := Linear(x, w, nil, LinearOpts{}); err == nil || err.Error() != "Linear input has shape (2, 3), want [batch, 4] to match weight (4, 5)" {
+	w64 := G.NewMatrix(g, tensor.Float64, G.WithShape(5, 3), G.WithName("w64"))
+	if _, err := Linear(x, w, nil, LinearOpts{}); err == nil || err.Error() != "Linear input has shape (2, 3), want [batch, 4] to match weight (5, 4) ([out, in])" {
 		t.Errorf("input/weight mismatch: %v", err)
 	}
-	w2 := G.NewMatrix(g, tensor.Float32, G.WithShape(3, 5), G.WithName("w2"))
-	if _, err := Linear(x, w2, b, LinearOpts{}); err == nil || err.Error() != "Linear bias has shape (4), want [5] to match weight (3, 5)" {
+	w2 := G.NewMatrix(g, tensor.Float32, G.WithShape(5, 3), G.WithName("w2"))
+	if _, err := Linear(x, w2, b, LinearOpts{}); err == nil || err.Error() != "Linear bias has shape (4), want [5] to match weight (5, 3) ([out, in])" {
 		t.Errorf("bias mismatch: %v", err)
 	}
 	if _, err := Linear(x, w64, nil, LinearOpts{}); err == nil {

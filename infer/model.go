@@ -1,0 +1,157 @@
+package infer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"gorgonia.org/tensor"
+
+	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/internal/engine"
+	"github.com/fulgur-ml/fulgur/module"
+)
+
+// Config says how to build a Model. Zero values are documented per field.
+type Config struct {
+	// Inputs are the batch fields the module's PredictStep reads, with the
+	// shape of one example, as a Dataset's Fields give them
+	// ({Name: "x", Shape: []int{1, 28, 28}}). Required.
+	Inputs []data.Field
+	// Weights is the file to load: a fulgur checkpoint or a safetensors
+	// state dict (SaveStateDict's, or PyTorch's). "" keeps the initial
+	// weights drawn from Seed.
+	Weights string
+	// Precision is "32" (float32, the default) or "64" (float64), as in
+	// trainer.Config; it must match a checkpoint's.
+	Precision string
+	// Seed draws the initial weights (what Weights then replaces).
+	Seed uint64
+}
+
+// Validate fills defaults and reports every problem at once.
+func (c *Config) Validate() error {
+	var errs []error
+	if len(c.Inputs) == 0 {
+		errs = append(errs, errors.New("Inputs is empty: name the batch fields PredictStep reads, e.g. {Name: \"x\", Shape: []int{1, 28, 28}}"))
+	}
+	seen := map[string]bool{}
+	for i, f := range c.Inputs {
+		if f.Name == "" || seen[f.Name] {
+			errs = append(errs, fmt.Errorf("Inputs[%d] has name %q: give every field a distinct, non-empty name", i, f.Name))
+		}
+		seen[f.Name] = true
+		for _, d := range f.Shape {
+			if d < 1 {
+				errs = append(errs, fmt.Errorf("Inputs[%d] (%q) has shape %v: every dimension must be 1 or more", i, f.Name, f.Shape))
+				break
+			}
+		}
+	}
+	switch c.Precision {
+	case "":
+		c.Precision = "32"
+	case "32", "64":
+	default:
+		errs = append(errs, fmt.Errorf("Precision is %q: use \"32\" or \"64\"", c.Precision))
+	}
+	return errors.Join(errs...)
+}
+
+// Model is a module with its weights, ready to predict batches in eval
+// mode (BatchNorm uses its running statistics, Dropout is off). A Model is
+// not safe for concurrent use.
+type Model struct {
+	mod    module.Module
+	store  *module.Store
+	fields []data.Field
+	eng    *engine.Engine
+}
+
+// New configures m, loads cfg.Weights into it and returns a Model that
+// runs m's PredictStep.
+func New(m module.Module, cfg Config) (*Model, error) {
+	if m == nil {
+		return nil, errors.New("infer.New: the module is nil")
+	}
+	if _, ok := m.(module.Predictor); !ok {
+		return nil, fmt.Errorf("infer.New: %T has no PredictStep: implement module.Predictor, returning the output node", m)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("infer.New: %w", err)
+	}
+	dt := tensor.Float32
+	if cfg.Precision == "64" {
+		dt = tensor.Float64
+	}
+	b := module.NewBuilder(dt)
+	if err := m.Configure(b); err != nil {
+		return nil, fmt.Errorf("infer.New: Configure: %w", err)
+	}
+	specs, err := b.Specs()
+	if err != nil {
+		return nil, fmt.Errorf("infer.New: Configure: %w", err)
+	}
+	store, err := module.NewStore(specs, dt, cfg.Seed)
+	if err != nil {
+		return nil, fmt.Errorf("infer.New: %w", err)
+	}
+	if cfg.Weights != "" {
+		if err := LoadWeights(cfg.Weights, store); err != nil {
+			return nil, fmt.Errorf("infer.New: %w", err)
+		}
+	}
+	fields := make([]data.Field, len(cfg.Inputs))
+	for i, f := range cfg.Inputs {
+		fields[i] = data.Field{Name: f.Name, Shape: append([]int(nil), f.Shape...)}
+	}
+	return &Model{mod: m, store: store, fields: fields, eng: engine.New(m, store, fields, cfg.Seed)}, nil
+}
+
+// Store holds the model's parameters and buffers (SaveStateDict writes it).
+func (m *Model) Store() *module.Store { return m.store }
+
+// Inputs are the batch fields Predict expects.
+func (m *Model) Inputs() []data.Field { return m.fields }
+
+// Batch makes a batch of rows examples from one slice per input field, each
+// holding rows × the field's size values in row-major order.
+func (m *Model) Batch(rows int, fields ...[]float32) (*data.Batch, error) {
+	if len(fields) != len(m.fields) {
+		return nil, fmt.Errorf("Batch: %d field slices given, the model reads %d (%s)", len(fields), len(m.fields), fieldNames(m.fields))
+	}
+	if rows < 1 {
+		return nil, fmt.Errorf("Batch: rows is %d: use 1 or more", rows)
+	}
+	for i, f := range m.fields {
+		if want := rows * f.Size(); len(fields[i]) != want {
+			return nil, fmt.Errorf("Batch: field %q holds %d values; %d rows of shape %v need %d", f.Name, len(fields[i]), rows, f.Shape, want)
+		}
+	}
+	return &data.Batch{Size: rows, Fields: m.fields, Data: fields}, nil
+}
+
+// Predict runs one batch through the module's PredictStep and returns its
+// output, one row per example (a copy the caller keeps).
+func (m *Model) Predict(ctx context.Context, b *data.Batch) (*tensor.Dense, error) {
+	if b == nil {
+		return nil, errors.New("Predict: the batch is nil: make one with Model.Batch")
+	}
+	res, err := m.eng.Run(ctx, module.Predict, b, false, 1)
+	if err != nil {
+		return nil, fmt.Errorf("Predict: %w", err)
+	}
+	if res.Output == nil {
+		return nil, errors.New("Predict: PredictStep's output is not a tensor")
+	}
+	return res.Output.Clone().(*tensor.Dense), nil
+}
+
+func fieldNames(fs []data.Field) string {
+	n := make([]string, len(fs))
+	for i, f := range fs {
+		n[i] = f.Name
+	}
+	return strings.Join(n, ", ")
+}
