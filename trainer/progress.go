@@ -3,6 +3,7 @@ package trainer
 import (
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -144,6 +145,9 @@ func (p *progress) done() {
 }
 
 func round4(v float64) float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return v // an integer conversion would print NaN as -922337203685477.6
+	}
 	return float64(int64(v*1e4+0.5*sign(v))) / 1e4
 }
 

@@ -475,6 +475,12 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 				}
 				cfg.Log.Warn().Float64("loss", loss).Int("step", t.state.GlobalStep).Msg("non-finite loss")
 			}
+			if cfg.DetectAnomaly && last {
+				if err := t.checkGrads(epoch, bi); err != nil {
+					it.Close()
+					return err
+				}
+			}
 			t.stats.LastTrainLoss = loss
 			t.state.Loss = loss
 			for _, mt := range metrics {
@@ -598,6 +604,30 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 		}
 		if stop != nil {
 			return stop
+		}
+	}
+	return nil
+}
+
+// checkGrads returns an error naming the first parameter whose gradient
+// holds a NaN or an infinity (Config.DetectAnomaly).
+func (t *Trainer) checkGrads(epoch, bi int) error {
+	st := t.strat.Store()
+	g32, g64 := st.Grad32(), st.Grad64()
+	for _, e := range st.Entries() {
+		if e.Buffer {
+			continue
+		}
+		for i := e.Offset; i < e.Offset+e.Len; i++ {
+			var v float64
+			if g32 != nil {
+				v = float64(g32[i])
+			} else {
+				v = g64[i]
+			}
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return fmt.Errorf("DetectAnomaly: the gradient of parameter %q is %v at element %d, epoch %d, batch %d (global step %d): lower the learning rate, clip gradients (GradientClipVal), or look for a log or division of zero in the step", e.Name, v, i-e.Offset, epoch, bi, t.state.GlobalStep)
+			}
 		}
 	}
 	return nil
