@@ -115,6 +115,15 @@ type State struct {
 
 	save func(ctx context.Context, path string) error
 	log  func(m map[string]float64) error
+	warn func(msg string)
+}
+
+// Warn logs msg as a warning through the trainer's logger on rank 0, for a
+// callback that carries on past something the user should know about.
+func (s *State) Warn(msg string) {
+	if s.warn != nil && s.IsGlobalZero {
+		s.warn(msg)
+	}
 }
 
 // LogMetrics sends metrics to the trainer's loggers at the current global

@@ -267,6 +267,7 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 		return t.logMetrics(t.state.GlobalStep, m)
 	}
 	t.state.Optimizer, t.state.LogEveryNSteps = t.strat.Optimizer().Name(), t.cfg.LogEveryNSteps
+	t.state.warn = func(msg string) { t.cfg.Log.Warn().Msg(msg) }
 	status := "failed"
 	defer func() {
 		if ferr := t.finalizeLoggers(status); err == nil {
