@@ -3,7 +3,9 @@ package trainer_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -84,5 +86,51 @@ func TestDevicesAboveCoresWarns(t *testing.T) {
 	}
 	if buf.Len() != 0 {
 		t.Errorf("Devices 1 logged %q", buf.String())
+	}
+}
+
+// failOnce fails the training batch end hook once, at global step at.
+type failOnce struct {
+	at     int
+	failed bool
+}
+
+func (f *failOnce) Name() string { return "failOnce" }
+func (f *failOnce) OnTrainBatchEnd(ctx context.Context, s *trainer.State) error {
+	if s.GlobalStep == f.at && !f.failed {
+		f.failed = true
+		return errors.New("disk full")
+	}
+	return nil
+}
+
+// A second Fit of the same module on one Trainer continues where the first
+// stopped, and when the first reached its limits, says so: never a silent
+// no-op.
+func TestFitTwiceContinuesOrErrors(t *testing.T) {
+	ds := regression(t, 128, 0.01, 1)
+	whole, _ := trainer.New(quiet(trainer.Config{MaxEpochs: 2, Seed: 3}))
+	if err := whole.Fit(context.Background(), &linreg{in: 4, lr: 0.05}, loader(t, ds, 16, false, false), nil); err != nil {
+		t.Fatal(err)
+	}
+	want := append([]float32(nil), whole.Store().Data32()...)
+
+	m := &linreg{in: 4, lr: 0.05}
+	tr, _ := trainer.New(quiet(trainer.Config{MaxEpochs: 2, Seed: 3, Callbacks: []trainer.Callback{&failOnce{at: 11}}}))
+	if err := tr.Fit(context.Background(), m, loader(t, ds, 16, false, false), nil); err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Fatalf("first Fit: %v, want the callback's error", err)
+	}
+	if err := tr.Fit(context.Background(), m, loader(t, ds, 16, false, false), nil); err != nil {
+		t.Fatalf("second Fit: %v", err)
+	}
+	if s := tr.Stats(); s.GlobalStep != 16 || s.Epochs != 2 {
+		t.Errorf("after the second Fit: %+v, want 16 steps over 2 epochs", s)
+	}
+	if got := tr.Store().Data32(); !reflect.DeepEqual(got, want) {
+		t.Errorf("continued weights %v, want those of one uninterrupted Fit %v", got, want)
+	}
+	err := tr.Fit(context.Background(), m, loader(t, ds, 16, false, false), nil)
+	if err == nil || !strings.Contains(err.Error(), "MaxEpochs is 2") || !strings.Contains(err.Error(), "FromCheckpoint") {
+		t.Fatalf("third Fit: %v, want an error saying MaxEpochs is reached", err)
 	}
 }

@@ -42,6 +42,7 @@ type Trainer struct {
 	hooking    bool          // inside callbackHook: saves wait for its end
 	hookOwner  string        // the callback being called
 	saves      []pendingSave // checkpoints asked for during the hook
+	fitted     bool          // Fit has trained t.mod: a second Fit continues
 }
 
 // Stats summarises the last Fit.
@@ -224,6 +225,8 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 			return errors.New("Fit: a validation loader was given but the module has no ValidationStep: implement module.Validator or pass nil")
 		}
 	}
+	again := t.fitted && t.strat != nil && t.mod == m
+	prevStop := t.stats.StoppedEarly
 	if err := t.setup(ctx, m, train.Dataset().Fields()); err != nil {
 		return err
 	}
@@ -279,7 +282,12 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 		if start, err = t.resume(ctx, fo.ckptPath); err != nil {
 			return err
 		}
+	} else if again {
+		if start, err = t.continueFit(prevStop); err != nil {
+			return err
+		}
 	}
+	t.fitted = true
 	train, val = t.loaderFor(train, true), t.loaderFor(val, false)
 	if h, ok := m.(module.HParamser); ok {
 		if err := t.logHyperparams(h.HParams()); err != nil {
@@ -321,6 +329,33 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 		status = "interrupted"
 	}
 	return nil
+}
+
+// continueFit is a second Fit of the same module on this Trainer: it goes on
+// from where the first stopped (after an error), or explains why there is
+// nothing left to train.
+func (t *Trainer) continueFit(prevStop string) (int, error) {
+	c, p := t.cfg, t.pos
+	reached := ""
+	switch {
+	case prevStop != "":
+		reached = "it stopped early (" + prevStop + ")"
+	case c.MaxEpochs > 0 && p.Epoch >= c.MaxEpochs:
+		reached = fmt.Sprintf("MaxEpochs is %d", c.MaxEpochs)
+	case c.MaxSteps > 0 && t.state.GlobalStep >= c.MaxSteps:
+		reached = fmt.Sprintf("MaxSteps is %d", c.MaxSteps)
+	}
+	if reached != "" {
+		return 0, fmt.Errorf("Fit: this Trainer already trained this module (epoch %d, global step %d) and %s: nothing is left to train; to train further, make a Trainer with a higher MaxEpochs or MaxSteps and pass trainer.FromCheckpoint with this run's checkpoint", p.Epoch, t.state.GlobalStep, reached)
+	}
+	if p.midWindow {
+		return 0, fmt.Errorf("Fit: the earlier Fit stopped inside a gradient accumulation window (epoch %d, batch %d): it cannot be continued; resume from a checkpoint with trainer.FromCheckpoint", p.Epoch, p.Batch)
+	}
+	if p.Batch > 0 || p.Validated || p.ValPending {
+		t.resumeAt, t.resumeAggs = &p, t.epochAgg
+	}
+	t.cfg.Log.Info().Int("epoch", p.Epoch).Int("batch", p.Batch).Int("global_step", t.state.GlobalStep).Msg("continuing the earlier Fit")
+	return p.Epoch, nil
 }
 
 func (t *Trainer) stopOr(err error) error {
