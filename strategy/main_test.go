@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/fulgur-ml/fulgur/callbacks"
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/strategytest"
@@ -41,6 +42,12 @@ type programResult struct {
 	GlobalStep int     `json:"global_step"`
 	Strategy   string  `json:"strategy"`
 	Params     []float32
+
+	// With -ckpt-dir: the callbacks' values in the process that called Fit.
+	BestModelPath  string
+	BestModelScore float64
+	StopReason     string
+	StoppedEpoch   int
 }
 
 // dying kills its own process at a given batch on a given rank (a crash).
@@ -68,6 +75,7 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 	rows := fs.Int("rows", 90, "")
 	dieRank := fs.Int("die-rank", -1, "")
 	dieBatch := fs.Int("die-batch", 3, "")
+	ckptDir := fs.String("ckpt-dir", "", "add a ModelCheckpoint writing here and an EarlyStopping")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -87,6 +95,19 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 		Out: io.Discard, EnableProgressBar: trainer.Bool(false)}
 	if impl != nil {
 		cfg.Strategy, cfg.Devices, cfg.NumNodes = "", 1, 1
+	}
+	var mc *callbacks.ModelCheckpoint
+	var es *callbacks.EarlyStopping
+	if *ckptDir != "" {
+		if mc, err = callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{Dirpath: *ckptDir, Monitor: "train_loss_epoch", Filename: "{epoch}"}); err != nil {
+			return err
+		}
+		// Any loss is below the threshold: stops after the first epoch.
+		huge := 1e9
+		if es, err = callbacks.NewEarlyStopping(callbacks.EarlyStoppingConfig{Monitor: "train_loss_epoch", StoppingThreshold: &huge, CheckOnTrainEpochEnd: true}); err != nil {
+			return err
+		}
+		cfg.Callbacks = []trainer.Callback{mc, es}
 	}
 	tr, err := trainer.New(cfg)
 	if err != nil {
@@ -108,6 +129,10 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 		return nil
 	}
 	st := tr.Stats()
-	return json.NewEncoder(stdout).Encode(programResult{SHA256: tr.Store().SHA256(), ValLoss: res["val_loss"],
-		WorldSize: st.WorldSize, GlobalStep: st.GlobalStep, Strategy: *strat, Params: tr.Store().Data32()})
+	pr := programResult{SHA256: tr.Store().SHA256(), ValLoss: res["val_loss"],
+		WorldSize: st.WorldSize, GlobalStep: st.GlobalStep, Strategy: *strat, Params: tr.Store().Data32()}
+	if mc != nil {
+		pr.BestModelPath, pr.BestModelScore, pr.StopReason, pr.StoppedEpoch = mc.BestModelPath(), mc.BestModelScore(), es.Reason(), es.StoppedEpoch()
+	}
+	return json.NewEncoder(stdout).Encode(pr)
 }

@@ -241,7 +241,7 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 				t.state.Metrics[k] = v
 			}
 			t.state.GlobalStep, t.state.Epoch = r.GlobalStep, max(r.Epochs-1, 0)
-			return nil
+			return t.loadCallbackStates(r.Callbacks)
 		}
 		if t.worker {
 			// Deferred first so it runs after the loggers are closed: rank 0
@@ -249,9 +249,13 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 			defer func() {
 				if err == nil {
 					s := t.stats
+					var cbs map[string][]byte
+					if cbs, err = t.callbackStates(); err != nil {
+						return
+					}
 					err = sp.Finish(ctx, strategy.FitResult{Metrics: t.Metrics(), Epochs: s.Epochs, GlobalStep: s.GlobalStep,
 						TrainSamples: s.TrainSamples, TrainSeconds: s.TrainTime.Seconds(), TrainSamplesPerS: s.TrainSamplesPerS,
-						LastTrainLoss: s.LastTrainLoss, WorldSize: s.WorldSize, StoppedEarly: s.StoppedEarly})
+						LastTrainLoss: s.LastTrainLoss, WorldSize: s.WorldSize, StoppedEarly: s.StoppedEarly, Callbacks: cbs})
 				}
 			}()
 		}
@@ -356,6 +360,42 @@ func (t *Trainer) continueFit(prevStop string) (int, error) {
 	}
 	t.cfg.Log.Info().Int("epoch", p.Epoch).Int("batch", p.Batch).Int("global_step", t.state.GlobalStep).Msg("continuing the earlier Fit")
 	return p.Epoch, nil
+}
+
+// callbackStates is each stateful callback's state by name, handed from a
+// ddp_spawn worker to the launching process.
+func (t *Trainer) callbackStates() (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for _, cb := range t.cfg.Callbacks {
+		if sf, ok := cb.(Stateful); ok {
+			b, err := sf.StateDict()
+			if err != nil {
+				return nil, fmt.Errorf("callbacks/%s.StateDict: %w", cb.Name(), err)
+			}
+			out[cb.Name()] = b
+		}
+	}
+	return out, nil
+}
+
+// loadCallbackStates gives the launching process's callbacks the states
+// the ddp_spawn workers ended with, so that their values (the checkpoint's
+// best model path, early stopping's reason) read as after a Fit in process.
+func (t *Trainer) loadCallbackStates(states map[string][]byte) error {
+	for _, cb := range t.cfg.Callbacks {
+		sf, ok := cb.(Stateful)
+		if !ok {
+			continue
+		}
+		b, ok := states[cb.Name()]
+		if !ok {
+			continue
+		}
+		if err := sf.LoadStateDict(b); err != nil {
+			return fmt.Errorf("callbacks/%s.LoadStateDict (the ddp_spawn workers' state): %w", cb.Name(), err)
+		}
+	}
+	return nil
 }
 
 func (t *Trainer) stopOr(err error) error {
