@@ -3,12 +3,18 @@ package callbacks_test
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"reflect"
 	"strings"
 	"testing"
 
+	G "gorgonia.org/gorgonia"
+
 	"github.com/fulgur-ml/fulgur/callbacks"
+	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/nn"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
@@ -110,5 +116,78 @@ func TestOneEpochNumbering(t *testing.T) {
 	}
 	if !reflect.DeepEqual(epochs, map[string]bool{"0": true, "1": true}) {
 		t.Errorf("metrics.csv epochs %v, want 0 and 1", epochs)
+	}
+}
+
+// tinyCNN is conv -> batch norm -> relu -> flatten -> linear on 1x6x6
+// images, its loss the mean squared output.
+type tinyCNN struct {
+	conv *nn.Conv2d
+	bn   *nn.BatchNorm
+	relu *nn.ReLU
+	flat *nn.Flatten
+	fc   *nn.Linear
+}
+
+func (m *tinyCNN) Configure(b *module.Builder) error {
+	m.conv = nn.NewConv2d(b, "conv", nn.Conv2dConfig{In: 1, Out: 2, Kernel: 3, NoBias: true})
+	m.bn = nn.NewBatchNorm2d(b, "bn", 2)
+	m.relu = nn.NewReLU(b, "relu")
+	m.flat = nn.NewFlatten(b, "flat")
+	m.fc = nn.NewLinear(b, "fc", 2*4*4, 3)
+	return nil
+}
+
+func (m *tinyCNN) TrainingStep(s *module.Step) (*G.Node, error) {
+	h := m.fc.Forward(s, m.flat.Forward(s, m.relu.Forward(s, m.bn.Forward(s, m.conv.Forward(s, s.Input("x"))))))
+	return G.Must(G.Mean(G.Must(G.Square(h)))), nil
+}
+
+// ModelSummary shows each layer's input and output sizes for the training
+// batch, as Lightning's summary does with an example input.
+func TestModelSummaryShowsLayerShapes(t *testing.T) {
+	ds, err := data.NewInMemory([]data.Field{{Name: "x", Shape: []int{1, 6, 6}}}, [][]float32{make([]float32, 20*36)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := data.NewLoader(ds, data.LoaderConfig{BatchSize: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	ms, _ := callbacks.NewModelSummary(&buf, 0)
+	tr, err := trainer.New(trainer.Config{MaxSteps: 1, Out: io.Discard, EnableProgressBar: trainer.Bool(false), DefaultRootDir: t.TempDir(), Callbacks: []trainer.Callback{ms}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Fit(context.Background(), &tinyCNN{}, l, nil); err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string][2]string{
+		"conv": {"[5, 1, 6, 6]", "[5, 2, 4, 4]"},
+		"bn":   {"[5, 2, 4, 4]", "[5, 2, 4, 4]"},
+		"relu": {"[5, 2, 4, 4]", "[5, 2, 4, 4]"},
+		"flat": {"[5, 2, 4, 4]", "[5, 32]"},
+		"fc":   {"[5, 32]", "[5, 3]"},
+	}
+	out := buf.String()
+	if !strings.Contains(out, "In sizes") || !strings.Contains(out, "Out sizes") {
+		t.Errorf("no In sizes / Out sizes columns:\n%s", out)
+	}
+	for name, io := range rows {
+		found := false
+		for _, line := range strings.Split(out, "\n") {
+			cells := strings.Split(line, "|")
+			if len(cells) < 7 || strings.TrimSpace(cells[2]) != name {
+				continue
+			}
+			found = true
+			if in, o := strings.TrimSpace(cells[5]), strings.TrimSpace(cells[6]); in != io[0] || o != io[1] {
+				t.Errorf("%s: in %s out %s, want %s and %s", name, in, o, io[0], io[1])
+			}
+		}
+		if !found {
+			t.Errorf("no row for %s:\n%s", name, out)
+		}
 	}
 }

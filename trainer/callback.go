@@ -65,6 +65,15 @@ type ProgressDisplay interface {
 	DisplaysProgress() bool
 }
 
+// LayerShapesUser is a callback that shows each layer's input and output
+// shapes (ModelSummary): when one wants them, the trainer builds the
+// training graph once before fit start, for a batch of the training
+// loader's size (Lightning's example input), and fills State.Layers'
+// InShape and OutShape.
+type LayerShapesUser interface {
+	WantsLayerShapes() bool
+}
+
 // Stateful callbacks save and restore their state in checkpoints.
 type Stateful interface {
 	StateDict() ([]byte, error)

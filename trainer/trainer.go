@@ -7,6 +7,7 @@ import (
 	"math"
 	"time"
 
+	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
 	"github.com/fulgur-ml/fulgur/data"
@@ -299,6 +300,7 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 		}
 	}
 	t.progress = newProgress(&t.cfg, t.state.IsGlobalZero)
+	t.fillLayerShapes(m, train)
 	if err := t.onFitStart(ctx, m); err != nil {
 		return t.stopOr(err)
 	}
@@ -396,6 +398,35 @@ func (t *Trainer) loadCallbackStates(states map[string][]byte) error {
 		}
 	}
 	return nil
+}
+
+// fillLayerShapes builds m's training graph for one batch of train's size,
+// without running it, to learn each layer's input and output shapes, when a
+// callback shows them (LayerShapesUser).
+func (t *Trainer) fillLayerShapes(m module.Module, train *data.Loader) {
+	want := false
+	for _, cb := range t.cfg.Callbacks {
+		if u, ok := cb.(LayerShapesUser); ok && u.WantsLayerShapes() {
+			want = true
+		}
+	}
+	if !want || !t.state.IsGlobalZero || t.strat.Store() == nil {
+		return
+	}
+	fields := train.Dataset().Fields()
+	ins := make([]module.StepInput, len(fields))
+	for i, f := range fields {
+		ins[i] = module.StepInput{Name: f.Name, Shape: f.Shape}
+	}
+	s := module.NewStep(G.NewGraph(), module.Train, t.strat.Store(), train.Config().BatchSize, ins, t.cfg.Seed)
+	s.RecordLayerIO()
+	func() {
+		// A step that cannot build fails the first training batch with its
+		// full error; the summary just goes without shapes.
+		defer func() { _ = recover() }()
+		_, _ = m.TrainingStep(s)
+	}()
+	s.LayerShapes(t.state.Layers)
 }
 
 func (t *Trainer) stopOr(err error) error {
