@@ -127,6 +127,11 @@ type Step struct {
 // LayerIO (a model summary's graph, built once for an example batch).
 func (s *Step) RecordLayerIO() { s.layerIO = map[string][2][]int{} }
 
+// Summarizing reports that the graph is only built to learn layer shapes
+// for a model summary and never runs: a TrainingStep that counts its calls
+// or keeps state can leave this one out.
+func (s *Step) Summarizing() bool { return s.layerIO != nil }
+
 // LayerIO records the input and output of the layer named name (the name
 // it gave Builder.Layer), for summaries; a no-op unless RecordLayerIO was
 // called. Layers call it at the end of Forward.

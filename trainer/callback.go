@@ -69,7 +69,7 @@ type ProgressDisplay interface {
 // shapes (ModelSummary): when one wants them, the trainer builds the
 // training graph once before fit start, for a batch of the training
 // loader's size (Lightning's example input), and fills State.Layers'
-// InShape and OutShape.
+// InShape and OutShape. That graph's Step reports Summarizing.
 type LayerShapesUser interface {
 	WantsLayerShapes() bool
 }
