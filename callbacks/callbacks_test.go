@@ -462,8 +462,8 @@ func TestProgressBarReplacesBuiltIn(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(bar.String()), "\n")
-	if len(lines) != 3 || !strings.HasPrefix(lines[0], "epoch 1/1 batch 8/16 step 8 loss=") || !strings.HasSuffix(lines[0], " 1.0 it/s eta 8s") ||
-		!strings.HasPrefix(lines[1], "epoch 1/1 batch 16/16 step 16 loss=") || !strings.HasPrefix(lines[2], "validation epoch 1 step 16 val_loss=") {
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "epoch 0/0 batch 8/16 step 8 loss=") || !strings.HasSuffix(lines[0], " 1.0 it/s eta 8s") ||
+		!strings.HasPrefix(lines[1], "epoch 0/0 batch 16/16 step 16 loss=") || !strings.HasPrefix(lines[2], "validation epoch 0 step 16 val_loss=") {
 		t.Errorf("progress lines:\n%s", bar.String())
 	}
 	if strings.Contains(trOut.String(), "train") {

@@ -103,9 +103,10 @@ func (c *ModelCheckpointConfig) Validate() error {
 // deleted at the callback's next call, once the new file is on disk, so a
 // crash leaves an extra file rather than a missing one.
 type ModelCheckpoint struct {
-	cfg ModelCheckpointConfig
-	dir string
-	st  ckptState
+	cfg    ModelCheckpointConfig
+	dir    string
+	st     ckptState
+	warned bool // about a monitored metric not logged yet
 }
 
 type ckptState struct {
@@ -183,7 +184,7 @@ func (c *ModelCheckpoint) OnTrainBatchEnd(ctx context.Context, s *trainer.State)
 	if n == 0 || s.GlobalStep == 0 || s.GlobalStep%n != 0 || s.GlobalStep == c.st.LastStep {
 		return nil
 	}
-	return c.save(ctx, s)
+	return c.save(ctx, s, true)
 }
 
 func (c *ModelCheckpoint) OnValidationEnd(ctx context.Context, s *trainer.State) error {
@@ -191,14 +192,14 @@ func (c *ModelCheckpoint) OnValidationEnd(ctx context.Context, s *trainer.State)
 	if c.cfg.EveryNTrainSteps > 0 || (s.Epoch+1)%c.cfg.EveryNEpochs != 0 || s.GlobalStep == c.st.LastStep {
 		return nil
 	}
-	return c.save(ctx, s)
+	return c.save(ctx, s, false)
 }
 
 func (c *ModelCheckpoint) OnTrainEpochEnd(ctx context.Context, s *trainer.State) error {
 	if c.cfg.EveryNTrainSteps > 0 || c.st.ValEpoch == s.Epoch || (s.Epoch+1)%c.cfg.EveryNEpochs != 0 || s.GlobalStep == c.st.LastStep {
 		return c.removeStale(s)
 	}
-	return c.save(ctx, s)
+	return c.save(ctx, s, false)
 }
 
 func (c *ModelCheckpoint) OnFitEnd(ctx context.Context, s *trainer.State) error {
@@ -207,7 +208,7 @@ func (c *ModelCheckpoint) OnFitEnd(ctx context.Context, s *trainer.State) error 
 
 // save decides which files a checkpoint due now goes to, updates the
 // ranking, and asks the trainer to write them.
-func (c *ModelCheckpoint) save(ctx context.Context, s *trainer.State) error {
+func (c *ModelCheckpoint) save(ctx context.Context, s *trainer.State, stepSave bool) error {
 	if s.FastDevRun {
 		return nil
 	}
@@ -223,7 +224,7 @@ func (c *ModelCheckpoint) save(ctx context.Context, s *trainer.State) error {
 	c.st.LastStep = s.GlobalStep
 	var paths []string
 	if !c.cfg.LastOnly {
-		p, err := c.decide(s)
+		p, err := c.decide(s, stepSave)
 		if err != nil {
 			return err
 		}
@@ -245,7 +246,7 @@ func (c *ModelCheckpoint) save(ctx context.Context, s *trainer.State) error {
 
 // decide ranks the current checkpoint and returns its path, or "" when it
 // does not make the top k. Displaced files are queued for deletion.
-func (c *ModelCheckpoint) decide(s *trainer.State) (string, error) {
+func (c *ModelCheckpoint) decide(s *trainer.State, stepSave bool) (string, error) {
 	name, err := formatFilename(c.cfg.Filename, s)
 	if err != nil {
 		return "", err
@@ -267,6 +268,16 @@ func (c *ModelCheckpoint) decide(s *trainer.State) (string, error) {
 		return path, nil
 	}
 	cur, ok := s.Metrics[c.cfg.Monitor]
+	if !ok && c.st.ValEpoch < 0 && stepSave {
+		// Saving every N train steps while monitoring a validation metric:
+		// the metric exists from the first validation on (Lightning skips
+		// these saves too).
+		if !c.warned {
+			c.warned = true
+			s.Warn(fmt.Sprintf("ModelCheckpoint(Monitor %q): the metric is not logged yet at step %d; checkpoints every %d train steps are ranked from the first validation on, none is kept before", c.cfg.Monitor, s.GlobalStep, c.cfg.EveryNTrainSteps))
+		}
+		return "", nil
+	}
 	if !ok {
 		return "", fmt.Errorf("ModelCheckpoint(Monitor %q): the metric was not logged; logged metrics are %v: log it with Step.Log or fix Monitor", c.cfg.Monitor, metricNames(s.Metrics))
 	}

@@ -181,10 +181,11 @@ type esState struct {
 	StoppedEpoch int    `json:"stopped_epoch"`
 	Patience     int    `json:"patience"`
 	Monitor      string `json:"monitor"`
+	Reason       string `json:"reason,omitempty"`
 }
 
 func (e *EarlyStopping) StateDict() ([]byte, error) {
-	return json.Marshal(esState{Wait: e.wait, Best: jf(e.best), StoppedEpoch: e.stoppedEpoch, Patience: e.cfg.Patience, Monitor: e.cfg.Monitor})
+	return json.Marshal(esState{Wait: e.wait, Best: jf(e.best), StoppedEpoch: e.stoppedEpoch, Patience: e.cfg.Patience, Monitor: e.cfg.Monitor, Reason: e.reason})
 }
 
 func (e *EarlyStopping) LoadStateDict(b []byte) error {
@@ -195,6 +196,6 @@ func (e *EarlyStopping) LoadStateDict(b []byte) error {
 	if st.Monitor != e.cfg.Monitor {
 		return nil // another metric: start afresh
 	}
-	e.wait, e.best, e.stoppedEpoch = st.Wait, float64(st.Best), st.StoppedEpoch
+	e.wait, e.best, e.stoppedEpoch, e.reason = st.Wait, float64(st.Best), st.StoppedEpoch, st.Reason
 	return nil
 }

@@ -117,19 +117,19 @@ func (p *ProgressBar) OnTrainBatchEnd(ctx context.Context, s *trainer.State) err
 	}
 	epochs := "?"
 	if s.MaxEpochs > 0 {
-		epochs = fmt.Sprint(s.MaxEpochs)
+		epochs = fmt.Sprint(s.MaxEpochs - 1) // the last epoch's index: epochs count from 0
 	}
 	if p.tty {
 		const width = 24
 		fill := width * done / max(total, 1)
-		line := fmt.Sprintf("Epoch %d/%s [%s%s] %d/%d %s %.1f it/s ETA %s", s.Epoch+1, epochs,
+		line := fmt.Sprintf("Epoch %d/%s [%s%s] %d/%d %s %.1f it/s ETA %s", s.Epoch, epochs,
 			strings.Repeat("=", fill), strings.Repeat(" ", width-fill), done, total, b.String(), rate, eta.Round(time.Second))
 		pad := max(p.maxWidth-len(line), 0)
 		p.maxWidth = max(p.maxWidth, len(line))
 		_, err := fmt.Fprintf(p.cfg.Out, "\r%s%s", line, strings.Repeat(" ", pad))
 		return err
 	}
-	_, err := fmt.Fprintf(p.cfg.Out, "epoch %d/%s batch %d/%d step %d %s %.1f it/s eta %s\n", s.Epoch+1, epochs, done, total, s.GlobalStep, b.String(), rate, eta.Round(time.Second))
+	_, err := fmt.Fprintf(p.cfg.Out, "epoch %d/%s batch %d/%d step %d %s %.1f it/s eta %s\n", s.Epoch, epochs, done, total, s.GlobalStep, b.String(), rate, eta.Round(time.Second))
 	return err
 }
 
@@ -149,7 +149,7 @@ func (p *ProgressBar) OnValidationEnd(ctx context.Context, s *trainer.State) err
 		b.WriteString("\n")
 		p.maxWidth = 0
 	}
-	fmt.Fprintf(&b, "validation epoch %d step %d", s.Epoch+1, s.GlobalStep)
+	fmt.Fprintf(&b, "validation epoch %d step %d", s.Epoch, s.GlobalStep)
 	for _, k := range keys {
 		fmt.Fprintf(&b, " %s=%.4f", k, s.Metrics[k])
 	}

@@ -23,7 +23,14 @@ type ModelSummary struct {
 	maxDepth int
 }
 
-var _ trainer.FitStartHook = (*ModelSummary)(nil)
+var (
+	_ trainer.FitStartHook    = (*ModelSummary)(nil)
+	_ trainer.LayerShapesUser = (*ModelSummary)(nil)
+)
+
+// WantsLayerShapes asks the trainer for each layer's input and output
+// shapes, shown as Lightning's summary shows them for an example input.
+func (m *ModelSummary) WantsLayerShapes() bool { return true }
 
 // NewModelSummary writes to out (nil: os.Stdout), showing layers nested up
 // to maxDepth dots deep (0: all; 1: top-level layers only).
@@ -48,10 +55,20 @@ func (m *ModelSummary) OnFitStart(ctx context.Context, s *trainer.State) error {
 
 // WriteSummary writes the summary table of layers and store to w.
 func WriteSummary(w io.Writer, layers []module.LayerInfo, st *module.Store, maxDepth int) error {
+	shapes := false
+	for _, l := range layers {
+		shapes = shapes || l.InShape != nil || l.OutShape != nil
+	}
 	tw := tablewriter.NewWriter(w)
-	tw.SetHeader([]string{"", "Name", "Type", "Params"})
+	header := []string{"", "Name", "Type", "Params"}
+	align := []int{tablewriter.ALIGN_RIGHT, tablewriter.ALIGN_LEFT, tablewriter.ALIGN_LEFT, tablewriter.ALIGN_RIGHT}
+	if shapes {
+		header = append(header, "In sizes", "Out sizes")
+		align = append(align, tablewriter.ALIGN_LEFT, tablewriter.ALIGN_LEFT)
+	}
+	tw.SetHeader(header)
 	tw.SetAutoFormatHeaders(false)
-	tw.SetColumnAlignment([]int{tablewriter.ALIGN_RIGHT, tablewriter.ALIGN_LEFT, tablewriter.ALIGN_LEFT, tablewriter.ALIGN_RIGHT})
+	tw.SetColumnAlignment(align)
 	i := 0
 	for _, l := range layers {
 		if maxDepth > 0 && strings.Count(l.Name, ".")+1 > maxDepth {
@@ -61,7 +78,11 @@ func WriteSummary(w io.Writer, layers []module.LayerInfo, st *module.Store, maxD
 		if name == "" {
 			name = "(root)"
 		}
-		tw.Append([]string{fmt.Sprint(i), name, l.Type, HumanCount(l.Params)})
+		row := []string{fmt.Sprint(i), name, l.Type, HumanCount(l.Params)}
+		if shapes {
+			row = append(row, sizes(l.InShape), sizes(l.OutShape))
+		}
+		tw.Append(row)
 		i++
 	}
 	tw.Render()
@@ -77,6 +98,19 @@ func WriteSummary(w io.Writer, layers []module.LayerInfo, st *module.Store, maxD
 	_, err := fmt.Fprintf(w, "%-10s Trainable params\n%-10s Non-trainable params\n%-10s Total params\n%-10.3f Total estimated model params size (MB)\n",
 		HumanCount(trainable), HumanCount(total-trainable), HumanCount(total), float64(total*size)/1e6)
 	return err
+}
+
+// sizes writes a shape as Lightning's summary does, "[64, 1, 28, 28]", or
+// "?" when unknown.
+func sizes(shape []int) string {
+	if shape == nil {
+		return "?"
+	}
+	parts := make([]string, len(shape))
+	for i, d := range shape {
+		parts[i] = fmt.Sprint(d)
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
 }
 
 // HumanCount writes n as Lightning does: 950, 1.2 K, 3.4 M, 5.6 B.

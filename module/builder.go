@@ -47,6 +47,10 @@ type LayerInfo struct {
 	Name   string
 	Type   string
 	Params int
+	// InShape and OutShape are the layer's input and output shapes, batch
+	// dimension first, for the training batch size; nil when unknown (the
+	// layer records none through Step.LayerIO, or no graph was built).
+	InShape, OutShape []int
 }
 
 // NewBuilder returns a Builder for a model computed in dtype (tensor.Float32

@@ -135,6 +135,38 @@ type Step struct {
 	extras     map[string]any
 	runKey     *uint64
 	statSync   *StatSync
+	layerIO    map[string][2][]int // nil unless RecordLayerIO was called
+}
+
+// RecordLayerIO makes the step keep the shapes layers report through
+// LayerIO (a model summary's graph, built once for an example batch).
+func (s *Step) RecordLayerIO() { s.layerIO = map[string][2][]int{} }
+
+// Summarizing reports that the graph is only built to learn layer shapes
+// for a model summary and never runs: a TrainingStep that counts its calls
+// or keeps state can leave this one out.
+func (s *Step) Summarizing() bool { return s.layerIO != nil }
+
+// LayerIO records the input and output of the layer named name (the name
+// it gave Builder.Layer), for summaries; a no-op unless RecordLayerIO was
+// called. Layers call it at the end of Forward.
+func (s *Step) LayerIO(name string, in, out *G.Node) {
+	if s.layerIO == nil || in == nil || out == nil {
+		return
+	}
+	if _, seen := s.layerIO[name]; !seen { // a layer applied twice: its first use
+		s.layerIO[name] = [2][]int{append([]int(nil), in.Shape()...), append([]int(nil), out.Shape()...)}
+	}
+}
+
+// LayerShapes fills the input and output shapes of layers from what the
+// step recorded.
+func (s *Step) LayerShapes(layers []LayerInfo) {
+	for i := range layers {
+		if io, ok := s.layerIO[layers[i].Name]; ok {
+			layers[i].InShape, layers[i].OutShape = io[0], io[1]
+		}
+	}
 }
 
 // StepInput describes one symbolic batch input.

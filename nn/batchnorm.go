@@ -123,5 +123,5 @@ func (l *BatchNorm) forward(s *module.Step, x *G.Node, relu bool) *G.Node {
 		o.Sync = ss
 	}
 	stats := ops.BatchNormStats{Mean: s.BufferTensor(l.Mean), Var: s.BufferTensor(l.Var), NumBatches: s.BufferTensor(l.Count)}
-	return must(l.typ(), l.Name)(ops.BatchNorm(x, gamma, beta, stats, o))
+	return layerIO(s, l.Name, x, must(l.typ(), l.Name)(ops.BatchNorm(x, gamma, beta, stats, o)))
 }

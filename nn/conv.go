@@ -95,8 +95,8 @@ func (l *Conv2d) Forward(s *module.Step, x *G.Node) *G.Node {
 	if l.Bias != "" {
 		bias = s.Param(l.Bias)
 	}
-	return must("Conv2d", l.Name)(ops.Conv2d(x, s.Param(l.Weight), bias, ops.Conv2dOpts{
+	return layerIO(s, l.Name, x, must("Conv2d", l.Name)(ops.Conv2d(x, s.Param(l.Weight), bias, ops.Conv2dOpts{
 		Stride: hw(c.Stride, c.StrideHW), Padding: hw(c.Padding, c.PaddingHW), Dilation: hw(c.Dilation, c.DilationHW),
 		NoInputGrad: !c.InputGrad && !needsGrad(s, x),
-	}))
+	})))
 }

@@ -76,6 +76,13 @@ func needsGrad(s *module.Step, x *G.Node) bool {
 	return walk(x)
 }
 
+// layerIO records a layer's input and output shapes for summaries
+// (Step.LayerIO) and returns out.
+func layerIO(s *module.Step, name string, in, out *G.Node) *G.Node {
+	s.LayerIO(name, in, out)
+	return out
+}
+
 // seedFor mixes a step's seed with a layer's name, so that every layer (and
 // every replica) draws its own random stream.
 func seedFor(seed uint64, name string) uint64 {

@@ -3,6 +3,7 @@ package nn_test
 import (
 	"fmt"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -46,7 +47,7 @@ func TestLinear(t *testing.T) {
 				t.Fatalf("%s is not initialised: %v", p.name, v)
 			}
 		}
-		if got := m.b.Layers(); len(got) != 2 || got[0] != (module.LayerInfo{Name: "fc1", Type: "Linear", Params: 24}) || got[1].Name != "head.fc" || got[1].Params != 12 {
+		if got := m.b.Layers(); len(got) != 2 || !reflect.DeepEqual(got[0], module.LayerInfo{Name: "fc1", Type: "Linear", Params: 24}) || got[1].Name != "head.fc" || got[1].Params != 12 {
 			t.Fatalf("layers %+v", got)
 		}
 		// The gradient check below was tuned (clear of ReLU kinks) on the

@@ -68,6 +68,6 @@ func (l *Linear) Forward(s *module.Step, x *G.Node) *G.Node {
 	if l.Bias != "" {
 		bias = s.Param(l.Bias)
 	}
-	return must("Linear", l.Name)(ops.Linear(x, s.Param(l.Weight), bias,
-		ops.LinearOpts{ReLU: l.relu, NoInputGrad: !l.forceDx && !needsGrad(s, x)}))
+	return layerIO(s, l.Name, x, must("Linear", l.Name)(ops.Linear(x, s.Param(l.Weight), bias,
+		ops.LinearOpts{ReLU: l.relu, NoInputGrad: !l.forceDx && !needsGrad(s, x)})))
 }

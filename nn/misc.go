@@ -33,9 +33,9 @@ func (l *Dropout) Forward(s *module.Step, x *G.Node) *G.Node {
 		panic(layerError("Dropout", l.Name, "input is nil"))
 	}
 	if !s.Training() || l.P == 0 {
-		return x
+		return layerIO(s, l.Name, x, x)
 	}
-	return must("Dropout", l.Name)(ops.DropoutKeyed(x, l.P, seedFor(s.Seed(), l.Name), s.RunKey()))
+	return layerIO(s, l.Name, x, must("Dropout", l.Name)(ops.DropoutKeyed(x, l.P, seedFor(s.Seed(), l.Name), s.RunKey())))
 }
 
 // Flatten reshapes [batch, ...] to [batch, prod(...)].
@@ -58,9 +58,9 @@ func (l *Flatten) Forward(s *module.Step, x *G.Node) *G.Node {
 		panic(layerError("Flatten", l.Name, "input has shape %v, want [batch, ...] with at least 2 axes", shape))
 	}
 	if x.Dims() == 2 {
-		return x
+		return layerIO(s, l.Name, x, x)
 	}
-	return must("Flatten", l.Name)(ops.Flatten(x))
+	return layerIO(s, l.Name, x, must("Flatten", l.Name)(ops.Flatten(x)))
 }
 
 // ReLU is max(0, x) elementwise.
@@ -77,7 +77,7 @@ func (l *ReLU) Forward(s *module.Step, x *G.Node) *G.Node {
 	if x == nil {
 		panic(layerError("ReLU", l.Name, "input is nil"))
 	}
-	return must("ReLU", l.Name)(ops.ReLU(x))
+	return layerIO(s, l.Name, x, must("ReLU", l.Name)(ops.ReLU(x)))
 }
 
 // CrossEntropy is the mean over the batch of the softmax cross-entropy of

@@ -67,9 +67,9 @@ func (l *Pool2d) typ() string {
 func (l *Pool2d) Forward(s *module.Step, x *G.Node) *G.Node {
 	checkInput(l.typ(), l.Name, x, "[batch, channels, height, width]", -1, -1, -1, -1)
 	if l.max {
-		return must(l.typ(), l.Name)(ops.MaxPool2d(x, l.Config.opts()))
+		return layerIO(s, l.Name, x, must(l.typ(), l.Name)(ops.MaxPool2d(x, l.Config.opts())))
 	}
-	return must(l.typ(), l.Name)(ops.AvgPool2d(x, l.Config.opts()))
+	return layerIO(s, l.Name, x, must(l.typ(), l.Name)(ops.AvgPool2d(x, l.Config.opts())))
 }
 
 // GlobalAvgPool2d averages each channel over height and width: [N, C, H, W]
@@ -85,5 +85,5 @@ func NewGlobalAvgPool2d(b *module.Builder, name string) *GlobalAvgPool2d {
 // Forward adds the pooling to s's graph.
 func (l *GlobalAvgPool2d) Forward(s *module.Step, x *G.Node) *G.Node {
 	checkInput("GlobalAvgPool2d", l.Name, x, "[batch, channels, height, width]", -1, -1, -1, -1)
-	return must("GlobalAvgPool2d", l.Name)(ops.GlobalAvgPool2d(x))
+	return layerIO(s, l.Name, x, must("GlobalAvgPool2d", l.Name)(ops.GlobalAvgPool2d(x)))
 }

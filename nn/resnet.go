@@ -53,7 +53,7 @@ func (k *BasicBlock) Forward(s *module.Step, x *G.Node) *G.Node {
 	if k.downConv != nil {
 		sc = k.downBN.Forward(s, k.downConv.Forward(s, x))
 	}
-	return must("BasicBlock", k.Name)(ops.AddReLU(h, sc))
+	return layerIO(s, k.Name, x, must("BasicBlock", k.Name)(ops.AddReLU(h, sc)))
 }
 
 // ResNetConfig describes a CIFAR-style ResNet: a 3x3 stem, stages of

@@ -171,6 +171,7 @@ func (w *spawnWorker) Finish(ctx context.Context, r FitResult) error {
 		if r.StoppedEarly != "" {
 			res.Notes = map[string]string{"stopped_early": r.StoppedEarly}
 		}
+		res.Callbacks = r.Callbacks
 		res.Data32, res.Data64 = st.Data32(), st.Data64()
 		if err := launch.WriteResult(w.resultPath, res); err != nil {
 			return fmt.Errorf("rank 0: hand the result back: %w", err)
@@ -188,7 +189,7 @@ func fitResultFrom(res *launch.Result) FitResult {
 	r := FitResult{
 		Metrics: res.Metrics, Epochs: int(st["epochs"]), GlobalStep: int(st["global_step"]), TrainSamples: int(st["train_samples"]),
 		TrainSeconds: st["train_seconds"], TrainSamplesPerS: st["train_samples_per_s"], LastTrainLoss: st["last_train_loss"],
-		WorldSize: int(st["world_size"]), StoppedEarly: res.Notes["stopped_early"],
+		WorldSize: int(st["world_size"]), StoppedEarly: res.Notes["stopped_early"], Callbacks: res.Callbacks,
 	}
 	if r.Metrics == nil {
 		r.Metrics = map[string]float64{}

@@ -14,6 +14,7 @@ import (
 
 	G "gorgonia.org/gorgonia"
 
+	"github.com/fulgur-ml/fulgur/callbacks"
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/strategy"
@@ -46,6 +47,12 @@ type programResult struct {
 	Strategy   string  `json:"strategy"`
 	Params     []float32
 	Preds      []float32 // Predict after Fit on a fresh module value (-fresh)
+
+	// With -ckpt-dir: the callbacks' values in the process that called Fit.
+	BestModelPath  string
+	BestModelScore float64
+	StopReason     string
+	StoppedEpoch   int
 }
 
 // dying kills its own process at a given batch on a given rank (a crash).
@@ -90,6 +97,7 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 	fresh := fs.Bool("fresh", false, "validate and predict after Fit on a module value built again")
 	afterRank0 := fs.String("after-rank0", "", "rank 0 returns without Teardown; the other ranks write this file once rank 0's process is gone")
 	root := fs.String("root", "", "the trainer's root directory (\"\": a temporary one)")
+	ckptDir := fs.String("ckpt-dir", "", "add a ModelCheckpoint writing here and an EarlyStopping")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -115,6 +123,19 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 		Out: io.Discard, EnableProgressBar: trainer.Bool(false), DefaultRootDir: *root}
 	if impl != nil {
 		cfg.Strategy, cfg.Devices, cfg.NumNodes = "", 1, 1
+	}
+	var mc *callbacks.ModelCheckpoint
+	var es *callbacks.EarlyStopping
+	if *ckptDir != "" {
+		if mc, err = callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{Dirpath: *ckptDir, Monitor: "train_loss_epoch", Filename: "{epoch}"}); err != nil {
+			return err
+		}
+		// Any loss is below the threshold: stops after the first epoch.
+		huge := 1e9
+		if es, err = callbacks.NewEarlyStopping(callbacks.EarlyStoppingConfig{Monitor: "train_loss_epoch", StoppingThreshold: &huge, CheckOnTrainEpochEnd: true}); err != nil {
+			return err
+		}
+		cfg.Callbacks = []trainer.Callback{mc, es}
 	}
 	tr, err := trainer.New(cfg)
 	if err != nil {
@@ -164,6 +185,10 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 		return nil
 	}
 	st := tr.Stats()
-	return json.NewEncoder(stdout).Encode(programResult{SHA256: tr.Store().SHA256(), ValLoss: res["val_loss"],
-		WorldSize: st.WorldSize, GlobalStep: st.GlobalStep, Strategy: *strat, Params: tr.Store().Data32(), Preds: preds})
+	pr := programResult{SHA256: tr.Store().SHA256(), ValLoss: res["val_loss"],
+		WorldSize: st.WorldSize, GlobalStep: st.GlobalStep, Strategy: *strat, Params: tr.Store().Data32(), Preds: preds}
+	if mc != nil {
+		pr.BestModelPath, pr.BestModelScore, pr.StopReason, pr.StoppedEpoch = mc.BestModelPath(), mc.BestModelScore(), es.Reason(), es.StoppedEpoch()
+	}
+	return json.NewEncoder(stdout).Encode(pr)
 }

@@ -348,3 +348,29 @@ func TestDDPRanksFinishAfterRank0Returns(t *testing.T) {
 		t.Errorf("processes left behind: %v", left)
 	}
 }
+
+// ddp_spawn hands the callbacks' state back with the weights: in the
+// process that called Fit, ModelCheckpoint knows the best checkpoint and
+// EarlyStopping why it stopped, as after a single-process Fit.
+func TestDDPSpawnReturnsCallbackState(t *testing.T) {
+	needLinux(t)
+	for _, strat := range []string{"single", "ddp_spawn"} {
+		t.Run(strat, func(t *testing.T) {
+			dir := t.TempDir()
+			r := startProgram(t, newMarker(t), nil, "-strategy", strat, "-devices", map[string]string{"single": "1", "ddp_spawn": "2"}[strat], "-epochs", "3", "-ckpt-dir", dir)
+			if r.err != nil {
+				t.Fatalf("%v\n%s", r.err, r.stderr)
+			}
+			got := parseResult(t, r.stdout)
+			if want := filepath.Join(dir, "epoch=0.ckpt"); got.BestModelPath != want {
+				t.Errorf("BestModelPath %q, want %q", got.BestModelPath, want)
+			}
+			if _, err := os.Stat(got.BestModelPath); err != nil {
+				t.Errorf("the best checkpoint: %v", err)
+			}
+			if !(got.BestModelScore > 0) || got.StoppedEpoch != 0 || !strings.Contains(got.StopReason, "train_loss_epoch") {
+				t.Errorf("best score %v, stopped at epoch %d for %q; want a positive loss, epoch 0 and a reason naming train_loss_epoch", got.BestModelScore, got.StoppedEpoch, got.StopReason)
+			}
+		})
+	}
+}

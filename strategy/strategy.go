@@ -132,6 +132,10 @@ type FitResult struct {
 	LastTrainLoss    float64
 	WorldSize        int
 	StoppedEarly     string
+	// Callbacks is rank 0's state of each stateful callback, by name, as
+	// a checkpoint holds it: the launching process loads it into its own
+	// callback values (best model path, early stopping's reason).
+	Callbacks map[string][]byte
 }
 
 // Spawner is implemented by launchers whose training runs entirely in

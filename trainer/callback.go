@@ -65,6 +65,15 @@ type ProgressDisplay interface {
 	DisplaysProgress() bool
 }
 
+// LayerShapesUser is a callback that shows each layer's input and output
+// shapes (ModelSummary): when one wants them, the trainer builds the
+// training graph once before fit start, for a batch of the training
+// loader's size (Lightning's example input), and fills State.Layers'
+// InShape and OutShape. That graph's Step reports Summarizing.
+type LayerShapesUser interface {
+	WantsLayerShapes() bool
+}
+
 // Stateful callbacks save and restore their state in checkpoints.
 type Stateful interface {
 	StateDict() ([]byte, error)
@@ -115,6 +124,15 @@ type State struct {
 
 	save func(ctx context.Context, path string) error
 	log  func(m map[string]float64) error
+	warn func(msg string)
+}
+
+// Warn logs msg as a warning through the trainer's logger on rank 0, for a
+// callback that carries on past something the user should know about.
+func (s *State) Warn(msg string) {
+	if s.warn != nil && s.IsGlobalZero {
+		s.warn(msg)
+	}
 }
 
 // LogMetrics sends metrics to the trainer's loggers at the current global

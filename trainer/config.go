@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -93,6 +95,11 @@ type Config struct {
 	HandleSignals *bool
 	// WarnOnNaN makes a NaN or infinite loss a warning instead of an error.
 	WarnOnNaN bool
+	// DetectAnomaly checks every gradient after each backward pass and
+	// stops at the first NaN or infinite value with an error naming the
+	// step and the parameter (Lightning's detect_anomaly). It reads every
+	// gradient once per step, so it is off by default.
+	DetectAnomaly bool
 	// Out is where the progress bar and reports go. nil: os.Stderr.
 	Out io.Writer
 	// Log is the structured logger. Zero value: zerolog on Out.
@@ -122,8 +129,8 @@ func (c *Config) Validate() error {
 	nonNeg("AccumulateGradBatches", c.AccumulateGradBatches)
 	nonNeg("LogEveryNSteps", c.LogEveryNSteps)
 	nonNeg("NumNodes", c.NumNodes)
-	if c.GradientClipVal < 0 {
-		bad("GradientClipVal is %g: use 0 (off) or a positive number", c.GradientClipVal)
+	if c.GradientClipVal < 0 || math.IsNaN(c.GradientClipVal) || math.IsInf(c.GradientClipVal, 0) {
+		bad("GradientClipVal is %g: use 0 (off) or a positive finite number", c.GradientClipVal)
 	}
 	switch c.GradientClipAlgorithm {
 	case "":
@@ -200,6 +207,9 @@ func (c *Config) Validate() error {
 	if c.Log == nil {
 		l := zerolog.New(zerolog.ConsoleWriter{Out: c.Out, NoColor: true, TimeFormat: "15:04:05"}).With().Timestamp().Logger()
 		c.Log = &l
+	}
+	if n := runtime.NumCPU(); c.Devices > n && (c.Accelerator == "cpu" || c.Accelerator == "auto") {
+		c.Log.Warn().Int("devices", c.Devices).Int("cores", n).Msg("Devices is above the number of CPU cores: the ranks share cores and each runs slower; use Devices <= cores")
 	}
 	for i, cb := range c.Callbacks {
 		if cb == nil {

@@ -3,6 +3,7 @@ package trainer
 import (
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -81,8 +82,14 @@ func (p *progress) batch(done int, loss float64, rows int, metrics map[string]fl
 		p.last = now
 		width := 24
 		fill := width * done / max(p.total, 1)
-		line := fmt.Sprintf("\rEpoch %d/%d [%s%s] %d/%d loss=%.4f%s %.0f samples/s ETA %s ",
-			p.epoch+1, p.epochs, strings.Repeat("=", fill), strings.Repeat(" ", width-fill), done, p.total,
+		// Epochs count from 0 everywhere (Lightning's numbering: logs,
+		// checkpoint names, callbacks); the bar shows the last one's index.
+		last := "?"
+		if p.epochs > 0 {
+			last = fmt.Sprint(p.epochs - 1)
+		}
+		line := fmt.Sprintf("\rEpoch %d/%s [%s%s] %d/%d loss=%.4f%s %.0f samples/s ETA %s ",
+			p.epoch, last, strings.Repeat("=", fill), strings.Repeat(" ", width-fill), done, p.total,
 			p.lossEMA, extra, rate, eta.Round(time.Second))
 		fmt.Fprint(p.w, line)
 		return
@@ -91,7 +98,7 @@ func (p *progress) batch(done int, loss float64, rows int, metrics map[string]fl
 	if done%every != 0 && done != p.total {
 		return
 	}
-	p.cfg.Log.Info().Int("epoch", p.epoch+1).Int("batch", done).Int("of", p.total).
+	p.cfg.Log.Info().Int("epoch", p.epoch).Int("batch", done).Int("of", p.total).
 		Float64("loss", round4(p.lossEMA)).Float64("samples_per_s", float64(int(rate))).
 		Str("eta", eta.Round(time.Second).String()).Msg("train" + extra)
 }
@@ -130,7 +137,7 @@ func (p *progress) validation(epoch int, vals map[string]float64) {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	ev := p.cfg.Log.Info().Int("epoch", epoch+1)
+	ev := p.cfg.Log.Info().Int("epoch", epoch)
 	for _, k := range keys {
 		ev = ev.Float64(k, round4(vals[k]))
 	}
@@ -144,6 +151,9 @@ func (p *progress) done() {
 }
 
 func round4(v float64) float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return v // an integer conversion would print NaN as -922337203685477.6
+	}
 	return float64(int64(v*1e4+0.5*sign(v))) / 1e4
 }
 

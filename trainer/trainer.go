@@ -7,6 +7,7 @@ import (
 	"math"
 	"time"
 
+	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
 	"github.com/fulgur-ml/fulgur/data"
@@ -43,6 +44,7 @@ type Trainer struct {
 	hooking    bool          // inside callbackHook: saves wait for its end
 	hookOwner  string        // the callback being called
 	saves      []pendingSave // checkpoints asked for during the hook
+	fitted     bool          // Fit has trained t.mod: a second Fit continues
 }
 
 // Stats summarises the last Fit.
@@ -303,6 +305,8 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 			return errors.New("Fit: a validation loader was given but the module has no ValidationStep: implement module.Validator or pass nil")
 		}
 	}
+	again := t.fitted && t.strat != nil && t.mod == m
+	prevStop := t.stats.StoppedEarly
 	if err := t.setup(ctx, m, train.Dataset().Fields()); err != nil {
 		return err
 	}
@@ -317,7 +321,7 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 				t.state.Metrics[k] = v
 			}
 			t.state.GlobalStep, t.state.Epoch = r.GlobalStep, max(r.Epochs-1, 0)
-			return nil
+			return t.loadCallbackStates(r.Callbacks)
 		}
 		if t.worker {
 			// Deferred first so it runs after the loggers are closed: rank 0
@@ -325,9 +329,13 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 			defer func() {
 				if err == nil {
 					s := t.stats
+					var cbs map[string][]byte
+					if cbs, err = t.callbackStates(); err != nil {
+						return
+					}
 					err = sp.Finish(ctx, strategy.FitResult{Metrics: t.Metrics(), Epochs: s.Epochs, GlobalStep: s.GlobalStep,
 						TrainSamples: s.TrainSamples, TrainSeconds: s.TrainTime.Seconds(), TrainSamplesPerS: s.TrainSamplesPerS,
-						LastTrainLoss: s.LastTrainLoss, WorldSize: s.WorldSize, StoppedEarly: s.StoppedEarly})
+						LastTrainLoss: s.LastTrainLoss, WorldSize: s.WorldSize, StoppedEarly: s.StoppedEarly, Callbacks: cbs})
 				}
 			}()
 		}
@@ -346,6 +354,7 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 		return t.logMetrics(t.state.GlobalStep, m)
 	}
 	t.state.Optimizer, t.state.LogEveryNSteps = t.strat.Optimizer().Name(), t.cfg.LogEveryNSteps
+	t.state.warn = func(msg string) { t.cfg.Log.Warn().Msg(msg) }
 	status := "failed"
 	defer func() {
 		if ferr := t.finalizeLoggers(status); err == nil {
@@ -361,7 +370,12 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 		if start, err = t.resume(ctx, path); err != nil {
 			return err
 		}
+	} else if again {
+		if start, err = t.continueFit(prevStop); err != nil {
+			return err
+		}
 	}
+	t.fitted = true
 	train, val = t.loaderFor(train, true), t.loaderFor(val, false)
 	if h, ok := m.(module.HParamser); ok {
 		if err := t.logHyperparams(h.HParams()); err != nil {
@@ -369,6 +383,7 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 		}
 	}
 	t.progress = newProgress(&t.cfg, t.state.IsGlobalZero)
+	t.fillLayerShapes(m, train)
 	if err := t.onFitStart(ctx, m); err != nil {
 		return t.stopOr(err)
 	}
@@ -403,6 +418,98 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 		status = "interrupted"
 	}
 	return nil
+}
+
+// continueFit is a second Fit of the same module on this Trainer: it goes on
+// from where the first stopped (after an error), or explains why there is
+// nothing left to train.
+func (t *Trainer) continueFit(prevStop string) (int, error) {
+	c, p := t.cfg, t.pos
+	reached := ""
+	switch {
+	case prevStop != "":
+		reached = "it stopped early (" + prevStop + ")"
+	case c.MaxEpochs > 0 && p.Epoch >= c.MaxEpochs:
+		reached = fmt.Sprintf("MaxEpochs is %d", c.MaxEpochs)
+	case c.MaxSteps > 0 && t.state.GlobalStep >= c.MaxSteps:
+		reached = fmt.Sprintf("MaxSteps is %d", c.MaxSteps)
+	}
+	if reached != "" {
+		return 0, fmt.Errorf("Fit: this Trainer already trained this module (epoch %d, global step %d) and %s: nothing is left to train; to train further, make a Trainer with a higher MaxEpochs or MaxSteps and pass trainer.FromCheckpoint with this run's checkpoint", p.Epoch, t.state.GlobalStep, reached)
+	}
+	if p.midWindow {
+		return 0, fmt.Errorf("Fit: the earlier Fit stopped inside a gradient accumulation window (epoch %d, batch %d): it cannot be continued; resume from a checkpoint with trainer.FromCheckpoint", p.Epoch, p.Batch)
+	}
+	if p.Batch > 0 || p.Validated || p.ValPending {
+		t.resumeAt, t.resumeAggs = &p, t.epochAgg
+	}
+	t.cfg.Log.Info().Int("epoch", p.Epoch).Int("batch", p.Batch).Int("global_step", t.state.GlobalStep).Msg("continuing the earlier Fit")
+	return p.Epoch, nil
+}
+
+// callbackStates is each stateful callback's state by name, handed from a
+// ddp_spawn worker to the launching process.
+func (t *Trainer) callbackStates() (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for _, cb := range t.cfg.Callbacks {
+		if sf, ok := cb.(Stateful); ok {
+			b, err := sf.StateDict()
+			if err != nil {
+				return nil, fmt.Errorf("callbacks/%s.StateDict: %w", cb.Name(), err)
+			}
+			out[cb.Name()] = b
+		}
+	}
+	return out, nil
+}
+
+// loadCallbackStates gives the launching process's callbacks the states
+// the ddp_spawn workers ended with, so that their values (the checkpoint's
+// best model path, early stopping's reason) read as after a Fit in process.
+func (t *Trainer) loadCallbackStates(states map[string][]byte) error {
+	for _, cb := range t.cfg.Callbacks {
+		sf, ok := cb.(Stateful)
+		if !ok {
+			continue
+		}
+		b, ok := states[cb.Name()]
+		if !ok {
+			continue
+		}
+		if err := sf.LoadStateDict(b); err != nil {
+			return fmt.Errorf("callbacks/%s.LoadStateDict (the ddp_spawn workers' state): %w", cb.Name(), err)
+		}
+	}
+	return nil
+}
+
+// fillLayerShapes builds m's training graph for one batch of train's size,
+// without running it, to learn each layer's input and output shapes, when a
+// callback shows them (LayerShapesUser).
+func (t *Trainer) fillLayerShapes(m module.Module, train *data.Loader) {
+	want := false
+	for _, cb := range t.cfg.Callbacks {
+		if u, ok := cb.(LayerShapesUser); ok && u.WantsLayerShapes() {
+			want = true
+		}
+	}
+	if !want || !t.state.IsGlobalZero || t.strat.Store() == nil {
+		return
+	}
+	fields := train.Dataset().Fields()
+	ins := make([]module.StepInput, len(fields))
+	for i, f := range fields {
+		ins[i] = module.StepInput{Name: f.Name, Shape: f.Shape}
+	}
+	s := module.NewStep(G.NewGraph(), module.Train, t.strat.Store(), train.Config().BatchSize, ins, t.cfg.Seed)
+	s.RecordLayerIO()
+	func() {
+		// A step that cannot build fails the first training batch with its
+		// full error; the summary just goes without shapes.
+		defer func() { _ = recover() }()
+		_, _ = m.TrainingStep(s)
+	}()
+	s.LayerShapes(t.state.Layers)
 }
 
 func (t *Trainer) stopOr(err error) error {
@@ -579,6 +686,12 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 				}
 				cfg.Log.Warn().Float64("loss", loss).Int("step", t.state.GlobalStep).Msg("non-finite loss")
 			}
+			if cfg.DetectAnomaly && last {
+				if err := t.checkGrads(epoch, bi); err != nil {
+					it.Close()
+					return err
+				}
+			}
 			t.stats.LastTrainLoss = loss
 			t.state.Loss = loss
 			for _, mt := range metrics {
@@ -702,6 +815,30 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 		}
 		if stop != nil {
 			return stop
+		}
+	}
+	return nil
+}
+
+// checkGrads returns an error naming the first parameter whose gradient
+// holds a NaN or an infinity (Config.DetectAnomaly).
+func (t *Trainer) checkGrads(epoch, bi int) error {
+	st := t.strat.Store()
+	g32, g64 := st.Grad32(), st.Grad64()
+	for _, e := range st.Entries() {
+		if e.Buffer {
+			continue
+		}
+		for i := e.Offset; i < e.Offset+e.Len; i++ {
+			var v float64
+			if g32 != nil {
+				v = float64(g32[i])
+			} else {
+				v = g64[i]
+			}
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return fmt.Errorf("DetectAnomaly: the gradient of parameter %q is %v at element %d, epoch %d, batch %d (global step %d): lower the learning rate, clip gradients (GradientClipVal), or look for a log or division of zero in the step", e.Name, v, i-e.Offset, epoch, bi, t.state.GlobalStep)
+			}
 		}
 	}
 	return nil

@@ -11,6 +11,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fulgur-ml/fulgur/profiler"
@@ -69,7 +71,7 @@ func (f *Flags) Register(fs *flag.FlagSet, defaults Flags) {
 	fs.IntVar(&f.LimitTrainBatches, "limit-train-batches", 0, "training batches per epoch (0: all)")
 	fs.IntVar(&f.LimitValBatches, "limit-val-batches", 0, "validation batches (0: all)")
 	fs.IntVar(&f.LimitTestBatches, "limit-test-batches", 0, "test batches (0: all)")
-	fs.IntVar(&f.FastDevRun, "fast-dev-run", 0, "run this many batches of train, validation and test as a smoke test")
+	fs.Var((*countFlag)(&f.FastDevRun), "fast-dev-run", "run this many batches of train, validation and test as a smoke test; bare: 1")
 	fs.Uint64Var(&f.Seed, "seed", defaults.Seed, "seed for initialisation, shuffling and dropout")
 	fs.BoolVar(&f.Deterministic, "deterministic", false, "bitwise-reproducible run for a given seed")
 	fs.BoolVar(&f.SyncBatchNorm, "sync-batchnorm", false, "reduce BatchNorm batch statistics across all replicas (SyncBatchNorm)")
@@ -84,6 +86,68 @@ func (f *Flags) Register(fs *flag.FlagSet, defaults Flags) {
 	fs.IntVar(&f.LogEveryNSteps, "log-every-n-steps", 50, "record step metrics every this many steps")
 	fs.BoolVar(&f.NoProgressBar, "no-progress-bar", false, "no progress bar or periodic progress lines")
 	f.registerRun(fs)
+}
+
+// countFlag is an integer flag that may be given bare, as Lightning's
+// fast_dev_run=True: "-fast-dev-run" means 1, "-fast-dev-run=N" and (through
+// Parse) "-fast-dev-run N" mean N.
+type countFlag int
+
+func (c *countFlag) String() string {
+	if c == nil {
+		return "0"
+	}
+	return strconv.Itoa(int(*c))
+}
+
+func (c *countFlag) Set(s string) error {
+	switch s {
+	case "true":
+		*c = 1
+		return nil
+	case "false":
+		*c = 0
+		return nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return fmt.Errorf("%q is not a count: give no value (1), or 0 or more", s)
+	}
+	*c = countFlag(n)
+	return nil
+}
+
+func (c *countFlag) Get() any { return int(*c) }
+
+func (c *countFlag) IsBoolFlag() bool { return true }
+
+// Parse parses args into fs. A count flag that may be given bare
+// (-fast-dev-run) also takes its value as the next argument when that is a
+// number, "-fast-dev-run 5": Go's flag package would read a bare flag and
+// then a stray argument "5".
+func Parse(fs *flag.FlagSet, args []string) error {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		out = append(out, a)
+		if a == "--" {
+			out = append(out, args[i+1:]...)
+			break
+		}
+		name := strings.TrimLeft(a, "-")
+		if !strings.HasPrefix(a, "-") || strings.Contains(name, "=") || i+1 == len(args) {
+			continue
+		}
+		if fl := fs.Lookup(name); fl != nil {
+			if _, ok := fl.Value.(*countFlag); ok {
+				if _, err := strconv.Atoi(args[i+1]); err == nil {
+					out[len(out)-1] = a + "=" + args[i+1]
+					i++
+				}
+			}
+		}
+	}
+	return fs.Parse(out)
 }
 
 // Validate reports every bad flag at once.

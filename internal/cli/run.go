@@ -54,7 +54,7 @@ func (j ImageJob) Run(ctx context.Context, args []string) error {
 	if j.Flags != nil {
 		j.Flags(fs)
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := Parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

@@ -66,3 +66,14 @@ func TestImageJobBadFlags(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+func TestImageJobFastDevRunBare(t *testing.T) {
+	s := runMLP(t, "-fast-dev-run")
+	if s.GlobalStep != 1 || s.Epochs != 1 {
+		t.Fatalf("summary = %+v, want 1 step in 1 epoch", s)
+	}
+	s = runMLP(t, "-fast-dev-run", "3")
+	if s.GlobalStep != 3 {
+		t.Fatalf("summary = %+v, want 3 steps", s)
+	}
+}

@@ -28,6 +28,9 @@ type statSyncProbe struct {
 }
 
 func (p *statSyncProbe) TrainingStep(s *module.Step) (*G.Node, error) {
+	if s.Summarizing() {
+		return p.ResNet.TrainingStep(s) // the model summary's shapes graph never runs
+	}
 	p.mu.Lock()
 	if ss := s.StatSync(); ss == nil {
 		p.seen = append(p.seen, "none")

@@ -47,8 +47,10 @@ func (m *MLP) logits(s *module.Step) *G.Node {
 	for i := 0; i+1 < len(sz); i++ {
 		name := fmt.Sprintf("fc%d", i+1)
 		last := i+2 == len(sz)
+		in := x
 		x = must(ops.Linear(x, s.Param(name+".weight"), s.Param(name+".bias"),
 			ops.LinearOpts{ReLU: !last, NoInputGrad: i == 0}))
+		s.LayerIO(name, in, x) // sizes for the model summary
 	}
 	return x
 }

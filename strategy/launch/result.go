@@ -22,9 +22,11 @@ type Result struct {
 	Metrics map[string]float64 `json:"metrics"`
 	Stats   map[string]float64 `json:"stats"`
 	Notes   map[string]string  `json:"notes,omitempty"`
-	SHA256  string             `json:"sha256"`
-	Data32  []float32          `json:"-"`
-	Data64  []float64          `json:"-"`
+	// Callbacks holds the callbacks' states by name.
+	Callbacks map[string][]byte `json:"callbacks,omitempty"`
+	SHA256    string            `json:"sha256"`
+	Data32    []float32         `json:"-"`
+	Data64    []float64         `json:"-"`
 }
 
 var resultMagic = [8]byte{'f', 'u', 'l', 'g', 'u', 'r', 'R', '1'}
