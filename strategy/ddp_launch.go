@@ -495,7 +495,7 @@ func (l *launcher) wait(ctx context.Context, timeout time.Duration) error {
 		for i, r := range running {
 			names[i] = fmt.Sprintf("rank %d", r)
 		}
-		return fmt.Errorf("local %s still running %v after rank 0 finished (FULGUR_TIMEOUT) and stopped%s", strings.Join(names, ", "), timeout, where)
+		return fmt.Errorf("local %s still ran %v after rank 0 finished (FULGUR_TIMEOUT), so rank 0 stopped it%s", strings.Join(names, ", "), timeout, where)
 	}
 	if why := l.describe(l.g.Failed()); why != "" {
 		return fmt.Errorf("local ranks: %s", why)
