@@ -172,6 +172,12 @@ func (d *DDP) fail(what string, err error) error {
 	}
 	if peer, ok := collective.PeerOf(err); ok && (errors.Is(err, collective.ErrTimeout) || errors.Is(err, collective.ErrPeerLost)) {
 		err = fmt.Errorf("%w; the last collective rank %d finished was %s: it stopped after that", err, peer, d.lastDone)
+		if errors.Is(err, collective.ErrTimeout) && d.launch != nil && d.launch.g != nil {
+			// A rank silent past the timeout may be stopped (SIGSTOP) or
+			// wedged: it would never see this process end and would
+			// outlive the job. The job has failed; end it.
+			d.launch.g.KillRank(peer)
+		}
 	}
 	err = fmt.Errorf("rank %d: %s: %w", d.rank, what, err)
 	if d.broken == nil {

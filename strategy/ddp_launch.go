@@ -476,6 +476,12 @@ func (l *launcher) wait(ctx context.Context, timeout time.Duration) error {
 	}
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	var running []int
+	select {
+	case <-l.g.Done():
+	case <-wctx.Done():
+		running = l.g.Running()
+	}
 	err := l.g.Wait(wctx)
 	if err == nil {
 		return nil
@@ -485,7 +491,11 @@ func (l *launcher) wait(ctx context.Context, timeout time.Duration) error {
 		if l.logDir != "" {
 			where = "; their output is in " + filepath.Join(l.logDir, "rank_N.log")
 		}
-		return fmt.Errorf("the local ranks were still running %v after rank 0 finished (FULGUR_TIMEOUT) and were stopped%s", timeout, where)
+		names := make([]string, len(running))
+		for i, r := range running {
+			names[i] = fmt.Sprintf("rank %d", r)
+		}
+		return fmt.Errorf("local %s still ran %v after rank 0 finished (FULGUR_TIMEOUT), so rank 0 stopped it%s", strings.Join(names, ", "), timeout, where)
 	}
 	if why := l.describe(l.g.Failed()); why != "" {
 		return fmt.Errorf("local ranks: %s", why)

@@ -59,11 +59,16 @@ type programResult struct {
 type dying struct {
 	*strategytest.MLP
 	rank, batch int
+	stop        bool // SIGSTOP instead of SIGKILL: a rank that hangs
 }
 
 func (d *dying) OnTrainBatchStart(ctx context.Context, b *data.Batch, batchIdx int) error {
 	if r, _ := strconv.Atoi(os.Getenv("RANK")); r == d.rank && batchIdx == d.batch {
-		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		if d.stop {
+			syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		} else {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
 	}
 	return nil
 }
@@ -94,6 +99,7 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 	dieRank := fs.Int("die-rank", -1, "")
 	dieBatch := fs.Int("die-batch", 3, "")
 	panicRank := fs.Int("panic-rank", -1, "")
+	stopRank := fs.Int("stop-rank", -1, "this rank stops itself (SIGSTOP) at -die-batch")
 	fresh := fs.Bool("fresh", false, "validate and predict after Fit on a module value built again")
 	afterRank0 := fs.String("after-rank0", "", "rank 0 returns without Teardown; the other ranks write this file once rank 0's process is gone")
 	root := fs.String("root", "", "the trainer's root directory (\"\": a temporary one)")
@@ -142,7 +148,11 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 		return err
 	}
 	newModule := func() module.Module {
-		return &dying{MLP: &strategytest.MLP{In: 6, Hidden: 16, Out: 2, Optimizer: "adam", LR: 0.01}, rank: *dieRank, batch: *dieBatch}
+		d := &dying{MLP: &strategytest.MLP{In: 6, Hidden: 16, Out: 2, Optimizer: "adam", LR: 0.01}, rank: *dieRank, batch: *dieBatch}
+		if *stopRank >= 0 {
+			d.rank, d.stop = *stopRank, true
+		}
+		return d
 	}
 	m := newModule()
 	if *panicRank >= 0 {

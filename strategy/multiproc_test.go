@@ -13,8 +13,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -182,6 +184,32 @@ func TestDDPMultiProcessMatchesInProcess(t *testing.T) {
 			t.Logf("%s over %s: %v", tc.strategy, tc.backend, r.took)
 		})
 	}
+}
+
+// A rank stopped (SIGSTOP) mid-training is named by rank 0 within
+// FULGUR_TIMEOUT and does not outlive the job: a stopped process cannot
+// run its own watch for the end of rank 0 (it outlived the job, stopped,
+// before rank 0 killed it).
+func TestDDPStoppedRankEnds(t *testing.T) {
+	needLinux(t)
+	marker := newMarker(t)
+	r := startProgram(t, marker, []string{"FULGUR_TIMEOUT=3s"}, "-strategy", "ddp", "-devices", "2", "-stop-rank", "1", "-die-batch", "3")
+	if r.err == nil {
+		t.Fatalf("the run succeeded although rank 1 stopped:\n%s", r.stderr)
+	}
+	if !strings.Contains(r.stderr, "rank 1") {
+		t.Errorf("the error does not name rank 1:\n%s", r.stderr)
+	}
+	left := survivors(t, marker)
+	for _, p := range left {
+		if pid, err := strconv.Atoi(p); err == nil {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	if len(left) > 0 {
+		t.Errorf("processes left behind: %v", left)
+	}
+	t.Logf("stderr: %s", lastLines(r.stderr, 3))
 }
 
 func TestDDPKilledProcess(t *testing.T) {

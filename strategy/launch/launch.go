@@ -292,6 +292,19 @@ func (g *Group) Pids() []int {
 	return out
 }
 
+// Running returns the ranks whose process has not exited yet.
+func (g *Group) Running() []int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []int
+	for _, r := range g.ranks {
+		if !slices.ContainsFunc(g.done, func(e Exit) bool { return e.Rank == r }) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // Exits delivers each process's exit as it happens.
 func (g *Group) Exits() <-chan Exit { return g.exits }
 
@@ -302,6 +315,17 @@ func (g *Group) Done() <-chan struct{} { return g.allOut }
 func (g *Group) Kill() {
 	for _, c := range g.cmds {
 		c.Process.Kill() // ErrProcessDone for those already reaped
+	}
+}
+
+// KillRank kills the process of one rank, if this group started it: the
+// launching rank ends a rank that stopped answering (a stopped or wedged
+// process cannot run its own Linger watch and would outlive the job).
+func (g *Group) KillRank(rank int) {
+	for i, r := range g.ranks {
+		if r == rank {
+			g.cmds[i].Process.Kill()
+		}
 	}
 }
 

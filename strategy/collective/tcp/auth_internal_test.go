@@ -175,3 +175,44 @@ func TestRingHandshakeBothWays(t *testing.T) {
 		t.Fatalf("dialNext to an impostor: %v, want a refusal", err)
 	}
 }
+
+// A stranger that connects to the rendezvous port first and then says
+// nothing does not hold the real rank 1 out: its handshake runs beside
+// the others' (before, rank 0 waited on it until the timeout failed the
+// job).
+func TestSilentStrangerDoesNotBlockRendezvous(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	type result struct {
+		r   *Rendezvous
+		err error
+	}
+	rank0 := make(chan result, 1)
+	go func() {
+		r, err := Meet(context.Background(), testConfig(t, 0, 2, ln, port))
+		rank0 <- result{r, err}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := readChallenge(c, make([]byte, headerSize)); err != nil {
+		t.Fatalf("rank 0 sent the stranger no challenge: %v", err)
+	}
+	// The stranger now stays silent, holding its connection open.
+	r1, err := Meet(context.Background(), testConfig(t, 1, 2, nil, port))
+	if err != nil {
+		t.Fatalf("rank 1 with a silent stranger at the port: %v", err)
+	}
+	defer r1.Close()
+	r0 := <-rank0
+	if r0.err != nil {
+		t.Fatalf("rank 0 with a silent stranger at the port: %v", r0.err)
+	}
+	r0.r.Close()
+}

@@ -117,9 +117,50 @@ func (r *Rendezvous) serve(ctx context.Context) error {
 	r.hosts[0], r.addrs[0] = HostID(), net.JoinHostPort(adv, r.port())
 	joined := 1
 	proofs := make([][]byte, cfg.Size)
+	// Each connection's handshake runs on its own, so a stranger that
+	// connects and stays silent (or trickles bytes) cannot hold the real
+	// ranks back until the timeout; at most maxHandshakes run at once.
+	type admitted struct {
+		c     net.Conn
+		h     hello
+		proof []byte
+		err   error
+	}
+	results := make(chan admitted)
+	acceptErr := make(chan error, 1)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		sem := make(chan struct{}, maxHandshakes)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				acceptErr <- err
+				return
+			}
+			select {
+			case sem <- struct{}{}:
+			default:
+				cfg.Logger.Warn().Str("remote", c.RemoteAddr().String()).Msg("refused connection at rendezvous: too many handshakes at once")
+				c.Close()
+				continue
+			}
+			go func() {
+				defer func() { <-sem }()
+				h, proof, err := r.admit(c)
+				select {
+				case results <- admitted{c, h, proof, err}:
+				case <-done:
+					c.Close()
+				}
+			}()
+		}
+	}()
 	for joined < cfg.Size {
-		c, err := ln.Accept()
-		if err != nil {
+		var a admitted
+		select {
+		case a = <-results:
+		case err := <-acceptErr:
 			var missing []int
 			for i := 1; i < cfg.Size; i++ {
 				if r.peers[i] == nil {
@@ -131,14 +172,16 @@ func (r *Rendezvous) serve(ctx context.Context) error {
 			}
 			return fmt.Errorf("tcp: rank 0: accept joiners: %w", err)
 		}
-		h, proof, err := r.admit(c)
-		if err != nil {
-			cfg.Logger.Warn().Str("remote", c.RemoteAddr().String()).Err(err).Msg("refused connection at rendezvous")
-			c.Close()
+		if a.err == nil && r.peers[a.h.rank] != nil {
+			a.err = refuse(a.c, "rank %d has already joined (two processes with the same rank?)", a.h.rank)
+		}
+		if a.err != nil {
+			cfg.Logger.Warn().Str("remote", a.c.RemoteAddr().String()).Err(a.err).Msg("refused connection at rendezvous")
+			a.c.Close()
 			continue
 		}
-		r.peers[h.rank], r.hosts[h.rank], r.addrs[h.rank] = c, h.host, h.dataAddr
-		proofs[h.rank] = proof
+		r.peers[a.h.rank], r.hosts[a.h.rank], r.addrs[a.h.rank] = a.c, a.h.host, a.h.dataAddr
+		proofs[a.h.rank] = a.proof
 		joined++
 	}
 	table := encodeTable(r.hosts, r.addrs)
@@ -151,7 +194,19 @@ func (r *Rendezvous) serve(ctx context.Context) error {
 	return nil
 }
 
-// admit reads and checks one joiner's hello; a refusal is also sent to it.
+// maxHandshakes bounds the rendezvous handshakes in progress at once.
+const maxHandshakes = 64
+
+// refuse sends a rejection to a joiner and returns it as an error.
+func refuse(c net.Conn, format string, a ...any) error {
+	msg := fmt.Sprintf(format, a...)
+	c.SetWriteDeadline(time.Now().Add(time.Second))
+	c.Write(controlFrame(kindReject, 0, 0, []byte(msg)))
+	return errors.New(msg)
+}
+
+// admit reads and checks one joiner's hello (whether its rank has already
+// joined is checked by the caller); a refusal is also sent to it.
 // It returns the hello and the acceptor's proof that leads the table frame.
 func (r *Rendezvous) admit(c net.Conn) (hello, []byte, error) {
 	c.SetDeadline(handshakeDeadline(r.cfg.Timeout))
@@ -172,9 +227,7 @@ func (r *Rendezvous) admit(c net.Conn) (hello, []byte, error) {
 		return hello{}, nil, fmt.Errorf("hello: %w", err)
 	}
 	refuse := func(format string, a ...any) (hello, []byte, error) {
-		msg := fmt.Sprintf(format, a...)
-		c.Write(controlFrame(kindReject, 0, 0, []byte(msg)))
-		return hello{}, nil, errors.New(msg)
+		return hello{}, nil, refuse(c, format, a...)
 	}
 	nonceD, ok := checkHello(h, r.cfg.Token, nonceA)
 	if !ok {
@@ -185,9 +238,6 @@ func (r *Rendezvous) admit(c net.Conn) (hello, []byte, error) {
 	}
 	if h.rank < 1 || h.rank >= r.cfg.Size {
 		return refuse("rank %d is outside 1..%d", h.rank, r.cfg.Size-1)
-	}
-	if r.peers[h.rank] != nil {
-		return refuse("rank %d has already joined (two processes with the same rank?)", h.rank)
 	}
 	if _, _, err := net.SplitHostPort(h.dataAddr); err != nil {
 		return refuse("rank %d announced a bad address %q", h.rank, h.dataAddr)
