@@ -76,7 +76,7 @@ func TestMain(m *testing.M) {
 		}
 		fmt.Printf("impl=%s\nlibrary_threads=%d\nworkers=%d\ncores=%d\n", c.Impl.Name(), blas.Threads(), blas.Workers(), blas.Cores())
 		if n, ok := c.Impl.(*blas.Native); ok {
-			fmt.Printf("kind=%s\nreported=%d\n", n.Kind(), n.Threads())
+			fmt.Printf("kind=%s\nreported=%d\nthreaded=%v\n", n.Kind(), n.Threads(), n.Threaded())
 		}
 		os.Exit(0)
 	}
@@ -123,6 +123,9 @@ func TestDefaultLibraryRunsOneThread(t *testing.T) {
 			kv, log := runChoose(t, "FULGUR_BLAS="+kind)
 			if kv["kind"] != kind {
 				t.Fatalf("FULGUR_BLAS=%s chose %q\n%s", kind, kv["impl"], log)
+			}
+			if kv["threaded"] != "true" {
+				t.Logf("%s is a build without threading: it runs one thread whatever is asked", kv["impl"])
 			}
 			cores := min(runtime.NumCPU(), runtime.GOMAXPROCS(0))
 			if kv["reported"] != "1" || kv["workers"] != fmt.Sprint(cores) {
