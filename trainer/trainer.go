@@ -13,6 +13,7 @@ import (
 	"github.com/fulgur-ml/fulgur/internal/blas"
 	"github.com/fulgur-ml/fulgur/internal/panics"
 	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/nn/ops"
 	"github.com/fulgur-ml/fulgur/optim"
 	"github.com/fulgur-ml/fulgur/strategy"
 )
@@ -148,8 +149,13 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 	// Pick the matrix multiply (BLIS, else OpenBLAS, when the dynamic loader
 	// finds them; pure-Go gonum otherwise) once per process, before any graph
 	// runs.
+	ops.SetDeterministic(t.cfg.Deterministic)
 	if _, err := blas.Choose(*t.cfg.Log, blas.ChooseOptions{}); err != nil {
 		return fmt.Errorf("matrix multiply: %w", err)
+	}
+	if t.cfg.Deterministic && blas.Threads() > 1 {
+		t.cfg.Log.Warn().Int("blas_threads", blas.Threads()).
+			Msg("Deterministic: the BLAS splits each multiply between threads; unset FULGUR_BLAS_THREADS for one thread")
 	}
 	b := module.NewBuilder(t.dtype())
 	if err := configure(m, b); err != nil {

@@ -73,7 +73,7 @@ func init() {
 			default:
 				return nil, fmt.Errorf("threads: model %q: use resnet8 or mlp", c.Model)
 			}
-			return trainJob{Config: c, Module: m, Strategy: "single"}.run(ctx)
+			return trainJob{Config: c, Module: m, Strategy: "single", NoTest: true}.run(ctx)
 		},
 		Derive: threadRatios,
 	})

@@ -3,6 +3,7 @@ package ops
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/fulgur-ml/fulgur/internal/blas"
@@ -97,6 +98,32 @@ func imageSplit(chunks, macs int) int {
 		return 1
 	}
 	return max(1, min(imageWorkers(), chunks, macs/imageGrain))
+}
+
+// DeterministicParts is how many partial sums a convolution's weight
+// gradient adds up under SetDeterministic(true), whatever the cores.
+const DeterministicParts = 4
+
+var deterministic atomic.Bool
+
+// SetDeterministic makes results bit-identical whatever the core count and
+// worker settings: the convolution weight gradient, the one reduction whose
+// order followed the worker count, then always sums DeterministicParts
+// partial sums (fewer when the batch has fewer image chunks) in part order,
+// running them on as many goroutines as there are parts. trainer.Config's
+// Deterministic sets it. Call it before graphs run.
+func SetDeterministic(on bool) { deterministic.Store(on) }
+
+// Deterministic reports whether SetDeterministic(true) is in force.
+func Deterministic() bool { return deterministic.Load() }
+
+// dwSplit is how many partial sums the weight gradient of a convolution
+// with chunks chunks of macs multiply-adds adds up.
+func dwSplit(chunks, macs int) int {
+	if deterministic.Load() {
+		return max(1, min(DeterministicParts, chunks))
+	}
+	return imageSplit(chunks, macs)
 }
 
 // part is work split into n parts that can run at once; run does part i.
