@@ -151,10 +151,21 @@ func TestChoosePlanFromEnvironment(t *testing.T) {
 	if kv["reported"] != "2" {
 		t.Errorf("FULGUR_BLAS_THREADS=2: %s reports %s threads\n%s", kv["impl"], kv["reported"], log)
 	}
-	kv, log = runChoose(t, "FULGUR_BLAS=gonum", "OMPI_COMM_WORLD_SIZE=4", "OMPI_COMM_WORLD_RANK=1",
-		"OMPI_COMM_WORLD_LOCAL_RANK=1", "OMPI_COMM_WORLD_LOCAL_SIZE=4")
 	cores := min(runtime.NumCPU(), runtime.GOMAXPROCS(0))
-	if want := fmt.Sprint(max(1, cores/4)); kv["cores"] != want || kv["workers"] != want {
-		t.Errorf("4 local ranks under mpirun: cores %s, workers %s, want %s each\n%s", kv["cores"], kv["workers"], want, log)
+	for _, c := range []struct {
+		launcher string
+		ranks    int
+		env      []string
+	}{
+		{"mpirun", 4, []string{"OMPI_COMM_WORLD_SIZE=4", "OMPI_COMM_WORLD_RANK=1", "OMPI_COMM_WORLD_LOCAL_RANK=1", "OMPI_COMM_WORLD_LOCAL_SIZE=4"}},
+		{"torchrun", 2, []string{"RANK=1", "WORLD_SIZE=4", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29500"}},
+		{"slurm", 3, []string{"SLURM_PROCID=0", "SLURM_NTASKS=6", "SLURM_LOCALID=0", "SLURM_NODEID=0", "SLURM_NNODES=2",
+			"SLURM_TASKS_PER_NODE=3(x2)", "SLURM_JOB_NODELIST=node[1-2]", "SLURM_JOB_ID=7"}},
+	} {
+		kv, log = runChoose(t, append([]string{"FULGUR_BLAS=gonum"}, c.env...)...)
+		want := fmt.Sprint(max(1, cores/c.ranks))
+		if kv["cores"] != want || kv["workers"] != want || !strings.Contains(log, fmt.Sprintf("%d local ranks", c.ranks)) {
+			t.Errorf("%d local ranks under %s: cores %s, workers %s, want %s each\n%s", c.ranks, c.launcher, kv["cores"], kv["workers"], want, log)
+		}
 	}
 }
