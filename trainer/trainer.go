@@ -153,8 +153,10 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 	if _, err := blas.Choose(*t.cfg.Log, blas.ChooseOptions{}); err != nil {
 		return fmt.Errorf("matrix multiply: %w", err)
 	}
-	if t.cfg.Deterministic && blas.Threads() > 1 {
-		t.cfg.Log.Warn().Int("blas_threads", blas.Threads()).
+	// gonum reports GOMAXPROCS threads but splits a multiply by output
+	// blocks, the same bits for any count; the plan's count is the BLAS's.
+	if p := blas.CurrentPlan(); t.cfg.Deterministic && p.BLASThreads > 1 {
+		t.cfg.Log.Warn().Int("blas_threads", p.BLASThreads).
 			Msg("Deterministic: the BLAS splits each multiply between threads; unset FULGUR_BLAS_THREADS for one thread")
 	}
 	b := module.NewBuilder(t.dtype())
