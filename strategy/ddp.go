@@ -607,12 +607,13 @@ func (d *DDP) Teardown(ctx context.Context) error {
 }
 
 // shareCores gives each of n processes (or in-process replicas) on this
-// machine its share of the BLAS threads, so n ranks do not oversubscribe
-// the cores (a no-op for gonum; FULGUR_BLAS_THREADS overrides it).
+// machine its share of the cores (blas.Plan: cores/n, split between
+// goroutine workers and BLAS threads), so n ranks do not oversubscribe the
+// cores; FULGUR_BLAS_THREADS and FULGUR_WORKERS still fix their counts.
 func shareCores(log zerolog.Logger, n int) {
-	if t, err := blas.SetThreadsPerRank(n); err != nil {
-		log.Warn().Err(err).Int("local_ranks", n).Msg("could not share BLAS threads between local ranks")
-	} else if t > 0 {
-		log.Debug().Int("blas_threads", t).Int("local_ranks", n).Msg("BLAS threads per rank")
+	if _, err := blas.SetThreadsPerRank(n); err != nil {
+		log.Warn().Err(err).Int("local_ranks", n).Msg("could not share the cores between local ranks")
+		return
 	}
+	log.Info().Msg("threads: " + blas.CurrentPlan().String())
 }

@@ -46,10 +46,13 @@ type Config struct {
 	GradientClipAlgorithm string
 	// Seed seeds parameter initialisation, shuffling and dropout.
 	Seed uint64
-	// Deterministic asks for bitwise-reproducible runs for a given Seed. The
-	// built-in paths are deterministic already (fixed reduction orders,
-	// shuffles drawn from (seed, epoch)); strategies receive the flag in
-	// strategy.Setup and refuse configurations that would break it.
+	// Deterministic asks for bitwise-reproducible runs for a given Seed,
+	// whatever the cores of the machine: reductions run in fixed orders
+	// (ops.SetDeterministic: the convolution weight gradient, split by
+	// default in one partial sum per core, always sums the same number of
+	// parts), shuffles are drawn from (seed, epoch); strategies receive the
+	// flag in strategy.Setup and refuse configurations that would break it.
+	// An explicit FULGUR_BLAS_THREADS above 1 is logged as a warning.
 	Deterministic bool
 	// SyncBatchNorm makes every BatchNorm reduce its batch statistics
 	// across all replicas of the job in training (Lightning's

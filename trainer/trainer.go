@@ -14,6 +14,7 @@ import (
 	"github.com/fulgur-ml/fulgur/internal/blas"
 	"github.com/fulgur-ml/fulgur/internal/panics"
 	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/nn/ops"
 	"github.com/fulgur-ml/fulgur/optim"
 	"github.com/fulgur-ml/fulgur/strategy"
 )
@@ -150,8 +151,15 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 	// Pick the matrix multiply (BLIS, else OpenBLAS, when the dynamic loader
 	// finds them; pure-Go gonum otherwise) once per process, before any graph
 	// runs.
+	ops.SetDeterministic(t.cfg.Deterministic)
 	if _, err := blas.Choose(*t.cfg.Log, blas.ChooseOptions{}); err != nil {
 		return fmt.Errorf("matrix multiply: %w", err)
+	}
+	// gonum reports GOMAXPROCS threads but splits a multiply by output
+	// blocks, the same bits for any count; the plan's count is the BLAS's.
+	if p := blas.CurrentPlan(); t.cfg.Deterministic && p.BLASThreads > 1 {
+		t.cfg.Log.Warn().Int("blas_threads", p.BLASThreads).
+			Msg("Deterministic: the BLAS splits each multiply between threads; unset FULGUR_BLAS_THREADS for one thread")
 	}
 	b := module.NewBuilder(t.dtype())
 	if err := configure(m, b); err != nil {

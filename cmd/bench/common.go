@@ -47,6 +47,7 @@ type Options struct {
 	PeerScript  string
 	Verbose     bool
 	Timeout     time.Duration
+	Model       string
 	command     string
 }
 
@@ -70,6 +71,7 @@ func parseOptions(args []string) (*Options, error) {
 	// pyenv or virtualenv python3 earlier on PATH would not see.
 	fs.StringVar(&o.Python, "python", "/usr/bin/python3", "Python interpreter with PyTorch")
 	fs.StringVar(&o.PeerScript, "peer-script", "bench/torch_peer.py", "the PyTorch peer script")
+	fs.StringVar(&o.Model, "model", "resnet8", "model of the threads workload: resnet8 or mlp")
 	fs.BoolVar(&o.Verbose, "v", false, "show the child processes' logs")
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "limit for one measured process")
 	if err := fs.Parse(args); err != nil {
@@ -145,13 +147,17 @@ type Config struct {
 	// "plain", "ranks=2", ...).
 	Variant string `json:"variant,omitempty"`
 	Threads int    `json:"threads,omitempty"`
+	// Workers is FULGUR_WORKERS (0: the plan's).
+	Workers int    `json:"workers,omitempty"`
 	BLAS    string `json:"blas,omitempty"`
-	Batch   int    `json:"batch"`
-	Epochs  int    `json:"epochs,omitempty"`
-	Steps   int    `json:"steps,omitempty"`
-	Ranks   int    `json:"ranks,omitempty"`
-	Seed    uint64 `json:"seed"`
-	Data    string `json:"data,omitempty"`
+	// Model is the threads workload's model.
+	Model  string `json:"model,omitempty"`
+	Batch  int    `json:"batch"`
+	Epochs int    `json:"epochs,omitempty"`
+	Steps  int    `json:"steps,omitempty"`
+	Ranks  int    `json:"ranks,omitempty"`
+	Seed   uint64 `json:"seed"`
+	Data   string `json:"data,omitempty"`
 }
 
 // Label names the configuration in tables.
@@ -166,7 +172,18 @@ func (c Config) Label() string {
 	if c.BLAS != "" && c.BLAS != "auto" {
 		parts = append(parts, c.BLAS)
 	}
-	parts = append(parts, fmt.Sprintf("threads=%d", c.Threads), fmt.Sprintf("batch=%d", c.Batch))
+	if c.Model != "" {
+		parts = append(parts, c.Model)
+	}
+	switch {
+	case c.Workers > 0:
+		parts = append(parts, fmt.Sprintf("workers=%d threads=%d", c.Workers, c.Threads))
+	case c.Threads == 0:
+		parts = append(parts, "threads=default")
+	default:
+		parts = append(parts, fmt.Sprintf("threads=%d", c.Threads))
+	}
+	parts = append(parts, fmt.Sprintf("batch=%d", c.Batch))
 	return strings.Join(parts, " ")
 }
 
@@ -418,8 +435,14 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 		return nil, err
 	}
 	env := append(os.Environ(), childEnv+"="+string(spec), "FULGUR_BLAS="+c.BLAS)
+	// The parent's own settings must not leak into a configuration that
+	// leaves them to the plan.
+	env = append(env, "FULGUR_BLAS_THREADS=", "FULGUR_WORKERS=")
 	if c.Threads > 0 {
 		env = append(env, fmt.Sprintf("FULGUR_BLAS_THREADS=%d", c.Threads))
+	}
+	if c.Workers > 0 {
+		env = append(env, fmt.Sprintf("FULGUR_WORKERS=%d", c.Workers))
 	}
 	ranks := max(c.Ranks, 1)
 	if ranks > 1 {

@@ -152,3 +152,28 @@ func TestMLPEndToEnd(t *testing.T) {
 		t.Errorf("test_acc %v after 30 steps, want well above chance", acc)
 	}
 }
+
+// The threads workload compares, per BLAS and run by run, the default plan
+// with the fastest explicit setting.
+func TestThreadRatios(t *testing.T) {
+	cfg := func(b, v string) Config { return Config{Workload: "threads", Impl: "fulgur", BLAS: b, Variant: v} }
+	rs := []*Result{
+		{Config: cfg("blis", "default"), Runs: runs(90, 100)},
+		{Config: cfg("blis", "1x1"), Runs: runs(60, 50)},
+		{Config: cfg("blis", "2x1"), Runs: runs(100, 80)},
+		{Config: cfg("blis", "1x2"), Runs: runs(50, 100)},
+		{Config: cfg("gonum", "default"), Runs: runs(40, 40)},
+		{Config: cfg("gonum", "1x1"), Runs: runs(50, 50)},
+	}
+	rows := workloads["threads"].Derive(&Options{Runs: 2}, rs)
+	if len(rows) != 2 {
+		t.Fatalf("rows %+v, want one per BLAS", rows)
+	}
+	// blis: 90/100 and 100/100; gonum: 40/50 twice.
+	if got := rows[0].Figures["ratio"]; rows[0].Labels["blas"] != "blis" || math.Abs(got.Median-0.95) > 1e-12 || got.Min != 0.9 || got.Max != 1 {
+		t.Errorf("blis row %+v, want median 0.95 of 0.9 and 1", rows[0])
+	}
+	if got := rows[1].Figures["ratio"].Median; rows[1].Labels["blas"] != "gonum" || math.Abs(got-0.8) > 1e-12 || !strings.Contains(rows[1].Config, "below 0.95") {
+		t.Errorf("gonum row %+v, want ratio 0.8 flagged below 0.95", rows[1])
+	}
+}

@@ -131,6 +131,8 @@ type trainJob struct {
 	// ValEachEpoch tests after every epoch (through validation), recording
 	// test_acc_<epoch>.
 	ValEachEpoch bool
+	// NoTest leaves out the test pass after training (and test_acc).
+	NoTest bool
 }
 
 func (j trainJob) run(ctx context.Context) (Figures, error) {
@@ -181,9 +183,11 @@ func (j trainJob) run(ctx context.Context) (Figures, error) {
 		return nil, err
 	}
 	fitSeconds := time.Since(t0).Seconds()
-	res, err := tr.Test(ctx, j.Module, testL)
-	if err != nil {
-		return nil, err
+	var res map[string]float64
+	if !j.NoTest {
+		if res, err = tr.Test(ctx, j.Module, testL); err != nil {
+			return nil, err
+		}
 	}
 	defer tr.Teardown(ctx)
 	if !tr.IsGlobalZero() {
@@ -195,10 +199,12 @@ func (j trainJob) run(ctx context.Context) (Figures, error) {
 	f := Figures{
 		"samples_per_s":     float64(timer.steps*j.Batch*ranks) / timer.total.Seconds(),
 		"allocs_per_step":   timer.allocs,
-		"test_acc":          res["test_acc"],
 		"samples_per_cpu_s": float64(timer.steps*j.Batch) / timer.cpu.Seconds(),
 		"steps":             float64(tr.Stats().GlobalStep),
 		"seconds":           fitSeconds,
+	}
+	if !j.NoTest {
+		f["test_acc"] = res["test_acc"]
 	}
 	for i, a := range timer.accs {
 		f[fmt.Sprintf("test_acc_%d", i+1)] = a

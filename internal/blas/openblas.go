@@ -343,6 +343,10 @@ func (o *Native) SetThreads(n int) error {
 	return nil
 }
 
+// Threaded reports whether the build runs a multiply on several threads
+// (false for libblis4-serial).
+func (o *Native) Threaded() bool { return !o.serial }
+
 // Threads is the thread count the library will use: 1 for a build without
 // threading, whatever count was set.
 func (o *Native) Threads() int {

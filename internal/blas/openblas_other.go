@@ -33,5 +33,8 @@ func (o *Native) Kind() string { return "" }
 // SetThreads is never reached.
 func (o *Native) SetThreads(n int) error { return ErrNoOpenBLAS }
 
+// Threaded is never reached.
+func (o *Native) Threaded() bool { return false }
+
 // Threads is never reached.
 func (o *Native) Threads() int { return 1 }

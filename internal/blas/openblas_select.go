@@ -8,15 +8,16 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"github.com/rs/zerolog"
 )
 
 // ChooseOptions say how Choose picks the implementation. The zero value
 // reads the environment: FULGUR_BLAS ("auto", "blis", "openblas" or
-// "gonum") and
-// FULGUR_BLAS_THREADS (threads per process; default GOMAXPROCS).
+// "gonum"), FULGUR_BLAS_THREADS (threads per multiply; default 1) and
+// FULGUR_WORKERS (goroutines running kernels at once; default the cores
+// given to the process over the local ranks), and the launcher's local rank
+// count (see Plan).
 type ChooseOptions struct {
 	// Lookup reads configuration variables; nil: os.LookupEnv. Tests inject
 	// their own.
@@ -34,6 +35,9 @@ type Choice struct {
 	// ThreadsFromEnv reports that FULGUR_BLAS_THREADS fixed the count, which
 	// SetThreadsPerRank then leaves alone.
 	ThreadsFromEnv bool
+	// Plan is how the process splits its cores (logged with the choice).
+	Plan Plan
+	in   PlanInput
 }
 
 var (
@@ -69,6 +73,8 @@ func Choose(log zerolog.Logger, o ChooseOptions) (Choice, error) {
 		ev = log.Warn().Str("reason", c.Fallback)
 	}
 	ev.Str("blas", c.Impl.Name()).Msg("matrix multiply")
+	c.Plan = setPlan(c.in)
+	log.Info().Msg("threads: " + c.Plan.String())
 	chosen = &c
 	return c, nil
 }
@@ -124,29 +130,26 @@ func choose(o ChooseOptions, ld loaders) (Choice, error) {
 			errs = append(errs, fmt.Errorf("FULGUR_BLAS is %q: use auto, blis, openblas or gonum", v))
 		}
 	}
-	threads, fromEnv := runtime.GOMAXPROCS(0), false
-	if v, ok := lookup("FULGUR_BLAS_THREADS"); ok && v != "" {
-		n, err := strconv.Atoi(strings.TrimSpace(v))
-		if err != nil || n < 1 {
-			errs = append(errs, fmt.Errorf("FULGUR_BLAS_THREADS is %q: use a whole number of threads, 1 or more", v))
-		}
-		threads, fromEnv = n, true
+	in, err := planInputFromEnv(lookup)
+	if err != nil {
+		errs = append(errs, err)
 	}
+	threads, fromEnv := NewPlan(in).BLASThreads, in.BLASThreads > 0
 	if err := errors.Join(errs...); err != nil {
 		return Choice{}, err
 	}
 	if want == "gonum" {
-		return Choice{Impl: Gonum{}}, nil
+		return Choice{Impl: Gonum{}, in: in}, nil
 	}
 	// auto: BLIS first (its small-matrix kernels run the multiplies of
 	// training steps 1.4-2x faster than OpenBLAS 0.3.21 on the mlp shapes,
-	// BenchmarkMLPShapes); then OpenBLAS; then gonum. A single-threaded
-	// BLIS build serves the default thread count too: the kernels around
-	// the multiplies use Cores()/Threads() goroutines, each multiplying on
-	// its own (nn/ops splits a convolution's batch that way), which beat
-	// OpenBLAS's threads on resnet8 (about 1,400 against 880 samples/s on
-	// two cores). Only an explicit FULGUR_BLAS_THREADS above what the build
-	// gives passes it over for OpenBLAS.
+	// BenchmarkMLPShapes); then OpenBLAS; then gonum. Whatever the build
+	// (serial or threaded), the default plan asks it for one thread and
+	// runs Workers goroutines, each multiplying on its own (nn/ops splits a
+	// convolution's batch that way), which beat OpenBLAS's threads on
+	// resnet8 (about 1,400 against 880 samples/s on two cores). Only an
+	// explicit FULGUR_BLAS_THREADS above what the build gives passes a
+	// serial BLIS over for OpenBLAS.
 	var tried []string
 	for _, kind := range []string{"blis", "openblas"} {
 		if want != "auto" && want != kind {
@@ -171,9 +174,9 @@ func choose(o ChooseOptions, ld loaders) (Choice, error) {
 			tried = append(tried, fmt.Sprintf("%s runs %d thread(s), %d asked for", lib.Name(), got, threads))
 			continue
 		}
-		return Choice{Impl: lib, Threads: lib.Threads(), ThreadsFromEnv: fromEnv}, nil
+		return Choice{Impl: lib, Threads: lib.Threads(), ThreadsFromEnv: fromEnv, in: in}, nil
 	}
-	return Choice{Impl: Gonum{}, Fallback: strings.Join(tried, "; ") + "; running the pure-Go gonum BLAS"}, nil
+	return Choice{Impl: Gonum{}, Fallback: strings.Join(tried, "; ") + "; running the pure-Go gonum BLAS", in: in}, nil
 }
 
 // threader is an implementation whose thread count can change.
@@ -191,51 +194,42 @@ func SetThreads(n int) error {
 	return nil
 }
 
-// SetThreadsPerRank shares the machine's cores between localRanks processes
-// (or in-process replicas) running multiplies at once: each gets
-// GOMAXPROCS/localRanks threads, at least one, unless FULGUR_BLAS_THREADS
-// fixed the count. Strategies that start several ranks on one machine call it
-// in every rank; without it, N ranks × N threads oversubscribe the cores.
-// It returns the count now in force (0 for gonum). It also sets the core
-// budget Cores reports, which FULGUR_BLAS_THREADS does not fix.
+// SetThreadsPerRank shares the cores given to the process between
+// localRanks processes (or in-process replicas) running kernels at once:
+// the plan (see Plan) is made again for that many local ranks, keeping
+// FULGUR_BLAS_THREADS and FULGUR_WORKERS, and the library is set to the
+// plan's BLAS thread count. Strategies that start several ranks on one
+// machine call it in every rank. It returns the BLAS thread count now in
+// force (0 for gonum).
 func SetThreadsPerRank(localRanks int) (int, error) {
 	if localRanks < 1 {
 		return 0, fmt.Errorf("blas: %d local ranks: use 1 or more", localRanks)
 	}
-	coresPerRank.Store(int64(max(1, runtime.GOMAXPROCS(0)/localRanks)))
-	chooseMu.Lock()
-	c := chosen
-	chooseMu.Unlock()
-	if c != nil && c.ThreadsFromEnv {
-		return c.Threads, nil
+	planMu.Lock()
+	in := planIn
+	if planSet == nil {
+		in = PlanInput{CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0)}
 	}
+	planMu.Unlock()
+	in.LocalRanks = localRanks
+	p := setPlan(in)
 	t, ok := Current().(threader)
 	if !ok {
 		return 0, nil
 	}
-	n := max(1, runtime.GOMAXPROCS(0)/localRanks)
-	if err := t.SetThreads(n); err != nil {
+	if err := t.SetThreads(p.BLASThreads); err != nil {
 		return 0, err
 	}
-	if c != nil {
-		chooseMu.Lock()
-		c.Threads = n
-		chooseMu.Unlock()
+	chooseMu.Lock()
+	if chosen != nil {
+		chosen.Threads, chosen.Plan = p.BLASThreads, p
 	}
-	return n, nil
+	chooseMu.Unlock()
+	return p.BLASThreads, nil
 }
-
-// coresPerRank is the core budget set by SetThreadsPerRank (0: not set).
-var coresPerRank atomic.Int64
 
 // Cores is how many cores this process (or each of its in-process replicas)
-// may keep busy: GOMAXPROCS, or its share after SetThreadsPerRank, whether
-// or not FULGUR_BLAS_THREADS fixed the BLAS's own thread count. Code that
-// runs multiplies on several goroutines at once uses Cores()/Threads() of
-// them, so that goroutines × BLAS threads never exceed the cores.
-func Cores() int {
-	if n := coresPerRank.Load(); n > 0 {
-		return int(n)
-	}
-	return runtime.GOMAXPROCS(0)
-}
+// may keep busy: the plan's Budget, the cores given to the process over the
+// local ranks. Code that runs multiplies on several goroutines at once uses
+// Workers() of them, so that goroutines × BLAS threads stay within it.
+func Cores() int { return CurrentPlan().Budget }

@@ -129,17 +129,21 @@ func TestChooseDefaultThreads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Threads != runtime.GOMAXPROCS(0) || got.ThreadsFromEnv {
-		t.Errorf("threads %d (from env %v), want GOMAXPROCS %d", got.Threads, got.ThreadsFromEnv, runtime.GOMAXPROCS(0))
+	// One thread: the goroutines of nn/ops use the rest of the cores.
+	if got.Threads != 1 || got.ThreadsFromEnv {
+		t.Errorf("threads %d (from env %v), want 1", got.Threads, got.ThreadsFromEnv)
 	}
 }
 
 // SetThreadsPerRank divides the core budget that Cores reports between the
 // local ranks, whatever the implementation (gonum here) does with threads.
 func TestSetThreadsPerRankSharesCores(t *testing.T) {
-	defer coresPerRank.Store(coresPerRank.Load())
-	coresPerRank.Store(0)
-	procs := runtime.GOMAXPROCS(0)
+	planMu.Lock()
+	oldSet, oldIn := planSet, planIn
+	planSet = nil
+	planMu.Unlock()
+	defer func() { planMu.Lock(); planSet, planIn = oldSet, oldIn; planMu.Unlock() }()
+	procs := min(runtime.NumCPU(), runtime.GOMAXPROCS(0))
 	if got := Cores(); got != procs {
 		t.Fatalf("Cores() = %d before any split, want GOMAXPROCS %d", got, procs)
 	}
@@ -177,5 +181,16 @@ func TestBLISThreadsOfItsBuild(t *testing.T) {
 	}
 	if got := lib.Threads(); got != want {
 		t.Errorf("%s (serial build %v) after SetThreads(3): Threads() = %d, want %d", lib.Name(), lib.serial, got, want)
+	}
+}
+
+// A bad explicit count is an error naming the variable, the value and the
+// fix.
+func TestChooseBadCounts(t *testing.T) {
+	for _, kv := range [][2]string{{"FULGUR_WORKERS", "lots"}, {"FULGUR_WORKERS", "0"}, {"FULGUR_BLAS_THREADS", "-1"}} {
+		_, err := choose(ChooseOptions{Lookup: env("FULGUR_BLAS", "gonum", kv[0], kv[1])}, none)
+		if err == nil || !strings.Contains(err.Error(), kv[0]+` is "`+kv[1]+`"`) || !strings.Contains(err.Error(), "1 or more") {
+			t.Errorf("%s=%s: error %v", kv[0], kv[1], err)
+		}
 	}
 }

@@ -619,7 +619,8 @@ func (op *convGradWeightOp) Do(v ...G.Value) (G.Value, error) {
 // convDwJob is the weight gradient split over image workers: worker i sums
 // its images' products into its own partial sum (worker 0 straight into
 // dw), then dw += partial 1, += partial 2, ... in worker order, so that the
-// bits depend on the worker count only, never on timing.
+// bits depend on the worker count only, never on timing (and under
+// SetDeterministic, on nothing: the count is fixed).
 type convDwJob[T float] struct {
 	g         *convGeom
 	x, dy, dw []T
@@ -641,7 +642,7 @@ func convGradWeight[T float](op *convGradWeightOp, xt, dyt, dwt *tensor.Dense) {
 	g := &op.g
 	j := jobFor[convDwJob[T]](&op.job)
 	j.g, j.x, j.dy, j.dw = g, data[T](xt), data[T](dyt), data[T](dwt)
-	w := imageSplit(g.chunks(), g.macs())
+	w := dwSplit(g.chunks(), g.macs())
 	j.ws = scratchFor(&op.ws, w)
 	if w == 1 {
 		j.run(0, 1)

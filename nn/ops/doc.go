@@ -20,8 +20,9 @@
 //     shapes; the values bound at run time are checked again (a batch of the
 //     wrong size is an error, not memory corruption).
 //   - Matrix multiplies go through internal/blas.
-//   - Convolutions split their batch between blas.Cores()/blas.Threads()
-//     goroutines (SetImageWorkers), whole image chunks each, so that a
+//   - Convolutions split their batch between Workers() goroutines (the
+//     plan of internal/blas: cores over local ranks over BLAS threads;
+//     SetImageWorkers), whole image chunks each, so that a
 //     one-thread BLAS still uses every core of the process's share; the
 //     forward and input gradient are bitwise the serial ones, the weight
 //     gradient sums the workers' partial sums in worker order. The loops of

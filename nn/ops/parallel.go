@@ -3,6 +3,7 @@ package ops
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/fulgur-ml/fulgur/internal/blas"
@@ -13,11 +14,13 @@ import (
 // reductions combine per-index partial results in index order: results do
 // not depend on the number of workers (TestParallelMatchesSerial).
 //
-// By default they use blas.Cores()/blas.Threads() goroutines: two with a
-// one-thread BLAS on two cores, one (serial) next to a two-thread OpenBLAS,
-// where splitting them made the resnet8 step slower (about 90 -> 120 ms), as
-// OpenBLAS's threads spin between calls and the goroutines compete with them
-// for the cores, and one with gonum. SetLoopWorkers changes it.
+// By default they use blas.Workers() goroutines, the plan's (blas.Plan):
+// the cores given to the process over the local ranks, divided by the BLAS
+// threads per multiply, so that goroutines × BLAS threads never exceed the
+// cores (a threaded BLAS's threads spin between calls and goroutines that
+// compete with them for the cores made the resnet8 step several times
+// slower). FULGUR_WORKERS and FULGUR_BLAS_THREADS change the plan;
+// SetLoopWorkers overrides it here.
 
 // parallelGrain is the least number of elements worth a goroutine;
 // maxWorkers caps the goroutines of one loop. Tests change both to run the
@@ -29,11 +32,20 @@ var (
 
 // coreShare is how many goroutines may each run a one-thread kernel, or a
 // multiply on the BLAS's threads, at once within this process's (or rank's)
-// share of the cores.
-func coreShare() int { return max(1, blas.Cores()/blas.Threads()) }
+// share of the cores: the plan's workers.
+func coreShare() int { return max(1, blas.Workers()) }
+
+// Cores is how many cores this process (or each local rank) may keep busy
+// (blas.Plan's budget: the cores given to the process over the local ranks).
+func Cores() int { return blas.Cores() }
+
+// Workers is how many goroutines the convolutions and loops split their
+// work between by default: the plan's workers, Cores() divided by the BLAS
+// threads per multiply.
+func Workers() int { return coreShare() }
 
 // SetLoopWorkers sets how many goroutines the loops around the multiplies
-// may use: 0 (the default) means blas.Cores()/blas.Threads(), 1 keeps them
+// may use: 0 (the default) means Workers(), 1 keeps them
 // serial. Call it at program start, before graphs run.
 func SetLoopWorkers(n int) {
 	switch {
@@ -57,9 +69,9 @@ func workers(n, size int) int {
 // image chunk, each with its own column-matrix scratch, each calling the
 // BLAS on its own: worth it when each multiply runs on one thread (BLIS's
 // serial build, or OpenBLAS set to one thread), where a second core would
-// otherwise idle. imageWorkers is how many goroutines: Cores()/Threads(), so
-// that goroutines × BLAS threads stay within this process's (or rank's)
-// share of the cores; 1 with gonum, which parallelises by itself.
+// otherwise idle. imageWorkers is how many goroutines: Workers(), so that
+// goroutines × BLAS threads stay within this process's (or rank's) share of
+// the cores.
 var imageWorkers = coreShare
 
 // imageGrain is the least number of multiply-adds per image worker worth
@@ -67,7 +79,7 @@ var imageWorkers = coreShare
 var imageGrain = 1 << 18
 
 // SetImageWorkers sets how many goroutines a convolution splits its batch
-// between: 0 (the default) means blas.Cores()/blas.Threads(), 1 keeps it
+// between: 0 (the default) means Workers(), 1 keeps it
 // serial. Results do not depend on it, except the weight gradient's, which
 // sums the workers' partial sums in worker order: the same bits for the
 // same count. Call it at program start, before graphs run.
@@ -86,6 +98,32 @@ func imageSplit(chunks, macs int) int {
 		return 1
 	}
 	return max(1, min(imageWorkers(), chunks, macs/imageGrain))
+}
+
+// DeterministicParts is how many partial sums a convolution's weight
+// gradient adds up under SetDeterministic(true), whatever the cores.
+const DeterministicParts = 4
+
+var deterministic atomic.Bool
+
+// SetDeterministic makes results bit-identical whatever the core count and
+// worker settings: the convolution weight gradient, the one reduction whose
+// order followed the worker count, then always sums DeterministicParts
+// partial sums (fewer when the batch has fewer image chunks) in part order,
+// running them on as many goroutines as there are parts. trainer.Config's
+// Deterministic sets it. Call it before graphs run.
+func SetDeterministic(on bool) { deterministic.Store(on) }
+
+// Deterministic reports whether SetDeterministic(true) is in force.
+func Deterministic() bool { return deterministic.Load() }
+
+// dwSplit is how many partial sums the weight gradient of a convolution
+// with chunks chunks of macs multiply-adds adds up.
+func dwSplit(chunks, macs int) int {
+	if deterministic.Load() {
+		return max(1, min(DeterministicParts, chunks))
+	}
+	return imageSplit(chunks, macs)
 }
 
 // part is work split into n parts that can run at once; run does part i.
