@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -618,16 +619,21 @@ func TestResumeChildProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tr.Fit(context.Background(), job.mod(), job.train, job.val); err != nil {
+	err = tr.Fit(context.Background(), job.mod(), job.train, job.val)
+	var ie *trainer.InterruptedError
+	if err != nil && !errors.As(err, &ie) {
 		t.Fatal(err)
 	}
 	st := tr.Stats()
+	if ie != nil {
+		say(fmt.Sprintf("error exit=%d %v", ie.ExitCode(), err))
+	}
 	say(fmt.Sprintf("done interrupted=%v step=%d ckpt=%s", st.Interrupted, st.GlobalStep, st.InterruptCheckpoint))
 }
 
-func startChild(t *testing.T, mode, dir string) (*exec.Cmd, *bufio.Scanner, *os.File) {
+func startChild(t *testing.T, mode, dir string, env ...string) (*exec.Cmd, *bufio.Scanner, *os.File) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestResumeChildProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), childEnv+"="+mode, childEnv+"_DIR="+dir)
+	cmd.Env = append(append(os.Environ(), childEnv+"="+mode, childEnv+"_DIR="+dir), env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -704,11 +710,15 @@ func TestSIGTERMSavesAndStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	fmt.Fprintln(stdin, "go on")
+	msg := waitFor(t, sc, "error")
 	done := waitFor(t, sc, "done")
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("child exit: %v (%s)", err, done)
 	}
-	ckpt := filepath.Join(dir, "checkpoints", "interrupted.ckpt")
+	ckpt := filepath.Join(dir, "lightning_logs", "version_0", "checkpoints", "interrupted.ckpt")
+	if want := "error exit=143 training interrupted (SIGTERM)"; !strings.HasPrefix(msg, want) || !strings.Contains(msg, "trainer.FromCheckpoint(\""+ckpt) {
+		t.Errorf("Fit's error: %q, want %q... naming FromCheckpoint(%q)", msg, want, ckpt)
+	}
 	if !strings.HasPrefix(done, "done interrupted=true") || !strings.HasSuffix(done, "ckpt="+ckpt) {
 		t.Fatalf("child reported %q, want an interrupted run with its checkpoint at %s", done, ckpt)
 	}
