@@ -593,6 +593,22 @@ func (p *parker) OnTrainBatchEnd(ctx context.Context, s *trainer.State) error {
 	return nil
 }
 
+// firstStep reports the global step after the first batch of a Fit (a
+// resumed run starts past 1).
+type firstStep struct {
+	log  func(string)
+	done bool
+}
+
+func (f *firstStep) Name() string { return "firstStep" }
+func (f *firstStep) OnTrainBatchEnd(ctx context.Context, s *trainer.State) error {
+	if !f.done {
+		f.done = true
+		f.log(fmt.Sprintf("first step %d", s.GlobalStep))
+	}
+	return nil
+}
+
 func TestResumeChildProcess(t *testing.T) {
 	mode := os.Getenv(childEnv)
 	if mode == "" {
@@ -615,6 +631,7 @@ func TestResumeChildProcess(t *testing.T) {
 			}
 		}},
 	}
+	cfg.Callbacks = append(cfg.Callbacks, &firstStep{log: say})
 	tr, err := trainer.New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -284,4 +284,16 @@ func TestSLURMSIGUSR1Requeues(t *testing.T) {
 	if _, err := trainer.VerifyCheckpoint(filepath.Join(dir, "lightning_logs", "version_0", "checkpoints", "interrupted.ckpt")); err != nil {
 		t.Fatal(err)
 	}
+	// SLURM starts the requeued job again (SLURM_RESTART_COUNT=1): Fit,
+	// given no checkpoint, resumes from the interrupted one (step 13).
+	cmd, sc, _ = startChild(t, "usr1", dir, "SLURM_JOB_ID=4242", "SLURM_RESTART_COUNT=1")
+	if l := waitFor(t, sc, "first step"); l != "first step 14" {
+		t.Errorf("requeued job: %q, want \"first step 14\" (resumed after step 13)", l)
+	}
+	if l := waitFor(t, sc, "done"); !strings.HasPrefix(l, "done interrupted=false") {
+		t.Errorf("requeued job: %q, want it to finish", l)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("requeued child exit: %v", err)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -232,6 +233,27 @@ func (t *Trainer) saveInterrupt(ctx context.Context, ie *InterruptedError) error
 		t.cfg.Log.Warn().Str("job", slurmJob()).Str("checkpoint", path).Msg("requeued the SLURM job")
 	}
 	return ie
+}
+
+// slurmResume is the checkpoint a requeued SLURM job resumes from when
+// Fit was given none: after SIGUSR1 requeued it (SLURM_RESTART_COUNT > 0),
+// the newest last.ckpt or interrupted.ckpt under DefaultRootDir, as
+// Lightning resumes from its hpc checkpoint. "" otherwise.
+func (t *Trainer) slurmResume() string {
+	if slurmJob() == "" {
+		return ""
+	}
+	if n, err := strconv.Atoi(os.Getenv("SLURM_RESTART_COUNT")); err != nil || n < 1 {
+		return ""
+	}
+	p, err := ResolveCheckpoint(t.cfg.DefaultRootDir, CkptLast)
+	if err != nil {
+		// Requeued before any checkpoint was written (preempted early).
+		t.cfg.Log.Warn().Err(err).Msg("requeued SLURM job: no checkpoint to resume from, starting from scratch")
+		return ""
+	}
+	t.cfg.Log.Warn().Str("job", slurmJob()).Str("checkpoint", p).Msg("requeued SLURM job: resuming")
+	return p
 }
 
 // requeue asks SLURM to run this job again, as Lightning's SLURM support

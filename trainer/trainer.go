@@ -382,6 +382,9 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 		}
 	}()
 	start := 0
+	if fo.ckptPath == "" {
+		fo.ckptPath = t.slurmResume()
+	}
 	if fo.ckptPath != "" {
 		path, err := t.checkpointPath(fo.ckptPath)
 		if err != nil {
