@@ -345,7 +345,7 @@ func TestLearningRateMonitor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := trainer.Config{MaxSteps: 12, LogEveryNSteps: 4, Callbacks: []trainer.Callback{lm}, Loggers: []trainer.Logger{rec}}
+	cfg := trainer.Config{MaxSteps: 12, LogEveryNSteps: 4, Callbacks: []trainer.Callback{lm}, Loggers: []trainer.Logger{rec}, DefaultRootDir: t.TempDir()}
 	cfg.Out = io.Discard
 	cfg.EnableProgressBar = trainer.Bool(false)
 	tr, _ := trainer.New(cfg)
@@ -455,7 +455,7 @@ func TestProgressBarReplacesBuiltIn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := trainer.Config{MaxEpochs: 1, LogEveryNSteps: 1, Seed: 5, Out: &trOut, EnableProgressBar: trainer.Bool(true), Callbacks: []trainer.Callback{tick{&now}, pb}}
+	cfg := trainer.Config{MaxEpochs: 1, LogEveryNSteps: 1, Seed: 5, Out: &trOut, EnableProgressBar: trainer.Bool(true), Callbacks: []trainer.Callback{tick{&now}, pb}, DefaultRootDir: t.TempDir()}
 	tr, _ := trainer.New(cfg)
 	train, val := regression(t)
 	if err := tr.Fit(context.Background(), &linreg{}, train, val); err != nil {

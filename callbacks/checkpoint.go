@@ -17,10 +17,13 @@ import (
 )
 
 // ModelCheckpointConfig configures a ModelCheckpoint. The zero value saves
-// epoch=E-step=S.ckpt at the end of every epoch under
-// <RootDir>/checkpoints, keeping the newest only.
+// epoch=E-step=S.ckpt at the end of every epoch under the run directory's
+// checkpoints/ (trainer.State.LogDir: a new lightning_logs/version_N per
+// Fit), keeping the newest only. A ModelCheckpoint in the callbacks
+// replaces the trainer's default checkpoints.
 type ModelCheckpointConfig struct {
-	// Dirpath is the directory of the checkpoints. "": <RootDir>/checkpoints.
+	// Dirpath is the directory of the checkpoints. "": <LogDir>/checkpoints,
+	// the run directory's (trainer.State.LogDir).
 	Dirpath string
 	// Filename is the name template, without ".ckpt": "{epoch}", "{step}"
 	// and "{METRIC}" or "{METRIC:FORMAT}" (a Go fmt verb without the "%",
@@ -171,10 +174,20 @@ func (c *ModelCheckpoint) BestK() map[string]float64 {
 // Dir is where checkpoints go (known from fit start).
 func (c *ModelCheckpoint) Dir() string { return c.dir }
 
+// defaultDir is where checkpoints go without a Dirpath: the run
+// directory's checkpoints/ (as Lightning's ModelCheckpoint uses the
+// logger's version directory), or RootDir/checkpoints outside Fit.
+func defaultDir(s *trainer.State) string {
+	if s.LogDir != "" {
+		return filepath.Join(s.LogDir, "checkpoints")
+	}
+	return filepath.Join(s.RootDir, "checkpoints")
+}
+
 func (c *ModelCheckpoint) OnFitStart(ctx context.Context, s *trainer.State) error {
 	c.dir = c.cfg.Dirpath
 	if c.dir == "" {
-		c.dir = filepath.Join(s.RootDir, "checkpoints")
+		c.dir = defaultDir(s)
 	}
 	return c.removeStale(s)
 }
@@ -218,7 +231,7 @@ func (c *ModelCheckpoint) save(ctx context.Context, s *trainer.State, stepSave b
 	if c.dir == "" {
 		c.dir = c.cfg.Dirpath
 		if c.dir == "" {
-			c.dir = filepath.Join(s.RootDir, "checkpoints")
+			c.dir = defaultDir(s)
 		}
 	}
 	c.st.LastStep = s.GlobalStep

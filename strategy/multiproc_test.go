@@ -329,7 +329,9 @@ func TestDDPPanicOnRankNamesItsLog(t *testing.T) {
 	if r.err == nil {
 		t.Fatalf("the run succeeded although rank 1 panicked:\n%s", r.stderr)
 	}
-	logPath := filepath.Join(root, "rank_1.log")
+	// The ranks' output goes into the run's directory (the trainer's
+	// State.LogDir), beside its checkpoints and metrics.
+	logPath := filepath.Join(root, "lightning_logs", "version_0", "rank_1.log")
 	for _, s := range []string{"rank 1", logPath, "user step failed on rank 1"} {
 		if !strings.Contains(r.stderr, s) {
 			t.Errorf("rank 0's error does not contain %q:\n%s", s, r.stderr)

@@ -101,9 +101,14 @@ type State struct {
 	WorldSize    int
 	IsGlobalZero bool
 	RootDir      string
-	MaxEpochs    int
-	MaxSteps     int
-	LR           float64
+	// LogDir is the run's directory (Config.LogDir; by default a new
+	// RootDir/lightning_logs/version_N per Fit, the same on every rank):
+	// callbacks and loggers given no path of their own write there. "":
+	// outside Fit.
+	LogDir    string
+	MaxEpochs int
+	MaxSteps  int
+	LR        float64
 	// Metrics holds the latest value of every logged metric (Lightning's
 	// callback_metrics). Do not modify it.
 	Metrics map[string]float64

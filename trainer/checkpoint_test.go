@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -592,6 +593,22 @@ func (p *parker) OnTrainBatchEnd(ctx context.Context, s *trainer.State) error {
 	return nil
 }
 
+// firstStep reports the global step after the first batch of a Fit (a
+// resumed run starts past 1).
+type firstStep struct {
+	log  func(string)
+	done bool
+}
+
+func (f *firstStep) Name() string { return "firstStep" }
+func (f *firstStep) OnTrainBatchEnd(ctx context.Context, s *trainer.State) error {
+	if !f.done {
+		f.done = true
+		f.log(fmt.Sprintf("first step %d", s.GlobalStep))
+	}
+	return nil
+}
+
 func TestResumeChildProcess(t *testing.T) {
 	mode := os.Getenv(childEnv)
 	if mode == "" {
@@ -614,20 +631,26 @@ func TestResumeChildProcess(t *testing.T) {
 			}
 		}},
 	}
+	cfg.Callbacks = append(cfg.Callbacks, &firstStep{log: say})
 	tr, err := trainer.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tr.Fit(context.Background(), job.mod(), job.train, job.val); err != nil {
+	err = tr.Fit(context.Background(), job.mod(), job.train, job.val)
+	var ie *trainer.InterruptedError
+	if err != nil && !errors.As(err, &ie) {
 		t.Fatal(err)
 	}
 	st := tr.Stats()
+	if ie != nil {
+		say(fmt.Sprintf("error exit=%d %v", ie.ExitCode(), err))
+	}
 	say(fmt.Sprintf("done interrupted=%v step=%d ckpt=%s", st.Interrupted, st.GlobalStep, st.InterruptCheckpoint))
 }
 
-func startChild(t *testing.T, mode, dir string) (*exec.Cmd, *bufio.Scanner, *os.File) {
+func startChild(t *testing.T, mode, dir string, env ...string) (*exec.Cmd, *bufio.Scanner, *os.File) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestResumeChildProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), childEnv+"="+mode, childEnv+"_DIR="+dir)
+	cmd.Env = append(append(os.Environ(), childEnv+"="+mode, childEnv+"_DIR="+dir), env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -704,11 +727,15 @@ func TestSIGTERMSavesAndStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	fmt.Fprintln(stdin, "go on")
+	msg := waitFor(t, sc, "error")
 	done := waitFor(t, sc, "done")
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("child exit: %v (%s)", err, done)
 	}
-	ckpt := filepath.Join(dir, "checkpoints", "interrupted.ckpt")
+	ckpt := filepath.Join(dir, "lightning_logs", "version_0", "checkpoints", "interrupted.ckpt")
+	if want := "error exit=143 training interrupted (SIGTERM)"; !strings.HasPrefix(msg, want) || !strings.Contains(msg, "trainer.FromCheckpoint(\""+ckpt) {
+		t.Errorf("Fit's error: %q, want %q... naming FromCheckpoint(%q)", msg, want, ckpt)
+	}
 	if !strings.HasPrefix(done, "done interrupted=true") || !strings.HasSuffix(done, "ckpt="+ckpt) {
 		t.Fatalf("child reported %q, want an interrupted run with its checkpoint at %s", done, ckpt)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -28,7 +29,8 @@ type bestPather interface {
 // ResolveCheckpoint turns which into a checkpoint file, the way
 // FromCheckpoint and WithCheckpoint do (as Lightning's ckpt_path):
 //
-//   - "last": the newest last.ckpt (last-v1.ckpt, ...) anywhere under root,
+//   - "last": the newest last.ckpt (last-v1.ckpt, ..., or interrupted.ckpt
+//     of a run stopped by a signal) anywhere under root,
 //     that is in root/checkpoints and in every root/lightning_logs/version_N/checkpoints,
 //     by modification time, then global step;
 //   - "best": the best_model_path that ModelCheckpoint recorded in the
@@ -103,6 +105,11 @@ func unwrapPath(err error) error {
 // isLastName reports whether a file is a "last" checkpoint (last.ckpt, or
 // last-v1.ckpt when ModelCheckpoint kept an older one).
 func isLastName(name string) bool {
+	if name == path.Base(InterruptCheckpointName) {
+		// A run stopped by a signal or a cancelled context saved it after
+		// its last step: the newest place to resume from.
+		return true
+	}
 	return name == "last.ckpt" || (strings.HasPrefix(name, "last-") && strings.HasSuffix(name, ".ckpt"))
 }
 

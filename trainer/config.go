@@ -63,8 +63,27 @@ type Config struct {
 	SyncBatchNorm bool
 	// LogEveryNSteps records step metrics every this many steps. 0: 50.
 	LogEveryNSteps int
-	// DefaultRootDir is where logs and checkpoints go. "": ".".
+	// DefaultRootDir is where logs and checkpoints go: each Fit writes into
+	// a new DefaultRootDir/lightning_logs/version_N (see LogDir). "": ".".
 	DefaultRootDir string
+	// LogDir is the run directory of every Fit: the default checkpoints
+	// and logger, and the callbacks and loggers given no path of their
+	// own, write there (State.LogDir). "": a new
+	// DefaultRootDir/lightning_logs/version_N per Fit, N one above the
+	// highest existing, so no earlier run is replaced; name a directory to
+	// write into it (to continue a run there, say).
+	LogDir string
+	// DisableCheckpointing turns off the default checkpoints (Lightning's
+	// enable_checkpointing=False). false: at the end of each epoch Fit
+	// saves LogDir/checkpoints/last.ckpt and
+	// LogDir/checkpoints/epoch=E-step=S.ckpt (keeping the newest), unless
+	// Callbacks holds a callbacks.ModelCheckpoint, which then decides.
+	// Stopping on a signal or a cancelled context still saves a checkpoint.
+	DisableCheckpointing bool
+	// DisableLogger turns off the default logger (Lightning's
+	// logger=False). false: when Loggers is empty, a CSVLogger writes
+	// LogDir/metrics.csv and hparams.yaml.
+	DisableLogger bool
 	// Precision is "32" (float32, the default) or "64" (float64).
 	Precision string
 
@@ -92,9 +111,13 @@ type Config struct {
 	// lines otherwise. nil: true.
 	EnableProgressBar *bool
 	// HandleSignals makes SIGINT and SIGTERM during Fit finish the current
-	// optimizer step, save a checkpoint to <DefaultRootDir>/checkpoints/
-	// interrupted.ckpt, and return from Fit with Stats.Interrupted set, on
-	// every rank; a second signal exits at once. nil: true.
+	// optimizer step, save a checkpoint to LogDir/checkpoints/
+	// interrupted.ckpt, and return an *InterruptedError from Fit (with
+	// Stats.Interrupted set), on every rank. A repeat of the signal within
+	// 2 s (a shell or timeout signalling the whole process group, go run
+	// forwarding it) is the same request; a later one exits at once. Under
+	// SLURM (SLURM_JOB_ID set) SIGUSR1 does the same and then requeues the
+	// job with scontrol. nil: true.
 	HandleSignals *bool
 	// WarnOnNaN makes a NaN or infinite loss a warning instead of an error.
 	WarnOnNaN bool

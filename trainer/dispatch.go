@@ -212,7 +212,7 @@ func (t *Trainer) logMetrics(step int, m map[string]float64) error {
 	if !t.state.IsGlobalZero || len(m) == 0 {
 		return nil
 	}
-	for _, l := range t.cfg.Loggers {
+	for _, l := range t.loggers {
 		end := t.span("loggers/" + l.Name() + ".LogMetrics")
 		err := l.LogMetrics(step, m)
 		end()
@@ -227,7 +227,7 @@ func (t *Trainer) logHyperparams(h map[string]any) error {
 	if !t.state.IsGlobalZero {
 		return nil
 	}
-	for _, l := range t.cfg.Loggers {
+	for _, l := range t.loggers {
 		if err := l.LogHyperparams(h); err != nil {
 			return fmt.Errorf("loggers/%s.LogHyperparams: %w", l.Name(), err)
 		}
@@ -240,7 +240,7 @@ func (t *Trainer) finalizeLoggers(status string) error {
 		return nil
 	}
 	var first error
-	for _, l := range t.cfg.Loggers {
+	for _, l := range t.loggers {
 		if err := l.Finalize(status); err != nil && first == nil {
 			first = fmt.Errorf("loggers/%s.Finalize: %w", l.Name(), err)
 		}

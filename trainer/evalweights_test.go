@@ -159,7 +159,7 @@ func TestEvaluateCheckpointLastBestPath(t *testing.T) {
 	val := loader(t, regression(t, 48, 0.01, 6), 16, false, false)
 	test := loader(t, regression(t, 70, 0.01, 5), 16, false, false)
 	fit := func(epochs int, cbs ...trainer.Callback) *trainer.Trainer {
-		tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: epochs, Seed: 3, Deterministic: true, DefaultRootDir: root, Callbacks: cbs}))
+		tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: epochs, Seed: 3, Deterministic: true, DefaultRootDir: root, Callbacks: cbs, DisableCheckpointing: true}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -237,7 +237,7 @@ func TestResolveCheckpointListsWhatExists(t *testing.T) {
 	// A root holding only an epoch checkpoint without ModelCheckpoint state.
 	root := t.TempDir()
 	ds := regression(t, 64, 0.01, 4)
-	tr, _ := trainer.New(quiet(trainer.Config{MaxEpochs: 1, DefaultRootDir: root}))
+	tr, _ := trainer.New(quiet(trainer.Config{MaxEpochs: 1, DefaultRootDir: root, DisableCheckpointing: true}))
 	if err := tr.Fit(context.Background(), newEvalReg(), loader(t, ds, 32, false, false), nil); err != nil {
 		t.Fatal(err)
 	}

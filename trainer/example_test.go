@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"strings"
 
 	G "gorgonia.org/gorgonia"
 
@@ -43,7 +46,14 @@ func Example() {
 	}
 	loader, _ := data.NewLoader(train, data.LoaderConfig{BatchSize: 64, Shuffle: true, Seed: 1})
 	testLoader, _ := data.NewLoader(test, data.LoaderConfig{BatchSize: 500})
-	tr, err := trainer.New(trainer.Config{MaxEpochs: 1, Seed: 1, Out: io.Discard})
+	// Each Fit keeps its checkpoints and metrics.csv in a new
+	// ROOT/lightning_logs/version_N (here ROOT is a scratch directory).
+	root, err := os.MkdirTemp("", "fulgur-example")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(root)
+	tr, err := trainer.New(trainer.Config{MaxEpochs: 1, Seed: 1, Out: io.Discard, DefaultRootDir: root})
 	if err != nil {
 		panic(err)
 	}
@@ -54,7 +64,10 @@ func Example() {
 	res, _ := tr.Test(context.Background(), m, testLoader)
 	fmt.Println("steps:", tr.Stats().GlobalStep)
 	fmt.Println("test accuracy above 0.7:", res["test_acc"] > 0.7)
+	last, _ := trainer.ResolveCheckpoint(root, "last")
+	fmt.Println("last checkpoint:", strings.TrimPrefix(filepath.ToSlash(last), filepath.ToSlash(root)+"/"))
 	// Output:
 	// steps: 94
 	// test accuracy above 0.7: true
+	// last checkpoint: lightning_logs/version_0/checkpoints/last.ckpt
 }

@@ -2,49 +2,78 @@ package trainer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/fulgur-ml/fulgur/module"
 )
 
-// signalWatch records the first SIGINT or SIGTERM received during Fit; the
-// loop polls it at each optimizer-step boundary (one atomic load). A second
-// signal restores the default handling and re-raises, so a person pressing
-// Ctrl-C twice gets the usual immediate exit.
+// DuplicateSignalWindow is how long after the first SIGINT or SIGTERM a
+// repeat counts as the same request: a shell or timeout(1) signalling the
+// whole process group, or go run forwarding the signal to its child, makes
+// one request arrive two or three times. A signal after the window exits
+// at once.
+const DuplicateSignalWindow = 2 * time.Second
+
+// signalWatch records the first SIGINT, SIGTERM (or, under SLURM, SIGUSR1)
+// received during Fit; the loop polls it at each optimizer-step boundary
+// (one atomic load).
 type signalWatch struct {
-	ch   chan os.Signal
-	got  atomic.Pointer[os.Signal]
-	done chan struct{}
+	ch    chan os.Signal
+	got   atomic.Pointer[os.Signal]
+	done  chan struct{}
+	sigs  []os.Signal
+	first time.Time
 }
 
-// InterruptCheckpointName is the file, under DefaultRootDir, that a run
-// stopped by SIGINT or SIGTERM saves.
+// InterruptCheckpointName is the file, under the run directory
+// (State.LogDir), that a run stopped by a signal or a cancelled context
+// saves.
 const InterruptCheckpointName = "checkpoints/interrupted.ckpt"
 
+// slurmJob is the SLURM job id when this process runs as a SLURM job.
+func slurmJob() string { return os.Getenv("SLURM_JOB_ID") }
+
 func watchSignals(log *zerolog.Logger) *signalWatch {
-	w := &signalWatch{ch: make(chan os.Signal, 2), done: make(chan struct{})}
-	signal.Notify(w.ch, os.Interrupt, syscall.SIGTERM)
+	w := &signalWatch{ch: make(chan os.Signal, 4), done: make(chan struct{}), sigs: []os.Signal{os.Interrupt, syscall.SIGTERM}}
+	if slurmJob() != "" {
+		w.sigs = append(w.sigs, syscall.SIGUSR1)
+	}
+	signal.Notify(w.ch, w.sigs...)
 	go func() {
 		for {
 			select {
 			case s := <-w.ch:
 				if w.got.CompareAndSwap(nil, &s) {
-					log.Warn().Str("signal", signalName(s)).Msg("finishing the current step, then saving a checkpoint and stopping; send the signal again to exit at once")
+					w.first = time.Now()
+					msg := "finishing the current step, then saving a checkpoint and stopping; send the signal again after 2 s to exit at once"
+					if s == syscall.SIGUSR1 {
+						msg = "SLURM asked to stop: finishing the current step, saving a checkpoint and requeueing the job"
+					}
+					log.Warn().Str("signal", signalName(s)).Msg(msg)
+					continue
+				}
+				if time.Since(w.first) < DuplicateSignalWindow {
+					log.Debug().Str("signal", signalName(s)).Msg("repeat of the first signal within 2 s: the same request")
 					continue
 				}
 				signal.Stop(w.ch)
-				signal.Reset(os.Interrupt, syscall.SIGTERM)
+				signal.Reset(w.sigs...)
 				if p, err := os.FindProcess(os.Getpid()); err == nil && p.Signal(s) == nil {
 					return
 				}
-				os.Exit(130)
+				os.Exit(exitCode(s))
 			case <-w.done:
 				return
 			}
@@ -69,49 +98,176 @@ func (w *signalWatch) stop() {
 	close(w.done)
 }
 
+// InterruptedError is what Fit returns when a signal (SIGINT, SIGTERM, or
+// SIGUSR1 under SLURM) or the cancelling of its context stopped training:
+// every rank finished its optimizer step and the run was saved to
+// Checkpoint, from which FromCheckpoint(Checkpoint) resumes it.
+type InterruptedError struct {
+	// Signal is the signal that stopped training; nil when the context
+	// was cancelled (Err says why).
+	Signal os.Signal
+	// Err is the context's error when it was cancelled, else nil.
+	Err error
+	// GlobalStep is the optimizer steps taken when training stopped.
+	GlobalStep int
+	// Checkpoint is the resumable checkpoint saved.
+	Checkpoint string
+	// Requeued is set when SIGUSR1 under SLURM requeued the job.
+	Requeued bool
+}
+
+func (e *InterruptedError) Error() string {
+	why := "context cancelled"
+	if e.Signal != nil {
+		why = signalName(e.Signal)
+	} else if e.Err != nil {
+		why = e.Err.Error()
+	}
+	s := fmt.Sprintf("training interrupted (%s) at global step %d; checkpoint saved to %s", why, e.GlobalStep, e.Checkpoint)
+	if e.Requeued {
+		s += "; the SLURM job was requeued"
+	}
+	return s + "; " + e.ResumeHint()
+}
+
+// ResumeHint says how to continue the run.
+func (e *InterruptedError) ResumeHint() string {
+	return fmt.Sprintf("resume with trainer.FromCheckpoint(%q)", e.Checkpoint)
+}
+
+// Unwrap gives the context's error, so errors.Is(err, context.Canceled)
+// holds for a cancelled Fit.
+func (e *InterruptedError) Unwrap() error { return e.Err }
+
+// ExitCode is the status a program exits with, as a shell reports a
+// process killed by the signal: 128+signal (130 for SIGINT, 143 for
+// SIGTERM); 1 for a cancelled context.
+func (e *InterruptedError) ExitCode() int { return exitCode(e.Signal) }
+
+func exitCode(s os.Signal) int {
+	if n, ok := s.(syscall.Signal); ok {
+		return 128 + int(n)
+	}
+	return 1
+}
+
+// signal codes agreed on across ranks (the largest wins).
+var stopSignals = []os.Signal{nil, os.Interrupt, syscall.SIGTERM, syscall.SIGUSR1}
+
+const ctxCancelled = 4
+
 // agreeStop makes every rank take the same decision after a batch: stop
 // when a hook on any rank asked to, and, at an optimizer-step boundary,
-// save a checkpoint and stop when any rank received SIGINT or SIGTERM. With
-// one process it costs an atomic load; with several, one small all-reduce.
+// save a checkpoint and return an *InterruptedError when any rank received
+// a signal or had its context cancelled. With one process it costs an
+// atomic load; with several, one small all-reduce.
 func (t *Trainer) agreeStop(ctx context.Context, stop error, boundary bool) (error, error) {
-	var sig os.Signal
+	code := 0
 	if boundary {
-		sig = t.signals.received()
+		for i, s := range stopSignals {
+			if s != nil && s == t.signals.received() {
+				code = i
+			}
+		}
+		if code == 0 && ctx.Err() != nil {
+			code = ctxCancelled
+		}
 	}
 	if t.strat.WorldSize() > 1 {
-		flags := []float64{0, 0}
+		flags := []float64{0, float64(code)}
 		if stop != nil {
 			flags[0] = 1
 		}
-		if sig != nil {
-			flags[1] = 1
-		}
-		if err := t.strat.Reduce(ctx, flags, []float64{1, 1}, []module.Reduce{module.Max, module.Max}); err != nil {
+		if err := t.strat.Reduce(context.WithoutCancel(ctx), flags, []float64{1, 1}, []module.Reduce{module.Max, module.Max}); err != nil {
 			return nil, fmt.Errorf("agree on stopping across ranks: %w", err)
 		}
 		if flags[0] > 0 && stop == nil {
 			stop = Stop("another rank stopped training")
 		}
-		if flags[1] > 0 && sig == nil {
-			sig = syscall.SIGTERM
-		}
+		code = int(flags[1])
 	}
-	if sig == nil {
+	if code == 0 {
 		return stop, nil
 	}
-	name := signalName(sig)
-	path := filepath.Join(t.cfg.DefaultRootDir, filepath.FromSlash(InterruptCheckpointName))
+	ie := &InterruptedError{GlobalStep: t.state.GlobalStep}
+	if code == ctxCancelled {
+		ie.Err = ctx.Err()
+		if ie.Err == nil {
+			ie.Err = errors.New("another rank's context was cancelled")
+		}
+	} else {
+		ie.Signal = stopSignals[code]
+	}
+	return nil, t.saveInterrupt(ctx, ie)
+}
+
+// saveInterrupt saves the interrupt checkpoint for ie (every rank calls
+// it), requeues a SLURM job stopped by SIGUSR1, and returns ie.
+func (t *Trainer) saveInterrupt(ctx context.Context, ie *InterruptedError) error {
+	ctx = context.WithoutCancel(ctx)
+	what := "the cancelled context"
+	if ie.Signal != nil {
+		what = signalName(ie.Signal)
+	}
+	dir := t.state.LogDir
+	if dir == "" {
+		dir = t.cfg.DefaultRootDir
+	}
+	path := filepath.Join(dir, filepath.FromSlash(InterruptCheckpointName))
 	if err := t.saveCheckpoint(ctx, path); err != nil {
-		return nil, fmt.Errorf("stopping on %s: %w", name, err)
+		return fmt.Errorf("stopping on %s: %w", what, err)
 	}
 	if t.strat.WorldSize() > 1 {
 		if err := t.strat.Barrier(ctx); err != nil {
-			return nil, fmt.Errorf("stopping on %s: wait for rank 0 to save the checkpoint: %w", name, err)
+			return fmt.Errorf("stopping on %s: wait for rank 0 to save the checkpoint: %w", what, err)
 		}
 	}
+	ie.Checkpoint = path
 	t.stats.Interrupted = true
 	t.stats.InterruptCheckpoint = path
-	return Stop("%s at global step %d; checkpoint saved to %s", name, t.state.GlobalStep, path), nil
+	if ie.Signal == syscall.SIGUSR1 && t.state.IsGlobalZero {
+		if err := requeue(ctx); err != nil {
+			return fmt.Errorf("stopping on SIGUSR1: checkpoint saved to %s, but %w", path, err)
+		}
+		ie.Requeued = true
+		t.cfg.Log.Warn().Str("job", slurmJob()).Str("checkpoint", path).Msg("requeued the SLURM job")
+	}
+	return ie
+}
+
+// slurmResume is the checkpoint a requeued SLURM job resumes from when
+// Fit was given none: after SIGUSR1 requeued it (SLURM_RESTART_COUNT > 0),
+// the newest last.ckpt or interrupted.ckpt under DefaultRootDir, as
+// Lightning resumes from its hpc checkpoint. "" otherwise.
+func (t *Trainer) slurmResume() string {
+	if slurmJob() == "" {
+		return ""
+	}
+	if n, err := strconv.Atoi(os.Getenv("SLURM_RESTART_COUNT")); err != nil || n < 1 {
+		return ""
+	}
+	p, err := ResolveCheckpoint(t.cfg.DefaultRootDir, CkptLast)
+	if err != nil {
+		// Requeued before any checkpoint was written (preempted early).
+		t.cfg.Log.Warn().Err(err).Msg("requeued SLURM job: no checkpoint to resume from, starting from scratch")
+		return ""
+	}
+	t.cfg.Log.Warn().Str("job", slurmJob()).Str("checkpoint", p).Msg("requeued SLURM job: resuming")
+	return p
+}
+
+// requeue asks SLURM to run this job again, as Lightning's SLURM support
+// does on SIGUSR1.
+func requeue(ctx context.Context) error {
+	job := slurmJob()
+	if job == "" {
+		return errors.New("SLURM_JOB_ID is not set: cannot requeue the job")
+	}
+	out, err := exec.CommandContext(ctx, "scontrol", "requeue", job).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("scontrol requeue %s: %w: %s", job, err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }
 
 func signalName(s os.Signal) string {
@@ -120,6 +276,8 @@ func signalName(s os.Signal) string {
 		return "SIGINT"
 	case syscall.SIGTERM:
 		return "SIGTERM"
+	case syscall.SIGUSR1:
+		return "SIGUSR1"
 	}
 	return s.String()
 }

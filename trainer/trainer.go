@@ -46,6 +46,13 @@ type Trainer struct {
 	hookOwner  string        // the callback being called
 	saves      []pendingSave // checkpoints asked for during the hook
 	fitted     bool          // Fit has trained t.mod: a second Fit continues
+
+	// The run directory (rundir.go): the one chosen before ddp launched
+	// its ranks, the loggers of this Fit (Config.Loggers or the default
+	// CSVLogger) and the default epoch checkpoint to replace.
+	launchDir     string
+	loggers       []Logger
+	lastEpochCkpt string
 }
 
 // Stats summarises the last Fit.
@@ -70,7 +77,7 @@ func New(cfg Config) (*Trainer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("trainer config:\n%w", err)
 	}
-	return &Trainer{cfg: cfg}, nil
+	return &Trainer{cfg: cfg, loggers: cfg.Loggers}, nil
 }
 
 // Config returns the validated configuration.
@@ -171,9 +178,18 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 	}
 	st := t.cfg.StrategyImpl
 	if st == nil {
+		// Ranks a strategy starts itself write rank_N.log into the run
+		// directory, chosen here, before they exist; Fit then uses it.
+		logDir := t.cfg.LogDir
+		if logDir == "" {
+			if logDir, err = VersionDir(t.cfg.DefaultRootDir, ""); err != nil {
+				return err
+			}
+			t.launchDir = logDir
+		}
 		st, err = strategy.New(t.cfg.Strategy, strategy.Options{
 			Devices: t.cfg.Devices, NumNodes: t.cfg.NumNodes, Accelerator: t.cfg.Accelerator, Log: *t.cfg.Log,
-			LogDir: t.cfg.DefaultRootDir,
+			LogDir: logDir,
 		})
 		if err != nil {
 			return err
@@ -349,6 +365,19 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 		}
 	}
 	t.stats = Stats{WorldSize: t.strat.WorldSize()}
+	logDir, err := t.chooseLogDir(ctx)
+	if err != nil {
+		return fmt.Errorf("Fit: %w", err)
+	}
+	t.state.LogDir, t.lastEpochCkpt = logDir, ""
+	t.loggers = t.cfg.Loggers
+	if t.defaultLogger() {
+		l, err := NewCSVLogger(logDir)
+		if err != nil {
+			return fmt.Errorf("Fit: default logger: %w", err)
+		}
+		t.loggers = []Logger{l}
+	}
 	t.state.Stage = "fit"
 	t.state.save = t.saveCheckpoint
 	t.state.log = func(m map[string]float64) error {
@@ -370,6 +399,9 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 		}
 	}()
 	start := 0
+	if fo.ckptPath == "" {
+		fo.ckptPath = t.slurmResume()
+	}
 	if fo.ckptPath != "" {
 		path, err := t.checkpointPath(fo.ckptPath)
 		if err != nil {
@@ -403,8 +435,14 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 		t.cfg.Log.Info().Str("reason", st.Reason).Msg("training stopped early")
 		err = nil
 	}
+	if err != nil && ctx.Err() != nil && !t.stats.Interrupted && t.strat.WorldSize() == 1 && !t.pos.midWindow {
+		// The context was cancelled inside a step or while fetching data:
+		// the weights and position are those after the last finished
+		// step, which is what the checkpoint saves.
+		err = t.saveInterrupt(ctx, &InterruptedError{Err: ctx.Err(), GlobalStep: t.state.GlobalStep})
+	}
 	if err != nil {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || t.stats.Interrupted {
 			status = "interrupted"
 			t.stats.Interrupted = true
 		}
@@ -816,6 +854,11 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 				return err
 			}
 			stop = err
+		}
+		if t.defaultCheckpoints() {
+			if err := t.saveEpochCheckpoint(ctx, epoch); err != nil {
+				return err
+			}
 		}
 		var err error
 		if stop, err = t.agreeStop(ctx, stop, true); err != nil {

@@ -114,6 +114,10 @@ func loader(t testing.TB, ds data.Dataset, bs int, shuffle, dropLast bool) *data
 func quiet(cfg trainer.Config) trainer.Config {
 	cfg.Out = io.Discard
 	cfg.EnableProgressBar = trainer.Bool(false)
+	if cfg.DefaultRootDir == "" && cfg.LogDir == "" {
+		// Write no run directory into the package's source directory.
+		cfg.DisableCheckpointing, cfg.DisableLogger = true, true
+	}
 	return cfg
 }
 

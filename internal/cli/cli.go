@@ -246,6 +246,12 @@ func (s Summary) Print(w io.Writer) error {
 // reaches the user.
 func Fail(prog string, err error) {
 	fmt.Fprintf(os.Stderr, "%s: %v\n", prog, err)
+	var ie *trainer.InterruptedError
+	if errors.As(err, &ie) {
+		// As a shell reports a process the signal killed (130 for
+		// SIGINT, 143 for SIGTERM), though the run was saved.
+		os.Exit(ie.ExitCode())
+	}
 	os.Exit(1)
 }
 

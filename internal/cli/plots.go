@@ -35,6 +35,10 @@ func AddPlots(f *Flags, cfg *trainer.Config) error {
 		root = "."
 	}
 	ckpts := []string{filepath.Join(root, "checkpoints")}
+	if cfg.LogDir != "" {
+		// The run directory's, where ModelCheckpoint writes without a Dirpath.
+		ckpts = append([]string{filepath.Join(cfg.LogDir, "checkpoints")}, ckpts...)
+	}
 	for _, cb := range cfg.Callbacks {
 		if mc, ok := cb.(*callbacks.ModelCheckpoint); ok && mc.Config().Dirpath != "" {
 			ckpts = append([]string{mc.Config().Dirpath}, ckpts...)

@@ -2,11 +2,13 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/fulgur-ml/fulgur/data"
@@ -107,7 +109,8 @@ func (j ImageJob) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	// SIGINT and SIGTERM during Fit are the trainer's: it finishes the
-	// step, saves a checkpoint and returns (HandleSignals).
+	// step, saves a checkpoint and returns a *trainer.InterruptedError
+	// (HandleSignals), which Main turns into the exit status 130 or 143.
 	defer closeProfiler(tr.Config().Profiler)
 	m := j.NewModule(&f)
 	cfg = tr.Config()
@@ -118,27 +121,32 @@ func (j ImageJob) Run(ctx context.Context, args []string) error {
 	}
 	// The test split doubles as the validation set, as in Lightning's
 	// MNIST examples: nothing is selected on it.
-	if err := tr.Fit(ctx, m, trainL, testL, opts...); err != nil {
-		return err
-	}
-	if tr.IsWorker() {
-		return nil
-	}
+	err = tr.Fit(ctx, m, trainL, testL, opts...)
 	out := j.Stdout
 	if out == nil {
 		out = os.Stdout
 	}
-	if st := tr.Stats(); st.Interrupted {
+	var ie *trainer.InterruptedError
+	if errors.As(err, &ie) {
 		defer tr.Teardown(ctx)
 		if !tr.IsGlobalZero() {
-			return nil
+			return &Interrupted{Err: ie}
 		}
-		cfg.Log.Warn().Str("checkpoint", st.InterruptCheckpoint).Msg("interrupted: resume with -ckpt-path " + st.InterruptCheckpoint + " (or last)")
-		return Summary{
+		st := tr.Stats()
+		if perr := (Summary{
 			Program: j.Program, TestAcc: -1, TestLoss: -1, TrainSamplesPerS: math.Round(st.TrainSamplesPerS), Epochs: st.Epochs,
 			GlobalStep: st.GlobalStep, WorldSize: st.WorldSize, Strategy: cfg.Strategy, WeightsSHA256: tr.Store().SHA256(),
-			Data: source, Seconds: Since(t0), Seed: f.Seed, Interrupted: true, Checkpoint: st.InterruptCheckpoint, RunDir: runs.RunDir,
-		}.Print(out)
+			Data: source, Seconds: Since(t0), Seed: f.Seed, Interrupted: true, Checkpoint: ie.Checkpoint, RunDir: runs.RunDir,
+		}.Print(out)); perr != nil {
+			return perr
+		}
+		return &Interrupted{Err: ie, Resume: resumeCommand(j.Program, args, ie.Checkpoint)}
+	}
+	if err != nil {
+		return err
+	}
+	if tr.IsWorker() {
+		return nil
 	}
 	res, err := tr.Test(ctx, m, testL)
 	if err != nil {
@@ -162,4 +170,54 @@ func finite(v float64) float64 {
 		return -1
 	}
 	return v
+}
+
+// Interrupted is Run's error when a signal or a cancelled context stopped
+// training after saving a checkpoint: Main prints it with the command that
+// resumes the run and exits with Err.ExitCode() (130 for SIGINT, 143 for
+// SIGTERM).
+type Interrupted struct {
+	Err *trainer.InterruptedError
+	// Resume is the command line that continues the run ("" on ranks
+	// other than 0).
+	Resume string
+}
+
+func (e *Interrupted) Error() string {
+	if e.Resume == "" {
+		return e.Err.Error()
+	}
+	return fmt.Sprintf("training interrupted at global step %d; checkpoint saved to %s; resume with:\n  %s", e.Err.GlobalStep, e.Err.Checkpoint, e.Resume)
+}
+
+func (e *Interrupted) Unwrap() error { return e.Err }
+
+// resumeCommand is the program's command line with -ckpt-path set to ckpt
+// (replacing one given), quoted for a POSIX shell.
+func resumeCommand(prog string, args []string, ckpt string) string {
+	words := []string{prog}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		name := strings.TrimLeft(a, "-")
+		if name == "ckpt-path" && len(a) > len(name) {
+			i++ // its value is the next argument
+			continue
+		}
+		if strings.HasPrefix(name, "ckpt-path=") && len(a) > len(name) {
+			continue
+		}
+		words = append(words, a)
+	}
+	words = append(words, "-ckpt-path", ckpt)
+	for i, w := range words {
+		words[i] = shellQuote(w)
+	}
+	return strings.Join(words, " ")
+}
+
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=./,:+@%") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -15,12 +14,13 @@ import (
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
-// What an example leaves behind, like Lightning: loggers write into
-// ROOT/lightning_logs/version_N, ModelCheckpoint into its checkpoints/
-// directory (keeping last.ckpt and the -ckpt-top-k best), a run stopped by
-// SIGINT or SIGTERM into ROOT/checkpoints/interrupted.ckpt, and profilers
-// into ROOT/profiles. "-ckpt-path last" resumes from the newest checkpoint
-// under ROOT.
+// What an example leaves behind, like Lightning: the run directory
+// ROOT/lightning_logs/version_N is the trainer's (trainer.Config.LogDir):
+// the loggers write there, ModelCheckpoint (given no Dirpath) into its
+// checkpoints/ directory (keeping last.ckpt and the -ckpt-top-k best), a
+// run stopped by SIGINT or SIGTERM into checkpoints/interrupted.ckpt, and
+// profilers into ROOT/profiles. "-ckpt-path last" resumes from the newest
+// last.ckpt or interrupted.ckpt under ROOT (trainer.ResolveCheckpoint).
 
 var loggerNames = []string{"csv", "tensorboard", "jsonl"}
 
@@ -84,7 +84,8 @@ func processRank() int {
 
 // RunOutputs are what SetupRun added to a trainer.Config.
 type RunOutputs struct {
-	// RunDir is ROOT/lightning_logs/version_N ("" without loggers).
+	// RunDir is ROOT/lightning_logs/version_N, the trainer's LogDir ("" with
+	// no logger and no checkpoints).
 	RunDir string
 	// Checkpoint is the ModelCheckpoint (nil with -no-checkpoint).
 	Checkpoint *callbacks.ModelCheckpoint
@@ -124,11 +125,17 @@ func (f *Flags) SetupRun(cfg *trainer.Config, hparams map[string]any) (RunOutput
 	if err != nil {
 		return out, err
 	}
-	if len(names) > 0 {
-		if out.RunDir, err = callbacks.VersionDir(root, ""); err != nil {
+	// The loggers are built before Fit (WriteHParams writes into the run
+	// directory), so the run directory is chosen here and handed to the
+	// trainer, which otherwise picks the same one itself.
+	if len(names) > 0 || !f.NoCheckpoint {
+		if out.RunDir, err = trainer.VersionDir(root, ""); err != nil {
 			return out, err
 		}
+		cfg.LogDir = out.RunDir
 	}
+	cfg.DisableLogger = len(names) == 0
+	cfg.DisableCheckpointing = f.NoCheckpoint
 	for _, n := range names {
 		var l trainer.Logger
 		switch n {
@@ -164,12 +171,8 @@ func (f *Flags) SetupRun(cfg *trainer.Config, hparams map[string]any) (RunOutput
 		cfg.Callbacks = append(cfg.Callbacks, tm)
 	}
 	if !f.NoCheckpoint {
-		dir := filepath.Join(root, "checkpoints")
-		if out.RunDir != "" {
-			dir = filepath.Join(out.RunDir, "checkpoints")
-		}
 		mc, err := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{
-			Dirpath: dir, Monitor: f.CkptMonitor, Mode: f.CkptMode, SaveTopK: f.CkptTopK, SaveLast: true,
+			Monitor: f.CkptMonitor, Mode: f.CkptMode, SaveTopK: f.CkptTopK, SaveLast: true,
 			EveryNTrainSteps: f.CkptEveryNSteps,
 		})
 		if err != nil {
@@ -179,8 +182,8 @@ func (f *Flags) SetupRun(cfg *trainer.Config, hparams map[string]any) (RunOutput
 		cfg.Callbacks = append(cfg.Callbacks, mc)
 	}
 	out.CkptPath = f.CkptPath
-	if f.CkptPath == "last" {
-		p, err := trainer.LatestCheckpoint(root)
+	if f.CkptPath == trainer.CkptLast {
+		p, err := trainer.ResolveCheckpoint(root, trainer.CkptLast)
 		if err != nil {
 			fmt.Fprintf(w, "-ckpt-path last: %v: starting from scratch\n", err)
 			p = ""

@@ -1,0 +1,243 @@
+package trainer
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// CSVLogger writes metrics.csv (a header of every metric name and "step",
+// sorted, then one row per logging call, empty where a metric was not
+// logged) and hparams.yaml into its run directory, like Lightning's
+// CSVLogger. The directory is created at the first write; when the file
+// exists already (a run resumed into the same directory) its rows are kept.
+// It is the logger a Trainer adds by default (see Config.DisableLogger);
+// package callbacks re-exports it.
+type CSVLogger struct {
+	hp      map[string]any // hyperparameters logged so far (merged)
+	dir     string
+	cols    []string
+	f       *os.File
+	w       *csv.Writer
+	started bool
+}
+
+var _ Logger = (*CSVLogger)(nil)
+
+// NewCSVLogger logs into dir, usually a run directory (State.LogDir, VersionDir).
+func NewCSVLogger(dir string) (*CSVLogger, error) {
+	if dir == "" {
+		return nil, errors.New("CSVLogger: the directory is empty: pass a run directory, such as the one VersionDir returns")
+	}
+	return &CSVLogger{dir: dir}, nil
+}
+
+func (l *CSVLogger) Name() string { return "CSVLogger" }
+
+// Dir is the run directory.
+func (l *CSVLogger) Dir() string { return l.dir }
+
+// Path is the metrics file.
+func (l *CSVLogger) Path() string { return filepath.Join(l.dir, "metrics.csv") }
+
+// LogHyperparams writes hparams.yaml, merged with what earlier calls gave.
+func (l *CSVLogger) LogHyperparams(h map[string]any) error {
+	if err := os.MkdirAll(l.dir, 0o755); err != nil {
+		return err
+	}
+	l.hp = MergeHParams(l.hp, h)
+	b, err := hparamsYAML(l.hp)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(l.dir, "hparams.yaml"), b, 0o644)
+}
+
+// MergeHParams adds h to into (a new map when into is nil): loggers merge
+// successive calls (a program's flags, then the module's HParams).
+func MergeHParams(into, h map[string]any) map[string]any {
+	if into == nil {
+		into = map[string]any{}
+	}
+	for k, v := range h {
+		into[k] = v
+	}
+	return into
+}
+
+// hparamsYAML writes one "key: value" line per hyperparameter, keys
+// sorted, each value in JSON (which is YAML's flow style).
+func hparamsYAML(h map[string]any) ([]byte, error) {
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		v, err := json.Marshal(h[k])
+		if err != nil {
+			return nil, fmt.Errorf("hyperparameter %q: %w", k, err)
+		}
+		kj, _ := json.Marshal(k)
+		key := k
+		if strings.ContainsAny(k, ":#{}[],&*?|<>=!%@`'\" \t") || k == "" {
+			key = string(kj)
+		}
+		fmt.Fprintf(&b, "%s: %s\n", key, v)
+	}
+	return []byte(b.String()), nil
+}
+
+func (l *CSVLogger) start() error {
+	l.started = true
+	if err := os.MkdirAll(l.dir, 0o755); err != nil {
+		return err
+	}
+	return l.rewrite(nil, nil)
+}
+
+// rewrite writes the file again under the header l.cols plus extra (sorted
+// together), keeping the rows already in it, then row: the rows live in
+// the file, not in memory, and a rewrite happens only when a new metric
+// appears.
+func (l *CSVLogger) rewrite(extra []string, row map[string]string) error {
+	if l.f != nil {
+		l.w.Flush()
+		if err := errors.Join(l.w.Error(), l.f.Close()); err != nil {
+			return err
+		}
+		l.f = nil
+	}
+	var rows []map[string]string
+	b, err := os.ReadFile(l.Path())
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if len(b) > 0 {
+		recs, err := csv.NewReader(strings.NewReader(string(b))).ReadAll()
+		if err != nil {
+			return fmt.Errorf("CSVLogger: existing %s: %w", l.Path(), err)
+		}
+		if len(recs) > 0 {
+			l.cols = recs[0]
+			for _, r := range recs[1:] {
+				m := map[string]string{}
+				for i, c := range l.cols {
+					if i < len(r) {
+						m[c] = r[i]
+					}
+				}
+				rows = append(rows, m)
+			}
+		}
+	}
+	known := map[string]bool{}
+	for _, c := range l.cols {
+		known[c] = true
+	}
+	for _, c := range extra {
+		if !known[c] {
+			l.cols = append(l.cols, c)
+			known[c] = true
+		}
+	}
+	sort.Strings(l.cols)
+	if row != nil {
+		rows = append(rows, row)
+	}
+	tmp := l.Path() + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	if len(l.cols) > 0 {
+		w.Write(l.cols)
+		for _, r := range rows {
+			w.Write(l.record(r))
+		}
+	}
+	w.Flush()
+	if err := errors.Join(w.Error(), f.Close()); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, l.Path()); err != nil {
+		return err
+	}
+	f, err = os.OpenFile(l.Path(), os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	l.f, l.w = f, csv.NewWriter(f)
+	return nil
+}
+
+func (l *CSVLogger) record(r map[string]string) []string {
+	out := make([]string, len(l.cols))
+	for i, c := range l.cols {
+		out[i] = r[c]
+	}
+	return out
+}
+
+// FormatValue writes a metric value as metrics.csv does: shortest
+// round-trip decimal, "nan", "inf", "-inf" as Python writes them.
+func FormatValue(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "nan"
+	case math.IsInf(v, 1):
+		return "inf"
+	case math.IsInf(v, -1):
+		return "-inf"
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64)
+}
+
+// LogMetrics appends a row.
+func (l *CSVLogger) LogMetrics(step int, m map[string]float64) error {
+	if !l.started {
+		if err := l.start(); err != nil {
+			return err
+		}
+	}
+	row := map[string]string{"step": strconv.Itoa(step)}
+	for k, v := range m {
+		row[k] = FormatValue(v)
+	}
+	known := map[string]bool{}
+	for _, c := range l.cols {
+		known[c] = true
+	}
+	var extra []string
+	for k := range row {
+		if !known[k] {
+			extra = append(extra, k)
+		}
+	}
+	if len(extra) > 0 {
+		return l.rewrite(extra, row)
+	}
+	l.w.Write(l.record(row))
+	l.w.Flush()
+	return l.w.Error()
+}
+
+// Finalize closes the file.
+func (l *CSVLogger) Finalize(status string) error {
+	if l.f == nil {
+		return nil
+	}
+	l.w.Flush()
+	err := errors.Join(l.w.Error(), l.f.Sync(), l.f.Close())
+	l.f, l.started, l.cols = nil, false, nil
+	return err
+}

@@ -1,0 +1,141 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/fulgur-ml/fulgur/module"
+)
+
+// DefaultLogName is the directory under the root that runs' version
+// directories go in, as in Lightning.
+const DefaultLogName = "lightning_logs"
+
+// VersionDir returns root/name/version_N for the first N above every
+// existing version_M directory (N = 0 for a new root). It creates nothing.
+// name "" means DefaultLogName.
+func VersionDir(root, name string) (string, error) {
+	base, n, err := nextVersion(root, name)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(base, fmt.Sprintf("version_%d", n)), nil
+}
+
+func nextVersion(root, name string) (string, int, error) {
+	if root == "" {
+		return "", 0, errors.New("VersionDir: root is empty: pass the run's root directory, such as \".\"")
+	}
+	if name == "" {
+		name = DefaultLogName
+	}
+	base := filepath.Join(root, name)
+	ents, err := os.ReadDir(base)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", 0, fmt.Errorf("VersionDir: %w", err)
+	}
+	next := 0
+	for _, e := range ents {
+		v, ok := strings.CutPrefix(e.Name(), "version_")
+		if !ok || !e.IsDir() {
+			continue
+		}
+		if n, err := strconv.Atoi(v); err == nil && n >= next {
+			next = n + 1
+		}
+	}
+	return base, next, nil
+}
+
+// chooseLogDir picks this Fit's run directory: Config.LogDir when the user
+// named one, otherwise a new DefaultRootDir/lightning_logs/version_N that
+// rank 0 picks and every rank agrees on (one small all-reduce). Rank 0
+// creates it, so that the next run takes the next version.
+func (t *Trainer) chooseLogDir(ctx context.Context) (string, error) {
+	if t.cfg.LogDir != "" {
+		return t.cfg.LogDir, nil
+	}
+	base, n, err := nextVersion(t.cfg.DefaultRootDir, "")
+	if err != nil {
+		return "", fmt.Errorf("choose the run directory: %w", err)
+	}
+	if t.launchDir != "" {
+		// The first Fit takes the directory chosen before the strategy
+		// started its ranks (it may hold their rank_N.log already).
+		if v, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(t.launchDir), "version_")); err == nil {
+			base, n = filepath.Dir(t.launchDir), v
+		}
+		t.launchDir = ""
+	}
+	if t.strat.WorldSize() > 1 {
+		v := []float64{-1}
+		if t.strat.IsGlobalZero() {
+			v[0] = float64(n)
+		}
+		if err := t.strat.Reduce(context.WithoutCancel(ctx), v, []float64{1}, []module.Reduce{module.Max}); err != nil {
+			return "", fmt.Errorf("agree on the run directory across ranks: %w", err)
+		}
+		n = int(v[0])
+	}
+	dir := filepath.Join(base, fmt.Sprintf("version_%d", n))
+	if t.strat.IsGlobalZero() && t.writesRunDir() {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", fmt.Errorf("create the run directory: %w", err)
+		}
+	}
+	return dir, nil
+}
+
+// writesRunDir reports whether this Fit writes anything of its own into
+// the run directory (the default checkpoints or the default logger).
+func (t *Trainer) writesRunDir() bool {
+	return t.defaultCheckpoints() || t.defaultLogger()
+}
+
+// defaultCheckpoints: as Lightning's enable_checkpointing, the built-in
+// checkpoints are written unless turned off or a ModelCheckpoint (any
+// callback that records a best model) takes their place.
+func (t *Trainer) defaultCheckpoints() bool {
+	if t.cfg.DisableCheckpointing || t.cfg.FastDevRun > 0 {
+		return false
+	}
+	for _, cb := range t.cfg.Callbacks {
+		if _, ok := cb.(bestPather); ok {
+			return false
+		}
+	}
+	return true
+}
+
+// defaultLogger: a CSVLogger in the run directory unless turned off or
+// the user gave loggers.
+func (t *Trainer) defaultLogger() bool {
+	return !t.cfg.DisableLogger && len(t.cfg.Loggers) == 0
+}
+
+// saveEpochCheckpoint writes the built-in checkpoints at the end of an
+// epoch: LogDir/checkpoints/epoch=E-step=S.ckpt (the previous one is
+// removed, as Lightning's default ModelCheckpoint keeps the newest) and
+// LogDir/checkpoints/last.ckpt. Every rank calls it; rank 0 writes.
+func (t *Trainer) saveEpochCheckpoint(ctx context.Context, epoch int) error {
+	dir := filepath.Join(t.state.LogDir, "checkpoints")
+	p := filepath.Join(dir, fmt.Sprintf("epoch=%d-step=%d.ckpt", epoch, t.state.GlobalStep))
+	if err := t.saveCheckpoint(ctx, p); err != nil {
+		return fmt.Errorf("default checkpoint: %w", err)
+	}
+	if err := t.saveCheckpoint(ctx, filepath.Join(dir, "last.ckpt")); err != nil {
+		return fmt.Errorf("default checkpoint: %w", err)
+	}
+	if t.state.IsGlobalZero && t.lastEpochCkpt != "" && t.lastEpochCkpt != p {
+		if err := os.Remove(t.lastEpochCkpt); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("default checkpoint: remove the previous epoch's: %w", err)
+		}
+	}
+	t.lastEpochCkpt = p
+	return nil
+}
