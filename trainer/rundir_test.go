@@ -237,7 +237,13 @@ func TestDuplicateSIGINTIsOneRequest(t *testing.T) {
 	}
 	fmt.Fprintln(stdin, "go on")
 	msg := waitFor(t, sc, "error")
-	waitFor(t, sc, "done interrupted=true")
+	done := waitFor(t, sc, "done interrupted=true")
+	// The signal reaches the loop asynchronously: the stop lands at the
+	// first step boundary after it, 13 or a little later.
+	var stopped int
+	if _, err := fmt.Sscanf(done, "done interrupted=true step=%d", &stopped); err != nil || stopped < 13 {
+		t.Fatalf("first job: %q: want the step it stopped at, 13 or later", done)
+	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("child exit: %v", err)
 	}
@@ -270,7 +276,13 @@ func TestSLURMSIGUSR1Requeues(t *testing.T) {
 	}
 	fmt.Fprintln(stdin, "go on")
 	msg := waitFor(t, sc, "error")
-	waitFor(t, sc, "done interrupted=true")
+	done := waitFor(t, sc, "done interrupted=true")
+	// The signal reaches the loop asynchronously: the stop lands at the
+	// first step boundary after it, 13 or a little later.
+	var stopped int
+	if _, err := fmt.Sscanf(done, "done interrupted=true step=%d", &stopped); err != nil || stopped < 13 {
+		t.Fatalf("first job: %q: want the step it stopped at, 13 or later", done)
+	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("child exit: %v", err)
 	}
@@ -285,10 +297,14 @@ func TestSLURMSIGUSR1Requeues(t *testing.T) {
 		t.Fatal(err)
 	}
 	// SLURM starts the requeued job again (SLURM_RESTART_COUNT=1): Fit,
-	// given no checkpoint, resumes from the interrupted one (step 13).
-	cmd, sc, _ = startChild(t, "usr1", dir, "SLURM_JOB_ID=4242", "SLURM_RESTART_COUNT=1")
-	if l := waitFor(t, sc, "first step"); l != "first step 14" {
-		t.Errorf("requeued job: %q, want \"first step 14\" (resumed after step 13)", l)
+	// given no checkpoint, resumes from the interrupted one.
+	cmd, sc, stdin = startChild(t, "usr1", dir, "SLURM_JOB_ID=4242", "SLURM_RESTART_COUNT=1")
+	// A resumed job never parks at step 13; one that started over would
+	// park there, read end of file and exit, failing the test instead of
+	// hanging it.
+	stdin.Close()
+	if l, want := waitFor(t, sc, "first step"), fmt.Sprintf("first step %d", stopped+1); l != want {
+		t.Errorf("requeued job: %q, want %q (resumed after step %d, where the first job stopped)", l, want, stopped)
 	}
 	if l := waitFor(t, sc, "done"); !strings.HasPrefix(l, "done interrupted=false") {
 		t.Errorf("requeued job: %q, want it to finish", l)
