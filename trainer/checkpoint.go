@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -958,29 +957,17 @@ func LoadWeights(path string, store *module.Store) error {
 // modification time and then global step. Files that are not readable
 // checkpoints are skipped.
 func LatestCheckpoint(root string) (string, error) {
-	var best CheckpointInfo
-	var skipped []string
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() || !strings.HasSuffix(d.Name(), ".ckpt") || strings.HasPrefix(d.Name(), ".") {
-			return nil
-		}
-		info, err := ReadCheckpointInfo(p)
-		if err != nil {
-			skipped = append(skipped, fmt.Sprintf("%s (%v)", p, err))
-			return nil
-		}
-		if best.Path == "" || info.ModTime.After(best.ModTime) || (info.ModTime.Equal(best.ModTime) && info.GlobalStep > best.GlobalStep) {
-			best = info
-		}
-		return nil
-	})
+	infos, skipped, err := listCheckpoints(root)
 	if err != nil {
-		return "", fmt.Errorf("look for checkpoints under %s: %w", root, err)
+		return "", err
 	}
-	if best.Path == "" {
+	var best *CheckpointInfo
+	for i := range infos {
+		if best == nil || newerCheckpoint(infos[i], *best) {
+			best = &infos[i]
+		}
+	}
+	if best == nil {
 		msg := fmt.Sprintf("no checkpoint (*.ckpt) under %s", root)
 		if len(skipped) > 0 {
 			msg += "; unreadable: " + strings.Join(skipped, "; ")
@@ -988,6 +975,12 @@ func LatestCheckpoint(root string) (string, error) {
 		return "", errors.New(msg)
 	}
 	return best.Path, nil
+}
+
+// newerCheckpoint orders checkpoints for "latest" and "last": by
+// modification time, then by global step.
+func newerCheckpoint(a, b CheckpointInfo) bool {
+	return a.ModTime.After(b.ModTime) || (a.ModTime.Equal(b.ModTime) && a.GlobalStep > b.GlobalStep)
 }
 
 // skipBatches returns l starting its epochs at batch first, for a run that

@@ -74,7 +74,7 @@ func resolveCheckpoint(root, which, best string) (string, error) {
 		if which == CkptBest && in.BestModelPath == "" {
 			continue
 		}
-		if pick == nil || in.ModTime.After(pick.ModTime) || (in.ModTime.Equal(pick.ModTime) && in.GlobalStep > pick.GlobalStep) {
+		if pick == nil || newerCheckpoint(*in, *pick) {
 			pick = in
 		}
 	}
