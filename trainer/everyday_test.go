@@ -20,7 +20,7 @@ import (
 func TestNonFiniteLossPrintsAsNaN(t *testing.T) {
 	ds := regression(t, 64, 0, 1)
 	var buf bytes.Buffer
-	cfg := trainer.Config{MaxEpochs: 1, WarnOnNaN: true, LogEveryNSteps: 1, Out: &buf}
+	cfg := trainer.Config{MaxEpochs: 1, WarnOnNaN: true, LogEveryNSteps: 1, Out: &buf, DefaultRootDir: t.TempDir()}
 	tr, err := trainer.New(cfg)
 	if err != nil {
 		t.Fatal(err)
