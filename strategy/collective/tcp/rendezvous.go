@@ -148,6 +148,11 @@ func (r *Rendezvous) serve(ctx context.Context) error {
 			go func() {
 				defer func() { <-sem }()
 				h, proof, err := r.admit(c)
+				if err != nil && !errors.Is(err, errRefused) {
+					// A peer that never sent a valid hello; refusals
+					// were logged as they were sent.
+					cfg.Logger.Warn().Str("remote", c.RemoteAddr().String()).Err(err).Msg("refused connection at rendezvous")
+				}
 				select {
 				case results <- admitted{c, h, proof, err}:
 				case <-done:
@@ -173,10 +178,9 @@ func (r *Rendezvous) serve(ctx context.Context) error {
 			return fmt.Errorf("tcp: rank 0: accept joiners: %w", err)
 		}
 		if a.err == nil && r.peers[a.h.rank] != nil {
-			a.err = refuse(a.c, "rank %d has already joined (two processes with the same rank?)", a.h.rank)
+			a.err = r.refuse(a.c, "rank %d has already joined (two processes with the same rank?)", a.h.rank)
 		}
-		if a.err != nil {
-			cfg.Logger.Warn().Str("remote", a.c.RemoteAddr().String()).Err(a.err).Msg("refused connection at rendezvous")
+		if a.err != nil { // logged where it was found
 			a.c.Close()
 			continue
 		}
@@ -198,12 +202,18 @@ func (r *Rendezvous) serve(ctx context.Context) error {
 const maxHandshakes = 64
 
 // refuse sends a rejection to a joiner and returns it as an error.
-func refuse(c net.Conn, format string, a ...any) error {
+// The refusal is logged before the refused peer can read it, so the log
+// never lags what the peer saw.
+func (r *Rendezvous) refuse(c net.Conn, format string, a ...any) error {
 	msg := fmt.Sprintf(format, a...)
+	r.cfg.Logger.Warn().Str("remote", c.RemoteAddr().String()).Str("error", msg).Msg("refused connection at rendezvous")
 	c.SetWriteDeadline(time.Now().Add(time.Second))
 	c.Write(controlFrame(kindReject, 0, 0, []byte(msg)))
-	return errors.New(msg)
+	return fmt.Errorf("%w: %s", errRefused, msg)
 }
+
+// errRefused marks an error whose refusal was sent to the peer and logged.
+var errRefused = errors.New("refused")
 
 // admit reads and checks one joiner's hello (whether its rank has already
 // joined is checked by the caller); a refusal is also sent to it.
@@ -227,7 +237,7 @@ func (r *Rendezvous) admit(c net.Conn) (hello, []byte, error) {
 		return hello{}, nil, fmt.Errorf("hello: %w", err)
 	}
 	refuse := func(format string, a ...any) (hello, []byte, error) {
-		return hello{}, nil, refuse(c, format, a...)
+		return hello{}, nil, r.refuse(c, format, a...)
 	}
 	nonceD, ok := checkHello(h, r.cfg.Token, nonceA)
 	if !ok {
