@@ -46,6 +46,7 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--data", default="", help="Fashion-MNIST IDX directory (default: the Debian package's)")
     p.add_argument("--json", action="store_true", help="print only the JSON line on stdout")
+    p.add_argument("--pin", action="store_true", help="pin rank r to core r (affinity mask), as cmd/bench pins fulgur's ranks")
     a = p.parse_args(argv)
     for name in ("threads", "batch", "epochs", "ranks"):
         if getattr(a, name) < 1:
@@ -131,6 +132,10 @@ def evaluate(model, x, y):
 
 
 def train(rank, a, port):
+    if a.pin:
+        # Before torch starts its thread pools, so that every thread
+        # inherits the mask.
+        os.sched_setaffinity(0, {rank})
     # torch.set_num_threads does not reach a generic BLAS such as Debian's
     # OpenBLAS, which would otherwise start one thread per core (and spin
     # them) even at 1 torch thread: give it the same count. Read when the

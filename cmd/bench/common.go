@@ -156,6 +156,11 @@ type Config struct {
 	Epochs int    `json:"epochs,omitempty"`
 	Steps  int    `json:"steps,omitempty"`
 	Ranks  int    `json:"ranks,omitempty"`
+	// Pinned gives each rank exactly one core: GOMAXPROCS=1, one BLAS
+	// thread, one nn/ops worker, and an affinity mask of core rank (the
+	// peer: torch.set_num_threads(1) and the same mask), so that 1 rank
+	// and N ranks compare the same per-core work.
+	Pinned bool   `json:"pinned,omitempty"`
 	Seed   uint64 `json:"seed"`
 	Data   string `json:"data,omitempty"`
 }
@@ -168,6 +173,9 @@ func (c Config) Label() string {
 	}
 	if c.Ranks > 1 {
 		parts = append(parts, fmt.Sprintf("ranks=%d", c.Ranks))
+	}
+	if c.Pinned {
+		parts = append(parts, "pinned")
 	}
 	if c.BLAS != "" && c.BLAS != "auto" {
 		parts = append(parts, c.BLAS)
@@ -445,6 +453,12 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 		env = append(env, fmt.Sprintf("FULGUR_WORKERS=%d", c.Workers))
 	}
 	ranks := max(c.Ranks, 1)
+	if c.Pinned {
+		if err := canPin(ranks); err != nil {
+			return nil, err
+		}
+		env = append(env, "GOMAXPROCS=1", "FULGUR_BLAS_THREADS=1", "FULGUR_WORKERS=1")
+	}
 	if ranks > 1 {
 		port, err := freePort()
 		if err != nil {
@@ -467,6 +481,11 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 	done := make(chan int, ranks)
 	for rank := 0; rank < ranks; rank++ {
 		cmd := exec.CommandContext(ctx, exe)
+		if c.Pinned {
+			// taskset sets the mask before exec, so every thread the Go
+			// runtime starts inherits it.
+			cmd = exec.CommandContext(ctx, "taskset", "-c", strconv.Itoa(rank), exe)
+		}
 		cmd.Env = env
 		if ranks > 1 {
 			cmd.Env = append(append([]string(nil), env...), fmt.Sprintf("RANK=%d", rank), fmt.Sprintf("LOCAL_RANK=%d", rank))
@@ -515,6 +534,12 @@ func measureTorch(ctx context.Context, o *Options, c Config) (Figures, error) {
 	}
 	if c.Data != "" {
 		args = append(args, "--data", c.Data)
+	}
+	if c.Pinned {
+		if err := canPin(max(c.Ranks, 1)); err != nil {
+			return nil, err
+		}
+		args = append(args, "--pin")
 	}
 	cmd := exec.CommandContext(ctx, o.Python, args...)
 	var stdout, stderr bytes.Buffer
@@ -647,4 +672,16 @@ func peakRSSMB() (float64, error) {
 		}
 	}
 	return 0, errors.New("no VmHWM in /proc/self/status")
+}
+
+// canPin reports whether ranks processes can each get a core of their own:
+// taskset (util-linux) sets the masks, and the cores must exist.
+func canPin(ranks int) error {
+	if _, err := exec.LookPath("taskset"); err != nil {
+		return fmt.Errorf("pinned ranks need taskset (Debian: apt-get install util-linux): %v", err)
+	}
+	if n := runtime.NumCPU(); ranks > n {
+		return fmt.Errorf("pinned ranks: %d ranks need %d cores, but this process may use %d: lower the ranks", ranks, ranks, n)
+	}
+	return nil
 }

@@ -10,13 +10,18 @@ import (
 	"github.com/fulgur-ml/fulgur/strategy"
 )
 
-// scaling: each model under ddp with 2 ranks (one process and one BLAS
-// thread each, per-rank batch 32) against 1 rank (1 thread, batch 64), 200
-// steps; efficiency = samples/s(2 ranks) / (2 × samples/s(1 rank)).
+// scaling: each model under ddp with 2 ranks (per-rank batch 32) against 1
+// rank (batch 64), 200 steps; efficiency = samples/s(2 ranks) / (2 ×
+// samples/s(1 rank)). Every rank, the baseline's included, runs on exactly
+// one core (Config.Pinned: GOMAXPROCS=1, one BLAS thread, one nn/ops
+// worker, an affinity mask of its own core; the peer with
+// torch.set_num_threads(1) and the same mask): the baseline cannot borrow
+// the second core through image workers, and two ranks do not start two
+// workers each on two cores.
 func init() {
 	register(&workload{
 		Name: "scaling",
-		Doc:  "ddp with 2 ranks (1 thread, batch 32 each) vs 1 rank (1 thread, batch 64), 200 steps, mlp and resnet8",
+		Doc:  "ddp with 2 ranks (batch 32 each) vs 1 rank (batch 64), each rank pinned to one core, 200 steps, mlp and resnet8",
 		Configs: func(o *Options) ([]Config, error) {
 			if !strategy.Known("ddp") {
 				return nil, errors.New(`strategy "ddp" is not registered yet (strategy/registry): the workload runs once it lands`)
@@ -30,7 +35,7 @@ func init() {
 			for _, m := range models {
 				for _, ranks := range []int{1, 2} {
 					c := Config{Workload: "scaling", Variant: m, Impl: "fulgur", Threads: 1, BLAS: o.BLAS[0],
-						Batch: 64 / ranks, Epochs: 1, Steps: steps, Ranks: ranks, Seed: o.Seed, Data: o.Data}
+						Workers: 1, Pinned: true, Batch: 64 / ranks, Epochs: 1, Steps: steps, Ranks: ranks, Seed: o.Seed, Data: o.Data}
 					cs = append(cs, c)
 					if o.Peer == "torch" {
 						c.Impl, c.BLAS = "torch", ""
