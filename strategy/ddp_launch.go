@@ -19,6 +19,7 @@ import (
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
 	"github.com/fulgur-ml/fulgur/strategy/collective/nccl"
+	"github.com/fulgur-ml/fulgur/strategy/collective/rendezvous"
 	"github.com/fulgur-ml/fulgur/strategy/collective/shm"
 	"github.com/fulgur-ml/fulgur/strategy/collective/tcp"
 	"github.com/fulgur-ml/fulgur/strategy/device"
@@ -290,7 +291,7 @@ func connect(ctx context.Context, k knobs, env cluster.Env, token string, ln net
 	if k.backend == "tcp" {
 		return tcp.New(ctx, cfg)
 	}
-	rv, err := tcp.Meet(ctx, cfg)
+	rv, err := rendezvous.Meet(ctx, cfg.Rendezvous())
 	if err != nil {
 		return nil, err
 	}
@@ -301,7 +302,7 @@ func connect(ctx context.Context, k knobs, env cluster.Env, token string, ln net
 	case "nccl":
 		g, err = nccl.New(ctx, rv, nccl.Config{Device: env.LocalRank, Timeout: k.timeout})
 	default:
-		g, err = shm.Auto(ctx, rv)
+		g, err = shm.Auto(ctx, rv, tcp.NewGroup)
 	}
 	if err != nil {
 		rv.Close()

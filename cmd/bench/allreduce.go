@@ -16,6 +16,7 @@ import (
 
 	"github.com/fulgur-ml/fulgur/strategy/cluster"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
+	"github.com/fulgur-ml/fulgur/strategy/collective/rendezvous"
 	"github.com/fulgur-ml/fulgur/strategy/collective/shm"
 	"github.com/fulgur-ml/fulgur/strategy/collective/tcp"
 )
@@ -167,16 +168,16 @@ func openBackend(ctx context.Context, backend string) (collective.Group, error) 
 	if !found {
 		return nil, fmt.Errorf("allreduce: no launcher environment (RANK, WORLD_SIZE, ...) found")
 	}
-	token := os.Getenv(tcp.TokenEnv)
+	token := os.Getenv(rendezvous.TokenEnv)
 	if token == "" {
 		// The bench's ranks share only the environment measure() gives
 		// them and listen on loopback; a per-run token still keeps other
 		// runs' stragglers out.
 		token = fmt.Sprintf("bench-%s-%d", env.MasterAddr, env.MasterPort)
 	}
-	cfg := tcp.Config{Rank: env.Rank, Size: env.WorldSize, MasterAddr: env.MasterAddr, MasterPort: env.MasterPort,
+	cfg := rendezvous.Config{Rank: env.Rank, Size: env.WorldSize, MasterAddr: env.MasterAddr, MasterPort: env.MasterPort,
 		Token: token, BindAddr: "127.0.0.1", Timeout: 2 * time.Minute}
-	rv, err := tcp.Meet(ctx, cfg)
+	rv, err := rendezvous.Meet(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -184,12 +185,11 @@ func openBackend(ctx context.Context, backend string) (collective.Group, error) 
 	case "shm":
 		return shm.New(ctx, rv)
 	case "tcp":
-		r, err := tcp.NewRing(ctx, rv)
+		g, err := tcp.NewGroup(ctx, rv)
 		if err != nil {
 			rv.Close()
-			return nil, err
 		}
-		return collective.WithAsync(r), nil
+		return g, err
 	}
 	rv.Close()
 	return nil, fmt.Errorf("allreduce: unknown backend %q", backend)

@@ -63,8 +63,10 @@
 // # Backends
 //
 // inproc (goroutines, bitwise reproducible, fault injection), tcp (ring over
-// TCP with token-checked rendezvous), shm (same host, shared memory), mpi
-// (build tag mpi, cgo, Open MPI) and nccl (libnccl loaded at run time).
+// TCP), shm (same host, shared memory), mpi (build tag mpi, cgo, Open MPI)
+// and nccl (libnccl loaded at run time). tcp, shm and nccl meet through the
+// shared, token-checked rendezvous package; backends never import each
+// other.
 //
 // This package owns no policy: it must not decide who is rank 0 or read the
 // environment (strategy/cluster does), and must not import trainer, strategy

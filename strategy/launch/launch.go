@@ -29,7 +29,7 @@ const (
 	EnvGroupRank      = "GROUP_RANK"
 	EnvMasterAddr     = "MASTER_ADDR"
 	EnvMasterPort     = "MASTER_PORT"
-	// EnvToken carries the shared secret of the rendezvous (tcp.TokenEnv).
+	// EnvToken carries the shared secret of the rendezvous (rendezvous.TokenEnv).
 	EnvToken = "FULGUR_TOKEN"
 	// EnvLauncher marks a process started by this package ("ddp" or
 	// "ddp_spawn"), so a worker knows it must not launch again.

@@ -4,7 +4,7 @@
 // New and Load return an error wrapping ErrUnavailable that says which
 // library is missing and how to point at it (Config.NCCLPath, CUDARTPath).
 //
-// Ranks meet through tcp's token-checked rendezvous: rank 0 asks NCCL for a
+// Ranks meet through strategy/collective/rendezvous (token checked): rank 0 asks NCCL for a
 // unique id and hands it to the others with Rendezvous.Exchange, then every
 // rank calls ncclCommInitRank on its device (Config.Device). Each Comm owns
 // one CUDA stream. The collective.Collective methods take host buffers:
@@ -21,5 +21,5 @@
 //
 // Tests run against a stand-in library with the same C signatures
 // (testdata/standin.c), compiled by the test with gcc. It must not import
-// trainer or strategy.
+// another backend (tcp, shm, mpi, inproc), trainer or strategy.
 package nccl

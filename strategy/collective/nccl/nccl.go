@@ -14,7 +14,7 @@ import (
 
 	"github.com/ebitengine/purego"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
-	"github.com/fulgur-ml/fulgur/strategy/collective/tcp"
+	"github.com/fulgur-ml/fulgur/strategy/collective/rendezvous"
 )
 
 // ErrUnavailable means NCCL or the CUDA runtime could not be loaded.
@@ -185,7 +185,7 @@ var _ collective.Collective = (*Comm)(nil)
 
 // New creates this rank's communicator: rank 0's unique id travels through
 // rv. The result also implements collective.Async.
-func New(ctx context.Context, rv *tcp.Rendezvous, cfg Config) (collective.Group, error) {
+func New(ctx context.Context, rv *rendezvous.Rendezvous, cfg Config) (collective.Group, error) {
 	c, err := NewComm(ctx, rv, cfg)
 	if err != nil {
 		return nil, err
@@ -195,7 +195,7 @@ func New(ctx context.Context, rv *tcp.Rendezvous, cfg Config) (collective.Group,
 
 // NewComm is New without the async wrapper, for callers that use the Device
 // methods.
-func NewComm(ctx context.Context, rv *tcp.Rendezvous, cfg Config) (*Comm, error) {
+func NewComm(ctx context.Context, rv *rendezvous.Rendezvous, cfg Config) (*Comm, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

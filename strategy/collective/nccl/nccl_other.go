@@ -7,7 +7,7 @@ import (
 	"errors"
 
 	"github.com/fulgur-ml/fulgur/strategy/collective"
-	"github.com/fulgur-ml/fulgur/strategy/collective/tcp"
+	"github.com/fulgur-ml/fulgur/strategy/collective/rendezvous"
 )
 
 // ErrUnavailable means NCCL cannot be used here.
@@ -23,6 +23,6 @@ type Config struct {
 func Available(cfg Config) error { return ErrUnavailable }
 
 // New reports ErrUnavailable.
-func New(ctx context.Context, rv *tcp.Rendezvous, cfg Config) (collective.Group, error) {
+func New(ctx context.Context, rv *rendezvous.Rendezvous, cfg Config) (collective.Group, error) {
 	return nil, ErrUnavailable
 }

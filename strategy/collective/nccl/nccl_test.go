@@ -16,7 +16,7 @@ import (
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/collective/collectivetest"
 	"github.com/fulgur-ml/fulgur/strategy/collective/nccl"
-	"github.com/fulgur-ml/fulgur/strategy/collective/tcp"
+	"github.com/fulgur-ml/fulgur/strategy/collective/rendezvous"
 	"github.com/rs/zerolog"
 )
 
@@ -64,7 +64,7 @@ func newGroup(t *testing.T, n int) []collective.Collective {
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {
-		cfg := tcp.Config{Rank: r, Size: n, MasterAddr: "127.0.0.1", MasterPort: ln.Addr().(*net.TCPAddr).Port,
+		cfg := rendezvous.Config{Rank: r, Size: n, MasterAddr: "127.0.0.1", MasterPort: ln.Addr().(*net.TCPAddr).Port,
 			Token: "t", BindAddr: "127.0.0.1", Timeout: 20 * time.Second, Logger: &nop}
 		if r == 0 {
 			cfg.Listener = ln
@@ -72,7 +72,7 @@ func newGroup(t *testing.T, n int) []collective.Collective {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rv, err := tcp.Meet(context.Background(), cfg)
+			rv, err := rendezvous.Meet(context.Background(), cfg)
 			if err != nil {
 				errs[r] = err
 				return
@@ -130,7 +130,7 @@ func TestNewWithoutNCCL(t *testing.T) {
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for r := range 2 {
-		cfg := tcp.Config{Rank: r, Size: 2, MasterAddr: "127.0.0.1", MasterPort: ln.Addr().(*net.TCPAddr).Port, Token: "t", BindAddr: "127.0.0.1", Timeout: 10 * time.Second, Logger: &nop}
+		cfg := rendezvous.Config{Rank: r, Size: 2, MasterAddr: "127.0.0.1", MasterPort: ln.Addr().(*net.TCPAddr).Port, Token: "t", BindAddr: "127.0.0.1", Timeout: 10 * time.Second, Logger: &nop}
 		if r == 0 {
 			cfg.Listener = ln
 		}
@@ -141,7 +141,7 @@ func TestNewWithoutNCCL(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rv, err := tcp.Meet(context.Background(), cfg)
+			rv, err := rendezvous.Meet(context.Background(), cfg)
 			if err != nil {
 				errs[r] = err
 				return

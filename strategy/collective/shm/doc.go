@@ -4,12 +4,12 @@
 // per-rank counters in that memory (spin, then yield, then short sleeps; no
 // futexes, no syscalls on the fast path).
 //
-// Start-up goes through tcp's rendezvous (token checked): rank 0 creates the
-// file, sends its name to the others, and removes the name once every rank
-// has mapped it, so nothing is left behind even if a process is killed.
-// Auto picks shared memory when every rank reports the same host identity and
-// can map the file, and the TCP ring otherwise, so a launcher can always call
-// Auto.
+// Start-up goes through strategy/collective/rendezvous (token checked): rank
+// 0 creates the file, sends its name to the others, and removes the name once
+// every rank has mapped it, so nothing is left behind even if a process is
+// killed. Auto picks shared memory when every rank reports the same host
+// identity and can map the file, and the fallback it is given otherwise
+// (tcp.NewGroup: the TCP ring), so a launcher can always call Auto.
 //
 // Data moves in rounds of Config-sized slots: every rank copies its part in,
 // each rank reduces its own block of the round across all slots in rank
@@ -21,5 +21,6 @@
 // memory and every waiting rank fails naming it. A silent rank is named by
 // the counter that stopped advancing once Timeout passes. Linux only; on
 // other systems New reports that shared memory is unavailable and Auto falls
-// back to TCP. It must not import trainer or strategy.
+// back. It must not import another backend (tcp, nccl, mpi, inproc), trainer
+// or strategy.
 package shm

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/fulgur-ml/fulgur/strategy/collective"
+	"github.com/fulgur-ml/fulgur/strategy/collective/rendezvous"
 	"github.com/fulgur-ml/fulgur/strategy/collective/shm"
 	"github.com/fulgur-ml/fulgur/strategy/collective/tcp"
 	"github.com/rs/zerolog"
@@ -39,7 +40,7 @@ func worker() int {
 	size, _ := strconv.Atoi(os.Getenv("WORLD_SIZE"))
 	port, _ := strconv.Atoi(os.Getenv("MASTER_PORT"))
 	nop := zerolog.Nop()
-	cfg := tcp.Config{Rank: rank, Size: size, MasterAddr: "127.0.0.1", MasterPort: port, Token: os.Getenv(tcp.TokenEnv),
+	cfg := rendezvous.Config{Rank: rank, Size: size, MasterAddr: "127.0.0.1", MasterPort: port, Token: os.Getenv(rendezvous.TokenEnv),
 		BindAddr: "127.0.0.1", Timeout: time.Minute, Logger: &nop}
 	if rank == 0 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -51,7 +52,7 @@ func worker() int {
 		fmt.Println("PORT", ln.Addr().(*net.TCPAddr).Port)
 	}
 	ctx := context.Background()
-	rv, err := tcp.Meet(ctx, cfg)
+	rv, err := rendezvous.Meet(ctx, cfg)
 	if err != nil {
 		fmt.Println("ERROR", err)
 		return 1
@@ -60,11 +61,7 @@ func worker() int {
 	if os.Getenv("BACKEND") == "shm" {
 		g, err = shm.New(ctx, rv)
 	} else {
-		var r *tcp.Ring
-		r, err = tcp.NewRing(ctx, rv)
-		if err == nil {
-			g = collective.WithAsync(r)
-		}
+		g, err = tcp.NewGroup(ctx, rv)
 	}
 	if err != nil {
 		fmt.Println("ERROR", err)
@@ -122,7 +119,7 @@ func TestKillRankProcess(t *testing.T) {
 				procs := make([]*proc, n)
 				start := func(rank, port int) {
 					cmd := exec.CommandContext(ctx, exe, "-test.run=^$")
-					cmd.Env = append(os.Environ(), workerEnv+"=1", "BACKEND="+backend, tcp.TokenEnv+"=k",
+					cmd.Env = append(os.Environ(), workerEnv+"=1", "BACKEND="+backend, rendezvous.TokenEnv+"=k",
 						"RANK="+strconv.Itoa(rank), "WORLD_SIZE="+strconv.Itoa(n), "MASTER_PORT="+strconv.Itoa(port))
 					cmd.Stderr = os.Stderr
 					stdout, err := cmd.StdoutPipe()

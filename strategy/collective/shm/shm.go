@@ -17,7 +17,7 @@ import (
 	"unsafe"
 
 	"github.com/fulgur-ml/fulgur/strategy/collective"
-	"github.com/fulgur-ml/fulgur/strategy/collective/tcp"
+	"github.com/fulgur-ml/fulgur/strategy/collective/rendezvous"
 	"golang.org/x/sys/unix"
 )
 
@@ -39,9 +39,9 @@ const (
 var fileMagic = [8]byte{'f', 'u', 'l', 'g', 'u', 'r', 's', 'm'}
 
 // Auto returns a shared-memory group when every rank of rv is on this host
-// and can map the shared file, and a TCP ring over rv otherwise. All ranks
-// take the same decision.
-func Auto(ctx context.Context, rv *tcp.Rendezvous) (collective.Group, error) {
+// and can map the shared file, and fallback(ctx, rv) otherwise (tcp.NewGroup:
+// the TCP ring over the same rendezvous). All ranks take the same decision.
+func Auto(ctx context.Context, rv *rendezvous.Rendezvous, fallback func(context.Context, *rendezvous.Rendezvous) (collective.Group, error)) (collective.Group, error) {
 	if rv.Size() > 1 && rv.SameHost() {
 		g, err := open(ctx, rv)
 		if err == nil {
@@ -50,18 +50,14 @@ func Auto(ctx context.Context, rv *tcp.Rendezvous) (collective.Group, error) {
 		if !errors.Is(err, errUnavailable) {
 			return nil, err
 		}
-		rv.Config().Logger.Info().Err(err).Msg("shared memory unavailable; using TCP")
+		rv.Config().Logger.Info().Err(err).Msg("shared memory unavailable; using the fallback")
 	}
-	r, err := tcp.NewRing(ctx, rv)
-	if err != nil {
-		return nil, err
-	}
-	return collective.WithAsync(r), nil
+	return fallback(ctx, rv)
 }
 
 // New returns a shared-memory group, or an error when the ranks are not all
 // on this host or cannot share memory.
-func New(ctx context.Context, rv *tcp.Rendezvous) (collective.Group, error) {
+func New(ctx context.Context, rv *rendezvous.Rendezvous) (collective.Group, error) {
 	if !rv.SameHost() {
 		return nil, fmt.Errorf("shm: %w: the ranks run on different hosts %v", errUnavailable, rv.Hosts())
 	}
@@ -76,7 +72,7 @@ var errUnavailable = errors.New("shared memory unavailable")
 
 // Group is one rank's view of the shared segment.
 type Group struct {
-	rv         *tcp.Rendezvous
+	rv         *rendezvous.Rendezvous
 	rank, size int
 	timeout    time.Duration
 	mem        []byte
@@ -96,7 +92,7 @@ func fileSize(n int) int { return headBytes + n*ctrlBytes + (n+1)*SlotBytes }
 
 // open creates (rank 0) or maps (others) the segment; every rank learns
 // whether all succeeded, so they fall back together.
-func open(ctx context.Context, rv *tcp.Rendezvous) (*Group, error) {
+func open(ctx context.Context, rv *rendezvous.Rendezvous) (*Group, error) {
 	n := rv.Size()
 	g := &Group{rv: rv, rank: rv.Rank(), size: n, timeout: rv.Config().Timeout, slot: SlotBytes}
 	var name string

@@ -13,27 +13,28 @@ import (
 
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/collective/collectivetest"
+	"github.com/fulgur-ml/fulgur/strategy/collective/rendezvous"
 	"github.com/fulgur-ml/fulgur/strategy/collective/shm"
 	"github.com/fulgur-ml/fulgur/strategy/collective/tcp"
 	"github.com/rs/zerolog"
 )
 
-func configs(t testing.TB, n int) []tcp.Config {
+func configs(t testing.TB, n int) []rendezvous.Config {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	nop := zerolog.Nop()
-	cfgs := make([]tcp.Config, n)
+	cfgs := make([]rendezvous.Config, n)
 	for r := range cfgs {
-		cfgs[r] = tcp.Config{Rank: r, Size: n, MasterAddr: "127.0.0.1", MasterPort: ln.Addr().(*net.TCPAddr).Port,
+		cfgs[r] = rendezvous.Config{Rank: r, Size: n, MasterAddr: "127.0.0.1", MasterPort: ln.Addr().(*net.TCPAddr).Port,
 			Token: "t", BindAddr: "127.0.0.1", Timeout: 20 * time.Second, Logger: &nop}
 	}
 	cfgs[0].Listener = ln
 	return cfgs
 }
 
-func build(t testing.TB, n int, open func(context.Context, *tcp.Rendezvous) (collective.Group, error)) []collective.Collective {
+func build(t testing.TB, n int, open func(context.Context, *rendezvous.Rendezvous) (collective.Group, error)) []collective.Collective {
 	t.Helper()
 	cfgs := configs(t, n)
 	out := make([]collective.Collective, n)
@@ -43,7 +44,7 @@ func build(t testing.TB, n int, open func(context.Context, *tcp.Rendezvous) (col
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rv, err := tcp.Meet(context.Background(), cfgs[r])
+			rv, err := rendezvous.Meet(context.Background(), cfgs[r])
 			if err != nil {
 				errs[r] = err
 				return
@@ -71,15 +72,21 @@ func build(t testing.TB, n int, open func(context.Context, *tcp.Rendezvous) (col
 
 func TestConformance(t *testing.T) {
 	collectivetest.RunAll(t, func(t *testing.T, n int) []collective.Collective {
-		if n == 1 {
-			return build(t, n, shm.Auto) // one rank has nobody to share with
+		if n == 1 { // one rank has nobody to share with: Auto falls back
+			return build(t, n, func(ctx context.Context, rv *rendezvous.Rendezvous) (collective.Group, error) {
+				return shm.Auto(ctx, rv, tcp.NewGroup)
+			})
 		}
 		return build(t, n, shm.New)
 	})
 }
 
 func TestAutoPicksSharedMemory(t *testing.T) {
-	cs := build(t, 2, shm.Auto)
+	cs := build(t, 2, func(ctx context.Context, rv *rendezvous.Rendezvous) (collective.Group, error) {
+		return shm.Auto(ctx, rv, func(context.Context, *rendezvous.Rendezvous) (collective.Group, error) {
+			return nil, errors.New("Auto fell back for two ranks on one host")
+		})
+	})
 	type unwrapper interface{ Unwrap() collective.Collective }
 	for r, c := range cs {
 		inner := c.(unwrapper).Unwrap()
@@ -125,7 +132,7 @@ func TestSilentPeer(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rv, err := tcp.Meet(context.Background(), cfgs[r])
+			rv, err := rendezvous.Meet(context.Background(), cfgs[r])
 			if err != nil {
 				t.Error(err)
 				return

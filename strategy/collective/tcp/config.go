@@ -5,108 +5,73 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strconv"
 	"time"
 
-	"github.com/fulgur-ml/fulgur/strategy/collective"
+	"github.com/fulgur-ml/fulgur/strategy/collective/internal/wire"
+	"github.com/fulgur-ml/fulgur/strategy/collective/rendezvous"
 	"github.com/rs/zerolog"
 )
 
-// TokenEnv is the environment variable launchers use to hand every rank the
-// shared token (the library itself never reads the environment).
-const TokenEnv = "FULGUR_TOKEN"
-
-// Config describes this process's place in a TCP group.
+// Config describes this process's place in a TCP group: the rendezvous
+// settings (see rendezvous.Config, which Rendezvous returns) and the ring's
+// tuning.
 type Config struct {
-	Rank int // this process's rank, 0..Size-1
-	Size int // number of ranks
-
-	// MasterAddr:MasterPort is where rank 0 accepts joiners.
-	MasterAddr string
-	MasterPort int
-
-	// Token is the shared secret every joiner presents; connections without
-	// it are refused and logged. Required: set it from FULGUR_TOKEN.
-	Token string
-
-	// BindAddr is the local IP address listeners bind to; "" binds all
-	// interfaces. AdvertiseAddr is the host other ranks dial to reach this
-	// one; "" means MasterAddr for rank 0 and, for the others, the local
-	// address of their connection to rank 0.
+	// The rendezvous settings, documented on rendezvous.Config's fields of
+	// the same names (Rendezvous copies them there). Timeout also bounds
+	// the wait for a silent peer during operations.
+	Rank, Size    int
+	MasterAddr    string
+	MasterPort    int
+	Token         string // required: FULGUR_TOKEN (rendezvous.TokenEnv)
 	BindAddr      string
 	AdvertiseAddr string
-
-	// Listener, for rank 0 only, is an already-bound rendezvous listener
-	// (tests bind port 0); when nil, rank 0 listens on BindAddr:MasterPort.
-	Listener net.Listener
-
-	// Timeout bounds the wait for a silent peer (default
-	// collective.DefaultTimeout) and, during New, for the rendezvous.
-	Timeout time.Duration
+	Listener      net.Listener
+	Timeout       time.Duration
+	Logger        *zerolog.Logger
 
 	// SegmentBytes is the pipelining unit of the ring (default 512 KiB).
 	SegmentBytes int
 	// SocketBuffer is SO_SNDBUF/SO_RCVBUF (default 4 MiB; the kernel may cap it).
 	SocketBuffer int
+}
 
-	// Logger receives refusals and failures (default: stderr, warn level).
-	Logger *zerolog.Logger
+// Rendezvous returns the rendezvous part of c.
+func (c Config) Rendezvous() rendezvous.Config {
+	return rendezvous.Config{Rank: c.Rank, Size: c.Size, MasterAddr: c.MasterAddr, MasterPort: c.MasterPort, Token: c.Token,
+		BindAddr: c.BindAddr, AdvertiseAddr: c.AdvertiseAddr, Listener: c.Listener, Timeout: c.Timeout, Logger: c.Logger}
 }
 
 // Validate fills defaults and reports every problem at once.
 func (c *Config) Validate() error {
 	var errs []error
-	if c.Size < 1 {
-		errs = append(errs, fmt.Errorf("Size is %d: use the number of ranks (1 or more)", c.Size))
-	} else if c.Size > maxRanks {
-		errs = append(errs, fmt.Errorf("Size is %d: at most %d ranks", c.Size, maxRanks))
-	}
-	if c.Rank < 0 || (c.Size >= 1 && c.Rank >= c.Size) {
-		errs = append(errs, fmt.Errorf("Rank is %d: use 0..%d", c.Rank, c.Size-1))
-	}
-	if c.Size > 1 {
-		if c.Token == "" {
-			errs = append(errs, fmt.Errorf("Token is empty: give every rank the same secret in %s (e.g. from `openssl rand -hex 16`)", TokenEnv))
-		}
-		if c.MasterAddr == "" && !(c.Rank == 0 && c.Listener != nil) {
-			errs = append(errs, errors.New("MasterAddr is empty: set it to rank 0's host (MASTER_ADDR)"))
-		}
-		if c.Listener == nil && (c.MasterPort < 1 || c.MasterPort > 65535) {
-			errs = append(errs, fmt.Errorf("MasterPort is %d: use 1..65535 (MASTER_PORT)", c.MasterPort))
-		}
-	}
-	if c.BindAddr != "" && net.ParseIP(c.BindAddr) == nil {
-		errs = append(errs, fmt.Errorf("BindAddr %q is not an IP address: use one of this host's addresses, or empty for all", c.BindAddr))
-	}
-	if c.Timeout < 0 {
-		errs = append(errs, fmt.Errorf("Timeout is %v: use a positive duration, or 0 for %v", c.Timeout, collective.DefaultTimeout))
-	}
-	if c.Timeout == 0 {
-		c.Timeout = collective.DefaultTimeout
-	}
-	if c.SegmentBytes < 0 {
-		errs = append(errs, fmt.Errorf("SegmentBytes is %d: use a positive size, or 0 for 512 KiB", c.SegmentBytes))
-	}
-	if c.SegmentBytes == 0 {
-		c.SegmentBytes = 512 << 10
-	}
-	c.SegmentBytes = min(c.SegmentBytes, maxData) &^ 7
-	if c.SegmentBytes == 0 {
-		c.SegmentBytes = 8
-	}
-	if c.SocketBuffer <= 0 {
-		c.SocketBuffer = 4 << 20
-	}
 	if c.Logger == nil {
 		l := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, NoColor: true}).Level(zerolog.WarnLevel).With().Timestamp().Int("rank", c.Rank).Str("collective", "tcp").Logger()
 		c.Logger = &l
 	}
+	rc := c.Rendezvous()
+	if err := rc.Validate(); err != nil {
+		errs = append(errs, errors.Unwrap(err)) // drop its "rendezvous.Config:" prefix
+	}
+	c.Timeout = rc.Timeout
+	if c.SegmentBytes < 0 {
+		errs = append(errs, fmt.Errorf("SegmentBytes is %d: use a positive size, or 0 for 512 KiB", c.SegmentBytes))
+	}
+	c.setRingDefaults()
 	if len(errs) > 0 {
 		return fmt.Errorf("tcp.Config: %w", errors.Join(errs...))
 	}
 	return nil
 }
 
-func (c *Config) masterHostPort() string {
-	return net.JoinHostPort(c.MasterAddr, strconv.Itoa(c.MasterPort))
+func (c *Config) setRingDefaults() {
+	if c.SegmentBytes <= 0 {
+		c.SegmentBytes = 512 << 10
+	}
+	c.SegmentBytes = min(c.SegmentBytes, wire.MaxData) &^ 7
+	if c.SegmentBytes == 0 {
+		c.SegmentBytes = 8
+	}
+	if c.SocketBuffer <= 0 {
+		c.SocketBuffer = 4 << 20
+	}
 }

@@ -1,18 +1,13 @@
 // Package tcp is the pure-Go collective backend over TCP, for ranks on one
 // or many machines.
 //
-// Start-up (Meet): rank 0 listens at MasterAddr:MasterPort; every other rank
-// dials it and proves it holds the shared Token (launchers pass it in
-// FULGUR_TOKEN). The token never crosses the network: the side that accepts
-// a connection sends a fresh nonce, the dialer answers with an HMAC-SHA256
-// keyed by the token over both sides' nonces and its hello, and the acceptor
-// proves the token back before the dialer trusts it (auth.go), so a recorded
-// handshake cannot be replayed and an impostor listener is refused.
-// A connection with a wrong token, a duplicate rank or a different world size
-// is refused, told why, and logged with zerolog; the rendezvous keeps waiting
-// for the real ranks. Rank 0 then sends everyone the table of ring addresses
-// and host identities (used by shm to pick shared memory for same-host
-// groups). Each rank dials the next one on the ring, with the same handshake.
+// Start-up (New): the ranks meet through strategy/collective/rendezvous
+// (token checked by challenge-response, strangers refused and logged, the
+// table of data addresses handed out), then each rank dials the next one on
+// the ring and accepts the previous one with rendezvous.DialPeer and
+// AcceptPeer, which prove the token both ways on the data connection too.
+// NewRing builds the ring over a rendezvous the caller already holds;
+// NewGroup is its collective.Group form (shm.Auto's fallback).
 //
 // Operations: all-reduce is a ring reduce-scatter followed by a ring
 // all-gather, both pipelined in segments (Config.SegmentBytes): a sender
@@ -28,7 +23,9 @@
 // its neighbours' connections, a silent one as a timeout (Config.Timeout).
 // Cancelling an operation's context also breaks the group.
 //
-// Frames are little endian with a fixed 24-byte header (see wire.go);
-// DecodeFrame is fuzzed. The package imports only the standard library,
-// zerolog and strategy/collective; it must not import trainer or strategy.
+// Frames are those of strategy/collective/internal/wire (little endian, a
+// fixed 24-byte header; its DecodeFrame is fuzzed). The package imports only
+// the standard library, zerolog, strategy/collective, its rendezvous and
+// internal wire packages; it must not import another backend (shm, nccl,
+// mpi, inproc), trainer or strategy.
 package tcp

@@ -13,17 +13,22 @@ import (
 	"unsafe"
 
 	"github.com/fulgur-ml/fulgur/strategy/collective"
+	"github.com/fulgur-ml/fulgur/strategy/collective/internal/wire"
+	"github.com/fulgur-ml/fulgur/strategy/collective/rendezvous"
 )
 
 // New joins the group described by cfg: the rendezvous through rank 0, then a
 // ring of connections (each rank dials the next). The result also implements
 // collective.Async.
 func New(ctx context.Context, cfg Config) (collective.Group, error) {
-	rv, err := Meet(ctx, cfg)
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	rv, err := rendezvous.Meet(ctx, cfg.Rendezvous())
 	if err != nil {
 		return nil, err
 	}
-	g, err := NewRing(ctx, rv)
+	g, err := newRing(ctx, rv, cfg)
 	if err != nil {
 		rv.Close()
 		return nil, err
@@ -31,13 +36,29 @@ func New(ctx context.Context, cfg Config) (collective.Group, error) {
 	return collective.WithAsync(g), nil
 }
 
-// Ring is the TCP ring backend on top of a Rendezvous. Most callers use New,
+// NewGroup is NewRing wrapped with collective.WithAsync (the shape
+// shm.Auto takes as its fallback).
+func NewGroup(ctx context.Context, rv *rendezvous.Rendezvous) (collective.Group, error) {
+	g, err := NewRing(ctx, rv)
+	if err != nil {
+		return nil, err
+	}
+	return collective.WithAsync(g), nil
+}
+
+// conn is a data connection: TCP, or TLS over TCP.
+type conn interface {
+	net.Conn
+	CloseWrite() error
+}
+
+// Ring is the TCP ring backend on top of a rendezvous. Most callers use New,
 // which wraps it with collective.WithAsync.
 type Ring struct {
 	cfg        Config
 	rank, size int
-	rv         *Rendezvous
-	next, prev *net.TCPConn // data flows prev -> us -> next; aborts flow both ways
+	rv         *rendezvous.Rendezvous
+	next, prev conn // data flows prev -> us -> next; aborts flow both ways
 
 	wmu      sync.Mutex // forward writes on next
 	midFrame bool       // a forward write was interrupted inside a frame
@@ -109,11 +130,18 @@ func sentinelOf(code uint8) error {
 	}
 }
 
-// NewRing connects the ring: each rank dials the next and accepts the
-// previous one, both presenting the token.
-func NewRing(ctx context.Context, rv *Rendezvous) (*Ring, error) {
-	cfg := rv.cfg
-	g := &Ring{cfg: cfg, rank: cfg.Rank, size: cfg.Size, rv: rv, hb: make([]byte, headerSize), whb: make([]byte, headerSize),
+// NewRing connects the ring over rv with the default segment and socket
+// buffer sizes: each rank dials the next and accepts the previous one, both
+// proving the token (rendezvous.DialPeer, AcceptPeer).
+func NewRing(ctx context.Context, rv *rendezvous.Rendezvous) (*Ring, error) {
+	rc := rv.Config()
+	cfg := Config{Rank: rc.Rank, Size: rc.Size, Token: rc.Token, Timeout: rc.Timeout, Logger: rc.Logger}
+	cfg.setRingDefaults()
+	return newRing(ctx, rv, cfg)
+}
+
+func newRing(ctx context.Context, rv *rendezvous.Rendezvous, cfg Config) (*Ring, error) {
+	g := &Ring{cfg: cfg, rank: cfg.Rank, size: cfg.Size, rv: rv, hb: make([]byte, wire.HeaderSize), whb: make([]byte, wire.HeaderSize),
 		brokenCh: make(chan struct{}), readerDone: make(chan struct{})}
 	sc := make([]float64, cfg.SegmentBytes/8)
 	g.scratch = unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(sc))), len(sc)*8)
@@ -121,126 +149,48 @@ func NewRing(ctx context.Context, rv *Rendezvous) (*Ring, error) {
 		close(g.readerDone)
 		return g, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	nextRank, prevRank := (g.rank+1)%g.size, (g.rank+g.size-1)%g.size
 	// Accept the previous rank while dialing the next: each side of a
 	// connection waits for the other's handshake frames, so the two must
 	// run at once or the ring would wait on itself.
-	accepted := make(chan error, 1)
-	go func() { accepted <- g.acceptPrev(ctx, prevRank) }()
-	if err := g.dialNext(ctx, nextRank); err != nil {
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	accepted := make(chan result, 1)
+	go func() {
+		c, err := rv.AcceptPeer(ctx, prevRank)
+		accepted <- result{c, err}
+	}()
+	next, err := rv.DialPeer(ctx, nextRank)
+	if err != nil {
 		cancel()
-		if <-accepted == nil {
-			g.prev.Close()
+		if a := <-accepted; a.err == nil {
+			a.c.Close()
 		}
-		return nil, err
+		return nil, fmt.Errorf("tcp: %w", err)
 	}
-	if err := <-accepted; err != nil {
-		g.next.Close()
-		return nil, err
+	a := <-accepted
+	if a.err != nil {
+		next.Close()
+		return nil, fmt.Errorf("tcp: %w", a.err)
 	}
-	for _, c := range []*net.TCPConn{g.next, g.prev} {
-		c.SetNoDelay(true)
-		c.SetReadBuffer(cfg.SocketBuffer)
-		c.SetWriteBuffer(cfg.SocketBuffer)
-		c.SetDeadline(time.Time{})
+	g.next, g.prev = next.(conn), a.c.(conn)
+	for _, c := range []net.Conn{next, a.c} {
+		if n, ok := c.(interface{ NetConn() net.Conn }); ok {
+			c = n.NetConn()
+		}
+		if t, ok := c.(*net.TCPConn); ok {
+			t.SetNoDelay(true)
+			t.SetReadBuffer(cfg.SocketBuffer)
+			t.SetWriteBuffer(cfg.SocketBuffer)
+		}
 	}
-	rv.ln.Close()
+	rv.StopAccepting()
 	go g.reverseReader()
 	return g, nil
-}
-
-// dialNext connects to the next rank and runs the dialer's half of the
-// handshake (auth.go).
-func (g *Ring) dialNext(ctx context.Context, nextRank int) error {
-	cfg := g.cfg
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", g.rv.addrs[nextRank])
-	if err != nil {
-		return fmt.Errorf("tcp: rank %d: connect to rank %d at %s: %w", g.rank, nextRank, g.rv.addrs[nextRank], err)
-	}
-	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-	c.SetDeadline(time.Now().Add(cfg.Timeout))
-	fail := func(format string, a ...any) error {
-		c.Close()
-		return fmt.Errorf("tcp: rank %d: ring connection to rank %d at %s: %s", g.rank, nextRank, g.rv.addrs[nextRank], fmt.Sprintf(format, a...))
-	}
-	hb := make([]byte, headerSize)
-	nonceA, err := readChallenge(c, hb)
-	if err != nil {
-		return fail("%v", err)
-	}
-	h := hello{rank: g.rank, size: g.size, host: HostID(), dataAddr: "-:0"}
-	nonceD, err := signHello(&h, cfg.Token, nonceA)
-	if err != nil {
-		return fail("%v", err)
-	}
-	if _, err := c.Write(controlFrame(kindHello, 0, 0, h.encode())); err != nil {
-		return fail("hello: %v", err)
-	}
-	hdr, p, err := readControl(c, hb)
-	switch {
-	case err != nil:
-		return fail("no answer to hello: %v", err)
-	case hdr.kind == kindReject:
-		return fail("refused: %s", p)
-	case hdr.kind != kindAccept:
-		return fail("sent %s instead of accept", hdr.kind)
-	}
-	if rest, ok := checkAccept(p, cfg.Token, nonceA, nonceD); !ok || len(rest) != 0 {
-		return fail("the listener did not prove it holds the token: not this job's rank %d", nextRank)
-	}
-	g.next = c.(*net.TCPConn)
-	return nil
-}
-
-// acceptPrev waits for the previous rank, refusing (and logging) strangers.
-func (g *Ring) acceptPrev(ctx context.Context, prevRank int) error {
-	stop := context.AfterFunc(ctx, func() { g.rv.ln.Close() })
-	defer stop()
-	for {
-		c, err := g.rv.ln.Accept()
-		if err != nil {
-			return fmt.Errorf("tcp: rank %d: rank %d did not connect within the timeout: %w", g.rank, prevRank, err)
-		}
-		c.SetDeadline(handshakeDeadline(g.cfg.Timeout))
-		nonceA, err := sendChallenge(c)
-		var hdr header
-		var p []byte
-		if err == nil {
-			hdr, p, err = readControl(c, make([]byte, headerSize))
-		}
-		var h hello
-		if err == nil && hdr.kind != kindHello {
-			err = fmt.Errorf("first frame is %s, not hello", hdr.kind)
-		}
-		if err == nil {
-			h, err = decodeHello(p)
-		}
-		var nonceD []byte
-		if err == nil {
-			var ok bool
-			if nonceD, ok = checkHello(h, g.cfg.Token, nonceA); !ok {
-				err = fmt.Errorf("wrong token (claimed rank %d)", h.rank)
-				c.Write(controlFrame(kindReject, 0, 0, []byte("wrong token")))
-			}
-		}
-		if err == nil && (h.rank != prevRank || h.size != g.size) {
-			err = fmt.Errorf("rank %d of %d connected, expected rank %d of %d", h.rank, h.size, prevRank, g.size)
-		}
-		if err == nil {
-			_, err = c.Write(controlFrame(kindAccept, 0, 0, acceptProof(g.cfg.Token, nonceA, nonceD)))
-		}
-		if err != nil {
-			g.cfg.Logger.Warn().Str("remote", c.RemoteAddr().String()).Err(err).Msg("refused ring connection")
-			c.Close()
-			continue
-		}
-		g.prev = c.(*net.TCPConn)
-		return nil
-	}
 }
 
 func (g *Ring) nextRank() int { return (g.rank + 1) % g.size }
@@ -253,16 +203,16 @@ func (g *Ring) Rank() int { return g.rank }
 func (g *Ring) Size() int { return g.size }
 
 // Rendezvous returns the star connections the ring was built from.
-func (g *Ring) Rendezvous() *Rendezvous { return g.rv }
+func (g *Ring) Rendezvous() *rendezvous.Rendezvous { return g.rv }
 
 // reverseReader watches the back channel of the connection to the next rank:
 // the next rank sends aborts and byes there, and its death shows up as EOF
 // even while no operation runs.
 func (g *Ring) reverseReader() {
 	defer close(g.readerDone)
-	hb := make([]byte, headerSize)
+	hb := make([]byte, wire.HeaderSize)
 	for {
-		hdr, p, err := readControl(g.next, hb)
+		hdr, p, err := wire.ReadControl(g.next, hb)
 		if g.closing.Load() {
 			return
 		}
@@ -273,18 +223,18 @@ func (g *Ring) reverseReader() {
 			g.breakGroup(cause{g.nextRank(), fmt.Errorf("%w: connection to rank %d lost: %v", collective.ErrPeerLost, g.nextRank(), err)})
 			return
 		}
-		switch hdr.kind {
-		case kindAbort:
-			if a, err := decodeAbort(p); err == nil {
-				g.breakGroup(cause{a.blame, &remoteErr{sentinelOf(hdr.code), fmt.Sprintf("%s (reported by rank %d)", a.msg, a.from)}})
+		switch hdr.Kind {
+		case wire.KindAbort:
+			if a, err := wire.DecodeAbort(p); err == nil {
+				g.breakGroup(cause{a.Blame, &remoteErr{sentinelOf(hdr.Code), fmt.Sprintf("%s (reported by rank %d)", a.Msg, a.From)}})
 			} else {
 				g.breakGroup(cause{g.nextRank(), fmt.Errorf("%w: rank %d sent a bad abort: %v", collective.ErrPeerLost, g.nextRank(), err)})
 			}
 			return
-		case kindBye:
+		case wire.KindBye:
 			g.nextClosed.Store(true)
 		default:
-			g.breakGroup(cause{g.nextRank(), fmt.Errorf("%w: rank %d sent %s on the back channel", collective.ErrPeerLost, g.nextRank(), hdr.kind)})
+			g.breakGroup(cause{g.nextRank(), fmt.Errorf("%w: rank %d sent %s on the back channel", collective.ErrPeerLost, g.nextRank(), hdr.Kind)})
 			return
 		}
 	}
@@ -312,7 +262,7 @@ func (g *Ring) breakGroup(c cause) cause {
 	if blame < 0 {
 		blame = g.rank
 	}
-	msg := controlFrame(kindAbort, codeOf(c.err), 0, abort{from: g.rank, blame: blame, msg: c.err.Error()}.encode())
+	msg := wire.ControlFrame(wire.KindAbort, codeOf(c.err), 0, wire.Abort{From: g.rank, Blame: blame, Msg: c.err.Error()}.Encode())
 	past := time.Unix(1, 0)
 	// Kick our own blocked reader and writer.
 	g.prev.SetReadDeadline(past)
@@ -350,7 +300,7 @@ func (g *Ring) Close() error {
 	}
 	if g.size > 1 {
 		if g.brokenCause() == nil {
-			bye := controlFrame(kindBye, 0, 0, nil)
+			bye := wire.ControlFrame(wire.KindBye, 0, 0, nil)
 			g.rmu.Lock()
 			g.prev.SetWriteDeadline(time.Now().Add(time.Second))
 			g.prev.Write(bye)
@@ -565,7 +515,7 @@ func (g *Ring) runRing(ctx context.Context, h collective.Header, buf any, p plan
 	progress := make(chan struct{}, len(p.recvs))
 	quit := make(chan struct{})
 	sendErr := make(chan error, 1)
-	oh := opHeader{kind: uint8(h.Kind), dtype: uint8(h.DType), op: uint8(h.Op), root: h.Root, length: uint64(h.Len)}
+	oh := wire.OpHeader{Kind: uint8(h.Kind), DType: uint8(h.DType), Op: uint8(h.Op), Root: h.Root, Length: uint64(h.Len)}
 	go func() { sendErr <- g.sender(h, oh, data, esz, p, progress, quit) }()
 
 	rerr := g.receiver(h, data, buf, esz, p, progress)
@@ -580,7 +530,7 @@ func (g *Ring) runRing(ctx context.Context, h collective.Header, buf any, p plan
 	return nil
 }
 
-func (g *Ring) sender(h collective.Header, oh opHeader, data []byte, esz int, p plan, progress <-chan struct{}, quit <-chan struct{}) error {
+func (g *Ring) sender(h collective.Header, oh wire.OpHeader, data []byte, esz int, p plan, progress <-chan struct{}, quit <-chan struct{}) error {
 	fail := func(err error) error {
 		// A write fails when the next rank is gone; its abort on the back
 		// channel usually says why, so give the reader a moment to see it.
@@ -591,7 +541,7 @@ func (g *Ring) sender(h collective.Header, oh opHeader, data []byte, esz int, p 
 		}
 		return g.opErr(h, g.breakGroup(cause{g.nextRank(), err}))
 	}
-	if err := g.writeFrame(kindOp, h.Seq, oh.encode()); err != nil {
+	if err := g.writeFrame(wire.KindOp, h.Seq, oh.Encode()); err != nil {
 		return fail(g.writeErr(err))
 	}
 	done := 0
@@ -604,7 +554,7 @@ func (g *Ring) sender(h collective.Header, oh opHeader, data []byte, esz int, p 
 				return nil
 			}
 		}
-		if err := g.writeFrame(kindData, h.Seq, data[s.lo*esz:s.hi*esz]); err != nil {
+		if err := g.writeFrame(wire.KindData, h.Seq, data[s.lo*esz:s.hi*esz]); err != nil {
 			return fail(g.writeErr(err))
 		}
 	}
@@ -618,13 +568,13 @@ func (g *Ring) writeErr(err error) error {
 	return fmt.Errorf("%w: sending to rank %d: %v", collective.ErrPeerLost, g.nextRank(), err)
 }
 
-func (g *Ring) writeFrame(k kind, seq uint64, payload []byte) error {
+func (g *Ring) writeFrame(k wire.Kind, seq uint64, payload []byte) error {
 	g.wmu.Lock()
 	defer g.wmu.Unlock()
 	if g.midFrame {
 		return net.ErrClosed
 	}
-	putHeader(g.whb, header{kind: k, seq: seq, length: uint32(len(payload))})
+	wire.PutHeader(g.whb, wire.Header{Kind: k, Seq: seq, Length: uint32(len(payload))})
 	g.next.SetWriteDeadline(time.Now().Add(g.cfg.Timeout))
 	// Re-check after arming the deadline: breakGroup and Close kick the
 	// deadline only after setting their flags, so one of the two sees it.
@@ -660,10 +610,10 @@ func (g *Ring) receiver(h collective.Header, data []byte, buf any, esz int, p pl
 	// the silent rank, reaches everyone else within that grace.
 	gotHeader, graced := false, false
 	// next reads a frame header from prev and handles everything but data.
-	next := func(what string) (header, error) {
+	next := func(what string) (wire.Header, error) {
 		g.prev.SetReadDeadline(time.Now().Add(g.cfg.Timeout))
 		if c := g.brokenCause(); c != nil {
-			return header{}, g.opErr(h, *c)
+			return wire.Header{}, g.opErr(h, *c)
 		}
 		for {
 			n, err := io.ReadFull(g.prev, g.hb)
@@ -673,30 +623,41 @@ func (g *Ring) receiver(h collective.Header, data []byte, buf any, esz int, p pl
 			if n == 0 && gotHeader && !graced && errors.Is(err, os.ErrDeadlineExceeded) && g.brokenCause() == nil {
 				graced = true
 				g.prev.SetReadDeadline(time.Now().Add(g.cfg.Timeout / 2))
-				continue
+				if g.brokenCause() == nil {
+					continue
+				}
 			}
-			return header{}, readErr(what, err)
+			return wire.Header{}, readErr(what, err)
 		}
-		hdr, err := decodeHeader(g.hb)
+		// The header came: prev is alive, and its payload gets a whole
+		// timeout. (Under the deadline set before the header, a frame that
+		// straddled it failed even with its payload already received: Go
+		// checks the deadline before reading buffered bytes.) Re-check after
+		// arming, as above, so a kick from breakGroup is never lost.
+		g.prev.SetReadDeadline(time.Now().Add(g.cfg.Timeout))
+		if c := g.brokenCause(); c != nil {
+			return wire.Header{}, g.opErr(h, *c)
+		}
+		hdr, err := wire.DecodeHeader(g.hb)
 		if err != nil {
 			return hdr, fail(cause{prev, fmt.Errorf("%w: rank %d: %v", collective.ErrPeerLost, prev, err)})
 		}
-		switch hdr.kind {
-		case kindAbort:
-			pl := make([]byte, hdr.length)
+		switch hdr.Kind {
+		case wire.KindAbort:
+			pl := make([]byte, hdr.Length)
 			if _, err := io.ReadFull(g.prev, pl); err != nil {
 				return hdr, readErr("abort", err)
 			}
-			a, err := decodeAbort(pl)
+			a, err := wire.DecodeAbort(pl)
 			if err != nil {
 				return hdr, fail(cause{prev, fmt.Errorf("%w: rank %d sent a bad abort: %v", collective.ErrPeerLost, prev, err)})
 			}
-			return hdr, fail(cause{a.blame, &remoteErr{sentinelOf(hdr.code), fmt.Sprintf("%s (reported by rank %d)", a.msg, a.from)}})
-		case kindBye:
+			return hdr, fail(cause{a.Blame, &remoteErr{sentinelOf(hdr.Code), fmt.Sprintf("%s (reported by rank %d)", a.Msg, a.From)}})
+		case wire.KindBye:
 			return hdr, fail(cause{prev, fmt.Errorf("%w: rank %d closed its group", collective.ErrPeerLost, prev)})
 		}
-		if hdr.seq != h.Seq {
-			return hdr, fail(cause{prev, fmt.Errorf("%w: rank %d sent %s for operation #%d during #%d", collective.ErrMismatch, prev, hdr.kind, hdr.seq, h.Seq)})
+		if hdr.Seq != h.Seq {
+			return hdr, fail(cause{prev, fmt.Errorf("%w: rank %d sent %s for operation #%d during #%d", collective.ErrMismatch, prev, hdr.Kind, hdr.Seq, h.Seq)})
 		}
 		return hdr, nil
 	}
@@ -705,19 +666,19 @@ func (g *Ring) receiver(h collective.Header, data []byte, buf any, esz int, p pl
 	if err != nil {
 		return err
 	}
-	if hdr.kind != kindOp {
-		return fail(cause{prev, fmt.Errorf("%w: rank %d sent %s before the operation header", collective.ErrPeerLost, prev, hdr.kind)})
+	if hdr.Kind != wire.KindOp {
+		return fail(cause{prev, fmt.Errorf("%w: rank %d sent %s before the operation header", collective.ErrPeerLost, prev, hdr.Kind)})
 	}
-	pl := make([]byte, hdr.length)
+	pl := make([]byte, hdr.Length)
 	if _, err := io.ReadFull(g.prev, pl); err != nil {
 		return readErr("operation header", err)
 	}
-	oh, err := decodeOpHeader(pl)
+	oh, err := wire.DecodeOpHeader(pl)
 	if err != nil {
 		return fail(cause{prev, fmt.Errorf("%w: rank %d: %v", collective.ErrPeerLost, prev, err)})
 	}
 	gotHeader = true
-	theirs := collective.Header{Kind: collective.Kind(oh.kind), DType: collective.DType(oh.dtype), Op: collective.Op(oh.op), Root: oh.root, Len: int(oh.length), Seq: hdr.seq}
+	theirs := collective.Header{Kind: collective.Kind(oh.Kind), DType: collective.DType(oh.DType), Op: collective.Op(oh.Op), Root: oh.Root, Len: int(oh.Length), Seq: hdr.Seq}
 	if err := h.Mismatch(g.rank, prev, theirs); err != nil {
 		return fail(cause{prev, err})
 	}
@@ -728,8 +689,8 @@ func (g *Ring) receiver(h collective.Header, data []byte, buf any, esz int, p pl
 			return err
 		}
 		want := (s.hi - s.lo) * esz
-		if hdr.kind != kindData || int(hdr.length) != want {
-			return fail(cause{prev, fmt.Errorf("%w: rank %d sent %s of %d bytes, want data of %d", collective.ErrMismatch, prev, hdr.kind, hdr.length, want)})
+		if hdr.Kind != wire.KindData || int(hdr.Length) != want {
+			return fail(cause{prev, fmt.Errorf("%w: rank %d sent %s of %d bytes, want data of %d", collective.ErrMismatch, prev, hdr.Kind, hdr.Length, want)})
 		}
 		if !s.reduce {
 			if _, err := io.ReadFull(g.prev, data[s.lo*esz:s.hi*esz]); err != nil {

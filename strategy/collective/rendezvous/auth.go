@@ -1,4 +1,4 @@
-package tcp
+package rendezvous
 
 import (
 	"crypto/hmac"
@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"time"
+
+	"github.com/fulgur-ml/fulgur/strategy/collective/internal/wire"
 )
 
 // The token never crosses the wire. Every connection, to the rendezvous and
@@ -50,10 +52,9 @@ func mac(token, label string, parts ...[]byte) []byte {
 }
 
 // helloFields is what the dialer's proof covers besides the nonces.
-func (h hello) fields() []byte {
-	c := h
-	c.token = ""
-	return c.encode()
+func helloFields(h wire.Hello) []byte {
+	h.Token = ""
+	return h.Encode()
 }
 
 // sendChallenge starts an accepted connection: it sends a fresh nonce and
@@ -63,7 +64,7 @@ func sendChallenge(c net.Conn) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := c.Write(controlFrame(kindChallenge, 0, 0, nonce)); err != nil {
+	if _, err := c.Write(wire.ControlFrame(wire.KindChallenge, 0, 0, nonce)); err != nil {
 		return nil, fmt.Errorf("send challenge: %w", err)
 	}
 	return nonce, nil
@@ -71,15 +72,15 @@ func sendChallenge(c net.Conn) ([]byte, error) {
 
 // readChallenge reads the acceptor's nonce on a dialed connection.
 func readChallenge(c net.Conn, hb []byte) ([]byte, error) {
-	hdr, p, err := readControl(c, hb)
+	hdr, p, err := wire.ReadControl(c, hb)
 	if err != nil {
 		return nil, err
 	}
 	switch {
-	case hdr.kind == kindReject:
+	case hdr.Kind == wire.KindReject:
 		return nil, fmt.Errorf("refused: %s", p)
-	case hdr.kind != kindChallenge:
-		return nil, fmt.Errorf("sent %s instead of a challenge (not a fulgur peer of this version?)", hdr.kind)
+	case hdr.Kind != wire.KindChallenge:
+		return nil, fmt.Errorf("sent %s instead of a challenge (not a fulgur peer of this version?)", hdr.Kind)
 	case len(p) != nonceSize:
 		return nil, fmt.Errorf("challenge of %d bytes, want %d", len(p), nonceSize)
 	}
@@ -88,25 +89,25 @@ func readChallenge(c net.Conn, hb []byte) ([]byte, error) {
 
 // signHello fills h.token with the dialer's proof for the acceptor's nonce
 // and returns the dialer's own nonce.
-func signHello(h *hello, token string, nonceA []byte) ([]byte, error) {
+func signHello(h *wire.Hello, token string, nonceA []byte) ([]byte, error) {
 	nonceD, err := newNonce()
 	if err != nil {
 		return nil, err
 	}
-	h.token = ""
-	proof := append(nonceD, mac(token, "join", nonceA, nonceD, h.fields())...)
-	h.token = string(proof)
+	h.Token = ""
+	proof := append(nonceD, mac(token, "join", nonceA, nonceD, helloFields(*h))...)
+	h.Token = string(proof)
 	return nonceD, nil
 }
 
 // checkHello verifies a dialer's proof and returns its nonce.
-func checkHello(h hello, token string, nonceA []byte) ([]byte, bool) {
-	if len(h.token) != proofSize {
+func checkHello(h wire.Hello, token string, nonceA []byte) ([]byte, bool) {
+	if len(h.Token) != proofSize {
 		return nil, false
 	}
-	nonceD := []byte(h.token[:nonceSize])
-	want := mac(token, "join", nonceA, nonceD, h.fields())
-	return nonceD, hmac.Equal(want, []byte(h.token[nonceSize:]))
+	nonceD := []byte(h.Token[:nonceSize])
+	want := mac(token, "join", nonceA, nonceD, helloFields(h))
+	return nonceD, hmac.Equal(want, []byte(h.Token[nonceSize:]))
 }
 
 // acceptProof is the acceptor's answer to a verified hello.

@@ -1,4 +1,4 @@
-package tcp
+package rendezvous
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fulgur-ml/fulgur/strategy/collective/internal/wire"
 	"github.com/rs/zerolog"
 )
 
@@ -38,12 +39,12 @@ func TestRecordedHelloCannotBeReplayed(t *testing.T) {
 			recorded <- nil
 			return
 		}
-		hdr, p, err := readControl(c, make([]byte, headerSize))
-		if err != nil || hdr.kind != kindHello {
+		hdr, p, err := wire.ReadControl(c, make([]byte, wire.HeaderSize))
+		if err != nil || hdr.Kind != wire.KindHello {
 			recorded <- nil
 			return
 		}
-		recorded <- controlFrame(kindHello, 0, 0, p)
+		recorded <- wire.ControlFrame(wire.KindHello, 0, 0, p)
 	}()
 	victim := testConfig(t, 1, 2, nil, fake.Addr().(*net.TCPAddr).Port)
 	victim.Timeout = 2 * time.Second
@@ -79,15 +80,15 @@ func TestRecordedHelloCannotBeReplayed(t *testing.T) {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := readChallenge(c, make([]byte, headerSize)); err != nil {
+	if _, err := readChallenge(c, make([]byte, wire.HeaderSize)); err != nil {
 		t.Fatalf("rank 0 sent no challenge: %v", err)
 	}
 	if _, err := c.Write(hello); err != nil {
 		t.Fatal(err)
 	}
-	hdr, p, err := readControl(c, make([]byte, headerSize))
-	if err != nil || hdr.kind != kindReject || !strings.Contains(string(p), "wrong token") {
-		t.Fatalf("the replayed hello got %v %q (%v), want a refusal naming the token", hdr.kind, p, err)
+	hdr, p, err := wire.ReadControl(c, make([]byte, wire.HeaderSize))
+	if err != nil || hdr.Kind != wire.KindReject || !strings.Contains(string(p), "wrong token") {
+		t.Fatalf("the replayed hello got %v %q (%v), want a refusal naming the token", hdr.Kind, p, err)
 	}
 	r1, err := Meet(context.Background(), testConfig(t, 1, 2, nil, port))
 	if err != nil {
@@ -101,10 +102,10 @@ func TestRecordedHelloCannotBeReplayed(t *testing.T) {
 	r0.r.Close()
 }
 
-// A rank's ring listener refuses a dialer without the token and keeps
+// A rank's data listener refuses a dialer without the token and keeps
 // waiting for its real neighbour; a dialer refuses a listener that cannot
 // prove the token.
-func TestRingHandshakeBothWays(t *testing.T) {
+func TestPeerHandshakeBothWays(t *testing.T) {
 	token := "ring-token"
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -113,11 +114,18 @@ func TestRingHandshakeBothWays(t *testing.T) {
 	defer ln.Close()
 	nop := zerolog.Nop()
 	cfg := Config{Rank: 1, Size: 2, Token: token, Timeout: 5 * time.Second, Logger: &nop}
-	g := &Ring{cfg: cfg, rank: 1, size: 2, rv: &Rendezvous{ln: ln, addrs: []string{ln.Addr().String(), ln.Addr().String()}}}
-	done := make(chan error, 1)
-	go func() { done <- g.acceptPrev(context.Background(), 0) }()
+	g := &Rendezvous{cfg: cfg, ln: ln, addrs: []string{ln.Addr().String(), ln.Addr().String()}}
+	type accepted struct {
+		c   net.Conn
+		err error
+	}
+	done := make(chan accepted, 1)
+	go func() {
+		c, err := g.AcceptPeer(context.Background(), 0)
+		done <- accepted{c, err}
+	}()
 
-	dial := func(tok string) (header, []byte) {
+	dial := func(tok string) (wire.Header, []byte) {
 		t.Helper()
 		c, err := net.Dial("tcp", ln.Addr().String())
 		if err != nil {
@@ -125,32 +133,33 @@ func TestRingHandshakeBothWays(t *testing.T) {
 		}
 		t.Cleanup(func() { c.Close() })
 		c.SetDeadline(time.Now().Add(5 * time.Second))
-		hb := make([]byte, headerSize)
+		hb := make([]byte, wire.HeaderSize)
 		nonceA, err := readChallenge(c, hb)
 		if err != nil {
 			t.Fatal(err)
 		}
-		h := hello{rank: 0, size: 2, host: "h", dataAddr: "-:0"}
+		h := wire.Hello{Rank: 0, Size: 2, Host: "h", DataAddr: "-:0"}
 		if _, err := signHello(&h, tok, nonceA); err != nil {
 			t.Fatal(err)
 		}
-		c.Write(controlFrame(kindHello, 0, 0, h.encode()))
-		hdr, p, err := readControl(c, hb)
+		c.Write(wire.ControlFrame(wire.KindHello, 0, 0, h.Encode()))
+		hdr, p, err := wire.ReadControl(c, hb)
 		if err != nil {
 			t.Fatalf("no answer: %v", err)
 		}
 		return hdr, p
 	}
-	if hdr, p := dial("guess"); hdr.kind != kindReject || !strings.Contains(string(p), "wrong token") {
-		t.Fatalf("a dialer with the wrong token got %v %q, want a refusal", hdr.kind, p)
+	if hdr, p := dial("guess"); hdr.Kind != wire.KindReject || !strings.Contains(string(p), "wrong token") {
+		t.Fatalf("a dialer with the wrong token got %v %q, want a refusal", hdr.Kind, p)
 	}
-	if hdr, _ := dial(token); hdr.kind != kindAccept {
-		t.Fatalf("the right token got %v, want accept", hdr.kind)
+	if hdr, _ := dial(token); hdr.Kind != wire.KindAccept {
+		t.Fatalf("the right token got %v, want accept", hdr.Kind)
 	}
-	if err := <-done; err != nil {
-		t.Fatalf("acceptPrev: %v", err)
+	a := <-done
+	if a.err != nil {
+		t.Fatalf("AcceptPeer: %v", a.err)
 	}
-	g.prev.Close()
+	a.c.Close()
 
 	// The other way: a listener that answers the hello with a made-up proof.
 	fake, err := net.Listen("tcp", "127.0.0.1:0")
@@ -165,14 +174,14 @@ func TestRingHandshakeBothWays(t *testing.T) {
 		}
 		defer c.Close()
 		sendChallenge(c)
-		readControl(c, make([]byte, headerSize))
-		c.Write(controlFrame(kindAccept, 0, 0, make([]byte, macSize)))
-		readControl(c, make([]byte, headerSize)) // wait for the dialer to hang up
+		wire.ReadControl(c, make([]byte, wire.HeaderSize))
+		c.Write(wire.ControlFrame(wire.KindAccept, 0, 0, make([]byte, macSize)))
+		wire.ReadControl(c, make([]byte, wire.HeaderSize)) // wait for the dialer to hang up
 	}()
-	d := &Ring{cfg: cfg, rank: 1, size: 2, rv: &Rendezvous{addrs: []string{fake.Addr().String(), fake.Addr().String()}}}
-	err = d.dialNext(context.Background(), 0)
+	d := &Rendezvous{cfg: cfg, addrs: []string{fake.Addr().String(), fake.Addr().String()}}
+	_, err = d.DialPeer(context.Background(), 0)
 	if err == nil || !strings.Contains(err.Error(), "did not prove it holds the token") {
-		t.Fatalf("dialNext to an impostor: %v, want a refusal", err)
+		t.Fatalf("DialPeer to an impostor: %v, want a refusal", err)
 	}
 }
 
@@ -201,7 +210,7 @@ func TestSilentStrangerDoesNotBlockRendezvous(t *testing.T) {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := readChallenge(c, make([]byte, headerSize)); err != nil {
+	if _, err := readChallenge(c, make([]byte, wire.HeaderSize)); err != nil {
 		t.Fatalf("rank 0 sent the stranger no challenge: %v", err)
 	}
 	// The stranger now stays silent, holding its connection open.

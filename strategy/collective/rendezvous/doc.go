@@ -1,0 +1,30 @@
+// Package rendezvous is how the ranks of a job find and trust each other,
+// shared by the tcp, shm and nccl backends.
+//
+// Meet: rank 0 listens at MasterAddr:MasterPort; every other rank dials it
+// (retrying until it is up) and proves it holds the shared Token (launchers
+// pass it in FULGUR_TOKEN, TokenEnv). The token never crosses the network:
+// the side that accepts a connection sends a fresh nonce, the dialer answers
+// with an HMAC-SHA256 keyed by the token over both sides' nonces and its
+// hello, and the acceptor proves the token back before the dialer trusts it
+// (auth.go), so a recorded handshake cannot be replayed and an impostor
+// listener is refused. Handshakes run side by side (at most 64 at once), so a
+// stranger that connects and stays silent does not hold the real ranks back.
+// A connection with a wrong token, a duplicate rank, a rank out of range or a
+// different world size is refused, told why, and logged with zerolog; the
+// rendezvous keeps waiting for the real ranks and, at the timeout, names the
+// ranks that never joined. Rank 0 then sends everyone the table of data
+// addresses and host identities (HostID; SameHost lets shm pick shared
+// memory).
+//
+// After Meet: Exchange gives every rank every rank's small blob through rank
+// 0 (shm's file name, NCCL's unique id); Watch turns the end of a star
+// connection into a lost-peer callback; DialPeer and AcceptPeer open data
+// connections between two ranks (tcp's ring), authenticated the same way,
+// refusing and logging strangers, garbage and wrong ranks on the data port.
+//
+// Frames are those of strategy/collective/internal/wire. The package imports
+// only the standard library, zerolog, strategy/collective and its internal
+// wire package; it must not import a backend (tcp, shm, nccl, mpi, inproc),
+// trainer or strategy.
+package rendezvous

@@ -1,0 +1,569 @@
+package rendezvous
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fulgur-ml/fulgur/strategy/collective/internal/wire"
+)
+
+// Rendezvous is the star of connections between rank 0 and every other rank,
+// made once at start: it checks tokens, tells every rank where the others
+// listen and which host they run on, carries small exchanges (shared memory
+// names, NCCL unique ids), and authenticates the data connections backends
+// open between ranks (DialPeer, AcceptPeer).
+type Rendezvous struct {
+	cfg   Config
+	hosts []string // host identity per rank
+	addrs []string // data listener per rank
+	ln    net.Listener
+	peers []net.Conn // rank 0: conn to rank i (nil at 0); others: peers[0] is rank 0
+	mu    sync.Mutex
+	hb    []byte
+
+	acceptMu sync.Mutex // one AcceptPeer at a time
+}
+
+// Rank and Size of this process.
+func (r *Rendezvous) Rank() int { return r.cfg.Rank }
+func (r *Rendezvous) Size() int { return r.cfg.Size }
+
+// Hosts returns every rank's host identity (host name and boot id): equal
+// strings mean the same machine.
+func (r *Rendezvous) Hosts() []string { return r.hosts }
+
+// SameHost reports whether every rank runs on this machine.
+func (r *Rendezvous) SameHost() bool {
+	for _, h := range r.hosts {
+		if h != r.hosts[0] {
+			return false
+		}
+	}
+	return true
+}
+
+// Config returns the validated configuration.
+func (r *Rendezvous) Config() Config { return r.cfg }
+
+// Addr returns where rank's data listener accepts connections.
+func (r *Rendezvous) Addr(rank int) string { return r.addrs[rank] }
+
+// HostID identifies this machine: host name plus the kernel's boot id, so two
+// containers with the same name on different machines differ.
+func HostID() string {
+	name, _ := os.Hostname()
+	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	return name + "/" + strings.TrimSpace(string(boot))
+}
+
+// Meet runs the rendezvous. Rank 0 listens at MasterAddr:MasterPort (or
+// cfg.Listener) and waits for Size-1 joiners presenting the token; the others
+// dial it, retrying until it is up. ctx and cfg.Timeout bound the wait.
+func Meet(ctx context.Context, cfg Config) (*Rendezvous, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	r := &Rendezvous{cfg: cfg, hosts: make([]string, cfg.Size), addrs: make([]string, cfg.Size), peers: make([]net.Conn, cfg.Size), hb: make([]byte, wire.HeaderSize)}
+	if cfg.Size == 1 {
+		r.hosts[0] = HostID()
+		return r, nil
+	}
+	// The data listener is opened first so its address can be announced.
+	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.BindAddr, "0"))
+	if err != nil {
+		return nil, fmt.Errorf("rendezvous: rank %d: listen for data connections on %q: %w", cfg.Rank, cfg.BindAddr, err)
+	}
+	r.ln = ln
+	if cfg.Rank == 0 {
+		err = r.serve(ctx)
+	} else {
+		err = r.join(ctx)
+	}
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *Rendezvous) port() string {
+	_, p, _ := net.SplitHostPort(r.ln.Addr().String())
+	return p
+}
+
+func (r *Rendezvous) serve(ctx context.Context) error {
+	cfg := r.cfg
+	ln := cfg.Listener
+	if ln == nil {
+		var err error
+		ln, err = net.Listen("tcp", net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.MasterPort)))
+		if err != nil {
+			return fmt.Errorf("rendezvous: rank 0: listen for joiners on port %d: %w (is another job using MASTER_PORT?)", cfg.MasterPort, err)
+		}
+	}
+	defer ln.Close()
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+
+	adv := cfg.AdvertiseAddr
+	if adv == "" {
+		adv = cfg.MasterAddr
+	}
+	if adv == "" {
+		adv = "127.0.0.1"
+	}
+	r.hosts[0], r.addrs[0] = HostID(), net.JoinHostPort(adv, r.port())
+	joined := 1
+	proofs := make([][]byte, cfg.Size)
+	adm := r.admit(ln, "rendezvous", func(h wire.Hello) string {
+		if h.Size != cfg.Size {
+			return fmt.Sprintf("rank %d says the world has %d ranks, rank 0 says %d", h.Rank, h.Size, cfg.Size)
+		}
+		if h.Rank < 1 || h.Rank >= cfg.Size {
+			return fmt.Sprintf("rank %d is outside 1..%d", h.Rank, cfg.Size-1)
+		}
+		if _, _, err := net.SplitHostPort(h.DataAddr); err != nil {
+			return fmt.Sprintf("rank %d announced a bad address %q", h.Rank, h.DataAddr)
+		}
+		return ""
+	})
+	defer adm.stop()
+	for joined < cfg.Size {
+		var a arrival
+		select {
+		case a = <-adm.arrivals:
+		case err := <-adm.acceptErr:
+			var missing []int
+			for i := 1; i < cfg.Size; i++ {
+				if r.peers[i] == nil {
+					missing = append(missing, i)
+				}
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("rendezvous: rank 0: ranks %v did not join within the timeout (%v): %w", missing, cfg.Timeout, ctx.Err())
+			}
+			return fmt.Errorf("rendezvous: rank 0: accept joiners: %w", err)
+		}
+		if r.peers[a.h.Rank] != nil {
+			r.refuse(a.c, "rendezvous", "rank %d has already joined (two processes with the same rank?)", a.h.Rank)
+			a.c.Close()
+			continue
+		}
+		r.peers[a.h.Rank], r.hosts[a.h.Rank], r.addrs[a.h.Rank] = a.c, a.h.Host, a.h.DataAddr
+		proofs[a.h.Rank] = a.proof
+		joined++
+	}
+	table := wire.EncodeTable(r.hosts, r.addrs)
+	for i := 1; i < cfg.Size; i++ {
+		r.peers[i].SetWriteDeadline(time.Now().Add(cfg.Timeout))
+		if _, err := r.peers[i].Write(wire.ControlFrame(wire.KindTable, 0, 0, append(proofs[i], table...))); err != nil {
+			return fmt.Errorf("rendezvous: rank 0: send address table to rank %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// maxHandshakes bounds the handshakes in progress at once on one listener.
+const maxHandshakes = 64
+
+// arrival is a connection whose dialer proved the token and passed the
+// caller's checks; proof is the acceptor's answer, not yet sent.
+type arrival struct {
+	c     net.Conn
+	h     wire.Hello
+	proof []byte
+}
+
+// admission accepts connections on a listener and runs the acceptor's half of
+// the handshake on each in its own goroutine, so a stranger that connects and
+// stays silent (or trickles bytes) cannot hold the real ranks back until the
+// timeout; at most maxHandshakes run at once. Refused connections are logged
+// and closed; the rest arrive on arrivals.
+type admission struct {
+	arrivals  chan arrival
+	acceptErr chan error    // the accept loop's end (buffered)
+	done      chan struct{} // closed by stop: late arrivals are closed
+	once      sync.Once
+}
+
+func (a *admission) stop() { a.once.Do(func() { close(a.done) }) }
+
+// admit starts an admission on ln; check returns why a verified hello is
+// refused ("" admits it). where names the listener in logs and refusals.
+func (r *Rendezvous) admit(ln net.Listener, where string, check func(wire.Hello) string) *admission {
+	a := &admission{arrivals: make(chan arrival), acceptErr: make(chan error, 1), done: make(chan struct{})}
+	go func() {
+		sem := make(chan struct{}, maxHandshakes)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				a.acceptErr <- err
+				return
+			}
+			select {
+			case sem <- struct{}{}:
+			default:
+				r.cfg.Logger.Warn().Str("remote", c.RemoteAddr().String()).Msgf("refused connection at %s: too many handshakes at once", where)
+				c.Close()
+				continue
+			}
+			go func() {
+				defer func() { <-sem }()
+				got, err := r.handshake(c, where, check)
+				if err != nil {
+					if !errors.Is(err, errRefused) {
+						// A peer that never sent a valid hello; refusals
+						// were logged as they were sent.
+						r.cfg.Logger.Warn().Str("remote", c.RemoteAddr().String()).Err(err).Msgf("refused connection at %s", where)
+					}
+					c.Close()
+					return
+				}
+				select {
+				case a.arrivals <- got:
+				case <-a.done:
+					c.Close()
+				}
+			}()
+		}
+	}()
+	return a
+}
+
+// refuse sends a rejection to a dialer and returns it as an error.
+// The refusal is logged before the refused peer can read it, so the log
+// never lags what the peer saw.
+func (r *Rendezvous) refuse(c net.Conn, where, format string, a ...any) error {
+	msg := fmt.Sprintf(format, a...)
+	r.cfg.Logger.Warn().Str("remote", c.RemoteAddr().String()).Str("error", msg).Msgf("refused connection at %s", where)
+	c.SetWriteDeadline(time.Now().Add(time.Second))
+	c.Write(wire.ControlFrame(wire.KindReject, 0, 0, []byte(msg)))
+	return fmt.Errorf("%w: %s", errRefused, msg)
+}
+
+// errRefused marks an error whose refusal was sent to the peer and logged.
+var errRefused = errors.New("refused")
+
+// handshake reads and checks one dialer's hello; a refusal is also sent to
+// it. It returns the hello and the acceptor's proof that leads its answer.
+func (r *Rendezvous) handshake(c net.Conn, where string, check func(wire.Hello) string) (arrival, error) {
+	c.SetDeadline(handshakeDeadline(r.cfg.Timeout))
+	defer c.SetDeadline(time.Time{})
+	nonceA, err := sendChallenge(c)
+	if err != nil {
+		return arrival{}, err
+	}
+	hdr, p, err := wire.ReadControl(c, make([]byte, wire.HeaderSize))
+	if err != nil {
+		return arrival{}, fmt.Errorf("no valid hello: %w", err)
+	}
+	if hdr.Kind != wire.KindHello {
+		return arrival{}, fmt.Errorf("first frame is %s, not hello", hdr.Kind)
+	}
+	h, err := wire.DecodeHello(p)
+	if err != nil {
+		return arrival{}, fmt.Errorf("hello: %w", err)
+	}
+	nonceD, ok := checkHello(h, r.cfg.Token, nonceA)
+	if !ok {
+		return arrival{}, r.refuse(c, where, "wrong token (claimed rank %d): every rank needs the same %s", h.Rank, TokenEnv)
+	}
+	if why := check(h); why != "" {
+		return arrival{}, r.refuse(c, where, "%s", why)
+	}
+	return arrival{c, h, acceptProof(r.cfg.Token, nonceA, nonceD)}, nil
+}
+
+// dial connects to addr, runs the dialer's half of the handshake as h.Rank
+// and returns the connection with the acceptor's answer (the part after its
+// proof). want is the frame kind that answers an accepted hello.
+func (r *Rendezvous) dial(c net.Conn, h wire.Hello, want wire.Kind) ([]byte, error) {
+	nonceA, err := readChallenge(c, r.hbuf())
+	if err != nil {
+		return nil, err
+	}
+	nonceD, err := signHello(&h, r.cfg.Token, nonceA)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.Write(wire.ControlFrame(wire.KindHello, 0, 0, h.Encode())); err != nil {
+		return nil, fmt.Errorf("send hello: %w", err)
+	}
+	hdr, p, err := wire.ReadControl(c, r.hbuf())
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("no answer to hello: %w", err)
+	case hdr.Kind == wire.KindReject:
+		return nil, fmt.Errorf("refused us: %s", p)
+	case hdr.Kind != want:
+		return nil, fmt.Errorf("sent %s instead of %s", hdr.Kind, want)
+	}
+	rest, ok := checkAccept(p, r.cfg.Token, nonceA, nonceD)
+	if !ok {
+		return nil, errNoProof
+	}
+	return rest, nil
+}
+
+var errNoProof = errors.New("answered without proving it holds the token")
+
+func (r *Rendezvous) hbuf() []byte { return make([]byte, wire.HeaderSize) }
+
+func (r *Rendezvous) join(ctx context.Context) error {
+	cfg := r.cfg
+	var c net.Conn
+	var d net.Dialer
+	if cfg.BindAddr != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(cfg.BindAddr)}
+	}
+	for {
+		var err error
+		c, err = d.DialContext(ctx, "tcp", cfg.masterHostPort())
+		if err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("rendezvous: rank %d: rank 0 at %s did not answer within the timeout (%v): %w", cfg.Rank, cfg.masterHostPort(), cfg.Timeout, err)
+		case <-time.After(50 * time.Millisecond): // rank 0 may not be listening yet
+		}
+	}
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	adv := cfg.AdvertiseAddr
+	if adv == "" {
+		adv, _, _ = net.SplitHostPort(c.LocalAddr().String())
+	}
+	h := wire.Hello{Rank: cfg.Rank, Size: cfg.Size, Host: HostID(), DataAddr: net.JoinHostPort(adv, r.port())}
+	p, err := r.dial(c, h, wire.KindTable)
+	if errors.Is(err, errNoProof) {
+		c.Close()
+		return fmt.Errorf("rendezvous: rank %d: the process at %s answered without proving it holds the token: it is not this job's rank 0 (check MASTER_ADDR, MASTER_PORT and %s)", cfg.Rank, cfg.masterHostPort(), TokenEnv)
+	}
+	if err != nil {
+		c.Close()
+		return fmt.Errorf("rendezvous: rank %d: rank 0 at %s: %w", cfg.Rank, cfg.masterHostPort(), err)
+	}
+	hosts, addrs, err := wire.DecodeTable(p, cfg.Size)
+	if err != nil {
+		c.Close()
+		return fmt.Errorf("rendezvous: rank %d: address table: %w", cfg.Rank, err)
+	}
+	copy(r.hosts, hosts)
+	copy(r.addrs, addrs)
+	r.peers[0] = c
+	return nil
+}
+
+// DialPeer opens a data connection to rank's data listener and proves the
+// token both ways (a listener that cannot prove it is refused). ctx and the
+// configured timeout bound the connection and its handshake.
+func (r *Rendezvous) DialPeer(ctx context.Context, rank int) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	addr := r.addrs[rank]
+	fail := func(err error) error {
+		return fmt.Errorf("rendezvous: rank %d: data connection to rank %d at %s: %w", r.cfg.Rank, rank, addr, err)
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fail(err)
+	}
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	c.SetDeadline(handshakeDeadline(r.cfg.Timeout))
+	h := wire.Hello{Rank: r.cfg.Rank, Size: r.cfg.Size, Host: HostID(), DataAddr: "-:0"}
+	rest, err := r.dial(c, h, wire.KindAccept)
+	if err == nil && len(rest) != 0 {
+		err = errNoProof
+	}
+	if errors.Is(err, errNoProof) {
+		err = fmt.Errorf("the listener did not prove it holds the token: not this job's rank %d", rank)
+	}
+	if err != nil {
+		c.Close()
+		return nil, fail(err)
+	}
+	if !stop() {
+		c.Close()
+		return nil, fail(ctx.Err())
+	}
+	c.SetDeadline(time.Time{})
+	return c, nil
+}
+
+// AcceptPeer waits on this rank's data listener for rank to connect with
+// DialPeer, refusing (and logging) every other connection: strangers, wrong
+// tokens, garbage, other ranks. Handshakes run side by side, so a silent
+// stranger does not hold rank back. ctx and the configured timeout bound the
+// wait.
+func (r *Rendezvous) AcceptPeer(ctx context.Context, rank int) (net.Conn, error) {
+	r.acceptMu.Lock()
+	defer r.acceptMu.Unlock()
+	if r.ln == nil {
+		return nil, fmt.Errorf("rendezvous: rank %d: no data listener (a group of one, or closed)", r.cfg.Rank)
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	tl, _ := r.ln.(*net.TCPListener)
+	adm := r.admit(r.ln, "data port", func(h wire.Hello) string {
+		if h.Rank != rank || h.Size != r.cfg.Size {
+			return fmt.Sprintf("rank %d of %d connected, expected rank %d of %d", h.Rank, h.Size, rank, r.cfg.Size)
+		}
+		return ""
+	})
+	// The accept loop ends when its Accept fails: kick it with a deadline
+	// (the listener stays open for later calls) and wait for it.
+	kick := func() {
+		if tl != nil {
+			tl.SetDeadline(time.Unix(1, 0))
+		} else {
+			r.ln.Close()
+		}
+	}
+	stopKick := context.AfterFunc(ctx, kick)
+	defer stopKick()
+	defer adm.stop()
+	select {
+	case a := <-adm.arrivals:
+		stopKick()
+		r.endAccept(adm, kick, tl)
+		a.c.SetWriteDeadline(time.Now().Add(r.cfg.Timeout))
+		if _, err := a.c.Write(wire.ControlFrame(wire.KindAccept, 0, 0, a.proof)); err != nil {
+			a.c.Close()
+			return nil, fmt.Errorf("rendezvous: rank %d: answer rank %d: %w", r.cfg.Rank, rank, err)
+		}
+		a.c.SetWriteDeadline(time.Time{})
+		return a.c, nil
+	case err := <-adm.acceptErr:
+		if tl != nil {
+			tl.SetDeadline(time.Time{})
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("rendezvous: rank %d: rank %d did not connect within the timeout (%v): %w", r.cfg.Rank, rank, r.cfg.Timeout, ctx.Err())
+		}
+		return nil, fmt.Errorf("rendezvous: rank %d: accept rank %d: %w", r.cfg.Rank, rank, err)
+	}
+}
+
+// endAccept stops an admission's accept loop and makes the listener usable
+// again.
+func (r *Rendezvous) endAccept(adm *admission, kick func(), tl *net.TCPListener) {
+	adm.stop()
+	kick()
+	<-adm.acceptErr
+	if tl != nil {
+		tl.SetDeadline(time.Time{})
+	}
+}
+
+// StopAccepting closes this rank's data listener: a backend calls it once
+// its data connections are made, so nothing else can connect.
+func (r *Rendezvous) StopAccepting() {
+	if r.ln != nil {
+		r.ln.Close()
+	}
+}
+
+// Exchange gives every rank every rank's blob (index = rank), through rank 0.
+// Every rank must call it, in the same order.
+func (r *Rendezvous) Exchange(ctx context.Context, blob []byte) ([][]byte, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cfg := r.cfg
+	out := make([][]byte, cfg.Size)
+	out[cfg.Rank] = blob
+	if cfg.Size == 1 {
+		return out, nil
+	}
+	deadline := time.Now().Add(cfg.Timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	if cfg.Rank != 0 {
+		c := r.peers[0]
+		c.SetDeadline(deadline)
+		defer c.SetDeadline(time.Time{})
+		if _, err := c.Write(wire.ControlFrame(wire.KindExchange, 0, 0, wire.EncodeBlobs([][]byte{blob}))); err != nil {
+			return nil, fmt.Errorf("rendezvous: rank %d: exchange: rank 0: %w", cfg.Rank, err)
+		}
+		hdr, p, err := wire.ReadControl(c, r.hb)
+		if err != nil {
+			return nil, fmt.Errorf("rendezvous: rank %d: exchange: rank 0: %w", cfg.Rank, err)
+		}
+		if hdr.Kind != wire.KindExchange {
+			return nil, fmt.Errorf("rendezvous: rank %d: exchange: rank 0 sent %s", cfg.Rank, hdr.Kind)
+		}
+		return wire.DecodeBlobs(p, cfg.Size)
+	}
+	for i := 1; i < cfg.Size; i++ {
+		c := r.peers[i]
+		c.SetDeadline(deadline)
+		hdr, p, err := wire.ReadControl(c, r.hb)
+		if err == nil && hdr.Kind != wire.KindExchange {
+			err = fmt.Errorf("sent %s", hdr.Kind)
+		}
+		var bs [][]byte
+		if err == nil {
+			bs, err = wire.DecodeBlobs(p, 1)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("rendezvous: rank 0: exchange: rank %d: %w", i, err)
+		}
+		out[i] = bs[0]
+	}
+	msg := wire.ControlFrame(wire.KindExchange, 0, 0, wire.EncodeBlobs(out))
+	for i := 1; i < cfg.Size; i++ {
+		if _, err := r.peers[i].Write(msg); err != nil {
+			return nil, fmt.Errorf("rendezvous: rank 0: exchange: rank %d: %w", i, err)
+		}
+		r.peers[i].SetDeadline(time.Time{})
+	}
+	return out, nil
+}
+
+// Close closes the rendezvous connections and the data listener.
+func (r *Rendezvous) Close() error {
+	for _, c := range r.peers {
+		if c != nil {
+			c.Close()
+		}
+	}
+	if r.ln != nil {
+		r.ln.Close()
+	}
+	return nil
+}
+
+// Watch starts one goroutine per star connection (rank 0: one per joiner;
+// others: the one to rank 0) that calls lost(rank, err) once when that
+// connection ends: the peer process died or closed. Backends that move data
+// elsewhere (shm) use it to notice dead peers. After Watch, Exchange must not
+// be called. The goroutines end when the connections close (Close).
+func (r *Rendezvous) Watch(lost func(rank int, err error)) {
+	for i, c := range r.peers {
+		if c == nil {
+			continue
+		}
+		c.SetDeadline(time.Time{})
+		go func() {
+			hb := make([]byte, wire.HeaderSize)
+			for {
+				if _, _, err := wire.ReadControl(c, hb); err != nil {
+					lost(i, err)
+					return
+				}
+			}
+		}()
+	}
+}
