@@ -128,10 +128,11 @@ func TestAgainstTorch(t *testing.T) {
 	}
 }
 
-// testAgainstTorch steps five copies of torchP0 (so the first elements go
-// through the SIMD kernel where there is one and the rest through the Go
-// loop) and checks every copy against torch's params after each step; far
-// describes a value too far from torch's, or returns "".
+// testAgainstTorch steps five copies of torchP0 in two spans, [0, 6) and
+// [6, 20), so that with either lane count (8 float32, 4 float64) some
+// elements go through the SIMD kernel, where there is one, and some through
+// the Go loop; it checks every copy against torch's params after each step.
+// far describes a value too far from torch's, or returns "".
 func testAgainstTorch[T float](t *testing.T, newOpt func() (Optimizer, error), want [][]float64, far func(got T, want float64) string) {
 	o, err := newOpt()
 	if err != nil {
@@ -144,7 +145,9 @@ func testAgainstTorch[T float](t *testing.T, newOpt func() (Optimizer, error), w
 	p := conv[T](tile(torchP0, copies))
 	for s, g := range torchGrads {
 		o.Begin()
-		update(o, p, conv[T](tile(g, copies)), 0)
+		gT := conv[T](tile(g, copies))
+		update(o, p[:6], gT[:6], 0)
+		update(o, p[6:], gT[6:], 6)
 		for i := range p {
 			if msg := far(p[i], want[s][i%4]); msg != "" {
 				t.Errorf("step %d p[%d] = %s", s+1, i, msg)
