@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"math"
+	"hash"
+	"slices"
+	"unsafe"
 
 	"gorgonia.org/tensor"
 )
@@ -77,15 +79,25 @@ func NewStore(specs []Spec, dtype tensor.Dtype, seed uint64) (*Store, error) {
 			e.Init(rngFor(seed, e.Name), e.Shape, v)
 		}
 		if s.f32 != nil {
-			dst := s.f32[e.Offset : e.Offset+e.Len]
-			for i, x := range v {
-				dst[i] = float32(x)
-			}
+			narrow(span(s.f32, e), v)
 		} else {
-			copy(s.f64[e.Offset:e.Offset+e.Len], v)
+			narrow(span(s.f64, e), v)
 		}
 	}
 	return s, nil
+}
+
+// narrow copies src into dst rounding to T (exactly, for float64).
+func narrow[T float32 | float64](dst []T, src []float64) {
+	for i, x := range src {
+		dst[i] = T(x)
+	}
+}
+
+// span is e's slice of a flat buffer, capped so appends cannot spill into
+// the next tensor.
+func span[T float32 | float64](buf []T, e Entry) []T {
+	return buf[e.Offset : e.Offset+e.Len : e.Offset+e.Len]
 }
 
 // Dtype is tensor.Float32 or tensor.Float64.
@@ -164,13 +176,13 @@ func (s *Store) view(e Entry, grad bool) *tensor.Dense {
 	var backing any
 	switch {
 	case s.dtype == tensor.Float32 && grad:
-		backing = s.g32[e.Offset : e.Offset+e.Len : e.Offset+e.Len]
+		backing = span(s.g32, e)
 	case s.dtype == tensor.Float32:
-		backing = s.f32[e.Offset : e.Offset+e.Len : e.Offset+e.Len]
+		backing = span(s.f32, e)
 	case grad:
-		backing = s.g64[e.Offset : e.Offset+e.Len : e.Offset+e.Len]
+		backing = span(s.g64, e)
 	default:
-		backing = s.f64[e.Offset : e.Offset+e.Len : e.Offset+e.Len]
+		backing = span(s.f64, e)
 	}
 	if len(shape) == 0 {
 		return tensor.New(tensor.WithShape(), tensor.WithBacking(backing))
@@ -181,15 +193,11 @@ func (s *Store) view(e Entry, grad bool) *tensor.Dense {
 // Clone returns a store with the same layout and a copy of the values; the
 // gradient buffer starts at zero.
 func (s *Store) Clone() *Store {
-	c := &Store{dtype: s.dtype, entries: s.entries, index: s.index, nParams: s.nParams}
-	if s.dtype == tensor.Float32 {
-		c.f32 = append([]float32(nil), s.f32...)
-		c.g32 = make([]float32, len(s.g32))
-	} else {
-		c.f64 = append([]float64(nil), s.f64...)
-		c.g64 = make([]float64, len(s.g64))
+	return &Store{
+		dtype: s.dtype, entries: s.entries, index: s.index, nParams: s.nParams,
+		f32: slices.Clone(s.f32), g32: zerosLike(s.g32),
+		f64: slices.Clone(s.f64), g64: zerosLike(s.g64),
 	}
-	return c
 }
 
 // CopyFrom copies every value from o, which must have the same layout.
@@ -229,23 +237,29 @@ func (s *Store) ZeroGrad() {
 // bits), so two runs can be compared bit for bit.
 func (s *Store) SHA256() string {
 	h := sha256.New()
-	var b [8]byte
 	buf := make([]byte, 0, 1<<16)
-	flush := func() { h.Write(buf); buf = buf[:0] }
-	for _, v := range s.f32 {
-		binary.LittleEndian.PutUint32(b[:4], math.Float32bits(v))
-		buf = append(buf, b[:4]...)
-		if len(buf) >= 1<<16-8 {
-			flush()
-		}
-	}
-	for _, v := range s.f64 {
-		binary.LittleEndian.PutUint64(b[:], math.Float64bits(v))
-		buf = append(buf, b[:]...)
-		if len(buf) >= 1<<16-8 {
-			flush()
-		}
-	}
-	flush()
+	buf = hashBits(h, buf, s.f32)
+	hashBits(h, buf, s.f64)
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// hashBits writes the little-endian bits of vals to h, a chunk at a time
+// through buf, and returns buf for reuse.
+func hashBits[T float32 | float64](h hash.Hash, buf []byte, vals []T) []byte {
+	per := cap(buf) / int(unsafe.Sizeof(T(0)))
+	for len(vals) > 0 {
+		n := min(per, len(vals))
+		buf, _ = binary.Append(buf[:0], binary.LittleEndian, vals[:n]) // cannot fail on []float32 or []float64
+		h.Write(buf)
+		vals = vals[n:]
+	}
+	return buf
+}
+
+// zerosLike is nil for nil, else a zeroed slice of s's length.
+func zerosLike[T float32 | float64](s []T) []T {
+	if s == nil {
+		return nil
+	}
+	return make([]T, len(s))
 }

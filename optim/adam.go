@@ -70,9 +70,6 @@ type Adam struct {
 
 var _ Optimizer = (*Adam)(nil)
 
-type adamK64 struct{ wd, decay, b1, omb1, b2, omb2, bc2s, eps, negStep float64 }
-type adamK32 struct{ wd, decay, b1, omb1, b2, omb2, bc2s, eps, negStep float32 }
-
 // NewAdam returns torch.optim.Adam, or every problem of cfg.
 func NewAdam(cfg AdamConfig) (*Adam, error) { return newAdam(cfg, false) }
 
@@ -147,24 +144,22 @@ func (o *Adam) coefs() {
 		k.bc2s = math.Sqrt(bc2)
 	}
 	o.k64 = k
-	o.k32 = adamK32{
-		wd: float32(k.wd), decay: float32(k.decay), b1: float32(k.b1), omb1: float32(k.omb1),
-		b2: float32(k.b2), omb2: float32(k.omb2), bc2s: float32(k.bc2s), eps: float32(k.eps), negStep: float32(k.negStep),
-	}
+	o.k32 = roundAdamK[float32](k)
 }
 
 func (o *Adam) Update32(params, grads []float32, off int) {
-	o.st.check("Update32", len(params), len(grads), off, o.step)
-	s := o.st.use32("Update32")
-	i := off - o.st.lo
-	adam32(params, grads, s[0][i:], s[1][i:], &o.k32)
+	adamUpdate(o, "Update32", params, grads, off, &o.k32)
 }
 
 func (o *Adam) Update64(params, grads []float64, off int) {
-	o.st.check("Update64", len(params), len(grads), off, o.step)
-	s := o.st.use64("Update64")
+	adamUpdate(o, "Update64", params, grads, off, &o.k64)
+}
+
+func adamUpdate[T float](o *Adam, method string, params, grads []T, off int, k *adamK[T]) {
+	o.st.check(method, len(params), len(grads), off, o.step)
+	s := use[T](&o.st, method)
 	i := off - o.st.lo
-	adam64(params, grads, s[0][i:], s[1][i:], &o.k64)
+	adam(params, grads, s[0][i:], s[1][i:], k)
 }
 
 func (o *Adam) State() State {

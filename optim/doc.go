@@ -55,11 +55,12 @@
 //
 // # Clipping across ranks
 //
-// ClipGradNorm32/64 and ClipGradValue32/64 clip one whole gradient buffer.
-// When gradients are spread over buckets or ranks, compute SumSquares32 of
+// ClipGradNorm and ClipGradValue clip one whole gradient buffer of either
+// dtype (ClipGradNorm32/64 and ClipGradValue32/64 name the instantiations).
+// When gradients are spread over buckets or ranks, compute SumSquares of
 // each span, reduce the partial sums (AllReduce), take the square root, get
-// the factor from ClipScale, and apply ScaleGrads32 to each span: that is what
-// ClipGradNorm32 does on one buffer.
+// the factor from ClipScale, and apply ScaleGrads to each span: that is what
+// ClipGradNorm does on one buffer.
 //
 // # Must not
 //

@@ -2,152 +2,148 @@ package optim
 
 import "math"
 
-// The update kernels. Each rounding torch performs is written as an explicit
-// conversion: the Go spec lets the compiler fuse x*y+z into one FMA unless
-// the product is converted explicitly, and fusing would change results
-// between architectures. Slices are re-sliced to len(p) first so the compiler
-// drops the bounds checks in the loops.
+// The update kernels, one generic implementation for float32 and float64.
+// Each rounding torch performs is written as an explicit conversion to T:
+// the Go spec lets the compiler fuse x*y+z into one FMA unless the product is
+// converted explicitly, and fusing would change results between
+// architectures. A conversion to a type parameter rounds like one to the
+// concrete type, and costs nothing: each instantiation is compiled for its
+// own GC shape (float32 and float64 never share one), so there is no
+// dictionary call and no boxing in these loops. Compiled with -gcflags=-S,
+// every instantiation here and in clip.go runs the same floating-point
+// instructions in the same order as the float32 or float64 twin it
+// replaced, on amd64 and on arm64 (no FMA on either); bench/RESULTS.md has
+// the check and the benchmarks.
+// Slices are re-sliced to len(p) first so the compiler drops the bounds
+// checks.
 //
 // On amd64 with AVX2 the kernels run 8 (float32) or 4 (float64) lanes at a
-// time in assembly
-// (kernels_amd64.s) with the same IEEE operations in the same order, and no
-// FMA, so the results are bit for bit those of the Go loops (tested); the
-// Go loops do the tail and serve every other platform and the purego tag.
+// time in assembly (simd_amd64.s) with the same IEEE operations in the same
+// order, and no FMA, so the results are bit for bit those of the Go loops
+// (tested); the Go loops do the tail and serve every other platform and the
+// purego tag. The assembly stays one routine per type: Go assembly has no
+// type parameters, and float32 and float64 differ in lane count and
+// instructions (VMULPS against VMULPD).
 
-// sgdPlain64 is SGD without momentum.
-func sgdPlain64(p, g []float64, k sgdK64) {
+// float is the element type of the kernels: exactly float32 or float64, so
+// that the SIMD dispatch can tell them apart with a type switch.
+type float interface{ float32 | float64 }
+
+// sgdK holds SGD's per-step constants in the precision of the parameters.
+// Its layout is read by the assembly (simd_amd64.s).
+type sgdK[T float] struct {
+	wd, mom, omd, negLR T
+	first, nesterov     bool
+}
+
+// adamK holds Adam's per-step constants in the precision of the parameters.
+// Its layout is read by the assembly (simd_amd64.s).
+type adamK[T float] struct{ wd, decay, b1, omb1, b2, omb2, bc2s, eps, negStep T }
+
+// The names the assembly's comments use.
+type (
+	sgdK32  = sgdK[float32]
+	sgdK64  = sgdK[float64]
+	adamK32 = adamK[float32]
+	adamK64 = adamK[float64]
+)
+
+// roundSGDK rounds constants computed in float64 (as torch computes them in
+// Python floats) to T.
+func roundSGDK[T float](k sgdK64) sgdK[T] {
+	return sgdK[T]{wd: T(k.wd), mom: T(k.mom), omd: T(k.omd), negLR: T(k.negLR), first: k.first, nesterov: k.nesterov}
+}
+
+// roundAdamK rounds constants computed in float64 to T.
+func roundAdamK[T float](k adamK64) adamK[T] {
+	return adamK[T]{
+		wd: T(k.wd), decay: T(k.decay), b1: T(k.b1), omb1: T(k.omb1),
+		b2: T(k.b2), omb2: T(k.omb2), bc2s: T(k.bc2s), eps: T(k.eps), negStep: T(k.negStep),
+	}
+}
+
+// simdSplit is the length of the prefix of an n-element span that the SIMD
+// kernels take: a multiple of their lane count, or 0 without SIMD.
+func simdSplit[T float](n int) int {
+	if !useSIMD {
+		return 0
+	}
+	var z T
+	if _, ok := any(z).(float32); ok {
+		return n &^ 7
+	}
+	return n &^ 3
+}
+
+// sgdPlain is SGD without momentum.
+func sgdPlain[T float](p, g []T, k *sgdK[T]) {
 	g = g[:len(p)]
-	if n := len(p) &^ 3; n > 0 && useSIMD {
-		sgd64x4(p[:n], g[:n], nil, k)
+	if n := simdSplit[T](len(p)); n > 0 {
+		sgdSIMD(p[:n], g[:n], nil, k)
 		p, g = p[n:], g[n:]
 	}
-	sgdPlain64Go(p, g, k)
+	sgdPlainGo(p, g, k)
 }
 
-// sgdMomentum64 is SGD with a momentum buffer.
-func sgdMomentum64(p, g, buf []float64, k sgdK64) {
+// sgdMomentum is SGD with a momentum buffer.
+func sgdMomentum[T float](p, g, buf []T, k *sgdK[T]) {
 	g = g[:len(p)]
 	buf = buf[:len(p)]
-	if n := len(p) &^ 3; n > 0 && useSIMD {
-		sgd64x4(p[:n], g[:n], buf[:n], k)
+	if n := simdSplit[T](len(p)); n > 0 {
+		sgdSIMD(p[:n], g[:n], buf[:n], k)
 		p, g, buf = p[n:], g[n:], buf[n:]
 	}
-	sgdMomentum64Go(p, g, buf, k)
+	sgdMomentumGo(p, g, buf, k)
 }
 
-// adam64 is Adam and AdamW on float64.
-func adam64(p, g, m, v []float64, k *adamK64) {
+// adam is Adam and AdamW.
+func adam[T float](p, g, m, v []T, k *adamK[T]) {
 	g = g[:len(p)]
 	m = m[:len(p)]
 	v = v[:len(p)]
-	if n := len(p) &^ 3; n > 0 && useSIMD {
-		adam64x4(p[:n], g[:n], m[:n], v[:n], k)
+	if n := simdSplit[T](len(p)); n > 0 {
+		adamSIMD(p[:n], g[:n], m[:n], v[:n], k)
 		p, g, m, v = p[n:], g[n:], m[n:], v[n:]
 	}
-	adam64Go(p, g, m, v, k)
+	adamGo(p, g, m, v, k)
 }
 
-// sgdPlain32 is SGD without momentum.
-func sgdPlain32(p, g []float32, k sgdK32) {
-	g = g[:len(p)]
-	if n := len(p) &^ 7; n > 0 && useSIMD {
-		sgd32x8(p[:n], g[:n], nil, k)
-		p, g = p[n:], g[n:]
-	}
-	sgdPlain32Go(p, g, k)
-}
-
-// sgdMomentum32 is SGD with a momentum buffer.
-func sgdMomentum32(p, g, buf []float32, k sgdK32) {
-	g = g[:len(p)]
-	buf = buf[:len(p)]
-	if n := len(p) &^ 7; n > 0 && useSIMD {
-		sgd32x8(p[:n], g[:n], buf[:n], k)
-		p, g, buf = p[n:], g[n:], buf[n:]
-	}
-	sgdMomentum32Go(p, g, buf, k)
-}
-
-// adam32 is Adam and AdamW on float32.
-func adam32(p, g, m, v []float32, k *adamK32) {
-	g = g[:len(p)]
-	m = m[:len(p)]
-	v = v[:len(p)]
-	if n := len(p) &^ 7; n > 0 && useSIMD {
-		adam32x8(p[:n], g[:n], m[:n], v[:n], k)
-		p, g, m, v = p[n:], g[n:], m[n:], v[n:]
-	}
-	adam32Go(p, g, m, v, k)
-}
-
-func sgdPlain32Go(p, g []float32, k sgdK32) {
+func sgdPlainGo[T float](p, g []T, kp *sgdK[T]) {
+	k := *kp
 	g = g[:len(p)]
 	for i := range p {
 		d := g[i]
 		if k.wd != 0 {
-			d = d + float32(k.wd*p[i])
+			d = d + T(k.wd*p[i])
 		}
-		p[i] = p[i] + float32(k.negLR*d)
+		p[i] = p[i] + T(k.negLR*d)
 	}
 }
 
-func sgdPlain64Go(p, g []float64, k sgdK64) {
-	g = g[:len(p)]
-	for i := range p {
-		d := g[i]
-		if k.wd != 0 {
-			d = d + float64(k.wd*p[i])
-		}
-		p[i] = p[i] + float64(k.negLR*d)
-	}
-}
-
-func sgdMomentum32Go(p, g, buf []float32, k sgdK32) {
+func sgdMomentumGo[T float](p, g, buf []T, kp *sgdK[T]) {
+	k := *kp
 	g = g[:len(p)]
 	buf = buf[:len(p)]
 	for i := range p {
 		d := g[i]
 		if k.wd != 0 {
-			d = d + float32(k.wd*p[i])
+			d = d + T(k.wd*p[i])
 		}
 		b := d
 		if !k.first {
-			b = float32(buf[i]*k.mom) + float32(k.omd*d)
+			b = T(buf[i]*k.mom) + T(k.omd*d)
 		}
 		buf[i] = b
 		if k.nesterov {
-			d = d + float32(k.mom*b)
+			d = d + T(k.mom*b)
 		} else {
 			d = b
 		}
-		p[i] = p[i] + float32(k.negLR*d)
+		p[i] = p[i] + T(k.negLR*d)
 	}
 }
 
-func sgdMomentum64Go(p, g, buf []float64, k sgdK64) {
-	g = g[:len(p)]
-	buf = buf[:len(p)]
-	for i := range p {
-		d := g[i]
-		if k.wd != 0 {
-			d = d + float64(k.wd*p[i])
-		}
-		b := d
-		if !k.first {
-			b = float64(buf[i]*k.mom) + float64(k.omd*d)
-		}
-		buf[i] = b
-		if k.nesterov {
-			d = d + float64(k.mom*b)
-		} else {
-			d = b
-		}
-		p[i] = p[i] + float64(k.negLR*d)
-	}
-}
-
-// adam32Go is torch's _single_tensor_adam / _single_tensor_adamw on float32
-// tensors, per element:
+// adamGo is torch's _single_tensor_adam / _single_tensor_adamw, per element:
 //
 //	param.mul_(decay)                                 (AdamW; decay is 1 for Adam)
 //	grad = grad.add(param, alpha=wd)                  (Adam; skipped when wd is 0)
@@ -155,59 +151,33 @@ func sgdMomentum64Go(p, g, buf []float64, k sgdK64) {
 //	exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1-beta2)
 //	denom = (exp_avg_sq.sqrt() / bc2_sqrt).add_(eps)
 //	param.addcdiv_(exp_avg, denom, value=-step_size)  (self + value*t1/t2)
-func adam32Go(p, g, m, v []float32, kp *adamK32) {
+//
+// The square root is taken in float64 and rounded to T, which for float32 is
+// the correctly rounded float32 root (the compiler emits SQRTSS for it).
+func adamGo[T float](p, g, m, v []T, kp *adamK[T]) {
 	k := *kp
 	g = g[:len(p)]
 	m = m[:len(p)]
 	v = v[:len(p)]
 	if k.wd != 0 {
 		for i := range p {
-			pi := float32(p[i] * k.decay)
-			gi := g[i] + float32(k.wd*pi)
-			mi := float32(m[i]*k.b1) + float32(gi*k.omb1)
-			vi := float32(v[i]*k.b2) + float32(float32(k.omb2*gi)*gi)
+			pi := T(p[i] * k.decay)
+			gi := g[i] + T(k.wd*pi)
+			mi := T(m[i]*k.b1) + T(gi*k.omb1)
+			vi := T(v[i]*k.b2) + T(T(k.omb2*gi)*gi)
 			m[i], v[i] = mi, vi
-			d := float32(float32(math.Sqrt(float64(vi)))/k.bc2s) + k.eps
-			p[i] = pi + float32(k.negStep*mi)/d
+			d := T(T(math.Sqrt(float64(vi)))/k.bc2s) + k.eps
+			p[i] = pi + T(k.negStep*mi)/d
 		}
 		return
 	}
 	for i := range p {
-		pi := float32(p[i] * k.decay)
+		pi := T(p[i] * k.decay)
 		gi := g[i]
-		mi := float32(m[i]*k.b1) + float32(gi*k.omb1)
-		vi := float32(v[i]*k.b2) + float32(float32(k.omb2*gi)*gi)
+		mi := T(m[i]*k.b1) + T(gi*k.omb1)
+		vi := T(v[i]*k.b2) + T(T(k.omb2*gi)*gi)
 		m[i], v[i] = mi, vi
-		d := float32(float32(math.Sqrt(float64(vi)))/k.bc2s) + k.eps
-		p[i] = pi + float32(k.negStep*mi)/d
-	}
-}
-
-// adam64Go is adam32Go on float64.
-func adam64Go(p, g, m, v []float64, kp *adamK64) {
-	k := *kp
-	g = g[:len(p)]
-	m = m[:len(p)]
-	v = v[:len(p)]
-	if k.wd != 0 {
-		for i := range p {
-			pi := float64(p[i] * k.decay)
-			gi := g[i] + float64(k.wd*pi)
-			mi := float64(m[i]*k.b1) + float64(gi*k.omb1)
-			vi := float64(v[i]*k.b2) + float64(float64(k.omb2*gi)*gi)
-			m[i], v[i] = mi, vi
-			d := float64(math.Sqrt(vi)/k.bc2s) + k.eps
-			p[i] = pi + float64(k.negStep*mi)/d
-		}
-		return
-	}
-	for i := range p {
-		pi := float64(p[i] * k.decay)
-		gi := g[i]
-		mi := float64(m[i]*k.b1) + float64(gi*k.omb1)
-		vi := float64(v[i]*k.b2) + float64(float64(k.omb2*gi)*gi)
-		m[i], v[i] = mi, vi
-		d := float64(math.Sqrt(vi)/k.bc2s) + k.eps
-		p[i] = pi + float64(k.negStep*mi)/d
+		d := T(T(math.Sqrt(float64(vi)))/k.bc2s) + k.eps
+		p[i] = pi + T(k.negStep*mi)/d
 	}
 }

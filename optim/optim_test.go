@@ -493,7 +493,7 @@ func TestProgrammingErrorsPanicClearly(t *testing.T) {
 			o.Update64(make([]float64, 2), make([]float64, 2), 12)
 		}, "the state is float32"},
 		{"bad lr", func() { newAdam(false).SetLR(math.NaN()) }, "Adam.SetLR(NaN)"},
-		{"clip", func() { ClipGradNorm32(nil, 0) }, "ClipGradNorm32: maxNorm is 0"},
+		{"clip", func() { ClipGradNorm32(nil, 0) }, "ClipGradNorm[float32]: maxNorm is 0"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -515,28 +515,44 @@ func TestProgrammingErrorsPanicClearly(t *testing.T) {
 	}
 }
 
-func bitsEqual64(a, b []float64) bool {
+func bitsEqual64(a, b []float64) bool { return bitsEqual(a, b) }
+func bitsEqual32(a, b []float32) bool { return bitsEqual(a, b) }
+
+// bitsEqual says whether a and b hold the same bits (NaNs included).
+func bitsEqual[T float](a, b []T) bool {
 	if len(a) != len(b) {
 		return false
 	}
 	for i := range a {
-		if math.Float64bits(a[i]) != math.Float64bits(b[i]) {
+		if bits(a[i]) != bits(b[i]) {
 			return false
 		}
 	}
 	return true
 }
 
-func bitsEqual32(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
+func bits[T float](x T) uint64 {
+	if x, ok := any(x).(float32); ok {
+		return uint64(math.Float32bits(x))
 	}
-	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			return false
-		}
+	return math.Float64bits(float64(x))
+}
+
+// conv returns x converted to T, in a new slice.
+func conv[T float](x []float64) []T {
+	y := make([]T, len(x))
+	narrow(y, x)
+	return y
+}
+
+// update calls Update32 or Update64, whichever takes T.
+func update[T float](o Optimizer, p, g []T, off int) {
+	switch p := any(p).(type) {
+	case []float32:
+		o.Update32(p, any(g).([]float32), off)
+	case []float64:
+		o.Update64(p, any(g).([]float64), off)
 	}
-	return true
 }
 
 func statesEqual(a, b State) bool {

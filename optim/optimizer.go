@@ -151,23 +151,37 @@ func (s *spanState) check(method string, np, ng, off int, step int64) {
 	}
 }
 
-// use32 returns the float32 state buffers, allocating them on first use.
-func (s *spanState) use32(method string) [][]float32 {
-	if s.prec.Load() != prec32 {
-		s.fix(prec32, method)
+// use returns the state buffers in T, allocating them on first use.
+func use[T float](s *spanState, method string) [][]T {
+	p := precOf[T]()
+	if s.prec.Load() != p {
+		fix[T](s, method)
 	}
-	return s.f32
+	return *bufsOf[T](s)
 }
 
-// use64 returns the float64 state buffers, allocating them on first use.
-func (s *spanState) use64(method string) [][]float64 {
-	if s.prec.Load() != prec64 {
-		s.fix(prec64, method)
+// precOf is prec32 or prec64: T's size in bits.
+func precOf[T float]() int32 {
+	var z T
+	if _, ok := any(z).(float32); ok {
+		return prec32
 	}
-	return s.f64
+	return prec64
 }
 
-func (s *spanState) fix(p int32, method string) {
+// bufsOf is s.f32 or s.f64, whichever holds T.
+func bufsOf[T float](s *spanState) *[][]T {
+	if b, ok := any(&s.f32).(*[][]T); ok {
+		return b
+	}
+	return any(&s.f64).(*[][]T)
+}
+
+// fix allocates the state in T, from the pending loaded state if any, and
+// fixes the precision; it panics when the state is already in the other
+// precision.
+func fix[T float](s *spanState, method string) {
+	p := precOf[T]()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch cur := s.prec.Load(); cur {
@@ -178,27 +192,30 @@ func (s *spanState) fix(p int32, method string) {
 		panic(fmt.Sprintf("optim: %s.%s: the state is float%d (fixed by the first update) and cannot serve float%d parameters: use one optimizer per dtype buffer", s.who, method, cur, p))
 	}
 	n := s.hi - s.lo
-	if p == prec32 {
-		s.f32 = make([][]float32, len(s.names))
-		for k := range s.f32 {
-			s.f32[k] = make([]float32, n)
-			if s.pending != nil {
-				for i, x := range s.pending[k] {
-					s.f32[k][i] = float32(x)
-				}
-			}
-		}
-	} else {
-		s.f64 = make([][]float64, len(s.names))
-		for k := range s.f64 {
-			s.f64[k] = make([]float64, n)
-			if s.pending != nil {
-				copy(s.f64[k], s.pending[k])
-			}
+	b := make([][]T, len(s.names))
+	for k := range b {
+		b[k] = make([]T, n)
+		if s.pending != nil {
+			narrow(b[k], s.pending[k])
 		}
 	}
+	*bufsOf[T](s) = b
 	s.pending = nil
 	s.prec.Store(p)
+}
+
+// narrow copies src into dst rounding to T (exactly, for float64).
+func narrow[T float](dst []T, src []float64) {
+	for i, x := range src {
+		dst[i] = T(x)
+	}
+}
+
+// widen copies src into dst as float64, which holds both types exactly.
+func widen[T float](dst []float64, src []T) {
+	for i, x := range src {
+		dst[i] = float64(x)
+	}
 }
 
 // export returns float64 copies of the state buffers.
@@ -214,11 +231,9 @@ func (s *spanState) export() map[string][]float64 {
 		b := make([]float64, n)
 		switch {
 		case s.prec.Load() == prec32:
-			for i, x := range s.f32[k] {
-				b[i] = float64(x)
-			}
+			widen(b, s.f32[k])
 		case s.prec.Load() == prec64:
-			copy(b, s.f64[k])
+			widen(b, s.f64[k])
 		case s.pending != nil:
 			copy(b, s.pending[k])
 		}
@@ -274,12 +289,10 @@ func (s *spanState) load(st State) error {
 		switch s.prec.Load() {
 		case prec32:
 			clear(s.f32[k])
-			for i, x := range b {
-				s.f32[k][i] = float32(x)
-			}
+			narrow(s.f32[k], b)
 		case prec64:
 			clear(s.f64[k])
-			copy(s.f64[k], b)
+			narrow(s.f64[k], b)
 		default:
 			if s.pending == nil {
 				s.pending = make([][]float64, len(s.names))

@@ -58,16 +58,6 @@ type SGD struct {
 
 var _ Optimizer = (*SGD)(nil)
 
-type sgdK64 struct {
-	wd, mom, omd, negLR float64
-	first, nesterov     bool
-}
-
-type sgdK32 struct {
-	wd, mom, omd, negLR float32
-	first, nesterov     bool
-}
-
 // NewSGD returns an SGD optimizer, or every problem of cfg.
 func NewSGD(cfg SGDConfig) (*SGD, error) {
 	if err := cfg.Validate(); err != nil {
@@ -111,27 +101,25 @@ func (o *SGD) Begin() {
 func (o *SGD) coefs() {
 	c := o.cfg
 	o.k64 = sgdK64{wd: c.WeightDecay, mom: c.Momentum, omd: 1 - c.Dampening, negLR: -o.lr, first: o.step == 1, nesterov: c.Nesterov}
-	o.k32 = sgdK32{wd: float32(o.k64.wd), mom: float32(o.k64.mom), omd: float32(o.k64.omd), negLR: float32(o.k64.negLR), first: o.k64.first, nesterov: o.k64.nesterov}
+	o.k32 = roundSGDK[float32](o.k64)
 }
 
 func (o *SGD) Update32(params, grads []float32, off int) {
-	o.st.check("Update32", len(params), len(grads), off, o.step)
-	if o.cfg.Momentum == 0 {
-		sgdPlain32(params, grads, o.k32)
-		return
-	}
-	buf := o.st.use32("Update32")[0][off-o.st.lo:]
-	sgdMomentum32(params, grads, buf, o.k32)
+	sgdUpdate(o, "Update32", params, grads, off, &o.k32)
 }
 
 func (o *SGD) Update64(params, grads []float64, off int) {
-	o.st.check("Update64", len(params), len(grads), off, o.step)
+	sgdUpdate(o, "Update64", params, grads, off, &o.k64)
+}
+
+func sgdUpdate[T float](o *SGD, method string, params, grads []T, off int, k *sgdK[T]) {
+	o.st.check(method, len(params), len(grads), off, o.step)
 	if o.cfg.Momentum == 0 {
-		sgdPlain64(params, grads, o.k64)
+		sgdPlain(params, grads, k)
 		return
 	}
-	buf := o.st.use64("Update64")[0][off-o.st.lo:]
-	sgdMomentum64(params, grads, buf, o.k64)
+	buf := use[T](&o.st, method)[0][off-o.st.lo:]
+	sgdMomentum(params, grads, buf, k)
 }
 
 func (o *SGD) State() State {

@@ -1,6 +1,7 @@
 package optim
 
 import (
+	"fmt"
 	"math"
 	"testing"
 )
@@ -109,57 +110,53 @@ func ulps32(a, b float32) int64 {
 func TestAgainstTorch(t *testing.T) {
 	for _, tc := range torchCases {
 		t.Run(tc.name+"/float64", func(t *testing.T) {
-			o, err := tc.new()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := o.Bind(0, 4); err != nil {
-				t.Fatal(err)
-			}
-			p := append([]float64(nil), torchP0...)
-			for s, g := range torchGrads {
-				o.Begin()
-				o.Update64(p, append([]float64(nil), g...), 0)
-				for i := range p {
-					if d := math.Abs(p[i] - tc.f64[s][i]); d > 4e-16*math.Abs(tc.f64[s][i]) {
-						t.Errorf("step %d p[%d] = %.17g, torch %.17g (diff %.3g)", s+1, i, p[i], tc.f64[s][i], d)
-					}
+			testAgainstTorch(t, tc.new, tc.f64, func(got float64, want float64) string {
+				if d := math.Abs(got - want); d > 4e-16*math.Abs(want) {
+					return fmt.Sprintf("%.17g, torch %.17g (diff %.3g)", got, want, d)
 				}
-			}
+				return ""
+			})
 		})
 		t.Run(tc.name+"/float32", func(t *testing.T) {
-			o, err := tc.new()
-			if err != nil {
-				t.Fatal(err)
-			}
-			const copies = 5
-			if err := o.Bind(0, 4*copies); err != nil {
-				t.Fatal(err)
-			}
-			// Five copies of the 4-element vector: the first 16 elements go
-			// through the 8-lane kernel where there is one, the rest through
-			// the Go loop; every copy must match torch.
-			p := to32(tile(torchP0, copies))
-			for s, g := range torchGrads {
-				o.Begin()
-				o.Update32(p, to32(tile(g, copies)), 0)
-				for i := range p {
-					if u := ulps32(p[i], float32(tc.f32[s][i%4])); u > 1 {
-						t.Errorf("step %d p[%d] = %.9g, torch %.9g (%d ulps apart)", s+1, i, p[i], tc.f32[s][i%4], u)
-					}
+			testAgainstTorch(t, tc.new, tc.f32, func(got float32, want float64) string {
+				if u := ulps32(got, float32(want)); u > 1 {
+					return fmt.Sprintf("%.9g, torch %.9g (%d ulps apart)", got, want, u)
 				}
-			}
+				return ""
+			})
 		})
 	}
 }
 
-func to32(x []float64) []float32 {
-	y := make([]float32, len(x))
-	for i, v := range x {
-		y[i] = float32(v)
+// testAgainstTorch steps five copies of torchP0 in two spans, [0, 6) and
+// [6, 20), so that with either lane count (8 float32, 4 float64) some
+// elements go through the SIMD kernel, where there is one, and some through
+// the Go loop; it checks every copy against torch's params after each step.
+// far describes a value too far from torch's, or returns "".
+func testAgainstTorch[T float](t *testing.T, newOpt func() (Optimizer, error), want [][]float64, far func(got T, want float64) string) {
+	o, err := newOpt()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return y
+	const copies = 5
+	if err := o.Bind(0, 4*copies); err != nil {
+		t.Fatal(err)
+	}
+	p := conv[T](tile(torchP0, copies))
+	for s, g := range torchGrads {
+		o.Begin()
+		gT := conv[T](tile(g, copies))
+		update(o, p[:6], gT[:6], 0)
+		update(o, p[6:], gT[6:], 6)
+		for i := range p {
+			if msg := far(p[i], want[s][i%4]); msg != "" {
+				t.Errorf("step %d p[%d] = %s", s+1, i, msg)
+			}
+		}
+	}
 }
+
+func to32(x []float64) []float32 { return conv[float32](x) }
 
 func tile(x []float64, n int) []float64 {
 	var y []float64

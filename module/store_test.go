@@ -1,0 +1,128 @@
+package module_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"math"
+	"testing"
+
+	"github.com/fulgur-ml/fulgur/module"
+	"gorgonia.org/tensor"
+)
+
+// The store's layout, initial values, views, Clone and SHA256 on both
+// dtypes. The tensors are large enough that SHA256 hashes in several chunks.
+func TestStoreBothDtypes(t *testing.T) {
+	specs := []module.Spec{
+		{Name: "w", Shape: []int{100, 90}, Init: module.Uniform(-1, 1)},
+		{Name: "running_var", Shape: []int{7}, Init: module.Constant(1e-45), Buffer: true},
+		{Name: "b", Shape: []int{3}, Init: module.Constant(0.1)},
+	}
+	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
+		t.Run(dt.String(), func(t *testing.T) {
+			s, err := module.NewStore(specs, dt, 7)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.NumParams() != 9003 || s.Len() != 9010 {
+				t.Fatalf("NumParams %d, Len %d: want 9003, 9010", s.NumParams(), s.Len())
+			}
+			// Independent reading of the values: Float32s or Float64s,
+			// widened; the buffer comes after both parameters.
+			vals := widen(s.Data())
+			if b, _ := s.Lookup("b"); b.Offset != 9000 || vals[9001] != rounded(dt, 0.1) {
+				t.Errorf("b at %d holds %v: want offset 9000 and %v", b.Offset, vals[9001], rounded(dt, 0.1))
+			}
+			if v := vals[9003]; v != rounded(dt, 1e-45) {
+				t.Errorf("running_var[0] = %v, want %v", v, rounded(dt, 1e-45))
+			}
+			if w := vals[:9000]; w[0] == w[1] || w[0] < -1 || w[0] > 1 {
+				t.Errorf("w starts %v, %v: want distinct values in [-1, 1]", w[0], w[1])
+			}
+
+			if got, want := s.SHA256(), sha(dt, vals); got != want {
+				t.Errorf("SHA256 = %s, want %s (sha256 of the little-endian bits)", got, want)
+			}
+
+			view, err := s.Tensor("b")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := view.SetAt(scalar(dt, 2.5), 1); err != nil {
+				t.Fatal(err)
+			}
+			if v := widen(s.Data())[9001]; v != 2.5 {
+				t.Errorf("a write through Tensor(\"b\") left %v in the store", v)
+			}
+			g, err := s.GradTensor("w")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := g.SetAt(scalar(dt, 3), 0, 1); err != nil {
+				t.Fatal(err)
+			}
+
+			c := s.Clone()
+			if c.SHA256() != s.SHA256() {
+				t.Errorf("Clone hashes differently")
+			}
+			if gc := widen(c.Grad()); len(gc) != 9003 || gc[1] != 0 {
+				t.Errorf("Clone's gradient: %d values, [1] = %v: want 9003 zeros", len(gc), gc[1])
+			}
+			if gs := widen(s.Grad()); gs[1] != 3 {
+				t.Errorf("GradTensor write: grad[1] = %v, want 3", gs[1])
+			}
+			if err := view.SetAt(scalar(dt, 4.5), 1); err != nil {
+				t.Fatal(err)
+			}
+			if v := widen(c.Data())[9001]; v != 2.5 {
+				t.Errorf("the clone changed with the original: %v", v)
+			}
+		})
+	}
+}
+
+func widen(d any) []float64 {
+	switch d := d.(type) {
+	case []float32:
+		o := make([]float64, len(d))
+		for i, x := range d {
+			o[i] = float64(x)
+		}
+		return o
+	case []float64:
+		return append([]float64(nil), d...)
+	}
+	panic("not a float slice")
+}
+
+func scalar(dt tensor.Dtype, x float64) any {
+	if dt == tensor.Float32 {
+		return float32(x)
+	}
+	return x
+}
+
+func rounded(dt tensor.Dtype, x float64) float64 {
+	if dt == tensor.Float32 {
+		return float64(float32(x))
+	}
+	return x
+}
+
+func sha(dt tensor.Dtype, vals []float64) string {
+	var b []byte
+	for _, v := range vals {
+		if dt == tensor.Float32 {
+			u := math.Float32bits(float32(v))
+			b = append(b, byte(u), byte(u>>8), byte(u>>16), byte(u>>24))
+			continue
+		}
+		u := math.Float64bits(v)
+		for k := range 8 {
+			b = append(b, byte(u>>(8*k)))
+		}
+	}
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
