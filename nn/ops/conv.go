@@ -225,7 +225,10 @@ func scratch[T float](p *any, n int) []T {
 
 // convScratch is one image worker's scratch ([]T each): column matrix,
 // chunk result or gathered output gradient, weight-gradient partial sum.
-type convScratch struct{ cols, tmp, acc any }
+type convScratch struct {
+	cols, tmp, acc any
+	mm             mmScratch
+}
 
 // scratchFor returns (*ws)[:n], growing it (the only allocation) when short.
 func scratchFor(ws *[]convScratch, n int) []convScratch {
@@ -274,7 +277,7 @@ func (j *convFwdJob[T]) run(i, n int) {
 	g := j.g
 	lo, hi := g.imageRange(i, n)
 	s := &j.ws[i]
-	convForward(g, j.x, j.w, j.y, &s.cols, &s.tmp, lo, hi, n == 1)
+	convForward(g, j.x, j.w, j.y, s, lo, hi, n == 1)
 	if j.b == nil {
 		return
 	}
@@ -310,15 +313,15 @@ func convFwd[T float](op *convOp, xt, wt, bt, yt *tensor.Dense) {
 // convForward is y = w ⊛ x for images [lo, hi) (whole chunks): im2col a
 // chunk of images into cols, one multiply, scatter when the chunk has
 // several images. par lets the copies use the loop workers (parallelLoop).
-func convForward[T float](g *convGeom, x, w, y []T, colsP, tmpP *any, lo, hi int, par bool) {
+func convForward[T float](g *convGeom, x, w, y []T, s *convScratch, lo, hi int, par bool) {
 	ckk, ohw, out := g.ckk(), g.ohw(), g.out()
 	nb := g.chunk()
 	var cols, tmp []T
 	if !g.x1() {
-		cols = scratch[T](colsP, ckk*nb*ohw)
+		cols = scratch[T](&s.cols, ckk*nb*ohw)
 	}
 	if nb > 1 {
-		tmp = scratch[T](tmpP, g.oc*nb*ohw)
+		tmp = scratch[T](&s.tmp, g.oc*nb*ohw)
 	}
 	for n0 := lo; n0 < hi; n0 += nb {
 		m := min(nb, hi-n0)
@@ -330,9 +333,9 @@ func convForward[T float](g *convGeom, x, w, y []T, colsP, tmpP *any, lo, hi int
 			im2colChunk(g, x, cols, n0, m, par)
 		}
 		if m == 1 {
-			gemm(false, false, g.oc, ohw, ckk, 1, w, ckk, src, ld, 0, y[n0*out:(n0+1)*out], ohw)
+			mm(&s.mm, false, false, g.oc, ohw, ckk, 1, w, ckk, src, ld, 0, y[n0*out:(n0+1)*out], ohw)
 		} else {
-			gemm(false, false, g.oc, ld, ckk, 1, w, ckk, src, ld, 0, tmp, ld)
+			mm(&s.mm, false, false, g.oc, ld, ckk, 1, w, ckk, src, ld, 0, tmp, ld)
 			moveChunk(g, tmp, y, n0, m, false, par)
 		}
 	}
@@ -635,7 +638,7 @@ func (j *convDwJob[T]) run(i, n int) {
 		acc = scratch[T](&s.acc, len(j.dw))
 	}
 	lo, hi := j.g.imageRange(i, n)
-	convGradWeightRange(j.g, j.x, j.dy, acc, &s.cols, &s.tmp, lo, hi, n == 1)
+	convGradWeightRange(j.g, j.x, j.dy, acc, s, lo, hi, n == 1)
 }
 
 func convGradWeight[T float](op *convGradWeightOp, xt, dyt, dwt *tensor.Dense) {
@@ -657,15 +660,15 @@ func convGradWeight[T float](op *convGradWeightOp, xt, dyt, dwt *tensor.Dense) {
 
 // convGradWeightRange sets dw to Σ dy·colsᵀ over images [lo, hi) (whole
 // chunks; zero when empty).
-func convGradWeightRange[T float](g *convGeom, x, dy, dw []T, colsP, dycP *any, lo, hi int, par bool) {
+func convGradWeightRange[T float](g *convGeom, x, dy, dw []T, s *convScratch, lo, hi int, par bool) {
 	ckk, ohw, out := g.ckk(), g.ohw(), g.out()
 	nb := g.chunk()
 	var cols, dyc []T
 	if !g.x1() {
-		cols = scratch[T](colsP, ckk*nb*ohw)
+		cols = scratch[T](&s.cols, ckk*nb*ohw)
 	}
 	if nb > 1 {
-		dyc = scratch[T](dycP, g.oc*nb*ohw)
+		dyc = scratch[T](&s.tmp, g.oc*nb*ohw)
 	}
 	if lo >= hi {
 		clear(dw)
@@ -686,7 +689,7 @@ func convGradWeightRange[T float](g *convGeom, x, dy, dw []T, colsP, dycP *any, 
 			moveChunk(g, dyc, dy, n0, m, true, par)
 			d = dyc
 		}
-		gemm(false, true, g.oc, ckk, ld, 1, d, ld, src, ld, beta, dw, ckk)
+		mm(&s.mm, false, true, g.oc, ckk, ld, 1, d, ld, src, ld, beta, dw, ckk)
 		beta = 1
 	}
 }
@@ -750,14 +753,14 @@ func (j *convDxJob[T]) run(i, n int) {
 	lo, hi := g.imageRange(i, n)
 	switch j.mode {
 	case dxConv:
-		convForward(g, j.dy, j.w, j.dx, &s.cols, &s.tmp, lo, hi, n == 1)
+		convForward(g, j.dy, j.w, j.dx, s, lo, hi, n == 1)
 	case dxX1: // dx_n = wᵀ·dy_n, straight into the output
 		ckk, ohw, out, in := g.ckk(), g.ohw(), g.out(), g.in()
 		for n := lo; n < hi; n++ {
-			gemm(true, false, ckk, ohw, g.oc, 1, j.w, ckk, j.dy[n*out:(n+1)*out], ohw, 0, j.dx[n*in:(n+1)*in], ohw)
+			mm(&s.mm, true, false, ckk, ohw, g.oc, 1, j.w, ckk, j.dy[n*out:(n+1)*out], ohw, 0, j.dx[n*in:(n+1)*in], ohw)
 		}
 	default:
-		convGradInputCols(g, j.dy, j.w, j.dx, &s.cols, &s.tmp, lo, hi, n == 1)
+		convGradInputCols(g, j.dy, j.w, j.dx, s, lo, hi, n == 1)
 	}
 }
 
@@ -792,13 +795,13 @@ func convGradInput[T float](op *convGradInputOp, dyt, wt, dxt *tensor.Dense) {
 
 // convGradInputCols sets dx for images [lo, hi) (whole chunks) to
 // col2im(wᵀ·dy).
-func convGradInputCols[T float](g *convGeom, dy, w, dx []T, dcolsP, dycP *any, lo, hi int, par bool) {
+func convGradInputCols[T float](g *convGeom, dy, w, dx []T, s *convScratch, lo, hi int, par bool) {
 	ckk, ohw, out, in := g.ckk(), g.ohw(), g.out(), g.in()
 	nb := g.chunk()
-	dcols := scratch[T](dcolsP, ckk*nb*ohw)
+	dcols := scratch[T](&s.cols, ckk*nb*ohw)
 	var dyc []T
 	if nb > 1 {
-		dyc = scratch[T](dycP, g.oc*nb*ohw)
+		dyc = scratch[T](&s.tmp, g.oc*nb*ohw)
 	}
 	clear(dx[lo*in : hi*in])
 	for n0 := lo; n0 < hi; n0 += nb {
@@ -809,7 +812,7 @@ func convGradInputCols[T float](g *convGeom, dy, w, dx []T, dcolsP, dycP *any, l
 			moveChunk(g, dyc, dy, n0, m, true, par)
 			d = dyc
 		}
-		gemm(true, false, ckk, ld, g.oc, 1, w, ckk, d, ld, 0, dcols, ld)
+		mm(&s.mm, true, false, ckk, ld, g.oc, 1, w, ckk, d, ld, 0, dcols, ld)
 		col2imChunk(g, dcols, dx, n0, m, par)
 	}
 }

@@ -1,0 +1,157 @@
+package ops
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// The convolutions' float32 multiplies run on kernels of this package where
+// the CPU has AVX-512 (sgemm_amd64.s), not on internal/blas: their shapes
+// (16 to 64 rows, a few hundred columns per image) are where a BLAS spends
+// more time packing operands and handling edges than multiplying (BLIS ran
+// resnet8's stage-1 multiplies at 11-86 GFLOP/s of about 200 a core). The
+// kernels read B in place, row by row through a table of offsets (so no
+// packing of the large operand), pack only the small one (the weight, a few
+// thousand values), and keep the whole 8x32 or 4x6 tile in registers.
+// Results are fixed by the shapes: the same bits whatever the worker count.
+
+// mmScratch is one worker's scratch for the kernels.
+type mmScratch struct {
+	ap        []float32 // op(a) packed, 8 rows at a time, k-major
+	boff      []int32   // row offsets of b
+	bk, bld   int       // boff holds kk·bld for kk < bk
+	tile      [24]float32
+	boffClamp [6]int32
+}
+
+// rows sets s.boff to kk·ld for kk < k.
+func (s *mmScratch) rows(k, ld int) []int32 {
+	if s.bk != k || s.bld != ld || len(s.boff) != k {
+		s.boff = grow32(s.boff, k)
+		for i := range s.boff {
+			s.boff[i] = int32(i * ld)
+		}
+		s.bk, s.bld = k, ld
+	}
+	return s.boff
+}
+
+func grow32(s []int32, n int) []int32 {
+	if cap(s) < n {
+		return make([]int32, n)
+	}
+	return s[:n]
+}
+
+// mm is gemm (c = alpha·op(a)·op(b) + beta·c, row-major) for the
+// convolutions: on this package's kernels when they take it (float32,
+// alpha 1, beta 0 or 1, no transposed b with a transposed a, 8 rows at a time
+// (4 for a transposed b)), else on internal/blas.
+func mm[T float](s *mmScratch, tA, tB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
+	var z T
+	if !useSgemmKernels || unsafe.Sizeof(z) != 4 || alpha != 1 || (beta != 0 && beta != 1) ||
+		m == 0 || n == 0 || k == 0 || int64(k)*int64(max(ldb, n)) >= 1<<31 {
+		gemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	acc := beta == 1
+	switch {
+	case !tB && m%8 == 0:
+		sgemmNN(s, tA, m, n, k, f32s(a), lda, f32s(b), s.rows(k, ldb), f32s(c), ldc, acc)
+	case tB && !tA && m%4 == 0:
+		sgemmNT(s, m, n, k, f32s(a), lda, f32s(b), s.rows(n, ldb), f32s(c), ldc, acc)
+	default:
+		gemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	}
+}
+
+// sgemmNN sets c (m×n, ldc apart) to op(a)·B, or adds it when acc, where
+// op(a) is m×k (a with rows lda apart, or its transpose when transA) and
+// row kk of B is b[boff[kk] : boff[kk]+n]. m is a multiple of 8.
+func sgemmNN(s *mmScratch, transA bool, m, n, k int, a []float32, lda int, b []float32, boff []int32, c []float32, ldc int, acc bool) {
+	checkRows("b", b, boff[:k], n)
+	if (m-1)*ldc+n > len(c) {
+		panic(fmt.Sprintf("ops: sgemmNN c has %d elements, want %d", len(c), (m-1)*ldc+n))
+	}
+	if len(s.ap) < m*k {
+		s.ap = make([]float32, m*k)
+	}
+	ap := s.ap[:m*k]
+	for rb := 0; rb < m/8; rb++ {
+		blk := ap[rb*8*k : (rb+1)*8*k]
+		for r := 0; r < 8; r++ {
+			i := rb*8 + r
+			if transA {
+				for kk := 0; kk < k; kk++ {
+					blk[kk*8+r] = a[kk*lda+i]
+				}
+			} else {
+				row := a[i*lda : i*lda+k]
+				for kk, v := range row {
+					blk[kk*8+r] = v
+				}
+			}
+		}
+	}
+	flag := 0
+	if acc {
+		flag = 1
+	}
+	for j := 0; j < n; j += 32 {
+		mask := uint32(1<<min(32, n-j) - 1)
+		for rb := 0; rb < m/8; rb++ {
+			sgemmNN8x32(k, &ap[rb*8*k], &b[j], &boff[0], &c[rb*8*ldc+j], ldc, mask, flag)
+		}
+	}
+}
+
+// sgemmNT sets c (m×n, ldc apart) to Σ_{p<q} a[i·lda + p]·b[boff[j] + p],
+// or adds it when acc. m is a multiple of 4.
+func sgemmNT(s *mmScratch, m, n, q int, a []float32, lda int, b []float32, boff []int32, c []float32, ldc int, acc bool) {
+	checkRows("b", b, boff[:n], q)
+	if (m-1)*lda+q > len(a) || (m-1)*ldc+n > len(c) {
+		panic(fmt.Sprintf("ops: sgemmNT a has %d elements, c %d: want %d and %d", len(a), len(c), (m-1)*lda+q, (m-1)*ldc+n))
+	}
+	n16, tail := q/16, uint32(1<<(q%16)-1)
+	flag := 0
+	if acc {
+		flag = 1
+	}
+	for j := 0; j < n; j += 6 {
+		if j+6 <= n {
+			for i := 0; i < m; i += 4 {
+				sgemmNT4x6(n16, tail, &a[i*lda], lda, &b[0], &boff[j], &c[i*ldc+j], ldc, flag)
+			}
+			continue
+		}
+		// The last, partial tile: the missing B rows repeat the last one,
+		// and only the valid columns leave the scratch tile.
+		bo := &s.boffClamp
+		for t := range bo {
+			bo[t] = boff[min(j+t, n-1)]
+		}
+		for i := 0; i < m; i += 4 {
+			sgemmNT4x6(n16, tail, &a[i*lda], lda, &b[0], &bo[0], &s.tile[0], 6, 0)
+			for r := 0; r < 4; r++ {
+				row := c[(i+r)*ldc+j : (i+r)*ldc+n]
+				for t := range row {
+					if acc {
+						row[t] += s.tile[r*6+t]
+					} else {
+						row[t] = s.tile[r*6+t]
+					}
+				}
+			}
+		}
+	}
+}
+
+// checkRows panics unless every row b[off : off+n] lies within b: the
+// kernels read b through raw pointers.
+func checkRows(what string, b []float32, boff []int32, n int) {
+	for _, o := range boff {
+		if o < 0 || int(o)+n > len(b) {
+			panic(fmt.Sprintf("ops: kernel row of %s at %d with %d columns is outside its %d elements", what, o, n, len(b)))
+		}
+	}
+}

@@ -1,0 +1,237 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// float32 matrix-multiply kernels for the convolutions (sgemm.go), AVX-512.
+// Go's operand order: VFMADD231PS b, a, acc computes acc += a·b.
+
+// One row of the 8x32 tile: acc(lo), acc(hi) += broadcast(ap[r]) · (Z16, Z17).
+#define NNROW(off, bc, lo, hi) \
+	VBROADCASTSS off(AX), bc \
+	VFMADD231PS  bc, Z16, lo \
+	VFMADD231PS  bc, Z17, hi
+
+// Stores a row of the tile into c (masked by K1, K2), adding c first when
+// R10 is non-zero, then moves DI to the next row.
+#define NNSTORE(lo, hi) \
+	TESTQ     R10, R10 \
+	JZ        3(PC) \
+	VADDPS.Z  (DI), lo, K1, lo \
+	VADDPS.Z  64(DI), hi, K2, hi \
+	VMOVUPS   lo, K1, (DI) \
+	VMOVUPS   hi, K2, 64(DI) \
+	ADDQ      DX, DI
+
+// func sgemmNN8x32(k int, ap *float32, b *float32, boff *int32, c *float32, ldc int, mask uint32, acc int)
+//
+// c[r][0:32] (=, or += when acc != 0) Σ_kk ap[kk·8 + r] · b[boff[kk] + 0:32]
+// for rows r < 8 (ldc elements apart); columns whose bit in mask (low 16 bits:
+// columns 0-15, high 16: 16-31) is clear are neither read nor written.
+TEXT ·sgemmNN8x32(SB), NOSPLIT, $0-64
+	MOVQ k+0(FP), CX
+	MOVQ ap+8(FP), AX
+	MOVQ b+16(FP), SI
+	MOVQ boff+24(FP), R8
+	MOVQ c+32(FP), DI
+	MOVQ ldc+40(FP), DX
+	SHLQ $2, DX
+	MOVL mask+48(FP), BX
+	KMOVW BX, K1
+	SHRL $16, BX
+	KMOVW BX, K2
+	MOVQ acc+56(FP), R10
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+
+nnloop:
+	MOVLQSX   (R8), R9
+	VMOVUPS.Z (SI)(R9*4), K1, Z16
+	VMOVUPS.Z 64(SI)(R9*4), K2, Z17
+	NNROW(0, Z18, Z0, Z1)
+	NNROW(4, Z19, Z2, Z3)
+	NNROW(8, Z20, Z4, Z5)
+	NNROW(12, Z21, Z6, Z7)
+	NNROW(16, Z22, Z8, Z9)
+	NNROW(20, Z23, Z10, Z11)
+	NNROW(24, Z24, Z12, Z13)
+	NNROW(28, Z25, Z14, Z15)
+	ADDQ      $32, AX
+	ADDQ      $4, R8
+	DECQ      CX
+	JNZ       nnloop
+
+	NNSTORE(Z0, Z1)
+	NNSTORE(Z2, Z3)
+	NNSTORE(Z4, Z5)
+	NNSTORE(Z6, Z7)
+	NNSTORE(Z8, Z9)
+	NNSTORE(Z10, Z11)
+	NNSTORE(Z12, Z13)
+	NNSTORE(Z14, Z15)
+	VZEROUPPER
+	RET
+
+// Four FMAs of one B row against the four A rows (Z24-Z27).
+#define NTCOL(bptr, bz, a0, a1, a2, a3) \
+	VMOVUPS.Z   (bptr)(BX*1), K1, bz \
+	VFMADD231PS bz, Z24, a0 \
+	VFMADD231PS bz, Z25, a1 \
+	VFMADD231PS bz, Z26, a2 \
+	VFMADD231PS bz, Z27, a3
+
+// Sums the 16 lanes of z (clobbering it) into the float at off(DI), or adds
+// them to it when R13 is non-zero. Lanes are summed in a fixed tree order.
+#define NTSUM(z, y, x, off) \
+	VEXTRACTF32X8 $1, z, Y30 \
+	VADDPS        Y30, y, Y30 \
+	VEXTRACTF32X4 $1, Y30, X31 \
+	VADDPS        X31, X30, X30 \
+	VPERMILPS     $0x4E, X30, X31 \
+	VADDPS        X31, X30, X30 \
+	VPERMILPS     $0xB1, X30, X31 \
+	VADDSS        X31, X30, X30 \
+	TESTQ         R13, R13 \
+	JZ            2(PC) \
+	VADDSS        off(DI), X30, X30 \
+	VMOVSS        X30, off(DI)
+
+// func sgemmNT4x6(n16 int, tail uint32, a *float32, lda int, b *float32, boff *int32, c *float32, ldc int, acc int)
+//
+// c[i][j] (=, or += when acc != 0) Σ_{p<q} a[i·lda + p] · b[boff[j] + p] for
+// i < 4, j < 6 (rows of c ldc elements apart), where q = 16·n16 + the
+// number of bits in tail (a mask of the low q%16 lanes, 0 when none).
+TEXT ·sgemmNT4x6(SB), NOSPLIT, $0-72
+	MOVQ a+16(FP), R8
+	MOVQ lda+24(FP), DX
+	SHLQ $2, DX
+	LEAQ (R8)(DX*1), R9
+	LEAQ (R9)(DX*1), R10
+	LEAQ (R10)(DX*1), R11
+	MOVQ b+32(FP), SI
+	MOVQ boff+40(FP), DI
+	MOVLQSX 0(DI), AX
+	LEAQ (SI)(AX*4), AX
+	MOVLQSX 4(DI), CX
+	LEAQ (SI)(CX*4), CX
+	MOVLQSX 8(DI), DX
+	LEAQ (SI)(DX*4), DX
+	MOVLQSX 12(DI), R12
+	LEAQ (SI)(R12*4), R12
+	MOVLQSX 16(DI), R13
+	LEAQ (SI)(R13*4), R13
+	MOVLQSX 20(DI), BX
+	LEAQ (SI)(BX*4), SI
+	// B row pointers: AX, CX, DX, R12, R13, SI. Byte index: BX.
+	// Iterations: DI (full vectors), then a masked tail of q%16.
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	XORQ BX, BX
+	MOVL $0xffff, DI
+	KMOVW DI, K1
+	MOVQ n16+0(FP), DI
+	TESTQ DI, DI
+	JZ   nttail
+
+ntloop:
+	VMOVUPS (R8)(BX*1), Z24
+	VMOVUPS (R9)(BX*1), Z25
+	VMOVUPS (R10)(BX*1), Z26
+	VMOVUPS (R11)(BX*1), Z27
+	NTCOL(AX, Z28, Z0, Z1, Z2, Z3)
+	NTCOL(CX, Z29, Z4, Z5, Z6, Z7)
+	NTCOL(DX, Z28, Z8, Z9, Z10, Z11)
+	NTCOL(R12, Z29, Z12, Z13, Z14, Z15)
+	NTCOL(R13, Z28, Z16, Z17, Z18, Z19)
+	NTCOL(SI, Z29, Z20, Z21, Z22, Z23)
+	ADDQ $64, BX
+	DECQ DI
+	JNZ  ntloop
+
+nttail:
+	MOVL tail+8(FP), DI
+	TESTL DI, DI
+	JZ   ntdone
+	KMOVW DI, K1
+	VMOVUPS.Z (R8)(BX*1), K1, Z24
+	VMOVUPS.Z (R9)(BX*1), K1, Z25
+	VMOVUPS.Z (R10)(BX*1), K1, Z26
+	VMOVUPS.Z (R11)(BX*1), K1, Z27
+	NTCOL(AX, Z28, Z0, Z1, Z2, Z3)
+	NTCOL(CX, Z29, Z4, Z5, Z6, Z7)
+	NTCOL(DX, Z28, Z8, Z9, Z10, Z11)
+	NTCOL(R12, Z29, Z12, Z13, Z14, Z15)
+	NTCOL(R13, Z28, Z16, Z17, Z18, Z19)
+	NTCOL(SI, Z29, Z20, Z21, Z22, Z23)
+
+ntdone:
+	// Accumulator layout: B row j, A row i in Z(4j+i); c[i][j] at
+	// c + 4·(i·ldc + j).
+	MOVQ c+48(FP), DI
+	MOVQ ldc+56(FP), DX
+	SHLQ $2, DX
+	MOVQ acc+64(FP), R13
+	NTSUM(Z0, Y0, X0, 0)
+	NTSUM(Z4, Y4, X4, 4)
+	NTSUM(Z8, Y8, X8, 8)
+	NTSUM(Z12, Y12, X12, 12)
+	NTSUM(Z16, Y16, X16, 16)
+	NTSUM(Z20, Y20, X20, 20)
+	ADDQ DX, DI
+	NTSUM(Z1, Y1, X1, 0)
+	NTSUM(Z5, Y5, X5, 4)
+	NTSUM(Z9, Y9, X9, 8)
+	NTSUM(Z13, Y13, X13, 12)
+	NTSUM(Z17, Y17, X17, 16)
+	NTSUM(Z21, Y21, X21, 20)
+	ADDQ DX, DI
+	NTSUM(Z2, Y2, X2, 0)
+	NTSUM(Z6, Y6, X6, 4)
+	NTSUM(Z10, Y10, X10, 8)
+	NTSUM(Z14, Y14, X14, 12)
+	NTSUM(Z18, Y18, X18, 16)
+	NTSUM(Z22, Y22, X22, 20)
+	ADDQ DX, DI
+	NTSUM(Z3, Y3, X3, 0)
+	NTSUM(Z7, Y7, X7, 4)
+	NTSUM(Z11, Y11, X11, 8)
+	NTSUM(Z15, Y15, X15, 12)
+	NTSUM(Z19, Y19, X19, 16)
+	NTSUM(Z23, Y23, X23, 20)
+	VZEROUPPER
+	RET

@@ -1,0 +1,163 @@
+package ops
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/fulgur-ml/fulgur/internal/blas"
+)
+
+// refGemm is c = op(a)·op(b) + beta·c in float64, the plain triple loop.
+func refGemm(tA, tB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) []float64 {
+	out := make([]float64, m*n)
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			var s float64
+			for p := 0; p < k; p++ {
+				ai, bi := i*lda+p, p*ldb+j
+				if tA {
+					ai = p*lda + i
+				}
+				if tB {
+					bi = j*ldb + p
+				}
+				av, bv := a[ai], b[bi]
+				s += float64(av) * float64(bv)
+			}
+			out[i*n+j] = s + float64(beta)*float64(c[i*ldc+j])
+		}
+	}
+	return out
+}
+
+func randF32(r *rand.Rand, n int) []float32 {
+	s := make([]float32, n)
+	for i := range s {
+		s[i] = float32(r.Float64()*2 - 1)
+	}
+	return s
+}
+
+// TestSgemmKernels checks the AVX-512 kernels against a float64 triple loop
+// on the convolutions' shapes and on tails of every width (columns not a
+// multiple of 32 or 16, B-row counts not a multiple of 6), with and without
+// a transposed a and accumulation, and that nothing outside c's rows moves.
+func TestSgemmKernels(t *testing.T) {
+	if !useSgemmKernels {
+		t.Skip("this CPU has no AVX-512: the convolutions multiply on internal/blas (covered by the conv tests)")
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	type shape struct {
+		tA, tB  bool
+		m, n, k int
+		beta    float32
+	}
+	shapes := []shape{
+		{false, false, 16, 784, 144, 0}, {false, false, 32, 392, 288, 0}, {false, false, 64, 392, 576, 0},
+		{false, false, 8, 1, 1, 0}, {false, false, 8, 33, 7, 1}, {false, false, 24, 47, 5, 0}, {false, false, 16, 31, 3, 1},
+		{true, false, 144, 392, 32, 0}, {true, false, 16, 17, 9, 0},
+		{false, true, 16, 144, 784, 0}, {false, true, 32, 288, 392, 1}, {false, true, 64, 32, 392, 0},
+		{false, true, 4, 1, 1, 0}, {false, true, 4, 7, 15, 1}, {false, true, 8, 9, 17, 0}, {false, true, 12, 13, 33, 1},
+	}
+	for _, s := range shapes {
+		t.Run(fmt.Sprintf("tA=%v,tB=%v,%dx%dx%d,beta=%v", s.tA, s.tB, s.m, s.n, s.k, s.beta), func(t *testing.T) {
+			lda, ldb, ldc := s.k+3, s.n+5, s.n+2
+			if s.tA {
+				lda = s.m + 3
+			}
+			if s.tB {
+				ldb = s.k + 5
+			}
+			arows, brows := s.m, s.k
+			if s.tA {
+				arows = s.k
+			}
+			if s.tB {
+				brows = s.n
+			}
+			a, b := randF32(r, (arows-1)*lda+lda), randF32(r, (brows-1)*ldb+ldb)
+			c := randF32(r, s.m*ldc)
+			want := refGemm(s.tA, s.tB, s.m, s.n, s.k, a, lda, b, ldb, s.beta, c, ldc)
+			orig := append([]float32(nil), c...)
+			var sc mmScratch
+			mm(&sc, s.tA, s.tB, s.m, s.n, s.k, 1, a, lda, b, ldb, s.beta, c, ldc)
+			for i := 0; i < s.m; i++ {
+				for j := 0; j < ldc; j++ {
+					got := c[i*ldc+j]
+					if j >= s.n {
+						if math.Float32bits(got) != math.Float32bits(orig[i*ldc+j]) {
+							t.Fatalf("c[%d][%d] outside the product changed: %v, was %v", i, j, got, orig[i*ldc+j])
+						}
+						continue
+					}
+					w := want[i*s.n+j]
+					if math.Abs(float64(got)-w) > 1e-5*float64(s.k+1) {
+						t.Fatalf("c[%d][%d] = %v, want %v", i, j, got, w)
+					}
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkConvMultiplies times resnet8's convolution multiplies (batch
+// chunk shapes, float32) on this package's kernels and on the BLAS programs
+// choose, in GFLOP per wall and per CPU second (the second moves less with
+// other load on a shared machine): how far each is from the machine's peak.
+// Run with GOMAXPROCS=1 so that the CPU second is one core's.
+//
+//	go test ./nn/ops -run '^$' -bench ConvMultiplies
+func BenchmarkConvMultiplies(b *testing.B) {
+	chooseOnce.Do(func() { _, _ = blas.Choose(zerolog.Nop(), blas.ChooseOptions{}) })
+	b.Logf("blas: %s", blas.Current().Name())
+	type shape struct {
+		name    string
+		tA, tB  bool
+		m, n, k int
+	}
+	for _, s := range []shape{
+		{"fwd-stage1", false, false, 16, 784, 144},
+		{"fwd-stage2", false, false, 32, 392, 288},
+		{"fwd-stage3", false, false, 64, 392, 576},
+		{"dw-stage1", false, true, 16, 144, 784},
+		{"dw-stage2", false, true, 32, 288, 392},
+		{"dw-stage3", false, true, 64, 576, 392},
+		{"dx-col2im-stage3", true, false, 288, 392, 64},
+	} {
+		r := rand.New(rand.NewPCG(3, 4))
+		asz, bsz := s.m*s.k, s.k*s.n
+		lda, ldb := s.k, s.n
+		if s.tA {
+			lda = s.m
+		}
+		if s.tB {
+			ldb = s.k
+		}
+		a, bb, c := randF32(r, asz), randF32(r, bsz), make([]float32, s.m*s.n)
+		flops := 2 * float64(s.m*s.n*s.k)
+		for _, impl := range []string{"kernel", "blas"} {
+			if impl == "kernel" && !useSgemmKernels {
+				continue
+			}
+			b.Run(s.name+"/"+impl, func(b *testing.B) {
+				var sc mmScratch
+				cpu0 := cpuTime()
+				for i := 0; i < b.N; i++ {
+					if impl == "kernel" {
+						mm(&sc, s.tA, s.tB, s.m, s.n, s.k, 1, a, lda, bb, ldb, 0, c, s.n)
+					} else {
+						gemm(s.tA, s.tB, s.m, s.n, s.k, 1, a, lda, bb, ldb, 0, c, s.n)
+					}
+				}
+				b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				if cpu := (cpuTime() - cpu0).Seconds(); cpu > 0 {
+					b.ReportMetric(flops*float64(b.N)/cpu/1e9, "GFLOP/cpu-s")
+				}
+			})
+		}
+	}
+}
