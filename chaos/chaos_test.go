@@ -111,12 +111,20 @@ type job struct {
 // environment (so that every rank can be found in /proc).
 func start(t *testing.T, marker string, env []string, args ...string) *job {
 	t.Helper()
+	return startVia(t, nil, marker, env, args...)
+}
+
+// startVia is start with the program run by the command via (nsenter into
+// a namespace, say).
+func startVia(t *testing.T, via []string, marker string, env []string, args ...string) *job {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	j := &job{done: make(chan struct{})}
-	j.cmd = exec.Command(exe, args...)
+	argv := append(append(append([]string{}, via...), exe), args...)
+	j.cmd = exec.Command(argv[0], argv[1:]...)
 	j.cmd.Env = append(os.Environ(), programEnv+"=1", "FULGUR_CHAOS_MARKER="+marker,
 		"FULGUR_TIMEOUT="+timeout.String(), "FULGUR_SOCKET_IFNAME=lo", "FULGUR_BACKEND=tcp")
 	j.cmd.Env = append(j.cmd.Env, env...)

@@ -132,6 +132,8 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer) error {
 	root := fs.String("root", "", "the trainer's root directory")
 	resume := fs.String("resume", "", "checkpoint to resume from")
 	misuse := fs.Bool("rank0-save", false, "a callback saves a checkpoint on rank 0 only")
+	logDir := fs.String("logdir", "", "Config.LogDir")
+	hidden := fs.Int("hidden", 16, "the MLP's hidden width (a wide one makes a checkpoint that takes a while to write)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -157,11 +159,11 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer) error {
 		cbs = append(cbs, rank0Saves{})
 	}
 	tr, err := trainer.New(trainer.Config{MaxEpochs: *epochs, Seed: 5, Strategy: *strat, Devices: *devices,
-		Out: io.Discard, EnableProgressBar: trainer.Bool(false), DefaultRootDir: *root, Callbacks: cbs})
+		Out: io.Discard, EnableProgressBar: trainer.Bool(false), DefaultRootDir: *root, LogDir: *logDir, Callbacks: cbs})
 	if err != nil {
 		return err
 	}
-	m := &holding{MLP: &strategytest.MLP{In: 6, Hidden: 16, Out: 2, Optimizer: "adam", LR: 0.01}, h: h}
+	m := &holding{MLP: &strategytest.MLP{In: 6, Hidden: *hidden, Out: 2, Optimizer: "adam", LR: 0.01}, h: h}
 	var opts []trainer.FitOption
 	if *resume != "" {
 		opts = append(opts, trainer.FromCheckpoint(*resume))

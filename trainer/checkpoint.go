@@ -1,7 +1,6 @@
 package trainer
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -11,7 +10,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -251,7 +249,7 @@ func (t *Trainer) writeCheckpoint(ctx context.Context, paths ...string) error {
 		return fmt.Errorf("checkpoint %s: %w", paths[0], err)
 	}
 	for _, path := range paths {
-		if err := writeFileAtomic(path, func(w io.Writer) error { return encodeSafetensors(w, tensors, meta) }); err != nil {
+		if err := writeCheckpointFile(path, func(w io.Writer) error { return encodeSafetensors(w, tensors, meta) }); err != nil {
 			return fmt.Errorf("checkpoint %s: %w", path, err)
 		}
 	}
@@ -442,56 +440,6 @@ func optTensor(name string, v []float64, f32 bool) stTensor {
 		}
 	}
 	return stTensor{Name: optTensorPrefix + name, Dtype: "F64", Shape: []int{len(v)}, Data: f64Bytes(v)}
-}
-
-// writeFileAtomic writes through a temporary file in path's directory,
-// syncs it, renames it over path and syncs the directory.
-func writeFileAtomic(path string, write func(io.Writer) error) (err error) {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	bw := bufio.NewWriterSize(f, 1<<20)
-	if err := write(bw); err != nil {
-		return err
-	}
-	if err := bw.Flush(); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp, 0o644); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	syncDir(dir)
-	return nil
-}
-
-// syncDir makes a rename durable; file systems that cannot sync a
-// directory are left to their own guarantees.
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
 }
 
 // checkpoint is a parsed, verified checkpoint file.

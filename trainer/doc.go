@@ -5,7 +5,11 @@
 // Checkpoints (checkpoint.go) are safetensors files holding the model's
 // tensors plus the optimizer, scheduler, callback states and the loop
 // position in checksummed metadata; Fit(..., FromCheckpoint(path)) resumes
-// exactly where the run stood. SIGINT and SIGTERM during Fit (signal.go)
+// exactly where the run stood. ckptfile.go is how a save meets the disk:
+// through a locked temporary file renamed over the target, so a full disk
+// or a kill leaves the previous checkpoint whole; the next Fit removes the
+// temporary files of interrupted saves and fails before the first step
+// when rank 0 cannot write the run directory. SIGINT and SIGTERM during Fit (signal.go)
 // finish the step, save a checkpoint and stop every rank.
 //
 // The trainer reaches replicas only through strategy.Strategy and never

@@ -369,6 +369,9 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 	if err != nil {
 		return fmt.Errorf("Fit: %w", err)
 	}
+	if err := t.prepareRunDir(ctx, logDir, fo.ckptPath); err != nil {
+		return fmt.Errorf("Fit: %w", err)
+	}
 	t.state.LogDir, t.lastEpochCkpt = logDir, ""
 	t.loggers = t.cfg.Loggers
 	if t.defaultLogger() {
