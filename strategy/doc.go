@@ -13,5 +13,8 @@
 //
 // strategy may import strategy/{device, collective, cluster, launch},
 // module, data, optim, nn and profiler; it must not import trainer, parse
-// flags or read os.Environ directly (cluster lookups are injected).
+// flags or read os.Environ directly (cluster lookups are injected). The
+// interface package imports no backend: no strategy/collective/<backend>,
+// no strategy/<name>, no internal/engine or internal/blas (today's imports
+// of them are exemptions in internal/archtest, removed as issue 14 lands).
 package strategy

@@ -19,5 +19,5 @@
 //	go test -tags mpi -c -o mpi.test ./strategy/collective/mpi
 //	mpirun --allow-run-as-root --oversubscribe -np 4 ./mpi.test -test.v
 //
-// It must not import trainer or strategy.
+// It must not import another backend, trainer or strategy.
 package mpi
