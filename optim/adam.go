@@ -132,7 +132,9 @@ func (o *Adam) coefs() {
 	c := o.cfg
 	k := adamK64{decay: 1, b1: c.Beta1, omb1: 1 - c.Beta1, b2: c.Beta2, omb2: 1 - c.Beta2, eps: c.Eps}
 	if o.decoupled {
-		k.decay = 1 - o.lr*c.WeightDecay
+		// torch rounds lr*wd before subtracting; the conversion keeps arm64
+		// and riscv64 from fusing the two into one FMSUB.
+		k.decay = 1 - float64(o.lr*c.WeightDecay)
 	} else {
 		k.wd = c.WeightDecay
 	}

@@ -64,7 +64,7 @@ func TestClipGradNorm(t *testing.T) {
 				if r := math.Sqrt(SumSquares32(g32)); math.Abs(r-tc.max) > 1e-5 {
 					t.Errorf("float32 norm after clipping = %v", r)
 				}
-			} else if !bitsEqual64(g64, tc.g) {
+			} else if !bitsEqual(g64, tc.g) {
 				t.Errorf("gradients changed without clipping: %v", g64)
 			}
 		})
@@ -92,7 +92,7 @@ func TestClipAcrossSpans(t *testing.T) {
 	for i := 1; i < len(cuts); i++ {
 		ScaleGrads32(g[cuts[i-1]:cuts[i]], s)
 	}
-	if !bitsEqual32(g, whole) {
+	if !bitsEqual(g, whole) {
 		t.Fatalf("span-wise clipping differs from whole-buffer clipping")
 	}
 	if s >= 1 {

@@ -156,41 +156,43 @@ var spans3 = [][2]int{{0, 11}, {11, 12}, {12, 37}}
 
 var orders3 = [][]int{{0, 1, 2}, {0, 2, 1}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}}
 
+// The tests below run on both dtypes: each TestX runs testX[float32] and
+// testX[float64].
+
 func TestBucketsBitwiseEqualWhole(t *testing.T) {
+	t.Run("float32", testBucketsBitwiseEqualWhole[float32])
+	t.Run("float64", testBucketsBitwiseEqualWhole[float64])
+}
+
+func testBucketsBitwiseEqualWhole[T float](t *testing.T) {
 	const n, steps = 37, 4
 	for _, c := range optCases {
 		p0, gs := data(n, steps, 11)
 		// Whole-buffer reference.
-		w64 := slices.Clone(p0)
-		w32 := to32(p0)
-		o64, o32 := mustNew(t, c, 0, n), mustNew(t, c, 0, n)
+		w := conv[T](p0)
+		o := mustNew(t, c, 0, n)
 		for _, g := range gs {
-			o64.Begin()
-			o64.Update64(w64, g, 0)
-			o32.Begin()
-			o32.Update32(w32, to32(g), 0)
+			o.Begin()
+			update(o, w, conv[T](g), 0)
 		}
 		for oi, order := range orders3 {
 			t.Run(fmt.Sprintf("%s/order%v", c.name, order), func(t *testing.T) {
-				p64 := slices.Clone(p0)
-				p32 := to32(p0)
-				b64, b32 := mustNew(t, c, 0, n), mustNew(t, c, 0, n)
+				p := conv[T](p0)
+				b := mustNew(t, c, 0, n)
 				for s, g := range gs {
-					g32 := to32(g)
-					b64.Begin()
-					b32.Begin()
+					gT := conv[T](g)
+					b.Begin()
 					// Rotate the order each step too.
 					ord := orders3[(oi+s)%len(orders3)]
 					for _, k := range ord {
 						lo, hi := spans3[k][0], spans3[k][1]
-						b64.Update64(p64[lo:hi], g[lo:hi], lo)
-						b32.Update32(p32[lo:hi], g32[lo:hi], lo)
+						update(b, p[lo:hi], gT[lo:hi], lo)
 					}
 				}
-				if !bitsEqual64(p64, w64) || !bitsEqual32(p32, w32) {
+				if !bitsEqual(p, w) {
 					t.Fatalf("bucketed update differs from whole-buffer update")
 				}
-				if !statesEqual(b64.State(), o64.State()) || !statesEqual(b32.State(), o32.State()) {
+				if !statesEqual(b.State(), o.State()) {
 					t.Fatalf("bucketed state differs from whole-buffer state")
 				}
 			})
@@ -199,28 +201,33 @@ func TestBucketsBitwiseEqualWhole(t *testing.T) {
 }
 
 func TestShardsBitwiseEqualWhole(t *testing.T) {
+	t.Run("float32", testShardsBitwiseEqualWhole[float32])
+	t.Run("float64", testShardsBitwiseEqualWhole[float64])
+}
+
+func testShardsBitwiseEqualWhole[T float](t *testing.T) {
 	const n, k, steps = 37, 16, 4
 	for _, c := range optCases {
 		t.Run(c.name, func(t *testing.T) {
 			p0, gs := data(n, steps, 13)
 			whole := mustNew(t, c, 0, n)
 			a, b := mustNew(t, c, 0, k), mustNew(t, c, k, n)
-			w, s := to32(p0), to32(p0)
+			w, s := conv[T](p0), conv[T](p0)
 			for _, g := range gs {
-				g32 := to32(g)
+				gT := conv[T](g)
 				whole.Begin()
-				whole.Update32(w, g32, 0)
+				update(whole, w, gT, 0)
 				b.Begin() // shards begin in any order
 				a.Begin()
-				b.Update32(s[k:], g32[k:], k)
-				a.Update32(s[:k], g32[:k], 0)
+				update(b, s[k:], gT[k:], k)
+				update(a, s[:k], gT[:k], 0)
 			}
-			if !bitsEqual32(s, w) {
+			if !bitsEqual(s, w) {
 				t.Fatalf("sharded params differ from whole")
 			}
 			ws, as, bs := whole.State(), a.State(), b.State()
 			for name, buf := range ws.Buffers {
-				if !bitsEqual64(buf[:k], as.Buffers[name]) || !bitsEqual64(buf[k:], bs.Buffers[name]) {
+				if !bitsEqual(buf[:k], as.Buffers[name]) || !bitsEqual(buf[k:], bs.Buffers[name]) {
 					t.Fatalf("sharded state %q differs from whole", name)
 				}
 			}
@@ -234,25 +241,30 @@ func TestShardsBitwiseEqualWhole(t *testing.T) {
 // Concurrent updates of disjoint buckets, including the very first (which
 // allocates the state), give the sequential result. Run with -race.
 func TestConcurrentBuckets(t *testing.T) {
+	t.Run("float32", testConcurrentBuckets[float32])
+	t.Run("float64", testConcurrentBuckets[float64])
+}
+
+func testConcurrentBuckets[T float](t *testing.T) {
 	const n, steps, buckets = 1000, 3, 8
 	for _, c := range optCases {
 		t.Run(c.name, func(t *testing.T) {
 			p0, gs := data(n, steps, 17)
 			seq, par := mustNew(t, c, 0, n), mustNew(t, c, 0, n)
-			ps, pp := to32(p0), to32(p0)
+			ps, pp := conv[T](p0), conv[T](p0)
 			for _, g := range gs {
-				g32 := to32(g)
+				gT := conv[T](g)
 				seq.Begin()
-				seq.Update32(ps, g32, 0)
+				update(seq, ps, gT, 0)
 				par.Begin()
 				var wg sync.WaitGroup
 				for b := range buckets {
 					lo, hi := b*n/buckets, (b+1)*n/buckets
-					wg.Go(func() { par.Update32(pp[lo:hi], g32[lo:hi], lo) })
+					wg.Go(func() { update(par, pp[lo:hi], gT[lo:hi], lo) })
 				}
 				wg.Wait()
 			}
-			if !bitsEqual32(pp, ps) {
+			if !bitsEqual(pp, ps) {
 				t.Fatalf("concurrent bucket updates differ from one update")
 			}
 		})
@@ -260,49 +272,53 @@ func TestConcurrentBuckets(t *testing.T) {
 }
 
 func TestNoAllocations(t *testing.T) {
+	t.Run("float32", testNoAllocations[float32])
+	t.Run("float64", testNoAllocations[float64])
+}
+
+func testNoAllocations[T float](t *testing.T) {
 	const n = 1000
 	for _, c := range optCases {
 		t.Run(c.name, func(t *testing.T) {
 			p0, gs := data(n, 1, 19)
-			o32, o64 := mustNew(t, c, 0, n), mustNew(t, c, 0, n)
-			p32, g32, p64 := to32(p0), to32(gs[0]), slices.Clone(p0)
+			o := mustNew(t, c, 0, n)
+			p, g := conv[T](p0), conv[T](gs[0])
 			// AllocsPerRun runs once before measuring: the first Update
 			// allocates the state.
 			if a := testing.AllocsPerRun(20, func() {
-				o32.Begin()
-				o32.Update32(p32[:500], g32[:500], 0)
-				o32.Update32(p32[500:], g32[500:], 500)
-				o32.SetLR(o32.LR())
+				o.Begin()
+				update(o, p[:500], g[:500], 0)
+				update(o, p[500:], g[500:], 500)
+				o.SetLR(o.LR())
 			}); a != 0 {
-				t.Errorf("Begin+Update32+SetLR: %v allocations per step", a)
-			}
-			if a := testing.AllocsPerRun(20, func() {
-				o64.Begin()
-				o64.Update64(p64, gs[0], 0)
-			}); a != 0 {
-				t.Errorf("Begin+Update64: %v allocations per step", a)
+				t.Errorf("Begin+Update+SetLR: %v allocations per step", a)
 			}
 		})
 	}
 }
 
 func TestStateRoundTrip(t *testing.T) {
+	t.Run("float32", testStateRoundTrip[float32])
+	t.Run("float64", testStateRoundTrip[float64])
+}
+
+func testStateRoundTrip[T float](t *testing.T) {
 	const n, steps = 37, 5
 	for _, c := range optCases {
 		for _, early := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/loadBeforeFirstUpdate=%v", c.name, early), func(t *testing.T) {
 				p0, gs := data(n, steps, 23)
 				straight := mustNew(t, c, 0, n)
-				want := to32(p0)
+				want := conv[T](p0)
 				for _, g := range gs {
 					straight.Begin()
-					straight.Update32(want, to32(g), 0)
+					update(straight, want, conv[T](g), 0)
 				}
 				first := mustNew(t, c, 0, n)
-				got := to32(p0)
+				got := conv[T](p0)
 				for _, g := range gs[:3] {
 					first.Begin()
-					first.Update32(got, to32(g), 0)
+					update(first, got, conv[T](g), 0)
 				}
 				saved := first.State()
 				if saved.Step != 3 || saved.Scalars["lr"] != first.LR() {
@@ -312,7 +328,7 @@ func TestStateRoundTrip(t *testing.T) {
 				if !early {
 					// Fix the precision first: LoadState then writes into it.
 					resumed.Begin()
-					resumed.Update32(make([]float32, n), make([]float32, n), 0)
+					update(resumed, make([]T, n), make([]T, n), 0)
 				}
 				if err := resumed.LoadState(saved); err != nil {
 					t.Fatal(err)
@@ -322,9 +338,9 @@ func TestStateRoundTrip(t *testing.T) {
 				}
 				for _, g := range gs[3:] {
 					resumed.Begin()
-					resumed.Update32(got, to32(g), 0)
+					update(resumed, got, conv[T](g), 0)
 				}
-				if !bitsEqual32(got, want) {
+				if !bitsEqual(got, want) {
 					t.Fatalf("resumed run differs from the straight run")
 				}
 			})
@@ -515,9 +531,6 @@ func TestProgrammingErrorsPanicClearly(t *testing.T) {
 	}
 }
 
-func bitsEqual64(a, b []float64) bool { return bitsEqual(a, b) }
-func bitsEqual32(a, b []float32) bool { return bitsEqual(a, b) }
-
 // bitsEqual says whether a and b hold the same bits (NaNs included).
 func bitsEqual[T float](a, b []T) bool {
 	if len(a) != len(b) {
@@ -565,7 +578,7 @@ func statesEqual(a, b State) bool {
 		}
 	}
 	for k, v := range a.Buffers {
-		if !bitsEqual64(v, b.Buffers[k]) {
+		if !bitsEqual(v, b.Buffers[k]) {
 			return false
 		}
 	}

@@ -369,19 +369,41 @@ func values(v G.Value) []float64 {
 	}
 	switch d := v.Data().(type) {
 	case []float32:
-		o := make([]float64, len(d))
-		for i, e := range d {
-			o[i] = float64(e)
-		}
-		return o
+		return widen(d)
 	case []float64:
-		return append([]float64(nil), d...)
+		return widen(d)
 	case float32:
 		return []float64{float64(d)}
 	case float64:
 		return []float64{d}
 	}
 	panic(fmt.Sprintf("gradcheck: cannot read a %T", v))
+}
+
+// widen copies d out as float64.
+func widen[T float32 | float64](d []T) []float64 {
+	o := make([]float64, len(d))
+	for i, e := range d {
+		o[i] = float64(e)
+	}
+	return o
+}
+
+// scalar is x as a Gorgonia scalar of dtype dt, rounded to it.
+func scalar(dt tensor.Dtype, x float64) G.Value {
+	if dt == tensor.Float32 {
+		r := G.F32(x)
+		return &r
+	}
+	r := G.F64(x)
+	return &r
+}
+
+// scaled sets d[i] = g·dir[i], rounded to T.
+func scaled[T float32 | float64](d []T, g float64, dir []float64) {
+	for i := range d {
+		d[i] = T(g * dir[i])
+	}
 }
 
 // projOp is Σ out·dir (summed in float64): the scalar whose gradient is
@@ -414,12 +436,7 @@ func (op *projOp) Do(v ...G.Value) (G.Value, error) {
 	for i, x := range values(v[0]) {
 		s += x * op.dir[i]
 	}
-	if v[0].Dtype() == tensor.Float32 {
-		r := G.F32(s)
-		return &r, nil
-	}
-	r := G.F64(s)
-	return &r, nil
+	return scalar(v[0].Dtype(), s), nil
 }
 
 func (op *projOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
@@ -459,23 +476,14 @@ func (op *projGradOp) Do(v ...G.Value) (G.Value, error) {
 	}
 	dt := v[0].Dtype()
 	if op.p.dims == 0 {
-		if dt == tensor.Float32 {
-			r := G.F32(g * op.p.dir[0])
-			return &r, nil
-		}
-		r := G.F64(g * op.p.dir[0])
-		return &r, nil
+		return scalar(dt, g*op.p.dir[0]), nil
 	}
 	out := tensor.New(tensor.Of(dt), tensor.WithShape(op.p.shape.Clone()...))
 	switch d := out.Data().(type) {
 	case []float32:
-		for i := range d {
-			d[i] = float32(g * op.p.dir[i])
-		}
+		scaled(d, g, op.p.dir)
 	case []float64:
-		for i := range d {
-			d[i] = g * op.p.dir[i]
-		}
+		scaled(d, g, op.p.dir)
 	}
 	return out, nil
 }

@@ -180,12 +180,17 @@ func (op *linearGradInputOp) Do(v ...G.Value) (G.Value, error) {
 	}
 	batch := dz.Shape()[0]
 	dx := op.out.get(w.Dtype(), tensor.Shape{batch, in})
-	if w.Dtype() == tensor.Float32 {
-		gemm(false, false, batch, in, out, 1, data[float32](dz), out, data[float32](w), in, 0, data[float32](dx), in)
-	} else {
-		gemm(false, false, batch, in, out, 1, data[float64](dz), out, data[float64](w), in, 0, data[float64](dx), in)
-	}
+	gemmInto(false, false, batch, in, out, dz, out, w, in, dx, in)
 	return dx, nil
+}
+
+// gemmInto is c = op(a)·op(b) on tensors of c's dtype.
+func gemmInto(tA, tB bool, m, n, k int, a *tensor.Dense, lda int, b *tensor.Dense, ldb int, c *tensor.Dense, ldc int) {
+	if c.Dtype() == tensor.Float32 {
+		gemm(tA, tB, m, n, k, 1, data[float32](a), lda, data[float32](b), ldb, 0, data[float32](c), ldc)
+		return
+	}
+	gemm(tA, tB, m, n, k, 1, data[float64](a), lda, data[float64](b), ldb, 0, data[float64](c), ldc)
 }
 
 // linearGradWeightOp is dzᵀ·x: (x [B,in], dz [B,out]) → [out,in].
@@ -215,11 +220,7 @@ func (op *linearGradWeightOp) Do(v ...G.Value) (G.Value, error) {
 	}
 	out := dz.Shape()[1]
 	dw := op.out.get(dt, tensor.Shape{out, in})
-	if dt == tensor.Float32 {
-		gemm(true, false, out, in, batch, 1, data[float32](dz), out, data[float32](x), in, 0, data[float32](dw), in)
-	} else {
-		gemm(true, false, out, in, batch, 1, data[float64](dz), out, data[float64](x), in, 0, data[float64](dw), in)
-	}
+	gemmInto(true, false, out, in, batch, dz, out, x, in, dw, in)
 	return dw, nil
 }
 

@@ -54,11 +54,7 @@ func (op *classCountsOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
 
 func (op *classCountsOp) Do(v ...G.Value) (G.Value, error) {
 	dt := v[0].Dtype()
-	z, err := dense(op, "logits", v[0], dt, tensor.Shape{op.batch, op.classes})
-	if err != nil {
-		return nil, err
-	}
-	l, err := dense(op, "labels", v[1], dt, tensor.Shape{op.batch})
+	z, l, _, err := logitsInputs(op, v, op.batch, op.classes, false)
 	if err != nil {
 		return nil, err
 	}

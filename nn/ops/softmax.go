@@ -37,6 +37,25 @@ func checkLogitsLabels(what string, logits, labels, weights *G.Node) error {
 	return nil
 }
 
+// logitsInputs checks and returns the inputs of an op taking (logits
+// [batch, classes], labels [batch], and with weighted, weights [batch]), all
+// of the logits' dtype; w is nil without weights.
+func logitsInputs(op fmt.Stringer, v []G.Value, batch, classes int, weighted bool) (z, l, w *tensor.Dense, err error) {
+	dt := v[0].Dtype()
+	if z, err = dense(op, "logits", v[0], dt, tensor.Shape{batch, classes}); err != nil {
+		return nil, nil, nil, err
+	}
+	if l, err = dense(op, "labels", v[1], dt, tensor.Shape{batch}); err != nil {
+		return nil, nil, nil, err
+	}
+	if weighted {
+		if w, err = dense(op, "weights", v[2], dt, tensor.Shape{batch}); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	return z, l, w, nil
+}
+
 // classIndex turns a label stored as a float into a class index, or says why
 // it is not one.
 func classIndex(op fmt.Stringer, row int, l float64, classes int) (int, error) {
@@ -131,19 +150,9 @@ func (op *softmaxCEOp) DiffWRT(int) []bool {
 
 func (op *softmaxCEOp) Do(v ...G.Value) (G.Value, error) {
 	dt := v[0].Dtype()
-	z, err := dense(op, "logits", v[0], dt, tensor.Shape{op.batch, op.classes})
+	z, l, w, err := logitsInputs(op, v, op.batch, op.classes, op.weighted)
 	if err != nil {
 		return nil, err
-	}
-	l, err := dense(op, "labels", v[1], dt, tensor.Shape{op.batch})
-	if err != nil {
-		return nil, err
-	}
-	var w *tensor.Dense
-	if op.weighted {
-		if w, err = dense(op, "weights", v[2], dt, tensor.Shape{op.batch}); err != nil {
-			return nil, err
-		}
 	}
 	var loss float64
 	if dt == tensor.Float32 {
@@ -411,19 +420,9 @@ func (op *accuracyOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
 
 func (op *accuracyOp) Do(v ...G.Value) (G.Value, error) {
 	dt := v[0].Dtype()
-	z, err := dense(op, "logits", v[0], dt, tensor.Shape{op.batch, op.classes})
+	z, l, w, err := logitsInputs(op, v, op.batch, op.classes, op.weighted)
 	if err != nil {
 		return nil, err
-	}
-	l, err := dense(op, "labels", v[1], dt, tensor.Shape{op.batch})
-	if err != nil {
-		return nil, err
-	}
-	var w *tensor.Dense
-	if op.weighted {
-		if w, err = dense(op, "weights", v[2], dt, tensor.Shape{op.batch}); err != nil {
-			return nil, err
-		}
 	}
 	var acc float64
 	if dt == tensor.Float32 {
