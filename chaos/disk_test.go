@@ -82,16 +82,8 @@ func TestDiskFaults(t *testing.T) {
 	t.Run("interrupted save", interruptedSave)
 }
 
-func recordRow(t *testing.T, r *row) {
-	if t.Failed() {
-		r.outcome = "WRONG: " + r.outcome
-	}
-	t.Logf("outcome: %s; time to error: %s; checked: %s", r.outcome, r.timeToError, r.checked)
-	record(*r)
-}
-
 func diskFull(t *testing.T, want string) {
-	r := row{fault: "the run directory's tmpfs (1 MiB) fills while rank 0 writes last.ckpt", phase: phaseNames["save"]}
+	r := row{section: sectionDisk, fault: "the run directory's tmpfs (1 MiB) fills while rank 0 writes last.ckpt", phase: phaseNames["save"]}
 	defer recordRow(t, &r)
 	via, root, outRoot := mountNS(t, "size=1m")
 	marker, holdDir := newMarker(t), t.TempDir()
@@ -150,7 +142,7 @@ func diskFull(t *testing.T, want string) {
 // readOnly: a run directory mounted read-only, as -root (the trainer
 // makes lightning_logs/version_N in it) or as an existing Config.LogDir.
 func readOnly(t *testing.T, logDir bool) {
-	r := row{fault: "the root directory is a read-only mount", phase: "start (before the first step)"}
+	r := row{section: sectionDisk, fault: "the root directory is a read-only mount", phase: "start (before the first step)"}
 	if logDir {
 		r.fault = "Config.LogDir is an existing directory on a read-only mount"
 	}
@@ -196,7 +188,7 @@ func readOnly(t *testing.T, logDir bool) {
 // last.ckpt (a wide MLP: tens of MB), then starts it again from the
 // previous last.ckpt in the same root: the temporary file must be gone.
 func interruptedSave(t *testing.T) {
-	r := row{fault: "SIGKILL while rank 0 writes last.ckpt (a wide MLP, -devices 1), then a restart with FromCheckpoint(last.ckpt)",
+	r := row{section: sectionDisk, fault: "SIGKILL while rank 0 writes last.ckpt (a wide MLP, -devices 1), then a restart with FromCheckpoint(last.ckpt)",
 		phase: "checkpoint save (step 6), then the next start", timeToError: "-"}
 	defer recordRow(t, &r)
 	root := t.TempDir()
@@ -244,7 +236,7 @@ func interruptedSave(t *testing.T) {
 		return
 	}
 	r.outcome = "the restart completes"
-	checked := []string{fmt.Sprintf("the kill left %s (%.1f MB)", filepath.Base(temp), float64(st.Size())/1e6)}
+	checked := []string{fmt.Sprintf("the kill left %s (%d bytes)", filepath.Base(temp), st.Size())}
 	if _, err := os.Stat(temp); err == nil {
 		t.Errorf("%s is still there after the restart", temp)
 		checked = append(checked, "still there after the restart")

@@ -11,11 +11,15 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/fulgur-ml/fulgur/callbacks"
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/optim"
+	"github.com/fulgur-ml/fulgur/profiler"
 	"github.com/fulgur-ml/fulgur/strategy/strategytest"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
@@ -25,11 +29,12 @@ import (
 // it would a user's program.
 const programEnv = "FULGUR_CHAOS_PROGRAM"
 
-// holdEnv names the phase ("setup", "train", "validation", "save",
-// "teardown"), the rank and a directory: when that rank reaches the phase it
-// writes DIR/reached and waits there until DIR/go exists, so that the suite
-// injects its fault while the rank is in the phase rather than at a guessed
-// moment.
+// holdEnv names the phase ("setup", "forward", "reduce", "optimizer",
+// "validation", "save", "teardown", or "train" for the first training batch
+// hook of step 5), the rank and a directory: when that rank reaches the
+// phase it writes DIR/reached and waits there until DIR/go exists, so that
+// the suite injects its fault while the rank is in the phase rather than at
+// a guessed moment.
 const holdEnv = "FULGUR_CHAOS_HOLD"
 
 // result is the JSON line rank 0 prints.
@@ -42,32 +47,58 @@ type result struct {
 type hold struct {
 	phase, dir string
 	rank       int
+	mu         sync.Mutex
 	done       bool
 }
 
-func parseHold() *hold {
-	v := os.Getenv(holdEnv)
-	if v == "" {
-		return nil
+// holds are the holds holdEnv asks for, ";"-separated (a second one holds
+// another rank elsewhere at the same time).
+type holds []*hold
+
+func parseHold() holds {
+	var hs holds
+	for _, v := range strings.Split(os.Getenv(holdEnv), ";") {
+		var h hold
+		var rank string
+		if n, _ := fmt.Sscanf(v, "%s %s %s", &h.phase, &rank, &h.dir); n != 3 {
+			continue
+		}
+		h.rank, _ = strconv.Atoi(rank)
+		hs = append(hs, &h)
 	}
-	var h hold
-	var rank string
-	if n, _ := fmt.Sscanf(v, "%s %s %s", &h.phase, &rank, &h.dir); n != 3 {
-		return nil
+	return hs
+}
+
+func (hs holds) has(phase string) bool {
+	for _, h := range hs {
+		if h.phase == phase {
+			return true
+		}
 	}
-	h.rank, _ = strconv.Atoi(rank)
-	return &h
+	return false
+}
+
+func (hs holds) at(phase string) {
+	for _, h := range hs {
+		h.at(phase)
+	}
 }
 
 // at blocks the calling rank in phase until the suite lets it go.
 func (h *hold) at(phase string) {
-	if h == nil || h.done || h.phase != phase {
+	if h.phase != phase {
 		return
 	}
 	if r, _ := strconv.Atoi(os.Getenv("RANK")); r != h.rank {
 		return
 	}
+	h.mu.Lock()
+	done := h.done
 	h.done = true
+	h.mu.Unlock()
+	if done {
+		return
+	}
 	tmp := filepath.Join(h.dir, "reached.tmp")
 	os.WriteFile(tmp, []byte(strconv.Itoa(os.Getpid())), 0o644)
 	os.Rename(tmp, filepath.Join(h.dir, "reached"))
@@ -79,10 +110,70 @@ func (h *hold) at(phase string) {
 	}
 }
 
+// spanPhases are the profiler spans that open phases inside a training
+// step: the trainer's forward and backward, and DDP's wait for the first
+// gradient bucket's all-reduce (queued on its communication goroutine at
+// the end of the backward).
+var spanPhases = map[string]string{"forward+backward": "forward", "wait bucket 0": "reduce"}
+
+// holdSpans is a profiler that holds the rank when the phase's span opens
+// for the 5th time (step 5, batch 4 of epoch 0).
+type holdSpans struct {
+	h  holds
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (p *holdSpans) Start(action string) profiler.Span {
+	if ph, ok := spanPhases[action]; ok && p.h.has(ph) {
+		p.mu.Lock()
+		p.n[action]++
+		n := p.n[action]
+		p.mu.Unlock()
+		if n == 5 {
+			p.h.at(ph)
+		}
+	}
+	return profiler.Span{}
+}
+func (p *holdSpans) Report(io.Writer) error { return nil }
+func (p *holdSpans) Close() error           { return nil }
+
+// holdOpt holds the rank in the optimizer step of step 5, in its first
+// update: the gradient reduce has landed on this rank, the weights are
+// being written.
+type holdOpt struct {
+	optim.Optimizer
+	h     holds
+	steps int
+}
+
+func (o *holdOpt) Begin() { o.steps++; o.Optimizer.Begin() }
+func (o *holdOpt) Update32(p, g []float32, off int) {
+	if o.steps == 5 {
+		o.h.at("optimizer")
+	}
+	o.Optimizer.Update32(p, g, off)
+}
+func (o *holdOpt) Update64(p, g []float64, off int) {
+	if o.steps == 5 {
+		o.h.at("optimizer")
+	}
+	o.Optimizer.Update64(p, g, off)
+}
+
+func (m *holding) ConfigureOptimizers() (optim.Optimizer, optim.Scheduler, error) {
+	o, s, err := m.MLP.ConfigureOptimizers()
+	if err != nil {
+		return nil, nil, err
+	}
+	return &holdOpt{Optimizer: o, h: m.h}, s, nil
+}
+
 // holding is the test MLP with the phase hooks.
 type holding struct {
 	*strategytest.MLP
-	h *hold
+	h holds
 }
 
 func (m *holding) OnFitStart(ctx context.Context) error { m.h.at("setup"); return nil }
@@ -102,7 +193,7 @@ func (m *holding) ValidationStep(s *module.Step) error {
 
 // saveHold holds the rank at the save of step 6 (last.ckpt of step 3
 // exists by then); it comes before the ModelCheckpoint in the list.
-type saveHold struct{ h *hold }
+type saveHold struct{ h holds }
 
 func (c saveHold) Name() string { return "saveHold" }
 func (c saveHold) OnTrainBatchEnd(ctx context.Context, s *trainer.State) error {
@@ -159,7 +250,8 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer) error {
 		cbs = append(cbs, rank0Saves{})
 	}
 	tr, err := trainer.New(trainer.Config{MaxEpochs: *epochs, Seed: 5, Strategy: *strat, Devices: *devices,
-		Out: io.Discard, EnableProgressBar: trainer.Bool(false), DefaultRootDir: *root, LogDir: *logDir, Callbacks: cbs})
+		Out: io.Discard, EnableProgressBar: trainer.Bool(false), DefaultRootDir: *root, LogDir: *logDir, Callbacks: cbs,
+		Profiler: &holdSpans{h: h, n: map[string]int{}}})
 	if err != nil {
 		return err
 	}
