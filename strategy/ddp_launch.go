@@ -220,7 +220,7 @@ func ddpFromOptions(o Options, name string, wrap func(*DDP) (Strategy, error)) (
 }
 
 func joinFromEnv(o Options, name string, k knobs, env cluster.Env, perNode int, wrap func(*DDP) (Strategy, error)) (Strategy, error) {
-	if want := perNode * o.NumNodes; want != 1 && want != env.WorldSize {
+	if want := perNode * o.NumNodes; want != 1 && want != env.WorldSize && !launch.Shrunk(o.Lookup, env.WorldSize, want) {
 		return nil, fmt.Errorf("strategy %q: the %s launcher started %d processes, but Devices × NumNodes is %d × %d = %d: make them agree (one process per device)", name, env.Source, env.WorldSize, perNode, o.NumNodes, want)
 	}
 	dev, err := localDevice(o.Accelerator, env.LocalRank)

@@ -749,6 +749,7 @@ func (t *Trainer) apply(c *checkpoint) error {
 	t.state.Metrics = fromJ(ts.Metrics)
 	t.stats.LastTrainLoss = float64(ts.LastTrainLoss)
 	pos := ts.loopPos
+	pos.Batch = batchAtWorld(pos, ts.WorldSize, t.state.WorldSize)
 	t.resumeAt = &pos
 	t.resumeAggs = map[string]*agg{}
 	for name, a := range ts.EpochAggs {
@@ -759,6 +760,24 @@ func (t *Trainer) apply(c *checkpoint) error {
 	}
 	t.resumeBS = ts.TrainBatchSize
 	return nil
+}
+
+// batchAtWorld is where a run at world ranks re-enters the epoch that a
+// checkpoint of a run at from ranks left at p.Batch (each rank's batch
+// index). The DistributedSampler deals the epoch's order out in turn, so
+// the ranks at from had trained its first p.Batch×from batches' worth of
+// samples: that global offset carries over, rounded down to whole batches
+// of the new world, so that no sample of the epoch is skipped and fewer
+// than world batches' worth are trained twice. An elastic restart with
+// fewer ranks resumes this way.
+func batchAtWorld(p loopPos, from, world int) int {
+	if from == world || from < 1 || world < 1 || p.Batch == 0 {
+		return p.Batch
+	}
+	if p.Validated {
+		return math.MaxInt32 // the epoch's batches have all run at any world size
+	}
+	return p.Batch * from / world
 }
 
 // checkWeights reports every model tensor the checkpoint lacks or holds
