@@ -199,6 +199,9 @@ func ddpFromOptions(o Options, name string, wrap func(*DDP) (Strategy, error)) (
 		return wrap(d)
 	}
 	l := &launcher{world: perNode, failed: make(chan struct{}), log: o.Log, logDir: o.LogDir, linger: k.timeout}
+	if l.elastic, err = launch.ElasticFromEnv(o.Lookup, perNode, o.Log); err != nil {
+		return nil, fmt.Errorf("strategy %q: %w", name, err)
+	}
 	if l.linger == 0 {
 		l.linger = collective.DefaultTimeout
 	}
@@ -322,6 +325,9 @@ type launcher struct {
 	port   int
 	token  string
 	g      *launch.Group
+	// elastic, with FULGUR_MAX_RESTARTS set, makes this process the
+	// job's supervisor instead of its rank 0 (launch.Supervise).
+	elastic *launch.Elastic
 
 	once   sync.Once
 	failed chan struct{} // closed when a rank exits with an error
@@ -337,6 +343,9 @@ func (d *DDP) Launch(ctx context.Context) (bool, error) {
 }
 
 func (l *launcher) start(ctx context.Context) error {
+	if l.elastic != nil {
+		launch.Supervise(ctx, *l.elastic) // FULGUR_MAX_RESTARTS: never returns
+	}
 	ln, port, err := launch.Loopback()
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -68,7 +69,7 @@ func (d die) OnTrainBatchEnd(ctx context.Context, s *trainer.State) error {
 		return nil
 	}
 	switch {
-	case d.how == "kill" && os.Getenv(launch.EnvRestartCount) == "0":
+	case d.how == "kill" && os.Getenv(launch.EnvRestartCount) <= "0": // the first attempt, or no elastic launcher
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	case d.how == "panic":
 		panic(fmt.Sprintf("user code fails at step %d", d.step))
@@ -300,4 +301,41 @@ func TestFulgurRunStopsDeterministicFailure(t *testing.T) {
 			t.Errorf("error %q lacks %q\nlog:\n%s", err, w, log)
 		}
 	}
+}
+
+// TestSelfLaunchRestarts: a ddp program that launches its own ranks, run
+// with FULGUR_MAX_RESTARTS, supervises them as "fulgur run" does: rank 1
+// SIGKILLed at step 5 is restarted and the job ends with the weights of an
+// uninterrupted run.
+func TestSelfLaunchRestarts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real multi-process training jobs")
+	}
+	self := func(root string, env ...string) (programResult, string) {
+		cmd := exec.Command(os.Args[0], "-devices", "2", "-root", root)
+		cmd.Env = append(os.Environ(), append(env, programEnv+"=1")...)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%v %v: %v\nstdout:\n%s\nstderr:\n%s", env, cmd.Args, err, out.String(), errb.String())
+		}
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		var r programResult
+		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
+			t.Fatalf("%v: the last line of output is not the result: %v\nstdout:\n%s", env, err, out.String())
+		}
+		return r, errb.String()
+	}
+	want, _ := self(t.TempDir())
+	root := t.TempDir()
+	got, log := self(root, launch.EnvMaxRestarts+"=2", dieEnv+"=1:5:kill")
+	if got != want {
+		t.Errorf("restarted job ended with %+v, the uninterrupted one with %+v", got, want)
+	}
+	for _, w := range []string{"this process supervises the job", "was killed by signal killed", "restart 1 of 2 with 2 ranks (was 2)", "elastic restart: resuming from the run's newest checkpoint"} {
+		if !strings.Contains(log, w) {
+			t.Errorf("the log lacks %q:\n%s", w, log)
+		}
+	}
+	checkRunDir(t, root, 24)
 }

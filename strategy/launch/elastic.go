@@ -369,3 +369,47 @@ func (t *tail) all() string {
 	defer t.mu.Unlock()
 	return strings.Join(t.lines, "\n") + "\n" + string(t.buf)
 }
+
+// EnvMinWorld is the fewest ranks a self-launched elastic job may restart
+// with (Elastic.MinWorld), read by ElasticFromEnv.
+const EnvMinWorld = "FULGUR_MIN_WORLD"
+
+// ElasticFromEnv is the elastic job a program that starts its own world
+// ranks (ddp's self-launch) runs when lookup finds FULGUR_MAX_RESTARTS
+// above 0 (and FULGUR_MIN_WORLD, default world); nil when it is unset or 0.
+func ElasticFromEnv(lookup func(string) (string, bool), world int, log zerolog.Logger) (*Elastic, error) {
+	v, _ := lookup(EnvMaxRestarts)
+	if strings.TrimSpace(v) == "" {
+		return nil, nil
+	}
+	var errs []error
+	k, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || k < 0 {
+		errs = append(errs, fmt.Errorf("%s=%q: use the number of restarts, 0 or more", EnvMaxRestarts, v))
+	}
+	min := world
+	if m, _ := lookup(EnvMinWorld); strings.TrimSpace(m) != "" {
+		if min, err = strconv.Atoi(strings.TrimSpace(m)); err != nil || min < 1 || min > world {
+			errs = append(errs, fmt.Errorf("%s=%q: use 1 to the %d ranks the job starts with", EnvMinWorld, m, world))
+		}
+	}
+	if err := errors.Join(errs...); err != nil || k == 0 {
+		return nil, err
+	}
+	return &Elastic{World: world, MinWorld: min, MaxRestarts: k, Log: log}, nil
+}
+
+// Supervise runs e in place of this process's own part in the job, and
+// exits: status 0 when the job completed, 1 (the error printed to stderr)
+// when it failed for good. This process then trains nothing: like torchrun
+// it starts every rank, rank 0 included, as a copy of itself, and the code
+// after Fit runs in rank 0.
+func Supervise(ctx context.Context, e Elastic) {
+	e.Log.Info().Int("world", e.World).Int("min_world", max(e.MinWorld, 1)).Int("max_restarts", e.MaxRestarts).
+		Msg("elastic: this process supervises the job: it starts every rank, rank 0 included, and restarts them when one fails")
+	if _, err := RunElastic(ctx, e); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}

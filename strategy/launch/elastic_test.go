@@ -156,3 +156,32 @@ func TestElasticRejectsBadConfig(t *testing.T) {
 		}
 	}
 }
+
+func TestElasticFromEnv(t *testing.T) {
+	for _, c := range []struct {
+		env           map[string]string
+		restarts, min int
+		err           string
+	}{
+		{env: map[string]string{}},
+		{env: map[string]string{launch.EnvMaxRestarts: "0"}},
+		{env: map[string]string{launch.EnvMaxRestarts: "3"}, restarts: 3, min: 4},
+		{env: map[string]string{launch.EnvMaxRestarts: "3", launch.EnvMinWorld: "2"}, restarts: 3, min: 2},
+		{env: map[string]string{launch.EnvMaxRestarts: "x"}, err: `FULGUR_MAX_RESTARTS="x": use the number of restarts, 0 or more`},
+		{env: map[string]string{launch.EnvMaxRestarts: "1", launch.EnvMinWorld: "5"}, err: `FULGUR_MIN_WORLD="5": use 1 to the 4 ranks`},
+	} {
+		e, err := launch.ElasticFromEnv(func(k string) (string, bool) { v, ok := c.env[k]; return v, ok }, 4, zerolog.Nop())
+		switch {
+		case c.err != "":
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%v: error %v, want %q", c.env, err, c.err)
+			}
+		case err != nil:
+			t.Errorf("%v: %v", c.env, err)
+		case c.restarts == 0 && e != nil:
+			t.Errorf("%v: elastic job %+v, want none", c.env, e)
+		case c.restarts > 0 && (e == nil || e.MaxRestarts != c.restarts || e.MinWorld != c.min || e.World != 4):
+			t.Errorf("%v: elastic job %+v, want %d restarts, MinWorld %d", c.env, e, c.restarts, c.min)
+		}
+	}
+}
