@@ -141,6 +141,7 @@ func fulgurRun(t *testing.T, flags []string, die string, args ...string) (progra
 	t.Helper()
 	t.Setenv(programEnv, "1")
 	t.Setenv(dieEnv, die)
+	t.Setenv("FULGUR_BACKEND", "tcp") // real sockets over loopback
 	var out, errb bytes.Buffer
 	cmd := append(append(append([]string{"run"}, flags...), os.Args[0]), args...)
 	err := run(cmd, &out, &errb)
@@ -313,7 +314,7 @@ func TestSelfLaunchRestarts(t *testing.T) {
 	}
 	self := func(root string, env ...string) (programResult, string) {
 		cmd := exec.Command(os.Args[0], "-devices", "2", "-root", root)
-		cmd.Env = append(os.Environ(), append(env, programEnv+"=1")...)
+		cmd.Env = append(os.Environ(), append(env, programEnv+"=1", "FULGUR_BACKEND=tcp")...)
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		if err := cmd.Run(); err != nil {
