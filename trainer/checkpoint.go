@@ -660,7 +660,7 @@ func (t *Trainer) apply(c *checkpoint) error {
 		t.cfg.Log.Warn().Uint64("checkpoint_seed", ts.Seed).Uint64("seed", t.cfg.Seed).Msg("resuming with another seed: the data order differs from the interrupted run's")
 	}
 	if ts.WorldSize != t.state.WorldSize {
-		t.cfg.Log.Warn().Int("checkpoint_world_size", ts.WorldSize).Int("world_size", t.state.WorldSize).Msg("resuming with another world size: each rank's share of the epoch differs from the interrupted run's")
+		t.cfg.Log.Warn().Int("checkpoint_world_size", ts.WorldSize).Int("world_size", t.state.WorldSize).Msg("resuming with another world size: the epoch goes on at the samples the checkpoint's ranks had trained, rounded down to whole batches of this world")
 	}
 
 	opt, sched := t.strat.Optimizer(), t.strat.Scheduler()

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -89,7 +90,7 @@ type ElasticError struct {
 
 func (e *ElasticError) Error() string {
 	last := e.Attempts[len(e.Attempts)-1]
-	s := fmt.Sprintf("launch: elastic job failed: %s in attempt %d of %d ranks", last.Failed, last.N+1, last.World)
+	s := fmt.Sprintf("launch: elastic job failed: %s in attempt %d (%d ranks)", last.Failed, last.N+1, last.World)
 	if last.Output != "" {
 		s += fmt.Sprintf(" (its last output: %q)", last.Output)
 	}
@@ -220,7 +221,7 @@ func (e *Elastic) attempt(ctx context.Context, n, world int, dir string) (Attemp
 		ranks[i] = i
 		tails[i] = &tail{}
 	}
-	g, err := Start(ctx, Config{
+	g, err := Start(context.WithoutCancel(ctx), Config{ // a stop is passed on below, not a kill
 		Program: e.Program, Args: e.Args, Ranks: ranks,
 		Env: func(r int) []string {
 			env := append(local.RankEnv(r), EnvRestartCount+"="+strconv.Itoa(n), EnvMaxRestarts+"="+strconv.Itoa(e.MaxRestarts), EnvElasticDir+"="+dir)
@@ -259,10 +260,20 @@ func (e *Elastic) attempt(ctx context.Context, n, world int, dir string) (Attemp
 				return a, nil
 			}
 		case <-ctx.Done():
-			g.Kill()
-			<-g.Done()
+			// As torchrun, pass the stop on: a fulgur Trainer finishes its
+			// step and saves interrupted.ckpt on SIGTERM (a repeat of the
+			// terminal's SIGINT within 2 s counts as the same request).
+			g.Signal(syscall.SIGTERM)
+			t := time.NewTimer(e.Grace)
+			select {
+			case <-g.Done():
+			case <-t.C:
+				g.Kill()
+				<-g.Done()
+			}
+			t.Stop()
 			g.stop()
-			return a, fmt.Errorf("launch: elastic job stopped: %w", ctx.Err())
+			return a, fmt.Errorf("launch: elastic job stopped (the ranks were sent SIGTERM): %w", ctx.Err())
 		}
 	}
 	t := time.NewTimer(e.Grace)

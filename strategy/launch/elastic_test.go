@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,6 +26,15 @@ import (
 // view of the job and exits 0, except that while the failing rank is alive
 // the others wait to be stopped, as ranks blocked in a collective would.
 func elasticChild(how string) {
+	if dir, ok := strings.CutPrefix(how, "term:"); ok {
+		// Waits for SIGTERM once its start is on disk.
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGTERM)
+		os.WriteFile(filepath.Join(dir, "started-"+os.Getenv(launch.EnvRank)), nil, 0o644)
+		<-ch
+		fmt.Printf("rank=%s got SIGTERM\n", os.Getenv(launch.EnvRank))
+		os.Exit(0)
+	}
 	rank, _ := strconv.Atoi(os.Getenv(launch.EnvRank))
 	restart, _ := strconv.Atoi(os.Getenv(launch.EnvRestartCount))
 	f := strings.Split(how, ":")
@@ -125,7 +136,7 @@ func TestElasticGivesUp(t *testing.T) {
 		restarts, attempts int
 		want               []string
 	}{
-		{"restarts exhausted", "kill:1", 2, 3, []string{"rank 1 (pid", "was killed by signal killed", "attempt 3 of 2 ranks", "used all 2 restarts (MaxRestarts 2)"}},
+		{"restarts exhausted", "kill:1", 2, 3, []string{"rank 1 (pid", "was killed by signal killed", "in attempt 3 (2 ranks)", "used all 2 restarts (MaxRestarts 2)"}},
 		{"no restarts", "kill:1", 0, 1, []string{"rank 1 (pid", "used all 0 restarts (MaxRestarts 0)"}},
 		{"deterministic panic", "panic:1", 5, 2, []string{"rank 1 (pid", "exited with status 2", "panic: boom at step 5", "failed the same way in attempt 1", "restart 2 of 5 not done"}},
 	} {
@@ -183,5 +194,38 @@ func TestElasticFromEnv(t *testing.T) {
 		case c.restarts > 0 && (e == nil || e.MaxRestarts != c.restarts || e.MinWorld != c.min || e.World != 4):
 			t.Errorf("%v: elastic job %+v, want %d restarts, MinWorld %d", c.env, e, c.restarts, c.min)
 		}
+	}
+}
+
+// TestElasticPassesStopOn: cancelling the job's context (fulgur run on
+// SIGINT or SIGTERM) sends the ranks SIGTERM, so that a Trainer saves its
+// interrupt checkpoint, rather than killing them.
+func TestElasticPassesStopOn(t *testing.T) {
+	dir := t.TempDir()
+	e, out, _ := elasticJob("x", 2, 0, 3)
+	e.Env = func(int) []string { return []string{childEnv + "=elastic:term:" + dir} }
+	e.Grace = time.Minute
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		for {
+			a, _ := filepath.Glob(filepath.Join(dir, "started-*"))
+			if len(a) == 2 {
+				cancel()
+				return
+			}
+			time.Sleep(5 * time.Millisecond) // polling for the ranks' files
+		}
+	}()
+	atts, err := launch.RunElastic(ctx, e)
+	if err == nil || !strings.Contains(err.Error(), "elastic job stopped (the ranks were sent SIGTERM)") {
+		t.Errorf("RunElastic returned %v, want the stop", err)
+	}
+	for _, w := range []string{"rank=0 got SIGTERM", "rank=1 got SIGTERM"} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("output lacks %q:\n%s", w, out.String())
+		}
+	}
+	if len(atts) != 0 {
+		t.Errorf("attempts %+v after a stop, want none restarted", atts)
 	}
 }

@@ -324,6 +324,13 @@ func (g *Group) Kill() {
 	}
 }
 
+// Signal sends sig to every process still running.
+func (g *Group) Signal(sig os.Signal) {
+	for _, c := range g.cmds {
+		c.Process.Signal(sig) // ErrProcessDone for those already reaped
+	}
+}
+
 // KillRank kills the process of one rank, if this group started it: the
 // launching rank ends a rank that stopped answering (a stopped or wedged
 // process cannot run its own Linger watch and would outlive the job).
