@@ -200,6 +200,9 @@ func ddpFromOptions(o Options, name string, wrap func(*DDP) (Strategy, error)) (
 		return wrap(d)
 	}
 	l := &launcher{world: perNode, failed: make(chan struct{}), log: o.Log, logDir: o.LogDir, linger: k.timeout}
+	if l.elastic, err = launch.ElasticFromEnv(o.Lookup, perNode, o.Log); err != nil {
+		return nil, fmt.Errorf("strategy %q: %w", name, err)
+	}
 	if l.linger == 0 {
 		l.linger = collective.DefaultTimeout
 	}
@@ -221,7 +224,7 @@ func ddpFromOptions(o Options, name string, wrap func(*DDP) (Strategy, error)) (
 }
 
 func joinFromEnv(o Options, name string, k knobs, env cluster.Env, perNode int, wrap func(*DDP) (Strategy, error)) (Strategy, error) {
-	if want := perNode * o.NumNodes; want != 1 && want != env.WorldSize {
+	if want := perNode * o.NumNodes; want != 1 && want != env.WorldSize && !launch.Shrunk(o.Lookup, env.WorldSize, want) {
 		return nil, fmt.Errorf("strategy %q: the %s launcher started %d processes, but Devices × NumNodes is %d × %d = %d: make them agree (one process per device)", name, env.Source, env.WorldSize, perNode, o.NumNodes, want)
 	}
 	dev, err := localDevice(o.Accelerator, env.LocalRank)
@@ -323,6 +326,9 @@ type launcher struct {
 	port   int
 	token  string
 	g      *launch.Group
+	// elastic, with FULGUR_MAX_RESTARTS set, makes this process the
+	// job's supervisor instead of its rank 0 (launch.Supervise).
+	elastic *launch.Elastic
 
 	once   sync.Once
 	failed chan struct{} // closed when a rank exits with an error
@@ -338,6 +344,9 @@ func (d *DDP) Launch(ctx context.Context) (bool, error) {
 }
 
 func (l *launcher) start(ctx context.Context) error {
+	if l.elastic != nil {
+		launch.Supervise(ctx, *l.elastic) // FULGUR_MAX_RESTARTS: never returns
+	}
 	ln, port, err := launch.Loopback()
 	if err != nil {
 		return err

@@ -608,7 +608,7 @@ func (t *Trainer) apply(c *checkpoint) error {
 		t.cfg.Log.Warn().Uint64("checkpoint_seed", ts.Seed).Uint64("seed", t.cfg.Seed).Msg("resuming with another seed: the data order differs from the interrupted run's")
 	}
 	if ts.WorldSize != t.state.WorldSize {
-		t.cfg.Log.Warn().Int("checkpoint_world_size", ts.WorldSize).Int("world_size", t.state.WorldSize).Msg("resuming with another world size: each rank's share of the epoch differs from the interrupted run's")
+		t.cfg.Log.Warn().Int("checkpoint_world_size", ts.WorldSize).Int("world_size", t.state.WorldSize).Msg("resuming with another world size: the epoch goes on at the samples the checkpoint's ranks had trained, rounded down to whole batches of this world")
 	}
 
 	opt, sched := t.strat.Optimizer(), t.strat.Scheduler()
@@ -697,6 +697,7 @@ func (t *Trainer) apply(c *checkpoint) error {
 	t.state.Metrics = fromJ(ts.Metrics)
 	t.stats.LastTrainLoss = float64(ts.LastTrainLoss)
 	pos := ts.loopPos
+	pos.Batch = batchAtWorld(pos, ts.WorldSize, t.state.WorldSize)
 	t.resumeAt = &pos
 	t.resumeAggs = map[string]*agg{}
 	for name, a := range ts.EpochAggs {
@@ -707,6 +708,24 @@ func (t *Trainer) apply(c *checkpoint) error {
 	}
 	t.resumeBS = ts.TrainBatchSize
 	return nil
+}
+
+// batchAtWorld is where a run at world ranks re-enters the epoch that a
+// checkpoint of a run at from ranks left at p.Batch (each rank's batch
+// index). The DistributedSampler deals the epoch's order out in turn, so
+// the ranks at from had trained its first p.Batch×from batches' worth of
+// samples: that global offset carries over, rounded down to whole batches
+// of the new world, so that no sample of the epoch is skipped and fewer
+// than world batches' worth are trained twice. An elastic restart with
+// fewer ranks resumes this way.
+func batchAtWorld(p loopPos, from, world int) int {
+	if from == world || from < 1 || world < 1 || p.Batch == 0 {
+		return p.Batch
+	}
+	if p.Validated {
+		return math.MaxInt32 // the epoch's batches have all run at any world size
+	}
+	return p.Batch * from / world
 }
 
 // checkWeights reports every model tensor the checkpoint lacks or holds

@@ -365,6 +365,9 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 		}
 	}
 	t.stats = Stats{WorldSize: t.strat.WorldSize()}
+	if err := t.elasticRun(ctx, &fo.ckptPath); err != nil {
+		return fmt.Errorf("Fit: %w", err)
+	}
 	logDir, err := t.chooseLogDir(ctx)
 	if err != nil {
 		return fmt.Errorf("Fit: %w", err)

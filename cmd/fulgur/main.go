@@ -1,8 +1,13 @@
-// Command fulgur is the framework's tool box. Its one subcommand so far,
-// plot, redraws the charts of logged runs from their metrics.csv:
+// Command fulgur is the framework's tool box. plot redraws the charts of
+// logged runs from their metrics.csv:
 //
 //	go run ./cmd/fulgur plot runs/mlp/lightning_logs/version_0
 //	go run ./cmd/fulgur plot -o compare runs/mlp runs/resnet
+//
+// run is a torchrun-style launcher for one machine that restarts a failed
+// job from its last checkpoint (elastic restarts):
+//
+//	fulgur run -nproc 2:3 -max-restarts 3 ./train -strategy ddp -devices 3
 //
 // A RUN_DIR is a directory holding metrics.csv, the file itself, or a root
 // directory with lightning_logs/version_N inside (the newest is used).
@@ -21,6 +26,8 @@ const usage = `usage: fulgur COMMAND [flags] [args]
 
 commands:
   plot RUN_DIR [RUN_DIR...]   draw charts of logged runs from their metrics.csv
+  run [flags] PROGRAM [ARGS]  start PROGRAM as the ranks of a job, restarting them
+                              from the last checkpoint when one fails
 
 "fulgur COMMAND -h" describes a command's flags.
 `
@@ -37,15 +44,17 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		return errors.New("no command given: use plot")
+		return errors.New("no command given: use plot or run")
 	}
 	switch args[0] {
 	case "plot":
 		return runPlot(args[1:], stdout, stderr)
+	case "run":
+		return runRun(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
 	fmt.Fprint(stderr, usage)
-	return fmt.Errorf("unknown command %q: use plot", args[0])
+	return fmt.Errorf("unknown command %q: use plot or run", args[0])
 }

@@ -7,7 +7,11 @@
 //     MASTER_ADDR, MASTER_PORT) and a random FULGUR_TOKEN;
 //   - spawn-and-collect for ddp_spawn: the calling process starts every rank,
 //     waits for them, and reads the result rank 0 wrote (parameters, buffers,
-//     metrics) from a file in a private temporary directory (Result).
+//     metrics) from a file in a private temporary directory (Result);
+//   - elastic restarts (RunElastic, behind "fulgur run" and ddp's self-launch
+//     with FULGUR_MAX_RESTARTS): every rank a child, started again with
+//     FULGUR_RESTART_COUNT when one fails, up to MaxRestarts times, with
+//     fewer ranks down to MinWorld; the program resumes from its checkpoint.
 //
 // Children never outlive their parent by more than a bound: on Linux each
 // is started with PDEATHSIG (SIGKILL) from one OS thread that stays alive
@@ -20,5 +24,6 @@
 // exit status.
 //
 // launch owns processes only: it must not train, import trainer, or open the
-// collective (strategy does, with the port and token it gets from here).
+// collective (strategy does, with the port and token it gets from here). It
+// imports zerolog for the elastic supervisor's log and nothing of fulgur.
 package launch

@@ -100,6 +100,9 @@ type Config struct {
 	Files func(rank int) []*os.File
 	// Stdout and Stderr receive the children's output. nil: this process's.
 	Stdout, Stderr io.Writer
+	// Writers, when set, gives each rank its own stdout and stderr
+	// (instead of Stdout and Stderr).
+	Writers func(rank int) (stdout, stderr io.Writer)
 	// Output, when set, opens the file that receives a rank's stdout and
 	// stderr instead (Start closes its own copy once the rank started).
 	Output func(rank int) (*os.File, error)
@@ -192,6 +195,9 @@ func Start(ctx context.Context, cfg Config) (*Group, error) {
 		}
 		if cmd.Stderr == nil {
 			cmd.Stderr = os.Stderr
+		}
+		if cfg.Writers != nil {
+			cmd.Stdout, cmd.Stderr = cfg.Writers(r)
 		}
 		if cfg.Output != nil {
 			f, err := cfg.Output(r)
@@ -315,6 +321,13 @@ func (g *Group) Done() <-chan struct{} { return g.allOut }
 func (g *Group) Kill() {
 	for _, c := range g.cmds {
 		c.Process.Kill() // ErrProcessDone for those already reaped
+	}
+}
+
+// Signal sends sig to every process still running.
+func (g *Group) Signal(sig os.Signal) {
+	for _, c := range g.cmds {
+		c.Process.Signal(sig) // ErrProcessDone for those already reaped
 	}
 }
 

@@ -42,6 +42,8 @@ func TestMain(m *testing.M) {
 		os.Exit(n)
 	case mode == "sleep":
 		select {}
+	case strings.HasPrefix(mode, "elastic:"):
+		elasticChild(strings.TrimPrefix(mode, "elastic:"))
 	case mode == "parent":
 		g, err := launch.Start(context.Background(), launch.Config{Ranks: []int{1}, Args: []string{},
 			Env: func(int) []string { return []string{childEnv + "=sleep"} }})

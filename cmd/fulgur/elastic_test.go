@@ -1,0 +1,342 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/fulgur-ml/fulgur/callbacks"
+	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/optim"
+	"github.com/fulgur-ml/fulgur/strategy/launch"
+	"github.com/fulgur-ml/fulgur/strategy/strategytest"
+	"github.com/fulgur-ml/fulgur/trainer"
+)
+
+// programEnv makes the test binary the training program that "fulgur run"
+// starts as every rank; dieEnv ("RANK:STEP:HOW") makes that rank fail at
+// the end of that global step: HOW "kill" SIGKILLs it in the first
+// attempt only, "panic" panics in every attempt.
+const (
+	programEnv = "FULGUR_ELASTIC_TEST_PROGRAM"
+	dieEnv     = "FULGUR_ELASTIC_TEST_DIE"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(programEnv) != "" {
+		if err := trainProgram(os.Args[1:], os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "program:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// scheduled is the test MLP with a per-step learning-rate schedule, so that
+// a resume that lost the optimizer step count would change the weights.
+type scheduled struct{ *strategytest.MLP }
+
+func (m scheduled) ConfigureOptimizers() (optim.Optimizer, optim.Scheduler, error) {
+	o, err := optim.NewSGD(optim.SGDConfig{LR: 0.05, Momentum: 0.9})
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := optim.NewStepLR(0.05, 4, 0.7)
+	return o, s, err
+}
+
+// die fails this rank as dieEnv says.
+type die struct {
+	rank, step int
+	how        string
+}
+
+func (d die) Name() string { return "die" }
+func (d die) OnTrainBatchEnd(ctx context.Context, s *trainer.State) error {
+	if s.GlobalStep != d.step || os.Getenv(launch.EnvRank) != strconv.Itoa(d.rank) {
+		return nil
+	}
+	switch {
+	case d.how == "kill" && os.Getenv(launch.EnvRestartCount) <= "0": // the first attempt, or no elastic launcher
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	case d.how == "panic":
+		panic(fmt.Sprintf("user code fails at step %d", d.step))
+	}
+	return nil
+}
+
+type programResult struct {
+	SHA256     string `json:"weights_sha256"`
+	GlobalStep int    `json:"global_step"`
+	WorldSize  int    `json:"world_size"`
+}
+
+func trainProgram(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("program", flag.ContinueOnError)
+	devices := fs.Int("devices", 2, "")
+	root := fs.String("root", "", "")
+	resume := fs.String("resume", "", "")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ds, err := strategytest.Regression(96, 6, 2, 1)
+	if err != nil {
+		return err
+	}
+	train, err := data.NewLoader(ds, data.LoaderConfig{BatchSize: 4, Shuffle: true, Seed: 3})
+	if err != nil {
+		return err
+	}
+	ckpt, err := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{LastOnly: true, EveryNTrainSteps: 3})
+	if err != nil {
+		return err
+	}
+	cbs := []trainer.Callback{ckpt}
+	if v := os.Getenv(dieEnv); v != "" {
+		var d die
+		f := strings.Split(v, ":")
+		d.rank, _ = strconv.Atoi(f[0])
+		d.step, _ = strconv.Atoi(f[1])
+		d.how = f[2]
+		cbs = append([]trainer.Callback{d}, cbs...)
+	}
+	tr, err := trainer.New(trainer.Config{MaxEpochs: 2, Seed: 5, Strategy: "ddp", Devices: *devices, LogEveryNSteps: 1,
+		Out: os.Stderr, EnableProgressBar: trainer.Bool(false), DefaultRootDir: *root, Callbacks: cbs})
+	if err != nil {
+		return err
+	}
+	var opts []trainer.FitOption
+	if *resume != "" {
+		opts = append(opts, trainer.FromCheckpoint(*resume))
+	}
+	m := scheduled{&strategytest.MLP{In: 6, Hidden: 16, Out: 2}}
+	if err := tr.Fit(context.Background(), m, train, nil, opts...); err != nil {
+		return err
+	}
+	zero, st, sha := tr.IsGlobalZero(), tr.Stats(), tr.Store().SHA256()
+	if err := tr.Teardown(context.Background()); err != nil {
+		return err
+	}
+	if !zero {
+		return nil
+	}
+	return json.NewEncoder(stdout).Encode(programResult{SHA256: sha, GlobalStep: st.GlobalStep, WorldSize: st.WorldSize})
+}
+
+// fulgurRun runs "fulgur run FLAGS <this test binary> ARGS" with die as
+// dieEnv, returning rank 0's result, the launcher's log and its error.
+func fulgurRun(t *testing.T, flags []string, die string, args ...string) (programResult, string, error) {
+	t.Helper()
+	t.Setenv(programEnv, "1")
+	t.Setenv(dieEnv, die)
+	t.Setenv("FULGUR_BACKEND", "tcp") // real sockets over loopback
+	var out, errb bytes.Buffer
+	cmd := append(append(append([]string{"run"}, flags...), os.Args[0]), args...)
+	err := run(cmd, &out, &errb)
+	var r programResult
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if err == nil {
+		if jerr := json.Unmarshal([]byte(lines[len(lines)-1]), &r); jerr != nil {
+			t.Fatalf("fulgur %v: the last line of output is not the result: %v\nstdout:\n%s\nstderr:\n%s", cmd, jerr, out.String(), errb.String())
+		}
+	}
+	return r, errb.String(), err
+}
+
+// metricSteps returns the steps of metrics.csv rows that logged train_loss_step.
+func metricSteps(t *testing.T, path string) map[int]bool {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	col := map[string]int{}
+	for i, c := range recs[0] {
+		col[c] = i
+	}
+	steps := map[int]bool{}
+	for _, r := range recs[1:] {
+		if r[col["train_loss_step"]] != "" {
+			s, _ := strconv.Atoi(r[col["step"]])
+			steps[s] = true
+		}
+	}
+	return steps
+}
+
+// checkRunDir: one version directory, whose metrics.csv has a step row
+// for every step 1..steps (those of the killed attempt too) and whose
+// last.ckpt is whole and the newest.
+func checkRunDir(t *testing.T, root string, steps int) {
+	t.Helper()
+	vs, err := filepath.Glob(filepath.Join(root, "lightning_logs", "version_*"))
+	if err != nil || len(vs) != 1 {
+		t.Fatalf("run directories %v (%v), want one version_0: a restart must continue the run", vs, err)
+	}
+	got := metricSteps(t, filepath.Join(vs[0], "metrics.csv"))
+	for s := 1; s <= steps; s++ {
+		if !got[s] {
+			t.Errorf("metrics.csv has no row for step %d (rows: %v)", s, got)
+		}
+	}
+	ckpts, _ := filepath.Glob(filepath.Join(vs[0], "checkpoints", "*"))
+	if len(ckpts) != 1 || filepath.Base(ckpts[0]) != "last.ckpt" {
+		t.Fatalf("checkpoints %v: want one last.ckpt (no temporary file left)", ckpts)
+	}
+	info, err := trainer.VerifyCheckpoint(ckpts[0])
+	if want := steps / 3 * 3; err != nil || info.GlobalStep != want {
+		t.Errorf("last.ckpt: step %d, %v: want a whole checkpoint of step %d (saved every 3 steps)", info.GlobalStep, err, want)
+	}
+}
+
+func TestFulgurRunRestartsKilledRank(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real multi-process training jobs")
+	}
+	for _, c := range []struct {
+		name  string
+		world int
+		die   string
+		steps int
+	}{
+		{"2 ranks, rank 1 killed at step 5", 2, "1:5:kill", 24},
+		{"3 ranks, rank 2 killed at step 5", 3, "2:5:kill", 16},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			n := strconv.Itoa(c.world)
+			want, _, err := fulgurRun(t, []string{"-nproc", n}, "", "-devices", n, "-root", t.TempDir())
+			if err != nil {
+				t.Fatalf("uninterrupted run: %v", err)
+			}
+			root := t.TempDir()
+			got, log, err := fulgurRun(t, []string{"-nproc", n, "-max-restarts", "2"}, c.die, "-devices", n, "-root", root)
+			if err != nil {
+				t.Fatalf("elastic run: %v\nlog:\n%s", err, log)
+			}
+			if got != want || got.GlobalStep != c.steps {
+				t.Errorf("restarted job ended with %+v, the uninterrupted one with %+v (want %d steps): the restart did not continue bit for bit", got, want, c.steps)
+			}
+			for _, w := range []string{fmt.Sprintf("rank=%s", c.die[:1]), "was killed by signal killed",
+				fmt.Sprintf("restart 1 of 2 with %d ranks (was %d)", c.world, c.world), "elastic restart: resuming from the run's newest checkpoint", "elastic: the job completed after restarting"} {
+				if !strings.Contains(log, w) {
+					t.Errorf("the log lacks %q:\n%s", w, log)
+				}
+			}
+			checkRunDir(t, root, c.steps)
+		})
+	}
+}
+
+// TestFulgurRunShrinks: a 3-rank job whose rank 2 is SIGKILLed at step 5
+// restarts with 2 ranks (-nproc 2:3) from the last.ckpt of step 3, and
+// ends with the weights of a 2-rank run resumed from that checkpoint. The
+// 3 ranks had trained 3 batches each (36 samples) of epoch 0; 2 ranks go
+// on at their batch 4 (32 samples, rounded down to whole 2-rank batches),
+// so epoch 0 takes 3 + (12-4) steps and the job 11 + 12 = 23.
+func TestFulgurRunShrinks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real multi-process training jobs")
+	}
+	ref := t.TempDir()
+	_, log, err := fulgurRun(t, []string{"-nproc", "3", "-max-restarts", "0"}, "2:5:kill", "-devices", "3", "-root", ref)
+	if err == nil || !strings.Contains(err.Error(), "rank 2 (pid") || !strings.Contains(err.Error(), "used all 0 restarts (MaxRestarts 0)") {
+		t.Fatalf("a killed rank without restarts: error %v, want one naming rank 2 and the restarts\nlog:\n%s", err, log)
+	}
+	ckpt, err := trainer.ResolveCheckpoint(ref, trainer.CkptLast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keep := filepath.Join(t.TempDir(), "step3.ckpt")
+	if b, err := os.ReadFile(ckpt); err != nil {
+		t.Fatal(err)
+	} else if err := os.WriteFile(keep, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want, _, err := fulgurRun(t, []string{"-nproc", "2"}, "", "-devices", "2", "-root", t.TempDir(), "-resume", keep)
+	if err != nil {
+		t.Fatalf("2-rank run resumed from the 3-rank checkpoint: %v", err)
+	}
+	root := t.TempDir()
+	got, log, err := fulgurRun(t, []string{"-nproc", "2:3", "-max-restarts", "2"}, "2:5:kill", "-devices", "3", "-root", root)
+	if err != nil {
+		t.Fatalf("elastic run: %v\nlog:\n%s", err, log)
+	}
+	if got != want || got.GlobalStep != 23 || got.WorldSize != 2 {
+		t.Errorf("shrunk job ended with %+v, the 2-rank run resumed from its checkpoint with %+v; want 23 steps at world size 2", got, want)
+	}
+	if !strings.Contains(log, "restart 1 of 2 with 2 ranks (was 3)") {
+		t.Errorf("the log does not say the job restarted with 2 ranks:\n%s", log)
+	}
+	checkRunDir(t, root, 23)
+}
+
+// TestFulgurRunStopsDeterministicFailure: user code that panics at step 5
+// in every attempt is restarted once, then the job fails naming the rank.
+func TestFulgurRunStopsDeterministicFailure(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real multi-process training jobs")
+	}
+	_, log, err := fulgurRun(t, []string{"-nproc", "2", "-max-restarts", "5"}, "1:5:panic", "-devices", "2", "-root", t.TempDir())
+	if err == nil {
+		t.Fatalf("the job succeeded\nlog:\n%s", log)
+	}
+	for _, w := range []string{"rank 1 (pid", "user code fails at step 5", "failed the same way in attempt 1", "restart 2 of 5 not done"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q lacks %q\nlog:\n%s", err, w, log)
+		}
+	}
+}
+
+// TestSelfLaunchRestarts: a ddp program that launches its own ranks, run
+// with FULGUR_MAX_RESTARTS, supervises them as "fulgur run" does: rank 1
+// SIGKILLed at step 5 is restarted and the job ends with the weights of an
+// uninterrupted run.
+func TestSelfLaunchRestarts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real multi-process training jobs")
+	}
+	self := func(root string, env ...string) (programResult, string) {
+		cmd := exec.Command(os.Args[0], "-devices", "2", "-root", root)
+		cmd.Env = append(os.Environ(), append(env, programEnv+"=1", "FULGUR_BACKEND=tcp")...)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%v %v: %v\nstdout:\n%s\nstderr:\n%s", env, cmd.Args, err, out.String(), errb.String())
+		}
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		var r programResult
+		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
+			t.Fatalf("%v: the last line of output is not the result: %v\nstdout:\n%s", env, err, out.String())
+		}
+		return r, errb.String()
+	}
+	want, _ := self(t.TempDir())
+	root := t.TempDir()
+	got, log := self(root, launch.EnvMaxRestarts+"=2", dieEnv+"=1:5:kill")
+	if got != want {
+		t.Errorf("restarted job ended with %+v, the uninterrupted one with %+v", got, want)
+	}
+	for _, w := range []string{"this process supervises the job", "was killed by signal killed", "restart 1 of 2 with 2 ranks (was 2)", "elastic restart: resuming from the run's newest checkpoint"} {
+		if !strings.Contains(log, w) {
+			t.Errorf("the log lacks %q:\n%s", w, log)
+		}
+	}
+	checkRunDir(t, root, 24)
+}

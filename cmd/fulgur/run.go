@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/rs/zerolog"
+
+	"github.com/fulgur-ml/fulgur/strategy/launch"
+)
+
+// runRun is "fulgur run": a torchrun-style launcher for one machine that
+// starts NPROC copies of a training program as the ranks of a ddp job and
+// restarts them from the last checkpoint when one fails.
+func runRun(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("fulgur run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	nproc := fs.String("nproc", "2", "ranks to start on this machine: N, or MIN:MAX to let restarts go on with fewer ranks, down to MIN (as torchrun's --nnodes MIN:MAX)")
+	restarts := fs.Int("max-restarts", envInt(launch.EnvMaxRestarts, 0), "times the job is restarted from its last checkpoint after a rank fails (as torchrun's --max-restarts; default $"+launch.EnvMaxRestarts+" or 0)")
+	grace := fs.Duration("grace", launch.DefaultGrace, "how long the other ranks get to stop on their own after one failed, before they are killed")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: fulgur run [flags] PROGRAM [ARGS...]\n\n"+
+			"Starts NPROC copies of PROGRAM on this machine as the ranks of one job, with\n"+
+			"torchrun-style variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT,\n"+
+			"FULGUR_TOKEN). When a rank fails, the others are stopped and the job is started\n"+
+			"again, up to -max-restarts times; a fulgur Trainer resumes from the run's newest\n"+
+			"checkpoint and goes on in the same run directory. With -nproc MIN:MAX each\n"+
+			"restart retires the failed rank's slot while at least MIN ranks remain.\n"+
+			"A rank that fails the same way twice in a row is not restarted again.\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	min, max, err := parseNproc(*nproc)
+	if err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return errors.New("run: no PROGRAM given: pass the training program and its arguments, such as: fulgur run -nproc 2 -max-restarts 3 ./train -strategy ddp -devices 2")
+	}
+	prog, err := exec.LookPath(fs.Arg(0))
+	if err != nil {
+		return fmt.Errorf("run: PROGRAM %q: %w", fs.Arg(0), err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log := zerolog.New(zerolog.ConsoleWriter{Out: stderr, NoColor: true, TimeFormat: "15:04:05"}).With().Timestamp().Logger()
+	_, err = launch.RunElastic(ctx, launch.Elastic{
+		Program: prog, Args: fs.Args()[1:], World: max, MinWorld: min, MaxRestarts: *restarts, Grace: *grace,
+		Stdout: stdout, Stderr: stderr, Log: log,
+	})
+	if err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+	return nil
+}
+
+// parseNproc reads "N" or "MIN:MAX".
+func parseNproc(v string) (min, max int, err error) {
+	lo, hi, ranged := strings.Cut(v, ":")
+	max, err1 := strconv.Atoi(strings.TrimSpace(hi))
+	min, err2 := strconv.Atoi(strings.TrimSpace(lo))
+	if !ranged {
+		max, err1 = min, err2
+	}
+	if err1 != nil || err2 != nil || min < 1 || max < min {
+		return 0, 0, fmt.Errorf("run: -nproc %q: use a number of ranks such as 2, or MIN:MAX such as 2:3 (1 ≤ MIN ≤ MAX)", v)
+	}
+	return min, max, nil
+}
+
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return n
+	}
+	return def
+}

@@ -1,0 +1,426 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Variables an elastic job (RunElastic) sets for every rank, besides those
+// of Local.RankEnv. They play the part of torchrun's
+// TORCHELASTIC_RESTART_COUNT and TORCHELASTIC_MAX_RESTARTS.
+const (
+	// EnvRestartCount is how many times the job was restarted before this
+	// attempt: 0 on the first. A trainer that reads n ≥ 1 resumes from the
+	// run's newest checkpoint (trainer.ElasticResume).
+	EnvRestartCount = "FULGUR_RESTART_COUNT"
+	// EnvMaxRestarts is Elastic.MaxRestarts.
+	EnvMaxRestarts = "FULGUR_MAX_RESTARTS"
+	// EnvElasticDir is a directory private to the job, the same in every
+	// attempt: rank 0 of the first attempt records its run directory
+	// there, so that the later attempts continue it.
+	EnvElasticDir = "FULGUR_ELASTIC_DIR"
+)
+
+// DefaultGrace is how long Elastic.Grace waits by default.
+const DefaultGrace = 30 * time.Second
+
+// Elastic describes a job of local ranks that RunElastic restarts from its
+// last checkpoint when a rank fails, as torchrun's --max-restarts and
+// --nnodes MIN:MAX and Horovod's elastic mode do.
+type Elastic struct {
+	// Program is the executable; "": this program (os.Executable).
+	Program string
+	// Args are its arguments; nil: this process's own (os.Args[1:]).
+	Args []string
+	// World is the number of ranks of the first attempt (MAX).
+	World int
+	// MinWorld is the fewest ranks a restart may run with (MIN); 0 means
+	// World, a fixed size. While the world stays at or above it, the
+	// slot of the rank that failed first is retired at a restart, as
+	// Horovod's elastic mode blacklists a failed host: the job goes on
+	// with World-1, World-2, ... ranks.
+	MinWorld int
+	// MaxRestarts is how many times the job is started again after a rank
+	// failed (K). 0: never; the first failure ends the job.
+	MaxRestarts int
+	// Env is extra environment of each rank of each attempt (nil: none).
+	Env func(rank int) []string
+	// Stdout and Stderr receive every rank's output. nil: this process's.
+	Stdout, Stderr io.Writer
+	// Grace is how long the other ranks get to end on their own once one
+	// has failed (they see their peer gone and stop with an error, their
+	// logs and checkpoints whole) before they are killed. 0: DefaultGrace.
+	Grace time.Duration
+	// Log receives what happened: each failure (which rank, how), each
+	// restart (n of K, the new world size), the end.
+	Log zerolog.Logger
+}
+
+// Attempt is how one start of the ranks of an elastic job ended.
+type Attempt struct {
+	// N counts from 0 (the first start).
+	N     int
+	World int
+	// Failed is the rank that failed first (the cause; the others usually
+	// lost their peer), with its last line of output. Nil when the
+	// attempt completed.
+	Failed *Exit
+	Output string
+}
+
+// ElasticError is the error RunElastic returns when the job failed for
+// good: restarts exhausted, a failure that repeats, or a world below
+// MinWorld.
+type ElasticError struct {
+	Attempts []Attempt
+	Reason   string
+}
+
+func (e *ElasticError) Error() string {
+	last := e.Attempts[len(e.Attempts)-1]
+	s := fmt.Sprintf("launch: elastic job failed: %s in attempt %d (%d ranks)", last.Failed, last.N+1, last.World)
+	if last.Output != "" {
+		s += fmt.Sprintf(" (its last output: %q)", last.Output)
+	}
+	return s + ": " + e.Reason
+}
+
+// RunElastic runs the job to its end: it starts World ranks on this
+// machine with torchrun-style variables (rank 0 gets the rendezvous port
+// already bound, FULGUR_LAUNCHER=elastic), and when a rank fails it stops
+// the others, then starts the ranks again, up to MaxRestarts times: the
+// program resumes from its last checkpoint (EnvRestartCount tells it to).
+// It gives up early, with an error naming the rank, when the same rank
+// fails the same way (the same exit status and last line of output) in two
+// attempts in a row: such a failure (a panic at step N, say) is the
+// program's and would repeat at every restart. A rank killed by a signal
+// (the OOM killer, an operator, a lost machine) is never taken for that.
+func RunElastic(ctx context.Context, e Elastic) ([]Attempt, error) {
+	if err := e.validate(); err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "fulgur-elastic-")
+	if err != nil {
+		return nil, fmt.Errorf("launch: make the elastic job's state directory: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	world := e.World
+	var attempts []Attempt
+	for n := 0; ; n++ {
+		a, err := e.attempt(ctx, n, world, dir)
+		if err != nil {
+			return attempts, err
+		}
+		attempts = append(attempts, a)
+		if a.Failed == nil {
+			if n > 0 {
+				e.Log.Info().Int("restarts", n).Int("world", world).Msg("elastic: the job completed after restarting")
+			}
+			return attempts, nil
+		}
+		ev := e.Log.Error().Int("rank", a.Failed.Rank).Int("pid", a.Failed.Pid).Str("how", describe(a.Failed.Err)).Int("attempt", n+1).Int("world", world)
+		if a.Output != "" {
+			ev = ev.Str("last_output", a.Output)
+		}
+		ev.Msg("elastic: a rank failed; the other ranks were stopped")
+		if ctx.Err() != nil {
+			return attempts, fmt.Errorf("launch: elastic job stopped: %w", ctx.Err())
+		}
+		if n >= e.MaxRestarts {
+			return attempts, &ElasticError{Attempts: attempts, Reason: fmt.Sprintf("the job has used all %d restarts (MaxRestarts %d)", n, e.MaxRestarts)}
+		}
+		if n > 0 && sameFailure(attempts[n-1], a) {
+			return attempts, &ElasticError{Attempts: attempts, Reason: fmt.Sprintf("it failed the same way in attempt %d, so the failure is the program's and restarting again would repeat it (restart %d of %d not done): fix the program, then resume from its last checkpoint", n, n+1, e.MaxRestarts)}
+		}
+		prev := world
+		if world-1 >= e.MinWorld {
+			world-- // the failed rank's slot is retired
+		}
+		e.Log.Warn().Int("restart", n+1).Int("max_restarts", e.MaxRestarts).Int("world", world).Int("previous_world", prev).Int("min_world", e.MinWorld).
+			Msgf("elastic: restart %d of %d with %d ranks (was %d), from the last checkpoint", n+1, e.MaxRestarts, world, prev)
+	}
+}
+
+func (e *Elastic) validate() error {
+	var errs []error
+	if e.World < 1 {
+		errs = append(errs, fmt.Errorf("launch: Elastic.World is %d: start 1 or more ranks", e.World))
+	}
+	if e.MinWorld < 0 || e.MinWorld > e.World {
+		errs = append(errs, fmt.Errorf("launch: Elastic.MinWorld is %d: use 1 to World (%d), or 0 for a fixed world", e.MinWorld, e.World))
+	}
+	if e.MaxRestarts < 0 {
+		errs = append(errs, fmt.Errorf("launch: Elastic.MaxRestarts is %d: use 0 (no restarts) or more", e.MaxRestarts))
+	}
+	if e.MinWorld == 0 {
+		e.MinWorld = e.World
+	}
+	if e.Grace <= 0 {
+		e.Grace = DefaultGrace
+	}
+	if e.Stdout == nil {
+		e.Stdout = os.Stdout
+	}
+	if e.Stderr == nil {
+		e.Stderr = os.Stderr
+	}
+	return errors.Join(errs...)
+}
+
+// sameFailure: the same rank failed the same way, on its own (an exit
+// status, not a signal), with the same last line of output.
+func sameFailure(a, b Attempt) bool {
+	if a.Failed == nil || b.Failed == nil || a.Failed.Rank != b.Failed.Rank {
+		return false
+	}
+	var ea, eb *exec.ExitError
+	if !errors.As(a.Failed.Err, &ea) || !errors.As(b.Failed.Err, &eb) || ea.ExitCode() < 0 || ea.ExitCode() != eb.ExitCode() {
+		return false // killed by a signal (ExitCode -1), or not an exit at all
+	}
+	return volatile.ReplaceAllString(a.Output, "#") == volatile.ReplaceAllString(b.Output, "#")
+}
+
+// volatile matches what differs between two runs of one failure: times of
+// day, dates, addresses, process ids.
+var volatile = regexp.MustCompile(`\d{4}-\d\d-\d\dT[0-9:.]+(Z|[+-][0-9:]+)?|\d{1,2}:\d\d(:\d\d)?(\.\d+)?(AM|PM)?|0x[0-9a-fA-F]+|pid[ =]\d+`)
+
+// attempt starts world ranks and waits for them: all done, or the first
+// failure (then the others get Grace to end before they are killed).
+func (e *Elastic) attempt(ctx context.Context, n, world int, dir string) (Attempt, error) {
+	a := Attempt{N: n, World: world}
+	ln, port, err := Loopback()
+	if err != nil {
+		return a, err
+	}
+	lnFile, err := ln.(interface{ File() (*os.File, error) }).File()
+	ln.Close()
+	if err != nil {
+		return a, fmt.Errorf("launch: hand the rendezvous port to rank 0: %w", err)
+	}
+	defer lnFile.Close()
+	token, err := NewToken()
+	if err != nil {
+		return a, err
+	}
+	local := Local{World: world, MasterPort: port, Token: token, Launcher: "elastic"}
+	ranks := make([]int, world)
+	tails := make([]*tail, world)
+	for i := range ranks {
+		ranks[i] = i
+		tails[i] = &tail{}
+	}
+	g, err := Start(context.WithoutCancel(ctx), Config{ // a stop is passed on below, not a kill
+		Program: e.Program, Args: e.Args, Ranks: ranks,
+		Env: func(r int) []string {
+			env := append(local.RankEnv(r), EnvRestartCount+"="+strconv.Itoa(n), EnvMaxRestarts+"="+strconv.Itoa(e.MaxRestarts), EnvElasticDir+"="+dir)
+			if r == 0 {
+				env = append(env, EnvListenerFD+"=3")
+			}
+			if e.Env != nil {
+				env = append(env, e.Env(r)...)
+			}
+			return env
+		},
+		Files: func(r int) []*os.File {
+			if r == 0 {
+				return []*os.File{lnFile}
+			}
+			return nil
+		},
+		Writers: func(r int) (io.Writer, io.Writer) {
+			return io.MultiWriter(e.Stdout, tails[r]), io.MultiWriter(e.Stderr, tails[r])
+		},
+	})
+	if err != nil {
+		return a, err
+	}
+	lnFile.Close()
+	e.Log.Info().Int("attempt", n+1).Int("world", world).Ints("pids", g.Pids()).Int("master_port", port).Msg("elastic: started the ranks")
+	failed := false
+	for !failed {
+		select {
+		case x := <-g.Exits():
+			failed = x.Err != nil
+		case <-g.Done():
+			failed = len(g.Failed()) > 0
+			if !failed {
+				g.stop()
+				return a, nil
+			}
+		case <-ctx.Done():
+			// As torchrun, pass the stop on: a fulgur Trainer finishes its
+			// step and saves interrupted.ckpt on SIGTERM (a repeat of the
+			// terminal's SIGINT within 2 s counts as the same request).
+			g.Signal(syscall.SIGTERM)
+			t := time.NewTimer(e.Grace)
+			select {
+			case <-g.Done():
+			case <-t.C:
+				g.Kill()
+				<-g.Done()
+			}
+			t.Stop()
+			g.stop()
+			return a, fmt.Errorf("launch: elastic job stopped (the ranks were sent SIGTERM): %w", ctx.Err())
+		}
+	}
+	t := time.NewTimer(e.Grace)
+	select {
+	case <-g.Done():
+	case <-t.C:
+	}
+	t.Stop()
+	failures := g.Failed() // before the launcher kills anything
+	if running := g.Running(); len(running) > 0 {
+		e.Log.Warn().Ints("ranks", running).Dur("grace", e.Grace).Msg("elastic: ranks still ran after the first failure: killing them")
+		g.Kill()
+		<-g.Done()
+	}
+	g.stop()
+	first := cause(failures, tails)
+	a.Failed = &first
+	a.Output = tails[first.Rank].last()
+	return a, nil
+}
+
+// cause picks the rank whose failure ended the attempt. The exits arrive
+// in the order their reapers ran, which need not be the order the
+// processes died in, and a rank that lost its peer exits on its own right
+// after: so a rank killed by a signal comes first, then one whose output
+// does not say it lost a peer (the collectives' "peer lost"), then the
+// earliest.
+func cause(failures []Exit, tails []*tail) Exit {
+	best, score := failures[0], -1
+	for _, x := range failures {
+		s := 0
+		var ee *exec.ExitError
+		if errors.As(x.Err, &ee) && ee.ExitCode() < 0 {
+			s = 2
+		} else if !strings.Contains(tails[x.Rank].all(), "peer lost") {
+			s = 1
+		}
+		if s > score {
+			best, score = x, s
+		}
+	}
+	return best
+}
+
+// tail keeps the last lines a rank wrote, and its first line that reports
+// a panic (Go's "panic: ", the trainer's "panicked: ").
+type tail struct {
+	mu          sync.Mutex
+	buf         []byte
+	line, panic string
+	lines       []string // the last 20
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	for {
+		i := strings.IndexByte(string(t.buf), '\n')
+		if i < 0 {
+			break
+		}
+		if l := strings.TrimSpace(string(t.buf[:i])); l != "" {
+			t.line = l
+			if t.panic == "" && (strings.HasPrefix(l, "panic: ") || strings.Contains(l, "panicked: ")) {
+				t.panic = l
+			}
+			t.lines = append(t.lines, l)
+			if len(t.lines) > 20 {
+				t.lines = t.lines[1:]
+			}
+		}
+		t.buf = t.buf[i+1:]
+	}
+	if len(t.buf) > 4<<10 {
+		t.buf = t.buf[len(t.buf)-4<<10:]
+	}
+	return len(p), nil
+}
+
+func (t *tail) last() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.panic != "" {
+		return t.panic
+	}
+	if l := strings.TrimSpace(string(t.buf)); l != "" {
+		return l
+	}
+	return t.line
+}
+
+// Shrunk reports whether a rank (lookup reads its environment) belongs to
+// an elastic job that restarted with world ranks, fewer than the want its
+// program asks for (Devices × NumNodes): RunElastic retired failed ranks'
+// slots, down to its MinWorld.
+func Shrunk(lookup func(string) (string, bool), world, want int) bool {
+	v, _ := lookup(EnvLauncher)
+	return v == "elastic" && world >= 1 && world < want
+}
+
+func (t *tail) all() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.Join(t.lines, "\n") + "\n" + string(t.buf)
+}
+
+// EnvMinWorld is the fewest ranks a self-launched elastic job may restart
+// with (Elastic.MinWorld), read by ElasticFromEnv.
+const EnvMinWorld = "FULGUR_MIN_WORLD"
+
+// ElasticFromEnv is the elastic job a program that starts its own world
+// ranks (ddp's self-launch) runs when lookup finds FULGUR_MAX_RESTARTS
+// above 0 (and FULGUR_MIN_WORLD, default world); nil when it is unset or 0.
+func ElasticFromEnv(lookup func(string) (string, bool), world int, log zerolog.Logger) (*Elastic, error) {
+	v, _ := lookup(EnvMaxRestarts)
+	if strings.TrimSpace(v) == "" {
+		return nil, nil
+	}
+	var errs []error
+	k, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || k < 0 {
+		errs = append(errs, fmt.Errorf("%s=%q: use the number of restarts, 0 or more", EnvMaxRestarts, v))
+	}
+	min := world
+	if m, _ := lookup(EnvMinWorld); strings.TrimSpace(m) != "" {
+		if min, err = strconv.Atoi(strings.TrimSpace(m)); err != nil || min < 1 || min > world {
+			errs = append(errs, fmt.Errorf("%s=%q: use 1 to the %d ranks the job starts with", EnvMinWorld, m, world))
+		}
+	}
+	if err := errors.Join(errs...); err != nil || k == 0 {
+		return nil, err
+	}
+	return &Elastic{World: world, MinWorld: min, MaxRestarts: k, Log: log}, nil
+}
+
+// Supervise runs e in place of this process's own part in the job, and
+// exits: status 0 when the job completed, 1 (the error printed to stderr)
+// when it failed for good. This process then trains nothing: like torchrun
+// it starts every rank, rank 0 included, as a copy of itself, and the code
+// after Fit runs in rank 0.
+func Supervise(ctx context.Context, e Elastic) {
+	e.Log.Info().Int("world", e.World).Int("min_world", max(e.MinWorld, 1)).Int("max_restarts", e.MaxRestarts).
+		Msg("elastic: this process supervises the job: it starts every rank, rank 0 included, and restarts them when one fails")
+	if _, err := RunElastic(ctx, e); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}

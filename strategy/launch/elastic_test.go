@@ -1,0 +1,231 @@
+package launch_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/fulgur-ml/fulgur/strategy/launch"
+)
+
+// elasticChild is a rank of an elastic test job. how is "kill:R:N" (rank R
+// SIGKILLs itself in the first N attempts), "panic:R" (rank R panics in
+// every attempt) or "exit:R:N" (rank R exits with status 3 in the first N
+// attempts, printing the attempt). A rank that does not fail prints its
+// view of the job and exits 0, except that while the failing rank is alive
+// the others wait to be stopped, as ranks blocked in a collective would.
+func elasticChild(how string) {
+	if dir, ok := strings.CutPrefix(how, "term:"); ok {
+		// Waits for SIGTERM once its start is on disk.
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGTERM)
+		os.WriteFile(filepath.Join(dir, "started-"+os.Getenv(launch.EnvRank)), nil, 0o644)
+		<-ch
+		fmt.Printf("rank=%s got SIGTERM\n", os.Getenv(launch.EnvRank))
+		os.Exit(0)
+	}
+	rank, _ := strconv.Atoi(os.Getenv(launch.EnvRank))
+	restart, _ := strconv.Atoi(os.Getenv(launch.EnvRestartCount))
+	f := strings.Split(how, ":")
+	who, _ := strconv.Atoi(f[1])
+	n := 1 << 30
+	if len(f) > 2 {
+		n, _ = strconv.Atoi(f[2])
+	}
+	failing := restart < n && who < mustAtoi(os.Getenv(launch.EnvWorldSize))
+	if failing && rank == who {
+		switch f[0] {
+		case "kill":
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		case "panic":
+			panic("boom at step 5")
+		case "exit":
+			fmt.Fprintf(os.Stderr, "attempt %d went wrong\n", restart)
+			os.Exit(3)
+		}
+	}
+	if failing {
+		select {} // stopped by the launcher after Grace
+	}
+	fmt.Printf("rank=%s world=%s restart=%s max=%s dir=%t\n", os.Getenv(launch.EnvRank), os.Getenv(launch.EnvWorldSize),
+		os.Getenv(launch.EnvRestartCount), os.Getenv(launch.EnvMaxRestarts), os.Getenv(launch.EnvElasticDir) != "")
+	os.Exit(0)
+}
+
+func mustAtoi(s string) int { n, _ := strconv.Atoi(s); return n }
+
+func elasticJob(how string, world, min, restarts int) (launch.Elastic, *lockedBuffer, *bytes.Buffer) {
+	var out lockedBuffer
+	var log bytes.Buffer
+	return launch.Elastic{
+		Args: []string{}, World: world, MinWorld: min, MaxRestarts: restarts, Grace: 50 * time.Millisecond,
+		Env:    func(int) []string { return []string{childEnv + "=elastic:" + how} },
+		Stdout: &out, Stderr: &out, Log: zerolog.New(&log),
+	}, &out, &log
+}
+
+func TestElasticRestartsKilledRank(t *testing.T) {
+	for _, c := range []struct {
+		name                 string
+		how                  string
+		world, min, restarts int
+		worlds               []int // of each attempt
+	}{
+		{"2 ranks, same world", "kill:1:1", 2, 0, 3, []int{2, 2}},
+		{"3 ranks, same world", "kill:2:2", 3, 3, 3, []int{3, 3, 3}},
+		{"3 ranks, shrink to MIN", "kill:1:2", 3, 2, 3, []int{3, 2, 2}},
+		{"exit status, progressing", "exit:0:2", 2, 0, 2, []int{2, 2, 2}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e, out, log := elasticJob(c.how, c.world, c.min, c.restarts)
+			atts, err := launch.RunElastic(context.Background(), e)
+			if err != nil {
+				t.Fatalf("%v\noutput:\n%s\nlog:\n%s", err, out.String(), log.String())
+			}
+			var worlds []int
+			for _, a := range atts {
+				worlds = append(worlds, a.World)
+			}
+			if fmt.Sprint(worlds) != fmt.Sprint(c.worlds) {
+				t.Errorf("attempts ran with worlds %v, want %v", worlds, c.worlds)
+			}
+			last := len(c.worlds) - 1
+			for r := 0; r < c.worlds[last]; r++ {
+				want := fmt.Sprintf("rank=%d world=%d restart=%d max=%d dir=true", r, c.worlds[last], last, c.restarts)
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("output lacks %q:\n%s", want, out.String())
+				}
+			}
+			for i := 1; i <= last; i++ {
+				want := fmt.Sprintf("restart %d of %d with %d ranks (was %d)", i, c.restarts, c.worlds[i], c.worlds[i-1])
+				if !strings.Contains(log.String(), want) {
+					t.Errorf("log lacks %q:\n%s", want, log.String())
+				}
+			}
+			if !strings.Contains(log.String(), "elastic: the job completed after restarting") {
+				t.Errorf("log does not say the job completed:\n%s", log.String())
+			}
+		})
+	}
+}
+
+func TestElasticLogNamesTheKilledRank(t *testing.T) {
+	e, _, log := elasticJob("kill:1:1", 2, 0, 1)
+	if _, err := launch.RunElastic(context.Background(), e); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(log.String(), `"rank":1`) || !strings.Contains(log.String(), "was killed by signal killed") {
+		t.Errorf("the log does not say rank 1 was killed by SIGKILL:\n%s", log.String())
+	}
+}
+
+func TestElasticGivesUp(t *testing.T) {
+	for _, c := range []struct {
+		name, how          string
+		restarts, attempts int
+		want               []string
+	}{
+		{"restarts exhausted", "kill:1", 2, 3, []string{"rank 1 (pid", "was killed by signal killed", "in attempt 3 (2 ranks)", "used all 2 restarts (MaxRestarts 2)"}},
+		{"no restarts", "kill:1", 0, 1, []string{"rank 1 (pid", "used all 0 restarts (MaxRestarts 0)"}},
+		{"deterministic panic", "panic:1", 5, 2, []string{"rank 1 (pid", "exited with status 2", "panic: boom at step 5", "failed the same way in attempt 1", "restart 2 of 5 not done"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e, out, log := elasticJob(c.how, 2, 0, c.restarts)
+			atts, err := launch.RunElastic(context.Background(), e)
+			var ee *launch.ElasticError
+			if !errors.As(err, &ee) {
+				t.Fatalf("RunElastic returned %v, want an *ElasticError\noutput:\n%s\nlog:\n%s", err, out.String(), log.String())
+			}
+			if len(atts) != c.attempts {
+				t.Errorf("%d attempts, want %d", len(atts), c.attempts)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestElasticRejectsBadConfig(t *testing.T) {
+	_, err := launch.RunElastic(context.Background(), launch.Elastic{World: 2, MinWorld: 3, MaxRestarts: -1})
+	for _, w := range []string{"MinWorld is 3: use 1 to World (2)", "MaxRestarts is -1"} {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("error %v lacks %q", err, w)
+		}
+	}
+}
+
+func TestElasticFromEnv(t *testing.T) {
+	for _, c := range []struct {
+		env           map[string]string
+		restarts, min int
+		err           string
+	}{
+		{env: map[string]string{}},
+		{env: map[string]string{launch.EnvMaxRestarts: "0"}},
+		{env: map[string]string{launch.EnvMaxRestarts: "3"}, restarts: 3, min: 4},
+		{env: map[string]string{launch.EnvMaxRestarts: "3", launch.EnvMinWorld: "2"}, restarts: 3, min: 2},
+		{env: map[string]string{launch.EnvMaxRestarts: "x"}, err: `FULGUR_MAX_RESTARTS="x": use the number of restarts, 0 or more`},
+		{env: map[string]string{launch.EnvMaxRestarts: "1", launch.EnvMinWorld: "5"}, err: `FULGUR_MIN_WORLD="5": use 1 to the 4 ranks`},
+	} {
+		e, err := launch.ElasticFromEnv(func(k string) (string, bool) { v, ok := c.env[k]; return v, ok }, 4, zerolog.Nop())
+		switch {
+		case c.err != "":
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%v: error %v, want %q", c.env, err, c.err)
+			}
+		case err != nil:
+			t.Errorf("%v: %v", c.env, err)
+		case c.restarts == 0 && e != nil:
+			t.Errorf("%v: elastic job %+v, want none", c.env, e)
+		case c.restarts > 0 && (e == nil || e.MaxRestarts != c.restarts || e.MinWorld != c.min || e.World != 4):
+			t.Errorf("%v: elastic job %+v, want %d restarts, MinWorld %d", c.env, e, c.restarts, c.min)
+		}
+	}
+}
+
+// TestElasticPassesStopOn: cancelling the job's context (fulgur run on
+// SIGINT or SIGTERM) sends the ranks SIGTERM, so that a Trainer saves its
+// interrupt checkpoint, rather than killing them.
+func TestElasticPassesStopOn(t *testing.T) {
+	dir := t.TempDir()
+	e, out, _ := elasticJob("x", 2, 0, 3)
+	e.Env = func(int) []string { return []string{childEnv + "=elastic:term:" + dir} }
+	e.Grace = time.Minute
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		for {
+			a, _ := filepath.Glob(filepath.Join(dir, "started-*"))
+			if len(a) == 2 {
+				cancel()
+				return
+			}
+			time.Sleep(5 * time.Millisecond) // polling for the ranks' files
+		}
+	}()
+	atts, err := launch.RunElastic(ctx, e)
+	if err == nil || !strings.Contains(err.Error(), "elastic job stopped (the ranks were sent SIGTERM)") {
+		t.Errorf("RunElastic returned %v, want the stop", err)
+	}
+	for _, w := range []string{"rank=0 got SIGTERM", "rank=1 got SIGTERM"} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("output lacks %q:\n%s", w, out.String())
+		}
+	}
+	if len(atts) != 0 {
+		t.Errorf("attempts %+v after a stop, want none restarted", atts)
+	}
+}

@@ -1,0 +1,79 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+// Variables an elastic launcher sets for every rank (strategy/launch:
+// EnvRestartCount, EnvElasticDir; `fulgur run` and ddp's self-launch with
+// FULGUR_MAX_RESTARTS).
+const (
+	envRestartCount = "FULGUR_RESTART_COUNT"
+	envElasticDir   = "FULGUR_ELASTIC_DIR"
+)
+
+// elasticRunDir is the file, in the launcher's directory, where rank 0
+// records the run directory of the job.
+const elasticRunDir = "run_dir"
+
+// elasticRun makes an elastic job one run, however often its ranks are
+// restarted: the first Fit of the job records its run directory with the
+// launcher; a restarted one (FULGUR_RESTART_COUNT ≥ 1) takes that directory
+// again, so metrics.csv, hparams.yaml and the checkpoints go on in one
+// version_N, and, when Fit was given no checkpoint, resumes from that
+// run's newest last.ckpt (or interrupted.ckpt). The checkpoint carries the
+// global step, the optimizer and learning-rate scheduler states and the
+// position in the epoch, so the schedule goes on from the same step at any
+// world size. It does nothing outside an elastic job.
+func (t *Trainer) elasticRun(ctx context.Context, ckptPath *string) error {
+	dir := os.Getenv(envElasticDir)
+	if dir == "" || t.fitted {
+		return nil
+	}
+	restart, _ := strconv.Atoi(os.Getenv(envRestartCount))
+	rec := filepath.Join(dir, elasticRunDir)
+	b, err := os.ReadFile(rec)
+	if errors.Is(err, os.ErrNotExist) {
+		// The first attempt (or one before it failed before Fit): choose
+		// the run directory now and record it.
+		runDir, err := t.chooseLogDir(ctx)
+		if err != nil {
+			return err
+		}
+		if t.strat.IsGlobalZero() {
+			tmp := rec + ".tmp"
+			if err := os.WriteFile(tmp, []byte(runDir), 0o644); err != nil {
+				return fmt.Errorf("elastic job: record the run directory: %w", err)
+			}
+			if err := os.Rename(tmp, rec); err != nil {
+				return fmt.Errorf("elastic job: record the run directory: %w", err)
+			}
+		}
+		t.launchDir = runDir
+		if restart > 0 {
+			t.cfg.Log.Warn().Int("restart", restart).Str("run_dir", runDir).Msg("elastic restart: the earlier attempts stopped before training: starting from scratch")
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("elastic job: read the run directory the first attempt recorded: %w", err)
+	}
+	runDir := string(b)
+	t.launchDir = runDir
+	if *ckptPath != "" {
+		return nil // the program names the checkpoint itself
+	}
+	p, err := ResolveCheckpoint(runDir, CkptLast)
+	if err != nil {
+		t.cfg.Log.Warn().Int("restart", restart).Str("run_dir", runDir).Err(err).Msg("elastic restart: no checkpoint in the run directory: training from scratch")
+		return nil
+	}
+	*ckptPath = p
+	t.cfg.Log.Warn().Int("restart", restart).Str("run_dir", runDir).Str("checkpoint", p).Int("world_size", t.strat.WorldSize()).Msg("elastic restart: resuming from the run's newest checkpoint")
+	return nil
+}
