@@ -1,0 +1,49 @@
+package cli
+
+import (
+	"github.com/fulgur-ml/fulgur/data"
+)
+
+// DataModule gives a run its loaders, as Lightning's LightningDataModule.
+// Its fields tagged `flag:"name"` are flags (the data: section of a config
+// file), as a model's are.
+type DataModule interface {
+	// Loaders opens the data; seed is the run's -seed, for shuffling.
+	Loaders(seed uint64) (Loaders, error)
+}
+
+// Loaders are a run's data. A nil loader is a split the data lacks:
+// validate needs Val, test Test, predict Predict.
+type Loaders struct {
+	Train, Val, Test, Predict *data.Loader
+	// Source says where the data came from (a directory, "embedded"), for
+	// the log and the summary's "data".
+	Source string
+}
+
+// FashionMNIST is the examples' data: Fashion-MNIST from -data, else the
+// installed copy (Debian's dataset-fashion-mnist), else the embedded
+// subset. As in Lightning's MNIST examples, the test split doubles as the
+// validation set (nothing is selected on it) and is what predict reads.
+type FashionMNIST struct {
+	Dir       string `flag:"data" help:"directory of the data set (default: installed copy, else the embedded subset)"`
+	BatchSize int    `flag:"batch-size" default:"64" check:">=1" help:"examples per batch (per rank)"`
+	DropLast  bool   `flag:"drop-last" help:"drop the last partial training batch"`
+}
+
+// Loaders opens the data set.
+func (d *FashionMNIST) Loaders(seed uint64) (Loaders, error) {
+	train, test, source, err := data.OpenFashionMNIST(d.Dir)
+	if err != nil {
+		return Loaders{}, err
+	}
+	trainL, err := data.NewLoader(train, data.LoaderConfig{BatchSize: d.BatchSize, Shuffle: true, DropLast: d.DropLast, Seed: seed})
+	if err != nil {
+		return Loaders{}, err
+	}
+	testL, err := data.NewLoader(test, data.LoaderConfig{BatchSize: max(d.BatchSize, 256)})
+	if err != nil {
+		return Loaders{}, err
+	}
+	return Loaders{Train: trainL, Val: testL, Test: testL, Predict: testL, Source: source}, nil
+}
