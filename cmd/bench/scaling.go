@@ -47,7 +47,7 @@ func init() {
 				mod = &models.MLP{}
 			case "resnet8":
 				if newResNet8 == nil {
-					return nil, errors.New("internal/models has no ResNet8 module yet")
+					return nil, errors.New("models has no ResNet8 module yet")
 				}
 				mod = newResNet8()
 			default:
