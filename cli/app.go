@@ -118,12 +118,8 @@ func (a App) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	need := map[string]struct {
-		l    any
-		what string
-	}{"fit": {loaders.Train, "training"}, "validate": {loaders.Val, "validation"}, "test": {loaders.Test, "test"}, "predict": {loaders.Predict, "predict"}}
-	if n := need[p.command]; reflect.ValueOf(n.l).IsNil() {
-		return fmt.Errorf("%s: the data (%T) has no %s loader: give Loaders.%s in its Loaders method, or run another command", p.command, a.Data, n.what, strings.ToUpper(p.command[:1])+p.command[1:])
+	if err := loaders.check(p.command, a.Data); err != nil {
+		return err
 	}
 	cfg, err := s.TrainerConfig()
 	if err != nil {
@@ -275,7 +271,14 @@ func (a App) evaluate(ctx context.Context, tr *trainer.Trainer, command string, 
 			sum.TestLoss = finite(v)
 		}
 	}
-	sum.Checkpoint, sum.WorldSize = ckpt, max(1, s.Devices)*max(1, s.NumNodes)
+	c := tr.Config()
+	sum.Checkpoint, sum.WorldSize = ckpt, max(1, c.Devices)*max(1, c.NumNodes)
+	if ckpt != "" {
+		// The checkpoint's position, so a summary says which weights it measured.
+		if info, err := trainer.ReadCheckpointInfo(ckpt); err == nil {
+			sum.GlobalStep = info.GlobalStep
+		}
+	}
 	if st := tr.Store(); st != nil {
 		sum.WeightsSHA256 = st.SHA256()
 	}

@@ -9,6 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fulgur-ml/fulgur/cli"
+	"github.com/fulgur-ml/fulgur/models"
 )
 
 // fit, then validate, test and predict on its checkpoints, as separate
@@ -24,7 +27,7 @@ func TestSubcommandsEvaluateCheckpoints(t *testing.T) {
 	last := filepath.Join(root, "lightning_logs", "version_0", "checkpoints", "last.ckpt")
 
 	test, _ := run(t, mlpApp(root), append([]string{"test"}, append(base, "-ckpt-path", "last", "-limit-test-batches", "2")...)...)
-	if test.Command != "test" || test.Checkpoint != last || test.TestAcc != fit.TestAcc || test.TestLoss != fit.TestLoss || test.WeightsSHA256 != fit.WeightsSHA256 {
+	if test.Command != "test" || test.Checkpoint != last || test.TestAcc != fit.TestAcc || test.TestLoss != fit.TestLoss || test.WeightsSHA256 != fit.WeightsSHA256 || test.GlobalStep != 20 {
 		t.Errorf("test on last: %+v\nfit: %+v", test, fit)
 	}
 
@@ -87,5 +90,29 @@ func TestHelpListsCommandsAndFlags(t *testing.T) {
 		if !strings.Contains(help, w) {
 			t.Errorf("-h lacks %q:\n%s", w, help)
 		}
+	}
+}
+
+// trainOnly is data with a training split alone.
+type trainOnly struct{ cli.FashionMNIST }
+
+func (d *trainOnly) Loaders(seed uint64) (cli.Loaders, error) {
+	l, err := d.FashionMNIST.Loaders(seed)
+	return cli.Loaders{Train: l.Train, Source: l.Source}, err
+}
+
+// A command whose split the data lacks is refused before any training;
+// fit without a test split trains and skips the test.
+func TestCommandNeedsItsSplit(t *testing.T) {
+	app := func() cli.App {
+		return cli.App{Name: "mlp", Model: &models.MLP{}, Data: &trainOnly{}, Trainer: cli.Settings{MaxEpochs: 1, RootDir: t.TempDir()}}
+	}
+	err := app().Run(context.Background(), []string{"validate"})
+	if err == nil || !strings.Contains(err.Error(), "validate: the data (*cli_test.trainOnly) gives no Loaders.Val") {
+		t.Errorf("err = %v", err)
+	}
+	s, _ := run(t, app(), "-max-steps", "3", "-no-progress-bar", "-no-model-summary")
+	if s.GlobalStep != 3 || s.TestAcc != -1 || s.Metrics != nil {
+		t.Errorf("fit without a test split: %+v", s)
 	}
 }

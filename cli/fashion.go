@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"fmt"
+
 	"github.com/fulgur-ml/fulgur/data"
 )
 
@@ -19,6 +21,26 @@ type Loaders struct {
 	// Source says where the data came from (a directory, "embedded"), for
 	// the log and the summary's "data".
 	Source string
+}
+
+// check says which loader command needs and d lacks.
+func (l Loaders) check(command string, d DataModule) error {
+	var have *data.Loader
+	field := map[string]string{"fit": "Train", "validate": "Val", "test": "Test", "predict": "Predict"}[command]
+	switch command {
+	case "fit":
+		have = l.Train
+	case "validate":
+		have = l.Val
+	case "test":
+		have = l.Test
+	case "predict":
+		have = l.Predict
+	}
+	if have == nil {
+		return fmt.Errorf("%s: the data (%T) gives no Loaders.%s: set it in its Loaders method, or run another command", command, d, field)
+	}
+	return nil
 }
 
 // FashionMNIST is the examples' data: Fashion-MNIST from -data, else the

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"path/filepath"
 	"sort"
@@ -199,5 +198,3 @@ func processRank() int {
 	}
 	return env.Rank
 }
-
-var errNoCommand = errors.New("no command")
