@@ -7,7 +7,7 @@ import (
 	"runtime"
 	"sync"
 
-	"github.com/fulgur-ml/fulgur/internal/panics"
+	"github.com/fulgur-ml/fulgur/panics"
 )
 
 // LoaderConfig configures a Loader. The zero value of every field but

@@ -8,7 +8,7 @@ import (
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
-	"github.com/fulgur-ml/fulgur/internal/blas"
+	"github.com/fulgur-ml/fulgur/blas"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/nn"
 )

@@ -10,8 +10,8 @@ import (
 	"github.com/rs/zerolog"
 	"gorgonia.org/tensor"
 
+	"github.com/fulgur-ml/fulgur/blas"
 	"github.com/fulgur-ml/fulgur/data"
-	"github.com/fulgur-ml/fulgur/internal/blas"
 	"github.com/fulgur-ml/fulgur/internal/engine"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/optim"

@@ -14,7 +14,7 @@ import (
 	G "gorgonia.org/gorgonia"
 
 	"github.com/fulgur-ml/fulgur/data"
-	"github.com/fulgur-ml/fulgur/internal/models"
+	"github.com/fulgur-ml/fulgur/models"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/nn"
 	"github.com/fulgur-ml/fulgur/strategy"

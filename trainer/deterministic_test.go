@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/fulgur-ml/fulgur/data"
-	"github.com/fulgur-ml/fulgur/internal/models"
+	"github.com/fulgur-ml/fulgur/models"
 	"github.com/fulgur-ml/fulgur/nn"
 	"github.com/fulgur-ml/fulgur/nn/ops"
 	"github.com/fulgur-ml/fulgur/trainer"

@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	"github.com/fulgur-ml/fulgur/data"
-	"github.com/fulgur-ml/fulgur/internal/panics"
 	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/panics"
 	"github.com/fulgur-ml/fulgur/profiler"
 )
 

@@ -17,6 +17,7 @@
 // opens a profiler span named after each hook and wraps its error with that
 // name. Callbacks receive a read-only State, never the Trainer.
 //
-// trainer imports module, data, optim, nn, profiler and strategy; it must
+// trainer imports module, data, optim, nn, profiler, strategy, blas (the BLAS
+// choice at start) and panics (user panics as errors); it must
 // not be imported by any of them.
 package trainer

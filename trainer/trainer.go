@@ -10,12 +10,12 @@ import (
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
+	"github.com/fulgur-ml/fulgur/blas"
 	"github.com/fulgur-ml/fulgur/data"
-	"github.com/fulgur-ml/fulgur/internal/blas"
-	"github.com/fulgur-ml/fulgur/internal/panics"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/nn/ops"
 	"github.com/fulgur-ml/fulgur/optim"
+	"github.com/fulgur-ml/fulgur/panics"
 	"github.com/fulgur-ml/fulgur/strategy"
 )
 

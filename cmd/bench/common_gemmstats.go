@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fulgur-ml/fulgur/internal/blas"
+	"github.com/fulgur-ml/fulgur/blas"
 )
 
 // gemmStats wraps the chosen matrix multiply and records, per shape, how

@@ -11,8 +11,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/fulgur-ml/fulgur/blas"
 	"github.com/fulgur-ml/fulgur/data"
-	"github.com/fulgur-ml/fulgur/internal/blas"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/trainer"
 )

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/fulgur-ml/fulgur/internal/models"
+	"github.com/fulgur-ml/fulgur/models"
 )
 
 func init() {

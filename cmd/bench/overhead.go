@@ -9,7 +9,7 @@ import (
 
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/internal/engine"
-	"github.com/fulgur-ml/fulgur/internal/models"
+	"github.com/fulgur-ml/fulgur/models"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/trainer"
 )

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/fulgur-ml/fulgur/internal/models"
+	"github.com/fulgur-ml/fulgur/models"
 	"github.com/fulgur-ml/fulgur/module"
 )
 
@@ -20,7 +20,7 @@ func init() {
 		Doc:  "ResNet-8 on Fashion-MNIST through Trainer.Fit, Adam 1e-3, batch 64; test accuracy after each epoch",
 		Configs: func(o *Options) ([]Config, error) {
 			if newResNet8 == nil {
-				return nil, errors.New("internal/models has no ResNet8 module yet: the workload runs once it lands (set newResNet8 in cmd/bench/resnet8_model.go)")
+				return nil, errors.New("models has no ResNet8 module yet: the workload runs once it lands (set newResNet8 in cmd/bench/resnet8_model.go)")
 			}
 			return threadConfigs(o, Config{Workload: "resnet8", Batch: orDefault(o.Batch, 64),
 				Epochs: orDefault(o.Epochs, 1), Steps: o.Steps, Seed: o.Seed, Data: o.Data}), nil
@@ -30,7 +30,7 @@ func init() {
 				return nil, fmt.Errorf("resnet8: implementation %q runs outside this binary", c.Impl)
 			}
 			if newResNet8 == nil {
-				return nil, errors.New("internal/models has no ResNet8 module yet")
+				return nil, errors.New("models has no ResNet8 module yet")
 			}
 			return trainJob{Config: c, Module: newResNet8(), Strategy: "single", ValEachEpoch: c.Epochs > 1}.run(ctx)
 		},

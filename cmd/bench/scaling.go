@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/fulgur-ml/fulgur/internal/models"
+	"github.com/fulgur-ml/fulgur/models"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/strategy"
 )
@@ -52,7 +52,7 @@ func init() {
 				mod = &models.MLP{}
 			case "resnet8":
 				if newResNet8 == nil {
-					return nil, errors.New("internal/models has no ResNet8 module yet")
+					return nil, errors.New("models has no ResNet8 module yet")
 				}
 				mod = newResNet8()
 			default:

@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/fulgur-ml/fulgur/internal/blas"
-	"github.com/fulgur-ml/fulgur/internal/models"
+	"github.com/fulgur-ml/fulgur/blas"
+	"github.com/fulgur-ml/fulgur/models"
 	"github.com/fulgur-ml/fulgur/module"
 )
 

@@ -1,21 +1,26 @@
 // Command mlp trains the mlp workload of BENCHMARKS.md (784-256-128-10,
-// ReLU, Adam) on Fashion-MNIST and prints a JSON summary as its last line.
+// ReLU, Adam) on Fashion-MNIST, tests it, and prints a JSON summary as its
+// last line.
 //
 //	go run ./examples/mlp -max-epochs 1
+//	go run ./examples/mlp test -ckpt-path last
+//	go run ./examples/mlp -h
+//
+// It imports public packages only: copy this directory into your own
+// module and it builds.
 package main
 
 import (
-	"os"
-
-	"github.com/fulgur-ml/fulgur/internal/cli"
-	"github.com/fulgur-ml/fulgur/internal/models"
-	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/cli"
+	"github.com/fulgur-ml/fulgur/models"
 )
 
 func main() {
-	cli.ImageJob{
-		Program:   "mlp",
-		NewModule: func(f *cli.Flags) module.Module { return &models.MLP{LR: f.LR} },
-		Defaults:  cli.Flags{MaxEpochs: 1, BatchSize: 64, LR: 1e-3, RootDir: "runs/mlp"},
-	}.Main(os.Args[1:])
+	cli.App{
+		Name:        "mlp",
+		Description: "Train, validate, test or predict with the mlp (784-256-128-10, Adam) on Fashion-MNIST.",
+		Model:       &models.MLP{},
+		Data:        &cli.FashionMNIST{},
+		Trainer:     cli.Settings{MaxEpochs: 1, RootDir: "runs/mlp"},
+	}.Main()
 }

@@ -17,8 +17,8 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/fulgur-ml/fulgur/data"
-	"github.com/fulgur-ml/fulgur/internal/panics"
 	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/panics"
 )
 
 // Engine runs one replica of a module.

@@ -9,9 +9,9 @@ import (
 	"github.com/rs/zerolog"
 	"gorgonia.org/tensor"
 
+	"github.com/fulgur-ml/fulgur/blas"
 	"github.com/fulgur-ml/fulgur/data"
-	"github.com/fulgur-ml/fulgur/internal/blas"
-	"github.com/fulgur-ml/fulgur/internal/models"
+	"github.com/fulgur-ml/fulgur/models"
 	"github.com/fulgur-ml/fulgur/module"
 )
 

@@ -12,7 +12,7 @@ import (
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
-	"github.com/fulgur-ml/fulgur/internal/blas"
+	"github.com/fulgur-ml/fulgur/blas"
 )
 
 // float is the element type of every kernel here.

@@ -19,9 +19,9 @@
 //   - Shapes are checked when the graph is built, with errors naming both
 //     shapes; the values bound at run time are checked again (a batch of the
 //     wrong size is an error, not memory corruption).
-//   - Matrix multiplies go through internal/blas.
+//   - Matrix multiplies go through blas.
 //   - Convolutions split their batch between Workers() goroutines (the
-//     plan of internal/blas: cores over local ranks over BLAS threads;
+//     plan of blas: cores over local ranks over BLAS threads;
 //     SetImageWorkers), whole image chunks each, so that a
 //     one-thread BLAS still uses every core of the process's share; the
 //     forward and input gradient are bitwise the serial ones, the weight
@@ -29,6 +29,6 @@
 //     normalisation and activations split the same way (SetLoopWorkers),
 //     with results independent of the worker count.
 //
-// ops imports only Gorgonia, tensor and internal/blas; never trainer,
+// ops imports only Gorgonia, tensor and blas; never trainer,
 // strategy or module.
 package ops

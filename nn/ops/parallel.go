@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/fulgur-ml/fulgur/internal/blas"
+	"github.com/fulgur-ml/fulgur/blas"
 )
 
 // Loops around the multiplies (im2col, normalisation, elementwise) can run on

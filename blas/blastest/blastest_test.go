@@ -3,8 +3,8 @@ package blastest_test
 import (
 	"testing"
 
-	"github.com/fulgur-ml/fulgur/internal/blas"
-	"github.com/fulgur-ml/fulgur/internal/blas/blastest"
+	"github.com/fulgur-ml/fulgur/blas"
+	"github.com/fulgur-ml/fulgur/blas/blastest"
 )
 
 func TestGonum(t *testing.T) { blastest.Run(t, blas.Gonum{}) }

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fulgur-ml/fulgur/internal/blas"
-	"github.com/fulgur-ml/fulgur/internal/blas/blastest"
+	"github.com/fulgur-ml/fulgur/blas"
+	"github.com/fulgur-ml/fulgur/blas/blastest"
 )
 
 func openBLAS(t testing.TB) *blas.Native {

@@ -1,5 +1,14 @@
-// Package models holds the modules of the examples and benchmark workloads
-// (BENCHMARKS.md), so examples/ and cmd/bench train exactly the same thing.
+// Package models holds ready modules: the mlp and resnet workloads of
+// BENCHMARKS.md, which examples/, cmd/bench and the tests train, so they all
+// train exactly the same thing, and a program outside this module can too.
+//
+// Their hyperparameters are fields tagged for package cli (`flag:"lr"`), so
+// a program hands a model to cli.App and gets them as flags and config-file
+// keys; set the fields directly when building a Trainer by hand. Zero
+// fields take the defaults their comments give.
+//
+// models imports module, nn, nn/ops and optim; nothing of trainer,
+// strategy or cli (struct tags are plain strings).
 package models
 
 import (
@@ -15,8 +24,10 @@ import (
 // MLP is the mlp workload: 784-256-128-10 with ReLU, softmax cross-entropy,
 // trained with Adam (lr 1e-3, betas 0.9/0.999, eps 1e-8 by default).
 type MLP struct {
-	Sizes []int   // layer widths, input first; nil: 784, 256, 128, 10
-	LR    float64 // 0: 1e-3
+	// Sizes are the layer widths, input first; nil: 784, 256, 128, 10.
+	Sizes []int `flag:"sizes" help:"layer widths, input first (default 784,256,128,10)"`
+	// LR is Adam's learning rate; 0: 1e-3.
+	LR float64 `flag:"lr" default:"1e-3" check:">0" help:"learning rate (Adam)"`
 }
 
 func (m *MLP) sizes() []int {

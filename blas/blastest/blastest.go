@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/fulgur-ml/fulgur/internal/blas"
+	"github.com/fulgur-ml/fulgur/blas"
 )
 
 type shape struct{ m, n, k int }

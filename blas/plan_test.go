@@ -10,7 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/fulgur-ml/fulgur/internal/blas"
+	"github.com/fulgur-ml/fulgur/blas"
 )
 
 // The default plan keeps goroutine workers × BLAS threads within the cores

@@ -1,7 +1,17 @@
 // Package panics turns a recovered panic into an error that keeps the
 // panic value and the frames between the panic and the code that recovered
-// it: the user's file:line in a step, a callback or a Dataset's Read. It
-// imports nothing of fulgur.
+// it: the user's file:line in a step, a callback or a Dataset's Read.
+//
+// The trainer, the data loader and the execution engine recover panics in
+// user code and return them wrapped in an *Error, so a program can tell a
+// panic from an ordinary failure and read where it happened:
+//
+//	var pe *panics.Error
+//	if errors.As(err, &pe) { log.Print(pe.Value, pe.Frames[0].File) }
+//
+// It is public (not internal/) because those errors reach users' programs,
+// and because three packages at different layers (data, the engine,
+// trainer) recover the same way. It imports nothing of fulgur.
 package panics
 
 import (

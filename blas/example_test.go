@@ -3,7 +3,7 @@ package blas_test
 import (
 	"fmt"
 
-	"github.com/fulgur-ml/fulgur/internal/blas"
+	"github.com/fulgur-ml/fulgur/blas"
 )
 
 func Example() {

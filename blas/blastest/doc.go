@@ -3,5 +3,5 @@
 // precisions and every transpose combination against a direct triple loop,
 // with leading dimensions wider than the rows and padding that must survive.
 //
-// blastest imports internal/blas and the standard library only.
+// blastest imports blas and the standard library only.
 package blastest

@@ -8,14 +8,13 @@ import (
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
-// AddPlots adds a DeviceStatsMonitor (CPU %, resident memory, every
+// addPlots adds a DeviceStatsMonitor (CPU %, resident memory, every
 // LogEveryNSteps steps, through the loggers) and a Plots callback (charts
 // in RUN_DIR/plots and RUN_DIR/report.md at the end of Fit, test metrics
-// added after Test) to cfg. It has ImageJob.Extra's shape and belongs
-// after SetupRun: it writes into the CSV logger's run directory, and adds
-// nothing but the monitor when there is no CSV logger (-loggers without
-// csv).
-func AddPlots(f *Flags, cfg *trainer.Config) error {
+// added after Test) to cfg. It belongs after setupRun: it writes into the
+// CSV logger's run directory, and adds nothing but the monitor when there
+// is no CSV logger (-loggers without csv).
+func addPlots(f *Settings, cfg *trainer.Config) error {
 	stats, err := callbacks.NewDeviceStatsMonitor(callbacks.DeviceStatsConfig{})
 	if err != nil {
 		return err
@@ -30,10 +29,7 @@ func AddPlots(f *Flags, cfg *trainer.Config) error {
 	if dir == "" {
 		return nil
 	}
-	root := f.RootDir
-	if root == "" {
-		root = "."
-	}
+	root := f.root()
 	ckpts := []string{filepath.Join(root, "checkpoints")}
 	if cfg.LogDir != "" {
 		// The run directory's, where ModelCheckpoint writes without a Dirpath.
@@ -44,7 +40,7 @@ func AddPlots(f *Flags, cfg *trainer.Config) error {
 			ckpts = append([]string{mc.Config().Dirpath}, ckpts...)
 		}
 	}
-	// The flags are the run's hyperparameters (SetupRun logs them to
+	// The flags are the run's hyperparameters (setupRun logs them to
 	// hparams.yaml, which the report shows), so no Config section repeats
 	// them.
 	pc := callbacks.PlotsConfig{Dir: dir, Strategy: f.Strategy, CheckpointDirs: ckpts}

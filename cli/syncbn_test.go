@@ -1,9 +1,8 @@
-package cli
+package cli_test
 
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,7 +13,8 @@ import (
 
 	G "gorgonia.org/gorgonia"
 
-	"github.com/fulgur-ml/fulgur/internal/models"
+	"github.com/fulgur-ml/fulgur/cli"
+	"github.com/fulgur-ml/fulgur/models"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/nn"
 )
@@ -55,27 +55,18 @@ func TestSyncBatchNormFlagReachesLayers(t *testing.T) {
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			probe := &statSyncProbe{ResNet: &models.ResNet{Config: nn.ResNetConfig{BlocksPerStage: 1, Widths: []int{4, 8, 16}}}}
-			var out bytes.Buffer
-			j := ImageJob{Program: "resnet", NewModule: func(*Flags) module.Module { return probe },
-				Defaults: Flags{MaxEpochs: 1, BatchSize: 16, LR: 1e-3, RootDir: t.TempDir()}, Stdout: &out}
+			app := cli.App{Name: "resnet", Model: probe, Data: &cli.FashionMNIST{BatchSize: 16},
+				Trainer: cli.Settings{MaxEpochs: 1, RootDir: t.TempDir()}}
 			args := append([]string{"-no-progress-bar", "-max-steps", "2", "-limit-val-batches", "1", "-limit-test-batches", "1"}, tc.args...)
-			if err := j.Run(context.Background(), args); err != nil {
-				t.Fatal(err)
-			}
+			s, _ := run(t, app, args...)
 			if got := strings.Join(probe.seen, ","); got != tc.want {
 				t.Fatalf("training graphs saw %q, want %q", got, tc.want)
 			}
-			var s Summary
-			if err := json.Unmarshal([]byte(lastLine(out.String())), &s); err != nil || s.GlobalStep != 2 {
-				t.Fatalf("summary %q: %+v, %v", lastLine(out.String()), s, err)
+			if s.GlobalStep != 2 {
+				t.Fatalf("summary %+v", s)
 			}
 		})
 	}
-}
-
-func lastLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return lines[len(lines)-1]
 }
 
 // A two-process DDP run of the resnet program with -sync-batchnorm trains
@@ -87,7 +78,7 @@ func TestSyncBatchNormDDPProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts training processes")
 	}
-	runDDP := func(extra ...string) Summary {
+	runDDP := func(extra ...string) cli.Summary {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 		defer cancel()
@@ -100,10 +91,7 @@ func TestSyncBatchNormDDPProcesses(t *testing.T) {
 		if err := cmd.Run(); err != nil {
 			t.Fatalf("%v: %v\n%s", args, err, errb.String())
 		}
-		var s Summary
-		if err := json.Unmarshal([]byte(lastLine(out.String())), &s); err != nil {
-			t.Fatalf("%v: last line %q is not the summary: %v", args, lastLine(out.String()), err)
-		}
+		s := summaryOf(t, out.String())
 		if s.WorldSize != 2 || s.GlobalStep != 3 || s.Strategy != "ddp" || len(s.WeightsSHA256) != 64 {
 			t.Fatalf("%v: summary %+v", args, s)
 		}

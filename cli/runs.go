@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -10,11 +9,10 @@ import (
 
 	"github.com/fulgur-ml/fulgur/callbacks"
 	"github.com/fulgur-ml/fulgur/profiler"
-	"github.com/fulgur-ml/fulgur/strategy/cluster"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
-// What an example leaves behind, like Lightning: the run directory
+// What a program leaves behind, like Lightning: the run directory
 // ROOT/lightning_logs/version_N is the trainer's (trainer.Config.LogDir):
 // the loggers write there, ModelCheckpoint (given no Dirpath) into its
 // checkpoints/ directory (keeping last.ckpt and the -ckpt-top-k best), a
@@ -22,68 +20,8 @@ import (
 // profilers into ROOT/profiles. "-ckpt-path last" resumes from the newest
 // last.ckpt or interrupted.ckpt under ROOT (trainer.ResolveCheckpoint).
 
-var loggerNames = []string{"csv", "tensorboard", "jsonl"}
-
-func (f *Flags) registerRun(fs *flag.FlagSet) {
-	fs.StringVar(&f.Loggers, "loggers", "csv,tensorboard", "comma-separated loggers writing into ROOT/lightning_logs/version_N: csv, tensorboard, jsonl, or none")
-	fs.StringVar(&f.CkptMonitor, "ckpt-monitor", "", "metric that ranks checkpoints, such as val_loss (default: keep the newest)")
-	fs.StringVar(&f.CkptMode, "ckpt-mode", "min", "min or max: whether a lower or a higher -ckpt-monitor is better")
-	fs.IntVar(&f.CkptTopK, "ckpt-top-k", 1, "checkpoints to keep besides last.ckpt (-1: all)")
-	fs.BoolVar(&f.NoCheckpoint, "no-checkpoint", false, "write no checkpoints during training (SIGINT and SIGTERM still save one)")
-	fs.DurationVar(&f.MaxTime, "max-time", 0, "stop training after this much wall-clock time, such as 1h30m (0: no limit)")
-	fs.BoolVar(&f.NoModelSummary, "no-model-summary", false, "do not print the model summary table at the start")
-}
-
-func (f *Flags) validateRun() []error {
-	var errs []error
-	if _, err := f.loggerList(); err != nil {
-		errs = append(errs, err)
-	}
-	if f.CkptMode != "min" && f.CkptMode != "max" {
-		errs = append(errs, fmt.Errorf("-ckpt-mode is %q: use min or max", f.CkptMode))
-	}
-	if f.CkptTopK < -1 || (f.CkptTopK == 0 && !f.NoCheckpoint) {
-		errs = append(errs, fmt.Errorf("-ckpt-top-k is %d: use 1 or more, or -1 for all (or -no-checkpoint)", f.CkptTopK))
-	}
-	if f.CkptTopK > 1 && f.CkptMonitor == "" {
-		errs = append(errs, fmt.Errorf("-ckpt-top-k is %d but -ckpt-monitor is empty: ranking needs a metric such as val_loss", f.CkptTopK))
-	}
-	if f.MaxTime < 0 {
-		errs = append(errs, fmt.Errorf("-max-time is %v: use a positive duration such as 2h, or 0 for no limit", f.MaxTime))
-	}
-	return errs
-}
-
-func (f *Flags) loggerList() ([]string, error) {
-	if f.Loggers == "" || f.Loggers == "none" {
-		return nil, nil
-	}
-	var out []string
-	for _, n := range strings.Split(f.Loggers, ",") {
-		n = strings.TrimSpace(n)
-		ok := false
-		for _, k := range loggerNames {
-			ok = ok || n == k
-		}
-		if !ok {
-			return nil, fmt.Errorf("-loggers names %q: use a comma-separated list of %s, or none", n, strings.Join(loggerNames, ", "))
-		}
-		out = append(out, n)
-	}
-	return out, nil
-}
-
-// processRank is this process's rank as its launcher set it (0 when none).
-func processRank() int {
-	env, _, err := cluster.Detect(cluster.OSLookup)
-	if err != nil {
-		return 0
-	}
-	return env.Rank
-}
-
-// RunOutputs are what SetupRun added to a trainer.Config.
-type RunOutputs struct {
+// runOutputs are what setupRun added to a trainer.Config.
+type runOutputs struct {
 	// RunDir is ROOT/lightning_logs/version_N, the trainer's LogDir ("" with
 	// no logger and no checkpoints).
 	RunDir string
@@ -97,9 +35,9 @@ type RunOutputs struct {
 	hparams map[string]any
 }
 
-// WriteHParams gives the hyperparameters to the loggers (rank 0 only); call
+// writeHParams gives the hyperparameters to the loggers (rank 0 only); call
 // it once the trainer is built, so a bad configuration leaves no files.
-func (r RunOutputs) WriteHParams() error {
+func (r runOutputs) writeHParams() error {
 	if processRank() != 0 || len(r.hparams) == 0 {
 		return nil
 	}
@@ -111,16 +49,13 @@ func (r RunOutputs) WriteHParams() error {
 	return nil
 }
 
-// SetupRun adds the loggers, ModelCheckpoint, Timer and ModelSummary the
+// setupRun adds the loggers, ModelCheckpoint, Timer and ModelSummary the
 // flags ask for to cfg, keeps hparams (the flags) for WriteHParams, and
 // resolves "-ckpt-path last" to the newest checkpoint under the
 // root directory (starting fresh, with a warning, when there is none).
-func (f *Flags) SetupRun(cfg *trainer.Config, hparams map[string]any) (RunOutputs, error) {
-	out := RunOutputs{hparams: hparams}
-	root := f.RootDir
-	if root == "" {
-		root = "."
-	}
+func (f *Settings) setupRun(cfg *trainer.Config, hparams map[string]any, training bool) (runOutputs, error) {
+	out := runOutputs{hparams: hparams}
+	root := f.root()
 	names, err := f.loggerList()
 	if err != nil {
 		return out, err
@@ -128,14 +63,14 @@ func (f *Flags) SetupRun(cfg *trainer.Config, hparams map[string]any) (RunOutput
 	// The loggers are built before Fit (WriteHParams writes into the run
 	// directory), so the run directory is chosen here and handed to the
 	// trainer, which otherwise picks the same one itself.
-	if len(names) > 0 || !f.NoCheckpoint {
+	if len(names) > 0 || (training && !f.NoCheckpoint) {
 		if out.RunDir, err = trainer.VersionDir(root, ""); err != nil {
 			return out, err
 		}
 		cfg.LogDir = out.RunDir
 	}
 	cfg.DisableLogger = len(names) == 0
-	cfg.DisableCheckpointing = f.NoCheckpoint
+	cfg.DisableCheckpointing = f.NoCheckpoint || !training
 	for _, n := range names {
 		var l trainer.Logger
 		switch n {
@@ -163,14 +98,14 @@ func (f *Flags) SetupRun(cfg *trainer.Config, hparams map[string]any) (RunOutput
 		}
 		cfg.Callbacks = append(cfg.Callbacks, ms)
 	}
-	if f.MaxTime > 0 {
+	if training && f.MaxTime > 0 {
 		tm, err := callbacks.NewTimer(callbacks.TimerConfig{Duration: f.MaxTime})
 		if err != nil {
 			return out, err
 		}
 		cfg.Callbacks = append(cfg.Callbacks, tm)
 	}
-	if !f.NoCheckpoint {
+	if training && !f.NoCheckpoint {
 		mc, err := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{
 			Monitor: f.CkptMonitor, Mode: f.CkptMode, SaveTopK: f.CkptTopK, SaveLast: true,
 			EveryNTrainSteps: f.CkptEveryNSteps,
@@ -181,25 +116,32 @@ func (f *Flags) SetupRun(cfg *trainer.Config, hparams map[string]any) (RunOutput
 		out.Checkpoint = mc
 		cfg.Callbacks = append(cfg.Callbacks, mc)
 	}
+	if !training {
+		return out, nil // Validate, Test and Predict resolve -ckpt-path themselves
+	}
 	out.CkptPath = f.CkptPath
-	if f.CkptPath == trainer.CkptLast {
+	switch f.CkptPath {
+	case "":
+	case trainer.CkptLast:
 		p, err := trainer.ResolveCheckpoint(root, trainer.CkptLast)
 		if err != nil {
 			fmt.Fprintf(w, "-ckpt-path last: %v: starting from scratch\n", err)
 			p = ""
 		}
 		out.CkptPath = p
-	} else if f.CkptPath != "" {
-		if _, err := os.Stat(f.CkptPath); err != nil {
-			return out, fmt.Errorf("-ckpt-path %s: %w: pass a checkpoint file, or last for the newest under -root-dir %s", f.CkptPath, errors.Unwrap(err), root)
+	default:
+		p, err := trainer.ResolveCheckpoint(root, f.CkptPath)
+		if err != nil {
+			return out, fmt.Errorf("-ckpt-path %s: %w", f.CkptPath, err)
 		}
+		out.CkptPath = p
 	}
 	return out, nil
 }
 
-// HParams returns the flags' values by name ("batch_size": 64, ...), for
+// hparams returns the flags' values by name ("batch_size": 64, ...), for
 // the loggers' hyperparameters.
-func HParams(fs *flag.FlagSet) map[string]any {
+func hparams(fs *flag.FlagSet) map[string]any {
 	h := map[string]any{}
 	fs.VisitAll(func(fl *flag.Flag) {
 		var v any = fl.Value.String()

@@ -1,33 +1,18 @@
-package cli
+package cli_test
 
 import (
-	"bytes"
-	"context"
 	"image/png"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/fulgur-ml/fulgur/internal/models"
-	"github.com/fulgur-ml/fulgur/module"
 )
 
 func TestAddPlotsLeavesChartsAndReport(t *testing.T) {
 	root := t.TempDir()
-	var out, errb bytes.Buffer
-	j := ImageJob{
-		Program:   "mlp",
-		NewModule: func(f *Flags) module.Module { return &models.MLP{LR: f.LR} },
-		Defaults:  Flags{MaxEpochs: 2, BatchSize: 64, LR: 1e-3, RootDir: root},
-		Stdout:    &out, Stderr: &errb,
-		Extra: AddPlots,
-	}
-	args := []string{"-no-progress-bar", "-limit-train-batches", "20", "-limit-val-batches", "2", "-limit-test-batches", "2",
+	args := []string{"-max-epochs", "2", "-no-progress-bar", "-limit-train-batches", "20", "-limit-val-batches", "2", "-limit-test-batches", "2",
 		"-log-every-n-steps", "5", "-profiler", "simple", "-no-model-summary"}
-	if err := j.Run(context.Background(), args); err != nil {
-		t.Fatalf("%v\n%s", err, errb.String())
-	}
+	run(t, mlpApp(root), args...)
 	dir := filepath.Join(root, "lightning_logs", "version_0")
 	f, err := os.Open(filepath.Join(dir, "plots", "loss.png"))
 	if err != nil {
@@ -51,5 +36,20 @@ func TestAddPlotsLeavesChartsAndReport(t *testing.T) {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}
+	}
+}
+
+// -no-plots leaves the run directory without charts or a report.
+func TestNoPlots(t *testing.T) {
+	root := t.TempDir()
+	run(t, mlpApp(root), "-no-plots", "-no-progress-bar", "-max-steps", "3", "-limit-val-batches", "1", "-limit-test-batches", "1", "-no-model-summary")
+	dir := filepath.Join(root, "lightning_logs", "version_0")
+	for _, name := range []string{"plots", "report.md"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); !os.IsNotExist(err) {
+			t.Errorf("%s with -no-plots: %v", name, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "metrics.csv")); err != nil {
+		t.Error(err)
 	}
 }

@@ -14,19 +14,38 @@ import (
 // BasicBlocks 16, 32 (s2), 64 (s2), global average pool, Linear 64→10),
 // trained with Adam; Config gives deeper or wider variants.
 type ResNet struct {
+	// Config is the network. Blocks and Width fill in what it leaves zero:
+	// BlocksPerStage, and Widths (Width, 2·Width, 4·Width).
 	Config nn.ResNetConfig
-	LR     float64 // 0: 1e-3
+	// Blocks is the BasicBlocks per stage; 0: 1.
+	Blocks int `flag:"blocks" default:"1" check:">=1" help:"BasicBlocks per stage: 1 is resnet8, 3 is ResNet-20"`
+	// Width is the first stage's channels, doubled at each later stage; 0: 16.
+	Width int `flag:"width" default:"16" check:">=1" help:"channels of the first stage (doubled at each later stage)"`
+	// LR is Adam's learning rate; 0: 1e-3.
+	LR float64 `flag:"lr" default:"1e-3" check:">0" help:"learning rate (Adam)"`
 	// CosineEpochs, when 2 or more, anneals the learning rate per epoch
-	// along a cosine from LR towards 0 over that many epochs (what the
-	// example does for its -max-epochs); 0 keeps LR constant, as the
-	// resnet8 benchmark workload defines it.
-	CosineEpochs int
+	// along a cosine from LR towards 0 over that many epochs (the example
+	// links it to -max-epochs); 0 keeps LR constant, as the resnet8
+	// benchmark workload defines it.
+	CosineEpochs int `flag:"cosine-epochs" check:">=0" help:"anneal the learning rate per epoch along a cosine over this many epochs (0 or 1: constant)"`
 	net          *nn.ResNet
+}
+
+// network is Config with Blocks and Width filled in.
+func (m *ResNet) network() nn.ResNetConfig {
+	c := m.Config
+	if c.BlocksPerStage == 0 {
+		c.BlocksPerStage = m.Blocks
+	}
+	if c.Widths == nil && m.Width > 0 {
+		c.Widths = []int{m.Width, 2 * m.Width, 4 * m.Width}
+	}
+	return c
 }
 
 // Configure declares the network.
 func (m *ResNet) Configure(b *module.Builder) error {
-	m.net = nn.NewResNet(b, m.Config)
+	m.net = nn.NewResNet(b, m.network())
 	return nil
 }
 
@@ -63,6 +82,6 @@ func (m *ResNet) ConfigureOptimizers() (optim.Optimizer, optim.Scheduler, error)
 
 // HParams are the hyperparameters loggers record.
 func (m *ResNet) HParams() map[string]any {
-	c := m.Config
+	c := m.network()
 	return map[string]any{"model": "resnet", "widths": fmt.Sprint(c.Widths), "blocks_per_stage": c.BlocksPerStage, "lr": lrOr(m.LR)}
 }

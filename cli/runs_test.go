@@ -1,7 +1,6 @@
-package cli
+package cli_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -10,32 +9,15 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fulgur-ml/fulgur/internal/models"
-	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/cli"
 )
 
 // runIn runs the mlp example in root with args and returns its summary and
 // what it wrote to stderr.
-func runIn(t *testing.T, root string, args ...string) (Summary, string) {
+func runIn(t *testing.T, root string, args ...string) (cli.Summary, string) {
 	t.Helper()
-	var out, errOut bytes.Buffer
-	j := ImageJob{
-		Program:   "mlp",
-		NewModule: func(f *Flags) module.Module { return &models.MLP{LR: f.LR} },
-		Defaults:  Flags{MaxEpochs: 1, BatchSize: 64, LR: 1e-3, RootDir: root},
-		Stdout:    &out,
-		Stderr:    &errOut,
-	}
 	base := []string{"-no-progress-bar", "-seed", "3", "-deterministic", "-limit-test-batches", "2", "-limit-val-batches", "2"}
-	if err := j.Run(context.Background(), append(base, args...)); err != nil {
-		t.Fatalf("%v: %v\n%s", args, err, errOut.String())
-	}
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	var s Summary
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &s); err != nil {
-		t.Fatalf("last line %q: %v", lines[len(lines)-1], err)
-	}
-	return s, errOut.String()
+	return run(t, mlpApp(root), append(base, args...)...)
 }
 
 func list(t *testing.T, dir string) []string {
@@ -141,16 +123,15 @@ func TestRunTimelineAndAdvancedProfilers(t *testing.T) {
 }
 
 func TestRunFlagErrors(t *testing.T) {
-	j := ImageJob{Program: "mlp", NewModule: func(f *Flags) module.Module { return &models.MLP{} },
-		Defaults: Flags{MaxEpochs: 1, BatchSize: 64, LR: 1e-3, RootDir: t.TempDir()}}
+	j := mlpApp(t.TempDir())
 	err := j.Run(context.Background(), []string{"-loggers", "csv,wandb", "-ckpt-mode", "avg", "-ckpt-top-k", "3", "-max-time", "-1s"})
-	for _, w := range []string{`-loggers names "wandb"`, `-ckpt-mode is "avg"`, "-ckpt-top-k is 3 but -ckpt-monitor is empty", "-max-time is -1s"} {
+	for _, w := range []string{`-loggers names "wandb"`, `-ckpt-mode is "avg"`, "-ckpt-top-k is 3 but -ckpt-monitor is empty", "-max-time is -1s: use a value >= 0"} {
 		if err == nil || !strings.Contains(err.Error(), w) {
 			t.Errorf("err = %v, want %q", err, w)
 		}
 	}
 	err = j.Run(context.Background(), []string{"-ckpt-path", filepath.Join(t.TempDir(), "nope.ckpt")})
-	if err == nil || !strings.Contains(err.Error(), "nope.ckpt") || !strings.Contains(err.Error(), "or last for the newest") {
+	if err == nil || !strings.Contains(err.Error(), "-ckpt-path") || !strings.Contains(err.Error(), "nope.ckpt") || !strings.Contains(err.Error(), `or "last" or "best"`) {
 		t.Errorf("err = %v", err)
 	}
 }

@@ -1,0 +1,567 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/trainer"
+)
+
+// App is a training program: a module and its data, whose fields tagged
+// `flag:"name"` become flags, beside the Trainer's settings (Settings).
+// Main is the whole main function of such a program:
+//
+//	cli.App{Name: "mlp", Model: &models.MLP{}, Data: &cli.FashionMNIST{}}.Main()
+//
+// The first argument picks the subcommand, fit (the default), validate,
+// test or predict; -h lists them and every flag; -config FILE reads flags
+// from a YAML or JSON file, which the command line overrides.
+type App struct {
+	// Name is the program's name in help, errors and the summary.
+	Name string
+	// Description is a line for -h.
+	Description string
+	// Model is the module, a pointer to a struct: its tagged fields are the
+	// model: flags, their values here (or their default tags) the defaults.
+	// Run parses the flags into it.
+	Model module.Module
+	// Data gives the loaders; its tagged fields are the data: flags.
+	Data DataModule
+	// Trainer holds the defaults of the trainer: flags; a zero field takes
+	// the default its tag names.
+	Trainer Settings
+	// Links give a flag the value of another unless it was set on the
+	// command line or in the config file, as LightningCLI's
+	// link_arguments: {From: "max-epochs", To: "cosine-epochs"}.
+	Links []Link
+	// Callbacks, when set, adds callbacks and loggers to the trainer's
+	// configuration once the flags are parsed.
+	Callbacks func(s *Settings, cfg *trainer.Config) error
+	// Stdout receives the JSON summary and -h; nil: os.Stdout.
+	Stdout io.Writer
+	// Stderr receives progress, the model summary and the profiler's
+	// report (trainer.Config.Out); nil: os.Stderr.
+	Stderr io.Writer
+}
+
+// Link copies the value of the flag From into the flag To, unless To was
+// set on the command line or in the config file.
+type Link struct{ From, To string }
+
+// Commands are the subcommands, in the order -h lists them.
+var Commands = []struct{ Name, Help string }{
+	{"fit", "train (resuming from -ckpt-path), then test the trained weights when the data has a test split (the default)"},
+	{"validate", "run the validation loop once on -ckpt-path's weights"},
+	{"test", "run the test loop once on -ckpt-path's weights"},
+	{"predict", "run the predict loop on -ckpt-path's weights; -predictions FILE keeps the outputs"},
+}
+
+// Main runs the program on os.Args and exits: 0 on success and after -h,
+// 130 or 143 after SIGINT or SIGTERM (the run saved), 1 on any error,
+// printed as one sentence without a panic trace.
+func (a App) Main() {
+	if err := a.Run(context.Background(), os.Args[1:]); err != nil {
+		fail(a.Name, err)
+	}
+}
+
+// group is one section of flags: trainer, model or data.
+type group struct {
+	name   string
+	fields []*field
+}
+
+// parsed is the outcome of reading the command line and the config file.
+type parsed struct {
+	command string
+	s       *Settings
+	fs      *flag.FlagSet
+	groups  []group
+	byName  map[string]*field
+	set     map[string]bool // given on the command line or in the config file
+	config  string
+	print   bool
+}
+
+// Run is Main without the exit. It returns flag.ErrHelp after -h.
+func (a App) Run(ctx context.Context, args []string) error {
+	t0 := time.Now()
+	p, err := a.parse(args)
+	if err != nil {
+		return err
+	}
+	if p.print {
+		return printConfig(a.stdout(), p.groups)
+	}
+	if a.Model == nil {
+		return errors.New("cli: App.Model is nil: give the module to train")
+	}
+	if a.Data == nil {
+		return errors.New("cli: App.Data is nil: give a DataModule such as &cli.FashionMNIST{}")
+	}
+	s := p.s
+	loaders, err := a.Data.Loaders(s.Seed)
+	if err != nil {
+		return err
+	}
+	if err := loaders.check(p.command, a.Data); err != nil {
+		return err
+	}
+	cfg, err := s.TrainerConfig()
+	if err != nil {
+		return err
+	}
+	if a.Stderr != nil {
+		cfg.Out = a.Stderr
+	}
+	training := p.command == "fit"
+	runs, err := s.setupRun(&cfg, hparams(p.fs), training)
+	if err != nil {
+		return err
+	}
+	if training && !s.NoPlots {
+		if err := addPlots(s, &cfg); err != nil {
+			return err
+		}
+	}
+	if a.Callbacks != nil {
+		if err := a.Callbacks(s, &cfg); err != nil {
+			return err
+		}
+	}
+	tr, err := trainer.New(cfg)
+	if err != nil {
+		return err
+	}
+	if err := runs.writeHParams(); err != nil {
+		return err
+	}
+	defer closeProfiler(tr.Config().Profiler)
+	cfg = tr.Config()
+	ev := cfg.Log.Info().Str("data", loaders.Source).Str("command", p.command)
+	if loaders.Train != nil {
+		ev = ev.Int("train", loaders.Train.Dataset().Len())
+	}
+	if loaders.Test != nil {
+		ev = ev.Int("test", loaders.Test.Dataset().Len())
+	}
+	ev.Msg(a.Name)
+	sum := Summary{Program: a.Name, Command: p.command, TestAcc: -1, TestLoss: -1, Strategy: cfg.Strategy,
+		Data: loaders.Source, Seed: s.Seed, RunDir: runs.RunDir}
+	if training {
+		return a.fit(ctx, tr, loaders, runs, sum, args, t0)
+	}
+	return a.evaluate(ctx, tr, p.command, s, loaders, sum, t0)
+}
+
+func (a App) stderr() io.Writer {
+	if a.Stderr == nil {
+		return os.Stderr
+	}
+	return a.Stderr
+}
+
+func (a App) stdout() io.Writer {
+	if a.Stdout == nil {
+		return os.Stdout
+	}
+	return a.Stdout
+}
+
+// fit trains, then tests when the data has a test split, and prints the
+// summary on rank 0.
+func (a App) fit(ctx context.Context, tr *trainer.Trainer, l Loaders, runs runOutputs, sum Summary, args []string, t0 time.Time) error {
+	var opts []trainer.FitOption
+	if runs.CkptPath != "" {
+		opts = append(opts, trainer.FromCheckpoint(runs.CkptPath))
+	}
+	// SIGINT and SIGTERM during Fit are the trainer's: it finishes the
+	// step, saves a checkpoint and returns a *trainer.InterruptedError,
+	// which Main turns into the exit status 130 or 143.
+	err := tr.Fit(ctx, a.Model, l.Train, l.Val, opts...)
+	fill := func() {
+		st := tr.Stats()
+		sum.TrainSamplesPerS, sum.Epochs, sum.GlobalStep, sum.WorldSize = math.Round(st.TrainSamplesPerS), st.Epochs, st.GlobalStep, st.WorldSize
+		sum.WeightsSHA256, sum.Seconds = tr.Store().SHA256(), since(t0)
+	}
+	var ie *trainer.InterruptedError
+	if errors.As(err, &ie) {
+		defer tr.Teardown(ctx)
+		if !tr.IsGlobalZero() {
+			return &Interrupted{Err: ie}
+		}
+		fill()
+		sum.Interrupted, sum.Checkpoint = true, ie.Checkpoint
+		if perr := sum.Print(a.stdout()); perr != nil {
+			return perr
+		}
+		return &Interrupted{Err: ie, Resume: resumeCommand(a.Name, args, ie.Checkpoint)}
+	}
+	if err != nil {
+		return err
+	}
+	if tr.IsWorker() {
+		return nil
+	}
+	if l.Test != nil {
+		res, err := tr.Test(ctx, a.Model, l.Test)
+		if err != nil {
+			return err
+		}
+		sum.TestAcc, sum.TestLoss, sum.Metrics = finite(res["test_acc"]), finite(res["test_loss"]), res
+	}
+	defer tr.Teardown(ctx)
+	if !tr.IsGlobalZero() {
+		return nil
+	}
+	fill()
+	return sum.Print(a.stdout())
+}
+
+// evaluate runs validate, test or predict on -ckpt-path's weights.
+func (a App) evaluate(ctx context.Context, tr *trainer.Trainer, command string, s *Settings, l Loaders, sum Summary, t0 time.Time) error {
+	defer tr.Teardown(ctx)
+	var opts []trainer.EvalOption
+	ckpt := ""
+	if s.CkptPath != "" {
+		var err error
+		if ckpt, err = trainer.ResolveCheckpoint(s.root(), s.CkptPath); err != nil {
+			return fmt.Errorf("-ckpt-path %s: %w", s.CkptPath, err)
+		}
+		opts = append(opts, trainer.WithCheckpoint(ckpt))
+	} else {
+		fmt.Fprintf(a.stderr(), "%s: no -ckpt-path: evaluating the freshly initialised weights (give -ckpt-path last, best or a file)\n", command)
+	}
+	var res map[string]float64
+	var err error
+	switch command {
+	case "validate":
+		res, err = tr.Validate(ctx, a.Model, l.Val, opts...)
+	case "test":
+		res, err = tr.Test(ctx, a.Model, l.Test, opts...)
+	case "predict":
+		err = a.predict(ctx, tr, l.Predict, opts, s.Predictions, &sum)
+	}
+	if err != nil {
+		return err
+	}
+	if !tr.IsGlobalZero() {
+		return nil
+	}
+	if res != nil {
+		sum.Metrics = res
+		if v, ok := res["test_acc"]; ok {
+			sum.TestAcc = finite(v)
+		}
+		if v, ok := res["test_loss"]; ok {
+			sum.TestLoss = finite(v)
+		}
+	}
+	c := tr.Config()
+	sum.Checkpoint, sum.WorldSize = ckpt, max(1, c.Devices)*max(1, c.NumNodes)
+	if ckpt != "" {
+		// The checkpoint's position, so a summary says which weights it measured.
+		if info, err := trainer.ReadCheckpointInfo(ckpt); err == nil {
+			sum.GlobalStep = info.GlobalStep
+		}
+	}
+	if st := tr.Store(); st != nil {
+		sum.WeightsSHA256 = st.SHA256()
+	}
+	sum.Seconds = since(t0)
+	return sum.Print(a.stdout())
+}
+
+// predict writes the predictions, one JSON array per row, to path (rank
+// 0; "" writes none) and counts the rows.
+func (a App) predict(ctx context.Context, tr *trainer.Trainer, l *data.Loader, opts []trainer.EvalOption, path string, sum *Summary) error {
+	outs, err := tr.Predict(ctx, a.Model, l, opts...)
+	if err != nil {
+		return err
+	}
+	var w *bufio.Writer
+	if path != "" && tr.IsGlobalZero() {
+		f, err := os.Create(path)
+		if err != nil {
+			return fmt.Errorf("-predictions %s: %w", path, err)
+		}
+		defer f.Close()
+		w = bufio.NewWriter(f)
+	}
+	for _, t := range outs {
+		rows := 1
+		if sh := t.Shape(); len(sh) > 0 {
+			rows = sh[0]
+		}
+		sum.Predictions += rows
+		if w == nil || rows == 0 {
+			continue
+		}
+		var vals []float64
+		switch d := t.Data().(type) {
+		case []float32:
+			for _, v := range d {
+				vals = append(vals, float64(v))
+			}
+		case []float64:
+			vals = d
+		default:
+			return fmt.Errorf("predict: outputs of type %T cannot be written: return float32 or float64 tensors from PredictStep", d)
+		}
+		n := len(vals) / rows
+		for r := 0; r < rows; r++ {
+			b, err := json.Marshal(vals[r*n : (r+1)*n])
+			if err != nil {
+				return err
+			}
+			w.Write(b)
+			w.WriteByte('\n')
+		}
+	}
+	if w != nil {
+		if err := w.Flush(); err != nil {
+			return fmt.Errorf("-predictions %s: %w", path, err)
+		}
+	}
+	return nil
+}
+
+// parse reads the subcommand, the flags and the config file.
+func (a App) parse(args []string) (*parsed, error) {
+	p := &parsed{command: "fit", set: map[string]bool{}, byName: map[string]*field{}}
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		ok := false
+		for _, c := range Commands {
+			ok = ok || c.Name == args[0]
+		}
+		if !ok {
+			return nil, fmt.Errorf("unknown command %q: use %s (see %s -h)", args[0], commandNames(), a.Name)
+		}
+		p.command, args = args[0], args[1:]
+	}
+	s := a.Trainer
+	p.s = &s
+	fs := flag.NewFlagSet(a.Name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	p.fs = fs
+	for _, g := range []struct {
+		name string
+		v    any
+	}{{"trainer", p.s}, {"model", a.Model}, {"data", a.Data}} {
+		fields, err := structFields(g.v, g.name)
+		if err != nil {
+			return nil, fmt.Errorf("cli: %w", err)
+		}
+		for _, f := range fields {
+			if prev, dup := p.byName[f.name]; dup {
+				where := groupOf(p.groups, prev)
+				if where == "?" {
+					where = g.name
+				}
+				return nil, fmt.Errorf("cli: flag -%s is defined twice (%s and %s): rename one tag", f.name, where, g.name)
+			}
+			p.byName[f.name] = f
+			var v flag.Value = fieldValue{f}
+			if f.v.CanAddr() {
+				if fv, ok := f.v.Addr().Interface().(flag.Value); ok {
+					v = fv
+				}
+			}
+			fs.Var(v, f.name, f.help)
+		}
+		p.groups = append(p.groups, group{g.name, fields})
+	}
+	fs.StringVar(&p.config, "config", "", "read flags from this YAML or JSON file (sections trainer:, model:, data:); the command line overrides it")
+	fs.BoolVar(&p.print, "print-config", false, "print the settings as a config file and exit")
+	for _, arg := range args {
+		if arg == "--" {
+			break
+		}
+		if arg == "-h" || arg == "-help" || arg == "--help" || arg == "--h" {
+			a.usage(a.stdout(), p)
+			return nil, flag.ErrHelp
+		}
+	}
+	if err := parseArgs(fs, args); err != nil {
+		return nil, fmt.Errorf("%v (see %s -h)", err, a.Name)
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q: every option is a flag, and the command comes first (see %s -h)", fs.Args(), a.Name)
+	}
+	fs.Visit(func(f *flag.Flag) { p.set[f.Name] = true })
+	if p.config != "" {
+		if err := applyConfig(p.config, p); err != nil {
+			return nil, err
+		}
+	}
+	for _, l := range a.Links {
+		from, to := fs.Lookup(l.From), fs.Lookup(l.To)
+		if from == nil || to == nil {
+			return nil, fmt.Errorf("cli: link %s -> %s: both must be flags of the program", l.From, l.To)
+		}
+		if !p.set[l.To] {
+			if err := to.Value.Set(from.Value.String()); err != nil {
+				return nil, fmt.Errorf("cli: link %s -> %s: %w", l.From, l.To, err)
+			}
+		}
+	}
+	var errs []error
+	for _, g := range p.groups {
+		for _, f := range g.fields {
+			if err := f.validate(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	errs = append(errs, p.s.validate()...)
+	for _, v := range []any{a.Model, a.Data} {
+		if c, ok := v.(interface{ Validate() error }); ok {
+			if err := c.Validate(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func groupOf(groups []group, f *field) string {
+	for _, g := range groups {
+		for _, x := range g.fields {
+			if x == f {
+				return g.name
+			}
+		}
+	}
+	return "?"
+}
+
+func commandNames() string {
+	names := make([]string, len(Commands))
+	for i, c := range Commands {
+		names[i] = c.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+// usage lists the commands and every flag by section.
+func (a App) usage(w io.Writer, p *parsed) {
+	fmt.Fprintf(w, "Usage: %s [command] [flags]\n", a.Name)
+	if a.Description != "" {
+		fmt.Fprintf(w, "\n%s\n", a.Description)
+	}
+	fmt.Fprintf(w, "\nCommands:\n")
+	for _, c := range Commands {
+		fmt.Fprintf(w, "  %-9s %s\n", c.Name, c.Help)
+	}
+	for _, g := range append(p.groups, group{name: "config"}) {
+		names := make([]string, 0, len(g.fields))
+		for _, f := range g.fields {
+			names = append(names, f.name)
+		}
+		if g.name == "config" {
+			names = []string{"config", "print-config"}
+		}
+		if len(names) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s flags:\n", strings.ToUpper(g.name[:1])+g.name[1:])
+		sort.Strings(names)
+		for _, n := range names {
+			fl := p.fs.Lookup(n)
+			kind := valueKind(fl.Value)
+			if n == "config" {
+				kind = " file"
+			}
+			fmt.Fprintf(w, "  -%s%s\n    \t%s", n, kind, fl.Usage)
+			for _, l := range a.Links {
+				if l.To == n {
+					fmt.Fprintf(w, " (default: the value of -%s)", l.From)
+				}
+			}
+			if def := fl.DefValue; def != "" && def != "0" && def != "false" && def != "0s" {
+				if strings.HasPrefix(kind, " string") {
+					def = strconv.Quote(def)
+				}
+				fmt.Fprintf(w, " (default %s)", def)
+			}
+			fmt.Fprintln(w)
+		}
+	}
+}
+
+func valueKind(v flag.Value) string {
+	if b, ok := v.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+		if _, count := v.(*Count); count {
+			return " [N]"
+		}
+		return ""
+	}
+	if fv, ok := v.(fieldValue); ok {
+		switch {
+		case fv.f.v.Type() == durationType:
+			return " duration"
+		case fv.f.v.Kind() == reflect.String:
+			if len(fv.f.choices) > 0 {
+				return " " + strings.Join(fv.f.choices, "|")
+			}
+			return " string"
+		case fv.f.v.CanFloat():
+			return " number"
+		case fv.f.v.CanInt(), fv.f.v.CanUint():
+			return " int"
+		case fv.f.v.Kind() == reflect.Slice:
+			return " ints"
+		}
+	}
+	if _, ok := v.(interface{ Get() any }); ok {
+		return " value"
+	}
+	return " string"
+}
+
+// parseArgs parses args into fs. A count flag that may be given bare
+// (-fast-dev-run) also takes its value as the next argument when that is a
+// number, "-fast-dev-run 5": Go's flag package would read a bare flag and
+// then a stray argument "5".
+func parseArgs(fs *flag.FlagSet, args []string) error {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		out = append(out, a)
+		if a == "--" {
+			out = append(out, args[i+1:]...)
+			break
+		}
+		name := strings.TrimLeft(a, "-")
+		if !strings.HasPrefix(a, "-") || strings.Contains(name, "=") || i+1 == len(args) {
+			continue
+		}
+		if fl := fs.Lookup(name); fl != nil {
+			if _, ok := fl.Value.(*Count); ok {
+				if _, err := strconv.Atoi(args[i+1]); err == nil {
+					out[len(out)-1] = a + "=" + args[i+1]
+					i++
+				}
+			}
+		}
+	}
+	return fs.Parse(out)
+}

@@ -1,0 +1,118 @@
+package cli_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fulgur-ml/fulgur/cli"
+	"github.com/fulgur-ml/fulgur/models"
+)
+
+// fit, then validate, test and predict on its checkpoints, as separate
+// programs would: test on "last" gives the accuracy fit measured on the
+// trained weights, and predict writes one row of 10 logits per example.
+func TestSubcommandsEvaluateCheckpoints(t *testing.T) {
+	root := t.TempDir()
+	base := []string{"-no-progress-bar", "-no-model-summary", "-seed", "5", "-deterministic"}
+	fit, _ := run(t, mlpApp(root), append(base, "-max-steps", "20", "-limit-val-batches", "2", "-limit-test-batches", "2")...)
+	if fit.Command != "fit" || fit.TestAcc <= 0.2 {
+		t.Fatalf("fit summary %+v", fit)
+	}
+	last := filepath.Join(root, "lightning_logs", "version_0", "checkpoints", "last.ckpt")
+
+	test, _ := run(t, mlpApp(root), append([]string{"test"}, append(base, "-ckpt-path", "last", "-limit-test-batches", "2")...)...)
+	if test.Command != "test" || test.Checkpoint != last || test.TestAcc != fit.TestAcc || test.TestLoss != fit.TestLoss || test.WeightsSHA256 != fit.WeightsSHA256 || test.GlobalStep != 20 {
+		t.Errorf("test on last: %+v\nfit: %+v", test, fit)
+	}
+
+	val, _ := run(t, mlpApp(root), append([]string{"validate"}, append(base, "-ckpt-path", last, "-limit-val-batches", "2")...)...)
+	// The validation set is the test split (FashionMNIST): same batches, same figures.
+	if val.Command != "validate" || val.Metrics["val_acc"] != fit.TestAcc || val.TestAcc != -1 {
+		t.Errorf("validate: %+v, want val_acc %v", val, fit.TestAcc)
+	}
+
+	// No -ckpt-path: the freshly initialised weights, with a warning.
+	fresh, stderr := run(t, mlpApp(root), append([]string{"test"}, append(base, "-limit-test-batches", "2")...)...)
+	if fresh.WeightsSHA256 == fit.WeightsSHA256 || fresh.Checkpoint != "" || !strings.Contains(stderr, "no -ckpt-path") {
+		t.Errorf("test without -ckpt-path: %+v\n%s", fresh, stderr)
+	}
+
+	preds := filepath.Join(t.TempDir(), "p.jsonl")
+	pred, _ := run(t, mlpApp(root), append([]string{"predict"}, append(base, "-ckpt-path", "last", "-limit-predict-batches", "1", "-predictions", preds)...)...)
+	if pred.Command != "predict" || pred.Predictions != 256 {
+		t.Errorf("predict: %+v, want 256 rows (one batch of 256)", pred)
+	}
+	f, err := os.Open(preds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rows := 0
+	for sc := bufio.NewScanner(f); sc.Scan(); rows++ {
+		var logits []float64
+		if err := json.Unmarshal(sc.Bytes(), &logits); err != nil || len(logits) != 10 {
+			t.Fatalf("row %d: %q: %v", rows, sc.Text(), err)
+		}
+	}
+	if rows != 256 {
+		t.Errorf("%s has %d rows, want 256", preds, rows)
+	}
+
+	// A checkpoint that is not there is an error naming the flag and the fix.
+	err = mlpApp(root).Run(context.Background(), []string{"test", "-ckpt-path", filepath.Join(root, "nope.ckpt")})
+	if err == nil || !strings.Contains(err.Error(), "-ckpt-path") || !strings.Contains(err.Error(), `"last" or "best"`) {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func TestHelpListsCommandsAndFlags(t *testing.T) {
+	var out bytes.Buffer
+	app := mlpApp(t.TempDir())
+	app.Stdout = &out
+	app.Description = "the mlp"
+	err := app.Run(context.Background(), []string{"test", "-max-steps", "3", "-h"})
+	if err == nil || err.Error() != "flag: help requested" {
+		t.Fatalf("err = %v, want flag.ErrHelp", err)
+	}
+	help := out.String()
+	for _, w := range []string{"Usage: mlp [command] [flags]", "the mlp",
+		"\n  fit ", "\n  validate ", "\n  test ", "\n  predict ",
+		"Trainer flags:", "  -max-epochs int\n", "(default 1)", "  -fast-dev-run [N]", "  -precision 32|64",
+		"Model flags:", "  -lr number\n", "learning rate (Adam) (default 0.001)",
+		"Data flags:", "  -batch-size int\n", "  -data string",
+		"  -config file", "  -print-config"} {
+		if !strings.Contains(help, w) {
+			t.Errorf("-h lacks %q:\n%s", w, help)
+		}
+	}
+}
+
+// trainOnly is data with a training split alone.
+type trainOnly struct{ cli.FashionMNIST }
+
+func (d *trainOnly) Loaders(seed uint64) (cli.Loaders, error) {
+	l, err := d.FashionMNIST.Loaders(seed)
+	return cli.Loaders{Train: l.Train, Source: l.Source}, err
+}
+
+// A command whose split the data lacks is refused before any training;
+// fit without a test split trains and skips the test.
+func TestCommandNeedsItsSplit(t *testing.T) {
+	app := func() cli.App {
+		return cli.App{Name: "mlp", Model: &models.MLP{}, Data: &trainOnly{}, Trainer: cli.Settings{MaxEpochs: 1, RootDir: t.TempDir()}}
+	}
+	err := app().Run(context.Background(), []string{"validate"})
+	if err == nil || !strings.Contains(err.Error(), "validate: the data (*cli_test.trainOnly) gives no Loaders.Val") {
+		t.Errorf("err = %v", err)
+	}
+	s, _ := run(t, app(), "-max-steps", "3", "-no-progress-bar", "-no-model-summary")
+	if s.GlobalStep != 3 || s.TestAcc != -1 || s.Metrics != nil {
+		t.Errorf("fit without a test split: %+v", s)
+	}
+}

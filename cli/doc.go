@@ -1,0 +1,29 @@
+// Package cli is LightningCLI for Go: it turns a module, its data and the
+// Trainer's settings into a command-line program with subcommands, flags
+// and config files, so a training program's main is one statement:
+//
+//	cli.App{Name: "mlp", Model: &models.MLP{}, Data: &cli.FashionMNIST{}}.Main()
+//
+// Flags come from struct fields tagged `flag:"name"`, in three sections:
+// the Trainer's (Settings: -max-epochs, -devices, -strategy, -ckpt-path,
+// ...), the model's and the data's (a DataModule). A tag may add
+// `help:"..."`, `default:"..."` (when the field is zero in the value given),
+// `choices:"a,b"` and `check:">0"`; a bad value gets an error naming the
+// flag, the value and what to write instead. Subcommands: fit (the
+// default: train, then test), validate, test and predict, which evaluate
+// -ckpt-path (a file, last or best). -config FILE reads the same flags from
+// YAML or JSON sections trainer:, model:, data: (the command line wins),
+// and -print-config writes one. -h lists the commands and every flag.
+//
+// Whatever the command, the last line on stdout is one JSON object, the
+// Summary (test_acc, test_loss, train_samples_per_s, world_size,
+// weights_sha256, ...), printed by rank 0. A fit leaves its run directory
+// ROOT/lightning_logs/version_N (loggers, checkpoints, plots/ and
+// report.md); SIGINT or SIGTERM saves a checkpoint and prints the command
+// that resumes. Under ddp the program re-executes itself for its other
+// ranks with the same arguments, so every rank parses the same flags.
+//
+// cli imports callbacks, trainer, data, module, profiler and
+// strategy/cluster (the rank, for per-rank profiles); it holds no training
+// logic: everything it does goes through trainer.Trainer.
+package cli

@@ -1,0 +1,71 @@
+package cli
+
+import (
+	"fmt"
+
+	"github.com/fulgur-ml/fulgur/data"
+)
+
+// DataModule gives a run its loaders, as Lightning's LightningDataModule.
+// Its fields tagged `flag:"name"` are flags (the data: section of a config
+// file), as a model's are.
+type DataModule interface {
+	// Loaders opens the data; seed is the run's -seed, for shuffling.
+	Loaders(seed uint64) (Loaders, error)
+}
+
+// Loaders are a run's data. A nil loader is a split the data lacks:
+// validate needs Val, test Test, predict Predict.
+type Loaders struct {
+	Train, Val, Test, Predict *data.Loader
+	// Source says where the data came from (a directory, "embedded"), for
+	// the log and the summary's "data".
+	Source string
+}
+
+// check says which loader command needs and d lacks.
+func (l Loaders) check(command string, d DataModule) error {
+	var have *data.Loader
+	field := map[string]string{"fit": "Train", "validate": "Val", "test": "Test", "predict": "Predict"}[command]
+	switch command {
+	case "fit":
+		have = l.Train
+	case "validate":
+		have = l.Val
+	case "test":
+		have = l.Test
+	case "predict":
+		have = l.Predict
+	}
+	if have == nil {
+		return fmt.Errorf("%s: the data (%T) gives no Loaders.%s: set it in its Loaders method, or run another command", command, d, field)
+	}
+	return nil
+}
+
+// FashionMNIST is the examples' data: Fashion-MNIST from -data, else the
+// installed copy (Debian's dataset-fashion-mnist), else the embedded
+// subset. As in Lightning's MNIST examples, the test split doubles as the
+// validation set (nothing is selected on it) and is what predict reads.
+type FashionMNIST struct {
+	Dir       string `flag:"data" help:"directory of the data set (default: installed copy, else the embedded subset)"`
+	BatchSize int    `flag:"batch-size" default:"64" check:">=1" help:"examples per batch (per rank)"`
+	DropLast  bool   `flag:"drop-last" help:"drop the last partial training batch"`
+}
+
+// Loaders opens the data set.
+func (d *FashionMNIST) Loaders(seed uint64) (Loaders, error) {
+	train, test, source, err := data.OpenFashionMNIST(d.Dir)
+	if err != nil {
+		return Loaders{}, err
+	}
+	trainL, err := data.NewLoader(train, data.LoaderConfig{BatchSize: d.BatchSize, Shuffle: true, DropLast: d.DropLast, Seed: seed})
+	if err != nil {
+		return Loaders{}, err
+	}
+	testL, err := data.NewLoader(test, data.LoaderConfig{BatchSize: max(d.BatchSize, 256)})
+	if err != nil {
+		return Loaders{}, err
+	}
+	return Loaders{Train: trainL, Val: testL, Test: testL, Predict: testL, Source: source}, nil
+}

@@ -1,0 +1,63 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/fulgur-ml/fulgur/cli"
+	"github.com/fulgur-ml/fulgur/trainer"
+)
+
+// cancelAt cancels the run's context after a training step, as a SIGINT
+// would stop it.
+type cancelAt struct {
+	step   int
+	cancel context.CancelFunc
+}
+
+func (c *cancelAt) Name() string { return "cancelAt" }
+
+func (c *cancelAt) OnTrainBatchEnd(_ context.Context, s *trainer.State) error {
+	if s.GlobalStep == c.step {
+		c.cancel()
+	}
+	return nil
+}
+
+// A run stopped midway prints an interrupted summary and returns the
+// command that resumes it; running that command finishes with the weights
+// of an uninterrupted run.
+func TestInterruptedRunResumes(t *testing.T) {
+	root := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	args := []string{"fit", "-max-steps", "12", "-seed", "2", "-deterministic", "-no-progress-bar", "-no-model-summary", "-limit-val-batches", "1", "-limit-test-batches", "1"}
+	app := mlpApp(root)
+	var out, errb bytes.Buffer
+	app.Stdout, app.Stderr = &out, &errb
+	app.Callbacks = func(_ *cli.Settings, cfg *trainer.Config) error {
+		cfg.Callbacks = append(cfg.Callbacks, &cancelAt{step: 5, cancel: cancel})
+		return nil
+	}
+	err := app.Run(ctx, args)
+	var ie *cli.Interrupted
+	if !errors.As(err, &ie) || ie.Err.Checkpoint == "" || !strings.Contains(ie.Resume, "-ckpt-path") {
+		t.Fatalf("err = %v, want *cli.Interrupted with a resume command\n%s", err, errb.String())
+	}
+	s := summaryOf(t, out.String())
+	if !s.Interrupted || s.Checkpoint != ie.Err.Checkpoint || s.TestAcc != -1 || s.GlobalStep < 5 || s.GlobalStep >= 12 {
+		t.Fatalf("summary %+v", s)
+	}
+	words := strings.Fields(ie.Resume)
+	if words[0] != "mlp" || strings.Join(words[1:len(words)-2], " ") != strings.Join(args, " ") || words[len(words)-1] != ie.Err.Checkpoint {
+		t.Fatalf("resume command %q for args %q", ie.Resume, args)
+	}
+	resumed, _ := run(t, mlpApp(root), words[1:]...)
+	straight, _ := run(t, mlpApp(t.TempDir()), args...)
+	if resumed.GlobalStep != 12 || resumed.WeightsSHA256 != straight.WeightsSHA256 {
+		t.Errorf("resumed %+v\nstraight %+v", resumed, straight)
+	}
+}

@@ -1,0 +1,62 @@
+package cli_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+func TestFitSummary(t *testing.T) {
+	s := runMLP(t, "-max-steps", "30", "-limit-test-batches", "4", "-seed", "3", "-deterministic")
+	if s.Command != "fit" || s.GlobalStep != 30 || s.Epochs != 1 || s.WorldSize != 1 || len(s.WeightsSHA256) != 64 {
+		t.Fatalf("summary = %+v", s)
+	}
+	// 30 Adam steps on Fashion-MNIST get well past chance (0.1).
+	if s.TestAcc < 0.4 || s.TestLoss <= 0 || s.TrainSamplesPerS <= 0 {
+		t.Fatalf("summary = %+v: want test_acc > 0.4 after 30 steps", s)
+	}
+	again := runMLP(t, "-max-steps", "30", "-limit-test-batches", "4", "-seed", "3", "-deterministic")
+	if again.WeightsSHA256 != s.WeightsSHA256 {
+		t.Fatalf("same seed, different weights: %s vs %s", s.WeightsSHA256, again.WeightsSHA256)
+	}
+	other := runMLP(t, "-max-steps", "30", "-limit-test-batches", "4", "-seed", "4", "-deterministic")
+	if other.WeightsSHA256 == s.WeightsSHA256 {
+		t.Fatal("a different seed gave the same weights")
+	}
+}
+
+func TestBadFlagsNameFlagValueAndFix(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"-batch-size", "0", "-lr", "-1"}, []string{"-batch-size is 0: use a value >= 1", "-lr is -1: use a value > 0"}},
+		{[]string{"-max-steps", "ten"}, []string{`invalid value "ten" for flag -max-steps: use a whole number`, "mlp -h"}},
+		{[]string{"-precision", "16"}, []string{`-precision is "16": use one of 32, 64`}},
+		{[]string{"-data", "/nonexistent/fashion"}, []string{"/nonexistent/fashion is not a directory"}},
+		{[]string{"-strategy", "warp"}, []string{`Strategy is "warp"`}},
+		{[]string{"-profiler", "gprof"}, []string{`-profiler is "gprof": use one of advanced, simple, timeline, or none`}},
+		{[]string{"fitt"}, []string{`unknown command "fitt": use fit, validate, test, predict`}},
+		{[]string{"-max-steps", "3", "extra"}, []string{`unexpected arguments ["extra"]`, "the command comes first"}},
+		{[]string{"-nope"}, []string{"flag provided but not defined: -nope"}},
+	} {
+		// A fresh App each time: Run parses into the App's model and data.
+		err := mlpApp(t.TempDir()).Run(context.Background(), c.args)
+		for _, w := range c.want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("%q: err = %v, want %q", c.args, err, w)
+			}
+		}
+	}
+}
+
+func TestFastDevRunBare(t *testing.T) {
+	s := runMLP(t, "-fast-dev-run")
+	if s.GlobalStep != 1 || s.Epochs != 1 {
+		t.Fatalf("summary = %+v, want 1 step in 1 epoch", s)
+	}
+	s = runMLP(t, "-fast-dev-run", "3")
+	if s.GlobalStep != 3 {
+		t.Fatalf("summary = %+v, want 3 steps", s)
+	}
+}

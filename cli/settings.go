@@ -1,0 +1,200 @@
+package cli
+
+import (
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fulgur-ml/fulgur/profiler"
+	"github.com/fulgur-ml/fulgur/strategy/cluster"
+	"github.com/fulgur-ml/fulgur/trainer"
+)
+
+// Settings are the Trainer's flags (the trainer: section of a config
+// file), with what the run leaves behind: loggers, checkpoints, profiles.
+// A program gives its defaults in App.Trainer; a zero field takes the
+// default in its tag.
+type Settings struct {
+	MaxEpochs           int    `flag:"max-epochs" check:">=0" help:"stop after this many epochs (0 with -max-steps 0: 1000)"`
+	MaxSteps            int    `flag:"max-steps" check:">=0" help:"stop after this many optimizer steps (0: no limit)"`
+	Devices             int    `flag:"devices" default:"1" check:">=-1" help:"devices (processes or replicas) per node; -1 for all"`
+	NumNodes            int    `flag:"num-nodes" default:"1" check:">=1" help:"number of machines"`
+	Strategy            string `flag:"strategy" default:"auto" help:"auto, single, dp, ddp, ddp_spawn, sharded, sharded_stage1 or sharded_stage2"`
+	Accelerator         string `flag:"accelerator" default:"cpu" help:"cpu, cuda or auto"`
+	LimitTrainBatches   int    `flag:"limit-train-batches" check:">=0" help:"training batches per epoch (0: all)"`
+	LimitValBatches     int    `flag:"limit-val-batches" check:">=0" help:"validation batches (0: all)"`
+	LimitTestBatches    int    `flag:"limit-test-batches" check:">=0" help:"test batches (0: all)"`
+	LimitPredictBatches int    `flag:"limit-predict-batches" check:">=0" help:"predict batches (0: all)"`
+	// FastDevRun may be given bare, as Lightning's fast_dev_run=True.
+	FastDevRun      Count   `flag:"fast-dev-run" help:"run this many batches of train, validation and test as a smoke test; bare: 1"`
+	Seed            uint64  `flag:"seed" help:"seed for initialisation, shuffling and dropout"`
+	Deterministic   bool    `flag:"deterministic" help:"bitwise-reproducible run for a given seed"`
+	SyncBatchNorm   bool    `flag:"sync-batchnorm" help:"reduce BatchNorm batch statistics across all replicas (SyncBatchNorm)"`
+	RootDir         string  `flag:"root-dir" help:"directory for logs and checkpoints (\"\": the current one)"`
+	CkptPath        string  `flag:"ckpt-path" help:"fit: resume from it; validate, test, predict: evaluate it. A file, \"last\" (the newest under -root-dir) or \"best\""`
+	CkptEveryNSteps int     `flag:"ckpt-every-n-steps" check:">=0" help:"save a checkpoint every this many steps (0: at epoch ends)"`
+	Profiler        string  `flag:"profiler" help:"simple, advanced or timeline (default: none)"`
+	Precision       string  `flag:"precision" default:"32" choices:"32,64" help:"32 or 64"`
+	AccumulateGrad  int     `flag:"accumulate-grad-batches" default:"1" check:">=1" help:"batches per optimizer step"`
+	GradientClipVal float64 `flag:"gradient-clip-val" check:">=0" help:"clip the gradient norm to this (0: off)"`
+	LogEveryNSteps  int     `flag:"log-every-n-steps" default:"50" check:">=1" help:"record step metrics every this many steps"`
+	NoProgressBar   bool    `flag:"no-progress-bar" help:"no progress bar or periodic progress lines"`
+
+	Loggers        string        `flag:"loggers" default:"csv,tensorboard" help:"comma-separated loggers writing into ROOT/lightning_logs/version_N: csv, tensorboard, jsonl, or none"`
+	CkptMonitor    string        `flag:"ckpt-monitor" help:"metric that ranks checkpoints, such as val_loss (default: keep the newest)"`
+	CkptMode       string        `flag:"ckpt-mode" default:"min" choices:"min,max" help:"min or max: whether a lower or a higher -ckpt-monitor is better"`
+	CkptTopK       int           `flag:"ckpt-top-k" default:"1" check:">=-1" help:"checkpoints to keep besides last.ckpt (-1: all)"`
+	NoCheckpoint   bool          `flag:"no-checkpoint" help:"write no checkpoints during training (SIGINT and SIGTERM still save one)"`
+	MaxTime        time.Duration `flag:"max-time" check:">=0" help:"stop training after this much wall-clock time, such as 1h30m (0: no limit)"`
+	NoModelSummary bool          `flag:"no-model-summary" help:"do not print the model summary table at the start"`
+	NoPlots        bool          `flag:"no-plots" help:"draw no charts (plots/) and no report.md in the run directory"`
+	Predictions    string        `flag:"predictions" help:"predict: write each prediction as a JSON array, one line each, to this file"`
+}
+
+// Count is an integer flag that may be given bare: "-fast-dev-run" is 1,
+// "-fast-dev-run=N" and "-fast-dev-run N" are N.
+type Count int
+
+func (c *Count) String() string {
+	if c == nil {
+		return "0"
+	}
+	return strconv.Itoa(int(*c))
+}
+
+// Set parses a count, or true (1) and false (0).
+func (c *Count) Set(s string) error {
+	switch s {
+	case "true":
+		*c = 1
+		return nil
+	case "false":
+		*c = 0
+		return nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return fmt.Errorf("give no value (1), or a count of 0 or more")
+	}
+	*c = Count(n)
+	return nil
+}
+
+// Get returns the count as an int.
+func (c *Count) Get() any { return int(*c) }
+
+// IsBoolFlag lets the flag be given bare.
+func (c *Count) IsBoolFlag() bool { return true }
+
+var loggerNames = []string{"csv", "tensorboard", "jsonl"}
+
+// validate reports the problems no single field's tag can see.
+func (s *Settings) validate() []error {
+	var errs []error
+	if _, err := s.loggerList(); err != nil {
+		errs = append(errs, err)
+	}
+	if s.CkptTopK == 0 && !s.NoCheckpoint {
+		errs = append(errs, fmt.Errorf("-ckpt-top-k is 0: use 1 or more, or -1 for all (or -no-checkpoint)"))
+	}
+	if s.CkptTopK > 1 && s.CkptMonitor == "" {
+		errs = append(errs, fmt.Errorf("-ckpt-top-k is %d but -ckpt-monitor is empty: ranking needs a metric such as val_loss", s.CkptTopK))
+	}
+	if s.Profiler != "" && s.Profiler != "none" {
+		if _, ok := Profilers[s.Profiler]; !ok {
+			errs = append(errs, fmt.Errorf("-profiler is %q: use one of %s, or none", s.Profiler, strings.Join(profilerNames(), ", ")))
+		}
+	}
+	return errs
+}
+
+func (s *Settings) loggerList() ([]string, error) {
+	if s.Loggers == "" || s.Loggers == "none" {
+		return nil, nil
+	}
+	var out []string
+	for _, n := range strings.Split(s.Loggers, ",") {
+		n = strings.TrimSpace(n)
+		ok := false
+		for _, k := range loggerNames {
+			ok = ok || n == k
+		}
+		if !ok {
+			return nil, fmt.Errorf("-loggers names %q: use a comma-separated list of %s, or none", n, strings.Join(loggerNames, ", "))
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// root is the root directory, "." when none was given.
+func (s *Settings) root() string {
+	if s.RootDir == "" {
+		return "."
+	}
+	return s.RootDir
+}
+
+// TrainerConfig turns the settings into a trainer.Config (not yet
+// validated; New does that), without the loggers and callbacks that Run
+// adds for the run directory.
+func (s *Settings) TrainerConfig() (trainer.Config, error) {
+	prof, err := newProfiler(s.Profiler, s.RootDir)
+	if err != nil {
+		return trainer.Config{}, err
+	}
+	return trainer.Config{
+		MaxEpochs: s.MaxEpochs, MaxSteps: s.MaxSteps,
+		LimitTrainBatches: s.LimitTrainBatches, LimitValBatches: s.LimitValBatches,
+		LimitTestBatches: s.LimitTestBatches, LimitPredictBatches: s.LimitPredictBatches,
+		FastDevRun: int(s.FastDevRun), AccumulateGradBatches: s.AccumulateGrad, GradientClipVal: s.GradientClipVal,
+		Seed: s.Seed, Deterministic: s.Deterministic, SyncBatchNorm: s.SyncBatchNorm, LogEveryNSteps: s.LogEveryNSteps,
+		DefaultRootDir: s.RootDir, Precision: s.Precision,
+		Devices: s.Devices, NumNodes: s.NumNodes, Strategy: s.Strategy, Accelerator: s.Accelerator,
+		Profiler: prof, EnableProgressBar: trainer.Bool(!s.NoProgressBar),
+	}, nil
+}
+
+// Profilers maps -profiler names to constructors, given the root
+// directory; a program may add its own before calling Main.
+var Profilers = map[string]func(dir string) (profiler.Profiler, error){
+	"simple": func(string) (profiler.Profiler, error) { return profiler.NewSimple(), nil },
+	"advanced": func(dir string) (profiler.Profiler, error) {
+		return profiler.NewAdvanced(profiler.AdvancedConfig{Dir: filepath.Join(dir, "profiles"), Rank: processRank()})
+	},
+	"timeline": func(dir string) (profiler.Profiler, error) {
+		return profiler.NewTimeline(profiler.TimelineConfig{Dir: filepath.Join(dir, "profiles"), Rank: processRank()})
+	},
+}
+
+func profilerNames() []string {
+	names := make([]string, 0, len(Profilers))
+	for k := range Profilers {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func newProfiler(name, dir string) (profiler.Profiler, error) {
+	if name == "" || name == "none" {
+		return nil, nil
+	}
+	mk, ok := Profilers[name]
+	if !ok {
+		return nil, fmt.Errorf("-profiler is %q: use one of %s, or none", name, strings.Join(profilerNames(), ", "))
+	}
+	return mk(dir)
+}
+
+// processRank is this process's rank as its launcher set it (0 when none).
+func processRank() int {
+	env, _, err := cluster.Detect(cluster.OSLookup)
+	if err != nil {
+		return 0
+	}
+	return env.Rank
+}

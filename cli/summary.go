@@ -1,0 +1,132 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/fulgur-ml/fulgur/trainer"
+)
+
+// Summary is the JSON object printed last on stdout.
+type Summary struct {
+	Program string `json:"program"`
+	// Command is the subcommand that ran: fit, validate, test or predict.
+	Command          string  `json:"command"`
+	TestAcc          float64 `json:"test_acc"`
+	TestLoss         float64 `json:"test_loss"`
+	TrainSamplesPerS float64 `json:"train_samples_per_s"`
+	Epochs           int     `json:"epochs"`
+	GlobalStep       int     `json:"global_step"`
+	WorldSize        int     `json:"world_size"`
+	Strategy         string  `json:"strategy"`
+	WeightsSHA256    string  `json:"weights_sha256"`
+	Data             string  `json:"data"`
+	Seconds          float64 `json:"seconds"`
+	Seed             uint64  `json:"seed"`
+	// Interrupted runs (SIGINT, SIGTERM) stop after saving Checkpoint and
+	// skip the test (test_acc and test_loss are -1).
+	Interrupted bool `json:"interrupted,omitempty"`
+	// Checkpoint is the checkpoint an interrupted run saved, or the one
+	// validate, test and predict evaluated.
+	Checkpoint string `json:"checkpoint,omitempty"`
+	RunDir     string `json:"run_dir,omitempty"`
+	// Metrics are every metric the last Validate or Test returned.
+	Metrics map[string]float64 `json:"metrics,omitempty"`
+	// Predictions is how many rows predict wrote.
+	Predictions int `json:"predictions,omitempty"`
+}
+
+// Print writes s as one JSON line.
+func (s Summary) Print(w io.Writer) error {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// fail prints err for a person and exits with status 1: no panic trace
+// reaches the user.
+func fail(prog string, err error) {
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	fmt.Fprintf(os.Stderr, "%s: %v\n", prog, err)
+	var ie *trainer.InterruptedError
+	if errors.As(err, &ie) {
+		// As a shell reports a process the signal killed (130 for
+		// SIGINT, 143 for SIGTERM), though the run was saved.
+		os.Exit(ie.ExitCode())
+	}
+	os.Exit(1)
+}
+
+// since is the seconds elapsed from t0, rounded to milliseconds.
+func since(t0 time.Time) float64 {
+	return float64(time.Since(t0).Milliseconds()) / 1000
+}
+
+func finite(v float64) float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return -1
+	}
+	return v
+}
+
+// Interrupted is Run's error when a signal or a cancelled context stopped
+// training after saving a checkpoint: Main prints it with the command that
+// resumes the run and exits with Err.ExitCode() (130 for SIGINT, 143 for
+// SIGTERM).
+type Interrupted struct {
+	Err *trainer.InterruptedError
+	// Resume is the command line that continues the run ("" on ranks
+	// other than 0).
+	Resume string
+}
+
+func (e *Interrupted) Error() string {
+	if e.Resume == "" {
+		return e.Err.Error()
+	}
+	return fmt.Sprintf("training interrupted at global step %d; checkpoint saved to %s; resume with:\n  %s", e.Err.GlobalStep, e.Err.Checkpoint, e.Resume)
+}
+
+func (e *Interrupted) Unwrap() error { return e.Err }
+
+// resumeCommand is the program's command line with -ckpt-path set to ckpt
+// (replacing one given), quoted for a POSIX shell.
+func resumeCommand(prog string, args []string, ckpt string) string {
+	words := []string{prog}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		name := strings.TrimLeft(a, "-")
+		if name == "ckpt-path" && len(a) > len(name) {
+			i++ // its value is the next argument
+			continue
+		}
+		if strings.HasPrefix(name, "ckpt-path=") && len(a) > len(name) {
+			continue
+		}
+		words = append(words, a)
+	}
+	words = append(words, "-ckpt-path", ckpt)
+	for i, w := range words {
+		words[i] = shellQuote(w)
+	}
+	return strings.Join(words, " ")
+}
+
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=./,:+@%") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
