@@ -8,7 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/fulgur-ml/fulgur/internal/blas"
+	"github.com/fulgur-ml/fulgur/blas"
 )
 
 // refGemm is c = op(a)·op(b) + beta·c in float64, the plain triple loop.
@@ -48,7 +48,7 @@ func randF32(r *rand.Rand, n int) []float32 {
 // a transposed a and accumulation, and that nothing outside c's rows moves.
 func TestSgemmKernels(t *testing.T) {
 	if !useSgemmKernels {
-		t.Skip("this CPU has no AVX-512: the convolutions multiply on internal/blas (covered by the conv tests)")
+		t.Skip("this CPU has no AVX-512: the convolutions multiply on package blas (covered by the conv tests)")
 	}
 	r := rand.New(rand.NewPCG(1, 2))
 	type shape struct {
