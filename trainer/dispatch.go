@@ -195,19 +195,6 @@ func (t *Trainer) onTestEnd(ctx context.Context) error {
 	return callHook(t, ctx, "OnTestEnd", func(h TestEndHook) error { return h.OnTestEnd(ctx, &t.state) })
 }
 
-// accumulation is the number of batches per optimizer step in epoch.
-func (t *Trainer) accumulation(epoch int) int {
-	n := t.cfg.AccumulateGradBatches
-	for _, cb := range t.cfg.Callbacks {
-		if h, ok := cb.(AccumulationScheduler); ok {
-			if k := h.AccumulateGradBatches(epoch); k > 0 {
-				n = k
-			}
-		}
-	}
-	return n
-}
-
 func (t *Trainer) logMetrics(step int, m map[string]float64) error {
 	if !t.state.IsGlobalZero || len(m) == 0 {
 		return nil
