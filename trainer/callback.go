@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
-	"github.com/fulgur-ml/fulgur/module"
 )
 
 // Callback is anything with a name; what it does is found by the hook
@@ -88,48 +86,6 @@ type Logger interface {
 	// Finalize is called once at the end with "success", "failed" or
 	// "interrupted".
 	Finalize(status string) error
-}
-
-// State is the read-only view of a run handed to callbacks. It is valid for
-// the duration of the hook call only; copy what must be kept.
-type State struct {
-	Stage        string // "fit", "validate", "test" or "predict"
-	Epoch        int    // 0-based current epoch
-	GlobalStep   int    // optimizer steps taken
-	BatchIdx     int    // within the epoch
-	Rank         int
-	WorldSize    int
-	IsGlobalZero bool
-	RootDir      string
-	// LogDir is the run's directory (Config.LogDir; by default a new
-	// RootDir/lightning_logs/version_N per Fit, the same on every rank):
-	// callbacks and loggers given no path of their own write there. "":
-	// outside Fit.
-	LogDir    string
-	MaxEpochs int
-	MaxSteps  int
-	LR        float64
-	// Metrics holds the latest value of every logged metric (Lightning's
-	// callback_metrics). Do not modify it.
-	Metrics map[string]float64
-	// Layers lists the module's layers for summaries.
-	Layers []module.LayerInfo
-	// Store is the model's parameters and buffers. Do not modify it.
-	Store *module.Store
-	// FastDevRun is true for smoke-test runs (no checkpoints are written).
-	FastDevRun bool
-	// NumTrainBatches is the number of training batches in this epoch.
-	NumTrainBatches int
-	// Loss is the training loss of the last batch.
-	Loss float64
-	// Optimizer is the optimizer's registry name ("adam", "sgd", ...).
-	Optimizer string
-	// LogEveryNSteps is the trainer's step-logging interval.
-	LogEveryNSteps int
-
-	save func(ctx context.Context, path string) error
-	log  func(m map[string]float64) error
-	warn func(msg string)
 }
 
 // Warn logs msg as a warning through the trainer's logger on rank 0, for a

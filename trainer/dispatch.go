@@ -63,8 +63,9 @@ func wrap(owner, hook string, err error) error {
 // Checkpoints that callbacks ask for during the hook are written after the
 // last callback has run it, so every callback's state in the file is the
 // state after this hook.
-func callHook[H any](t *Trainer, ctx context.Context, hook string, call func(h H) error) error {
+func callHook[H any](t *Trainer, ctx context.Context, hook string, call func(h H, s *State) error) error {
 	var stop error
+	view := t.state.view()
 	t.saves, t.hooking = t.saves[:0], true
 	defer func() { t.hooking = false }()
 	_, nop := t.cfg.Profiler.(profiler.Nop)
@@ -78,7 +79,8 @@ func callHook[H any](t *Trainer, ctx context.Context, hook string, call func(h H
 			sp = t.cfg.Profiler.Start("callbacks/" + cb.Name() + "." + hook)
 		}
 		t.hookOwner = cb.Name()
-		err := guarded(func() error { return call(h) })
+		s := view // each callback its own copy
+		err := guarded(func() error { return call(h, &s) })
 		sp.End()
 		if err == nil {
 			continue
@@ -115,7 +117,7 @@ func (t *Trainer) onFitStart(ctx context.Context, m module.Module) error {
 			return err
 		}
 	}
-	return callHook(t, ctx, "OnFitStart", func(h FitStartHook) error { return h.OnFitStart(ctx, &t.state) })
+	return callHook(t, ctx, "OnFitStart", func(h FitStartHook, s *State) error { return h.OnFitStart(ctx, s) })
 }
 
 func (t *Trainer) onFitEnd(ctx context.Context, m module.Module) error {
@@ -127,7 +129,7 @@ func (t *Trainer) onFitEnd(ctx context.Context, m module.Module) error {
 			return err
 		}
 	}
-	return callHook(t, ctx, "OnFitEnd", func(h FitEndHook) error { return h.OnFitEnd(ctx, &t.state) })
+	return callHook(t, ctx, "OnFitEnd", func(h FitEndHook, s *State) error { return h.OnFitEnd(ctx, s) })
 }
 
 func (t *Trainer) onTrainEpochStart(ctx context.Context, m module.Module, epoch int) error {
@@ -139,7 +141,7 @@ func (t *Trainer) onTrainEpochStart(ctx context.Context, m module.Module, epoch 
 			return err
 		}
 	}
-	return callHook(t, ctx, "OnTrainEpochStart", func(h TrainEpochStartHook) error { return h.OnTrainEpochStart(ctx, &t.state) })
+	return callHook(t, ctx, "OnTrainEpochStart", func(h TrainEpochStartHook, s *State) error { return h.OnTrainEpochStart(ctx, s) })
 }
 
 func (t *Trainer) onTrainEpochEnd(ctx context.Context, m module.Module, epoch int) error {
@@ -151,7 +153,7 @@ func (t *Trainer) onTrainEpochEnd(ctx context.Context, m module.Module, epoch in
 			return err
 		}
 	}
-	return callHook(t, ctx, "OnTrainEpochEnd", func(h TrainEpochEndHook) error { return h.OnTrainEpochEnd(ctx, &t.state) })
+	return callHook(t, ctx, "OnTrainEpochEnd", func(h TrainEpochEndHook, s *State) error { return h.OnTrainEpochEnd(ctx, s) })
 }
 
 func (t *Trainer) onTrainBatchStart(ctx context.Context, m module.Module, b *data.Batch, idx int) error {
@@ -176,7 +178,7 @@ func (t *Trainer) onTrainBatchEnd(ctx context.Context, m module.Module, b *data.
 	if len(t.cfg.Callbacks) == 0 {
 		return nil
 	}
-	return callHook(t, ctx, "OnTrainBatchEnd", func(h TrainBatchEndHook) error { return h.OnTrainBatchEnd(ctx, &t.state) })
+	return callHook(t, ctx, "OnTrainBatchEnd", func(h TrainBatchEndHook, s *State) error { return h.OnTrainBatchEnd(ctx, s) })
 }
 
 func (t *Trainer) onValidationEnd(ctx context.Context, m module.Module, epoch int) error {
@@ -188,11 +190,11 @@ func (t *Trainer) onValidationEnd(ctx context.Context, m module.Module, epoch in
 			return err
 		}
 	}
-	return callHook(t, ctx, "OnValidationEnd", func(h ValidationEndHook) error { return h.OnValidationEnd(ctx, &t.state) })
+	return callHook(t, ctx, "OnValidationEnd", func(h ValidationEndHook, s *State) error { return h.OnValidationEnd(ctx, s) })
 }
 
 func (t *Trainer) onTestEnd(ctx context.Context) error {
-	return callHook(t, ctx, "OnTestEnd", func(h TestEndHook) error { return h.OnTestEnd(ctx, &t.state) })
+	return callHook(t, ctx, "OnTestEnd", func(h TestEndHook, s *State) error { return h.OnTestEnd(ctx, s) })
 }
 
 func (t *Trainer) logMetrics(step int, m map[string]float64) error {

@@ -25,7 +25,7 @@ type Trainer struct {
 	cfg   Config
 	strat strategy.Strategy
 	mod   module.Module
-	state State
+	state runState
 	stats Stats
 
 	epochAgg map[string]*agg
@@ -224,7 +224,7 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 		return fmt.Errorf("strategy %s: setup: %w", st.Name(), err)
 	}
 	t.strat, t.mod = st, m
-	t.state = State{
+	t.state = runState{
 		Rank: st.Rank(), WorldSize: st.WorldSize(), IsGlobalZero: st.IsGlobalZero(),
 		RootDir: t.cfg.DefaultRootDir, MaxEpochs: t.cfg.MaxEpochs, MaxSteps: t.cfg.MaxSteps,
 		Metrics: map[string]float64{}, Layers: b.Layers(), Store: st.Store(), FastDevRun: t.cfg.FastDevRun > 0,
