@@ -37,6 +37,36 @@ type TrainBatchEndHook interface {
 	OnTrainBatchEnd(ctx context.Context, s *State) error
 }
 
+// BeforeBackwardHook runs for each training micro-batch with its loss
+// (Lightning's on_before_backward). fulgur runs the forward and backward
+// passes as one compiled graph, so the hook is called once that pass has
+// run: the micro-batch's gradients exist but are not yet reduced across
+// ranks nor applied, and the hook cannot change them. A Stop it returns
+// takes effect at the batch end.
+type BeforeBackwardHook interface {
+	OnBeforeBackward(ctx context.Context, s *State, loss float64) error
+}
+
+// BeforeOptimizerStepHook runs before each optimizer step, on every rank,
+// once the gradients are reduced and before they are clipped (Lightning's
+// on_before_optimizer_step); s.GradNorm is their global L2 norm. An error
+// skips the step; a Stop takes effect at the batch end. With such a hook
+// DDP waits for every gradient bucket before the update instead of
+// updating each as it lands.
+type BeforeOptimizerStepHook interface {
+	OnBeforeOptimizerStep(ctx context.Context, s *State) error
+}
+
+// AfterOptimizerStepHook runs after each optimizer step (s.GlobalStep
+// counts it, s.LR is the learning rate after a per-step scheduler).
+//
+// In these three per-step hooks s.SaveCheckpoint returns an error: in the
+// middle of a step the weights and the loop position disagree, and such a
+// checkpoint would not resume where the run stood; save in OnTrainBatchEnd.
+type AfterOptimizerStepHook interface {
+	OnAfterOptimizerStep(ctx context.Context, s *State) error
+}
+
 // ValidationEndHook runs after each validation loop, with its metrics in
 // s.Metrics.
 type ValidationEndHook interface {

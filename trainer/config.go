@@ -49,6 +49,13 @@ type Config struct {
 	// "norm" (the default: the global L2 norm) or "value" (each element).
 	GradientClipVal       float64
 	GradientClipAlgorithm string
+	// LogGradNorm logs grad_norm, the global L2 norm of the gradients of
+	// each optimizer step before clipping, with the step metrics (every
+	// LogEveryNSteps steps, into metrics.csv) and in State.Metrics
+	// (Lightning's track_grad_norm / log_grad_norm). It costs one pass over
+	// the gradients per step and, under ddp, the overlap of the update
+	// with the gradient reduction.
+	LogGradNorm bool
 	// Seed seeds parameter initialisation, shuffling and dropout.
 	Seed uint64
 	// Deterministic asks for bitwise-reproducible runs for a given Seed,

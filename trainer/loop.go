@@ -33,6 +33,12 @@ type fitRun struct {
 	stepLog map[string]float64
 	// trainDur is the wall time of this epoch's training batches.
 	trainDur time.Duration
+
+	// The per-step hooks that some module or callback implements, and
+	// what they need during an optimizer step.
+	beforeBackward, beforeStep, afterStep bool
+	ctx                                   context.Context // of the optimizer step in progress
+	hookStop                              error           // a Stop from a per-step hook, for the batch end
 }
 
 func (t *Trainer) newFitRun(m module.Module, train, val *data.Loader) *fitRun {
@@ -46,6 +52,11 @@ func (t *Trainer) newFitRun(m module.Module, train, val *data.Loader) *fitRun {
 	}
 	f.opt, f.sched = t.strat.Optimizer(), t.strat.Scheduler()
 	f.resume, t.resumeAt = t.resumeAt, nil
+	f.beforeBackward, f.beforeStep, f.afterStep = t.stepHooks(m)
+	if f.beforeStep || t.cfg.LogGradNorm {
+		// Bound once: the strategy calls it every step.
+		f.stepOpts.BeforeUpdate = f.beforeUpdate
+	}
 	return f
 }
 
@@ -191,6 +202,10 @@ func (f *fitRun) batches(ctx context.Context, epoch int, it *data.Iter, first, n
 		if s != nil {
 			stop = s
 		}
+		if stop == nil {
+			stop = f.hookStop
+		}
+		f.hookStop = nil
 		if stop, err = t.agreeStop(ctx, stop, last); err != nil {
 			return nil, false, err
 		}

@@ -46,9 +46,9 @@ type State struct {
 	NumTrainBatches int
 	// Loss is the training loss of the last batch.
 	Loss float64
-	// GradNorm is the global L2 norm of the step's reduced gradients before
-	// clipping, in OnBeforeOptimizerStep and OnAfterOptimizerStep; NaN
-	// elsewhere.
+	// GradNorm is the global L2 norm of the last optimizer step's reduced
+	// gradients before clipping, computed when a BeforeOptimizerStepHook
+	// or Config.LogGradNorm asks for it (0 otherwise).
 	GradNorm float64
 	// Optimizer is the optimizer's registry name ("adam", "sgd", ...).
 	Optimizer string
@@ -72,47 +72,21 @@ func (s *State) Layers() []module.LayerInfo {
 }
 
 // runState is where the run stands; the trainer alone writes it, and hooks
-// see a State made from it (view).
+// see a State made from it (view). Its scalars are State's; Metrics, Store
+// and Layers (the live values) shadow State's views.
 type runState struct {
-	Stage           string
-	Epoch           int
-	GlobalStep      int
-	BatchIdx        int
-	Rank            int
-	WorldSize       int
-	IsGlobalZero    bool
-	RootDir         string
-	LogDir          string
-	MaxEpochs       int
-	MaxSteps        int
-	LR              float64
-	Metrics         map[string]float64
-	Layers          []module.LayerInfo
-	Store           *module.Store
-	FastDevRun      bool
-	NumTrainBatches int
-	Loss            float64
-	GradNorm        float64
-	Optimizer       string
-	LogEveryNSteps  int
-
-	save func(ctx context.Context, path string) error
-	log  func(m map[string]float64) error
-	warn func(msg string)
+	State
+	Metrics map[string]float64
+	Store   *module.Store
+	Layers  []module.LayerInfo
 }
 
 // view is the State hooks see now: scalars copied, the rest behind
 // read-only views (no allocation).
 func (r *runState) view() State {
-	return State{
-		Stage: r.Stage, Epoch: r.Epoch, GlobalStep: r.GlobalStep, BatchIdx: r.BatchIdx,
-		Rank: r.Rank, WorldSize: r.WorldSize, IsGlobalZero: r.IsGlobalZero,
-		RootDir: r.RootDir, LogDir: r.LogDir, MaxEpochs: r.MaxEpochs, MaxSteps: r.MaxSteps, LR: r.LR,
-		Metrics: Metrics{m: r.Metrics}, Weights: Weights{st: r.Store},
-		FastDevRun: r.FastDevRun, NumTrainBatches: r.NumTrainBatches, Loss: r.Loss, GradNorm: r.GradNorm,
-		Optimizer: r.Optimizer, LogEveryNSteps: r.LogEveryNSteps,
-		layers: r.Layers, save: r.save, log: r.log, warn: r.warn,
-	}
+	v := r.State
+	v.Metrics, v.Weights, v.layers = Metrics{m: r.Metrics}, Weights{st: r.Store}, r.Layers
+	return v
 }
 
 var errNoWeights = errors.New("no weights: the model is not set up in this stage")

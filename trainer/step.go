@@ -44,6 +44,11 @@ func (f *fitRun) forwardBackward(ctx context.Context, epoch, bi, micro int, last
 	if err != nil {
 		return 0, nil, fmt.Errorf("epoch %d batch %d: %w", epoch, bi, err)
 	}
+	if f.beforeBackward {
+		if err := f.stepHook(t.onBeforeBackward(ctx, f.m, loss)); err != nil {
+			return 0, nil, err
+		}
+	}
 	if math.IsNaN(loss) || math.IsInf(loss, 0) {
 		if !cfg.WarnOnNaN {
 			return 0, nil, fmt.Errorf("the loss is %v at epoch %d, batch %d (global step %d): lower the learning rate, clip gradients (GradientClipVal), or set WarnOnNaN to carry on", loss, epoch, bi, t.state.GlobalStep)
@@ -84,7 +89,9 @@ func (t *Trainer) recordStepMetrics(metrics []module.Metric) {
 func (f *fitRun) optimizerStep(ctx context.Context, epoch, bi int) error {
 	t := f.t
 	sp := t.cfg.Profiler.Start("optimizer step")
+	f.ctx = ctx
 	_, err := t.strat.OptimizerStep(ctx, f.stepOpts)
+	f.ctx = nil
 	sp.End()
 	if err != nil {
 		return fmt.Errorf("epoch %d batch %d: optimizer step: %w", epoch, bi, err)
@@ -94,7 +101,34 @@ func (f *fitRun) optimizerStep(ctx context.Context, epoch, bi int) error {
 		f.sched.Step(f.opt, math.NaN())
 	}
 	t.state.LR = f.opt.LR()
+	if f.afterStep {
+		return f.stepHook(t.onAfterOptimizerStep(ctx, f.m))
+	}
 	return nil
+}
+
+// beforeUpdate is the strategy's StepOptions.BeforeUpdate: it receives the
+// reduced gradients' norm and calls the BeforeOptimizerStep hooks.
+func (f *fitRun) beforeUpdate(gradNorm float64) error {
+	t := f.t
+	t.state.GradNorm = gradNorm
+	if t.cfg.LogGradNorm {
+		t.state.Metrics["grad_norm"] = gradNorm
+	}
+	if !f.beforeStep {
+		return nil
+	}
+	return f.stepHook(t.onBeforeOptimizerStep(f.ctx, f.m))
+}
+
+// stepHook keeps a Stop from a per-step hook for the batch end (where the
+// ranks agree on it) and returns any other error.
+func (f *fitRun) stepHook(err error) error {
+	stop, err := splitStop(err)
+	if stop != nil && f.hookStop == nil {
+		f.hookStop = stop
+	}
+	return err
 }
 
 // logStep sends the step's per-step values, the epoch and the learning rate
@@ -108,5 +142,8 @@ func (f *fitRun) logStep(epoch int, metrics []module.Metric) error {
 	}
 	f.stepLog["epoch"] = float64(epoch)
 	f.stepLog["lr"] = f.opt.LR()
+	if f.t.cfg.LogGradNorm {
+		f.stepLog["grad_norm"] = f.t.state.GradNorm
+	}
 	return f.t.logMetrics(f.t.state.GlobalStep, f.stepLog)
 }

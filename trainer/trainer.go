@@ -225,9 +225,9 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 	}
 	t.strat, t.mod = st, m
 	t.state = runState{
-		Rank: st.Rank(), WorldSize: st.WorldSize(), IsGlobalZero: st.IsGlobalZero(),
-		RootDir: t.cfg.DefaultRootDir, MaxEpochs: t.cfg.MaxEpochs, MaxSteps: t.cfg.MaxSteps,
-		Metrics: map[string]float64{}, Layers: b.Layers(), Store: st.Store(), FastDevRun: t.cfg.FastDevRun > 0,
+		State: State{Rank: st.Rank(), WorldSize: st.WorldSize(), IsGlobalZero: st.IsGlobalZero(),
+			RootDir: t.cfg.DefaultRootDir, MaxEpochs: t.cfg.MaxEpochs, MaxSteps: t.cfg.MaxSteps, FastDevRun: t.cfg.FastDevRun > 0},
+		Metrics: map[string]float64{}, Layers: b.Layers(), Store: st.Store(),
 	}
 	return nil
 }
