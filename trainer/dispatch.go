@@ -89,8 +89,8 @@ func callHook[H any](t *Trainer, ctx context.Context, hook string, call func(h H
 			sp = t.cfg.Profiler.Start("callbacks/" + cb.Name() + "." + hook)
 		}
 		t.hookOwner = cb.Name()
-		s := view // each callback its own copy
-		err := guarded(func() error { return call(h, &s) })
+		t.hookView = view // each callback its own copy, in one reused place
+		err := guarded(func() error { return call(h, &t.hookView) })
 		sp.End()
 		if err == nil {
 			continue

@@ -26,6 +26,9 @@ type Trainer struct {
 	strat strategy.Strategy
 	mod   module.Module
 	state runState
+	// hookView is the State a callback is handed: a copy of state's view
+	// made for each call (one place, so that hooks allocate nothing).
+	hookView State
 	stats Stats
 
 	epochAgg map[string]*agg

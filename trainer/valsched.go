@@ -25,6 +25,9 @@ func (f *fitRun) validate(ctx context.Context, epoch int) (stop, err error) {
 // splitStop tells a hook's request to stop training (StopTraining) apart
 // from an error.
 func splitStop(err error) (stop, fatal error) {
+	if err == nil {
+		return nil, nil // isStop allocates
+	}
 	if _, ok := isStop(err); ok {
 		return err, nil
 	}
