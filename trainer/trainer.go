@@ -29,7 +29,7 @@ type Trainer struct {
 	// hookView is the State a callback is handed: a copy of state's view
 	// made for each call (one place, so that hooks allocate nothing).
 	hookView State
-	stats Stats
+	stats    Stats
 
 	epochAgg map[string]*agg
 	progress *progress
