@@ -30,7 +30,9 @@ type Config struct {
 	LimitTestBatches    int
 	LimitPredictBatches int
 	// ValCheckInterval runs validation every this many training batches
-	// within an epoch as well as at its end. 0: at the end of the epoch only.
+	// within an epoch as well as at its end, in the epochs that
+	// CheckValEveryNEpoch selects (as Lightning). 0: at the end of the
+	// epoch only.
 	ValCheckInterval int
 	// CheckValEveryNEpoch runs validation every this many epochs. 0: 1.
 	CheckValEveryNEpoch int

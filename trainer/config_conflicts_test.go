@@ -2,6 +2,7 @@ package trainer_test
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"strings"
 	"testing"
@@ -118,5 +119,24 @@ func TestFastDevRunOverridesAreLogged(t *testing.T) {
 		if !strings.Contains(out.String(), w) {
 			t.Errorf("log lacks %q:\n%s", w, out.String())
 		}
+	}
+}
+
+// TestValCheckIntervalInCheckedEpochsOnly: with CheckValEveryNEpoch 2,
+// ValCheckInterval's mid-epoch validations run only in every second epoch
+// too (as Lightning), instead of ignoring CheckValEveryNEpoch.
+func TestValCheckIntervalInCheckedEpochsOnly(t *testing.T) {
+	ds := regression(t, 320, 0, 1)
+	tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 4, ValCheckInterval: 4, CheckValEveryNEpoch: 2}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Fit(context.Background(), &linreg{in: 4, lr: 0.01}, loader(t, ds, 32, false, false), loader(t, ds, 64, false, false)); err != nil {
+		t.Fatal(err)
+	}
+	// 10 batches an epoch; epochs 1 and 3 validate after batch 4 and 8 and
+	// at the end.
+	if s := tr.Stats(); s.ValidationsPassed != 6 {
+		t.Errorf("validations = %d, want 6", s.ValidationsPassed)
 	}
 }

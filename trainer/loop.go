@@ -188,7 +188,7 @@ func (f *fitRun) batches(ctx context.Context, epoch int, it *data.Iter, first, n
 		if err != nil {
 			return nil, false, err
 		}
-		valDue := f.valDueAfter(bi, nb)
+		valDue := f.valDueAfter(epoch, bi, nb)
 		t.pos = loopPos{Epoch: epoch, Batch: bi + 1, ValPending: valDue, midWindow: !last}
 		if last && t.state.GlobalStep%t.cfg.LogEveryNSteps == 0 {
 			if err := f.logStep(epoch, metrics); err != nil {

@@ -3,11 +3,12 @@ package trainer
 import "context"
 
 // valDueAfter reports whether a mid-epoch validation (ValCheckInterval) is
-// due after training batch bi of nb; after the last batch the epoch-end
-// validation runs instead.
-func (f *fitRun) valDueAfter(bi, nb int) bool {
+// due after training batch bi of nb in epoch; after the last batch the
+// epoch-end validation runs instead. As in Lightning, only the epochs that
+// CheckValEveryNEpoch selects validate at all.
+func (f *fitRun) valDueAfter(epoch, bi, nb int) bool {
 	n := f.t.cfg.ValCheckInterval
-	return f.val != nil && n > 0 && (bi+1)%n == 0 && bi+1 < nb
+	return n > 0 && (bi+1)%n == 0 && bi+1 < nb && f.valDueAtEpochEnd(epoch)
 }
 
 // valDueAtEpochEnd reports whether validation runs at the end of epoch
