@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -280,7 +279,7 @@ func (c *ModelCheckpoint) decide(s *trainer.State, stepSave bool) (string, error
 		c.unstale(path)
 		return path, nil
 	}
-	cur, ok := s.Metrics[c.cfg.Monitor]
+	cur, ok := s.Metrics.Get(c.cfg.Monitor)
 	if !ok && c.st.ValEpoch < 0 && stepSave {
 		// Saving every N train steps while monitoring a validation metric:
 		// the metric exists from the first validation on (Lightning skips
@@ -292,7 +291,7 @@ func (c *ModelCheckpoint) decide(s *trainer.State, stepSave bool) (string, error
 		return "", nil
 	}
 	if !ok {
-		return "", fmt.Errorf("ModelCheckpoint(Monitor %q): the metric was not logged; logged metrics are %v: log it with Step.Log or fix Monitor", c.cfg.Monitor, metricNames(s.Metrics))
+		return "", fmt.Errorf("ModelCheckpoint(Monitor %q): the metric was not logged; logged metrics are %v: log it with Step.Log or fix Monitor", c.cfg.Monitor, s.Metrics.Names())
 	}
 	if math.IsNaN(cur) {
 		cur = math.Inf(1)
@@ -398,10 +397,10 @@ func formatFilename(tmpl string, s *trainer.State) (string, error) {
 				v = fmt.Sprintf("%"+spec, n)
 			}
 		default:
-			x, ok := s.Metrics[name]
+			x, ok := s.Metrics.Get(name)
 			if !ok {
 				if err == nil {
-					err = fmt.Errorf("ModelCheckpoint Filename %q uses %q, which was not logged; logged metrics are %v", tmpl, name, metricNames(s.Metrics))
+					err = fmt.Errorf("ModelCheckpoint Filename %q uses %q, which was not logged; logged metrics are %v", tmpl, name, s.Metrics.Names())
 				}
 				return m
 			}
@@ -413,15 +412,6 @@ func formatFilename(tmpl string, s *trainer.State) (string, error) {
 		return strings.ReplaceAll(name, "/", "_") + "=" + v
 	})
 	return out, err
-}
-
-func metricNames(m map[string]float64) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 func (c *ModelCheckpoint) StateDict() ([]byte, error) {

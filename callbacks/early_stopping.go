@@ -124,12 +124,12 @@ func (e *EarlyStopping) check(s *trainer.State) error {
 	if s.FastDevRun {
 		return nil
 	}
-	v, ok := s.Metrics[e.cfg.Monitor]
+	v, ok := s.Metrics.Get(e.cfg.Monitor)
 	if !ok {
 		if e.cfg.AllowMissing {
 			return nil
 		}
-		return fmt.Errorf("EarlyStopping(Monitor %q): the metric was not logged; logged metrics are %v: log it, fix Monitor, or set AllowMissing", e.cfg.Monitor, metricNames(s.Metrics))
+		return fmt.Errorf("EarlyStopping(Monitor %q): the metric was not logged; logged metrics are %v: log it, fix Monitor, or set AllowMissing", e.cfg.Monitor, s.Metrics.Names())
 	}
 	if stop, reason := e.Update(v); stop {
 		e.stoppedEpoch = s.Epoch

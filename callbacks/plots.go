@@ -141,7 +141,7 @@ func (p *Plots) OnTestEnd(ctx context.Context, s *trainer.State) error {
 		return nil
 	}
 	p.results = map[string]float64{}
-	for k, v := range s.Metrics {
+	for k, v := range s.Metrics.All() {
 		if strings.HasPrefix(k, "test") {
 			p.results[k] = v
 		}

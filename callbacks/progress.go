@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"strings"
 	"time"
 
@@ -111,7 +110,7 @@ func (p *ProgressBar) OnTrainBatchEnd(ctx context.Context, s *trainer.State) err
 	var b strings.Builder
 	fmt.Fprintf(&b, "loss=%.4f", s.Loss)
 	for _, k := range p.cfg.Metrics {
-		if v, ok := s.Metrics[k]; ok {
+		if v, ok := s.Metrics.Get(k); ok {
 			fmt.Fprintf(&b, " %s=%.4f", k, v)
 		}
 	}
@@ -138,12 +137,11 @@ func (p *ProgressBar) OnValidationEnd(ctx context.Context, s *trainer.State) err
 		return nil
 	}
 	var keys []string
-	for k := range s.Metrics {
+	for _, k := range s.Metrics.Names() {
 		if strings.HasPrefix(k, "val") {
 			keys = append(keys, k)
 		}
 	}
-	sort.Strings(keys)
 	var b strings.Builder
 	if p.tty {
 		b.WriteString("\n")
@@ -151,7 +149,8 @@ func (p *ProgressBar) OnValidationEnd(ctx context.Context, s *trainer.State) err
 	}
 	fmt.Fprintf(&b, "validation epoch %d step %d", s.Epoch, s.GlobalStep)
 	for _, k := range keys {
-		fmt.Fprintf(&b, " %s=%.4f", k, s.Metrics[k])
+		v, _ := s.Metrics.Get(k)
+		fmt.Fprintf(&b, " %s=%.4f", k, v)
 	}
 	b.WriteString("\n")
 	_, err := io.WriteString(p.cfg.Out, b.String())

@@ -50,11 +50,11 @@ func (m *ModelSummary) OnFitStart(ctx context.Context, s *trainer.State) error {
 	if !s.IsGlobalZero {
 		return nil
 	}
-	return WriteSummary(m.out, s.Layers, s.Store, m.maxDepth)
+	return WriteSummary(m.out, s.Layers(), s.Weights, m.maxDepth)
 }
 
 // WriteSummary writes the summary table of layers and store to w.
-func WriteSummary(w io.Writer, layers []module.LayerInfo, st *module.Store, maxDepth int) error {
+func WriteSummary(w io.Writer, layers []module.LayerInfo, st trainer.Weights, maxDepth int) error {
 	shapes := false
 	for _, l := range layers {
 		shapes = shapes || l.InShape != nil || l.OutShape != nil
@@ -86,7 +86,7 @@ func WriteSummary(w io.Writer, layers []module.LayerInfo, st *module.Store, maxD
 		i++
 	}
 	tw.Render()
-	if st == nil {
+	if st.Len() == 0 {
 		return nil
 	}
 	trainable := st.NumParams()

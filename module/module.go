@@ -74,6 +74,28 @@ type TrainBatchEnder interface {
 	OnTrainBatchEnd(ctx context.Context, b *data.Batch, batchIdx int) error
 }
 
+// BeforeBackwarder sees each training micro-batch's loss (Lightning's
+// on_before_backward). The forward and backward passes run as one compiled
+// graph, so the hook is called once that pass has run: the gradients of
+// the micro-batch are computed but not yet reduced across ranks nor
+// applied.
+type BeforeBackwarder interface {
+	OnBeforeBackward(ctx context.Context, loss float64) error
+}
+
+// BeforeOptimizerStepper is called before each optimizer step, once the
+// gradients are reduced across ranks and before clipping, with their
+// global L2 norm (Lightning's on_before_optimizer_step).
+type BeforeOptimizerStepper interface {
+	OnBeforeOptimizerStep(ctx context.Context, gradNorm float64) error
+}
+
+// AfterOptimizerStepper is called after each optimizer step with the
+// number of steps taken (Lightning's optimizer_step hook, after the step).
+type AfterOptimizerStepper interface {
+	OnAfterOptimizerStep(ctx context.Context, globalStep int) error
+}
+
 type ValidationEpochEnder interface {
 	OnValidationEpochEnd(ctx context.Context, epoch int) error
 }

@@ -402,10 +402,13 @@ func (d *DDP) optimizerStep(ctx context.Context, o StepOptions) (float64, error)
 	if len(d.pending) == 0 {
 		// No reduction in flight: a step without a synced micro-batch
 		// updates from local gradients, like Single.
+		if err := beforeUpdate(o, st, 0, st.NumParams()); err != nil {
+			return math.NaN(), err
+		}
 		return ApplyStep(st, d.opt, o, 0, st.NumParams()), nil
 	}
 	defer func() { d.pending = d.pending[:0] }()
-	if o.ClipNorm > 0 {
+	if o.ClipNorm > 0 || o.BeforeUpdate != nil {
 		// The norm needs every bucket.
 		for i, h := range d.pending {
 			sp := d.prof.Start(waitNames[min(i, len(waitNames)-1)])
@@ -415,6 +418,9 @@ func (d *DDP) optimizerStep(ctx context.Context, o StepOptions) (float64, error)
 				return math.NaN(), d.fail(ddpOp{kind: opBucket, i: i + 1, n: len(d.pending), step: d.steps + 1}.String(), err)
 			}
 			d.lastDone = ddpOp{kind: opBucket, i: i + 1, n: len(d.pending), step: d.steps + 1}
+		}
+		if err := beforeUpdate(o, st, 0, st.NumParams()); err != nil {
+			return math.NaN(), err
 		}
 		return ApplyStep(st, d.opt, o, 0, st.NumParams()), nil
 	}

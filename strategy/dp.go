@@ -308,6 +308,9 @@ func (d *DP) combine(n int) []module.Metric {
 
 func (d *DP) OptimizerStep(ctx context.Context, o StepOptions) (float64, error) {
 	st := d.engs[0].eng.Store()
+	if err := beforeUpdate(o, st, 0, st.NumParams()); err != nil {
+		return math.NaN(), err
+	}
 	norm := ApplyStep(st, d.opt, o, 0, st.NumParams())
 	err := d.parallel(ctx, len(d.engs), func(i int) error {
 		if i == 0 {

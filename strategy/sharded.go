@@ -213,6 +213,11 @@ func (s *Sharded) shardStep(ctx context.Context, o StepOptions) (float64, error)
 		if s.stage == 1 {
 			g = st.Grad32()[s.lo:s.hi]
 		}
+		if o.BeforeUpdate != nil {
+			if err := s.beforeUpdate(ctx, o, optim.SumSquares32(g)); err != nil {
+				return math.NaN(), err
+			}
+		}
 		if o.ClipValue > 0 {
 			optim.ClipGradValue32(g, o.ClipValue)
 		}
@@ -241,6 +246,11 @@ func (s *Sharded) shardStep(ctx context.Context, o StepOptions) (float64, error)
 		g := s.g64
 		if s.stage == 1 {
 			g = st.Grad64()[s.lo:s.hi]
+		}
+		if o.BeforeUpdate != nil {
+			if err := s.beforeUpdate(ctx, o, optim.SumSquares64(g)); err != nil {
+				return math.NaN(), err
+			}
 		}
 		if o.ClipValue > 0 {
 			optim.ClipGradValue64(g, o.ClipValue)

@@ -72,6 +72,9 @@ func (s *Single) TrainStep(ctx context.Context, b *data.Batch, o TrainOptions) (
 }
 
 func (s *Single) OptimizerStep(ctx context.Context, o StepOptions) (float64, error) {
+	if err := beforeUpdate(o, s.eng.Store(), 0, s.eng.Store().NumParams()); err != nil {
+		return math.NaN(), err
+	}
 	return ApplyStep(s.eng.Store(), s.opt, o, 0, s.eng.Store().NumParams()), nil
 }
 

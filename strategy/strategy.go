@@ -58,6 +58,13 @@ func profiling(p profiler.Profiler) bool {
 type StepOptions struct {
 	ClipNorm  float64 // clip the global gradient norm to this when > 0
 	ClipValue float64 // clip each gradient to ±this when > 0
+	// BeforeUpdate, when set, is called on every rank once the step's
+	// gradients are reduced, before clipping and the update, with their
+	// global L2 norm (the trainer's OnBeforeOptimizerStep hooks). An error
+	// skips the update and is returned. Setting it makes DDP wait for every
+	// gradient bucket before updating, and the sharded strategy all-reduce
+	// the norm.
+	BeforeUpdate func(gradNorm float64) error
 }
 
 // TrainOptions control one forward and backward pass.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
-	"github.com/fulgur-ml/fulgur/module"
 )
 
 // Callback is anything with a name; what it does is found by the hook
@@ -37,6 +35,36 @@ type TrainEpochEndHook interface {
 // TrainBatchEndHook runs after each training batch.
 type TrainBatchEndHook interface {
 	OnTrainBatchEnd(ctx context.Context, s *State) error
+}
+
+// BeforeBackwardHook runs for each training micro-batch with its loss
+// (Lightning's on_before_backward). fulgur runs the forward and backward
+// passes as one compiled graph, so the hook is called once that pass has
+// run: the micro-batch's gradients exist but are not yet reduced across
+// ranks nor applied, and the hook cannot change them. A Stop it returns
+// takes effect at the batch end.
+type BeforeBackwardHook interface {
+	OnBeforeBackward(ctx context.Context, s *State, loss float64) error
+}
+
+// BeforeOptimizerStepHook runs before each optimizer step, on every rank,
+// once the gradients are reduced and before they are clipped (Lightning's
+// on_before_optimizer_step); s.GradNorm is their global L2 norm. An error
+// skips the step; a Stop takes effect at the batch end. With such a hook
+// DDP waits for every gradient bucket before the update instead of
+// updating each as it lands.
+type BeforeOptimizerStepHook interface {
+	OnBeforeOptimizerStep(ctx context.Context, s *State) error
+}
+
+// AfterOptimizerStepHook runs after each optimizer step (s.GlobalStep
+// counts it, s.LR is the learning rate after a per-step scheduler).
+//
+// In these three per-step hooks s.SaveCheckpoint returns an error: in the
+// middle of a step the weights and the loop position disagree, and such a
+// checkpoint would not resume where the run stood; save in OnTrainBatchEnd.
+type AfterOptimizerStepHook interface {
+	OnAfterOptimizerStep(ctx context.Context, s *State) error
 }
 
 // ValidationEndHook runs after each validation loop, with its metrics in
@@ -88,48 +116,6 @@ type Logger interface {
 	// Finalize is called once at the end with "success", "failed" or
 	// "interrupted".
 	Finalize(status string) error
-}
-
-// State is the read-only view of a run handed to callbacks. It is valid for
-// the duration of the hook call only; copy what must be kept.
-type State struct {
-	Stage        string // "fit", "validate", "test" or "predict"
-	Epoch        int    // 0-based current epoch
-	GlobalStep   int    // optimizer steps taken
-	BatchIdx     int    // within the epoch
-	Rank         int
-	WorldSize    int
-	IsGlobalZero bool
-	RootDir      string
-	// LogDir is the run's directory (Config.LogDir; by default a new
-	// RootDir/lightning_logs/version_N per Fit, the same on every rank):
-	// callbacks and loggers given no path of their own write there. "":
-	// outside Fit.
-	LogDir    string
-	MaxEpochs int
-	MaxSteps  int
-	LR        float64
-	// Metrics holds the latest value of every logged metric (Lightning's
-	// callback_metrics). Do not modify it.
-	Metrics map[string]float64
-	// Layers lists the module's layers for summaries.
-	Layers []module.LayerInfo
-	// Store is the model's parameters and buffers. Do not modify it.
-	Store *module.Store
-	// FastDevRun is true for smoke-test runs (no checkpoints are written).
-	FastDevRun bool
-	// NumTrainBatches is the number of training batches in this epoch.
-	NumTrainBatches int
-	// Loss is the training loss of the last batch.
-	Loss float64
-	// Optimizer is the optimizer's registry name ("adam", "sgd", ...).
-	Optimizer string
-	// LogEveryNSteps is the trainer's step-logging interval.
-	LogEveryNSteps int
-
-	save func(ctx context.Context, path string) error
-	log  func(m map[string]float64) error
-	warn func(msg string)
 }
 
 // Warn logs msg as a warning through the trainer's logger on rank 0, for a

@@ -30,20 +30,34 @@ type Config struct {
 	LimitTestBatches    int
 	LimitPredictBatches int
 	// ValCheckInterval runs validation every this many training batches
-	// within an epoch as well as at its end. 0: at the end of the epoch only.
+	// within an epoch as well as at its end, in the epochs that
+	// CheckValEveryNEpoch selects (as Lightning). 0: at the end of the
+	// epoch only.
 	ValCheckInterval int
 	// CheckValEveryNEpoch runs validation every this many epochs. 0: 1.
 	CheckValEveryNEpoch int
 	// FastDevRun runs this many batches of training, validation and test
-	// in a single epoch, with no checkpoints, as a smoke test. 0: off.
+	// in a single epoch, with no checkpoints, as a smoke test. 0: off. As
+	// Lightning's fast_dev_run it overrides MaxEpochs (1), MaxSteps (none),
+	// LimitTrainBatches, LimitValBatches, LimitTestBatches and
+	// LimitPredictBatches (FastDevRun each), ValCheckInterval (end of
+	// epoch) and CheckValEveryNEpoch (1); Validate logs the ones it replaces.
 	FastDevRun int
 	// AccumulateGradBatches sums gradients over this many batches per
-	// optimizer step. 0: 1.
+	// optimizer step. 0: 1. Above 1 it cannot be combined with an
+	// AccumulationScheduler callback, which sets the number by epoch.
 	AccumulateGradBatches int
 	// GradientClipVal clips gradients when > 0, by GradientClipAlgorithm:
 	// "norm" (the default: the global L2 norm) or "value" (each element).
 	GradientClipVal       float64
 	GradientClipAlgorithm string
+	// LogGradNorm logs grad_norm, the global L2 norm of the gradients of
+	// each optimizer step before clipping, with the step metrics (every
+	// LogEveryNSteps steps, into metrics.csv) and in State.Metrics
+	// (Lightning's track_grad_norm / log_grad_norm). It costs one pass over
+	// the gradients per step and, under ddp, the overlap of the update
+	// with the gradient reduction.
+	LogGradNorm bool
 	// Seed seeds parameter initialisation, shuffling and dropout.
 	Seed uint64
 	// Deterministic asks for bitwise-reproducible runs for a given Seed,
@@ -92,7 +106,9 @@ type Config struct {
 	// NumNodes is the number of machines. 0: 1.
 	NumNodes int
 	// Strategy is "auto" (the default), "single", "dp", "ddp", "ddp_spawn"
-	// or "sharded". StrategyImpl, when set, is used instead.
+	// or "sharded". StrategyImpl, a strategy value, is used instead when
+	// set: it brings its own devices and ranks, so Strategy, Devices,
+	// NumNodes and a "cuda" Accelerator are rejected beside it.
 	Strategy     string
 	StrategyImpl strategy.Strategy
 	// Accelerator is "cpu" (the default), "cuda" or "auto".
@@ -108,7 +124,9 @@ type Config struct {
 	// Profiler records spans. nil: profiler.Nop.
 	Profiler profiler.Profiler
 	// EnableProgressBar shows a progress bar on a terminal and periodic log
-	// lines otherwise. nil: true.
+	// lines otherwise. nil: true. A callback that draws progress itself
+	// (ProgressDisplay, callbacks.ProgressBar) replaces the built-in one;
+	// false beside such a callback is rejected.
 	EnableProgressBar *bool
 	// HandleSignals makes SIGINT and SIGTERM during Fit finish the current
 	// optimizer step, save a checkpoint to LogDir/checkpoints/
@@ -143,6 +161,7 @@ func (c *Config) Validate() error {
 			bad("%s is %d: use 0 (the default) or a positive number", name, v)
 		}
 	}
+	errs = append(errs, c.conflicts()...)
 	nonNeg("MaxEpochs", c.MaxEpochs)
 	nonNeg("MaxSteps", c.MaxSteps)
 	nonNeg("LimitTrainBatches", c.LimitTrainBatches)
@@ -200,14 +219,16 @@ func (c *Config) Validate() error {
 	default:
 		bad("Accelerator is %q: use \"cpu\", \"cuda\" or \"auto\"", c.Accelerator)
 	}
-	if c.MaxEpochs == 0 && c.MaxSteps == 0 {
-		c.MaxEpochs = 1000
-	}
+	overridden := c.fastDevRunOverrides()
 	if c.FastDevRun > 0 {
 		c.MaxEpochs = 1
 		c.MaxSteps = 0
 		c.LimitTrainBatches, c.LimitValBatches, c.LimitTestBatches, c.LimitPredictBatches = c.FastDevRun, c.FastDevRun, c.FastDevRun, c.FastDevRun
 		c.ValCheckInterval = 0
+		c.CheckValEveryNEpoch = 1
+	}
+	if c.MaxEpochs == 0 && c.MaxSteps == 0 {
+		c.MaxEpochs = 1000
 	}
 	if c.CheckValEveryNEpoch == 0 {
 		c.CheckValEveryNEpoch = 1
@@ -233,6 +254,9 @@ func (c *Config) Validate() error {
 	if c.Log == nil {
 		l := zerolog.New(zerolog.ConsoleWriter{Out: c.Out, NoColor: true, TimeFormat: "15:04:05"}).With().Timestamp().Logger()
 		c.Log = &l
+	}
+	if len(overridden) > 0 {
+		c.Log.Warn().Strs("overridden", overridden).Int("fast_dev_run", c.FastDevRun).Msg("FastDevRun replaces these settings for this smoke test: one epoch of FastDevRun batches")
 	}
 	if n := runtime.NumCPU(); c.Devices > n && (c.Accelerator == "cpu" || c.Accelerator == "auto") {
 		c.Log.Warn().Int("devices", c.Devices).Int("cores", n).Msg("Devices is above the number of CPU cores: the ranks share cores and each runs slower; use Devices <= cores")

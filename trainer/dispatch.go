@@ -58,13 +58,24 @@ func wrap(owner, hook string, err error) error {
 	return fmt.Errorf("%s.%s: %w", owner, hook, err)
 }
 
+// moduleHook calls one hook of the user's module in a profiler span (its
+// name, a constant, so that nothing is built per call) and wraps its error
+// with the hook's name.
+func (t *Trainer) moduleHook(span, hook string, call func() error) error {
+	end := t.span(span)
+	err := guarded(call)
+	end()
+	return wrap("module", hook, err)
+}
+
 // callHook calls hook on every callback implementing H, each in a profiler
 // span named after it (the name is built only when a profiler is on).
 // Checkpoints that callbacks ask for during the hook are written after the
 // last callback has run it, so every callback's state in the file is the
 // state after this hook.
-func callHook[H any](t *Trainer, ctx context.Context, hook string, call func(h H) error) error {
+func callHook[H any](t *Trainer, ctx context.Context, hook string, call func(h H, s *State) error) error {
 	var stop error
+	view := t.state.view()
 	t.saves, t.hooking = t.saves[:0], true
 	defer func() { t.hooking = false }()
 	_, nop := t.cfg.Profiler.(profiler.Nop)
@@ -78,7 +89,8 @@ func callHook[H any](t *Trainer, ctx context.Context, hook string, call func(h H
 			sp = t.cfg.Profiler.Start("callbacks/" + cb.Name() + "." + hook)
 		}
 		t.hookOwner = cb.Name()
-		err := guarded(func() error { return call(h) })
+		t.hookView = view // each callback its own copy, in one reused place
+		err := guarded(func() error { return call(h, &t.hookView) })
 		sp.End()
 		if err == nil {
 			continue
@@ -108,104 +120,130 @@ func callHook[H any](t *Trainer, ctx context.Context, hook string, call func(h H
 
 func (t *Trainer) onFitStart(ctx context.Context, m module.Module) error {
 	if h, ok := m.(module.FitStarter); ok {
-		end := t.span("module.OnFitStart")
-		err := guarded(func() error { return h.OnFitStart(ctx) })
-		end()
-		if err := wrap("module", "OnFitStart", err); err != nil {
+		if err := t.moduleHook("module.OnFitStart", "OnFitStart", func() error { return h.OnFitStart(ctx) }); err != nil {
 			return err
 		}
 	}
-	return callHook(t, ctx, "OnFitStart", func(h FitStartHook) error { return h.OnFitStart(ctx, &t.state) })
+	return callHook(t, ctx, "OnFitStart", func(h FitStartHook, s *State) error { return h.OnFitStart(ctx, s) })
 }
 
 func (t *Trainer) onFitEnd(ctx context.Context, m module.Module) error {
 	if h, ok := m.(module.FitEnder); ok {
-		end := t.span("module.OnFitEnd")
-		err := guarded(func() error { return h.OnFitEnd(ctx) })
-		end()
-		if err := wrap("module", "OnFitEnd", err); err != nil {
+		if err := t.moduleHook("module.OnFitEnd", "OnFitEnd", func() error { return h.OnFitEnd(ctx) }); err != nil {
 			return err
 		}
 	}
-	return callHook(t, ctx, "OnFitEnd", func(h FitEndHook) error { return h.OnFitEnd(ctx, &t.state) })
+	return callHook(t, ctx, "OnFitEnd", func(h FitEndHook, s *State) error { return h.OnFitEnd(ctx, s) })
 }
 
 func (t *Trainer) onTrainEpochStart(ctx context.Context, m module.Module, epoch int) error {
 	if h, ok := m.(module.TrainEpochStarter); ok {
-		end := t.span("module.OnTrainEpochStart")
-		err := guarded(func() error { return h.OnTrainEpochStart(ctx, epoch) })
-		end()
-		if err := wrap("module", "OnTrainEpochStart", err); err != nil {
+		if err := t.moduleHook("module.OnTrainEpochStart", "OnTrainEpochStart", func() error { return h.OnTrainEpochStart(ctx, epoch) }); err != nil {
 			return err
 		}
 	}
-	return callHook(t, ctx, "OnTrainEpochStart", func(h TrainEpochStartHook) error { return h.OnTrainEpochStart(ctx, &t.state) })
+	return callHook(t, ctx, "OnTrainEpochStart", func(h TrainEpochStartHook, s *State) error { return h.OnTrainEpochStart(ctx, s) })
 }
 
 func (t *Trainer) onTrainEpochEnd(ctx context.Context, m module.Module, epoch int) error {
 	if h, ok := m.(module.TrainEpochEnder); ok {
-		end := t.span("module.OnTrainEpochEnd")
-		err := guarded(func() error { return h.OnTrainEpochEnd(ctx, epoch) })
-		end()
-		if err := wrap("module", "OnTrainEpochEnd", err); err != nil {
+		if err := t.moduleHook("module.OnTrainEpochEnd", "OnTrainEpochEnd", func() error { return h.OnTrainEpochEnd(ctx, epoch) }); err != nil {
 			return err
 		}
 	}
-	return callHook(t, ctx, "OnTrainEpochEnd", func(h TrainEpochEndHook) error { return h.OnTrainEpochEnd(ctx, &t.state) })
+	return callHook(t, ctx, "OnTrainEpochEnd", func(h TrainEpochEndHook, s *State) error { return h.OnTrainEpochEnd(ctx, s) })
 }
 
 func (t *Trainer) onTrainBatchStart(ctx context.Context, m module.Module, b *data.Batch, idx int) error {
 	if h, ok := m.(module.TrainBatchStarter); ok {
-		end := t.span("module.OnTrainBatchStart")
-		err := guarded(func() error { return h.OnTrainBatchStart(ctx, b, idx) })
-		end()
-		return wrap("module", "OnTrainBatchStart", err)
+		return t.moduleHook("module.OnTrainBatchStart", "OnTrainBatchStart", func() error { return h.OnTrainBatchStart(ctx, b, idx) })
 	}
 	return nil
 }
 
 func (t *Trainer) onTrainBatchEnd(ctx context.Context, m module.Module, b *data.Batch, idx int) error {
 	if h, ok := m.(module.TrainBatchEnder); ok {
-		end := t.span("module.OnTrainBatchEnd")
-		err := guarded(func() error { return h.OnTrainBatchEnd(ctx, b, idx) })
-		end()
-		if err := wrap("module", "OnTrainBatchEnd", err); err != nil {
+		if err := t.moduleHook("module.OnTrainBatchEnd", "OnTrainBatchEnd", func() error { return h.OnTrainBatchEnd(ctx, b, idx) }); err != nil {
 			return err
 		}
 	}
 	if len(t.cfg.Callbacks) == 0 {
 		return nil
 	}
-	return callHook(t, ctx, "OnTrainBatchEnd", func(h TrainBatchEndHook) error { return h.OnTrainBatchEnd(ctx, &t.state) })
+	return callHook(t, ctx, "OnTrainBatchEnd", func(h TrainBatchEndHook, s *State) error { return h.OnTrainBatchEnd(ctx, s) })
+}
+
+func (t *Trainer) onBeforeBackward(ctx context.Context, m module.Module, loss float64) error {
+	if h, ok := m.(module.BeforeBackwarder); ok {
+		if err := t.moduleHook("module.OnBeforeBackward", "OnBeforeBackward", func() error { return h.OnBeforeBackward(ctx, loss) }); err != nil {
+			return err
+		}
+	}
+	return t.midStep("OnBeforeBackward", func() error {
+		return callHook(t, ctx, "OnBeforeBackward", func(h BeforeBackwardHook, s *State) error { return h.OnBeforeBackward(ctx, s, loss) })
+	})
+}
+
+func (t *Trainer) onBeforeOptimizerStep(ctx context.Context, m module.Module) error {
+	if h, ok := m.(module.BeforeOptimizerStepper); ok {
+		if err := t.moduleHook("module.OnBeforeOptimizerStep", "OnBeforeOptimizerStep", func() error { return h.OnBeforeOptimizerStep(ctx, t.state.GradNorm) }); err != nil {
+			return err
+		}
+	}
+	return t.midStep("OnBeforeOptimizerStep", func() error {
+		return callHook(t, ctx, "OnBeforeOptimizerStep", func(h BeforeOptimizerStepHook, s *State) error { return h.OnBeforeOptimizerStep(ctx, s) })
+	})
+}
+
+func (t *Trainer) onAfterOptimizerStep(ctx context.Context, m module.Module) error {
+	if h, ok := m.(module.AfterOptimizerStepper); ok {
+		if err := t.moduleHook("module.OnAfterOptimizerStep", "OnAfterOptimizerStep", func() error { return h.OnAfterOptimizerStep(ctx, t.state.GlobalStep) }); err != nil {
+			return err
+		}
+	}
+	return t.midStep("OnAfterOptimizerStep", func() error {
+		return callHook(t, ctx, "OnAfterOptimizerStep", func(h AfterOptimizerStepHook, s *State) error { return h.OnAfterOptimizerStep(ctx, s) })
+	})
+}
+
+// midStep runs the callbacks of a per-step hook with checkpoints refused:
+// in the middle of a step the weights and the loop position disagree, so
+// such a checkpoint would not resume where the run stood.
+func (t *Trainer) midStep(hook string, call func() error) error {
+	save := t.state.save
+	t.state.save = func(context.Context, string) error {
+		return fmt.Errorf("a checkpoint cannot be saved in %s, in the middle of a training step: save in OnTrainBatchEnd", hook)
+	}
+	defer func() { t.state.save = save }()
+	return call()
+}
+
+// stepHooks reports which of the per-step hooks m or a callback
+// implements, so that the loop skips the others at no cost.
+func (t *Trainer) stepHooks(m module.Module) (beforeBackward, beforeStep, afterStep bool) {
+	_, beforeBackward = m.(module.BeforeBackwarder)
+	_, beforeStep = m.(module.BeforeOptimizerStepper)
+	_, afterStep = m.(module.AfterOptimizerStepper)
+	for _, cb := range t.cfg.Callbacks {
+		_, bb := cb.(BeforeBackwardHook)
+		_, bs := cb.(BeforeOptimizerStepHook)
+		_, as := cb.(AfterOptimizerStepHook)
+		beforeBackward, beforeStep, afterStep = beforeBackward || bb, beforeStep || bs, afterStep || as
+	}
+	return
 }
 
 func (t *Trainer) onValidationEnd(ctx context.Context, m module.Module, epoch int) error {
 	if h, ok := m.(module.ValidationEpochEnder); ok {
-		end := t.span("module.OnValidationEpochEnd")
-		err := guarded(func() error { return h.OnValidationEpochEnd(ctx, epoch) })
-		end()
-		if err := wrap("module", "OnValidationEpochEnd", err); err != nil {
+		if err := t.moduleHook("module.OnValidationEpochEnd", "OnValidationEpochEnd", func() error { return h.OnValidationEpochEnd(ctx, epoch) }); err != nil {
 			return err
 		}
 	}
-	return callHook(t, ctx, "OnValidationEnd", func(h ValidationEndHook) error { return h.OnValidationEnd(ctx, &t.state) })
+	return callHook(t, ctx, "OnValidationEnd", func(h ValidationEndHook, s *State) error { return h.OnValidationEnd(ctx, s) })
 }
 
 func (t *Trainer) onTestEnd(ctx context.Context) error {
-	return callHook(t, ctx, "OnTestEnd", func(h TestEndHook) error { return h.OnTestEnd(ctx, &t.state) })
-}
-
-// accumulation is the number of batches per optimizer step in epoch.
-func (t *Trainer) accumulation(epoch int) int {
-	n := t.cfg.AccumulateGradBatches
-	for _, cb := range t.cfg.Callbacks {
-		if h, ok := cb.(AccumulationScheduler); ok {
-			if k := h.AccumulateGradBatches(epoch); k > 0 {
-				n = k
-			}
-		}
-	}
-	return n
+	return callHook(t, ctx, "OnTestEnd", func(h TestEndHook, s *State) error { return h.OnTestEnd(ctx, s) })
 }
 
 func (t *Trainer) logMetrics(step int, m map[string]float64) error {

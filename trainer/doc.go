@@ -15,7 +15,15 @@
 // The trainer reaches replicas only through strategy.Strategy and never
 // switches on a strategy's type. dispatch.go is the only caller of hooks; it
 // opens a profiler span named after each hook and wraps its error with that
-// name. Callbacks receive a read-only State, never the Trainer.
+// name. Callbacks receive a read-only State (a copy, with views of metrics
+// and weights), never the Trainer.
+//
+// The loop is in parts: loop.go (epochs, the batches of an epoch, the
+// epoch's end), step.go (one batch: forward and backward, the optimizer
+// step and its hooks, step logs), accumulate.go (accumulation windows),
+// valsched.go (when validation runs) and signal.go (ranks agreeing on a
+// stop). Config.Validate rejects settings that would ignore each other
+// (config_conflicts.go).
 //
 // trainer imports module, data, optim, nn, profiler, strategy, blas (the BLAS
 // choice at start) and panics (user panics as errors); it must

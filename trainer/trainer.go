@@ -25,8 +25,11 @@ type Trainer struct {
 	cfg   Config
 	strat strategy.Strategy
 	mod   module.Module
-	state State
-	stats Stats
+	state runState
+	// hookView is the State a callback is handed: a copy of state's view
+	// made for each call (one place, so that hooks allocate nothing).
+	hookView State
+	stats    Stats
 
 	epochAgg map[string]*agg
 	progress *progress
@@ -224,10 +227,10 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 		return fmt.Errorf("strategy %s: setup: %w", st.Name(), err)
 	}
 	t.strat, t.mod = st, m
-	t.state = State{
-		Rank: st.Rank(), WorldSize: st.WorldSize(), IsGlobalZero: st.IsGlobalZero(),
-		RootDir: t.cfg.DefaultRootDir, MaxEpochs: t.cfg.MaxEpochs, MaxSteps: t.cfg.MaxSteps,
-		Metrics: map[string]float64{}, Layers: b.Layers(), Store: st.Store(), FastDevRun: t.cfg.FastDevRun > 0,
+	t.state = runState{
+		State: State{Rank: st.Rank(), WorldSize: st.WorldSize(), IsGlobalZero: st.IsGlobalZero(),
+			RootDir: t.cfg.DefaultRootDir, MaxEpochs: t.cfg.MaxEpochs, MaxSteps: t.cfg.MaxSteps, FastDevRun: t.cfg.FastDevRun > 0},
+		Metrics: map[string]float64{}, Layers: b.Layers(), Store: st.Store(),
 	}
 	return nil
 }
@@ -639,242 +642,6 @@ func epochName(name string, spec module.LogSpec) string {
 		return name + "_epoch"
 	}
 	return name
-}
-
-func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data.Loader, startEpoch int) error {
-	defer t.span("fit")()
-	cfg := &t.cfg
-	accum := cfg.AccumulateGradBatches
-	stepOpts := strategy.StepOptions{}
-	if cfg.GradientClipVal > 0 {
-		if cfg.GradientClipAlgorithm == "value" {
-			stepOpts.ClipValue = cfg.GradientClipVal
-		} else {
-			stepOpts.ClipNorm = cfg.GradientClipVal
-		}
-	}
-	opt, sched := t.strat.Optimizer(), t.strat.Scheduler()
-	resume := t.resumeAt
-	t.resumeAt = nil
-	if st, ok := sched.(optim.Starter); ok && startEpoch == 0 && t.state.GlobalStep == 0 && resume == nil {
-		st.Start(opt)
-	}
-	if cfg.handleSignals() {
-		t.signals = watchSignals(cfg.Log)
-		defer t.signals.stop()
-	}
-	stepLog := map[string]float64{}
-	for epoch := startEpoch; cfg.MaxEpochs == 0 || epoch < cfg.MaxEpochs; epoch++ {
-		if cfg.MaxSteps > 0 && t.state.GlobalStep >= cfg.MaxSteps {
-			break
-		}
-		t.state.Epoch = epoch
-		t.state.LR = opt.LR()
-		t.epochAgg = map[string]*agg{}
-		var r loopPos // where a resumed run re-enters this epoch
-		if resume != nil && resume.Epoch == epoch {
-			r, resume = *resume, nil
-			if r.Batch > 0 {
-				t.epochAgg = t.resumeAggs
-			}
-		}
-		accum = t.accumulation(epoch)
-		t.accum = accum
-		t.pos = loopPos{Epoch: epoch, Batch: r.Batch, Validated: r.Validated, ValPending: r.ValPending}
-		if err := t.onTrainEpochStart(ctx, m, epoch); err != nil {
-			return err
-		}
-		nb := train.NumBatches(epoch)
-		if cfg.LimitTrainBatches > 0 && cfg.LimitTrainBatches < nb {
-			nb = cfg.LimitTrainBatches
-		}
-		t.trainBS, t.trainNB = train.Config().BatchSize, nb
-		t.state.NumTrainBatches = nb
-		first := min(r.Batch, nb)
-		if first > 0 && t.resumeBS > 0 && t.resumeBS != t.trainBS {
-			cfg.Log.Warn().Int("checkpoint_batch_size", t.resumeBS).Int("batch_size", t.trainBS).Msg("resuming mid-epoch with another batch size: the rest of the epoch is not the interrupted run's")
-		}
-		t.progress.startEpoch(epoch, cfg.MaxEpochs, nb)
-		it := skipBatches(train, first).Iter(ctx, epoch)
-		var trainDur time.Duration
-		var stop error
-		if r.ValPending && val != nil {
-			t.pos.ValPending = false
-			if err := t.validationLoop(ctx, m, val, epoch); err != nil {
-				if _, ok := isStop(err); !ok {
-					it.Close()
-					return err
-				}
-				stop = err
-				first = nb
-			}
-		}
-		for bi := first; bi < nb; bi++ {
-			sp := cfg.Profiler.Start("data fetch")
-			b, ok := it.Next()
-			sp.End()
-			if !ok {
-				break
-			}
-			t.state.BatchIdx = bi
-			if err := t.onTrainBatchStart(ctx, m, b, bi); err != nil {
-				it.Close()
-				return err
-			}
-			micro := bi % accum
-			last := micro == accum-1 || bi == nb-1
-			t0 := cfg.Now()
-			sp = cfg.Profiler.Start("forward+backward")
-			loss, metrics, err := t.strat.TrainStep(ctx, b, strategy.TrainOptions{Sync: last, Accumulate: micro > 0, Scale: 1 / float64(accum), Key: uint64(epoch)<<32 | uint64(bi)})
-			sp.End()
-			if err != nil {
-				it.Close()
-				return fmt.Errorf("epoch %d batch %d: %w", epoch, bi, err)
-			}
-			if math.IsNaN(loss) || math.IsInf(loss, 0) {
-				if !cfg.WarnOnNaN {
-					it.Close()
-					return fmt.Errorf("the loss is %v at epoch %d, batch %d (global step %d): lower the learning rate, clip gradients (GradientClipVal), or set WarnOnNaN to carry on", loss, epoch, bi, t.state.GlobalStep)
-				}
-				cfg.Log.Warn().Float64("loss", loss).Int("step", t.state.GlobalStep).Msg("non-finite loss")
-			}
-			if cfg.DetectAnomaly && last {
-				if err := t.checkGrads(epoch, bi); err != nil {
-					it.Close()
-					return err
-				}
-			}
-			t.stats.LastTrainLoss = loss
-			t.state.Loss = loss
-			for _, mt := range metrics {
-				if mt.Spec.OnEpoch {
-					a := t.epochAgg[mt.Name]
-					if a == nil {
-						a = &agg{spec: mt.Spec}
-						t.epochAgg[mt.Name] = a
-					}
-					a.addMetric(&mt)
-				}
-				if mt.Spec.OnStep {
-					mt.Values(func(name string, v float64) { t.state.Metrics[stepName(name, mt.Spec)] = v })
-				}
-			}
-			if last {
-				sp = cfg.Profiler.Start("optimizer step")
-				_, err := t.strat.OptimizerStep(ctx, stepOpts)
-				sp.End()
-				if err != nil {
-					it.Close()
-					return fmt.Errorf("epoch %d batch %d: optimizer step: %w", epoch, bi, err)
-				}
-				t.state.GlobalStep++
-				if sched != nil && sched.Interval() == optim.PerStep {
-					sched.Step(opt, math.NaN())
-				}
-				t.state.LR = opt.LR()
-			}
-			dt := cfg.Now().Sub(t0)
-			trainDur += dt
-			t.stats.TrainSamples += b.Size
-			t.progress.batch(bi+1, loss, b.Size, t.state.Metrics, metrics)
-			valDue := val != nil && cfg.ValCheckInterval > 0 && (bi+1)%cfg.ValCheckInterval == 0 && bi+1 < nb
-			t.pos = loopPos{Epoch: epoch, Batch: bi + 1, ValPending: valDue, midWindow: !last}
-			if last && t.state.GlobalStep%cfg.LogEveryNSteps == 0 {
-				clear(stepLog)
-				for _, mt := range metrics {
-					if mt.Spec.OnStep {
-						mt.Values(func(name string, v float64) { stepLog[stepName(name, mt.Spec)] = v })
-					}
-				}
-				stepLog["epoch"] = float64(epoch)
-				stepLog["lr"] = opt.LR()
-				if err := t.logMetrics(t.state.GlobalStep, stepLog); err != nil {
-					it.Close()
-					return err
-				}
-			}
-			if err := t.onTrainBatchEnd(ctx, m, b, bi); err != nil {
-				if _, ok := isStop(err); !ok {
-					it.Close()
-					return err
-				}
-				stop = err
-			}
-			if stop, err = t.agreeStop(ctx, stop, last); err != nil {
-				it.Close()
-				return err
-			}
-			if stop != nil {
-				t.stats.TrainTime += trainDur
-				it.Close()
-				return stop
-			}
-			if cfg.MaxSteps > 0 && t.state.GlobalStep >= cfg.MaxSteps {
-				break
-			}
-			if valDue {
-				t.pos.ValPending = false
-				if err := t.validationLoop(ctx, m, val, epoch); err != nil {
-					if _, ok := isStop(err); !ok {
-						it.Close()
-						return err
-					}
-					stop = err
-					break
-				}
-			}
-		}
-		it.Close()
-		if err := it.Err(); err != nil {
-			return fmt.Errorf("epoch %d: training data: %w", epoch, err)
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		t.stats.TrainTime += trainDur
-		if !r.Validated {
-			if err := t.finishTrainEpoch(ctx, epoch); err != nil {
-				return err
-			}
-			if val != nil && stop == nil && (epoch+1)%cfg.CheckValEveryNEpoch == 0 {
-				t.pos = loopPos{Epoch: epoch, Batch: nb, Validated: true}
-				if err := t.validationLoop(ctx, m, val, epoch); err != nil {
-					if _, ok := isStop(err); !ok {
-						return err
-					}
-					stop = err
-				}
-			}
-		}
-		t.stats.Epochs = epoch + 1
-		if sched != nil && sched.Interval() == optim.PerEpoch {
-			metric := math.NaN()
-			if v, ok := t.state.Metrics[plateauMetric(t.state.Metrics)]; ok {
-				metric = v
-			}
-			sched.Step(opt, metric)
-		}
-		t.pos = loopPos{Epoch: epoch + 1}
-		if err := t.onTrainEpochEnd(ctx, m, epoch); err != nil {
-			if _, ok := isStop(err); !ok {
-				return err
-			}
-			stop = err
-		}
-		if t.defaultCheckpoints() {
-			if err := t.saveEpochCheckpoint(ctx, epoch); err != nil {
-				return err
-			}
-		}
-		var err error
-		if stop, err = t.agreeStop(ctx, stop, true); err != nil {
-			return err
-		}
-		if stop != nil {
-			return stop
-		}
-	}
-	return nil
 }
 
 // checkGrads returns an error naming the first parameter whose gradient

@@ -114,7 +114,7 @@ func (t *trainTimer) OnTrainBatchEnd(ctx context.Context, s *trainer.State) erro
 }
 
 func (t *trainTimer) OnValidationEnd(ctx context.Context, s *trainer.State) error {
-	if v, ok := s.Metrics[t.metric]; ok {
+	if v, ok := s.Metrics.Get(t.metric); ok {
 		t.accs = append(t.accs, v)
 	}
 	return nil

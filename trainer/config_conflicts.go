@@ -1,0 +1,89 @@
+package trainer
+
+import "fmt"
+
+// conflicts reports settings that contradict each other: with both set, one
+// would silently be ignored. Each message names both fields and the fix.
+// Defaults count as unset (Strategy "auto", Devices and NumNodes 1), so a
+// validated Config validates again.
+//
+// FastDevRun is not in this list: as Lightning's fast_dev_run, it is a
+// switch added to a working configuration to smoke-test it, and it
+// overrides MaxEpochs, MaxSteps, the Limit*Batches, ValCheckInterval and
+// CheckValEveryNEpoch (fastDevRunOverrides names the ones it replaces, and
+// Validate logs them).
+func (c *Config) conflicts() []error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.StrategyImpl != nil {
+		name := c.StrategyImpl.Name()
+		if c.Strategy != "" && c.Strategy != "auto" {
+			bad("Strategy is %q and StrategyImpl is set (%s): StrategyImpl is used instead of Strategy; set only one of them", c.Strategy, name)
+		}
+		if c.Devices != 0 && c.Devices != 1 {
+			bad("Devices is %d and StrategyImpl is set (%s): a strategy value brings its own devices; leave Devices unset, or set Strategy instead of StrategyImpl", c.Devices, name)
+		}
+		if c.NumNodes != 0 && c.NumNodes != 1 {
+			bad("NumNodes is %d and StrategyImpl is set (%s): a strategy value brings its own ranks; leave NumNodes unset, or set Strategy instead of StrategyImpl", c.NumNodes, name)
+		}
+		if c.Accelerator == "cuda" || c.Accelerator == "gpu" {
+			bad("Accelerator is %q and StrategyImpl is set (%s): a strategy value brings its own devices; leave Accelerator unset, or set Strategy instead of StrategyImpl", c.Accelerator, name)
+		}
+	}
+	var bars []string
+	var sched []string
+	for i, cb := range c.Callbacks {
+		if d, ok := cb.(ProgressDisplay); ok && d.DisplaysProgress() {
+			bars = append(bars, fmt.Sprintf("Callbacks[%d] (%s)", i, cb.Name()))
+		}
+		if _, ok := cb.(AccumulationScheduler); ok {
+			sched = append(sched, fmt.Sprintf("Callbacks[%d] (%s)", i, cb.Name()))
+		}
+		if _, ok := cb.(bestPather); ok && c.DisableCheckpointing {
+			bad("DisableCheckpointing is true and Callbacks[%d] (%s) writes checkpoints: remove the callback, or leave DisableCheckpointing false", i, cb.Name())
+		}
+	}
+	if len(bars) > 0 && c.EnableProgressBar != nil && !*c.EnableProgressBar {
+		bad("EnableProgressBar is false and %s draws a progress bar: remove the callback to have none, or leave EnableProgressBar unset", bars[0])
+	}
+	if len(bars) > 1 {
+		bad("%s and %s both draw a progress bar: keep one", bars[0], bars[1])
+	}
+	if len(sched) > 0 && c.AccumulateGradBatches > 1 {
+		bad("AccumulateGradBatches is %d and %s sets the batches per step by epoch: put the factor in the scheduler (epoch 0 -> %d) and leave AccumulateGradBatches unset", c.AccumulateGradBatches, sched[0], c.AccumulateGradBatches)
+	}
+	if len(sched) > 1 {
+		bad("%s and %s both set the batches per step: keep one", sched[0], sched[1])
+	}
+	if c.DisableLogger && len(c.Loggers) > 0 {
+		bad("DisableLogger is true and Loggers has %d logger(s) (%s first): leave Loggers empty to log nothing, or leave DisableLogger false", len(c.Loggers), c.Loggers[0].Name())
+	}
+	if c.GradientClipAlgorithm == "value" && c.GradientClipVal == 0 {
+		bad("GradientClipAlgorithm is \"value\" and GradientClipVal is 0, which turns clipping off: set GradientClipVal to the bound, or leave GradientClipAlgorithm unset")
+	}
+	return errs
+}
+
+// fastDevRunOverrides names the fields FastDevRun replaces that were set
+// to something else.
+func (c *Config) fastDevRunOverrides() []string {
+	if c.FastDevRun <= 0 {
+		return nil
+	}
+	n := c.FastDevRun
+	var out []string
+	set := func(name string, v, want int) {
+		if v != 0 && v != want {
+			out = append(out, fmt.Sprintf("%s=%d", name, v))
+		}
+	}
+	set("MaxEpochs", c.MaxEpochs, 1)
+	set("MaxSteps", c.MaxSteps, 0)
+	set("LimitTrainBatches", c.LimitTrainBatches, n)
+	set("LimitValBatches", c.LimitValBatches, n)
+	set("LimitTestBatches", c.LimitTestBatches, n)
+	set("LimitPredictBatches", c.LimitPredictBatches, n)
+	set("ValCheckInterval", c.ValCheckInterval, 0)
+	set("CheckValEveryNEpoch", c.CheckValEveryNEpoch, 1)
+	return out
+}

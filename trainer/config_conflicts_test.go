@@ -1,0 +1,142 @@
+package trainer_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/fulgur-ml/fulgur/callbacks"
+	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/trainer"
+)
+
+// TestConfigConflicts: settings that would silently ignore each other are
+// rejected with an error naming both fields and the fix; defaults beside
+// them, and a validated Config validated again, are not.
+func TestConfigConflicts(t *testing.T) {
+	single, err := strategy.New("single", strategy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bar := func() trainer.Callback {
+		pb, err := callbacks.NewProgressBar(callbacks.ProgressBarConfig{Out: io.Discard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pb
+	}
+	sched := func() trainer.Callback {
+		g, err := callbacks.NewGradientAccumulationScheduler(map[int]int{0: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	ckpt := func() trainer.Callback {
+		mc, err := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{Dirpath: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mc
+	}
+	csv, err := callbacks.NewCSVLogger(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		cfg  trainer.Config
+		want []string // fragments of the error; none: valid
+	}{
+		{"StrategyImpl and Strategy", trainer.Config{StrategyImpl: single, Strategy: "ddp"},
+			[]string{`Strategy is "ddp" and StrategyImpl is set`, "set only one"}},
+		{"StrategyImpl and Devices", trainer.Config{StrategyImpl: single, Devices: 4},
+			[]string{"Devices is 4 and StrategyImpl is set", "leave Devices unset"}},
+		{"StrategyImpl and NumNodes", trainer.Config{StrategyImpl: single, NumNodes: 2},
+			[]string{"NumNodes is 2 and StrategyImpl is set", "leave NumNodes unset"}},
+		{"StrategyImpl and defaults", trainer.Config{StrategyImpl: single, Strategy: "auto", Devices: 1, NumNodes: 1}, nil},
+		{"EnableProgressBar false and a ProgressBar", trainer.Config{EnableProgressBar: trainer.Bool(false), Callbacks: []trainer.Callback{bar()}},
+			[]string{"EnableProgressBar is false and Callbacks[0] (ProgressBar) draws a progress bar", "leave EnableProgressBar unset"}},
+		{"EnableProgressBar true and a ProgressBar", trainer.Config{EnableProgressBar: trainer.Bool(true), Callbacks: []trainer.Callback{bar()}}, nil},
+		{"two ProgressBars", trainer.Config{Callbacks: []trainer.Callback{bar(), bar()}},
+			[]string{"Callbacks[0] (ProgressBar) and Callbacks[1] (ProgressBar) both draw a progress bar: keep one"}},
+		{"AccumulateGradBatches and a scheduler", trainer.Config{AccumulateGradBatches: 4, Callbacks: []trainer.Callback{sched()}},
+			[]string{"AccumulateGradBatches is 4 and Callbacks[0] (GradientAccumulationScheduler)", "epoch 0 -> 4", "leave AccumulateGradBatches unset"}},
+		{"AccumulateGradBatches 1 and a scheduler", trainer.Config{AccumulateGradBatches: 1, Callbacks: []trainer.Callback{sched()}}, nil},
+		{"DisableCheckpointing and a ModelCheckpoint", trainer.Config{DisableCheckpointing: true, Callbacks: []trainer.Callback{ckpt()}},
+			[]string{"DisableCheckpointing is true and Callbacks[0] (ModelCheckpoint) writes checkpoints"}},
+		{"DisableLogger and Loggers", trainer.Config{DisableLogger: true, Loggers: []trainer.Logger{csv}},
+			[]string{"DisableLogger is true and Loggers has 1 logger(s) (CSVLogger first)"}},
+		{"value clipping without a bound", trainer.Config{GradientClipAlgorithm: "value"},
+			[]string{`GradientClipAlgorithm is "value" and GradientClipVal is 0`}},
+		{"FastDevRun overrides", trainer.Config{FastDevRun: 2, MaxEpochs: 5, LimitTrainBatches: 100}, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tc.cfg
+			cfg.Out = io.Discard
+			err := cfg.Validate()
+			if len(tc.want) == 0 {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				again := cfg
+				if err := again.Validate(); err != nil {
+					t.Fatalf("a validated Config fails Validate again: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Validate accepted %s", tc.name)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+			if _, err := trainer.New(tc.cfg); err == nil {
+				t.Errorf("New accepted %s", tc.name)
+			}
+		})
+	}
+}
+
+// TestFastDevRunOverridesAreLogged: FastDevRun replaces the limits it
+// overrides, CheckValEveryNEpoch included (validation runs in its one
+// epoch), and says which.
+func TestFastDevRunOverridesAreLogged(t *testing.T) {
+	var out bytes.Buffer
+	cfg := trainer.Config{FastDevRun: 2, MaxEpochs: 5, LimitTrainBatches: 100, CheckValEveryNEpoch: 3, Out: &out}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MaxEpochs != 1 || cfg.LimitTrainBatches != 2 || cfg.CheckValEveryNEpoch != 1 {
+		t.Errorf("MaxEpochs %d, LimitTrainBatches %d, CheckValEveryNEpoch %d; want 1, 2, 1", cfg.MaxEpochs, cfg.LimitTrainBatches, cfg.CheckValEveryNEpoch)
+	}
+	for _, w := range []string{"FastDevRun replaces", "MaxEpochs=5", "LimitTrainBatches=100", "CheckValEveryNEpoch=3"} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("log lacks %q:\n%s", w, out.String())
+		}
+	}
+}
+
+// TestValCheckIntervalInCheckedEpochsOnly: with CheckValEveryNEpoch 2,
+// ValCheckInterval's mid-epoch validations run only in every second epoch
+// too (as Lightning), instead of ignoring CheckValEveryNEpoch.
+func TestValCheckIntervalInCheckedEpochsOnly(t *testing.T) {
+	ds := regression(t, 320, 0, 1)
+	tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 4, ValCheckInterval: 4, CheckValEveryNEpoch: 2}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Fit(context.Background(), &linreg{in: 4, lr: 0.01}, loader(t, ds, 32, false, false), loader(t, ds, 64, false, false)); err != nil {
+		t.Fatal(err)
+	}
+	// 10 batches an epoch; epochs 1 and 3 validate after batch 4 and 8 and
+	// at the end.
+	if s := tr.Stats(); s.ValidationsPassed != 6 {
+		t.Errorf("validations = %d, want 6", s.ValidationsPassed)
+	}
+}

@@ -1,0 +1,275 @@
+package trainer
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/optim"
+	"github.com/fulgur-ml/fulgur/strategy"
+)
+
+// The training loop, in parts with one job each:
+//
+//	loop.go        epochs and the batches of one epoch (this file)
+//	step.go        one batch: forward and backward, the optimizer step, step logs
+//	accumulate.go  gradient accumulation windows
+//	valsched.go    when validation runs, and a hook's stop told apart from an error
+//	signal.go      ranks agreeing on stopping (agreeStop)
+
+// fitRun is one Fit's training loop: what stays the same across its epochs.
+type fitRun struct {
+	t          *Trainer
+	m          module.Module
+	train, val *data.Loader
+	stepOpts   strategy.StepOptions
+	opt        optim.Optimizer
+	sched      optim.Scheduler
+	// resume is where a resumed run re-enters the loop, until its epoch.
+	resume  *loopPos
+	stepLog map[string]float64
+	// trainDur is the wall time of this epoch's training batches.
+	trainDur time.Duration
+
+	// The per-step hooks that some module or callback implements, and
+	// what they need during an optimizer step.
+	beforeBackward, beforeStep, afterStep bool
+	ctx                                   context.Context // of the optimizer step in progress
+	hookStop                              error           // a Stop from a per-step hook, for the batch end
+}
+
+func (t *Trainer) newFitRun(m module.Module, train, val *data.Loader) *fitRun {
+	f := &fitRun{t: t, m: m, train: train, val: val, stepLog: map[string]float64{}}
+	if c := &t.cfg; c.GradientClipVal > 0 {
+		if c.GradientClipAlgorithm == "value" {
+			f.stepOpts.ClipValue = c.GradientClipVal
+		} else {
+			f.stepOpts.ClipNorm = c.GradientClipVal
+		}
+	}
+	f.opt, f.sched = t.strat.Optimizer(), t.strat.Scheduler()
+	f.resume, t.resumeAt = t.resumeAt, nil
+	f.beforeBackward, f.beforeStep, f.afterStep = t.stepHooks(m)
+	if f.beforeStep || t.cfg.LogGradNorm {
+		// Bound once: the strategy calls it every step.
+		f.stepOpts.BeforeUpdate = f.beforeUpdate
+	}
+	return f
+}
+
+// fitLoop trains epochs from startEpoch until MaxEpochs or MaxSteps, or
+// until a hook or a signal stops it (returned as the error).
+func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data.Loader, startEpoch int) error {
+	defer t.span("fit")()
+	f := t.newFitRun(m, train, val)
+	if st, ok := f.sched.(optim.Starter); ok && startEpoch == 0 && t.state.GlobalStep == 0 && f.resume == nil {
+		st.Start(f.opt)
+	}
+	if t.cfg.handleSignals() {
+		t.signals = watchSignals(t.cfg.Log)
+		defer t.signals.stop()
+	}
+	for epoch := startEpoch; t.trainingLeft(epoch); epoch++ {
+		if err := f.epoch(ctx, epoch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// trainingLeft reports whether epoch is within MaxEpochs and steps remain
+// within MaxSteps.
+func (t *Trainer) trainingLeft(epoch int) bool {
+	c := &t.cfg
+	return (c.MaxEpochs == 0 || epoch < c.MaxEpochs) && !t.stepsDone()
+}
+
+func (t *Trainer) stepsDone() bool { return t.cfg.MaxSteps > 0 && t.state.GlobalStep >= t.cfg.MaxSteps }
+
+// epoch runs one training epoch: its batches (from where a resumed run
+// stands), the validations due, and the epoch's end.
+func (f *fitRun) epoch(ctx context.Context, epoch int) error {
+	t := f.t
+	r := f.enterEpoch(epoch)
+	if err := t.onTrainEpochStart(ctx, f.m, epoch); err != nil {
+		return err
+	}
+	nb := f.numBatches(epoch)
+	first := min(r.Batch, nb)
+	if first > 0 && t.resumeBS > 0 && t.resumeBS != t.trainBS {
+		t.cfg.Log.Warn().Int("checkpoint_batch_size", t.resumeBS).Int("batch_size", t.trainBS).Msg("resuming mid-epoch with another batch size: the rest of the epoch is not the interrupted run's")
+	}
+	t.progress.startEpoch(epoch, t.cfg.MaxEpochs, nb)
+	it := skipBatches(f.train, first).Iter(ctx, epoch)
+	f.trainDur = 0
+	var stop error
+	if r.ValPending && f.val != nil {
+		// The interrupted run stopped just before a mid-epoch validation.
+		t.pos.ValPending = false
+		var err error
+		if stop, err = f.validate(ctx, epoch); err != nil {
+			it.Close()
+			return err
+		}
+		if stop != nil {
+			first = nb
+		}
+	}
+	stop, now, err := f.batches(ctx, epoch, it, first, nb, stop)
+	it.Close()
+	if err != nil {
+		return err
+	}
+	if now {
+		return stop
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("epoch %d: training data: %w", epoch, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	t.stats.TrainTime += f.trainDur
+	return f.endEpoch(ctx, epoch, nb, r, stop)
+}
+
+// enterEpoch sets the state for epoch and returns where a resumed run
+// re-enters it (the zero position otherwise).
+func (f *fitRun) enterEpoch(epoch int) loopPos {
+	t := f.t
+	t.state.Epoch = epoch
+	t.state.LR = f.opt.LR()
+	t.epochAgg = map[string]*agg{}
+	var r loopPos
+	if f.resume != nil && f.resume.Epoch == epoch {
+		r, f.resume = *f.resume, nil
+		if r.Batch > 0 {
+			t.epochAgg = t.resumeAggs
+		}
+	}
+	t.accum = t.accumulation(epoch)
+	t.pos = loopPos{Epoch: epoch, Batch: r.Batch, Validated: r.Validated, ValPending: r.ValPending}
+	return r
+}
+
+// numBatches is the number of training batches of epoch (LimitTrainBatches).
+func (f *fitRun) numBatches(epoch int) int {
+	t := f.t
+	nb := f.train.NumBatches(epoch)
+	if l := t.cfg.LimitTrainBatches; l > 0 && l < nb {
+		nb = l
+	}
+	t.trainBS, t.trainNB = f.train.Config().BatchSize, nb
+	t.state.NumTrainBatches = nb
+	return nb
+}
+
+// batches runs training batches first..nb-1 of epoch from it. It returns
+// the stop a hook asked for (stop carries one asked for before the first
+// batch); now reports that the ranks agreed to stop at a batch end, so the
+// epoch ends without its end-of-epoch work.
+func (f *fitRun) batches(ctx context.Context, epoch int, it *data.Iter, first, nb int, stop error) (_ error, now bool, _ error) {
+	t := f.t
+	for bi := first; bi < nb; bi++ {
+		sp := t.cfg.Profiler.Start("data fetch")
+		b, ok := it.Next()
+		sp.End()
+		if !ok {
+			break
+		}
+		t.state.BatchIdx = bi
+		if err := t.onTrainBatchStart(ctx, f.m, b, bi); err != nil {
+			return nil, false, err
+		}
+		metrics, last, err := f.trainBatch(ctx, epoch, bi, nb, b)
+		if err != nil {
+			return nil, false, err
+		}
+		valDue := f.valDueAfter(epoch, bi, nb)
+		t.pos = loopPos{Epoch: epoch, Batch: bi + 1, ValPending: valDue, midWindow: !last}
+		if last && t.state.GlobalStep%t.cfg.LogEveryNSteps == 0 {
+			if err := f.logStep(epoch, metrics); err != nil {
+				return nil, false, err
+			}
+		}
+		s, err := splitStop(t.onTrainBatchEnd(ctx, f.m, b, bi))
+		if err != nil {
+			return nil, false, err
+		}
+		if s != nil {
+			stop = s
+		}
+		if stop == nil {
+			stop = f.hookStop
+		}
+		f.hookStop = nil
+		if stop, err = t.agreeStop(ctx, stop, last); err != nil {
+			return nil, false, err
+		}
+		if stop != nil {
+			t.stats.TrainTime += f.trainDur
+			return stop, true, nil
+		}
+		if t.stepsDone() {
+			break
+		}
+		if valDue {
+			t.pos.ValPending = false
+			if stop, err = f.validate(ctx, epoch); err != nil {
+				return nil, false, err
+			}
+			if stop != nil {
+				break
+			}
+		}
+	}
+	return stop, false, nil
+}
+
+// endEpoch finishes epoch after its batches: epoch metrics, the epoch-end
+// validation (unless a resumed run did them already), the per-epoch
+// scheduler step, the epoch-end hooks and checkpoint, and the ranks'
+// agreement on stopping, returned as the error.
+func (f *fitRun) endEpoch(ctx context.Context, epoch, nb int, r loopPos, stop error) error {
+	t := f.t
+	if !r.Validated {
+		if err := t.finishTrainEpoch(ctx, epoch); err != nil {
+			return err
+		}
+		if stop == nil && f.valDueAtEpochEnd(epoch) {
+			t.pos = loopPos{Epoch: epoch, Batch: nb, Validated: true}
+			var err error
+			if stop, err = f.validate(ctx, epoch); err != nil {
+				return err
+			}
+		}
+	}
+	t.stats.Epochs = epoch + 1
+	if f.sched != nil && f.sched.Interval() == optim.PerEpoch {
+		metric := math.NaN()
+		if v, ok := t.state.Metrics[plateauMetric(t.state.Metrics)]; ok {
+			metric = v
+		}
+		f.sched.Step(f.opt, metric)
+	}
+	t.pos = loopPos{Epoch: epoch + 1}
+	s, err := splitStop(t.onTrainEpochEnd(ctx, f.m, epoch))
+	if err != nil {
+		return err
+	}
+	if s != nil {
+		stop = s
+	}
+	if t.defaultCheckpoints() {
+		if err := t.saveEpochCheckpoint(ctx, epoch); err != nil {
+			return err
+		}
+	}
+	if stop, err = t.agreeStop(ctx, stop, true); err != nil {
+		return err
+	}
+	return stop
+}

@@ -1,0 +1,198 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"iter"
+	"maps"
+	"slices"
+
+	"gorgonia.org/tensor"
+
+	"github.com/fulgur-ml/fulgur/module"
+)
+
+// State is what a hook sees of the run: a copy made for each callback, so
+// that nothing a callback does to it reaches the trainer. Metrics and
+// Weights are read-only views of the trainer's values and Layers returns a
+// copy; all are valid for the duration of the hook call only (copy what
+// must be kept). A callback changes the run only through the methods below
+// (LogMetrics, SaveCheckpoint, Warn) and by returning errors or Stop.
+type State struct {
+	Stage        string // "fit", "validate", "test" or "predict"
+	Epoch        int    // 0-based current epoch
+	GlobalStep   int    // optimizer steps taken
+	BatchIdx     int    // within the epoch
+	Rank         int
+	WorldSize    int
+	IsGlobalZero bool
+	RootDir      string
+	// LogDir is the run's directory (Config.LogDir; by default a new
+	// RootDir/lightning_logs/version_N per Fit, the same on every rank):
+	// callbacks and loggers given no path of their own write there. "":
+	// outside Fit.
+	LogDir    string
+	MaxEpochs int
+	MaxSteps  int
+	LR        float64
+	// Metrics holds the latest value of every logged metric (Lightning's
+	// callback_metrics).
+	Metrics Metrics
+	// Weights is the model's parameters and buffers.
+	Weights Weights
+	// FastDevRun is true for smoke-test runs (no checkpoints are written).
+	FastDevRun bool
+	// NumTrainBatches is the number of training batches in this epoch.
+	NumTrainBatches int
+	// Loss is the training loss of the last batch.
+	Loss float64
+	// GradNorm is the global L2 norm of the last optimizer step's reduced
+	// gradients before clipping, computed when a BeforeOptimizerStepHook
+	// or Config.LogGradNorm asks for it (0 otherwise).
+	GradNorm float64
+	// Optimizer is the optimizer's registry name ("adam", "sgd", ...).
+	Optimizer string
+	// LogEveryNSteps is the trainer's step-logging interval.
+	LogEveryNSteps int
+
+	layers []module.LayerInfo
+	save   func(ctx context.Context, path string) error
+	log    func(m map[string]float64) error
+	warn   func(msg string)
+}
+
+// Layers lists the module's layers for summaries (a copy).
+func (s *State) Layers() []module.LayerInfo {
+	out := make([]module.LayerInfo, len(s.layers))
+	for i, l := range s.layers {
+		l.InShape, l.OutShape = slices.Clone(l.InShape), slices.Clone(l.OutShape)
+		out[i] = l
+	}
+	return out
+}
+
+// runState is where the run stands; the trainer alone writes it, and hooks
+// see a State made from it (view). Its scalars are State's; Metrics, Store
+// and Layers (the live values) shadow State's views.
+type runState struct {
+	State
+	Metrics map[string]float64
+	Store   *module.Store
+	Layers  []module.LayerInfo
+}
+
+// view is the State hooks see now: scalars copied, the rest behind
+// read-only views (no allocation).
+func (r *runState) view() State {
+	v := r.State
+	v.Metrics, v.Weights, v.layers = Metrics{m: r.Metrics}, Weights{st: r.Store}, r.Layers
+	return v
+}
+
+var errNoWeights = errors.New("no weights: the model is not set up in this stage")
+
+// Metrics is a read-only view of metric values by name.
+type Metrics struct{ m map[string]float64 }
+
+// MetricsOf returns a view of a copy of m (for tests of callbacks, which
+// build a State themselves).
+func MetricsOf(m map[string]float64) Metrics { return Metrics{m: maps.Clone(m)} }
+
+// Get returns the value of the metric called name and whether it was
+// logged.
+func (m Metrics) Get(name string) (float64, bool) {
+	v, ok := m.m[name]
+	return v, ok
+}
+
+// Len is the number of metrics.
+func (m Metrics) Len() int { return len(m.m) }
+
+// Names returns the metrics' names, sorted.
+func (m Metrics) Names() []string { return slices.Sorted(maps.Keys(m.m)) }
+
+// All yields every metric and its value, in no particular order.
+func (m Metrics) All() iter.Seq2[string, float64] { return maps.All(m.m) }
+
+// Map returns a copy of the metrics.
+func (m Metrics) Map() map[string]float64 {
+	out := make(map[string]float64, len(m.m))
+	maps.Copy(out, m.m)
+	return out
+}
+
+// Weights is a read-only view of a model's parameters and buffers: values
+// come out as copies. Its zero value holds nothing.
+type Weights struct{ st *module.Store }
+
+// Dtype is the element type of the weights (Float32 or Float64).
+func (w Weights) Dtype() tensor.Dtype {
+	if w.st == nil {
+		return tensor.Float32
+	}
+	return w.st.Dtype()
+}
+
+// NumParams is the number of trainable elements (parameters come before
+// buffers).
+func (w Weights) NumParams() int {
+	if w.st == nil {
+		return 0
+	}
+	return w.st.NumParams()
+}
+
+// Len is the number of elements, parameters and buffers.
+func (w Weights) Len() int {
+	if w.st == nil {
+		return 0
+	}
+	return w.st.Len()
+}
+
+// Entries lists the tensors in store order (copies).
+func (w Weights) Entries() []module.Entry {
+	if w.st == nil {
+		return nil
+	}
+	out := slices.Clone(w.st.Entries())
+	for i := range out {
+		out[i].Shape = slices.Clone(out[i].Shape)
+	}
+	return out
+}
+
+// Tensor returns a copy of the named tensor's values.
+func (w Weights) Tensor(name string) (*tensor.Dense, error) {
+	return w.copyOf(name, false)
+}
+
+// GradTensor returns a copy of the named parameter's current gradient.
+func (w Weights) GradTensor(name string) (*tensor.Dense, error) {
+	return w.copyOf(name, true)
+}
+
+func (w Weights) copyOf(name string, grad bool) (*tensor.Dense, error) {
+	if w.st == nil {
+		return nil, errNoWeights
+	}
+	var t *tensor.Dense
+	var err error
+	if grad {
+		t, err = w.st.GradTensor(name)
+	} else {
+		t, err = w.st.Tensor(name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return t.Clone().(*tensor.Dense), nil
+}
+
+// SHA256 is the hex SHA-256 of the values in store order.
+func (w Weights) SHA256() string {
+	if w.st == nil {
+		return ""
+	}
+	return w.st.SHA256()
+}

@@ -1,0 +1,149 @@
+package trainer
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/optim"
+	"github.com/fulgur-ml/fulgur/strategy"
+)
+
+// trainBatch runs training batch bi of nb: forward and backward, then the
+// optimizer step when the batch closes its accumulation window (last).
+func (f *fitRun) trainBatch(ctx context.Context, epoch, bi, nb int, b *data.Batch) (metrics []module.Metric, last bool, err error) {
+	t := f.t
+	micro, last := accumWindow(bi, nb, t.accum)
+	t0 := t.cfg.Now()
+	loss, metrics, err := f.forwardBackward(ctx, epoch, bi, micro, last, b)
+	if err != nil {
+		return nil, false, err
+	}
+	if last {
+		if err := f.optimizerStep(ctx, epoch, bi); err != nil {
+			return nil, false, err
+		}
+	}
+	f.trainDur += t.cfg.Now().Sub(t0)
+	t.stats.TrainSamples += b.Size
+	t.progress.batch(bi+1, loss, b.Size, t.state.Metrics, metrics)
+	return metrics, last, nil
+}
+
+// forwardBackward runs the strategy's forward and backward pass on b (micro
+// is its place in the accumulation window, last whether it closes it),
+// checks the loss and, with DetectAnomaly, the gradients, and records the
+// logged values.
+func (f *fitRun) forwardBackward(ctx context.Context, epoch, bi, micro int, last bool, b *data.Batch) (float64, []module.Metric, error) {
+	t, cfg := f.t, &f.t.cfg
+	sp := cfg.Profiler.Start("forward+backward")
+	loss, metrics, err := t.strat.TrainStep(ctx, b, strategy.TrainOptions{Sync: last, Accumulate: micro > 0, Scale: 1 / float64(t.accum), Key: uint64(epoch)<<32 | uint64(bi)})
+	sp.End()
+	if err != nil {
+		return 0, nil, fmt.Errorf("epoch %d batch %d: %w", epoch, bi, err)
+	}
+	if f.beforeBackward {
+		if err := f.stepHook(t.onBeforeBackward(ctx, f.m, loss)); err != nil {
+			return 0, nil, err
+		}
+	}
+	if math.IsNaN(loss) || math.IsInf(loss, 0) {
+		if !cfg.WarnOnNaN {
+			return 0, nil, fmt.Errorf("the loss is %v at epoch %d, batch %d (global step %d): lower the learning rate, clip gradients (GradientClipVal), or set WarnOnNaN to carry on", loss, epoch, bi, t.state.GlobalStep)
+		}
+		cfg.Log.Warn().Float64("loss", loss).Int("step", t.state.GlobalStep).Msg("non-finite loss")
+	}
+	if cfg.DetectAnomaly && last {
+		if err := t.checkGrads(epoch, bi); err != nil {
+			return 0, nil, err
+		}
+	}
+	t.stats.LastTrainLoss = loss
+	t.state.Loss = loss
+	t.recordStepMetrics(metrics)
+	return loss, metrics, nil
+}
+
+// recordStepMetrics adds a batch's logged values to the epoch aggregates
+// and makes the per-step ones the latest metrics.
+func (t *Trainer) recordStepMetrics(metrics []module.Metric) {
+	for _, mt := range metrics {
+		if mt.Spec.OnEpoch {
+			a := t.epochAgg[mt.Name]
+			if a == nil {
+				a = &agg{spec: mt.Spec}
+				t.epochAgg[mt.Name] = a
+			}
+			a.addMetric(&mt)
+		}
+		if mt.Spec.OnStep {
+			mt.Values(func(name string, v float64) { t.state.Metrics[stepName(name, mt.Spec)] = v })
+		}
+	}
+}
+
+// optimizerStep updates the parameters from the window's gradients and
+// advances the global step and a per-step scheduler.
+func (f *fitRun) optimizerStep(ctx context.Context, epoch, bi int) error {
+	t := f.t
+	sp := t.cfg.Profiler.Start("optimizer step")
+	f.ctx = ctx
+	_, err := t.strat.OptimizerStep(ctx, f.stepOpts)
+	f.ctx = nil
+	sp.End()
+	if err != nil {
+		return fmt.Errorf("epoch %d batch %d: optimizer step: %w", epoch, bi, err)
+	}
+	t.state.GlobalStep++
+	if f.sched != nil && f.sched.Interval() == optim.PerStep {
+		f.sched.Step(f.opt, math.NaN())
+	}
+	t.state.LR = f.opt.LR()
+	if f.afterStep {
+		return f.stepHook(t.onAfterOptimizerStep(ctx, f.m))
+	}
+	return nil
+}
+
+// beforeUpdate is the strategy's StepOptions.BeforeUpdate: it receives the
+// reduced gradients' norm and calls the BeforeOptimizerStep hooks.
+func (f *fitRun) beforeUpdate(gradNorm float64) error {
+	t := f.t
+	t.state.GradNorm = gradNorm
+	if t.cfg.LogGradNorm {
+		t.state.Metrics["grad_norm"] = gradNorm
+	}
+	if !f.beforeStep {
+		return nil
+	}
+	return f.stepHook(t.onBeforeOptimizerStep(f.ctx, f.m))
+}
+
+// stepHook keeps a Stop from a per-step hook for the batch end (where the
+// ranks agree on it) and returns any other error.
+func (f *fitRun) stepHook(err error) error {
+	stop, err := splitStop(err)
+	if stop != nil && f.hookStop == nil {
+		f.hookStop = stop
+	}
+	return err
+}
+
+// logStep sends the step's per-step values, the epoch and the learning rate
+// to the loggers.
+func (f *fitRun) logStep(epoch int, metrics []module.Metric) error {
+	clear(f.stepLog)
+	for _, mt := range metrics {
+		if mt.Spec.OnStep {
+			mt.Values(func(name string, v float64) { f.stepLog[stepName(name, mt.Spec)] = v })
+		}
+	}
+	f.stepLog["epoch"] = float64(epoch)
+	f.stepLog["lr"] = f.opt.LR()
+	if f.t.cfg.LogGradNorm {
+		f.stepLog["grad_norm"] = f.t.state.GradNorm
+	}
+	return f.t.logMetrics(f.t.state.GlobalStep, f.stepLog)
+}
