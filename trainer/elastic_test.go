@@ -1,8 +1,17 @@
 package trainer_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/csv"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
+
+	"github.com/fulgur-ml/fulgur/callbacks"
 
 	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
@@ -73,5 +82,89 @@ func TestResumeAtSmallerWorldKeepsSampleOffset(t *testing.T) {
 				t.Errorf("the epoch ended at global step %d, want %d", s, c.wantSteps)
 			}
 		})
+	}
+}
+
+// crashAt fails Fit at a step, as a rank dying there would end an attempt.
+type crashAt struct{ step int }
+
+func (c crashAt) Name() string { return "crashAt" }
+func (c crashAt) OnTrainBatchEnd(ctx context.Context, s *trainer.State) error {
+	if s.GlobalStep == c.step {
+		return errors.New("crash")
+	}
+	return nil
+}
+
+// TestElasticRestartContinuesTheRun: under an elastic launcher (its
+// variables set by hand here), the first attempt records its run
+// directory; a restarted Fit given no checkpoint resumes from that run's
+// last.ckpt, in that directory, and ends with the weights of an
+// uninterrupted run. A program that sets LogDir itself gets the directory
+// from ElasticRunDir.
+func TestElasticRestartContinuesTheRun(t *testing.T) {
+	job := newResumeJob(t, 1, 0) // 16 batches an epoch, 3 epochs
+	want := job.run(t, "").Store().SHA256()
+	for _, setLogDir := range []bool{false, true} {
+		root, state := t.TempDir(), t.TempDir()
+		t.Setenv("FULGUR_ELASTIC_DIR", state)
+		attempt := func(n int, cbs ...trainer.Callback) (*trainer.Trainer, error) {
+			t.Setenv("FULGUR_RESTART_COUNT", string(rune('0'+n)))
+			ckpt, err := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{LastOnly: true, EveryNTrainSteps: 5})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := job.cfg
+			cfg.DefaultRootDir = root
+			cfg = quiet(cfg)
+			if setLogDir {
+				if cfg.LogDir = trainer.ElasticRunDir(); cfg.LogDir == "" {
+					cfg.LogDir = filepath.Join(root, "mine")
+				}
+			}
+			cfg.Callbacks = append([]trainer.Callback{ckpt}, cbs...)
+			tr, err := trainer.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tr, tr.Fit(context.Background(), job.mod(), job.train, job.val)
+		}
+		if _, err := attempt(0, crashAt{23}); err == nil || !strings.Contains(err.Error(), "crash") {
+			t.Fatalf("first attempt: %v, want the crash", err)
+		}
+		runDir := trainer.ElasticRunDir()
+		tr, err := attempt(1)
+		if err != nil {
+			t.Fatalf("restart: %v", err)
+		}
+		if got := tr.Store().SHA256(); got != want {
+			t.Errorf("LogDir set %v: the restarted run ended with weights %s, an uninterrupted one with %s", setLogDir, got, want)
+		}
+		dirs, _ := filepath.Glob(filepath.Join(root, "*", "*"))
+		ckpts, _ := filepath.Glob(filepath.Join(runDir, "checkpoints", "last.ckpt"))
+		if len(ckpts) != 1 {
+			t.Errorf("LogDir set %v: %s holds no last.ckpt; the root holds %v", setLogDir, runDir, dirs)
+		}
+		// metrics.csv holds the first attempt's steps and the restart's.
+		b, err := os.ReadFile(filepath.Join(runDir, "metrics.csv"))
+		if err != nil {
+			t.Fatalf("LogDir set %v: %v", setLogDir, err)
+		}
+		recs, err := csv.NewReader(bytes.NewReader(b)).ReadAll()
+		if err != nil {
+			t.Fatal(err)
+		}
+		steps := map[string]bool{}
+		for _, r := range recs[1:] {
+			steps[r[slices.Index(recs[0], "step")]] = true
+		}
+		for _, s := range []string{"1", "22", "48"} {
+			if !steps[s] {
+				t.Errorf("LogDir set %v: %s/metrics.csv has no row for step %s", setLogDir, runDir, s)
+			}
+		}
+		if vs, _ := filepath.Glob(filepath.Join(root, "lightning_logs", "version_*")); !setLogDir && len(vs) != 1 {
+			t.Errorf("run directories %v, want one", vs)
+		}
 	}
 }

@@ -129,8 +129,10 @@ func (f *Flags) SetupRun(cfg *trainer.Config, hparams map[string]any) (RunOutput
 	// directory), so the run directory is chosen here and handed to the
 	// trainer, which otherwise picks the same one itself.
 	if len(names) > 0 || !f.NoCheckpoint {
-		if out.RunDir, err = trainer.VersionDir(root, ""); err != nil {
-			return out, err
+		if out.RunDir = trainer.ElasticRunDir(); out.RunDir == "" { // a restarted elastic job goes on in its run
+			if out.RunDir, err = trainer.VersionDir(root, ""); err != nil {
+				return out, err
+			}
 		}
 		cfg.LogDir = out.RunDir
 	}

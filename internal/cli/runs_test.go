@@ -12,6 +12,7 @@ import (
 
 	"github.com/fulgur-ml/fulgur/internal/models"
 	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/trainer"
 )
 
 // runIn runs the mlp example in root with args and returns its summary and
@@ -152,5 +153,30 @@ func TestRunFlagErrors(t *testing.T) {
 	err = j.Run(context.Background(), []string{"-ckpt-path", filepath.Join(t.TempDir(), "nope.ckpt")})
 	if err == nil || !strings.Contains(err.Error(), "nope.ckpt") || !strings.Contains(err.Error(), "or last for the newest") {
 		t.Errorf("err = %v", err)
+	}
+}
+
+// TestSetupRunContinuesElasticRun: in a restarted elastic job (its first
+// attempt recorded its run directory with the launcher) the run directory
+// is that one, not a new version_N.
+func TestSetupRunContinuesElasticRun(t *testing.T) {
+	root, state := t.TempDir(), t.TempDir()
+	first := filepath.Join(root, "lightning_logs", "version_0")
+	if err := os.MkdirAll(first, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(state, "run_dir"), []byte(first), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("FULGUR_ELASTIC_DIR", state)
+	t.Setenv("FULGUR_RESTART_COUNT", "1")
+	f := Flags{RootDir: root, Loggers: "csv"}
+	var cfg trainer.Config
+	out, err := f.SetupRun(&cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.RunDir != first || cfg.LogDir != first {
+		t.Errorf("run directory %q (LogDir %q), want the first attempt's %q", out.RunDir, cfg.LogDir, first)
 	}
 }
