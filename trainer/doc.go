@@ -6,7 +6,10 @@
 // tensors plus the optimizer, scheduler, callback states and the loop
 // position in checksummed metadata; Fit(..., FromCheckpoint(path)) resumes
 // exactly where the run stood. SIGINT and SIGTERM during Fit (signal.go)
-// finish the step, save a checkpoint and stop every rank.
+// finish the step, save a checkpoint and stop every rank. Under an elastic
+// launcher (elastic.go; "fulgur run", FULGUR_MAX_RESTARTS) a restarted Fit
+// goes on in the job's run directory from its newest last.ckpt, at any
+// world size.
 //
 // The trainer reaches replicas only through strategy.Strategy and never
 // switches on a strategy's type. dispatch.go is the only caller of hooks; it
