@@ -64,8 +64,10 @@ func (f *Settings) setupRun(cfg *trainer.Config, hparams map[string]any, trainin
 	// directory), so the run directory is chosen here and handed to the
 	// trainer, which otherwise picks the same one itself.
 	if len(names) > 0 || (training && !f.NoCheckpoint) {
-		if out.RunDir, err = trainer.VersionDir(root, ""); err != nil {
-			return out, err
+		if out.RunDir = trainer.ElasticRunDir(); out.RunDir == "" { // a restarted elastic job goes on in its run
+			if out.RunDir, err = trainer.VersionDir(root, ""); err != nil {
+				return out, err
+			}
 		}
 		cfg.LogDir = out.RunDir
 	}

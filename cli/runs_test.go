@@ -135,3 +135,26 @@ func TestRunFlagErrors(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 }
+
+// TestRunContinuesElasticRun: in a restarted elastic job (its first
+// attempt recorded its run directory with the launcher) the run goes on in
+// that directory, not in a new version_N.
+func TestRunContinuesElasticRun(t *testing.T) {
+	root, state := t.TempDir(), t.TempDir()
+	first := filepath.Join(root, "lightning_logs", "version_0")
+	if err := os.MkdirAll(first, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(state, "run_dir"), []byte(first), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("FULGUR_ELASTIC_DIR", state)
+	t.Setenv("FULGUR_RESTART_COUNT", "1")
+	s, _ := runIn(t, root, "-max-steps", "4", "-loggers", "csv", "-no-model-summary")
+	if s.RunDir != first {
+		t.Errorf("run directory %q, want the first attempt's %q", s.RunDir, first)
+	}
+	if _, err := os.Stat(filepath.Join(first, "metrics.csv")); err != nil {
+		t.Errorf("the restarted run logged elsewhere: %v", err)
+	}
+}

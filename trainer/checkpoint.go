@@ -697,7 +697,7 @@ func (t *Trainer) apply(c *checkpoint) error {
 	t.state.Metrics = fromJ(ts.Metrics)
 	t.stats.LastTrainLoss = float64(ts.LastTrainLoss)
 	pos := ts.loopPos
-	pos.Batch = batchAtWorld(pos, ts.WorldSize, t.state.WorldSize)
+	pos.Batch = batchAtWorld(pos, ts.WorldSize, t.state.WorldSize, t.accumulation(pos.Epoch))
 	t.resumeAt = &pos
 	t.resumeAggs = map[string]*agg{}
 	for name, a := range ts.EpochAggs {
@@ -716,16 +716,21 @@ func (t *Trainer) apply(c *checkpoint) error {
 // the ranks at from had trained its first p.Batch×from batches' worth of
 // samples: that global offset carries over, rounded down to whole batches
 // of the new world, so that no sample of the epoch is skipped and fewer
-// than world batches' worth are trained twice. An elastic restart with
-// fewer ranks resumes this way.
-func batchAtWorld(p loopPos, from, world int) int {
+// than world batches' worth are trained twice (with gradient accumulation,
+// down to a whole window of accum batches, so no window is cut). An
+// elastic restart with fewer ranks resumes this way.
+func batchAtWorld(p loopPos, from, world, accum int) int {
 	if from == world || from < 1 || world < 1 || p.Batch == 0 {
 		return p.Batch
 	}
 	if p.Validated {
 		return math.MaxInt32 // the epoch's batches have all run at any world size
 	}
-	return p.Batch * from / world
+	b := p.Batch * from / world
+	if accum > 1 {
+		b -= b % accum
+	}
+	return b
 }
 
 // checkWeights reports every model tensor the checkpoint lacks or holds

@@ -10,7 +10,10 @@
 // or a kill leaves the previous checkpoint whole; the next Fit removes the
 // temporary files of interrupted saves and fails before the first step
 // when rank 0 cannot write the run directory. SIGINT and SIGTERM during Fit (signal.go)
-// finish the step, save a checkpoint and stop every rank.
+// finish the step, save a checkpoint and stop every rank. Under an elastic
+// launcher (elastic.go; "fulgur run", FULGUR_MAX_RESTARTS) a restarted Fit
+// goes on in the job's run directory from its newest last.ckpt, at any
+// world size.
 //
 // The trainer reaches replicas only through strategy.Strategy and never
 // switches on a strategy's type. dispatch.go is the only caller of hooks; it

@@ -64,6 +64,9 @@ func (t *Trainer) elasticRun(ctx context.Context, ckptPath *string) error {
 		return fmt.Errorf("elastic job: read the run directory the first attempt recorded: %w", err)
 	}
 	runDir := string(b)
+	if t.cfg.LogDir != "" && filepath.Clean(t.cfg.LogDir) != filepath.Clean(runDir) {
+		t.cfg.Log.Warn().Str("log_dir", t.cfg.LogDir).Str("run_dir", runDir).Msg("elastic restart: Config.LogDir is not the directory the job's first attempt ran in, so this attempt logs apart from it (it still resumes from its checkpoint): leave LogDir empty, or set it from trainer.ElasticRunDir()")
+	}
 	t.launchDir = runDir
 	if *ckptPath != "" {
 		return nil // the program names the checkpoint itself
@@ -76,4 +79,21 @@ func (t *Trainer) elasticRun(ctx context.Context, ckptPath *string) error {
 	*ckptPath = p
 	t.cfg.Log.Warn().Int("restart", restart).Str("run_dir", runDir).Str("checkpoint", p).Int("world_size", t.strat.WorldSize()).Msg("elastic restart: resuming from the run's newest checkpoint")
 	return nil
+}
+
+// ElasticRunDir is the run directory of the elastic job this process is a
+// rank of, once its first attempt has recorded it (at the start of its
+// Fit); "" otherwise. A program that picks the run directory before Fit
+// (to write into it early) and sets Config.LogDir takes this one when it
+// is not "", so that a restarted job goes on in the same directory.
+func ElasticRunDir() string {
+	dir := os.Getenv(envElasticDir)
+	if dir == "" {
+		return ""
+	}
+	b, err := os.ReadFile(filepath.Join(dir, elasticRunDir))
+	if err != nil {
+		return ""
+	}
+	return string(b)
 }

@@ -340,3 +340,26 @@ func TestSelfLaunchRestarts(t *testing.T) {
 	}
 	checkRunDir(t, root, 24)
 }
+
+func TestFulgurRunRejectsBadFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  string
+		want string
+	}{
+		{[]string{"-nproc", "0", "x"}, "", `-nproc "0": use a number of ranks such as 2, or MIN:MAX`},
+		{[]string{"-nproc", "3:2", "x"}, "", `-nproc "3:2"`},
+		{[]string{"-nproc", "two", "x"}, "", `-nproc "two"`},
+		{[]string{"-max-restarts", "-1", "x"}, "", "-max-restarts is -1: use 0 (no restarts) or more"},
+		{[]string{"x"}, "many", `FULGUR_MAX_RESTARTS="many": use the number of restarts`},
+		{[]string{}, "", "no PROGRAM given"},
+		{[]string{"./no-such-program"}, "", `PROGRAM "./no-such-program"`},
+	} {
+		t.Setenv(launch.EnvMaxRestarts, c.env)
+		var out, errb bytes.Buffer
+		err := run(append([]string{"run"}, c.args...), &out, &errb)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("fulgur run %v (%s=%q): error %v, want %q", c.args, launch.EnvMaxRestarts, c.env, err, c.want)
+		}
+	}
+}

@@ -25,7 +25,11 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("fulgur run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	nproc := fs.String("nproc", "2", "ranks to start on this machine: N, or MIN:MAX to let restarts go on with fewer ranks, down to MIN (as torchrun's --nnodes MIN:MAX)")
-	restarts := fs.Int("max-restarts", envInt(launch.EnvMaxRestarts, 0), "times the job is restarted from its last checkpoint after a rank fails (as torchrun's --max-restarts; default $"+launch.EnvMaxRestarts+" or 0)")
+	defRestarts, err := envRestarts()
+	if err != nil {
+		return err
+	}
+	restarts := fs.Int("max-restarts", defRestarts, "times the job is restarted from its last checkpoint after a rank fails (as torchrun's --max-restarts; default $"+launch.EnvMaxRestarts+" or 0)")
 	grace := fs.Duration("grace", launch.DefaultGrace, "how long the other ranks get to stop on their own after one failed, before they are killed")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: fulgur run [flags] PROGRAM [ARGS...]\n\n"+
@@ -44,6 +48,9 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	min, max, err := parseNproc(*nproc)
 	if err != nil {
 		return err
+	}
+	if *restarts < 0 {
+		return fmt.Errorf("run: -max-restarts is %d: use 0 (no restarts) or more", *restarts)
 	}
 	if fs.NArg() == 0 {
 		fs.Usage()
@@ -80,9 +87,15 @@ func parseNproc(v string) (min, max int, err error) {
 	return min, max, nil
 }
 
-func envInt(name string, def int) int {
-	if n, err := strconv.Atoi(os.Getenv(name)); err == nil {
-		return n
+// envRestarts is FULGUR_MAX_RESTARTS, the default of -max-restarts.
+func envRestarts() (int, error) {
+	v := strings.TrimSpace(os.Getenv(launch.EnvMaxRestarts))
+	if v == "" {
+		return 0, nil
 	}
-	return def
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("run: %s=%q: use the number of restarts, 0 or more, or unset it", launch.EnvMaxRestarts, v)
+	}
+	return n, nil
 }

@@ -206,8 +206,9 @@ func TestElasticPassesStopOn(t *testing.T) {
 	e.Env = func(int) []string { return []string{childEnv + "=elastic:term:" + dir} }
 	e.Grace = time.Minute
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	go func() {
-		for {
+		for ctx.Err() == nil {
 			a, _ := filepath.Glob(filepath.Join(dir, "started-*"))
 			if len(a) == 2 {
 				cancel()
