@@ -28,7 +28,8 @@ import (
 //	cli.App{Name: "mlp", Model: &models.MLP{}, Data: &cli.FashionMNIST{}}.Main()
 //
 // The first argument picks the subcommand, fit (the default), validate,
-// test or predict; -h lists them and every flag; -config FILE reads flags
+// test or predict (or the first argument after the flags, for launcher
+// scripts that put theirs first); -h lists them and every flag; -config FILE reads flags
 // from a YAML or JSON file, which the command line overrides.
 type App struct {
 	// Name is the program's name in help, errors and the summary.
@@ -343,12 +344,9 @@ func (a App) predict(ctx context.Context, tr *trainer.Trainer, l *data.Loader, o
 // parse reads the subcommand, the flags and the config file.
 func (a App) parse(args []string) (*parsed, error) {
 	p := &parsed{command: "fit", set: map[string]bool{}, byName: map[string]*field{}}
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		ok := false
-		for _, c := range Commands {
-			ok = ok || c.Name == args[0]
-		}
-		if !ok {
+	explicit := len(args) > 0 && !strings.HasPrefix(args[0], "-")
+	if explicit {
+		if !isCommand(args[0]) {
 			return nil, fmt.Errorf("unknown command %q: use %s (see %s -h)", args[0], commandNames(), a.Name)
 		}
 		p.command, args = args[0], args[1:]
@@ -399,6 +397,15 @@ func (a App) parse(args []string) (*parsed, error) {
 	}
 	if err := parseArgs(fs, args); err != nil {
 		return nil, fmt.Errorf("%v (see %s -h)", err, a.Name)
+	}
+	// A launcher script that puts its flags first (deploy/slurm's passes
+	// "-num-nodes N -devices M" and then the user's arguments) still names
+	// the command: take it from the first argument after the flags.
+	if !explicit && fs.NArg() > 0 && isCommand(fs.Arg(0)) {
+		p.command = fs.Arg(0)
+		if err := parseArgs(fs, fs.Args()[1:]); err != nil {
+			return nil, fmt.Errorf("%v (see %s -h)", err, a.Name)
+		}
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q: every option is a flag, and the command comes first (see %s -h)", fs.Args(), a.Name)
@@ -451,6 +458,15 @@ func groupOf(groups []group, f *field) string {
 		}
 	}
 	return "?"
+}
+
+func isCommand(s string) bool {
+	for _, c := range Commands {
+		if c.Name == s {
+			return true
+		}
+	}
+	return false
 }
 
 func commandNames() string {

@@ -112,6 +112,7 @@ func TestFastDevRunSpellings(t *testing.T) {
 		{[]string{"-fast-dev-run=0"}, 0},
 		{[]string{"-fast-dev-run=true"}, 1},
 		{[]string{"test", "-fast-dev-run", "4"}, 4},
+		{[]string{"-seed", "3", "test", "-fast-dev-run", "6"}, 6},
 	} {
 		doc := printed(t, cli.App{Name: "mlp", Model: &models.MLP{}, Data: &cli.FashionMNIST{}}, c.args...)
 		if doc["trainer"]["fast_dev_run"] != c.want {
