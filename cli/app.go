@@ -63,8 +63,8 @@ type App struct {
 // set on the command line or in the config file.
 type Link struct{ From, To string }
 
-// Commands are the subcommands, in the order -h lists them.
-var Commands = []struct{ Name, Help string }{
+// commands are the subcommands, in the order -h lists them.
+var commands = []struct{ Name, Help string }{
 	{"fit", "train (resuming from -ckpt-path), then test the trained weights when the data has a test split (the default)"},
 	{"validate", "run the validation loop once on -ckpt-path's weights"},
 	{"test", "run the test loop once on -ckpt-path's weights"},
@@ -461,7 +461,7 @@ func groupOf(groups []group, f *field) string {
 }
 
 func isCommand(s string) bool {
-	for _, c := range Commands {
+	for _, c := range commands {
 		if c.Name == s {
 			return true
 		}
@@ -470,8 +470,8 @@ func isCommand(s string) bool {
 }
 
 func commandNames() string {
-	names := make([]string, len(Commands))
-	for i, c := range Commands {
+	names := make([]string, len(commands))
+	for i, c := range commands {
 		names[i] = c.Name
 	}
 	return strings.Join(names, ", ")
@@ -484,7 +484,7 @@ func (a App) usage(w io.Writer, p *parsed) {
 		fmt.Fprintf(w, "\n%s\n", a.Description)
 	}
 	fmt.Fprintf(w, "\nCommands:\n")
-	for _, c := range Commands {
+	for _, c := range commands {
 		fmt.Fprintf(w, "  %-9s %s\n", c.Name, c.Help)
 	}
 	for _, g := range append(p.groups, group{name: "config"}) {

@@ -144,6 +144,9 @@ func (f *Settings) setupRun(cfg *trainer.Config, hparams map[string]any, trainin
 func hparams(fs *flag.FlagSet) map[string]any {
 	h := map[string]any{}
 	fs.VisitAll(func(fl *flag.Flag) {
+		if fl.Name == "config" || fl.Name == "print-config" {
+			return // how the settings were read, not what they are
+		}
 		var v any = fl.Value.String()
 		if g, ok := fl.Value.(flag.Getter); ok {
 			v = g.Get()
