@@ -427,6 +427,18 @@ func (a App) parse(args []string) (*parsed, error) {
 			}
 		}
 	}
+	if p.s.FastDevRun > 0 {
+		// -fast-dev-run fixes the run's length itself; a program's
+		// default (-max-epochs 1 in the examples) is not the user asking
+		// for both, which the trainer may refuse.
+		for name, v := range map[string]*int{"max-epochs": &p.s.MaxEpochs, "max-steps": &p.s.MaxSteps,
+			"limit-train-batches": &p.s.LimitTrainBatches, "limit-val-batches": &p.s.LimitValBatches,
+			"limit-test-batches": &p.s.LimitTestBatches, "limit-predict-batches": &p.s.LimitPredictBatches} {
+			if !p.set[name] {
+				*v = 0
+			}
+		}
+	}
 	var errs []error
 	for _, g := range p.groups {
 		for _, f := range g.fields {
