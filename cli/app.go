@@ -38,7 +38,9 @@ type App struct {
 	Description string
 	// Model is the module, a pointer to a struct: its tagged fields are the
 	// model: flags, their values here (or their default tags) the defaults.
-	// Run parses the flags into it.
+	// Run parses the flags into it, then calls its Validate() error
+	// method when it has one (Data's too), so bad combinations are
+	// refused before anything is built.
 	Model module.Module
 	// Data gives the loaders; its tagged fields are the data: flags.
 	Data DataModule

@@ -39,6 +39,8 @@ func TestBadFlagsNameFlagValueAndFix(t *testing.T) {
 		{[]string{"fitt"}, []string{`unknown command "fitt": use fit, validate, test, predict`}},
 		{[]string{"-max-steps", "3", "extra"}, []string{`unexpected arguments ["extra"]`, "the command comes first"}},
 		{[]string{"-nope"}, []string{"flag provided but not defined: -nope"}},
+		// The model's own Validate, called after parsing.
+		{[]string{"-sizes", "784,0,10"}, []string{"MLP.Sizes (-sizes) is [784 0 10]: give the input width and at least one layer, each 1 or more"}},
 	} {
 		// A fresh App each time: Run parses into the App's model and data.
 		err := mlpApp(t.TempDir()).Run(context.Background(), c.args)
