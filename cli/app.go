@@ -124,6 +124,15 @@ func (a App) Run(ctx context.Context, args []string) error {
 	if err := loaders.check(p.command, a.Data); err != nil {
 		return err
 	}
+	training := p.command == "fit"
+	ckpt := "" // the weights validate, test and predict evaluate
+	if !training && s.CkptPath != "" {
+		// Resolved before anything is built, so a wrong path leaves no run
+		// directory behind.
+		if ckpt, err = trainer.ResolveCheckpoint(s.root(), s.CkptPath); err != nil {
+			return fmt.Errorf("-ckpt-path %s: %w", s.CkptPath, err)
+		}
+	}
 	cfg, err := s.TrainerConfig()
 	if err != nil {
 		return err
@@ -131,7 +140,6 @@ func (a App) Run(ctx context.Context, args []string) error {
 	if a.Stderr != nil {
 		cfg.Out = a.Stderr
 	}
-	training := p.command == "fit"
 	runs, err := s.setupRun(&cfg, hparams(p.fs), training)
 	if err != nil {
 		return err
@@ -168,7 +176,7 @@ func (a App) Run(ctx context.Context, args []string) error {
 	if training {
 		return a.fit(ctx, tr, loaders, runs, sum, args, t0)
 	}
-	return a.evaluate(ctx, tr, p.command, s, loaders, sum, t0)
+	return a.evaluate(ctx, tr, p.command, ckpt, s.Predictions, loaders, sum, t0)
 }
 
 func (a App) stderr() io.Writer {
@@ -235,16 +243,12 @@ func (a App) fit(ctx context.Context, tr *trainer.Trainer, l Loaders, runs runOu
 	return sum.Print(a.stdout())
 }
 
-// evaluate runs validate, test or predict on -ckpt-path's weights.
-func (a App) evaluate(ctx context.Context, tr *trainer.Trainer, command string, s *Settings, l Loaders, sum Summary, t0 time.Time) error {
+// evaluate runs validate, test or predict on the weights of ckpt ("": the
+// freshly initialised ones).
+func (a App) evaluate(ctx context.Context, tr *trainer.Trainer, command, ckpt, predictions string, l Loaders, sum Summary, t0 time.Time) error {
 	defer tr.Teardown(ctx)
 	var opts []trainer.EvalOption
-	ckpt := ""
-	if s.CkptPath != "" {
-		var err error
-		if ckpt, err = trainer.ResolveCheckpoint(s.root(), s.CkptPath); err != nil {
-			return fmt.Errorf("-ckpt-path %s: %w", s.CkptPath, err)
-		}
+	if ckpt != "" {
 		opts = append(opts, trainer.WithCheckpoint(ckpt))
 	} else {
 		fmt.Fprintf(a.stderr(), "%s: no -ckpt-path: evaluating the freshly initialised weights (give -ckpt-path last, best or a file)\n", command)
@@ -257,7 +261,7 @@ func (a App) evaluate(ctx context.Context, tr *trainer.Trainer, command string, 
 	case "test":
 		res, err = tr.Test(ctx, a.Model, l.Test, opts...)
 	case "predict":
-		err = a.predict(ctx, tr, l.Predict, opts, s.Predictions, &sum)
+		err = a.predict(ctx, tr, l.Predict, opts, predictions, &sum)
 	}
 	if err != nil {
 		return err

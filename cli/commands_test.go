@@ -69,6 +69,9 @@ func TestSubcommandsEvaluateCheckpoints(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "-ckpt-path") || !strings.Contains(err.Error(), `"last" or "best"`) {
 		t.Errorf("err = %v", err)
 	}
+	if runs := list(t, filepath.Join(root, "lightning_logs")); len(runs) != 5 {
+		t.Errorf("run directories %v: the refused test left one behind", runs)
+	}
 }
 
 func TestHelpListsCommandsAndFlags(t *testing.T) {
