@@ -156,7 +156,7 @@ func (a App) Run(ctx context.Context, args []string) error {
 	}
 	tr, err := trainer.New(cfg)
 	if err != nil {
-		return err
+		return withFlagNames(err)
 	}
 	if err := runs.writeHParams(); err != nil {
 		return err
@@ -598,4 +598,22 @@ func parseArgs(fs *flag.FlagSet, args []string) error {
 		}
 	}
 	return fs.Parse(out)
+}
+
+// withFlagNames adds to an error of trainer.Config.Validate, which names
+// Config fields ("Strategy is \"warp\": ..."), the flags that set them.
+func withFlagNames(err error) error {
+	msg := err.Error()
+	t := reflect.TypeFor[Settings]()
+	var flags []string
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if name := f.Tag.Get("flag"); name != "" && strings.Contains(msg, f.Name+" is ") {
+			flags = append(flags, f.Name+" is -"+name)
+		}
+	}
+	if len(flags) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w\n(%s)", err, strings.Join(flags, ", "))
 }
