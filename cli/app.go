@@ -28,7 +28,8 @@ import (
 //	cli.App{Name: "mlp", Model: &models.MLP{}, Data: &cli.FashionMNIST{}}.Main()
 //
 // The first argument picks the subcommand, fit (the default), validate,
-// test or predict; -h lists them and every flag; -config FILE reads flags
+// test or predict (or the first argument after the flags, for launcher
+// scripts that put theirs first); -h lists them and every flag; -config FILE reads flags
 // from a YAML or JSON file, which the command line overrides.
 type App struct {
 	// Name is the program's name in help, errors and the summary.
@@ -37,7 +38,9 @@ type App struct {
 	Description string
 	// Model is the module, a pointer to a struct: its tagged fields are the
 	// model: flags, their values here (or their default tags) the defaults.
-	// Run parses the flags into it.
+	// Run parses the flags into it, then calls its Validate() error
+	// method when it has one (Data's too), so bad combinations are
+	// refused before anything is built.
 	Model module.Module
 	// Data gives the loaders; its tagged fields are the data: flags.
 	Data DataModule
@@ -62,8 +65,8 @@ type App struct {
 // set on the command line or in the config file.
 type Link struct{ From, To string }
 
-// Commands are the subcommands, in the order -h lists them.
-var Commands = []struct{ Name, Help string }{
+// commands are the subcommands, in the order -h lists them.
+var commands = []struct{ Name, Help string }{
 	{"fit", "train (resuming from -ckpt-path), then test the trained weights when the data has a test split (the default)"},
 	{"validate", "run the validation loop once on -ckpt-path's weights"},
 	{"test", "run the test loop once on -ckpt-path's weights"},
@@ -121,6 +124,15 @@ func (a App) Run(ctx context.Context, args []string) error {
 	if err := loaders.check(p.command, a.Data); err != nil {
 		return err
 	}
+	training := p.command == "fit"
+	ckpt := "" // the weights validate, test and predict evaluate
+	if !training && s.CkptPath != "" {
+		// Resolved before anything is built, so a wrong path leaves no run
+		// directory behind.
+		if ckpt, err = trainer.ResolveCheckpoint(s.root(), s.CkptPath); err != nil {
+			return fmt.Errorf("-ckpt-path %s: %w", s.CkptPath, err)
+		}
+	}
 	cfg, err := s.TrainerConfig()
 	if err != nil {
 		return err
@@ -128,7 +140,6 @@ func (a App) Run(ctx context.Context, args []string) error {
 	if a.Stderr != nil {
 		cfg.Out = a.Stderr
 	}
-	training := p.command == "fit"
 	runs, err := s.setupRun(&cfg, hparams(p.fs), training)
 	if err != nil {
 		return err
@@ -145,7 +156,7 @@ func (a App) Run(ctx context.Context, args []string) error {
 	}
 	tr, err := trainer.New(cfg)
 	if err != nil {
-		return err
+		return withFlagNames(err)
 	}
 	if err := runs.writeHParams(); err != nil {
 		return err
@@ -165,7 +176,7 @@ func (a App) Run(ctx context.Context, args []string) error {
 	if training {
 		return a.fit(ctx, tr, loaders, runs, sum, args, t0)
 	}
-	return a.evaluate(ctx, tr, p.command, s, loaders, sum, t0)
+	return a.evaluate(ctx, tr, p.command, ckpt, s.Predictions, loaders, sum, t0)
 }
 
 func (a App) stderr() io.Writer {
@@ -232,16 +243,12 @@ func (a App) fit(ctx context.Context, tr *trainer.Trainer, l Loaders, runs runOu
 	return sum.Print(a.stdout())
 }
 
-// evaluate runs validate, test or predict on -ckpt-path's weights.
-func (a App) evaluate(ctx context.Context, tr *trainer.Trainer, command string, s *Settings, l Loaders, sum Summary, t0 time.Time) error {
+// evaluate runs validate, test or predict on the weights of ckpt ("": the
+// freshly initialised ones).
+func (a App) evaluate(ctx context.Context, tr *trainer.Trainer, command, ckpt, predictions string, l Loaders, sum Summary, t0 time.Time) error {
 	defer tr.Teardown(ctx)
 	var opts []trainer.EvalOption
-	ckpt := ""
-	if s.CkptPath != "" {
-		var err error
-		if ckpt, err = trainer.ResolveCheckpoint(s.root(), s.CkptPath); err != nil {
-			return fmt.Errorf("-ckpt-path %s: %w", s.CkptPath, err)
-		}
+	if ckpt != "" {
 		opts = append(opts, trainer.WithCheckpoint(ckpt))
 	} else {
 		fmt.Fprintf(a.stderr(), "%s: no -ckpt-path: evaluating the freshly initialised weights (give -ckpt-path last, best or a file)\n", command)
@@ -254,7 +261,7 @@ func (a App) evaluate(ctx context.Context, tr *trainer.Trainer, command string, 
 	case "test":
 		res, err = tr.Test(ctx, a.Model, l.Test, opts...)
 	case "predict":
-		err = a.predict(ctx, tr, l.Predict, opts, s.Predictions, &sum)
+		err = a.predict(ctx, tr, l.Predict, opts, predictions, &sum)
 	}
 	if err != nil {
 		return err
@@ -343,12 +350,9 @@ func (a App) predict(ctx context.Context, tr *trainer.Trainer, l *data.Loader, o
 // parse reads the subcommand, the flags and the config file.
 func (a App) parse(args []string) (*parsed, error) {
 	p := &parsed{command: "fit", set: map[string]bool{}, byName: map[string]*field{}}
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		ok := false
-		for _, c := range Commands {
-			ok = ok || c.Name == args[0]
-		}
-		if !ok {
+	explicit := len(args) > 0 && !strings.HasPrefix(args[0], "-")
+	if explicit {
+		if !isCommand(args[0]) {
 			return nil, fmt.Errorf("unknown command %q: use %s (see %s -h)", args[0], commandNames(), a.Name)
 		}
 		p.command, args = args[0], args[1:]
@@ -400,6 +404,15 @@ func (a App) parse(args []string) (*parsed, error) {
 	if err := parseArgs(fs, args); err != nil {
 		return nil, fmt.Errorf("%v (see %s -h)", err, a.Name)
 	}
+	// A launcher script that puts its flags first (deploy/slurm's passes
+	// "-num-nodes N -devices M" and then the user's arguments) still names
+	// the command: take it from the first argument after the flags.
+	if !explicit && fs.NArg() > 0 && isCommand(fs.Arg(0)) {
+		p.command = fs.Arg(0)
+		if err := parseArgs(fs, fs.Args()[1:]); err != nil {
+			return nil, fmt.Errorf("%v (see %s -h)", err, a.Name)
+		}
+	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q: every option is a flag, and the command comes first (see %s -h)", fs.Args(), a.Name)
 	}
@@ -417,6 +430,18 @@ func (a App) parse(args []string) (*parsed, error) {
 		if !p.set[l.To] {
 			if err := to.Value.Set(from.Value.String()); err != nil {
 				return nil, fmt.Errorf("cli: link %s -> %s: %w", l.From, l.To, err)
+			}
+		}
+	}
+	if p.s.FastDevRun > 0 {
+		// -fast-dev-run fixes the run's length itself; a program's
+		// default (-max-epochs 1 in the examples) is not the user asking
+		// for both, which the trainer may refuse.
+		for name, v := range map[string]*int{"max-epochs": &p.s.MaxEpochs, "max-steps": &p.s.MaxSteps,
+			"limit-train-batches": &p.s.LimitTrainBatches, "limit-val-batches": &p.s.LimitValBatches,
+			"limit-test-batches": &p.s.LimitTestBatches, "limit-predict-batches": &p.s.LimitPredictBatches} {
+			if !p.set[name] {
+				*v = 0
 			}
 		}
 	}
@@ -453,9 +478,18 @@ func groupOf(groups []group, f *field) string {
 	return "?"
 }
 
+func isCommand(s string) bool {
+	for _, c := range commands {
+		if c.Name == s {
+			return true
+		}
+	}
+	return false
+}
+
 func commandNames() string {
-	names := make([]string, len(Commands))
-	for i, c := range Commands {
+	names := make([]string, len(commands))
+	for i, c := range commands {
 		names[i] = c.Name
 	}
 	return strings.Join(names, ", ")
@@ -468,7 +502,7 @@ func (a App) usage(w io.Writer, p *parsed) {
 		fmt.Fprintf(w, "\n%s\n", a.Description)
 	}
 	fmt.Fprintf(w, "\nCommands:\n")
-	for _, c := range Commands {
+	for _, c := range commands {
 		fmt.Fprintf(w, "  %-9s %s\n", c.Name, c.Help)
 	}
 	for _, g := range append(p.groups, group{name: "config"}) {
@@ -564,4 +598,22 @@ func parseArgs(fs *flag.FlagSet, args []string) error {
 		}
 	}
 	return fs.Parse(out)
+}
+
+// withFlagNames adds to an error of trainer.Config.Validate, which names
+// Config fields ("Strategy is \"warp\": ..."), the flags that set them.
+func withFlagNames(err error) error {
+	msg := err.Error()
+	t := reflect.TypeFor[Settings]()
+	var flags []string
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if name := f.Tag.Get("flag"); name != "" && strings.Contains(msg, f.Name+" is ") {
+			flags = append(flags, f.Name+" is -"+name)
+		}
+	}
+	if len(flags) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w\n(%s)", err, strings.Join(flags, ", "))
 }

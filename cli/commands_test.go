@@ -69,6 +69,9 @@ func TestSubcommandsEvaluateCheckpoints(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "-ckpt-path") || !strings.Contains(err.Error(), `"last" or "best"`) {
 		t.Errorf("err = %v", err)
 	}
+	if runs := list(t, filepath.Join(root, "lightning_logs")); len(runs) != 5 {
+		t.Errorf("run directories %v: the refused test left one behind", runs)
+	}
 }
 
 func TestHelpListsCommandsAndFlags(t *testing.T) {
@@ -107,9 +110,12 @@ func TestCommandNeedsItsSplit(t *testing.T) {
 	app := func() cli.App {
 		return cli.App{Name: "mlp", Model: &models.MLP{}, Data: &trainOnly{}, Trainer: cli.Settings{MaxEpochs: 1, RootDir: t.TempDir()}}
 	}
-	err := app().Run(context.Background(), []string{"validate"})
-	if err == nil || !strings.Contains(err.Error(), "validate: the data (*cli_test.trainOnly) gives no Loaders.Val") {
-		t.Errorf("err = %v", err)
+	// The command first, or after the flags as a launcher script puts it.
+	for _, args := range [][]string{{"validate"}, {"-seed", "3", "validate", "-max-steps", "2"}} {
+		err := app().Run(context.Background(), args)
+		if err == nil || !strings.Contains(err.Error(), "validate: the data (*cli_test.trainOnly) gives no Loaders.Val") {
+			t.Errorf("%q: err = %v", args, err)
+		}
 	}
 	s, _ := run(t, app(), "-max-steps", "3", "-no-progress-bar", "-no-model-summary")
 	if s.GlobalStep != 3 || s.TestAcc != -1 || s.Metrics != nil {

@@ -112,6 +112,7 @@ func TestFastDevRunSpellings(t *testing.T) {
 		{[]string{"-fast-dev-run=0"}, 0},
 		{[]string{"-fast-dev-run=true"}, 1},
 		{[]string{"test", "-fast-dev-run", "4"}, 4},
+		{[]string{"-seed", "3", "test", "-fast-dev-run", "6"}, 6},
 	} {
 		doc := printed(t, cli.App{Name: "mlp", Model: &models.MLP{}, Data: &cli.FashionMNIST{}}, c.args...)
 		if doc["trainer"]["fast_dev_run"] != c.want {
@@ -121,5 +122,25 @@ func TestFastDevRunSpellings(t *testing.T) {
 	err := cli.App{Name: "mlp", Model: &models.MLP{}, Data: &cli.FashionMNIST{}}.Run(context.Background(), []string{"-fast-dev-run=-2"})
 	if err == nil || !strings.Contains(err.Error(), "-fast-dev-run") || !strings.Contains(err.Error(), "a count of 0 or more") {
 		t.Errorf("-fast-dev-run=-2: %v", err)
+	}
+}
+
+// Under -fast-dev-run the program's defaults for the run's length step
+// aside (the trainer fixes it); what the user sets stays.
+func TestFastDevRunClearsDefaultLengths(t *testing.T) {
+	app := func() cli.App {
+		return cli.App{Name: "mlp", Model: &models.MLP{}, Data: &cli.FashionMNIST{}, Trainer: cli.Settings{MaxEpochs: 1, LimitValBatches: 4}}
+	}
+	doc := printed(t, app(), "-fast-dev-run", "2")
+	if doc["trainer"]["max_epochs"] != 0.0 || doc["trainer"]["limit_val_batches"] != 0.0 {
+		t.Errorf("settings %v", doc["trainer"])
+	}
+	doc = printed(t, app(), "-fast-dev-run", "2", "-max-epochs", "3")
+	if doc["trainer"]["max_epochs"] != 3.0 {
+		t.Errorf("an explicit -max-epochs was dropped: %v", doc["trainer"])
+	}
+	doc = printed(t, app())
+	if doc["trainer"]["max_epochs"] != 1.0 || doc["trainer"]["limit_val_batches"] != 4.0 {
+		t.Errorf("without -fast-dev-run: %v", doc["trainer"])
 	}
 }

@@ -34,11 +34,14 @@ func TestBadFlagsNameFlagValueAndFix(t *testing.T) {
 		{[]string{"-max-steps", "ten"}, []string{`invalid value "ten" for flag -max-steps: use a whole number`, "mlp -h"}},
 		{[]string{"-precision", "16"}, []string{`-precision is "16": use one of 32, 64`}},
 		{[]string{"-data", "/nonexistent/fashion"}, []string{"/nonexistent/fashion is not a directory"}},
-		{[]string{"-strategy", "warp"}, []string{`Strategy is "warp"`}},
+		{[]string{"-strategy", "warp"}, []string{`Strategy is "warp"`, "(Strategy is -strategy)"}},
+		{[]string{"-accelerator", "tpu"}, []string{`Accelerator is "tpu": use "cpu", "cuda" or "auto"`, "(Accelerator is -accelerator)"}},
 		{[]string{"-profiler", "gprof"}, []string{`-profiler is "gprof": use one of advanced, simple, timeline, or none`}},
 		{[]string{"fitt"}, []string{`unknown command "fitt": use fit, validate, test, predict`}},
 		{[]string{"-max-steps", "3", "extra"}, []string{`unexpected arguments ["extra"]`, "the command comes first"}},
 		{[]string{"-nope"}, []string{"flag provided but not defined: -nope"}},
+		// The model's own Validate, called after parsing.
+		{[]string{"-sizes", "784,0,10"}, []string{"MLP.Sizes (-sizes) is [784 0 10]: give the input width and at least one layer, each 1 or more"}},
 	} {
 		// A fresh App each time: Run parses into the App's model and data.
 		err := mlpApp(t.TempDir()).Run(context.Background(), c.args)

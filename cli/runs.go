@@ -56,6 +56,28 @@ func (r runOutputs) writeHParams() error {
 func (f *Settings) setupRun(cfg *trainer.Config, hparams map[string]any, training bool) (runOutputs, error) {
 	out := runOutputs{hparams: hparams}
 	root := f.root()
+	// Resolved first, so a wrong path leaves no run directory behind.
+	// Validate, Test and Predict resolve -ckpt-path themselves.
+	w := cfg.Out
+	if w == nil {
+		w = os.Stderr
+	}
+	switch ckpt := f.CkptPath; {
+	case !training || ckpt == "":
+	case ckpt == trainer.CkptLast:
+		p, err := trainer.ResolveCheckpoint(root, trainer.CkptLast)
+		if err != nil {
+			fmt.Fprintf(w, "-ckpt-path last: %v: starting from scratch\n", err)
+			p = ""
+		}
+		out.CkptPath = p
+	default:
+		p, err := trainer.ResolveCheckpoint(root, ckpt)
+		if err != nil {
+			return out, fmt.Errorf("-ckpt-path %s: %w", f.CkptPath, err)
+		}
+		out.CkptPath = p
+	}
 	names, err := f.loggerList()
 	if err != nil {
 		return out, err
@@ -89,10 +111,6 @@ func (f *Settings) setupRun(cfg *trainer.Config, hparams map[string]any, trainin
 		out.loggers = append(out.loggers, l)
 		cfg.Loggers = append(cfg.Loggers, l)
 	}
-	w := cfg.Out
-	if w == nil {
-		w = os.Stderr
-	}
 	if !f.NoModelSummary {
 		ms, err := callbacks.NewModelSummary(w, 0)
 		if err != nil {
@@ -118,26 +136,6 @@ func (f *Settings) setupRun(cfg *trainer.Config, hparams map[string]any, trainin
 		out.Checkpoint = mc
 		cfg.Callbacks = append(cfg.Callbacks, mc)
 	}
-	if !training {
-		return out, nil // Validate, Test and Predict resolve -ckpt-path themselves
-	}
-	out.CkptPath = f.CkptPath
-	switch f.CkptPath {
-	case "":
-	case trainer.CkptLast:
-		p, err := trainer.ResolveCheckpoint(root, trainer.CkptLast)
-		if err != nil {
-			fmt.Fprintf(w, "-ckpt-path last: %v: starting from scratch\n", err)
-			p = ""
-		}
-		out.CkptPath = p
-	default:
-		p, err := trainer.ResolveCheckpoint(root, f.CkptPath)
-		if err != nil {
-			return out, fmt.Errorf("-ckpt-path %s: %w", f.CkptPath, err)
-		}
-		out.CkptPath = p
-	}
 	return out, nil
 }
 
@@ -146,6 +144,9 @@ func (f *Settings) setupRun(cfg *trainer.Config, hparams map[string]any, trainin
 func hparams(fs *flag.FlagSet) map[string]any {
 	h := map[string]any{}
 	fs.VisitAll(func(fl *flag.Flag) {
+		if fl.Name == "config" || fl.Name == "print-config" {
+			return // how the settings were read, not what they are
+		}
 		var v any = fl.Value.String()
 		if g, ok := fl.Value.(flag.Getter); ok {
 			v = g.Get()

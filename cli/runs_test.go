@@ -130,9 +130,16 @@ func TestRunFlagErrors(t *testing.T) {
 			t.Errorf("err = %v, want %q", err, w)
 		}
 	}
-	err = j.Run(context.Background(), []string{"-ckpt-path", filepath.Join(t.TempDir(), "nope.ckpt")})
-	if err == nil || !strings.Contains(err.Error(), "-ckpt-path") || !strings.Contains(err.Error(), "nope.ckpt") || !strings.Contains(err.Error(), `or "last" or "best"`) {
-		t.Errorf("err = %v", err)
+	root := t.TempDir()
+	for ckpt, fix := range map[string]string{filepath.Join(t.TempDir(), "nope.ckpt"): `or "last" or "best"`, "best": "train first, or pass a checkpoint file"} {
+		err = mlpApp(root).Run(context.Background(), []string{"-ckpt-path", ckpt})
+		if err == nil || !strings.Contains(err.Error(), "-ckpt-path "+ckpt) || !strings.Contains(err.Error(), fix) {
+			t.Errorf("-ckpt-path %s: err = %v, want the flag, the value and %q", ckpt, err, fix)
+		}
+	}
+	// Refused before anything was built: no run directory.
+	if _, err := os.Stat(filepath.Join(root, "lightning_logs")); !os.IsNotExist(err) {
+		t.Errorf("a refused -ckpt-path left %s/lightning_logs: %v", root, err)
 	}
 }
 

@@ -37,12 +37,26 @@ func (m *MLP) sizes() []int {
 	return m.Sizes
 }
 
+// Validate reports bad hyperparameters before anything is built (package
+// cli calls it after parsing the flags).
+func (m *MLP) Validate() error {
+	sz := m.sizes()
+	bad := len(sz) < 2
+	for _, n := range sz {
+		bad = bad || n < 1
+	}
+	if bad {
+		return fmt.Errorf("MLP.Sizes (-sizes) is %v: give the input width and at least one layer, each 1 or more, such as 784,256,10", sz)
+	}
+	return nil
+}
+
 // Configure declares fc1..fcN with PyTorch's nn.Linear initialisation.
 func (m *MLP) Configure(b *module.Builder) error {
-	sz := m.sizes()
-	if len(sz) < 2 {
-		return fmt.Errorf("MLP.Sizes is %v: give the input width and at least one layer", sz)
+	if err := m.Validate(); err != nil {
+		return err
 	}
+	sz := m.sizes()
 	for i := 0; i+1 < len(sz); i++ {
 		l := b.Scope(fmt.Sprintf("fc%d", i+1))
 		l.Param("weight", []int{sz[i+1], sz[i]}, module.KaimingUniform(sz[i]))

@@ -35,10 +35,14 @@ type ResNet struct {
 func (m *ResNet) network() nn.ResNetConfig {
 	c := m.Config
 	if c.BlocksPerStage == 0 {
-		c.BlocksPerStage = m.Blocks
+		c.BlocksPerStage = max(m.Blocks, 1)
 	}
-	if c.Widths == nil && m.Width > 0 {
-		c.Widths = []int{m.Width, 2 * m.Width, 4 * m.Width}
+	if c.Widths == nil {
+		w := m.Width
+		if w == 0 {
+			w = 16
+		}
+		c.Widths = []int{w, 2 * w, 4 * w}
 	}
 	return c
 }
