@@ -563,6 +563,28 @@ func (d *DDP) Barrier(ctx context.Context) error {
 	return nil
 }
 
+// SaveState returns the whole model and optimizer state: every rank holds
+// all of it.
+func (d *DDP) SaveState(ctx context.Context, o SaveOptions) (*StateDict, error) {
+	if d.eng == nil {
+		return nil, errors.New("ddp: SaveState before Setup")
+	}
+	if err := d.check(); err != nil {
+		return nil, err
+	}
+	return saveState(d.eng.Store(), d.opt, d.sched)
+}
+
+func (d *DDP) LoadState(ctx context.Context, sd *StateDict) error {
+	if d.eng == nil {
+		return errors.New("ddp: LoadState before Setup")
+	}
+	if err := d.check(); err != nil {
+		return err
+	}
+	return loadState(sd, d.eng.Store(), d.opt, d.sched, 0, d.eng.Store().NumParams())
+}
+
 // DistributedSampler shards training data by rank, padded so every rank
 // runs the same number of steps, and evaluation data without padding so
 // duplicates do not skew metrics.

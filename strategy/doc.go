@@ -5,6 +5,12 @@
 // type; a name registry (New, Register, Known) serves the trainer's
 // Config.Strategy names and command-line programs only.
 //
+// A strategy owns its parameters, optimizer and scheduler state and their
+// I/O: SaveState and LoadState exchange a StateDict (state.go) of named
+// tensors, each with the span of its global tensor that this rank holds, so
+// a checkpoint saved at one world size loads at another. The trainer writes
+// and reads checkpoint files from state dicts only.
+//
 // DDP and Sharded run one process per device: ddp_launch.go re-executes the
 // program for local ranks or joins the job a launcher describes, and
 // connects over FULGUR_BACKEND (auto, tcp, shm, mpi, nccl). bucket.go lays

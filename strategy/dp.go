@@ -351,6 +351,30 @@ func (d *DP) Reduce(ctx context.Context, sums, weights []float64, ops []module.R
 	return ctx.Err()
 }
 
+func (d *DP) SaveState(ctx context.Context, o SaveOptions) (*StateDict, error) {
+	if d.engs == nil {
+		return nil, errors.New("dp: SaveState before Setup")
+	}
+	return saveState(d.engs[0].eng.Store(), d.opt, d.sched)
+}
+
+// LoadState loads sd into replica 0 and copies it to the others.
+func (d *DP) LoadState(ctx context.Context, sd *StateDict) error {
+	if d.engs == nil {
+		return errors.New("dp: LoadState before Setup")
+	}
+	st := d.engs[0].eng.Store()
+	if err := loadState(sd, st, d.opt, d.sched, 0, st.NumParams()); err != nil {
+		return err
+	}
+	for _, r := range d.engs[1:] {
+		if err := r.eng.Store().CopyFrom(st); err != nil {
+			return fmt.Errorf("copy the state to every replica: %w", err)
+		}
+	}
+	return nil
+}
+
 func (d *DP) Barrier(ctx context.Context) error  { return ctx.Err() }
 func (d *DP) Teardown(ctx context.Context) error { return nil }
 

@@ -119,5 +119,19 @@ func (s *Single) Reduce(ctx context.Context, sums, weights []float64, ops []modu
 	return nil
 }
 
+func (s *Single) SaveState(ctx context.Context, o SaveOptions) (*StateDict, error) {
+	if s.eng == nil {
+		return nil, errors.New("single: SaveState before Setup")
+	}
+	return saveState(s.eng.Store(), s.opt, s.sched)
+}
+
+func (s *Single) LoadState(ctx context.Context, sd *StateDict) error {
+	if s.eng == nil {
+		return errors.New("single: LoadState before Setup")
+	}
+	return loadState(sd, s.eng.Store(), s.opt, s.sched, 0, s.eng.Store().NumParams())
+}
+
 func (s *Single) Barrier(ctx context.Context) error  { return ctx.Err() }
 func (s *Single) Teardown(ctx context.Context) error { return nil }

@@ -75,6 +75,12 @@ type TrainOptions struct {
 	Key uint64
 }
 
+// SaveOptions control SaveState.
+type SaveOptions struct {
+	// Full gathers sharded tensors whole onto rank 0.
+	Full bool
+}
+
 // Strategy runs a module's steps on one or more replicas.
 type Strategy interface {
 	Name() string
@@ -108,6 +114,17 @@ type Strategy interface {
 	Reduce(ctx context.Context, sums []float64, weights []float64, ops []module.Reduce) error
 	// Barrier waits for every rank.
 	Barrier(ctx context.Context) error
+	// SaveState returns this rank's parameters, buffers, optimizer and
+	// scheduler state. Every rank calls it at the same point. With o.Full,
+	// tensors sharded across ranks are gathered, so that rank 0 (at least)
+	// gets every tensor whole, as a single-file checkpoint needs; without
+	// it, each rank gets what it holds, with its spans.
+	SaveState(ctx context.Context, o SaveOptions) (*StateDict, error)
+	// LoadState restores what sd holds, each rank taking the spans it holds
+	// under its own layout (so a dict saved at another world size loads).
+	// It checks sd before changing anything. Optimizer and scheduler state
+	// are restored when sd has them. Every rank calls it.
+	LoadState(ctx context.Context, sd *StateDict) error
 	// Teardown releases replicas and connections.
 	Teardown(ctx context.Context) error
 }

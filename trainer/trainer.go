@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	G "gorgonia.org/gorgonia"
@@ -1105,18 +1106,19 @@ func (t *Trainer) prepareEval(ctx context.Context, m module.Module, l *data.Load
 	if err != nil {
 		return err
 	}
-	st := t.strat.Store()
-	if err := LoadWeights(path, st); err != nil {
+	sd, err := readStateDict(path, t.dtype())
+	if err != nil {
 		return err
 	}
-	if r, ok := t.strat.(replicated); ok {
-		for _, rs := range r.ReplicaStores() {
-			if rs != st {
-				if err := rs.CopyFrom(st); err != nil {
-					return fmt.Errorf("copy the weights to every replica: %w", err)
-				}
-			}
+	// The weights only: evaluation leaves the optimizer as it is.
+	weights := &strategy.StateDict{}
+	for _, tn := range sd.Tensors {
+		if !strings.HasPrefix(tn.Name, strategy.OptimizerPrefix) {
+			weights.Tensors = append(weights.Tensors, tn)
 		}
+	}
+	if err := t.strat.LoadState(ctx, weights); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", path, err)
 	}
 	t.cfg.Log.Info().Str("path", path).Msg("evaluating the weights of a checkpoint")
 	return nil
