@@ -43,7 +43,11 @@ func newSpawnParent(o Options, world int) (*DDPSpawn, error) {
 	return &DDPSpawn{Single: NewSingle(), world: world, log: o.Log}, nil
 }
 
-func (s *DDPSpawn) Name() string { return "ddp_spawn" }
+func (s *DDPSpawn) Info() Info {
+	i := s.Single.Info()
+	i.Name = "ddp_spawn"
+	return i
+}
 
 // Launch runs the whole training in the workers and collects rank 0's result.
 func (s *DDPSpawn) Launch(ctx context.Context) (bool, error) {

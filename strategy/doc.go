@@ -1,8 +1,11 @@
 // Package strategy decides where replicas of a module live and how their
 // gradients are combined: Single (one replica), and the distributed
 // strategies DP, DDP, DDP-spawn and Sharded. The trainer talks to every
-// strategy through the small Strategy interface and never switches on its
-// type; a name registry (New, Register, Known) serves the trainer's
+// strategy through the Strategy interface (eight methods: Info, Setup,
+// Step, OptimizerStep, Reduce, SaveState, LoadState, Teardown) and finds
+// further abilities (Replica, Launcher, Spawner, Rebinder, Sampler,
+// MemoryReporter) by type assertion, as database/sql does with drivers; it
+// never switches on a strategy's type; a name registry (New, Register, Known) serves the trainer's
 // Config.Strategy names and command-line programs only.
 //
 // A strategy owns its parameters, optimizer and scheduler state and their

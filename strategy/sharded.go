@@ -123,11 +123,12 @@ func newSharded(d *DDP, stage int) (*Sharded, error) {
 	return s, nil
 }
 
-func (s *Sharded) Name() string {
-	if s.DDP.name != "ddp" {
-		return s.DDP.name
+func (s *Sharded) Info() Info {
+	i := s.DDP.Info()
+	if i.Name == "ddp" {
+		i.Name = fmt.Sprintf("sharded_stage%d", s.stage)
 	}
-	return fmt.Sprintf("sharded_stage%d", s.stage)
+	return i
 }
 
 // Stage is 1 or 2.
@@ -183,7 +184,7 @@ func (s *Sharded) reduceScatter(ctx context.Context) error {
 	return nil
 }
 
-func (s *Sharded) OptimizerStep(ctx context.Context, o StepOptions) (float64, error) {
+func (s *Sharded) OptimizerStep(ctx context.Context, o OptimizerOptions) (float64, error) {
 	norm, err := s.shardStep(ctx, o)
 	if err != nil {
 		return norm, err
@@ -191,7 +192,7 @@ func (s *Sharded) OptimizerStep(ctx context.Context, o StepOptions) (float64, er
 	return norm, s.afterStep(ctx)
 }
 
-func (s *Sharded) shardStep(ctx context.Context, o StepOptions) (float64, error) {
+func (s *Sharded) shardStep(ctx context.Context, o OptimizerOptions) (float64, error) {
 	if err := s.check(); err != nil {
 		return math.NaN(), err
 	}
@@ -205,7 +206,7 @@ func (s *Sharded) shardStep(ctx context.Context, o StepOptions) (float64, error)
 		s.pending = s.pending[:0]
 	}
 	if !s.synced {
-		return math.NaN(), errors.New("OptimizerStep without a TrainStep with Sync: the sharded strategy updates from reduced gradients only")
+		return math.NaN(), errors.New("OptimizerStep without a training Step with Sync: the sharded strategy updates from reduced gradients only")
 	}
 	s.synced = false
 	st := s.Store()

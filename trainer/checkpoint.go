@@ -200,7 +200,7 @@ func (t *Trainer) encodeCheckpoint(sd *strategy.StateDict) ([]stTensor, map[stri
 	for i := range sd.Tensors {
 		tn := &sd.Tensors[i]
 		if !tn.Whole() {
-			return nil, nil, fmt.Errorf("strategy %s returned [%d, %d) of tensor %q, not all of its %d elements: a checkpoint file holds whole tensors", t.strat.Name(), tn.Lo, tn.Hi, tn.Name, tn.Size())
+			return nil, nil, fmt.Errorf("strategy %s returned [%d, %d) of tensor %q, not all of its %d elements: a checkpoint file holds whole tensors", t.strat.Info().Name, tn.Lo, tn.Hi, tn.Name, tn.Size())
 		}
 		switch {
 		case tn.Dtype == tensor.Float64 && strings.HasPrefix(tn.Name, strategy.OptimizerPrefix):
@@ -223,7 +223,7 @@ func (t *Trainer) encodeCheckpoint(sd *strategy.StateDict) ([]stTensor, map[stri
 
 	ts := ckptTrainer{
 		loopPos: t.pos, GlobalStep: t.state.GlobalStep, Seed: t.cfg.Seed, Deterministic: t.cfg.Deterministic,
-		WorldSize: t.state.WorldSize, Precision: t.cfg.Precision, Strategy: t.strat.Name(),
+		WorldSize: t.state.WorldSize, Precision: t.cfg.Precision, Strategy: t.strat.Info().Name,
 		TrainBatchSize: t.trainBS, TrainBatches: t.trainNB, AccumulateGradBatches: t.accum,
 		Metrics: strategy.JSONFloats(t.state.Metrics), EpochAggs: map[string]ckptAgg{}, LastTrainLoss: jfloat(t.stats.LastTrainLoss),
 		Written: t.cfg.Now().UTC().Format(time.RFC3339Nano),
@@ -532,11 +532,11 @@ func (t *Trainer) apply(ctx context.Context, c *checkpoint) error {
 	if c.opt == nil {
 		return fmt.Errorf("metadata field %q is missing: the checkpoint holds no optimizer state", keyOptimizer)
 	}
-	if sched := t.strat.Scheduler(); c.sched == nil && sched != nil {
+	if sched := t.sched; c.sched == nil && sched != nil {
 		return fmt.Errorf("metadata field %q is missing: the checkpoint was written without a scheduler but the module configures %T: configure the same (no) scheduler to resume", keyScheduler, sched)
 	}
 	if err := t.strat.LoadState(ctx, sd); err != nil {
-		return fmt.Errorf("strategy %s: load the checkpoint's state: %w", t.strat.Name(), err)
+		return fmt.Errorf("strategy %s: load the checkpoint's state: %w", t.strat.Info().Name, err)
 	}
 	seen := map[string]bool{}
 	for _, cb := range t.cfg.Callbacks {

@@ -26,6 +26,11 @@ type Trainer struct {
 	cfg   Config
 	strat strategy.Strategy
 	mod   module.Module
+	// opt and sched are the optimizer and scheduler the strategy made with
+	// Setup.NewOptimizer: the loop reads the learning rate and steps the
+	// scheduler; their state is saved and loaded by the strategy.
+	opt   optim.Optimizer
+	sched optim.Scheduler
 	state State
 	stats Stats
 
@@ -96,17 +101,26 @@ func (t *Trainer) Metrics() map[string]float64 {
 	return out
 }
 
-// Store is the trained model's parameters and buffers (nil before setup).
+// Store is the trained model's parameters and buffers (nil before setup,
+// and for a strategy that does not hold the whole model in this process).
 func (t *Trainer) Store() *module.Store {
 	if t.strat == nil {
 		return nil
 	}
-	return t.strat.Store()
+	return t.store()
+}
+
+// store is the strategy's strategy.Replica store, or nil.
+func (t *Trainer) store() *module.Store {
+	if r, ok := t.strat.(strategy.Replica); ok {
+		return r.Store()
+	}
+	return nil
 }
 
 // IsGlobalZero reports whether this process is rank 0 (writes logs, prints
 // results).
-func (t *Trainer) IsGlobalZero() bool { return t.strat == nil || t.strat.IsGlobalZero() }
+func (t *Trainer) IsGlobalZero() bool { return t.strat == nil || t.strat.Info().GlobalZero }
 
 // IsWorker reports whether this process is a worker started by a launching
 // strategy (DDP-spawn) that must not run the code after Fit.
@@ -199,11 +213,16 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 	if l, ok := st.(strategy.Launcher); ok {
 		worker, err := l.Launch(ctx)
 		if err != nil {
-			return fmt.Errorf("strategy %s: launch: %w", st.Name(), err)
+			return fmt.Errorf("strategy %s: launch: %w", st.Info().Name, err)
 		}
 		t.worker = worker
 	}
+	var opt optim.Optimizer
+	var sched optim.Scheduler
 	newOpt := func() (optim.Optimizer, optim.Scheduler, error) {
+		if opt != nil {
+			return nil, nil, fmt.Errorf("strategy %s asked for a second optimizer: a strategy makes one per process", st.Info().Name)
+		}
 		if oc, ok := m.(module.OptimizerConfigurer); ok {
 			o, s, err := oc.ConfigureOptimizers()
 			if err != nil {
@@ -212,9 +231,11 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 			if o == nil {
 				return nil, nil, errors.New("module.ConfigureOptimizers returned a nil optimizer")
 			}
+			opt, sched = o, s
 			return o, s, nil
 		}
 		o, err := optim.NewAdam(optim.AdamConfig{LR: 1e-3})
+		opt = o
 		return o, nil, err
 	}
 	err = st.Setup(ctx, strategy.Setup{
@@ -222,13 +243,17 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 		NewOptimizer: newOpt, Log: *t.cfg.Log, Profiler: t.cfg.Profiler, SyncBatchNorm: t.cfg.SyncBatchNorm,
 	})
 	if err != nil {
-		return fmt.Errorf("strategy %s: setup: %w", st.Name(), err)
+		return fmt.Errorf("strategy %s: setup: %w", st.Info().Name, err)
 	}
-	t.strat, t.mod = st, m
+	if opt == nil {
+		return fmt.Errorf("strategy %s: setup made no optimizer (it must call Setup.NewOptimizer once)", st.Info().Name)
+	}
+	t.strat, t.mod, t.opt, t.sched = st, m, opt, sched
+	info := st.Info()
 	t.state = State{
-		Rank: st.Rank(), WorldSize: st.WorldSize(), IsGlobalZero: st.IsGlobalZero(),
+		Rank: info.Rank, WorldSize: info.WorldSize, IsGlobalZero: info.GlobalZero,
 		RootDir: t.cfg.DefaultRootDir, MaxEpochs: t.cfg.MaxEpochs, MaxSteps: t.cfg.MaxSteps,
-		Metrics: map[string]float64{}, Layers: b.Layers(), Store: st.Store(), FastDevRun: t.cfg.FastDevRun > 0,
+		Metrics: map[string]float64{}, Layers: b.Layers(), Store: t.store(), FastDevRun: t.cfg.FastDevRun > 0,
 	}
 	return nil
 }
@@ -245,15 +270,15 @@ func (t *Trainer) rebind(m module.Module) error {
 	if err != nil {
 		return fmt.Errorf("module Configure:\n%w", err)
 	}
-	if err := matchStore(specs, b.Dtype(), t.strat.Store()); err != nil {
+	if err := matchStore(specs, b.Dtype(), t.store()); err != nil {
 		return fmt.Errorf("the module value %T does not match the model this Trainer holds (its trained weights): %w", m, err)
 	}
 	rb, ok := t.strat.(strategy.Rebinder)
 	if !ok {
-		return fmt.Errorf("strategy %s cannot run another module value over its weights: pass the module value given to Fit", t.strat.Name())
+		return fmt.Errorf("strategy %s cannot run another module value over its weights: pass the module value given to Fit", t.strat.Info().Name)
 	}
 	if err := rb.Rebind(m); err != nil {
-		return fmt.Errorf("strategy %s: %w", t.strat.Name(), err)
+		return fmt.Errorf("strategy %s: %w", t.strat.Info().Name, err)
 	}
 	t.mod = m
 	t.state.Layers = b.Layers()
@@ -309,7 +334,7 @@ func (t *Trainer) loaderFor(l *data.Loader, train bool) *data.Loader {
 		return l
 	}
 	ds, ok := t.strat.(strategy.Sampler)
-	if !ok || t.strat.WorldSize() == 1 {
+	if !ok || t.strat.Info().WorldSize == 1 {
 		return l
 	}
 	c := l.Config()
@@ -365,7 +390,7 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 			}()
 		}
 	}
-	t.stats = Stats{WorldSize: t.strat.WorldSize()}
+	t.stats = Stats{WorldSize: t.strat.Info().WorldSize}
 	logDir, err := t.chooseLogDir(ctx)
 	if err != nil {
 		return fmt.Errorf("Fit: %w", err)
@@ -391,7 +416,7 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 		}
 		return t.logMetrics(t.state.GlobalStep, m)
 	}
-	t.state.Optimizer, t.state.LogEveryNSteps = t.strat.Optimizer().Name(), t.cfg.LogEveryNSteps
+	t.state.Optimizer, t.state.LogEveryNSteps = t.opt.Name(), t.cfg.LogEveryNSteps
 	t.state.warn = func(msg string) { t.cfg.Log.Warn().Msg(msg) }
 	status := "failed"
 	defer func() {
@@ -436,7 +461,7 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 		t.cfg.Log.Info().Str("reason", st.Reason).Msg("training stopped early")
 		err = nil
 	}
-	if err != nil && ctx.Err() != nil && !t.stats.Interrupted && t.strat.WorldSize() == 1 && !t.pos.midWindow {
+	if err != nil && ctx.Err() != nil && !t.stats.Interrupted && t.strat.Info().WorldSize == 1 && !t.pos.midWindow {
 		// The context was cancelled inside a step or while fetching data:
 		// the weights and position are those after the last finished
 		// step, which is what the checkpoint saves.
@@ -540,7 +565,7 @@ func (t *Trainer) fillLayerShapes(m module.Module, train *data.Loader) {
 			want = true
 		}
 	}
-	if !want || !t.state.IsGlobalZero || t.strat.Store() == nil {
+	if !want || !t.state.IsGlobalZero || t.store() == nil {
 		return
 	}
 	fields := train.Dataset().Fields()
@@ -548,7 +573,7 @@ func (t *Trainer) fillLayerShapes(m module.Module, train *data.Loader) {
 	for i, f := range fields {
 		ins[i] = module.StepInput{Name: f.Name, Shape: f.Shape}
 	}
-	s := module.NewStep(G.NewGraph(), module.Train, t.strat.Store(), train.Config().BatchSize, ins, t.cfg.Seed)
+	s := module.NewStep(G.NewGraph(), module.Train, t.store(), train.Config().BatchSize, ins, t.cfg.Seed)
 	s.RecordLayerIO()
 	func() {
 		// A step that cannot build fails the first training batch with its
@@ -640,7 +665,7 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 	defer t.span("fit")()
 	cfg := &t.cfg
 	accum := cfg.AccumulateGradBatches
-	stepOpts := strategy.StepOptions{}
+	stepOpts := strategy.OptimizerOptions{}
 	if cfg.GradientClipVal > 0 {
 		if cfg.GradientClipAlgorithm == "value" {
 			stepOpts.ClipValue = cfg.GradientClipVal
@@ -648,7 +673,7 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 			stepOpts.ClipNorm = cfg.GradientClipVal
 		}
 	}
-	opt, sched := t.strat.Optimizer(), t.strat.Scheduler()
+	opt, sched := t.opt, t.sched
 	resume := t.resumeAt
 	t.resumeAt = nil
 	if st, ok := sched.(optim.Starter); ok && startEpoch == 0 && t.state.GlobalStep == 0 && resume == nil {
@@ -720,7 +745,8 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 			last := micro == accum-1 || bi == nb-1
 			t0 := cfg.Now()
 			sp = cfg.Profiler.Start("forward+backward")
-			loss, metrics, err := t.strat.TrainStep(ctx, b, strategy.TrainOptions{Sync: last, Accumulate: micro > 0, Scale: 1 / float64(accum), Key: uint64(epoch)<<32 | uint64(bi)})
+			res, err := t.strat.Step(ctx, module.Train, b, strategy.TrainOptions{Sync: last, Accumulate: micro > 0, Scale: 1 / float64(accum), Key: uint64(epoch)<<32 | uint64(bi)})
+			loss, metrics := res.Loss, res.Metrics
 			sp.End()
 			if err != nil {
 				it.Close()
@@ -875,7 +901,10 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 // checkGrads returns an error naming the first parameter whose gradient
 // holds a NaN or an infinity (Config.DetectAnomaly).
 func (t *Trainer) checkGrads(epoch, bi int) error {
-	st := t.strat.Store()
+	st := t.store()
+	if st == nil {
+		return fmt.Errorf("DetectAnomaly: strategy %s does not hold the model's gradients in this process (it is not a strategy.Replica): turn DetectAnomaly off", t.strat.Info().Name)
+	}
 	g32, g64 := st.Grad32(), st.Grad64()
 	for _, e := range st.Entries() {
 		if e.Buffer {
@@ -898,7 +927,7 @@ func (t *Trainer) checkGrads(epoch, bi int) error {
 
 func (t *Trainer) finishStats() {
 	if t.stats.TrainTime > 0 {
-		t.stats.TrainSamplesPerS = float64(t.stats.TrainSamples*t.strat.WorldSize()) / t.stats.TrainTime.Seconds()
+		t.stats.TrainSamplesPerS = float64(t.stats.TrainSamples*t.strat.Info().WorldSize) / t.stats.TrainTime.Seconds()
 	}
 	t.stats.GlobalStep = t.state.GlobalStep
 }
@@ -981,7 +1010,7 @@ func (t *Trainer) reduceAggs(ctx context.Context, aggs map[string]*agg, all bool
 			out[epochName(n, a.spec)] = a.value()
 		}
 	}
-	if len(sums) > 0 && t.strat.WorldSize() > 1 {
+	if len(sums) > 0 && t.strat.Info().WorldSize > 1 {
 		if err := t.strat.Reduce(ctx, sums, weights, ops); err != nil {
 			return nil, fmt.Errorf("reduce metrics %v across ranks: %w", synced, err)
 		}
@@ -1027,7 +1056,8 @@ func (t *Trainer) evalLoop(ctx context.Context, mode module.Mode, l *data.Loader
 			break
 		}
 		sp := t.cfg.Profiler.Start(mode.String() + " step")
-		metrics, err := t.strat.EvalStep(ctx, mode, b)
+		res, err := t.strat.Step(ctx, mode, b, strategy.TrainOptions{})
+		metrics := res.Metrics
 		sp.End()
 		if err != nil {
 			return nil, fmt.Errorf("%s batch %d: %w", mode, bi, err)
@@ -1204,7 +1234,8 @@ func (t *Trainer) Predict(ctx context.Context, m module.Module, l *data.Loader, 
 		if !ok {
 			break
 		}
-		y, err := t.strat.PredictStep(ctx, b)
+		res, err := t.strat.Step(ctx, module.Predict, b, strategy.TrainOptions{})
+		y := res.Output
 		if err != nil {
 			return nil, fmt.Errorf("predict batch %d: %w", bi, err)
 		}
