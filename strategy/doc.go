@@ -3,7 +3,7 @@
 // strategies DP, DDP, DDP-spawn and Sharded. The trainer talks to every
 // strategy through the Strategy interface (eight methods: Info, Setup,
 // Step, OptimizerStep, Reduce, SaveState, LoadState, Teardown) and finds
-// further abilities (Replica, Launcher, Spawner, Rebinder, Sampler,
+// further abilities (Replica, Launcher, FitRunner, Rebinder, Sampler,
 // MemoryReporter) by type assertion, as database/sql does with drivers; it
 // never switches on a strategy's type; a name registry (New, Register, Known) serves the trainer's
 // Config.Strategy names and command-line programs only.

@@ -8,7 +8,7 @@ import (
 )
 
 // The required interface stays small; abilities are optional interfaces
-// (Replica, Launcher, Spawner, Rebinder, Sampler, MemoryReporter).
+// (Replica, Launcher, FitRunner, Rebinder, Sampler, MemoryReporter).
 func TestStrategyInterfaceIsSmall(t *testing.T) {
 	typ := reflect.TypeOf((*strategy.Strategy)(nil)).Elem()
 	if n := typ.NumMethod(); n > 8 {

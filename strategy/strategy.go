@@ -105,7 +105,7 @@ type Info struct {
 
 // Strategy runs a module's steps on one or more replicas. Abilities beyond
 // these eight methods are optional interfaces that callers test for:
-// Replica, Launcher, Spawner, Rebinder, Sampler, MemoryReporter.
+// Replica, Launcher, FitRunner, Rebinder, Sampler, MemoryReporter.
 type Strategy interface {
 	// Info is valid after construction; Rank and WorldSize may change in
 	// Setup when the job's group is joined there.
@@ -150,9 +150,9 @@ type Replica interface {
 	Store() *module.Store
 }
 
-// Launcher is implemented by strategies that must start worker processes
-// before training; for a worker process it reports that the caller should
-// not run the code after Fit (DDP-spawn workers).
+// Launcher is implemented by strategies that must start processes before
+// Setup (DDP starting its local ranks); for a worker process it reports
+// that the caller should not run the code after Fit (DDP-spawn workers).
 type Launcher interface {
 	// Launch is called by the trainer before Setup.
 	Launch(ctx context.Context) (worker bool, err error)
@@ -176,20 +176,16 @@ type FitResult struct {
 	Callbacks map[string][]byte
 }
 
-// Spawner is implemented by launchers whose training runs entirely in
-// worker processes started by Launch (DDP-spawn).
-type Spawner interface {
-	Launcher
-	// Spawned reports, in the launching process after Launch, that the
-	// workers have trained: the trainer skips training and takes r; after
-	// Setup, Store holds the trained parameters and buffers.
-	Spawned() (r FitResult, ok bool)
-	// Finish is called by the trainer in a worker once its Fit succeeded
-	// (after loggers are closed): rank 0 hands r and its parameters and
-	// buffers to the launching process. It returns only on failure; on
-	// success the worker process exits with status 0, so a worker never runs
-	// the code after Fit.
-	Finish(ctx context.Context, r FitResult) error
+// FitRunner is implemented by strategies that decide where training runs
+// (DDP-spawn): the trainer hands RunFit its training, fit, once Setup is
+// done, instead of calling it.
+type FitRunner interface {
+	// RunFit either calls fit here and hands its result on (remote false;
+	// a DDP-spawn worker gives rank 0's result and weights to the launching
+	// process and exits with status 0, so it returns only on failure), or
+	// has other processes train and returns their result with remote true,
+	// the trained weights loaded into this process's replica.
+	RunFit(ctx context.Context, fit func(context.Context) (FitResult, error)) (r FitResult, remote bool, err error)
 }
 
 // Rebinder is implemented by strategies that can run another value of the

@@ -342,7 +342,7 @@ func (t *Trainer) loaderFor(l *data.Loader, train bool) *data.Loader {
 }
 
 // Fit trains m on train, validating on val (which may be nil).
-func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loader, opts ...FitOption) (err error) {
+func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loader, opts ...FitOption) error {
 	var fo fitOptions
 	for _, o := range opts {
 		o(&fo)
@@ -360,36 +360,46 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 	if err := t.setup(ctx, m, train.Dataset().Fields()); err != nil {
 		return err
 	}
-	if sp, ok := t.strat.(strategy.Spawner); ok {
-		if r, done := sp.Spawned(); done {
-			// DDP-spawn's launching process: the workers trained and the
-			// strategy loaded rank 0's parameters; take its figures.
-			t.stats = Stats{Epochs: r.Epochs, GlobalStep: r.GlobalStep, TrainSamples: r.TrainSamples,
-				TrainTime: time.Duration(r.TrainSeconds * float64(time.Second)), TrainSamplesPerS: r.TrainSamplesPerS,
-				WorldSize: r.WorldSize, StoppedEarly: r.StoppedEarly, LastTrainLoss: r.LastTrainLoss}
-			for k, v := range r.Metrics {
-				t.state.Metrics[k] = v
+	if fr, ok := t.strat.(strategy.FitRunner); ok {
+		r, remote, err := fr.RunFit(ctx, func(ctx context.Context) (strategy.FitResult, error) {
+			if err := t.fit(ctx, m, train, val, fo, again, prevStop); err != nil {
+				return strategy.FitResult{}, err
 			}
-			t.state.GlobalStep, t.state.Epoch = r.GlobalStep, max(r.Epochs-1, 0)
-			return t.loadCallbackStates(r.Callbacks)
+			return t.fitResult()
+		})
+		if err != nil || !remote {
+			return err
 		}
-		if t.worker {
-			// Deferred first so it runs after the loggers are closed: rank 0
-			// hands the result back, and the worker exits inside Finish.
-			defer func() {
-				if err == nil {
-					s := t.stats
-					var cbs map[string][]byte
-					if cbs, err = t.callbackStates(); err != nil {
-						return
-					}
-					err = sp.Finish(ctx, strategy.FitResult{Metrics: t.Metrics(), Epochs: s.Epochs, GlobalStep: s.GlobalStep,
-						TrainSamples: s.TrainSamples, TrainSeconds: s.TrainTime.Seconds(), TrainSamplesPerS: s.TrainSamplesPerS,
-						LastTrainLoss: s.LastTrainLoss, WorldSize: s.WorldSize, StoppedEarly: s.StoppedEarly, Callbacks: cbs})
-				}
-			}()
-		}
+		t.adoptFit(r)
+		return t.loadCallbackStates(r.Callbacks)
 	}
+	return t.fit(ctx, m, train, val, fo, again, prevStop)
+}
+
+// fitResult is what the last Fit did, for a strategy that hands it to
+// another process (strategy.FitRunner).
+func (t *Trainer) fitResult() (strategy.FitResult, error) {
+	s := t.stats
+	cbs, err := t.callbackStates()
+	return strategy.FitResult{Metrics: t.Metrics(), Epochs: s.Epochs, GlobalStep: s.GlobalStep,
+		TrainSamples: s.TrainSamples, TrainSeconds: s.TrainTime.Seconds(), TrainSamplesPerS: s.TrainSamplesPerS,
+		LastTrainLoss: s.LastTrainLoss, WorldSize: s.WorldSize, StoppedEarly: s.StoppedEarly, Callbacks: cbs}, err
+}
+
+// adoptFit takes the figures of a Fit that ran in other processes (the
+// strategy loaded the trained weights).
+func (t *Trainer) adoptFit(r strategy.FitResult) {
+	t.stats = Stats{Epochs: r.Epochs, GlobalStep: r.GlobalStep, TrainSamples: r.TrainSamples,
+		TrainTime: time.Duration(r.TrainSeconds * float64(time.Second)), TrainSamplesPerS: r.TrainSamplesPerS,
+		WorldSize: r.WorldSize, StoppedEarly: r.StoppedEarly, LastTrainLoss: r.LastTrainLoss}
+	for k, v := range r.Metrics {
+		t.state.Metrics[k] = v
+	}
+	t.state.GlobalStep, t.state.Epoch = r.GlobalStep, max(r.Epochs-1, 0)
+}
+
+// fit trains the set-up module in this process.
+func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loader, fo fitOptions, again bool, prevStop string) (err error) {
 	t.stats = Stats{WorldSize: t.strat.Info().WorldSize}
 	logDir, err := t.chooseLogDir(ctx)
 	if err != nil {
