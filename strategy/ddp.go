@@ -12,12 +12,12 @@ import (
 
 	"github.com/fulgur-ml/fulgur/blas"
 	"github.com/fulgur-ml/fulgur/data"
-	"github.com/fulgur-ml/fulgur/internal/engine"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/optim"
 	"github.com/fulgur-ml/fulgur/profiler"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/device"
+	"github.com/fulgur-ml/fulgur/strategy/device/engine"
 )
 
 var (
@@ -157,7 +157,9 @@ func NewDDP(cfg DDPConfig) (*DDP, error) {
 	return d, nil
 }
 
-func (d *DDP) Name() string { return d.name }
+func (d *DDP) Info() Info {
+	return Info{Name: d.name, Rank: d.rank, WorldSize: d.world, GlobalZero: d.rank == 0}
+}
 
 // Buckets returns the gradient buckets laid out by Setup.
 func (d *DDP) Buckets() []Bucket { return d.buckets }
@@ -266,12 +268,14 @@ func (d *DDP) Rebind(m module.Module) error {
 	return nil
 }
 
-func (d *DDP) Rank() int                  { return d.rank }
-func (d *DDP) WorldSize() int             { return d.world }
-func (d *DDP) IsGlobalZero() bool         { return d.rank == 0 }
-func (d *DDP) Store() *module.Store       { return d.eng.Store() }
-func (d *DDP) Optimizer() optim.Optimizer { return d.opt }
-func (d *DDP) Scheduler() optim.Scheduler { return d.sched }
+func (d *DDP) Store() *module.Store { return d.eng.Store() }
+
+func (d *DDP) Step(ctx context.Context, mode module.Mode, b *data.Batch, o TrainOptions) (StepResult, error) {
+	if d.eng == nil {
+		return StepResult{}, errors.New("ddp: Step before Setup")
+	}
+	return runStep(ctx, d, mode, b, o)
+}
 
 // syncBuffers broadcasts rank 0's buffers (the part of the store after the
 // parameters), when the model has any.
@@ -289,12 +293,12 @@ func (d *DDP) syncBuffers(ctx context.Context) error {
 	return d.c.Broadcast(ctx, buf, 0)
 }
 
-func (d *DDP) TrainStep(ctx context.Context, b *data.Batch, o TrainOptions) (float64, []module.Metric, error) {
+func (d *DDP) trainStep(ctx context.Context, b *data.Batch, o TrainOptions) (float64, []module.Metric, error) {
 	if err := d.check(); err != nil {
 		return 0, nil, err
 	}
 	if len(d.pending) > 0 {
-		return 0, nil, errors.New("TrainStep called while the last step's gradients are still being reduced: call OptimizerStep after a TrainStep with Sync")
+		return 0, nil, errors.New("a training Step called while the last step's gradients are still being reduced: call OptimizerStep after a training Step with Sync")
 	}
 	scale := o.Scale
 	if scale == 0 {
@@ -368,7 +372,7 @@ var waitNames = func() []string {
 	return out
 }()
 
-func (d *DDP) OptimizerStep(ctx context.Context, o StepOptions) (float64, error) {
+func (d *DDP) OptimizerStep(ctx context.Context, o OptimizerOptions) (float64, error) {
 	norm, err := d.optimizerStep(ctx, o)
 	if err != nil {
 		return norm, err
@@ -394,7 +398,7 @@ func (d *DDP) afterStep(ctx context.Context) error {
 	return nil
 }
 
-func (d *DDP) optimizerStep(ctx context.Context, o StepOptions) (float64, error) {
+func (d *DDP) optimizerStep(ctx context.Context, o OptimizerOptions) (float64, error) {
 	if err := d.check(); err != nil {
 		return math.NaN(), err
 	}
@@ -451,7 +455,7 @@ func (d *DDP) optimizerStep(ctx context.Context, o StepOptions) (float64, error)
 	return math.NaN(), nil
 }
 
-func (d *DDP) EvalStep(ctx context.Context, mode module.Mode, b *data.Batch) ([]module.Metric, error) {
+func (d *DDP) evalStep(ctx context.Context, mode module.Mode, b *data.Batch) ([]module.Metric, error) {
 	if err := d.check(); err != nil {
 		return nil, err
 	}
@@ -467,7 +471,7 @@ func (d *DDP) EvalStep(ctx context.Context, mode module.Mode, b *data.Batch) ([]
 	return r.Metrics, nil
 }
 
-func (d *DDP) PredictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, error) {
+func (d *DDP) predictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, error) {
 	if err := d.check(); err != nil {
 		return nil, err
 	}
@@ -475,7 +479,7 @@ func (d *DDP) PredictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, er
 	err := d.dev.Do(ctx, func() error {
 		r, err := d.rep.run(ctx, module.Predict, b, false, 1)
 		if err == nil && r.Output == nil {
-			err = errors.New("PredictStep: the graph produced no output")
+			err = errors.New("predict step: the graph produced no output")
 		}
 		out = r.Output
 		return err
@@ -487,6 +491,9 @@ func (d *DDP) PredictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, er
 }
 
 func (d *DDP) Reduce(ctx context.Context, sums, weights []float64, ops []module.Reduce) error {
+	if len(sums) == 0 && len(weights) == 0 && len(ops) == 0 {
+		return d.barrier(ctx)
+	}
 	if err := d.check(); err != nil {
 		return err
 	}
@@ -558,7 +565,8 @@ func reduceMetrics(ctx context.Context, c collective.Collective, scratch *[]floa
 	return nil
 }
 
-func (d *DDP) Barrier(ctx context.Context) error {
+// barrier waits for every rank.
+func (d *DDP) barrier(ctx context.Context) error {
 	if err := d.check(); err != nil {
 		return err
 	}
@@ -567,6 +575,28 @@ func (d *DDP) Barrier(ctx context.Context) error {
 	}
 	d.lastDone = ddpOp{kind: opBarrier, step: d.steps}
 	return nil
+}
+
+// SaveState returns the whole model and optimizer state: every rank holds
+// all of it.
+func (d *DDP) SaveState(ctx context.Context, o SaveOptions) (*StateDict, error) {
+	if d.eng == nil {
+		return nil, errors.New("ddp: SaveState before Setup")
+	}
+	if err := d.check(); err != nil {
+		return nil, err
+	}
+	return saveState(d.eng.Store(), d.opt, d.sched)
+}
+
+func (d *DDP) LoadState(ctx context.Context, sd *StateDict) error {
+	if d.eng == nil {
+		return errors.New("ddp: LoadState before Setup")
+	}
+	if err := d.check(); err != nil {
+		return err
+	}
+	return loadState(sd, d.eng.Store(), d.opt, d.sched, 0, d.eng.Store().NumParams())
 }
 
 // DistributedSampler shards training data by rank, padded so every rank

@@ -43,7 +43,7 @@ func BenchmarkStep(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				if _, _, err := strategytest.Step(ctx, ranks, strategy.StepOptions{}, batch); err != nil {
+				if _, _, err := strategytest.Step(ctx, ranks, strategy.OptimizerOptions{}, batch); err != nil {
 					b.Fatal(err)
 				}
 			}

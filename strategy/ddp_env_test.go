@@ -63,8 +63,8 @@ func TestDDPJoinsFromEnvironment(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if s.Rank() != tc.rank || s.WorldSize() != tc.world || s.IsGlobalZero() != (tc.rank == 0) || s.Name() != tc.strategy {
-				t.Errorf("%s: rank %d of %d (global zero %v), want %d of %d", s.Name(), s.Rank(), s.WorldSize(), s.IsGlobalZero(), tc.rank, tc.world)
+			if s.Info().Rank != tc.rank || s.Info().WorldSize != tc.world || s.Info().GlobalZero != (tc.rank == 0) || s.Info().Name != tc.strategy {
+				t.Errorf("%s: rank %d of %d (global zero %v), want %d of %d", s.Info().Name, s.Info().Rank, s.Info().WorldSize, s.Info().GlobalZero, tc.rank, tc.world)
 			}
 		})
 	}

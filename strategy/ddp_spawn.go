@@ -16,24 +16,22 @@ import (
 )
 
 var (
-	_ Spawner = (*DDPSpawn)(nil)
-	_ Spawner = (*spawnWorker)(nil)
+	_ FitRunner = (*DDPSpawn)(nil)
+	_ FitRunner = (*spawnWorker)(nil)
+	_ Launcher  = (*spawnWorker)(nil)
 )
 
-// DDPSpawn is the launching side of DDP-spawn: Launch starts one worker
-// process per device (ranks 0..N-1, copies of this program that run DDP),
-// waits for them, and reads the parameters, buffers and figures rank 0
-// reports at the end of its Fit. Setup then loads them into a single local
-// replica, so after Fit this process holds the trained model and carries on
-// (Test, Predict, saving) as rank 0 of a world of one; the workers never run
-// the code after Fit.
+// DDPSpawn is the launching side of DDP-spawn: it holds one local replica
+// (Single); RunFit starts one worker process per device (ranks 0..N-1,
+// copies of this program that run DDP), waits for them, and loads the
+// parameters and buffers rank 0 reports at the end of its Fit into the
+// replica. After Fit this process holds the trained model and carries on
+// (Test, Predict, saving) as rank 0 of a world of one; the workers never
+// run the code after Fit.
 type DDPSpawn struct {
 	*Single
-	world  int
-	log    zerolog.Logger
-	res    *launch.Result
-	fit    FitResult
-	loaded bool
+	world int
+	log   zerolog.Logger
 }
 
 func newSpawnParent(o Options, world int) (*DDPSpawn, error) {
@@ -43,32 +41,49 @@ func newSpawnParent(o Options, world int) (*DDPSpawn, error) {
 	return &DDPSpawn{Single: NewSingle(), world: world, log: o.Log}, nil
 }
 
-func (s *DDPSpawn) Name() string { return "ddp_spawn" }
+func (s *DDPSpawn) Info() Info {
+	i := s.Single.Info()
+	i.Name = "ddp_spawn"
+	return i
+}
 
-// Launch runs the whole training in the workers and collects rank 0's result.
-func (s *DDPSpawn) Launch(ctx context.Context) (bool, error) {
-	if s.res != nil {
-		return false, nil
+// RunFit runs the whole training in the workers, without calling fit, and
+// loads rank 0's weights.
+func (s *DDPSpawn) RunFit(ctx context.Context, fit func(context.Context) (FitResult, error)) (FitResult, bool, error) {
+	if s.eng == nil {
+		return FitResult{}, false, errors.New("ddp_spawn: RunFit before Setup")
 	}
+	res, err := s.spawn(ctx)
+	if err != nil {
+		return FitResult{}, false, err
+	}
+	if err := s.load(res); err != nil {
+		return FitResult{}, false, err
+	}
+	return fitResultFrom(res), true, nil
+}
+
+// spawn starts the workers, waits for them and reads rank 0's result.
+func (s *DDPSpawn) spawn(ctx context.Context) (*launch.Result, error) {
 	dir, err := os.MkdirTemp("", "fulgur-spawn-")
 	if err != nil {
-		return false, fmt.Errorf("make a directory for the workers' result: %w", err)
+		return nil, fmt.Errorf("make a directory for the workers' result: %w", err)
 	}
 	defer os.RemoveAll(dir)
 	path := filepath.Join(dir, "result")
 	ln, port, err := launch.Loopback()
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	lnFile, err := ln.(interface{ File() (*os.File, error) }).File()
 	ln.Close()
 	if err != nil {
-		return false, fmt.Errorf("hand the rendezvous port to rank 0: %w", err)
+		return nil, fmt.Errorf("hand the rendezvous port to rank 0: %w", err)
 	}
 	defer lnFile.Close()
 	token, err := launch.NewToken()
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	local := launch.Local{World: s.world, MasterPort: port, Token: token, Launcher: "ddp_spawn", ResultPath: path}
 	ranks := make([]int, s.world)
@@ -92,56 +107,34 @@ func (s *DDPSpawn) Launch(ctx context.Context) (bool, error) {
 		},
 	})
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	lnFile.Close()
 	s.log.Info().Int("world", s.world).Ints("pids", g.Pids()).Msg("ddp_spawn: started workers")
 	if err := g.Wait(ctx); err != nil {
-		return false, fmt.Errorf("ddp_spawn workers failed (their output is above): %w", err)
+		return nil, fmt.Errorf("ddp_spawn workers failed (their output is above): %w", err)
 	}
-	res, err := launch.ReadResult(path)
-	if err != nil {
-		return false, err
-	}
-	s.res = res
-	s.fit = fitResultFrom(res)
-	return false, nil
+	return launch.ReadResult(path)
 }
 
-// Setup builds the local replica and loads the workers' parameters and
-// buffers into it.
-func (s *DDPSpawn) Setup(ctx context.Context, su Setup) error {
-	if s.res == nil {
-		return errors.New("ddp_spawn: Setup before Launch: the workers have not trained (the trainer calls Launch first)")
-	}
-	if err := s.Single.Setup(ctx, su); err != nil {
-		return err
-	}
+// load copies the workers' parameters and buffers into the local replica.
+func (s *DDPSpawn) load(res *launch.Result) error {
 	st := s.Single.Store()
-	if got := layoutOf(st); !slices.Equal(got, s.res.Layout) {
-		return fmt.Errorf("ddp_spawn: the workers trained a model laid out as %v, this process built %v: the program must build the same module in every process", s.res.Layout, got)
+	if got := layoutOf(st); !slices.Equal(got, res.Layout) {
+		return fmt.Errorf("ddp_spawn: the workers trained a model laid out as %v, this process built %v: the program must build the same module in every process", res.Layout, got)
 	}
 	switch {
-	case st.Data32() != nil && len(s.res.Data32) == len(st.Data32()):
-		copy(st.Data32(), s.res.Data32)
-	case st.Data64() != nil && len(s.res.Data64) == len(st.Data64()):
-		copy(st.Data64(), s.res.Data64)
+	case st.Data32() != nil && len(res.Data32) == len(st.Data32()):
+		copy(st.Data32(), res.Data32)
+	case st.Data64() != nil && len(res.Data64) == len(st.Data64()):
+		copy(st.Data64(), res.Data64)
 	default:
-		return fmt.Errorf("ddp_spawn: the workers' result holds %d float32 and %d float64 values, the store %d: the precision differs", len(s.res.Data32), len(s.res.Data64), st.Len())
+		return fmt.Errorf("ddp_spawn: the workers' result holds %d float32 and %d float64 values, the store %d: the precision differs", len(res.Data32), len(res.Data64), st.Len())
 	}
-	if h := st.SHA256(); h != s.res.SHA256 {
-		return fmt.Errorf("ddp_spawn: the loaded parameters hash to %s, rank 0 reported %s: the result file is damaged", h, s.res.SHA256)
+	if h := st.SHA256(); h != res.SHA256 {
+		return fmt.Errorf("ddp_spawn: the loaded parameters hash to %s, rank 0 reported %s: the result file is damaged", h, res.SHA256)
 	}
-	s.loaded = true
 	return nil
-}
-
-// Spawned returns rank 0's figures once its parameters are loaded.
-func (s *DDPSpawn) Spawned() (FitResult, bool) { return s.fit, s.loaded }
-
-// Finish is a worker's call; the launching process never trains.
-func (s *DDPSpawn) Finish(ctx context.Context, r FitResult) error {
-	return errors.New("ddp_spawn: Finish called in the launching process, which does not train")
 }
 
 // spawnWorker is one rank of a DDP-spawn job: DDP, plus handing the result
@@ -155,9 +148,19 @@ type spawnWorker struct {
 var exitProcess = os.Exit
 
 func (w *spawnWorker) Launch(ctx context.Context) (bool, error) { return true, nil }
-func (w *spawnWorker) Spawned() (FitResult, bool)               { return FitResult{}, false }
 
-func (w *spawnWorker) Finish(ctx context.Context, r FitResult) error {
+// RunFit trains here; once fit succeeded (its loggers closed), rank 0 hands
+// the result and its parameters and buffers to the launching process, and
+// the worker exits with status 0.
+func (w *spawnWorker) RunFit(ctx context.Context, fit func(context.Context) (FitResult, error)) (FitResult, bool, error) {
+	r, err := fit(ctx)
+	if err != nil {
+		return r, false, err
+	}
+	return r, false, w.finish(ctx, r)
+}
+
+func (w *spawnWorker) finish(ctx context.Context, r FitResult) error {
 	if w.rank == 0 {
 		if w.resultPath == "" {
 			return fmt.Errorf("ddp_spawn worker: %s is not set: the launching process did not say where to write the result", launch.EnvResult)

@@ -123,7 +123,7 @@ func TestDDPKilledRankIsNamed(t *testing.T) {
 			var err error
 			for k := 0; k < 10 && err == nil; k++ {
 				b, _ := strategytest.Rows(ds, k*6, k*6+6)
-				_, _, err = strategytest.Step(ctx, ranks, strategy.StepOptions{}, b)
+				_, _, err = strategytest.Step(ctx, ranks, strategy.OptimizerOptions{}, b)
 			}
 			killed(t, err, n, tc.victim, start)
 			if tc.name == "collective" && !errors.Is(err, collective.ErrPeerLost) {

@@ -1,9 +1,18 @@
 // Package strategy decides where replicas of a module live and how their
 // gradients are combined: Single (one replica), and the distributed
 // strategies DP, DDP, DDP-spawn and Sharded. The trainer talks to every
-// strategy through the small Strategy interface and never switches on its
-// type; a name registry (New, Register, Known) serves the trainer's
+// strategy through the Strategy interface (eight methods: Info, Setup,
+// Step, OptimizerStep, Reduce, SaveState, LoadState, Teardown) and finds
+// further abilities (Replica, Launcher, FitRunner, Rebinder, Sampler,
+// MemoryReporter) by type assertion, as database/sql does with drivers; it
+// never switches on a strategy's type; a name registry (New, Register, Known) serves the trainer's
 // Config.Strategy names and command-line programs only.
+//
+// A strategy owns its parameters, optimizer and scheduler state and their
+// I/O: SaveState and LoadState exchange a StateDict (state.go) of named
+// tensors, each with the span of its global tensor that this rank holds, so
+// a checkpoint saved at one world size loads at another. The trainer writes
+// and reads checkpoint files from state dicts only.
 //
 // DDP and Sharded run one process per device: ddp_launch.go re-executes the
 // program for local ranks or joins the job a launcher describes, and

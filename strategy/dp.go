@@ -10,11 +10,11 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/fulgur-ml/fulgur/data"
-	"github.com/fulgur-ml/fulgur/internal/engine"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/optim"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/device"
+	"github.com/fulgur-ml/fulgur/strategy/device/engine"
 )
 
 var _ Strategy = (*DP)(nil)
@@ -71,7 +71,7 @@ func NewDP(cfg DPConfig) (*DP, error) {
 	return &DP{devs: cfg.Devices}, nil
 }
 
-func (d *DP) Name() string { return "dp" }
+func (d *DP) Info() Info { return Info{Name: "dp", WorldSize: 1, GlobalZero: true} }
 
 // replicaSeed gives replica (or rank) i its own stream for dropout; replica
 // 0 keeps the run's seed so one replica behaves like Single.
@@ -112,12 +112,35 @@ func (d *DP) Setup(ctx context.Context, su Setup) error {
 	return d.opt.Bind(0, store.NumParams())
 }
 
-func (d *DP) Rank() int                  { return 0 }
-func (d *DP) WorldSize() int             { return 1 }
-func (d *DP) IsGlobalZero() bool         { return true }
-func (d *DP) Store() *module.Store       { return d.engs[0].eng.Store() }
-func (d *DP) Optimizer() optim.Optimizer { return d.opt }
-func (d *DP) Scheduler() optim.Scheduler { return d.sched }
+func (d *DP) Store() *module.Store { return d.engs[0].eng.Store() }
+
+func (d *DP) Step(ctx context.Context, mode module.Mode, b *data.Batch, o TrainOptions) (StepResult, error) {
+	if d.engs == nil {
+		return StepResult{}, errors.New("dp: Step before Setup")
+	}
+	return runStep(ctx, d, mode, b, o)
+}
+
+// stepper is a strategy's step for each mode.
+type stepper interface {
+	trainStep(ctx context.Context, b *data.Batch, o TrainOptions) (float64, []module.Metric, error)
+	evalStep(ctx context.Context, mode module.Mode, b *data.Batch) ([]module.Metric, error)
+	predictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, error)
+}
+
+// runStep runs s's step for mode.
+func runStep(ctx context.Context, s stepper, mode module.Mode, b *data.Batch, o TrainOptions) (StepResult, error) {
+	switch mode {
+	case module.Train:
+		loss, ms, err := s.trainStep(ctx, b, o)
+		return StepResult{Loss: loss, Metrics: ms}, err
+	case module.Predict:
+		out, err := s.predictStep(ctx, b)
+		return StepResult{Output: out}, err
+	}
+	ms, err := s.evalStep(ctx, mode, b)
+	return StepResult{Metrics: ms}, err
+}
 
 // ReplicaStores returns every replica's store (replica 0's is Store()).
 func (d *DP) ReplicaStores() []*module.Store {
@@ -187,7 +210,7 @@ func (d *DP) parallel(ctx context.Context, n int, f func(i int) error) error {
 	return nil
 }
 
-func (d *DP) TrainStep(ctx context.Context, b *data.Batch, o TrainOptions) (float64, []module.Metric, error) {
+func (d *DP) trainStep(ctx context.Context, b *data.Batch, o TrainOptions) (float64, []module.Metric, error) {
 	scale := o.Scale
 	if scale == 0 {
 		scale = 1
@@ -306,7 +329,7 @@ func (d *DP) combine(n int) []module.Metric {
 	return d.metrics
 }
 
-func (d *DP) OptimizerStep(ctx context.Context, o StepOptions) (float64, error) {
+func (d *DP) OptimizerStep(ctx context.Context, o OptimizerOptions) (float64, error) {
 	st := d.engs[0].eng.Store()
 	if err := beforeUpdate(o, st, 0, st.NumParams()); err != nil {
 		return math.NaN(), err
@@ -321,7 +344,7 @@ func (d *DP) OptimizerStep(ctx context.Context, o StepOptions) (float64, error) 
 	return norm, err
 }
 
-func (d *DP) EvalStep(ctx context.Context, mode module.Mode, b *data.Batch) ([]module.Metric, error) {
+func (d *DP) evalStep(ctx context.Context, mode module.Mode, b *data.Batch) ([]module.Metric, error) {
 	n := d.scatter(b)
 	err := d.parallel(ctx, n, func(i int) error {
 		r, err := d.engs[i].run(ctx, mode, &d.subs[i], false, 1)
@@ -334,14 +357,14 @@ func (d *DP) EvalStep(ctx context.Context, mode module.Mode, b *data.Batch) ([]m
 	return d.combine(n), nil
 }
 
-// PredictStep runs the whole batch on replica 0: outputs need no reduction,
+// predictStep runs the whole batch on replica 0: outputs need no reduction,
 // and one graph keeps rows in order.
-func (d *DP) PredictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, error) {
+func (d *DP) predictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, error) {
 	var out *tensor.Dense
 	err := d.devs[0].Do(ctx, func() error {
 		r, err := d.engs[0].run(ctx, module.Predict, b, false, 1)
 		if err == nil && r.Output == nil {
-			err = errors.New("PredictStep: the graph produced no output")
+			err = errors.New("predict step: the graph produced no output")
 		}
 		out = r.Output
 		return err
@@ -354,7 +377,30 @@ func (d *DP) Reduce(ctx context.Context, sums, weights []float64, ops []module.R
 	return ctx.Err()
 }
 
-func (d *DP) Barrier(ctx context.Context) error  { return ctx.Err() }
+func (d *DP) SaveState(ctx context.Context, o SaveOptions) (*StateDict, error) {
+	if d.engs == nil {
+		return nil, errors.New("dp: SaveState before Setup")
+	}
+	return saveState(d.engs[0].eng.Store(), d.opt, d.sched)
+}
+
+// LoadState loads sd into replica 0 and copies it to the others.
+func (d *DP) LoadState(ctx context.Context, sd *StateDict) error {
+	if d.engs == nil {
+		return errors.New("dp: LoadState before Setup")
+	}
+	st := d.engs[0].eng.Store()
+	if err := loadState(sd, st, d.opt, d.sched, 0, st.NumParams()); err != nil {
+		return err
+	}
+	for _, r := range d.engs[1:] {
+		if err := r.eng.Store().CopyFrom(st); err != nil {
+			return fmt.Errorf("copy the state to every replica: %w", err)
+		}
+	}
+	return nil
+}
+
 func (d *DP) Teardown(ctx context.Context) error { return nil }
 
 // buildMu serialises the runs that build a graph. Gorgonia v0.9.17 keeps

@@ -47,10 +47,10 @@ func TestDPFailingDeviceIsNamed(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := strategytest.Rows(ds, 0, 6)
-	if _, _, err := strategytest.Step(ctx, []strategy.Strategy{dp}, strategy.StepOptions{}, b); err != nil {
+	if _, _, err := strategytest.Step(ctx, []strategy.Strategy{dp}, strategy.OptimizerOptions{}, b); err != nil {
 		t.Fatalf("first step: %v", err)
 	}
-	_, _, err = strategytest.Step(ctx, []strategy.Strategy{dp}, strategy.StepOptions{}, b)
+	_, _, err = strategytest.Step(ctx, []strategy.Strategy{dp}, strategy.OptimizerOptions{}, b)
 	if !errors.Is(err, device.ErrFailed) || !strings.Contains(err.Error(), "replica 2 on fake:2") {
 		t.Fatalf("second step error = %v, want a device failure naming replica 2 on fake:2", err)
 	}
@@ -73,7 +73,7 @@ func TestDPSmallBatchLeavesReplicasIdle(t *testing.T) {
 	for _, rows := range [][2]int{{0, 6}, {6, 8}} {
 		b, _ := strategytest.Rows(ds, rows[0], rows[1])
 		for _, s := range []strategy.Strategy{dp, ref} {
-			if _, _, err := strategytest.Step(ctx, []strategy.Strategy{s}, strategy.StepOptions{}, b); err != nil {
+			if _, _, err := strategytest.Step(ctx, []strategy.Strategy{s}, strategy.OptimizerOptions{}, b); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -96,7 +96,7 @@ func cpus(n int) []device.Device {
 
 func TestDPRegistered(t *testing.T) {
 	s, err := strategy.New("dp", strategy.Options{Devices: 2})
-	if err != nil || s.Name() != "dp" {
+	if err != nil || s.Info().Name != "dp" {
 		t.Fatalf("New(\"dp\") = %v, %v", s, err)
 	}
 	if _, err := strategy.New("dp", strategy.Options{Devices: 2, NumNodes: 2}); err == nil || !strings.Contains(err.Error(), "NumNodes is 2") {

@@ -2,9 +2,11 @@ package strategy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 
 	"gorgonia.org/tensor"
 
@@ -121,11 +123,12 @@ func newSharded(d *DDP, stage int) (*Sharded, error) {
 	return s, nil
 }
 
-func (s *Sharded) Name() string {
-	if s.DDP.name != "ddp" {
-		return s.DDP.name
+func (s *Sharded) Info() Info {
+	i := s.DDP.Info()
+	if i.Name == "ddp" {
+		i.Name = fmt.Sprintf("sharded_stage%d", s.stage)
 	}
-	return fmt.Sprintf("sharded_stage%d", s.stage)
+	return i
 }
 
 // Stage is 1 or 2.
@@ -181,7 +184,7 @@ func (s *Sharded) reduceScatter(ctx context.Context) error {
 	return nil
 }
 
-func (s *Sharded) OptimizerStep(ctx context.Context, o StepOptions) (float64, error) {
+func (s *Sharded) OptimizerStep(ctx context.Context, o OptimizerOptions) (float64, error) {
 	norm, err := s.shardStep(ctx, o)
 	if err != nil {
 		return norm, err
@@ -189,7 +192,7 @@ func (s *Sharded) OptimizerStep(ctx context.Context, o StepOptions) (float64, er
 	return norm, s.afterStep(ctx)
 }
 
-func (s *Sharded) shardStep(ctx context.Context, o StepOptions) (float64, error) {
+func (s *Sharded) shardStep(ctx context.Context, o OptimizerOptions) (float64, error) {
 	if err := s.check(); err != nil {
 		return math.NaN(), err
 	}
@@ -203,7 +206,7 @@ func (s *Sharded) shardStep(ctx context.Context, o StepOptions) (float64, error)
 		s.pending = s.pending[:0]
 	}
 	if !s.synced {
-		return math.NaN(), errors.New("OptimizerStep without a TrainStep with Sync: the sharded strategy updates from reduced gradients only")
+		return math.NaN(), errors.New("OptimizerStep without a training Step with Sync: the sharded strategy updates from reduced gradients only")
 	}
 	s.synced = false
 	st := s.Store()
@@ -300,4 +303,58 @@ func (s *Sharded) Memory() Memory {
 		m.ReducedGrads = st.NumParams() * e
 	}
 	return m
+}
+
+// SaveState returns the whole model (every rank holds it) and this rank's
+// shard of the optimizer's buffers; with o.Full the shards are all-gathered,
+// so every rank returns the buffers whole.
+func (s *Sharded) SaveState(ctx context.Context, o SaveOptions) (*StateDict, error) {
+	if s.eng == nil {
+		return nil, errors.New("sharded: SaveState before Setup")
+	}
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	sd, err := saveState(s.Store(), s.opt, s.sched)
+	if err != nil || !o.Full || s.world == 1 {
+		return sd, err
+	}
+	np := s.Store().NumParams()
+	for i := range sd.Tensors {
+		t := &sd.Tensors[i]
+		if !strings.HasPrefix(t.Name, OptimizerPrefix) {
+			continue
+		}
+		if t.Lo != s.lo || t.Hi != s.hi {
+			return nil, fmt.Errorf("sharded: the optimizer's %s covers [%d, %d) but this rank's shard is [%d, %d)", t.Name, t.Lo, t.Hi, s.lo, s.hi)
+		}
+		full := make([]float64, np)
+		if err := s.c.AllGather(ctx, t.Data64, full); err != nil {
+			return nil, s.fail("all-gather the optimizer's "+t.Name, err)
+		}
+		t.Lo, t.Hi, t.Data64 = 0, np, full
+	}
+	if b, ok := sd.Blobs[BlobOptimizer]; ok {
+		var meta OptimizerMeta
+		if err := json.Unmarshal(b, &meta); err != nil {
+			return nil, err
+		}
+		meta.Lo, meta.Hi = 0, np
+		if sd.Blobs[BlobOptimizer], err = json.Marshal(meta); err != nil {
+			return nil, err
+		}
+	}
+	return sd, nil
+}
+
+// LoadState loads the whole model and this rank's span of the optimizer's
+// buffers, from whole tensors or from shards of any layout that cover it.
+func (s *Sharded) LoadState(ctx context.Context, sd *StateDict) error {
+	if s.eng == nil {
+		return errors.New("sharded: LoadState before Setup")
+	}
+	if err := s.check(); err != nil {
+		return err
+	}
+	return loadState(sd, s.Store(), s.opt, s.sched, s.lo, s.hi)
 }

@@ -65,7 +65,7 @@ func TestShardedMemoryFallsAsOneOverN(t *testing.T) {
 			if err := strategytest.SetupAll(ctx, ranks, m, ds.Fields(), 1); err != nil {
 				t.Fatal(err)
 			}
-			if _, _, err := strategytest.Step(ctx, ranks, strategy.StepOptions{}, b); err != nil {
+			if _, _, err := strategytest.Step(ctx, ranks, strategy.OptimizerOptions{}, b); err != nil {
 				t.Fatal(err)
 			}
 			for r, s := range ranks {
@@ -106,7 +106,7 @@ func TestShardedKilledRankIsNamed(t *testing.T) {
 			var err error
 			for k := 0; k < 10 && err == nil; k++ {
 				b, _ := strategytest.Rows(ds, k*6, k*6+6)
-				_, _, err = strategytest.Step(ctx, ranks, strategy.StepOptions{}, b)
+				_, _, err = strategytest.Step(ctx, ranks, strategy.OptimizerOptions{}, b)
 			}
 			killed(t, err, n, 2, start)
 		})
@@ -116,7 +116,7 @@ func TestShardedKilledRankIsNamed(t *testing.T) {
 func TestShardedRegistered(t *testing.T) {
 	for name, want := range map[string]string{"sharded": "sharded", "sharded_stage1": "sharded_stage1", "sharded_stage2": "sharded_stage2"} {
 		s, err := strategy.New(name, strategy.Options{Devices: 1, Lookup: func(string) (string, bool) { return "", false }})
-		if err != nil || s.Name() != want {
+		if err != nil || s.Info().Name != want {
 			t.Errorf("New(%q) = %v, %v", name, s, err)
 		}
 	}

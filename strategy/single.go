@@ -8,9 +8,9 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/fulgur-ml/fulgur/data"
-	"github.com/fulgur-ml/fulgur/internal/engine"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/optim"
+	"github.com/fulgur-ml/fulgur/strategy/device/engine"
 )
 
 var (
@@ -30,7 +30,7 @@ type Single struct {
 // NewSingle returns the one-replica strategy.
 func NewSingle() *Single { return &Single{} }
 
-func (s *Single) Name() string { return "single" }
+func (s *Single) Info() Info { return Info{Name: "single", WorldSize: 1, GlobalZero: true} }
 
 func (s *Single) Setup(ctx context.Context, su Setup) error {
 	store, err := module.NewStore(su.Specs, su.Dtype, su.Seed)
@@ -54,24 +54,27 @@ func (s *Single) Rebind(m module.Module) error {
 	return nil
 }
 
-func (s *Single) Rank() int                  { return 0 }
-func (s *Single) WorldSize() int             { return 1 }
-func (s *Single) IsGlobalZero() bool         { return true }
-func (s *Single) Store() *module.Store       { return s.eng.Store() }
-func (s *Single) Optimizer() optim.Optimizer { return s.opt }
-func (s *Single) Scheduler() optim.Scheduler { return s.sched }
+func (s *Single) Store() *module.Store { return s.eng.Store() }
 
-func (s *Single) TrainStep(ctx context.Context, b *data.Batch, o TrainOptions) (float64, []module.Metric, error) {
-	scale := o.Scale
-	if scale == 0 {
-		scale = 1
+func (s *Single) Step(ctx context.Context, mode module.Mode, b *data.Batch, o TrainOptions) (StepResult, error) {
+	if s.eng == nil {
+		return StepResult{}, errors.New("single: Step before Setup")
 	}
-	s.eng.SetRunKey(o.Key)
-	r, err := s.eng.Run(ctx, module.Train, b, o.Accumulate, scale)
-	return r.Loss, r.Metrics, err
+	scale := 1.0
+	if mode == module.Train {
+		s.eng.SetRunKey(o.Key)
+		if o.Scale != 0 {
+			scale = o.Scale
+		}
+	}
+	r, err := s.eng.Run(ctx, mode, b, mode == module.Train && o.Accumulate, scale)
+	if err == nil && mode == module.Predict && r.Output == nil {
+		err = errors.New("predict step: the graph produced no output")
+	}
+	return StepResult{Loss: r.Loss, Metrics: r.Metrics, Output: r.Output}, err
 }
 
-func (s *Single) OptimizerStep(ctx context.Context, o StepOptions) (float64, error) {
+func (s *Single) OptimizerStep(ctx context.Context, o OptimizerOptions) (float64, error) {
 	if err := beforeUpdate(o, s.eng.Store(), 0, s.eng.Store().NumParams()); err != nil {
 		return math.NaN(), err
 	}
@@ -80,7 +83,7 @@ func (s *Single) OptimizerStep(ctx context.Context, o StepOptions) (float64, err
 
 // ApplyStep clips the gradients of [lo, hi) and runs one optimizer step over
 // them: the shared tail of every strategy whose gradients are already reduced.
-func ApplyStep(st *module.Store, opt optim.Optimizer, o StepOptions, lo, hi int) float64 {
+func ApplyStep(st *module.Store, opt optim.Optimizer, o OptimizerOptions, lo, hi int) float64 {
 	norm := math.NaN()
 	opt.Begin()
 	if st.Dtype() == tensor.Float32 {
@@ -105,22 +108,22 @@ func ApplyStep(st *module.Store, opt optim.Optimizer, o StepOptions, lo, hi int)
 	return norm
 }
 
-func (s *Single) EvalStep(ctx context.Context, mode module.Mode, b *data.Batch) ([]module.Metric, error) {
-	r, err := s.eng.Run(ctx, mode, b, false, 1)
-	return r.Metrics, err
-}
-
-func (s *Single) PredictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, error) {
-	r, err := s.eng.Run(ctx, module.Predict, b, false, 1)
-	if err == nil && r.Output == nil {
-		err = errors.New("PredictStep: the graph produced no output")
-	}
-	return r.Output, err
-}
-
 func (s *Single) Reduce(ctx context.Context, sums, weights []float64, ops []module.Reduce) error {
-	return nil
+	return ctx.Err()
 }
 
-func (s *Single) Barrier(ctx context.Context) error  { return ctx.Err() }
+func (s *Single) SaveState(ctx context.Context, o SaveOptions) (*StateDict, error) {
+	if s.eng == nil {
+		return nil, errors.New("single: SaveState before Setup")
+	}
+	return saveState(s.eng.Store(), s.opt, s.sched)
+}
+
+func (s *Single) LoadState(ctx context.Context, sd *StateDict) error {
+	if s.eng == nil {
+		return errors.New("single: LoadState before Setup")
+	}
+	return loadState(sd, s.eng.Store(), s.opt, s.sched, 0, s.eng.Store().NumParams())
+}
+
 func (s *Single) Teardown(ctx context.Context) error { return nil }

@@ -10,12 +10,12 @@ import (
 	"github.com/fulgur-ml/fulgur/optim"
 )
 
-// StepOptions.BeforeUpdate: each strategy calls it where its gradients are
+// OptimizerOptions.BeforeUpdate: each strategy calls it where its gradients are
 // reduced and not yet clipped or applied.
 
 // beforeUpdate calls o.BeforeUpdate, when set, with the L2 norm of st's
 // gradients [lo, hi) (reduced: the whole model's).
-func beforeUpdate(o StepOptions, st *module.Store, lo, hi int) error {
+func beforeUpdate(o OptimizerOptions, st *module.Store, lo, hi int) error {
 	if o.BeforeUpdate == nil {
 		return nil
 	}
@@ -30,7 +30,7 @@ func beforeUpdate(o StepOptions, st *module.Store, lo, hi int) error {
 
 // beforeUpdate calls o.BeforeUpdate (set) with the global norm from this
 // rank's sum of squared shard gradients.
-func (s *Sharded) beforeUpdate(ctx context.Context, o StepOptions, shardSumSquares float64) error {
+func (s *Sharded) beforeUpdate(ctx context.Context, o OptimizerOptions, shardSumSquares float64) error {
 	s.norm[0] = shardSumSquares
 	n, err := s.globalNorm(ctx)
 	if err != nil {

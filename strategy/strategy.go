@@ -30,8 +30,8 @@ type Setup struct {
 	SyncBatchNorm bool
 	// Fields describe the training batches (name and per-example shape).
 	Fields []data.Field
-	// NewOptimizer makes an optimizer and optional scheduler; strategies
-	// call it once per replica or shard.
+	// NewOptimizer makes an optimizer and optional scheduler; a strategy
+	// calls it once per process (for its replicas, or its shard), in Setup.
 	NewOptimizer func() (optim.Optimizer, optim.Scheduler, error)
 	Log          zerolog.Logger
 	// Profiler records the strategy's communication spans (gradient
@@ -54,8 +54,8 @@ func profiling(p profiler.Profiler) bool {
 	return p != nil && !nop
 }
 
-// StepOptions control one optimizer step.
-type StepOptions struct {
+// OptimizerOptions control one optimizer step.
+type OptimizerOptions struct {
 	ClipNorm  float64 // clip the global gradient norm to this when > 0
 	ClipValue float64 // clip each gradient to ±this when > 0
 	// BeforeUpdate, when set, is called on every rank once the step's
@@ -67,7 +67,8 @@ type StepOptions struct {
 	BeforeUpdate func(gradNorm float64) error
 }
 
-// TrainOptions control one forward and backward pass.
+// TrainOptions control one forward and backward pass (Step in module.Train
+// mode; other modes ignore them).
 type TrainOptions struct {
 	// Sync is false for micro-batches before the last one of an accumulation
 	// window: gradients accumulate locally and no communication happens.
@@ -82,46 +83,83 @@ type TrainOptions struct {
 	Key uint64
 }
 
-// Strategy runs a module's steps on one or more replicas.
+// StepResult is what one Step returns for this process.
+type StepResult struct {
+	// Loss is the training loss (module.Train only).
+	Loss float64
+	// Metrics are the logged values of this process, not yet reduced
+	// across ranks.
+	Metrics []module.Metric
+	// Output is the predict graph's output (module.Predict only).
+	Output *tensor.Dense
+}
+
+// SaveOptions control SaveState.
+type SaveOptions struct {
+	// Full gathers sharded tensors whole onto rank 0.
+	Full bool
+}
+
+// Info describes a strategy and this process's place in the job.
+type Info struct {
+	Name string
+	// Rank and WorldSize: 0 and 1 for one process, whatever the number of
+	// in-process replicas.
+	Rank, WorldSize int
+	// GlobalZero: this process writes logs and checkpoints.
+	GlobalZero bool
+}
+
+// Strategy runs a module's steps on one or more replicas. Abilities beyond
+// these eight methods are optional interfaces that callers test for:
+// Replica, Launcher, FitRunner, Rebinder, Sampler, MemoryReporter.
 type Strategy interface {
-	Name() string
+	// Info is valid after construction; Rank and WorldSize may change in
+	// Setup when the job's group is joined there.
+	Info() Info
 	// Setup builds replicas and optimizers, and makes every replica start
 	// from the same parameters and buffers (broadcast from rank 0).
 	Setup(ctx context.Context, s Setup) error
-	// Rank and WorldSize describe this process in the job (0 and 1 for one
-	// process, whatever the number of in-process replicas).
-	Rank() int
-	WorldSize() int
-	// IsGlobalZero reports whether this process writes logs and checkpoints.
-	IsGlobalZero() bool
-	// Store is this process's view of the model (rank 0's replica).
-	Store() *module.Store
-	// Optimizer and Scheduler are this process's (nil scheduler if none).
-	Optimizer() optim.Optimizer
-	Scheduler() optim.Scheduler
-	// TrainStep runs forward and backward on b and, when o.Sync, reduces
-	// gradients across replicas. It returns the loss and the logged values
-	// of this process (not yet reduced across ranks).
-	TrainStep(ctx context.Context, b *data.Batch, o TrainOptions) (loss float64, metrics []module.Metric, err error)
+	// Step runs the graph of mode on b. In module.Train it runs forward and
+	// backward and, when o.Sync, reduces gradients across replicas; in
+	// module.Predict it returns the output.
+	Step(ctx context.Context, mode module.Mode, b *data.Batch, o TrainOptions) (StepResult, error)
 	// OptimizerStep updates parameters from the reduced gradients and
 	// returns the gradient norm before clipping (NaN if not computed).
-	OptimizerStep(ctx context.Context, o StepOptions) (gradNorm float64, err error)
-	// EvalStep runs the validation or test graph on b.
-	EvalStep(ctx context.Context, mode module.Mode, b *data.Batch) ([]module.Metric, error)
-	// PredictStep runs the predict graph on b and returns its output.
-	PredictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, error)
+	OptimizerStep(ctx context.Context, o OptimizerOptions) (gradNorm float64, err error)
 	// Reduce combines per-rank values across the job in place, each by its
 	// Reduce kind (Mean values arrive as weighted sums with their weights).
+	// With no values it is a barrier: it returns once every rank called it.
 	Reduce(ctx context.Context, sums []float64, weights []float64, ops []module.Reduce) error
-	// Barrier waits for every rank.
-	Barrier(ctx context.Context) error
+	// SaveState returns this rank's parameters, buffers, optimizer and
+	// scheduler state. Every rank calls it at the same point. With o.Full,
+	// tensors sharded across ranks are gathered, so that rank 0 (at least)
+	// gets every tensor whole, as a single-file checkpoint needs; without
+	// it, each rank gets what it holds, with its spans.
+	SaveState(ctx context.Context, o SaveOptions) (*StateDict, error)
+	// LoadState restores what sd holds, each rank taking the spans it holds
+	// under its own layout (so a dict saved at another world size loads).
+	// It checks sd before changing anything. Optimizer and scheduler state
+	// are restored when sd has them. Every rank calls it.
+	LoadState(ctx context.Context, sd *StateDict) error
 	// Teardown releases replicas and connections.
 	Teardown(ctx context.Context) error
 }
 
-// Launcher is implemented by strategies that must start worker processes
-// before training; for a worker process it reports that the caller should
-// not run the code after Fit (DDP-spawn workers).
+// Barrier waits for every rank of s's job: Reduce with no values.
+func Barrier(ctx context.Context, s Strategy) error { return s.Reduce(ctx, nil, nil, nil) }
+
+// Replica is implemented by strategies that hold the whole model in this
+// process: Store is this process's parameters, buffers and gradients (rank
+// 0's replica of an in-process group). A strategy that keeps parameters
+// sharded does not implement it; its state is reached through SaveState.
+type Replica interface {
+	Store() *module.Store
+}
+
+// Launcher is implemented by strategies that must start processes before
+// Setup (DDP starting its local ranks); for a worker process it reports
+// that the caller should not run the code after Fit (DDP-spawn workers).
 type Launcher interface {
 	// Launch is called by the trainer before Setup.
 	Launch(ctx context.Context) (worker bool, err error)
@@ -145,20 +183,16 @@ type FitResult struct {
 	Callbacks map[string][]byte
 }
 
-// Spawner is implemented by launchers whose training runs entirely in
-// worker processes started by Launch (DDP-spawn).
-type Spawner interface {
-	Launcher
-	// Spawned reports, in the launching process after Launch, that the
-	// workers have trained: the trainer skips training and takes r; after
-	// Setup, Store holds the trained parameters and buffers.
-	Spawned() (r FitResult, ok bool)
-	// Finish is called by the trainer in a worker once its Fit succeeded
-	// (after loggers are closed): rank 0 hands r and its parameters and
-	// buffers to the launching process. It returns only on failure; on
-	// success the worker process exits with status 0, so a worker never runs
-	// the code after Fit.
-	Finish(ctx context.Context, r FitResult) error
+// FitRunner is implemented by strategies that decide where training runs
+// (DDP-spawn): the trainer hands RunFit its training, fit, once Setup is
+// done, instead of calling it.
+type FitRunner interface {
+	// RunFit either calls fit here and hands its result on (remote false;
+	// a DDP-spawn worker gives rank 0's result and weights to the launching
+	// process and exits with status 0, so it returns only on failure), or
+	// has other processes train and returns their result with remote true,
+	// the trained weights loaded into this process's replica.
+	RunFit(ctx context.Context, fit func(context.Context) (FitResult, error)) (r FitResult, remote bool, err error)
 }
 
 // Rebinder is implemented by strategies that can run another value of the

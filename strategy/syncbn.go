@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/fulgur-ml/fulgur/internal/engine"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
+	"github.com/fulgur-ml/fulgur/strategy/device/engine"
 )
 
 var (

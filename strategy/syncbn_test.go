@@ -130,12 +130,12 @@ func TestSyncBatchNormTrainsLikeOneDevice(t *testing.T) {
 			t.Fatal(err)
 		}
 		for k := 0; k < steps; k++ {
-			if _, _, err := strategytest.Step(ctx, ref, strategy.StepOptions{}, batches(k, global, accum)...); err != nil {
+			if _, _, err := strategytest.Step(ctx, ref, strategy.OptimizerOptions{}, batches(k, global, accum)...); err != nil {
 				t.Fatal(err)
 			}
 		}
-		oneDevice[refKey{global, accum}] = ref[0].Store()
-		return ref[0].Store()
+		oneDevice[refKey{global, accum}] = strategytest.StoreOf(ref[0])
+		return strategytest.StoreOf(ref[0])
 	}
 
 	for _, tc := range []struct {
@@ -172,11 +172,11 @@ func TestSyncBatchNormTrainsLikeOneDevice(t *testing.T) {
 			}
 			defer strategytest.Each(strats, func(_ int, s strategy.Strategy) error { return s.Teardown(ctx) })
 			for k := 0; k < steps; k++ {
-				if _, _, err := strategytest.Step(ctx, strats, strategy.StepOptions{}, batches(k, tc.global, tc.accum)...); err != nil {
+				if _, _, err := strategytest.Step(ctx, strats, strategy.OptimizerOptions{}, batches(k, tc.global, tc.accum)...); err != nil {
 					t.Fatalf("step %d: %v", k, err)
 				}
 			}
-			got := strats[0].Store().Data32()
+			got := strategytest.StoreOf(strats[0]).Data32()
 			worst, at, maxAbs := 0.0, -1, 0.0
 			for i := range want {
 				maxAbs = math.Max(maxAbs, math.Abs(float64(got[i]-want[i])))
@@ -185,7 +185,7 @@ func TestSyncBatchNormTrainsLikeOneDevice(t *testing.T) {
 				}
 			}
 			t.Logf("largest difference from one device with batch %d after %d steps: %.3g", tc.global, steps, maxAbs)
-			mean, vr := bufferOf(t, strats[0].Store(), "bn.running_mean"), bufferOf(t, strats[0].Store(), "bn.running_var")
+			mean, vr := bufferOf(t, strategytest.StoreOf(strats[0]), "bn.running_mean"), bufferOf(t, strategytest.StoreOf(strats[0]), "bn.running_var")
 			if !tc.sameAsOne {
 				if worst <= absTol {
 					t.Fatalf("without SyncBatchNorm the store is within %g of one device's: the test cannot tell sync apart", worst)
@@ -205,7 +205,7 @@ func TestSyncBatchNormTrainsLikeOneDevice(t *testing.T) {
 			}
 			if rs, ok := strats[0].(interface{ ReplicaStores() []*module.Store }); ok {
 				for i, s := range rs.ReplicaStores() {
-					if s.SHA256() != strats[0].Store().SHA256() {
+					if s.SHA256() != strategytest.StoreOf(strats[0]).SHA256() {
 						t.Errorf("replica %d differs from replica 0", i)
 					}
 				}
@@ -283,14 +283,14 @@ func TestSyncBatchNormOrdersWithBuckets(t *testing.T) {
 	}
 	for k := 0; k < 3; k++ {
 		b, _ := strategytest.Rows(ds, k*8, k*8+8)
-		if _, _, err := strategytest.Step(ctx, strats, strategy.StepOptions{}, b); err != nil {
+		if _, _, err := strategytest.Step(ctx, strats, strategy.OptimizerOptions{}, b); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if err := strategytest.Each(strats, func(_ int, s strategy.Strategy) error { return s.Teardown(ctx) }); err != nil {
 		t.Fatal(err)
 	}
-	st := strats[0].Store()
+	st := strategytest.StoreOf(strats[0])
 	step := []string{
 		"all-reduce float64[25]", // forward: count, then n·mean, n·mean², M2 of 8 channels
 		"all-reduce float64[16]", // backward: Σdy', Σdy'·x̂ of 8 channels
@@ -336,10 +336,10 @@ func TestSyncBatchNormDPReplicaFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := strategytest.Rows(ds, 0, 6)
-	if _, _, err := strategytest.Step(ctx, strats, strategy.StepOptions{}, b); err != nil {
+	if _, _, err := strategytest.Step(ctx, strats, strategy.OptimizerOptions{}, b); err != nil {
 		t.Fatalf("first step: %v", err)
 	}
-	_, _, err = strategytest.Step(ctx, strats, strategy.StepOptions{}, b)
+	_, _, err = strategytest.Step(ctx, strats, strategy.OptimizerOptions{}, b)
 	// The failure itself, not its echo in the replicas it freed.
 	if err == nil || !strings.Contains(err.Error(), "replica 2 on fake:2: device") || strings.Contains(err.Error(), "SyncBatchNorm") {
 		t.Fatalf("second step error = %v, want the failure of replica 2 on fake:2", err)
@@ -350,7 +350,7 @@ func TestSyncBatchNormDPReplicaFailure(t *testing.T) {
 	// The next step starts afresh: the failure does not stick to the
 	// reduction (the fake device fails every time from now on, so the
 	// error is the device's again, not a stale one).
-	_, _, err = strategytest.Step(ctx, strats, strategy.StepOptions{}, b)
+	_, _, err = strategytest.Step(ctx, strats, strategy.OptimizerOptions{}, b)
 	if err == nil || !strings.Contains(err.Error(), "replica 2 on fake:2") {
 		t.Fatalf("third step error = %v", err)
 	}
@@ -406,7 +406,7 @@ func BenchmarkSyncBatchNorm(b *testing.B) {
 				defer strategytest.Each(ranks, func(_ int, s strategy.Strategy) error { return s.Teardown(ctx) })
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
-					if _, _, err := strategytest.Step(ctx, ranks, strategy.StepOptions{}, whole); err != nil {
+					if _, _, err := strategytest.Step(ctx, ranks, strategy.OptimizerOptions{}, whole); err != nil {
 						b.Fatal(err)
 					}
 				}

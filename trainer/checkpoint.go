@@ -19,10 +19,12 @@ import (
 
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/module"
-	"github.com/fulgur-ml/fulgur/optim"
+	"github.com/fulgur-ml/fulgur/strategy"
 )
 
-// A checkpoint is one safetensors file (see checkpoint_safetensors.go):
+// A checkpoint is one safetensors file (see checkpoint_safetensors.go)
+// holding the strategy's state dict (strategy.SaveState with Full: every
+// tensor whole) and the trainer's own state:
 //
 //   - the model's parameters and buffers, one tensor each under its store
 //     name, in store order, in the model's dtype: safetensors.safe_open or
@@ -55,8 +57,6 @@ const CheckpointFormat = "fulgur-checkpoint"
 const CheckpointVersion = 2
 
 const (
-	optTensorPrefix = "optimizer/"
-
 	keyFormat    = "format"
 	keyVersion   = "format_version"
 	keyTrainer   = "fulgur.trainer"
@@ -116,71 +116,8 @@ type ckptAgg struct {
 	Counts []float64 `json:"counts,omitempty"`
 }
 
-type ckptOptimizer struct {
-	Name    string            `json:"name"`
-	Step    int64             `json:"step"`
-	Lo      int               `json:"lo"`
-	Hi      int               `json:"hi"`
-	Scalars map[string]jfloat `json:"scalars"`
-	Buffers []string          `json:"buffers"`
-}
-
-type ckptScheduler struct {
-	Type  string            `json:"type"`
-	State map[string]jfloat `json:"state"`
-}
-
 // jfloat is a float64 that survives JSON when NaN or infinite.
-type jfloat float64
-
-func (f jfloat) MarshalJSON() ([]byte, error) {
-	v := float64(f)
-	switch {
-	case math.IsNaN(v):
-		return []byte(`"NaN"`), nil
-	case math.IsInf(v, 1):
-		return []byte(`"+Inf"`), nil
-	case math.IsInf(v, -1):
-		return []byte(`"-Inf"`), nil
-	}
-	return strconv.AppendFloat(nil, v, 'g', -1, 64), nil
-}
-
-func (f *jfloat) UnmarshalJSON(b []byte) error {
-	switch string(b) {
-	case `"NaN"`:
-		*f = jfloat(math.NaN())
-		return nil
-	case `"+Inf"`:
-		*f = jfloat(math.Inf(1))
-		return nil
-	case `"-Inf"`:
-		*f = jfloat(math.Inf(-1))
-		return nil
-	}
-	v, err := strconv.ParseFloat(string(b), 64)
-	if err != nil {
-		return fmt.Errorf("%s is not a number", b)
-	}
-	*f = jfloat(v)
-	return nil
-}
-
-func toJ(m map[string]float64) map[string]jfloat {
-	out := make(map[string]jfloat, len(m))
-	for k, v := range m {
-		out[k] = jfloat(v)
-	}
-	return out
-}
-
-func fromJ(m map[string]jfloat) map[string]float64 {
-	out := make(map[string]float64, len(m))
-	for k, v := range m {
-		out[k] = float64(v)
-	}
-	return out
-}
+type jfloat = strategy.JSONFloat
 
 func dtypeName(dt tensor.Dtype) string {
 	if dt == tensor.Float64 {
@@ -237,14 +174,14 @@ func (t *Trainer) writeCheckpoint(ctx context.Context, paths ...string) error {
 		return err
 	}
 	defer t.span("checkpoint save")()
-	ost, err := t.optimizerState(ctx) // every rank: it may gather shards
+	sd, err := t.strat.SaveState(ctx, strategy.SaveOptions{Full: true}) // every rank: it may gather shards
 	if err != nil {
 		return fmt.Errorf("checkpoint %s: %w", paths[0], err)
 	}
 	if !t.state.IsGlobalZero {
 		return nil
 	}
-	tensors, meta, err := t.encodeCheckpoint(ost)
+	tensors, meta, err := t.encodeCheckpoint(sd)
 	if err != nil {
 		return fmt.Errorf("checkpoint %s: %w", paths[0], err)
 	}
@@ -256,79 +193,21 @@ func (t *Trainer) writeCheckpoint(ctx context.Context, paths ...string) error {
 	return nil
 }
 
-// sharder is implemented by strategies whose optimizer holds state for one
-// span [lo, hi) of the parameters on each rank (strategy.Sharded).
-type sharder interface {
-	Shard() (lo, hi int)
-}
-
-// replicated is implemented by strategies with several replicas in this
-// process (strategy.DP): Store() is replica 0's.
-type replicated interface {
-	ReplicaStores() []*module.Store
-}
-
-// optimizerState is the optimizer's state over every parameter. With a
-// sharded optimizer each rank holds one span: the spans are gathered with
-// the strategy's Reduce (element-wise Max over -Inf elsewhere, which keeps
-// every value and its sign bit exactly), so every rank must call it.
-func (t *Trainer) optimizerState(ctx context.Context) (*optim.State, error) {
-	opt := t.strat.Optimizer()
-	if opt == nil {
-		return nil, nil
-	}
-	st := opt.State()
-	sh, ok := t.strat.(sharder)
-	if !ok || t.strat.WorldSize() == 1 {
-		return &st, nil
-	}
-	lo, hi := sh.Shard()
-	n := t.strat.Store().NumParams()
-	if st.Lo != lo || st.Hi != hi {
-		return nil, fmt.Errorf("the optimizer state covers [%d, %d) but the strategy's shard is [%d, %d)", st.Lo, st.Hi, lo, hi)
-	}
-	names := make([]string, 0, len(st.Buffers))
-	for name := range st.Buffers {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	buf := make([]float64, len(names)*n)
-	for i := range buf {
-		buf[i] = math.Inf(-1)
-	}
-	for k, name := range names {
-		copy(buf[k*n+lo:k*n+hi], st.Buffers[name])
-	}
-	weights := make([]float64, len(buf))
-	ops := make([]module.Reduce, len(buf))
-	for i := range ops {
-		ops[i] = module.Max
-	}
-	if err := t.strat.Reduce(ctx, buf, weights, ops); err != nil {
-		return nil, fmt.Errorf("gather the optimizer's shards: %w", err)
-	}
-	full := optim.State{Step: st.Step, Scalars: st.Scalars, Lo: 0, Hi: n, Buffers: map[string][]float64{}}
-	for k, name := range names {
-		full.Buffers[name] = buf[k*n : (k+1)*n : (k+1)*n]
-	}
-	return &full, nil
-}
-
-func (t *Trainer) encodeCheckpoint(ost *optim.State) ([]stTensor, map[string]string, error) {
-	st := t.strat.Store()
-	dt := dtypeName(st.Dtype())
+func (t *Trainer) encodeCheckpoint(sd *strategy.StateDict) ([]stTensor, map[string]string, error) {
 	var tensors []stTensor
-	for _, e := range st.Entries() {
-		if strings.HasPrefix(e.Name, optTensorPrefix) {
-			return nil, nil, fmt.Errorf("model tensor %q starts with %q, which checkpoints reserve for optimizer state: rename it", e.Name, optTensorPrefix)
+	for i := range sd.Tensors {
+		tn := &sd.Tensors[i]
+		if !tn.Whole() {
+			return nil, nil, fmt.Errorf("strategy %s returned [%d, %d) of tensor %q, not all of its %d elements: a checkpoint file holds whole tensors", t.strat.Info().Name, tn.Lo, tn.Hi, tn.Name, tn.Size())
 		}
-		var b []byte
-		if d := st.Data32(); d != nil {
-			b = f32Bytes(d[e.Offset : e.Offset+e.Len])
-		} else {
-			b = f64Bytes(st.Data64()[e.Offset : e.Offset+e.Len])
+		switch {
+		case tn.Dtype == tensor.Float64 && strings.HasPrefix(tn.Name, strategy.OptimizerPrefix):
+			tensors = append(tensors, optTensor(tn.Name, tn.Shape, tn.Data64, t.dtype() == tensor.Float32))
+		case tn.Dtype == tensor.Float64:
+			tensors = append(tensors, stTensor{Name: tn.Name, Dtype: "F64", Shape: tn.Shape, Data: f64Bytes(tn.Data64)})
+		default:
+			tensors = append(tensors, stTensor{Name: tn.Name, Dtype: "F32", Shape: tn.Shape, Data: f32Bytes(tn.Data32)})
 		}
-		tensors = append(tensors, stTensor{Name: e.Name, Dtype: dt, Shape: e.Shape, Data: b})
 	}
 	meta := map[string]string{keyFormat: CheckpointFormat, keyVersion: strconv.Itoa(CheckpointVersion)}
 	put := func(key string, v any) error {
@@ -342,9 +221,9 @@ func (t *Trainer) encodeCheckpoint(ost *optim.State) ([]stTensor, map[string]str
 
 	ts := ckptTrainer{
 		loopPos: t.pos, GlobalStep: t.state.GlobalStep, Seed: t.cfg.Seed, Deterministic: t.cfg.Deterministic,
-		WorldSize: t.state.WorldSize, Precision: t.cfg.Precision, Strategy: t.strat.Name(),
+		WorldSize: t.state.WorldSize, Precision: t.cfg.Precision, Strategy: t.strat.Info().Name,
 		TrainBatchSize: t.trainBS, TrainBatches: t.trainNB, AccumulateGradBatches: t.accum,
-		Metrics: toJ(t.state.Metrics), EpochAggs: map[string]ckptAgg{}, LastTrainLoss: jfloat(t.stats.LastTrainLoss),
+		Metrics: strategy.JSONFloats(t.state.Metrics), EpochAggs: map[string]ckptAgg{}, LastTrainLoss: jfloat(t.stats.LastTrainLoss),
 		Written: t.cfg.Now().UTC().Format(time.RFC3339Nano),
 	}
 	for name, a := range t.epochAgg {
@@ -360,23 +239,9 @@ func (t *Trainer) encodeCheckpoint(ost *optim.State) ([]stTensor, map[string]str
 		return nil, nil, err
 	}
 
-	if opt := t.strat.Optimizer(); opt != nil && ost != nil {
-		co := ckptOptimizer{Name: opt.Name(), Step: ost.Step, Lo: ost.Lo, Hi: ost.Hi, Scalars: toJ(ost.Scalars)}
-		for name := range ost.Buffers {
-			co.Buffers = append(co.Buffers, name)
-		}
-		sort.Strings(co.Buffers)
-		for _, name := range co.Buffers {
-			v := ost.Buffers[name]
-			tensors = append(tensors, optTensor(name, v, st.Dtype() == tensor.Float32))
-		}
-		if err := put(keyOptimizer, co); err != nil {
-			return nil, nil, err
-		}
-	}
-	if s := t.strat.Scheduler(); s != nil {
-		if err := put(keyScheduler, ckptScheduler{Type: fmt.Sprintf("%T", s), State: toJ(s.State())}); err != nil {
-			return nil, nil, err
+	for blob, key := range map[string]string{strategy.BlobOptimizer: keyOptimizer, strategy.BlobScheduler: keyScheduler} {
+		if b, ok := sd.Blobs[blob]; ok {
+			meta[key] = string(b)
 		}
 	}
 	cbs := map[string][]byte{}
@@ -422,7 +287,7 @@ func (t *Trainer) encodeCheckpoint(ost *optim.State) ([]stTensor, map[string]str
 // optTensor stores an optimizer buffer in float32 when the model is float32
 // and every value is a float32 exactly (always, for float32 optimizer
 // state), else in float64.
-func optTensor(name string, v []float64, f32 bool) stTensor {
+func optTensor(name string, shape []int, v []float64, f32 bool) stTensor {
 	if f32 {
 		exact := true
 		for _, x := range v {
@@ -436,10 +301,10 @@ func optTensor(name string, v []float64, f32 bool) stTensor {
 			for i, x := range v {
 				w[i] = float32(x)
 			}
-			return stTensor{Name: optTensorPrefix + name, Dtype: "F32", Shape: []int{len(v)}, Data: f32Bytes(w)}
+			return stTensor{Name: name, Dtype: "F32", Shape: shape, Data: f32Bytes(w)}
 		}
 	}
-	return stTensor{Name: optTensorPrefix + name, Dtype: "F64", Shape: []int{len(v)}, Data: f64Bytes(v)}
+	return stTensor{Name: name, Dtype: "F64", Shape: shape, Data: f64Bytes(v)}
 }
 
 // checkpoint is a parsed, verified checkpoint file.
@@ -448,10 +313,11 @@ type checkpoint struct {
 	tensors   map[string]stTensor
 	order     []string // tensor names in data order
 	trainer   ckptTrainer
-	opt       *ckptOptimizer
-	sched     *ckptScheduler
+	opt       *strategy.OptimizerMeta
+	sched     *strategy.SchedulerMeta
 	callbacks map[string][]byte
 	hparams   string
+	meta      map[string]string
 }
 
 // parseCheckpoint verifies the framing and every checksum of a whole file
@@ -461,7 +327,7 @@ func parseCheckpoint(b []byte) (*checkpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &checkpoint{tensors: map[string]stTensor{}}
+	c := &checkpoint{tensors: map[string]stTensor{}, meta: f.Meta}
 	for _, t := range f.Tensors {
 		c.tensors[t.Name] = t
 		c.order = append(c.order, t.Name)
@@ -509,13 +375,13 @@ func parseCheckpoint(b []byte) (*checkpoint, error) {
 		return nil, fmt.Errorf("metadata field %q: %v", keyTrainer, err)
 	}
 	if s, ok := f.Meta[keyOptimizer]; ok {
-		c.opt = &ckptOptimizer{}
+		c.opt = &strategy.OptimizerMeta{}
 		if err := strictJSON(s, c.opt); err != nil {
 			return nil, fmt.Errorf("metadata field %q: %v", keyOptimizer, err)
 		}
 	}
 	if s, ok := f.Meta[keyScheduler]; ok {
-		c.sched = &ckptScheduler{}
+		c.sched = &strategy.SchedulerMeta{}
 		if err := strictJSON(s, c.sched); err != nil {
 			return nil, fmt.Errorf("metadata field %q: %v", keyScheduler, err)
 		}
@@ -588,7 +454,7 @@ func (t *Trainer) resume(ctx context.Context, path string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("resume from checkpoint %s: %w", path, err)
 	}
-	if err := t.apply(c); err != nil {
+	if err := t.apply(ctx, c); err != nil {
 		return 0, fmt.Errorf("resume from checkpoint %s: %w", path, err)
 	}
 	ts := c.trainer
@@ -597,10 +463,11 @@ func (t *Trainer) resume(ctx context.Context, path string) (int, error) {
 }
 
 // apply checks everything that can be checked before changing anything,
-// then restores optimizer, scheduler, callbacks, weights and loop state.
-func (t *Trainer) apply(c *checkpoint) error {
-	st := t.strat.Store()
-	if err := checkWeights(c, st); err != nil {
+// then restores the strategy's state (weights, optimizer, scheduler), the
+// callbacks and the loop state.
+func (t *Trainer) apply(ctx context.Context, c *checkpoint) error {
+	sd, err := c.stateDict(t.dtype())
+	if err != nil {
 		return err
 	}
 	ts := c.trainer
@@ -610,53 +477,14 @@ func (t *Trainer) apply(c *checkpoint) error {
 	if ts.WorldSize != t.state.WorldSize {
 		t.cfg.Log.Warn().Int("checkpoint_world_size", ts.WorldSize).Int("world_size", t.state.WorldSize).Msg("resuming with another world size: the epoch goes on at the samples the checkpoint's ranks had trained, rounded down to whole batches of this world")
 	}
-
-	opt, sched := t.strat.Optimizer(), t.strat.Scheduler()
-	switch {
-	case c.opt == nil && opt != nil:
+	if c.opt == nil {
 		return fmt.Errorf("metadata field %q is missing: the checkpoint holds no optimizer state", keyOptimizer)
-	case c.opt != nil && opt != nil:
-		if c.opt.Name != opt.Name() {
-			return fmt.Errorf("metadata field %q: the checkpoint's optimizer is %q but the module configures %q: configure the same optimizer to resume", keyOptimizer, c.opt.Name, opt.Name())
-		}
-		ost := optim.State{Step: c.opt.Step, Lo: c.opt.Lo, Hi: c.opt.Hi, Scalars: fromJ(c.opt.Scalars), Buffers: map[string][]float64{}}
-		for _, name := range c.opt.Buffers {
-			tn, ok := c.tensors[optTensorPrefix+name]
-			if !ok {
-				return fmt.Errorf("tensor %q (optimizer buffer %q) is missing from the checkpoint: the file is corrupt", optTensorPrefix+name, name)
-			}
-			if len(tn.Shape) != 1 || tn.Shape[0] != c.opt.Hi-c.opt.Lo {
-				return fmt.Errorf("tensor %q has shape %v but the optimizer span [%d, %d) needs [%d]", tn.Name, tn.Shape, c.opt.Lo, c.opt.Hi, c.opt.Hi-c.opt.Lo)
-			}
-			ost.Buffers[name] = values64(tn)
-		}
-		if sh, ok := t.strat.(sharder); ok && t.strat.WorldSize() > 1 {
-			// The file holds every rank's span; this rank loads its own.
-			lo, hi := sh.Shard()
-			if ost.Lo != 0 || ost.Hi != st.NumParams() {
-				return fmt.Errorf("metadata field %q: the optimizer state covers [%d, %d), not every parameter [0, %d): a sharded run needs a checkpoint with the whole state", keyOptimizer, ost.Lo, ost.Hi, st.NumParams())
-			}
-			for name, b := range ost.Buffers {
-				ost.Buffers[name] = b[lo:hi]
-			}
-			ost.Lo, ost.Hi = lo, hi
-		}
-		if err := opt.LoadState(ost); err != nil {
-			return fmt.Errorf("metadata field %q: %w", keyOptimizer, err)
-		}
 	}
-	switch {
-	case c.sched != nil && sched == nil:
-		return fmt.Errorf("metadata field %q: the checkpoint has a %s learning-rate scheduler but the module configures none: configure the same scheduler to resume", keyScheduler, c.sched.Type)
-	case c.sched == nil && sched != nil:
+	if sched := t.sched; c.sched == nil && sched != nil {
 		return fmt.Errorf("metadata field %q is missing: the checkpoint was written without a scheduler but the module configures %T: configure the same (no) scheduler to resume", keyScheduler, sched)
-	case c.sched != nil:
-		if typ := fmt.Sprintf("%T", sched); typ != c.sched.Type {
-			return fmt.Errorf("metadata field %q: the checkpoint's scheduler is %s but the module configures %s", keyScheduler, c.sched.Type, typ)
-		}
-		if err := sched.LoadState(fromJ(c.sched.State)); err != nil {
-			return fmt.Errorf("metadata field %q: %w", keyScheduler, err)
-		}
+	}
+	if err := t.strat.LoadState(ctx, sd); err != nil {
+		return fmt.Errorf("strategy %s: load the checkpoint's state: %w", t.strat.Info().Name, err)
 	}
 	seen := map[string]bool{}
 	for _, cb := range t.cfg.Callbacks {
@@ -681,20 +509,9 @@ func (t *Trainer) apply(c *checkpoint) error {
 		}
 	}
 
-	copyWeights(c, st)
-	if r, ok := t.strat.(replicated); ok {
-		for _, rs := range r.ReplicaStores() {
-			if rs != st {
-				if err := rs.CopyFrom(st); err != nil {
-					return fmt.Errorf("copy the weights to every replica: %w", err)
-				}
-			}
-		}
-	}
-
 	t.state.GlobalStep = ts.GlobalStep
 	t.state.Epoch = ts.Epoch
-	t.state.Metrics = fromJ(ts.Metrics)
+	t.state.Metrics = strategy.Floats(ts.Metrics)
 	t.stats.LastTrainLoss = float64(ts.LastTrainLoss)
 	pos := ts.loopPos
 	pos.Batch = batchAtWorld(pos, ts.WorldSize, t.state.WorldSize, t.accumulation(pos.Epoch))
@@ -733,50 +550,57 @@ func batchAtWorld(p loopPos, from, world, accum int) int {
 	return b
 }
 
-// checkWeights reports every model tensor the checkpoint lacks or holds
-// with another dtype or shape, and every tensor it has that the model lacks.
-func checkWeights(c *checkpoint, st *module.Store) error {
-	dt := dtypeName(st.Dtype())
-	model := map[string]bool{}
+// stateDict returns the checkpoint's tensors and optimizer and scheduler
+// state as a strategy state dict of whole tensors, after refusing what no
+// model of dtype can load: tensors of another precision, and the 2-D
+// tensors of a version-1 file.
+func (c *checkpoint) stateDict(dtype tensor.Dtype) (*strategy.StateDict, error) {
+	dt := dtypeName(dtype)
+	sd := &strategy.StateDict{Blobs: map[string][]byte{}}
 	var errs []error
-	for _, e := range st.Entries() {
-		model[e.Name] = true
-		tn, ok := c.tensors[e.Name]
-		switch {
-		case !ok:
-			errs = append(errs, fmt.Errorf("tensor %q %v of the model is missing from the checkpoint: was it written for another model?", e.Name, e.Shape))
-		case tn.Dtype != dt:
-			errs = append(errs, fmt.Errorf("tensor %q is %s in the checkpoint but the model computes in %s: set Precision to %q to match the checkpoint", e.Name, tn.Dtype, dt, map[string]string{"F32": "32", "F64": "64"}[tn.Dtype]))
-		case !sameShape(tn.Shape, e.Shape):
-			errs = append(errs, fmt.Errorf("tensor %q has shape %v in the checkpoint but %v in the model", e.Name, tn.Shape, e.Shape))
-		case c.version < 2 && len(e.Shape) == 2:
-			errs = append(errs, fmt.Errorf("tensor %q %v: the checkpoint is format_version %d, which stored Linear weights [in, out]; fulgur now stores them [out, in] as PyTorch does, and the file cannot say which 2-D tensors are Linear weights: train again, or transpose the Linear weights with the fulgur that wrote the file", e.Name, tn.Shape, c.version))
-		}
-	}
 	for _, name := range c.order {
-		if !model[name] && !strings.HasPrefix(name, optTensorPrefix) {
-			errs = append(errs, fmt.Errorf("the checkpoint has tensor %q that the model does not declare: was it written for another model?", name))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// copyWeights copies the checked tensors into st.
-func copyWeights(c *checkpoint, st *module.Store) {
-	for _, e := range st.Entries() {
-		v := c.tensors[e.Name]
-		if d := st.Data32(); d != nil {
-			dst := d[e.Offset : e.Offset+e.Len]
-			for i := range dst {
-				dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(v.Data[4*i:]))
+		tn := c.tensors[name]
+		st := strategy.Tensor{Name: name, Shape: tn.Shape}
+		if strings.HasPrefix(name, strategy.OptimizerPrefix) {
+			st.Dtype, st.Data64 = tensor.Float64, values64(tn)
+			st.Hi = len(st.Data64)
+			if c.opt != nil {
+				// The buffers cover the optimizer's span of the parameters.
+				st.Shape, st.Lo, st.Hi = []int{c.opt.Hi}, c.opt.Lo, c.opt.Lo+len(st.Data64)
 			}
+			sd.Tensors = append(sd.Tensors, st)
+			continue
+		}
+		switch {
+		case tn.Dtype != dt:
+			errs = append(errs, fmt.Errorf("tensor %q is %s in the checkpoint but the model computes in %s: set Precision to %q to match the checkpoint", name, tn.Dtype, dt, map[string]string{"F32": "32", "F64": "64"}[tn.Dtype]))
+			continue
+		case c.version < 2 && len(tn.Shape) == 2:
+			errs = append(errs, fmt.Errorf("tensor %q %v: the checkpoint is format_version %d, which stored Linear weights [in, out]; fulgur now stores them [out, in] as PyTorch does, and the file cannot say which 2-D tensors are Linear weights: train again, or transpose the Linear weights with the fulgur that wrote the file", name, tn.Shape, c.version))
+			continue
+		}
+		st.Dtype = dtype
+		if dtype == tensor.Float32 {
+			st.Data32 = make([]float32, len(tn.Data)/4)
+			for i := range st.Data32 {
+				st.Data32[i] = math.Float32frombits(binary.LittleEndian.Uint32(tn.Data[4*i:]))
+			}
+			st.Hi = len(st.Data32)
 		} else {
-			dst := st.Data64()[e.Offset : e.Offset+e.Len]
-			for i := range dst {
-				dst[i] = math.Float64frombits(binary.LittleEndian.Uint64(v.Data[8*i:]))
-			}
+			st.Data64 = values64(tn)
+			st.Hi = len(st.Data64)
+		}
+		sd.Tensors = append(sd.Tensors, st)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	for key, blob := range map[string]string{keyOptimizer: strategy.BlobOptimizer, keyScheduler: strategy.BlobScheduler} {
+		if v, ok := c.meta[key]; ok {
+			sd.Blobs[blob] = []byte(v)
 		}
 	}
+	return sd, nil
 }
 
 func sameShape(a, b []int) bool {
@@ -871,7 +695,7 @@ func ReadCheckpointInfo(path string) (CheckpointInfo, error) {
 	}
 	var ns []named
 	for k, r := range raw {
-		if k == "__metadata__" || strings.HasPrefix(k, optTensorPrefix) {
+		if k == "__metadata__" || strings.HasPrefix(k, strategy.OptimizerPrefix) {
 			continue
 		}
 		var e stHeaderEntry
@@ -910,19 +734,32 @@ func LoadWeights(path string, store *module.Store) error {
 	if store == nil {
 		return errors.New("LoadWeights: the store is nil: pass Trainer.Store() after setup")
 	}
-	b, err := os.ReadFile(path)
+	sd, err := readStateDict(path, store.Dtype())
 	if err != nil {
 		return err
 	}
+	if err := strategy.LoadStore(sd, store); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	return nil
+}
+
+// readStateDict reads and verifies the checkpoint at path and returns its
+// state for a model of dtype.
+func readStateDict(path string, dtype tensor.Dtype) (*strategy.StateDict, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
 	c, err := parseCheckpoint(b)
 	if err != nil {
-		return fmt.Errorf("checkpoint %s: %w", path, err)
+		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
-	if err := checkWeights(c, store); err != nil {
-		return fmt.Errorf("checkpoint %s: %w", path, err)
+	sd, err := c.stateDict(dtype)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
-	copyWeights(c, store)
-	return nil
+	return sd, nil
 }
 
 // LatestCheckpoint returns the newest checkpoint (*.ckpt) under root, by

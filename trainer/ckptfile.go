@@ -174,7 +174,7 @@ func (t *Trainer) checkpointDirs(logDir, resume string) []string {
 // at the first checkpoint, an epoch later.
 func (t *Trainer) prepareRunDir(ctx context.Context, logDir, resume string) error {
 	var probeErr error
-	if t.strat.IsGlobalZero() {
+	if t.strat.Info().GlobalZero {
 		removed, err := removeStaleTemps(t.checkpointDirs(logDir, resume)...)
 		for _, p := range removed {
 			t.cfg.Log.Warn().Str("file", p).Msg("removed the temporary file of an interrupted checkpoint save")
@@ -186,7 +186,7 @@ func (t *Trainer) prepareRunDir(ctx context.Context, logDir, resume string) erro
 			probeErr = probeWritable(logDir)
 		}
 	}
-	if t.strat.WorldSize() > 1 {
+	if t.strat.Info().WorldSize > 1 {
 		v := []float64{0}
 		if probeErr != nil {
 			v[0] = 1

@@ -16,7 +16,7 @@ func (c *Config) conflicts() []error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if c.StrategyImpl != nil {
-		name := c.StrategyImpl.Name()
+		name := c.StrategyImpl.Info().Name
 		if c.Strategy != "" && c.Strategy != "auto" {
 			bad("Strategy is %q and StrategyImpl is set (%s): StrategyImpl is used instead of Strategy; set only one of them", c.Strategy, name)
 		}

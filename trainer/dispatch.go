@@ -8,6 +8,7 @@ import (
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/panics"
 	"github.com/fulgur-ml/fulgur/profiler"
+	"github.com/fulgur-ml/fulgur/strategy"
 )
 
 // dispatch.go is the only place that calls hooks of modules and callbacks.
@@ -29,8 +30,8 @@ func (t *Trainer) flushProfiler(ctx context.Context) error {
 	if err := f.Flush(); err != nil {
 		return fmt.Errorf("profiler flush: %w", err)
 	}
-	if t.strat.WorldSize() > 1 {
-		if err := t.strat.Barrier(ctx); err != nil {
+	if t.strat.Info().WorldSize > 1 {
+		if err := strategy.Barrier(ctx, t.strat); err != nil {
 			return fmt.Errorf("profiler flush: wait for the other ranks: %w", err)
 		}
 	}

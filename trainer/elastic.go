@@ -45,7 +45,7 @@ func (t *Trainer) elasticRun(ctx context.Context, ckptPath *string) error {
 		if err != nil {
 			return err
 		}
-		if t.strat.IsGlobalZero() {
+		if t.strat.Info().GlobalZero {
 			tmp := rec + ".tmp"
 			if err := os.WriteFile(tmp, []byte(runDir), 0o644); err != nil {
 				return fmt.Errorf("elastic job: record the run directory: %w", err)
@@ -77,7 +77,7 @@ func (t *Trainer) elasticRun(ctx context.Context, ckptPath *string) error {
 		return nil
 	}
 	*ckptPath = p
-	t.cfg.Log.Warn().Int("restart", restart).Str("run_dir", runDir).Str("checkpoint", p).Int("world_size", t.strat.WorldSize()).Msg("elastic restart: resuming from the run's newest checkpoint")
+	t.cfg.Log.Warn().Int("restart", restart).Str("run_dir", runDir).Str("checkpoint", p).Int("world_size", t.strat.Info().WorldSize).Msg("elastic restart: resuming from the run's newest checkpoint")
 	return nil
 }
 

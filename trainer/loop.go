@@ -25,7 +25,7 @@ type fitRun struct {
 	t          *Trainer
 	m          module.Module
 	train, val *data.Loader
-	stepOpts   strategy.StepOptions
+	stepOpts   strategy.OptimizerOptions
 	opt        optim.Optimizer
 	sched      optim.Scheduler
 	// resume is where a resumed run re-enters the loop, until its epoch.
@@ -50,7 +50,7 @@ func (t *Trainer) newFitRun(m module.Module, train, val *data.Loader) *fitRun {
 			f.stepOpts.ClipNorm = c.GradientClipVal
 		}
 	}
-	f.opt, f.sched = t.strat.Optimizer(), t.strat.Scheduler()
+	f.opt, f.sched = t.opt, t.sched
 	f.resume, t.resumeAt = t.resumeAt, nil
 	f.beforeBackward, f.beforeStep, f.afterStep = t.stepHooks(m)
 	if f.beforeStep || t.cfg.LogGradNorm {

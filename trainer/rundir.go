@@ -72,9 +72,9 @@ func (t *Trainer) chooseLogDir(ctx context.Context) (string, error) {
 		}
 		t.launchDir = ""
 	}
-	if t.strat.WorldSize() > 1 {
+	if t.strat.Info().WorldSize > 1 {
 		v := []float64{-1}
-		if t.strat.IsGlobalZero() {
+		if t.strat.Info().GlobalZero {
 			v[0] = float64(n)
 		}
 		if err := t.strat.Reduce(context.WithoutCancel(ctx), v, []float64{1}, []module.Reduce{module.Max}); err != nil {
@@ -83,7 +83,7 @@ func (t *Trainer) chooseLogDir(ctx context.Context) (string, error) {
 		n = int(v[0])
 	}
 	dir := filepath.Join(base, fmt.Sprintf("version_%d", n))
-	if t.strat.IsGlobalZero() && t.writesRunDir() {
+	if t.strat.Info().GlobalZero && t.writesRunDir() {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return "", fmt.Errorf("create the run directory: %w", err)
 		}

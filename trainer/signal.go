@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/strategy"
 )
 
 // DuplicateSignalWindow is how long after the first SIGINT or SIGTERM a
@@ -173,7 +174,7 @@ func (t *Trainer) agreeStop(ctx context.Context, stop error, boundary bool) (err
 			code = ctxCancelled
 		}
 	}
-	if t.strat.WorldSize() > 1 {
+	if t.strat.Info().WorldSize > 1 {
 		flags := []float64{0, float64(code)}
 		if stop != nil {
 			flags[0] = 1
@@ -217,8 +218,8 @@ func (t *Trainer) saveInterrupt(ctx context.Context, ie *InterruptedError) error
 	if err := t.saveCheckpoint(ctx, path); err != nil {
 		return fmt.Errorf("stopping on %s: %w", what, err)
 	}
-	if t.strat.WorldSize() > 1 {
-		if err := t.strat.Barrier(ctx); err != nil {
+	if t.strat.Info().WorldSize > 1 {
+		if err := strategy.Barrier(ctx, t.strat); err != nil {
 			return fmt.Errorf("stopping on %s: wait for rank 0 to save the checkpoint: %w", what, err)
 		}
 	}

@@ -39,8 +39,9 @@ func (f *fitRun) trainBatch(ctx context.Context, epoch, bi, nb int, b *data.Batc
 func (f *fitRun) forwardBackward(ctx context.Context, epoch, bi, micro int, last bool, b *data.Batch) (float64, []module.Metric, error) {
 	t, cfg := f.t, &f.t.cfg
 	sp := cfg.Profiler.Start("forward+backward")
-	loss, metrics, err := t.strat.TrainStep(ctx, b, strategy.TrainOptions{Sync: last, Accumulate: micro > 0, Scale: 1 / float64(t.accum), Key: uint64(epoch)<<32 | uint64(bi)})
+	res, err := t.strat.Step(ctx, module.Train, b, strategy.TrainOptions{Sync: last, Accumulate: micro > 0, Scale: 1 / float64(t.accum), Key: uint64(epoch)<<32 | uint64(bi)})
 	sp.End()
+	loss, metrics := res.Loss, res.Metrics
 	if err != nil {
 		return 0, nil, fmt.Errorf("epoch %d batch %d: %w", epoch, bi, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	G "gorgonia.org/gorgonia"
@@ -25,6 +26,11 @@ type Trainer struct {
 	cfg   Config
 	strat strategy.Strategy
 	mod   module.Module
+	// opt and sched are the optimizer and scheduler the strategy made with
+	// Setup.NewOptimizer: the loop reads the learning rate and steps the
+	// scheduler; their state is saved and loaded by the strategy.
+	opt   optim.Optimizer
+	sched optim.Scheduler
 	state runState
 	// hookView is the State a callback is handed: a copy of state's view
 	// made for each call (one place, so that hooks allocate nothing).
@@ -98,17 +104,26 @@ func (t *Trainer) Metrics() map[string]float64 {
 	return out
 }
 
-// Store is the trained model's parameters and buffers (nil before setup).
+// Store is the trained model's parameters and buffers (nil before setup,
+// and for a strategy that does not hold the whole model in this process).
 func (t *Trainer) Store() *module.Store {
 	if t.strat == nil {
 		return nil
 	}
-	return t.strat.Store()
+	return t.store()
+}
+
+// store is the strategy's strategy.Replica store, or nil.
+func (t *Trainer) store() *module.Store {
+	if r, ok := t.strat.(strategy.Replica); ok {
+		return r.Store()
+	}
+	return nil
 }
 
 // IsGlobalZero reports whether this process is rank 0 (writes logs, prints
 // results).
-func (t *Trainer) IsGlobalZero() bool { return t.strat == nil || t.strat.IsGlobalZero() }
+func (t *Trainer) IsGlobalZero() bool { return t.strat == nil || t.strat.Info().GlobalZero }
 
 // IsWorker reports whether this process is a worker started by a launching
 // strategy (DDP-spawn) that must not run the code after Fit.
@@ -201,11 +216,16 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 	if l, ok := st.(strategy.Launcher); ok {
 		worker, err := l.Launch(ctx)
 		if err != nil {
-			return fmt.Errorf("strategy %s: launch: %w", st.Name(), err)
+			return fmt.Errorf("strategy %s: launch: %w", st.Info().Name, err)
 		}
 		t.worker = worker
 	}
+	var opt optim.Optimizer
+	var sched optim.Scheduler
 	newOpt := func() (optim.Optimizer, optim.Scheduler, error) {
+		if opt != nil {
+			return nil, nil, fmt.Errorf("strategy %s asked for a second optimizer: a strategy makes one per process", st.Info().Name)
+		}
 		if oc, ok := m.(module.OptimizerConfigurer); ok {
 			o, s, err := oc.ConfigureOptimizers()
 			if err != nil {
@@ -214,9 +234,11 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 			if o == nil {
 				return nil, nil, errors.New("module.ConfigureOptimizers returned a nil optimizer")
 			}
+			opt, sched = o, s
 			return o, s, nil
 		}
 		o, err := optim.NewAdam(optim.AdamConfig{LR: 1e-3})
+		opt = o
 		return o, nil, err
 	}
 	err = st.Setup(ctx, strategy.Setup{
@@ -224,13 +246,17 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 		NewOptimizer: newOpt, Log: *t.cfg.Log, Profiler: t.cfg.Profiler, SyncBatchNorm: t.cfg.SyncBatchNorm,
 	})
 	if err != nil {
-		return fmt.Errorf("strategy %s: setup: %w", st.Name(), err)
+		return fmt.Errorf("strategy %s: setup: %w", st.Info().Name, err)
 	}
-	t.strat, t.mod = st, m
+	if opt == nil {
+		return fmt.Errorf("strategy %s: setup made no optimizer (it must call Setup.NewOptimizer once)", st.Info().Name)
+	}
+	t.strat, t.mod, t.opt, t.sched = st, m, opt, sched
+	info := st.Info()
 	t.state = runState{
-		State: State{Rank: st.Rank(), WorldSize: st.WorldSize(), IsGlobalZero: st.IsGlobalZero(),
+		State: State{Rank: info.Rank, WorldSize: info.WorldSize, IsGlobalZero: info.GlobalZero,
 			RootDir: t.cfg.DefaultRootDir, MaxEpochs: t.cfg.MaxEpochs, MaxSteps: t.cfg.MaxSteps, FastDevRun: t.cfg.FastDevRun > 0},
-		Metrics: map[string]float64{}, Layers: b.Layers(), Store: st.Store(),
+		Metrics: map[string]float64{}, Layers: b.Layers(), Store: t.store(),
 	}
 	return nil
 }
@@ -247,15 +273,15 @@ func (t *Trainer) rebind(m module.Module) error {
 	if err != nil {
 		return fmt.Errorf("module Configure:\n%w", err)
 	}
-	if err := matchStore(specs, b.Dtype(), t.strat.Store()); err != nil {
+	if err := matchStore(specs, b.Dtype(), t.store()); err != nil {
 		return fmt.Errorf("the module value %T does not match the model this Trainer holds (its trained weights): %w", m, err)
 	}
 	rb, ok := t.strat.(strategy.Rebinder)
 	if !ok {
-		return fmt.Errorf("strategy %s cannot run another module value over its weights: pass the module value given to Fit", t.strat.Name())
+		return fmt.Errorf("strategy %s cannot run another module value over its weights: pass the module value given to Fit", t.strat.Info().Name)
 	}
 	if err := rb.Rebind(m); err != nil {
-		return fmt.Errorf("strategy %s: %w", t.strat.Name(), err)
+		return fmt.Errorf("strategy %s: %w", t.strat.Info().Name, err)
 	}
 	t.mod = m
 	t.state.Layers = b.Layers()
@@ -311,7 +337,7 @@ func (t *Trainer) loaderFor(l *data.Loader, train bool) *data.Loader {
 		return l
 	}
 	ds, ok := t.strat.(strategy.Sampler)
-	if !ok || t.strat.WorldSize() == 1 {
+	if !ok || t.strat.Info().WorldSize == 1 {
 		return l
 	}
 	c := l.Config()
@@ -319,7 +345,7 @@ func (t *Trainer) loaderFor(l *data.Loader, train bool) *data.Loader {
 }
 
 // Fit trains m on train, validating on val (which may be nil).
-func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loader, opts ...FitOption) (err error) {
+func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loader, opts ...FitOption) error {
 	var fo fitOptions
 	for _, o := range opts {
 		o(&fo)
@@ -337,37 +363,47 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 	if err := t.setup(ctx, m, train.Dataset().Fields()); err != nil {
 		return err
 	}
-	if sp, ok := t.strat.(strategy.Spawner); ok {
-		if r, done := sp.Spawned(); done {
-			// DDP-spawn's launching process: the workers trained and the
-			// strategy loaded rank 0's parameters; take its figures.
-			t.stats = Stats{Epochs: r.Epochs, GlobalStep: r.GlobalStep, TrainSamples: r.TrainSamples,
-				TrainTime: time.Duration(r.TrainSeconds * float64(time.Second)), TrainSamplesPerS: r.TrainSamplesPerS,
-				WorldSize: r.WorldSize, StoppedEarly: r.StoppedEarly, LastTrainLoss: r.LastTrainLoss}
-			for k, v := range r.Metrics {
-				t.state.Metrics[k] = v
+	if fr, ok := t.strat.(strategy.FitRunner); ok {
+		r, remote, err := fr.RunFit(ctx, func(ctx context.Context) (strategy.FitResult, error) {
+			if err := t.fit(ctx, m, train, val, fo, again, prevStop); err != nil {
+				return strategy.FitResult{}, err
 			}
-			t.state.GlobalStep, t.state.Epoch = r.GlobalStep, max(r.Epochs-1, 0)
-			return t.loadCallbackStates(r.Callbacks)
+			return t.fitResult()
+		})
+		if err != nil || !remote {
+			return err
 		}
-		if t.worker {
-			// Deferred first so it runs after the loggers are closed: rank 0
-			// hands the result back, and the worker exits inside Finish.
-			defer func() {
-				if err == nil {
-					s := t.stats
-					var cbs map[string][]byte
-					if cbs, err = t.callbackStates(); err != nil {
-						return
-					}
-					err = sp.Finish(ctx, strategy.FitResult{Metrics: t.Metrics(), Epochs: s.Epochs, GlobalStep: s.GlobalStep,
-						TrainSamples: s.TrainSamples, TrainSeconds: s.TrainTime.Seconds(), TrainSamplesPerS: s.TrainSamplesPerS,
-						LastTrainLoss: s.LastTrainLoss, WorldSize: s.WorldSize, StoppedEarly: s.StoppedEarly, Callbacks: cbs})
-				}
-			}()
-		}
+		t.adoptFit(r)
+		return t.loadCallbackStates(r.Callbacks)
 	}
-	t.stats = Stats{WorldSize: t.strat.WorldSize()}
+	return t.fit(ctx, m, train, val, fo, again, prevStop)
+}
+
+// fitResult is what the last Fit did, for a strategy that hands it to
+// another process (strategy.FitRunner).
+func (t *Trainer) fitResult() (strategy.FitResult, error) {
+	s := t.stats
+	cbs, err := t.callbackStates()
+	return strategy.FitResult{Metrics: t.Metrics(), Epochs: s.Epochs, GlobalStep: s.GlobalStep,
+		TrainSamples: s.TrainSamples, TrainSeconds: s.TrainTime.Seconds(), TrainSamplesPerS: s.TrainSamplesPerS,
+		LastTrainLoss: s.LastTrainLoss, WorldSize: s.WorldSize, StoppedEarly: s.StoppedEarly, Callbacks: cbs}, err
+}
+
+// adoptFit takes the figures of a Fit that ran in other processes (the
+// strategy loaded the trained weights).
+func (t *Trainer) adoptFit(r strategy.FitResult) {
+	t.stats = Stats{Epochs: r.Epochs, GlobalStep: r.GlobalStep, TrainSamples: r.TrainSamples,
+		TrainTime: time.Duration(r.TrainSeconds * float64(time.Second)), TrainSamplesPerS: r.TrainSamplesPerS,
+		WorldSize: r.WorldSize, StoppedEarly: r.StoppedEarly, LastTrainLoss: r.LastTrainLoss}
+	for k, v := range r.Metrics {
+		t.state.Metrics[k] = v
+	}
+	t.state.GlobalStep, t.state.Epoch = r.GlobalStep, max(r.Epochs-1, 0)
+}
+
+// fit trains the set-up module in this process.
+func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loader, fo fitOptions, again bool, prevStop string) (err error) {
+	t.stats = Stats{WorldSize: t.strat.Info().WorldSize}
 	if err := t.elasticRun(ctx, &fo.ckptPath); err != nil {
 		return fmt.Errorf("Fit: %w", err)
 	}
@@ -399,7 +435,7 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 		}
 		return t.logMetrics(t.state.GlobalStep, m)
 	}
-	t.state.Optimizer, t.state.LogEveryNSteps = t.strat.Optimizer().Name(), t.cfg.LogEveryNSteps
+	t.state.Optimizer, t.state.LogEveryNSteps = t.opt.Name(), t.cfg.LogEveryNSteps
 	t.state.warn = func(msg string) { t.cfg.Log.Warn().Msg(msg) }
 	status := "failed"
 	defer func() {
@@ -444,7 +480,7 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 		t.cfg.Log.Info().Str("reason", st.Reason).Msg("training stopped early")
 		err = nil
 	}
-	if err != nil && ctx.Err() != nil && !t.stats.Interrupted && t.strat.WorldSize() == 1 && !t.pos.midWindow {
+	if err != nil && ctx.Err() != nil && !t.stats.Interrupted && t.strat.Info().WorldSize == 1 && !t.pos.midWindow {
 		// The context was cancelled inside a step or while fetching data:
 		// the weights and position are those after the last finished
 		// step, which is what the checkpoint saves.
@@ -548,7 +584,7 @@ func (t *Trainer) fillLayerShapes(m module.Module, train *data.Loader) {
 			want = true
 		}
 	}
-	if !want || !t.state.IsGlobalZero || t.strat.Store() == nil {
+	if !want || !t.state.IsGlobalZero || t.store() == nil {
 		return
 	}
 	fields := train.Dataset().Fields()
@@ -556,7 +592,7 @@ func (t *Trainer) fillLayerShapes(m module.Module, train *data.Loader) {
 	for i, f := range fields {
 		ins[i] = module.StepInput{Name: f.Name, Shape: f.Shape}
 	}
-	s := module.NewStep(G.NewGraph(), module.Train, t.strat.Store(), train.Config().BatchSize, ins, t.cfg.Seed)
+	s := module.NewStep(G.NewGraph(), module.Train, t.store(), train.Config().BatchSize, ins, t.cfg.Seed)
 	s.RecordLayerIO()
 	func() {
 		// A step that cannot build fails the first training batch with its
@@ -647,7 +683,10 @@ func epochName(name string, spec module.LogSpec) string {
 // checkGrads returns an error naming the first parameter whose gradient
 // holds a NaN or an infinity (Config.DetectAnomaly).
 func (t *Trainer) checkGrads(epoch, bi int) error {
-	st := t.strat.Store()
+	st := t.store()
+	if st == nil {
+		return fmt.Errorf("DetectAnomaly: strategy %s does not hold the model's gradients in this process (it is not a strategy.Replica): turn DetectAnomaly off", t.strat.Info().Name)
+	}
 	g32, g64 := st.Grad32(), st.Grad64()
 	for _, e := range st.Entries() {
 		if e.Buffer {
@@ -670,7 +709,7 @@ func (t *Trainer) checkGrads(epoch, bi int) error {
 
 func (t *Trainer) finishStats() {
 	if t.stats.TrainTime > 0 {
-		t.stats.TrainSamplesPerS = float64(t.stats.TrainSamples*t.strat.WorldSize()) / t.stats.TrainTime.Seconds()
+		t.stats.TrainSamplesPerS = float64(t.stats.TrainSamples*t.strat.Info().WorldSize) / t.stats.TrainTime.Seconds()
 	}
 	t.stats.GlobalStep = t.state.GlobalStep
 }
@@ -753,7 +792,7 @@ func (t *Trainer) reduceAggs(ctx context.Context, aggs map[string]*agg, all bool
 			out[epochName(n, a.spec)] = a.value()
 		}
 	}
-	if len(sums) > 0 && t.strat.WorldSize() > 1 {
+	if len(sums) > 0 && t.strat.Info().WorldSize > 1 {
 		if err := t.strat.Reduce(ctx, sums, weights, ops); err != nil {
 			return nil, fmt.Errorf("reduce metrics %v across ranks: %w", synced, err)
 		}
@@ -799,7 +838,8 @@ func (t *Trainer) evalLoop(ctx context.Context, mode module.Mode, l *data.Loader
 			break
 		}
 		sp := t.cfg.Profiler.Start(mode.String() + " step")
-		metrics, err := t.strat.EvalStep(ctx, mode, b)
+		res, err := t.strat.Step(ctx, mode, b, strategy.TrainOptions{})
+		metrics := res.Metrics
 		sp.End()
 		if err != nil {
 			return nil, fmt.Errorf("%s batch %d: %w", mode, bi, err)
@@ -878,18 +918,19 @@ func (t *Trainer) prepareEval(ctx context.Context, m module.Module, l *data.Load
 	if err != nil {
 		return err
 	}
-	st := t.strat.Store()
-	if err := LoadWeights(path, st); err != nil {
+	sd, err := readStateDict(path, t.dtype())
+	if err != nil {
 		return err
 	}
-	if r, ok := t.strat.(replicated); ok {
-		for _, rs := range r.ReplicaStores() {
-			if rs != st {
-				if err := rs.CopyFrom(st); err != nil {
-					return fmt.Errorf("copy the weights to every replica: %w", err)
-				}
-			}
+	// The weights only: evaluation leaves the optimizer as it is.
+	weights := &strategy.StateDict{}
+	for _, tn := range sd.Tensors {
+		if !strings.HasPrefix(tn.Name, strategy.OptimizerPrefix) {
+			weights.Tensors = append(weights.Tensors, tn)
 		}
+	}
+	if err := t.strat.LoadState(ctx, weights); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", path, err)
 	}
 	t.cfg.Log.Info().Str("path", path).Msg("evaluating the weights of a checkpoint")
 	return nil
@@ -975,7 +1016,8 @@ func (t *Trainer) Predict(ctx context.Context, m module.Module, l *data.Loader, 
 		if !ok {
 			break
 		}
-		y, err := t.strat.PredictStep(ctx, b)
+		res, err := t.strat.Step(ctx, module.Predict, b, strategy.TrainOptions{})
+		y := res.Output
 		if err != nil {
 			return nil, fmt.Errorf("predict batch %d: %w", bi, err)
 		}

@@ -11,7 +11,7 @@ import (
 // The cuda build tag reserves the seam for GPU devices: the provider is
 // registered under "cuda" so that strategies and the trainer reach it by
 // name, exactly as they reach the CPU. What is missing is the device itself
-// (a gorgonia.org/cu context per device and a CUDA VM in internal/engine);
+// (a gorgonia.org/cu context per device and a CUDA VM in strategy/device/engine);
 // until then Open reports that clearly instead of running on the CPU.
 func init() { Register("cuda", cudaProvider{}) }
 

@@ -9,5 +9,6 @@
 // never a change to the trainer.
 //
 // device knows nothing of ranks, collectives or training: it must not import
-// strategy, trainer, module or any collective backend.
+// strategy, trainer, module or any collective backend. Its subpackage engine
+// compiles and runs one replica's graphs (it may import module, data and nn).
 package device

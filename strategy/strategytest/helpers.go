@@ -106,16 +106,16 @@ func Shard(b *data.Batch, p, P int) *data.Batch {
 // Step runs one optimizer step on every process: micro-batches are the
 // global batches of an accumulation window, each cut into one shard per
 // process. It returns rank 0's loss of the last micro-batch and gradient norm.
-func Step(ctx context.Context, strats []strategy.Strategy, o strategy.StepOptions, micro ...*data.Batch) (loss, norm float64, err error) {
+func Step(ctx context.Context, strats []strategy.Strategy, o strategy.OptimizerOptions, micro ...*data.Batch) (loss, norm float64, err error) {
 	P := len(strats)
 	losses, norms := make([]float64, P), make([]float64, P)
 	err = Each(strats, func(r int, s strategy.Strategy) error {
 		for i, b := range micro {
-			l, _, err := s.TrainStep(ctx, Shard(b, r, P), strategy.TrainOptions{Sync: i == len(micro)-1, Accumulate: i > 0, Scale: 1 / float64(len(micro))})
+			res, err := s.Step(ctx, module.Train, Shard(b, r, P), strategy.TrainOptions{Sync: i == len(micro)-1, Accumulate: i > 0, Scale: 1 / float64(len(micro))})
 			if err != nil {
 				return err
 			}
-			losses[r] = l
+			losses[r] = res.Loss
 		}
 		n, err := s.OptimizerStep(ctx, o)
 		norms[r] = n
@@ -128,7 +128,18 @@ func Step(ctx context.Context, strats []strategy.Strategy, o strategy.StepOption
 func Hashes(strats []strategy.Strategy) []string {
 	out := make([]string, len(strats))
 	for i, s := range strats {
-		out[i] = s.Store().SHA256()
+		if st := StoreOf(s); st != nil {
+			out[i] = st.SHA256()
+		}
 	}
 	return out
+}
+
+// StoreOf returns the store of a strategy that holds the whole model in
+// this process (strategy.Replica), else nil.
+func StoreOf(s strategy.Strategy) *module.Store {
+	if r, ok := s.(strategy.Replica); ok {
+		return r.Store()
+	}
+	return nil
 }

@@ -15,7 +15,7 @@ import (
 // store's initial contents (parameters then buffers) as laid out by store;
 // steps holds, per optimizer step, the global batch of the accumulation
 // window (the mean over its rows is the loss, as the strategies compute it).
-func reference(store *module.Store, init []float64, m *MLP, so strategy.StepOptions, steps []*data.Batch) ([]float64, error) {
+func reference(store *module.Store, init []float64, m *MLP, so strategy.OptimizerOptions, steps []*data.Batch) ([]float64, error) {
 	p := append([]float64(nil), init...)
 	at := func(name string) []float64 {
 		e, _ := store.Lookup(name)

@@ -51,14 +51,15 @@ func RunAll(t *testing.T, f Factory) {
 			t.Run("Identity", func(t *testing.T) { identity(t, f, n) })
 			for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
 				for _, opt := range []string{"sgd", "adam"} {
-					t.Run(fmt.Sprintf("Equivalence/%s/%v", opt, dt), func(t *testing.T) { equivalence(t, f, n, dt, opt, strategy.StepOptions{}, 1) })
+					t.Run(fmt.Sprintf("Equivalence/%s/%v", opt, dt), func(t *testing.T) { equivalence(t, f, n, dt, opt, strategy.OptimizerOptions{}, 1) })
 				}
-				t.Run(fmt.Sprintf("Accumulation/%v", dt), func(t *testing.T) { equivalence(t, f, n, dt, "sgd", strategy.StepOptions{}, 2) })
-				t.Run(fmt.Sprintf("ClipNorm/%v", dt), func(t *testing.T) { equivalence(t, f, n, dt, "adam", strategy.StepOptions{ClipNorm: 0.05}, 1) })
-				t.Run(fmt.Sprintf("ClipValue/%v", dt), func(t *testing.T) { equivalence(t, f, n, dt, "sgd", strategy.StepOptions{ClipValue: 0.01}, 1) })
+				t.Run(fmt.Sprintf("Accumulation/%v", dt), func(t *testing.T) { equivalence(t, f, n, dt, "sgd", strategy.OptimizerOptions{}, 2) })
+				t.Run(fmt.Sprintf("ClipNorm/%v", dt), func(t *testing.T) { equivalence(t, f, n, dt, "adam", strategy.OptimizerOptions{ClipNorm: 0.05}, 1) })
+				t.Run(fmt.Sprintf("ClipValue/%v", dt), func(t *testing.T) { equivalence(t, f, n, dt, "sgd", strategy.OptimizerOptions{ClipValue: 0.01}, 1) })
 			}
 			t.Run("Eval", func(t *testing.T) { eval(t, f, n) })
 			t.Run("Reduce", func(t *testing.T) { reduce(t, f, n) })
+			t.Run("State", func(t *testing.T) { state(t, f, n) })
 			t.Run("Sampler", func(t *testing.T) { sampler(t, f, n) })
 		})
 	}
@@ -100,18 +101,19 @@ func identity(t *testing.T, f Factory, n int) {
 		t.Fatalf("the factory returned %d processes for %d devices: want 1 (in-process replicas) or %d (one per device)", P, n, n)
 	}
 	for r, s := range strats {
-		if s.Name() == "" {
+		i := s.Info()
+		if i.Name == "" {
 			t.Errorf("rank %d: Name is empty", r)
 		}
-		if s.Rank() != r || s.WorldSize() != P || s.IsGlobalZero() != (r == 0) {
+		if i.Rank != r || i.WorldSize != P || i.GlobalZero != (r == 0) {
 			t.Errorf("process %d says rank %d of %d, global zero %v: want rank %d of %d, global zero %v",
-				r, s.Rank(), s.WorldSize(), s.IsGlobalZero(), r, P, r == 0)
+				r, i.Rank, i.WorldSize, i.GlobalZero, r, P, r == 0)
 		}
-		if s.Store() == nil || s.Optimizer() == nil {
-			t.Errorf("rank %d: Store or Optimizer is nil after Setup", r)
+		if StoreOf(s) == nil {
+			t.Errorf("rank %d: the strategy is not a strategy.Replica, or its Store is nil after Setup", r)
 		}
 	}
-	if err := Each(strats, func(_ int, s strategy.Strategy) error { return s.Barrier(ctx) }); err != nil {
+	if err := Each(strats, func(_ int, s strategy.Strategy) error { return strategy.Barrier(ctx, s) }); err != nil {
 		t.Errorf("Barrier: %v", err)
 	}
 	// Rank r was set up with seed+r: after Setup every rank must hold rank
@@ -152,7 +154,7 @@ const (
 // compares the parameters with reference, plain float64 loops over the
 // global batch of each step (independent of the engine, the optimizers and
 // every strategy, single included).
-func equivalence(t *testing.T, f Factory, n int, dtype tensor.Dtype, opt string, so strategy.StepOptions, accum int) {
+func equivalence(t *testing.T, f Factory, n int, dtype tensor.Dtype, opt string, so strategy.OptimizerOptions, accum int) {
 	strats := f(t, n)
 	ctx := testCtx(t)
 	B := n * PerDev
@@ -162,7 +164,7 @@ func equivalence(t *testing.T, f Factory, n int, dtype tensor.Dtype, opt string,
 	}
 	m := &MLP{In: in, Hidden: hidden, Out: out, Optimizer: opt, LR: 0.02}
 	mustSetupDtype(t, ctx, strats, m, ds, dtype)
-	init := storeFloats(strats[0].Store())
+	init := storeFloats(StoreOf(strats[0]))
 	var wholes []*data.Batch
 	for k := 0; k < Steps; k++ {
 		micro := make([]*data.Batch, accum)
@@ -181,7 +183,7 @@ func equivalence(t *testing.T, f Factory, n int, dtype tensor.Dtype, opt string,
 			t.Fatalf("step %d: %v", k, err)
 		}
 	}
-	want, err := reference(strats[0].Store(), init, m, so, wholes)
+	want, err := reference(StoreOf(strats[0]), init, m, so, wholes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +191,7 @@ func equivalence(t *testing.T, f Factory, n int, dtype tensor.Dtype, opt string,
 	if dtype == tensor.Float64 {
 		absTol, relTol = AbsTol64, RelTol64
 	}
-	got := storeFloats(strats[0].Store())
+	got := storeFloats(StoreOf(strats[0]))
 	worst, at, maxAbs := 0.0, -1, 0.0
 	for i := range want {
 		a := math.Abs(got[i] - want[i])
@@ -211,7 +213,7 @@ func equivalence(t *testing.T, f Factory, n int, dtype tensor.Dtype, opt string,
 			t.Errorf("ReplicaStores returned %d stores for %d devices", len(stores), n)
 		}
 		for i, s := range stores {
-			if s.SHA256() != strats[0].Store().SHA256() {
+			if s.SHA256() != StoreOf(strats[0]).SHA256() {
 				t.Errorf("replica %d is not bit-identical to replica 0 after training", i)
 			}
 		}
@@ -242,10 +244,11 @@ func eval(t *testing.T, f Factory, n int) {
 	P := len(strats)
 	sums, weights := make([][]float64, P), make([][]float64, P)
 	err = Each(strats, func(r int, s strategy.Strategy) error {
-		ms, err := s.EvalStep(ctx, module.Validate, Shard(b, r, P))
+		res, err := s.Step(ctx, module.Validate, Shard(b, r, P), strategy.TrainOptions{})
 		if err != nil {
 			return err
 		}
+		ms := res.Metrics
 		if len(ms) != 1 || ms[0].Name != "val_loss" {
 			return fmt.Errorf("EvalStep returned %v, want one metric val_loss", ms)
 		}
@@ -255,10 +258,11 @@ func eval(t *testing.T, f Factory, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rm, err := ref[0].EvalStep(ctx, module.Validate, b)
+	rr, err := ref[0].Step(ctx, module.Validate, b, strategy.TrainOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	rm := rr.Metrics
 	for r := range strats {
 		if weights[r][0] != float64(B) {
 			t.Errorf("rank %d: reduced weight %g, want %d rows", r, weights[r][0], B)
@@ -267,8 +271,8 @@ func eval(t *testing.T, f Factory, n int) {
 			t.Errorf("rank %d: val_loss %g, one device gives %g", r, got, rm[0].Value)
 		}
 	}
-	if _, err := strats[0].PredictStep(ctx, Shard(b, 0, P)); err != nil {
-		t.Errorf("PredictStep: %v", err)
+	if res, err := strats[0].Step(ctx, module.Predict, Shard(b, 0, P), strategy.TrainOptions{}); err != nil || res.Output == nil {
+		t.Errorf("Step in predict mode: output %v, error %v", res.Output, err)
 	}
 }
 
@@ -325,7 +329,7 @@ func sampler(t *testing.T, f Factory, n int) {
 		idx, pad := s.(strategy.Sampler).DistributedSampler(true, 9, false).Order(0, rows)
 		for j, i := range idx {
 			if pad != nil && pad[j] {
-				t.Errorf("rank %d: the evaluation sampler pads (row %d): duplicates would skew metrics", s.Rank(), i)
+				t.Errorf("rank %d: the evaluation sampler pads (row %d): duplicates would skew metrics", s.Info().Rank, i)
 			}
 			counts[i] += 100
 		}
@@ -337,5 +341,60 @@ func sampler(t *testing.T, f Factory, n int) {
 		if c/100 != 1 || c%100 < 1 {
 			t.Errorf("row %d: visited %d times in evaluation and %d in training, want 1 and at least 1", i, c/100, c%100)
 		}
+	}
+}
+
+// state checks SaveState and LoadState: a fresh job loaded with the state
+// a job saved after two steps (weights and Adam's moments and step count)
+// holds its weights and takes the third step exactly as it does.
+func state(t *testing.T, f Factory, n int) {
+	strats, fresh := f(t, n), f(t, n)
+	ctx := testCtx(t)
+	B := n * PerDev
+	ds, err := Regression(3*B, in, out, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &MLP{In: in, Hidden: hidden, Out: out, Optimizer: "adam", LR: 0.02}
+	mustSetup(t, ctx, strats, m, ds)
+	mustSetup(t, ctx, fresh, m, ds)
+	batch := func(k int) *data.Batch {
+		b, err := Rows(ds, k*B, (k+1)*B)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for k := 0; k < 2; k++ {
+		if _, _, err := Step(ctx, strats, strategy.OptimizerOptions{}, batch(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	saved := make([]*strategy.StateDict, len(strats))
+	err = Each(strats, func(r int, s strategy.Strategy) (err error) {
+		saved[r], err = s.SaveState(ctx, strategy.SaveOptions{Full: true})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("SaveState: %v", err)
+	}
+	for _, tn := range saved[0].Tensors {
+		if !tn.Whole() {
+			t.Errorf("SaveState with Full: rank 0 holds [%d, %d) of %q, want all %d elements", tn.Lo, tn.Hi, tn.Name, tn.Size())
+		}
+	}
+	if err := Each(fresh, func(r int, s strategy.Strategy) error { return s.LoadState(ctx, saved[0]) }); err != nil {
+		t.Fatalf("LoadState: %v", err)
+	}
+	if got, want := Hashes(fresh), Hashes(strats); !slices.Equal(got, want) {
+		t.Errorf("after LoadState the weights hash to %v, the saved job's to %v", got, want)
+	}
+	for _, job := range [][]strategy.Strategy{strats, fresh} {
+		if _, _, err := Step(ctx, job, strategy.OptimizerOptions{}, batch(2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := Hashes(fresh), Hashes(strats); !slices.Equal(got, want) {
+		t.Errorf("one step after LoadState the weights hash to %v, the saved job's to %v: the optimizer state was not restored", got, want)
 	}
 }

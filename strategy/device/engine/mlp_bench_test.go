@@ -20,7 +20,7 @@ import (
 // optimizer update. It uses OpenBLAS with one thread when installed (set
 // FULGUR_BLAS=gonum to compare). Profile with
 //
-//	go test ./internal/engine -run XXX -bench MLPStep -benchmem -cpuprofile cpu.out
+//	go test ./strategy/device/engine -run XXX -bench MLPStep -benchmem -cpuprofile cpu.out
 func BenchmarkMLPStep(b *testing.B) {
 	lookup := func(k string) (string, bool) {
 		if k == "FULGUR_BLAS_THREADS" {

@@ -1,0 +1,90 @@
+package strategy_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/strategytest"
+)
+
+// Each sharded rank saves only its shard of the optimizer state, with its
+// span; the shards of 2 ranks together load into 1 and into 3 ranks, which
+// then hold, and save whole, exactly the 2-rank job's global tensors.
+func TestShardedStateShardsLoadAtAnotherWorldSize(t *testing.T) {
+	ctx := context.Background()
+	m := &strategytest.MLP{In: 5, Hidden: 8, Out: 3, Optimizer: "adam", LR: 0.01}
+	ds, _ := strategytest.Regression(12, 5, 3, 1)
+	b, _ := strategytest.Rows(ds, 0, 12)
+	save := func(ranks []strategy.Strategy, full bool) []*strategy.StateDict {
+		out := make([]*strategy.StateDict, len(ranks))
+		err := strategytest.Each(ranks, func(r int, s strategy.Strategy) (err error) {
+			out[r], err = s.SaveState(ctx, strategy.SaveOptions{Full: full})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	two := shardedRanks(t, 2, 2, nil)
+	if err := strategytest.SetupAll(ctx, two, m, ds.Fields(), 1); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, _, err := strategytest.Step(ctx, two, strategy.OptimizerOptions{}, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shards := save(two, false)
+	merged := &strategy.StateDict{Blobs: shards[0].Blobs}
+	for r, sd := range shards {
+		for _, tn := range sd.Tensors {
+			if tn.Name == "optimizer/exp_avg" && tn.Whole() {
+				t.Errorf("rank %d saved all of %s without Full: it holds one shard", r, tn.Name)
+			}
+			if r == 0 || strings.HasPrefix(tn.Name, strategy.OptimizerPrefix) {
+				merged.Tensors = append(merged.Tensors, tn)
+			}
+		}
+	}
+	want := save(two, true)[0]
+	for _, n := range []int{1, 3} {
+		t.Run(fmt.Sprintf("world=%d", n), func(t *testing.T) {
+			ranks := shardedRanks(t, n, 2, nil)
+			if err := strategytest.SetupAll(ctx, ranks, m, ds.Fields(), 7); err != nil {
+				t.Fatal(err)
+			}
+			if err := strategytest.Each(ranks, func(_ int, s strategy.Strategy) error { return s.LoadState(ctx, merged) }); err != nil {
+				t.Fatal(err)
+			}
+			got := save(ranks, true)[0]
+			if len(got.Tensors) != len(want.Tensors) {
+				t.Fatalf("saved %d tensors, want %d", len(got.Tensors), len(want.Tensors))
+			}
+			for i, w := range want.Tensors {
+				g := got.Tensors[i]
+				if g.Name != w.Name || !g.Whole() || !slices.Equal(g.Data32, w.Data32) || !slices.Equal(g.Data64, w.Data64) {
+					t.Errorf("tensor %d: got %s [%d, %d), want %s whole with the 2-rank job's values", i, g.Name, g.Lo, g.Hi, w.Name)
+				}
+			}
+			if string(got.Blobs[strategy.BlobOptimizer]) != string(want.Blobs[strategy.BlobOptimizer]) {
+				t.Errorf("optimizer blob %s, want %s", got.Blobs[strategy.BlobOptimizer], want.Blobs[strategy.BlobOptimizer])
+			}
+		})
+	}
+	// A shard missing: the error names the tensor and the span.
+	partial := &strategy.StateDict{Blobs: shards[0].Blobs, Tensors: shards[0].Tensors}
+	one := shardedRanks(t, 1, 2, nil)
+	if err := strategytest.SetupAll(ctx, one, m, ds.Fields(), 7); err != nil {
+		t.Fatal(err)
+	}
+	if err := one[0].LoadState(ctx, partial); err == nil {
+		t.Error("loaded rank 0's shard alone into a rank that holds every parameter")
+	} else {
+		t.Log(err)
+	}
+}

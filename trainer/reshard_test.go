@@ -1,0 +1,146 @@
+package trainer_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+
+	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/collective"
+	"github.com/fulgur-ml/fulgur/trainer"
+)
+
+// A checkpoint saved by 2 sharded ranks (each holding half of the
+// optimizer state) resumes on 1 and on 3 ranks: loaded and saved again at
+// the new size it holds the same global tensors bit for bit, and training
+// continues as the uninterrupted 2-rank run does. Every world size runs the
+// same global batch of 6 rows (6/world per rank, strided by the
+// distributed sampler), so the runs differ only in summation order.
+func TestShardedCheckpointReshards(t *testing.T) {
+	const global, saveAt = 6, 10
+	ds := regression(t, 120, 0.1, 9) // 20 steps an epoch
+	sharded := func(r int, g collective.Collective) strategy.Strategy {
+		s, err := strategy.NewSharded(strategy.ShardedConfig{DDPConfig: strategy.DDPConfig{Group: g}, Stage: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	job := func(world, maxSteps int) resumeJob {
+		j := newResumeJob(t, 1, 0)
+		j.cfg.MaxEpochs, j.cfg.MaxSteps = 2, maxSteps
+		j.train, j.val = loader(t, ds, global/world, false, false), nil
+		return j
+	}
+
+	dir := t.TempDir()
+	savers := make([]*saver, 2)
+	ref := fitRanks(t, 2, sharded, job(2, 0), "", func(r int) []trainer.Callback {
+		savers[r] = &saver{dir: dir, when: map[string]func(*trainer.State) bool{"batch": func(s *trainer.State) bool { return s.GlobalStep == saveAt }}}
+		return []trainer.Callback{savers[r]}
+	})
+	if len(savers[0].paths) != 1 {
+		t.Fatalf("saved %v", savers[0].paths)
+	}
+	saved := savers[0].paths[0]
+	want := readTensors(t, saved)
+	if len(want["optimizer/exp_avg"]) != 5*4 {
+		t.Fatalf("the 2-rank checkpoint holds %d bytes of optimizer/exp_avg, want all 5 float32s", len(want["optimizer/exp_avg"]))
+	}
+	final := ref[0].Store().Data32()
+
+	for _, world := range []int{1, 3} {
+		t.Run(fmt.Sprintf("world=%d", world), func(t *testing.T) {
+			// Load and save again at the new size, without training.
+			trs := fitRanks(t, world, sharded, job(world, saveAt), saved, nil)
+			again := filepath.Join(t.TempDir(), "again.ckpt")
+			err := strategyEach(trs, func(tr *trainer.Trainer) error { return tr.SaveCheckpoint(context.Background(), again) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := readTensors(t, again)
+			if len(got) != len(want) {
+				t.Errorf("saved again at world %d: %d tensors, want %d", world, len(got), len(want))
+			}
+			for name, w := range want {
+				if !bytes.Equal(got[name], w) {
+					t.Errorf("tensor %q saved again at world %d differs from the 2-rank checkpoint's", name, world)
+				}
+			}
+
+			// Resume and train to the end.
+			trs = fitRanks(t, world, sharded, job(world, 0), saved, nil)
+			for r, tr := range trs {
+				if s := tr.Stats(); s.GlobalStep != 40 {
+					t.Fatalf("rank %d ended at step %d, want 40", r, s.GlobalStep)
+				}
+			}
+			res := trs[0].Store().Data32()
+			worst := 0.0
+			for i := range final {
+				d := math.Abs(float64(res[i] - final[i]))
+				worst = math.Max(worst, d)
+				if d > 1e-5+1e-4*math.Abs(float64(final[i])) {
+					t.Errorf("parameter %d after resuming at world %d: %g, the uninterrupted 2-rank run has %g", i, world, res[i], final[i])
+				}
+			}
+			t.Logf("world %d: largest difference from the uninterrupted run %.3g", world, worst)
+		})
+	}
+}
+
+// strategyEach calls f for every rank's trainer at once (their collectives
+// meet) and returns the first error.
+func strategyEach(trs []*trainer.Trainer, f func(*trainer.Trainer) error) error {
+	errs := make(chan error, len(trs))
+	for _, tr := range trs {
+		go func() { errs <- f(tr) }()
+	}
+	var first error
+	for range trs {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// readTensors returns every tensor's bytes of a safetensors file, by name.
+func readTensors(t *testing.T, path string) map[string][]byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := binary.LittleEndian.Uint64(b)
+	var hdr map[string]json.RawMessage
+	if err := json.Unmarshal(b[8:8+n], &hdr); err != nil {
+		t.Fatal(err)
+	}
+	body := b[8+n:]
+	out := map[string][]byte{}
+	var names []string
+	for name, raw := range hdr {
+		if name == "__metadata__" {
+			continue
+		}
+		var e struct {
+			Offsets [2]int `json:"data_offsets"`
+		}
+		if err := json.Unmarshal(raw, &e); err != nil {
+			t.Fatal(err)
+		}
+		out[name] = body[e.Offsets[0]:e.Offsets[1]]
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	t.Logf("%s: %v", filepath.Base(path), names)
+	return out
+}
