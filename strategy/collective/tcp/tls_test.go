@@ -30,7 +30,7 @@ type testCA struct {
 	pool *x509.CertPool
 }
 
-func newCA(t *testing.T, name string) *testCA {
+func newCA(t testing.TB, name string) *testCA {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -51,7 +51,7 @@ func newCA(t *testing.T, name string) *testCA {
 
 // issue signs a certificate for one rank, good for both ends of a
 // connection.
-func (ca *testCA) issue(t *testing.T, name string) tls.Certificate {
+func (ca *testCA) issue(t testing.TB, name string) tls.Certificate {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -67,7 +67,7 @@ func (ca *testCA) issue(t *testing.T, name string) tls.Certificate {
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
 
-func (ca *testCA) tls(t *testing.T, cert tls.Certificate) *rendezvous.TLS {
+func (ca *testCA) tls(t testing.TB, cert tls.Certificate) *rendezvous.TLS {
 	t.Helper()
 	c, err := rendezvous.NewTLS(cert, ca.pool)
 	if err != nil {
