@@ -350,13 +350,13 @@ func (r *Rendezvous) join(ctx context.Context) error {
 		case <-time.After(50 * time.Millisecond): // rank 0 may not be listening yet
 		}
 	}
-	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	raw := c // the TCP connection under TLS, if any
+	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	adv := cfg.AdvertiseAddr
 	if adv == "" {
 		adv, _, _ = net.SplitHostPort(c.LocalAddr().String())
 	}
-	raw := c
 	c, err := r.clientConn(ctx, c)
 	if err != nil {
 		raw.Close()
@@ -398,10 +398,10 @@ func (r *Rendezvous) DialPeer(ctx context.Context, rank int) (net.Conn, error) {
 	if err != nil {
 		return nil, fail(err)
 	}
-	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	raw := c // the TCP connection under TLS, if any
+	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	c.SetDeadline(handshakeDeadline(r.cfg.Timeout))
-	raw := c
 	if c, err = r.clientConn(ctx, c); err != nil {
 		raw.Close()
 		return nil, fail(err)
