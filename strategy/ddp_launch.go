@@ -55,7 +55,8 @@ type knobs struct {
 	backend     string
 	bucketBytes int
 	timeout     time.Duration
-	sockAddr    string // the address of EnvSocketIfname's interface
+	sockAddr    string          // the address of EnvSocketIfname's interface
+	tls         *rendezvous.TLS // from FULGUR_TLS_CERT, _KEY, _CA; nil: none
 }
 
 func readKnobs(lookup func(string) (string, bool)) (knobs, error) {
@@ -92,6 +93,10 @@ func readKnobs(lookup func(string) (string, bool)) (knobs, error) {
 			errs = append(errs, err)
 		}
 		k.sockAddr = addr
+	}
+	var err error
+	if k.tls, err = rendezvous.TLSFromEnv(lookup); err != nil {
+		errs = append(errs, err)
 	}
 	return k, errors.Join(errs...)
 }
@@ -280,7 +285,7 @@ func joinFromEnv(o Options, name string, k knobs, env cluster.Env, perNode int, 
 func connect(ctx context.Context, k knobs, env cluster.Env, token string, ln net.Listener, log zerolog.Logger) (collective.Collective, error) {
 	cfg := tcp.Config{
 		Rank: env.Rank, Size: env.WorldSize, MasterAddr: env.MasterAddr, MasterPort: env.MasterPort,
-		Token: token, Listener: ln, Timeout: k.timeout, Logger: &log,
+		Token: token, Listener: ln, Timeout: k.timeout, Logger: &log, TLS: k.tls,
 	}
 	if k.backend == "mpi" {
 		return connectMPI(env)

@@ -175,8 +175,13 @@ func openBackend(ctx context.Context, backend string) (collective.Group, error) 
 		// runs' stragglers out.
 		token = fmt.Sprintf("bench-%s-%d", env.MasterAddr, env.MasterPort)
 	}
+	// FULGUR_TLS_CERT, _KEY and _CA turn TLS on, to measure its cost.
+	tlsCfg, err := rendezvous.TLSFromEnv(os.LookupEnv)
+	if err != nil {
+		return nil, err
+	}
 	cfg := rendezvous.Config{Rank: env.Rank, Size: env.WorldSize, MasterAddr: env.MasterAddr, MasterPort: env.MasterPort,
-		Token: token, BindAddr: "127.0.0.1", Timeout: 2 * time.Minute}
+		Token: token, BindAddr: "127.0.0.1", Timeout: 2 * time.Minute, TLS: tlsCfg}
 	rv, err := rendezvous.Meet(ctx, cfg)
 	if err != nil {
 		return nil, err

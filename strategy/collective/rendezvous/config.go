@@ -47,6 +47,11 @@ type Config struct {
 
 	// Logger receives refusals and failures (default: stderr, warn level).
 	Logger *zerolog.Logger
+
+	// TLS, when set, runs every connection over TLS 1.3 with mutual
+	// authentication against the job's CA (see TLS; launchers load it with
+	// TLSFromEnv). nil: plain TCP, authenticated by the token alone.
+	TLS *TLS
 }
 
 // Validate fills defaults and reports every problem at once.

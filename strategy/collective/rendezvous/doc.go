@@ -23,6 +23,13 @@
 // connections between two ranks (tcp's ring), authenticated the same way,
 // refusing and logging strangers, garbage and wrong ranks on the data port.
 //
+// TLS: with Config.TLS (NewTLS, LoadTLS, or TLSFromEnv reading
+// FULGUR_TLS_CERT, FULGUR_TLS_KEY and FULGUR_TLS_CA), every connection,
+// star and data, runs TLS 1.3 with mutual authentication against the job's
+// CA, and the token handshake runs inside it. A peer without a certificate
+// signed by that CA, or without TLS, is refused and logged, and its own
+// error says which setting to fix; the job goes on.
+//
 // Frames are those of strategy/collective/internal/wire. The package imports
 // only the standard library, zerolog, strategy/collective and its internal
 // wire package; it must not import a backend (tcp, shm, nccl, mpi, inproc),

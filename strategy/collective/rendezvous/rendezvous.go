@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strconv"
@@ -258,6 +259,10 @@ var errRefused = errors.New("refused")
 func (r *Rendezvous) handshake(c net.Conn, where string, check func(wire.Hello) string) (arrival, error) {
 	c.SetDeadline(handshakeDeadline(r.cfg.Timeout))
 	defer c.SetDeadline(time.Time{})
+	c, err := r.serverConn(c)
+	if err != nil {
+		return arrival{}, err
+	}
 	nonceA, err := sendChallenge(c)
 	if err != nil {
 		return arrival{}, err
@@ -289,6 +294,14 @@ func (r *Rendezvous) handshake(c net.Conn, where string, check func(wire.Hello) 
 func (r *Rendezvous) dial(c net.Conn, h wire.Hello, want wire.Kind) ([]byte, error) {
 	nonceA, err := readChallenge(c, r.hbuf())
 	if err != nil {
+		// Over TLS 1.3 the acceptor refuses our certificate after our side
+		// of the handshake is done: the refusal shows up here.
+		if r.cfg.TLS != nil && strings.Contains(err.Error(), "tls: ") {
+			return nil, fmt.Errorf("%w (%s)", err, tlsHint(err))
+		}
+		if r.cfg.TLS == nil && (errors.Is(err, io.EOF) || errors.Is(err, os.ErrDeadlineExceeded)) {
+			return nil, fmt.Errorf("no challenge: %w (if the job uses TLS, set %s, %s and %s on every rank)", err, TLSCertEnv, TLSKeyEnv, TLSCAEnv)
+		}
 		return nil, err
 	}
 	nonceD, err := signHello(&h, r.cfg.Token, nonceA)
@@ -337,11 +350,17 @@ func (r *Rendezvous) join(ctx context.Context) error {
 		case <-time.After(50 * time.Millisecond): // rank 0 may not be listening yet
 		}
 	}
-	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	raw := c // the TCP connection under TLS, if any
+	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	adv := cfg.AdvertiseAddr
 	if adv == "" {
 		adv, _, _ = net.SplitHostPort(c.LocalAddr().String())
+	}
+	c, err := r.clientConn(ctx, c)
+	if err != nil {
+		raw.Close()
+		return fmt.Errorf("rendezvous: rank %d: rank 0 at %s: %w", cfg.Rank, cfg.masterHostPort(), err)
 	}
 	h := wire.Hello{Rank: cfg.Rank, Size: cfg.Size, Host: HostID(), DataAddr: net.JoinHostPort(adv, r.port())}
 	p, err := r.dial(c, h, wire.KindTable)
@@ -379,9 +398,14 @@ func (r *Rendezvous) DialPeer(ctx context.Context, rank int) (net.Conn, error) {
 	if err != nil {
 		return nil, fail(err)
 	}
-	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	raw := c // the TCP connection under TLS, if any
+	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	c.SetDeadline(handshakeDeadline(r.cfg.Timeout))
+	if c, err = r.clientConn(ctx, c); err != nil {
+		raw.Close()
+		return nil, fail(err)
+	}
 	h := wire.Hello{Rank: r.cfg.Rank, Size: r.cfg.Size, Host: HostID(), DataAddr: "-:0"}
 	rest, err := r.dial(c, h, wire.KindAccept)
 	if err == nil && len(rest) != 0 {

@@ -28,6 +28,7 @@ type Config struct {
 	Listener      net.Listener
 	Timeout       time.Duration
 	Logger        *zerolog.Logger
+	TLS           *rendezvous.TLS // nil: no TLS (rendezvous.TLSFromEnv loads one)
 
 	// SegmentBytes is the pipelining unit of the ring (default 512 KiB).
 	SegmentBytes int
@@ -38,7 +39,7 @@ type Config struct {
 // Rendezvous returns the rendezvous part of c.
 func (c Config) Rendezvous() rendezvous.Config {
 	return rendezvous.Config{Rank: c.Rank, Size: c.Size, MasterAddr: c.MasterAddr, MasterPort: c.MasterPort, Token: c.Token,
-		BindAddr: c.BindAddr, AdvertiseAddr: c.AdvertiseAddr, Listener: c.Listener, Timeout: c.Timeout, Logger: c.Logger}
+		BindAddr: c.BindAddr, AdvertiseAddr: c.AdvertiseAddr, Listener: c.Listener, Timeout: c.Timeout, Logger: c.Logger, TLS: c.TLS}
 }
 
 // Validate fills defaults and reports every problem at once.

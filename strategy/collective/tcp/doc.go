@@ -7,7 +7,9 @@
 // the ring and accepts the previous one with rendezvous.DialPeer and
 // AcceptPeer, which prove the token both ways on the data connection too.
 // NewRing builds the ring over a rendezvous the caller already holds;
-// NewGroup is its collective.Group form (shm.Auto's fallback).
+// NewGroup is its collective.Group form (shm.Auto's fallback). With
+// Config.TLS the ring's connections run over TLS 1.3 with mutual
+// authentication (see rendezvous.TLS); the ring itself does not change.
 //
 // Operations: all-reduce is a ring reduce-scatter followed by a ring
 // all-gather, both pipelined in segments (Config.SegmentBytes): a sender

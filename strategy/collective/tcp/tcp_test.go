@@ -149,29 +149,53 @@ func TestConfigValidate(t *testing.T) {
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
 
+// BenchmarkAllReduce measures plain TCP and TLS side by side, alternating,
+// so a loaded machine weighs on both alike:
+//
+//	go test -run '^$' -bench AllReduce -count 5 ./strategy/collective/tcp
 func BenchmarkAllReduce(b *testing.B) {
+	ca := newCA(b, "bench CA")
+	cert := ca.tls(b, ca.issue(b, "rank"))
 	for _, size := range []int{4 << 20, 25 << 20} {
-		b.Run(byteSize(size), func(b *testing.B) {
-			cs := build(b, configs(b, 2))
-			bufs := [][]float32{make([]float32, size/4), make([]float32, size/4)}
-			b.SetBytes(int64(size))
-			b.ResetTimer()
-			var wg sync.WaitGroup
-			for r, c := range cs {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := 0; i < b.N; i++ {
-						if err := c.AllReduce(context.Background(), bufs[r], collective.Sum); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				}()
+		for _, useTLS := range []bool{false, true} {
+			name := byteSize(size)
+			if useTLS {
+				name += "/tls"
+			} else {
+				name += "/plain"
 			}
-			wg.Wait()
-		})
+			b.Run(name, func(b *testing.B) {
+				cfgs := configs(b, 2)
+				if useTLS {
+					for r := range cfgs {
+						cfgs[r].TLS = cert
+					}
+				}
+				benchAllReduce(b, cfgs, size)
+			})
+		}
 	}
+}
+
+func benchAllReduce(b *testing.B, cfgs []tcp.Config, size int) {
+	cs := build(b, cfgs)
+	bufs := [][]float32{make([]float32, size/4), make([]float32, size/4)}
+	b.SetBytes(int64(size))
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for r, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < b.N; i++ {
+				if err := c.AllReduce(context.Background(), bufs[r], collective.Sum); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 func byteSize(n int) string { return strconv.Itoa(n>>20) + "MB" }
