@@ -34,12 +34,6 @@ func goTool(t *testing.T) string {
 	return g
 }
 
-// notMoved lists internal packages the examples still link through the
-// library, each with the work that removes it. The list must only shrink.
-var notMoved = map[string]string{
-	"github.com/fulgur-ml/fulgur/internal/engine": "issue 14: moves to strategy/device/engine",
-}
-
 func TestExamplesLinkNoInternalPackage(t *testing.T) {
 	cmd := exec.Command(goTool(t), "list", "-deps", "./examples/...")
 	cmd.Dir = repoRoot(t)
@@ -49,10 +43,6 @@ func TestExamplesLinkNoInternalPackage(t *testing.T) {
 	}
 	for _, p := range strings.Fields(string(out)) {
 		if strings.HasPrefix(p, "github.com/fulgur-ml/fulgur/") && strings.Contains(p+"/", "/internal/") {
-			if why, ok := notMoved[p]; ok {
-				t.Logf("%s is still linked (%s)", p, why)
-				continue
-			}
 			t.Errorf("go list -deps ./examples/... names %s: examples must link public packages only", p)
 		}
 	}

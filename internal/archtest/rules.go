@@ -25,7 +25,7 @@ var Rules = []Rule{
 	},
 	{
 		From:   []string{"strategy"},
-		Forbid: []string{"strategy/collective/*/...", "strategy/device/*/...", "strategy/*/...", "internal/engine/...", "internal/blas/..."},
+		Forbid: []string{"strategy/collective/*/...", "strategy/device/*/...", "strategy/*/...", "internal/..."},
 		Allow:  []string{"strategy/collective", "strategy/device", "strategy/cluster/...", "strategy/launch/..."},
 		Says:   "the strategy interface package imports no backend: no strategy/collective/<backend>, no strategy/<name>, no engine or BLAS past the device layer",
 		Doc:    "DESIGN.md Layers; issue 14 item 2; strategy/doc.go",
@@ -41,7 +41,7 @@ var Rules = []Rule{
 	{
 		From:   []string{"strategy/collective/*/..."},
 		Forbid: []string{"strategy/collective/*/..."},
-		Allow:  []string{"strategy/collective/$1/...", "strategy/collective/rendezvous", "strategy/collective/internal/..."},
+		Allow:  []string{"strategy/collective/$1/...", "strategy/collective/rendezvous", "strategy/collective/wire"},
 		Says:   "collective backends do not import each other (they share strategy/collective/rendezvous)",
 		Doc:    "strategy/collective/doc.go; issue 14 item 2",
 	},
@@ -65,9 +65,9 @@ var Rules = []Rule{
 	},
 	{
 		From:   []string{"trainer/..."},
-		Forbid: []string{"callbacks/...", "cli/...", "strategy/*/...", "internal/blas/...", "internal/engine/..."},
+		Forbid: []string{"callbacks/...", "cli/...", "strategy/*/...", "internal/..."},
 		Allow:  []string{"strategy/collective", "strategy/device", "strategy/cluster/..."},
-		Says:   "trainer imports module, data, optim, nn, profiler and strategy; strategies and backends are registered at the edge, BLAS is chosen at the edge",
+		Says:   "trainer imports module, data, optim, nn, profiler, blas and strategy; strategies and backends are registered at the edge",
 		Doc:    "DESIGN.md Layers; issue 14 item 2; trainer/doc.go",
 	},
 	{
@@ -81,6 +81,13 @@ var Rules = []Rule{
 		Forbid: []string{"trainer/...", "callbacks/...", "cli/...", "strategy/...", "module/...", "nn/...", "optim/..."},
 		Says:   "internal/ holds only the lowest layers",
 		Doc:    "DESIGN.md Layers; internal/blas/doc.go",
+	},
+	{
+		From:   []string{"*/..."},
+		Unless: []string{"strategy/collective/..."},
+		Forbid: []string{"strategy/collective/wire"},
+		Says:   "the frame format is the collectives' own: only strategy/collective/... imports it (public only so that programs link no internal package)",
+		Doc:    "strategy/collective/wire/wire.go",
 	},
 	{
 		From:   []string{"examples/...", "cmd/..."},

@@ -8,7 +8,7 @@ import (
 	"net"
 	"time"
 
-	"github.com/fulgur-ml/fulgur/strategy/collective/internal/wire"
+	"github.com/fulgur-ml/fulgur/strategy/collective/wire"
 )
 
 // The token never crosses the wire. Every connection, to the rendezvous and

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fulgur-ml/fulgur/strategy/collective/internal/wire"
+	"github.com/fulgur-ml/fulgur/strategy/collective/wire"
 	"github.com/rs/zerolog"
 )
 

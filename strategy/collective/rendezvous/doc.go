@@ -30,7 +30,7 @@
 // signed by that CA, or without TLS, is refused and logged, and its own
 // error says which setting to fix; the job goes on.
 //
-// Frames are those of strategy/collective/internal/wire. The package imports
+// Frames are those of strategy/collective/wire. The package imports
 // only the standard library, zerolog, strategy/collective and its internal
 // wire package; it must not import a backend (tcp, shm, nccl, mpi, inproc),
 // trainer or strategy.

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fulgur-ml/fulgur/strategy/collective/internal/wire"
+	"github.com/fulgur-ml/fulgur/strategy/collective/wire"
 )
 
 // Rendezvous is the star of connections between rank 0 and every other rank,

@@ -7,7 +7,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/fulgur-ml/fulgur/strategy/collective/internal/wire"
+	"github.com/fulgur-ml/fulgur/strategy/collective/wire"
 	"github.com/fulgur-ml/fulgur/strategy/collective/rendezvous"
 	"github.com/rs/zerolog"
 )

@@ -25,7 +25,7 @@
 // its neighbours' connections, a silent one as a timeout (Config.Timeout).
 // Cancelling an operation's context also breaks the group.
 //
-// Frames are those of strategy/collective/internal/wire (little endian, a
+// Frames are those of strategy/collective/wire (little endian, a
 // fixed 24-byte header; its DecodeFrame is fuzzed). The package imports only
 // the standard library, zerolog, strategy/collective, its rendezvous and
 // internal wire packages; it must not import another backend (shm, nccl,

@@ -9,7 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/fulgur-ml/fulgur/strategy/collective"
-	"github.com/fulgur-ml/fulgur/strategy/collective/internal/wire"
+	"github.com/fulgur-ml/fulgur/strategy/collective/wire"
 	"github.com/rs/zerolog"
 )
 

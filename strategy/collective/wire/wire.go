@@ -15,7 +15,8 @@
 // wire compatibility).
 //
 // It imports only the standard library; backends under strategy/collective
-// use it, nothing else may.
+// use it, nothing else may (internal/archtest checks it). It is public only
+// so that a program linking the tcp backend links no internal package.
 package wire
 
 import (
