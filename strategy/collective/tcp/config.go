@@ -7,8 +7,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/fulgur-ml/fulgur/strategy/collective/wire"
 	"github.com/fulgur-ml/fulgur/strategy/collective/rendezvous"
+	"github.com/fulgur-ml/fulgur/strategy/collective/wire"
 	"github.com/rs/zerolog"
 )
 

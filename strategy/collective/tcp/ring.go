@@ -13,8 +13,8 @@ import (
 	"unsafe"
 
 	"github.com/fulgur-ml/fulgur/strategy/collective"
-	"github.com/fulgur-ml/fulgur/strategy/collective/wire"
 	"github.com/fulgur-ml/fulgur/strategy/collective/rendezvous"
+	"github.com/fulgur-ml/fulgur/strategy/collective/wire"
 )
 
 // New joins the group described by cfg: the rendezvous through rank 0, then a
