@@ -514,7 +514,7 @@ func (t *Trainer) apply(ctx context.Context, c *checkpoint) error {
 	t.state.Metrics = strategy.Floats(ts.Metrics)
 	t.stats.LastTrainLoss = float64(ts.LastTrainLoss)
 	pos := ts.loopPos
-	pos.Batch = batchAtWorld(pos, ts.WorldSize, t.state.WorldSize, t.accumulation(pos.Epoch))
+	t.resumeWorld = ts.WorldSize // pos.Batch is converted to this world at its epoch (enterEpoch)
 	t.resumeAt = &pos
 	t.resumeAggs = map[string]*agg{}
 	for name, a := range ts.EpochAggs {
@@ -527,23 +527,28 @@ func (t *Trainer) apply(ctx context.Context, c *checkpoint) error {
 	return nil
 }
 
-// batchAtWorld is where a run at world ranks re-enters the epoch that a
-// checkpoint of a run at from ranks left at p.Batch (each rank's batch
-// index). The DistributedSampler deals the epoch's order out in turn, so
-// the ranks at from had trained its first p.Batch×from batches' worth of
-// samples: that global offset carries over, rounded down to whole batches
-// of the new world, so that no sample of the epoch is skipped and fewer
-// than world batches' worth are trained twice (with gradient accumulation,
-// down to a whole window of accum batches, so no window is cut). An
-// elastic restart with fewer ranks resumes this way.
-func batchAtWorld(p loopPos, from, world, accum int) int {
-	if from == world || from < 1 || world < 1 || p.Batch == 0 {
+// batchAtWorld is where a run at world ranks with per-rank batches of bs
+// re-enters the epoch that a checkpoint of a run at from ranks with batches
+// of fromBS left at p.Batch (each rank's batch index). The
+// DistributedSampler deals the epoch's order out in turn, so the ranks at
+// from had trained its first p.Batch×from×fromBS samples: that global
+// offset carries over, rounded down to whole global batches of the new
+// world, so that no sample of the epoch is skipped and less than one global
+// batch is trained twice (with gradient accumulation, down to a whole
+// window of accum batches, so no window is cut). An elastic restart with
+// fewer ranks resumes this way. At the same world size the batch index
+// carries over as it is (a changed batch size is warned about in the loop).
+func batchAtWorld(p loopPos, from, world, fromBS, bs, accum int) int {
+	if from == world || from < 1 || world < 1 || bs < 1 || p.Batch == 0 {
 		return p.Batch
 	}
 	if p.Validated {
 		return math.MaxInt32 // the epoch's batches have all run at any world size
 	}
-	b := p.Batch * from / world
+	if fromBS < 1 { // a checkpoint that did not record its batch size
+		fromBS = bs
+	}
+	b := p.Batch * from * fromBS / (world * bs)
 	if accum > 1 {
 		b -= b % accum
 	}

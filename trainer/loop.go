@@ -146,6 +146,7 @@ func (f *fitRun) enterEpoch(epoch int) loopPos {
 	var r loopPos
 	if f.resume != nil && f.resume.Epoch == epoch {
 		r, f.resume = *f.resume, nil
+		r.Batch = batchAtWorld(r, t.resumeWorld, t.state.WorldSize, t.resumeBS, f.train.Config().BatchSize, t.accumulation(epoch))
 		if r.Batch > 0 {
 			t.epochAgg = t.resumeAggs
 		}

@@ -47,14 +47,17 @@ type Trainer struct {
 	resumeAt   *loopPos
 	resumeAggs map[string]*agg
 	resumeBS   int
-	trainBS    int // training batch size and batch count of the epoch
-	trainNB    int
-	accum      int
-	signals    *signalWatch
-	hooking    bool          // inside callbackHook: saves wait for its end
-	hookOwner  string        // the callback being called
-	saves      []pendingSave // checkpoints asked for during the hook
-	fitted     bool          // Fit has trained t.mod: a second Fit continues
+	// resumeWorld is the world size of the run that saved the checkpoint
+	// a resumed run starts from.
+	resumeWorld int
+	trainBS     int // training batch size and batch count of the epoch
+	trainNB     int
+	accum       int
+	signals     *signalWatch
+	hooking     bool          // inside callbackHook: saves wait for its end
+	hookOwner   string        // the callback being called
+	saves       []pendingSave // checkpoints asked for during the hook
+	fitted      bool          // Fit has trained t.mod: a second Fit continues
 
 	// The run directory (rundir.go): the one chosen before ddp launched
 	// its ranks, the loggers of this Fit (Config.Loggers or the default
