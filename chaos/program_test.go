@@ -338,6 +338,12 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer) error {
 		opts = append(opts, trainer.FromCheckpoint(*resume))
 	}
 	if err := tr.Fit(ctx, m, train, val, opts...); err != nil {
+		// As the README asks of every program: Teardown on every rank,
+		// failed or not (rank 0 waits for its local ranks, at most
+		// FULGUR_TIMEOUT, and stops those still running).
+		if terr := tr.Teardown(ctx); terr != nil {
+			return fmt.Errorf("%w (teardown: %s)", err, strings.ReplaceAll(terr.Error(), "\n", "; "))
+		}
 		return err
 	}
 	if tr.IsWorker() {
