@@ -535,7 +535,8 @@ func processFault(t *testing.T, section string, k kind, fault, phase, want strin
 			checked = append(checked, "weights = undisturbed run's")
 		} else {
 			misattributed := false
-			if !strings.Contains(lastLine(msg), rankN) {
+			fitErr, _, _ := strings.Cut(lastLine(msg), " (teardown: ")
+			if !strings.Contains(fitErr, rankN) {
 				if k.ranks > 2 && fault == stopPast && !failOnMisattribution {
 					// A known defect, reported: in a ring of 3 or more, the
 					// rank behind the stopped one's downstream can time out
