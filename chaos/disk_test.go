@@ -5,6 +5,7 @@ package chaos_test
 import (
 	"bufio"
 	"bytes"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -139,12 +140,15 @@ func diskFull(t *testing.T, want string) {
 	r.checked = strings.Join(append(checked, checkResume(t, last, want)), "; ")
 }
 
-// readOnly: a run directory mounted read-only, as -root (the trainer
-// makes lightning_logs/version_N in it) or as an existing Config.LogDir.
+// readOnly: a run directory mounted read-only, as -root of a
+// self-launched ddp job (the trainer makes lightning_logs/version_N in it),
+// or as an existing Config.LogDir of a torchrun-style job (each rank its own
+// process), where it is the trainer's check at the start of Fit that stops
+// every rank.
 func readOnly(t *testing.T, logDir bool) {
 	r := row{section: sectionDisk, fault: "the root directory is a read-only mount", phase: "start (before the first step)"}
 	if logDir {
-		r.fault = "Config.LogDir is an existing directory on a read-only mount"
+		r.fault = "Config.LogDir is an existing directory on a read-only mount (torchrun-style ranks)"
 	}
 	defer recordRow(t, &r)
 	via, dir, _ := mountNS(t, "ro,size=64k")
@@ -152,29 +156,47 @@ func readOnly(t *testing.T, logDir bool) {
 	// The first step would stop at the hold (passed at once): reached
 	// says training started.
 	os.WriteFile(filepath.Join(holdDir, "go"), nil, 0o644)
-	args := []string{"-root", dir}
-	if logDir {
-		args = []string{"-root", t.TempDir(), "-logdir", dir}
-	}
+	env := []string{holdEnv + "=train 0 " + holdDir}
 	began := time.Now()
-	j := startVia(t, via, marker, []string{holdEnv + "=train 0 " + holdDir}, args...)
-	if !j.wait(t, timeout+margin) {
-		r.outcome = "hang"
-		return
+	var js []*job
+	if logDir {
+		port, token := freePort(t), hex.EncodeToString([]byte(newMarker(t)))
+		for rank := range 2 {
+			js = append(js, startVia(t, via, marker, append(env, "RANK="+strconv.Itoa(rank), "WORLD_SIZE=2", "LOCAL_RANK="+strconv.Itoa(rank),
+				"LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port), "FULGUR_TOKEN="+token),
+				"-root", t.TempDir(), "-logdir", dir))
+		}
+	} else {
+		js = append(js, startVia(t, via, marker, env, "-root", dir))
 	}
-	r.timeToError = j.ended.Sub(began).Round(10*time.Millisecond).String() + " from the start"
+	var outcomes []string
+	var last time.Time
+	for i, j := range js {
+		if !j.wait(t, timeout+margin) {
+			r.outcome = "hang"
+			return
+		}
+		if j.ended.After(last) {
+			last = j.ended
+		}
+		msg := strings.ReplaceAll(lastLine(j.stderr.String()), dir, "DIR")
+		if j.err == nil {
+			t.Errorf("rank %d succeeded with a read-only run directory\n%s", i, j.stderr.String())
+			outcomes = append(outcomes, fmt.Sprintf("rank %d SUCCEEDED", i))
+			continue
+		}
+		if !strings.Contains(msg, "DIR") {
+			t.Errorf("rank %d's error does not name the read-only directory %s:\n%s", i, dir, j.stderr.String())
+		}
+		if len(js) > 1 {
+			msg = fmt.Sprintf("rank %d: %s", i, trimProgram(msg))
+		}
+		outcomes = append(outcomes, trimProgram(msg))
+	}
+	r.outcome = "error: " + strings.Join(outcomes, "; ")
+	r.timeToError = last.Sub(began).Round(10*time.Millisecond).String() + " from the start"
 	if left := survivors(marker, timeout+5*time.Second); len(left) > 0 {
 		t.Errorf("processes %v of the job outlived it", left)
-	}
-	msg := strings.ReplaceAll(lastLine(j.stderr.String()), dir, "DIR")
-	if j.err == nil {
-		t.Errorf("the job succeeded in a read-only directory\n%s", j.stderr.String())
-		r.outcome = "succeeded"
-		return
-	}
-	r.outcome = "error: " + trimProgram(msg)
-	if !strings.Contains(msg, "DIR") || !strings.Contains(msg, "read-only file system") {
-		t.Errorf("the error does not name the read-only directory %s:\n%s", dir, j.stderr.String())
 	}
 	if _, err := os.Stat(filepath.Join(holdDir, "reached")); err == nil {
 		t.Errorf("training started before the error")

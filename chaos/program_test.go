@@ -15,9 +15,12 @@ import (
 	"sync"
 	"time"
 
+	G "gorgonia.org/gorgonia"
+
 	"github.com/fulgur-ml/fulgur/callbacks"
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/nn"
 	"github.com/fulgur-ml/fulgur/optim"
 	"github.com/fulgur-ml/fulgur/profiler"
 	"github.com/fulgur-ml/fulgur/strategy/strategytest"
@@ -173,7 +176,66 @@ func (m *holding) ConfigureOptimizers() (optim.Optimizer, optim.Scheduler, error
 // holding is the test MLP with the phase hooks.
 type holding struct {
 	*strategytest.MLP
-	h holds
+	h       holds
+	syncLog bool
+}
+
+func (m *holding) TrainingStep(s *module.Step) (*G.Node, error) {
+	l, err := m.MLP.TrainingStep(s)
+	if err == nil && m.syncLog {
+		s.Log("train_loss_synced", l, module.OnEpoch(true), module.SyncDist())
+	}
+	return l, err
+}
+
+// rank0EpochLog is the misuse Lightning users report deadlocks with:
+// logging from the epoch-end hooks on rank 0 only.
+type rank0EpochLog struct{}
+
+func (rank0EpochLog) Name() string { return "rank0EpochLog" }
+func (rank0EpochLog) OnTrainEpochEnd(ctx context.Context, s *trainer.State) error {
+	if !s.IsGlobalZero {
+		return nil
+	}
+	return s.LogMetrics(map[string]float64{"rank0_train_epoch_end": float64(s.Epoch)})
+}
+func (rank0EpochLog) OnValidationEnd(ctx context.Context, s *trainer.State) error {
+	if !s.IsGlobalZero {
+		return nil
+	}
+	return s.LogMetrics(map[string]float64{"rank0_val_end": s.Metrics["val_loss"]})
+}
+
+// bnMLP is Linear, BatchNorm1d with ReLU, Linear: a model whose every
+// training forward is a collective under SyncBatchNorm.
+type bnMLP struct {
+	fc1, fc2 *nn.Linear
+	bn       *nn.BatchNorm
+}
+
+func (m *bnMLP) Configure(b *module.Builder) error {
+	m.fc1 = nn.NewLinear(b, "fc1", 6, 16)
+	m.bn = nn.NewBatchNorm1d(b, "bn", 16)
+	m.fc2 = nn.NewLinear(b, "fc2", 16, 2)
+	return nil
+}
+
+func (m *bnMLP) loss(s *module.Step) *G.Node {
+	o := m.fc2.Forward(s, m.bn.ForwardReLU(s, m.fc1.Forward(s, s.Input("x"))))
+	n := s.BatchSize() * 2
+	d := G.Must(G.Sub(G.Must(G.Reshape(o, []int{n})), G.Must(G.Reshape(s.Input("y"), []int{n}))))
+	return G.Must(G.Mean(G.Must(G.Square(d))))
+}
+
+func (m *bnMLP) TrainingStep(s *module.Step) (*G.Node, error) {
+	l := m.loss(s)
+	s.Log("train_loss", l, module.OnEpoch(true))
+	return l, nil
+}
+
+func (m *bnMLP) ValidationStep(s *module.Step) error {
+	s.Log("val_loss", m.loss(s))
+	return nil
 }
 
 func (m *holding) OnFitStart(ctx context.Context) error { m.h.at("setup"); return nil }
@@ -225,10 +287,17 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer) error {
 	misuse := fs.Bool("rank0-save", false, "a callback saves a checkpoint on rank 0 only")
 	logDir := fs.String("logdir", "", "Config.LogDir")
 	hidden := fs.Int("hidden", 16, "the MLP's hidden width (a wide one makes a checkpoint that takes a while to write)")
+	epochLog := fs.Bool("epoch-log", false, "the module logs a SyncDist metric and a callback logs from the epoch-end hooks on rank 0 only")
+	uneven := fs.Bool("uneven", false, "no distributed sampler: rank r trains on 96-16r examples (uneven batches per rank), a BatchNorm model with SyncBatchNorm")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	ds, err := strategytest.Regression(96, 6, 2, 1)
+	n := 96
+	if *uneven {
+		r, _ := strconv.Atoi(os.Getenv("RANK"))
+		n -= 16 * r
+	}
+	ds, err := strategytest.Regression(n, 6, 2, 1)
 	if err != nil {
 		return err
 	}
@@ -249,18 +318,32 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer) error {
 	if *misuse {
 		cbs = append(cbs, rank0Saves{})
 	}
-	tr, err := trainer.New(trainer.Config{MaxEpochs: *epochs, Seed: 5, Strategy: *strat, Devices: *devices,
+	if *epochLog {
+		cbs = append(cbs, rank0EpochLog{})
+	}
+	cfg := trainer.Config{MaxEpochs: *epochs, Seed: 5, Strategy: *strat, Devices: *devices,
 		Out: io.Discard, EnableProgressBar: trainer.Bool(false), DefaultRootDir: *root, LogDir: *logDir, Callbacks: cbs,
-		Profiler: &holdSpans{h: h, n: map[string]int{}}})
+		Profiler: &holdSpans{h: h, n: map[string]int{}}}
+	var m module.Module = &holding{MLP: &strategytest.MLP{In: 6, Hidden: *hidden, Out: 2, Optimizer: "adam", LR: 0.01}, h: h, syncLog: *epochLog}
+	if *uneven {
+		cfg.UseDistributedSampler, cfg.SyncBatchNorm = trainer.Bool(false), true
+		m = &bnMLP{}
+	}
+	tr, err := trainer.New(cfg)
 	if err != nil {
 		return err
 	}
-	m := &holding{MLP: &strategytest.MLP{In: 6, Hidden: *hidden, Out: 2, Optimizer: "adam", LR: 0.01}, h: h}
 	var opts []trainer.FitOption
 	if *resume != "" {
 		opts = append(opts, trainer.FromCheckpoint(*resume))
 	}
 	if err := tr.Fit(ctx, m, train, val, opts...); err != nil {
+		// As the README asks of every program: Teardown on every rank,
+		// failed or not (rank 0 waits for its local ranks, at most
+		// FULGUR_TIMEOUT, and stops those still running).
+		if terr := tr.Teardown(ctx); terr != nil {
+			return fmt.Errorf("%w (teardown: %s)", err, strings.ReplaceAll(terr.Error(), "\n", "; "))
+		}
 		return err
 	}
 	if tr.IsWorker() {

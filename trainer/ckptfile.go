@@ -204,12 +204,12 @@ func (t *Trainer) prepareRunDir(ctx context.Context, logDir, resume string) erro
 // probeWritable writes and removes a temporary file in dir the way a save
 // does.
 func probeWritable(dir string) error {
-	err := writeCheckpointFile(filepath.Join(dir, ".fulgur-probe"), func(w io.Writer) error {
+	err := writeCheckpointFile(filepath.Join(dir, "fulgur-probe"), func(w io.Writer) error {
 		_, err := w.Write([]byte("fulgur"))
 		return err
 	})
 	if err == nil {
-		err = os.Remove(filepath.Join(dir, ".fulgur-probe"))
+		err = os.Remove(filepath.Join(dir, "fulgur-probe"))
 	}
 	if err != nil {
 		return fmt.Errorf("the run directory cannot be written, so no checkpoint or log could be saved: %w", err)
