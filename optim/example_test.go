@@ -54,3 +54,29 @@ func ExampleLookup() {
 	// optimizer "rmsprop" is unknown: use one of adam, adamw, sgd
 	// AdamConfig.Beta1 is 1.5: use a value in [0, 1), such as 0.9 (0 means 0.9)
 }
+
+// Clipping works on a gradient buffer of either dtype, or of a named type
+// with float32 or float64 underneath; across spans or ranks, sum the
+// partial SumSquares first.
+func ExampleClipGradNorm() {
+	type grad float32
+	g32 := []grad{3, -4, 12} // norm 13
+	g64 := []float64{3, -4, 12}
+	fmt.Println(optim.ClipGradNorm(g32, 6.5), g32)
+	fmt.Println(optim.ClipGradNorm(g64, 6.5), g64)
+
+	spans := [][]float64{{3, -4}, {12}}
+	var sum float64
+	for _, s := range spans {
+		sum += optim.SumSquares(s)
+	}
+	scale := optim.ClipScale(math.Sqrt(sum), 6.5)
+	for _, s := range spans {
+		optim.ScaleGrads(s, scale)
+	}
+	fmt.Printf("%.4f\n", spans)
+	// Output:
+	// 13 [1.4999999 -1.9999999 5.9999995]
+	// 13 [1.4999998846153937 -1.9999998461538582 5.999999538461575]
+	// [[1.5000 -2.0000] [6.0000]]
+}

@@ -148,7 +148,7 @@ func Check(c Case) (Result, error) {
 		if gn.Value() == nil {
 			return res, fmt.Errorf("gradient of %s has no value after the run", sIn[k].name)
 		}
-		sym[k] = values(gn.Value())
+		sym[k] = Values(gn.Value())
 		if len(sym[k]) != sIn[k].len() {
 			return res, fmt.Errorf("gradient of %s has %d elements, it has %d", sIn[k].name, len(sym[k]), sIn[k].len())
 		}
@@ -171,7 +171,7 @@ func Check(c Case) (Result, error) {
 		if err := mf.RunAll(); err != nil {
 			return 0, err
 		}
-		o := values(fout.Value())
+		o := Values(fout.Value())
 		var s float64
 		for i, v := range o {
 			s += v * dir[i]
@@ -359,8 +359,10 @@ func rounded(dt tensor.Dtype, x float64) float64 {
 	return x
 }
 
-// values copies a Value's elements out as float64.
-func values(v G.Value) []float64 {
+// Values copies the elements of a Gorgonia value (a float32 or float64
+// scalar or tensor) out as float64, for comparing results in tests of either
+// dtype. It panics on anything else.
+func Values(v G.Value) []float64 {
 	switch x := v.(type) {
 	case *G.F32:
 		return []float64{float64(*x)}
@@ -433,7 +435,7 @@ func (op *projOp) DiffWRT(int) []bool                             { return []boo
 
 func (op *projOp) Do(v ...G.Value) (G.Value, error) {
 	var s float64
-	for i, x := range values(v[0]) {
+	for i, x := range Values(v[0]) {
 		s += x * op.dir[i]
 	}
 	return scalar(v[0].Dtype(), s), nil
@@ -472,7 +474,7 @@ func (op *projGradOp) Do(v ...G.Value) (G.Value, error) {
 	case *G.F64:
 		g = float64(*x)
 	default:
-		g = values(v[0])[0]
+		g = Values(v[0])[0]
 	}
 	dt := v[0].Dtype()
 	if op.p.dims == 0 {

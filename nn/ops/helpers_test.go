@@ -59,26 +59,7 @@ func setAll(t *tensor.Dense, f func(int) float64) {
 	}
 }
 
-func vals(v G.Value) []float64 {
-	switch x := v.(type) {
-	case *G.F32:
-		return []float64{float64(*x)}
-	case *G.F64:
-		return []float64{float64(*x)}
-	case *tensor.Dense:
-		switch x.Dtype() {
-		case tensor.Float32:
-			o := make([]float64, 0, x.Shape().TotalSize())
-			for _, e := range x.Float32s() {
-				o = append(o, float64(e))
-			}
-			return o
-		case tensor.Float64:
-			return append([]float64(nil), x.Float64s()...)
-		}
-	}
-	panic(fmt.Sprintf("cannot read %T", v))
-}
+func vals(v G.Value) []float64 { return gradcheck.Values(v) }
 
 // tol is the comparison tolerance for forward values in each dtype.
 func tol(dt tensor.Dtype) float64 {
