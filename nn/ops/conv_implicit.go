@@ -22,7 +22,7 @@ import "unsafe"
 // than implicitWaste of the multiply.
 func implicitRows[T float](g *convGeom, rows, multiple int) bool {
 	var z T
-	if !useSgemmKernels || unsafe.Sizeof(z) != 4 || !g.same() || g.x1() || rows%multiple != 0 {
+	if !useAVX512 || unsafe.Sizeof(z) != 4 || !g.same() || g.x1() || rows%multiple != 0 {
 		return false
 	}
 	nb := g.chunk()

@@ -47,7 +47,7 @@ func randF32(r *rand.Rand, n int) []float32 {
 // multiple of 32 or 16, B-row counts not a multiple of 6), with and without
 // a transposed a and accumulation, and that nothing outside c's rows moves.
 func TestSgemmKernels(t *testing.T) {
-	if !useSgemmKernels {
+	if !useAVX512 {
 		t.Skip("this CPU has no AVX-512: the convolutions multiply on internal/blas (covered by the conv tests)")
 	}
 	r := rand.New(rand.NewPCG(1, 2))
@@ -140,7 +140,7 @@ func BenchmarkConvMultiplies(b *testing.B) {
 		a, bb, c := randF32(r, asz), randF32(r, bsz), make([]float32, s.m*s.n)
 		flops := 2 * float64(s.m*s.n*s.k)
 		for _, impl := range []string{"kernel", "blas"} {
-			if impl == "kernel" && !useSgemmKernels {
+			if impl == "kernel" && !useAVX512 {
 				continue
 			}
 			b.Run(s.name+"/"+impl, func(b *testing.B) {
