@@ -94,12 +94,17 @@ func stage1(g *G.ExprGraph) *G.Node {
 // The same-padded 3x3 convolutions of resnet8's three stages, forward and
 // backward, on the implicit path (conv_implicit.go) and through the column
 // matrix.
-func BenchmarkConv3x3Stage1(b *testing.B) { benchConv3x3(b, 16, 28) }
-func BenchmarkConv3x3Stage2(b *testing.B) { benchConv3x3(b, 32, 14) }
-func BenchmarkConv3x3Stage3(b *testing.B) { benchConv3x3(b, 64, 7) }
+func BenchmarkConv3x3Stage1(b *testing.B) { benchConv3x3(b, 16, 16, 28, 1) }
+func BenchmarkConv3x3Stage2(b *testing.B) { benchConv3x3(b, 32, 32, 14, 1) }
+func BenchmarkConv3x3Stage3(b *testing.B) { benchConv3x3(b, 64, 64, 7, 1) }
 
-func benchConv3x3(b *testing.B, c, hw int) {
-	defer func(w float64) { implicitWaste = w }(implicitWaste)
+// The stride-2 first convolutions of stages 2 and 3.
+func BenchmarkConv3x3Down2(b *testing.B) { benchConv3x3(b, 16, 32, 28, 2) }
+func BenchmarkConv3x3Down3(b *testing.B) { benchConv3x3(b, 32, 64, 14, 2) }
+
+func benchConv3x3(b *testing.B, c, oc, hw, stride int) {
+	defer func(w float64, o int) { implicitWaste, implicitStridedOut = w, o }(implicitWaste, implicitStridedOut)
+	implicitStridedOut = 0
 	for _, path := range []struct {
 		name  string
 		waste float64
@@ -108,8 +113,8 @@ func benchConv3x3(b *testing.B, c, hw int) {
 			implicitWaste = path.waste
 			benchGraph(b, func(g *G.ExprGraph) (*G.Node, G.Nodes) {
 				x := node(g, randT(tensor.Float32, 1, -1, 1, 64, c, hw, hw), "x")
-				w := node(g, randT(tensor.Float32, 2, -0.1, 0.1, c, c, 3, 3), "w")
-				y, _ := Conv2d(x, w, nil, Conv2dOpts{Padding: [2]int{1, 1}})
+				w := node(g, randT(tensor.Float32, 2, -0.1, 0.1, oc, c, 3, 3), "w")
+				y, _ := Conv2d(x, w, nil, Conv2dOpts{Stride: [2]int{stride, stride}, Padding: [2]int{1, 1}})
 				s, _ := SumAll(y)
 				return s, G.Nodes{x, w}
 			})

@@ -146,8 +146,8 @@ func TestRunPartsRaisesPanicsOnCaller(t *testing.T) {
 // columns outside the image and the tails the kernels read are all written
 // before they are read).
 func TestConv2dStaleScratch(t *testing.T) {
-	defer func(w float64) { implicitWaste = w }(implicitWaste)
-	implicitWaste = 1
+	defer func(w float64, o int) { implicitWaste, implicitStridedOut = w, o }(implicitWaste, implicitStridedOut)
+	implicitWaste, implicitStridedOut = 1, 0
 	poison := func(ws []convScratch) {
 		for i := range ws {
 			for _, p := range []any{ws[i].cols, ws[i].tmp, ws[i].acc} {
