@@ -203,7 +203,8 @@ func (rank0EpochLog) OnValidationEnd(ctx context.Context, s *trainer.State) erro
 	if !s.IsGlobalZero {
 		return nil
 	}
-	return s.LogMetrics(map[string]float64{"rank0_val_end": s.Metrics["val_loss"]})
+	v, _ := s.Metrics.Get("val_loss")
+	return s.LogMetrics(map[string]float64{"rank0_val_end": v})
 }
 
 // bnMLP is Linear, BatchNorm1d with ReLU, Linear: a model whose every

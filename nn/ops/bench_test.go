@@ -78,8 +78,12 @@ func benchGraph(b *testing.B, build func(g *G.ExprGraph) (*G.Node, G.Nodes)) {
 	r.run(b)
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := cpuTime()
 	for i := 0; i < b.N; i++ {
 		r.run(b)
+	}
+	if cpu := cpuTime() - cpu0; cpu > 0 {
+		b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 	}
 }
 
@@ -87,24 +91,35 @@ func stage1(g *G.ExprGraph) *G.Node {
 	return node(g, randT(tensor.Float32, 1, -1, 1, 64, 16, 28, 28), "x")
 }
 
-func BenchmarkConv3x3Stage1(b *testing.B) {
-	benchGraph(b, func(g *G.ExprGraph) (*G.Node, G.Nodes) {
-		x := stage1(g)
-		w := node(g, randT(tensor.Float32, 2, -0.1, 0.1, 16, 16, 3, 3), "w")
-		y, _ := Conv2d(x, w, nil, Conv2dOpts{Padding: [2]int{1, 1}})
-		s, _ := SumAll(y)
-		return s, G.Nodes{x, w}
-	})
-}
+// The same-padded 3x3 convolutions of resnet8's three stages, forward and
+// backward, on the implicit path (conv_implicit.go) and through the column
+// matrix.
+func BenchmarkConv3x3Stage1(b *testing.B) { benchConv3x3(b, 16, 16, 28, 1) }
+func BenchmarkConv3x3Stage2(b *testing.B) { benchConv3x3(b, 32, 32, 14, 1) }
+func BenchmarkConv3x3Stage3(b *testing.B) { benchConv3x3(b, 64, 64, 7, 1) }
 
-func BenchmarkConv3x3Stage3(b *testing.B) {
-	benchGraph(b, func(g *G.ExprGraph) (*G.Node, G.Nodes) {
-		x := node(g, randT(tensor.Float32, 1, -1, 1, 64, 64, 7, 7), "x")
-		w := node(g, randT(tensor.Float32, 2, -0.1, 0.1, 64, 64, 3, 3), "w")
-		y, _ := Conv2d(x, w, nil, Conv2dOpts{Padding: [2]int{1, 1}})
-		s, _ := SumAll(y)
-		return s, G.Nodes{x, w}
-	})
+// The stride-2 first convolutions of stages 2 and 3.
+func BenchmarkConv3x3Down2(b *testing.B) { benchConv3x3(b, 16, 32, 28, 2) }
+func BenchmarkConv3x3Down3(b *testing.B) { benchConv3x3(b, 32, 64, 14, 2) }
+
+func benchConv3x3(b *testing.B, c, oc, hw, stride int) {
+	defer func(w float64, o int) { implicitWaste, implicitStridedOut = w, o }(implicitWaste, implicitStridedOut)
+	implicitStridedOut = 0
+	for _, path := range []struct {
+		name  string
+		waste float64
+	}{{"implicit", 1}, {"columns", -1}} {
+		b.Run(path.name, func(b *testing.B) {
+			implicitWaste = path.waste
+			benchGraph(b, func(g *G.ExprGraph) (*G.Node, G.Nodes) {
+				x := node(g, randT(tensor.Float32, 1, -1, 1, 64, c, hw, hw), "x")
+				w := node(g, randT(tensor.Float32, 2, -0.1, 0.1, oc, c, 3, 3), "w")
+				y, _ := Conv2d(x, w, nil, Conv2dOpts{Stride: [2]int{stride, stride}, Padding: [2]int{1, 1}})
+				s, _ := SumAll(y)
+				return s, G.Nodes{x, w}
+			})
+		})
+	}
 }
 
 func BenchmarkBatchNormReLUStage1(b *testing.B) {

@@ -228,6 +228,7 @@ func scratch[T float](p *any, n int) []T {
 type convScratch struct {
 	cols, tmp, acc any
 	mm             mmScratch
+	ioff           []int32 // row offsets of the implicit path
 }
 
 // scratchFor returns (*ws)[:n], growing it (the only allocation) when short.
@@ -314,6 +315,10 @@ func convFwd[T float](op *convOp, xt, wt, bt, yt *tensor.Dense) {
 // chunk of images into cols, one multiply, scatter when the chunk has
 // several images. par lets the copies use the loop workers (parallelLoop).
 func convForward[T float](g *convGeom, x, w, y []T, s *convScratch, lo, hi int, par bool) {
+	if implicitRows[T](g, g.oc, 8) {
+		convForwardImplicit(g, x, w, y, s, lo, hi)
+		return
+	}
 	ckk, ohw, out := g.ckk(), g.ohw(), g.out()
 	nb := g.chunk()
 	var cols, tmp []T
@@ -661,6 +666,10 @@ func convGradWeight[T float](op *convGradWeightOp, xt, dyt, dwt *tensor.Dense) {
 // convGradWeightRange sets dw to Σ dy·colsᵀ over images [lo, hi) (whole
 // chunks; zero when empty).
 func convGradWeightRange[T float](g *convGeom, x, dy, dw []T, s *convScratch, lo, hi int, par bool) {
+	if lo < hi && implicitRows[T](g, g.oc, 4) {
+		convGradWeightImplicit(g, x, dy, dw, s, lo, hi)
+		return
+	}
 	ckk, ohw, out := g.ckk(), g.ohw(), g.out()
 	nb := g.chunk()
 	var cols, dyc []T

@@ -31,6 +31,18 @@ var convCases = []convCase{
 	{n: 1, c: 2, h: 3, w: 3, oc: 2, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{2, 2}, Dilation: [2]int{2, 2}}},
 	{n: 5, c: 2, h: 4, w: 4, oc: 3, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}, bias: true}, // chunks of 3 and 2 at 40 columns
 	{n: 2, c: 1, h: 5, w: 4, oc: 3, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}},             // same, input gradient through col2im
+	// Channel counts the float32 kernels of sgemm.go take (rows a multiple
+	// of 8): implicit (same), through the column matrix (strided), dilated
+	// implicit with an input gradient on the BLAS (4 rows), a stem.
+	{n: 3, c: 8, h: 6, w: 5, oc: 16, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}, bias: true},
+	{n: 2, c: 8, h: 7, w: 7, oc: 8, kh: 3, kw: 3, o: Conv2dOpts{Stride: [2]int{2, 2}, Padding: [2]int{1, 1}}},
+	{n: 2, c: 4, h: 6, w: 7, oc: 8, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{2, 2}, Dilation: [2]int{2, 2}}},
+	{n: 2, c: 1, h: 5, w: 6, oc: 8, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}},
+	{n: 5, c: 8, h: 4, w: 4, oc: 8, kh: 3, kw: 5, o: Conv2dOpts{Padding: [2]int{1, 2}}, bias: true},
+	// Strided and dilated on the implicit path's phase planes.
+	{n: 2, c: 3, h: 8, w: 9, oc: 4, kh: 3, kw: 2, o: Conv2dOpts{Stride: [2]int{2, 3}, Padding: [2]int{2, 1}, Dilation: [2]int{2, 1}}},
+	{n: 3, c: 2, h: 9, w: 8, oc: 8, kh: 3, kw: 3, o: Conv2dOpts{Stride: [2]int{2, 3}, Padding: [2]int{1, 2}, Dilation: [2]int{1, 2}}, bias: true},
+	{n: 2, c: 2, h: 6, w: 6, oc: 8, kh: 3, kw: 3},
 }
 
 // convRef is a direct 7-loop convolution.
@@ -90,13 +102,18 @@ func (c convCase) build(g *G.ExprGraph, in []*G.Node) (*G.Node, error) {
 }
 
 // withColumns runs f with the chunk width set so that several images (and a
-// remainder) share one multiply, then with one image per multiply.
+// remainder) share one multiply, then with one image per multiply; each on
+// the implicit path wherever the kernels take it (conv_implicit.go), then
+// never on it.
 func withColumns(t *testing.T, f func(t *testing.T)) {
-	old := convColumns
-	defer func() { convColumns = old }()
+	old, oldWaste, oldOut := convColumns, implicitWaste, implicitStridedOut
+	defer func() { convColumns, implicitWaste, implicitStridedOut = old, oldWaste, oldOut }()
+	implicitStridedOut = 0
 	for _, cols := range []int{40, 1} {
-		convColumns = cols
-		t.Run(fmt.Sprintf("columns=%d", cols), f)
+		for _, waste := range []float64{1, -1} {
+			convColumns, implicitWaste = cols, waste
+			t.Run(fmt.Sprintf("columns=%d/implicit=%v", cols, waste > 0), f)
+		}
 	}
 }
 

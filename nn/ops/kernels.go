@@ -16,6 +16,11 @@ import (
 func maskPos[T float](y, dy, dx []T) {
 	var z T
 	if unsafe.Sizeof(z) == 4 {
+		if useAVX512 && len(y) > 0 {
+			dy, dx = dy[:len(y)], dx[:len(y)]
+			maskPos32AVX(f32p(y), f32p(dy), f32p(dx), len(y))
+			return
+		}
 		maskPos32(f32s(y), f32s(dy), f32s(dx))
 		return
 	}
@@ -61,6 +66,10 @@ func sum[T float](x []T) float64 {
 // (one plane of an image is at most a few thousand elements; the shift keeps
 // the terms small) and returns float64 for the caller to sum planes in.
 func shiftedSums[T float](x []T, k T) (s, sq float64) {
+	if is32[T]() && useAVX512 && len(x) > 0 {
+		s32, sq32 := shiftedSums32(f32p(x), len(x), float32(k))
+		return float64(s32), float64(sq32)
+	}
 	var s0, s1, s2, s3, q0, q1, q2, q3 T
 	i := 0
 	for ; i+4 <= len(x); i += 4 {
@@ -85,6 +94,10 @@ func shiftedSums[T float](x []T, k T) (s, sq float64) {
 // dotSums is Σd and Σd·x, accumulated as shiftedSums.
 func dotSums[T float](d, x []T) (s, sx float64) {
 	x = x[:len(d)]
+	if is32[T]() && useAVX512 && len(d) > 0 {
+		s32, sx32 := dotSums32(f32p(d), f32p(x), len(d))
+		return float64(s32), float64(sx32)
+	}
 	var s0, s1, s2, s3, p0, p1, p2, p3 T
 	i := 0
 	for ; i+4 <= len(d); i += 4 {
@@ -112,3 +125,17 @@ func maskPosPar[T float](y, dy, dx []T) {
 	}
 	maskPos(y, dy, dx)
 }
+
+// is32 reports whether T is float32.
+func is32[T float]() bool {
+	var z T
+	return unsafe.Sizeof(z) == 4
+}
+
+// f32p is the address of s[0] as a *float32 (s is a non-empty []float32).
+func f32p[T float](s []T) *float32 { return (*float32)(unsafe.Pointer(unsafe.SliceData(s))) }
+
+// The AVX-512 loops (elem_amd64.s) sum in 16 lanes (32 for the sums) instead
+// of the Go loops' 4, and fuse multiply-adds: other bits than the Go loops,
+// the same on every run and for every worker count (work is split by plane or
+// index range, as for the Go loops).

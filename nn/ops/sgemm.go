@@ -49,7 +49,7 @@ func grow32(s []int32, n int) []int32 {
 // (4 for a transposed b)), else on internal/blas.
 func mm[T float](s *mmScratch, tA, tB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
 	var z T
-	if !useSgemmKernels || unsafe.Sizeof(z) != 4 || alpha != 1 || (beta != 0 && beta != 1) ||
+	if !useAVX512 || unsafe.Sizeof(z) != 4 || alpha != 1 || (beta != 0 && beta != 1) ||
 		m == 0 || n == 0 || k == 0 || int64(k)*int64(max(ldb, n)) >= 1<<31 {
 		gemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return

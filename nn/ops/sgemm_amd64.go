@@ -4,12 +4,32 @@ package ops
 
 import "golang.org/x/sys/cpu"
 
-// useSgemmKernels selects the AVX-512 kernels of sgemm_amd64.s for float32
-// convolutions; a variable so tests can compare them with the BLAS.
-var useSgemmKernels = cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ && cpu.X86.HasAVX512VL
+// useAVX512 selects the AVX-512 kernels of sgemm_amd64.s (the float32
+// convolution multiplies) and elem_amd64.s (the float32 normalisation and
+// activation loops); a variable so tests can compare them with the Go loops
+// and the BLAS.
+var useAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ && cpu.X86.HasAVX512VL
 
 //go:noescape
 func sgemmNN8x32(k int, ap, b *float32, boff *int32, c *float32, ldc int, mask uint32, acc int)
 
 //go:noescape
 func sgemmNT4x6(n16 int, tail uint32, a *float32, lda int, b *float32, boff *int32, c *float32, ldc int, acc int)
+
+//go:noescape
+func affine32(x, y *float32, n int, s, b float32, relu int)
+
+//go:noescape
+func addRelu32(a, b, y *float32, n int)
+
+//go:noescape
+func maskPos32AVX(y, dy, dx *float32, n int)
+
+//go:noescape
+func lincomb32(d, x, out *float32, n int, a, b, k float32)
+
+//go:noescape
+func shiftedSums32(x *float32, n int, k float32) (s, sq float32)
+
+//go:noescape
+func dotSums32(d, x *float32, n int) (s, sx float32)

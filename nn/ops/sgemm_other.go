@@ -2,9 +2,9 @@
 
 package ops
 
-// useSgemmKernels is false where sgemm_amd64.s does not build: every
+// useAVX512 is false where sgemm_amd64.s does not build: every
 // multiply goes through internal/blas.
-var useSgemmKernels = false
+var useAVX512 = false
 
 func sgemmNN8x32(int, *float32, *float32, *int32, *float32, int, uint32, int) {
 	panic("ops: sgemmNN8x32 without AVX-512 kernels")
@@ -13,3 +13,12 @@ func sgemmNN8x32(int, *float32, *float32, *int32, *float32, int, uint32, int) {
 func sgemmNT4x6(int, uint32, *float32, int, *float32, *int32, *float32, int, int) {
 	panic("ops: sgemmNT4x6 without AVX-512 kernels")
 }
+
+func affine32(*float32, *float32, int, float32, float32, int) { panic("ops: no AVX-512") }
+func addRelu32(*float32, *float32, *float32, int)             { panic("ops: no AVX-512") }
+func maskPos32AVX(*float32, *float32, *float32, int)          { panic("ops: no AVX-512") }
+func lincomb32(*float32, *float32, *float32, int, float32, float32, float32) {
+	panic("ops: no AVX-512")
+}
+func shiftedSums32(*float32, int, float32) (float32, float32) { panic("ops: no AVX-512") }
+func dotSums32(*float32, *float32, int) (float32, float32)    { panic("ops: no AVX-512") }

@@ -47,7 +47,7 @@ func randF32(r *rand.Rand, n int) []float32 {
 // multiple of 32 or 16, B-row counts not a multiple of 6), with and without
 // a transposed a and accumulation, and that nothing outside c's rows moves.
 func TestSgemmKernels(t *testing.T) {
-	if !useSgemmKernels {
+	if !useAVX512 {
 		t.Skip("this CPU has no AVX-512: the convolutions multiply on package blas (covered by the conv tests)")
 	}
 	r := rand.New(rand.NewPCG(1, 2))
@@ -106,9 +106,9 @@ func TestSgemmKernels(t *testing.T) {
 
 // BenchmarkConvMultiplies times resnet8's convolution multiplies (batch
 // chunk shapes, float32) on this package's kernels and on the BLAS programs
-// choose, in GFLOP per wall and per CPU second (the second moves less with
-// other load on a shared machine): how far each is from the machine's peak.
-// Run with GOMAXPROCS=1 so that the CPU second is one core's.
+// choose, in GFLOP/s on one core (GOMAXPROCS=1): how far each is from a
+// core's peak (about 200, BENCHMARKS.md). On a shared machine the best of
+// several runs is the figure; others lost the core part of the time.
 //
 //	go test ./nn/ops -run '^$' -bench ConvMultiplies
 func BenchmarkConvMultiplies(b *testing.B) {
@@ -140,12 +140,11 @@ func BenchmarkConvMultiplies(b *testing.B) {
 		a, bb, c := randF32(r, asz), randF32(r, bsz), make([]float32, s.m*s.n)
 		flops := 2 * float64(s.m*s.n*s.k)
 		for _, impl := range []string{"kernel", "blas"} {
-			if impl == "kernel" && !useSgemmKernels {
+			if impl == "kernel" && !useAVX512 {
 				continue
 			}
 			b.Run(s.name+"/"+impl, func(b *testing.B) {
 				var sc mmScratch
-				cpu0 := cpuTime()
 				for i := 0; i < b.N; i++ {
 					if impl == "kernel" {
 						mm(&sc, s.tA, s.tB, s.m, s.n, s.k, 1, a, lda, bb, ldb, 0, c, s.n)
@@ -154,9 +153,6 @@ func BenchmarkConvMultiplies(b *testing.B) {
 					}
 				}
 				b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-				if cpu := (cpuTime() - cpu0).Seconds(); cpu > 0 {
-					b.ReportMetric(flops*float64(b.N)/cpu/1e9, "GFLOP/cpu-s")
-				}
 			})
 		}
 	}

@@ -1,0 +1,208 @@
+package ops
+
+import "unsafe"
+
+// Implicit convolutions: a convolution larger than 1x1 (3x3 with padding 1,
+// say) multiplies straight from a zero-padded copy of its input, with no
+// column matrix. Lay each channel's
+// image out on an Hp×Wp plane (the image in the middle, zeros around it):
+// the output at grid position q = oy·Wp + ox reads, for kernel offset
+// (ki, kj), the plane at q + ki·dh·Wp + kj·dw, so row (c, ki, kj) of the
+// column matrix is the plane itself shifted by a fixed offset. The kernels
+// of sgemm.go read B rows through a table of such offsets. The grid has Wp
+// columns a row where the image has W (the extra ones are computed and
+// dropped: 7% more work at 28x28, 14% at 14x14) and the copy in and out is
+// about twice the image instead of KH·KW times it (im2col). A chunk of
+// images sits side by side in each channel's row of planes, so that one
+// multiply covers them all.
+
+// Strided convolutions split the padded input into SH·SW phase planes
+// (rows ≡ a mod SH, columns ≡ b mod SW), each Hq×Wq: tap (ki, kj) of output
+// (oy, ox) then reads phase ((ki·dh) mod SH, (kj·dw) mod SW) at row
+// oy + ⌊ki·dh/SH⌋, column ox + ⌊kj·dw/SW⌋, again a fixed shift of the grid
+// position q = oy·Wq + ox.
+
+// implicitRows is whether a float32 multiply with rows rows on geometry g
+// can run implicit: this package's kernels are in use and take that many
+// rows (a multiple of multiple), the kernel is larger than 1x1, and the grid
+// wastes no more than implicitWaste of the multiply.
+func implicitRows[T float](g *convGeom, rows, multiple int) bool {
+	var z T
+	if !useAVX512 || unsafe.Sizeof(z) != 4 || g.kh*g.kw == 1 || rows%multiple != 0 {
+		return false
+	}
+	if g.sh*g.sw > 1 && g.ohw() < implicitStridedOut {
+		return false
+	}
+	nb := g.chunk()
+	_, pq, wq, _ := g.phases()
+	q := (nb-1)*pq + g.oh*wq
+	return float64(nb*g.ohw()) >= (1-implicitWaste)*float64(q)
+}
+
+// implicitWaste is the largest share of a multiply's columns the grid may
+// waste for the implicit path to be taken. resnet8's same-padded stages
+// waste 7% (28x28), 18% (14x14, 2 images a chunk) and 38% (7x7, 8 images),
+// and each still ran faster than through the column matrix, forward and
+// backward: 7.0-7.6 against 8.7-10.3, 6.7-7.6 against 8.0-9.2 and 8.1-9.0
+// against 8.8-9.7 CPU ms (go test ./nn/ops -run '^$' -bench Conv3x3
+// -benchtime 60x, GOMAXPROCS=1, three runs, load 17-19).
+var implicitWaste = 0.5
+
+// implicitStridedOut is the least output plane (pixels) a strided
+// convolution takes the implicit path at: splitting small images into phase
+// planes costs more than the column matrix. resnet8's 28x28 -> 14x14
+// convolution ran faster implicit (7.3-7.8 against 7.9-8.7 CPU ms forward and
+// backward), its 14x14 -> 7x7 one slower (5.6-6.4 against 4.8-5.2; go test
+// ./nn/ops -run '^$' -bench Conv3x3Down -benchtime 40x, GOMAXPROCS=1, three
+// runs, load 14-18).
+var implicitStridedOut = 100
+
+// phases is the layout of the implicit path: the padded input's phase
+// planes are Hq×Wq (pq elements, wq a row), and each phase's planes of a
+// chunk lie pstride apart (nb planes and the tail the last grid columns
+// read); a channel's phases lie SH·SW·pstride apart.
+func (g *convGeom) phases() (hq, pq, wq, pstride int) {
+	hq = (g.h + 2*g.ph + g.sh - 1) / g.sh
+	wq = (g.w + 2*g.pw + g.sw - 1) / g.sw
+	pq = hq * wq
+	return hq, pq, wq, g.chunk()*pq + g.tail()
+}
+
+// tail is how far past its last plane the grid reads a phase.
+func (g *convGeom) tail() int { return (g.kw - 1) * g.dw / g.sw }
+
+// padSize is the padded input of a chunk: every channel's phases.
+func (g *convGeom) padSize() int {
+	_, _, _, ps := g.phases()
+	return g.c * g.sh * g.sw * ps
+}
+
+// implicitOffsets sets s.ioff to the offset of row (c, ki, kj) of the
+// virtual column matrix in the padded input.
+func implicitOffsets(g *convGeom, s *convScratch) []int32 {
+	_, _, wq, ps := g.phases()
+	s.ioff = grow32(s.ioff, g.ckk())
+	for c := 0; c < g.c; c++ {
+		for ki := 0; ki < g.kh; ki++ {
+			for kj := 0; kj < g.kw; kj++ {
+				y, x := ki*g.dh, kj*g.dw
+				ph := (c*g.sh+y%g.sh)*g.sw + x%g.sw
+				s.ioff[(c*g.kh+ki)*g.kw+kj] = int32(ph*ps + y/g.sh*wq + x/g.sw)
+			}
+		}
+	}
+	return s.ioff
+}
+
+// padChunk writes images n0..n0+m of x into xp: channel c of image i, padded,
+// on its phase planes, zeros around the image and in each phase's tail.
+func padChunk[T float](g *convGeom, x, xp []T, n0, m int) {
+	_, pq, wq, ps := g.phases()
+	hw, in, np := g.h*g.w, g.in(), g.sh*g.sw
+	for c := 0; c < g.c; c++ {
+		for i := 0; i < m; i++ {
+			src := x[(n0+i)*in+c*hw : (n0+i)*in+(c+1)*hw]
+			if np == 1 {
+				plane := xp[c*ps+i*pq : c*ps+(i+1)*pq]
+				at := g.ph*wq + g.pw
+				clear(plane[:at])
+				for y := 0; y < g.h; y++ {
+					copy(plane[at:at+g.w], src[y*g.w:(y+1)*g.w])
+					next := at + wq
+					clear(plane[at+g.w : min(next, pq)])
+					at = next
+				}
+				clear(plane[min(at-g.pw, pq):])
+				continue
+			}
+			for ph := 0; ph < np; ph++ {
+				b := (c*np+ph)*ps + i*pq
+				clear(xp[b : b+pq])
+			}
+			for y := 0; y < g.h; y++ {
+				yy := y + g.ph
+				row := src[y*g.w : (y+1)*g.w]
+				for b := 0; b < g.sw; b++ {
+					// Padded columns X ≡ b (mod SW) from the first inside
+					// the image: X = b + t·SW lands at column t.
+					t := (max(g.pw-b, 0) + g.sw - 1) / g.sw
+					xx := b + t*g.sw - g.pw
+					if xx >= g.w {
+						continue
+					}
+					ph := (c*g.sh+yy%g.sh)*g.sw + b
+					dst := xp[ph*ps+i*pq+yy/g.sh*wq+t : ph*ps+i*pq+(yy/g.sh+1)*wq]
+					for j := 0; xx < g.w; j, xx = j+1, xx+g.sw {
+						dst[j] = row[xx]
+					}
+				}
+			}
+		}
+		for ph := 0; ph < np; ph++ {
+			b := (c*np+ph)*ps + m*pq
+			clear(xp[b : b+g.tail()])
+		}
+	}
+}
+
+// convForwardImplicit is convForward for images [lo, hi) on the implicit
+// path: y = w ⊛ x, one multiply a chunk into the grid, then the grid's
+// image columns into y.
+func convForwardImplicit[T float](g *convGeom, x, w, y []T, s *convScratch, lo, hi int) {
+	nb, ckk, ohw, out := g.chunk(), g.ckk(), g.ohw(), g.out()
+	_, p, wp, _ := g.phases()
+	xp := scratch[float32](&s.cols, g.padSize())
+	grid := scratch[float32](&s.tmp, g.oc*((nb-1)*p+g.oh*wp))
+	off := implicitOffsets(g, s)
+	x32, y32 := f32s(x), f32s(y)
+	for n0 := lo; n0 < hi; n0 += nb {
+		m := min(nb, hi-n0)
+		q := (m-1)*p + g.oh*wp
+		padChunk(g, x32, xp, n0, m)
+		sgemmNN(&s.mm, false, g.oc, q, ckk, f32s(w), ckk, xp, off, grid, q, false)
+		for i := 0; i < m; i++ {
+			for o := 0; o < g.oc; o++ {
+				dst := y32[(n0+i)*out+o*ohw : (n0+i)*out+(o+1)*ohw]
+				src := grid[o*q+i*p:]
+				for r := 0; r < g.oh; r++ {
+					copy(dst[r*g.ow:(r+1)*g.ow], src[r*wp:r*wp+g.ow])
+				}
+			}
+		}
+	}
+}
+
+// convGradWeightImplicit is convGradWeightRange on the implicit path: dw =
+// Σ over chunks of dy (laid on the grid, zero in the columns and rows
+// outside the image) times the shifted planes of the padded input.
+func convGradWeightImplicit[T float](g *convGeom, x, dy, dw []T, s *convScratch, lo, hi int) {
+	nb, ckk, ohw, out := g.chunk(), g.ckk(), g.ohw(), g.out()
+	_, p, wp, _ := g.phases()
+	xp := scratch[float32](&s.cols, g.padSize())
+	grid := scratch[float32](&s.tmp, g.oc*((nb-1)*p+g.oh*wp))
+	off := implicitOffsets(g, s)
+	x32, dy32, dw32 := f32s(x), f32s(dy), f32s(dw)
+	acc := false
+	for n0 := lo; n0 < hi; n0 += nb {
+		m := min(nb, hi-n0)
+		q := (m-1)*p + g.oh*wp
+		padChunk(g, x32, xp, n0, m)
+		for o := 0; o < g.oc; o++ {
+			row := grid[o*q : (o+1)*q]
+			for i := 0; i < m; i++ {
+				src := dy32[(n0+i)*out+o*ohw : (n0+i)*out+(o+1)*ohw]
+				dst := row[i*p:]
+				for r := 0; r < g.oh; r++ {
+					copy(dst[r*wp:r*wp+g.ow], src[r*g.ow:(r+1)*g.ow])
+					clear(dst[r*wp+g.ow : (r+1)*wp])
+				}
+				if i < m-1 {
+					clear(dst[g.oh*wp : p])
+				}
+			}
+		}
+		sgemmNT(&s.mm, g.oc, ckk, q, grid, q, xp, off, dw32, ckk, acc)
+		acc = true
+	}
+}

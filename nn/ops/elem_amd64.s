@@ -1,0 +1,262 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// float32 elementwise kernels of kernels.go, AVX-512: 16 lanes a step and a
+// masked tail (no element outside [0, n) is read or written). Go's operand
+// order: VMAXPS a, b, dst is dst = b > a ? b : a, which returns a when
+// either is NaN, so the input goes first to let NaN through as Go's max does.
+
+// Sets K1 to the low n%16 lanes in DX (n in CX), or jumps to done when none.
+#define TAILMASK(done) \
+	MOVQ  CX, DX \
+	ANDQ  $15, DX \
+	JZ    done \
+	MOVL  $1, R11 \
+	SHLXL DX, R11, R11 \
+	DECL  R11 \
+	KMOVW R11, K1
+
+// func affine32(x, y *float32, n int, s, b float32, relu int)
+// y[i] = x[i]·s + b, then max(·, 0) when relu != 0.
+TEXT ·affine32(SB), NOSPLIT, $0-40
+	MOVQ x+0(FP), SI
+	MOVQ y+8(FP), DI
+	MOVQ n+16(FP), CX
+	VBROADCASTSS s+24(FP), Z1
+	VBROADCASTSS b+28(FP), Z2
+	MOVQ relu+32(FP), R8
+	VPXORD Z3, Z3, Z3
+	MOVQ CX, R9
+	SHRQ $4, R9
+	XORQ BX, BX
+	TESTQ R9, R9
+	JZ   afftail
+affloop:
+	VMOVUPS (SI)(BX*1), Z0
+	VFMADD213PS Z2, Z1, Z0 // Z0 = Z0·Z1 + Z2
+	TESTQ R8, R8
+	JZ   2(PC)
+	VMAXPS Z0, Z3, Z0
+	VMOVUPS Z0, (DI)(BX*1)
+	ADDQ $64, BX
+	DECQ R9
+	JNZ  affloop
+afftail:
+	TAILMASK(affdone)
+	VMOVUPS.Z (SI)(BX*1), K1, Z0
+	VFMADD213PS Z2, Z1, Z0
+	TESTQ R8, R8
+	JZ   2(PC)
+	VMAXPS Z0, Z3, Z0
+	VMOVUPS Z0, K1, (DI)(BX*1)
+affdone:
+	VZEROUPPER
+	RET
+
+// func addRelu32(a, b, y *float32, n int)
+// y[i] = max(a[i] + b[i], 0).
+TEXT ·addRelu32(SB), NOSPLIT, $0-32
+	MOVQ a+0(FP), SI
+	MOVQ b+8(FP), R10
+	MOVQ y+16(FP), DI
+	MOVQ n+24(FP), CX
+	VPXORD Z3, Z3, Z3
+	MOVQ CX, R9
+	SHRQ $4, R9
+	XORQ BX, BX
+	TESTQ R9, R9
+	JZ   artail
+arloop:
+	VMOVUPS (SI)(BX*1), Z0
+	VADDPS  (R10)(BX*1), Z0, Z0
+	VMAXPS  Z0, Z3, Z0
+	VMOVUPS Z0, (DI)(BX*1)
+	ADDQ $64, BX
+	DECQ R9
+	JNZ  arloop
+artail:
+	TAILMASK(ardone)
+	VMOVUPS.Z (SI)(BX*1), K1, Z0
+	VMOVUPS.Z (R10)(BX*1), K1, Z1
+	VADDPS  Z1, Z0, Z0
+	VMAXPS  Z0, Z3, Z0
+	VMOVUPS Z0, K1, (DI)(BX*1)
+ardone:
+	VZEROUPPER
+	RET
+
+// func maskPos32AVX(y, dy, dx *float32, n int)
+// dx[i] = dy[i] where y[i] is not ≤ 0 (positive or NaN), else +0.
+TEXT ·maskPos32AVX(SB), NOSPLIT, $0-32
+	MOVQ y+0(FP), SI
+	MOVQ dy+8(FP), R10
+	MOVQ dx+16(FP), DI
+	MOVQ n+24(FP), CX
+	VPXORD Z3, Z3, Z3
+	MOVQ CX, R9
+	SHRQ $4, R9
+	XORQ BX, BX
+	TESTQ R9, R9
+	JZ   mptail
+mploop:
+	VMOVUPS (SI)(BX*1), Z0
+	VCMPPS  $0x16, Z3, Z0, K2 // NLE_UQ: not (y ≤ 0)
+	VMOVUPS.Z (R10)(BX*1), K2, Z1
+	VMOVUPS Z1, (DI)(BX*1)
+	ADDQ $64, BX
+	DECQ R9
+	JNZ  mploop
+mptail:
+	TAILMASK(mpdone)
+	VMOVUPS.Z (SI)(BX*1), K1, Z0
+	VCMPPS  $0x16, Z3, Z0, K1, K2
+	VMOVUPS.Z (R10)(BX*1), K2, Z1
+	VMOVUPS Z1, K1, (DI)(BX*1)
+mpdone:
+	VZEROUPPER
+	RET
+
+// func lincomb32(d, x, out *float32, n int, a, b, k float32)
+// out[i] = a·d[i] + b·x[i] + k.
+TEXT ·lincomb32(SB), NOSPLIT, $0-44
+	MOVQ d+0(FP), SI
+	MOVQ x+8(FP), R10
+	MOVQ out+16(FP), DI
+	MOVQ n+24(FP), CX
+	VBROADCASTSS a+32(FP), Z4
+	VBROADCASTSS b+36(FP), Z5
+	VBROADCASTSS k+40(FP), Z6
+	MOVQ CX, R9
+	SHRQ $4, R9
+	XORQ BX, BX
+	TESTQ R9, R9
+	JZ   lctail
+lcloop:
+	VMOVUPS (R10)(BX*1), Z0
+	VMULPS  Z5, Z0, Z0
+	VMOVUPS (SI)(BX*1), Z1
+	VFMADD231PS Z4, Z1, Z0 // Z0 += d·a
+	VADDPS  Z6, Z0, Z0
+	VMOVUPS Z0, (DI)(BX*1)
+	ADDQ $64, BX
+	DECQ R9
+	JNZ  lcloop
+lctail:
+	TAILMASK(lcdone)
+	VMOVUPS.Z (R10)(BX*1), K1, Z0
+	VMULPS  Z5, Z0, Z0
+	VMOVUPS.Z (SI)(BX*1), K1, Z1
+	VFMADD231PS Z4, Z1, Z0
+	VADDPS  Z6, Z0, Z0
+	VMOVUPS Z0, K1, (DI)(BX*1)
+lcdone:
+	VZEROUPPER
+	RET
+
+// Sums the 16 lanes of z into the float at off(FP) (fixed tree order).
+#define HSUM(z, y, x, dst) \
+	VEXTRACTF32X8 $1, z, Y30 \
+	VADDPS        Y30, y, Y30 \
+	VEXTRACTF32X4 $1, Y30, X31 \
+	VADDPS        X31, X30, X30 \
+	VPERMILPS     $0x4E, X30, X31 \
+	VADDPS        X31, X30, X30 \
+	VPERMILPS     $0xB1, X30, X31 \
+	VADDSS        X31, X30, X30 \
+	VMOVSS        X30, dst
+
+// func shiftedSums32(x *float32, n int, k float32) (s, sq float32)
+// Σ(x-k) and Σ(x-k)², in two 16-lane accumulators each.
+TEXT ·shiftedSums32(SB), NOSPLIT, $0-32
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	VBROADCASTSS k+16(FP), Z4
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	MOVQ CX, R9
+	SHRQ $5, R9
+	XORQ BX, BX
+	TESTQ R9, R9
+	JZ   sshalf
+ssloop:
+	VMOVUPS (SI)(BX*1), Z5
+	VMOVUPS 64(SI)(BX*1), Z6
+	VSUBPS  Z4, Z5, Z5
+	VSUBPS  Z4, Z6, Z6
+	VADDPS  Z5, Z0, Z0
+	VADDPS  Z6, Z1, Z1
+	VFMADD231PS Z5, Z5, Z2
+	VFMADD231PS Z6, Z6, Z3
+	ADDQ $128, BX
+	DECQ R9
+	JNZ  ssloop
+sshalf:
+	TESTQ $16, CX
+	JZ   sstail
+	VMOVUPS (SI)(BX*1), Z5
+	VSUBPS  Z4, Z5, Z5
+	VADDPS  Z5, Z0, Z0
+	VFMADD231PS Z5, Z5, Z2
+	ADDQ $64, BX
+sstail:
+	TAILMASK(ssdone)
+	VMOVUPS.Z (SI)(BX*1), K1, Z5
+	VSUBPS.Z Z4, Z5, K1, Z5
+	VADDPS  Z5, Z1, Z1
+	VFMADD231PS Z5, Z5, Z3
+ssdone:
+	VADDPS Z1, Z0, Z0
+	VADDPS Z3, Z2, Z2
+	HSUM(Z0, Y0, X0, s+24(FP))
+	HSUM(Z2, Y2, X2, sq+28(FP))
+	VZEROUPPER
+	RET
+
+// func dotSums32(d, x *float32, n int) (s, sx float32)
+// Σd and Σd·x, in two 16-lane accumulators each.
+TEXT ·dotSums32(SB), NOSPLIT, $0-32
+	MOVQ d+0(FP), SI
+	MOVQ x+8(FP), R10
+	MOVQ n+16(FP), CX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	MOVQ CX, R9
+	SHRQ $5, R9
+	XORQ BX, BX
+	TESTQ R9, R9
+	JZ   dshalf
+dsloop:
+	VMOVUPS (SI)(BX*1), Z5
+	VMOVUPS 64(SI)(BX*1), Z6
+	VADDPS  Z5, Z0, Z0
+	VADDPS  Z6, Z1, Z1
+	VFMADD231PS (R10)(BX*1), Z5, Z2
+	VFMADD231PS 64(R10)(BX*1), Z6, Z3
+	ADDQ $128, BX
+	DECQ R9
+	JNZ  dsloop
+dshalf:
+	TESTQ $16, CX
+	JZ   dstail
+	VMOVUPS (SI)(BX*1), Z5
+	VADDPS  Z5, Z0, Z0
+	VFMADD231PS (R10)(BX*1), Z5, Z2
+	ADDQ $64, BX
+dstail:
+	TAILMASK(dsdone)
+	VMOVUPS.Z (SI)(BX*1), K1, Z5
+	VMOVUPS.Z (R10)(BX*1), K1, Z6
+	VADDPS  Z5, Z1, Z1
+	VFMADD231PS Z6, Z5, Z3
+dsdone:
+	VADDPS Z1, Z0, Z0
+	VADDPS Z3, Z2, Z2
+	HSUM(Z0, Y0, X0, s+24(FP))
+	HSUM(Z2, Y2, X2, sx+28(FP))
+	VZEROUPPER
+	RET
