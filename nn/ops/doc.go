@@ -19,7 +19,12 @@
 //   - Shapes are checked when the graph is built, with errors naming both
 //     shapes; the values bound at run time are checked again (a batch of the
 //     wrong size is an error, not memory corruption).
-//   - Matrix multiplies go through blas.
+//   - Matrix multiplies go through blas, except the float32
+//     convolutions' where the CPU has AVX-512: those run on this package's
+//     kernels (sgemm_amd64.s), from a zero-padded copy of the input rather
+//     than a column matrix where that is faster (conv_implicit.go); the
+//     float32 normalisation and activation loops use AVX-512 too
+//     (elem_amd64.s). Elsewhere, and for float64, the Go loops and the BLAS.
 //   - Convolutions split their batch between Workers() goroutines (the
 //     plan of blas: cores over local ranks over BLAS threads;
 //     SetImageWorkers), whole image chunks each, so that a
@@ -29,6 +34,6 @@
 //     normalisation and activations split the same way (SetLoopWorkers),
 //     with results independent of the worker count.
 //
-// ops imports only Gorgonia, tensor and blas; never trainer,
-// strategy or module.
+// ops imports only Gorgonia, tensor, blas and golang.org/x/sys/cpu
+// (to detect AVX-512); never trainer, strategy or module.
 package ops
