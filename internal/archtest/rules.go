@@ -80,7 +80,7 @@ var Rules = []Rule{
 		From:   []string{"internal/..."},
 		Forbid: []string{"trainer/...", "callbacks/...", "cli/...", "strategy/...", "module/...", "nn/...", "optim/..."},
 		Says:   "internal/ holds only the lowest layers",
-		Doc:    "DESIGN.md Layers; internal/blas/doc.go",
+		Doc:    "DESIGN.md Layers",
 	},
 	{
 		From:   []string{"*/..."},

@@ -6,7 +6,7 @@ import (
 )
 
 // The convolutions' float32 multiplies run on kernels of this package where
-// the CPU has AVX-512 (sgemm_amd64.s), not on internal/blas: their shapes
+// the CPU has AVX-512 (sgemm_amd64.s), not on package blas: their shapes
 // (16 to 64 rows, a few hundred columns per image) are where a BLAS spends
 // more time packing operands and handling edges than multiplying (BLIS ran
 // resnet8's stage-1 multiplies at 11-86 GFLOP/s of about 200 a core). The
@@ -46,7 +46,7 @@ func grow32(s []int32, n int) []int32 {
 // mm is gemm (c = alpha·op(a)·op(b) + beta·c, row-major) for the
 // convolutions: on this package's kernels when they take it (float32,
 // alpha 1, beta 0 or 1, no transposed b with a transposed a, 8 rows at a time
-// (4 for a transposed b)), else on internal/blas.
+// (4 for a transposed b)), else on package blas.
 func mm[T float](s *mmScratch, tA, tB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
 	var z T
 	if !useAVX512 || unsafe.Sizeof(z) != 4 || alpha != 1 || (beta != 0 && beta != 1) ||

@@ -3,7 +3,7 @@
 package ops
 
 // useAVX512 is false where sgemm_amd64.s does not build: every
-// multiply goes through internal/blas.
+// multiply goes through package blas.
 var useAVX512 = false
 
 func sgemmNN8x32(int, *float32, *float32, *int32, *float32, int, uint32, int) {
