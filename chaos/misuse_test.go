@@ -82,7 +82,7 @@ func TestEpochEndLogging(t *testing.T) {
 // fail with an error, within the timeout; never a hang.
 func TestUnevenBatchesSyncBatchNorm(t *testing.T) {
 	r := row{section: sectionMis, fault: "uneven batches per rank (24 and 20, UseDistributedSampler off) with SyncBatchNorm",
-		phase: "end of rank 1's epoch"}
+		phase: "start of epoch 0 (the ranks compare their batch counts)"}
 	defer recordRow(t, &r)
 	marker, root := newMarker(t), t.TempDir()
 	began := time.Now()

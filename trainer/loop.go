@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/fulgur-ml/fulgur/data"
@@ -98,6 +99,9 @@ func (f *fitRun) epoch(ctx context.Context, epoch int) error {
 		return err
 	}
 	nb := f.numBatches(epoch)
+	if err := f.agreeBatches(ctx, epoch, nb); err != nil {
+		return err
+	}
 	first := min(r.Batch, nb)
 	if first > 0 && t.resumeBS > 0 && t.resumeBS != t.trainBS {
 		t.cfg.Log.Warn().Int("checkpoint_batch_size", t.resumeBS).Int("batch_size", t.trainBS).Msg("resuming mid-epoch with another batch size: the rest of the epoch is not the interrupted run's")
@@ -154,6 +158,37 @@ func (f *fitRun) enterEpoch(epoch int) loopPos {
 	t.accum = t.accumulation(epoch)
 	t.pos = loopPos{Epoch: epoch, Batch: r.Batch, Validated: r.Validated, ValPending: r.ValPending}
 	return r
+}
+
+// agreeBatches checks that every rank has nb training batches in epoch:
+// each step is a collective, so a rank with fewer batches would meet the
+// others' gradient reduction with its end-of-epoch one. The ranks' counts
+// are gathered (a sum of one-hot rows) so the error can name each.
+func (f *fitRun) agreeBatches(ctx context.Context, epoch, nb int) error {
+	t := f.t
+	info := t.strat.Info()
+	if info.WorldSize < 2 {
+		return nil
+	}
+	counts := make([]float64, info.WorldSize)
+	counts[info.Rank] = float64(nb)
+	ops := make([]module.Reduce, len(counts))
+	for i := range ops {
+		ops[i] = module.Sum
+	}
+	if err := t.strat.Reduce(ctx, counts, make([]float64, len(counts)), ops); err != nil {
+		return fmt.Errorf("epoch %d: agree on the number of training batches: %w", epoch, err)
+	}
+	var differ bool
+	parts := make([]string, len(counts))
+	for r, c := range counts {
+		parts[r] = fmt.Sprintf("rank %d has %d", r, int(c))
+		differ = differ || int(c) != nb
+	}
+	if differ {
+		return fmt.Errorf("epoch %d: the ranks' training loaders disagree on the number of batches (%s): every step is a collective, so each rank needs as many batches: keep Config.UseDistributedSampler on (the default) or give every rank's loader the same number of batches", epoch, strings.Join(parts, ", "))
+	}
+	return nil
 }
 
 // numBatches is the number of training batches of epoch (LimitTrainBatches).

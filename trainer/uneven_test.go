@@ -1,0 +1,60 @@
+package trainer_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
+	"github.com/fulgur-ml/fulgur/trainer"
+)
+
+// Two ranks whose own loaders (no distributed sampler) yield 12 and 10
+// batches an epoch: every rank fails before its first step with an error
+// naming each rank's count and the fix, instead of meeting the other's
+// gradient reduction with its end of epoch.
+func TestUnevenBatchesAcrossRanksNamed(t *testing.T) {
+	group, err := inproc.NewGroup(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	errs := make([]error, 2)
+	steps := make([]int, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		ddp, err := strategy.NewDDP(strategy.DDPConfig{Group: group[r]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := quiet(trainer.Config{MaxEpochs: 1, Seed: 1, DefaultRootDir: root, StrategyImpl: ddp,
+			HandleSignals: trainer.Bool(false), UseDistributedSampler: trainer.Bool(false)})
+		tr, err := trainer.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		train := loader(t, regression(t, 96-16*r, 0.1, 9), 8, false, false)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = tr.Fit(context.Background(), newResumeJob(t, 1, 0).mod(), train, nil)
+			steps[r] = tr.Stats().GlobalStep
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err == nil {
+			t.Fatalf("rank %d: Fit succeeded with uneven batches", r)
+		}
+		for _, want := range []string{"rank 0 has 12, rank 1 has 10", "UseDistributedSampler"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("rank %d: error %q lacks %q", r, err, want)
+			}
+		}
+		if steps[r] != 0 {
+			t.Errorf("rank %d trained %d steps before the error, want 0", r, steps[r])
+		}
+	}
+}
