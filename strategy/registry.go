@@ -40,14 +40,12 @@ func Register(name string, f Factory) {
 	registry[name] = f
 }
 
-func init() {
-	Register("single", func(o Options) (Strategy, error) {
-		if o.Devices > 1 || o.NumNodes > 1 {
-			return nil, fmt.Errorf("strategy \"single\" runs one device, but Devices is %d and NumNodes is %d: use a distributed strategy (\"ddp\", \"dp\", ...) or Devices 1", o.Devices, o.NumNodes)
-		}
-		return NewSingle(), nil
-	})
-}
+// builtinPath is the package whose init registers the names of
+// builtinNames; New names it when a program asks for one of them without
+// linking it.
+const builtinPath = "github.com/fulgur-ml/fulgur/strategy/builtin"
+
+var builtinNames = map[string]bool{"single": true, "dp": true, "ddp": true, "ddp_spawn": true, "sharded": true, "sharded_stage1": true, "sharded_stage2": true}
 
 // Known reports whether name can be passed to New.
 func Known(name string) bool {
@@ -94,6 +92,9 @@ func New(name string, o Options) (Strategy, error) {
 	f, ok := registry[name]
 	regMu.RUnlock()
 	if !ok {
+		if builtinNames[name] {
+			return nil, fmt.Errorf("strategy %q is not available: package %s registers it; import it blank (import _ %q) or build through the trainer, which links it", name, builtinPath, builtinPath)
+		}
 		return nil, fmt.Errorf("strategy %q is not available: use one of %v", name, Names())
 	}
 	return f(o)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/csv"
 	"errors"
+	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"os"
 	"path/filepath"
 	"slices"
@@ -53,7 +54,7 @@ func TestResumeAtSmallerWorldKeepsSampleOffset(t *testing.T) {
 			job.cfg.MaxEpochs = 1
 			job.val = nil
 			ddp := func(r int, g collective.Collective) strategy.Strategy {
-				s, err := strategy.NewDDP(strategy.DDPConfig{Group: g})
+				s, err := builtin.NewDDP(builtin.DDPConfig{Group: g})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -6,6 +6,7 @@ import (
 	"encoding/csv"
 	"errors"
 	"fmt"
+	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"math"
 	"os"
 	"path/filepath"
@@ -179,9 +180,9 @@ func TestBeforeOptimizerStepSeesReducedGradients(t *testing.T) {
 		for r := range 2 {
 			var s strategy.Strategy
 			if name == "ddp" {
-				s, err = strategy.NewDDP(strategy.DDPConfig{Group: group[r]})
+				s, err = builtin.NewDDP(builtin.DDPConfig{Group: group[r]})
 			} else {
-				s, err = strategy.NewSharded(strategy.ShardedConfig{DDPConfig: strategy.DDPConfig{Group: group[r]}, Stage: 2})
+				s, err = builtin.NewSharded(builtin.ShardedConfig{DDPConfig: builtin.DDPConfig{Group: group[r]}, Stage: 2})
 			}
 			if err != nil {
 				t.Fatal(err)

@@ -3,6 +3,7 @@ package trainer_test
 import (
 	"context"
 	"fmt"
+	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -14,7 +15,6 @@ import (
 
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/module"
-	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
@@ -144,7 +144,7 @@ func TestPanicOnOneDDPRankIsReportedOnEveryRank(t *testing.T) {
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for r := 0; r < 2; r++ {
-		d, err := strategy.NewDDP(strategy.DDPConfig{Group: group[r]})
+		d, err := builtin.NewDDP(builtin.DDPConfig{Group: group[r]})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,7 +190,7 @@ func TestDDPTimeoutNamesTheSilentRankAndItsLastOperation(t *testing.T) {
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for r := 0; r < 2; r++ {
-		d, err := strategy.NewDDP(strategy.DDPConfig{Group: group[r]})
+		d, err := builtin.NewDDP(builtin.DDPConfig{Group: group[r]})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"math"
 	"os"
 	"path/filepath"
@@ -27,7 +28,7 @@ func TestShardedCheckpointReshards(t *testing.T) {
 	const global, saveAt = 6, 10
 	ds := regression(t, 120, 0.1, 9) // 20 steps an epoch
 	sharded := func(r int, g collective.Collective) strategy.Strategy {
-		s, err := strategy.NewSharded(strategy.ShardedConfig{DDPConfig: strategy.DDPConfig{Group: g}, Stage: 2})
+		s, err := builtin.NewSharded(builtin.ShardedConfig{DDPConfig: builtin.DDPConfig{Group: g}, Stage: 2})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,7 @@ package strategytest
 import (
 	"context"
 	"fmt"
+	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"math"
 	"slices"
 	"testing"
@@ -132,7 +133,7 @@ func identity(t *testing.T, f Factory, n int) {
 }
 
 func refStore(t *testing.T, ds data.Dataset) *module.Store {
-	s := strategy.NewSingle()
+	s := builtin.NewSingle()
 	su, err := SetupFor(&MLP{In: in, Hidden: hidden, Out: out}, ds.Fields(), seed)
 	if err != nil {
 		t.Fatal(err)
@@ -235,7 +236,7 @@ func eval(t *testing.T, f Factory, n int) {
 		t.Fatal(err)
 	}
 	mustSetup(t, ctx, strats, &MLP{In: in, Hidden: hidden, Out: out}, ds)
-	ref := []strategy.Strategy{strategy.NewSingle()}
+	ref := []strategy.Strategy{builtin.NewSingle()}
 	mustSetup(t, ctx, ref, &MLP{In: in, Hidden: hidden, Out: out}, ds)
 	b, err := Rows(ds, 0, B)
 	if err != nil {

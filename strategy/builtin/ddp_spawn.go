@@ -1,9 +1,10 @@
-package strategy
+package builtin
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fulgur-ml/fulgur/strategy"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,9 +17,9 @@ import (
 )
 
 var (
-	_ FitRunner = (*DDPSpawn)(nil)
-	_ FitRunner = (*spawnWorker)(nil)
-	_ Launcher  = (*spawnWorker)(nil)
+	_ strategy.FitRunner = (*DDPSpawn)(nil)
+	_ strategy.FitRunner = (*spawnWorker)(nil)
+	_ strategy.Launcher  = (*spawnWorker)(nil)
 )
 
 // DDPSpawn is the launching side of DDP-spawn: it holds one local replica
@@ -34,14 +35,14 @@ type DDPSpawn struct {
 	log   zerolog.Logger
 }
 
-func newSpawnParent(o Options, world int) (*DDPSpawn, error) {
+func newSpawnParent(o strategy.Options, world int) (*DDPSpawn, error) {
 	if world < 1 {
 		return nil, fmt.Errorf("strategy \"ddp_spawn\": Devices is %d: use 1 or more", world)
 	}
 	return &DDPSpawn{Single: NewSingle(), world: world, log: o.Log}, nil
 }
 
-func (s *DDPSpawn) Info() Info {
+func (s *DDPSpawn) Info() strategy.Info {
 	i := s.Single.Info()
 	i.Name = "ddp_spawn"
 	return i
@@ -49,16 +50,16 @@ func (s *DDPSpawn) Info() Info {
 
 // RunFit runs the whole training in the workers, without calling fit, and
 // loads rank 0's weights.
-func (s *DDPSpawn) RunFit(ctx context.Context, fit func(context.Context) (FitResult, error)) (FitResult, bool, error) {
+func (s *DDPSpawn) RunFit(ctx context.Context, fit func(context.Context) (strategy.FitResult, error)) (strategy.FitResult, bool, error) {
 	if s.eng == nil {
-		return FitResult{}, false, errors.New("ddp_spawn: RunFit before Setup")
+		return strategy.FitResult{}, false, errors.New("ddp_spawn: RunFit before Setup")
 	}
 	res, err := s.spawn(ctx)
 	if err != nil {
-		return FitResult{}, false, err
+		return strategy.FitResult{}, false, err
 	}
 	if err := s.load(res); err != nil {
-		return FitResult{}, false, err
+		return strategy.FitResult{}, false, err
 	}
 	return fitResultFrom(res), true, nil
 }
@@ -152,7 +153,7 @@ func (w *spawnWorker) Launch(ctx context.Context) (bool, error) { return true, n
 // RunFit trains here; once fit succeeded (its loggers closed), rank 0 hands
 // the result and its parameters and buffers to the launching process, and
 // the worker exits with status 0.
-func (w *spawnWorker) RunFit(ctx context.Context, fit func(context.Context) (FitResult, error)) (FitResult, bool, error) {
+func (w *spawnWorker) RunFit(ctx context.Context, fit func(context.Context) (strategy.FitResult, error)) (strategy.FitResult, bool, error) {
 	r, err := fit(ctx)
 	if err != nil {
 		return r, false, err
@@ -160,7 +161,7 @@ func (w *spawnWorker) RunFit(ctx context.Context, fit func(context.Context) (Fit
 	return r, false, w.finish(ctx, r)
 }
 
-func (w *spawnWorker) finish(ctx context.Context, r FitResult) error {
+func (w *spawnWorker) finish(ctx context.Context, r strategy.FitResult) error {
 	if w.rank == 0 {
 		if w.resultPath == "" {
 			return fmt.Errorf("ddp_spawn worker: %s is not set: the launching process did not say where to write the result", launch.EnvResult)
@@ -187,9 +188,9 @@ func (w *spawnWorker) finish(ctx context.Context, r FitResult) error {
 	return nil
 }
 
-func fitResultFrom(res *launch.Result) FitResult {
+func fitResultFrom(res *launch.Result) strategy.FitResult {
 	st := res.Stats
-	r := FitResult{
+	r := strategy.FitResult{
 		Metrics: res.Metrics, Epochs: int(st["epochs"]), GlobalStep: int(st["global_step"]), TrainSamples: int(st["train_samples"]),
 		TrainSeconds: st["train_seconds"], TrainSamplesPerS: st["train_samples_per_s"], LastTrainLoss: st["last_train_loss"],
 		WorldSize: int(st["world_size"]), StoppedEarly: res.Notes["stopped_early"], Callbacks: res.Callbacks,

@@ -1,4 +1,4 @@
-package strategy_test
+package builtin_test
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"io"
 	"math"
 	"os"
@@ -21,7 +22,6 @@ import (
 	"time"
 
 	"github.com/fulgur-ml/fulgur/data"
-	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
 	"github.com/fulgur-ml/fulgur/strategy/strategytest"
 	"github.com/fulgur-ml/fulgur/trainer"
@@ -39,7 +39,7 @@ func inProcess(t *testing.T, n int, args ...string) programResult {
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := 0; r < n; r++ {
-		d, err := strategy.NewDDP(strategy.DDPConfig{Group: group[r]})
+		d, err := builtin.NewDDP(builtin.DDPConfig{Group: group[r]})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,8 +1,9 @@
-package strategy_test
+package builtin_test
 
 import (
 	"context"
 	"fmt"
+	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +26,7 @@ func shardedRanks(t testing.TB, n, stage int, gopts []inproc.Option, dopts ...fa
 	}
 	out := make([]strategy.Strategy, n)
 	for r := range out {
-		s, err := strategy.NewSharded(strategy.ShardedConfig{DDPConfig: strategy.DDPConfig{Group: group[r], Device: devs[r], BucketBytes: 64}, Stage: stage})
+		s, err := builtin.NewSharded(builtin.ShardedConfig{DDPConfig: builtin.DDPConfig{Group: group[r], Device: devs[r], BucketBytes: 64}, Stage: stage})
 		if err != nil {
 			t.Fatal(err)
 		}

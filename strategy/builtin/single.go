@@ -1,8 +1,11 @@
-package strategy
+package builtin
 
 import (
 	"context"
 	"errors"
+	"fmt"
+	"github.com/fulgur-ml/fulgur/profiler"
+	"github.com/fulgur-ml/fulgur/strategy"
 	"math"
 
 	"gorgonia.org/tensor"
@@ -14,10 +17,10 @@ import (
 )
 
 var (
-	_ Strategy = (*Single)(nil)
-	_ Rebinder = (*Single)(nil)
-	_ Rebinder = (*DP)(nil)
-	_ Rebinder = (*DDP)(nil)
+	_ strategy.Strategy = (*Single)(nil)
+	_ strategy.Rebinder = (*Single)(nil)
+	_ strategy.Rebinder = (*DP)(nil)
+	_ strategy.Rebinder = (*DDP)(nil)
 )
 
 // Single trains one replica in this process.
@@ -30,9 +33,11 @@ type Single struct {
 // NewSingle returns the one-replica strategy.
 func NewSingle() *Single { return &Single{} }
 
-func (s *Single) Info() Info { return Info{Name: "single", WorldSize: 1, GlobalZero: true} }
+func (s *Single) Info() strategy.Info {
+	return strategy.Info{Name: "single", WorldSize: 1, GlobalZero: true}
+}
 
-func (s *Single) Setup(ctx context.Context, su Setup) error {
+func (s *Single) Setup(ctx context.Context, su strategy.Setup) error {
 	store, err := module.NewStore(su.Specs, su.Dtype, su.Seed)
 	if err != nil {
 		return err
@@ -56,9 +61,9 @@ func (s *Single) Rebind(m module.Module) error {
 
 func (s *Single) Store() *module.Store { return s.eng.Store() }
 
-func (s *Single) Step(ctx context.Context, mode module.Mode, b *data.Batch, o TrainOptions) (StepResult, error) {
+func (s *Single) Step(ctx context.Context, mode module.Mode, b *data.Batch, o strategy.TrainOptions) (strategy.StepResult, error) {
 	if s.eng == nil {
-		return StepResult{}, errors.New("single: Step before Setup")
+		return strategy.StepResult{}, errors.New("single: Step before Setup")
 	}
 	scale := 1.0
 	if mode == module.Train {
@@ -71,10 +76,10 @@ func (s *Single) Step(ctx context.Context, mode module.Mode, b *data.Batch, o Tr
 	if err == nil && mode == module.Predict && r.Output == nil {
 		err = errors.New("predict step: the graph produced no output")
 	}
-	return StepResult{Loss: r.Loss, Metrics: r.Metrics, Output: r.Output}, err
+	return strategy.StepResult{Loss: r.Loss, Metrics: r.Metrics, Output: r.Output}, err
 }
 
-func (s *Single) OptimizerStep(ctx context.Context, o OptimizerOptions) (float64, error) {
+func (s *Single) OptimizerStep(ctx context.Context, o strategy.OptimizerOptions) (float64, error) {
 	if err := beforeUpdate(o, s.eng.Store(), 0, s.eng.Store().NumParams()); err != nil {
 		return math.NaN(), err
 	}
@@ -83,7 +88,7 @@ func (s *Single) OptimizerStep(ctx context.Context, o OptimizerOptions) (float64
 
 // ApplyStep clips the gradients of [lo, hi) and runs one optimizer step over
 // them: the shared tail of every strategy whose gradients are already reduced.
-func ApplyStep(st *module.Store, opt optim.Optimizer, o OptimizerOptions, lo, hi int) float64 {
+func ApplyStep(st *module.Store, opt optim.Optimizer, o strategy.OptimizerOptions, lo, hi int) float64 {
 	norm := math.NaN()
 	opt.Begin()
 	if st.Dtype() == tensor.Float32 {
@@ -112,18 +117,41 @@ func (s *Single) Reduce(ctx context.Context, sums, weights []float64, ops []modu
 	return ctx.Err()
 }
 
-func (s *Single) SaveState(ctx context.Context, o SaveOptions) (*StateDict, error) {
+func (s *Single) SaveState(ctx context.Context, o strategy.SaveOptions) (*strategy.StateDict, error) {
 	if s.eng == nil {
 		return nil, errors.New("single: SaveState before Setup")
 	}
-	return saveState(s.eng.Store(), s.opt, s.sched)
+	return strategy.SaveReplicaState(s.eng.Store(), s.opt, s.sched)
 }
 
-func (s *Single) LoadState(ctx context.Context, sd *StateDict) error {
+func (s *Single) LoadState(ctx context.Context, sd *strategy.StateDict) error {
 	if s.eng == nil {
 		return errors.New("single: LoadState before Setup")
 	}
-	return loadState(sd, s.eng.Store(), s.opt, s.sched, 0, s.eng.Store().NumParams())
+	return strategy.LoadReplicaState(sd, s.eng.Store(), s.opt, s.sched, 0, s.eng.Store().NumParams())
 }
 
 func (s *Single) Teardown(ctx context.Context) error { return nil }
+
+func init() {
+	strategy.Register("single", func(o strategy.Options) (strategy.Strategy, error) {
+		if o.Devices > 1 || o.NumNodes > 1 {
+			return nil, fmt.Errorf("strategy \"single\" runs one device, but Devices is %d and NumNodes is %d: use a distributed strategy (\"ddp\", \"dp\", ...) or Devices 1", o.Devices, o.NumNodes)
+		}
+		return NewSingle(), nil
+	})
+}
+
+// profilerOf returns p, or Nop when p is nil.
+func profilerOf(p profiler.Profiler) profiler.Profiler {
+	if p == nil {
+		return profiler.Nop{}
+	}
+	return p
+}
+
+// profiling reports whether p records anything.
+func profiling(p profiler.Profiler) bool {
+	_, nop := p.(profiler.Nop)
+	return p != nil && !nop
+}

@@ -1,8 +1,9 @@
-package strategy_test
+package builtin_test
 
 import (
 	"context"
 	"fmt"
+	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -85,7 +86,7 @@ func TestSyncBatchNormTrainsLikeOneDevice(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			d, err := strategy.NewDP(strategy.DPConfig{Devices: devs})
+			d, err := builtin.NewDP(builtin.DPConfig{Devices: devs})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -99,7 +100,7 @@ func TestSyncBatchNormTrainsLikeOneDevice(t *testing.T) {
 		}
 		out := make([]strategy.Strategy, 2)
 		for r := range out {
-			s, err := strategy.NewSharded(strategy.ShardedConfig{DDPConfig: strategy.DDPConfig{Group: group[r], Timeout: 20 * time.Second}, Stage: 2})
+			s, err := builtin.NewSharded(builtin.ShardedConfig{DDPConfig: builtin.DDPConfig{Group: group[r], Timeout: 20 * time.Second}, Stage: 2})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -125,7 +126,7 @@ func TestSyncBatchNormTrainsLikeOneDevice(t *testing.T) {
 		if st, ok := oneDevice[refKey{global, accum}]; ok {
 			return st
 		}
-		ref := []strategy.Strategy{strategy.NewSingle()}
+		ref := []strategy.Strategy{builtin.NewSingle()}
 		if err := syncSetup(ctx, ref, false, ds.Fields(), false); err != nil {
 			t.Fatal(err)
 		}
@@ -268,7 +269,7 @@ func TestSyncBatchNormOrdersWithBuckets(t *testing.T) {
 		recs[r] = &recorder{Collective: group[r]}
 		// 64-byte buckets: several reductions per step, started before
 		// the last one is queued.
-		if strats[r], err = strategy.NewDDP(strategy.DDPConfig{Group: recs[r], BucketBytes: 64, Timeout: 20 * time.Second}); err != nil {
+		if strats[r], err = builtin.NewDDP(builtin.DDPConfig{Group: recs[r], BucketBytes: 64, Timeout: 20 * time.Second}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -277,7 +278,7 @@ func TestSyncBatchNormOrdersWithBuckets(t *testing.T) {
 	if err := syncSetup(ctx, strats, false, ds.Fields(), true); err != nil {
 		t.Fatal(err)
 	}
-	buckets := len(strats[0].(*strategy.DDP).Buckets())
+	buckets := len(strats[0].(*builtin.DDP).Buckets())
 	if buckets < 3 {
 		t.Fatalf("%d buckets: the test needs several", buckets)
 	}
@@ -299,7 +300,7 @@ func TestSyncBatchNormOrdersWithBuckets(t *testing.T) {
 	want = append(want, fmt.Sprintf("broadcast float32[%d]", st.Len())) // Setup
 	for k := 0; k < 3; k++ {
 		want = append(want, step...)
-		for _, bk := range strats[0].(*strategy.DDP).Buckets() {
+		for _, bk := range strats[0].(*builtin.DDP).Buckets() {
 			want = append(want, fmt.Sprintf("all-reduce float32[%d]", bk.Hi-bk.Lo))
 		}
 		// After the update: rank 0's buffers to every rank.
@@ -324,7 +325,7 @@ func TestSyncBatchNormDPReplicaFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dp, err := strategy.NewDP(strategy.DPConfig{Devices: devs})
+	dp, err := builtin.NewDP(builtin.DPConfig{Devices: devs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +362,7 @@ func TestSyncBatchNormDPReplicaFailure(t *testing.T) {
 // global batch 32, DP on 2 replicas and 2 in-process DDP ranks, without and
 // with SyncBatchNorm: the cost of two small reductions per BatchNorm layer.
 //
-//	go test -run '^$' -bench SyncBatchNorm -benchtime 30x ./strategy/
+//	go test -run '^$' -bench SyncBatchNorm -benchtime 30x ./strategy/builtin
 func BenchmarkSyncBatchNorm(b *testing.B) {
 	const batch = 32
 	r := rand.New(rand.NewPCG(1, 2))
@@ -382,7 +383,7 @@ func BenchmarkSyncBatchNorm(b *testing.B) {
 		mk   func() []strategy.Strategy
 	}{
 		{"dp2", func() []strategy.Strategy {
-			d, _ := strategy.NewDP(strategy.DPConfig{Devices: cpus(2)})
+			d, _ := builtin.NewDP(builtin.DPConfig{Devices: cpus(2)})
 			return []strategy.Strategy{d}
 		}},
 		{"ddp2", func() []strategy.Strategy { return ddpRanks(b, 2, 0, nil) }},

@@ -1,4 +1,4 @@
-package strategy_test
+package builtin_test
 
 import (
 	"fmt"

@@ -1,7 +1,8 @@
-package strategy_test
+package builtin_test
 
 import (
 	"context"
+	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"testing"
 
 	"github.com/fulgur-ml/fulgur/strategy"
@@ -13,7 +14,7 @@ import (
 // DP on 2 replicas, and 2 in-process DDP and sharded ranks (inproc), so the
 // cost of each strategy's bookkeeping shows against Single.
 //
-//	go test -run '^$' -bench Step -benchtime 200x ./strategy/
+//	go test -run '^$' -bench Step -benchtime 200x ./strategy/builtin
 func BenchmarkStep(b *testing.B) {
 	m := &strategytest.MLP{In: 784, Hidden: 256, Out: 10, Optimizer: "adam", LR: 1e-3}
 	ds, err := strategytest.Regression(64, 784, 10, 1)
@@ -25,9 +26,9 @@ func BenchmarkStep(b *testing.B) {
 		name string
 		mk   func() []strategy.Strategy
 	}{
-		{"single", func() []strategy.Strategy { return []strategy.Strategy{strategy.NewSingle()} }},
+		{"single", func() []strategy.Strategy { return []strategy.Strategy{builtin.NewSingle()} }},
 		{"dp2", func() []strategy.Strategy {
-			d, _ := strategy.NewDP(strategy.DPConfig{Devices: cpus(2)})
+			d, _ := builtin.NewDP(builtin.DPConfig{Devices: cpus(2)})
 			return []strategy.Strategy{d}
 		}},
 		{"ddp2", func() []strategy.Strategy { return ddpRanks(b, 2, 0, nil) }},

@@ -1,9 +1,10 @@
-package strategy
+package builtin
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fulgur-ml/fulgur/strategy"
 	"math"
 	"sync"
 
@@ -17,10 +18,10 @@ import (
 	"github.com/fulgur-ml/fulgur/strategy/device/engine"
 )
 
-var _ Strategy = (*DP)(nil)
+var _ strategy.Strategy = (*DP)(nil)
 
 func init() {
-	Register("dp", func(o Options) (Strategy, error) {
+	strategy.Register("dp", func(o strategy.Options) (strategy.Strategy, error) {
 		if o.NumNodes > 1 {
 			return nil, fmt.Errorf("strategy \"dp\" runs in one process on one machine, but NumNodes is %d: use \"ddp\" across machines", o.NumNodes)
 		}
@@ -71,7 +72,7 @@ func NewDP(cfg DPConfig) (*DP, error) {
 	return &DP{devs: cfg.Devices}, nil
 }
 
-func (d *DP) Info() Info { return Info{Name: "dp", WorldSize: 1, GlobalZero: true} }
+func (d *DP) Info() strategy.Info { return strategy.Info{Name: "dp", WorldSize: 1, GlobalZero: true} }
 
 // replicaSeed gives replica (or rank) i its own stream for dropout; replica
 // 0 keeps the run's seed so one replica behaves like Single.
@@ -82,7 +83,7 @@ func replicaSeed(seed uint64, i int) uint64 {
 	return seed ^ (uint64(i) * 0x9e3779b97f4a7c15)
 }
 
-func (d *DP) Setup(ctx context.Context, su Setup) error {
+func (d *DP) Setup(ctx context.Context, su strategy.Setup) error {
 	store, err := module.NewStore(su.Specs, su.Dtype, su.Seed)
 	if err != nil {
 		return err
@@ -114,32 +115,32 @@ func (d *DP) Setup(ctx context.Context, su Setup) error {
 
 func (d *DP) Store() *module.Store { return d.engs[0].eng.Store() }
 
-func (d *DP) Step(ctx context.Context, mode module.Mode, b *data.Batch, o TrainOptions) (StepResult, error) {
+func (d *DP) Step(ctx context.Context, mode module.Mode, b *data.Batch, o strategy.TrainOptions) (strategy.StepResult, error) {
 	if d.engs == nil {
-		return StepResult{}, errors.New("dp: Step before Setup")
+		return strategy.StepResult{}, errors.New("dp: Step before Setup")
 	}
 	return runStep(ctx, d, mode, b, o)
 }
 
 // stepper is a strategy's step for each mode.
 type stepper interface {
-	trainStep(ctx context.Context, b *data.Batch, o TrainOptions) (float64, []module.Metric, error)
+	trainStep(ctx context.Context, b *data.Batch, o strategy.TrainOptions) (float64, []module.Metric, error)
 	evalStep(ctx context.Context, mode module.Mode, b *data.Batch) ([]module.Metric, error)
 	predictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, error)
 }
 
 // runStep runs s's step for mode.
-func runStep(ctx context.Context, s stepper, mode module.Mode, b *data.Batch, o TrainOptions) (StepResult, error) {
+func runStep(ctx context.Context, s stepper, mode module.Mode, b *data.Batch, o strategy.TrainOptions) (strategy.StepResult, error) {
 	switch mode {
 	case module.Train:
 		loss, ms, err := s.trainStep(ctx, b, o)
-		return StepResult{Loss: loss, Metrics: ms}, err
+		return strategy.StepResult{Loss: loss, Metrics: ms}, err
 	case module.Predict:
 		out, err := s.predictStep(ctx, b)
-		return StepResult{Output: out}, err
+		return strategy.StepResult{Output: out}, err
 	}
 	ms, err := s.evalStep(ctx, mode, b)
-	return StepResult{Metrics: ms}, err
+	return strategy.StepResult{Metrics: ms}, err
 }
 
 // ReplicaStores returns every replica's store (replica 0's is Store()).
@@ -210,7 +211,7 @@ func (d *DP) parallel(ctx context.Context, n int, f func(i int) error) error {
 	return nil
 }
 
-func (d *DP) trainStep(ctx context.Context, b *data.Batch, o TrainOptions) (float64, []module.Metric, error) {
+func (d *DP) trainStep(ctx context.Context, b *data.Batch, o strategy.TrainOptions) (float64, []module.Metric, error) {
 	scale := o.Scale
 	if scale == 0 {
 		scale = 1
@@ -329,7 +330,7 @@ func (d *DP) combine(n int) []module.Metric {
 	return d.metrics
 }
 
-func (d *DP) OptimizerStep(ctx context.Context, o OptimizerOptions) (float64, error) {
+func (d *DP) OptimizerStep(ctx context.Context, o strategy.OptimizerOptions) (float64, error) {
 	st := d.engs[0].eng.Store()
 	if err := beforeUpdate(o, st, 0, st.NumParams()); err != nil {
 		return math.NaN(), err
@@ -377,20 +378,20 @@ func (d *DP) Reduce(ctx context.Context, sums, weights []float64, ops []module.R
 	return ctx.Err()
 }
 
-func (d *DP) SaveState(ctx context.Context, o SaveOptions) (*StateDict, error) {
+func (d *DP) SaveState(ctx context.Context, o strategy.SaveOptions) (*strategy.StateDict, error) {
 	if d.engs == nil {
 		return nil, errors.New("dp: SaveState before Setup")
 	}
-	return saveState(d.engs[0].eng.Store(), d.opt, d.sched)
+	return strategy.SaveReplicaState(d.engs[0].eng.Store(), d.opt, d.sched)
 }
 
 // LoadState loads sd into replica 0 and copies it to the others.
-func (d *DP) LoadState(ctx context.Context, sd *StateDict) error {
+func (d *DP) LoadState(ctx context.Context, sd *strategy.StateDict) error {
 	if d.engs == nil {
 		return errors.New("dp: LoadState before Setup")
 	}
 	st := d.engs[0].eng.Store()
-	if err := loadState(sd, st, d.opt, d.sched, 0, st.NumParams()); err != nil {
+	if err := strategy.LoadReplicaState(sd, st, d.opt, d.sched, 0, st.NumParams()); err != nil {
 		return err
 	}
 	for _, r := range d.engs[1:] {

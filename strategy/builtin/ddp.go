@@ -1,9 +1,10 @@
-package strategy
+package builtin
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fulgur-ml/fulgur/strategy"
 	"math"
 	"time"
 
@@ -21,8 +22,8 @@ import (
 )
 
 var (
-	_ Strategy = (*DDP)(nil)
-	_ Sampler  = (*DDP)(nil)
+	_ strategy.Strategy = (*DDP)(nil)
+	_ strategy.Sampler  = (*DDP)(nil)
 )
 
 // DDPConfig configures one rank of DDP.
@@ -157,8 +158,8 @@ func NewDDP(cfg DDPConfig) (*DDP, error) {
 	return d, nil
 }
 
-func (d *DDP) Info() Info {
-	return Info{Name: d.name, Rank: d.rank, WorldSize: d.world, GlobalZero: d.rank == 0}
+func (d *DDP) Info() strategy.Info {
+	return strategy.Info{Name: d.name, Rank: d.rank, WorldSize: d.world, GlobalZero: d.rank == 0}
 }
 
 // Buckets returns the gradient buckets laid out by Setup.
@@ -199,7 +200,7 @@ func (d *DDP) check() error {
 	return nil
 }
 
-func (d *DDP) Setup(ctx context.Context, su Setup) error {
+func (d *DDP) Setup(ctx context.Context, su strategy.Setup) error {
 	d.prof = profilerOf(su.Profiler)
 	store, err := d.setupReplica(ctx, su)
 	if err != nil {
@@ -223,7 +224,7 @@ func (d *DDP) Setup(ctx context.Context, su Setup) error {
 
 // setupReplica joins the group, builds this rank's replica and makes it
 // rank 0's.
-func (d *DDP) setupReplica(ctx context.Context, su Setup) (*module.Store, error) {
+func (d *DDP) setupReplica(ctx context.Context, su strategy.Setup) (*module.Store, error) {
 	c := d.cfg.Group
 	if c == nil {
 		cctx, cancel := d.launch.connectCtx(ctx)
@@ -270,9 +271,9 @@ func (d *DDP) Rebind(m module.Module) error {
 
 func (d *DDP) Store() *module.Store { return d.eng.Store() }
 
-func (d *DDP) Step(ctx context.Context, mode module.Mode, b *data.Batch, o TrainOptions) (StepResult, error) {
+func (d *DDP) Step(ctx context.Context, mode module.Mode, b *data.Batch, o strategy.TrainOptions) (strategy.StepResult, error) {
 	if d.eng == nil {
-		return StepResult{}, errors.New("ddp: Step before Setup")
+		return strategy.StepResult{}, errors.New("ddp: Step before Setup")
 	}
 	return runStep(ctx, d, mode, b, o)
 }
@@ -293,7 +294,7 @@ func (d *DDP) syncBuffers(ctx context.Context) error {
 	return d.c.Broadcast(ctx, buf, 0)
 }
 
-func (d *DDP) trainStep(ctx context.Context, b *data.Batch, o TrainOptions) (float64, []module.Metric, error) {
+func (d *DDP) trainStep(ctx context.Context, b *data.Batch, o strategy.TrainOptions) (float64, []module.Metric, error) {
 	if err := d.check(); err != nil {
 		return 0, nil, err
 	}
@@ -372,7 +373,7 @@ var waitNames = func() []string {
 	return out
 }()
 
-func (d *DDP) OptimizerStep(ctx context.Context, o OptimizerOptions) (float64, error) {
+func (d *DDP) OptimizerStep(ctx context.Context, o strategy.OptimizerOptions) (float64, error) {
 	norm, err := d.optimizerStep(ctx, o)
 	if err != nil {
 		return norm, err
@@ -398,7 +399,7 @@ func (d *DDP) afterStep(ctx context.Context) error {
 	return nil
 }
 
-func (d *DDP) optimizerStep(ctx context.Context, o OptimizerOptions) (float64, error) {
+func (d *DDP) optimizerStep(ctx context.Context, o strategy.OptimizerOptions) (float64, error) {
 	if err := d.check(); err != nil {
 		return math.NaN(), err
 	}
@@ -579,24 +580,24 @@ func (d *DDP) barrier(ctx context.Context) error {
 
 // SaveState returns the whole model and optimizer state: every rank holds
 // all of it.
-func (d *DDP) SaveState(ctx context.Context, o SaveOptions) (*StateDict, error) {
+func (d *DDP) SaveState(ctx context.Context, o strategy.SaveOptions) (*strategy.StateDict, error) {
 	if d.eng == nil {
 		return nil, errors.New("ddp: SaveState before Setup")
 	}
 	if err := d.check(); err != nil {
 		return nil, err
 	}
-	return saveState(d.eng.Store(), d.opt, d.sched)
+	return strategy.SaveReplicaState(d.eng.Store(), d.opt, d.sched)
 }
 
-func (d *DDP) LoadState(ctx context.Context, sd *StateDict) error {
+func (d *DDP) LoadState(ctx context.Context, sd *strategy.StateDict) error {
 	if d.eng == nil {
 		return errors.New("ddp: LoadState before Setup")
 	}
 	if err := d.check(); err != nil {
 		return err
 	}
-	return loadState(sd, d.eng.Store(), d.opt, d.sched, 0, d.eng.Store().NumParams())
+	return strategy.LoadReplicaState(sd, d.eng.Store(), d.opt, d.sched, 0, d.eng.Store().NumParams())
 }
 
 // DistributedSampler shards training data by rank, padded so every rank

@@ -1,8 +1,9 @@
-package strategy_test
+package builtin_test
 
 import (
 	"context"
 	"errors"
+	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"strings"
 	"testing"
 
@@ -17,7 +18,7 @@ func TestSingleConformance(t *testing.T) {
 		if n > 1 {
 			t.Skip("single runs one device")
 		}
-		return []strategy.Strategy{strategy.NewSingle()}
+		return []strategy.Strategy{builtin.NewSingle()}
 	})
 }
 
@@ -27,7 +28,7 @@ func TestDPConformance(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		dp, err := strategy.NewDP(strategy.DPConfig{Devices: devs})
+		dp, err := builtin.NewDP(builtin.DPConfig{Devices: devs})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -40,7 +41,7 @@ func TestDPFailingDeviceIsNamed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dp, _ := strategy.NewDP(strategy.DPConfig{Devices: devs})
+	dp, _ := builtin.NewDP(builtin.DPConfig{Devices: devs})
 	ctx := context.Background()
 	ds, _ := strategytest.Regression(12, 4, 2, 1)
 	if err := strategytest.SetupAll(ctx, []strategy.Strategy{dp}, &strategytest.MLP{In: 4, Hidden: 4, Out: 2}, ds.Fields(), 1); err != nil {
@@ -60,8 +61,8 @@ func TestDPSmallBatchLeavesReplicasIdle(t *testing.T) {
 	// A batch of 2 rows on 3 devices runs on two replicas; the idle one's
 	// stale gradients must not be summed in.
 	devs, _ := fakedevice.New(3)
-	dp, _ := strategy.NewDP(strategy.DPConfig{Devices: devs})
-	ref := strategy.NewSingle()
+	dp, _ := builtin.NewDP(builtin.DPConfig{Devices: devs})
+	ref := builtin.NewSingle()
 	ctx := context.Background()
 	ds, _ := strategytest.Regression(8, 4, 2, 1)
 	m := &strategytest.MLP{In: 4, Hidden: 4, Out: 2}

@@ -1,7 +1,8 @@
-package strategy
+package builtin
 
 import (
 	"context"
+	"github.com/fulgur-ml/fulgur/strategy"
 	"math"
 
 	"gorgonia.org/tensor"
@@ -15,7 +16,7 @@ import (
 
 // beforeUpdate calls o.BeforeUpdate, when set, with the L2 norm of st's
 // gradients [lo, hi) (reduced: the whole model's).
-func beforeUpdate(o OptimizerOptions, st *module.Store, lo, hi int) error {
+func beforeUpdate(o strategy.OptimizerOptions, st *module.Store, lo, hi int) error {
 	if o.BeforeUpdate == nil {
 		return nil
 	}
@@ -30,7 +31,7 @@ func beforeUpdate(o OptimizerOptions, st *module.Store, lo, hi int) error {
 
 // beforeUpdate calls o.BeforeUpdate (set) with the global norm from this
 // rank's sum of squared shard gradients.
-func (s *Sharded) beforeUpdate(ctx context.Context, o OptimizerOptions, shardSumSquares float64) error {
+func (s *Sharded) beforeUpdate(ctx context.Context, o strategy.OptimizerOptions, shardSumSquares float64) error {
 	s.norm[0] = shardSumSquares
 	n, err := s.globalNorm(ctx)
 	if err != nil {
