@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/csv"
 	"errors"
-	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/fulgur-ml/fulgur/callbacks"
+	"github.com/fulgur-ml/fulgur/strategy/builtin"
 
 	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/collective"

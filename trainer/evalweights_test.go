@@ -2,7 +2,6 @@ package trainer_test
 
 import (
 	"context"
-	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"math"
 	"os"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/fulgur-ml/fulgur/callbacks"
 	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
 	"github.com/fulgur-ml/fulgur/trainer"
 )

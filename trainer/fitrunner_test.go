@@ -3,10 +3,10 @@ package trainer_test
 import (
 	"context"
 	"encoding/json"
-	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"testing"
 
 	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 

@@ -3,7 +3,6 @@ package trainer_test
 import (
 	"context"
 	"fmt"
-	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"io"
 	"math"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/nn"
 	"github.com/fulgur-ml/fulgur/optim"
+	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
 	"github.com/fulgur-ml/fulgur/trainer"
 )

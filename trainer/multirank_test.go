@@ -2,11 +2,11 @@ package trainer_test
 
 import (
 	"context"
-	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"sync"
 	"testing"
 
 	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
 	"github.com/fulgur-ml/fulgur/trainer"

@@ -3,7 +3,6 @@ package trainer_test
 import (
 	"context"
 	"fmt"
-	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
 	"github.com/fulgur-ml/fulgur/trainer"
 )

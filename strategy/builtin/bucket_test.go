@@ -2,13 +2,13 @@ package builtin_test
 
 import (
 	"fmt"
-	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"strings"
 	"testing"
 
 	"gorgonia.org/tensor"
 
 	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/strategy/builtin"
 )
 
 func storeOf(t *testing.T, sizes ...int) *module.Store {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/fulgur-ml/fulgur/strategy"
 	"math"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/optim"
 	"github.com/fulgur-ml/fulgur/profiler"
+	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/device"
 	"github.com/fulgur-ml/fulgur/strategy/device/engine"

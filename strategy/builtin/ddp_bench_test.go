@@ -2,10 +2,10 @@ package builtin_test
 
 import (
 	"context"
-	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"testing"
 
 	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"github.com/fulgur-ml/fulgur/strategy/strategytest"
 )
 

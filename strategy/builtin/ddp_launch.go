@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/fulgur-ml/fulgur/strategy"
 	"io"
 	"net"
 	"os"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/cluster"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"

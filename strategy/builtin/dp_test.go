@@ -3,11 +3,11 @@ package builtin_test
 import (
 	"context"
 	"errors"
-	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"strings"
 	"testing"
 
 	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"github.com/fulgur-ml/fulgur/strategy/device"
 	"github.com/fulgur-ml/fulgur/strategy/device/fakedevice"
 	"github.com/fulgur-ml/fulgur/strategy/strategytest"

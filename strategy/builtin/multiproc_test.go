@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"io"
 	"math"
 	"os"
@@ -22,6 +21,7 @@ import (
 	"time"
 
 	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
 	"github.com/fulgur-ml/fulgur/strategy/strategytest"
 	"github.com/fulgur-ml/fulgur/trainer"

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/fulgur-ml/fulgur/strategy"
 	"math"
 	"strings"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/optim"
+	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 )
 

@@ -3,12 +3,12 @@ package builtin_test
 import (
 	"context"
 	"fmt"
-	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
 	"github.com/fulgur-ml/fulgur/strategy/device/fakedevice"
 	"github.com/fulgur-ml/fulgur/strategy/strategytest"

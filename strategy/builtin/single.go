@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/fulgur-ml/fulgur/profiler"
-	"github.com/fulgur-ml/fulgur/strategy"
 	"math"
 
 	"gorgonia.org/tensor"
@@ -13,6 +11,8 @@ import (
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/optim"
+	"github.com/fulgur-ml/fulgur/profiler"
+	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/device/engine"
 )
 

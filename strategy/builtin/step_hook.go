@@ -2,13 +2,13 @@ package builtin
 
 import (
 	"context"
-	"github.com/fulgur-ml/fulgur/strategy"
 	"math"
 
 	"gorgonia.org/tensor"
 
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/optim"
+	"github.com/fulgur-ml/fulgur/strategy"
 )
 
 // OptimizerOptions.BeforeUpdate: each strategy calls it where its gradients are

@@ -3,7 +3,6 @@ package builtin_test
 import (
 	"context"
 	"fmt"
-	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -19,6 +18,7 @@ import (
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/nn"
 	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
 	"github.com/fulgur-ml/fulgur/strategy/device/fakedevice"

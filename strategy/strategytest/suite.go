@@ -3,7 +3,6 @@ package strategytest
 import (
 	"context"
 	"fmt"
-	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"math"
 	"slices"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/builtin"
 )
 
 // Factory returns the strategies of a fresh job over devices devices: one
