@@ -1,14 +1,15 @@
 // Package strategy is the interface between the trainer and the strategies
 // that decide where replicas of a module live and how their gradients are
-// combined. The implementations (single, dp, ddp, ddp_spawn, sharded) live
-// in strategy/builtin and register themselves by name here. The trainer
+// combined. The implementations live in strategy/single and
+// strategy/builtin (dp, ddp, ddp_spawn, sharded), share strategy/replica, and
+// register themselves by name here. The trainer
 // talks to every strategy through the Strategy interface (eight methods:
 // Info, Setup, Step, OptimizerStep, Reduce, SaveState, LoadState, Teardown)
 // and finds further abilities (Replica, Launcher, FitRunner, Rebinder,
 // Sampler, MemoryReporter) by type assertion, as database/sql does with
 // drivers; it never switches on a strategy's type. The name registry (New,
 // Register, Known) serves the trainer's Config.Strategy names and
-// command-line programs only; strategy/builtin fills it when linked.
+// command-line programs only; the implementations fill it when linked.
 //
 // A strategy owns its parameters, optimizer and scheduler state and their
 // I/O: SaveState and LoadState exchange a StateDict (state.go) of named

@@ -40,12 +40,17 @@ func Register(name string, f Factory) {
 	registry[name] = f
 }
 
-// builtinPath is the package whose init registers the names of
-// builtinNames; New names it when a program asks for one of them without
-// linking it.
-const builtinPath = "github.com/fulgur-ml/fulgur/strategy/builtin"
-
-var builtinNames = map[string]bool{"single": true, "dp": true, "ddp": true, "ddp_spawn": true, "sharded": true, "sharded_stage1": true, "sharded_stage2": true}
+// shipped names the package whose init registers each strategy fulgur
+// ships; New names it when a program asks for one without linking it.
+var shipped = map[string]string{
+	"single":         "github.com/fulgur-ml/fulgur/strategy/single",
+	"dp":             "github.com/fulgur-ml/fulgur/strategy/builtin",
+	"ddp":            "github.com/fulgur-ml/fulgur/strategy/builtin",
+	"ddp_spawn":      "github.com/fulgur-ml/fulgur/strategy/builtin",
+	"sharded":        "github.com/fulgur-ml/fulgur/strategy/builtin",
+	"sharded_stage1": "github.com/fulgur-ml/fulgur/strategy/builtin",
+	"sharded_stage2": "github.com/fulgur-ml/fulgur/strategy/builtin",
+}
 
 // Known reports whether name can be passed to New.
 func Known(name string) bool {
@@ -92,8 +97,8 @@ func New(name string, o Options) (Strategy, error) {
 	f, ok := registry[name]
 	regMu.RUnlock()
 	if !ok {
-		if builtinNames[name] {
-			return nil, fmt.Errorf("strategy %q is not available: package %s registers it; import it blank (import _ %q) or build through the trainer, which links it", name, builtinPath, builtinPath)
+		if p, ok := shipped[name]; ok {
+			return nil, fmt.Errorf("strategy %q is not available: package %s registers it; import it blank (import _ %q) or build through the trainer, which links it", name, p, p)
 		}
 		return nil, fmt.Errorf("strategy %q is not available: use one of %v", name, Names())
 	}

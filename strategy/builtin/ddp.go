@@ -19,6 +19,7 @@ import (
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/device"
 	"github.com/fulgur-ml/fulgur/strategy/device/engine"
+	"github.com/fulgur-ml/fulgur/strategy/replica"
 )
 
 var (
@@ -70,7 +71,7 @@ type DDP struct {
 	c       collective.Group
 	dev     device.Device
 	eng     *engine.Engine
-	rep     *replica
+	rep     *graphReplica
 	opt     optim.Optimizer
 	sched   optim.Scheduler
 	buckets []Bucket
@@ -407,10 +408,10 @@ func (d *DDP) optimizerStep(ctx context.Context, o strategy.OptimizerOptions) (f
 	if len(d.pending) == 0 {
 		// No reduction in flight: a step without a synced micro-batch
 		// updates from local gradients, like Single.
-		if err := beforeUpdate(o, st, 0, st.NumParams()); err != nil {
+		if err := replica.BeforeUpdate(o, st, 0, st.NumParams()); err != nil {
 			return math.NaN(), err
 		}
-		return ApplyStep(st, d.opt, o, 0, st.NumParams()), nil
+		return replica.ApplyStep(st, d.opt, o, 0, st.NumParams()), nil
 	}
 	defer func() { d.pending = d.pending[:0] }()
 	if o.ClipNorm > 0 || o.BeforeUpdate != nil {
@@ -424,10 +425,10 @@ func (d *DDP) optimizerStep(ctx context.Context, o strategy.OptimizerOptions) (f
 			}
 			d.lastDone = ddpOp{kind: opBucket, i: i + 1, n: len(d.pending), step: d.steps + 1}
 		}
-		if err := beforeUpdate(o, st, 0, st.NumParams()); err != nil {
+		if err := replica.BeforeUpdate(o, st, 0, st.NumParams()); err != nil {
 			return math.NaN(), err
 		}
-		return ApplyStep(st, d.opt, o, 0, st.NumParams()), nil
+		return replica.ApplyStep(st, d.opt, o, 0, st.NumParams()), nil
 	}
 	d.opt.Begin()
 	for i, h := range d.pending {

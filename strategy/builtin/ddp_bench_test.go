@@ -6,6 +6,7 @@ import (
 
 	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/builtin"
+	"github.com/fulgur-ml/fulgur/strategy/single"
 	"github.com/fulgur-ml/fulgur/strategy/strategytest"
 )
 
@@ -26,7 +27,7 @@ func BenchmarkStep(b *testing.B) {
 		name string
 		mk   func() []strategy.Strategy
 	}{
-		{"single", func() []strategy.Strategy { return []strategy.Strategy{builtin.NewSingle()} }},
+		{"single", func() []strategy.Strategy { return []strategy.Strategy{single.NewSingle()} }},
 		{"dp2", func() []strategy.Strategy {
 			d, _ := builtin.NewDP(builtin.DPConfig{Devices: cpus(2)})
 			return []strategy.Strategy{d}

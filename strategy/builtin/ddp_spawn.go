@@ -18,40 +18,70 @@ import (
 
 var (
 	_ strategy.FitRunner = (*DDPSpawn)(nil)
+	_ strategy.Rebinder  = (*DDPSpawn)(nil)
+	_ strategy.Replica   = (*DDPSpawn)(nil)
 	_ strategy.FitRunner = (*spawnWorker)(nil)
 	_ strategy.Launcher  = (*spawnWorker)(nil)
 )
 
 // DDPSpawn is the launching side of DDP-spawn: it holds one local replica
-// (Single); RunFit starts one worker process per device (ranks 0..N-1,
+// (the strategy registered as "single", package strategy/single); RunFit starts one worker process per device (ranks 0..N-1,
 // copies of this program that run DDP), waits for them, and loads the
 // parameters and buffers rank 0 reports at the end of its Fit into the
 // replica. After Fit this process holds the trained model and carries on
 // (Test, Predict, saving) as rank 0 of a world of one; the workers never
 // run the code after Fit.
 type DDPSpawn struct {
-	*Single
+	local
 	world int
 	log   zerolog.Logger
+	setup bool
+}
+
+// local is what DDPSpawn needs of the one-replica strategy it wraps.
+type local interface {
+	strategy.Strategy
+	strategy.Replica
+	strategy.Rebinder
 }
 
 func newSpawnParent(o strategy.Options, world int) (*DDPSpawn, error) {
 	if world < 1 {
 		return nil, fmt.Errorf("strategy \"ddp_spawn\": Devices is %d: use 1 or more", world)
 	}
-	return &DDPSpawn{Single: NewSingle(), world: world, log: o.Log}, nil
+	if !strategy.Known("single") {
+		return nil, errors.New("strategy \"ddp_spawn\" holds its trained replica in strategy \"single\", which is not registered: import _ \"github.com/fulgur-ml/fulgur/strategy/single\"")
+	}
+	s, err := strategy.New("single", strategy.Options{Lookup: o.Lookup, Log: o.Log})
+	if err != nil {
+		return nil, err
+	}
+	l, ok := s.(local)
+	if !ok {
+		return nil, fmt.Errorf("strategy \"ddp_spawn\": the strategy registered as \"single\" (%T) has no Store or Rebind", s)
+	}
+	return &DDPSpawn{local: l, world: world, log: o.Log}, nil
 }
 
 func (s *DDPSpawn) Info() strategy.Info {
-	i := s.Single.Info()
+	i := s.local.Info()
 	i.Name = "ddp_spawn"
 	return i
+}
+
+// Setup sets up the local replica.
+func (s *DDPSpawn) Setup(ctx context.Context, su strategy.Setup) error {
+	if err := s.local.Setup(ctx, su); err != nil {
+		return err
+	}
+	s.setup = true
+	return nil
 }
 
 // RunFit runs the whole training in the workers, without calling fit, and
 // loads rank 0's weights.
 func (s *DDPSpawn) RunFit(ctx context.Context, fit func(context.Context) (strategy.FitResult, error)) (strategy.FitResult, bool, error) {
-	if s.eng == nil {
+	if !s.setup {
 		return strategy.FitResult{}, false, errors.New("ddp_spawn: RunFit before Setup")
 	}
 	res, err := s.spawn(ctx)
@@ -120,7 +150,7 @@ func (s *DDPSpawn) spawn(ctx context.Context) (*launch.Result, error) {
 
 // load copies the workers' parameters and buffers into the local replica.
 func (s *DDPSpawn) load(res *launch.Result) error {
-	st := s.Single.Store()
+	st := s.local.Store()
 	if got := layoutOf(st); !slices.Equal(got, res.Layout) {
 		return fmt.Errorf("ddp_spawn: the workers trained a model laid out as %v, this process built %v: the program must build the same module in every process", res.Layout, got)
 	}

@@ -16,9 +16,14 @@ import (
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/device"
 	"github.com/fulgur-ml/fulgur/strategy/device/engine"
+	"github.com/fulgur-ml/fulgur/strategy/replica"
 )
 
-var _ strategy.Strategy = (*DP)(nil)
+var (
+	_ strategy.Strategy = (*DP)(nil)
+	_ strategy.Rebinder = (*DP)(nil)
+	_ strategy.Rebinder = (*DDP)(nil)
+)
 
 func init() {
 	strategy.Register("dp", func(o strategy.Options) (strategy.Strategy, error) {
@@ -47,7 +52,7 @@ type DPConfig struct {
 // stay bit-identical. WorldSize is 1: data is not sharded across processes.
 type DP struct {
 	devs  []device.Device
-	engs  []*replica
+	engs  []*graphReplica
 	ran   []bool // replica has gradients in the current accumulation window
 	opt   optim.Optimizer
 	sched optim.Scheduler
@@ -89,7 +94,7 @@ func (d *DP) Setup(ctx context.Context, su strategy.Setup) error {
 		return err
 	}
 	n := len(d.devs)
-	d.engs = make([]*replica, n)
+	d.engs = make([]*graphReplica, n)
 	if n > 1 {
 		d.sync = newReplicaSum(n)
 	}
@@ -332,10 +337,10 @@ func (d *DP) combine(n int) []module.Metric {
 
 func (d *DP) OptimizerStep(ctx context.Context, o strategy.OptimizerOptions) (float64, error) {
 	st := d.engs[0].eng.Store()
-	if err := beforeUpdate(o, st, 0, st.NumParams()); err != nil {
+	if err := replica.BeforeUpdate(o, st, 0, st.NumParams()); err != nil {
 		return math.NaN(), err
 	}
-	norm := ApplyStep(st, d.opt, o, 0, st.NumParams())
+	norm := replica.ApplyStep(st, d.opt, o, 0, st.NumParams())
 	err := d.parallel(ctx, len(d.engs), func(i int) error {
 		if i == 0 {
 			return nil
@@ -416,16 +421,18 @@ type graphKey struct {
 	rows int
 }
 
-// replica is an engine and the graphs it has already built, which mirror the
+// graphReplica is an engine and the graphs it has already built, which mirror the
 // engine's own cache (one graph per mode and batch size).
-type replica struct {
+type graphReplica struct {
 	eng   *engine.Engine
 	built map[graphKey]bool
 }
 
-func newReplica(e *engine.Engine) *replica { return &replica{eng: e, built: map[graphKey]bool{}} }
+func newReplica(e *engine.Engine) *graphReplica {
+	return &graphReplica{eng: e, built: map[graphKey]bool{}}
+}
 
-func (r *replica) rebind(m module.Module) {
+func (r *graphReplica) rebind(m module.Module) {
 	r.eng.Rebind(m)
 	clear(r.built)
 }
@@ -438,7 +445,7 @@ func (d *DP) Rebind(m module.Module) error {
 	return nil
 }
 
-func (r *replica) run(ctx context.Context, mode module.Mode, b *data.Batch, accumulate bool, scale float64) (engine.Result, error) {
+func (r *graphReplica) run(ctx context.Context, mode module.Mode, b *data.Batch, accumulate bool, scale float64) (engine.Result, error) {
 	k := graphKey{mode, b.Size}
 	if !r.built[k] {
 		// Build under the lock, run outside it: a graph that reduces across

@@ -10,17 +10,9 @@ import (
 	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"github.com/fulgur-ml/fulgur/strategy/device"
 	"github.com/fulgur-ml/fulgur/strategy/device/fakedevice"
+	"github.com/fulgur-ml/fulgur/strategy/single"
 	"github.com/fulgur-ml/fulgur/strategy/strategytest"
 )
-
-func TestSingleConformance(t *testing.T) {
-	strategytest.RunAll(t, func(t testing.TB, n int) []strategy.Strategy {
-		if n > 1 {
-			t.Skip("single runs one device")
-		}
-		return []strategy.Strategy{builtin.NewSingle()}
-	})
-}
 
 func TestDPConformance(t *testing.T) {
 	strategytest.RunAll(t, func(t testing.TB, n int) []strategy.Strategy {
@@ -62,7 +54,7 @@ func TestDPSmallBatchLeavesReplicasIdle(t *testing.T) {
 	// stale gradients must not be summed in.
 	devs, _ := fakedevice.New(3)
 	dp, _ := builtin.NewDP(builtin.DPConfig{Devices: devs})
-	ref := builtin.NewSingle()
+	ref := single.NewSingle()
 	ctx := context.Background()
 	ds, _ := strategytest.Regression(8, 4, 2, 1)
 	m := &strategytest.MLP{In: 4, Hidden: 4, Out: 2}

@@ -22,6 +22,7 @@ import (
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
 	"github.com/fulgur-ml/fulgur/strategy/device/fakedevice"
+	"github.com/fulgur-ml/fulgur/strategy/single"
 	"github.com/fulgur-ml/fulgur/strategy/strategytest"
 )
 
@@ -126,7 +127,7 @@ func TestSyncBatchNormTrainsLikeOneDevice(t *testing.T) {
 		if st, ok := oneDevice[refKey{global, accum}]; ok {
 			return st
 		}
-		ref := []strategy.Strategy{builtin.NewSingle()}
+		ref := []strategy.Strategy{single.NewSingle()}
 		if err := syncSetup(ctx, ref, false, ds.Fields(), false); err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package builtin
+package single
 
 import (
 	"context"
@@ -6,21 +6,18 @@ import (
 	"fmt"
 	"math"
 
-	"gorgonia.org/tensor"
-
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/optim"
-	"github.com/fulgur-ml/fulgur/profiler"
 	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/device/engine"
+	"github.com/fulgur-ml/fulgur/strategy/replica"
 )
 
 var (
 	_ strategy.Strategy = (*Single)(nil)
 	_ strategy.Rebinder = (*Single)(nil)
-	_ strategy.Rebinder = (*DP)(nil)
-	_ strategy.Rebinder = (*DDP)(nil)
+	_ strategy.Replica  = (*Single)(nil)
 )
 
 // Single trains one replica in this process.
@@ -80,37 +77,10 @@ func (s *Single) Step(ctx context.Context, mode module.Mode, b *data.Batch, o st
 }
 
 func (s *Single) OptimizerStep(ctx context.Context, o strategy.OptimizerOptions) (float64, error) {
-	if err := beforeUpdate(o, s.eng.Store(), 0, s.eng.Store().NumParams()); err != nil {
+	if err := replica.BeforeUpdate(o, s.eng.Store(), 0, s.eng.Store().NumParams()); err != nil {
 		return math.NaN(), err
 	}
-	return ApplyStep(s.eng.Store(), s.opt, o, 0, s.eng.Store().NumParams()), nil
-}
-
-// ApplyStep clips the gradients of [lo, hi) and runs one optimizer step over
-// them: the shared tail of every strategy whose gradients are already reduced.
-func ApplyStep(st *module.Store, opt optim.Optimizer, o strategy.OptimizerOptions, lo, hi int) float64 {
-	norm := math.NaN()
-	opt.Begin()
-	if st.Dtype() == tensor.Float32 {
-		g := st.Grad32()[lo:hi]
-		if o.ClipValue > 0 {
-			optim.ClipGradValue32(g, o.ClipValue)
-		}
-		if o.ClipNorm > 0 {
-			norm = optim.ClipGradNorm32(g, o.ClipNorm)
-		}
-		opt.Update32(st.Data32()[lo:hi], g, lo)
-	} else {
-		g := st.Grad64()[lo:hi]
-		if o.ClipValue > 0 {
-			optim.ClipGradValue64(g, o.ClipValue)
-		}
-		if o.ClipNorm > 0 {
-			norm = optim.ClipGradNorm64(g, o.ClipNorm)
-		}
-		opt.Update64(st.Data64()[lo:hi], g, lo)
-	}
-	return norm
+	return replica.ApplyStep(s.eng.Store(), s.opt, o, 0, s.eng.Store().NumParams()), nil
 }
 
 func (s *Single) Reduce(ctx context.Context, sums, weights []float64, ops []module.Reduce) error {
@@ -140,18 +110,4 @@ func init() {
 		}
 		return NewSingle(), nil
 	})
-}
-
-// profilerOf returns p, or Nop when p is nil.
-func profilerOf(p profiler.Profiler) profiler.Profiler {
-	if p == nil {
-		return profiler.Nop{}
-	}
-	return p
-}
-
-// profiling reports whether p records anything.
-func profiling(p profiler.Profiler) bool {
-	_, nop := p.(profiler.Nop)
-	return p != nil && !nop
 }
