@@ -44,7 +44,7 @@ func Register(name string, f Factory) {
 // ships; New names it when a program asks for one without linking it.
 var shipped = map[string]string{
 	"single":         "github.com/fulgur-ml/fulgur/strategy/single",
-	"dp":             "github.com/fulgur-ml/fulgur/strategy/builtin",
+	"dp":             "github.com/fulgur-ml/fulgur/strategy/dp",
 	"ddp":            "github.com/fulgur-ml/fulgur/strategy/builtin",
 	"ddp_spawn":      "github.com/fulgur-ml/fulgur/strategy/builtin",
 	"sharded":        "github.com/fulgur-ml/fulgur/strategy/builtin",

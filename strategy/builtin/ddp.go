@@ -10,7 +10,6 @@ import (
 	"github.com/rs/zerolog"
 	"gorgonia.org/tensor"
 
-	"github.com/fulgur-ml/fulgur/blas"
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/optim"
@@ -71,7 +70,7 @@ type DDP struct {
 	c       collective.Group
 	dev     device.Device
 	eng     *engine.Engine
-	rep     *graphReplica
+	rep     *replica.Graphs
 	opt     optim.Optimizer
 	sched   optim.Scheduler
 	buckets []Bucket
@@ -202,7 +201,7 @@ func (d *DDP) check() error {
 }
 
 func (d *DDP) Setup(ctx context.Context, su strategy.Setup) error {
-	d.prof = profilerOf(su.Profiler)
+	d.prof = replica.ProfilerOf(su.Profiler)
 	store, err := d.setupReplica(ctx, su)
 	if err != nil {
 		return err
@@ -249,10 +248,10 @@ func (d *DDP) setupReplica(ctx context.Context, su strategy.Setup) (*module.Stor
 		return nil, d.fail("broadcast rank 0's parameters and buffers", err)
 	}
 	d.lastDone = ddpOp{kind: opSetup}
-	d.eng = engine.New(su.Module, store, su.Fields, replicaSeed(su.Seed, d.rank), statSyncOption(ddpStatSync{d}, d.world, su.SyncBatchNorm)...)
-	d.rep = newReplica(d.eng)
+	d.eng = engine.New(su.Module, store, su.Fields, replica.Seed(su.Seed, d.rank), replica.StatSyncOption(ddpStatSync{d}, d.world, su.SyncBatchNorm)...)
+	d.rep = replica.NewGraphs(d.eng)
 	if d.localRanks > 1 {
-		shareCores(d.cfg.Log, d.localRanks)
+		replica.ShareCores(d.cfg.Log, d.localRanks)
 	}
 	return store, nil
 }
@@ -266,7 +265,7 @@ func (d *DDP) Rebind(m module.Module) error {
 	if err := d.check(); err != nil {
 		return err
 	}
-	d.rep.rebind(m)
+	d.rep.Rebind(m)
 	return nil
 }
 
@@ -276,7 +275,7 @@ func (d *DDP) Step(ctx context.Context, mode module.Mode, b *data.Batch, o strat
 	if d.eng == nil {
 		return strategy.StepResult{}, errors.New("ddp: Step before Setup")
 	}
-	return runStep(ctx, d, mode, b, o)
+	return replica.RunStep(ctx, replica.Steps{Train: d.trainStep, Eval: d.evalStep, Predict: d.predictStep}, mode, b, o)
 }
 
 // syncBuffers broadcasts rank 0's buffers (the part of the store after the
@@ -310,7 +309,7 @@ func (d *DDP) trainStep(ctx context.Context, b *data.Batch, o strategy.TrainOpti
 	err := d.dev.Do(ctx, func() error {
 		var err error
 		d.eng.SetRunKey(o.Key)
-		r, err = d.rep.run(ctx, module.Train, b, o.Accumulate, scale)
+		r, err = d.rep.Run(ctx, module.Train, b, o.Accumulate, scale)
 		return err
 	})
 	if err != nil {
@@ -340,7 +339,7 @@ func (d *DDP) startReduce(ctx context.Context) {
 		}
 		d.pending = append(d.pending, d.c.AllReduceAsync(ctx, buf, collective.Mean))
 	}
-	if profiling(d.prof) {
+	if replica.Profiling(d.prof) {
 		// The communication goroutine runs the buckets one after another,
 		// so bucket i is on the wire from bucket i-1's landing to its own.
 		pending := append([]collective.Handle(nil), d.pending...)
@@ -464,7 +463,7 @@ func (d *DDP) evalStep(ctx context.Context, mode module.Mode, b *data.Batch) ([]
 	var r engine.Result
 	err := d.dev.Do(ctx, func() error {
 		var err error
-		r, err = d.rep.run(ctx, mode, b, false, 1)
+		r, err = d.rep.Run(ctx, mode, b, false, 1)
 		return err
 	})
 	if err != nil {
@@ -479,7 +478,7 @@ func (d *DDP) predictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, er
 	}
 	var out *tensor.Dense
 	err := d.dev.Do(ctx, func() error {
-		r, err := d.rep.run(ctx, module.Predict, b, false, 1)
+		r, err := d.rep.Run(ctx, module.Predict, b, false, 1)
 		if err == nil && r.Output == nil {
 			err = errors.New("predict step: the graph produced no output")
 		}
@@ -642,16 +641,4 @@ func (d *DDP) Teardown(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// shareCores gives each of n processes (or in-process replicas) on this
-// machine its share of the cores (blas.Plan: cores/n, split between
-// goroutine workers and BLAS threads), so n ranks do not oversubscribe the
-// cores; FULGUR_BLAS_THREADS and FULGUR_WORKERS still fix their counts.
-func shareCores(log zerolog.Logger, n int) {
-	if _, err := blas.SetThreadsPerRank(n); err != nil {
-		log.Warn().Err(err).Int("local_ranks", n).Msg("could not share the cores between local ranks")
-		return
-	}
-	log.Info().Msg("threads: " + blas.CurrentPlan().String())
 }

@@ -5,7 +5,8 @@ import (
 	"testing"
 
 	"github.com/fulgur-ml/fulgur/strategy"
-	"github.com/fulgur-ml/fulgur/strategy/builtin"
+	"github.com/fulgur-ml/fulgur/strategy/device"
+	"github.com/fulgur-ml/fulgur/strategy/dp"
 	"github.com/fulgur-ml/fulgur/strategy/single"
 	"github.com/fulgur-ml/fulgur/strategy/strategytest"
 )
@@ -29,7 +30,7 @@ func BenchmarkStep(b *testing.B) {
 	}{
 		{"single", func() []strategy.Strategy { return []strategy.Strategy{single.NewSingle()} }},
 		{"dp2", func() []strategy.Strategy {
-			d, _ := builtin.NewDP(builtin.DPConfig{Devices: cpus(2)})
+			d, _ := dp.NewDP(dp.DPConfig{Devices: cpus(2)})
 			return []strategy.Strategy{d}
 		}},
 		{"ddp2", func() []strategy.Strategy { return ddpRanks(b, 2, 0, nil) }},
@@ -52,4 +53,13 @@ func BenchmarkStep(b *testing.B) {
 			b.ReportMetric(float64(64*b.N)/b.Elapsed().Seconds(), "samples/s")
 		})
 	}
+}
+
+// cpus opens n CPU devices.
+func cpus(n int) []device.Device {
+	devs, err := device.Open("cpu", n)
+	if err != nil {
+		panic(err)
+	}
+	return devs
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/fulgur-ml/fulgur/optim"
 	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
+	"github.com/fulgur-ml/fulgur/strategy/replica"
 )
 
 var (
@@ -118,7 +119,7 @@ func (s *Sharded) Stage() int { return s.stage }
 func (s *Sharded) Shard() (lo, hi int) { return s.lo, s.hi }
 
 func (s *Sharded) Setup(ctx context.Context, su strategy.Setup) error {
-	s.prof = profilerOf(su.Profiler)
+	s.prof = replica.ProfilerOf(su.Profiler)
 	st, err := s.setupReplica(ctx, su)
 	if err != nil {
 		return err

@@ -22,6 +22,7 @@ import (
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
 	"github.com/fulgur-ml/fulgur/strategy/device/fakedevice"
+	"github.com/fulgur-ml/fulgur/strategy/dp"
 	"github.com/fulgur-ml/fulgur/strategy/single"
 	"github.com/fulgur-ml/fulgur/strategy/strategytest"
 )
@@ -87,7 +88,7 @@ func TestSyncBatchNormTrainsLikeOneDevice(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			d, err := builtin.NewDP(builtin.DPConfig{Devices: devs})
+			d, err := dp.NewDP(dp.DPConfig{Devices: devs})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -326,7 +327,7 @@ func TestSyncBatchNormDPReplicaFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dp, err := builtin.NewDP(builtin.DPConfig{Devices: devs})
+	dp, err := dp.NewDP(dp.DPConfig{Devices: devs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -384,7 +385,7 @@ func BenchmarkSyncBatchNorm(b *testing.B) {
 		mk   func() []strategy.Strategy
 	}{
 		{"dp2", func() []strategy.Strategy {
-			d, _ := builtin.NewDP(builtin.DPConfig{Devices: cpus(2)})
+			d, _ := dp.NewDP(dp.DPConfig{Devices: cpus(2)})
 			return []strategy.Strategy{d}
 		}},
 		{"ddp2", func() []strategy.Strategy { return ddpRanks(b, 2, 0, nil) }},
