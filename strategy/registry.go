@@ -45,11 +45,11 @@ func Register(name string, f Factory) {
 var shipped = map[string]string{
 	"single":         "github.com/fulgur-ml/fulgur/strategy/single",
 	"dp":             "github.com/fulgur-ml/fulgur/strategy/dp",
-	"ddp":            "github.com/fulgur-ml/fulgur/strategy/builtin",
-	"ddp_spawn":      "github.com/fulgur-ml/fulgur/strategy/builtin",
-	"sharded":        "github.com/fulgur-ml/fulgur/strategy/builtin",
-	"sharded_stage1": "github.com/fulgur-ml/fulgur/strategy/builtin",
-	"sharded_stage2": "github.com/fulgur-ml/fulgur/strategy/builtin",
+	"ddp":            "github.com/fulgur-ml/fulgur/strategy/ddp",
+	"ddp_spawn":      "github.com/fulgur-ml/fulgur/strategy/ddp",
+	"sharded":        "github.com/fulgur-ml/fulgur/strategy/ddp",
+	"sharded_stage1": "github.com/fulgur-ml/fulgur/strategy/ddp",
+	"sharded_stage2": "github.com/fulgur-ml/fulgur/strategy/ddp",
 }
 
 // Known reports whether name can be passed to New.

@@ -16,8 +16,8 @@ import (
 
 	"github.com/fulgur-ml/fulgur/profiler"
 	"github.com/fulgur-ml/fulgur/strategy"
-	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
+	"github.com/fulgur-ml/fulgur/strategy/ddp"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
@@ -180,9 +180,9 @@ func TestBeforeOptimizerStepSeesReducedGradients(t *testing.T) {
 		for r := range 2 {
 			var s strategy.Strategy
 			if name == "ddp" {
-				s, err = builtin.NewDDP(builtin.DDPConfig{Group: group[r]})
+				s, err = ddp.NewDDP(ddp.DDPConfig{Group: group[r]})
 			} else {
-				s, err = builtin.NewSharded(builtin.ShardedConfig{DDPConfig: builtin.DDPConfig{Group: group[r]}, Stage: 2})
+				s, err = ddp.NewSharded(ddp.ShardedConfig{DDPConfig: ddp.DDPConfig{Group: group[r]}, Stage: 2})
 			}
 			if err != nil {
 				t.Fatal(err)

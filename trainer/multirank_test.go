@@ -6,9 +6,9 @@ import (
 	"testing"
 
 	"github.com/fulgur-ml/fulgur/strategy"
-	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
+	"github.com/fulgur-ml/fulgur/strategy/ddp"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
@@ -60,7 +60,7 @@ func TestShardedResumeGathersOptimizerState(t *testing.T) {
 	job := newResumeJob(t, 1, 0)
 	job.cfg.MaxEpochs = 2
 	sharded := func(r int, g collective.Collective) strategy.Strategy {
-		s, err := builtin.NewSharded(builtin.ShardedConfig{DDPConfig: builtin.DDPConfig{Group: g}, Stage: 2})
+		s, err := ddp.NewSharded(ddp.ShardedConfig{DDPConfig: ddp.DDPConfig{Group: g}, Stage: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -101,7 +101,7 @@ func (s stopOn) OnTrainBatchEnd(ctx context.Context, st *trainer.State) error {
 func TestStopOnOneRankStopsEveryRank(t *testing.T) {
 	job := newResumeJob(t, 1, 0)
 	ddp := func(r int, g collective.Collective) strategy.Strategy {
-		s, err := builtin.NewDDP(builtin.DDPConfig{Group: g})
+		s, err := ddp.NewDDP(ddp.DDPConfig{Group: g})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -157,7 +157,7 @@ func TestLoadReadsSource(t *testing.T) {
 // shipped name: the trainer itself links the package that registers them.
 func TestTrainerLinksTheShippedStrategies(t *testing.T) {
 	g := loadModule(t)
-	for _, p := range []string{"strategy/single", "strategy/dp", "strategy/builtin"} {
+	for _, p := range []string{"strategy/single", "strategy/dp", "strategy/ddp"} {
 		if !contains(g["trainer"], p) {
 			t.Errorf("trainer imports %v, not %s: a program that imports only the trainer misses the names it registers (keep trainer/strategies.go)", g["trainer"], p)
 		}

@@ -1,6 +1,6 @@
 //go:build !mpi
 
-package builtin
+package ddp
 
 import (
 	"strings"

@@ -1,4 +1,4 @@
-package builtin_test
+package ddp_test
 
 import (
 	"context"
@@ -18,9 +18,9 @@ import (
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/nn"
 	"github.com/fulgur-ml/fulgur/strategy"
-	"github.com/fulgur-ml/fulgur/strategy/builtin"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
+	"github.com/fulgur-ml/fulgur/strategy/ddp"
 	"github.com/fulgur-ml/fulgur/strategy/device/fakedevice"
 	"github.com/fulgur-ml/fulgur/strategy/dp"
 	"github.com/fulgur-ml/fulgur/strategy/single"
@@ -81,7 +81,7 @@ func TestSyncBatchNormTrainsLikeOneDevice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ddp := func(t *testing.T) []strategy.Strategy { return ddpRanks(t, 2, 0, nil) }
+	ddp2 := func(t *testing.T) []strategy.Strategy { return ddpRanks(t, 2, 0, nil) }
 	dp := func(n int) func(t *testing.T) []strategy.Strategy {
 		return func(t *testing.T) []strategy.Strategy {
 			devs, err := fakedevice.New(n)
@@ -102,7 +102,7 @@ func TestSyncBatchNormTrainsLikeOneDevice(t *testing.T) {
 		}
 		out := make([]strategy.Strategy, 2)
 		for r := range out {
-			s, err := builtin.NewSharded(builtin.ShardedConfig{DDPConfig: builtin.DDPConfig{Group: group[r], Timeout: 20 * time.Second}, Stage: 2})
+			s, err := ddp.NewSharded(ddp.ShardedConfig{DDPConfig: ddp.DDPConfig{Group: group[r], Timeout: 20 * time.Second}, Stage: 2})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -150,9 +150,9 @@ func TestSyncBatchNormTrainsLikeOneDevice(t *testing.T) {
 		layer     bool // nn.BatchNormSync on the layer
 		sameAsOne bool
 	}{
-		{"ddp/global", ddp, 8, 0, true, false, true},
-		{"ddp/layer", ddp, 8, 0, false, true, true},
-		{"ddp/off", ddp, 8, 0, false, false, false},
+		{"ddp/global", ddp2, 8, 0, true, false, true},
+		{"ddp/layer", ddp2, 8, 0, false, true, true},
+		{"ddp/off", ddp2, 8, 0, false, false, false},
 		{"dp/global", dp(2), 8, 0, true, false, true},
 		{"dp/off", dp(2), 8, 0, false, false, false},
 		// 4 and 3 rows: the replicas' gradients weigh 4/7 and 3/7.
@@ -162,7 +162,7 @@ func TestSyncBatchNormTrainsLikeOneDevice(t *testing.T) {
 		{"sharded2/global", sharded, 8, 0, true, false, true},
 		// Micro-batches that do not communicate gradients still sync
 		// their statistics.
-		{"ddp/accumulate", ddp, 8, 2, true, false, true},
+		{"ddp/accumulate", ddp2, 8, 2, true, false, true},
 		{"dp/accumulate", dp(2), 8, 2, true, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -271,7 +271,7 @@ func TestSyncBatchNormOrdersWithBuckets(t *testing.T) {
 		recs[r] = &recorder{Collective: group[r]}
 		// 64-byte buckets: several reductions per step, started before
 		// the last one is queued.
-		if strats[r], err = builtin.NewDDP(builtin.DDPConfig{Group: recs[r], BucketBytes: 64, Timeout: 20 * time.Second}); err != nil {
+		if strats[r], err = ddp.NewDDP(ddp.DDPConfig{Group: recs[r], BucketBytes: 64, Timeout: 20 * time.Second}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -280,7 +280,7 @@ func TestSyncBatchNormOrdersWithBuckets(t *testing.T) {
 	if err := syncSetup(ctx, strats, false, ds.Fields(), true); err != nil {
 		t.Fatal(err)
 	}
-	buckets := len(strats[0].(*builtin.DDP).Buckets())
+	buckets := len(strats[0].(*ddp.DDP).Buckets())
 	if buckets < 3 {
 		t.Fatalf("%d buckets: the test needs several", buckets)
 	}
@@ -302,7 +302,7 @@ func TestSyncBatchNormOrdersWithBuckets(t *testing.T) {
 	want = append(want, fmt.Sprintf("broadcast float32[%d]", st.Len())) // Setup
 	for k := 0; k < 3; k++ {
 		want = append(want, step...)
-		for _, bk := range strats[0].(*builtin.DDP).Buckets() {
+		for _, bk := range strats[0].(*ddp.DDP).Buckets() {
 			want = append(want, fmt.Sprintf("all-reduce float32[%d]", bk.Hi-bk.Lo))
 		}
 		// After the update: rank 0's buffers to every rank.
@@ -364,7 +364,7 @@ func TestSyncBatchNormDPReplicaFailure(t *testing.T) {
 // global batch 32, DP on 2 replicas and 2 in-process DDP ranks, without and
 // with SyncBatchNorm: the cost of two small reductions per BatchNorm layer.
 //
-//	go test -run '^$' -bench SyncBatchNorm -benchtime 30x ./strategy/builtin
+//	go test -run '^$' -bench SyncBatchNorm -benchtime 30x ./strategy/ddp
 func BenchmarkSyncBatchNorm(b *testing.B) {
 	const batch = 32
 	r := rand.New(rand.NewPCG(1, 2))

@@ -1,4 +1,4 @@
-package builtin_test
+package ddp_test
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 // DP on 2 replicas, and 2 in-process DDP and sharded ranks (inproc), so the
 // cost of each strategy's bookkeeping shows against Single.
 //
-//	go test -run '^$' -bench Step -benchtime 200x ./strategy/builtin
+//	go test -run '^$' -bench Step -benchtime 200x ./strategy/ddp
 func BenchmarkStep(b *testing.B) {
 	m := &strategytest.MLP{In: 784, Hidden: 256, Out: 10, Optimizer: "adam", LR: 1e-3}
 	ds, err := strategytest.Regression(64, 784, 10, 1)

@@ -1,4 +1,4 @@
-package builtin_test
+package ddp_test
 
 import (
 	"context"
