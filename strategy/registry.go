@@ -40,13 +40,16 @@ func Register(name string, f Factory) {
 	registry[name] = f
 }
 
-func init() {
-	Register("single", func(o Options) (Strategy, error) {
-		if o.Devices > 1 || o.NumNodes > 1 {
-			return nil, fmt.Errorf("strategy \"single\" runs one device, but Devices is %d and NumNodes is %d: use a distributed strategy (\"ddp\", \"dp\", ...) or Devices 1", o.Devices, o.NumNodes)
-		}
-		return NewSingle(), nil
-	})
+// shipped names the package whose init registers each strategy fulgur
+// ships; New names it when a program asks for one without linking it.
+var shipped = map[string]string{
+	"single":         "github.com/fulgur-ml/fulgur/strategy/single",
+	"dp":             "github.com/fulgur-ml/fulgur/strategy/dp",
+	"ddp":            "github.com/fulgur-ml/fulgur/strategy/ddp",
+	"ddp_spawn":      "github.com/fulgur-ml/fulgur/strategy/ddp",
+	"sharded":        "github.com/fulgur-ml/fulgur/strategy/ddp",
+	"sharded_stage1": "github.com/fulgur-ml/fulgur/strategy/ddp",
+	"sharded_stage2": "github.com/fulgur-ml/fulgur/strategy/ddp",
 }
 
 // Known reports whether name can be passed to New.
@@ -94,6 +97,9 @@ func New(name string, o Options) (Strategy, error) {
 	f, ok := registry[name]
 	regMu.RUnlock()
 	if !ok {
+		if p, ok := shipped[name]; ok {
+			return nil, fmt.Errorf("strategy %q is not available: package %s registers it; import it blank (import _ %q) or build through the trainer, which links it", name, p, p)
+		}
 		return nil, fmt.Errorf("strategy %q is not available: use one of %v", name, Names())
 	}
 	return f(o)

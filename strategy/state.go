@@ -208,9 +208,10 @@ func storeTensors(st *module.Store) ([]Tensor, error) {
 	return out, nil
 }
 
-// saveState builds a rank's state dict: the whole model of st, and the
-// optimizer's buffers over its span of the np parameter elements.
-func saveState(st *module.Store, opt optim.Optimizer, sched optim.Scheduler) (*StateDict, error) {
+// SaveReplicaState builds a rank's state dict: the whole model of st, and
+// the optimizer's and scheduler's state (the optimizer's buffers over its
+// span). It is for strategy implementations, whose SaveState it serves.
+func SaveReplicaState(st *module.Store, opt optim.Optimizer, sched optim.Scheduler) (*StateDict, error) {
 	ts, err := storeTensors(st)
 	if err != nil {
 		return nil, err
@@ -240,10 +241,11 @@ func saveState(st *module.Store, opt optim.Optimizer, sched optim.Scheduler) (*S
 	return sd, nil
 }
 
-// loadState checks sd against st, opt and sched before changing anything,
-// then copies the model's tensors into st and the optimizer's span
-// [lo, hi) into opt. Optimizer and scheduler state load when sd has them.
-func loadState(sd *StateDict, st *module.Store, opt optim.Optimizer, sched optim.Scheduler, lo, hi int) error {
+// LoadReplicaState checks sd against st, opt and sched before changing
+// anything, then copies the model's tensors into st and the optimizer's
+// span [lo, hi) into opt. Optimizer and scheduler state load when sd has
+// them. It is for strategy implementations, whose LoadState it serves.
+func LoadReplicaState(sd *StateDict, st *module.Store, opt optim.Optimizer, sched optim.Scheduler, lo, hi int) error {
 	if sd == nil {
 		return errors.New("LoadState: the state dict is nil")
 	}

@@ -40,20 +40,6 @@ type Setup struct {
 	Profiler profiler.Profiler
 }
 
-// profilerOf returns p, or Nop when p is nil.
-func profilerOf(p profiler.Profiler) profiler.Profiler {
-	if p == nil {
-		return profiler.Nop{}
-	}
-	return p
-}
-
-// profiling reports whether p records anything.
-func profiling(p profiler.Profiler) bool {
-	_, nop := p.(profiler.Nop)
-	return p != nil && !nop
-}
-
 // OptimizerOptions control one optimizer step.
 type OptimizerOptions struct {
 	ClipNorm  float64 // clip the global gradient norm to this when > 0
@@ -208,4 +194,25 @@ type Rebinder interface {
 // trainer inserts the returned sampler into its loaders unless told not to.
 type Sampler interface {
 	DistributedSampler(shuffle bool, seed uint64, train bool) data.Sampler
+}
+
+// Memory is what one rank holds for training, in bytes.
+type Memory struct {
+	// Params is the parameters and buffers (a full replica on every rank).
+	Params int
+	// LocalGrads is the gradient buffer backward writes into (full size:
+	// every rank differentiates the whole model).
+	LocalGrads int
+	// ReducedGrads is what the rank keeps of the reduced gradients for its
+	// update: all of them under DDP and ZeRO stage 1, its shard under stage 2.
+	ReducedGrads int
+	// OptimizerState is the optimizer's per-parameter state (momentum,
+	// moments): all of it under DDP, its shard under ZeRO.
+	OptimizerState int
+}
+
+// MemoryReporter is implemented by strategies that account for the memory
+// they hold per rank.
+type MemoryReporter interface {
+	Memory() Memory
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/fulgur-ml/fulgur/callbacks"
+	"github.com/fulgur-ml/fulgur/strategy/ddp"
 
 	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
@@ -53,7 +54,7 @@ func TestResumeAtSmallerWorldKeepsSampleOffset(t *testing.T) {
 			job.cfg.MaxEpochs = 1
 			job.val = nil
 			ddp := func(r int, g collective.Collective) strategy.Strategy {
-				s, err := strategy.NewDDP(strategy.DDPConfig{Group: g})
+				s, err := ddp.NewDDP(ddp.DDPConfig{Group: g})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -14,8 +14,8 @@ import (
 
 	"github.com/fulgur-ml/fulgur/callbacks"
 	"github.com/fulgur-ml/fulgur/module"
-	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
+	"github.com/fulgur-ml/fulgur/strategy/ddp"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
@@ -313,7 +313,7 @@ func TestDDPEvaluateAfterFitOnRunningRanks(t *testing.T) {
 	trs := make([]*trainer.Trainer, 2)
 	var wg sync.WaitGroup
 	for r := 0; r < 2; r++ {
-		d, err := strategy.NewDDP(strategy.DDPConfig{Group: group[r]})
+		d, err := ddp.NewDDP(ddp.DDPConfig{Group: group[r]})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,13 +6,14 @@ import (
 	"testing"
 
 	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/single"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
 // elsewhere trains "in other processes" (strategy.FitRunner with remote
 // results), as DDP-spawn's launching process does.
 type elsewhere struct {
-	*strategy.Single
+	*single.Single
 	r strategy.FitResult
 }
 
@@ -23,7 +24,7 @@ func (e *elsewhere) RunFit(ctx context.Context, fit func(context.Context) (strat
 // here trains in this process and keeps what it would hand on, as a
 // DDP-spawn worker does.
 type here struct {
-	*strategy.Single
+	*single.Single
 	got *strategy.FitResult
 }
 
@@ -41,7 +42,7 @@ func TestFitRunnerDecidesWhereTrainingRuns(t *testing.T) {
 	cnt, _ := json.Marshal(41)
 	remote := strategy.FitResult{Epochs: 3, GlobalStep: 12, WorldSize: 2, Metrics: map[string]float64{"val_loss": 0.5}, Callbacks: map[string][]byte{"counter": cnt}}
 	c := &counter{}
-	cfg := quiet(trainer.Config{MaxEpochs: 2, StrategyImpl: &elsewhere{Single: strategy.NewSingle(), r: remote}, Callbacks: []trainer.Callback{c}})
+	cfg := quiet(trainer.Config{MaxEpochs: 2, StrategyImpl: &elsewhere{Single: single.NewSingle(), r: remote}, Callbacks: []trainer.Callback{c}})
 	tr, err := trainer.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +56,7 @@ func TestFitRunnerDecidesWhereTrainingRuns(t *testing.T) {
 
 	var got strategy.FitResult
 	c = &counter{}
-	cfg = quiet(trainer.Config{MaxEpochs: 2, StrategyImpl: &here{Single: strategy.NewSingle(), got: &got}, Callbacks: []trainer.Callback{c}})
+	cfg = quiet(trainer.Config{MaxEpochs: 2, StrategyImpl: &here{Single: single.NewSingle(), got: &got}, Callbacks: []trainer.Callback{c}})
 	if tr, err = trainer.New(cfg); err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/fulgur-ml/fulgur/profiler"
 	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
+	"github.com/fulgur-ml/fulgur/strategy/ddp"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
@@ -179,9 +180,9 @@ func TestBeforeOptimizerStepSeesReducedGradients(t *testing.T) {
 		for r := range 2 {
 			var s strategy.Strategy
 			if name == "ddp" {
-				s, err = strategy.NewDDP(strategy.DDPConfig{Group: group[r]})
+				s, err = ddp.NewDDP(ddp.DDPConfig{Group: group[r]})
 			} else {
-				s, err = strategy.NewSharded(strategy.ShardedConfig{DDPConfig: strategy.DDPConfig{Group: group[r]}, Stage: 2})
+				s, err = ddp.NewSharded(ddp.ShardedConfig{DDPConfig: ddp.DDPConfig{Group: group[r]}, Stage: 2})
 			}
 			if err != nil {
 				t.Fatal(err)

@@ -15,8 +15,8 @@ import (
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/nn"
 	"github.com/fulgur-ml/fulgur/optim"
-	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
+	"github.com/fulgur-ml/fulgur/strategy/ddp"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
@@ -195,7 +195,7 @@ func acrossRanks(t *testing.T, all data.Dataset) {
 		errs := make([]error, 2)
 		var wg sync.WaitGroup
 		for r := range 2 {
-			s, err := strategy.NewDDP(strategy.DDPConfig{Group: group[r]})
+			s, err := ddp.NewDDP(ddp.DDPConfig{Group: group[r]})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -315,7 +315,7 @@ func TestClassMetricsFitDDP(t *testing.T) {
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for r := range 2 {
-		s, err := strategy.NewDDP(strategy.DDPConfig{Group: group[r]})
+		s, err := ddp.NewDDP(ddp.DDPConfig{Group: group[r]})
 		if err != nil {
 			t.Fatal(err)
 		}

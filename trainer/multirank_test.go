@@ -8,6 +8,7 @@ import (
 	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
+	"github.com/fulgur-ml/fulgur/strategy/ddp"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
@@ -59,7 +60,7 @@ func TestShardedResumeGathersOptimizerState(t *testing.T) {
 	job := newResumeJob(t, 1, 0)
 	job.cfg.MaxEpochs = 2
 	sharded := func(r int, g collective.Collective) strategy.Strategy {
-		s, err := strategy.NewSharded(strategy.ShardedConfig{DDPConfig: strategy.DDPConfig{Group: g}, Stage: 2})
+		s, err := ddp.NewSharded(ddp.ShardedConfig{DDPConfig: ddp.DDPConfig{Group: g}, Stage: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,7 +101,7 @@ func (s stopOn) OnTrainBatchEnd(ctx context.Context, st *trainer.State) error {
 func TestStopOnOneRankStopsEveryRank(t *testing.T) {
 	job := newResumeJob(t, 1, 0)
 	ddp := func(r int, g collective.Collective) strategy.Strategy {
-		s, err := strategy.NewDDP(strategy.DDPConfig{Group: g})
+		s, err := ddp.NewDDP(ddp.DDPConfig{Group: g})
 		if err != nil {
 			t.Fatal(err)
 		}

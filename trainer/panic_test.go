@@ -14,8 +14,8 @@ import (
 
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/module"
-	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
+	"github.com/fulgur-ml/fulgur/strategy/ddp"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
@@ -144,7 +144,7 @@ func TestPanicOnOneDDPRankIsReportedOnEveryRank(t *testing.T) {
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for r := 0; r < 2; r++ {
-		d, err := strategy.NewDDP(strategy.DDPConfig{Group: group[r]})
+		d, err := ddp.NewDDP(ddp.DDPConfig{Group: group[r]})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,7 +190,7 @@ func TestDDPTimeoutNamesTheSilentRankAndItsLastOperation(t *testing.T) {
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for r := 0; r < 2; r++ {
-		d, err := strategy.NewDDP(strategy.DDPConfig{Group: group[r]})
+		d, err := ddp.NewDDP(ddp.DDPConfig{Group: group[r]})
 		if err != nil {
 			t.Fatal(err)
 		}

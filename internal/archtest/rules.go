@@ -34,8 +34,8 @@ var Rules = []Rule{
 		From:   []string{"strategy/*/..."},
 		Unless: []string{"strategy/device/...", "strategy/collective/...", "strategy/cluster/...", "strategy/launch/...", "strategy/strategytest/..."},
 		Forbid: []string{"strategy/*/...", "internal/engine/...", "trainer/...", "callbacks/...", "cli/..."},
-		Allow:  []string{"strategy/$1/...", "strategy/device/...", "strategy/collective/...", "strategy/cluster/...", "strategy/launch/..."},
-		Says:   "strategy/<name> imports strategy and strategy/{device,collective,cluster,launch}, never another strategy, the engine past the device layer, or the layers above",
+		Allow:  []string{"strategy/$1/...", "strategy/device/...", "strategy/collective/...", "strategy/cluster/...", "strategy/launch/...", "strategy/replica"},
+		Says:   "strategy/<name> imports strategy, strategy/replica (the implementations' shared machinery) and strategy/{device,collective,cluster,launch}, never another strategy, the engine past the device layer, or the layers above",
 		Doc:    "DESIGN.md Layers; strategy/doc.go",
 	},
 	{
@@ -66,8 +66,8 @@ var Rules = []Rule{
 	{
 		From:   []string{"trainer/..."},
 		Forbid: []string{"callbacks/...", "cli/...", "strategy/*/...", "internal/..."},
-		Allow:  []string{"strategy/collective", "strategy/device", "strategy/cluster/..."},
-		Says:   "trainer imports module, data, optim, nn, profiler, blas and strategy; strategies and backends are registered at the edge",
+		Allow:  []string{"strategy/collective", "strategy/device", "strategy/cluster/...", "strategy/ddp", "strategy/dp", "strategy/single"},
+		Says:   "trainer imports module, data, optim, nn, profiler, blas and strategy; of the implementations only the registering packages, blank, so that Config.Strategy names resolve (trainer/strategies.go)",
 		Doc:    "DESIGN.md Layers; issue 14 item 2; trainer/doc.go",
 	},
 	{

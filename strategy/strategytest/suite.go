@@ -13,6 +13,7 @@ import (
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/single"
 )
 
 // Factory returns the strategies of a fresh job over devices devices: one
@@ -132,7 +133,7 @@ func identity(t *testing.T, f Factory, n int) {
 }
 
 func refStore(t *testing.T, ds data.Dataset) *module.Store {
-	s := strategy.NewSingle()
+	s := single.NewSingle()
 	su, err := SetupFor(&MLP{In: in, Hidden: hidden, Out: out}, ds.Fields(), seed)
 	if err != nil {
 		t.Fatal(err)
@@ -235,7 +236,7 @@ func eval(t *testing.T, f Factory, n int) {
 		t.Fatal(err)
 	}
 	mustSetup(t, ctx, strats, &MLP{In: in, Hidden: hidden, Out: out}, ds)
-	ref := []strategy.Strategy{strategy.NewSingle()}
+	ref := []strategy.Strategy{single.NewSingle()}
 	mustSetup(t, ctx, ref, &MLP{In: in, Hidden: hidden, Out: out}, ds)
 	b, err := Rows(ds, 0, B)
 	if err != nil {

@@ -1,6 +1,6 @@
 //go:build !mpi
 
-package strategy
+package ddp
 
 import (
 	"strings"

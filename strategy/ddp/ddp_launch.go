@@ -1,4 +1,4 @@
-package strategy
+package ddp
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/cluster"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
@@ -46,8 +47,8 @@ const (
 )
 
 func init() {
-	Register("ddp", func(o Options) (Strategy, error) { return ddpFromOptions(o, "ddp", nil) })
-	Register("ddp_spawn", func(o Options) (Strategy, error) { return ddpFromOptions(o, "ddp_spawn", nil) })
+	strategy.Register("ddp", func(o strategy.Options) (strategy.Strategy, error) { return ddpFromOptions(o, "ddp", nil) })
+	strategy.Register("ddp_spawn", func(o strategy.Options) (strategy.Strategy, error) { return ddpFromOptions(o, "ddp_spawn", nil) })
 }
 
 // knobs are the settings distributed strategies read from the environment.
@@ -138,7 +139,7 @@ func interfaceAddr(name string) (string, error) {
 
 // worldFromOptions is Devices × NumNodes, with Devices -1 resolved to the
 // number of devices of the accelerator on this machine.
-func worldFromOptions(o Options) (perNode int, err error) {
+func worldFromOptions(o strategy.Options) (perNode int, err error) {
 	perNode = o.Devices
 	if perNode == -1 {
 		devs, err := device.Open(o.Accelerator, -1)
@@ -164,9 +165,9 @@ func localDevice(accel string, localRank int) (device.Device, error) {
 //
 // wrap, when set, turns the DDP rank into another strategy built on it
 // (Sharded).
-func ddpFromOptions(o Options, name string, wrap func(*DDP) (Strategy, error)) (Strategy, error) {
+func ddpFromOptions(o strategy.Options, name string, wrap func(*DDP) (strategy.Strategy, error)) (strategy.Strategy, error) {
 	if wrap == nil {
-		wrap = func(d *DDP) (Strategy, error) { return d, nil }
+		wrap = func(d *DDP) (strategy.Strategy, error) { return d, nil }
 	}
 	k, err := readKnobs(o.Lookup)
 	if err != nil {
@@ -228,7 +229,7 @@ func ddpFromOptions(o Options, name string, wrap func(*DDP) (Strategy, error)) (
 	return wrap(d)
 }
 
-func joinFromEnv(o Options, name string, k knobs, env cluster.Env, perNode int, wrap func(*DDP) (Strategy, error)) (Strategy, error) {
+func joinFromEnv(o strategy.Options, name string, k knobs, env cluster.Env, perNode int, wrap func(*DDP) (strategy.Strategy, error)) (strategy.Strategy, error) {
 	if want := perNode * o.NumNodes; want != 1 && want != env.WorldSize && !launch.Shrunk(o.Lookup, env.WorldSize, want) {
 		return nil, fmt.Errorf("strategy %q: the %s launcher started %d processes, but Devices × NumNodes is %d × %d = %d: make them agree (one process per device)", name, env.Source, env.WorldSize, perNode, o.NumNodes, want)
 	}

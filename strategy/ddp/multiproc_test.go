@@ -1,4 +1,4 @@
-package strategy_test
+package ddp_test
 
 import (
 	"bytes"
@@ -21,8 +21,8 @@ import (
 	"time"
 
 	"github.com/fulgur-ml/fulgur/data"
-	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
+	"github.com/fulgur-ml/fulgur/strategy/ddp"
 	"github.com/fulgur-ml/fulgur/strategy/strategytest"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
@@ -39,7 +39,7 @@ func inProcess(t *testing.T, n int, args ...string) programResult {
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := 0; r < n; r++ {
-		d, err := strategy.NewDDP(strategy.DDPConfig{Group: group[r]})
+		d, err := ddp.NewDDP(ddp.DDPConfig{Group: group[r]})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package strategy
+package dp
 
 import (
 	"context"
@@ -8,40 +8,9 @@ import (
 
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
-	"github.com/fulgur-ml/fulgur/strategy/device/engine"
 )
 
-var (
-	_ module.StatSyncer = ddpStatSync{}
-	_ module.StatSyncer = replicaStatSync{}
-)
-
-// ddpStatSync sums SyncBatchNorm statistics over a DDP rank's group. The
-// reductions are issued from inside the training graph's run, so they go
-// through the group's communication goroutine like everything else and stay
-// in the same order on every rank. No gradient bucket can be in flight then:
-// buckets are queued only after the backward pass, and OptimizerStep waits
-// for all of them before the next TrainStep; the check below makes a change
-// that breaks this fail loudly instead of mixing up reductions.
-type ddpStatSync struct{ d *DDP }
-
-func (s ddpStatSync) AllReduceSum(ctx context.Context, buf []float64) error {
-	if n := len(s.d.pending); n > 0 {
-		return fmt.Errorf("SyncBatchNorm reduction issued while %d gradient buckets are still being reduced: TrainStep must follow OptimizerStep", n)
-	}
-	return s.d.c.AllReduce(ctx, buf, collective.Sum)
-}
-
-func (s ddpStatSync) Size() int { return s.d.c.Size() }
-
-// statSyncOption is the engine option giving a rank's graphs s when the job
-// has more than one replica.
-func statSyncOption(s module.StatSyncer, size int, all bool) []engine.Option {
-	if size < 2 {
-		return nil
-	}
-	return []engine.Option{engine.WithStatSync(s, all)}
-}
+var _ module.StatSyncer = replicaStatSync{}
 
 // replicaSum sums SyncBatchNorm statistics across DP's in-process replicas:
 // each replica's graph calls it from its own goroutine, the last to arrive

@@ -1,4 +1,4 @@
-package strategy_test
+package ddp_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
+	"github.com/fulgur-ml/fulgur/strategy/ddp"
 	"github.com/fulgur-ml/fulgur/strategy/device/fakedevice"
 	"github.com/fulgur-ml/fulgur/strategy/strategytest"
 )
@@ -28,7 +29,7 @@ func ddpRanks(t testing.TB, n int, bucketBytes int, gopts []inproc.Option, dopts
 	}
 	out := make([]strategy.Strategy, n)
 	for r := range out {
-		d, err := strategy.NewDDP(strategy.DDPConfig{Group: group[r], Device: devs[r], BucketBytes: bucketBytes, Timeout: 20 * time.Second})
+		d, err := ddp.NewDDP(ddp.DDPConfig{Group: group[r], Device: devs[r], BucketBytes: bucketBytes, Timeout: 20 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,7 +54,7 @@ func TestDDPBucketsSplitTheModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer strategytest.Each(ranks, func(_ int, s strategy.Strategy) error { return s.Teardown(ctx) })
-	bs := ranks[0].(*strategy.DDP).Buckets()
+	bs := ranks[0].(*ddp.DDP).Buckets()
 	// w1 5x8=40, b1 8, w2 8x3=24, b2 3: reverse order with 16-float buckets:
 	// b2 (3) alone would grow with w2 (24) past 16, so b2 | w2 | b1 | w1.
 	var got []string

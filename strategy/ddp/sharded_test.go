@@ -1,4 +1,4 @@
-package strategy_test
+package ddp_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
+	"github.com/fulgur-ml/fulgur/strategy/ddp"
 	"github.com/fulgur-ml/fulgur/strategy/device/fakedevice"
 	"github.com/fulgur-ml/fulgur/strategy/strategytest"
 )
@@ -25,7 +26,7 @@ func shardedRanks(t testing.TB, n, stage int, gopts []inproc.Option, dopts ...fa
 	}
 	out := make([]strategy.Strategy, n)
 	for r := range out {
-		s, err := strategy.NewSharded(strategy.ShardedConfig{DDPConfig: strategy.DDPConfig{Group: group[r], Device: devs[r], BucketBytes: 64}, Stage: stage})
+		s, err := ddp.NewSharded(ddp.ShardedConfig{DDPConfig: ddp.DDPConfig{Group: group[r], Device: devs[r], BucketBytes: 64}, Stage: stage})
 		if err != nil {
 			t.Fatal(err)
 		}

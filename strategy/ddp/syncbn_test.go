@@ -1,4 +1,4 @@
-package strategy_test
+package ddp_test
 
 import (
 	"context"
@@ -20,7 +20,10 @@ import (
 	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
+	"github.com/fulgur-ml/fulgur/strategy/ddp"
 	"github.com/fulgur-ml/fulgur/strategy/device/fakedevice"
+	"github.com/fulgur-ml/fulgur/strategy/dp"
+	"github.com/fulgur-ml/fulgur/strategy/single"
 	"github.com/fulgur-ml/fulgur/strategy/strategytest"
 )
 
@@ -78,14 +81,14 @@ func TestSyncBatchNormTrainsLikeOneDevice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ddp := func(t *testing.T) []strategy.Strategy { return ddpRanks(t, 2, 0, nil) }
+	ddp2 := func(t *testing.T) []strategy.Strategy { return ddpRanks(t, 2, 0, nil) }
 	dp := func(n int) func(t *testing.T) []strategy.Strategy {
 		return func(t *testing.T) []strategy.Strategy {
 			devs, err := fakedevice.New(n)
 			if err != nil {
 				t.Fatal(err)
 			}
-			d, err := strategy.NewDP(strategy.DPConfig{Devices: devs})
+			d, err := dp.NewDP(dp.DPConfig{Devices: devs})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -99,7 +102,7 @@ func TestSyncBatchNormTrainsLikeOneDevice(t *testing.T) {
 		}
 		out := make([]strategy.Strategy, 2)
 		for r := range out {
-			s, err := strategy.NewSharded(strategy.ShardedConfig{DDPConfig: strategy.DDPConfig{Group: group[r], Timeout: 20 * time.Second}, Stage: 2})
+			s, err := ddp.NewSharded(ddp.ShardedConfig{DDPConfig: ddp.DDPConfig{Group: group[r], Timeout: 20 * time.Second}, Stage: 2})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -125,7 +128,7 @@ func TestSyncBatchNormTrainsLikeOneDevice(t *testing.T) {
 		if st, ok := oneDevice[refKey{global, accum}]; ok {
 			return st
 		}
-		ref := []strategy.Strategy{strategy.NewSingle()}
+		ref := []strategy.Strategy{single.NewSingle()}
 		if err := syncSetup(ctx, ref, false, ds.Fields(), false); err != nil {
 			t.Fatal(err)
 		}
@@ -147,9 +150,9 @@ func TestSyncBatchNormTrainsLikeOneDevice(t *testing.T) {
 		layer     bool // nn.BatchNormSync on the layer
 		sameAsOne bool
 	}{
-		{"ddp/global", ddp, 8, 0, true, false, true},
-		{"ddp/layer", ddp, 8, 0, false, true, true},
-		{"ddp/off", ddp, 8, 0, false, false, false},
+		{"ddp/global", ddp2, 8, 0, true, false, true},
+		{"ddp/layer", ddp2, 8, 0, false, true, true},
+		{"ddp/off", ddp2, 8, 0, false, false, false},
 		{"dp/global", dp(2), 8, 0, true, false, true},
 		{"dp/off", dp(2), 8, 0, false, false, false},
 		// 4 and 3 rows: the replicas' gradients weigh 4/7 and 3/7.
@@ -159,7 +162,7 @@ func TestSyncBatchNormTrainsLikeOneDevice(t *testing.T) {
 		{"sharded2/global", sharded, 8, 0, true, false, true},
 		// Micro-batches that do not communicate gradients still sync
 		// their statistics.
-		{"ddp/accumulate", ddp, 8, 2, true, false, true},
+		{"ddp/accumulate", ddp2, 8, 2, true, false, true},
 		{"dp/accumulate", dp(2), 8, 2, true, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -268,7 +271,7 @@ func TestSyncBatchNormOrdersWithBuckets(t *testing.T) {
 		recs[r] = &recorder{Collective: group[r]}
 		// 64-byte buckets: several reductions per step, started before
 		// the last one is queued.
-		if strats[r], err = strategy.NewDDP(strategy.DDPConfig{Group: recs[r], BucketBytes: 64, Timeout: 20 * time.Second}); err != nil {
+		if strats[r], err = ddp.NewDDP(ddp.DDPConfig{Group: recs[r], BucketBytes: 64, Timeout: 20 * time.Second}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -277,7 +280,7 @@ func TestSyncBatchNormOrdersWithBuckets(t *testing.T) {
 	if err := syncSetup(ctx, strats, false, ds.Fields(), true); err != nil {
 		t.Fatal(err)
 	}
-	buckets := len(strats[0].(*strategy.DDP).Buckets())
+	buckets := len(strats[0].(*ddp.DDP).Buckets())
 	if buckets < 3 {
 		t.Fatalf("%d buckets: the test needs several", buckets)
 	}
@@ -299,7 +302,7 @@ func TestSyncBatchNormOrdersWithBuckets(t *testing.T) {
 	want = append(want, fmt.Sprintf("broadcast float32[%d]", st.Len())) // Setup
 	for k := 0; k < 3; k++ {
 		want = append(want, step...)
-		for _, bk := range strats[0].(*strategy.DDP).Buckets() {
+		for _, bk := range strats[0].(*ddp.DDP).Buckets() {
 			want = append(want, fmt.Sprintf("all-reduce float32[%d]", bk.Hi-bk.Lo))
 		}
 		// After the update: rank 0's buffers to every rank.
@@ -324,7 +327,7 @@ func TestSyncBatchNormDPReplicaFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dp, err := strategy.NewDP(strategy.DPConfig{Devices: devs})
+	dp, err := dp.NewDP(dp.DPConfig{Devices: devs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +364,7 @@ func TestSyncBatchNormDPReplicaFailure(t *testing.T) {
 // global batch 32, DP on 2 replicas and 2 in-process DDP ranks, without and
 // with SyncBatchNorm: the cost of two small reductions per BatchNorm layer.
 //
-//	go test -run '^$' -bench SyncBatchNorm -benchtime 30x ./strategy/
+//	go test -run '^$' -bench SyncBatchNorm -benchtime 30x ./strategy/ddp
 func BenchmarkSyncBatchNorm(b *testing.B) {
 	const batch = 32
 	r := rand.New(rand.NewPCG(1, 2))
@@ -382,7 +385,7 @@ func BenchmarkSyncBatchNorm(b *testing.B) {
 		mk   func() []strategy.Strategy
 	}{
 		{"dp2", func() []strategy.Strategy {
-			d, _ := strategy.NewDP(strategy.DPConfig{Devices: cpus(2)})
+			d, _ := dp.NewDP(dp.DPConfig{Devices: cpus(2)})
 			return []strategy.Strategy{d}
 		}},
 		{"ddp2", func() []strategy.Strategy { return ddpRanks(b, 2, 0, nil) }},

@@ -1,4 +1,4 @@
-package strategy_test
+package dp_test
 
 import (
 	"context"
@@ -9,17 +9,10 @@ import (
 	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/device"
 	"github.com/fulgur-ml/fulgur/strategy/device/fakedevice"
+	"github.com/fulgur-ml/fulgur/strategy/dp"
+	"github.com/fulgur-ml/fulgur/strategy/single"
 	"github.com/fulgur-ml/fulgur/strategy/strategytest"
 )
-
-func TestSingleConformance(t *testing.T) {
-	strategytest.RunAll(t, func(t testing.TB, n int) []strategy.Strategy {
-		if n > 1 {
-			t.Skip("single runs one device")
-		}
-		return []strategy.Strategy{strategy.NewSingle()}
-	})
-}
 
 func TestDPConformance(t *testing.T) {
 	strategytest.RunAll(t, func(t testing.TB, n int) []strategy.Strategy {
@@ -27,7 +20,7 @@ func TestDPConformance(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		dp, err := strategy.NewDP(strategy.DPConfig{Devices: devs})
+		dp, err := dp.NewDP(dp.DPConfig{Devices: devs})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -40,7 +33,7 @@ func TestDPFailingDeviceIsNamed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dp, _ := strategy.NewDP(strategy.DPConfig{Devices: devs})
+	dp, _ := dp.NewDP(dp.DPConfig{Devices: devs})
 	ctx := context.Background()
 	ds, _ := strategytest.Regression(12, 4, 2, 1)
 	if err := strategytest.SetupAll(ctx, []strategy.Strategy{dp}, &strategytest.MLP{In: 4, Hidden: 4, Out: 2}, ds.Fields(), 1); err != nil {
@@ -60,8 +53,8 @@ func TestDPSmallBatchLeavesReplicasIdle(t *testing.T) {
 	// A batch of 2 rows on 3 devices runs on two replicas; the idle one's
 	// stale gradients must not be summed in.
 	devs, _ := fakedevice.New(3)
-	dp, _ := strategy.NewDP(strategy.DPConfig{Devices: devs})
-	ref := strategy.NewSingle()
+	dp, _ := dp.NewDP(dp.DPConfig{Devices: devs})
+	ref := single.NewSingle()
 	ctx := context.Background()
 	ds, _ := strategytest.Regression(8, 4, 2, 1)
 	m := &strategytest.MLP{In: 4, Hidden: 4, Out: 2}
@@ -84,14 +77,6 @@ func TestDPSmallBatchLeavesReplicasIdle(t *testing.T) {
 			t.Fatalf("parameter %d: dp %g, single %g", i, got[i], want[i])
 		}
 	}
-}
-
-func cpus(n int) []device.Device {
-	devs, err := device.Open("cpu", n)
-	if err != nil {
-		panic(err)
-	}
-	return devs
 }
 
 func TestDPRegistered(t *testing.T) {

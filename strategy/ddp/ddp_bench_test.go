@@ -1,10 +1,13 @@
-package strategy_test
+package ddp_test
 
 import (
 	"context"
 	"testing"
 
 	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/device"
+	"github.com/fulgur-ml/fulgur/strategy/dp"
+	"github.com/fulgur-ml/fulgur/strategy/single"
 	"github.com/fulgur-ml/fulgur/strategy/strategytest"
 )
 
@@ -13,7 +16,7 @@ import (
 // DP on 2 replicas, and 2 in-process DDP and sharded ranks (inproc), so the
 // cost of each strategy's bookkeeping shows against Single.
 //
-//	go test -run '^$' -bench Step -benchtime 200x ./strategy/
+//	go test -run '^$' -bench Step -benchtime 200x ./strategy/ddp
 func BenchmarkStep(b *testing.B) {
 	m := &strategytest.MLP{In: 784, Hidden: 256, Out: 10, Optimizer: "adam", LR: 1e-3}
 	ds, err := strategytest.Regression(64, 784, 10, 1)
@@ -25,9 +28,9 @@ func BenchmarkStep(b *testing.B) {
 		name string
 		mk   func() []strategy.Strategy
 	}{
-		{"single", func() []strategy.Strategy { return []strategy.Strategy{strategy.NewSingle()} }},
+		{"single", func() []strategy.Strategy { return []strategy.Strategy{single.NewSingle()} }},
 		{"dp2", func() []strategy.Strategy {
-			d, _ := strategy.NewDP(strategy.DPConfig{Devices: cpus(2)})
+			d, _ := dp.NewDP(dp.DPConfig{Devices: cpus(2)})
 			return []strategy.Strategy{d}
 		}},
 		{"ddp2", func() []strategy.Strategy { return ddpRanks(b, 2, 0, nil) }},
@@ -50,4 +53,13 @@ func BenchmarkStep(b *testing.B) {
 			b.ReportMetric(float64(64*b.N)/b.Elapsed().Seconds(), "samples/s")
 		})
 	}
+}
+
+// cpus opens n CPU devices.
+func cpus(n int) []device.Device {
+	devs, err := device.Open("cpu", n)
+	if err != nil {
+		panic(err)
+	}
+	return devs
 }

@@ -1,4 +1,4 @@
-package strategy
+package ddp
 
 import (
 	"context"
@@ -12,43 +12,24 @@ import (
 
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/optim"
+	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
+	"github.com/fulgur-ml/fulgur/strategy/replica"
 )
 
 var (
-	_ Strategy       = (*Sharded)(nil)
-	_ Sampler        = (*Sharded)(nil)
-	_ MemoryReporter = (*Sharded)(nil)
-	_ MemoryReporter = (*DDP)(nil)
+	_ strategy.Strategy       = (*Sharded)(nil)
+	_ strategy.Sampler        = (*Sharded)(nil)
+	_ strategy.MemoryReporter = (*Sharded)(nil)
+	_ strategy.MemoryReporter = (*DDP)(nil)
 )
 
 func init() {
 	for name, stage := range map[string]int{"sharded": 2, "sharded_stage1": 1, "sharded_stage2": 2} {
-		Register(name, func(o Options) (Strategy, error) {
-			return ddpFromOptions(o, name, func(d *DDP) (Strategy, error) { return newSharded(d, stage) })
+		strategy.Register(name, func(o strategy.Options) (strategy.Strategy, error) {
+			return ddpFromOptions(o, name, func(d *DDP) (strategy.Strategy, error) { return newSharded(d, stage) })
 		})
 	}
-}
-
-// Memory is what one rank holds for training, in bytes.
-type Memory struct {
-	// Params is the parameters and buffers (a full replica on every rank).
-	Params int
-	// LocalGrads is the gradient buffer backward writes into (full size:
-	// every rank differentiates the whole model).
-	LocalGrads int
-	// ReducedGrads is what the rank keeps of the reduced gradients for its
-	// update: all of them under DDP and ZeRO stage 1, its shard under stage 2.
-	ReducedGrads int
-	// OptimizerState is the optimizer's per-parameter state (momentum,
-	// moments): all of it under DDP, its shard under ZeRO.
-	OptimizerState int
-}
-
-// MemoryReporter is implemented by strategies that account for the memory
-// they hold per rank.
-type MemoryReporter interface {
-	Memory() Memory
 }
 
 func optimizerStateBytes(opt optim.Optimizer, elem int) int {
@@ -67,9 +48,9 @@ func elemBytes(st *module.Store) int {
 }
 
 // Memory reports a DDP rank's memory: everything is replicated.
-func (d *DDP) Memory() Memory {
+func (d *DDP) Memory() strategy.Memory {
 	st, e := d.eng.Store(), elemBytes(d.eng.Store())
-	return Memory{Params: st.Len() * e, LocalGrads: st.NumParams() * e, ReducedGrads: st.NumParams() * e, OptimizerState: optimizerStateBytes(d.opt, e)}
+	return strategy.Memory{Params: st.Len() * e, LocalGrads: st.NumParams() * e, ReducedGrads: st.NumParams() * e, OptimizerState: optimizerStateBytes(d.opt, e)}
 }
 
 // ShardedConfig configures one rank of Sharded.
@@ -123,7 +104,7 @@ func newSharded(d *DDP, stage int) (*Sharded, error) {
 	return s, nil
 }
 
-func (s *Sharded) Info() Info {
+func (s *Sharded) Info() strategy.Info {
 	i := s.DDP.Info()
 	if i.Name == "ddp" {
 		i.Name = fmt.Sprintf("sharded_stage%d", s.stage)
@@ -137,8 +118,8 @@ func (s *Sharded) Stage() int { return s.stage }
 // Shard is this rank's span [lo, hi) of the flat parameters.
 func (s *Sharded) Shard() (lo, hi int) { return s.lo, s.hi }
 
-func (s *Sharded) Setup(ctx context.Context, su Setup) error {
-	s.prof = profilerOf(su.Profiler)
+func (s *Sharded) Setup(ctx context.Context, su strategy.Setup) error {
+	s.prof = replica.ProfilerOf(su.Profiler)
 	st, err := s.setupReplica(ctx, su)
 	if err != nil {
 		return err
@@ -184,7 +165,7 @@ func (s *Sharded) reduceScatter(ctx context.Context) error {
 	return nil
 }
 
-func (s *Sharded) OptimizerStep(ctx context.Context, o OptimizerOptions) (float64, error) {
+func (s *Sharded) OptimizerStep(ctx context.Context, o strategy.OptimizerOptions) (float64, error) {
 	norm, err := s.shardStep(ctx, o)
 	if err != nil {
 		return norm, err
@@ -192,7 +173,7 @@ func (s *Sharded) OptimizerStep(ctx context.Context, o OptimizerOptions) (float6
 	return norm, s.afterStep(ctx)
 }
 
-func (s *Sharded) shardStep(ctx context.Context, o OptimizerOptions) (float64, error) {
+func (s *Sharded) shardStep(ctx context.Context, o strategy.OptimizerOptions) (float64, error) {
 	if err := s.check(); err != nil {
 		return math.NaN(), err
 	}
@@ -294,9 +275,9 @@ func (s *Sharded) globalNorm(ctx context.Context) (float64, error) {
 
 // Memory reports what this rank holds: optimizer state and, under stage 2,
 // reduced gradients for its shard only.
-func (s *Sharded) Memory() Memory {
+func (s *Sharded) Memory() strategy.Memory {
 	st, e := s.Store(), elemBytes(s.Store())
-	m := Memory{Params: st.Len() * e, LocalGrads: st.NumParams() * e, OptimizerState: optimizerStateBytes(s.opt, e)}
+	m := strategy.Memory{Params: st.Len() * e, LocalGrads: st.NumParams() * e, OptimizerState: optimizerStateBytes(s.opt, e)}
 	if s.stage == 2 {
 		m.ReducedGrads = (s.hi - s.lo) * e
 	} else {
@@ -308,21 +289,21 @@ func (s *Sharded) Memory() Memory {
 // SaveState returns the whole model (every rank holds it) and this rank's
 // shard of the optimizer's buffers; with o.Full the shards are all-gathered,
 // so every rank returns the buffers whole.
-func (s *Sharded) SaveState(ctx context.Context, o SaveOptions) (*StateDict, error) {
+func (s *Sharded) SaveState(ctx context.Context, o strategy.SaveOptions) (*strategy.StateDict, error) {
 	if s.eng == nil {
 		return nil, errors.New("sharded: SaveState before Setup")
 	}
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	sd, err := saveState(s.Store(), s.opt, s.sched)
+	sd, err := strategy.SaveReplicaState(s.Store(), s.opt, s.sched)
 	if err != nil || !o.Full || s.world == 1 {
 		return sd, err
 	}
 	np := s.Store().NumParams()
 	for i := range sd.Tensors {
 		t := &sd.Tensors[i]
-		if !strings.HasPrefix(t.Name, OptimizerPrefix) {
+		if !strings.HasPrefix(t.Name, strategy.OptimizerPrefix) {
 			continue
 		}
 		if t.Lo != s.lo || t.Hi != s.hi {
@@ -334,13 +315,13 @@ func (s *Sharded) SaveState(ctx context.Context, o SaveOptions) (*StateDict, err
 		}
 		t.Lo, t.Hi, t.Data64 = 0, np, full
 	}
-	if b, ok := sd.Blobs[BlobOptimizer]; ok {
-		var meta OptimizerMeta
+	if b, ok := sd.Blobs[strategy.BlobOptimizer]; ok {
+		var meta strategy.OptimizerMeta
 		if err := json.Unmarshal(b, &meta); err != nil {
 			return nil, err
 		}
 		meta.Lo, meta.Hi = 0, np
-		if sd.Blobs[BlobOptimizer], err = json.Marshal(meta); err != nil {
+		if sd.Blobs[strategy.BlobOptimizer], err = json.Marshal(meta); err != nil {
 			return nil, err
 		}
 	}
@@ -349,12 +330,12 @@ func (s *Sharded) SaveState(ctx context.Context, o SaveOptions) (*StateDict, err
 
 // LoadState loads the whole model and this rank's span of the optimizer's
 // buffers, from whole tensors or from shards of any layout that cover it.
-func (s *Sharded) LoadState(ctx context.Context, sd *StateDict) error {
+func (s *Sharded) LoadState(ctx context.Context, sd *strategy.StateDict) error {
 	if s.eng == nil {
 		return errors.New("sharded: LoadState before Setup")
 	}
 	if err := s.check(); err != nil {
 		return err
 	}
-	return loadState(sd, s.Store(), s.opt, s.sched, s.lo, s.hi)
+	return strategy.LoadReplicaState(sd, s.Store(), s.opt, s.sched, s.lo, s.hi)
 }

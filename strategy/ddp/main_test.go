@@ -1,4 +1,4 @@
-package strategy_test
+package ddp_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package strategy_test
+package ddp_test
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/fulgur-ml/fulgur/module"
-	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/ddp"
 )
 
 func storeOf(t *testing.T, sizes ...int) *module.Store {
@@ -39,7 +39,7 @@ func TestBuckets(t *testing.T) {
 		{[]int{5, 100, 5}, 4 * 20, "[105,110){p2} [5,105){p1} [0,5){p0}"},
 		{[]int{3}, 4, "[0,3){p0}"},
 	} {
-		bs, err := strategy.Buckets(storeOf(t, tc.sizes...).Entries(), 4, tc.cap)
+		bs, err := ddp.Buckets(storeOf(t, tc.sizes...).Entries(), 4, tc.cap)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,7 +54,7 @@ func TestBuckets(t *testing.T) {
 			t.Errorf("sizes %v cap %d: buckets %s, want %s", tc.sizes, tc.cap, got, tc.want)
 		}
 	}
-	if _, err := strategy.Buckets(nil, 4, 0); err == nil {
+	if _, err := ddp.Buckets(nil, 4, 0); err == nil {
 		t.Error("a zero cap was accepted")
 	}
 }

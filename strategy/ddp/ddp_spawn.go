@@ -1,4 +1,4 @@
-package strategy
+package ddp
 
 import (
 	"context"
@@ -12,53 +12,84 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/launch"
 )
 
 var (
-	_ FitRunner = (*DDPSpawn)(nil)
-	_ FitRunner = (*spawnWorker)(nil)
-	_ Launcher  = (*spawnWorker)(nil)
+	_ strategy.FitRunner = (*DDPSpawn)(nil)
+	_ strategy.Rebinder  = (*DDPSpawn)(nil)
+	_ strategy.Replica   = (*DDPSpawn)(nil)
+	_ strategy.FitRunner = (*spawnWorker)(nil)
+	_ strategy.Launcher  = (*spawnWorker)(nil)
 )
 
 // DDPSpawn is the launching side of DDP-spawn: it holds one local replica
-// (Single); RunFit starts one worker process per device (ranks 0..N-1,
+// (the strategy registered as "single", package strategy/single); RunFit starts one worker process per device (ranks 0..N-1,
 // copies of this program that run DDP), waits for them, and loads the
 // parameters and buffers rank 0 reports at the end of its Fit into the
 // replica. After Fit this process holds the trained model and carries on
 // (Test, Predict, saving) as rank 0 of a world of one; the workers never
 // run the code after Fit.
 type DDPSpawn struct {
-	*Single
+	local
 	world int
 	log   zerolog.Logger
+	setup bool
 }
 
-func newSpawnParent(o Options, world int) (*DDPSpawn, error) {
+// local is what DDPSpawn needs of the one-replica strategy it wraps.
+type local interface {
+	strategy.Strategy
+	strategy.Replica
+	strategy.Rebinder
+}
+
+func newSpawnParent(o strategy.Options, world int) (*DDPSpawn, error) {
 	if world < 1 {
 		return nil, fmt.Errorf("strategy \"ddp_spawn\": Devices is %d: use 1 or more", world)
 	}
-	return &DDPSpawn{Single: NewSingle(), world: world, log: o.Log}, nil
+	if !strategy.Known("single") {
+		return nil, errors.New("strategy \"ddp_spawn\" holds its trained replica in strategy \"single\", which is not registered: import _ \"github.com/fulgur-ml/fulgur/strategy/single\"")
+	}
+	s, err := strategy.New("single", strategy.Options{Lookup: o.Lookup, Log: o.Log})
+	if err != nil {
+		return nil, err
+	}
+	l, ok := s.(local)
+	if !ok {
+		return nil, fmt.Errorf("strategy \"ddp_spawn\": the strategy registered as \"single\" (%T) has no Store or Rebind", s)
+	}
+	return &DDPSpawn{local: l, world: world, log: o.Log}, nil
 }
 
-func (s *DDPSpawn) Info() Info {
-	i := s.Single.Info()
+func (s *DDPSpawn) Info() strategy.Info {
+	i := s.local.Info()
 	i.Name = "ddp_spawn"
 	return i
 }
 
+// Setup sets up the local replica.
+func (s *DDPSpawn) Setup(ctx context.Context, su strategy.Setup) error {
+	if err := s.local.Setup(ctx, su); err != nil {
+		return err
+	}
+	s.setup = true
+	return nil
+}
+
 // RunFit runs the whole training in the workers, without calling fit, and
 // loads rank 0's weights.
-func (s *DDPSpawn) RunFit(ctx context.Context, fit func(context.Context) (FitResult, error)) (FitResult, bool, error) {
-	if s.eng == nil {
-		return FitResult{}, false, errors.New("ddp_spawn: RunFit before Setup")
+func (s *DDPSpawn) RunFit(ctx context.Context, fit func(context.Context) (strategy.FitResult, error)) (strategy.FitResult, bool, error) {
+	if !s.setup {
+		return strategy.FitResult{}, false, errors.New("ddp_spawn: RunFit before Setup")
 	}
 	res, err := s.spawn(ctx)
 	if err != nil {
-		return FitResult{}, false, err
+		return strategy.FitResult{}, false, err
 	}
 	if err := s.load(res); err != nil {
-		return FitResult{}, false, err
+		return strategy.FitResult{}, false, err
 	}
 	return fitResultFrom(res), true, nil
 }
@@ -119,7 +150,7 @@ func (s *DDPSpawn) spawn(ctx context.Context) (*launch.Result, error) {
 
 // load copies the workers' parameters and buffers into the local replica.
 func (s *DDPSpawn) load(res *launch.Result) error {
-	st := s.Single.Store()
+	st := s.local.Store()
 	if got := layoutOf(st); !slices.Equal(got, res.Layout) {
 		return fmt.Errorf("ddp_spawn: the workers trained a model laid out as %v, this process built %v: the program must build the same module in every process", res.Layout, got)
 	}
@@ -152,7 +183,7 @@ func (w *spawnWorker) Launch(ctx context.Context) (bool, error) { return true, n
 // RunFit trains here; once fit succeeded (its loggers closed), rank 0 hands
 // the result and its parameters and buffers to the launching process, and
 // the worker exits with status 0.
-func (w *spawnWorker) RunFit(ctx context.Context, fit func(context.Context) (FitResult, error)) (FitResult, bool, error) {
+func (w *spawnWorker) RunFit(ctx context.Context, fit func(context.Context) (strategy.FitResult, error)) (strategy.FitResult, bool, error) {
 	r, err := fit(ctx)
 	if err != nil {
 		return r, false, err
@@ -160,7 +191,7 @@ func (w *spawnWorker) RunFit(ctx context.Context, fit func(context.Context) (Fit
 	return r, false, w.finish(ctx, r)
 }
 
-func (w *spawnWorker) finish(ctx context.Context, r FitResult) error {
+func (w *spawnWorker) finish(ctx context.Context, r strategy.FitResult) error {
 	if w.rank == 0 {
 		if w.resultPath == "" {
 			return fmt.Errorf("ddp_spawn worker: %s is not set: the launching process did not say where to write the result", launch.EnvResult)
@@ -187,9 +218,9 @@ func (w *spawnWorker) finish(ctx context.Context, r FitResult) error {
 	return nil
 }
 
-func fitResultFrom(res *launch.Result) FitResult {
+func fitResultFrom(res *launch.Result) strategy.FitResult {
 	st := res.Stats
-	r := FitResult{
+	r := strategy.FitResult{
 		Metrics: res.Metrics, Epochs: int(st["epochs"]), GlobalStep: int(st["global_step"]), TrainSamples: int(st["train_samples"]),
 		TrainSeconds: st["train_seconds"], TrainSamplesPerS: st["train_samples_per_s"], LastTrainLoss: st["last_train_loss"],
 		WorldSize: int(st["world_size"]), StoppedEarly: res.Notes["stopped_early"], Callbacks: res.Callbacks,

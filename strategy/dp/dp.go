@@ -1,4 +1,4 @@
-package strategy
+package dp
 
 import (
 	"context"
@@ -12,15 +12,20 @@ import (
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/optim"
+	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/device"
 	"github.com/fulgur-ml/fulgur/strategy/device/engine"
+	"github.com/fulgur-ml/fulgur/strategy/replica"
 )
 
-var _ Strategy = (*DP)(nil)
+var (
+	_ strategy.Strategy = (*DP)(nil)
+	_ strategy.Rebinder = (*DP)(nil)
+)
 
 func init() {
-	Register("dp", func(o Options) (Strategy, error) {
+	strategy.Register("dp", func(o strategy.Options) (strategy.Strategy, error) {
 		if o.NumNodes > 1 {
 			return nil, fmt.Errorf("strategy \"dp\" runs in one process on one machine, but NumNodes is %d: use \"ddp\" across machines", o.NumNodes)
 		}
@@ -46,7 +51,7 @@ type DPConfig struct {
 // stay bit-identical. WorldSize is 1: data is not sharded across processes.
 type DP struct {
 	devs  []device.Device
-	engs  []*replica
+	engs  []*replica.Graphs
 	ran   []bool // replica has gradients in the current accumulation window
 	opt   optim.Optimizer
 	sched optim.Scheduler
@@ -71,24 +76,15 @@ func NewDP(cfg DPConfig) (*DP, error) {
 	return &DP{devs: cfg.Devices}, nil
 }
 
-func (d *DP) Info() Info { return Info{Name: "dp", WorldSize: 1, GlobalZero: true} }
+func (d *DP) Info() strategy.Info { return strategy.Info{Name: "dp", WorldSize: 1, GlobalZero: true} }
 
-// replicaSeed gives replica (or rank) i its own stream for dropout; replica
-// 0 keeps the run's seed so one replica behaves like Single.
-func replicaSeed(seed uint64, i int) uint64 {
-	if i == 0 {
-		return seed
-	}
-	return seed ^ (uint64(i) * 0x9e3779b97f4a7c15)
-}
-
-func (d *DP) Setup(ctx context.Context, su Setup) error {
+func (d *DP) Setup(ctx context.Context, su strategy.Setup) error {
 	store, err := module.NewStore(su.Specs, su.Dtype, su.Seed)
 	if err != nil {
 		return err
 	}
 	n := len(d.devs)
-	d.engs = make([]*replica, n)
+	d.engs = make([]*replica.Graphs, n)
 	if n > 1 {
 		d.sync = newReplicaSum(n)
 	}
@@ -97,11 +93,11 @@ func (d *DP) Setup(ctx context.Context, su Setup) error {
 		if i > 0 {
 			st = store.Clone()
 		}
-		opts := statSyncOption(replicaStatSync{d.sync, i}, n, su.SyncBatchNorm)
-		d.engs[i] = newReplica(engine.New(su.Module, st, su.Fields, replicaSeed(su.Seed, i), opts...))
+		opts := replica.StatSyncOption(replicaStatSync{d.sync, i}, n, su.SyncBatchNorm)
+		d.engs[i] = replica.NewGraphs(engine.New(su.Module, st, su.Fields, replica.Seed(su.Seed, i), opts...))
 	}
 	if n > 1 {
-		shareCores(su.Log, n)
+		replica.ShareCores(su.Log, n)
 	}
 	d.ran = make([]bool, n)
 	d.subs = make([]data.Batch, n)
@@ -112,41 +108,20 @@ func (d *DP) Setup(ctx context.Context, su Setup) error {
 	return d.opt.Bind(0, store.NumParams())
 }
 
-func (d *DP) Store() *module.Store { return d.engs[0].eng.Store() }
+func (d *DP) Store() *module.Store { return d.engs[0].Eng.Store() }
 
-func (d *DP) Step(ctx context.Context, mode module.Mode, b *data.Batch, o TrainOptions) (StepResult, error) {
+func (d *DP) Step(ctx context.Context, mode module.Mode, b *data.Batch, o strategy.TrainOptions) (strategy.StepResult, error) {
 	if d.engs == nil {
-		return StepResult{}, errors.New("dp: Step before Setup")
+		return strategy.StepResult{}, errors.New("dp: Step before Setup")
 	}
-	return runStep(ctx, d, mode, b, o)
-}
-
-// stepper is a strategy's step for each mode.
-type stepper interface {
-	trainStep(ctx context.Context, b *data.Batch, o TrainOptions) (float64, []module.Metric, error)
-	evalStep(ctx context.Context, mode module.Mode, b *data.Batch) ([]module.Metric, error)
-	predictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, error)
-}
-
-// runStep runs s's step for mode.
-func runStep(ctx context.Context, s stepper, mode module.Mode, b *data.Batch, o TrainOptions) (StepResult, error) {
-	switch mode {
-	case module.Train:
-		loss, ms, err := s.trainStep(ctx, b, o)
-		return StepResult{Loss: loss, Metrics: ms}, err
-	case module.Predict:
-		out, err := s.predictStep(ctx, b)
-		return StepResult{Output: out}, err
-	}
-	ms, err := s.evalStep(ctx, mode, b)
-	return StepResult{Metrics: ms}, err
+	return replica.RunStep(ctx, replica.Steps{Train: d.trainStep, Eval: d.evalStep, Predict: d.predictStep}, mode, b, o)
 }
 
 // ReplicaStores returns every replica's store (replica 0's is Store()).
 func (d *DP) ReplicaStores() []*module.Store {
 	out := make([]*module.Store, len(d.engs))
 	for i, e := range d.engs {
-		out[i] = e.eng.Store()
+		out[i] = e.Eng.Store()
 	}
 	return out
 }
@@ -210,7 +185,7 @@ func (d *DP) parallel(ctx context.Context, n int, f func(i int) error) error {
 	return nil
 }
 
-func (d *DP) trainStep(ctx context.Context, b *data.Batch, o TrainOptions) (float64, []module.Metric, error) {
+func (d *DP) trainStep(ctx context.Context, b *data.Batch, o strategy.TrainOptions) (float64, []module.Metric, error) {
 	scale := o.Scale
 	if scale == 0 {
 		scale = 1
@@ -227,8 +202,8 @@ func (d *DP) trainStep(ctx context.Context, b *data.Batch, o TrainOptions) (floa
 		// batch, so the sum over replicas is the gradient of the whole
 		// batch's mean loss.
 		share := float64(d.subs[i].Size) / float64(b.Size)
-		d.engs[i].eng.SetRunKey(o.Key)
-		r, err := d.engs[i].run(ctx, module.Train, &d.subs[i], d.ran[i], scale*share)
+		d.engs[i].Eng.SetRunKey(o.Key)
+		r, err := d.engs[i].Run(ctx, module.Train, &d.subs[i], d.ran[i], scale*share)
 		d.results[i] = r
 		return err
 	})
@@ -249,7 +224,7 @@ func (d *DP) trainStep(ctx context.Context, b *data.Batch, o TrainOptions) (floa
 // reduceGrads sums every replica's gradients into replica 0's in replica
 // order; the buffer is cut into one span per replica, summed in parallel.
 func (d *DP) reduceGrads() {
-	st := d.engs[0].eng.Store()
+	st := d.engs[0].Eng.Store()
 	np, n := st.NumParams(), len(d.engs)
 	var wg sync.WaitGroup
 	for s := 0; s < n; s++ {
@@ -262,7 +237,7 @@ func (d *DP) reduceGrads() {
 				if !d.ran[i] {
 					continue
 				}
-				src := d.engs[i].eng.Store()
+				src := d.engs[i].Eng.Store()
 				if st.Dtype() == tensor.Float32 {
 					collective.ReduceInto(st.Grad32()[lo:hi], src.Grad32()[lo:hi], collective.Sum)
 				} else {
@@ -329,17 +304,17 @@ func (d *DP) combine(n int) []module.Metric {
 	return d.metrics
 }
 
-func (d *DP) OptimizerStep(ctx context.Context, o OptimizerOptions) (float64, error) {
-	st := d.engs[0].eng.Store()
-	if err := beforeUpdate(o, st, 0, st.NumParams()); err != nil {
+func (d *DP) OptimizerStep(ctx context.Context, o strategy.OptimizerOptions) (float64, error) {
+	st := d.engs[0].Eng.Store()
+	if err := replica.BeforeUpdate(o, st, 0, st.NumParams()); err != nil {
 		return math.NaN(), err
 	}
-	norm := ApplyStep(st, d.opt, o, 0, st.NumParams())
+	norm := replica.ApplyStep(st, d.opt, o, 0, st.NumParams())
 	err := d.parallel(ctx, len(d.engs), func(i int) error {
 		if i == 0 {
 			return nil
 		}
-		return d.engs[i].eng.Store().CopyFrom(st)
+		return d.engs[i].Eng.Store().CopyFrom(st)
 	})
 	return norm, err
 }
@@ -347,7 +322,7 @@ func (d *DP) OptimizerStep(ctx context.Context, o OptimizerOptions) (float64, er
 func (d *DP) evalStep(ctx context.Context, mode module.Mode, b *data.Batch) ([]module.Metric, error) {
 	n := d.scatter(b)
 	err := d.parallel(ctx, n, func(i int) error {
-		r, err := d.engs[i].run(ctx, mode, &d.subs[i], false, 1)
+		r, err := d.engs[i].Run(ctx, mode, &d.subs[i], false, 1)
 		d.results[i] = r
 		return err
 	})
@@ -362,7 +337,7 @@ func (d *DP) evalStep(ctx context.Context, mode module.Mode, b *data.Batch) ([]m
 func (d *DP) predictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, error) {
 	var out *tensor.Dense
 	err := d.devs[0].Do(ctx, func() error {
-		r, err := d.engs[0].run(ctx, module.Predict, b, false, 1)
+		r, err := d.engs[0].Run(ctx, module.Predict, b, false, 1)
 		if err == nil && r.Output == nil {
 			err = errors.New("predict step: the graph produced no output")
 		}
@@ -377,24 +352,24 @@ func (d *DP) Reduce(ctx context.Context, sums, weights []float64, ops []module.R
 	return ctx.Err()
 }
 
-func (d *DP) SaveState(ctx context.Context, o SaveOptions) (*StateDict, error) {
+func (d *DP) SaveState(ctx context.Context, o strategy.SaveOptions) (*strategy.StateDict, error) {
 	if d.engs == nil {
 		return nil, errors.New("dp: SaveState before Setup")
 	}
-	return saveState(d.engs[0].eng.Store(), d.opt, d.sched)
+	return strategy.SaveReplicaState(d.engs[0].Eng.Store(), d.opt, d.sched)
 }
 
 // LoadState loads sd into replica 0 and copies it to the others.
-func (d *DP) LoadState(ctx context.Context, sd *StateDict) error {
+func (d *DP) LoadState(ctx context.Context, sd *strategy.StateDict) error {
 	if d.engs == nil {
 		return errors.New("dp: LoadState before Setup")
 	}
-	st := d.engs[0].eng.Store()
-	if err := loadState(sd, st, d.opt, d.sched, 0, st.NumParams()); err != nil {
+	st := d.engs[0].Eng.Store()
+	if err := strategy.LoadReplicaState(sd, st, d.opt, d.sched, 0, st.NumParams()); err != nil {
 		return err
 	}
 	for _, r := range d.engs[1:] {
-		if err := r.eng.Store().CopyFrom(st); err != nil {
+		if err := r.Eng.Store().CopyFrom(st); err != nil {
 			return fmt.Errorf("copy the state to every replica: %w", err)
 		}
 	}
@@ -403,53 +378,10 @@ func (d *DP) LoadState(ctx context.Context, sd *StateDict) error {
 
 func (d *DP) Teardown(ctx context.Context) error { return nil }
 
-// buildMu serialises the runs that build a graph. Gorgonia v0.9.17 keeps
-// unsynchronised package state while graphs are built (the group counter of
-// Rectify and friends), so replicas in one process (DP, in-process DDP
-// ranks) must not build graphs at the same time; later runs of a built graph
-// are independent and run in parallel.
-var buildMu sync.Mutex
-
-type graphKey struct {
-	mode module.Mode
-	rows int
-}
-
-// replica is an engine and the graphs it has already built, which mirror the
-// engine's own cache (one graph per mode and batch size).
-type replica struct {
-	eng   *engine.Engine
-	built map[graphKey]bool
-}
-
-func newReplica(e *engine.Engine) *replica { return &replica{eng: e, built: map[graphKey]bool{}} }
-
-func (r *replica) rebind(m module.Module) {
-	r.eng.Rebind(m)
-	clear(r.built)
-}
-
 // Rebind runs m over the replicas' parameters from now on.
 func (d *DP) Rebind(m module.Module) error {
 	for _, r := range d.engs {
-		r.rebind(m)
+		r.Rebind(m)
 	}
 	return nil
-}
-
-func (r *replica) run(ctx context.Context, mode module.Mode, b *data.Batch, accumulate bool, scale float64) (engine.Result, error) {
-	k := graphKey{mode, b.Size}
-	if !r.built[k] {
-		// Build under the lock, run outside it: a graph that reduces across
-		// replicas while it runs (SyncBatchNorm) would otherwise wait for a
-		// replica blocked on the lock.
-		buildMu.Lock()
-		err := r.eng.Compile(mode, b)
-		buildMu.Unlock()
-		if err != nil {
-			return engine.Result{}, err
-		}
-		r.built[k] = true
-	}
-	return r.eng.Run(ctx, mode, b, accumulate, scale)
 }

@@ -1,4 +1,4 @@
-package strategy
+package ddp
 
 import (
 	"context"
@@ -10,19 +10,20 @@ import (
 	"github.com/rs/zerolog"
 	"gorgonia.org/tensor"
 
-	"github.com/fulgur-ml/fulgur/blas"
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/optim"
 	"github.com/fulgur-ml/fulgur/profiler"
+	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/device"
 	"github.com/fulgur-ml/fulgur/strategy/device/engine"
+	"github.com/fulgur-ml/fulgur/strategy/replica"
 )
 
 var (
-	_ Strategy = (*DDP)(nil)
-	_ Sampler  = (*DDP)(nil)
+	_ strategy.Strategy = (*DDP)(nil)
+	_ strategy.Sampler  = (*DDP)(nil)
 )
 
 // DDPConfig configures one rank of DDP.
@@ -69,7 +70,7 @@ type DDP struct {
 	c       collective.Group
 	dev     device.Device
 	eng     *engine.Engine
-	rep     *replica
+	rep     *replica.Graphs
 	opt     optim.Optimizer
 	sched   optim.Scheduler
 	buckets []Bucket
@@ -157,8 +158,8 @@ func NewDDP(cfg DDPConfig) (*DDP, error) {
 	return d, nil
 }
 
-func (d *DDP) Info() Info {
-	return Info{Name: d.name, Rank: d.rank, WorldSize: d.world, GlobalZero: d.rank == 0}
+func (d *DDP) Info() strategy.Info {
+	return strategy.Info{Name: d.name, Rank: d.rank, WorldSize: d.world, GlobalZero: d.rank == 0}
 }
 
 // Buckets returns the gradient buckets laid out by Setup.
@@ -199,8 +200,8 @@ func (d *DDP) check() error {
 	return nil
 }
 
-func (d *DDP) Setup(ctx context.Context, su Setup) error {
-	d.prof = profilerOf(su.Profiler)
+func (d *DDP) Setup(ctx context.Context, su strategy.Setup) error {
+	d.prof = replica.ProfilerOf(su.Profiler)
 	store, err := d.setupReplica(ctx, su)
 	if err != nil {
 		return err
@@ -223,7 +224,7 @@ func (d *DDP) Setup(ctx context.Context, su Setup) error {
 
 // setupReplica joins the group, builds this rank's replica and makes it
 // rank 0's.
-func (d *DDP) setupReplica(ctx context.Context, su Setup) (*module.Store, error) {
+func (d *DDP) setupReplica(ctx context.Context, su strategy.Setup) (*module.Store, error) {
 	c := d.cfg.Group
 	if c == nil {
 		cctx, cancel := d.launch.connectCtx(ctx)
@@ -247,10 +248,10 @@ func (d *DDP) setupReplica(ctx context.Context, su Setup) (*module.Store, error)
 		return nil, d.fail("broadcast rank 0's parameters and buffers", err)
 	}
 	d.lastDone = ddpOp{kind: opSetup}
-	d.eng = engine.New(su.Module, store, su.Fields, replicaSeed(su.Seed, d.rank), statSyncOption(ddpStatSync{d}, d.world, su.SyncBatchNorm)...)
-	d.rep = newReplica(d.eng)
+	d.eng = engine.New(su.Module, store, su.Fields, replica.Seed(su.Seed, d.rank), replica.StatSyncOption(ddpStatSync{d}, d.world, su.SyncBatchNorm)...)
+	d.rep = replica.NewGraphs(d.eng)
 	if d.localRanks > 1 {
-		shareCores(d.cfg.Log, d.localRanks)
+		replica.ShareCores(d.cfg.Log, d.localRanks)
 	}
 	return store, nil
 }
@@ -264,17 +265,17 @@ func (d *DDP) Rebind(m module.Module) error {
 	if err := d.check(); err != nil {
 		return err
 	}
-	d.rep.rebind(m)
+	d.rep.Rebind(m)
 	return nil
 }
 
 func (d *DDP) Store() *module.Store { return d.eng.Store() }
 
-func (d *DDP) Step(ctx context.Context, mode module.Mode, b *data.Batch, o TrainOptions) (StepResult, error) {
+func (d *DDP) Step(ctx context.Context, mode module.Mode, b *data.Batch, o strategy.TrainOptions) (strategy.StepResult, error) {
 	if d.eng == nil {
-		return StepResult{}, errors.New("ddp: Step before Setup")
+		return strategy.StepResult{}, errors.New("ddp: Step before Setup")
 	}
-	return runStep(ctx, d, mode, b, o)
+	return replica.RunStep(ctx, replica.Steps{Train: d.trainStep, Eval: d.evalStep, Predict: d.predictStep}, mode, b, o)
 }
 
 // syncBuffers broadcasts rank 0's buffers (the part of the store after the
@@ -293,7 +294,7 @@ func (d *DDP) syncBuffers(ctx context.Context) error {
 	return d.c.Broadcast(ctx, buf, 0)
 }
 
-func (d *DDP) trainStep(ctx context.Context, b *data.Batch, o TrainOptions) (float64, []module.Metric, error) {
+func (d *DDP) trainStep(ctx context.Context, b *data.Batch, o strategy.TrainOptions) (float64, []module.Metric, error) {
 	if err := d.check(); err != nil {
 		return 0, nil, err
 	}
@@ -308,7 +309,7 @@ func (d *DDP) trainStep(ctx context.Context, b *data.Batch, o TrainOptions) (flo
 	err := d.dev.Do(ctx, func() error {
 		var err error
 		d.eng.SetRunKey(o.Key)
-		r, err = d.rep.run(ctx, module.Train, b, o.Accumulate, scale)
+		r, err = d.rep.Run(ctx, module.Train, b, o.Accumulate, scale)
 		return err
 	})
 	if err != nil {
@@ -338,7 +339,7 @@ func (d *DDP) startReduce(ctx context.Context) {
 		}
 		d.pending = append(d.pending, d.c.AllReduceAsync(ctx, buf, collective.Mean))
 	}
-	if profiling(d.prof) {
+	if replica.Profiling(d.prof) {
 		// The communication goroutine runs the buckets one after another,
 		// so bucket i is on the wire from bucket i-1's landing to its own.
 		pending := append([]collective.Handle(nil), d.pending...)
@@ -372,7 +373,7 @@ var waitNames = func() []string {
 	return out
 }()
 
-func (d *DDP) OptimizerStep(ctx context.Context, o OptimizerOptions) (float64, error) {
+func (d *DDP) OptimizerStep(ctx context.Context, o strategy.OptimizerOptions) (float64, error) {
 	norm, err := d.optimizerStep(ctx, o)
 	if err != nil {
 		return norm, err
@@ -398,7 +399,7 @@ func (d *DDP) afterStep(ctx context.Context) error {
 	return nil
 }
 
-func (d *DDP) optimizerStep(ctx context.Context, o OptimizerOptions) (float64, error) {
+func (d *DDP) optimizerStep(ctx context.Context, o strategy.OptimizerOptions) (float64, error) {
 	if err := d.check(); err != nil {
 		return math.NaN(), err
 	}
@@ -406,10 +407,10 @@ func (d *DDP) optimizerStep(ctx context.Context, o OptimizerOptions) (float64, e
 	if len(d.pending) == 0 {
 		// No reduction in flight: a step without a synced micro-batch
 		// updates from local gradients, like Single.
-		if err := beforeUpdate(o, st, 0, st.NumParams()); err != nil {
+		if err := replica.BeforeUpdate(o, st, 0, st.NumParams()); err != nil {
 			return math.NaN(), err
 		}
-		return ApplyStep(st, d.opt, o, 0, st.NumParams()), nil
+		return replica.ApplyStep(st, d.opt, o, 0, st.NumParams()), nil
 	}
 	defer func() { d.pending = d.pending[:0] }()
 	if o.ClipNorm > 0 || o.BeforeUpdate != nil {
@@ -423,10 +424,10 @@ func (d *DDP) optimizerStep(ctx context.Context, o OptimizerOptions) (float64, e
 			}
 			d.lastDone = ddpOp{kind: opBucket, i: i + 1, n: len(d.pending), step: d.steps + 1}
 		}
-		if err := beforeUpdate(o, st, 0, st.NumParams()); err != nil {
+		if err := replica.BeforeUpdate(o, st, 0, st.NumParams()); err != nil {
 			return math.NaN(), err
 		}
-		return ApplyStep(st, d.opt, o, 0, st.NumParams()), nil
+		return replica.ApplyStep(st, d.opt, o, 0, st.NumParams()), nil
 	}
 	d.opt.Begin()
 	for i, h := range d.pending {
@@ -462,7 +463,7 @@ func (d *DDP) evalStep(ctx context.Context, mode module.Mode, b *data.Batch) ([]
 	var r engine.Result
 	err := d.dev.Do(ctx, func() error {
 		var err error
-		r, err = d.rep.run(ctx, mode, b, false, 1)
+		r, err = d.rep.Run(ctx, mode, b, false, 1)
 		return err
 	})
 	if err != nil {
@@ -477,7 +478,7 @@ func (d *DDP) predictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, er
 	}
 	var out *tensor.Dense
 	err := d.dev.Do(ctx, func() error {
-		r, err := d.rep.run(ctx, module.Predict, b, false, 1)
+		r, err := d.rep.Run(ctx, module.Predict, b, false, 1)
 		if err == nil && r.Output == nil {
 			err = errors.New("predict step: the graph produced no output")
 		}
@@ -579,24 +580,24 @@ func (d *DDP) barrier(ctx context.Context) error {
 
 // SaveState returns the whole model and optimizer state: every rank holds
 // all of it.
-func (d *DDP) SaveState(ctx context.Context, o SaveOptions) (*StateDict, error) {
+func (d *DDP) SaveState(ctx context.Context, o strategy.SaveOptions) (*strategy.StateDict, error) {
 	if d.eng == nil {
 		return nil, errors.New("ddp: SaveState before Setup")
 	}
 	if err := d.check(); err != nil {
 		return nil, err
 	}
-	return saveState(d.eng.Store(), d.opt, d.sched)
+	return strategy.SaveReplicaState(d.eng.Store(), d.opt, d.sched)
 }
 
-func (d *DDP) LoadState(ctx context.Context, sd *StateDict) error {
+func (d *DDP) LoadState(ctx context.Context, sd *strategy.StateDict) error {
 	if d.eng == nil {
 		return errors.New("ddp: LoadState before Setup")
 	}
 	if err := d.check(); err != nil {
 		return err
 	}
-	return loadState(sd, d.eng.Store(), d.opt, d.sched, 0, d.eng.Store().NumParams())
+	return strategy.LoadReplicaState(sd, d.eng.Store(), d.opt, d.sched, 0, d.eng.Store().NumParams())
 }
 
 // DistributedSampler shards training data by rank, padded so every rank
@@ -640,16 +641,4 @@ func (d *DDP) Teardown(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// shareCores gives each of n processes (or in-process replicas) on this
-// machine its share of the cores (blas.Plan: cores/n, split between
-// goroutine workers and BLAS threads), so n ranks do not oversubscribe the
-// cores; FULGUR_BLAS_THREADS and FULGUR_WORKERS still fix their counts.
-func shareCores(log zerolog.Logger, n int) {
-	if _, err := blas.SetThreadsPerRank(n); err != nil {
-		log.Warn().Err(err).Int("local_ranks", n).Msg("could not share the cores between local ranks")
-		return
-	}
-	log.Info().Msg("threads: " + blas.CurrentPlan().String())
 }

@@ -1,0 +1,32 @@
+package single_test
+
+import (
+	"testing"
+
+	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/single"
+	"github.com/fulgur-ml/fulgur/strategy/strategytest"
+)
+
+func TestSingleConformance(t *testing.T) {
+	strategytest.RunAll(t, func(t testing.TB, n int) []strategy.Strategy {
+		if n > 1 {
+			t.Skip("single runs one device")
+		}
+		return []strategy.Strategy{single.NewSingle()}
+	})
+}
+
+// Linking the package registers "single"; it refuses more than one device.
+func TestSingleRegistered(t *testing.T) {
+	s, err := strategy.New("single", strategy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Info().Name; got != "single" {
+		t.Errorf("New(\"single\") built %q", got)
+	}
+	if _, err := strategy.New("single", strategy.Options{Devices: 2}); err == nil {
+		t.Error("New(\"single\", Devices 2) = nil error, want a refusal naming Devices")
+	}
+}
