@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/ddp"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
@@ -25,11 +25,11 @@ func TestUnevenBatchesAcrossRanksNamed(t *testing.T) {
 	steps := make([]int, 2)
 	var wg sync.WaitGroup
 	for r := range 2 {
-		ddp, err := strategy.NewDDP(strategy.DDPConfig{Group: group[r]})
+		d, err := ddp.NewDDP(ddp.DDPConfig{Group: group[r]})
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg := quiet(trainer.Config{MaxEpochs: 1, Seed: 1, DefaultRootDir: root, StrategyImpl: ddp,
+		cfg := quiet(trainer.Config{MaxEpochs: 1, Seed: 1, DefaultRootDir: root, StrategyImpl: d,
 			HandleSignals: trainer.Bool(false), UseDistributedSampler: trainer.Bool(false)})
 		tr, err := trainer.New(cfg)
 		if err != nil {
