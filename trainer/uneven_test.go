@@ -6,8 +6,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/fulgur-ml/fulgur/strategy/ddp"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
+	"github.com/fulgur-ml/fulgur/strategy/ddp"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
