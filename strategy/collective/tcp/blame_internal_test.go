@@ -1,0 +1,164 @@
+package tcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fulgur-ml/fulgur/strategy/collective"
+	"github.com/fulgur-ml/fulgur/strategy/collective/wire"
+	"github.com/rs/zerolog"
+)
+
+// freezer plays SIGSTOP on one rank's connections: just before the rank
+// writes data frame number frame of operation seq, its reads and writes stop
+// (the kernel still holds the sockets open, as for a stopped process) until
+// thaw is closed.
+type freezer struct {
+	seq   uint64
+	frame int
+
+	mu     sync.Mutex
+	sent   int
+	frozen bool
+	thaw   chan struct{}
+}
+
+func (f *freezer) isFrozen() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.frozen
+}
+
+type frozenConn struct {
+	conn
+	f      *freezer
+	toNext bool
+}
+
+func (c *frozenConn) Write(b []byte) (int, error) {
+	if c.toNext && len(b) == wire.HeaderSize {
+		if h, err := wire.DecodeHeader(b); err == nil && h.Kind == wire.KindData && h.Seq == c.f.seq {
+			c.f.mu.Lock()
+			if c.f.sent++; c.f.sent == c.f.frame {
+				c.f.frozen = true
+			}
+			c.f.mu.Unlock()
+		}
+	}
+	if c.f.isFrozen() {
+		<-c.f.thaw
+		return 0, net.ErrClosed
+	}
+	return c.conn.Write(b)
+}
+
+func (c *frozenConn) Read(b []byte) (int, error) {
+	n, err := c.conn.Read(b)
+	if c.f.isFrozen() {
+		<-c.f.thaw
+		return 0, net.ErrClosed
+	}
+	return n, err
+}
+
+func (c *frozenConn) CloseWrite() error {
+	if c.f.isFrozen() {
+		return nil // a stopped process sends no FIN
+	}
+	return c.conn.CloseWrite()
+}
+
+// A rank stopped in the middle of an all-reduce, after sending all but its
+// last frame, is the rank every other rank's error names. Before the fix
+// the stopped rank's successor (blocked waiting for that last frame, and so
+// silent itself) was blamed by its own successor, which had finished the
+// operation, started the next one and timed out first (the chaos suite's
+// "rank 0 sent nothing for 10s (reported by rank 1)" with rank 2 stopped).
+func TestStoppedRankIsBlamedByEveryRank(t *testing.T) {
+	for _, tc := range []struct{ size, stopped int }{{3, 2}, {4, 1}} {
+		t.Run(fmt.Sprintf("%d-ranks-stop-%d", tc.size, tc.stopped), func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Each rank sends 2(n-1) data frames in an all-reduce of one
+			// segment per block: freeze before the last one of operation 2.
+			f := &freezer{seq: 2, frame: 2 * (tc.size - 1), thaw: make(chan struct{})}
+			nop := zerolog.Nop()
+			groups := make([]collective.Group, tc.size)
+			errs := make([]error, tc.size)
+			var wg sync.WaitGroup
+			for r := range tc.size {
+				cfg := Config{Rank: r, Size: tc.size, MasterAddr: "127.0.0.1", MasterPort: ln.Addr().(*net.TCPAddr).Port, Token: "test-token",
+					BindAddr: "127.0.0.1", Timeout: 2 * time.Second, Logger: &nop}
+				if r == 0 {
+					cfg.Listener = ln
+				}
+				if r == tc.stopped {
+					cfg.wrap = func(c conn, toNext bool) conn { return &frozenConn{c, f, toNext} }
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					groups[r], errs[r] = New(context.Background(), cfg)
+				}()
+			}
+			wg.Wait()
+			for r, err := range errs {
+				if err != nil {
+					t.Fatalf("rank %d: %v", r, err)
+				}
+			}
+			defer func() {
+				for _, g := range groups {
+					g.Close()
+				}
+			}()
+
+			stoppedDone := make(chan struct{})
+			go func() {
+				defer close(stoppedDone)
+				for range 2 {
+					if groups[tc.stopped].AllReduce(context.Background(), make([]float32, 2*tc.size), collective.Sum) != nil {
+						return
+					}
+				}
+			}()
+			for r, g := range groups {
+				if r == tc.stopped {
+					continue
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					errs[r] = errors.New("no error after 10 operations")
+					for range 10 {
+						if err := g.AllReduce(context.Background(), make([]float32, 2*tc.size), collective.Sum); err != nil {
+							errs[r] = err
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(f.thaw)
+			<-stoppedDone
+			for r, err := range errs {
+				if r == tc.stopped {
+					continue
+				}
+				if !errors.Is(err, collective.ErrTimeout) && !errors.Is(err, collective.ErrPeerLost) {
+					t.Errorf("rank %d: %v, want a timeout or a lost peer", r, err)
+				}
+				if p, ok := collective.PeerOf(err); !ok || p != tc.stopped {
+					t.Errorf("rank %d blames rank %d, want the stopped rank %d: %v", r, p, tc.stopped, err)
+				}
+			}
+		})
+	}
+}
