@@ -80,15 +80,17 @@ func (c *frozenConn) CloseWrite() error {
 // operation, started the next one and timed out first (the chaos suite's
 // "rank 0 sent nothing for 10s (reported by rank 1)" with rank 2 stopped).
 func TestStoppedRankIsBlamedByEveryRank(t *testing.T) {
-	for _, tc := range []struct{ size, stopped int }{{3, 2}, {4, 1}} {
-		t.Run(fmt.Sprintf("%d-ranks-stop-%d", tc.size, tc.stopped), func(t *testing.T) {
+	// Each rank sends 2(n-1) data frames in an all-reduce of one segment per
+	// block; the stopped rank freezes before data frame number frame of
+	// operation 2: the last (the case the chaos suite found), the first,
+	// or one in the middle.
+	for _, tc := range []struct{ size, stopped, frame int }{{3, 2, 4}, {4, 1, 6}, {3, 0, 1}, {4, 3, 3}} {
+		t.Run(fmt.Sprintf("%d-ranks-stop-%d-before-frame-%d", tc.size, tc.stopped, tc.frame), func(t *testing.T) {
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)
 			}
-			// Each rank sends 2(n-1) data frames in an all-reduce of one
-			// segment per block: freeze before the last one of operation 2.
-			f := &freezer{seq: 2, frame: 2 * (tc.size - 1), thaw: make(chan struct{})}
+			f := &freezer{seq: 2, frame: tc.frame, thaw: make(chan struct{})}
 			nop := zerolog.Nop()
 			groups := make([]collective.Group, tc.size)
 			errs := make([]error, tc.size)
