@@ -37,8 +37,7 @@
 // data nor wait frames, times out, and it names that rank; its abort reaches
 // every other rank. A rank outside any operation (computing, or never
 // calling the collective) sends no wait frames, so its successor still
-// times out on it. A receiver that has the operation's header gives its
-// predecessor half a timeout more (a straggler's slack).
+// times out on it.
 //
 // Frames are those of strategy/collective/wire (little endian, a
 // fixed 24-byte header; its DecodeFrame is fuzzed). The package imports only

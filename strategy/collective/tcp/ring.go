@@ -649,10 +649,6 @@ func (g *Ring) receiver(h collective.Header, data []byte, buf any, esz int, p pl
 		}
 		return fail(cause{prev, fmt.Errorf("%w: reading %s from rank %d: %v", collective.ErrPeerLost, what, prev, err)})
 	}
-	// A rank that has this operation's header from prev waits half a
-	// timeout longer before blaming prev: prev is in this operation, so a
-	// short stop (a straggler) gets more slack before the group breaks.
-	gotHeader, graced := false, false
 	// next reads a frame header from prev and handles everything but data:
 	// wait frames (prev is alive and blocked on its own predecessor) re-arm
 	// the deadline and are skipped.
@@ -661,17 +657,8 @@ func (g *Ring) receiver(h collective.Header, data []byte, buf any, esz int, p pl
 		if c := g.brokenCause(); c != nil {
 			return wire.Header{}, g.opErr(h, *c)
 		}
-	frames:
 		for {
-			n, err := io.ReadFull(g.prev, g.hb)
-			if err != nil {
-				if n == 0 && gotHeader && !graced && errors.Is(err, os.ErrDeadlineExceeded) && g.brokenCause() == nil {
-					graced = true
-					g.prev.SetReadDeadline(time.Now().Add(g.cfg.Timeout / 2))
-					if g.brokenCause() == nil {
-						continue
-					}
-				}
+			if _, err := io.ReadFull(g.prev, g.hb); err != nil {
 				return wire.Header{}, readErr(what, err)
 			}
 			// The header came: prev is alive, and its payload (or next
@@ -694,7 +681,7 @@ func (g *Ring) receiver(h collective.Header, data []byte, buf any, esz int, p pl
 				if hdr.Length != 0 {
 					return hdr, fail(cause{prev, fmt.Errorf("%w: rank %d sent a wait frame with %d payload bytes", collective.ErrPeerLost, prev, hdr.Length)})
 				}
-				continue frames
+				continue
 			}
 			return g.checkFrame(h, hdr, prev, fail, readErr)
 		}
@@ -715,7 +702,6 @@ func (g *Ring) receiver(h collective.Header, data []byte, buf any, esz int, p pl
 	if err != nil {
 		return fail(cause{prev, fmt.Errorf("%w: rank %d: %v", collective.ErrPeerLost, prev, err)})
 	}
-	gotHeader = true
 	theirs := collective.Header{Kind: collective.Kind(oh.Kind), DType: collective.DType(oh.DType), Op: collective.Op(oh.Op), Root: oh.Root, Len: int(oh.Length), Seq: hdr.Seq}
 	if err := h.Mismatch(g.rank, prev, theirs); err != nil {
 		return fail(cause{prev, err})
