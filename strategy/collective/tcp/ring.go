@@ -547,6 +547,19 @@ func (g *Ring) sender(h collective.Header, oh wire.OpHeader, data []byte, esz in
 	}
 	tick := time.NewTicker(max(g.cfg.Timeout/4, time.Millisecond))
 	defer tick.Stop()
+	// A wait frame is advice, never a reason to fail: the next rank may have
+	// finished this operation and closed its group (it said bye, or its
+	// socket is gone), and a broken connection fails the next data write
+	// anyway.
+	quiet := false
+	wait := func() {
+		if quiet || g.nextClosed.Load() {
+			return
+		}
+		if g.writeFrame(wire.KindWait, h.Seq, nil) != nil {
+			quiet = true
+		}
+	}
 	if err := g.writeFrame(wire.KindOp, h.Seq, oh.Encode()); err != nil {
 		return fail(g.writeErr(err))
 	}
@@ -559,9 +572,7 @@ func (g *Ring) sender(h collective.Header, oh wire.OpHeader, data []byte, esz in
 			case <-quit:
 				return nil
 			case <-tick.C:
-				if err := g.writeFrame(wire.KindWait, h.Seq, nil); err != nil {
-					return fail(g.writeErr(err))
-				}
+				wait()
 			}
 		}
 		if err := g.writeFrame(wire.KindData, h.Seq, data[s.lo*esz:s.hi*esz]); err != nil {
@@ -575,9 +586,7 @@ func (g *Ring) sender(h collective.Header, oh wire.OpHeader, data []byte, esz in
 		case <-finished:
 			return nil
 		case <-tick.C:
-			if err := g.writeFrame(wire.KindWait, h.Seq, nil); err != nil {
-				return fail(g.writeErr(err))
-			}
+			wait()
 		}
 	}
 }
