@@ -390,13 +390,6 @@ var phaseNames = map[string]string{
 	"teardown":   "teardown (OnFitEnd, before the final barrier)",
 }
 
-// failOnMisattribution makes a 3-rank stop past the timeout fail when rank
-// 0's error names a live rank instead of the stopped one. Off while the
-// tcp ring's per-hop timeouts let a blocked rank's downstream time out
-// first and blame it (reported with the run that found it); the row then
-// says MISATTRIBUTED instead of passing quietly.
-const failOnMisattribution = false
-
 // The faults a rank takes.
 const (
 	sigkill   = "SIGKILL"
@@ -534,26 +527,14 @@ func processFault(t *testing.T, section string, k kind, fault, phase, want strin
 			r.outcome = "completes (" + rankN + " past its last collective); rank 0 reports: " + lastLine(msg)
 			checked = append(checked, "weights = undisturbed run's")
 		} else {
-			misattributed := false
 			fitErr, _, _ := strings.Cut(lastLine(msg), " (teardown: ")
 			if !strings.Contains(fitErr, rankN) {
-				if k.ranks > 2 && fault == stopPast && !failOnMisattribution {
-					// A known defect, reported: in a ring of 3 or more, the
-					// rank behind the stopped one's downstream can time out
-					// first and blame its own (live, blocked) upstream.
-					misattributed = true
-					t.Logf("MISATTRIBUTED: rank 0's error does not name %s:\n%s", rankN, msg)
-				} else {
-					t.Errorf("rank 0's error does not name %s:\n%s", rankN, msg)
-				}
+				t.Errorf("rank 0's error does not name %s:\n%s", rankN, msg)
 			}
 			if j.ended.Sub(injected) > timeout+margin {
 				t.Errorf("the error came %v after the fault, past the timeout %v + %v", j.ended.Sub(injected), timeout, margin)
 			}
 			r.outcome = "error: " + trimProgram(strings.ReplaceAll(lastLine(msg), root, "ROOT"))
-			if misattributed {
-				r.outcome = "MISATTRIBUTED (names a live rank, not the stopped " + rankN + "; a known defect of the tcp ring's per-hop timeouts): " + r.outcome
-			}
 		}
 	}
 	if before != "" {

@@ -34,6 +34,10 @@ type Config struct {
 	SegmentBytes int
 	// SocketBuffer is SO_SNDBUF/SO_RCVBUF (default 4 MiB; the kernel may cap it).
 	SocketBuffer int
+
+	// wrap, set only by this package's tests, wraps the ring's connections
+	// (toNext: the one to the next rank) to play a stopped process.
+	wrap func(c conn, toNext bool) conn
 }
 
 // Rendezvous returns the rendezvous part of c.

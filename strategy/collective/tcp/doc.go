@@ -25,6 +25,20 @@
 // its neighbours' connections, a silent one as a timeout (Config.Timeout).
 // Cancelling an operation's context also breaks the group.
 //
+// Blame for a silent rank: in a ring every rank waits on its predecessor, so
+// when one rank stops (SIGSTOP, a hung host) the ranks behind it block in
+// turn, and a per-hop timeout alone would let a blocked, live rank be blamed
+// by its own successor. So a rank inside an operation that has nothing to
+// send (waiting for a span from its predecessor, or its sends done and its
+// receives not) sends a wait frame (kind wait, the operation's sequence
+// number, no payload) every quarter timeout; a receiver takes a wait frame
+// for this operation or the one before as a sign of life and re-arms its
+// deadline. Only the successor of a rank that sends nothing at all, neither
+// data nor wait frames, times out, and it names that rank; its abort reaches
+// every other rank. A rank outside any operation (computing, or never
+// calling the collective) sends no wait frames, so its successor still
+// times out on it.
+//
 // Frames are those of strategy/collective/wire (little endian, a
 // fixed 24-byte header; its DecodeFrame is fuzzed). The package imports only
 // the standard library, zerolog, strategy/collective, its rendezvous and

@@ -188,6 +188,9 @@ func newRing(ctx context.Context, rv *rendezvous.Rendezvous, cfg Config) (*Ring,
 			t.SetWriteBuffer(cfg.SocketBuffer)
 		}
 	}
+	if cfg.wrap != nil {
+		g.next, g.prev = cfg.wrap(g.next, true), cfg.wrap(g.prev, false)
+	}
 	rv.StopAccepting()
 	go g.reverseReader()
 	return g, nil
@@ -513,24 +516,25 @@ func (g *Ring) runRing(ctx context.Context, h collective.Header, buf any, p plan
 	}
 	data := collective.Bytes(buf)
 	progress := make(chan struct{}, len(p.recvs))
-	quit := make(chan struct{})
+	quit, finished := make(chan struct{}), make(chan struct{})
 	sendErr := make(chan error, 1)
 	oh := wire.OpHeader{Kind: uint8(h.Kind), DType: uint8(h.DType), Op: uint8(h.Op), Root: h.Root, Length: uint64(h.Len)}
-	go func() { sendErr <- g.sender(h, oh, data, esz, p, progress, quit) }()
+	go func() { sendErr <- g.sender(h, oh, data, esz, p, progress, quit, finished) }()
 
-	rerr := g.receiver(h, data, buf, esz, p, progress)
-	if rerr != nil {
+	if err := g.receiver(h, data, buf, esz, p, progress); err != nil {
 		close(quit)
 		<-sendErr
-		return rerr
-	}
-	if err := <-sendErr; err != nil {
 		return err
 	}
-	return nil
+	close(finished) // every progress signal is buffered: the sender ends its sends
+	return <-sendErr
 }
 
-func (g *Ring) sender(h collective.Header, oh wire.OpHeader, data []byte, esz int, p plan, progress <-chan struct{}, quit <-chan struct{}) error {
+// sender streams p.sends to the next rank. While it waits for a span to land
+// or, its sends done, for the receiver to finish, it sends a wait frame every
+// quarter timeout: this rank is alive and blocked on its predecessor, so the
+// next rank must not time out on it (see the package doc, Faults).
+func (g *Ring) sender(h collective.Header, oh wire.OpHeader, data []byte, esz int, p plan, progress, quit, finished <-chan struct{}) error {
 	fail := func(err error) error {
 		// A write fails when the next rank is gone; its abort on the back
 		// channel usually says why, so give the reader a moment to see it.
@@ -540,6 +544,21 @@ func (g *Ring) sender(h collective.Header, oh wire.OpHeader, data []byte, esz in
 		case <-time.After(200 * time.Millisecond):
 		}
 		return g.opErr(h, g.breakGroup(cause{g.nextRank(), err}))
+	}
+	tick := time.NewTicker(max(g.cfg.Timeout/4, time.Millisecond))
+	defer tick.Stop()
+	// A wait frame is advice, never a reason to fail: the next rank may have
+	// finished this operation and closed its group (it said bye, or its
+	// socket is gone), and a broken connection fails the next data write
+	// anyway.
+	quiet := false
+	wait := func() {
+		if quiet || g.nextClosed.Load() {
+			return
+		}
+		if g.writeFrame(wire.KindWait, h.Seq, nil) != nil {
+			quiet = true
+		}
 	}
 	if err := g.writeFrame(wire.KindOp, h.Seq, oh.Encode()); err != nil {
 		return fail(g.writeErr(err))
@@ -552,13 +571,24 @@ func (g *Ring) sender(h collective.Header, oh wire.OpHeader, data []byte, esz in
 				done++
 			case <-quit:
 				return nil
+			case <-tick.C:
+				wait()
 			}
 		}
 		if err := g.writeFrame(wire.KindData, h.Seq, data[s.lo*esz:s.hi*esz]); err != nil {
 			return fail(g.writeErr(err))
 		}
 	}
-	return nil
+	for {
+		select {
+		case <-quit:
+			return nil
+		case <-finished:
+			return nil
+		case <-tick.C:
+			wait()
+		}
+	}
 }
 
 func (g *Ring) writeErr(err error) error {
@@ -589,6 +619,30 @@ func (g *Ring) writeFrame(k wire.Kind, seq uint64, payload []byte) error {
 	return err
 }
 
+// checkFrame handles a frame header from prev other than a wait frame:
+// aborts and byes break the group, a frame of another operation is a
+// mismatch.
+func (g *Ring) checkFrame(h collective.Header, hdr wire.Header, prev int, fail func(cause) error, readErr func(string, error) error) (wire.Header, error) {
+	switch hdr.Kind {
+	case wire.KindAbort:
+		pl := make([]byte, hdr.Length)
+		if _, err := io.ReadFull(g.prev, pl); err != nil {
+			return hdr, readErr("abort", err)
+		}
+		a, err := wire.DecodeAbort(pl)
+		if err != nil {
+			return hdr, fail(cause{prev, fmt.Errorf("%w: rank %d sent a bad abort: %v", collective.ErrPeerLost, prev, err)})
+		}
+		return hdr, fail(cause{a.Blame, &remoteErr{sentinelOf(hdr.Code), fmt.Sprintf("%s (reported by rank %d)", a.Msg, a.From)}})
+	case wire.KindBye:
+		return hdr, fail(cause{prev, fmt.Errorf("%w: rank %d closed its group", collective.ErrPeerLost, prev)})
+	}
+	if hdr.Seq != h.Seq {
+		return hdr, fail(cause{prev, fmt.Errorf("%w: rank %d sent %s for operation #%d during #%d", collective.ErrMismatch, prev, hdr.Kind, hdr.Seq, h.Seq)})
+	}
+	return hdr, nil
+}
+
 func (g *Ring) receiver(h collective.Header, data []byte, buf any, esz int, p plan, progress chan<- struct{}) error {
 	prev := g.prevRank()
 	fail := func(c cause) error { return g.opErr(h, g.breakGroup(c)) }
@@ -604,62 +658,42 @@ func (g *Ring) receiver(h collective.Header, data []byte, buf any, esz int, p pl
 		}
 		return fail(cause{prev, fmt.Errorf("%w: reading %s from rank %d: %v", collective.ErrPeerLost, what, prev, err)})
 	}
-	// A rank that has this operation's header from prev waits half a
-	// timeout longer before blaming prev: when a rank never joins, its
-	// successor (which got no header) times out first and its abort, naming
-	// the silent rank, reaches everyone else within that grace.
-	gotHeader, graced := false, false
-	// next reads a frame header from prev and handles everything but data.
+	// next reads a frame header from prev and handles everything but data:
+	// wait frames (prev is alive and blocked on its own predecessor) re-arm
+	// the deadline and are skipped.
 	next := func(what string) (wire.Header, error) {
 		g.prev.SetReadDeadline(time.Now().Add(g.cfg.Timeout))
 		if c := g.brokenCause(); c != nil {
 			return wire.Header{}, g.opErr(h, *c)
 		}
 		for {
-			n, err := io.ReadFull(g.prev, g.hb)
-			if err == nil {
-				break
+			if _, err := io.ReadFull(g.prev, g.hb); err != nil {
+				return wire.Header{}, readErr(what, err)
 			}
-			if n == 0 && gotHeader && !graced && errors.Is(err, os.ErrDeadlineExceeded) && g.brokenCause() == nil {
-				graced = true
-				g.prev.SetReadDeadline(time.Now().Add(g.cfg.Timeout / 2))
-				if g.brokenCause() == nil {
-					continue
-				}
+			// The header came: prev is alive, and its payload (or next
+			// frame) gets a whole timeout. (Under the deadline set before
+			// the header, a frame that straddled it failed even with its
+			// payload already received: Go checks the deadline before
+			// reading buffered bytes.) Re-check after arming, as above, so a
+			// kick from breakGroup is never lost.
+			g.prev.SetReadDeadline(time.Now().Add(g.cfg.Timeout))
+			if c := g.brokenCause(); c != nil {
+				return wire.Header{}, g.opErr(h, *c)
 			}
-			return wire.Header{}, readErr(what, err)
-		}
-		// The header came: prev is alive, and its payload gets a whole
-		// timeout. (Under the deadline set before the header, a frame that
-		// straddled it failed even with its payload already received: Go
-		// checks the deadline before reading buffered bytes.) Re-check after
-		// arming, as above, so a kick from breakGroup is never lost.
-		g.prev.SetReadDeadline(time.Now().Add(g.cfg.Timeout))
-		if c := g.brokenCause(); c != nil {
-			return wire.Header{}, g.opErr(h, *c)
-		}
-		hdr, err := wire.DecodeHeader(g.hb)
-		if err != nil {
-			return hdr, fail(cause{prev, fmt.Errorf("%w: rank %d: %v", collective.ErrPeerLost, prev, err)})
-		}
-		switch hdr.Kind {
-		case wire.KindAbort:
-			pl := make([]byte, hdr.Length)
-			if _, err := io.ReadFull(g.prev, pl); err != nil {
-				return hdr, readErr("abort", err)
-			}
-			a, err := wire.DecodeAbort(pl)
+			hdr, err := wire.DecodeHeader(g.hb)
 			if err != nil {
-				return hdr, fail(cause{prev, fmt.Errorf("%w: rank %d sent a bad abort: %v", collective.ErrPeerLost, prev, err)})
+				return hdr, fail(cause{prev, fmt.Errorf("%w: rank %d: %v", collective.ErrPeerLost, prev, err)})
 			}
-			return hdr, fail(cause{a.Blame, &remoteErr{sentinelOf(hdr.Code), fmt.Sprintf("%s (reported by rank %d)", a.Msg, a.From)}})
-		case wire.KindBye:
-			return hdr, fail(cause{prev, fmt.Errorf("%w: rank %d closed its group", collective.ErrPeerLost, prev)})
+			if hdr.Kind == wire.KindWait && hdr.Seq <= h.Seq {
+				// prev is in this operation or still finishing the one
+				// before (it has sent us all of that one).
+				if hdr.Length != 0 {
+					return hdr, fail(cause{prev, fmt.Errorf("%w: rank %d sent a wait frame with %d payload bytes", collective.ErrPeerLost, prev, hdr.Length)})
+				}
+				continue
+			}
+			return g.checkFrame(h, hdr, prev, fail, readErr)
 		}
-		if hdr.Seq != h.Seq {
-			return hdr, fail(cause{prev, fmt.Errorf("%w: rank %d sent %s for operation #%d during #%d", collective.ErrMismatch, prev, hdr.Kind, hdr.Seq, h.Seq)})
-		}
-		return hdr, nil
 	}
 
 	hdr, err := next("operation header")
@@ -677,7 +711,6 @@ func (g *Ring) receiver(h collective.Header, data []byte, buf any, esz int, p pl
 	if err != nil {
 		return fail(cause{prev, fmt.Errorf("%w: rank %d: %v", collective.ErrPeerLost, prev, err)})
 	}
-	gotHeader = true
 	theirs := collective.Header{Kind: collective.Kind(oh.Kind), DType: collective.DType(oh.DType), Op: collective.Op(oh.Op), Root: oh.Root, Len: int(oh.Length), Seq: hdr.Seq}
 	if err := h.Mismatch(g.rank, prev, theirs); err != nil {
 		return fail(cause{prev, err})

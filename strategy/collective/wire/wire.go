@@ -46,6 +46,7 @@ const (
 	KindBye       Kind = 8  // orderly close
 	KindChallenge Kind = 9  // acceptor -> dialer: a fresh nonce to sign (auth.go)
 	KindAccept    Kind = 10 // ring acceptor -> dialer: its own proof
+	KindWait      Kind = 11 // ring: the sender is alive, in operation Seq, waiting on its predecessor
 )
 
 func (k Kind) String() string {
@@ -70,6 +71,8 @@ func (k Kind) String() string {
 		return "challenge"
 	case KindAccept:
 		return "accept"
+	case KindWait:
+		return "wait"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -121,7 +124,7 @@ func DecodeHeader(b []byte) (Header, error) {
 		if h.Length > MaxData {
 			return Header{}, fmt.Errorf("%w: data payload of %d bytes exceeds %d", ErrFrame, h.Length, MaxData)
 		}
-	case KindHello, KindReject, KindTable, KindExchange, KindOp, KindAbort, KindBye, KindChallenge, KindAccept:
+	case KindHello, KindReject, KindTable, KindExchange, KindOp, KindAbort, KindBye, KindChallenge, KindAccept, KindWait:
 		if h.Length > MaxControl {
 			return Header{}, fmt.Errorf("%w: %s payload of %d bytes exceeds %d", ErrFrame, h.Kind, h.Length, MaxControl)
 		}
