@@ -281,9 +281,41 @@ func (g *Ring) breakGroup(c cause) cause {
 	}
 	g.midFrame = true // nothing more goes forward
 	g.wmu.Unlock()
-	g.next.CloseWrite()
-	g.prev.CloseWrite()
+	halfClose(g.next)
+	halfClose(g.prev)
 	return c
+}
+
+// rawTCP is the TCP connection under a TLS connection, nil for plain TCP.
+func rawTCP(c conn) *net.TCPConn {
+	if t, ok := c.(interface{ NetConn() net.Conn }); ok {
+		tc, _ := t.NetConn().(*net.TCPConn)
+		return tc
+	}
+	return nil
+}
+
+// halfClose ends this side's writes on c. A TLS connection is half-closed
+// on its TCP connection, without a close_notify alert: a write that a
+// deadline interrupted may have put part of a TLS record on the wire, and
+// an alert after it reads at the peer as "bad record MAC" instead of the
+// end of the stream (the ring's own Bye and abort frames say how it ends,
+// so the alert carries nothing the peer needs).
+func halfClose(c conn) {
+	if tc := rawTCP(c); tc != nil {
+		tc.CloseWrite()
+		return
+	}
+	c.CloseWrite()
+}
+
+// closeConn closes c, a TLS connection on its TCP connection (see halfClose).
+func closeConn(c conn) {
+	if tc := rawTCP(c); tc != nil {
+		tc.Close()
+		return
+	}
+	c.Close()
 }
 
 func (g *Ring) brokenCause() *cause {
@@ -317,8 +349,8 @@ func (g *Ring) Close() error {
 			g.midFrame = true
 			g.wmu.Unlock()
 		}
-		g.next.Close()
-		g.prev.Close()
+		closeConn(g.next)
+		closeConn(g.prev)
 		<-g.readerDone
 	}
 	g.breakGroup(cause{-1, fmt.Errorf("%w: rank %d closed its group", collective.ErrClosed, g.rank)})
@@ -613,7 +645,10 @@ func (g *Ring) writeFrame(k wire.Kind, seq uint64, payload []byte) error {
 	}
 	bufs := net.Buffers{g.whb, payload}
 	n, err := bufs.WriteTo(g.next)
-	if err != nil && n > 0 {
+	if err != nil && (n > 0 || rawTCP(g.next) != nil) {
+		// Part of the frame went out; or, over TLS, the write may have put
+		// part of a record on the wire even when it reports none, and the
+		// TLS connection refuses every later write anyway.
 		g.midFrame = true
 	}
 	return err
