@@ -2,8 +2,10 @@ package callbacks
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -23,7 +25,10 @@ type JSONLLogger struct {
 	w   *bufio.Writer
 }
 
-var _ trainer.Logger = (*JSONLLogger)(nil)
+var (
+	_ trainer.Logger  = (*JSONLLogger)(nil)
+	_ trainer.Resumer = (*JSONLLogger)(nil)
+)
 
 // NewJSONLLogger logs into dir, usually from VersionDir.
 func NewJSONLLogger(dir string) (*JSONLLogger, error) {
@@ -87,6 +92,45 @@ func (l *JSONLLogger) LogMetrics(step int, m map[string]float64) error {
 		return err
 	}
 	return l.w.Flush()
+}
+
+// ResumeAt drops the lines logged after step from an existing
+// metrics.jsonl (see trainer.Resumer), writing the kept lines to a
+// temporary file renamed over the old one, so a failure leaves the old
+// file whole.
+func (l *JSONLLogger) ResumeAt(step int) error {
+	if l.f != nil {
+		if err := errors.Join(l.w.Flush(), l.f.Close()); err != nil {
+			return err
+		}
+		l.f = nil
+	}
+	b, err := os.ReadFile(l.Path())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var kept []byte
+	for line := range bytes.Lines(b) {
+		var row struct {
+			Step *int `json:"step"`
+		}
+		if json.Unmarshal(line, &row) == nil && row.Step != nil && *row.Step > step {
+			continue
+		}
+		kept = append(kept, line...)
+	}
+	if len(kept) == len(b) {
+		return nil
+	}
+	tmp := l.Path() + ".tmp"
+	if err := os.WriteFile(tmp, kept, 0o644); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("JSONLLogger: drop the lines after step %d: %w", step, err)
+	}
+	return os.Rename(tmp, l.Path())
 }
 
 func (l *JSONLLogger) Finalize(status string) error {

@@ -300,3 +300,114 @@ func TestLoggersThroughTrainer(t *testing.T) {
 		t.Errorf("%d event records, want 15", n)
 	}
 }
+
+// TestLoggersResumeAt: a run that logged steps 1-5, then resumed from a
+// checkpoint at step 3 and logged steps 4-5 again, holds each step once
+// in metrics.csv and metrics.jsonl; the TensorBoard file gets the
+// SessionLog START event at step 4 by which TensorBoard drops the
+// abandoned steps 4-5 of the earlier file.
+func TestLoggersResumeAt(t *testing.T) {
+	type logger interface {
+		trainer.Logger
+		trainer.Resumer
+	}
+	read := map[string]func(t *testing.T, dir string) []string{
+		"csv": func(t *testing.T, dir string) []string {
+			f, err := os.Open(filepath.Join(dir, "metrics.csv"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			recs, err := csv.NewReader(f).ReadAll()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []string
+			for _, r := range recs[1:] {
+				out = append(out, strings.Join(r, ","))
+			}
+			return out
+		},
+		"jsonl": func(t *testing.T, dir string) []string {
+			b, err := os.ReadFile(filepath.Join(dir, "metrics.jsonl"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return strings.Split(strings.TrimSpace(string(b)), "\n")
+		},
+	}
+	want := map[string][]string{
+		// columns: epoch, step, train_loss, val_loss
+		"csv": {",1,1,", ",2,2,", ",3,3,", "0,3,,0.5", ",4,40,", ",5,50,"},
+		"jsonl": {`{"step":1,"train_loss":1}`, `{"step":2,"train_loss":2}`, `{"step":3,"train_loss":3}`,
+			`{"step":3,"epoch":0,"val_loss":0.5}`, `{"step":4,"train_loss":40}`, `{"step":5,"train_loss":50}`},
+	}
+	mk := map[string]func(dir string) (logger, error){
+		"csv":   func(dir string) (logger, error) { return callbacks.NewCSVLogger(dir) },
+		"jsonl": func(dir string) (logger, error) { return callbacks.NewJSONLLogger(dir) },
+	}
+	for name, newLogger := range mk {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			first, err := newLogger(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A resume into an empty directory is no error.
+			if err := first.ResumeAt(0); err != nil {
+				t.Fatalf("ResumeAt before any file: %v", err)
+			}
+			for s := 1; s <= 5; s++ {
+				first.LogMetrics(s, map[string]float64{"train_loss": float64(s)})
+				if s == 3 {
+					first.LogMetrics(s, map[string]float64{"val_loss": 0.5, "epoch": 0})
+				}
+			}
+			first.Finalize("failed")
+			again, _ := newLogger(dir)
+			if err := again.ResumeAt(3); err != nil {
+				t.Fatal(err)
+			}
+			for s := 4; s <= 5; s++ {
+				if err := again.LogMetrics(s, map[string]float64{"train_loss": float64(10 * s)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := again.Finalize("success"); err != nil {
+				t.Fatal(err)
+			}
+			if got := read[name](t, dir); !reflect.DeepEqual(got, want[name]) {
+				t.Errorf("rows after resuming at step 3:\n%q\nwant\n%q", got, want[name])
+			}
+			if left, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(left) > 0 {
+				t.Errorf("temporary files left: %v", left)
+			}
+		})
+	}
+	t.Run("tensorboard", func(t *testing.T) {
+		dir := t.TempDir()
+		l, err := callbacks.NewTensorBoardLogger(dir, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.ResumeAt(3); err != nil {
+			t.Fatal(err)
+		}
+		l.Finalize("success")
+		recs := readTFRecords(t, l.Path())
+		if len(recs) != 2 {
+			t.Fatalf("%d records, want the file version and the session start", len(recs))
+		}
+		ev := fields(t, recs[1])
+		if step := ev[2]; len(step) != 1 || step[0].(uint64) != 4 {
+			t.Errorf("session start event at step %v, want 4 (TensorBoard purges steps >= it)", step)
+		}
+		sl, ok := ev[7]
+		if !ok {
+			t.Fatalf("event fields %v: no session_log (7)", ev)
+		}
+		if status := fields(t, sl[0].([]byte))[1]; len(status) != 1 || status[0].(uint64) != 1 {
+			t.Errorf("SessionLog.status %v, want START (1)", status)
+		}
+	})
+}

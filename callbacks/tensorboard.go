@@ -34,7 +34,10 @@ type TensorBoardLogger struct {
 	path    string
 }
 
-var _ trainer.Logger = (*TensorBoardLogger)(nil)
+var (
+	_ trainer.Logger  = (*TensorBoardLogger)(nil)
+	_ trainer.Resumer = (*TensorBoardLogger)(nil)
+)
 
 var tbSeq atomic.Int64
 
@@ -139,6 +142,23 @@ func (l *TensorBoardLogger) LogMetrics(step int, m map[string]float64) error {
 	ev := eventHeader(nil, wallTime(l.now()), int64(step))
 	ev = protowire.AppendTag(ev, 5, protowire.BytesType) // Event.summary
 	ev = protowire.AppendBytes(ev, sum)
+	return l.record(ev)
+}
+
+// ResumeAt writes a SessionLog START event at step+1: TensorBoard then
+// drops the events of earlier files in the directory whose step is step+1
+// or later, the steps an interrupted run trained past its checkpoint (this
+// is what PyTorch's SummaryWriter(purge_step=step+1) writes).
+func (l *TensorBoardLogger) ResumeAt(step int) error {
+	if err := l.open(); err != nil {
+		return err
+	}
+	var sl []byte
+	sl = protowire.AppendTag(sl, 1, protowire.VarintType) // SessionLog.status
+	sl = protowire.AppendVarint(sl, 1)                    // START
+	ev := eventHeader(nil, wallTime(l.now()), int64(step)+1)
+	ev = protowire.AppendTag(ev, 7, protowire.BytesType) // Event.session_log
+	ev = protowire.AppendBytes(ev, sl)
 	return l.record(ev)
 }
 

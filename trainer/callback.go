@@ -118,6 +118,15 @@ type Logger interface {
 	Finalize(status string) error
 }
 
+// Resumer is a Logger that can forget what it logged after a step. A Fit
+// that resumes from a checkpoint saved at global step S calls ResumeAt(S)
+// on rank 0 before training, so that the steps an interrupted run trained
+// past its last checkpoint, which the resumed run trains again, are not
+// recorded twice. CSVLogger implements it.
+type Resumer interface {
+	ResumeAt(step int) error
+}
+
 // Warn logs msg as a warning through the trainer's logger on rank 0, for a
 // callback that carries on past something the user should know about.
 func (s *State) Warn(msg string) {

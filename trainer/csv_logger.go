@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,9 +28,15 @@ type CSVLogger struct {
 	f       *os.File
 	w       *csv.Writer
 	started bool
+	// purge, while purging, drops rows whose step is past it (ResumeAt).
+	purge   int
+	purging bool
 }
 
-var _ Logger = (*CSVLogger)(nil)
+var (
+	_ Logger  = (*CSVLogger)(nil)
+	_ Resumer = (*CSVLogger)(nil)
+)
 
 // NewCSVLogger logs into dir, usually a run directory (State.LogDir, VersionDir).
 func NewCSVLogger(dir string) (*CSVLogger, error) {
@@ -128,7 +135,13 @@ func (l *CSVLogger) rewrite(extra []string, row map[string]string) error {
 		}
 		if len(recs) > 0 {
 			l.cols = recs[0]
+			stepCol := slices.Index(l.cols, "step")
 			for _, r := range recs[1:] {
+				if l.purging && stepCol >= 0 && stepCol < len(r) {
+					if s, err := strconv.Atoi(r[stepCol]); err == nil && s > l.purge {
+						continue
+					}
+				}
 				m := map[string]string{}
 				for i, c := range l.cols {
 					if i < len(r) {
@@ -200,6 +213,24 @@ func FormatValue(v float64) string {
 		return "-inf"
 	}
 	return strconv.FormatFloat(v, 'g', -1, 64)
+}
+
+// ResumeAt drops the rows logged after step from an existing metrics.csv.
+// A Fit that resumes from a checkpoint saved at global step `step` calls
+// it: the interrupted run logged the steps it trained past its checkpoint,
+// the resumed run trains and logs them again, and each step should appear
+// once (TensorBoard's purge_step does the same for event files).
+func (l *CSVLogger) ResumeAt(step int) error {
+	if _, err := os.Stat(l.Path()); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	l.purge, l.purging = step, true
+	err := l.rewrite(nil, nil)
+	l.purging = false
+	if err != nil {
+		return fmt.Errorf("CSVLogger: drop the rows after step %d from %s: %w", step, l.Path(), err)
+	}
+	return nil
 }
 
 // LogMetrics appends a row.

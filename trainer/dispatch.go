@@ -262,6 +262,22 @@ func (t *Trainer) logMetrics(step int, m map[string]float64) error {
 	return nil
 }
 
+// resumeLoggers tells the loggers that can forget (Resumer) the global
+// step training goes on from.
+func (t *Trainer) resumeLoggers() error {
+	if !t.state.IsGlobalZero {
+		return nil
+	}
+	for _, l := range t.loggers {
+		if r, ok := l.(Resumer); ok {
+			if err := r.ResumeAt(t.state.GlobalStep); err != nil {
+				return fmt.Errorf("loggers/%s.ResumeAt: %w", l.Name(), err)
+			}
+		}
+	}
+	return nil
+}
+
 func (t *Trainer) logHyperparams(h map[string]any) error {
 	if !t.state.IsGlobalZero {
 		return nil

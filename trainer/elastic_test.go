@@ -146,7 +146,10 @@ func TestElasticRestartContinuesTheRun(t *testing.T) {
 		if len(ckpts) != 1 {
 			t.Errorf("LogDir set %v: %s holds no last.ckpt; the root holds %v", setLogDir, runDir, dirs)
 		}
-		// metrics.csv holds the first attempt's steps and the restart's.
+		// metrics.csv holds the first attempt's steps and the restart's,
+		// each training step once: the steps the first attempt trained
+		// past its checkpoint (21 to 23) were dropped when the restart
+		// resumed from step 20 and trained them again.
 		b, err := os.ReadFile(filepath.Join(runDir, "metrics.csv"))
 		if err != nil {
 			t.Fatalf("LogDir set %v: %v", setLogDir, err)
@@ -156,8 +159,21 @@ func TestElasticRestartContinuesTheRun(t *testing.T) {
 			t.Fatal(err)
 		}
 		steps := map[string]bool{}
+		trainRows := map[string]int{}
+		stepCol, lossCol := slices.Index(recs[0], "step"), slices.Index(recs[0], "train_loss_step")
 		for _, r := range recs[1:] {
-			steps[r[slices.Index(recs[0], "step")]] = true
+			steps[r[stepCol]] = true
+			if lossCol >= 0 && r[lossCol] != "" {
+				trainRows[r[stepCol]]++
+			}
+		}
+		if len(trainRows) == 0 {
+			t.Errorf("LogDir set %v: metrics.csv has no train_loss_step rows: %q", setLogDir, recs[0])
+		}
+		for s, n := range trainRows {
+			if n != 1 {
+				t.Errorf("LogDir set %v: metrics.csv has %d train_loss_step rows for step %s, want 1", setLogDir, n, s)
+			}
 		}
 		for _, s := range []string{"1", "22", "48"} {
 			if !steps[s] {

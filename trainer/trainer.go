@@ -458,6 +458,9 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 		if start, err = t.resume(ctx, path); err != nil {
 			return err
 		}
+		if err := t.resumeLoggers(); err != nil {
+			return fmt.Errorf("Fit: resume: %w", err)
+		}
 	} else if again {
 		if start, err = t.continueFit(prevStop); err != nil {
 			return err
