@@ -318,6 +318,32 @@ func closeConn(c conn) {
 	c.Close()
 }
 
+// abortGrace bounds how long a rank whose predecessor's connection ended
+// without a Bye or an abort waits for the abort to come around the other
+// way (awaitAbort).
+const abortGrace = 250 * time.Millisecond
+
+// awaitAbort waits up to abortGrace (a quarter of the timeout when that is
+// shorter) for another rank's abort to break the group, and returns its
+// cause, or nil. A predecessor that broke its group because a third rank
+// died cannot always send its abort forward: its write to us may have been
+// cut mid-frame (under TLS, a kicked write spoils the connection for good),
+// so we see only the end of the stream. The ranks on the other side of the
+// dead one send their abort back along the ring; without this wait, we would
+// blame the live predecessor that merely closed (TestTLSConformance's
+// ClosedPeer saw it about once in 100 runs). A predecessor that died itself
+// costs this wait before it is blamed.
+func (g *Ring) awaitAbort() *cause {
+	t := time.NewTimer(min(abortGrace, g.cfg.Timeout/4))
+	defer t.Stop()
+	select {
+	case <-g.brokenCh:
+		return g.brokenCause()
+	case <-t.C:
+		return nil
+	}
+}
+
 func (g *Ring) brokenCause() *cause {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -687,6 +713,9 @@ func (g *Ring) receiver(h collective.Header, data []byte, buf any, esz int, p pl
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			return fail(cause{prev, fmt.Errorf("%w: rank %d sent nothing for %v (waiting for %s)", collective.ErrTimeout, prev, g.cfg.Timeout, what)})
+		}
+		if c := g.awaitAbort(); c != nil {
+			return g.opErr(h, *c)
 		}
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return fail(cause{prev, fmt.Errorf("%w: rank %d closed the connection (waiting for %s)", collective.ErrPeerLost, prev, what)})
