@@ -28,9 +28,11 @@ var elasticPhases = []string{"setup", "train", "validation", "save", "teardown"}
 func TestElasticRestarts(t *testing.T) {
 	want := baseline(t)
 	for _, phase := range elasticPhases {
-		t.Run("SIGKILL/"+phase, func(t *testing.T) { elasticFault(t, phase, want, 1) })
+		t.Run("SIGKILL/"+phase, func(t *testing.T) { elasticFault(t, "ddp", phase, want, 1) })
 	}
-	t.Run("exhausted", func(t *testing.T) { elasticFault(t, "train", want, 2) })
+	// ddp_spawn's workers are an elastic job of the launching process.
+	t.Run("SIGKILL/train/ddp_spawn", func(t *testing.T) { elasticFault(t, "ddp_spawn", "train", want, 1) })
+	t.Run("exhausted", func(t *testing.T) { elasticFault(t, "ddp", "train", want, 2) })
 	t.Run("shrink", elasticShrink)
 }
 
@@ -98,10 +100,14 @@ func elasticShrink(t *testing.T) {
 }
 
 // elasticFault kills rank 1 in phase in each of the first kills attempts
-// of an elastic job allowed 2 restarts (kills 1) or 1 (kills 2).
-func elasticFault(t *testing.T, phase, want string, kills int) {
+// of an elastic job of strategy strat allowed 2 restarts (kills 1) or 1
+// (kills 2).
+func elasticFault(t *testing.T, strat, phase, want string, kills int) {
 	restarts := 3 - kills
 	r := row{fault: fmt.Sprintf("rank 1 SIGKILL in %d attempt(s), FULGUR_MAX_RESTARTS=%d (elastic restart)", kills, restarts), phase: phaseNames[phase]}
+	if strat != "ddp" {
+		r.fault += ", strategy " + strat
+	}
 	defer func() {
 		if t.Failed() {
 			r.outcome = "WRONG: " + r.outcome
@@ -110,7 +116,7 @@ func elasticFault(t *testing.T, phase, want string, kills int) {
 		record(r)
 	}()
 	marker, root, holdDir := newMarker(t), t.TempDir(), t.TempDir()
-	j := start(t, marker, []string{holdEnv + "=" + phase + " 1 " + holdDir, "FULGUR_MAX_RESTARTS=" + strconv.Itoa(restarts)}, "-root", root)
+	j := start(t, marker, []string{holdEnv + "=" + phase + " 1 " + holdDir, "FULGUR_MAX_RESTARTS=" + strconv.Itoa(restarts)}, "-root", root, "-strategy", strat)
 	var injected time.Time
 	for k := 0; k < kills; k++ {
 		reached := filepath.Join(holdDir, "reached")

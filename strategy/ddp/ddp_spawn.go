@@ -30,12 +30,15 @@ var (
 // parameters and buffers rank 0 reports at the end of its Fit into the
 // replica. After Fit this process holds the trained model and carries on
 // (Test, Predict, saving) as rank 0 of a world of one; the workers never
-// run the code after Fit.
+// run the code after Fit. With FULGUR_MAX_RESTARTS set, the workers are an
+// elastic job (launch.RunElastic): when one fails, all are started again
+// and resume from the run's last checkpoint, up to that many times.
 type DDPSpawn struct {
 	local
-	world int
-	log   zerolog.Logger
-	setup bool
+	world   int
+	log     zerolog.Logger
+	setup   bool
+	elastic *launch.Elastic
 }
 
 // local is what DDPSpawn needs of the one-replica strategy it wraps.
@@ -60,7 +63,11 @@ func newSpawnParent(o strategy.Options, world int) (*DDPSpawn, error) {
 	if !ok {
 		return nil, fmt.Errorf("strategy \"ddp_spawn\": the strategy registered as \"single\" (%T) has no Store or Rebind", s)
 	}
-	return &DDPSpawn{local: l, world: world, log: o.Log}, nil
+	e, err := launch.ElasticFromEnv(o.Lookup, world, o.Log)
+	if err != nil {
+		return nil, fmt.Errorf("strategy \"ddp_spawn\": %w", err)
+	}
+	return &DDPSpawn{local: l, world: world, log: o.Log, elastic: e}, nil
 }
 
 func (s *DDPSpawn) Info() strategy.Info {
@@ -102,6 +109,19 @@ func (s *DDPSpawn) spawn(ctx context.Context) (*launch.Result, error) {
 	}
 	defer os.RemoveAll(dir)
 	path := filepath.Join(dir, "result")
+	if s.elastic != nil {
+		e := *s.elastic
+		// Each attempt's ranks are ddp_spawn workers (the later value of
+		// a variable wins): rank 0 writes the result read below.
+		e.Env = func(int) []string {
+			return []string{launch.EnvLauncher + "=ddp_spawn", launch.EnvResult + "=" + path}
+		}
+		s.log.Info().Int("world", s.world).Int("max_restarts", e.MaxRestarts).Msg("ddp_spawn: starting the workers as an elastic job")
+		if _, err := launch.RunElastic(ctx, e); err != nil {
+			return nil, fmt.Errorf("ddp_spawn workers failed (their output is above): %w", err)
+		}
+		return launch.ReadResult(path)
+	}
 	ln, port, err := launch.Loopback()
 	if err != nil {
 		return nil, err
