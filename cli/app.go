@@ -144,6 +144,9 @@ func (a App) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if training {
+		cfg.Callbacks = append(cfg.Callbacks, hparamsAtFitStart{&runs})
+	}
 	if training && !s.NoPlots {
 		if err := addPlots(s, &cfg); err != nil {
 			return err
@@ -158,8 +161,10 @@ func (a App) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return withFlagNames(err)
 	}
-	if err := runs.writeHParams(); err != nil {
-		return err
+	if !training {
+		if err := runs.writeHParams(); err != nil {
+			return err
+		}
 	}
 	defer closeProfiler(tr.Config().Profiler)
 	cfg = tr.Config()

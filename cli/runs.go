@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -37,8 +38,16 @@ type runOutputs struct {
 
 // writeHParams gives the hyperparameters to the loggers (rank 0 only); call
 // it once the trainer is built, so a bad configuration leaves no files.
+// fit writes them from its OnFitStart instead (hparamsAtFitStart).
 func (r runOutputs) writeHParams() error {
-	if processRank() != 0 || len(r.hparams) == 0 {
+	if processRank() != 0 {
+		return nil
+	}
+	return r.logHParams()
+}
+
+func (r runOutputs) logHParams() error {
+	if len(r.hparams) == 0 {
 		return nil
 	}
 	for _, l := range r.loggers {
@@ -47,6 +56,23 @@ func (r runOutputs) writeHParams() error {
 		}
 	}
 	return nil
+}
+
+// hparamsAtFitStart writes the hyperparameters when Fit starts on the
+// job's rank 0. A program run with FULGUR_MAX_RESTARTS under ddp's
+// self-launch runs its code before Fit in a process that then only
+// supervises the ranks: written before Fit, the hyperparameters made a run
+// directory of their own there (version_0 holding hparams.yaml and an
+// empty event file, the run itself in version_1).
+type hparamsAtFitStart struct{ runs *runOutputs }
+
+func (hparamsAtFitStart) Name() string { return "cli.hparams" }
+
+func (h hparamsAtFitStart) OnFitStart(ctx context.Context, s *trainer.State) error {
+	if !s.IsGlobalZero {
+		return nil
+	}
+	return h.runs.logHParams()
 }
 
 // setupRun adds the loggers, ModelCheckpoint, Timer and ModelSummary the

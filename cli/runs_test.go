@@ -1,13 +1,16 @@
 package cli_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fulgur-ml/fulgur/cli"
 )
@@ -163,5 +166,44 @@ func TestRunContinuesElasticRun(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(first, "metrics.csv")); err != nil {
 		t.Errorf("the restarted run logged elsewhere: %v", err)
+	}
+}
+
+// TestElasticSelfLaunchKeepsOneRunDirectory: a ddp program run with
+// FULGUR_MAX_RESTARTS supervises its ranks from the process the user
+// started, which runs the program's code up to Fit; the job still makes
+// one run directory, holding hparams.yaml, metrics.csv and the
+// checkpoints (the supervisor wrote the hyperparameters into a version_0
+// of its own, and the ranks trained in version_1).
+func TestElasticSelfLaunchKeepsOneRunDirectory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts training processes")
+	}
+	root := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	args := []string{"-devices", "2", "-strategy", "ddp", "-max-steps", "3", "-limit-val-batches", "1",
+		"-limit-test-batches", "1", "-no-progress-bar", "-no-plots", "-loggers", "csv,tensorboard", "-root-dir", root}
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Env = append(os.Environ(), programEnv+"=1", "FULGUR_TIMEOUT=60s", "FULGUR_MAX_RESTARTS=1")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v: %v\n%s", args, err, errb.String())
+	}
+	if !strings.Contains(errb.String(), "supervises") {
+		t.Fatalf("the process did not supervise the job (FULGUR_MAX_RESTARTS ignored?):\n%s", errb.String())
+	}
+	runs, err := filepath.Glob(filepath.Join(root, "lightning_logs", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 1 {
+		t.Fatalf("run directories %v, want one", runs)
+	}
+	for _, f := range []string{"hparams.yaml", "metrics.csv", filepath.Join("checkpoints", "last.ckpt")} {
+		if _, err := os.Stat(filepath.Join(runs[0], f)); err != nil {
+			t.Errorf("the run directory lacks %s: %v", f, err)
+		}
 	}
 }
