@@ -30,6 +30,13 @@ type workload struct {
 	Run func(ctx context.Context, c Config) (Figures, error)
 	// Derive adds rows computed across configurations (ratios); optional.
 	Derive func(o *Options, rs []*Result) []Row
+	// Setup prepares what every configuration needs (the scale-out
+	// layout's network namespaces) before the first one runs; release
+	// undoes it, also when the measurement is interrupted. Optional.
+	Setup func(ctx context.Context, o *Options) (release func() error, err error)
+	// After runs once the figures are printed (the scaleout plot);
+	// optional.
+	After func(o *Options, rs []*Result) error
 }
 
 var workloads = map[string]*workload{}

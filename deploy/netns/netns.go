@@ -30,7 +30,7 @@ type Config struct {
 func (c Config) Validate() error {
 	var errs []error
 	if c.Rate != "" {
-		if _, err := rateBits(c.Rate); err != nil {
+		if _, err := ParseRate(c.Rate); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -45,7 +45,7 @@ func (c Config) Validate() error {
 
 // rateBits parses a tc rate ("10gbit", "100mbit", "1000kbit", "5000bit")
 // into bits per second.
-func rateBits(s string) (float64, error) {
+func ParseRate(s string) (float64, error) {
 	units := []struct {
 		suffix string
 		scale  float64
@@ -131,7 +131,7 @@ func (p *Pair) plan(c Config) []Cmd {
 			// The bucket holds 1 ms at the rate (at least 64 KiB): enough
 			// for the timer's granularity, small enough to shape; the
 			// queue holds 10 ms more before tbf drops.
-			bits, _ := rateBits(c.Rate)
+			bits, _ := ParseRate(c.Rate)
 			burst := max(int(bits/8/1000), 64<<10)
 			cmds = append(cmds, Cmd{"ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf",
 				"rate", c.Rate, "burst", strconv.Itoa(burst), "latency", "10ms"})
@@ -242,6 +242,9 @@ func (p *Pair) Close() error {
 // Sweep deletes the namespaces that Up in a process that no longer runs
 // left behind (one killed before it could Close), and returns their names.
 func Sweep() ([]string, error) {
+	if err := Check(); err != nil {
+		return nil, err
+	}
 	out, err := exec.Command("ip", "netns", "list").Output()
 	if err != nil {
 		return nil, fmt.Errorf("netns: ip netns list: %w", err)

@@ -1,17 +1,13 @@
 package netns_test
 
 import (
-	"bufio"
-	"fmt"
+	"context"
 	"net"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/fulgur-ml/fulgur/deploy/netns"
 )
@@ -100,66 +96,34 @@ func needRoot(t *testing.T) {
 	}
 }
 
-// inNS runs f on a thread in namespace ns: a socket belongs to the
-// namespace it was made in, whichever thread uses it later.
-func inNS(t *testing.T, ns string, f func()) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
-		fd, err := unix.Open("/var/run/netns/"+ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer unix.Close(fd)
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			t.Errorf("setns %s: %v", ns, err)
-			return
-		}
-		f()
-	}()
-	<-done
-}
-
 // Two nodes reach each other through the shaped, delayed link, and
 // nothing of them is left after Close.
 func TestUpJoinsTwoNodes(t *testing.T) {
 	needRoot(t)
-	p, err := netns.Up(netns.Config{Rate: "1gbit", Delay: 200 * time.Microsecond})
+	const delay = 300 * time.Microsecond
+	p, err := netns.Up(netns.Config{Rate: "1gbit", Delay: delay})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	var ln net.Listener
-	inNS(t, p.NS[0], func() { ln, err = net.Listen("tcp", p.Addr[0]+":0") })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pr, err := p.Probe(ctx, 20, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		line, _ := bufio.NewReader(c).ReadString('\n')
-		fmt.Fprintf(c, "echo %s", line)
-	}()
-	var conn net.Conn
-	inNS(t, p.NS[1], func() { conn, err = net.DialTimeout("tcp", ln.Addr().String(), 10*time.Second) })
-	if err != nil {
-		t.Fatalf("node 1 cannot reach node 0 at %s: %v", ln.Addr(), err)
+	t.Logf("round trip %v, bulk %.0f MB/s, frames %v late on average", pr.RTT, pr.Throughput/1e6, p.Relay.Late())
+	// A lower bound only, which no load can break: every frame waits
+	// for its delay in each direction.
+	if pr.RTT < 2*delay {
+		t.Errorf("round trip %v, below the 2 x %v the relay adds", pr.RTT, delay)
 	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	fmt.Fprintf(conn, "hello\n")
-	got, err := bufio.NewReader(conn).ReadString('\n')
-	if err != nil || got != "echo hello\n" {
-		t.Fatalf("echo %q, %v; want %q", got, err, "echo hello\n")
+	if pr.Throughput <= 0 {
+		t.Errorf("throughput %v", pr.Throughput)
 	}
-	if p.Relay.Frames() < 6 { // handshake, line and echo, acknowledgements
-		t.Errorf("%d frames went through the relay, want the connection's", p.Relay.Frames())
+	// 20 round trips and 1 MiB in frames of at most 1500 bytes.
+	if n := p.Relay.Frames(); n < 40+(1<<20)/1500 {
+		t.Errorf("%d frames went through the relay, fewer than the probe sent", n)
 	}
 	// Node 1 has no address of node 0's: the frames cannot have taken
 	// another way.

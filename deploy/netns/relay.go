@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -86,9 +87,7 @@ func (r *Relay) copy(from, to int) {
 	go func() {
 		defer close(done)
 		for f := range q {
-			if d := time.Until(f.due); d > 0 {
-				time.Sleep(d) // the frame's delay
-			}
+			wait(f.due) // the frame's delay
 			if r.delay > 0 {
 				r.late.Add(int64(time.Since(f.due)))
 			}
@@ -125,6 +124,22 @@ func (r *Relay) copy(from, to int) {
 	}
 	close(q)
 	<-done
+}
+
+// spinBelow is how close to a frame's due time the relay stops sleeping
+// and polls the clock: a sleep overshoots by 50 µs to milliseconds, as
+// much as a data-centre link's whole delay. It spins only while a frame
+// waits, so an idle link costs nothing.
+const spinBelow = time.Millisecond
+
+// wait returns at due, or at once when due has passed.
+func wait(due time.Time) {
+	if d := time.Until(due); d > spinBelow {
+		time.Sleep(d - spinBelow)
+	}
+	for time.Now().Before(due) {
+		runtime.Gosched()
+	}
 }
 
 // fixTCPChecksum fills in the TCP checksum of an IPv4 frame: a veth
