@@ -55,12 +55,18 @@ type Options struct {
 	Ranks     []int
 	LinkRate  string
 	LinkDelay time.Duration
+	LinkMTU   int
 	Plot      string
 	command   string
 	// nodes are the two network namespaces of the scale-out layout, made
 	// by the scaleout workload's Setup for the whole measurement.
 	nodes *netns.Pair
 	link  netns.Probe
+	// The bench process's CPU time and the clock when the nodes came up:
+	// the relay's cost, which the ranks' cores pay.
+	cpu0   time.Duration
+	t0     time.Time
+	relay0 netns.RelayStats
 }
 
 func parseOptions(args []string) (*Options, error) {
@@ -89,6 +95,7 @@ func parseOptions(args []string) (*Options, error) {
 	fs.StringVar(&rk, "ranks", "1,2,4", "ranks of the scaleout workload, comma-separated (above 1: even, split over its two nodes)")
 	fs.StringVar(&o.LinkRate, "link-rate", "10gbit", "scaleout: the rate of the link between the two nodes (tc tbf syntax)")
 	fs.DurationVar(&o.LinkDelay, "link-delay", 100*time.Microsecond, "scaleout: delay added to every frame on the link, each direction")
+	fs.IntVar(&o.LinkMTU, "link-mtu", 9000, "scaleout: MTU of the link (jumbo frames, as cluster networks use; the relay copies one frame per system call)")
 	fs.StringVar(&o.Plot, "plot", defaultPlot(), "scaleout: where the samples/s-against-ranks plot goes (.svg or .png; empty: none); the default is under bench/ only when run from the repository root")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -224,7 +231,9 @@ func (c Config) Label() string {
 	default:
 		parts = append(parts, fmt.Sprintf("threads=%d", c.Threads))
 	}
-	parts = append(parts, fmt.Sprintf("batch=%d", c.Batch))
+	if c.Batch > 0 {
+		parts = append(parts, fmt.Sprintf("batch=%d", c.Batch))
+	}
 	return strings.Join(parts, " ")
 }
 

@@ -61,8 +61,8 @@ func scaleoutConfigs(o *Options) ([]Config, error) {
 			errs = append(errs, fmt.Errorf("-ranks has %d: scale-out splits the ranks evenly over its two nodes, so use 1 or even numbers", r))
 		}
 	}
-	if err := (netns.Config{Rate: o.LinkRate, Delay: o.LinkDelay}).Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("-link-rate %q, -link-delay %v: %w", o.LinkRate, o.LinkDelay, err))
+	if err := o.linkConfig().Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("-link-rate %q, -link-delay %v, -link-mtu %d: %w", o.LinkRate, o.LinkDelay, o.LinkMTU, err))
 	}
 	if o.Plot != "" {
 		if ext := filepath.Ext(o.Plot); ext != ".svg" && ext != ".png" {
@@ -107,7 +107,7 @@ func scaleoutSetup(ctx context.Context, o *Options) (func() error, error) {
 	} else if len(gone) > 0 {
 		fmt.Fprintf(os.Stderr, "bench: removed network namespaces left by killed runs: %s\n", strings.Join(gone, ", "))
 	}
-	p, err := netns.Up(netns.Config{Rate: o.LinkRate, Delay: o.LinkDelay})
+	p, err := netns.Up(o.linkConfig())
 	if err != nil {
 		return nil, fmt.Errorf("the scale-out layout runs ranks in two network namespaces: %w", err)
 	}
@@ -117,10 +117,17 @@ func scaleoutSetup(ctx context.Context, o *Options) (func() error, error) {
 	if err != nil {
 		return nil, errors.Join(err, p.Close())
 	}
-	o.nodes, o.link = p, pr
-	fmt.Fprintf(os.Stderr, "bench: scale-out nodes %s (%s) and %s (%s): tbf %s each way; %v added to every frame each way by the relay in this process (no sch_netem here); probe: round trip %v, bulk %.2f GB/s\n",
-		p.NS[0], p.Addr[0], p.NS[1], p.Addr[1], o.LinkRate, o.LinkDelay, pr.RTT.Round(time.Microsecond), pr.Throughput/1e9)
+	o.nodes, o.link, o.cpu0, o.t0, o.relay0 = p, pr, processCPU(), time.Now(), p.Relay.Stats()
+	fmt.Fprintf(os.Stderr, "bench: scale-out nodes %s (%s) and %s (%s): tbf %s each way, MTU %d; %v added to every frame each way by the relay in this process (no sch_netem here); probe: round trip %v, bulk %.2f GB/s\n",
+		p.NS[0], p.Addr[0], p.NS[1], p.Addr[1], o.LinkRate, o.LinkMTU, o.LinkDelay, pr.RTT.Round(time.Microsecond), pr.Throughput/1e9)
+	if bits, err := netns.ParseRate(o.LinkRate); err == nil && pr.Throughput*8 < 0.9*bits {
+		fmt.Fprintf(os.Stderr, "bench: the relay carries %.2f Gbit/s, below the %s tbf rate: the relay, not tbf, limits the link\n", pr.Throughput*8/1e9, o.LinkRate)
+	}
 	return p.Close, nil
+}
+
+func (o *Options) linkConfig() netns.Config {
+	return netns.Config{Rate: o.LinkRate, Delay: o.LinkDelay, MTU: o.LinkMTU}
 }
 
 func scaleoutRun(ctx context.Context, c Config) (Figures, error) {
@@ -260,12 +267,17 @@ func scaleoutDerive(o *Options, rs []*Result) []Row {
 		}
 	}
 	if o.nodes != nil {
+		one := func(v float64) Stat { return stat([]float64{v}) }
+		// The relay's figures over the training only, not the probe's bulk.
+		link := o.nodes.Relay.Stats().Since(o.relay0)
 		rows = append(rows, Row{Workload: "scaleout", N: 1,
-			Config: fmt.Sprintf("link: tbf %s, %v each way by the relay; probe: round trip, bulk GB/s, relay lateness", o.LinkRate, o.LinkDelay),
-			Labels: map[string]any{"figure": "link", "rate": o.LinkRate, "delay_us": o.LinkDelay.Microseconds()},
-			Figures: map[string]Stat{"rtt_us": stat([]float64{float64(o.link.RTT.Microseconds())}),
-				"probe_gbps":    stat([]float64{o.link.Throughput / 1e9}),
-				"relay_late_us": stat([]float64{float64(o.nodes.Relay.Late().Microseconds())})}})
+			Config: fmt.Sprintf("link: tbf %s, MTU %d, %v each way by the relay; probe round trip and bulk GB/s; over the training: frames' mean time past due in the relay, frames dropped, cores the bench process (the relay) used", o.LinkRate, o.LinkMTU, o.LinkDelay),
+			Labels: map[string]any{"figure": "link", "rate": o.LinkRate, "delay_us": o.LinkDelay.Microseconds(), "mtu": o.LinkMTU},
+			Figures: map[string]Stat{"rtt_us": one(float64(o.link.RTT.Microseconds())),
+				"probe_gbps":      one(o.link.Throughput / 1e9),
+				"relay_late_us":   one(float64(link.MeanLate().Microseconds())),
+				"relay_dropped":   one(float64(link.Dropped)),
+				"relay_cpu_cores": one((processCPU() - o.cpu0).Seconds() / time.Since(o.t0).Seconds())}})
 	}
 	return rows
 }
@@ -319,8 +331,8 @@ func limitsRow(o *Options, r, lim *Result) (Row, bool) {
 		what = "no gradient traffic"
 	}
 	row := Row{Workload: "scaleout", N: len(gflops),
-		Config: fmt.Sprintf("%s %d ranks against the limits: GFLOP/s and share of %d cores' sgemm peak; gradient GB/s and share of %s%s",
-			r.Config.Variant, n, int(cores), what, oversubscribed(n)),
+		Config: fmt.Sprintf("%s %s against the limits: GFLOP/s and share of %d cores' sgemm peak; gradient GB/s and share of %s%s",
+			r.Config.Variant, plural(n, "rank"), int(cores), what, oversubscribed(n)),
 		Labels:  map[string]any{"variant": r.Config.Variant, "ranks": n, "figure": "limits"},
 		Figures: map[string]Stat{"gflops": stat(gflops), "roofline_share": stat(roof)}}
 	if len(bus) > 0 {
@@ -421,4 +433,11 @@ func placeRanks(ranks, nodes, cores int) ([]rankPlace, error) {
 		out[r] = rankPlace{Node: r / per, LocalRank: r % per, LocalRanks: per, Core: r % cores}
 	}
 	return out, nil
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }

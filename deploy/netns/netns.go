@@ -24,6 +24,10 @@ type Config struct {
 	Delay time.Duration
 	// Loss is the fraction of frames the relay drops, 0 to 1.
 	Loss float64
+	// MTU of the link; 0: 1500. The relay copies one frame per system
+	// call, so jumbo frames (9000, as cluster networks use) carry bulk
+	// data several times faster through it.
+	MTU int
 }
 
 // Validate returns every problem of c at once.
@@ -36,6 +40,9 @@ func (c Config) Validate() error {
 	}
 	if c.Delay < 0 {
 		errs = append(errs, fmt.Errorf("netns: Delay is %v: use 0 or more", c.Delay))
+	}
+	if c.MTU != 0 && (c.MTU < 576 || c.MTU > 65535) {
+		errs = append(errs, fmt.Errorf("netns: MTU is %d: use 576 to 65535, or 0 for 1500", c.MTU))
 	}
 	if c.Loss < 0 || c.Loss > 1 || c.Loss != c.Loss {
 		errs = append(errs, fmt.Errorf("netns: Loss is %v: use a fraction from 0 to 1", c.Loss))
@@ -87,11 +94,12 @@ const prefix = "fulgur-"
 var seq atomic.Int32
 
 // names makes a pair's names from the creating process's id and a
-// sequence number. Interface names are limited to 15 bytes: "fg" + pid
-// and sequence in base 36 + node letter + "o" for the outer end.
+// sequence number, in base 36 and joined by "-", which no base-36 digit
+// is. Interface names are limited to 15 bytes: "fg" + the two numbers +
+// the node's letter + "o" for the outer end is 12 up to the 1296th pair.
 func names(pid, k int) *Pair {
 	p := &Pair{}
-	id := strconv.FormatInt(int64(pid), 36) + "x" + strconv.FormatInt(int64(k), 36)
+	id := strconv.FormatInt(int64(pid), 36) + "-" + strconv.FormatInt(int64(k), 36)
 	for i := range 2 {
 		p.NS[i] = prefix + id + "-" + strconv.Itoa(i)
 		p.Dev[i] = "fg" + id + string(rune('a'+i))
@@ -102,8 +110,8 @@ func names(pid, k int) *Pair {
 }
 
 // Plan lists the commands that make the pair of process pid's k-th call
-// to Up, in order: the namespaces, the veths (frames of at most 1500
-// bytes, which the relay can write one by one), addresses, and tbf on each
+// to Up, in order: the namespaces, the veths (frames of at most the MTU,
+// which the relay can write one by one), addresses, and tbf on each
 // node's interface when c.Rate is set. It runs nothing.
 func Plan(pid, k int, c Config) ([]Cmd, error) {
 	if err := c.Validate(); err != nil {
@@ -114,14 +122,18 @@ func Plan(pid, k int, c Config) ([]Cmd, error) {
 }
 
 func (p *Pair) plan(c Config) []Cmd {
+	mtu := "1500"
+	if c.MTU > 0 {
+		mtu = strconv.Itoa(c.MTU)
+	}
 	var cmds []Cmd
 	for i := range 2 {
 		ns, dev, out := p.NS[i], p.Dev[i], p.outer[i]
 		cmds = append(cmds,
 			Cmd{"ip", "netns", "add", ns},
 			Cmd{"ip", "link", "add", dev, "type", "veth", "peer", "name", out},
-			Cmd{"ip", "link", "set", dev, "gso_max_size", "1500", "gro_max_size", "1500"},
-			Cmd{"ip", "link", "set", out, "gso_max_size", "1500", "gro_max_size", "1500"},
+			Cmd{"ip", "link", "set", dev, "mtu", mtu, "gso_max_size", mtu, "gro_max_size", mtu},
+			Cmd{"ip", "link", "set", out, "mtu", mtu, "gso_max_size", mtu, "gro_max_size", mtu},
 			Cmd{"ip", "link", "set", dev, "netns", ns},
 			Cmd{"ip", "-n", ns, "link", "set", "lo", "up"},
 			Cmd{"ip", "-n", ns, "addr", "add", p.Addr[i] + "/24", "dev", dev},
@@ -273,10 +285,11 @@ func creator(ns string) (int, bool) {
 	if !ok {
 		return 0, false
 	}
-	id, _, ok := strings.Cut(rest, "x")
-	if !ok {
+	f := strings.Split(rest, "-")
+	if len(f) != 3 {
 		return 0, false
 	}
+	id := f[0]
 	pid, err := strconv.ParseInt(id, 36, 32)
 	return int(pid), err == nil && pid > 0
 }

@@ -21,10 +21,10 @@ func TestPlan(t *testing.T) {
 	}{
 		{"unshaped", 4242, 1, netns.Config{}, ""},
 		{"10gbit", 4242, 2, netns.Config{Rate: "10gbit", Delay: 100 * time.Microsecond},
-			"tc qdisc add dev fg39ux2a root tbf rate 10gbit burst 1250000 latency 10ms"},
+			"tc qdisc add dev fg39u-2a root tbf rate 10gbit burst 1250000 latency 10ms"},
 		// The bucket never falls below 64 KiB, whatever the rate.
 		{"slow link, largest pid", 4194304, 1295, netns.Config{Rate: "8mbit"},
-			"tc qdisc add dev fg2hwcgxzza root tbf rate 8mbit burst 65536 latency 10ms"},
+			"tc qdisc add dev fg2hwcg-zza root tbf rate 8mbit burst 65536 latency 10ms"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -63,11 +63,11 @@ func TestPlan(t *testing.T) {
 }
 
 func TestConfigValidateNamesEveryProblem(t *testing.T) {
-	err := netns.Config{Rate: "10gbps", Delay: -time.Millisecond, Loss: 1.5}.Validate()
+	err := netns.Config{Rate: "10gbps", Delay: -time.Millisecond, Loss: 1.5, MTU: 100}.Validate()
 	if err == nil {
 		t.Fatal("bad configuration accepted")
 	}
-	for _, want := range []string{`Rate is "10gbps"`, "Delay is -1ms", "Loss is 1.5"} {
+	for _, want := range []string{`Rate is "10gbps"`, "Delay is -1ms", "Loss is 1.5", "MTU is 100"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%q does not mention %q", err, want)
 		}
@@ -112,7 +112,7 @@ func TestUpJoinsTwoNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("round trip %v, bulk %.0f MB/s, frames %v late on average", pr.RTT, pr.Throughput/1e6, p.Relay.Late())
+	t.Logf("round trip %v, bulk %.0f MB/s, frames %v late on average", pr.RTT, pr.Throughput/1e6, p.Relay.Stats().MeanLate())
 	// A lower bound only, which no load can break: every frame waits
 	// for its delay in each direction.
 	if pr.RTT < 2*delay {

@@ -45,6 +45,12 @@ func openPacket(ifname string) (int, error) {
 		syscall.Close(fd)
 		return -1, fmt.Errorf("bind to %s: %w", ifname, err)
 	}
+	// A burst of a TCP window must fit while the relay is not running: a
+	// small buffer drops frames and TCP backs off. FORCE passes rmem_max
+	// (we are root); the plain option is the fallback.
+	if syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_RCVBUFFORCE, 8<<20) != nil {
+		syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_RCVBUF, 8<<20)
+	}
 	tv := syscall.NsecToTimeval(int64(100 * time.Millisecond))
 	syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv)
 	return fd, nil
@@ -88,9 +94,7 @@ func (r *Relay) copy(from, to int) {
 		defer close(done)
 		for f := range q {
 			wait(f.due) // the frame's delay
-			if r.delay > 0 {
-				r.late.Add(int64(time.Since(f.due)))
-			}
+			r.late.Add(int64(time.Since(f.due)))
 			if _, err := syscall.Write(to, f.b); err != nil && !errors.Is(err, syscall.ENOBUFS) {
 				r.fail(fmt.Errorf("relay write (%d bytes): %w", len(f.b), err))
 			}
@@ -185,15 +189,32 @@ func (r *Relay) Cut() { r.cut.Store(true) }
 func (r *Relay) Frames() int64  { return r.frames.Load() }
 func (r *Relay) Dropped() int64 { return r.dropped.Load() }
 
-// Late is the mean time frames left the relay after their due time (the
-// sleep's overshoot): the delay a frame really got is the configured one
-// plus this. Zero without a delay.
-func (r *Relay) Late() time.Duration {
-	n := r.frames.Load() - r.dropped.Load()
-	if n <= 0 {
-		return 0
+// RelayStats are the relay's counts since it started.
+type RelayStats struct {
+	Frames, Dropped int64
+	// Late is the time frames left the relay after their due time,
+	// summed: the sleep's overshoot and the wait behind earlier frames.
+	// A frame's real delay is Config.Delay plus its share of this.
+	Late time.Duration
+}
+
+// Stats reads the counts (each exact, not all at one instant).
+func (r *Relay) Stats() RelayStats {
+	return RelayStats{Frames: r.frames.Load(), Dropped: r.dropped.Load(), Late: time.Duration(r.late.Load())}
+}
+
+// Since is what happened after the counts in before.
+func (s RelayStats) Since(before RelayStats) RelayStats {
+	return RelayStats{Frames: s.Frames - before.Frames, Dropped: s.Dropped - before.Dropped, Late: s.Late - before.Late}
+}
+
+// MeanLate is the mean time frames left after their due time; 0 with no
+// frame relayed.
+func (s RelayStats) MeanLate() time.Duration {
+	if n := s.Frames - s.Dropped; n > 0 {
+		return s.Late / time.Duration(n)
 	}
-	return time.Duration(r.late.Load() / n)
+	return 0
 }
 
 // close stops the copying and returns the first error it met.
