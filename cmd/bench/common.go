@@ -394,6 +394,9 @@ func parentMain(ctx context.Context, args []string) error {
 			}
 		}
 	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("interrupted (%w): the figures above are partial", err)
+	}
 	if failed > 0 {
 		return fmt.Errorf("%d configuration(s) produced no figures (errors above)", failed)
 	}

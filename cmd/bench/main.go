@@ -7,6 +7,7 @@
 //	go run ./cmd/bench -workload mlp
 //	go run ./cmd/bench -workload mlp,overhead -runs 5 -json
 //	go run ./cmd/bench -workload mlp -peer torch   # PyTorch side by side, with ratios
+//	go run ./cmd/bench -workload scaleout          # one host against two (as root), plot in bench/
 //
 // Workloads register themselves (one file each) with register.
 package main

@@ -102,6 +102,9 @@ func scaleoutSetup(ctx context.Context, o *Options) (func() error, error) {
 	if len(o.Ranks) == 1 && o.Ranks[0] == 1 {
 		return func() error { return nil }, nil
 	}
+	if err := netns.Check(); err != nil {
+		return nil, fmt.Errorf("the scale-out layout runs ranks in two network namespaces (-ranks 1 alone needs none): %w", err)
+	}
 	if gone, err := netns.Sweep(); err != nil {
 		return nil, err
 	} else if len(gone) > 0 {

@@ -93,7 +93,7 @@ func (r *Relay) copy(from, to int) {
 	go func() {
 		defer close(done)
 		for f := range q {
-			wait(f.due) // the frame's delay
+			r.wait(f.due) // the frame's delay
 			r.late.Add(int64(time.Since(f.due)))
 			if _, err := syscall.Write(to, f.b); err != nil && !errors.Is(err, syscall.ENOBUFS) {
 				r.fail(fmt.Errorf("relay write (%d bytes): %w", len(f.b), err))
@@ -131,14 +131,26 @@ func (r *Relay) copy(from, to int) {
 }
 
 // spinBelow is how close to a frame's due time the relay stops sleeping
-// and polls the clock: a sleep overshoots by 50 µs to milliseconds, as
-// much as a data-centre link's whole delay. It spins only while a frame
-// waits, so an idle link costs nothing.
-const spinBelow = time.Millisecond
+// and polls the clock, for delays under spinDelays: a sleep overshoots by
+// 50 µs to milliseconds, as much as a data-centre link's whole delay. It
+// spins only while a frame waits, so an idle link costs nothing; longer
+// delays (a WAN's tens of milliseconds) only sleep, as the overshoot is
+// small beside them.
+const (
+	spinBelow  = time.Millisecond
+	spinDelays = 5 * time.Millisecond
+)
 
 // wait returns at due, or at once when due has passed.
-func wait(due time.Time) {
-	if d := time.Until(due); d > spinBelow {
+func (r *Relay) wait(due time.Time) {
+	d := time.Until(due)
+	if r.delay >= spinDelays {
+		if d > 0 {
+			time.Sleep(d)
+		}
+		return
+	}
+	if d > spinBelow {
 		time.Sleep(d - spinBelow)
 	}
 	for time.Now().Before(due) {
