@@ -326,16 +326,16 @@ func limitsRow(o *Options, r, lim *Result) (Row, bool) {
 	if len(gflops) == 0 {
 		return Row{}, false
 	}
-	what := "memory copy of one core"
+	traffic := "; gradient GB/s and share of one core's memory copy"
 	if r.Config.Nodes > 1 {
-		what = "the link's rate"
+		traffic = "; gradient GB/s and share of the link's rate"
 	}
 	if n < 2 {
-		what = "no gradient traffic"
+		traffic = " (no gradient traffic)"
 	}
 	row := Row{Workload: "scaleout", N: len(gflops),
-		Config: fmt.Sprintf("%s %s against the limits: GFLOP/s and share of %d cores' sgemm peak; gradient GB/s and share of %s%s",
-			r.Config.Variant, plural(n, "rank"), int(cores), what, oversubscribed(n)),
+		Config: fmt.Sprintf("%s %s against the limits: GFLOP/s and share of the sgemm peak of %s%s%s",
+			r.Config.Variant, plural(n, "rank"), plural(int(cores), "core"), traffic, oversubscribed(n)),
 		Labels:  map[string]any{"variant": r.Config.Variant, "ranks": n, "figure": "limits"},
 		Figures: map[string]Stat{"gflops": stat(gflops), "roofline_share": stat(roof)}}
 	if len(bus) > 0 {
@@ -364,6 +364,12 @@ func scaleoutPlot(o *Options, rs []*Result) error {
 		batch = max(batch, r.Config.Batch)
 	}
 	title := fmt.Sprintf("resnet8 ddp, batch %d per rank, one core per rank (%d cores)", batch, runtime.NumCPU())
+	for _, r := range rs {
+		if r.Config.Ranks > runtime.NumCPU() {
+			title = fmt.Sprintf("resnet8 ddp, batch %d per rank, one core per rank; above %d ranks they share cores", batch, runtime.NumCPU())
+			break
+		}
+	}
 	c := plot.Chart{Name: "scaleout", Title: title, X: plot.Steps, XLabel: "ranks", YLabel: "samples/s (median)",
 		Keys: []string{"samples_per_s"}, LegendBottom: true}
 	err = plot.Render(f, c, hs, strings.TrimPrefix(filepath.Ext(o.Plot), "."), plot.Options{Smoothing: -1})
