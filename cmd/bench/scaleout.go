@@ -121,7 +121,7 @@ func scaleoutSetup(ctx context.Context, o *Options) (func() error, error) {
 		return nil, errors.Join(err, p.Close())
 	}
 	o.nodes, o.link, o.cpu0, o.t0, o.relay0 = p, pr, processCPU(), time.Now(), p.Relay.Stats()
-	fmt.Fprintf(os.Stderr, "bench: scale-out nodes %s (%s) and %s (%s): tbf %s each way, MTU %d; %v added to every frame each way by the relay in this process (no sch_netem here); probe: round trip %v, bulk %.2f GB/s\n",
+	fmt.Fprintf(os.Stderr, "bench: scale-out nodes %s (%s) and %s (%s): tbf %s each way, MTU %d; %v added to every frame each way by the relay in this process (not tc netem, which many kernels lack); probe: round trip %v, bulk %.2f GB/s\n",
 		p.NS[0], p.Addr[0], p.NS[1], p.Addr[1], o.LinkRate, o.LinkMTU, o.LinkDelay, pr.RTT.Round(time.Microsecond), pr.Throughput/1e9)
 	if bits, err := netns.ParseRate(o.LinkRate); err == nil && pr.Throughput*8 < 0.9*bits {
 		fmt.Fprintf(os.Stderr, "bench: the relay carries %.2f Gbit/s, below the %s tbf rate: the relay, not tbf, limits the link\n", pr.Throughput*8/1e9, o.LinkRate)
