@@ -20,14 +20,17 @@ import (
 // under ddp with N ranks on one host (scale-up, shared memory) against N
 // ranks split over two "machines" (scale-out, tcp): two network namespaces
 // joined by a link shaped to -link-rate with tc tbf and delayed by
-// -link-delay each way by deploy/netns's relay (the kernels this runs on
-// lack sch_netem, so the delay cannot be tc's). Every rank runs on one
-// core (GOMAXPROCS=1, one BLAS thread, one worker, taskset) with a per-rank
+// -link-delay each way by deploy/netns's relay (many kernels lack
+// sch_netem, so the delay cannot be tc's). Every rank runs on one core
+// (GOMAXPROCS=1, one BLAS thread, one worker, taskset) with a per-rank
 // batch of 32 (weak scaling, as Horovod's study measured it); 1 rank is
-// the baseline of both layouts. Beside the figures it records the
-// machine's limits (issue 15 item 5): one core's sgemm peak and memory
-// copy bandwidth, measured in the same run, the link as a probe saw it,
-// and the share of each the training reached.
+// the baseline of both layouts. Across nodes fulgur has no hierarchical
+// collective (shared memory inside a node, tcp between them, as NCCL and
+// Horovod do): all ranks join one tcp ring, and the hops between the two
+// ranks of a node stay inside that node's kernel. Beside the figures it
+// records the machine's limits (issue 15 item 5): one core's sgemm peak
+// and memory copy bandwidth, measured in the same run, the link as a
+// probe saw it, and the share of each the training reached.
 func init() {
 	register(&workload{
 		Name:    "scaleout",
