@@ -1,7 +1,8 @@
 // Package deploy holds the files that run fulgur programs on cluster engines
 // (slurm/ for sbatch and srun, mpi/ for mpirun, k8s/ for Kubeflow's
 // PyTorchJob and MPIJob and the container image, ci/ for the two-namespace
-// multi-node test) and the tests that keep them honest.
+// multi-node test, netns/ for two nodes on one host from Go) and the tests
+// that keep them honest.
 //
 // The Go part models what each launcher puts in the environment of every
 // process it starts: Srun, Mpirun and PyTorchJob return one Vars per rank,

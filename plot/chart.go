@@ -45,6 +45,9 @@ type Chart struct {
 	Title  string
 	X      Axis
 	YLabel string
+	// XLabel names the x axis where the step numbers stand for another
+	// count (ranks, batch size); empty: the axis's own name.
+	XLabel string
 	Keys   []string
 	// LegendBottom puts the legend at the bottom right, out of the way of
 	// curves that rise (accuracy); the default is the top right.
@@ -260,6 +263,9 @@ func newPlot(c Chart, runs []*History, opt Options) (*gplot.Plot, error) {
 	p.X.Label.Text = c.X.String()
 	if c.X == Epochs {
 		p.X.Label.Text = "epochs completed"
+	}
+	if c.XLabel != "" {
+		p.X.Label.Text = c.XLabel
 	}
 	p.Y.Label.Text = c.YLabel
 	p.Title.Padding = vg.Points(8)

@@ -325,6 +325,24 @@ func TestOverlayRuns(t *testing.T) {
 	}
 }
 
+// A chart whose steps stand for ranks names its x axis so.
+func TestRenderXLabel(t *testing.T) {
+	h := &History{Label: "scale-up"}
+	for _, r := range []int{1, 2, 4} {
+		h.Log(r, map[string]float64{"samples_per_s": 100 * float64(r)})
+	}
+	for _, c := range []struct{ xlabel, want string }{{"", "step"}, {"ranks", "ranks"}} {
+		var buf bytes.Buffer
+		if err := Render(&buf, Chart{Name: "s", X: Steps, XLabel: c.xlabel, Keys: []string{"samples_per_s"}}, []*History{h}, "svg", Options{}); err != nil {
+			t.Fatal(err)
+		}
+		texts := svgTexts(t, buf.Bytes())
+		if !contains(texts, c.want) || (c.want != "step" && contains(texts, "step")) {
+			t.Errorf("XLabel %q: axis texts %q, want %q", c.xlabel, texts, c.want)
+		}
+	}
+}
+
 func TestRenderErrors(t *testing.T) {
 	h := mustRead(t, "step,loss\n1,NaN\n", "")
 	var buf bytes.Buffer

@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/olekukonko/tablewriter"
+
+	"github.com/fulgur-ml/fulgur/deploy/netns"
 )
 
 // childEnv carries a Config to a child process: its presence makes the
@@ -48,13 +50,29 @@ type Options struct {
 	Verbose     bool
 	Timeout     time.Duration
 	Model       string
-	command     string
+	// The scaleout workload's: ranks to measure, the link between its two
+	// nodes, and where the plot goes.
+	Ranks     []int
+	LinkRate  string
+	LinkDelay time.Duration
+	LinkMTU   int
+	Plot      string
+	command   string
+	// nodes are the two network namespaces of the scale-out layout, made
+	// by the scaleout workload's Setup for the whole measurement.
+	nodes *netns.Pair
+	link  netns.Probe
+	// The bench process's CPU time and the clock when the nodes came up:
+	// the relay's cost, which the ranks' cores pay.
+	cpu0   time.Duration
+	t0     time.Time
+	relay0 netns.RelayStats
 }
 
 func parseOptions(args []string) (*Options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	o := &Options{}
-	var wl, thr, pthr, bl string
+	var wl, thr, pthr, bl, rk string
 	fs.StringVar(&wl, "workload", "mlp", "comma-separated workloads: "+strings.Join(workloadNames(), ", ")+", or all")
 	fs.IntVar(&o.Runs, "runs", 3, "runs of each configuration (figures are medians)")
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON object per line instead of a table")
@@ -74,6 +92,11 @@ func parseOptions(args []string) (*Options, error) {
 	fs.StringVar(&o.Model, "model", "resnet8", "model of the threads workload: resnet8 or mlp")
 	fs.BoolVar(&o.Verbose, "v", false, "show the child processes' logs")
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "limit for one measured process")
+	fs.StringVar(&rk, "ranks", "1,2,4", "ranks of the scaleout workload, comma-separated (above 1: even, split over its two nodes)")
+	fs.StringVar(&o.LinkRate, "link-rate", "10gbit", "scaleout: the rate of the link between the two nodes (tc tbf syntax)")
+	fs.DurationVar(&o.LinkDelay, "link-delay", 100*time.Microsecond, "scaleout: delay added to every frame on the link, each direction")
+	fs.IntVar(&o.LinkMTU, "link-mtu", 9000, "scaleout: MTU of the link (jumbo frames, as cluster networks use; the relay copies one frame per system call)")
+	fs.StringVar(&o.Plot, "plot", defaultPlot(), "scaleout: where the samples/s-against-ranks plot goes (.svg or .png; empty: none); the default is under bench/ only when run from the repository root")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -98,6 +121,9 @@ func parseOptions(args []string) (*Options, error) {
 		errs = append(errs, err)
 	}
 	if o.PeerThreads, err = intList("-peer-threads", pthr); err != nil {
+		errs = append(errs, err)
+	}
+	if o.Ranks, err = intList("-ranks", rk); err != nil {
 		errs = append(errs, err)
 	}
 	if o.Runs < 1 {
@@ -160,9 +186,17 @@ type Config struct {
 	// thread, one nn/ops worker, and an affinity mask of core rank (the
 	// peer: torch.set_num_threads(1) and the same mask), so that 1 rank
 	// and N ranks compare the same per-core work.
-	Pinned bool   `json:"pinned,omitempty"`
-	Seed   uint64 `json:"seed"`
-	Data   string `json:"data,omitempty"`
+	Pinned bool `json:"pinned,omitempty"`
+	// ShareCores lets pinned ranks outnumber the cores: rank r gets core
+	// r mod cores, and the label says the ranks are oversubscribed.
+	ShareCores bool `json:"share_cores,omitempty"`
+	// Nodes is 2 for ranks split over the two network namespaces of
+	// Options.nodes (ranks/2 on each); 0 or 1: every rank on this host.
+	Nodes int `json:"nodes,omitempty"`
+	// Backend is FULGUR_BACKEND for the ranks (tcp, shm); empty: auto.
+	Backend string `json:"backend,omitempty"`
+	Seed    uint64 `json:"seed"`
+	Data    string `json:"data,omitempty"`
 }
 
 // Label names the configuration in tables.
@@ -174,8 +208,14 @@ func (c Config) Label() string {
 	if c.Ranks > 1 {
 		parts = append(parts, fmt.Sprintf("ranks=%d", c.Ranks))
 	}
+	if c.Backend != "" {
+		parts = append(parts, c.Backend)
+	}
 	if c.Pinned {
 		parts = append(parts, "pinned")
+	}
+	if c.Pinned && c.Ranks > runtime.NumCPU() {
+		parts = append(parts, fmt.Sprintf("OVERSUBSCRIBED(%d ranks on %d cores)", c.Ranks, runtime.NumCPU()))
 	}
 	if c.BLAS != "" && c.BLAS != "auto" {
 		parts = append(parts, c.BLAS)
@@ -191,7 +231,9 @@ func (c Config) Label() string {
 	default:
 		parts = append(parts, fmt.Sprintf("threads=%d", c.Threads))
 	}
-	parts = append(parts, fmt.Sprintf("batch=%d", c.Batch))
+	if c.Batch > 0 {
+		parts = append(parts, fmt.Sprintf("batch=%d", c.Batch))
+	}
 	return strings.Join(parts, " ")
 }
 
@@ -287,6 +329,21 @@ func parentMain(ctx context.Context, args []string) error {
 			byWorkload[name] = append(byWorkload[name], r)
 		}
 	}
+	for _, name := range o.Workloads {
+		if setup := workloads[name].Setup; setup != nil {
+			release, err := setup(ctx, o)
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			// Deferred, so an interrupt (the context ends, the loop
+			// returns) or a failed rank releases it too.
+			defer func() {
+				if err := release(); err != nil {
+					fmt.Fprintf(os.Stderr, "bench: %s: %v\n", name, err)
+				}
+			}()
+		}
+	}
 	load0 := loadAvg()
 	start := time.Now()
 	for run := 0; run < o.Runs; run++ {
@@ -329,6 +386,16 @@ func parentMain(ctx context.Context, args []string) error {
 	}
 	if err != nil {
 		return err
+	}
+	for _, name := range o.Workloads {
+		if after := workloads[name].After; after != nil {
+			if err := after(o, byWorkload[name]); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("interrupted (%w): the figures above are partial", err)
 	}
 	if failed > 0 {
 		return fmt.Errorf("%d configuration(s) produced no figures (errors above)", failed)
@@ -454,10 +521,24 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 	}
 	ranks := max(c.Ranks, 1)
 	if c.Pinned {
-		if err := canPin(ranks); err != nil {
+		if err := canPin(ranks, c.ShareCores); err != nil {
 			return nil, err
 		}
 		env = append(env, "GOMAXPROCS=1", "FULGUR_BLAS_THREADS=1", "FULGUR_WORKERS=1")
+	}
+	if c.Backend != "" {
+		env = append(env, "FULGUR_BACKEND="+c.Backend)
+	}
+	place, err := placeRanks(ranks, max(c.Nodes, 1), runtime.NumCPU())
+	if err != nil {
+		return nil, err
+	}
+	masterAddr := "127.0.0.1"
+	if c.Nodes > 1 {
+		if o.nodes == nil {
+			return nil, fmt.Errorf("%s: %d nodes, but no network namespaces were made for them", c.Label(), c.Nodes)
+		}
+		masterAddr = o.nodes.Addr[0]
 	}
 	if ranks > 1 {
 		port, err := freePort()
@@ -470,9 +551,13 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 		}
 		// torchrun's variables, which strategy/cluster reads, and the job's
 		// shared secret.
-		env = append(env, "FULGUR_TOKEN="+hex.EncodeToString(token), "MASTER_ADDR=127.0.0.1", fmt.Sprintf("MASTER_PORT=%d", port),
-			fmt.Sprintf("WORLD_SIZE=%d", ranks), fmt.Sprintf("LOCAL_WORLD_SIZE=%d", ranks), "GROUP_RANK=0", "NODE_RANK=0")
+		env = append(env, "FULGUR_TOKEN="+hex.EncodeToString(token), "MASTER_ADDR="+masterAddr, fmt.Sprintf("MASTER_PORT=%d", port),
+			fmt.Sprintf("WORLD_SIZE=%d", ranks))
 	}
+	// A rank that fails ends the others at once, rather than after their
+	// wait for a silent peer.
+	ctx, stopRanks := context.WithCancel(ctx)
+	defer stopRanks()
 	type out struct {
 		stdout, stderr bytes.Buffer
 		err            error
@@ -480,15 +565,25 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 	outs := make([]*out, ranks)
 	done := make(chan int, ranks)
 	for rank := 0; rank < ranks; rank++ {
-		cmd := exec.CommandContext(ctx, exe)
+		p := place[rank]
+		var argv []string
+		if c.Nodes > 1 {
+			argv = o.nodes.Exec(p.Node)
+		}
 		if c.Pinned {
 			// taskset sets the mask before exec, so every thread the Go
 			// runtime starts inherits it.
-			cmd = exec.CommandContext(ctx, "taskset", "-c", strconv.Itoa(rank), exe)
+			argv = append(argv, "taskset", "-c", strconv.Itoa(p.Core))
 		}
+		argv = append(argv, exe)
+		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 		cmd.Env = env
 		if ranks > 1 {
-			cmd.Env = append(append([]string(nil), env...), fmt.Sprintf("RANK=%d", rank), fmt.Sprintf("LOCAL_RANK=%d", rank))
+			cmd.Env = append(append([]string(nil), env...), fmt.Sprintf("RANK=%d", rank), fmt.Sprintf("LOCAL_RANK=%d", p.LocalRank),
+				fmt.Sprintf("LOCAL_WORLD_SIZE=%d", p.LocalRanks), fmt.Sprintf("NODE_RANK=%d", p.Node), fmt.Sprintf("GROUP_RANK=%d", p.Node))
+			if c.Nodes > 1 {
+				cmd.Env = append(cmd.Env, "FULGUR_SOCKET_IFNAME="+o.nodes.Dev[p.Node])
+			}
 		}
 		ot := &out{}
 		outs[rank] = ot
@@ -505,13 +600,16 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 			done <- rank
 		}(rank)
 	}
+	first := -1 // the first rank to fail
 	for range ranks {
-		<-done
-	}
-	for rank, ot := range outs {
-		if ot.err != nil {
-			return nil, fmt.Errorf("rank %d: %v\n%s", rank, ot.err, tail(ot.stderr.String(), 2000))
+		if r := <-done; outs[r].err != nil && first < 0 {
+			first = r
+			stopRanks()
 		}
+	}
+	if first >= 0 {
+		ot := outs[first]
+		return nil, fmt.Errorf("rank %d: %v\n%s", first, ot.err, tail(ot.stderr.String(), 2000))
 	}
 	return lastJSON(outs[0].stdout.Bytes(), outs[0].stderr.String())
 }
@@ -536,7 +634,7 @@ func measureTorch(ctx context.Context, o *Options, c Config) (Figures, error) {
 		args = append(args, "--data", c.Data)
 	}
 	if c.Pinned {
-		if err := canPin(max(c.Ranks, 1)); err != nil {
+		if err := canPin(max(c.Ranks, 1), false); err != nil {
 			return nil, err
 		}
 		args = append(args, "--pin")
@@ -675,12 +773,13 @@ func peakRSSMB() (float64, error) {
 }
 
 // canPin reports whether ranks processes can each get a core of their own:
-// taskset (util-linux) sets the masks, and the cores must exist.
-func canPin(ranks int) error {
+// taskset (util-linux) sets the masks, and the cores must exist unless the
+// ranks may share them.
+func canPin(ranks int, share bool) error {
 	if _, err := exec.LookPath("taskset"); err != nil {
 		return fmt.Errorf("pinned ranks need taskset (Debian: apt-get install util-linux): %v", err)
 	}
-	if n := runtime.NumCPU(); ranks > n {
+	if n := runtime.NumCPU(); ranks > n && !share {
 		return fmt.Errorf("pinned ranks: %d ranks need %d cores, but this process may use %d: lower the ranks", ranks, ranks, n)
 	}
 	return nil

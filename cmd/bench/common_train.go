@@ -67,6 +67,7 @@ type trainTimer struct {
 	allocs     float64
 	accs       []float64 // val_acc after each epoch
 	metric     string
+	params     int // trainable parameters, whose gradients the ranks reduce
 	// CPU time of the process over the same batches: on a machine shared
 	// with other work, samples per CPU second varies far less than per
 	// wall second.
@@ -79,6 +80,9 @@ func (t *trainTimer) Name() string { return "bench-timer" }
 
 func (t *trainTimer) OnTrainBatchEnd(ctx context.Context, s *trainer.State) error {
 	now := t.now()
+	if t.params == 0 {
+		t.params = s.Weights.NumParams()
+	}
 	if s.BatchIdx == 0 {
 		t.epochStart, t.epochTime, t.epochSteps = now, 0, 0
 		t.epochCPU0, t.epochCPU = processCPU(), 0
@@ -166,7 +170,7 @@ func (j trainJob) run(ctx context.Context) (Figures, error) {
 	timer := &trainTimer{now: time.Now, lastBatch: nb - 1, metric: "val_acc"}
 	cfg := trainer.Config{
 		MaxEpochs: j.Epochs, LimitTrainBatches: j.Steps, Seed: j.Seed, DefaultRootDir: root,
-		Strategy: j.Strategy, Devices: ranks, EnableProgressBar: trainer.Bool(false),
+		Strategy: j.Strategy, Devices: ranks / max(j.Nodes, 1), NumNodes: j.Nodes, EnableProgressBar: trainer.Bool(false),
 		HandleSignals: trainer.Bool(false), Callbacks: []trainer.Callback{timer}, Out: io.Discard, Log: &log,
 	}
 	tr, err := trainer.New(cfg)
@@ -202,6 +206,7 @@ func (j trainJob) run(ctx context.Context) (Figures, error) {
 		"samples_per_cpu_s": float64(timer.steps*j.Batch) / timer.cpu.Seconds(),
 		"steps":             float64(tr.Stats().GlobalStep),
 		"seconds":           fitSeconds,
+		"params":            float64(timer.params),
 	}
 	if !j.NoTest {
 		f["test_acc"] = res["test_acc"]

@@ -7,6 +7,7 @@
 //	go run ./cmd/bench -workload mlp
 //	go run ./cmd/bench -workload mlp,overhead -runs 5 -json
 //	go run ./cmd/bench -workload mlp -peer torch   # PyTorch side by side, with ratios
+//	go run ./cmd/bench -workload scaleout          # one host against two (as root), plot in bench/
 //
 // Workloads register themselves (one file each) with register.
 package main
@@ -30,6 +31,13 @@ type workload struct {
 	Run func(ctx context.Context, c Config) (Figures, error)
 	// Derive adds rows computed across configurations (ratios); optional.
 	Derive func(o *Options, rs []*Result) []Row
+	// Setup prepares what every configuration needs (the scale-out
+	// layout's network namespaces) before the first one runs; release
+	// undoes it, also when the measurement is interrupted. Optional.
+	Setup func(ctx context.Context, o *Options) (release func() error, err error)
+	// After runs once the figures are printed (the scaleout plot);
+	// optional.
+	After func(o *Options, rs []*Result) error
 }
 
 var workloads = map[string]*workload{}

@@ -1,0 +1,455 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/fulgur-ml/fulgur/blas"
+	"github.com/fulgur-ml/fulgur/deploy/netns"
+	"github.com/fulgur-ml/fulgur/plot"
+	"github.com/fulgur-ml/fulgur/strategy"
+)
+
+// scaleout: the comparison users make before buying machines. resnet8
+// under ddp with N ranks on one host (scale-up, shared memory) against N
+// ranks split over two "machines" (scale-out, tcp): two network namespaces
+// joined by a link shaped to -link-rate with tc tbf and delayed by
+// -link-delay each way by deploy/netns's relay (many kernels lack
+// sch_netem, so the delay cannot be tc's). Every rank runs on one core
+// (GOMAXPROCS=1, one BLAS thread, one worker, taskset) with a per-rank
+// batch of 32 (weak scaling, as Horovod's study measured it); 1 rank is
+// the baseline of both layouts. Across nodes fulgur has no hierarchical
+// collective (shared memory inside a node, tcp between them, as NCCL and
+// Horovod do): all ranks join one tcp ring, and the hops between the two
+// ranks of a node stay inside that node's kernel. Beside the figures it
+// records the machine's limits (issue 15 item 5): one core's sgemm peak
+// and memory copy bandwidth, measured in the same run, the link as a
+// probe saw it, and the share of each the training reached.
+func init() {
+	register(&workload{
+		Name:    "scaleout",
+		Doc:     "resnet8 ddp, N ranks on one host (shm) vs split over two network namespaces joined by a shaped link (tcp), one core per rank; samples/s and the difference",
+		Configs: scaleoutConfigs,
+		Setup:   scaleoutSetup,
+		Run:     scaleoutRun,
+		Derive:  scaleoutDerive,
+		After:   scaleoutPlot,
+	})
+}
+
+// The scaleout workload's variants.
+const (
+	oneRank  = "single"
+	scaleUp  = "scale-up"
+	scaleOut = "scale-out"
+	limits   = "limits"
+)
+
+func scaleoutConfigs(o *Options) ([]Config, error) {
+	if !strategy.Known("ddp") {
+		return nil, errors.New(`strategy "ddp" is not registered (strategy/registry)`)
+	}
+	if o.Peer != "" {
+		return nil, fmt.Errorf("-peer %s: the scaleout workload has no peer (PyTorch's DDP across namespaces is not wired up)", o.Peer)
+	}
+	var errs []error
+	for _, r := range o.Ranks {
+		if r > 1 && r%2 != 0 {
+			errs = append(errs, fmt.Errorf("-ranks has %d: scale-out splits the ranks evenly over its two nodes, so use 1 or even numbers", r))
+		}
+	}
+	if err := o.linkConfig().Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("-link-rate %q, -link-delay %v, -link-mtu %d: %w", o.LinkRate, o.LinkDelay, o.LinkMTU, err))
+	}
+	if o.Plot != "" {
+		if ext := filepath.Ext(o.Plot); ext != ".svg" && ext != ".png" {
+			errs = append(errs, fmt.Errorf("-plot %q: end the name in .svg or .png", o.Plot))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	base := Config{Workload: "scaleout", Impl: "fulgur", Threads: 1, Workers: 1, BLAS: o.BLAS[0], Pinned: true, ShareCores: true,
+		Batch: orDefault(o.Batch, 32), Epochs: 1, Steps: orDefault(o.Steps, 200), Seed: o.Seed, Data: o.Data}
+	lim := base
+	lim.Variant, lim.Ranks, lim.Steps, lim.Batch = limits, 1, 0, 0
+	cs := []Config{lim}
+	for _, r := range o.Ranks {
+		c := base
+		c.Ranks = r
+		if r == 1 {
+			c.Variant = oneRank
+			cs = append(cs, c)
+			continue
+		}
+		up, out := c, c
+		up.Variant, up.Backend = scaleUp, "shm"
+		out.Variant, out.Backend, out.Nodes = scaleOut, "tcp", 2
+		cs = append(cs, up, out)
+		if n := runtime.NumCPU(); r > n {
+			fmt.Fprintf(os.Stderr, "bench: WARNING: %d ranks on %d cores: ranks share cores (oversubscribed), so their figures measure contention as much as scaling\n", r, n)
+		}
+	}
+	return cs, nil
+}
+
+// scaleoutSetup makes the two nodes once for every scale-out
+// configuration and probes the link between them.
+func scaleoutSetup(ctx context.Context, o *Options) (func() error, error) {
+	if len(o.Ranks) == 1 && o.Ranks[0] == 1 {
+		return func() error { return nil }, nil
+	}
+	if err := netns.Check(); err != nil {
+		return nil, fmt.Errorf("the scale-out layout runs ranks in two network namespaces (-ranks 1 alone needs none): %w", err)
+	}
+	if gone, err := netns.Sweep(); err != nil {
+		return nil, err
+	} else if len(gone) > 0 {
+		fmt.Fprintf(os.Stderr, "bench: removed network namespaces left by killed runs: %s\n", strings.Join(gone, ", "))
+	}
+	p, err := netns.Up(o.linkConfig())
+	if err != nil {
+		return nil, fmt.Errorf("the scale-out layout runs ranks in two network namespaces: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	pr, err := p.Probe(pctx, 200, 64<<20)
+	if err != nil {
+		return nil, errors.Join(err, p.Close())
+	}
+	o.nodes, o.link, o.cpu0, o.t0, o.relay0 = p, pr, processCPU(), time.Now(), p.Relay.Stats()
+	fmt.Fprintf(os.Stderr, "bench: scale-out nodes %s (%s) and %s (%s): tbf %s each way, MTU %d; %v added to every frame each way by the relay in this process (not tc netem, which many kernels lack); probe: round trip %v, bulk %.2f GB/s\n",
+		p.NS[0], p.Addr[0], p.NS[1], p.Addr[1], o.LinkRate, o.LinkMTU, o.LinkDelay, pr.RTT.Round(time.Microsecond), pr.Throughput/1e9)
+	if bits, err := netns.ParseRate(o.LinkRate); err == nil && pr.Throughput*8 < 0.9*bits {
+		fmt.Fprintf(os.Stderr, "bench: the relay carries %.2f Gbit/s, below the %s tbf rate: the relay, not tbf, limits the link\n", pr.Throughput*8/1e9, o.LinkRate)
+	}
+	return p.Close, nil
+}
+
+func (o *Options) linkConfig() netns.Config {
+	return netns.Config{Rate: o.LinkRate, Delay: o.LinkDelay, MTU: o.LinkMTU}
+}
+
+func scaleoutRun(ctx context.Context, c Config) (Figures, error) {
+	if c.Variant == limits {
+		return measureLimits(ctx)
+	}
+	st := "single"
+	if c.Ranks > 1 {
+		st = "ddp"
+	}
+	return trainJob{Config: c, Module: newResNet8(), Strategy: st, NoTest: true}.run(ctx)
+}
+
+// measureLimits measures one core's limits with the BLAS the training
+// uses: the sgemm peak (1024 x 1024 x 1024, where every library is at
+// its best) and the memory copy bandwidth (64 MiB buffers, read + write),
+// each the best of three 0.3 s windows.
+func measureLimits(ctx context.Context) (Figures, error) {
+	if _, err := chooseBLAS(childLog()); err != nil {
+		return nil, err
+	}
+	const n = 1024
+	a, b, cm := make([]float32, n*n), make([]float32, n*n), make([]float32, n*n)
+	for i := range a {
+		a[i], b[i] = float32(i%7)*0.1, float32(i%5)*0.1
+	}
+	src, dst := make([]byte, 64<<20), make([]byte, 64<<20)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	best := func(work func() float64) float64 {
+		var top float64
+		for range 3 {
+			t0, done := time.Now(), 0.0
+			for time.Since(t0) < 300*time.Millisecond && ctx.Err() == nil {
+				done += work()
+			}
+			top = max(top, done/time.Since(t0).Seconds())
+		}
+		return top
+	}
+	gflops := best(func() float64 {
+		blas.Sgemm(false, false, n, n, n, 1, a, n, b, n, 0, cm, n)
+		return 2 * n * n * n / 1e9
+	})
+	gbs := best(func() float64 {
+		copy(dst, src)
+		return 2 * float64(len(src)) / 1e9
+	})
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return Figures{"sgemm_gflops_core": gflops, "memcpy_gbps_core": gbs}, nil
+}
+
+// resnetTrainFLOPs is the floating-point work of one training sample of
+// the default ResNet on h x w images of in channels: the convolutions and
+// the classifier forward (a multiply-add is 2), times 3 for the backward
+// pass (input and weight gradients). Normalisation, activations and the
+// optimizer are left out: they are memory-bound, not sgemm.
+func resnetTrainFLOPs(h, w, in int, widths []int, classes int) float64 {
+	conv := func(h, w, cin, cout, k int) float64 { return 2 * float64(h*w*cin*cout*k*k) }
+	f := conv(h, w, in, widths[0], 3) // the stem
+	cin := widths[0]
+	for i, c := range widths {
+		if i > 0 { // stride 2, "same" padding
+			h, w = (h+1)/2, (w+1)/2
+		}
+		f += conv(h, w, cin, c, 3) + conv(h, w, c, c, 3)
+		if cin != c {
+			f += conv(h, w, cin, c, 1) // the shortcut
+		}
+		cin = c
+	}
+	f += 2 * float64(cin*classes)
+	return 3 * f
+}
+
+// resnet8TrainFLOPs: Fashion-MNIST's 28 x 28 grey images.
+var resnet8TrainFLOPs = resnetTrainFLOPs(28, 28, 1, []int{16, 32, 64}, 10)
+
+// scaleoutDerive compares the layouts run by run and sets every
+// configuration beside the limits measured in the same run.
+func scaleoutDerive(o *Options, rs []*Result) []Row {
+	var lim *Result
+	by := map[string]map[int]*Result{}
+	var ranks []int
+	for _, r := range rs {
+		switch v := r.Config.Variant; v {
+		case limits:
+			lim = r
+		default:
+			if by[v] == nil {
+				by[v] = map[int]*Result{}
+			}
+			by[v][r.Config.Ranks] = r
+			if v != scaleOut {
+				ranks = append(ranks, r.Config.Ranks)
+			}
+		}
+	}
+	var rows []Row
+	for _, n := range ranks {
+		up, out := by[scaleUp][n], by[scaleOut][n]
+		if up == nil || out == nil {
+			continue
+		}
+		var ratio, diff []float64
+		for run := 0; run < min(len(up.Runs), len(out.Runs)); run++ {
+			u, s := up.Runs[run]["samples_per_s"], out.Runs[run]["samples_per_s"]
+			if u > 0 {
+				ratio = append(ratio, s/u)
+				diff = append(diff, 100*(u-s)/u)
+			}
+		}
+		if len(ratio) == 0 {
+			continue
+		}
+		verdict := "met"
+		if stat(diff).Median > 5 {
+			verdict = "NOT met"
+		}
+		rows = append(rows, Row{Workload: "scaleout", N: len(ratio),
+			Config:  fmt.Sprintf("scale-out/scale-up samples_per_s, %d ranks (goal: within 5%%, %s)%s", n, verdict, oversubscribed(n)),
+			Labels:  map[string]any{"ranks": n, "figure": "samples_per_s"},
+			Figures: map[string]Stat{"ratio": stat(ratio), "diff_pct": stat(diff)}})
+	}
+	if lim != nil {
+		for _, v := range []string{oneRank, scaleUp, scaleOut} {
+			for _, n := range ranks {
+				if r := by[v][n]; r != nil {
+					if row, ok := limitsRow(o, r, lim); ok {
+						rows = append(rows, row)
+					}
+				}
+			}
+		}
+	}
+	if o.nodes != nil {
+		one := func(v float64) Stat { return stat([]float64{v}) }
+		// The relay's figures over the training only, not the probe's bulk.
+		link := o.nodes.Relay.Stats().Since(o.relay0)
+		rows = append(rows, Row{Workload: "scaleout", N: 1,
+			Config: fmt.Sprintf("link: tbf %s, MTU %d, %v each way by the relay; probe round trip and bulk GB/s; over the training: frames' mean time past due in the relay, frames dropped, cores the bench process (the relay) used", o.LinkRate, o.LinkMTU, o.LinkDelay),
+			Labels: map[string]any{"figure": "link", "rate": o.LinkRate, "delay_us": o.LinkDelay.Microseconds(), "mtu": o.LinkMTU},
+			Figures: map[string]Stat{"rtt_us": one(float64(o.link.RTT.Microseconds())),
+				"probe_gbps":      one(o.link.Throughput / 1e9),
+				"relay_late_us":   one(float64(link.MeanLate().Microseconds())),
+				"relay_dropped":   one(float64(link.Dropped)),
+				"relay_cpu_cores": one((processCPU() - o.cpu0).Seconds() / time.Since(o.t0).Seconds())}})
+	}
+	return rows
+}
+
+func oversubscribed(ranks int) string {
+	if n := runtime.NumCPU(); ranks > n {
+		return fmt.Sprintf(" OVERSUBSCRIBED: %d ranks on %d cores", ranks, n)
+	}
+	return ""
+}
+
+// limitsRow sets r beside the limits of the same runs: the sgemm work
+// reached as a share of the cores' peak, and the gradient traffic (bus
+// bandwidth, bytes x 2(n-1)/n per rank and step) as a share of what
+// carries it: one core's memory copy bandwidth for shm, the link's rate
+// for tcp.
+func limitsRow(o *Options, r, lim *Result) (Row, bool) {
+	n := max(r.Config.Ranks, 1)
+	cores := float64(min(n, runtime.NumCPU()))
+	var gflops, roof, bus, busShare []float64
+	for run := 0; run < min(len(r.Runs), len(lim.Runs)); run++ {
+		f, l := r.Runs[run], lim.Runs[run]
+		sps := f["samples_per_s"]
+		g := sps * resnet8TrainFLOPs / 1e9
+		gflops = append(gflops, g)
+		roof = append(roof, g/(cores*l["sgemm_gflops_core"]))
+		if n < 2 {
+			continue
+		}
+		stepsPerS := sps / float64(r.Config.Batch*n)
+		b := stepsPerS * f["params"] * 4 * 2 * float64(n-1) / float64(n) / 1e9
+		bus = append(bus, b)
+		limit := l["memcpy_gbps_core"]
+		if r.Config.Nodes > 1 {
+			bits, err := netns.ParseRate(o.LinkRate)
+			if err != nil {
+				return Row{}, false
+			}
+			limit = bits / 8 / 1e9
+		}
+		busShare = append(busShare, b/limit)
+	}
+	if len(gflops) == 0 {
+		return Row{}, false
+	}
+	traffic := "; gradient GB/s and share of one core's memory copy"
+	if r.Config.Nodes > 1 {
+		traffic = "; gradient GB/s and share of the link's rate"
+	}
+	if n < 2 {
+		traffic = " (no gradient traffic)"
+	}
+	row := Row{Workload: "scaleout", N: len(gflops),
+		Config: fmt.Sprintf("%s %s against the limits: GFLOP/s and share of the sgemm peak of %s%s%s",
+			r.Config.Variant, plural(n, "rank"), plural(int(cores), "core"), traffic, oversubscribed(n)),
+		Labels:  map[string]any{"variant": r.Config.Variant, "ranks": n, "figure": "limits"},
+		Figures: map[string]Stat{"gflops": stat(gflops), "roofline_share": stat(roof)}}
+	if len(bus) > 0 {
+		row.Figures["grad_busbw_gbps"] = stat(bus)
+		row.Figures["grad_bw_share"] = stat(busShare)
+	}
+	return row, true
+}
+
+// scaleoutPlot draws samples/s against ranks, one line per layout (the
+// 1-rank point starts both), into -plot.
+func scaleoutPlot(o *Options, rs []*Result) error {
+	if o.Plot == "" {
+		return nil
+	}
+	hs, err := scaleoutHistories(rs)
+	if err != nil {
+		return err
+	}
+	f, err := os.Create(o.Plot)
+	if err != nil {
+		return fmt.Errorf("-plot: %w", err)
+	}
+	batch := 0
+	for _, r := range rs {
+		batch = max(batch, r.Config.Batch)
+	}
+	title := fmt.Sprintf("resnet8 ddp, batch %d per rank, one core per rank (%d cores)", batch, runtime.NumCPU())
+	for _, r := range rs {
+		if r.Config.Ranks > runtime.NumCPU() {
+			title = fmt.Sprintf("resnet8 ddp, batch %d per rank, one core per rank; above %d ranks they share cores", batch, runtime.NumCPU())
+			break
+		}
+	}
+	c := plot.Chart{Name: "scaleout", Title: title, X: plot.Steps, XLabel: "ranks", YLabel: "samples/s (median)",
+		Keys: []string{"samples_per_s"}, LegendBottom: true}
+	err = plot.Render(f, c, hs, strings.TrimPrefix(filepath.Ext(o.Plot), "."), plot.Options{Smoothing: -1})
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("-plot %s: %w", o.Plot, err)
+	}
+	fmt.Fprintf(os.Stderr, "bench: plot written to %s\n", o.Plot)
+	return nil
+}
+
+// scaleoutHistories makes one series per layout, samples/s median by
+// ranks; the 1-rank run belongs to both.
+func scaleoutHistories(rs []*Result) ([]*plot.History, error) {
+	up := &plot.History{Label: "scale-up: one host, shm"}
+	out := &plot.History{Label: "scale-out: two nodes, tcp"}
+	for _, r := range rs {
+		v := r.figure("samples_per_s")
+		if len(v) == 0 {
+			continue
+		}
+		m := map[string]float64{"samples_per_s": stat(v).Median}
+		switch r.Config.Variant {
+		case oneRank:
+			up.Log(r.Config.Ranks, m)
+			out.Log(r.Config.Ranks, m)
+		case scaleUp:
+			up.Log(r.Config.Ranks, m)
+		case scaleOut:
+			out.Log(r.Config.Ranks, m)
+		}
+	}
+	if len(up.Rows) == 0 && len(out.Rows) == 0 {
+		return nil, errors.New("no samples/s to plot: every configuration failed")
+	}
+	return []*plot.History{up, out}, nil
+}
+
+// defaultPlot is bench/scaleout.svg when the working directory is the
+// repository's root, else nothing: the command never writes into a tree
+// it was not pointed at.
+func defaultPlot() string {
+	b, err := os.ReadFile("go.mod")
+	if err != nil || !strings.HasPrefix(string(b), "module github.com/fulgur-ml/fulgur\n") {
+		return ""
+	}
+	if fi, err := os.Stat("bench"); err != nil || !fi.IsDir() {
+		return ""
+	}
+	return filepath.Join("bench", "scaleout.svg")
+}
+
+// rankPlace is where one rank runs.
+type rankPlace struct {
+	Node, LocalRank, LocalRanks, Core int
+}
+
+// placeRanks splits ranks evenly over nodes in order (ranks 0..k-1 on
+// node 0, ...) and gives rank r core r mod cores: beyond the cores, ranks
+// share them.
+func placeRanks(ranks, nodes, cores int) ([]rankPlace, error) {
+	if ranks < 1 || nodes < 1 || cores < 1 || ranks%nodes != 0 {
+		return nil, fmt.Errorf("%d ranks cannot be split evenly over %d nodes (%d cores): use a multiple of the nodes", ranks, nodes, cores)
+	}
+	per := ranks / nodes
+	out := make([]rankPlace, ranks)
+	for r := range out {
+		out[r] = rankPlace{Node: r / per, LocalRank: r % per, LocalRanks: per, Core: r % cores}
+	}
+	return out, nil
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}

@@ -1,0 +1,294 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+func TestPlaceRanks(t *testing.T) {
+	cases := []struct {
+		ranks, nodes, cores int
+		want                []rankPlace
+	}{
+		{1, 1, 2, []rankPlace{{0, 0, 1, 0}}},
+		{2, 1, 2, []rankPlace{{0, 0, 2, 0}, {0, 1, 2, 1}}},
+		{2, 2, 2, []rankPlace{{0, 0, 1, 0}, {1, 0, 1, 1}}},
+		// Oversubscribed: four ranks on two cores share them in turn.
+		{4, 2, 2, []rankPlace{{0, 0, 2, 0}, {0, 1, 2, 1}, {1, 0, 2, 0}, {1, 1, 2, 1}}},
+		{4, 1, 8, []rankPlace{{0, 0, 4, 0}, {0, 1, 4, 1}, {0, 2, 4, 2}, {0, 3, 4, 3}}},
+	}
+	for _, c := range cases {
+		got, err := placeRanks(c.ranks, c.nodes, c.cores)
+		if err != nil || !reflect.DeepEqual(got, c.want) {
+			t.Errorf("placeRanks(%d, %d, %d) = %v, %v; want %v", c.ranks, c.nodes, c.cores, got, err, c.want)
+		}
+	}
+	if _, err := placeRanks(3, 2, 2); err == nil || !strings.Contains(err.Error(), "3 ranks cannot be split evenly over 2 nodes") {
+		t.Errorf("3 ranks on 2 nodes: %v", err)
+	}
+}
+
+func TestScaleoutConfigs(t *testing.T) {
+	o, err := parseOptions([]string{"-workload", "scaleout", "-ranks", "1,2,4", "-steps", "50"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := workloads["scaleout"].Configs(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type key struct {
+		variant, backend string
+		ranks, nodes     int
+	}
+	var got []key
+	for _, c := range cs {
+		got = append(got, key{c.Variant, c.Backend, c.Ranks, c.Nodes})
+		if c.Variant != limits && (!c.Pinned || !c.ShareCores || c.Threads != 1 || c.Batch != 32 || c.Steps != 50) {
+			t.Errorf("%s: want pinned one-thread ranks sharing cores, batch 32 each, 50 steps", c.Label())
+		}
+	}
+	want := []key{{limits, "", 1, 0}, {oneRank, "", 1, 0}, {scaleUp, "shm", 2, 0}, {scaleOut, "tcp", 2, 2}, {scaleUp, "shm", 4, 0}, {scaleOut, "tcp", 4, 2}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("configurations %v, want %v", got, want)
+	}
+	for _, c := range cs {
+		if c.Ranks > runtime.NumCPU() && !strings.Contains(c.Label(), "OVERSUBSCRIBED") {
+			t.Errorf("label %q hides that %d ranks share %d cores", c.Label(), c.Ranks, runtime.NumCPU())
+		}
+	}
+}
+
+func TestScaleoutOptionsReportEveryProblem(t *testing.T) {
+	o, err := parseOptions([]string{"-workload", "scaleout", "-ranks", "1,3", "-link-rate", "10gbps", "-link-delay", "-1ms", "-plot", "out.pdf"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = workloads["scaleout"].Configs(o)
+	if err == nil {
+		t.Fatal("bad options accepted")
+	}
+	for _, want := range []string{"-ranks has 3", `-link-rate "10gbps"`, "Delay is -1ms", `-plot "out.pdf"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not mention %q", err, want)
+		}
+	}
+	if _, err := parseOptions([]string{"-ranks", "2,x"}); err == nil || !strings.Contains(err.Error(), `-ranks is "2,x"`) {
+		t.Errorf("-ranks 2,x: %v", err)
+	}
+}
+
+// Hand count for 28 x 28 x 1 and widths 16, 32, 64 (a multiply-add is
+// 2): stem 225,792; stage 1 2 x 3,612,672; stage 2 (14 x 14) 1,806,336 +
+// 3,612,672 + shortcut 200,704; stage 3 (7 x 7) the same; classifier
+// 1,280: 18,691,840 forward, three times that to train.
+func TestResNet8TrainFLOPs(t *testing.T) {
+	if got, want := resnet8TrainFLOPs, 3*18691840.0; got != want {
+		t.Errorf("resnet8TrainFLOPs = %v, want %v", got, want)
+	}
+}
+
+func TestScaleoutDerive(t *testing.T) {
+	cfg := func(v string, ranks, nodes int) Config {
+		return Config{Workload: "scaleout", Impl: "fulgur", Variant: v, Ranks: ranks, Nodes: nodes, Batch: 32}
+	}
+	fig := func(sps ...float64) []Figures {
+		var out []Figures
+		for _, s := range sps {
+			out = append(out, Figures{"samples_per_s": s, "params": 1e6})
+		}
+		return out
+	}
+	rs := []*Result{
+		{Config: cfg(limits, 1, 0), Runs: []Figures{{"sgemm_gflops_core": 100, "memcpy_gbps_core": 10}, {"sgemm_gflops_core": 100, "memcpy_gbps_core": 10}}},
+		{Config: cfg(oneRank, 1, 0), Runs: fig(100, 100)},
+		{Config: cfg(scaleUp, 2, 0), Runs: fig(200, 180)},
+		{Config: cfg(scaleOut, 2, 2), Runs: fig(196, 162)},
+	}
+	o := &Options{Runs: 2, LinkRate: "8gbit"}
+	rows := workloads["scaleout"].Derive(o, rs)
+	byFigure := map[string]Stat{}
+	var cmp string
+	for _, r := range rows {
+		for k, s := range r.Figures {
+			if r.Labels["figure"] == "samples_per_s" {
+				cmp = r.Config
+			}
+			if v, ok := r.Labels["variant"]; ok {
+				k = v.(string) + " " + k
+			}
+			byFigure[k] = s
+		}
+	}
+	near := func(name string, want float64) {
+		t.Helper()
+		if got := byFigure[name].Median; math.Abs(got-want) > 1e-9*math.Max(1, math.Abs(want)) {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	// Run by run: 196/200 = 0.98 and 162/180 = 0.9; the differences 2% and 10%.
+	near("ratio", 0.94)
+	near("diff_pct", 6)
+	if !strings.Contains(cmp, "2 ranks") || !strings.Contains(cmp, "NOT met") {
+		t.Errorf("comparison row %q: want 2 ranks, goal not met at a 6%% difference", cmp)
+	}
+	// 100 samples/s of resnet8 on one core of 100 GFLOP/s.
+	near("single roofline_share", 100*resnet8TrainFLOPs/1e9/100)
+	// Scale-up, 2 ranks: (200/64 + 180/64)/2 steps/s; each moves 1e6
+	// params x 4 bytes x 2(n-1)/n = 4 MB per rank and step.
+	near("scale-up grad_busbw_gbps", 190.0/64*4e6/1e9)
+	near("scale-up grad_bw_share", 190.0/64*4e6/1e9/10)
+	// Scale-out shares the 8 Gbit/s link, 1 GB/s.
+	near("scale-out grad_bw_share", 179.0/64*4e6/1e9/1)
+	if _, ok := byFigure["single grad_busbw_gbps"]; ok {
+		t.Error("one rank reports gradient traffic")
+	}
+}
+
+// The 1-rank figure starts both lines of the plot.
+func TestScaleoutPlot(t *testing.T) {
+	rs := []*Result{
+		{Config: Config{Variant: limits, Ranks: 1}, Runs: []Figures{{"sgemm_gflops_core": 100}}},
+		{Config: Config{Variant: oneRank, Ranks: 1, Batch: 32}, Runs: runs(100, 110, 90)},
+		{Config: Config{Variant: scaleUp, Ranks: 2, Batch: 32}, Runs: runs(190, 180, 200)},
+		{Config: Config{Variant: scaleOut, Ranks: 2, Batch: 32}, Runs: runs(170)},
+	}
+	hs, err := scaleoutHistories(rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]float64{}
+	for _, h := range hs {
+		for _, p := range h.Series("samples_per_s") {
+			got[h.Label] = append(got[h.Label], float64(p.Step), p.Value)
+		}
+	}
+	want := map[string][]float64{"scale-up: one host, shm": {1, 100, 2, 190}, "scale-out: two nodes, tcp": {1, 100, 2, 170}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("series (ranks, samples/s) %v, want %v", got, want)
+	}
+	path := filepath.Join(t.TempDir(), "s.svg")
+	if err := scaleoutPlot(&Options{Plot: path}, rs); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil || !strings.Contains(string(b), "ranks") || !strings.Contains(string(b), "scale-out: two nodes, tcp") {
+		t.Errorf("plot %s (%v) lacks the ranks axis or the scale-out line", path, err)
+	}
+	if _, err := scaleoutHistories(rs[:1]); err == nil {
+		t.Error("a plot of nothing")
+	}
+}
+
+// Run from a package directory, the command plots nowhere by default:
+// tests and strangers' trees get no file.
+func TestDefaultPlotOnlyAtTheRoot(t *testing.T) {
+	if p := defaultPlot(); p != "" {
+		t.Errorf("default plot from %s is %q, want none", must(os.Getwd()), p)
+	}
+	t.Chdir(filepath.Join("..", ".."))
+	if p := defaultPlot(); p != filepath.Join("bench", "scaleout.svg") {
+		t.Errorf("default plot from the repository root is %q", p)
+	}
+}
+
+func must[T any](v T, _ error) T { return v }
+
+// Without ip (iproute2) the scale-out layout says what it needs, and no
+// configuration runs.
+func TestScaleoutSetupSaysWhatItNeeds(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	o, err := parseOptions([]string{"-workload", "scaleout", "-ranks", "1,2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = workloads["scaleout"].Setup(context.Background(), o)
+	if err == nil || !strings.Contains(err.Error(), "the ip command") || !strings.Contains(err.Error(), "iproute2") {
+		t.Errorf("Setup without ip: %v", err)
+	}
+	// 1 rank needs no namespaces.
+	o.Ranks = []int{1}
+	release, err := workloads["scaleout"].Setup(context.Background(), o)
+	if err != nil || release() != nil {
+		t.Errorf("Setup of 1 rank: %v", err)
+	}
+}
+
+// A fake workload whose Setup records its release, for the tests below.
+var releases int
+
+func init() {
+	register(&workload{
+		Name: "test-setup",
+		Doc:  "a test's: Setup and release around a configuration that fails",
+		Configs: func(o *Options) ([]Config, error) {
+			return []Config{{Workload: "test-setup", Impl: "fulgur", Variant: o.Model}}, nil
+		},
+		Setup: func(ctx context.Context, o *Options) (func() error, error) {
+			if o.Model == "interrupt" {
+				interrupt() // as Ctrl-C would, once the namespaces exist
+			}
+			return func() error { releases++; return nil }, nil
+		},
+		Run: func(ctx context.Context, c Config) (Figures, error) { return nil, errors.New("rank failed on purpose") },
+	})
+}
+
+var interrupt = func() {}
+
+// Setup's release runs when a rank fails and when the run is
+// interrupted: the scale-out namespaces never outlive the command.
+func TestSetupIsReleased(t *testing.T) {
+	for _, c := range []struct{ name, model, want string }{
+		{"a rank fails", "fail", "1 configuration(s) produced no figures"},
+		{"interrupted", "interrupt", "context canceled"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			interrupt = cancel
+			defer func() { interrupt = func() {} }()
+			releases = 0
+			err := parentMain(ctx, []string{"-workload", "test-setup", "-runs", "1", "-model", c.model, "-json"})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("error %v, want %q", err, c.want)
+			}
+			if releases != 1 {
+				t.Errorf("released %d times, want 1", releases)
+			}
+		})
+	}
+}
+
+// When one rank fails, measure stops the others and blames the rank that
+// failed first; before, rank 0 waited for the dead peer until its timeout
+// and the error named rank 0. Rank 1 fails at once here: its CPU profile
+// path is a directory.
+func TestMeasureStopsTheJobWhenARankFails(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two ranks")
+	}
+	dir := t.TempDir()
+	prof := filepath.Join(dir, "cpu.pprof")
+	if err := os.Mkdir(prof+".rank1", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("FULGUR_BENCH_CPUPROFILE", prof)
+	t.Setenv("FULGUR_TIMEOUT", "30s")
+	o, err := parseOptions([]string{"-workload", "scaling", "-runs", "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Config{Workload: "scaling", Impl: "fulgur", Variant: "mlp", Threads: 1, Batch: 32, Epochs: 1, Steps: 5, Ranks: 2, Seed: 1}
+	_, err = measure(context.Background(), o, c)
+	if err == nil || !strings.HasPrefix(err.Error(), "rank 1:") || !strings.Contains(err.Error(), "is a directory") {
+		t.Errorf("error %v, want rank 1's own failure", err)
+	}
+}
