@@ -40,7 +40,14 @@ type execStep struct {
 	shape   tensor.Shape // the node's (Node.Shape clones on every call)
 	lastIn  G.Value
 	lastOut *tensor.Dense
+	// notify: the run calls its stepDone after this step (a gradient is
+	// final once it has run).
+	notify bool
 }
+
+// stepDone is told, during a run, that step i (marked with notifyAfter)
+// has run.
+type stepDone interface{ stepDone(i int) }
 
 // isRead reports Gorgonia's readOp, whose work the engine does itself.
 func isRead(op G.Op) bool { return fmt.Sprintf("%T", op) == "gorgonia.readOp" }
@@ -103,8 +110,9 @@ func dtypeOf(n *G.Node) (dt tensor.Dtype, err error) {
 }
 
 // run executes every step once. With direct, ops given a direct value
-// (setDirect) write into it.
-func (e *executor) run(direct bool) error {
+// (setDirect) write into it. After each step marked by notifyAfter it
+// calls done (when not nil) on the calling goroutine.
+func (e *executor) run(direct bool, done stepDone) error {
 	for i := range e.steps {
 		st := &e.steps[i]
 		in := e.scratch[:len(st.in)]
@@ -127,10 +135,52 @@ func (e *executor) run(direct bool) error {
 			return fmt.Errorf("op %v (node %q): %w", st.op, st.node.Name(), err)
 		}
 		e.vals[st.out] = v
+		if st.notify && done != nil {
+			done.stepDone(i)
+		}
 	}
 	clear(e.scratch)
 	return nil
 }
+
+// stepOf is the index of the step computing n, -1 when n is no step's
+// output (a graph input or a constant).
+func (e *executor) stepOf(n *G.Node) int {
+	i, ok := e.index[n]
+	if !ok {
+		return -1
+	}
+	for k := range e.steps {
+		if e.steps[k].out == i {
+			return k
+		}
+	}
+	return -1
+}
+
+// lastUse is, for the step computing n, the last step that reads n's value
+// or, transitively, the value of any step reading it (an op's output may be
+// a view of its input: reshape, slice). A value written into a caller's
+// buffer (setDirect) may change under the caller only after this step.
+// -1 when n is no step's output.
+func (e *executor) lastUse(n *G.Node) int {
+	k := e.stepOf(n)
+	if k < 0 {
+		return -1
+	}
+	last := make([]int, len(e.vals)) // value index -> last step depending on it
+	for i := len(e.steps) - 1; i >= 0; i-- {
+		st := &e.steps[i]
+		use := max(i, last[st.out])
+		for _, in := range st.in {
+			last[in] = max(last[in], use)
+		}
+	}
+	return max(k, last[e.steps[k].out])
+}
+
+// notifyAfter marks step i: runs report it to their stepDone.
+func (e *executor) notifyAfter(i int) { e.steps[i].notify = true }
 
 // reshaped is the reshape step's output for input v: the view made on an
 // earlier run while v is the same tensor with the same shape, else a new
