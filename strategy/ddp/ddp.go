@@ -95,8 +95,8 @@ type DDP struct {
 	// reported (gradReady runs on the device's goroutine, inside the run).
 	filling bool
 	runCtx  context.Context
-	left    []int                  // per bucket: elements whose gradient is not ready yet
-	spans   chan collective.Handle // queued buckets, to the profiler's comm track (nil: not profiling)
+	left    []int       // per bucket: elements whose gradient is not ready yet
+	spans   chan queued // queued buckets, to the profiler's comm track (nil: not profiling)
 
 	rank, world int
 	reduceBuf   []float64
@@ -333,12 +333,14 @@ func (d *DDP) trainStep(ctx context.Context, b *data.Batch, o strategy.TrainOpti
 		defer d.endReduce()
 	}
 	var r engine.Result
+	sp := d.prof.Start("ddp/forward+backward")
 	err := d.dev.Do(ctx, func() error {
 		var err error
 		d.eng.SetRunKey(o.Key)
 		r, err = d.rep.Run(ctx, module.Train, b, o.Accumulate, scale)
 		return err
 	})
+	sp.End()
 	if err != nil {
 		return 0, nil, d.fail("train step on "+d.dev.String(), err)
 	}
@@ -363,19 +365,36 @@ func (d *DDP) beginReduce(ctx context.Context, overlap bool) {
 		d.left[i] = bk.Len()
 	}
 	if replica.Profiling(d.prof) {
-		// The communication goroutine runs the buckets one after another,
-		// so bucket i is on the wire from its queuing or bucket i-1's
-		// landing, whichever is later, to its own landing.
-		d.spans = make(chan collective.Handle, len(d.buckets))
-		go func(spans <-chan collective.Handle) {
-			i := 0
-			for h := range spans {
-				sp := profiler.StartTrack(d.prof, "comm", bucketNames[min(i, len(bucketNames)-1)])
-				h.Wait()
-				sp.End()
-				i++
-			}
-		}(d.spans)
+		d.spans = make(chan queued, len(d.buckets))
+		go commSpans(d.prof, d.spans)
+	}
+}
+
+// queued is a bucket's all-reduce and its comm span, opened when it was
+// queued.
+type queued struct {
+	h  collective.Handle
+	sp profiler.Span
+	at time.Time
+}
+
+// commSpans records the buckets' spans on the comm track. The communication
+// goroutine runs the buckets one after another, so bucket i is on the wire
+// from its queuing or bucket i-1's landing, whichever is later, to its own
+// landing. A span opened at queuing is the caller's clock, not this
+// goroutine's wake-up; one queued while the last was still on the wire is
+// reopened at that one's landing (a span records nothing until End).
+func commSpans(p profiler.Profiler, spans <-chan queued) {
+	var landed time.Time
+	i := 0
+	for q := range spans {
+		if q.at.Before(landed) {
+			q.sp = profiler.StartTrack(p, "comm", bucketNames[min(i, len(bucketNames)-1)])
+		}
+		q.h.Wait()
+		q.sp.End()
+		landed = time.Now()
+		i++
 	}
 }
 
@@ -420,10 +439,15 @@ func (d *DDP) queueBuckets(end int) {
 		} else {
 			buf = st.Grad64()[bk.Lo:bk.Hi]
 		}
+		var q queued
+		if d.spans != nil {
+			q.sp, q.at = profiler.StartTrack(d.prof, "comm", bucketNames[min(i, len(bucketNames)-1)]), time.Now()
+		}
 		h := d.c.AllReduceAsync(d.runCtx, buf, collective.Mean)
 		d.pending = append(d.pending, h)
 		if d.spans != nil {
-			d.spans <- h
+			q.h = h
+			d.spans <- q
 		}
 	}
 }
