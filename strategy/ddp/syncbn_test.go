@@ -260,8 +260,9 @@ func (r *recorder) Broadcast(ctx context.Context, buf any, root int) error {
 // backward sums), never mixed with a bucket still in flight from the step
 // before. Without overlap every bucket follows the backward sums; with it,
 // the buckets of the layer after the BatchNorm (l2's bias, then its weight)
-// are queued during the backward pass, before it reaches the BatchNorm and
-// its sums, at the same point on every rank.
+// and of the BatchNorm's own scale and shift (local sums, reduced as
+// gradients like any other) are queued during the backward pass, before the
+// sums its input gradient needs, at the same point on every rank.
 func TestSyncBatchNormOrdersWithBuckets(t *testing.T) {
 	const (
 		fwd = "all-reduce float64[25]" // count, then n·mean, n·mean², M2 of 8 channels
@@ -273,7 +274,7 @@ func TestSyncBatchNormOrdersWithBuckets(t *testing.T) {
 		// early is how many buckets are queued before the backward sums.
 		early int
 	}{
-		{"overlap", false, 2},
+		{"overlap", false, 3},
 		{"no-overlap", true, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -375,9 +375,11 @@ func combine[T float32 | float64](dst, src []T, scale T, accumulate bool) {
 
 // bindDirectGrads lets the executor write each gradient straight into its
 // slice of the store's gradient buffer where the op producing it can (it
-// implements G.UsePreallocDoer), saving the copy in gatherGrads. A node
+// implements G.UsePreallocDoer), saving the copy in gatherGrad. A node
 // that is the gradient of two parameters (Gorgonia merges identical
-// expressions) is bound to neither.
+// expressions) is bound to neither, and so is one that later steps read
+// (a BatchNorm's scale gradient orders the steps after it): the gradient is
+// reported ready, and may be reduced in place, as soon as its step has run.
 func (c *compiled) bindDirectGrads(s *module.Store) {
 	uses := map[*G.Node]int{}
 	for _, gb := range c.grads {
@@ -386,7 +388,7 @@ func (c *compiled) bindDirectGrads(s *module.Store) {
 	for i := range c.grads {
 		gb := &c.grads[i]
 		t, err := s.GradTensor(gb.name)
-		if err != nil || uses[gb.node] > 1 {
+		if err != nil || uses[gb.node] > 1 || c.exec.read(gb.node) {
 			continue
 		}
 		gb.direct = c.exec.setDirect(gb.node, t)
@@ -598,18 +600,12 @@ func (e *Engine) compile(mode module.Mode, batch int) (c *compiled, err error) {
 }
 
 // scheduleGathers sets, for each gradient, the executor step after which it
-// is final: the step computing it, or, when the op writes it straight into
-// the store, the last step that may read that value (the caller may reduce
-// the store's span in place as soon as it is reported).
+// is final: the step computing it.
 func (c *compiled) scheduleGathers() {
 	c.readyAfter = make([][]int, len(c.exec.steps))
 	for i := range c.grads {
 		gb := &c.grads[i]
-		if gb.direct {
-			gb.step = c.exec.lastUse(gb.node)
-		} else {
-			gb.step = c.exec.stepOf(gb.node)
-		}
+		gb.step = c.exec.stepOf(gb.node)
 		if gb.step >= 0 {
 			c.readyAfter[gb.step] = append(c.readyAfter[gb.step], i)
 			c.exec.notifyAfter(gb.step)

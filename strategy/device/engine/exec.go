@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -158,25 +159,18 @@ func (e *executor) stepOf(n *G.Node) int {
 	return -1
 }
 
-// lastUse is, for the step computing n, the last step that reads n's value
-// or, transitively, the value of any step reading it (an op's output may be
-// a view of its input: reshape, slice). A value written into a caller's
-// buffer (setDirect) may change under the caller only after this step.
-// -1 when n is no step's output.
-func (e *executor) lastUse(n *G.Node) int {
-	k := e.stepOf(n)
-	if k < 0 {
-		return -1
+// read reports whether a step reads n's value.
+func (e *executor) read(n *G.Node) bool {
+	i, ok := e.index[n]
+	if !ok {
+		return false
 	}
-	last := make([]int, len(e.vals)) // value index -> last step depending on it
-	for i := len(e.steps) - 1; i >= 0; i-- {
-		st := &e.steps[i]
-		use := max(i, last[st.out])
-		for _, in := range st.in {
-			last[in] = max(last[in], use)
+	for k := range e.steps {
+		if slices.Contains(e.steps[k].in, i) {
+			return true
 		}
 	}
-	return max(k, last[e.steps[k].out])
+	return false
 }
 
 // notifyAfter marks step i: runs report it to their stepDone.
