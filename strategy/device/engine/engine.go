@@ -1,6 +1,8 @@
 // Package engine compiles a module's graphs for one replica and runs them:
 // it binds batches to input nodes, runs forward and backward, and gathers the
-// gradients into the replica store's flat gradient buffer. It sits behind the
+// gradients into the replica store's flat gradient buffer, each as soon as
+// backward has computed it (reported to WithGradReady, so a strategy can
+// start reducing while backward runs). It sits behind the
 // device layer: strategies own engines and run them on a device.Device;
 // infer runs one for inference. It imports module, data, nn and Gorgonia,
 // never strategy, trainer or a collective.
