@@ -174,6 +174,7 @@ func TestDDPMultiProcessMatchesInProcess(t *testing.T) {
 		{"ddp", "auto", ""},
 		{"ddp", "tcp", "0.0001"},
 		{"ddp", "shm", "0.0001"},
+		{"ddp", "tcp", "0.0001 " + ddp.EnvOverlap + "=0"},
 		{"ddp_spawn", "auto", ""},
 		// ZeRO updates each element as DDP does, from the same reduced
 		// gradient: two ranks end bit-identical to DDP's.
@@ -184,7 +185,11 @@ func TestDDPMultiProcessMatchesInProcess(t *testing.T) {
 			env := []string{"FULGUR_BACKEND=" + tc.backend}
 			want := want
 			if tc.bucketMB != "" {
-				env = append(env, ddp.EnvBucketMB+"="+tc.bucketMB)
+				mb, extra, _ := strings.Cut(tc.bucketMB, " ")
+				env = append(env, ddp.EnvBucketMB+"="+mb)
+				if extra != "" {
+					env = append(env, extra)
+				}
 				want = wantSmall
 			}
 			marker := newMarker(t)
