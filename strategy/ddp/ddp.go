@@ -428,7 +428,8 @@ func (d *DDP) gradReady(off, n int) {
 }
 
 // queueBuckets queues the all-reduce (mean) of every bucket before end not
-// queued yet, in bucket order.
+// queued yet, in bucket order: d.pending holds this step's queued buckets,
+// bucket i at index i.
 func (d *DDP) queueBuckets(end int) {
 	st := d.eng.Store()
 	for i := len(d.pending); i < end; i++ {
