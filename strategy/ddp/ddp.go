@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sort"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -48,20 +49,33 @@ type DDPConfig struct {
 	// statistics (as PyTorch's DDP arranges by broadcasting before each
 	// forward) and validates, tests and checkpoints with them.
 	BufferSyncOnce bool
+	// NoOverlap reduces the gradient buckets only after the whole backward
+	// pass. By default a bucket's all-reduce starts during the backward
+	// pass, as soon as the last gradient in it is ready, so communication
+	// overlaps the rest of the backward pass; both give the same weights,
+	// bit for bit (the same buckets are reduced in the same order).
+	NoOverlap bool
 	// Timeout bounds Teardown's final barrier. 0: collective.DefaultTimeout.
 	Timeout time.Duration
 	Log     zerolog.Logger
 }
 
 // DDP is distributed data parallelism, one process (rank) per device. Setup
-// broadcasts rank 0's parameters and buffers. After the last micro-batch of
-// a step, gradient buckets (contiguous spans of the flat gradient buffer, in
+// broadcasts rank 0's parameters and buffers. In the last micro-batch of a
+// step, gradient buckets (contiguous spans of the flat gradient buffer, in
 // reverse parameter order, at most BucketBytes each) are all-reduced
-// asynchronously on the group's communication goroutine, in order;
-// OptimizerStep updates each bucket's slice as soon as its reduction lands,
-// while the next is still on the wire. Gradient-norm clipping waits for
-// every bucket first. Micro-batches before the last one of an accumulation
-// window do not communicate.
+// asynchronously on the group's communication goroutine, in bucket order:
+// bucket i is queued during the backward pass as soon as every gradient in
+// it is ready and buckets 0..i-1 are queued (the engine reports each
+// gradient as its step of the schedule runs), so the reduction overlaps the
+// rest of the backward pass; a bucket holding a parameter the loss does not
+// use, and every bucket after it, is queued when the backward pass ends.
+// Queuing in bucket order keeps the collectives in the same order on every
+// rank whatever order a rank's graph produces gradients in. OptimizerStep
+// updates each bucket's slice as soon as its reduction lands, while the
+// next is still on the wire. Gradient-norm clipping waits for every bucket
+// first. Micro-batches before the last one of an accumulation window do not
+// communicate.
 type DDP struct {
 	cfg  DDPConfig
 	name string
@@ -76,6 +90,13 @@ type DDP struct {
 	buckets []Bucket
 	pending []collective.Handle
 	broken  error
+
+	// The synced training run in progress, while its gradients are
+	// reported (gradReady runs on the device's goroutine, inside the run).
+	filling bool
+	runCtx  context.Context
+	left    []int       // per bucket: elements whose gradient is not ready yet
+	spans   chan queued // queued buckets, to the profiler's comm track (nil: not profiling)
 
 	rank, world int
 	reduceBuf   []float64
@@ -248,7 +269,8 @@ func (d *DDP) setupReplica(ctx context.Context, su strategy.Setup) (*module.Stor
 		return nil, d.fail("broadcast rank 0's parameters and buffers", err)
 	}
 	d.lastDone = ddpOp{kind: opSetup}
-	d.eng = engine.New(su.Module, store, su.Fields, replica.Seed(su.Seed, d.rank), replica.StatSyncOption(ddpStatSync{d}, d.world, su.SyncBatchNorm)...)
+	opts := append(replica.StatSyncOption(ddpStatSync{d}, d.world, su.SyncBatchNorm), engine.WithGradReady(d.gradReady))
+	d.eng = engine.New(su.Module, store, su.Fields, replica.Seed(su.Seed, d.rank), opts...)
 	d.rep = replica.NewGraphs(d.eng)
 	if d.localRanks > 1 {
 		replica.ShareCores(d.cfg.Log, d.localRanks)
@@ -305,51 +327,129 @@ func (d *DDP) trainStep(ctx context.Context, b *data.Batch, o strategy.TrainOpti
 	if scale == 0 {
 		scale = 1
 	}
+	bucketed := o.Sync && d.syncGrads == nil
+	if bucketed {
+		d.beginReduce(ctx, !d.cfg.NoOverlap)
+		defer d.endReduce()
+	}
 	var r engine.Result
+	sp := d.prof.Start("ddp/forward+backward")
 	err := d.dev.Do(ctx, func() error {
 		var err error
 		d.eng.SetRunKey(o.Key)
 		r, err = d.rep.Run(ctx, module.Train, b, o.Accumulate, scale)
 		return err
 	})
+	sp.End()
 	if err != nil {
 		return 0, nil, d.fail("train step on "+d.dev.String(), err)
 	}
-	if o.Sync {
-		if d.syncGrads != nil {
-			if err := d.syncGrads(ctx); err != nil {
-				return 0, nil, err
-			}
-		} else {
-			d.startReduce(ctx)
+	if bucketed {
+		d.queueBuckets(len(d.buckets))
+	} else if o.Sync {
+		if err := d.syncGrads(ctx); err != nil {
+			return 0, nil, err
 		}
 	}
 	return r.Loss, r.Metrics, nil
 }
 
-// startReduce queues one all-reduce (mean) per bucket, in fill order.
-func (d *DDP) startReduce(ctx context.Context) {
+// beginReduce prepares the buckets of a synced training run; with overlap,
+// gradReady queues them during the run.
+func (d *DDP) beginReduce(ctx context.Context, overlap bool) {
+	d.filling, d.runCtx = overlap, ctx
+	if len(d.left) != len(d.buckets) {
+		d.left = make([]int, len(d.buckets))
+	}
+	for i, bk := range d.buckets {
+		d.left[i] = bk.Len()
+	}
+	if replica.Profiling(d.prof) {
+		d.spans = make(chan queued, len(d.buckets))
+		go commSpans(d.prof, d.spans)
+	}
+}
+
+// queued is a bucket's all-reduce and its comm span, opened when it was
+// queued.
+type queued struct {
+	h  collective.Handle
+	sp profiler.Span
+	at time.Time
+}
+
+// commSpans records the buckets' spans on the comm track. The communication
+// goroutine runs the buckets one after another, so bucket i is on the wire
+// from its queuing or bucket i-1's landing, whichever is later, to its own
+// landing. A span opened at queuing is the caller's clock, not this
+// goroutine's wake-up; one queued while the last was still on the wire is
+// reopened at that one's landing (a span records nothing until End).
+func commSpans(p profiler.Profiler, spans <-chan queued) {
+	var landed time.Time
+	i := 0
+	for q := range spans {
+		if q.at.Before(landed) {
+			q.sp = profiler.StartTrack(p, "comm", bucketNames[min(i, len(bucketNames)-1)])
+		}
+		q.h.Wait()
+		q.sp.End()
+		landed = time.Now()
+		i++
+	}
+}
+
+// endReduce ends the run's queuing (every bucket is queued, or the run
+// failed).
+func (d *DDP) endReduce() {
+	d.filling, d.runCtx = false, nil
+	if d.spans != nil {
+		close(d.spans)
+		d.spans = nil
+	}
+}
+
+// gradReady is the engine's report that the gradient of [off, off+n) is
+// final in the store: the bucket holding it may be complete.
+func (d *DDP) gradReady(off, n int) {
+	if !d.filling {
+		return
+	}
+	// Buckets lie in decreasing offsets.
+	b := sort.Search(len(d.buckets), func(i int) bool { return d.buckets[i].Lo <= off })
+	if b == len(d.buckets) || off+n > d.buckets[b].Hi {
+		return // not a parameter of a bucket: nothing to reduce
+	}
+	d.left[b] -= n
+	next := len(d.pending)
+	for next < len(d.buckets) && d.left[next] == 0 {
+		next++
+	}
+	d.queueBuckets(next)
+}
+
+// queueBuckets queues the all-reduce (mean) of every bucket before end not
+// queued yet, in bucket order: d.pending holds this step's queued buckets,
+// bucket i at index i.
+func (d *DDP) queueBuckets(end int) {
 	st := d.eng.Store()
-	for _, bk := range d.buckets {
+	for i := len(d.pending); i < end; i++ {
+		bk := d.buckets[i]
 		var buf any
 		if st.Dtype() == tensor.Float32 {
 			buf = st.Grad32()[bk.Lo:bk.Hi]
 		} else {
 			buf = st.Grad64()[bk.Lo:bk.Hi]
 		}
-		d.pending = append(d.pending, d.c.AllReduceAsync(ctx, buf, collective.Mean))
-	}
-	if replica.Profiling(d.prof) {
-		// The communication goroutine runs the buckets one after another,
-		// so bucket i is on the wire from bucket i-1's landing to its own.
-		pending := append([]collective.Handle(nil), d.pending...)
-		go func() {
-			for i, h := range pending {
-				sp := profiler.StartTrack(d.prof, "comm", bucketNames[min(i, len(bucketNames)-1)])
-				h.Wait()
-				sp.End()
-			}
-		}()
+		var q queued
+		if d.spans != nil {
+			q.sp, q.at = profiler.StartTrack(d.prof, "comm", bucketNames[min(i, len(bucketNames)-1)]), time.Now()
+		}
+		h := d.c.AllReduceAsync(d.runCtx, buf, collective.Mean)
+		d.pending = append(d.pending, h)
+		if d.spans != nil {
+			q.h = h
+			d.spans <- q
+		}
 	}
 }
 

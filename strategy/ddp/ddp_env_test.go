@@ -46,6 +46,8 @@ func TestDDPJoinsFromEnvironment(t *testing.T) {
 		{"bad backend", "ddp", torchrun(0, 2, "FULGUR_BACKEND", "nccl2"), 2, 1, 0, 0, "FULGUR_BACKEND=\"nccl2\": use auto, tcp, shm, mpi"},
 		{"inproc between processes", "ddp", torchrun(0, 2, "FULGUR_BACKEND", "inproc"), 2, 1, 0, 0, "joins goroutines, not processes"},
 		{"bad bucket", "ddp", torchrun(0, 2, "FULGUR_BUCKET_MB", "-1"), 2, 1, 0, 0, "FULGUR_BUCKET_MB=\"-1\""},
+		{"bad overlap", "ddp", torchrun(0, 2, "FULGUR_DDP_OVERLAP", "sometimes"), 2, 1, 0, 0, "FULGUR_DDP_OVERLAP=\"sometimes\": use 1"},
+		{"overlap off", "ddp", torchrun(1, 2, "FULGUR_DDP_OVERLAP", "0"), 2, 1, 1, 2, ""},
 		{"bad timeout", "ddp", torchrun(0, 2, "FULGUR_TIMEOUT", "soon"), 2, 1, 0, 0, "FULGUR_TIMEOUT=\"soon\""},
 		{"bad rank", "ddp", torchrun(5, 4), 2, 2, 0, 0, "rank 5 is outside"},
 		{"socket interface", "ddp", torchrun(1, 2, "FULGUR_SOCKET_IFNAME", "lo"), 2, 1, 1, 2, ""},

@@ -36,6 +36,9 @@ const (
 	EnvBackend = "FULGUR_BACKEND"
 	// EnvBucketMB is DDP's gradient bucket cap in MiB (default 25).
 	EnvBucketMB = "FULGUR_BUCKET_MB"
+	// EnvOverlap set to 0 (or false) reduces DDP's gradient buckets only
+	// after the backward pass (DDPConfig.NoOverlap); 1 or unset: during it.
+	EnvOverlap = "FULGUR_DDP_OVERLAP"
 	// EnvTimeout bounds the wait for a silent peer, as a Go duration
 	// ("90s"); default collective.DefaultTimeout.
 	EnvTimeout = "FULGUR_TIMEOUT"
@@ -55,6 +58,7 @@ func init() {
 type knobs struct {
 	backend     string
 	bucketBytes int
+	noOverlap   bool
 	timeout     time.Duration
 	sockAddr    string          // the address of EnvSocketIfname's interface
 	tls         *rendezvous.TLS // from FULGUR_TLS_CERT, _KEY, _CA; nil: none
@@ -79,6 +83,13 @@ func readKnobs(lookup func(string) (string, bool)) (knobs, error) {
 		} else {
 			k.bucketBytes = max(int(mb*(1<<20)), 4)
 		}
+	}
+	if v, ok := lookup(EnvOverlap); ok && v != "" {
+		on, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: use 1 (reduce gradient buckets during the backward pass, the default) or 0 (after it)", EnvOverlap, v))
+		}
+		k.noOverlap = err == nil && !on
 	}
 	if v, ok := lookup(EnvTimeout); ok && v != "" {
 		d, err := time.ParseDuration(v)
@@ -194,7 +205,7 @@ func ddpFromOptions(o strategy.Options, name string, wrap func(*DDP) (strategy.S
 	if err != nil {
 		return nil, fmt.Errorf("strategy %q: %w", name, err)
 	}
-	cfg := DDPConfig{Rank: 0, WorldSize: perNode, Device: dev, BucketBytes: k.bucketBytes, Timeout: k.timeout, Log: o.Log}
+	cfg := DDPConfig{Rank: 0, WorldSize: perNode, Device: dev, BucketBytes: k.bucketBytes, NoOverlap: k.noOverlap, Timeout: k.timeout, Log: o.Log}
 	if perNode == 1 {
 		g, _ := inproc.NewGroup(1)
 		cfg.Group = g[0]
@@ -260,7 +271,7 @@ func joinFromEnv(o strategy.Options, name string, k knobs, env cluster.Env, perN
 		}
 	}
 	cfg := DDPConfig{
-		Rank: env.Rank, WorldSize: env.WorldSize, Device: dev, BucketBytes: k.bucketBytes, Timeout: k.timeout, Log: o.Log,
+		Rank: env.Rank, WorldSize: env.WorldSize, Device: dev, BucketBytes: k.bucketBytes, NoOverlap: k.noOverlap, Timeout: k.timeout, Log: o.Log,
 		Connect: func(ctx context.Context) (collective.Collective, error) {
 			return connect(ctx, k, env, token, ln, o.Log)
 		},

@@ -28,8 +28,17 @@ import (
 )
 
 // inProcess runs the test program as n in-process DDP ranks over inproc and
-// returns rank 0's result.
+// returns rank 0's result. They reduce their gradient buckets after the
+// backward pass (NoOverlap): the processes compared with them overlap (the
+// default) and must end with the same weights, bit for bit.
 func inProcess(t *testing.T, n int, args ...string) programResult {
+	t.Helper()
+	return inProcessBuckets(t, n, 0, args...)
+}
+
+// inProcessBuckets is inProcess with buckets of at most bucketBytes (0:
+// the default).
+func inProcessBuckets(t *testing.T, n, bucketBytes int, args ...string) programResult {
 	t.Helper()
 	group, err := inproc.NewGroup(n, inproc.Timeout(30*time.Second))
 	if err != nil {
@@ -39,7 +48,7 @@ func inProcess(t *testing.T, n int, args ...string) programResult {
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := 0; r < n; r++ {
-		d, err := ddp.NewDDP(ddp.DDPConfig{Group: group[r]})
+		d, err := ddp.NewDDP(ddp.DDPConfig{Group: group[r], BucketBytes: bucketBytes, NoOverlap: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,20 +162,38 @@ func needLinux(t *testing.T) {
 func TestDDPMultiProcessMatchesInProcess(t *testing.T) {
 	needLinux(t)
 	want := inProcess(t, 2)
+	// 104-byte buckets (0.0001 MiB): several per step, the first ones
+	// queued during the backward pass.
+	wantSmall := inProcessBuckets(t, 2, 104)
 	for _, tc := range []struct {
 		strategy string
 		backend  string
+		bucketMB string
 	}{
-		{"ddp", "tcp"},
-		{"ddp", "auto"},
-		{"ddp_spawn", "auto"},
+		{"ddp", "tcp", ""},
+		{"ddp", "auto", ""},
+		{"ddp", "tcp", "0.0001"},
+		{"ddp", "shm", "0.0001"},
+		{"ddp", "tcp", "0.0001 " + ddp.EnvOverlap + "=0"},
+		{"ddp_spawn", "auto", ""},
 		// ZeRO updates each element as DDP does, from the same reduced
 		// gradient: two ranks end bit-identical to DDP's.
-		{"sharded", "auto"},
+		{"sharded", "auto", ""},
+		{"sharded_stage1", "tcp", "0.0001"},
 	} {
-		t.Run(tc.strategy+"/"+tc.backend, func(t *testing.T) {
+		t.Run(tc.strategy+"/"+tc.backend+"/bucket-mb="+tc.bucketMB, func(t *testing.T) {
+			env := []string{"FULGUR_BACKEND=" + tc.backend}
+			want := want
+			if tc.bucketMB != "" {
+				mb, extra, _ := strings.Cut(tc.bucketMB, " ")
+				env = append(env, ddp.EnvBucketMB+"="+mb)
+				if extra != "" {
+					env = append(env, extra)
+				}
+				want = wantSmall
+			}
 			marker := newMarker(t)
-			r := startProgram(t, marker, []string{"FULGUR_BACKEND=" + tc.backend}, "-strategy", tc.strategy, "-devices", "2")
+			r := startProgram(t, marker, env, "-strategy", tc.strategy, "-devices", "2")
 			if r.err != nil {
 				t.Fatalf("%s: %v\n%s", tc.strategy, r.err, r.stderr)
 			}

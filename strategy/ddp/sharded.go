@@ -71,6 +71,16 @@ type ShardedConfig struct {
 // updated spans are all-gathered so every rank ends the step with the same
 // parameters, bit for bit. Gradient-norm clipping sums the squares of every
 // shard across ranks. Optimizer().State() covers this rank's span only.
+//
+// Stage 1 reduces DDP's buckets, each queued during the backward pass as
+// soon as its gradients are ready (see DDP). Stage 2 reduce-scatters the
+// whole gradient after the backward pass: rank r's shard is a contiguous
+// 1/N of the whole flat buffer, so a bucket (a span of it in backward's
+// order) straddles shards unevenly, and a reduce-scatter of one bucket
+// would hand rank r block r of the bucket, not the part of its shard inside
+// it. Overlapping stage 2 needs a reduce-scatter with per-rank counts (or
+// bucket-aligned shards, which changes the shard layout checkpoints
+// record); the collective package has neither.
 type Sharded struct {
 	*DDP
 	stage  int

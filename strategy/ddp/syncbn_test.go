@@ -256,66 +256,86 @@ func (r *recorder) Broadcast(ctx context.Context, buf any, root int) error {
 
 // SyncBatchNorm's reductions run inside the graph, on the same ordered
 // communication goroutine as the gradient buckets: on every rank and at
-// every step they come after the buffer broadcast and before the first
-// bucket (forward statistics, then backward sums), never mixed with a
-// bucket still in flight from the step before.
+// every step they come after the buffer broadcast (forward statistics, then
+// backward sums), never mixed with a bucket still in flight from the step
+// before. Without overlap every bucket follows the backward sums; with it,
+// the buckets of the layer after the BatchNorm (l2's bias, then its weight)
+// and of the BatchNorm's own scale and shift (local sums, reduced as
+// gradients like any other) are queued during the backward pass, before the
+// sums its input gradient needs, at the same point on every rank.
 func TestSyncBatchNormOrdersWithBuckets(t *testing.T) {
-	const n = 2
-	group, err := inproc.NewGroup(n, inproc.Timeout(20*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	recs := make([]*recorder, n)
-	strats := make([]strategy.Strategy, n)
-	for r := range strats {
-		recs[r] = &recorder{Collective: group[r]}
-		// 64-byte buckets: several reductions per step, started before
-		// the last one is queued.
-		if strats[r], err = ddp.NewDDP(ddp.DDPConfig{Group: recs[r], BucketBytes: 64, Timeout: 20 * time.Second}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx := context.Background()
-	ds, _ := strategytest.Regression(24, 6, 2, 9)
-	if err := syncSetup(ctx, strats, false, ds.Fields(), true); err != nil {
-		t.Fatal(err)
-	}
-	buckets := len(strats[0].(*ddp.DDP).Buckets())
-	if buckets < 3 {
-		t.Fatalf("%d buckets: the test needs several", buckets)
-	}
-	for k := 0; k < 3; k++ {
-		b, _ := strategytest.Rows(ds, k*8, k*8+8)
-		if _, _, err := strategytest.Step(ctx, strats, strategy.OptimizerOptions{}, b); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := strategytest.Each(strats, func(_ int, s strategy.Strategy) error { return s.Teardown(ctx) }); err != nil {
-		t.Fatal(err)
-	}
-	st := strategytest.StoreOf(strats[0])
-	step := []string{
-		"all-reduce float64[25]", // forward: count, then n·mean, n·mean², M2 of 8 channels
-		"all-reduce float64[16]", // backward: Σdy', Σdy'·x̂ of 8 channels
-	}
-	var want []string
-	want = append(want, fmt.Sprintf("broadcast float32[%d]", st.Len())) // Setup
-	for k := 0; k < 3; k++ {
-		want = append(want, step...)
-		for _, bk := range strats[0].(*ddp.DDP).Buckets() {
-			want = append(want, fmt.Sprintf("all-reduce float32[%d]", bk.Hi-bk.Lo))
-		}
-		// After the update: rank 0's buffers to every rank.
-		want = append(want, fmt.Sprintf("broadcast float32[%d]", st.Len()-st.NumParams()))
-	}
-	for r, rec := range recs {
-		got := rec.ops
-		if len(got) < len(want) {
-			t.Fatalf("rank %d ran %v", r, got)
-		}
-		if !slices.Equal(got[:len(want)], want) {
-			t.Errorf("rank %d ran\n%v\nwant\n%v", r, got[:len(want)], want)
-		}
+	const (
+		fwd = "all-reduce float64[25]" // count, then n·mean, n·mean², M2 of 8 channels
+		bwd = "all-reduce float64[16]" // Σdy', Σdy'·x̂ of 8 channels
+	)
+	for _, tc := range []struct {
+		name      string
+		noOverlap bool
+		// early is how many buckets are queued before the backward sums.
+		early int
+	}{
+		{"overlap", false, 3},
+		{"no-overlap", true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const n = 2
+			group, err := inproc.NewGroup(n, inproc.Timeout(20*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs := make([]*recorder, n)
+			strats := make([]strategy.Strategy, n)
+			for r := range strats {
+				recs[r] = &recorder{Collective: group[r]}
+				// 64-byte buckets: several reductions per step, started
+				// before the last one is queued.
+				if strats[r], err = ddp.NewDDP(ddp.DDPConfig{Group: recs[r], BucketBytes: 64, Timeout: 20 * time.Second, NoOverlap: tc.noOverlap}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ctx := context.Background()
+			ds, _ := strategytest.Regression(24, 6, 2, 9)
+			if err := syncSetup(ctx, strats, false, ds.Fields(), true); err != nil {
+				t.Fatal(err)
+			}
+			buckets := strats[0].(*ddp.DDP).Buckets()
+			if len(buckets) < 3 {
+				t.Fatalf("%d buckets: the test needs several", len(buckets))
+			}
+			for k := 0; k < 3; k++ {
+				b, _ := strategytest.Rows(ds, k*8, k*8+8)
+				if _, _, err := strategytest.Step(ctx, strats, strategy.OptimizerOptions{}, b); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := strategytest.Each(strats, func(_ int, s strategy.Strategy) error { return s.Teardown(ctx) }); err != nil {
+				t.Fatal(err)
+			}
+			st := strategytest.StoreOf(strats[0])
+			step := []string{fwd}
+			for i, bk := range buckets {
+				if i == tc.early {
+					step = append(step, bwd)
+				}
+				step = append(step, fmt.Sprintf("all-reduce float32[%d]", bk.Hi-bk.Lo))
+			}
+			var want []string
+			want = append(want, fmt.Sprintf("broadcast float32[%d]", st.Len())) // Setup
+			for k := 0; k < 3; k++ {
+				want = append(want, step...)
+				// After the update: rank 0's buffers to every rank.
+				want = append(want, fmt.Sprintf("broadcast float32[%d]", st.Len()-st.NumParams()))
+			}
+			for r, rec := range recs {
+				got := rec.ops
+				if len(got) < len(want) {
+					t.Fatalf("rank %d ran %v", r, got)
+				}
+				if !slices.Equal(got[:len(want)], want) {
+					t.Errorf("rank %d ran\n%v\nwant\n%v", r, got[:len(want)], want)
+				}
+			}
+		})
 	}
 }
 

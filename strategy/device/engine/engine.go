@@ -1,6 +1,8 @@
 // Package engine compiles a module's graphs for one replica and runs them:
 // it binds batches to input nodes, runs forward and backward, and gathers the
-// gradients into the replica store's flat gradient buffer. It sits behind the
+// gradients into the replica store's flat gradient buffer, each as soon as
+// backward has computed it (reported to WithGradReady, so a strategy can
+// start reducing while backward runs). It sits behind the
 // device layer: strategies own engines and run them on a device.Device;
 // infer runs one for inference. It imports module, data, nn and Gorgonia,
 // never strategy, trainer or a collective.
@@ -35,6 +37,7 @@ type Engine struct {
 	graphs map[key]*compiled
 	sync   *module.StatSync // nil: no replica to sync BatchNorm statistics with
 	runKey uint64           // read by graph ops through module.Step.RunKey
+	ready  func(offset, n int)
 }
 
 type key struct {
@@ -61,6 +64,19 @@ type compiled struct {
 	outVal  G.Value
 	grads   []gradBinding
 	metrics []module.Metric
+	// readyAfter lists, by executor step, the gradients (indices into
+	// grads) that are final once the step has run; gathered and reported
+	// then, during the run. Gradients no step computes are gathered after
+	// the run.
+	readyAfter [][]int
+	run        gatherRun // the training run in progress
+}
+
+// gatherRun is what gathering a gradient during a run needs.
+type gatherRun struct {
+	e                  *Engine
+	accumulate, direct bool
+	scale              float64
 }
 
 type gradBinding struct {
@@ -69,6 +85,7 @@ type gradBinding struct {
 	offset int
 	n      int
 	direct bool // the executor may write this gradient straight into the store
+	step   int  // the executor step after which it is final; -1: after the run
 }
 
 // Result is what one run of a graph produced.
@@ -80,6 +97,21 @@ type Result struct {
 
 // Option is a rare engine setting.
 type Option func(*Engine)
+
+// WithGradReady makes training runs call ready(offset, n) as soon as the
+// gradient of the parameter at [offset, offset+n) of the store is final in
+// the store's gradient buffer (combined and scaled as Run was asked), while
+// the rest of the backward pass still runs: a strategy starts reducing a
+// gradient bucket once its last gradient is ready. ready runs on the
+// goroutine running the graph; the span it names is not written again in
+// this run. Every gradient the loss depends on is reported once per
+// training run, in an order fixed by the graph's schedule (the same on every
+// run of the graph and for every replica building the same graph);
+// parameters the loss does not use are not reported. On the TapeMachine path
+// (Engine.Tape) gradients are reported after the whole run.
+func WithGradReady(ready func(offset, n int)) Option {
+	return func(e *Engine) { e.ready = ready }
+}
 
 // WithStatSync gives the engine's graphs s to reduce BatchNorm statistics
 // across the job's replicas (SyncBatchNorm); all makes every BatchNorm
@@ -159,7 +191,11 @@ func (e *Engine) Run(ctx context.Context, mode module.Mode, b *data.Batch, accum
 	if c.exec != nil {
 		// Gradients whose op can write into the store do so when they are
 		// wanted as they are (no accumulation, no scaling): no copy after.
-		if err := c.exec.run(!accumulate && scale == 1); err != nil {
+		direct := !accumulate && scale == 1
+		c.run = gatherRun{e: e, accumulate: accumulate, direct: direct, scale: scale}
+		err := c.exec.run(direct, c)
+		c.run = gatherRun{}
+		if err != nil {
 			return Result{}, fmt.Errorf("%s step: %w", mode, err)
 		}
 	} else {
@@ -171,7 +207,11 @@ func (e *Engine) Run(ctx context.Context, mode module.Mode, b *data.Batch, accum
 	}
 	if mode == module.Train {
 		res.Loss = scalar(c.valueOf(c.loss, c.lossVal))
-		e.gatherGrads(c, accumulate, scale)
+		for i := range c.grads {
+			if c.exec == nil || c.grads[i].step < 0 {
+				e.gatherGrad(c, i, accumulate, scale, false)
+			}
+		}
 	}
 	for i, l := range c.step.Logs() {
 		if l.Counts != nil {
@@ -269,37 +309,54 @@ func (c *compiled) valueOf(n *G.Node, read G.Value) G.Value {
 	return n.Value()
 }
 
-func (e *Engine) gatherGrads(c *compiled, accumulate bool, scale float64) {
-	s := e.store
-	direct := !accumulate && scale == 1
-	for _, gb := range c.grads {
-		if direct && gb.direct && c.exec.wroteDirect(gb.node) {
-			continue
-		}
-		v := c.valueOf(gb.node, nil)
-		if s.Dtype() == tensor.Float32 {
-			dst := s.Grad32()[gb.offset : gb.offset+gb.n]
-			if d, ok := v.(*tensor.Dense); ok && d.Dtype() == tensor.Float32 {
-				combine(dst, d.Float32s()[:gb.n], float32(scale), accumulate)
-				continue
-			}
-			if d, ok := v.(*G.F32); ok {
-				combine(dst, []float32{float32(*d)}, float32(scale), accumulate)
-				continue
-			}
-		} else {
-			dst := s.Grad64()[gb.offset : gb.offset+gb.n]
-			if d, ok := v.(*tensor.Dense); ok && d.Dtype() == tensor.Float64 {
-				combine(dst, d.Float64s()[:gb.n], scale, accumulate)
-				continue
-			}
-			if d, ok := v.(*G.F64); ok {
-				combine(dst, []float64{float64(*d)}, scale, accumulate)
-				continue
-			}
-		}
-		panic(fmt.Sprintf("gradient of %q is a %T of dtype %v, the store holds %v", gb.name, v, v.Dtype(), s.Dtype()))
+// stepDone gathers the gradients that executor step i made final, during
+// the run.
+func (c *compiled) stepDone(i int) {
+	r := c.run
+	if r.e == nil {
+		return
 	}
+	for _, gi := range c.readyAfter[i] {
+		r.e.gatherGrad(c, gi, r.accumulate, r.scale, r.direct)
+	}
+}
+
+// gatherGrad writes (or adds) scale×gradient i into the store, unless the
+// executor wrote it there itself on this direct run, and reports it ready.
+func (e *Engine) gatherGrad(c *compiled, i int, accumulate bool, scale float64, direct bool) {
+	gb := &c.grads[i]
+	if !(direct && gb.direct && c.exec.wroteDirect(gb.node)) {
+		e.combineGrad(gb, c.valueOf(gb.node, nil), accumulate, scale)
+	}
+	if e.ready != nil {
+		e.ready(gb.offset, gb.n)
+	}
+}
+
+func (e *Engine) combineGrad(gb *gradBinding, v G.Value, accumulate bool, scale float64) {
+	s := e.store
+	if s.Dtype() == tensor.Float32 {
+		dst := s.Grad32()[gb.offset : gb.offset+gb.n]
+		if d, ok := v.(*tensor.Dense); ok && d.Dtype() == tensor.Float32 {
+			combine(dst, d.Float32s()[:gb.n], float32(scale), accumulate)
+			return
+		}
+		if d, ok := v.(*G.F32); ok {
+			combine(dst, []float32{float32(*d)}, float32(scale), accumulate)
+			return
+		}
+	} else {
+		dst := s.Grad64()[gb.offset : gb.offset+gb.n]
+		if d, ok := v.(*tensor.Dense); ok && d.Dtype() == tensor.Float64 {
+			combine(dst, d.Float64s()[:gb.n], scale, accumulate)
+			return
+		}
+		if d, ok := v.(*G.F64); ok {
+			combine(dst, []float64{float64(*d)}, scale, accumulate)
+			return
+		}
+	}
+	panic(fmt.Sprintf("gradient of %q is a %T of dtype %v, the store holds %v", gb.name, v, v.Dtype(), s.Dtype()))
 }
 
 // combine writes (or adds, when accumulate) scale·src into dst.
@@ -320,9 +377,11 @@ func combine[T float32 | float64](dst, src []T, scale T, accumulate bool) {
 
 // bindDirectGrads lets the executor write each gradient straight into its
 // slice of the store's gradient buffer where the op producing it can (it
-// implements G.UsePreallocDoer), saving the copy in gatherGrads. A node
+// implements G.UsePreallocDoer), saving the copy in gatherGrad. A node
 // that is the gradient of two parameters (Gorgonia merges identical
-// expressions) is bound to neither.
+// expressions) is bound to neither, and so is one that later steps read
+// (a BatchNorm's scale gradient orders the steps after it): the gradient is
+// reported ready, and may be reduced in place, as soon as its step has run.
 func (c *compiled) bindDirectGrads(s *module.Store) {
 	uses := map[*G.Node]int{}
 	for _, gb := range c.grads {
@@ -331,7 +390,7 @@ func (c *compiled) bindDirectGrads(s *module.Store) {
 	for i := range c.grads {
 		gb := &c.grads[i]
 		t, err := s.GradTensor(gb.name)
-		if err != nil || uses[gb.node] > 1 {
+		if err != nil || uses[gb.node] > 1 || c.exec.read(gb.node) {
 			continue
 		}
 		gb.direct = c.exec.setDirect(gb.node, t)
@@ -537,6 +596,21 @@ func (e *Engine) compile(mode module.Mode, batch int) (c *compiled, err error) {
 		return nil, fmt.Errorf("%s: %w", stepName(mode), err)
 	} else {
 		c.bindDirectGrads(e.store)
+		c.scheduleGathers()
 	}
 	return c, nil
+}
+
+// scheduleGathers sets, for each gradient, the executor step after which it
+// is final: the step computing it.
+func (c *compiled) scheduleGathers() {
+	c.readyAfter = make([][]int, len(c.exec.steps))
+	for i := range c.grads {
+		gb := &c.grads[i]
+		gb.step = c.exec.stepOf(gb.node)
+		if gb.step >= 0 {
+			c.readyAfter[gb.step] = append(c.readyAfter[gb.step], i)
+			c.exec.notifyAfter(gb.step)
+		}
+	}
 }

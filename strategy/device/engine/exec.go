@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -40,7 +41,14 @@ type execStep struct {
 	shape   tensor.Shape // the node's (Node.Shape clones on every call)
 	lastIn  G.Value
 	lastOut *tensor.Dense
+	// notify: the run calls its stepDone after this step (a gradient is
+	// final once it has run).
+	notify bool
 }
+
+// stepDone is told, during a run, that step i (marked with notifyAfter)
+// has run.
+type stepDone interface{ stepDone(i int) }
 
 // isRead reports Gorgonia's readOp, whose work the engine does itself.
 func isRead(op G.Op) bool { return fmt.Sprintf("%T", op) == "gorgonia.readOp" }
@@ -103,8 +111,9 @@ func dtypeOf(n *G.Node) (dt tensor.Dtype, err error) {
 }
 
 // run executes every step once. With direct, ops given a direct value
-// (setDirect) write into it.
-func (e *executor) run(direct bool) error {
+// (setDirect) write into it. After each step marked by notifyAfter it
+// calls done (when not nil) on the calling goroutine.
+func (e *executor) run(direct bool, done stepDone) error {
 	for i := range e.steps {
 		st := &e.steps[i]
 		in := e.scratch[:len(st.in)]
@@ -127,10 +136,45 @@ func (e *executor) run(direct bool) error {
 			return fmt.Errorf("op %v (node %q): %w", st.op, st.node.Name(), err)
 		}
 		e.vals[st.out] = v
+		if st.notify && done != nil {
+			done.stepDone(i)
+		}
 	}
 	clear(e.scratch)
 	return nil
 }
+
+// stepOf is the index of the step computing n, -1 when n is no step's
+// output (a graph input or a constant).
+func (e *executor) stepOf(n *G.Node) int {
+	i, ok := e.index[n]
+	if !ok {
+		return -1
+	}
+	for k := range e.steps {
+		if e.steps[k].out == i {
+			return k
+		}
+	}
+	return -1
+}
+
+// read reports whether a step reads n's value.
+func (e *executor) read(n *G.Node) bool {
+	i, ok := e.index[n]
+	if !ok {
+		return false
+	}
+	for k := range e.steps {
+		if slices.Contains(e.steps[k].in, i) {
+			return true
+		}
+	}
+	return false
+}
+
+// notifyAfter marks step i: runs report it to their stepDone.
+func (e *executor) notifyAfter(i int) { e.steps[i].notify = true }
 
 // reshaped is the reshape step's output for input v: the view made on an
 // earlier run while v is the same tensor with the same shape, else a new
