@@ -48,13 +48,18 @@ type Options struct {
 	Verbose     bool
 	Timeout     time.Duration
 	Model       string
-	command     string
+	// Allreduce filters the allreduce workload: message sizes in bytes,
+	// rank counts and backends (empty: all).
+	AllreduceBytes    []int
+	AllreduceRanks    []int
+	AllreduceBackends []string
+	command           string
 }
 
 func parseOptions(args []string) (*Options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	o := &Options{}
-	var wl, thr, pthr, bl string
+	var wl, thr, pthr, bl, arBytes, arRanks, arBackends string
 	fs.StringVar(&wl, "workload", "mlp", "comma-separated workloads: "+strings.Join(workloadNames(), ", ")+", or all")
 	fs.IntVar(&o.Runs, "runs", 3, "runs of each configuration (figures are medians)")
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON object per line instead of a table")
@@ -73,6 +78,9 @@ func parseOptions(args []string) (*Options, error) {
 	fs.StringVar(&o.PeerScript, "peer-script", "bench/torch_peer.py", "the PyTorch peer script")
 	fs.StringVar(&o.Model, "model", "resnet8", "model of the threads workload: resnet8 or mlp")
 	fs.BoolVar(&o.Verbose, "v", false, "show the child processes' logs")
+	fs.StringVar(&arBytes, "bytes", "", "allreduce message sizes in bytes, comma-separated (default 262144,4194304,26214400)")
+	fs.StringVar(&arRanks, "ranks", "", "allreduce rank counts, comma-separated (default 2,4)")
+	fs.StringVar(&arBackends, "backends", "", "allreduce backends and peers, comma-separated, among tcp, shm, mpi, openmpi-sm, openmpi-tcp (default all)")
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "limit for one measured process")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -99,6 +107,26 @@ func parseOptions(args []string) (*Options, error) {
 	}
 	if o.PeerThreads, err = intList("-peer-threads", pthr); err != nil {
 		errs = append(errs, err)
+	}
+	if arBytes != "" {
+		if o.AllreduceBytes, err = intList("-bytes", arBytes); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if arRanks != "" {
+		if o.AllreduceRanks, err = intList("-ranks", arRanks); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if arBackends != "" {
+		for _, b := range strings.Split(arBackends, ",") {
+			switch b = strings.TrimSpace(b); b {
+			case "tcp", "shm", "mpi", "openmpi-sm", "openmpi-tcp":
+				o.AllreduceBackends = append(o.AllreduceBackends, b)
+			default:
+				errs = append(errs, fmt.Errorf("-backends has %q: use tcp, shm, mpi, openmpi-sm or openmpi-tcp, comma-separated", b))
+			}
+		}
 	}
 	if o.Runs < 1 {
 		errs = append(errs, fmt.Errorf("-runs is %d: use 1 or more (3 or more for figures worth reporting)", o.Runs))

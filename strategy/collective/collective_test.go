@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 
 	"github.com/fulgur-ml/fulgur/strategy/collective"
@@ -95,6 +96,29 @@ func TestReduceInto(t *testing.T) {
 		collective.ReduceInto(dst, src, tc.op)
 		if fmt.Sprint(dst) != fmt.Sprint(tc.want) {
 			t.Errorf("%s: %v, want %v", tc.op, dst, tc.want)
+		}
+	}
+}
+
+// ReduceTo(dst, a, b) must give the bits ReduceInto(a, b) gives, signed
+// zeros and NaNs included: backends mix the two and promise every rank the
+// same bits.
+func TestReduceToMatchesReduceInto(t *testing.T) {
+	nan := math.NaN()
+	negz := math.Copysign(0, -1)
+	a := []float64{1, 0, -2, 5, 0, negz, nan, 1, 3, 1, 1, 4, 2.5}
+	b := []float64{2, 1, 2, 7, negz, 0, 1, nan, 3, 1, 1, 5, -1}
+	for _, op := range []collective.Op{collective.Sum, collective.Mean, collective.Max, collective.Min} {
+		want := append([]float64(nil), a...)
+		collective.ReduceInto(want, b, op)
+		got := make([]float64, len(a))
+		collective.ReduceTo(got, a, b, op)
+		inPlace := append([]float64(nil), b...)
+		collective.ReduceTo(inPlace, a, inPlace, op)
+		for i := range want {
+			if math.Float64bits(got[i]) != math.Float64bits(want[i]) || math.Float64bits(inPlace[i]) != math.Float64bits(want[i]) {
+				t.Errorf("%s element %d (%v, %v): ReduceTo gave %v (in place %v), ReduceInto %v", op, i, a[i], b[i], got[i], inPlace[i], want[i])
+			}
 		}
 	}
 }

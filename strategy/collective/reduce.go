@@ -45,6 +45,52 @@ func ReduceInto[T Float](dst, src []T, op Op) {
 	}
 }
 
+// ReduceTo sets dst[i] = a[i] op b[i] for Sum, Mean (summed), Max and Min,
+// with the operands in the order ReduceInto(a, b) takes them, so that both
+// give the same bits (Max and Min keep a unless b is larger or smaller,
+// which decides between -0 and +0 and NaNs). dst may be a or b; len(a) and
+// len(b) must be >= len(dst). Backends that reduce in rank order call it
+// with a the lower rank's values.
+func ReduceTo[T Float](dst, a, b []T, op Op) {
+	a, b = a[:len(dst)], b[:len(dst)]
+	switch op {
+	case Sum, Mean:
+		i := 0
+		for ; i+8 <= len(dst); i += 8 {
+			d := dst[i : i+8 : i+8]
+			x := a[i : i+8 : i+8]
+			y := b[i : i+8 : i+8]
+			d[0] = x[0] + y[0]
+			d[1] = x[1] + y[1]
+			d[2] = x[2] + y[2]
+			d[3] = x[3] + y[3]
+			d[4] = x[4] + y[4]
+			d[5] = x[5] + y[5]
+			d[6] = x[6] + y[6]
+			d[7] = x[7] + y[7]
+		}
+		for ; i < len(dst); i++ {
+			dst[i] = a[i] + b[i]
+		}
+	case Max:
+		for i, v := range b {
+			if v > a[i] {
+				dst[i] = v
+			} else {
+				dst[i] = a[i]
+			}
+		}
+	case Min:
+		for i, v := range b {
+			if v < a[i] {
+				dst[i] = v
+			} else {
+				dst[i] = a[i]
+			}
+		}
+	}
+}
+
 // Scale divides every element by n; backends call it once after a Mean.
 func Scale[T Float](buf []T, n int) {
 	d := T(n)
@@ -68,6 +114,29 @@ func ReduceAny(dst, src any, op Op) error {
 			return fmt.Errorf("%w: reduce %T into []float64", ErrBadBuffer, src)
 		}
 		ReduceInto(d, s, op)
+	default:
+		return fmt.Errorf("%w: reduce into %T", ErrBadBuffer, dst)
+	}
+	return nil
+}
+
+// ReduceToAny is ReduceTo on untyped buffers of one dtype.
+func ReduceToAny(dst, a, b any, op Op) error {
+	switch d := dst.(type) {
+	case []float32:
+		x, ok1 := a.([]float32)
+		y, ok2 := b.([]float32)
+		if !ok1 || !ok2 {
+			return fmt.Errorf("%w: reduce %T and %T into []float32", ErrBadBuffer, a, b)
+		}
+		ReduceTo(d, x, y, op)
+	case []float64:
+		x, ok1 := a.([]float64)
+		y, ok2 := b.([]float64)
+		if !ok1 || !ok2 {
+			return fmt.Errorf("%w: reduce %T and %T into []float64", ErrBadBuffer, a, b)
+		}
+		ReduceTo(d, x, y, op)
 	default:
 		return fmt.Errorf("%w: reduce into %T", ErrBadBuffer, dst)
 	}

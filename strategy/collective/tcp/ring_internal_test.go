@@ -46,7 +46,7 @@ func tcpPair(t *testing.T) (*net.TCPConn, *net.TCPConn) {
 func TestFrameStraddlingTheDeadline(t *testing.T) {
 	const timeout = 2 * time.Second
 	nop := zerolog.Nop()
-	cfg := Config{Rank: 1, Size: 2, Timeout: timeout, Logger: &nop}
+	cfg := Config{Rank: 1, Size: 2, Timeout: timeout, Logger: &nop, SmallBytes: -1} // the ring's frames, below
 	cfg.setRingDefaults()
 	next, nextPeer := tcpPair(t)
 	prev, prevPeer := tcpPair(t)

@@ -229,3 +229,39 @@ func TestSilentPeer(t *testing.T) {
 		}
 	}
 }
+
+// With SmallBytes at 100 the suite's lengths (up to 1000 elements) run
+// through both all-reduce algorithms, and its Sizes case through the ring
+// alone.
+func TestConformanceSmallBytes(t *testing.T) {
+	collectivetest.RunAllWith(t, func(t *testing.T, n int) []collective.Collective {
+		cfgs := configs(t, n)
+		for r := range cfgs {
+			cfgs[r].SmallBytes = 100
+		}
+		return build(t, cfgs)
+	}, collectivetest.Options{MaxRanks: 4})
+}
+
+// Ranks that would pick different algorithms for one all-reduce fail it
+// with ErrMismatch, naming the setting to fix, instead of misreading frames.
+func TestSmallBytesMismatch(t *testing.T) {
+	cfgs := configs(t, 3)
+	cfgs[1].SmallBytes = -1
+	cs := build(t, cfgs)
+	errs := make([]error, len(cs))
+	var wg sync.WaitGroup
+	for r, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = c.AllReduce(context.Background(), make([]float32, 10), collective.Sum)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if !errors.Is(err, collective.ErrMismatch) || !strings.Contains(err.Error(), "SmallBytes") {
+			t.Errorf("rank %d: got %v, want ErrMismatch naming SmallBytes", r, err)
+		}
+	}
+}
