@@ -36,6 +36,8 @@ type DDPSpawn struct {
 	world int
 	log   zerolog.Logger
 	setup bool
+	// masterPort is the workers' rendezvous port (MASTER_PORT; 0: a free one).
+	masterPort int
 }
 
 // local is what DDPSpawn needs of the one-replica strategy it wraps.
@@ -60,7 +62,11 @@ func newSpawnParent(o strategy.Options, world int) (*DDPSpawn, error) {
 	if !ok {
 		return nil, fmt.Errorf("strategy \"ddp_spawn\": the strategy registered as \"single\" (%T) has no Store or Rebind", s)
 	}
-	return &DDPSpawn{local: l, world: world, log: o.Log}, nil
+	port, err := launch.MasterPortFromEnv(o.Lookup)
+	if err != nil {
+		return nil, fmt.Errorf("strategy \"ddp_spawn\": %w", err)
+	}
+	return &DDPSpawn{local: l, world: world, log: o.Log, masterPort: port}, nil
 }
 
 func (s *DDPSpawn) Info() strategy.Info {
@@ -102,7 +108,7 @@ func (s *DDPSpawn) spawn(ctx context.Context) (*launch.Result, error) {
 	}
 	defer os.RemoveAll(dir)
 	path := filepath.Join(dir, "result")
-	ln, port, err := launch.Loopback()
+	ln, port, err := launch.Loopback(s.masterPort)
 	if err != nil {
 		return nil, err
 	}
