@@ -385,7 +385,7 @@ func (g *Group) do(ctx context.Context, kind collective.Kind, send, recv any, op
 	}
 	// Publish the header, meet, and compare everyone's.
 	putHeader(g.hdr(g.rank, h.Seq), h)
-	if kind == collective.KindAllReduce && LocalReduce(g.size, h.Len*h.DType.Size()) {
+	if kind == collective.KindAllReduce && localReduce(g.size, h.Len*h.DType.Size()) {
 		return g.allReduceLocal(ctx, h, send)
 	}
 	if err := g.barrier(ctx, h); err != nil {
@@ -417,11 +417,11 @@ func (g *Group) checkHeaders(h collective.Header) error {
 	return nil
 }
 
-// LocalBytes is the largest all-reduce, in bytes, that every rank of a group
-// of 3 or more reduces whole for itself (see LocalReduce).
-const LocalBytes = 256 << 10
+// localBytes is the largest all-reduce, in bytes, that every rank of a group
+// of 3 or more reduces whole for itself (see localReduce).
+const localBytes = 256 << 10
 
-// LocalReduce reports whether an all-reduce of the given size over size
+// localReduce reports whether an all-reduce of the given size over size
 // ranks takes the one-barrier path: each rank copies its buffer into its
 // slot, and after one barrier reduces every rank's slot, in rank order, into
 // its own buffer. It saves the result slot and two of the three barriers of
@@ -429,7 +429,7 @@ const LocalBytes = 256 << 10
 // of one: always worth it for 2 ranks (4 buffer lengths of memory traffic
 // against 4.5), and for small messages, where barriers dominate. Both
 // paths reduce in rank order, so they give the same bits.
-func LocalReduce(size, bytes int) bool { return size == 2 || size > 2 && bytes <= LocalBytes }
+func localReduce(size, bytes int) bool { return size == 2 || size > 2 && bytes <= localBytes }
 
 // half returns the first n elements of half h of rank r's slot typed like buf.
 func (g *Group) half(buf any, r, h, n int) any {
@@ -442,7 +442,7 @@ func (g *Group) half(buf any, r, h, n int) any {
 	}
 }
 
-// allReduceLocal is the one-barrier all-reduce (see LocalReduce), in rounds
+// allReduceLocal is the one-barrier all-reduce (see localReduce), in rounds
 // of half a slot. A round writes the half of its phase's parity: a rank
 // reaches the next round's barrier only once every rank has left this
 // round's reads, so a writer is never more than one half ahead of a reader.

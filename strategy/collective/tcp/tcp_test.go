@@ -3,6 +3,7 @@ package tcp_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -179,7 +180,10 @@ func BenchmarkAllReduce(b *testing.B) {
 
 func benchAllReduce(b *testing.B, cfgs []tcp.Config, size int) {
 	cs := build(b, cfgs)
-	bufs := [][]float32{make([]float32, size/4), make([]float32, size/4)}
+	bufs := make([][]float32, len(cs))
+	for r := range bufs {
+		bufs[r] = make([]float32, size/4)
+	}
 	b.SetBytes(int64(size))
 	b.ResetTimer()
 	var wg sync.WaitGroup
@@ -262,6 +266,19 @@ func TestSmallBytesMismatch(t *testing.T) {
 	for r, err := range errs {
 		if !errors.Is(err, collective.ErrMismatch) || !strings.Contains(err.Error(), "SmallBytes") {
 			t.Errorf("rank %d: got %v, want ErrMismatch naming SmallBytes", r, err)
+		}
+	}
+}
+
+// BenchmarkAllReduceSizes times float32 sums over 2 and 4 ranks in this
+// process, at sizes on both sides of SmallBytes (4 bytes: the fixed cost of
+// an operation):
+//
+//	go test -run '^$' -bench AllReduceSizes -count 5 ./strategy/collective/tcp
+func BenchmarkAllReduceSizes(b *testing.B) {
+	for _, n := range []int{2, 4} {
+		for _, bytes := range []int{4, 64 << 10, 256 << 10, 4 << 20} {
+			b.Run(fmt.Sprintf("ranks=%d/bytes=%d", n, bytes), func(b *testing.B) { benchAllReduce(b, configs(b, n), bytes) })
 		}
 	}
 }
