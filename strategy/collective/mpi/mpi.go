@@ -229,48 +229,46 @@ func (g *Group) do(ctx context.Context, kind collective.Kind, send, recv any, op
 	if g.broken != nil {
 		return g.fail(h, -1, g.broken)
 	}
-	deadline := time.Now().Add(Timeout)
-
-	// Header exchange: every rank sees every rank's view of the operation.
 	mine := [4]int64{int64(h.Kind) | int64(h.DType)<<8 | int64(h.Op)<<16, int64(h.Root), int64(h.Len), int64(h.Seq)}
 	all := make([]int64, 4*g.size)
-	if err := g.call(ctx, h, deadline, "MPI_Allgather", func() C.int {
-		return C.MPI_Allgather(unsafe.Pointer(&mine[0]), 4, C.fl_i64(), unsafe.Pointer(&all[0]), 4, C.fl_i64(), g.comm)
-	}); err != nil {
-		return err
-	}
-	for q := 0; q < g.size; q++ {
-		a := all[4*q:]
-		theirs := collective.Header{Kind: collective.Kind(a[0] & 0xff), DType: collective.DType(a[0] >> 8 & 0xff), Op: collective.Op(a[0] >> 16 & 0xff), Root: int(a[1]), Len: int(a[2]), Seq: uint64(a[3])}
-		if err := h.Mismatch(g.rank, q, theirs); err != nil {
-			return g.fail(h, q, err)
+	res := make(chan outcome, 1)
+	// One goroutine makes both calls: the header exchange, so that every
+	// rank sees every rank's view of the operation, then the data.
+	go func() {
+		if rc := C.MPI_Allgather(unsafe.Pointer(&mine[0]), 4, C.fl_i64(), unsafe.Pointer(&all[0]), 4, C.fl_i64(), g.comm); rc != C.MPI_SUCCESS {
+			res <- outcome{call: "MPI_Allgather", rc: rc}
+			return
 		}
-	}
-
-	n := C.int(h.Len)
-	var err2 error
-	switch kind {
-	case collective.KindBarrier:
-		err2 = g.call(ctx, h, deadline, "MPI_Barrier", func() C.int { return C.MPI_Barrier(g.comm) })
-	case collective.KindAllReduce:
-		err2 = g.call(ctx, h, deadline, "MPI_Allreduce", func() C.int {
-			return C.MPI_Allreduce(C.fl_in_place(), ptr(send), n, dtype(h.DType), C.fl_op(C.int(op)), g.comm)
-		})
-	case collective.KindBroadcast:
-		err2 = g.call(ctx, h, deadline, "MPI_Bcast", func() C.int { return C.MPI_Bcast(ptr(send), n, dtype(h.DType), C.int(root), g.comm) })
-	case collective.KindAllGather:
-		counts, displs := layout(h.Len, g.size)
-		err2 = g.call(ctx, h, deadline, "MPI_Allgatherv", func() C.int {
-			return C.MPI_Allgatherv(ptr(send), counts[g.rank], dtype(h.DType), ptr(recv), &counts[0], &displs[0], dtype(h.DType), g.comm)
-		})
-	case collective.KindReduceScatter:
-		counts, _ := layout(h.Len, g.size)
-		err2 = g.call(ctx, h, deadline, "MPI_Reduce_scatter", func() C.int {
-			return C.MPI_Reduce_scatter(ptr(send), ptr(recv), &counts[0], dtype(h.DType), C.fl_op(C.int(op)), g.comm)
-		})
-	}
-	if err2 != nil {
-		return err2
+		for q := 0; q < g.size; q++ {
+			a := all[4*q:]
+			theirs := collective.Header{Kind: collective.Kind(a[0] & 0xff), DType: collective.DType(a[0] >> 8 & 0xff), Op: collective.Op(a[0] >> 16 & 0xff), Root: int(a[1]), Len: int(a[2]), Seq: uint64(a[3])}
+			if err := h.Mismatch(g.rank, q, theirs); err != nil {
+				res <- outcome{peer: q, mismatch: err}
+				return
+			}
+		}
+		call, rc := g.data(h, send, recv)
+		res <- outcome{call: call, rc: rc}
+	}()
+	timer := time.NewTimer(Timeout)
+	defer timer.Stop()
+	select {
+	case o := <-res:
+		if o.mismatch != nil {
+			return g.fail(h, o.peer, o.mismatch)
+		}
+		if o.rc != C.MPI_SUCCESS {
+			g.broken = fmt.Errorf("%w: %s: %s", collective.ErrPeerLost, o.call, errString(o.rc))
+			return g.fail(h, -1, g.broken)
+		}
+	case <-ctx.Done():
+		stuck.Add(1)
+		g.broken = fmt.Errorf("%w: abandoned by this rank: %v", collective.ErrClosed, ctx.Err())
+		return g.fail(h, -1, ctx.Err())
+	case <-timer.C:
+		stuck.Add(1)
+		g.broken = fmt.Errorf("%w: a rank did not take part within %v (MPI cannot say which)", collective.ErrTimeout, Timeout)
+		return g.fail(h, -1, g.broken)
 	}
 	if op == collective.Mean {
 		switch kind {
@@ -283,39 +281,44 @@ func (g *Group) do(ctx context.Context, kind collective.Kind, send, recv any, op
 	return nil
 }
 
-// stuck counts calls abandoned inside MPI (timed out or cancelled):
+// outcome is how an operation's MPI calls ended: a mismatched header (peer,
+// mismatch), or the return code of the call that failed or the last one.
+type outcome struct {
+	call     string
+	rc       C.int
+	peer     int
+	mismatch error
+}
+
+// stuck counts operations abandoned inside MPI (timed out or cancelled):
 // Finalize must not run under them.
 var stuck atomic.Int64
 
-// call runs one blocking MPI collective on its own goroutine and waits for
-// it, the context or the deadline. Blocking calls take Open MPI's tuned
-// algorithms and progress without polling: the non-blocking collectives
-// this backend polled before (libnbc) advance only inside MPI_Test, and
-// polling them with sleeps made a 4 MB all-reduce over 2 ranks 4x slower
-// than plain mpirun. MPI cannot cancel a collective, so a call that does not
+// data makes h's blocking MPI call and returns its name and return code.
+// Blocking calls take Open MPI's tuned algorithms and progress without
+// polling: the non-blocking collectives this backend polled before (libnbc)
+// advance only inside MPI_Test, and polling them with sleeps made a 4 MB
+// all-reduce over 2 ranks 10x slower than plain mpirun. do runs it on its
+// own goroutine; MPI cannot cancel a collective, so one that does not
 // finish in time is abandoned where it blocks: the group is broken, and the
 // buffers it was given may still be written by MPI afterwards.
-func (g *Group) call(ctx context.Context, h collective.Header, deadline time.Time, name string, f func() C.int) error {
-	done := make(chan C.int, 1)
-	go func() { done <- f() }()
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
-	select {
-	case rc := <-done:
-		if rc != C.MPI_SUCCESS {
-			g.broken = fmt.Errorf("%w: %s: %s", collective.ErrPeerLost, name, errString(rc))
-			return g.fail(h, -1, g.broken)
-		}
-		return nil
-	case <-ctx.Done():
-		stuck.Add(1)
-		g.broken = fmt.Errorf("%w: abandoned by this rank: %v", collective.ErrClosed, ctx.Err())
-		return g.fail(h, -1, ctx.Err())
-	case <-timer.C:
-		stuck.Add(1)
-		g.broken = fmt.Errorf("%w: a rank did not take part within %v (MPI cannot say which)", collective.ErrTimeout, Timeout)
-		return g.fail(h, -1, g.broken)
+func (g *Group) data(h collective.Header, send, recv any) (string, C.int) {
+	n := C.int(h.Len)
+	switch h.Kind {
+	case collective.KindBarrier:
+		return "MPI_Barrier", C.MPI_Barrier(g.comm)
+	case collective.KindAllReduce:
+		return "MPI_Allreduce", C.MPI_Allreduce(C.fl_in_place(), ptr(send), n, dtype(h.DType), C.fl_op(C.int(h.Op)), g.comm)
+	case collective.KindBroadcast:
+		return "MPI_Bcast", C.MPI_Bcast(ptr(send), n, dtype(h.DType), C.int(h.Root), g.comm)
+	case collective.KindAllGather:
+		counts, displs := layout(h.Len, g.size)
+		return "MPI_Allgatherv", C.MPI_Allgatherv(ptr(send), counts[g.rank], dtype(h.DType), ptr(recv), &counts[0], &displs[0], dtype(h.DType), g.comm)
+	case collective.KindReduceScatter:
+		counts, _ := layout(h.Len, g.size)
+		return "MPI_Reduce_scatter", C.MPI_Reduce_scatter(ptr(send), ptr(recv), &counts[0], dtype(h.DType), C.fl_op(C.int(h.Op)), g.comm)
 	}
+	return "", C.MPI_SUCCESS
 }
 
 func layout(total, size int) (counts, displs []C.int) {
