@@ -66,8 +66,9 @@ type Ring struct {
 
 	seq     uint64
 	hb      []byte
-	whb     []byte
-	scratch []byte // one segment, 8-byte aligned
+	whb     []byte    // headers of the frames of one write
+	wbufs   [4][]byte // their headers and payloads
+	scratch []byte    // one segment, 8-byte aligned
 	work32  []float32
 	work64  []float64
 	gath32  []float32 // the gather path's n whole buffers
@@ -143,7 +144,7 @@ func NewRing(ctx context.Context, rv *rendezvous.Rendezvous) (*Ring, error) {
 }
 
 func newRing(ctx context.Context, rv *rendezvous.Rendezvous, cfg Config) (*Ring, error) {
-	g := &Ring{cfg: cfg, rank: cfg.Rank, size: cfg.Size, rv: rv, hb: make([]byte, wire.HeaderSize), whb: make([]byte, wire.HeaderSize),
+	g := &Ring{cfg: cfg, rank: cfg.Rank, size: cfg.Size, rv: rv, hb: make([]byte, wire.HeaderSize), whb: make([]byte, 2*wire.HeaderSize),
 		brokenCh: make(chan struct{}), readerDone: make(chan struct{})}
 	sc := make([]float64, cfg.SegmentBytes/8)
 	g.scratch = unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(sc))), len(sc)*8)
@@ -665,11 +666,21 @@ func (g *Ring) sender(h collective.Header, oh wire.OpHeader, algo uint8, data []
 			quiet = true
 		}
 	}
-	if err := g.writeFrame(wire.KindOp, algo, h.Seq, oh.Encode()); err != nil {
+	// The operation header goes out with the first data frame when that
+	// one waits for nothing: one write, and one wake-up of the receiver.
+	frames := []frame{{wire.KindOp, algo, oh.Encode()}}
+	first := 0
+	if len(p.sends) > 0 && p.dep[0] < 0 {
+		s := p.sends[0]
+		frames = append(frames, frame{wire.KindData, 0, data[s.lo*esz : s.hi*esz]})
+		first = 1
+	}
+	if err := g.writeFrames(h.Seq, frames...); err != nil {
 		return fail(g.writeErr(err))
 	}
 	done := 0
-	for i, s := range p.sends {
+	for i := first; i < len(p.sends); i++ {
+		s := p.sends[i]
 		for done <= p.dep[i] {
 			select {
 			case <-progress:
@@ -704,19 +715,35 @@ func (g *Ring) writeErr(err error) error {
 }
 
 func (g *Ring) writeFrame(k wire.Kind, code uint8, seq uint64, payload []byte) error {
+	return g.writeFrames(seq, frame{k, code, payload})
+}
+
+// frame is one frame to write: kind, code and payload.
+type frame struct {
+	kind    wire.Kind
+	code    uint8
+	payload []byte
+}
+
+// writeFrames writes up to two frames of operation seq in one write.
+func (g *Ring) writeFrames(seq uint64, fs ...frame) error {
 	g.wmu.Lock()
 	defer g.wmu.Unlock()
 	if g.midFrame {
 		return net.ErrClosed
 	}
-	wire.PutHeader(g.whb, wire.Header{Kind: k, Code: code, Seq: seq, Length: uint32(len(payload))})
+	bufs := net.Buffers(g.wbufs[:0])
+	for i, f := range fs {
+		hb := g.whb[i*wire.HeaderSize : (i+1)*wire.HeaderSize]
+		wire.PutHeader(hb, wire.Header{Kind: f.kind, Code: f.code, Seq: seq, Length: uint32(len(f.payload))})
+		bufs = append(bufs, hb, f.payload)
+	}
 	g.next.SetWriteDeadline(time.Now().Add(g.cfg.Timeout))
 	// Re-check after arming the deadline: breakGroup and Close kick the
 	// deadline only after setting their flags, so one of the two sees it.
 	if g.closing.Load() || g.brokenCause() != nil {
 		return net.ErrClosed
 	}
-	bufs := net.Buffers{g.whb, payload}
 	n, err := bufs.WriteTo(g.next)
 	if err != nil && (n > 0 || rawTCP(g.next) != nil) {
 		// Part of the frame went out; or, over TLS, the write may have put
