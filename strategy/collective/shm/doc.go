@@ -18,11 +18,12 @@
 // of at most 256 KiB, takes a one-barrier path instead: each rank copies its
 // part into its slot and, after one barrier, reduces every slot in rank order
 // into its own buffer, in half-slot rounds that alternate halves so that a
-// round's writes never meet the previous round's reads. Fewer barriers and no
-// result slot (for 2 ranks, 4 buffer lengths of memory traffic against 4.5),
-// for n buffer reads per rank instead of one: the trade pays for 2 ranks at
-// every size and for small messages at any number. Both paths reduce in rank
-// order, so they give the same bits.
+// round's writes never meet the previous round's reads. One barrier per
+// operation instead of three for small messages, no result slot, and for 2
+// ranks 5 buffer lengths read and written per rank against 5.5; the price is
+// n buffer reads per rank instead of one, which is why 3 or more ranks keep
+// the blocked path above 256 KiB. Both paths reduce in rank order, so they
+// give the same bits.
 //
 // Faults: the rendezvous connections stay open as liveness links (rank 0 to
 // each rank); when one ends, the survivor marks that rank dead in shared

@@ -425,10 +425,11 @@ const localBytes = 256 << 10
 // ranks takes the one-barrier path: each rank copies its buffer into its
 // slot, and after one barrier reduces every rank's slot, in rank order, into
 // its own buffer. It saves the result slot and two of the three barriers of
-// the blocked path, at the cost of each rank reading size buffers instead
-// of one: always worth it for 2 ranks (4 buffer lengths of memory traffic
-// against 4.5), and for small messages, where barriers dominate. Both
-// paths reduce in rank order, so they give the same bits.
+// a small operation on the blocked path, at the cost of each rank reading
+// size buffers instead of one: worth it for 2 ranks at any size (5 buffer
+// lengths read and written per rank against 5.5), and for small messages,
+// where barriers dominate. Both paths reduce in rank order, so they give
+// the same bits.
 func localReduce(size, bytes int) bool { return size == 2 || size > 2 && bytes <= localBytes }
 
 // half returns the first n elements of half h of rank r's slot typed like buf.
