@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,12 +22,17 @@ import (
 	"github.com/fulgur-ml/fulgur/strategy/collective/tcp"
 )
 
-// allreduce: float32 sum over 4 MB and 25 MB at 2 and 4 ranks, each rank a
-// separate process; bus bandwidth = bytes * 2(n-1)/n / time, median of the
-// timed iterations (each timed from a barrier to the slowest rank's finish,
-// as Open MPI's figure below is). With mpirun on PATH the same is measured
-// through Open MPI (a small C program built with mpicc), over shared memory
-// (--mca btl vader,self) and TCP (--mca btl tcp,self), and ratios are added.
+// allreduce: float32 sum over 256 KB, 4 MB and 25 MB (-bytes) at 2 and 4
+// ranks (-ranks), each rank a separate process; bus bandwidth = bytes *
+// 2(n-1)/n / time, median of the timed iterations (each timed from a barrier
+// to the slowest rank's finish, as Open MPI's figure below is). With mpirun
+// on PATH the same is measured through Open MPI (a small C program built with
+// mpicc), over shared memory (--mca btl vader,self) and TCP (--mca btl
+// tcp,self), and ratios are added; built with -tags mpi, fulgur's mpi backend
+// runs under mpirun with vader,self too and is set against plain Open MPI
+// shared memory. The physical limit beside each figure: a memcpy row per
+// size (one core copying a buffer of that size, in the same run) and each
+// backend's of_memcpy, its bus bandwidth over that copy bandwidth.
 func init() {
 	register(&workload{
 		Name:    "allreduce",
@@ -42,7 +48,7 @@ const (
 	allreduceIters  = 20
 )
 
-var allreduceSizes = []int{4 << 20, 25 << 20}
+var allreduceSizes = []int{256 << 10, 4 << 20, 25 << 20}
 
 // allreduceBackends is extended by allreduce_mpi.go under the mpi tag.
 var allreduceBackends = []string{"tcp", "shm"}
@@ -54,22 +60,44 @@ var peerOf = map[string]string{"shm": "openmpi-sm", "tcp": "openmpi-tcp", "mpi":
 
 func allreduceConfigs(o *Options) ([]Config, error) {
 	_, mpiErr := exec.LookPath("mpirun")
+	sizes, rankCounts := allreduceSizes, []int{2, 4}
+	if len(o.AllreduceBytes) > 0 {
+		sizes = o.AllreduceBytes
+	}
+	if len(o.Ranks) > 0 {
+		rankCounts = o.Ranks
+	}
+	want := func(b string) bool { return len(o.AllreduceBackends) == 0 || slices.Contains(o.AllreduceBackends, b) }
+	if want("mpi") && !mpiBuilt && len(o.AllreduceBackends) > 0 {
+		return nil, fmt.Errorf("-backends names mpi, but this bench was built without the mpi tag: go run -tags mpi ./cmd/bench")
+	}
 	var cs []Config
-	for _, size := range allreduceSizes {
-		for _, ranks := range []int{2, 4} {
+	// The memory bandwidth the collectives are measured against, once.
+	for _, size := range sizes {
+		if size < 4 || size%4 != 0 {
+			return nil, fmt.Errorf("-bytes has %d: use a positive multiple of 4 (float32 elements)", size)
+		}
+		// The memory bandwidth the collectives are set against: one
+		// process copying a buffer of the same size.
+		cs = append(cs, Config{Workload: "allreduce", Impl: "memcpy", Variant: fmt.Sprintf("backend=memcpy bytes=%d", size), Steps: allreduceIters, Seed: o.Seed})
+		for _, ranks := range rankCounts {
 			for _, b := range allreduceBackends {
-				cs = append(cs, Config{Workload: "allreduce", Impl: "fulgur", Variant: fmt.Sprintf("backend=%s bytes=%d", b, size), Ranks: ranks, Steps: allreduceIters, Seed: o.Seed})
+				if want(b) {
+					cs = append(cs, Config{Workload: "allreduce", Impl: "fulgur", Variant: fmt.Sprintf("backend=%s bytes=%d", b, size), Ranks: ranks, Steps: allreduceIters, Seed: o.Seed})
+				}
 			}
 			if mpiErr != nil {
 				continue
 			}
-			if mpiBuilt {
+			if mpiBuilt && want("mpi") {
 				// Our mpi backend runs under mpirun, started by one measuring process.
 				cs = append(cs, Config{Workload: "allreduce", Impl: "fulgur-mpi", Variant: fmt.Sprintf("backend=mpi bytes=%d ranks=%d", size, ranks), Steps: allreduceIters, Seed: o.Seed})
 			}
 			for _, p := range []string{"openmpi-sm", "openmpi-tcp"} {
-				// One measuring process that runs mpirun itself.
-				cs = append(cs, Config{Workload: "allreduce", Impl: "openmpi", Variant: fmt.Sprintf("backend=%s bytes=%d ranks=%d", p, size, ranks), Steps: allreduceIters, Seed: o.Seed})
+				if want(p) {
+					// One measuring process that runs mpirun itself.
+					cs = append(cs, Config{Workload: "allreduce", Impl: "openmpi", Variant: fmt.Sprintf("backend=%s bytes=%d ranks=%d", p, size, ranks), Steps: allreduceIters, Seed: o.Seed})
+				}
 			}
 		}
 	}
@@ -117,6 +145,8 @@ func allreduceRun(ctx context.Context, c Config) (Figures, error) {
 	case "fulgur-mpi":
 		ranks, _ := strconv.Atoi(v["ranks"])
 		return mpirunSelf(ctx, c, ranks)
+	case "memcpy":
+		return memcpyBandwidth(size, iters), nil
 	}
 	g, err := openBackend(ctx, v["backend"])
 	if err != nil {
@@ -154,6 +184,29 @@ func allreduceRun(ctx context.Context, c Config) (Figures, error) {
 		return nil, nil
 	}
 	return iterFigures(size, g.Size(), times), nil
+}
+
+// memcpyBandwidth times copy() of size bytes between two buffers, the
+// same number of iterations as a collective; its "busbw_gbps" is bytes
+// copied per second, the bandwidth one core gets from the memory system
+// for a buffer of that size (cache-resident at 256 KB, memory at 25 MB).
+func memcpyBandwidth(size, iters int) Figures {
+	src, dst := make([]byte, size), make([]byte, size)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	var times []float64
+	for i := 0; i < allreduceWarmup+iters; i++ {
+		start := time.Now()
+		copy(dst, src)
+		if t := time.Since(start).Seconds(); i >= allreduceWarmup {
+			times = append(times, t)
+		}
+	}
+	sort.Float64s(times)
+	gbps := func(t float64) float64 { return float64(size) / t / 1e9 }
+	return Figures{"busbw_gbps": gbps(times[len(times)/2]), "busbw_gbps_best": gbps(times[0]), "busbw_gbps_wrst": gbps(times[len(times)-1]),
+		"bytes": float64(size), "ms": times[len(times)/2] * 1e3}
 }
 
 // openBackend builds this rank's group from the launcher's environment.
@@ -221,7 +274,8 @@ func mpirunSelf(ctx context.Context, c Config, ranks int) (Figures, error) {
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"--oversubscribe", "-np", strconv.Itoa(ranks), "-x", childEnv, exe}
+	// The transports of the Open MPI row it is set against (openmpi-sm).
+	args := []string{"--oversubscribe", "-np", strconv.Itoa(ranks), "--mca", "btl", openMPIPeers[peerOf["mpi"]], "-x", childEnv, exe}
 	if os.Geteuid() == 0 {
 		args = append([]string{"--allow-run-as-root"}, args...)
 	}
@@ -316,6 +370,9 @@ func allreduceDerive(o *Options, rs []*Result) []Row {
 		if n, err := strconv.Atoi(v["ranks"]); err == nil {
 			ranks = n
 		}
+		if v["backend"] == "memcpy" {
+			ranks = 0
+		}
 		runs[key{v["backend"], size, ranks}] = r.figure("busbw_gbps")
 	}
 	var rows []Row
@@ -341,6 +398,18 @@ func allreduceDerive(o *Options, rs []*Result) []Row {
 		row := Row{Workload: "allreduce", Config: fmt.Sprintf("%s ranks=%d bytes=%d", k.backend, k.rnks, k.bytes),
 			Labels:  map[string]any{"backend": k.backend, "ranks": k.rnks, "bytes": k.bytes},
 			Figures: map[string]Stat{"busbw_gbps": stat(bw)}, N: len(bw)}
+		if k.backend == "memcpy" {
+			row.Config = fmt.Sprintf("memcpy bytes=%d (one core, GB/s copied)", k.bytes)
+		} else if mem := runs[key{"memcpy", k.bytes, 0}]; len(mem) > 0 {
+			// The fraction of the copy bandwidth a rank reaches: bus
+			// bandwidth is the bytes each rank must move per second, so a
+			// collective at 1.0 moves data as fast as one memcpy.
+			var fr []float64
+			for i := 0; i < min(len(bw), len(mem)); i++ {
+				fr = append(fr, bw[i]/mem[i])
+			}
+			row.Figures["of_memcpy"] = stat(fr)
+		}
 		if p, ok := peerOf[k.backend]; ok {
 			if pbw := runs[key{p, k.bytes, k.rnks}]; len(pbw) > 0 {
 				var ratios []float64

@@ -67,12 +67,16 @@ type Options struct {
 	cpu0   time.Duration
 	t0     time.Time
 	relay0 netns.RelayStats
+	// Allreduce filters the allreduce workload: message sizes in bytes,
+	// rank counts and backends (empty: all).
+	AllreduceBytes    []int
+	AllreduceBackends []string
 }
 
 func parseOptions(args []string) (*Options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	o := &Options{}
-	var wl, thr, pthr, bl, rk string
+	var wl, thr, pthr, bl, rk, arBytes, arBackends string
 	fs.StringVar(&wl, "workload", "mlp", "comma-separated workloads: "+strings.Join(workloadNames(), ", ")+", or all")
 	fs.IntVar(&o.Runs, "runs", 3, "runs of each configuration (figures are medians)")
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON object per line instead of a table")
@@ -91,8 +95,10 @@ func parseOptions(args []string) (*Options, error) {
 	fs.StringVar(&o.PeerScript, "peer-script", "bench/torch_peer.py", "the PyTorch peer script")
 	fs.StringVar(&o.Model, "model", "resnet8", "model of the threads workload: resnet8 or mlp")
 	fs.BoolVar(&o.Verbose, "v", false, "show the child processes' logs")
+	fs.StringVar(&arBytes, "bytes", "", "allreduce message sizes in bytes, comma-separated (default 262144,4194304,26214400)")
+	fs.StringVar(&arBackends, "backends", "", "allreduce backends and peers, comma-separated, among tcp, shm, mpi, openmpi-sm, openmpi-tcp (default all)")
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "limit for one measured process")
-	fs.StringVar(&rk, "ranks", "1,2,4", "ranks of the scaleout workload, comma-separated (above 1: even, split over its two nodes)")
+	fs.StringVar(&rk, "ranks", "", "rank counts, comma-separated: of the allreduce workload (default 2,4) and of the scaleout workload (default 1,2,4; above 1: even, split over its two nodes)")
 	fs.StringVar(&o.LinkRate, "link-rate", "10gbit", "scaleout: the rate of the link between the two nodes (tc tbf syntax)")
 	fs.DurationVar(&o.LinkDelay, "link-delay", 100*time.Microsecond, "scaleout: delay added to every frame on the link, each direction")
 	fs.IntVar(&o.LinkMTU, "link-mtu", 9000, "scaleout: MTU of the link (jumbo frames, as cluster networks use; the relay copies one frame per system call)")
@@ -123,8 +129,25 @@ func parseOptions(args []string) (*Options, error) {
 	if o.PeerThreads, err = intList("-peer-threads", pthr); err != nil {
 		errs = append(errs, err)
 	}
-	if o.Ranks, err = intList("-ranks", rk); err != nil {
-		errs = append(errs, err)
+	if rk != "" {
+		if o.Ranks, err = intList("-ranks", rk); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if arBytes != "" {
+		if o.AllreduceBytes, err = intList("-bytes", arBytes); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if arBackends != "" {
+		for _, b := range strings.Split(arBackends, ",") {
+			switch b = strings.TrimSpace(b); b {
+			case "tcp", "shm", "mpi", "openmpi-sm", "openmpi-tcp":
+				o.AllreduceBackends = append(o.AllreduceBackends, b)
+			default:
+				errs = append(errs, fmt.Errorf("-backends has %q: use tcp, shm, mpi, openmpi-sm or openmpi-tcp, comma-separated", b))
+			}
+		}
 	}
 	if o.Runs < 1 {
 		errs = append(errs, fmt.Errorf("-runs is %d: use 1 or more (3 or more for figures worth reporting)", o.Runs))

@@ -58,6 +58,7 @@ func scaleoutConfigs(o *Options) ([]Config, error) {
 	if o.Peer != "" {
 		return nil, fmt.Errorf("-peer %s: the scaleout workload has no peer (PyTorch's DDP across namespaces is not wired up)", o.Peer)
 	}
+	defaultScaleoutRanks(o)
 	var errs []error
 	for _, r := range o.Ranks {
 		if r > 1 && r%2 != 0 {
@@ -99,9 +100,18 @@ func scaleoutConfigs(o *Options) ([]Config, error) {
 	return cs, nil
 }
 
+// defaultScaleoutRanks fills -ranks, which the allreduce workload shares,
+// with the scaleout workload's default when the user gave none.
+func defaultScaleoutRanks(o *Options) {
+	if len(o.Ranks) == 0 {
+		o.Ranks = []int{1, 2, 4}
+	}
+}
+
 // scaleoutSetup makes the two nodes once for every scale-out
 // configuration and probes the link between them.
 func scaleoutSetup(ctx context.Context, o *Options) (func() error, error) {
+	defaultScaleoutRanks(o)
 	if len(o.Ranks) == 1 && o.Ranks[0] == 1 {
 		return func() error { return nil }, nil
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"sync/atomic"
 	"testing"
 
 	"github.com/fulgur-ml/fulgur/strategy/collective"
@@ -99,6 +101,45 @@ func TestReduceInto(t *testing.T) {
 	}
 }
 
+// ReduceTo(dst, a, b) keeps a on ties, signed zeros and NaNs included
+// (backends reduce in rank order and promise every rank the same bits), in
+// place or not, on both sides of its 8-wide unrolled loop.
+func TestReduceToOperandOrder(t *testing.T) {
+	nan := math.NaN()
+	negz := math.Copysign(0, -1)
+	a := []float64{1, 0, -2, 5, 0, negz, nan, 1, 3, 1, 1, 4, 2.5}
+	b := []float64{2, 1, 2, 7, negz, 0, 1, nan, 3, 1, 1, 5, -1}
+	ref := func(op collective.Op, x, y float64) float64 {
+		switch op {
+		case collective.Max:
+			if y > x {
+				return y
+			}
+			return x
+		case collective.Min:
+			if y < x {
+				return y
+			}
+			return x
+		}
+		return x + y
+	}
+	for _, op := range []collective.Op{collective.Sum, collective.Mean, collective.Max, collective.Min} {
+		got := make([]float64, len(a))
+		collective.ReduceTo(got, a, b, op)
+		inPlace := append([]float64(nil), b...)
+		collective.ReduceTo(inPlace, a, inPlace, op)
+		into := append([]float64(nil), a...)
+		collective.ReduceInto(into, b, op)
+		for i := range a {
+			want := math.Float64bits(ref(op, a[i], b[i]))
+			if math.Float64bits(got[i]) != want || math.Float64bits(inPlace[i]) != want || math.Float64bits(into[i]) != want {
+				t.Errorf("%s element %d (%v, %v): ReduceTo gave %v (in place %v), ReduceInto %v, want %v", op, i, a[i], b[i], got[i], inPlace[i], into[i], ref(op, a[i], b[i]))
+			}
+		}
+	}
+}
+
 // rec is a Collective that records the order in which operations run.
 type rec struct {
 	order []string
@@ -136,4 +177,65 @@ func ExampleWithAsync() {
 	// <nil> <nil>
 	// [allreduce 1 allreduce 2 barrier]
 	// collective: rank 0: group closed
+}
+
+// gated is a Collective whose all-reduces wait for a gate and which fails
+// the test if two operations ever overlap.
+type gated struct {
+	rec
+	gate    chan struct{}
+	running atomic.Int32
+	overlap atomic.Bool
+}
+
+func (g *gated) enter() {
+	if g.running.Add(1) > 1 {
+		g.overlap.Store(true)
+	}
+}
+
+func (g *gated) AllReduce(ctx context.Context, buf any, op collective.Op) error {
+	g.enter()
+	defer g.running.Add(-1)
+	<-g.gate
+	return g.rec.AllReduce(ctx, buf, op)
+}
+
+func (g *gated) Barrier(ctx context.Context) error {
+	g.enter()
+	defer g.running.Add(-1)
+	return g.rec.Barrier(ctx)
+}
+
+// A synchronous call made while an asynchronous one is still running waits
+// for it (it runs after it, never beside it), and synchronous calls from
+// several goroutines never overlap either.
+func TestWithAsyncOrdersSynchronousCalls(t *testing.T) {
+	c := &gated{gate: make(chan struct{})}
+	g := collective.WithAsync(c)
+	ctx := context.Background()
+	h := g.AllReduceAsync(ctx, make([]float32, 3), collective.Sum)
+	done := make(chan error, 4)
+	for range 4 {
+		go func() { done <- g.Barrier(ctx) }()
+	}
+	close(c.gate)
+	if err := h.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := g.AllReduce(ctx, make([]float32, 5), collective.Sum); err != nil {
+		t.Fatal(err)
+	}
+	g.Close()
+	if want := "[allreduce 3 barrier barrier barrier barrier allreduce 5]"; fmt.Sprint(c.order) != want {
+		t.Errorf("operations ran in the order %v, want %s", c.order, want)
+	}
+	if c.overlap.Load() {
+		t.Error("two operations ran at once")
+	}
 }

@@ -45,10 +45,10 @@
 //
 // # Order, async and the communication goroutine
 //
-// WithAsync wraps any Collective so that every operation, synchronous or not,
-// runs on one goroutine per group member, in submission order; that keeps the
-// order of operations identical on every rank as long as each rank submits in
-// the same order. Every backend in this module returns values already wrapped,
+// WithAsync wraps any Collective so that its operations, synchronous or not,
+// run one at a time in submission order (queued ones on one goroutine per
+// group member); that keeps the order of operations identical on every rank
+// as long as each rank submits in the same order. Every backend in this module returns values already wrapped,
 // so c.(collective.Async) always succeeds for them.
 //
 // # Faults

@@ -10,36 +10,48 @@ type Float interface{ ~float32 | ~float64 }
 
 // ReduceInto sets dst[i] = dst[i] op src[i] for Sum, Mean (summed; call
 // Scale afterwards), Max and Min. len(src) must be >= len(dst).
-func ReduceInto[T Float](dst, src []T, op Op) {
-	src = src[:len(dst)]
+func ReduceInto[T Float](dst, src []T, op Op) { ReduceTo(dst, dst, src, op) }
+
+// ReduceTo sets dst[i] = a[i] op b[i] for Sum, Mean (summed), Max and Min;
+// Max and Min keep a unless b is larger or smaller, which decides between
+// -0 and +0 and NaNs, so the order of the operands matters to the bits.
+// dst may be a or b; len(a) and len(b) must be >= len(dst). Backends that
+// reduce in rank order call it with a the lower rank's values.
+func ReduceTo[T Float](dst, a, b []T, op Op) {
+	a, b = a[:len(dst)], b[:len(dst)]
 	switch op {
 	case Sum, Mean:
 		i := 0
 		for ; i+8 <= len(dst); i += 8 {
 			d := dst[i : i+8 : i+8]
-			s := src[i : i+8 : i+8]
-			d[0] += s[0]
-			d[1] += s[1]
-			d[2] += s[2]
-			d[3] += s[3]
-			d[4] += s[4]
-			d[5] += s[5]
-			d[6] += s[6]
-			d[7] += s[7]
+			x := a[i : i+8 : i+8]
+			y := b[i : i+8 : i+8]
+			d[0] = x[0] + y[0]
+			d[1] = x[1] + y[1]
+			d[2] = x[2] + y[2]
+			d[3] = x[3] + y[3]
+			d[4] = x[4] + y[4]
+			d[5] = x[5] + y[5]
+			d[6] = x[6] + y[6]
+			d[7] = x[7] + y[7]
 		}
 		for ; i < len(dst); i++ {
-			dst[i] += src[i]
+			dst[i] = a[i] + b[i]
 		}
 	case Max:
-		for i, v := range src {
-			if v > dst[i] {
+		for i, v := range b {
+			if v > a[i] {
 				dst[i] = v
+			} else {
+				dst[i] = a[i]
 			}
 		}
 	case Min:
-		for i, v := range src {
-			if v < dst[i] {
+		for i, v := range b {
+			if v < a[i] {
 				dst[i] = v
+			} else {
+				dst[i] = a[i]
 			}
 		}
 	}
@@ -71,6 +83,27 @@ func ReduceAny(dst, src any, op Op) error {
 	default:
 		return fmt.Errorf("%w: reduce into %T", ErrBadBuffer, dst)
 	}
+	return nil
+}
+
+// ReduceToAny is ReduceTo on untyped buffers of one dtype.
+func ReduceToAny(dst, a, b any, op Op) error {
+	switch d := dst.(type) {
+	case []float32:
+		return reduceToTyped(d, a, b, op)
+	case []float64:
+		return reduceToTyped(d, a, b, op)
+	}
+	return fmt.Errorf("%w: reduce into %T", ErrBadBuffer, dst)
+}
+
+func reduceToTyped[T Float](dst []T, a, b any, op Op) error {
+	x, ok1 := a.([]T)
+	y, ok2 := b.([]T)
+	if !ok1 || !ok2 {
+		return fmt.Errorf("%w: reduce %T and %T into %T", ErrBadBuffer, a, b, dst)
+	}
+	ReduceTo(dst, x, y, op)
 	return nil
 }
 

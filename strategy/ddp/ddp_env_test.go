@@ -1,6 +1,7 @@
 package ddp_test
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -53,6 +54,8 @@ func TestDDPJoinsFromEnvironment(t *testing.T) {
 		{"socket interface", "ddp", torchrun(1, 2, "FULGUR_SOCKET_IFNAME", "lo"), 2, 1, 1, 2, ""},
 		{"unknown socket interface", "ddp", torchrun(0, 2, "FULGUR_SOCKET_IFNAME", "nosuch9"), 2, 1, 0, 0, "FULGUR_SOCKET_IFNAME=\"nosuch9\": no such network interface on this host (it has lo"},
 		{"nodes without launcher", "ddp", map[string]string{}, 2, 2, 0, 0, "not started by a launcher"},
+		{"bad master port, self-launched", "ddp", map[string]string{"MASTER_PORT": "http"}, 2, 1, 0, 0, "MASTER_PORT=\"http\""},
+		{"bad master port, spawn", "ddp_spawn", map[string]string{"MASTER_PORT": "-3"}, 2, 1, 0, 0, "MASTER_PORT=\"-3\""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := strategy.New(tc.strategy, strategy.Options{Devices: tc.devices, NumNodes: tc.nodes, Lookup: lookupOf(tc.env)})
@@ -76,6 +79,30 @@ func TestDDPJoinsFromEnvironment(t *testing.T) {
 // nodes would (torchrun variables, node ranks 0 and 1, two local ranks
 // each), all on this machine, and checks the weights equal four in-process
 // ranks'.
+// A self-launched job's local rendezvous listens on MASTER_PORT when it is
+// set; one another process holds fails Launch naming the port and variable.
+func TestSelfLaunchHonoursMasterPort(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	port := fmt.Sprint(taken.Addr().(*net.TCPAddr).Port)
+	s, err := strategy.New("ddp", strategy.Options{Devices: 2, NumNodes: 1, Lookup: lookupOf(map[string]string{"MASTER_PORT": port})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, ok := s.(interface {
+		Launch(context.Context) (bool, error)
+	})
+	if !ok {
+		t.Fatalf("%T has no Launch", s)
+	}
+	if _, err := l.Launch(context.Background()); err == nil || !strings.Contains(err.Error(), "MASTER_PORT="+port) {
+		t.Fatalf("Launch with MASTER_PORT=%s held by another listener: %v, want an error naming it", port, err)
+	}
+}
+
 func TestDDPTwoNodesOverLoopback(t *testing.T) {
 	needLinux(t)
 	want := inProcess(t, 4)

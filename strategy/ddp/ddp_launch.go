@@ -220,6 +220,9 @@ func ddpFromOptions(o strategy.Options, name string, wrap func(*DDP) (strategy.S
 	if l.elastic, err = launch.ElasticFromEnv(o.Lookup, perNode, o.Log); err != nil {
 		return nil, fmt.Errorf("strategy %q: %w", name, err)
 	}
+	if l.masterPort, err = launch.MasterPortFromEnv(o.Lookup); err != nil {
+		return nil, fmt.Errorf("strategy %q: %w", name, err)
+	}
 	if l.linger == 0 {
 		l.linger = collective.DefaultTimeout
 	}
@@ -339,10 +342,13 @@ type launcher struct {
 	logDir string         // where rank_N.log go ("": this process's output)
 	logs   map[int]string // rank -> its log file
 	linger time.Duration  // how long ranks may outlive this process
-	ln     net.Listener
-	port   int
-	token  string
-	g      *launch.Group
+	// masterPort is the rendezvous port of the local ranks (MASTER_PORT;
+	// 0: a free one).
+	masterPort int
+	ln         net.Listener
+	port       int
+	token      string
+	g          *launch.Group
 	// elastic, with FULGUR_MAX_RESTARTS set, makes this process the
 	// job's supervisor instead of its rank 0 (launch.Supervise).
 	elastic *launch.Elastic
@@ -364,7 +370,7 @@ func (l *launcher) start(ctx context.Context) error {
 	if l.elastic != nil {
 		launch.Supervise(ctx, *l.elastic) // FULGUR_MAX_RESTARTS: never returns
 	}
-	ln, port, err := launch.Loopback()
+	ln, port, err := launch.Loopback(l.masterPort)
 	if err != nil {
 		return err
 	}

@@ -39,6 +39,8 @@ type DDPSpawn struct {
 	log     zerolog.Logger
 	setup   bool
 	elastic *launch.Elastic
+	// masterPort is the workers' rendezvous port (MASTER_PORT; 0: a free one).
+	masterPort int
 }
 
 // local is what DDPSpawn needs of the one-replica strategy it wraps.
@@ -63,11 +65,15 @@ func newSpawnParent(o strategy.Options, world int) (*DDPSpawn, error) {
 	if !ok {
 		return nil, fmt.Errorf("strategy \"ddp_spawn\": the strategy registered as \"single\" (%T) has no Store or Rebind", s)
 	}
+	port, err := launch.MasterPortFromEnv(o.Lookup)
+	if err != nil {
+		return nil, fmt.Errorf("strategy \"ddp_spawn\": %w", err)
+	}
 	e, err := launch.ElasticFromEnv(o.Lookup, world, o.Log)
 	if err != nil {
 		return nil, fmt.Errorf("strategy \"ddp_spawn\": %w", err)
 	}
-	return &DDPSpawn{local: l, world: world, log: o.Log, elastic: e}, nil
+	return &DDPSpawn{local: l, world: world, log: o.Log, elastic: e, masterPort: port}, nil
 }
 
 func (s *DDPSpawn) Info() strategy.Info {
@@ -122,7 +128,7 @@ func (s *DDPSpawn) spawn(ctx context.Context) (*launch.Result, error) {
 		}
 		return launch.ReadResult(path)
 	}
-	ln, port, err := launch.Loopback()
+	ln, port, err := launch.Loopback(s.masterPort)
 	if err != nil {
 		return nil, err
 	}

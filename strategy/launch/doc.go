@@ -23,6 +23,10 @@
 // others mid-write. Wait reports each rank that failed, naming it and its
 // exit status.
 //
+// The local rendezvous of all three listens on 127.0.0.1 at MASTER_PORT when
+// the environment sets it (MasterPortFromEnv; a port another process holds
+// is an error naming it), else at a free port (Loopback).
+//
 // launch owns processes only: it must not train, import trainer, or open the
 // collective (strategy does, with the port and token it gets from here). It
 // imports zerolog for the elastic supervisor's log and nothing of fulgur.

@@ -66,6 +66,9 @@ type Elastic struct {
 	// Log receives what happened: each failure (which rank, how), each
 	// restart (n of K, the new world size), the end.
 	Log zerolog.Logger
+	// MasterPort is the port of every attempt's rendezvous on 127.0.0.1
+	// (MASTER_PORT); 0: a free one each time.
+	MasterPort int
 }
 
 // Attempt is how one start of the ranks of an elastic job ended.
@@ -200,7 +203,7 @@ var volatile = regexp.MustCompile(`\d{4}-\d\d-\d\dT[0-9:.]+(Z|[+-][0-9:]+)?|\d{1
 // failure (then the others get Grace to end before they are killed).
 func (e *Elastic) attempt(ctx context.Context, n, world int, dir string) (Attempt, error) {
 	a := Attempt{N: n, World: world}
-	ln, port, err := Loopback()
+	ln, port, err := Loopback(e.MasterPort)
 	if err != nil {
 		return a, err
 	}
@@ -404,10 +407,14 @@ func ElasticFromEnv(lookup func(string) (string, bool), world int, log zerolog.L
 			errs = append(errs, fmt.Errorf("%s=%q: use 1 to the %d ranks the job starts with", EnvMinWorld, m, world))
 		}
 	}
+	port, err := MasterPortFromEnv(lookup)
+	if err != nil {
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil || k == 0 {
 		return nil, err
 	}
-	return &Elastic{World: world, MinWorld: min, MaxRestarts: k, Log: log}, nil
+	return &Elastic{World: world, MinWorld: min, MaxRestarts: k, Log: log, MasterPort: port}, nil
 }
 
 // Supervise runs e in place of this process's own part in the job, and

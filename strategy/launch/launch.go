@@ -431,15 +431,35 @@ func watchParent(lookup func(string) (string, bool), linger time.Duration) {
 	}()
 }
 
-// Loopback reserves a free TCP port on 127.0.0.1 for rank 0's rendezvous.
-// The caller keeps the listener (tcp.Config.Listener), so no other program
-// can take the port between choosing it and using it.
-func Loopback() (net.Listener, int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// Loopback reserves a TCP port on 127.0.0.1 for rank 0's rendezvous: port,
+// or a free one when port is 0. The caller keeps the listener
+// (tcp.Config.Listener), so no other program can take the port between
+// choosing it and using it. A port another process holds is an error naming
+// it and MASTER_PORT (where launchers take port from: MasterPortFromEnv).
+func Loopback(port int) (net.Listener, int, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err != nil {
+		if port != 0 {
+			return nil, 0, fmt.Errorf("launch: %s=%d: listen on 127.0.0.1:%d for the rendezvous: %w: set %s to a free port, or unset it to let fulgur pick one", EnvMasterPort, port, port, err, EnvMasterPort)
+		}
 		return nil, 0, fmt.Errorf("launch: reserve a loopback port for the rendezvous: %w", err)
 	}
 	return ln, ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// MasterPortFromEnv returns MASTER_PORT for a job this process launches on
+// its own host (0 when unset: Loopback picks a free port), as Lightning's
+// and torch's spawn launchers honour it.
+func MasterPortFromEnv(lookup func(string) (string, bool)) (int, error) {
+	v, _ := lookup(EnvMasterPort)
+	if v = strings.TrimSpace(v); v == "" {
+		return 0, nil
+	}
+	p, err := strconv.Atoi(v)
+	if err != nil || p < 1 || p > 65535 {
+		return 0, fmt.Errorf("%s=%q: use a port in 1..65535, or unset it to let fulgur pick a free one", EnvMasterPort, v)
+	}
+	return p, nil
 }
 
 // NewToken returns a random 128-bit secret, hex encoded.

@@ -209,3 +209,35 @@ func TestResultRoundTrip(t *testing.T) {
 		t.Error("writing into a missing directory succeeded")
 	}
 }
+
+// MASTER_PORT chooses the local rendezvous port; one another process holds
+// is an error naming the port and the variable, and a bad value names it.
+func TestLoopbackHonoursMasterPort(t *testing.T) {
+	free, err := launch.MasterPortFromEnv(func(string) (string, bool) { return "", false })
+	if err != nil || free != 0 {
+		t.Fatalf("unset MASTER_PORT gave %d, %v; want 0 (pick a free port)", free, err)
+	}
+	ln, port, err := launch.Loopback(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := port
+	got, err := launch.MasterPortFromEnv(func(k string) (string, bool) { return strconv.Itoa(held), k == "MASTER_PORT" })
+	if err != nil || got != held {
+		t.Fatalf("MASTER_PORT=%d gave %d, %v", held, got, err)
+	}
+	if _, _, err := launch.Loopback(held); err == nil || !strings.Contains(err.Error(), "MASTER_PORT="+strconv.Itoa(held)) || !strings.Contains(err.Error(), "free port") {
+		t.Errorf("Loopback on a held port: %v, want an error naming MASTER_PORT=%d and the fix", err, held)
+	}
+	ln.Close()
+	ln2, p2, err := launch.Loopback(held)
+	if err != nil || p2 != held {
+		t.Fatalf("Loopback(%d) once free: port %d, %v", held, p2, err)
+	}
+	ln2.Close()
+	for _, bad := range []string{"http", "0", "70000"} {
+		if _, err := launch.MasterPortFromEnv(func(string) (string, bool) { return bad, true }); err == nil || !strings.Contains(err.Error(), "MASTER_PORT=\""+bad+"\"") {
+			t.Errorf("MASTER_PORT=%q: %v, want an error naming it", bad, err)
+		}
+	}
+}

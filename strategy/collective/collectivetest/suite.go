@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -54,6 +55,9 @@ func RunAllWith(t *testing.T, newGroup NewGroup, o Options) {
 				}
 			}
 		})
+	}
+	for n := 2; n <= min(4, o.MaxRanks); n++ {
+		t.Run(fmt.Sprintf("ranks=%d/Sizes", n), func(t *testing.T) { s.sizes(t, n) })
 	}
 	t.Run("100MB", func(t *testing.T) {
 		if testing.Short() {
@@ -483,6 +487,121 @@ func (s suite) closedPeer(t *testing.T, n int) {
 		}
 	}
 	t.Logf("ranks noticed the closed peer after %v", time.Since(start))
+}
+
+// sizeLengths are all-reduce sizes around those where backends switch
+// algorithms or rounds (256 KiB, 512 KiB and 1 MiB), each less one element,
+// exact and more one element; small ones come between large ones so that
+// successive operations take different paths.
+var sizeLengths = []struct{ bytes, plus int }{
+	{256 << 10, 0}, {1 << 20, 1}, {256 << 10, -1}, {512 << 10, 1}, {256 << 10, 1}, {512 << 10, -1}, {1 << 20, -1}, {64 << 10, 0}, {512 << 10, 0},
+}
+
+// sizes checks all-reduces at sizeLengths with values whose sums round,
+// so that the order of reduction shows: every rank must end with the same
+// bits (whatever algorithm a backend picks for the size, all its ranks
+// must agree), close to the exact result. A broadcast after each one mixes
+// in another kind of operation.
+func (s suite) sizes(t *testing.T, n int) {
+	cs := s.group(t, n)
+	for _, dt := range dtypes {
+		for _, sl := range sizeLengths {
+			l := sl.bytes/dt.Size() + sl.plus
+			for _, op := range []collective.Op{collective.Sum, collective.Mean, collective.Max} {
+				bufs := make([]any, n)
+				for r := range bufs {
+					bufs[r] = collective.Alloc(dt, l)
+					fillRounding(bufs[r], r)
+				}
+				what := fmt.Sprintf("%s all-reduce of %d elements (%s)", dt, l, op)
+				errs := s.each(cs, func(ctx context.Context, c collective.Collective) error {
+					if err := c.AllReduce(ctx, bufs[c.Rank()], op); err != nil {
+						return err
+					}
+					return c.Broadcast(ctx, collective.Sub(bufs[c.Rank()], 0, min(l, 100)), n-1)
+				})
+				for r, err := range errs {
+					if err != nil {
+						t.Fatalf("%s: rank %d: %v", what, r, err)
+					}
+				}
+				sameBits(t, what, bufs)
+				closeTo(t, what, bufs[0], n, op)
+			}
+		}
+	}
+}
+
+// fillRounding fills rank r's buffer with values whose float32 and float64
+// sums round (thirds of varied magnitude), signs mixed.
+func fillRounding(buf any, r int) {
+	v := func(i int) float64 { return float64((i*7+r*13)%23-11) / 3 * (1 + float64(r%3)/7) }
+	switch b := buf.(type) {
+	case []float32:
+		for i := range b {
+			b[i] = float32(v(i))
+		}
+	case []float64:
+		for i := range b {
+			b[i] = v(i)
+		}
+	}
+}
+
+func sameBits(t *testing.T, what string, bufs []any) {
+	t.Helper()
+	ref := collective.Bytes(bufs[0])
+	for r := 1; r < len(bufs); r++ {
+		got := collective.Bytes(bufs[r])
+		for i := range ref {
+			if got[i] != ref[i] {
+				t.Errorf("%s: rank %d differs from rank 0 at byte %d: ranks must end with the same bits", what, r, i)
+				break
+			}
+		}
+	}
+}
+
+func closeTo(t *testing.T, what string, got any, n int, op collective.Op) {
+	t.Helper()
+	exact := func(i int) float64 {
+		acc := 0.0
+		for r := 0; r < n; r++ {
+			b := collective.Alloc(collective.Float64, i+1).([]float64)
+			fillRounding(b, r)
+			x := b[i]
+			switch {
+			case r == 0:
+				acc = x
+			case op == collective.Max:
+				acc = max(acc, x)
+			default:
+				acc += x
+			}
+		}
+		if op == collective.Mean {
+			acc /= float64(n)
+		}
+		return acc
+	}
+	var l int
+	at := func(i int) float64 { return 0 }
+	switch b := got.(type) {
+	case []float32:
+		l, at = len(b), func(i int) float64 { return float64(b[i]) }
+	case []float64:
+		l, at = len(b), func(i int) float64 { return b[i] }
+	}
+	// Spot checks keep the reference cheap; the first and last elements of
+	// a round are where an off-by-one would show.
+	for _, i := range []int{0, 1, l / 3, l / 2, l - 2, l - 1} {
+		if i < 0 || i >= l {
+			continue
+		}
+		if w := exact(i); math.Abs(at(i)-w) > 1e-5*(1+math.Abs(w)) {
+			t.Errorf("%s: element %d = %v, want %v", what, i, at(i), w)
+		}
+	}
 }
 
 func bigRank(t *testing.T, ctx context.Context, c collective.Collective) error {

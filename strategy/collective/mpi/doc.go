@@ -7,12 +7,17 @@
 // MPI_COMM_WORLD, Split(n) the first n world ranks. Each operation first
 // all-gathers a small header (kind, dtype, op, root, length, sequence) so
 // mismatched calls fail with collective.ErrMismatch on every rank; data then
-// moves with MPI's non-blocking collectives (MPI_Iallreduce, MPI_Ibcast,
-// MPI_Iallgatherv, MPI_Ireduce_scatter, MPI_Ibarrier), polled so a context or
-// the timeout can end the wait. MPI cannot cancel a collective or say which
-// rank is missing: a timed-out operation reports collective.ErrTimeout with no
-// peer and breaks the group, and a dead process is handled by the launcher
-// (mpirun kills the job and names the failed rank).
+// moves with MPI's blocking collectives (MPI_Allreduce, MPI_Bcast,
+// MPI_Allgatherv, MPI_Reduce_scatter, MPI_Barrier), the algorithms plain
+// mpirun programs get, each called on its own goroutine so that a context or
+// the timeout can end the wait. (The non-blocking collectives polled before
+// progress only inside MPI_Test: with the polling backing off to sleeps, a
+// 4 MB all-reduce over 2 ranks took 5.0 ms against plain Open MPI's 0.5 ms.)
+// MPI cannot cancel a collective or say which rank is missing: a timed-out
+// operation reports collective.ErrTimeout with no peer, breaks the group and
+// leaves the call blocked in MPI (Finalize then refuses to run), and a dead
+// process is handled by the launcher (mpirun kills the job and names the
+// failed rank).
 //
 // Call Finalize once, at the end of the program. Tests run with
 //

@@ -108,7 +108,7 @@ func (r *Rendezvous) serve(ctx context.Context) error {
 		var err error
 		ln, err = net.Listen("tcp", net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.MasterPort)))
 		if err != nil {
-			return fmt.Errorf("rendezvous: rank 0: listen for joiners on port %d: %w (is another job using MASTER_PORT?)", cfg.MasterPort, err)
+			return fmt.Errorf("rendezvous: rank 0: listen for joiners on port %d: %w (is another job using MASTER_PORT? set MASTER_PORT to a free port)", cfg.MasterPort, err)
 		}
 	}
 	defer ln.Close()

@@ -11,10 +11,19 @@
 // identity and can map the file, and the fallback it is given otherwise
 // (tcp.NewGroup: the TCP ring), so a launcher can always call Auto.
 //
-// Data moves in rounds of Config-sized slots: every rank copies its part in,
-// each rank reduces its own block of the round across all slots in rank
-// order (so results do not depend on timing), and every rank copies the
-// result out; two counter barriers per round.
+// Data moves in rounds of 1 MiB slots (SlotBytes): every rank copies its
+// part in, each rank reduces its own block of the round across all slots in
+// rank order (so results do not depend on timing), and every rank copies the
+// result out; two counter barriers per round. An all-reduce over 2 ranks, or
+// of at most 256 KiB, takes a one-barrier path instead: each rank copies its
+// part into its slot and, after one barrier, reduces every slot in rank order
+// into its own buffer, in half-slot rounds that alternate halves so that a
+// round's writes never meet the previous round's reads. One barrier per
+// operation instead of three for small messages, no result slot, and for 2
+// ranks 5 buffer lengths read and written per rank against 5.5; the price is
+// n buffer reads per rank instead of one, which is why 3 or more ranks keep
+// the blocked path above 256 KiB. Both paths reduce in rank order, so they
+// give the same bits.
 //
 // Faults: the rendezvous connections stay open as liveness links (rank 0 to
 // each rank); when one ends, the survivor marks that rank dead in shared

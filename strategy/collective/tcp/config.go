@@ -34,6 +34,12 @@ type Config struct {
 	SegmentBytes int
 	// SocketBuffer is SO_SNDBUF/SO_RCVBUF (default 4 MiB; the kernel may cap it).
 	SocketBuffer int
+	// SmallBytes is the largest all-reduce, in bytes, that sends whole
+	// buffers round the ring and has every rank reduce them in rank order:
+	// n-1 steps of latency instead of the ring's 2(n-1), for n-1 buffer
+	// lengths sent instead of 2(n-1)/n. 0: 256 KiB; negative: always the
+	// ring. Every rank must use the same value.
+	SmallBytes int
 
 	// wrap, set only by this package's tests, wraps the ring's connections
 	// (toNext: the one to the next rank) to play a stopped process.
@@ -68,6 +74,9 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// DefaultSmallBytes is Config.SmallBytes's default.
+const DefaultSmallBytes = 256 << 10
+
 func (c *Config) setRingDefaults() {
 	if c.SegmentBytes <= 0 {
 		c.SegmentBytes = 512 << 10
@@ -78,5 +87,8 @@ func (c *Config) setRingDefaults() {
 	}
 	if c.SocketBuffer <= 0 {
 		c.SocketBuffer = 4 << 20
+	}
+	if c.SmallBytes == 0 {
+		c.SmallBytes = DefaultSmallBytes
 	}
 }

@@ -14,7 +14,14 @@
 // Operations: all-reduce is a ring reduce-scatter followed by a ring
 // all-gather, both pipelined in segments (Config.SegmentBytes): a sender
 // goroutine forwards each segment as soon as it has been reduced, while the
-// calling goroutine receives and reduces the next. Broadcast is a pipelined
+// calling goroutine receives and reduces the next (reading straight into the
+// caller's buffer where a segment is copied, into one segment of scratch
+// where it is reduced). An all-reduce of at most Config.SmallBytes (256 KiB)
+// instead sends every rank's whole buffer round the ring and has each rank
+// reduce the n buffers in rank order: n-1 steps of latency instead of
+// 2(n-1), which is what small messages pay for. The operation header frame
+// names the algorithm, so ranks that would pick differently fail with
+// collective.ErrMismatch. Broadcast is a pipelined
 // chain from the root. Each operation starts with a header frame (kind,
 // dtype, op, root, length, sequence number) that every rank checks against
 // its predecessor's, so mismatched calls fail with collective.ErrMismatch.

@@ -66,10 +66,13 @@ type Ring struct {
 
 	seq     uint64
 	hb      []byte
-	whb     []byte
-	scratch []byte // one segment, 8-byte aligned
+	whb     []byte    // headers of the frames of one write
+	wbufs   [4][]byte // their headers and payloads
+	scratch []byte    // one segment, 8-byte aligned
 	work32  []float32
 	work64  []float64
+	gath32  []float32 // the gather path's n whole buffers
+	gath64  []float64
 
 	mu         sync.Mutex
 	broken     *cause
@@ -141,7 +144,7 @@ func NewRing(ctx context.Context, rv *rendezvous.Rendezvous) (*Ring, error) {
 }
 
 func newRing(ctx context.Context, rv *rendezvous.Rendezvous, cfg Config) (*Ring, error) {
-	g := &Ring{cfg: cfg, rank: cfg.Rank, size: cfg.Size, rv: rv, hb: make([]byte, wire.HeaderSize), whb: make([]byte, wire.HeaderSize),
+	g := &Ring{cfg: cfg, rank: cfg.Rank, size: cfg.Size, rv: rv, hb: make([]byte, wire.HeaderSize), whb: make([]byte, 2*wire.HeaderSize),
 		brokenCh: make(chan struct{}), readerDone: make(chan struct{})}
 	sc := make([]float64, cfg.SegmentBytes/8)
 	g.scratch = unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(sc))), len(sc)*8)
@@ -433,26 +436,90 @@ func (g *Ring) do(ctx context.Context, kind collective.Kind, send, recv any, op 
 		return g.opErr(h, g.breakGroup(cause{g.nextRank(), fmt.Errorf("%w: rank %d closed its group", collective.ErrPeerLost, g.nextRank())}))
 	}
 	buf := send // the buffer the ring works on
-	switch kind {
-	case collective.KindReduceScatter:
+	algo := g.algorithm(h)
+	switch {
+	case algo == algoGather:
+		buf = g.gatherSpace(send)
+		lo := g.rank * h.Len
+		collective.Copy(collective.Sub(buf, lo, lo+h.Len), send)
+	case kind == collective.KindReduceScatter:
 		buf = g.workspace(send)
 		collective.Copy(buf, send)
-	case collective.KindAllGather:
+	case kind == collective.KindAllGather:
 		buf = recv
 		lo := collective.Offset(h.Len, g.size, g.rank)
 		collective.Copy(collective.Sub(recv, lo, lo+collective.BlockLen(h.Len, g.size, g.rank)), send)
-	case collective.KindBarrier:
+	case kind == collective.KindBarrier:
 		buf = []float32{}
 	}
 	if g.size > 1 {
-		if err := g.runRing(ctx, h, buf, g.makePlan(h)); err != nil {
+		if err := g.runRing(ctx, h, buf, g.makePlan(h, algo), algo); err != nil {
 			return err
 		}
 	}
 	switch {
+	case algo == algoGather:
+		// Every rank reduces the same n buffers in rank order: the same bits
+		// everywhere.
+		slot := func(q int) any { return collective.Sub(buf, q*h.Len, (q+1)*h.Len) }
+		collective.ReduceToAny(send, slot(0), slot(1), h.Op)
+		for q := 2; q < g.size; q++ {
+			collective.ReduceAny(send, slot(q), h.Op)
+		}
+		if h.Op == collective.Mean {
+			collective.ScaleAny(send, g.size)
+		}
 	case kind == collective.KindReduceScatter:
 		lo := collective.Offset(h.Len, g.size, g.rank)
 		collective.Copy(recv, collective.Sub(buf, lo, lo+collective.BlockLen(h.Len, g.size, g.rank)))
+	}
+	return nil
+}
+
+// Algorithms of an all-reduce, sent in the Code field of its operation
+// header frame so that ranks configured differently fail with a clear
+// mismatch instead of misreading each other's frames.
+const (
+	algoRing   uint8 = iota // reduce-scatter then all-gather round the ring
+	algoGather              // whole buffers round the ring, reduced by every rank
+)
+
+func algoName(a uint8) string {
+	switch a {
+	case algoRing:
+		return "the ring"
+	case algoGather:
+		return "gathering whole buffers"
+	}
+	return fmt.Sprintf("algorithm %d", a)
+}
+
+// algorithm picks how to run h: an all-reduce of at most SmallBytes gathers
+// whole buffers (n-1 steps of latency instead of 2(n-1); each rank sends
+// (n-1) buffer lengths instead of 2(n-1)/n, and reduces n buffers), every
+// other operation uses the ring.
+func (g *Ring) algorithm(h collective.Header) uint8 {
+	if h.Kind == collective.KindAllReduce && g.size > 1 && h.Len*h.DType.Size() <= g.cfg.SmallBytes {
+		return algoGather
+	}
+	return algoRing
+}
+
+// gatherSpace returns room for Size buffers like like, one after another.
+func (g *Ring) gatherSpace(like any) any {
+	switch b := like.(type) {
+	case []float32:
+		n := len(b) * g.size
+		if cap(g.gath32) < n {
+			g.gath32 = make([]float32, n)
+		}
+		return g.gath32[:n]
+	case []float64:
+		n := len(b) * g.size
+		if cap(g.gath64) < n {
+			g.gath64 = make([]float64, n)
+		}
+		return g.gath64[:n]
 	}
 	return nil
 }
@@ -473,7 +540,7 @@ func (g *Ring) workspace(like any) any {
 	return nil
 }
 
-func (g *Ring) makePlan(h collective.Header) plan {
+func (g *Ring) makePlan(h collective.Header, algo uint8) plan {
 	n, r, N := g.size, g.rank, h.Len
 	esz := 4
 	if h.DType == collective.Float64 {
@@ -484,6 +551,9 @@ func (g *Ring) makePlan(h collective.Header) plan {
 	chunk := func(c int, reduce, scale bool) []span {
 		lo := collective.Offset(N, n, c)
 		hi := lo + collective.BlockLen(N, n, c)
+		if algo == algoGather { // block c is rank c's whole buffer
+			lo, hi = c*N, (c+1)*N
+		}
 		if lo == hi {
 			return []span{{lo, hi, reduce, scale}} // an empty frame still synchronises
 		}
@@ -496,7 +566,11 @@ func (g *Ring) makePlan(h collective.Header) plan {
 	var p plan
 	var first []span
 	last := 0 // spans received in the final step: nothing is sent after them
-	switch h.Kind {
+	kind := h.Kind
+	if algo == algoGather {
+		kind = collective.KindAllGather // of whole buffers
+	}
+	switch kind {
 	case collective.KindBroadcast:
 		all := chunk(0, false, false)
 		if N > 0 {
@@ -561,7 +635,7 @@ func (g *Ring) makePlan(h collective.Header) plan {
 // runRing moves one operation's frames: a sender goroutine streams p.sends
 // to the next rank, each as soon as the span it depends on has landed, while
 // this goroutine reads p.recvs from the previous rank.
-func (g *Ring) runRing(ctx context.Context, h collective.Header, buf any, p plan) error {
+func (g *Ring) runRing(ctx context.Context, h collective.Header, buf any, p plan, algo uint8) error {
 	if ctx.Done() != nil {
 		stop := context.AfterFunc(ctx, func() {
 			g.breakGroup(cause{-1, fmt.Errorf("rank %d gave up: %w", g.rank, ctx.Err())})
@@ -577,9 +651,9 @@ func (g *Ring) runRing(ctx context.Context, h collective.Header, buf any, p plan
 	quit, finished := make(chan struct{}), make(chan struct{})
 	sendErr := make(chan error, 1)
 	oh := wire.OpHeader{Kind: uint8(h.Kind), DType: uint8(h.DType), Op: uint8(h.Op), Root: h.Root, Length: uint64(h.Len)}
-	go func() { sendErr <- g.sender(h, oh, data, esz, p, progress, quit, finished) }()
+	go func() { sendErr <- g.sender(h, oh, algo, data, esz, p, progress, quit, finished) }()
 
-	if err := g.receiver(h, data, buf, esz, p, progress); err != nil {
+	if err := g.receiver(h, algo, data, buf, esz, p, progress); err != nil {
 		close(quit)
 		<-sendErr
 		return err
@@ -592,7 +666,7 @@ func (g *Ring) runRing(ctx context.Context, h collective.Header, buf any, p plan
 // or, its sends done, for the receiver to finish, it sends a wait frame every
 // quarter timeout: this rank is alive and blocked on its predecessor, so the
 // next rank must not time out on it (see the package doc, Faults).
-func (g *Ring) sender(h collective.Header, oh wire.OpHeader, data []byte, esz int, p plan, progress, quit, finished <-chan struct{}) error {
+func (g *Ring) sender(h collective.Header, oh wire.OpHeader, algo uint8, data []byte, esz int, p plan, progress, quit, finished <-chan struct{}) error {
 	fail := func(err error) error {
 		// A write fails when the next rank is gone; its abort on the back
 		// channel usually says why, so give the reader a moment to see it.
@@ -614,15 +688,25 @@ func (g *Ring) sender(h collective.Header, oh wire.OpHeader, data []byte, esz in
 		if quiet || g.nextClosed.Load() {
 			return
 		}
-		if g.writeFrame(wire.KindWait, h.Seq, nil) != nil {
+		if g.writeFrame(wire.KindWait, 0, h.Seq, nil) != nil {
 			quiet = true
 		}
 	}
-	if err := g.writeFrame(wire.KindOp, h.Seq, oh.Encode()); err != nil {
+	// The operation header goes out with the first data frame when that
+	// one waits for nothing: one write, and one wake-up of the receiver.
+	frames := []frame{{wire.KindOp, algo, oh.Encode()}}
+	first := 0
+	if len(p.sends) > 0 && p.dep[0] < 0 {
+		s := p.sends[0]
+		frames = append(frames, frame{wire.KindData, 0, data[s.lo*esz : s.hi*esz]})
+		first = 1
+	}
+	if err := g.writeFrames(h.Seq, frames...); err != nil {
 		return fail(g.writeErr(err))
 	}
 	done := 0
-	for i, s := range p.sends {
+	for i := first; i < len(p.sends); i++ {
+		s := p.sends[i]
 		for done <= p.dep[i] {
 			select {
 			case <-progress:
@@ -633,7 +717,7 @@ func (g *Ring) sender(h collective.Header, oh wire.OpHeader, data []byte, esz in
 				wait()
 			}
 		}
-		if err := g.writeFrame(wire.KindData, h.Seq, data[s.lo*esz:s.hi*esz]); err != nil {
+		if err := g.writeFrame(wire.KindData, 0, h.Seq, data[s.lo*esz:s.hi*esz]); err != nil {
 			return fail(g.writeErr(err))
 		}
 	}
@@ -656,20 +740,36 @@ func (g *Ring) writeErr(err error) error {
 	return fmt.Errorf("%w: sending to rank %d: %v", collective.ErrPeerLost, g.nextRank(), err)
 }
 
-func (g *Ring) writeFrame(k wire.Kind, seq uint64, payload []byte) error {
+func (g *Ring) writeFrame(k wire.Kind, code uint8, seq uint64, payload []byte) error {
+	return g.writeFrames(seq, frame{k, code, payload})
+}
+
+// frame is one frame to write: kind, code and payload.
+type frame struct {
+	kind    wire.Kind
+	code    uint8
+	payload []byte
+}
+
+// writeFrames writes up to two frames of operation seq in one write.
+func (g *Ring) writeFrames(seq uint64, fs ...frame) error {
 	g.wmu.Lock()
 	defer g.wmu.Unlock()
 	if g.midFrame {
 		return net.ErrClosed
 	}
-	wire.PutHeader(g.whb, wire.Header{Kind: k, Seq: seq, Length: uint32(len(payload))})
+	bufs := net.Buffers(g.wbufs[:0])
+	for i, f := range fs {
+		hb := g.whb[i*wire.HeaderSize : (i+1)*wire.HeaderSize]
+		wire.PutHeader(hb, wire.Header{Kind: f.kind, Code: f.code, Seq: seq, Length: uint32(len(f.payload))})
+		bufs = append(bufs, hb, f.payload)
+	}
 	g.next.SetWriteDeadline(time.Now().Add(g.cfg.Timeout))
 	// Re-check after arming the deadline: breakGroup and Close kick the
 	// deadline only after setting their flags, so one of the two sees it.
 	if g.closing.Load() || g.brokenCause() != nil {
 		return net.ErrClosed
 	}
-	bufs := net.Buffers{g.whb, payload}
 	n, err := bufs.WriteTo(g.next)
 	if err != nil && (n > 0 || rawTCP(g.next) != nil) {
 		// Part of the frame went out; or, over TLS, the write may have put
@@ -704,7 +804,7 @@ func (g *Ring) checkFrame(h collective.Header, hdr wire.Header, prev int, fail f
 	return hdr, nil
 }
 
-func (g *Ring) receiver(h collective.Header, data []byte, buf any, esz int, p plan, progress chan<- struct{}) error {
+func (g *Ring) receiver(h collective.Header, algo uint8, data []byte, buf any, esz int, p plan, progress chan<- struct{}) error {
 	prev := g.prevRank()
 	fail := func(c cause) error { return g.opErr(h, g.breakGroup(c)) }
 	readErr := func(what string, err error) error {
@@ -778,6 +878,10 @@ func (g *Ring) receiver(h collective.Header, data []byte, buf any, esz int, p pl
 	theirs := collective.Header{Kind: collective.Kind(oh.Kind), DType: collective.DType(oh.DType), Op: collective.Op(oh.Op), Root: oh.Root, Len: int(oh.Length), Seq: hdr.Seq}
 	if err := h.Mismatch(g.rank, prev, theirs); err != nil {
 		return fail(cause{prev, err})
+	}
+	if hdr.Code != algo {
+		return fail(cause{prev, fmt.Errorf("%w: rank %d runs %s by %s, rank %d by %s: give every rank the same tcp.Config.SmallBytes",
+			collective.ErrMismatch, prev, h, algoName(hdr.Code), g.rank, algoName(algo))})
 	}
 
 	for _, s := range p.recvs {

@@ -46,7 +46,7 @@ func tcpPair(t *testing.T) (*net.TCPConn, *net.TCPConn) {
 func TestFrameStraddlingTheDeadline(t *testing.T) {
 	const timeout = 2 * time.Second
 	nop := zerolog.Nop()
-	cfg := Config{Rank: 1, Size: 2, Timeout: timeout, Logger: &nop}
+	cfg := Config{Rank: 1, Size: 2, Timeout: timeout, Logger: &nop, SmallBytes: -1} // the ring's frames, below
 	cfg.setRingDefaults()
 	next, nextPeer := tcpPair(t)
 	prev, prevPeer := tcpPair(t)
@@ -59,7 +59,7 @@ func TestFrameStraddlingTheDeadline(t *testing.T) {
 		}
 	}()
 	sc := make([]float64, cfg.SegmentBytes/8)
-	g := &Ring{cfg: cfg, rank: 1, size: 2, next: next, prev: prev, hb: make([]byte, wire.HeaderSize), whb: make([]byte, wire.HeaderSize),
+	g := &Ring{cfg: cfg, rank: 1, size: 2, next: next, prev: prev, hb: make([]byte, wire.HeaderSize), whb: make([]byte, 2*wire.HeaderSize),
 		scratch: unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(sc))), len(sc)*8), brokenCh: make(chan struct{}), readerDone: make(chan struct{})}
 
 	// Rank 0's side of an all-reduce of two float32 (its values 10 and 20):

@@ -3,6 +3,7 @@ package tcp_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -179,7 +180,10 @@ func BenchmarkAllReduce(b *testing.B) {
 
 func benchAllReduce(b *testing.B, cfgs []tcp.Config, size int) {
 	cs := build(b, cfgs)
-	bufs := [][]float32{make([]float32, size/4), make([]float32, size/4)}
+	bufs := make([][]float32, len(cs))
+	for r := range bufs {
+		bufs[r] = make([]float32, size/4)
+	}
 	b.SetBytes(int64(size))
 	b.ResetTimer()
 	var wg sync.WaitGroup
@@ -226,6 +230,55 @@ func TestSilentPeer(t *testing.T) {
 	for r, err := range errs {
 		if p, ok := collective.PeerOf(err); !ok || p != 2 || !errors.Is(err, collective.ErrTimeout) {
 			t.Errorf("rank %d: got %v, want ErrTimeout naming rank 2", r, err)
+		}
+	}
+}
+
+// With SmallBytes at 100 the suite's lengths (up to 1000 elements) run
+// through both all-reduce algorithms, and its Sizes case through the ring
+// alone.
+func TestConformanceSmallBytes(t *testing.T) {
+	collectivetest.RunAllWith(t, func(t *testing.T, n int) []collective.Collective {
+		cfgs := configs(t, n)
+		for r := range cfgs {
+			cfgs[r].SmallBytes = 100
+		}
+		return build(t, cfgs)
+	}, collectivetest.Options{MaxRanks: 4})
+}
+
+// Ranks that would pick different algorithms for one all-reduce fail it
+// with ErrMismatch, naming the setting to fix, instead of misreading frames.
+func TestSmallBytesMismatch(t *testing.T) {
+	cfgs := configs(t, 3)
+	cfgs[1].SmallBytes = -1
+	cs := build(t, cfgs)
+	errs := make([]error, len(cs))
+	var wg sync.WaitGroup
+	for r, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = c.AllReduce(context.Background(), make([]float32, 10), collective.Sum)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if !errors.Is(err, collective.ErrMismatch) || !strings.Contains(err.Error(), "SmallBytes") {
+			t.Errorf("rank %d: got %v, want ErrMismatch naming SmallBytes", r, err)
+		}
+	}
+}
+
+// BenchmarkAllReduceSizes times float32 sums over 2 and 4 ranks in this
+// process, at sizes on both sides of SmallBytes (4 bytes: the fixed cost of
+// an operation):
+//
+//	go test -run '^$' -bench AllReduceSizes -count 5 ./strategy/collective/tcp
+func BenchmarkAllReduceSizes(b *testing.B) {
+	for _, n := range []int{2, 4} {
+		for _, bytes := range []int{4, 64 << 10, 256 << 10, 4 << 20} {
+			b.Run(fmt.Sprintf("ranks=%d/bytes=%d", n, bytes), func(b *testing.B) { benchAllReduce(b, configs(b, n), bytes) })
 		}
 	}
 }

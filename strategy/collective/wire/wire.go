@@ -91,7 +91,7 @@ var ErrFrame = errors.New("malformed frame")
 // Header is a decoded frame header.
 type Header struct {
 	Kind   Kind
-	Code   uint8  // abort: error class; else 0
+	Code   uint8  // abort: error class; op: the sender's algorithm (backend-defined); else 0
 	Seq    uint64 // operation sequence number; 0 outside operations
 	Length uint32 // payload bytes
 }
@@ -131,7 +131,7 @@ func DecodeHeader(b []byte) (Header, error) {
 	default:
 		return Header{}, fmt.Errorf("%w: unknown kind %d", ErrFrame, b[4])
 	}
-	if h.Kind != KindAbort && h.Code != 0 {
+	if h.Kind != KindAbort && h.Kind != KindOp && h.Code != 0 {
 		return Header{}, fmt.Errorf("%w: code %d on a %s frame", ErrFrame, h.Code, h.Kind)
 	}
 	return h, nil
