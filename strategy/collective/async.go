@@ -84,11 +84,19 @@ func (g *asyncGroup) Broadcast(ctx context.Context, buf any, root int) error {
 }
 
 func (g *asyncGroup) AllGather(ctx context.Context, send, recv any) error {
-	return g.submit(ctx, func(ctx context.Context) error { return g.c.AllGather(ctx, send, recv) }).Wait()
+	return g.AllGatherAsync(ctx, send, recv).Wait()
+}
+
+func (g *asyncGroup) AllGatherAsync(ctx context.Context, send, recv any) Handle {
+	return g.submit(ctx, func(ctx context.Context) error { return g.c.AllGather(ctx, send, recv) })
 }
 
 func (g *asyncGroup) ReduceScatter(ctx context.Context, send, recv any, op Op) error {
-	return g.submit(ctx, func(ctx context.Context) error { return g.c.ReduceScatter(ctx, send, recv, op) }).Wait()
+	return g.ReduceScatterAsync(ctx, send, recv, op).Wait()
+}
+
+func (g *asyncGroup) ReduceScatterAsync(ctx context.Context, send, recv any, op Op) Handle {
+	return g.submit(ctx, func(ctx context.Context) error { return g.c.ReduceScatter(ctx, send, recv, op) })
 }
 
 func (g *asyncGroup) Barrier(ctx context.Context) error {

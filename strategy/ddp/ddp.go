@@ -498,71 +498,10 @@ func (d *DDP) Reduce(ctx context.Context, sums, weights []float64, ops []module.
 	if err := d.check(); err != nil {
 		return err
 	}
-	if err := reduceMetrics(ctx, d.c, &d.reduceBuf, sums, weights, ops); err != nil {
+	if err := replica.ReduceMetrics(ctx, d.c, &d.reduceBuf, sums, weights, ops); err != nil {
 		return d.fail(ddpOp{kind: opReduce, n: len(sums), step: d.steps}.String(), err)
 	}
 	d.lastDone = ddpOp{kind: opReduce, n: len(sums), step: d.steps}
-	return nil
-}
-
-// reduceMetrics combines per-rank metric values: Mean and Sum values and
-// every weight are summed in one all-reduce; Max and Min (negated) share a
-// second one, issued only when present (every rank has the same ops).
-func reduceMetrics(ctx context.Context, c collective.Collective, scratch *[]float64, sums, weights []float64, ops []module.Reduce) error {
-	if len(sums) != len(ops) || len(weights) != len(ops) {
-		return fmt.Errorf("Reduce: %d values, %d weights and %d ops: pass one of each per metric", len(sums), len(weights), len(ops))
-	}
-	n := len(ops)
-	buf := (*scratch)[:0]
-	var nMax int
-	for i, op := range ops {
-		if op == module.Max || op == module.Min {
-			nMax++
-			buf = append(buf, 0)
-		} else {
-			buf = append(buf, sums[i])
-		}
-	}
-	buf = append(buf, weights...)
-	*scratch = buf
-	if n == 0 {
-		return nil
-	}
-	if err := c.AllReduce(ctx, buf, collective.Sum); err != nil {
-		return err
-	}
-	for i, op := range ops {
-		if op != module.Max && op != module.Min {
-			sums[i] = buf[i]
-		}
-	}
-	copy(weights, buf[n:2*n])
-	if nMax == 0 {
-		return nil
-	}
-	mx := buf[:0]
-	for i, op := range ops {
-		switch op {
-		case module.Max:
-			mx = append(mx, sums[i])
-		case module.Min:
-			mx = append(mx, -sums[i])
-		}
-	}
-	if err := c.AllReduce(ctx, mx, collective.Max); err != nil {
-		return err
-	}
-	j := 0
-	for i, op := range ops {
-		switch op {
-		case module.Max:
-			sums[i] = mx[j]
-			j++
-		case module.Min:
-			sums[i] = -mx[j]
-			j++
-		}
-	}
 	return nil
 }
 

@@ -35,6 +35,8 @@ type Engine struct {
 	graphs map[key]*compiled
 	sync   *module.StatSync // nil: no replica to sync BatchNorm statistics with
 	runKey uint64           // read by graph ops through module.Step.RunKey
+	shard  *Sharding        // nil: the store holds the parameters
+	pool   *unitPool        // the sharded engine's unit buffers
 }
 
 type key struct {
@@ -61,6 +63,7 @@ type compiled struct {
 	outVal  G.Value
 	grads   []gradBinding
 	metrics []module.Metric
+	hooks   *shardHooks // sharded engines only
 }
 
 type gradBinding struct {
@@ -156,6 +159,14 @@ func (e *Engine) Run(ctx context.Context, mode module.Mode, b *data.Batch, accum
 			}
 		}
 	}()
+	if c.hooks != nil {
+		c.hooks.start(ctx)
+		defer func() {
+			if ferr := c.hooks.finish(); ferr != nil && err == nil {
+				err = fmt.Errorf("%s step: %w", mode, ferr)
+			}
+		}()
+	}
 	if c.exec != nil {
 		// Gradients whose op can write into the store do so when they are
 		// wanted as they are (no accumulation, no scaling): no copy after.
@@ -171,7 +182,9 @@ func (e *Engine) Run(ctx context.Context, mode module.Mode, b *data.Batch, accum
 	}
 	if mode == module.Train {
 		res.Loss = scalar(c.valueOf(c.loss, c.lossVal))
-		e.gatherGrads(c, accumulate, scale)
+		if c.hooks == nil {
+			e.gatherGrads(c, accumulate, scale)
+		}
 	}
 	for i, l := range c.step.Logs() {
 		if l.Counts != nil {
@@ -530,6 +543,9 @@ func (e *Engine) compile(mode module.Mode, batch int) (c *compiled, err error) {
 	}
 	for _, l := range s.Logs() {
 		c.metrics = append(c.metrics, module.Metric{Name: l.Name, Spec: l.Spec, Derive: l.Counts})
+	}
+	if e.shard != nil {
+		return e.compileSharded(c, mode)
 	}
 	if e.Tape {
 		c.vm = G.NewTapeMachine(c.g)

@@ -20,6 +20,9 @@ type executor struct {
 	vals    []G.Value
 	index   map[*G.Node]int
 	scratch []G.Value
+	// hooks, when set, run around every step (a sharded engine's gathers
+	// and gradient reductions: exec_hooks.go).
+	hooks *shardHooks
 }
 
 type execStep struct {
@@ -29,10 +32,14 @@ type execStep struct {
 	out      int
 	pd       G.UsePreallocDoer
 	prealloc G.Value
+	dt       tensor.Dtype
 	// direct is a caller's value (a view of the store's gradient buffer)
 	// the op writes into instead of prealloc on runs that ask for it, so
 	// the result needs no copy afterwards.
 	direct G.Value
+	// alwaysDirect: the op writes into direct on every run (its prealloc is
+	// dropped; a sharded engine's gradients).
+	alwaysDirect bool
 	// reshape marks Gorgonia's reshapeOp, whose output is a view of its
 	// input: it is made once and reused while the input is the same tensor
 	// (Do would allocate a shallow clone and its shape every run).
@@ -82,7 +89,7 @@ func newExecutor(g *G.ExprGraph) (*executor, error) {
 		if pd, ok := op.(G.UsePreallocDoer); ok && len(n.Shape()) > 0 && !n.IsScalar() {
 			if dt, err := dtypeOf(n); err == nil {
 				st.pd = pd
-				st.prealloc = tensor.New(tensor.WithShape(n.Shape().Clone()...), tensor.Of(dt))
+				st.dt = dt // prealloc is made by the first run that needs it
 			}
 		}
 		if len(st.in) > len(e.scratch) {
@@ -106,6 +113,11 @@ func dtypeOf(n *G.Node) (dt tensor.Dtype, err error) {
 // (setDirect) write into it.
 func (e *executor) run(direct bool) error {
 	for i := range e.steps {
+		if e.hooks != nil {
+			if err := e.hooks.before(e, i); err != nil {
+				return err
+			}
+		}
 		st := &e.steps[i]
 		in := e.scratch[:len(st.in)]
 		for j, k := range st.in {
@@ -116,9 +128,12 @@ func (e *executor) run(direct bool) error {
 		switch {
 		case st.reshape:
 			v, err = st.reshaped(in[0])
-		case direct && st.direct != nil:
+		case (direct || st.alwaysDirect) && st.direct != nil:
 			v, err = st.pd.UsePreallocDo(st.direct, in...)
 		case st.pd != nil:
+			if st.prealloc == nil {
+				st.prealloc = tensor.New(tensor.WithShape(st.shape.Clone()...), tensor.Of(st.dt))
+			}
 			v, err = st.pd.UsePreallocDo(st.prealloc, in...)
 		default:
 			v, err = st.op.Do(in...)
@@ -127,6 +142,11 @@ func (e *executor) run(direct bool) error {
 			return fmt.Errorf("op %v (node %q): %w", st.op, st.node.Name(), err)
 		}
 		e.vals[st.out] = v
+		if e.hooks != nil {
+			if err := e.hooks.after(e, i); err != nil {
+				return err
+			}
+		}
 	}
 	clear(e.scratch)
 	return nil

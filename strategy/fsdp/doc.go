@@ -1,0 +1,20 @@
+// Package fsdp is fully sharded data parallelism (ZeRO stage 3, PyTorch's
+// FSDP and Lightning's "fsdp" strategy): each rank keeps 1/N of the
+// parameters, gradients and optimizer state; a unit's parameters (a layer,
+// or a run of layers up to a size) are all-gathered just before their first
+// use in the schedule and freed after their last, the next unit's gather
+// overlapping the current unit's compute, and gradients are
+// reduce-scattered unit by unit as the backward pass produces them.
+//
+// The engine does the scheduling (engine.Sharding, over a
+// module.NewLayoutStore that holds no parameters); this package owns the
+// shards, the optimizer over them, the collectives and the state dicts:
+// SaveState returns each rank's spans of every tensor (or, with Full, the
+// tensors whole), and LoadState takes the spans this rank holds from a
+// dict saved at any world size, by any strategy.
+//
+// fsdp imports strategy, strategy/replica, strategy/{device, collective}
+// (the engine only through strategy/device/engine), module, data, optim and
+// profiler; never trainer, another strategy/<name> or a collective backend
+// (tests use inproc).
+package fsdp

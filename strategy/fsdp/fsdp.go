@@ -1,0 +1,538 @@
+package fsdp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+	"gorgonia.org/tensor"
+
+	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/optim"
+	"github.com/fulgur-ml/fulgur/profiler"
+	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/collective"
+	"github.com/fulgur-ml/fulgur/strategy/device"
+	"github.com/fulgur-ml/fulgur/strategy/device/engine"
+	"github.com/fulgur-ml/fulgur/strategy/replica"
+)
+
+var (
+	_ strategy.Strategy       = (*FSDP)(nil)
+	_ strategy.Sampler        = (*FSDP)(nil)
+	_ strategy.MemoryReporter = (*FSDP)(nil)
+)
+
+// Wrap says how the parameters are cut into units, the blocks that are
+// gathered whole for their forward and backward.
+type Wrap int
+
+const (
+	// WrapLayer makes one unit per layer: the parameters whose names share
+	// everything before the last dot ("fc1.weight" and "fc1.bias"), as
+	// PyTorch's ModuleWrapPolicy does for every layer.
+	WrapLayer Wrap = iota
+	// WrapSize joins consecutive parameters, in declaration order, until a
+	// unit holds at least MinUnitParams elements (PyTorch's
+	// size_based_auto_wrap_policy); the last unit takes what is left.
+	WrapSize
+)
+
+func (w Wrap) String() string {
+	switch w {
+	case WrapLayer:
+		return "layer"
+	case WrapSize:
+		return "size"
+	}
+	return fmt.Sprintf("Wrap(%d)", int(w))
+}
+
+// DefaultMinUnitParams is WrapSize's unit size when MinUnitParams is 0.
+const DefaultMinUnitParams = 1 << 20
+
+// Config configures one rank of FSDP.
+type Config struct {
+	// Group is this rank's collective, already joined (tests pass the ranks
+	// of inproc.NewGroup). FSDP takes it over and closes it at Teardown or
+	// on the first failure.
+	Group collective.Collective
+	// Wrap is the wrapping policy (WrapLayer by default).
+	Wrap Wrap
+	// MinUnitParams is WrapSize's unit size in elements. 0:
+	// DefaultMinUnitParams.
+	MinUnitParams int
+	// KeepAfterForward keeps each unit's parameters gathered from its
+	// forward to its backward (PyTorch's reshard_after_forward=False,
+	// SHARD_GRAD_OP): one gather per unit and step instead of two, and the
+	// whole model gathered at the end of the forward pass. By default a
+	// unit is freed after its forward and gathered again for its backward
+	// (FULL_SHARD).
+	KeepAfterForward bool
+	// NoPrefetch gathers each unit when it is reached instead of while the
+	// unit before it computes.
+	NoPrefetch bool
+	// Device runs this rank's graphs. nil: the CPU.
+	Device device.Device
+	// Timeout bounds Teardown's final barrier. 0: collective.DefaultTimeout.
+	Timeout time.Duration
+	Log     zerolog.Logger
+}
+
+// FSDP is fully sharded data parallelism (ZeRO stage 3): rank r of N keeps
+// 1/N of every unit's parameters, of their gradients and of the optimizer
+// state. Each unit's parameters are all-gathered into a small pool of
+// unit-sized buffers just before the first op that reads them, the next
+// unit's gather running while this one computes, and freed after their
+// last use (after the forward pass, then again after the backward pass,
+// unless KeepAfterForward); each unit's gradient is reduce-scattered
+// (mean) as soon as the backward pass has produced it, into this rank's
+// shard. The optimizer updates the shard only: parameters are never whole
+// on a rank outside a unit's stretch of use.
+//
+// Every training Step reduce-scatters its gradients, accumulating into
+// the shard (there is no unsharded gradient buffer to accumulate locally
+// in, so TrainOptions.Sync is not needed: micro-batches of an accumulation
+// window communicate too). Every Step, evaluation included, gathers
+// parameters collectively, so every rank must run the same number of
+// steps: the distributed sampler pads evaluation data as it pads training
+// data (padded rows are real rows seen twice, which weighs them twice in
+// epoch metrics).
+type FSDP struct {
+	cfg  Config
+	prof profiler.Profiler
+	c    collective.Group
+	dev  device.Device
+
+	rank, world int
+	store       *module.Store // layout: buffers only
+	eng         *engine.Engine
+	rep         *replica.Graphs
+	units       []engine.Unit
+	chunks      []chunk // this rank's part of each unit
+	shardLen    int
+	p32, g32    []float32 // this rank's parameters and gradients
+	p64, g64    []float64
+	tmp32       []float32 // reduce-scatter landing, per unit chunk
+	tmp64       []float64
+	opt         optim.Optimizer
+	sched       optim.Scheduler
+	scale       float64 // of the training run in progress
+	reduced     bool    // a training Step ran since the last update
+	norm        []float64
+	reduceBuf   []float64
+	broken      error
+	tornDown    bool
+}
+
+// chunk is this rank's part [Lo, Hi) of a unit, in flat parameter
+// coordinates, stored at Local in the shard.
+type chunk struct{ Lo, Hi, Local int }
+
+// New returns one rank of FSDP.
+func New(cfg Config) (*FSDP, error) {
+	var errs []error
+	if cfg.Group == nil {
+		errs = append(errs, errors.New("Group is nil: pass this rank's collective (e.g. from inproc.NewGroup or tcp.New)"))
+	}
+	if cfg.Wrap != WrapLayer && cfg.Wrap != WrapSize {
+		errs = append(errs, fmt.Errorf("Wrap is %v: use WrapLayer or WrapSize", cfg.Wrap))
+	}
+	if cfg.MinUnitParams < 0 {
+		errs = append(errs, fmt.Errorf("MinUnitParams is %d: use 0 for %d or a positive number of elements", cfg.MinUnitParams, DefaultMinUnitParams))
+	}
+	if cfg.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("Timeout is %v: use 0 for the default or a positive duration", cfg.Timeout))
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("strategy fsdp: %w", errors.Join(errs...))
+	}
+	if cfg.MinUnitParams == 0 {
+		cfg.MinUnitParams = DefaultMinUnitParams
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = collective.DefaultTimeout
+	}
+	f := &FSDP{cfg: cfg, dev: cfg.Device, rank: cfg.Group.Rank(), world: cfg.Group.Size(), norm: make([]float64, 1)}
+	if f.dev == nil {
+		f.dev = device.NewCPU(0)
+	}
+	return f, nil
+}
+
+func (f *FSDP) Info() strategy.Info {
+	return strategy.Info{Name: "fsdp", Rank: f.rank, WorldSize: f.world, GlobalZero: f.rank == 0}
+}
+
+// Units are the spans of the flat parameters gathered whole, laid out by
+// Setup from the wrapping policy.
+func (f *FSDP) Units() []engine.Unit { return f.units }
+
+func (f *FSDP) fail(what string, err error) error {
+	err = fmt.Errorf("rank %d: %s: %w", f.rank, what, err)
+	if f.broken == nil {
+		f.broken = err
+		if f.c != nil {
+			f.c.Close()
+		}
+	}
+	return err
+}
+
+func (f *FSDP) check() error {
+	if f.broken != nil {
+		return fmt.Errorf("the job failed earlier: %w", f.broken)
+	}
+	if f.eng == nil {
+		return errors.New("fsdp: called before Setup")
+	}
+	return nil
+}
+
+// Units cuts specs' learnable parameters (in store order) into units by
+// policy w.
+func Units(specs []module.Spec, w Wrap, minParams int) []engine.Unit {
+	var out []engine.Unit
+	off, lo, prefix := 0, 0, ""
+	for _, sp := range specs {
+		if sp.Buffer {
+			continue
+		}
+		n := sp.Size()
+		p := sp.Name
+		if i := strings.LastIndexByte(p, '.'); i >= 0 {
+			p = p[:i]
+		} else {
+			p = ""
+		}
+		switch w {
+		case WrapLayer:
+			if off > lo && p != prefix {
+				out = append(out, engine.Unit{Lo: lo, Hi: off})
+				lo = off
+			}
+			prefix = p
+			off += n
+		default:
+			off += n
+			if off-lo >= minParams {
+				out = append(out, engine.Unit{Lo: lo, Hi: off})
+				lo = off
+			}
+		}
+	}
+	if off > lo {
+		out = append(out, engine.Unit{Lo: lo, Hi: off})
+	}
+	return out
+}
+
+func (f *FSDP) Setup(ctx context.Context, su strategy.Setup) error {
+	f.prof = replica.ProfilerOf(su.Profiler)
+	f.c = collective.WithAsync(f.cfg.Group)
+	f.rank, f.world = f.c.Rank(), f.c.Size()
+	// Every rank initialises its shard from rank 0's seed: the model is
+	// rank 0's without ever being whole anywhere.
+	seed := []float64{float64(su.Seed >> 32), float64(su.Seed & 0xffffffff)}
+	if err := f.c.Broadcast(ctx, seed, 0); err != nil {
+		return f.fail("broadcast rank 0's seed", err)
+	}
+	seed0 := uint64(seed[0])<<32 | uint64(seed[1])
+	st, err := module.NewLayoutStore(su.Specs, su.Dtype, seed0)
+	if err != nil {
+		return f.fail("setup", err)
+	}
+	f.store = st
+	f.units = Units(su.Specs, f.cfg.Wrap, f.cfg.MinUnitParams)
+	if len(f.units) == 0 {
+		return f.fail("setup", errors.New("the module declares no learnable parameter: nothing to shard"))
+	}
+	for _, u := range f.units {
+		n := u.Hi - u.Lo
+		lo := u.Lo + collective.Offset(n, f.world, f.rank)
+		c := chunk{Lo: lo, Hi: lo + collective.BlockLen(n, f.world, f.rank), Local: f.shardLen}
+		f.chunks = append(f.chunks, c)
+		f.shardLen += c.Hi - c.Lo
+	}
+	if su.Dtype == tensor.Float32 {
+		f.p32, f.g32, f.tmp32 = make([]float32, f.shardLen), make([]float32, f.shardLen), make([]float32, f.shardLen)
+	} else {
+		f.p64, f.g64, f.tmp64 = make([]float64, f.shardLen), make([]float64, f.shardLen), make([]float64, f.shardLen)
+	}
+	for _, c := range f.chunks {
+		if err := st.InitParams(c.Lo, c.Hi, f.local(f.p32, f.p64, c)); err != nil {
+			return f.fail("setup", err)
+		}
+	}
+	sh := &engine.Sharding{Units: f.units, KeepAfterForward: f.cfg.KeepAfterForward, NoPrefetch: f.cfg.NoPrefetch, Gather: f.gather, Reduce: f.reduce}
+	opts := append([]engine.Option{engine.WithSharding(sh)}, replica.StatSyncOption(statSync{f}, f.world, su.SyncBatchNorm)...)
+	f.eng = engine.New(su.Module, st, su.Fields, replica.Seed(su.Seed, f.rank), opts...)
+	f.rep = replica.NewGraphs(f.eng)
+	if f.opt, f.sched, err = su.NewOptimizer(); err != nil {
+		return f.fail("setup", err)
+	}
+	if err := f.opt.Bind(0, f.shardLen); err != nil {
+		return f.fail("setup", err)
+	}
+	return nil
+}
+
+// local is chunk c's slice of a shard buffer ([]float32 or []float64,
+// whichever is set).
+func (f *FSDP) local(b32 []float32, b64 []float64, c chunk) any {
+	if b32 != nil {
+		return b32[c.Local : c.Local+c.Hi-c.Lo]
+	}
+	return b64[c.Local : c.Local+c.Hi-c.Lo]
+}
+
+func (f *FSDP) gather(ctx context.Context, u int, dst any) engine.Wait {
+	return f.c.AllGatherAsync(ctx, f.local(f.p32, f.p64, f.chunks[u]), dst).Wait
+}
+
+func (f *FSDP) reduce(ctx context.Context, u int, grad any) engine.Wait {
+	c := f.chunks[u]
+	recv := f.local(f.tmp32, f.tmp64, c)
+	h := f.c.ReduceScatterAsync(ctx, grad, recv, collective.Mean)
+	return func() error {
+		if err := h.Wait(); err != nil {
+			return err
+		}
+		if f.g32 != nil {
+			addScaled(f.g32[c.Local:c.Local+c.Hi-c.Lo], f.tmp32[c.Local:c.Local+c.Hi-c.Lo], float32(f.scale))
+		} else {
+			addScaled(f.g64[c.Local:c.Local+c.Hi-c.Lo], f.tmp64[c.Local:c.Local+c.Hi-c.Lo], f.scale)
+		}
+		return nil
+	}
+}
+
+func addScaled[T float32 | float64](dst, src []T, s T) {
+	if s == 1 {
+		for i, v := range src {
+			dst[i] += v
+		}
+		return
+	}
+	for i, v := range src {
+		dst[i] += v * s
+	}
+}
+
+func (f *FSDP) Step(ctx context.Context, mode module.Mode, b *data.Batch, o strategy.TrainOptions) (strategy.StepResult, error) {
+	if err := f.check(); err != nil {
+		return strategy.StepResult{}, err
+	}
+	return replica.RunStep(ctx, replica.Steps{Train: f.trainStep, Eval: f.evalStep, Predict: f.predictStep}, mode, b, o)
+}
+
+func (f *FSDP) trainStep(ctx context.Context, b *data.Batch, o strategy.TrainOptions) (float64, []module.Metric, error) {
+	f.scale = o.Scale
+	if f.scale == 0 {
+		f.scale = 1
+	}
+	if !o.Accumulate {
+		clear(f.g32)
+		clear(f.g64)
+	}
+	var r engine.Result
+	err := f.dev.Do(ctx, func() error {
+		var err error
+		f.eng.SetRunKey(o.Key)
+		r, err = f.rep.Run(ctx, module.Train, b, o.Accumulate, f.scale)
+		return err
+	})
+	if err != nil {
+		return 0, nil, f.fail("train step on "+f.dev.String(), err)
+	}
+	f.reduced = true
+	return r.Loss, r.Metrics, nil
+}
+
+func (f *FSDP) evalStep(ctx context.Context, mode module.Mode, b *data.Batch) ([]module.Metric, error) {
+	var r engine.Result
+	err := f.dev.Do(ctx, func() error {
+		var err error
+		r, err = f.rep.Run(ctx, mode, b, false, 1)
+		return err
+	})
+	if err != nil {
+		return nil, f.fail(mode.String()+" step on "+f.dev.String(), err)
+	}
+	return r.Metrics, nil
+}
+
+func (f *FSDP) predictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, error) {
+	var out *tensor.Dense
+	err := f.dev.Do(ctx, func() error {
+		r, err := f.rep.Run(ctx, module.Predict, b, false, 1)
+		if err == nil && r.Output == nil {
+			err = errors.New("predict step: the graph produced no output")
+		}
+		out = r.Output
+		return err
+	})
+	if err != nil {
+		return nil, f.fail("predict step on "+f.dev.String(), err)
+	}
+	return out, nil
+}
+
+// OptimizerStep updates this rank's shard from its reduced gradients.
+// The gradient norm (clipping, BeforeUpdate) sums every shard's squares
+// across ranks.
+func (f *FSDP) OptimizerStep(ctx context.Context, o strategy.OptimizerOptions) (float64, error) {
+	if err := f.check(); err != nil {
+		return math.NaN(), err
+	}
+	if !f.reduced {
+		return math.NaN(), errors.New("OptimizerStep without a training Step: fsdp updates from the gradients a training Step reduced")
+	}
+	f.reduced = false
+	norm := math.NaN()
+	if o.BeforeUpdate != nil || o.ClipNorm > 0 {
+		if f.g32 != nil {
+			f.norm[0] = optim.SumSquares32(f.g32)
+		} else {
+			f.norm[0] = optim.SumSquares64(f.g64)
+		}
+		if err := f.c.AllReduce(ctx, f.norm, collective.Sum); err != nil {
+			return math.NaN(), f.fail("all-reduce the gradient norm", err)
+		}
+		norm = math.Sqrt(f.norm[0])
+		if o.BeforeUpdate != nil {
+			if err := o.BeforeUpdate(norm); err != nil {
+				return math.NaN(), err
+			}
+		}
+		if o.ClipNorm <= 0 {
+			norm = math.NaN()
+		}
+	}
+	f.opt.Begin()
+	if f.g32 != nil {
+		if o.ClipValue > 0 {
+			optim.ClipGradValue32(f.g32, o.ClipValue)
+		}
+		if o.ClipNorm > 0 {
+			if c := optim.ClipScale(norm, o.ClipNorm); c < 1 {
+				optim.ScaleGrads32(f.g32, c)
+			}
+		}
+		f.opt.Update32(f.p32, f.g32, 0)
+	} else {
+		if o.ClipValue > 0 {
+			optim.ClipGradValue64(f.g64, o.ClipValue)
+		}
+		if o.ClipNorm > 0 {
+			if c := optim.ClipScale(norm, o.ClipNorm); c < 1 {
+				optim.ScaleGrads64(f.g64, c)
+			}
+		}
+		f.opt.Update64(f.p64, f.g64, 0)
+	}
+	if err := f.syncBuffers(ctx); err != nil {
+		return math.NaN(), f.fail("broadcast rank 0's buffers", err)
+	}
+	return norm, nil
+}
+
+// syncBuffers gives every rank rank 0's buffers (BatchNorm statistics)
+// at the end of a step, as DDP does.
+func (f *FSDP) syncBuffers(ctx context.Context) error {
+	for _, e := range f.store.Entries() {
+		if !e.Buffer {
+			continue
+		}
+		t, err := f.store.Tensor(e.Name)
+		if err != nil {
+			return err
+		}
+		if err := f.c.Broadcast(ctx, denseData(t), 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *FSDP) Reduce(ctx context.Context, sums, weights []float64, ops []module.Reduce) error {
+	if f.broken != nil {
+		return fmt.Errorf("the job failed earlier: %w", f.broken)
+	}
+	if f.c == nil {
+		return errors.New("fsdp: Reduce before Setup")
+	}
+	if len(sums) == 0 && len(weights) == 0 && len(ops) == 0 {
+		if err := f.c.Barrier(ctx); err != nil {
+			return f.fail("barrier", err)
+		}
+		return nil
+	}
+	if err := replica.ReduceMetrics(ctx, f.c, &f.reduceBuf, sums, weights, ops); err != nil {
+		return f.fail("reduce logged values", err)
+	}
+	return nil
+}
+
+// DistributedSampler shards data by rank, padded in training and in
+// evaluation alike: every step gathers parameters collectively, so every
+// rank must run the same number of them.
+func (f *FSDP) DistributedSampler(shuffle bool, seed uint64, train bool) data.Sampler {
+	if train {
+		return data.DistributedSampler{Rank: f.rank, World: f.world, Shuffle: shuffle, Seed: seed}
+	}
+	return data.DistributedSampler{Rank: f.rank, World: f.world}
+}
+
+// Memory reports what this rank holds: its shards, the unit buffers are
+// not counted (they are at most a few units).
+func (f *FSDP) Memory() strategy.Memory {
+	e := 4
+	if f.p64 != nil {
+		e = 8
+	}
+	bufs := (f.store.Len() - f.store.NumParams()) * e
+	st := 0
+	for _, b := range f.opt.State().Buffers {
+		st += len(b) * e
+	}
+	return strategy.Memory{Params: f.shardLen*e + bufs, LocalGrads: f.shardLen * e, ReducedGrads: f.shardLen * e, OptimizerState: st}
+}
+
+// Teardown waits for every rank (a last barrier) and closes the group.
+func (f *FSDP) Teardown(ctx context.Context) error {
+	if f.tornDown {
+		return nil
+	}
+	f.tornDown = true
+	if f.c == nil {
+		if f.cfg.Group != nil {
+			return f.cfg.Group.Close()
+		}
+		return nil
+	}
+	var err error
+	if f.broken == nil {
+		bctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
+		if e := f.c.Barrier(bctx); e != nil {
+			err = fmt.Errorf("rank %d: final barrier: %w", f.rank, e)
+		}
+		cancel()
+	}
+	f.c.Close()
+	return err
+}
+
+// statSync gives BatchNorm layers the group's all-reduce (SyncBatchNorm).
+type statSync struct{ f *FSDP }
+
+func (s statSync) AllReduceSum(ctx context.Context, buf []float64) error {
+	return s.f.c.AllReduce(ctx, buf, collective.Sum)
+}
+
+func (s statSync) Size() int { return s.f.c.Size() }

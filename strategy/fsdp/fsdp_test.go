@@ -1,0 +1,417 @@
+package fsdp_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/nn"
+	"github.com/fulgur-ml/fulgur/optim"
+	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
+	"github.com/fulgur-ml/fulgur/strategy/fsdp"
+	"github.com/fulgur-ml/fulgur/strategy/single"
+	"github.com/fulgur-ml/fulgur/strategy/strategytest"
+)
+
+// deepMLP is a stack of nn.Linear layers (ReLU between them, named fc0,
+// fc1, ...) with a mean squared error loss: with the layer policy, one unit
+// per layer.
+type deepMLP struct {
+	Sizes []int
+	Opt   string // "sgd" (momentum) or "adam"
+	LR    float64
+	lins  []*nn.Linear
+}
+
+func (m *deepMLP) Configure(b *module.Builder) error {
+	m.lins = nil
+	for i := 0; i+1 < len(m.Sizes); i++ {
+		var opts []nn.LinearOption
+		if i+2 < len(m.Sizes) {
+			opts = append(opts, nn.LinearReLU())
+		}
+		m.lins = append(m.lins, nn.NewLinear(b, fmt.Sprintf("fc%d", i), m.Sizes[i], m.Sizes[i+1], opts...))
+	}
+	return nil
+}
+
+func (m *deepMLP) forward(s *module.Step) *G.Node {
+	x := s.Input("x")
+	for _, l := range m.lins {
+		x = l.Forward(s, x)
+	}
+	return x
+}
+
+func (m *deepMLP) loss(s *module.Step) *G.Node {
+	n := s.BatchSize() * m.Sizes[len(m.Sizes)-1]
+	o := G.Must(G.Reshape(m.forward(s), []int{n}))
+	y := G.Must(G.Reshape(s.Input("y"), []int{n}))
+	return G.Must(G.Mean(G.Must(G.Square(G.Must(G.Sub(o, y))))))
+}
+
+func (m *deepMLP) TrainingStep(s *module.Step) (*G.Node, error) { return m.loss(s), nil }
+
+func (m *deepMLP) ValidationStep(s *module.Step) error {
+	s.Log("val_loss", m.loss(s))
+	return nil
+}
+
+func (m *deepMLP) PredictStep(s *module.Step) (*G.Node, error) { return m.forward(s), nil }
+
+func (m *deepMLP) ConfigureOptimizers() (optim.Optimizer, optim.Scheduler, error) {
+	if m.Opt == "adam" {
+		o, err := optim.NewAdam(optim.AdamConfig{LR: m.LR})
+		return o, nil, err
+	}
+	o, err := optim.NewSGD(optim.SGDConfig{LR: m.LR, Momentum: 0.9})
+	return o, nil, err
+}
+
+const seed = 42
+
+func ranks(t testing.TB, n int, cfg fsdp.Config) []strategy.Strategy {
+	t.Helper()
+	group, err := inproc.NewGroup(n, inproc.Timeout(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]strategy.Strategy, n)
+	for r := range out {
+		c := cfg
+		c.Group = group[r]
+		s, err := fsdp.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[r] = s
+	}
+	return out
+}
+
+// setup sets every rank up; rank r gets seed+r, so only a strategy that
+// starts every rank from rank 0's initial parameters trains as one device.
+func setup(t *testing.T, ctx context.Context, strats []strategy.Strategy, m module.Module, ds data.Dataset, dt tensor.Dtype) {
+	t.Helper()
+	err := strategytest.Each(strats, func(r int, s strategy.Strategy) error {
+		su, err := strategytest.SetupForDtype(m, ds.Fields(), seed+uint64(r), dt)
+		if err != nil {
+			return err
+		}
+		return s.Setup(ctx, su)
+	})
+	if err != nil {
+		t.Fatalf("Setup: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := strategytest.Each(strats, func(_ int, s strategy.Strategy) error { return s.Teardown(context.Background()) }); err != nil {
+			t.Errorf("Teardown: %v", err)
+		}
+	})
+}
+
+// fullState is rank 0's SaveState with Full, every rank taking part.
+func fullState(t *testing.T, ctx context.Context, strats []strategy.Strategy) *strategy.StateDict {
+	t.Helper()
+	sds := make([]*strategy.StateDict, len(strats))
+	err := strategytest.Each(strats, func(r int, s strategy.Strategy) (err error) {
+		sds[r], err = s.SaveState(ctx, strategy.SaveOptions{Full: true})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("SaveState: %v", err)
+	}
+	for _, tn := range sds[0].Tensors {
+		if !tn.Whole() {
+			t.Fatalf("SaveState with Full: %q holds [%d, %d) of %d elements, want all", tn.Name, tn.Lo, tn.Hi, tn.Size())
+		}
+	}
+	return sds[0]
+}
+
+func values(tn *strategy.Tensor) []float64 {
+	if tn.Dtype == tensor.Float32 {
+		out := make([]float64, len(tn.Data32))
+		for i, v := range tn.Data32 {
+			out[i] = float64(v)
+		}
+		return out
+	}
+	return tn.Data64
+}
+
+func ctxFor(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+const in, out = 6, 3
+
+// train runs steps optimizer steps of accum micro-batches of the global
+// batch B on strats (each rank its shard of every batch).
+func train(t *testing.T, ctx context.Context, strats []strategy.Strategy, ds data.Dataset, B, steps, accum int, so strategy.OptimizerOptions) {
+	t.Helper()
+	for k := 0; k < steps; k++ {
+		micro := make([]*data.Batch, accum)
+		for i := range micro {
+			lo := (k*accum + i) * B
+			var err error
+			if micro[i], err = strategytest.Rows(ds, lo, lo+B); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, _, err := strategytest.Step(ctx, strats, so, micro...); err != nil {
+			t.Fatalf("step %d: %v", k, err)
+		}
+	}
+}
+
+// FSDP trains as one device does with the global batch (within the
+// suite's float32 and float64 tolerances), whatever the number of ranks,
+// the wrapping policy, resharding after forward, prefetching, the
+// optimizer, clipping or accumulation.
+func TestFSDPTrainsAsOneDevice(t *testing.T) {
+	type tc struct {
+		name  string
+		n     int
+		cfg   fsdp.Config
+		opt   string
+		so    strategy.OptimizerOptions
+		accum int
+	}
+	var cases []tc
+	for _, n := range []int{1, 2, 3} {
+		cases = append(cases,
+			tc{"layer/sgd", n, fsdp.Config{}, "sgd", strategy.OptimizerOptions{}, 1},
+			tc{"layer/adam", n, fsdp.Config{}, "adam", strategy.OptimizerOptions{}, 1},
+			tc{"size/adam", n, fsdp.Config{Wrap: fsdp.WrapSize, MinUnitParams: 50}, "adam", strategy.OptimizerOptions{}, 1},
+			tc{"keep-after-forward/adam", n, fsdp.Config{KeepAfterForward: true}, "adam", strategy.OptimizerOptions{}, 1},
+			tc{"no-prefetch/sgd", n, fsdp.Config{NoPrefetch: true}, "sgd", strategy.OptimizerOptions{}, 1},
+			tc{"clip-norm/adam", n, fsdp.Config{}, "adam", strategy.OptimizerOptions{ClipNorm: 0.05}, 1},
+			tc{"clip-value/sgd", n, fsdp.Config{}, "sgd", strategy.OptimizerOptions{ClipValue: 0.01}, 1},
+			tc{"accumulate/sgd", n, fsdp.Config{}, "sgd", strategy.OptimizerOptions{}, 2},
+		)
+	}
+	for _, c := range cases {
+		for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
+			t.Run(fmt.Sprintf("n=%d/%s/%v", c.n, c.name, dt), func(t *testing.T) {
+				ctx := ctxFor(t)
+				const steps = 4
+				B := 2 * c.n
+				ds, err := strategytest.Regression(steps*B*c.accum, in, out, 3)
+				if err != nil {
+					t.Fatal(err)
+				}
+				m := &deepMLP{Sizes: []int{in, 9, 7, 5, out}, Opt: c.opt, LR: 0.02}
+				strats := ranks(t, c.n, c.cfg)
+				setup(t, ctx, strats, m, ds, dt)
+				ref := []strategy.Strategy{single.NewSingle()}
+				setup(t, ctx, ref, m, ds, dt)
+				train(t, ctx, strats, ds, B, steps, c.accum, c.so)
+				train(t, ctx, ref, ds, B, steps, c.accum, c.so)
+				got := fullState(t, ctx, strats)
+				want := strategytest.StoreOf(ref[0])
+				abs, rel := strategytest.AbsTol, strategytest.RelTol
+				if dt == tensor.Float64 {
+					abs, rel = strategytest.AbsTol64, strategytest.RelTol64
+				}
+				worst := 0.0
+				for _, e := range want.Entries() {
+					tn := got.Lookup(e.Name)
+					if tn == nil {
+						t.Fatalf("the saved state has no %q", e.Name)
+					}
+					wt, _ := want.Tensor(e.Name)
+					w := values(&strategy.Tensor{Dtype: dt, Data32: f32s(wt), Data64: f64s(wt)})
+					g := values(tn)
+					for i := range w {
+						d := math.Abs(g[i] - w[i])
+						worst = math.Max(worst, d)
+						if !(d <= abs+rel*math.Abs(w[i])) {
+							t.Fatalf("%s[%d] is %g after %d steps, one device gives %g (beyond %g + %g·|want|)", e.Name, i, g[i], steps, w[i], abs, rel)
+						}
+					}
+				}
+				t.Logf("largest difference from one device: %.3g", worst)
+			})
+		}
+	}
+}
+
+func f32s(t *tensor.Dense) []float32 {
+	if t.Dtype() == tensor.Float32 {
+		return t.Float32s()
+	}
+	return nil
+}
+
+func f64s(t *tensor.Dense) []float64 {
+	if t.Dtype() == tensor.Float64 {
+		return t.Float64s()
+	}
+	return nil
+}
+
+// Two runs of the same job end with the same parameters and optimizer
+// state, bit for bit.
+func TestFSDPBitIdenticalAcrossRuns(t *testing.T) {
+	for _, n := range []int{2, 3} {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			var runs []*strategy.StateDict
+			for range 2 {
+				ctx := ctxFor(t)
+				ds, _ := strategytest.Regression(5*2*n, in, out, 4)
+				strats := ranks(t, n, fsdp.Config{Wrap: fsdp.WrapSize, MinUnitParams: 40})
+				setup(t, ctx, strats, &deepMLP{Sizes: []int{in, 17, 11, out}, Opt: "adam", LR: 0.01}, ds, tensor.Float32)
+				train(t, ctx, strats, ds, 2*n, 5, 1, strategy.OptimizerOptions{ClipNorm: 1})
+				runs = append(runs, fullState(t, ctx, strats))
+			}
+			if len(runs[0].Tensors) != len(runs[1].Tensors) {
+				t.Fatalf("runs saved %d and %d tensors", len(runs[0].Tensors), len(runs[1].Tensors))
+			}
+			for i, a := range runs[0].Tensors {
+				b := runs[1].Tensors[i]
+				if a.Name != b.Name || !slices.Equal(a.Data32, b.Data32) || !slices.Equal(a.Data64, b.Data64) {
+					t.Errorf("tensor %q differs between two runs of the same job", a.Name)
+				}
+			}
+		})
+	}
+}
+
+// A job saved by 2 ranks, each writing only its shards, loads at 1, 3 and
+// 2 ranks: saved whole again it holds the same tensors bit for bit, and
+// the next step trains as the saving job's next step does.
+func TestFSDPStateReshards(t *testing.T) {
+	ctx := ctxFor(t)
+	const B = 6
+	ds, _ := strategytest.Regression(3*B, in, out, 7)
+	m := &deepMLP{Sizes: []int{in, 13, 5, out}, Opt: "adam", LR: 0.02}
+	saver := ranks(t, 2, fsdp.Config{})
+	setup(t, ctx, saver, m, ds, tensor.Float32)
+	train(t, ctx, saver, ds, B, 2, 1, strategy.OptimizerOptions{})
+	// Each rank's shards, merged as a sharded checkpoint's files would be.
+	merged := &strategy.StateDict{}
+	sds := make([]*strategy.StateDict, 2)
+	if err := strategytest.Each(saver, func(r int, s strategy.Strategy) (err error) {
+		sds[r], err = s.SaveState(ctx, strategy.SaveOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for r, sd := range sds {
+		partial := 0
+		for _, tn := range sd.Tensors {
+			if !tn.Whole() {
+				partial++
+			}
+		}
+		if partial == 0 {
+			t.Errorf("rank %d saved every tensor whole without Full: it should save its shards only", r)
+		}
+		merged.Tensors = append(merged.Tensors, sd.Tensors...)
+	}
+	merged.Blobs = sds[0].Blobs
+	want := fullState(t, ctx, saver)
+	third, _ := strategytest.Rows(ds, 2*B, 3*B)
+	if _, _, err := strategytest.Step(ctx, saver, strategy.OptimizerOptions{}, third); err != nil {
+		t.Fatal(err)
+	}
+	after := fullState(t, ctx, saver)
+
+	for _, n := range []int{1, 3, 2} {
+		t.Run(fmt.Sprintf("load at %d", n), func(t *testing.T) {
+			ctx := ctxFor(t)
+			strats := ranks(t, n, fsdp.Config{Wrap: fsdp.WrapSize, MinUnitParams: 30})
+			setup(t, ctx, strats, m, ds, tensor.Float32)
+			if err := strategytest.Each(strats, func(_ int, s strategy.Strategy) error { return s.LoadState(ctx, merged) }); err != nil {
+				t.Fatalf("LoadState: %v", err)
+			}
+			got := fullState(t, ctx, strats)
+			for _, w := range want.Tensors {
+				g := got.Lookup(w.Name)
+				if g == nil || !slices.Equal(g.Data32, w.Data32) || !slices.Equal(g.Data64, w.Data64) {
+					t.Errorf("%q loaded at %d ranks and saved again differs from the 2-rank job's", w.Name, n)
+				}
+			}
+			if _, _, err := strategytest.Step(ctx, strats, strategy.OptimizerOptions{}, third); err != nil {
+				t.Fatal(err)
+			}
+			next := fullState(t, ctx, strats)
+			for _, w := range after.Tensors {
+				g, wv := values(next.Lookup(w.Name)), values(&w)
+				for i := range wv {
+					if d := math.Abs(g[i] - wv[i]); !(d <= strategytest.AbsTol+strategytest.RelTol*math.Abs(wv[i])) {
+						t.Fatalf("%s[%d] after one more step at %d ranks: %g, the 2-rank job has %g", w.Name, i, n, g[i], wv[i])
+					}
+				}
+			}
+		})
+	}
+}
+
+// LoadState refuses a dict that does not fit, naming the tensor, and
+// changes nothing: the job's state saved after the refusal is the one
+// saved before it.
+func TestFSDPLoadStateRefusesBadDicts(t *testing.T) {
+	ctx := ctxFor(t)
+	ds, _ := strategytest.Regression(8, in, out, 2)
+	m := &deepMLP{Sizes: []int{in, 5, out}, Opt: "adam", LR: 0.02}
+	strats := ranks(t, 2, fsdp.Config{})
+	setup(t, ctx, strats, m, ds, tensor.Float32)
+	train(t, ctx, strats, ds, 4, 1, 1, strategy.OptimizerOptions{})
+	before := fullState(t, ctx, strats)
+	shards := make([]*strategy.StateDict, 2)
+	if err := strategytest.Each(strats, func(r int, s strategy.Strategy) (err error) {
+		shards[r], err = s.SaveState(ctx, strategy.SaveOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Both ranks' shards but rank 1's part of fc0.weight.
+	holed := &strategy.StateDict{Blobs: shards[0].Blobs, Tensors: slices.Clone(shards[0].Tensors)}
+	for _, tn := range shards[1].Tensors {
+		if tn.Name != "fc0.weight" {
+			holed.Tensors = append(holed.Tensors, tn)
+		}
+	}
+	reshaped := fullState(t, ctx, strats)
+	for i := range reshaped.Tensors {
+		if reshaped.Tensors[i].Name == "fc1.weight" {
+			reshaped.Tensors[i].Shape = []int{out * 5}
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		sd   *strategy.StateDict
+		want string
+	}{
+		{"one rank's shards only", shards[0], "of the model is missing from the checkpoint"},
+		{"a shard left out", holed, `tensor "fc0.weight": the saved spans do not cover`},
+		{"another shape", reshaped, `"fc1.weight" has shape [15]`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := strategytest.Each(strats, func(_ int, s strategy.Strategy) error { return s.LoadState(ctx, tc.sd) })
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("LoadState: %v, want an error saying %q", err, tc.want)
+			}
+			after := fullState(t, ctx, strats)
+			for i, a := range after.Tensors {
+				if !slices.Equal(a.Data32, before.Tensors[i].Data32) || !slices.Equal(a.Data64, before.Tensors[i].Data64) {
+					t.Errorf("%q changed although LoadState failed", a.Name)
+				}
+			}
+		})
+	}
+}
