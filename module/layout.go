@@ -16,7 +16,13 @@ import (
 // sharded across ranks (fsdp) builds graphs over it and gives the engine the
 // parameters' values while it runs; InitParams gives each rank its span of
 // the initial values.
-func NewLayoutStore(specs []Spec, dtype tensor.Dtype, seed uint64) (*Store, error) {
+//
+// scratch, when not nil, is the memory the parameters' views show
+// ([]float32 or []float64 of the store's dtype, at least the largest
+// parameter's size): a strategy can pass a buffer it uses for something else
+// at run time, since the views are only read while graphs are built. nil
+// allocates one.
+func NewLayoutStore(specs []Spec, dtype tensor.Dtype, seed uint64, scratch any) (*Store, error) {
 	var bufs []Spec
 	for _, sp := range specs {
 		if sp.Buffer {
@@ -40,10 +46,22 @@ func NewLayoutStore(specs []Spec, dtype tensor.Dtype, seed uint64) (*Store, erro
 		return nil, err
 	}
 	l.bufs = full
-	if dtype == tensor.Float32 {
-		l.scratch32 = make([]float32, maxParam)
-	} else {
-		l.scratch64 = make([]float64, maxParam)
+	switch sc := scratch.(type) {
+	case nil:
+		if dtype == tensor.Float32 {
+			l.scratch32 = make([]float32, maxParam)
+		} else {
+			l.scratch64 = make([]float64, maxParam)
+		}
+	case []float32:
+		l.scratch32 = sc
+	case []float64:
+		l.scratch64 = sc
+	default:
+		return nil, fmt.Errorf("NewLayoutStore: scratch is a %T: pass nil, []float32 or []float64", scratch)
+	}
+	if n := len(l.scratch32) + len(l.scratch64); n < maxParam || (dtype == tensor.Float32) != (l.scratch32 != nil) {
+		return nil, fmt.Errorf("NewLayoutStore: scratch holds %d values of %T for a %v store whose largest parameter has %d: pass at least that many of the store's dtype", n, scratch, dtype, maxParam)
 	}
 	return l, nil
 }

@@ -144,7 +144,7 @@ func TestLayoutStoreInitParams(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := module.NewLayoutStore(specs, dt, 7)
+		l, err := module.NewLayoutStore(specs, dt, 7, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -184,6 +184,9 @@ func TestLayoutStoreInitParams(t *testing.T) {
 		}
 		if err := l.InitParams(0, np+1, make([]float64, np+1)); err == nil {
 			t.Errorf("%v: InitParams past the parameters: no error", dt)
+		}
+		if _, err := module.NewLayoutStore(specs, dt, 7, make([]float64, 11)); err == nil {
+			t.Errorf("%v: a scratch smaller than a.weight (12): no error", dt)
 		}
 		if _, err := l.GradTensor("a.weight"); err == nil {
 			t.Errorf("%v: GradTensor on a layout store: no error", dt)

@@ -110,6 +110,7 @@ type FSDP struct {
 	dev  device.Device
 
 	rank, world int
+	dtype       tensor.Dtype
 	store       *module.Store // layout: buffers only
 	eng         *engine.Engine
 	rep         *replica.Graphs
@@ -118,8 +119,9 @@ type FSDP struct {
 	shardLen    int
 	p32, g32    []float32 // this rank's parameters and gradients
 	p64, g64    []float64
-	tmp32       []float32 // reduce-scatter landing, per unit chunk
+	tmp32       []float32 // reduce-scatter landing when accumulating (made on first use)
 	tmp64       []float64
+	accumulate  bool // the training run in progress adds to the gradients
 	opt         optim.Optimizer
 	sched       optim.Scheduler
 	scale       float64 // of the training run in progress
@@ -243,15 +245,23 @@ func (f *FSDP) Setup(ctx context.Context, su strategy.Setup) error {
 		return f.fail("broadcast rank 0's seed", err)
 	}
 	seed0 := uint64(seed[0])<<32 | uint64(seed[1])
-	st, err := module.NewLayoutStore(su.Specs, su.Dtype, seed0)
-	if err != nil {
-		return f.fail("setup", err)
-	}
-	f.store = st
+	f.dtype = su.Dtype
 	f.units = Units(su.Specs, f.cfg.Wrap, f.cfg.MinUnitParams)
 	if len(f.units) == 0 {
 		return f.fail("setup", errors.New("the module declares no learnable parameter: nothing to shard"))
 	}
+	// One unit-sized buffer serves as the layout store's scratch (graphs
+	// are built over it) and then as one of the engine's gathered units.
+	largest := 0
+	for _, u := range f.units {
+		largest = max(largest, u.Hi-u.Lo)
+	}
+	scratch := f.alloc(largest)
+	st, err := module.NewLayoutStore(su.Specs, su.Dtype, seed0, scratch)
+	if err != nil {
+		return f.fail("setup", err)
+	}
+	f.store = st
 	for _, u := range f.units {
 		n := u.Hi - u.Lo
 		lo := u.Lo + collective.Offset(n, f.world, f.rank)
@@ -260,16 +270,16 @@ func (f *FSDP) Setup(ctx context.Context, su strategy.Setup) error {
 		f.shardLen += c.Hi - c.Lo
 	}
 	if su.Dtype == tensor.Float32 {
-		f.p32, f.g32, f.tmp32 = make([]float32, f.shardLen), make([]float32, f.shardLen), make([]float32, f.shardLen)
+		f.p32, f.g32 = make([]float32, f.shardLen), make([]float32, f.shardLen)
 	} else {
-		f.p64, f.g64, f.tmp64 = make([]float64, f.shardLen), make([]float64, f.shardLen), make([]float64, f.shardLen)
+		f.p64, f.g64 = make([]float64, f.shardLen), make([]float64, f.shardLen)
 	}
 	for _, c := range f.chunks {
 		if err := st.InitParams(c.Lo, c.Hi, f.local(f.p32, f.p64, c)); err != nil {
 			return f.fail("setup", err)
 		}
 	}
-	sh := &engine.Sharding{Units: f.units, KeepAfterForward: f.cfg.KeepAfterForward, NoPrefetch: f.cfg.NoPrefetch, Gather: f.gather, Reduce: f.reduce}
+	sh := &engine.Sharding{Units: f.units, Scratch: scratch, KeepAfterForward: f.cfg.KeepAfterForward, NoPrefetch: f.cfg.NoPrefetch, Gather: f.gather, Reduce: f.reduce}
 	opts := append([]engine.Option{engine.WithSharding(sh)}, replica.StatSyncOption(statSync{f}, f.world, su.SyncBatchNorm)...)
 	f.eng = engine.New(su.Module, st, su.Fields, replica.Seed(su.Seed, f.rank), opts...)
 	f.rep = replica.NewGraphs(f.eng)
@@ -297,16 +307,35 @@ func (f *FSDP) gather(ctx context.Context, u int, dst any) engine.Wait {
 
 func (f *FSDP) reduce(ctx context.Context, u int, grad any) engine.Wait {
 	c := f.chunks[u]
-	recv := f.local(f.tmp32, f.tmp64, c)
+	// The first micro-batch of a step reduces straight into the shard's
+	// gradients; later ones land beside them and are added.
+	recv := f.local(f.g32, f.g64, c)
+	if f.accumulate {
+		if f.tmp32 == nil && f.tmp64 == nil {
+			if f.g32 != nil {
+				f.tmp32 = make([]float32, f.shardLen)
+			} else {
+				f.tmp64 = make([]float64, f.shardLen)
+			}
+		}
+		recv = f.local(f.tmp32, f.tmp64, c)
+	}
 	h := f.c.ReduceScatterAsync(ctx, grad, recv, collective.Mean)
+	accumulate, scale := f.accumulate, f.scale
 	return func() error {
 		if err := h.Wait(); err != nil {
 			return err
 		}
-		if f.g32 != nil {
-			addScaled(f.g32[c.Local:c.Local+c.Hi-c.Lo], f.tmp32[c.Local:c.Local+c.Hi-c.Lo], float32(f.scale))
-		} else {
-			addScaled(f.g64[c.Local:c.Local+c.Hi-c.Lo], f.tmp64[c.Local:c.Local+c.Hi-c.Lo], f.scale)
+		lo, hi := c.Local, c.Local+c.Hi-c.Lo
+		switch {
+		case f.g32 != nil && accumulate:
+			addScaled(f.g32[lo:hi], f.tmp32[lo:hi], float32(scale))
+		case f.g32 != nil && scale != 1:
+			optim.ScaleGrads32(f.g32[lo:hi], scale)
+		case f.g64 != nil && accumulate:
+			addScaled(f.g64[lo:hi], f.tmp64[lo:hi], scale)
+		case f.g64 != nil && scale != 1:
+			optim.ScaleGrads64(f.g64[lo:hi], scale)
 		}
 		return nil
 	}
@@ -336,7 +365,9 @@ func (f *FSDP) trainStep(ctx context.Context, b *data.Batch, o strategy.TrainOpt
 	if f.scale == 0 {
 		f.scale = 1
 	}
+	f.accumulate = o.Accumulate
 	if !o.Accumulate {
+		// Units whose gradients this graph does not produce are zero.
 		clear(f.g32)
 		clear(f.g64)
 	}

@@ -30,24 +30,30 @@ type deepMLP struct {
 	Sizes []int
 	Opt   string // "sgd" (momentum) or "adam"
 	LR    float64
-	lins  []*nn.Linear
 }
 
-func (m *deepMLP) Configure(b *module.Builder) error {
-	m.lins = nil
+// layers returns the model's layers; Configure and the steps each build
+// their own (ranks share the module value and run at once).
+func (m *deepMLP) layers(b *module.Builder) []*nn.Linear {
+	var out []*nn.Linear
 	for i := 0; i+1 < len(m.Sizes); i++ {
 		var opts []nn.LinearOption
 		if i+2 < len(m.Sizes) {
 			opts = append(opts, nn.LinearReLU())
 		}
-		m.lins = append(m.lins, nn.NewLinear(b, fmt.Sprintf("fc%d", i), m.Sizes[i], m.Sizes[i+1], opts...))
+		out = append(out, nn.NewLinear(b, fmt.Sprintf("fc%d", i), m.Sizes[i], m.Sizes[i+1], opts...))
 	}
+	return out
+}
+
+func (m *deepMLP) Configure(b *module.Builder) error {
+	m.layers(b)
 	return nil
 }
 
 func (m *deepMLP) forward(s *module.Step) *G.Node {
 	x := s.Input("x")
-	for _, l := range m.lins {
+	for _, l := range m.layers(module.NewBuilder(s.Dtype())) {
 		x = l.Forward(s, x)
 	}
 	return x

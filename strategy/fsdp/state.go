@@ -110,7 +110,7 @@ func (f *FSDP) SaveState(ctx context.Context, o strategy.SaveOptions) (*strategy
 }
 
 func (f *FSDP) alloc(n int) any {
-	if f.p32 != nil {
+	if f.dtype == tensor.Float32 {
 		return make([]float32, n)
 	}
 	return make([]float64, n)

@@ -37,6 +37,11 @@ type Sharding struct {
 	// the gather's until the wait returns. Every rank's engine calls Gather
 	// and Reduce in the same order.
 	Gather func(ctx context.Context, unit int, dst any) Wait
+	// Scratch, when not nil, is a parameter buffer of the largest unit's
+	// length the engine may use: the layout store's scratch
+	// (module.NewLayoutStore), whose views graphs show only while they are
+	// built, so it serves as one of the gathered units' buffers.
+	Scratch any
 	// Reduce is handed unit's whole gradient for this run (flat, unscaled;
 	// zero for parameters the graph does not use) once backward has
 	// produced it; grad is the reduction's until the wait returns.
@@ -53,7 +58,15 @@ type Wait func() error
 // parameters sh provides (see Sharding). Runs then leave the store's
 // gradients alone (it has none): gradients go to sh.Reduce.
 func WithSharding(sh *Sharding) Option {
-	return func(e *Engine) { e.shard = sh; e.pool = &unitPool{} }
+	return func(e *Engine) {
+		e.shard, e.pool = sh, &unitPool{}
+		switch sc := sh.Scratch.(type) {
+		case []float32:
+			e.pool.param, e.pool.paramFree = []slotBuf{{f32: sc}}, []int{0}
+		case []float64:
+			e.pool.param, e.pool.paramFree = []slotBuf{{f64: sc}}, []int{0}
+		}
+	}
 }
 
 // compileSharded gives c an executor whose runs gather, release and hand
@@ -82,6 +95,30 @@ func checkSharding(sh *Sharding, st *module.Store) error {
 	}
 	if sh.Gather == nil || sh.Reduce == nil {
 		return errors.New("sharding: Gather and Reduce must be set")
+	}
+	largest := 0
+	for _, u := range sh.Units {
+		largest = max(largest, u.Hi-u.Lo)
+	}
+	if sh.Scratch != nil {
+		var n int
+		switch sc := sh.Scratch.(type) {
+		case []float32:
+			n = len(sc)
+			if st.Dtype() != tensor.Float32 {
+				n = -1
+			}
+		case []float64:
+			n = len(sc)
+			if st.Dtype() != tensor.Float64 {
+				n = -1
+			}
+		default:
+			n = -1
+		}
+		if n < largest {
+			return fmt.Errorf("sharding: Scratch is a %T of %d values: pass the store's dtype, at least the largest unit's %d", sh.Scratch, n, largest)
+		}
 	}
 	at := 0
 	for i, u := range sh.Units {
