@@ -22,8 +22,9 @@ import (
 )
 
 var (
-	_ strategy.Strategy = (*DDP)(nil)
-	_ strategy.Sampler  = (*DDP)(nil)
+	_ strategy.Strategy    = (*DDP)(nil)
+	_ strategy.Sampler     = (*DDP)(nil)
+	_ strategy.GroupJoiner = (*DDP)(nil)
 )
 
 // DDPConfig configures one rank of DDP.
@@ -225,18 +226,9 @@ func (d *DDP) Setup(ctx context.Context, su strategy.Setup) error {
 // setupReplica joins the group, builds this rank's replica and makes it
 // rank 0's.
 func (d *DDP) setupReplica(ctx context.Context, su strategy.Setup) (*module.Store, error) {
-	c := d.cfg.Group
-	if c == nil {
-		cctx, cancel := d.launch.connectCtx(ctx)
-		var err error
-		c, err = d.cfg.Connect(cctx)
-		cancel()
-		if err != nil {
-			if why := d.launch.explain(0); why != "" {
-				err = fmt.Errorf("%w (%s)", err, why)
-			}
-			return nil, fmt.Errorf("rank %d: join the group: %w", d.rank, err)
-		}
+	c, err := d.join(ctx)
+	if err != nil {
+		return nil, err
 	}
 	d.c = collective.WithAsync(c)
 	d.rank, d.world = d.c.Rank(), d.c.Size()
@@ -254,6 +246,41 @@ func (d *DDP) setupReplica(ctx context.Context, su strategy.Setup) (*module.Stor
 		replica.ShareCores(d.cfg.Log, d.localRanks)
 	}
 	return store, nil
+}
+
+// join returns the group: the one given, or the job's, connected.
+func (d *DDP) join(ctx context.Context) (collective.Collective, error) {
+	if d.cfg.Group != nil {
+		return d.cfg.Group, nil
+	}
+	cctx, cancel := d.launch.connectCtx(ctx)
+	c, err := d.cfg.Connect(cctx)
+	cancel()
+	if err != nil {
+		if why := d.launch.explain(0); why != "" {
+			err = fmt.Errorf("%w (%s)", err, why)
+		}
+		return nil, fmt.Errorf("rank %d: join the group: %w", d.rank, err)
+	}
+	return c, nil
+}
+
+// JoinGroup joins the job's group (connecting, or the Group given) and
+// hands it over with this rank's device, for a strategy built over DDP's
+// processes (fsdp); d is then used only for Launch and Teardown, which
+// waits for the local ranks it started.
+func (d *DDP) JoinGroup(ctx context.Context) (collective.Collective, device.Device, error) {
+	if d.eng != nil {
+		return nil, nil, errors.New("ddp: JoinGroup after Setup: the group is DDP's")
+	}
+	c, err := d.join(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if d.localRanks > 1 {
+		replica.ShareCores(d.cfg.Log, d.localRanks)
+	}
+	return c, d.dev, nil
 }
 
 // Rebind runs m over this rank's parameters from now on; the group stays

@@ -13,6 +13,11 @@
 // tensors whole), and LoadState takes the spans this rank holds from a
 // dict saved at any world size, by any strategy.
 //
+// Registered as "fsdp", it starts and joins the job's processes as "ddp"
+// does, by building that strategy by name and taking its group over
+// (strategy.GroupJoiner); FULGUR_FSDP_WRAP, FULGUR_FSDP_MIN_UNIT_PARAMS,
+// FULGUR_FSDP_RESHARD_AFTER_FORWARD and FULGUR_FSDP_PREFETCH configure it.
+//
 // fsdp imports strategy, strategy/replica, strategy/{device, collective}
 // (the engine only through strategy/device/engine), module, data, optim and
 // profiler; never trainer, another strategy/<name> or a collective backend

@@ -23,6 +23,7 @@ import (
 )
 
 var (
+	_ strategy.Launcher       = (*FSDP)(nil)
 	_ strategy.Strategy       = (*FSDP)(nil)
 	_ strategy.Sampler        = (*FSDP)(nil)
 	_ strategy.MemoryReporter = (*FSDP)(nil)
@@ -60,7 +61,9 @@ const DefaultMinUnitParams = 1 << 20
 type Config struct {
 	// Group is this rank's collective, already joined (tests pass the ranks
 	// of inproc.NewGroup). FSDP takes it over and closes it at Teardown or
-	// on the first failure.
+	// on the first failure. Built by name ("fsdp"), FSDP has none: it
+	// starts and joins the job's processes through a ddp strategy (see
+	// strategy.GroupJoiner).
 	Group collective.Collective
 	// Wrap is the wrapping policy (WrapLayer by default).
 	Wrap Wrap
@@ -130,6 +133,9 @@ type FSDP struct {
 	reduceBuf   []float64
 	broken      error
 	tornDown    bool
+	// joiner starts and joins the job's processes when FSDP was built by
+	// name (a ddp strategy, strategy.GroupJoiner); nil with Config.Group.
+	joiner strategy.Strategy
 }
 
 // chunk is this rank's part [Lo, Hi) of a unit, in flat parameter
@@ -138,10 +144,16 @@ type chunk struct{ Lo, Hi, Local int }
 
 // New returns one rank of FSDP.
 func New(cfg Config) (*FSDP, error) {
-	var errs []error
 	if cfg.Group == nil {
-		errs = append(errs, errors.New("Group is nil: pass this rank's collective (e.g. from inproc.NewGroup or tcp.New)"))
+		return nil, errors.New("strategy fsdp: Group is nil: pass this rank's collective (e.g. from inproc.NewGroup or tcp.New), or build the strategy by name (\"fsdp\") to have it start and join the job's processes")
 	}
+	return newFSDP(cfg, nil)
+}
+
+// newFSDP builds a rank over cfg.Group, or over the group joiner joins in
+// Setup.
+func newFSDP(cfg Config, joiner strategy.Strategy) (*FSDP, error) {
+	var errs []error
 	if cfg.Wrap != WrapLayer && cfg.Wrap != WrapSize {
 		errs = append(errs, fmt.Errorf("Wrap is %v: use WrapLayer or WrapSize", cfg.Wrap))
 	}
@@ -160,7 +172,13 @@ func New(cfg Config) (*FSDP, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = collective.DefaultTimeout
 	}
-	f := &FSDP{cfg: cfg, dev: cfg.Device, rank: cfg.Group.Rank(), world: cfg.Group.Size(), norm: make([]float64, 1)}
+	f := &FSDP{cfg: cfg, dev: cfg.Device, norm: make([]float64, 1), joiner: joiner}
+	if cfg.Group != nil {
+		f.rank, f.world = cfg.Group.Rank(), cfg.Group.Size()
+	} else {
+		i := joiner.Info()
+		f.rank, f.world = i.Rank, i.WorldSize
+	}
 	if f.dev == nil {
 		f.dev = device.NewCPU(0)
 	}
@@ -236,7 +254,18 @@ func Units(specs []module.Spec, w Wrap, minParams int) []engine.Unit {
 
 func (f *FSDP) Setup(ctx context.Context, su strategy.Setup) error {
 	f.prof = replica.ProfilerOf(su.Profiler)
-	f.c = collective.WithAsync(f.cfg.Group)
+	g := f.cfg.Group
+	if g == nil {
+		var dev device.Device
+		var err error
+		if g, dev, err = f.joiner.(strategy.GroupJoiner).JoinGroup(ctx); err != nil {
+			return f.fail("join the group", err)
+		}
+		if f.cfg.Device == nil && dev != nil {
+			f.dev = dev
+		}
+	}
+	f.c = collective.WithAsync(g)
 	f.rank, f.world = f.c.Rank(), f.c.Size()
 	// Every rank initialises its shard from rank 0's seed: the model is
 	// rank 0's without ever being whole anywhere.
@@ -535,28 +564,43 @@ func (f *FSDP) Memory() strategy.Memory {
 	return strategy.Memory{Params: f.shardLen*e + bufs, LocalGrads: f.shardLen * e, ReducedGrads: f.shardLen * e, OptimizerState: st}
 }
 
-// Teardown waits for every rank (a last barrier) and closes the group.
+// Launch starts the job's local ranks when FSDP was built by name and
+// this process launched the job (through its ddp joiner); otherwise it
+// does nothing.
+func (f *FSDP) Launch(ctx context.Context) (bool, error) {
+	if l, ok := f.joiner.(strategy.Launcher); ok {
+		return l.Launch(ctx)
+	}
+	return false, nil
+}
+
+// Teardown waits for every rank (a last barrier), closes the group and,
+// built by name, waits for the local ranks this process started.
 func (f *FSDP) Teardown(ctx context.Context) error {
 	if f.tornDown {
 		return nil
 	}
 	f.tornDown = true
-	if f.c == nil {
-		if f.cfg.Group != nil {
-			return f.cfg.Group.Close()
-		}
-		return nil
-	}
-	var err error
-	if f.broken == nil {
+	var errs []error
+	switch {
+	case f.c != nil && f.broken == nil:
 		bctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
 		if e := f.c.Barrier(bctx); e != nil {
-			err = fmt.Errorf("rank %d: final barrier: %w", f.rank, e)
+			errs = append(errs, fmt.Errorf("rank %d: final barrier: %w", f.rank, e))
 		}
 		cancel()
+		f.c.Close()
+	case f.c != nil:
+		f.c.Close()
+	case f.cfg.Group != nil:
+		f.cfg.Group.Close()
 	}
-	f.c.Close()
-	return err
+	if f.joiner != nil {
+		if err := f.joiner.Teardown(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // statSync gives BatchNorm layers the group's all-reduce (SyncBatchNorm).

@@ -421,3 +421,90 @@ func TestFSDPLoadStateRefusesBadDicts(t *testing.T) {
 		})
 	}
 }
+
+// Validation metrics reduced across ranks equal one device's over the same
+// rows, and predict returns each rank's outputs.
+func TestFSDPEvalAndPredict(t *testing.T) {
+	ctx := ctxFor(t)
+	const n, B = 2, 8
+	ds, _ := strategytest.Regression(B, in, out, 5)
+	m := &deepMLP{Sizes: []int{in, 7, out}, Opt: "adam", LR: 0.01}
+	strats := ranks(t, n, fsdp.Config{})
+	setup(t, ctx, strats, m, ds, tensor.Float32)
+	ref := []strategy.Strategy{single.NewSingle()}
+	setup(t, ctx, ref, m, ds, tensor.Float32)
+	b, _ := strategytest.Rows(ds, 0, B)
+	sums, weights := make([][]float64, n), make([][]float64, n)
+	outs := make([]int, n)
+	err := strategytest.Each(strats, func(r int, s strategy.Strategy) error {
+		res, err := s.Step(ctx, module.Validate, strategytest.Shard(b, r, n), strategy.TrainOptions{})
+		if err != nil {
+			return err
+		}
+		ms := res.Metrics
+		sums[r], weights[r] = []float64{ms[0].Value * ms[0].Weight}, []float64{ms[0].Weight}
+		if err := s.Reduce(ctx, sums[r], weights[r], []module.Reduce{module.Mean}); err != nil {
+			return err
+		}
+		p, err := s.Step(ctx, module.Predict, strategytest.Shard(b, r, n), strategy.TrainOptions{})
+		if err != nil {
+			return err
+		}
+		outs[r] = p.Output.Shape().TotalSize()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rr, err := ref[0].Step(ctx, module.Validate, b, strategy.TrainOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := rr.Metrics[0].Value
+	for r := range strats {
+		if got := sums[r][0] / weights[r][0]; math.Abs(got-want) > 1e-6+1e-5*math.Abs(want) {
+			t.Errorf("rank %d: val_loss %g, one device gives %g", r, got, want)
+		}
+		if outs[r] != B/n*out {
+			t.Errorf("rank %d: predict gave %d values, want %d", r, outs[r], B/n*out)
+		}
+	}
+}
+
+// A rank that dies mid-training is an error on every rank, within the
+// group's timeout, not a hang.
+func TestFSDPDeadPeerFailsEveryRank(t *testing.T) {
+	ctx := ctxFor(t)
+	group, err := inproc.NewGroup(2, inproc.Timeout(5*time.Second), inproc.KillRank(1, 12))
+	if err != nil {
+		t.Fatal(err)
+	}
+	strats := make([]strategy.Strategy, 2)
+	for r := range strats {
+		if strats[r], err = fsdp.New(fsdp.Config{Group: group[r], Timeout: 5 * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ds, _ := strategytest.Regression(40, in, out, 6)
+	setup(t, ctx, strats, &deepMLP{Sizes: []int{in, 7, 5, out}, LR: 0.01}, ds, tensor.Float32)
+	errs := make([]error, 2)
+	strategytest.Each(strats, func(r int, s strategy.Strategy) error {
+		for k := 0; k < 10 && errs[r] == nil; k++ {
+			b, _ := strategytest.Rows(ds, 4*k, 4*k+4)
+			if _, err := s.Step(ctx, module.Train, strategytest.Shard(b, r, 2), strategy.TrainOptions{Sync: true, Scale: 1}); err != nil {
+				errs[r] = err
+				break
+			}
+			_, errs[r] = s.OptimizerStep(ctx, strategy.OptimizerOptions{})
+		}
+		return nil
+	})
+	for r, err := range errs {
+		t.Logf("rank %d: %v", r, err)
+		if err == nil {
+			t.Errorf("rank %d trained 10 steps with a dead peer", r)
+		} else if !strings.Contains(err.Error(), fmt.Sprintf("rank %d", r)) {
+			t.Errorf("rank %d: %v: the error should name the rank", r, err)
+		}
+	}
+}
