@@ -17,6 +17,7 @@ import (
 	"github.com/fulgur-ml/fulgur/nn"
 	"github.com/fulgur-ml/fulgur/optim"
 	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
 	"github.com/fulgur-ml/fulgur/strategy/fsdp"
 	"github.com/fulgur-ml/fulgur/strategy/single"
@@ -506,5 +507,71 @@ func TestFSDPDeadPeerFailsEveryRank(t *testing.T) {
 		} else if !strings.Contains(err.Error(), fmt.Sprintf("rank %d", r)) {
 			t.Errorf("rank %d: %v: the error should name the rank", r, err)
 		}
+	}
+}
+
+// counting wraps a rank's collective and counts its all-gathers and
+// reduce-scatters, the communication the options change.
+type counting struct {
+	collective.Collective
+	gathers, scatters int
+}
+
+func (c *counting) AllGather(ctx context.Context, send, recv any) error {
+	c.gathers++
+	return c.Collective.AllGather(ctx, send, recv)
+}
+
+func (c *counting) ReduceScatter(ctx context.Context, send, recv any, op collective.Op) error {
+	c.scatters++
+	return c.Collective.ReduceScatter(ctx, send, recv, op)
+}
+
+// A 3-layer mlp (fc0 fed from the batch, so its backward needs no weight)
+// gathers fc0, fc1 and fc2 for forward and, resharded after forward, fc1
+// again for backward (fc2's backward follows its forward with nothing in
+// between): 4 gathers a step, 3 with KeepAfterForward; every unit's
+// gradient is reduce-scattered once. The wrapping policy sets the units:
+// by size, fc0 and fc1 (6·7+7 + 7·5+5 = 89 ≥ 60) make one unit.
+func TestFSDPGathersPerStep(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		cfg               fsdp.Config
+		gathers, scatters int
+	}{
+		{"layer", fsdp.Config{}, 4, 3},
+		{"layer/keep-after-forward", fsdp.Config{KeepAfterForward: true}, 3, 3},
+		{"layer/no-prefetch", fsdp.Config{NoPrefetch: true}, 4, 3},
+		{"size", fsdp.Config{Wrap: fsdp.WrapSize, MinUnitParams: 60}, 3, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := ctxFor(t)
+			group, err := inproc.NewGroup(2, inproc.Timeout(20*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			counts := make([]*counting, 2)
+			strats := make([]strategy.Strategy, 2)
+			for r := range strats {
+				counts[r] = &counting{Collective: group[r]}
+				c := tc.cfg
+				c.Group = counts[r]
+				if strats[r], err = fsdp.New(c); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ds, _ := strategytest.Regression(12, in, out, 6)
+			setup(t, ctx, strats, &deepMLP{Sizes: []int{in, 7, 5, out}, LR: 0.01}, ds, tensor.Float32)
+			for k := 0; k < 3; k++ {
+				g0, s0 := counts[0].gathers, counts[0].scatters
+				b, _ := strategytest.Rows(ds, 4*k, 4*k+4)
+				if _, _, err := strategytest.Step(ctx, strats, strategy.OptimizerOptions{}, b); err != nil {
+					t.Fatal(err)
+				}
+				if g, s := counts[0].gathers-g0, counts[0].scatters-s0; g != tc.gathers || s != tc.scatters {
+					t.Errorf("step %d: %d all-gathers and %d reduce-scatters, want %d and %d", k, g, s, tc.gathers, tc.scatters)
+				}
+			}
+		})
 	}
 }
