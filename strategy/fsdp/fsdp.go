@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 )
 
 var (
+	_ strategy.Rebinder       = (*FSDP)(nil)
 	_ strategy.Launcher       = (*FSDP)(nil)
 	_ strategy.Strategy       = (*FSDP)(nil)
 	_ strategy.Sampler        = (*FSDP)(nil)
@@ -500,6 +502,41 @@ func (f *FSDP) OptimizerStep(ctx context.Context, o strategy.OptimizerOptions) (
 		return math.NaN(), f.fail("broadcast rank 0's buffers", err)
 	}
 	return norm, nil
+}
+
+// Rebind runs m over this rank's shards from now on (the trainer's
+// evaluation after Fit with another value of the module), once m is
+// checked to declare the same tensors; the group stays joined.
+func (f *FSDP) Rebind(m module.Module) error {
+	if err := f.check(); err != nil {
+		return err
+	}
+	b := module.NewBuilder(f.dtype)
+	if err := m.Configure(b); err != nil {
+		return fmt.Errorf("fsdp: Rebind: module Configure: %w", err)
+	}
+	specs, err := b.Specs()
+	if err != nil {
+		return fmt.Errorf("fsdp: Rebind: module Configure: %w", err)
+	}
+	var errs []error
+	if len(specs) != len(f.store.Entries()) {
+		errs = append(errs, fmt.Errorf("the module value declares %d tensors, the trained model has %d", len(specs), len(f.store.Entries())))
+	}
+	for _, sp := range specs {
+		e, ok := f.store.Lookup(sp.Name)
+		switch {
+		case !ok:
+			errs = append(errs, fmt.Errorf("tensor %q %v is declared by the module value but not held by the trained model", sp.Name, sp.Shape))
+		case !slices.Equal(e.Shape, sp.Shape) || e.Buffer != sp.Buffer:
+			errs = append(errs, fmt.Errorf("tensor %q is %v (buffer %v) in the trained model but the module value declares %v (buffer %v)", sp.Name, e.Shape, e.Buffer, sp.Shape, sp.Buffer))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("fsdp: the module value %T does not match the trained model: %w", m, errors.Join(errs...))
+	}
+	f.rep.Rebind(m)
+	return nil
 }
 
 // syncBuffers gives every rank rank 0's buffers (BatchNorm statistics)
