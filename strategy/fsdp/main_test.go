@@ -13,8 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"gorgonia.org/tensor"
 
+	"github.com/fulgur-ml/fulgur/blas"
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/strategy/strategytest"
@@ -33,6 +35,13 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 		os.Exit(0)
+	}
+	// Choose the matrix multiply before any test multiplies, as a program
+	// does at start: the trainer's tests choose it again (the same one),
+	// which fails once another has been used.
+	if _, err := blas.Choose(zerolog.Nop(), blas.ChooseOptions{}); err != nil {
+		fmt.Fprintln(os.Stderr, "blas.Choose:", err)
+		os.Exit(1)
 	}
 	os.Exit(m.Run())
 }
