@@ -575,3 +575,33 @@ func TestFSDPGathersPerStep(t *testing.T) {
 		})
 	}
 }
+
+// Bad settings are refused together, each naming the setting, the value
+// and what to use instead.
+func TestFSDPRefusesBadConfig(t *testing.T) {
+	g, _ := inproc.NewGroup(1)
+	_, err := fsdp.New(fsdp.Config{Group: g[0], Wrap: fsdp.Wrap(7), MinUnitParams: -1, Timeout: -time.Second})
+	for _, want := range []string{"Wrap is Wrap(7): use WrapLayer or WrapSize", "MinUnitParams is -1", "Timeout is -1s"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("New: %v, want it to say %q", err, want)
+		}
+	}
+	if _, err := fsdp.New(fsdp.Config{}); err == nil || !strings.Contains(err.Error(), "Group is nil") {
+		t.Errorf("New without a group: %v", err)
+	}
+	env := map[string]string{fsdp.EnvWrap: "blocks", fsdp.EnvMinUnitParams: "many", fsdp.EnvReshardAfterForward: "yes", fsdp.EnvPrefetch: "2"}
+	_, err = strategy.New("fsdp", strategy.Options{Lookup: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
+	for _, want := range []string{`FULGUR_FSDP_WRAP="blocks"`, `FULGUR_FSDP_MIN_UNIT_PARAMS="many"`, `FULGUR_FSDP_RESHARD_AFTER_FORWARD="yes": use 1 or 0`, `FULGUR_FSDP_PREFETCH="2"`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("strategy.New(\"fsdp\") with bad variables: %v, want it to say %q", err, want)
+		}
+	}
+	s, err := strategy.New("fsdp", strategy.Options{Lookup: func(string) (string, bool) { return "", false }})
+	if err != nil {
+		t.Fatalf("strategy.New(\"fsdp\"): %v", err)
+	}
+	if i := s.Info(); i.Name != "fsdp" || i.WorldSize != 1 {
+		t.Errorf("strategy.New(\"fsdp\") on one device: %+v", i)
+	}
+	s.Teardown(context.Background())
+}
