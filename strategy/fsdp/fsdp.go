@@ -106,8 +106,9 @@ type Config struct {
 // window communicate too). Every Step, evaluation included, gathers
 // parameters collectively, so every rank must run the same number of
 // steps: the distributed sampler pads evaluation data as it pads training
-// data (padded rows are real rows seen twice, which weighs them twice in
-// epoch metrics).
+// data, and evaluation leaves the padded rows out of metrics (a batch is
+// run on its real rows) and predictions (zeros, which the trainer's
+// gathering adds to the rank that owns the row).
 type FSDP struct {
 	cfg  Config
 	prof profiler.Profiler
@@ -417,18 +418,63 @@ func (f *FSDP) trainStep(ctx context.Context, b *data.Batch, o strategy.TrainOpt
 }
 
 func (f *FSDP) evalStep(ctx context.Context, mode module.Mode, b *data.Batch) ([]module.Metric, error) {
+	// Every rank runs every padded batch (its gathers are collective), but
+	// padded rows must not count: a batch with some is run on its real rows
+	// only (the graph for that size gathers the same units in the same
+	// order), and one with nothing else gives no metrics, as a rank with no
+	// batch left gives none under ddp.
+	real := realRows(b)
+	run := b
+	if real > 0 && real < b.Size {
+		run = withoutPad(b, real)
+	}
 	var r engine.Result
 	err := f.dev.Do(ctx, func() error {
 		var err error
-		r, err = f.rep.Run(ctx, mode, b, false, 1)
+		r, err = f.rep.Run(ctx, mode, run, false, 1)
 		return err
 	})
 	if err != nil {
 		return nil, f.fail(mode.String()+" step on "+f.dev.String(), err)
 	}
+	if real == 0 {
+		return nil, nil
+	}
 	return r.Metrics, nil
 }
 
+func realRows(b *data.Batch) int {
+	n := b.Size
+	for _, p := range b.Pad {
+		if p {
+			n--
+		}
+	}
+	return n
+}
+
+// withoutPad is b's real rows.
+func withoutPad(b *data.Batch, real int) *data.Batch {
+	out := &data.Batch{Size: real, Fields: b.Fields, Data: make([][]float32, len(b.Data))}
+	for f := range b.Data {
+		w := len(b.Data[f]) / b.Size
+		for i := 0; i < b.Size; i++ {
+			if !b.Pad[i] {
+				out.Data[f] = append(out.Data[f], b.Data[f][i*w:(i+1)*w]...)
+			}
+		}
+	}
+	for i, p := range b.Pad {
+		if !p && b.Indices != nil {
+			out.Indices = append(out.Indices, b.Indices[i])
+		}
+	}
+	return out
+}
+
+// predictStep returns zeros in the rows of padding: the trainer sums every
+// rank's rows into dataset order, so a padded row (a real row another rank
+// predicts too) must add nothing.
 func (f *FSDP) predictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, error) {
 	var out *tensor.Dense
 	err := f.dev.Do(ctx, func() error {
@@ -441,6 +487,20 @@ func (f *FSDP) predictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, e
 	})
 	if err != nil {
 		return nil, f.fail("predict step on "+f.dev.String(), err)
+	}
+	if realRows(b) < b.Size && out.Dims() > 0 && out.Shape()[0] == b.Size {
+		w := out.Shape().TotalSize() / b.Size
+		for i, p := range b.Pad {
+			if !p {
+				continue
+			}
+			switch d := denseData(out).(type) {
+			case []float32:
+				clear(d[i*w : (i+1)*w])
+			case []float64:
+				clear(d[i*w : (i+1)*w])
+			}
+		}
 	}
 	return out, nil
 }
@@ -578,7 +638,8 @@ func (f *FSDP) Reduce(ctx context.Context, sums, weights []float64, ops []module
 
 // DistributedSampler shards data by rank, padded in training and in
 // evaluation alike: every step gathers parameters collectively, so every
-// rank must run the same number of them.
+// rank must run the same number of them. Evaluation leaves the padded rows
+// out of its metrics and predictions (evalStep, predictStep).
 func (f *FSDP) DistributedSampler(shuffle bool, seed uint64, train bool) data.Sampler {
 	if train {
 		return data.DistributedSampler{Rank: f.rank, World: f.world, Shuffle: shuffle, Seed: seed}
