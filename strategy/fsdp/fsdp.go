@@ -334,7 +334,26 @@ func (f *FSDP) local(b32 []float32, b64 []float64, c chunk) any {
 }
 
 func (f *FSDP) gather(ctx context.Context, u int, dst any) engine.Wait {
-	return f.c.AllGatherAsync(ctx, f.local(f.p32, f.p64, f.chunks[u]), dst).Wait
+	h := f.c.AllGatherAsync(ctx, f.local(f.p32, f.p64, f.chunks[u]), dst)
+	return f.traced(h, "all-gather unit", "wait all-gather")
+}
+
+// traced records, when profiling, h on the communication track (queued
+// to done) and the wait for it on the training track.
+func (f *FSDP) traced(h collective.Handle, comm, wait string) engine.Wait {
+	if !replica.Profiling(f.prof) {
+		return h.Wait
+	}
+	sp := profiler.StartTrack(f.prof, "comm", comm)
+	go func() {
+		h.Wait()
+		sp.End()
+	}()
+	return func() error {
+		sp := f.prof.Start(wait)
+		defer sp.End()
+		return h.Wait()
+	}
 }
 
 func (f *FSDP) reduce(ctx context.Context, u int, grad any) engine.Wait {
@@ -352,10 +371,10 @@ func (f *FSDP) reduce(ctx context.Context, u int, grad any) engine.Wait {
 		}
 		recv = f.local(f.tmp32, f.tmp64, c)
 	}
-	h := f.c.ReduceScatterAsync(ctx, grad, recv, collective.Mean)
+	wait := f.traced(f.c.ReduceScatterAsync(ctx, grad, recv, collective.Mean), "reduce-scatter unit", "wait reduce-scatter")
 	accumulate, scale := f.accumulate, f.scale
 	return func() error {
-		if err := h.Wait(); err != nil {
+		if err := wait(); err != nil {
 			return err
 		}
 		lo, hi := c.Local, c.Local+c.Hi-c.Lo

@@ -16,6 +16,7 @@ import (
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/nn"
 	"github.com/fulgur-ml/fulgur/optim"
+	"github.com/fulgur-ml/fulgur/profiler"
 	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
@@ -604,4 +605,48 @@ func TestFSDPRefusesBadConfig(t *testing.T) {
 		t.Errorf("strategy.New(\"fsdp\") on one device: %+v", i)
 	}
 	s.Teardown(context.Background())
+}
+
+// With a profiler, each rank records its waits for every gather and
+// reduce-scatter, one span each (the spans of the operations themselves
+// end on goroutines of their own, so their counts are not checked here).
+func TestFSDPProfilesItsCommunication(t *testing.T) {
+	ctx := ctxFor(t)
+	strats := ranks(t, 2, fsdp.Config{})
+	profs := []*profiler.Simple{profiler.NewSimple(), profiler.NewSimple()}
+	ds, _ := strategytest.Regression(8, in, out, 6)
+	m := &deepMLP{Sizes: []int{in, 7, 5, out}, LR: 0.01}
+	err := strategytest.Each(strats, func(r int, s strategy.Strategy) error {
+		su, err := strategytest.SetupForDtype(m, ds.Fields(), seed, tensor.Float32)
+		if err != nil {
+			return err
+		}
+		su.Profiler = profs[r]
+		return s.Setup(ctx, su)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		strategytest.Each(strats, func(_ int, s strategy.Strategy) error { return s.Teardown(context.Background()) })
+	})
+	for k := 0; k < 2; k++ {
+		b, _ := strategytest.Rows(ds, 4*k, 4*k+4)
+		if _, _, err := strategytest.Step(ctx, strats, strategy.OptimizerOptions{}, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Two steps of the 3-layer mlp: 4 gathers and 3 reduce-scatters each.
+	want := map[string]int{"wait all-gather": 8, "wait reduce-scatter": 6}
+	for r, p := range profs {
+		got := map[string]int{}
+		for _, row := range p.Rows() {
+			got[row.Action] = row.Calls
+		}
+		for a, n := range want {
+			if got[a] != n {
+				t.Errorf("rank %d: %d spans %q, want %d (all: %v)", r, got[a], a, n, got)
+			}
+		}
+	}
 }
