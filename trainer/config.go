@@ -111,6 +111,13 @@ type Config struct {
 	// NumNodes and a "cuda" Accelerator are rejected beside it.
 	Strategy     string
 	StrategyImpl strategy.Strategy
+	// ShardedCheckpoint makes every rank write its own part of the state
+	// (the strategy's SaveState without gathering: fsdp's and sharded's
+	// shards) to PATH.rank<R>-of-<N> beside an index at PATH holding the
+	// trainer's state (Lightning's FSDP state_dict_type="sharded"); resuming,
+	// LoadWeights and VerifyCheckpoint read the index and every shard, at any
+	// world size. false: rank 0 writes one file of whole tensors.
+	ShardedCheckpoint bool
 	// Accelerator is "cpu" (the default), "cuda" or "auto".
 	Accelerator string
 	// UseDistributedSampler, when false, leaves the loaders' samplers alone

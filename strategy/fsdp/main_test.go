@@ -108,10 +108,13 @@ func program(t *testing.T, args ...string) {
 	}
 }
 
-func weights(t *testing.T, path string) *module.Store {
+func weights(t *testing.T, path string) *module.Store { return loadInto(t, programModel, path) }
+
+// loadInto loads the checkpoint at path into a store of m's tensors.
+func loadInto(t *testing.T, m module.Module, path string) *module.Store {
 	t.Helper()
 	b := module.NewBuilder(tensor.Float32)
-	if err := programModel.Configure(b); err != nil {
+	if err := m.Configure(b); err != nil {
 		t.Fatal(err)
 	}
 	specs, err := b.Specs()
