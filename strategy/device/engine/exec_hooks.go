@@ -227,7 +227,7 @@ type shardHooks struct {
 	gradFirst map[int][]int // step → units whose gradient starts there
 	gradLast  map[int][]int // step → units whose gradient is complete after it
 	partial   []bool        // per unit: some parameter has no gradient in this graph
-	views     map[[2]int]*tensor.Dense
+	views     map[[3]int]*tensor.Dense
 
 	// the run in progress
 	ctx     context.Context
@@ -250,7 +250,7 @@ func newShardHooks(sh *Sharding, pool *unitPool, st *module.Store, c *compiled) 
 	e := c.exec
 	h := &shardHooks{sh: sh, pool: pool, dt: st.Dtype(), startAt: map[int][]int{}, endAt: map[int][]int{},
 		leaves: make([][]leafRef, len(sh.Units)), gradsAt: map[int][]int{}, gradFirst: map[int][]int{},
-		gradLast: map[int][]int{}, partial: make([]bool, len(sh.Units)), views: map[[2]int]*tensor.Dense{}}
+		gradLast: map[int][]int{}, partial: make([]bool, len(sh.Units)), views: map[[3]int]*tensor.Dense{}}
 	for _, u := range sh.Units {
 		h.maxUnit = max(h.maxUnit, u.Hi-u.Lo)
 	}
@@ -399,9 +399,12 @@ func (h *shardHooks) issue(k int) {
 	h.issued = k + 1
 }
 
-func (h *shardHooks) view(pool []slotBuf, kind, slot, off int, shape tensor.Shape) *tensor.Dense {
-	key := [2]int{kind<<24 | slot, off}
-	if v, ok := h.views[key]; ok && v.Shape().Eq(shape) {
+// view is the tensor that shows slot's memory at off with shape, made
+// once per (pool, slot, who): who is a leaf's value index or a gradient's
+// index, so a slot shared by units of different shapes makes no garbage.
+func (h *shardHooks) view(pool []slotBuf, kind, slot, who, off int, shape tensor.Shape) *tensor.Dense {
+	key := [3]int{kind, slot, who}
+	if v, ok := h.views[key]; ok {
 		return v
 	}
 	n := shape.TotalSize()
@@ -426,7 +429,7 @@ func (h *shardHooks) before(e *executor, i int) error {
 			return fmt.Errorf("gather the parameters of unit %d: %w", h.segs[k].unit, err)
 		}
 		for _, l := range h.leaves[h.segs[k].unit] {
-			e.vals[l.val] = h.view(h.pool.param, 0, h.segSlot[k], l.off, l.shape)
+			e.vals[l.val] = h.view(h.pool.param, 0, h.segSlot[k], l.val, l.off, l.shape)
 		}
 		if !h.sh.NoPrefetch && h.issued == k+1 && k+1 < len(h.segs) {
 			h.issue(k + 1)
@@ -449,7 +452,7 @@ func (h *shardHooks) before(e *executor, i int) error {
 	}
 	for _, gi := range h.gradsAt[i] {
 		if g := h.grads[gi]; g.direct {
-			e.steps[i].direct = h.view(h.pool.grad, 1, h.gslot[g.unit], g.off, g.shape)
+			e.steps[i].direct = h.view(h.pool.grad, 1, h.gslot[g.unit], gi, g.off, g.shape)
 		}
 	}
 	return nil
