@@ -215,10 +215,12 @@ type Sampler interface {
 
 // Memory is what one rank holds for training, in bytes.
 type Memory struct {
-	// Params is the parameters and buffers (a full replica on every rank).
+	// Params is the parameters and buffers (a full replica on every rank;
+	// under fsdp, this rank's shard and the buffers).
 	Params int
 	// LocalGrads is the gradient buffer backward writes into (full size:
-	// every rank differentiates the whole model).
+	// every rank differentiates the whole model; under fsdp, the shard,
+	// each unit's whole gradient living only until it is reduce-scattered).
 	LocalGrads int
 	// ReducedGrads is what the rank keeps of the reduced gradients for its
 	// update: all of them under DDP and ZeRO stage 1, its shard under stage 2.
