@@ -442,7 +442,7 @@ func (f *FSDP) evalStep(ctx context.Context, mode module.Mode, b *data.Batch) ([
 	// only (the graph for that size gathers the same units in the same
 	// order), and one with nothing else gives no metrics, as a rank with no
 	// batch left gives none under ddp.
-	real := b.Size-b.NumPad()
+	real := b.Size - b.NumPad()
 	run := b
 	if real > 0 && real < b.Size {
 		run = withoutPad(b, real)
@@ -497,7 +497,7 @@ func (f *FSDP) predictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, e
 	if err != nil {
 		return nil, f.fail("predict step on "+f.dev.String(), err)
 	}
-	if b.Size-b.NumPad() < b.Size && out.Dims() > 0 && out.Shape()[0] == b.Size {
+	if b.NumPad() > 0 && out.Dims() > 0 && out.Shape()[0] == b.Size {
 		w := out.Shape().TotalSize() / b.Size
 		for i, p := range b.Pad {
 			if !p {
