@@ -20,6 +20,7 @@ import (
 	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
+	"github.com/fulgur-ml/fulgur/strategy/ddp"
 	"github.com/fulgur-ml/fulgur/strategy/fsdp"
 	"github.com/fulgur-ml/fulgur/strategy/single"
 	"github.com/fulgur-ml/fulgur/strategy/strategytest"
@@ -646,6 +647,75 @@ func TestFSDPProfilesItsCommunication(t *testing.T) {
 		for a, n := range want {
 			if got[a] != n {
 				t.Errorf("rank %d: %d spans %q, want %d (all: %v)", r, got[a], a, n, got)
+			}
+		}
+	}
+}
+
+// convNet: conv, BatchNorm (with running statistics, buffers), ReLU,
+// conv, flatten, linear; fed [3·6·6] rows reshaped to images.
+type convNet struct{}
+
+func (convNet) layers(b *module.Builder) (*nn.Conv2d, *nn.BatchNorm, *nn.Conv2d, *nn.Linear) {
+	return nn.NewConv2d(b, "conv1", nn.Conv2dConfig{In: 3, Out: 4, Kernel: 3, Padding: 1, NoBias: true}),
+		nn.NewBatchNorm2d(b, "bn1", 4),
+		nn.NewConv2d(b, "conv2", nn.Conv2dConfig{In: 4, Out: 2, Kernel: 3}),
+		nn.NewLinear(b, "fc", 2*4*4, out)
+}
+
+func (m convNet) Configure(b *module.Builder) error { m.layers(b); return nil }
+
+func (m convNet) TrainingStep(s *module.Step) (*G.Node, error) {
+	c1, bn, c2, fc := m.layers(module.NewBuilder(s.Dtype()))
+	x := G.Must(G.Reshape(s.Input("x"), []int{s.BatchSize(), 3, 6, 6}))
+	h := bn.ForwardReLU(s, c1.Forward(s, x))
+	h = c2.Forward(s, h)
+	h = G.Must(G.Reshape(h, []int{s.BatchSize(), 2 * 4 * 4}))
+	o := G.Must(G.Reshape(fc.Forward(s, h), []int{s.BatchSize() * out}))
+	y := G.Must(G.Reshape(s.Input("y"), []int{s.BatchSize() * out}))
+	return G.Must(G.Mean(G.Must(G.Square(G.Must(G.Sub(o, y)))))), nil
+}
+
+func (convNet) ConfigureOptimizers() (optim.Optimizer, optim.Scheduler, error) {
+	o, err := optim.NewAdam(optim.AdamConfig{LR: 0.01})
+	return o, nil, err
+}
+
+// A conv net with BatchNorm trains under fsdp (units per layer, the
+// BatchNorm's running statistics broadcast from rank 0 after each step)
+// exactly as under ddp with the same ranks, within float32 tolerance.
+func TestFSDPConvNetMatchesDDP(t *testing.T) {
+	ctx := ctxFor(t)
+	const n, B = 2, 8
+	ds, _ := strategytest.Regression(4*B, 3*6*6, out, 11)
+	run := func(strats []strategy.Strategy) *strategy.StateDict {
+		setup(t, ctx, strats, convNet{}, ds, tensor.Float32)
+		train(t, ctx, strats, ds, B, 4, 1, strategy.OptimizerOptions{})
+		return fullState(t, ctx, strats)
+	}
+	got := run(ranks(t, n, fsdp.Config{}))
+	group, _ := inproc.NewGroup(n, inproc.Timeout(20*time.Second))
+	ref := make([]strategy.Strategy, n)
+	for r := range ref {
+		d, err := ddp.NewDDP(ddp.DDPConfig{Group: group[r]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref[r] = d
+	}
+	want := run(ref)
+	for _, w := range want.Tensors {
+		if strings.HasPrefix(w.Name, strategy.OptimizerPrefix) {
+			continue
+		}
+		g := got.Lookup(w.Name)
+		if g == nil {
+			t.Fatalf("fsdp saved no %q", w.Name)
+		}
+		gv, wv := values(g), values(&w)
+		for i := range wv {
+			if d := math.Abs(gv[i] - wv[i]); !(d <= 2e-6+2e-5*math.Abs(wv[i])) {
+				t.Fatalf("%s[%d] after 4 steps: fsdp %g, ddp %g", w.Name, i, gv[i], wv[i])
 			}
 		}
 	}
