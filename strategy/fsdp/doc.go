@@ -13,6 +13,12 @@
 // tensors whole), and LoadState takes the spans this rank holds from a
 // dict saved at any world size, by any strategy.
 //
+// Config.ShardGroup and Config.ReplicaGroup make it HYBRID_SHARD: sharded
+// within one group of ranks (a node), replicated across the other (one rank
+// per node), the replicas' gradients all-reduced after each unit's
+// reduce-scatter. The groups are the caller's: collectives cannot split a
+// group by rank list yet, so there is no "hybrid_shard" by name.
+//
 // Registered as "fsdp", it starts and joins the job's processes as "ddp"
 // does, by building that strategy by name and taking its group over
 // (strategy.GroupJoiner); FULGUR_FSDP_WRAP, FULGUR_FSDP_MIN_UNIT_PARAMS,

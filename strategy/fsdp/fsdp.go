@@ -67,6 +67,16 @@ type Config struct {
 	// starts and joins the job's processes through a ddp strategy (see
 	// strategy.GroupJoiner).
 	Group collective.Collective
+	// ShardGroup and ReplicaGroup, both set, make the strategy
+	// HYBRID_SHARD (PyTorch): parameters, gradients and optimizer state are
+	// sharded across the ranks of ShardGroup only (the ranks of a node, say)
+	// and replicated across ReplicaGroup (the ranks holding the same shard:
+	// one per node), whose gradients are all-reduced after each unit's
+	// reduce-scatter. Each is this rank's collective of its group, already
+	// joined; Group is still the whole job's (setup, buffers, metrics, the
+	// final barrier). Their sizes multiply to Group's. Neither set: every
+	// rank of Group shares one sharding (FULL_SHARD).
+	ShardGroup, ReplicaGroup collective.Collective
 	// Wrap is the wrapping policy (WrapLayer by default).
 	Wrap Wrap
 	// MinUnitParams is WrapSize's unit size in elements. 0:
@@ -112,7 +122,9 @@ type Config struct {
 type FSDP struct {
 	cfg  Config
 	prof profiler.Profiler
-	c    collective.Group
+	c    collective.Group // the job
+	sc   collective.Group // the ranks sharing a sharding (c without hybrid sharding)
+	rc   collective.Group // the ranks holding the same shard (nil without hybrid sharding)
 	dev  device.Device
 
 	rank, world int
@@ -166,6 +178,14 @@ func newFSDP(cfg Config, joiner strategy.Strategy) (*FSDP, error) {
 	if cfg.Timeout < 0 {
 		errs = append(errs, fmt.Errorf("Timeout is %v: use 0 for the default or a positive duration", cfg.Timeout))
 	}
+	switch {
+	case (cfg.ShardGroup == nil) != (cfg.ReplicaGroup == nil):
+		errs = append(errs, errors.New("only one of ShardGroup and ReplicaGroup is set: set both for hybrid sharding, or neither"))
+	case cfg.ShardGroup != nil && cfg.Group == nil:
+		errs = append(errs, errors.New("ShardGroup and ReplicaGroup are set but Group is nil: hybrid sharding also needs the whole job's group"))
+	case cfg.ShardGroup != nil && cfg.ShardGroup.Size()*cfg.ReplicaGroup.Size() != cfg.Group.Size():
+		errs = append(errs, fmt.Errorf("ShardGroup has %d ranks and ReplicaGroup %d, but Group has %d: each rank must be in one shard group and one replica group, %d × %d = %d", cfg.ShardGroup.Size(), cfg.ReplicaGroup.Size(), cfg.Group.Size(), cfg.ShardGroup.Size(), cfg.ReplicaGroup.Size(), cfg.ShardGroup.Size()*cfg.ReplicaGroup.Size()))
+	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("strategy fsdp: %w", errors.Join(errs...))
 	}
@@ -200,8 +220,10 @@ func (f *FSDP) fail(what string, err error) error {
 	err = fmt.Errorf("rank %d: %s: %w", f.rank, what, err)
 	if f.broken == nil {
 		f.broken = err
-		if f.c != nil {
-			f.c.Close()
+		for _, g := range []collective.Group{f.c, f.sc, f.rc} {
+			if g != nil {
+				g.Close()
+			}
 		}
 	}
 	return err
@@ -270,6 +292,10 @@ func (f *FSDP) Setup(ctx context.Context, su strategy.Setup) error {
 	}
 	f.c = collective.WithAsync(g)
 	f.rank, f.world = f.c.Rank(), f.c.Size()
+	f.sc = f.c
+	if f.cfg.ShardGroup != nil {
+		f.sc, f.rc = collective.WithAsync(f.cfg.ShardGroup), collective.WithAsync(f.cfg.ReplicaGroup)
+	}
 	// Every rank initialises its shard from rank 0's seed: the model is
 	// rank 0's without ever being whole anywhere.
 	seed := []float64{float64(su.Seed >> 32), float64(su.Seed & 0xffffffff)}
@@ -296,8 +322,9 @@ func (f *FSDP) Setup(ctx context.Context, su strategy.Setup) error {
 	f.store = st
 	for _, u := range f.units {
 		n := u.Hi - u.Lo
-		lo := u.Lo + collective.Offset(n, f.world, f.rank)
-		c := chunk{Lo: lo, Hi: lo + collective.BlockLen(n, f.world, f.rank), Local: f.shardLen}
+		sr, sn := f.sc.Rank(), f.sc.Size()
+		lo := u.Lo + collective.Offset(n, sn, sr)
+		c := chunk{Lo: lo, Hi: lo + collective.BlockLen(n, sn, sr), Local: f.shardLen}
 		f.chunks = append(f.chunks, c)
 		f.shardLen += c.Hi - c.Lo
 	}
@@ -334,7 +361,7 @@ func (f *FSDP) local(b32 []float32, b64 []float64, c chunk) any {
 }
 
 func (f *FSDP) gather(ctx context.Context, u int, dst any) engine.Wait {
-	h := f.c.AllGatherAsync(ctx, f.local(f.p32, f.p64, f.chunks[u]), dst)
+	h := f.sc.AllGatherAsync(ctx, f.local(f.p32, f.p64, f.chunks[u]), dst)
 	return f.traced(h, "all-gather unit", "wait all-gather")
 }
 
@@ -371,11 +398,18 @@ func (f *FSDP) reduce(ctx context.Context, u int, grad any) engine.Wait {
 		}
 		recv = f.local(f.tmp32, f.tmp64, c)
 	}
-	wait := f.traced(f.c.ReduceScatterAsync(ctx, grad, recv, collective.Mean), "reduce-scatter unit", "wait reduce-scatter")
+	wait := f.traced(f.sc.ReduceScatterAsync(ctx, grad, recv, collective.Mean), "reduce-scatter unit", "wait reduce-scatter")
 	accumulate, scale := f.accumulate, f.scale
 	return func() error {
 		if err := wait(); err != nil {
 			return err
+		}
+		if f.rc != nil {
+			// Replicas of the shard average theirs (every rank waits for its
+			// units in the same order, so the all-reduces line up).
+			if err := f.rc.AllReduce(ctx, recv, collective.Mean); err != nil {
+				return err
+			}
 		}
 		lo, hi := c.Local, c.Local+c.Hi-c.Lo
 		switch {
@@ -532,7 +566,7 @@ func (f *FSDP) OptimizerStep(ctx context.Context, o strategy.OptimizerOptions) (
 		} else {
 			f.norm[0] = optim.SumSquares64(f.g64)
 		}
-		if err := f.c.AllReduce(ctx, f.norm, collective.Sum); err != nil {
+		if err := f.sc.AllReduce(ctx, f.norm, collective.Sum); err != nil { // replicas hold the same shards
 			return math.NaN(), f.fail("all-reduce the gradient norm", err)
 		}
 		norm = math.Sqrt(f.norm[0])
@@ -696,9 +730,9 @@ func (f *FSDP) Teardown(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("rank %d: final barrier: %w", f.rank, e))
 		}
 		cancel()
-		f.c.Close()
+		f.closeGroups()
 	case f.c != nil:
-		f.c.Close()
+		f.closeGroups()
 	case f.cfg.Group != nil:
 		f.cfg.Group.Close()
 	}
@@ -708,6 +742,14 @@ func (f *FSDP) Teardown(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func (f *FSDP) closeGroups() {
+	f.c.Close()
+	if f.rc != nil {
+		f.sc.Close()
+		f.rc.Close()
+	}
 }
 
 // statSync gives BatchNorm layers the group's all-reduce (SyncBatchNorm).

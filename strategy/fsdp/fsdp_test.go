@@ -720,3 +720,92 @@ func TestFSDPConvNetMatchesDDP(t *testing.T) {
 		}
 	}
 }
+
+// HYBRID_SHARD: 4 ranks, sharded in pairs ({0, 1} and {2, 3}) and
+// replicated across them ({0, 2} and {1, 3}), train as one device does
+// with the global batch; every rank holds the shard of its pair.
+func TestFSDPHybridShardTrainsAsOneDevice(t *testing.T) {
+	ctx := ctxFor(t)
+	const n, B = 4, 8
+	group, _ := inproc.NewGroup(n, inproc.Timeout(20*time.Second))
+	var shardG, replicaG [2][]collective.Collective
+	for i := range 2 {
+		shardG[i], _ = inproc.NewGroup(2, inproc.Timeout(20*time.Second))
+		replicaG[i], _ = inproc.NewGroup(2, inproc.Timeout(20*time.Second))
+	}
+	strats := make([]strategy.Strategy, n)
+	for r := range strats {
+		var err error
+		strats[r], err = fsdp.New(fsdp.Config{Group: group[r], ShardGroup: shardG[r/2][r%2], ReplicaGroup: replicaG[r%2][r/2]})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	ds, _ := strategytest.Regression(4*B, in, out, 12)
+	m := &deepMLP{Sizes: []int{in, 9, 7, out}, Opt: "adam", LR: 0.02}
+	setup(t, ctx, strats, m, ds, tensor.Float32)
+	ref := []strategy.Strategy{single.NewSingle()}
+	setup(t, ctx, ref, m, ds, tensor.Float32)
+	so := strategy.OptimizerOptions{ClipNorm: 0.5}
+	train(t, ctx, strats, ds, B, 4, 1, so)
+	train(t, ctx, ref, ds, B, 4, 1, so)
+	sds := make([]*strategy.StateDict, n)
+	if err := strategytest.Each(strats, func(r int, s strategy.Strategy) (err error) {
+		sds[r], err = s.SaveState(ctx, strategy.SaveOptions{Full: true})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := strategytest.StoreOf(ref[0])
+	for r, sd := range sds {
+		for _, e := range want.Entries() {
+			wt, _ := want.Tensor(e.Name)
+			w, g := values(&strategy.Tensor{Dtype: tensor.Float32, Data32: wt.Float32s()}), values(sd.Lookup(e.Name))
+			for i := range w {
+				if d := math.Abs(g[i] - w[i]); !(d <= strategytest.AbsTol+strategytest.RelTol*math.Abs(w[i])) {
+					t.Fatalf("rank %d: %s[%d] is %g after 4 steps, one device gives %g", r, e.Name, i, g[i], w[i])
+				}
+			}
+		}
+	}
+	// Each rank's own shards cover half of the model (its pair's share).
+	sd, err := func() (*strategy.StateDict, error) {
+		out := make([]*strategy.StateDict, n)
+		err := strategytest.Each(strats, func(r int, s strategy.Strategy) (err error) {
+			out[r], err = s.SaveState(ctx, strategy.SaveOptions{})
+			return err
+		})
+		return out[0], err
+	}()
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := 0
+	for _, tn := range sd.Tensors {
+		if !strings.HasPrefix(tn.Name, strategy.OptimizerPrefix) && tn.Name != "" {
+			held += tn.Hi - tn.Lo
+		}
+	}
+	np := 0
+	for _, e := range want.Entries() {
+		np += e.Len
+	}
+	if held*2 < np-4 || held*2 > np+4 {
+		t.Errorf("rank 0 holds %d of the %d parameters, want about half (sharded across its pair)", held, np)
+	}
+}
+
+// Hybrid sharding with groups that do not multiply to the job is refused.
+func TestFSDPHybridShardRefusesMismatchedGroups(t *testing.T) {
+	group, _ := inproc.NewGroup(4)
+	s3, _ := inproc.NewGroup(3)
+	r2, _ := inproc.NewGroup(2)
+	_, err := fsdp.New(fsdp.Config{Group: group[0], ShardGroup: s3[0], ReplicaGroup: r2[0]})
+	if err == nil || !strings.Contains(err.Error(), "ShardGroup has 3 ranks and ReplicaGroup 2, but Group has 4") {
+		t.Errorf("New: %v", err)
+	}
+	_, err = fsdp.New(fsdp.Config{Group: group[0], ShardGroup: s3[0]})
+	if err == nil || !strings.Contains(err.Error(), "only one of ShardGroup and ReplicaGroup is set") {
+		t.Errorf("New: %v", err)
+	}
+}

@@ -39,7 +39,7 @@ func (f *FSDP) SaveState(ctx context.Context, o strategy.SaveOptions) (*strategy
 	if o.Full {
 		for u, un := range f.units {
 			whole := f.alloc(un.Hi - un.Lo)
-			if err := f.c.AllGather(ctx, f.local(f.p32, f.p64, f.chunks[u]), whole); err != nil {
+			if err := f.sc.AllGather(ctx, f.local(f.p32, f.p64, f.chunks[u]), whole); err != nil {
 				return nil, f.fail("all-gather the parameters of unit "+fmt.Sprint(u), err)
 			}
 			for _, e := range st.Entries() {
@@ -84,7 +84,7 @@ func (f *FSDP) SaveState(ctx context.Context, o strategy.SaveOptions) (*strategy
 			whole := make([]float64, np)
 			for u, un := range f.units {
 				c := f.chunks[u]
-				if err := f.c.AllGather(ctx, buf[c.Local:c.Local+c.Hi-c.Lo], whole[un.Lo:un.Hi]); err != nil {
+				if err := f.sc.AllGather(ctx, buf[c.Local:c.Local+c.Hi-c.Lo], whole[un.Lo:un.Hi]); err != nil {
 					return nil, f.fail("all-gather the optimizer's "+name, err)
 				}
 			}
