@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -367,7 +366,7 @@ func (c *ModelCheckpoint) removeStale(s *trainer.State) error {
 			if _, kept := c.st.BestK[p]; kept || p == filepath.Join(c.dir, "last.ckpt") {
 				continue
 			}
-			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			if err := trainer.RemoveCheckpoint(p); err != nil {
 				return fmt.Errorf("remove displaced checkpoint: %w", err)
 			}
 		}

@@ -32,33 +32,26 @@ type Store struct {
 	f64     []float64
 	g32     []float32
 	g64     []float64
+	n       int // elements of all parameters and buffers
+
+	// A layout store (NewLayoutStore) holds no parameters: their views show
+	// scratch; buffers live in bufs (a store of the buffers alone).
+	layout    bool
+	seed      uint64
+	bufs      *Store
+	scratch32 []float32
+	scratch64 []float64
 }
 
 // NewStore lays out specs, allocates the flat buffers and initialises every
 // tensor from (seed, name), so two stores made with the same seed are equal
 // bit for bit whatever order layers were declared in.
 func NewStore(specs []Spec, dtype tensor.Dtype, seed uint64) (*Store, error) {
-	if dtype != tensor.Float32 && dtype != tensor.Float64 {
-		return nil, fmt.Errorf("store dtype is %v: use tensor.Float32 or tensor.Float64", dtype)
+	s, err := newLayout(specs, dtype)
+	if err != nil {
+		return nil, err
 	}
-	s := &Store{dtype: dtype, index: make(map[string]int, len(specs))}
-	off := 0
-	for pass := 0; pass < 2; pass++ { // parameters first, then buffers
-		for _, sp := range specs {
-			if sp.Buffer != (pass == 1) {
-				continue
-			}
-			if _, dup := s.index[sp.Name]; dup {
-				return nil, fmt.Errorf("tensor %q is declared twice", sp.Name)
-			}
-			s.index[sp.Name] = len(s.entries)
-			s.entries = append(s.entries, Entry{Spec: sp, Offset: off, Len: sp.Size()})
-			off += sp.Size()
-		}
-		if pass == 0 {
-			s.nParams = off
-		}
-	}
+	off := s.n
 	var scratch []float64
 	if dtype == tensor.Float32 {
 		s.f32 = make([]float32, off)
@@ -119,7 +112,7 @@ func (s *Store) Lookup(name string) (Entry, bool) {
 func (s *Store) NumParams() int { return s.nParams }
 
 // Len is the number of elements of all parameters and buffers.
-func (s *Store) Len() int { return len(s.f32) + len(s.f64) }
+func (s *Store) Len() int { return s.n }
 
 // Data32 is the flat buffer of a float32 store (nil otherwise).
 func (s *Store) Data32() []float32 { return s.f32 }
@@ -165,6 +158,9 @@ func (s *Store) GradTensor(name string) (*tensor.Dense, error) {
 	if !ok || e.Buffer {
 		return nil, fmt.Errorf("no learnable parameter %q in the store", name)
 	}
+	if s.layout {
+		return nil, fmt.Errorf("gradient of %q: a layout store holds no gradients", name)
+	}
 	return s.view(e, true), nil
 }
 
@@ -175,6 +171,13 @@ func (s *Store) view(e Entry, grad bool) *tensor.Dense {
 	}
 	var backing any
 	switch {
+	case s.layout && e.Buffer:
+		be, _ := s.bufs.Lookup(e.Name)
+		return s.bufs.view(be, false)
+	case s.layout && s.dtype == tensor.Float32:
+		backing = s.scratch32[:e.Len:e.Len]
+	case s.layout:
+		backing = s.scratch64[:e.Len:e.Len]
 	case s.dtype == tensor.Float32 && grad:
 		backing = span(s.g32, e)
 	case s.dtype == tensor.Float32:
@@ -194,7 +197,7 @@ func (s *Store) view(e Entry, grad bool) *tensor.Dense {
 // gradient buffer starts at zero.
 func (s *Store) Clone() *Store {
 	return &Store{
-		dtype: s.dtype, entries: s.entries, index: s.index, nParams: s.nParams,
+		dtype: s.dtype, entries: s.entries, index: s.index, nParams: s.nParams, n: s.n,
 		f32: slices.Clone(s.f32), g32: zerosLike(s.g32),
 		f64: slices.Clone(s.f64), g64: zerosLike(s.g64),
 	}

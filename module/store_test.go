@@ -3,7 +3,9 @@ package module_test
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/fulgur-ml/fulgur/module"
@@ -125,4 +127,69 @@ func sha(dt tensor.Dtype, vals []float64) string {
 	}
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])
+}
+
+// A layout store has NewStore's layout and buffers, and InitParams gives
+// any span of the parameters NewStore's initial values bit for bit, without
+// the store holding them.
+func TestLayoutStoreInitParams(t *testing.T) {
+	specs := []module.Spec{
+		{Name: "a.weight", Shape: []int{3, 4}, Init: module.KaimingUniform(4)},
+		{Name: "a.bias", Shape: []int{3}, Init: module.Uniform(-0.5, 0.5)},
+		{Name: "bn.mean", Shape: []int{2}, Init: module.Uniform(0, 1), Buffer: true},
+		{Name: "b.weight", Shape: []int{2, 3}, Init: module.KaimingUniform(3)},
+	}
+	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
+		full, err := module.NewStore(specs, dt, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := module.NewLayoutStore(specs, dt, 7, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := full.SameLayout(l); err != nil || !l.Layout() || full.Layout() || l.Len() != full.Len() {
+			t.Fatalf("%v: layouts differ: %v", dt, err)
+		}
+		if l.Data32() != nil || l.Data64() != nil || l.Grad32() != nil || l.Grad64() != nil {
+			t.Errorf("%v: the layout store holds a flat buffer", dt)
+		}
+		bf, _ := full.Tensor("bn.mean")
+		bl, _ := l.Tensor("bn.mean")
+		if fmt.Sprint(bf.Data()) != fmt.Sprint(bl.Data()) {
+			t.Errorf("%v: buffer bn.mean is %v in the layout store, %v in NewStore's", dt, bl.Data(), bf.Data())
+		}
+		np := full.NumParams()
+		for _, span := range [][2]int{{0, np}, {2, 13}, {14, np}, {5, 5}} {
+			var got, want []float64
+			if dt == tensor.Float32 {
+				d := make([]float32, span[1]-span[0])
+				if err := l.InitParams(span[0], span[1], d); err != nil {
+					t.Fatal(err)
+				}
+				for i, v := range d {
+					got = append(got, float64(v))
+					want = append(want, float64(full.Data32()[span[0]+i]))
+				}
+			} else {
+				d := make([]float64, span[1]-span[0])
+				if err := l.InitParams(span[0], span[1], d); err != nil {
+					t.Fatal(err)
+				}
+				got, want = d, full.Data64()[span[0]:span[1]]
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("%v: InitParams%v = %v, NewStore holds %v", dt, span, got, want)
+			}
+		}
+		if err := l.InitParams(0, np+1, make([]float64, np+1)); err == nil {
+			t.Errorf("%v: InitParams past the parameters: no error", dt)
+		}
+		if _, err := module.NewLayoutStore(specs, dt, 7, make([]float64, 11)); err == nil {
+			t.Errorf("%v: a scratch smaller than a.weight (12): no error", dt)
+		}
+		if _, err := l.GradTensor("a.weight"); err == nil {
+			t.Errorf("%v: GradTensor on a layout store: no error", dt)
+		}
+	}
 }

@@ -1,12 +1,12 @@
 // Package strategy is the interface between the trainer and the strategies
 // that decide where replicas of a module live and how their gradients are
-// combined. The implementations live in strategy/single, strategy/dp and
-// strategy/ddp (ddp, ddp_spawn, sharded), share strategy/replica, and
-// register themselves by name here. The trainer
+// combined. The implementations live in strategy/single, strategy/dp,
+// strategy/ddp (ddp, ddp_spawn, sharded) and strategy/fsdp, share
+// strategy/replica, and register themselves by name here. The trainer
 // talks to every strategy through the Strategy interface (eight methods:
 // Info, Setup, Step, OptimizerStep, Reduce, SaveState, LoadState, Teardown)
 // and finds further abilities (Replica, Launcher, FitRunner, Rebinder,
-// Sampler, MemoryReporter) by type assertion, as database/sql does with
+// Sampler, MemoryReporter, GroupJoiner) by type assertion, as database/sql does with
 // drivers; it never switches on a strategy's type. The name registry (New,
 // Register, Known) serves the trainer's Config.Strategy names and
 // command-line programs only; the implementations fill it when linked.

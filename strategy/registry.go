@@ -50,6 +50,7 @@ var shipped = map[string]string{
 	"sharded":        "github.com/fulgur-ml/fulgur/strategy/ddp",
 	"sharded_stage1": "github.com/fulgur-ml/fulgur/strategy/ddp",
 	"sharded_stage2": "github.com/fulgur-ml/fulgur/strategy/ddp",
+	"fsdp":           "github.com/fulgur-ml/fulgur/strategy/fsdp",
 }
 
 // Known reports whether name can be passed to New.

@@ -131,6 +131,11 @@ func (sd *StateDict) Lookup(name string) *Tensor {
 	return nil
 }
 
+// Span returns the values [lo, hi) of the global tensor name as float64,
+// assembled from the entries that cover them, or an error naming what is
+// missing. Strategies whose layout is their own (fsdp) load through it.
+func (sd *StateDict) Span(name string, lo, hi int) ([]float64, error) { return sd.span(name, lo, hi) }
+
 // span returns the values [lo, hi) of the global tensor name as float64,
 // assembled from the entries that cover them (whole tensors, or shards such
 // as the ones each rank of a sharded run saves).
@@ -252,7 +257,7 @@ func LoadReplicaState(sd *StateDict, st *module.Store, opt optim.Optimizer, sche
 	if err := sd.Check(); err != nil {
 		return err
 	}
-	if err := checkStoreState(sd, st); err != nil {
+	if err := checkStoreState(sd, st, true); err != nil {
 		return err
 	}
 	var ost *optim.State
@@ -301,10 +306,17 @@ func LoadReplicaState(sd *StateDict, st *module.Store, opt optim.Optimizer, sche
 	return nil
 }
 
+// CheckTensors reports every model tensor of st that sd lacks or holds
+// with another dtype or shape, and every tensor sd has that the model
+// lacks. It does not look at spans: a strategy that keeps tensors sharded
+// (fsdp) loads the spans it holds through Span, which names what is not
+// covered.
+func CheckTensors(sd *StateDict, st *module.Store) error { return checkStoreState(sd, st, false) }
+
 // checkStoreState reports every model tensor sd lacks, holds with another
-// dtype or shape, or holds only part of, and every tensor sd has that the
-// model lacks.
-func checkStoreState(sd *StateDict, st *module.Store) error {
+// dtype or shape, or (whole) holds only part of, and every tensor sd has
+// that the model lacks.
+func checkStoreState(sd *StateDict, st *module.Store, whole bool) error {
 	var errs []error
 	model := map[string]bool{}
 	for _, e := range st.Entries() {
@@ -317,7 +329,7 @@ func checkStoreState(sd *StateDict, st *module.Store) error {
 			errs = append(errs, fmt.Errorf("tensor %q is %s in the checkpoint but the model computes in %s", e.Name, dtypeName(t.Dtype), dtypeName(st.Dtype())))
 		case !slices.Equal(t.Shape, e.Shape):
 			errs = append(errs, fmt.Errorf("tensor %q has shape %v in the checkpoint but %v in the model", e.Name, t.Shape, e.Shape))
-		case !t.Whole():
+		case whole && !t.Whole():
 			errs = append(errs, fmt.Errorf("tensor %q: the state holds [%d, %d) of its %d elements; every rank holds the whole model", e.Name, t.Lo, t.Hi, t.Size()))
 		}
 	}
@@ -351,7 +363,7 @@ func LoadStore(sd *StateDict, st *module.Store) error {
 	if err := sd.Check(); err != nil {
 		return err
 	}
-	if err := checkStoreState(sd, st); err != nil {
+	if err := checkStoreState(sd, st, true); err != nil {
 		return err
 	}
 	copyStoreState(sd, st)

@@ -10,6 +10,8 @@ import (
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/optim"
 	"github.com/fulgur-ml/fulgur/profiler"
+	"github.com/fulgur-ml/fulgur/strategy/collective"
+	"github.com/fulgur-ml/fulgur/strategy/device"
 )
 
 // Setup is everything a strategy needs to build its replicas. The trainer
@@ -98,7 +100,8 @@ type Info struct {
 
 // Strategy runs a module's steps on one or more replicas. Abilities beyond
 // these eight methods are optional interfaces that callers test for:
-// Replica, Launcher, FitRunner, Rebinder, Sampler, MemoryReporter.
+// Replica, Launcher, FitRunner, Rebinder, Sampler, MemoryReporter,
+// GroupJoiner.
 type Strategy interface {
 	// Info is valid after construction; Rank and WorldSize may change in
 	// Setup when the job's group is joined there.
@@ -190,6 +193,20 @@ type Rebinder interface {
 	Rebind(m module.Module) error
 }
 
+// GroupJoiner is implemented by strategies that start and join a job's
+// processes themselves (ddp: self-launched local ranks, or the ranks a
+// launcher describes). Another strategy built by name over the same
+// processes (fsdp) builds one, calls its Launch (Launcher) where the trainer
+// calls its own, and takes the group over in Setup instead of calling
+// the joiner's Setup; the joiner's Teardown then only waits for the
+// processes it started.
+type GroupJoiner interface {
+	// JoinGroup joins the job's group (once, before Setup would) and hands
+	// it over with the device of this process's rank: the caller owns the
+	// group and closes it.
+	JoinGroup(ctx context.Context) (collective.Collective, device.Device, error)
+}
+
 // Sampler is implemented by strategies that shard data across ranks; the
 // trainer inserts the returned sampler into its loaders unless told not to.
 type Sampler interface {
@@ -198,10 +215,12 @@ type Sampler interface {
 
 // Memory is what one rank holds for training, in bytes.
 type Memory struct {
-	// Params is the parameters and buffers (a full replica on every rank).
+	// Params is the parameters and buffers (a full replica on every rank;
+	// under fsdp, this rank's shard and the buffers).
 	Params int
 	// LocalGrads is the gradient buffer backward writes into (full size:
-	// every rank differentiates the whole model).
+	// every rank differentiates the whole model; under fsdp, the shard,
+	// each unit's whole gradient living only until it is reduce-scattered).
 	LocalGrads int
 	// ReducedGrads is what the rank keeps of the reduced gradients for its
 	// update: all of them under DDP and ZeRO stage 1, its shard under stage 2.

@@ -174,6 +174,9 @@ func (t *Trainer) writeCheckpoint(ctx context.Context, paths ...string) error {
 		return err
 	}
 	defer t.span("checkpoint save")()
+	if t.cfg.ShardedCheckpoint {
+		return t.writeShardedCheckpoint(ctx, paths)
+	}
 	sd, err := t.strat.SaveState(ctx, strategy.SaveOptions{Full: true}) // every rank: it may gather shards
 	if err != nil {
 		return fmt.Errorf("checkpoint %s: %w", paths[0], err)
@@ -181,7 +184,7 @@ func (t *Trainer) writeCheckpoint(ctx context.Context, paths ...string) error {
 	if !t.state.IsGlobalZero {
 		return nil
 	}
-	tensors, meta, err := t.encodeCheckpoint(sd)
+	tensors, meta, err := t.encodeCheckpoint(sd, nil)
 	if err != nil {
 		return fmt.Errorf("checkpoint %s: %w", paths[0], err)
 	}
@@ -193,7 +196,9 @@ func (t *Trainer) writeCheckpoint(ctx context.Context, paths ...string) error {
 	return nil
 }
 
-func (t *Trainer) encodeCheckpoint(sd *strategy.StateDict) ([]stTensor, map[string]string, error) {
+// encodeCheckpoint encodes sd's tensors (whole) and the run's state, with
+// extra metadata entries (a sharded checkpoint's index lists its shards).
+func (t *Trainer) encodeCheckpoint(sd *strategy.StateDict, extra map[string]string) ([]stTensor, map[string]string, error) {
 	var tensors []stTensor
 	for i := range sd.Tensors {
 		tn := &sd.Tensors[i]
@@ -271,6 +276,18 @@ func (t *Trainer) encodeCheckpoint(sd *strategy.StateDict) ([]stTensor, map[stri
 		}
 	}
 
+	for k, v := range extra {
+		meta[k] = v
+	}
+	if err := signCheckpoint(tensors, meta); err != nil {
+		return nil, nil, err
+	}
+	return tensors, meta, nil
+}
+
+// signCheckpoint adds keySums to meta: the SHA-256 of every tensor and
+// metadata entry.
+func signCheckpoint(tensors []stTensor, meta map[string]string) error {
 	sums := map[string]string{}
 	for _, tn := range tensors {
 		sums["tensor:"+tn.Name] = tensorSum(tn)
@@ -278,10 +295,12 @@ func (t *Trainer) encodeCheckpoint(sd *strategy.StateDict) ([]stTensor, map[stri
 	for k, v := range meta {
 		sums["meta:"+k] = metaSum(k, v)
 	}
-	if err := put(keySums, sums); err != nil {
-		return nil, nil, err
+	b, err := json.Marshal(sums)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", keySums, err)
 	}
-	return tensors, meta, nil
+	meta[keySums] = string(b)
+	return nil
 }
 
 // optTensor stores an optimizer buffer in float32 when the model is float32
@@ -318,6 +337,9 @@ type checkpoint struct {
 	callbacks map[string][]byte
 	hparams   string
 	meta      map[string]string
+	// shards: a sharded checkpoint's spans, read from its shard files
+	// (readShards); nil for a single file.
+	shards []strategy.Tensor
 }
 
 // parseCheckpoint verifies the framing and every checksum of a whole file
@@ -451,6 +473,9 @@ func (t *Trainer) resume(ctx context.Context, path string) (int, error) {
 		return 0, fmt.Errorf("resume: %w", err)
 	}
 	c, err := parseCheckpoint(b)
+	if err == nil {
+		err = c.readShards(path)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("resume from checkpoint %s: %w", path, err)
 	}
@@ -597,6 +622,13 @@ func (c *checkpoint) stateDict(dtype tensor.Dtype) (*strategy.StateDict, error) 
 		}
 		sd.Tensors = append(sd.Tensors, st)
 	}
+	for _, st := range c.shards {
+		if !strings.HasPrefix(st.Name, strategy.OptimizerPrefix) && st.Dtype != dtype {
+			errs = append(errs, fmt.Errorf("tensor %q is %s in the checkpoint but the model computes in %s: set Precision to match the checkpoint", st.Name, dtypeName(st.Dtype), dt))
+			continue
+		}
+		sd.Tensors = append(sd.Tensors, st)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -726,7 +758,11 @@ func VerifyCheckpoint(path string) (CheckpointInfo, error) {
 	if err != nil {
 		return info, err
 	}
-	if _, err := parseCheckpoint(b); err != nil {
+	c, err := parseCheckpoint(b)
+	if err == nil {
+		err = c.readShards(path)
+	}
+	if err != nil {
 		return info, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
 	return info, nil
@@ -757,10 +793,16 @@ func readStateDict(path string, dtype tensor.Dtype) (*strategy.StateDict, error)
 		return nil, err
 	}
 	c, err := parseCheckpoint(b)
+	if err == nil {
+		err = c.readShards(path)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
 	sd, err := c.stateDict(dtype)
+	if err == nil && c.shards != nil {
+		sd, err = wholeTensors(sd)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
 	}

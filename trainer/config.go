@@ -105,12 +105,19 @@ type Config struct {
 	Devices int
 	// NumNodes is the number of machines. 0: 1.
 	NumNodes int
-	// Strategy is "auto" (the default), "single", "dp", "ddp", "ddp_spawn"
-	// or "sharded". StrategyImpl, a strategy value, is used instead when
+	// Strategy is "auto" (the default), "single", "dp", "ddp", "ddp_spawn",
+	// "sharded" or "fsdp". StrategyImpl, a strategy value, is used instead when
 	// set: it brings its own devices and ranks, so Strategy, Devices,
 	// NumNodes and a "cuda" Accelerator are rejected beside it.
 	Strategy     string
 	StrategyImpl strategy.Strategy
+	// ShardedCheckpoint makes every rank write its own part of the state
+	// (the strategy's SaveState without gathering: fsdp's and sharded's
+	// shards) to PATH.rank<R>-of-<N> beside an index at PATH holding the
+	// trainer's state (Lightning's FSDP state_dict_type="sharded"); resuming,
+	// LoadWeights and VerifyCheckpoint read the index and every shard, at any
+	// world size. false: rank 0 writes one file of whole tensors.
+	ShardedCheckpoint bool
 	// Accelerator is "cpu" (the default), "cuda" or "auto".
 	Accelerator string
 	// UseDistributedSampler, when false, leaves the loaders' samplers alone

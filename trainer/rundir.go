@@ -132,7 +132,7 @@ func (t *Trainer) saveEpochCheckpoint(ctx context.Context, epoch int) error {
 		return fmt.Errorf("default checkpoint: %w", err)
 	}
 	if t.state.IsGlobalZero && t.lastEpochCkpt != "" && t.lastEpochCkpt != p {
-		if err := os.Remove(t.lastEpochCkpt); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := RemoveCheckpoint(t.lastEpochCkpt); err != nil {
 			return fmt.Errorf("default checkpoint: remove the previous epoch's: %w", err)
 		}
 	}

@@ -276,8 +276,12 @@ func (t *Trainer) rebind(m module.Module) error {
 	if err != nil {
 		return fmt.Errorf("module Configure:\n%w", err)
 	}
-	if err := matchStore(specs, b.Dtype(), t.store()); err != nil {
-		return fmt.Errorf("the module value %T does not match the model this Trainer holds (its trained weights): %w", m, err)
+	// A strategy that holds no whole replica here (fsdp) checks m against
+	// its own layout in Rebind.
+	if st := t.store(); st != nil {
+		if err := matchStore(specs, b.Dtype(), st); err != nil {
+			return fmt.Errorf("the module value %T does not match the model this Trainer holds (its trained weights): %w", m, err)
+		}
 	}
 	rb, ok := t.strat.(strategy.Rebinder)
 	if !ok {

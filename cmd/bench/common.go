@@ -308,7 +308,7 @@ type Row struct {
 }
 
 // figureOrder is the order figures appear in tables.
-var figureOrder = []string{"samples_per_s", "samples_per_cpu_s", "ratio", "efficiency", "allocs_per_step", "peak_rss_mb", "test_acc", "test_acc_1", "test_acc_3", "busbw_gbps", "seconds", "steps"}
+var figureOrder = []string{"samples_per_s", "samples_per_cpu_s", "ratio", "efficiency", "allocs_per_step", "peak_rss_mb", "test_acc", "test_acc_1", "test_acc_3", "busbw_gbps", "seconds", "steps", "heap_live_mb", "heap_peak_mb", "ms_per_step", "params_mb", "heap_live_mb_vs_ddp", "heap_peak_mb_vs_ddp", "ms_per_step_vs_ddp"}
 
 func rowOf(r *Result) Row {
 	row := Row{Workload: r.Config.Workload, Config: r.Config.Label(), Figures: map[string]Stat{}, N: len(r.Runs),

@@ -123,8 +123,16 @@ func (g *asyncGroup) AllGather(ctx context.Context, send, recv any) error {
 	return g.do(ctx, func(ctx context.Context) error { return g.c.AllGather(ctx, send, recv) })
 }
 
+func (g *asyncGroup) AllGatherAsync(ctx context.Context, send, recv any) Handle {
+	return g.submit(ctx, func(ctx context.Context) error { return g.c.AllGather(ctx, send, recv) })
+}
+
 func (g *asyncGroup) ReduceScatter(ctx context.Context, send, recv any, op Op) error {
 	return g.do(ctx, func(ctx context.Context) error { return g.c.ReduceScatter(ctx, send, recv, op) })
+}
+
+func (g *asyncGroup) ReduceScatterAsync(ctx context.Context, send, recv any, op Op) Handle {
+	return g.submit(ctx, func(ctx context.Context) error { return g.c.ReduceScatter(ctx, send, recv, op) })
 }
 
 func (g *asyncGroup) Barrier(ctx context.Context) error {

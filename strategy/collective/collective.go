@@ -61,10 +61,14 @@ type Collective interface {
 	Close() error
 }
 
-// Async starts an all-reduce and returns at once, so the next gradient bucket
-// can fill while this one is reduced. Operations run in submission order.
+// Async starts an operation and returns at once, so the next gradient bucket
+// can fill while this one is reduced (or a sharded strategy gathers the next
+// block's parameters while this one computes). Operations run in submission
+// order; buffers belong to the operation until its Handle's Wait returns.
 type Async interface {
 	AllReduceAsync(ctx context.Context, buf any, op Op) Handle
+	AllGatherAsync(ctx context.Context, send, recv any) Handle
+	ReduceScatterAsync(ctx context.Context, send, recv any, op Op) Handle
 }
 
 // Handle is an operation in flight.

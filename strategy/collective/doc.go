@@ -18,6 +18,8 @@
 //	}
 //	type Async interface {
 //	    AllReduceAsync(ctx context.Context, buf any, op Op) Handle
+//	    AllGatherAsync(ctx context.Context, send, recv any) Handle
+//	    ReduceScatterAsync(ctx context.Context, send, recv any, op Op) Handle
 //	}
 //	type Handle interface{ Wait() error }
 //

@@ -23,8 +23,9 @@ import (
 )
 
 var (
-	_ strategy.Strategy = (*DDP)(nil)
-	_ strategy.Sampler  = (*DDP)(nil)
+	_ strategy.Strategy    = (*DDP)(nil)
+	_ strategy.Sampler     = (*DDP)(nil)
+	_ strategy.GroupJoiner = (*DDP)(nil)
 )
 
 // DDPConfig configures one rank of DDP.
@@ -246,18 +247,9 @@ func (d *DDP) Setup(ctx context.Context, su strategy.Setup) error {
 // setupReplica joins the group, builds this rank's replica and makes it
 // rank 0's.
 func (d *DDP) setupReplica(ctx context.Context, su strategy.Setup) (*module.Store, error) {
-	c := d.cfg.Group
-	if c == nil {
-		cctx, cancel := d.launch.connectCtx(ctx)
-		var err error
-		c, err = d.cfg.Connect(cctx)
-		cancel()
-		if err != nil {
-			if why := d.launch.explain(0); why != "" {
-				err = fmt.Errorf("%w (%s)", err, why)
-			}
-			return nil, fmt.Errorf("rank %d: join the group: %w", d.rank, err)
-		}
+	c, err := d.join(ctx)
+	if err != nil {
+		return nil, err
 	}
 	d.c = collective.WithAsync(c)
 	d.rank, d.world = d.c.Rank(), d.c.Size()
@@ -276,6 +268,41 @@ func (d *DDP) setupReplica(ctx context.Context, su strategy.Setup) (*module.Stor
 		replica.ShareCores(d.cfg.Log, d.localRanks)
 	}
 	return store, nil
+}
+
+// join returns the group: the one given, or the job's, connected.
+func (d *DDP) join(ctx context.Context) (collective.Collective, error) {
+	if d.cfg.Group != nil {
+		return d.cfg.Group, nil
+	}
+	cctx, cancel := d.launch.connectCtx(ctx)
+	c, err := d.cfg.Connect(cctx)
+	cancel()
+	if err != nil {
+		if why := d.launch.explain(0); why != "" {
+			err = fmt.Errorf("%w (%s)", err, why)
+		}
+		return nil, fmt.Errorf("rank %d: join the group: %w", d.rank, err)
+	}
+	return c, nil
+}
+
+// JoinGroup joins the job's group (connecting, or the Group given) and
+// hands it over with this rank's device, for a strategy built over DDP's
+// processes (fsdp); d is then used only for Launch and Teardown, which
+// waits for the local ranks it started.
+func (d *DDP) JoinGroup(ctx context.Context) (collective.Collective, device.Device, error) {
+	if d.eng != nil {
+		return nil, nil, errors.New("ddp: JoinGroup after Setup: the group is DDP's")
+	}
+	c, err := d.join(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if d.localRanks > 1 {
+		replica.ShareCores(d.cfg.Log, d.localRanks)
+	}
+	return c, d.dev, nil
 }
 
 // Rebind runs m over this rank's parameters from now on; the group stays
@@ -598,71 +625,10 @@ func (d *DDP) Reduce(ctx context.Context, sums, weights []float64, ops []module.
 	if err := d.check(); err != nil {
 		return err
 	}
-	if err := reduceMetrics(ctx, d.c, &d.reduceBuf, sums, weights, ops); err != nil {
+	if err := replica.ReduceMetrics(ctx, d.c, &d.reduceBuf, sums, weights, ops); err != nil {
 		return d.fail(ddpOp{kind: opReduce, n: len(sums), step: d.steps}.String(), err)
 	}
 	d.lastDone = ddpOp{kind: opReduce, n: len(sums), step: d.steps}
-	return nil
-}
-
-// reduceMetrics combines per-rank metric values: Mean and Sum values and
-// every weight are summed in one all-reduce; Max and Min (negated) share a
-// second one, issued only when present (every rank has the same ops).
-func reduceMetrics(ctx context.Context, c collective.Collective, scratch *[]float64, sums, weights []float64, ops []module.Reduce) error {
-	if len(sums) != len(ops) || len(weights) != len(ops) {
-		return fmt.Errorf("Reduce: %d values, %d weights and %d ops: pass one of each per metric", len(sums), len(weights), len(ops))
-	}
-	n := len(ops)
-	buf := (*scratch)[:0]
-	var nMax int
-	for i, op := range ops {
-		if op == module.Max || op == module.Min {
-			nMax++
-			buf = append(buf, 0)
-		} else {
-			buf = append(buf, sums[i])
-		}
-	}
-	buf = append(buf, weights...)
-	*scratch = buf
-	if n == 0 {
-		return nil
-	}
-	if err := c.AllReduce(ctx, buf, collective.Sum); err != nil {
-		return err
-	}
-	for i, op := range ops {
-		if op != module.Max && op != module.Min {
-			sums[i] = buf[i]
-		}
-	}
-	copy(weights, buf[n:2*n])
-	if nMax == 0 {
-		return nil
-	}
-	mx := buf[:0]
-	for i, op := range ops {
-		switch op {
-		case module.Max:
-			mx = append(mx, sums[i])
-		case module.Min:
-			mx = append(mx, -sums[i])
-		}
-	}
-	if err := c.AllReduce(ctx, mx, collective.Max); err != nil {
-		return err
-	}
-	j := 0
-	for i, op := range ops {
-		switch op {
-		case module.Max:
-			sums[i] = mx[j]
-			j++
-		case module.Min:
-			sums[i] = -mx[j]
-			j++
-		}
-	}
 	return nil
 }
 

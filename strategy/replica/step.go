@@ -1,6 +1,8 @@
 package replica
 
 import (
+	"context"
+	"fmt"
 	"math"
 
 	"gorgonia.org/tensor"
@@ -8,6 +10,7 @@ import (
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/optim"
 	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/collective"
 )
 
 // BeforeUpdate calls o.BeforeUpdate, when set, with the L2 norm of st's
@@ -51,4 +54,66 @@ func ApplyStep(st *module.Store, opt optim.Optimizer, o strategy.OptimizerOption
 		opt.Update64(st.Data64()[lo:hi], g, lo)
 	}
 	return norm
+}
+
+// ReduceMetrics combines per-rank metric values: Mean and Sum values and
+// every weight are summed in one all-reduce; Max and Min (negated) share a
+// second one, issued only when present (every rank has the same ops).
+// scratch is reused across calls. It serves the strategies' Reduce.
+func ReduceMetrics(ctx context.Context, c collective.Collective, scratch *[]float64, sums, weights []float64, ops []module.Reduce) error {
+	if len(sums) != len(ops) || len(weights) != len(ops) {
+		return fmt.Errorf("Reduce: %d values, %d weights and %d ops: pass one of each per metric", len(sums), len(weights), len(ops))
+	}
+	n := len(ops)
+	buf := (*scratch)[:0]
+	var nMax int
+	for i, op := range ops {
+		if op == module.Max || op == module.Min {
+			nMax++
+			buf = append(buf, 0)
+		} else {
+			buf = append(buf, sums[i])
+		}
+	}
+	buf = append(buf, weights...)
+	*scratch = buf
+	if n == 0 {
+		return nil
+	}
+	if err := c.AllReduce(ctx, buf, collective.Sum); err != nil {
+		return err
+	}
+	for i, op := range ops {
+		if op != module.Max && op != module.Min {
+			sums[i] = buf[i]
+		}
+	}
+	copy(weights, buf[n:2*n])
+	if nMax == 0 {
+		return nil
+	}
+	mx := buf[:0]
+	for i, op := range ops {
+		switch op {
+		case module.Max:
+			mx = append(mx, sums[i])
+		case module.Min:
+			mx = append(mx, -sums[i])
+		}
+	}
+	if err := c.AllReduce(ctx, mx, collective.Max); err != nil {
+		return err
+	}
+	j := 0
+	for i, op := range ops {
+		switch op {
+		case module.Max:
+			sums[i] = mx[j]
+			j++
+		case module.Min:
+			sums[i] = -mx[j]
+			j++
+		}
+	}
+	return nil
 }

@@ -373,6 +373,55 @@ func asyncRank(t *testing.T, ctx context.Context, c collective.Collective) error
 		dt, op := dtypes[j%2], ops[j%len(ops)]
 		check(t, fmt.Sprintf("async %d rank %d", j, r), b, func(i int) float64 { return want(dt, n, i, op) })
 	}
+	return asyncShardRank(t, ctx, a, n, r)
+}
+
+// asyncShardRank interleaves async all-gathers and reduce-scatters (what
+// a fully sharded strategy issues: the next block's parameters while this
+// one's gradients are reduced), waits for them out of order and checks
+// every result.
+func asyncShardRank(t *testing.T, ctx context.Context, a collective.Async, n, r int) error {
+	const k = 6
+	type op struct {
+		dt         collective.DType
+		l          int
+		send, recv any
+		h          collective.Handle
+	}
+	var all []op
+	for j := range k {
+		dt, l := dtypes[j%2], 5*j+n+j%3
+		if j%2 == 0 {
+			o := op{dt: dt, l: l, send: fill(dt, collective.BlockLen(l, n, r), r, collective.Offset(l, n, r)), recv: collective.Alloc(dt, l)}
+			o.h = a.AllGatherAsync(ctx, o.send, o.recv)
+			all = append(all, o)
+		} else {
+			o := op{dt: dt, l: l, send: fill(dt, l, r, 0), recv: collective.Alloc(dt, collective.BlockLen(l, n, r))}
+			o.h = a.ReduceScatterAsync(ctx, o.send, o.recv, collective.Sum)
+			all = append(all, o)
+		}
+	}
+	for j := len(all) - 1; j >= 0; j-- {
+		if err := all[j].h.Wait(); err != nil {
+			return fmt.Errorf("async all-gather/reduce-scatter %d: %w", j, err)
+		}
+	}
+	for j, o := range all {
+		if j%2 == 0 {
+			owner := func(i int) int {
+				for q := n - 1; q >= 0; q-- {
+					if i >= collective.Offset(o.l, n, q) {
+						return q
+					}
+				}
+				return 0
+			}
+			check(t, fmt.Sprintf("async all-gather %d rank %d", j, r), o.recv, func(i int) float64 { return rounded(o.dt, val(owner(i), i)) })
+		} else {
+			off := collective.Offset(o.l, n, r)
+			check(t, fmt.Sprintf("async reduce-scatter %d rank %d", j, r), o.recv, func(i int) float64 { return want(o.dt, n, off+i, collective.Sum) })
+		}
+	}
 	return nil
 }
 

@@ -38,6 +38,8 @@ type Engine struct {
 	sync   *module.StatSync // nil: no replica to sync BatchNorm statistics with
 	runKey uint64           // read by graph ops through module.Step.RunKey
 	ready  func(offset, n int)
+	shard  *Sharding // nil: the store holds the parameters
+	pool   *unitPool // the sharded engine's unit buffers
 }
 
 type key struct {
@@ -64,10 +66,12 @@ type compiled struct {
 	outVal  G.Value
 	grads   []gradBinding
 	metrics []module.Metric
+	hooks   *shardHooks // sharded engines only
 	// readyAfter lists, by executor step, the gradients (indices into
 	// grads) that are final once the step has run; gathered and reported
 	// then, during the run. Gradients no step computes are gathered after
-	// the run.
+	// the run. Sharded engines (hooks) reduce-scatter their units'
+	// gradients themselves and gather nothing.
 	readyAfter [][]int
 	run        gatherRun // the training run in progress
 }
@@ -188,6 +192,14 @@ func (e *Engine) Run(ctx context.Context, mode module.Mode, b *data.Batch, accum
 			}
 		}
 	}()
+	if c.hooks != nil {
+		c.hooks.start(ctx)
+		defer func() {
+			if ferr := c.hooks.finish(); ferr != nil && err == nil {
+				err = fmt.Errorf("%s step: %w", mode, ferr)
+			}
+		}()
+	}
 	if c.exec != nil {
 		// Gradients whose op can write into the store do so when they are
 		// wanted as they are (no accumulation, no scaling): no copy after.
@@ -208,7 +220,7 @@ func (e *Engine) Run(ctx context.Context, mode module.Mode, b *data.Batch, accum
 	if mode == module.Train {
 		res.Loss = scalar(c.valueOf(c.loss, c.lossVal))
 		for i := range c.grads {
-			if c.exec == nil || c.grads[i].step < 0 {
+			if c.hooks == nil && (c.exec == nil || c.grads[i].step < 0) {
 				e.gatherGrad(c, i, accumulate, scale, false)
 			}
 		}
@@ -589,6 +601,9 @@ func (e *Engine) compile(mode module.Mode, batch int) (c *compiled, err error) {
 	}
 	for _, l := range s.Logs() {
 		c.metrics = append(c.metrics, module.Metric{Name: l.Name, Spec: l.Spec, Derive: l.Counts})
+	}
+	if e.shard != nil {
+		return e.compileSharded(c, mode)
 	}
 	if e.Tape {
 		c.vm = G.NewTapeMachine(c.g)

@@ -21,6 +21,9 @@ type executor struct {
 	vals    []G.Value
 	index   map[*G.Node]int
 	scratch []G.Value
+	// hooks, when set, run around every step (a sharded engine's gathers
+	// and gradient reductions: exec_hooks.go).
+	hooks *shardHooks
 }
 
 type execStep struct {
@@ -30,10 +33,14 @@ type execStep struct {
 	out      int
 	pd       G.UsePreallocDoer
 	prealloc G.Value
+	dt       tensor.Dtype
 	// direct is a caller's value (a view of the store's gradient buffer)
 	// the op writes into instead of prealloc on runs that ask for it, so
 	// the result needs no copy afterwards.
 	direct G.Value
+	// alwaysDirect: the op writes into direct on every run (its prealloc is
+	// dropped; a sharded engine's gradients).
+	alwaysDirect bool
 	// reshape marks Gorgonia's reshapeOp, whose output is a view of its
 	// input: it is made once and reused while the input is the same tensor
 	// (Do would allocate a shallow clone and its shape every run).
@@ -90,7 +97,7 @@ func newExecutor(g *G.ExprGraph) (*executor, error) {
 		if pd, ok := op.(G.UsePreallocDoer); ok && len(n.Shape()) > 0 && !n.IsScalar() {
 			if dt, err := dtypeOf(n); err == nil {
 				st.pd = pd
-				st.prealloc = tensor.New(tensor.WithShape(n.Shape().Clone()...), tensor.Of(dt))
+				st.dt = dt // prealloc is made by the first run that needs it
 			}
 		}
 		if len(st.in) > len(e.scratch) {
@@ -115,6 +122,11 @@ func dtypeOf(n *G.Node) (dt tensor.Dtype, err error) {
 // calls done (when not nil) on the calling goroutine.
 func (e *executor) run(direct bool, done stepDone) error {
 	for i := range e.steps {
+		if e.hooks != nil {
+			if err := e.hooks.before(e, i); err != nil {
+				return err
+			}
+		}
 		st := &e.steps[i]
 		in := e.scratch[:len(st.in)]
 		for j, k := range st.in {
@@ -125,9 +137,12 @@ func (e *executor) run(direct bool, done stepDone) error {
 		switch {
 		case st.reshape:
 			v, err = st.reshaped(in[0])
-		case direct && st.direct != nil:
+		case (direct || st.alwaysDirect) && st.direct != nil:
 			v, err = st.pd.UsePreallocDo(st.direct, in...)
 		case st.pd != nil:
+			if st.prealloc == nil {
+				st.prealloc = tensor.New(tensor.WithShape(st.shape.Clone()...), tensor.Of(st.dt))
+			}
 			v, err = st.pd.UsePreallocDo(st.prealloc, in...)
 		default:
 			v, err = st.op.Do(in...)
@@ -138,6 +153,11 @@ func (e *executor) run(direct bool, done stepDone) error {
 		e.vals[st.out] = v
 		if st.notify && done != nil {
 			done.stepDone(i)
+		}
+		if e.hooks != nil {
+			if err := e.hooks.after(e, i); err != nil {
+				return err
+			}
 		}
 	}
 	clear(e.scratch)

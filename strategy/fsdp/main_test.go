@@ -1,0 +1,160 @@
+package fsdp_test
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"gorgonia.org/tensor"
+
+	"github.com/fulgur-ml/fulgur/blas"
+	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/strategy/strategytest"
+	"github.com/fulgur-ml/fulgur/trainer"
+)
+
+// programEnv makes the test binary a small training program: the
+// multi-process test starts it, and fsdp (through ddp's launcher)
+// re-executes it for the other local ranks as it would a user's program.
+const programEnv = "FULGUR_FSDP_TEST_PROGRAM"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(programEnv) != "" {
+		if err := runProgram(context.Background(), os.Args[1:]); err != nil {
+			fmt.Fprintln(os.Stderr, "program:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	// Choose the matrix multiply before any test multiplies, as a program
+	// does at start: the trainer's tests choose it again (the same one),
+	// which fails once another has been used.
+	if _, err := blas.Choose(zerolog.Nop(), blas.ChooseOptions{}); err != nil {
+		fmt.Fprintln(os.Stderr, "blas.Choose:", err)
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
+
+var programModel = &deepMLP{Sizes: []int{in, 12, 9, out}, Opt: "adam", LR: 0.01}
+
+// runProgram trains programModel through the trainer with the strategy
+// named by -strategy on -devices processes (rows strided across ranks, in
+// order), and writes the final checkpoint to -ckpt.
+func runProgram(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("program", flag.ContinueOnError)
+	strat := fs.String("strategy", "single", "")
+	devices := fs.Int("devices", 1, "")
+	batch := fs.Int("batch", 4, "per-rank batch")
+	ckpt := fs.String("ckpt", "", "checkpoint written after Fit")
+	mark := fs.String("mark", "", "each process writes rank_<rank> here after Fit")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ds, err := strategytest.Regression(48, in, out, 1)
+	if err != nil {
+		return err
+	}
+	train, err := data.NewLoader(ds, data.LoaderConfig{BatchSize: *batch})
+	if err != nil {
+		return err
+	}
+	root, err := os.MkdirTemp("", "fulgur-fsdp-program-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(root)
+	tr, err := trainer.New(trainer.Config{MaxEpochs: 2, Seed: 5, Strategy: *strat, Devices: *devices,
+		Out: io.Discard, EnableProgressBar: trainer.Bool(false), DefaultRootDir: root})
+	if err != nil {
+		return err
+	}
+	if err := tr.Fit(ctx, programModel, train, nil); err != nil {
+		return err
+	}
+	defer tr.Teardown(ctx)
+	if *mark != "" {
+		rank := os.Getenv("RANK") // set for the ranks the launcher started
+		if tr.IsGlobalZero() {
+			rank = "0"
+		}
+		if err := os.WriteFile(filepath.Join(*mark, "rank_"+rank), []byte(fmt.Sprint(tr.Stats().WorldSize)), 0o644); err != nil {
+			return err
+		}
+	}
+	return tr.SaveCheckpoint(ctx, *ckpt)
+}
+
+func program(t *testing.T, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Env = append(os.Environ(), programEnv+"=1", "FULGUR_TIMEOUT=60s")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v: %v\n%s", args, err, out.String())
+	}
+}
+
+func weights(t *testing.T, path string) *module.Store { return loadInto(t, programModel, path) }
+
+// loadInto loads the checkpoint at path into a store of m's tensors.
+func loadInto(t *testing.T, m module.Module, path string) *module.Store {
+	t.Helper()
+	b := module.NewBuilder(tensor.Float32)
+	if err := m.Configure(b); err != nil {
+		t.Fatal(err)
+	}
+	specs, err := b.Specs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := module.NewStore(specs, tensor.Float32, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := trainer.LoadWeights(path, st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// trainer.Config{Strategy: "fsdp", Devices: 2} starts a second process
+// (ddp's launcher), trains over tcp and checkpoints the gathered weights:
+// they are one device's with the global batch, within float32 tolerance.
+func TestFSDPByNameInTwoProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	dir := t.TempDir()
+	got, want := filepath.Join(dir, "fsdp.ckpt"), filepath.Join(dir, "single.ckpt")
+	program(t, "-strategy", "fsdp", "-devices", "2", "-batch", "4", "-ckpt", got, "-mark", dir)
+	for _, r := range []string{"0", "1"} {
+		if b, err := os.ReadFile(filepath.Join(dir, "rank_"+r)); err != nil || string(b) != "2" {
+			t.Fatalf("process of rank %s: %q, %v: want it to have trained in a world of 2", r, b, err)
+		}
+	}
+	program(t, "-strategy", "single", "-devices", "1", "-batch", "8", "-ckpt", want)
+	g, w := weights(t, got).Data32(), weights(t, want).Data32()
+	worst := 0.0
+	for i := range w {
+		d := math.Abs(float64(g[i] - w[i]))
+		worst = math.Max(worst, d)
+		if d > 1e-5+1e-4*math.Abs(float64(w[i])) {
+			t.Fatalf("parameter %d after 2 epochs: fsdp on 2 processes %g, one device %g", i, g[i], w[i])
+		}
+	}
+	t.Logf("largest difference from one device: %.3g", worst)
+}

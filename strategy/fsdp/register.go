@@ -1,0 +1,82 @@
+package fsdp
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/fulgur-ml/fulgur/strategy"
+)
+
+// Environment variables that configure "fsdp" built by name (the trainer's
+// Config.Strategy); programs that build FSDP with New set Config instead.
+const (
+	// EnvWrap is the wrapping policy: "layer" (default) or "size".
+	EnvWrap = "FULGUR_FSDP_WRAP"
+	// EnvMinUnitParams is the "size" policy's unit size in elements.
+	EnvMinUnitParams = "FULGUR_FSDP_MIN_UNIT_PARAMS"
+	// EnvReshardAfterForward is "1" (default: free each unit after its
+	// forward, gather it again for backward) or "0" (keep it, SHARD_GRAD_OP).
+	EnvReshardAfterForward = "FULGUR_FSDP_RESHARD_AFTER_FORWARD"
+	// EnvPrefetch is "1" (default: gather the next unit while this one
+	// computes) or "0".
+	EnvPrefetch = "FULGUR_FSDP_PREFETCH"
+)
+
+func init() { strategy.Register("fsdp", fromOptions) }
+
+// fromOptions builds FSDP over the processes a "ddp" strategy starts and
+// joins (self-launched local ranks, or the ranks a launcher such as
+// torchrun, mpirun or srun describes), found by name so that this package
+// does not import another strategy.
+func fromOptions(o strategy.Options) (strategy.Strategy, error) {
+	cfg, err := configFromEnv(o.Lookup)
+	if err != nil {
+		return nil, fmt.Errorf("strategy \"fsdp\": %w", err)
+	}
+	cfg.Log = o.Log
+	inner, err := strategy.New("ddp", o)
+	if err != nil {
+		return nil, fmt.Errorf("strategy \"fsdp\" starts and joins its processes as \"ddp\" does: %w", err)
+	}
+	if _, ok := inner.(strategy.GroupJoiner); !ok {
+		return nil, fmt.Errorf("strategy \"fsdp\": the \"ddp\" strategy (%T) cannot hand its group over (strategy.GroupJoiner)", inner)
+	}
+	return newFSDP(cfg, inner)
+}
+
+func configFromEnv(lookup func(string) (string, bool)) (Config, error) {
+	var cfg Config
+	var errs []error
+	switch v, _ := lookup(EnvWrap); strings.ToLower(strings.TrimSpace(v)) {
+	case "", "layer":
+	case "size":
+		cfg.Wrap = WrapSize
+	default:
+		errs = append(errs, fmt.Errorf("%s=%q: use layer (a unit per layer) or size (units of %s elements)", EnvWrap, v, EnvMinUnitParams))
+	}
+	if v, ok := lookup(EnvMinUnitParams); ok && strings.TrimSpace(v) != "" {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 1 {
+			errs = append(errs, fmt.Errorf("%s=%q: use a positive number of elements, e.g. 1000000", EnvMinUnitParams, v))
+		}
+		cfg.MinUnitParams = n
+	}
+	flag := func(name string, def bool) bool {
+		v, _ := lookup(name)
+		switch strings.TrimSpace(v) {
+		case "":
+			return def
+		case "1", "true":
+			return true
+		case "0", "false":
+			return false
+		}
+		errs = append(errs, fmt.Errorf("%s=%q: use 1 or 0", name, v))
+		return def
+	}
+	cfg.KeepAfterForward = !flag(EnvReshardAfterForward, true)
+	cfg.NoPrefetch = !flag(EnvPrefetch, true)
+	return cfg, errors.Join(errs...)
+}

@@ -1,0 +1,273 @@
+package trainer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"gorgonia.org/tensor"
+
+	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/strategy"
+)
+
+// A sharded checkpoint (Config.ShardedCheckpoint) is an index file at the
+// checkpoint's path, a fulgur checkpoint without tensors whose metadata
+// lists its shard files under keyShards, and one shard file per rank beside
+// it, PATH.rank<R>-of-<N>: a fulgur checkpoint (format, version, checksums)
+// holding the spans rank R's SaveState returned, each stored flat as
+// "<name>@<lo>" with its global tensor's name, shape and span under
+// keySpans.
+const (
+	keyShards = "fulgur.shards"
+	keySpans  = "fulgur.spans"
+)
+
+type ckptSpan struct {
+	Name  string `json:"name"`
+	Shape []int  `json:"shape"`
+	Lo    int    `json:"lo"`
+	Hi    int    `json:"hi"`
+}
+
+// shardPath is rank r of n's shard file of the checkpoint at path.
+func shardPath(path string, r, n int) string { return fmt.Sprintf("%s.rank%d-of-%d", path, r, n) }
+
+// writeShardedCheckpoint writes every rank's shard of the state to each
+// path, then (rank 0, once every rank has written) the index.
+func (t *Trainer) writeShardedCheckpoint(ctx context.Context, paths []string) error {
+	sd, err := t.strat.SaveState(ctx, strategy.SaveOptions{})
+	if err != nil {
+		return fmt.Errorf("checkpoint %s: %w", paths[0], err)
+	}
+	info := t.strat.Info()
+	r, n := info.Rank, info.WorldSize
+	var werr error
+	tensors, meta, err := encodeShard(sd, t.dtype())
+	if err != nil {
+		werr = err
+	}
+	for _, path := range paths {
+		if werr != nil {
+			break
+		}
+		werr = writeCheckpointFile(shardPath(path, r, n), func(w io.Writer) error { return encodeSafetensors(w, tensors, meta) })
+	}
+	// Every rank learns whether every shard is written before the index
+	// names them.
+	failed := []float64{0}
+	if werr != nil {
+		failed[0] = 1
+	}
+	if err := t.strat.Reduce(ctx, failed, []float64{0}, []module.Reduce{module.Max}); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", paths[0], errors.Join(werr, err))
+	}
+	if werr != nil {
+		return fmt.Errorf("checkpoint %s: rank %d's shard: %w", paths[0], r, werr)
+	}
+	if failed[0] > 0 {
+		return fmt.Errorf("checkpoint %s: another rank could not write its shard (its error names it)", paths[0])
+	}
+	if !t.state.IsGlobalZero {
+		return nil
+	}
+	for _, path := range paths {
+		files := make([]string, n)
+		for q := range files {
+			files[q] = filepath.Base(shardPath(path, q, n))
+		}
+		b, err := json.Marshal(files)
+		if err != nil {
+			return err
+		}
+		idx, imeta, err := t.encodeCheckpoint(&strategy.StateDict{Blobs: sd.Blobs}, map[string]string{keyShards: string(b)})
+		if err != nil {
+			return fmt.Errorf("checkpoint %s: %w", path, err)
+		}
+		if err := writeCheckpointFile(path, func(w io.Writer) error { return encodeSafetensors(w, idx, imeta) }); err != nil {
+			return fmt.Errorf("checkpoint %s: %w", path, err)
+		}
+	}
+	return nil
+}
+
+// encodeShard stores sd's spans flat, named "<name>@<lo>", with their
+// global tensors under keySpans.
+func encodeShard(sd *strategy.StateDict, dtype tensor.Dtype) ([]stTensor, map[string]string, error) {
+	var tensors []stTensor
+	spans := map[string]ckptSpan{}
+	for i := range sd.Tensors {
+		tn := &sd.Tensors[i]
+		key := tn.Name + "@" + strconv.Itoa(tn.Lo)
+		if _, dup := spans[key]; dup {
+			return nil, nil, fmt.Errorf("the state holds two spans of %q starting at %d", tn.Name, tn.Lo)
+		}
+		spans[key] = ckptSpan{Name: tn.Name, Shape: tn.Shape, Lo: tn.Lo, Hi: tn.Hi}
+		shape := []int{tn.Hi - tn.Lo}
+		switch {
+		case tn.Dtype == tensor.Float64 && strings.HasPrefix(tn.Name, strategy.OptimizerPrefix):
+			tensors = append(tensors, optTensor(key, shape, tn.Data64, dtype == tensor.Float32))
+		case tn.Dtype == tensor.Float64:
+			tensors = append(tensors, stTensor{Name: key, Dtype: "F64", Shape: shape, Data: f64Bytes(tn.Data64)})
+		default:
+			tensors = append(tensors, stTensor{Name: key, Dtype: "F32", Shape: shape, Data: f32Bytes(tn.Data32)})
+		}
+	}
+	b, err := json.Marshal(spans)
+	if err != nil {
+		return nil, nil, err
+	}
+	meta := map[string]string{keyFormat: CheckpointFormat, keyVersion: strconv.Itoa(CheckpointVersion), keySpans: string(b)}
+	if err := signCheckpoint(tensors, meta); err != nil {
+		return nil, nil, err
+	}
+	return tensors, meta, nil
+}
+
+// readShards reads and verifies the shard files the index c (read from
+// path) lists, into c.shards; it does nothing for a single-file
+// checkpoint.
+func (c *checkpoint) readShards(path string) error {
+	v, ok := c.meta[keyShards]
+	if !ok {
+		return nil
+	}
+	var files []string
+	if err := strictJSON(v, &files); err != nil || len(files) == 0 {
+		return fmt.Errorf("metadata field %q: %v: the index is corrupt", keyShards, err)
+	}
+	c.shards = []strategy.Tensor{}
+	for _, f := range files {
+		if f != filepath.Base(f) {
+			return fmt.Errorf("metadata field %q names %q, not a file beside the index: the index is corrupt", keyShards, f)
+		}
+		sp := filepath.Join(filepath.Dir(path), f)
+		b, err := os.ReadFile(sp)
+		if err != nil {
+			return fmt.Errorf("shard %s: %w (a sharded checkpoint needs every rank's file beside its index)", f, err)
+		}
+		s, err := parseShard(b)
+		if err != nil {
+			return fmt.Errorf("shard %s: %w", f, err)
+		}
+		c.shards = append(c.shards, s...)
+	}
+	return nil
+}
+
+// parseShard verifies a shard file and returns its spans.
+func parseShard(b []byte) ([]strategy.Tensor, error) {
+	f, err := decodeSafetensors(b)
+	if err != nil {
+		return nil, err
+	}
+	var version int
+	if err := checkMeta(f.Meta, &version); err != nil {
+		return nil, err
+	}
+	var sums map[string]string
+	if err := strictJSON(f.Meta[keySums], &sums); err != nil {
+		return nil, fmt.Errorf("metadata field %q: %v: the file is corrupt", keySums, err)
+	}
+	for k, v := range f.Meta {
+		if k != keySums && sums["meta:"+k] != metaSum(k, v) {
+			return nil, fmt.Errorf("metadata field %q: SHA-256 mismatch: the file is corrupt", k)
+		}
+	}
+	var spans map[string]ckptSpan
+	if err := strictJSON(f.Meta[keySpans], &spans); err != nil {
+		return nil, fmt.Errorf("metadata field %q: %v: the file is corrupt", keySpans, err)
+	}
+	var out []strategy.Tensor
+	for _, tn := range f.Tensors {
+		if sums["tensor:"+tn.Name] != tensorSum(tn) {
+			return nil, fmt.Errorf("tensor %q (%s %v): SHA-256 mismatch: the file is corrupt", tn.Name, tn.Dtype, tn.Shape)
+		}
+		sp, ok := spans[tn.Name]
+		if !ok {
+			return nil, fmt.Errorf("tensor %q has no span in %q: the file is corrupt", tn.Name, keySpans)
+		}
+		st := strategy.Tensor{Name: sp.Name, Shape: sp.Shape, Lo: sp.Lo, Hi: sp.Hi}
+		switch {
+		case strings.HasPrefix(sp.Name, strategy.OptimizerPrefix):
+			st.Dtype, st.Data64 = tensor.Float64, values64(tn)
+		case tn.Dtype == "F64":
+			st.Dtype, st.Data64 = tensor.Float64, values64(tn)
+		default:
+			st.Dtype = tensor.Float32
+			for _, x := range values64(tn) {
+				st.Data32 = append(st.Data32, float32(x))
+			}
+		}
+		out = append(out, st)
+	}
+	sd := &strategy.StateDict{Tensors: out}
+	if err := sd.Check(); err != nil {
+		return nil, fmt.Errorf("%w: the file is corrupt", err)
+	}
+	return out, nil
+}
+
+// wholeTensors assembles every tensor of sd whole from its spans.
+func wholeTensors(sd *strategy.StateDict) (*strategy.StateDict, error) {
+	out := &strategy.StateDict{Blobs: sd.Blobs}
+	seen := map[string]bool{}
+	var names []string
+	for _, t := range sd.Tensors {
+		if !seen[t.Name] {
+			seen[t.Name] = true
+			names = append(names, t.Name)
+		}
+	}
+	for _, name := range names {
+		t := sd.Lookup(name)
+		v, err := sd.Span(name, 0, t.Size())
+		if err != nil {
+			return nil, err
+		}
+		w := strategy.Tensor{Name: name, Dtype: t.Dtype, Shape: slices.Clone(t.Shape), Lo: 0, Hi: t.Size()}
+		if t.Dtype == tensor.Float32 {
+			w.Data32 = make([]float32, len(v))
+			for i, x := range v {
+				w.Data32[i] = float32(x)
+			}
+		} else {
+			w.Data64 = v
+		}
+		out.Tensors = append(out.Tensors, w)
+	}
+	return out, nil
+}
+
+// RemoveCheckpoint deletes the checkpoint at path: the file, or a sharded
+// checkpoint's index and every shard file beside it. A missing file is no
+// error.
+func RemoveCheckpoint(path string) error {
+	shards, _ := filepath.Glob(globEscape(path) + ".rank*-of-*")
+	var errs []error
+	for _, p := range append(shards, path) {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// globEscape quotes the glob metacharacters of a path.
+func globEscape(p string) string {
+	var b strings.Builder
+	for _, r := range p {
+		if strings.ContainsRune(`*?[\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
