@@ -74,9 +74,12 @@ type Ring struct {
 	gath32  []float32 // the gather path's n whole buffers
 	gath64  []float64
 
-	mu         sync.Mutex
-	broken     *cause
-	brokenCh   chan struct{}
+	mu       sync.Mutex
+	broken   *cause
+	brokenCh chan struct{}
+	// told is closed once the rank that broke the group has sent its abort
+	// to both neighbours and half-closed (breakGroup).
+	told       chan struct{}
 	closing    atomic.Bool
 	nextClosed atomic.Bool
 	readerDone chan struct{}
@@ -145,7 +148,7 @@ func NewRing(ctx context.Context, rv *rendezvous.Rendezvous) (*Ring, error) {
 
 func newRing(ctx context.Context, rv *rendezvous.Rendezvous, cfg Config) (*Ring, error) {
 	g := &Ring{cfg: cfg, rank: cfg.Rank, size: cfg.Size, rv: rv, hb: make([]byte, wire.HeaderSize), whb: make([]byte, 2*wire.HeaderSize),
-		brokenCh: make(chan struct{}), readerDone: make(chan struct{})}
+		brokenCh: make(chan struct{}), told: make(chan struct{}), readerDone: make(chan struct{})}
 	sc := make([]float64, cfg.SegmentBytes/8)
 	g.scratch = unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(sc))), len(sc)*8)
 	if g.size == 1 {
@@ -258,6 +261,7 @@ func (g *Ring) breakGroup(c cause) cause {
 	g.broken = &c
 	close(g.brokenCh)
 	g.mu.Unlock()
+	defer close(g.told)
 	if g.size == 1 {
 		return c
 	}
@@ -321,6 +325,10 @@ func closeConn(c conn) {
 	c.Close()
 }
 
+// tellWait bounds opErr's wait for the abort to be sent: breakGroup's two
+// writes have a second each.
+const tellWait = 3 * time.Second
+
 // abortGrace bounds how long a rank whose predecessor's connection ended
 // without a Bye or an abort waits for the abort to come around the other
 // way (awaitAbort).
@@ -353,7 +361,23 @@ func (g *Ring) brokenCause() *cause {
 	return g.broken
 }
 
+// opErr is the error of operation h failed for c. When the group is
+// broken, it first waits (up to tellWait) for the goroutine that broke it
+// to have told both neighbours: an operation returns as soon as its kicked
+// read sees the group broken, which can be before the abort is on the
+// wire, and a program that exits at once on the error (not calling Close)
+// would take the abort with it; the neighbour then saw only the end of the
+// stream and blamed this live rank (TestKillRankProcess/tcp/kill=2 in CI:
+// rank 0 blamed rank 1 for rank 2's death).
 func (g *Ring) opErr(h collective.Header, c cause) error {
+	if g.brokenCause() != nil {
+		t := time.NewTimer(tellWait)
+		select {
+		case <-g.told:
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	return &collective.Error{Backend: "tcp", Self: g.rank, Kind: h.Kind, Seq: h.Seq, Peer: c.peer, Err: c.err}
 }
 
