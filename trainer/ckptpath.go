@@ -190,7 +190,8 @@ func bestRecorded(meta string) string {
 }
 
 // checkpointPath resolves which for this Trainer: "best" asks its
-// ModelCheckpoint first, then the checkpoints under DefaultRootDir.
+// ModelCheckpoint first, then its default checkpoints, then the
+// checkpoints under DefaultRootDir.
 func (t *Trainer) checkpointPath(which string) (string, error) {
 	best := ""
 	if which == CkptBest {
@@ -199,6 +200,11 @@ func (t *Trainer) checkpointPath(which string) (string, error) {
 				best = bp.BestModelPath()
 				break
 			}
+		}
+		if best == "" {
+			// As Lightning's default ModelCheckpoint (no monitor): the
+			// best is the newest epoch checkpoint this Trainer's Fit kept.
+			best = t.lastEpochCkpt
 		}
 	}
 	return resolveCheckpoint(t.cfg.DefaultRootDir, which, best)

@@ -361,3 +361,37 @@ func TestDDPEvaluateAfterFitOnRunningRanks(t *testing.T) {
 		checkPredictions(t, res[r].preds, trs[0].Store(), testDS.Len(), bs, testDS)
 	}
 }
+
+// TestEvaluateBestAfterFitWithDefaultCheckpoints: as with Lightning's
+// default ModelCheckpoint, a Trainer that fitted with the built-in
+// checkpoints (a plain Config) evaluates WithCheckpoint("best") on the
+// newest epoch checkpoint it kept. It used to fail with "no checkpoint
+// that records a best model (add a callbacks.ModelCheckpoint)".
+func TestEvaluateBestAfterFitWithDefaultCheckpoints(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	ds := regression(t, 200, 0.01, 4)
+	test := loader(t, regression(t, 70, 0.01, 5), 16, false, false)
+	tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 2, Seed: 3, Deterministic: true, DefaultRootDir: root}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Fit(ctx, newEvalReg(), loader(t, ds, 32, true, false), nil); err != nil {
+		t.Fatal(err)
+	}
+	epochCkpts, _ := filepath.Glob(filepath.Join(root, "lightning_logs", "version_0", "checkpoints", "epoch=1-step=*.ckpt"))
+	if len(epochCkpts) != 1 {
+		t.Fatalf("the default checkpoints are %v, want one epoch=1-step=N.ckpt", epochCkpts)
+	}
+	want, err := tr.Test(ctx, newEvalReg(), test, trainer.WithCheckpoint(epochCkpts[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := tr.Test(ctx, newEvalReg(), test, trainer.WithCheckpoint("best"))
+	if err != nil {
+		t.Fatalf(`Test with WithCheckpoint("best") after Fit with the default checkpoints: %v`, err)
+	}
+	if got["test_loss"] != want["test_loss"] {
+		t.Errorf(`WithCheckpoint("best"): test_loss %g, the epoch checkpoint's %g`, got["test_loss"], want["test_loss"])
+	}
+}
