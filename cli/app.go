@@ -148,7 +148,7 @@ func (a App) Run(ctx context.Context, args []string) error {
 		cfg.Callbacks = append(cfg.Callbacks, hparamsAtFitStart{&runs})
 	}
 	if training && !s.NoPlots {
-		if err := addPlots(s, &cfg); err != nil {
+		if err := addPlots(s, &cfg, a.stderr()); err != nil {
 			return err
 		}
 	}
