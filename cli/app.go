@@ -161,11 +161,6 @@ func (a App) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return withFlagNames(err)
 	}
-	if !training {
-		if err := runs.writeHParams(); err != nil {
-			return err
-		}
-	}
 	defer closeProfiler(tr.Config().Profiler)
 	cfg = tr.Config()
 	ev := cfg.Log.Info().Str("data", loaders.Source).Str("command", p.command)
@@ -181,7 +176,7 @@ func (a App) Run(ctx context.Context, args []string) error {
 	if training {
 		return a.fit(ctx, tr, loaders, runs, sum, args, t0)
 	}
-	return a.evaluate(ctx, tr, p.command, ckpt, s.Predictions, loaders, sum, t0)
+	return a.evaluate(ctx, tr, p.command, ckpt, s.Predictions, loaders, runs, sum, t0)
 }
 
 func (a App) stderr() io.Writer {
@@ -250,7 +245,7 @@ func (a App) fit(ctx context.Context, tr *trainer.Trainer, l Loaders, runs runOu
 
 // evaluate runs validate, test or predict on the weights of ckpt ("": the
 // freshly initialised ones).
-func (a App) evaluate(ctx context.Context, tr *trainer.Trainer, command, ckpt, predictions string, l Loaders, sum Summary, t0 time.Time) error {
+func (a App) evaluate(ctx context.Context, tr *trainer.Trainer, command, ckpt, predictions string, l Loaders, runs runOutputs, sum Summary, t0 time.Time) error {
 	defer tr.Teardown(ctx)
 	var opts []trainer.EvalOption
 	if ckpt != "" {
@@ -269,6 +264,11 @@ func (a App) evaluate(ctx context.Context, tr *trainer.Trainer, command, ckpt, p
 		err = a.predict(ctx, tr, l.Predict, opts, predictions, &sum)
 	}
 	if err != nil {
+		return err
+	}
+	// Once the command has run: a checkpoint that does not load leaves no
+	// run directory holding only the hyperparameters.
+	if err := runs.writeHParams(); err != nil {
 		return err
 	}
 	if !tr.IsGlobalZero() {
