@@ -395,3 +395,39 @@ func TestEvaluateBestAfterFitWithDefaultCheckpoints(t *testing.T) {
 		t.Errorf(`WithCheckpoint("best"): test_loss %g, the epoch checkpoint's %g`, got["test_loss"], want["test_loss"])
 	}
 }
+
+// TestResumeWithNothingLeftToTrainSaysSo: a run that MaxSteps stopped
+// mid-epoch counts that epoch as done, so resuming it with a higher
+// MaxSteps but the same MaxEpochs trains no step. Fit used to return as if
+// it had trained, without a word; it now warns and names what to raise.
+func TestResumeWithNothingLeftToTrainSaysSo(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	ds := regression(t, 200, 0.01, 4)
+	fit := func(maxSteps int, opts ...trainer.FitOption) (*trainer.Trainer, string) {
+		var out strings.Builder
+		cfg := quiet(trainer.Config{MaxEpochs: 1, MaxSteps: maxSteps, Seed: 3, DefaultRootDir: root})
+		cfg.Out = &out
+		tr, err := trainer.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.Fit(ctx, newEvalReg(), loader(t, ds, 16, true, false), nil, opts...); err != nil {
+			t.Fatal(err)
+		}
+		return tr, out.String()
+	}
+	if tr, _ := fit(3); tr.Stats().GlobalStep != 3 {
+		t.Fatalf("the first run trained %d steps, want 3", tr.Stats().GlobalStep)
+	}
+	tr, log := fit(6, trainer.FromCheckpoint("last"))
+	if got := tr.Stats().GlobalStep; got != 3 {
+		t.Fatalf("the resumed run ended at step %d; this test expects 3 (the epoch counted as done)", got)
+	}
+	if !strings.Contains(log, "nothing left to train") || !strings.Contains(log, "-max-epochs") {
+		t.Errorf("a resumed Fit that trained no step did not say why:\n%s", log)
+	}
+	if _, log := fit(0); strings.Contains(log, "nothing left to train") {
+		t.Errorf("a fresh Fit warned of nothing left to train:\n%s", log)
+	}
+}
