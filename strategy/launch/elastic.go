@@ -284,7 +284,7 @@ func (e *Elastic) attempt(ctx context.Context, n, world int, dir string) (Attemp
 	t.Stop()
 	failures := g.Failed() // before the launcher kills anything
 	if running := g.Running(); len(running) > 0 {
-		e.Log.Warn().Ints("ranks", running).Dur("grace", e.Grace).Msg("elastic: ranks still ran after the first failure: killing them")
+		e.Log.Warn().Ints("ranks", running).Stringer("grace", e.Grace).Msg("elastic: ranks still ran after the first failure: killing them")
 		g.Kill()
 		<-g.Done()
 	}

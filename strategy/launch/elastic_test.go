@@ -128,6 +128,11 @@ func TestElasticLogNamesTheKilledRank(t *testing.T) {
 	if !strings.Contains(log.String(), `"rank":1`) || !strings.Contains(log.String(), "was killed by signal killed") {
 		t.Errorf("the log does not say rank 1 was killed by SIGKILL:\n%s", log.String())
 	}
+	// The survivor waits to be stopped: the log gives the grace it had
+	// as a duration ("30s" in a terminal), not a bare count of milliseconds.
+	if !strings.Contains(log.String(), `"grace":"50ms"`) {
+		t.Errorf("the log does not give the grace as 50ms:\n%s", log.String())
+	}
 }
 
 func TestElasticGivesUp(t *testing.T) {
