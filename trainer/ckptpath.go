@@ -50,8 +50,12 @@ func resolveCheckpoint(root, which, best string) (string, error) {
 		return "", errors.New("the checkpoint is \"\": pass \"last\", \"best\" or a checkpoint file")
 	case CkptLast, CkptBest:
 	default:
-		if _, err := os.Stat(which); err != nil {
+		fi, err := os.Stat(which)
+		if err != nil {
 			return "", fmt.Errorf("checkpoint %q: %w: pass a checkpoint file, or \"last\" or \"best\" for one under the root directory %s", which, unwrapPath(err), root)
+		}
+		if fi.IsDir() {
+			return "", fmt.Errorf("checkpoint %q is a directory: pass a checkpoint file, such as %s, or \"last\" or \"best\" for one under the root directory %s", which, filepath.Join(which, "checkpoints", "last.ckpt"), root)
 		}
 		return which, nil
 	}

@@ -258,6 +258,13 @@ func TestResolveCheckpointListsWhatExists(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "nope.ckpt") {
 		t.Errorf("a missing path: %v", err)
 	}
+	// A run directory where a file belongs (-ckpt-path runs/.../version_0)
+	// is refused at once, saying what to pass; it used to fail later with
+	// "read DIR: is a directory".
+	_, err = trainer.ResolveCheckpoint(root, filepath.Join(root, "run"))
+	if err == nil || !strings.Contains(err.Error(), "is a directory") || !strings.Contains(err.Error(), filepath.Join(root, "run", "checkpoints", "last.ckpt")) {
+		t.Errorf("a directory: %v", err)
+	}
 }
 
 func TestFromCheckpointLastResumes(t *testing.T) {
