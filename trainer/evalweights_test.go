@@ -2,6 +2,7 @@ package trainer_test
 
 import (
 	"context"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -436,5 +437,42 @@ func TestResumeWithNothingLeftToTrainSaysSo(t *testing.T) {
 	}
 	if _, log := fit(0); strings.Contains(log, "nothing left to train") {
 		t.Errorf("a fresh Fit warned of nothing left to train:\n%s", log)
+	}
+}
+
+// failingStep is evalReg whose training step fails, as a model with a
+// shape error does in its first step.
+type failingStep struct{ evalReg }
+
+func (m *failingStep) TrainingStep(s *module.Step) (*G.Node, error) {
+	return nil, errors.New("nn.Linear \"fc1\": input has shape (16, 4), want [batch, 3]")
+}
+
+// TestFailedFitLeavesNoEmptyRunDirectory: a Fit that fails before writing
+// anything used to leave an empty ROOT/lightning_logs/version_0 behind, and
+// the next run went into version_1.
+func TestFailedFitLeavesNoEmptyRunDirectory(t *testing.T) {
+	root := t.TempDir()
+	ds := regression(t, 64, 0.01, 4)
+	tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 1, DefaultRootDir: root}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &failingStep{*newEvalReg()}
+	if err := tr.Fit(context.Background(), m, loader(t, ds, 16, false, false), nil); err == nil || !strings.Contains(err.Error(), "fc1") {
+		t.Fatalf("Fit: %v, want the step's error", err)
+	}
+	if runs, _ := filepath.Glob(filepath.Join(root, "lightning_logs", "version_*")); len(runs) != 0 {
+		t.Errorf("the failed Fit left %v", runs)
+	}
+	tr, err = trainer.New(quiet(trainer.Config{MaxEpochs: 1, DefaultRootDir: root}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Fit(context.Background(), newEvalReg(), loader(t, ds, 16, false, false), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "lightning_logs", "version_0", "checkpoints", "last.ckpt")); err != nil {
+		t.Errorf("the next Fit: %v", err)
 	}
 }

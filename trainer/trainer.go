@@ -65,6 +65,9 @@ type Trainer struct {
 	launchDir     string
 	loggers       []Logger
 	lastEpochCkpt string
+	// madeRunDir is the run directory chooseLogDir created (rank 0), which
+	// a Fit that fails before writing into it removes again.
+	madeRunDir string
 }
 
 // Stats summarises the last Fit.
@@ -414,6 +417,14 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 	if err != nil {
 		return fmt.Errorf("Fit: %w", err)
 	}
+	if t.madeRunDir == logDir {
+		defer func() {
+			if err != nil {
+				removeIfEmpty(logDir)
+			}
+		}()
+	}
+	t.madeRunDir = ""
 	if err := t.prepareRunDir(ctx, logDir, fo.ckptPath); err != nil {
 		return fmt.Errorf("Fit: %w", err)
 	}
