@@ -40,21 +40,35 @@ func applyConfig(path string, p *parsed) error {
 	if err != nil {
 		return fmt.Errorf("-config %s: not YAML or JSON: %w", path, err)
 	}
-	var doc map[string]map[string]any
-	dec := json.NewDecoder(bytes.NewReader(js))
-	dec.UseNumber()
-	if err := dec.Decode(&doc); err != nil {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(js, &top); err != nil {
 		return fmt.Errorf("-config %s: want sections trainer:, model: and data: holding flag: value pairs: %w", path, err)
 	}
 	sections := map[string][]*field{}
 	for _, g := range p.groups {
 		sections[g.name] = g.fields
 	}
-	secNames := make([]string, 0, len(doc))
-	for k := range doc {
+	secNames := make([]string, 0, len(top))
+	for k := range top {
 		secNames = append(secNames, k)
 	}
 	sort.Strings(secNames)
+	doc := map[string]map[string]any{}
+	for _, sec := range secNames {
+		var pairs map[string]any
+		dec := json.NewDecoder(bytes.NewReader(top[sec]))
+		dec.UseNumber()
+		if err := dec.Decode(&pairs); err != nil {
+			if f := p.byName[strings.ReplaceAll(sec, "_", "-")]; f != nil {
+				g := groupOf(p.groups, f)
+				return fmt.Errorf("-config %s: %s is at the top level: settings go under their section, here %s: (%s: {%s: %s})", path, sec, g, g, sec, top[sec])
+			}
+			if fields := sections[sec]; len(fields) > 0 {
+				return fmt.Errorf("-config %s: section %s: holds %s: want flag: value pairs, such as %s: {%s: ...}", path, sec, top[sec], sec, strings.ReplaceAll(fields[0].name, "-", "_"))
+			}
+		}
+		doc[sec] = pairs
+	}
 	for _, sec := range secNames {
 		fields, ok := sections[sec]
 		if !ok {
