@@ -108,7 +108,13 @@ func (a App) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	if p.print {
-		return printConfig(a.stdout(), p.groups)
+		followers := map[string]string{}
+		for _, l := range a.Links {
+			if !p.set[l.To] {
+				followers[l.To] = l.From
+			}
+		}
+		return printConfig(a.stdout(), p.groups, followers)
 	}
 	if a.Model == nil {
 		return errors.New("cli: App.Model is nil: give the module to train")

@@ -151,11 +151,21 @@ func configString(v any) (string, error) {
 }
 
 // printConfig writes the settings as a config file that -config reads back.
-func printConfig(w io.Writer, groups []group) error {
+// A link's target that was not set (followers) is left out, with a comment
+// saying so, as LightningCLI leaves link targets out: written, it would
+// count as set when read back, and stop following its source (a file
+// printed with -max-epochs 1, read back with -max-epochs 10, would keep
+// -cosine-epochs at 1).
+func printConfig(w io.Writer, groups []group, followers map[string]string) error {
 	doc := map[string]map[string]any{}
+	var notes []string
 	for _, g := range groups {
 		sec := map[string]any{}
 		for _, f := range g.fields {
+			if from, ok := followers[f.name]; ok {
+				notes = append(notes, fmt.Sprintf("# %s.%s is left out: it takes the value of %s unless set", g.name, strings.ReplaceAll(f.name, "-", "_"), strings.ReplaceAll(from, "-", "_")))
+				continue
+			}
 			var v any = f.String()
 			if fl, ok := any(fieldValue{f}).(flag.Getter); ok {
 				v = fl.Get()
@@ -175,6 +185,9 @@ func printConfig(w io.Writer, groups []group) error {
 	}
 	if !bytes.HasSuffix(b, []byte("\n")) {
 		b = append(b, '\n')
+	}
+	for _, n := range notes {
+		b = append(b, n+"\n"...)
 	}
 	_, err = w.Write(b)
 	return err
