@@ -108,7 +108,13 @@ func (a App) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	if p.print {
-		return printConfig(a.stdout(), p.groups)
+		followers := map[string]string{}
+		for _, l := range a.Links {
+			if !p.set[l.To] {
+				followers[l.To] = l.From
+			}
+		}
+		return printConfig(a.stdout(), p.groups, followers)
 	}
 	if a.Model == nil {
 		return errors.New("cli: App.Model is nil: give the module to train")
@@ -148,7 +154,7 @@ func (a App) Run(ctx context.Context, args []string) error {
 		cfg.Callbacks = append(cfg.Callbacks, hparamsAtFitStart{&runs})
 	}
 	if training && !s.NoPlots {
-		if err := addPlots(s, &cfg); err != nil {
+		if err := addPlots(s, &cfg, a.stderr()); err != nil {
 			return err
 		}
 	}
@@ -160,11 +166,6 @@ func (a App) Run(ctx context.Context, args []string) error {
 	tr, err := trainer.New(cfg)
 	if err != nil {
 		return withFlagNames(err)
-	}
-	if !training {
-		if err := runs.writeHParams(); err != nil {
-			return err
-		}
 	}
 	defer closeProfiler(tr.Config().Profiler)
 	cfg = tr.Config()
@@ -181,7 +182,7 @@ func (a App) Run(ctx context.Context, args []string) error {
 	if training {
 		return a.fit(ctx, tr, loaders, runs, sum, args, t0)
 	}
-	return a.evaluate(ctx, tr, p.command, ckpt, s.Predictions, loaders, sum, t0)
+	return a.evaluate(ctx, tr, p.command, ckpt, s.Predictions, loaders, runs, sum, t0)
 }
 
 func (a App) stderr() io.Writer {
@@ -250,7 +251,7 @@ func (a App) fit(ctx context.Context, tr *trainer.Trainer, l Loaders, runs runOu
 
 // evaluate runs validate, test or predict on the weights of ckpt ("": the
 // freshly initialised ones).
-func (a App) evaluate(ctx context.Context, tr *trainer.Trainer, command, ckpt, predictions string, l Loaders, sum Summary, t0 time.Time) error {
+func (a App) evaluate(ctx context.Context, tr *trainer.Trainer, command, ckpt, predictions string, l Loaders, runs runOutputs, sum Summary, t0 time.Time) error {
 	defer tr.Teardown(ctx)
 	var opts []trainer.EvalOption
 	if ckpt != "" {
@@ -269,6 +270,11 @@ func (a App) evaluate(ctx context.Context, tr *trainer.Trainer, command, ckpt, p
 		err = a.predict(ctx, tr, l.Predict, opts, predictions, &sum)
 	}
 	if err != nil {
+		return err
+	}
+	// Once the command has run: a checkpoint that does not load leaves no
+	// run directory holding only the hyperparameters.
+	if err := runs.writeHParams(); err != nil {
 		return err
 	}
 	if !tr.IsGlobalZero() {

@@ -122,3 +122,29 @@ func TestCommandNeedsItsSplit(t *testing.T) {
 		t.Errorf("fit without a test split: %+v", s)
 	}
 }
+
+// validate, test and predict on a checkpoint of another model fail naming
+// the tensors, and leave no run directory behind; one that succeeds keeps
+// its hyperparameters in its run directory.
+func TestEvaluateForeignCheckpointLeavesNoRunDirectory(t *testing.T) {
+	root := t.TempDir()
+	base := []string{"-no-progress-bar", "-no-model-summary", "-sizes", "784,16,10"}
+	run(t, mlpApp(root), append(base, "-max-steps", "2", "-limit-val-batches", "1", "-limit-test-batches", "1", "-no-plots")...)
+	last := filepath.Join(root, "lightning_logs", "version_0", "checkpoints", "last.ckpt")
+	for _, cmd := range []string{"validate", "test", "predict"} {
+		var errOut bytes.Buffer
+		app := mlpApp(root)
+		app.Stdout, app.Stderr = &bytes.Buffer{}, &errOut
+		err := app.Run(context.Background(), []string{cmd, "-no-progress-bar", "-no-model-summary", "-sizes", "784,32,10", "-ckpt-path", last, "-limit-val-batches", "1", "-limit-test-batches", "1", "-limit-predict-batches", "1"})
+		if err == nil || !strings.Contains(err.Error(), "fc1.weight") {
+			t.Errorf("%s on a checkpoint of -sizes 16 with -sizes 32: %v, want an error naming fc1.weight", cmd, err)
+		}
+		if runs := list(t, filepath.Join(root, "lightning_logs")); len(runs) != 1 {
+			t.Errorf("%s failed and left run directories %v, want only version_0", cmd, runs)
+		}
+	}
+	run(t, mlpApp(root), append([]string{"test"}, append(base, "-ckpt-path", last, "-limit-test-batches", "1")...)...)
+	if _, err := os.Stat(filepath.Join(root, "lightning_logs", "version_1", "hparams.yaml")); err != nil {
+		t.Errorf("a test that ran: %v", err)
+	}
+}

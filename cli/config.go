@@ -40,21 +40,35 @@ func applyConfig(path string, p *parsed) error {
 	if err != nil {
 		return fmt.Errorf("-config %s: not YAML or JSON: %w", path, err)
 	}
-	var doc map[string]map[string]any
-	dec := json.NewDecoder(bytes.NewReader(js))
-	dec.UseNumber()
-	if err := dec.Decode(&doc); err != nil {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(js, &top); err != nil {
 		return fmt.Errorf("-config %s: want sections trainer:, model: and data: holding flag: value pairs: %w", path, err)
 	}
 	sections := map[string][]*field{}
 	for _, g := range p.groups {
 		sections[g.name] = g.fields
 	}
-	secNames := make([]string, 0, len(doc))
-	for k := range doc {
+	secNames := make([]string, 0, len(top))
+	for k := range top {
 		secNames = append(secNames, k)
 	}
 	sort.Strings(secNames)
+	doc := map[string]map[string]any{}
+	for _, sec := range secNames {
+		var pairs map[string]any
+		dec := json.NewDecoder(bytes.NewReader(top[sec]))
+		dec.UseNumber()
+		if err := dec.Decode(&pairs); err != nil {
+			if f := p.byName[strings.ReplaceAll(sec, "_", "-")]; f != nil {
+				g := groupOf(p.groups, f)
+				return fmt.Errorf("-config %s: %s is at the top level: settings go under their section, here %s: (%s: {%s: %s})", path, sec, g, g, sec, top[sec])
+			}
+			if fields := sections[sec]; len(fields) > 0 {
+				return fmt.Errorf("-config %s: section %s: holds %s: want flag: value pairs, such as %s: {%s: ...}", path, sec, top[sec], sec, strings.ReplaceAll(fields[0].name, "-", "_"))
+			}
+		}
+		doc[sec] = pairs
+	}
 	for _, sec := range secNames {
 		fields, ok := sections[sec]
 		if !ok {
@@ -137,11 +151,21 @@ func configString(v any) (string, error) {
 }
 
 // printConfig writes the settings as a config file that -config reads back.
-func printConfig(w io.Writer, groups []group) error {
+// A link's target that was not set (followers) is left out, with a comment
+// saying so, as LightningCLI leaves link targets out: written, it would
+// count as set when read back, and stop following its source (a file
+// printed with -max-epochs 1, read back with -max-epochs 10, would keep
+// -cosine-epochs at 1).
+func printConfig(w io.Writer, groups []group, followers map[string]string) error {
 	doc := map[string]map[string]any{}
+	var notes []string
 	for _, g := range groups {
 		sec := map[string]any{}
 		for _, f := range g.fields {
+			if from, ok := followers[f.name]; ok {
+				notes = append(notes, fmt.Sprintf("# %s.%s is left out: it takes the value of %s unless set", g.name, strings.ReplaceAll(f.name, "-", "_"), strings.ReplaceAll(from, "-", "_")))
+				continue
+			}
 			var v any = f.String()
 			if fl, ok := any(fieldValue{f}).(flag.Getter); ok {
 				v = fl.Get()
@@ -161,6 +185,9 @@ func printConfig(w io.Writer, groups []group) error {
 	}
 	if !bytes.HasSuffix(b, []byte("\n")) {
 		b = append(b, '\n')
+	}
+	for _, n := range notes {
+		b = append(b, n+"\n"...)
 	}
 	_, err = w.Write(b)
 	return err

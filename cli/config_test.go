@@ -81,7 +81,12 @@ func TestConfigFileErrors(t *testing.T) {
 		{"optimizer:\n  lr: 3\n", `unknown section "optimizer": use trainer:, model: and data:`},
 		{"trainer:\n  max_steps: ten\n", `trainer.max_steps is "ten": use a whole number`},
 		{"model:\n  lr: -2\n", "-lr is -2: use a value > 0"},
-		{"trainer: [1, 2]\n", "want sections trainer:, model: and data:"},
+		{"trainer: [1, 2]\n", "section trainer: holds [1,2]: want flag: value pairs, such as trainer: {max_epochs: ...}"},
+		{"[1, 2]\n", "want sections trainer:, model: and data:"},
+		// A flat file, flags without their sections, used to get "json:
+		// cannot unmarshal number into Go value of type map[string]interface {}".
+		{"max_epochs: 3\n", "max_epochs is at the top level: settings go under their section, here trainer: (trainer: {max_epochs: 3})"},
+		{"lr: 0.1\n", "lr is at the top level: settings go under their section, here model: (model: {lr: 0.1})"},
 		{"trainer:\n  strategy:\n", "trainer.strategy: the value is empty"},
 		{"trainer:\n\tmax_steps: 3\n", "not YAML or JSON"},
 	} {

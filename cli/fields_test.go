@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"bytes"
 	"context"
 	"strings"
 	"testing"
@@ -92,17 +93,34 @@ func TestLinks(t *testing.T) {
 		return cli.App{Name: "resnet", Model: &models.ResNet{}, Data: &cli.FashionMNIST{},
 			Trainer: cli.Settings{MaxEpochs: 1}, Links: []cli.Link{{From: "max-epochs", To: "cosine-epochs"}}}
 	}
+	// The file -print-config writes leaves the follower out, so that read
+	// back under another -max-epochs it follows that one; it used to
+	// write cosine_epochs: 1, which then held against -max-epochs 10.
+	var out bytes.Buffer
+	defaults := app()
+	defaults.Stdout = &out
+	if err := defaults.Run(context.Background(), []string{"-print-config"}); err != nil {
+		t.Fatal(err)
+	}
+	printedFile := writeFile(t, "printed.yaml", out.String())
 	for _, c := range []struct {
-		args []string
-		want float64
+		args    []string
+		want    int
+		written bool // -print-config writes cosine_epochs
 	}{
-		{nil, 1},
-		{[]string{"-max-epochs", "5"}, 5},
-		{[]string{"-max-epochs", "5", "-cosine-epochs", "0"}, 0},
-		{[]string{"-max-epochs", "5", "-config", writeFile(t, "c.yaml", "model:\n  cosine_epochs: 2\n")}, 2},
+		{nil, 1, false},
+		{[]string{"-max-epochs", "5"}, 5, false},
+		{[]string{"-max-epochs", "5", "-cosine-epochs", "0"}, 0, true},
+		{[]string{"-max-epochs", "5", "-config", writeFile(t, "c.yaml", "model:\n  cosine_epochs: 2\n")}, 2, true},
+		{[]string{"-config", printedFile, "-max-epochs", "10"}, 10, false},
 	} {
-		if got := printed(t, app(), c.args...)["model"]["cosine_epochs"]; got != c.want {
+		a := app()
+		doc := printed(t, a, c.args...)
+		if got := a.Model.(*models.ResNet).CosineEpochs; got != c.want {
 			t.Errorf("%q: cosine_epochs %v, want %v", c.args, got, c.want)
+		}
+		if _, ok := doc["model"]["cosine_epochs"]; ok != c.written {
+			t.Errorf("%q: -print-config wrote cosine_epochs: %v, want %v", c.args, ok, c.written)
 		}
 	}
 }

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"fmt"
+	"io"
 	"path/filepath"
 
 	"github.com/fulgur-ml/fulgur/callbacks"
@@ -13,8 +15,8 @@ import (
 // in RUN_DIR/plots and RUN_DIR/report.md at the end of Fit, test metrics
 // added after Test) to cfg. It belongs after setupRun: it writes into the
 // CSV logger's run directory, and adds nothing but the monitor when there
-// is no CSV logger (-loggers without csv).
-func addPlots(f *Settings, cfg *trainer.Config) error {
+// is no CSV logger (-loggers without csv), saying so on w.
+func addPlots(f *Settings, cfg *trainer.Config, w io.Writer) error {
 	stats, err := callbacks.NewDeviceStatsMonitor(callbacks.DeviceStatsConfig{})
 	if err != nil {
 		return err
@@ -27,6 +29,7 @@ func addPlots(f *Settings, cfg *trainer.Config) error {
 		}
 	}
 	if dir == "" {
+		fmt.Fprintf(w, "no charts or report.md: they are drawn from metrics.csv, which -loggers %q does not write (add csv to -loggers, or give -no-plots)\n", f.Loggers)
 		return nil
 	}
 	root := f.root()

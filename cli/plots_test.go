@@ -53,3 +53,16 @@ func TestNoPlots(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// Charts are drawn from metrics.csv: with -loggers lacking csv the run
+// says why it leaves none, instead of leaving none without a word.
+func TestPlotsWithoutCSVLoggerSaySo(t *testing.T) {
+	root := t.TempDir()
+	_, stderr := run(t, mlpApp(root), "-loggers", "jsonl", "-no-progress-bar", "-max-steps", "3", "-limit-val-batches", "1", "-limit-test-batches", "1", "-no-model-summary")
+	if _, err := os.Stat(filepath.Join(root, "lightning_logs", "version_0", "metrics.jsonl")); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stderr, `-loggers "jsonl"`) || !strings.Contains(stderr, "add csv to -loggers") {
+		t.Errorf("-loggers jsonl drew no charts and did not say why:\n%s", stderr)
+	}
+}

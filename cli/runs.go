@@ -36,9 +36,10 @@ type runOutputs struct {
 	hparams map[string]any
 }
 
-// writeHParams gives the hyperparameters to the loggers (rank 0 only); call
-// it once the trainer is built, so a bad configuration leaves no files.
-// fit writes them from its OnFitStart instead (hparamsAtFitStart).
+// writeHParams gives the hyperparameters to the loggers (rank 0 only);
+// validate, test and predict call it once they have run, so a bad
+// configuration or a checkpoint that does not load leaves no files. fit
+// writes them from its OnFitStart instead (hparamsAtFitStart).
 func (r runOutputs) writeHParams() error {
 	if processRank() != 0 {
 		return nil

@@ -50,8 +50,12 @@ func resolveCheckpoint(root, which, best string) (string, error) {
 		return "", errors.New("the checkpoint is \"\": pass \"last\", \"best\" or a checkpoint file")
 	case CkptLast, CkptBest:
 	default:
-		if _, err := os.Stat(which); err != nil {
+		fi, err := os.Stat(which)
+		if err != nil {
 			return "", fmt.Errorf("checkpoint %q: %w: pass a checkpoint file, or \"last\" or \"best\" for one under the root directory %s", which, unwrapPath(err), root)
+		}
+		if fi.IsDir() {
+			return "", fmt.Errorf("checkpoint %q is a directory: pass a checkpoint file, such as %s, or \"last\" or \"best\" for one under the root directory %s", which, filepath.Join(which, "checkpoints", "last.ckpt"), root)
 		}
 		return which, nil
 	}
@@ -190,7 +194,8 @@ func bestRecorded(meta string) string {
 }
 
 // checkpointPath resolves which for this Trainer: "best" asks its
-// ModelCheckpoint first, then the checkpoints under DefaultRootDir.
+// ModelCheckpoint first, then its default checkpoints, then the
+// checkpoints under DefaultRootDir.
 func (t *Trainer) checkpointPath(which string) (string, error) {
 	best := ""
 	if which == CkptBest {
@@ -199,6 +204,11 @@ func (t *Trainer) checkpointPath(which string) (string, error) {
 				best = bp.BestModelPath()
 				break
 			}
+		}
+		if best == "" {
+			// As Lightning's default ModelCheckpoint (no monitor): the
+			// best is the newest epoch checkpoint this Trainer's Fit kept.
+			best = t.lastEpochCkpt
 		}
 	}
 	return resolveCheckpoint(t.cfg.DefaultRootDir, which, best)

@@ -64,10 +64,15 @@ func (t *Trainer) elasticRun(ctx context.Context, ckptPath *string) error {
 		return fmt.Errorf("elastic job: read the run directory the first attempt recorded: %w", err)
 	}
 	runDir := string(b)
+	t.launchDir = runDir
+	if restart == 0 {
+		// The first attempt: rank 0 recorded the directory before this
+		// rank reached Fit; there is nothing to resume yet.
+		return nil
+	}
 	if t.cfg.LogDir != "" && filepath.Clean(t.cfg.LogDir) != filepath.Clean(runDir) {
 		t.cfg.Log.Warn().Str("log_dir", t.cfg.LogDir).Str("run_dir", runDir).Msg("elastic restart: Config.LogDir is not the directory the job's first attempt ran in, so this attempt logs apart from it (it still resumes from its checkpoint): leave LogDir empty, or set it from trainer.ElasticRunDir()")
 	}
-	t.launchDir = runDir
 	if *ckptPath != "" {
 		return nil // the program names the checkpoint itself
 	}

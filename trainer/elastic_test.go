@@ -185,3 +185,38 @@ func TestElasticRestartContinuesTheRun(t *testing.T) {
 		}
 	}
 }
+
+// TestElasticFirstAttemptDoesNotWarnOfARestart: on the first attempt of
+// an elastic job, rank 0 records the run directory as soon as it reaches
+// Fit; a rank that reaches Fit later finds that record. It is still the
+// first attempt, with nothing to resume, so it must not log "elastic
+// restart: no checkpoint in the run directory", which `fulgur run -nproc
+// 2` printed on rank 1 of a fresh job whenever rank 0 was the quicker.
+func TestElasticFirstAttemptDoesNotWarnOfARestart(t *testing.T) {
+	job := newResumeJob(t, 1, 0)
+	root, state := t.TempDir(), t.TempDir()
+	runDir := filepath.Join(root, "lightning_logs", "version_0") // rank 0 records it before creating it
+	if err := os.WriteFile(filepath.Join(state, "run_dir"), []byte(runDir), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("FULGUR_ELASTIC_DIR", state)
+	t.Setenv("FULGUR_RESTART_COUNT", "0")
+	cfg := job.cfg
+	cfg.DefaultRootDir, cfg.MaxEpochs = root, 1
+	cfg = quiet(cfg)
+	var log bytes.Buffer
+	cfg.Out = &log
+	tr, err := trainer.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Fit(context.Background(), job.mod(), job.train, job.val); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(log.String(), "elastic restart") {
+		t.Errorf("the first attempt logged a restart:\n%s", log.String())
+	}
+	if _, err := os.Stat(filepath.Join(runDir, "checkpoints", "last.ckpt")); err != nil {
+		t.Errorf("the first attempt did not train in the recorded run directory: %v", err)
+	}
+}

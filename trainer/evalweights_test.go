@@ -2,6 +2,7 @@ package trainer_test
 
 import (
 	"context"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -258,6 +259,13 @@ func TestResolveCheckpointListsWhatExists(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "nope.ckpt") {
 		t.Errorf("a missing path: %v", err)
 	}
+	// A run directory where a file belongs (-ckpt-path runs/.../version_0)
+	// is refused at once, saying what to pass; it used to fail later with
+	// "read DIR: is a directory".
+	_, err = trainer.ResolveCheckpoint(root, filepath.Join(root, "run"))
+	if err == nil || !strings.Contains(err.Error(), "is a directory") || !strings.Contains(err.Error(), filepath.Join(root, "run", "checkpoints", "last.ckpt")) {
+		t.Errorf("a directory: %v", err)
+	}
 }
 
 func TestFromCheckpointLastResumes(t *testing.T) {
@@ -359,5 +367,112 @@ func TestDDPEvaluateAfterFitOnRunningRanks(t *testing.T) {
 			t.Errorf("rank %d: test_loss %g after Fit on a fresh value, one process on the trained weights %g", r, got, want["test_loss"])
 		}
 		checkPredictions(t, res[r].preds, trs[0].Store(), testDS.Len(), bs, testDS)
+	}
+}
+
+// TestEvaluateBestAfterFitWithDefaultCheckpoints: as with Lightning's
+// default ModelCheckpoint, a Trainer that fitted with the built-in
+// checkpoints (a plain Config) evaluates WithCheckpoint("best") on the
+// newest epoch checkpoint it kept. It used to fail with "no checkpoint
+// that records a best model (add a callbacks.ModelCheckpoint)".
+func TestEvaluateBestAfterFitWithDefaultCheckpoints(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	ds := regression(t, 200, 0.01, 4)
+	test := loader(t, regression(t, 70, 0.01, 5), 16, false, false)
+	tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 2, Seed: 3, Deterministic: true, DefaultRootDir: root}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Fit(ctx, newEvalReg(), loader(t, ds, 32, true, false), nil); err != nil {
+		t.Fatal(err)
+	}
+	epochCkpts, _ := filepath.Glob(filepath.Join(root, "lightning_logs", "version_0", "checkpoints", "epoch=1-step=*.ckpt"))
+	if len(epochCkpts) != 1 {
+		t.Fatalf("the default checkpoints are %v, want one epoch=1-step=N.ckpt", epochCkpts)
+	}
+	want, err := tr.Test(ctx, newEvalReg(), test, trainer.WithCheckpoint(epochCkpts[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := tr.Test(ctx, newEvalReg(), test, trainer.WithCheckpoint("best"))
+	if err != nil {
+		t.Fatalf(`Test with WithCheckpoint("best") after Fit with the default checkpoints: %v`, err)
+	}
+	if got["test_loss"] != want["test_loss"] {
+		t.Errorf(`WithCheckpoint("best"): test_loss %g, the epoch checkpoint's %g`, got["test_loss"], want["test_loss"])
+	}
+}
+
+// TestResumeWithNothingLeftToTrainSaysSo: a run that MaxSteps stopped
+// mid-epoch counts that epoch as done, so resuming it with a higher
+// MaxSteps but the same MaxEpochs trains no step. Fit used to return as if
+// it had trained, without a word; it now warns and names what to raise.
+func TestResumeWithNothingLeftToTrainSaysSo(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	ds := regression(t, 200, 0.01, 4)
+	fit := func(maxSteps int, opts ...trainer.FitOption) (*trainer.Trainer, string) {
+		var out strings.Builder
+		cfg := quiet(trainer.Config{MaxEpochs: 1, MaxSteps: maxSteps, Seed: 3, DefaultRootDir: root})
+		cfg.Out = &out
+		tr, err := trainer.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.Fit(ctx, newEvalReg(), loader(t, ds, 16, true, false), nil, opts...); err != nil {
+			t.Fatal(err)
+		}
+		return tr, out.String()
+	}
+	if tr, _ := fit(3); tr.Stats().GlobalStep != 3 {
+		t.Fatalf("the first run trained %d steps, want 3", tr.Stats().GlobalStep)
+	}
+	tr, log := fit(6, trainer.FromCheckpoint("last"))
+	if got := tr.Stats().GlobalStep; got != 3 {
+		t.Fatalf("the resumed run ended at step %d; this test expects 3 (the epoch counted as done)", got)
+	}
+	if !strings.Contains(log, "nothing left to train") || !strings.Contains(log, "-max-epochs") {
+		t.Errorf("a resumed Fit that trained no step did not say why:\n%s", log)
+	}
+	if _, log := fit(0); strings.Contains(log, "nothing left to train") {
+		t.Errorf("a fresh Fit warned of nothing left to train:\n%s", log)
+	}
+}
+
+// failingStep is evalReg whose training step fails, as a model with a
+// shape error does in its first step.
+type failingStep struct{ evalReg }
+
+func (m *failingStep) TrainingStep(s *module.Step) (*G.Node, error) {
+	return nil, errors.New("nn.Linear \"fc1\": input has shape (16, 4), want [batch, 3]")
+}
+
+// TestFailedFitLeavesNoEmptyRunDirectory: a Fit that fails before writing
+// anything used to leave an empty ROOT/lightning_logs/version_0 behind, and
+// the next run went into version_1.
+func TestFailedFitLeavesNoEmptyRunDirectory(t *testing.T) {
+	root := t.TempDir()
+	ds := regression(t, 64, 0.01, 4)
+	tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 1, DefaultRootDir: root}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &failingStep{*newEvalReg()}
+	if err := tr.Fit(context.Background(), m, loader(t, ds, 16, false, false), nil); err == nil || !strings.Contains(err.Error(), "fc1") {
+		t.Fatalf("Fit: %v, want the step's error", err)
+	}
+	if runs, _ := filepath.Glob(filepath.Join(root, "lightning_logs", "version_*")); len(runs) != 0 {
+		t.Errorf("the failed Fit left %v", runs)
+	}
+	tr, err = trainer.New(quiet(trainer.Config{MaxEpochs: 1, DefaultRootDir: root}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Fit(context.Background(), newEvalReg(), loader(t, ds, 16, false, false), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "lightning_logs", "version_0", "checkpoints", "last.ckpt")); err != nil {
+		t.Errorf("the next Fit: %v", err)
 	}
 }

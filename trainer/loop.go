@@ -125,6 +125,9 @@ func (f *fitRun) epoch(ctx context.Context, epoch int) error {
 	stop, now, err := f.batches(ctx, epoch, it, first, nb, stop)
 	it.Close()
 	if err != nil {
+		// An interrupt or a failed step: the batches that ran still count
+		// in Stats (samples per second of an interrupted run).
+		t.stats.TrainTime += f.trainDur
 		return err
 	}
 	if now {

@@ -84,6 +84,9 @@ func (t *Trainer) chooseLogDir(ctx context.Context) (string, error) {
 	}
 	dir := filepath.Join(base, fmt.Sprintf("version_%d", n))
 	if t.strat.Info().GlobalZero && t.writesRunDir() {
+		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+			t.madeRunDir = dir
+		}
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return "", fmt.Errorf("create the run directory: %w", err)
 		}
@@ -138,4 +141,12 @@ func (t *Trainer) saveEpochCheckpoint(ctx context.Context, epoch int) error {
 	}
 	t.lastEpochCkpt = p
 	return nil
+}
+
+// removeIfEmpty removes the run directory a failed Fit created, when it
+// wrote nothing there (a shape error in the first step, say), so the
+// failure leaves no empty version_N behind. A directory holding anything
+// stays.
+func removeIfEmpty(dir string) {
+	_ = os.Remove(dir) // fails, and so keeps it, unless it is empty
 }

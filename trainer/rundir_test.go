@@ -203,6 +203,12 @@ func TestCancelSavesResumableCheckpoint(t *testing.T) {
 	if !errors.As(err, &ie) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("Fit after cancel: %v, want an *InterruptedError wrapping context.Canceled", err)
 	}
+	// The interrupted epoch's batches count in Stats: the examples'
+	// summary printed "train_samples_per_s":0 for a run stopped in its
+	// first epoch.
+	if st := tr.Stats(); st.GlobalStep != 7 || st.TrainSamples == 0 || st.TrainTime <= 0 || st.TrainSamplesPerS <= 0 {
+		t.Errorf("stats after 7 steps: %+v, want the samples, their time and a positive rate", st)
+	}
 	ckpt := filepath.Join(root, "lightning_logs", "version_0", "checkpoints", "interrupted.ckpt")
 	if ie.Checkpoint != ckpt || !strings.Contains(err.Error(), fmt.Sprintf("trainer.FromCheckpoint(%q)", ckpt)) {
 		t.Errorf("error %q (checkpoint %q), want one naming %s and how to resume", err, ie.Checkpoint, ckpt)

@@ -65,6 +65,9 @@ type Trainer struct {
 	launchDir     string
 	loggers       []Logger
 	lastEpochCkpt string
+	// madeRunDir is the run directory chooseLogDir created (rank 0), which
+	// a Fit that fails before writing into it removes again.
+	madeRunDir string
 }
 
 // Stats summarises the last Fit.
@@ -418,6 +421,14 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 	if err != nil {
 		return fmt.Errorf("Fit: %w", err)
 	}
+	if t.madeRunDir == logDir {
+		defer func() {
+			if err != nil {
+				removeIfEmpty(logDir)
+			}
+		}()
+	}
+	t.madeRunDir = ""
 	if err := t.prepareRunDir(ctx, logDir, fo.ckptPath); err != nil {
 		return fmt.Errorf("Fit: %w", err)
 	}
@@ -454,6 +465,7 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 	if fo.ckptPath == "" {
 		fo.ckptPath = t.slurmResume()
 	}
+	resumedFrom := ""
 	if fo.ckptPath != "" {
 		path, err := t.checkpointPath(fo.ckptPath)
 		if err != nil {
@@ -462,6 +474,7 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 		if start, err = t.resume(ctx, path); err != nil {
 			return err
 		}
+		resumedFrom = path
 		if err := t.resumeLoggers(); err != nil {
 			return fmt.Errorf("Fit: resume: %w", err)
 		}
@@ -482,8 +495,13 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 	if err := t.onFitStart(ctx, m); err != nil {
 		return t.stopOr(err)
 	}
+	stepAtStart := t.state.GlobalStep
 	err = t.fitLoop(ctx, m, train, val, start)
 	t.finishStats()
+	if err == nil && resumedFrom != "" && t.state.GlobalStep == stepAtStart && t.state.IsGlobalZero {
+		t.cfg.Log.Warn().Str("checkpoint", resumedFrom).Int("global_step", t.state.GlobalStep).Int("max_epochs", t.cfg.MaxEpochs).Int("max_steps", t.cfg.MaxSteps).
+			Msg("Fit resumed from a checkpoint that had nothing left to train under MaxEpochs and MaxSteps, and trained no step (a run that MaxSteps stopped mid-epoch counts that epoch as done): raise MaxEpochs (-max-epochs) or MaxSteps (-max-steps), whichever was reached, to train further")
+	}
 	t.progress.done()
 	if st, ok := isStop(err); ok {
 		t.stats.StoppedEarly = st.Reason

@@ -151,6 +151,8 @@ func TestPlotErrors(t *testing.T) {
 		{[]string{"plot", "-format", "bmp", run1}, `format "bmp" is not known`},
 		{[]string{"plot", "-smoothing", "1", run1}, "Smoothing is 1"},
 		{[]string{"plot", "-o", empty, "-report", run1, run1}, "-report describes one run"},
+		// It used to say "run -labels: stat -labels: no such file or directory".
+		{[]string{"plot", "-o", empty, run1, run1, "-labels"}, "plot: flag -labels comes after a RUN_DIR: put the flags before the RUN_DIRs"},
 	} {
 		var out, errb bytes.Buffer
 		err := run(tc.args, &out, &errb)

@@ -37,6 +37,12 @@ func runPlot(args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return errors.New("plot: no RUN_DIR given: pass the directory a run logged into, such as runs/mlp/lightning_logs/version_0")
 	}
+	for _, d := range dirs {
+		if name, _, _ := strings.Cut(d, "="); strings.HasPrefix(d, "-") && fs.Lookup(strings.TrimLeft(name, "-")) != nil {
+			// Go's flag package stops at the first RUN_DIR.
+			return fmt.Errorf("plot: flag %s comes after a RUN_DIR: put the flags before the RUN_DIRs (fulgur plot [flags] RUN_DIR [RUN_DIR...])", d)
+		}
+	}
 	opt := plot.Options{Smoothing: *smoothing}
 	for _, f := range strings.Split(*formats, ",") {
 		if f = strings.ToLower(strings.TrimSpace(f)); f != "" {

@@ -43,7 +43,9 @@ func TestDDPJoinsFromEnvironment(t *testing.T) {
 		{"openmpi", "ddp", map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.1", "FULGUR_TOKEN": "t"}, 2, 1, 1, 2, ""},
 		{"slurm", "sharded", map[string]string{"SLURM_PROCID": "2", "SLURM_NTASKS": "4", "SLURM_NNODES": "2", "SLURM_NODEID": "1", "SLURM_JOB_NODELIST": "n[1-2]", "FULGUR_TOKEN": "t"}, 2, 2, 2, 4, ""},
 		{"spawn under a launcher joins", "ddp_spawn", torchrun(0, 2), 2, 1, 0, 2, ""},
-		{"size disagrees", "ddp", torchrun(0, 4), 3, 1, 0, 0, "started 4 processes, but Devices × NumNodes is 3 × 1 = 3"},
+		{"size disagrees", "ddp", torchrun(0, 4), 3, 1, 0, 0, "the torchrun launcher started 4 processes, but Devices × NumNodes is 3 × 1 = 3"},
+		// fulgur run -nproc 3 ./train -devices 2 used to be blamed on torchrun.
+		{"size disagrees under fulgur run", "ddp", torchrun(0, 3, "FULGUR_LAUNCHER", "elastic"), 2, 1, 0, 0, "fulgur run started 3 processes, but Devices × NumNodes is 2 × 1 = 2"},
 		{"bad backend", "ddp", torchrun(0, 2, "FULGUR_BACKEND", "nccl2"), 2, 1, 0, 0, "FULGUR_BACKEND=\"nccl2\": use auto, tcp, shm, mpi"},
 		{"inproc between processes", "ddp", torchrun(0, 2, "FULGUR_BACKEND", "inproc"), 2, 1, 0, 0, "joins goroutines, not processes"},
 		{"bad bucket", "ddp", torchrun(0, 2, "FULGUR_BUCKET_MB", "-1"), 2, 1, 0, 0, "FULGUR_BUCKET_MB=\"-1\""},

@@ -245,7 +245,11 @@ func ddpFromOptions(o strategy.Options, name string, wrap func(*DDP) (strategy.S
 
 func joinFromEnv(o strategy.Options, name string, k knobs, env cluster.Env, perNode int, wrap func(*DDP) (strategy.Strategy, error)) (strategy.Strategy, error) {
 	if want := perNode * o.NumNodes; want != 1 && want != env.WorldSize && !launch.Shrunk(o.Lookup, env.WorldSize, want) {
-		return nil, fmt.Errorf("strategy %q: the %s launcher started %d processes, but Devices × NumNodes is %d × %d = %d: make them agree (one process per device)", name, env.Source, env.WorldSize, perNode, o.NumNodes, want)
+		who := "the " + env.Source + " launcher"
+		if v, _ := o.Lookup(launch.EnvLauncher); v == "elastic" {
+			who = "fulgur run" // its ranks carry torchrun's variables
+		}
+		return nil, fmt.Errorf("strategy %q: %s started %d processes, but Devices × NumNodes is %d × %d = %d: make them agree (one process per device)", name, who, env.WorldSize, perNode, o.NumNodes, want)
 	}
 	dev, err := localDevice(o.Accelerator, env.LocalRank)
 	if err != nil {

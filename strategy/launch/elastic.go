@@ -287,7 +287,7 @@ func (e *Elastic) attempt(ctx context.Context, n, world int, dir string) (Attemp
 	t.Stop()
 	failures := g.Failed() // before the launcher kills anything
 	if running := g.Running(); len(running) > 0 {
-		e.Log.Warn().Ints("ranks", running).Dur("grace", e.Grace).Msg("elastic: ranks still ran after the first failure: killing them")
+		e.Log.Warn().Ints("ranks", running).Stringer("grace", e.Grace).Msg("elastic: ranks still ran after the first failure: killing them")
 		g.Kill()
 		<-g.Done()
 	}
@@ -303,7 +303,9 @@ func (e *Elastic) attempt(ctx context.Context, n, world int, dir string) (Attemp
 // processes died in, and a rank that lost its peer exits on its own right
 // after: so a rank killed by a signal comes first, then one whose output
 // does not say it lost a peer (the collectives' "peer lost"), then the
-// earliest.
+// earliest. Ranks that failed the same way (every rank of a program
+// that fails at the same line, say) name the lowest of them, whichever
+// was reaped first, so that sameFailure sees such a failure repeat.
 func cause(failures []Exit, tails []*tail) Exit {
 	best, score := failures[0], -1
 	for _, x := range failures {
@@ -314,11 +316,20 @@ func cause(failures []Exit, tails []*tail) Exit {
 		} else if !strings.Contains(tails[x.Rank].all(), "peer lost") {
 			s = 1
 		}
-		if s > score {
+		if s > score || (s == score && x.Rank < best.Rank && sameExit(x, best, tails)) {
 			best, score = x, s
 		}
 	}
 	return best
+}
+
+// sameExit: two ranks exited with the same status and the same last line.
+func sameExit(a, b Exit, tails []*tail) bool {
+	var ea, eb *exec.ExitError
+	if !errors.As(a.Err, &ea) || !errors.As(b.Err, &eb) || ea.ExitCode() != eb.ExitCode() {
+		return false
+	}
+	return volatile.ReplaceAllString(tails[a.Rank].last(), "#") == volatile.ReplaceAllString(tails[b.Rank].last(), "#")
 }
 
 // tail keeps the last lines a rank wrote, and its first line that reports

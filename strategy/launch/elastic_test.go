@@ -37,6 +37,15 @@ func elasticChild(how string) {
 	}
 	rank, _ := strconv.Atoi(os.Getenv(launch.EnvRank))
 	restart, _ := strconv.Atoi(os.Getenv(launch.EnvRestartCount))
+	if how == "exitall" {
+		// Every rank fails at the same line, as a program's own error does;
+		// which rank ends first alternates between attempts.
+		if rank == restart%2 {
+			time.Sleep(200 * time.Millisecond)
+		}
+		fmt.Fprintln(os.Stderr, "mlp: ModelCheckpoint(Monitor \"val_accuracy\"): the metric was not logged")
+		os.Exit(1)
+	}
 	f := strings.Split(how, ":")
 	who, _ := strconv.Atoi(f[1])
 	n := 1 << 30
@@ -128,6 +137,11 @@ func TestElasticLogNamesTheKilledRank(t *testing.T) {
 	if !strings.Contains(log.String(), `"rank":1`) || !strings.Contains(log.String(), "was killed by signal killed") {
 		t.Errorf("the log does not say rank 1 was killed by SIGKILL:\n%s", log.String())
 	}
+	// The survivor waits to be stopped: the log gives the grace it had
+	// as a duration ("30s" in a terminal), not a bare count of milliseconds.
+	if !strings.Contains(log.String(), `"grace":"50ms"`) {
+		t.Errorf("the log does not give the grace as 50ms:\n%s", log.String())
+	}
 }
 
 func TestElasticGivesUp(t *testing.T) {
@@ -139,9 +153,16 @@ func TestElasticGivesUp(t *testing.T) {
 		{"restarts exhausted", "kill:1", 2, 3, []string{"rank 1 (pid", "was killed by signal killed", "in attempt 3 (2 ranks)", "used all 2 restarts (MaxRestarts 2)"}},
 		{"no restarts", "kill:1", 0, 1, []string{"rank 1 (pid", "used all 0 restarts (MaxRestarts 0)"}},
 		{"deterministic panic", "panic:1", 5, 2, []string{"rank 1 (pid", "exited with status 2", "panic: boom at step 5", "failed the same way in attempt 1", "restart 2 of 5 not done"}},
+		// Every rank fails the same way, in whatever order they end: the
+		// launcher used to name rank 1, then rank 0, ..., and restart
+		// until MaxRestarts ran out.
+		{"every rank fails the same way", "exitall", 5, 2, []string{"rank 0 (pid", "exited with status 1", "val_accuracy", "failed the same way in attempt 1"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e, out, log := elasticJob(c.how, 2, 0, c.restarts)
+			if c.how == "exitall" {
+				e.Grace = 10 * time.Second // both ranks end on their own, well within it
+			}
 			atts, err := launch.RunElastic(context.Background(), e)
 			var ee *launch.ElasticError
 			if !errors.As(err, &ee) {
