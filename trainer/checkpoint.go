@@ -483,7 +483,9 @@ func (t *Trainer) resume(ctx context.Context, path string) (int, error) {
 		return 0, fmt.Errorf("resume from checkpoint %s: %w", path, err)
 	}
 	ts := c.trainer
-	t.cfg.Log.Info().Str("path", path).Int("epoch", ts.Epoch).Int("batch", ts.Batch).Int("global_step", ts.GlobalStep).Msg("resumed from checkpoint")
+	if t.strat.Info().GlobalZero { // every rank resumes the same: one line for the job
+		t.cfg.Log.Info().Str("path", path).Int("epoch", ts.Epoch).Int("batch", ts.Batch).Int("global_step", ts.GlobalStep).Msg("resumed from checkpoint")
+	}
 	return ts.Epoch, nil
 }
 

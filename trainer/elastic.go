@@ -78,11 +78,15 @@ func (t *Trainer) elasticRun(ctx context.Context, ckptPath *string) error {
 	}
 	p, err := ResolveCheckpoint(runDir, CkptLast)
 	if err != nil {
-		t.cfg.Log.Warn().Int("restart", restart).Str("run_dir", runDir).Err(err).Msg("elastic restart: no checkpoint in the run directory: training from scratch")
+		if t.strat.Info().GlobalZero {
+			t.cfg.Log.Warn().Int("restart", restart).Str("run_dir", runDir).Err(err).Msg("elastic restart: no checkpoint in the run directory: training from scratch")
+		}
 		return nil
 	}
 	*ckptPath = p
-	t.cfg.Log.Warn().Int("restart", restart).Str("run_dir", runDir).Str("checkpoint", p).Int("world_size", t.strat.Info().WorldSize).Msg("elastic restart: resuming from the run's newest checkpoint")
+	if t.strat.Info().GlobalZero { // the same on every rank: one line for the job
+		t.cfg.Log.Warn().Int("restart", restart).Str("run_dir", runDir).Str("checkpoint", p).Int("world_size", t.strat.Info().WorldSize).Msg("elastic restart: resuming from the run's newest checkpoint")
+	}
 	return nil
 }
 

@@ -1,9 +1,13 @@
 package trainer_test
 
 import (
+	"bytes"
 	"context"
+	"strings"
 	"sync"
 	"testing"
+
+	"github.com/rs/zerolog"
 
 	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
@@ -125,5 +129,56 @@ func TestDPResumeSyncsReplicas(t *testing.T) {
 	want := job.run(t, "", sv).Store().SHA256()
 	if got := job.run(t, sv.paths[0]).Store().SHA256(); got != want {
 		t.Errorf("dp resumed from step 9: %s, want %s", got, want)
+	}
+}
+
+// lockedBuffer is a log sink several ranks' loggers write to at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestResumeLogsOnceForTheJob: every rank resumes from the same
+// checkpoint, so the job's log says so once (rank 0), not once per rank.
+func TestResumeLogsOnceForTheJob(t *testing.T) {
+	job := newResumeJob(t, 1, 0)
+	job.cfg.MaxEpochs = 2
+	newDDP := func(r int, g collective.Collective) strategy.Strategy {
+		d, err := ddp.NewDDP(ddp.DDPConfig{Group: g})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	dir := t.TempDir()
+	var s *saver
+	fitRanks(t, 2, newDDP, job, "", func(r int) []trainer.Callback {
+		if r != 0 {
+			return nil
+		}
+		s = &saver{dir: dir, when: map[string]func(*trainer.State) bool{"batch": func(st *trainer.State) bool { return st.GlobalStep == 5 }}}
+		return []trainer.Callback{s}
+	})
+	if len(s.paths) != 1 {
+		t.Fatalf("saved %v", s.paths)
+	}
+	var log lockedBuffer
+	l := zerolog.New(&log)
+	job.cfg.Log = &l
+	fitRanks(t, 2, newDDP, job, s.paths[0], nil)
+	if n := strings.Count(log.String(), "resumed from checkpoint"); n != 1 {
+		t.Errorf("2 ranks resuming logged %d lines saying so, want 1:\n%s", n, log.String())
 	}
 }
