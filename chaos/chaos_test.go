@@ -28,6 +28,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -79,9 +80,10 @@ const (
 	sectionDisk  = "Disk"
 	sectionPeers = "Bad peers"
 	sectionMis   = "Misuse"
+	sectionRe    = "Restarts: a rank SIGKILLed in an elastic job (FULGUR_MAX_RESTARTS)"
 )
 
-var sections = []string{sectionProc2, sectionProc3, sectionShm2, sectionShm3, sectionNet, sectionDisk, sectionPeers, sectionMis}
+var sections = []string{sectionProc2, sectionProc3, sectionShm2, sectionShm3, sectionNet, sectionDisk, sectionPeers, sectionMis, sectionRe}
 
 var (
 	rowsMu sync.Mutex
@@ -117,6 +119,13 @@ func writeTable(passed bool) error {
 	b.WriteString("program waits there for the suite. Time to error is from the fault to the exit of the job's last process.\n\n")
 	if !passed {
 		b.WriteString("**The last run of the suite failed**: rows whose outcome was wrong say so.\n\n")
+	}
+	for _, r := range rows {
+		if !slices.Contains(sections, r.section) {
+			// A row outside every section would be left out of the table
+			// without a word (the elastic rows were, for a while).
+			return fmt.Errorf("the row %q (phase %q) names section %q, which is not in sections", r.fault, r.phase, r.section)
+		}
 	}
 	esc := func(s string) string { return strings.ReplaceAll(strings.ReplaceAll(s, "|", "\\|"), "\n", " ") }
 	for _, sec := range sections {

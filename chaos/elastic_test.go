@@ -40,7 +40,7 @@ func TestElasticRestarts(t *testing.T) {
 // in a training step: the job restarts with 2 ranks and ends with the
 // weights of a 2-rank job resumed from the checkpoint the 3 ranks left.
 func elasticShrink(t *testing.T) {
-	r := row{fault: "rank 2 of 3 SIGKILL, FULGUR_MAX_RESTARTS=2 FULGUR_MIN_WORLD=2 (elastic restart, smaller world)", phase: phaseNames["train"]}
+	r := row{section: sectionRe, fault: "rank 2 of 3 SIGKILL, FULGUR_MAX_RESTARTS=2 FULGUR_MIN_WORLD=2 (elastic restart, smaller world)", phase: phaseNames["train"]}
 	defer func() {
 		if t.Failed() {
 			r.outcome = "WRONG: " + r.outcome
@@ -104,7 +104,7 @@ func elasticShrink(t *testing.T) {
 // (kills 2).
 func elasticFault(t *testing.T, strat, phase, want string, kills int) {
 	restarts := 3 - kills
-	r := row{fault: fmt.Sprintf("rank 1 SIGKILL in %d attempt(s), FULGUR_MAX_RESTARTS=%d (elastic restart)", kills, restarts), phase: phaseNames[phase]}
+	r := row{section: sectionRe, fault: fmt.Sprintf("rank 1 SIGKILL in %d attempt(s), FULGUR_MAX_RESTARTS=%d (elastic restart)", kills, restarts), phase: phaseNames[phase]}
 	if strat != "ddp" {
 		r.fault += ", strategy " + strat
 	}
