@@ -79,6 +79,9 @@ type Group struct {
 	slot       int // bytes per slot
 	phase      uint64
 	seq        uint64
+	// tail is what the last operation may still be reading after its last
+	// barrier on a slower rank (see fence).
+	tail int
 
 	opMu    sync.Mutex   // held by an operation; Close waits for it before unmapping
 	memMu   sync.RWMutex // watchers read-lock it to touch the mapping; unmap write-locks
@@ -385,8 +388,19 @@ func (g *Group) do(ctx context.Context, kind collective.Kind, send, recv any, op
 	}
 	// Publish the header, meet, and compare everyone's.
 	putHeader(g.hdr(g.rank, h.Seq), h)
-	if kind == collective.KindAllReduce && localReduce(g.size, h.Len*h.DType.Size()) {
-		return g.allReduceLocal(ctx, h, send)
+	local := kind == collective.KindAllReduce && localReduce(g.size, h.Len*h.DType.Size())
+	if g.fence(kind, local) {
+		if err := g.barrier(ctx, h); err != nil {
+			return err
+		}
+	}
+	g.tail = tailNone
+	if local {
+		if err := g.allReduceLocal(ctx, h, send); err != nil {
+			return err
+		}
+		g.tail = tailSlots
+		return nil
 	}
 	if err := g.barrier(ctx, h); err != nil {
 		return err
@@ -396,8 +410,10 @@ func (g *Group) do(ctx context.Context, kind collective.Kind, send, recv any, op
 	}
 	switch kind {
 	case collective.KindAllReduce:
+		g.tail = tailResult
 		return g.reduce(ctx, h, send, send, 0, h.Len)
 	case collective.KindReduceScatter:
+		g.tail = tailResult
 		lo := collective.Offset(h.Len, g.size, g.rank)
 		return g.reduce(ctx, h, send, recv, lo, lo+collective.BlockLen(h.Len, g.size, g.rank))
 	case collective.KindBroadcast:
@@ -406,6 +422,32 @@ func (g *Group) do(ctx context.Context, kind collective.Kind, send, recv any, op
 		return g.allGather(ctx, h, send, recv)
 	}
 	return nil
+}
+
+// What an operation may still be reading after its last barrier, on a rank
+// slower than this one (Group.tail).
+const (
+	tailNone   = iota
+	tailSlots  // peers' slots: the one-barrier all-reduce reduces them after its barrier
+	tailResult // the result slot: the blocked reduce copies its result out after its last barrier
+)
+
+// fence reports whether an operation must meet the other ranks before its
+// first write, which comes before its first barrier: when that write lands
+// where a slower rank may still be reading the last operation's data. A
+// blocked all-reduce or reduce-scatter writes this rank's whole slot,
+// which peers of a one-barrier all-reduce may still be reducing from; a
+// broadcast's root and an all-gather write the result slot, which peers of
+// a blocked reduce may still be copying out. Every rank runs the same
+// operations, so every rank fences the same ones.
+func (g *Group) fence(kind collective.Kind, local bool) bool {
+	switch g.tail {
+	case tailSlots:
+		return !local && (kind == collective.KindAllReduce || kind == collective.KindReduceScatter)
+	case tailResult:
+		return kind == collective.KindBroadcast || kind == collective.KindAllGather
+	}
+	return false
 }
 
 func (g *Group) checkHeaders(h collective.Header) error {
@@ -448,9 +490,10 @@ func (g *Group) half(buf any, r, h, n int) any {
 // reaches the next round's barrier only once every rank has left this
 // round's reads, so a writer is never more than one half ahead of a reader.
 // The header is checked after the first round's barrier, before any peer
-// data is read. Every operation starts by writing only its own slot before
-// a barrier, and the blocked paths read other ranks' slots only between
-// two barriers, so the two kinds of operation mix safely.
+// data is read. The reduction after the last barrier reads the peers'
+// slots while a faster peer may have gone on to its next operation: one
+// that writes its whole slot before its first barrier (a blocked
+// all-reduce or reduce-scatter) meets the others first (fence).
 func (g *Group) allReduceLocal(ctx context.Context, h collective.Header, buf any) error {
 	per := g.slot / 2 / h.DType.Size()
 	for off, first := 0, true; first || off < h.Len; off, first = off+per, false {
