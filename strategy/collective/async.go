@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 )
 
 // Group is a Collective plus Async: operations, synchronous or not, run one
@@ -31,10 +32,12 @@ func WithAsync(c Collective) Group {
 }
 
 type asyncGroup struct {
-	c       Collective
-	mu      sync.Mutex // guards closed, pending and sends on q
-	closed  bool
-	pending int        // operations queued or running
+	c      Collective
+	mu     sync.Mutex // guards closed and sends on q
+	closed bool
+	// pending counts operations queued or running. The loop decrements it
+	// without mu: a submitter blocked on a full queue holds mu.
+	pending atomic.Int64
 	run     sync.Mutex // held while an operation runs
 	q       chan *handle
 	done    chan struct{}
@@ -59,9 +62,7 @@ func (g *asyncGroup) loop() {
 			h.err = h.run(h.ctx)
 		}
 		g.run.Unlock()
-		g.mu.Lock()
-		g.pending--
-		g.mu.Unlock()
+		g.pending.Add(-1)
 		close(h.done)
 	}
 }
@@ -72,11 +73,11 @@ func (g *asyncGroup) loop() {
 // time), else queued behind the operations before it.
 func (g *asyncGroup) do(ctx context.Context, run func(context.Context) error) error {
 	g.mu.Lock()
-	if g.closed || g.pending > 0 {
+	if g.closed || g.pending.Load() > 0 {
 		g.mu.Unlock()
 		return g.submit(ctx, run).Wait()
 	}
-	g.pending++
+	g.pending.Add(1)
 	g.run.Lock() // free: nothing is pending, so the loop runs nothing
 	g.mu.Unlock()
 	err := ctx.Err()
@@ -84,9 +85,7 @@ func (g *asyncGroup) do(ctx context.Context, run func(context.Context) error) er
 		err = run(ctx)
 	}
 	g.run.Unlock()
-	g.mu.Lock()
-	g.pending--
-	g.mu.Unlock()
+	g.pending.Add(-1)
 	return err
 }
 
@@ -99,7 +98,7 @@ func (g *asyncGroup) submit(ctx context.Context, run func(context.Context) error
 		close(h.done)
 		return h
 	}
-	g.pending++
+	g.pending.Add(1)
 	g.q <- h
 	return h
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 )
@@ -237,5 +238,45 @@ func TestWithAsyncOrdersSynchronousCalls(t *testing.T) {
 	}
 	if c.overlap.Load() {
 		t.Error("two operations ran at once")
+	}
+}
+
+// More operations queued than the communication goroutine's queue holds
+// (DDP with many small buckets, fsdp with many units): the submitter
+// waits for room, the goroutine drains the queue, and all complete. The
+// goroutine used to take the lock that a submitter blocked on a full
+// queue held, and both waited forever.
+func TestWithAsyncQueuesMoreThanItsBuffer(t *testing.T) {
+	c := &gated{gate: make(chan struct{})}
+	g := collective.WithAsync(c)
+	ctx := context.Background()
+	const n = 500
+	handles := make(chan collective.Handle, n)
+	go func() {
+		for range n {
+			handles <- g.AllReduceAsync(ctx, make([]float32, 1), collective.Sum)
+		}
+		close(handles)
+	}()
+	close(c.gate)
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		for h := range handles {
+			err = errors.Join(err, h.Wait())
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%d queued operations did not complete within 20 s: the submitter and the communication goroutine wait for each other", n)
+	}
+	g.Close()
+	if len(c.order) != n {
+		t.Errorf("%d operations ran, want %d", len(c.order), n)
 	}
 }
