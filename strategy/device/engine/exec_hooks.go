@@ -328,7 +328,7 @@ func newShardHooks(sh *Sharding, pool *unitPool, st *module.Store, c *compiled) 
 		en, _ := st.Lookup(gb.name)
 		u := unitOf(sh.Units, en.Offset)
 		covered[u] += en.Len
-		step := shardStepOf(e, gb.node)
+		step := e.stepOf(gb.node)
 		if step < 0 {
 			return nil, fmt.Errorf("sharding: the gradient of %q is no step's output: the engine cannot hand it over", gb.name)
 		}
@@ -561,19 +561,4 @@ func (h *shardHooks) finish() error {
 		}
 	}
 	return err
-}
-
-// shardStepOf is the index of the step computing n, -1 when n is no step's
-// output.
-func shardStepOf(e *executor, n *G.Node) int {
-	i, ok := e.index[n]
-	if !ok {
-		return -1
-	}
-	for k := range e.steps {
-		if e.steps[k].out == i {
-			return k
-		}
-	}
-	return -1
 }
