@@ -30,7 +30,7 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	restarts := fs.Int("max-restarts", defRestarts, "times the job is restarted from its last checkpoint after a rank fails (as torchrun's --max-restarts; default $"+launch.EnvMaxRestarts+" or 0)")
-	grace := fs.Duration("grace", launch.DefaultGrace, "how long the other ranks get to stop on their own after one failed, before they are killed")
+	grace := fs.Duration("grace", launch.DefaultGrace, "how long the other ranks get to stop after one failed, before they are killed (after the first 5s they are sent SIGTERM)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: fulgur run [flags] PROGRAM [ARGS...]\n\n"+
 			"Starts NPROC copies of PROGRAM on this machine as the ranks of one job, with\n"+

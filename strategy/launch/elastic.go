@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +37,9 @@ const (
 // DefaultGrace is how long Elastic.Grace waits by default.
 const DefaultGrace = 30 * time.Second
 
+// DefaultSettle is how long Elastic.Settle waits by default.
+const DefaultSettle = 5 * time.Second
+
 // Elastic describes a job of local ranks that RunElastic restarts from its
 // last checkpoint when a rank fails, as torchrun's --max-restarts and
 // --nnodes MIN:MAX and Horovod's elastic mode do.
@@ -59,10 +63,18 @@ type Elastic struct {
 	Env func(rank int) []string
 	// Stdout and Stderr receive every rank's output. nil: this process's.
 	Stdout, Stderr io.Writer
-	// Grace is how long the other ranks get to end on their own once one
-	// has failed (they see their peer gone and stop with an error, their
-	// logs and checkpoints whole) before they are killed. 0: DefaultGrace.
+	// Grace is how long the other ranks get to end once one has failed
+	// before they are killed. 0: DefaultGrace.
 	Grace time.Duration
+	// Settle is the first part of Grace, in which the other ranks are left
+	// to end on their own (a training rank sees its peer gone within the
+	// collectives' timeout and stops with an error, its logs and
+	// checkpoints whole). Those still running after it are sent SIGTERM,
+	// as torchrun stops the rest of a job at once: a rank still starting
+	// (waiting at the rendezvous for the rank that died) ends, and a
+	// training rank finishes its step first. 0: DefaultSettle (or Grace,
+	// if that is shorter).
+	Settle time.Duration
 	// Log receives what happened: each failure (which rank, how), each
 	// restart (n of K, the new world size), the end.
 	Log zerolog.Logger
@@ -173,6 +185,10 @@ func (e *Elastic) validate() error {
 	if e.Grace <= 0 {
 		e.Grace = DefaultGrace
 	}
+	if e.Settle <= 0 {
+		e.Settle = DefaultSettle
+	}
+	e.Settle = min(e.Settle, e.Grace)
 	if e.Stdout == nil {
 		e.Stdout = os.Stdout
 	}
@@ -279,10 +295,22 @@ func (e *Elastic) attempt(ctx context.Context, n, world int, dir string) (Attemp
 			return a, fmt.Errorf("launch: elastic job stopped (the ranks were sent SIGTERM): %w", ctx.Err())
 		}
 	}
-	t := time.NewTimer(e.Grace)
+	start := time.Now()
+	t := time.NewTimer(e.Settle)
+	var signalled []int // ended by the launcher: never the cause
 	select {
 	case <-g.Done():
 	case <-t.C:
+		if running := g.Running(); len(running) > 0 {
+			signalled = running
+			e.Log.Info().Ints("ranks", running).Stringer("settle", e.Settle).Msg("elastic: ranks still ran after the first failure: sending them SIGTERM")
+			g.Signal(syscall.SIGTERM)
+			t.Reset(e.Grace - time.Since(start))
+			select {
+			case <-g.Done():
+			case <-t.C:
+			}
+		}
 	}
 	t.Stop()
 	failures := g.Failed() // before the launcher kills anything
@@ -292,6 +320,7 @@ func (e *Elastic) attempt(ctx context.Context, n, world int, dir string) (Attemp
 		<-g.Done()
 	}
 	g.stop()
+	failures = slices.DeleteFunc(failures, func(x Exit) bool { return slices.Contains(signalled, x.Rank) })
 	first := cause(failures, tails)
 	a.Failed = &first
 	a.Output = tails[first.Rank].last()
