@@ -86,6 +86,22 @@ func TestRunWritesLogsCheckpointsAndResumes(t *testing.T) {
 	}
 }
 
+// TestRunMonitorsBareMetricName: the mlp logs train_loss per step and per
+// epoch (train_loss_step, train_loss_epoch); -ckpt-monitor train_loss
+// ranks by the epoch value, as Lightning's monitor does. It was refused
+// as "not logged".
+func TestRunMonitorsBareMetricName(t *testing.T) {
+	root := t.TempDir()
+	s, stderr := runIn(t, root, "-max-epochs", "2", "-limit-train-batches", "3", "-ckpt-monitor", "train_loss", "-ckpt-top-k", "2", "-loggers", "csv")
+	if s.GlobalStep != 6 {
+		t.Fatalf("summary %+v\nstderr:\n%s", s, stderr)
+	}
+	got := list(t, filepath.Join(s.RunDir, "checkpoints"))
+	if len(got) != 3 || !strings.Contains(strings.Join(got, " "), "epoch=0-step=3") || !strings.Contains(strings.Join(got, " "), "epoch=1-step=6") {
+		t.Errorf("checkpoints %v: want both epochs' and last.ckpt", got)
+	}
+}
+
 func TestRunTimelineAndAdvancedProfilers(t *testing.T) {
 	root := t.TempDir()
 	_, stderr := runIn(t, root, "-max-steps", "5", "-profiler", "timeline", "-no-model-summary", "-loggers", "none", "-no-checkpoint")

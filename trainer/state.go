@@ -99,10 +99,22 @@ type Metrics struct{ m map[string]float64 }
 func MetricsOf(m map[string]float64) Metrics { return Metrics{m: maps.Clone(m)} }
 
 // Get returns the value of the metric called name and whether it was
-// logged.
+// logged. A metric logged both per step and per epoch is kept as
+// name_step and name_epoch; as in Lightning's callback_metrics, its bare
+// name gives the epoch value once there is one, the step value before, so
+// that a monitor of "train_loss" needs no suffix.
 func (m Metrics) Get(name string) (float64, bool) {
-	v, ok := m.m[name]
-	return v, ok
+	if v, ok := m.m[name]; ok {
+		return v, true
+	}
+	step, ok := m.m[name+"_step"]
+	if !ok {
+		return 0, false
+	}
+	if epoch, ok := m.m[name+"_epoch"]; ok {
+		return epoch, true
+	}
+	return step, true
 }
 
 // Len is the number of metrics.

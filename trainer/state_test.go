@@ -86,6 +86,17 @@ func TestMetricsView(t *testing.T) {
 	if n := m.Names(); m.Len() != 2 || len(n) != 2 || n[0] != "a" || n[1] != "b" {
 		t.Errorf("Len %d, Names %v", m.Len(), n)
 	}
+	// A metric logged on step and epoch answers to its bare name, as in
+	// Lightning's callback_metrics: the epoch value once there is one.
+	both := trainer.MetricsOf(map[string]float64{"loss_step": 3, "loss_epoch": 4, "acc_step": 5})
+	for name, want := range map[string]float64{"loss": 4, "acc": 5, "loss_step": 3} {
+		if v, ok := both.Get(name); !ok || v != want {
+			t.Errorf("Get(%s) = %v, %v; want %v", name, v, ok, want)
+		}
+	}
+	if v, ok := both.Get("lo"); ok {
+		t.Errorf("Get(lo) = %v: a prefix is not a metric", v)
+	}
 	c := m.Map()
 	c["a"] = 5
 	if v, _ := m.Get("a"); v != 1 {
