@@ -36,9 +36,14 @@ func applyConfig(path string, p *parsed) error {
 	if err != nil {
 		return fmt.Errorf("-config %s: %w", path, err)
 	}
-	js, err := yaml.YAMLToJSON(raw)
-	if err != nil {
+	if _, err := yaml.YAMLToJSON(raw); err != nil {
 		return fmt.Errorf("-config %s: not YAML or JSON: %w", path, err)
+	}
+	// Strict: a section or a setting written twice is an error, where the
+	// lenient reading kept the last one without a word.
+	js, err := yaml.YAMLToJSONStrict(raw)
+	if err != nil {
+		return fmt.Errorf("-config %s: %w: write each section and each setting once", path, err)
 	}
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(js, &top); err != nil {

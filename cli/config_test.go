@@ -89,6 +89,10 @@ func TestConfigFileErrors(t *testing.T) {
 		{"lr: 0.1\n", "lr is at the top level: settings go under their section, here model: (model: {lr: 0.1})"},
 		{"trainer:\n  strategy:\n", "trainer.strategy: the value is empty"},
 		{"trainer:\n\tmax_steps: 3\n", "not YAML or JSON"},
+		// Written twice: the last one used to win without a word.
+		{"trainer:\n  max_steps: 3\nmodel:\n  lr: 0.1\ntrainer:\n  max_epochs: 2\n", `key "trainer" already set in map: write each section and each setting once`},
+		{"trainer:\n  max_steps: 3\n  max_steps: 4\n", `key "max_steps" already set in map`},
+		{`{"model": {"lr": 0.1}, "model": {"lr": 0.2}}`, `key "model" already set in map`},
 	} {
 		p := writeFile(t, "c.yaml", c.body)
 		err := cli.App{Name: "mlp", Model: &models.MLP{}, Data: &cli.FashionMNIST{}}.Run(context.Background(), []string{"-config", p, "-print-config"})
