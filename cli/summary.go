@@ -8,6 +8,9 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
+	"regexp"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -104,7 +107,9 @@ func (e *Interrupted) Unwrap() error { return e.Err }
 // resumeCommand is the program's command line with -ckpt-path set to ckpt
 // (replacing one given), quoted for a POSIX shell.
 func resumeCommand(prog string, args []string, ckpt string) string {
-	words := []string{prog}
+	exe, _ := os.Executable()
+	bi, _ := debug.ReadBuildInfo()
+	words := invocation(prog, exe, bi)
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		name := strings.TrimLeft(a, "-")
@@ -123,6 +128,27 @@ func resumeCommand(prog string, args []string, ckpt string) string {
 	}
 	return strings.Join(words, " ")
 }
+
+// invocation is how to start this program again: its name, or, for a
+// program that go run built, the go run command of its package, which
+// works from anywhere in its module (a program built from files named on
+// go run's command line: "go run ."). go run leaves the binary in the
+// build cache (GOCACHE/xx/HASH-d/NAME) or, when it does not cache it, in a
+// temporary go-build directory (go-buildN/b001/exe/NAME).
+func invocation(prog, exe string, bi *debug.BuildInfo) []string {
+	dir := filepath.Dir(exe)
+	temp := filepath.Base(dir) == "exe" && strings.HasPrefix(filepath.Base(filepath.Dir(filepath.Dir(dir))), "go-build")
+	if !temp && !goCacheEntry.MatchString(filepath.Base(dir)) {
+		return []string{prog}
+	}
+	pkg := "."
+	if bi != nil && bi.Path != "" && bi.Path != "command-line-arguments" {
+		pkg = bi.Path
+	}
+	return []string{"go", "run", pkg}
+}
+
+var goCacheEntry = regexp.MustCompile(`^[0-9a-f]{64}-d$`)
 
 func shellQuote(s string) string {
 	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=./,:+@%") == "" {
