@@ -1,4 +1,4 @@
-package ddp_test
+package sharded_test
 
 import (
 	"context"
@@ -30,7 +30,7 @@ func TestShardedStateShardsLoadAtAnotherWorldSize(t *testing.T) {
 		}
 		return out
 	}
-	two := shardedRanks(t, 2, 2, nil)
+	two := shardedRanks(t, 2, 2, 64, nil)
 	if err := strategytest.SetupAll(ctx, two, m, ds.Fields(), 1); err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestShardedStateShardsLoadAtAnotherWorldSize(t *testing.T) {
 	want := save(two, true)[0]
 	for _, n := range []int{1, 3} {
 		t.Run(fmt.Sprintf("world=%d", n), func(t *testing.T) {
-			ranks := shardedRanks(t, n, 2, nil)
+			ranks := shardedRanks(t, n, 2, 64, nil)
 			if err := strategytest.SetupAll(ctx, ranks, m, ds.Fields(), 7); err != nil {
 				t.Fatal(err)
 			}
@@ -78,7 +78,7 @@ func TestShardedStateShardsLoadAtAnotherWorldSize(t *testing.T) {
 	}
 	// A shard missing: the error names the tensor and the span.
 	partial := &strategy.StateDict{Blobs: shards[0].Blobs, Tensors: shards[0].Tensors}
-	one := shardedRanks(t, 1, 2, nil)
+	one := shardedRanks(t, 1, 2, 64, nil)
 	if err := strategytest.SetupAll(ctx, one, m, ds.Fields(), 7); err != nil {
 		t.Fatal(err)
 	}
