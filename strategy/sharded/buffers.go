@@ -6,6 +6,7 @@ import (
 	"github.com/fulgur-ml/fulgur/optim"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/device/engine"
+	"github.com/fulgur-ml/fulgur/strategy/replica"
 )
 
 // buffers is what a rank holds of the gradients, for float32 or float64
@@ -72,7 +73,7 @@ func (f *flat[T]) reduce(ctx context.Context, u int, grad any) engine.Wait {
 		if !s.sync {
 			return noWait // accumulating locally until the step's last micro-batch
 		}
-		return s.traced(s.c.AllReduceAsync(ctx, dst, collective.Mean), "all-reduce unit", "wait all-reduce")
+		return replica.Traced(s.prof, s.c.AllReduceAsync(ctx, dst, collective.Mean), "all-reduce unit", "wait all-reduce")
 	}
 	c := s.chunks[u]
 	recv := f.grad(c)
@@ -83,7 +84,7 @@ func (f *flat[T]) reduce(ctx context.Context, u int, grad any) engine.Wait {
 		lo, hi := c.local()
 		recv = f.acc[lo:hi]
 	}
-	wait := s.traced(s.c.ReduceScatterAsync(ctx, g, recv, collective.Mean), "reduce-scatter unit", "wait reduce-scatter")
+	wait := replica.Traced(s.prof, s.c.ReduceScatterAsync(ctx, g, recv, collective.Mean), "reduce-scatter unit", "wait reduce-scatter")
 	return func() error {
 		if err := wait(); err != nil {
 			return err

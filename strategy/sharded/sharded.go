@@ -298,28 +298,10 @@ func (s *Sharded) Setup(ctx context.Context, su strategy.Setup) error {
 		s.buf = newFlat(s, st.Data64(), st.Grad64(), s.opt.Update64)
 	}
 	sh := &engine.Sharding{Units: s.units, Reduce: s.buf.reduce}
-	opts := append([]engine.Option{engine.WithSharding(sh)}, replica.StatSyncOption(statSync{s}, s.world, su.SyncBatchNorm)...)
+	opts := append([]engine.Option{engine.WithSharding(sh)}, replica.StatSyncOption(replica.StatSync(s.c), s.world, su.SyncBatchNorm)...)
 	s.eng = engine.New(su.Module, st, su.Fields, replica.Seed(su.Seed, s.rank), opts...)
 	s.rep = replica.NewGraphs(s.eng)
 	return nil
-}
-
-// traced records, when profiling, h on the communication track (queued
-// to done) and the wait for it on the training track.
-func (s *Sharded) traced(h collective.Handle, comm, wait string) engine.Wait {
-	if !replica.Profiling(s.prof) {
-		return h.Wait
-	}
-	sp := profiler.StartTrack(s.prof, "comm", comm)
-	go func() {
-		h.Wait()
-		sp.End()
-	}()
-	return func() error {
-		sp := s.prof.Start(wait)
-		defer sp.End()
-		return h.Wait()
-	}
 }
 
 func (s *Sharded) Step(ctx context.Context, mode module.Mode, b *data.Batch, o strategy.TrainOptions) (strategy.StepResult, error) {
@@ -565,12 +547,3 @@ func (s *Sharded) Teardown(ctx context.Context) error {
 	}
 	return errors.Join(errs...)
 }
-
-// statSync gives BatchNorm layers the group's all-reduce (SyncBatchNorm).
-type statSync struct{ s *Sharded }
-
-func (y statSync) AllReduceSum(ctx context.Context, buf []float64) error {
-	return y.s.c.AllReduce(ctx, buf, collective.Sum)
-}
-
-func (y statSync) Size() int { return y.s.c.Size() }
