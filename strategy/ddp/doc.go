@@ -6,10 +6,9 @@
 // strategy/fsdp; the last two start and join their processes through a
 // "ddp" strategy built by name (strategy.GroupJoiner). Linking this
 // package is what makes its names known to strategy.New; the trainer links
-// it (trainer/strategies.go), so a program that sets
-// trainer.Config.Strategy needs no import of its
-// own. A program that calls strategy.New without the trainer imports it
-// blank:
+// it (trainer/strategies.go), so a program that sets trainer.Config.Strategy
+// needs no import of its own. A program that calls strategy.New without the
+// trainer imports it blank:
 //
 //	import _ "github.com/fulgur-ml/fulgur/strategy/ddp"
 //
