@@ -47,18 +47,34 @@ type Store struct {
 // tensor from (seed, name), so two stores made with the same seed are equal
 // bit for bit whatever order layers were declared in.
 func NewStore(specs []Spec, dtype tensor.Dtype, seed uint64) (*Store, error) {
+	return newStore(specs, dtype, seed, true)
+}
+
+// NewStoreWithoutGrad is NewStore without the gradient buffer: Grad32 and
+// Grad64 are nil and GradTensor fails. It is for a replica whose
+// gradients never gather in one buffer (a ZeRO-2 strategy hands each one
+// over to a reduce-scatter as backward produces it, engine.Sharding), so
+// that the rank does not hold a second model's worth of memory.
+func NewStoreWithoutGrad(specs []Spec, dtype tensor.Dtype, seed uint64) (*Store, error) {
+	return newStore(specs, dtype, seed, false)
+}
+
+func newStore(specs []Spec, dtype tensor.Dtype, seed uint64, grad bool) (*Store, error) {
 	s, err := newLayout(specs, dtype)
 	if err != nil {
 		return nil, err
 	}
 	off := s.n
 	var scratch []float64
-	if dtype == tensor.Float32 {
+	switch {
+	case dtype == tensor.Float32 && grad:
+		s.f32, s.g32 = make([]float32, off), make([]float32, s.nParams)
+	case dtype == tensor.Float32:
 		s.f32 = make([]float32, off)
-		s.g32 = make([]float32, s.nParams)
-	} else {
+	case grad:
+		s.f64, s.g64 = make([]float64, off), make([]float64, s.nParams)
+	default:
 		s.f64 = make([]float64, off)
-		s.g64 = make([]float64, s.nParams)
 	}
 	for _, e := range s.entries {
 		if cap(scratch) < e.Len {
@@ -160,6 +176,9 @@ func (s *Store) GradTensor(name string) (*tensor.Dense, error) {
 	}
 	if s.layout {
 		return nil, fmt.Errorf("gradient of %q: a layout store holds no gradients", name)
+	}
+	if s.g32 == nil && s.g64 == nil && s.nParams > 0 {
+		return nil, fmt.Errorf("gradient of %q: the store was made without a gradient buffer (NewStoreWithoutGrad)", name)
 	}
 	return s.view(e, true), nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/fulgur-ml/fulgur/module"
@@ -190,6 +191,35 @@ func TestLayoutStoreInitParams(t *testing.T) {
 		}
 		if _, err := l.GradTensor("a.weight"); err == nil {
 			t.Errorf("%v: GradTensor on a layout store: no error", dt)
+		}
+	}
+}
+
+// A store made without a gradient buffer holds the same values as
+// NewStore's, bit for bit, and no gradients: the gradient buffers are nil
+// and GradTensor says why.
+func TestStoreWithoutGrad(t *testing.T) {
+	specs := []module.Spec{
+		{Name: "w", Shape: []int{30, 20}, Init: module.Uniform(-1, 1)},
+		{Name: "running_mean", Shape: []int{7}, Buffer: true},
+	}
+	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
+		full, err := module.NewStore(specs, dt, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := module.NewStoreWithoutGrad(specs, dt, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.SHA256() != full.SHA256() || st.Len() != full.Len() || st.NumParams() != 600 {
+			t.Errorf("%v: the store without gradients holds other values or another layout than NewStore's", dt)
+		}
+		if st.Grad32() != nil || st.Grad64() != nil {
+			t.Errorf("%v: the store without gradients has a gradient buffer", dt)
+		}
+		if _, err := st.GradTensor("w"); err == nil || !strings.Contains(err.Error(), "without a gradient buffer") {
+			t.Errorf("%v: GradTensor = %v, want an error saying the store has no gradient buffer", dt, err)
 		}
 	}
 }

@@ -47,9 +47,9 @@ var shipped = map[string]string{
 	"dp":             "github.com/fulgur-ml/fulgur/strategy/dp",
 	"ddp":            "github.com/fulgur-ml/fulgur/strategy/ddp",
 	"ddp_spawn":      "github.com/fulgur-ml/fulgur/strategy/ddp",
-	"sharded":        "github.com/fulgur-ml/fulgur/strategy/ddp",
-	"sharded_stage1": "github.com/fulgur-ml/fulgur/strategy/ddp",
-	"sharded_stage2": "github.com/fulgur-ml/fulgur/strategy/ddp",
+	"sharded":        "github.com/fulgur-ml/fulgur/strategy/sharded",
+	"sharded_stage1": "github.com/fulgur-ml/fulgur/strategy/sharded",
+	"sharded_stage2": "github.com/fulgur-ml/fulgur/strategy/sharded",
 	"fsdp":           "github.com/fulgur-ml/fulgur/strategy/fsdp",
 }
 

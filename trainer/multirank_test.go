@@ -13,6 +13,7 @@ import (
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
 	"github.com/fulgur-ml/fulgur/strategy/ddp"
+	"github.com/fulgur-ml/fulgur/strategy/sharded"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
@@ -64,7 +65,7 @@ func TestShardedResumeGathersOptimizerState(t *testing.T) {
 	job := newResumeJob(t, 1, 0)
 	job.cfg.MaxEpochs = 2
 	sharded := func(r int, g collective.Collective) strategy.Strategy {
-		s, err := ddp.NewSharded(ddp.ShardedConfig{DDPConfig: ddp.DDPConfig{Group: g}, Stage: 2})
+		s, err := sharded.New(sharded.Config{Group: g, Stage: 2})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
-	"github.com/fulgur-ml/fulgur/strategy/ddp"
+	"github.com/fulgur-ml/fulgur/strategy/sharded"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
@@ -28,7 +28,7 @@ func TestShardedCheckpointReshards(t *testing.T) {
 	const global, saveAt = 6, 10
 	ds := regression(t, 120, 0.1, 9) // 20 steps an epoch
 	sharded := func(r int, g collective.Collective) strategy.Strategy {
-		s, err := ddp.NewSharded(ddp.ShardedConfig{DDPConfig: ddp.DDPConfig{Group: g}, Stage: 2})
+		s, err := sharded.New(sharded.Config{Group: g, Stage: 2})
 		if err != nil {
 			t.Fatal(err)
 		}

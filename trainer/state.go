@@ -179,7 +179,10 @@ func (w Weights) Tensor(name string) (*tensor.Dense, error) {
 	return w.copyOf(name, false)
 }
 
-// GradTensor returns a copy of the named parameter's current gradient.
+// GradTensor returns a copy of the named parameter's current gradient, or
+// an error when the strategy keeps no gradient buffer in this process
+// (sharded_stage2 hands each gradient to a reduce-scatter as backward
+// produces it; State.GradNorm is the reduced gradients' norm there too).
 func (w Weights) GradTensor(name string) (*tensor.Dense, error) {
 	return w.copyOf(name, true)
 }

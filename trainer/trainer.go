@@ -716,6 +716,9 @@ func (t *Trainer) checkGrads(epoch, bi int) error {
 		return fmt.Errorf("DetectAnomaly: strategy %s does not hold the model's gradients in this process (it is not a strategy.Replica): turn DetectAnomaly off", t.strat.Info().Name)
 	}
 	g32, g64 := st.Grad32(), st.Grad64()
+	if g32 == nil && g64 == nil {
+		return fmt.Errorf("DetectAnomaly: strategy %s keeps no gradient buffer in this process (it reduces each gradient as backward produces it): turn DetectAnomaly off", t.strat.Info().Name)
+	}
 	for _, e := range st.Entries() {
 		if e.Buffer {
 			continue

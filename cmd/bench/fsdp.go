@@ -21,11 +21,13 @@ import (
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
 	"github.com/fulgur-ml/fulgur/strategy/ddp"
 	"github.com/fulgur-ml/fulgur/strategy/fsdp"
+	"github.com/fulgur-ml/fulgur/strategy/sharded"
 )
 
 // fsdp: a wide mlp (1024 wide, 8 hidden layers and a 10-way output: 8.4M
-// parameters, 32 MB in float32; Adam) trained with ddp and fsdp (one unit per layer) at 1, 2 and
-// 4 ranks, each rank a process of its own (tcp), batch 16 per rank: the
+// parameters, 32 MB in float32; Adam) trained with ddp, ZeRO stage 1 and 2
+// (sharded_stage1, sharded_stage2) and fsdp, the last three with one unit
+// (gradient bucket) per layer, at 1, 2 and 4 ranks, each rank a process of its own (tcp), batch 16 per rank: the
 // parameters dwarf the activations. Per rank, the runtime measures the
 // Go heap (runtime/metrics, live objects) sampled every millisecond over
 // the timed steps (heap_peak_mb, garbage included) and after a collection
@@ -33,14 +35,14 @@ import (
 // Setup (at 1 rank, heap_peak_mb also holds the in-process group's copies,
 // garbage between collections), and the figure is the largest rank's; ms_per_step is the slowest
 // rank's mean time of a training step and optimizer step. Derived rows give
-// fsdp over ddp at each size.
+// each of sharded_stage1, sharded_stage2 and fsdp over ddp at each size.
 func init() {
 	register(&workload{
 		Name: "fsdp",
-		Doc:  "wide mlp under ddp and fsdp at 1, 2, 4 ranks: heap per rank and step time",
+		Doc:  "wide mlp under ddp, sharded_stage1, sharded_stage2 and fsdp at 1, 2, 4 ranks: heap per rank and step time",
 		Configs: func(o *Options) ([]Config, error) {
 			var cs []Config
-			for _, st := range []string{"ddp", "fsdp"} {
+			for _, st := range fsdpStrategies {
 				for _, ranks := range []int{1, 2, 4} {
 					cs = append(cs, Config{Workload: "fsdp", Impl: "fulgur", Variant: "strategy=" + st, Ranks: ranks,
 						Batch: orDefault(o.Batch, 16), Steps: orDefault(o.Steps, 20), Seed: o.Seed})
@@ -54,6 +56,14 @@ func init() {
 }
 
 var fsdpSizes = []int{1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 10}
+
+// fsdpStrategies are the workload's strategies, ddp (the reference of the
+// derived rows) first.
+var fsdpStrategies = []string{"ddp", "sharded_stage1", "sharded_stage2", "fsdp"}
+
+// fsdpLayerBytes is one hidden layer (weight and bias): the sharded
+// strategies' unit cap, so that their gradient buckets are fsdp's units.
+const fsdpLayerBytes = (1024*1024 + 1024) * 4
 
 const fsdpWarmup = 3
 
@@ -79,6 +89,8 @@ func fsdpRun(ctx context.Context, c Config) (Figures, error) {
 	switch v := variant(c.Variant)["strategy"]; v {
 	case "ddp":
 		s, err = ddp.NewDDP(ddp.DDPConfig{Group: g, Log: log})
+	case "sharded_stage1", "sharded_stage2":
+		s, err = sharded.New(sharded.Config{Group: g, Stage: int(v[len(v)-1] - '0'), BucketBytes: fsdpLayerBytes, Log: log})
 	case "fsdp":
 		s, err = fsdp.New(fsdp.Config{Group: g, Log: log})
 	default:
@@ -178,8 +190,8 @@ func liveHeap() uint64 {
 	return sample[0].Value.Uint64()
 }
 
-// fsdpDerive gives fsdp's figures over ddp's at each number of ranks, run
-// by run.
+// fsdpDerive gives each strategy's figures over ddp's at each number of
+// ranks, run by run.
 func fsdpDerive(o *Options, rs []*Result) []Row {
 	by := map[string]map[int]*Result{}
 	for _, r := range rs {
@@ -190,23 +202,25 @@ func fsdpDerive(o *Options, rs []*Result) []Row {
 		by[st][r.Config.Ranks] = r
 	}
 	var rows []Row
-	for _, n := range []int{1, 2, 4} {
-		d, f := by["ddp"][n], by["fsdp"][n]
-		if d == nil || f == nil {
-			continue
-		}
-		figs := map[string]Stat{}
-		for _, name := range []string{"heap_live_mb", "heap_peak_mb", "ms_per_step"} {
-			var ratio []float64
-			for run := 0; run < min(len(d.Runs), len(f.Runs)); run++ {
-				if v := d.Runs[run][name]; v > 0 {
-					ratio = append(ratio, f.Runs[run][name]/v)
-				}
+	for _, st := range fsdpStrategies[1:] {
+		for _, n := range []int{1, 2, 4} {
+			d, f := by["ddp"][n], by[st][n]
+			if d == nil || f == nil {
+				continue
 			}
-			figs[name+"_vs_ddp"] = stat(ratio)
+			figs := map[string]Stat{}
+			for _, name := range []string{"heap_live_mb", "heap_peak_mb", "ms_per_step"} {
+				var ratio []float64
+				for run := 0; run < min(len(d.Runs), len(f.Runs)); run++ {
+					if v := d.Runs[run][name]; v > 0 {
+						ratio = append(ratio, f.Runs[run][name]/v)
+					}
+				}
+				figs[name+"_vs_ddp"] = stat(ratio)
+			}
+			rows = append(rows, Row{Workload: "fsdp", Config: st + "/ddp ranks=" + strconv.Itoa(n), N: min(len(d.Runs), len(f.Runs)),
+				Labels: map[string]any{"ranks": n, "strategy": st}, Figures: figs})
 		}
-		rows = append(rows, Row{Workload: "fsdp", Config: "fsdp/ddp ranks=" + strconv.Itoa(n), N: min(len(d.Runs), len(f.Runs)),
-			Labels: map[string]any{"ranks": n}, Figures: figs})
 	}
 	return rows
 }

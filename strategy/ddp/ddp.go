@@ -101,9 +101,8 @@ type DDP struct {
 
 	rank, world int
 	reduceBuf   []float64
-	syncGrads   func(ctx context.Context) error // replaces the bucket all-reduce (Sharded stage 2)
-	localRanks  int                             // processes of the job on this machine (0: unknown)
-	launch      *launcher                       // self-launched local ranks (nil when joined)
+	localRanks  int       // processes of the job on this machine (0: unknown)
+	launch      *launcher // self-launched local ranks (nil when joined)
 	tornDown    bool
 
 	// What the job did last, for a peer that stops answering: every rank
@@ -354,8 +353,7 @@ func (d *DDP) trainStep(ctx context.Context, b *data.Batch, o strategy.TrainOpti
 	if scale == 0 {
 		scale = 1
 	}
-	bucketed := o.Sync && d.syncGrads == nil
-	if bucketed {
+	if o.Sync {
 		d.beginReduce(ctx, !d.cfg.NoOverlap)
 		defer d.endReduce()
 	}
@@ -371,12 +369,8 @@ func (d *DDP) trainStep(ctx context.Context, b *data.Batch, o strategy.TrainOpti
 	if err != nil {
 		return 0, nil, d.fail("train step on "+d.dev.String(), err)
 	}
-	if bucketed {
+	if o.Sync {
 		d.queueBuckets(len(d.buckets))
-	} else if o.Sync {
-		if err := d.syncGrads(ctx); err != nil {
-			return 0, nil, err
-		}
 	}
 	return r.Loss, r.Metrics, nil
 }

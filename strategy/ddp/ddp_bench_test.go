@@ -34,7 +34,7 @@ func BenchmarkStep(b *testing.B) {
 			return []strategy.Strategy{d}
 		}},
 		{"ddp2", func() []strategy.Strategy { return ddpRanks(b, 2, 0, nil) }},
-		{"sharded2", func() []strategy.Strategy { return shardedRanks(b, 2, 2, nil) }},
+		{"sharded2", func() []strategy.Strategy { return shardedRanks(b, 2) }},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			ranks := tc.mk()

@@ -27,8 +27,9 @@ import (
 	"github.com/fulgur-ml/fulgur/strategy/launch"
 )
 
-// Variables read (through Options.Lookup) by the "ddp", "ddp_spawn" and
-// "sharded" strategies built by name.
+// Variables read (through Options.Lookup) by the "ddp" and "ddp_spawn"
+// strategies built by name (and by those built over "ddp": "fsdp",
+// "sharded").
 const (
 	// EnvBackend picks the collective backend between processes: "auto"
 	// (the default: shared memory when every rank is on this host, else
@@ -50,8 +51,8 @@ const (
 )
 
 func init() {
-	strategy.Register("ddp", func(o strategy.Options) (strategy.Strategy, error) { return ddpFromOptions(o, "ddp", nil) })
-	strategy.Register("ddp_spawn", func(o strategy.Options) (strategy.Strategy, error) { return ddpFromOptions(o, "ddp_spawn", nil) })
+	strategy.Register("ddp", func(o strategy.Options) (strategy.Strategy, error) { return ddpFromOptions(o, "ddp") })
+	strategy.Register("ddp_spawn", func(o strategy.Options) (strategy.Strategy, error) { return ddpFromOptions(o, "ddp_spawn") })
 }
 
 // knobs are the settings distributed strategies read from the environment.
@@ -173,13 +174,7 @@ func localDevice(accel string, localRank int) (device.Device, error) {
 // ddpFromOptions builds DDP (or DDP-spawn) for this process: a rank of the
 // job described by the launcher's environment, or, with none, the rank 0
 // that starts the local ranks itself.
-//
-// wrap, when set, turns the DDP rank into another strategy built on it
-// (Sharded).
-func ddpFromOptions(o strategy.Options, name string, wrap func(*DDP) (strategy.Strategy, error)) (strategy.Strategy, error) {
-	if wrap == nil {
-		wrap = func(d *DDP) (strategy.Strategy, error) { return d, nil }
-	}
+func ddpFromOptions(o strategy.Options, name string) (strategy.Strategy, error) {
 	k, err := readKnobs(o.Lookup)
 	if err != nil {
 		return nil, fmt.Errorf("strategy %q: %w", name, err)
@@ -193,7 +188,7 @@ func ddpFromOptions(o strategy.Options, name string, wrap func(*DDP) (strategy.S
 		return nil, fmt.Errorf("strategy %q: %w", name, err)
 	}
 	if found {
-		return joinFromEnv(o, name, k, env, perNode, wrap)
+		return joinFromEnv(o, name, k, env, perNode)
 	}
 	if o.NumNodes > 1 {
 		return nil, fmt.Errorf("strategy %q: NumNodes is %d but this process was not started by a launcher: start one process per device on every node with torchrun-style variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), mpirun or srun", name, o.NumNodes)
@@ -214,7 +209,7 @@ func ddpFromOptions(o strategy.Options, name string, wrap func(*DDP) (strategy.S
 			return nil, err
 		}
 		d.name = name
-		return wrap(d)
+		return d, nil
 	}
 	l := &launcher{world: perNode, failed: make(chan struct{}), log: o.Log, logDir: o.LogDir, linger: k.timeout}
 	if l.elastic, err = launch.ElasticFromEnv(o.Lookup, perNode, o.Log); err != nil {
@@ -240,10 +235,10 @@ func ddpFromOptions(o strategy.Options, name string, wrap func(*DDP) (strategy.S
 	d.name = name
 	d.launch = l
 	d.localRanks = perNode
-	return wrap(d)
+	return d, nil
 }
 
-func joinFromEnv(o strategy.Options, name string, k knobs, env cluster.Env, perNode int, wrap func(*DDP) (strategy.Strategy, error)) (strategy.Strategy, error) {
+func joinFromEnv(o strategy.Options, name string, k knobs, env cluster.Env, perNode int) (strategy.Strategy, error) {
 	if want := perNode * o.NumNodes; want != 1 && want != env.WorldSize && !launch.Shrunk(o.Lookup, env.WorldSize, want) {
 		who := "the " + env.Source + " launcher"
 		if v, _ := o.Lookup(launch.EnvLauncher); v == "elastic" {
@@ -297,7 +292,7 @@ func joinFromEnv(o strategy.Options, name string, k knobs, env cluster.Env, perN
 		path, _ := o.Lookup(launch.EnvResult)
 		return &spawnWorker{DDP: d, resultPath: path}, nil
 	}
-	return wrap(d)
+	return d, nil
 }
 
 // connect joins the group of env over the chosen backend.

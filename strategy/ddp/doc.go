@@ -1,19 +1,19 @@
 // Package ddp is distributed data parallelism, one process per device, and
-// its variants; it registers them with package strategy by name: "ddp"
-// (DDP), "ddp_spawn" (DDPSpawn: the same ranks started and collected by the
-// launching process) and "sharded", "sharded_stage1", "sharded_stage2"
-// (Sharded: DDP with the optimizer state, and at stage 2 the gradients,
-// sharded across the ranks, ZeRO-style). "single" and "dp" live in
-// strategy/single and strategy/dp. Linking this package is what makes its
-// names known to strategy.New; the trainer links it (trainer/strategies.go),
-// so a program that sets trainer.Config.Strategy needs no import of its
-// own. A program that calls strategy.New without the trainer imports it
-// blank:
+// its spawn variant; it registers them with package strategy by name: "ddp"
+// (DDP) and "ddp_spawn" (DDPSpawn: the same ranks started and collected by
+// the launching process). "single", "dp", "sharded" (ZeRO stage 1 and 2)
+// and "fsdp" live in strategy/single, strategy/dp, strategy/sharded and
+// strategy/fsdp; the last two start and join their processes through a
+// "ddp" strategy built by name (strategy.GroupJoiner). Linking this
+// package is what makes its names known to strategy.New; the trainer links
+// it (trainer/strategies.go), so a program that sets trainer.Config.Strategy
+// needs no import of its own. A program that calls strategy.New without the
+// trainer imports it blank:
 //
 //	import _ "github.com/fulgur-ml/fulgur/strategy/ddp"
 //
 // Tests and libraries that build a strategy value use the constructors
-// (NewDDP, NewSharded) and pass it as trainer.Config.StrategyImpl.
+// (NewDDP) and pass it as trainer.Config.StrategyImpl.
 //
 // ddp_launch.go re-executes the program for local ranks or joins the job a
 // launcher describes, and connects over FULGUR_BACKEND (auto, tcp, shm, mpi,
@@ -27,7 +27,5 @@
 // ddp imports strategy, strategy/replica and strategy/{device, collective,
 // cluster, launch} (the engine only through strategy/device/engine),
 // module, data, optim, nn and profiler; never trainer, callbacks or cli, and
-// no other strategy/<name> package. Sharded lives here because it is DDP
-// with sharded optimizer state and reaches into DDP's fields; moving it to
-// strategy/sharded over strategy/replica is what remains of issue 14 item 2.
+// no other strategy/<name> package.
 package ddp

@@ -20,9 +20,9 @@ import (
 	"github.com/fulgur-ml/fulgur/strategy/strategytest"
 )
 
-// overlapRanks makes n in-process ranks of DDP (stage 0) or Sharded (stage
-// 1 or 2) with buckets of at most bucketBytes and overlap as given.
-func overlapRanks(t *testing.T, n, stage, bucketBytes int, noOverlap bool) []strategy.Strategy {
+// overlapRanks makes n in-process ranks of DDP with buckets of at most
+// bucketBytes and overlap as given.
+func overlapRanks(t *testing.T, n, bucketBytes int, noOverlap bool) []strategy.Strategy {
 	t.Helper()
 	group, err := inproc.NewGroup(n, inproc.Timeout(20*time.Second))
 	if err != nil {
@@ -31,12 +31,7 @@ func overlapRanks(t *testing.T, n, stage, bucketBytes int, noOverlap bool) []str
 	out := make([]strategy.Strategy, n)
 	for r := range out {
 		cfg := ddp.DDPConfig{Group: frozenBuckets(t, group[r]), BucketBytes: bucketBytes, Timeout: 20 * time.Second, NoOverlap: noOverlap}
-		if stage == 0 {
-			out[r], err = ddp.NewDDP(cfg)
-		} else {
-			out[r], err = ddp.NewSharded(ddp.ShardedConfig{DDPConfig: cfg, Stage: stage})
-		}
-		if err != nil {
+		if out[r], err = ddp.NewDDP(cfg); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -51,10 +46,10 @@ func overlapRanks(t *testing.T, n, stage, bucketBytes int, noOverlap bool) []str
 func TestOverlapGivesTheSameWeights(t *testing.T) {
 	type weights [][]float32
 	// train returns every rank's parameters before and after 4 steps.
-	train := func(t *testing.T, n, stage, micro int, o strategy.OptimizerOptions, noOverlap bool) (before, after weights) {
+	train := func(t *testing.T, n, micro int, o strategy.OptimizerOptions, noOverlap bool) (before, after weights) {
 		// 128-byte buckets: b2 and w2 (3+24 floats) share the first,
 		// b1 and w1 get one each.
-		ranks := overlapRanks(t, n, stage, 128, noOverlap)
+		ranks := overlapRanks(t, n, 128, noOverlap)
 		ctx := context.Background()
 		ds, _ := strategytest.Regression(96, 5, 3, 4)
 		if err := strategytest.SetupAll(ctx, ranks, &strategytest.MLP{In: 5, Hidden: 8, Out: 3, Optimizer: "adam"}, ds.Fields(), 1); err != nil {
@@ -89,19 +84,17 @@ func TestOverlapGivesTheSameWeights(t *testing.T) {
 	for _, n := range []int{2, 3} {
 		for _, tc := range []struct {
 			name  string
-			stage int
 			micro int
 			o     strategy.OptimizerOptions
 		}{
-			{"ddp", 0, 1, strategy.OptimizerOptions{}},
-			{"ddp/accumulate", 0, 3, strategy.OptimizerOptions{}},
-			{"ddp/clip-norm", 0, 1, strategy.OptimizerOptions{ClipNorm: 0.05}},
-			{"ddp/clip-value/accumulate", 0, 2, strategy.OptimizerOptions{ClipValue: 0.01}},
-			{"sharded_stage1", 1, 2, strategy.OptimizerOptions{ClipNorm: 0.05}},
+			{"ddp", 1, strategy.OptimizerOptions{}},
+			{"ddp/accumulate", 3, strategy.OptimizerOptions{}},
+			{"ddp/clip-norm", 1, strategy.OptimizerOptions{ClipNorm: 0.05}},
+			{"ddp/clip-value/accumulate", 2, strategy.OptimizerOptions{ClipValue: 0.01}},
 		} {
 			t.Run(fmt.Sprintf("ranks=%d/%s", n, tc.name), func(t *testing.T) {
-				start, on := train(t, n, tc.stage, tc.micro, tc.o, false)
-				_, off := train(t, n, tc.stage, tc.micro, tc.o, true)
+				start, on := train(t, n, tc.micro, tc.o, false)
+				_, off := train(t, n, tc.micro, tc.o, true)
 				if slices.Equal(start[0], on[0]) {
 					t.Fatal("training left the weights as they were")
 				}
@@ -149,7 +142,7 @@ func TestTimelineShowsCommunicationOverlappingBackward(t *testing.T) {
 	}{{"overlap", false}, {"no-overlap", true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			const n, steps = 2, 3
-			ranks := overlapRanks(t, n, 0, 64, tc.noOverlap)
+			ranks := overlapRanks(t, n, 64, tc.noOverlap)
 			ctx := context.Background()
 			// A wide first layer: its gradients take a while after the
 			// last layer's bucket is ready.

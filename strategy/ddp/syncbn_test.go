@@ -23,6 +23,7 @@ import (
 	"github.com/fulgur-ml/fulgur/strategy/ddp"
 	"github.com/fulgur-ml/fulgur/strategy/device/fakedevice"
 	"github.com/fulgur-ml/fulgur/strategy/dp"
+	"github.com/fulgur-ml/fulgur/strategy/sharded"
 	"github.com/fulgur-ml/fulgur/strategy/single"
 	"github.com/fulgur-ml/fulgur/strategy/strategytest"
 )
@@ -95,21 +96,7 @@ func TestSyncBatchNormTrainsLikeOneDevice(t *testing.T) {
 			return []strategy.Strategy{d}
 		}
 	}
-	sharded := func(t *testing.T) []strategy.Strategy {
-		group, err := inproc.NewGroup(2, inproc.Timeout(20*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := make([]strategy.Strategy, 2)
-		for r := range out {
-			s, err := ddp.NewSharded(ddp.ShardedConfig{DDPConfig: ddp.DDPConfig{Group: group[r], Timeout: 20 * time.Second}, Stage: 2})
-			if err != nil {
-				t.Fatal(err)
-			}
-			out[r] = s
-		}
-		return out
-	}
+	sharded := func(t *testing.T) []strategy.Strategy { return shardedRanks(t, 2) }
 	ctx := context.Background()
 	// batches are the micro-batches of step k: accum global batches.
 	batches := func(k, global, accum int) []*data.Batch {
@@ -437,4 +424,23 @@ func BenchmarkSyncBatchNorm(b *testing.B) {
 			})
 		}
 	}
+}
+
+// shardedRanks makes n in-process ranks of sharded (ZeRO stage 2), for the
+// tables that compare strategies.
+func shardedRanks(t testing.TB, n int) []strategy.Strategy {
+	t.Helper()
+	group, err := inproc.NewGroup(n, inproc.Timeout(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]strategy.Strategy, n)
+	for r := range out {
+		s, err := sharded.New(sharded.Config{Group: group[r], Timeout: 20 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[r] = s
+	}
+	return out
 }

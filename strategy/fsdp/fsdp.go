@@ -339,7 +339,7 @@ func (f *FSDP) Setup(ctx context.Context, su strategy.Setup) error {
 		}
 	}
 	sh := &engine.Sharding{Units: f.units, Scratch: scratch, KeepAfterForward: f.cfg.KeepAfterForward, NoPrefetch: f.cfg.NoPrefetch, Gather: f.gather, Reduce: f.reduce}
-	opts := append([]engine.Option{engine.WithSharding(sh)}, replica.StatSyncOption(statSync{f}, f.world, su.SyncBatchNorm)...)
+	opts := append([]engine.Option{engine.WithSharding(sh)}, replica.StatSyncOption(replica.StatSync(f.c), f.world, su.SyncBatchNorm)...)
 	f.eng = engine.New(su.Module, st, su.Fields, replica.Seed(su.Seed, f.rank), opts...)
 	f.rep = replica.NewGraphs(f.eng)
 	if f.opt, f.sched, err = su.NewOptimizer(); err != nil {
@@ -368,19 +368,7 @@ func (f *FSDP) gather(ctx context.Context, u int, dst any) engine.Wait {
 // traced records, when profiling, h on the communication track (queued
 // to done) and the wait for it on the training track.
 func (f *FSDP) traced(h collective.Handle, comm, wait string) engine.Wait {
-	if !replica.Profiling(f.prof) {
-		return h.Wait
-	}
-	sp := profiler.StartTrack(f.prof, "comm", comm)
-	go func() {
-		h.Wait()
-		sp.End()
-	}()
-	return func() error {
-		sp := f.prof.Start(wait)
-		defer sp.End()
-		return h.Wait()
-	}
+	return replica.Traced(f.prof, h, comm, wait)
 }
 
 func (f *FSDP) reduce(ctx context.Context, u int, grad any) engine.Wait {
@@ -751,12 +739,3 @@ func (f *FSDP) closeGroups() {
 		f.rc.Close()
 	}
 }
-
-// statSync gives BatchNorm layers the group's all-reduce (SyncBatchNorm).
-type statSync struct{ f *FSDP }
-
-func (s statSync) AllReduceSum(ctx context.Context, buf []float64) error {
-	return s.f.c.AllReduce(ctx, buf, collective.Sum)
-}
-
-func (s statSync) Size() int { return s.f.c.Size() }

@@ -12,6 +12,7 @@ import (
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/profiler"
 	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/device/engine"
 )
 
@@ -130,3 +131,34 @@ func Profiling(p profiler.Profiler) bool {
 	_, nop := p.(profiler.Nop)
 	return p != nil && !nop
 }
+
+// Traced returns the wait for h; when p records anything, h is recorded on
+// the communication track, named comm, from now until it is done, and the
+// wait for it on the training track, named wait.
+func Traced(p profiler.Profiler, h collective.Handle, comm, wait string) func() error {
+	if !Profiling(p) {
+		return h.Wait
+	}
+	sp := profiler.StartTrack(p, "comm", comm)
+	go func() {
+		h.Wait()
+		sp.End()
+	}()
+	return func() error {
+		sp := p.Start(wait)
+		defer sp.End()
+		return h.Wait()
+	}
+}
+
+// StatSync sums SyncBatchNorm statistics over c (module.StatSyncer), for
+// StatSyncOption.
+func StatSync(c collective.Collective) module.StatSyncer { return groupStats{c} }
+
+type groupStats struct{ c collective.Collective }
+
+func (g groupStats) AllReduceSum(ctx context.Context, buf []float64) error {
+	return g.c.AllReduce(ctx, buf, collective.Sum)
+}
+
+func (g groupStats) Size() int { return g.c.Size() }

@@ -20,6 +20,11 @@ import (
 // has produced all of it (the strategy reduce-scatters it). Unit memory
 // comes from pools of unit-sized buffers that the engine keeps across runs,
 // so what a rank holds of the model at once is a few units, not the model.
+//
+// With Gather nil the store holds the parameters whole (an ordinary store,
+// made without a gradient buffer by module.NewStoreWithoutGrad): nothing is
+// gathered or released, and only the gradients go through the pool to
+// Reduce, unit by unit (ZeRO stage 1 and 2 over units as gradient buckets).
 type Sharding struct {
 	// Units cut the flat learnable parameters into spans of whole tensors,
 	// in store order, covering all of them.
@@ -35,7 +40,7 @@ type Sharding struct {
 	// Gather starts filling dst ([]float32 or []float64 of the unit's
 	// length) with unit's parameters and returns the wait for it; dst is
 	// the gather's until the wait returns. Every rank's engine calls Gather
-	// and Reduce in the same order.
+	// and Reduce in the same order. nil: the store holds the parameters.
 	Gather func(ctx context.Context, unit int, dst any) Wait
 	// Scratch, when not nil, is a parameter buffer of the largest unit's
 	// length the engine may use: the layout store's scratch
@@ -55,8 +60,9 @@ type Unit struct{ Lo, Hi int }
 type Wait func() error
 
 // WithSharding runs the engine's graphs over a layout store whose
-// parameters sh provides (see Sharding). Runs then leave the store's
-// gradients alone (it has none): gradients go to sh.Reduce.
+// parameters sh provides, or over a store holding them when sh.Gather is
+// nil (see Sharding). Runs then leave the store's gradients alone (it
+// need have none): gradients go to sh.Reduce.
 func WithSharding(sh *Sharding) Option {
 	return func(e *Engine) {
 		e.shard, e.pool = sh, &unitPool{}
@@ -90,11 +96,15 @@ func (e *Engine) compileSharded(c *compiled, mode module.Mode) (*compiled, error
 }
 
 func checkSharding(sh *Sharding, st *module.Store) error {
-	if !st.Layout() {
-		return errors.New("sharding needs a layout store (module.NewLayoutStore): the store holds its parameters")
-	}
-	if sh.Gather == nil || sh.Reduce == nil {
-		return errors.New("sharding: Gather and Reduce must be set")
+	switch {
+	case sh.Reduce == nil:
+		return errors.New("sharding: Reduce must be set")
+	case sh.Gather != nil && !st.Layout():
+		return errors.New("sharding with Gather needs a layout store (module.NewLayoutStore): the store holds its parameters")
+	case sh.Gather == nil && st.Layout():
+		return errors.New("sharding over a layout store (module.NewLayoutStore) needs Gather: the store holds no parameters")
+	case sh.Gather == nil && sh.Scratch != nil:
+		return errors.New("sharding: Scratch is a gathered unit's buffer, but Gather is nil (the store holds the parameters): leave Scratch nil")
 	}
 	largest := 0
 	for _, u := range sh.Units {
@@ -256,7 +266,7 @@ func newShardHooks(sh *Sharding, pool *unitPool, st *module.Store, c *compiled) 
 	}
 	owner := map[int]int{} // value index → unit whose memory it shows
 	for _, en := range st.Entries() {
-		if en.Buffer {
+		if en.Buffer || sh.Gather == nil { // resident parameters: nothing to gather
 			continue
 		}
 		n, ok := c.step.Node(en.Name)
