@@ -21,7 +21,8 @@
 // because it is what Sync false promises every strategy (ddp does the same)
 // and it sends one reduce-scatter per window instead of one per
 // micro-batch; its price is memory: one whole gradient per rank (N times the
-// gradient shard) while accumulating. A model that fits only at 1/N sets
+// gradient shard), made when a run first accumulates and kept for the
+// windows that follow. A model that fits only at 1/N sets
 // Config.SyncMicroBatches (FULGUR_FSDP_SYNC_MICROBATCHES=1) to
 // reduce-scatter every micro-batch instead (PyTorch FSDP outside
 // no_sync()). Without accumulation the two are the same.

@@ -100,9 +100,10 @@ type Config struct {
 	// a local, unsharded gradient of the whole model, reduce-scattered with
 	// the window's last micro-batch (PyTorch FSDP's no_sync()). That costs
 	// one gradient of the whole model per rank (N times the shard: 4 bytes
-	// a parameter in float32), held from the window's first micro-batch
-	// on, in exchange for one reduce-scatter per window instead of one per
-	// micro-batch. Without accumulation the two are the same.
+	// a parameter in float32), made at the first micro-batch without Sync
+	// and kept for the windows that follow, in exchange for one
+	// reduce-scatter per window instead of one per micro-batch. Without
+	// accumulation the two are the same.
 	SyncMicroBatches bool
 	// CPUOffload asks for the optimizer state's shards (and the parameter
 	// and gradient shards) to live in host memory (PyTorch's CPUOffload).
