@@ -735,20 +735,7 @@ func TestFSDPConvNetMatchesDDP(t *testing.T) {
 func TestFSDPHybridShardTrainsAsOneDevice(t *testing.T) {
 	ctx := ctxFor(t)
 	const n, B = 4, 8
-	group, _ := inproc.NewGroup(n, inproc.Timeout(20*time.Second))
-	var shardG, replicaG [2][]collective.Collective
-	for i := range 2 {
-		shardG[i], _ = inproc.NewGroup(2, inproc.Timeout(20*time.Second))
-		replicaG[i], _ = inproc.NewGroup(2, inproc.Timeout(20*time.Second))
-	}
-	strats := make([]strategy.Strategy, n)
-	for r := range strats {
-		var err error
-		strats[r], err = fsdp.New(fsdp.Config{Group: group[r], ShardGroup: shardG[r/2][r%2], ReplicaGroup: replicaG[r%2][r/2]})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	strats := hybridRanks(t)
 	ds, _ := strategytest.Regression(4*B, in, out, 12)
 	m := &deepMLP{Sizes: []int{in, 9, 7, out}, Opt: "adam", LR: 0.02}
 	setup(t, ctx, strats, m, ds, tensor.Float32)
@@ -801,6 +788,27 @@ func TestFSDPHybridShardTrainsAsOneDevice(t *testing.T) {
 	if held*2 < np-4 || held*2 > np+4 {
 		t.Errorf("rank 0 holds %d of the %d parameters, want about half (sharded across its pair)", held, np)
 	}
+}
+
+// hybridRanks is 4 in-process ranks of HYBRID_SHARD: sharded in pairs
+// ({0, 1} and {2, 3}) and replicated across them ({0, 2} and {1, 3}).
+func hybridRanks(t *testing.T) []strategy.Strategy {
+	t.Helper()
+	group, _ := inproc.NewGroup(4, inproc.Timeout(20*time.Second))
+	var shardG, replicaG [2][]collective.Collective
+	for i := range 2 {
+		shardG[i], _ = inproc.NewGroup(2, inproc.Timeout(20*time.Second))
+		replicaG[i], _ = inproc.NewGroup(2, inproc.Timeout(20*time.Second))
+	}
+	strats := make([]strategy.Strategy, 4)
+	for r := range strats {
+		var err error
+		strats[r], err = fsdp.New(fsdp.Config{Group: group[r], ShardGroup: shardG[r/2][r%2], ReplicaGroup: replicaG[r%2][r/2]})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return strats
 }
 
 // Hybrid sharding with groups that do not multiply to the job is refused.

@@ -258,3 +258,30 @@ func TestFSDPNoSyncSendsUnitsTheLastMicroBatchLacks(t *testing.T) {
 		}
 	}
 }
+
+// HYBRID_SHARD with accumulation: 4 ranks sharded in pairs and replicated
+// across them hold 3 micro-batches and train as one device does (the
+// window's gradient is reduce-scattered within a pair, then all-reduced
+// across the pairs, once).
+func TestFSDPHybridShardNoSyncTrainsAsOneDevice(t *testing.T) {
+	ctx := ctxFor(t)
+	const B, steps, accum = 8, 3, 3
+	strats := hybridRanks(t)
+	ds, _ := strategytest.Regression(steps*accum*B, in, out, 13)
+	m := &deepMLP{Sizes: []int{in, 9, 7, out}, Opt: "adam", LR: 0.02}
+	ref := []strategy.Strategy{single.NewSingle()}
+	for _, s := range [][]strategy.Strategy{strats, ref} {
+		setup(t, ctx, s, m, ds, tensor.Float32)
+		train(t, ctx, s, ds, B, steps, accum, strategy.OptimizerOptions{})
+	}
+	got, want := fullState(t, ctx, strats), strategytest.StoreOf(ref[0])
+	for _, e := range want.Entries() {
+		wt, _ := want.Tensor(e.Name)
+		w, g := values(&strategy.Tensor{Dtype: tensor.Float32, Data32: wt.Float32s()}), values(got.Lookup(e.Name))
+		for i := range w {
+			if d := math.Abs(g[i] - w[i]); !(d <= strategytest.AbsTol+strategytest.RelTol*math.Abs(w[i])) {
+				t.Fatalf("%s[%d] is %g after %d steps of %d micro-batches, one device gives %g", e.Name, i, g[i], steps, accum, w[i])
+			}
+		}
+	}
+}
