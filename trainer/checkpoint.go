@@ -468,16 +468,20 @@ func (s *ckptTrainer) validate() error {
 // resume loads the checkpoint at path into the set-up run and returns the
 // epoch to start from; the batch position is left in t.resumeAt.
 func (t *Trainer) resume(ctx context.Context, path string) (int, error) {
+	var c *checkpoint
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return 0, fmt.Errorf("resume: %w", err)
+		err = fmt.Errorf("resume: %w", err)
+	} else {
+		if c, err = parseCheckpoint(b); err == nil {
+			err = c.readShards(path)
+		}
+		if err != nil {
+			err = fmt.Errorf("resume from checkpoint %s: %w", path, err)
+		}
 	}
-	c, err := parseCheckpoint(b)
-	if err == nil {
-		err = c.readShards(path)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("resume from checkpoint %s: %w", path, err)
+	if err := t.everyRankRead(ctx, path, err); err != nil {
+		return 0, err
 	}
 	if err := t.apply(ctx, c); err != nil {
 		return 0, fmt.Errorf("resume from checkpoint %s: %w", path, err)
@@ -487,6 +491,32 @@ func (t *Trainer) resume(ctx context.Context, path string) (int, error) {
 		t.cfg.Log.Info().Str("path", path).Int("epoch", ts.Epoch).Int("batch", ts.Batch).Int("global_step", ts.GlobalStep).Msg("resumed from checkpoint")
 	}
 	return ts.Epoch, nil
+}
+
+// everyRankRead tells every rank whether every rank read the checkpoint:
+// one that could not (a shard file only on another machine's disk) would
+// otherwise leave the others waiting in the first step's collectives until
+// they time out. It returns this rank's error, or one naming a rank that
+// failed.
+func (t *Trainer) everyRankRead(ctx context.Context, path string, readErr error) error {
+	info := t.strat.Info()
+	if info.WorldSize <= 1 {
+		return readErr
+	}
+	failed := []float64{0}
+	if readErr != nil {
+		failed[0] = float64(info.Rank + 1)
+	}
+	if err := t.strat.Reduce(ctx, failed, []float64{0}, []module.Reduce{module.Max}); err != nil {
+		return fmt.Errorf("resume from checkpoint %s: learn whether every rank read it: %w", path, errors.Join(readErr, err))
+	}
+	if readErr != nil {
+		return readErr
+	}
+	if failed[0] > 0 {
+		return fmt.Errorf("resume from checkpoint %s: rank %d could not read it (its error says why): every process reads the whole checkpoint, every shard file of a sharded one, so a job on several machines needs it on a shared filesystem that every machine sees", path, int(failed[0])-1)
+	}
+	return nil
 }
 
 // apply checks everything that can be checked before changing anything,

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -150,6 +151,9 @@ func (c *checkpoint) readShards(path string) error {
 		}
 		sp := filepath.Join(filepath.Dir(path), f)
 		b, err := os.ReadFile(sp)
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("shard %s: %w: every process reads every rank's shard file of a sharded checkpoint, beside its index, so a job on several machines needs them on a shared filesystem that every machine sees (or a copy of all of them beside the index on each)", f, err)
+		}
 		if err != nil {
 			return fmt.Errorf("shard %s: %w (a sharded checkpoint needs every rank's file beside its index)", f, err)
 		}

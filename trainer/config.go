@@ -116,7 +116,10 @@ type Config struct {
 	// shards) to PATH.rank<R>-of-<N> beside an index at PATH holding the
 	// trainer's state (Lightning's FSDP state_dict_type="sharded"); resuming,
 	// LoadWeights and VerifyCheckpoint read the index and every shard, at any
-	// world size. false: rank 0 writes one file of whole tensors.
+	// world size. Every process reads every shard when it resumes, so on
+	// several machines PATH must be on a filesystem they all see (a shared
+	// filesystem: each rank writes its shard there, rank 0 the index).
+	// false: rank 0 writes one file of whole tensors.
 	ShardedCheckpoint bool
 	// Accelerator is "cpu" (the default), "cuda" or "auto".
 	Accelerator string

@@ -55,6 +55,36 @@ func init() {
 	})
 }
 
+// fsdp-accum: the fsdp workload's model and measures with gradient
+// accumulation, 4 micro-batches of -batch rows per optimizer step, at 2
+// and 4 ranks (or -ranks): micro=hold is the default (the micro-batches
+// before the last hold the whole model's gradient and reduce-scatter
+// nothing), micro=sync is fsdp.Config.SyncMicroBatches (every micro-batch
+// reduce-scatters, gradients stay at 1/N). ms_per_step is per optimizer
+// step; derived rows give hold over sync.
+func init() {
+	register(&workload{
+		Name: "fsdp-accum",
+		Doc:  "wide mlp under fsdp with 4 micro-batches a step, held or reduce-scattered: heap per rank and step time",
+		Configs: func(o *Options) ([]Config, error) {
+			ranks := o.Ranks
+			if len(ranks) == 0 {
+				ranks = []int{2, 4}
+			}
+			var cs []Config
+			for _, micro := range []string{"hold", "sync"} {
+				for _, n := range ranks {
+					cs = append(cs, Config{Workload: "fsdp-accum", Impl: "fulgur", Variant: "strategy=fsdp accum=4 micro=" + micro, Ranks: n,
+						Batch: orDefault(o.Batch, 16), Steps: orDefault(o.Steps, 10), Seed: o.Seed})
+				}
+			}
+			return cs, nil
+		},
+		Run:    fsdpRun,
+		Derive: fsdpAccumDerive,
+	})
+}
+
 var fsdpSizes = []int{1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 10}
 
 // fsdpStrategies are the workload's strategies, ddp (the reference of the
@@ -92,7 +122,7 @@ func fsdpRun(ctx context.Context, c Config) (Figures, error) {
 	case "sharded_stage1", "sharded_stage2":
 		s, err = sharded.New(sharded.Config{Group: g, Stage: int(v[len(v)-1] - '0'), BucketBytes: fsdpLayerBytes, Log: log})
 	case "fsdp":
-		s, err = fsdp.New(fsdp.Config{Group: g, Log: log})
+		s, err = fsdp.New(fsdp.Config{Group: g, Log: log, SyncMicroBatches: variant(c.Variant)["micro"] == "sync"})
 	default:
 		err = fmt.Errorf("fsdp workload: unknown strategy %q", v)
 	}
@@ -124,9 +154,18 @@ func fsdpRun(ctx context.Context, c Config) (Figures, error) {
 	for i := range batch.Data[1] {
 		batch.Data[1][i] = float32(rng.IntN(fsdpSizes[len(fsdpSizes)-1]))
 	}
+	accum := 1
+	if a, ok := variant(c.Variant)["accum"]; ok {
+		if accum, err = strconv.Atoi(a); err != nil || accum < 1 {
+			return nil, fmt.Errorf("fsdp workload: accum=%q: use a positive number of micro-batches", a)
+		}
+	}
 	step := func() error {
-		if _, err := s.Step(ctx, module.Train, batch, strategy.TrainOptions{Sync: true, Scale: 1}); err != nil {
-			return err
+		for i := range accum {
+			o := strategy.TrainOptions{Sync: i == accum-1, Accumulate: i > 0, Scale: 1 / float64(accum)}
+			if _, err := s.Step(ctx, module.Train, batch, o); err != nil {
+				return err
+			}
 		}
 		_, err := s.OptimizerStep(ctx, strategy.OptimizerOptions{})
 		return err
@@ -208,18 +247,50 @@ func fsdpDerive(o *Options, rs []*Result) []Row {
 			if d == nil || f == nil {
 				continue
 			}
-			figs := map[string]Stat{}
-			for _, name := range []string{"heap_live_mb", "heap_peak_mb", "ms_per_step"} {
-				var ratio []float64
-				for run := 0; run < min(len(d.Runs), len(f.Runs)); run++ {
-					if v := d.Runs[run][name]; v > 0 {
-						ratio = append(ratio, f.Runs[run][name]/v)
-					}
-				}
-				figs[name+"_vs_ddp"] = stat(ratio)
+			row := ratioRow("fsdp", st+"/ddp", n, f, d, "_vs_ddp")
+			row.Labels["strategy"] = st
+			rows = append(rows, row)
+		}
+	}
+	return rows
+}
+
+// ratioRow is num's heap and step-time figures over den's, run by run,
+// each named with suffix.
+func ratioRow(workload, name string, ranks int, num, den *Result, suffix string) Row {
+	figs := map[string]Stat{}
+	n := min(len(num.Runs), len(den.Runs))
+	for _, fig := range []string{"heap_live_mb", "heap_peak_mb", "ms_per_step"} {
+		var ratio []float64
+		for run := 0; run < n; run++ {
+			if v := den.Runs[run][fig]; v > 0 {
+				ratio = append(ratio, num.Runs[run][fig]/v)
 			}
-			rows = append(rows, Row{Workload: "fsdp", Config: st + "/ddp ranks=" + strconv.Itoa(n), N: min(len(d.Runs), len(f.Runs)),
-				Labels: map[string]any{"ranks": n, "strategy": st}, Figures: figs})
+		}
+		figs[fig+suffix] = stat(ratio)
+	}
+	return Row{Workload: workload, Config: name + " ranks=" + strconv.Itoa(ranks), N: n, Labels: map[string]any{"ranks": ranks}, Figures: figs}
+}
+
+// fsdpAccumDerive gives held micro-batches' figures over reduce-scattered
+// ones' at each number of ranks, run by run.
+func fsdpAccumDerive(o *Options, rs []*Result) []Row {
+	by := map[string]map[int]*Result{}
+	var ranks []int
+	for _, r := range rs {
+		m := variant(r.Config.Variant)["micro"]
+		if by[m] == nil {
+			by[m] = map[int]*Result{}
+		}
+		by[m][r.Config.Ranks] = r
+		if m == "hold" {
+			ranks = append(ranks, r.Config.Ranks)
+		}
+	}
+	var rows []Row
+	for _, n := range ranks {
+		if y := by["sync"][n]; y != nil {
+			rows = append(rows, ratioRow("fsdp-accum", "hold/sync", n, by["hold"][n], y, "_hold_vs_sync"))
 		}
 	}
 	return rows

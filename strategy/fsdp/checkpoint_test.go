@@ -2,10 +2,13 @@ package fsdp_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,20 +24,33 @@ import (
 // resume when set, and then checkpoints to save (every rank takes part).
 func fitFSDP(t *testing.T, n, epochs int, sharded bool, resume, save string) {
 	t.Helper()
+	for _, err := range fitFSDPRanks(t, n, epochs, sharded, func(int) string { return resume }, save, 20*time.Second) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// fitFSDPRanks is fitFSDP with rank r resuming from resume(r) (when not
+// ""), collectives timing out after timeout; it returns each rank's error.
+func fitFSDPRanks(t *testing.T, n, epochs int, sharded bool, resume func(r int) string, save string, timeout time.Duration) []error {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	ds, err := strategytest.Regression(48, in, out, 8)
 	if err != nil {
 		t.Fatal(err)
 	}
-	group, err := inproc.NewGroup(n, inproc.Timeout(20*time.Second))
+	group, err := inproc.NewGroup(n, inproc.Timeout(timeout))
 	if err != nil {
 		t.Fatal(err)
 	}
-	errs := make(chan error, n)
+	errs := make([]error, n)
+	done := make(chan struct{}, n)
 	for r := range n {
 		go func() {
-			errs <- func() error {
+			defer func() { done <- struct{}{} }()
+			errs[r] = func() error {
 				s, err := fsdp.New(fsdp.Config{Group: group[r]})
 				if err != nil {
 					return err
@@ -47,8 +63,8 @@ func fitFSDP(t *testing.T, n, epochs int, sharded bool, resume, save string) {
 				defer tr.Teardown(ctx)
 				train, _ := data.NewLoader(ds, data.LoaderConfig{BatchSize: 12 / n})
 				var opts []trainer.FitOption
-				if resume != "" {
-					opts = append(opts, trainer.FromCheckpoint(resume))
+				if p := resume(r); p != "" {
+					opts = append(opts, trainer.FromCheckpoint(p))
 				}
 				if err := tr.Fit(ctx, &deepMLP{Sizes: ckptSizes, Opt: "adam", LR: 0.01}, train, nil, opts...); err != nil {
 					return err
@@ -58,10 +74,9 @@ func fitFSDP(t *testing.T, n, epochs int, sharded bool, resume, save string) {
 		}()
 	}
 	for range n {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
+		<-done
 	}
+	return errs
 }
 
 // With ShardedCheckpoint, 2 fsdp ranks each write their shard (half of
@@ -137,3 +152,107 @@ func weightsOf(t *testing.T, path string) []float32 {
 
 // ckptSizes make a model whose tensors outweigh a checkpoint's metadata.
 var ckptSizes = []int{in, 64, 64, out}
+
+// 2 fsdp processes (started by name, through the trainer) save a sharded
+// checkpoint after an epoch, one shard file per process beside the index;
+// 1 and 3 processes resume from it, and after the second epoch hold the
+// weights of 2 processes that ran both epochs without stopping, within
+// float32 tolerance. A shard file missing or corrupt is an error on every
+// process that resumes, naming the file (and, missing, saying that every
+// process reads every shard).
+func TestFSDPShardedCheckpointAcrossProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	dir := t.TempDir()
+	ckpt := filepath.Join(dir, "epoch1.ckpt")
+	program(t, "-strategy", "fsdp", "-devices", "2", "-batch", "6", "-epochs", "1", "-sharded", "-ckpt", ckpt)
+	shards := []string{ckpt + ".rank0-of-2", ckpt + ".rank1-of-2"}
+	for _, f := range shards {
+		if _, err := os.Stat(f); err != nil {
+			t.Fatalf("shard file of the 2-process run: %v", err)
+		}
+	}
+	want := filepath.Join(dir, "uninterrupted.ckpt")
+	program(t, "-strategy", "fsdp", "-devices", "2", "-batch", "6", "-epochs", "2", "-ckpt", want)
+	w := weights(t, want).Data32()
+	for _, n := range []int{1, 3} {
+		got := filepath.Join(dir, fmt.Sprintf("resumed%d.ckpt", n))
+		program(t, "-strategy", "fsdp", "-devices", fmt.Sprint(n), "-batch", fmt.Sprint(12/n), "-epochs", "2", "-resume", ckpt, "-ckpt", got)
+		sameWeights(t, fmt.Sprintf("resumed on %d processes", n), weights(t, got).Data32(), "the uninterrupted 2-process run", w)
+	}
+
+	keep := make([][]byte, len(shards))
+	for i, f := range shards {
+		var err error
+		if keep[i], err = os.ReadFile(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		spoil   func() error
+		file    string
+		explain string
+	}{
+		{"missing", func() error { return os.Remove(shards[1]) }, filepath.Base(shards[1]), "shared filesystem"},
+		{"corrupt", func() error {
+			b := slices.Clone(keep[0])
+			b[len(b)-3] ^= 0x40 // in the last tensor's values
+			return os.WriteFile(shards[0], b, 0o644)
+		}, filepath.Base(shards[0]), "corrupt"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for i, f := range shards {
+				if err := os.WriteFile(f, keep[i], 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := tc.spoil(); err != nil {
+				t.Fatal(err)
+			}
+			errDir := t.TempDir()
+			out := programFails(t, "-strategy", "fsdp", "-devices", "2", "-batch", "6", "-epochs", "2", "-resume", ckpt, "-ckpt", filepath.Join(errDir, "never.ckpt"), "-errors", errDir)
+			for _, r := range []string{"0", "1"} {
+				b, err := os.ReadFile(filepath.Join(errDir, "err_"+r))
+				if err != nil {
+					t.Fatalf("process of rank %s wrote no error (%v); the run's output:\n%s", r, err, out)
+				}
+				if s := string(b); !strings.Contains(s, tc.file) || !strings.Contains(s, tc.explain) {
+					t.Errorf("rank %s: %s\nwant the error to name %s and say %q", r, s, tc.file, tc.explain)
+				}
+			}
+		})
+	}
+}
+
+// A rank that cannot read a shard file (kept on another machine's disk,
+// as here rank 1's copy of the checkpoint lacks rank 1's shard) fails
+// naming it, and the rank that read everything fails at once naming that
+// rank and the shared filesystem a sharded checkpoint needs, instead of
+// waiting in the first step's collectives until they time out.
+func TestFSDPShardedCheckpointUnreadableOnOneRank(t *testing.T) {
+	dir, other := t.TempDir(), t.TempDir()
+	ckpt := filepath.Join(dir, "epoch1.ckpt")
+	fitFSDP(t, 2, 1, true, "", ckpt)
+	for _, f := range []string{"epoch1.ckpt", "epoch1.ckpt.rank0-of-2"} {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(other, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := fitFSDPRanks(t, 2, 2, true, func(r int) string {
+		if r == 1 {
+			return filepath.Join(other, "epoch1.ckpt")
+		}
+		return ckpt
+	}, filepath.Join(t.TempDir(), "never.ckpt"), 10*time.Second)
+	for r, want := range []string{"rank 1 could not read it", "epoch1.ckpt.rank1-of-2"} {
+		if errs[r] == nil || !strings.Contains(errs[r].Error(), want) || !strings.Contains(errs[r].Error(), "shared filesystem") {
+			t.Errorf("rank %d: %v\nwant an error saying %q and naming the shared filesystem", r, errs[r], want)
+		}
+	}
+}

@@ -13,6 +13,27 @@
 // tensors whole), and LoadState takes the spans this rank holds from a
 // dict saved at any world size, by any strategy.
 //
+// Gradient accumulation (the trainer's AccumulateGradBatches) follows
+// PyTorch FSDP's no_sync(): the micro-batches of a window before its last
+// (TrainOptions.Sync false) communicate nothing, each rank adding every
+// unit's whole gradient into a local gradient of the whole model, which the
+// last micro-batch reduce-scatters with its own. That is the default
+// because it is what Sync false promises every strategy (ddp does the same)
+// and it sends one reduce-scatter per window instead of one per
+// micro-batch; its price is memory: one whole gradient per rank (N times the
+// gradient shard), made when a run first accumulates and kept for the
+// windows that follow. A model that fits only at 1/N sets
+// Config.SyncMicroBatches (FULGUR_FSDP_SYNC_MICROBATCHES=1) to
+// reduce-scatter every micro-batch instead (PyTorch FSDP outside
+// no_sync()). Without accumulation the two are the same.
+//
+// CPU offload (PyTorch's CPUOffload, Config.CPUOffload,
+// FULGUR_FSDP_CPU_OFFLOAD=1) has nothing to do in this build: the engine
+// runs on the CPU and every shard (parameters, gradients, optimizer state)
+// lives in host memory already. Asking for it is accepted, so that one
+// configuration serves every machine, and Setup logs one line saying it
+// changes nothing.
+//
 // Config.ShardGroup and Config.ReplicaGroup make it HYBRID_SHARD: sharded
 // within one group of ranks (a node), replicated across the other (one rank
 // per node), the replicas' gradients all-reduced after each unit's
@@ -22,7 +43,8 @@
 // Registered as "fsdp", it starts and joins the job's processes as "ddp"
 // does, by building that strategy by name and taking its group over
 // (strategy.GroupJoiner); FULGUR_FSDP_WRAP, FULGUR_FSDP_MIN_UNIT_PARAMS,
-// FULGUR_FSDP_RESHARD_AFTER_FORWARD and FULGUR_FSDP_PREFETCH configure it.
+// FULGUR_FSDP_RESHARD_AFTER_FORWARD, FULGUR_FSDP_PREFETCH,
+// FULGUR_FSDP_SYNC_MICROBATCHES and FULGUR_FSDP_CPU_OFFLOAD configure it.
 //
 // fsdp imports strategy, strategy/replica, strategy/{device, collective}
 // (the engine only through strategy/device/engine), module, data, optim and

@@ -92,6 +92,24 @@ type Config struct {
 	// NoPrefetch gathers each unit when it is reached instead of while the
 	// unit before it computes.
 	NoPrefetch bool
+	// SyncMicroBatches reduce-scatters every micro-batch of a gradient
+	// accumulation window, keeping a rank's gradients at 1/N of the model
+	// throughout. By default a micro-batch with TrainOptions.Sync false (all
+	// but the window's last, as the trainer's AccumulateGradBatches runs
+	// them) communicates nothing: each unit's whole gradient is added into
+	// a local, unsharded gradient of the whole model, reduce-scattered with
+	// the window's last micro-batch (PyTorch FSDP's no_sync()). That costs
+	// one gradient of the whole model per rank (N times the shard: 4 bytes
+	// a parameter in float32), made at the first micro-batch without Sync
+	// and kept for the windows that follow, in exchange for one
+	// reduce-scatter per window instead of one per micro-batch. Without
+	// accumulation the two are the same.
+	SyncMicroBatches bool
+	// CPUOffload asks for the optimizer state's shards (and the parameter
+	// and gradient shards) to live in host memory (PyTorch's CPUOffload).
+	// In this build they always do, whatever the device: Setup accepts it
+	// and logs one line saying so.
+	CPUOffload bool
 	// Device runs this rank's graphs. nil: the CPU.
 	Device device.Device
 	// Timeout bounds Teardown's final barrier. 0: collective.DefaultTimeout.
@@ -110,10 +128,11 @@ type Config struct {
 // shard. The optimizer updates the shard only: parameters are never whole
 // on a rank outside a unit's stretch of use.
 //
-// Every training Step reduce-scatters its gradients, accumulating into
-// the shard (there is no unsharded gradient buffer to accumulate locally
-// in, so TrainOptions.Sync is not needed: micro-batches of an accumulation
-// window communicate too). Every Step, evaluation included, gathers
+// A training Step with TrainOptions.Sync reduce-scatters its gradients
+// (and those held since the accumulation window began) into the shard; one
+// without Sync keeps them in a local gradient of the whole model and
+// communicates nothing, unless Config.SyncMicroBatches (see there for the
+// memory each costs). Every Step, evaluation included, gathers
 // parameters collectively, so every rank must run the same number of
 // steps: the distributed sampler pads evaluation data as it pads training
 // data, and evaluation leaves the padded rows out of metrics (a batch is
@@ -151,6 +170,15 @@ type FSDP struct {
 	// joiner starts and joins the job's processes when FSDP was built by
 	// name (a ddp strategy, strategy.GroupJoiner); nil with Config.Group.
 	joiner strategy.Strategy
+
+	// hold: the training run in progress keeps its gradients local (a
+	// micro-batch without Sync); held32/held64 are the whole model's
+	// gradient summed (scaled) over such micro-batches (made on first use),
+	// held[u] whether unit u's part holds any not yet reduce-scattered.
+	hold   bool
+	held32 []float32
+	held64 []float64
+	held   []bool
 }
 
 // chunk is this rank's part [Lo, Hi) of a unit, in flat parameter
@@ -292,6 +320,9 @@ func (f *FSDP) Setup(ctx context.Context, su strategy.Setup) error {
 	}
 	f.c = collective.WithAsync(g)
 	f.rank, f.world = f.c.Rank(), f.c.Size()
+	if f.cfg.CPUOffload && f.rank == 0 {
+		f.cfg.Log.Info().Str("device", f.dev.String()).Msg("fsdp: CPU offload changes nothing in this build: the shards of parameters, gradients and optimizer state always live in host memory")
+	}
 	f.sc = f.c
 	if f.cfg.ShardGroup != nil {
 		f.sc, f.rc = collective.WithAsync(f.cfg.ShardGroup), collective.WithAsync(f.cfg.ReplicaGroup)
@@ -320,6 +351,7 @@ func (f *FSDP) Setup(ctx context.Context, su strategy.Setup) error {
 		return f.fail("setup", err)
 	}
 	f.store = st
+	f.held = make([]bool, len(f.units))
 	for _, u := range f.units {
 		n := u.Hi - u.Lo
 		sr, sn := f.sc.Rank(), f.sc.Size()
@@ -372,6 +404,44 @@ func (f *FSDP) traced(h collective.Handle, comm, wait string) engine.Wait {
 }
 
 func (f *FSDP) reduce(ctx context.Context, u int, grad any) engine.Wait {
+	un := f.units[u]
+	if f.hold {
+		// A micro-batch without Sync: the unit's gradient joins what the
+		// window's earlier micro-batches left, and nothing is sent.
+		if f.held32 == nil && f.held64 == nil {
+			if f.g32 != nil {
+				f.held32 = make([]float32, f.store.NumParams())
+			} else {
+				f.held64 = make([]float64, f.store.NumParams())
+			}
+		}
+		switch g := grad.(type) {
+		case []float32:
+			holdScaled(f.held32[un.Lo:un.Hi], g, float32(f.scale), f.held[u])
+		case []float64:
+			holdScaled(f.held64[un.Lo:un.Hi], g, f.scale, f.held[u])
+		}
+		f.held[u] = true
+		return func() error { return nil }
+	}
+	scale := f.scale
+	if f.held[u] {
+		// The window's held gradient goes out with this micro-batch's, in
+		// one reduce-scatter, already scaled.
+		switch g := grad.(type) {
+		case []float32:
+			foldHeld(g, f.held32[un.Lo:un.Hi], float32(scale))
+		case []float64:
+			foldHeld(g, f.held64[un.Lo:un.Hi], scale)
+		}
+		f.held[u], scale = false, 1
+	}
+	return f.reduceScatter(ctx, u, grad, scale)
+}
+
+// reduceScatter starts reducing unit u's whole gradient grad into the
+// shard (adding to it when the run accumulates), scaled by scale.
+func (f *FSDP) reduceScatter(ctx context.Context, u int, grad any, scale float64) engine.Wait {
 	c := f.chunks[u]
 	// The first micro-batch of a step reduces straight into the shard's
 	// gradients; later ones land beside them and are added.
@@ -387,7 +457,7 @@ func (f *FSDP) reduce(ctx context.Context, u int, grad any) engine.Wait {
 		recv = f.local(f.tmp32, f.tmp64, c)
 	}
 	wait := f.traced(f.sc.ReduceScatterAsync(ctx, grad, recv, collective.Mean), "reduce-scatter unit", "wait reduce-scatter")
-	accumulate, scale := f.accumulate, f.scale
+	accumulate := f.accumulate
 	return func() error {
 		if err := wait(); err != nil {
 			return err
@@ -411,6 +481,24 @@ func (f *FSDP) reduce(ctx context.Context, u int, grad any) engine.Wait {
 			optim.ScaleGrads64(f.g64[lo:hi], scale)
 		}
 		return nil
+	}
+}
+
+// holdScaled keeps s·src in dst, adding to what dst holds when add.
+func holdScaled[T float32 | float64](dst, src []T, s T, add bool) {
+	if add {
+		addScaled(dst, src, s)
+		return
+	}
+	for i, v := range src {
+		dst[i] = v * s
+	}
+}
+
+// foldHeld turns grad into s·grad + held, the window's whole gradient.
+func foldHeld[T float32 | float64](grad, held []T, s T) {
+	for i, v := range held {
+		grad[i] = grad[i]*s + v
 	}
 }
 
@@ -439,10 +527,13 @@ func (f *FSDP) trainStep(ctx context.Context, b *data.Batch, o strategy.TrainOpt
 		f.scale = 1
 	}
 	f.accumulate = o.Accumulate
+	f.hold = !o.Sync && !f.cfg.SyncMicroBatches
 	if !o.Accumulate {
-		// Units whose gradients this graph does not produce are zero.
+		// Units whose gradients this graph does not produce are zero, and a
+		// new window drops what an unfinished one held.
 		clear(f.g32)
 		clear(f.g64)
+		clear(f.held)
 	}
 	var r engine.Result
 	err := f.dev.Do(ctx, func() error {
@@ -453,6 +544,27 @@ func (f *FSDP) trainStep(ctx context.Context, b *data.Batch, o strategy.TrainOpt
 	})
 	if err != nil {
 		return 0, nil, f.fail("train step on "+f.dev.String(), err)
+	}
+	if !f.hold {
+		// Units held by earlier micro-batches whose gradient this graph did
+		// not produce go out on their own (every rank runs the same graphs,
+		// so every rank sends the same units, in order).
+		for u, h := range f.held {
+			if !h {
+				continue
+			}
+			un := f.units[u]
+			var send any
+			if f.held32 != nil {
+				send = f.held32[un.Lo:un.Hi]
+			} else {
+				send = f.held64[un.Lo:un.Hi]
+			}
+			f.held[u] = false
+			if err := f.reduceScatter(ctx, u, send, 1)(); err != nil {
+				return 0, nil, f.fail(fmt.Sprintf("reduce-scatter the held gradient of unit %d", u), err)
+			}
+		}
 	}
 	f.reduced = true
 	return r.Loss, r.Metrics, nil
@@ -545,6 +657,9 @@ func (f *FSDP) OptimizerStep(ctx context.Context, o strategy.OptimizerOptions) (
 	}
 	if !f.reduced {
 		return math.NaN(), errors.New("OptimizerStep without a training Step: fsdp updates from the gradients a training Step reduced")
+	}
+	if slices.Contains(f.held, true) {
+		return math.NaN(), errors.New("OptimizerStep after a training Step without Sync: fsdp holds that micro-batch's gradients unreduced until a training Step with Sync (the accumulation window's last micro-batch); run that Step first, or set SyncMicroBatches to reduce-scatter every micro-batch")
 	}
 	f.reduced = false
 	norm := math.NaN()
@@ -678,8 +793,9 @@ func (f *FSDP) DistributedSampler(shuffle bool, seed uint64, train bool) data.Sa
 	return data.DistributedSampler{Rank: f.rank, World: f.world}
 }
 
-// Memory reports what this rank holds: its shards, the unit buffers are
-// not counted (they are at most a few units).
+// Memory reports what this rank holds: its shards, and the whole model's
+// gradient once a micro-batch without Sync has held one; the unit buffers
+// are not counted (they are at most a few units).
 func (f *FSDP) Memory() strategy.Memory {
 	e := 4
 	if f.p64 != nil {
@@ -690,7 +806,10 @@ func (f *FSDP) Memory() strategy.Memory {
 	for _, b := range f.opt.State().Buffers {
 		st += len(b) * e
 	}
-	return strategy.Memory{Params: f.shardLen*e + bufs, LocalGrads: f.shardLen * e, ReducedGrads: f.shardLen * e, OptimizerState: st}
+	// The whole model's gradient held across micro-batches without Sync,
+	// once there have been any.
+	held := (len(f.held32) + len(f.held64)) * e
+	return strategy.Memory{Params: f.shardLen*e + bufs, LocalGrads: f.shardLen*e + held, ReducedGrads: f.shardLen * e, OptimizerState: st}
 }
 
 // Launch starts the job's local ranks when FSDP was built by name and

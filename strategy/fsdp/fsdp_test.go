@@ -529,6 +529,27 @@ func (c *counting) ReduceScatter(ctx context.Context, send, recv any, op collect
 	return c.Collective.ReduceScatter(ctx, send, recv, op)
 }
 
+// countingRanks is n in-process ranks of cfg, each counting its
+// collectives.
+func countingRanks(t *testing.T, n int, cfg fsdp.Config) ([]*counting, []strategy.Strategy) {
+	t.Helper()
+	group, err := inproc.NewGroup(n, inproc.Timeout(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := make([]*counting, n)
+	strats := make([]strategy.Strategy, n)
+	for r := range strats {
+		counts[r] = &counting{Collective: group[r]}
+		c := cfg
+		c.Group = counts[r]
+		if strats[r], err = fsdp.New(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return counts, strats
+}
+
 // A 3-layer mlp (fc0 fed from the batch, so its backward needs no weight)
 // gathers fc0, fc1 and fc2 for forward and, resharded after forward, fc1
 // again for backward (fc2's backward follows its forward with nothing in
@@ -548,20 +569,7 @@ func TestFSDPGathersPerStep(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := ctxFor(t)
-			group, err := inproc.NewGroup(2, inproc.Timeout(20*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			counts := make([]*counting, 2)
-			strats := make([]strategy.Strategy, 2)
-			for r := range strats {
-				counts[r] = &counting{Collective: group[r]}
-				c := tc.cfg
-				c.Group = counts[r]
-				if strats[r], err = fsdp.New(c); err != nil {
-					t.Fatal(err)
-				}
-			}
+			counts, strats := countingRanks(t, 2, tc.cfg)
 			ds, _ := strategytest.Regression(12, in, out, 6)
 			setup(t, ctx, strats, &deepMLP{Sizes: []int{in, 7, 5, out}, LR: 0.01}, ds, tensor.Float32)
 			for k := 0; k < 3; k++ {
@@ -591,9 +599,9 @@ func TestFSDPRefusesBadConfig(t *testing.T) {
 	if _, err := fsdp.New(fsdp.Config{}); err == nil || !strings.Contains(err.Error(), "Group is nil") {
 		t.Errorf("New without a group: %v", err)
 	}
-	env := map[string]string{fsdp.EnvWrap: "blocks", fsdp.EnvMinUnitParams: "many", fsdp.EnvReshardAfterForward: "yes", fsdp.EnvPrefetch: "2"}
+	env := map[string]string{fsdp.EnvWrap: "blocks", fsdp.EnvMinUnitParams: "many", fsdp.EnvReshardAfterForward: "yes", fsdp.EnvPrefetch: "2", fsdp.EnvSyncMicroBatches: "always", fsdp.EnvCPUOffload: "yes"}
 	_, err = strategy.New("fsdp", strategy.Options{Lookup: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
-	for _, want := range []string{`FULGUR_FSDP_WRAP="blocks"`, `FULGUR_FSDP_MIN_UNIT_PARAMS="many"`, `FULGUR_FSDP_RESHARD_AFTER_FORWARD="yes": use 1 or 0`, `FULGUR_FSDP_PREFETCH="2"`} {
+	for _, want := range []string{`FULGUR_FSDP_WRAP="blocks"`, `FULGUR_FSDP_MIN_UNIT_PARAMS="many"`, `FULGUR_FSDP_RESHARD_AFTER_FORWARD="yes": use 1 or 0`, `FULGUR_FSDP_PREFETCH="2"`, `FULGUR_FSDP_SYNC_MICROBATCHES="always": use 1 or 0`, `FULGUR_FSDP_CPU_OFFLOAD="yes"`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("strategy.New(\"fsdp\") with bad variables: %v, want it to say %q", err, want)
 		}
@@ -727,20 +735,7 @@ func TestFSDPConvNetMatchesDDP(t *testing.T) {
 func TestFSDPHybridShardTrainsAsOneDevice(t *testing.T) {
 	ctx := ctxFor(t)
 	const n, B = 4, 8
-	group, _ := inproc.NewGroup(n, inproc.Timeout(20*time.Second))
-	var shardG, replicaG [2][]collective.Collective
-	for i := range 2 {
-		shardG[i], _ = inproc.NewGroup(2, inproc.Timeout(20*time.Second))
-		replicaG[i], _ = inproc.NewGroup(2, inproc.Timeout(20*time.Second))
-	}
-	strats := make([]strategy.Strategy, n)
-	for r := range strats {
-		var err error
-		strats[r], err = fsdp.New(fsdp.Config{Group: group[r], ShardGroup: shardG[r/2][r%2], ReplicaGroup: replicaG[r%2][r/2]})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	strats := hybridRanks(t)
 	ds, _ := strategytest.Regression(4*B, in, out, 12)
 	m := &deepMLP{Sizes: []int{in, 9, 7, out}, Opt: "adam", LR: 0.02}
 	setup(t, ctx, strats, m, ds, tensor.Float32)
@@ -793,6 +788,27 @@ func TestFSDPHybridShardTrainsAsOneDevice(t *testing.T) {
 	if held*2 < np-4 || held*2 > np+4 {
 		t.Errorf("rank 0 holds %d of the %d parameters, want about half (sharded across its pair)", held, np)
 	}
+}
+
+// hybridRanks is 4 in-process ranks of HYBRID_SHARD: sharded in pairs
+// ({0, 1} and {2, 3}) and replicated across them ({0, 2} and {1, 3}).
+func hybridRanks(t *testing.T) []strategy.Strategy {
+	t.Helper()
+	group, _ := inproc.NewGroup(4, inproc.Timeout(20*time.Second))
+	var shardG, replicaG [2][]collective.Collective
+	for i := range 2 {
+		shardG[i], _ = inproc.NewGroup(2, inproc.Timeout(20*time.Second))
+		replicaG[i], _ = inproc.NewGroup(2, inproc.Timeout(20*time.Second))
+	}
+	strats := make([]strategy.Strategy, 4)
+	for r := range strats {
+		var err error
+		strats[r], err = fsdp.New(fsdp.Config{Group: group[r], ShardGroup: shardG[r/2][r%2], ReplicaGroup: replicaG[r%2][r/2]})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return strats
 }
 
 // Hybrid sharding with groups that do not multiply to the job is refused.

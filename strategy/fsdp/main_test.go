@@ -19,6 +19,7 @@ import (
 	"github.com/fulgur-ml/fulgur/blas"
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/strategy/fsdp"
 	"github.com/fulgur-ml/fulgur/strategy/strategytest"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
@@ -51,15 +52,31 @@ var programModel = &deepMLP{Sizes: []int{in, 12, 9, out}, Opt: "adam", LR: 0.01}
 // runProgram trains programModel through the trainer with the strategy
 // named by -strategy on -devices processes (rows strided across ranks, in
 // order), and writes the final checkpoint to -ckpt.
-func runProgram(ctx context.Context, args []string) error {
+func runProgram(ctx context.Context, args []string) (err error) {
 	fs := flag.NewFlagSet("program", flag.ContinueOnError)
 	strat := fs.String("strategy", "single", "")
 	devices := fs.Int("devices", 1, "")
 	batch := fs.Int("batch", 4, "per-rank batch")
 	ckpt := fs.String("ckpt", "", "checkpoint written after Fit")
 	mark := fs.String("mark", "", "each process writes rank_<rank> here after Fit")
+	epochs := fs.Int("epochs", 2, "")
+	sharded := fs.Bool("sharded", false, "write the checkpoint sharded (Config.ShardedCheckpoint)")
+	resume := fs.String("resume", "", "checkpoint Fit resumes from")
+	errs := fs.String("errors", "", "each process writes its error to err_<rank> here")
+	accum := fs.Int("accum", 1, "AccumulateGradBatches")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *errs != "" {
+		defer func() {
+			if err != nil {
+				rank := os.Getenv("RANK") // set for the ranks the launcher started
+				if rank == "" {
+					rank = "0"
+				}
+				os.WriteFile(filepath.Join(*errs, "err_"+rank), []byte(err.Error()), 0o644)
+			}
+		}()
 	}
 	ds, err := strategytest.Regression(48, in, out, 1)
 	if err != nil {
@@ -74,15 +91,21 @@ func runProgram(ctx context.Context, args []string) error {
 		return err
 	}
 	defer os.RemoveAll(root)
-	tr, err := trainer.New(trainer.Config{MaxEpochs: 2, Seed: 5, Strategy: *strat, Devices: *devices,
+	tr, err := trainer.New(trainer.Config{MaxEpochs: *epochs, Seed: 5, Strategy: *strat, Devices: *devices, ShardedCheckpoint: *sharded, AccumulateGradBatches: *accum,
 		Out: io.Discard, EnableProgressBar: trainer.Bool(false), DefaultRootDir: root})
 	if err != nil {
 		return err
 	}
-	if err := tr.Fit(ctx, programModel, train, nil); err != nil {
+	// Torn down after a failed Fit too: rank 0 then waits for the ranks it
+	// started.
+	defer tr.Teardown(ctx)
+	var opts []trainer.FitOption
+	if *resume != "" {
+		opts = append(opts, trainer.FromCheckpoint(*resume))
+	}
+	if err := tr.Fit(ctx, programModel, train, nil, opts...); err != nil {
 		return err
 	}
-	defer tr.Teardown(ctx)
 	if *mark != "" {
 		rank := os.Getenv("RANK") // set for the ranks the launcher started
 		if tr.IsGlobalZero() {
@@ -106,6 +129,24 @@ func program(t *testing.T, args ...string) {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("%v: %v\n%s", args, err, out.String())
 	}
+}
+
+// programFails runs the program as program does, wanting it to fail, and
+// returns its output.
+func programFails(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Env = append(os.Environ(), programEnv+"=1", "FULGUR_TIMEOUT=60s")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("%v: succeeded, want it to fail\n%s", args, out)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("%v: still running after 120 s\n%s", args, out)
+	}
+	return string(out)
 }
 
 func weights(t *testing.T, path string) *module.Store { return loadInto(t, programModel, path) }
@@ -147,14 +188,43 @@ func TestFSDPByNameInTwoProcesses(t *testing.T) {
 		}
 	}
 	program(t, "-strategy", "single", "-devices", "1", "-batch", "8", "-ckpt", want)
-	g, w := weights(t, got).Data32(), weights(t, want).Data32()
+	sameWeights(t, "fsdp on 2 processes", weights(t, got).Data32(), "one device", weights(t, want).Data32())
+}
+
+// sameWeights fails t unless the weights got (of what) are want's (of
+// than) within float32 tolerance, and logs the largest difference.
+func sameWeights(t *testing.T, what string, got []float32, than string, want []float32) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d weights, %s %d", what, len(got), than, len(want))
+	}
 	worst := 0.0
-	for i := range w {
-		d := math.Abs(float64(g[i] - w[i]))
+	for i, w := range want {
+		d := math.Abs(float64(got[i] - w))
 		worst = math.Max(worst, d)
-		if d > 1e-5+1e-4*math.Abs(float64(w[i])) {
-			t.Fatalf("parameter %d after 2 epochs: fsdp on 2 processes %g, one device %g", i, g[i], w[i])
+		if d > 1e-5+1e-4*math.Abs(float64(w)) {
+			t.Fatalf("weight %d after 2 epochs: %s %g, %s %g", i, what, got[i], than, w)
 		}
 	}
-	t.Logf("largest difference from one device: %.3g", worst)
+	t.Logf("%s: largest difference from %s: %.3g", what, than, worst)
+}
+
+// The trainer's gradient accumulation (3 batches a step) on 2 fsdp
+// processes, with micro-batches that reduce-scatter nothing (the default)
+// and with FULGUR_FSDP_SYNC_MICROBATCHES=1, trains as one device does with
+// the same global batches.
+func TestFSDPAccumulatesInTwoProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	dir := t.TempDir()
+	want := filepath.Join(dir, "single.ckpt")
+	program(t, "-strategy", "single", "-devices", "1", "-batch", "4", "-accum", "3", "-ckpt", want)
+	w := weights(t, want).Data32()
+	for _, sync := range []string{"0", "1"} {
+		t.Setenv(fsdp.EnvSyncMicroBatches, sync)
+		got := filepath.Join(dir, "fsdp"+sync+".ckpt")
+		program(t, "-strategy", "fsdp", "-devices", "2", "-batch", "2", "-accum", "3", "-ckpt", got)
+		sameWeights(t, fsdp.EnvSyncMicroBatches+"="+sync+" on 2 processes", weights(t, got).Data32(), "one device", w)
+	}
 }

@@ -22,6 +22,14 @@ const (
 	// EnvPrefetch is "1" (default: gather the next unit while this one
 	// computes) or "0".
 	EnvPrefetch = "FULGUR_FSDP_PREFETCH"
+	// EnvSyncMicroBatches is "0" (default: micro-batches of an accumulation
+	// window keep the whole model's gradient locally and communicate
+	// nothing, PyTorch's no_sync) or "1" (reduce-scatter every micro-batch,
+	// gradients stay at 1/N): Config.SyncMicroBatches.
+	EnvSyncMicroBatches = "FULGUR_FSDP_SYNC_MICROBATCHES"
+	// EnvCPUOffload is "1" to ask for the shards in host memory, where
+	// they always are in this build (a no-op, logged): Config.CPUOffload.
+	EnvCPUOffload = "FULGUR_FSDP_CPU_OFFLOAD"
 )
 
 func init() { strategy.Register("fsdp", fromOptions) }
@@ -78,5 +86,7 @@ func configFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	}
 	cfg.KeepAfterForward = !flag(EnvReshardAfterForward, true)
 	cfg.NoPrefetch = !flag(EnvPrefetch, true)
+	cfg.SyncMicroBatches = flag(EnvSyncMicroBatches, false)
+	cfg.CPUOffload = flag(EnvCPUOffload, false)
 	return cfg, errors.Join(errs...)
 }
