@@ -1,7 +1,7 @@
 package trainer
 
 // The strategies fulgur ships register their names (Config.Strategy:
-// "single", "dp", "ddp", "ddp_spawn", "sharded", "fsdp") with package
+// "single", "dp", "ddp", "ddp_spawn", "sharded", "fsdp", "fsdp_hybrid_shard") with package
 // strategy when strategy/single, strategy/dp, strategy/ddp and strategy/fsdp
 // are linked. The trainer
 // links them here, at its construction, so that a program that names a
