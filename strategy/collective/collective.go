@@ -114,7 +114,13 @@ func (e *Error) Error() string {
 	if e.Peer >= 0 {
 		s += fmt.Sprintf(": rank %d", e.Peer)
 	}
-	return s + ": " + e.Err.Error()
+	s += ": " + e.Err.Error()
+	if len(e.Group) > 0 {
+		// The cause comes from the sub-group's backend, which numbers its
+		// ranks from 0.
+		s += fmt.Sprintf(" (the sub-group's ranks 0..%d are global ranks %s)", len(e.Group)-1, rankList(e.Group))
+	}
+	return s
 }
 
 func (e *Error) Unwrap() error { return e.Err }

@@ -49,9 +49,6 @@ type Layout struct {
 	Members []int
 	// Rank is this rank's index in Members (-1 for NoGroup).
 	Rank int
-	// Leaders holds, for every parent rank, the parent rank that is rank 0
-	// of its sub-group (-1 for a rank in none).
-	Leaders []int
 }
 
 // SplitWith implements Splitter.Split for a backend: it all-gathers every
@@ -78,34 +75,27 @@ func SplitWith(ctx context.Context, parent Collective, color, key int, build fun
 			return nil, fmt.Errorf("collective: split: rank %d passed color %.0f and key %.0f: use a color of 0 to %d, or NoGroup (%d) to join no sub-group, and a key of magnitude at most %d", r, recv[w*r+1], recv[w*r+2], maxSplitValue, NoGroup, maxSplitValue)
 		}
 	}
-	l := Layout{Color: color, Rank: -1, Leaders: make([]int, n)}
+	l := Layout{Color: color, Rank: -1}
+	// This rank's sub-group: the ranks that passed its color, by key then
+	// rank (as MPI_Comm_split orders them).
 	type member struct{ key, rank int }
-	byColor := map[int][]member{}
+	var ms []member
 	for r := range n {
-		c := int(recv[w*r+1])
-		if c != NoGroup {
-			byColor[c] = append(byColor[c], member{int(recv[w*r+2]), r})
+		if c := int(recv[w*r+1]); c == color && c != NoGroup {
+			ms = append(ms, member{int(recv[w*r+2]), r})
 		}
 	}
-	for r := range l.Leaders {
-		l.Leaders[r] = -1
-	}
-	for c, ms := range byColor {
-		sort.Slice(ms, func(i, j int) bool {
-			if ms[i].key != ms[j].key {
-				return ms[i].key < ms[j].key
-			}
-			return ms[i].rank < ms[j].rank
-		})
-		for _, m := range ms {
-			l.Leaders[m.rank] = ms[0].rank
-			if c == color {
-				if m.rank == self {
-					l.Rank = len(l.Members)
-				}
-				l.Members = append(l.Members, m.rank)
-			}
+	sort.Slice(ms, func(i, j int) bool {
+		if ms[i].key != ms[j].key {
+			return ms[i].key < ms[j].key
 		}
+		return ms[i].rank < ms[j].rank
+	})
+	for _, m := range ms {
+		if m.rank == self {
+			l.Rank = len(l.Members)
+		}
+		l.Members = append(l.Members, m.rank)
 	}
 	sub, err := build(ctx, l)
 	if err != nil {
