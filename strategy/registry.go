@@ -43,14 +43,15 @@ func Register(name string, f Factory) {
 // shipped names the package whose init registers each strategy fulgur
 // ships; New names it when a program asks for one without linking it.
 var shipped = map[string]string{
-	"single":         "github.com/fulgur-ml/fulgur/strategy/single",
-	"dp":             "github.com/fulgur-ml/fulgur/strategy/dp",
-	"ddp":            "github.com/fulgur-ml/fulgur/strategy/ddp",
-	"ddp_spawn":      "github.com/fulgur-ml/fulgur/strategy/ddp",
-	"sharded":        "github.com/fulgur-ml/fulgur/strategy/sharded",
-	"sharded_stage1": "github.com/fulgur-ml/fulgur/strategy/sharded",
-	"sharded_stage2": "github.com/fulgur-ml/fulgur/strategy/sharded",
-	"fsdp":           "github.com/fulgur-ml/fulgur/strategy/fsdp",
+	"single":            "github.com/fulgur-ml/fulgur/strategy/single",
+	"dp":                "github.com/fulgur-ml/fulgur/strategy/dp",
+	"ddp":               "github.com/fulgur-ml/fulgur/strategy/ddp",
+	"ddp_spawn":         "github.com/fulgur-ml/fulgur/strategy/ddp",
+	"sharded":           "github.com/fulgur-ml/fulgur/strategy/sharded",
+	"sharded_stage1":    "github.com/fulgur-ml/fulgur/strategy/sharded",
+	"sharded_stage2":    "github.com/fulgur-ml/fulgur/strategy/sharded",
+	"fsdp":              "github.com/fulgur-ml/fulgur/strategy/fsdp",
+	"fsdp_hybrid_shard": "github.com/fulgur-ml/fulgur/strategy/fsdp",
 }
 
 // Known reports whether name can be passed to New.

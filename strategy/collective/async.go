@@ -138,6 +138,22 @@ func (g *asyncGroup) Barrier(ctx context.Context) error {
 	return g.do(ctx, func(ctx context.Context) error { return g.c.Barrier(ctx) })
 }
 
+// Split runs the wrapped Collective's Split in its place among this
+// group's operations.
+func (g *asyncGroup) Split(ctx context.Context, color, key int) (Collective, error) {
+	s, ok := g.c.(Splitter)
+	if !ok {
+		return nil, fmt.Errorf("collective: split: %T cannot split its group (it does not implement collective.Splitter)", g.c)
+	}
+	var sub Collective
+	err := g.do(ctx, func(ctx context.Context) error {
+		var err error
+		sub, err = s.Split(ctx, color, key)
+		return err
+	})
+	return sub, err
+}
+
 // Unwrap returns the wrapped Collective (for backend-specific abilities).
 func (g *asyncGroup) Unwrap() Collective { return g.c }
 

@@ -100,14 +100,27 @@ type Error struct {
 	Seq     uint64 // the group's operation counter (1 = first operation)
 	Peer    int    // the peer at fault, or -1 when none is known
 	Err     error  // cause; wraps one of the sentinels above
+	// Group, for an error of a sub-group (Splitter), lists the global ranks
+	// of its members; Self and Peer are then global ranks too. nil for a
+	// group built directly.
+	Group []int
 }
 
 func (e *Error) Error() string {
 	s := fmt.Sprintf("collective/%s: rank %d: %s #%d", e.Backend, e.Self, e.Kind, e.Seq)
+	if e.Group != nil {
+		s = fmt.Sprintf("collective/%s: rank %d of sub-group %s: %s #%d", e.Backend, e.Self, rankList(e.Group), e.Kind, e.Seq)
+	}
 	if e.Peer >= 0 {
 		s += fmt.Sprintf(": rank %d", e.Peer)
 	}
-	return s + ": " + e.Err.Error()
+	s += ": " + e.Err.Error()
+	if len(e.Group) > 0 {
+		// The cause comes from the sub-group's backend, which numbers its
+		// ranks from 0.
+		s += fmt.Sprintf(" (the sub-group's ranks 0..%d are global ranks %s)", len(e.Group)-1, rankList(e.Group))
+	}
+	return s
 }
 
 func (e *Error) Unwrap() error { return e.Err }

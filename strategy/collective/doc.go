@@ -53,6 +53,35 @@
 // as long as each rank submits in the same order. Every backend in this module returns values already wrapped,
 // so c.(collective.Async) always succeeds for them.
 //
+// # Sub-groups
+//
+// A group splits into sub-groups as MPI_Comm_split and
+// torch.distributed.new_group do (hybrid sharding: shard within a node,
+// replicate across nodes). Every backend's value implements Splitter:
+//
+//	type Splitter interface {
+//	    Split(ctx context.Context, color, key int) (Collective, error)
+//	}
+//
+// Every rank of the group calls Split in the same place of its sequence of
+// operations; the ranks passing one color form a sub-group, ordered by key
+// then rank. NewGroups(ctx, c, [][]int{{0, 1}, {2, 3}}) does it by rank
+// lists (a rank's new rank is its place in its list) and Subgroup by one
+// list. A rank in no sub-group (color NoGroup, or in no list) gets an error
+// wrapping ErrNotMember. The ranks compare their inputs before anything
+// else: a rank named twice or outside the group, lists that differ between
+// ranks (order included) or a bad color are an error on every rank, naming
+// the value, and the group stays usable.
+//
+// A sub-group has connections of its own (tcp, shm and nccl meet anew
+// through rendezvous.Split, the leader's address sent over the parent; mpi
+// calls MPI_Comm_split; inproc shares a new group in process), so its
+// operations run independently of the parent's and its siblings', at the
+// same time from other goroutines, and it has its own Close. Its errors
+// name global ranks: Error.Self and Error.Peer are ranks of the first
+// group split, Error.Group the sub-group's members, and Members(c) lists
+// them. Backends implement Split with SplitWith.
+//
 // # Faults
 //
 // A peer that dies, closes, or sends nothing for the backend's timeout

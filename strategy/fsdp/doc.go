@@ -34,17 +34,25 @@
 // configuration serves every machine, and Setup logs one line saying it
 // changes nothing.
 //
-// Config.ShardGroup and Config.ReplicaGroup make it HYBRID_SHARD: sharded
-// within one group of ranks (a node), replicated across the other (one rank
-// per node), the replicas' gradients all-reduced after each unit's
-// reduce-scatter. The groups are the caller's: collectives cannot split a
-// group by rank list yet, so there is no "hybrid_shard" by name.
+// Config.Sharding is PyTorch's sharding_strategy: FullShard (default),
+// ShardGradOp (KeepAfterForward), NoShard (replicated, as DDP) and
+// HybridShard: sharded within a node (Config.NodeSize ranks), replicated
+// across nodes, the replicas' gradients all-reduced after each unit's
+// reduce-scatter. HybridShard and NoShard split the job's group into shard
+// and replica groups in Setup (collective.Splitter); Config.ShardGroup and
+// Config.ReplicaGroup give groups of the caller's own instead.
 //
 // Registered as "fsdp", it starts and joins the job's processes as "ddp"
 // does, by building that strategy by name and taking its group over
 // (strategy.GroupJoiner); FULGUR_FSDP_WRAP, FULGUR_FSDP_MIN_UNIT_PARAMS,
 // FULGUR_FSDP_RESHARD_AFTER_FORWARD, FULGUR_FSDP_PREFETCH,
-// FULGUR_FSDP_SYNC_MICROBATCHES and FULGUR_FSDP_CPU_OFFLOAD configure it.
+// FULGUR_FSDP_SYNC_MICROBATCHES, FULGUR_FSDP_CPU_OFFLOAD and
+// FULGUR_FSDP_SHARDING (full_shard, hybrid_shard, shard_grad_op,
+// no_shard) configure it. "fsdp_hybrid_shard" is "fsdp" with hybrid_shard:
+// a node is the launcher's ranks per node (LOCAL_WORLD_SIZE, ranks
+// numbered node by node as torchrun and srun's block distribution number
+// them), FULGUR_FSDP_NODE_SIZE ranks when set, or the whole job when this
+// process launched it.
 //
 // fsdp imports strategy, strategy/replica, strategy/{device, collective}
 // (the engine only through strategy/device/engine), module, data, optim and

@@ -77,6 +77,17 @@ type Config struct {
 	// final barrier). Their sizes multiply to Group's. Neither set: every
 	// rank of Group shares one sharding (FULL_SHARD).
 	ShardGroup, ReplicaGroup collective.Collective
+	// Sharding is PyTorch's sharding_strategy (FullShard by default).
+	// HybridShard and NoShard split Group into shard and replica groups
+	// themselves (collective.Splitter), in place of ShardGroup and
+	// ReplicaGroup; ShardGradOp sets KeepAfterForward.
+	Sharding Sharding
+	// NodeSize is HybridShard's ranks per node: node k holds ranks
+	// k×NodeSize to (k+1)×NodeSize-1, as torchrun, srun's block
+	// distribution and mpirun --map-by slot number them. Built by name it
+	// comes from the launcher (LOCAL_WORLD_SIZE), or is the whole job when
+	// this process launched it.
+	NodeSize int
 	// Wrap is the wrapping policy (WrapLayer by default).
 	Wrap Wrap
 	// MinUnitParams is WrapSize's unit size in elements. 0:
@@ -214,8 +225,12 @@ func newFSDP(cfg Config, joiner strategy.Strategy) (*FSDP, error) {
 	case cfg.ShardGroup != nil && cfg.ShardGroup.Size()*cfg.ReplicaGroup.Size() != cfg.Group.Size():
 		errs = append(errs, fmt.Errorf("ShardGroup has %d ranks and ReplicaGroup %d, but Group has %d: each rank must be in one shard group and one replica group, %d × %d = %d", cfg.ShardGroup.Size(), cfg.ReplicaGroup.Size(), cfg.Group.Size(), cfg.ShardGroup.Size(), cfg.ReplicaGroup.Size(), cfg.ShardGroup.Size()*cfg.ReplicaGroup.Size()))
 	}
+	errs = append(errs, shardingProblems(cfg, worldOf(cfg, joiner), joiner != nil)...)
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("strategy fsdp: %w", errors.Join(errs...))
+	}
+	if cfg.Sharding == ShardGradOp {
+		cfg.KeepAfterForward = true
 	}
 	if cfg.MinUnitParams == 0 {
 		cfg.MinUnitParams = DefaultMinUnitParams
@@ -326,6 +341,9 @@ func (f *FSDP) Setup(ctx context.Context, su strategy.Setup) error {
 	f.sc = f.c
 	if f.cfg.ShardGroup != nil {
 		f.sc, f.rc = collective.WithAsync(f.cfg.ShardGroup), collective.WithAsync(f.cfg.ReplicaGroup)
+	}
+	if err := f.splitForSharding(ctx); err != nil {
+		return f.fail("setup", err)
 	}
 	// Every rank initialises its shard from rank 0's seed: the model is
 	// rank 0's without ever being whole anywhere.

@@ -59,6 +59,7 @@ func RunAllWith(t *testing.T, newGroup NewGroup, o Options) {
 	for n := 2; n <= min(4, o.MaxRanks); n++ {
 		t.Run(fmt.Sprintf("ranks=%d/Sizes", n), func(t *testing.T) { s.sizes(t, n) })
 	}
+	t.Run("Split", s.splitCases)
 	t.Run("100MB", func(t *testing.T) {
 		if testing.Short() {
 			t.Skip("100 MB all-reduce skipped with -short")
@@ -90,6 +91,7 @@ func RunRank(t *testing.T, c collective.Collective) {
 			t.Fatalf("rank %d: %v", c.Rank(), err)
 		}
 	})
+	t.Run("Split", func(t *testing.T) { splitRank(t, c) })
 	t.Run("Mismatch", func(t *testing.T) {
 		if c.Size() < 2 {
 			t.Skip("one rank cannot disagree with itself")

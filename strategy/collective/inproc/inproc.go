@@ -79,7 +79,7 @@ func NewGroup(n int, opts ...Option) ([]collective.Collective, error) {
 			return nil, fmt.Errorf("inproc: DelayRank(%d): rank outside the group of %d", r, n)
 		}
 	}
-	g := &group{n: n, cfg: cfg, rounds: map[uint64]*round{}, dead: make(chan struct{}), deadRank: -1}
+	g := newGroup(n, cfg)
 	out := make([]collective.Collective, n)
 	for r := range out {
 		out[r] = collective.WithAsync(&member{g: g, rank: r})
@@ -87,9 +87,15 @@ func NewGroup(n int, opts ...Option) ([]collective.Collective, error) {
 	return out, nil
 }
 
+func newGroup(n int, cfg config) *group {
+	return &group{n: n, cfg: cfg, rounds: map[uint64]*round{}, dead: make(chan struct{}), deadRank: -1}
+}
+
 type group struct {
 	n   int
 	cfg config
+	// children are the sub-groups of its splits (Split), by split and color.
+	children map[splitKey]*pending
 
 	mu       sync.Mutex
 	rounds   map[uint64]*round
@@ -114,6 +120,7 @@ type member struct {
 	g      *group
 	rank   int
 	seq    uint64
+	splits uint64 // Split calls so far
 	closed atomic.Bool
 }
 

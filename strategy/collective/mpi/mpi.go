@@ -22,15 +22,17 @@ static MPI_Comm fl_null(void) { return MPI_COMM_NULL; }
 static int fl_undefined(void) { return MPI_UNDEFINED; }
 static void *fl_in_place(void) { return MPI_IN_PLACE; }
 
-static int fl_init(void) {
+// fl_init asks for MPI_THREAD_MULTIPLE: the groups of a split (sub-groups)
+// run their operations at the same time, from their own goroutines.
+static int fl_init(int *provided) {
 	int done = 0;
 	MPI_Initialized(&done);
-	if (done) return MPI_SUCCESS;
-	int provided;
-	int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
+	if (done) return MPI_Query_thread(provided);
+	int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, provided);
 	if (rc != MPI_SUCCESS) return rc;
 	return MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 }
+static int fl_thread_multiple(void) { return MPI_THREAD_MULTIPLE; }
 
 static int fl_errstr(int rc, char *buf, int n) {
 	int len = 0;
@@ -58,11 +60,17 @@ var ErrUnavailable = errors.New("mpi: unavailable")
 var (
 	initOnce sync.Once
 	initErr  error
+	// threadMultiple: MPI lets several threads call it at once, which
+	// sub-groups (Split) need.
+	threadMultiple bool
 )
 
 func initMPI() error {
 	initOnce.Do(func() {
-		if rc := C.fl_init(); rc != C.MPI_SUCCESS {
+		var provided C.int
+		rc := C.fl_init(&provided)
+		threadMultiple = provided >= C.fl_thread_multiple()
+		if rc != C.MPI_SUCCESS {
 			initErr = fmt.Errorf("%w: MPI_Init_thread: %s", ErrUnavailable, errString(rc))
 		}
 	})
@@ -149,11 +157,15 @@ func Split(n int) (collective.Group, error) {
 }
 
 func wrap(comm C.MPI_Comm) (collective.Group, error) {
+	return collective.WithAsync(newGroup(comm)), nil
+}
+
+func newGroup(comm C.MPI_Comm) *Group {
 	C.MPI_Comm_set_errhandler(comm, C.MPI_ERRORS_RETURN)
 	var r, s C.int
 	C.MPI_Comm_rank(comm, &r)
 	C.MPI_Comm_size(comm, &s)
-	return collective.WithAsync(&Group{comm: comm, rank: int(r), size: int(s)}), nil
+	return &Group{comm: comm, rank: int(r), size: int(s)}
 }
 
 func (g *Group) Rank() int { return g.rank }

@@ -162,6 +162,7 @@ func Available(cfg Config) error {
 type Comm struct {
 	lib        *Lib
 	cfg        Config
+	rv         *rendezvous.Rendezvous // the ranks' meeting, kept for Split
 	rank, size int
 	comm       uintptr
 	stream     uintptr
@@ -232,7 +233,7 @@ func NewComm(ctx context.Context, rv *rendezvous.Rendezvous, cfg Config) (*Comm,
 		return nil, fmt.Errorf("nccl: rank 0 sent a unique id of %d bytes, want %d", len(all[0])-1, len(id.internal))
 	}
 	copy(id.internal[:], all[0][1:])
-	c := &Comm{lib: lib, cfg: cfg, rank: rv.Rank(), size: rv.Size()}
+	c := &Comm{lib: lib, cfg: cfg, rv: rv, rank: rv.Rank(), size: rv.Size()}
 	// CUDA's current device is per OS thread: keep this goroutine on one.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()

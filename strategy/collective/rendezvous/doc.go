@@ -23,6 +23,11 @@
 // connections between two ranks (tcp's ring), authenticated the same way,
 // refusing and logging strangers, garbage and wrong ranks on the data port.
 //
+// Split makes a sub-group's rendezvous (collective.Splitter in tcp, shm
+// and nccl): its first member listens on a fresh port, every rank of the
+// parent learns the address over the parent's own collective, and the
+// members meet as a job of their own, with the parent's token and TLS.
+//
 // TLS: with Config.TLS (NewTLS, LoadTLS, or TLSFromEnv reading
 // FULGUR_TLS_CERT, FULGUR_TLS_KEY and FULGUR_TLS_CA), every connection,
 // star and data, runs TLS 1.3 with mutual authentication against the job's

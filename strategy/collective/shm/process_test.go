@@ -67,6 +67,10 @@ func worker() int {
 		fmt.Println("ERROR", err)
 		return 1
 	}
+	if g, err = splitIfAsked(ctx, g); err != nil {
+		fmt.Println("ERROR", err)
+		return 1
+	}
 	buf := make([]float32, 2<<20)
 	for i := 0; i < 100000; i++ {
 		if err := g.AllReduce(ctx, buf, collective.Sum); err != nil {
