@@ -1,6 +1,8 @@
 package dp
 
 import (
+	"context"
+	"fmt"
 	"sync"
 
 	"github.com/fulgur-ml/fulgur/data"
@@ -22,8 +24,9 @@ type backwardGate struct {
 	rows    []int
 	total   int
 	hook    func(loss float64) error
-	hookErr error // the hook's error in the current step
-	err     error // a replica failed: the others stop waiting
+	ctx     context.Context // of the current step: waits end with it
+	hookErr error           // the hook's error in the current step
+	err     error           // a replica failed: the others stop waiting
 	pass    []func(loss float64) error
 }
 
@@ -38,13 +41,13 @@ func newBackwardGate(n int) *backwardGate {
 	return g
 }
 
-// begin starts a step run by the replicas given subs, parts of a batch of
-// total rows, with hook to call.
-func (g *backwardGate) begin(hook func(float64) error, subs []data.Batch, total int) {
+// begin starts a step run under ctx by the replicas given subs, parts of
+// a batch of total rows, with hook to call.
+func (g *backwardGate) begin(ctx context.Context, hook func(float64) error, subs []data.Batch, total int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.parties, g.arrived, g.passed, g.total = len(subs), 0, false, total
-	g.hook, g.hookErr, g.err = hook, nil, nil
+	g.ctx, g.hook, g.hookErr, g.err = ctx, hook, nil, nil
 	for i, s := range subs {
 		g.rows[i] = s.Size
 	}
@@ -69,6 +72,9 @@ func (g *backwardGate) arrive(i int, loss float64) error {
 	}
 	g.losses[i] = loss
 	g.arrived++
+	ctx := g.ctx
+	stop := context.AfterFunc(ctx, func() { g.abort(fmt.Errorf("replica %d waits before its backward pass: %w", i, ctx.Err())) })
+	defer stop()
 	if i != 0 {
 		g.cond.Broadcast()
 		for !g.passed && g.err == nil {

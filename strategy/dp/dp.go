@@ -204,7 +204,7 @@ func (d *DP) trainStep(ctx context.Context, b *data.Batch, o strategy.TrainOptio
 		d.sync.begin(n)
 	}
 	if o.BeforeBackward != nil {
-		d.gate.begin(o.BeforeBackward, d.subs[:n], b.Size)
+		d.gate.begin(ctx, o.BeforeBackward, d.subs[:n], b.Size)
 	}
 	err := d.parallel(ctx, n, func(i int) error {
 		// Each replica's mean-loss gradient is weighted by its share of the

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
@@ -187,4 +188,36 @@ func BeforeBackward(t *testing.T, f Factory, n int) {
 	if err != nil {
 		t.Error(err)
 	}
+	if P == 1 {
+		return
+	}
+
+	// An error on one rank alone fails every rank: the others, past their
+	// own hooks, learn it from their reductions.
+	strats = f(t, n)
+	mods = setup(strats)
+	t.Cleanup(func() {
+		Each(strats, func(_ int, s strategy.Strategy) error { return s.Teardown(context.Background()) })
+	})
+	start := time.Now()
+	errs := make([]error, P)
+	Each(strats, func(r int, s strategy.Strategy) error {
+		o := strategy.TrainOptions{Sync: true, Scale: 1, BeforeBackward: func(float64) error {
+			if r == 0 {
+				return refused
+			}
+			return nil
+		}}
+		_, errs[r] = s.Step(ctx, module.Train, Shard(b, r, P), o)
+		if errs[r] == nil {
+			_, errs[r] = s.OptimizerStep(ctx, strategy.OptimizerOptions{})
+		}
+		return nil
+	})
+	for r, err := range errs {
+		if err == nil {
+			t.Errorf("rank %d: Step and OptimizerStep succeeded, but rank 0's hook failed", r)
+		}
+	}
+	t.Logf("every rank failed after %v: %v", time.Since(start), errs)
 }
