@@ -75,10 +75,11 @@ type TrainBatchEnder interface {
 }
 
 // BeforeBackwarder sees each training micro-batch's loss (Lightning's
-// on_before_backward). The forward and backward passes run as one compiled
-// graph, so the hook is called once that pass has run: the gradients of
-// the micro-batch are computed but not yet reduced across ranks nor
-// applied.
+// on_before_backward), once the forward pass has computed it and before
+// any op of the backward pass runs: no gradient of the micro-batch exists
+// yet. Every rank of ddp, sharded and fsdp sees its own loss; dp calls it
+// once per micro-batch with the replicas' losses averaged by rows. An error
+// ends the step before its backward pass.
 type BeforeBackwarder interface {
 	OnBeforeBackward(ctx context.Context, loss float64) error
 }

@@ -69,6 +69,18 @@ type TrainOptions struct {
 	// batch index); randomness inside the graph, such as dropout masks, is
 	// drawn from the replica's seed and Key, so a resumed run repeats it.
 	Key uint64
+	// BeforeBackward, when set, is called once per Step, after the forward
+	// pass has computed the loss and before any op of the backward pass
+	// runs (the trainer's OnBeforeBackward hooks, Lightning's
+	// on_before_backward), with the loss Step returns: with one process per
+	// rank (ddp, sharded, fsdp) every rank calls it with its own loss, as
+	// Lightning's DDP does; DP, whose replicas share one process, calls it
+	// once, with the replicas' losses averaged by rows, as one device would
+	// see the batch's, every replica waiting before its backward pass. An
+	// error ends the step without a backward pass and Step returns it,
+	// wrapped. Set it to a function bound once: Step calls it without
+	// allocating.
+	BeforeBackward func(loss float64) error
 }
 
 // StepResult is what one Step returns for this process.

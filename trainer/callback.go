@@ -38,11 +38,17 @@ type TrainBatchEndHook interface {
 }
 
 // BeforeBackwardHook runs for each training micro-batch with its loss
-// (Lightning's on_before_backward). fulgur runs the forward and backward
-// passes as one compiled graph, so the hook is called once that pass has
-// run: the micro-batch's gradients exist but are not yet reduced across
-// ranks nor applied, and the hook cannot change them. A Stop it returns
-// takes effect at the batch end.
+// (Lightning's on_before_backward): the strategy's Step calls it once the
+// forward pass has computed the loss and before any op of the backward
+// pass runs, so no gradient of the micro-batch exists yet. With ddp,
+// sharded and fsdp it runs on every rank with that rank's loss; with dp
+// once per micro-batch, with the replicas' losses averaged by rows (the
+// loss the step reports). The compiled graph is fixed: the hook sees the
+// loss, it cannot change it. An error ends the step before its backward
+// pass and Fit returns it, naming the hook; a Stop takes effect at the
+// batch end, after the step's backward pass and optimizer step. (A
+// strategy of one's own that does not call strategy.TrainOptions'
+// BeforeBackward gets the hook after its Step.)
 type BeforeBackwardHook interface {
 	OnBeforeBackward(ctx context.Context, s *State, loss float64) error
 }

@@ -36,10 +36,14 @@ type fitRun struct {
 	trainDur time.Duration
 
 	// The per-step hooks that some module or callback implements, and
-	// what they need during an optimizer step.
+	// what they need during a step.
 	beforeBackward, beforeStep, afterStep bool
-	ctx                                   context.Context // of the optimizer step in progress
+	ctx                                   context.Context // of the step or optimizer step in progress
 	hookStop                              error           // a Stop from a per-step hook, for the batch end
+	// backwardHook is TrainOptions.BeforeBackward, nil when no hook wants
+	// it; backwardHooked records that the strategy called it in this step.
+	backwardHook   func(loss float64) error
+	backwardHooked bool
 }
 
 func (t *Trainer) newFitRun(m module.Module, train, val *data.Loader) *fitRun {
@@ -57,6 +61,9 @@ func (t *Trainer) newFitRun(m module.Module, train, val *data.Loader) *fitRun {
 	if f.beforeStep || t.cfg.LogGradNorm {
 		// Bound once: the strategy calls it every step.
 		f.stepOpts.BeforeUpdate = f.beforeUpdate
+	}
+	if f.beforeBackward {
+		f.backwardHook = f.beforeBackwardHook
 	}
 	return f
 }

@@ -39,15 +39,19 @@ func (f *fitRun) trainBatch(ctx context.Context, epoch, bi, nb int, b *data.Batc
 func (f *fitRun) forwardBackward(ctx context.Context, epoch, bi, micro int, last bool, b *data.Batch) (float64, []module.Metric, error) {
 	t, cfg := f.t, &f.t.cfg
 	sp := cfg.Profiler.Start("forward+backward")
-	res, err := t.strat.Step(ctx, module.Train, b, strategy.TrainOptions{Sync: last, Accumulate: micro > 0, Scale: 1 / float64(t.accum), Key: uint64(epoch)<<32 | uint64(bi)})
+	f.ctx, f.backwardHooked = ctx, false
+	res, err := t.strat.Step(ctx, module.Train, b, strategy.TrainOptions{Sync: last, Accumulate: micro > 0, Scale: 1 / float64(t.accum), Key: uint64(epoch)<<32 | uint64(bi), BeforeBackward: f.backwardHook})
+	f.ctx = nil
 	sp.End()
 	loss, metrics := res.Loss, res.Metrics
 	if err != nil {
 		return 0, nil, fmt.Errorf("epoch %d batch %d: %w", epoch, bi, err)
 	}
-	if f.beforeBackward {
-		if err := f.stepHook(t.onBeforeBackward(ctx, f.m, loss)); err != nil {
-			return 0, nil, err
+	if f.backwardHook != nil && !f.backwardHooked {
+		// A strategy that does not call TrainOptions.BeforeBackward: the
+		// hooks run after its pass, as they would after a fused one.
+		if err := f.backwardHook(loss); err != nil {
+			return 0, nil, fmt.Errorf("epoch %d batch %d: %w", epoch, bi, err)
 		}
 	}
 	if math.IsNaN(loss) || math.IsInf(loss, 0) {
@@ -106,6 +110,14 @@ func (f *fitRun) optimizerStep(ctx context.Context, epoch, bi int) error {
 		return f.stepHook(t.onAfterOptimizerStep(ctx, f.m))
 	}
 	return nil
+}
+
+// beforeBackwardHook is the strategy's TrainOptions.BeforeBackward: it
+// receives the step's loss between the forward and the backward pass and
+// calls the BeforeBackward hooks.
+func (f *fitRun) beforeBackwardHook(loss float64) error {
+	f.backwardHooked = true
+	return f.stepHook(f.t.onBeforeBackward(f.ctx, f.m, loss))
 }
 
 // beforeUpdate is the strategy's StepOptions.BeforeUpdate: it receives the

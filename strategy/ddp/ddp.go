@@ -362,6 +362,7 @@ func (d *DDP) trainStep(ctx context.Context, b *data.Batch, o strategy.TrainOpti
 	err := d.dev.Do(ctx, func() error {
 		var err error
 		d.eng.SetRunKey(o.Key)
+		d.eng.SetBeforeBackward(o.BeforeBackward)
 		r, err = d.rep.Run(ctx, module.Train, b, o.Accumulate, scale)
 		return err
 	})

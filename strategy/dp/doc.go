@@ -2,7 +2,9 @@
 // keeps one replica per device, splits each batch between them, and
 // averages their gradients before one optimizer step (Lightning's "dp").
 // Its replicas reduce SyncBatchNorm statistics among themselves
-// (syncbn.go).
+// (syncbn.go), and wait for each other between their forward and backward
+// passes while TrainOptions.BeforeBackward runs once for the batch
+// (beforebackward.go).
 //
 // dp imports strategy, strategy/replica, strategy/device (the engine only
 // through strategy/device/engine) and strategy/collective (its op names);

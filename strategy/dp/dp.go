@@ -61,6 +61,7 @@ type DP struct {
 	metrics []module.Metric
 	counts  [][]float64 // combined count metrics, per metric index
 	sync    *replicaSum // SyncBatchNorm across the replicas; nil for one
+	gate    *backwardGate
 }
 
 // NewDP returns a DP strategy over cfg.Devices.
@@ -102,6 +103,7 @@ func (d *DP) Setup(ctx context.Context, su strategy.Setup) error {
 	d.ran = make([]bool, n)
 	d.subs = make([]data.Batch, n)
 	d.results = make([]engine.Result, n)
+	d.gate = newBackwardGate(n)
 	if d.opt, d.sched, err = su.NewOptimizer(); err != nil {
 		return err
 	}
@@ -163,10 +165,14 @@ func (d *DP) parallel(ctx context.Context, n int, f func(i int) error) error {
 	errs := make([]error, n)
 	do := func(i int) {
 		errs[i] = d.devs[i].Do(ctx, func() error { return f(i) })
-		if errs[i] != nil && d.sync != nil {
+		if errs[i] != nil {
 			// Free the replicas waiting for this one in a SyncBatchNorm
-			// reduction.
-			d.sync.abort(fmt.Errorf("replica %d on %s failed: %w", i, d.devs[i], errs[i]))
+			// reduction or before their backward pass.
+			err := fmt.Errorf("replica %d on %s failed: %w", i, d.devs[i], errs[i])
+			if d.sync != nil {
+				d.sync.abort(err)
+			}
+			d.gate.abort(err)
 		}
 	}
 	var wg sync.WaitGroup
@@ -197,12 +203,22 @@ func (d *DP) trainStep(ctx context.Context, b *data.Batch, o strategy.TrainOptio
 	if d.sync != nil {
 		d.sync.begin(n)
 	}
+	if o.BeforeBackward != nil {
+		d.gate.begin(ctx, o.BeforeBackward, d.subs[:n], b.Size)
+	}
 	err := d.parallel(ctx, n, func(i int) error {
 		// Each replica's mean-loss gradient is weighted by its share of the
 		// batch, so the sum over replicas is the gradient of the whole
 		// batch's mean loss.
 		share := float64(d.subs[i].Size) / float64(b.Size)
 		d.engs[i].Eng.SetRunKey(o.Key)
+		if o.BeforeBackward != nil {
+			// One call for the batch, replica 0 making it once every
+			// replica has its loss; the others wait.
+			d.engs[i].Eng.SetBeforeBackward(d.gate.pass[i])
+		} else {
+			d.engs[i].Eng.SetBeforeBackward(nil)
+		}
 		r, err := d.engs[i].Run(ctx, module.Train, &d.subs[i], d.ran[i], scale*share)
 		d.results[i] = r
 		return err
@@ -213,7 +229,7 @@ func (d *DP) trainStep(ctx context.Context, b *data.Batch, o strategy.TrainOptio
 	loss := 0.0
 	for i := 0; i < n; i++ {
 		d.ran[i] = true
-		loss += d.results[i].Loss * float64(d.subs[i].Size) / float64(b.Size)
+		loss += rowShare(d.results[i].Loss, d.subs[i].Size, b.Size)
 	}
 	if o.Sync {
 		d.reduceGrads()

@@ -557,6 +557,7 @@ func (f *FSDP) trainStep(ctx context.Context, b *data.Batch, o strategy.TrainOpt
 	err := f.dev.Do(ctx, func() error {
 		var err error
 		f.eng.SetRunKey(o.Key)
+		f.eng.SetBeforeBackward(o.BeforeBackward)
 		r, err = f.rep.Run(ctx, module.Train, b, o.Accumulate, f.scale)
 		return err
 	})

@@ -336,6 +336,7 @@ func (s *Sharded) trainStep(ctx context.Context, b *data.Batch, o strategy.Train
 		s.buf.clearGrads()
 	}
 	s.eng.SetRunKey(o.Key)
+	s.eng.SetBeforeBackward(o.BeforeBackward)
 	sp := s.prof.Start("sharded/forward+backward")
 	r, err := s.run(ctx, module.Train, b, o.Accumulate, s.scale)
 	sp.End()

@@ -65,6 +65,7 @@ func (s *Single) Step(ctx context.Context, mode module.Mode, b *data.Batch, o st
 	scale := 1.0
 	if mode == module.Train {
 		s.eng.SetRunKey(o.Key)
+		s.eng.SetBeforeBackward(o.BeforeBackward)
 		if o.Scale != 0 {
 			scale = o.Scale
 		}

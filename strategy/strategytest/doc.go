@@ -6,9 +6,12 @@
 // hold the parameters one device reaches with batch N·b (within a stated
 // float32 tolerance), that every process ends bit-identical, that gradient
 // accumulation, clipping, evaluation, metric reduction, barriers and samplers
-// behave, and that a strategy broadcasts rank 0's initial parameters. It also
-// exports the small module and data the suite uses (MLP, Regression) and the
-// helpers that drive several in-process ranks at once (Each, SetupAll).
+// behave, that a strategy broadcasts rank 0's initial parameters, and that
+// TrainOptions.BeforeBackward runs between the forward and the backward
+// pass (BeforeBackward, also run alone by strategies holding no whole
+// store). It also exports the small modules and data the suite uses (MLP;
+// Tapped, which counts its gradient ops; Regression) and the helpers that
+// drive several in-process ranks at once (Each, SetupAll).
 //
 // strategytest may import strategy, module, data, optim, the inproc
 // collective and fakedevice; it must not import trainer.

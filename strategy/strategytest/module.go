@@ -41,9 +41,12 @@ func (m *MLP) forward(s *module.Step) *G.Node {
 	return G.Must(G.BroadcastHadamardProd(o, s.Buffer("scale"), nil, []byte{0}))
 }
 
-func (m *MLP) loss(s *module.Step) *G.Node {
+func (m *MLP) loss(s *module.Step) *G.Node { return m.lossOf(s, m.forward(s)) }
+
+// lossOf is the mean squared error of the outputs o against "y".
+func (m *MLP) lossOf(s *module.Step, o *G.Node) *G.Node {
 	n := s.BatchSize() * m.Out
-	o := G.Must(G.Reshape(m.forward(s), []int{n}))
+	o = G.Must(G.Reshape(o, []int{n}))
 	y := G.Must(G.Reshape(s.Input("y"), []int{n}))
 	return G.Must(G.Mean(G.Must(G.Square(G.Must(G.Sub(o, y))))))
 }

@@ -59,6 +59,7 @@ func RunAll(t *testing.T, f Factory) {
 				t.Run(fmt.Sprintf("ClipValue/%v", dt), func(t *testing.T) { equivalence(t, f, n, dt, "sgd", strategy.OptimizerOptions{ClipValue: 0.01}, 1) })
 			}
 			t.Run("Eval", func(t *testing.T) { eval(t, f, n) })
+			t.Run("BeforeBackward", func(t *testing.T) { BeforeBackward(t, f, n) })
 			t.Run("Reduce", func(t *testing.T) { reduce(t, f, n) })
 			t.Run("State", func(t *testing.T) { state(t, f, n) })
 			t.Run("Sampler", func(t *testing.T) { sampler(t, f, n) })

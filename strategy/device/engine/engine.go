@@ -40,6 +40,10 @@ type Engine struct {
 	ready  func(offset, n int)
 	shard  *Sharding // nil: the store holds the parameters
 	pool   *unitPool // the sharded engine's unit buffers
+
+	// beforeBackward is called by training runs between the forward and
+	// the backward pass (SetBeforeBackward); nil: not called.
+	beforeBackward func(loss float64) error
 }
 
 type key struct {
@@ -76,11 +80,13 @@ type compiled struct {
 	run        gatherRun // the training run in progress
 }
 
-// gatherRun is what gathering a gradient during a run needs.
+// gatherRun is what gathering a gradient during a run needs, and the
+// run's hook before the backward pass.
 type gatherRun struct {
 	e                  *Engine
 	accumulate, direct bool
 	scale              float64
+	beforeBackward     func(loss float64) error
 }
 
 type gradBinding struct {
@@ -146,6 +152,16 @@ func (e *Engine) Rebind(m module.Module) {
 	e.graphs = map[key]*compiled{}
 }
 
+// SetBeforeBackward makes the next training runs call f with the loss once
+// the forward pass has computed it and before any op of the backward pass
+// runs (Lightning's on_before_backward), on the goroutine running the graph;
+// nil calls nothing. An error from f ends the run without a backward pass
+// and is returned, wrapped. The forward ops the loss does not need (logged
+// metrics) may run after f. On the TapeMachine path (Engine.Tape) the graph
+// runs whole: f is called after it, before its gradients reach the store.
+// Strategies pass TrainOptions.BeforeBackward before each training run.
+func (e *Engine) SetBeforeBackward(f func(loss float64) error) { e.beforeBackward = f }
+
 // SetRunKey sets the key the next training runs draw their in-graph
 // randomness from (see module.Step.RunKey); strategies pass
 // TrainOptions.Key.
@@ -204,7 +220,7 @@ func (e *Engine) Run(ctx context.Context, mode module.Mode, b *data.Batch, accum
 		// Gradients whose op can write into the store do so when they are
 		// wanted as they are (no accumulation, no scaling): no copy after.
 		direct := !accumulate && scale == 1
-		c.run = gatherRun{e: e, accumulate: accumulate, direct: direct, scale: scale}
+		c.run = gatherRun{e: e, accumulate: accumulate, direct: direct, scale: scale, beforeBackward: e.beforeBackward}
 		err := c.exec.run(direct, c)
 		c.run = gatherRun{}
 		if err != nil {
@@ -219,6 +235,13 @@ func (e *Engine) Run(ctx context.Context, mode module.Mode, b *data.Batch, accum
 	}
 	if mode == module.Train {
 		res.Loss = scalar(c.valueOf(c.loss, c.lossVal))
+		if c.exec == nil && e.beforeBackward != nil {
+			// The TapeMachine cannot stop between the passes: the hook
+			// comes after the run, before the gradients are gathered.
+			if err := e.beforeBackward(res.Loss); err != nil {
+				return Result{}, fmt.Errorf("%s step: %w", mode, beforeBackwardErr(err))
+			}
+		}
 		for i := range c.grads {
 			if c.hooks == nil && (c.exec == nil || c.grads[i].step < 0) {
 				e.gatherGrad(c, i, accumulate, scale, false)
@@ -332,6 +355,21 @@ func (c *compiled) stepDone(i int) {
 		r.e.gatherGrad(c, gi, r.accumulate, r.scale, r.direct)
 	}
 }
+
+// forwardDone calls the run's hook before the backward pass with the loss,
+// which the forward steps have computed.
+func (c *compiled) forwardDone() error {
+	f := c.run.beforeBackward
+	if f == nil {
+		return nil
+	}
+	if err := f(scalar(c.exec.value(c.loss))); err != nil {
+		return beforeBackwardErr(err)
+	}
+	return nil
+}
+
+func beforeBackwardErr(err error) error { return fmt.Errorf("before the backward pass: %w", err) }
 
 // gatherGrad writes (or adds) scale×gradient i into the store, unless the
 // executor wrote it there itself on this direct run, and reports it ready.
@@ -610,6 +648,9 @@ func (e *Engine) compile(mode module.Mode, batch int) (c *compiled, err error) {
 	} else if c.exec, err = newExecutor(c.g); err != nil {
 		return nil, fmt.Errorf("%s: %w", stepName(mode), err)
 	} else {
+		if mode == module.Train {
+			c.exec.forwardFirst(loss)
+		}
 		c.bindDirectGrads(e.store)
 		c.scheduleGathers()
 	}

@@ -24,6 +24,10 @@ type executor struct {
 	// hooks, when set, run around every step (a sharded engine's gathers
 	// and gradient reductions: exec_hooks.go).
 	hooks *shardHooks
+	// backwardAt is the first step of a training graph's backward pass
+	// (forwardFirst), where the run calls its stepDone's forwardDone; -1:
+	// not a training graph.
+	backwardAt int
 }
 
 type execStep struct {
@@ -54,8 +58,12 @@ type execStep struct {
 }
 
 // stepDone is told, during a run, that step i (marked with notifyAfter)
-// has run.
-type stepDone interface{ stepDone(i int) }
+// has run, and that the forward pass of a training graph has (forwardDone,
+// before any step of the backward pass; its error ends the run).
+type stepDone interface {
+	stepDone(i int)
+	forwardDone() error
+}
 
 // isRead reports Gorgonia's readOp, whose work the engine does itself.
 func isRead(op G.Op) bool { return fmt.Sprintf("%T", op) == "gorgonia.readOp" }
@@ -67,7 +75,7 @@ func newExecutor(g *G.ExprGraph) (*executor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sort graph: %w", err)
 	}
-	e := &executor{index: make(map[*G.Node]int, len(sorted))}
+	e := &executor{index: make(map[*G.Node]int, len(sorted)), backwardAt: -1}
 	// G.Sort puts outputs first; run from the leaves.
 	for i := len(sorted) - 1; i >= 0; i-- {
 		n := sorted[i]
@@ -122,6 +130,11 @@ func dtypeOf(n *G.Node) (dt tensor.Dtype, err error) {
 // calls done (when not nil) on the calling goroutine.
 func (e *executor) run(direct bool, done stepDone) error {
 	for i := range e.steps {
+		if i == e.backwardAt && done != nil {
+			if err := done.forwardDone(); err != nil {
+				return err
+			}
+		}
 		if e.hooks != nil {
 			if err := e.hooks.before(e, i); err != nil {
 				return err
@@ -161,7 +174,57 @@ func (e *executor) run(direct bool, done stepDone) error {
 		}
 	}
 	clear(e.scratch)
+	if e.backwardAt == len(e.steps) && done != nil {
+		return done.forwardDone()
+	}
 	return nil
+}
+
+// forwardFirst orders the schedule so that the steps computing loss (loss's
+// own and every step it depends on) come first, and makes runs call
+// forwardDone right after them, before any step of the backward pass.
+// Gorgonia seeds the backward pass with a constant, not with the loss, so
+// no edge orders the first gradient ops after the loss: G.Sort happens to
+// list nodes about in the order they were made (the backward pass last),
+// and this makes the split a property of the schedule instead. Moving the
+// loss's steps to the front, each group in its sorted order, keeps every
+// step after its inputs. Forward steps the loss does not need (logged
+// metrics) run after the pause, with the backward pass.
+func (e *executor) forwardFirst(loss *G.Node) {
+	li, ok := e.index[loss]
+	if !ok {
+		e.backwardAt = len(e.steps)
+		return
+	}
+	producer := make([]int, len(e.vals))
+	for i := range producer {
+		producer[i] = -1
+	}
+	for k := range e.steps {
+		producer[e.steps[k].out] = k
+	}
+	need := make([]bool, len(e.steps))
+	for stack := []int{li}; len(stack) > 0; {
+		v := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if k := producer[v]; k >= 0 && !need[k] {
+			need[k] = true
+			stack = append(stack, e.steps[k].in...)
+		}
+	}
+	steps := make([]execStep, 0, len(e.steps))
+	for k := range e.steps {
+		if need[k] {
+			steps = append(steps, e.steps[k])
+		}
+	}
+	e.backwardAt = len(steps)
+	for k := range e.steps {
+		if !need[k] {
+			steps = append(steps, e.steps[k])
+		}
+	}
+	e.steps = steps
 }
 
 // stepOf is the index of the step computing n, -1 when n is no step's

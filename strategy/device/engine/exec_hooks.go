@@ -88,6 +88,9 @@ func (e *Engine) compileSharded(c *compiled, mode module.Mode) (*compiled, error
 	if c.exec, err = newExecutor(c.g); err != nil {
 		return nil, fmt.Errorf("%s: %w", stepName(mode), err)
 	}
+	if mode == module.Train {
+		c.exec.forwardFirst(c.loss)
+	}
 	if c.hooks, err = newShardHooks(e.shard, e.pool, e.store, c); err != nil {
 		return nil, fmt.Errorf("%s: %w", stepName(mode), err)
 	}
