@@ -87,6 +87,10 @@ type Group struct {
 	memMu   sync.RWMutex // watchers read-lock it to touch the mapping; unmap write-locks
 	closing atomic.Bool
 	broken  error
+
+	// scanned, when set (tests), runs in a barrier after a scan of the
+	// counters found a rank behind, before its status is read.
+	scanned func()
 }
 
 var _ collective.Collective = (*Group)(nil)
@@ -289,6 +293,18 @@ func (g *Group) barrier(ctx context.Context, h collective.Header) error {
 				sent = collective.ErrTimeout
 			}
 			return g.fail(h, int(uint32(w))-1, fmt.Errorf("%w: %s", sent, msg))
+		}
+		if g.scanned != nil {
+			g.scanned()
+		}
+		switch atomic.LoadUint32(g.status(behind)) {
+		case statusClosed, statusDead:
+			// The rank may have reached the phase since the scan, passed
+			// this barrier (every other rank had reached it) and closed
+			// or exited: its counter, written before its status, says so.
+			if atomic.LoadUint64(g.counter(behind)) >= target {
+				continue
+			}
 		}
 		switch atomic.LoadUint32(g.status(behind)) {
 		case statusClosed:
