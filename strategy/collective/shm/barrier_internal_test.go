@@ -4,6 +4,7 @@ package shm
 
 import (
 	"context"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -43,5 +44,43 @@ func TestBarrierPassedByAPeerThatThenClosed(t *testing.T) {
 		if err := g.barrier(context.Background(), collective.Header{Kind: collective.KindBarrier, Seq: 2}); err == nil {
 			t.Errorf("status %d: a barrier that rank 0 never reached passed", status)
 		}
+	}
+}
+
+// TestBarrierLetsOtherGoroutinesRunOnOneP: with GOMAXPROCS=1, a rank
+// waiting in a barrier lets the process's other goroutines run (the
+// backward pass producing the next bucket) once its short spin is over,
+// instead of holding the only P through thousands of sched_yield calls.
+func TestBarrierLetsOtherGoroutinesRunOnOneP(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	mem, err := unix.Mmap(-1, 0, fileSize(2), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	g0 := &Group{rank: 0, size: 2, timeout: 10 * time.Second, mem: mem, slot: SlotBytes, oneP: true}
+	g1 := &Group{rank: 1, size: 2, timeout: 10 * time.Second, mem: mem, slot: SlotBytes, oneP: true}
+	var started atomic.Bool
+	scans := 0
+	g0.scanned = func() {
+		if !started.Load() {
+			scans++
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		// The other goroutine: ready to run from the start, but it gets
+		// the P only when rank 0's wait gives it up.
+		started.Store(true)
+		done <- g1.barrier(context.Background(), collective.Header{Kind: collective.KindBarrier, Seq: 1})
+	}()
+	if err := g0.barrier(context.Background(), collective.Header{Kind: collective.KindBarrier, Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if scans > 1000 {
+		t.Errorf("rank 0 scanned the counters %d times before the other goroutine ran: it held the only P past its spin", scans)
 	}
 }
