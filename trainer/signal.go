@@ -162,6 +162,18 @@ const ctxCancelled = 4
 // save a checkpoint and return an *InterruptedError when any rank received
 // a signal or had its context cancelled. With one process it costs an
 // atomic load; with several, one small all-reduce.
+//
+// That all-reduce cannot ride on the next step's gradient reduction, as
+// rank 0's buffers ride on this step's: a hook asks to stop in
+// OnTrainBatchEnd, after the step, and every rank must know before its
+// next OnTrainBatchStart (a hook may change what the step does) and before
+// any later hook sees the weights. The next step's buckets travel only
+// during its backward pass, so riding on them stops every rank one step
+// late, or has them run a step they must then undo, OnTrainBatchStart
+// included. Lightning leaves the agreement to the callbacks that decide
+// (its EarlyStopping all-reduces its decision when it checks), and
+// PyTorch's Join context (uneven inputs) spends an all-reduce of its own
+// per iteration to learn whether a rank has finished.
 func (t *Trainer) agreeStop(ctx context.Context, stop error, boundary bool) (error, error) {
 	code := 0
 	if boundary {
