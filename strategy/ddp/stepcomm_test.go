@@ -2,6 +2,7 @@ package ddp_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -20,6 +21,7 @@ import (
 	"github.com/fulgur-ml/fulgur/nn"
 	"github.com/fulgur-ml/fulgur/optim"
 	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
 	"github.com/fulgur-ml/fulgur/strategy/ddp"
 	"github.com/fulgur-ml/fulgur/strategy/strategytest"
@@ -265,19 +267,8 @@ func TestEveryRankSeesRankZerosBuffers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			group, err := inproc.NewGroup(n, inproc.Timeout(20*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
 			logs := make([]*weightLog, n)
-			trs := make([]*trainer.Trainer, n)
-			errs := make([]error, n)
-			var wg sync.WaitGroup
-			for r := range n {
-				d, err := ddp.NewDDP(ddp.DDPConfig{Group: group[r], Timeout: 20 * time.Second})
-				if err != nil {
-					t.Fatal(err)
-				}
+			trs, errs := fitDDP(t, n, ds, 4, nil, func(r int, _ *ddp.DDP) []trainer.Callback {
 				logs[r] = &weightLog{}
 				if r == tc.stopRank {
 					logs[r].stopAt = 5
@@ -291,26 +282,8 @@ func TestEveryRankSeesRankZerosBuffers(t *testing.T) {
 					}
 					cbs = append(cbs, es)
 				}
-				trs[r], err = trainer.New(trainer.Config{MaxEpochs: 2, Seed: 5, StrategyImpl: d, Callbacks: cbs, ValCheckInterval: 4,
-					Out: io.Discard, EnableProgressBar: trainer.Bool(false), DefaultRootDir: t.TempDir(), HandleSignals: trainer.Bool(false)})
-				if err != nil {
-					t.Fatal(err)
-				}
-				train, err := data.NewLoader(ds, data.LoaderConfig{BatchSize: 8, Shuffle: true, Seed: 3})
-				if err != nil {
-					t.Fatal(err)
-				}
-				val, err := data.NewLoader(ds, data.LoaderConfig{BatchSize: 16})
-				if err != nil {
-					t.Fatal(err)
-				}
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					errs[r] = trs[r].Fit(context.Background(), &bnModule{}, train, val)
-				}()
-			}
-			wg.Wait()
+				return cbs
+			})
 			for r, err := range errs {
 				if err != nil {
 					t.Fatalf("rank %d: %v", r, err)
@@ -332,6 +305,204 @@ func TestEveryRankSeesRankZerosBuffers(t *testing.T) {
 			}
 			if len(logs[0].seen) < tc.wantStep {
 				t.Errorf("the callback saw %d points, want %d batch ends at least", len(logs[0].seen), tc.wantStep)
+			}
+		})
+	}
+}
+
+// opsAtBatchEnd records, at every batch end, the collectives its rank has
+// run so far.
+type opsAtBatchEnd struct {
+	rec  *recorder
+	seen [][]string
+}
+
+func (o *opsAtBatchEnd) Name() string { return "opsAtBatchEnd" }
+
+func (o *opsAtBatchEnd) OnTrainBatchEnd(ctx context.Context, s *trainer.State) error {
+	o.rec.mu.Lock()
+	defer o.rec.mu.Unlock()
+	o.seen = append(o.seen, slices.Clone(o.rec.ops))
+	return nil
+}
+
+// TestTrainerStepCollectives: a training step of DDP under the trainer,
+// from one batch end to the next (no validation, logging or checkpoint in
+// between), runs the gradient buckets, which carry rank 0's buffers, and
+// one all-reduce of the ranks' stop flags: no broadcast of buffers, and no
+// second all-reduce for the stop decision.
+func TestTrainerStepCollectives(t *testing.T) {
+	const n = 2
+	ds, err := strategytest.Regression(8*n*6, 6, 2, 9) // 6 batches of 8 rows per rank
+	if err != nil {
+		t.Fatal(err)
+	}
+	cbs := make([]*opsAtBatchEnd, n)
+	strats := make([]*ddp.DDP, n)
+	_, errs := fitDDP(t, n, ds, 0, func(r int, g collective.Collective) collective.Collective {
+		cbs[r] = &opsAtBatchEnd{rec: &recorder{Collective: g}}
+		return cbs[r].rec
+	}, func(r int, d *ddp.DDP) []trainer.Callback {
+		strats[r] = d
+		return []trainer.Callback{cbs[r]}
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	nb := len(strats[0].Buckets())
+	if nb < 2 {
+		t.Fatalf("%d buckets: the test wants several", nb)
+	}
+	for r, cb := range cbs {
+		if len(cb.seen) != 6 {
+			t.Fatalf("rank %d: %d batch ends, want 6", r, len(cb.seen))
+		}
+		for k := 1; k < len(cb.seen); k++ {
+			step := cb.seen[k][len(cb.seen[k-1]):]
+			var buckets, others []string
+			for _, op := range step {
+				if strings.HasPrefix(op, "all-reduce float32") {
+					buckets = append(buckets, op)
+				} else {
+					others = append(others, op)
+				}
+			}
+			if len(buckets) != nb || len(others) != 1 || !strings.HasPrefix(others[0], "all-reduce float64") {
+				t.Errorf("rank %d, step %d ran %v; want the %d buckets and one all-reduce of the stop flags", r, k+1, step, nb)
+			}
+		}
+	}
+}
+
+// fitDDP fits bnModule with DDP on n ranks (inproc, 256-byte buckets),
+// each in its own goroutine and trainer: two epochs of ds in batches of 8
+// (one when valEvery is 0, without validation), validating every valEvery
+// batches. wrap, when set, wraps each rank's collective; cbs gives each
+// rank's callbacks and sees its strategy; ctxs, when set, is each rank's
+// context for Fit. It returns the trainers and each rank's Fit error.
+func fitDDP(t *testing.T, n int, ds data.Dataset, valEvery int, wrap func(int, collective.Collective) collective.Collective, cbs func(int, *ddp.DDP) []trainer.Callback, ctxs ...context.Context) ([]*trainer.Trainer, []error) {
+	t.Helper()
+	group, err := inproc.NewGroup(n, inproc.Timeout(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	trs := make([]*trainer.Trainer, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		var g collective.Collective = group[r]
+		if wrap != nil {
+			g = wrap(r, g)
+		}
+		d, err := ddp.NewDDP(ddp.DDPConfig{Group: g, BucketBytes: 256, Timeout: 20 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := trainer.Config{MaxEpochs: 2, Seed: 5, StrategyImpl: d, Callbacks: cbs(r, d), ValCheckInterval: valEvery, LogEveryNSteps: 1000,
+			Out: io.Discard, EnableProgressBar: trainer.Bool(false), DefaultRootDir: t.TempDir(), HandleSignals: trainer.Bool(false)}
+		var val *data.Loader
+		if valEvery == 0 {
+			cfg.MaxEpochs = 1
+		} else if val, err = data.NewLoader(ds, data.LoaderConfig{BatchSize: 16}); err != nil {
+			t.Fatal(err)
+		}
+		if trs[r], err = trainer.New(cfg); err != nil {
+			t.Fatal(err)
+		}
+		train, err := data.NewLoader(ds, data.LoaderConfig{BatchSize: 8, Shuffle: true, Seed: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		if ctxs != nil {
+			ctx = ctxs[r]
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = trs[r].Fit(ctx, &bnModule{}, train, val)
+		}()
+	}
+	wg.Wait()
+	return trs, errs
+}
+
+// cancelAt cancels its rank's context at a global step's batch end, and
+// asks to stop there when stop is set.
+type cancelAt struct {
+	step   int
+	cancel context.CancelFunc
+	stop   bool
+}
+
+func (c *cancelAt) Name() string { return "cancelAt" }
+
+func (c *cancelAt) OnTrainBatchEnd(ctx context.Context, s *trainer.State) error {
+	if s.GlobalStep != c.step {
+		return nil
+	}
+	if c.cancel != nil {
+		c.cancel()
+	}
+	if c.stop {
+		return trainer.Stop("asked at step %d", s.GlobalStep)
+	}
+	return nil
+}
+
+// TestStopAgreementCarriesCancellation: one rank's context is cancelled
+// at a step's end: every rank stops there with an *InterruptedError and
+// saves the interrupt checkpoint, the others saying another rank's
+// context was cancelled; a cancellation wins over another rank's Stop at
+// the same step.
+func TestStopAgreementCarriesCancellation(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		stopRank   int // asks to stop at step 3 too (-1: none)
+		cancelRank int
+	}{
+		{"rank 1 cancelled", -1, 1},
+		{"rank 0 stops, rank 1 cancelled", 0, 1},
+		{"rank 0 cancelled, rank 1 stops", 1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const n = 2
+			ds, err := strategytest.Regression(8*n*6, 6, 2, 9)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctxs := make([]context.Context, n)
+			cancels := make([]context.CancelFunc, n)
+			for r := range ctxs {
+				ctxs[r], cancels[r] = context.WithCancel(context.Background())
+				defer cancels[r]()
+			}
+			trs, errs := fitDDP(t, n, ds, 0, nil, func(r int, _ *ddp.DDP) []trainer.Callback {
+				c := &cancelAt{step: 3, stop: r == tc.stopRank}
+				if r == tc.cancelRank {
+					c.cancel = cancels[r]
+				}
+				return []trainer.Callback{c}
+			}, ctxs...)
+			for r, err := range errs {
+				var ie *trainer.InterruptedError
+				if !errors.As(err, &ie) {
+					t.Fatalf("rank %d: Fit returned %v, want an *InterruptedError", r, err)
+				}
+				if r == tc.cancelRank && !errors.Is(err, context.Canceled) {
+					t.Errorf("rank %d: %v, want it to wrap context.Canceled", r, err)
+				}
+				if r != tc.cancelRank && !strings.Contains(err.Error(), "another rank's context was cancelled") {
+					t.Errorf("rank %d: %v, want another rank's cancellation named", r, err)
+				}
+				if ie.GlobalStep != 3 || trs[r].Stats().GlobalStep != 3 {
+					t.Errorf("rank %d stopped at step %d (stats %d), want 3", r, ie.GlobalStep, trs[r].Stats().GlobalStep)
+				}
+				if ie.Checkpoint == "" {
+					t.Errorf("rank %d: no interrupt checkpoint", r)
+				}
 			}
 		})
 	}
