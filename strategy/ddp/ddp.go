@@ -152,7 +152,7 @@ func (o ddpOp) String() string {
 	case opBucket:
 		return fmt.Sprintf("the all-reduce of gradient bucket %d of %d of step %d", o.i, o.n, o.step)
 	case opBuffers:
-		return fmt.Sprintf("the broadcast of buffers at the end of step %d", o.step)
+		return fmt.Sprintf("the all-reduce or broadcast of rank 0's buffers at the end of step %d", o.step)
 	case opReduce:
 		return fmt.Sprintf("a reduce of %d values (logged metrics, the stop decision or predictions) after step %d", o.n, o.step)
 	case opBarrier:
@@ -533,15 +533,15 @@ func dtypeOf(st *module.Store) collective.DType {
 
 // rideBuffers queues the last bucket's all-reduce (buf, its gradients)
 // with the buffers on board, and returns the handle the step waits for
-// before updating that bucket (landRide finishes it). The buffers go as a
-// sum in which rank 0 gives its values and every other rank -0, the one
-// number that leaves every float unchanged when added (+0, -0, NaN
-// included): every rank receives rank 0's buffers bit for bit, as the
-// broadcast gave them, without a round trip of their own. Folded, the
-// gradients are summed too and divided by the world size on landing,
-// which is what every backend's Mean does (a sum, then a division). The
-// buffers are final once the forward pass is done: neither backward nor
-// the update writes them.
+// before updating that bucket (landFold and landBuffers finish it). The
+// buffers go as a sum in which rank 0 gives its values and every other
+// rank -0, the one number that leaves every float unchanged when added
+// (+0, -0, NaN included): every rank receives rank 0's buffers bit for
+// bit, as the broadcast gave them, without a round trip of their own.
+// Folded, the gradients are summed too and divided by the world size on
+// landing, which is what every backend's Mean does (a sum, then a
+// division). The buffers are final once the forward pass is done: neither
+// backward nor the update writes them.
 func (d *DDP) rideBuffers(buf any) collective.Handle {
 	st := d.eng.Store()
 	g := 0
