@@ -112,6 +112,8 @@ type DDP struct {
 	runCtx  context.Context
 	left    []int       // per bucket: elements whose gradient is not ready yet
 	spans   chan queued // queued buckets, to the profiler's comm track (nil: not profiling)
+	// spansDone is closed once commSpans has ended the last run's spans.
+	spansDone chan struct{}
 
 	rank, world int
 	reduceBuf   []float64
@@ -409,7 +411,8 @@ func (d *DDP) beginReduce(ctx context.Context, overlap bool) {
 	}
 	if replica.Profiling(d.prof) {
 		d.spans = make(chan queued, len(d.buckets))
-		go commSpans(d.prof, d.spans)
+		d.spansDone = make(chan struct{})
+		go commSpans(d.prof, d.spans, d.spansDone)
 	}
 }
 
@@ -427,7 +430,8 @@ type queued struct {
 // landing. A span opened at queuing is the caller's clock, not this
 // goroutine's wake-up; one queued while the last was still on the wire is
 // reopened at that one's landing (a span records nothing until End).
-func commSpans(p profiler.Profiler, spans <-chan queued) {
+func commSpans(p profiler.Profiler, spans <-chan queued, done chan<- struct{}) {
+	defer close(done)
 	var landed time.Time
 	i := 0
 	for q := range spans {
@@ -438,6 +442,16 @@ func commSpans(p profiler.Profiler, spans <-chan queued) {
 		q.sp.End()
 		landed = time.Now()
 		i++
+	}
+}
+
+// spansEnded waits until the comm track's spans of the last run are ended
+// (their reductions have landed), so that a step's spans are in the
+// profile when the step returns.
+func (d *DDP) spansEnded() {
+	if d.spansDone != nil {
+		<-d.spansDone
+		d.spansDone = nil
 	}
 }
 
@@ -695,7 +709,10 @@ func (d *DDP) optimizerStep(ctx context.Context, o strategy.OptimizerOptions) (f
 		}
 		return replica.ApplyStep(st, d.opt, o, 0, st.NumParams()), nil
 	}
-	defer func() { d.pending = d.pending[:0] }()
+	defer func() {
+		d.pending = d.pending[:0]
+		d.spansEnded()
+	}()
 	if o.ClipNorm > 0 || o.BeforeUpdate != nil {
 		// The norm needs every bucket.
 		for i, h := range d.pending {
@@ -856,6 +873,7 @@ func (d *DDP) Teardown(ctx context.Context) error {
 		if d.rideH != nil {
 			d.rideH.Wait()
 		}
+		d.spansEnded()
 		d.pending = nil
 		bctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
 		if err := d.c.Barrier(bctx); err != nil {
