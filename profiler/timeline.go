@@ -122,8 +122,12 @@ func (p *Timeline) Path() string {
 // MergedPath is the file rank 0's Report writes with every rank's events.
 func (p *Timeline) MergedPath() string { return filepath.Join(p.cfg.Dir, "timeline.json") }
 
+// micros is t in µs since the epoch with its nanoseconds, written from
+// the integer: through a float64 (a 256 ns step at today's dates) two
+// events a few hundred nanoseconds apart could swap places.
 func micros(t time.Time) json.Number {
-	return json.Number(strconv.FormatFloat(float64(t.UnixNano())/1e3, 'f', 3, 64))
+	ns := t.UnixNano()
+	return json.Number(fmt.Sprintf("%d.%03d", ns/1000, ns%1000))
 }
 
 // Flush writes this rank's trace file (atomically: a reader never sees half

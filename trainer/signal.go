@@ -157,11 +157,31 @@ var stopSignals = []os.Signal{nil, os.Interrupt, syscall.SIGTERM, syscall.SIGUSR
 
 const ctxCancelled = 4
 
+// stopOps reduces agreeStop's flags: every one a sum.
+var stopOps = func() (ops [1 + ctxCancelled]module.Reduce) {
+	for i := range ops {
+		ops[i] = module.Sum
+	}
+	return ops
+}()
+
 // agreeStop makes every rank take the same decision after a batch: stop
 // when a hook on any rank asked to, and, at an optimizer-step boundary,
 // save a checkpoint and return an *InterruptedError when any rank received
 // a signal or had its context cancelled. With one process it costs an
 // atomic load; with several, one small all-reduce.
+//
+// That all-reduce cannot ride on the next step's gradient reduction, as
+// rank 0's buffers ride on this step's: a hook asks to stop in
+// OnTrainBatchEnd, after the step, and every rank must know before its
+// next OnTrainBatchStart (a hook may change what the step does) and before
+// any later hook sees the weights. The next step's buckets travel only
+// during its backward pass, so riding on them stops every rank one step
+// late, or has them run a step they must then undo, OnTrainBatchStart
+// included. Lightning leaves the agreement to the callbacks that decide
+// (its EarlyStopping all-reduces its decision when it checks), and
+// PyTorch's Join context (uneven inputs) spends an all-reduce of its own
+// per iteration to learn whether a rank has finished.
 func (t *Trainer) agreeStop(ctx context.Context, stop error, boundary bool) (error, error) {
 	code := 0
 	if boundary {
@@ -175,17 +195,30 @@ func (t *Trainer) agreeStop(ctx context.Context, stop error, boundary bool) (err
 		}
 	}
 	if t.strat.Info().WorldSize > 1 {
-		flags := []float64{0, float64(code)}
+		// Counts summed, not codes maxed: a strategy's Reduce runs a Max
+		// as a second all-reduce after the sum of the weights. flags[0]
+		// counts the ranks asking to stop, flags[c] those with code c.
+		flags, weights := &t.stopFlags, &t.stopWeights
+		clear(flags[:])
+		clear(weights[:])
 		if stop != nil {
 			flags[0] = 1
 		}
-		if err := t.strat.Reduce(context.WithoutCancel(ctx), flags, []float64{1, 1}, []module.Reduce{module.Max, module.Max}); err != nil {
+		if code > 0 {
+			flags[code] = 1
+		}
+		if err := t.strat.Reduce(context.WithoutCancel(ctx), flags[:], weights[:], stopOps[:]); err != nil {
 			return nil, fmt.Errorf("agree on stopping across ranks: %w", err)
 		}
 		if flags[0] > 0 && stop == nil {
 			stop = Stop("another rank stopped training")
 		}
-		code = int(flags[1])
+		code = 0
+		for c := len(flags) - 1; c > 0 && code == 0; c-- {
+			if flags[c] > 0 {
+				code = c
+			}
+		}
 	}
 	if code == 0 {
 		return stop, nil

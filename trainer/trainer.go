@@ -54,10 +54,12 @@ type Trainer struct {
 	trainNB     int
 	accum       int
 	signals     *signalWatch
-	hooking     bool          // inside callbackHook: saves wait for its end
-	hookOwner   string        // the callback being called
-	saves       []pendingSave // checkpoints asked for during the hook
-	fitted      bool          // Fit has trained t.mod: a second Fit continues
+	// agreeStop's flags and weights, kept to allocate nothing per step.
+	stopFlags, stopWeights [1 + ctxCancelled]float64
+	hooking                bool          // inside callbackHook: saves wait for its end
+	hookOwner              string        // the callback being called
+	saves                  []pendingSave // checkpoints asked for during the hook
+	fitted                 bool          // Fit has trained t.mod: a second Fit continues
 
 	// The run directory (rundir.go): the one chosen before ddp launched
 	// its ranks, the loggers of this Fit (Config.Loggers or the default

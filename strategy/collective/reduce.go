@@ -21,7 +21,7 @@ func ReduceTo[T Float](dst, a, b []T, op Op) {
 	a, b = a[:len(dst)], b[:len(dst)]
 	switch op {
 	case Sum, Mean:
-		i := 0
+		i := addVec(dst, a, b)
 		for ; i+8 <= len(dst); i += 8 {
 			d := dst[i : i+8 : i+8]
 			x := a[i : i+8 : i+8]

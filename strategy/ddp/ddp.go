@@ -45,10 +45,12 @@ type DDPConfig struct {
 	// BucketBytes caps a gradient bucket. 0: DefaultBucketBytes (25 MiB).
 	BucketBytes int
 	// BufferSyncOnce broadcasts buffers (BatchNorm running statistics) from
-	// rank 0 only at Setup. By default they are also broadcast at the end of
-	// every optimizer step, so every rank starts each step with rank 0's
-	// statistics (as PyTorch's DDP arranges by broadcasting before each
-	// forward) and validates, tests and checkpoints with them.
+	// rank 0 only at Setup. By default every rank also receives rank 0's at
+	// every optimizer step, before the step returns, so every rank starts
+	// each step with rank 0's statistics (as PyTorch's DDP arranges by
+	// broadcasting before each forward) and its callbacks, validation, tests
+	// and checkpoints see them. They travel with the last gradient bucket
+	// (see DDP), not in a round trip of their own.
 	BufferSyncOnce bool
 	// NoOverlap reduces the gradient buckets only after the whole backward
 	// pass. By default a bucket's all-reduce starts during the backward
@@ -76,7 +78,9 @@ type DDPConfig struct {
 // updates each bucket's slice as soon as its reduction lands, while the
 // next is still on the wire. Gradient-norm clipping waits for every bucket
 // first. Micro-batches before the last one of an accumulation window do not
-// communicate.
+// communicate. Rank 0's buffers ride with the last bucket (in its
+// all-reduce when that bucket is at most 1 MiB, in one queued right behind
+// it otherwise): a step runs no broadcast of its own.
 type DDP struct {
 	cfg  DDPConfig
 	name string
@@ -92,12 +96,24 @@ type DDP struct {
 	pending []collective.Handle
 	broken  error
 
+	// The buffers' ride with the gradients (see rideBuffers). stage is a
+	// []float32 or []float64: the last bucket's gradients then the buffers
+	// when folded, the buffers alone otherwise (nil: the buffers are
+	// broadcast after the step). rideH is the buffers' own all-reduce of
+	// this step when not folded; rode: this step's buffers are on their way.
+	stage  any
+	folded bool
+	rideH  collective.Handle
+	rode   bool
+
 	// The synced training run in progress, while its gradients are
 	// reported (gradReady runs on the device's goroutine, inside the run).
 	filling bool
 	runCtx  context.Context
 	left    []int       // per bucket: elements whose gradient is not ready yet
 	spans   chan queued // queued buckets, to the profiler's comm track (nil: not profiling)
+	// spansDone is closed once commSpans has ended the last run's spans.
+	spansDone chan struct{}
 
 	rank, world int
 	reduceBuf   []float64
@@ -137,7 +153,7 @@ func (o ddpOp) String() string {
 	case opBucket:
 		return fmt.Sprintf("the all-reduce of gradient bucket %d of %d of step %d", o.i, o.n, o.step)
 	case opBuffers:
-		return fmt.Sprintf("the broadcast of buffers at the end of step %d", o.step)
+		return fmt.Sprintf("the all-reduce or broadcast of rank 0's buffers at the end of step %d", o.step)
 	case opReduce:
 		return fmt.Sprintf("a reduce of %d values (logged metrics, the stop decision or predictions) after step %d", o.n, o.step)
 	case opBarrier:
@@ -210,6 +226,7 @@ func (d *DDP) fail(what string, err error) error {
 			d.c.Close()
 		}
 		d.pending = d.pending[:0]
+		d.rode, d.rideH = false, nil
 	}
 	return err
 }
@@ -234,6 +251,7 @@ func (d *DDP) Setup(ctx context.Context, su strategy.Setup) error {
 	if d.buckets, err = Buckets(store.Entries(), elem, d.cfg.BucketBytes); err != nil {
 		return d.fail("setup", err)
 	}
+	d.planRide(store, elem)
 	if d.opt, d.sched, err = su.NewOptimizer(); err != nil {
 		return d.fail("setup", err)
 	}
@@ -388,7 +406,8 @@ func (d *DDP) beginReduce(ctx context.Context, overlap bool) {
 	}
 	if replica.Profiling(d.prof) {
 		d.spans = make(chan queued, len(d.buckets))
-		go commSpans(d.prof, d.spans)
+		d.spansDone = make(chan struct{})
+		go commSpans(d.prof, d.spans, d.spansDone)
 	}
 }
 
@@ -406,7 +425,8 @@ type queued struct {
 // landing. A span opened at queuing is the caller's clock, not this
 // goroutine's wake-up; one queued while the last was still on the wire is
 // reopened at that one's landing (a span records nothing until End).
-func commSpans(p profiler.Profiler, spans <-chan queued) {
+func commSpans(p profiler.Profiler, spans <-chan queued, done chan<- struct{}) {
+	defer close(done)
 	var landed time.Time
 	i := 0
 	for q := range spans {
@@ -417,6 +437,16 @@ func commSpans(p profiler.Profiler, spans <-chan queued) {
 		q.sp.End()
 		landed = time.Now()
 		i++
+	}
+}
+
+// spansEnded waits until the comm track's spans of the last run are ended
+// (their reductions have landed), so that a step's spans are in the
+// profile when the step returns.
+func (d *DDP) spansEnded() {
+	if d.spansDone != nil {
+		<-d.spansDone
+		d.spansDone = nil
 	}
 }
 
@@ -466,13 +496,144 @@ func (d *DDP) queueBuckets(end int) {
 		if d.spans != nil {
 			q.sp, q.at = profiler.StartTrack(d.prof, "comm", bucketNames[min(i, len(bucketNames)-1)]), time.Now()
 		}
-		h := d.c.AllReduceAsync(d.runCtx, buf, collective.Mean)
+		var h collective.Handle
+		if i == len(d.buckets)-1 && d.stage != nil {
+			h = d.rideBuffers(buf)
+		} else {
+			h = d.c.AllReduceAsync(d.runCtx, buf, collective.Mean)
+		}
 		d.pending = append(d.pending, h)
 		if d.spans != nil {
 			q.h = h
 			d.spans <- q
 		}
 	}
+}
+
+// foldBytes bounds the last bucket whose gradients are copied out to
+// carry the buffers in the same all-reduce; a larger one leaves them an
+// all-reduce of their own, queued right behind it.
+const foldBytes = 1 << 20
+
+// planRide decides how the buffers (BatchNorm running statistics) reach
+// every rank in a step, unless BufferSyncOnce: with the last bucket's
+// all-reduce (see rideBuffers) when it is at most foldBytes, right behind
+// it otherwise. Sharded does not call it: its steps broadcast the buffers
+// after the update (afterStep).
+func (d *DDP) planRide(st *module.Store, elem int) {
+	nb := st.Len() - st.NumParams()
+	if d.cfg.BufferSyncOnce || nb == 0 || len(d.buckets) == 0 {
+		return
+	}
+	n := nb
+	last := d.buckets[len(d.buckets)-1]
+	if d.folded = last.Len()*elem <= foldBytes; d.folded {
+		n += last.Len()
+	}
+	d.stage = collective.Alloc(dtypeOf(st), n)
+}
+
+func dtypeOf(st *module.Store) collective.DType {
+	if st.Dtype() == tensor.Float32 {
+		return collective.Float32
+	}
+	return collective.Float64
+}
+
+// rideBuffers queues the last bucket's all-reduce (buf, its gradients)
+// with the buffers on board, and returns the handle the step waits for
+// before updating that bucket (landFold and landBuffers finish it). The
+// buffers go as a sum in which rank 0 gives its values and every other
+// rank -0, the one number that leaves every float unchanged when added
+// (+0, -0, NaN included): every rank receives rank 0's buffers bit for
+// bit, as the broadcast gave them, without a round trip of their own.
+// Folded, the gradients are summed too and divided by the world size on
+// landing, which is what every backend's Mean does (a sum, then a
+// division). The buffers are final once the forward pass is done: neither
+// backward nor the update writes them.
+func (d *DDP) rideBuffers(buf any) collective.Handle {
+	st := d.eng.Store()
+	g := 0
+	if d.folded {
+		g = collective.Copy(d.stage, buf)
+	}
+	bufs := collective.Sub(d.stage, g, g+st.Len()-st.NumParams())
+	if d.rank == 0 {
+		if st.Dtype() == tensor.Float32 {
+			collective.Copy(bufs, st.Data32()[st.NumParams():])
+		} else {
+			collective.Copy(bufs, st.Data64()[st.NumParams():])
+		}
+	} else {
+		negZero(bufs)
+	}
+	d.rode = true
+	if d.folded {
+		return d.c.AllReduceAsync(d.runCtx, d.stage, collective.Sum)
+	}
+	h := d.c.AllReduceAsync(d.runCtx, buf, collective.Mean)
+	d.rideH = d.c.AllReduceAsync(d.runCtx, d.stage, collective.Sum)
+	return h
+}
+
+// negZero fills buf with -0.
+func negZero(buf any) {
+	switch b := buf.(type) {
+	case []float32:
+		z := float32(math.Copysign(0, -1))
+		for i := range b {
+			b[i] = z
+		}
+	case []float64:
+		z := math.Copysign(0, -1)
+		for i := range b {
+			b[i] = z
+		}
+	}
+}
+
+// landFold puts the mean of the folded gradients into the store once the
+// last bucket's all-reduce has landed, before that bucket is updated.
+func (d *DDP) landFold() {
+	if !d.rode || !d.folded {
+		return
+	}
+	st := d.eng.Store()
+	bk := d.buckets[len(d.buckets)-1]
+	grads := collective.Sub(d.stage, 0, bk.Len())
+	collective.ScaleAny(grads, d.world)
+	if st.Dtype() == tensor.Float32 {
+		collective.Copy(st.Grad32()[bk.Lo:bk.Hi], grads)
+	} else {
+		collective.Copy(st.Grad64()[bk.Lo:bk.Hi], grads)
+	}
+}
+
+// landBuffers waits for the buffers' own all-reduce (not folded) and puts
+// rank 0's buffers into this rank's store.
+func (d *DDP) landBuffers() error {
+	h := d.rideH
+	d.rode, d.rideH = false, nil
+	if h != nil {
+		if err := h.Wait(); err != nil {
+			return err
+		}
+	}
+	if d.rank == 0 {
+		return nil // its own buffers came back
+	}
+	st := d.eng.Store()
+	g := 0
+	if d.folded {
+		g = d.buckets[len(d.buckets)-1].Len()
+	}
+	bufs := collective.Sub(d.stage, g, g+st.Len()-st.NumParams())
+	if st.Dtype() == tensor.Float32 {
+		collective.Copy(st.Data32()[st.NumParams():], bufs)
+	} else {
+		collective.Copy(st.Data64()[st.NumParams():], bufs)
+	}
+	return nil
 }
 
 // bucketNames are the span names of gradient buckets (the last one covers
@@ -504,11 +665,20 @@ func (d *DDP) OptimizerStep(ctx context.Context, o strategy.OptimizerOptions) (f
 	return norm, d.afterStep(ctx)
 }
 
-// afterStep gives every rank rank 0's buffers at the end of a step.
-// Evaluation runs no collective per batch (ranks may see different numbers
-// of batches), so without this each rank would validate and test with the
+// afterStep gives every rank rank 0's buffers at the end of a step: those
+// that rode with the gradients, or a broadcast (a step without a synced
+// micro-batch; Sharded). Evaluation runs no collective per batch (ranks may
+// see different numbers of batches), and callbacks read the weights at the
+// batch end, so without this each rank would validate, test and show the
 // BatchNorm statistics of its own last micro-batch.
 func (d *DDP) afterStep(ctx context.Context) error {
+	if d.rode {
+		if err := d.landBuffers(); err != nil {
+			return d.fail(ddpOp{kind: opBuffers, step: d.steps}.String(), err)
+		}
+		d.lastDone = ddpOp{kind: opBuffers, step: d.steps}
+		return nil
+	}
 	if d.cfg.BufferSyncOnce {
 		return nil
 	}
@@ -534,7 +704,10 @@ func (d *DDP) optimizerStep(ctx context.Context, o strategy.OptimizerOptions) (f
 		}
 		return replica.ApplyStep(st, d.opt, o, 0, st.NumParams()), nil
 	}
-	defer func() { d.pending = d.pending[:0] }()
+	defer func() {
+		d.pending = d.pending[:0]
+		d.spansEnded()
+	}()
 	if o.ClipNorm > 0 || o.BeforeUpdate != nil {
 		// The norm needs every bucket.
 		for i, h := range d.pending {
@@ -546,6 +719,7 @@ func (d *DDP) optimizerStep(ctx context.Context, o strategy.OptimizerOptions) (f
 			}
 			d.lastDone = ddpOp{kind: opBucket, i: i + 1, n: len(d.pending), step: d.steps + 1}
 		}
+		d.landFold()
 		if err := replica.BeforeUpdate(o, st, 0, st.NumParams()); err != nil {
 			return math.NaN(), err
 		}
@@ -560,6 +734,9 @@ func (d *DDP) optimizerStep(ctx context.Context, o strategy.OptimizerOptions) (f
 			return math.NaN(), d.fail(ddpOp{kind: opBucket, i: i + 1, n: len(d.pending), step: d.steps + 1}.String(), err)
 		}
 		d.lastDone = ddpOp{kind: opBucket, i: i + 1, n: len(d.pending), step: d.steps + 1}
+		if i == len(d.buckets)-1 {
+			d.landFold()
+		}
 		bk := d.buckets[i]
 		if st.Dtype() == tensor.Float32 {
 			g := st.Grad32()[bk.Lo:bk.Hi]
@@ -688,6 +865,10 @@ func (d *DDP) Teardown(ctx context.Context) error {
 		for _, h := range d.pending {
 			h.Wait()
 		}
+		if d.rideH != nil {
+			d.rideH.Wait()
+		}
+		d.spansEnded()
 		d.pending = nil
 		bctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
 		if err := d.c.Barrier(bctx); err != nil {

@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	G "gorgonia.org/gorgonia"
 
+	"github.com/fulgur-ml/fulgur/blas"
 	"github.com/fulgur-ml/fulgur/callbacks"
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/module"
@@ -34,6 +36,14 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 		os.Exit(0)
+	}
+	// The trainer picks the matrix multiply once per process, before any
+	// graph runs, and fails if one already ran: pick it here, as a program
+	// starting its trainer would, so that tests running graphs without a
+	// trainer may come before the in-process trainer tests.
+	if _, err := blas.Choose(zerolog.Nop(), blas.ChooseOptions{}); err != nil {
+		fmt.Fprintln(os.Stderr, "blas:", err)
+		os.Exit(1)
 	}
 	os.Exit(m.Run())
 }

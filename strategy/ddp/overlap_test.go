@@ -1,12 +1,15 @@
 package ddp_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -199,7 +202,9 @@ func TestTimelineShowsCommunicationOverlappingBackward(t *testing.T) {
 
 // readTrace returns the [start, end) times in µs of the DDP forward and
 // backward spans and of the comm track's "all-reduce bucket 0" spans, in
-// time order.
+// time order, counted from the first event's start (read exactly: as a
+// float64, µs since the epoch have a 0.25 µs step, and a bucket queued
+// right after its pass could seem to start before the pass ended).
 func readTrace(t *testing.T, path string) (passes, bucket0 [][2]float64) {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -220,15 +225,20 @@ func readTrace(t *testing.T, path string) (passes, bucket0 [][2]float64) {
 			tracks[e.Tid] = a.Name
 		}
 	}
+	var base int64 = -1
 	for _, e := range tr.TraceEvents {
 		if e.Ph != "X" {
 			continue
 		}
-		ts, err1 := e.Ts.Float64()
+		ns, err1 := nanos(e.Ts)
 		dur, err2 := e.Dur.Float64()
 		if err1 != nil || err2 != nil {
 			t.Fatalf("event %+v has no times", e)
 		}
+		if base < 0 {
+			base = ns
+		}
+		ts := float64(ns-base) / 1e3
 		span := [2]float64{ts, ts + dur}
 		switch {
 		case tracks[e.Tid] == "main" && e.Name == "ddp/forward+backward":
@@ -237,10 +247,25 @@ func readTrace(t *testing.T, path string) (passes, bucket0 [][2]float64) {
 			bucket0 = append(bucket0, span)
 		}
 	}
-	byStart := func(a, b [2]float64) int { return int(a[0] - b[0]) }
+	byStart := func(a, b [2]float64) int { return cmp.Compare(a[0], b[0]) }
 	slices.SortFunc(passes, byStart)
 	slices.SortFunc(bucket0, byStart)
 	return passes, bucket0
+}
+
+// nanos reads a trace time, µs with three decimals, as integer ns.
+func nanos(n json.Number) (int64, error) {
+	whole, frac, _ := strings.Cut(string(n), ".")
+	us, err := strconv.ParseInt(whole, 10, 64)
+	if err != nil {
+		return 0, err
+	}
+	frac = (frac + "000")[:3]
+	ns, err := strconv.ParseInt(frac, 10, 64)
+	if err != nil {
+		return 0, err
+	}
+	return us*1000 + ns, nil
 }
 
 // frozenBuckets wraps a rank's collective to check that a gradient bucket

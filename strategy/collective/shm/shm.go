@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -87,6 +88,13 @@ type Group struct {
 	memMu   sync.RWMutex // watchers read-lock it to touch the mapping; unmap write-locks
 	closing atomic.Bool
 	broken  error
+
+	// oneP: the process ran with GOMAXPROCS=1 when the group was opened.
+	oneP bool
+
+	// scanned, when set (tests), runs in a barrier after a scan of the
+	// counters found a rank behind, before its status is read.
+	scanned func()
 }
 
 var _ collective.Collective = (*Group)(nil)
@@ -97,7 +105,7 @@ func fileSize(n int) int { return headBytes + n*ctrlBytes + (n+1)*SlotBytes }
 // whether all succeeded, so they fall back together.
 func open(ctx context.Context, rv *rendezvous.Rendezvous) (*Group, error) {
 	n := rv.Size()
-	g := &Group{rv: rv, rank: rv.Rank(), size: n, timeout: rv.Config().Timeout, slot: SlotBytes}
+	g := &Group{rv: rv, rank: rv.Rank(), size: n, timeout: rv.Config().Timeout, slot: SlotBytes, oneP: runtime.GOMAXPROCS(0) == 1}
 	var name string
 	var mapErr error
 	if g.rank == 0 {
@@ -290,6 +298,18 @@ func (g *Group) barrier(ctx context.Context, h collective.Header) error {
 			}
 			return g.fail(h, int(uint32(w))-1, fmt.Errorf("%w: %s", sent, msg))
 		}
+		if g.scanned != nil {
+			g.scanned()
+		}
+		switch atomic.LoadUint32(g.status(behind)) {
+		case statusClosed, statusDead:
+			// The rank may have reached the phase since the scan, passed
+			// this barrier (every other rank had reached it) and closed
+			// or exited: its counter, written before its status, says so.
+			if atomic.LoadUint64(g.counter(behind)) >= target {
+				continue
+			}
+		}
 		switch atomic.LoadUint32(g.status(behind)) {
 		case statusClosed:
 			return g.fail(h, behind, fmt.Errorf("%w: rank %d closed its group", collective.ErrPeerLost, behind))
@@ -315,9 +335,17 @@ func (g *Group) barrier(ctx context.Context, h collective.Header) error {
 				return g.fail(h, -1, fmt.Errorf("%w: closed during the operation", collective.ErrClosed))
 			}
 		}
-		// More ranks than cores is common (4 ranks on 2 cores): hand the
-		// core to the rank we wait for, then back off to short sleeps.
+		// With one P (GOMAXPROCS=1, a rank pinned to one core) let this
+		// process's other goroutines run first: the backward pass that
+		// produces the next bucket needs the P, which a system call does
+		// not give up. (With more, they have other Ps, and a Gosched would
+		// only cost a trip through the scheduler.) More ranks than cores
+		// is common (4 ranks on 2 cores): hand the core to the rank we
+		// wait for, and back off to short sleeps.
 		if spins < 4000 {
+			if g.oneP {
+				runtime.Gosched()
+			}
 			unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 		} else {
 			time.Sleep(20 * time.Microsecond)

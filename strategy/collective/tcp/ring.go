@@ -73,6 +73,10 @@ type Ring struct {
 	work64  []float64
 	gath32  []float32 // the gather path's n whole buffers
 	gath64  []float64
+	// inlineMax is the most bytes an operation of two ranks writes on the
+	// caller's goroutine before reading (see runRing): a quarter of next's
+	// kernel send buffer, so such a write never waits for the peer to read.
+	inlineMax int
 
 	mu       sync.Mutex
 	broken   *cause
@@ -194,6 +198,7 @@ func newRing(ctx context.Context, rv *rendezvous.Rendezvous, cfg Config) (*Ring,
 			t.SetWriteBuffer(cfg.SocketBuffer)
 		}
 	}
+	g.inlineMax = sendBuffer(next) / 4
 	if cfg.wrap != nil {
 		g.next, g.prev = cfg.wrap(g.next, true), cfg.wrap(g.prev, false)
 	}
@@ -672,6 +677,29 @@ func (g *Ring) runRing(ctx context.Context, h collective.Header, buf any, p plan
 	}
 	data := collective.Bytes(buf)
 	progress := make(chan struct{}, len(p.recvs))
+	if g.inline(p, esz) {
+		// Two ranks, and every send leaves at once: write them here, then
+		// read. A sender goroutine would only add a thread to wake (two
+		// ranks of two threads each on two cores), and its wait frames
+		// tell next that this rank is alive while blocked on prev, which
+		// with two ranks is next itself, not waiting on this rank: it has
+		// had everything this rank sends.
+		oh := wire.OpHeader{Kind: uint8(h.Kind), DType: uint8(h.DType), Op: uint8(h.Op), Root: h.Root, Length: uint64(h.Len)}
+		frames := []frame{{wire.KindOp, algo, oh.Encode()}} // with the first data frame: one write
+		for _, s := range p.sends {
+			frames = append(frames, frame{wire.KindData, 0, data[s.lo*esz : s.hi*esz]})
+			if err := g.writeFrames(h.Seq, frames...); err != nil {
+				return g.sendFailed(h, g.writeErr(err), nil)
+			}
+			frames = frames[:0]
+		}
+		if len(frames) > 0 { // no data to send
+			if err := g.writeFrames(h.Seq, frames...); err != nil {
+				return g.sendFailed(h, g.writeErr(err), nil)
+			}
+		}
+		return g.receiver(h, algo, data, buf, esz, p, progress)
+	}
 	quit, finished := make(chan struct{}), make(chan struct{})
 	sendErr := make(chan error, 1)
 	oh := wire.OpHeader{Kind: uint8(h.Kind), DType: uint8(h.DType), Op: uint8(h.Op), Root: h.Root, Length: uint64(h.Len)}
@@ -691,16 +719,7 @@ func (g *Ring) runRing(ctx context.Context, h collective.Header, buf any, p plan
 // quarter timeout: this rank is alive and blocked on its predecessor, so the
 // next rank must not time out on it (see the package doc, Faults).
 func (g *Ring) sender(h collective.Header, oh wire.OpHeader, algo uint8, data []byte, esz int, p plan, progress, quit, finished <-chan struct{}) error {
-	fail := func(err error) error {
-		// A write fails when the next rank is gone; its abort on the back
-		// channel usually says why, so give the reader a moment to see it.
-		select {
-		case <-g.brokenCh:
-		case <-quit:
-		case <-time.After(200 * time.Millisecond):
-		}
-		return g.opErr(h, g.breakGroup(cause{g.nextRank(), err}))
-	}
+	fail := func(err error) error { return g.sendFailed(h, err, quit) }
 	tick := time.NewTicker(max(g.cfg.Timeout/4, time.Millisecond))
 	defer tick.Stop()
 	// A wait frame is advice, never a reason to fail: the next rank may have
@@ -755,6 +774,36 @@ func (g *Ring) sender(h collective.Header, oh wire.OpHeader, algo uint8, data []
 			wait()
 		}
 	}
+}
+
+// sendFailed breaks the group after a failed write to next. A write fails
+// when the next rank is gone; its abort on the back channel usually says
+// why, so the reader gets a moment to see it (quit: the operation ended
+// first).
+func (g *Ring) sendFailed(h collective.Header, err error, quit <-chan struct{}) error {
+	select {
+	case <-g.brokenCh:
+	case <-quit:
+	case <-time.After(200 * time.Millisecond):
+	}
+	return g.opErr(h, g.breakGroup(cause{g.nextRank(), err}))
+}
+
+// inline reports whether runRing writes p's sends on the caller's
+// goroutine before reading: two ranks, no send waiting for a receive, and
+// few enough bytes that the kernel takes them without the peer reading.
+func (g *Ring) inline(p plan, esz int) bool {
+	if g.size != 2 {
+		return false
+	}
+	n := 0
+	for i, s := range p.sends {
+		if p.dep[i] >= 0 {
+			return false
+		}
+		n += (s.hi-s.lo)*esz + wire.HeaderSize
+	}
+	return n+2*wire.HeaderSize+64 <= g.inlineMax
 }
 
 func (g *Ring) writeErr(err error) error {

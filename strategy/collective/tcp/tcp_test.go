@@ -282,3 +282,53 @@ func BenchmarkAllReduceSizes(b *testing.B) {
 		}
 	}
 }
+
+// TestSmallSocketBuffersDoNotDeadlock: two ranks write an operation's data
+// before reading only when the kernel takes it without the peer reading;
+// with socket buffers smaller than the message, both ranks of a 1 MB
+// all-reduce exchanging whole buffers (SmallBytes raised to allow it) and a
+// broadcast still finish, with the right values, instead of both waiting
+// in a write.
+func TestSmallSocketBuffersDoNotDeadlock(t *testing.T) {
+	cfgs := configs(t, 2)
+	for r := range cfgs {
+		cfgs[r].SocketBuffer = 128 << 10
+		cfgs[r].SmallBytes = 4 << 20
+		cfgs[r].Timeout = 5 * time.Second
+	}
+	cs := build(t, cfgs)
+	const n = 256 << 10 // 1 MB of float32
+	errs := make([]error, 2)
+	bufs := make([][]float32, 2)
+	var wg sync.WaitGroup
+	for r, c := range cs {
+		bufs[r] = make([]float32, n)
+		for i := range bufs[r] {
+			bufs[r][i] = float32(r + 1)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if errs[r] = c.AllReduce(context.Background(), bufs[r], collective.Sum); errs[r] != nil {
+				return
+			}
+			if r == 0 {
+				for i := range bufs[r] {
+					bufs[r][i] = float32(i)
+				}
+			}
+			errs[r] = c.Broadcast(context.Background(), bufs[r], 0)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+		for i, v := range bufs[r] {
+			if v != float32(i) {
+				t.Fatalf("rank %d: element %d is %v after the broadcast, want %d", r, i, v, i)
+			}
+		}
+	}
+}

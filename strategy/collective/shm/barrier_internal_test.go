@@ -1,0 +1,86 @@
+//go:build linux
+
+package shm
+
+import (
+	"context"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fulgur-ml/fulgur/strategy/collective"
+)
+
+// TestBarrierPassedByAPeerThatThenClosed: rank 1 scans the counters and
+// finds rank 0 behind; before it reads rank 0's status, rank 0 reaches the
+// barrier, passes it (rank 1 had already arrived), closes its group and
+// exits, as DDP.Teardown does after its final barrier. Rank 1 must pass the
+// barrier too, not fail with "rank 0 closed its group" (a flake of the
+// chaos suite's 3-rank shm job).
+func TestBarrierPassedByAPeerThatThenClosed(t *testing.T) {
+	for _, status := range []uint32{statusClosed, statusDead} {
+		mem, err := unix.Mmap(-1, 0, fileSize(2), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Munmap(mem)
+		g := &Group{rank: 1, size: 2, timeout: time.Second, mem: mem, slot: SlotBytes}
+		peer := &Group{rank: 0, size: 2, mem: mem, slot: SlotBytes}
+		g.scanned = func() {
+			// Rank 0 arrives, passes and leaves.
+			if atomic.LoadUint64(peer.counter(0)) == 0 {
+				atomic.StoreUint64(peer.counter(0), 1)
+				atomic.StoreUint32(peer.status(0), status)
+			}
+		}
+		if err := g.barrier(context.Background(), collective.Header{Kind: collective.KindBarrier, Seq: 1}); err != nil {
+			t.Errorf("status %d: rank 1's barrier: %v; want it passed (rank 0 reached it before leaving)", status, err)
+		}
+		// A peer that left without reaching the barrier still fails it.
+		g.scanned = nil
+		if err := g.barrier(context.Background(), collective.Header{Kind: collective.KindBarrier, Seq: 2}); err == nil {
+			t.Errorf("status %d: a barrier that rank 0 never reached passed", status)
+		}
+	}
+}
+
+// TestBarrierLetsOtherGoroutinesRunOnOneP: with GOMAXPROCS=1, a rank
+// waiting in a barrier lets the process's other goroutines run (the
+// backward pass producing the next bucket) once its short spin is over,
+// instead of holding the only P through thousands of sched_yield calls.
+func TestBarrierLetsOtherGoroutinesRunOnOneP(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	mem, err := unix.Mmap(-1, 0, fileSize(2), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	g0 := &Group{rank: 0, size: 2, timeout: 10 * time.Second, mem: mem, slot: SlotBytes, oneP: true}
+	g1 := &Group{rank: 1, size: 2, timeout: 10 * time.Second, mem: mem, slot: SlotBytes, oneP: true}
+	var started atomic.Bool
+	scans := 0
+	g0.scanned = func() {
+		if !started.Load() {
+			scans++
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		// The other goroutine: ready to run from the start, but it gets
+		// the P only when rank 0's wait gives it up.
+		started.Store(true)
+		done <- g1.barrier(context.Background(), collective.Header{Kind: collective.KindBarrier, Seq: 1})
+	}()
+	if err := g0.barrier(context.Background(), collective.Header{Kind: collective.KindBarrier, Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if scans > 1000 {
+		t.Errorf("rank 0 scanned the counters %d times before the other goroutine ran: it held the only P past its spin", scans)
+	}
+}
