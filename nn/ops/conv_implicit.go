@@ -1,6 +1,9 @@
 package ops
 
-import "unsafe"
+import (
+	"fmt"
+	"unsafe"
+)
 
 // Implicit convolutions: a convolution larger than 1x1 (3x3 with padding 1,
 // say) multiplies straight from a zero-padded copy of its input, with no
@@ -62,15 +65,35 @@ var implicitStridedOut = 100
 // planes are Hq×Wq (pq elements, wq a row), and each phase's planes of a
 // chunk lie pstride apart (nb planes and the tail the last grid columns
 // read); a channel's phases lie SH·SW·pstride apart.
+//
+// A same() convolution shares its padding: each row is the pw zeros left of
+// the image row, which are also the zeros right of the row before it, and
+// each plane is the ph zero rows above the image, which are also the rows
+// below the image before it (Hq = H+ph, Wq = W+pw; the last plane's rows
+// below are the tail). A tap reads at most pw columns left or right of the
+// image and ph rows above or below, so every read outside the image still
+// finds a zero, and the grid wastes less: 22% at 7x7 instead of 38%, 10% at
+// 14x14 instead of 18%, 3.5% at 28x28 instead of 7%.
 func (g *convGeom) phases() (hq, pq, wq, pstride int) {
-	hq = (g.h + 2*g.ph + g.sh - 1) / g.sh
-	wq = (g.w + 2*g.pw + g.sw - 1) / g.sw
+	if g.same() {
+		hq, wq = g.h+g.ph, g.w+g.pw
+	} else {
+		hq = (g.h + 2*g.ph + g.sh - 1) / g.sh
+		wq = (g.w + 2*g.pw + g.sw - 1) / g.sw
+	}
 	pq = hq * wq
 	return hq, pq, wq, g.chunk()*pq + g.tail()
 }
 
-// tail is how far past its last plane the grid reads a phase.
-func (g *convGeom) tail() int { return (g.kw - 1) * g.dw / g.sw }
+// tail is how far past its last plane the grid reads a phase: the columns
+// right of the last row, and for a same() convolution the rows below the
+// last image.
+func (g *convGeom) tail() int {
+	if g.same() {
+		return g.ph*(g.w+g.pw) + (g.kw-1)*g.dw
+	}
+	return (g.kw - 1) * g.dw / g.sw
+}
 
 // padSize is the padded input of a chunk: every channel's phases.
 func (g *convGeom) padSize() int {
@@ -97,23 +120,23 @@ func implicitOffsets(g *convGeom, s *convScratch) []int32 {
 
 // padChunk writes images n0..n0+m of x into xp: channel c of image i, padded,
 // on its phase planes, zeros around the image and in each phase's tail.
-func padChunk[T float](g *convGeom, x, xp []T, n0, m int) {
+func padChunk(g *convGeom, x, xp []float32, n0, m int) {
 	_, pq, wq, ps := g.phases()
 	hw, in, np := g.h*g.w, g.in(), g.sh*g.sw
 	for c := 0; c < g.c; c++ {
 		for i := 0; i < m; i++ {
 			src := x[(n0+i)*in+c*hw : (n0+i)*in+(c+1)*hw]
 			if np == 1 {
+				// Rows wq apart, each followed by zeros up to the next
+				// row's first pixel; zeros above the first and below
+				// the last.
 				plane := xp[c*ps+i*pq : c*ps+(i+1)*pq]
 				at := g.ph*wq + g.pw
 				clear(plane[:at])
-				for y := 0; y < g.h; y++ {
-					copy(plane[at:at+g.w], src[y*g.w:(y+1)*g.w])
-					next := at + wq
-					clear(plane[at+g.w : min(next, pq)])
-					at = next
-				}
-				clear(plane[min(at-g.pw, pq):])
+				copyRows(plane[at:], wq, src, g.w, g.w, wq-g.w, g.h-1)
+				last := at + (g.h-1)*wq
+				copyRows(plane[last:], wq, src[(g.h-1)*g.w:], g.w, g.w, 0, 1)
+				clear(plane[last+g.w:])
 				continue
 			}
 			for ph := 0; ph < np; ph++ {
@@ -163,11 +186,7 @@ func convForwardImplicit[T float](g *convGeom, x, w, y []T, s *convScratch, lo, 
 		sgemmNN(&s.mm, false, g.oc, q, ckk, f32s(w), ckk, xp, off, grid, q, false)
 		for i := 0; i < m; i++ {
 			for o := 0; o < g.oc; o++ {
-				dst := y32[(n0+i)*out+o*ohw : (n0+i)*out+(o+1)*ohw]
-				src := grid[o*q+i*p:]
-				for r := 0; r < g.oh; r++ {
-					copy(dst[r*g.ow:(r+1)*g.ow], src[r*wp:r*wp+g.ow])
-				}
+				copyRows(y32[(n0+i)*out+o*ohw:(n0+i)*out+(o+1)*ohw], g.ow, grid[o*q+i*p:], wp, g.ow, 0, g.oh)
 			}
 		}
 	}
@@ -191,12 +210,8 @@ func convGradWeightImplicit[T float](g *convGeom, x, dy, dw []T, s *convScratch,
 		for o := 0; o < g.oc; o++ {
 			row := grid[o*q : (o+1)*q]
 			for i := 0; i < m; i++ {
-				src := dy32[(n0+i)*out+o*ohw : (n0+i)*out+(o+1)*ohw]
 				dst := row[i*p:]
-				for r := 0; r < g.oh; r++ {
-					copy(dst[r*wp:r*wp+g.ow], src[r*g.ow:(r+1)*g.ow])
-					clear(dst[r*wp+g.ow : (r+1)*wp])
-				}
+				copyRows(dst, wp, dy32[(n0+i)*out+o*ohw:(n0+i)*out+(o+1)*ohw], g.ow, g.ow, wp-g.ow, g.oh)
 				if i < m-1 {
 					clear(dst[g.oh*wp : p])
 				}
@@ -204,5 +219,28 @@ func convGradWeightImplicit[T float](g *convGeom, x, dy, dw []T, s *convScratch,
 		}
 		sgemmNT(&s.mm, g.oc, ckk, q, grid, q, xp, off, dw32, ckk, acc)
 		acc = true
+	}
+}
+
+// copyRows copies rows rows of w elements from src (rows lds apart) into
+// dst (rows ldd apart), zeroing the gap elements after each row in dst: the
+// row moves of the implicit path, whose rows (7 to 28 elements at resnet8's
+// shapes) are too short for copy's call and clear's to pay.
+func copyRows(dst []float32, ldd int, src []float32, lds, w, gap, rows int) {
+	if rows <= 0 || w+gap == 0 {
+		return
+	}
+	if w < 0 || gap < 0 || (rows-1)*ldd+w+gap > len(dst) || (rows-1)*lds+w > len(src) {
+		panic(fmt.Sprintf("ops: copyRows of %d rows of %d (+%d zeros), %d and %d apart, outside dst (%d) or src (%d)",
+			rows, w, gap, ldd, lds, len(dst), len(src)))
+	}
+	if useAVX512 {
+		copyRows32(unsafe.SliceData(dst), ldd, unsafe.SliceData(src), lds, w, gap, rows)
+		return
+	}
+	for r := 0; r < rows; r++ {
+		d := dst[r*ldd : r*ldd+w+gap]
+		copy(d, src[r*lds:r*lds+w])
+		clear(d[w:])
 	}
 }
