@@ -2,6 +2,7 @@ package ops
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
@@ -160,6 +161,29 @@ type convOp struct {
 	out         buffer
 	ws          []convScratch
 	job         any // *convFwdJob[T], reused
+	// pad is the whole batch padded on the implicit path, kept for the
+	// weight gradient (set up by SymDiff, which makes that gradient).
+	pad keptPad
+}
+
+// keptPad is a forward's padded input (every chunk, padSize apart), which
+// the weight gradient multiplies by instead of padding the same input
+// again. It is valid for the input at x: within one run of a graph the
+// input of a convolution cannot change between its forward and its weight
+// gradient, which takes the same value as an input and runs after it.
+type keptPad struct {
+	keep bool      // a weight gradient reads it
+	xp   []float32 // chunks() × padSize()
+	x    *float32  // the input it holds, nil when none
+}
+
+// padFor is the kept padding of x, or nil when the last forward did not
+// keep one for x.
+func (k *keptPad) padFor(x []float32) []float32 {
+	if k.x == nil || len(x) == 0 || k.x != unsafe.SliceData(x) {
+		return nil
+	}
+	return k.xp
 }
 
 func (op *convOp) Arity() int {
@@ -270,6 +294,7 @@ func (g *convGeom) imageRange(i, n int) (lo, hi int) {
 type convFwdJob[T float] struct {
 	g          *convGeom
 	x, w, b, y []T
+	keep       []float32 // the batch's padding to keep, or nil
 	ws         []convScratch
 	pr         partRun
 }
@@ -278,7 +303,7 @@ func (j *convFwdJob[T]) run(i, n int) {
 	g := j.g
 	lo, hi := g.imageRange(i, n)
 	s := &j.ws[i]
-	convForward(g, j.x, j.w, j.y, s, lo, hi, n == 1)
+	convForward(g, j.x, j.w, j.y, j.keep, s, lo, hi, n == 1)
 	if j.b == nil {
 		return
 	}
@@ -301,6 +326,13 @@ func convFwd[T float](op *convOp, xt, wt, bt, yt *tensor.Dense) {
 	if bt != nil {
 		j.b = data[T](bt)
 	}
+	op.pad.x, j.keep = nil, nil
+	if op.pad.keep && implicitRows[T](g, g.oc, 8) {
+		if n := g.chunks() * g.padSize(); cap(op.pad.xp) < n {
+			op.pad.xp = make([]float32, n)
+		}
+		j.keep = op.pad.xp[:g.chunks()*g.padSize()]
+	}
 	w := imageSplit(g.chunks(), g.macs())
 	j.ws = scratchFor(&op.ws, w)
 	if w == 1 {
@@ -308,15 +340,20 @@ func convFwd[T float](op *convOp, xt, wt, bt, yt *tensor.Dense) {
 	} else {
 		runParts(j, w, &j.pr)
 	}
-	j.x, j.w, j.b, j.y = nil, nil, nil, nil
+	if j.keep != nil {
+		op.pad.x = f32p(j.x)
+	}
+	j.x, j.w, j.b, j.y, j.keep = nil, nil, nil, nil, nil
 }
 
 // convForward is y = w ⊛ x for images [lo, hi) (whole chunks): im2col a
 // chunk of images into cols, one multiply, scatter when the chunk has
 // several images. par lets the copies use the loop workers (parallelLoop).
-func convForward[T float](g *convGeom, x, w, y []T, s *convScratch, lo, hi int, par bool) {
+// keep, when not nil, is where the implicit path pads the batch (see
+// keptPad).
+func convForward[T float](g *convGeom, x, w, y []T, keep []float32, s *convScratch, lo, hi int, par bool) {
 	if implicitRows[T](g, g.oc, 8) {
-		convForwardImplicit(g, x, w, y, s, lo, hi)
+		convForwardImplicit(g, x, w, y, keep, s, lo, hi)
 		return
 	}
 	ckk, ohw, out := g.ckk(), g.ohw(), g.out()
@@ -516,7 +553,8 @@ func (op *convOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error)
 			return nil, err
 		}
 	}
-	if res[1], err = apply(&convGradWeightOp{base: newBase("Conv2dGradWeight"), g: op.g}, inputs[0], grad); err != nil {
+	op.pad.keep = true
+	if res[1], err = apply(&convGradWeightOp{base: newBase("Conv2dGradWeight"), g: op.g, fwd: op}, inputs[0], grad); err != nil {
 		return nil, err
 	}
 	if op.bias {
@@ -593,6 +631,7 @@ type convGradWeightOp struct {
 	base
 	noDiff
 	g   convGeom
+	fwd *convOp // whose kept padding it reads, when there is one
 	out buffer
 	ws  []convScratch
 	job any // *convDwJob[T], reused
@@ -632,6 +671,7 @@ func (op *convGradWeightOp) Do(v ...G.Value) (G.Value, error) {
 type convDwJob[T float] struct {
 	g         *convGeom
 	x, dy, dw []T
+	xp        []float32 // the forward's kept padding of x, or nil
 	ws        []convScratch
 	pr        partRun
 }
@@ -643,13 +683,16 @@ func (j *convDwJob[T]) run(i, n int) {
 		acc = scratch[T](&s.acc, len(j.dw))
 	}
 	lo, hi := j.g.imageRange(i, n)
-	convGradWeightRange(j.g, j.x, j.dy, acc, s, lo, hi, n == 1)
+	convGradWeightRange(j.g, j.x, j.dy, acc, j.xp, s, lo, hi, n == 1)
 }
 
 func convGradWeight[T float](op *convGradWeightOp, xt, dyt, dwt *tensor.Dense) {
 	g := &op.g
 	j := jobFor[convDwJob[T]](&op.job)
-	j.g, j.x, j.dy, j.dw = g, data[T](xt), data[T](dyt), data[T](dwt)
+	j.g, j.x, j.dy, j.dw, j.xp = g, data[T](xt), data[T](dyt), data[T](dwt), nil
+	if op.fwd != nil && is32[T]() {
+		j.xp = op.fwd.pad.padFor(f32s(j.x))
+	}
 	w := dwSplit(g.chunks(), g.macs())
 	j.ws = scratchFor(&op.ws, w)
 	if w == 1 {
@@ -660,14 +703,15 @@ func convGradWeight[T float](op *convGradWeightOp, xt, dyt, dwt *tensor.Dense) {
 			addTo(j.dw, j.ws[i].acc.([]T)[:len(j.dw)])
 		}
 	}
-	j.x, j.dy, j.dw = nil, nil, nil
+	j.x, j.dy, j.dw, j.xp = nil, nil, nil, nil
 }
 
 // convGradWeightRange sets dw to Σ dy·colsᵀ over images [lo, hi) (whole
-// chunks; zero when empty).
-func convGradWeightRange[T float](g *convGeom, x, dy, dw []T, s *convScratch, lo, hi int, par bool) {
+// chunks; zero when empty). xp, when not nil, is x padded by the forward
+// (keptPad).
+func convGradWeightRange[T float](g *convGeom, x, dy, dw []T, xp []float32, s *convScratch, lo, hi int, par bool) {
 	if lo < hi && implicitRows[T](g, g.oc, 4) {
-		convGradWeightImplicit(g, x, dy, dw, s, lo, hi)
+		convGradWeightImplicit(g, x, dy, dw, xp, s, lo, hi)
 		return
 	}
 	ckk, ohw, out := g.ckk(), g.ohw(), g.out()
@@ -762,7 +806,7 @@ func (j *convDxJob[T]) run(i, n int) {
 	lo, hi := g.imageRange(i, n)
 	switch j.mode {
 	case dxConv:
-		convForward(g, j.dy, j.w, j.dx, s, lo, hi, n == 1)
+		convForward(g, j.dy, j.w, j.dx, nil, s, lo, hi, n == 1)
 	case dxX1: // dx_n = wᵀ·dy_n, straight into the output
 		ckk, ohw, out, in := g.ckk(), g.ohw(), g.out(), g.in()
 		for n := lo; n < hi; n++ {

@@ -171,17 +171,24 @@ func padChunk(g *convGeom, x, xp []float32, n0, m int) {
 
 // convForwardImplicit is convForward for images [lo, hi) on the implicit
 // path: y = w ⊛ x, one multiply a chunk into the grid, then the grid's
-// image columns into y.
-func convForwardImplicit[T float](g *convGeom, x, w, y []T, s *convScratch, lo, hi int) {
-	nb, ckk, ohw, out := g.chunk(), g.ckk(), g.ohw(), g.out()
+// image columns into y. Each chunk is padded into keep (chunk by chunk,
+// padSize apart) when that is not nil, else into scratch.
+func convForwardImplicit[T float](g *convGeom, x, w, y []T, keep []float32, s *convScratch, lo, hi int) {
+	nb, ckk, ohw, out, ps := g.chunk(), g.ckk(), g.ohw(), g.out(), g.padSize()
 	_, p, wp, _ := g.phases()
-	xp := scratch[float32](&s.cols, g.padSize())
+	var xp []float32
+	if keep == nil {
+		xp = scratch[float32](&s.cols, ps)
+	}
 	grid := scratch[float32](&s.tmp, g.oc*((nb-1)*p+g.oh*wp))
 	off := implicitOffsets(g, s)
 	x32, y32 := f32s(x), f32s(y)
 	for n0 := lo; n0 < hi; n0 += nb {
 		m := min(nb, hi-n0)
 		q := (m-1)*p + g.oh*wp
+		if keep != nil {
+			xp = keep[n0/nb*ps : (n0/nb+1)*ps]
+		}
 		padChunk(g, x32, xp, n0, m)
 		sgemmNN(&s.mm, false, g.oc, q, ckk, f32s(w), ckk, xp, off, grid, q, false)
 		for i := 0; i < m; i++ {
@@ -194,11 +201,15 @@ func convForwardImplicit[T float](g *convGeom, x, w, y []T, s *convScratch, lo, 
 
 // convGradWeightImplicit is convGradWeightRange on the implicit path: dw =
 // Σ over chunks of dy (laid on the grid, zero in the columns and rows
-// outside the image) times the shifted planes of the padded input.
-func convGradWeightImplicit[T float](g *convGeom, x, dy, dw []T, s *convScratch, lo, hi int) {
-	nb, ckk, ohw, out := g.chunk(), g.ckk(), g.ohw(), g.out()
+// outside the image) times the shifted planes of the padded input: kept
+// from the forward (kept, chunk by chunk, padSize apart) or padded again.
+func convGradWeightImplicit[T float](g *convGeom, x, dy, dw []T, kept []float32, s *convScratch, lo, hi int) {
+	nb, ckk, ohw, out, ps := g.chunk(), g.ckk(), g.ohw(), g.out(), g.padSize()
 	_, p, wp, _ := g.phases()
-	xp := scratch[float32](&s.cols, g.padSize())
+	var xp []float32
+	if kept == nil {
+		xp = scratch[float32](&s.cols, ps)
+	}
 	grid := scratch[float32](&s.tmp, g.oc*((nb-1)*p+g.oh*wp))
 	off := implicitOffsets(g, s)
 	x32, dy32, dw32 := f32s(x), f32s(dy), f32s(dw)
@@ -206,7 +217,11 @@ func convGradWeightImplicit[T float](g *convGeom, x, dy, dw []T, s *convScratch,
 	for n0 := lo; n0 < hi; n0 += nb {
 		m := min(nb, hi-n0)
 		q := (m-1)*p + g.oh*wp
-		padChunk(g, x32, xp, n0, m)
+		if kept != nil {
+			xp = kept[n0/nb*ps : (n0/nb+1)*ps]
+		} else {
+			padChunk(g, x32, xp, n0, m)
+		}
 		for o := 0; o < g.oc; o++ {
 			row := grid[o*q : (o+1)*q]
 			for i := 0; i < m; i++ {

@@ -187,3 +187,40 @@ func TestConv2dStaleScratch(t *testing.T) {
 		}
 	}
 }
+
+// The weight gradient multiplies by the padding its forward kept only when
+// it is given the input that forward padded: the same bits as padding the
+// input again, and for another input, that input's gradient, not the
+// forward's.
+func TestConv2dGradWeightKeptPadding(t *testing.T) {
+	defer func(w float64, o int) { implicitWaste, implicitStridedOut = w, o }(implicitWaste, implicitStridedOut)
+	implicitWaste, implicitStridedOut = 1, 0
+	used := 0
+	for _, c := range convCases {
+		op, _, fresh, in, dy := convOps(t, c, tensor.Float32)
+		op.pad.keep = true
+		kept := &convGradWeightOp{base: newBase("Conv2dGradWeight"), g: op.g, fwd: op}
+		other := randT(tensor.Float32, 12, -1, 1, op.g.xShape()...)
+		if _, err := op.Do(in...); err != nil {
+			t.Fatal(err)
+		}
+		if op.pad.padFor(data[float32](in[0].(*tensor.Dense))) != nil {
+			used++
+		}
+		for _, x := range []G.Value{in[0], other} {
+			want, err := fresh.Do(x, dy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantV := vals(want)
+			got, err := kept.Do(x, dy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameBits(t, fmt.Sprintf("%v dw (input padded by the forward: %v)", c, x == in[0]), vals(got), wantV)
+		}
+	}
+	if useAVX512 && used == 0 {
+		t.Error("no case kept its padding: the test checks nothing")
+	}
+}
