@@ -54,12 +54,15 @@ var implicitWaste = 0.5
 
 // implicitStridedOut is the least output plane (pixels) a strided
 // convolution takes the implicit path at: splitting small images into phase
-// planes costs more than the column matrix. resnet8's 28x28 -> 14x14
-// convolution ran faster implicit (7.3-7.8 against 7.9-8.7 CPU ms forward and
-// backward), its 14x14 -> 7x7 one slower (5.6-6.4 against 4.8-5.2; go test
-// ./nn/ops -run '^$' -bench Conv3x3Down -benchtime 40x, GOMAXPROCS=1, three
-// runs, load 14-18).
-var implicitStridedOut = 100
+// planes costs more than the column matrix. With the weight gradient reading
+// the forward's padding (keptPad) and the phase split copying rows without
+// a division per row, resnet8's 28x28 -> 14x14 convolution runs at 7.9-8.2
+// CPU ms implicit against 9.5-10.1 through the column matrix, forward and
+// backward, and its 14x14 -> 7x7 one at 6.5-6.9 against 7.0-7.1 (go test
+// ./nn/ops -run '^$' -bench Conv3x3Down -benchtime 30x, GOMAXPROCS=1, three
+// runs, load 5-8; before, 5.6-6.4 against 4.8-5.2 for the second at load
+// 14-18).
+var implicitStridedOut = 49
 
 // phases is the layout of the implicit path: the padded input's phase
 // planes are Hq×Wq (pq elements, wq a row), and each phase's planes of a
@@ -143,21 +146,22 @@ func padChunk(g *convGeom, x, xp []float32, n0, m int) {
 				b := (c*np+ph)*ps + i*pq
 				clear(xp[b : b+pq])
 			}
-			for y := 0; y < g.h; y++ {
-				yy := y + g.ph
-				row := src[y*g.w : (y+1)*g.w]
-				for b := 0; b < g.sw; b++ {
-					// Padded columns X ≡ b (mod SW) from the first inside
-					// the image: X = b + t·SW lands at column t.
-					t := (max(g.pw-b, 0) + g.sw - 1) / g.sw
-					xx := b + t*g.sw - g.pw
-					if xx >= g.w {
-						continue
-					}
-					ph := (c*g.sh+yy%g.sh)*g.sw + b
-					dst := xp[ph*ps+i*pq+yy/g.sh*wq+t : ph*ps+i*pq+(yy/g.sh+1)*wq]
-					for j := 0; xx < g.w; j, xx = j+1, xx+g.sw {
-						dst[j] = row[xx]
+			for b := 0; b < g.sw; b++ {
+				// Padded columns X ≡ b (mod SW) from the first inside
+				// the image: X = b + t·SW lands at column t. Padded row
+				// Y = y + ph is row ry of row phase py.
+				t := (max(g.pw-b, 0) + g.sw - 1) / g.sw
+				x0 := b + t*g.sw - g.pw
+				if x0 >= g.w {
+					continue
+				}
+				n := (g.w - x0 + g.sw - 1) / g.sw
+				ry, py := g.ph/g.sh, g.ph%g.sh
+				for y := 0; y < g.h; y++ {
+					at := ((c*g.sh+py)*g.sw+b)*ps + i*pq + ry*wq + t
+					everyNth(xp[at:at+n], src[y*g.w+x0:(y+1)*g.w], g.sw)
+					if py++; py == g.sh {
+						py, ry = 0, ry+1
 					}
 				}
 			}
@@ -234,6 +238,23 @@ func convGradWeightImplicit[T float](g *convGeom, x, dy, dw []T, kept []float32,
 		}
 		sgemmNT(&s.mm, g.oc, ckk, q, grid, q, xp, off, dw32, ckk, acc)
 		acc = true
+	}
+}
+
+// everyNth sets dst[j] = src[j·n].
+func everyNth(dst, src []float32, n int) {
+	if len(dst) == 0 {
+		return
+	}
+	src = src[:(len(dst)-1)*n+1]
+	if n == 2 {
+		for j := range dst {
+			dst[j] = src[2*j]
+		}
+		return
+	}
+	for j := range dst {
+		dst[j] = src[j*n]
 	}
 }
 
