@@ -253,6 +253,13 @@ type convScratch struct {
 	cols, tmp, acc any
 	mm             mmScratch
 	ioff           []int32 // row offsets of the implicit path
+	ioffOf         ioffKey // what ioff was computed for
+}
+
+// ioffKey is the geometry and layout implicitOffsets computed for.
+type ioffKey struct {
+	g       *convGeom
+	wq, pst int
 }
 
 // scratchFor returns (*ws)[:n], growing it (the only allocation) when short.
@@ -300,10 +307,21 @@ type convFwdJob[T float] struct {
 }
 
 func (j *convFwdJob[T]) run(i, n int) {
+	g, s := j.g, &j.ws[i]
+	if n == 1 {
+		j.images(s, 0, g.n, true)
+		return
+	}
+	nb := g.chunk()
+	for c := j.pr.claim(); c < g.chunks(); c = j.pr.claim() {
+		j.images(s, c*nb, min(g.n, (c+1)*nb), false)
+	}
+}
+
+// images is the forward of images [lo, hi) (whole chunks) on scratch s.
+func (j *convFwdJob[T]) images(s *convScratch, lo, hi int, par bool) {
 	g := j.g
-	lo, hi := g.imageRange(i, n)
-	s := &j.ws[i]
-	convForward(g, j.x, j.w, j.y, j.keep, s, lo, hi, n == 1)
+	convForward(g, j.x, j.w, j.y, j.keep, s, lo, hi, par)
 	if j.b == nil {
 		return
 	}
@@ -663,13 +681,16 @@ func (op *convGradWeightOp) Do(v ...G.Value) (G.Value, error) {
 	return dw, nil
 }
 
-// convDwJob is the weight gradient split over image workers: worker i sums
-// its images' products into its own partial sum (worker 0 straight into
-// dw), then dw += partial 1, += partial 2, ... in worker order, so that the
-// bits depend on the worker count only, never on timing (and under
-// SetDeterministic, on nothing: the count is fixed).
+// convDwJob is the weight gradient split into parts (dwParts) that the
+// image workers claim: part p sums the products of images
+// imageRange(p, parts) into its own partial sum (part 0 straight into dw),
+// then dw += partial 1, += partial 2, ... in part order, so that the bits
+// depend on the number of parts only, never on timing or on which worker
+// took a part (and under SetDeterministic, on nothing: the count is
+// fixed).
 type convDwJob[T float] struct {
 	g         *convGeom
+	parts     int // partial sums: part p sums images imageRange(p, parts)
 	x, dy, dw []T
 	xp        []float32 // the forward's kept padding of x, or nil
 	ws        []convScratch
@@ -678,12 +699,14 @@ type convDwJob[T float] struct {
 
 func (j *convDwJob[T]) run(i, n int) {
 	s := &j.ws[i]
-	acc := j.dw
-	if i > 0 {
-		acc = scratch[T](&s.acc, len(j.dw))
+	for p := j.pr.claim(); p < j.parts; p = j.pr.claim() {
+		acc := j.dw
+		if p > 0 {
+			acc = scratch[T](&j.ws[p].acc, len(j.dw))
+		}
+		lo, hi := j.g.imageRange(p, j.parts)
+		convGradWeightRange(j.g, j.x, j.dy, acc, j.xp, s, lo, hi, n == 1)
 	}
-	lo, hi := j.g.imageRange(i, n)
-	convGradWeightRange(j.g, j.x, j.dy, acc, j.xp, s, lo, hi, n == 1)
 }
 
 func convGradWeight[T float](op *convGradWeightOp, xt, dyt, dwt *tensor.Dense) {
@@ -693,15 +716,18 @@ func convGradWeight[T float](op *convGradWeightOp, xt, dyt, dwt *tensor.Dense) {
 	if op.fwd != nil && is32[T]() {
 		j.xp = op.fwd.pad.padFor(f32s(j.x))
 	}
-	w := dwSplit(g.chunks(), g.macs())
-	j.ws = scratchFor(&op.ws, w)
+	w := imageSplit(g.chunks(), g.macs())
+	j.parts = dwParts(g.chunks(), w)
+	w = min(w, j.parts)
+	j.ws = scratchFor(&op.ws, max(w, j.parts))
 	if w == 1 {
+		j.pr.next.Store(0)
 		j.run(0, 1)
 	} else {
 		runParts(j, w, &j.pr)
-		for i := 1; i < w; i++ {
-			addTo(j.dw, j.ws[i].acc.([]T)[:len(j.dw)])
-		}
+	}
+	for p := 1; p < j.parts; p++ {
+		addTo(j.dw, j.ws[p].acc.([]T)[:len(j.dw)])
 	}
 	j.x, j.dy, j.dw, j.xp = nil, nil, nil, nil
 }
@@ -803,17 +829,30 @@ type convDxJob[T float] struct {
 
 func (j *convDxJob[T]) run(i, n int) {
 	g, s := j.g, &j.ws[i]
-	lo, hi := g.imageRange(i, n)
+	if n == 1 {
+		j.images(s, 0, g.n, true)
+		return
+	}
+	nb := g.chunk()
+	for c := j.pr.claim(); c < g.chunks(); c = j.pr.claim() {
+		j.images(s, c*nb, min(g.n, (c+1)*nb), false)
+	}
+}
+
+// images is the input gradient of images [lo, hi) (whole chunks of j.g) on
+// scratch s.
+func (j *convDxJob[T]) images(s *convScratch, lo, hi int, par bool) {
+	g := j.g
 	switch j.mode {
 	case dxConv:
-		convForward(g, j.dy, j.w, j.dx, nil, s, lo, hi, n == 1)
+		convForward(g, j.dy, j.w, j.dx, nil, s, lo, hi, par)
 	case dxX1: // dx_n = wᵀ·dy_n, straight into the output
 		ckk, ohw, out, in := g.ckk(), g.ohw(), g.out(), g.in()
 		for n := lo; n < hi; n++ {
 			mm(&s.mm, true, false, ckk, ohw, g.oc, 1, j.w, ckk, j.dy[n*out:(n+1)*out], ohw, 0, j.dx[n*in:(n+1)*in], ohw)
 		}
 	default:
-		convGradInputCols(g, j.dy, j.w, j.dx, s, lo, hi, n == 1)
+		convGradInputCols(g, j.dy, j.w, j.dx, s, lo, hi, par)
 	}
 }
 

@@ -108,7 +108,11 @@ func (g *convGeom) padSize() int {
 // virtual column matrix in the padded input.
 func implicitOffsets(g *convGeom, s *convScratch) []int32 {
 	_, _, wq, ps := g.phases()
-	s.ioff = grow32(s.ioff, g.ckk())
+	if k := (ioffKey{g, wq, ps}); s.ioffOf != k || len(s.ioff) != g.ckk() {
+		s.ioff, s.ioffOf = grow32(s.ioff, g.ckk()), k
+	} else {
+		return s.ioff // computed by an earlier chunk
+	}
 	for c := 0; c < g.c; c++ {
 		for ki := 0; ki < g.kh; ki++ {
 			for kj := 0; kj < g.kw; kj++ {
