@@ -306,19 +306,28 @@ type convFwdJob[T float] struct {
 	pr         partRun
 }
 
-func (j *convFwdJob[T]) run(i, n int) {
-	g, s := j.g, &j.ws[i]
+func (j *convFwdJob[T]) run(i, n int) { claimChunks(j, &j.pr, j.g, &j.ws[i], n) }
+
+// chunkJob is a split convolution whose image chunks are independent.
+type chunkJob interface {
+	// images does images [lo, hi) (whole chunks) on scratch s; par lets
+	// its loops use the loop workers.
+	images(s *convScratch, lo, hi int, par bool)
+}
+
+// claimChunks is part of a split of j over n goroutines: it claims g's
+// chunks until none is left (all of them, loops in parallel, when n is 1).
+func claimChunks(j chunkJob, pr *partRun, g *convGeom, s *convScratch, n int) {
 	if n == 1 {
 		j.images(s, 0, g.n, true)
 		return
 	}
 	nb := g.chunk()
-	for c := j.pr.claim(); c < g.chunks(); c = j.pr.claim() {
+	for c := pr.claim(); c < g.chunks(); c = pr.claim() {
 		j.images(s, c*nb, min(g.n, (c+1)*nb), false)
 	}
 }
 
-// images is the forward of images [lo, hi) (whole chunks) on scratch s.
 func (j *convFwdJob[T]) images(s *convScratch, lo, hi int, par bool) {
 	g := j.g
 	convForward(g, j.x, j.w, j.y, j.keep, s, lo, hi, par)
@@ -827,20 +836,8 @@ type convDxJob[T float] struct {
 	pr        partRun
 }
 
-func (j *convDxJob[T]) run(i, n int) {
-	g, s := j.g, &j.ws[i]
-	if n == 1 {
-		j.images(s, 0, g.n, true)
-		return
-	}
-	nb := g.chunk()
-	for c := j.pr.claim(); c < g.chunks(); c = j.pr.claim() {
-		j.images(s, c*nb, min(g.n, (c+1)*nb), false)
-	}
-}
+func (j *convDxJob[T]) run(i, n int) { claimChunks(j, &j.pr, j.g, &j.ws[i], n) }
 
-// images is the input gradient of images [lo, hi) (whole chunks of j.g) on
-// scratch s.
 func (j *convDxJob[T]) images(s *convScratch, lo, hi int, par bool) {
 	g := j.g
 	switch j.mode {
