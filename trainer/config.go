@@ -63,7 +63,7 @@ type Config struct {
 	// Deterministic asks for bitwise-reproducible runs for a given Seed,
 	// whatever the cores of the machine: reductions run in fixed orders
 	// (ops.SetDeterministic: the convolution weight gradient, split by
-	// default in one partial sum per core, always sums the same number of
+	// default in two partial sums per core, always sums the same number of
 	// parts), shuffles are drawn from (seed, epoch); strategies receive the
 	// flag in strategy.Setup and refuse configurations that would break it.
 	// An explicit FULGUR_BLAS_THREADS above 1 is logged as a warning.

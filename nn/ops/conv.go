@@ -2,6 +2,7 @@ package ops
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
@@ -160,6 +161,29 @@ type convOp struct {
 	out         buffer
 	ws          []convScratch
 	job         any // *convFwdJob[T], reused
+	// pad is the whole batch padded on the implicit path, kept for the
+	// weight gradient (set up by SymDiff, which makes that gradient).
+	pad keptPad
+}
+
+// keptPad is a forward's padded input (every chunk, padSize apart), which
+// the weight gradient multiplies by instead of padding the same input
+// again. It is valid for the input at x: within one run of a graph the
+// input of a convolution cannot change between its forward and its weight
+// gradient, which takes the same value as an input and runs after it.
+type keptPad struct {
+	keep bool      // a weight gradient reads it
+	xp   []float32 // chunks() × padSize()
+	x    *float32  // the input it holds, nil when none
+}
+
+// padFor is the kept padding of x, or nil when the last forward did not
+// keep one for x.
+func (k *keptPad) padFor(x []float32) []float32 {
+	if k.x == nil || len(x) == 0 || k.x != unsafe.SliceData(x) {
+		return nil
+	}
+	return k.xp
 }
 
 func (op *convOp) Arity() int {
@@ -229,6 +253,13 @@ type convScratch struct {
 	cols, tmp, acc any
 	mm             mmScratch
 	ioff           []int32 // row offsets of the implicit path
+	ioffOf         ioffKey // what ioff was computed for
+}
+
+// ioffKey is the geometry and layout implicitOffsets computed for.
+type ioffKey struct {
+	g       *convGeom
+	wq, pst int
 }
 
 // scratchFor returns (*ws)[:n], growing it (the only allocation) when short.
@@ -270,15 +301,36 @@ func (g *convGeom) imageRange(i, n int) (lo, hi int) {
 type convFwdJob[T float] struct {
 	g          *convGeom
 	x, w, b, y []T
+	keep       []float32 // the batch's padding to keep, or nil
 	ws         []convScratch
 	pr         partRun
 }
 
-func (j *convFwdJob[T]) run(i, n int) {
+func (j *convFwdJob[T]) run(i, n int) { claimChunks(j, &j.pr, j.g, &j.ws[i], n) }
+
+// chunkJob is a split convolution whose image chunks are independent.
+type chunkJob interface {
+	// images does images [lo, hi) (whole chunks) on scratch s; par lets
+	// its loops use the loop workers.
+	images(s *convScratch, lo, hi int, par bool)
+}
+
+// claimChunks is part of a split of j over n goroutines: it claims g's
+// chunks until none is left (all of them, loops in parallel, when n is 1).
+func claimChunks(j chunkJob, pr *partRun, g *convGeom, s *convScratch, n int) {
+	if n == 1 {
+		j.images(s, 0, g.n, true)
+		return
+	}
+	nb := g.chunk()
+	for c := pr.claim(); c < g.chunks(); c = pr.claim() {
+		j.images(s, c*nb, min(g.n, (c+1)*nb), false)
+	}
+}
+
+func (j *convFwdJob[T]) images(s *convScratch, lo, hi int, par bool) {
 	g := j.g
-	lo, hi := g.imageRange(i, n)
-	s := &j.ws[i]
-	convForward(g, j.x, j.w, j.y, s, lo, hi, n == 1)
+	convForward(g, j.x, j.w, j.y, j.keep, s, lo, hi, par)
 	if j.b == nil {
 		return
 	}
@@ -301,6 +353,13 @@ func convFwd[T float](op *convOp, xt, wt, bt, yt *tensor.Dense) {
 	if bt != nil {
 		j.b = data[T](bt)
 	}
+	op.pad.x, j.keep = nil, nil
+	if op.pad.keep && implicitRows[T](g, g.oc, 8) {
+		if n := g.chunks() * g.padSize(); cap(op.pad.xp) < n {
+			op.pad.xp = make([]float32, n)
+		}
+		j.keep = op.pad.xp[:g.chunks()*g.padSize()]
+	}
 	w := imageSplit(g.chunks(), g.macs())
 	j.ws = scratchFor(&op.ws, w)
 	if w == 1 {
@@ -308,15 +367,20 @@ func convFwd[T float](op *convOp, xt, wt, bt, yt *tensor.Dense) {
 	} else {
 		runParts(j, w, &j.pr)
 	}
-	j.x, j.w, j.b, j.y = nil, nil, nil, nil
+	if j.keep != nil {
+		op.pad.x = f32p(j.x)
+	}
+	j.x, j.w, j.b, j.y, j.keep = nil, nil, nil, nil, nil
 }
 
 // convForward is y = w ⊛ x for images [lo, hi) (whole chunks): im2col a
 // chunk of images into cols, one multiply, scatter when the chunk has
 // several images. par lets the copies use the loop workers (parallelLoop).
-func convForward[T float](g *convGeom, x, w, y []T, s *convScratch, lo, hi int, par bool) {
+// keep, when not nil, is where the implicit path pads the batch (see
+// keptPad).
+func convForward[T float](g *convGeom, x, w, y []T, keep []float32, s *convScratch, lo, hi int, par bool) {
 	if implicitRows[T](g, g.oc, 8) {
-		convForwardImplicit(g, x, w, y, s, lo, hi)
+		convForwardImplicit(g, x, w, y, keep, s, lo, hi)
 		return
 	}
 	ckk, ohw, out := g.ckk(), g.ohw(), g.out()
@@ -516,7 +580,8 @@ func (op *convOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error)
 			return nil, err
 		}
 	}
-	if res[1], err = apply(&convGradWeightOp{base: newBase("Conv2dGradWeight"), g: op.g}, inputs[0], grad); err != nil {
+	op.pad.keep = true
+	if res[1], err = apply(&convGradWeightOp{base: newBase("Conv2dGradWeight"), g: op.g, fwd: op}, inputs[0], grad); err != nil {
 		return nil, err
 	}
 	if op.bias {
@@ -593,6 +658,7 @@ type convGradWeightOp struct {
 	base
 	noDiff
 	g   convGeom
+	fwd *convOp // whose kept padding it reads, when there is one
 	out buffer
 	ws  []convScratch
 	job any // *convDwJob[T], reused
@@ -624,50 +690,63 @@ func (op *convGradWeightOp) Do(v ...G.Value) (G.Value, error) {
 	return dw, nil
 }
 
-// convDwJob is the weight gradient split over image workers: worker i sums
-// its images' products into its own partial sum (worker 0 straight into
-// dw), then dw += partial 1, += partial 2, ... in worker order, so that the
-// bits depend on the worker count only, never on timing (and under
-// SetDeterministic, on nothing: the count is fixed).
+// convDwJob is the weight gradient split into parts (dwParts) that the
+// image workers claim: part p sums the products of images
+// imageRange(p, parts) into its own partial sum (part 0 straight into dw),
+// then dw += partial 1, += partial 2, ... in part order, so that the bits
+// depend on the number of parts only, never on timing or on which worker
+// took a part (and under SetDeterministic, on nothing: the count is
+// fixed).
 type convDwJob[T float] struct {
 	g         *convGeom
+	parts     int // partial sums: part p sums images imageRange(p, parts)
 	x, dy, dw []T
+	xp        []float32 // the forward's kept padding of x, or nil
 	ws        []convScratch
 	pr        partRun
 }
 
 func (j *convDwJob[T]) run(i, n int) {
 	s := &j.ws[i]
-	acc := j.dw
-	if i > 0 {
-		acc = scratch[T](&s.acc, len(j.dw))
+	for p := j.pr.claim(); p < j.parts; p = j.pr.claim() {
+		acc := j.dw
+		if p > 0 {
+			acc = scratch[T](&j.ws[p].acc, len(j.dw))
+		}
+		lo, hi := j.g.imageRange(p, j.parts)
+		convGradWeightRange(j.g, j.x, j.dy, acc, j.xp, s, lo, hi, n == 1)
 	}
-	lo, hi := j.g.imageRange(i, n)
-	convGradWeightRange(j.g, j.x, j.dy, acc, s, lo, hi, n == 1)
 }
 
 func convGradWeight[T float](op *convGradWeightOp, xt, dyt, dwt *tensor.Dense) {
 	g := &op.g
 	j := jobFor[convDwJob[T]](&op.job)
-	j.g, j.x, j.dy, j.dw = g, data[T](xt), data[T](dyt), data[T](dwt)
-	w := dwSplit(g.chunks(), g.macs())
-	j.ws = scratchFor(&op.ws, w)
+	j.g, j.x, j.dy, j.dw, j.xp = g, data[T](xt), data[T](dyt), data[T](dwt), nil
+	if op.fwd != nil && is32[T]() {
+		j.xp = op.fwd.pad.padFor(f32s(j.x))
+	}
+	w := imageSplit(g.chunks(), g.macs())
+	j.parts = dwParts(g.chunks(), w)
+	w = min(w, j.parts)
+	j.ws = scratchFor(&op.ws, max(w, j.parts))
 	if w == 1 {
+		j.pr.next.Store(0)
 		j.run(0, 1)
 	} else {
 		runParts(j, w, &j.pr)
-		for i := 1; i < w; i++ {
-			addTo(j.dw, j.ws[i].acc.([]T)[:len(j.dw)])
-		}
 	}
-	j.x, j.dy, j.dw = nil, nil, nil
+	for p := 1; p < j.parts; p++ {
+		addTo(j.dw, j.ws[p].acc.([]T)[:len(j.dw)])
+	}
+	j.x, j.dy, j.dw, j.xp = nil, nil, nil, nil
 }
 
 // convGradWeightRange sets dw to Σ dy·colsᵀ over images [lo, hi) (whole
-// chunks; zero when empty).
-func convGradWeightRange[T float](g *convGeom, x, dy, dw []T, s *convScratch, lo, hi int, par bool) {
+// chunks; zero when empty). xp, when not nil, is x padded by the forward
+// (keptPad).
+func convGradWeightRange[T float](g *convGeom, x, dy, dw []T, xp []float32, s *convScratch, lo, hi int, par bool) {
 	if lo < hi && implicitRows[T](g, g.oc, 4) {
-		convGradWeightImplicit(g, x, dy, dw, s, lo, hi)
+		convGradWeightImplicit(g, x, dy, dw, xp, s, lo, hi)
 		return
 	}
 	ckk, ohw, out := g.ckk(), g.ohw(), g.out()
@@ -757,19 +836,20 @@ type convDxJob[T float] struct {
 	pr        partRun
 }
 
-func (j *convDxJob[T]) run(i, n int) {
-	g, s := j.g, &j.ws[i]
-	lo, hi := g.imageRange(i, n)
+func (j *convDxJob[T]) run(i, n int) { claimChunks(j, &j.pr, j.g, &j.ws[i], n) }
+
+func (j *convDxJob[T]) images(s *convScratch, lo, hi int, par bool) {
+	g := j.g
 	switch j.mode {
 	case dxConv:
-		convForward(g, j.dy, j.w, j.dx, s, lo, hi, n == 1)
+		convForward(g, j.dy, j.w, j.dx, nil, s, lo, hi, par)
 	case dxX1: // dx_n = wᵀ·dy_n, straight into the output
 		ckk, ohw, out, in := g.ckk(), g.ohw(), g.out(), g.in()
 		for n := lo; n < hi; n++ {
 			mm(&s.mm, true, false, ckk, ohw, g.oc, 1, j.w, ckk, j.dy[n*out:(n+1)*out], ohw, 0, j.dx[n*in:(n+1)*in], ohw)
 		}
 	default:
-		convGradInputCols(g, j.dy, j.w, j.dx, s, lo, hi, n == 1)
+		convGradInputCols(g, j.dy, j.w, j.dx, s, lo, hi, par)
 	}
 }
 

@@ -1,6 +1,9 @@
 package ops
 
-import "unsafe"
+import (
+	"fmt"
+	"unsafe"
+)
 
 // Implicit convolutions: a convolution larger than 1x1 (3x3 with padding 1,
 // say) multiplies straight from a zero-padded copy of its input, with no
@@ -51,26 +54,49 @@ var implicitWaste = 0.5
 
 // implicitStridedOut is the least output plane (pixels) a strided
 // convolution takes the implicit path at: splitting small images into phase
-// planes costs more than the column matrix. resnet8's 28x28 -> 14x14
-// convolution ran faster implicit (7.3-7.8 against 7.9-8.7 CPU ms forward and
-// backward), its 14x14 -> 7x7 one slower (5.6-6.4 against 4.8-5.2; go test
-// ./nn/ops -run '^$' -bench Conv3x3Down -benchtime 40x, GOMAXPROCS=1, three
-// runs, load 14-18).
-var implicitStridedOut = 100
+// planes costs more than the column matrix. With the weight gradient reading
+// the forward's padding (keptPad) and the phase split copying rows without
+// a division per row, resnet8's 28x28 -> 14x14 convolution runs at 7.9-8.2
+// CPU ms implicit against 9.5-10.1 through the column matrix, forward and
+// backward, and its 14x14 -> 7x7 one at 6.5-6.9 against 7.0-7.1 (go test
+// ./nn/ops -run '^$' -bench Conv3x3Down -benchtime 30x, GOMAXPROCS=1, three
+// runs, load 5-8; before, 5.6-6.4 against 4.8-5.2 for the second at load
+// 14-18).
+var implicitStridedOut = 49
 
 // phases is the layout of the implicit path: the padded input's phase
 // planes are Hq×Wq (pq elements, wq a row), and each phase's planes of a
 // chunk lie pstride apart (nb planes and the tail the last grid columns
 // read); a channel's phases lie SH·SW·pstride apart.
+//
+// A same() convolution shares its padding: each row is the pw zeros left of
+// the image row, which are also the zeros right of the row before it, and
+// each plane is the ph zero rows above the image, which are also the rows
+// below the image before it (Hq = H+ph, Wq = W+pw; the last plane's rows
+// below are the tail). A tap reads at most pw columns left or right of the
+// image and ph rows above or below, so every read outside the image still
+// finds a zero, and the grid wastes less: 22% at 7x7 instead of 38%, 10% at
+// 14x14 instead of 18%, 3.5% at 28x28 instead of 7%.
 func (g *convGeom) phases() (hq, pq, wq, pstride int) {
-	hq = (g.h + 2*g.ph + g.sh - 1) / g.sh
-	wq = (g.w + 2*g.pw + g.sw - 1) / g.sw
+	if g.same() {
+		hq, wq = g.h+g.ph, g.w+g.pw
+	} else {
+		hq = (g.h + 2*g.ph + g.sh - 1) / g.sh
+		wq = (g.w + 2*g.pw + g.sw - 1) / g.sw
+	}
 	pq = hq * wq
 	return hq, pq, wq, g.chunk()*pq + g.tail()
 }
 
-// tail is how far past its last plane the grid reads a phase.
-func (g *convGeom) tail() int { return (g.kw - 1) * g.dw / g.sw }
+// tail is how far past its last plane the grid reads a phase: the columns
+// right of the last row, and for a same() convolution the rows below the
+// last image.
+func (g *convGeom) tail() int {
+	if g.same() {
+		return g.ph*(g.w+g.pw) + (g.kw-1)*g.dw
+	}
+	return (g.kw - 1) * g.dw / g.sw
+}
 
 // padSize is the padded input of a chunk: every channel's phases.
 func (g *convGeom) padSize() int {
@@ -82,7 +108,11 @@ func (g *convGeom) padSize() int {
 // virtual column matrix in the padded input.
 func implicitOffsets(g *convGeom, s *convScratch) []int32 {
 	_, _, wq, ps := g.phases()
-	s.ioff = grow32(s.ioff, g.ckk())
+	if k := (ioffKey{g, wq, ps}); s.ioffOf != k || len(s.ioff) != g.ckk() {
+		s.ioff, s.ioffOf = grow32(s.ioff, g.ckk()), k
+	} else {
+		return s.ioff // computed by an earlier chunk
+	}
 	for c := 0; c < g.c; c++ {
 		for ki := 0; ki < g.kh; ki++ {
 			for kj := 0; kj < g.kw; kj++ {
@@ -97,44 +127,45 @@ func implicitOffsets(g *convGeom, s *convScratch) []int32 {
 
 // padChunk writes images n0..n0+m of x into xp: channel c of image i, padded,
 // on its phase planes, zeros around the image and in each phase's tail.
-func padChunk[T float](g *convGeom, x, xp []T, n0, m int) {
+func padChunk(g *convGeom, x, xp []float32, n0, m int) {
 	_, pq, wq, ps := g.phases()
 	hw, in, np := g.h*g.w, g.in(), g.sh*g.sw
 	for c := 0; c < g.c; c++ {
 		for i := 0; i < m; i++ {
 			src := x[(n0+i)*in+c*hw : (n0+i)*in+(c+1)*hw]
 			if np == 1 {
+				// Rows wq apart, each followed by zeros up to the next
+				// row's first pixel; zeros above the first and below
+				// the last.
 				plane := xp[c*ps+i*pq : c*ps+(i+1)*pq]
 				at := g.ph*wq + g.pw
 				clear(plane[:at])
-				for y := 0; y < g.h; y++ {
-					copy(plane[at:at+g.w], src[y*g.w:(y+1)*g.w])
-					next := at + wq
-					clear(plane[at+g.w : min(next, pq)])
-					at = next
-				}
-				clear(plane[min(at-g.pw, pq):])
+				copyRows(plane[at:], wq, src, g.w, g.w, wq-g.w, g.h-1)
+				last := at + (g.h-1)*wq
+				copyRows(plane[last:], wq, src[(g.h-1)*g.w:], g.w, g.w, 0, 1)
+				clear(plane[last+g.w:])
 				continue
 			}
 			for ph := 0; ph < np; ph++ {
 				b := (c*np+ph)*ps + i*pq
 				clear(xp[b : b+pq])
 			}
-			for y := 0; y < g.h; y++ {
-				yy := y + g.ph
-				row := src[y*g.w : (y+1)*g.w]
-				for b := 0; b < g.sw; b++ {
-					// Padded columns X ≡ b (mod SW) from the first inside
-					// the image: X = b + t·SW lands at column t.
-					t := (max(g.pw-b, 0) + g.sw - 1) / g.sw
-					xx := b + t*g.sw - g.pw
-					if xx >= g.w {
-						continue
-					}
-					ph := (c*g.sh+yy%g.sh)*g.sw + b
-					dst := xp[ph*ps+i*pq+yy/g.sh*wq+t : ph*ps+i*pq+(yy/g.sh+1)*wq]
-					for j := 0; xx < g.w; j, xx = j+1, xx+g.sw {
-						dst[j] = row[xx]
+			for b := 0; b < g.sw; b++ {
+				// Padded columns X ≡ b (mod SW) from the first inside
+				// the image: X = b + t·SW lands at column t. Padded row
+				// Y = y + ph is row ry of row phase py.
+				t := (max(g.pw-b, 0) + g.sw - 1) / g.sw
+				x0 := b + t*g.sw - g.pw
+				if x0 >= g.w {
+					continue
+				}
+				n := (g.w - x0 + g.sw - 1) / g.sw
+				ry, py := g.ph/g.sh, g.ph%g.sh
+				for y := 0; y < g.h; y++ {
+					at := ((c*g.sh+py)*g.sw+b)*ps + i*pq + ry*wq + t
+					everyNth(xp[at:at+n], src[y*g.w+x0:(y+1)*g.w], g.sw)
+					if py++; py == g.sh {
+						py, ry = 0, ry+1
 					}
 				}
 			}
@@ -148,26 +179,29 @@ func padChunk[T float](g *convGeom, x, xp []T, n0, m int) {
 
 // convForwardImplicit is convForward for images [lo, hi) on the implicit
 // path: y = w ⊛ x, one multiply a chunk into the grid, then the grid's
-// image columns into y.
-func convForwardImplicit[T float](g *convGeom, x, w, y []T, s *convScratch, lo, hi int) {
-	nb, ckk, ohw, out := g.chunk(), g.ckk(), g.ohw(), g.out()
+// image columns into y. Each chunk is padded into keep (chunk by chunk,
+// padSize apart) when that is not nil, else into scratch.
+func convForwardImplicit[T float](g *convGeom, x, w, y []T, keep []float32, s *convScratch, lo, hi int) {
+	nb, ckk, ohw, out, ps := g.chunk(), g.ckk(), g.ohw(), g.out(), g.padSize()
 	_, p, wp, _ := g.phases()
-	xp := scratch[float32](&s.cols, g.padSize())
+	var xp []float32
+	if keep == nil {
+		xp = scratch[float32](&s.cols, ps)
+	}
 	grid := scratch[float32](&s.tmp, g.oc*((nb-1)*p+g.oh*wp))
 	off := implicitOffsets(g, s)
 	x32, y32 := f32s(x), f32s(y)
 	for n0 := lo; n0 < hi; n0 += nb {
 		m := min(nb, hi-n0)
 		q := (m-1)*p + g.oh*wp
+		if keep != nil {
+			xp = keep[n0/nb*ps : (n0/nb+1)*ps]
+		}
 		padChunk(g, x32, xp, n0, m)
 		sgemmNN(&s.mm, false, g.oc, q, ckk, f32s(w), ckk, xp, off, grid, q, false)
 		for i := 0; i < m; i++ {
 			for o := 0; o < g.oc; o++ {
-				dst := y32[(n0+i)*out+o*ohw : (n0+i)*out+(o+1)*ohw]
-				src := grid[o*q+i*p:]
-				for r := 0; r < g.oh; r++ {
-					copy(dst[r*g.ow:(r+1)*g.ow], src[r*wp:r*wp+g.ow])
-				}
+				copyRows(y32[(n0+i)*out+o*ohw:(n0+i)*out+(o+1)*ohw], g.ow, grid[o*q+i*p:], wp, g.ow, 0, g.oh)
 			}
 		}
 	}
@@ -175,11 +209,15 @@ func convForwardImplicit[T float](g *convGeom, x, w, y []T, s *convScratch, lo, 
 
 // convGradWeightImplicit is convGradWeightRange on the implicit path: dw =
 // Σ over chunks of dy (laid on the grid, zero in the columns and rows
-// outside the image) times the shifted planes of the padded input.
-func convGradWeightImplicit[T float](g *convGeom, x, dy, dw []T, s *convScratch, lo, hi int) {
-	nb, ckk, ohw, out := g.chunk(), g.ckk(), g.ohw(), g.out()
+// outside the image) times the shifted planes of the padded input: kept
+// from the forward (kept, chunk by chunk, padSize apart) or padded again.
+func convGradWeightImplicit[T float](g *convGeom, x, dy, dw []T, kept []float32, s *convScratch, lo, hi int) {
+	nb, ckk, ohw, out, ps := g.chunk(), g.ckk(), g.ohw(), g.out(), g.padSize()
 	_, p, wp, _ := g.phases()
-	xp := scratch[float32](&s.cols, g.padSize())
+	var xp []float32
+	if kept == nil {
+		xp = scratch[float32](&s.cols, ps)
+	}
 	grid := scratch[float32](&s.tmp, g.oc*((nb-1)*p+g.oh*wp))
 	off := implicitOffsets(g, s)
 	x32, dy32, dw32 := f32s(x), f32s(dy), f32s(dw)
@@ -187,16 +225,16 @@ func convGradWeightImplicit[T float](g *convGeom, x, dy, dw []T, s *convScratch,
 	for n0 := lo; n0 < hi; n0 += nb {
 		m := min(nb, hi-n0)
 		q := (m-1)*p + g.oh*wp
-		padChunk(g, x32, xp, n0, m)
+		if kept != nil {
+			xp = kept[n0/nb*ps : (n0/nb+1)*ps]
+		} else {
+			padChunk(g, x32, xp, n0, m)
+		}
 		for o := 0; o < g.oc; o++ {
 			row := grid[o*q : (o+1)*q]
 			for i := 0; i < m; i++ {
-				src := dy32[(n0+i)*out+o*ohw : (n0+i)*out+(o+1)*ohw]
 				dst := row[i*p:]
-				for r := 0; r < g.oh; r++ {
-					copy(dst[r*wp:r*wp+g.ow], src[r*g.ow:(r+1)*g.ow])
-					clear(dst[r*wp+g.ow : (r+1)*wp])
-				}
+				copyRows(dst, wp, dy32[(n0+i)*out+o*ohw:(n0+i)*out+(o+1)*ohw], g.ow, g.ow, wp-g.ow, g.oh)
 				if i < m-1 {
 					clear(dst[g.oh*wp : p])
 				}
@@ -204,5 +242,45 @@ func convGradWeightImplicit[T float](g *convGeom, x, dy, dw []T, s *convScratch,
 		}
 		sgemmNT(&s.mm, g.oc, ckk, q, grid, q, xp, off, dw32, ckk, acc)
 		acc = true
+	}
+}
+
+// everyNth sets dst[j] = src[j·n].
+func everyNth(dst, src []float32, n int) {
+	if len(dst) == 0 {
+		return
+	}
+	src = src[:(len(dst)-1)*n+1]
+	if n == 2 {
+		for j := range dst {
+			dst[j] = src[2*j]
+		}
+		return
+	}
+	for j := range dst {
+		dst[j] = src[j*n]
+	}
+}
+
+// copyRows copies rows rows of w elements from src (rows lds apart) into
+// dst (rows ldd apart), zeroing the gap elements after each row in dst: the
+// row moves of the implicit path, whose rows (7 to 28 elements at resnet8's
+// shapes) are too short for copy's call and clear's to pay.
+func copyRows(dst []float32, ldd int, src []float32, lds, w, gap, rows int) {
+	if rows <= 0 || w+gap == 0 {
+		return
+	}
+	if w < 0 || gap < 0 || (rows-1)*ldd+w+gap > len(dst) || (rows-1)*lds+w > len(src) {
+		panic(fmt.Sprintf("ops: copyRows of %d rows of %d (+%d zeros), %d and %d apart, outside dst (%d) or src (%d)",
+			rows, w, gap, ldd, lds, len(dst), len(src)))
+	}
+	if useAVX512 {
+		copyRows32(unsafe.SliceData(dst), ldd, unsafe.SliceData(src), lds, w, gap, rows)
+		return
+	}
+	for r := 0; r < rows; r++ {
+		d := dst[r*ldd : r*ldd+w+gap]
+		copy(d, src[r*lds:r*lds+w])
+		clear(d[w:])
 	}
 }

@@ -187,3 +187,76 @@ func TestConv2dStaleScratch(t *testing.T) {
 		}
 	}
 }
+
+// The weight gradient multiplies by the padding its forward kept only when
+// it is given the input that forward padded: the same bits as padding the
+// input again, and for another input, that input's gradient, not the
+// forward's.
+func TestConv2dGradWeightKeptPadding(t *testing.T) {
+	defer func(w float64, o int) { implicitWaste, implicitStridedOut = w, o }(implicitWaste, implicitStridedOut)
+	implicitWaste, implicitStridedOut = 1, 0
+	used := 0
+	for _, c := range convCases {
+		op, _, fresh, in, dy := convOps(t, c, tensor.Float32)
+		op.pad.keep = true
+		kept := &convGradWeightOp{base: newBase("Conv2dGradWeight"), g: op.g, fwd: op}
+		other := randT(tensor.Float32, 12, -1, 1, op.g.xShape()...)
+		if _, err := op.Do(in...); err != nil {
+			t.Fatal(err)
+		}
+		if op.pad.padFor(data[float32](in[0].(*tensor.Dense))) != nil {
+			used++
+		}
+		for _, x := range []G.Value{in[0], other} {
+			want, err := fresh.Do(x, dy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantV := vals(want)
+			got, err := kept.Do(x, dy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameBits(t, fmt.Sprintf("%v dw (input padded by the forward: %v)", c, x == in[0]), vals(got), wantV)
+		}
+	}
+	if useAVX512 && used == 0 {
+		t.Error("no case kept its padding: the test checks nothing")
+	}
+}
+
+// lateStart is a split whose pool goroutines start only when the caller
+// has finished: every piece is then the caller's.
+type lateStart struct {
+	pr     partRun
+	pieces int
+	took   [][]int
+	caller chan struct{}
+}
+
+func (p *lateStart) run(i, n int) {
+	if i > 0 {
+		<-p.caller
+	}
+	for c := p.pr.claim(); c < p.pieces; c = p.pr.claim() {
+		p.took[i] = append(p.took[i], c)
+	}
+	if i == 0 {
+		close(p.caller)
+	}
+}
+
+// The goroutines of a split claim its pieces: one that starts late (woken
+// from sleep, or kept off its core) leaves them to the others instead of
+// making them wait for its fixed share; and every runParts call starts
+// claiming from the first piece again.
+func TestRunPartsLateGoroutineLeavesItsShare(t *testing.T) {
+	p := &lateStart{pieces: 10}
+	for run := 0; run < 2; run++ {
+		p.took, p.caller = make([][]int, 3), make(chan struct{})
+		runParts(p, 3, &p.pr)
+		if want := []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}; fmt.Sprint(p.took[0]) != fmt.Sprint(want) || len(p.took[1])+len(p.took[2]) != 0 {
+			t.Fatalf("run %d: pieces taken by the caller %v, by the late goroutines %v and %v; want all by the caller", run, p.took[0], p.took[1], p.took[2])
+		}
+	}
+}

@@ -27,12 +27,13 @@
 //     (elem_amd64.s). Elsewhere, and for float64, the Go loops and the BLAS.
 //   - Convolutions split their batch between Workers() goroutines (the
 //     plan of blas: cores over local ranks over BLAS threads;
-//     SetImageWorkers), whole image chunks each, so that a
-//     one-thread BLAS still uses every core of the process's share; the
-//     forward and input gradient are bitwise the serial ones, the weight
-//     gradient sums the workers' partial sums in worker order. The loops of
-//     normalisation and activations split the same way (SetLoopWorkers),
-//     with results independent of the worker count.
+//     SetImageWorkers), which claim whole image chunks until none is left,
+//     so that a one-thread BLAS still uses every core of the process's
+//     share and a goroutine that starts late does less; the forward and
+//     input gradient are bitwise the serial ones, the weight gradient sums
+//     partial sums over fixed image ranges (two a worker) in range order.
+//     The loops of normalisation and activations split the same way
+//     (SetLoopWorkers), with results independent of the worker count.
 //
 // ops imports only Gorgonia, tensor, blas and golang.org/x/sys/cpu
 // (to detect AVX-512); never trainer, strategy or module.

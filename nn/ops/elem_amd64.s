@@ -260,3 +260,70 @@ dsdone:
 	HSUM(Z2, Y2, X2, sx+28(FP))
 	VZEROUPPER
 	RET
+
+// Sets kreg to the low n%16 lanes of n (in reg, clobbered), R13 scratch.
+#define LANEMASK(reg, kreg) \
+	ANDQ  $15, reg \
+	MOVL  $1, R13 \
+	SHLXL reg, R13, R13 \
+	DECL  R13 \
+	KMOVW R13, kreg
+
+// func copyRows32(dst *float32, ldd int, src *float32, lds int, w, gap, rows int)
+// For r < rows: dst[r·ldd + j] = src[r·lds + j] for j < w, then
+// dst[r·ldd + w + j] = 0 for j < gap. Nothing else is read or written.
+TEXT ·copyRows32(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), DI
+	MOVQ ldd+8(FP), R8
+	SHLQ $2, R8
+	MOVQ src+16(FP), SI
+	MOVQ lds+24(FP), R9
+	SHLQ $2, R9
+	MOVQ w+32(FP), AX
+	MOVQ gap+40(FP), DX
+	MOVQ rows+48(FP), CX
+	TESTQ CX, CX
+	JZ   crdone
+	MOVQ AX, R10
+	SHRQ $4, R10
+	MOVQ AX, R12
+	LANEMASK(R12, K1)
+	MOVQ DX, R11
+	SHRQ $4, R11
+	MOVQ DX, R12
+	LANEMASK(R12, K2)
+	SHLQ $2, AX
+	VPXORD Z1, Z1, Z1
+crrow:
+	XORQ BX, BX
+	MOVQ R10, R12
+	TESTQ R12, R12
+	JZ   crtail
+crloop:
+	VMOVUPS (SI)(BX*1), Z0
+	VMOVUPS Z0, (DI)(BX*1)
+	ADDQ $64, BX
+	DECQ R12
+	JNZ  crloop
+crtail:
+	VMOVUPS.Z (SI)(BX*1), K1, Z0
+	VMOVUPS   Z0, K1, (DI)(BX*1)
+	LEAQ (DI)(AX*1), R13
+	XORQ BX, BX
+	MOVQ R11, R12
+	TESTQ R12, R12
+	JZ   crgtail
+crgloop:
+	VMOVUPS Z1, (R13)(BX*1)
+	ADDQ $64, BX
+	DECQ R12
+	JNZ  crgloop
+crgtail:
+	VMOVUPS Z1, K2, (R13)(BX*1)
+	ADDQ R9, SI
+	ADDQ R8, DI
+	DECQ CX
+	JNZ  crrow
+crdone:
+	VZEROUPPER
+	RET

@@ -80,3 +80,49 @@ func TestElemKernelsMatchGo(t *testing.T) {
 		})
 	}
 }
+
+// copyRows (the row moves of the implicit convolutions) against a direct
+// loop, on both implementations: every width and gap up to 40 (whole
+// vectors, masked tails, none), rows further apart than a row and gap and
+// exactly that far, one row and several: the rows and zeros land where
+// they should and nothing else in dst changes.
+func TestCopyRowsMatchesLoop(t *testing.T) {
+	defer func(v bool) { useAVX512 = v }(useAVX512)
+	impls := []bool{false}
+	if useAVX512 {
+		impls = append(impls, true)
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, avx := range impls {
+		useAVX512 = avx
+		for w := 0; w <= 40; w++ {
+			for gap := 0; gap <= 40; gap += 1 + gap/8 {
+				for _, rows := range []int{1, 3} {
+					for _, extra := range []int{0, 5} {
+						ldd, lds := w+gap+extra, w+2*extra+1
+						src := randF32(r, (rows-1)*lds+w)
+						dst := make([]float32, rows*ldd+3)
+						for i := range dst {
+							dst[i] = 42
+						}
+						want := append([]float32(nil), dst...)
+						for y := 0; y < rows; y++ {
+							for j := 0; j < w; j++ {
+								want[y*ldd+j] = src[y*lds+j]
+							}
+							for j := 0; j < gap; j++ {
+								want[y*ldd+w+j] = 0
+							}
+						}
+						copyRows(dst, ldd, src, lds, w, gap, rows)
+						for i := range want {
+							if dst[i] != want[i] {
+								t.Fatalf("avx=%v w=%d gap=%d rows=%d ldd=%d lds=%d: dst[%d] = %v, want %v", avx, w, gap, rows, ldd, lds, i, dst[i], want[i])
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}

@@ -24,9 +24,14 @@ import (
 
 // parallelGrain is the least number of elements worth a goroutine;
 // maxWorkers caps the goroutines of one loop. Tests change both to run the
-// parallel paths on small inputs.
+// parallel paths on small inputs. A pool goroutine woken for a split starts
+// 70-110 µs later on this project's VM (a futex wake of a halted core), and
+// the normalisation loops take about 0.45 ns an element (a 200K-element
+// plane set, resnet8's 64x64x7x7, about 90 µs in all): below about 128K
+// elements the caller is done, or nearly, before the other goroutine
+// starts.
 var (
-	parallelGrain = 1 << 15
+	parallelGrain = 1 << 17
 	maxWorkers    = coreShare
 )
 
@@ -81,8 +86,9 @@ var imageGrain = 1 << 18
 // SetImageWorkers sets how many goroutines a convolution splits its batch
 // between: 0 (the default) means Workers(), 1 keeps it
 // serial. Results do not depend on it, except the weight gradient's, which
-// sums the workers' partial sums in worker order: the same bits for the
-// same count. Call it at program start, before graphs run.
+// sums partial sums over dwParts fixed image ranges in range order: the
+// same bits for the same count. Call it at program start, before graphs
+// run.
 func SetImageWorkers(n int) {
 	if n <= 0 {
 		imageWorkers = coreShare
@@ -110,20 +116,27 @@ var deterministic atomic.Bool
 // worker settings: the convolution weight gradient, the one reduction whose
 // order followed the worker count, then always sums DeterministicParts
 // partial sums (fewer when the batch has fewer image chunks) in part order,
-// running them on as many goroutines as there are parts. trainer.Config's
+// whichever goroutines compute them. trainer.Config's
 // Deterministic sets it. Call it before graphs run.
 func SetDeterministic(on bool) { deterministic.Store(on) }
 
 // Deterministic reports whether SetDeterministic(true) is in force.
 func Deterministic() bool { return deterministic.Load() }
 
-// dwSplit is how many partial sums the weight gradient of a convolution
-// with chunks chunks of macs multiply-adds adds up.
-func dwSplit(chunks, macs int) int {
+// dwParts is how many partial sums the weight gradient of a convolution
+// with chunks chunks adds up when workers goroutines share it: two a
+// worker, so that one that starts late (a goroutine woken from sleep takes
+// 70-110 µs on this project's VM, more when other work has the core) leaves
+// the other one of its parts rather than half the work; under
+// SetDeterministic, DeterministicParts whatever the workers.
+func dwParts(chunks, workers int) int {
 	if deterministic.Load() {
 		return max(1, min(DeterministicParts, chunks))
 	}
-	return imageSplit(chunks, macs)
+	if workers == 1 {
+		return 1
+	}
+	return max(1, min(2*workers, chunks))
 }
 
 // part is work split into n parts that can run at once; run does part i.
@@ -133,9 +146,17 @@ type part interface{ run(i, n int) }
 // allocates nothing.
 type partRun struct {
 	wg    sync.WaitGroup
+	next  atomic.Int64 // the next piece of work to claim
 	mu    sync.Mutex
 	fault any // the first panic of a part run on the pool
 }
+
+// claim returns the next piece of work of the call, counting from 0: the
+// goroutines of a split take pieces until none is left, so that one woken
+// late, or kept off its core by other work, does less of it. Which
+// goroutine takes a piece never changes a result (each piece writes its own
+// outputs, or its own partial sum, added up in piece order).
+func (s *partRun) claim() int { return int(s.next.Add(1) - 1) }
 
 type partMsg struct {
 	p    part
@@ -166,6 +187,7 @@ func runParts(p part, n int, s *partRun) {
 	ch := pool.ch
 	pool.mu.Unlock()
 	s.fault = nil
+	s.next.Store(0)
 	s.wg.Add(n - 1)
 	for i := 1; i < n; i++ {
 		ch <- partMsg{p, i, n, s}
@@ -233,8 +255,18 @@ const (
 	loopCol2im
 )
 
-func (j *loopJob[T]) run(i, w int) {
-	lo, hi := i*j.n/w, (i+1)*j.n/w
+// loopPieces is how many pieces each loop worker's share is cut into for
+// claiming (partRun.claim).
+const loopPieces = 4
+
+func (j *loopJob[T]) run(_, w int) {
+	pieces := min(j.n, loopPieces*w)
+	for p := j.pr.claim(); p < pieces; p = j.pr.claim() {
+		j.piece(p*j.n/pieces, (p+1)*j.n/pieces)
+	}
+}
+
+func (j *loopJob[T]) piece(lo, hi int) {
 	switch j.kind {
 	case loopRelu:
 		relu(j.a[lo:hi], j.b[lo:hi])
@@ -279,8 +311,9 @@ func loopFreeList[T float]() *loopFree[T] {
 	return any(&loopFree64).(*loopFree[T])
 }
 
-// parallelLoop runs the kernel kind over [0, n) split into w contiguous
-// ranges (range i is [i·n/w, (i+1)·n/w)), w-1 of them on the pool. Callers
+// parallelLoop runs the kernel kind over [0, n) on w goroutines (w-1 of
+// them on the pool), which claim contiguous ranges (range p of P is
+// [p·n/P, (p+1)·n/P), P = min(n, loopPieces·w)) until none is left. Callers
 // check workers(...) > 1 first.
 func parallelLoop[T float](kind loopKind, w, n int, a, b, c []T, x loopArgs) {
 	fl := loopFreeList[T]()

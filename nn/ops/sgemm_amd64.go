@@ -33,3 +33,6 @@ func shiftedSums32(x *float32, n int, k float32) (s, sq float32)
 
 //go:noescape
 func dotSums32(d, x *float32, n int) (s, sx float32)
+
+//go:noescape
+func copyRows32(dst *float32, ldd int, src *float32, lds int, w, gap, rows int)

@@ -22,3 +22,4 @@ func lincomb32(*float32, *float32, *float32, int, float32, float32, float32) {
 }
 func shiftedSums32(*float32, int, float32) (float32, float32) { panic("ops: no AVX-512") }
 func dotSums32(*float32, *float32, int) (float32, float32)    { panic("ops: no AVX-512") }
+func copyRows32(*float32, int, *float32, int, int, int, int)  { panic("ops: no AVX-512") }
