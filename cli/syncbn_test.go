@@ -78,28 +78,44 @@ func TestSyncBatchNormDDPProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts training processes")
 	}
-	runDDP := func(extra ...string) cli.Summary {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-		defer cancel()
-		args := append([]string{"-devices", "2", "-strategy", "ddp", "-max-steps", "3", "-limit-val-batches", "1",
-			"-limit-test-batches", "1", "-no-progress-bar", "-root-dir", t.TempDir()}, extra...)
-		cmd := exec.CommandContext(ctx, os.Args[0], args...)
-		cmd.Env = append(os.Environ(), programEnv+"=1", "FULGUR_TIMEOUT=60s")
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("%v: %v\n%s", args, err, errb.String())
-		}
-		s := summaryOf(t, out.String())
-		if s.WorldSize != 2 || s.GlobalStep != 3 || s.Strategy != "ddp" || len(s.WeightsSHA256) != 64 {
-			t.Fatalf("%v: summary %+v", args, s)
-		}
-		return s
-	}
-	synced := runDDP("-sync-batchnorm")
-	local := runDDP()
+	synced := runTwoProcesses(t, "ddp", "-sync-batchnorm")
+	local := runTwoProcesses(t, "ddp")
 	if synced.WeightsSHA256 == local.WeightsSHA256 {
 		t.Fatal("-sync-batchnorm changed nothing: the weights are the same as without it")
+	}
+}
+
+// runTwoProcesses runs the resnet program for 3 steps on 2 processes under
+// strategy (seed 3) and returns its summary, after checking its figures.
+func runTwoProcesses(t *testing.T, strategy string, extra ...string) cli.Summary {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	args := append([]string{"-devices", "2", "-strategy", strategy, "-max-steps", "3", "-limit-val-batches", "1",
+		"-limit-test-batches", "1", "-no-progress-bar", "-seed", "3", "-root-dir", t.TempDir()}, extra...)
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Env = append(os.Environ(), programEnv+"=1", "FULGUR_TIMEOUT=60s")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v: %v\n%s", args, err, errb.String())
+	}
+	s := summaryOf(t, out.String())
+	if s.WorldSize != 2 || s.GlobalStep != 3 || s.Strategy != strategy || len(s.WeightsSHA256) != 64 {
+		t.Fatalf("%v: summary %+v", args, s)
+	}
+	return s
+}
+
+// Two fsdp processes (ranks holding shards of the weights) finish with a
+// summary, as two ddp processes do, and its weights_sha256 is ddp's: the
+// two train the same weights bit for bit. Before, the fsdp run trained,
+// tested and then died in a nil pointer panic while writing the summary.
+func TestFSDPProcessesSummary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts training processes")
+	}
+	if f, d := runTwoProcesses(t, "fsdp"), runTwoProcesses(t, "ddp"); f.WeightsSHA256 != d.WeightsSHA256 {
+		t.Fatalf("fsdp's weights_sha256 %s, ddp's %s: the same training should give the same weights", f.WeightsSHA256, d.WeightsSHA256)
 	}
 }

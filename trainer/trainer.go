@@ -26,6 +26,7 @@ type Trainer struct {
 	cfg   Config
 	strat strategy.Strategy
 	mod   module.Module
+	specs []module.Spec // mod's tensors, for WeightsSHA256 without a replica
 	// opt and sched are the optimizer and scheduler the strategy made with
 	// Setup.NewOptimizer: the loop reads the learning rate and steps the
 	// scheduler; their state is saved and loaded by the strategy.
@@ -257,7 +258,7 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 	if opt == nil {
 		return fmt.Errorf("strategy %s: setup made no optimizer (it must call Setup.NewOptimizer once)", st.Info().Name)
 	}
-	t.strat, t.mod, t.opt, t.sched = st, m, opt, sched
+	t.strat, t.mod, t.opt, t.sched, t.specs = st, m, opt, sched, specs
 	info := st.Info()
 	t.state = runState{
 		State: State{Rank: info.Rank, WorldSize: info.WorldSize, IsGlobalZero: info.GlobalZero,
