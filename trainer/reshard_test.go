@@ -145,3 +145,49 @@ func readTensors(t *testing.T, path string) map[string][]byte {
 	t.Logf("%s: %v", filepath.Base(path), names)
 	return out
 }
+
+// A checkpoint saved again at the same path (last.ckpt, each time a
+// checkpoint is due) by another world size, as after an elastic restart
+// with fewer ranks, or as a single file, leaves beside it only the shard
+// files its index names. Before, last.ckpt.rank<R>-of-3 stayed next to
+// the 2-rank index for good: nothing read them, nothing deleted them.
+func TestShardedCheckpointSavedAgainLeavesNoStaleShards(t *testing.T) {
+	ds := regression(t, 60, 0.1, 9)
+	newSharded := func(r int, g collective.Collective) strategy.Strategy {
+		s, err := sharded.New(sharded.Config{Group: g, Stage: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	path := filepath.Join(t.TempDir(), "last.ckpt")
+	for _, c := range []struct {
+		world   int
+		sharded bool
+		want    []string
+	}{
+		{3, true, []string{"last.ckpt.rank0-of-3", "last.ckpt.rank1-of-3", "last.ckpt.rank2-of-3"}},
+		{2, true, []string{"last.ckpt.rank0-of-2", "last.ckpt.rank1-of-2"}},
+		{1, false, nil},
+	} {
+		j := newResumeJob(t, 1, 0)
+		j.cfg.MaxEpochs, j.cfg.MaxSteps, j.cfg.ShardedCheckpoint = 1, 2, c.sharded
+		j.train, j.val = loader(t, ds, 6/c.world, false, false), nil
+		trs := fitRanks(t, c.world, newSharded, j, "", nil)
+		if err := strategyEach(trs, func(tr *trainer.Trainer) error { return tr.SaveCheckpoint(context.Background(), path) }); err != nil {
+			t.Fatal(err)
+		}
+		found, _ := filepath.Glob(path + ".rank*")
+		var got []string
+		for _, f := range found {
+			got = append(got, filepath.Base(f))
+		}
+		sort.Strings(got)
+		if fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("saved by %d ranks (sharded %v): shard files %v beside the checkpoint, want %v", c.world, c.sharded, got, c.want)
+		}
+		if _, err := trainer.VerifyCheckpoint(path); err != nil {
+			t.Errorf("saved by %d ranks: %v", c.world, err)
+		}
+	}
+}
