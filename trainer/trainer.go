@@ -768,6 +768,9 @@ func (t *Trainer) finishTrainEpoch(ctx context.Context, epoch int) error {
 		n := name
 		t.state.Metrics[n] = v
 		out[n] = v
+		if bare, ok := strings.CutSuffix(n, "_epoch"); ok {
+			t.state.setStepNewer(bare, false)
+		}
 	}
 	if len(out) > 0 {
 		out["epoch"] = float64(epoch)
