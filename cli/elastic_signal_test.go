@@ -14,17 +14,28 @@ import (
 	"time"
 )
 
-// Ctrl-C on a ddp program run with FULGUR_MAX_RESTARTS (the terminal
-// signals its whole process group: the supervising process and every
-// rank) stops the job: the ranks save interrupted.ckpt, the supervisor
-// restarts nothing and exits 130. Before, it took the ranks' exit status
-// 130 for a failure and restarted them, and the job trained on to its end.
+// Ctrl-C on a program run with FULGUR_MAX_RESTARTS (the terminal signals
+// its whole process group: the launching process and every rank) stops
+// the job: the ranks save interrupted.ckpt and nothing is restarted. Under
+// ddp the supervising process exits 130; under ddp_spawn Fit fails in the
+// launching process. Before, the launcher took the ranks' exit status 130
+// for a failure and restarted them, and the job trained on to its end (or,
+// under ddp, the supervisor died of the signal before its ranks had saved).
 func TestElasticSelfLaunchStopsOnCtrlC(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts training processes")
 	}
+	for _, c := range []struct {
+		strategy string
+		status   int
+	}{{"ddp", 130}, {"ddp_spawn", 1}} {
+		t.Run(c.strategy, func(t *testing.T) { ctrlCElastic(t, c.strategy, c.status) })
+	}
+}
+
+func ctrlCElastic(t *testing.T, strategy string, status int) {
 	root := t.TempDir()
-	args := []string{"-devices", "2", "-strategy", "ddp", "-max-epochs", "1", "-limit-train-batches", "2000", "-ckpt-every-n-steps", "5",
+	args := []string{"-devices", "2", "-strategy", strategy, "-max-epochs", "1", "-limit-train-batches", "2000", "-ckpt-every-n-steps", "5",
 		"-limit-val-batches", "1", "-limit-test-batches", "1", "-no-progress-bar", "-no-plots", "-loggers", "csv", "-root-dir", root}
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), programEnv+"=1", "FULGUR_TIMEOUT=60s", "FULGUR_MAX_RESTARTS=2")
@@ -61,11 +72,11 @@ func TestElasticSelfLaunchStopsOnCtrlC(t *testing.T) {
 		t.Fatalf("the job did not end within 90 s of SIGINT:\n%s", errb.String())
 	}
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
-		t.Errorf("exit %v, want status 130", err)
+	if !errors.As(err, &ee) || ee.ExitCode() != status {
+		t.Errorf("exit %v, want status %d", err, status)
 	}
 	if strings.Contains(errb.String(), "elastic: restart") {
-		t.Errorf("the supervisor restarted the ranks after Ctrl-C:\n%s", errb.String())
+		t.Errorf("the launcher restarted the ranks after Ctrl-C:\n%s", errb.String())
 	}
 	if _, err := os.Stat(filepath.Join(filepath.Dir(ckpt), "interrupted.ckpt")); err != nil {
 		t.Errorf("no interrupted.ckpt: %v\n%s", err, errb.String())

@@ -473,11 +473,32 @@ func ElasticFromEnv(lookup func(string) (string, bool), world int, log zerolog.L
 func Supervise(ctx context.Context, e Elastic) {
 	e.Log.Info().Int("world", e.World).Int("min_world", max(e.MinWorld, 1)).Int("max_restarts", e.MaxRestarts).
 		Msg("elastic: this process supervises the job: it starts every rank, rank 0 included, and restarts them when one fails")
+	ctx, stop := StopOnSignal(ctx)
+	_, err := RunElastic(ctx, e)
+	status := stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		if status != 0 {
+			os.Exit(status)
+		}
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// StopOnSignal returns ctx cancelled when this process gets SIGINT or
+// SIGTERM, for RunElastic in a launcher the user can stop from the
+// terminal (RunElastic then stops the ranks instead of restarting them),
+// and a function that releases it and returns the exit status that signal
+// stands for: 130 (SIGINT), 143 (SIGTERM), or 0 when none came.
+func StopOnSignal(ctx context.Context) (context.Context, func() int) {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	ctx, cancel := context.WithCancel(ctx)
 	var status atomic.Int32
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		select {
 		case sig := <-sigs:
 			status.Store(130)
@@ -488,14 +509,10 @@ func Supervise(ctx context.Context, e Elastic) {
 		case <-ctx.Done():
 		}
 	}()
-	_, err := RunElastic(ctx, e)
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		if s := status.Load(); s != 0 {
-			os.Exit(int(s))
-		}
-		os.Exit(1)
+	return ctx, func() int {
+		signal.Stop(sigs)
+		cancel()
+		<-done
+		return int(status.Load())
 	}
-	os.Exit(0)
 }
