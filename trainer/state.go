@@ -59,6 +59,7 @@ type State struct {
 	save   func(ctx context.Context, path string) error
 	log    func(m map[string]float64) error
 	warn   func(msg string)
+	rank0  func(ctx context.Context, v float64) (float64, error)
 }
 
 // Layers lists the module's layers for summaries (a copy).

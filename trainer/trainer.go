@@ -456,6 +456,7 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 	}
 	t.state.Optimizer, t.state.LogEveryNSteps = t.opt.Name(), t.cfg.LogEveryNSteps
 	t.state.warn = func(msg string) { t.cfg.Log.Warn().Msg(msg) }
+	t.state.rank0 = t.rank0Value
 	status := "failed"
 	defer func() {
 		if ferr := t.finalizeLoggers(status); err == nil {

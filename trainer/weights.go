@@ -42,3 +42,19 @@ func (t *Trainer) WeightsSHA256(ctx context.Context) (string, error) {
 	}
 	return st.SHA256(), nil
 }
+
+// rank0Value is State.Rank0Value: a sum in which only rank 0's term is
+// not zero, so it arrives exactly (NaN and infinities too).
+func (t *Trainer) rank0Value(ctx context.Context, v float64) (float64, error) {
+	if t.strat.Info().WorldSize <= 1 {
+		return v, nil
+	}
+	x := []float64{0}
+	if t.strat.Info().GlobalZero {
+		x[0] = v
+	}
+	if err := t.strat.Reduce(ctx, x, []float64{0}, []module.Reduce{module.Sum}); err != nil {
+		return 0, fmt.Errorf("take rank 0's value: %w", err)
+	}
+	return x[0], nil
+}
