@@ -258,7 +258,7 @@ func (c *ModelCheckpoint) save(ctx context.Context, s *trainer.State, stepSave b
 // decide ranks the current checkpoint and returns its path, or "" when it
 // does not make the top k. Displaced files are queued for deletion.
 func (c *ModelCheckpoint) decide(ctx context.Context, s *trainer.State, stepSave bool) (string, error) {
-	name, err := formatFilename(c.cfg.Filename, s)
+	name, err := formatFilename(ctx, c.cfg.Filename, s)
 	if err != nil {
 		return "", err
 	}
@@ -385,8 +385,11 @@ func (c *ModelCheckpoint) removeStale(s *trainer.State) error {
 var fieldRE = regexp.MustCompile(`\{([^{}:]+)(?::([^{}]+))?\}`)
 
 // formatFilename expands "{epoch}-{val_loss:.2f}" into
-// "epoch=3-val_loss=0.12".
-func formatFilename(tmpl string, s *trainer.State) (string, error) {
+// "epoch=3-val_loss=0.12", with rank 0's value of each metric on every
+// rank (a step's loss differs between ranks, and every rank must name the
+// file alike: under fsdp or Config.ShardedCheckpoint each writes its shard
+// beside that name).
+func formatFilename(ctx context.Context, tmpl string, s *trainer.State) (string, error) {
 	var err error
 	out := fieldRE.ReplaceAllStringFunc(tmpl, func(m string) string {
 		sub := fieldRE.FindStringSubmatch(m)
@@ -407,6 +410,13 @@ func formatFilename(tmpl string, s *trainer.State) (string, error) {
 			if !ok {
 				if err == nil {
 					err = fmt.Errorf("ModelCheckpoint Filename %q uses %q, which was not logged; logged metrics are %v", tmpl, name, s.Metrics.Names())
+				}
+				return m
+			}
+			x, rerr := s.Rank0Value(ctx, x)
+			if rerr != nil {
+				if err == nil {
+					err = fmt.Errorf("ModelCheckpoint Filename %q: %w", tmpl, rerr)
 				}
 				return m
 			}

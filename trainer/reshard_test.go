@@ -195,6 +195,13 @@ func TestShardedCheckpointSavedAgainLeavesNoStaleShards(t *testing.T) {
 // (their collectives then paired with unrelated ones, without an error),
 // and deleted shards of the one the other kept, which then did not load.
 func TestModelCheckpointRanksAlikeOnEveryRank(t *testing.T) {
+	// A file name holding the step's loss is rank 0's on every rank too.
+	for _, filename := range []string{"", "{step}-{train_loss:.6f}"} {
+		t.Run(filename, func(t *testing.T) { rankAlike(t, filename) })
+	}
+}
+
+func rankAlike(t *testing.T, filename string) {
 	ds := regression(t, 240, 0.5, 9)
 	newSharded := shardedStage2(t)
 	j := newResumeJob(t, 1, 0)
@@ -202,7 +209,7 @@ func TestModelCheckpointRanksAlikeOnEveryRank(t *testing.T) {
 	j.train, j.val = loader(t, ds, 6, true, false), nil
 	dir := t.TempDir()
 	fitRanks(t, 2, newSharded, j, "", func(int) []trainer.Callback {
-		mc, err := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{Dirpath: dir, Monitor: "train_loss", SaveTopK: 2, SaveLast: true, EveryNTrainSteps: 1})
+		mc, err := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{Dirpath: dir, Filename: filename, Monitor: "train_loss", SaveTopK: 2, SaveLast: true, EveryNTrainSteps: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
