@@ -235,7 +235,7 @@ func (c *ModelCheckpoint) save(ctx context.Context, s *trainer.State, stepSave b
 	c.st.LastStep = s.GlobalStep
 	var paths []string
 	if !c.cfg.LastOnly {
-		p, err := c.decide(s, stepSave)
+		p, err := c.decide(ctx, s, stepSave)
 		if err != nil {
 			return err
 		}
@@ -257,8 +257,8 @@ func (c *ModelCheckpoint) save(ctx context.Context, s *trainer.State, stepSave b
 
 // decide ranks the current checkpoint and returns its path, or "" when it
 // does not make the top k. Displaced files are queued for deletion.
-func (c *ModelCheckpoint) decide(s *trainer.State, stepSave bool) (string, error) {
-	name, err := formatFilename(c.cfg.Filename, s)
+func (c *ModelCheckpoint) decide(ctx context.Context, s *trainer.State, stepSave bool) (string, error) {
+	name, err := formatFilename(ctx, c.cfg.Filename, s)
 	if err != nil {
 		return "", err
 	}
@@ -291,6 +291,13 @@ func (c *ModelCheckpoint) decide(s *trainer.State, stepSave bool) (string, error
 	}
 	if !ok {
 		return "", fmt.Errorf("ModelCheckpoint(Monitor %q): the metric was not logged; logged metrics are %v: log it with Step.Log or fix Monitor", c.cfg.Monitor, s.Metrics.Names())
+	}
+	// Every rank ranks by rank 0's value: a step's loss differs between
+	// ranks, and a checkpoint that some ranks keep and others do not is a
+	// collective some ranks skip (fsdp's gather, a sharded checkpoint's
+	// agreement) and shard files some ranks delete.
+	if cur, err = s.Rank0Value(ctx, cur); err != nil {
+		return "", fmt.Errorf("ModelCheckpoint(Monitor %q): %w", c.cfg.Monitor, err)
 	}
 	if math.IsNaN(cur) {
 		cur = math.Inf(1)
@@ -378,8 +385,11 @@ func (c *ModelCheckpoint) removeStale(s *trainer.State) error {
 var fieldRE = regexp.MustCompile(`\{([^{}:]+)(?::([^{}]+))?\}`)
 
 // formatFilename expands "{epoch}-{val_loss:.2f}" into
-// "epoch=3-val_loss=0.12".
-func formatFilename(tmpl string, s *trainer.State) (string, error) {
+// "epoch=3-val_loss=0.12", with rank 0's value of each metric on every
+// rank (a step's loss differs between ranks, and every rank must name the
+// file alike: under fsdp or Config.ShardedCheckpoint each writes its shard
+// beside that name).
+func formatFilename(ctx context.Context, tmpl string, s *trainer.State) (string, error) {
 	var err error
 	out := fieldRE.ReplaceAllStringFunc(tmpl, func(m string) string {
 		sub := fieldRE.FindStringSubmatch(m)
@@ -400,6 +410,13 @@ func formatFilename(tmpl string, s *trainer.State) (string, error) {
 			if !ok {
 				if err == nil {
 					err = fmt.Errorf("ModelCheckpoint Filename %q uses %q, which was not logged; logged metrics are %v", tmpl, name, s.Metrics.Names())
+				}
+				return m
+			}
+			x, rerr := s.Rank0Value(ctx, x)
+			if rerr != nil {
+				if err == nil {
+					err = fmt.Errorf("ModelCheckpoint Filename %q: %w", tmpl, rerr)
 				}
 				return m
 			}

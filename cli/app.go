@@ -210,18 +210,24 @@ func (a App) fit(ctx context.Context, tr *trainer.Trainer, l Loaders, runs runOu
 	// step, saves a checkpoint and returns a *trainer.InterruptedError,
 	// which Main turns into the exit status 130 or 143.
 	err := tr.Fit(ctx, a.Model, l.Train, l.Val, opts...)
-	fill := func() {
+	fill := func(hash string) {
 		st := tr.Stats()
 		sum.TrainSamplesPerS, sum.Epochs, sum.GlobalStep, sum.WorldSize = math.Round(st.TrainSamplesPerS), st.Epochs, st.GlobalStep, st.WorldSize
-		sum.WeightsSHA256, sum.Seconds = tr.Store().SHA256(), since(t0)
+		sum.WeightsSHA256, sum.Seconds = hash, since(t0)
 	}
 	var ie *trainer.InterruptedError
 	if errors.As(err, &ie) {
 		defer tr.Teardown(ctx)
+		// Every rank: under fsdp the hash gathers the shards. The
+		// checkpoint is saved already; a failure only leaves the hash out.
+		hash, herr := tr.WeightsSHA256(ctx)
+		if herr != nil {
+			fmt.Fprintf(a.stderr(), "%s: the summary has no weights_sha256: %v\n", a.Name, herr)
+		}
 		if !tr.IsGlobalZero() {
 			return &Interrupted{Err: ie}
 		}
-		fill()
+		fill(hash)
 		sum.Interrupted, sum.Checkpoint = true, ie.Checkpoint
 		if perr := sum.Print(a.stdout()); perr != nil {
 			return perr
@@ -242,10 +248,14 @@ func (a App) fit(ctx context.Context, tr *trainer.Trainer, l Loaders, runs runOu
 		sum.TestAcc, sum.TestLoss, sum.Metrics = finite(res["test_acc"]), finite(res["test_loss"]), res
 	}
 	defer tr.Teardown(ctx)
+	hash, err := tr.WeightsSHA256(ctx) // every rank: under fsdp it gathers the shards
+	if err != nil {
+		return err
+	}
 	if !tr.IsGlobalZero() {
 		return nil
 	}
-	fill()
+	fill(hash)
 	return sum.Print(a.stdout())
 }
 
@@ -277,9 +287,14 @@ func (a App) evaluate(ctx context.Context, tr *trainer.Trainer, command, ckpt, p
 	if err := runs.writeHParams(); err != nil {
 		return err
 	}
+	hash, err := tr.WeightsSHA256(ctx) // every rank: under fsdp it gathers the shards
+	if err != nil {
+		return err
+	}
 	if !tr.IsGlobalZero() {
 		return nil
 	}
+	sum.WeightsSHA256 = hash
 	if res != nil {
 		sum.Metrics = res
 		if v, ok := res["test_acc"]; ok {
@@ -296,9 +311,6 @@ func (a App) evaluate(ctx context.Context, tr *trainer.Trainer, command, ckpt, p
 		if info, err := trainer.ReadCheckpointInfo(ckpt); err == nil {
 			sum.GlobalStep = info.GlobalStep
 		}
-	}
-	if st := tr.Store(); st != nil {
-		sum.WeightsSHA256 = st.SHA256()
 	}
 	sum.Seconds = since(t0)
 	return sum.Print(a.stdout())

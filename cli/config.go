@@ -74,6 +74,9 @@ func applyConfig(path string, p *parsed) error {
 		}
 		doc[sec] = pairs
 	}
+	// max_steps and max-steps name one flag: the strict reading sees two
+	// keys, so the second is caught here.
+	setBy := map[string]string{}
 	for _, sec := range secNames {
 		fields, ok := sections[sec]
 		if !ok {
@@ -93,6 +96,10 @@ func applyConfig(path string, p *parsed) error {
 				}
 				return fmt.Errorf("-config %s: %s.%s is not a flag of this program: the %s settings are %s", path, sec, key, sec, fieldNames(fields))
 			}
+			if prev, ok := setBy[name]; ok {
+				return fmt.Errorf("-config %s: %s.%s and %s.%s are both -%s: write it once", path, sec, prev, sec, key, name)
+			}
+			setBy[name] = key
 			if p.set[name] {
 				continue // the command line wins
 			}

@@ -93,6 +93,9 @@ func TestConfigFileErrors(t *testing.T) {
 		{"trainer:\n  max_steps: 3\nmodel:\n  lr: 0.1\ntrainer:\n  max_epochs: 2\n", `key "trainer" already set in map: write each section and each setting once`},
 		{"trainer:\n  max_steps: 3\n  max_steps: 4\n", `key "max_steps" already set in map`},
 		{`{"model": {"lr": 0.1}, "model": {"lr": 0.2}}`, `key "model" already set in map`},
+		// One flag in both spellings: one of the two was kept without a word.
+		{"trainer:\n  max_steps: 3\n  max-steps: 4\n", "trainer.max-steps and trainer.max_steps are both -max-steps: write it once"},
+		{`{"data": {"batch_size": 8, "batch-size": 16}}`, "data.batch-size and data.batch_size are both -batch-size: write it once"},
 	} {
 		p := writeFile(t, "c.yaml", c.body)
 		err := cli.App{Name: "mlp", Model: &models.MLP{}, Data: &cli.FashionMNIST{}}.Run(context.Background(), []string{"-config", p, "-print-config"})

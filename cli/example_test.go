@@ -63,6 +63,7 @@ func Example() {
 	//   profiler: ""
 	//   root_dir: ""
 	//   seed: 0
+	//   sharded_checkpoint: false
 	//   strategy: auto
 	//   sync_batchnorm: false
 	// parsed: 0.3 0.01

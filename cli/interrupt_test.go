@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 
@@ -28,8 +29,9 @@ func (c *cancelAt) OnTrainBatchEnd(_ context.Context, s *trainer.State) error {
 }
 
 // A run stopped midway prints an interrupted summary and returns the
-// command that resumes it; running that command finishes with the weights
-// of an uninterrupted run.
+// command that resumes it, starting with the command that started this
+// program (before, the App's name: "mlp" for a program run as ./train);
+// running that command finishes with the weights of an uninterrupted run.
 func TestInterruptedRunResumes(t *testing.T) {
 	root := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -52,7 +54,7 @@ func TestInterruptedRunResumes(t *testing.T) {
 		t.Fatalf("summary %+v", s)
 	}
 	words := strings.Fields(ie.Resume)
-	if words[0] != "mlp" || strings.Join(words[1:len(words)-2], " ") != strings.Join(args, " ") || words[len(words)-1] != ie.Err.Checkpoint {
+	if words[0] != os.Args[0] || strings.Join(words[1:len(words)-2], " ") != strings.Join(args, " ") || words[len(words)-1] != ie.Err.Checkpoint {
 		t.Fatalf("resume command %q for args %q", ie.Resume, args)
 	}
 	resumed, _ := run(t, mlpApp(root), words[1:]...)

@@ -33,11 +33,9 @@ func addPlots(f *Settings, cfg *trainer.Config, w io.Writer) error {
 		return nil
 	}
 	root := f.root()
-	ckpts := []string{filepath.Join(root, "checkpoints")}
-	if cfg.LogDir != "" {
-		// The run directory's, where ModelCheckpoint writes without a Dirpath.
-		ckpts = append([]string{filepath.Join(cfg.LogDir, "checkpoints")}, ckpts...)
-	}
+	// The run directory's (the CSV logger's), where ModelCheckpoint writes
+	// without a Dirpath.
+	ckpts := []string{filepath.Join(dir, "checkpoints"), filepath.Join(root, "checkpoints")}
 	for _, cb := range cfg.Callbacks {
 		if mc, ok := cb.(*callbacks.ModelCheckpoint); ok && mc.Config().Dirpath != "" {
 			ckpts = append([]string{mc.Config().Dirpath}, ckpts...)

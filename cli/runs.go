@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -73,6 +74,9 @@ func (h hparamsAtFitStart) OnFitStart(ctx context.Context, s *trainer.State) err
 	if !s.IsGlobalZero {
 		return nil
 	}
+	if h.runs.RunDir != "" && filepath.Clean(s.LogDir) != filepath.Clean(h.runs.RunDir) {
+		return fmt.Errorf("the run directory is %s but the loggers write into %s (was another run started in the same -root-dir at the same time?): start again", s.LogDir, h.runs.RunDir)
+	}
 	return h.runs.logHParams()
 }
 
@@ -113,12 +117,19 @@ func (f *Settings) setupRun(cfg *trainer.Config, hparams map[string]any, trainin
 	// directory), so the run directory is chosen here and handed to the
 	// trainer, which otherwise picks the same one itself.
 	if len(names) > 0 || (training && !f.NoCheckpoint) {
-		if out.RunDir = trainer.ElasticRunDir(); out.RunDir == "" { // a restarted elastic job goes on in its run
-			if out.RunDir, err = trainer.VersionDir(root, ""); err != nil {
-				return out, err
-			}
+		if out.RunDir = trainer.ElasticRunDir(); out.RunDir != "" { // a restarted elastic job goes on in its run
+			cfg.LogDir = out.RunDir
+		} else if out.RunDir, err = trainer.VersionDir(root, ""); err != nil {
+			return out, err
+		} else if !training {
+			cfg.LogDir = out.RunDir
 		}
-		cfg.LogDir = out.RunDir
+		// Fit picks the same directory itself on rank 0, and every rank
+		// takes rank 0's: named here, a rank that ddp started after rank 0
+		// had made the directory (for its rank_N.log) chose the next
+		// version, and wrote its shards of a sharded checkpoint there,
+		// away from the index that names them. hparamsAtFitStart checks
+		// that rank 0's loggers write into Fit's directory.
 	}
 	cfg.DisableLogger = len(names) == 0
 	cfg.DisableCheckpointing = f.NoCheckpoint || !training

@@ -3,11 +3,14 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
 	"encoding/json"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -99,6 +102,51 @@ func TestRunMonitorsBareMetricName(t *testing.T) {
 	got := list(t, filepath.Join(s.RunDir, "checkpoints"))
 	if len(got) != 3 || !strings.Contains(strings.Join(got, " "), "epoch=0-step=3") || !strings.Contains(strings.Join(got, " "), "epoch=1-step=6") {
 		t.Errorf("checkpoints %v: want both epochs' and last.ckpt", got)
+	}
+}
+
+// With a checkpoint every step, -ckpt-monitor train_loss keeps the step
+// whose logged loss (train_loss_step in metrics.csv) is the lowest, in
+// either epoch: mid-epoch the bare name is the step's value, as in
+// Lightning's callback_metrics. Before, every step of the second epoch was
+// scored with the first epoch's mean, so the best checkpoint stayed in the
+// first epoch while later steps had lower losses.
+func TestRunMonitorsBareMetricNameEveryStep(t *testing.T) {
+	root := t.TempDir()
+	s, stderr := runIn(t, root, "-max-epochs", "2", "-limit-train-batches", "8", "-ckpt-every-n-steps", "1", "-ckpt-monitor", "train_loss",
+		"-ckpt-top-k", "1", "-log-every-n-steps", "1", "-loggers", "csv", "-no-plots")
+	if s.GlobalStep != 16 {
+		t.Fatalf("summary %+v\nstderr:\n%s", s, stderr)
+	}
+	f, err := os.Open(filepath.Join(s.RunDir, "metrics.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := map[string]int{}
+	for i, name := range rows[0] {
+		col[name] = i
+	}
+	best, bestLoss := "", math.Inf(1)
+	for _, r := range rows[1:] {
+		if r[col["train_loss_step"]] == "" {
+			continue
+		}
+		v, err := strconv.ParseFloat(r[col["train_loss_step"]], 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v < bestLoss {
+			best, bestLoss = r[col["step"]], v
+		}
+	}
+	got := list(t, filepath.Join(s.RunDir, "checkpoints"))
+	if len(got) != 2 || !strings.HasSuffix(got[0], "-step="+best+".ckpt") {
+		t.Errorf("checkpoints %v: want the one of step %s (train_loss_step %g, the lowest) and last.ckpt", got, best, bestLoss)
 	}
 }
 

@@ -22,26 +22,29 @@ type Settings struct {
 	MaxSteps            int    `flag:"max-steps" check:">=0" help:"stop after this many optimizer steps (0: no limit)"`
 	Devices             int    `flag:"devices" default:"1" check:">=-1" help:"devices (processes or replicas) per node; -1 for all"`
 	NumNodes            int    `flag:"num-nodes" default:"1" check:">=1" help:"number of machines"`
-	Strategy            string `flag:"strategy" default:"auto" help:"auto, single, dp, ddp, ddp_spawn, sharded, sharded_stage1 or sharded_stage2"`
+	Strategy            string `flag:"strategy" default:"auto" help:"auto, single, dp, ddp, ddp_spawn, sharded, sharded_stage1, sharded_stage2 or fsdp"`
 	Accelerator         string `flag:"accelerator" default:"cpu" help:"cpu, cuda or auto"`
 	LimitTrainBatches   int    `flag:"limit-train-batches" check:">=0" help:"training batches per epoch (0: all)"`
 	LimitValBatches     int    `flag:"limit-val-batches" check:">=0" help:"validation batches (0: all)"`
 	LimitTestBatches    int    `flag:"limit-test-batches" check:">=0" help:"test batches (0: all)"`
 	LimitPredictBatches int    `flag:"limit-predict-batches" check:">=0" help:"predict batches (0: all)"`
 	// FastDevRun may be given bare, as Lightning's fast_dev_run=True.
-	FastDevRun      Count   `flag:"fast-dev-run" help:"run this many batches of train, validation and test as a smoke test; bare: 1"`
-	Seed            uint64  `flag:"seed" help:"seed for initialisation, shuffling and dropout"`
-	Deterministic   bool    `flag:"deterministic" help:"bitwise-reproducible run for a given seed"`
-	SyncBatchNorm   bool    `flag:"sync-batchnorm" help:"reduce BatchNorm batch statistics across all replicas (SyncBatchNorm)"`
-	RootDir         string  `flag:"root-dir" help:"directory for logs and checkpoints (\"\": the current one)"`
-	CkptPath        string  `flag:"ckpt-path" help:"fit: resume from it; validate, test, predict: evaluate it. A file, \"last\" (the newest under -root-dir) or \"best\""`
-	CkptEveryNSteps int     `flag:"ckpt-every-n-steps" check:">=0" help:"save a checkpoint every this many steps (0: at epoch ends)"`
-	Profiler        string  `flag:"profiler" help:"simple, advanced or timeline (default: none)"`
-	Precision       string  `flag:"precision" default:"32" choices:"32,64" help:"32 or 64"`
-	AccumulateGrad  int     `flag:"accumulate-grad-batches" default:"1" check:">=1" help:"batches per optimizer step"`
-	GradientClipVal float64 `flag:"gradient-clip-val" check:">=0" help:"clip the gradient norm to this (0: off)"`
-	LogEveryNSteps  int     `flag:"log-every-n-steps" default:"50" check:">=1" help:"record step metrics every this many steps"`
-	NoProgressBar   bool    `flag:"no-progress-bar" help:"no progress bar or periodic progress lines"`
+	FastDevRun      Count  `flag:"fast-dev-run" help:"run this many batches of train, validation and test as a smoke test; bare: 1"`
+	Seed            uint64 `flag:"seed" help:"seed for initialisation, shuffling and dropout"`
+	Deterministic   bool   `flag:"deterministic" help:"bitwise-reproducible run for a given seed"`
+	SyncBatchNorm   bool   `flag:"sync-batchnorm" help:"reduce BatchNorm batch statistics across all replicas (SyncBatchNorm)"`
+	RootDir         string `flag:"root-dir" help:"directory for logs and checkpoints (\"\": the current one)"`
+	CkptPath        string `flag:"ckpt-path" help:"fit: resume from it; validate, test, predict: evaluate it. A file, \"last\" (the newest under -root-dir) or \"best\""`
+	CkptEveryNSteps int    `flag:"ckpt-every-n-steps" check:">=0" help:"save a checkpoint every this many steps (0: at epoch ends)"`
+	// ShardedCheckpoint: fsdp's ranks save their shards, never gathered
+	// onto rank 0 (trainer.Config.ShardedCheckpoint).
+	ShardedCheckpoint bool    `flag:"sharded-checkpoint" help:"each rank saves only the state it holds, to PATH.rank<R>-of-<N> beside an index at PATH (fsdp: nothing gathered onto rank 0); any world size resumes from it"`
+	Profiler          string  `flag:"profiler" help:"simple, advanced or timeline (default: none)"`
+	Precision         string  `flag:"precision" default:"32" choices:"32,64" help:"32 or 64"`
+	AccumulateGrad    int     `flag:"accumulate-grad-batches" default:"1" check:">=1" help:"batches per optimizer step"`
+	GradientClipVal   float64 `flag:"gradient-clip-val" check:">=0" help:"clip the gradient norm to this (0: off)"`
+	LogEveryNSteps    int     `flag:"log-every-n-steps" default:"50" check:">=1" help:"record step metrics every this many steps"`
+	NoProgressBar     bool    `flag:"no-progress-bar" help:"no progress bar or periodic progress lines"`
 
 	Loggers        string        `flag:"loggers" default:"csv,tensorboard" help:"comma-separated loggers writing into ROOT/lightning_logs/version_N: csv, tensorboard, jsonl, or none"`
 	CkptMonitor    string        `flag:"ckpt-monitor" help:"metric that ranks checkpoints, such as val_loss (default: keep the newest)"`
@@ -152,7 +155,7 @@ func (s *Settings) TrainerConfig() (trainer.Config, error) {
 		LimitTestBatches: s.LimitTestBatches, LimitPredictBatches: s.LimitPredictBatches,
 		FastDevRun: int(s.FastDevRun), AccumulateGradBatches: s.AccumulateGrad, GradientClipVal: s.GradientClipVal,
 		Seed: s.Seed, Deterministic: s.Deterministic, SyncBatchNorm: s.SyncBatchNorm, LogEveryNSteps: s.LogEveryNSteps,
-		DefaultRootDir: s.RootDir, Precision: s.Precision,
+		DefaultRootDir: s.RootDir, Precision: s.Precision, ShardedCheckpoint: s.ShardedCheckpoint,
 		Devices: s.Devices, NumNodes: s.NumNodes, Strategy: s.Strategy, Accelerator: s.Accelerator,
 		Profiler: prof, EnableProgressBar: trainer.Bool(!s.NoProgressBar),
 	}, nil

@@ -109,7 +109,7 @@ func (e *Interrupted) Unwrap() error { return e.Err }
 func resumeCommand(prog string, args []string, ckpt string) string {
 	exe, _ := os.Executable()
 	bi, _ := debug.ReadBuildInfo()
-	words := invocation(prog, exe, bi)
+	words := invocation(prog, os.Args[0], exe, bi)
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		name := strings.TrimLeft(a, "-")
@@ -129,17 +129,22 @@ func resumeCommand(prog string, args []string, ckpt string) string {
 	return strings.Join(words, " ")
 }
 
-// invocation is how to start this program again: its name, or, for a
-// program that go run built, the go run command of its package, which
+// invocation is how to start this program again: the command that
+// started it (argv0: ./train, ../bin/mlp, or a name found in PATH; prog
+// when there is none), or, for a program that go run built, the go run
+// command of its package, which
 // works from anywhere in its module (a program built from files named on
 // go run's command line: "go run ."). go run leaves the binary in the
 // build cache (GOCACHE/xx/HASH-d/NAME) or, when it does not cache it, in a
 // temporary go-build directory (go-buildN/b001/exe/NAME).
-func invocation(prog, exe string, bi *debug.BuildInfo) []string {
+func invocation(prog, argv0, exe string, bi *debug.BuildInfo) []string {
 	dir := filepath.Dir(exe)
 	temp := filepath.Base(dir) == "exe" && strings.HasPrefix(filepath.Base(filepath.Dir(filepath.Dir(dir))), "go-build")
 	if !temp && !goCacheEntry.MatchString(filepath.Base(dir)) {
-		return []string{prog}
+		if argv0 == "" {
+			return []string{prog}
+		}
+		return []string{argv0}
 	}
 	pkg := "."
 	if bi != nil && bi.Path != "" && bi.Path != "command-line-arguments" {

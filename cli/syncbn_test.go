@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -78,28 +80,69 @@ func TestSyncBatchNormDDPProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts training processes")
 	}
-	runDDP := func(extra ...string) cli.Summary {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-		defer cancel()
-		args := append([]string{"-devices", "2", "-strategy", "ddp", "-max-steps", "3", "-limit-val-batches", "1",
-			"-limit-test-batches", "1", "-no-progress-bar", "-root-dir", t.TempDir()}, extra...)
-		cmd := exec.CommandContext(ctx, os.Args[0], args...)
-		cmd.Env = append(os.Environ(), programEnv+"=1", "FULGUR_TIMEOUT=60s")
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("%v: %v\n%s", args, err, errb.String())
-		}
-		s := summaryOf(t, out.String())
-		if s.WorldSize != 2 || s.GlobalStep != 3 || s.Strategy != "ddp" || len(s.WeightsSHA256) != 64 {
-			t.Fatalf("%v: summary %+v", args, s)
-		}
-		return s
-	}
-	synced := runDDP("-sync-batchnorm")
-	local := runDDP()
+	synced := runTwoProcesses(t, t.TempDir(), "ddp", "-sync-batchnorm")
+	local := runTwoProcesses(t, t.TempDir(), "ddp")
 	if synced.WeightsSHA256 == local.WeightsSHA256 {
 		t.Fatal("-sync-batchnorm changed nothing: the weights are the same as without it")
+	}
+}
+
+// runTwoProcesses runs the resnet program for 3 steps on 2 processes under
+// strategy (seed 3) in root and returns its summary, after checking its
+// figures.
+func runTwoProcesses(t *testing.T, root, strategy string, extra ...string) cli.Summary {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	args := append([]string{"-devices", "2", "-strategy", strategy, "-max-steps", "3", "-limit-val-batches", "1",
+		"-limit-test-batches", "1", "-no-progress-bar", "-seed", "3", "-root-dir", root}, extra...)
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Env = append(os.Environ(), programEnv+"=1", "FULGUR_TIMEOUT=60s")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v: %v\n%s", args, err, errb.String())
+	}
+	s := summaryOf(t, out.String())
+	if s.WorldSize != 2 || s.GlobalStep != 3 || s.Strategy != strategy || len(s.WeightsSHA256) != 64 {
+		t.Fatalf("%v: summary %+v", args, s)
+	}
+	return s
+}
+
+// Two fsdp processes (ranks holding shards of the weights) finish with a
+// summary, as two ddp processes do, and its weights_sha256 is ddp's: the
+// two train the same weights bit for bit. Before, the fsdp run trained,
+// tested and then died in a nil pointer panic while writing the summary.
+func TestFSDPProcessesSummary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts training processes")
+	}
+	if f, d := runTwoProcesses(t, t.TempDir(), "fsdp"), runTwoProcesses(t, t.TempDir(), "ddp"); f.WeightsSHA256 != d.WeightsSHA256 {
+		t.Fatalf("fsdp's weights_sha256 %s, ddp's %s: the same training should give the same weights", f.WeightsSHA256, d.WeightsSHA256)
+	}
+}
+
+// -sharded-checkpoint: 2 fsdp processes each write their shard of
+// last.ckpt beside its index, and one process tests that checkpoint with
+// the weights the run ended with. The cli had no way to ask for sharded
+// checkpoints: every save gathered the whole model onto rank 0.
+func TestShardedCheckpointFlag(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts training processes")
+	}
+	root := t.TempDir()
+	fit := runTwoProcesses(t, root, "fsdp", "-sharded-checkpoint")
+	got := list(t, filepath.Join(fit.RunDir, "checkpoints"))
+	for _, want := range []string{"last.ckpt", "last.ckpt.rank0-of-2", "last.ckpt.rank1-of-2"} {
+		if !slices.Contains(got, want) {
+			t.Fatalf("checkpoints %v: no %s", got, want)
+		}
+	}
+	app := smallResNet()
+	app.Trainer.RootDir = root
+	test, stderr := run(t, app, "test", "-ckpt-path", "last", "-limit-test-batches", "1", "-no-progress-bar")
+	if test.WeightsSHA256 != fit.WeightsSHA256 || test.GlobalStep != 3 {
+		t.Fatalf("test of the sharded last.ckpt: %+v, want the weights of the fit %s\n%s", test, fit.WeightsSHA256, stderr)
 	}
 }

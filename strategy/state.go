@@ -314,7 +314,7 @@ func LoadReplicaState(sd *StateDict, st *module.Store, opt optim.Optimizer, sche
 func CheckTensors(sd *StateDict, st *module.Store) error { return checkStoreState(sd, st, false) }
 
 // checkStoreState reports every model tensor sd lacks, holds with another
-// dtype or shape, or (whole) holds only part of, and every tensor sd has
+// dtype or shape, or (whole) does not cover in its spans, and every tensor sd has
 // that the model lacks.
 func checkStoreState(sd *StateDict, st *module.Store, whole bool) error {
 	var errs []error
@@ -330,7 +330,11 @@ func checkStoreState(sd *StateDict, st *module.Store, whole bool) error {
 		case !slices.Equal(t.Shape, e.Shape):
 			errs = append(errs, fmt.Errorf("tensor %q has shape %v in the checkpoint but %v in the model", e.Name, t.Shape, e.Shape))
 		case whole && !t.Whole():
-			errs = append(errs, fmt.Errorf("tensor %q: the state holds [%d, %d) of its %d elements; every rank holds the whole model", e.Name, t.Lo, t.Hi, t.Size()))
+			// Spans of several ranks (a sharded checkpoint of fsdp) make
+			// the whole tensor when together they cover it.
+			if _, err := sd.span(e.Name, 0, t.Size()); err != nil {
+				errs = append(errs, fmt.Errorf("%w: every rank of this strategy holds the whole model", err))
+			}
 		}
 	}
 	for _, t := range sd.Tensors {
@@ -341,10 +345,22 @@ func checkStoreState(sd *StateDict, st *module.Store, whole bool) error {
 	return errors.Join(errs...)
 }
 
-// copyStoreState copies the checked model tensors of sd into st.
+// copyStoreState copies the checked model tensors of sd into st, each
+// assembled from its spans where sd holds it in parts.
 func copyStoreState(sd *StateDict, st *module.Store) {
 	for _, e := range st.Entries() {
 		t := sd.Lookup(e.Name)
+		if !t.Whole() {
+			v, _ := sd.span(e.Name, 0, e.Len) // covered: checkStoreState checked it
+			if st.Dtype() == tensor.Float32 {
+				for i, x := range v {
+					st.Data32()[e.Offset+i] = float32(x)
+				}
+			} else {
+				copy(st.Data64()[e.Offset:e.Offset+e.Len], v)
+			}
+			continue
+		}
 		if st.Dtype() == tensor.Float32 {
 			copy(st.Data32()[e.Offset:e.Offset+e.Len], t.Data32)
 		} else {

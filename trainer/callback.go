@@ -151,6 +151,20 @@ func (s *State) LogMetrics(m map[string]float64) error {
 	return s.log(m)
 }
 
+// Rank0Value returns rank 0's v on every rank. A callback whose decision
+// rests on a value that differs between ranks (a step's loss, which each
+// rank computes on its own batch; validation and epoch metrics are
+// reduced already) takes rank 0's, so that every rank decides alike: a
+// checkpoint under fsdp, or with Config.ShardedCheckpoint, is saved by
+// every rank or by none. Every rank calls it at the same point (it is a
+// collective); outside Fit, and with one process, it returns v.
+func (s *State) Rank0Value(ctx context.Context, v float64) (float64, error) {
+	if s.rank0 == nil {
+		return v, nil
+	}
+	return s.rank0(ctx, v)
+}
+
 // SaveCheckpoint writes a checkpoint of the run to path (on rank 0).
 func (s *State) SaveCheckpoint(ctx context.Context, path string) error {
 	if s.save == nil {

@@ -95,6 +95,30 @@ func (t *Trainer) writeShardedCheckpoint(ctx context.Context, paths []string) er
 		if err := writeCheckpointFile(path, func(w io.Writer) error { return encodeSafetensors(w, idx, imeta) }); err != nil {
 			return fmt.Errorf("checkpoint %s: %w", path, err)
 		}
+		if err := removeStaleShards(path, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// removeStaleShards deletes the shard files beside the checkpoint at path
+// that its index (just written, by a world of n ranks; 0: a single file)
+// does not name: those of an earlier save at another world size, or
+// sharded where this one is not, which nothing would ever read or delete.
+func removeStaleShards(path string, n int) error {
+	shards, _ := filepath.Glob(globEscape(path) + ".rank*-of-*")
+	var errs []error
+	for _, p := range shards {
+		if n > 0 && strings.HasSuffix(p, "-of-"+strconv.Itoa(n)) {
+			continue
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("checkpoint %s: remove the shard files of an earlier save: %w", path, errors.Join(errs...))
 	}
 	return nil
 }

@@ -106,7 +106,8 @@ type Config struct {
 	// NumNodes is the number of machines. 0: 1.
 	NumNodes int
 	// Strategy is "auto" (the default), "single", "dp", "ddp", "ddp_spawn",
-	// "sharded", "fsdp" or "fsdp_hybrid_shard". StrategyImpl, a strategy value, is used instead when
+	// "sharded" (ZeRO stage 2; "sharded_stage1", "sharded_stage2"), "fsdp"
+	// or "fsdp_hybrid_shard". StrategyImpl, a strategy value, is used instead when
 	// set: it brings its own devices and ranks, so Strategy, Devices,
 	// NumNodes and a "cuda" Accelerator are rejected beside it.
 	Strategy     string

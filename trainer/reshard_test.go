@@ -10,8 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 
+	"github.com/fulgur-ml/fulgur/callbacks"
 	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/sharded"
@@ -144,4 +146,107 @@ func readTensors(t *testing.T, path string) map[string][]byte {
 	sort.Strings(names)
 	t.Logf("%s: %v", filepath.Base(path), names)
 	return out
+}
+
+// A checkpoint saved again at the same path (last.ckpt, each time a
+// checkpoint is due) by another world size, as after an elastic restart
+// with fewer ranks, or as a single file, leaves beside it only the shard
+// files its index names. Before, last.ckpt.rank<R>-of-3 stayed next to
+// the 2-rank index for good: nothing read them, nothing deleted them.
+func TestShardedCheckpointSavedAgainLeavesNoStaleShards(t *testing.T) {
+	ds := regression(t, 60, 0.1, 9)
+	newSharded := shardedStage2(t)
+	path := filepath.Join(t.TempDir(), "last.ckpt")
+	for _, c := range []struct {
+		world   int
+		sharded bool
+		want    []string
+	}{
+		{3, true, []string{"last.ckpt.rank0-of-3", "last.ckpt.rank1-of-3", "last.ckpt.rank2-of-3"}},
+		{2, true, []string{"last.ckpt.rank0-of-2", "last.ckpt.rank1-of-2"}},
+		{1, false, nil},
+	} {
+		j := newResumeJob(t, 1, 0)
+		j.cfg.MaxEpochs, j.cfg.MaxSteps, j.cfg.ShardedCheckpoint = 1, 2, c.sharded
+		j.train, j.val = loader(t, ds, 6/c.world, false, false), nil
+		trs := fitRanks(t, c.world, newSharded, j, "", nil)
+		if err := strategyEach(trs, func(tr *trainer.Trainer) error { return tr.SaveCheckpoint(context.Background(), path) }); err != nil {
+			t.Fatal(err)
+		}
+		found, _ := filepath.Glob(path + ".rank*")
+		var got []string
+		for _, f := range found {
+			got = append(got, filepath.Base(f))
+		}
+		sort.Strings(got)
+		if fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("saved by %d ranks (sharded %v): shard files %v beside the checkpoint, want %v", c.world, c.sharded, got, c.want)
+		}
+		if _, err := trainer.VerifyCheckpoint(path); err != nil {
+			t.Errorf("saved by %d ranks: %v", c.world, err)
+		}
+	}
+}
+
+// Ranked by a step's loss, which differs between ranks, the checkpoints of
+// a sharded run are kept and deleted alike on every rank: each kept one
+// has its index and both shards, and no stray shard is left. Before, each
+// rank ranked by its own loss: a rank saved a checkpoint the other did not
+// (their collectives then paired with unrelated ones, without an error),
+// and deleted shards of the one the other kept, which then did not load.
+func TestModelCheckpointRanksAlikeOnEveryRank(t *testing.T) {
+	// A file name holding the step's loss is rank 0's on every rank too.
+	for _, filename := range []string{"", "{step}-{train_loss:.6f}"} {
+		t.Run(filename, func(t *testing.T) { rankAlike(t, filename) })
+	}
+}
+
+func rankAlike(t *testing.T, filename string) {
+	ds := regression(t, 240, 0.5, 9)
+	newSharded := shardedStage2(t)
+	j := newResumeJob(t, 1, 0)
+	j.cfg.MaxEpochs, j.cfg.ShardedCheckpoint, j.cfg.LogDir = 2, true, t.TempDir()
+	j.train, j.val = loader(t, ds, 6, true, false), nil
+	dir := t.TempDir()
+	fitRanks(t, 2, newSharded, j, "", func(int) []trainer.Callback {
+		mc, err := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{Dirpath: dir, Filename: filename, Monitor: "train_loss", SaveTopK: 2, SaveLast: true, EveryNTrainSteps: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []trainer.Callback{mc}
+	})
+	files, _ := filepath.Glob(filepath.Join(dir, "*"))
+	indexes := map[string]bool{}
+	for _, f := range files {
+		if strings.HasSuffix(f, ".ckpt") {
+			indexes[f] = true
+		}
+	}
+	if len(indexes) != 3 {
+		t.Errorf("%d checkpoints, want the 2 best and last.ckpt: %v", len(indexes), files)
+	}
+	for f := range indexes {
+		if _, err := trainer.VerifyCheckpoint(f); err != nil {
+			t.Errorf("%s: %v", filepath.Base(f), err)
+		}
+	}
+	for _, f := range files {
+		if i := strings.Index(f, ".ckpt.rank"); i >= 0 && !indexes[f[:i+len(".ckpt")]] {
+			t.Errorf("shard %s of no kept checkpoint", filepath.Base(f))
+		}
+	}
+	if len(files) != 3*3 {
+		t.Errorf("%d files, want 3 checkpoints of an index and 2 shards each: %v", len(files), files)
+	}
+}
+
+// shardedStage2 builds each rank's ZeRO-2 strategy for fitRanks.
+func shardedStage2(t *testing.T) func(r int, g collective.Collective) strategy.Strategy {
+	return func(r int, g collective.Collective) strategy.Strategy {
+		s, err := sharded.New(sharded.Config{Group: g, Stage: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
 }

@@ -59,6 +59,7 @@ type State struct {
 	save   func(ctx context.Context, path string) error
 	log    func(m map[string]float64) error
 	warn   func(msg string)
+	rank0  func(ctx context.Context, v float64) (float64, error)
 }
 
 // Layers lists the module's layers for summaries (a copy).
@@ -77,22 +78,42 @@ func (s *State) Layers() []module.LayerInfo {
 type runState struct {
 	State
 	Metrics map[string]float64
-	Store   *module.Store
-	Layers  []module.LayerInfo
+	// stepNewer holds the bare names of the metrics logged per step and
+	// per epoch whose step value was logged after their epoch value (a
+	// step of the epoch after), for Metrics.Get.
+	stepNewer map[string]bool
+	Store     *module.Store
+	Layers    []module.LayerInfo
 }
 
 // view is the State hooks see now: scalars copied, the rest behind
 // read-only views (no allocation).
 func (r *runState) view() State {
 	v := r.State
-	v.Metrics, v.Weights, v.layers = Metrics{m: r.Metrics}, Weights{st: r.Store}, r.Layers
+	v.Metrics, v.Weights, v.layers = Metrics{m: r.Metrics, stepNewer: r.stepNewer}, Weights{st: r.Store}, r.Layers
 	return v
+}
+
+// setStepNewer records whether the step value of the metric logged per
+// step and per epoch as name is its latest.
+func (r *runState) setStepNewer(name string, newer bool) {
+	if !newer {
+		delete(r.stepNewer, name)
+		return
+	}
+	if r.stepNewer == nil {
+		r.stepNewer = map[string]bool{}
+	}
+	r.stepNewer[name] = true
 }
 
 var errNoWeights = errors.New("no weights: the model is not set up in this stage")
 
 // Metrics is a read-only view of metric values by name.
-type Metrics struct{ m map[string]float64 }
+type Metrics struct {
+	m         map[string]float64
+	stepNewer map[string]bool
+}
 
 // MetricsOf returns a view of a copy of m (for tests of callbacks, which
 // build a State themselves).
@@ -101,8 +122,11 @@ func MetricsOf(m map[string]float64) Metrics { return Metrics{m: maps.Clone(m)} 
 // Get returns the value of the metric called name and whether it was
 // logged. A metric logged both per step and per epoch is kept as
 // name_step and name_epoch; as in Lightning's callback_metrics, its bare
-// name gives the epoch value once there is one, the step value before, so
-// that a monitor of "train_loss" needs no suffix.
+// name gives the one logged last: the epoch value at the end of an epoch,
+// the step value during the next (so that a checkpoint every N steps,
+// monitoring "train_loss", is ranked by the loss of its step, not by the
+// mean of the epoch before), the step value before the first epoch ends.
+// A monitor of "train_loss" needs no suffix.
 func (m Metrics) Get(name string) (float64, bool) {
 	if v, ok := m.m[name]; ok {
 		return v, true
@@ -111,7 +135,7 @@ func (m Metrics) Get(name string) (float64, bool) {
 	if !ok {
 		return 0, false
 	}
-	if epoch, ok := m.m[name+"_epoch"]; ok {
+	if epoch, ok := m.m[name+"_epoch"]; ok && !m.stepNewer[name] {
 		return epoch, true
 	}
 	return step, true

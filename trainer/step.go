@@ -84,7 +84,12 @@ func (t *Trainer) recordStepMetrics(metrics []module.Metric) {
 			a.addMetric(&mt)
 		}
 		if mt.Spec.OnStep {
-			mt.Values(func(name string, v float64) { t.state.Metrics[stepName(name, mt.Spec)] = v })
+			mt.Values(func(name string, v float64) {
+				t.state.Metrics[stepName(name, mt.Spec)] = v
+				if mt.Spec.OnEpoch {
+					t.state.setStepNewer(name, true)
+				}
+			})
 		}
 	}
 }

@@ -26,6 +26,7 @@ type Trainer struct {
 	cfg   Config
 	strat strategy.Strategy
 	mod   module.Module
+	specs []module.Spec // mod's tensors, for WeightsSHA256 without a replica
 	// opt and sched are the optimizer and scheduler the strategy made with
 	// Setup.NewOptimizer: the loop reads the learning rate and steps the
 	// scheduler; their state is saved and loaded by the strategy.
@@ -259,7 +260,7 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 	if opt == nil {
 		return fmt.Errorf("strategy %s: setup made no optimizer (it must call Setup.NewOptimizer once)", st.Info().Name)
 	}
-	t.strat, t.mod, t.opt, t.sched = st, m, opt, sched
+	t.strat, t.mod, t.opt, t.sched, t.specs = st, m, opt, sched, specs
 	info := st.Info()
 	t.state = runState{
 		State: State{Rank: info.Rank, WorldSize: info.WorldSize, IsGlobalZero: info.GlobalZero,
@@ -457,6 +458,7 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 	}
 	t.state.Optimizer, t.state.LogEveryNSteps = t.opt.Name(), t.cfg.LogEveryNSteps
 	t.state.warn = func(msg string) { t.cfg.Log.Warn().Msg(msg) }
+	t.state.rank0 = t.rank0Value
 	status := "failed"
 	defer func() {
 		if ferr := t.finalizeLoggers(status); err == nil {
@@ -769,6 +771,9 @@ func (t *Trainer) finishTrainEpoch(ctx context.Context, epoch int) error {
 		n := name
 		t.state.Metrics[n] = v
 		out[n] = v
+		if bare, ok := strings.CutSuffix(n, "_epoch"); ok {
+			t.state.setStepNewer(bare, false)
+		}
 	}
 	if len(out) > 0 {
 		out["epoch"] = float64(epoch)

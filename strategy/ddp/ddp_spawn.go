@@ -123,7 +123,12 @@ func (s *DDPSpawn) spawn(ctx context.Context) (*launch.Result, error) {
 			return []string{launch.EnvLauncher + "=ddp_spawn", launch.EnvResult + "=" + path}
 		}
 		s.log.Info().Int("world", s.world).Int("max_restarts", e.MaxRestarts).Msg("ddp_spawn: starting the workers as an elastic job")
-		if _, err := launch.RunElastic(ctx, e); err != nil {
+		// Ctrl-C reaches the workers too: each saves its checkpoint and
+		// ends, and the job stops rather than restarting them.
+		ctx, stop := launch.StopOnSignal(ctx)
+		_, err := launch.RunElastic(ctx, e)
+		stop()
+		if err != nil {
 			return nil, fmt.Errorf("ddp_spawn workers failed (their output is above): %w", err)
 		}
 		return launch.ReadResult(path)

@@ -13,8 +13,12 @@ import (
 	"time"
 
 	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
 	"github.com/fulgur-ml/fulgur/strategy/fsdp"
+	"github.com/fulgur-ml/fulgur/strategy/sharded"
+	"github.com/fulgur-ml/fulgur/strategy/single"
 	"github.com/fulgur-ml/fulgur/strategy/strategytest"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
@@ -35,6 +39,15 @@ func fitFSDP(t *testing.T, n, epochs int, sharded bool, resume, save string) {
 // ""), collectives timing out after timeout; it returns each rank's error.
 func fitFSDPRanks(t *testing.T, n, epochs int, sharded bool, resume func(r int) string, save string, timeout time.Duration) []error {
 	t.Helper()
+	return fitRanks(t, n, epochs, sharded, resume, save, timeout, func(c collective.Collective) (strategy.Strategy, error) {
+		return fsdp.New(fsdp.Config{Group: c})
+	})
+}
+
+// fitRanks is fitFSDPRanks with each rank's strategy built by newStrategy
+// over its collective.
+func fitRanks(t *testing.T, n, epochs int, sharded bool, resume func(r int) string, save string, timeout time.Duration, newStrategy func(collective.Collective) (strategy.Strategy, error)) []error {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	ds, err := strategytest.Regression(48, in, out, 8)
@@ -51,7 +64,7 @@ func fitFSDPRanks(t *testing.T, n, epochs int, sharded bool, resume func(r int) 
 		go func() {
 			defer func() { done <- struct{}{} }()
 			errs[r] = func() error {
-				s, err := fsdp.New(fsdp.Config{Group: group[r]})
+				s, err := newStrategy(group[r])
 				if err != nil {
 					return err
 				}
@@ -141,6 +154,50 @@ func TestFSDPShardedCheckpointResumesAtAnotherWorldSize(t *testing.T) {
 	}
 	if left, _ := filepath.Glob(ckpt + "*"); len(left) != 0 {
 		t.Errorf("RemoveCheckpoint left %v", left)
+	}
+}
+
+// A sharded checkpoint of 2 fsdp ranks (each holding half of every
+// tensor) resumes under the strategies that hold the whole model on every
+// rank: single, and sharded's two stages at 3 ranks. Each ends, after the
+// second epoch, with the weights of the uninterrupted 2-rank fsdp run
+// (float32 tolerance). Before, each refused the checkpoint: "tensor
+// "fc0.weight": the state holds [0, 224) of its 384 elements; every rank holds
+// the whole model".
+func TestFSDPShardedCheckpointResumesUnderWholeModelStrategies(t *testing.T) {
+	dir := t.TempDir()
+	ckpt := filepath.Join(dir, "epoch1.ckpt")
+	fitFSDP(t, 2, 1, true, "", ckpt)
+	want := filepath.Join(dir, "uninterrupted.ckpt")
+	fitFSDP(t, 2, 2, false, "", want)
+	w := weightsOf(t, want)
+	for _, c := range []struct {
+		name        string
+		n           int
+		newStrategy func(collective.Collective) (strategy.Strategy, error)
+	}{
+		{"single", 1, func(collective.Collective) (strategy.Strategy, error) { return single.NewSingle(), nil }},
+		{"sharded_stage1", 3, func(g collective.Collective) (strategy.Strategy, error) {
+			return sharded.New(sharded.Config{Group: g, Stage: 1})
+		}},
+		{"sharded_stage2", 3, func(g collective.Collective) (strategy.Strategy, error) {
+			return sharded.New(sharded.Config{Group: g, Stage: 2})
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := filepath.Join(t.TempDir(), "resumed.ckpt")
+			for r, err := range fitRanks(t, c.n, 2, false, func(int) string { return ckpt }, got, 20*time.Second, c.newStrategy) {
+				if err != nil {
+					t.Fatalf("rank %d: %v", r, err)
+				}
+			}
+			g := weightsOf(t, got)
+			for i := range w {
+				if d := math.Abs(float64(g[i] - w[i])); d > 1e-5+1e-4*math.Abs(float64(w[i])) {
+					t.Fatalf("weight %d is %g, the uninterrupted 2-rank fsdp run has %g", i, g[i], w[i])
+				}
+			}
+		})
 	}
 }
 

@@ -7,11 +7,13 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -462,12 +464,55 @@ func ElasticFromEnv(lookup func(string) (string, bool), world int, log zerolog.L
 // when it failed for good. This process then trains nothing: like torchrun
 // it starts every rank, rank 0 included, as a copy of itself, and the code
 // after Fit runs in rank 0.
+//
+// As torchrun's agent (and fulgur run), a SIGINT or SIGTERM stops the job
+// rather than counting as a failure: the terminal's Ctrl-C reaches every
+// rank too, each saves its checkpoint and ends, and restarting them would
+// train on after the user asked to stop. It then exits 130 (SIGINT) or
+// 143 (SIGTERM), as a rank does.
 func Supervise(ctx context.Context, e Elastic) {
 	e.Log.Info().Int("world", e.World).Int("min_world", max(e.MinWorld, 1)).Int("max_restarts", e.MaxRestarts).
 		Msg("elastic: this process supervises the job: it starts every rank, rank 0 included, and restarts them when one fails")
-	if _, err := RunElastic(ctx, e); err != nil {
+	ctx, stop := StopOnSignal(ctx)
+	_, err := RunElastic(ctx, e)
+	status := stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
+		if status != 0 {
+			os.Exit(status)
+		}
 		os.Exit(1)
 	}
 	os.Exit(0)
+}
+
+// StopOnSignal returns ctx cancelled when this process gets SIGINT or
+// SIGTERM, for RunElastic in a launcher the user can stop from the
+// terminal (RunElastic then stops the ranks instead of restarting them),
+// and a function that releases it and returns the exit status that signal
+// stands for: 130 (SIGINT), 143 (SIGTERM), or 0 when none came.
+func StopOnSignal(ctx context.Context) (context.Context, func() int) {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(ctx)
+	var status atomic.Int32
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case sig := <-sigs:
+			status.Store(130)
+			if sig == syscall.SIGTERM {
+				status.Store(143)
+			}
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() int {
+		signal.Stop(sigs)
+		cancel()
+		<-done
+		return int(status.Load())
+	}
 }

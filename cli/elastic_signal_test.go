@@ -1,0 +1,84 @@
+//go:build linux
+
+package cli_test
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Ctrl-C on a program run with FULGUR_MAX_RESTARTS (the terminal signals
+// its whole process group: the launching process and every rank) stops
+// the job: the ranks save interrupted.ckpt and nothing is restarted. Under
+// ddp the supervising process exits 130; under ddp_spawn Fit fails in the
+// launching process. Before, the launcher took the ranks' exit status 130
+// for a failure and restarted them, and the job trained on to its end (or,
+// under ddp, the supervisor died of the signal before its ranks had saved).
+func TestElasticSelfLaunchStopsOnCtrlC(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts training processes")
+	}
+	for _, c := range []struct {
+		strategy string
+		status   int
+	}{{"ddp", 130}, {"ddp_spawn", 1}} {
+		t.Run(c.strategy, func(t *testing.T) { ctrlCElastic(t, c.strategy, c.status) })
+	}
+}
+
+func ctrlCElastic(t *testing.T, strategy string, status int) {
+	root := t.TempDir()
+	args := []string{"-devices", "2", "-strategy", strategy, "-max-epochs", "1", "-limit-train-batches", "2000", "-ckpt-every-n-steps", "5",
+		"-limit-val-batches", "1", "-limit-test-batches", "1", "-no-progress-bar", "-no-plots", "-loggers", "csv", "-root-dir", root}
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), programEnv+"=1", "FULGUR_TIMEOUT=60s", "FULGUR_MAX_RESTARTS=2")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a terminal's foreground group
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	ckpt := filepath.Join(root, "lightning_logs", "version_0", "checkpoints", "last.ckpt")
+	deadline := time.After(90 * time.Second)
+	for training := false; !training; {
+		select {
+		case err := <-done:
+			t.Fatalf("the job ended before it was interrupted: %v\n%s", err, errb.String())
+		case <-deadline:
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			t.Fatalf("no checkpoint at %s after 90 s:\n%s", ckpt, errb.String())
+		case <-time.After(20 * time.Millisecond):
+			_, err := os.Stat(ckpt)
+			training = err == nil
+		}
+	}
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(90 * time.Second):
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		t.Fatalf("the job did not end within 90 s of SIGINT:\n%s", errb.String())
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != status {
+		t.Errorf("exit %v, want status %d", err, status)
+	}
+	if strings.Contains(errb.String(), "elastic: restart") {
+		t.Errorf("the launcher restarted the ranks after Ctrl-C:\n%s", errb.String())
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(ckpt), "interrupted.ckpt")); err != nil {
+		t.Errorf("no interrupted.ckpt: %v\n%s", err, errb.String())
+	}
+}
