@@ -19,7 +19,7 @@ func TestInvocationUnderGoRun(t *testing.T) {
 	}{
 		{"/tmp/go-build1294084878/b001/exe/train", "/tmp/go-build1294084878/b001/exe/train", pkg, "go run example.com/me/train"},
 		{"/tmp/go-build652309489/b001/exe/main", "/tmp/go-build652309489/b001/exe/main", files, "go run ."},
-		{"/root/.cache/go-build/5e/5e8efeba9c9dca27bd421d3ac384b6fa7c2bd8da01135b8973c3f767c910d361-d/train", "/root/.cache/go-build/5e/5e8efeba9c9dca27bd421d3ac384b6fa7c2bd8da01135b8973c3f767c910d361-d/train", pkg, "go run example.com/me/train"},
+		{"/home/me/.cache/go-build/5e/5e8efeba9c9dca27bd421d3ac384b6fa7c2bd8da01135b8973c3f767c910d361-d/train", "/home/me/.cache/go-build/5e/5e8efeba9c9dca27bd421d3ac384b6fa7c2bd8da01135b8973c3f767c910d361-d/train", pkg, "go run example.com/me/train"},
 		// A built program: the command as typed, not the App's name
 		// (which printed "mlp ..." for ./train, not a command).
 		{"./train", "/home/me/bin/train", pkg, "./train"},
