@@ -290,7 +290,7 @@ func (c *ModelCheckpoint) decide(ctx context.Context, s *trainer.State, stepSave
 		return "", nil
 	}
 	if !ok {
-		return "", fmt.Errorf("ModelCheckpoint(Monitor %q): the metric was not logged; logged metrics are %v: log it with Step.Log or fix Monitor", c.cfg.Monitor, s.Metrics.Names())
+		return "", fmt.Errorf("ModelCheckpoint(Monitor %q): the metric was not logged; logged metrics are %v%s: log it with Step.Log or fix Monitor", c.cfg.Monitor, s.Metrics.Names(), bareNames(s.Metrics))
 	}
 	// Every rank ranks by rank 0's value: a step's loss differs between
 	// ranks, and a checkpoint that some ranks keep and others do not is a
@@ -409,7 +409,7 @@ func formatFilename(ctx context.Context, tmpl string, s *trainer.State) (string,
 			x, ok := s.Metrics.Get(name)
 			if !ok {
 				if err == nil {
-					err = fmt.Errorf("ModelCheckpoint Filename %q uses %q, which was not logged; logged metrics are %v", tmpl, name, s.Metrics.Names())
+					err = fmt.Errorf("ModelCheckpoint Filename %q uses %q, which was not logged; logged metrics are %v%s", tmpl, name, s.Metrics.Names(), bareNames(s.Metrics))
 				}
 				return m
 			}
@@ -474,4 +474,22 @@ func (f *jf) UnmarshalJSON(b []byte) error {
 	err := json.Unmarshal(b, &v)
 	*f = jf(v)
 	return err
+}
+
+// bareNames lists, for an error that names the logged metrics, the bare
+// names of those logged per step and per epoch (name_step and name_epoch),
+// which Metrics.Get accepts too: "" when there are none.
+func bareNames(m trainer.Metrics) string {
+	var bare []string
+	for _, n := range m.Names() {
+		if b, ok := strings.CutSuffix(n, "_step"); ok {
+			if _, both := m.Get(b + "_epoch"); both {
+				bare = append(bare, b)
+			}
+		}
+	}
+	if len(bare) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (and %v, each the latest of its _step and _epoch values)", bare)
 }
