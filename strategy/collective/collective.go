@@ -82,6 +82,10 @@ type Handle interface {
 var (
 	// ErrPeerLost: a peer died, closed or disconnected.
 	ErrPeerLost = errors.New("peer lost")
+	// ErrPeerClosed comes with ErrPeerLost when the peer closed its group
+	// in order (Close) rather than died: it had finished the operations it
+	// ran (a strategy's final barrier reads it as the peer being done).
+	ErrPeerClosed = errors.New("closed its group")
 	// ErrTimeout: a peer sent nothing for the backend's timeout.
 	ErrTimeout = errors.New("peer timed out")
 	// ErrMismatch: ranks called different operations, dtypes or lengths.
@@ -305,4 +309,17 @@ func Prepare(kind Kind, rank, size int, send, recv any, op Op, root int) (Header
 		return h, fmt.Errorf("allgather: %w: send has %d elements, rank %d's block of recv (%d over %d ranks) has %d (see collective.Counts)", ErrBadBuffer, n, rank, rn, size, want)
 	}
 	return h, nil
+}
+
+// FinalBarrier is a job's last barrier before its ranks close their
+// groups, so that no rank closes what a peer still reads. A peer that has
+// closed its group in order (ErrPeerClosed) has left the job: it closes
+// only after its own final barrier, or after an error that it reports
+// itself (which fails the job there), so this rank has nothing left to
+// wait for, and that is no error here. A peer that died or timed out is.
+func FinalBarrier(ctx context.Context, c Collective) error {
+	if err := c.Barrier(ctx); err != nil && !errors.Is(err, ErrPeerClosed) {
+		return err
+	}
+	return nil
 }

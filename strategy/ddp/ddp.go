@@ -871,7 +871,7 @@ func (d *DDP) Teardown(ctx context.Context) error {
 		d.spansEnded()
 		d.pending = nil
 		bctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
-		if err := d.c.Barrier(bctx); err != nil {
+		if err := collective.FinalBarrier(bctx, d.c); err != nil {
 			errs = append(errs, fmt.Errorf("rank %d: final barrier: %w", d.rank, err))
 		}
 		cancel()

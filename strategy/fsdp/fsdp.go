@@ -852,7 +852,7 @@ func (f *FSDP) Teardown(ctx context.Context) error {
 	switch {
 	case f.c != nil && f.broken == nil:
 		bctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
-		if e := f.c.Barrier(bctx); e != nil {
+		if e := collective.FinalBarrier(bctx, f.c); e != nil {
 			errs = append(errs, fmt.Errorf("rank %d: final barrier: %w", f.rank, e))
 		}
 		cancel()

@@ -531,7 +531,7 @@ func (s *Sharded) Teardown(ctx context.Context) error {
 	switch {
 	case s.c != nil && s.broken == nil:
 		bctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-		if e := s.c.Barrier(bctx); e != nil {
+		if e := collective.FinalBarrier(bctx, s.c); e != nil {
 			errs = append(errs, fmt.Errorf("rank %d: final barrier: %w", s.rank, e))
 		}
 		cancel()

@@ -4,6 +4,7 @@ package shm
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -41,8 +42,14 @@ func TestBarrierPassedByAPeerThatThenClosed(t *testing.T) {
 		}
 		// A peer that left without reaching the barrier still fails it.
 		g.scanned = nil
-		if err := g.barrier(context.Background(), collective.Header{Kind: collective.KindBarrier, Seq: 2}); err == nil {
+		err = g.barrier(context.Background(), collective.Header{Kind: collective.KindBarrier, Seq: 2})
+		if err == nil {
 			t.Errorf("status %d: a barrier that rank 0 never reached passed", status)
+		}
+		// Closed in order is told from dead: a strategy's final barrier
+		// (collective.FinalBarrier) reads the first as the peer being done.
+		if closed := errors.Is(err, collective.ErrPeerClosed); closed != (status == statusClosed) || !errors.Is(err, collective.ErrPeerLost) {
+			t.Errorf("status %d: %v: ErrPeerClosed %v, want %v (and ErrPeerLost)", status, err, closed, status == statusClosed)
 		}
 	}
 }

@@ -312,7 +312,7 @@ func (g *Group) barrier(ctx context.Context, h collective.Header) error {
 		}
 		switch atomic.LoadUint32(g.status(behind)) {
 		case statusClosed:
-			return g.fail(h, behind, fmt.Errorf("%w: rank %d closed its group", collective.ErrPeerLost, behind))
+			return g.fail(h, behind, fmt.Errorf("%w: rank %d %w", collective.ErrPeerLost, behind, collective.ErrPeerClosed))
 		case statusDead:
 			return g.fail(h, behind, fmt.Errorf("%w: rank %d's process is gone (its connection to rank 0 ended)", collective.ErrPeerLost, behind))
 		}

@@ -462,7 +462,7 @@ func (g *Ring) do(ctx context.Context, kind collective.Kind, send, recv any, op 
 		return g.opErr(h, cause{-1, err})
 	}
 	if g.nextClosed.Load() {
-		return g.opErr(h, g.breakGroup(cause{g.nextRank(), fmt.Errorf("%w: rank %d closed its group", collective.ErrPeerLost, g.nextRank())}))
+		return g.opErr(h, g.breakGroup(cause{g.nextRank(), fmt.Errorf("%w: rank %d %w", collective.ErrPeerLost, g.nextRank(), collective.ErrPeerClosed)}))
 	}
 	buf := send // the buffer the ring works on
 	algo := g.algorithm(h)
@@ -869,7 +869,7 @@ func (g *Ring) checkFrame(h collective.Header, hdr wire.Header, prev int, fail f
 		}
 		return hdr, fail(cause{a.Blame, &remoteErr{sentinelOf(hdr.Code), fmt.Sprintf("%s (reported by rank %d)", a.Msg, a.From)}})
 	case wire.KindBye:
-		return hdr, fail(cause{prev, fmt.Errorf("%w: rank %d closed its group", collective.ErrPeerLost, prev)})
+		return hdr, fail(cause{prev, fmt.Errorf("%w: rank %d %w", collective.ErrPeerLost, prev, collective.ErrPeerClosed)})
 	}
 	if hdr.Seq != h.Seq {
 		return hdr, fail(cause{prev, fmt.Errorf("%w: rank %d sent %s for operation #%d during #%d", collective.ErrMismatch, prev, hdr.Kind, hdr.Seq, h.Seq)})
