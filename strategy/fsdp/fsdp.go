@@ -435,9 +435,9 @@ func (f *FSDP) reduce(ctx context.Context, u int, grad any) engine.Wait {
 		}
 		switch g := grad.(type) {
 		case []float32:
-			holdScaled(f.held32[un.Lo:un.Hi], g, float32(f.scale), f.held[u])
+			engine.Combine(f.held32[un.Lo:un.Hi], g, float32(f.scale), f.held[u])
 		case []float64:
-			holdScaled(f.held64[un.Lo:un.Hi], g, f.scale, f.held[u])
+			engine.Combine(f.held64[un.Lo:un.Hi], g, f.scale, f.held[u])
 		}
 		f.held[u] = true
 		return func() error { return nil }
@@ -490,11 +490,11 @@ func (f *FSDP) reduceScatter(ctx context.Context, u int, grad any, scale float64
 		lo, hi := c.Local, c.Local+c.Hi-c.Lo
 		switch {
 		case f.g32 != nil && accumulate:
-			addScaled(f.g32[lo:hi], f.tmp32[lo:hi], float32(scale))
+			engine.Combine(f.g32[lo:hi], f.tmp32[lo:hi], float32(scale), true)
 		case f.g32 != nil && scale != 1:
 			optim.ScaleGrads32(f.g32[lo:hi], scale)
 		case f.g64 != nil && accumulate:
-			addScaled(f.g64[lo:hi], f.tmp64[lo:hi], scale)
+			engine.Combine(f.g64[lo:hi], f.tmp64[lo:hi], scale, true)
 		case f.g64 != nil && scale != 1:
 			optim.ScaleGrads64(f.g64[lo:hi], scale)
 		}
@@ -502,33 +502,10 @@ func (f *FSDP) reduceScatter(ctx context.Context, u int, grad any, scale float64
 	}
 }
 
-// holdScaled keeps s·src in dst, adding to what dst holds when add.
-func holdScaled[T float32 | float64](dst, src []T, s T, add bool) {
-	if add {
-		addScaled(dst, src, s)
-		return
-	}
-	for i, v := range src {
-		dst[i] = v * s
-	}
-}
-
 // foldHeld turns grad into s·grad + held, the window's whole gradient.
 func foldHeld[T float32 | float64](grad, held []T, s T) {
 	for i, v := range held {
 		grad[i] = grad[i]*s + v
-	}
-}
-
-func addScaled[T float32 | float64](dst, src []T, s T) {
-	if s == 1 {
-		for i, v := range src {
-			dst[i] += v
-		}
-		return
-	}
-	for i, v := range src {
-		dst[i] += v * s
 	}
 }
 

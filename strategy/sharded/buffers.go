@@ -69,7 +69,7 @@ func (f *flat[T]) reduce(ctx context.Context, u int, grad any) engine.Wait {
 	if s.stage == 1 {
 		un := s.units[u]
 		dst := f.grads[un.Lo:un.Hi]
-		axpy(dst, g, scale, accumulate)
+		engine.Combine(dst, g, scale, accumulate)
 		if !s.sync {
 			return noWait // accumulating locally until the step's last micro-batch
 		}
@@ -90,25 +90,9 @@ func (f *flat[T]) reduce(ctx context.Context, u int, grad any) engine.Wait {
 			return err
 		}
 		if accumulate || scale != 1 {
-			axpy(f.grad(c), recv, scale, accumulate)
+			engine.Combine(f.grad(c), recv, scale, accumulate)
 		}
 		return nil
-	}
-}
-
-// axpy sets dst to a·src, or adds a·src to it when add (src may be dst).
-func axpy[T float32 | float64](dst, src []T, a T, add bool) {
-	switch {
-	case add:
-		for i, v := range src {
-			dst[i] += v * a
-		}
-	case a == 1:
-		copy(dst, src)
-	default:
-		for i, v := range src {
-			dst[i] = v * a
-		}
 	}
 }
 

@@ -388,29 +388,31 @@ func (e *Engine) combineGrad(gb *gradBinding, v G.Value, accumulate bool, scale 
 	if s.Dtype() == tensor.Float32 {
 		dst := s.Grad32()[gb.offset : gb.offset+gb.n]
 		if d, ok := v.(*tensor.Dense); ok && d.Dtype() == tensor.Float32 {
-			combine(dst, d.Float32s()[:gb.n], float32(scale), accumulate)
+			Combine(dst, d.Float32s()[:gb.n], float32(scale), accumulate)
 			return
 		}
 		if d, ok := v.(*G.F32); ok {
-			combine(dst, []float32{float32(*d)}, float32(scale), accumulate)
+			Combine(dst, []float32{float32(*d)}, float32(scale), accumulate)
 			return
 		}
 	} else {
 		dst := s.Grad64()[gb.offset : gb.offset+gb.n]
 		if d, ok := v.(*tensor.Dense); ok && d.Dtype() == tensor.Float64 {
-			combine(dst, d.Float64s()[:gb.n], scale, accumulate)
+			Combine(dst, d.Float64s()[:gb.n], scale, accumulate)
 			return
 		}
 		if d, ok := v.(*G.F64); ok {
-			combine(dst, []float64{float64(*d)}, scale, accumulate)
+			Combine(dst, []float64{float64(*d)}, scale, accumulate)
 			return
 		}
 	}
 	panic(fmt.Sprintf("gradient of %q is a %T of dtype %v, the store holds %v", gb.name, v, v.Dtype(), s.Dtype()))
 }
 
-// combine writes (or adds, when accumulate) scale·src into dst.
-func combine[T float32 | float64](dst, src []T, scale T, accumulate bool) {
+// Combine writes (or adds, when accumulate) scale·src into dst: what a
+// training run does with each gradient it reports, and what a strategy
+// that takes gradients over (sharded, fsdp) does with the ones it keeps.
+func Combine[T float32 | float64](dst, src []T, scale T, accumulate bool) {
 	switch {
 	case accumulate:
 		for i, v := range src {
