@@ -16,29 +16,38 @@ import (
 
 // Ctrl-C on a program run with FULGUR_MAX_RESTARTS (the terminal signals
 // its whole process group: the launching process and every rank) stops
-// the job: the ranks save interrupted.ckpt and nothing is restarted. Under
-// ddp the supervising process exits 130; under ddp_spawn Fit fails in the
-// launching process. Before, the launcher took the ranks' exit status 130
-// for a failure and restarted them, and the job trained on to its end (or,
-// under ddp, the supervisor died of the signal before its ranks had saved).
+// the job: the ranks save interrupted.ckpt, nothing is restarted, the
+// program prints how to resume and exits 130. Before, the launcher took
+// the ranks' exit status 130 for a failure and restarted them, and the
+// job trained on to its end (or, under ddp, the supervisor died of the
+// signal before its ranks had saved); under ddp_spawn Fit then failed in
+// the launching process (exit status 1).
 func TestElasticSelfLaunchStopsOnCtrlC(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts training processes")
 	}
-	for _, c := range []struct {
-		strategy string
-		status   int
-	}{{"ddp", 130}, {"ddp_spawn", 1}} {
-		t.Run(c.strategy, func(t *testing.T) { ctrlCElastic(t, c.strategy, c.status) })
+	for _, s := range []string{"ddp", "ddp_spawn"} {
+		t.Run(s, func(t *testing.T) { ctrlC(t, s, "FULGUR_MAX_RESTARTS=2") })
 	}
 }
 
-func ctrlCElastic(t *testing.T, strategy string, status int) {
+// Ctrl-C on a ddp_spawn program (no restarts): the workers save
+// interrupted.ckpt and the launching process prints the summary and the
+// command that resumes, and exits 130. Before, the launching process died
+// of the signal at once and took the workers with it: no checkpoint.
+func TestSpawnStopsOnCtrlC(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts training processes")
+	}
+	ctrlC(t, "ddp_spawn", "FULGUR_MAX_RESTARTS=")
+}
+
+func ctrlC(t *testing.T, strategy, restarts string) {
 	root := t.TempDir()
 	args := []string{"-devices", "2", "-strategy", strategy, "-max-epochs", "1", "-limit-train-batches", "2000", "-ckpt-every-n-steps", "5",
 		"-limit-val-batches", "1", "-limit-test-batches", "1", "-no-progress-bar", "-no-plots", "-loggers", "csv", "-root-dir", root}
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), programEnv+"=1", "FULGUR_TIMEOUT=60s", "FULGUR_MAX_RESTARTS=2")
+	cmd.Env = append(os.Environ(), programEnv+"=1", "FULGUR_TIMEOUT=60s", restarts)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a terminal's foreground group
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -72,13 +81,20 @@ func ctrlCElastic(t *testing.T, strategy string, status int) {
 		t.Fatalf("the job did not end within 90 s of SIGINT:\n%s", errb.String())
 	}
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != status {
-		t.Errorf("exit %v, want status %d", err, status)
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+		t.Errorf("exit %v, want status 130\n%s", err, errb.String())
 	}
 	if strings.Contains(errb.String(), "elastic: restart") {
 		t.Errorf("the launcher restarted the ranks after Ctrl-C:\n%s", errb.String())
 	}
-	if _, err := os.Stat(filepath.Join(filepath.Dir(ckpt), "interrupted.ckpt")); err != nil {
+	saved := filepath.Join(filepath.Dir(ckpt), "interrupted.ckpt")
+	if _, err := os.Stat(saved); err != nil {
 		t.Errorf("no interrupted.ckpt: %v\n%s", err, errb.String())
+	}
+	if s := summaryOf(t, out.String()); !s.Interrupted || s.Checkpoint != saved {
+		t.Errorf("summary %+v, want interrupted with checkpoint %s", s, saved)
+	}
+	if !strings.Contains(errb.String(), "-ckpt-path "+saved) {
+		t.Errorf("no resume command naming %s:\n%s", saved, errb.String())
 	}
 }

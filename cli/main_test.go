@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -24,6 +25,10 @@ func TestMain(m *testing.M) {
 		app := smallResNet()
 		if err := app.Run(context.Background(), os.Args[1:]); err != nil {
 			fmt.Fprintln(os.Stderr, "program:", err)
+			var ie *cli.Interrupted
+			if errors.As(err, &ie) {
+				os.Exit(ie.Err.ExitCode()) // as App.Main
+			}
 			os.Exit(1)
 		}
 		os.Exit(0)

@@ -2,6 +2,9 @@ package strategy
 
 import (
 	"context"
+	"fmt"
+	"syscall"
+	"time"
 
 	"github.com/rs/zerolog"
 	"gorgonia.org/tensor"
@@ -183,6 +186,56 @@ type FitResult struct {
 	// callback values (best model path, early stopping's reason).
 	Callbacks map[string][]byte
 }
+
+// FitInterrupted is the error fit (the function a FitRunner is handed)
+// returns when a signal or a cancelled context stopped training after
+// every rank saved Checkpoint, and the error RunFit returns when that
+// happened in the processes it ran fit in. The trainer turns it into its
+// *trainer.InterruptedError.
+type FitInterrupted struct {
+	// Signal is the signal that stopped training (syscall.SIGINT,
+	// SIGTERM, SIGUSR1), 0 when a context was cancelled.
+	Signal syscall.Signal
+	// GlobalStep is the optimizer steps taken; Checkpoint the file that
+	// resumes the run.
+	GlobalStep int
+	Checkpoint string
+	// Result is rank 0's Fit so far.
+	Result FitResult
+	// Err is the error fit returned in this process; nil when training
+	// ran in other processes.
+	Err error
+}
+
+func (e *FitInterrupted) Error() string {
+	if e.Err != nil {
+		return e.Err.Error()
+	}
+	why := "a cancelled context"
+	if e.Signal != 0 {
+		why = e.Signal.String()
+	}
+	return fmt.Sprintf("training interrupted (%s) at global step %d; checkpoint saved to %s", why, e.GlobalStep, e.Checkpoint)
+}
+
+func (e *FitInterrupted) Unwrap() error { return e.Err }
+
+// ExitCode is the status a process stopped this way exits with: 128 plus
+// the signal, as a shell reports a process the signal killed; 1 for a
+// cancelled context.
+func (e *FitInterrupted) ExitCode() int {
+	if e.Signal != 0 {
+		return 128 + int(e.Signal)
+	}
+	return 1
+}
+
+// DuplicateSignalWindow is how long after the first SIGINT or SIGTERM a
+// repeat counts as the same request (trainer.DuplicateSignalWindow): a
+// shell or timeout(1) signalling the whole process group, a launcher
+// forwarding it to its ranks, or go run to its child, makes one request
+// arrive two or three times. A signal after the window exits at once.
+const DuplicateSignalWindow = 2 * time.Second
 
 // FitRunner is implemented by strategies that decide where training runs
 // (DDP-spawn): the trainer hands RunFit its training, fit, once Setup is

@@ -22,10 +22,10 @@ import (
 
 // DuplicateSignalWindow is how long after the first SIGINT or SIGTERM a
 // repeat counts as the same request: a shell or timeout(1) signalling the
-// whole process group, or go run forwarding the signal to its child, makes
-// one request arrive two or three times. A signal after the window exits
-// at once.
-const DuplicateSignalWindow = 2 * time.Second
+// whole process group, a launcher forwarding it to its ranks, or go run
+// to its child, makes one request arrive two or three times. A signal
+// after the window exits at once.
+const DuplicateSignalWindow = strategy.DuplicateSignalWindow
 
 // signalWatch records the first SIGINT, SIGTERM (or, under SLURM, SIGUSR1)
 // received during Fit; the loop polls it at each optimizer-step boundary

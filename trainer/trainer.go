@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"syscall"
 	"time"
 
 	G "gorgonia.org/gorgonia"
@@ -379,10 +380,38 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 	if fr, ok := t.strat.(strategy.FitRunner); ok {
 		r, remote, err := fr.RunFit(ctx, func(ctx context.Context) (strategy.FitResult, error) {
 			if err := t.fit(ctx, m, train, val, fo, again, prevStop); err != nil {
+				var ie *InterruptedError
+				if errors.As(err, &ie) {
+					// A DDP-spawn worker hands the interruption to the
+					// launching process.
+					r, _ := t.fitResult()
+					fi := &strategy.FitInterrupted{GlobalStep: ie.GlobalStep, Checkpoint: ie.Checkpoint, Result: r, Err: err}
+					fi.Signal, _ = ie.Signal.(syscall.Signal)
+					return r, fi
+				}
 				return strategy.FitResult{}, err
 			}
 			return t.fitResult()
 		})
+		var fi *strategy.FitInterrupted
+		if errors.As(err, &fi) {
+			if fi.Err != nil {
+				return fi.Err // trained here: Fit's own *InterruptedError
+			}
+			// Trained in other processes, which saved fi.Checkpoint; the
+			// strategy loaded their weights.
+			t.adoptFit(fi.Result)
+			ie := &InterruptedError{GlobalStep: fi.GlobalStep, Checkpoint: fi.Checkpoint}
+			if fi.Signal != 0 {
+				ie.Signal = fi.Signal
+			} else {
+				ie.Err = context.Canceled
+			}
+			if lerr := t.loadCallbackStates(fi.Result.Callbacks); lerr != nil {
+				return errors.Join(ie, lerr)
+			}
+			return ie
+		}
 		if err != nil || !remote {
 			return err
 		}

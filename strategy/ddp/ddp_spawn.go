@@ -5,9 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
+	"syscall"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -98,6 +102,16 @@ func (s *DDPSpawn) RunFit(ctx context.Context, fit func(context.Context) (strate
 		return strategy.FitResult{}, false, errors.New("ddp_spawn: RunFit before Setup")
 	}
 	res, err := s.spawn(ctx)
+	if res != nil {
+		if fi := interruption(res); fi != nil {
+			// The workers were stopped and saved: the weights they had
+			// then, and how to resume.
+			if lerr := s.load(res); lerr != nil {
+				return strategy.FitResult{}, false, errors.Join(fi, lerr)
+			}
+			return fi.Result, true, fi
+		}
+	}
 	if err != nil {
 		return strategy.FitResult{}, false, err
 	}
@@ -128,10 +142,7 @@ func (s *DDPSpawn) spawn(ctx context.Context) (*launch.Result, error) {
 		ctx, stop := launch.StopOnSignal(ctx)
 		_, err := launch.RunElastic(ctx, e)
 		stop()
-		if err != nil {
-			return nil, fmt.Errorf("ddp_spawn workers failed (their output is above): %w", err)
-		}
-		return launch.ReadResult(path)
+		return s.result(path, err)
 	}
 	ln, port, err := launch.Loopback(s.masterPort)
 	if err != nil {
@@ -173,10 +184,70 @@ func (s *DDPSpawn) spawn(ctx context.Context) (*launch.Result, error) {
 	}
 	lnFile.Close()
 	s.log.Info().Int("world", s.world).Ints("pids", g.Pids()).Msg("ddp_spawn: started workers")
-	if err := g.Wait(ctx); err != nil {
-		return nil, fmt.Errorf("ddp_spawn workers failed (their output is above): %w", err)
+	// SIGINT and SIGTERM are the workers' to act on (the terminal's Ctrl-C
+	// reaches them too): each finishes its step and saves, and this process
+	// waits for that rather than dying of the signal (which took the
+	// workers with it before they had saved).
+	stop := forwardSignals(g)
+	err = g.Wait(ctx)
+	stop()
+	return s.result(path, err)
+}
+
+// result reads rank 0's result once the workers ended with err: a result
+// the workers wrote when a signal stopped them is returned with err.
+func (s *DDPSpawn) result(path string, err error) (*launch.Result, error) {
+	if err == nil {
+		return launch.ReadResult(path)
 	}
-	return launch.ReadResult(path)
+	err = fmt.Errorf("ddp_spawn workers failed (their output is above): %w", err)
+	if res, rerr := launch.ReadResult(path); rerr == nil && interruption(res) != nil {
+		return res, err
+	}
+	return nil, err
+}
+
+// forwardSignals passes SIGINT and SIGTERM this process gets on to g's
+// ranks: the first, and repeats within strategy.DuplicateSignalWindow, are
+// one request to stop after the step (the ranks save); a repeat after it
+// is the user asking to exit at once, as the trainer takes it: the ranks
+// are killed and this process ends by the signal. The function it returns
+// stops forwarding.
+func forwardSignals(g *launch.Group) func() {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		var first time.Time
+		for {
+			select {
+			case sig := <-sigs:
+				switch {
+				case first.IsZero():
+					first = time.Now()
+					g.Signal(sig)
+				case time.Since(first) < strategy.DuplicateSignalWindow:
+					g.Signal(sig)
+				default:
+					g.Kill()
+					signal.Stop(sigs)
+					signal.Reset(os.Interrupt, syscall.SIGTERM)
+					if p, err := os.FindProcess(os.Getpid()); err == nil && p.Signal(sig) == nil {
+						return
+					}
+					os.Exit(1)
+				}
+			case <-done:
+				return
+			}
+		}
+	})
+	return func() {
+		signal.Stop(sigs)
+		close(done)
+		wg.Wait()
+	}
 }
 
 // load copies the workers' parameters and buffers into the local replica.
@@ -216,25 +287,45 @@ func (w *spawnWorker) Launch(ctx context.Context) (bool, error) { return true, n
 // the worker exits with status 0.
 func (w *spawnWorker) RunFit(ctx context.Context, fit func(context.Context) (strategy.FitResult, error)) (strategy.FitResult, bool, error) {
 	r, err := fit(ctx)
+	var fi *strategy.FitInterrupted
+	if errors.As(err, &fi) {
+		// Stopped by a signal, every rank saved: rank 0 hands the
+		// checkpoint to the launching process, which says how to resume
+		// and exits as the signal asks.
+		return r, false, w.finish(ctx, fi.Result, fi)
+	}
 	if err != nil {
 		return r, false, err
 	}
-	return r, false, w.finish(ctx, r)
+	return r, false, w.finish(ctx, r, nil)
 }
 
-func (w *spawnWorker) finish(ctx context.Context, r strategy.FitResult) error {
+// Notes of a launch.Result from a Fit a signal stopped.
+const (
+	noteInterruptedCheckpoint = "interrupted_checkpoint"
+	noteInterruptedSignal     = "interrupted_signal"
+)
+
+// finish writes rank 0's result (and how it was interrupted, when fi is not
+// nil), tears down and exits: status 0, or fi's exit code.
+func (w *spawnWorker) finish(ctx context.Context, r strategy.FitResult, fi *strategy.FitInterrupted) error {
 	if w.rank == 0 {
 		if w.resultPath == "" {
 			return fmt.Errorf("ddp_spawn worker: %s is not set: the launching process did not say where to write the result", launch.EnvResult)
 		}
 		st := w.Store()
-		res := &launch.Result{Layout: layoutOf(st), Metrics: r.Metrics, SHA256: st.SHA256(), Stats: map[string]float64{
+		res := &launch.Result{Layout: layoutOf(st), Metrics: r.Metrics, SHA256: st.SHA256(), Notes: map[string]string{}, Stats: map[string]float64{
 			"epochs": float64(r.Epochs), "global_step": float64(r.GlobalStep), "train_samples": float64(r.TrainSamples),
 			"train_seconds": r.TrainSeconds, "train_samples_per_s": r.TrainSamplesPerS, "last_train_loss": r.LastTrainLoss,
 			"world_size": float64(r.WorldSize),
 		}}
 		if r.StoppedEarly != "" {
-			res.Notes = map[string]string{"stopped_early": r.StoppedEarly}
+			res.Notes["stopped_early"] = r.StoppedEarly
+		}
+		if fi != nil {
+			res.Notes[noteInterruptedCheckpoint] = fi.Checkpoint
+			res.Notes[noteInterruptedSignal] = strconv.Itoa(int(fi.Signal))
+			res.Stats["global_step"] = float64(fi.GlobalStep)
 		}
 		res.Callbacks = r.Callbacks
 		res.Data32, res.Data64 = st.Data32(), st.Data64()
@@ -245,8 +336,24 @@ func (w *spawnWorker) finish(ctx context.Context, r strategy.FitResult) error {
 	if err := w.Teardown(ctx); err != nil {
 		return err
 	}
+	if fi != nil {
+		exitProcess(fi.ExitCode())
+		return fi
+	}
 	exitProcess(0)
 	return nil
+}
+
+// interruption is the FitInterrupted a result from interrupted workers
+// holds, or nil.
+func interruption(res *launch.Result) *strategy.FitInterrupted {
+	ckpt, ok := res.Notes[noteInterruptedCheckpoint]
+	if !ok {
+		return nil
+	}
+	sig, _ := strconv.Atoi(res.Notes[noteInterruptedSignal])
+	r := fitResultFrom(res)
+	return &strategy.FitInterrupted{Signal: syscall.Signal(sig), GlobalStep: r.GlobalStep, Checkpoint: ckpt, Result: r}
 }
 
 func fitResultFrom(res *launch.Result) strategy.FitResult {
