@@ -226,7 +226,7 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 	if l, ok := st.(strategy.Launcher); ok {
 		worker, err := l.Launch(ctx)
 		if err != nil {
-			return fmt.Errorf("strategy %s: launch: %w", st.Info().Name, err)
+			return fmt.Errorf("strategy %s: starting its ranks: %w", st.Info().Name, err)
 		}
 		t.worker = worker
 	}
