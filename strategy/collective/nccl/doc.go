@@ -20,6 +20,13 @@
 // (collective.Counts) are padded to the largest block on the device.
 //
 // Tests run against a stand-in library with the same C signatures
-// (testdata/standin.c), compiled by the test with gcc. It must not import
+// (testdata/standin.c), compiled by the test with gcc. On a machine with a
+// GPU, `go test -tags gpu -run GPU` runs the suite against the real NCCL
+// and CUDA runtime at one rank, and checks that ranks sharing a GPU or
+// given a device the host lacks fail at once on every rank (gpu_test.go;
+// FULGUR_TEST_NCCL and FULGUR_TEST_CUDART name the libraries, e.g. those
+// of pip's nvidia-nccl and CUDA 13). Before ncclCommInitRank, the ranks
+// exchange whether each could load the libraries and set its device; the
+// init itself waits at most Config.Timeout, or until the context ends. It must not import
 // another backend (tcp, shm, mpi, inproc), trainer or strategy.
 package nccl

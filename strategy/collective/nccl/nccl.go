@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -25,7 +26,7 @@ type Config struct {
 	// Device is the CUDA device of this rank (usually its local rank).
 	Device int
 	// NCCLPath and CUDARTPath are the libraries to load; empty means the
-	// system's libnccl.so.2 and libcudart.so (then .so.12, .so.11.0).
+	// system's libnccl.so.2 and libcudart.so (then .so.13, .so.12, .so.11.0).
 	NCCLPath   string
 	CUDARTPath string
 	// Timeout bounds each operation (default collective.DefaultTimeout).
@@ -79,6 +80,7 @@ type Lib struct {
 	allGather       func(send, recv, count uintptr, dt int32, comm, stream uintptr) int32
 	reduceScatter   func(send, recv, count uintptr, dt, op int32, comm, stream uintptr) int32
 	setDevice       func(int32) int32
+	getDeviceCount  func(*int32) int32 // optional
 	streamCreate    func(*uintptr) int32
 	streamDestroy   func(uintptr) int32
 	streamQuery     func(uintptr) int32
@@ -104,7 +106,7 @@ func dlopen(name string, fallbacks ...string) (uintptr, string, error) {
 func Load(cfg Config) (*Lib, error) {
 	var cudaNames []string
 	if cfg.CUDARTPath == "" {
-		cfg.CUDARTPath, cudaNames = "libcudart.so", []string{"libcudart.so.12", "libcudart.so.11.0"}
+		cfg.CUDARTPath, cudaNames = "libcudart.so", []string{"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"}
 	}
 	ncclName := cfg.NCCLPath
 	if ncclName == "" {
@@ -146,6 +148,9 @@ func Load(cfg Config) (*Lib, error) {
 	reg(cuda, &l.free, "cudaFree")
 	reg(cuda, &l.memcpy, "cudaMemcpy")
 	reg(cuda, &l.cudaErrorString, "cudaGetErrorString")
+	if sym, err := purego.Dlsym(cuda, "cudaGetDeviceCount"); err == nil {
+		purego.RegisterFunc(&l.getDeviceCount, sym)
+	}
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("%w: the libraries lack %s (NCCL 2.x and CUDA 11+ needed)", ErrUnavailable, strings.Join(missing, ", "))
 	}
@@ -201,52 +206,74 @@ func NewComm(ctx context.Context, rv *rendezvous.Rendezvous, cfg Config) (*Comm,
 		return nil, err
 	}
 	lib, err := Load(cfg)
-	// Every rank must learn whether every rank can run NCCL, or the others
-	// would wait in ncclCommInitRank for a rank that gave up.
-	var id uniqueID
-	status := []byte{1}
-	if err != nil {
-		status = []byte("cannot load NCCL: " + err.Error())
-	} else if rv.Rank() == 0 {
-		if rc := lib.getUniqueID(&id); rc != 0 {
-			err = fmt.Errorf("nccl: ncclGetUniqueId: %s", lib.getErrorString(rc))
-			status = []byte(err.Error())
-		}
-	}
-	blob := status
-	if rv.Rank() == 0 && err == nil {
-		blob = append([]byte{1}, id.internal[:]...)
-	}
-	all, xerr := rv.Exchange(ctx, blob)
-	if xerr != nil {
-		return nil, fmt.Errorf("nccl: exchange unique id: %w", xerr)
-	}
-	if err != nil {
-		return nil, err
-	}
-	for r, b := range all {
-		if len(b) == 0 || b[0] != 1 {
-			return nil, fmt.Errorf("nccl: %w: rank %d: %s", ErrUnavailable, r, b)
-		}
-	}
-	if len(all[0]) != 1+len(id.internal) {
-		return nil, fmt.Errorf("nccl: rank 0 sent a unique id of %d bytes, want %d", len(all[0])-1, len(id.internal))
-	}
-	copy(id.internal[:], all[0][1:])
-	c := &Comm{lib: lib, cfg: cfg, rv: rv, rank: rv.Rank(), size: rv.Size()}
 	// CUDA's current device is per OS thread: keep this goroutine on one.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if rc := lib.setDevice(int32(cfg.Device)); rc != 0 {
-		return nil, fmt.Errorf("nccl: cudaSetDevice(%d): %s", cfg.Device, lib.cudaErrorString(rc))
+	// Every rank must learn whether every rank can run NCCL on its device,
+	// or the others would wait in ncclCommInitRank for a rank that gave up
+	// (a job with more local ranks than GPUs: cudaSetDevice fails on the
+	// ranks beyond them).
+	var id uniqueID
+	var stream uintptr
+	status := []byte{statusOK}
+	switch {
+	case err != nil:
+		status = append([]byte{statusUnavailable}, "cannot load NCCL: "+err.Error()...)
+	default:
+		derr := useDevice(lib, cfg.Device, &stream)
+		if derr == nil && rv.Rank() == 0 {
+			if rc := lib.getUniqueID(&id); rc != 0 {
+				derr = fmt.Errorf("ncclGetUniqueId: %s", lib.getErrorString(rc))
+			}
+		}
+		if derr != nil {
+			err = fmt.Errorf("nccl: rank %d: %w", rv.Rank(), derr)
+			status = append([]byte{statusFailed}, derr.Error()...)
+		}
 	}
-	if rc := lib.streamCreate(&c.stream); rc != 0 {
-		return nil, fmt.Errorf("nccl: cudaStreamCreate: %s", lib.cudaErrorString(rc))
+	if stream != 0 && err != nil {
+		lib.streamDestroy(stream)
 	}
-	if rc := lib.commInitRank(&c.comm, int32(c.size), id, int32(c.rank)); rc != 0 {
-		lib.streamDestroy(c.stream)
-		return nil, fmt.Errorf("nccl: ncclCommInitRank(rank %d of %d): %s", c.rank, c.size, lib.getErrorString(rc))
+	blob := status
+	if rv.Rank() == 0 && err == nil {
+		blob = append([]byte{statusOK}, id.internal[:]...)
 	}
+	all, xerr := rv.Exchange(ctx, blob)
+	if xerr != nil {
+		if err == nil {
+			lib.streamDestroy(stream)
+		}
+		return nil, fmt.Errorf("nccl: exchange unique id: %w", xerr)
+	}
+	if err != nil {
+		return nil, err // Load's error wraps ErrUnavailable
+	}
+	for r, b := range all {
+		switch {
+		case len(b) == 0:
+			err = fmt.Errorf("nccl: rank %d sent no status", r)
+		case b[0] == statusUnavailable:
+			err = fmt.Errorf("nccl: %w: rank %d: %s", ErrUnavailable, r, b[1:])
+		case b[0] != statusOK:
+			err = fmt.Errorf("nccl: rank %d: %s", r, b[1:])
+		}
+		if err != nil {
+			lib.streamDestroy(stream)
+			return nil, err
+		}
+	}
+	if len(all[0]) != 1+len(id.internal) {
+		lib.streamDestroy(stream)
+		return nil, fmt.Errorf("nccl: rank 0 sent a unique id of %d bytes, want %d", len(all[0])-1, len(id.internal))
+	}
+	copy(id.internal[:], all[0][1:])
+	c := &Comm{lib: lib, cfg: cfg, rv: rv, rank: rv.Rank(), size: rv.Size(), stream: stream}
+	comm, err := initRank(ctx, lib, cfg, c.size, id, c.rank)
+	if err != nil {
+		lib.streamDestroy(stream)
+		return nil, err
+	}
+	c.comm = comm
 	if rc := lib.malloc(&c.dhdr, 32); rc != 0 {
 		c.Close()
 		return nil, fmt.Errorf("nccl: cudaMalloc: %s", lib.cudaErrorString(rc))
@@ -256,6 +283,83 @@ func NewComm(ctx context.Context, rv *rendezvous.Rendezvous, cfg Config) (*Comm,
 		return nil, fmt.Errorf("nccl: cudaMalloc: %s", lib.cudaErrorString(rc))
 	}
 	return c, nil
+}
+
+// A rank's status in NewComm's exchange.
+const (
+	statusOK          = 1
+	statusUnavailable = 2 // the libraries cannot be loaded
+	statusFailed      = 3 // the device or NCCL failed
+)
+
+// useDevice makes device current on this OS thread and creates the
+// communicator's stream there.
+func useDevice(lib *Lib, device int, stream *uintptr) error {
+	if rc := lib.setDevice(int32(device)); rc != 0 {
+		err := fmt.Errorf("cudaSetDevice(%d): %s", device, lib.cudaErrorString(rc))
+		var n int32
+		if lib.getDeviceCount != nil && lib.getDeviceCount(&n) == 0 {
+			if n == 0 {
+				err = fmt.Errorf("%w: this host shows no CUDA device (check the driver and CUDA_VISIBLE_DEVICES)", err)
+			} else {
+				err = fmt.Errorf("%w: this host shows %d CUDA device(s), 0 to %d: start at most %d rank(s) a node, or set CUDA_VISIBLE_DEVICES", err, n, n-1, n)
+			}
+		}
+		return err
+	}
+	if rc := lib.streamCreate(stream); rc != 0 {
+		return fmt.Errorf("cudaStreamCreate on device %d: %s", device, lib.cudaErrorString(rc))
+	}
+	return nil
+}
+
+// initRank runs ncclCommInitRank, which blocks until every rank has joined
+// and cannot be interrupted, on a thread of its own (device current), and
+// gives up when ctx ends (a launcher cancels it when a rank exits) or after
+// cfg.Timeout: a rank that died after the exchange would otherwise leave
+// the others waiting in NCCL for good. A communicator NCCL makes after that
+// is aborted.
+func initRank(ctx context.Context, lib *Lib, cfg Config, size int, id uniqueID, rank int) (uintptr, error) {
+	type result struct {
+		comm uintptr
+		rc   int32
+	}
+	done := make(chan result, 1)
+	var claimed atomic.Bool // by the goroutine when it finished first, else by the caller giving up
+	go func() {
+		runtime.LockOSThread() // left locked: the thread ends with the goroutine
+		var r result
+		if r.rc = lib.setDevice(int32(cfg.Device)); r.rc == 0 {
+			r.rc = lib.commInitRank(&r.comm, int32(size), id, int32(rank))
+		}
+		if !claimed.CompareAndSwap(false, true) { // the caller gave up
+			if r.rc == 0 {
+				lib.commAbort(r.comm)
+			}
+			return
+		}
+		done <- r
+	}()
+	t := time.NewTimer(cfg.Timeout)
+	defer t.Stop()
+	var err error
+	select {
+	case r := <-done:
+		if r.rc != 0 {
+			return 0, fmt.Errorf("nccl: ncclCommInitRank(rank %d of %d): %s", rank, size, lib.getErrorString(r.rc))
+		}
+		return r.comm, nil
+	case <-ctx.Done():
+		err = fmt.Errorf("nccl: ncclCommInitRank(rank %d of %d) gave up waiting for the other ranks: %w", rank, size, ctx.Err())
+	case <-t.C:
+		err = fmt.Errorf("nccl: ncclCommInitRank(rank %d of %d): %w: the ranks did not all join within %v (a rank died or never started)", rank, size, collective.ErrTimeout, cfg.Timeout)
+	}
+	if !claimed.CompareAndSwap(false, true) { // finished as we gave up
+		if r := <-done; r.rc == 0 {
+			lib.commAbort(r.comm)
+		}
+	}
+	return 0, err
 }
 
 func (c *Comm) Rank() int { return c.rank }

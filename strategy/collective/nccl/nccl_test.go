@@ -55,6 +55,22 @@ func standin(t *testing.T) string {
 
 func newGroup(t *testing.T, n int) []collective.Collective {
 	lib := standin(t)
+	out, errs := meet(t, n, 20*time.Second, func(int) nccl.Config {
+		return nccl.Config{Device: 0, NCCLPath: lib, CUDARTPath: lib, Timeout: 20 * time.Second}
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	return out
+}
+
+// meet starts n ranks over loopback, rank r calling nccl.New with cfg(r),
+// and returns what each got; it fails the test when they have not all
+// returned within wait. The groups made are closed when the test ends.
+func meet(t *testing.T, n int, wait time.Duration, cfg func(r int) nccl.Config) ([]collective.Collective, []error) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -64,35 +80,36 @@ func newGroup(t *testing.T, n int) []collective.Collective {
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {
-		cfg := rendezvous.Config{Rank: r, Size: n, MasterAddr: "127.0.0.1", MasterPort: ln.Addr().(*net.TCPAddr).Port,
+		rc := rendezvous.Config{Rank: r, Size: n, MasterAddr: "127.0.0.1", MasterPort: ln.Addr().(*net.TCPAddr).Port,
 			Token: "t", BindAddr: "127.0.0.1", Timeout: 20 * time.Second, Logger: &nop}
 		if r == 0 {
-			cfg.Listener = ln
+			rc.Listener = ln
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rv, err := rendezvous.Meet(context.Background(), cfg)
+		wg.Go(func() {
+			rv, err := rendezvous.Meet(context.Background(), rc)
 			if err != nil {
 				errs[r] = err
 				return
 			}
 			t.Cleanup(func() { rv.Close() })
-			out[r], errs[r] = nccl.New(context.Background(), rv, nccl.Config{Device: 0, NCCLPath: lib, CUDARTPath: lib, Timeout: 20 * time.Second})
-		}()
+			out[r], errs[r] = nccl.New(context.Background(), rv, cfg(r))
+		})
 	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(wait):
+		t.Fatalf("nccl.New did not return within %v on every rank", wait)
 	}
 	t.Cleanup(func() {
 		for _, c := range out {
-			c.Close()
+			if c != nil {
+				c.Close()
+			}
 		}
 	})
-	return out
+	return out, errs
 }
 
 // The stand-in completes collectives synchronously and cannot lose a peer,
@@ -125,35 +142,33 @@ func TestUnavailable(t *testing.T) {
 // message instead of leaving the others waiting.
 func TestNewWithoutNCCL(t *testing.T) {
 	lib := standin(t)
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	nop := zerolog.Nop()
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r := range 2 {
-		cfg := rendezvous.Config{Rank: r, Size: 2, MasterAddr: "127.0.0.1", MasterPort: ln.Addr().(*net.TCPAddr).Port, Token: "t", BindAddr: "127.0.0.1", Timeout: 10 * time.Second, Logger: &nop}
-		if r == 0 {
-			cfg.Listener = ln
-		}
+	missing := filepath.Join(t.TempDir(), "missing.so")
+	_, errs := meet(t, 2, 30*time.Second, func(r int) nccl.Config {
 		nc := nccl.Config{NCCLPath: lib, CUDARTPath: lib}
 		if r == 1 {
-			nc.NCCLPath = filepath.Join(t.TempDir(), "missing.so")
+			nc.NCCLPath = missing
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rv, err := rendezvous.Meet(context.Background(), cfg)
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			defer rv.Close()
-			_, errs[r] = nccl.New(context.Background(), rv, nc)
-		}()
-	}
-	wg.Wait()
+		return nc
+	})
 	for r, err := range errs {
 		if !errors.Is(err, nccl.ErrUnavailable) {
 			t.Errorf("rank %d: got %v, want ErrUnavailable", r, err)
+		}
+	}
+}
+
+// A rank whose device does not exist (more local ranks than GPUs) fails
+// with the reason on every rank. Before, the ranks that could set their
+// device went on into ncclCommInitRank and waited there for good for the
+// rank that gave up (seen on a one-GPU machine under ddp with 2 ranks).
+func TestNewWithAMissingDevice(t *testing.T) {
+	lib := standin(t)
+	_, errs := meet(t, 2, 30*time.Second, func(r int) nccl.Config {
+		return nccl.Config{Device: 9 * r, NCCLPath: lib, CUDARTPath: lib, Timeout: 60 * time.Second}
+	})
+	for r, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "rank 1: cudaSetDevice(9): invalid device ordinal: this host shows 8 CUDA device(s), 0 to 7") {
+			t.Errorf("rank %d: got %v, want rank 1's cudaSetDevice(9) error with the device count", r, err)
 		}
 	}
 }

@@ -151,7 +151,9 @@ ncclResult_t ncclAllGather(const void *send, void *recv, size_t sendcount, int d
 }
 
 /* libcudart */
-int cudaSetDevice(int d) { (void)d; return 0; }
+#define STANDIN_DEVICES 8
+int cudaGetDeviceCount(int *n) { *n = STANDIN_DEVICES; return 0; }
+int cudaSetDevice(int d) { return d >= 0 && d < STANDIN_DEVICES ? 0 : 101; /* cudaErrorInvalidDevice */ }
 int cudaStreamCreate(void **s) { *s = malloc(1); return 0; }
 int cudaStreamDestroy(void *s) { free(s); return 0; }
 int cudaStreamSynchronize(void *s) { (void)s; return 0; }
@@ -160,4 +162,6 @@ int cudaMalloc(void **p, size_t n) { *p = malloc(n ? n : 1); return *p ? 0 : 2; 
 int cudaFree(void *p) { free(p); return 0; }
 int cudaMemcpy(void *dst, const void *src, size_t n, int kind) { (void)kind; memmove(dst, src, n); return 0; }
 int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *s) { (void)kind; (void)s; memmove(dst, src, n); return 0; }
-const char *cudaGetErrorString(int e) { return e ? "stand-in cuda error" : "no error"; }
+const char *cudaGetErrorString(int e) {
+  return e == 101 ? "invalid device ordinal" : e ? "stand-in cuda error" : "no error";
+}
