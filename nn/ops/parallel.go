@@ -253,6 +253,7 @@ const (
 	loopMoveRows
 	loopIm2col
 	loopCol2im
+	loopAdd
 )
 
 // loopPieces is how many pieces each loop worker's share is cut into for
@@ -288,6 +289,8 @@ func (j *loopJob[T]) piece(lo, hi int) {
 		im2colTasks(j.g, j.a, j.b, j.n0, j.m, lo, hi)
 	case loopCol2im:
 		col2imTasks(j.g, j.a, j.b, j.n0, j.m, lo, hi)
+	case loopAdd:
+		add(j.a[lo:hi], j.b[lo:hi], j.c[lo:hi])
 	default:
 		panic(fmt.Sprintf("ops: loop kind %d has no kernel", j.kind))
 	}
