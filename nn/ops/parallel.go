@@ -280,7 +280,7 @@ func (j *loopJob[T]) piece(lo, hi int) {
 	case loopBNAffine:
 		bnAffine(j.bn, j.a, j.b, lo, hi)
 	case loopBNDotSums:
-		bnDotSums(j.bn, j.a, j.b, lo, hi)
+		bnDotSums(j.bn, j.a, j.b, j.c, lo, hi)
 	case loopBNInputGrad:
 		bnInputGrad(j.bn, j.a, j.b, j.c, lo, hi)
 	case loopMoveRows:
