@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"testing"
+	"time"
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -123,21 +124,66 @@ func (p panicPart) run(i, n int) {
 }
 
 // A part's panic reaches runParts's caller (where the engine recovers it),
-// whichever goroutine ran the part, and the pool keeps working after it.
+// whichever goroutine ran the part, and the pool keeps working after it:
+// with callers and the pool blocking at once and with them polling
+// (SetSpinWait), where the caller may see its parts done before wg.Wait.
 func TestRunPartsRaisesPanicsOnCaller(t *testing.T) {
-	for _, at := range []int{0, 2} {
-		var pr partRun
-		got := func() (r any) {
-			defer func() { r = recover() }()
-			runParts(panicPart{at}, 3, &pr)
-			return nil
-		}()
-		if want := fmt.Sprintf("part %d of 3 failed", at); got != want {
-			t.Errorf("panic in part %d: caller recovered %v, want %q", at, got, want)
+	defer SetSpinWait(-1)
+	for _, spin := range []time.Duration{0, 10 * time.Millisecond} {
+		SetSpinWait(spin)
+		for round := 0; round < 50; round++ {
+			for _, at := range []int{0, 2} {
+				var pr partRun
+				got := func() (r any) {
+					defer func() { r = recover() }()
+					runParts(panicPart{at}, 3, &pr)
+					return nil
+				}()
+				if want := fmt.Sprintf("part %d of 3 failed", at); got != want {
+					t.Fatalf("spin %v, round %d, panic in part %d: caller recovered %v, want %q", spin, round, at, got, want)
+				}
+			}
+			var pr partRun
+			runParts(panicPart{-1}, 3, &pr)
 		}
 	}
-	var pr partRun
-	runParts(panicPart{-1}, 3, &pr)
+}
+
+// Every part's writes are visible to the caller when runParts returns,
+// whether it waited on the WaitGroup or saw the parts done while polling.
+func TestRunPartsReturnsAfterEveryPart(t *testing.T) {
+	defer SetSpinWait(-1)
+	for _, spin := range []time.Duration{0, 10 * time.Millisecond} {
+		SetSpinWait(spin)
+		p := &markParts{}
+		for round := 1; round <= 200; round++ {
+			p.round = round
+			runParts(p, 3, &p.pr)
+			for i, r := range p.done {
+				if r != round {
+					t.Fatalf("spin %v: after runParts of round %d, part %d last ran in round %d", spin, round, i, r)
+				}
+			}
+		}
+	}
+}
+
+type markParts struct {
+	round int
+	done  [3]int
+	pr    partRun
+}
+
+// run marks part i after some work, so that a caller returning before its
+// parts are done would find an older mark.
+func (p *markParts) run(i, _ int) {
+	x := 1.0
+	for k := 0; k < 20000; k++ {
+		x = x*1.0000001 + 1e-9
+	}
+	if x > 0 {
+		p.done[i] = p.round
+	}
 }
 
 // Scratch left over from an earlier run never reaches a result: with every
