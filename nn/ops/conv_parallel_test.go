@@ -3,6 +3,7 @@ package ops
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"testing"
 	"time"
 
@@ -304,5 +305,37 @@ func TestRunPartsLateGoroutineLeavesItsShare(t *testing.T) {
 		if want := []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}; fmt.Sprint(p.took[0]) != fmt.Sprint(want) || len(p.took[1])+len(p.took[2]) != 0 {
 			t.Fatalf("run %d: pieces taken by the caller %v, by the late goroutines %v and %v; want all by the caller", run, p.took[0], p.took[1], p.took[2])
 		}
+	}
+}
+
+// A caller that has run out of pieces while a part on the pool has not
+// started marks the pool contended (its goroutines then block at once
+// instead of polling), and a split whose parts all started clears it; a
+// pool goroutine does not poll while it is set.
+func TestSplitWithUnstartedPartMarksContended(t *testing.T) {
+	defer SetSpinWait(-1)
+	defer contended.Store(false)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2)) // polling needs two Ps
+	SetSpinWait(10 * time.Millisecond)
+	var s partRun
+	s.left.Store(2)
+	s.begun.Store(1) // one of the two pool parts has started
+	s.spinUntilDone(3)
+	if !contended.Load() {
+		t.Fatal("a split with a pool part not started left the pool uncontended")
+	}
+	ch := make(chan partMsg, 1)
+	ch <- partMsg{}
+	if _, ok := pollWork(ch); ok {
+		t.Fatal("a contended pool goroutine polled for work instead of blocking")
+	}
+	s.left.Store(0)
+	s.begun.Store(2)
+	s.spinUntilDone(3)
+	if contended.Load() {
+		t.Fatal("a split whose pool parts all started left the pool contended")
+	}
+	if _, ok := pollWork(ch); !ok {
+		t.Fatal("an uncontended pool goroutine did not take the work waiting for it")
 	}
 }

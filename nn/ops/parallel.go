@@ -150,6 +150,7 @@ type partRun struct {
 	wg    sync.WaitGroup
 	next  atomic.Int64 // the next piece of work to claim
 	left  atomic.Int32 // parts on the pool not yet done (spinning callers poll it)
+	begun atomic.Int32 // parts on the pool that have started
 	mu    sync.Mutex
 	fault any // the first panic of a part run on the pool
 }
@@ -192,13 +193,14 @@ func runParts(p part, n int, s *partRun) {
 	s.fault = nil
 	s.next.Store(0)
 	s.left.Store(int32(n - 1))
+	s.begun.Store(0)
 	s.wg.Add(n - 1)
 	for i := 1; i < n; i++ {
 		ch <- partMsg{p, i, n, s}
 	}
 	func() {
 		defer s.wg.Wait()
-		defer s.spinUntilDone()
+		defer s.spinUntilDone(n)
 		p.run(0, n)
 	}()
 	if s.fault != nil {
@@ -214,8 +216,9 @@ func runParts(p part, n int, s *partRun) {
 // So, as OpenMP runtimes do between parallel regions, both keep polling for
 // a while first: the pool's goroutines for spinWait after each part, the
 // caller until its parts are done (at most spinWait, then it blocks). Only
-// with more than one P: with GOMAXPROCS=1 a poller would hold the only P
-// the work needs.
+// with more than one P (with GOMAXPROCS=1 a poller would hold the only P
+// the work needs), and not while other processes keep the pool's threads
+// off the cores (contended).
 var spinWait atomic.Int64
 
 func init() { spinWait.Store(int64(defaultSpinWait)) }
@@ -246,9 +249,16 @@ func spinning() time.Duration {
 }
 
 // spinUntilDone polls until the call's parts on the pool are done or the
-// spin time is over (the caller's wg.Wait then blocks for the rest).
-func (s *partRun) spinUntilDone() {
-	if s.left.Load() == 0 {
+// spin time is over (the caller's wg.Wait then blocks for the rest). It
+// polls only when every part on the pool has started: one that has not,
+// although the caller has run out of pieces to claim, is on a thread that
+// sleeps or that other processes keep off the cores, and polling for it
+// would take a core it may need. That also tells the pool whether to poll
+// (contended).
+func (s *partRun) spinUntilDone(n int) {
+	late := int(s.begun.Load()) < n-1
+	contended.Store(late)
+	if late || s.left.Load() == 0 {
 		return
 	}
 	d := spinning()
@@ -262,6 +272,15 @@ func (s *partRun) spinUntilDone() {
 		}
 	}
 }
+
+// contended is set when the last split's caller finished its pieces before
+// a part on the pool had started: the pool's goroutines then block at once
+// after their parts instead of polling, until a split finds them running
+// again. On a quiet machine they are running (polling) for every split
+// but the first after a pause; where other processes load the cores,
+// polling threads would take time from the process's own work (and
+// others'), as OpenMP's spinning threads do.
+var contended atomic.Bool
 
 func poolWorker(ch <-chan partMsg) {
 	for m := range ch {
@@ -279,7 +298,7 @@ func poolWorker(ch <-chan partMsg) {
 // pollWork receives the next part if one is sent within the spin time.
 func pollWork(ch <-chan partMsg) (partMsg, bool) {
 	d := spinning()
-	if d == 0 {
+	if d == 0 || contended.Load() {
 		return partMsg{}, false
 	}
 	start := time.Now()
@@ -296,6 +315,7 @@ func pollWork(ch <-chan partMsg) (partMsg, bool) {
 }
 
 func runPart(m partMsg) {
+	m.s.begun.Add(1)
 	// Deferred calls run last first: the fault is recorded, then wg is
 	// done, then left drops, so that a caller that sees left at 0 finds
 	// the fault set and wg.Wait returning at once.
