@@ -388,17 +388,20 @@ func bnSums[T float](op *bnOp, xt, yt, dyt *tensor.Dense) []T {
 	clear(op.sumDy)
 	clear(sdx)
 	x, dy := data[T](xt), data[T](dyt)
+	var y []T // with the ReLU: mask dy into op.dyMasked plane by plane
 	if op.ReLU {
-		m := scratch[T](&op.dyMasked, len(dy))
-		maskPosPar(data[T](yt), dy, m)
-		dy = m
+		y = data[T](yt)
+		scratch[T](&op.dyMasked, len(dy))
 	}
 	planes := op.n * c
 	op.parts = grow(op.parts, 2*planes)
 	if w := workers(planes, inner); w > 1 {
-		parallelLoop(loopBNDotSums, w, planes, dy, x, nil, loopArgs{bn: op})
+		parallelLoop(loopBNDotSums, w, planes, dy, x, y, loopArgs{bn: op})
 	} else {
-		bnDotSums(op, dy, x, 0, planes)
+		bnDotSums(op, dy, x, y, 0, planes)
+	}
+	if op.ReLU {
+		dy = op.dyMasked.([]T)[:len(dy)]
 	}
 	for p := 0; p < planes; p++ {
 		op.sumDy[p%c] += op.parts[2*p]
@@ -411,10 +414,24 @@ func bnSums[T float](op *bnOp, xt, yt, dyt *tensor.Dense) []T {
 	return dy
 }
 
-func bnDotSums[T float](op *bnOp, dy, x []T, lo, hi int) {
+// bnDotSums sums planes [lo, hi) into op.parts. With y (the fused ReLU's
+// output) it first masks each plane of dy into op.dyMasked and sums the
+// masked plane while it is in cache: one pass over memory and one split
+// instead of a masking pass and a summing pass.
+func bnDotSums[T float](op *bnOp, dy, x, y []T, lo, hi int) {
 	inner := op.inner
+	var masked []T
+	if y != nil {
+		masked = op.dyMasked.([]T)
+	}
 	for p := lo; p < hi; p++ {
-		op.parts[2*p], op.parts[2*p+1] = dotSums(dy[p*inner:(p+1)*inner], x[p*inner:(p+1)*inner])
+		d := dy[p*inner : (p+1)*inner]
+		if y != nil {
+			m := masked[p*inner : (p+1)*inner]
+			maskPos(y[p*inner:(p+1)*inner], d, m)
+			d = m
+		}
+		op.parts[2*p], op.parts[2*p+1] = dotSums(d, x[p*inner:(p+1)*inner])
 	}
 }
 

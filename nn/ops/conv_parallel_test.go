@@ -3,7 +3,9 @@ package ops
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"testing"
+	"time"
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -123,21 +125,66 @@ func (p panicPart) run(i, n int) {
 }
 
 // A part's panic reaches runParts's caller (where the engine recovers it),
-// whichever goroutine ran the part, and the pool keeps working after it.
+// whichever goroutine ran the part, and the pool keeps working after it:
+// with callers and the pool blocking at once and with them polling
+// (SetSpinWait), where the caller may see its parts done before wg.Wait.
 func TestRunPartsRaisesPanicsOnCaller(t *testing.T) {
-	for _, at := range []int{0, 2} {
-		var pr partRun
-		got := func() (r any) {
-			defer func() { r = recover() }()
-			runParts(panicPart{at}, 3, &pr)
-			return nil
-		}()
-		if want := fmt.Sprintf("part %d of 3 failed", at); got != want {
-			t.Errorf("panic in part %d: caller recovered %v, want %q", at, got, want)
+	defer SetSpinWait(-1)
+	for _, spin := range []time.Duration{0, 10 * time.Millisecond} {
+		SetSpinWait(spin)
+		for round := 0; round < 50; round++ {
+			for _, at := range []int{0, 2} {
+				var pr partRun
+				got := func() (r any) {
+					defer func() { r = recover() }()
+					runParts(panicPart{at}, 3, &pr)
+					return nil
+				}()
+				if want := fmt.Sprintf("part %d of 3 failed", at); got != want {
+					t.Fatalf("spin %v, round %d, panic in part %d: caller recovered %v, want %q", spin, round, at, got, want)
+				}
+			}
+			var pr partRun
+			runParts(panicPart{-1}, 3, &pr)
 		}
 	}
-	var pr partRun
-	runParts(panicPart{-1}, 3, &pr)
+}
+
+// Every part's writes are visible to the caller when runParts returns,
+// whether it waited on the WaitGroup or saw the parts done while polling.
+func TestRunPartsReturnsAfterEveryPart(t *testing.T) {
+	defer SetSpinWait(-1)
+	for _, spin := range []time.Duration{0, 10 * time.Millisecond} {
+		SetSpinWait(spin)
+		p := &markParts{}
+		for round := 1; round <= 200; round++ {
+			p.round = round
+			runParts(p, 3, &p.pr)
+			for i, r := range p.done {
+				if r != round {
+					t.Fatalf("spin %v: after runParts of round %d, part %d last ran in round %d", spin, round, i, r)
+				}
+			}
+		}
+	}
+}
+
+type markParts struct {
+	round int
+	done  [3]int
+	pr    partRun
+}
+
+// run marks part i after some work, so that a caller returning before its
+// parts are done would find an older mark.
+func (p *markParts) run(i, _ int) {
+	x := 1.0
+	for k := 0; k < 20000; k++ {
+		x = x*1.0000001 + 1e-9
+	}
+	if x > 0 {
+		p.done[i] = p.round
+	}
 }
 
 // Scratch left over from an earlier run never reaches a result: with every
@@ -258,5 +305,37 @@ func TestRunPartsLateGoroutineLeavesItsShare(t *testing.T) {
 		if want := []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}; fmt.Sprint(p.took[0]) != fmt.Sprint(want) || len(p.took[1])+len(p.took[2]) != 0 {
 			t.Fatalf("run %d: pieces taken by the caller %v, by the late goroutines %v and %v; want all by the caller", run, p.took[0], p.took[1], p.took[2])
 		}
+	}
+}
+
+// A caller that has run out of pieces while a part on the pool has not
+// started marks the pool contended (its goroutines then block at once
+// instead of polling), and a split whose parts all started clears it; a
+// pool goroutine does not poll while it is set.
+func TestSplitWithUnstartedPartMarksContended(t *testing.T) {
+	defer SetSpinWait(-1)
+	defer contended.Store(false)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2)) // polling needs two Ps
+	SetSpinWait(10 * time.Millisecond)
+	var s partRun
+	s.left.Store(2)
+	s.begun.Store(1) // one of the two pool parts has started
+	s.spinUntilDone(3)
+	if !contended.Load() {
+		t.Fatal("a split with a pool part not started left the pool uncontended")
+	}
+	ch := make(chan partMsg, 1)
+	ch <- partMsg{}
+	if _, ok := pollWork(ch); ok {
+		t.Fatal("a contended pool goroutine polled for work instead of blocking")
+	}
+	s.left.Store(0)
+	s.begun.Store(2)
+	s.spinUntilDone(3)
+	if contended.Load() {
+		t.Fatal("a split whose pool parts all started left the pool contended")
+	}
+	if _, ok := pollWork(ch); !ok {
+		t.Fatal("an uncontended pool goroutine did not take the work waiting for it")
 	}
 }

@@ -34,6 +34,9 @@
 //     partial sums over fixed image ranges (two a worker) in range order.
 //     The loops of normalisation and activations split the same way
 //     (SetLoopWorkers), with results independent of the worker count.
+//     Between splits the pool's goroutines, and a caller waiting for
+//     them, poll for a while before they sleep (SetSpinWait), so that
+//     the next split does not wait for a sleeping thread to wake.
 //
 // ops imports only Gorgonia, tensor, blas and golang.org/x/sys/cpu
 // (to detect AVX-512); never trainer, strategy or module.

@@ -86,6 +86,35 @@ ardone:
 	VZEROUPPER
 	RET
 
+// func add32(a, b, y *float32, n int)
+// y[i] = a[i] + b[i].
+TEXT ·add32(SB), NOSPLIT, $0-32
+	MOVQ a+0(FP), SI
+	MOVQ b+8(FP), R10
+	MOVQ y+16(FP), DI
+	MOVQ n+24(FP), CX
+	MOVQ CX, R9
+	SHRQ $4, R9
+	XORQ BX, BX
+	TESTQ R9, R9
+	JZ   adtail
+adloop:
+	VMOVUPS (SI)(BX*1), Z0
+	VADDPS  (R10)(BX*1), Z0, Z0
+	VMOVUPS Z0, (DI)(BX*1)
+	ADDQ $64, BX
+	DECQ R9
+	JNZ  adloop
+adtail:
+	TAILMASK(addone)
+	VMOVUPS.Z (SI)(BX*1), K1, Z0
+	VMOVUPS.Z (R10)(BX*1), K1, Z1
+	VADDPS  Z1, Z0, Z0
+	VMOVUPS Z0, K1, (DI)(BX*1)
+addone:
+	VZEROUPPER
+	RET
+
 // func maskPos32AVX(y, dy, dx *float32, n int)
 // dx[i] = dy[i] where y[i] is not ≤ 0 (positive or NaN), else +0.
 TEXT ·maskPos32AVX(SB), NOSPLIT, $0-32

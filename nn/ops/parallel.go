@@ -2,8 +2,10 @@ package ops
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/fulgur-ml/fulgur/blas"
@@ -147,6 +149,8 @@ type part interface{ run(i, n int) }
 type partRun struct {
 	wg    sync.WaitGroup
 	next  atomic.Int64 // the next piece of work to claim
+	left  atomic.Int32 // parts on the pool not yet done (spinning callers poll it)
+	begun atomic.Int32 // parts on the pool that have started
 	mu    sync.Mutex
 	fault any // the first panic of a part run on the pool
 }
@@ -188,12 +192,15 @@ func runParts(p part, n int, s *partRun) {
 	pool.mu.Unlock()
 	s.fault = nil
 	s.next.Store(0)
+	s.left.Store(int32(n - 1))
+	s.begun.Store(0)
 	s.wg.Add(n - 1)
 	for i := 1; i < n; i++ {
 		ch <- partMsg{p, i, n, s}
 	}
 	func() {
 		defer s.wg.Wait()
+		defer s.spinUntilDone(n)
 		p.run(0, n)
 	}()
 	if s.fault != nil {
@@ -201,13 +208,118 @@ func runParts(p part, n int, s *partRun) {
 	}
 }
 
+// Hand-offs between goroutines. A goroutine that blocks (a pool goroutine
+// waiting for work, a caller waiting for the pool's parts) lets its thread
+// sleep, and on this project's VM the thread woken for it again starts
+// 70-110 µs later: resnet8's step splits about 60 loops and convolutions,
+// each paying that wake twice (the helper's start, the caller's return).
+// So, as OpenMP runtimes do between parallel regions, both keep polling for
+// a while first: the pool's goroutines for spinWait after each part, the
+// caller until its parts are done (at most spinWait, then it blocks). Only
+// with more than one P (with GOMAXPROCS=1 a poller would hold the only P
+// the work needs), and not while other processes keep the pool's threads
+// off the cores (contended).
+var spinWait atomic.Int64
+
+func init() { spinWait.Store(int64(defaultSpinWait)) }
+
+// defaultSpinWait covers the gaps between the splits of a resnet8 step
+// (serial ops of up to a few hundred µs between them) and stays short next
+// to a step (tens of ms), so an idle pool sleeps soon after the last step.
+const defaultSpinWait = 200 * time.Microsecond
+
+// SetSpinWait sets how long the pool's goroutines, and a caller waiting for
+// them, poll before they block: 0 blocks at once (the least CPU time when
+// other processes need the cores), a negative value restores the default
+// (200 µs). Results never depend on it.
+func SetSpinWait(d time.Duration) {
+	if d < 0 {
+		d = defaultSpinWait
+	}
+	spinWait.Store(int64(d))
+}
+
+// spinning is how long to poll now: spinWait with more than one P, else 0.
+func spinning() time.Duration {
+	d := time.Duration(spinWait.Load())
+	if d <= 0 || runtime.GOMAXPROCS(0) < 2 {
+		return 0
+	}
+	return d
+}
+
+// spinUntilDone polls until the call's parts on the pool are done or the
+// spin time is over (the caller's wg.Wait then blocks for the rest). It
+// polls only when every part on the pool has started: one that has not,
+// although the caller has run out of pieces to claim, is on a thread that
+// sleeps or that other processes keep off the cores, and polling for it
+// would take a core it may need. That also tells the pool whether to poll
+// (contended).
+func (s *partRun) spinUntilDone(n int) {
+	late := int(s.begun.Load()) < n-1
+	contended.Store(late)
+	if late || s.left.Load() == 0 {
+		return
+	}
+	d := spinning()
+	if d == 0 {
+		return
+	}
+	start := time.Now()
+	for i := 1; s.left.Load() != 0; i++ {
+		if i%64 == 0 && time.Since(start) > d {
+			return
+		}
+	}
+}
+
+// contended is set when the last split's caller finished its pieces before
+// a part on the pool had started: the pool's goroutines then block at once
+// after their parts instead of polling, until a split finds them running
+// again. On a quiet machine they are running (polling) for every split
+// but the first after a pause; where other processes load the cores,
+// polling threads would take time from the process's own work (and
+// others'), as OpenMP's spinning threads do.
+var contended atomic.Bool
+
 func poolWorker(ch <-chan partMsg) {
 	for m := range ch {
 		runPart(m)
+		for {
+			next, ok := pollWork(ch)
+			if !ok {
+				break
+			}
+			runPart(next)
+		}
+	}
+}
+
+// pollWork receives the next part if one is sent within the spin time.
+func pollWork(ch <-chan partMsg) (partMsg, bool) {
+	d := spinning()
+	if d == 0 || contended.Load() {
+		return partMsg{}, false
+	}
+	start := time.Now()
+	for i := 1; ; i++ {
+		select {
+		case m, ok := <-ch:
+			return m, ok
+		default:
+		}
+		if i%64 == 0 && time.Since(start) > d {
+			return partMsg{}, false
+		}
 	}
 }
 
 func runPart(m partMsg) {
+	m.s.begun.Add(1)
+	// Deferred calls run last first: the fault is recorded, then wg is
+	// done, then left drops, so that a caller that sees left at 0 finds
+	// the fault set and wg.Wait returning at once.
+	defer m.s.left.Add(-1)
 	defer m.s.wg.Done()
 	defer func() {
 		if r := recover(); r != nil {
@@ -253,6 +365,7 @@ const (
 	loopMoveRows
 	loopIm2col
 	loopCol2im
+	loopAdd
 )
 
 // loopPieces is how many pieces each loop worker's share is cut into for
@@ -279,7 +392,7 @@ func (j *loopJob[T]) piece(lo, hi int) {
 	case loopBNAffine:
 		bnAffine(j.bn, j.a, j.b, lo, hi)
 	case loopBNDotSums:
-		bnDotSums(j.bn, j.a, j.b, lo, hi)
+		bnDotSums(j.bn, j.a, j.b, j.c, lo, hi)
 	case loopBNInputGrad:
 		bnInputGrad(j.bn, j.a, j.b, j.c, lo, hi)
 	case loopMoveRows:
@@ -288,6 +401,8 @@ func (j *loopJob[T]) piece(lo, hi int) {
 		im2colTasks(j.g, j.a, j.b, j.n0, j.m, lo, hi)
 	case loopCol2im:
 		col2imTasks(j.g, j.a, j.b, j.n0, j.m, lo, hi)
+	case loopAdd:
+		add(j.a[lo:hi], j.b[lo:hi], j.c[lo:hi])
 	default:
 		panic(fmt.Sprintf("ops: loop kind %d has no kernel", j.kind))
 	}

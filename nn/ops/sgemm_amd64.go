@@ -23,6 +23,9 @@ func affine32(x, y *float32, n int, s, b float32, relu int)
 func addRelu32(a, b, y *float32, n int)
 
 //go:noescape
+func add32(a, b, y *float32, n int)
+
+//go:noescape
 func maskPos32AVX(y, dy, dx *float32, n int)
 
 //go:noescape

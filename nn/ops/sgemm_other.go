@@ -17,6 +17,7 @@ func sgemmNT4x6(int, uint32, *float32, int, *float32, *int32, *float32, int, int
 func affine32(*float32, *float32, int, float32, float32, int) { panic("ops: no AVX-512") }
 func addRelu32(*float32, *float32, *float32, int)             { panic("ops: no AVX-512") }
 func maskPos32AVX(*float32, *float32, *float32, int)          { panic("ops: no AVX-512") }
+func add32(*float32, *float32, *float32, int)                 { panic("ops: no AVX-512") }
 func lincomb32(*float32, *float32, *float32, int, float32, float32, float32) {
 	panic("ops: no AVX-512")
 }

@@ -4,7 +4,8 @@
 // backward has computed it (reported to WithGradReady, so a strategy can
 // start reducing while backward runs). It sits behind the
 // device layer: strategies own engines and run them on a device.Device;
-// infer runs one for inference. It imports module, data, nn and Gorgonia,
+// infer runs one for inference. It imports module, data, nn (and nn/ops, for
+// the gradient sums it runs itself) and Gorgonia,
 // never strategy, trainer or a collective.
 package engine
 

@@ -52,8 +52,14 @@ func batchOf(n int, seed uint64) *data.Batch {
 
 func newEngine(t *testing.T, dt tensor.Dtype, tape bool) *Engine {
 	t.Helper()
+	return newEngineOf(t, twoLayer{}, dt, tape)
+}
+
+// newEngineOf is an engine of m, whose inputs are batchOf's.
+func newEngineOf(t *testing.T, m module.Module, dt tensor.Dtype, tape bool) *Engine {
+	t.Helper()
 	b := module.NewBuilder(dt)
-	if err := (twoLayer{}).Configure(b); err != nil {
+	if err := m.Configure(b); err != nil {
 		t.Fatal(err)
 	}
 	specs, _ := b.Specs()
@@ -61,9 +67,24 @@ func newEngine(t *testing.T, dt tensor.Dtype, tape bool) *Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := New(twoLayer{}, st, []data.Field{{Name: "x", Shape: []int{5}}, {Name: "y"}}, 9)
+	e := New(m, st, []data.Field{{Name: "x", Shape: []int{5}}, {Name: "y"}}, 9)
 	e.Tape = tape
 	return e
+}
+
+// trainBoth runs a training step of b on the executor's engine and the
+// tape's.
+func trainBoth(t *testing.T, ex, tp *Engine, b *data.Batch) (Result, Result) {
+	t.Helper()
+	r1, err := ex.Run(context.Background(), module.Train, b, false, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := tp.Run(context.Background(), module.Train, b, false, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r1, r2
 }
 
 func grads(s *module.Store) []float64 {
@@ -85,14 +106,7 @@ func TestExecutorMatchesTapeMachine(t *testing.T) {
 		ex, tp := newEngine(t, dt, false), newEngine(t, dt, true)
 		for i, n := range []int{8, 8, 3, 8} {
 			b := batchOf(n, uint64(i))
-			r1, err := ex.Run(context.Background(), module.Train, b, false, 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r2, err := tp.Run(context.Background(), module.Train, b, false, 1)
-			if err != nil {
-				t.Fatal(err)
-			}
+			r1, r2 := trainBoth(t, ex, tp, b)
 			if r1.Loss != r2.Loss || math.IsNaN(r1.Loss) {
 				t.Fatalf("%v run %d: loss %v (executor) vs %v (tape)", dt, i, r1.Loss, r2.Loss)
 			}

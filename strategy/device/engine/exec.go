@@ -6,6 +6,8 @@ import (
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
+
+	"github.com/fulgur-ml/fulgur/nn/ops"
 )
 
 // executor runs a compiled Gorgonia graph as a static schedule on the calling
@@ -49,6 +51,9 @@ type execStep struct {
 	// input: it is made once and reused while the input is the same tensor
 	// (Do would allocate a shallow clone and its shape every run).
 	reshape bool
+	// add marks Gorgonia's elementwise Add (the gradient sums its
+	// differentiation inserts), run through ops.AddInto where it can.
+	add     bool
 	shape   tensor.Shape // the node's (Node.Shape clones on every call)
 	lastIn  G.Value
 	lastOut *tensor.Dense
@@ -69,6 +74,12 @@ type stepDone interface {
 func isRead(op G.Op) bool { return fmt.Sprintf("%T", op) == "gorgonia.readOp" }
 
 func isReshape(op G.Op) bool { return fmt.Sprintf("%T", op) == "gorgonia.reshapeOp" }
+
+// isAdd reports Gorgonia's elementwise tensor Add (elemBinOp "+", which
+// prints as "+ false").
+func isAdd(op G.Op) bool {
+	return fmt.Sprintf("%T", op) == "gorgonia.elemBinOp" && op.String() == "+ false"
+}
 
 func newExecutor(g *G.ExprGraph) (*executor, error) {
 	sorted, err := G.Sort(g)
@@ -93,7 +104,7 @@ func newExecutor(g *G.ExprGraph) (*executor, error) {
 			e.vals[idx] = n.Value()
 			continue
 		}
-		st := execStep{node: n, op: op, out: idx, reshape: isReshape(op), shape: n.Shape().Clone()}
+		st := execStep{node: n, op: op, out: idx, reshape: isReshape(op), add: isAdd(op), shape: n.Shape().Clone()}
 		for it := g.From(n.ID()); it.Next(); {
 			c := it.Node().(*G.Node)
 			ci, ok := e.index[c]
@@ -151,12 +162,12 @@ func (e *executor) run(direct bool, done stepDone) error {
 		case st.reshape:
 			v, err = st.reshaped(in[0])
 		case (direct || st.alwaysDirect) && st.direct != nil:
-			v, err = st.pd.UsePreallocDo(st.direct, in...)
+			v, err = st.preallocDo(st.direct, in)
 		case st.pd != nil:
 			if st.prealloc == nil {
 				st.prealloc = tensor.New(tensor.WithShape(st.shape.Clone()...), tensor.Of(st.dt))
 			}
-			v, err = st.pd.UsePreallocDo(st.prealloc, in...)
+			v, err = st.preallocDo(st.prealloc, in)
 		default:
 			v, err = st.op.Do(in...)
 		}
@@ -258,6 +269,16 @@ func (e *executor) read(n *G.Node) bool {
 
 // notifyAfter marks step i: runs report it to their stepDone.
 func (e *executor) notifyAfter(i int) { e.steps[i].notify = true }
+
+// preallocDo runs the step into dst: a gradient sum through ops.AddInto
+// (one parallel pass instead of Gorgonia's copy and add on one goroutine)
+// when its values allow, else the op's UsePreallocDo.
+func (st *execStep) preallocDo(dst G.Value, in []G.Value) (G.Value, error) {
+	if st.add && len(in) == 2 && ops.AddInto(dst, in[0], in[1]) {
+		return dst, nil
+	}
+	return st.pd.UsePreallocDo(dst, in...)
+}
 
 // reshaped is the reshape step's output for input v: the view made on an
 // earlier run while v is the same tensor with the same shape, else a new

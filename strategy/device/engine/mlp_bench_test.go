@@ -22,6 +22,25 @@ import (
 //
 //	go test ./strategy/device/engine -run XXX -bench MLPStep -benchmem -cpuprofile cpu.out
 func BenchmarkMLPStep(b *testing.B) {
+	benchStep(b, func() trainable { return &models.MLP{} }, []bool{false, true})
+}
+
+// BenchmarkResNet8Step is the same for the resnet8 workload (batch 64,
+// 1x28x28, Adam) on the executor: the trainer's step without the data
+// loader, for A/B runs of kernel and engine changes.
+//
+//	go test ./strategy/device/engine -run XXX -bench ResNet8Step -count 5
+func BenchmarkResNet8Step(b *testing.B) {
+	benchStep(b, func() trainable { return &models.ResNet{} }, []bool{false})
+}
+
+// trainable is a module with its own optimizer.
+type trainable interface {
+	module.Module
+	module.OptimizerConfigurer
+}
+
+func benchStep(b *testing.B, newModule func() trainable, tapes []bool) {
 	lookup := func(k string) (string, bool) {
 		if k == "FULGUR_BLAS_THREADS" {
 			if v, ok := os.LookupEnv(k); ok {
@@ -36,13 +55,13 @@ func BenchmarkMLPStep(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Logf("blas: %s", c.Impl.Name())
-	for _, tape := range []bool{false, true} {
+	for _, tape := range tapes {
 		name := "exec"
 		if tape {
 			name = "tape"
 		}
 		b.Run(name, func(b *testing.B) {
-			mod := &models.MLP{}
+			mod := newModule()
 			bd := module.NewBuilder(tensor.Float32)
 			if err := mod.Configure(bd); err != nil {
 				b.Fatal(err)
