@@ -133,9 +133,13 @@ func scaleoutSetup(ctx context.Context, o *Options) (func() error, error) {
 	if err != nil {
 		return nil, errors.Join(err, p.Close())
 	}
-	o.nodes, o.link, o.cpu0, o.t0, o.relay0 = p, pr, processCPU(), time.Now(), p.Relay.Stats()
-	fmt.Fprintf(os.Stderr, "bench: scale-out nodes %s (%s) and %s (%s): tbf %s each way, MTU %d; %v added to every frame each way by the relay in this process (not tc netem, which many kernels lack); probe: round trip %v, bulk %.2f GB/s\n",
-		p.NS[0], p.Addr[0], p.NS[1], p.Addr[1], o.LinkRate, o.LinkMTU, o.LinkDelay, pr.RTT.Round(time.Microsecond), pr.Throughput/1e9)
+	o.nodes, o.link = p, pr
+	prio := "at a real-time priority"
+	if !p.Relay.Realtime() {
+		prio = "at an ordinary priority (SCHED_FIFO refused: without CAP_SYS_NICE the ranks delay its frames)"
+	}
+	fmt.Fprintf(os.Stderr, "bench: scale-out nodes %s (%s) and %s (%s): tbf %s each way, MTU %d; %v added to every frame each way by the relay in this process, %s (not tc netem, which many kernels lack); probe: round trip %v (%v of it the delay the relay adds), bulk %.2f GB/s (%.2f Gbit/s)\n",
+		p.NS[0], p.Addr[0], p.NS[1], p.Addr[1], o.LinkRate, o.LinkMTU, o.LinkDelay, prio, pr.RTT.Round(time.Microsecond), 2*o.LinkDelay, pr.Throughput/1e9, pr.Throughput*8/1e9)
 	if bits, err := netns.ParseRate(o.LinkRate); err == nil && pr.Throughput*8 < 0.9*bits {
 		fmt.Fprintf(os.Stderr, "bench: the relay carries %.2f Gbit/s, below the %s tbf rate: the relay, not tbf, limits the link\n", pr.Throughput*8/1e9, o.LinkRate)
 	}
@@ -251,12 +255,18 @@ func scaleoutDerive(o *Options, rs []*Result) []Row {
 		if up == nil || out == nil {
 			continue
 		}
-		var ratio, diff []float64
+		var ratio, diff, upStep, outStep, gap, relayCPU []float64
 		for run := 0; run < min(len(up.Runs), len(out.Runs)); run++ {
 			u, s := up.Runs[run]["samples_per_s"], out.Runs[run]["samples_per_s"]
-			if u > 0 {
+			if u > 0 && s > 0 {
 				ratio = append(ratio, s/u)
 				diff = append(diff, 100*(u-s)/u)
+				// A step is one batch on every rank.
+				samples := float64(up.Config.Batch * n * 1000)
+				upStep = append(upStep, samples/u)
+				outStep = append(outStep, samples/s)
+				gap = append(gap, samples/s-samples/u)
+				relayCPU = append(relayCPU, out.Runs[run]["relay_cpu_ms_per_step"])
 			}
 		}
 		if len(ratio) == 0 {
@@ -267,9 +277,10 @@ func scaleoutDerive(o *Options, rs []*Result) []Row {
 			verdict = "NOT met"
 		}
 		rows = append(rows, Row{Workload: "scaleout", N: len(ratio),
-			Config:  fmt.Sprintf("scale-out/scale-up samples_per_s, %d ranks (goal: within 5%%, %s)%s", n, verdict, oversubscribed(n)),
-			Labels:  map[string]any{"ranks": n, "figure": "samples_per_s"},
-			Figures: map[string]Stat{"ratio": stat(ratio), "diff_pct": stat(diff)}})
+			Config: fmt.Sprintf("scale-out/scale-up samples_per_s, %d ranks (goal: within 5%%, %s); ms a step on each layout, the gap, and the relay's CPU ms a step, which the ranks' cores pay%s", n, verdict, oversubscribed(n)),
+			Labels: map[string]any{"ranks": n, "figure": "samples_per_s"},
+			Figures: map[string]Stat{"ratio": stat(ratio), "diff_pct": stat(diff), "up_step_ms": stat(upStep), "out_step_ms": stat(outStep),
+				"gap_ms": stat(gap), "relay_cpu_ms_per_step": stat(relayCPU)}})
 	}
 	if lim != nil {
 		for _, v := range []string{oneRank, scaleUp, scaleOut} {
@@ -284,18 +295,24 @@ func scaleoutDerive(o *Options, rs []*Result) []Row {
 	}
 	if o.nodes != nil {
 		one := func(v float64) Stat { return stat([]float64{v}) }
-		// The relay's figures over the training only, not the probe's bulk.
-		link := o.nodes.Relay.Stats().Since(o.relay0)
 		rows = append(rows, Row{Workload: "scaleout", N: 1,
-			Config: fmt.Sprintf("link: tbf %s, MTU %d, %v each way by the relay; probe round trip and bulk GB/s; over the training: frames' mean time past due in the relay, frames dropped, cores the bench process (the relay) used", o.LinkRate, o.LinkMTU, o.LinkDelay),
+			Config: fmt.Sprintf("link: tbf %s, MTU %d, %v each way by the relay; the probe's round trip and bulk GB/s", o.LinkRate, o.LinkMTU, o.LinkDelay),
 			Labels: map[string]any{"figure": "link", "rate": o.LinkRate, "delay_us": o.LinkDelay.Microseconds(), "mtu": o.LinkMTU},
 			Figures: map[string]Stat{"rtt_us": one(float64(o.link.RTT.Microseconds())),
-				"probe_gbps":      one(o.link.Throughput / 1e9),
-				"relay_late_us":   one(float64(link.MeanLate().Microseconds())),
-				"relay_dropped":   one(float64(link.Dropped)),
-				"relay_cpu_cores": one((processCPU() - o.cpu0).Seconds() / time.Since(o.t0).Seconds())}})
+				"probe_gbps": one(o.link.Throughput / 1e9)}})
 	}
 	return rows
+}
+
+// addRelayFigures adds the relay's work during one scale-out run to its
+// figures: its CPU time a step (the cores it takes from the ranks), the
+// frames a step, their mean time past due and the frames dropped.
+func addRelayFigures(f Figures, d netns.RelayStats) {
+	steps := max(f["steps"], 1)
+	f["relay_cpu_ms_per_step"] = float64(d.CPU) / 1e6 / steps
+	f["relay_frames_per_step"] = float64(d.Frames) / steps
+	f["relay_late_us"] = float64(d.MeanLate()) / 1e3
+	f["relay_dropped"] = float64(d.Dropped)
 }
 
 func oversubscribed(ranks int) string {

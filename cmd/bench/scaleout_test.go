@@ -10,6 +10,9 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/fulgur-ml/fulgur/deploy/netns"
 )
 
 func TestPlaceRanks(t *testing.T) {
@@ -101,8 +104,8 @@ func TestScaleoutDerive(t *testing.T) {
 	}
 	fig := func(sps ...float64) []Figures {
 		var out []Figures
-		for _, s := range sps {
-			out = append(out, Figures{"samples_per_s": s, "params": 1e6})
+		for i, s := range sps {
+			out = append(out, Figures{"samples_per_s": s, "params": 1e6, "relay_cpu_ms_per_step": float64(i + 1)})
 		}
 		return out
 	}
@@ -136,6 +139,12 @@ func TestScaleoutDerive(t *testing.T) {
 	// Run by run: 196/200 = 0.98 and 162/180 = 0.9; the differences 2% and 10%.
 	near("ratio", 0.94)
 	near("diff_pct", 6)
+	// A step is 64 samples: 320 ms and 355.6 on one node, 326.5 and
+	// 395.1 on two; the relay's 1 and 2 ms a step on two.
+	near("up_step_ms", (64000.0/200+64000.0/180)/2)
+	near("out_step_ms", (64000.0/196+64000.0/162)/2)
+	near("gap_ms", (64000.0/196-64000.0/200+64000.0/162-64000.0/180)/2)
+	near("relay_cpu_ms_per_step", 1.5)
 	if !strings.Contains(cmp, "2 ranks") || !strings.Contains(cmp, "NOT met") {
 		t.Errorf("comparison row %q: want 2 ranks, goal not met at a 6%% difference", cmp)
 	}
@@ -200,6 +209,16 @@ func TestDefaultPlotOnlyAtTheRoot(t *testing.T) {
 }
 
 func must[T any](v T, _ error) T { return v }
+
+// The relay's work in one scale-out run, per training step.
+func TestAddRelayFigures(t *testing.T) {
+	f := Figures{"steps": 200}
+	addRelayFigures(f, netns.RelayStats{Frames: 5000, Dropped: 2, Late: 4998 * 3 * time.Microsecond, CPU: 300 * time.Millisecond})
+	want := Figures{"steps": 200, "relay_cpu_ms_per_step": 1.5, "relay_frames_per_step": 25, "relay_late_us": 3, "relay_dropped": 2}
+	if !reflect.DeepEqual(f, want) {
+		t.Errorf("figures %v, want %v", f, want)
+	}
+}
 
 // Without ip (iproute2) the scale-out layout says what it needs, and no
 // configuration runs.
