@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fulgur-ml/fulgur/deploy/netns"
+	"github.com/fulgur-ml/fulgur/profiler"
 )
 
 func TestPlaceRanks(t *testing.T) {
@@ -209,6 +210,17 @@ func TestDefaultPlotOnlyAtTheRoot(t *testing.T) {
 }
 
 func must[T any](v T, _ error) T { return v }
+
+// FULGUR_BENCH_SPANS's figures: each span's time a step, in ms.
+func TestAddSpanFigures(t *testing.T) {
+	f := Figures{}
+	addSpanFigures(f, []profiler.Row{{Action: "wait bucket 0", Calls: 200, Total: 300 * time.Millisecond},
+		{Action: "optimizer step", Calls: 200, Total: 2 * time.Second}}, 200)
+	want := Figures{"ms/step wait bucket 0": 1.5, "ms/step optimizer step": 10}
+	if !reflect.DeepEqual(f, want) {
+		t.Errorf("figures %v, want %v", f, want)
+	}
+}
 
 // The relay's work in one scale-out run, per training step.
 func TestAddRelayFigures(t *testing.T) {
