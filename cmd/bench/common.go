@@ -604,7 +604,7 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 			cmd.Env = append(append([]string(nil), env...), fmt.Sprintf("RANK=%d", rank), fmt.Sprintf("LOCAL_RANK=%d", p.LocalRank),
 				fmt.Sprintf("LOCAL_WORLD_SIZE=%d", p.LocalRanks), fmt.Sprintf("NODE_RANK=%d", p.Node), fmt.Sprintf("GROUP_RANK=%d", p.Node))
 			if c.Nodes > 1 {
-				cmd.Env = append(cmd.Env, "FULGUR_SOCKET_IFNAME="+o.nodes.Dev[p.Node])
+				cmd.Env = append(cmd.Env, "FULGUR_SOCKET_IFNAME="+o.nodes.Dev[p.Node], bindAddrEnv+"="+o.nodes.Addr[p.Node])
 			}
 		}
 		ot := &out{}
@@ -634,7 +634,7 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 		return nil, fmt.Errorf("rank %d: %v\n%s", first, ot.err, tail(ot.stderr.String(), 2000))
 	}
 	f, err := lastJSON(outs[0].stdout.Bytes(), outs[0].stderr.String())
-	if err == nil && c.Nodes > 1 {
+	if _, train := f["steps"]; err == nil && c.Nodes > 1 && train {
 		addRelayFigures(f, o.nodes.Relay.Stats().Since(relay0))
 	}
 	return f, err

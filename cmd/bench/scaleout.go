@@ -30,7 +30,11 @@ import (
 // ranks of a node stay inside that node's kernel. Beside the figures it
 // records the machine's limits (issue 15 item 5): one core's sgemm peak
 // and memory copy bandwidth, measured in the same run, the link as a
-// probe saw it, and the share of each the training reached.
+// probe saw it, and the share of each the training reached. To account
+// for the gap between the layouts it also times one step's all-reduces
+// alone on each (the gradients' and the stop agreement's), and each
+// scale-out run reports the relay's CPU time a step, which the ranks'
+// cores pay.
 func init() {
 	register(&workload{
 		Name:    "scaleout",
@@ -49,7 +53,22 @@ const (
 	scaleUp  = "scale-up"
 	scaleOut = "scale-out"
 	limits   = "limits"
+	// One step's collectives alone, on each layout: the all-reduce of
+	// resnet8's gradients and a small one (the stop agreement's size).
+	commUp  = "comm scale-up"
+	commOut = "comm scale-out"
 )
+
+// resnet8Params is models.ResNet's default parameter count (the training
+// runs' "params" figure): its gradients are what a step all-reduces.
+const resnet8Params = 77754
+
+// commSizes are the all-reduces a step of resnet8 ddp makes, in bytes:
+// the gradients (one bucket) and the stop agreement (5 values).
+var commSizes = []int{4 * resnet8Params, 20}
+
+// commIters is how many all-reduces of each size a comm run times.
+const commIters = 200
 
 func scaleoutConfigs(o *Options) ([]Config, error) {
 	if !strategy.Known("ddp") {
@@ -93,6 +112,10 @@ func scaleoutConfigs(o *Options) ([]Config, error) {
 		up.Variant, up.Backend = scaleUp, "shm"
 		out.Variant, out.Backend, out.Nodes = scaleOut, "tcp", 2
 		cs = append(cs, up, out)
+		cup, cout := up, out
+		cup.Variant, cout.Variant = commUp, commOut
+		cup.Steps, cout.Steps, cup.Batch, cout.Batch = commIters, commIters, 0, 0
+		cs = append(cs, cup, cout)
 		if n := runtime.NumCPU(); r > n {
 			fmt.Fprintf(os.Stderr, "bench: WARNING: %d ranks on %d cores: ranks share cores (oversubscribed), so their figures measure contention as much as scaling\n", r, n)
 		}
@@ -151,8 +174,11 @@ func (o *Options) linkConfig() netns.Config {
 }
 
 func scaleoutRun(ctx context.Context, c Config) (Figures, error) {
-	if c.Variant == limits {
+	switch c.Variant {
+	case limits:
 		return measureLimits(ctx)
+	case commUp, commOut:
+		return measureComm(ctx, c)
 	}
 	st := "single"
 	if c.Ranks > 1 {
@@ -203,6 +229,29 @@ func measureLimits(ctx context.Context) (Figures, error) {
 	return Figures{"sgemm_gflops_core": gflops, "memcpy_gbps_core": gbs}, nil
 }
 
+// measureComm times the all-reduces of one step (commSizes) on c's
+// backend and ranks: the median of c.Steps each, from a barrier to the
+// slowest rank's finish, in "comm_ms_<bytes>" figures.
+func measureComm(ctx context.Context, c Config) (Figures, error) {
+	g, err := openBackend(ctx, c.Backend)
+	if err != nil {
+		return nil, err
+	}
+	defer g.Close()
+	f := Figures{}
+	for _, size := range commSizes {
+		times, err := timeAllReduce(ctx, g, size, c.Steps)
+		if err != nil {
+			return nil, err
+		}
+		f[fmt.Sprintf("comm_ms_%d", size)] = stat(times).Median * 1e3
+	}
+	if g.Rank() != 0 {
+		return nil, nil
+	}
+	return f, nil
+}
+
 // resnetTrainFLOPs is the floating-point work of one training sample of
 // the default ResNet on h x w images of in channels: the convolutions and
 // the classifier forward (a multiply-add is 2), times 3 for the backward
@@ -244,7 +293,7 @@ func scaleoutDerive(o *Options, rs []*Result) []Row {
 				by[v] = map[int]*Result{}
 			}
 			by[v][r.Config.Ranks] = r
-			if v != scaleOut {
+			if v == oneRank || v == scaleUp {
 				ranks = append(ranks, r.Config.Ranks)
 			}
 		}
@@ -276,6 +325,7 @@ func scaleoutDerive(o *Options, rs []*Result) []Row {
 		if stat(diff).Median > 5 {
 			verdict = "NOT met"
 		}
+		rows = append(rows, commRow(n, by[commUp][n], by[commOut][n], stat(gap).Median)...)
 		rows = append(rows, Row{Workload: "scaleout", N: len(ratio),
 			Config: fmt.Sprintf("scale-out/scale-up samples_per_s, %d ranks (goal: within 5%%, %s); ms a step on each layout, the gap, and the relay's CPU ms a step, which the ranks' cores pay%s", n, verdict, oversubscribed(n)),
 			Labels: map[string]any{"ranks": n, "figure": "samples_per_s"},
@@ -302,6 +352,42 @@ func scaleoutDerive(o *Options, rs []*Result) []Row {
 				"probe_gbps": one(o.link.Throughput / 1e9)}})
 	}
 	return rows
+}
+
+// commRow sets one step's all-reduces on one node beside the same on two,
+// run by run: their difference is the share of the step-time gap (gap,
+// ms) that the link's latency and bandwidth explain; the rest is the
+// layouts' compute (the ranks' cores doing TCP and the relay's work).
+func commRow(n int, up, out *Result, gap float64) []Row {
+	if up == nil || out == nil {
+		return nil
+	}
+	figs := map[string]Stat{}
+	var diff []float64
+	for run := 0; run < min(len(up.Runs), len(out.Runs)); run++ {
+		d := 0.0
+		for _, size := range commSizes {
+			k := fmt.Sprintf("comm_ms_%d", size)
+			d += out.Runs[run][k] - up.Runs[run][k]
+		}
+		diff = append(diff, d)
+	}
+	if len(diff) == 0 {
+		return nil
+	}
+	for _, size := range commSizes {
+		k := fmt.Sprintf("comm_ms_%d", size)
+		figs["up_"+k], figs["out_"+k] = stat(up.figure(k)), stat(out.figure(k))
+	}
+	figs["comm_gap_ms"] = stat(diff)
+	if gap > 0 {
+		figs["comm_share_of_gap"] = stat([]float64{stat(diff).Median / gap})
+	}
+	return []Row{{Workload: "scaleout", N: len(diff),
+		Config: fmt.Sprintf("one step's all-reduces alone, %d ranks (%d and %d bytes: the gradients, the stop agreement): ms on one node and on two, their difference a step and its share of the step-time gap%s",
+			n, commSizes[0], commSizes[1], oversubscribed(n)),
+		Labels:  map[string]any{"ranks": n, "figure": "comm"},
+		Figures: figs}}
 }
 
 // addRelayFigures adds the relay's work during one scale-out run to its
