@@ -158,6 +158,16 @@ func allreduceRun(ctx context.Context, c Config) (Figures, error) {
 			fin()
 		}
 	}()
+	times, err := timeAllReduce(ctx, g, size, iters)
+	if err != nil || g.Rank() != 0 {
+		return nil, err
+	}
+	return iterFigures(size, g.Size(), times), nil
+}
+
+// timeAllReduce times iters all-reduces of size bytes on g, after a
+// warm-up, each from a barrier to the slowest rank's finish, in seconds.
+func timeAllReduce(ctx context.Context, g collective.Group, size, iters int) ([]float64, error) {
 	buf := make([]float32, size/4)
 	for i := range buf {
 		buf[i] = 1
@@ -180,10 +190,7 @@ func allreduceRun(ctx context.Context, c Config) (Figures, error) {
 			times = append(times, t[0])
 		}
 	}
-	if g.Rank() != 0 {
-		return nil, nil
-	}
-	return iterFigures(size, g.Size(), times), nil
+	return times, nil
 }
 
 // memcpyBandwidth times copy() of size bytes between two buffers, the
@@ -235,6 +242,11 @@ func openBackend(ctx context.Context, backend string) (collective.Group, error) 
 	}
 	cfg := rendezvous.Config{Rank: env.Rank, Size: env.WorldSize, MasterAddr: env.MasterAddr, MasterPort: env.MasterPort,
 		Token: token, BindAddr: "127.0.0.1", Timeout: 2 * time.Minute, TLS: tlsCfg}
+	if addr := os.Getenv(bindAddrEnv); addr != "" {
+		// A rank on one of the scale-out layout's nodes: its node's
+		// address, which the other node reaches over the link.
+		cfg.BindAddr, cfg.AdvertiseAddr = addr, addr
+	}
 	rv, err := rendezvous.Meet(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -252,6 +264,10 @@ func openBackend(ctx context.Context, backend string) (collective.Group, error) 
 	rv.Close()
 	return nil, fmt.Errorf("allreduce: unknown backend %q", backend)
 }
+
+// bindAddrEnv carries a rank's address on its node (the scale-out
+// layout's) to openBackend.
+const bindAddrEnv = "FULGUR_BENCH_BIND_ADDR"
 
 // extraBackends holds backends compiled in by build tags (mpi).
 var extraBackends = map[string]func(ctx context.Context) (collective.Group, error){}

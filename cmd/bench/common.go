@@ -62,11 +62,6 @@ type Options struct {
 	// by the scaleout workload's Setup for the whole measurement.
 	nodes *netns.Pair
 	link  netns.Probe
-	// The bench process's CPU time and the clock when the nodes came up:
-	// the relay's cost, which the ranks' cores pay.
-	cpu0   time.Duration
-	t0     time.Time
-	relay0 netns.RelayStats
 	// Allreduce filters the allreduce workload: message sizes in bytes,
 	// rank counts and backends (empty: all).
 	AllreduceBytes    []int
@@ -101,7 +96,7 @@ func parseOptions(args []string) (*Options, error) {
 	fs.StringVar(&rk, "ranks", "", "rank counts, comma-separated: of the allreduce workload (default 2,4) and of the scaleout workload (default 1,2,4; above 1: even, split over its two nodes)")
 	fs.StringVar(&o.LinkRate, "link-rate", "10gbit", "scaleout: the rate of the link between the two nodes (tc tbf syntax)")
 	fs.DurationVar(&o.LinkDelay, "link-delay", 100*time.Microsecond, "scaleout: delay added to every frame on the link, each direction")
-	fs.IntVar(&o.LinkMTU, "link-mtu", 9000, "scaleout: MTU of the link (jumbo frames, as cluster networks use; the relay copies one frame per system call)")
+	fs.IntVar(&o.LinkMTU, "link-mtu", 9000, "scaleout: MTU of the link (jumbo frames, as cluster networks use)")
 	fs.StringVar(&o.Plot, "plot", defaultPlot(), "scaleout: where the samples/s-against-ranks plot goes (.svg or .png; empty: none); the default is under bench/ only when run from the repository root")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -581,6 +576,10 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 	// wait for a silent peer.
 	ctx, stopRanks := context.WithCancel(ctx)
 	defer stopRanks()
+	var relay0 netns.RelayStats
+	if c.Nodes > 1 {
+		relay0 = o.nodes.Relay.Stats()
+	}
 	type out struct {
 		stdout, stderr bytes.Buffer
 		err            error
@@ -605,7 +604,7 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 			cmd.Env = append(append([]string(nil), env...), fmt.Sprintf("RANK=%d", rank), fmt.Sprintf("LOCAL_RANK=%d", p.LocalRank),
 				fmt.Sprintf("LOCAL_WORLD_SIZE=%d", p.LocalRanks), fmt.Sprintf("NODE_RANK=%d", p.Node), fmt.Sprintf("GROUP_RANK=%d", p.Node))
 			if c.Nodes > 1 {
-				cmd.Env = append(cmd.Env, "FULGUR_SOCKET_IFNAME="+o.nodes.Dev[p.Node])
+				cmd.Env = append(cmd.Env, "FULGUR_SOCKET_IFNAME="+o.nodes.Dev[p.Node], bindAddrEnv+"="+o.nodes.Addr[p.Node])
 			}
 		}
 		ot := &out{}
@@ -634,7 +633,11 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 		ot := outs[first]
 		return nil, fmt.Errorf("rank %d: %v\n%s", first, ot.err, tail(ot.stderr.String(), 2000))
 	}
-	return lastJSON(outs[0].stdout.Bytes(), outs[0].stderr.String())
+	f, err := lastJSON(outs[0].stdout.Bytes(), outs[0].stderr.String())
+	if _, train := f["steps"]; err == nil && c.Nodes > 1 && train {
+		addRelayFigures(f, o.nodes.Relay.Stats().Since(relay0))
+	}
+	return f, err
 }
 
 func measureTorch(ctx context.Context, o *Options, c Config) (Figures, error) {

@@ -14,6 +14,7 @@ import (
 	"github.com/fulgur-ml/fulgur/blas"
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/profiler"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
@@ -173,6 +174,14 @@ func (j trainJob) run(ctx context.Context) (Figures, error) {
 		Strategy: j.Strategy, Devices: ranks / max(j.Nodes, 1), NumNodes: j.Nodes, EnableProgressBar: trainer.Bool(false),
 		HandleSignals: trainer.Bool(false), Callbacks: []trainer.Callback{timer}, Out: io.Discard, Log: &log,
 	}
+	// FULGUR_BENCH_SPANS=1: where a step's time goes, from the
+	// profiler's spans (forward+backward, the waits for each gradient
+	// bucket, the optimizer), in ms a step on rank 0.
+	var spans *profiler.Simple
+	if os.Getenv("FULGUR_BENCH_SPANS") != "" {
+		spans = profiler.NewSimple()
+		cfg.Profiler = spans
+	}
 	tr, err := trainer.New(cfg)
 	if err != nil {
 		return nil, err
@@ -214,7 +223,18 @@ func (j trainJob) run(ctx context.Context) (Figures, error) {
 	for i, a := range timer.accs {
 		f[fmt.Sprintf("test_acc_%d", i+1)] = a
 	}
+	if spans != nil {
+		addSpanFigures(f, spans.Rows(), f["steps"])
+	}
 	return f, nil
+}
+
+// addSpanFigures adds each profiler span's time a step, in ms, as the
+// figure "ms/step <span>".
+func addSpanFigures(f Figures, rows []profiler.Row, steps float64) {
+	for _, r := range rows {
+		f["ms/step "+r.Action] = float64(r.Total) / 1e6 / max(steps, 1)
+	}
 }
 
 // processCPU is the user and system CPU time of this process so far.

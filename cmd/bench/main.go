@@ -9,6 +9,10 @@
 //	go run ./cmd/bench -workload mlp -peer torch   # PyTorch side by side, with ratios
 //	go run ./cmd/bench -workload scaleout          # one host against two (as root), plot in bench/
 //
+// FULGUR_BENCH_SPANS=1 adds, to a training workload's figures, where a
+// step's time goes on rank 0: every profiler span (forward+backward, the
+// waits for the gradient buckets, the optimizer step) in ms a step.
+//
 // Workloads register themselves (one file each) with register.
 package main
 

@@ -30,7 +30,11 @@ import (
 // ranks of a node stay inside that node's kernel. Beside the figures it
 // records the machine's limits (issue 15 item 5): one core's sgemm peak
 // and memory copy bandwidth, measured in the same run, the link as a
-// probe saw it, and the share of each the training reached.
+// probe saw it, and the share of each the training reached. To account
+// for the gap between the layouts it also times one step's all-reduces
+// alone on each (the gradients' and the stop agreement's), and each
+// scale-out run reports the relay's CPU time a step, which the ranks'
+// cores pay.
 func init() {
 	register(&workload{
 		Name:    "scaleout",
@@ -49,7 +53,22 @@ const (
 	scaleUp  = "scale-up"
 	scaleOut = "scale-out"
 	limits   = "limits"
+	// One step's collectives alone, on each layout: the all-reduce of
+	// resnet8's gradients and a small one (the stop agreement's size).
+	commUp  = "comm scale-up"
+	commOut = "comm scale-out"
 )
+
+// resnet8Params is models.ResNet's default parameter count (the training
+// runs' "params" figure): its gradients are what a step all-reduces.
+const resnet8Params = 77754
+
+// commSizes are the all-reduces a step of resnet8 ddp makes, in bytes:
+// the gradients (one bucket) and the stop agreement (5 values).
+var commSizes = []int{4 * resnet8Params, 20}
+
+// commIters is how many all-reduces of each size a comm run times.
+const commIters = 200
 
 func scaleoutConfigs(o *Options) ([]Config, error) {
 	if !strategy.Known("ddp") {
@@ -93,6 +112,10 @@ func scaleoutConfigs(o *Options) ([]Config, error) {
 		up.Variant, up.Backend = scaleUp, "shm"
 		out.Variant, out.Backend, out.Nodes = scaleOut, "tcp", 2
 		cs = append(cs, up, out)
+		cup, cout := up, out
+		cup.Variant, cout.Variant = commUp, commOut
+		cup.Steps, cout.Steps, cup.Batch, cout.Batch = commIters, commIters, 0, 0
+		cs = append(cs, cup, cout)
 		if n := runtime.NumCPU(); r > n {
 			fmt.Fprintf(os.Stderr, "bench: WARNING: %d ranks on %d cores: ranks share cores (oversubscribed), so their figures measure contention as much as scaling\n", r, n)
 		}
@@ -133,9 +156,13 @@ func scaleoutSetup(ctx context.Context, o *Options) (func() error, error) {
 	if err != nil {
 		return nil, errors.Join(err, p.Close())
 	}
-	o.nodes, o.link, o.cpu0, o.t0, o.relay0 = p, pr, processCPU(), time.Now(), p.Relay.Stats()
-	fmt.Fprintf(os.Stderr, "bench: scale-out nodes %s (%s) and %s (%s): tbf %s each way, MTU %d; %v added to every frame each way by the relay in this process (not tc netem, which many kernels lack); probe: round trip %v, bulk %.2f GB/s\n",
-		p.NS[0], p.Addr[0], p.NS[1], p.Addr[1], o.LinkRate, o.LinkMTU, o.LinkDelay, pr.RTT.Round(time.Microsecond), pr.Throughput/1e9)
+	o.nodes, o.link = p, pr
+	prio := "at a real-time priority"
+	if !p.Relay.Realtime() {
+		prio = "at an ordinary priority (SCHED_FIFO refused: without CAP_SYS_NICE the ranks delay its frames)"
+	}
+	fmt.Fprintf(os.Stderr, "bench: scale-out nodes %s (%s) and %s (%s): tbf %s each way, MTU %d; %v added to every frame each way by the relay in this process, %s (not tc netem, which many kernels lack); probe: round trip %v (%v of it the delay the relay adds), bulk %.2f GB/s (%.2f Gbit/s)\n",
+		p.NS[0], p.Addr[0], p.NS[1], p.Addr[1], o.LinkRate, o.LinkMTU, o.LinkDelay, prio, pr.RTT.Round(time.Microsecond), 2*o.LinkDelay, pr.Throughput/1e9, pr.Throughput*8/1e9)
 	if bits, err := netns.ParseRate(o.LinkRate); err == nil && pr.Throughput*8 < 0.9*bits {
 		fmt.Fprintf(os.Stderr, "bench: the relay carries %.2f Gbit/s, below the %s tbf rate: the relay, not tbf, limits the link\n", pr.Throughput*8/1e9, o.LinkRate)
 	}
@@ -147,8 +174,11 @@ func (o *Options) linkConfig() netns.Config {
 }
 
 func scaleoutRun(ctx context.Context, c Config) (Figures, error) {
-	if c.Variant == limits {
+	switch c.Variant {
+	case limits:
 		return measureLimits(ctx)
+	case commUp, commOut:
+		return measureComm(ctx, c)
 	}
 	st := "single"
 	if c.Ranks > 1 {
@@ -199,6 +229,29 @@ func measureLimits(ctx context.Context) (Figures, error) {
 	return Figures{"sgemm_gflops_core": gflops, "memcpy_gbps_core": gbs}, nil
 }
 
+// measureComm times the all-reduces of one step (commSizes) on c's
+// backend and ranks: the median of c.Steps each, from a barrier to the
+// slowest rank's finish, in "comm_ms_<bytes>" figures.
+func measureComm(ctx context.Context, c Config) (Figures, error) {
+	g, err := openBackend(ctx, c.Backend)
+	if err != nil {
+		return nil, err
+	}
+	defer g.Close()
+	f := Figures{}
+	for _, size := range commSizes {
+		times, err := timeAllReduce(ctx, g, size, c.Steps)
+		if err != nil {
+			return nil, err
+		}
+		f[fmt.Sprintf("comm_ms_%d", size)] = stat(times).Median * 1e3
+	}
+	if g.Rank() != 0 {
+		return nil, nil
+	}
+	return f, nil
+}
+
 // resnetTrainFLOPs is the floating-point work of one training sample of
 // the default ResNet on h x w images of in channels: the convolutions and
 // the classifier forward (a multiply-add is 2), times 3 for the backward
@@ -240,7 +293,7 @@ func scaleoutDerive(o *Options, rs []*Result) []Row {
 				by[v] = map[int]*Result{}
 			}
 			by[v][r.Config.Ranks] = r
-			if v != scaleOut {
+			if v == oneRank || v == scaleUp {
 				ranks = append(ranks, r.Config.Ranks)
 			}
 		}
@@ -251,12 +304,18 @@ func scaleoutDerive(o *Options, rs []*Result) []Row {
 		if up == nil || out == nil {
 			continue
 		}
-		var ratio, diff []float64
+		var ratio, diff, upStep, outStep, gap, relayCPU []float64
 		for run := 0; run < min(len(up.Runs), len(out.Runs)); run++ {
 			u, s := up.Runs[run]["samples_per_s"], out.Runs[run]["samples_per_s"]
-			if u > 0 {
+			if u > 0 && s > 0 {
 				ratio = append(ratio, s/u)
 				diff = append(diff, 100*(u-s)/u)
+				// A step is one batch on every rank.
+				samples := float64(up.Config.Batch * n * 1000)
+				upStep = append(upStep, samples/u)
+				outStep = append(outStep, samples/s)
+				gap = append(gap, samples/s-samples/u)
+				relayCPU = append(relayCPU, out.Runs[run]["relay_cpu_ms_per_step"])
 			}
 		}
 		if len(ratio) == 0 {
@@ -266,10 +325,12 @@ func scaleoutDerive(o *Options, rs []*Result) []Row {
 		if stat(diff).Median > 5 {
 			verdict = "NOT met"
 		}
+		rows = append(rows, commRow(n, by[commUp][n], by[commOut][n], stat(gap).Median)...)
 		rows = append(rows, Row{Workload: "scaleout", N: len(ratio),
-			Config:  fmt.Sprintf("scale-out/scale-up samples_per_s, %d ranks (goal: within 5%%, %s)%s", n, verdict, oversubscribed(n)),
-			Labels:  map[string]any{"ranks": n, "figure": "samples_per_s"},
-			Figures: map[string]Stat{"ratio": stat(ratio), "diff_pct": stat(diff)}})
+			Config: fmt.Sprintf("scale-out/scale-up samples_per_s, %d ranks (goal: within 5%%, %s); ms a step on each layout, the gap, and the relay's CPU ms a step, which the ranks' cores pay%s", n, verdict, oversubscribed(n)),
+			Labels: map[string]any{"ranks": n, "figure": "samples_per_s"},
+			Figures: map[string]Stat{"ratio": stat(ratio), "diff_pct": stat(diff), "up_step_ms": stat(upStep), "out_step_ms": stat(outStep),
+				"gap_ms": stat(gap), "relay_cpu_ms_per_step": stat(relayCPU)}})
 	}
 	if lim != nil {
 		for _, v := range []string{oneRank, scaleUp, scaleOut} {
@@ -284,18 +345,60 @@ func scaleoutDerive(o *Options, rs []*Result) []Row {
 	}
 	if o.nodes != nil {
 		one := func(v float64) Stat { return stat([]float64{v}) }
-		// The relay's figures over the training only, not the probe's bulk.
-		link := o.nodes.Relay.Stats().Since(o.relay0)
 		rows = append(rows, Row{Workload: "scaleout", N: 1,
-			Config: fmt.Sprintf("link: tbf %s, MTU %d, %v each way by the relay; probe round trip and bulk GB/s; over the training: frames' mean time past due in the relay, frames dropped, cores the bench process (the relay) used", o.LinkRate, o.LinkMTU, o.LinkDelay),
+			Config: fmt.Sprintf("link: tbf %s, MTU %d, %v each way by the relay; the probe's round trip and bulk GB/s", o.LinkRate, o.LinkMTU, o.LinkDelay),
 			Labels: map[string]any{"figure": "link", "rate": o.LinkRate, "delay_us": o.LinkDelay.Microseconds(), "mtu": o.LinkMTU},
 			Figures: map[string]Stat{"rtt_us": one(float64(o.link.RTT.Microseconds())),
-				"probe_gbps":      one(o.link.Throughput / 1e9),
-				"relay_late_us":   one(float64(link.MeanLate().Microseconds())),
-				"relay_dropped":   one(float64(link.Dropped)),
-				"relay_cpu_cores": one((processCPU() - o.cpu0).Seconds() / time.Since(o.t0).Seconds())}})
+				"probe_gbps": one(o.link.Throughput / 1e9)}})
 	}
 	return rows
+}
+
+// commRow sets one step's all-reduces on one node beside the same on two,
+// run by run: their difference is the share of the step-time gap (gap,
+// ms) that the link's latency and bandwidth explain; the rest is the
+// layouts' compute (the ranks' cores doing TCP and the relay's work).
+func commRow(n int, up, out *Result, gap float64) []Row {
+	if up == nil || out == nil {
+		return nil
+	}
+	figs := map[string]Stat{}
+	var diff []float64
+	for run := 0; run < min(len(up.Runs), len(out.Runs)); run++ {
+		d := 0.0
+		for _, size := range commSizes {
+			k := fmt.Sprintf("comm_ms_%d", size)
+			d += out.Runs[run][k] - up.Runs[run][k]
+		}
+		diff = append(diff, d)
+	}
+	if len(diff) == 0 {
+		return nil
+	}
+	for _, size := range commSizes {
+		k := fmt.Sprintf("comm_ms_%d", size)
+		figs["up_"+k], figs["out_"+k] = stat(up.figure(k)), stat(out.figure(k))
+	}
+	figs["comm_gap_ms"] = stat(diff)
+	if gap > 0 {
+		figs["comm_share_of_gap"] = stat([]float64{stat(diff).Median / gap})
+	}
+	return []Row{{Workload: "scaleout", N: len(diff),
+		Config: fmt.Sprintf("one step's all-reduces alone, %d ranks (%d and %d bytes: the gradients, the stop agreement): ms on one node and on two, their difference a step and its share of the step-time gap%s",
+			n, commSizes[0], commSizes[1], oversubscribed(n)),
+		Labels:  map[string]any{"ranks": n, "figure": "comm"},
+		Figures: figs}}
+}
+
+// addRelayFigures adds the relay's work during one scale-out run to its
+// figures: its CPU time a step (the cores it takes from the ranks), the
+// frames a step, their mean time past due and the frames dropped.
+func addRelayFigures(f Figures, d netns.RelayStats) {
+	steps := max(f["steps"], 1)
+	f["relay_cpu_ms_per_step"] = float64(d.CPU) / 1e6 / steps
+	f["relay_frames_per_step"] = float64(d.Frames) / steps
+	f["relay_late_us"] = float64(d.MeanLate()) / 1e3
+	f["relay_dropped"] = float64(d.Dropped)
 }
 
 func oversubscribed(ranks int) string {

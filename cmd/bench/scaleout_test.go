@@ -10,6 +10,10 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/fulgur-ml/fulgur/deploy/netns"
+	"github.com/fulgur-ml/fulgur/profiler"
 )
 
 func TestPlaceRanks(t *testing.T) {
@@ -51,11 +55,16 @@ func TestScaleoutConfigs(t *testing.T) {
 	var got []key
 	for _, c := range cs {
 		got = append(got, key{c.Variant, c.Backend, c.Ranks, c.Nodes})
-		if c.Variant != limits && (!c.Pinned || !c.ShareCores || c.Threads != 1 || c.Batch != 32 || c.Steps != 50) {
+		train := c.Variant != limits && c.Variant != commUp && c.Variant != commOut
+		if train && (!c.Pinned || !c.ShareCores || c.Threads != 1 || c.Batch != 32 || c.Steps != 50) {
 			t.Errorf("%s: want pinned one-thread ranks sharing cores, batch 32 each, 50 steps", c.Label())
 		}
+		if !train && c.Variant != limits && (!c.Pinned || c.Steps != commIters) {
+			t.Errorf("%s: want pinned ranks and %d all-reduces of each size", c.Label(), commIters)
+		}
 	}
-	want := []key{{limits, "", 1, 0}, {oneRank, "", 1, 0}, {scaleUp, "shm", 2, 0}, {scaleOut, "tcp", 2, 2}, {scaleUp, "shm", 4, 0}, {scaleOut, "tcp", 4, 2}}
+	want := []key{{limits, "", 1, 0}, {oneRank, "", 1, 0}, {scaleUp, "shm", 2, 0}, {scaleOut, "tcp", 2, 2}, {commUp, "shm", 2, 0}, {commOut, "tcp", 2, 2},
+		{scaleUp, "shm", 4, 0}, {scaleOut, "tcp", 4, 2}, {commUp, "shm", 4, 0}, {commOut, "tcp", 4, 2}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("configurations %v, want %v", got, want)
 	}
@@ -101,8 +110,8 @@ func TestScaleoutDerive(t *testing.T) {
 	}
 	fig := func(sps ...float64) []Figures {
 		var out []Figures
-		for _, s := range sps {
-			out = append(out, Figures{"samples_per_s": s, "params": 1e6})
+		for i, s := range sps {
+			out = append(out, Figures{"samples_per_s": s, "params": 1e6, "relay_cpu_ms_per_step": float64(i + 1)})
 		}
 		return out
 	}
@@ -111,6 +120,8 @@ func TestScaleoutDerive(t *testing.T) {
 		{Config: cfg(oneRank, 1, 0), Runs: fig(100, 100)},
 		{Config: cfg(scaleUp, 2, 0), Runs: fig(200, 180)},
 		{Config: cfg(scaleOut, 2, 2), Runs: fig(196, 162)},
+		{Config: cfg(commUp, 2, 0), Runs: []Figures{{"comm_ms_311016": 0.2, "comm_ms_20": 0.01}, {"comm_ms_311016": 0.3, "comm_ms_20": 0.01}}},
+		{Config: cfg(commOut, 2, 2), Runs: []Figures{{"comm_ms_311016": 1.2, "comm_ms_20": 0.31}, {"comm_ms_311016": 1.1, "comm_ms_20": 0.41}}},
 	}
 	o := &Options{Runs: 2, LinkRate: "8gbit"}
 	rows := workloads["scaleout"].Derive(o, rs)
@@ -136,6 +147,17 @@ func TestScaleoutDerive(t *testing.T) {
 	// Run by run: 196/200 = 0.98 and 162/180 = 0.9; the differences 2% and 10%.
 	near("ratio", 0.94)
 	near("diff_pct", 6)
+	// A step is 64 samples: 320 ms and 355.6 on one node, 326.5 and
+	// 395.1 on two; the relay's 1 and 2 ms a step on two.
+	near("up_step_ms", (64000.0/200+64000.0/180)/2)
+	near("out_step_ms", (64000.0/196+64000.0/162)/2)
+	near("gap_ms", (64000.0/196-64000.0/200+64000.0/162-64000.0/180)/2)
+	near("relay_cpu_ms_per_step", 1.5)
+	// The all-reduces: 1.3 and 1.2 ms more a step on two nodes, 1.25 of
+	// the 23.0 ms gap.
+	near("comm_gap_ms", 1.25)
+	near("comm_share_of_gap", 1.25/((64000.0/196-64000.0/200+64000.0/162-64000.0/180)/2))
+	near("out_comm_ms_20", 0.36)
 	if !strings.Contains(cmp, "2 ranks") || !strings.Contains(cmp, "NOT met") {
 		t.Errorf("comparison row %q: want 2 ranks, goal not met at a 6%% difference", cmp)
 	}
@@ -200,6 +222,27 @@ func TestDefaultPlotOnlyAtTheRoot(t *testing.T) {
 }
 
 func must[T any](v T, _ error) T { return v }
+
+// FULGUR_BENCH_SPANS's figures: each span's time a step, in ms.
+func TestAddSpanFigures(t *testing.T) {
+	f := Figures{}
+	addSpanFigures(f, []profiler.Row{{Action: "wait bucket 0", Calls: 200, Total: 300 * time.Millisecond},
+		{Action: "optimizer step", Calls: 200, Total: 2 * time.Second}}, 200)
+	want := Figures{"ms/step wait bucket 0": 1.5, "ms/step optimizer step": 10}
+	if !reflect.DeepEqual(f, want) {
+		t.Errorf("figures %v, want %v", f, want)
+	}
+}
+
+// The relay's work in one scale-out run, per training step.
+func TestAddRelayFigures(t *testing.T) {
+	f := Figures{"steps": 200}
+	addRelayFigures(f, netns.RelayStats{Frames: 5000, Dropped: 2, Late: 4998 * 3 * time.Microsecond, CPU: 300 * time.Millisecond})
+	want := Figures{"steps": 200, "relay_cpu_ms_per_step": 1.5, "relay_frames_per_step": 25, "relay_late_us": 3, "relay_dropped": 2}
+	if !reflect.DeepEqual(f, want) {
+		t.Errorf("figures %v, want %v", f, want)
+	}
+}
 
 // Without ip (iproute2) the scale-out layout says what it needs, and no
 // configuration runs.

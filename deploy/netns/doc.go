@@ -3,9 +3,11 @@
 // stays in the caller's namespace, where a relay copies Ethernet frames
 // between the outer ends. The relay adds a fixed delay to every frame
 // and can drop or cut them: tc netem's job, done in user space because
-// kernels without sch_netem (CONFIG_NET_SCH_NETEM) are common. The rate is
-// shaped with tc's token bucket (tbf) on each node's interface, which such
-// kernels do have.
+// kernels without sch_netem (CONFIG_NET_SCH_NETEM) are common, and such
+// kernels often lack the qdiscs that honour a departure time set per
+// packet (fq, etf) too. The rate is shaped with tc's token bucket (tbf)
+// on each node's interface, which such kernels do have. The relay's own
+// cost is the CPU time of its thread, which Stats reports.
 //
 // The fault suite (chaos/) and the scale-out benchmark (cmd/bench
 // -workload scaleout) use it. Plan lists the ip and tc commands Up runs,

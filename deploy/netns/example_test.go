@@ -22,8 +22,8 @@ func ExamplePlan() {
 	// Output:
 	// ip netns add fulgur-39u-1-0
 	// ip link add fg39u-1a type veth peer name fg39u-1ao
-	// ip link set fg39u-1a mtu 9000 gso_max_size 9000 gro_max_size 9000
-	// ip link set fg39u-1ao mtu 9000 gso_max_size 9000 gro_max_size 9000
+	// ip link set fg39u-1a mtu 9000 gso_max_size 65536 gro_max_size 65536
+	// ip link set fg39u-1ao mtu 9000 gso_max_size 65536 gro_max_size 65536
 	// ip link set fg39u-1a netns fulgur-39u-1-0
 	// ip -n fulgur-39u-1-0 link set lo up
 	// ip -n fulgur-39u-1-0 addr add 10.231.0.1/24 dev fg39u-1a

@@ -24,9 +24,10 @@ type Config struct {
 	Delay time.Duration
 	// Loss is the fraction of frames the relay drops, 0 to 1.
 	Loss float64
-	// MTU of the link; 0: 1500. The relay copies one frame per system
-	// call, so jumbo frames (9000, as cluster networks use) carry bulk
-	// data several times faster through it.
+	// MTU of the link; 0: 1500. Without Loss, the nodes' stacks hand the
+	// link frames of up to 64 KiB with segmentation offload (as to a NIC
+	// with TSO), which the relay carries whole; the MTU sizes the
+	// segments.
 	MTU int
 }
 
@@ -110,9 +111,10 @@ func names(pid, k int) *Pair {
 }
 
 // Plan lists the commands that make the pair of process pid's k-th call
-// to Up, in order: the namespaces, the veths (frames of at most the MTU,
-// which the relay can write one by one), addresses, and tbf on each
-// node's interface when c.Rate is set. It runs nothing.
+// to Up, in order: the namespaces, the veths (offload frames of at most
+// 64 KiB, which the relay's slots hold, or of the MTU when c.Loss drops
+// frames), addresses, and tbf on each node's interface when c.Rate is
+// set. It runs nothing.
 func Plan(pid, k int, c Config) ([]Cmd, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -126,14 +128,20 @@ func (p *Pair) plan(c Config) []Cmd {
 	if c.MTU > 0 {
 		mtu = strconv.Itoa(c.MTU)
 	}
+	gso := strconv.Itoa(maxFrame - 14 - 4)
+	if c.Loss > 0 {
+		// Loss drops frames: one an MTU long, as netem's loss drops
+		// packets, not an offload frame of 40 at once.
+		gso = mtu
+	}
 	var cmds []Cmd
 	for i := range 2 {
 		ns, dev, out := p.NS[i], p.Dev[i], p.outer[i]
 		cmds = append(cmds,
 			Cmd{"ip", "netns", "add", ns},
 			Cmd{"ip", "link", "add", dev, "type", "veth", "peer", "name", out},
-			Cmd{"ip", "link", "set", dev, "mtu", mtu, "gso_max_size", mtu, "gro_max_size", mtu},
-			Cmd{"ip", "link", "set", out, "mtu", mtu, "gso_max_size", mtu, "gro_max_size", mtu},
+			Cmd{"ip", "link", "set", dev, "mtu", mtu, "gso_max_size", gso, "gro_max_size", gso},
+			Cmd{"ip", "link", "set", out, "mtu", mtu, "gso_max_size", gso, "gro_max_size", gso},
 			Cmd{"ip", "link", "set", dev, "netns", ns},
 			Cmd{"ip", "-n", ns, "link", "set", "lo", "up"},
 			Cmd{"ip", "-n", ns, "addr", "add", p.Addr[i] + "/24", "dev", dev},

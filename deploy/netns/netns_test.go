@@ -18,13 +18,16 @@ func TestPlan(t *testing.T) {
 		pid, k  int
 		cfg     netns.Config
 		wantTbf string // the tbf command, "" for none
+		wantGSO string // the largest offload frame
 	}{
-		{"unshaped", 4242, 1, netns.Config{}, ""},
+		{"unshaped", 4242, 1, netns.Config{}, "", "65536"},
+		// Loss drops frames of the MTU, not 64 KiB of them at once.
+		{"lossy", 4242, 3, netns.Config{Loss: 0.01}, "", "1500"},
 		{"10gbit", 4242, 2, netns.Config{Rate: "10gbit", Delay: 100 * time.Microsecond},
-			"tc qdisc add dev fg39u-2a root tbf rate 10gbit burst 1250000 latency 10ms"},
+			"tc qdisc add dev fg39u-2a root tbf rate 10gbit burst 1250000 latency 10ms", "65536"},
 		// The bucket never falls below 64 KiB, whatever the rate.
-		{"slow link, largest pid", 4194304, 1295, netns.Config{Rate: "8mbit"},
-			"tc qdisc add dev fg2hwcg-zza root tbf rate 8mbit burst 65536 latency 10ms"},
+		{"slow link, largest pid", 4194304, 1295, netns.Config{Rate: "8mbit", Loss: 0.5, MTU: 9000},
+			"tc qdisc add dev fg2hwcg-zza root tbf rate 8mbit burst 65536 latency 10ms", "9000"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -38,6 +41,9 @@ func TestPlan(t *testing.T) {
 				s := cmd.String()
 				if i := strings.Index(s, "tc qdisc"); i >= 0 {
 					tbf = append(tbf, s[i:])
+				}
+				if strings.Contains(s, " gso_max_size ") && !strings.HasSuffix(s, " gso_max_size "+c.wantGSO+" gro_max_size "+c.wantGSO) {
+					t.Errorf("%q: want offload frames of at most %s bytes", s, c.wantGSO)
 				}
 				if strings.HasPrefix(s, "ip netns add ") {
 					adds++
@@ -121,8 +127,11 @@ func TestUpJoinsTwoNodes(t *testing.T) {
 	if pr.Throughput <= 0 {
 		t.Errorf("throughput %v", pr.Throughput)
 	}
-	// 20 round trips and 1 MiB in frames of at most 1500 bytes.
-	if n := p.Relay.Frames(); n < 40+(1<<20)/1500 {
+	if st := p.Relay.Stats(); st.CPU <= 0 || st.Late < 0 {
+		t.Errorf("relay stats %+v: no CPU time for the frames it carried", st)
+	}
+	// 20 round trips and 1 MiB in frames of at most 64 KiB (offload).
+	if n := p.Relay.Frames(); n < 40+(1<<20)/65536 {
 		t.Errorf("%d frames went through the relay, fewer than the probe sent", n)
 	}
 	// Node 1 has no address of node 0's: the frames cannot have taken
