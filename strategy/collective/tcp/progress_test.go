@@ -1,13 +1,17 @@
+//go:build linux
+
 package tcp_test
 
 import (
 	"context"
 	"runtime"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fulgur-ml/fulgur/strategy/collective"
+	"github.com/fulgur-ml/fulgur/strategy/collective/collectivetest"
 )
 
 var computeSink float64
@@ -105,4 +109,40 @@ func TestAsyncProgressesWhileComputingOnOneP(t *testing.T) {
 		t.Errorf("%d of %d asynchronous all-reduces had finished when 300 ms of compute (yielding every 200 µs) ended, want all: "+
 			"the communication goroutine did not get to read its replies between the compute's pieces", done, ops)
 	}
+}
+
+// processCPU is this process's user and system CPU time so far.
+func processCPU(t *testing.T) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// A rank waiting on one P for a peer that sends nothing does not spin the
+// core away: it parks once nothing else of the process wants the P.
+func TestWaitOnOnePDoesNotBurnTheCore(t *testing.T) {
+	groups := newGroup(t, 2)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	const wait = 500 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	cpu0, t0 := processCPU(t), time.Now()
+	err := groups[0].AllReduce(ctx, make([]float32, 1024), collective.Sum) // rank 1 never joins
+	cpu, wall := processCPU(t)-cpu0, time.Since(t0)
+	if err == nil {
+		t.Fatal("an all-reduce that rank 1 never joined succeeded")
+	}
+	if cpu > wall/4 {
+		t.Errorf("waiting %v for a silent peer took %v of CPU: the wait spun instead of parking", wall.Round(time.Millisecond), cpu.Round(time.Millisecond))
+	}
+}
+
+// On one P operations read and write through the spinning path
+// (spin_linux.go): the whole conformance suite, dead and silent peers
+// included, runs there too.
+func TestConformanceOnOneP(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	collectivetest.RunAll(t, newGroup)
 }
