@@ -64,6 +64,8 @@ type execStep struct {
 type stepDone interface {
 	stepDone(i int)
 	forwardDone() error
+	// commInFlight: see WithCommInFlight.
+	commInFlight() bool
 }
 
 // isRead reports Gorgonia's readOp, whose work the engine does itself.
@@ -130,15 +132,12 @@ func dtypeOf(n *G.Node) (dt tensor.Dtype, err error) {
 // (setDirect) write into it. After each step marked by notifyAfter it
 // calls done (when not nil) on the calling goroutine.
 func (e *executor) run(direct bool, done stepDone) error {
-	// With one P (a rank pinned to one core), yield between the backward
-	// pass's steps: the communication goroutine reducing the gradients
-	// handed over so far gets the core for a moment (it tries its socket
-	// or shared memory and yields back), where it would otherwise wait for
-	// the whole backward pass (or sysmon's 10 ms) and the reduction would
-	// not overlap it. With nothing else to run a Gosched costs ~0.1 µs.
-	yield := e.backwardAt >= 0 && runtime.GOMAXPROCS(0) == 1
+	// With one P, yield between the backward pass's steps while
+	// communication is in flight (WithCommInFlight). With nothing else to
+	// run a Gosched costs ~0.1 µs.
+	oneP := e.backwardAt >= 0 && done != nil && runtime.GOMAXPROCS(0) == 1
 	for i := range e.steps {
-		if yield && i > e.backwardAt {
+		if oneP && i > e.backwardAt && done.commInFlight() {
 			runtime.Gosched()
 		}
 		if i == e.backwardAt && done != nil {

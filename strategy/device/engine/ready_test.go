@@ -134,11 +134,12 @@ func TestGradientsAreReportedWhenFinal(t *testing.T) {
 
 // With one P (a rank pinned to one core), a goroutine woken by the first
 // gradient's report (a strategy's communication goroutine, handed a
-// bucket) runs while the backward pass still runs: the stem's gradient,
-// the last one backward computes, is still unwritten when it does. Without
-// the engine's yields between backward steps it would run only once the
-// pass ended and the caller blocked.
-func TestReportedGradientsAreReducedDuringBackwardOnOneP(t *testing.T) {
+// bucket) runs while the backward pass still runs, the stem's gradient (the
+// last one backward computes) still unwritten, when the strategy says its
+// communication is in flight (WithCommInFlight): the engine yields between
+// backward steps. Without the yields it would run only once the pass ended
+// and the caller blocked (or sysmon preempted the pass after 10 ms).
+func TestCommunicationRunsDuringBackwardOnOneP(t *testing.T) {
 	mod, st := resNetStore(t)
 	stem, ok := st.Lookup("conv1.weight")
 	if !ok {
@@ -150,14 +151,14 @@ func TestReportedGradientsAreReducedDuringBackwardOnOneP(t *testing.T) {
 		<-work
 		sawStemOpen <- math.IsNaN(float64(st.Grad32()[stem.Offset]))
 	}()
-	first := true
+	handed := false
 	fields := []data.Field{{Name: "x", Shape: []int{1, 28, 28}}, {Name: "y"}}
 	e := engine.New(mod, st, fields, 1, engine.WithGradReady(func(off, n int) {
-		if first {
-			first = false
+		if !handed {
+			handed = true
 			work <- struct{}{}
 		}
-	}))
+	}), engine.WithCommInFlight(func() bool { return handed }))
 	batch := &data.Batch{Size: 4, Fields: fields, Data: [][]float32{make([]float32, 4*28*28), make([]float32, 4)}}
 	for i := range batch.Data[0] {
 		batch.Data[0][i] = float32(i%7) / 7
@@ -174,6 +175,6 @@ func TestReportedGradientsAreReducedDuringBackwardOnOneP(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !<-sawStemOpen {
-		t.Error("the goroutine woken by the first gradient's report ran only after the backward pass: under GOMAXPROCS=1 the engine must yield between backward steps")
+		t.Error("the goroutine woken by the first gradient's report ran only after the backward pass: under GOMAXPROCS=1, with communication in flight, the engine must yield between backward steps")
 	}
 }
