@@ -66,12 +66,15 @@ type Options struct {
 	// rank counts and backends (empty: all).
 	AllreduceBytes    []int
 	AllreduceBackends []string
+	// Backends are the scaling workload's FULGUR_BACKEND values for its
+	// ranks, each measured against the same one-rank baseline (empty: auto).
+	Backends []string
 }
 
 func parseOptions(args []string) (*Options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	o := &Options{}
-	var wl, thr, pthr, bl, rk, arBytes, arBackends string
+	var wl, thr, pthr, bl, rk, arBytes, arBackends, backends string
 	fs.StringVar(&wl, "workload", "mlp", "comma-separated workloads: "+strings.Join(workloadNames(), ", ")+", or all")
 	fs.IntVar(&o.Runs, "runs", 3, "runs of each configuration (figures are medians)")
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON object per line instead of a table")
@@ -92,6 +95,7 @@ func parseOptions(args []string) (*Options, error) {
 	fs.BoolVar(&o.Verbose, "v", false, "show the child processes' logs")
 	fs.StringVar(&arBytes, "bytes", "", "allreduce message sizes in bytes, comma-separated (default 262144,4194304,26214400)")
 	fs.StringVar(&arBackends, "backends", "", "allreduce backends and peers, comma-separated, among tcp, shm, mpi, openmpi-sm, openmpi-tcp (default all)")
+	fs.StringVar(&backends, "backend", "", "scaling: the ranks' collective backends, comma-separated to compare: tcp, shm (default: auto, shm on one host)")
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "limit for one measured process")
 	fs.StringVar(&rk, "ranks", "", "rank counts, comma-separated: of the allreduce workload (default 2,4) and of the scaleout workload (default 1,2,4; above 1: even, split over its two nodes)")
 	fs.StringVar(&o.LinkRate, "link-rate", "10gbit", "scaleout: the rate of the link between the two nodes (tc tbf syntax)")
@@ -132,6 +136,16 @@ func parseOptions(args []string) (*Options, error) {
 	if arBytes != "" {
 		if o.AllreduceBytes, err = intList("-bytes", arBytes); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	if backends != "" {
+		for _, b := range strings.Split(backends, ",") {
+			switch b = strings.TrimSpace(b); b {
+			case "tcp", "shm":
+				o.Backends = append(o.Backends, b)
+			default:
+				errs = append(errs, fmt.Errorf("-backend has %q: use tcp or shm, comma-separated", b))
+			}
 		}
 	}
 	if arBackends != "" {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -100,6 +101,44 @@ func TestScalingEfficiency(t *testing.T) {
 	rows := workloads["scaling"].Derive(&Options{Runs: 2}, rs)
 	if len(rows) != 1 || math.Abs(rows[0].Figures["efficiency"].Median-0.85) > 1e-12 {
 		t.Fatalf("rows %+v, want one efficiency row of median 0.85", rows)
+	}
+}
+
+// -backend tcp,shm measures the 2 ranks once per backend, each against
+// the same one-rank baseline, in a row of its own.
+func TestScalingEfficiencyPerBackend(t *testing.T) {
+	o, err := parseOptions([]string{"-workload", "scaling", "-backend", "tcp,shm"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := workloads["scaling"].Configs(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var two []string
+	for _, c := range cs {
+		if c.Variant == "mlp" && c.Ranks == 2 {
+			two = append(two, c.Backend)
+		}
+		if c.Ranks == 1 && c.Backend != "" {
+			t.Errorf("the one-rank baseline %s has backend %q", c.Label(), c.Backend)
+		}
+	}
+	if !slices.Equal(two, []string{"tcp", "shm"}) {
+		t.Errorf("2-rank mlp configurations have backends %q, want tcp then shm", two)
+	}
+	rs := []*Result{
+		{Config: Config{Workload: "scaling", Impl: "fulgur", Variant: "mlp", Ranks: 1}, Runs: runs(100, 100)},
+		{Config: Config{Workload: "scaling", Impl: "fulgur", Variant: "mlp", Ranks: 2, Backend: "tcp"}, Runs: runs(180, 160)},
+		{Config: Config{Workload: "scaling", Impl: "fulgur", Variant: "mlp", Ranks: 2, Backend: "shm"}, Runs: runs(190, 190)},
+	}
+	rows := workloads["scaling"].Derive(&Options{Runs: 2}, rs)
+	if len(rows) != 2 || rows[0].Config != "fulgur mlp tcp efficiency" || math.Abs(rows[0].Figures["efficiency"].Median-0.85) > 1e-12 ||
+		rows[1].Config != "fulgur mlp shm efficiency" || math.Abs(rows[1].Figures["efficiency"].Median-0.95) > 1e-12 {
+		t.Fatalf("rows %+v, want tcp's efficiency 0.85 then shm's 0.95", rows)
+	}
+	if _, err := parseOptions([]string{"-backend", "udp"}); err == nil || !strings.Contains(err.Error(), `-backend has "udp"`) {
+		t.Errorf("-backend udp: error %v, want one naming the value", err)
 	}
 }
 

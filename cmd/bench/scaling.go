@@ -21,7 +21,7 @@ import (
 func init() {
 	register(&workload{
 		Name: "scaling",
-		Doc:  "ddp with 2 ranks (batch 32 each) vs 1 rank (batch 64), each rank pinned to one core, 200 steps, mlp and resnet8",
+		Doc:  "ddp with 2 ranks (batch 32 each) vs 1 rank (batch 64), each rank pinned to one core, 200 steps, mlp and resnet8 (-backend tcp,shm: each backend)",
 		Configs: func(o *Options) ([]Config, error) {
 			if !strategy.Known("ddp") {
 				return nil, errors.New(`strategy "ddp" is not registered yet (strategy/registry): the workload runs once it lands`)
@@ -31,12 +31,24 @@ func init() {
 				models = append([]string{"resnet8"}, models...)
 			}
 			steps := orDefault(o.Steps, 200)
+			backends := o.Backends
+			if len(backends) == 0 {
+				backends = []string{""} // auto
+			}
 			var cs []Config
 			for _, m := range models {
 				for _, ranks := range []int{1, 2} {
 					c := Config{Workload: "scaling", Variant: m, Impl: "fulgur", Threads: 1, BLAS: o.BLAS[0],
 						Workers: 1, Pinned: true, Batch: 64 / ranks, Epochs: 1, Steps: steps, Ranks: ranks, Seed: o.Seed, Data: o.Data}
-					cs = append(cs, c)
+					if ranks == 1 {
+						cs = append(cs, c)
+					} else {
+						for _, b := range backends {
+							c.Backend = b
+							cs = append(cs, c)
+						}
+						c.Backend = ""
+					}
 					if o.Peer == "torch" {
 						c.Impl, c.BLAS = "torch", ""
 						cs = append(cs, c)
@@ -66,21 +78,22 @@ func init() {
 		},
 		Derive: func(o *Options, rs []*Result) []Row {
 			var rows []Row
-			type key struct{ impl, model string }
+			// Each backend's 2 ranks against the one-rank baseline.
+			type key struct{ impl, model, backend string }
 			one, two := map[key]*Result{}, map[key]*Result{}
 			var keys []key
 			for _, r := range rs {
-				k := key{r.Config.Impl, r.Config.Variant}
+				k := key{r.Config.Impl, r.Config.Variant, r.Config.Backend}
 				if r.Config.Ranks > 1 {
 					two[k] = r
+					keys = append(keys, k)
 				} else {
 					one[k] = r
-					keys = append(keys, k)
 				}
 			}
 			for _, k := range keys {
-				a, b := one[k], two[k]
-				if a == nil || b == nil {
+				a, b := one[key{k.impl, k.model, ""}], two[k]
+				if a == nil {
 					continue
 				}
 				var eff []float64
@@ -90,9 +103,14 @@ func init() {
 					}
 				}
 				if len(eff) > 0 {
-					rows = append(rows, Row{Workload: "scaling", Config: k.impl + " " + k.model + " efficiency", N: len(eff),
-						Labels:  map[string]any{"impl": k.impl, "model": k.model, "ranks": 2},
-						Figures: map[string]Stat{"efficiency": stat(eff)}})
+					name := k.impl + " " + k.model
+					labels := map[string]any{"impl": k.impl, "model": k.model, "ranks": 2}
+					if k.backend != "" {
+						name += " " + k.backend
+						labels["backend"] = k.backend
+					}
+					rows = append(rows, Row{Workload: "scaling", Config: name + " efficiency", N: len(eff),
+						Labels: labels, Figures: map[string]Stat{"efficiency": stat(eff)}})
 				}
 			}
 			return rows

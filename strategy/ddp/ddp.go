@@ -278,7 +278,11 @@ func (d *DDP) setupReplica(ctx context.Context, su strategy.Setup) (*module.Stor
 		return nil, d.fail("broadcast rank 0's parameters and buffers", err)
 	}
 	d.lastDone = ddpOp{kind: opSetup}
-	opts := append(replica.StatSyncOption(ddpStatSync{d}, d.world, su.SyncBatchNorm), engine.WithGradReady(d.gradReady))
+	// On one P, the engine yields between backward ops while this step's
+	// buckets are being reduced, so their reduction overlaps the rest of
+	// the pass.
+	inFlight := func() bool { return len(d.pending) > 0 }
+	opts := append(replica.StatSyncOption(ddpStatSync{d}, d.world, su.SyncBatchNorm), engine.WithGradReady(d.gradReady), engine.WithCommInFlight(inFlight))
 	d.eng = engine.New(su.Module, store, su.Fields, replica.Seed(su.Seed, d.rank), opts...)
 	d.rep = replica.NewGraphs(d.eng)
 	if d.localRanks > 1 {

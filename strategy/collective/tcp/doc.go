@@ -26,6 +26,15 @@
 // dtype, op, root, length, sequence number) that every rank checks against
 // its predecessor's, so mismatched calls fail with collective.ErrMismatch.
 //
+// Progress on one core: in a process with one P (GOMAXPROCS=1, as a rank
+// pinned to one core has), an operation's reads and writes over plain TCP
+// try the socket without waiting and, while it has nothing, yield and try
+// again as long as the process's other goroutines run (the engine yields
+// between backward steps), instead of parking in Go's network poller,
+// which would wake them only when the P has nothing else to do or every
+// 10 ms: so an asynchronous all-reduce progresses while backward computes.
+// With nothing else to run, or with more Ps, they park at once as before.
+//
 // Faults: the first failure breaks the group. The rank that sees it sends an
 // abort frame naming the blamed rank both ways round the ring, so every rank
 // returns an error naming the same peer; a dead process shows up as EOF on
@@ -48,7 +57,7 @@
 //
 // Frames are those of strategy/collective/wire (little endian, a
 // fixed 24-byte header; its DecodeFrame is fuzzed). The package imports only
-// the standard library, zerolog, strategy/collective, its rendezvous and
-// internal wire packages; it must not import another backend (shm, nccl,
+// the standard library, golang.org/x/sys/unix, zerolog, strategy/collective,
+// its rendezvous and internal wire packages; it must not import another backend (shm, nccl,
 // mpi, inproc), trainer or strategy.
 package tcp

@@ -59,6 +59,11 @@ type Ring struct {
 	rank, size int
 	rv         *rendezvous.Rendezvous
 	next, prev conn // data flows prev -> us -> next; aborts flow both ways
+	// in reads an operation's frames from prev, and out writes them to
+	// next: spinning (spin_linux.go) over plain TCP, else prev's Read and
+	// next's writes.
+	in  io.Reader
+	out func(*net.Buffers) (int64, error)
 
 	wmu      sync.Mutex // forward writes on next
 	midFrame bool       // a forward write was interrupted inside a frame
@@ -202,9 +207,22 @@ func newRing(ctx context.Context, rv *rendezvous.Rendezvous, cfg Config) (*Ring,
 	if cfg.wrap != nil {
 		g.next, g.prev = cfg.wrap(g.next, true), cfg.wrap(g.prev, false)
 	}
+	g.attach(g.next, g.prev)
 	rv.StopAccepting()
 	go g.reverseReader()
 	return g, nil
+}
+
+// attach makes next and prev the ring's connections, with the reader and
+// writer of operations over them.
+func (g *Ring) attach(next, prev conn) {
+	g.next, g.prev = next, prev
+	if g.in, _ = spinning(prev); g.in == nil {
+		g.in = prev
+	}
+	if _, g.out = spinning(next); g.out == nil {
+		g.out = func(b *net.Buffers) (int64, error) { return b.WriteTo(next) }
+	}
 }
 
 func (g *Ring) nextRank() int { return (g.rank + 1) % g.size }
@@ -843,7 +861,7 @@ func (g *Ring) writeFrames(seq uint64, fs ...frame) error {
 	if g.closing.Load() || g.brokenCause() != nil {
 		return net.ErrClosed
 	}
-	n, err := bufs.WriteTo(g.next)
+	n, err := g.out(&bufs)
 	if err != nil && (n > 0 || rawTCP(g.next) != nil) {
 		// Part of the frame went out; or, over TLS, the write may have put
 		// part of a record on the wire even when it reports none, and the
@@ -860,7 +878,7 @@ func (g *Ring) checkFrame(h collective.Header, hdr wire.Header, prev int, fail f
 	switch hdr.Kind {
 	case wire.KindAbort:
 		pl := make([]byte, hdr.Length)
-		if _, err := io.ReadFull(g.prev, pl); err != nil {
+		if _, err := io.ReadFull(g.in, pl); err != nil {
 			return hdr, readErr("abort", err)
 		}
 		a, err := wire.DecodeAbort(pl)
@@ -904,7 +922,7 @@ func (g *Ring) receiver(h collective.Header, algo uint8, data []byte, buf any, e
 			return wire.Header{}, g.opErr(h, *c)
 		}
 		for {
-			if _, err := io.ReadFull(g.prev, g.hb); err != nil {
+			if _, err := io.ReadFull(g.in, g.hb); err != nil {
 				return wire.Header{}, readErr(what, err)
 			}
 			// The header came: prev is alive, and its payload (or next
@@ -941,7 +959,7 @@ func (g *Ring) receiver(h collective.Header, algo uint8, data []byte, buf any, e
 		return fail(cause{prev, fmt.Errorf("%w: rank %d sent %s before the operation header", collective.ErrPeerLost, prev, hdr.Kind)})
 	}
 	pl := make([]byte, hdr.Length)
-	if _, err := io.ReadFull(g.prev, pl); err != nil {
+	if _, err := io.ReadFull(g.in, pl); err != nil {
 		return readErr("operation header", err)
 	}
 	oh, err := wire.DecodeOpHeader(pl)
@@ -967,11 +985,11 @@ func (g *Ring) receiver(h collective.Header, algo uint8, data []byte, buf any, e
 			return fail(cause{prev, fmt.Errorf("%w: rank %d sent %s of %d bytes, want data of %d", collective.ErrMismatch, prev, hdr.Kind, hdr.Length, want)})
 		}
 		if !s.reduce {
-			if _, err := io.ReadFull(g.prev, data[s.lo*esz:s.hi*esz]); err != nil {
+			if _, err := io.ReadFull(g.in, data[s.lo*esz:s.hi*esz]); err != nil {
 				return readErr("data", err)
 			}
 		} else {
-			if _, err := io.ReadFull(g.prev, g.scratch[:want]); err != nil {
+			if _, err := io.ReadFull(g.in, g.scratch[:want]); err != nil {
 				return readErr("data", err)
 			}
 			switch b := buf.(type) {

@@ -59,8 +59,9 @@ func TestFrameStraddlingTheDeadline(t *testing.T) {
 		}
 	}()
 	sc := make([]float64, cfg.SegmentBytes/8)
-	g := &Ring{cfg: cfg, rank: 1, size: 2, next: next, prev: prev, hb: make([]byte, wire.HeaderSize), whb: make([]byte, 2*wire.HeaderSize),
+	g := &Ring{cfg: cfg, rank: 1, size: 2, hb: make([]byte, wire.HeaderSize), whb: make([]byte, 2*wire.HeaderSize),
 		scratch: unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(sc))), len(sc)*8), brokenCh: make(chan struct{}), readerDone: make(chan struct{})}
+	g.attach(next, prev)
 
 	// Rank 0's side of an all-reduce of two float32 (its values 10 and 20):
 	// rank 1 receives block 1 to reduce, then the reduced block 0.

@@ -45,6 +45,8 @@ type Engine struct {
 	// beforeBackward is called by training runs between the forward and
 	// the backward pass (SetBeforeBackward); nil: not called.
 	beforeBackward func(loss float64) error
+	// commInFlight: WithCommInFlight's; nil: never.
+	commInFlight func() bool
 }
 
 type key struct {
@@ -88,6 +90,7 @@ type gatherRun struct {
 	accumulate, direct bool
 	scale              float64
 	beforeBackward     func(loss float64) error
+	commInFlight       func() bool
 }
 
 type gradBinding struct {
@@ -122,6 +125,22 @@ type Option func(*Engine)
 // (Engine.Tape) gradients are reported after the whole run.
 func WithGradReady(ready func(offset, n int)) Option {
 	return func(e *Engine) { e.ready = ready }
+}
+
+// WithCommInFlight makes training runs in a process with one P
+// (GOMAXPROCS=1, a rank pinned to one core) yield the P between the
+// backward pass's steps while inFlight reports true: while a strategy's
+// reduction of gradients already handed over is in flight, the goroutine
+// moving it (which tries its socket or shared memory and yields back) gets
+// the core between ops, where it would otherwise wait for the whole
+// backward pass (or sysmon's 10 ms) and the reduction would not overlap
+// it. While none is in flight the runs do not yield: a yield would hand
+// the core to other goroutines (the data loader preparing the next batch)
+// whose work would then lengthen the backward pass instead of filling the
+// wait for the peers after it. inFlight runs on the goroutine running the
+// graph, like WithGradReady's ready.
+func WithCommInFlight(inFlight func() bool) Option {
+	return func(e *Engine) { e.commInFlight = inFlight }
 }
 
 // WithStatSync gives the engine's graphs s to reduce BatchNorm statistics
@@ -221,7 +240,7 @@ func (e *Engine) Run(ctx context.Context, mode module.Mode, b *data.Batch, accum
 		// Gradients whose op can write into the store do so when they are
 		// wanted as they are (no accumulation, no scaling): no copy after.
 		direct := !accumulate && scale == 1
-		c.run = gatherRun{e: e, accumulate: accumulate, direct: direct, scale: scale, beforeBackward: e.beforeBackward}
+		c.run = gatherRun{e: e, accumulate: accumulate, direct: direct, scale: scale, beforeBackward: e.beforeBackward, commInFlight: e.commInFlight}
 		err := c.exec.run(direct, c)
 		c.run = gatherRun{}
 		if err != nil {
@@ -355,6 +374,13 @@ func (c *compiled) stepDone(i int) {
 	for _, gi := range c.readyAfter[i] {
 		r.e.gatherGrad(c, gi, r.accumulate, r.scale, r.direct)
 	}
+}
+
+// commInFlight reports whether the run's strategy has communication in
+// flight (WithCommInFlight).
+func (c *compiled) commInFlight() bool {
+	f := c.run.commInFlight
+	return f != nil && f()
 }
 
 // forwardDone calls the run's hook before the backward pass with the loss,

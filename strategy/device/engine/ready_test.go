@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -14,6 +15,22 @@ import (
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/strategy/device/engine"
 )
+
+// resNetStore returns models.ResNet and a parameter store for it.
+func resNetStore(t *testing.T) (*models.ResNet, *module.Store) {
+	t.Helper()
+	mod := &models.ResNet{}
+	b := module.NewBuilder(tensor.Float32)
+	if err := mod.Configure(b); err != nil {
+		t.Fatal(err)
+	}
+	specs, _ := b.Specs()
+	st, err := module.NewStore(specs, tensor.Float32, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mod, st
+}
 
 // report is one WithGradReady call: the span, a copy of the store's
 // gradients then, and whether the first layer's weight gradient (the last
@@ -31,16 +48,7 @@ type report struct {
 // in the store when reported: its span then holds what it holds after the
 // run, scaled or accumulated as asked.
 func TestGradientsAreReportedWhenFinal(t *testing.T) {
-	mod := &models.ResNet{}
-	b := module.NewBuilder(tensor.Float32)
-	if err := mod.Configure(b); err != nil {
-		t.Fatal(err)
-	}
-	specs, _ := b.Specs()
-	st, err := module.NewStore(specs, tensor.Float32, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mod, st := resNetStore(t)
 	entry := func(name string) module.Entry {
 		e, ok := st.Lookup(name)
 		if !ok {
@@ -121,5 +129,52 @@ func TestGradientsAreReportedWhenFinal(t *testing.T) {
 				t.Error("the stem's gradient was written before the classifier's was reported: not reported during the backward pass")
 			}
 		})
+	}
+}
+
+// With one P (a rank pinned to one core), a goroutine woken by the first
+// gradient's report (a strategy's communication goroutine, handed a
+// bucket) runs while the backward pass still runs, the stem's gradient (the
+// last one backward computes) still unwritten, when the strategy says its
+// communication is in flight (WithCommInFlight): the engine yields between
+// backward steps. Without the yields it would run only once the pass ended
+// and the caller blocked (or sysmon preempted the pass after 10 ms).
+func TestCommunicationRunsDuringBackwardOnOneP(t *testing.T) {
+	mod, st := resNetStore(t)
+	stem, ok := st.Lookup("conv1.weight")
+	if !ok {
+		t.Fatal(`the model has no "conv1.weight"`)
+	}
+	work := make(chan struct{}, 1)
+	sawStemOpen := make(chan bool, 1)
+	go func() { // the communication goroutine
+		<-work
+		sawStemOpen <- math.IsNaN(float64(st.Grad32()[stem.Offset]))
+	}()
+	handed := false
+	fields := []data.Field{{Name: "x", Shape: []int{1, 28, 28}}, {Name: "y"}}
+	e := engine.New(mod, st, fields, 1, engine.WithGradReady(func(off, n int) {
+		if !handed {
+			handed = true
+			work <- struct{}{}
+		}
+	}), engine.WithCommInFlight(func() bool { return handed }))
+	batch := &data.Batch{Size: 4, Fields: fields, Data: [][]float32{make([]float32, 4*28*28), make([]float32, 4)}}
+	for i := range batch.Data[0] {
+		batch.Data[0][i] = float32(i%7) / 7
+	}
+	ctx := context.Background()
+	if err := e.Compile(module.Train, batch); err != nil {
+		t.Fatal(err)
+	}
+	for i := range st.Grad32() {
+		st.Grad32()[i] = float32(math.NaN())
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	if _, err := e.Run(ctx, module.Train, batch, false, 1); err != nil {
+		t.Fatal(err)
+	}
+	if !<-sawStemOpen {
+		t.Error("the goroutine woken by the first gradient's report ran only after the backward pass: under GOMAXPROCS=1, with communication in flight, the engine must yield between backward steps")
 	}
 }
