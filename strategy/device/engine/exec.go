@@ -144,11 +144,14 @@ func dtypeOf(n *G.Node) (dt tensor.Dtype, err error) {
 // calls done (when not nil) on the calling goroutine.
 func (e *executor) run(direct bool, done stepDone) error {
 	// With one P, yield between the backward pass's steps while
-	// communication is in flight (WithCommInFlight). With nothing else to
-	// run a Gosched costs ~0.1 µs.
-	oneP := e.backwardAt >= 0 && done != nil && runtime.GOMAXPROCS(0) == 1
+	// communication is in flight (WithCommInFlight), and between any steps
+	// of a sharded run while a gather or reduction it started is not yet
+	// waited for (shardHooks.inFlight). With nothing else to run a Gosched
+	// costs ~0.1 µs.
+	oneP := runtime.GOMAXPROCS(0) == 1
+	commYield := oneP && e.backwardAt >= 0 && done != nil
 	for i := range e.steps {
-		if oneP && i > e.backwardAt && done.commInFlight() {
+		if commYield && i > e.backwardAt && done.commInFlight() {
 			runtime.Gosched()
 		}
 		if i == e.backwardAt && done != nil {
@@ -159,6 +162,13 @@ func (e *executor) run(direct bool, done stepDone) error {
 		if e.hooks != nil {
 			if err := e.hooks.before(e, i); err != nil {
 				return err
+			}
+			// After before, which may have started the next unit's gather,
+			// so that its goroutine gets the core before this step computes;
+			// a reduction started after the step before gets it here too,
+			// unless before had to wait for it to free its buffer.
+			if oneP && e.hooks.inFlight() {
+				runtime.Gosched()
 			}
 		}
 		st := &e.steps[i]

@@ -25,6 +25,13 @@ import (
 // made without a gradient buffer by module.NewStoreWithoutGrad): nothing is
 // gathered or released, and only the gradients go through the pool to
 // Reduce, unit by unit (ZeRO stage 1 and 2 over units as gradient buckets).
+//
+// In a process with one P (GOMAXPROCS=1, a rank pinned to one core) runs
+// yield the P between steps while a Wait the callbacks returned is not yet
+// waited for, so that the goroutine moving a prefetched gather or a
+// reduction gets the core while the units after it compute: a sharded
+// engine needs no WithCommInFlight. While none is outstanding runs do not
+// yield.
 type Sharding struct {
 	// Units cut the flat learnable parameters into spans of whole tensors,
 	// in store order, covering all of them.
@@ -247,6 +254,7 @@ type shardHooks struct {
 	segSlot []int
 	segWait []Wait
 	issued  int // segments whose gather was started, in order
+	waited  int // segments whose gather was waited for, in the same order
 	gslot   []int
 	pending []pendingGrad
 }
@@ -393,7 +401,7 @@ func otherUse(uses [][]int, u, a, b int) bool {
 
 func (h *shardHooks) start(ctx context.Context) {
 	h.ctx = ctx
-	h.issued = 0
+	h.issued, h.waited = 0, 0
 	for i := range h.segSlot {
 		h.segSlot[i], h.segWait[i] = -1, nil
 	}
@@ -441,6 +449,7 @@ func (h *shardHooks) before(e *executor, i int) error {
 		if err := h.segWait[k](); err != nil {
 			return fmt.Errorf("gather the parameters of unit %d: %w", h.segs[k].unit, err)
 		}
+		h.waited = k + 1
 		for _, l := range h.leaves[h.segs[k].unit] {
 			e.vals[l.val] = h.view(h.pool.param, 0, h.segSlot[k], l.val, l.off, l.shape)
 		}
@@ -469,6 +478,13 @@ func (h *shardHooks) before(e *executor, i int) error {
 		}
 	}
 	return nil
+}
+
+// inFlight reports whether a gather or reduction the run started is not
+// yet waited for: the goroutine moving it may need the core (see
+// executor.run's yield at one P).
+func (h *shardHooks) inFlight() bool {
+	return h.issued > h.waited || len(h.pending) > 0
 }
 
 // acquireGrad returns a free gradient buffer, waiting for the oldest

@@ -16,8 +16,8 @@ import (
 	"github.com/fulgur-ml/fulgur/strategy/device/engine"
 )
 
-// resNetStore returns models.ResNet and a parameter store for it.
-func resNetStore(t *testing.T) (*models.ResNet, *module.Store) {
+// resNetSpecs returns models.ResNet and its parameters' specs.
+func resNetSpecs(t *testing.T) (*models.ResNet, []module.Spec) {
 	t.Helper()
 	mod := &models.ResNet{}
 	b := module.NewBuilder(tensor.Float32)
@@ -25,6 +25,13 @@ func resNetStore(t *testing.T) (*models.ResNet, *module.Store) {
 		t.Fatal(err)
 	}
 	specs, _ := b.Specs()
+	return mod, specs
+}
+
+// resNetStore returns models.ResNet and a parameter store for it.
+func resNetStore(t *testing.T) (*models.ResNet, *module.Store) {
+	t.Helper()
+	mod, specs := resNetSpecs(t)
 	st, err := module.NewStore(specs, tensor.Float32, 1)
 	if err != nil {
 		t.Fatal(err)
