@@ -103,6 +103,62 @@ func (p *proc) line(prefix string) (string, error) {
 	return "", fmt.Errorf("no %q line; output:\n%s", prefix, p.log.String())
 }
 
+// killOneRank starts n worker processes of this test binary (each given
+// env besides its rank), waits until every one streams all-reduces,
+// SIGKILLs rank victim and returns the processes, the others still
+// running, and when the kill was sent. Whatever still runs is killed when
+// the test ends.
+func killOneRank(ctx context.Context, t *testing.T, n, victim int, env ...string) ([]*proc, time.Time) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs := make([]*proc, n)
+	t.Cleanup(func() { // no orphans, whatever happened
+		for _, p := range procs {
+			if p != nil && p.cmd.ProcessState == nil {
+				p.cmd.Process.Kill()
+				p.cmd.Wait()
+			}
+		}
+	})
+	start := func(rank, port int) {
+		cmd := exec.CommandContext(ctx, exe, "-test.run=^$")
+		cmd.Env = append(append(os.Environ(), workerEnv+"=1", rendezvous.TokenEnv+"=k",
+			"RANK="+strconv.Itoa(rank), "WORLD_SIZE="+strconv.Itoa(n), "MASTER_PORT="+strconv.Itoa(port)), env...)
+		cmd.Stderr = os.Stderr
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		procs[rank] = &proc{cmd: cmd, out: bufio.NewScanner(stdout)}
+	}
+	start(0, 0)
+	l, err := procs[0].line("PORT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, _ := strconv.Atoi(strings.Fields(l)[1])
+	for r := 1; r < n; r++ {
+		start(r, port)
+	}
+	for r, p := range procs {
+		if _, err := p.line("RUNNING"); err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	killed := time.Now()
+	if err := procs[victim].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	procs[victim].cmd.Wait()
+	return procs, killed
+}
+
 // TestKillRankProcess runs a real multi-process group, SIGKILLs one rank in
 // the middle of a stream of 8 MB all-reduces, and checks that every other
 // rank exits with an error naming it, well before the 1 minute peer timeout.
@@ -110,58 +166,13 @@ func TestKillRankProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test skipped with -short")
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, backend := range []string{"tcp", "shm"} {
 		for _, victim := range []int{0, 2} {
 			t.Run(fmt.Sprintf("%s/kill=%d", backend, victim), func(t *testing.T) {
 				const n = 3
 				ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 				defer cancel()
-				procs := make([]*proc, n)
-				start := func(rank, port int) {
-					cmd := exec.CommandContext(ctx, exe, "-test.run=^$")
-					cmd.Env = append(os.Environ(), workerEnv+"=1", "BACKEND="+backend, rendezvous.TokenEnv+"=k",
-						"RANK="+strconv.Itoa(rank), "WORLD_SIZE="+strconv.Itoa(n), "MASTER_PORT="+strconv.Itoa(port))
-					cmd.Stderr = os.Stderr
-					stdout, err := cmd.StdoutPipe()
-					if err != nil {
-						t.Fatal(err)
-					}
-					if err := cmd.Start(); err != nil {
-						t.Fatal(err)
-					}
-					procs[rank] = &proc{cmd: cmd, out: bufio.NewScanner(stdout)}
-				}
-				defer func() { // no orphans, whatever happened
-					for _, p := range procs {
-						if p != nil && p.cmd.ProcessState == nil {
-							p.cmd.Process.Kill()
-							p.cmd.Wait()
-						}
-					}
-				}()
-				start(0, 0)
-				l, err := procs[0].line("PORT")
-				if err != nil {
-					t.Fatal(err)
-				}
-				port, _ := strconv.Atoi(strings.Fields(l)[1])
-				for r := 1; r < n; r++ {
-					start(r, port)
-				}
-				for r, p := range procs {
-					if _, err := p.line("RUNNING"); err != nil {
-						t.Fatalf("rank %d: %v", r, err)
-					}
-				}
-				killed := time.Now()
-				if err := procs[victim].cmd.Process.Signal(syscall.SIGKILL); err != nil {
-					t.Fatal(err)
-				}
-				procs[victim].cmd.Wait()
+				procs, killed := killOneRank(ctx, t, n, victim, "BACKEND="+backend)
 				for r, p := range procs {
 					if r == victim {
 						continue

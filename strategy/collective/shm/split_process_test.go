@@ -3,21 +3,17 @@
 package shm_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fulgur-ml/fulgur/strategy/collective"
-	"github.com/fulgur-ml/fulgur/strategy/collective/rendezvous"
 )
 
 // splitIfAsked gives a worker with SPLIT set the sub-group of its rank in
@@ -42,10 +38,6 @@ func TestKillRankProcessInSubGroup(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test skipped with -short")
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, backend := range []string{"tcp", "shm"} {
 		for _, victim := range []int{2, 3} {
 			t.Run(fmt.Sprintf("%s/kill=%d", backend, victim), func(t *testing.T) {
@@ -53,48 +45,7 @@ func TestKillRankProcessInSubGroup(t *testing.T) {
 				survivor := 5 - victim
 				ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 				defer cancel()
-				procs := make([]*proc, n)
-				start := func(rank, port int) {
-					cmd := exec.CommandContext(ctx, exe, "-test.run=^$")
-					cmd.Env = append(os.Environ(), workerEnv+"=1", "SPLIT=1", "BACKEND="+backend, rendezvous.TokenEnv+"=k",
-						"RANK="+strconv.Itoa(rank), "WORLD_SIZE="+strconv.Itoa(n), "MASTER_PORT="+strconv.Itoa(port))
-					cmd.Stderr = os.Stderr
-					stdout, err := cmd.StdoutPipe()
-					if err != nil {
-						t.Fatal(err)
-					}
-					if err := cmd.Start(); err != nil {
-						t.Fatal(err)
-					}
-					procs[rank] = &proc{cmd: cmd, out: bufio.NewScanner(stdout)}
-				}
-				defer func() {
-					for _, p := range procs {
-						if p != nil && p.cmd.ProcessState == nil {
-							p.cmd.Process.Kill()
-							p.cmd.Wait()
-						}
-					}
-				}()
-				start(0, 0)
-				l, err := procs[0].line("PORT")
-				if err != nil {
-					t.Fatal(err)
-				}
-				port, _ := strconv.Atoi(strings.Fields(l)[1])
-				for r := 1; r < n; r++ {
-					start(r, port)
-				}
-				for r, p := range procs {
-					if _, err := p.line("RUNNING"); err != nil {
-						t.Fatalf("rank %d: %v", r, err)
-					}
-				}
-				killed := time.Now()
-				if err := procs[victim].cmd.Process.Signal(syscall.SIGKILL); err != nil {
-					t.Fatal(err)
-				}
-				procs[victim].cmd.Wait()
+				procs, killed := killOneRank(ctx, t, n, victim, "SPLIT=1", "BACKEND="+backend)
 				p := procs[survivor]
 				l, lerr := p.line("FAILED")
 				io.Copy(io.Discard, p.cmd.Stdout.(io.Reader))
