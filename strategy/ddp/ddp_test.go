@@ -12,6 +12,7 @@ import (
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
 	"github.com/fulgur-ml/fulgur/strategy/ddp"
+	"github.com/fulgur-ml/fulgur/strategy/device"
 	"github.com/fulgur-ml/fulgur/strategy/device/fakedevice"
 	"github.com/fulgur-ml/fulgur/strategy/strategytest"
 )
@@ -19,23 +20,9 @@ import (
 // ddpRanks makes n in-process DDP ranks over inproc and fake devices.
 func ddpRanks(t testing.TB, n int, bucketBytes int, gopts []inproc.Option, dopts ...fakedevice.Option) []strategy.Strategy {
 	t.Helper()
-	group, err := inproc.NewGroup(n, append([]inproc.Option{inproc.Timeout(20 * time.Second)}, gopts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	devs, err := fakedevice.New(n, dopts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make([]strategy.Strategy, n)
-	for r := range out {
-		d, err := ddp.NewDDP(ddp.DDPConfig{Group: group[r], Device: devs[r], BucketBytes: bucketBytes, Timeout: 20 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[r] = d
-	}
-	return out
+	return strategytest.Ranks(t, n, gopts, dopts, func(g collective.Collective, d device.Device) (strategy.Strategy, error) {
+		return ddp.NewDDP(ddp.DDPConfig{Group: g, Device: d, BucketBytes: bucketBytes, Timeout: 20 * time.Second})
+	})
 }
 
 func TestDDPConformance(t *testing.T) {

@@ -11,8 +11,10 @@ import (
 
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
 	"github.com/fulgur-ml/fulgur/strategy/ddp"
+	"github.com/fulgur-ml/fulgur/strategy/device"
 	"github.com/fulgur-ml/fulgur/strategy/device/fakedevice"
 	"github.com/fulgur-ml/fulgur/strategy/sharded"
 	"github.com/fulgur-ml/fulgur/strategy/strategytest"
@@ -22,23 +24,9 @@ import (
 // most bucketBytes (64: a few floats, many units).
 func shardedRanks(t testing.TB, n, stage, bucketBytes int, gopts []inproc.Option, dopts ...fakedevice.Option) []strategy.Strategy {
 	t.Helper()
-	group, err := inproc.NewGroup(n, append([]inproc.Option{inproc.Timeout(20 * time.Second)}, gopts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	devs, err := fakedevice.New(n, dopts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make([]strategy.Strategy, n)
-	for r := range out {
-		s, err := sharded.New(sharded.Config{Group: group[r], Device: devs[r], BucketBytes: bucketBytes, Stage: stage, Timeout: 20 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[r] = s
-	}
-	return out
+	return strategytest.Ranks(t, n, gopts, dopts, func(g collective.Collective, d device.Device) (strategy.Strategy, error) {
+		return sharded.New(sharded.Config{Group: g, Device: d, BucketBytes: bucketBytes, Stage: stage, Timeout: 20 * time.Second})
+	})
 }
 
 func TestShardedConformance(t *testing.T) {

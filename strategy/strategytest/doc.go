@@ -11,8 +11,9 @@
 // pass (BeforeBackward, also run alone by strategies holding no whole
 // store). It also exports the small modules and data the suite uses (MLP;
 // Tapped, which counts its gradient ops; Regression) and the helpers that
-// drive several in-process ranks at once (Each, SetupAll).
+// make and drive several in-process ranks at once (Ranks, Each, SetupAll).
 //
-// strategytest may import strategy, module, data, optim, the inproc
-// collective and fakedevice; it must not import trainer.
+// strategytest may import strategy, module, data, optim, the collective and
+// device interfaces, the inproc collective and fakedevice; it must not
+// import trainer.
 package strategytest
