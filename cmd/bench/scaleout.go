@@ -52,7 +52,10 @@ const (
 	oneRank  = "single"
 	scaleUp  = "scale-up"
 	scaleOut = "scale-out"
-	limits   = "limits"
+	// scaleOutHier is scale-out over FULGUR_BACKEND=hier: shared memory
+	// inside each node, tcp across (with 2 or more ranks a node).
+	scaleOutHier = "scale-out hier"
+	limits       = "limits"
 	// One step's collectives alone, on each layout: the all-reduce of
 	// resnet8's gradients and a small one (the stop agreement's size).
 	commUp  = "comm scale-up"
@@ -112,6 +115,11 @@ func scaleoutConfigs(o *Options) ([]Config, error) {
 		up.Variant, up.Backend = scaleUp, "shm"
 		out.Variant, out.Backend, out.Nodes = scaleOut, "tcp", 2
 		cs = append(cs, up, out)
+		if r >= 4 && r%2 == 0 {
+			h := out
+			h.Variant, h.Backend = scaleOutHier, "hier"
+			cs = append(cs, h)
+		}
 		cup, cout := up, out
 		cup.Variant, cout.Variant = commUp, commOut
 		cup.Steps, cout.Steps, cup.Batch, cout.Batch = commIters, commIters, 0, 0
@@ -332,8 +340,28 @@ func scaleoutDerive(o *Options, rs []*Result) []Row {
 			Figures: map[string]Stat{"ratio": stat(ratio), "diff_pct": stat(diff), "up_step_ms": stat(upStep), "out_step_ms": stat(outStep),
 				"gap_ms": stat(gap), "relay_cpu_ms_per_step": stat(relayCPU)}})
 	}
+	for _, n := range ranks {
+		up, flat, h := by[scaleUp][n], by[scaleOut][n], by[scaleOutHier][n]
+		if up == nil || flat == nil || h == nil {
+			continue
+		}
+		var overFlat, overUp []float64
+		for run := 0; run < min(len(up.Runs), len(flat.Runs), len(h.Runs)); run++ {
+			u, f, x := up.Runs[run]["samples_per_s"], flat.Runs[run]["samples_per_s"], h.Runs[run]["samples_per_s"]
+			if u > 0 && f > 0 && x > 0 {
+				overFlat = append(overFlat, x/f)
+				overUp = append(overUp, x/u)
+			}
+		}
+		if len(overFlat) > 0 {
+			rows = append(rows, Row{Workload: "scaleout", N: len(overFlat),
+				Config:  fmt.Sprintf("scale-out with two-level collectives (shm in a node, tcp across) over the flat tcp ring, and over scale-up, samples_per_s, %d ranks%s", n, oversubscribed(n)),
+				Labels:  map[string]any{"ranks": n, "figure": "samples_per_s", "backend": "hier"},
+				Figures: map[string]Stat{"hier_over_flat": stat(overFlat), "hier_over_up": stat(overUp)}})
+		}
+	}
 	if lim != nil {
-		for _, v := range []string{oneRank, scaleUp, scaleOut} {
+		for _, v := range []string{oneRank, scaleUp, scaleOut, scaleOutHier} {
 			for _, n := range ranks {
 				if r := by[v][n]; r != nil {
 					if row, ok := limitsRow(o, r, lim); ok {
@@ -504,6 +532,7 @@ func scaleoutPlot(o *Options, rs []*Result) error {
 func scaleoutHistories(rs []*Result) ([]*plot.History, error) {
 	up := &plot.History{Label: "scale-up: one host, shm"}
 	out := &plot.History{Label: "scale-out: two nodes, tcp"}
+	hier := &plot.History{Label: "scale-out: two nodes, shm in a node, tcp across"}
 	for _, r := range rs {
 		v := r.figure("samples_per_s")
 		if len(v) == 0 {
@@ -518,12 +547,18 @@ func scaleoutHistories(rs []*Result) ([]*plot.History, error) {
 			up.Log(r.Config.Ranks, m)
 		case scaleOut:
 			out.Log(r.Config.Ranks, m)
+		case scaleOutHier:
+			hier.Log(r.Config.Ranks, m)
 		}
 	}
 	if len(up.Rows) == 0 && len(out.Rows) == 0 {
 		return nil, errors.New("no samples/s to plot: every configuration failed")
 	}
-	return []*plot.History{up, out}, nil
+	hs := []*plot.History{up, out}
+	if len(hier.Rows) > 0 {
+		hs = append(hs, hier)
+	}
+	return hs, nil
 }
 
 // defaultPlot is bench/scaleout.svg when the working directory is the

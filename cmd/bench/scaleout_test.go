@@ -64,7 +64,7 @@ func TestScaleoutConfigs(t *testing.T) {
 		}
 	}
 	want := []key{{limits, "", 1, 0}, {oneRank, "", 1, 0}, {scaleUp, "shm", 2, 0}, {scaleOut, "tcp", 2, 2}, {commUp, "shm", 2, 0}, {commOut, "tcp", 2, 2},
-		{scaleUp, "shm", 4, 0}, {scaleOut, "tcp", 4, 2}, {commUp, "shm", 4, 0}, {commOut, "tcp", 4, 2}}
+		{scaleUp, "shm", 4, 0}, {scaleOut, "tcp", 4, 2}, {scaleOutHier, "hier", 4, 2}, {commUp, "shm", 4, 0}, {commOut, "tcp", 4, 2}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("configurations %v, want %v", got, want)
 	}

@@ -97,7 +97,9 @@
 // TCP), shm (same host, shared memory), mpi (build tag mpi, cgo, Open MPI)
 // and nccl (libnccl loaded at run time). tcp, shm and nccl meet through the
 // shared, token-checked rendezvous package; backends never import each
-// other.
+// other. hier composes groups built by others into a two-level one (shared
+// memory inside a node, the network across) for jobs of several ranks on
+// each of several nodes; strategy/ddp builds it for FULGUR_BACKEND=hier.
 //
 // This package owns no policy: it must not decide who is rank 0 or read the
 // environment (strategy/cluster does), and must not import trainer, strategy

@@ -46,7 +46,7 @@ func TestDDPJoinsFromEnvironment(t *testing.T) {
 		{"size disagrees", "ddp", torchrun(0, 4), 3, 1, 0, 0, "the torchrun launcher started 4 processes, but Devices × NumNodes is 3 × 1 = 3"},
 		// fulgur run -nproc 3 ./train -devices 2 used to be blamed on torchrun.
 		{"size disagrees under fulgur run", "ddp", torchrun(0, 3, "FULGUR_LAUNCHER", "elastic"), 2, 1, 0, 0, "fulgur run started 3 processes, but Devices × NumNodes is 2 × 1 = 2"},
-		{"bad backend", "ddp", torchrun(0, 2, "FULGUR_BACKEND", "nccl2"), 2, 1, 0, 0, "FULGUR_BACKEND=\"nccl2\": use auto, tcp, shm, mpi"},
+		{"bad backend", "ddp", torchrun(0, 2, "FULGUR_BACKEND", "nccl2"), 2, 1, 0, 0, "FULGUR_BACKEND=\"nccl2\": use auto, tcp, shm, hier"},
 		{"inproc between processes", "ddp", torchrun(0, 2, "FULGUR_BACKEND", "inproc"), 2, 1, 0, 0, "joins goroutines, not processes"},
 		{"bad bucket", "ddp", torchrun(0, 2, "FULGUR_BUCKET_MB", "-1"), 2, 1, 0, 0, "FULGUR_BUCKET_MB=\"-1\""},
 		{"bad overlap", "ddp", torchrun(0, 2, "FULGUR_DDP_OVERLAP", "sometimes"), 2, 1, 0, 0, "FULGUR_DDP_OVERLAP=\"sometimes\": use 1"},

@@ -18,6 +18,7 @@ import (
 	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/cluster"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
+	"github.com/fulgur-ml/fulgur/strategy/collective/hier"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
 	"github.com/fulgur-ml/fulgur/strategy/collective/nccl"
 	"github.com/fulgur-ml/fulgur/strategy/collective/rendezvous"
@@ -33,7 +34,8 @@ import (
 const (
 	// EnvBackend picks the collective backend between processes: "auto"
 	// (the default: shared memory when every rank is on this host, else
-	// tcp), "tcp" or "shm".
+	// tcp), "tcp", "shm", "hier" (shared memory inside each host, tcp
+	// across them: strategy/collective/hier), "mpi" or "nccl".
 	EnvBackend = "FULGUR_BACKEND"
 	// EnvBucketMB is DDP's gradient bucket cap in MiB (default 25).
 	EnvBucketMB = "FULGUR_BUCKET_MB"
@@ -71,11 +73,11 @@ func readKnobs(lookup func(string) (string, bool)) (knobs, error) {
 	k.backend, _ = lookup(EnvBackend)
 	k.backend = strings.ToLower(strings.TrimSpace(k.backend))
 	switch k.backend {
-	case "", "auto", "tcp", "shm", "mpi", "nccl":
+	case "", "auto", "tcp", "shm", "hier", "mpi", "nccl":
 	case "inproc":
 		errs = append(errs, fmt.Errorf("%s=inproc: the in-process backend joins goroutines, not processes: build DDP with DDPConfig.Group from inproc.NewGroup instead, or use tcp, shm or auto", EnvBackend))
 	default:
-		errs = append(errs, fmt.Errorf("%s=%q: use auto, tcp, shm, mpi (a binary built with -tags mpi, launched by mpirun or srun) or nccl", EnvBackend, k.backend))
+		errs = append(errs, fmt.Errorf("%s=%q: use auto, tcp, shm, hier (shared memory inside each host, tcp across), mpi (a binary built with -tags mpi, launched by mpirun or srun) or nccl", EnvBackend, k.backend))
 	}
 	if v, ok := lookup(EnvBucketMB); ok && v != "" {
 		mb, err := strconv.ParseFloat(v, 64)
@@ -323,12 +325,56 @@ func connect(ctx context.Context, k knobs, env cluster.Env, token string, ln net
 		g, err = shm.New(ctx, rv)
 	case "nccl":
 		g, err = nccl.New(ctx, rv, nccl.Config{Device: env.LocalRank, Timeout: k.timeout})
+	case "hier":
+		g, err = connectHier(ctx, rv, env.NodeRank, log)
 	default:
 		g, err = shm.Auto(ctx, rv, tcp.NewGroup)
 	}
 	if err != nil {
 		rv.Close()
 		return nil, err
+	}
+	return g, nil
+}
+
+// connectHier builds the two-level group of FULGUR_BACKEND=hier: one tcp
+// ring over every rank, shared memory among the ranks of each node (tcp
+// where they cannot share memory) and tcp rings across the nodes. A node is
+// a host and the launcher's node rank (NODE_RANK, GROUP_RANK, SLURM_NODEID)
+// together, so two nodes started on one host (network namespaces) stay
+// two. A job whose nodes run different numbers of ranks, or one rank each,
+// or that runs on one node, gets the flat ring alone (and the log says why).
+func connectHier(ctx context.Context, rv *rendezvous.Rendezvous, nodeRank int, log zerolog.Logger) (collective.Group, error) {
+	ids, err := rv.Exchange(ctx, []byte(fmt.Sprintf("%s node %d", rv.Hosts()[rv.Rank()], nodeRank)))
+	if err != nil {
+		return nil, fmt.Errorf("%s=hier: exchange the ranks' nodes: %w", EnvBackend, err)
+	}
+	nodes := make([]string, len(ids))
+	for r, id := range ids {
+		nodes[r] = string(id)
+	}
+	flat, err := tcp.NewRing(ctx, rv)
+	if err != nil {
+		return nil, err
+	}
+	shape := hier.ShapeOf(nodes)
+	if ok, why := shape.Qualifies(); !ok {
+		if rv.Rank() == 0 {
+			log.Info().Str("layout", shape.String()).Msgf("%s=hier: %s; the ranks use one tcp ring", EnvBackend, why)
+		}
+		return collective.WithAsync(flat), nil
+	}
+	g, err := hier.New(ctx, flat, shape, func(ctx context.Context, color, key int) (collective.Collective, error) {
+		return rendezvous.SplitGroup(ctx, rv, flat, color, key, func(ctx context.Context, sub *rendezvous.Rendezvous) (collective.Collective, error) {
+			return shm.Auto(ctx, sub, tcp.NewGroup)
+		})
+	})
+	if err != nil {
+		flat.Close()
+		return nil, err
+	}
+	if rv.Rank() == 0 {
+		log.Info().Str("layout", shape.String()).Msg("collectives: shared memory inside each host, tcp across hosts")
 	}
 	return g, nil
 }

@@ -16,8 +16,8 @@
 // (NewDDP) and pass it as trainer.Config.StrategyImpl.
 //
 // ddp_launch.go re-executes the program for local ranks or joins the job a
-// launcher describes, and connects over FULGUR_BACKEND (auto, tcp, shm, mpi,
-// nccl). bucket.go lays out gradient buckets, which ddp.go reduces while
+// launcher describes, and connects over FULGUR_BACKEND (auto, tcp, shm,
+// hier, mpi, nccl). bucket.go lays out gradient buckets, which ddp.go reduces while
 // the backward pass runs (the engine reports each gradient as it is
 // computed, engine.WithGradReady); syncbn.go gives BatchNorm
 // layers the group's reductions for SyncBatchNorm. ddp_spawn's launching

@@ -668,3 +668,36 @@ func bigRank(t *testing.T, ctx context.Context, c collective.Collective) error {
 	check(t, fmt.Sprintf("100MB rank %d", r), buf, func(i int) float64 { return want(collective.Float32, n, i, collective.Sum) })
 	return nil
 }
+
+// Start builds the n ranks of a group at once, rank r by open(r) on a
+// goroutine of its own (ranks meet each other while they start), fails the
+// test naming the first rank that could not start, and closes every rank
+// when the test ends. Backends' tests use it to make the groups RunAll runs
+// on.
+func Start(t testing.TB, n int, open func(r int) (collective.Collective, error)) []collective.Collective {
+	t.Helper()
+	out := make([]collective.Collective, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[r], errs[r] = open(r)
+		}()
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, c := range out {
+			if c != nil {
+				c.Close()
+			}
+		}
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	return out
+}

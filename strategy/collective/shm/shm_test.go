@@ -37,37 +37,18 @@ func configs(t testing.TB, n int) []rendezvous.Config {
 func build(t testing.TB, n int, open func(context.Context, *rendezvous.Rendezvous) (collective.Group, error)) []collective.Collective {
 	t.Helper()
 	cfgs := configs(t, n)
-	out := make([]collective.Collective, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range cfgs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rv, err := rendezvous.Meet(context.Background(), cfgs[r])
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			g, err := open(context.Background(), rv)
-			if err != nil {
-				rv.Close()
-			}
-			out[r], errs[r] = g, err
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
+	return collectivetest.Start(t, n, func(r int) (collective.Collective, error) {
+		rv, err := rendezvous.Meet(context.Background(), cfgs[r])
 		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
+			return nil, err
 		}
-	}
-	t.Cleanup(func() {
-		for _, c := range out {
-			c.Close()
+		g, err := open(context.Background(), rv)
+		if err != nil {
+			rv.Close()
+			return nil, err
 		}
+		return g, nil
 	})
-	return out
 }
 
 func TestConformance(t *testing.T) {

@@ -357,6 +357,42 @@ const tellWait = 3 * time.Second
 // way (awaitAbort).
 const abortGrace = 250 * time.Millisecond
 
+// Abort breaks the ring for every rank, as a failure of its own would: the
+// ranks running or starting an operation on it get an error wrapping err's
+// sentinel (collective.ErrPeerLost, ErrMismatch, ...) that blames
+// collective.PeerOf(err) (no rank when err blames none), with err's text.
+// A composite group (strategy/collective/hier) calls it when one of its
+// levels fails, so that ranks waiting in another level learn of it at once.
+func (g *Ring) Abort(err error) {
+	peer := -1
+	if p, ok := collective.PeerOf(err); ok && p < g.size {
+		peer = p
+	}
+	g.breakGroup(cause{peer, err})
+}
+
+// Broken is closed once the ring is broken: a neighbour died or closed
+// mid-operation, a rank aborted, or this rank closed the ring.
+func (g *Ring) Broken() <-chan struct{} { return g.brokenCh }
+
+// Cause returns why the ring broke (the blamed rank, -1 for none) and
+// whether it has. When it has, it first waits (up to a few seconds) until
+// the neighbours have been told, as a failed operation does: a program that
+// exits at once on the error would otherwise take the abort with it.
+func (g *Ring) Cause() (peer int, err error, broken bool) {
+	c := g.brokenCause()
+	if c == nil {
+		return -1, nil, false
+	}
+	t := time.NewTimer(tellWait)
+	select {
+	case <-g.told:
+	case <-t.C:
+	}
+	t.Stop()
+	return c.peer, c.err, true
+}
+
 // awaitAbort waits up to abortGrace (a quarter of the timeout when that is
 // shorter) for another rank's abort to break the group, and returns its
 // cause, or nil. A predecessor that broke its group because a third rank

@@ -39,29 +39,13 @@ func configs(t testing.TB, n int) []tcp.Config {
 
 func build(t testing.TB, cfgs []tcp.Config) []collective.Collective {
 	t.Helper()
-	out := make([]collective.Collective, len(cfgs))
-	errs := make([]error, len(cfgs))
-	var wg sync.WaitGroup
-	for r := range cfgs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			g, err := tcp.New(context.Background(), cfgs[r])
-			out[r], errs[r] = g, err
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
+	return collectivetest.Start(t, len(cfgs), func(r int) (collective.Collective, error) {
+		g, err := tcp.New(context.Background(), cfgs[r])
 		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
+			return nil, err // not a nil Group in a non-nil interface
 		}
-	}
-	t.Cleanup(func() {
-		for _, c := range out {
-			c.Close()
-		}
+		return g, nil
 	})
-	return out
 }
 
 func newGroup(t *testing.T, n int) []collective.Collective { return build(t, configs(t, n)) }

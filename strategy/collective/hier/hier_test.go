@@ -1,0 +1,197 @@
+//go:build linux
+
+package hier_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fulgur-ml/fulgur/strategy/collective"
+	"github.com/fulgur-ml/fulgur/strategy/collective/collectivetest"
+	"github.com/fulgur-ml/fulgur/strategy/collective/hier"
+	"github.com/fulgur-ml/fulgur/strategy/collective/rendezvous"
+	"github.com/fulgur-ml/fulgur/strategy/collective/shm"
+	"github.com/fulgur-ml/fulgur/strategy/collective/tcp"
+	"github.com/rs/zerolog"
+)
+
+// build starts len(nodes) ranks in this process, rank r on node nodes[r]:
+// a tcp ring over all of them, shared memory inside each node (every "node"
+// is this machine, so shared memory works for any grouping), tcp across.
+func build(t testing.TB, nodes []string) []collective.Collective {
+	t.Helper()
+	n := len(nodes)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nop := zerolog.Nop()
+	shape := hier.ShapeOf(nodes)
+	return collectivetest.Start(t, n, func(r int) (collective.Collective, error) {
+		cfg := rendezvous.Config{Rank: r, Size: n, MasterAddr: "127.0.0.1", MasterPort: ln.Addr().(*net.TCPAddr).Port,
+			Token: "t", BindAddr: "127.0.0.1", Timeout: 20 * time.Second, Logger: &nop}
+		if r == 0 {
+			cfg.Listener = ln
+		}
+		ctx := context.Background()
+		rv, err := rendezvous.Meet(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		flat, err := tcp.NewRing(ctx, rv)
+		if err != nil {
+			rv.Close()
+			return nil, err
+		}
+		g, err := hier.New(ctx, flat, shape, func(ctx context.Context, color, key int) (collective.Collective, error) {
+			return rendezvous.SplitGroup(ctx, rv, flat, color, key, func(ctx context.Context, sub *rendezvous.Rendezvous) (collective.Collective, error) {
+				return shm.Auto(ctx, sub, tcp.NewGroup)
+			})
+		})
+		if err != nil {
+			flat.Close()
+			return nil, err
+		}
+		return g, nil
+	})
+}
+
+// shapes gives each group size of the conformance suite a layout: both
+// levels at work for 4 ranks (2 nodes x 2), one of them a group of one for
+// the others.
+var shapes = map[int][]string{
+	1: {"a"},
+	2: {"a", "a"},
+	3: {"a", "b", "c"},
+	4: {"a", "a", "b", "b"},
+	5: {"a", "a", "a", "a", "a"},
+}
+
+func TestConformance(t *testing.T) {
+	collectivetest.RunAll(t, func(t *testing.T, n int) []collective.Collective { return build(t, shapes[n]) })
+}
+
+// TestLayouts checks all-reduce (every op, both dtypes, lengths that do not
+// divide by the node's ranks) and broadcast from every root on layouts with
+// more than two ranks a node and more than two nodes, including ranks of a
+// node that are not neighbours.
+func TestLayouts(t *testing.T) {
+	for _, nodes := range [][]string{
+		{"a", "a", "a", "b", "b", "b"},
+		{"a", "a", "b", "b", "c", "c"},
+		{"a", "b", "a", "b"}, // a node's ranks interleaved
+	} {
+		t.Run(fmt.Sprint(nodes), func(t *testing.T) {
+			shape := hier.ShapeOf(nodes)
+			if ok, why := shape.Qualifies(); !ok {
+				t.Fatalf("%v does not qualify: %s", nodes, why)
+			}
+			cs := build(t, nodes)
+			n := len(cs)
+			for _, length := range []int{0, 1, 5, 1001, 70000} {
+				for _, op := range []collective.Op{collective.Sum, collective.Mean, collective.Max, collective.Min} {
+					got := make([][]float64, n)
+					each(t, cs, func(ctx context.Context, c collective.Collective) error {
+						buf := make([]float64, length)
+						for i := range buf {
+							buf[i] = value(c.Rank(), i)
+						}
+						got[c.Rank()] = buf
+						return c.AllReduce(ctx, buf, op)
+					})
+					for i := range length {
+						want := value(0, i)
+						for r := 1; r < n; r++ {
+							switch op {
+							case collective.Sum, collective.Mean:
+								want += value(r, i)
+							case collective.Max:
+								want = max(want, value(r, i))
+							case collective.Min:
+								want = min(want, value(r, i))
+							}
+						}
+						if op == collective.Mean {
+							want /= float64(n)
+						}
+						for r := range n {
+							if got[r][i] != want {
+								t.Fatalf("all-reduce %v of %d: rank %d element %d = %v, want %v", op, length, r, i, got[r][i], want)
+							}
+						}
+					}
+				}
+				for root := range n {
+					each(t, cs, func(ctx context.Context, c collective.Collective) error {
+						buf := make([]float32, length)
+						if c.Rank() == root {
+							for i := range buf {
+								buf[i] = float32(value(root, i))
+							}
+						}
+						if err := c.Broadcast(ctx, buf, root); err != nil {
+							return err
+						}
+						for i, v := range buf {
+							if v != float32(value(root, i)) {
+								return fmt.Errorf("broadcast from %d of %d: element %d = %v", root, length, i, v)
+							}
+						}
+						return nil
+					})
+				}
+			}
+		})
+	}
+}
+
+// value is exact in float32 and in every sum of up to 6 of them.
+func value(r, i int) float64 { return float64((r*37+i*11)%23) - 11 + 0.5*float64(r) }
+
+func each(t *testing.T, cs []collective.Collective, f func(ctx context.Context, c collective.Collective) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errs := make([]error, len(cs))
+	var wg sync.WaitGroup
+	for r, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = f(ctx, c)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestShapeOf(t *testing.T) {
+	for _, tc := range []struct {
+		nodes []string
+		want  string
+		ok    bool
+	}{
+		{[]string{"a", "a", "b", "b"}, "2 nodes x 2 ranks", true},
+		{[]string{"a", "b", "a", "b"}, "2 nodes x 2 ranks", true},
+		{[]string{"a", "a", "a", "b"}, "4 ranks on 2 nodes, unevenly", false},
+		{[]string{"a", "b"}, "2 nodes x 1 ranks", false},
+		{[]string{"a", "a"}, "1 nodes x 2 ranks", false},
+	} {
+		s := hier.ShapeOf(tc.nodes)
+		ok, why := s.Qualifies()
+		if s.String() != tc.want || ok != tc.ok || (ok == (why != "")) {
+			t.Errorf("ShapeOf(%v) = %v, qualifies %v (%q); want %s, %v", tc.nodes, s, ok, why, tc.want, tc.ok)
+		}
+	}
+	s := hier.ShapeOf([]string{"x", "y", "x", "y"})
+	if fmt.Sprint(s.Node, s.Local) != "[0 1 0 1] [0 0 1 1]" {
+		t.Errorf("ShapeOf(x y x y): nodes %v, local ranks %v; want [0 1 0 1] [0 0 1 1]", s.Node, s.Local)
+	}
+}
