@@ -39,10 +39,17 @@ func twoNodes(t *testing.T, delay time.Duration, loss float64) *netns.Pair {
 
 // rankOn starts rank i of a two-node job in node i.
 func rankOn(t *testing.T, n *netns.Pair, marker string, i, port int, token string, env []string, args ...string) *job {
-	env = append([]string{"RANK=" + strconv.Itoa(i), "WORLD_SIZE=2", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=1",
-		"NODE_RANK=" + strconv.Itoa(i), "MASTER_ADDR=" + n.Addr[0], "MASTER_PORT=" + strconv.Itoa(port),
-		"FULGUR_TOKEN=" + token, "FULGUR_SOCKET_IFNAME=" + n.Dev[i]}, env...)
-	return startVia(t, n.Exec(i), marker, env, args...)
+	return rankOf(t, n, marker, i, 1, port, token, env, args...)
+}
+
+// rankOf starts rank i of a job of perNode ranks on each of the two nodes,
+// in node i/perNode.
+func rankOf(t *testing.T, n *netns.Pair, marker string, i, perNode, port int, token string, env []string, args ...string) *job {
+	node := i / perNode
+	env = append([]string{"RANK=" + strconv.Itoa(i), "WORLD_SIZE=" + strconv.Itoa(2*perNode), "LOCAL_RANK=" + strconv.Itoa(i%perNode),
+		"LOCAL_WORLD_SIZE=" + strconv.Itoa(perNode), "NODE_RANK=" + strconv.Itoa(node), "MASTER_ADDR=" + n.Addr[0],
+		"MASTER_PORT=" + strconv.Itoa(port), "FULGUR_TOKEN=" + token, "FULGUR_SOCKET_IFNAME=" + n.Dev[node]}, env...)
+	return startVia(t, n.Exec(node), marker, env, append(args, "-devices", strconv.Itoa(perNode), "-num-nodes", "2")...)
 }
 
 // TestNetworkFaults: the two ranks on two "machines" joined by a link
@@ -53,6 +60,71 @@ func TestNetworkFaults(t *testing.T) {
 	t.Run("clean link", func(t *testing.T) { clean = netRun(t, want, 0, 0, 0) })
 	t.Run("loss and delay", func(t *testing.T) { netRun(t, want, 50*time.Millisecond, 0.01, clean) })
 	t.Run("partition", func(t *testing.T) { partition(t, want) })
+	t.Run("partition of two-level collectives", partitionHier)
+}
+
+// partitionHier cuts the link under a job of 2 ranks on each node over
+// FULGUR_BACKEND=hier (shared memory inside a node, tcp across) while rank
+// 3 is held in a training step: the ranks of each node wait for the other
+// node in the cross-node level, and every rank must end with an error
+// within the timeout, naming a rank of the other node.
+func partitionHier(t *testing.T) {
+	r := row{section: sectionNet, fault: "partition, 2 nodes x 2 ranks over FULGUR_BACKEND=hier (shm inside a node, tcp across)", phase: phaseNames["forward"],
+		checked: "every rank's error names a rank of the other node"}
+	defer recordRow(t, &r)
+	n := twoNodes(t, 0, 0)
+	marker, token, port, holdDir := newMarker(t), hex.EncodeToString([]byte(newMarker(t))), 29500, t.TempDir()
+	env := []string{holdEnv + "=forward 3 " + holdDir, "FULGUR_BACKEND=hier"}
+	var js []*job
+	for i := range 4 {
+		js = append(js, rankOf(t, n, marker, i, 2, port, token, env, "-root", t.TempDir()))
+	}
+	if !waitFile(t, js[3], filepath.Join(holdDir, "reached"), 5*time.Minute) {
+		r.outcome = "phase not reached"
+		return
+	}
+	n.Relay.Cut()
+	injected := time.Now()
+	os.WriteFile(filepath.Join(holdDir, "go"), nil, 0o644)
+	var outcomes []string
+	var last time.Time
+	for i, j := range js {
+		if !j.wait(t, timeout+margin+timeout) {
+			r.outcome = "hang"
+			return
+		}
+		last = later(last, j.ended)
+		if j.err == nil {
+			t.Errorf("rank %d succeeded across a partition", i)
+			outcomes = append(outcomes, fmt.Sprintf("rank %d SUCCEEDED", i))
+			continue
+		}
+		msg := lastLine(j.stderr.String())
+		other := []string{"rank 2", "rank 3"}
+		if i >= 2 {
+			other = []string{"rank 0", "rank 1"}
+		}
+		if !strings.Contains(msg, other[0]) && !strings.Contains(msg, other[1]) {
+			t.Errorf("rank %d's error names no rank of the other node:\n%s", i, j.stderr.String())
+			r.checked = "an error names no rank of the other node"
+		}
+		if d := j.ended.Sub(injected); d > timeout+margin {
+			t.Errorf("rank %d's error came %v after the partition, past the timeout %v + %v", i, d, timeout, margin)
+		}
+		outcomes = append(outcomes, fmt.Sprintf("rank %d: %s", i, trimProgram(msg)))
+	}
+	r.outcome = "error on every rank; " + strings.Join(outcomes, "; ")
+	r.timeToError = last.Sub(injected).Round(10 * time.Millisecond).String()
+	if left := survivors(marker, timeout+5*time.Second); len(left) > 0 {
+		t.Errorf("processes %v of the job outlived it", left)
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // netRun trains the job across the link and returns how long it took.

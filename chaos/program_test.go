@@ -282,6 +282,7 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("program", flag.ContinueOnError)
 	strat := fs.String("strategy", "ddp", "")
 	devices := fs.Int("devices", 2, "")
+	nodes := fs.Int("num-nodes", 1, "")
 	epochs := fs.Int("epochs", 2, "")
 	root := fs.String("root", "", "the trainer's root directory")
 	resume := fs.String("resume", "", "checkpoint to resume from")
@@ -322,7 +323,7 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer) error {
 	if *epochLog {
 		cbs = append(cbs, rank0EpochLog{})
 	}
-	cfg := trainer.Config{MaxEpochs: *epochs, Seed: 5, Strategy: *strat, Devices: *devices,
+	cfg := trainer.Config{MaxEpochs: *epochs, Seed: 5, Strategy: *strat, Devices: *devices, NumNodes: *nodes,
 		Out: io.Discard, EnableProgressBar: trainer.Bool(false), DefaultRootDir: *root, LogDir: *logDir, Callbacks: cbs,
 		Profiler: &holdSpans{h: h, n: map[string]int{}}}
 	var m module.Module = &holding{MLP: &strategytest.MLP{In: 6, Hidden: *hidden, Out: 2, Optimizer: "adam", LR: 0.01}, h: h, syncLog: *epochLog}
