@@ -343,7 +343,8 @@ func connect(ctx context.Context, k knobs, env cluster.Env, token string, ln net
 // a host and the launcher's node rank (NODE_RANK, GROUP_RANK, SLURM_NODEID)
 // together, so two nodes started on one host (network namespaces) stay
 // two. A job whose nodes run different numbers of ranks, or one rank each,
-// or that runs on one node, gets the flat ring alone (and the log says why).
+// or that runs on one node, connects as under auto (shared memory on one
+// host, else one tcp ring), and the log says why.
 func connectHier(ctx context.Context, rv *rendezvous.Rendezvous, nodeRank int, log zerolog.Logger) (collective.Group, error) {
 	ids, err := rv.Exchange(ctx, []byte(fmt.Sprintf("%s node %d", rv.Hosts()[rv.Rank()], nodeRank)))
 	if err != nil {
@@ -353,16 +354,16 @@ func connectHier(ctx context.Context, rv *rendezvous.Rendezvous, nodeRank int, l
 	for r, id := range ids {
 		nodes[r] = string(id)
 	}
-	flat, err := tcp.NewRing(ctx, rv)
-	if err != nil {
-		return nil, err
-	}
 	shape := hier.ShapeOf(nodes)
 	if ok, why := shape.Qualifies(); !ok {
 		if rv.Rank() == 0 {
-			log.Info().Str("layout", shape.String()).Msgf("%s=hier: %s; the ranks use one tcp ring", EnvBackend, why)
+			log.Info().Str("layout", shape.String()).Msgf("%s=hier: %s; the ranks connect as under auto", EnvBackend, why)
 		}
-		return collective.WithAsync(flat), nil
+		return shm.Auto(ctx, rv, tcp.NewGroup)
+	}
+	flat, err := tcp.NewRing(ctx, rv)
+	if err != nil {
+		return nil, err
 	}
 	g, err := hier.New(ctx, flat, shape, func(ctx context.Context, color, key int) (collective.Collective, error) {
 		return rendezvous.SplitGroup(ctx, rv, flat, color, key, func(ctx context.Context, sub *rendezvous.Rendezvous) (collective.Collective, error) {

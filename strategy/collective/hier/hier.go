@@ -58,12 +58,19 @@ func (s Shape) Qualifies() (bool, string) {
 	return true, ""
 }
 
-// String reads "2 nodes x 2 ranks".
+// String reads "2 nodes x 2 ranks" (or "4 ranks on 2 nodes, unevenly").
 func (s Shape) String() string {
 	if s.PerNode == 0 {
 		return fmt.Sprintf("%d ranks on %d nodes, unevenly", len(s.Node), s.Nodes)
 	}
-	return fmt.Sprintf("%d nodes x %d ranks", s.Nodes, s.PerNode)
+	return plural(s.Nodes, "node") + " x " + plural(s.PerNode, "rank")
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 // LocalSplit builds this rank's group of the ranks of its node: every rank

@@ -181,8 +181,8 @@ func TestShapeOf(t *testing.T) {
 		{[]string{"a", "a", "b", "b"}, "2 nodes x 2 ranks", true},
 		{[]string{"a", "b", "a", "b"}, "2 nodes x 2 ranks", true},
 		{[]string{"a", "a", "a", "b"}, "4 ranks on 2 nodes, unevenly", false},
-		{[]string{"a", "b"}, "2 nodes x 1 ranks", false},
-		{[]string{"a", "a"}, "1 nodes x 2 ranks", false},
+		{[]string{"a", "b"}, "2 nodes x 1 rank", false},
+		{[]string{"a", "a"}, "1 node x 2 ranks", false},
 	} {
 		s := hier.ShapeOf(tc.nodes)
 		ok, why := s.Qualifies()
