@@ -172,6 +172,7 @@ func TestDDPMultiProcessMatchesInProcess(t *testing.T) {
 	}{
 		{"ddp", "tcp", ""},
 		{"ddp", "auto", ""},
+		{"ddp", "hier", ""}, // one node: connects as auto does
 		{"ddp", "tcp", "0.0001"},
 		{"ddp", "shm", "0.0001"},
 		{"ddp", "tcp", "0.0001 " + ddp.EnvOverlap + "=0"},
