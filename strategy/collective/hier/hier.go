@@ -108,7 +108,8 @@ type Group struct {
 // not Qualify works (one level is a group of one) but gains nothing over
 // the flat group.
 // The returned group owns flat and the groups it builds: its Close closes
-// them all. It is wrapped with collective.WithAsync.
+// them all. It is wrapped with collective.WithAsync. On an error, flat is
+// still the caller's to close.
 func New(ctx context.Context, flat collective.Collective, shape Shape, local LocalSplit) (collective.Group, error) {
 	if len(shape.Node) != flat.Size() || len(shape.Local) != flat.Size() {
 		return nil, fmt.Errorf("hier: the shape names %d ranks and the group has %d: pass ShapeOf of every rank's node", len(shape.Node), flat.Size())
