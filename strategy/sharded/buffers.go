@@ -45,7 +45,7 @@ func newFlat[T float32 | float64](s *Sharded, params, storeGrads []T, step func(
 	if s.stage == 2 {
 		f.grads = make([]T, s.shardLen)
 		f.send = f.grads
-	} else if s.world > 1 {
+	} else if s.job.World() > 1 {
 		f.send = make([]T, s.shardLen)
 	}
 	return f
