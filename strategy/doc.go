@@ -17,6 +17,11 @@
 // a checkpoint saved at one world size loads at another. The trainer writes
 // and reads checkpoint files from state dicts only.
 //
+// WatchStopSignals is the one reading of SIGINT and SIGTERM that the
+// trainer's Fit and ddp_spawn's launcher share: the first signal and its
+// repeats within DuplicateSignalWindow are one request to stop after the
+// step; a later one exits at once.
+//
 // strategy may import strategy/{device, collective, cluster, launch},
 // module, data, optim, nn and profiler; it must not import trainer, parse
 // flags or read os.Environ directly (cluster lookups are injected). The
