@@ -163,7 +163,7 @@ type FSDP struct {
 	eng        *engine.Engine
 	rep        *replica.Graphs
 	units      []engine.Unit
-	chunks     []chunk // this rank's part of each unit
+	chunks     []replica.Chunk // this rank's part of each unit
 	shardLen   int
 	p32, g32   []float32 // this rank's parameters and gradients
 	p64, g64   []float64
@@ -185,10 +185,6 @@ type FSDP struct {
 	held64 []float64
 	held   []bool
 }
-
-// chunk is this rank's part [Lo, Hi) of a unit, in flat parameter
-// coordinates, stored at Local in the shard.
-type chunk struct{ Lo, Hi, Local int }
 
 // New returns one rank of FSDP.
 func New(cfg Config) (*FSDP, error) {
@@ -327,14 +323,7 @@ func (f *FSDP) Setup(ctx context.Context, su strategy.Setup) error {
 	}
 	f.store = st
 	f.held = make([]bool, len(f.units))
-	for _, u := range f.units {
-		n := u.Hi - u.Lo
-		sr, sn := f.sc.Rank(), f.sc.Size()
-		lo := u.Lo + collective.Offset(n, sn, sr)
-		c := chunk{Lo: lo, Hi: lo + collective.BlockLen(n, sn, sr), Local: f.shardLen}
-		f.chunks = append(f.chunks, c)
-		f.shardLen += c.Hi - c.Lo
-	}
+	f.chunks, f.shardLen = replica.Chunks(f.units, f.sc.Size(), f.sc.Rank())
 	if su.Dtype == tensor.Float32 {
 		f.p32, f.g32 = make([]float32, f.shardLen), make([]float32, f.shardLen)
 	} else {
@@ -360,11 +349,12 @@ func (f *FSDP) Setup(ctx context.Context, su strategy.Setup) error {
 
 // local is chunk c's slice of a shard buffer ([]float32 or []float64,
 // whichever is set).
-func (f *FSDP) local(b32 []float32, b64 []float64, c chunk) any {
+func (f *FSDP) local(b32 []float32, b64 []float64, c replica.Chunk) any {
+	lo, hi := c.Span()
 	if b32 != nil {
-		return b32[c.Local : c.Local+c.Hi-c.Lo]
+		return b32[lo:hi]
 	}
-	return b64[c.Local : c.Local+c.Hi-c.Lo]
+	return b64[lo:hi]
 }
 
 func (f *FSDP) gather(ctx context.Context, u int, dst any) engine.Wait {
@@ -444,7 +434,7 @@ func (f *FSDP) reduceScatter(ctx context.Context, u int, grad any, scale float64
 				return err
 			}
 		}
-		lo, hi := c.Local, c.Local+c.Hi-c.Lo
+		lo, hi := c.Span()
 		switch {
 		case f.g32 != nil && accumulate:
 			engine.Combine(f.g32[lo:hi], f.tmp32[lo:hi], float32(scale), true)
@@ -487,14 +477,9 @@ func (f *FSDP) trainStep(ctx context.Context, b *data.Batch, o strategy.TrainOpt
 		clear(f.g64)
 		clear(f.held)
 	}
-	var r engine.Result
-	err := f.dev.Do(ctx, func() error {
-		var err error
-		f.eng.SetRunKey(o.Key)
-		f.eng.SetBeforeBackward(o.BeforeBackward)
-		r, err = f.rep.Run(ctx, module.Train, b, o.Accumulate, f.scale)
-		return err
-	})
+	f.eng.SetRunKey(o.Key)
+	f.eng.SetBeforeBackward(o.BeforeBackward)
+	r, err := f.rep.RunOn(ctx, f.dev, module.Train, b, o.Accumulate, f.scale)
 	if err != nil {
 		return 0, nil, f.fail("train step on "+f.dev.String(), err)
 	}
@@ -534,12 +519,7 @@ func (f *FSDP) evalStep(ctx context.Context, mode module.Mode, b *data.Batch) ([
 	if real > 0 && real < b.Size {
 		run = withoutPad(b, real)
 	}
-	var r engine.Result
-	err := f.dev.Do(ctx, func() error {
-		var err error
-		r, err = f.rep.Run(ctx, mode, run, false, 1)
-		return err
-	})
+	r, err := f.rep.RunOn(ctx, f.dev, mode, run, false, 1)
 	if err != nil {
 		return nil, f.fail(mode.String()+" step on "+f.dev.String(), err)
 	}
@@ -572,18 +552,14 @@ func withoutPad(b *data.Batch, real int) *data.Batch {
 // rank's rows into dataset order, so a padded row (a real row another rank
 // predicts too) must add nothing.
 func (f *FSDP) predictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, error) {
-	var out *tensor.Dense
-	err := f.dev.Do(ctx, func() error {
-		r, err := f.rep.Run(ctx, module.Predict, b, false, 1)
-		if err == nil && r.Output == nil {
-			err = errors.New("predict step: the graph produced no output")
-		}
-		out = r.Output
-		return err
-	})
+	r, err := f.rep.RunOn(ctx, f.dev, module.Predict, b, false, 1)
+	if err == nil && r.Output == nil {
+		err = errors.New("predict step: the graph produced no output")
+	}
 	if err != nil {
 		return nil, f.fail("predict step on "+f.dev.String(), err)
 	}
+	out := r.Output
 	if b.NumPad() > 0 && out.Dims() > 0 && out.Shape()[0] == b.Size {
 		w := out.Shape().TotalSize() / b.Size
 		for i, p := range b.Pad {

@@ -9,8 +9,10 @@
 // rank (ShareCores) and the profiler helpers; and, for the strategies that
 // take a group over (sharded, fsdp), one rank's hold on the job (Job: the
 // group given or joined through a ddp joiner, the first failure, Reduce,
-// Launch and Teardown's last barrier) and the building of that joiner by
-// name (JoinerByName).
+// Launch and Teardown's last barrier), the building of that joiner by
+// name (JoinerByName), and a rank's chunks of the sharded units with the
+// optimizer state over them in state dicts (Chunks, OptimizerChunks,
+// GatherChunks, LoadOptimizerChunks).
 //
 // replica imports strategy, strategy/collective (the interface),
 // strategy/device and strategy/device/engine, module, data, optim, blas and

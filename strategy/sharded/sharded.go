@@ -113,7 +113,7 @@ type Sharded struct {
 	eng      *engine.Engine
 	rep      *replica.Graphs
 	units    []engine.Unit
-	chunks   []chunk
+	chunks   []replica.Chunk
 	shardLen int
 	buf      buffers // the float32 or float64 buffers
 	opt      optim.Optimizer
@@ -126,12 +126,6 @@ type Sharded struct {
 	handles          []collective.Handle
 	norm             []float64
 }
-
-// chunk is this rank's block [Lo, Hi) of a unit, in flat parameter
-// coordinates, at Local in the shard (and in the optimizer's span).
-type chunk struct{ Lo, Hi, Local int }
-
-func (c chunk) local() (lo, hi int) { return c.Local, c.Local + c.Hi - c.Lo }
 
 // New returns one rank of Sharded.
 func New(cfg Config) (*Sharded, error) {
@@ -232,14 +226,7 @@ func (s *Sharded) Setup(ctx context.Context, su strategy.Setup) error {
 	if len(s.units) == 0 {
 		return s.fail("setup", errors.New("the module declares no learnable parameter: nothing to shard"))
 	}
-	s.chunks, s.shardLen = s.chunks[:0], 0
-	for _, u := range s.units {
-		n := u.Hi - u.Lo
-		lo := u.Lo + collective.Offset(n, s.job.World(), s.job.Rank())
-		c := chunk{Lo: lo, Hi: lo + collective.BlockLen(n, s.job.World(), s.job.Rank()), Local: s.shardLen}
-		s.chunks = append(s.chunks, c)
-		s.shardLen += c.Hi - c.Lo
-	}
+	s.chunks, s.shardLen = replica.Chunks(s.units, s.job.World(), s.job.Rank())
 	if s.opt, s.sched, err = su.NewOptimizer(); err != nil {
 		return s.fail("setup", err)
 	}
@@ -267,12 +254,7 @@ func (s *Sharded) Step(ctx context.Context, mode module.Mode, b *data.Batch, o s
 
 // run runs b through the replica's graph of mode on the device.
 func (s *Sharded) run(ctx context.Context, mode module.Mode, b *data.Batch, accumulate bool, scale float64) (engine.Result, error) {
-	var r engine.Result
-	err := s.dev.Do(ctx, func() error {
-		var err error
-		r, err = s.rep.Run(ctx, mode, b, accumulate, scale)
-		return err
-	})
+	r, err := s.rep.RunOn(ctx, s.dev, mode, b, accumulate, scale)
 	if err != nil {
 		return r, s.fail(mode.String()+" step on "+s.dev.String(), err)
 	}
