@@ -73,6 +73,9 @@ func ReduceMetrics(ctx context.Context, c collective.Collective, scratch *[]floa
 	}
 	n := len(ops)
 	buf := (*scratch)[:0]
+	if cap(buf) < 2*n {
+		buf = make([]float64, 0, 2*n) // once, not grown by append
+	}
 	var nMax int
 	for i, op := range ops {
 		if op == module.Max || op == module.Min {
