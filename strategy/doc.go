@@ -1,7 +1,7 @@
 // Package strategy is the interface between the trainer and the strategies
 // that decide where replicas of a module live and how their gradients are
 // combined. The implementations live in strategy/single, strategy/dp,
-// strategy/ddp (ddp, ddp_spawn, sharded) and strategy/fsdp, share
+// strategy/ddp (ddp, ddp_spawn), strategy/sharded and strategy/fsdp, share
 // strategy/replica, and register themselves by name here. The trainer
 // talks to every strategy through the Strategy interface (eight methods:
 // Info, Setup, Step, OptimizerStep, Reduce, SaveState, LoadState, Teardown)
