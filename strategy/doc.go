@@ -1,7 +1,7 @@
 // Package strategy is the interface between the trainer and the strategies
 // that decide where replicas of a module live and how their gradients are
 // combined. The implementations live in strategy/single, strategy/dp,
-// strategy/ddp (ddp, ddp_spawn, sharded) and strategy/fsdp, share
+// strategy/ddp (ddp, ddp_spawn), strategy/sharded and strategy/fsdp, share
 // strategy/replica, and register themselves by name here. The trainer
 // talks to every strategy through the Strategy interface (eight methods:
 // Info, Setup, Step, OptimizerStep, Reduce, SaveState, LoadState, Teardown)
@@ -16,6 +16,11 @@
 // tensors, each with the span of its global tensor that this rank holds, so
 // a checkpoint saved at one world size loads at another. The trainer writes
 // and reads checkpoint files from state dicts only.
+//
+// WatchStopSignals is the one reading of SIGINT and SIGTERM that the
+// trainer's Fit and ddp_spawn's launcher share: the first signal and its
+// repeats within DuplicateSignalWindow are one request to stop after the
+// step; a later one exits at once.
 //
 // strategy may import strategy/{device, collective, cluster, launch},
 // module, data, optim, nn and profiler; it must not import trainer, parse

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"syscall"
-	"time"
 
 	"github.com/rs/zerolog"
 	"gorgonia.org/tensor"
@@ -229,13 +228,6 @@ func (e *FitInterrupted) ExitCode() int {
 	}
 	return 1
 }
-
-// DuplicateSignalWindow is how long after the first SIGINT or SIGTERM a
-// repeat counts as the same request (trainer.DuplicateSignalWindow): a
-// shell or timeout(1) signalling the whole process group, a launcher
-// forwarding it to its ranks, or go run to its child, makes one request
-// arrive two or three times. A signal after the window exits at once.
-const DuplicateSignalWindow = 2 * time.Second
 
 // FitRunner is implemented by strategies that decide where training runs
 // (DDP-spawn): the trainer hands RunFit its training, fit, once Setup is

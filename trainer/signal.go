@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
-	"time"
 
 	"github.com/rs/zerolog"
 
@@ -31,11 +29,8 @@ const DuplicateSignalWindow = strategy.DuplicateSignalWindow
 // received during Fit; the loop polls it at each optimizer-step boundary
 // (one atomic load).
 type signalWatch struct {
-	ch    chan os.Signal
-	got   atomic.Pointer[os.Signal]
-	done  chan struct{}
-	sigs  []os.Signal
-	first time.Time
+	got  atomic.Pointer[os.Signal]
+	stop func() // stops watching
 }
 
 // InterruptCheckpointName is the file, under the run directory
@@ -47,39 +42,23 @@ const InterruptCheckpointName = "checkpoints/interrupted.ckpt"
 func slurmJob() string { return os.Getenv("SLURM_JOB_ID") }
 
 func watchSignals(log *zerolog.Logger) *signalWatch {
-	w := &signalWatch{ch: make(chan os.Signal, 4), done: make(chan struct{}), sigs: []os.Signal{os.Interrupt, syscall.SIGTERM}}
+	w := &signalWatch{}
+	sigs := []os.Signal{os.Interrupt, syscall.SIGTERM}
 	if slurmJob() != "" {
-		w.sigs = append(w.sigs, syscall.SIGUSR1)
+		sigs = append(sigs, syscall.SIGUSR1)
 	}
-	signal.Notify(w.ch, w.sigs...)
-	go func() {
-		for {
-			select {
-			case s := <-w.ch:
-				if w.got.CompareAndSwap(nil, &s) {
-					w.first = time.Now()
-					msg := "finishing the current step, then saving a checkpoint and stopping; send the signal again after 2 s to exit at once"
-					if s == syscall.SIGUSR1 {
-						msg = "SLURM asked to stop: finishing the current step, saving a checkpoint and requeueing the job"
-					}
-					log.Warn().Str("signal", signalName(s)).Msg(msg)
-					continue
-				}
-				if time.Since(w.first) < DuplicateSignalWindow {
-					log.Debug().Str("signal", signalName(s)).Msg("repeat of the first signal within 2 s: the same request")
-					continue
-				}
-				signal.Stop(w.ch)
-				signal.Reset(w.sigs...)
-				if p, err := os.FindProcess(os.Getpid()); err == nil && p.Signal(s) == nil {
-					return
-				}
-				os.Exit(exitCode(s))
-			case <-w.done:
-				return
-			}
+	w.stop = strategy.WatchStopSignals(sigs, func(s os.Signal, first bool) {
+		if !first {
+			log.Debug().Str("signal", signalName(s)).Msg("repeat of the first signal within 2 s: the same request")
+			return
 		}
-	}()
+		w.got.Store(&s)
+		msg := "finishing the current step, then saving a checkpoint and stopping; send the signal again after 2 s to exit at once"
+		if s == syscall.SIGUSR1 {
+			msg = "SLURM asked to stop: finishing the current step, saving a checkpoint and requeueing the job"
+		}
+		log.Warn().Str("signal", signalName(s)).Msg(msg)
+	}, nil)
 	return w
 }
 
@@ -92,11 +71,6 @@ func (w *signalWatch) received() os.Signal {
 		return *p
 	}
 	return nil
-}
-
-func (w *signalWatch) stop() {
-	signal.Stop(w.ch)
-	close(w.done)
 }
 
 // InterruptedError is what Fit returns when a signal (SIGINT, SIGTERM, or

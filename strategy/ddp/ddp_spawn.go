@@ -5,13 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"sync"
 	"syscall"
-	"time"
 
 	"github.com/rs/zerolog"
 
@@ -214,40 +211,9 @@ func (s *DDPSpawn) result(path string, err error) (*launch.Result, error) {
 // are killed and this process ends by the signal. The function it returns
 // stops forwarding.
 func forwardSignals(g *launch.Group) func() {
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		var first time.Time
-		for {
-			select {
-			case sig := <-sigs:
-				switch {
-				case first.IsZero():
-					first = time.Now()
-					g.Signal(sig)
-				case time.Since(first) < strategy.DuplicateSignalWindow:
-					g.Signal(sig)
-				default:
-					g.Kill()
-					signal.Stop(sigs)
-					signal.Reset(os.Interrupt, syscall.SIGTERM)
-					if p, err := os.FindProcess(os.Getpid()); err == nil && p.Signal(sig) == nil {
-						return
-					}
-					os.Exit(1)
-				}
-			case <-done:
-				return
-			}
-		}
-	})
-	return func() {
-		signal.Stop(sigs)
-		close(done)
-		wg.Wait()
-	}
+	return strategy.WatchStopSignals([]os.Signal{os.Interrupt, syscall.SIGTERM},
+		func(s os.Signal, _ bool) { g.Signal(s) },
+		func(os.Signal) { g.Kill() })
 }
 
 // load copies the workers' parameters and buffers into the local replica.

@@ -157,30 +157,24 @@ type FSDP struct {
 	rc   collective.Group // the ranks holding the same shard (nil without hybrid sharding)
 	dev  device.Device
 
-	rank, world int
-	dtype       tensor.Dtype
-	store       *module.Store // layout: buffers only
-	eng         *engine.Engine
-	rep         *replica.Graphs
-	units       []engine.Unit
-	chunks      []chunk // this rank's part of each unit
-	shardLen    int
-	p32, g32    []float32 // this rank's parameters and gradients
-	p64, g64    []float64
-	tmp32       []float32 // reduce-scatter landing when accumulating (made on first use)
-	tmp64       []float64
-	accumulate  bool // the training run in progress adds to the gradients
-	opt         optim.Optimizer
-	sched       optim.Scheduler
-	scale       float64 // of the training run in progress
-	reduced     bool    // a training Step ran since the last update
-	norm        []float64
-	reduceBuf   []float64
-	broken      error
-	tornDown    bool
-	// joiner starts and joins the job's processes when FSDP was built by
-	// name (a ddp strategy, strategy.GroupJoiner); nil with Config.Group.
-	joiner strategy.Strategy
+	job        *replica.Job // the job's group, the first failure, Launch and Teardown
+	dtype      tensor.Dtype
+	store      *module.Store // layout: buffers only
+	eng        *engine.Engine
+	rep        *replica.Graphs
+	units      []engine.Unit
+	chunks     []replica.Chunk // this rank's part of each unit
+	shardLen   int
+	p32, g32   []float32 // this rank's parameters and gradients
+	p64, g64   []float64
+	tmp32      []float32 // reduce-scatter landing when accumulating (made on first use)
+	tmp64      []float64
+	accumulate bool // the training run in progress adds to the gradients
+	opt        optim.Optimizer
+	sched      optim.Scheduler
+	scale      float64 // of the training run in progress
+	reduced    bool    // a training Step ran since the last update
+	norm       []float64
 
 	// hold: the training run in progress keeps its gradients local (a
 	// micro-batch without Sync); held32/held64 are the whole model's
@@ -191,10 +185,6 @@ type FSDP struct {
 	held64 []float64
 	held   []bool
 }
-
-// chunk is this rank's part [Lo, Hi) of a unit, in flat parameter
-// coordinates, stored at Local in the shard.
-type chunk struct{ Lo, Hi, Local int }
 
 // New returns one rank of FSDP.
 func New(cfg Config) (*FSDP, error) {
@@ -225,7 +215,8 @@ func newFSDP(cfg Config, joiner strategy.Strategy) (*FSDP, error) {
 	case cfg.ShardGroup != nil && cfg.ShardGroup.Size()*cfg.ReplicaGroup.Size() != cfg.Group.Size():
 		errs = append(errs, fmt.Errorf("ShardGroup has %d ranks and ReplicaGroup %d, but Group has %d: each rank must be in one shard group and one replica group, %d × %d = %d", cfg.ShardGroup.Size(), cfg.ReplicaGroup.Size(), cfg.Group.Size(), cfg.ShardGroup.Size(), cfg.ReplicaGroup.Size(), cfg.ShardGroup.Size()*cfg.ReplicaGroup.Size()))
 	}
-	errs = append(errs, shardingProblems(cfg, worldOf(cfg, joiner), joiner != nil)...)
+	job := replica.NewJob("fsdp", cfg.Group, joiner, cfg.Timeout)
+	errs = append(errs, shardingProblems(cfg, job.World(), joiner != nil)...)
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("strategy fsdp: %w", errors.Join(errs...))
 	}
@@ -235,52 +226,22 @@ func newFSDP(cfg Config, joiner strategy.Strategy) (*FSDP, error) {
 	if cfg.MinUnitParams == 0 {
 		cfg.MinUnitParams = DefaultMinUnitParams
 	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = collective.DefaultTimeout
-	}
-	f := &FSDP{cfg: cfg, dev: cfg.Device, norm: make([]float64, 1), joiner: joiner}
-	if cfg.Group != nil {
-		f.rank, f.world = cfg.Group.Rank(), cfg.Group.Size()
-	} else {
-		i := joiner.Info()
-		f.rank, f.world = i.Rank, i.WorldSize
-	}
+	f := &FSDP{cfg: cfg, dev: cfg.Device, norm: make([]float64, 1), job: job}
 	if f.dev == nil {
 		f.dev = device.NewCPU(0)
 	}
 	return f, nil
 }
 
-func (f *FSDP) Info() strategy.Info {
-	return strategy.Info{Name: "fsdp", Rank: f.rank, WorldSize: f.world, GlobalZero: f.rank == 0}
-}
+func (f *FSDP) Info() strategy.Info { return f.job.Info() }
 
 // Units are the spans of the flat parameters gathered whole, laid out by
 // Setup from the wrapping policy.
 func (f *FSDP) Units() []engine.Unit { return f.units }
 
-func (f *FSDP) fail(what string, err error) error {
-	err = fmt.Errorf("rank %d: %s: %w", f.rank, what, err)
-	if f.broken == nil {
-		f.broken = err
-		for _, g := range []collective.Group{f.c, f.sc, f.rc} {
-			if g != nil {
-				g.Close()
-			}
-		}
-	}
-	return err
-}
+func (f *FSDP) fail(what string, err error) error { return f.job.Fail(what, err) }
 
-func (f *FSDP) check() error {
-	if f.broken != nil {
-		return fmt.Errorf("the job failed earlier: %w", f.broken)
-	}
-	if f.eng == nil {
-		return errors.New("fsdp: called before Setup")
-	}
-	return nil
-}
+func (f *FSDP) check() error { return f.job.Check(f.eng != nil) }
 
 // Units cuts specs' learnable parameters (in store order) into units by
 // policy w.
@@ -322,25 +283,17 @@ func Units(specs []module.Spec, w Wrap, minParams int) []engine.Unit {
 
 func (f *FSDP) Setup(ctx context.Context, su strategy.Setup) error {
 	f.prof = replica.ProfilerOf(su.Profiler)
-	g := f.cfg.Group
-	if g == nil {
-		var dev device.Device
-		var err error
-		if g, dev, err = f.joiner.(strategy.GroupJoiner).JoinGroup(ctx); err != nil {
-			return f.fail("join the group", err)
-		}
-		if f.cfg.Device == nil && dev != nil {
-			f.dev = dev
-		}
+	var err error
+	if f.c, f.dev, err = f.job.Join(ctx, f.cfg.Device); err != nil {
+		return err
 	}
-	f.c = collective.WithAsync(g)
-	f.rank, f.world = f.c.Rank(), f.c.Size()
-	if f.cfg.CPUOffload && f.rank == 0 {
+	if f.cfg.CPUOffload && f.job.Rank() == 0 {
 		f.cfg.Log.Info().Str("device", f.dev.String()).Msg("fsdp: CPU offload changes nothing in this build: the shards of parameters, gradients and optimizer state always live in host memory")
 	}
 	f.sc = f.c
 	if f.cfg.ShardGroup != nil {
 		f.sc, f.rc = collective.WithAsync(f.cfg.ShardGroup), collective.WithAsync(f.cfg.ReplicaGroup)
+		f.job.Closes(f.sc, f.rc)
 	}
 	if err := f.splitForSharding(ctx); err != nil {
 		return f.fail("setup", err)
@@ -370,14 +323,7 @@ func (f *FSDP) Setup(ctx context.Context, su strategy.Setup) error {
 	}
 	f.store = st
 	f.held = make([]bool, len(f.units))
-	for _, u := range f.units {
-		n := u.Hi - u.Lo
-		sr, sn := f.sc.Rank(), f.sc.Size()
-		lo := u.Lo + collective.Offset(n, sn, sr)
-		c := chunk{Lo: lo, Hi: lo + collective.BlockLen(n, sn, sr), Local: f.shardLen}
-		f.chunks = append(f.chunks, c)
-		f.shardLen += c.Hi - c.Lo
-	}
+	f.chunks, f.shardLen = replica.Chunks(f.units, f.sc.Size(), f.sc.Rank())
 	if su.Dtype == tensor.Float32 {
 		f.p32, f.g32 = make([]float32, f.shardLen), make([]float32, f.shardLen)
 	} else {
@@ -389,8 +335,8 @@ func (f *FSDP) Setup(ctx context.Context, su strategy.Setup) error {
 		}
 	}
 	sh := &engine.Sharding{Units: f.units, Scratch: scratch, KeepAfterForward: f.cfg.KeepAfterForward, NoPrefetch: f.cfg.NoPrefetch, Gather: f.gather, Reduce: f.reduce}
-	opts := append([]engine.Option{engine.WithSharding(sh)}, replica.StatSyncOption(replica.StatSync(f.c), f.world, su.SyncBatchNorm)...)
-	f.eng = engine.New(su.Module, st, su.Fields, replica.Seed(su.Seed, f.rank), opts...)
+	opts := append([]engine.Option{engine.WithSharding(sh)}, replica.StatSyncOption(replica.StatSync(f.c), f.job.World(), su.SyncBatchNorm)...)
+	f.eng = engine.New(su.Module, st, su.Fields, replica.Seed(su.Seed, f.job.Rank()), opts...)
 	f.rep = replica.NewGraphs(f.eng)
 	if f.opt, f.sched, err = su.NewOptimizer(); err != nil {
 		return f.fail("setup", err)
@@ -403,11 +349,12 @@ func (f *FSDP) Setup(ctx context.Context, su strategy.Setup) error {
 
 // local is chunk c's slice of a shard buffer ([]float32 or []float64,
 // whichever is set).
-func (f *FSDP) local(b32 []float32, b64 []float64, c chunk) any {
+func (f *FSDP) local(b32 []float32, b64 []float64, c replica.Chunk) any {
+	lo, hi := c.Span()
 	if b32 != nil {
-		return b32[c.Local : c.Local+c.Hi-c.Lo]
+		return b32[lo:hi]
 	}
-	return b64[c.Local : c.Local+c.Hi-c.Lo]
+	return b64[lo:hi]
 }
 
 func (f *FSDP) gather(ctx context.Context, u int, dst any) engine.Wait {
@@ -487,7 +434,7 @@ func (f *FSDP) reduceScatter(ctx context.Context, u int, grad any, scale float64
 				return err
 			}
 		}
-		lo, hi := c.Local, c.Local+c.Hi-c.Lo
+		lo, hi := c.Span()
 		switch {
 		case f.g32 != nil && accumulate:
 			engine.Combine(f.g32[lo:hi], f.tmp32[lo:hi], float32(scale), true)
@@ -530,14 +477,9 @@ func (f *FSDP) trainStep(ctx context.Context, b *data.Batch, o strategy.TrainOpt
 		clear(f.g64)
 		clear(f.held)
 	}
-	var r engine.Result
-	err := f.dev.Do(ctx, func() error {
-		var err error
-		f.eng.SetRunKey(o.Key)
-		f.eng.SetBeforeBackward(o.BeforeBackward)
-		r, err = f.rep.Run(ctx, module.Train, b, o.Accumulate, f.scale)
-		return err
-	})
+	f.eng.SetRunKey(o.Key)
+	f.eng.SetBeforeBackward(o.BeforeBackward)
+	r, err := f.rep.RunOn(ctx, f.dev, module.Train, b, o.Accumulate, f.scale)
 	if err != nil {
 		return 0, nil, f.fail("train step on "+f.dev.String(), err)
 	}
@@ -577,12 +519,7 @@ func (f *FSDP) evalStep(ctx context.Context, mode module.Mode, b *data.Batch) ([
 	if real > 0 && real < b.Size {
 		run = withoutPad(b, real)
 	}
-	var r engine.Result
-	err := f.dev.Do(ctx, func() error {
-		var err error
-		r, err = f.rep.Run(ctx, mode, run, false, 1)
-		return err
-	})
+	r, err := f.rep.RunOn(ctx, f.dev, mode, run, false, 1)
 	if err != nil {
 		return nil, f.fail(mode.String()+" step on "+f.dev.String(), err)
 	}
@@ -615,18 +552,14 @@ func withoutPad(b *data.Batch, real int) *data.Batch {
 // rank's rows into dataset order, so a padded row (a real row another rank
 // predicts too) must add nothing.
 func (f *FSDP) predictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, error) {
-	var out *tensor.Dense
-	err := f.dev.Do(ctx, func() error {
-		r, err := f.rep.Run(ctx, module.Predict, b, false, 1)
-		if err == nil && r.Output == nil {
-			err = errors.New("predict step: the graph produced no output")
-		}
-		out = r.Output
-		return err
-	})
+	r, err := f.rep.RunOn(ctx, f.dev, module.Predict, b, false, 1)
+	if err == nil && r.Output == nil {
+		err = errors.New("predict step: the graph produced no output")
+	}
 	if err != nil {
 		return nil, f.fail("predict step on "+f.dev.String(), err)
 	}
+	out := r.Output
 	if b.NumPad() > 0 && out.Dims() > 0 && out.Shape()[0] == b.Size {
 		w := out.Shape().TotalSize() / b.Size
 		for i, p := range b.Pad {
@@ -760,22 +693,7 @@ func (f *FSDP) syncBuffers(ctx context.Context) error {
 }
 
 func (f *FSDP) Reduce(ctx context.Context, sums, weights []float64, ops []module.Reduce) error {
-	if f.broken != nil {
-		return fmt.Errorf("the job failed earlier: %w", f.broken)
-	}
-	if f.c == nil {
-		return errors.New("fsdp: Reduce before Setup")
-	}
-	if len(sums) == 0 && len(weights) == 0 && len(ops) == 0 {
-		if err := f.c.Barrier(ctx); err != nil {
-			return f.fail("barrier", err)
-		}
-		return nil
-	}
-	if err := replica.ReduceMetrics(ctx, f.c, &f.reduceBuf, sums, weights, ops); err != nil {
-		return f.fail("reduce logged values", err)
-	}
-	return nil
+	return f.job.Reduce(ctx, sums, weights, ops)
 }
 
 // DistributedSampler shards data by rank, padded in training and in
@@ -784,9 +702,9 @@ func (f *FSDP) Reduce(ctx context.Context, sums, weights []float64, ops []module
 // out of its metrics and predictions (evalStep, predictStep).
 func (f *FSDP) DistributedSampler(shuffle bool, seed uint64, train bool) data.Sampler {
 	if train {
-		return data.DistributedSampler{Rank: f.rank, World: f.world, Shuffle: shuffle, Seed: seed}
+		return data.DistributedSampler{Rank: f.job.Rank(), World: f.job.World(), Shuffle: shuffle, Seed: seed}
 	}
-	return data.DistributedSampler{Rank: f.rank, World: f.world}
+	return data.DistributedSampler{Rank: f.job.Rank(), World: f.job.World()}
 }
 
 // Memory reports what this rank holds: its shards, and the whole model's
@@ -811,46 +729,8 @@ func (f *FSDP) Memory() strategy.Memory {
 // Launch starts the job's local ranks when FSDP was built by name and
 // this process launched the job (through its ddp joiner); otherwise it
 // does nothing.
-func (f *FSDP) Launch(ctx context.Context) (bool, error) {
-	if l, ok := f.joiner.(strategy.Launcher); ok {
-		return l.Launch(ctx)
-	}
-	return false, nil
-}
+func (f *FSDP) Launch(ctx context.Context) (bool, error) { return f.job.Launch(ctx) }
 
-// Teardown waits for every rank (a last barrier), closes the group and,
+// Teardown waits for every rank (a last barrier), closes the groups and,
 // built by name, waits for the local ranks this process started.
-func (f *FSDP) Teardown(ctx context.Context) error {
-	if f.tornDown {
-		return nil
-	}
-	f.tornDown = true
-	var errs []error
-	switch {
-	case f.c != nil && f.broken == nil:
-		bctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
-		if e := collective.FinalBarrier(bctx, f.c); e != nil {
-			errs = append(errs, fmt.Errorf("rank %d: final barrier: %w", f.rank, e))
-		}
-		cancel()
-		f.closeGroups()
-	case f.c != nil:
-		f.closeGroups()
-	case f.cfg.Group != nil:
-		f.cfg.Group.Close()
-	}
-	if f.joiner != nil {
-		if err := f.joiner.Teardown(ctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func (f *FSDP) closeGroups() {
-	f.c.Close()
-	if f.rc != nil {
-		f.sc.Close()
-		f.rc.Close()
-	}
-}
+func (f *FSDP) Teardown(ctx context.Context) error { return f.job.Teardown(ctx) }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/cluster"
+	"github.com/fulgur-ml/fulgur/strategy/replica"
 )
 
 // Environment variables that configure "fsdp" built by name (the trainer's
@@ -74,12 +75,9 @@ func fromOptions(o strategy.Options) (strategy.Strategy, error) {
 		return nil, fmt.Errorf("strategy \"fsdp\": %w", err)
 	}
 	cfg.Log = o.Log
-	inner, err := strategy.New("ddp", o)
+	inner, err := replica.JoinerByName(o, "fsdp")
 	if err != nil {
-		return nil, fmt.Errorf("strategy \"fsdp\" starts and joins its processes as \"ddp\" does: %w", err)
-	}
-	if _, ok := inner.(strategy.GroupJoiner); !ok {
-		return nil, fmt.Errorf("strategy \"fsdp\": the \"ddp\" strategy (%T) cannot hand its group over (strategy.GroupJoiner)", inner)
+		return nil, err
 	}
 	return newFSDP(cfg, inner)
 }

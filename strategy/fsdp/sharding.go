@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 )
 
@@ -88,14 +87,14 @@ func (f *FSDP) splitForSharding(ctx context.Context) error {
 	case HybridShard:
 		size := f.cfg.NodeSize
 		if size == 0 {
-			size = f.world // built by name without a launcher: one node
+			size = f.job.World() // built by name without a launcher: one node
 		}
-		if f.world%size != 0 {
-			return fmt.Errorf("%s: NodeSize %d does not divide the %d ranks of the job: nodes must have equal numbers of ranks", f.cfg.Sharding, size, f.world)
+		if f.job.World()%size != 0 {
+			return fmt.Errorf("%s: NodeSize %d does not divide the %d ranks of the job: nodes must have equal numbers of ranks", f.cfg.Sharding, size, f.job.World())
 		}
-		node, local = f.rank/size, f.rank%size
+		node, local = f.job.Rank()/size, f.job.Rank()%size
 	case NoShard:
-		node, local = f.rank, 0
+		node, local = f.job.Rank(), 0
 	default:
 		return nil
 	}
@@ -113,17 +112,7 @@ func (f *FSDP) splitForSharding(ctx context.Context) error {
 		return fmt.Errorf("%s: split the replica groups: %w", f.cfg.Sharding, err)
 	}
 	f.sc, f.rc = collective.WithAsync(shard), collective.WithAsync(replica)
+	f.job.Closes(f.sc, f.rc)
 	f.cfg.Log.Info().Str("sharding", f.cfg.Sharding.String()).Ints("shard_group", collective.Members(shard)).Ints("replica_group", collective.Members(replica)).Msg("fsdp: sharded within the shard group, replicated across the replica group")
 	return nil
-}
-
-// worldOf is the job's size as New knows it: Group's, or the joiner's.
-func worldOf(cfg Config, joiner interface{ Info() strategy.Info }) int {
-	switch {
-	case cfg.Group != nil:
-		return cfg.Group.Size()
-	case joiner != nil:
-		return joiner.Info().WorldSize
-	}
-	return 0
 }

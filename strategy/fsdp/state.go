@@ -14,6 +14,7 @@ import (
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/optim"
 	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/replica"
 )
 
 // SaveState returns what this rank holds: for every parameter, the spans
@@ -81,19 +82,14 @@ func (f *FSDP) SaveState(ctx context.Context, o strategy.SaveOptions) (*strategy
 	for _, name := range meta.Buffers {
 		buf := os.Buffers[name]
 		if o.Full {
-			whole := make([]float64, np)
-			for u, un := range f.units {
-				c := f.chunks[u]
-				if err := f.sc.AllGather(ctx, buf[c.Local:c.Local+c.Hi-c.Lo], whole[un.Lo:un.Hi]); err != nil {
-					return nil, f.fail("all-gather the optimizer's "+name, err)
-				}
+			whole, err := replica.GatherChunks(ctx, f.sc, buf, f.units, f.chunks, np)
+			if err != nil {
+				return nil, f.fail("all-gather the optimizer's "+name, err)
 			}
 			sd.Tensors = append(sd.Tensors, strategy.Tensor{Name: strategy.OptimizerPrefix + name, Dtype: tensor.Float64, Shape: []int{np}, Lo: 0, Hi: np, Data64: whole})
 			continue
 		}
-		for _, c := range f.chunks {
-			sd.Tensors = append(sd.Tensors, strategy.Tensor{Name: strategy.OptimizerPrefix + name, Dtype: tensor.Float64, Shape: []int{np}, Lo: c.Lo, Hi: c.Hi, Data64: buf[c.Local : c.Local+c.Hi-c.Lo]})
-		}
+		sd.Tensors = append(sd.Tensors, replica.OptimizerChunks(name, buf, f.chunks, np)...)
 	}
 	var err error
 	if sd.Blobs[strategy.BlobOptimizer], err = json.Marshal(meta); err != nil {
@@ -189,13 +185,9 @@ func (f *FSDP) LoadState(ctx context.Context, sd *strategy.StateDict) error {
 		}
 		ost = &optim.State{Step: meta.Step, Lo: 0, Hi: f.shardLen, Scalars: strategy.Floats(meta.Scalars), Buffers: map[string][]float64{}}
 		for _, name := range meta.Buffers {
-			buf := make([]float64, f.shardLen)
-			for _, c := range f.chunks {
-				v, err := sd.Span(strategy.OptimizerPrefix+name, c.Lo, c.Hi)
-				if err != nil {
-					return fmt.Errorf("optimizer buffer %q: %w", name, err)
-				}
-				copy(buf[c.Local:], v)
+			buf, err := replica.LoadOptimizerChunks(sd, name, f.chunks, f.shardLen)
+			if err != nil {
+				return err
 			}
 			ost.Buffers[name] = buf
 		}

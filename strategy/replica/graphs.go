@@ -13,6 +13,7 @@ import (
 	"github.com/fulgur-ml/fulgur/profiler"
 	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
+	"github.com/fulgur-ml/fulgur/strategy/device"
 	"github.com/fulgur-ml/fulgur/strategy/device/engine"
 )
 
@@ -65,6 +66,17 @@ func (r *Graphs) Run(ctx context.Context, mode module.Mode, b *data.Batch, accum
 		r.built[k] = true
 	}
 	return r.Eng.Run(ctx, mode, b, accumulate, scale)
+}
+
+// RunOn is Run on dev (in dev.Do).
+func (r *Graphs) RunOn(ctx context.Context, dev device.Device, mode module.Mode, b *data.Batch, accumulate bool, scale float64) (engine.Result, error) {
+	var res engine.Result
+	err := dev.Do(ctx, func() error {
+		var err error
+		res, err = r.Run(ctx, mode, b, accumulate, scale)
+		return err
+	})
+	return res, err
 }
 
 // Steps are a strategy's step for each mode.

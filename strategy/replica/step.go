@@ -56,16 +56,26 @@ func ApplyStep(st *module.Store, opt optim.Optimizer, o strategy.OptimizerOption
 	return norm
 }
 
+// maxKeptScratch is the most values ReduceMetrics keeps in its scratch
+// between calls: enough for any step's metrics, while a large reduction
+// (the trainer gathering predictions, two values per predicted value)
+// does not stay pinned to the strategy after it returns.
+const maxKeptScratch = 1 << 12
+
 // ReduceMetrics combines per-rank metric values: Mean and Sum values and
 // every weight are summed in one all-reduce; Max and Min (negated) share a
 // second one, issued only when present (every rank has the same ops).
-// scratch is reused across calls. It serves the strategies' Reduce.
+// scratch is reused across calls, unless a call needed more than a few
+// thousand values. It serves the strategies' Reduce.
 func ReduceMetrics(ctx context.Context, c collective.Collective, scratch *[]float64, sums, weights []float64, ops []module.Reduce) error {
 	if len(sums) != len(ops) || len(weights) != len(ops) {
 		return fmt.Errorf("Reduce: %d values, %d weights and %d ops: pass one of each per metric", len(sums), len(weights), len(ops))
 	}
 	n := len(ops)
 	buf := (*scratch)[:0]
+	if cap(buf) < 2*n {
+		buf = make([]float64, 0, 2*n) // once, not grown by append
+	}
 	var nMax int
 	for i, op := range ops {
 		if op == module.Max || op == module.Min {
@@ -76,7 +86,9 @@ func ReduceMetrics(ctx context.Context, c collective.Collective, scratch *[]floa
 		}
 	}
 	buf = append(buf, weights...)
-	*scratch = buf
+	if cap(buf) <= maxKeptScratch {
+		*scratch = buf
+	}
 	if n == 0 {
 		return nil
 	}

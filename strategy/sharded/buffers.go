@@ -45,18 +45,18 @@ func newFlat[T float32 | float64](s *Sharded, params, storeGrads []T, step func(
 	if s.stage == 2 {
 		f.grads = make([]T, s.shardLen)
 		f.send = f.grads
-	} else if s.world > 1 {
+	} else if s.job.World() > 1 {
 		f.send = make([]T, s.shardLen)
 	}
 	return f
 }
 
 // grad is chunk c's reduced gradient.
-func (f *flat[T]) grad(c chunk) []T {
+func (f *flat[T]) grad(c replica.Chunk) []T {
 	if f.s.stage == 1 {
 		return f.grads[c.Lo:c.Hi]
 	}
-	lo, hi := c.local()
+	lo, hi := c.Span()
 	return f.grads[lo:hi]
 }
 
@@ -81,7 +81,7 @@ func (f *flat[T]) reduce(ctx context.Context, u int, grad any) engine.Wait {
 		if f.acc == nil {
 			f.acc = make([]T, s.shardLen)
 		}
-		lo, hi := c.local()
+		lo, hi := c.Span()
 		recv = f.acc[lo:hi]
 	}
 	wait := replica.Traced(s.prof, s.c.ReduceScatterAsync(ctx, g, recv, collective.Mean), "reduce-scatter unit", "wait reduce-scatter")
@@ -126,7 +126,7 @@ func (f *flat[T]) gather(ctx context.Context) error {
 	s := f.s
 	s.handles = s.handles[:0]
 	for u, c := range s.chunks {
-		lo, hi := c.local()
+		lo, hi := c.Span()
 		copy(f.send[lo:hi], f.params[c.Lo:c.Hi])
 		un := s.units[u]
 		s.handles = append(s.handles, s.c.AllGatherAsync(ctx, f.send[lo:hi], f.params[un.Lo:un.Hi]))

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"runtime/metrics"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,6 +20,7 @@ import (
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/strategy"
 	_ "github.com/fulgur-ml/fulgur/strategy/ddp" // "sharded" starts and joins its processes through "ddp", by name
+	"github.com/fulgur-ml/fulgur/strategy/strategytest"
 )
 
 // memProgramEnv makes the test binary one rank of a memory measurement:
@@ -53,15 +53,6 @@ func memParams() int {
 		n += memSizes[i-1]*memSizes[i] + memSizes[i]
 	}
 	return n
-}
-
-// liveHeap is the Go heap's live objects after a collection.
-func liveHeap() uint64 {
-	runtime.GC()
-	runtime.GC()
-	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	metrics.Read(s)
-	return s[0].Value.Uint64()
 }
 
 // memProgram is one rank: it builds the strategy by name on -devices
@@ -100,7 +91,7 @@ func memProgram(ctx context.Context, name string) error {
 	for i := range batch.Data[1] {
 		batch.Data[1][i] = float32(rng.IntN(memSizes[len(memSizes)-1]))
 	}
-	base := liveHeap()
+	base := strategytest.LiveHeap()
 	if err := s.Setup(ctx, strategy.Setup{Module: m, Specs: specs, Dtype: tensor.Float32, Seed: 1, Fields: fields, NewOptimizer: m.ConfigureOptimizers, Log: zerolog.Nop()}); err != nil {
 		return err
 	}
@@ -112,7 +103,7 @@ func memProgram(ctx context.Context, name string) error {
 			return err
 		}
 	}
-	grown := float64(int64(liveHeap()) - int64(base))
+	grown := float64(int64(strategytest.LiveHeap()) - int64(base))
 	// Each rank's figure in its own slot; Max keeps it.
 	vals, ws, ops := make([]float64, n), make([]float64, n), make([]module.Reduce, n)
 	for i := range vals {

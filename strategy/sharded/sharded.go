@@ -57,12 +57,9 @@ func fromOptions(o strategy.Options, name string, stage int) (strategy.Strategy,
 		}
 		cfg.BucketBytes = max(int(mb*(1<<20)), 8)
 	}
-	inner, err := strategy.New("ddp", o)
+	inner, err := replica.JoinerByName(o, name)
 	if err != nil {
-		return nil, fmt.Errorf("strategy %q starts and joins its processes as \"ddp\" does: %w", name, err)
-	}
-	if _, ok := inner.(strategy.GroupJoiner); !ok {
-		return nil, fmt.Errorf("strategy %q: the \"ddp\" strategy (%T) cannot hand its group over (strategy.GroupJoiner)", name, inner)
+		return nil, err
 	}
 	return newSharded(cfg, name, inner)
 }
@@ -111,16 +108,16 @@ type Sharded struct {
 	c     collective.Group
 	dev   device.Device
 
-	rank, world int
-	store       *module.Store // the whole model; gradients only under stage 1
-	eng         *engine.Engine
-	rep         *replica.Graphs
-	units       []engine.Unit
-	chunks      []chunk
-	shardLen    int
-	buf         buffers // the float32 or float64 buffers
-	opt         optim.Optimizer
-	sched       optim.Scheduler
+	job      *replica.Job  // the group, the first failure, Launch and Teardown
+	store    *module.Store // the whole model; gradients only under stage 1
+	eng      *engine.Engine
+	rep      *replica.Graphs
+	units    []engine.Unit
+	chunks   []replica.Chunk
+	shardLen int
+	buf      buffers // the float32 or float64 buffers
+	opt      optim.Optimizer
+	sched    optim.Scheduler
 
 	// The training run in progress.
 	scale            float64
@@ -128,19 +125,7 @@ type Sharded struct {
 	reduced          bool // gradients were reduced since the last update
 	handles          []collective.Handle
 	norm             []float64
-	reduceBuf        []float64
-	broken           error
-	tornDown         bool
-	// joiner starts and joins the job's processes when Sharded was built
-	// by name (a ddp strategy, strategy.GroupJoiner); nil with Config.Group.
-	joiner strategy.Strategy
 }
-
-// chunk is this rank's block [Lo, Hi) of a unit, in flat parameter
-// coordinates, at Local in the shard (and in the optimizer's span).
-type chunk struct{ Lo, Hi, Local int }
-
-func (c chunk) local() (lo, hi int) { return c.Local, c.Local + c.Hi - c.Lo }
 
 // New returns one rank of Sharded.
 func New(cfg Config) (*Sharded, error) {
@@ -170,28 +155,17 @@ func newSharded(cfg Config, name string, joiner strategy.Strategy) (*Sharded, er
 	if cfg.BucketBytes == 0 {
 		cfg.BucketBytes = DefaultBucketBytes
 	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = collective.DefaultTimeout
-	}
 	if name == "" {
 		name = fmt.Sprintf("sharded_stage%d", cfg.Stage)
 	}
-	s := &Sharded{cfg: cfg, name: name, stage: cfg.Stage, dev: cfg.Device, norm: make([]float64, 1), joiner: joiner}
-	if cfg.Group != nil {
-		s.rank, s.world = cfg.Group.Rank(), cfg.Group.Size()
-	} else {
-		i := joiner.Info()
-		s.rank, s.world = i.Rank, i.WorldSize
-	}
+	s := &Sharded{cfg: cfg, name: name, stage: cfg.Stage, dev: cfg.Device, norm: make([]float64, 1), job: replica.NewJob(name, cfg.Group, joiner, cfg.Timeout)}
 	if s.dev == nil {
 		s.dev = device.NewCPU(0)
 	}
 	return s, nil
 }
 
-func (s *Sharded) Info() strategy.Info {
-	return strategy.Info{Name: s.name, Rank: s.rank, WorldSize: s.world, GlobalZero: s.rank == 0}
-}
+func (s *Sharded) Info() strategy.Info { return s.job.Info() }
 
 // Stage is 1 or 2.
 func (s *Sharded) Stage() int { return s.stage }
@@ -222,42 +196,16 @@ func Units(entries []module.Entry, elemBytes, capBytes int) []engine.Unit {
 	return out
 }
 
-func (s *Sharded) fail(what string, err error) error {
-	err = fmt.Errorf("rank %d: %s: %w", s.rank, what, err)
-	if s.broken == nil {
-		s.broken = err
-		if s.c != nil { // fails the queued operations too
-			s.c.Close()
-		}
-	}
-	return err
-}
+func (s *Sharded) fail(what string, err error) error { return s.job.Fail(what, err) }
 
-func (s *Sharded) check() error {
-	if s.broken != nil {
-		return fmt.Errorf("the job failed earlier: %w", s.broken)
-	}
-	if s.eng == nil {
-		return fmt.Errorf("%s: called before Setup", s.name)
-	}
-	return nil
-}
+func (s *Sharded) check() error { return s.job.Check(s.eng != nil) }
 
 func (s *Sharded) Setup(ctx context.Context, su strategy.Setup) error {
 	s.prof = replica.ProfilerOf(su.Profiler)
-	g := s.cfg.Group
-	if g == nil {
-		var dev device.Device
-		var err error
-		if g, dev, err = s.joiner.(strategy.GroupJoiner).JoinGroup(ctx); err != nil {
-			return s.fail("join the group", err)
-		}
-		if s.cfg.Device == nil && dev != nil {
-			s.dev = dev
-		}
+	var err error
+	if s.c, s.dev, err = s.job.Join(ctx, s.cfg.Device); err != nil {
+		return err
 	}
-	s.c = collective.WithAsync(g)
-	s.rank, s.world = s.c.Rank(), s.c.Size()
 	newStore := module.NewStoreWithoutGrad
 	if s.stage == 1 {
 		newStore = module.NewStore
@@ -278,14 +226,7 @@ func (s *Sharded) Setup(ctx context.Context, su strategy.Setup) error {
 	if len(s.units) == 0 {
 		return s.fail("setup", errors.New("the module declares no learnable parameter: nothing to shard"))
 	}
-	s.chunks, s.shardLen = s.chunks[:0], 0
-	for _, u := range s.units {
-		n := u.Hi - u.Lo
-		lo := u.Lo + collective.Offset(n, s.world, s.rank)
-		c := chunk{Lo: lo, Hi: lo + collective.BlockLen(n, s.world, s.rank), Local: s.shardLen}
-		s.chunks = append(s.chunks, c)
-		s.shardLen += c.Hi - c.Lo
-	}
+	s.chunks, s.shardLen = replica.Chunks(s.units, s.job.World(), s.job.Rank())
 	if s.opt, s.sched, err = su.NewOptimizer(); err != nil {
 		return s.fail("setup", err)
 	}
@@ -298,8 +239,8 @@ func (s *Sharded) Setup(ctx context.Context, su strategy.Setup) error {
 		s.buf = newFlat(s, st.Data64(), st.Grad64(), s.opt.Update64)
 	}
 	sh := &engine.Sharding{Units: s.units, Reduce: s.buf.reduce}
-	opts := append([]engine.Option{engine.WithSharding(sh)}, replica.StatSyncOption(replica.StatSync(s.c), s.world, su.SyncBatchNorm)...)
-	s.eng = engine.New(su.Module, st, su.Fields, replica.Seed(su.Seed, s.rank), opts...)
+	opts := append([]engine.Option{engine.WithSharding(sh)}, replica.StatSyncOption(replica.StatSync(s.c), s.job.World(), su.SyncBatchNorm)...)
+	s.eng = engine.New(su.Module, st, su.Fields, replica.Seed(su.Seed, s.job.Rank()), opts...)
 	s.rep = replica.NewGraphs(s.eng)
 	return nil
 }
@@ -313,12 +254,7 @@ func (s *Sharded) Step(ctx context.Context, mode module.Mode, b *data.Batch, o s
 
 // run runs b through the replica's graph of mode on the device.
 func (s *Sharded) run(ctx context.Context, mode module.Mode, b *data.Batch, accumulate bool, scale float64) (engine.Result, error) {
-	var r engine.Result
-	err := s.dev.Do(ctx, func() error {
-		var err error
-		r, err = s.rep.Run(ctx, mode, b, accumulate, scale)
-		return err
-	})
+	r, err := s.rep.RunOn(ctx, s.dev, mode, b, accumulate, scale)
 	if err != nil {
 		return r, s.fail(mode.String()+" step on "+s.dev.String(), err)
 	}
@@ -401,7 +337,7 @@ func (s *Sharded) OptimizerStep(ctx context.Context, o strategy.OptimizerOptions
 	}
 	s.opt.Begin()
 	s.buf.update(clip)
-	if s.world > 1 {
+	if s.job.World() > 1 {
 		sp := s.prof.Start("all-gather parameters")
 		err := s.buf.gather(ctx)
 		sp.End()
@@ -443,22 +379,7 @@ func (s *Sharded) syncBuffers(ctx context.Context) error {
 }
 
 func (s *Sharded) Reduce(ctx context.Context, sums, weights []float64, ops []module.Reduce) error {
-	if s.broken != nil {
-		return fmt.Errorf("the job failed earlier: %w", s.broken)
-	}
-	if s.c == nil {
-		return fmt.Errorf("%s: Reduce before Setup", s.name)
-	}
-	if len(sums) == 0 && len(weights) == 0 && len(ops) == 0 {
-		if err := s.c.Barrier(ctx); err != nil {
-			return s.fail("barrier", err)
-		}
-		return nil
-	}
-	if err := replica.ReduceMetrics(ctx, s.c, &s.reduceBuf, sums, weights, ops); err != nil {
-		return s.fail("reduce logged values", err)
-	}
-	return nil
+	return s.job.Reduce(ctx, sums, weights, ops)
 }
 
 // Rebind runs m over this rank's parameters from now on; the group stays
@@ -476,9 +397,9 @@ func (s *Sharded) Rebind(m module.Module) error {
 // evaluation runs no collective (every rank holds the whole model).
 func (s *Sharded) DistributedSampler(shuffle bool, seed uint64, train bool) data.Sampler {
 	if train {
-		return data.DistributedSampler{Rank: s.rank, World: s.world, Shuffle: shuffle, Seed: seed}
+		return data.DistributedSampler{Rank: s.job.Rank(), World: s.job.World(), Shuffle: shuffle, Seed: seed}
 	}
-	return data.DistributedSampler{Rank: s.rank, World: s.world, NoPad: true}
+	return data.DistributedSampler{Rank: s.job.Rank(), World: s.job.World(), NoPad: true}
 }
 
 // Memory reports what this rank holds, from the lengths of the buffers it
@@ -513,38 +434,8 @@ func (s *Sharded) Memory() strategy.Memory {
 // Launch starts the job's local ranks when Sharded was built by name and
 // this process launched the job (through its ddp joiner); otherwise it
 // does nothing.
-func (s *Sharded) Launch(ctx context.Context) (bool, error) {
-	if l, ok := s.joiner.(strategy.Launcher); ok {
-		return l.Launch(ctx)
-	}
-	return false, nil
-}
+func (s *Sharded) Launch(ctx context.Context) (bool, error) { return s.job.Launch(ctx) }
 
 // Teardown waits for every rank (a last barrier), closes the group and,
 // built by name, waits for the local ranks this process started.
-func (s *Sharded) Teardown(ctx context.Context) error {
-	if s.tornDown {
-		return nil
-	}
-	s.tornDown = true
-	var errs []error
-	switch {
-	case s.c != nil && s.broken == nil:
-		bctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-		if e := collective.FinalBarrier(bctx, s.c); e != nil {
-			errs = append(errs, fmt.Errorf("rank %d: final barrier: %w", s.rank, e))
-		}
-		cancel()
-		s.c.Close()
-	case s.c != nil:
-		s.c.Close()
-	case s.cfg.Group != nil:
-		s.cfg.Group.Close()
-	}
-	if s.joiner != nil {
-		if err := s.joiner.Teardown(ctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
+func (s *Sharded) Teardown(ctx context.Context) error { return s.job.Teardown(ctx) }

@@ -9,6 +9,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/replica"
 )
 
 // SaveState returns the whole model (every rank holds it) and this rank's
@@ -37,19 +38,14 @@ func (s *Sharded) SaveState(ctx context.Context, o strategy.SaveOptions) (*strat
 		if t.Lo != 0 || t.Hi != s.shardLen {
 			return nil, fmt.Errorf("%s: the optimizer's %s covers [%d, %d) but this rank's shard is [0, %d)", s.name, t.Name, t.Lo, t.Hi, s.shardLen)
 		}
+		name := strings.TrimPrefix(t.Name, strategy.OptimizerPrefix)
 		if !o.Full {
-			for _, c := range s.chunks {
-				lo, hi := c.local()
-				out = append(out, strategy.Tensor{Name: t.Name, Dtype: tensor.Float64, Shape: []int{np}, Lo: c.Lo, Hi: c.Hi, Data64: t.Data64[lo:hi]})
-			}
+			out = append(out, replica.OptimizerChunks(name, t.Data64, s.chunks, np)...)
 			continue
 		}
-		whole := make([]float64, np)
-		for u, un := range s.units {
-			lo, hi := s.chunks[u].local()
-			if err := s.c.AllGather(ctx, t.Data64[lo:hi], whole[un.Lo:un.Hi]); err != nil {
-				return nil, s.fail("all-gather the optimizer's "+t.Name, err)
-			}
+		whole, err := replica.GatherChunks(ctx, s.c, t.Data64, s.units, s.chunks, np)
+		if err != nil {
+			return nil, s.fail("all-gather the optimizer's "+t.Name, err)
 		}
 		out = append(out, strategy.Tensor{Name: t.Name, Dtype: tensor.Float64, Shape: []int{np}, Lo: 0, Hi: np, Data64: whole})
 	}
@@ -94,13 +90,9 @@ func (s *Sharded) LoadState(ctx context.Context, sd *strategy.StateDict) error {
 			continue
 		}
 		done[t.Name] = true
-		buf := make([]float64, s.shardLen)
-		for _, c := range s.chunks {
-			v, err := sd.Span(t.Name, c.Lo, c.Hi)
-			if err != nil {
-				return fmt.Errorf("optimizer buffer %q: %w", strings.TrimPrefix(t.Name, strategy.OptimizerPrefix), err)
-			}
-			copy(buf[c.Local:], v)
+		buf, err := replica.LoadOptimizerChunks(sd, strings.TrimPrefix(t.Name, strategy.OptimizerPrefix), s.chunks, s.shardLen)
+		if err != nil {
+			return err
 		}
 		local.Tensors = append(local.Tensors, strategy.Tensor{Name: t.Name, Dtype: tensor.Float64, Shape: []int{max(s.store.NumParams(), s.shardLen)}, Lo: 0, Hi: s.shardLen, Data64: buf})
 	}

@@ -11,7 +11,8 @@
 // pass (BeforeBackward, also run alone by strategies holding no whole
 // store). It also exports the small modules and data the suite uses (MLP;
 // Tapped, which counts its gradient ops; Regression) and the helpers that
-// make and drive several in-process ranks at once (Ranks, Each, SetupAll).
+// make and drive several in-process ranks at once (Ranks, Each, SetupAll),
+// and LiveHeap, the live heap that memory tests measure.
 //
 // strategytest may import strategy, module, data, optim, the collective and
 // device interfaces, the inproc collective and fakedevice; it must not

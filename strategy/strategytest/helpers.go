@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"runtime/metrics"
 	"sync"
 
 	"github.com/rs/zerolog"
@@ -142,4 +144,14 @@ func StoreOf(s strategy.Strategy) *module.Store {
 		return r.Store()
 	}
 	return nil
+}
+
+// LiveHeap is the bytes of the Go heap's live objects after a full
+// collection: what a test measures a rank's (or a run's) memory by.
+func LiveHeap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }
