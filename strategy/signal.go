@@ -2,10 +2,8 @@ package strategy
 
 import (
 	"os"
-	"os/signal"
-	"sync"
-	"syscall"
-	"time"
+
+	"github.com/fulgur-ml/fulgur/strategy/launch"
 )
 
 // DuplicateSignalWindow is how long after the first SIGINT or SIGTERM a
@@ -13,61 +11,13 @@ import (
 // shell or timeout(1) signalling the whole process group, a launcher
 // forwarding it to its ranks, or go run to its child, makes one request
 // arrive two or three times. A signal after the window exits at once.
-const DuplicateSignalWindow = 2 * time.Second
+const DuplicateSignalWindow = launch.DuplicateSignalWindow
 
 // WatchStopSignals watches sigs, the signals that ask a run to stop, for
 // the trainer's Fit and for launchers that forward them to their ranks
-// (ddp_spawn), until the function it returns is called; that function
-// waits for the watcher to end. The first signal, and every repeat within
-// DuplicateSignalWindow of it, are one request: request gets each, with
-// first true for the first. A signal after the window is the user asking
-// to exit at once: atExit runs when set (a launcher kills its ranks), the
-// handlers of sigs are reset and the signal is raised again on this
-// process, which dies of it as it would have without handlers (should it
-// survive, it exits with 128 plus the signal's number, as a shell reports
-// a process the signal killed).
+// (ddp_spawn), until the function it returns is called: see
+// launch.WatchStopSignals, which it is (the elastic supervisor, below
+// strategy, reads signals the same way).
 func WatchStopSignals(sigs []os.Signal, request func(s os.Signal, first bool), atExit func(s os.Signal)) (stop func()) {
-	ch := make(chan os.Signal, 4)
-	signal.Notify(ch, sigs...)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		var first time.Time
-		for {
-			select {
-			case s := <-ch:
-				switch {
-				case first.IsZero():
-					first = time.Now()
-					request(s, true)
-				case time.Since(first) < DuplicateSignalWindow:
-					request(s, false)
-				default:
-					if atExit != nil {
-						atExit(s)
-					}
-					signal.Stop(ch)
-					signal.Reset(sigs...)
-					if p, err := os.FindProcess(os.Getpid()); err == nil && p.Signal(s) == nil {
-						return
-					}
-					code := 1
-					if n, ok := s.(syscall.Signal); ok {
-						code = 128 + int(n)
-					}
-					os.Exit(code)
-				}
-			case <-done:
-				return
-			}
-		}
-	})
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			signal.Stop(ch)
-			close(done)
-			wg.Wait()
-		})
-	}
+	return launch.WatchStopSignals(sigs, request, atExit)
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"os/signal"
 	"regexp"
 	"slices"
 	"strconv"
@@ -490,29 +489,27 @@ func Supervise(ctx context.Context, e Elastic) {
 // SIGTERM, for RunElastic in a launcher the user can stop from the
 // terminal (RunElastic then stops the ranks instead of restarting them),
 // and a function that releases it and returns the exit status that signal
-// stands for: 130 (SIGINT), 143 (SIGTERM), or 0 when none came.
+// stands for: 130 (SIGINT), 143 (SIGTERM), or 0 when none came. Signals
+// are read as WatchStopSignals reads them: repeats within
+// DuplicateSignalWindow are the same request, and a signal after it ends
+// this process at once (the ranks die with it, by their parent-death
+// signal), for a user whose ranks take too long to save.
 func StopOnSignal(ctx context.Context) (context.Context, func() int) {
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	ctx, cancel := context.WithCancel(ctx)
 	var status atomic.Int32
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		select {
-		case sig := <-sigs:
-			status.Store(130)
-			if sig == syscall.SIGTERM {
-				status.Store(143)
-			}
-			cancel()
-		case <-ctx.Done():
+	unwatch := WatchStopSignals([]os.Signal{os.Interrupt, syscall.SIGTERM}, func(s os.Signal, first bool) {
+		if !first {
+			return
 		}
-	}()
-	return ctx, func() int {
-		signal.Stop(sigs)
+		status.Store(130)
+		if s == syscall.SIGTERM {
+			status.Store(143)
+		}
 		cancel()
-		<-done
+	}, nil)
+	return ctx, func() int {
+		unwatch()
+		cancel()
 		return int(status.Load())
 	}
 }
