@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -132,5 +133,34 @@ func TestFitTwiceContinuesOrErrors(t *testing.T) {
 	err := tr.Fit(context.Background(), m, loader(t, ds, 16, false, false), nil)
 	if err == nil || !strings.Contains(err.Error(), "MaxEpochs is 2") || !strings.Contains(err.Error(), "FromCheckpoint") {
 		t.Fatalf("third Fit: %v, want an error saying MaxEpochs is reached", err)
+	}
+}
+
+// A finite loss too large for an int64 once scaled by 1e4 (a diverging
+// run) is shown as its value in the progress and validation lines, not
+// wrapped to a negative number.
+func TestHugeLossPrintsItsValue(t *testing.T) {
+	ds := regression(t, 64, 0, 1)
+	var buf bytes.Buffer
+	cfg := trainer.Config{MaxEpochs: 1, LogEveryNSteps: 1, Out: &buf, DefaultRootDir: t.TempDir()}
+	tr, err := trainer.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &linreg{in: 4, lr: 0.01, scale: 1e30}
+	if err := tr.Fit(context.Background(), m, loader(t, ds, 16, false, false), loader(t, ds, 64, false, false)); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{" loss=", " val_loss="} {
+		out := buf.String()
+		i := strings.Index(out, key)
+		if i < 0 {
+			t.Fatalf("no %q in the log:\n%s", key, out)
+		}
+		field := strings.Fields(out[i+len(key):])[0]
+		v, err := strconv.ParseFloat(field, 64)
+		if err != nil || v < 1e29 {
+			t.Errorf("%s%s: want the loss, above 1e29 (err %v); log:\n%s", key, field, err, out)
+		}
 	}
 }
