@@ -140,3 +140,28 @@ func TestValCheckIntervalInCheckedEpochsOnly(t *testing.T) {
 		t.Errorf("validations = %d, want 6", s.ValidationsPassed)
 	}
 }
+
+// A logger or callback whose constructor failed, with its error ignored, is
+// a nil pointer in a non-nil interface: New refuses it, naming the entry,
+// instead of Fit crashing on it after training.
+func TestNilLoggerOrCallbackIsRefused(t *testing.T) {
+	csv, _ := callbacks.NewCSVLogger("") // refused: no directory
+	mc, _ := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{Mode: "sideways"})
+	for _, c := range []struct {
+		name string
+		cfg  trainer.Config
+		want string
+	}{
+		{"logger", trainer.Config{Loggers: []trainer.Logger{csv}}, "Loggers[0] is a nil *trainer.CSVLogger"},
+		{"untyped logger", trainer.Config{Loggers: []trainer.Logger{nil}}, "Loggers[0] is nil"},
+		{"callback", trainer.Config{Callbacks: []trainer.Callback{mc}}, "Callbacks[0] is a nil *callbacks.ModelCheckpoint"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.cfg.Out = io.Discard
+			_, err := trainer.New(c.cfg)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v, want one containing %q", err, c.want)
+			}
+		})
+	}
+}
