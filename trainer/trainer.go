@@ -694,6 +694,11 @@ func (a *agg) addMetric(mt *module.Metric) {
 	if len(a.counts) < len(mt.Counts) {
 		a.counts = append(a.counts, make([]float64, len(mt.Counts)-len(a.counts))...)
 	}
+	if mt.Weight == 0 {
+		// A batch of padding only (a rank with no example of its own):
+		// it names the metric for the ranks' reduction and counts nothing.
+		return
+	}
 	for i, c := range mt.Counts {
 		a.counts[i] += c
 	}
@@ -706,7 +711,9 @@ func (a *agg) add(v, w float64) {
 		a.max, a.min = v, v
 	}
 	a.n++
-	a.sum += v * w
+	if w != 0 { // a padded row's value (w 0) adds nothing, even when infinite
+		a.sum += v * w
+	}
 	a.weight += w
 	a.max = math.Max(a.max, v)
 	a.min = math.Min(a.min, v)
@@ -1078,6 +1085,7 @@ func (t *Trainer) Predict(ctx context.Context, m module.Module, l *data.Loader, 
 	defer it.Close()
 	var out []*tensor.Dense
 	var rows [][]int
+	var pads [][]bool
 	for bi := 0; bi < nb; bi++ {
 		b, ok := it.Next()
 		if !ok {
@@ -1090,6 +1098,7 @@ func (t *Trainer) Predict(ctx context.Context, m module.Module, l *data.Loader, 
 		}
 		out = append(out, y.Clone().(*tensor.Dense))
 		rows = append(rows, append([]int(nil), b.Indices...))
+		pads = append(pads, append([]bool(nil), b.Pad...))
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("predict data: %w", err)
@@ -1097,7 +1106,7 @@ func (t *Trainer) Predict(ctx context.Context, m module.Module, l *data.Loader, 
 	if pl == l {
 		return out, nil
 	}
-	return t.gatherPredictions(ctx, out, rows, l.Dataset().Len(), l.Config().BatchSize)
+	return t.gatherPredictions(ctx, out, rows, pads, l.Dataset().Len(), l.Config().BatchSize)
 }
 
 // maxPredictDims bounds the rank of one prediction row that ranks agree on
@@ -1108,8 +1117,9 @@ const maxPredictDims = 8
 // index of each row) into dataset order on every rank. Each rank writes its
 // rows into their slots of an n-row buffer of zeros and the ranks sum the
 // buffers (x+0 is x exactly), with a count per slot; rows no rank predicted
-// (LimitPredictBatches) are left out.
-func (t *Trainer) gatherPredictions(ctx context.Context, out []*tensor.Dense, rows [][]int, n, batchSize int) ([]*tensor.Dense, error) {
+// (LimitPredictBatches) are left out, and so are padded rows (pads), which
+// repeat a row another rank predicts.
+func (t *Trainer) gatherPredictions(ctx context.Context, out []*tensor.Dense, rows [][]int, pads [][]bool, n, batchSize int) ([]*tensor.Dense, error) {
 	// Agree on the shape of a row: ranks with no rows learn it from others.
 	hdr := make([]float64, 2+maxPredictDims)
 	for i := range hdr {
@@ -1151,6 +1161,9 @@ func (t *Trainer) gatherPredictions(ctx context.Context, out []*tensor.Dense, ro
 			return nil, fmt.Errorf("predict: this rank's batch %d has %d values for %d rows of %v: every rank's PredictStep must return rows of one shape", bi, len(vals), len(rows[bi]), rowShape)
 		}
 		for r, idx := range rows[bi] {
+			if r < len(pads[bi]) && pads[bi][r] {
+				continue
+			}
 			if idx < 0 || idx >= n {
 				return nil, fmt.Errorf("predict: row index %d is outside the dataset of %d", idx, n)
 			}
