@@ -711,7 +711,11 @@ func (a *agg) add(v, w float64) {
 		a.max, a.min = v, v
 	}
 	a.n++
-	if w != 0 { // a padded row's value (w 0) adds nothing, even when infinite
+	switch {
+	case w == 0: // a padded row's value adds nothing, even when infinite
+	case a.spec.Reduce == module.Sum:
+		a.sum += v // the batches' values, as Lightning's reduce_fx="sum"
+	default:
 		a.sum += v * w
 	}
 	a.weight += w
