@@ -12,6 +12,7 @@ import (
 
 	G "gorgonia.org/gorgonia"
 
+	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
@@ -161,6 +162,34 @@ func TestHugeLossPrintsItsValue(t *testing.T) {
 		v, err := strconv.ParseFloat(field, 64)
 		if err != nil || v < 1e29 {
 			t.Errorf("%s%s: want the loss, above 1e29 (err %v); log:\n%s", key, field, err, out)
+		}
+	}
+}
+
+// A loss made NaN by a NaN in the data names the input and the dataset
+// example, rather than advising a lower learning rate.
+func TestNaNInputNamesTheExample(t *testing.T) {
+	ds := regression(t, 64, 0, 1)
+	x, y := make([]float32, 4), make([]float32, 1)
+	xs, ys := make([]float32, 0, 64*4), make([]float32, 0, 64)
+	for i := range 64 {
+		if err := ds.Read(i, [][]float32{x, y}); err != nil {
+			t.Fatal(err)
+		}
+		if i == 21 {
+			x[2] = float32(math.NaN())
+		}
+		xs, ys = append(xs, x...), append(ys, y...)
+	}
+	bad, err := data.NewInMemory(ds.Fields(), [][]float32{xs, ys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, _ := trainer.New(quiet(trainer.Config{MaxEpochs: 1}))
+	err = tr.Fit(context.Background(), &linreg{in: 4, lr: 0.01}, loader(t, bad, 16, true, false), nil)
+	for _, want := range []string{"the loss is NaN", `input "x" of dataset example 21 holds NaN`, "fix the data"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %v, want one containing %q", err, want)
 		}
 	}
 }
