@@ -82,8 +82,9 @@ type Config struct {
 	// a new DefaultRootDir/lightning_logs/version_N (see LogDir). "": ".".
 	DefaultRootDir string
 	// LogDir is the run directory of every Fit: the default checkpoints
-	// and logger, and the callbacks and loggers given no path of their
-	// own, write there (State.LogDir). "": a new
+	// and logger, and the callbacks given no path of their own, write
+	// there (State.LogDir); loggers take their directory when built, so
+	// give them this one (VersionDir names a new one). "": a new
 	// DefaultRootDir/lightning_logs/version_N per Fit, N one above the
 	// highest existing, so no earlier run is replaced; name a directory to
 	// write into it (to continue a run there, say).

@@ -29,7 +29,7 @@ type State struct {
 	RootDir      string
 	// LogDir is the run's directory (Config.LogDir; by default a new
 	// RootDir/lightning_logs/version_N per Fit, the same on every rank):
-	// callbacks and loggers given no path of their own write there. "":
+	// callbacks given no path of their own write there. "":
 	// outside Fit.
 	LogDir    string
 	MaxEpochs int
