@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -190,6 +191,31 @@ func TestNaNInputNamesTheExample(t *testing.T) {
 	for _, want := range []string{"the loss is NaN", `input "x" of dataset example 21 holds NaN`, "fix the data"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("err = %v, want one containing %q", err, want)
+		}
+	}
+}
+
+// A nil context is an error naming the call, not a nil-pointer crash in
+// the loop.
+func TestNilContextIsAnError(t *testing.T) {
+	ds := regression(t, 32, 0, 1)
+	tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nilCtx context.Context
+	m := newEvalReg()
+	l := loader(t, ds, 8, false, false)
+	_, errV := tr.Validate(nilCtx, m, l)
+	_, errT := tr.Test(nilCtx, m, l)
+	_, errP := tr.Predict(nilCtx, m, l)
+	_, errH := tr.WeightsSHA256(nilCtx)
+	for call, err := range map[string]error{
+		"Fit": tr.Fit(nilCtx, m, l, nil), "Validate": errV, "Test": errT, "Predict": errP,
+		"SaveCheckpoint": tr.SaveCheckpoint(nilCtx, filepath.Join(t.TempDir(), "x.ckpt")), "WeightsSHA256": errH,
+	} {
+		if err == nil || !strings.Contains(err.Error(), call+": the context is nil") {
+			t.Errorf("%s(nil context): %v", call, err)
 		}
 	}
 }

@@ -364,6 +364,9 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 	for _, o := range opts {
 		o(&fo)
 	}
+	if ctx == nil {
+		return errNilContext("Fit")
+	}
 	if train == nil {
 		return errors.New("Fit: the training loader is nil: pass a *data.Loader")
 	}
@@ -1015,6 +1018,12 @@ func (t *Trainer) prepareEval(ctx context.Context, m module.Module, l *data.Load
 }
 
 func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader, mode module.Mode, opts []EvalOption) (map[string]float64, error) {
+	if ctx == nil {
+		if mode == module.Validate {
+			return nil, errNilContext("Validate")
+		}
+		return nil, errNilContext("Test")
+	}
 	if l == nil {
 		return nil, fmt.Errorf("%s: the loader is nil: pass a *data.Loader", mode)
 	}
@@ -1069,6 +1078,9 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 // in dataset order, cut into batches of l's batch size, as one process
 // would return them for an unshuffled loader.
 func (t *Trainer) Predict(ctx context.Context, m module.Module, l *data.Loader, opts ...EvalOption) ([]*tensor.Dense, error) {
+	if ctx == nil {
+		return nil, errNilContext("Predict")
+	}
 	if l == nil {
 		return nil, errors.New("Predict: the loader is nil: pass a *data.Loader")
 	}
@@ -1238,4 +1250,10 @@ func (t *Trainer) Teardown(ctx context.Context) error {
 	err := t.strat.Teardown(ctx)
 	t.strat, t.mod = nil, nil
 	return err
+}
+
+// errNilContext answers a nil context.Context, which would otherwise crash
+// the first collective or cancellation check deep inside the call.
+func errNilContext(call string) error {
+	return fmt.Errorf("%s: the context is nil: pass context.Background() (or a context you cancel to stop)", call)
 }
