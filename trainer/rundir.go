@@ -83,8 +83,11 @@ func (t *Trainer) chooseLogDir(ctx context.Context) (string, error) {
 			return "", fmt.Errorf("agree on the run directory across ranks: %w", err)
 		}
 		if zero.named != "" && named != "" && filepath.Clean(zero.named) != filepath.Clean(named) {
-			t.cfg.Log.Warn().Str("log_dir", named).Str("rank0_log_dir", zero.named).Int("rank", t.strat.Info().Rank).
-				Msg("Config.LogDir differs from rank 0's: this rank writes into rank 0's (with VersionDir each self-launched rank computes its own; leave LogDir empty, or compute it once)")
+			// Info, not a warning: it is what a program that computes its
+			// LogDir with VersionDir (as the README shows) sees on every
+			// self-launched rank, and rank 0's is the right one.
+			t.cfg.Log.Info().Str("log_dir", named).Str("rank0_log_dir", zero.named).Int("rank", t.strat.Info().Rank).
+				Msg("Config.LogDir differs from rank 0's: this rank writes into rank 0's (with VersionDir each self-launched rank computes its own)")
 		}
 		if named = zero.named; named == "" {
 			n = zero.version
