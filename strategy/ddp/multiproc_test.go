@@ -347,32 +347,38 @@ func predictWith(t *testing.T, params []float32) []float32 {
 
 // TestDDPPanicOnRankNamesItsLog: a step panicking on rank 1 of a
 // self-launched job ends rank 0 with an error naming rank 1 and its
-// rank_1.log, which holds the panic and the user's file:line.
+// rank_1.log, which holds the panic and the user's file:line. sharded and
+// fsdp start their ranks through ddp; their rank 0 said only "rank 1's
+// process is gone".
 func TestDDPPanicOnRankNamesItsLog(t *testing.T) {
 	needLinux(t)
-	marker := newMarker(t)
-	root := t.TempDir()
-	r := startProgram(t, marker, nil, "-strategy", "ddp", "-devices", "2", "-panic-rank", "1", "-root", root)
-	if r.err == nil {
-		t.Fatalf("the run succeeded although rank 1 panicked:\n%s", r.stderr)
-	}
-	// The ranks' output goes into the run's directory (the trainer's
-	// State.LogDir), beside its checkpoints and metrics.
-	logPath := filepath.Join(root, "lightning_logs", "version_0", "rank_1.log")
-	for _, s := range []string{"rank 1", logPath, "user step failed on rank 1"} {
-		if !strings.Contains(r.stderr, s) {
-			t.Errorf("rank 0's error does not contain %q:\n%s", s, r.stderr)
-		}
-	}
-	b, err := os.ReadFile(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(b), "user step failed on rank 1") || !strings.Contains(string(b), "main_test.go:") {
-		t.Errorf("rank_1.log lacks the panic and the user's file:line:\n%s", b)
-	}
-	if left := survivors(t, marker); len(left) > 0 {
-		t.Errorf("processes left behind: %v", left)
+	for _, strat := range []string{"ddp", "sharded", "fsdp"} {
+		t.Run(strat, func(t *testing.T) {
+			marker := newMarker(t)
+			root := t.TempDir()
+			r := startProgram(t, marker, nil, "-strategy", strat, "-devices", "2", "-panic-rank", "1", "-root", root)
+			if r.err == nil {
+				t.Fatalf("the run succeeded although rank 1 panicked:\n%s", r.stderr)
+			}
+			// The ranks' output goes into the run's directory (the trainer's
+			// State.LogDir), beside its checkpoints and metrics.
+			logPath := filepath.Join(root, "lightning_logs", "version_0", "rank_1.log")
+			for _, s := range []string{"rank 1", logPath, "user step failed on rank 1"} {
+				if !strings.Contains(r.stderr, s) {
+					t.Errorf("rank 0's error does not contain %q:\n%s", s, r.stderr)
+				}
+			}
+			b, err := os.ReadFile(logPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(b), "user step failed on rank 1") || !strings.Contains(string(b), "main_test.go:") {
+				t.Errorf("rank_1.log lacks the panic and the user's file:line:\n%s", b)
+			}
+			if left := survivors(t, marker); len(left) > 0 {
+				t.Errorf("processes left behind: %v", left)
+			}
+		})
 	}
 }
 

@@ -260,6 +260,9 @@ func (f *FSDP) Info() strategy.Info {
 func (f *FSDP) Units() []engine.Unit { return f.units }
 
 func (f *FSDP) fail(what string, err error) error {
+	if e, ok := f.joiner.(strategy.PeerLossExplainer); ok {
+		err = e.ExplainPeerLoss(err) // the rank's exit and rank_N.log
+	}
 	err = fmt.Errorf("rank %d: %s: %w", f.rank, what, err)
 	if f.broken == nil {
 		f.broken = err

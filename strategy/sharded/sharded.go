@@ -223,6 +223,9 @@ func Units(entries []module.Entry, elemBytes, capBytes int) []engine.Unit {
 }
 
 func (s *Sharded) fail(what string, err error) error {
+	if e, ok := s.joiner.(strategy.PeerLossExplainer); ok {
+		err = e.ExplainPeerLoss(err) // the rank's exit and rank_N.log
+	}
 	err = fmt.Errorf("rank %d: %s: %w", s.rank, what, err)
 	if s.broken == nil {
 		s.broken = err
