@@ -382,6 +382,33 @@ func TestDDPPanicOnRankNamesItsLog(t *testing.T) {
 	}
 }
 
+// TestRankReturningEarlyIsNamed: rank 1's program returns normally after
+// Fit (it printed an error and returned, say) while rank 0 goes on to
+// Validate. Rank 0's error said only "rank 1's process is gone"; it now
+// names rank 1's normal exit, its rank_1.log and the log's last line.
+func TestRankReturningEarlyIsNamed(t *testing.T) {
+	needLinux(t)
+	for _, strat := range []string{"ddp", "fsdp"} {
+		t.Run(strat, func(t *testing.T) {
+			marker := newMarker(t)
+			root := t.TempDir()
+			r := startProgram(t, marker, nil, "-strategy", strat, "-devices", "2", "-quit-rank", "1", "-root", root)
+			if r.err == nil {
+				t.Fatalf("the run succeeded although rank 1 returned before Validate:\n%s", r.stderr)
+			}
+			logPath := filepath.Join(root, "lightning_logs", "version_0", "rank_1.log")
+			for _, s := range []string{"rank 1", "exited normally", logPath, "rank 1 gives up after Fit"} {
+				if !strings.Contains(r.stderr, s) {
+					t.Errorf("rank 0's error does not contain %q:\n%s", s, r.stderr)
+				}
+			}
+			if left := survivors(t, marker); len(left) > 0 {
+				t.Errorf("processes left behind: %v", left)
+			}
+		})
+	}
+}
+
 // TestDDPRanksFinishAfterRank0Returns: rank 0's program ends (without
 // Teardown) while rank 1 still works; rank 1 is not killed and finishes.
 func TestDDPRanksFinishAfterRank0Returns(t *testing.T) {

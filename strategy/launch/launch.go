@@ -362,10 +362,7 @@ func (g *Group) Wait(ctx context.Context) error {
 // Failed returns the ranks that have exited with an error so far, earliest
 // first.
 func (g *Group) Failed() []Exit {
-	g.mu.Lock()
-	done := slices.Clone(g.done)
-	g.mu.Unlock()
-	sort.SliceStable(done, func(i, j int) bool { return done[i].At.Before(done[j].At) })
+	done := g.Exited()
 	out := done[:0]
 	for _, e := range done {
 		if e.Err != nil {
@@ -373,6 +370,16 @@ func (g *Group) Failed() []Exit {
 		}
 	}
 	return out
+}
+
+// Exited returns the ranks that have exited so far, with an error or not,
+// earliest first.
+func (g *Group) Exited() []Exit {
+	g.mu.Lock()
+	done := slices.Clone(g.done)
+	g.mu.Unlock()
+	sort.SliceStable(done, func(i, j int) bool { return done[i].At.Before(done[j].At) })
+	return done
 }
 
 // Err is the error Wait returns, for the processes that have exited so far.
