@@ -3,7 +3,6 @@ package trainer
 import (
 	"context"
 	"fmt"
-	"math"
 	"strings"
 	"time"
 
@@ -295,9 +294,9 @@ func (f *fitRun) endEpoch(ctx context.Context, epoch, nb int, r loopPos, stop er
 	}
 	t.stats.Epochs = epoch + 1
 	if f.sched != nil && f.sched.Interval() == optim.PerEpoch {
-		metric := math.NaN()
-		if v, ok := t.state.Metrics[plateauMetric(t.state.Metrics)]; ok {
-			metric = v
+		metric, err := t.schedMetric(ctx, f.sched)
+		if err != nil {
+			return fmt.Errorf("epoch %d: %w", epoch, err)
 		}
 		f.sched.Step(f.opt, metric)
 	}

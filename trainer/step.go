@@ -112,7 +112,11 @@ func (f *fitRun) optimizerStep(ctx context.Context, epoch, bi int) error {
 	}
 	t.state.GlobalStep++
 	if f.sched != nil && f.sched.Interval() == optim.PerStep {
-		f.sched.Step(f.opt, math.NaN())
+		metric, err := t.schedMetric(ctx, f.sched)
+		if err != nil {
+			return fmt.Errorf("epoch %d batch %d: %w", epoch, bi, err)
+		}
+		f.sched.Step(f.opt, metric)
 	}
 	t.state.LR = f.opt.LR()
 	if f.afterStep {

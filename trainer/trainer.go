@@ -792,15 +792,42 @@ func (t *Trainer) finishStats() {
 	t.stats.GlobalStep = t.state.GlobalStep
 }
 
-// plateauMetric picks the metric a ReduceOnPlateau scheduler watches:
-// val_loss when logged, otherwise the training loss.
-func plateauMetric(m map[string]float64) string {
-	for _, k := range []string{"val_loss", "val_loss_epoch", "train_loss_epoch", "train_loss"} {
-		if _, ok := m[k]; ok {
-			return k
-		}
+// schedMetric is the value a scheduler's Step takes: for an
+// optim.Monitored one (ReduceOnPlateau) the metric it names, by default
+// val_loss when logged, else train_loss (a bare name answers with the value
+// logged last, so a per-step call sees this step's train loss); NaN for the
+// others. A monitored metric that was never logged is an error: NaN never
+// improves, so the scheduler would cut the rate every Patience+1 intervals
+// whatever the training does. Every rank takes rank 0's value (a training
+// loss differs between ranks), so that their learning rates stay equal.
+func (t *Trainer) schedMetric(ctx context.Context, sched optim.Scheduler) (float64, error) {
+	mon, ok := sched.(optim.Monitored)
+	if !ok {
+		return math.NaN(), nil
 	}
-	return ""
+	v, err := t.monitored(mon.Monitor())
+	if err != nil {
+		return 0, err
+	}
+	return t.rank0Value(context.WithoutCancel(ctx), v)
+}
+
+// monitored is the value of the metric a scheduler monitors (see
+// schedMetric).
+func (t *Trainer) monitored(name string) (float64, error) {
+	m := Metrics{m: t.state.Metrics, stepNewer: t.state.stepNewer}
+	if name == "" {
+		for _, k := range []string{"val_loss", "train_loss"} {
+			if v, ok := m.Get(k); ok {
+				return v, nil
+			}
+		}
+		return 0, fmt.Errorf("the learning-rate scheduler watches val_loss or train_loss, and neither is logged (logged metrics are %v): log one with Step.Log, or set PlateauConfig.Monitor to a logged metric", m.Names())
+	}
+	if v, ok := m.Get(name); ok {
+		return v, nil
+	}
+	return 0, fmt.Errorf("the learning-rate scheduler monitors %q, which is not logged (logged metrics are %v): log it with Step.Log, or set PlateauConfig.Monitor to a logged metric", name, m.Names())
 }
 
 // finishTrainEpoch reduces epoch aggregates across ranks and logs them.
