@@ -34,7 +34,8 @@ type PlateauConfig struct {
 	// Monitor is the logged metric the trainer passes to Step (Lightning's
 	// "monitor"), such as "val_acc" with Mode "max"; a bare name answers
 	// with the value logged last, as State.Metrics.Get does. "": val_loss
-	// when it is logged, else train_loss. A metric that is not logged
+	// when it is logged, else train_loss, so Mode "max" needs a Monitor
+	// (the trainer refuses it without one). A metric that is not logged
 	// stops training with an error naming the logged ones.
 	Monitor string
 }

@@ -2,6 +2,7 @@ package trainer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -72,6 +73,9 @@ func (t *Trainer) newFitRun(m module.Module, train, val *data.Loader) *fitRun {
 func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data.Loader, startEpoch int) error {
 	defer t.span("fit")()
 	f := t.newFitRun(m, train, val)
+	if p, ok := f.sched.(*optim.ReduceOnPlateau); ok && p.Config().Mode == "max" && p.Monitor() == "" {
+		return errors.New(`ReduceOnPlateau has Mode "max" and no Monitor: it would watch val_loss or train_loss, which should fall, and cut the learning rate while they do: set PlateauConfig.Monitor to the metric that should rise (such as val_acc), or use Mode "min"`)
+	}
 	if st, ok := f.sched.(optim.Starter); ok && startEpoch == 0 && t.state.GlobalStep == 0 && f.resume == nil {
 		st.Start(f.opt)
 	}

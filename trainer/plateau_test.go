@@ -66,6 +66,7 @@ func TestReduceOnPlateauFollowsItsMetric(t *testing.T) {
 		{"max, val score", optim.PlateauConfig{Patience: 0, Factor: 0.5, Mode: "max", Monitor: "val_score"}, true, ""},
 		{"min, val loss", optim.PlateauConfig{Patience: 0, Factor: 0.5}, true, ""},
 		{"not logged", optim.PlateauConfig{Patience: 0, Factor: 0.5, Mode: "max", Monitor: "val_acc"}, true, `monitors "val_acc", which is not logged`},
+		{"max on the default loss", optim.PlateauConfig{Patience: 0, Factor: 0.5, Mode: "max"}, true, `Mode "max" and no Monitor`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			trace := &lrTrace{}
