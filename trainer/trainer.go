@@ -1100,10 +1100,11 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 // batch (copies, safe to keep). After Fit it uses the trained parameters
 // (see Test); WithCheckpoint picks a checkpoint's instead.
 //
-// With several ranks (ddp, sharded), each rank predicts its shard of l
-// (DistributedSampler, no padding) and every rank returns all predictions
-// in dataset order, cut into batches of l's batch size, as one process
-// would return them for an unshuffled loader.
+// The predictions are in dataset order on every strategy: a shuffling
+// loader (Shuffle, a RandomSampler) is read in order, with a warning. With
+// several ranks (ddp, sharded), each rank predicts its shard of l
+// (DistributedSampler) and every rank returns all predictions in dataset
+// order, cut into batches of l's batch size, as one process returns them.
 func (t *Trainer) Predict(ctx context.Context, m module.Module, l *data.Loader, opts ...EvalOption) ([]*tensor.Dense, error) {
 	if ctx == nil {
 		return nil, errNilContext("Predict")
@@ -1120,6 +1121,13 @@ func (t *Trainer) Predict(ctx context.Context, m module.Module, l *data.Loader, 
 	t.state.Stage = "predict"
 	defer t.span("predict")()
 	pl := t.loaderFor(l, false)
+	if _, random := l.Config().Sampler.(data.RandomSampler); pl == l && random {
+		// As under ddp, whose evaluation sampler never shuffles: the
+		// predictions come back in dataset order on every strategy (they
+		// carry no index that would let the caller undo a shuffle).
+		t.cfg.Log.Warn().Msg("Predict: the loader shuffles (LoaderConfig.Shuffle, or a RandomSampler); predictions are made in dataset order instead")
+		pl = l.WithSampler(data.SequentialSampler{})
+	}
 	nb := pl.NumBatches(0)
 	if t.cfg.LimitPredictBatches > 0 && t.cfg.LimitPredictBatches < nb {
 		nb = t.cfg.LimitPredictBatches
