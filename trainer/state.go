@@ -42,6 +42,10 @@ type State struct {
 	Weights Weights
 	// FastDevRun is true for smoke-test runs (no checkpoints are written).
 	FastDevRun bool
+	// HasValidation is true in a Fit given a validation loader: validation
+	// runs at the end of the epochs CheckValEveryNEpoch selects (and at
+	// ValCheckInterval), so a callback waiting for its metrics acts there.
+	HasValidation bool
 	// NumTrainBatches is the number of training batches in this epoch.
 	NumTrainBatches int
 	// Loss is the training loss of the last batch.

@@ -477,6 +477,7 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 		t.loggers = []Logger{l}
 	}
 	t.state.Stage = "fit"
+	t.state.HasValidation = val != nil
 	t.state.save = t.saveCheckpoint
 	t.state.log = func(m map[string]float64) error {
 		// Values a callback logs (resource figures, say) join the metrics
