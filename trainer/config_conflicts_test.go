@@ -141,6 +141,28 @@ func TestValCheckIntervalInCheckedEpochsOnly(t *testing.T) {
 	}
 }
 
+// A ValCheckInterval not below the epoch's batches never validates within
+// an epoch: it is said once, instead of silently (Lightning refuses it).
+func TestValCheckIntervalAboveTheEpochWarns(t *testing.T) {
+	ds := regression(t, 320, 0, 1)
+	var buf bytes.Buffer
+	cfg := quiet(trainer.Config{MaxEpochs: 2, ValCheckInterval: 100})
+	cfg.Out = &buf
+	tr, err := trainer.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Fit(context.Background(), &linreg{in: 4, lr: 0.01}, loader(t, ds, 32, false, false), loader(t, ds, 64, false, false)); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(buf.String(), "ValCheckInterval is not below the epoch's training batches"); n != 1 {
+		t.Errorf("the warning appears %d times, want once:\n%s", n, buf.String())
+	}
+	if !strings.Contains(buf.String(), "batches=10 epoch=0 val_check_interval=100") {
+		t.Errorf("the warning does not name the interval and the batches:\n%s", buf.String())
+	}
+}
+
 // A logger or callback whose constructor failed, with its error ignored, is
 // a nil pointer in a non-nil interface: New refuses it, naming the entry,
 // instead of Fit crashing on it after training.

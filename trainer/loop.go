@@ -44,6 +44,8 @@ type fitRun struct {
 	// it; backwardHooked records that the strategy called it in this step.
 	backwardHook   func(loss float64) error
 	backwardHooked bool
+	// warnedInterval: the ValCheckInterval warning was given.
+	warnedInterval bool
 }
 
 func (t *Trainer) newFitRun(m module.Module, train, val *data.Loader) *fitRun {
@@ -111,6 +113,11 @@ func (f *fitRun) epoch(ctx context.Context, epoch int) error {
 	nb := f.numBatches(epoch)
 	if err := f.agreeBatches(ctx, epoch, nb); err != nil {
 		return err
+	}
+	if n := t.cfg.ValCheckInterval; n >= nb && f.val != nil && !f.warnedInterval {
+		f.warnedInterval = true
+		t.cfg.Log.Warn().Int("val_check_interval", n).Int("batches", nb).Int("epoch", epoch).
+			Msg("ValCheckInterval is not below the epoch's training batches: validation runs at the epoch's end only; lower it to validate within the epoch")
 	}
 	first := min(r.Batch, nb)
 	if first > 0 && t.resumeBS > 0 && t.resumeBS != t.trainBS {
