@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/strategy"
 )
 
 // DefaultLogName is the directory under the root that runs' version
@@ -18,11 +19,16 @@ const DefaultLogName = "lightning_logs"
 
 // VersionDir returns root/name/version_N for the first N above every
 // existing version_M directory (N = 0 for a new root). It creates nothing.
-// name "" means DefaultLogName.
+// name "" means DefaultLogName. In a rank that ddp started itself, it is
+// the directory rank 0 chose under root/name (which rank 0 has made by
+// then, for rank_N.log): every rank of the program names the same one.
 func VersionDir(root, name string) (string, error) {
 	base, n, err := nextVersion(root, name)
 	if err != nil {
 		return "", err
+	}
+	if d := strategy.LaunchedRunDir(); d != "" && filepath.Clean(filepath.Dir(d)) == filepath.Clean(base) {
+		return d, nil
 	}
 	return filepath.Join(base, fmt.Sprintf("version_%d", n)), nil
 }

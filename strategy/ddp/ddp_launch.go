@@ -384,7 +384,7 @@ func (l *launcher) start(ctx context.Context) error {
 		return err
 	}
 	l.ln, l.port, l.token = ln, port, token
-	local := launch.Local{World: l.world, MasterPort: port, Token: token, Launcher: "ddp"}
+	local := launch.Local{World: l.world, MasterPort: port, Token: token, Launcher: "ddp", RunDir: l.logDir}
 	ranks := make([]int, l.world-1)
 	for i := range ranks {
 		ranks[i] = i + 1

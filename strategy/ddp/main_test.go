@@ -111,6 +111,7 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 	panicRank := fs.Int("panic-rank", -1, "")
 	stopRank := fs.Int("stop-rank", -1, "this rank stops itself (SIGSTOP) at -die-batch")
 	fresh := fs.Bool("fresh", false, "validate and predict after Fit on a module value built again")
+	versionDir := fs.String("versiondir", "", "every rank writes trainer.VersionDir(root, \"\"), before its trainer, to this path + \".rank<R>\"")
 	quitRank := fs.Int("quit-rank", -1, "this rank's program prints a line and returns normally after Fit, without Validate")
 	afterRank0 := fs.String("after-rank0", "", "rank 0 returns without Teardown; the other ranks write this file once rank 0's process is gone")
 	root := fs.String("root", "", "the trainer's root directory (\"\": a temporary one)")
@@ -135,6 +136,19 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 			return err
 		}
 		defer os.RemoveAll(*root)
+	}
+	if *versionDir != "" {
+		d, err := trainer.VersionDir(*root, "")
+		if err != nil {
+			return err
+		}
+		rank := os.Getenv("RANK")
+		if rank == "" {
+			rank = "0" // the process that launches the others
+		}
+		if err := os.WriteFile(*versionDir+".rank"+rank, []byte(d), 0o644); err != nil {
+			return err
+		}
 	}
 	cfg := trainer.Config{MaxEpochs: *epochs, Seed: 5, Strategy: *strat, Devices: *devices, NumNodes: *nodes, StrategyImpl: impl,
 		Out: io.Discard, EnableProgressBar: trainer.Bool(false), DefaultRootDir: *root}

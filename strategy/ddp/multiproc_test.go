@@ -409,6 +409,31 @@ func TestRankReturningEarlyIsNamed(t *testing.T) {
 	}
 }
 
+// TestVersionDirIsRankZerosOnEveryRank: a program that names its run
+// directory with trainer.VersionDir (for its loggers, a DeviceStatsMonitor
+// or Plots) runs again in every self-launched rank, after rank 0 has made
+// version_0 for the ranks' logs: rank 1 got version_1, and its files went
+// apart from the run. Every rank now gets rank 0's.
+func TestVersionDirIsRankZerosOnEveryRank(t *testing.T) {
+	needLinux(t)
+	marker := newMarker(t)
+	root, out := t.TempDir(), filepath.Join(t.TempDir(), "versiondir")
+	r := startProgram(t, marker, nil, "-strategy", "ddp", "-devices", "2", "-epochs", "1", "-root", root, "-versiondir", out)
+	if r.err != nil {
+		t.Fatalf("%v\n%s", r.err, r.stderr)
+	}
+	want := filepath.Join(root, "lightning_logs", "version_0")
+	for rank := range 2 {
+		b, err := os.ReadFile(out + ".rank" + strconv.Itoa(rank))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(b) != want {
+			t.Errorf("rank %d: VersionDir is %s, want rank 0's %s", rank, b, want)
+		}
+	}
+}
+
 // TestDDPRanksFinishAfterRank0Returns: rank 0's program ends (without
 // Teardown) while rank 1 still works; rank 1 is not killed and finishes.
 func TestDDPRanksFinishAfterRank0Returns(t *testing.T) {
