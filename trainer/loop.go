@@ -114,7 +114,15 @@ func (f *fitRun) epoch(ctx context.Context, epoch int) error {
 	if err := f.agreeBatches(ctx, epoch, nb); err != nil {
 		return err
 	}
-	if n := t.cfg.ValCheckInterval; n >= nb && f.val != nil && !f.warnedInterval {
+	if nb == 0 {
+		// Fit would end at once, trained on nothing.
+		info, c := t.strat.Info(), f.train.Config()
+		if c.DropLast {
+			return fmt.Errorf("epoch %d has no training batch on rank %d of %d: the rank's share of the dataset's %d examples is smaller than BatchSize %d and DropLast is set: lower BatchSize or unset DropLast", epoch, info.Rank, info.WorldSize, f.train.Dataset().Len(), c.BatchSize)
+		}
+		return fmt.Errorf("epoch %d has no training batch on rank %d of %d: the training loader's sampler gives this rank no example of the dataset's %d", epoch, info.Rank, info.WorldSize, f.train.Dataset().Len())
+	}
+	if n := t.cfg.ValCheckInterval; n > 0 && n >= nb && f.val != nil && !f.warnedInterval {
 		f.warnedInterval = true
 		t.cfg.Log.Warn().Int("val_check_interval", n).Int("batches", nb).Int("epoch", epoch).
 			Msg("ValCheckInterval is not below the epoch's training batches: validation runs at the epoch's end only; lower it to validate within the epoch")
