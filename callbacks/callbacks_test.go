@@ -469,3 +469,20 @@ func TestProgressBarReplacesBuiltIn(t *testing.T) {
 		t.Errorf("the built-in progress still wrote:\n%s", trOut.String())
 	}
 }
+
+// TestModelCheckpointValidationEveryFewEpochs: with CheckValEveryNEpoch 2 a
+// ModelCheckpoint monitoring val_loss stopped Fit at the end of epoch 0
+// ("val_loss was not logged"), a setting Lightning runs; and in epoch 2 it
+// would have ranked the epoch's weights by epoch 1's val_loss. As
+// Lightning's, it now saves in the epochs that validate only.
+func TestModelCheckpointValidationEveryFewEpochs(t *testing.T) {
+	dir := t.TempDir()
+	mc, _ := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{Monitor: "val_loss", Dirpath: dir, SaveTopK: -1, Filename: "{epoch}-{val_loss:.6f}"})
+	if _, err := fit(t, trainer.Config{MaxEpochs: 5, CheckValEveryNEpoch: 2, Callbacks: []trainer.Callback{mc}}, true); err != nil {
+		t.Fatal(err)
+	}
+	got := files(t, dir)
+	if len(got) != 2 || !strings.HasPrefix(got[0], "epoch=1-") || !strings.HasPrefix(got[1], "epoch=3-") {
+		t.Errorf("checkpoints %v, want those of epochs 1 and 3, the epochs that validated", got)
+	}
+}

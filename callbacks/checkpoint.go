@@ -206,8 +206,12 @@ func (c *ModelCheckpoint) OnValidationEnd(ctx context.Context, s *trainer.State)
 	return c.save(ctx, s, false)
 }
 
+// OnTrainEpochEnd saves the epoch's checkpoint when the Fit does not
+// validate; with validation it is saved at OnValidationEnd, in the epochs
+// that validate only (as Lightning's, whatever CheckValEveryNEpoch): in the
+// others a validation metric is missing or the last validation's.
 func (c *ModelCheckpoint) OnTrainEpochEnd(ctx context.Context, s *trainer.State) error {
-	if c.cfg.EveryNTrainSteps > 0 || c.st.ValEpoch == s.Epoch || (s.Epoch+1)%c.cfg.EveryNEpochs != 0 || s.GlobalStep == c.st.LastStep {
+	if c.cfg.EveryNTrainSteps > 0 || s.HasValidation || c.st.ValEpoch == s.Epoch || (s.Epoch+1)%c.cfg.EveryNEpochs != 0 || s.GlobalStep == c.st.LastStep {
 		return c.removeStale(s)
 	}
 	return c.save(ctx, s, false)

@@ -65,7 +65,11 @@ type DistributedSampler struct {
 	Seed        uint64
 	// DropLast truncates to a multiple of World instead of padding.
 	DropLast bool
-	// NoPad leaves the shards uneven (ranks may differ by one example).
+	// NoPad leaves the shards uneven (ranks may differ by one example). A
+	// rank that would get no example (fewer examples than World) gets one
+	// padded row, the first example again, so that it still runs the
+	// evaluation step and learns the names of its metrics; padded rows are
+	// left out of metrics and predictions.
 	NoPad bool
 }
 
@@ -101,7 +105,7 @@ func (s DistributedSampler) NumSamples(n int) int {
 		if s.Rank < n%s.World {
 			k++
 		}
-		return k
+		return max(k, 1)
 	case s.DropLast:
 		return n / s.World
 	default:
@@ -134,6 +138,9 @@ func (s DistributedSampler) Order(epoch, n int) ([]int, []bool) {
 	for j := s.Rank; j < total; j += s.World {
 		idx = append(idx, all[j%n])
 		pad = append(pad, j >= n)
+	}
+	if len(idx) < k { // NoPad with fewer examples than ranks
+		idx, pad = append(idx, all[0]), append(pad, true)
 	}
 	return idx, pad
 }

@@ -134,6 +134,9 @@ func checkShards(t *testing.T, n, world int, shuffle bool) {
 			if slices.Max(lens)-slices.Min(lens) > 1 {
 				t.Errorf("n=%d world=%d nopad: shard lengths %v differ by more than 1", n, world, lens)
 			}
+			if slices.Min(lens) == 0 {
+				t.Errorf("n=%d world=%d nopad: shard lengths %v: a rank with no row cannot evaluate", n, world, lens)
+			}
 		case "droplast":
 			want := n / world
 			for r, l := range lens {

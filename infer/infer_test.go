@@ -318,6 +318,15 @@ func TestConfigErrors(t *testing.T) {
 	if _, err := m.Batch(2, make([]float32, 31)); err == nil || !strings.Contains(err.Error(), `field "x" holds 31 values; 2 rows of shape [1 4 4] need 32`) {
 		t.Errorf("short batch: %v", err)
 	}
+	// A nil context is an error, not a crash in the engine.
+	b, err := m.Batch(2, make([]float32, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nilCtx context.Context
+	if _, err := m.Predict(nilCtx, b); err == nil || !strings.Contains(err.Error(), "the context is nil") {
+		t.Errorf("Predict(nil context): %v", err)
+	}
 }
 
 // python finds an interpreter with torch, or skips the test saying why.

@@ -135,6 +135,9 @@ func (m *Model) Batch(rows int, fields ...[]float32) (*data.Batch, error) {
 // Predict runs one batch through the module's PredictStep and returns its
 // output, one row per example (a copy the caller keeps).
 func (m *Model) Predict(ctx context.Context, b *data.Batch) (*tensor.Dense, error) {
+	if ctx == nil {
+		return nil, errors.New("Predict: the context is nil: pass context.Background()")
+	}
 	if b == nil {
 		return nil, errors.New("Predict: the batch is nil: make one with Model.Batch")
 	}

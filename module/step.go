@@ -38,7 +38,7 @@ type Reduce int
 
 const (
 	Mean Reduce = iota // weighted by batch size
-	Sum
+	Sum                // the batches' values added, unweighted (Lightning's reduce_fx="sum")
 	Max
 	Min
 )

@@ -39,7 +39,8 @@ import (
 // thousands of classes, where the matrix is summed at every batch.
 //
 // In training graphs the rows a DistributedSampler adds to even out the
-// shards are counted, like the loss; evaluation shards are not padded.
+// shards are counted, like the loss; in evaluation a padded row (the one a
+// rank gets when the set is smaller than the job, or fsdp's) counts nothing.
 type ClassMetrics struct {
 	TopK            int  // also log the top-k accuracy (k ≥ 2)
 	PerClass        bool // also log precision, recall and F1 of each class

@@ -31,6 +31,13 @@ type PlateauConfig struct {
 	Eps float64
 	// Interval is when the trainer calls Step; default PerEpoch.
 	Interval Interval
+	// Monitor is the logged metric the trainer passes to Step (Lightning's
+	// "monitor"), such as "val_acc" with Mode "max"; a bare name answers
+	// with the value logged last, as State.Metrics.Get does. "": val_loss
+	// when it is logged, else train_loss, so Mode "max" needs a Monitor
+	// (the trainer refuses it without one). A metric that is not logged
+	// stops training with an error naming the logged ones.
+	Monitor string
 }
 
 // DefaultPlateauConfig returns torch.optim.lr_scheduler.ReduceLROnPlateau's
@@ -101,7 +108,18 @@ type ReduceOnPlateau struct {
 var (
 	_ Scheduler = (*ReduceOnPlateau)(nil)
 	_ Starter   = (*ReduceOnPlateau)(nil)
+	_ Monitored = (*ReduceOnPlateau)(nil)
 )
+
+// Monitored is a Scheduler whose Step takes a logged metric: Monitor names
+// it ("": the trainer's default, val_loss when logged, else train_loss).
+// The trainer passes NaN to the Step of other schedulers.
+type Monitored interface {
+	Monitor() string
+}
+
+// Monitor is the metric the trainer passes to Step (PlateauConfig.Monitor).
+func (s *ReduceOnPlateau) Monitor() string { return s.cfg.Monitor }
 
 // NewReduceOnPlateau returns the scheduler, or every problem of cfg.
 func NewReduceOnPlateau(cfg PlateauConfig) (*ReduceOnPlateau, error) {

@@ -264,6 +264,16 @@ type GroupJoiner interface {
 	JoinGroup(ctx context.Context) (collective.Collective, device.Device, error)
 }
 
+// PeerLossExplainer is implemented by a GroupJoiner that started the job's
+// local ranks itself (ddp): ExplainPeerLoss returns err, an error that lost
+// a peer (collective.ErrPeerLost), with what the launcher knows of the rank
+// that ended (its exit status, its rank_N.log and the log's last lines), or
+// err unchanged. A strategy that took the joiner's group over calls it when
+// it fails, as the joiner itself does.
+type PeerLossExplainer interface {
+	ExplainPeerLoss(err error) error
+}
+
 // Sampler is implemented by strategies that shard data across ranks; the
 // trainer inserts the returned sampler into its loaders unless told not to.
 type Sampler interface {

@@ -155,6 +155,9 @@ type pendingSave struct{ owner, path string }
 // rank), for example after Fit. During Fit, callbacks use
 // State.SaveCheckpoint.
 func (t *Trainer) SaveCheckpoint(ctx context.Context, path string) error {
+	if ctx == nil {
+		return errNilContext("SaveCheckpoint")
+	}
 	if t.strat == nil {
 		return errors.New("SaveCheckpoint: nothing to save before Fit, Validate, Test or Predict has set the model up")
 	}

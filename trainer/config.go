@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"reflect"
 	"runtime"
 	"time"
 
@@ -81,8 +82,9 @@ type Config struct {
 	// a new DefaultRootDir/lightning_logs/version_N (see LogDir). "": ".".
 	DefaultRootDir string
 	// LogDir is the run directory of every Fit: the default checkpoints
-	// and logger, and the callbacks and loggers given no path of their
-	// own, write there (State.LogDir). "": a new
+	// and logger, and the callbacks given no path of their own, write
+	// there (State.LogDir); loggers take their directory when built, so
+	// give them this one (VersionDir names a new one). "": a new
 	// DefaultRootDir/lightning_logs/version_N per Fit, N one above the
 	// highest existing, so no earlier run is replaced; name a directory to
 	// write into it (to continue a run there, say).
@@ -273,11 +275,32 @@ func (c *Config) Validate() error {
 		c.Log.Warn().Int("devices", c.Devices).Int("cores", n).Msg("Devices is above the number of CPU cores: the ranks share cores and each runs slower; use Devices <= cores")
 	}
 	for i, cb := range c.Callbacks {
-		if cb == nil {
-			bad("Callbacks[%d] is nil: remove it", i)
+		if msg := nilEntry(cb); msg != "" {
+			bad("Callbacks[%d] is %s", i, msg)
+		}
+	}
+	for i, l := range c.Loggers {
+		if msg := nilEntry(l); msg != "" {
+			bad("Loggers[%d] is %s", i, msg)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// nilEntry says how v, a callback or logger, is nil ("" when it is not): a
+// constructor that failed returns a nil pointer, which in an interface is
+// not nil and would crash the first hook or log call.
+func nilEntry(v any) string {
+	if v == nil {
+		return "nil: remove it"
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
+		if rv.IsNil() {
+			return fmt.Sprintf("a nil %T: its constructor returned an error; check it, or remove the entry", v)
+		}
+	}
+	return ""
 }
 
 func (c *Config) progressBar() bool { return c.EnableProgressBar == nil || *c.EnableProgressBar }

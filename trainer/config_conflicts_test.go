@@ -140,3 +140,50 @@ func TestValCheckIntervalInCheckedEpochsOnly(t *testing.T) {
 		t.Errorf("validations = %d, want 6", s.ValidationsPassed)
 	}
 }
+
+// A ValCheckInterval not below the epoch's batches never validates within
+// an epoch: it is said once, instead of silently (Lightning refuses it).
+func TestValCheckIntervalAboveTheEpochWarns(t *testing.T) {
+	ds := regression(t, 320, 0, 1)
+	var buf bytes.Buffer
+	cfg := quiet(trainer.Config{MaxEpochs: 2, ValCheckInterval: 100})
+	cfg.Out = &buf
+	tr, err := trainer.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Fit(context.Background(), &linreg{in: 4, lr: 0.01}, loader(t, ds, 32, false, false), loader(t, ds, 64, false, false)); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(buf.String(), "ValCheckInterval is not below the epoch's training batches"); n != 1 {
+		t.Errorf("the warning appears %d times, want once:\n%s", n, buf.String())
+	}
+	if !strings.Contains(buf.String(), "batches=10 epoch=0 val_check_interval=100") {
+		t.Errorf("the warning does not name the interval and the batches:\n%s", buf.String())
+	}
+}
+
+// A logger or callback whose constructor failed, with its error ignored, is
+// a nil pointer in a non-nil interface: New refuses it, naming the entry,
+// instead of Fit crashing on it after training.
+func TestNilLoggerOrCallbackIsRefused(t *testing.T) {
+	csv, _ := callbacks.NewCSVLogger("") // refused: no directory
+	mc, _ := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{Mode: "sideways"})
+	for _, c := range []struct {
+		name string
+		cfg  trainer.Config
+		want string
+	}{
+		{"logger", trainer.Config{Loggers: []trainer.Logger{csv}}, "Loggers[0] is a nil *trainer.CSVLogger"},
+		{"untyped logger", trainer.Config{Loggers: []trainer.Logger{nil}}, "Loggers[0] is nil"},
+		{"callback", trainer.Config{Callbacks: []trainer.Callback{mc}}, "Callbacks[0] is a nil *callbacks.ModelCheckpoint"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.cfg.Out = io.Discard
+			_, err := trainer.New(c.cfg)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v, want one containing %q", err, c.want)
+			}
+		})
+	}
+}

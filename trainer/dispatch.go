@@ -253,7 +253,7 @@ func (t *Trainer) logMetrics(step int, m map[string]float64) error {
 	}
 	for _, l := range t.loggers {
 		end := t.span("loggers/" + l.Name() + ".LogMetrics")
-		err := l.LogMetrics(step, m)
+		err := guarded(func() error { return l.LogMetrics(step, m) })
 		end()
 		if err != nil {
 			return fmt.Errorf("loggers/%s.LogMetrics: %w", l.Name(), err)
@@ -270,7 +270,7 @@ func (t *Trainer) resumeLoggers() error {
 	}
 	for _, l := range t.loggers {
 		if r, ok := l.(Resumer); ok {
-			if err := r.ResumeAt(t.state.GlobalStep); err != nil {
+			if err := guarded(func() error { return r.ResumeAt(t.state.GlobalStep) }); err != nil {
 				return fmt.Errorf("loggers/%s.ResumeAt: %w", l.Name(), err)
 			}
 		}
@@ -283,7 +283,7 @@ func (t *Trainer) logHyperparams(h map[string]any) error {
 		return nil
 	}
 	for _, l := range t.loggers {
-		if err := l.LogHyperparams(h); err != nil {
+		if err := guarded(func() error { return l.LogHyperparams(h) }); err != nil {
 			return fmt.Errorf("loggers/%s.LogHyperparams: %w", l.Name(), err)
 		}
 	}
@@ -296,7 +296,7 @@ func (t *Trainer) finalizeLoggers(status string) error {
 	}
 	var first error
 	for _, l := range t.loggers {
-		if err := l.Finalize(status); err != nil && first == nil {
+		if err := guarded(func() error { return l.Finalize(status) }); err != nil && first == nil {
 			first = fmt.Errorf("loggers/%s.Finalize: %w", l.Name(), err)
 		}
 	}

@@ -476,3 +476,28 @@ func TestFailedFitLeavesNoEmptyRunDirectory(t *testing.T) {
 		t.Errorf("the next Fit: %v", err)
 	}
 }
+
+// TestPredictIsInDatasetOrder: Predict with a shuffling loader returned the
+// rows in the shuffled order on one device and under dp, and in dataset
+// order under ddp, with nothing to tell them apart. Every strategy now
+// predicts in dataset order.
+func TestPredictIsInDatasetOrder(t *testing.T) {
+	ds := regression(t, 37, 0.01, 5)
+	for _, c := range []struct {
+		name    string
+		devices int
+		strat   string
+	}{{"one device", 1, ""}, {"dp", 2, "dp"}} {
+		t.Run(c.name, func(t *testing.T) {
+			tr, err := trainer.New(quiet(trainer.Config{Seed: 3, Devices: c.devices, Strategy: c.strat}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			preds, err := tr.Predict(context.Background(), newEvalReg(), loader(t, ds, 8, true, false))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkPredictions(t, preds, tr.Store(), ds.Len(), 8, ds)
+		})
+	}
+}

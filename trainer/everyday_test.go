@@ -5,12 +5,15 @@ import (
 	"context"
 	"errors"
 	"math"
+	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
 	G "gorgonia.org/gorgonia"
 
+	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
@@ -132,5 +135,87 @@ func TestFitTwiceContinuesOrErrors(t *testing.T) {
 	err := tr.Fit(context.Background(), m, loader(t, ds, 16, false, false), nil)
 	if err == nil || !strings.Contains(err.Error(), "MaxEpochs is 2") || !strings.Contains(err.Error(), "FromCheckpoint") {
 		t.Fatalf("third Fit: %v, want an error saying MaxEpochs is reached", err)
+	}
+}
+
+// A finite loss too large for an int64 once scaled by 1e4 (a diverging
+// run) is shown as its value in the progress and validation lines, not
+// wrapped to a negative number.
+func TestHugeLossPrintsItsValue(t *testing.T) {
+	ds := regression(t, 64, 0, 1)
+	var buf bytes.Buffer
+	cfg := trainer.Config{MaxEpochs: 1, LogEveryNSteps: 1, Out: &buf, DefaultRootDir: t.TempDir()}
+	tr, err := trainer.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &linreg{in: 4, lr: 0.01, scale: 1e30}
+	if err := tr.Fit(context.Background(), m, loader(t, ds, 16, false, false), loader(t, ds, 64, false, false)); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{" loss=", " val_loss="} {
+		out := buf.String()
+		i := strings.Index(out, key)
+		if i < 0 {
+			t.Fatalf("no %q in the log:\n%s", key, out)
+		}
+		field := strings.Fields(out[i+len(key):])[0]
+		v, err := strconv.ParseFloat(field, 64)
+		if err != nil || v < 1e29 {
+			t.Errorf("%s%s: want the loss, above 1e29 (err %v); log:\n%s", key, field, err, out)
+		}
+	}
+}
+
+// A loss made NaN by a NaN in the data names the input and the dataset
+// example, rather than advising a lower learning rate.
+func TestNaNInputNamesTheExample(t *testing.T) {
+	ds := regression(t, 64, 0, 1)
+	x, y := make([]float32, 4), make([]float32, 1)
+	xs, ys := make([]float32, 0, 64*4), make([]float32, 0, 64)
+	for i := range 64 {
+		if err := ds.Read(i, [][]float32{x, y}); err != nil {
+			t.Fatal(err)
+		}
+		if i == 21 {
+			x[2] = float32(math.NaN())
+		}
+		xs, ys = append(xs, x...), append(ys, y...)
+	}
+	bad, err := data.NewInMemory(ds.Fields(), [][]float32{xs, ys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, _ := trainer.New(quiet(trainer.Config{MaxEpochs: 1}))
+	err = tr.Fit(context.Background(), &linreg{in: 4, lr: 0.01}, loader(t, bad, 16, true, false), nil)
+	for _, want := range []string{"the loss is NaN", `input "x" of dataset example 21 holds NaN`, "fix the data"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %v, want one containing %q", err, want)
+		}
+	}
+}
+
+// A nil context is an error naming the call, not a nil-pointer crash in
+// the loop.
+func TestNilContextIsAnError(t *testing.T) {
+	ds := regression(t, 32, 0, 1)
+	tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nilCtx context.Context
+	m := newEvalReg()
+	l := loader(t, ds, 8, false, false)
+	_, errV := tr.Validate(nilCtx, m, l)
+	_, errT := tr.Test(nilCtx, m, l)
+	_, errP := tr.Predict(nilCtx, m, l)
+	_, errH := tr.WeightsSHA256(nilCtx)
+	for call, err := range map[string]error{
+		"Fit": tr.Fit(nilCtx, m, l, nil), "Validate": errV, "Test": errT, "Predict": errP,
+		"SaveCheckpoint": tr.SaveCheckpoint(nilCtx, filepath.Join(t.TempDir(), "x.ckpt")), "WeightsSHA256": errH,
+	} {
+		if err == nil || !strings.Contains(err.Error(), call+": the context is nil") {
+			t.Errorf("%s(nil context): %v", call, err)
+		}
 	}
 }

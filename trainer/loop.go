@@ -2,8 +2,8 @@ package trainer
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"time"
 
@@ -44,6 +44,8 @@ type fitRun struct {
 	// it; backwardHooked records that the strategy called it in this step.
 	backwardHook   func(loss float64) error
 	backwardHooked bool
+	// warnedInterval: the ValCheckInterval warning was given.
+	warnedInterval bool
 }
 
 func (t *Trainer) newFitRun(m module.Module, train, val *data.Loader) *fitRun {
@@ -73,6 +75,9 @@ func (t *Trainer) newFitRun(m module.Module, train, val *data.Loader) *fitRun {
 func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data.Loader, startEpoch int) error {
 	defer t.span("fit")()
 	f := t.newFitRun(m, train, val)
+	if p, ok := f.sched.(*optim.ReduceOnPlateau); ok && p.Config().Mode == "max" && p.Monitor() == "" {
+		return errors.New(`ReduceOnPlateau has Mode "max" and no Monitor: it would watch val_loss or train_loss, which should fall, and cut the learning rate while they do: set PlateauConfig.Monitor to the metric that should rise (such as val_acc), or use Mode "min"`)
+	}
 	if st, ok := f.sched.(optim.Starter); ok && startEpoch == 0 && t.state.GlobalStep == 0 && f.resume == nil {
 		st.Start(f.opt)
 	}
@@ -108,6 +113,19 @@ func (f *fitRun) epoch(ctx context.Context, epoch int) error {
 	nb := f.numBatches(epoch)
 	if err := f.agreeBatches(ctx, epoch, nb); err != nil {
 		return err
+	}
+	if nb == 0 {
+		// Fit would end at once, trained on nothing.
+		info, c := t.strat.Info(), f.train.Config()
+		if c.DropLast {
+			return fmt.Errorf("epoch %d has no training batch on rank %d of %d: the rank's share of the dataset's %d examples is smaller than BatchSize %d and DropLast is set: lower BatchSize or unset DropLast", epoch, info.Rank, info.WorldSize, f.train.Dataset().Len(), c.BatchSize)
+		}
+		return fmt.Errorf("epoch %d has no training batch on rank %d of %d: the training loader's sampler gives this rank no example of the dataset's %d", epoch, info.Rank, info.WorldSize, f.train.Dataset().Len())
+	}
+	if n := t.cfg.ValCheckInterval; n > 0 && n >= nb && f.val != nil && !f.warnedInterval {
+		f.warnedInterval = true
+		t.cfg.Log.Warn().Int("val_check_interval", n).Int("batches", nb).Int("epoch", epoch).
+			Msg("ValCheckInterval is not below the epoch's training batches: validation runs at the epoch's end only; lower it to validate within the epoch")
 	}
 	first := min(r.Batch, nb)
 	if first > 0 && t.resumeBS > 0 && t.resumeBS != t.trainBS {
@@ -295,9 +313,9 @@ func (f *fitRun) endEpoch(ctx context.Context, epoch, nb int, r loopPos, stop er
 	}
 	t.stats.Epochs = epoch + 1
 	if f.sched != nil && f.sched.Interval() == optim.PerEpoch {
-		metric := math.NaN()
-		if v, ok := t.state.Metrics[plateauMetric(t.state.Metrics)]; ok {
-			metric = v
+		metric, err := t.schedMetric(ctx, f.sched)
+		if err != nil {
+			return fmt.Errorf("epoch %d: %w", epoch, err)
 		}
 		f.sched.Step(f.opt, metric)
 	}

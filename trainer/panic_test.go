@@ -71,6 +71,24 @@ func (panicCallback) OnTrainBatchEnd(ctx context.Context, s *trainer.State) erro
 	return nil
 }
 
+// panicLogger panics in LogMetrics or in Finalize.
+type panicLogger struct{ inFinalize bool }
+
+func (panicLogger) Name() string                        { return "panicLogger" }
+func (panicLogger) LogHyperparams(map[string]any) error { return nil }
+func (l panicLogger) LogMetrics(step int, m map[string]float64) error {
+	if !l.inFinalize && step == 2 {
+		boom("logger exploded")
+	}
+	return nil
+}
+func (l panicLogger) Finalize(string) error {
+	if l.inFinalize {
+		boom("finalize exploded")
+	}
+	return nil
+}
+
 // panicData panics reading one example.
 type panicData struct{ data.Dataset }
 
@@ -104,15 +122,18 @@ func TestPanicInUserCodeKeepsItsStack(t *testing.T) {
 		mod  module.Module
 		cbs  []trainer.Callback
 		ds   data.Dataset
+		lgs  []trainer.Logger
 	}{
-		{"step exploded", &panicStep{linreg: linreg{in: 4, lr: 0.01}, inStep: true}, nil, ds},
-		{"hook exploded", &panicStep{linreg: linreg{in: 4, lr: 0.01}, inHook: true}, nil, ds},
-		{"callback exploded", &linreg{in: 4, lr: 0.01}, []trainer.Callback{panicCallback{}}, ds},
-		{"read exploded", &linreg{in: 4, lr: 0.01}, nil, panicData{ds}},
+		{"step exploded", &panicStep{linreg: linreg{in: 4, lr: 0.01}, inStep: true}, nil, ds, nil},
+		{"hook exploded", &panicStep{linreg: linreg{in: 4, lr: 0.01}, inHook: true}, nil, ds, nil},
+		{"callback exploded", &linreg{in: 4, lr: 0.01}, []trainer.Callback{panicCallback{}}, ds, nil},
+		{"read exploded", &linreg{in: 4, lr: 0.01}, nil, panicData{ds}, nil},
+		{"logger exploded", &linreg{in: 4, lr: 0.01}, nil, ds, []trainer.Logger{panicLogger{}}},
+		{"finalize exploded", &linreg{in: 4, lr: 0.01}, nil, ds, []trainer.Logger{panicLogger{inFinalize: true}}},
 	}
 	for _, c := range cases {
 		t.Run(strings.Fields(c.what)[0], func(t *testing.T) {
-			tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 1, Callbacks: c.cbs, DefaultRootDir: t.TempDir()}))
+			tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 1, LogEveryNSteps: 1, Callbacks: c.cbs, Loggers: c.lgs, DefaultRootDir: t.TempDir()}))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -150,16 +150,12 @@ func (p *progress) done() {
 	}
 }
 
+// round4 rounds v to 4 decimals, half away from zero, in floating point: an
+// integer conversion would print NaN, infinities and a diverging loss
+// (|v| above 9.2e14) as -922337203685477.6.
 func round4(v float64) float64 {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return v // an integer conversion would print NaN as -922337203685477.6
+	if math.IsNaN(v) || math.IsInf(v, 0) || math.Abs(v) >= 1e15 {
+		return v // no decimals left to round (v*1e4 may overflow)
 	}
-	return float64(int64(v*1e4+0.5*sign(v))) / 1e4
-}
-
-func sign(v float64) float64 {
-	if v < 0 {
-		return -1
-	}
-	return 1
+	return math.Round(v*1e4) / 1e4
 }

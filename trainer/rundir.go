@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/strategy"
 )
 
 // DefaultLogName is the directory under the root that runs' version
@@ -18,11 +19,16 @@ const DefaultLogName = "lightning_logs"
 
 // VersionDir returns root/name/version_N for the first N above every
 // existing version_M directory (N = 0 for a new root). It creates nothing.
-// name "" means DefaultLogName.
+// name "" means DefaultLogName. In a rank that ddp started itself, it is
+// the directory rank 0 chose under root/name (which rank 0 has made by
+// then, for rank_N.log): every rank of the program names the same one.
 func VersionDir(root, name string) (string, error) {
 	base, n, err := nextVersion(root, name)
 	if err != nil {
 		return "", err
+	}
+	if d := strategy.LaunchedRunDir(); d != "" && filepath.Clean(filepath.Dir(d)) == filepath.Clean(base) {
+		return d, nil
 	}
 	return filepath.Join(base, fmt.Sprintf("version_%d", n)), nil
 }
@@ -54,15 +60,20 @@ func nextVersion(root, name string) (string, int, error) {
 
 // chooseLogDir picks this Fit's run directory: Config.LogDir when the user
 // named one, otherwise a new DefaultRootDir/lightning_logs/version_N that
-// rank 0 picks and every rank agrees on (one small all-reduce). Rank 0
-// creates it, so that the next run takes the next version.
+// rank 0 picks. Every rank takes rank 0's choice (one small all-reduce, and
+// one more for the bytes of a named LogDir): a program that computes its
+// LogDir with VersionDir runs again on each self-launched rank, which sees
+// rank 0's directory already made and computes the next one, so its shards
+// of a sharded checkpoint would miss rank 0's index. Rank 0 creates the
+// directory, so that the next run takes the next version.
 func (t *Trainer) chooseLogDir(ctx context.Context) (string, error) {
-	if t.cfg.LogDir != "" {
-		return t.cfg.LogDir, nil
-	}
-	base, n, err := nextVersion(t.cfg.DefaultRootDir, "")
-	if err != nil {
-		return "", fmt.Errorf("choose the run directory: %w", err)
+	named := t.cfg.LogDir
+	base, n := "", 0
+	if named == "" || t.strat.Info().WorldSize > 1 {
+		var err error
+		if base, n, err = nextVersion(t.cfg.DefaultRootDir, ""); err != nil && named == "" {
+			return "", fmt.Errorf("choose the run directory: %w", err)
+		}
 	}
 	if t.launchDir != "" {
 		// The first Fit takes the directory chosen before the strategy
@@ -73,14 +84,23 @@ func (t *Trainer) chooseLogDir(ctx context.Context) (string, error) {
 		t.launchDir = ""
 	}
 	if t.strat.Info().WorldSize > 1 {
-		v := []float64{-1}
-		if t.strat.Info().GlobalZero {
-			v[0] = float64(n)
-		}
-		if err := t.strat.Reduce(context.WithoutCancel(ctx), v, []float64{1}, []module.Reduce{module.Max}); err != nil {
+		zero, err := t.rank0Dir(ctx, n, named)
+		if err != nil {
 			return "", fmt.Errorf("agree on the run directory across ranks: %w", err)
 		}
-		n = int(v[0])
+		if zero.named != "" && named != "" && filepath.Clean(zero.named) != filepath.Clean(named) {
+			// Info, not a warning: it is what a program that computes its
+			// LogDir with VersionDir (as the README shows) sees on every
+			// self-launched rank, and rank 0's is the right one.
+			t.cfg.Log.Info().Str("log_dir", named).Str("rank0_log_dir", zero.named).Int("rank", t.strat.Info().Rank).
+				Msg("Config.LogDir differs from rank 0's: this rank writes into rank 0's (with VersionDir each self-launched rank computes its own)")
+		}
+		if named = zero.named; named == "" {
+			n = zero.version
+		}
+	}
+	if named != "" {
+		return named, nil
 	}
 	dir := filepath.Join(base, fmt.Sprintf("version_%d", n))
 	if t.strat.Info().GlobalZero && t.writesRunDir() {
@@ -149,4 +169,55 @@ func (t *Trainer) saveEpochCheckpoint(ctx context.Context, epoch int) error {
 // stays.
 func removeIfEmpty(dir string) {
 	_ = os.Remove(dir) // fails, and so keeps it, unless it is empty
+}
+
+// rank0Choice is rank 0's run directory: its Config.LogDir, or the version
+// it picked under the root.
+type rank0Choice struct {
+	named   string
+	version int
+}
+
+// maxLogDirBytes bounds the Config.LogDir that rank 0 sends the others.
+const maxLogDirBytes = 4096
+
+// rank0Dir gives every rank rank 0's choice of run directory: the version
+// number and the length of its named LogDir in one all-reduce (a max over
+// -1 from the other ranks), then the name's bytes in a second when there
+// is one. Every rank issues the same collectives whatever its own Config.
+func (t *Trainer) rank0Dir(ctx context.Context, version int, named string) (rank0Choice, error) {
+	ctx = context.WithoutCancel(ctx)
+	zero := t.strat.Info().GlobalZero
+	if zero && len(named) > maxLogDirBytes {
+		named = "" // too long to send: the ranks use the version number
+	}
+	hdr := []float64{-1, -1}
+	if zero {
+		hdr[0], hdr[1] = float64(version), float64(len(named))
+	}
+	if err := t.strat.Reduce(ctx, hdr, []float64{1, 1}, []module.Reduce{module.Max, module.Max}); err != nil {
+		return rank0Choice{}, err
+	}
+	c := rank0Choice{version: int(hdr[0])}
+	if l := int(hdr[1]); l > 0 {
+		b := make([]float64, l)
+		ops := make([]module.Reduce, l)
+		for i := range ops {
+			ops[i] = module.Sum
+		}
+		if zero {
+			for i := range l {
+				b[i] = float64(named[i])
+			}
+		}
+		if err := t.strat.Reduce(ctx, b, make([]float64, l), ops); err != nil {
+			return rank0Choice{}, err
+		}
+		name := make([]byte, l)
+		for i, v := range b {
+			name[i] = byte(v)
+		}
+		c.named = string(name)
+	}
+	return c, nil
 }

@@ -29,7 +29,7 @@ type State struct {
 	RootDir      string
 	// LogDir is the run's directory (Config.LogDir; by default a new
 	// RootDir/lightning_logs/version_N per Fit, the same on every rank):
-	// callbacks and loggers given no path of their own write there. "":
+	// callbacks given no path of their own write there. "":
 	// outside Fit.
 	LogDir    string
 	MaxEpochs int
@@ -42,6 +42,10 @@ type State struct {
 	Weights Weights
 	// FastDevRun is true for smoke-test runs (no checkpoints are written).
 	FastDevRun bool
+	// HasValidation is true in a Fit given a validation loader: validation
+	// runs at the end of the epochs CheckValEveryNEpoch selects (and at
+	// ValCheckInterval), so a callback waiting for its metrics acts there.
+	HasValidation bool
 	// NumTrainBatches is the number of training batches in this epoch.
 	NumTrainBatches int
 	// Loss is the training loss of the last batch.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strconv"
 
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/module"
@@ -56,6 +57,9 @@ func (f *fitRun) forwardBackward(ctx context.Context, epoch, bi, micro int, last
 	}
 	if math.IsNaN(loss) || math.IsInf(loss, 0) {
 		if !cfg.WarnOnNaN {
+			if where := nonFiniteInput(b); where != "" {
+				return 0, nil, fmt.Errorf("the loss is %v at epoch %d, batch %d (global step %d): %s: fix the data (the Dataset's Read), or set WarnOnNaN to carry on", loss, epoch, bi, t.state.GlobalStep, where)
+			}
 			return 0, nil, fmt.Errorf("the loss is %v at epoch %d, batch %d (global step %d): lower the learning rate, clip gradients (GradientClipVal), or set WarnOnNaN to carry on", loss, epoch, bi, t.state.GlobalStep)
 		}
 		cfg.Log.Warn().Float64("loss", loss).Int("step", t.state.GlobalStep).Msg("non-finite loss")
@@ -108,7 +112,11 @@ func (f *fitRun) optimizerStep(ctx context.Context, epoch, bi int) error {
 	}
 	t.state.GlobalStep++
 	if f.sched != nil && f.sched.Interval() == optim.PerStep {
-		f.sched.Step(f.opt, math.NaN())
+		metric, err := t.schedMetric(ctx, f.sched)
+		if err != nil {
+			return fmt.Errorf("epoch %d batch %d: %w", epoch, bi, err)
+		}
+		f.sched.Step(f.opt, metric)
 	}
 	t.state.LR = f.opt.LR()
 	if f.afterStep {
@@ -164,4 +172,28 @@ func (f *fitRun) logStep(epoch int, metrics []module.Metric) error {
 		f.stepLog["grad_norm"] = f.t.state.GradNorm
 	}
 	return f.t.logMetrics(f.t.state.GlobalStep, f.stepLog)
+}
+
+// nonFiniteInput names the first NaN or infinite value in b's fields, with
+// the dataset example it came from ("" when every value is finite): a loss
+// made non-finite by its data, not by the training.
+func nonFiniteInput(b *data.Batch) string {
+	for f, col := range b.Data {
+		if b.Size == 0 || f >= len(b.Fields) {
+			break
+		}
+		w := len(col) / b.Size
+		for i, v := range col {
+			if !math.IsNaN(float64(v)) && !math.IsInf(float64(v), 0) {
+				continue
+			}
+			row := i / max(w, 1)
+			ex := "row " + strconv.Itoa(row)
+			if row < len(b.Indices) {
+				ex = "dataset example " + strconv.Itoa(b.Indices[row])
+			}
+			return fmt.Sprintf("input %q of %s holds %v", b.Fields[f].Name, ex, v)
+		}
+	}
+	return ""
 }

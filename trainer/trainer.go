@@ -364,6 +364,9 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 	for _, o := range opts {
 		o(&fo)
 	}
+	if ctx == nil {
+		return errNilContext("Fit")
+	}
 	if train == nil {
 		return errors.New("Fit: the training loader is nil: pass a *data.Loader")
 	}
@@ -474,6 +477,7 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 		t.loggers = []Logger{l}
 	}
 	t.state.Stage = "fit"
+	t.state.HasValidation = val != nil
 	t.state.save = t.saveCheckpoint
 	t.state.log = func(m map[string]float64) error {
 		// Values a callback logs (resource figures, say) join the metrics
@@ -694,6 +698,11 @@ func (a *agg) addMetric(mt *module.Metric) {
 	if len(a.counts) < len(mt.Counts) {
 		a.counts = append(a.counts, make([]float64, len(mt.Counts)-len(a.counts))...)
 	}
+	if mt.Weight == 0 {
+		// A batch of padding only (a rank with no example of its own):
+		// it names the metric for the ranks' reduction and counts nothing.
+		return
+	}
 	for i, c := range mt.Counts {
 		a.counts[i] += c
 	}
@@ -706,7 +715,13 @@ func (a *agg) add(v, w float64) {
 		a.max, a.min = v, v
 	}
 	a.n++
-	a.sum += v * w
+	switch {
+	case w == 0: // a padded row's value adds nothing, even when infinite
+	case a.spec.Reduce == module.Sum:
+		a.sum += v // the batches' values, as Lightning's reduce_fx="sum"
+	default:
+		a.sum += v * w
+	}
 	a.weight += w
 	a.max = math.Max(a.max, v)
 	a.min = math.Min(a.min, v)
@@ -778,15 +793,42 @@ func (t *Trainer) finishStats() {
 	t.stats.GlobalStep = t.state.GlobalStep
 }
 
-// plateauMetric picks the metric a ReduceOnPlateau scheduler watches:
-// val_loss when logged, otherwise the training loss.
-func plateauMetric(m map[string]float64) string {
-	for _, k := range []string{"val_loss", "val_loss_epoch", "train_loss_epoch", "train_loss"} {
-		if _, ok := m[k]; ok {
-			return k
-		}
+// schedMetric is the value a scheduler's Step takes: for an
+// optim.Monitored one (ReduceOnPlateau) the metric it names, by default
+// val_loss when logged, else train_loss (a bare name answers with the value
+// logged last, so a per-step call sees this step's train loss); NaN for the
+// others. A monitored metric that was never logged is an error: NaN never
+// improves, so the scheduler would cut the rate every Patience+1 intervals
+// whatever the training does. Every rank takes rank 0's value (a training
+// loss differs between ranks), so that their learning rates stay equal.
+func (t *Trainer) schedMetric(ctx context.Context, sched optim.Scheduler) (float64, error) {
+	mon, ok := sched.(optim.Monitored)
+	if !ok {
+		return math.NaN(), nil
 	}
-	return ""
+	v, err := t.monitored(mon.Monitor())
+	if err != nil {
+		return 0, err
+	}
+	return t.rank0Value(context.WithoutCancel(ctx), v)
+}
+
+// monitored is the value of the metric a scheduler monitors (see
+// schedMetric).
+func (t *Trainer) monitored(name string) (float64, error) {
+	m := Metrics{m: t.state.Metrics, stepNewer: t.state.stepNewer}
+	if name == "" {
+		for _, k := range []string{"val_loss", "train_loss"} {
+			if v, ok := m.Get(k); ok {
+				return v, nil
+			}
+		}
+		return 0, fmt.Errorf("the learning-rate scheduler watches val_loss or train_loss, and neither is logged (logged metrics are %v): log one with Step.Log, or set PlateauConfig.Monitor to a logged metric", m.Names())
+	}
+	if v, ok := m.Get(name); ok {
+		return v, nil
+	}
+	return 0, fmt.Errorf("the learning-rate scheduler monitors %q, which is not logged (logged metrics are %v): log it with Step.Log, or set PlateauConfig.Monitor to a logged metric", name, m.Names())
 }
 
 // finishTrainEpoch reduces epoch aggregates across ranks and logs them.
@@ -1004,6 +1046,12 @@ func (t *Trainer) prepareEval(ctx context.Context, m module.Module, l *data.Load
 }
 
 func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader, mode module.Mode, opts []EvalOption) (map[string]float64, error) {
+	if ctx == nil {
+		if mode == module.Validate {
+			return nil, errNilContext("Validate")
+		}
+		return nil, errNilContext("Test")
+	}
 	if l == nil {
 		return nil, fmt.Errorf("%s: the loader is nil: pass a *data.Loader", mode)
 	}
@@ -1053,14 +1101,18 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 // batch (copies, safe to keep). After Fit it uses the trained parameters
 // (see Test); WithCheckpoint picks a checkpoint's instead.
 //
-// With several ranks (ddp, sharded), each rank predicts its shard of l
-// (DistributedSampler, no padding) and every rank returns all predictions
-// in dataset order, cut into batches of l's batch size, as one process
-// would return them for an unshuffled loader. The gathering goes through
-// the strategy's Reduce in float64, with a weight per value: while it
-// runs, every rank holds about 40 bytes per predicted value (and per row)
-// of the whole set, besides the result.
+// The predictions are in dataset order on every strategy: a shuffling
+// loader (Shuffle, a RandomSampler) is read in order, with a warning. With
+// several ranks (ddp, sharded), each rank predicts its shard of l
+// (DistributedSampler) and every rank returns all predictions in dataset
+// order, cut into batches of l's batch size, as one process returns them.
+// The gathering goes through the strategy's Reduce in float64, with a
+// weight per value: while it runs, every rank holds about 40 bytes per
+// predicted value (and per row) of the whole set, besides the result.
 func (t *Trainer) Predict(ctx context.Context, m module.Module, l *data.Loader, opts ...EvalOption) ([]*tensor.Dense, error) {
+	if ctx == nil {
+		return nil, errNilContext("Predict")
+	}
 	if l == nil {
 		return nil, errors.New("Predict: the loader is nil: pass a *data.Loader")
 	}
@@ -1073,6 +1125,13 @@ func (t *Trainer) Predict(ctx context.Context, m module.Module, l *data.Loader, 
 	t.state.Stage = "predict"
 	defer t.span("predict")()
 	pl := t.loaderFor(l, false)
+	if _, random := l.Config().Sampler.(data.RandomSampler); pl == l && random {
+		// As under ddp, whose evaluation sampler never shuffles: the
+		// predictions come back in dataset order on every strategy (they
+		// carry no index that would let the caller undo a shuffle).
+		t.cfg.Log.Warn().Msg("Predict: the loader shuffles (LoaderConfig.Shuffle, or a RandomSampler); predictions are made in dataset order instead")
+		pl = l.WithSampler(data.SequentialSampler{})
+	}
 	nb := pl.NumBatches(0)
 	if t.cfg.LimitPredictBatches > 0 && t.cfg.LimitPredictBatches < nb {
 		nb = t.cfg.LimitPredictBatches
@@ -1081,6 +1140,7 @@ func (t *Trainer) Predict(ctx context.Context, m module.Module, l *data.Loader, 
 	defer it.Close()
 	var out []*tensor.Dense
 	var rows [][]int
+	var pads [][]bool
 	for bi := 0; bi < nb; bi++ {
 		b, ok := it.Next()
 		if !ok {
@@ -1093,6 +1153,7 @@ func (t *Trainer) Predict(ctx context.Context, m module.Module, l *data.Loader, 
 		}
 		out = append(out, y.Clone().(*tensor.Dense))
 		rows = append(rows, append([]int(nil), b.Indices...))
+		pads = append(pads, append([]bool(nil), b.Pad...))
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("predict data: %w", err)
@@ -1100,7 +1161,7 @@ func (t *Trainer) Predict(ctx context.Context, m module.Module, l *data.Loader, 
 	if pl == l {
 		return out, nil
 	}
-	return t.gatherPredictions(ctx, out, rows, l.Dataset().Len(), l.Config().BatchSize)
+	return t.gatherPredictions(ctx, out, rows, pads, l.Dataset().Len(), l.Config().BatchSize)
 }
 
 // maxPredictDims bounds the rank of one prediction row that ranks agree on
@@ -1111,8 +1172,9 @@ const maxPredictDims = 8
 // index of each row) into dataset order on every rank. Each rank writes its
 // rows into their slots of an n-row buffer of zeros and the ranks sum the
 // buffers (x+0 is x exactly), with a count per slot; rows no rank predicted
-// (LimitPredictBatches) are left out.
-func (t *Trainer) gatherPredictions(ctx context.Context, out []*tensor.Dense, rows [][]int, n, batchSize int) ([]*tensor.Dense, error) {
+// (LimitPredictBatches) are left out, and so are padded rows (pads), which
+// repeat a row another rank predicts.
+func (t *Trainer) gatherPredictions(ctx context.Context, out []*tensor.Dense, rows [][]int, pads [][]bool, n, batchSize int) ([]*tensor.Dense, error) {
 	// Agree on the shape of a row: ranks with no rows learn it from others.
 	hdr := make([]float64, 2+maxPredictDims)
 	for i := range hdr {
@@ -1154,6 +1216,9 @@ func (t *Trainer) gatherPredictions(ctx context.Context, out []*tensor.Dense, ro
 			return nil, fmt.Errorf("predict: this rank's batch %d has %d values for %d rows of %v: every rank's PredictStep must return rows of one shape", bi, len(vals), len(rows[bi]), rowShape)
 		}
 		for r, idx := range rows[bi] {
+			if r < len(pads[bi]) && pads[bi][r] {
+				continue
+			}
 			if idx < 0 || idx >= n {
 				return nil, fmt.Errorf("predict: row index %d is outside the dataset of %d", idx, n)
 			}
@@ -1224,4 +1289,10 @@ func (t *Trainer) Teardown(ctx context.Context) error {
 	err := t.strat.Teardown(ctx)
 	t.strat, t.mod = nil, nil
 	return err
+}
+
+// errNilContext answers a nil context.Context, which would otherwise crash
+// the first collective or cancellation check deep inside the call.
+func errNilContext(call string) error {
+	return fmt.Errorf("%s: the context is nil: pass context.Background() (or a context you cancel to stop)", call)
 }

@@ -58,3 +58,38 @@ func TestUnevenBatchesAcrossRanksNamed(t *testing.T) {
 		}
 	}
 }
+
+// TestNoTrainingBatchOnARankIsAnError: 100 examples on 2 ranks are 50 a
+// rank, fewer than a batch of 64 with DropLast: every epoch had no batch,
+// and Fit returned nil after training nothing (one process refuses the
+// loader itself). Every rank now fails naming BatchSize and DropLast.
+func TestNoTrainingBatchOnARankIsAnError(t *testing.T) {
+	group, err := inproc.NewGroup(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		d, err := ddp.NewDDP(ddp.DDPConfig{Group: group[r]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 2, StrategyImpl: d, HandleSignals: trainer.Bool(false), DefaultRootDir: t.TempDir()}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer tr.Teardown(context.Background())
+			errs[r] = tr.Fit(context.Background(), newResumeJob(t, 1, 0).mod(), loader(t, regression(t, 100, 0.1, 9), 64, true, true), nil)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "no training batch") || !strings.Contains(err.Error(), "BatchSize 64 and DropLast") {
+			t.Errorf("rank %d: err = %v, want no training batch, naming BatchSize 64 and DropLast", r, err)
+		}
+	}
+}

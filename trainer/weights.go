@@ -17,6 +17,9 @@ import (
 // this process gathers its shards onto rank 0 first, as a checkpoint save
 // does (rank 0 then holds the whole model once). Ranks other than 0 get "".
 func (t *Trainer) WeightsSHA256(ctx context.Context) (string, error) {
+	if ctx == nil {
+		return "", errNilContext("WeightsSHA256")
+	}
 	if t.strat == nil {
 		return "", errors.New("WeightsSHA256: no weights before Fit, Validate, Test or Predict has set the model up")
 	}

@@ -210,10 +210,21 @@ func (h Header) Mismatch(self, peer int, other Header) error {
 	if h == other {
 		return nil
 	}
-	return fmt.Errorf("%w: rank %d called %s, rank %d called %s", ErrMismatch, self, h, peer, other)
+	err := fmt.Errorf("%w: rank %d called %s, rank %d called %s", ErrMismatch, self, h, peer, other)
+	if (h.Kind == KindBarrier) != (other.Kind == KindBarrier) {
+		waiting, busy := peer, self
+		if h.Kind == KindBarrier {
+			waiting, busy = self, peer
+		}
+		err = fmt.Errorf("%w (rank %d is in a barrier, such as the last one of a job: it may have skipped an operation that rank %d made; every rank must make the same calls in the same order)", err, waiting, busy)
+	}
+	return err
 }
 
 func (h Header) String() string {
+	if h.Kind == KindBarrier {
+		return fmt.Sprintf("%s #%d", h.Kind, h.Seq) // no elements
+	}
 	s := fmt.Sprintf("%s #%d of %d %s", h.Kind, h.Seq, h.Len, h.DType)
 	switch h.Kind {
 	case KindAllReduce, KindReduceScatter:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -81,6 +82,27 @@ func TestHeaderMismatch(t *testing.T) {
 	}
 	if a.Mismatch(0, 1, a) != nil {
 		t.Error("equal headers reported as mismatch")
+	}
+}
+
+// A rank waiting in a barrier where another reduces has usually gone past
+// a call the other made (a program's last barrier, with rank 0's Test
+// skipped on rank 1): the error says so, and prints the barrier without
+// the element type and count it has none of ("barrier #4 of 0 DType(0)").
+func TestHeaderMismatchWithABarrier(t *testing.T) {
+	a := collective.Header{Kind: collective.KindAllReduce, DType: collective.Float64, Len: 6, Seq: 4}
+	b := collective.Header{Kind: collective.KindBarrier, Seq: 4}
+	for _, c := range []struct {
+		err         error
+		barrierRank int
+	}{{a.Mismatch(0, 1, b), 1}, {b.Mismatch(1, 0, a), 1}} {
+		msg := c.err.Error()
+		if !errors.Is(c.err, collective.ErrMismatch) || strings.Contains(msg, "DType") || !strings.Contains(msg, "called barrier #4") {
+			t.Errorf("got %q: want ErrMismatch and \"barrier #4\" without a dtype", msg)
+		}
+		if want := fmt.Sprintf("rank %d is in a barrier", c.barrierRank); !strings.Contains(msg, want) {
+			t.Errorf("got %q: want %q", msg, want)
+		}
 	}
 }
 

@@ -26,6 +26,8 @@ var (
 	_ strategy.Strategy    = (*DDP)(nil)
 	_ strategy.Sampler     = (*DDP)(nil)
 	_ strategy.GroupJoiner = (*DDP)(nil)
+
+	_ strategy.PeerLossExplainer = (*DDP)(nil)
 )
 
 // DDPConfig configures one rank of DDP.
@@ -205,11 +207,7 @@ func (d *DDP) Buckets() []Bucket { return d.buckets }
 // fail records the first error, closes the group so that every peer fails
 // fast naming this rank, and returns the error prefixed with this rank.
 func (d *DDP) fail(what string, err error) error {
-	if d.launch != nil && errors.Is(err, collective.ErrPeerLost) {
-		if why := d.launch.explain(2 * time.Second); why != "" {
-			err = fmt.Errorf("%w (%s)", err, why)
-		}
-	}
+	err = d.ExplainPeerLoss(err)
 	if peer, ok := collective.PeerOf(err); ok && (errors.Is(err, collective.ErrTimeout) || errors.Is(err, collective.ErrPeerLost)) {
 		err = fmt.Errorf("%w; the last collective rank %d finished was %s: it stopped after that", err, peer, d.lastDone)
 		if errors.Is(err, collective.ErrTimeout) && d.launch != nil && d.launch.g != nil {
@@ -227,6 +225,18 @@ func (d *DDP) fail(what string, err error) error {
 		}
 		d.pending = d.pending[:0]
 		d.rode, d.rideH = false, nil
+	}
+	return err
+}
+
+// ExplainPeerLoss adds to an error that lost a peer what this process's
+// launcher knows of the local rank that ended (strategy.PeerLossExplainer),
+// waiting up to 2 s for it to be reaped.
+func (d *DDP) ExplainPeerLoss(err error) error {
+	if d.launch != nil && errors.Is(err, collective.ErrPeerLost) {
+		if why := d.launch.explain(2 * time.Second); why != "" {
+			return fmt.Errorf("%w (%s)", err, why)
+		}
 	}
 	return err
 }

@@ -213,7 +213,7 @@ func ddpFromOptions(o strategy.Options, name string) (strategy.Strategy, error) 
 		d.name = name
 		return d, nil
 	}
-	l := &launcher{world: perNode, failed: make(chan struct{}), log: o.Log, logDir: o.LogDir, linger: k.timeout}
+	l := &launcher{world: perNode, failed: make(chan struct{}), ended: make(chan struct{}), log: o.Log, logDir: o.LogDir, linger: k.timeout}
 	if l.elastic, err = launch.ElasticFromEnv(o.Lookup, perNode, o.Log); err != nil {
 		return nil, fmt.Errorf("strategy %q: %w", name, err)
 	}
@@ -401,6 +401,11 @@ type launcher struct {
 
 	once   sync.Once
 	failed chan struct{} // closed when a rank exits with an error
+	// ended is closed when a rank exits, with an error or not: a rank
+	// whose program returned early (it printed an error and returned,
+	// say) is gone as surely as one that failed.
+	endOnce sync.Once
+	ended   chan struct{}
 }
 
 // Launch starts the local ranks 1..N-1 when this process launched the job
@@ -426,7 +431,7 @@ func (l *launcher) start(ctx context.Context) error {
 		return err
 	}
 	l.ln, l.port, l.token = ln, port, token
-	local := launch.Local{World: l.world, MasterPort: port, Token: token, Launcher: "ddp"}
+	local := launch.Local{World: l.world, MasterPort: port, Token: token, Launcher: "ddp", RunDir: l.logDir}
 	ranks := make([]int, l.world-1)
 	for i := range ranks {
 		ranks[i] = i + 1
@@ -458,6 +463,7 @@ func (l *launcher) start(ctx context.Context) error {
 				if e.Err != nil {
 					l.once.Do(func() { close(l.failed) })
 				}
+				l.endOnce.Do(func() { close(l.ended) })
 			case <-g.Done():
 				return
 			}
@@ -466,14 +472,15 @@ func (l *launcher) start(ctx context.Context) error {
 	return nil
 }
 
-// explain returns why a local rank failed, waiting up to d for a rank that
-// is about to be reaped; "" when none failed.
+// explain returns why a local rank is gone, waiting up to d for a rank that
+// is about to be reaped: the ranks that failed, or else those whose program
+// ended normally while the job still needed them; "" when none exited.
 func (l *launcher) explain(d time.Duration) string {
 	if l == nil || l.g == nil {
 		return ""
 	}
 	select {
-	case <-l.failed:
+	case <-l.ended:
 	default:
 		if d <= 0 {
 			return ""
@@ -481,12 +488,19 @@ func (l *launcher) explain(d time.Duration) string {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		select {
-		case <-l.failed:
+		case <-l.ended:
 		case <-t.C:
 			return ""
 		}
 	}
-	return l.describe(l.g.Failed())
+	if failed := l.g.Failed(); len(failed) > 0 {
+		return l.describe(failed)
+	}
+	why := l.describe(l.g.Exited())
+	if why == "" {
+		return ""
+	}
+	return why + "\n(a rank whose program returns early, after printing an error or without a call the other ranks make, such as Test or WeightsSHA256, leaves them waiting for it)"
 }
 
 // describe names each failed rank, its log file and the log's last lines.

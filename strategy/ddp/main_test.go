@@ -111,6 +111,8 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 	panicRank := fs.Int("panic-rank", -1, "")
 	stopRank := fs.Int("stop-rank", -1, "this rank stops itself (SIGSTOP) at -die-batch")
 	fresh := fs.Bool("fresh", false, "validate and predict after Fit on a module value built again")
+	versionDir := fs.String("versiondir", "", "every rank writes trainer.VersionDir(root, \"\"), before its trainer, to this path + \".rank<R>\"")
+	quitRank := fs.Int("quit-rank", -1, "this rank's program prints a line and returns normally after Fit, without Validate")
 	afterRank0 := fs.String("after-rank0", "", "rank 0 returns without Teardown; the other ranks write this file once rank 0's process is gone")
 	root := fs.String("root", "", "the trainer's root directory (\"\": a temporary one)")
 	ckptDir := fs.String("ckpt-dir", "", "add a ModelCheckpoint writing here and an EarlyStopping")
@@ -134,6 +136,19 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 			return err
 		}
 		defer os.RemoveAll(*root)
+	}
+	if *versionDir != "" {
+		d, err := trainer.VersionDir(*root, "")
+		if err != nil {
+			return err
+		}
+		rank := os.Getenv("RANK")
+		if rank == "" {
+			rank = "0" // the process that launches the others
+		}
+		if err := os.WriteFile(*versionDir+".rank"+rank, []byte(d), 0o644); err != nil {
+			return err
+		}
 	}
 	cfg := trainer.Config{MaxEpochs: *epochs, Seed: 5, Strategy: *strat, Devices: *devices, NumNodes: *nodes, StrategyImpl: impl,
 		Out: io.Discard, EnableProgressBar: trainer.Bool(false), DefaultRootDir: *root}
@@ -173,6 +188,10 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 	}
 	if tr.IsWorker() {
 		return fmt.Errorf("a ddp_spawn worker returned from Fit")
+	}
+	if r, _ := strconv.Atoi(os.Getenv("RANK")); r == *quitRank {
+		fmt.Fprintf(stdout, "rank %d gives up after Fit\n", r)
+		return nil
 	}
 	var preds []float32
 	if *fresh {

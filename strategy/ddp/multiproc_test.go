@@ -348,32 +348,90 @@ func predictWith(t *testing.T, params []float32) []float32 {
 
 // TestDDPPanicOnRankNamesItsLog: a step panicking on rank 1 of a
 // self-launched job ends rank 0 with an error naming rank 1 and its
-// rank_1.log, which holds the panic and the user's file:line.
+// rank_1.log, which holds the panic and the user's file:line. sharded and
+// fsdp start their ranks through ddp; their rank 0 said only "rank 1's
+// process is gone".
 func TestDDPPanicOnRankNamesItsLog(t *testing.T) {
 	needLinux(t)
+	for _, strat := range []string{"ddp", "sharded", "fsdp"} {
+		t.Run(strat, func(t *testing.T) {
+			marker := newMarker(t)
+			root := t.TempDir()
+			r := startProgram(t, marker, nil, "-strategy", strat, "-devices", "2", "-panic-rank", "1", "-root", root)
+			if r.err == nil {
+				t.Fatalf("the run succeeded although rank 1 panicked:\n%s", r.stderr)
+			}
+			// The ranks' output goes into the run's directory (the trainer's
+			// State.LogDir), beside its checkpoints and metrics.
+			logPath := filepath.Join(root, "lightning_logs", "version_0", "rank_1.log")
+			for _, s := range []string{"rank 1", logPath, "user step failed on rank 1"} {
+				if !strings.Contains(r.stderr, s) {
+					t.Errorf("rank 0's error does not contain %q:\n%s", s, r.stderr)
+				}
+			}
+			b, err := os.ReadFile(logPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(b), "user step failed on rank 1") || !strings.Contains(string(b), "main_test.go:") {
+				t.Errorf("rank_1.log lacks the panic and the user's file:line:\n%s", b)
+			}
+			if left := survivors(t, marker); len(left) > 0 {
+				t.Errorf("processes left behind: %v", left)
+			}
+		})
+	}
+}
+
+// TestRankReturningEarlyIsNamed: rank 1's program returns normally after
+// Fit (it printed an error and returned, say) while rank 0 goes on to
+// Validate. Rank 0's error said only "rank 1's process is gone"; it now
+// names rank 1's normal exit, its rank_1.log and the log's last line.
+func TestRankReturningEarlyIsNamed(t *testing.T) {
+	needLinux(t)
+	for _, strat := range []string{"ddp", "fsdp"} {
+		t.Run(strat, func(t *testing.T) {
+			marker := newMarker(t)
+			root := t.TempDir()
+			r := startProgram(t, marker, nil, "-strategy", strat, "-devices", "2", "-quit-rank", "1", "-root", root)
+			if r.err == nil {
+				t.Fatalf("the run succeeded although rank 1 returned before Validate:\n%s", r.stderr)
+			}
+			logPath := filepath.Join(root, "lightning_logs", "version_0", "rank_1.log")
+			for _, s := range []string{"rank 1", "exited normally", logPath, "rank 1 gives up after Fit"} {
+				if !strings.Contains(r.stderr, s) {
+					t.Errorf("rank 0's error does not contain %q:\n%s", s, r.stderr)
+				}
+			}
+			if left := survivors(t, marker); len(left) > 0 {
+				t.Errorf("processes left behind: %v", left)
+			}
+		})
+	}
+}
+
+// TestVersionDirIsRankZerosOnEveryRank: a program that names its run
+// directory with trainer.VersionDir (for its loggers, a DeviceStatsMonitor
+// or Plots) runs again in every self-launched rank, after rank 0 has made
+// version_0 for the ranks' logs: rank 1 got version_1, and its files went
+// apart from the run. Every rank now gets rank 0's.
+func TestVersionDirIsRankZerosOnEveryRank(t *testing.T) {
+	needLinux(t)
 	marker := newMarker(t)
-	root := t.TempDir()
-	r := startProgram(t, marker, nil, "-strategy", "ddp", "-devices", "2", "-panic-rank", "1", "-root", root)
-	if r.err == nil {
-		t.Fatalf("the run succeeded although rank 1 panicked:\n%s", r.stderr)
+	root, out := t.TempDir(), filepath.Join(t.TempDir(), "versiondir")
+	r := startProgram(t, marker, nil, "-strategy", "ddp", "-devices", "2", "-epochs", "1", "-root", root, "-versiondir", out)
+	if r.err != nil {
+		t.Fatalf("%v\n%s", r.err, r.stderr)
 	}
-	// The ranks' output goes into the run's directory (the trainer's
-	// State.LogDir), beside its checkpoints and metrics.
-	logPath := filepath.Join(root, "lightning_logs", "version_0", "rank_1.log")
-	for _, s := range []string{"rank 1", logPath, "user step failed on rank 1"} {
-		if !strings.Contains(r.stderr, s) {
-			t.Errorf("rank 0's error does not contain %q:\n%s", s, r.stderr)
+	want := filepath.Join(root, "lightning_logs", "version_0")
+	for rank := range 2 {
+		b, err := os.ReadFile(out + ".rank" + strconv.Itoa(rank))
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	b, err := os.ReadFile(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(b), "user step failed on rank 1") || !strings.Contains(string(b), "main_test.go:") {
-		t.Errorf("rank_1.log lacks the panic and the user's file:line:\n%s", b)
-	}
-	if left := survivors(t, marker); len(left) > 0 {
-		t.Errorf("processes left behind: %v", left)
+		if string(b) != want {
+			t.Errorf("rank %d: VersionDir is %s, want rank 0's %s", rank, b, want)
+		}
 	}
 }
 

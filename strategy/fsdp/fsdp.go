@@ -512,8 +512,10 @@ func (f *FSDP) evalStep(ctx context.Context, mode module.Mode, b *data.Batch) ([
 	// Every rank runs every padded batch (its gathers are collective), but
 	// padded rows must not count: a batch with some is run on its real rows
 	// only (the graph for that size gathers the same units in the same
-	// order), and one with nothing else gives no metrics, as a rank with no
-	// batch left gives none under ddp.
+	// order), and one with nothing else gives its metrics with weight 0
+	// (the engine weighs by real rows), which count nothing but name the
+	// metrics for the ranks' reduction, as a rank of a set smaller than the
+	// job does under ddp.
 	real := b.Size - b.NumPad()
 	run := b
 	if real > 0 && real < b.Size {
@@ -522,9 +524,6 @@ func (f *FSDP) evalStep(ctx context.Context, mode module.Mode, b *data.Batch) ([
 	r, err := f.rep.RunOn(ctx, f.dev, mode, run, false, 1)
 	if err != nil {
 		return nil, f.fail(mode.String()+" step on "+f.dev.String(), err)
-	}
-	if real == 0 {
-		return nil, nil
 	}
 	return r.Metrics, nil
 }

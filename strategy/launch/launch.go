@@ -36,6 +36,10 @@ const (
 	EnvLauncher = "FULGUR_LAUNCHER"
 	// EnvResult is where rank 0 of a ddp_spawn job writes its result.
 	EnvResult = "FULGUR_SPAWN_RESULT"
+	// EnvRunDir is the run directory the launching process chose (where
+	// the ranks' rank_N.log go), so that a rank's program that computes
+	// its run directory finds the same one rather than the next version.
+	EnvRunDir = "FULGUR_RUN_DIR"
 	// EnvParentFD is the file descriptor of a pipe from the launching
 	// process to a rank started with Config.Linger: it reads end of file
 	// once the launching process is gone (see WatchParent).
@@ -49,7 +53,7 @@ const (
 // launchVars are removed from the inherited environment before a rank's own
 // are added, so a stale value can never win.
 var launchVars = []string{EnvRank, EnvWorldSize, EnvLocalRank, EnvLocalWorldSize, EnvNodeRank, EnvGroupRank,
-	EnvMasterAddr, EnvMasterPort, EnvToken, EnvLauncher, EnvResult, EnvListenerFD, EnvParentFD, "NNODES"}
+	EnvMasterAddr, EnvMasterPort, EnvToken, EnvLauncher, EnvResult, EnvListenerFD, EnvParentFD, EnvRunDir, "NNODES"}
 
 // Local describes a job of World ranks on this machine.
 type Local struct {
@@ -59,6 +63,7 @@ type Local struct {
 	Token      string
 	Launcher   string // value of EnvLauncher
 	ResultPath string // ddp_spawn only
+	RunDir     string // value of EnvRunDir ("": not set)
 }
 
 // RankEnv is the environment a rank of the job gets on top of the parent's.
@@ -80,6 +85,9 @@ func (l Local) RankEnv(rank int) []string {
 	}
 	if l.ResultPath != "" {
 		env = append(env, EnvResult+"="+l.ResultPath)
+	}
+	if l.RunDir != "" {
+		env = append(env, EnvRunDir+"="+l.RunDir)
 	}
 	return env
 }
@@ -362,10 +370,7 @@ func (g *Group) Wait(ctx context.Context) error {
 // Failed returns the ranks that have exited with an error so far, earliest
 // first.
 func (g *Group) Failed() []Exit {
-	g.mu.Lock()
-	done := slices.Clone(g.done)
-	g.mu.Unlock()
-	sort.SliceStable(done, func(i, j int) bool { return done[i].At.Before(done[j].At) })
+	done := g.Exited()
 	out := done[:0]
 	for _, e := range done {
 		if e.Err != nil {
@@ -373,6 +378,16 @@ func (g *Group) Failed() []Exit {
 		}
 	}
 	return out
+}
+
+// Exited returns the ranks that have exited so far, with an error or not,
+// earliest first.
+func (g *Group) Exited() []Exit {
+	g.mu.Lock()
+	done := slices.Clone(g.done)
+	g.mu.Unlock()
+	sort.SliceStable(done, func(i, j int) bool { return done[i].At.Before(done[j].At) })
+	return done
 }
 
 // Err is the error Wait returns, for the processes that have exited so far.

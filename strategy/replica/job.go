@@ -106,8 +106,12 @@ func (j *Job) Closes(gs ...collective.Group) { j.others = append(j.others, gs...
 
 // Fail records the first failure and closes the groups, so that every peer
 // fails too (and the operations queued on them), and returns err as this
-// rank's failure to do what.
+// rank's failure to do what; a lost peer's error gains what the joiner's
+// launcher knows of it (strategy.PeerLossExplainer: its exit, rank_N.log).
 func (j *Job) Fail(what string, err error) error {
+	if e, ok := j.joiner.(strategy.PeerLossExplainer); ok {
+		err = e.ExplainPeerLoss(err) // the rank's exit and rank_N.log
+	}
 	err = fmt.Errorf("rank %d: %s: %w", j.rank, what, err)
 	if j.broken == nil {
 		j.broken = err
