@@ -204,7 +204,14 @@ func (j trainJob) run(ctx context.Context) (Figures, error) {
 	}
 	defer tr.Teardown(ctx)
 	if !tr.IsGlobalZero() {
-		return nil, nil
+		if spans == nil {
+			return nil, nil
+		}
+		// The other ranks' spans tell who waits for whom (the parent adds
+		// them to rank 0's figures as "rank<N> ms/step ...").
+		f := Figures{}
+		addSpanFigures(f, spans.Rows(), float64(tr.Stats().GlobalStep))
+		return rankFigures(f, os.Getenv("RANK")), nil
 	}
 	if timer.steps == 0 {
 		return nil, fmt.Errorf("no timed training batches (%d per epoch): raise -steps", nb)
@@ -235,6 +242,15 @@ func addSpanFigures(f Figures, rows []profiler.Row, steps float64) {
 	for _, r := range rows {
 		f["ms/step "+r.Action] = float64(r.Total) / 1e6 / max(steps, 1)
 	}
+}
+
+// rankFigures names f's figures as rank's ("rank1 ms/step wait bucket 0").
+func rankFigures(f Figures, rank string) Figures {
+	out := make(Figures, len(f))
+	for k, v := range f {
+		out["rank"+rank+" "+k] = v
+	}
+	return out
 }
 
 // processCPU is the user and system CPU time of this process so far.
