@@ -75,6 +75,11 @@ type trainTimer struct {
 	epochCPU0 time.Duration
 	epochCPU  time.Duration
 	cpu       time.Duration
+	// prev is the last batch's end; stepTimes the timed batches' own
+	// times, whose median a burst of other work on a shared machine (a
+	// compile, another rank's preemption) moves far less than the mean.
+	prev      time.Time
+	stepTimes []time.Duration
 }
 
 func (t *trainTimer) Name() string { return "bench-timer" }
@@ -88,6 +93,7 @@ func (t *trainTimer) OnTrainBatchEnd(ctx context.Context, s *trainer.State) erro
 		t.epochStart, t.epochTime, t.epochSteps = now, 0, 0
 		t.epochCPU0, t.epochCPU = processCPU(), 0
 	} else {
+		t.stepTimes = append(t.stepTimes, now.Sub(t.prev))
 		t.epochTime = now.Sub(t.epochStart)
 		t.epochSteps = s.BatchIdx
 		if s.BatchIdx == t.lastBatch {
@@ -110,6 +116,7 @@ func (t *trainTimer) OnTrainBatchEnd(ctx context.Context, s *trainer.State) erro
 			}
 		}
 	}
+	t.prev = now
 	if s.BatchIdx == t.lastBatch {
 		t.total += t.epochTime
 		t.steps += t.epochSteps
@@ -223,6 +230,7 @@ func (j trainJob) run(ctx context.Context) (Figures, error) {
 		"steps":             float64(tr.Stats().GlobalStep),
 		"seconds":           fitSeconds,
 		"params":            float64(timer.params),
+		"step_ms_median":    medianMS(timer.stepTimes),
 	}
 	if !j.NoTest {
 		f["test_acc"] = res["test_acc"]
@@ -234,6 +242,15 @@ func (j trainJob) run(ctx context.Context) (Figures, error) {
 		addSpanFigures(f, spans.Rows(), f["steps"])
 	}
 	return f, nil
+}
+
+// medianMS is the median of d in milliseconds.
+func medianMS(d []time.Duration) float64 {
+	ms := make([]float64, len(d))
+	for i, v := range d {
+		ms[i] = float64(v) / 1e6
+	}
+	return stat(ms).Median
 }
 
 // addSpanFigures adds each profiler span's time a step, in ms, as the

@@ -96,10 +96,13 @@ func init() {
 				if a == nil {
 					continue
 				}
-				var eff []float64
+				var eff, effMedian []float64
 				for run := 0; run < min(len(a.Runs), len(b.Runs)); run++ {
 					if s1 := a.Runs[run]["samples_per_s"]; s1 > 0 {
 						eff = append(eff, b.Runs[run]["samples_per_s"]/(2*s1))
+					}
+					if e, ok := medianStepEfficiency(a.Config, a.Runs[run], b.Config, b.Runs[run]); ok {
+						effMedian = append(effMedian, e)
 					}
 				}
 				if len(eff) > 0 {
@@ -109,11 +112,33 @@ func init() {
 						name += " " + k.backend
 						labels["backend"] = k.backend
 					}
+					figs := map[string]Stat{"efficiency": stat(eff)}
+					if len(effMedian) > 0 {
+						figs["efficiency_median_step"] = stat(effMedian)
+					}
 					rows = append(rows, Row{Workload: "scaling", Config: name + " efficiency", N: len(eff),
-						Labels: labels, Figures: map[string]Stat{"efficiency": stat(eff)}})
+						Labels: labels, Figures: figs})
 				}
 			}
 			return rows
 		},
 	})
+}
+
+// medianStepEfficiency is the efficiency of one run from each side's
+// median step time rather than its mean (samples/s): a step of the
+// ranks' (their global batch, in the median step time of rank 0) against
+// twice one rank's. On a machine shared with other work, a burst of it
+// stalls one rank and, a step being a collective, every rank, which moves
+// the mean of a short run by as much as the difference measured; the
+// median is what a step takes when nothing else runs. The peer reports
+// no step times: ok is false.
+func medianStepEfficiency(c1 Config, f1 Figures, c2 Config, f2 Figures) (float64, bool) {
+	t1, t2 := f1["step_ms_median"], f2["step_ms_median"]
+	if t1 <= 0 || t2 <= 0 {
+		return 0, false
+	}
+	one := float64(c1.Batch*max(c1.Ranks, 1)) / t1
+	two := float64(c2.Batch*max(c2.Ranks, 1)) / t2
+	return two / (2 * one), true
 }
