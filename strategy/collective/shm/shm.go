@@ -360,10 +360,13 @@ func (g *Group) barrier(ctx context.Context, h collective.Header) error {
 const (
 	// napShort is a barrier's pause once its spin is over, and napLong
 	// its pause once it has waited napAfter: a long wait (a peer saving a
-	// checkpoint) wakes 1,000 times a second rather than 20,000.
+	// checkpoint) wakes 1,000 times a second rather than 15,000. Ranks
+	// sharing a core (4 on 2) wait long for the rank whose turn it is,
+	// and each short nap's wake-up takes the core from it for a few µs:
+	// napAfter bounds that to about a hundred wake-ups a wait.
 	napShort = 20 * time.Microsecond
 	napLong  = time.Millisecond
-	napAfter = 20 * time.Millisecond
+	napAfter = 10 * time.Millisecond
 	// yieldedTo: a Gosched that took longer than this ran another
 	// goroutine. A yield to nothing takes 0.1-0.4 µs (99%; see the tcp
 	// backend's spinner), but 2-6 µs now and then right after a kernel
