@@ -148,3 +148,41 @@ func TestBarrierPauseSleepsInTheKernelOnlyWhenNothingElseRuns(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkBarrierLatePeer: how long after a peer that comes 5 ms late
+// (past the spin) a rank waiting in a barrier leaves it, in µs ("µs-late"),
+// at one P's pause (the peer runs on a P of its own, as another process
+// would).
+func BenchmarkBarrierLatePeer(b *testing.B) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	mem, err := unix.Mmap(-1, 0, fileSize(2), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	g0 := &Group{rank: 0, size: 2, timeout: 10 * time.Second, mem: mem, slot: SlotBytes, oneP: true}
+	peer := &Group{rank: 1, size: 2, mem: mem, slot: SlotBytes}
+	var late time.Duration
+	for i := 0; i < b.N; i++ {
+		arrived := make(chan time.Time, 1)
+		var started atomic.Bool
+		go func() {
+			// A peer computing on the other P, not sleeping: a Go timer
+			// would wake it with the waiter's own.
+			started.Store(true)
+			for t0 := time.Now(); time.Since(t0) < 5*time.Millisecond; {
+			}
+			t := time.Now()
+			atomic.StoreUint64(peer.counter(1), uint64(i+1))
+			arrived <- t
+		}()
+		for !started.Load() { // the peer has a P of its own
+		}
+		if err := g0.barrier(context.Background(), collective.Header{Kind: collective.KindBarrier, Seq: uint64(i + 1)}); err != nil {
+			b.Fatal(err)
+		}
+		left := time.Now()
+		late += left.Sub(<-arrived)
+	}
+	b.ReportMetric(float64(late.Microseconds())/float64(b.N), "µs-late/op")
+}

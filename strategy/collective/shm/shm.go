@@ -383,26 +383,24 @@ const (
 // barrier up to 1.1 ms after it (GOMAXPROCS=1: time.Sleep(20µs) took
 // 1.08-1.10 ms on a 2-core VM), and, the step being a collective, so did
 // every rank. A sleep in the kernel (nanosleep) ends on time (plus the
-// kernel's 50 µs timer slack) but keeps the P: with one P, it is taken
-// only when a yield shows that nothing else of the process wants to run;
-// when something did (the backward pass producing the next bucket), the
-// pause parks in time.Sleep, and that work keeps the P. With more Ps,
-// other goroutines have theirs.
+// kernel's 50 µs timer slack) but keeps the P, so it is taken only when a
+// yield shows that no other goroutine of the process waits for one; when
+// one ran in the yield (the backward pass producing the next bucket, on
+// one P; a compute worker short of a P, on more), the pause parks in
+// time.Sleep, and that work keeps the P.
 func (g *Group) pause(waited time.Duration) {
 	d := napShort
 	if waited > napAfter {
 		d = napLong
 	}
-	if g.oneP {
-		t0 := time.Now()
-		runtime.Gosched()
-		if time.Since(t0) > yieldedTo {
-			if g.paused != nil {
-				g.paused(true)
-			}
-			time.Sleep(d)
-			return
+	t0 := time.Now()
+	runtime.Gosched()
+	if time.Since(t0) > yieldedTo {
+		if g.paused != nil {
+			g.paused(true)
 		}
+		time.Sleep(d)
+		return
 	}
 	if g.paused != nil {
 		g.paused(false)
