@@ -107,6 +107,43 @@ func TestScalingEfficiency(t *testing.T) {
 	}
 }
 
+// fulgur's one rank at the ranks' batch splits the efficiency into the
+// smaller batch's speed and what two ranks cost; the peer runs no such
+// configuration.
+func TestScalingEfficiencySplitsIntoBatchAndDDP(t *testing.T) {
+	o, err := parseOptions([]string{"-workload", "scaling", "-peer", "torch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := workloads["scaling"].Configs(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	halves := map[string]int{}
+	for _, c := range cs {
+		if c.Ranks == 1 && c.Batch == 32 {
+			halves[c.Impl+" "+c.Variant]++
+		}
+	}
+	if halves["fulgur mlp"] != 1 || halves["torch mlp"] != 0 {
+		t.Errorf("one-rank batch-32 configurations %v, want one for fulgur's mlp, none for torch's", halves)
+	}
+	rs := []*Result{
+		{Config: Config{Workload: "scaling", Impl: "fulgur", Variant: "mlp", Ranks: 1, Batch: 64}, Runs: runs(1000)},
+		{Config: Config{Workload: "scaling", Impl: "fulgur", Variant: "mlp", Ranks: 1, Batch: 32}, Runs: runs(1050)},
+		{Config: Config{Workload: "scaling", Impl: "fulgur", Variant: "mlp", Ranks: 2, Batch: 32}, Runs: runs(1890)},
+	}
+	rows := workloads["scaling"].Derive(&Options{Runs: 1}, rs)
+	if len(rows) != 1 {
+		t.Fatalf("rows %+v, want one", rows)
+	}
+	for name, want := range map[string]float64{"efficiency": 0.945, "half_batch_speed": 1.05, "ddp_efficiency": 0.9} {
+		if got := rows[0].Figures[name].Median; math.Abs(got-want) > 1e-12 {
+			t.Errorf("%s %v, want %v", name, got, want)
+		}
+	}
+}
+
 // The efficiency from each side's median step time, next to the one from
 // samples/s: a run's mean carries every stall of a shared machine.
 func TestScalingEfficiencyFromMedianSteps(t *testing.T) {
