@@ -107,11 +107,10 @@ func TestScalingEfficiency(t *testing.T) {
 	}
 }
 
-// fulgur's one rank at the ranks' batch splits the efficiency into the
-// smaller batch's speed and what two ranks cost; the peer runs no such
-// configuration.
-func TestScalingEfficiencySplitsIntoBatchAndDDP(t *testing.T) {
-	o, err := parseOptions([]string{"-workload", "scaling", "-peer", "torch"})
+// scalingConfigs is the scaling workload's configurations for the flags.
+func scalingConfigs(t *testing.T, flags ...string) []Config {
+	t.Helper()
+	o, err := parseOptions(append([]string{"-workload", "scaling"}, flags...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,6 +118,14 @@ func TestScalingEfficiencySplitsIntoBatchAndDDP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return cs
+}
+
+// fulgur's one rank at the ranks' batch splits the efficiency into the
+// smaller batch's speed and what two ranks cost; the peer runs no such
+// configuration.
+func TestScalingEfficiencySplitsIntoBatchAndDDP(t *testing.T) {
+	cs := scalingConfigs(t, "-peer", "torch")
 	halves := map[string]int{}
 	for _, c := range cs {
 		if c.Ranks == 1 && c.Batch == 32 {
@@ -199,14 +206,7 @@ func TestTrainTimerStepTimes(t *testing.T) {
 // -backend tcp,shm measures the 2 ranks once per backend, each against
 // the same one-rank baseline, in a row of its own.
 func TestScalingEfficiencyPerBackend(t *testing.T) {
-	o, err := parseOptions([]string{"-workload", "scaling", "-backend", "tcp,shm"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := workloads["scaling"].Configs(o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := scalingConfigs(t, "-backend", "tcp,shm")
 	var two []string
 	for _, c := range cs {
 		if c.Variant == "mlp" && c.Ranks == 2 {
