@@ -9,6 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/fulgur-ml/fulgur/profiler"
 	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
@@ -181,5 +182,47 @@ func TestResumeLogsOnceForTheJob(t *testing.T) {
 	fitRanks(t, 2, newDDP, job, s.paths[0], nil)
 	if n := strings.Count(log.String(), "resumed from checkpoint"); n != 1 {
 		t.Errorf("2 ranks resuming logged %d lines saying so, want 1:\n%s", n, log.String())
+	}
+}
+
+// Each rank's profile shows its wait for the others at the stop
+// agreement, once a step and once at the epoch's end; one rank agrees
+// with nobody and has no such span.
+func TestStopAgreementHasItsOwnSpan(t *testing.T) {
+	job := newResumeJob(t, 1, 0)
+	job.cfg.MaxEpochs = 1
+	prof := profiler.NewSimple() // both ranks' spans
+	job.cfg.Profiler = prof
+	ddp := func(r int, g collective.Collective) strategy.Strategy {
+		s, err := ddp.NewDDP(ddp.DDPConfig{Group: g})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	trs := fitRanks(t, 2, ddp, job, "", nil)
+	steps := trs[0].Stats().GlobalStep
+	calls := map[string]int{}
+	for _, r := range prof.Rows() {
+		calls[r.Action] = r.Calls
+	}
+	if want := 2 * (steps + 1); steps == 0 || calls["stop agreement"] != want {
+		t.Errorf("2 ranks, %d steps: %d stop agreement spans, want %d (spans %v)", steps, calls["stop agreement"], want, calls)
+	}
+
+	one := profiler.NewSimple()
+	cfg := quiet(job.cfg)
+	cfg.Profiler = one
+	tr, err := trainer.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Fit(context.Background(), job.mod(), job.train, job.val); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range one.Rows() {
+		if r.Action == "stop agreement" {
+			t.Errorf("1 rank: %d stop agreement spans, want none", r.Calls)
+		}
 	}
 }

@@ -181,7 +181,13 @@ func (t *Trainer) agreeStop(ctx context.Context, stop error, boundary bool) (err
 		if code > 0 {
 			flags[code] = 1
 		}
-		if err := t.strat.Reduce(context.WithoutCancel(ctx), flags[:], weights[:], stopOps[:]); err != nil {
+		// Its own span: a rank that finished its step first waits here
+		// for the others (their optimizer step, logging, callbacks), as it
+		// waits in the gradients' all-reduce for their backward pass.
+		sp := t.cfg.Profiler.Start("stop agreement")
+		err := t.strat.Reduce(context.WithoutCancel(ctx), flags[:], weights[:], stopOps[:])
+		sp.End()
+		if err != nil {
 			return nil, fmt.Errorf("agree on stopping across ranks: %w", err)
 		}
 		if flags[0] > 0 && stop == nil {

@@ -648,6 +648,9 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 		return nil, fmt.Errorf("rank %d: %v\n%s", first, ot.err, tail(ot.stderr.String(), 2000))
 	}
 	f, err := lastJSON(outs[0].stdout.Bytes(), outs[0].stderr.String())
+	if err == nil {
+		mergeRankFigures(f, outs[1:], func(o *out) []byte { return o.stdout.Bytes() })
+	}
 	if _, train := f["steps"]; err == nil && c.Nodes > 1 && train {
 		addRelayFigures(f, o.nodes.Relay.Stats().Since(relay0))
 	}
@@ -690,6 +693,25 @@ func measureTorch(ctx context.Context, o *Options, c Config) (Figures, error) {
 		return nil, fmt.Errorf("%s %s: %v\n%s", o.Python, strings.Join(args, " "), err, tail(stderr.String(), 2000))
 	}
 	return lastJSON(stdout.Bytes(), stderr.String())
+}
+
+// mergeRankFigures adds to rank 0's figures f those the other ranks
+// printed (FULGUR_BENCH_SPANS: their spans, named "rank<N> ..."); a rank
+// that printed none adds nothing.
+func mergeRankFigures[T any](f Figures, ranks []T, stdout func(T) []byte) {
+	for _, r := range ranks {
+		b := bytes.TrimSpace(stdout(r))
+		if len(b) == 0 {
+			continue
+		}
+		if g, err := lastJSON(b, ""); err == nil {
+			for k, v := range g {
+				if strings.HasPrefix(k, "rank") {
+					f[k] = v
+				}
+			}
+		}
+	}
 }
 
 func lastJSON(stdout []byte, stderr string) (Figures, error) {

@@ -9,6 +9,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/fulgur-ml/fulgur/trainer"
 )
 
 // TestMain lets the test binary act as the measured child process, as the
@@ -104,10 +107,10 @@ func TestScalingEfficiency(t *testing.T) {
 	}
 }
 
-// -backend tcp,shm measures the 2 ranks once per backend, each against
-// the same one-rank baseline, in a row of its own.
-func TestScalingEfficiencyPerBackend(t *testing.T) {
-	o, err := parseOptions([]string{"-workload", "scaling", "-backend", "tcp,shm"})
+// scalingConfigs is the scaling workload's configurations for the flags.
+func scalingConfigs(t *testing.T, flags ...string) []Config {
+	t.Helper()
+	o, err := parseOptions(append([]string{"-workload", "scaling"}, flags...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,6 +118,95 @@ func TestScalingEfficiencyPerBackend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return cs
+}
+
+// fulgur's one rank at the ranks' batch splits the efficiency into the
+// smaller batch's speed and what two ranks cost; the peer runs no such
+// configuration.
+func TestScalingEfficiencySplitsIntoBatchAndDDP(t *testing.T) {
+	cs := scalingConfigs(t, "-peer", "torch")
+	halves := map[string]int{}
+	for _, c := range cs {
+		if c.Ranks == 1 && c.Batch == 32 {
+			halves[c.Impl+" "+c.Variant]++
+		}
+	}
+	if halves["fulgur mlp"] != 1 || halves["torch mlp"] != 0 {
+		t.Errorf("one-rank batch-32 configurations %v, want one for fulgur's mlp, none for torch's", halves)
+	}
+	rs := []*Result{
+		{Config: Config{Workload: "scaling", Impl: "fulgur", Variant: "mlp", Ranks: 1, Batch: 64}, Runs: runs(1000)},
+		{Config: Config{Workload: "scaling", Impl: "fulgur", Variant: "mlp", Ranks: 1, Batch: 32}, Runs: runs(1050)},
+		{Config: Config{Workload: "scaling", Impl: "fulgur", Variant: "mlp", Ranks: 2, Batch: 32}, Runs: runs(1890)},
+	}
+	rows := workloads["scaling"].Derive(&Options{Runs: 1}, rs)
+	if len(rows) != 1 {
+		t.Fatalf("rows %+v, want one", rows)
+	}
+	for name, want := range map[string]float64{"efficiency": 0.945, "half_batch_speed": 1.05, "ddp_efficiency": 0.9} {
+		if got := rows[0].Figures[name].Median; math.Abs(got-want) > 1e-12 {
+			t.Errorf("%s %v, want %v", name, got, want)
+		}
+	}
+}
+
+// The efficiency from each side's median step time, next to the one from
+// samples/s: a run's mean carries every stall of a shared machine.
+func TestScalingEfficiencyFromMedianSteps(t *testing.T) {
+	one := Figures{"samples_per_s": 1000, "step_ms_median": 64} // 64 samples in 64 ms
+	two := Figures{"samples_per_s": 1400, "step_ms_median": 40} // 2 x 32 samples in 40 ms
+	peer := Figures{"samples_per_s": 1500}                      // no step times
+	rs := []*Result{
+		{Config: Config{Workload: "scaling", Impl: "fulgur", Variant: "resnet8", Ranks: 1, Batch: 64}, Runs: []Figures{one}},
+		{Config: Config{Workload: "scaling", Impl: "fulgur", Variant: "resnet8", Ranks: 2, Batch: 32}, Runs: []Figures{two}},
+		{Config: Config{Workload: "scaling", Impl: "torch", Variant: "resnet8", Ranks: 1, Batch: 64}, Runs: []Figures{peer}},
+		{Config: Config{Workload: "scaling", Impl: "torch", Variant: "resnet8", Ranks: 2, Batch: 32}, Runs: []Figures{peer}},
+	}
+	rows := workloads["scaling"].Derive(&Options{Runs: 1}, rs)
+	if len(rows) != 2 {
+		t.Fatalf("rows %+v, want fulgur's and torch's", rows)
+	}
+	f := rows[0].Figures
+	if math.Abs(f["efficiency"].Median-0.7) > 1e-12 || math.Abs(f["efficiency_median_step"].Median-0.8) > 1e-12 {
+		t.Errorf("fulgur: %+v, want efficiency 0.7 and efficiency_median_step 0.8", f)
+	}
+	if _, ok := rows[1].Figures["efficiency_median_step"]; ok {
+		t.Errorf("torch: %+v, want no median-step efficiency (it reports no step times)", rows[1].Figures)
+	}
+}
+
+// The timer's step times: each timed batch's own time, not the first
+// batch of an epoch (the graph's first run).
+func TestTrainTimerStepTimes(t *testing.T) {
+	var now time.Time
+	tm := &trainTimer{now: func() time.Time { return now }, lastBatch: 3, params: 1}
+	st := &trainer.State{}
+	for epoch, ends := range [][]time.Duration{{500, 510, 530, 600}, {2000, 2011, 2023, 2035}} {
+		for bi, at := range ends {
+			now = time.Unix(0, 0).Add(at * time.Millisecond)
+			st.Epoch, st.BatchIdx = epoch, bi
+			if err := tm.OnTrainBatchEnd(context.Background(), st); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	want := []time.Duration{10, 20, 70, 11, 12, 12}
+	for i := range want {
+		want[i] *= time.Millisecond
+	}
+	if !slices.Equal(tm.stepTimes, want) {
+		t.Errorf("step times %v, want %v", tm.stepTimes, want)
+	}
+	if got := medianMS(tm.stepTimes); got != 12 {
+		t.Errorf("median %v ms, want 12", got)
+	}
+}
+
+// -backend tcp,shm measures the 2 ranks once per backend, each against
+// the same one-rank baseline, in a row of its own.
+func TestScalingEfficiencyPerBackend(t *testing.T) {
+	cs := scalingConfigs(t, "-backend", "tcp,shm")
 	var two []string
 	for _, c := range cs {
 		if c.Variant == "mlp" && c.Ranks == 2 {

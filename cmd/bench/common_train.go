@@ -75,6 +75,11 @@ type trainTimer struct {
 	epochCPU0 time.Duration
 	epochCPU  time.Duration
 	cpu       time.Duration
+	// prev is the last batch's end; stepTimes the timed batches' own
+	// times, whose median a burst of other work on a shared machine (a
+	// compile, another rank's preemption) moves far less than the mean.
+	prev      time.Time
+	stepTimes []time.Duration
 }
 
 func (t *trainTimer) Name() string { return "bench-timer" }
@@ -88,6 +93,7 @@ func (t *trainTimer) OnTrainBatchEnd(ctx context.Context, s *trainer.State) erro
 		t.epochStart, t.epochTime, t.epochSteps = now, 0, 0
 		t.epochCPU0, t.epochCPU = processCPU(), 0
 	} else {
+		t.stepTimes = append(t.stepTimes, now.Sub(t.prev))
 		t.epochTime = now.Sub(t.epochStart)
 		t.epochSteps = s.BatchIdx
 		if s.BatchIdx == t.lastBatch {
@@ -110,6 +116,7 @@ func (t *trainTimer) OnTrainBatchEnd(ctx context.Context, s *trainer.State) erro
 			}
 		}
 	}
+	t.prev = now
 	if s.BatchIdx == t.lastBatch {
 		t.total += t.epochTime
 		t.steps += t.epochSteps
@@ -204,7 +211,14 @@ func (j trainJob) run(ctx context.Context) (Figures, error) {
 	}
 	defer tr.Teardown(ctx)
 	if !tr.IsGlobalZero() {
-		return nil, nil
+		if spans == nil {
+			return nil, nil
+		}
+		// The other ranks' spans tell who waits for whom (the parent adds
+		// them to rank 0's figures as "rank<N> ms/step ...").
+		f := Figures{}
+		addSpanFigures(f, spans.Rows(), float64(tr.Stats().GlobalStep))
+		return rankFigures(f, os.Getenv("RANK")), nil
 	}
 	if timer.steps == 0 {
 		return nil, fmt.Errorf("no timed training batches (%d per epoch): raise -steps", nb)
@@ -216,6 +230,7 @@ func (j trainJob) run(ctx context.Context) (Figures, error) {
 		"steps":             float64(tr.Stats().GlobalStep),
 		"seconds":           fitSeconds,
 		"params":            float64(timer.params),
+		"step_ms_median":    medianMS(timer.stepTimes),
 	}
 	if !j.NoTest {
 		f["test_acc"] = res["test_acc"]
@@ -229,12 +244,30 @@ func (j trainJob) run(ctx context.Context) (Figures, error) {
 	return f, nil
 }
 
+// medianMS is the median of d in milliseconds.
+func medianMS(d []time.Duration) float64 {
+	ms := make([]float64, len(d))
+	for i, v := range d {
+		ms[i] = float64(v) / 1e6
+	}
+	return stat(ms).Median
+}
+
 // addSpanFigures adds each profiler span's time a step, in ms, as the
 // figure "ms/step <span>".
 func addSpanFigures(f Figures, rows []profiler.Row, steps float64) {
 	for _, r := range rows {
 		f["ms/step "+r.Action] = float64(r.Total) / 1e6 / max(steps, 1)
 	}
+}
+
+// rankFigures names f's figures as rank's ("rank1 ms/step wait bucket 0").
+func rankFigures(f Figures, rank string) Figures {
+	out := make(Figures, len(f))
+	for k, v := range f {
+		out["rank"+rank+" "+k] = v
+	}
+	return out
 }
 
 // processCPU is the user and system CPU time of this process so far.

@@ -11,7 +11,8 @@
 //
 // FULGUR_BENCH_SPANS=1 adds, to a training workload's figures, where a
 // step's time goes on rank 0: every profiler span (forward+backward, the
-// waits for the gradient buckets, the optimizer step) in ms a step.
+// waits for the gradient buckets, the optimizer step) in ms a step; and on
+// the other ranks, as "rank<N> ms/step ..." (who waits for whom).
 //
 // Workloads register themselves (one file each) with register.
 package main

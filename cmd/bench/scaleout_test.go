@@ -335,3 +335,22 @@ func TestMeasureStopsTheJobWhenARankFails(t *testing.T) {
 		t.Errorf("error %v, want rank 1's own failure", err)
 	}
 }
+
+// FULGUR_BENCH_SPANS with several ranks: the other ranks' spans join rank
+// 0's figures under their rank's name; their other figures (peak RSS) and
+// a rank that printed nothing add nothing.
+func TestMergeRankFigures(t *testing.T) {
+	f := Figures{"ms/step wait bucket 0": 3}
+	outs := []string{
+		"log line\n" + `{"rank1 ms/step wait bucket 0":0.5,"peak_rss_mb":300}` + "\n",
+		"",
+	}
+	mergeRankFigures(f, outs, func(s string) []byte { return []byte(s) })
+	want := Figures{"ms/step wait bucket 0": 3, "rank1 ms/step wait bucket 0": 0.5}
+	if !reflect.DeepEqual(f, want) {
+		t.Errorf("figures %v, want %v", f, want)
+	}
+	if got := rankFigures(Figures{"ms/step fit": 38}, "1"); !reflect.DeepEqual(got, Figures{"rank1 ms/step fit": 38}) {
+		t.Errorf("rankFigures: %v", got)
+	}
+}

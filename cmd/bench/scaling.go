@@ -18,10 +18,17 @@ import (
 // torch.set_num_threads(1) and the same mask): the baseline cannot borrow
 // the second core through image workers, and two ranks do not start two
 // workers each on two cores.
+//
+// fulgur also runs 1 rank at the ranks' batch (32), which splits the
+// efficiency into its two factors: half_batch_speed, samples/s at batch
+// 32 over batch 64 on one rank (what the smaller batch alone costs or
+// gains), and ddp_efficiency, the 2 ranks over twice that (what running
+// as two ranks costs: the all-reduce, the stop agreement, the waits for
+// the slower rank).
 func init() {
 	register(&workload{
 		Name: "scaling",
-		Doc:  "ddp with 2 ranks (batch 32 each) vs 1 rank (batch 64), each rank pinned to one core, 200 steps, mlp and resnet8 (-backend tcp,shm: each backend)",
+		Doc:  "ddp with 2 ranks (batch 32 each) vs 1 rank (batch 64), and (fulgur) 1 rank at batch 32, each rank pinned to one core, 200 steps, mlp and resnet8 (-backend tcp,shm: each backend)",
 		Configs: func(o *Options) ([]Config, error) {
 			if !strategy.Known("ddp") {
 				return nil, errors.New(`strategy "ddp" is not registered yet (strategy/registry): the workload runs once it lands`)
@@ -39,9 +46,12 @@ func init() {
 			for _, m := range models {
 				for _, ranks := range []int{1, 2} {
 					c := Config{Workload: "scaling", Variant: m, Impl: "fulgur", Threads: 1, BLAS: o.BLAS[0],
-						Workers: 1, Pinned: true, Batch: 64 / ranks, Epochs: 1, Steps: steps, Ranks: ranks, Seed: o.Seed, Data: o.Data}
+						Workers: 1, Pinned: true, Batch: scalingBatch / ranks, Epochs: 1, Steps: steps, Ranks: ranks, Seed: o.Seed, Data: o.Data}
 					if ranks == 1 {
 						cs = append(cs, c)
+						half := c
+						half.Batch = scalingBatch / 2
+						cs = append(cs, half)
 					} else {
 						for _, b := range backends {
 							c.Backend = b
@@ -80,14 +90,17 @@ func init() {
 			var rows []Row
 			// Each backend's 2 ranks against the one-rank baseline.
 			type key struct{ impl, model, backend string }
-			one, two := map[key]*Result{}, map[key]*Result{}
+			one, half, two := map[key]*Result{}, map[key]*Result{}, map[key]*Result{}
 			var keys []key
 			for _, r := range rs {
 				k := key{r.Config.Impl, r.Config.Variant, r.Config.Backend}
-				if r.Config.Ranks > 1 {
+				switch {
+				case r.Config.Ranks > 1:
 					two[k] = r
 					keys = append(keys, k)
-				} else {
+				case r.Config.Batch == scalingBatch/2:
+					half[k] = r
+				default:
 					one[k] = r
 				}
 			}
@@ -96,10 +109,21 @@ func init() {
 				if a == nil {
 					continue
 				}
-				var eff []float64
+				var eff, effMedian, halfSpeed, ddpEff []float64
+				h := half[key{k.impl, k.model, ""}]
 				for run := 0; run < min(len(a.Runs), len(b.Runs)); run++ {
-					if s1 := a.Runs[run]["samples_per_s"]; s1 > 0 {
-						eff = append(eff, b.Runs[run]["samples_per_s"]/(2*s1))
+					s1, s2 := a.Runs[run]["samples_per_s"], b.Runs[run]["samples_per_s"]
+					if s1 > 0 {
+						eff = append(eff, s2/(2*s1))
+					}
+					if e, ok := medianStepEfficiency(a.Config, a.Runs[run], b.Config, b.Runs[run]); ok {
+						effMedian = append(effMedian, e)
+					}
+					if h != nil && run < len(h.Runs) && s1 > 0 {
+						if sh := h.Runs[run]["samples_per_s"]; sh > 0 {
+							halfSpeed = append(halfSpeed, sh/s1)
+							ddpEff = append(ddpEff, s2/(2*sh))
+						}
 					}
 				}
 				if len(eff) > 0 {
@@ -109,11 +133,40 @@ func init() {
 						name += " " + k.backend
 						labels["backend"] = k.backend
 					}
+					figs := map[string]Stat{"efficiency": stat(eff)}
+					if len(effMedian) > 0 {
+						figs["efficiency_median_step"] = stat(effMedian)
+					}
+					if len(halfSpeed) > 0 {
+						figs["half_batch_speed"] = stat(halfSpeed)
+						figs["ddp_efficiency"] = stat(ddpEff)
+					}
 					rows = append(rows, Row{Workload: "scaling", Config: name + " efficiency", N: len(eff),
-						Labels: labels, Figures: map[string]Stat{"efficiency": stat(eff)}})
+						Labels: labels, Figures: figs})
 				}
 			}
 			return rows
 		},
 	})
+}
+
+// scalingBatch is the one rank's batch; each of 2 ranks takes half.
+const scalingBatch = 64
+
+// medianStepEfficiency is the efficiency of one run from each side's
+// median step time rather than its mean (samples/s): a step of the
+// ranks' (their global batch, in the median step time of rank 0) against
+// twice one rank's. On a machine shared with other work, a burst of it
+// stalls one rank and, a step being a collective, every rank, which moves
+// the mean of a short run by as much as the difference measured; the
+// median is what a step takes when nothing else runs. The peer reports
+// no step times: ok is false.
+func medianStepEfficiency(c1 Config, f1 Figures, c2 Config, f2 Figures) (float64, bool) {
+	t1, t2 := f1["step_ms_median"], f2["step_ms_median"]
+	if t1 <= 0 || t2 <= 0 {
+		return 0, false
+	}
+	one := float64(c1.Batch*max(c1.Ranks, 1)) / t1
+	two := float64(c2.Batch*max(c2.Ranks, 1)) / t2
+	return two / (2 * one), true
 }

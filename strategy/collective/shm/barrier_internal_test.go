@@ -91,3 +91,60 @@ func TestBarrierLetsOtherGoroutinesRunOnOneP(t *testing.T) {
 		t.Errorf("rank 0 scanned the counters %d times before the other goroutine ran: it held the only P past its spin", scans)
 	}
 }
+
+// TestBarrierPauseSleepsInTheKernelOnlyWhenNothingElseRuns: past its spin,
+// a rank waiting in a barrier with one P sleeps in the kernel while
+// nothing else of the process wants the P (a time.Sleep would wake it up to
+// a millisecond after its peer arrived: the P's thread blocks in the
+// network poller, whose timeout counts whole milliseconds), and parks in
+// Go's scheduler while another goroutine computes (the backward pass
+// producing the next bucket), which then keeps the P.
+func TestBarrierPauseSleepsInTheKernelOnlyWhenNothingElseRuns(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	for _, busy := range []bool{false, true} {
+		mem, err := unix.Mmap(-1, 0, fileSize(2), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Munmap(mem)
+		g0 := &Group{rank: 0, size: 2, timeout: 10 * time.Second, mem: mem, slot: SlotBytes, oneP: true}
+		peer := &Group{rank: 1, size: 2, mem: mem, slot: SlotBytes}
+		var parked, kernel int
+		g0.paused = func(p bool) {
+			if p {
+				parked++
+			} else {
+				kernel++
+			}
+			if parked+kernel == 10 { // the peer arrives
+				atomic.StoreUint64(peer.counter(1), 1)
+			}
+		}
+		var stop atomic.Bool
+		worked := make(chan struct{})
+		if busy {
+			go func() {
+				defer close(worked)
+				for !stop.Load() {
+					for t0 := time.Now(); time.Since(t0) < 20*time.Microsecond; {
+					}
+					runtime.Gosched() // as the engine does between backward ops
+				}
+			}()
+		} else {
+			close(worked)
+		}
+		err = g0.barrier(context.Background(), collective.Header{Kind: collective.KindBarrier, Seq: 1})
+		stop.Store(true)
+		<-worked
+		if err != nil {
+			t.Fatal(err)
+		}
+		if busy && parked < 8 {
+			t.Errorf("another goroutine computing: %d of %d pauses parked, want (nearly) all: a kernel sleep holds the only P", parked, parked+kernel)
+		}
+		if !busy && kernel < 8 {
+			t.Errorf("nothing else to run: %d of %d pauses slept in the kernel, want (nearly) all: time.Sleep wakes a millisecond late", kernel, parked+kernel)
+		}
+	}
+}

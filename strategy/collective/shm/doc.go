@@ -1,7 +1,8 @@
 // Package shm is the same-host collective backend: ranks that are separate
 // processes on one machine exchange data through a shared-memory file in
 // /dev/shm mapped by every rank (golang.org/x/sys/unix), synchronising with
-// per-rank counters in that memory (spin, then yield, then short sleeps; no
+// per-rank counters in that memory (spin, then yield, then short sleeps in
+// the kernel, or in Go's scheduler while other goroutines want the P; no
 // futexes, no syscalls on the fast path).
 //
 // Start-up goes through strategy/collective/rendezvous (token checked): rank

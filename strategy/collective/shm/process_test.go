@@ -71,6 +71,9 @@ func worker() int {
 		fmt.Println("ERROR", err)
 		return 1
 	}
+	if n, _ := strconv.Atoi(os.Getenv(latePeerEnv)); n > 0 {
+		return latePeer(ctx, g, n)
+	}
 	buf := make([]float32, 2<<20)
 	for i := 0; i < 100000; i++ {
 		if err := g.AllReduce(ctx, buf, collective.Sum); err != nil {
@@ -103,19 +106,17 @@ func (p *proc) line(prefix string) (string, error) {
 	return "", fmt.Errorf("no %q line; output:\n%s", prefix, p.log.String())
 }
 
-// killOneRank starts n worker processes of this test binary (each given
-// env besides its rank), waits until every one streams all-reduces,
-// SIGKILLs rank victim and returns the processes, the others still
-// running, and when the kill was sent. Whatever still runs is killed when
-// the test ends.
-func killOneRank(ctx context.Context, t *testing.T, n, victim int, env ...string) ([]*proc, time.Time) {
-	t.Helper()
+// startRanks starts n worker processes of this test binary, each given
+// env besides its rank, and returns them once every one is started.
+// Whatever still runs is killed when the test ends.
+func startRanks(ctx context.Context, tb testing.TB, n int, env ...string) []*proc {
+	tb.Helper()
 	exe, err := os.Executable()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	procs := make([]*proc, n)
-	t.Cleanup(func() { // no orphans, whatever happened
+	tb.Cleanup(func() { // no orphans, whatever happened
 		for _, p := range procs {
 			if p != nil && p.cmd.ProcessState == nil {
 				p.cmd.Process.Kill()
@@ -130,22 +131,33 @@ func killOneRank(ctx context.Context, t *testing.T, n, victim int, env ...string
 		cmd.Stderr = os.Stderr
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		procs[rank] = &proc{cmd: cmd, out: bufio.NewScanner(stdout)}
 	}
 	start(0, 0)
 	l, err := procs[0].line("PORT")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	port, _ := strconv.Atoi(strings.Fields(l)[1])
 	for r := 1; r < n; r++ {
 		start(r, port)
 	}
+	return procs
+}
+
+// killOneRank starts n worker processes of this test binary (each given
+// env besides its rank), waits until every one streams all-reduces,
+// SIGKILLs rank victim and returns the processes, the others still
+// running, and when the kill was sent. Whatever still runs is killed when
+// the test ends.
+func killOneRank(ctx context.Context, t *testing.T, n, victim int, env ...string) ([]*proc, time.Time) {
+	t.Helper()
+	procs := startRanks(ctx, t, n, env...)
 	for r, p := range procs {
 		if _, err := p.line("RUNNING"); err != nil {
 			t.Fatalf("rank %d: %v", r, err)

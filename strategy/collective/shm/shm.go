@@ -95,6 +95,10 @@ type Group struct {
 	// scanned, when set (tests), runs in a barrier after a scan of the
 	// counters found a rank behind, before its status is read.
 	scanned func()
+	// paused, when set (tests), runs at each pause of a long barrier:
+	// parked is true when it sleeps in Go's scheduler (time.Sleep), false
+	// when in the kernel.
+	paused func(parked bool)
 }
 
 var _ collective.Collective = (*Group)(nil)
@@ -348,8 +352,61 @@ func (g *Group) barrier(ctx context.Context, h collective.Header) error {
 			}
 			unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 		} else {
-			time.Sleep(20 * time.Microsecond)
+			g.pause(time.Since(start))
 		}
+	}
+}
+
+const (
+	// napShort is a barrier's pause once its spin is over, and napLong
+	// its pause once it has waited napAfter: a long wait (a peer saving a
+	// checkpoint) wakes 1,000 times a second rather than 15,000. Ranks
+	// sharing a core (4 on 2) wait long for the rank whose turn it is,
+	// and each short nap's wake-up takes the core from it for a few µs:
+	// napAfter bounds that to about a hundred wake-ups a wait.
+	napShort = 20 * time.Microsecond
+	napLong  = time.Millisecond
+	napAfter = 10 * time.Millisecond
+	// yieldedTo: a Gosched that took longer than this ran another
+	// goroutine. A yield to nothing takes 0.1-0.4 µs (99%; see the tcp
+	// backend's spinner), but 2-6 µs now and then right after a kernel
+	// sleep; a backward op between two of the engine's yields takes
+	// longer than this but for the smallest, which a misjudged pause
+	// holds up by one nap.
+	yieldedTo = 10 * time.Microsecond
+)
+
+// pause sleeps between two scans of a long barrier, waited so far. A
+// time.Sleep of 20 µs is not 20 µs when the process has nothing else to
+// do: the P's thread then blocks in Go's network poller, whose timeout
+// counts whole milliseconds, so a rank whose peer came 3 ms late left the
+// barrier up to 1.1 ms after it (GOMAXPROCS=1: time.Sleep(20µs) took
+// 1.08-1.10 ms on a 2-core VM), and, the step being a collective, so did
+// every rank. A sleep in the kernel (nanosleep) ends on time (plus the
+// kernel's 50 µs timer slack) but keeps the P, so it is taken only when a
+// yield shows that no other goroutine of the process waits for one; when
+// one ran in the yield (the backward pass producing the next bucket, on
+// one P; a compute worker short of a P, on more), the pause parks in
+// time.Sleep, and that work keeps the P.
+func (g *Group) pause(waited time.Duration) {
+	d := napShort
+	if waited > napAfter {
+		d = napLong
+	}
+	t0 := time.Now()
+	runtime.Gosched()
+	if time.Since(t0) > yieldedTo {
+		if g.paused != nil {
+			g.paused(true)
+		}
+		time.Sleep(d)
+		return
+	}
+	if g.paused != nil {
+		g.paused(false)
+	}
+	ts := unix.NsecToTimespec(d.Nanoseconds())
+	for unix.Nanosleep(&ts, &ts) == unix.EINTR {
 	}
 }
 
