@@ -782,7 +782,8 @@ func convGradWeightRange[T float](g *convGeom, x, dy, dw []T, xp []float32, s *c
 	}
 }
 
-// convGradInputOp is col2im(wᵀ·dy): (dy, w) → [N, C, H, W].
+// convGradInputOp is the input gradient wᵀ·dy put back in place (col2im, a
+// convolution of dy, or phase by phase): (dy, w) → [N, C, H, W].
 type convGradInputOp struct {
 	base
 	noDiff
@@ -792,6 +793,9 @@ type convGradInputOp struct {
 	ws    []convScratch
 	wflip any
 	job   any // *convDxJob[T], reused
+	// The phase-split plan (conv_phase.go) and its taps, in mode dxPhased.
+	phases dxPhases
+	ty, tx [][]phaseTap
 }
 
 func (op *convGradInputOp) Arity() int                                     { return 2 }
@@ -818,11 +822,12 @@ func (op *convGradInputOp) Do(v ...G.Value) (G.Value, error) {
 	return dx, nil
 }
 
-// dx modes: a convolution of dy, one multiply per image (1x1), or
-// multiply then col2im.
+// dx modes: a convolution of dy, one multiply per image (1x1), phase by
+// phase (conv_phase.go), or multiply then col2im.
 const (
 	dxConv = iota
 	dxX1
+	dxPhased
 	dxCol2im
 )
 
@@ -831,6 +836,7 @@ const (
 type convDxJob[T float] struct {
 	g         *convGeom // the transposed geometry in mode dxConv
 	mode      int
+	phases    *dxPhases // in mode dxPhased
 	dy, w, dx []T
 	ws        []convScratch
 	pr        partRun
@@ -848,6 +854,8 @@ func (j *convDxJob[T]) images(s *convScratch, lo, hi int, par bool) {
 		for n := lo; n < hi; n++ {
 			mm(&s.mm, true, false, ckk, ohw, g.oc, 1, j.w, ckk, j.dy[n*out:(n+1)*out], ohw, 0, j.dx[n*in:(n+1)*in], ohw)
 		}
+	case dxPhased:
+		convGradInputPhases(g, j.phases, f32s(j.dy), f32s(j.dx), s, lo, hi)
 	default:
 		convGradInputCols(g, j.dy, j.w, j.dx, s, lo, hi, par)
 	}
@@ -869,6 +877,10 @@ func convGradInput[T float](op *convGradInputOp, dyt, wt, dxt *tensor.Dense) {
 		j.g, j.w, j.mode = &op.t, wf, dxConv
 	case g.x1():
 		j.mode = dxX1
+	case usePhases[T](g):
+		// Strided and other non-same convolutions: no scatter-add.
+		op.phases.build(g, f32s(j.w), &op.ty, &op.tx)
+		j.mode, j.phases = dxPhased, &op.phases
 	default:
 		j.mode = dxCol2im
 	}

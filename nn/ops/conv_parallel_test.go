@@ -73,7 +73,7 @@ func TestConv2dImageWorkersMatchSerial(t *testing.T) {
 	cases := append([]convCase{
 		{n: 7, c: 4, h: 6, w: 6, oc: 4, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}, bias: true}, // dx as a convolution
 		{n: 6, c: 2, h: 6, w: 6, oc: 8, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}},             // dx through col2im
-	}, convCases...)
+	}, append(convCases, phaseCases...)...)
 	withColumns(t, func(t *testing.T) {
 		for _, dt := range dtypes {
 			for _, c := range cases {
@@ -212,7 +212,7 @@ func TestConv2dStaleScratch(t *testing.T) {
 		}
 	}
 	for _, dt := range dtypes {
-		for _, c := range convCases {
+		for _, c := range append(convCases, phaseCases...) {
 			op, gi, gw, in, dy := convOps(t, c, dt)
 			for _, r := range []struct {
 				what string
