@@ -178,10 +178,10 @@ func padChunk(g *convGeom, x, xp []float32, n0, m int) {
 }
 
 // convForwardImplicit is convForward for images [lo, hi) on the implicit
-// path: y = w ⊛ x, one multiply a chunk into the grid, then the grid's
-// image columns into y. Each chunk is padded into keep (chunk by chunk,
-// padSize apart) when that is not nil, else into scratch.
-func convForwardImplicit[T float](g *convGeom, x, w, y []T, keep []float32, s *convScratch, lo, hi int) {
+// path: y = w ⊛ x (w packed in ap), one multiply a chunk into the grid,
+// then the grid's image columns into y. Each chunk is padded into keep
+// (chunk by chunk, padSize apart) when that is not nil, else into scratch.
+func convForwardImplicit[T float](g *convGeom, x []T, ap []float32, y []T, keep []float32, s *convScratch, lo, hi int) {
 	nb, ckk, ohw, out, ps := g.chunk(), g.ckk(), g.ohw(), g.out(), g.padSize()
 	_, p, wp, _ := g.phases()
 	var xp []float32
@@ -198,7 +198,7 @@ func convForwardImplicit[T float](g *convGeom, x, w, y []T, keep []float32, s *c
 			xp = keep[n0/nb*ps : (n0/nb+1)*ps]
 		}
 		padChunk(g, x32, xp, n0, m)
-		sgemmNN(&s.mm, false, g.oc, q, ckk, f32s(w), ckk, xp, off, grid, q, false)
+		sgemmNNPacked(g.oc, q, ckk, ap, xp, off, grid, q, false)
 		for i := 0; i < m; i++ {
 			for o := 0; o < g.oc; o++ {
 				copyRows(y32[(n0+i)*out+o*ohw:(n0+i)*out+(o+1)*ohw], g.ow, grid[o*q+i*p:], wp, g.ow, 0, g.oh)

@@ -34,7 +34,7 @@ type dxPhases struct {
 type dxPhase struct {
 	py, px, ha, wa int
 	k              int
-	w              []float32 // [C, k]: w[c, (o, t)] = weight[o, c, tap t]
+	w              []float32 // [C, k], packed (packA): w[c, (o, t)] = weight[o, c, tap t]
 	boff           []int32   // row (o, t) of dy's padded planes
 }
 
@@ -163,8 +163,8 @@ func (p *dxPhases) build(g *convGeom, w []float32, ty, tx *[][]phaseTap) {
 				for _, u := range txs {
 					ph.boff[r] = int32(o*p.pstride + (p.top+t.d)*p.wp + p.left + u.d)
 					tap := t.k*g.kw + u.k
-					for c := 0; c < g.c; c++ {
-						ph.w[c*ph.k+r] = w[(o*g.c+c)*khw+tap]
+					for c := 0; c < g.c; c++ { // packed as packA does
+						ph.w[c/8*8*ph.k+r*8+c%8] = w[(o*g.c+c)*khw+tap]
 					}
 					r++
 				}
@@ -226,7 +226,7 @@ func convGradInputPhases(g *convGeom, p *dxPhases, dy, dx []float32, s *convScra
 				if ph.k == 0 || ph.wa == 0 {
 					continue // no tap reaches it: zeros
 				}
-				sgemmNN(&s.mm, false, g.c, q, ph.k, ph.w, ph.k, yp, ph.boff, grids[px*gsz:], q, false)
+				sgemmNNPacked(g.c, q, ph.k, ph.w, yp, ph.boff, grids[px*gsz:], q, false)
 			}
 			for j := 0; j < m; j++ {
 				for c := 0; c < g.c; c++ {
