@@ -898,9 +898,8 @@ func convGradInput[T float](op *convGradInputOp, dyt, wt, dxt *tensor.Dense) {
 		}
 	case g.x1():
 		j.mode = dxX1
-	case usePhases[T](g):
+	case usePhases[T](g) && op.phases.build(g, f32s(j.w), &op.ty, &op.tx):
 		// Strided and other non-same convolutions: no scatter-add.
-		op.phases.build(g, f32s(j.w), &op.ty, &op.tx)
 		j.mode, j.phases = dxPhased, &op.phases
 	default:
 		j.mode = dxCol2im

@@ -3,8 +3,8 @@ package ops
 import "unsafe"
 
 // The input gradient of a convolution that is not same() (strided ones
-// above all: resnet8's stage entries, 3x3 and the 1x1 shortcut, both stride
-// 2) without col2im's scatter-add. Split dx into its SH·SW phases (rows
+// above all: resnet8's 3x3 stride-2 stage entries) without col2im's
+// scatter-add. Split dx into its SH·SW phases (rows
 // ≡ py mod SH, columns ≡ px mod SW): input row iy = a·SH + py receives
 // output row oy through tap ki exactly when oy·SH - PH + ki·DH = iy, that is
 // for the taps ki with (py + PH - ki·DH) ≡ 0 (mod SH), from oy = a + dy(ki),
@@ -97,9 +97,10 @@ func everyPhaseTapped(s, n, dl, pad int) bool {
 // compare it with col2im.
 var phaseSplit = true
 
-// build fills p for geometry g and weight w (float32, [OC, C, KH, KW]).
-// It allocates only when a slice has to grow.
-func (p *dxPhases) build(g *convGeom, w []float32, ty, tx *[][]phaseTap) {
+// build fills p for geometry g and weight w (float32, [OC, C, KH, KW]), or
+// reports false when dy's padded planes are too large for the kernels'
+// 32-bit row offsets. It allocates only when a slice has to grow.
+func (p *dxPhases) build(g *convGeom, w []float32, ty, tx *[][]phaseTap) bool {
 	*ty = phaseTaps(*ty, g.sh, g.kh, g.dh, g.ph)
 	*tx = phaseTaps(*tx, g.sw, g.kw, g.dw, g.pw)
 	// The plane holds dy with zeros wherever a phase reads outside it.
@@ -141,6 +142,9 @@ func (p *dxPhases) build(g *convGeom, w []float32, ty, tx *[][]phaseTap) {
 		}
 	}
 	p.pstride = g.chunk()*p.plane + tail
+	if int64(g.oc)*int64(p.pstride) >= 1<<31 {
+		return false
+	}
 	if cap(p.w) < nw*g.c {
 		p.w = make([]float32, nw*g.c)
 	}
@@ -171,6 +175,7 @@ func (p *dxPhases) build(g *convGeom, w []float32, ty, tx *[][]phaseTap) {
 			}
 		}
 	}
+	return true
 }
 
 // phaseSize is how many of n positions are ≡ p (mod s).

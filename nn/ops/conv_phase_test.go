@@ -130,3 +130,21 @@ func TestConvGradInputPhasesDoNotAllocate(t *testing.T) {
 		}
 	}
 }
+
+// Planes too large for the kernels' 32-bit row offsets leave the input
+// gradient to col2im rather than wrap an offset.
+func TestConvGradInputPhasesTooLarge(t *testing.T) {
+	geom := func(hw int) *convGeom {
+		o := (hw+2-3)/2 + 1
+		return &convGeom{n: 1, c: 8, h: hw, w: hw, oc: 8, kh: 3, kw: 3, sh: 2, sw: 2, ph: 1, pw: 1, dh: 1, dw: 1, oh: o, ow: o}
+	}
+	var p dxPhases
+	var ty, tx [][]phaseTap
+	if !p.build(geom(14), make([]float32, 8*8*9), &ty, &tx) {
+		t.Fatal("14x14: no plan")
+	}
+	// 20,000² padded pixels a plane, 8 channels: 3.2e9 elements.
+	if p.build(geom(40000), nil, &ty, &tx) {
+		t.Fatalf("40000x40000: a plan with %d elements a channel, 8 channels: offsets past 2^31", p.pstride)
+	}
+}
