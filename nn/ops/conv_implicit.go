@@ -150,6 +150,10 @@ func padChunk(g *convGeom, x, xp []float32, n0, m int) {
 				b := (c*np+ph)*ps + i*pq
 				clear(xp[b : b+pq])
 			}
+			if g.sw == 2 {
+				padRows2(g, src, xp[c*np*ps+i*pq:], ps, wq)
+				continue
+			}
 			for b := 0; b < g.sw; b++ {
 				// Padded columns X ≡ b (mod SW) from the first inside
 				// the image: X = b + t·SW lands at column t. Padded row
@@ -242,6 +246,40 @@ func convGradWeightImplicit[T float](g *convGeom, x, dy, dw []T, kept []float32,
 		}
 		sgemmNT(&s.mm, g.oc, ckk, q, grid, q, xp, off, dw32, ckk, acc)
 		acc = true
+	}
+}
+
+// padRows2 is padChunk's row moves for one image channel src at SW = 2:
+// both column phases of a row in one pass. Padded column X = x + PW of
+// column phase b = X mod 2 lands at column X/2; the phase of x = 0 takes
+// the even pixels, the other the odd. ph0 is the channel's first phase
+// plane of this image; phases lie ps apart, rows wq.
+func padRows2(g *convGeom, src, ph0 []float32, ps, wq int) {
+	be, bo := g.pw%2, (g.pw+1)%2 // phases of x = 0 and x = 1
+	te, to := g.pw/2, (g.pw+1)/2 // their columns
+	ne, no := (g.w+1)/2, g.w/2
+	ry, py := g.ph/g.sh, g.ph%g.sh
+	for y := 0; y < g.h; y++ {
+		row := (py*2)*ps + ry*wq
+		e := ph0[row+be*ps+te : row+be*ps+te+ne]
+		o := ph0[row+bo*ps+to : row+bo*ps+to+no]
+		deinterleave2(e, o, src[y*g.w:(y+1)*g.w])
+		if py++; py == g.sh {
+			py, ry = 0, ry+1
+		}
+	}
+}
+
+// deinterleave2 sets e[j] = src[2j] and o[j] = src[2j+1].
+func deinterleave2(e, o, src []float32) {
+	o = o[:len(src)/2]
+	e = e[:(len(src)+1)/2]
+	for j := range o {
+		p := src[2*j : 2*j+2 : 2*j+2]
+		e[j], o[j] = p[0], p[1]
+	}
+	if len(src)%2 == 1 {
+		e[len(e)-1] = src[len(src)-1]
 	}
 }
 
