@@ -38,15 +38,13 @@ func implicitRows[T float](g *convGeom, rows, multiple int) bool {
 		return false
 	}
 	nb := g.chunk()
-	_, pq, wq, _ := g.phases()
-	q := (nb-1)*pq + g.oh*wq
-	return float64(nb*g.ohw()) >= (1-implicitWaste)*float64(q)
+	return float64(nb*g.ohw()) >= (1-implicitWaste)*float64(g.gridCols(nb))
 }
 
 // implicitWaste is the largest share of a multiply's columns the grid may
 // waste for the implicit path to be taken. resnet8's same-padded stages
-// waste 7% (28x28), 18% (14x14, 2 images a chunk) and 38% (7x7, 8 images),
-// and each still ran faster than through the column matrix, forward and
+// wasted 7% (28x28), 18% (14x14, 2 images a chunk) and 38% (7x7, 8 images)
+// before they shared their padding (see phases), and each still ran faster than through the column matrix, forward and
 // backward: 7.0-7.6 against 8.7-10.3, 6.7-7.6 against 8.0-9.2 and 8.1-9.0
 // against 8.8-9.7 CPU ms (go test ./nn/ops -run '^$' -bench Conv3x3
 // -benchtime 60x, GOMAXPROCS=1, three runs, load 17-19).
@@ -69,33 +67,58 @@ var implicitStridedOut = 49
 // chunk lie pstride apart (nb planes and the tail the last grid columns
 // read); a channel's phases lie SH·SW·pstride apart.
 //
-// A same() convolution shares its padding: each row is the pw zeros left of
-// the image row, which are also the zeros right of the row before it, and
-// each plane is the ph zero rows above the image, which are also the rows
-// below the image before it (Hq = H+ph, Wq = W+pw; the last plane's rows
-// below are the tail). A tap reads at most pw columns left or right of the
-// image and ph rows above or below, so every read outside the image still
-// finds a zero, and the grid wastes less: 22% at 7x7 instead of 38%, 10% at
-// 14x14 instead of 18%, 3.5% at 28x28 instead of 7%.
+// A same() convolution lays a chunk's images side by side on one plane and
+// shares their padding: each row is, for each image, the pw zeros left of
+// its row then the row (a slot of W+pw columns), the zeros left of the next
+// image's row being the zeros right of this one's (and the first slot's
+// those right of the last slot of the row before); ph zero rows lie above
+// the images, and the rows below are the tail (Hq = H+ph, Wq = nb·(W+pw)).
+// A tap reads at most pw columns left or right of an image and ph rows
+// above or below, so every read outside the image finds a zero, and the
+// grid wastes only the pw columns a slot: 12.5% at 7x7 (38% with a padded
+// plane an image, 22% with planes stacked sharing rows), 6.7% at 14x14
+// (18%, 10%), 3.5% at 28x28 (7%, 3.5%).
 func (g *convGeom) phases() (hq, pq, wq, pstride int) {
 	if g.same() {
-		hq, wq = g.h+g.ph, g.w+g.pw
-	} else {
-		hq = (g.h + 2*g.ph + g.sh - 1) / g.sh
-		wq = (g.w + 2*g.pw + g.sw - 1) / g.sw
+		hq, wq = g.h+g.ph, g.chunk()*(g.w+g.pw)
+		pq = hq * wq
+		return hq, pq, wq, pq + g.tail()
 	}
+	hq = (g.h + 2*g.ph + g.sh - 1) / g.sh
+	wq = (g.w + 2*g.pw + g.sw - 1) / g.sw
 	pq = hq * wq
 	return hq, pq, wq, g.chunk()*pq + g.tail()
 }
 
 // tail is how far past its last plane the grid reads a phase: the columns
 // right of the last row, and for a same() convolution the rows below the
-// last image.
+// images.
 func (g *convGeom) tail() int {
 	if g.same() {
-		return g.ph*(g.w+g.pw) + (g.kw-1)*g.dw
+		return g.ph*g.chunk()*(g.w+g.pw) + (g.kw-1)*g.dw
 	}
 	return (g.kw - 1) * g.dw / g.sw
+}
+
+// gridCols is the columns of a chunk's multiply over m images: every slot
+// of every output row for a same() convolution (see phases), else m planes
+// but the last's rows below the output.
+func (g *convGeom) gridCols(m int) int {
+	_, pq, wq, _ := g.phases()
+	if g.same() {
+		return g.oh * wq
+	}
+	return (m-1)*pq + g.oh*wq
+}
+
+// imageAt is the grid column of image i's first output pixel in its chunk;
+// its rows lie wq apart (phases).
+func (g *convGeom) imageAt(i int) int {
+	if g.same() {
+		return i * (g.w + g.pw)
+	}
+	_, pq, _, _ := g.phases()
+	return i * pq
 }
 
 // padSize is the padded input of a chunk: every channel's phases.
@@ -131,6 +154,10 @@ func padChunk(g *convGeom, x, xp []float32, n0, m int) {
 	_, pq, wq, ps := g.phases()
 	hw, in, np := g.h*g.w, g.in(), g.sh*g.sw
 	for c := 0; c < g.c; c++ {
+		if g.same() {
+			padSame(g, x, xp[c*ps:(c+1)*ps], c, n0, m)
+			continue
+		}
 		for i := 0; i < m; i++ {
 			src := x[(n0+i)*in+c*hw : (n0+i)*in+(c+1)*hw]
 			if np == 1 {
@@ -181,23 +208,43 @@ func padChunk(g *convGeom, x, xp []float32, n0, m int) {
 	}
 }
 
+// padSame is padChunk's channel c for a same() convolution: images
+// n0..n0+m side by side on plane (see phases), zeros in the padding, in
+// the slots of images past m and in the tail.
+func padSame(g *convGeom, x, plane []float32, c, n0, m int) {
+	_, pq, wq, _ := g.phases()
+	slot, hw, in := g.w+g.pw, g.h*g.w, g.in()
+	at := g.ph*wq + g.pw
+	clear(plane[:at])
+	for i := 0; i < m; i++ {
+		// Each row followed by the pw zeros left of the next slot's.
+		copyRows(plane[at+i*slot:], wq, x[(n0+i)*in+c*hw:(n0+i)*in+(c+1)*hw], g.w, g.w, g.pw, g.h)
+	}
+	for i := m; i < g.chunk(); i++ {
+		for r := 0; r < g.h; r++ {
+			clear(plane[at+r*wq+i*slot : at+r*wq+(i+1)*slot])
+		}
+	}
+	clear(plane[pq:])
+}
+
 // convForwardImplicit is convForward for images [lo, hi) on the implicit
 // path: y = w ⊛ x (w packed in ap), one multiply a chunk into the grid,
 // then the grid's image columns into y. Each chunk is padded into keep
 // (chunk by chunk, padSize apart) when that is not nil, else into scratch.
 func convForwardImplicit[T float](g *convGeom, x []T, ap []float32, y []T, keep []float32, s *convScratch, lo, hi int) {
 	nb, ckk, ohw, out, ps := g.chunk(), g.ckk(), g.ohw(), g.out(), g.padSize()
-	_, p, wp, _ := g.phases()
+	_, _, wp, _ := g.phases()
 	var xp []float32
 	if keep == nil {
 		xp = scratch[float32](&s.cols, ps)
 	}
-	grid := scratch[float32](&s.tmp, g.oc*((nb-1)*p+g.oh*wp))
+	grid := scratch[float32](&s.tmp, g.oc*g.gridCols(nb))
 	off := implicitOffsets(g, s)
 	x32, y32 := f32s(x), f32s(y)
 	for n0 := lo; n0 < hi; n0 += nb {
 		m := min(nb, hi-n0)
-		q := (m-1)*p + g.oh*wp
+		q := g.gridCols(m)
 		if keep != nil {
 			xp = keep[n0/nb*ps : (n0/nb+1)*ps]
 		}
@@ -205,7 +252,7 @@ func convForwardImplicit[T float](g *convGeom, x []T, ap []float32, y []T, keep 
 		sgemmNNPacked(g.oc, q, ckk, ap, xp, off, grid, q, false)
 		for i := 0; i < m; i++ {
 			for o := 0; o < g.oc; o++ {
-				copyRows(y32[(n0+i)*out+o*ohw:(n0+i)*out+(o+1)*ohw], g.ow, grid[o*q+i*p:], wp, g.ow, 0, g.oh)
+				copyRows(y32[(n0+i)*out+o*ohw:(n0+i)*out+(o+1)*ohw], g.ow, grid[o*q+g.imageAt(i):], wp, g.ow, 0, g.oh)
 			}
 		}
 	}
@@ -222,13 +269,13 @@ func convGradWeightImplicit[T float](g *convGeom, x, dy, dw []T, kept []float32,
 	if kept == nil {
 		xp = scratch[float32](&s.cols, ps)
 	}
-	grid := scratch[float32](&s.tmp, g.oc*((nb-1)*p+g.oh*wp))
+	grid := scratch[float32](&s.tmp, g.oc*g.gridCols(nb))
 	off := implicitOffsets(g, s)
 	x32, dy32, dw32 := f32s(x), f32s(dy), f32s(dw)
 	acc := false
 	for n0 := lo; n0 < hi; n0 += nb {
 		m := min(nb, hi-n0)
-		q := (m-1)*p + g.oh*wp
+		q := g.gridCols(m)
 		if kept != nil {
 			xp = kept[n0/nb*ps : (n0/nb+1)*ps]
 		} else {
@@ -236,6 +283,20 @@ func convGradWeightImplicit[T float](g *convGeom, x, dy, dw []T, kept []float32,
 		}
 		for o := 0; o < g.oc; o++ {
 			row := grid[o*q : (o+1)*q]
+			if g.same() {
+				// Each image in its slot, zeros in the slot's last pw
+				// columns and in the slots past m.
+				slot := g.w + g.pw
+				for i := 0; i < m; i++ {
+					copyRows(row[i*slot:], wp, dy32[(n0+i)*out+o*ohw:(n0+i)*out+(o+1)*ohw], g.ow, g.ow, slot-g.ow, g.oh)
+				}
+				for i := m; i < nb; i++ {
+					for r := 0; r < g.oh; r++ {
+						clear(row[r*wp+i*slot : r*wp+(i+1)*slot])
+					}
+				}
+				continue
+			}
 			for i := 0; i < m; i++ {
 				dst := row[i*p:]
 				copyRows(dst, wp, dy32[(n0+i)*out+o*ohw:(n0+i)*out+(o+1)*ohw], g.ow, g.ow, wp-g.ow, g.oh)

@@ -148,24 +148,3 @@ func TestConvGradInputPhasesTooLarge(t *testing.T) {
 		t.Fatalf("40000x40000: a plan with %d elements a channel, 8 channels: offsets past 2^31", p.pstride)
 	}
 }
-
-// The implicit forward's phase planes at width stride 2 (padRows2): even
-// and odd widths, paddings 0 to 2, against the direct loop.
-func TestConv2dForwardStride2Planes(t *testing.T) {
-	var cases []convCase
-	for _, pw := range []int{0, 1, 2} {
-		for _, w := range []int{8, 9} {
-			cases = append(cases, convCase{n: 3, c: 2, h: 7, w: w, oc: 8, kh: 3, kw: 3,
-				o: Conv2dOpts{Stride: [2]int{2, 2}, Padding: [2]int{1, pw}}})
-			cases = append(cases, convCase{n: 2, c: 2, h: 9, w: w, oc: 8, kh: 3, kw: 3,
-				o: Conv2dOpts{Stride: [2]int{3, 2}, Padding: [2]int{2, pw}, Dilation: [2]int{1, 2}}})
-		}
-	}
-	withColumns(t, func(t *testing.T) {
-		for _, c := range cases {
-			ins := c.inputs(tensor.Float32)
-			got := run(t, c.build, ins...)
-			assertClose(t, c.String(), got, convRef(c, vals(ins[0]), vals(ins[1]), nil), 10*tol(tensor.Float32))
-		}
-	})
-}
