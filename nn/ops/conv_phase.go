@@ -10,9 +10,10 @@ import "unsafe"
 // for the taps ki with (py + PH - ki·DH) ≡ 0 (mod SH), from oy = a + dy(ki),
 // dy(ki) = (py + PH - ki·DH)/SH. So each phase of dx is a dense stride-1
 // correlation of dy with a subset of the taps, and it runs on the implicit
-// kernels as the forward does: dy zero-padded on Hp×Wp planes (channels
-// pstride apart), row (o, tap) of the virtual column matrix the plane shifted
-// by a fixed offset, one multiply a phase and chunk into a grid, then the
+// kernels as the forward does: dy zero-padded, a chunk's images side by
+// side in slots of Wp columns on one plane of Hp rows a channel (channels
+// pstride apart), row (o, tap) of the virtual column matrix the plane
+// shifted by a fixed offset, one multiply a phase and chunk into a grid, then the
 // grid's image columns written (not added) into every SH-th row and SW-th
 // column of dx. Every dx element is one dot product in a fixed order: the
 // bits depend on the geometry only, never on the worker count.
@@ -21,9 +22,9 @@ import "unsafe"
 // geometry and weight of each call (build), read-only while the image
 // workers run.
 type dxPhases struct {
-	top, left int // rows and columns of zeros above and left of dy on its plane
-	hp, wp    int // the padded plane of one image's channel
-	plane     int // hp·wp
+	top, left int // rows and columns of zeros above and left of dy in its slot
+	hp, wp    int // rows of the plane, columns of an image's slot
+	row       int // columns of the plane: a chunk's slots
 	pstride   int // a channel's planes of a chunk and the tail the grids read
 	ph        []dxPhase
 	w         []float32 // every phase's weight, back to back
@@ -118,7 +119,7 @@ func (p *dxPhases) build(g *convGeom, w []float32, ty, tx *[][]phaseTap) bool {
 	}
 	p.top, p.hp = span(*ty, g.sh, g.h, g.oh)
 	p.left, p.wp = span(*tx, g.sw, g.w, g.ow)
-	p.plane = p.hp * p.wp
+	p.row = g.chunk() * p.wp
 	p.ph = p.ph[:0]
 	tail, nw := 0, 0
 	for py, tys := range *ty {
@@ -134,14 +135,16 @@ func (p *dxPhases) build(g *convGeom, w []float32, ty, tx *[][]phaseTap) bool {
 				off := 0
 				for _, t := range tys {
 					for _, u := range txs {
-						off = max(off, (p.top+t.d)*p.wp+p.left+u.d)
+						off = max(off, (p.top+t.d)*p.row+p.left+u.d)
 					}
 				}
-				tail = max(tail, ph.ha*p.wp+off-p.plane)
+				tail = max(tail, (ph.ha-p.hp)*p.row+off)
 			}
 		}
 	}
-	p.pstride = g.chunk()*p.plane + tail
+	// The last slot's rows end left columns into the row below (its zeros
+	// left of the first slot): in the tail when no row lies below.
+	p.pstride = p.hp*p.row + max(tail, p.left)
 	if int64(g.oc)*int64(p.pstride) >= 1<<31 {
 		return false
 	}
@@ -165,7 +168,7 @@ func (p *dxPhases) build(g *convGeom, w []float32, ty, tx *[][]phaseTap) bool {
 		for o := 0; o < g.oc; o++ {
 			for _, t := range tys {
 				for _, u := range txs {
-					ph.boff[r] = int32(o*p.pstride + (p.top+t.d)*p.wp + p.left + u.d)
+					ph.boff[r] = int32(o*p.pstride + (p.top+t.d)*p.row + p.left + u.d)
 					tap := t.k*g.kw + u.k
 					for c := 0; c < g.c; c++ { // packed as packA does
 						ph.w[c/8*8*ph.k+r*8+c%8] = w[(o*g.c+c)*khw+tap]
@@ -181,28 +184,31 @@ func (p *dxPhases) build(g *convGeom, w []float32, ty, tx *[][]phaseTap) bool {
 // phaseSize is how many of n positions are ≡ p (mod s).
 func phaseSize(n, p, s int) int { return max(0, (n-p+s-1)/s) }
 
-// grid is the columns of a phase's multiply over m images.
-func (p *dxPhases) grid(ph *dxPhase, m int) int { return (m-1)*p.plane + ph.ha*p.wp }
+// grid is the columns of a phase's multiply: its rows of every slot.
+func (p *dxPhases) grid(ph *dxPhase) int { return ph.ha * p.row }
 
 // padDy writes images n0..n0+m of dy (float32 [N, OC, OH, OW]) onto the
-// padded planes of yp: each channel's m planes pstride apart, dy at (top,
-// left), zeros around it and in the tail.
+// planes of yp: channel o's at o·pstride, image i's rows in slot i at
+// (top, left), zeros around them, in the slots past m and in the tail.
 func (p *dxPhases) padDy(g *convGeom, dy, yp []float32, n0, m int) {
 	ohw, out := g.ohw(), g.out()
-	at := p.top*p.wp + p.left
+	at := p.top*p.row + p.left
 	for o := 0; o < g.oc; o++ {
+		plane := yp[o*p.pstride : (o+1)*p.pstride]
+		clear(plane[:at])
 		for i := 0; i < m; i++ {
+			// Each row followed by zeros up to the next slot's first pixel.
 			src := dy[(n0+i)*out+o*ohw : (n0+i)*out+(o+1)*ohw]
-			plane := yp[o*p.pstride+i*p.plane : o*p.pstride+(i+1)*p.plane]
-			clear(plane[:at])
-			copyRows(plane[at:], p.wp, src, g.ow, g.ow, p.wp-g.ow, g.oh-1)
-			last := at + (g.oh-1)*p.wp
-			copyRows(plane[last:], p.wp, src[(g.oh-1)*g.ow:], g.ow, g.ow, 0, 1)
-			clear(plane[last+g.ow:])
+			copyRows(plane[at+i*p.wp:], p.row, src, g.ow, g.ow, p.wp-g.ow, g.oh)
 		}
-		// Only grid columns that are dropped read past the m planes: zeros
+		// Only grid columns that are dropped read the slots past m: zeros
 		// there keep stale values (NaN, denormals) out of the multiply.
-		clear(yp[o*p.pstride+m*p.plane : (o+1)*p.pstride])
+		for i := m; i < g.chunk(); i++ {
+			for r := 0; r < g.oh; r++ {
+				clear(plane[at+r*p.row+i*p.wp : at+r*p.row+(i+1)*p.wp])
+			}
+		}
+		clear(plane[(p.top+g.oh)*p.row:])
 	}
 }
 
@@ -213,7 +219,7 @@ func (p *dxPhases) padDy(g *convGeom, dy, yp []float32, n0, m int) {
 func convGradInputPhases(g *convGeom, p *dxPhases, dy, dx []float32, s *convScratch, lo, hi int) {
 	nb, in, hw := g.chunk(), g.in(), g.h*g.w
 	yp := scratch[float32](&s.cols, g.oc*p.pstride)
-	gsz := g.c * p.grid(&dxPhase{ha: p.hp}, nb) // one column phase's grid
+	gsz := g.c * p.grid(&dxPhase{ha: p.hp}) // one column phase's grid
 	grids := scratch[float32](&s.tmp, g.sw*gsz)
 	var src [maxPhaseCols][]float32
 	for n0 := lo; n0 < hi; n0 += nb {
@@ -225,7 +231,7 @@ func convGradInputPhases(g *convGeom, p *dxPhases, dy, dx []float32, s *convScra
 			if ha == 0 {
 				continue
 			}
-			q := p.grid(&row[0], m)
+			q := p.grid(&row[0])
 			for px := range row {
 				ph := &row[px]
 				if ph.k == 0 || ph.wa == 0 {
@@ -239,10 +245,10 @@ func convGradInputPhases(g *convGeom, p *dxPhases, dy, dx []float32, s *convScra
 					for px := range row {
 						src[px] = nil
 						if row[px].k > 0 && row[px].wa > 0 {
-							src[px] = grids[px*gsz+c*q+j*p.plane:]
+							src[px] = grids[px*gsz+c*q+j*p.wp:]
 						}
 					}
-					writePhaseRows(plane, g.w, g.sh, py, ha, src[:g.sw], p.wp)
+					writePhaseRows(plane, g.w, g.sh, py, ha, src[:g.sw], p.row)
 				}
 			}
 		}

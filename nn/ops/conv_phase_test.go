@@ -25,6 +25,8 @@ var phaseCases = []convCase{
 	{n: 2, c: 8, h: 2, w: 2, oc: 8, kh: 3, kw: 3, o: Conv2dOpts{Stride: [2]int{2, 2}, Padding: [2]int{1, 1}}}, // one output pixel
 	{n: 5, c: 8, h: 5, w: 6, oc: 24, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}},                      // same, OC > 2C
 	{n: 2, c: 8, h: 10, w: 11, oc: 4, kh: 3, kw: 3, o: Conv2dOpts{Stride: [2]int{3, 2}, Padding: [2]int{1, 0}, Dilation: [2]int{2, 1}}},
+	{n: 3, c: 8, h: 5, w: 9, oc: 4, kh: 1, kw: 3, o: Conv2dOpts{Stride: [2]int{1, 2}}},                        // columns read left of dy, no row below it
+	{n: 2, c: 8, h: 3, w: 7, oc: 4, kh: 1, kw: 2, o: Conv2dOpts{Padding: [2]int{1, 0}}},                       // the same, and no tail otherwise
 	{n: 9, c: 8, h: 7, w: 7, oc: 8, kh: 3, kw: 3, o: Conv2dOpts{Stride: [2]int{2, 2}, Padding: [2]int{1, 1}}}, // 9 images: a short last chunk
 }
 
