@@ -251,6 +251,12 @@ func convForwardImplicit[T float](g *convGeom, x []T, ap []float32, y []T, keep 
 		padChunk(g, x32, xp, n0, m)
 		sgemmNNPacked(g.oc, q, ckk, ap, xp, off, grid, q, false)
 		for i := 0; i < m; i++ {
+			if g.same() {
+				// Channel o's row r is grid row o·OH + r (q = OH·wp) and
+				// y row o·OH + r of the image: one move for all channels.
+				copyRows(y32[(n0+i)*out:(n0+i+1)*out], g.ow, grid[g.imageAt(i):], wp, g.ow, 0, g.oc*g.oh)
+				continue
+			}
 			for o := 0; o < g.oc; o++ {
 				copyRows(y32[(n0+i)*out+o*ohw:(n0+i)*out+(o+1)*ohw], g.ow, grid[o*q+g.imageAt(i):], wp, g.ow, 0, g.oh)
 			}
@@ -281,22 +287,22 @@ func convGradWeightImplicit[T float](g *convGeom, x, dy, dw []T, kept []float32,
 		} else {
 			padChunk(g, x32, xp, n0, m)
 		}
-		for o := 0; o < g.oc; o++ {
-			row := grid[o*q : (o+1)*q]
-			if g.same() {
-				// Each image in its slot, zeros in the slot's last pw
-				// columns and in the slots past m.
-				slot := g.w + g.pw
-				for i := 0; i < m; i++ {
-					copyRows(row[i*slot:], wp, dy32[(n0+i)*out+o*ohw:(n0+i)*out+(o+1)*ohw], g.ow, g.ow, slot-g.ow, g.oh)
-				}
-				for i := m; i < nb; i++ {
-					for r := 0; r < g.oh; r++ {
-						clear(row[r*wp+i*slot : r*wp+(i+1)*slot])
-					}
-				}
-				continue
+		if g.same() {
+			// Each image in its slot, zeros in the slot's last pw columns
+			// and in the slots past m; grid row o·OH + r is channel o's
+			// row r (q = OH·wp): one move an image for all channels.
+			slot := g.w + g.pw
+			for i := 0; i < m; i++ {
+				copyRows(grid[i*slot:], wp, dy32[(n0+i)*out:(n0+i+1)*out], g.ow, g.ow, slot-g.ow, g.oc*g.oh)
 			}
+			for i := m; i < nb; i++ {
+				for r := 0; r < g.oc*g.oh; r++ {
+					clear(grid[r*wp+i*slot : r*wp+(i+1)*slot])
+				}
+			}
+		}
+		for o := 0; o < g.oc && !g.same(); o++ {
+			row := grid[o*q : (o+1)*q]
 			for i := 0; i < m; i++ {
 				dst := row[i*p:]
 				copyRows(dst, wp, dy32[(n0+i)*out+o*ohw:(n0+i)*out+(o+1)*ohw], g.ow, g.ow, wp-g.ow, g.oh)
