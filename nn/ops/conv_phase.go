@@ -73,7 +73,8 @@ func phaseTaps(dst [][]phaseTap, s, n, dl, pad int) [][]phaseTap {
 // of 8), and a tap reaches every phase. Where none reaches some (a 1x1
 // stride-2 shortcut: three quarters of dx are zero), col2im, which clears dx
 // and adds only what the taps reach, moves less: 0.35 against 0.55 ms for
-// resnet8's 28x28 shortcut (BenchmarkConvGradInputStrided).
+// resnet8's 28x28 shortcut when the phase split took it (one core, batch
+// 64).
 func usePhases[T float](g *convGeom) bool {
 	var z T
 	return phaseSplit && useAVX512 && unsafe.Sizeof(z) == 4 && !g.x1() && g.c%8 == 0 && g.sw <= maxPhaseCols &&
