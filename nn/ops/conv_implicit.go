@@ -175,7 +175,7 @@ func padChunk(g *convGeom, x, xp []float32, n0, m int) {
 			}
 			for ph := 0; ph < np; ph++ {
 				b := (c*np+ph)*ps + i*pq
-				clear(xp[b : b+pq])
+				clearAround(g, xp[b:b+pq], ph/g.sw, ph%g.sw, wq)
 			}
 			if g.sw == 2 {
 				padRows2(g, src, xp[c*np*ps+i*pq:], ps, wq)
@@ -208,6 +208,32 @@ func padChunk(g *convGeom, x, xp []float32, n0, m int) {
 	}
 }
 
+// clearAround zeroes phase plane (py, px) of a strided padded input (rows wq
+// apart) wherever the image does not land: the runs between its rows of
+// pixels, which padChunk writes next.
+func clearAround(g *convGeom, plane []float32, py, px, wq int) {
+	t := (max(g.pw-px, 0) + g.sw - 1) / g.sw // first column with a pixel
+	n := 0
+	if x0 := px + t*g.sw - g.pw; x0 < g.w {
+		n = (g.w - x0 + g.sw - 1) / g.sw
+	}
+	y0 := ((py-g.ph)%g.sh + g.sh) % g.sh // first image row landing here
+	rows := 0
+	if y0 < g.h {
+		rows = (g.h - y0 + g.sh - 1) / g.sh
+	}
+	if n == 0 || rows == 0 {
+		clear(plane)
+		return
+	}
+	r0 := (y0 + g.ph) / g.sh
+	clear(plane[:r0*wq+t])
+	for r := r0; r < r0+rows-1; r++ {
+		clear(plane[r*wq+t+n : (r+1)*wq+t])
+	}
+	clear(plane[(r0+rows-1)*wq+t+n:])
+}
+
 // padSame is padChunk's channel c for a same() convolution: images
 // n0..n0+m side by side on plane (see phases), zeros in the padding, in
 // the slots of images past m and in the tail.
@@ -220,7 +246,7 @@ func padSame(g *convGeom, x, plane []float32, c, n0, m int) {
 		// Each row followed by the pw zeros left of the next slot's.
 		copyRows(plane[at+i*slot:], wq, x[(n0+i)*in+c*hw:(n0+i)*in+(c+1)*hw], g.w, g.w, g.pw, g.h)
 	}
-	for i := m; i < g.chunk(); i++ {
+	for i, nb := m, g.chunk(); i < nb; i++ {
 		for r := 0; r < g.h; r++ {
 			clear(plane[at+r*wq+i*slot : at+r*wq+(i+1)*slot])
 		}
