@@ -33,7 +33,7 @@ func TestPadChunkSameSlots(t *testing.T) {
 			x[i] = float32(i + 1)
 		}
 		_, _, wq, ps := g.phases()
-		slot := g.w + g.pw
+		slot := g.slot()
 		for n0 := 0; n0 < c.n; n0 += nb {
 			m := min(nb, c.n-n0)
 			xp := make([]float32, g.padSize())
@@ -58,9 +58,11 @@ func TestPadChunkSameSlots(t *testing.T) {
 	}
 }
 
-// The implicit forward's phase planes at width stride 2 (padRows2): even
-// and odd widths, paddings 0 to 2, against the direct loop.
-func TestConv2dForwardStride2Planes(t *testing.T) {
+// The implicit forward's planes at width stride 2 (padRows2): even and odd
+// widths, paddings 0 to 2; and at stride 1 with padding only across (no
+// zero row below the images: the last slot's row gap lands in the tail);
+// against the direct loop.
+func TestConv2dForwardPhasePlanes(t *testing.T) {
 	var cases []convCase
 	for _, pw := range []int{0, 1, 2} {
 		for _, w := range []int{8, 9} {
@@ -70,6 +72,9 @@ func TestConv2dForwardStride2Planes(t *testing.T) {
 				o: Conv2dOpts{Stride: [2]int{3, 2}, Padding: [2]int{2, pw}, Dilation: [2]int{1, 2}}})
 		}
 	}
+	cases = append(cases,
+		convCase{n: 3, c: 2, h: 5, w: 4, oc: 8, kh: 3, kw: 1, o: Conv2dOpts{Padding: [2]int{0, 1}}},
+		convCase{n: 3, c: 2, h: 5, w: 4, oc: 8, kh: 3, kw: 2, o: Conv2dOpts{Padding: [2]int{0, 2}}})
 	withColumns(t, func(t *testing.T) {
 		for _, c := range cases {
 			ins := c.inputs(tensor.Float32)

@@ -174,7 +174,7 @@ func BenchmarkConvImplicitMultiplies(b *testing.B) {
 	}{{"stage1", 16, 16, 28}, {"stage2", 32, 32, 14}, {"stage3", 64, 64, 7}} {
 		g := convGeom{n: 64, c: s.c, h: s.hw, w: s.hw, oc: s.oc, kh: 3, kw: 3, sh: 1, sw: 1, ph: 1, pw: 1, dh: 1, dw: 1, oh: s.hw, ow: s.hw}
 		nb, ckk := g.chunk(), g.ckk()
-		q := g.gridCols(nb)
+		q := g.gridCols()
 		r := rand.New(rand.NewPCG(3, 4))
 		x, w := randF32(r, g.n*g.in()), randF32(r, g.oc*ckk)
 		var cs convScratch
