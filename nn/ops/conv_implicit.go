@@ -16,8 +16,8 @@ import (
 // columns a row where the image has W (the extra ones are computed and
 // dropped: 7% more work at 28x28, 14% at 14x14) and the copy in and out is
 // about twice the image instead of KH·KW times it (im2col). A chunk of
-// images sits side by side in each channel's row of planes, so that one
-// multiply covers them all.
+// images sits side by side on each channel's plane, each row holding a row
+// of every image (phases), so that one multiply covers them all.
 
 // Strided convolutions split the padded input into SH·SW phase planes
 // (rows ≡ a mod SH, columns ≡ b mod SW), each Hq×Wq: tap (ki, kj) of output
