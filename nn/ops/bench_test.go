@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 
@@ -142,4 +143,43 @@ func BenchmarkAddReLUStage1(b *testing.B) {
 		s, _ := SumAll(y)
 		return s, G.Nodes{x, x2}
 	})
+}
+
+// The input gradients of resnet8's 3x3 stride-2 convolutions (batch 64)
+// alone: phase by phase (conv_phase.go) and through col2im. (Its 1x1
+// stride-2 shortcuts go through col2im either way, see usePhases.)
+func BenchmarkConvGradInputStrided(b *testing.B) {
+	defer func(on bool) { phaseSplit = on }(phaseSplit)
+	for _, c := range []convCase{
+		{n: 64, c: 16, h: 28, w: 28, oc: 32, kh: 3, kw: 3, o: Conv2dOpts{Stride: [2]int{2, 2}, Padding: [2]int{1, 1}}},
+		{n: 64, c: 32, h: 14, w: 14, oc: 64, kh: 3, kw: 3, o: Conv2dOpts{Stride: [2]int{2, 2}, Padding: [2]int{1, 1}}},
+	} {
+		for _, on := range []bool{true, false} {
+			name := fmt.Sprintf("%dx%d-c%d-oc%d-k%d/phases=%v", c.h, c.w, c.c, c.oc, c.kh, on)
+			b.Run(name, func(b *testing.B) {
+				phaseSplit = on
+				g := G.NewGraph()
+				ins := c.inputs(tensor.Float32)
+				x, w := node(g, ins[0], "x"), node(g, ins[1], "w")
+				y, err := c.build(g, []*G.Node{x, w})
+				if err != nil {
+					b.Fatal(err)
+				}
+				op := y.Op().(*convOp)
+				gi := &convGradInputOp{base: newBase("Conv2dGradInput"), g: op.g}
+				dy := randT(tensor.Float32, 11, -1, 1, op.g.yShape()...)
+				if _, err := gi.Do(dy, ins[1]); err != nil {
+					b.Fatal(err)
+				}
+				b.ResetTimer()
+				cpu0 := cpuTime()
+				for i := 0; i < b.N; i++ {
+					if _, err := gi.Do(dy, ins[1]); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+			})
+		}
+	}
 }

@@ -160,7 +160,8 @@ type convOp struct {
 	noInputGrad bool
 	out         buffer
 	ws          []convScratch
-	job         any // *convFwdJob[T], reused
+	job         any       // *convFwdJob[T], reused
+	wpack       []float32 // the weight packed for the implicit path
 	// pad is the whole batch padded on the implicit path, kept for the
 	// weight gradient (set up by SymDiff, which makes that gradient).
 	pad keptPad
@@ -301,6 +302,7 @@ func (g *convGeom) imageRange(i, n int) (lo, hi int) {
 type convFwdJob[T float] struct {
 	g          *convGeom
 	x, w, b, y []T
+	ap         []float32 // w packed (packA) on the implicit path, else nil
 	keep       []float32 // the batch's padding to keep, or nil
 	ws         []convScratch
 	pr         partRun
@@ -330,7 +332,7 @@ func claimChunks(j chunkJob, pr *partRun, g *convGeom, s *convScratch, n int) {
 
 func (j *convFwdJob[T]) images(s *convScratch, lo, hi int, par bool) {
 	g := j.g
-	convForward(g, j.x, j.w, j.y, j.keep, s, lo, hi, par)
+	convForward(g, j.x, j.w, j.ap, j.y, j.keep, s, lo, hi, par)
 	if j.b == nil {
 		return
 	}
@@ -353,7 +355,10 @@ func convFwd[T float](op *convOp, xt, wt, bt, yt *tensor.Dense) {
 	if bt != nil {
 		j.b = data[T](bt)
 	}
-	op.pad.x, j.keep = nil, nil
+	op.pad.x, j.keep, j.ap = nil, nil, nil
+	if implicitRows[T](g, g.oc, 8) {
+		j.ap = packed(&op.wpack, g.oc, g.ckk(), f32s(j.w))
+	}
 	if op.pad.keep && implicitRows[T](g, g.oc, 8) {
 		if n := g.chunks() * g.padSize(); cap(op.pad.xp) < n {
 			op.pad.xp = make([]float32, n)
@@ -370,17 +375,28 @@ func convFwd[T float](op *convOp, xt, wt, bt, yt *tensor.Dense) {
 	if j.keep != nil {
 		op.pad.x = f32p(j.x)
 	}
-	j.x, j.w, j.b, j.y, j.keep = nil, nil, nil, nil, nil
+	j.x, j.w, j.b, j.y, j.keep, j.ap = nil, nil, nil, nil, nil, nil
+}
+
+// packed returns w (m×k, rows k apart) packed for sgemmNNPacked, in *buf
+// (grown when short): once a call, shared read-only by the image workers.
+func packed(buf *[]float32, m, k int, w []float32) []float32 {
+	if cap(*buf) < m*k {
+		*buf = make([]float32, m*k)
+	}
+	ap := (*buf)[:m*k]
+	packA(ap, false, m, k, w, k)
+	return ap
 }
 
 // convForward is y = w ⊛ x for images [lo, hi) (whole chunks): im2col a
 // chunk of images into cols, one multiply, scatter when the chunk has
 // several images. par lets the copies use the loop workers (parallelLoop).
 // keep, when not nil, is where the implicit path pads the batch (see
-// keptPad).
-func convForward[T float](g *convGeom, x, w, y []T, keep []float32, s *convScratch, lo, hi int, par bool) {
+// keptPad); ap is w packed for it (packed).
+func convForward[T float](g *convGeom, x, w []T, ap []float32, y []T, keep []float32, s *convScratch, lo, hi int, par bool) {
 	if implicitRows[T](g, g.oc, 8) {
-		convForwardImplicit(g, x, w, y, keep, s, lo, hi)
+		convForwardImplicit(g, x, ap, y, keep, s, lo, hi)
 		return
 	}
 	ckk, ohw, out := g.ckk(), g.ohw(), g.out()
@@ -782,7 +798,8 @@ func convGradWeightRange[T float](g *convGeom, x, dy, dw []T, xp []float32, s *c
 	}
 }
 
-// convGradInputOp is col2im(wᵀ·dy): (dy, w) → [N, C, H, W].
+// convGradInputOp is the input gradient wᵀ·dy put back in place (col2im, a
+// convolution of dy, or phase by phase): (dy, w) → [N, C, H, W].
 type convGradInputOp struct {
 	base
 	noDiff
@@ -791,7 +808,11 @@ type convGradInputOp struct {
 	out   buffer
 	ws    []convScratch
 	wflip any
-	job   any // *convDxJob[T], reused
+	wpack []float32 // the flipped weight packed (mode dxConv)
+	job   any       // *convDxJob[T], reused
+	// The phase-split plan (conv_phase.go) and its taps, in mode dxPhased.
+	phases dxPhases
+	ty, tx [][]phaseTap
 }
 
 func (op *convGradInputOp) Arity() int                                     { return 2 }
@@ -818,11 +839,12 @@ func (op *convGradInputOp) Do(v ...G.Value) (G.Value, error) {
 	return dx, nil
 }
 
-// dx modes: a convolution of dy, one multiply per image (1x1), or
-// multiply then col2im.
+// dx modes: a convolution of dy, one multiply per image (1x1), phase by
+// phase (conv_phase.go), or multiply then col2im.
 const (
 	dxConv = iota
 	dxX1
+	dxPhased
 	dxCol2im
 )
 
@@ -831,7 +853,9 @@ const (
 type convDxJob[T float] struct {
 	g         *convGeom // the transposed geometry in mode dxConv
 	mode      int
+	phases    *dxPhases // in mode dxPhased
 	dy, w, dx []T
+	ap        []float32 // w packed, in mode dxConv on the implicit path
 	ws        []convScratch
 	pr        partRun
 }
@@ -842,12 +866,14 @@ func (j *convDxJob[T]) images(s *convScratch, lo, hi int, par bool) {
 	g := j.g
 	switch j.mode {
 	case dxConv:
-		convForward(g, j.dy, j.w, j.dx, nil, s, lo, hi, par)
+		convForward(g, j.dy, j.w, j.ap, j.dx, nil, s, lo, hi, par)
 	case dxX1: // dx_n = wᵀ·dy_n, straight into the output
 		ckk, ohw, out, in := g.ckk(), g.ohw(), g.out(), g.in()
 		for n := lo; n < hi; n++ {
 			mm(&s.mm, true, false, ckk, ohw, g.oc, 1, j.w, ckk, j.dy[n*out:(n+1)*out], ohw, 0, j.dx[n*in:(n+1)*in], ohw)
 		}
+	case dxPhased:
+		convGradInputPhases(g, j.phases, f32s(j.dy), f32s(j.dx), s, lo, hi)
 	default:
 		convGradInputCols(g, j.dy, j.w, j.dx, s, lo, hi, par)
 	}
@@ -866,9 +892,15 @@ func convGradInput[T float](op *convGradInputOp, dyt, wt, dxt *tensor.Dense) {
 		op.t = g.transposed()
 		wf := scratch[T](&op.wflip, len(j.w))
 		flipKernel(g, j.w, wf)
-		j.g, j.w, j.mode = &op.t, wf, dxConv
+		j.g, j.w, j.mode, j.ap = &op.t, wf, dxConv, nil
+		if implicitRows[T](&op.t, op.t.oc, 8) {
+			j.ap = packed(&op.wpack, op.t.oc, op.t.ckk(), f32s(wf))
+		}
 	case g.x1():
 		j.mode = dxX1
+	case usePhases[T](g) && op.phases.build(g, f32s(j.w), &op.ty, &op.tx):
+		// Strided and other non-same convolutions: no scatter-add.
+		j.mode, j.phases = dxPhased, &op.phases
 	default:
 		j.mode = dxCol2im
 	}
@@ -879,7 +911,7 @@ func convGradInput[T float](op *convGradInputOp, dyt, wt, dxt *tensor.Dense) {
 	} else {
 		runParts(j, w, &j.pr)
 	}
-	j.dy, j.w, j.dx = nil, nil, nil
+	j.dy, j.w, j.dx, j.ap = nil, nil, nil, nil
 }
 
 // convGradInputCols sets dx for images [lo, hi) (whole chunks) to

@@ -16,8 +16,8 @@ import (
 // columns a row where the image has W (the extra ones are computed and
 // dropped: 7% more work at 28x28, 14% at 14x14) and the copy in and out is
 // about twice the image instead of KH·KW times it (im2col). A chunk of
-// images sits side by side in each channel's row of planes, so that one
-// multiply covers them all.
+// images sits side by side on each channel's plane, each row holding a row
+// of every image (phases), so that one multiply covers them all.
 
 // Strided convolutions split the padded input into SH·SW phase planes
 // (rows ≡ a mod SH, columns ≡ b mod SW), each Hq×Wq: tap (ki, kj) of output
@@ -37,16 +37,13 @@ func implicitRows[T float](g *convGeom, rows, multiple int) bool {
 	if g.sh*g.sw > 1 && g.ohw() < implicitStridedOut {
 		return false
 	}
-	nb := g.chunk()
-	_, pq, wq, _ := g.phases()
-	q := (nb-1)*pq + g.oh*wq
-	return float64(nb*g.ohw()) >= (1-implicitWaste)*float64(q)
+	return float64(g.chunk()*g.ohw()) >= (1-implicitWaste)*float64(g.gridCols())
 }
 
 // implicitWaste is the largest share of a multiply's columns the grid may
 // waste for the implicit path to be taken. resnet8's same-padded stages
-// waste 7% (28x28), 18% (14x14, 2 images a chunk) and 38% (7x7, 8 images),
-// and each still ran faster than through the column matrix, forward and
+// wasted 7% (28x28), 18% (14x14, 2 images a chunk) and 38% (7x7, 8 images)
+// before they shared their padding (see phases), and each still ran faster than through the column matrix, forward and
 // backward: 7.0-7.6 against 8.7-10.3, 6.7-7.6 against 8.0-9.2 and 8.1-9.0
 // against 8.8-9.7 CPU ms (go test ./nn/ops -run '^$' -bench Conv3x3
 // -benchtime 60x, GOMAXPROCS=1, three runs, load 17-19).
@@ -64,39 +61,64 @@ var implicitWaste = 0.5
 // 14-18).
 var implicitStridedOut = 49
 
-// phases is the layout of the implicit path: the padded input's phase
-// planes are Hq×Wq (pq elements, wq a row), and each phase's planes of a
-// chunk lie pstride apart (nb planes and the tail the last grid columns
-// read); a channel's phases lie SH·SW·pstride apart.
+// phases is the layout of the implicit path: each channel's padded input
+// is SH·SW phase planes pstride apart (the plane, pq elements, and the tail
+// the last grid columns read past it), each Hq rows of wq columns. A row
+// holds a chunk's images side by side, each in a slot of its own columns
+// (slot), so that a multiply's grid is OH rows of every slot and wastes
+// only a slot's columns right of the output (gridCols).
 //
-// A same() convolution shares its padding: each row is the pw zeros left of
-// the image row, which are also the zeros right of the row before it, and
-// each plane is the ph zero rows above the image, which are also the rows
-// below the image before it (Hq = H+ph, Wq = W+pw; the last plane's rows
-// below are the tail). A tap reads at most pw columns left or right of the
-// image and ph rows above or below, so every read outside the image still
-// finds a zero, and the grid wastes less: 22% at 7x7 instead of 38%, 10% at
-// 14x14 instead of 18%, 3.5% at 28x28 instead of 7%.
+// A same() convolution shares its padding: a slot is the pw zeros left of
+// the image's row then the row (W+pw columns), the zeros left of the next
+// slot's row being the zeros right of this one's (and the first slot's
+// those right of the last slot of the row before); ph zero rows lie above
+// the images, and the rows below are the tail (Hq = H+ph). A tap reads at
+// most pw columns left or right of an image and ph rows above or below, so
+// every read outside the image finds a zero, and the grid wastes only the
+// pw columns a slot: 12.5% at 7x7 (38% with a padded plane an image, 22%
+// with such planes stacked sharing rows), 6.7% at 14x14 (18%, 10%), 3.5%
+// at 28x28 (7%, 3.5%). Other convolutions pad each image in full:
+// Hq = ⌈(H+2ph)/SH⌉ rows, slots of ⌈(W+2pw)/SW⌉ columns.
 func (g *convGeom) phases() (hq, pq, wq, pstride int) {
 	if g.same() {
-		hq, wq = g.h+g.ph, g.w+g.pw
+		hq = g.h + g.ph
 	} else {
 		hq = (g.h + 2*g.ph + g.sh - 1) / g.sh
-		wq = (g.w + 2*g.pw + g.sw - 1) / g.sw
 	}
+	wq = g.chunk() * g.slot()
 	pq = hq * wq
-	return hq, pq, wq, g.chunk()*pq + g.tail()
+	return hq, pq, wq, pq + g.tail()
 }
 
-// tail is how far past its last plane the grid reads a phase: the columns
-// right of the last row, and for a same() convolution the rows below the
-// last image.
+// slot is the columns of one image's rows on a phase plane (see phases).
+func (g *convGeom) slot() int {
+	if g.same() {
+		return g.w + g.pw
+	}
+	return (g.w + 2*g.pw + g.sw - 1) / g.sw
+}
+
+// tail is how far past its plane the grid reads a phase: the columns right
+// of the last row, and for a same() convolution the rows below the images.
+// (At stride 1, padding a row writes pw zeros past the last slot: the tail
+// holds them where it is shorter.)
 func (g *convGeom) tail() int {
 	if g.same() {
-		return g.ph*(g.w+g.pw) + (g.kw-1)*g.dw
+		return g.ph*g.chunk()*g.slot() + (g.kw-1)*g.dw
 	}
-	return (g.kw - 1) * g.dw / g.sw
+	return max((g.kw-1)*g.dw/g.sw, g.pw)
 }
+
+// gridCols is the columns of a chunk's multiply: every slot of every
+// output row. Channel o's output row r of image i is at column
+// (o·OH + r)·wq + imageAt(i) of the multiply's output.
+func (g *convGeom) gridCols() int {
+	_, _, wq, _ := g.phases()
+	return g.oh * wq
+}
+
+// imageAt is the grid column of image i's first output pixel in its chunk.
+func (g *convGeom) imageAt(i int) int { return i * g.slot() }
 
 // padSize is the padded input of a chunk: every channel's phases.
 func (g *convGeom) padSize() int {
@@ -126,29 +148,24 @@ func implicitOffsets(g *convGeom, s *convScratch) []int32 {
 }
 
 // padChunk writes images n0..n0+m of x into xp: channel c of image i, padded,
-// on its phase planes, zeros around the image and in each phase's tail.
+// on its phase planes, zeros around the images, in the slots past m and in
+// each phase's tail.
 func padChunk(g *convGeom, x, xp []float32, n0, m int) {
-	_, pq, wq, ps := g.phases()
-	hw, in, np := g.h*g.w, g.in(), g.sh*g.sw
+	_, _, wq, ps := g.phases()
+	hw, in, np, slot := g.h*g.w, g.in(), g.sh*g.sw, g.slot()
 	for c := 0; c < g.c; c++ {
+		if np == 1 {
+			padSlots(g, x, xp[c*ps:(c+1)*ps], c, n0, m)
+			continue
+		}
+		for ph := 0; ph < np; ph++ {
+			clearAround(g, xp[(c*np+ph)*ps:(c*np+ph+1)*ps], ph/g.sw, ph%g.sw, m)
+		}
 		for i := 0; i < m; i++ {
 			src := x[(n0+i)*in+c*hw : (n0+i)*in+(c+1)*hw]
-			if np == 1 {
-				// Rows wq apart, each followed by zeros up to the next
-				// row's first pixel; zeros above the first and below
-				// the last.
-				plane := xp[c*ps+i*pq : c*ps+(i+1)*pq]
-				at := g.ph*wq + g.pw
-				clear(plane[:at])
-				copyRows(plane[at:], wq, src, g.w, g.w, wq-g.w, g.h-1)
-				last := at + (g.h-1)*wq
-				copyRows(plane[last:], wq, src[(g.h-1)*g.w:], g.w, g.w, 0, 1)
-				clear(plane[last+g.w:])
+			if g.sw == 2 {
+				padRows2(g, src, xp[c*np*ps+i*slot:], ps, wq)
 				continue
-			}
-			for ph := 0; ph < np; ph++ {
-				b := (c*np+ph)*ps + i*pq
-				clear(xp[b : b+pq])
 			}
 			for b := 0; b < g.sw; b++ {
 				// Padded columns X ≡ b (mod SW) from the first inside
@@ -162,7 +179,7 @@ func padChunk(g *convGeom, x, xp []float32, n0, m int) {
 				n := (g.w - x0 + g.sw - 1) / g.sw
 				ry, py := g.ph/g.sh, g.ph%g.sh
 				for y := 0; y < g.h; y++ {
-					at := ((c*g.sh+py)*g.sw+b)*ps + i*pq + ry*wq + t
+					at := ((c*g.sh+py)*g.sw+b)*ps + i*slot + ry*wq + t
 					everyNth(xp[at:at+n], src[y*g.w+x0:(y+1)*g.w], g.sw)
 					if py++; py == g.sh {
 						py, ry = 0, ry+1
@@ -170,78 +187,160 @@ func padChunk(g *convGeom, x, xp []float32, n0, m int) {
 				}
 			}
 		}
-		for ph := 0; ph < np; ph++ {
-			b := (c*np+ph)*ps + m*pq
-			clear(xp[b : b+g.tail()])
-		}
 	}
 }
 
+// clearAround zeroes phase plane (py, px) of a strided padded input's
+// channel, tail included, wherever images 0..m do not land: the runs
+// between their rows of pixels in memory order, which padChunk writes next.
+func clearAround(g *convGeom, plane []float32, py, px, m int) {
+	_, _, wq, _ := g.phases()
+	slot := g.slot()
+	t := (max(g.pw-px, 0) + g.sw - 1) / g.sw // first column with a pixel
+	n := 0
+	if x0 := px + t*g.sw - g.pw; x0 < g.w {
+		n = (g.w - x0 + g.sw - 1) / g.sw
+	}
+	y0 := ((py-g.ph)%g.sh + g.sh) % g.sh // first image row landing here
+	rows := 0
+	if y0 < g.h {
+		rows = (g.h - y0 + g.sh - 1) / g.sh
+	}
+	if n == 0 || rows == 0 {
+		clear(plane)
+		return
+	}
+	r0, end := (y0+g.ph)/g.sh, 0
+	for r := r0; r < r0+rows; r++ {
+		for i := 0; i < m; i++ {
+			at := r*wq + i*slot + t
+			clear(plane[end:at])
+			end = at + n
+		}
+	}
+	clear(plane[end:])
+}
+
+// padSlots is padChunk's channel c at stride 1: images n0..n0+m side by
+// side on plane (see phases), zeros in the padding, in the slots of images
+// past m, in the rows below and in the tail.
+func padSlots(g *convGeom, x, plane []float32, c, n0, m int) {
+	_, _, wq, _ := g.phases()
+	slot, hw, in := g.slot(), g.h*g.w, g.in()
+	at := g.ph*wq + g.pw
+	clear(plane[:at])
+	for i := 0; i < m; i++ {
+		// Each row followed by zeros up to the next slot's first pixel.
+		copyRows(plane[at+i*slot:], wq, x[(n0+i)*in+c*hw:(n0+i)*in+(c+1)*hw], g.w, g.w, slot-g.w, g.h)
+	}
+	for i, nb := m, g.chunk(); i < nb; i++ {
+		for r := 0; r < g.h; r++ {
+			clear(plane[at+r*wq+i*slot : at+r*wq+(i+1)*slot])
+		}
+	}
+	clear(plane[(g.ph+g.h)*wq:])
+}
+
 // convForwardImplicit is convForward for images [lo, hi) on the implicit
-// path: y = w ⊛ x, one multiply a chunk into the grid, then the grid's
-// image columns into y. Each chunk is padded into keep (chunk by chunk,
-// padSize apart) when that is not nil, else into scratch.
-func convForwardImplicit[T float](g *convGeom, x, w, y []T, keep []float32, s *convScratch, lo, hi int) {
-	nb, ckk, ohw, out, ps := g.chunk(), g.ckk(), g.ohw(), g.out(), g.padSize()
-	_, p, wp, _ := g.phases()
+// path: y = w ⊛ x (w packed in ap), one multiply a chunk into the grid,
+// then the grid's image columns into y. Each chunk is padded into keep
+// (chunk by chunk, padSize apart) when that is not nil, else into scratch.
+func convForwardImplicit[T float](g *convGeom, x []T, ap []float32, y []T, keep []float32, s *convScratch, lo, hi int) {
+	nb, ckk, out, ps := g.chunk(), g.ckk(), g.out(), g.padSize()
+	_, _, wq, _ := g.phases()
 	var xp []float32
 	if keep == nil {
 		xp = scratch[float32](&s.cols, ps)
 	}
-	grid := scratch[float32](&s.tmp, g.oc*((nb-1)*p+g.oh*wp))
+	q := g.gridCols()
+	grid := scratch[float32](&s.tmp, g.oc*q)
 	off := implicitOffsets(g, s)
 	x32, y32 := f32s(x), f32s(y)
 	for n0 := lo; n0 < hi; n0 += nb {
 		m := min(nb, hi-n0)
-		q := (m-1)*p + g.oh*wp
 		if keep != nil {
 			xp = keep[n0/nb*ps : (n0/nb+1)*ps]
 		}
 		padChunk(g, x32, xp, n0, m)
-		sgemmNN(&s.mm, false, g.oc, q, ckk, f32s(w), ckk, xp, off, grid, q, false)
+		sgemmNNPacked(g.oc, q, ckk, ap, xp, off, grid, q, false)
 		for i := 0; i < m; i++ {
-			for o := 0; o < g.oc; o++ {
-				copyRows(y32[(n0+i)*out+o*ohw:(n0+i)*out+(o+1)*ohw], g.ow, grid[o*q+i*p:], wp, g.ow, 0, g.oh)
-			}
+			// Channel o's row r is grid row o·OH + r and y row o·OH + r
+			// of the image (gridCols): one move for all channels.
+			copyRows(y32[(n0+i)*out:(n0+i+1)*out], g.ow, grid[g.imageAt(i):], wq, g.ow, 0, g.oc*g.oh)
 		}
 	}
 }
 
 // convGradWeightImplicit is convGradWeightRange on the implicit path: dw =
-// Σ over chunks of dy (laid on the grid, zero in the columns and rows
-// outside the image) times the shifted planes of the padded input: kept
+// Σ over chunks of dy (laid on the grid, zero in the columns and slots
+// outside the images) times the shifted planes of the padded input: kept
 // from the forward (kept, chunk by chunk, padSize apart) or padded again.
 func convGradWeightImplicit[T float](g *convGeom, x, dy, dw []T, kept []float32, s *convScratch, lo, hi int) {
-	nb, ckk, ohw, out, ps := g.chunk(), g.ckk(), g.ohw(), g.out(), g.padSize()
-	_, p, wp, _ := g.phases()
+	nb, ckk, out, ps, slot := g.chunk(), g.ckk(), g.out(), g.padSize(), g.slot()
+	_, _, wq, _ := g.phases()
 	var xp []float32
 	if kept == nil {
 		xp = scratch[float32](&s.cols, ps)
 	}
-	grid := scratch[float32](&s.tmp, g.oc*((nb-1)*p+g.oh*wp))
+	q := g.gridCols()
+	grid := scratch[float32](&s.tmp, g.oc*q)
 	off := implicitOffsets(g, s)
 	x32, dy32, dw32 := f32s(x), f32s(dy), f32s(dw)
 	acc := false
 	for n0 := lo; n0 < hi; n0 += nb {
 		m := min(nb, hi-n0)
-		q := (m-1)*p + g.oh*wp
 		if kept != nil {
 			xp = kept[n0/nb*ps : (n0/nb+1)*ps]
 		} else {
 			padChunk(g, x32, xp, n0, m)
 		}
-		for o := 0; o < g.oc; o++ {
-			row := grid[o*q : (o+1)*q]
-			for i := 0; i < m; i++ {
-				dst := row[i*p:]
-				copyRows(dst, wp, dy32[(n0+i)*out+o*ohw:(n0+i)*out+(o+1)*ohw], g.ow, g.ow, wp-g.ow, g.oh)
-				if i < m-1 {
-					clear(dst[g.oh*wp : p])
-				}
+		// Each image in its slot, zeros in the slot's columns right of
+		// the output and in the slots past m: one move an image for all
+		// channels (grid row o·OH + r is channel o's row r).
+		for i := 0; i < m; i++ {
+			copyRows(grid[i*slot:], wq, dy32[(n0+i)*out:(n0+i+1)*out], g.ow, g.ow, slot-g.ow, g.oc*g.oh)
+		}
+		for i := m; i < nb; i++ {
+			for r := 0; r < g.oc*g.oh; r++ {
+				clear(grid[r*wq+i*slot : r*wq+(i+1)*slot])
 			}
 		}
 		sgemmNT(&s.mm, g.oc, ckk, q, grid, q, xp, off, dw32, ckk, acc)
 		acc = true
+	}
+}
+
+// padRows2 is padChunk's row moves for one image channel src at SW = 2:
+// both column phases of a row in one pass. Padded column X = x + PW of
+// column phase b = X mod 2 lands at column X/2; the phase of x = 0 takes
+// the even pixels, the other the odd. ph0 is the channel's first phase
+// plane of this image; phases lie ps apart, rows wq.
+func padRows2(g *convGeom, src, ph0 []float32, ps, wq int) {
+	be, bo := g.pw%2, (g.pw+1)%2 // phases of x = 0 and x = 1
+	te, to := g.pw/2, (g.pw+1)/2 // their columns
+	ne, no := (g.w+1)/2, g.w/2
+	ry, py := g.ph/g.sh, g.ph%g.sh
+	for y := 0; y < g.h; y++ {
+		row := (py*2)*ps + ry*wq
+		e := ph0[row+be*ps+te : row+be*ps+te+ne]
+		o := ph0[row+bo*ps+to : row+bo*ps+to+no]
+		deinterleave2(e, o, src[y*g.w:(y+1)*g.w])
+		if py++; py == g.sh {
+			py, ry = 0, ry+1
+		}
+	}
+}
+
+// deinterleave2 sets e[j] = src[2j] and o[j] = src[2j+1].
+func deinterleave2(e, o, src []float32) {
+	o = o[:len(src)/2]
+	e = e[:(len(src)+1)/2]
+	for j := range o {
+		p := src[2*j : 2*j+2 : 2*j+2]
+		e[j], o[j] = p[0], p[1]
+	}
+	if len(src)%2 == 1 {
+		e[len(e)-1] = src[len(src)-1]
 	}
 }
 

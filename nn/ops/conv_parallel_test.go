@@ -73,7 +73,7 @@ func TestConv2dImageWorkersMatchSerial(t *testing.T) {
 	cases := append([]convCase{
 		{n: 7, c: 4, h: 6, w: 6, oc: 4, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}, bias: true}, // dx as a convolution
 		{n: 6, c: 2, h: 6, w: 6, oc: 8, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}},             // dx through col2im
-	}, convCases...)
+	}, append(convCases, phaseCases...)...)
 	withColumns(t, func(t *testing.T) {
 		for _, dt := range dtypes {
 			for _, c := range cases {
@@ -190,11 +190,9 @@ func (p *markParts) run(i, _ int) {
 // Scratch left over from an earlier run never reaches a result: with every
 // worker's column, grid and partial-sum buffers filled with NaN between two
 // runs, the second gives the first's bits (the padded planes, the grid's
-// columns outside the image and the tails the kernels read are all written
-// before they are read).
+// columns outside the image, the slots of a short last chunk and the tails
+// the kernels read are all written before they are read).
 func TestConv2dStaleScratch(t *testing.T) {
-	defer func(w float64, o int) { implicitWaste, implicitStridedOut = w, o }(implicitWaste, implicitStridedOut)
-	implicitWaste, implicitStridedOut = 1, 0
 	poison := func(ws []convScratch) {
 		for i := range ws {
 			for _, p := range []any{ws[i].cols, ws[i].tmp, ws[i].acc} {
@@ -211,28 +209,30 @@ func TestConv2dStaleScratch(t *testing.T) {
 			}
 		}
 	}
-	for _, dt := range dtypes {
-		for _, c := range convCases {
-			op, gi, gw, in, dy := convOps(t, c, dt)
-			for _, r := range []struct {
-				what string
-				f    func(...G.Value) (G.Value, error)
-				v    []G.Value
-				ws   *[]convScratch
-			}{{"forward", op.Do, in, &op.ws}, {"dx", gi.Do, []G.Value{dy, in[1]}, &gi.ws}, {"dw", gw.Do, []G.Value{in[0], dy}, &gw.ws}} {
-				v, err := r.f(r.v...)
-				if err != nil {
-					t.Fatal(err)
+	withColumns(t, func(t *testing.T) {
+		for _, dt := range dtypes {
+			for _, c := range append(convCases, phaseCases...) {
+				op, gi, gw, in, dy := convOps(t, c, dt)
+				for _, r := range []struct {
+					what string
+					f    func(...G.Value) (G.Value, error)
+					v    []G.Value
+					ws   *[]convScratch
+				}{{"forward", op.Do, in, &op.ws}, {"dx", gi.Do, []G.Value{dy, in[1]}, &gi.ws}, {"dw", gw.Do, []G.Value{in[0], dy}, &gw.ws}} {
+					v, err := r.f(r.v...)
+					if err != nil {
+						t.Fatal(err)
+					}
+					first := vals(v)
+					poison(*r.ws)
+					if v, err = r.f(r.v...); err != nil {
+						t.Fatal(err)
+					}
+					sameBits(t, fmt.Sprintf("%v %v %s after stale scratch", dt, c, r.what), vals(v), first)
 				}
-				first := vals(v)
-				poison(*r.ws)
-				if v, err = r.f(r.v...); err != nil {
-					t.Fatal(err)
-				}
-				sameBits(t, fmt.Sprintf("%v %v %s after stale scratch", dt, c, r.what), vals(v), first)
 			}
 		}
-	}
+	})
 }
 
 // The weight gradient multiplies by the padding its forward kept only when

@@ -45,19 +45,26 @@ var convCases = []convCase{
 	{n: 2, c: 2, h: 6, w: 6, oc: 8, kh: 3, kw: 3},
 }
 
-// convRef is a direct 7-loop convolution.
-func convRef(c convCase, x, w, b []float64) []float64 {
+// geometry is c's strides, paddings, dilations (zero values filled in) and
+// output size, computed plainly for the references.
+func (c convCase) geometry() (sh, sw, ph, pw, dh, dw, oh, ow int) {
 	def := func(v, d int) int {
 		if v == 0 {
 			return d
 		}
 		return v
 	}
-	sh, sw := def(c.o.Stride[0], 1), def(c.o.Stride[1], 1)
-	dh, dw := def(c.o.Dilation[0], 1), def(c.o.Dilation[1], 1)
-	ph, pw := c.o.Padding[0], c.o.Padding[1]
-	oh := (c.h+2*ph-dh*(c.kh-1)-1)/sh + 1
-	ow := (c.w+2*pw-dw*(c.kw-1)-1)/sw + 1
+	sh, sw = def(c.o.Stride[0], 1), def(c.o.Stride[1], 1)
+	dh, dw = def(c.o.Dilation[0], 1), def(c.o.Dilation[1], 1)
+	ph, pw = c.o.Padding[0], c.o.Padding[1]
+	oh = (c.h+2*ph-dh*(c.kh-1)-1)/sh + 1
+	ow = (c.w+2*pw-dw*(c.kw-1)-1)/sw + 1
+	return
+}
+
+// convRef is a direct 7-loop convolution.
+func convRef(c convCase, x, w, b []float64) []float64 {
+	sh, sw, ph, pw, dh, dw, oh, ow := c.geometry()
 	y := make([]float64, c.n*c.oc*oh*ow)
 	for n := 0; n < c.n; n++ {
 		for o := 0; o < c.oc; o++ {

@@ -22,9 +22,11 @@
 //   - Matrix multiplies go through blas, except the float32
 //     convolutions' where the CPU has AVX-512: those run on this package's
 //     kernels (sgemm_amd64.s), from a zero-padded copy of the input rather
-//     than a column matrix where that is faster (conv_implicit.go); the
-//     float32 normalisation and activation loops use AVX-512 too
-//     (elem_amd64.s). Elsewhere, and for float64, the Go loops and the BLAS.
+//     than a column matrix where that is faster (conv_implicit.go), and
+//     the input gradient of strided ones phase by phase rather than through
+//     col2im (conv_phase.go); the float32 normalisation and activation
+//     loops use AVX-512 too (elem_amd64.s). Elsewhere, and for float64, the
+//     Go loops and the BLAS.
 //   - Convolutions split their batch between Workers() goroutines (the
 //     plan of blas: cores over local ranks over BLAS threads;
 //     SetImageWorkers), which claim whole image chunks until none is left,

@@ -69,14 +69,19 @@ func mm[T float](s *mmScratch, tA, tB bool, m, n, k int, alpha T, a []T, lda int
 // op(a) is m×k (a with rows lda apart, or its transpose when transA) and
 // row kk of B is b[boff[kk] : boff[kk]+n]. m is a multiple of 8.
 func sgemmNN(s *mmScratch, transA bool, m, n, k int, a []float32, lda int, b []float32, boff []int32, c []float32, ldc int, acc bool) {
-	checkRows("b", b, boff[:k], n)
-	if (m-1)*ldc+n > len(c) {
-		panic(fmt.Sprintf("ops: sgemmNN c has %d elements, want %d", len(c), (m-1)*ldc+n))
-	}
 	if len(s.ap) < m*k {
 		s.ap = make([]float32, m*k)
 	}
 	ap := s.ap[:m*k]
+	packA(ap, transA, m, k, a, lda)
+	sgemmNNPacked(m, n, k, ap, b, boff, c, ldc, acc)
+}
+
+// packA writes op(a) (m×k: a with rows lda apart, or its transpose when
+// transA) into ap, 8 rows at a time, k-major: ap[(i/8)·8k + kk·8 + i%8] =
+// op(a)[i][kk], the layout sgemmNN8x32 reads. m is a multiple of 8.
+func packA(ap []float32, transA bool, m, k int, a []float32, lda int) {
+	ap = ap[:m*k]
 	for rb := 0; rb < m/8; rb++ {
 		blk := ap[rb*8*k : (rb+1)*8*k]
 		for r := 0; r < 8; r++ {
@@ -92,6 +97,15 @@ func sgemmNN(s *mmScratch, transA bool, m, n, k int, a []float32, lda int, b []f
 				}
 			}
 		}
+	}
+}
+
+// sgemmNNPacked is sgemmNN with op(a) already packed (packA): the
+// convolutions pack their weight once a call, not once a chunk of images.
+func sgemmNNPacked(m, n, k int, ap []float32, b []float32, boff []int32, c []float32, ldc int, acc bool) {
+	checkRows("b", b, boff[:k], n)
+	if (m-1)*ldc+n > len(c) || len(ap) < m*k {
+		panic(fmt.Sprintf("ops: sgemmNN c has %d elements, packed a %d: want %d and %d", len(c), len(ap), (m-1)*ldc+n, m*k))
 	}
 	flag := 0
 	if acc {

@@ -5,11 +5,15 @@
 // float32 matrix-multiply kernels for the convolutions (sgemm.go), AVX-512.
 // Go's operand order: VFMADD231PS b, a, acc computes acc += a·b.
 
-// One row of the 8x32 tile: acc(lo), acc(hi) += broadcast(ap[r]) · (Z16, Z17).
-#define NNROW(off, bc, lo, hi) \
-	VBROADCASTSS off(AX), bc \
-	VFMADD231PS  bc, Z16, lo \
-	VFMADD231PS  bc, Z17, hi
+// One row of the 8x32 tile: acc(lo), acc(hi) += broadcast(ap[r]) · (Z16,
+// Z17). The broadcast is the FMA's own memory operand (EVEX embedded
+// broadcast), not a VBROADCASTSS into a register: 3-4% faster on this
+// package's Zen 4 host (113-116 against 109-112 GFLOP/s on resnet8's implicit
+// forward multiplies, best of ten runs alternating in one process, load
+// 9 on 2 cores), the same bits.
+#define NNROW(off, lo, hi) \
+	VFMADD231PS.BCST off(AX), Z16, lo \
+	VFMADD231PS.BCST off(AX), Z17, hi
 
 // Stores a row of the tile into c (masked by K1, K2), adding c first when
 // R10 is non-zero, then moves DI to the next row.
@@ -61,14 +65,14 @@ nnloop:
 	MOVLQSX   (R8), R9
 	VMOVUPS.Z (SI)(R9*4), K1, Z16
 	VMOVUPS.Z 64(SI)(R9*4), K2, Z17
-	NNROW(0, Z18, Z0, Z1)
-	NNROW(4, Z19, Z2, Z3)
-	NNROW(8, Z20, Z4, Z5)
-	NNROW(12, Z21, Z6, Z7)
-	NNROW(16, Z22, Z8, Z9)
-	NNROW(20, Z23, Z10, Z11)
-	NNROW(24, Z24, Z12, Z13)
-	NNROW(28, Z25, Z14, Z15)
+	NNROW(0, Z0, Z1)
+	NNROW(4, Z2, Z3)
+	NNROW(8, Z4, Z5)
+	NNROW(12, Z6, Z7)
+	NNROW(16, Z8, Z9)
+	NNROW(20, Z10, Z11)
+	NNROW(24, Z12, Z13)
+	NNROW(28, Z14, Z15)
 	ADDQ      $32, AX
 	ADDQ      $4, R8
 	DECQ      CX
@@ -235,3 +239,4 @@ ntdone:
 	NTSUM(Z23, Y23, X23, 20)
 	VZEROUPPER
 	RET
+

@@ -157,3 +157,39 @@ func BenchmarkConvMultiplies(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkConvImplicitMultiplies times the forward multiplies of resnet8's
+// same-padded 3x3 convolutions as the implicit path runs them (one chunk of
+// images, B read from the padded input through row offsets), in GFLOP/s of
+// the whole grid and of the image columns it keeps, on one core:
+//
+//	GOMAXPROCS=1 go test ./nn/ops -run '^$' -bench ConvImplicitMultiplies
+func BenchmarkConvImplicitMultiplies(b *testing.B) {
+	if !useAVX512 {
+		b.Skip("no AVX-512: no implicit path")
+	}
+	for _, s := range []struct {
+		name      string
+		c, oc, hw int
+	}{{"stage1", 16, 16, 28}, {"stage2", 32, 32, 14}, {"stage3", 64, 64, 7}} {
+		g := convGeom{n: 64, c: s.c, h: s.hw, w: s.hw, oc: s.oc, kh: 3, kw: 3, sh: 1, sw: 1, ph: 1, pw: 1, dh: 1, dw: 1, oh: s.hw, ow: s.hw}
+		nb, ckk := g.chunk(), g.ckk()
+		q := g.gridCols()
+		r := rand.New(rand.NewPCG(3, 4))
+		x, w := randF32(r, g.n*g.in()), randF32(r, g.oc*ckk)
+		var cs convScratch
+		xp, grid := make([]float32, g.padSize()), make([]float32, g.oc*q)
+		padChunk(&g, x, xp, 0, nb)
+		off := implicitOffsets(&g, &cs)
+		var buf []float32
+		ap := packed(&buf, g.oc, ckk, w)
+		b.Run(fmt.Sprintf("%s-%dx%dx%d", s.name, g.oc, q, ckk), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				sgemmNNPacked(g.oc, q, ckk, ap, xp, off, grid, q, false)
+			}
+			sec := b.Elapsed().Seconds()
+			b.ReportMetric(2*float64(g.oc*q*ckk)*float64(b.N)/sec/1e9, "grid-GFLOP/s")
+			b.ReportMetric(2*float64(g.oc*nb*g.ohw()*ckk)*float64(b.N)/sec/1e9, "GFLOP/s")
+		})
+	}
+}

@@ -1,0 +1,85 @@
+package ops
+
+import (
+	"math"
+	"testing"
+
+	"gorgonia.org/tensor"
+)
+
+// A same() convolution's padded chunk (padChunk) holds each image in its
+// slot and zeros everywhere else, also in the slots a short last chunk
+// leaves empty and in the tail, whatever the buffer held before.
+func TestPadChunkSameSlots(t *testing.T) {
+	old := convColumns
+	defer func() { convColumns = old }()
+	convColumns = 40
+	for _, c := range []convCase{
+		{n: 5, c: 2, h: 4, w: 5, oc: 8, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}},
+		{n: 7, c: 3, h: 3, w: 4, oc: 8, kh: 3, kw: 5, o: Conv2dOpts{Padding: [2]int{1, 2}}},
+		{n: 4, c: 1, h: 4, w: 3, oc: 8, kh: 5, kw: 5, o: Conv2dOpts{Padding: [2]int{4, 4}, Dilation: [2]int{2, 2}}},
+	} {
+		_, gi, _, _, _ := convOps(t, c, tensor.Float32)
+		g := &gi.g
+		if !g.same() {
+			t.Fatalf("%v is not same()", c)
+		}
+		nb := g.chunk()
+		if c.n%nb == 0 {
+			t.Fatalf("%v: %d images a chunk leave no short chunk", c, nb)
+		}
+		x := make([]float32, c.n*g.in())
+		for i := range x {
+			x[i] = float32(i + 1)
+		}
+		_, _, wq, ps := g.phases()
+		slot := g.slot()
+		for n0 := 0; n0 < c.n; n0 += nb {
+			m := min(nb, c.n-n0)
+			xp := make([]float32, g.padSize())
+			for i := range xp {
+				xp[i] = float32(math.NaN())
+			}
+			padChunk(g, x, xp, n0, m)
+			for ch := 0; ch < g.c; ch++ {
+				for at, v := range xp[ch*ps : (ch+1)*ps] {
+					want := float32(0)
+					r, col := at/wq-g.ph, at%wq
+					i, xx := col/slot, col%slot-g.pw
+					if r >= 0 && r < g.h && i < m && xx >= 0 {
+						want = x[(n0+i)*g.in()+(ch*g.h+r)*g.w+xx]
+					}
+					if math.Float32bits(v) != math.Float32bits(want) {
+						t.Fatalf("%v chunk at %d channel %d: padded[%d] (row %d, column %d) = %v, want %v", c, n0, ch, at, r+g.ph, col, v, want)
+					}
+				}
+			}
+		}
+	}
+}
+
+// The implicit forward's planes at width stride 2 (padRows2): even and odd
+// widths, paddings 0 to 2; and at stride 1 with padding only across (no
+// zero row below the images: the last slot's row gap lands in the tail);
+// against the direct loop.
+func TestConv2dForwardPhasePlanes(t *testing.T) {
+	var cases []convCase
+	for _, pw := range []int{0, 1, 2} {
+		for _, w := range []int{8, 9} {
+			cases = append(cases, convCase{n: 3, c: 2, h: 7, w: w, oc: 8, kh: 3, kw: 3,
+				o: Conv2dOpts{Stride: [2]int{2, 2}, Padding: [2]int{1, pw}}})
+			cases = append(cases, convCase{n: 2, c: 2, h: 9, w: w, oc: 8, kh: 3, kw: 3,
+				o: Conv2dOpts{Stride: [2]int{3, 2}, Padding: [2]int{2, pw}, Dilation: [2]int{1, 2}}})
+		}
+	}
+	cases = append(cases,
+		convCase{n: 3, c: 2, h: 5, w: 4, oc: 8, kh: 3, kw: 1, o: Conv2dOpts{Padding: [2]int{0, 1}}},
+		convCase{n: 3, c: 2, h: 5, w: 4, oc: 8, kh: 3, kw: 2, o: Conv2dOpts{Padding: [2]int{0, 2}}})
+	withColumns(t, func(t *testing.T) {
+		for _, c := range cases {
+			ins := c.inputs(tensor.Float32)
+			got := run(t, c.build, ins...)
+			assertClose(t, c.String(), got, convRef(c, vals(ins[0]), vals(ins[1]), nil), 10*tol(tensor.Float32))
+		}
+	})
+}
