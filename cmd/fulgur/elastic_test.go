@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/fulgur-ml/fulgur/callbacks"
 	"github.com/fulgur-ml/fulgur/data"
@@ -27,13 +29,29 @@ import (
 // programEnv makes the test binary the training program that "fulgur run"
 // starts as every rank; dieEnv ("RANK:STEP:HOW") makes that rank fail at
 // the end of that global step: HOW "kill" SIGKILLs it in the first
-// attempt only, "panic" panics in every attempt.
+// attempt only, "panic" panics in every attempt; "slow" makes every step of
+// every rank take 50 ms more (a job to interrupt).
 const (
+	// asFulgur as the first argument makes the test binary the fulgur
+	// command (for tests that signal its process).
+	asFulgur   = "-as-fulgur"
 	programEnv = "FULGUR_ELASTIC_TEST_PROGRAM"
 	dieEnv     = "FULGUR_ELASTIC_TEST_DIE"
 )
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == asFulgur {
+		// The fulgur command itself, as main runs it (exit statuses too).
+		if err := run(os.Args[2:], os.Stdout, os.Stderr); err != nil {
+			var st exitStatus
+			if errors.As(err, &st) {
+				os.Exit(int(st))
+			}
+			fmt.Fprintln(os.Stderr, "fulgur:", err)
+			os.Exit(2)
+		}
+		os.Exit(0)
+	}
 	if os.Getenv(programEnv) != "" {
 		if err := trainProgram(os.Args[1:], os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "program:", err)
@@ -65,6 +83,10 @@ type die struct {
 
 func (d die) Name() string { return "die" }
 func (d die) OnTrainBatchEnd(ctx context.Context, s *trainer.State) error {
+	if d.how == "slow" { // every step of every rank takes a while
+		time.Sleep(50 * time.Millisecond)
+		return nil
+	}
 	if s.GlobalStep != d.step || os.Getenv(launch.EnvRank) != strconv.Itoa(d.rank) {
 		return nil
 	}
@@ -361,5 +383,53 @@ func TestFulgurRunRejectsBadFlags(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("fulgur run %v (%s=%q): error %v, want %q", c.args, launch.EnvMaxRestarts, c.env, err, c.want)
 		}
+	}
+}
+
+// TestFulgurRunStopsOnCtrlC: a SIGINT to the fulgur run process stops the
+// job as torchrun's agent does: the ranks are asked to stop, save
+// interrupted.ckpt and end, and fulgur exits 130 saying so (it printed
+// "context canceled" and exited 2, as for a failed job).
+func TestFulgurRunStopsOnCtrlC(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real multi-process training jobs")
+	}
+	root := t.TempDir()
+	cmd := exec.Command(os.Args[0], asFulgur, "run", "-nproc", "2", os.Args[0], "-devices", "2", "-root", root)
+	cmd.Env = append(os.Environ(), programEnv+"=1", dieEnv+"=0:0:slow", "FULGUR_BACKEND=tcp")
+	var errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	// Wait until training runs (the first checkpoint, after step 3).
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if m, _ := filepath.Glob(filepath.Join(root, "*", "*", "checkpoints", "last.ckpt")); len(m) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoint after 30 s:\n%s", errb.String())
+		}
+		time.Sleep(20 * time.Millisecond) // polling another process's files
+	}
+	cmd.Process.Signal(os.Interrupt)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+			t.Errorf("fulgur run ended with %v, want exit status 130\n%s", err, errb.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("fulgur run still ran 60 s after SIGINT:\n%s", errb.String())
+	}
+	if !strings.Contains(errb.String(), "stopped by SIGINT") || strings.Contains(errb.String(), "context canceled") {
+		t.Errorf("fulgur run's output does not say it was stopped by SIGINT (or reads as a failure):\n%s", errb.String())
+	}
+	if m, _ := filepath.Glob(filepath.Join(root, "*", "*", "checkpoints", "interrupted.ckpt")); len(m) != 1 {
+		t.Errorf("interrupted.ckpt: found %v, want one: the ranks did not save", m)
 	}
 }

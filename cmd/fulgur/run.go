@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
@@ -60,17 +59,38 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("run: PROGRAM %q: %w", fs.Arg(0), err)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	// Ctrl-C stops the job (its ranks save and end) rather than counting as
+	// a failure; a repeat after launch.DuplicateSignalWindow ends this
+	// process at once.
+	ctx, stop := launch.StopOnSignal(context.Background())
 	log := zerolog.New(zerolog.ConsoleWriter{Out: stderr, NoColor: true, TimeFormat: "15:04:05"}).With().Timestamp().Logger()
 	_, err = launch.RunElastic(ctx, launch.Elastic{
 		Program: prog, Args: fs.Args()[1:], World: max, MinWorld: min, MaxRestarts: *restarts, Grace: *grace,
 		Stdout: stdout, Stderr: stderr, Log: log,
 	})
+	if status := stop(); status != 0 {
+		// Stopped by the user: exit as a rank does (130 for SIGINT, 143
+		// for SIGTERM), not as a failed job.
+		fmt.Fprintf(stderr, "fulgur: run: stopped by %s; the ranks were asked to save and end\n", signalName(status))
+		return exitStatus(status)
+	}
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
 	return nil
+}
+
+// exitStatus is an exit status other than 2 for main to use, with nothing
+// more to print.
+type exitStatus int
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+func signalName(status int) string {
+	if status == 128+int(syscall.SIGTERM) {
+		return "SIGTERM"
+	}
+	return "SIGINT"
 }
 
 // parseNproc reads "N" or "MIN:MAX".
