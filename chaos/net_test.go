@@ -59,72 +59,8 @@ func TestNetworkFaults(t *testing.T) {
 	var clean time.Duration
 	t.Run("clean link", func(t *testing.T) { clean = netRun(t, want, 0, 0, 0) })
 	t.Run("loss and delay", func(t *testing.T) { netRun(t, want, 50*time.Millisecond, 0.01, clean) })
-	t.Run("partition", func(t *testing.T) { partition(t, want) })
-	t.Run("partition of two-level collectives", partitionHier)
-}
-
-// partitionHier cuts the link under a job of 2 ranks on each node over
-// FULGUR_BACKEND=hier (shared memory inside a node, tcp across) while rank
-// 3 is held in a training step: the ranks of each node wait for the other
-// node in the cross-node level, and every rank must end with an error
-// within the timeout, naming a rank of the other node.
-func partitionHier(t *testing.T) {
-	r := row{section: sectionNet, fault: "partition, 2 nodes x 2 ranks over FULGUR_BACKEND=hier (shm inside a node, tcp across)", phase: phaseNames["forward"],
-		checked: "every rank's error names a rank of the other node"}
-	defer recordRow(t, &r)
-	n := twoNodes(t, 0, 0)
-	marker, token, port, holdDir := newMarker(t), hex.EncodeToString([]byte(newMarker(t))), 29500, t.TempDir()
-	env := []string{holdEnv + "=forward 3 " + holdDir, "FULGUR_BACKEND=hier"}
-	var js []*job
-	for i := range 4 {
-		js = append(js, rankOf(t, n, marker, i, 2, port, token, env, "-root", t.TempDir()))
-	}
-	if !waitFile(t, js[3], filepath.Join(holdDir, "reached"), 5*time.Minute) {
-		r.outcome = "phase not reached"
-		return
-	}
-	n.Relay.Cut()
-	injected := time.Now()
-	os.WriteFile(filepath.Join(holdDir, "go"), nil, 0o644)
-	var outcomes []string
-	var last time.Time
-	for i, j := range js {
-		if !j.wait(t, timeout+margin+timeout) {
-			r.outcome = "hang"
-			return
-		}
-		last = later(last, j.ended)
-		if j.err == nil {
-			t.Errorf("rank %d succeeded across a partition", i)
-			outcomes = append(outcomes, fmt.Sprintf("rank %d SUCCEEDED", i))
-			continue
-		}
-		msg := lastLine(j.stderr.String())
-		other := []string{"rank 2", "rank 3"}
-		if i >= 2 {
-			other = []string{"rank 0", "rank 1"}
-		}
-		if !strings.Contains(msg, other[0]) && !strings.Contains(msg, other[1]) {
-			t.Errorf("rank %d's error names no rank of the other node:\n%s", i, j.stderr.String())
-			r.checked = "an error names no rank of the other node"
-		}
-		if d := j.ended.Sub(injected); d > timeout+margin {
-			t.Errorf("rank %d's error came %v after the partition, past the timeout %v + %v", i, d, timeout, margin)
-		}
-		outcomes = append(outcomes, fmt.Sprintf("rank %d: %s", i, trimProgram(msg)))
-	}
-	r.outcome = "error on every rank; " + strings.Join(outcomes, "; ")
-	r.timeToError = last.Sub(injected).Round(10 * time.Millisecond).String()
-	if left := survivors(marker, timeout+5*time.Second); len(left) > 0 {
-		t.Errorf("processes %v of the job outlived it", left)
-	}
-}
-
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
+	t.Run("partition", func(t *testing.T) { partition(t, want, 1) })
+	t.Run("partition of two-level collectives", func(t *testing.T) { partition(t, want, 2) })
 }
 
 // netRun trains the job across the link and returns how long it took.
@@ -170,17 +106,35 @@ func netRun(t *testing.T, want string, delay time.Duration, loss float64, clean 
 	return took
 }
 
-// partition cuts the link while rank 1 is held in a training step: every
-// rank must end with an error within the timeout.
-func partition(t *testing.T, want string) {
+// partition cuts the link while the last rank is held in a training step:
+// every rank must end with an error within the timeout, naming a rank of
+// the other node. With perNode 2, over FULGUR_BACKEND=hier, the ranks of
+// each node wait for the other node in the cross-node level.
+func partition(t *testing.T, want string, perNode int) {
 	r := row{section: sectionNet, fault: "partition: the link drops every frame from then on", phase: phaseNames["forward"]}
+	held := 2*perNode - 1
+	env := []string{holdEnv + "=forward " + strconv.Itoa(held) + " "}
+	if perNode > 1 {
+		r.fault = fmt.Sprintf("partition, 2 nodes x %d ranks over FULGUR_BACKEND=hier (shm inside a node, tcp across)", perNode)
+		r.checked = "every rank's error names a rank of the other node"
+	}
 	defer recordRow(t, &r)
 	n := twoNodes(t, 0, 0)
 	marker, token, port, holdDir := newMarker(t), hex.EncodeToString([]byte(newMarker(t))), 29500, t.TempDir()
 	root := t.TempDir()
-	hold := []string{holdEnv + "=forward 1 " + holdDir}
-	js := []*job{rankOn(t, n, marker, 0, port, token, hold, "-root", root), rankOn(t, n, marker, 1, port, token, hold, "-root", t.TempDir())}
-	if !waitFile(t, js[1], filepath.Join(holdDir, "reached"), 5*time.Minute) {
+	env[0] += holdDir
+	if perNode > 1 {
+		env = append(env, "FULGUR_BACKEND=hier")
+	}
+	var js []*job
+	for i := range 2 * perNode {
+		dir := root
+		if i > 0 {
+			dir = t.TempDir()
+		}
+		js = append(js, rankOf(t, n, marker, i, perNode, port, token, env, "-root", dir))
+	}
+	if !waitFile(t, js[held], filepath.Join(holdDir, "reached"), 5*time.Minute) {
 		r.outcome = "phase not reached"
 		return
 	}
@@ -203,20 +157,30 @@ func partition(t *testing.T, want string) {
 			continue
 		}
 		msg := lastLine(j.stderr.String())
-		if other := "rank " + strconv.Itoa(1-i); !strings.Contains(msg, other) {
-			t.Errorf("rank %d's error does not name %s:\n%s", i, other, j.stderr.String())
+		other := 1 - i/perNode // the other node
+		named := false
+		for k := other * perNode; k < (other+1)*perNode; k++ {
+			named = named || strings.Contains(msg, "rank "+strconv.Itoa(k))
+		}
+		if !named {
+			t.Errorf("rank %d's error names no rank of node %d:\n%s", i, other, j.stderr.String())
+			r.checked = "an error names no rank of the other node"
 		}
 		if d := j.ended.Sub(injected); d > timeout+margin {
 			t.Errorf("rank %d's error came %v after the partition, past the timeout %v + %v", i, d, timeout, margin)
 		}
 		outcomes = append(outcomes, fmt.Sprintf("rank %d: %s", i, trimProgram(strings.ReplaceAll(msg, root, "ROOT"))))
 	}
-	r.outcome = "error on both ranks; " + strings.Join(outcomes, "; ")
+	both := "error on both ranks; "
+	if perNode > 1 {
+		both = "error on every rank; "
+	}
+	r.outcome = both + strings.Join(outcomes, "; ")
 	r.timeToError = last.Sub(injected).Round(10 * time.Millisecond).String()
 	if left := survivors(marker, timeout+5*time.Second); len(left) > 0 {
 		t.Errorf("processes %v of the job outlived it", left)
 	}
-	if p := findFile(root, "last.ckpt"); p != "" {
+	if p := findFile(root, "last.ckpt"); p != "" && perNode == 1 {
 		r.checked = checkResume(t, p, want)
 	}
 }
