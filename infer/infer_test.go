@@ -151,7 +151,7 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 			}
 			x := randomX(9, 6)
 			// The trained weights, read straight from the trainer's store.
-			ref, err := infer.New(a.new(), infer.Config{Inputs: []data.Field{xField}, Precision: "64", Seed: 77})
+			ref, err := infer.New(a.new(), infer.Config{Inputs: []data.Field{xField}, Precision: "64", Seed: 77, InitialWeights: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -159,7 +159,7 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := predict(t, ref, x)
-			fresh, err := infer.New(a.new(), infer.Config{Inputs: []data.Field{xField}, Precision: "64", Seed: 77})
+			fresh, err := infer.New(a.new(), infer.Config{Inputs: []data.Field{xField}, Precision: "64", Seed: 77, InitialWeights: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -196,7 +196,7 @@ func sameValues(a, b []float64) bool {
 
 // The file holds PyTorch's names, layouts and dtypes.
 func TestStateDictLayout(t *testing.T) {
-	m, err := infer.New(&tinyResNet{}, infer.Config{Inputs: []data.Field{xField}})
+	m, err := infer.New(&tinyResNet{}, infer.Config{Inputs: []data.Field{xField}, InitialWeights: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +277,7 @@ func TestLoadWeightsMismatch(t *testing.T) {
 		{Name: "fc1.bias", Shape: []int{12}},
 		{Name: "fc3.weight", Shape: []int{5, 12}},
 	})
-	m, err := infer.New(&tinyMLP{}, infer.Config{Inputs: []data.Field{xField}})
+	m, err := infer.New(&tinyMLP{}, infer.Config{Inputs: []data.Field{xField}, InitialWeights: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +311,17 @@ func TestConfigErrors(t *testing.T) {
 			t.Errorf("error %v lacks %q", err, want)
 		}
 	}
-	m, err := infer.New(&tinyMLP{}, infer.Config{Inputs: []data.Field{xField}})
+	// No weights named: an error, not a model that predicts from random
+	// weights (a Trainer's LastModelPath is "" when it saved no checkpoint).
+	_, err = infer.New(&tinyMLP{}, infer.Config{Inputs: []data.Field{xField}, Weights: ""})
+	if err == nil || !strings.Contains(err.Error(), `Weights is "": name the checkpoint`) || !strings.Contains(err.Error(), "InitialWeights") {
+		t.Errorf("New without Weights: %v, want an error naming Weights and InitialWeights", err)
+	}
+	_, err = infer.New(&tinyMLP{}, infer.Config{Inputs: []data.Field{xField}, Weights: "w.safetensors", InitialWeights: true})
+	if err == nil || !strings.Contains(err.Error(), "use one") {
+		t.Errorf("New with Weights and InitialWeights: %v, want an error", err)
+	}
+	m, err := infer.New(&tinyMLP{}, infer.Config{Inputs: []data.Field{xField}, InitialWeights: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -480,7 +490,7 @@ func TestLoadWeightsDtypes(t *testing.T) {
 
 // A cut or foreign file is an error that says so, never a panic.
 func TestLoadWeightsTruncated(t *testing.T) {
-	m, err := infer.New(&tinyMLP{}, infer.Config{Inputs: []data.Field{xField}})
+	m, err := infer.New(&tinyMLP{}, infer.Config{Inputs: []data.Field{xField}, InitialWeights: true})
 	if err != nil {
 		t.Fatal(err)
 	}

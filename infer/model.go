@@ -20,9 +20,15 @@ type Config struct {
 	// ({Name: "x", Shape: []int{1, 28, 28}}). Required.
 	Inputs []data.Field
 	// Weights is the file to load: a fulgur checkpoint or a safetensors
-	// state dict (SaveStateDict's, or PyTorch's). "" keeps the initial
-	// weights drawn from Seed.
+	// state dict (SaveStateDict's, or PyTorch's). Required unless
+	// InitialWeights is set: a model that silently predicts with random
+	// weights (a Trainer's LastModelPath or BestModelPath is "" when no
+	// checkpoint was saved) is an error, not a result.
 	Weights string
+	// InitialWeights, with Weights "", keeps the weights drawn from Seed:
+	// for a model whose weights you then set yourself (Store, LoadWeights)
+	// or a test.
+	InitialWeights bool
 	// Precision is "32" (float32, the default) or "64" (float64), as in
 	// trainer.Config; it must match a checkpoint's.
 	Precision string
@@ -48,6 +54,12 @@ func (c *Config) Validate() error {
 				break
 			}
 		}
+	}
+	if c.Weights == "" && !c.InitialWeights {
+		errs = append(errs, errors.New("Weights is \"\": name the checkpoint or state dict to load (a Trainer's LastModelPath and BestModelPath are \"\" when it saved none), or set InitialWeights to predict with the random initial weights"))
+	}
+	if c.Weights != "" && c.InitialWeights {
+		errs = append(errs, fmt.Errorf("Weights is %q and InitialWeights is set: use one", c.Weights))
 	}
 	switch c.Precision {
 	case "":
