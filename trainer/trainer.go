@@ -936,6 +936,9 @@ func (t *Trainer) reduceAggs(ctx context.Context, aggs map[string]*agg, all bool
 func (t *Trainer) evalLoop(ctx context.Context, mode module.Mode, l *data.Loader, limit int) (map[string]*agg, error) {
 	aggs := map[string]*agg{}
 	nb := l.NumBatches(0)
+	if err := t.noBatch(mode.String(), l, nb); err != nil {
+		return nil, err
+	}
 	if limit > 0 && limit < nb {
 		nb = limit
 	}
@@ -966,6 +969,20 @@ func (t *Trainer) evalLoop(ctx context.Context, mode module.Mode, l *data.Loader
 		return nil, fmt.Errorf("%s data: %w", mode, err)
 	}
 	return aggs, ctx.Err()
+}
+
+// noBatch is the error of an evaluation loader that gives this rank no
+// batch of a dataset that has examples because DropLast drops the rank's
+// whole share: the loop would run nothing and its metrics (or predictions)
+// would be missing without a word. (A rank of an evaluation set smaller
+// than the job gets a padded row instead, see data.DistributedSampler.)
+func (t *Trainer) noBatch(what string, l *data.Loader, nb int) error {
+	c := l.Config()
+	if nb > 0 || !c.DropLast || l.Dataset().Len() == 0 {
+		return nil
+	}
+	info := t.strat.Info()
+	return fmt.Errorf("the %s loader gives rank %d of %d no batch: DropLast is set and the rank's share of the dataset's %d examples is smaller than BatchSize %d: unset DropLast (evaluation rarely wants it) or lower BatchSize", what, info.Rank, info.WorldSize, l.Dataset().Len(), c.BatchSize)
 }
 
 // validationLoop runs validation; its epoch metrics are always reduced
@@ -1133,6 +1150,9 @@ func (t *Trainer) Predict(ctx context.Context, m module.Module, l *data.Loader, 
 		pl = l.WithSampler(data.SequentialSampler{})
 	}
 	nb := pl.NumBatches(0)
+	if err := t.noBatch("predict", pl, nb); err != nil {
+		return nil, err
+	}
 	if t.cfg.LimitPredictBatches > 0 && t.cfg.LimitPredictBatches < nb {
 		nb = t.cfg.LimitPredictBatches
 	}
