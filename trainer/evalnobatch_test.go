@@ -3,11 +3,8 @@ package trainer_test
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 
-	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
-	"github.com/fulgur-ml/fulgur/strategy/ddp"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
@@ -19,39 +16,24 @@ import (
 func TestEvalLoaderDroppingEveryBatchIsAnError(t *testing.T) {
 	for _, during := range []string{"Validate", "Fit"} {
 		t.Run(during, func(t *testing.T) {
-			group, err := inproc.NewGroup(2)
-			if err != nil {
-				t.Fatal(err)
-			}
-			errs := make([]error, 2)
 			res := make([]map[string]float64, 2)
-			var wg sync.WaitGroup
-			for r := range 2 {
-				d, err := ddp.NewDDP(ddp.DDPConfig{Group: group[r]})
-				if err != nil {
-					t.Fatal(err)
+			_, errs := onRanks(t, 2, ddpRank(t), func(int) trainer.Config {
+				return quiet(trainer.Config{MaxEpochs: 1, DefaultRootDir: t.TempDir()})
+			}, func(r int, tr *trainer.Trainer) error {
+				defer tr.Teardown(context.Background())
+				m := newResumeJob(t, 1, 0).mod()
+				train := loader(t, regression(t, 64, 0.1, 9), 8, true, false)
+				valLoader := loader(t, regression(t, 40, 0.1, 9), 32, false, true)
+				if during == "Fit" {
+					return tr.Fit(context.Background(), m, train, valLoader)
 				}
-				tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 1, StrategyImpl: d, HandleSignals: trainer.Bool(false), DefaultRootDir: t.TempDir()}))
-				if err != nil {
-					t.Fatal(err)
+				if err := tr.Fit(context.Background(), m, train, nil); err != nil {
+					return err
 				}
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					defer tr.Teardown(context.Background())
-					m := newResumeJob(t, 1, 0).mod()
-					train := loader(t, regression(t, 64, 0.1, 9), 8, true, false)
-					valLoader := loader(t, regression(t, 40, 0.1, 9), 32, false, true)
-					if during == "Fit" {
-						errs[r] = tr.Fit(context.Background(), m, train, valLoader)
-						return
-					}
-					if errs[r] = tr.Fit(context.Background(), m, train, nil); errs[r] == nil {
-						res[r], errs[r] = tr.Validate(context.Background(), m, valLoader)
-					}
-				}()
-			}
-			wg.Wait()
+				var err error
+				res[r], err = tr.Validate(context.Background(), m, valLoader)
+				return err
+			})
 			for r, err := range errs {
 				if err == nil || !strings.Contains(err.Error(), "DropLast is set") || !strings.Contains(err.Error(), "BatchSize 32") {
 					t.Errorf("rank %d: %v (metrics %v), want an error naming DropLast and BatchSize", r, err, res[r])

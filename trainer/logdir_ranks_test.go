@@ -6,10 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
-	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
+	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/fsdp"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
@@ -23,35 +23,23 @@ import (
 func TestLogDirIsRankZeros(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
-	group, err := inproc.NewGroup(2)
-	if err != nil {
-		t.Fatal(err)
-	}
 	dirs := []string{filepath.Join(root, "version_0"), filepath.Join(root, "version_1")}
-	logs := make([]*bytes.Buffer, 2)
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r := range 2 {
-		s, err := fsdp.New(fsdp.Config{Group: group[r]})
+	logs := []*bytes.Buffer{{}, {}}
+	fsdpRank := func(r int, g collective.Collective) strategy.Strategy {
+		s, err := fsdp.New(fsdp.Config{Group: g})
 		if err != nil {
 			t.Fatal(err)
 		}
-		logs[r] = &bytes.Buffer{}
-		cfg := quiet(trainer.Config{MaxEpochs: 1, Seed: 1, StrategyImpl: s, HandleSignals: trainer.Bool(false),
-			LogDir: dirs[r], ShardedCheckpoint: true})
-		cfg.Out = logs[r]
-		tr, err := trainer.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer tr.Teardown(ctx)
-			errs[r] = tr.Fit(ctx, newEvalReg(), loader(t, regression(t, 64, 0.01, 4), 8, false, false), nil)
-		}()
+		return s
 	}
-	wg.Wait()
+	_, errs := onRanks(t, 2, fsdpRank, func(r int) trainer.Config {
+		cfg := quiet(trainer.Config{MaxEpochs: 1, Seed: 1, LogDir: dirs[r], ShardedCheckpoint: true})
+		cfg.Out = logs[r]
+		return cfg
+	}, func(r int, tr *trainer.Trainer) error {
+		defer tr.Teardown(ctx)
+		return tr.Fit(ctx, newEvalReg(), loader(t, regression(t, 64, 0.01, 4), 8, false, false), nil)
+	})
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)

@@ -18,42 +18,64 @@ import (
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
-// fitRanks runs a job on n ranks in goroutines (inproc collectives), each
-// with its own trainer, and returns rank 0's trainer.
-func fitRanks(t *testing.T, n int, newStrat func(r int, g collective.Collective) strategy.Strategy, job resumeJob, ckpt string, cbs func(rank int) []trainer.Callback) []*trainer.Trainer {
+// onRanks runs f on n in-process ranks at once (inproc collectives): rank
+// r's trainer is built from cfg(r) with the strategy newStrat makes over
+// rank r's member of the group and signal handling off (f tears it down
+// where the test wants). It returns the trainers and the ranks' errors.
+func onRanks(t *testing.T, n int, newStrat func(r int, g collective.Collective) strategy.Strategy, cfg func(r int) trainer.Config, f func(r int, tr *trainer.Trainer) error) ([]*trainer.Trainer, []error) {
 	t.Helper()
 	group, err := inproc.NewGroup(n)
 	if err != nil {
 		t.Fatal(err)
 	}
 	trs := make([]*trainer.Trainer, n)
-	errs := make([]error, n)
-	root := t.TempDir()
-	var wg sync.WaitGroup
-	for r := 0; r < n; r++ {
-		cfg := quiet(job.cfg)
-		cfg.DefaultRootDir = root
-		cfg.StrategyImpl = newStrat(r, group[r])
-		cfg.HandleSignals = trainer.Bool(false)
-		if cbs != nil {
-			cfg.Callbacks = cbs(r)
+	for r := range n {
+		c := cfg(r)
+		c.StrategyImpl = newStrat(r, group[r])
+		c.HandleSignals = trainer.Bool(false)
+		if trs[r], err = trainer.New(c); err != nil {
+			t.Fatal(err)
 		}
-		tr, err := trainer.New(cfg)
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r, tr := range trs {
+		wg.Go(func() { errs[r] = f(r, tr) })
+	}
+	wg.Wait()
+	return trs, errs
+}
+
+// ddpRank is onRanks' and fitRanks' strategy for a ddp rank.
+func ddpRank(t *testing.T) func(r int, g collective.Collective) strategy.Strategy {
+	return func(r int, g collective.Collective) strategy.Strategy {
+		d, err := ddp.NewDDP(ddp.DDPConfig{Group: g})
 		if err != nil {
 			t.Fatal(err)
 		}
-		trs[r] = tr
-		var opts []trainer.FitOption
-		if ckpt != "" {
-			opts = append(opts, trainer.FromCheckpoint(ckpt))
-		}
-		wg.Add(1)
-		go func(r int) {
-			defer wg.Done()
-			errs[r] = tr.Fit(context.Background(), job.mod(), job.train, job.val, opts...)
-		}(r)
+		return d
 	}
-	wg.Wait()
+}
+
+// fitRanks runs a job on n ranks in goroutines (inproc collectives), each
+// with its own trainer, and returns the trainers.
+func fitRanks(t *testing.T, n int, newStrat func(r int, g collective.Collective) strategy.Strategy, job resumeJob, ckpt string, cbs func(rank int) []trainer.Callback) []*trainer.Trainer {
+	t.Helper()
+	root := t.TempDir()
+	var opts []trainer.FitOption
+	if ckpt != "" {
+		opts = append(opts, trainer.FromCheckpoint(ckpt))
+	}
+	trs, errs := onRanks(t, n, newStrat, func(r int) trainer.Config {
+		cfg := quiet(job.cfg)
+		cfg.DefaultRootDir = root
+		if cbs != nil {
+			cfg.Callbacks = cbs(r)
+		}
+		return cfg
+	}, func(r int, tr *trainer.Trainer) error {
+		return tr.Fit(context.Background(), job.mod(), job.train, job.val, opts...)
+	})
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)

@@ -3,15 +3,12 @@ package trainer_test
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 
 	G "gorgonia.org/gorgonia"
 
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/optim"
-	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
-	"github.com/fulgur-ml/fulgur/strategy/ddp"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
@@ -108,33 +105,15 @@ func TestReduceOnPlateauFollowsItsMetric(t *testing.T) {
 // rank now takes rank 0's value.
 func TestReduceOnPlateauAgreesAcrossRanks(t *testing.T) {
 	ctx := context.Background()
-	group, err := inproc.NewGroup(2)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ds := regression(t, 256, 0.5, 3)
 	traces := []*lrTrace{{}, {}}
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r := range 2 {
-		d, err := ddp.NewDDP(ddp.DDPConfig{Group: group[r]})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 3, Seed: 1, StrategyImpl: d, HandleSignals: trainer.Bool(false),
-			Callbacks: []trainer.Callback{traces[r]}}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer tr.Teardown(ctx)
-			m := &plateauReg{linreg: linreg{in: 4, lr: 0.05}, cfg: optim.PlateauConfig{Patience: 0, Factor: 0.9, Interval: optim.PerStep}}
-			errs[r] = tr.Fit(ctx, m, loader(t, ds, 4, true, false), nil)
-		}()
-	}
-	wg.Wait()
+	_, errs := onRanks(t, 2, ddpRank(t), func(r int) trainer.Config {
+		return quiet(trainer.Config{MaxEpochs: 3, Seed: 1, Callbacks: []trainer.Callback{traces[r]}})
+	}, func(r int, tr *trainer.Trainer) error {
+		defer tr.Teardown(ctx)
+		m := &plateauReg{linreg: linreg{in: 4, lr: 0.05}, cfg: optim.PlateauConfig{Patience: 0, Factor: 0.9, Interval: optim.PerStep}}
+		return tr.Fit(ctx, m, loader(t, ds, 4, true, false), nil)
+	})
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)

@@ -2,14 +2,11 @@ package trainer_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 
 	G "gorgonia.org/gorgonia"
 
 	"github.com/fulgur-ml/fulgur/module"
-	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
-	"github.com/fulgur-ml/fulgur/strategy/ddp"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
@@ -42,32 +39,13 @@ func TestReduceBySumAddsTheBatchesValues(t *testing.T) {
 		t.Errorf("one device: val_batches %g, want 5 (70 rows in batches of 16)", got["val_batches"])
 	}
 
-	group, err := inproc.NewGroup(2)
-	if err != nil {
-		t.Fatal(err)
-	}
 	vals := make([]float64, 2)
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r := range 2 {
-		d, err := ddp.NewDDP(ddp.DDPConfig{Group: group[r]})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr, err := trainer.New(quiet(trainer.Config{StrategyImpl: d, HandleSignals: trainer.Bool(false)}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer tr.Teardown(ctx)
-			var m map[string]float64
-			m, errs[r] = tr.Validate(ctx, &batchCounter{*newEvalReg()}, loader(t, ds, 16, false, false))
-			vals[r] = m["val_batches"]
-		}()
-	}
-	wg.Wait()
+	_, errs := onRanks(t, 2, ddpRank(t), func(int) trainer.Config { return quiet(trainer.Config{}) }, func(r int, tr *trainer.Trainer) error {
+		defer tr.Teardown(ctx)
+		m, err := tr.Validate(ctx, &batchCounter{*newEvalReg()}, loader(t, ds, 16, false, false))
+		vals[r] = m["val_batches"]
+		return err
+	})
 	for r := range 2 {
 		if errs[r] != nil {
 			t.Fatalf("rank %d: %v", r, errs[r])

@@ -3,7 +3,6 @@ package trainer_test
 import (
 	"context"
 	"math"
-	"sync"
 	"testing"
 
 	G "gorgonia.org/gorgonia"
@@ -13,7 +12,6 @@ import (
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
-	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
 	"github.com/fulgur-ml/fulgur/strategy/ddp"
 	"github.com/fulgur-ml/fulgur/strategy/fsdp"
 	"github.com/fulgur-ml/fulgur/strategy/sharded"
@@ -72,10 +70,6 @@ func TestEvaluationSetSmallerThanTheRanks(t *testing.T) {
 	}
 	for name, newStrat := range strategies {
 		t.Run(name, func(t *testing.T) {
-			group, err := inproc.NewGroup(2)
-			if err != nil {
-				t.Fatal(err)
-			}
 			root := t.TempDir()
 			type result struct {
 				val, test map[string]float64
@@ -83,38 +77,33 @@ func TestEvaluationSetSmallerThanTheRanks(t *testing.T) {
 				err       error
 			}
 			res := make([]result, 2)
-			var wg sync.WaitGroup
-			for r := range 2 {
-				s, err := newStrat(group[r])
+			onStrat := func(r int, g collective.Collective) strategy.Strategy {
+				s, err := newStrat(g)
 				if err != nil {
 					t.Fatal(err)
 				}
+				return s
+			}
+			onRanks(t, 2, onStrat, func(int) trainer.Config {
 				mc, err := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{Monitor: "val_loss", SaveTopK: 1})
 				if err != nil {
 					t.Fatal(err)
 				}
-				tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 2, Seed: 3, StrategyImpl: s, DefaultRootDir: root,
-					HandleSignals: trainer.Bool(false), Callbacks: []trainer.Callback{mc}}))
-				if err != nil {
-					t.Fatal(err)
+				return quiet(trainer.Config{MaxEpochs: 2, Seed: 3, DefaultRootDir: root, Callbacks: []trainer.Callback{mc}})
+			}, func(r int, tr *trainer.Trainer) error {
+				defer tr.Teardown(ctx)
+				rr := &res[r]
+				m := &countingReg{*newEvalReg()}
+				if rr.err = tr.Fit(ctx, m, loader(t, trainDS, 8, true, false), loader(t, one, 8, false, false)); rr.err != nil {
+					return nil
 				}
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					defer tr.Teardown(ctx)
-					rr := &res[r]
-					m := &countingReg{*newEvalReg()}
-					if rr.err = tr.Fit(ctx, m, loader(t, trainDS, 8, true, false), loader(t, one, 8, false, false)); rr.err != nil {
-						return
-					}
-					rr.val = tr.Metrics()
-					if rr.test, rr.err = tr.Test(ctx, m, loader(t, one, 8, false, false)); rr.err != nil {
-						return
-					}
-					rr.preds, rr.err = tr.Predict(ctx, m, loader(t, one, 8, false, false))
-				}()
-			}
-			wg.Wait()
+				rr.val = tr.Metrics()
+				if rr.test, rr.err = tr.Test(ctx, m, loader(t, one, 8, false, false)); rr.err != nil {
+					return nil
+				}
+				rr.preds, rr.err = tr.Predict(ctx, m, loader(t, one, 8, false, false))
+				return nil
+			})
 			x, y := make([]float32, 4), make([]float32, 1)
 			if err := one.Read(0, [][]float32{x, y}); err != nil {
 				t.Fatal(err)

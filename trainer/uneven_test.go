@@ -3,11 +3,8 @@ package trainer_test
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 
-	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
-	"github.com/fulgur-ml/fulgur/strategy/ddp"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
@@ -16,34 +13,15 @@ import (
 // naming each rank's count and the fix, instead of meeting the other's
 // gradient reduction with its end of epoch.
 func TestUnevenBatchesAcrossRanksNamed(t *testing.T) {
-	group, err := inproc.NewGroup(2)
-	if err != nil {
-		t.Fatal(err)
-	}
 	root := t.TempDir()
-	errs := make([]error, 2)
 	steps := make([]int, 2)
-	var wg sync.WaitGroup
-	for r := range 2 {
-		d, err := ddp.NewDDP(ddp.DDPConfig{Group: group[r]})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg := quiet(trainer.Config{MaxEpochs: 1, Seed: 1, DefaultRootDir: root, StrategyImpl: d,
-			HandleSignals: trainer.Bool(false), UseDistributedSampler: trainer.Bool(false)})
-		tr, err := trainer.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		train := loader(t, regression(t, 96-16*r, 0.1, 9), 8, false, false)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = tr.Fit(context.Background(), newResumeJob(t, 1, 0).mod(), train, nil)
-			steps[r] = tr.Stats().GlobalStep
-		}()
-	}
-	wg.Wait()
+	_, errs := onRanks(t, 2, ddpRank(t), func(int) trainer.Config {
+		return quiet(trainer.Config{MaxEpochs: 1, Seed: 1, DefaultRootDir: root, UseDistributedSampler: trainer.Bool(false)})
+	}, func(r int, tr *trainer.Trainer) error {
+		err := tr.Fit(context.Background(), newResumeJob(t, 1, 0).mod(), loader(t, regression(t, 96-16*r, 0.1, 9), 8, false, false), nil)
+		steps[r] = tr.Stats().GlobalStep
+		return err
+	})
 	for r, err := range errs {
 		if err == nil {
 			t.Fatalf("rank %d: Fit succeeded with uneven batches", r)
@@ -64,29 +42,12 @@ func TestUnevenBatchesAcrossRanksNamed(t *testing.T) {
 // and Fit returned nil after training nothing (one process refuses the
 // loader itself). Every rank now fails naming BatchSize and DropLast.
 func TestNoTrainingBatchOnARankIsAnError(t *testing.T) {
-	group, err := inproc.NewGroup(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r := range 2 {
-		d, err := ddp.NewDDP(ddp.DDPConfig{Group: group[r]})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 2, StrategyImpl: d, HandleSignals: trainer.Bool(false), DefaultRootDir: t.TempDir()}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer tr.Teardown(context.Background())
-			errs[r] = tr.Fit(context.Background(), newResumeJob(t, 1, 0).mod(), loader(t, regression(t, 100, 0.1, 9), 64, true, true), nil)
-		}()
-	}
-	wg.Wait()
+	_, errs := onRanks(t, 2, ddpRank(t), func(int) trainer.Config {
+		return quiet(trainer.Config{MaxEpochs: 2, DefaultRootDir: t.TempDir()})
+	}, func(r int, tr *trainer.Trainer) error {
+		defer tr.Teardown(context.Background())
+		return tr.Fit(context.Background(), newResumeJob(t, 1, 0).mod(), loader(t, regression(t, 100, 0.1, 9), 64, true, true), nil)
+	})
 	for r, err := range errs {
 		if err == nil || !strings.Contains(err.Error(), "no training batch") || !strings.Contains(err.Error(), "BatchSize 64 and DropLast") {
 			t.Errorf("rank %d: err = %v, want no training batch, naming BatchSize 64 and DropLast", r, err)
