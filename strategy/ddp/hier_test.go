@@ -1,13 +1,9 @@
 package ddp_test
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"math"
 	"net"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -30,23 +26,12 @@ func startNodes(t *testing.T, marker string, nodes, perNode int, env []string, a
 	runs := make([]run, world)
 	var wg sync.WaitGroup
 	for r := range world {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, os.Args[0], args...)
-			cmd.Env = append(os.Environ(), programEnv+"=1", "FULGUR_TEST_MARKER="+marker, "FULGUR_TIMEOUT=20s",
+		wg.Go(func() {
+			runs[r] = startProgram(t, marker, append([]string{"FULGUR_TIMEOUT=20s",
 				fmt.Sprintf("RANK=%d", r), fmt.Sprintf("WORLD_SIZE=%d", world), fmt.Sprintf("LOCAL_RANK=%d", r%perNode),
 				fmt.Sprintf("LOCAL_WORLD_SIZE=%d", perNode), fmt.Sprintf("NODE_RANK=%d", r/perNode),
-				"MASTER_ADDR=127.0.0.1", fmt.Sprintf("MASTER_PORT=%d", port), "FULGUR_TOKEN="+marker)
-			cmd.Env = append(cmd.Env, env...)
-			var out, errb bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &errb
-			t0 := time.Now()
-			err := cmd.Run()
-			runs[r] = run{stdout: out.String(), stderr: errb.String(), err: err, took: time.Since(t0)}
-		}()
+				"MASTER_ADDR=127.0.0.1", fmt.Sprintf("MASTER_PORT=%d", port), "FULGUR_TOKEN=" + marker}, env...), args...)
+		})
 	}
 	wg.Wait()
 	return runs
