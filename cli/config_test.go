@@ -156,3 +156,28 @@ func TestFastDevRunClearsDefaultLengths(t *testing.T) {
 		t.Errorf("without -fast-dev-run: %v", doc["trainer"])
 	}
 }
+
+// -num-sanity-val-steps is 2 unless given, as Lightning's
+// num_sanity_val_steps; 0 turns the check off in the trainer.
+func TestNumSanityValSteps(t *testing.T) {
+	app := cli.App{Name: "mlp", Model: &models.MLP{}, Data: &cli.FashionMNIST{}}
+	if v := printed(t, app)["trainer"]["num_sanity_val_steps"]; v != 2.0 {
+		t.Errorf("default num_sanity_val_steps %v, want 2", v)
+	}
+	if v := printed(t, app, "-num-sanity-val-steps", "0")["trainer"]["num_sanity_val_steps"]; v != 0.0 {
+		t.Errorf("-num-sanity-val-steps 0 printed %v", v)
+	}
+	for _, c := range []struct {
+		n       int
+		disable bool
+	}{{0, true}, {3, false}, {-1, false}} {
+		s := cli.Settings{NumSanityVal: c.n}
+		cfg, err := s.TrainerConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.DisableSanityCheck != c.disable || (!c.disable && cfg.NumSanityValSteps != c.n) {
+			t.Errorf("-num-sanity-val-steps %d: trainer.Config NumSanityValSteps %d, DisableSanityCheck %v", c.n, cfg.NumSanityValSteps, cfg.DisableSanityCheck)
+		}
+	}
+}

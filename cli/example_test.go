@@ -58,6 +58,7 @@ func Example() {
 	//   no_plots: false
 	//   no_progress_bar: false
 	//   num_nodes: 1
+	//   num_sanity_val_steps: 2
 	//   precision: "32"
 	//   predictions: ""
 	//   profiler: ""

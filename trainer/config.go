@@ -37,6 +37,18 @@ type Config struct {
 	ValCheckInterval int
 	// CheckValEveryNEpoch runs validation every this many epochs. 0: 1.
 	CheckValEveryNEpoch int
+	// NumSanityValSteps runs this many validation batches before the first
+	// training step of every Fit that has a validation loader (Lightning's
+	// num_sanity_val_steps), so that a validation step that fails does so
+	// in seconds rather than after an epoch of training. Their metrics are
+	// discarded; no callback, logger or module hook other than the
+	// validation step sees them, and they change nothing training reads
+	// (weights, random streams, the data's order). 0: 2, Lightning's
+	// default; -1: every validation batch (within LimitValBatches).
+	// DisableSanityCheck turns it off (Lightning's num_sanity_val_steps=0),
+	// as FastDevRun does.
+	NumSanityValSteps  int
+	DisableSanityCheck bool
 	// FastDevRun runs this many batches of training, validation and test
 	// in a single epoch, with no checkpoints, as a smoke test. 0: off. As
 	// Lightning's fast_dev_run it overrides MaxEpochs (1), MaxSteps (none),
@@ -184,6 +196,9 @@ func (c *Config) Validate() error {
 	nonNeg("ValCheckInterval", c.ValCheckInterval)
 	nonNeg("CheckValEveryNEpoch", c.CheckValEveryNEpoch)
 	nonNeg("FastDevRun", c.FastDevRun)
+	if c.NumSanityValSteps < -1 {
+		bad("NumSanityValSteps is %d: use 0 (the default, 2 batches), a positive number, -1 for every validation batch, or DisableSanityCheck to skip the check", c.NumSanityValSteps)
+	}
 	nonNeg("AccumulateGradBatches", c.AccumulateGradBatches)
 	nonNeg("LogEveryNSteps", c.LogEveryNSteps)
 	nonNeg("NumNodes", c.NumNodes)
@@ -239,6 +254,9 @@ func (c *Config) Validate() error {
 		c.LimitTrainBatches, c.LimitValBatches, c.LimitTestBatches, c.LimitPredictBatches = c.FastDevRun, c.FastDevRun, c.FastDevRun, c.FastDevRun
 		c.ValCheckInterval = 0
 		c.CheckValEveryNEpoch = 1
+	}
+	if c.NumSanityValSteps == 0 {
+		c.NumSanityValSteps = 2
 	}
 	if c.MaxEpochs == 0 && c.MaxSteps == 0 {
 		c.MaxEpochs = 1000

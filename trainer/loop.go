@@ -85,6 +85,9 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 		t.signals = watchSignals(t.cfg.Log)
 		defer t.signals.stop()
 	}
+	if err := t.sanityCheck(ctx, val, startEpoch); err != nil {
+		return err
+	}
 	for epoch := startEpoch; t.trainingLeft(epoch); epoch++ {
 		if err := f.epoch(ctx, epoch); err != nil {
 			return err
@@ -336,4 +339,25 @@ func (f *fitRun) endEpoch(ctx context.Context, epoch, nb int, r loopPos, stop er
 		return err
 	}
 	return stop
+}
+
+// sanityCheck runs NumSanityValSteps validation batches before training
+// (Lightning's sanity check) and discards their metrics: a broken
+// validation step fails before an epoch of training is spent. Evaluation
+// steps leave the weights, the random streams and the training data's
+// order alone, so the run trains as it would without the check.
+func (t *Trainer) sanityCheck(ctx context.Context, val *data.Loader, startEpoch int) error {
+	c := &t.cfg
+	if val == nil || c.DisableSanityCheck || c.FastDevRun > 0 || !t.trainingLeft(startEpoch) {
+		return nil
+	}
+	n := c.NumSanityValSteps
+	if n < 0 || (c.LimitValBatches > 0 && c.LimitValBatches < n) {
+		n = c.LimitValBatches
+	}
+	defer t.span("sanity check")()
+	if _, err := t.evalLoop(ctx, module.Validate, val, n); err != nil {
+		return fmt.Errorf("sanity check (validation batches run before training; Config.DisableSanityCheck skips it): %w", err)
+	}
+	return nil
 }
