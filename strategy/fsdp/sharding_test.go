@@ -166,58 +166,100 @@ func TestFSDPShardingRefusesBadConfig(t *testing.T) {
 // they checkpoint one device's weights with the global batch, within
 // float32 tolerance.
 func TestFSDPHybridShardByNameOnTwoNodes(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes")
-	}
-	dir := t.TempDir()
-	want := filepath.Join(dir, "single.ckpt")
-	program(t, "-strategy", "single", "-devices", "1", "-batch", "16", "-ckpt", want)
+	dir, want := oneDeviceGlobalBatch(t)
 	for _, backend := range []string{"shm", "tcp"} {
 		t.Run(backend, func(t *testing.T) {
 			got := filepath.Join(dir, backend+".ckpt")
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-			ln.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-			defer cancel()
-			const nodes, perNode = 2, 2
-			outs := make([]bytes.Buffer, nodes*perNode)
-			errs := make([]error, nodes*perNode)
-			var wg sync.WaitGroup
-			for r := range nodes * perNode {
-				log := filepath.Join(dir, fmt.Sprintf("%s_%d.log", backend, r))
-				cmd := exec.CommandContext(ctx, os.Args[0], "-strategy", "fsdp_hybrid_shard", "-devices", "2", "-nodes", "2", "-batch", "4", "-ckpt", got, "-mark", dir, "-log", log)
-				cmd.Env = append(os.Environ(), programEnv+"=1", "FULGUR_TIMEOUT=60s", "FULGUR_BACKEND="+backend, "FULGUR_TOKEN=hybrid-test",
-					"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port, "WORLD_SIZE=4", "LOCAL_WORLD_SIZE=2",
-					"RANK="+strconv.Itoa(r), "LOCAL_RANK="+strconv.Itoa(r%perNode), "NODE_RANK="+strconv.Itoa(r/perNode))
-				cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					errs[r] = cmd.Run()
-				}()
-			}
-			wg.Wait()
-			for r, err := range errs {
-				if err != nil {
-					t.Fatalf("rank %d: %v\n%s", r, err, outs[r].String())
-				}
-				if b, err := os.ReadFile(filepath.Join(dir, "rank_"+strconv.Itoa(r))); err != nil || string(b) != "4" {
-					t.Fatalf("process of rank %d: %q, %v: want it to have trained in a world of 4", r, b, err)
-				}
+			logs := onTwoNodes(t, dir, "fsdp_hybrid_shard", backend, got)
+			for r, b := range logs {
 				// Each rank says which groups it sharded and replicated over.
-				b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("%s_%d.log", backend, r)))
-				node, local := r/perNode, r%perNode
-				for _, want := range []string{fmt.Sprintf(" shard_group=[%d,%d]", node*perNode, node*perNode+1), fmt.Sprintf("replica_group=[%d,%d]", local, local+perNode), "sharding=hybrid_shard"} {
-					if err != nil || !strings.Contains(string(b), want) {
-						t.Errorf("rank %d's log does not say %q (%v):\n%s", r, want, err, b)
+				node, local := r/2, r%2
+				for _, want := range []string{fmt.Sprintf(" shard_group=[%d,%d]", node*2, node*2+1), fmt.Sprintf("replica_group=[%d,%d]", local, local+2), "sharding=hybrid_shard"} {
+					if !strings.Contains(b, want) {
+						t.Errorf("rank %d's log does not say %q:\n%s", r, want, b)
 					}
 				}
 			}
 			closeToOneDevice(t, got, want, "hybrid_shard on 2 × 2 processes")
 		})
 	}
+}
+
+// Full sharding on 2 nodes x 2 processes over FULGUR_BACKEND=hier: every
+// unit's all-gather and every gradient's reduce-scatter runs on the two
+// levels (shared memory in a node, tcp across), and the job still
+// checkpoints one device's weights within float32 tolerance.
+func TestFSDPOverTwoLevelCollectivesOnTwoNodes(t *testing.T) {
+	dir, want := oneDeviceGlobalBatch(t)
+	got := filepath.Join(dir, "hier.ckpt")
+	// Rank 0 logs the group it built.
+	if b := onTwoNodes(t, dir, "fsdp", "hier", got)[0]; !strings.Contains(b, "shared memory inside each host, tcp across hosts") {
+		t.Errorf("rank 0 did not build the two-level group:\n%s", b)
+	}
+	closeToOneDevice(t, got, want, "fsdp over hier on 2 × 2 processes")
+}
+
+// oneDeviceGlobalBatch checkpoints one device trained on the 2 x 2
+// processes' global batch into dir (a new one), to compare them with.
+func oneDeviceGlobalBatch(t *testing.T) (dir, ckpt string) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	dir = t.TempDir()
+	ckpt = filepath.Join(dir, "single.ckpt")
+	program(t, "-strategy", "single", "-devices", "1", "-batch", "16", "-ckpt", ckpt)
+	return dir, ckpt
+}
+
+// onTwoNodes runs the program with strategy on 4 processes started as
+// torchrun starts them on two nodes of two (ranks numbered node by node),
+// over FULGUR_BACKEND=backend, checkpointing to ckpt, and returns each
+// rank's log once every rank has trained in a world of 4.
+func onTwoNodes(t *testing.T, dir, strategy, backend, ckpt string) []string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	const nodes, perNode = 2, 2
+	outs := make([]bytes.Buffer, nodes*perNode)
+	errs := make([]error, nodes*perNode)
+	var wg sync.WaitGroup
+	mark := filepath.Join(dir, backend+"-"+strategy)
+	if err := os.MkdirAll(mark, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for r := range nodes * perNode {
+		log := filepath.Join(mark, fmt.Sprintf("%d.log", r))
+		cmd := exec.CommandContext(ctx, os.Args[0], "-strategy", strategy, "-devices", "2", "-nodes", "2", "-batch", "4", "-ckpt", ckpt, "-mark", mark, "-log", log)
+		cmd.Env = append(os.Environ(), programEnv+"=1", "FULGUR_TIMEOUT=60s", "FULGUR_BACKEND="+backend, "FULGUR_TOKEN=two-nodes-test",
+			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port, "WORLD_SIZE=4", "LOCAL_WORLD_SIZE=2",
+			"RANK="+strconv.Itoa(r), "LOCAL_RANK="+strconv.Itoa(r%perNode), "NODE_RANK="+strconv.Itoa(r/perNode))
+		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = cmd.Run()
+		}()
+	}
+	wg.Wait()
+	logs := make([]string, nodes*perNode)
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v\n%s", r, err, outs[r].String())
+		}
+		if b, err := os.ReadFile(filepath.Join(mark, "rank_"+strconv.Itoa(r))); err != nil || string(b) != "4" {
+			t.Fatalf("process of rank %d: %q, %v: want it to have trained in a world of 4", r, b, err)
+		}
+		b, err := os.ReadFile(filepath.Join(mark, fmt.Sprintf("%d.log", r)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		logs[r] = string(b)
+	}
+	return logs
 }

@@ -13,10 +13,17 @@
 // a node sends across is 2(N-1)/N·n elements (n for two nodes) against a
 // flat ring's 2(NL-1)/NL·n (1.5n for two nodes of two). Broadcast goes
 // from the root to its node's ranks, then from each of them across the nodes.
-// AllGather, ReduceScatter, Barrier and Split run on the flat group, each
-// after a barrier in the node and one across the nodes, so that a rank
-// calling one of them while others all-reduce fails with
-// collective.ErrMismatch instead of waiting for the timeout.
+// ReduceScatter reduces inside the node and then across the nodes, and
+// AllGather gathers across the nodes and then inside the node (what sharded
+// and fsdp run for every bucket and unit), with the buffer copied into (or
+// out of) the order the levels hand blocks out in: by local index, then
+// node. That order lines up with the flat result's blocks when ranks are
+// numbered node by node, as torchrun numbers them, or the length divides by
+// the job's size; otherwise, and for Barrier and Split, the flat group runs
+// the operation, after a barrier in the node and one across the nodes, so
+// that a rank calling one of them while others run a two-level operation
+// fails with collective.ErrMismatch instead of waiting for the timeout. The
+// copy costs a scratch buffer as long as the largest such operation.
 //
 // Shape describes the layout (which node each rank runs on, and its index
 // there); a job qualifies when every node runs the same number of ranks and
@@ -28,6 +35,6 @@
 //
 // Results: the reduction order differs from the flat group's (node by node,
 // then across nodes), and Mean sums on both levels and divides once, so a
-// float32 all-reduce may differ from a flat one in the last bits; every rank
-// receives the same bits.
+// float32 all-reduce or reduce-scatter may differ from a flat one in the
+// last bits; every rank receives the same bits.
 package hier

@@ -97,7 +97,13 @@ type Group struct {
 	shape        Shape
 	rank         int
 	seq          uint64
-	scratch      [2]any // one block per dtype, reused (operations run one at a time)
+	// at[k][l] is the rank with local index l on node k.
+	at [][]int
+	// scratch holds, per dtype, the block an all-reduce reduces across the
+	// nodes (or the one a reduce-scatter or all-gather hands between the
+	// levels) and the whole buffer in the order the levels want it; reused
+	// (operations run one at a time).
+	scratch [2][2]any
 }
 
 // New composes the two-level group of this rank over flat, the whole job's
@@ -126,7 +132,13 @@ func New(ctx context.Context, flat collective.Collective, shape Shape, local Loc
 		return nil, fmt.Errorf("hier: %T cannot tell every rank of a failure (it does not implement hier.Breaker)", flat)
 	}
 	r := flat.Rank()
-	g := &Group{flat: flat, brk: brk, shape: shape, rank: r}
+	g := &Group{flat: flat, brk: brk, shape: shape, rank: r, at: make([][]int, shape.Nodes)}
+	for k := range g.at {
+		g.at[k] = make([]int, shape.PerNode)
+	}
+	for q := range shape.Node {
+		g.at[shape.Node[q]][shape.Local[q]] = q
+	}
 	var err error
 	if g.local, err = local(ctx, shape.Node[r], r); err != nil {
 		return nil, fmt.Errorf("hier: rank %d: the group of node %d's ranks: %w", r, shape.Node[r], err)
@@ -159,7 +171,7 @@ func (g *Group) AllReduce(ctx context.Context, buf any, op collective.Op) error 
 		if op == collective.Mean {
 			level = collective.Sum
 		}
-		blk := g.block(dt, collective.BlockLen(n, g.local.Size(), g.local.Rank()))
+		blk := g.block(blockSlot, dt, collective.BlockLen(n, g.local.Size(), g.local.Rank()))
 		if err := g.local.ReduceScatter(ctx, buf, blk, level); err != nil {
 			return err
 		}
@@ -246,19 +258,76 @@ func (g *Group) brokenErr(kind collective.Kind) error {
 	return &collective.Error{Backend: "hier", Self: g.rank, Kind: kind, Seq: g.seq, Peer: peer, Err: err}
 }
 
-// block returns scratch of n elements of dt.
-func (g *Group) block(dt collective.DType, n int) any {
+// The scratch slots.
+const (
+	blockSlot = iota // a block between the levels
+	wholeSlot        // a whole buffer in the levels' order
+)
+
+// block returns scratch slot's n elements of dt.
+func (g *Group) block(slot int, dt collective.DType, n int) any {
 	i := 0
 	if dt == collective.Float64 {
 		i = 1
 	}
-	if s := g.scratch[i]; s != nil {
+	if s := g.scratch[slot][i]; s != nil {
 		if _, c, _ := collective.Describe(s); c >= n {
 			return collective.Sub(s, 0, n)
 		}
 	}
-	g.scratch[i] = collective.Alloc(dt, n)
-	return g.scratch[i]
+	g.scratch[slot][i] = collective.Alloc(dt, n)
+	return g.scratch[slot][i]
+}
+
+// twoLevel reports whether a reduce-scatter or all-gather of n elements
+// (the whole buffer) runs on the two levels. Their blocks must line up:
+// ordered by local index, then node, rank r's block of Counts(n, Size)
+// must fall into local index l's block of the node's reduce-scatter
+// (Counts(n, PerNode)), and there into node k's block of the cross-node one.
+// That always holds when the ranks are numbered node by node (torchrun's
+// RANK = node rank x ranks a node + local rank) or n divides by the size;
+// other layouts and lengths run on the flat group.
+func (g *Group) twoLevel(n int) bool {
+	s := g.shape
+	if s.Nodes < 2 || s.PerNode < 2 {
+		return false // one level would be a group of one: flat is as good
+	}
+	size := g.Size()
+	for l := range s.PerNode {
+		m := 0
+		for k := range s.Nodes {
+			m += collective.BlockLen(n, size, g.at[k][l])
+		}
+		if m != collective.BlockLen(n, s.PerNode, l) {
+			return false
+		}
+		for k := range s.Nodes {
+			if collective.BlockLen(m, s.Nodes, k) != collective.BlockLen(n, size, g.at[k][l]) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// permute copies between buf (blocks in rank order, Counts(n, Size)) and
+// levels (the same blocks by local index, then node): into levels when
+// toLevels, out of it otherwise.
+func (g *Group) permute(buf, levels any, n int, toLevels bool) {
+	size, pos := g.Size(), 0
+	for l := range g.shape.PerNode {
+		for k := range g.shape.Nodes {
+			r := g.at[k][l]
+			lo, c := collective.Offset(n, size, r), collective.BlockLen(n, size, r)
+			a, b := collective.Sub(buf, lo, lo+c), collective.Sub(levels, pos, pos+c)
+			if toLevels {
+				collective.Copy(b, a)
+			} else {
+				collective.Copy(a, b)
+			}
+			pos += c
+		}
+	}
 }
 
 // Broadcast sends root's buffer to its node's ranks, then each of them
@@ -274,14 +343,60 @@ func (g *Group) Broadcast(ctx context.Context, buf any, root int) error {
 	})
 }
 
-// AllGather runs on the flat group, after the check.
+// AllGather gathers across the nodes among the ranks with this rank's local
+// index (each node's part of the result, one block a node), then inside the
+// node, into the whole buffer ordered by local index and node, which it
+// copies into recv in rank order. Where the blocks do not line up
+// (twoLevel) it runs on the flat group, after the check.
 func (g *Group) AllGather(ctx context.Context, send, recv any) error {
-	return g.onFlat(ctx, collective.KindAllGather, send, recv, 0, func(ctx context.Context) error { return g.flat.AllGather(ctx, send, recv) })
+	dt, n, _ := collective.Describe(recv)
+	if !g.twoLevel(n) {
+		return g.onFlat(ctx, collective.KindAllGather, send, recv, 0, func(ctx context.Context) error { return g.flat.AllGather(ctx, send, recv) })
+	}
+	return g.run(ctx, collective.KindAllGather, send, recv, 0, 0, func(ctx context.Context) error {
+		part := g.block(blockSlot, dt, collective.BlockLen(n, g.local.Size(), g.local.Rank()))
+		if err := g.cross.AllGather(ctx, send, part); err != nil {
+			return err
+		}
+		whole := g.block(wholeSlot, dt, n)
+		if err := g.local.AllGather(ctx, part, whole); err != nil {
+			return err
+		}
+		g.permute(recv, whole, n, false)
+		return nil
+	})
 }
 
-// ReduceScatter runs on the flat group, after the check.
+// ReduceScatter reduces inside the node (the send buffer copied into the
+// order by local index and node, so that each local rank gets the blocks
+// of the ranks with its local index), then across the nodes among the ranks
+// with this rank's local index, which leaves each rank its block. Mean sums
+// on both levels and divides once by the job's size. Where the blocks do
+// not line up (twoLevel) it runs on the flat group, after the check.
 func (g *Group) ReduceScatter(ctx context.Context, send, recv any, op collective.Op) error {
-	return g.onFlat(ctx, collective.KindReduceScatter, send, recv, op, func(ctx context.Context) error { return g.flat.ReduceScatter(ctx, send, recv, op) })
+	dt, n, _ := collective.Describe(send)
+	if !g.twoLevel(n) {
+		return g.onFlat(ctx, collective.KindReduceScatter, send, recv, op, func(ctx context.Context) error { return g.flat.ReduceScatter(ctx, send, recv, op) })
+	}
+	return g.run(ctx, collective.KindReduceScatter, send, recv, op, 0, func(ctx context.Context) error {
+		level := op
+		if op == collective.Mean {
+			level = collective.Sum
+		}
+		whole := g.block(wholeSlot, dt, n)
+		g.permute(send, whole, n, true)
+		part := g.block(blockSlot, dt, collective.BlockLen(n, g.local.Size(), g.local.Rank()))
+		if err := g.local.ReduceScatter(ctx, whole, part, level); err != nil {
+			return err
+		}
+		if err := g.cross.ReduceScatter(ctx, part, recv, level); err != nil {
+			return err
+		}
+		if op == collective.Mean {
+			collective.ScaleAny(recv, g.Size())
+		}
+		return nil
+	})
 }
 
 // Barrier runs on the flat group, after the check.

@@ -77,7 +77,9 @@ func TestConformance(t *testing.T) {
 }
 
 // TestLayouts checks all-reduce (every op, both dtypes, lengths that do not
-// divide by the node's ranks) and broadcast from every root on layouts with
+// divide by the node's ranks), reduce-scatter, all-gather (on two levels
+// where the blocks line up, flat where they do not: the interleaved layout
+// at lengths that do not divide by 4) and broadcast from every root on layouts with
 // more than two ranks a node and more than two nodes, including ranks of a
 // node that are not neighbours.
 func TestLayouts(t *testing.T) {
@@ -105,20 +107,7 @@ func TestLayouts(t *testing.T) {
 						return c.AllReduce(ctx, buf, op)
 					})
 					for i := range length {
-						want := value(0, i)
-						for r := 1; r < n; r++ {
-							switch op {
-							case collective.Sum, collective.Mean:
-								want += value(r, i)
-							case collective.Max:
-								want = max(want, value(r, i))
-							case collective.Min:
-								want = min(want, value(r, i))
-							}
-						}
-						if op == collective.Mean {
-							want /= float64(n)
-						}
+						want := reduced(op, n, i)
 						for r := range n {
 							if got[r][i] != want {
 								t.Fatalf("all-reduce %v of %d: rank %d element %d = %v, want %v", op, length, r, i, got[r][i], want)
@@ -126,6 +115,7 @@ func TestLayouts(t *testing.T) {
 						}
 					}
 				}
+				scatterGather(t, cs, length)
 				for root := range n {
 					each(t, cs, func(ctx context.Context, c collective.Collective) error {
 						buf := make([]float32, length)
@@ -148,6 +138,105 @@ func TestLayouts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// scatterGather checks reduce-scatter (every op, float64) and all-gather
+// (float32) of a buffer of length elements: each rank's block of the
+// reduction, and every rank's block in rank order.
+func scatterGather(t *testing.T, cs []collective.Collective, length int) {
+	t.Helper()
+	n := len(cs)
+	for _, op := range []collective.Op{collective.Sum, collective.Mean, collective.Max, collective.Min} {
+		each(t, cs, func(ctx context.Context, c collective.Collective) error {
+			r := c.Rank()
+			send := make([]float64, length)
+			for i := range send {
+				send[i] = value(r, i)
+			}
+			lo := collective.Offset(length, n, r)
+			recv := make([]float64, collective.BlockLen(length, n, r))
+			if err := c.ReduceScatter(ctx, send, recv, op); err != nil {
+				return err
+			}
+			for j, got := range recv {
+				i := lo + j
+				if want := reduced(op, n, i); got != want {
+					return fmt.Errorf("reduce-scatter %v of %d: rank %d element %d = %v, want %v", op, length, r, i, got, want)
+				}
+			}
+			return nil
+		})
+	}
+	each(t, cs, func(ctx context.Context, c collective.Collective) error {
+		r := c.Rank()
+		lo := collective.Offset(length, n, r)
+		send := make([]float32, collective.BlockLen(length, n, r))
+		for j := range send {
+			send[j] = float32(value(r, lo+j))
+		}
+		recv := make([]float32, length)
+		if err := c.AllGather(ctx, send, recv); err != nil {
+			return err
+		}
+		for q := range n {
+			lo := collective.Offset(length, n, q)
+			for j := range collective.BlockLen(length, n, q) {
+				if v := recv[lo+j]; v != float32(value(q, lo+j)) {
+					return fmt.Errorf("all-gather of %d on rank %d: element %d (rank %d's block) = %v, want %v", length, r, lo+j, q, v, value(q, lo+j))
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// TestReduceScatterNodeByNode: on 2 nodes x 2 ranks, a float32
+// reduce-scatter sums inside each node, then across them: ranks 0 and 1
+// give 1e8 and -1e8 (node a: 0), ranks 2 and 3 give 1 (node b: 2), so
+// every element is 0 + 2 = 2. A flat ring sums every block in a chain
+// starting at another rank, where a 1 added to ±1e8 is lost in rounding
+// (blocks of 0 or 1): that it is 2 everywhere shows the two levels ran.
+func TestReduceScatterNodeByNode(t *testing.T) {
+	cs := build(t, []string{"a", "a", "b", "b"})
+	give := []float32{1e8, -1e8, 1, 1}
+	for _, length := range []int{8, 1001} {
+		each(t, cs, func(ctx context.Context, c collective.Collective) error {
+			r := c.Rank()
+			send := make([]float32, length)
+			for i := range send {
+				send[i] = give[r]
+			}
+			recv := make([]float32, collective.BlockLen(length, len(cs), r))
+			if err := c.ReduceScatter(ctx, send, recv, collective.Sum); err != nil {
+				return err
+			}
+			for j, v := range recv {
+				if v != 2 {
+					return fmt.Errorf("length %d: rank %d element %d = %v, want 2 (node a's 0 plus node b's 2)", length, r, collective.Offset(length, len(cs), r)+j, v)
+				}
+			}
+			return nil
+		})
+	}
+}
+
+// reduced is element i of n ranks' values reduced by op.
+func reduced(op collective.Op, n, i int) float64 {
+	want := value(0, i)
+	for r := 1; r < n; r++ {
+		switch op {
+		case collective.Sum, collective.Mean:
+			want += value(r, i)
+		case collective.Max:
+			want = max(want, value(r, i))
+		case collective.Min:
+			want = min(want, value(r, i))
+		}
+	}
+	if op == collective.Mean {
+		want /= float64(n)
+	}
+	return want
 }
 
 // value is exact in float32 and in every sum of up to 6 of them.
