@@ -71,6 +71,7 @@ var commands = []struct{ Name, Help string }{
 	{"validate", "run the validation loop once on -ckpt-path's weights"},
 	{"test", "run the test loop once on -ckpt-path's weights"},
 	{"predict", "run the predict loop on -ckpt-path's weights; -predictions FILE keeps the outputs"},
+	{"lr-find", "run the learning-rate range test on the training data (Lightning's lr_find: rates from 1e-8 to 1 over 100 steps, one device) and print the suggested rate; writes no run directory"},
 }
 
 // Main runs the program on os.Args and exits: 0 on success and after -h,
@@ -145,6 +146,9 @@ func (a App) Run(ctx context.Context, args []string) error {
 	}
 	if a.Stderr != nil {
 		cfg.Out = a.Stderr
+	}
+	if p.command == "lr-find" {
+		return a.lrFind(ctx, cfg, loaders, t0)
 	}
 	runs, err := s.setupRun(&cfg, hparams(p.fs), training)
 	if err != nil {
@@ -256,6 +260,32 @@ func (a App) fit(ctx context.Context, tr *trainer.Trainer, l Loaders, runs runOu
 		return nil
 	}
 	fill(hash)
+	return sum.Print(a.stdout())
+}
+
+// lrFind runs the learning-rate range test and prints its summary: the
+// suggested rate and the curve it came from.
+func (a App) lrFind(ctx context.Context, cfg trainer.Config, l Loaders, t0 time.Time) error {
+	tr, err := trainer.New(cfg)
+	if err != nil {
+		return withFlagNames(err)
+	}
+	defer tr.Teardown(ctx)
+	res, err := tr.LRFind(ctx, a.Model, l.Train, trainer.LRFindConfig{})
+	if err != nil {
+		return withFlagNames(err)
+	}
+	if res.Suggestion > 0 {
+		fmt.Fprintf(a.stderr(), "lr-find: the loss fell fastest at learning rate %.3g: train with it (the model's learning-rate flag, -lr in the examples)\n", res.Suggestion)
+	} else {
+		fmt.Fprintf(a.stderr(), "lr-find: no suggestion: %d steps left too few finite losses to compare (see lr_find.losses)\n", len(res.Losses))
+	}
+	if res.Stopped != "" {
+		fmt.Fprintf(a.stderr(), "lr-find: stopped after %d steps: %s\n", len(res.LRs), res.Stopped)
+	}
+	sum := Summary{Program: a.Name, Command: "lr-find", TestAcc: -1, TestLoss: -1, Strategy: "single", WorldSize: 1,
+		GlobalStep: len(res.LRs), Data: l.Source, Seed: cfg.Seed, Seconds: since(t0),
+		LRFind: &LRFindSummary{Suggestion: res.Suggestion, Stopped: res.Stopped, LRs: res.LRs, Losses: res.Losses}}
 	return sum.Print(a.stdout())
 }
 

@@ -26,9 +26,9 @@ type Loaders struct {
 // check says which loader command needs and d lacks.
 func (l Loaders) check(command string, d DataModule) error {
 	var have *data.Loader
-	field := map[string]string{"fit": "Train", "validate": "Val", "test": "Test", "predict": "Predict"}[command]
+	field := map[string]string{"fit": "Train", "lr-find": "Train", "validate": "Val", "test": "Test", "predict": "Predict"}[command]
 	switch command {
-	case "fit":
+	case "fit", "lr-find":
 		have = l.Train
 	case "validate":
 		have = l.Val

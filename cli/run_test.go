@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 )
@@ -61,5 +62,25 @@ func TestFastDevRunBare(t *testing.T) {
 	s = runMLP(t, "-fast-dev-run", "3")
 	if s.GlobalStep != 3 {
 		t.Fatalf("summary = %+v, want 3 steps", s)
+	}
+}
+
+// lr-find runs the range test on the training data, prints the suggested
+// rate and the curve, and leaves no run directory behind.
+func TestLRFindCommand(t *testing.T) {
+	root := t.TempDir()
+	s, stderr := run(t, mlpApp(root), "lr-find", "-no-progress-bar")
+	f := s.LRFind
+	if s.Command != "lr-find" || f == nil {
+		t.Fatalf("summary %+v", s)
+	}
+	if len(f.LRs) != len(f.Losses) || len(f.LRs) < 20 || len(f.LRs) > 100 || f.LRs[0] != 1e-8 {
+		t.Fatalf("%d rates from %v, %d losses: want 20 to 100 of each from 1e-8", len(f.LRs), f.LRs[:1], len(f.Losses))
+	}
+	if !(f.Suggestion > 1e-8 && f.Suggestion < 1) || !strings.Contains(stderr, "lr-find: the loss fell fastest at learning rate") {
+		t.Errorf("suggestion %g; stderr:\n%s", f.Suggestion, stderr)
+	}
+	if entries, err := os.ReadDir(root); err != nil || len(entries) != 0 {
+		t.Errorf("lr-find wrote into the root directory: %v %v", entries, err)
 	}
 }

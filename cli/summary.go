@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,6 +45,39 @@ type Summary struct {
 	Metrics map[string]float64 `json:"metrics,omitempty"`
 	// Predictions is how many rows predict wrote.
 	Predictions int `json:"predictions,omitempty"`
+	// LRFind is what lr-find found.
+	LRFind *LRFindSummary `json:"lr_find,omitempty"`
+}
+
+// LRFindSummary is lr-find's result (trainer.LRFindResult): the suggested
+// learning rate (0: none), why the search stopped early ("": it did not),
+// and each step's rate and smoothed loss (null where it was not finite:
+// the step that ended the search).
+type LRFindSummary struct {
+	Suggestion float64 `json:"suggested_lr"`
+	Stopped    string  `json:"stopped,omitempty"`
+	LRs        Floats  `json:"lrs"`
+	Losses     Floats  `json:"losses"`
+}
+
+// Floats is a JSON array of numbers with null for NaN and infinities,
+// which JSON cannot hold.
+type Floats []float64
+
+// MarshalJSON writes the array.
+func (f Floats) MarshalJSON() ([]byte, error) {
+	b := []byte{'['}
+	for i, v := range f {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			b = append(b, "null"...)
+			continue
+		}
+		b = strconv.AppendFloat(b, v, 'g', -1, 64)
+	}
+	return append(b, ']'), nil
 }
 
 // Print writes s as one JSON line.

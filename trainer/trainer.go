@@ -33,7 +33,10 @@ type Trainer struct {
 	// scheduler; their state is saved and loaded by the strategy.
 	opt   optim.Optimizer
 	sched optim.Scheduler
-	state runState
+	// schedOverride, when set, replaces the module's scheduler (LRFind's
+	// sweep).
+	schedOverride optim.Scheduler
+	state         runState
 	// hookView is the State a callback is handed: a copy of state's view
 	// made for each call (one place, so that hooks allocate nothing).
 	hookView State
@@ -244,12 +247,15 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 			if o == nil {
 				return nil, nil, errors.New("module.ConfigureOptimizers returned a nil optimizer")
 			}
+			if t.schedOverride != nil {
+				s = t.schedOverride
+			}
 			opt, sched = o, s
 			return o, s, nil
 		}
 		o, err := optim.NewAdam(optim.AdamConfig{LR: 1e-3})
-		opt = o
-		return o, nil, err
+		opt, sched = o, t.schedOverride
+		return o, sched, err
 	}
 	err = st.Setup(ctx, strategy.Setup{
 		Module: m, Specs: specs, Dtype: t.dtype(), Seed: t.cfg.Seed, Deterministic: t.cfg.Deterministic, Fields: fields,
