@@ -59,6 +59,7 @@ func Example() {
 	//   no_progress_bar: false
 	//   num_nodes: 1
 	//   num_sanity_val_steps: 2
+	//   overfit_batches: 0
 	//   precision: "32"
 	//   predictions: ""
 	//   profiler: ""

@@ -30,6 +30,7 @@ type Settings struct {
 	LimitPredictBatches int    `flag:"limit-predict-batches" check:">=0" help:"predict batches (0: all)"`
 	// FastDevRun may be given bare, as Lightning's fast_dev_run=True.
 	FastDevRun      Count  `flag:"fast-dev-run" help:"run this many batches of train, validation and test as a smoke test; bare: 1"`
+	OverfitBatches  int    `flag:"overfit-batches" check:">=0" help:"train, validate and test on the first N batches of each loader, in order, every epoch: a model that cannot fit them has a bug (0: off)"`
 	NumSanityVal    int    `flag:"num-sanity-val-steps" default:"2" check:">=-1" help:"validation batches run before training to catch a broken validation step early (0: none, -1: all)"`
 	Seed            uint64 `flag:"seed" help:"seed for initialisation, shuffling and dropout"`
 	Deterministic   bool   `flag:"deterministic" help:"bitwise-reproducible run for a given seed"`
@@ -154,7 +155,7 @@ func (s *Settings) TrainerConfig() (trainer.Config, error) {
 		MaxEpochs: s.MaxEpochs, MaxSteps: s.MaxSteps,
 		LimitTrainBatches: s.LimitTrainBatches, LimitValBatches: s.LimitValBatches,
 		LimitTestBatches: s.LimitTestBatches, LimitPredictBatches: s.LimitPredictBatches,
-		NumSanityValSteps: s.NumSanityVal, DisableSanityCheck: s.NumSanityVal == 0,
+		NumSanityValSteps: s.NumSanityVal, DisableSanityCheck: s.NumSanityVal == 0, OverfitBatches: s.OverfitBatches,
 		FastDevRun: int(s.FastDevRun), AccumulateGradBatches: s.AccumulateGrad, GradientClipVal: s.GradientClipVal,
 		Seed: s.Seed, Deterministic: s.Deterministic, SyncBatchNorm: s.SyncBatchNorm, LogEveryNSteps: s.LogEveryNSteps,
 		DefaultRootDir: s.RootDir, Precision: s.Precision, ShardedCheckpoint: s.ShardedCheckpoint,

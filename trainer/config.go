@@ -49,6 +49,13 @@ type Config struct {
 	// as FastDevRun does.
 	NumSanityValSteps  int
 	DisableSanityCheck bool
+	// OverfitBatches trains, validates and tests on the first this many
+	// batches of each loader, in order (shuffling off: every epoch trains
+	// on the same batches), as Lightning's overfit_batches: a model that
+	// cannot drive the training loss of a batch or two towards zero has a
+	// bug. It sets LimitTrainBatches, LimitValBatches and LimitTestBatches,
+	// which must then be unset, and excludes FastDevRun. 0: off.
+	OverfitBatches int
 	// FastDevRun runs this many batches of training, validation and test
 	// in a single epoch, with no checkpoints, as a smoke test. 0: off. As
 	// Lightning's fast_dev_run it overrides MaxEpochs (1), MaxSteps (none),
@@ -196,6 +203,21 @@ func (c *Config) Validate() error {
 	nonNeg("ValCheckInterval", c.ValCheckInterval)
 	nonNeg("CheckValEveryNEpoch", c.CheckValEveryNEpoch)
 	nonNeg("FastDevRun", c.FastDevRun)
+	nonNeg("OverfitBatches", c.OverfitBatches)
+	if n := c.OverfitBatches; n > 0 {
+		for _, l := range []struct {
+			name string
+			v    *int
+		}{{"LimitTrainBatches", &c.LimitTrainBatches}, {"LimitValBatches", &c.LimitValBatches}, {"LimitTestBatches", &c.LimitTestBatches}} {
+			if *l.v != 0 && *l.v != n {
+				bad("OverfitBatches is %d and %s is %d: OverfitBatches sets the training, validation and test limits to its number; leave %s unset", n, l.name, *l.v, l.name)
+			}
+			*l.v = n
+		}
+		if c.FastDevRun > 0 {
+			bad("OverfitBatches is %d and FastDevRun is %d: use one of them (FastDevRun is a one-epoch smoke test, OverfitBatches trains every epoch on the same batches)", n, c.FastDevRun)
+		}
+	}
 	if c.NumSanityValSteps < -1 {
 		bad("NumSanityValSteps is %d: use 0 (the default, 2 batches), a positive number, -1 for every validation batch, or DisableSanityCheck to skip the check", c.NumSanityValSteps)
 	}

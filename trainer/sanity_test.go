@@ -18,16 +18,23 @@ import (
 )
 
 // modeLog is a strategy that records the mode of every step the trainer
-// asks of it, in order.
+// asks of it, in order, and by mode the first value of each step's "x".
 type modeLog struct {
 	strategy.Strategy
 	mu    sync.Mutex
 	modes []module.Mode
+	first map[module.Mode][]float32
 }
 
 func (s *modeLog) Step(ctx context.Context, mode module.Mode, b *data.Batch, o strategy.TrainOptions) (strategy.StepResult, error) {
 	s.mu.Lock()
 	s.modes = append(s.modes, mode)
+	if x, ok := b.Field("x"); ok {
+		if s.first == nil {
+			s.first = map[module.Mode][]float32{}
+		}
+		s.first[mode] = append(s.first[mode], x[0])
+	}
 	s.mu.Unlock()
 	return s.Strategy.Step(ctx, mode, b, o)
 }

@@ -353,15 +353,27 @@ func configure(m module.Module, b *module.Builder) (err error) {
 
 // loaderFor inserts the strategy's distributed sampler when it has one.
 func (t *Trainer) loaderFor(l *data.Loader, train bool) *data.Loader {
-	if l == nil || !t.cfg.distributedSampler() {
+	if l == nil {
+		return l
+	}
+	c := l.Config()
+	shuffle := c.Shuffle
+	if t.cfg.OverfitBatches > 0 && (c.Shuffle || c.Sampler != nil) {
+		// The same batches every epoch.
+		shuffle = false
+		if train {
+			t.cfg.Log.Info().Int("overfit_batches", t.cfg.OverfitBatches).Msg("OverfitBatches: the training loader is read in order, so every epoch trains on the same batches")
+		}
+		l = l.WithSampler(data.SequentialSampler{})
+	}
+	if !t.cfg.distributedSampler() {
 		return l
 	}
 	ds, ok := t.strat.(strategy.Sampler)
 	if !ok || t.strat.Info().WorldSize == 1 {
 		return l
 	}
-	c := l.Config()
-	return l.WithSampler(ds.DistributedSampler(c.Shuffle, c.Seed, train))
+	return l.WithSampler(ds.DistributedSampler(shuffle, c.Seed, train))
 }
 
 // Fit trains m on train, validating on val (which may be nil).
