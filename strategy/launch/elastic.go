@@ -281,9 +281,18 @@ func (e *Elastic) attempt(ctx context.Context, n, world int, dir string) (Attemp
 			}
 		case <-ctx.Done():
 			// As torchrun, pass the stop on: a fulgur Trainer finishes its
-			// step and saves interrupted.ckpt on SIGTERM (a repeat of the
-			// terminal's SIGINT within 2 s counts as the same request).
-			g.Signal(syscall.SIGTERM)
+			// step and saves interrupted.ckpt on SIGINT or SIGTERM (a
+			// repeat of the terminal's SIGINT within 2 s counts as the same
+			// request). The signal that stopped this process (StopOnSignal)
+			// goes on as it came, so that a rank reached by it before the
+			// terminal's own ends as the user's Ctrl-C says (130, not 143);
+			// SIGTERM otherwise.
+			var sig os.Signal = syscall.SIGTERM
+			var ss *StopSignal
+			if errors.As(context.Cause(ctx), &ss) {
+				sig = ss.Signal
+			}
+			g.Signal(sig)
 			t := time.NewTimer(e.Grace)
 			select {
 			case <-g.Done():
@@ -293,7 +302,7 @@ func (e *Elastic) attempt(ctx context.Context, n, world int, dir string) (Attemp
 			}
 			t.Stop()
 			g.stop()
-			return a, fmt.Errorf("launch: elastic job stopped (the ranks were sent SIGTERM): %w", ctx.Err())
+			return a, fmt.Errorf("launch: elastic job stopped (the ranks were sent %s): %w", signalName(sig), ctx.Err())
 		}
 	}
 	start := time.Now()
@@ -494,8 +503,10 @@ func Supervise(ctx context.Context, e Elastic) {
 // DuplicateSignalWindow are the same request, and a signal after it ends
 // this process at once (the ranks die with it, by their parent-death
 // signal), for a user whose ranks take too long to save.
+//
+// The context's cause (context.Cause) is then a *StopSignal naming it.
 func StopOnSignal(ctx context.Context) (context.Context, func() int) {
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancelCause(ctx)
 	var status atomic.Int32
 	unwatch := WatchStopSignals([]os.Signal{os.Interrupt, syscall.SIGTERM}, func(s os.Signal, first bool) {
 		if !first {
@@ -505,11 +516,28 @@ func StopOnSignal(ctx context.Context) (context.Context, func() int) {
 		if s == syscall.SIGTERM {
 			status.Store(143)
 		}
-		cancel()
+		cancel(&StopSignal{Signal: s})
 	}, nil)
 	return ctx, func() int {
 		unwatch()
-		cancel()
+		cancel(nil)
 		return int(status.Load())
 	}
+}
+
+// StopSignal is the cause of a context StopOnSignal cancelled: the signal
+// that came.
+type StopSignal struct{ Signal os.Signal }
+
+func (s *StopSignal) Error() string { return "stopped by " + signalName(s.Signal) }
+
+// signalName is SIGINT or SIGTERM by that name, any other by its own.
+func signalName(s os.Signal) string {
+	switch s {
+	case os.Interrupt:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return s.String()
 }

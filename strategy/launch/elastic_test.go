@@ -27,12 +27,16 @@ import (
 // the others wait to be stopped, as ranks blocked in a collective would.
 func elasticChild(how string) {
 	if dir, ok := strings.CutPrefix(how, "term:"); ok {
-		// Waits for SIGTERM once its start is on disk.
+		// Waits for SIGTERM or SIGINT once its start is on disk.
 		ch := make(chan os.Signal, 1)
-		signal.Notify(ch, syscall.SIGTERM)
+		signal.Notify(ch, syscall.SIGTERM, os.Interrupt)
 		os.WriteFile(filepath.Join(dir, "started-"+os.Getenv(launch.EnvRank)), nil, 0o644)
-		<-ch
-		fmt.Printf("rank=%s got SIGTERM\n", os.Getenv(launch.EnvRank))
+		s := <-ch
+		name := "SIGTERM"
+		if s == os.Interrupt {
+			name = "SIGINT"
+		}
+		fmt.Printf("rank=%s got %s\n", os.Getenv(launch.EnvRank), name)
 		os.Exit(0)
 	}
 	rank, _ := strconv.Atoi(os.Getenv(launch.EnvRank))
@@ -245,34 +249,44 @@ func TestElasticFromEnv(t *testing.T) {
 
 // TestElasticPassesStopOn: cancelling the job's context (fulgur run on
 // SIGINT or SIGTERM) sends the ranks SIGTERM, so that a Trainer saves its
-// interrupt checkpoint, rather than killing them.
+// interrupt checkpoint, rather than killing them; a context StopOnSignal
+// cancelled for a SIGINT (its cause a *launch.StopSignal) sends SIGINT, so
+// that ranks end as the user's Ctrl-C says (130) whichever signal reaches
+// them first.
 func TestElasticPassesStopOn(t *testing.T) {
-	dir := t.TempDir()
-	e, out, _ := elasticJob("x", 2, 0, 3)
-	e.Env = func(int) []string { return []string{childEnv + "=elastic:term:" + dir} }
-	e.Grace = time.Minute
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		for ctx.Err() == nil {
-			a, _ := filepath.Glob(filepath.Join(dir, "started-*"))
-			if len(a) == 2 {
-				cancel()
-				return
+	for _, c := range []struct {
+		cause error
+		want  string
+	}{{nil, "SIGTERM"}, {&launch.StopSignal{Signal: os.Interrupt}, "SIGINT"}, {&launch.StopSignal{Signal: syscall.SIGTERM}, "SIGTERM"}} {
+		t.Run(fmt.Sprint(c.cause), func(t *testing.T) {
+			dir := t.TempDir()
+			e, out, _ := elasticJob("x", 2, 0, 3)
+			e.Env = func(int) []string { return []string{childEnv + "=elastic:term:" + dir} }
+			e.Grace = time.Minute
+			ctx, cancel := context.WithCancelCause(context.Background())
+			defer cancel(nil)
+			go func() {
+				for ctx.Err() == nil {
+					a, _ := filepath.Glob(filepath.Join(dir, "started-*"))
+					if len(a) == 2 {
+						cancel(c.cause)
+						return
+					}
+					time.Sleep(5 * time.Millisecond) // polling for the ranks' files
+				}
+			}()
+			atts, err := launch.RunElastic(ctx, e)
+			if err == nil || !strings.Contains(err.Error(), "elastic job stopped (the ranks were sent "+c.want+")") {
+				t.Errorf("RunElastic returned %v, want the stop", err)
 			}
-			time.Sleep(5 * time.Millisecond) // polling for the ranks' files
-		}
-	}()
-	atts, err := launch.RunElastic(ctx, e)
-	if err == nil || !strings.Contains(err.Error(), "elastic job stopped (the ranks were sent SIGTERM)") {
-		t.Errorf("RunElastic returned %v, want the stop", err)
-	}
-	for _, w := range []string{"rank=0 got SIGTERM", "rank=1 got SIGTERM"} {
-		if !strings.Contains(out.String(), w) {
-			t.Errorf("output lacks %q:\n%s", w, out.String())
-		}
-	}
-	if len(atts) != 0 {
-		t.Errorf("attempts %+v after a stop, want none restarted", atts)
+			for _, w := range []string{"rank=0 got " + c.want, "rank=1 got " + c.want} {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("output lacks %q:\n%s", w, out.String())
+				}
+			}
+			if len(atts) != 0 {
+				t.Errorf("attempts %+v after a stop, want none restarted", atts)
+			}
+		})
 	}
 }

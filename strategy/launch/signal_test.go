@@ -40,7 +40,7 @@ func stopChild() {
 	ctx, stop := launch.StopOnSignal(context.Background())
 	fmt.Println("watching")
 	<-ctx.Done()
-	fmt.Println("stopping")
+	fmt.Println("stopping:", context.Cause(ctx))
 	time.Sleep(time.Minute) // the ranks still saving
 	fmt.Println("stopped", stop())
 	os.Exit(3)
@@ -157,8 +157,8 @@ func TestStopOnSignalRepeat(t *testing.T) {
 	}
 	cmd, next, _ := startChild(t, "TestStopOnSignalRepeat", stopChildEnv)
 	cmd.Process.Signal(os.Interrupt)
-	if l := next(); l != "stopping" {
-		t.Fatalf("child printed %q after the first SIGINT, want \"stopping\"", l)
+	if l := next(); l != "stopping: stopped by SIGINT" {
+		t.Fatalf("child printed %q after the first SIGINT, want \"stopping: stopped by SIGINT\" (the context's cause)", l)
 	}
 	cmd.Process.Signal(os.Interrupt) // the same request
 	time.Sleep(launch.DuplicateSignalWindow + 500*time.Millisecond)
