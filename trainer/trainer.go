@@ -1144,7 +1144,56 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 // The gathering goes through the strategy's Reduce in float64, with a
 // weight per value: while it runs, every rank holds about 40 bytes per
 // predicted value (and per row) of the whole set, besides the result.
+// PredictEach hands each batch out instead, holding nothing.
 func (t *Trainer) Predict(ctx context.Context, m module.Module, l *data.Loader, opts ...EvalOption) ([]*tensor.Dense, error) {
+	var out []*tensor.Dense
+	var rows [][]int
+	var pads [][]bool
+	pl, err := t.predictBatches(ctx, m, l, opts, func(b PredictBatch) error {
+		out = append(out, b.Output.Clone().(*tensor.Dense))
+		rows = append(rows, append([]int(nil), b.Indices...))
+		pads = append(pads, append([]bool(nil), b.Pad...))
+		return nil
+	})
+	if err != nil || pl == l {
+		return out, err
+	}
+	return t.gatherPredictions(ctx, out, rows, pads, l.Dataset().Len(), l.Config().BatchSize)
+}
+
+// PredictBatch is one batch of predictions as PredictEach hands it out.
+type PredictBatch struct {
+	// Output is PredictStep's output, one row per example. It is valid
+	// during the call only: copy what must be kept.
+	Output *tensor.Dense
+	// Indices are each row's index in the loader's dataset.
+	Indices []int
+	// Pad marks rows that repeat an example another rank predicts (a
+	// rank's shard padded to the others' length): skip them. nil or all
+	// false when none is.
+	Pad []bool
+}
+
+// PredictEach runs the predict graph over l as Predict does and calls fn
+// with each batch's predictions, in this rank's order, instead of
+// returning them (Lightning's BasePredictionWriter): with several ranks,
+// each calls fn for the batches of its own shard only, nothing is
+// gathered, and memory stays that of one batch whatever the size of the
+// set. Write each rank's predictions where they belong (a file per rank,
+// rows placed by Indices). An error from fn stops the run and is returned
+// (on the other ranks, their next collective fails, as any rank's error).
+func (t *Trainer) PredictEach(ctx context.Context, m module.Module, l *data.Loader, fn func(PredictBatch) error, opts ...EvalOption) error {
+	if fn == nil {
+		return errors.New("PredictEach: fn is nil: pass the function that takes each batch's predictions")
+	}
+	_, err := t.predictBatches(ctx, m, l, opts, fn)
+	return err
+}
+
+// predictBatches runs the predict loop over l, calling each for every
+// batch, and returns the loader it read (l, or l with the strategy's or a
+// sequential sampler).
+func (t *Trainer) predictBatches(ctx context.Context, m module.Module, l *data.Loader, opts []EvalOption, each func(PredictBatch) error) (*data.Loader, error) {
 	if ctx == nil {
 		return nil, errNilContext("Predict")
 	}
@@ -1176,30 +1225,23 @@ func (t *Trainer) Predict(ctx context.Context, m module.Module, l *data.Loader, 
 	}
 	it := pl.Iter(ctx, 0)
 	defer it.Close()
-	var out []*tensor.Dense
-	var rows [][]int
-	var pads [][]bool
 	for bi := 0; bi < nb; bi++ {
 		b, ok := it.Next()
 		if !ok {
 			break
 		}
 		res, err := t.strat.Step(ctx, module.Predict, b, strategy.TrainOptions{})
-		y := res.Output
 		if err != nil {
 			return nil, fmt.Errorf("predict batch %d: %w", bi, err)
 		}
-		out = append(out, y.Clone().(*tensor.Dense))
-		rows = append(rows, append([]int(nil), b.Indices...))
-		pads = append(pads, append([]bool(nil), b.Pad...))
+		if err := each(PredictBatch{Output: res.Output, Indices: b.Indices, Pad: b.Pad}); err != nil {
+			return nil, fmt.Errorf("predict batch %d: %w", bi, err)
+		}
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("predict data: %w", err)
 	}
-	if pl == l {
-		return out, nil
-	}
-	return t.gatherPredictions(ctx, out, rows, pads, l.Dataset().Len(), l.Config().BatchSize)
+	return pl, nil
 }
 
 // maxPredictDims bounds the rank of one prediction row that ranks agree on
