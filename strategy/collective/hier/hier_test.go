@@ -284,3 +284,80 @@ func TestShapeOf(t *testing.T) {
 		t.Errorf("ShapeOf(x y x y): nodes %v, local ranks %v; want [0 1 0 1] [0 0 1 1]", s.Node, s.Local)
 	}
 }
+
+// TestMixedOperationsFail: a rank that runs another operation than the
+// others (all-gather against reduce-scatter or all-reduce, on two levels
+// each) makes every rank fail at once, naming a mismatch, rather than wait
+// for the timeout in a level its peers never enter.
+func TestMixedOperationsFail(t *testing.T) {
+	for _, others := range []string{"reduce-scatter", "all-reduce", "broadcast", "barrier"} {
+		t.Run(others, func(t *testing.T) {
+			cs := build(t, []string{"a", "a", "b", "b"})
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			start := time.Now()
+			errs := make([]error, len(cs))
+			var wg sync.WaitGroup
+			for r, c := range cs {
+				wg.Go(func() {
+					if r == 0 {
+						errs[r] = c.AllGather(ctx, make([]float32, 4), make([]float32, 16))
+						return
+					}
+					switch others {
+					case "reduce-scatter":
+						errs[r] = c.ReduceScatter(ctx, make([]float32, 16), make([]float32, 4), collective.Sum)
+					case "all-reduce":
+						errs[r] = c.AllReduce(ctx, make([]float32, 16), collective.Sum)
+					case "broadcast":
+						errs[r] = c.Broadcast(ctx, make([]float32, 16), 0)
+					case "barrier":
+						errs[r] = c.Barrier(ctx)
+					}
+				})
+			}
+			wg.Wait()
+			for r, err := range errs {
+				if err == nil || errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, collective.ErrMismatch) {
+					t.Errorf("rank %d: %v, want an error wrapping ErrMismatch", r, err)
+				}
+			}
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("the ranks took %v to fail", d)
+			}
+		})
+	}
+}
+
+// TestClosedPeerDuringScatterGather: with rank 3 closed, the others'
+// two-level reduce-scatter and all-gather fail blaming it.
+func TestClosedPeerDuringScatterGather(t *testing.T) {
+	for _, op := range []string{"reduce-scatter", "all-gather"} {
+		t.Run(op, func(t *testing.T) {
+			cs := build(t, []string{"a", "a", "b", "b"})
+			each(t, cs, func(ctx context.Context, c collective.Collective) error { return c.Barrier(ctx) })
+			if err := cs[3].Close(); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			errs := make([]error, 3)
+			var wg sync.WaitGroup
+			for r, c := range cs[:3] {
+				wg.Go(func() {
+					if op == "reduce-scatter" {
+						errs[r] = c.ReduceScatter(ctx, make([]float32, 1<<12), make([]float32, 1<<10), collective.Sum)
+					} else {
+						errs[r] = c.AllGather(ctx, make([]float32, 1<<10), make([]float32, 1<<12))
+					}
+				})
+			}
+			wg.Wait()
+			for r, err := range errs {
+				if p, ok := collective.PeerOf(err); err == nil || errors.Is(err, context.DeadlineExceeded) || !ok || p != 3 {
+					t.Errorf("rank %d: %v, want an error blaming rank 3", r, err)
+				}
+			}
+		})
+	}
+}
