@@ -486,3 +486,46 @@ func TestModelCheckpointValidationEveryFewEpochs(t *testing.T) {
 		t.Errorf("checkpoints %v, want those of epochs 1 and 3, the epochs that validated", got)
 	}
 }
+
+// A run resumed with the default run directories trains into a new
+// version_N: the checkpoints of the run it resumes, in version_0, are that
+// run's and stay, whichever ranking either run keeps.
+func TestModelCheckpointResumedIntoANewRunDirectoryKeepsTheOldOnes(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  callbacks.ModelCheckpointConfig
+	}{
+		{"newest", callbacks.ModelCheckpointConfig{}},
+		{"monitored", callbacks.ModelCheckpointConfig{Monitor: "val_loss", Filename: "{epoch}"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			mc, err := callbacks.NewModelCheckpoint(tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := fit(t, trainer.Config{DefaultRootDir: root, MaxEpochs: 2, Callbacks: []trainer.Callback{mc}}, true); err != nil {
+				t.Fatal(err)
+			}
+			first := mc.BestModelPath()
+			if first == "" || !strings.Contains(first, "version_0") {
+				t.Fatalf("first run's best checkpoint %q, want one in version_0", first)
+			}
+			mc2, _ := callbacks.NewModelCheckpoint(tc.cfg)
+			if _, err := fit(t, trainer.Config{DefaultRootDir: root, MaxEpochs: 4, Callbacks: []trainer.Callback{mc2}}, true, trainer.FromCheckpoint(first)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := trainer.VerifyCheckpoint(first); err != nil {
+				t.Errorf("the first run's checkpoint after a resumed run in version_1: %v", err)
+			}
+			for p := range mc2.BestK() {
+				if !strings.Contains(p, "version_1") {
+					t.Errorf("the resumed run ranks %s, outside its run directory", p)
+				}
+			}
+			if len(mc2.BestK()) != 1 || !strings.Contains(mc2.BestModelPath(), "version_1") {
+				t.Errorf("resumed run keeps %v, best %q; want one checkpoint of version_1", mc2.BestK(), mc2.BestModelPath())
+			}
+		})
+	}
+}

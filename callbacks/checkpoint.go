@@ -187,7 +187,33 @@ func (c *ModelCheckpoint) OnFitStart(ctx context.Context, s *trainer.State) erro
 	if c.dir == "" {
 		c.dir = defaultDir(s)
 	}
+	if c.st.Dirpath != "" && !sameDir(c.st.Dirpath, c.dir) {
+		// The ranking restored from a checkpoint (or kept from an earlier
+		// Fit) is of files in another directory, such as the run directory
+		// of the run this one resumes: they are that run's, so none of them
+		// is displaced and deleted from here. As Lightning's, the ranking
+		// starts afresh in the new directory, keeping only the best path
+		// until a checkpoint is saved here.
+		if len(c.st.BestK) > 0 {
+			s.Warn(fmt.Sprintf("ModelCheckpoint: checkpoints go to %s, not %s as in the run this Fit continues: its %d ranked checkpoint(s) stay there, untouched, and the ranking starts afresh", c.dir, c.st.Dirpath, len(c.st.BestK)))
+		}
+		c.st = ckptState{BestK: map[string]jf{}, Best: c.st.Best, BestScore: c.st.BestScore, LastStep: c.st.LastStep,
+			Monitor: c.st.Monitor, Mode: c.st.Mode, ValEpoch: c.st.ValEpoch}
+	}
+	c.st.Dirpath = c.dir
 	return c.removeStale(s)
+}
+
+// sameDir reports whether two directory names are the same directory,
+// relative or absolute.
+func sameDir(a, b string) bool {
+	if aa, err := filepath.Abs(a); err == nil {
+		a = aa
+	}
+	if bb, err := filepath.Abs(b); err == nil {
+		b = bb
+	}
+	return a == b
 }
 
 func (c *ModelCheckpoint) OnTrainBatchEnd(ctx context.Context, s *trainer.State) error {
