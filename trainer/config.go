@@ -220,6 +220,10 @@ func (c *Config) Validate() error {
 	}
 	if c.StrategyImpl == nil && !strategy.Known(c.Strategy) {
 		bad("Strategy is %q: use one of %v", c.Strategy, strategy.Names())
+	} else if c.StrategyImpl == nil {
+		if err := strategy.Check(c.Strategy, strategy.Options{Devices: c.Devices, NumNodes: c.NumNodes, Accelerator: c.Accelerator}); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	switch c.Accelerator {
 	case "":

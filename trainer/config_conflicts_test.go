@@ -72,6 +72,16 @@ func TestConfigConflicts(t *testing.T) {
 		{"value clipping without a bound", trainer.Config{GradientClipAlgorithm: "value"},
 			[]string{`GradientClipAlgorithm is "value" and GradientClipVal is 0`}},
 		{"FastDevRun overrides", trainer.Config{FastDevRun: 2, MaxEpochs: 5, LimitTrainBatches: 100}, nil},
+		// A layout the named strategy can never run is refused by New, not
+		// by Fit once the data and model are loaded.
+		{"single on 2 devices", trainer.Config{Strategy: "single", Devices: 2},
+			[]string{`strategy "single" runs one device, but Devices is 2 and NumNodes is 1`, `or Devices 1`}},
+		{"single on 2 nodes", trainer.Config{Strategy: "single", NumNodes: 2},
+			[]string{`strategy "single" runs one device, but Devices is 1 and NumNodes is 2`}},
+		{"dp on 2 nodes", trainer.Config{Strategy: "dp", Devices: 2, NumNodes: 2},
+			[]string{`strategy "dp" runs in one process on one machine, but NumNodes is 2: use "ddp" across machines`}},
+		{"single on 1 device", trainer.Config{Strategy: "single", Devices: 1, NumNodes: 1}, nil},
+		{"dp on 2 devices", trainer.Config{Strategy: "dp", Devices: 2}, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
