@@ -369,6 +369,47 @@ func TestLearningRateMonitor(t *testing.T) {
 	}
 }
 
+// A run resumed from a checkpoint saved mid-epoch at a step whose rate the
+// monitor had logged starts the epoch again at that step: the rate is not
+// logged a second time there.
+func TestLearningRateMonitorResumedLogsEachStepOnce(t *testing.T) {
+	dir := t.TempDir()
+	run := func(ckpt string) map[int]int {
+		t.Helper()
+		rec := &recorder{}
+		lm, err := callbacks.NewLearningRateMonitor("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		mc, err := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{Dirpath: dir, EveryNTrainSteps: 5, SaveTopK: -1, Filename: "{step}"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var opts []trainer.FitOption
+		if ckpt != "" {
+			opts = append(opts, trainer.FromCheckpoint(ckpt))
+		}
+		if _, err := fit(t, trainer.Config{MaxEpochs: 1, LogEveryNSteps: 5, Callbacks: []trainer.Callback{mc, lm}, Loggers: []trainer.Logger{rec}}, false, opts...); err != nil {
+			t.Fatal(err)
+		}
+		n := map[int]int{}
+		for i, r := range rec.rows {
+			if _, ok := r["lr-adam"]; ok {
+				n[rec.steps[i]]++
+			}
+		}
+		return n
+	}
+	if first := run(""); first[10] != 1 {
+		t.Fatalf("lr-adam logged %d times at step 10 in the first run, want 1 (by step: %v)", first[10], first)
+	}
+	resumed := run(filepath.Join(dir, "step=10.ckpt"))
+	want := map[int]int{15: 1}
+	if !reflect.DeepEqual(resumed, want) {
+		t.Errorf("resumed from step 10: lr-adam rows by step %v, want %v (step 10's rate was logged before the checkpoint)", resumed, want)
+	}
+}
+
 func TestGradientAccumulationScheduler(t *testing.T) {
 	g, err := callbacks.NewGradientAccumulationScheduler(map[int]int{1: 4, 2: 8})
 	if err != nil {
