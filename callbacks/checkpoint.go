@@ -187,7 +187,9 @@ func (c *ModelCheckpoint) OnFitStart(ctx context.Context, s *trainer.State) erro
 	if c.dir == "" {
 		c.dir = defaultDir(s)
 	}
-	if c.st.Dirpath != "" && !sameDir(c.st.Dirpath, c.dir) {
+	// Names compared as written: the same directory named once relative
+	// and once absolute only restarts the ranking, which deletes nothing.
+	if c.st.Dirpath != "" && filepath.Clean(c.st.Dirpath) != filepath.Clean(c.dir) {
 		// The ranking restored from a checkpoint (or kept from an earlier
 		// Fit) is of files in another directory, such as the run directory
 		// of the run this one resumes: they are that run's, so none of them
@@ -202,18 +204,6 @@ func (c *ModelCheckpoint) OnFitStart(ctx context.Context, s *trainer.State) erro
 	}
 	c.st.Dirpath = c.dir
 	return c.removeStale(s)
-}
-
-// sameDir reports whether two directory names are the same directory,
-// relative or absolute.
-func sameDir(a, b string) bool {
-	if aa, err := filepath.Abs(a); err == nil {
-		a = aa
-	}
-	if bb, err := filepath.Abs(b); err == nil {
-		b = bb
-	}
-	return a == b
 }
 
 func (c *ModelCheckpoint) OnTrainBatchEnd(ctx context.Context, s *trainer.State) error {
