@@ -169,6 +169,12 @@ func (c *ModelCheckpoint) BestK() map[string]float64 {
 	return out
 }
 
+// SavesOnValidation reports whether it saves when validation ends, a
+// mid-epoch validation included (trainer.Config.Validate then refuses a
+// ValCheckInterval that is no multiple of AccumulateGradBatches): true
+// unless it saves every N train steps.
+func (c *ModelCheckpoint) SavesOnValidation() bool { return c.cfg.EveryNTrainSteps == 0 }
+
 // Dir is where checkpoints go (known from fit start).
 func (c *ModelCheckpoint) Dir() string { return c.dir }
 

@@ -33,7 +33,9 @@ type Config struct {
 	// ValCheckInterval runs validation every this many training batches
 	// within an epoch as well as at its end, in the epochs that
 	// CheckValEveryNEpoch selects (as Lightning). 0: at the end of the
-	// epoch only.
+	// epoch only. Beside a ModelCheckpoint that saves after validation and
+	// AccumulateGradBatches above 1 it must be a multiple of the latter: a
+	// checkpoint cannot be saved inside an accumulation window.
 	ValCheckInterval int
 	// CheckValEveryNEpoch runs validation every this many epochs. 0: 1.
 	CheckValEveryNEpoch int

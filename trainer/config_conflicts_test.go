@@ -41,6 +41,13 @@ func TestConfigConflicts(t *testing.T) {
 		}
 		return mc
 	}
+	stepCkpt := func() trainer.Callback {
+		mc, err := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{Dirpath: t.TempDir(), EveryNTrainSteps: 6})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mc
+	}
 	csv, err := callbacks.NewCSVLogger(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -82,6 +89,13 @@ func TestConfigConflicts(t *testing.T) {
 			[]string{`strategy "dp" runs in one process on one machine, but NumNodes is 2: use "ddp" across machines`}},
 		{"single on 1 device", trainer.Config{Strategy: "single", Devices: 1, NumNodes: 1}, nil},
 		{"dp on 2 devices", trainer.Config{Strategy: "dp", Devices: 2}, nil},
+		// A ModelCheckpoint saving after a mid-epoch validation inside an
+		// accumulation window would fail Fit at that validation.
+		{"ValCheckInterval inside accumulation windows", trainer.Config{AccumulateGradBatches: 3, ValCheckInterval: 10, Callbacks: []trainer.Callback{ckpt()}},
+			[]string{"ValCheckInterval is 10 and AccumulateGradBatches is 3", "Callbacks[0] (ModelCheckpoint) cannot save", "a multiple of 3, such as 9 or 12"}},
+		{"ValCheckInterval a multiple of the accumulation", trainer.Config{AccumulateGradBatches: 3, ValCheckInterval: 9, Callbacks: []trainer.Callback{ckpt()}}, nil},
+		{"ValCheckInterval inside windows, checkpoints every N steps", trainer.Config{AccumulateGradBatches: 3, ValCheckInterval: 10, Callbacks: []trainer.Callback{stepCkpt()}}, nil},
+		{"ValCheckInterval inside windows, no checkpoint callback", trainer.Config{AccumulateGradBatches: 3, ValCheckInterval: 10}, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
