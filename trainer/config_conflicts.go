@@ -32,9 +32,17 @@ func (c *Config) conflicts() []error {
 	}
 	var bars []string
 	var sched []string
+	stateful := map[string]int{} // name -> index of the first Stateful callback
 	for i, cb := range c.Callbacks {
 		if nilEntry(cb) != "" {
 			continue // Validate names it; its methods would crash
+		}
+		if _, ok := cb.(Stateful); ok {
+			if j, dup := stateful[cb.Name()]; dup {
+				bad("Callbacks[%d] and Callbacks[%d] are both named %q, which keys their state in checkpoints: one would overwrite the other's and a resumed run would give both the same; give each its own Name (ModelCheckpointConfig.Name, EarlyStoppingConfig.Name)", j, i, cb.Name())
+			} else {
+				stateful[cb.Name()] = i
+			}
 		}
 		if d, ok := cb.(ProgressDisplay); ok && d.DisplaysProgress() {
 			bars = append(bars, fmt.Sprintf("Callbacks[%d] (%s)", i, cb.Name()))

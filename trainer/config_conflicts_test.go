@@ -48,6 +48,13 @@ func TestConfigConflicts(t *testing.T) {
 		}
 		return mc
 	}
+	stop := func(monitor, name string) trainer.Callback {
+		es, err := callbacks.NewEarlyStopping(callbacks.EarlyStoppingConfig{Monitor: monitor, Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return es
+	}
 	csv, err := callbacks.NewCSVLogger(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -96,6 +103,12 @@ func TestConfigConflicts(t *testing.T) {
 		{"ValCheckInterval a multiple of the accumulation", trainer.Config{AccumulateGradBatches: 3, ValCheckInterval: 9, Callbacks: []trainer.Callback{ckpt()}}, nil},
 		{"ValCheckInterval inside windows, checkpoints every N steps", trainer.Config{AccumulateGradBatches: 3, ValCheckInterval: 10, Callbacks: []trainer.Callback{stepCkpt()}}, nil},
 		{"ValCheckInterval inside windows, no checkpoint callback", trainer.Config{AccumulateGradBatches: 3, ValCheckInterval: 10}, nil},
+		// Callback state is keyed by name in checkpoints.
+		{"two ModelCheckpoints of one name", trainer.Config{Callbacks: []trainer.Callback{ckpt(), stepCkpt()}},
+			[]string{`Callbacks[0] and Callbacks[1] are both named "ModelCheckpoint", which keys their state in checkpoints`, "give each its own Name"}},
+		{"two EarlyStoppings of one name", trainer.Config{Callbacks: []trainer.Callback{stop("val_loss", ""), stop("val_acc", "")}},
+			[]string{`Callbacks[0] and Callbacks[1] are both named "EarlyStopping"`}},
+		{"two EarlyStoppings, named", trainer.Config{Callbacks: []trainer.Callback{stop("val_loss", ""), stop("val_acc", "stop_acc")}}, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
