@@ -369,6 +369,47 @@ func TestLearningRateMonitor(t *testing.T) {
 	}
 }
 
+// A run resumed from a checkpoint saved mid-epoch at a step whose rate the
+// monitor had logged starts the epoch again at that step: the rate is not
+// logged a second time there.
+func TestLearningRateMonitorResumedLogsEachStepOnce(t *testing.T) {
+	dir := t.TempDir()
+	run := func(ckpt string) map[int]int {
+		t.Helper()
+		rec := &recorder{}
+		lm, err := callbacks.NewLearningRateMonitor("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		mc, err := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{Dirpath: dir, EveryNTrainSteps: 5, SaveTopK: -1, Filename: "{step}"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var opts []trainer.FitOption
+		if ckpt != "" {
+			opts = append(opts, trainer.FromCheckpoint(ckpt))
+		}
+		if _, err := fit(t, trainer.Config{MaxEpochs: 1, LogEveryNSteps: 5, Callbacks: []trainer.Callback{mc, lm}, Loggers: []trainer.Logger{rec}}, false, opts...); err != nil {
+			t.Fatal(err)
+		}
+		n := map[int]int{}
+		for i, r := range rec.rows {
+			if _, ok := r["lr-adam"]; ok {
+				n[rec.steps[i]]++
+			}
+		}
+		return n
+	}
+	if first := run(""); first[10] != 1 {
+		t.Fatalf("lr-adam logged %d times at step 10 in the first run, want 1 (by step: %v)", first[10], first)
+	}
+	resumed := run(filepath.Join(dir, "step=10.ckpt"))
+	want := map[int]int{15: 1}
+	if !reflect.DeepEqual(resumed, want) {
+		t.Errorf("resumed from step 10: lr-adam rows by step %v, want %v (step 10's rate was logged before the checkpoint)", resumed, want)
+	}
+}
+
 func TestGradientAccumulationScheduler(t *testing.T) {
 	g, err := callbacks.NewGradientAccumulationScheduler(map[int]int{1: 4, 2: 8})
 	if err != nil {
@@ -484,5 +525,48 @@ func TestModelCheckpointValidationEveryFewEpochs(t *testing.T) {
 	got := files(t, dir)
 	if len(got) != 2 || !strings.HasPrefix(got[0], "epoch=1-") || !strings.HasPrefix(got[1], "epoch=3-") {
 		t.Errorf("checkpoints %v, want those of epochs 1 and 3, the epochs that validated", got)
+	}
+}
+
+// A run resumed with the default run directories trains into a new
+// version_N: the checkpoints of the run it resumes, in version_0, are that
+// run's and stay, whichever ranking either run keeps.
+func TestModelCheckpointResumedIntoANewRunDirectoryKeepsTheOldOnes(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  callbacks.ModelCheckpointConfig
+	}{
+		{"newest", callbacks.ModelCheckpointConfig{}},
+		{"monitored", callbacks.ModelCheckpointConfig{Monitor: "val_loss", Filename: "{epoch}"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			mc, err := callbacks.NewModelCheckpoint(tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := fit(t, trainer.Config{DefaultRootDir: root, MaxEpochs: 2, Callbacks: []trainer.Callback{mc}}, true); err != nil {
+				t.Fatal(err)
+			}
+			first := mc.BestModelPath()
+			if first == "" || !strings.Contains(first, "version_0") {
+				t.Fatalf("first run's best checkpoint %q, want one in version_0", first)
+			}
+			mc2, _ := callbacks.NewModelCheckpoint(tc.cfg)
+			if _, err := fit(t, trainer.Config{DefaultRootDir: root, MaxEpochs: 4, Callbacks: []trainer.Callback{mc2}}, true, trainer.FromCheckpoint(first)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := trainer.VerifyCheckpoint(first); err != nil {
+				t.Errorf("the first run's checkpoint after a resumed run in version_1: %v", err)
+			}
+			for p := range mc2.BestK() {
+				if !strings.Contains(p, "version_1") {
+					t.Errorf("the resumed run ranks %s, outside its run directory", p)
+				}
+			}
+			if len(mc2.BestK()) != 1 || !strings.Contains(mc2.BestModelPath(), "version_1") {
+				t.Errorf("resumed run keeps %v, best %q; want one checkpoint of version_1", mc2.BestK(), mc2.BestModelPath())
+			}
+		})
 	}
 }

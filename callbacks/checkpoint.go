@@ -169,6 +169,12 @@ func (c *ModelCheckpoint) BestK() map[string]float64 {
 	return out
 }
 
+// SavesOnValidation reports whether it saves when validation ends, a
+// mid-epoch validation included (trainer.Config.Validate then refuses a
+// ValCheckInterval that is no multiple of AccumulateGradBatches): true
+// unless it saves every N train steps.
+func (c *ModelCheckpoint) SavesOnValidation() bool { return c.cfg.EveryNTrainSteps == 0 }
+
 // Dir is where checkpoints go (known from fit start).
 func (c *ModelCheckpoint) Dir() string { return c.dir }
 
@@ -187,6 +193,22 @@ func (c *ModelCheckpoint) OnFitStart(ctx context.Context, s *trainer.State) erro
 	if c.dir == "" {
 		c.dir = defaultDir(s)
 	}
+	// Names compared as written: the same directory named once relative
+	// and once absolute only restarts the ranking, which deletes nothing.
+	if c.st.Dirpath != "" && filepath.Clean(c.st.Dirpath) != filepath.Clean(c.dir) {
+		// The ranking restored from a checkpoint (or kept from an earlier
+		// Fit) is of files in another directory, such as the run directory
+		// of the run this one resumes: they are that run's, so none of them
+		// is displaced and deleted from here. As Lightning's, the ranking
+		// starts afresh in the new directory, keeping only the best path
+		// until a checkpoint is saved here.
+		if len(c.st.BestK) > 0 {
+			s.Warn(fmt.Sprintf("ModelCheckpoint: checkpoints go to %s, not %s as in the run this Fit continues: its %d ranked checkpoint(s) stay there, untouched, and the ranking starts afresh", c.dir, c.st.Dirpath, len(c.st.BestK)))
+		}
+		c.st = ckptState{BestK: map[string]jf{}, Best: c.st.Best, BestScore: c.st.BestScore, LastStep: c.st.LastStep,
+			Monitor: c.st.Monitor, Mode: c.st.Mode, ValEpoch: c.st.ValEpoch}
+	}
+	c.st.Dirpath = c.dir
 	return c.removeStale(s)
 }
 

@@ -26,8 +26,8 @@ type JSONLLogger struct {
 }
 
 var (
-	_ trainer.Logger  = (*JSONLLogger)(nil)
-	_ trainer.Resumer = (*JSONLLogger)(nil)
+	_ trainer.Logger     = (*JSONLLogger)(nil)
+	_ trainer.RowResumer = (*JSONLLogger)(nil)
 )
 
 // NewJSONLLogger logs into dir, usually from VersionDir.
@@ -98,7 +98,16 @@ func (l *JSONLLogger) LogMetrics(step int, m map[string]float64) error {
 // metrics.jsonl (see trainer.Resumer), writing the kept lines to a
 // temporary file renamed over the old one, so a failure leaves the old
 // file whole.
-func (l *JSONLLogger) ResumeAt(step int) error {
+func (l *JSONLLogger) ResumeAt(step int) error { return l.resume(step, -1) }
+
+// ResumeAtRow is ResumeAt that also drops the lines at step past its
+// first rows (see trainer.RowResumer): those logged after the checkpoint
+// was saved, which the resumed run logs again.
+func (l *JSONLLogger) ResumeAtRow(step, rows int) error { return l.resume(step, max(rows, 0)) }
+
+// resume keeps the lines before step and, at step, the first keep (-1:
+// all).
+func (l *JSONLLogger) resume(step, keep int) error {
 	if l.f != nil {
 		if err := errors.Join(l.w.Flush(), l.f.Close()); err != nil {
 			return err
@@ -113,12 +122,20 @@ func (l *JSONLLogger) ResumeAt(step int) error {
 		return err
 	}
 	var kept []byte
+	atStep := 0
 	for line := range bytes.Lines(b) {
 		var row struct {
 			Step *int `json:"step"`
 		}
-		if json.Unmarshal(line, &row) == nil && row.Step != nil && *row.Step > step {
-			continue
+		if json.Unmarshal(line, &row) == nil && row.Step != nil {
+			if *row.Step > step {
+				continue
+			}
+			if *row.Step == step && keep >= 0 {
+				if atStep++; atStep > keep {
+					continue
+				}
+			}
 		}
 		kept = append(kept, line...)
 	}

@@ -2,6 +2,7 @@ package callbacks
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	"github.com/fulgur-ml/fulgur/trainer"
@@ -19,6 +20,7 @@ type LearningRateMonitor struct {
 var (
 	_ trainer.TrainBatchEndHook   = (*LearningRateMonitor)(nil)
 	_ trainer.TrainEpochStartHook = (*LearningRateMonitor)(nil)
+	_ trainer.Stateful            = (*LearningRateMonitor)(nil)
 )
 
 // NewLearningRateMonitor logs at every logged step (interval "step" or "",
@@ -62,4 +64,26 @@ func (l *LearningRateMonitor) log(s *trainer.State) error {
 // Last returns the last learning rate logged and its step.
 func (l *LearningRateMonitor) Last() (lr float64, step int, ok bool) {
 	return l.lastLR, l.lastStep, l.logged
+}
+
+type lrMonitorState struct {
+	LastStep int     `json:"last_step"`
+	LastLR   float64 `json:"last_lr"`
+	Logged   bool    `json:"logged"`
+}
+
+// StateDict keeps the step last logged, so that a run resumed from a
+// checkpoint saved at that step, which starts its epoch again at that step,
+// does not log the same rate twice.
+func (l *LearningRateMonitor) StateDict() ([]byte, error) {
+	return json.Marshal(lrMonitorState{LastStep: l.lastStep, LastLR: l.lastLR, Logged: l.logged})
+}
+
+func (l *LearningRateMonitor) LoadStateDict(b []byte) error {
+	var st lrMonitorState
+	if err := json.Unmarshal(b, &st); err != nil {
+		return fmt.Errorf("LearningRateMonitor state: %w", err)
+	}
+	l.lastStep, l.lastLR, l.logged = st.LastStep, st.LastLR, st.Logged
+	return nil
 }

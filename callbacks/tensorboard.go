@@ -62,6 +62,14 @@ func (l *TensorBoardLogger) open() error {
 	if l.f != nil {
 		return nil
 	}
+	if l.path != "" {
+		// Logging again after Finalize (the CLI's test results after Fit):
+		// the same run goes on in the same file.
+		if f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_APPEND, 0); err == nil {
+			l.f, l.w = f, bufio.NewWriter(f)
+			return nil
+		}
+	}
 	if err := os.MkdirAll(l.dir, 0o755); err != nil {
 		return err
 	}

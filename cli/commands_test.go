@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/fulgur-ml/fulgur/cli"
 	"github.com/fulgur-ml/fulgur/models"
+	"github.com/fulgur-ml/fulgur/trainer"
 )
 
 // fit, then validate, test and predict on its checkpoints, as separate
@@ -71,6 +73,27 @@ func TestSubcommandsEvaluateCheckpoints(t *testing.T) {
 	}
 	if runs := list(t, filepath.Join(root, "lightning_logs")); len(runs) != 5 {
 		t.Errorf("run directories %v: the refused test left one behind", runs)
+	}
+
+	// Each run directory's metrics.csv holds what its command measured, as
+	// Lightning's CSVLogger after trainer.test: fit's test after the
+	// training rows, validate's and test's at the checkpoint's step.
+	for _, c := range []struct {
+		version, row string
+	}{
+		{"version_0", fmt.Sprintf("20,%s,%s,", trainer.FormatValue(fit.TestAcc), trainer.FormatValue(fit.TestLoss))},
+		{"version_1", fmt.Sprintf("20,%s,%s", trainer.FormatValue(test.TestAcc), trainer.FormatValue(test.TestLoss))},
+		{"version_2", fmt.Sprintf("20,%s,%s", trainer.FormatValue(val.Metrics["val_acc"]), trainer.FormatValue(val.Metrics["val_loss"]))},
+	} {
+		b, err := os.ReadFile(filepath.Join(root, "lightning_logs", c.version, "metrics.csv"))
+		if err != nil {
+			t.Errorf("%s: %v", c.version, err)
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		if last := lines[len(lines)-1]; !strings.Contains(last, c.row) {
+			t.Errorf("%s/metrics.csv ends with %q, want the row %q:\n%s", c.version, last, c.row, b)
+		}
 	}
 }
 

@@ -27,10 +27,45 @@ type Options struct {
 // Factory builds a strategy from options.
 type Factory func(o Options) (Strategy, error)
 
+// LayoutCheck reports, without building anything, a layout (Devices,
+// NumNodes, Accelerator) that a strategy can never run, whatever the
+// environment: "single" on 2 devices, say. A Config is validated with it
+// when it is made (trainer.New), so the mistake is refused there and not at
+// Fit, after the data and the model are loaded.
+type LayoutCheck func(o Options) error
+
 var (
 	regMu    sync.RWMutex
 	registry = map[string]Factory{}
+	checks   = map[string]LayoutCheck{}
 )
+
+// RegisterCheck gives the strategy called name a layout check, which Check
+// runs; its Factory should run it too.
+func RegisterCheck(name string, f LayoutCheck) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	checks[name] = f
+}
+
+// Check runs the layout check of the strategy called name on o (with
+// New's defaults: Devices and NumNodes 0 are 1); nil when the strategy has
+// none or "auto" picks one by the layout.
+func Check(name string, o Options) error {
+	if o.Devices == 0 {
+		o.Devices = 1
+	}
+	if o.NumNodes == 0 {
+		o.NumNodes = 1
+	}
+	regMu.RLock()
+	f, ok := checks[name]
+	regMu.RUnlock()
+	if !ok {
+		return nil
+	}
+	return f(o)
+}
 
 // Register makes a strategy available by name to New. Strategy packages
 // register themselves; libraries and tests pass values instead.

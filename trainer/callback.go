@@ -133,6 +133,22 @@ type Resumer interface {
 	ResumeAt(step int) error
 }
 
+// RowResumer is a Resumer that also forgets what was logged at the
+// checkpoint's own step after the checkpoint was saved. A checkpoint saved
+// at an epoch's last step (ModelCheckpoint every N train steps, say) comes
+// before the epoch's end logs its epoch metrics and validation at that same
+// step; the resumed run runs the epoch's end again and logs them again. A
+// Fit that resumes from a checkpoint saved at global step S after rows
+// LogMetrics calls at S calls ResumeAtRow(S, rows) instead of ResumeAt(S):
+// keep what was logged before step S and the first rows calls at S, forget
+// the rest. (A checkpoint written before this was recorded gets ResumeAt.)
+// CSVLogger and callbacks.JSONLLogger implement it; TensorBoard forgets by
+// step only, so callbacks.TensorBoardLogger keeps ResumeAt.
+type RowResumer interface {
+	Resumer
+	ResumeAtRow(step, rows int) error
+}
+
 // Warn logs msg as a warning through the trainer's logger on rank 0, for a
 // callback that carries on past something the user should know about.
 func (s *State) Warn(msg string) {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -99,6 +100,13 @@ type ckptTrainer struct {
 	EpochAggs             map[string]ckptAgg `json:"epoch_aggregates"`
 	LastTrainLoss         jfloat             `json:"last_train_loss"`
 	Written               string             `json:"written"`
+	// LogRows is how many LogMetrics calls rank 0 had made at GlobalStep
+	// when the checkpoint was written (RowResumer); nil in older files.
+	LogRows *int `json:"log_rows_at_step,omitempty"`
+	// EpochCkpt is the default epoch checkpoint kept so far (Config's
+	// default checkpoints), which a run resumed in the same run directory
+	// replaces with its next one.
+	EpochCkpt string `json:"default_epoch_checkpoint,omitempty"`
 }
 
 type ckptAgg struct {
@@ -236,6 +244,13 @@ func (t *Trainer) encodeCheckpoint(sd *strategy.StateDict, extra map[string]stri
 		TrainBatchSize: t.trainBS, TrainBatches: t.trainNB, AccumulateGradBatches: t.accum,
 		Metrics: strategy.JSONFloats(t.state.Metrics), EpochAggs: map[string]ckptAgg{}, LastTrainLoss: jfloat(t.stats.LastTrainLoss),
 		Written: t.cfg.Now().UTC().Format(time.RFC3339Nano),
+	}
+	ts.EpochCkpt = t.lastEpochCkpt
+	if t.logStep == t.state.GlobalStep {
+		rows := t.logRows
+		ts.LogRows = &rows
+	} else {
+		ts.LogRows = new(int) // nothing logged at this step yet
 	}
 	for name, a := range t.epochAgg {
 		if t.pos.Batch == 0 && !t.pos.Validated {
@@ -576,6 +591,15 @@ func (t *Trainer) apply(ctx context.Context, c *checkpoint) error {
 	t.state.Epoch = ts.Epoch
 	t.state.Metrics = strategy.Floats(ts.Metrics)
 	t.stats.LastTrainLoss = float64(ts.LastTrainLoss)
+	t.logStep, t.logRows = ts.GlobalStep, -1
+	if ts.EpochCkpt != "" && t.state.LogDir != "" && sameDir(filepath.Dir(ts.EpochCkpt), filepath.Join(t.state.LogDir, "checkpoints")) {
+		// Resumed in the same run directory: its epoch checkpoint is this
+		// run's previous one (another run directory's stays untouched).
+		t.lastEpochCkpt = ts.EpochCkpt
+	}
+	if ts.LogRows != nil {
+		t.logRows = *ts.LogRows
+	}
 	pos := ts.loopPos
 	t.resumeWorld = ts.WorldSize // pos.Batch is converted to this world at its epoch (enterEpoch)
 	t.resumeAt = &pos

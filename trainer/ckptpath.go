@@ -26,6 +26,13 @@ type bestPather interface {
 	BestModelPath() string
 }
 
+// validationSaver is a callback that saves a checkpoint when validation
+// ends, a mid-epoch one (ValCheckInterval) included: Config.Validate
+// refuses a ValCheckInterval that puts one inside an accumulation window.
+type validationSaver interface {
+	SavesOnValidation() bool
+}
+
 // ResolveCheckpoint turns which into a checkpoint file, the way
 // FromCheckpoint and WithCheckpoint do (as Lightning's ckpt_path):
 //

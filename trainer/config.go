@@ -33,7 +33,9 @@ type Config struct {
 	// ValCheckInterval runs validation every this many training batches
 	// within an epoch as well as at its end, in the epochs that
 	// CheckValEveryNEpoch selects (as Lightning). 0: at the end of the
-	// epoch only.
+	// epoch only. Beside a ModelCheckpoint that saves after validation and
+	// AccumulateGradBatches above 1 it must be a multiple of the latter: a
+	// checkpoint cannot be saved inside an accumulation window.
 	ValCheckInterval int
 	// CheckValEveryNEpoch runs validation every this many epochs. 0: 1.
 	CheckValEveryNEpoch int
@@ -257,6 +259,10 @@ func (c *Config) Validate() error {
 	}
 	if c.StrategyImpl == nil && !strategy.Known(c.Strategy) {
 		bad("Strategy is %q: use one of %v", c.Strategy, strategy.Names())
+	} else if c.StrategyImpl == nil {
+		if err := strategy.Check(c.Strategy, strategy.Options{Devices: c.Devices, NumNodes: c.NumNodes, Accelerator: c.Accelerator}); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	switch c.Accelerator {
 	case "":

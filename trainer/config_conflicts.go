@@ -32,7 +32,18 @@ func (c *Config) conflicts() []error {
 	}
 	var bars []string
 	var sched []string
+	stateful := map[string]int{} // name -> index of the first Stateful callback
 	for i, cb := range c.Callbacks {
+		if nilEntry(cb) != "" {
+			continue // Validate names it; its methods would crash
+		}
+		if _, ok := cb.(Stateful); ok {
+			if j, dup := stateful[cb.Name()]; dup {
+				bad("Callbacks[%d] and Callbacks[%d] are both named %q, which keys their state in checkpoints: one would overwrite the other's and a resumed run would give both the same; give each its own Name (ModelCheckpointConfig.Name, EarlyStoppingConfig.Name)", j, i, cb.Name())
+			} else {
+				stateful[cb.Name()] = i
+			}
+		}
 		if d, ok := cb.(ProgressDisplay); ok && d.DisplaysProgress() {
 			bars = append(bars, fmt.Sprintf("Callbacks[%d] (%s)", i, cb.Name()))
 		}
@@ -41,6 +52,16 @@ func (c *Config) conflicts() []error {
 		}
 		if _, ok := cb.(bestPather); ok && c.DisableCheckpointing {
 			bad("DisableCheckpointing is true and Callbacks[%d] (%s) writes checkpoints: remove the callback, or leave DisableCheckpointing false", i, cb.Name())
+		}
+		if vs, ok := cb.(validationSaver); ok && vs.SavesOnValidation() && c.FastDevRun == 0 &&
+			c.AccumulateGradBatches > 1 && c.ValCheckInterval > 0 && c.ValCheckInterval%c.AccumulateGradBatches != 0 {
+			k := c.AccumulateGradBatches
+			lo, hi := c.ValCheckInterval/k*k, (c.ValCheckInterval/k+1)*k
+			fix := fmt.Sprintf("%d or %d", lo, hi)
+			if lo == 0 {
+				fix = fmt.Sprint(hi)
+			}
+			bad("ValCheckInterval is %d and AccumulateGradBatches is %d: the mid-epoch validations fall inside accumulation windows, where Callbacks[%d] (%s) cannot save the checkpoint it saves after validation (a checkpoint cannot hold partial gradients); set ValCheckInterval to a multiple of %d, such as %s", c.ValCheckInterval, k, i, cb.Name(), k, fix)
 		}
 	}
 	if len(bars) > 0 && c.EnableProgressBar != nil && !*c.EnableProgressBar {

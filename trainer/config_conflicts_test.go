@@ -41,6 +41,20 @@ func TestConfigConflicts(t *testing.T) {
 		}
 		return mc
 	}
+	stepCkpt := func() trainer.Callback {
+		mc, err := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{Dirpath: t.TempDir(), EveryNTrainSteps: 6})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mc
+	}
+	stop := func(monitor, name string) trainer.Callback {
+		es, err := callbacks.NewEarlyStopping(callbacks.EarlyStoppingConfig{Monitor: monitor, Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return es
+	}
 	csv, err := callbacks.NewCSVLogger(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -72,6 +86,29 @@ func TestConfigConflicts(t *testing.T) {
 		{"value clipping without a bound", trainer.Config{GradientClipAlgorithm: "value"},
 			[]string{`GradientClipAlgorithm is "value" and GradientClipVal is 0`}},
 		{"FastDevRun overrides", trainer.Config{FastDevRun: 2, MaxEpochs: 5, LimitTrainBatches: 100}, nil},
+		// A layout the named strategy can never run is refused by New, not
+		// by Fit once the data and model are loaded.
+		{"single on 2 devices", trainer.Config{Strategy: "single", Devices: 2},
+			[]string{`strategy "single" runs one device, but Devices is 2 and NumNodes is 1`, `or Devices 1`}},
+		{"single on 2 nodes", trainer.Config{Strategy: "single", NumNodes: 2},
+			[]string{`strategy "single" runs one device, but Devices is 1 and NumNodes is 2`}},
+		{"dp on 2 nodes", trainer.Config{Strategy: "dp", Devices: 2, NumNodes: 2},
+			[]string{`strategy "dp" runs in one process on one machine, but NumNodes is 2: use "ddp" across machines`}},
+		{"single on 1 device", trainer.Config{Strategy: "single", Devices: 1, NumNodes: 1}, nil},
+		{"dp on 2 devices", trainer.Config{Strategy: "dp", Devices: 2}, nil},
+		// A ModelCheckpoint saving after a mid-epoch validation inside an
+		// accumulation window would fail Fit at that validation.
+		{"ValCheckInterval inside accumulation windows", trainer.Config{AccumulateGradBatches: 3, ValCheckInterval: 10, Callbacks: []trainer.Callback{ckpt()}},
+			[]string{"ValCheckInterval is 10 and AccumulateGradBatches is 3", "Callbacks[0] (ModelCheckpoint) cannot save", "a multiple of 3, such as 9 or 12"}},
+		{"ValCheckInterval a multiple of the accumulation", trainer.Config{AccumulateGradBatches: 3, ValCheckInterval: 9, Callbacks: []trainer.Callback{ckpt()}}, nil},
+		{"ValCheckInterval inside windows, checkpoints every N steps", trainer.Config{AccumulateGradBatches: 3, ValCheckInterval: 10, Callbacks: []trainer.Callback{stepCkpt()}}, nil},
+		{"ValCheckInterval inside windows, no checkpoint callback", trainer.Config{AccumulateGradBatches: 3, ValCheckInterval: 10}, nil},
+		// Callback state is keyed by name in checkpoints.
+		{"two ModelCheckpoints of one name", trainer.Config{Callbacks: []trainer.Callback{ckpt(), stepCkpt()}},
+			[]string{`Callbacks[0] and Callbacks[1] are both named "ModelCheckpoint", which keys their state in checkpoints`, "give each its own Name"}},
+		{"two EarlyStoppings of one name", trainer.Config{Callbacks: []trainer.Callback{stop("val_loss", ""), stop("val_acc", "")}},
+			[]string{`Callbacks[0] and Callbacks[1] are both named "EarlyStopping"`}},
+		{"two EarlyStoppings, named", trainer.Config{Callbacks: []trainer.Callback{stop("val_loss", ""), stop("val_acc", "stop_acc")}}, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

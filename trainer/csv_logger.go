@@ -28,14 +28,16 @@ type CSVLogger struct {
 	f       *os.File
 	w       *csv.Writer
 	started bool
-	// purge, while purging, drops rows whose step is past it (ResumeAt).
-	purge   int
-	purging bool
+	// purge, while purging, drops rows whose step is past it (ResumeAt),
+	// and those at it past the first purgeKeep (ResumeAtRow; -1: none).
+	purge     int
+	purgeKeep int
+	purging   bool
 }
 
 var (
-	_ Logger  = (*CSVLogger)(nil)
-	_ Resumer = (*CSVLogger)(nil)
+	_ Logger     = (*CSVLogger)(nil)
+	_ RowResumer = (*CSVLogger)(nil)
 )
 
 // NewCSVLogger logs into dir, usually a run directory (State.LogDir, VersionDir).
@@ -136,10 +138,17 @@ func (l *CSVLogger) rewrite(extra []string, row map[string]string) error {
 		if len(recs) > 0 {
 			l.cols = recs[0]
 			stepCol := slices.Index(l.cols, "step")
+			atPurge := 0
 			for _, r := range recs[1:] {
 				if l.purging && stepCol >= 0 && stepCol < len(r) {
-					if s, err := strconv.Atoi(r[stepCol]); err == nil && s > l.purge {
+					s, err := strconv.Atoi(r[stepCol])
+					if err == nil && s > l.purge {
 						continue
+					}
+					if err == nil && s == l.purge && l.purgeKeep >= 0 {
+						if atPurge++; atPurge > l.purgeKeep {
+							continue
+						}
 					}
 				}
 				m := map[string]string{}
@@ -220,11 +229,18 @@ func FormatValue(v float64) string {
 // it: the interrupted run logged the steps it trained past its checkpoint,
 // the resumed run trains and logs them again, and each step should appear
 // once (TensorBoard's purge_step does the same for event files).
-func (l *CSVLogger) ResumeAt(step int) error {
+func (l *CSVLogger) ResumeAt(step int) error { return l.resume(step, -1) }
+
+// ResumeAtRow is ResumeAt that also drops the rows at step past its first
+// rows (see trainer.RowResumer): those logged after the checkpoint was
+// saved, which the resumed run logs again.
+func (l *CSVLogger) ResumeAtRow(step, rows int) error { return l.resume(step, max(rows, 0)) }
+
+func (l *CSVLogger) resume(step, keep int) error {
 	if _, err := os.Stat(l.Path()); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
-	l.purge, l.purging = step, true
+	l.purge, l.purgeKeep, l.purging = step, keep, true
 	err := l.rewrite(nil, nil)
 	l.purging = false
 	if err != nil {

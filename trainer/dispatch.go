@@ -251,6 +251,12 @@ func (t *Trainer) logMetrics(step int, m map[string]float64) error {
 	if !t.state.IsGlobalZero || len(m) == 0 {
 		return nil
 	}
+	if step != t.logStep {
+		t.logStep, t.logRows = step, 0
+	}
+	if t.logRows >= 0 {
+		t.logRows++
+	}
 	for _, l := range t.loggers {
 		end := t.span("loggers/" + l.Name() + ".LogMetrics")
 		err := guarded(func() error { return l.LogMetrics(step, m) })
@@ -269,7 +275,11 @@ func (t *Trainer) resumeLoggers() error {
 		return nil
 	}
 	for _, l := range t.loggers {
-		if r, ok := l.(Resumer); ok {
+		if r, ok := l.(RowResumer); ok && t.logRows >= 0 {
+			if err := guarded(func() error { return r.ResumeAtRow(t.state.GlobalStep, t.logRows) }); err != nil {
+				return fmt.Errorf("loggers/%s.ResumeAtRow: %w", l.Name(), err)
+			}
+		} else if r, ok := l.(Resumer); ok {
 			if err := guarded(func() error { return r.ResumeAt(t.state.GlobalStep) }); err != nil {
 				return fmt.Errorf("loggers/%s.ResumeAt: %w", l.Name(), err)
 			}

@@ -148,19 +148,35 @@ func (t *Trainer) defaultLogger() bool {
 func (t *Trainer) saveEpochCheckpoint(ctx context.Context, epoch int) error {
 	dir := filepath.Join(t.state.LogDir, "checkpoints")
 	p := filepath.Join(dir, fmt.Sprintf("epoch=%d-step=%d.ckpt", epoch, t.state.GlobalStep))
+	// Both files record p as the epoch checkpoint kept, which a run resumed
+	// from either in this directory replaces with its next one.
+	prev := t.lastEpochCkpt
+	t.lastEpochCkpt = p
 	if err := t.saveCheckpoint(ctx, p); err != nil {
+		t.lastEpochCkpt = prev
 		return fmt.Errorf("default checkpoint: %w", err)
 	}
 	if err := t.saveCheckpoint(ctx, filepath.Join(dir, "last.ckpt")); err != nil {
 		return fmt.Errorf("default checkpoint: %w", err)
 	}
-	if t.state.IsGlobalZero && t.lastEpochCkpt != "" && t.lastEpochCkpt != p {
-		if err := RemoveCheckpoint(t.lastEpochCkpt); err != nil {
+	if t.state.IsGlobalZero && prev != "" && prev != p {
+		if err := RemoveCheckpoint(prev); err != nil {
 			return fmt.Errorf("default checkpoint: remove the previous epoch's: %w", err)
 		}
 	}
-	t.lastEpochCkpt = p
 	return nil
+}
+
+// sameDir reports whether two directory names are the same directory,
+// relative or absolute.
+func sameDir(a, b string) bool {
+	if aa, err := filepath.Abs(a); err == nil {
+		a = aa
+	}
+	if bb, err := filepath.Abs(b); err == nil {
+		b = bb
+	}
+	return a == b
 }
 
 // removeIfEmpty removes the run directory a failed Fit created, when it

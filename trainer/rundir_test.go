@@ -93,6 +93,49 @@ func TestDefaultRunDirectoryPerFit(t *testing.T) {
 	}
 }
 
+// The default checkpoints keep the newest epoch checkpoint, also across a
+// resume in the same run directory (Config.LogDir): the resumed run's
+// next epoch checkpoint replaces the one of the run it resumes. Resumed
+// into another run directory, it leaves the first run's alone.
+func TestDefaultEpochCheckpointReplacedAfterResume(t *testing.T) {
+	ds := regression(t, 64, 0.1, 3)
+	fit := func(dir string, epochs int, ckpt string) {
+		t.Helper()
+		tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: epochs, LogDir: dir}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var opts []trainer.FitOption
+		if ckpt != "" {
+			opts = append(opts, trainer.FromCheckpoint(ckpt))
+		}
+		if err := tr.Fit(context.Background(), &linreg{in: 4, lr: 0.05}, loader(t, ds, 16, false, false), nil, opts...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ckpts := func(dir string) []string {
+		var out []string
+		for _, n := range names(files(t, filepath.Join(dir, "checkpoints"))) {
+			out = append(out, n)
+		}
+		return out
+	}
+	dir := t.TempDir()
+	fit(dir, 2, "")
+	fit(dir, 3, filepath.Join(dir, "checkpoints", "last.ckpt"))
+	if got, want := ckpts(dir), []string{"epoch=2-step=12.ckpt", "last.ckpt"}; !slices.Equal(got, want) {
+		t.Errorf("resumed in the same run directory: checkpoints %v, want %v", got, want)
+	}
+	other := t.TempDir()
+	fit(other, 4, filepath.Join(dir, "checkpoints", "last.ckpt"))
+	if got, want := ckpts(dir), []string{"epoch=2-step=12.ckpt", "last.ckpt"}; !slices.Equal(got, want) {
+		t.Errorf("after a resume into another run directory, the first's checkpoints are %v, want %v", got, want)
+	}
+	if got, want := ckpts(other), []string{"epoch=3-step=16.ckpt", "last.ckpt"}; !slices.Equal(got, want) {
+		t.Errorf("resumed into another run directory: checkpoints %v, want %v", got, want)
+	}
+}
+
 func TestDefaultOutputsTurnOff(t *testing.T) {
 	ds := regression(t, 64, 0.1, 3)
 	cases := []struct {

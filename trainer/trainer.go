@@ -72,6 +72,10 @@ type Trainer struct {
 	launchDir     string
 	loggers       []Logger
 	lastEpochCkpt string
+	// logStep and logRows count rank 0's LogMetrics calls at one global
+	// step (a checkpoint records them for RowResumer); logRows is -1 when
+	// a resumed checkpoint did not record them.
+	logStep, logRows int
 	// madeRunDir is the run directory chooseLogDir created (rank 0), which
 	// a Fit that fails before writing into it removes again.
 	madeRunDir string
@@ -487,6 +491,7 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 	}
 	t.state.LogDir, t.lastEpochCkpt = logDir, ""
 	t.loggers = t.cfg.Loggers
+	t.logStep, t.logRows = -1, 0
 	if t.defaultLogger() {
 		l, err := NewCSVLogger(logDir)
 		if err != nil {

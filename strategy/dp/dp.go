@@ -25,9 +25,10 @@ var (
 )
 
 func init() {
+	strategy.RegisterCheck("dp", checkLayout)
 	strategy.Register("dp", func(o strategy.Options) (strategy.Strategy, error) {
-		if o.NumNodes > 1 {
-			return nil, fmt.Errorf("strategy \"dp\" runs in one process on one machine, but NumNodes is %d: use \"ddp\" across machines", o.NumNodes)
+		if err := checkLayout(o); err != nil {
+			return nil, err
 		}
 		devs, err := device.Open(o.Accelerator, o.Devices)
 		if err != nil {
@@ -35,6 +36,13 @@ func init() {
 		}
 		return NewDP(DPConfig{Devices: devs})
 	})
+}
+
+func checkLayout(o strategy.Options) error {
+	if o.NumNodes > 1 {
+		return fmt.Errorf("strategy \"dp\" runs in one process on one machine, but NumNodes is %d: use \"ddp\" across machines", o.NumNodes)
+	}
+	return nil
 }
 
 // DPConfig configures DP.

@@ -105,10 +105,18 @@ func (s *Single) LoadState(ctx context.Context, sd *strategy.StateDict) error {
 func (s *Single) Teardown(ctx context.Context) error { return nil }
 
 func init() {
+	strategy.RegisterCheck("single", checkLayout)
 	strategy.Register("single", func(o strategy.Options) (strategy.Strategy, error) {
-		if o.Devices > 1 || o.NumNodes > 1 {
-			return nil, fmt.Errorf("strategy \"single\" runs one device, but Devices is %d and NumNodes is %d: use a distributed strategy (\"ddp\", \"dp\", ...) or Devices 1", o.Devices, o.NumNodes)
+		if err := checkLayout(o); err != nil {
+			return nil, err
 		}
 		return NewSingle(), nil
 	})
+}
+
+func checkLayout(o strategy.Options) error {
+	if o.Devices > 1 || o.NumNodes > 1 {
+		return fmt.Errorf("strategy \"single\" runs one device, but Devices is %d and NumNodes is %d: use a distributed strategy (\"ddp\", \"dp\", ...) or Devices 1", o.Devices, o.NumNodes)
+	}
+	return nil
 }
