@@ -46,7 +46,11 @@ func (l Loaders) check(command string, d DataModule) error {
 // FashionMNIST is the examples' data: Fashion-MNIST from -data, else the
 // installed copy (Debian's dataset-fashion-mnist), else the embedded
 // subset. As in Lightning's MNIST examples, the test split doubles as the
-// validation set (nothing is selected on it) and is what predict reads.
+// validation set and is what predict reads. By default nothing is selected
+// on it; with -ckpt-monitor val_loss (or EarlyStopping on a val_ metric)
+// the choice is made on the test split, so "test -ckpt-path best" then
+// reports an optimistic figure: give a DataModule of your own whose Val
+// holds out part of the training set for that.
 type FashionMNIST struct {
 	Dir       string `flag:"data" help:"directory of the data set (default: installed copy, else the embedded subset)"`
 	BatchSize int    `flag:"batch-size" default:"64" check:">=1" help:"examples per batch (per rank)"`
