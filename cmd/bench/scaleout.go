@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/fulgur-ml/fulgur/deploy/netns"
 	"github.com/fulgur-ml/fulgur/plot"
 	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/collective"
 )
 
 // scaleout: the comparison users make before buying machines. resnet8
@@ -60,6 +63,8 @@ const (
 	// resnet8's gradients and a small one (the stop agreement's size).
 	commUp  = "comm scale-up"
 	commOut = "comm scale-out"
+	// commOutHier is commOut over FULGUR_BACKEND=hier (4 or more ranks).
+	commOutHier = "comm scale-out hier"
 )
 
 // resnet8Params is models.ResNet's default parameter count (the training
@@ -124,6 +129,11 @@ func scaleoutConfigs(o *Options) ([]Config, error) {
 		cup.Variant, cout.Variant = commUp, commOut
 		cup.Steps, cout.Steps, cup.Batch, cout.Batch = commIters, commIters, 0, 0
 		cs = append(cs, cup, cout)
+		if r >= 4 && r%2 == 0 {
+			ch := cout
+			ch.Variant, ch.Backend = commOutHier, "hier"
+			cs = append(cs, ch)
+		}
 		if n := runtime.NumCPU(); r > n {
 			fmt.Fprintf(os.Stderr, "bench: WARNING: %d ranks on %d cores: ranks share cores (oversubscribed), so their figures measure contention as much as scaling\n", r, n)
 		}
@@ -185,7 +195,7 @@ func scaleoutRun(ctx context.Context, c Config) (Figures, error) {
 	switch c.Variant {
 	case limits:
 		return measureLimits(ctx)
-	case commUp, commOut:
+	case commUp, commOut, commOutHier:
 		return measureComm(ctx, c)
 	}
 	st := "single"
@@ -254,10 +264,51 @@ func measureComm(ctx context.Context, c Config) (Figures, error) {
 		}
 		f[fmt.Sprintf("comm_ms_%d", size)] = stat(times).Median * 1e3
 	}
+	// What sharded and fsdp send instead of an all-reduce: a reduce-scatter
+	// of the gradients and an all-gather of the updated parameters.
+	times, err := timeScatterGather(ctx, g, commSizes[0], c.Steps)
+	if err != nil {
+		return nil, err
+	}
+	f[fmt.Sprintf("comm_rsag_ms_%d", commSizes[0])] = stat(times).Median * 1e3
 	if g.Rank() != 0 {
 		return nil, nil
 	}
 	return f, nil
+}
+
+// timeScatterGather times iters reduce-scatters of size bytes of float32,
+// each followed by an all-gather of the block back, as timeAllReduce
+// times all-reduces: the slowest rank's seconds for each pair.
+func timeScatterGather(ctx context.Context, g collective.Group, size, iters int) ([]float64, error) {
+	n := size / 4
+	send, whole := make([]float32, n), make([]float32, n)
+	for i := range send {
+		send[i] = 1
+	}
+	block := make([]float32, collective.BlockLen(n, g.Size(), g.Rank()))
+	t := []float64{0}
+	var times []float64
+	for i := 0; i < allreduceWarmup+iters; i++ {
+		if err := g.Barrier(ctx); err != nil {
+			return nil, err
+		}
+		start := time.Now()
+		if err := g.ReduceScatter(ctx, send, block, collective.Sum); err != nil {
+			return nil, err
+		}
+		if err := g.AllGather(ctx, block, whole); err != nil {
+			return nil, err
+		}
+		t[0] = time.Since(start).Seconds()
+		if err := g.AllReduce(ctx, t, collective.Max); err != nil {
+			return nil, err
+		}
+		if i >= allreduceWarmup {
+			times = append(times, t[0])
+		}
+	}
+	return times, nil
 }
 
 // resnetTrainFLOPs is the floating-point work of one training sample of
@@ -360,6 +411,11 @@ func scaleoutDerive(o *Options, rs []*Result) []Row {
 				Figures: map[string]Stat{"hier_over_flat": stat(overFlat), "hier_over_up": stat(overUp)}})
 		}
 	}
+	for _, n := range slices.Sorted(maps.Keys(by[commOutHier])) {
+		if row, ok := hierCommRow(n, by[commOut][n], by[commOutHier][n]); ok {
+			rows = append(rows, row)
+		}
+	}
 	if lim != nil {
 		for _, v := range []string{oneRank, scaleUp, scaleOut, scaleOutHier} {
 			for _, n := range ranks {
@@ -380,6 +436,34 @@ func scaleoutDerive(o *Options, rs []*Result) []Row {
 				"probe_gbps": one(o.link.Throughput / 1e9)}})
 	}
 	return rows
+}
+
+// hierCommRow sets the collectives of a step on the two-level group beside
+// the flat tcp ring's, run by run: the all-reduce of resnet8's gradients
+// (ddp) and their reduce-scatter plus all-gather (sharded, fsdp), as the
+// flat ring's time over the two-level group's (above 1: hier is faster).
+func hierCommRow(n int, flat, h *Result) (Row, bool) {
+	if flat == nil || h == nil {
+		return Row{}, false
+	}
+	ar, rsag := fmt.Sprintf("comm_ms_%d", commSizes[0]), fmt.Sprintf("comm_rsag_ms_%d", commSizes[0])
+	var arGain, rsagGain []float64
+	for run := 0; run < min(len(flat.Runs), len(h.Runs)); run++ {
+		f, x := flat.Runs[run], h.Runs[run]
+		if f[ar] > 0 && x[ar] > 0 && f[rsag] > 0 && x[rsag] > 0 {
+			arGain = append(arGain, f[ar]/x[ar])
+			rsagGain = append(rsagGain, f[rsag]/x[rsag])
+		}
+	}
+	if len(arGain) == 0 {
+		return Row{}, false
+	}
+	return Row{Workload: "scaleout", N: len(arGain),
+		Config: fmt.Sprintf("collectives of %d bytes (resnet8's gradients) on two nodes, %d ranks: ms on the flat tcp ring and on the two-level group (shm in a node, tcp across), and flat over two-level, for ddp's all-reduce and sharded's and fsdp's reduce-scatter + all-gather%s",
+			commSizes[0], n, oversubscribed(n)),
+		Labels: map[string]any{"ranks": n, "figure": "comm", "backend": "hier"},
+		Figures: map[string]Stat{"flat_" + ar: stat(flat.figure(ar)), "hier_" + ar: stat(h.figure(ar)), "allreduce_flat_over_hier": stat(arGain),
+			"flat_" + rsag: stat(flat.figure(rsag)), "hier_" + rsag: stat(h.figure(rsag)), "rsag_flat_over_hier": stat(rsagGain)}}, true
 }
 
 // commRow sets one step's all-reduces on one node beside the same on two,

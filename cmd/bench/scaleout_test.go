@@ -55,7 +55,7 @@ func TestScaleoutConfigs(t *testing.T) {
 	var got []key
 	for _, c := range cs {
 		got = append(got, key{c.Variant, c.Backend, c.Ranks, c.Nodes})
-		train := c.Variant != limits && c.Variant != commUp && c.Variant != commOut
+		train := c.Variant != limits && c.Variant != commUp && c.Variant != commOut && c.Variant != commOutHier
 		if train && (!c.Pinned || !c.ShareCores || c.Threads != 1 || c.Batch != 32 || c.Steps != 50) {
 			t.Errorf("%s: want pinned one-thread ranks sharing cores, batch 32 each, 50 steps", c.Label())
 		}
@@ -64,7 +64,7 @@ func TestScaleoutConfigs(t *testing.T) {
 		}
 	}
 	want := []key{{limits, "", 1, 0}, {oneRank, "", 1, 0}, {scaleUp, "shm", 2, 0}, {scaleOut, "tcp", 2, 2}, {commUp, "shm", 2, 0}, {commOut, "tcp", 2, 2},
-		{scaleUp, "shm", 4, 0}, {scaleOut, "tcp", 4, 2}, {scaleOutHier, "hier", 4, 2}, {commUp, "shm", 4, 0}, {commOut, "tcp", 4, 2}}
+		{scaleUp, "shm", 4, 0}, {scaleOut, "tcp", 4, 2}, {scaleOutHier, "hier", 4, 2}, {commUp, "shm", 4, 0}, {commOut, "tcp", 4, 2}, {commOutHier, "hier", 4, 2}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("configurations %v, want %v", got, want)
 	}
@@ -122,6 +122,9 @@ func TestScaleoutDerive(t *testing.T) {
 		{Config: cfg(scaleOut, 2, 2), Runs: fig(196, 162)},
 		{Config: cfg(commUp, 2, 0), Runs: []Figures{{"comm_ms_311016": 0.2, "comm_ms_20": 0.01}, {"comm_ms_311016": 0.3, "comm_ms_20": 0.01}}},
 		{Config: cfg(commOut, 2, 2), Runs: []Figures{{"comm_ms_311016": 1.2, "comm_ms_20": 0.31}, {"comm_ms_311016": 1.1, "comm_ms_20": 0.41}}},
+		// 4 ranks: the flat ring against the two-level group.
+		{Config: cfg(commOut, 4, 2), Runs: []Figures{{"comm_ms_311016": 2.0, "comm_rsag_ms_311016": 3.0}, {"comm_ms_311016": 2.4, "comm_rsag_ms_311016": 3.3}}},
+		{Config: cfg(commOutHier, 4, 2), Runs: []Figures{{"comm_ms_311016": 1.6, "comm_rsag_ms_311016": 2.0}, {"comm_ms_311016": 2.0, "comm_rsag_ms_311016": 3.0}}},
 	}
 	o := &Options{Runs: 2, LinkRate: "8gbit"}
 	rows := workloads["scaleout"].Derive(o, rs)
@@ -169,6 +172,11 @@ func TestScaleoutDerive(t *testing.T) {
 	near("scale-up grad_bw_share", 190.0/64*4e6/1e9/10)
 	// Scale-out shares the 8 Gbit/s link, 1 GB/s.
 	near("scale-out grad_bw_share", 179.0/64*4e6/1e9/1)
+	// Run by run: 2.0/1.6 and 2.4/2.0 for the all-reduce, 3.0/2.0 and
+	// 3.3/3.0 for reduce-scatter + all-gather.
+	near("allreduce_flat_over_hier", (2.0/1.6+2.4/2.0)/2)
+	near("rsag_flat_over_hier", (3.0/2.0+3.3/3.0)/2)
+	near("hier_comm_rsag_ms_311016", 2.5)
 	if _, ok := byFigure["single grad_busbw_gbps"]; ok {
 		t.Error("one rank reports gradient traffic")
 	}
