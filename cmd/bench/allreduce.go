@@ -172,6 +172,13 @@ func timeAllReduce(ctx context.Context, g collective.Group, size, iters int) ([]
 	for i := range buf {
 		buf[i] = 1
 	}
+	return timeCollective(ctx, g, iters, func() error { return g.AllReduce(ctx, buf, collective.Sum) })
+}
+
+// timeCollective times op iters times after allreduceWarmup untimed runs,
+// each started together after a barrier: the slowest rank's seconds for
+// each.
+func timeCollective(ctx context.Context, g collective.Group, iters int, op func() error) ([]float64, error) {
 	t := []float64{0}
 	var times []float64
 	for i := 0; i < allreduceWarmup+iters; i++ {
@@ -179,7 +186,7 @@ func timeAllReduce(ctx context.Context, g collective.Group, size, iters int) ([]
 			return nil, err
 		}
 		start := time.Now()
-		if err := g.AllReduce(ctx, buf, collective.Sum); err != nil {
+		if err := op(); err != nil {
 			return nil, err
 		}
 		t[0] = time.Since(start).Seconds()

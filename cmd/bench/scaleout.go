@@ -287,28 +287,12 @@ func timeScatterGather(ctx context.Context, g collective.Group, size, iters int)
 		send[i] = 1
 	}
 	block := make([]float32, collective.BlockLen(n, g.Size(), g.Rank()))
-	t := []float64{0}
-	var times []float64
-	for i := 0; i < allreduceWarmup+iters; i++ {
-		if err := g.Barrier(ctx); err != nil {
-			return nil, err
-		}
-		start := time.Now()
+	return timeCollective(ctx, g, iters, func() error {
 		if err := g.ReduceScatter(ctx, send, block, collective.Sum); err != nil {
-			return nil, err
+			return err
 		}
-		if err := g.AllGather(ctx, block, whole); err != nil {
-			return nil, err
-		}
-		t[0] = time.Since(start).Seconds()
-		if err := g.AllReduce(ctx, t, collective.Max); err != nil {
-			return nil, err
-		}
-		if i >= allreduceWarmup {
-			times = append(times, t[0])
-		}
-	}
-	return times, nil
+		return g.AllGather(ctx, block, whole)
+	})
 }
 
 // resnetTrainFLOPs is the floating-point work of one training sample of
