@@ -1,0 +1,202 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// The transforms of the Winograd convolutions (conv_winograd.go), 16 tiles
+// at a time, a tile a lane. Go's operand order: VFMADD231PS b, a, acc
+// computes acc += a·b, VFNMADD231PS acc -= a·b, VSUBPS b, a, d d = a - b.
+// Constants: Z30 = 4, Z31 = 2, Z28 = 8.
+
+// Z6..Z11 = Bᵀ (Z0..Z5); clobbers Z12-Z14.
+#define BT6 \
+	VSUBPS       Z2, Z4, Z12 \
+	VSUBPS       Z1, Z3, Z13 \
+	VMOVAPS      Z4, Z7 \
+	VFNMADD231PS Z30, Z2, Z7 \
+	VMOVAPS      Z3, Z14 \
+	VFNMADD231PS Z30, Z1, Z14 \
+	VSUBPS       Z14, Z7, Z8 \
+	VADDPS       Z14, Z7, Z7 \
+	VMOVAPS      Z12, Z9 \
+	VFMADD231PS  Z31, Z13, Z9 \
+	VMOVAPS      Z12, Z10 \
+	VFNMADD231PS Z31, Z13, Z10 \
+	VSUBPS       Z2, Z0, Z14 \
+	VMOVAPS      Z12, Z6 \
+	VFMADD231PS  Z30, Z14, Z6 \
+	VSUBPS       Z3, Z5, Z11 \
+	VFNMADD231PS Z30, Z13, Z11
+
+// Z6..Z9 = Aᵀ (Z0..Z5); clobbers Z12-Z15.
+#define AT6 \
+	VADDPS      Z2, Z1, Z12 \
+	VSUBPS      Z2, Z1, Z13 \
+	VADDPS      Z4, Z3, Z14 \
+	VSUBPS      Z4, Z3, Z15 \
+	VADDPS      Z12, Z0, Z6 \
+	VADDPS      Z14, Z6, Z6 \
+	VMOVAPS     Z13, Z7 \
+	VFMADD231PS Z31, Z15, Z7 \
+	VMOVAPS     Z12, Z8 \
+	VFMADD231PS Z30, Z14, Z8 \
+	VADDPS      Z13, Z5, Z9 \
+	VFMADD231PS Z28, Z15, Z9
+
+#define CONSTS \
+	MOVL         $0x40800000, AX \
+	VPBROADCASTD AX, Z30 \
+	MOVL         $0x40000000, AX \
+	VPBROADCASTD AX, Z31 \
+	MOVL         $0x41000000, AX \
+	VPBROADCASTD AX, Z28
+
+#define GATHER(disp, dst) \
+	KXNORW     K1, K1, K1 \
+	VGATHERDPS disp(SI)(Z29*4), K1, dst
+
+// One row of the 16 tiles' patches: (d B) into tmp at toff.
+#define INROW(toff) \
+	GATHER(0, Z0) \
+	GATHER(4, Z1) \
+	GATHER(8, Z2) \
+	GATHER(12, Z3) \
+	GATHER(16, Z4) \
+	GATHER(20, Z5) \
+	BT6 \
+	VMOVUPS Z6, (toff+0)(BX) \
+	VMOVUPS Z7, (toff+64)(BX) \
+	VMOVUPS Z8, (toff+128)(BX) \
+	VMOVUPS Z9, (toff+192)(BX) \
+	VMOVUPS Z10, (toff+256)(BX) \
+	VMOVUPS Z11, (toff+320)(BX) \
+	ADDQ    DX, SI
+
+// Column b of (d B): Bᵀ of it to rows 6a+b of v (DI at row b, R11 six
+// rows apart).
+#define INCOL(boff) \
+	VMOVUPS (boff+0)(BX), Z0 \
+	VMOVUPS (boff+384)(BX), Z1 \
+	VMOVUPS (boff+768)(BX), Z2 \
+	VMOVUPS (boff+1152)(BX), Z3 \
+	VMOVUPS (boff+1536)(BX), Z4 \
+	VMOVUPS (boff+1920)(BX), Z5 \
+	BT6 \
+	MOVQ    DI, R10 \
+	VMOVUPS Z6, (R10) \
+	ADDQ    R11, R10 \
+	VMOVUPS Z7, (R10) \
+	ADDQ    R11, R10 \
+	VMOVUPS Z8, (R10) \
+	ADDQ    R11, R10 \
+	VMOVUPS Z9, (R10) \
+	ADDQ    R11, R10 \
+	VMOVUPS Z10, (R10) \
+	ADDQ    R11, R10 \
+	VMOVUPS Z11, (R10) \
+	ADDQ    R9, DI
+
+// func wgInput16(p *float32, off *int32, wp int, v *float32, ld int, tmp *float32)
+//
+// For the 16 tiles whose 6x6 patches (rows wp apart) start at p + off[lane],
+// v[ξ·ld + lane] = (Bᵀ d B)[a][b] for ξ = 6a+b. tmp: 576 floats of scratch.
+TEXT ·wgInput16(SB), NOSPLIT, $0-48
+	MOVQ      p+0(FP), SI
+	MOVQ      off+8(FP), AX
+	VMOVDQU32 (AX), Z29
+	MOVQ      wp+16(FP), DX
+	SHLQ      $2, DX
+	MOVQ      v+24(FP), DI
+	MOVQ      ld+32(FP), R9
+	SHLQ      $2, R9
+	LEAQ      (R9)(R9*2), R11
+	SHLQ      $1, R11
+	MOVQ      tmp+40(FP), BX
+	CONSTS
+	INROW(0)
+	INROW(384)
+	INROW(768)
+	INROW(1152)
+	INROW(1536)
+	INROW(1920)
+	INCOL(0)
+	INCOL(64)
+	INCOL(128)
+	INCOL(192)
+	INCOL(256)
+	INCOL(320)
+	VZEROUPPER
+	RET
+
+// Column b of the tiles' m: Aᵀ of it into tmp rows 6r+b.
+#define OUTCOL(boff) \
+	MOVQ    SI, R10 \
+	VMOVUPS (R10), Z0 \
+	ADDQ    R11, R10 \
+	VMOVUPS (R10), Z1 \
+	ADDQ    R11, R10 \
+	VMOVUPS (R10), Z2 \
+	ADDQ    R11, R10 \
+	VMOVUPS (R10), Z3 \
+	ADDQ    R11, R10 \
+	VMOVUPS (R10), Z4 \
+	ADDQ    R11, R10 \
+	VMOVUPS (R10), Z5 \
+	AT6 \
+	VMOVUPS Z6, (boff+0)(BX) \
+	VMOVUPS Z7, (boff+384)(BX) \
+	VMOVUPS Z8, (boff+768)(BX) \
+	VMOVUPS Z9, (boff+1152)(BX) \
+	ADDQ    R9, SI
+
+// Row r of Aᵀ m: times A, output (r, j) scattered to y (DI at row r) at
+// the lanes' offsets Z29 plus j, lanes masked by the int32 masks (CX) at
+// moff + 4j.
+#define OUTROW(toff, moff) \
+	VMOVUPS     (toff+0)(BX), Z0 \
+	VMOVUPS     (toff+64)(BX), Z1 \
+	VMOVUPS     (toff+128)(BX), Z2 \
+	VMOVUPS     (toff+192)(BX), Z3 \
+	VMOVUPS     (toff+256)(BX), Z4 \
+	VMOVUPS     (toff+320)(BX), Z5 \
+	AT6 \
+	KMOVW       (moff+0)(CX), K1 \
+	VSCATTERDPS Z6, K1, 0(DI)(Z29*4) \
+	KMOVW       (moff+4)(CX), K1 \
+	VSCATTERDPS Z7, K1, 4(DI)(Z29*4) \
+	KMOVW       (moff+8)(CX), K1 \
+	VSCATTERDPS Z8, K1, 8(DI)(Z29*4) \
+	KMOVW       (moff+12)(CX), K1 \
+	VSCATTERDPS Z9, K1, 12(DI)(Z29*4) \
+	ADDQ        R8, DI
+
+// func wgOutput16(m *float32, ld int, y *float32, off *int32, w int, mask *int32, tmp *float32)
+//
+// For 16 tiles with m[ξ·ld + lane] their transform-domain values, sets
+// y[off[lane] + r·w + j] = (Aᵀ m A)[r][j] for the lanes whose bit is set in
+// mask[4r+j] (the low 16 bits). tmp: 576 floats of scratch.
+TEXT ·wgOutput16(SB), NOSPLIT, $0-56
+	MOVQ      m+0(FP), SI
+	MOVQ      ld+8(FP), R9
+	SHLQ      $2, R9
+	LEAQ      (R9)(R9*2), R11
+	SHLQ      $1, R11
+	MOVQ      y+16(FP), DI
+	MOVQ      off+24(FP), AX
+	VMOVDQU32 (AX), Z29
+	MOVQ      w+32(FP), R8
+	SHLQ      $2, R8
+	MOVQ      mask+40(FP), CX
+	MOVQ      tmp+48(FP), BX
+	CONSTS
+	OUTCOL(0)
+	OUTCOL(64)
+	OUTCOL(128)
+	OUTCOL(192)
+	OUTCOL(256)
+	OUTCOL(320)
+	OUTROW(0, 0)
+	OUTROW(384, 16)
+	OUTROW(768, 32)
+	OUTROW(1152, 48)
+	VZEROUPPER
+	RET
