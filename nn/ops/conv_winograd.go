@@ -105,14 +105,10 @@ func convForwardWinograd(g *convGeom, x, u, y, keep []float32, s *convScratch, l
 	// channel c at ξ·vs + c·rs); the products M (value ξ, output channel o
 	// at ξ·ms + o·rs).
 	vs, ms := winogradStride(g.c*rs), winogradStride(g.oc*rs)
-	buf := scratch[float32](&s.cols, g.c*nb*plane+576+36*vs)
+	buf := scratch[float32](&s.cols, g.c*nb*plane+576+16*rs+36*vs)
 	xp, buf := buf[:g.c*nb*plane], buf[g.c*nb*plane:]
-	tmp, v := buf[:576], buf[576:]
+	tmp, tout, v := buf[:576], buf[576:576+16*rs], buf[576+16*rs:]
 	m := scratch[float32](&s.tmp, 36*ms)
-	// Per tile: its patch in xp, its output in the chunk's y, and per 16
-	// tiles the masks of the outputs (r, j) inside the image.
-	s.ioff, s.ioffOf = grow32(s.ioff, 3*rs), ioffKey{}
-	xoff, yoff, mask := s.ioff[:rs], s.ioff[rs:2*rs], s.ioff[2*rs:]
 	us := winogradStride(g.oc * g.c)
 	for n0 := lo; n0 < hi; n0 += nb {
 		k := min(nb, hi-n0)
@@ -121,7 +117,13 @@ func convForwardWinograd(g *convGeom, x, u, y, keep []float32, s *convScratch, l
 			padChunk(g, x, keep[n0/nb*ps:(n0/nb+1)*ps], n0, k)
 		}
 		nt := k * tpi
-		winogradTables(g, k, xoff, yoff, mask)
+		// Each tile's patch in xp, kept between calls (not a key of
+		// implicitOffsets, whose wq is at least 1).
+		if key := (ioffKey{g, -1, k}); s.ioffOf != key || cap(s.ioff) < rs {
+			s.ioff, s.ioffOf = grow32(s.ioff, rs), key
+			winogradPatches(g, k, s.ioff[:rs])
+		}
+		xoff := s.ioff[:rs]
 		for i := 0; i < k; i++ {
 			for c := 0; c < g.c; c++ {
 				winogradPad(xp[(c*nb+i)*plane:(c*nb+i+1)*plane], wp, hp, x[(n0+i)*in+c*hw:(n0+i)*in+(c+1)*hw], g.h, g.w)
@@ -137,37 +139,27 @@ func convForwardWinograd(g *convGeom, x, u, y, keep []float32, s *convScratch, l
 			sgemmNNPacked(g.oc, nt, g.c, u[xi*us:xi*us+g.oc*g.c], v[xi*vs:xi*vs+g.c*rs], boff,
 				m[xi*ms:xi*ms+g.oc*rs], rs, false)
 		}
-		yc := y[n0*out : (n0+k)*out]
 		for o := 0; o < g.oc; o++ {
 			for t0 := 0; t0 < nt; t0 += 16 {
-				wgOutput16(&m[o*rs+t0], ms, &yc[o*hw], &yoff[t0], g.w, &mask[t0], &tmp[0])
+				wgOutput16(&m[o*rs+t0], ms, &tout[t0], rs, &tmp[0])
+			}
+			for i := 0; i < k; i++ {
+				winogradScatter(tout, rs, i*tpi, th, tw, y[(n0+i)*out+o*hw:(n0+i)*out+(o+1)*hw], g.h, g.w)
 			}
 		}
 	}
 }
 
-// winogradTables sets, for the tiles of a chunk of k images (tile t of
+// winogradPatches sets, for the tiles of a chunk of k images (tile t of
 // image i is i·th·tw + t), xoff[t] to the offset of the tile's patch in the
-// chunk's padded input, yoff[t] to that of its output in the chunk's first
-// output channel, and mask[16b + 4r + j] to the tiles of b·16 .. b·16+15
-// whose output (r, j) lies inside the image; tiles past the last read at
-// offset 0 and write nothing.
-func winogradTables(g *convGeom, k int, xoff, yoff, mask []int32) {
+// chunk's padded input; tiles past the last read at offset 0.
+func winogradPatches(g *convGeom, k int, xoff []int32) {
 	th, tw, hp, wp := g.winogradTiles()
 	clear(xoff)
-	clear(yoff)
-	clear(mask)
 	for i := 0; i < k; i++ {
 		for ty := 0; ty < th; ty++ {
 			for tx := 0; tx < tw; tx++ {
-				t := (i*th+ty)*tw + tx
-				xoff[t] = int32(i*hp*wp + 4*ty*wp + 4*tx)
-				yoff[t] = int32(i*g.out() + 4*ty*g.w + 4*tx)
-				for r := 0; r < 4 && 4*ty+r < g.h; r++ {
-					for j := 0; j < 4 && 4*tx+j < g.w; j++ {
-						mask[t/16*16+4*r+j] |= 1 << (t % 16)
-					}
-				}
+				xoff[(i*th+ty)*tw+tx] = int32(i*hp*wp + 4*ty*wp + 4*tx)
 			}
 		}
 	}
@@ -188,4 +180,32 @@ func winogradPad(p []float32, wp, hp int, x []float32, h, w int) {
 	clear(p[:wp+1])
 	copyRows(p[wp+1:], wp, x, w, w, wp-w, h)
 	clear(p[(h+1)*wp+1 : hp*wp])
+}
+
+// winogradScatter writes the tiles of one image's output channel into y
+// (h×w): value k = 4r+j of tile t at tout[k·ld + t0 + t], its rows and
+// columns past the image dropped.
+func winogradScatter(tout []float32, ld, t0, th, tw int, y []float32, h, w int) {
+	var q [16][]float32
+	for k := range q {
+		q[k] = tout[k*ld+t0 : k*ld+t0+th*tw]
+	}
+	for ty := 0; ty < th; ty++ {
+		y0 := 4 * ty
+		for tx := 0; tx < tw; tx++ {
+			t, x0 := ty*tw+tx, 4*tx
+			if y0+4 <= h && x0+4 <= w {
+				for r := 0; r < 4; r++ {
+					o := y[(y0+r)*w+x0 : (y0+r)*w+x0+4 : (y0+r)*w+x0+4]
+					o[0], o[1], o[2], o[3] = q[4*r][t], q[4*r+1][t], q[4*r+2][t], q[4*r+3][t]
+				}
+				continue
+			}
+			for r := 0; r < 4 && y0+r < h; r++ {
+				for j := 0; j < 4 && x0+j < w; j++ {
+					y[(y0+r)*w+x0+j] = q[4*r+j][t]
+				}
+			}
+		}
+	}
 }

@@ -148,45 +148,38 @@ TEXT ·wgInput16(SB), NOSPLIT, $0-48
 	VMOVUPS Z9, (boff+1152)(BX) \
 	ADDQ    R9, SI
 
-// Row r of Aᵀ m: times A, output (r, j) scattered to y (DI at row r) at
-// the lanes' offsets Z29 plus j, lanes masked by the int32 masks (CX) at
-// moff + 4j.
-#define OUTROW(toff, moff) \
-	VMOVUPS     (toff+0)(BX), Z0 \
-	VMOVUPS     (toff+64)(BX), Z1 \
-	VMOVUPS     (toff+128)(BX), Z2 \
-	VMOVUPS     (toff+192)(BX), Z3 \
-	VMOVUPS     (toff+256)(BX), Z4 \
-	VMOVUPS     (toff+320)(BX), Z5 \
+// Row r of Aᵀ m: times A into out rows 4r .. 4r+3 (DI, rows R8 apart).
+#define OUTROW(toff) \
+	VMOVUPS (toff+0)(BX), Z0 \
+	VMOVUPS (toff+64)(BX), Z1 \
+	VMOVUPS (toff+128)(BX), Z2 \
+	VMOVUPS (toff+192)(BX), Z3 \
+	VMOVUPS (toff+256)(BX), Z4 \
+	VMOVUPS (toff+320)(BX), Z5 \
 	AT6 \
-	KMOVW       (moff+0)(CX), K1 \
-	VSCATTERDPS Z6, K1, 0(DI)(Z29*4) \
-	KMOVW       (moff+4)(CX), K1 \
-	VSCATTERDPS Z7, K1, 4(DI)(Z29*4) \
-	KMOVW       (moff+8)(CX), K1 \
-	VSCATTERDPS Z8, K1, 8(DI)(Z29*4) \
-	KMOVW       (moff+12)(CX), K1 \
-	VSCATTERDPS Z9, K1, 12(DI)(Z29*4) \
-	ADDQ        R8, DI
+	VMOVUPS Z6, (DI) \
+	ADDQ    R8, DI \
+	VMOVUPS Z7, (DI) \
+	ADDQ    R8, DI \
+	VMOVUPS Z8, (DI) \
+	ADDQ    R8, DI \
+	VMOVUPS Z9, (DI) \
+	ADDQ    R8, DI
 
-// func wgOutput16(m *float32, ld int, y *float32, off *int32, w int, mask *int32, tmp *float32)
+// func wgOutput16(m *float32, ld int, out *float32, ldo int, tmp *float32)
 //
-// For 16 tiles with m[ξ·ld + lane] their transform-domain values, sets
-// y[off[lane] + r·w + j] = (Aᵀ m A)[r][j] for the lanes whose bit is set in
-// mask[4r+j] (the low 16 bits). tmp: 576 floats of scratch.
-TEXT ·wgOutput16(SB), NOSPLIT, $0-56
-	MOVQ      m+0(FP), SI
-	MOVQ      ld+8(FP), R9
-	SHLQ      $2, R9
-	LEAQ      (R9)(R9*2), R11
-	SHLQ      $1, R11
-	MOVQ      y+16(FP), DI
-	MOVQ      off+24(FP), AX
-	VMOVDQU32 (AX), Z29
-	MOVQ      w+32(FP), R8
-	SHLQ      $2, R8
-	MOVQ      mask+40(FP), CX
-	MOVQ      tmp+48(FP), BX
+// For 16 tiles with m[ξ·ld + lane] their transform-domain values,
+// out[(4r+j)·ldo + lane] = (Aᵀ m A)[r][j]. tmp: 576 floats of scratch.
+TEXT ·wgOutput16(SB), NOSPLIT, $0-40
+	MOVQ m+0(FP), SI
+	MOVQ ld+8(FP), R9
+	SHLQ $2, R9
+	LEAQ (R9)(R9*2), R11
+	SHLQ $1, R11
+	MOVQ out+16(FP), DI
+	MOVQ ldo+24(FP), R8
+	SHLQ $2, R8
+	MOVQ tmp+32(FP), BX
 	CONSTS
 	OUTCOL(0)
 	OUTCOL(64)
@@ -194,9 +187,9 @@ TEXT ·wgOutput16(SB), NOSPLIT, $0-56
 	OUTCOL(192)
 	OUTCOL(256)
 	OUTCOL(320)
-	OUTROW(0, 0)
-	OUTROW(384, 16)
-	OUTROW(768, 32)
-	OUTROW(1152, 48)
+	OUTROW(0)
+	OUTROW(384)
+	OUTROW(768)
+	OUTROW(1152)
 	VZEROUPPER
 	RET
