@@ -125,11 +125,11 @@ func convForwardWinograd(g *convGeom, x, u, y, keep []float32, s *convScratch, l
 		nt := k * tpi
 		// Each tile's patch in xp, kept between calls (not a key of
 		// implicitOffsets, whose wq is at least 1).
-		if key := (ioffKey{g, -1, k}); s.ioffOf != key || cap(s.ioff) < rs {
-			s.ioff, s.ioffOf = grow32(s.ioff, rs), key
-			winogradPatches(g, k, s.ioff[:rs])
+		if key := (ioffKey{g, -1, k}); s.ioffOf != key || cap(s.ioff) < 2*rs+rs/16 {
+			s.ioff, s.ioffOf = grow32(s.ioff, 2*rs+rs/16), key
+			winogradPatches(g, k, s.ioff[:rs], s.ioff[rs:2*rs], s.ioff[2*rs:2*rs+rs/16])
 		}
-		xoff := s.ioff[:rs]
+		xoff, yoff, whole := s.ioff[:rs], s.ioff[rs:2*rs], s.ioff[2*rs:2*rs+rs/16]
 		for i := 0; i < k; i++ {
 			for c := 0; c < g.c; c++ {
 				winogradPad(xp[(c*nb+i)*plane:(c*nb+i+1)*plane], wp, hp, x[(n0+i)*in+c*hw:(n0+i)*in+(c+1)*hw], g.h, g.w)
@@ -145,12 +145,15 @@ func convForwardWinograd(g *convGeom, x, u, y, keep []float32, s *convScratch, l
 			sgemmNNPacked(g.oc, nt, g.c, u[xi*us:xi*us+g.oc*g.c], v[xi*vs:xi*vs+g.c*rs], boff,
 				m[xi*ms:xi*ms+g.oc*rs], rs, false)
 		}
+		yc := y[n0*out : (n0+k)*out]
 		for o := 0; o < g.oc; o++ {
 			for t0 := 0; t0 < nt; t0 += 16 {
-				wgOutput16(&m[o*rs+t0], ms, &tout[t0], rs, &tmp[0])
+				wgOutput16(&m[o*rs+t0], ms, &tout[t0], rs, &tmp[0], &yc[o*hw], &yoff[t0], g.w, uint32(whole[t0/16]))
 			}
-			for i := 0; i < k; i++ {
-				winogradScatter(tout, rs, i*tpi, th, tw, y[(n0+i)*out+o*hw:(n0+i)*out+(o+1)*hw], g.h, g.w)
+			if g.h%4 != 0 || g.w%4 != 0 {
+				for i := 0; i < k; i++ {
+					winogradEdges(tout, rs, i*tpi, th, tw, yc[i*out+o*hw:i*out+(o+1)*hw], g.h, g.w)
+				}
 			}
 		}
 	}
@@ -158,14 +161,24 @@ func convForwardWinograd(g *convGeom, x, u, y, keep []float32, s *convScratch, l
 
 // winogradPatches sets, for the tiles of a chunk of k images (tile t of
 // image i is i·th·tw + t), xoff[t] to the offset of the tile's patch in the
-// chunk's padded input; tiles past the last read at offset 0.
-func winogradPatches(g *convGeom, k int, xoff []int32) {
+// chunk's padded input, yoff[t] to that of its output in the chunk's first
+// output channel, and bit t%16 of whole[t/16] when the output lies inside
+// the image (the output kernel writes those; winogradEdges the others).
+// Tiles past the last read at offset 0 and are written nowhere.
+func winogradPatches(g *convGeom, k int, xoff, yoff, whole []int32) {
 	th, tw, hp, wp := g.winogradTiles()
 	clear(xoff)
+	clear(yoff)
+	clear(whole)
 	for i := 0; i < k; i++ {
 		for ty := 0; ty < th; ty++ {
 			for tx := 0; tx < tw; tx++ {
-				xoff[(i*th+ty)*tw+tx] = int32(i*hp*wp + 4*ty*wp + 4*tx)
+				t := (i*th+ty)*tw + tx
+				xoff[t] = int32(i*hp*wp + 4*ty*wp + 4*tx)
+				yoff[t] = int32(i*g.out() + 4*ty*g.w + 4*tx)
+				if 4*ty+4 <= g.h && 4*tx+4 <= g.w {
+					whole[t/16] |= 1 << (t % 16)
+				}
 			}
 		}
 	}
@@ -188,28 +201,20 @@ func winogradPad(p []float32, wp, hp int, x []float32, h, w int) {
 	clear(p[(h+1)*wp+1 : hp*wp])
 }
 
-// winogradScatter writes the tiles of one image's output channel into y
-// (h×w): value k = 4r+j of tile t at tout[k·ld + t0 + t], its rows and
-// columns past the image dropped.
-func winogradScatter(tout []float32, ld, t0, th, tw int, y []float32, h, w int) {
-	var q [16][]float32
-	for k := range q {
-		q[k] = tout[k*ld+t0 : k*ld+t0+th*tw]
-	}
+// winogradEdges writes the tiles of one image's output channel that
+// reach past the image into y (h×w): value k = 4r+j of tile t at
+// tout[k·ld + t0 + t], its rows and columns past the image dropped.
+func winogradEdges(tout []float32, ld, t0, th, tw int, y []float32, h, w int) {
 	for ty := 0; ty < th; ty++ {
-		y0 := 4 * ty
 		for tx := 0; tx < tw; tx++ {
-			t, x0 := ty*tw+tx, 4*tx
+			y0, x0 := 4*ty, 4*tx
 			if y0+4 <= h && x0+4 <= w {
-				for r := 0; r < 4; r++ {
-					o := y[(y0+r)*w+x0 : (y0+r)*w+x0+4 : (y0+r)*w+x0+4]
-					o[0], o[1], o[2], o[3] = q[4*r][t], q[4*r+1][t], q[4*r+2][t], q[4*r+3][t]
-				}
 				continue
 			}
+			q := tout[t0+ty*tw+tx:]
 			for r := 0; r < 4 && y0+r < h; r++ {
 				for j := 0; j < 4 && x0+j < w; j++ {
-					y[(y0+r)*w+x0+j] = q[4*r+j][t]
+					y[(y0+r)*w+x0+j] = q[(4*r+j)*ld]
 				}
 			}
 		}
