@@ -32,12 +32,14 @@ var winogradOn = true
 // winogradMinChannels is the least input and output channel count taking
 // the Winograd path: below it the transforms, whose cost grows with the
 // channels where the multiplies' grows with their product, outweigh the
-// multiplies saved. At batch 64, GOMAXPROCS=1, CPU ms a forward (the
-// input gradient alike), Winograd against implicit: 28x28x16 3.0-3.1
-// against 2.7-2.9, 14x14x32 1.9-2.0 against 2.7-2.8, 7x7x64 1.6-1.75
-// against 2.5-2.7 (go test ./nn/ops -run '^$' -bench ConvWinograd
-// -benchtime 50x, load 6-9 on 2 cores).
-var winogradMinChannels = 32
+// multiplies saved. At batch 64, CPU ms, Winograd against implicit, three
+// rounds each at GOMAXPROCS 1 and 2, load 11-15 on 2 cores (go test
+// ./nn/ops -run '^$' -bench ConvWinograd -benchtime 50x): 28x28x16
+// forward 2.49-2.89 against 2.81-3.10, input gradient 2.46-2.61 against
+// 2.76-2.94; 14x14x32 and 7x7x64 are further ahead (1.7 and 1.4 against
+// 2.8 and 2.6, forward, GOMAXPROCS=1). 16 channels are resnet8's least
+// but its stem's one.
+var winogradMinChannels = 16
 
 // winogradFits is whether the convolution g of element type T runs on the
 // Winograd path (y = w ⊛ x, as convForward).
@@ -111,9 +113,9 @@ func convForwardWinograd(g *convGeom, x, u, y, keep []float32, s *convScratch, l
 	// channel c at ξ·vs + c·rs); the products M (value ξ, output channel o
 	// at ξ·ms + o·rs).
 	vs, ms := winogradStride(g.c*rs), winogradStride(g.oc*rs)
-	buf := scratch[float32](&s.cols, g.c*nb*plane+576+16*rs+36*vs)
+	buf := scratch[float32](&s.cols, g.c*nb*plane+576+36*vs)
 	xp, buf := buf[:g.c*nb*plane], buf[g.c*nb*plane:]
-	tmp, tout, v := buf[:576], buf[576:576+16*rs], buf[576+16*rs:]
+	tmp, v := buf[:576], buf[576:]
 	m := scratch[float32](&s.tmp, 36*ms)
 	us := winogradStride(g.oc * g.c)
 	for n0 := lo; n0 < hi; n0 += nb {
@@ -123,13 +125,14 @@ func convForwardWinograd(g *convGeom, x, u, y, keep []float32, s *convScratch, l
 			padChunk(g, x, keep[n0/nb*ps:(n0/nb+1)*ps], n0, k)
 		}
 		nt := k * tpi
-		// Each tile's patch in xp, kept between calls (not a key of
-		// implicitOffsets, whose wq is at least 1).
-		if key := (ioffKey{g, -1, k}); s.ioffOf != key || cap(s.ioff) < 2*rs+rs/16 {
-			s.ioff, s.ioffOf = grow32(s.ioff, 2*rs+rs/16), key
-			winogradPatches(g, k, s.ioff[:rs], s.ioff[rs:2*rs], s.ioff[2*rs:2*rs+rs/16])
+		// The tiles' patches in xp, places in y and masks (winogradPatches),
+		// kept between calls under a key implicitOffsets never uses (its
+		// wq is at least 1).
+		if key := (ioffKey{g, -1, k}); s.ioffOf != key || cap(s.ioff) < 6*rs {
+			s.ioff, s.ioffOf = grow32(s.ioff, 6*rs), key
+			winogradPatches(g, k, s.ioff[:rs], s.ioff[rs:2*rs], s.ioff[2*rs:6*rs])
 		}
-		xoff, yoff, whole := s.ioff[:rs], s.ioff[rs:2*rs], s.ioff[2*rs:2*rs+rs/16]
+		xoff, yoff, mask := s.ioff[:rs], s.ioff[rs:2*rs], s.ioff[2*rs:6*rs]
 		for i := 0; i < k; i++ {
 			for c := 0; c < g.c; c++ {
 				winogradPad(xp[(c*nb+i)*plane:(c*nb+i+1)*plane], wp, hp, x[(n0+i)*in+c*hw:(n0+i)*in+(c+1)*hw], g.h, g.w)
@@ -148,12 +151,7 @@ func convForwardWinograd(g *convGeom, x, u, y, keep []float32, s *convScratch, l
 		yc := y[n0*out : (n0+k)*out]
 		for o := 0; o < g.oc; o++ {
 			for t0 := 0; t0 < nt; t0 += 16 {
-				wgOutput16(&m[o*rs+t0], ms, &tout[t0], rs, &tmp[0], &yc[o*hw], &yoff[t0], g.w, uint32(whole[t0/16]))
-			}
-			if g.h%4 != 0 || g.w%4 != 0 {
-				for i := 0; i < k; i++ {
-					winogradEdges(tout, rs, i*tpi, th, tw, yc[i*out+o*hw:i*out+(o+1)*hw], g.h, g.w)
-				}
+				wgOutput16(&m[o*rs+t0], ms, &tmp[0], &yc[o*hw], &yoff[t0], g.w, &mask[4*t0])
 			}
 		}
 	}
@@ -162,22 +160,23 @@ func convForwardWinograd(g *convGeom, x, u, y, keep []float32, s *convScratch, l
 // winogradPatches sets, for the tiles of a chunk of k images (tile t of
 // image i is i·th·tw + t), xoff[t] to the offset of the tile's patch in the
 // chunk's padded input, yoff[t] to that of its output in the chunk's first
-// output channel, and bit t%16 of whole[t/16] when the output lies inside
-// the image (the output kernel writes those; winogradEdges the others).
-// Tiles past the last read at offset 0 and are written nowhere.
-func winogradPatches(g *convGeom, k int, xoff, yoff, whole []int32) {
+// output channel, and bit j of mask[64·(t/16) + 16r + t%16] when output
+// (r, j) of the tile lies inside the image. Tiles past the last read at
+// offset 0 and are written nowhere.
+func winogradPatches(g *convGeom, k int, xoff, yoff, mask []int32) {
 	th, tw, hp, wp := g.winogradTiles()
 	clear(xoff)
 	clear(yoff)
-	clear(whole)
+	clear(mask)
 	for i := 0; i < k; i++ {
 		for ty := 0; ty < th; ty++ {
 			for tx := 0; tx < tw; tx++ {
 				t := (i*th+ty)*tw + tx
 				xoff[t] = int32(i*hp*wp + 4*ty*wp + 4*tx)
 				yoff[t] = int32(i*g.out() + 4*ty*g.w + 4*tx)
-				if 4*ty+4 <= g.h && 4*tx+4 <= g.w {
-					whole[t/16] |= 1 << (t % 16)
+				cols := int32(1)<<min(4, g.w-4*tx) - 1
+				for r := 0; r < 4 && 4*ty+r < g.h; r++ {
+					mask[t/16*64+16*r+t%16] = cols
 				}
 			}
 		}
@@ -199,24 +198,4 @@ func winogradPad(p []float32, wp, hp int, x []float32, h, w int) {
 	clear(p[:wp+1])
 	copyRows(p[wp+1:], wp, x, w, w, wp-w, h)
 	clear(p[(h+1)*wp+1 : hp*wp])
-}
-
-// winogradEdges writes the tiles of one image's output channel that
-// reach past the image into y (h×w): value k = 4r+j of tile t at
-// tout[k·ld + t0 + t], its rows and columns past the image dropped.
-func winogradEdges(tout []float32, ld, t0, th, tw int, y []float32, h, w int) {
-	for ty := 0; ty < th; ty++ {
-		for tx := 0; tx < tw; tx++ {
-			y0, x0 := 4*ty, 4*tx
-			if y0+4 <= h && x0+4 <= w {
-				continue
-			}
-			q := tout[t0+ty*tw+tx:]
-			for r := 0; r < 4 && y0+r < h; r++ {
-				for j := 0; j < 4 && x0+j < w; j++ {
-					y[(y0+r)*w+x0+j] = q[(4*r+j)*ld]
-				}
-			}
-		}
-	}
 }

@@ -6,4 +6,4 @@ package ops
 func wgInput16(p *float32, off *int32, wp int, v *float32, ld int, tmp *float32)
 
 //go:noescape
-func wgOutput16(m *float32, ld int, out *float32, ldo int, tmp *float32, y *float32, yoff *int32, w int, whole uint32)
+func wgOutput16(m *float32, ld int, tmp *float32, y *float32, yoff *int32, w int, mask *int32)

@@ -149,18 +149,17 @@ TEXT ·wgInput16(SB), NOSPLIT, $0-48
 	ADDQ    R9, SI
 
 // Lane lane of a transposed output row (u, 128-bit block blk: the lane's
-// four outputs) into y at DX + 4·yoff[lane], when the lane's bit in R12
-// (its tile lies inside the image) is set.
-#define STLANE(lane, u, blk) \
-	BTL           $lane, R12 \
-	JCC           4(PC) \
+// four outputs) into y at DX + 4·yoff[lane], the outputs whose bits are
+// set in the lane's mask (R12, moff + 4·lane) only: those inside the image.
+#define STLANE(lane, u, blk, moff) \
 	MOVLQSX       (lane*4)(R13), R14 \
 	LEAQ          (DX)(R14*4), R14 \
-	VEXTRACTF32X4 $blk, u, (R14)
+	KMOVW         (moff+lane*4)(R12), K2 \
+	VEXTRACTF32X4 $blk, u, K2, (R14)
 
-// Row r of Aᵀ m: times A into out rows 4r .. 4r+3 (DI, rows R8 apart), and
-// the whole tiles' row r into y (DX, then one row of y, CX bytes, on).
-#define OUTROW(toff) \
+// Row r of Aᵀ m: times A, transposed (a lane's four outputs together),
+// into y (DX, then one row of y, CX bytes, on); moff = 64·r.
+#define OUTROW(toff, moff) \
 	VMOVUPS   (toff+0)(BX), Z0 \
 	VMOVUPS   (toff+64)(BX), Z1 \
 	VMOVUPS   (toff+128)(BX), Z2 \
@@ -168,14 +167,6 @@ TEXT ·wgInput16(SB), NOSPLIT, $0-48
 	VMOVUPS   (toff+256)(BX), Z4 \
 	VMOVUPS   (toff+320)(BX), Z5 \
 	AT6 \
-	VMOVUPS   Z6, (DI) \
-	ADDQ      R8, DI \
-	VMOVUPS   Z7, (DI) \
-	ADDQ      R8, DI \
-	VMOVUPS   Z8, (DI) \
-	ADDQ      R8, DI \
-	VMOVUPS   Z9, (DI) \
-	ADDQ      R8, DI \
 	VUNPCKLPS Z7, Z6, Z16 \
 	VUNPCKHPS Z7, Z6, Z17 \
 	VUNPCKLPS Z9, Z8, Z18 \
@@ -184,44 +175,41 @@ TEXT ·wgInput16(SB), NOSPLIT, $0-48
 	VUNPCKHPD Z18, Z16, Z21 \
 	VUNPCKLPD Z19, Z17, Z22 \
 	VUNPCKHPD Z19, Z17, Z23 \
-	STLANE(0, Z20, 0) \
-	STLANE(1, Z21, 0) \
-	STLANE(2, Z22, 0) \
-	STLANE(3, Z23, 0) \
-	STLANE(4, Z20, 1) \
-	STLANE(5, Z21, 1) \
-	STLANE(6, Z22, 1) \
-	STLANE(7, Z23, 1) \
-	STLANE(8, Z20, 2) \
-	STLANE(9, Z21, 2) \
-	STLANE(10, Z22, 2) \
-	STLANE(11, Z23, 2) \
-	STLANE(12, Z20, 3) \
-	STLANE(13, Z21, 3) \
-	STLANE(14, Z22, 3) \
-	STLANE(15, Z23, 3) \
+	STLANE(0, Z20, 0, moff) \
+	STLANE(1, Z21, 0, moff) \
+	STLANE(2, Z22, 0, moff) \
+	STLANE(3, Z23, 0, moff) \
+	STLANE(4, Z20, 1, moff) \
+	STLANE(5, Z21, 1, moff) \
+	STLANE(6, Z22, 1, moff) \
+	STLANE(7, Z23, 1, moff) \
+	STLANE(8, Z20, 2, moff) \
+	STLANE(9, Z21, 2, moff) \
+	STLANE(10, Z22, 2, moff) \
+	STLANE(11, Z23, 2, moff) \
+	STLANE(12, Z20, 3, moff) \
+	STLANE(13, Z21, 3, moff) \
+	STLANE(14, Z22, 3, moff) \
+	STLANE(15, Z23, 3, moff) \
 	ADDQ      CX, DX
 
-// func wgOutput16(m *float32, ld int, out *float32, ldo int, tmp *float32, y *float32, yoff *int32, w int, whole uint32)
+// func wgOutput16(m *float32, ld int, tmp *float32, y *float32, yoff *int32, w int, mask *int32)
 //
-// For 16 tiles with m[ξ·ld + lane] their transform-domain values, (Aᵀ m
-// A)[r][j] to out[(4r+j)·ldo + lane], and for the lanes whose bit is set
-// in whole, to y[yoff[lane] + r·w + j] too. tmp: 576 floats of scratch.
-TEXT ·wgOutput16(SB), NOSPLIT, $0-68
+// For 16 tiles with m[ξ·ld + lane] their transform-domain values, sets
+// y[yoff[lane] + r·w + j] = (Aᵀ m A)[r][j] where bit j of mask[16r + lane]
+// is set. tmp: 576 floats of scratch.
+TEXT ·wgOutput16(SB), NOSPLIT, $0-56
 	MOVQ m+0(FP), SI
 	MOVQ ld+8(FP), R9
 	SHLQ $2, R9
 	LEAQ (R9)(R9*2), R11
 	SHLQ $1, R11
-	MOVQ out+16(FP), DI
-	MOVQ ldo+24(FP), R8
-	SHLQ $2, R8
-	MOVQ tmp+32(FP), BX
-	MOVQ y+40(FP), DX
-	MOVQ yoff+48(FP), R13
-	MOVQ w+56(FP), CX
+	MOVQ tmp+16(FP), BX
+	MOVQ y+24(FP), DX
+	MOVQ yoff+32(FP), R13
+	MOVQ w+40(FP), CX
 	SHLQ $2, CX
-	MOVL whole+64(FP), R12
+	MOVQ mask+48(FP), R12
 	CONSTS
 	OUTCOL(0)
 	OUTCOL(64)
@@ -229,9 +217,9 @@ TEXT ·wgOutput16(SB), NOSPLIT, $0-68
 	OUTCOL(192)
 	OUTCOL(256)
 	OUTCOL(320)
-	OUTROW(0)
-	OUTROW(384)
-	OUTROW(768)
-	OUTROW(1152)
+	OUTROW(0, 0)
+	OUTROW(384, 64)
+	OUTROW(768, 128)
+	OUTROW(1152, 192)
 	VZEROUPPER
 	RET

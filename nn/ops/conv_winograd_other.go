@@ -3,6 +3,6 @@
 package ops
 
 func wgInput16(*float32, *int32, int, *float32, int, *float32) { panic("ops: no AVX-512") }
-func wgOutput16(*float32, int, *float32, int, *float32, *float32, *int32, int, uint32) {
+func wgOutput16(*float32, int, *float32, *float32, *int32, int, *int32) {
 	panic("ops: no AVX-512")
 }
