@@ -2,6 +2,41 @@
 
 #include "textflag.h"
 
+// The even then the odd float indices of two registers (VPERMT2PS).
+DATA wgEvenOdd<>+0(SB)/4, $0
+DATA wgEvenOdd<>+4(SB)/4, $2
+DATA wgEvenOdd<>+8(SB)/4, $4
+DATA wgEvenOdd<>+12(SB)/4, $6
+DATA wgEvenOdd<>+16(SB)/4, $8
+DATA wgEvenOdd<>+20(SB)/4, $10
+DATA wgEvenOdd<>+24(SB)/4, $12
+DATA wgEvenOdd<>+28(SB)/4, $14
+DATA wgEvenOdd<>+32(SB)/4, $16
+DATA wgEvenOdd<>+36(SB)/4, $18
+DATA wgEvenOdd<>+40(SB)/4, $20
+DATA wgEvenOdd<>+44(SB)/4, $22
+DATA wgEvenOdd<>+48(SB)/4, $24
+DATA wgEvenOdd<>+52(SB)/4, $26
+DATA wgEvenOdd<>+56(SB)/4, $28
+DATA wgEvenOdd<>+60(SB)/4, $30
+DATA wgEvenOdd<>+64(SB)/4, $1
+DATA wgEvenOdd<>+68(SB)/4, $3
+DATA wgEvenOdd<>+72(SB)/4, $5
+DATA wgEvenOdd<>+76(SB)/4, $7
+DATA wgEvenOdd<>+80(SB)/4, $9
+DATA wgEvenOdd<>+84(SB)/4, $11
+DATA wgEvenOdd<>+88(SB)/4, $13
+DATA wgEvenOdd<>+92(SB)/4, $15
+DATA wgEvenOdd<>+96(SB)/4, $17
+DATA wgEvenOdd<>+100(SB)/4, $19
+DATA wgEvenOdd<>+104(SB)/4, $21
+DATA wgEvenOdd<>+108(SB)/4, $23
+DATA wgEvenOdd<>+112(SB)/4, $25
+DATA wgEvenOdd<>+116(SB)/4, $27
+DATA wgEvenOdd<>+120(SB)/4, $29
+DATA wgEvenOdd<>+124(SB)/4, $31
+GLOBL wgEvenOdd<>(SB), RODATA|NOPTR, $128
+
 // The transforms of the Winograd convolutions (conv_winograd.go), 16 tiles
 // at a time, a tile a lane. Go's operand order: VFMADD231PS b, a, acc
 // computes acc += a·b, VFNMADD231PS acc -= a·b, VSUBPS b, a, d d = a - b.
@@ -50,18 +85,26 @@
 	MOVL         $0x41000000, AX \
 	VPBROADCASTD AX, Z28
 
-#define GATHER(disp, dst) \
+// Taps j and j+1 (disp = 4j bytes) of one row of the 16 tiles' patches:
+// gathered as pairs, 8 tiles a gather (a gather's cost is per element on
+// Zen 4: half the elements of two gathers of single floats), then split
+// into the even (tap j) and odd (tap j+1) floats of the pairs (Z24, Z25:
+// the permutes' indices; Z29, Z27: the low and high 8 tiles' offsets).
+#define GATHER2(disp, dj, dj1) \
 	KXNORW     K1, K1, K1 \
-	VGATHERDPS disp(SI)(Z29*4), K1, dst
+	VGATHERDPD disp(SI)(Y29*4), K1, Z16 \
+	KXNORW     K1, K1, K1 \
+	VGATHERDPD disp(SI)(Y27*4), K1, Z17 \
+	VMOVAPS    Z16, dj \
+	VPERMT2PS  Z17, Z24, dj \
+	VMOVAPS    Z16, dj1 \
+	VPERMT2PS  Z17, Z25, dj1
 
 // One row of the 16 tiles' patches: (d B) into tmp at toff.
 #define INROW(toff) \
-	GATHER(0, Z0) \
-	GATHER(4, Z1) \
-	GATHER(8, Z2) \
-	GATHER(12, Z3) \
-	GATHER(16, Z4) \
-	GATHER(20, Z5) \
+	GATHER2(0, Z0, Z1) \
+	GATHER2(8, Z2, Z3) \
+	GATHER2(16, Z4, Z5) \
 	BT6 \
 	VMOVUPS Z6, (toff+0)(BX) \
 	VMOVUPS Z7, (toff+64)(BX) \
@@ -101,8 +144,12 @@
 // v[ξ·ld + lane] = (Bᵀ d B)[a][b] for ξ = 6a+b. tmp: 576 floats of scratch.
 TEXT ·wgInput16(SB), NOSPLIT, $0-48
 	MOVQ      p+0(FP), SI
-	MOVQ      off+8(FP), AX
-	VMOVDQU32 (AX), Z29
+	MOVQ          off+8(FP), AX
+	VMOVDQU32     (AX), Z29
+	VEXTRACTI32X8 $1, Z29, Y27
+	MOVQ          $wgEvenOdd<>(SB), AX
+	VMOVDQU32     (AX), Z24
+	VMOVDQU32     64(AX), Z25
 	MOVQ      wp+16(FP), DX
 	SHLQ      $2, DX
 	MOVQ      v+24(FP), DI
