@@ -245,3 +245,29 @@ func BenchmarkConvWinograd(b *testing.B) {
 		}
 	}
 }
+
+// A Winograd forward still keeps the padding of its input for the weight
+// gradient (which stays on the implicit path): the weight gradient reading
+// it gives the bits of one padding the input again.
+func TestConv2dWinogradKeepsPadding(t *testing.T) {
+	if !useAVX512 {
+		t.Skip("no AVX-512: the Winograd path is never taken")
+	}
+	defer func(mc int) { winogradMinChannels = mc }(winogradMinChannels)
+	winogradMinChannels = 8
+	for _, c := range winogradCases {
+		op, _, fresh, in, dy := convOps(t, c, tensor.Float32)
+		op.pad.keep = true
+		kept := &convGradWeightOp{base: newBase("Conv2dGradWeight"), g: op.g, fwd: op}
+		if _, err := op.Do(in...); err != nil {
+			t.Fatal(err)
+		}
+		if n := 36 * winogradStride(c.oc*c.c); len(op.wpack) != n {
+			t.Fatalf("%v: the forward did not take the Winograd path", c)
+		}
+		if op.pad.padFor(data[float32](in[0].(*tensor.Dense))) == nil {
+			t.Fatalf("%v: the Winograd forward kept no padding", c)
+		}
+		sameBits(t, fmt.Sprintf("%v dw from the kept padding", c), do(t, kept.Do, in[0], dy), do(t, fresh.Do, in[0], dy))
+	}
+}
