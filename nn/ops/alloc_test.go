@@ -208,10 +208,10 @@ func TestWinogradConvDoesNotAllocate(t *testing.T) {
 	if !useAVX512 {
 		t.Skip("no AVX-512: the Winograd path is never taken")
 	}
-	defer func(w func() int, gr, mc int) {
-		imageWorkers, imageGrain, winogradMinChannels = w, gr, mc
-	}(imageWorkers, imageGrain, winogradMinChannels)
-	imageGrain, winogradMinChannels = 1, 8
+	defer func(w func() int, gr, mc int, mw float64) {
+		imageWorkers, imageGrain, winogradMinChannels, winogradMaxWaste = w, gr, mc, mw
+	}(imageWorkers, imageGrain, winogradMinChannels, winogradMaxWaste)
+	imageGrain, winogradMinChannels, winogradMaxWaste = 1, 8, 4
 	for _, workers := range []int{1, 3} {
 		SetImageWorkers(workers)
 		for _, c := range winogradCases {

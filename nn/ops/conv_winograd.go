@@ -41,6 +41,12 @@ var winogradOn = true
 // but its stem's one.
 var winogradMinChannels = 16
 
+// winogradMaxWaste is the most output the tiles may compute for each
+// output pixel: resnet8's 28x28 waste nothing, its 14x14 and 7x7 compute
+// 16x16 and 8x8 (1.31), where Winograd was measured faster; a 5x5 image's
+// tiles would compute 2.6 times its output, unmeasured.
+var winogradMaxWaste = 1.35
+
 // winogradFits is whether the convolution g of element type T runs on the
 // Winograd path (y = w ⊛ x, as convForward).
 func winogradFits[T float](g *convGeom) bool {
@@ -48,7 +54,8 @@ func winogradFits[T float](g *convGeom) bool {
 	return winogradOn && useAVX512 && unsafe.Sizeof(z) == 4 &&
 		g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 &&
 		g.ph == 1 && g.pw == 1 && g.same() && g.oc%8 == 0 &&
-		min(g.c, g.oc) >= winogradMinChannels
+		min(g.c, g.oc) >= winogradMinChannels &&
+		float64(16*((g.oh+3)/4)*((g.ow+3)/4)) <= winogradMaxWaste*float64(g.ohw())
 }
 
 // winogradTiles is the tile rows and columns of g's output, and the padded

@@ -79,8 +79,8 @@ func TestConv2dWinogradMatchesReference(t *testing.T) {
 	if !useAVX512 {
 		t.Skip("the Winograd path runs on the AVX-512 kernels; this CPU has none, so convolutions take the Go loops (covered by TestConv2dForward)")
 	}
-	defer func(mc int) { winogradMinChannels = mc }(winogradMinChannels)
-	winogradMinChannels = 8
+	defer func(mc int, mw float64) { winogradMinChannels, winogradMaxWaste = mc, mw }(winogradMinChannels, winogradMaxWaste)
+	winogradMinChannels, winogradMaxWaste = 8, 4
 	for _, c := range winogradCases {
 		t.Run(c.String(), func(t *testing.T) {
 			_, _, ph, pw, _, _, oh, ow := c.geometry()
@@ -179,6 +179,8 @@ func TestWinogradFits(t *testing.T) {
 		{"shortcut (1x1)", geom(16, 32, 28, 1, 2, 0), false, false},
 		{"no padding", geom(16, 16, 28, 3, 1, 0), false, false},
 		{"36 output channels", geom(32, 36, 14, 3, 1, 1), false, false},
+		{"5x5 (tiles 2.6 times the output)", geom(32, 32, 5, 3, 1, 1), false, false},
+		{"8x8", geom(32, 32, 8, 3, 1, 1), false, true},
 	} {
 		got := winogradFits[float32](c.g)
 		if c.f64 {
@@ -253,8 +255,8 @@ func TestConv2dWinogradKeepsPadding(t *testing.T) {
 	if !useAVX512 {
 		t.Skip("no AVX-512: the Winograd path is never taken")
 	}
-	defer func(mc int) { winogradMinChannels = mc }(winogradMinChannels)
-	winogradMinChannels = 8
+	defer func(mc int, mw float64) { winogradMinChannels, winogradMaxWaste = mc, mw }(winogradMinChannels, winogradMaxWaste)
+	winogradMinChannels, winogradMaxWaste = 8, 4
 	for _, c := range winogradCases {
 		op, _, fresh, in, dy := convOps(t, c, tensor.Float32)
 		op.pad.keep = true
