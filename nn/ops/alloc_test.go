@@ -201,3 +201,36 @@ func TestGradientOpsUsePrealloc(t *testing.T) {
 		m.Close()
 	}
 }
+
+// The Winograd convolutions (conv_winograd.go) allocate nothing once warm
+// either, serial and split between three image workers.
+func TestWinogradConvDoesNotAllocate(t *testing.T) {
+	if !useAVX512 {
+		t.Skip("no AVX-512: the Winograd path is never taken")
+	}
+	defer func(w func() int, gr, mc int, mw float64) {
+		imageWorkers, imageGrain, winogradMinChannels, winogradMaxWaste = w, gr, mc, mw
+	}(imageWorkers, imageGrain, winogradMinChannels, winogradMaxWaste)
+	imageGrain, winogradMinChannels, winogradMaxWaste = 1, 8, 4
+	for _, workers := range []int{1, 3} {
+		SetImageWorkers(workers)
+		for _, c := range winogradCases {
+			op, gi, _, in, dy := convOps(t, c, tensor.Float32)
+			for _, r := range []struct {
+				what string
+				f    func(...G.Value) (G.Value, error)
+				v    []G.Value
+			}{{"forward", op.Do, in}, {"dx", gi.Do, []G.Value{dy, in[1]}}} {
+				if _, err := r.f(r.v...); err != nil {
+					t.Fatal(err)
+				}
+				if a := testing.AllocsPerRun(5, func() { _, _ = r.f(r.v...) }); a != 0 {
+					t.Errorf("workers=%d %v %s: %.0f allocations per run", workers, c, r.what, a)
+				}
+			}
+			if n := 36 * winogradStride(c.oc*c.c); len(op.wpack) != n || len(gi.wpack) != n {
+				t.Errorf("%v: kernel buffers hold %d and %d values, not the Winograd transform's %d", c, len(op.wpack), len(gi.wpack), n)
+			}
+		}
+	}
+}

@@ -106,6 +106,8 @@ func BenchmarkConv3x3Down3(b *testing.B) { benchConv3x3(b, 32, 64, 14, 2) }
 func benchConv3x3(b *testing.B, c, oc, hw, stride int) {
 	defer func(w float64, o int) { implicitWaste, implicitStridedOut = w, o }(implicitWaste, implicitStridedOut)
 	implicitStridedOut = 0
+	defer func(on bool) { winogradOn = on }(winogradOn)
+	winogradOn = false // the paths named below, not Winograd's (BenchmarkConvWinograd)
 	for _, path := range []struct {
 		name  string
 		waste float64

@@ -356,7 +356,9 @@ func convFwd[T float](op *convOp, xt, wt, bt, yt *tensor.Dense) {
 		j.b = data[T](bt)
 	}
 	op.pad.x, j.keep, j.ap = nil, nil, nil
-	if implicitRows[T](g, g.oc, 8) {
+	if winogradFits[T](g) {
+		j.ap = winogradKernel(&op.wpack, g, f32s(j.w))
+	} else if implicitRows[T](g, g.oc, 8) {
 		j.ap = packed(&op.wpack, g.oc, g.ckk(), f32s(j.w))
 	}
 	if op.pad.keep && implicitRows[T](g, g.oc, 8) {
@@ -395,6 +397,10 @@ func packed(buf *[]float32, m, k int, w []float32) []float32 {
 // keep, when not nil, is where the implicit path pads the batch (see
 // keptPad); ap is w packed for it (packed).
 func convForward[T float](g *convGeom, x, w []T, ap []float32, y []T, keep []float32, s *convScratch, lo, hi int, par bool) {
+	if winogradFits[T](g) { // ap is then the kernel's transform
+		convForwardWinograd(g, f32s(x), ap, f32s(y), keep, s, lo, hi)
+		return
+	}
 	if implicitRows[T](g, g.oc, 8) {
 		convForwardImplicit(g, x, ap, y, keep, s, lo, hi)
 		return
@@ -893,7 +899,9 @@ func convGradInput[T float](op *convGradInputOp, dyt, wt, dxt *tensor.Dense) {
 		wf := scratch[T](&op.wflip, len(j.w))
 		flipKernel(g, j.w, wf)
 		j.g, j.w, j.mode, j.ap = &op.t, wf, dxConv, nil
-		if implicitRows[T](&op.t, op.t.oc, 8) {
+		if winogradFits[T](&op.t) {
+			j.ap = winogradKernel(&op.wpack, &op.t, f32s(wf))
+		} else if implicitRows[T](&op.t, op.t.oc, 8) {
 			j.ap = packed(&op.wpack, op.t.oc, op.t.ckk(), f32s(wf))
 		}
 	case g.x1():

@@ -1,0 +1,208 @@
+package ops
+
+import "unsafe"
+
+// Winograd convolutions: a float32 3x3 convolution of stride 1 and padding
+// 1 (resnet's) computed as Lavin and Gray's F(4x4, 3x3). The output is cut
+// into 4x4 tiles; tile (ty, tx) reads the 6x6 input patch at rows
+// 4ty-1 .. 4ty+4, columns 4tx-1 .. 4tx+4 (zeros outside the image), and
+//
+//	Y = Aᵀ [ Σ_c (G g_oc,c Gᵀ) ⊙ (Bᵀ d_c B) ] A
+//
+// so the 36 products of the transform domain are 36 independent multiplies
+// U[ξ] (OC×C) · V[ξ] (C×tiles), run on the implicit path's kernel
+// (sgemmNNPacked): 36·OC·C multiply-adds a tile where the direct
+// convolution does 144·OC·C, at the cost of the transforms of the input
+// (Bᵀ d B, a tile and channel; gathered from a zero-padded copy) and of the
+// output (Aᵀ m A, a tile and output channel), 16 tiles at a time in
+// AVX-512 (conv_winograd_amd64.s), and of the kernel (G g Gᵀ, once a
+// call, in Go). The input gradient of such a convolution is one too
+// (convGradInput's transposed geometry, the kernel flipped), so it takes
+// the same path; the weight gradient stays on the implicit path.
+//
+// Rounding: the transforms add and scale by at most 8 (Aᵀ) and 5 (Bᵀ), and
+// G by fractions down to 1/24, so a float32 result differs from the exact
+// one by a few 1e-6 of Σ|w||x| (the direct path by about 1e-7); see
+// TestConv2dWinogradMatchesReference.
+
+// winogradOn switches the path off for tests and benchmarks comparing it
+// with the implicit path.
+var winogradOn = true
+
+// winogradMinChannels is the least input and output channel count taking
+// the Winograd path: below it the transforms, whose cost grows with the
+// channels where the multiplies' grows with their product, outweigh the
+// multiplies saved. At batch 64, CPU ms, Winograd against implicit, three
+// rounds each at GOMAXPROCS 1 and 2, load 11-15 on 2 cores (go test
+// ./nn/ops -run '^$' -bench ConvWinograd -benchtime 50x): 28x28x16
+// forward 2.49-2.89 against 2.81-3.10, input gradient 2.46-2.61 against
+// 2.76-2.94; 14x14x32 and 7x7x64 are further ahead (1.7 and 1.4 against
+// 2.8 and 2.6, forward, GOMAXPROCS=1). 16 channels are resnet8's least
+// but its stem's one.
+var winogradMinChannels = 16
+
+// winogradMaxWaste is the most output the tiles may compute for each
+// output pixel: resnet8's 28x28 waste nothing, its 14x14 and 7x7 compute
+// 16x16 and 8x8 (1.31), where Winograd was measured faster; a 5x5 image's
+// tiles would compute 2.6 times its output, unmeasured.
+var winogradMaxWaste = 1.35
+
+// winogradFits is whether the convolution g of element type T runs on the
+// Winograd path (y = w ⊛ x, as convForward).
+func winogradFits[T float](g *convGeom) bool {
+	var z T
+	return winogradOn && useAVX512 && unsafe.Sizeof(z) == 4 &&
+		g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 &&
+		g.ph == 1 && g.pw == 1 && g.same() && g.oc%8 == 0 &&
+		min(g.c, g.oc) >= winogradMinChannels &&
+		float64(16*((g.oh+3)/4)*((g.ow+3)/4)) <= winogradMaxWaste*float64(g.ohw())
+}
+
+// winogradTiles is the tile rows and columns of g's output, and the padded
+// input plane the tiles read (rows 4·th+2 of wp = 4·tw+2 columns).
+func (g *convGeom) winogradTiles() (th, tw, hp, wp int) {
+	th, tw = (g.oh+3)/4, (g.ow+3)/4
+	return th, tw, 4*th + 2, 4*tw + 2
+}
+
+// winogradKernel writes U = G g Gᵀ for every (output, input) channel pair of
+// w [OC, C, 3, 3] into *buf (grown when short): U[ξ] for ξ = 6a+b is an
+// OC×C matrix packed as packA packs (8 rows at a time, k-major), at
+// ξ·winogradStride(OC·C). Once a call, shared read-only by the image workers.
+func winogradKernel(buf *[]float32, g *convGeom, w []float32) []float32 {
+	oc, c, us := g.oc, g.c, winogradStride(g.oc*g.c)
+	n := 36 * us
+	if cap(*buf) < n {
+		*buf = make([]float32, n)
+	}
+	u := (*buf)[:n]
+	w = w[:oc*c*9]
+	for o := 0; o < oc; o++ {
+		for ci := 0; ci < c; ci++ {
+			k := w[(o*c+ci)*9 : (o*c+ci)*9+9 : (o*c+ci)*9+9]
+			// t = G k (6x3), column by column.
+			var t [18]float32
+			for j := 0; j < 3; j++ {
+				t[j], t[3+j], t[6+j], t[9+j], t[12+j], t[15+j] = wgG(k[j], k[3+j], k[6+j])
+			}
+			at := (o/8)*8*c + ci*8 + o%8
+			for a := 0; a < 6; a++ {
+				r0, r1, r2, r3, r4, r5 := wgG(t[3*a], t[3*a+1], t[3*a+2])
+				p := u[a*6*us+at:]
+				p[0], p[us], p[2*us], p[3*us], p[4*us], p[5*us] = r0, r1, r2, r3, r4, r5
+			}
+		}
+	}
+	return u
+}
+
+// wgG is G (6x3) times (g0, g1, g2).
+func wgG(g0, g1, g2 float32) (t0, t1, t2, t3, t4, t5 float32) {
+	s, q, h := g0+g2, g0*(1.0/24)+g2*(1.0/6), g1*(1.0/12)
+	return g0 * 0.25, (s + g1) * (-1.0 / 6), (s - g1) * (-1.0 / 6), q + h, q - h, g2
+}
+
+// convForwardWinograd is convForward for images [lo, hi) on the Winograd
+// path, u the kernel's transform (winogradKernel): a chunk of images at a
+// time, each channel padded and transformed into v, 36 multiplies into m,
+// m transformed back into y. When keep is not nil it also pads each chunk
+// there for the weight gradient, as the implicit path does (keptPad).
+// Each tile's result depends on nothing but its own inputs (the kernel's
+// columns are independent), so the bits are the same however the images
+// are split.
+func convForwardWinograd(g *convGeom, x, u, y, keep []float32, s *convScratch, lo, hi int) {
+	nb, in, out, hw := g.chunk(), g.in(), g.out(), g.h*g.w
+	th, tw, hp, wp := g.winogradTiles()
+	tpi, plane := th*tw, hp*wp
+	rs := winogradRow(nb * tpi)
+	// The chunk's padded channels (channel c, image i at (c·nb + i)·plane),
+	// the transforms' scratch, and the input's transform V (value ξ,
+	// channel c at ξ·vs + c·rs); the products M (value ξ, output channel o
+	// at ξ·ms + o·rs).
+	vs, ms := winogradStride(g.c*rs), winogradStride(g.oc*rs)
+	buf := scratch[float32](&s.cols, g.c*nb*plane+576+36*vs)
+	xp, buf := buf[:g.c*nb*plane], buf[g.c*nb*plane:]
+	tmp, v := buf[:576], buf[576:]
+	m := scratch[float32](&s.tmp, 36*ms)
+	us := winogradStride(g.oc * g.c)
+	for n0 := lo; n0 < hi; n0 += nb {
+		k := min(nb, hi-n0)
+		if keep != nil {
+			ps := g.padSize()
+			padChunk(g, x, keep[n0/nb*ps:(n0/nb+1)*ps], n0, k)
+		}
+		nt := k * tpi
+		// The tiles' patches in xp, places in y and masks (winogradPatches),
+		// kept between calls under a key implicitOffsets never uses (its
+		// wq is at least 1).
+		if key := (ioffKey{g, -1, k}); s.ioffOf != key || cap(s.ioff) < 6*rs {
+			s.ioff, s.ioffOf = grow32(s.ioff, 6*rs), key
+			winogradPatches(g, k, s.ioff[:rs], s.ioff[rs:2*rs], s.ioff[2*rs:6*rs])
+		}
+		xoff, yoff, mask := s.ioff[:rs], s.ioff[rs:2*rs], s.ioff[2*rs:6*rs]
+		for i := 0; i < k; i++ {
+			for c := 0; c < g.c; c++ {
+				winogradPad(xp[(c*nb+i)*plane:(c*nb+i+1)*plane], wp, hp, x[(n0+i)*in+c*hw:(n0+i)*in+(c+1)*hw], g.h, g.w)
+			}
+		}
+		for c := 0; c < g.c; c++ {
+			for t0 := 0; t0 < nt; t0 += 16 {
+				wgInput16(&xp[c*nb*plane], &xoff[t0], wp, &v[c*rs+t0], vs, &tmp[0])
+			}
+		}
+		boff := s.mm.rows(g.c, rs)
+		for xi := 0; xi < 36; xi++ {
+			sgemmNNPacked(g.oc, nt, g.c, u[xi*us:xi*us+g.oc*g.c], v[xi*vs:xi*vs+g.c*rs], boff,
+				m[xi*ms:xi*ms+g.oc*rs], rs, false)
+		}
+		yc := y[n0*out : (n0+k)*out]
+		for o := 0; o < g.oc; o++ {
+			for t0 := 0; t0 < nt; t0 += 16 {
+				wgOutput16(&m[o*rs+t0], ms, &tmp[0], &yc[o*hw], &yoff[t0], g.w, &mask[4*t0])
+			}
+		}
+	}
+}
+
+// winogradPatches sets, for the tiles of a chunk of k images (tile t of
+// image i is i·th·tw + t), xoff[t] to the offset of the tile's patch in the
+// chunk's padded input, yoff[t] to that of its output in the chunk's first
+// output channel, and bit j of mask[64·(t/16) + 16r + t%16] when output
+// (r, j) of the tile lies inside the image. Tiles past the last read at
+// offset 0 and are written nowhere.
+func winogradPatches(g *convGeom, k int, xoff, yoff, mask []int32) {
+	th, tw, hp, wp := g.winogradTiles()
+	clear(xoff)
+	clear(yoff)
+	clear(mask)
+	for i := 0; i < k; i++ {
+		for ty := 0; ty < th; ty++ {
+			for tx := 0; tx < tw; tx++ {
+				t := (i*th+ty)*tw + tx
+				xoff[t] = int32(i*hp*wp + 4*ty*wp + 4*tx)
+				yoff[t] = int32(i*g.out() + 4*ty*g.w + 4*tx)
+				cols := int32(1)<<min(4, g.w-4*tx) - 1
+				for r := 0; r < 4 && 4*ty+r < g.h; r++ {
+					mask[t/16*64+16*r+t%16] = cols
+				}
+			}
+		}
+	}
+}
+
+// winogradStride is the distance between the 36 transform-domain matrices
+// of n values each: n plus 16, so that a tile's 36 values (one in each)
+// fall on different cache sets however n is.
+func winogradStride(n int) int { return (n+15)&^15 + 16 }
+
+// winogradRow is the row stride of the transform-domain matrices for n
+// tiles: n rounded up to the 16 tiles the transforms take at a time.
+func winogradRow(n int) int { return (n + 15) &^ 15 }
+
+// winogradPad writes image channel x (h×w) into p (hp×wp, rows wp apart)
+// one row and column in, zeros around it.
+func winogradPad(p []float32, wp, hp int, x []float32, h, w int) {
+	clear(p[:wp+1])
+	copyRows(p[wp+1:], wp, x, w, w, wp-w, h)
+	clear(p[(h+1)*wp+1 : hp*wp])
+}

@@ -1,0 +1,272 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// The even then the odd float indices of two registers (VPERMT2PS).
+DATA wgEvenOdd<>+0(SB)/4, $0
+DATA wgEvenOdd<>+4(SB)/4, $2
+DATA wgEvenOdd<>+8(SB)/4, $4
+DATA wgEvenOdd<>+12(SB)/4, $6
+DATA wgEvenOdd<>+16(SB)/4, $8
+DATA wgEvenOdd<>+20(SB)/4, $10
+DATA wgEvenOdd<>+24(SB)/4, $12
+DATA wgEvenOdd<>+28(SB)/4, $14
+DATA wgEvenOdd<>+32(SB)/4, $16
+DATA wgEvenOdd<>+36(SB)/4, $18
+DATA wgEvenOdd<>+40(SB)/4, $20
+DATA wgEvenOdd<>+44(SB)/4, $22
+DATA wgEvenOdd<>+48(SB)/4, $24
+DATA wgEvenOdd<>+52(SB)/4, $26
+DATA wgEvenOdd<>+56(SB)/4, $28
+DATA wgEvenOdd<>+60(SB)/4, $30
+DATA wgEvenOdd<>+64(SB)/4, $1
+DATA wgEvenOdd<>+68(SB)/4, $3
+DATA wgEvenOdd<>+72(SB)/4, $5
+DATA wgEvenOdd<>+76(SB)/4, $7
+DATA wgEvenOdd<>+80(SB)/4, $9
+DATA wgEvenOdd<>+84(SB)/4, $11
+DATA wgEvenOdd<>+88(SB)/4, $13
+DATA wgEvenOdd<>+92(SB)/4, $15
+DATA wgEvenOdd<>+96(SB)/4, $17
+DATA wgEvenOdd<>+100(SB)/4, $19
+DATA wgEvenOdd<>+104(SB)/4, $21
+DATA wgEvenOdd<>+108(SB)/4, $23
+DATA wgEvenOdd<>+112(SB)/4, $25
+DATA wgEvenOdd<>+116(SB)/4, $27
+DATA wgEvenOdd<>+120(SB)/4, $29
+DATA wgEvenOdd<>+124(SB)/4, $31
+GLOBL wgEvenOdd<>(SB), RODATA|NOPTR, $128
+
+// The transforms of the Winograd convolutions (conv_winograd.go), 16 tiles
+// at a time, a tile a lane. Go's operand order: VFMADD231PS b, a, acc
+// computes acc += a·b, VFNMADD231PS acc -= a·b, VSUBPS b, a, d d = a - b.
+// Constants: Z30 = 4, Z31 = 2, Z28 = 8.
+
+// Z6..Z11 = Bᵀ (Z0..Z5); clobbers Z12-Z14.
+#define BT6 \
+	VSUBPS       Z2, Z4, Z12 \
+	VSUBPS       Z1, Z3, Z13 \
+	VMOVAPS      Z4, Z7 \
+	VFNMADD231PS Z30, Z2, Z7 \
+	VMOVAPS      Z3, Z14 \
+	VFNMADD231PS Z30, Z1, Z14 \
+	VSUBPS       Z14, Z7, Z8 \
+	VADDPS       Z14, Z7, Z7 \
+	VMOVAPS      Z12, Z9 \
+	VFMADD231PS  Z31, Z13, Z9 \
+	VMOVAPS      Z12, Z10 \
+	VFNMADD231PS Z31, Z13, Z10 \
+	VSUBPS       Z2, Z0, Z14 \
+	VMOVAPS      Z12, Z6 \
+	VFMADD231PS  Z30, Z14, Z6 \
+	VSUBPS       Z3, Z5, Z11 \
+	VFNMADD231PS Z30, Z13, Z11
+
+// Z6..Z9 = Aᵀ (Z0..Z5); clobbers Z12-Z15.
+#define AT6 \
+	VADDPS      Z2, Z1, Z12 \
+	VSUBPS      Z2, Z1, Z13 \
+	VADDPS      Z4, Z3, Z14 \
+	VSUBPS      Z4, Z3, Z15 \
+	VADDPS      Z12, Z0, Z6 \
+	VADDPS      Z14, Z6, Z6 \
+	VMOVAPS     Z13, Z7 \
+	VFMADD231PS Z31, Z15, Z7 \
+	VMOVAPS     Z12, Z8 \
+	VFMADD231PS Z30, Z14, Z8 \
+	VADDPS      Z13, Z5, Z9 \
+	VFMADD231PS Z28, Z15, Z9
+
+#define CONSTS \
+	MOVL         $0x40800000, AX \
+	VPBROADCASTD AX, Z30 \
+	MOVL         $0x40000000, AX \
+	VPBROADCASTD AX, Z31 \
+	MOVL         $0x41000000, AX \
+	VPBROADCASTD AX, Z28
+
+// Taps j and j+1 (disp = 4j bytes) of one row of the 16 tiles' patches:
+// gathered as pairs, 8 tiles a gather (a gather's cost is per element on
+// Zen 4: half the elements of two gathers of single floats), then split
+// into the even (tap j) and odd (tap j+1) floats of the pairs (Z24, Z25:
+// the permutes' indices; Z29, Z27: the low and high 8 tiles' offsets).
+#define GATHER2(disp, dj, dj1) \
+	KXNORW     K1, K1, K1 \
+	VGATHERDPD disp(SI)(Y29*4), K1, Z16 \
+	KXNORW     K1, K1, K1 \
+	VGATHERDPD disp(SI)(Y27*4), K1, Z17 \
+	VMOVAPS    Z16, dj \
+	VPERMT2PS  Z17, Z24, dj \
+	VMOVAPS    Z16, dj1 \
+	VPERMT2PS  Z17, Z25, dj1
+
+// One row of the 16 tiles' patches: (d B) into tmp at toff.
+#define INROW(toff) \
+	GATHER2(0, Z0, Z1) \
+	GATHER2(8, Z2, Z3) \
+	GATHER2(16, Z4, Z5) \
+	BT6 \
+	VMOVUPS Z6, (toff+0)(BX) \
+	VMOVUPS Z7, (toff+64)(BX) \
+	VMOVUPS Z8, (toff+128)(BX) \
+	VMOVUPS Z9, (toff+192)(BX) \
+	VMOVUPS Z10, (toff+256)(BX) \
+	VMOVUPS Z11, (toff+320)(BX) \
+	ADDQ    DX, SI
+
+// Column b of (d B): Bᵀ of it to rows 6a+b of v (DI at row b, R11 six
+// rows apart).
+#define INCOL(boff) \
+	VMOVUPS (boff+0)(BX), Z0 \
+	VMOVUPS (boff+384)(BX), Z1 \
+	VMOVUPS (boff+768)(BX), Z2 \
+	VMOVUPS (boff+1152)(BX), Z3 \
+	VMOVUPS (boff+1536)(BX), Z4 \
+	VMOVUPS (boff+1920)(BX), Z5 \
+	BT6 \
+	MOVQ    DI, R10 \
+	VMOVUPS Z6, (R10) \
+	ADDQ    R11, R10 \
+	VMOVUPS Z7, (R10) \
+	ADDQ    R11, R10 \
+	VMOVUPS Z8, (R10) \
+	ADDQ    R11, R10 \
+	VMOVUPS Z9, (R10) \
+	ADDQ    R11, R10 \
+	VMOVUPS Z10, (R10) \
+	ADDQ    R11, R10 \
+	VMOVUPS Z11, (R10) \
+	ADDQ    R9, DI
+
+// func wgInput16(p *float32, off *int32, wp int, v *float32, ld int, tmp *float32)
+//
+// For the 16 tiles whose 6x6 patches (rows wp apart) start at p + off[lane],
+// v[ξ·ld + lane] = (Bᵀ d B)[a][b] for ξ = 6a+b. tmp: 576 floats of scratch.
+TEXT ·wgInput16(SB), NOSPLIT, $0-48
+	MOVQ      p+0(FP), SI
+	MOVQ          off+8(FP), AX
+	VMOVDQU32     (AX), Z29
+	VEXTRACTI32X8 $1, Z29, Y27
+	MOVQ          $wgEvenOdd<>(SB), AX
+	VMOVDQU32     (AX), Z24
+	VMOVDQU32     64(AX), Z25
+	MOVQ      wp+16(FP), DX
+	SHLQ      $2, DX
+	MOVQ      v+24(FP), DI
+	MOVQ      ld+32(FP), R9
+	SHLQ      $2, R9
+	LEAQ      (R9)(R9*2), R11
+	SHLQ      $1, R11
+	MOVQ      tmp+40(FP), BX
+	CONSTS
+	INROW(0)
+	INROW(384)
+	INROW(768)
+	INROW(1152)
+	INROW(1536)
+	INROW(1920)
+	INCOL(0)
+	INCOL(64)
+	INCOL(128)
+	INCOL(192)
+	INCOL(256)
+	INCOL(320)
+	VZEROUPPER
+	RET
+
+// Column b of the tiles' m: Aᵀ of it into tmp rows 6r+b.
+#define OUTCOL(boff) \
+	MOVQ    SI, R10 \
+	VMOVUPS (R10), Z0 \
+	ADDQ    R11, R10 \
+	VMOVUPS (R10), Z1 \
+	ADDQ    R11, R10 \
+	VMOVUPS (R10), Z2 \
+	ADDQ    R11, R10 \
+	VMOVUPS (R10), Z3 \
+	ADDQ    R11, R10 \
+	VMOVUPS (R10), Z4 \
+	ADDQ    R11, R10 \
+	VMOVUPS (R10), Z5 \
+	AT6 \
+	VMOVUPS Z6, (boff+0)(BX) \
+	VMOVUPS Z7, (boff+384)(BX) \
+	VMOVUPS Z8, (boff+768)(BX) \
+	VMOVUPS Z9, (boff+1152)(BX) \
+	ADDQ    R9, SI
+
+// Lane lane of a transposed output row (u, 128-bit block blk: the lane's
+// four outputs) into y at DX + 4·yoff[lane], the outputs whose bits are
+// set in the lane's mask (R12, moff + 4·lane) only: those inside the image.
+#define STLANE(lane, u, blk, moff) \
+	MOVLQSX       (lane*4)(R13), R14 \
+	LEAQ          (DX)(R14*4), R14 \
+	KMOVW         (moff+lane*4)(R12), K2 \
+	VEXTRACTF32X4 $blk, u, K2, (R14)
+
+// Row r of Aᵀ m: times A, transposed (a lane's four outputs together),
+// into y (DX, then one row of y, CX bytes, on); moff = 64·r.
+#define OUTROW(toff, moff) \
+	VMOVUPS   (toff+0)(BX), Z0 \
+	VMOVUPS   (toff+64)(BX), Z1 \
+	VMOVUPS   (toff+128)(BX), Z2 \
+	VMOVUPS   (toff+192)(BX), Z3 \
+	VMOVUPS   (toff+256)(BX), Z4 \
+	VMOVUPS   (toff+320)(BX), Z5 \
+	AT6 \
+	VUNPCKLPS Z7, Z6, Z16 \
+	VUNPCKHPS Z7, Z6, Z17 \
+	VUNPCKLPS Z9, Z8, Z18 \
+	VUNPCKHPS Z9, Z8, Z19 \
+	VUNPCKLPD Z18, Z16, Z20 \
+	VUNPCKHPD Z18, Z16, Z21 \
+	VUNPCKLPD Z19, Z17, Z22 \
+	VUNPCKHPD Z19, Z17, Z23 \
+	STLANE(0, Z20, 0, moff) \
+	STLANE(1, Z21, 0, moff) \
+	STLANE(2, Z22, 0, moff) \
+	STLANE(3, Z23, 0, moff) \
+	STLANE(4, Z20, 1, moff) \
+	STLANE(5, Z21, 1, moff) \
+	STLANE(6, Z22, 1, moff) \
+	STLANE(7, Z23, 1, moff) \
+	STLANE(8, Z20, 2, moff) \
+	STLANE(9, Z21, 2, moff) \
+	STLANE(10, Z22, 2, moff) \
+	STLANE(11, Z23, 2, moff) \
+	STLANE(12, Z20, 3, moff) \
+	STLANE(13, Z21, 3, moff) \
+	STLANE(14, Z22, 3, moff) \
+	STLANE(15, Z23, 3, moff) \
+	ADDQ      CX, DX
+
+// func wgOutput16(m *float32, ld int, tmp *float32, y *float32, yoff *int32, w int, mask *int32)
+//
+// For 16 tiles with m[ξ·ld + lane] their transform-domain values, sets
+// y[yoff[lane] + r·w + j] = (Aᵀ m A)[r][j] where bit j of mask[16r + lane]
+// is set. tmp: 576 floats of scratch.
+TEXT ·wgOutput16(SB), NOSPLIT, $0-56
+	MOVQ m+0(FP), SI
+	MOVQ ld+8(FP), R9
+	SHLQ $2, R9
+	LEAQ (R9)(R9*2), R11
+	SHLQ $1, R11
+	MOVQ tmp+16(FP), BX
+	MOVQ y+24(FP), DX
+	MOVQ yoff+32(FP), R13
+	MOVQ w+40(FP), CX
+	SHLQ $2, CX
+	MOVQ mask+48(FP), R12
+	CONSTS
+	OUTCOL(0)
+	OUTCOL(64)
+	OUTCOL(128)
+	OUTCOL(192)
+	OUTCOL(256)
+	OUTCOL(320)
+	OUTROW(0, 0)
+	OUTROW(384, 64)
+	OUTROW(768, 128)
+	OUTROW(1152, 192)
+	VZEROUPPER
+	RET

@@ -1,0 +1,8 @@
+//go:build !amd64 || purego
+
+package ops
+
+func wgInput16(*float32, *int32, int, *float32, int, *float32) { panic("ops: no AVX-512") }
+func wgOutput16(*float32, int, *float32, *float32, *int32, int, *int32) {
+	panic("ops: no AVX-512")
+}

@@ -1,0 +1,275 @@
+package ops
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"testing"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// Convolutions the Winograd path takes: whole tiles (28, 8), partial ones
+// (7 and 14 leave 1 and 2 rows of the last tile, 5x6 and 3x3 less than one
+// or two tiles), unequal channels, a bias, chunks of several images.
+var winogradCases = []convCase{
+	{n: 2, c: 16, h: 28, w: 28, oc: 16, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}},
+	{n: 3, c: 32, h: 14, w: 14, oc: 32, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}, bias: true},
+	{n: 5, c: 64, h: 7, w: 7, oc: 64, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}},
+	{n: 3, c: 16, h: 8, w: 8, oc: 24, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}},
+	{n: 4, c: 24, h: 5, w: 6, oc: 16, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}, bias: true},
+	{n: 2, c: 16, h: 3, w: 3, oc: 16, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}},
+}
+
+// winogradTol bounds |Winograd - exact| / Σ|w||x| in float32. The
+// transforms scale by up to 8 (Aᵀ), 5 (Bᵀ) and 1/24 (G) and add up to 36
+// terms where the direct sum adds 9·C, so the error grows to a few
+// hundred float32 epsilons (6e-8) of the magnitude: measured up to 3.1e-6
+// here (the direct path: up to 2.6e-7).
+const winogradTol = 1e-5
+
+// absRef is Σ|w||x| of every output (the direct convolution of |x|, |w|).
+func absRef(c convCase, x, w []float64) []float64 {
+	ax, aw := make([]float64, len(x)), make([]float64, len(w))
+	for i, v := range x {
+		ax[i] = math.Abs(v)
+	}
+	for i, v := range w {
+		aw[i] = math.Abs(v)
+	}
+	return convRef(c, ax, aw, nil)
+}
+
+// relErr is max |got - want| / scale (scale ≥ 1e-30).
+func relErr(got, want, scale []float64) float64 {
+	e := 0.0
+	for i := range want {
+		e = max(e, math.Abs(got[i]-want[i])/max(scale[i], 1e-30))
+	}
+	return e
+}
+
+// transposedCase is the convolution the input gradient of c computes:
+// dy ⊛ w' with the channels swapped.
+func transposedCase(c convCase) convCase {
+	c.c, c.oc, c.bias = c.oc, c.c, false
+	return c
+}
+
+// flipRef is w' (see flipKernel) of c's weight.
+func flipRef(c convCase, w []float64) []float64 {
+	f := make([]float64, len(w))
+	for o := 0; o < c.oc; o++ {
+		for ci := 0; ci < c.c; ci++ {
+			for k := 0; k < 9; k++ {
+				f[(ci*c.oc+o)*9+8-k] = w[(o*c.c+ci)*9+k]
+			}
+		}
+	}
+	return f
+}
+
+// The forward and input gradient of the convolutions above take the
+// Winograd path (the op holds the kernel's transform, 36·OC·C values, and
+// the result differs in its bits from the direct path's) and match the
+// plain-loop references within winogradTol of Σ|w||x|, serial and split
+// between image workers (the same bits with 1, 2 or 3).
+func TestConv2dWinogradMatchesReference(t *testing.T) {
+	if !useAVX512 {
+		t.Skip("the Winograd path runs on the AVX-512 kernels; this CPU has none, so convolutions take the Go loops (covered by TestConv2dForward)")
+	}
+	defer func(mc int, mw float64) { winogradMinChannels, winogradMaxWaste = mc, mw }(winogradMinChannels, winogradMaxWaste)
+	winogradMinChannels, winogradMaxWaste = 8, 4
+	for _, c := range winogradCases {
+		t.Run(c.String(), func(t *testing.T) {
+			_, _, ph, pw, _, _, oh, ow := c.geometry()
+			g := convGeom{n: c.n, c: c.c, h: c.h, w: c.w, oc: c.oc, kh: 3, kw: 3, sh: 1, sw: 1, ph: ph, pw: pw, dh: 1, dw: 1, oh: oh, ow: ow}
+			if !winogradFits[float32](&g) || !winogradFits[float32](new(g.transposed())) {
+				t.Fatalf("winogradFits is false for %v or its input gradient", c)
+			}
+			var y1, dx1 []float64
+			for _, workers := range []int{1, 2, 3} {
+				y, dx, _ := convPass(t, c, tensor.Float32, workers)
+				if workers > 1 {
+					sameBits(t, fmt.Sprintf("workers=%d y", workers), y, y1)
+					sameBits(t, fmt.Sprintf("workers=%d dx", workers), dx, dx1)
+					continue
+				}
+				y1, dx1 = y, dx
+			}
+			op, gi, _, in, dy := convOps(t, c, tensor.Float32)
+			x, w := vals(in[0]), vals(in[1])
+			var b []float64
+			if c.bias {
+				b = vals(in[2])
+			}
+			ct := transposedCase(c)
+			wf, dyv := flipRef(c, w), vals(dy)
+			for _, r := range []struct {
+				what             string
+				got, want, scale []float64
+				direct           func() []float64
+			}{
+				{"y", y1, convRef(c, x, w, b), absRef(c, x, w), func() []float64 { return do(t, op.Do, in...) }},
+				{"dx", dx1, convRef(ct, dyv, wf, nil), absRef(ct, dyv, wf), func() []float64 { return do(t, gi.Do, dy, in[1]) }},
+			} {
+				if e := relErr(r.got, r.want, r.scale); e > winogradTol || math.IsNaN(e) {
+					t.Errorf("%s: error %.3g of Σ|w||x|, want at most %g", r.what, e, winogradTol)
+				}
+				defer func(on bool) { winogradOn = on }(winogradOn)
+				winogradOn = false
+				direct := r.direct()
+				winogradOn = true
+				if e := relErr(direct, r.want, r.scale); e > winogradTol {
+					t.Errorf("%s: the direct path's error is %.3g", r.what, e)
+				}
+				differ := false
+				for i := range direct {
+					differ = differ || math.Float64bits(direct[i]) != math.Float64bits(r.got[i])
+				}
+				if !differ {
+					t.Errorf("%s: the same bits as the direct path: the Winograd path was not taken", r.what)
+				}
+			}
+			// The op's buffers hold the kernel's transform.
+			_ = do(t, op.Do, in...)
+			_ = do(t, gi.Do, dy, in[1])
+			if n := 36 * winogradStride(c.oc*c.c); len(op.wpack) != n || len(gi.wpack) != n {
+				t.Errorf("kernel buffers hold %d and %d values, want the transform's %d", len(op.wpack), len(gi.wpack), n)
+			}
+		})
+	}
+}
+
+func do(t *testing.T, f func(...G.Value) (G.Value, error), v ...G.Value) []float64 {
+	t.Helper()
+	r, err := f(v...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vals(r)
+}
+
+// winogradFits takes exactly the float32 3x3 stride-1 same-padded
+// convolutions with enough channels whose rows the kernels take: resnet8's
+// stage convolutions, not its stem, strided or 1x1 ones, nor float64.
+func TestWinogradFits(t *testing.T) {
+	if !useAVX512 {
+		t.Skip("no AVX-512: the Winograd path is never taken")
+	}
+	geom := func(c, oc, hw, k, stride, pad int) *convGeom {
+		g := &convGeom{n: 64, c: c, h: hw, w: hw, oc: oc, kh: k, kw: k, sh: stride, sw: stride, ph: pad, pw: pad, dh: 1, dw: 1}
+		g.oh, g.ow = (hw+2*pad-k)/stride+1, (hw+2*pad-k)/stride+1
+		return g
+	}
+	for _, c := range []struct {
+		what string
+		g    *convGeom
+		f64  bool
+		want bool
+	}{
+		{"stage 1", geom(16, 16, 28, 3, 1, 1), false, true},
+		{"8 input channels", geom(8, 16, 28, 3, 1, 1), false, false},
+		{"stage 2", geom(32, 32, 14, 3, 1, 1), false, true},
+		{"stage 3", geom(64, 64, 7, 3, 1, 1), false, true},
+		{"stage 3 float64", geom(64, 64, 7, 3, 1, 1), true, false},
+		{"stem", geom(1, 16, 28, 3, 1, 1), false, false},
+		{"stage 2 entry (stride 2)", geom(16, 32, 28, 3, 2, 1), false, false},
+		{"shortcut (1x1)", geom(16, 32, 28, 1, 2, 0), false, false},
+		{"no padding", geom(16, 16, 28, 3, 1, 0), false, false},
+		{"36 output channels", geom(32, 36, 14, 3, 1, 1), false, false},
+		{"5x5 (tiles 2.6 times the output)", geom(32, 32, 5, 3, 1, 1), false, false},
+		{"8x8", geom(32, 32, 8, 3, 1, 1), false, true},
+	} {
+		got := winogradFits[float32](c.g)
+		if c.f64 {
+			got = winogradFits[float64](c.g)
+		}
+		if got != c.want {
+			t.Errorf("%s: winogradFits = %v, want %v", c.what, got, c.want)
+		}
+	}
+}
+
+// BenchmarkConvWinograd times the forward and input gradient ops of
+// resnet8's same-padded 3x3 convolutions (batch 64, float32) on the
+// Winograd path and on the implicit path it replaces, one after the other,
+// split between GOMAXPROCS image workers as in training,
+// stage 1 included although it does not dispatch there (see
+// winogradMinChannels):
+//
+//	for i in 1 2 3; do for p in 1 2; do GOMAXPROCS=$p go test ./nn/ops -run '^$' -bench ConvWinograd -benchtime 100x; done; done
+func BenchmarkConvWinograd(b *testing.B) {
+	defer func(w func() int) { imageWorkers = w }(imageWorkers)
+	SetImageWorkers(runtime.GOMAXPROCS(0))
+	for _, st := range []struct {
+		name  string
+		c, hw int
+	}{{"stage1", 16, 28}, {"stage2", 32, 14}, {"stage3", 64, 7}} {
+		for _, pass := range []string{"forward", "dx"} {
+			for _, path := range []struct {
+				name string
+				on   bool
+			}{{"implicit", false}, {"winograd", true}} {
+				b.Run(st.name+"/"+pass+"/"+path.name, func(b *testing.B) {
+					defer func(on bool, mc int) { winogradOn, winogradMinChannels = on, mc }(winogradOn, winogradMinChannels)
+					winogradOn, winogradMinChannels = path.on, 8 // stage 1 too
+					g := G.NewGraph()
+					x := node(g, randT(tensor.Float32, 1, -1, 1, 64, st.c, st.hw, st.hw), "x")
+					w := node(g, randT(tensor.Float32, 2, -0.1, 0.1, st.c, st.c, 3, 3), "w")
+					y, err := Conv2d(x, w, nil, Conv2dOpts{Padding: [2]int{1, 1}})
+					if err != nil {
+						b.Fatal(err)
+					}
+					op := y.Op().(*convOp)
+					f, args := op.Do, []G.Value{x.Value(), w.Value()}
+					if pass == "dx" {
+						gi := &convGradInputOp{base: newBase("Conv2dGradInput"), g: op.g}
+						f, args = gi.Do, []G.Value{randT(tensor.Float32, 3, -1, 1, op.g.yShape()...), w.Value()}
+					}
+					for range 3 { // every worker's scratch grown
+						if _, err := f(args...); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportAllocs()
+					b.ResetTimer()
+					cpu0 := cpuTime()
+					for i := 0; i < b.N; i++ {
+						_, _ = f(args...)
+					}
+					if cpu := cpuTime() - cpu0; cpu > 0 {
+						b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+					}
+				})
+			}
+		}
+	}
+}
+
+// A Winograd forward still keeps the padding of its input for the weight
+// gradient (which stays on the implicit path): the weight gradient reading
+// it gives the bits of one padding the input again.
+func TestConv2dWinogradKeepsPadding(t *testing.T) {
+	if !useAVX512 {
+		t.Skip("no AVX-512: the Winograd path is never taken")
+	}
+	defer func(mc int, mw float64) { winogradMinChannels, winogradMaxWaste = mc, mw }(winogradMinChannels, winogradMaxWaste)
+	winogradMinChannels, winogradMaxWaste = 8, 4
+	for _, c := range winogradCases {
+		op, _, fresh, in, dy := convOps(t, c, tensor.Float32)
+		op.pad.keep = true
+		kept := &convGradWeightOp{base: newBase("Conv2dGradWeight"), g: op.g, fwd: op}
+		if _, err := op.Do(in...); err != nil {
+			t.Fatal(err)
+		}
+		if n := 36 * winogradStride(c.oc*c.c); len(op.wpack) != n {
+			t.Fatalf("%v: the forward did not take the Winograd path", c)
+		}
+		if op.pad.padFor(data[float32](in[0].(*tensor.Dense))) == nil {
+			t.Fatalf("%v: the Winograd forward kept no padding", c)
+		}
+		sameBits(t, fmt.Sprintf("%v dw from the kept padding", c), do(t, kept.Do, in[0], dy), do(t, fresh.Do, in[0], dy))
+	}
+}
