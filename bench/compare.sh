@@ -7,7 +7,8 @@
 #   bench/compare.sh -workload mlp -json
 #
 # Every configuration runs in its own process, interleaved fulgur, PyTorch,
-# fulgur, PyTorch, ...; figures are medians with min and max, and the ratio
+# PyTorch, fulgur, ... (every other run in reverse order); figures are
+# medians with min and max, and the ratio
 # rows compare fulgur with PyTorch at each one's fastest thread setting in
 # the same run. Extra arguments go to cmd/bench (see `go run ./cmd/bench -h`).
 # PYTHON overrides the interpreter (default: Debian's, which has python3-torch).

@@ -343,6 +343,27 @@ func rowOf(r *Result) Row {
 	return row
 }
 
+// runOrder is the order in which run run (from 0) measures n
+// configurations: as listed in even runs, reversed in odd ones (A B C, C B
+// A, A B C, ...). Ratios are taken run by run (2 ranks over 1, fulgur over
+// PyTorch), and a machine's load drifts within a run: in the same order
+// every run, the configuration listed first (the one-rank baseline) always
+// ran before the one it is compared with, and a drift counted against one
+// side in every run, which a median over runs cannot remove. Reversed
+// every other run, it counts against each side in half of them, and the
+// configurations compared in a run stay as close in time, on average, as
+// their places in the list.
+func runOrder(run, n int) []int {
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+		if run%2 == 1 {
+			order[i] = n - 1 - i
+		}
+	}
+	return order
+}
+
 func parentMain(ctx context.Context, args []string) error {
 	o, err := parseOptions(args)
 	if err != nil {
@@ -379,7 +400,8 @@ func parentMain(ctx context.Context, args []string) error {
 	load0 := loadAvg()
 	start := time.Now()
 	for run := 0; run < o.Runs; run++ {
-		for _, r := range results {
+		for _, i := range runOrder(run, len(results)) {
+			r := results[i]
 			if err := ctx.Err(); err != nil {
 				return err
 			}
@@ -483,7 +505,7 @@ func round(v float64) any {
 
 func printTable(w io.Writer, rows []Row, meta map[string]any) error {
 	fmt.Fprintf(w, "command: %s\n", meta["command"])
-	fmt.Fprintf(w, "runs per configuration: %v (interleaved); load average at start %v, at end %v; %v CPUs; %vs\n",
+	fmt.Fprintf(w, "runs per configuration: %v (interleaved, every other run in reverse order); load average at start %v, at end %v; %v CPUs; %vs\n",
 		meta["runs"], meta["loadavg_start"], meta["loadavg_end"], meta["cpus"], meta["seconds"])
 	t := tablewriter.NewWriter(w)
 	t.SetHeader([]string{"workload", "configuration", "figure", "median", "min", "max", "runs"})

@@ -308,3 +308,40 @@ func TestThreadRatios(t *testing.T) {
 		t.Errorf("gonum row %+v, want ratio 0.8 flagged below 0.95", rows[1])
 	}
 }
+
+// TestRunOrderAlternates: configurations run as listed, then in reverse,
+// so that over each pair of runs every configuration has the same mean
+// place (a load drifting within a run favours no side of a ratio), and
+// every configuration runs once a run.
+func TestRunOrderAlternates(t *testing.T) {
+	cases := []struct {
+		run, n int
+		want   []int
+	}{
+		{0, 3, []int{0, 1, 2}},
+		{1, 3, []int{2, 1, 0}},
+		{2, 3, []int{0, 1, 2}},
+		{3, 4, []int{3, 2, 1, 0}},
+		{1, 1, []int{0}},
+		{1, 0, []int{}},
+	}
+	for _, c := range cases {
+		if got := runOrder(c.run, c.n); !slices.Equal(got, c.want) {
+			t.Errorf("runOrder(%d, %d) = %v, want %v", c.run, c.n, got, c.want)
+		}
+	}
+	// The one-rank baseline (listed first) and the ranks (listed later)
+	// share one mean place over two runs.
+	const n = 5
+	place := make([]int, n)
+	for run := 0; run < 2; run++ {
+		for p, i := range runOrder(run, n) {
+			place[i] += p
+		}
+	}
+	for i, p := range place {
+		if p != n-1 {
+			t.Errorf("configuration %d: places summed over two runs %d, want %d", i, p, n-1)
+		}
+	}
+}

@@ -1,8 +1,8 @@
 // Command bench runs fulgur's benchmark workloads (see BENCHMARKS.md in the
 // project's shared notes): each measured configuration runs in a fresh
-// process, so peak RSS is per configuration, configurations are interleaved
-// (A, B, A, B, ...) and every figure is the median of -runs runs, with min
-// and max.
+// process, so peak RSS is per configuration, configurations are interleaved,
+// every other run in reverse order (A, B, B, A, A, B, ...), and every figure
+// is the median of -runs runs, with min and max.
 //
 //	go run ./cmd/bench -workload mlp
 //	go run ./cmd/bench -workload mlp,overhead -runs 5 -json

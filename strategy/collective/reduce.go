@@ -60,7 +60,7 @@ func ReduceTo[T Float](dst, a, b []T, op Op) {
 // Scale divides every element by n; backends call it once after a Mean.
 func Scale[T Float](buf []T, n int) {
 	d := T(n)
-	for i := range buf {
+	for i := divVec(buf, d); i < len(buf); i++ {
 		buf[i] /= d
 	}
 }

@@ -148,3 +148,77 @@ func TestBarrierPauseSleepsInTheKernelOnlyWhenNothingElseRuns(t *testing.T) {
 		}
 	}
 }
+
+// TestBarrierStopsYieldingOnceAYieldRanAnotherThread: a rank waiting in a
+// barrier whose core another thread wants (other work on a shared
+// machine) goes on to its pauses after the first yield that handed the
+// core over, instead of yielding thousands of times: each such yield lets
+// the other thread run out its slice, so the rank would come out of the
+// barrier milliseconds after its peer arrived.
+func TestBarrierStopsYieldingOnceAYieldRanAnotherThread(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var all unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.SchedSetaffinity(0, &all)
+	core := -1
+	for c := 0; c < 1024 && core < 0; c++ {
+		if all.IsSet(c) {
+			core = c
+		}
+	}
+	var one unix.CPUSet
+	one.Set(core)
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		t.Fatal(err)
+	}
+	// The other thread: runnable on the same core the whole time.
+	var stop atomic.Bool
+	busy := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := unix.SchedSetaffinity(0, &one); err != nil {
+			busy <- err
+			return
+		}
+		busy <- nil
+		for !stop.Load() {
+		}
+	}()
+	if err := <-busy; err != nil {
+		t.Fatal(err)
+	}
+	defer stop.Store(true)
+
+	mem, err := unix.Mmap(-1, 0, fileSize(2), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	g0 := &Group{rank: 0, size: 2, timeout: time.Minute, mem: mem, slot: SlotBytes}
+	peer := &Group{rank: 1, size: 2, mem: mem, slot: SlotBytes}
+	scans, pausedAt := 0, -1
+	arrive := func() { atomic.StoreUint64(peer.counter(1), 1) }
+	g0.scanned = func() {
+		scans++
+		if scans == 1000 { // still yielding: end the wait, the test has failed
+			arrive()
+		}
+	}
+	g0.paused = func(bool) {
+		if pausedAt < 0 {
+			pausedAt = scans
+			arrive()
+		}
+	}
+	if err := g0.barrier(context.Background(), collective.Header{Kind: collective.KindBarrier, Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if pausedAt < 0 || pausedAt > 400 {
+		t.Errorf("the first pause came after %d scans (-1: none in 1000), want soon after the spin's 200: the rank went on yielding a core another thread wanted", pausedAt)
+	}
+}
