@@ -153,6 +153,11 @@ func implicitOffsets(g *convGeom, s *convScratch) []int32 {
 func padChunk(g *convGeom, x, xp []float32, n0, m int) {
 	_, _, wq, ps := g.phases()
 	hw, in, np, slot := g.h*g.w, g.in(), g.sh*g.sw, g.slot()
+	var plans [2]permPlan
+	if np > 1 && g.sw == 2 && useAVX512 && splitPlan(&plans[0], g.w, slot, 2, g.pw, 0) && splitPlan(&plans[1], g.w, slot, 2, g.pw, 1) {
+		padPermuted(g, x, xp, n0, m, &plans)
+		return
+	}
 	for c := 0; c < g.c; c++ {
 		if np == 1 {
 			padSlots(g, x, xp[c*ps:(c+1)*ps], c, n0, m)
@@ -185,6 +190,45 @@ func padChunk(g *convGeom, x, xp []float32, n0, m int) {
 						py, ry = 0, ry+1
 					}
 				}
+			}
+		}
+	}
+}
+
+// padPermuted is padChunk at width stride 2 for rows and slots of at most
+// 32 columns: each phase plane's image rows written slot by slot, zeros
+// included, by one permutation a row (plans[px] for column phase px), then
+// the rows above and below them, the slots past m and the tail cleared.
+func padPermuted(g *convGeom, x, xp []float32, n0, m int, plans *[2]permPlan) {
+	_, _, wq, ps := g.phases()
+	hw, in, slot, nb := g.h*g.w, g.in(), g.slot(), g.chunk()
+	for c := 0; c < g.c; c++ {
+		for py := 0; py < g.sh; py++ {
+			y0 := ((py-g.ph)%g.sh + g.sh) % g.sh // first image row landing here
+			rows := 0
+			if y0 < g.h {
+				rows = (g.h - y0 + g.sh - 1) / g.sh
+			}
+			r0 := (y0 + g.ph) / g.sh
+			for px := 0; px < 2; px++ {
+				plane := xp[((c*g.sh+py)*2+px)*ps : ((c*g.sh+py)*2+px+1)*ps]
+				if rows == 0 {
+					clear(plane)
+					continue
+				}
+				clear(plane[:r0*wq])
+				for i := 0; i < m; i++ {
+					src := x[(n0+i)*in+c*hw+y0*g.w : (n0+i)*in+(c+1)*hw]
+					hi := src
+					if g.w > 16 {
+						hi = src[16:]
+					}
+					permRows(plane[r0*wq+i*slot:], wq, src, hi, g.sh*g.w, rows, &plans[px])
+				}
+				for r := r0; r < r0+rows; r++ {
+					clear(plane[r*wq+m*slot : r*wq+nb*slot])
+				}
+				clear(plane[(r0+rows)*wq:])
 			}
 		}
 	}
