@@ -152,12 +152,15 @@ DATA ntlanes<>+56(SB)/4, $0
 DATA ntlanes<>+60(SB)/4, $0
 GLOBL ntlanes<>(SB), RODATA|NOPTR, $64
 
-// func sgemmNT4x6(n16 int, tail uint32, a *float32, lda int, b *float32, boff *int32, c *float32, ldc int, acc int)
+// func sgemmNT4x6(n16 int, tail uint32, a *float32, lda int, b *float32, boff *int32, c *float32, ldc int, acc int, segs, astride, bstride int)
 //
-// c[i][j] (=, or += when acc != 0) Σ_{p<q} a[i·lda + p] · b[boff[j] + p] for
-// i < 4, j < 6 (rows of c ldc elements apart), where q = 16·n16 + the
-// number of bits in tail (a mask of the low q%16 lanes, 0 when none).
-TEXT ·sgemmNT4x6(SB), NOSPLIT, $0-72
+// c[i][j] (=, or += when acc != 0) Σ_{s<segs} Σ_{p<q} a[s·astride + i·lda + p] ·
+// b[s·bstride + boff[j] + p] for i < 4, j < 6 (rows of c ldc elements
+// apart), where q = 16·n16 + the number of bits in tail (a mask of the low
+// q%16 lanes, 0 when none) and segs ≥ 1: the segments (a weight
+// gradient's image chunks) are summed lane by lane in the accumulators,
+// and summed across lanes once.
+TEXT ·sgemmNT4x6(SB), NOSPLIT, $0-96
 	MOVQ a+16(FP), R8
 	MOVQ lda+24(FP), DX
 	SHLQ $2, DX
@@ -204,6 +207,8 @@ TEXT ·sgemmNT4x6(SB), NOSPLIT, $0-72
 	VPXORD Z21, Z21, Z21
 	VPXORD Z22, Z22, Z22
 	VPXORD Z23, Z23, Z23
+
+ntseg:
 	XORQ BX, BX
 	MOVL $0xffff, DI
 	KMOVW DI, K1
@@ -229,7 +234,7 @@ ntloop:
 nttail:
 	MOVL tail+8(FP), DI
 	TESTL DI, DI
-	JZ   ntdone
+	JZ   ntnext
 	KMOVW DI, K1
 	VMOVUPS.Z (R8)(BX*1), K1, Z24
 	VMOVUPS.Z (R9)(BX*1), K1, Z25
@@ -241,6 +246,26 @@ nttail:
 	NTCOL(R12, Z29, Z12, Z13, Z14, Z15)
 	NTCOL(R13, Z28, Z16, Z17, Z18, Z19)
 	NTCOL(SI, Z29, Z20, Z21, Z22, Z23)
+
+ntnext:
+	// The next segment: every A and B row pointer moves on.
+	DECQ segs+72(FP)
+	JZ   ntdone
+	MOVQ astride+80(FP), DI
+	SHLQ $2, DI
+	ADDQ DI, R8
+	ADDQ DI, R9
+	ADDQ DI, R10
+	ADDQ DI, R11
+	MOVQ bstride+88(FP), DI
+	SHLQ $2, DI
+	ADDQ DI, AX
+	ADDQ DI, CX
+	ADDQ DI, DX
+	ADDQ DI, R12
+	ADDQ DI, R13
+	ADDQ DI, SI
+	JMP  ntseg
 
 ntdone:
 	// Accumulator layout: B row j, A row i in Z(4j+i); c[i][j] at
