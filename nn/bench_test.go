@@ -1,8 +1,13 @@
 package nn_test
 
 import (
+	"flag"
+	"fmt"
+	"os"
+	"sort"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 	G "gorgonia.org/gorgonia"
@@ -153,6 +158,51 @@ func benchOps(b *testing.B, build func(*testing.B) (*G.ExprGraph, *G.Node)) {
 	for i := 0; i < b.N; i++ {
 		run()
 	}
+	if !perOp {
+		return
+	}
+	// Per-op wall time, summed by op and output shape, after the timed
+	// loop: what each kind of op costs in the real step.
+	b.StopTimer()
+	spent := map[string]time.Duration{}
+	for i := 0; i < b.N; i++ {
+		for k, st := range steps {
+			for j, c := range st.in {
+				if x, ok := index[c]; ok {
+					args[k][j] = outs[x]
+				} else {
+					args[k][j] = vals[c]
+				}
+			}
+			t0 := time.Now()
+			v, err := st.n.Op().Do(args[k]...)
+			spent[fmt.Sprintf("%s %v", st.n.Op(), st.n.Shape())] += time.Since(t0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			outs[k] = v
+		}
+	}
+	keys := make([]string, 0, len(spent))
+	for k := range spent {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return spent[keys[i]] > spent[keys[j]] })
+	var total time.Duration
+	for _, k := range keys {
+		total += spent[k]
+	}
+	for _, k := range keys {
+		fmt.Fprintf(os.Stderr, "%8.3f ms %5.1f%%  %s\n", float64(spent[k].Microseconds())/1e3/float64(b.N), 100*float64(spent[k])/float64(total), k)
+	}
+}
+
+// perOp makes benchOps log each op's time (go test ./nn -run '^$' -bench
+// ResNet8StepOps -perop).
+var perOp bool
+
+func init() {
+	flag.BoolVar(&perOp, "perop", false, "log the time of each op of the Ops step benchmarks")
 }
 
 // BenchmarkMLPStep: fused Linear(+ReLU) ×3 and softmax cross-entropy,

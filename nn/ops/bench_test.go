@@ -125,6 +125,20 @@ func benchConv3x3(b *testing.B, c, oc, hw, stride int) {
 	}
 }
 
+// The 1x1 stride-2 shortcuts of stages 2 and 3, forward and backward.
+func BenchmarkConv1x1Shortcut2(b *testing.B) { benchShortcut(b, 16, 32, 28) }
+func BenchmarkConv1x1Shortcut3(b *testing.B) { benchShortcut(b, 32, 64, 14) }
+
+func benchShortcut(b *testing.B, c, oc, hw int) {
+	benchGraph(b, func(g *G.ExprGraph) (*G.Node, G.Nodes) {
+		x := node(g, randT(tensor.Float32, 1, -1, 1, 64, c, hw, hw), "x")
+		w := node(g, randT(tensor.Float32, 2, -0.1, 0.1, oc, c, 1, 1), "w")
+		y, _ := Conv2d(x, w, nil, Conv2dOpts{Stride: [2]int{2, 2}})
+		s, _ := SumAll(y)
+		return s, G.Nodes{x, w}
+	})
+}
+
 func BenchmarkBatchNormReLUStage1(b *testing.B) {
 	benchGraph(b, func(g *G.ExprGraph) (*G.Node, G.Nodes) {
 		x := stage1(g)

@@ -29,12 +29,24 @@ type convGeom struct {
 	// idx[k·OHW + p] to the input position read, or -1 in the padding. Set
 	// for geometries that are not same(); read-only, shared by the ops.
 	idx []int32
+	// sub and spread, for a 1x1 convolution of width stride 2 without
+	// padding on rows of at most 32 (resnet8's shortcuts), are im2col's
+	// and col2im's row moves as one permutation a row (perm.go): every
+	// other pixel of an input row, and a dx row from them with zeros
+	// between. Set by buildIndex; read-only, shared.
+	sub, spread *permPlan
 }
 
 // buildIndex fills g.idx.
 func (g *convGeom) buildIndex() {
 	if g.same() {
 		return
+	}
+	if g.kh == 1 && g.kw == 1 && g.ph == 0 && g.pw == 0 && g.sw == 2 {
+		sub, spread := new(permPlan), new(permPlan)
+		if splitPlan(sub, g.w, g.ow, 2, 0, 0) && mergePlan(spread, g.w, true, false) {
+			g.sub, g.spread = sub, spread
+		}
 	}
 	ohw := g.ohw()
 	g.idx = make([]int32, g.kh*g.kw*ohw)
@@ -466,6 +478,14 @@ func im2col[T float](g *convGeom, x, cols []T, ld, off, c0, c1 int) {
 		im2colSame(g, x, cols, ld, off, c0, c1)
 		return
 	}
+	if g.sub != nil && useAVX512 && is32[T]() {
+		hw := g.h * g.w
+		for c := c0; c < c1; c++ {
+			plane := f32s(x[c*hw : (c+1)*hw])
+			permRows(f32s(cols[c*ld+off:c*ld+off+g.ohw()]), g.ow, plane, plane[min(16, hw):], g.sh*g.w, g.oh, g.sub)
+		}
+		return
+	}
 	ohw, khw := g.ohw(), g.kh*g.kw
 	for c := c0; c < c1; c++ {
 		plane := x[c*g.h*g.w : (c+1)*g.h*g.w]
@@ -487,6 +507,17 @@ func im2col[T float](g *convGeom, x, cols []T, ld, off, c0, c1 int) {
 func col2im[T float](g *convGeom, cols []T, ld, off int, dx []T, c0, c1 int) {
 	if g.same() {
 		col2imSame(g, cols, ld, off, dx, c0, c1)
+		return
+	}
+	if g.spread != nil && useAVX512 && is32[T]() {
+		// dx is zero (convGradInputCols clears it) and one tap reaches
+		// each of its pixels at most: the rows it reaches are written,
+		// zeros between the pixels included, the others stay zero.
+		hw := g.h * g.w
+		for c := c0; c < c1; c++ {
+			row := f32s(cols[c*ld+off : c*ld+off+g.ohw()])
+			permRows(f32s(dx[c*hw:(c+1)*hw]), g.sh*g.w, row, row, g.ow, g.oh, g.spread)
+		}
 		return
 	}
 	ohw, khw := g.ohw(), g.kh*g.kw

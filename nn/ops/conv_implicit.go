@@ -153,6 +153,11 @@ func implicitOffsets(g *convGeom, s *convScratch) []int32 {
 func padChunk(g *convGeom, x, xp []float32, n0, m int) {
 	_, _, wq, ps := g.phases()
 	hw, in, np, slot := g.h*g.w, g.in(), g.sh*g.sw, g.slot()
+	var plans [2]permPlan
+	if np > 1 && g.sw == 2 && useAVX512 && splitPlan(&plans[0], g.w, slot, 2, g.pw, 0) && splitPlan(&plans[1], g.w, slot, 2, g.pw, 1) {
+		padPermuted(g, x, xp, n0, m, &plans)
+		return
+	}
 	for c := 0; c < g.c; c++ {
 		if np == 1 {
 			padSlots(g, x, xp[c*ps:(c+1)*ps], c, n0, m)
@@ -185,6 +190,45 @@ func padChunk(g *convGeom, x, xp []float32, n0, m int) {
 						py, ry = 0, ry+1
 					}
 				}
+			}
+		}
+	}
+}
+
+// padPermuted is padChunk at width stride 2 for rows and slots of at most
+// 32 columns: each phase plane's image rows written slot by slot, zeros
+// included, by one permutation a row (plans[px] for column phase px), then
+// the rows above and below them, the slots past m and the tail cleared.
+func padPermuted(g *convGeom, x, xp []float32, n0, m int, plans *[2]permPlan) {
+	_, _, wq, ps := g.phases()
+	hw, in, slot, nb := g.h*g.w, g.in(), g.slot(), g.chunk()
+	for c := 0; c < g.c; c++ {
+		for py := 0; py < g.sh; py++ {
+			y0 := ((py-g.ph)%g.sh + g.sh) % g.sh // first image row landing here
+			rows := 0
+			if y0 < g.h {
+				rows = (g.h - y0 + g.sh - 1) / g.sh
+			}
+			r0 := (y0 + g.ph) / g.sh
+			for px := 0; px < 2; px++ {
+				plane := xp[((c*g.sh+py)*2+px)*ps : ((c*g.sh+py)*2+px+1)*ps]
+				if rows == 0 {
+					clear(plane)
+					continue
+				}
+				clear(plane[:r0*wq])
+				for i := 0; i < m; i++ {
+					src := x[(n0+i)*in+c*hw+y0*g.w : (n0+i)*in+(c+1)*hw]
+					hi := src
+					if g.w > 16 {
+						hi = src[16:]
+					}
+					permRows(plane[r0*wq+i*slot:], wq, src, hi, g.sh*g.w, rows, &plans[px])
+				}
+				for r := r0; r < r0+rows; r++ {
+					clear(plane[r*wq+m*slot : r*wq+nb*slot])
+				}
+				clear(plane[(r0+rows)*wq:])
 			}
 		}
 	}
@@ -275,40 +319,65 @@ func convForwardImplicit[T float](g *convGeom, x []T, ap []float32, y []T, keep 
 // Σ over chunks of dy (laid on the grid, zero in the columns and slots
 // outside the images) times the shifted planes of the padded input: kept
 // from the forward (kept, chunk by chunk, padSize apart) or padded again.
+// One multiply takes dwSegs(g) chunks, summed in the kernel's registers.
 func convGradWeightImplicit[T float](g *convGeom, x, dy, dw []T, kept []float32, s *convScratch, lo, hi int) {
 	nb, ckk, out, ps, slot := g.chunk(), g.ckk(), g.out(), g.padSize(), g.slot()
 	_, _, wq, _ := g.phases()
+	segs := dwSegs(g)
 	var xp []float32
 	if kept == nil {
-		xp = scratch[float32](&s.cols, ps)
+		xp = scratch[float32](&s.cols, segs*ps)
 	}
 	q := g.gridCols()
-	grid := scratch[float32](&s.tmp, g.oc*q)
+	gs := g.oc * q // one chunk's grid
+	grid := scratch[float32](&s.tmp, segs*gs)
 	off := implicitOffsets(g, s)
 	x32, dy32, dw32 := f32s(x), f32s(dy), f32s(dw)
 	acc := false
-	for n0 := lo; n0 < hi; n0 += nb {
-		m := min(nb, hi-n0)
+	for n0 := lo; n0 < hi; n0 += segs * nb {
+		k := min(segs, (hi-n0+nb-1)/nb) // chunks in this multiply
+		b := xp
 		if kept != nil {
-			xp = kept[n0/nb*ps : (n0/nb+1)*ps]
-		} else {
-			padChunk(g, x32, xp, n0, m)
+			b = kept[n0/nb*ps : (n0/nb+k)*ps]
 		}
-		// Each image in its slot, zeros in the slot's columns right of
-		// the output and in the slots past m: one move an image for all
-		// channels (grid row o·OH + r is channel o's row r).
-		for i := 0; i < m; i++ {
-			copyRows(grid[i*slot:], wq, dy32[(n0+i)*out:(n0+i+1)*out], g.ow, g.ow, slot-g.ow, g.oc*g.oh)
-		}
-		for i := m; i < nb; i++ {
-			for r := 0; r < g.oc*g.oh; r++ {
-				clear(grid[r*wq+i*slot : r*wq+(i+1)*slot])
+		for c := 0; c < k; c++ {
+			c0 := n0 + c*nb
+			m := min(nb, hi-c0)
+			if kept == nil {
+				padChunk(g, x32, xp[c*ps:(c+1)*ps], c0, m)
+			}
+			// Each image in its slot, zeros in the slot's columns right
+			// of the output and in the slots past m: one move an image
+			// for all channels (grid row o·OH + r is channel o's row r).
+			cg := grid[c*gs : (c+1)*gs]
+			for i := 0; i < m; i++ {
+				copyRows(cg[i*slot:], wq, dy32[(c0+i)*out:(c0+i+1)*out], g.ow, g.ow, slot-g.ow, g.oc*g.oh)
+			}
+			for i := m; i < nb; i++ {
+				for r := 0; r < g.oc*g.oh; r++ {
+					clear(cg[r*wq+i*slot : r*wq+(i+1)*slot])
+				}
 			}
 		}
-		sgemmNT(&s.mm, g.oc, ckk, q, grid, q, xp, off, dw32, ckk, acc)
+		sgemmNTSegs(&s.mm, g.oc, ckk, q, k, grid, q, gs, b, off, ps, dw32, ckk, acc)
 		acc = true
 	}
 }
+
+// dwSegs is how many chunks one weight-gradient multiply sums in its
+// registers (sgemmNTSegs): enough for about dwSegCols grid columns, so that
+// short chunks (resnet8's 420 to 448 columns) pay the kernel's final sums
+// and c's update once for two, while long ones (812 at 28x28) keep their
+// grids small. Fixed by the geometry: the bits depend on the image ranges
+// only, as before.
+func dwSegs(g *convGeom) int { return max(1, min(maxDwSegs, dwSegCols/g.gridCols())) }
+
+// dwSegCols is the grid columns one weight-gradient multiply aims at,
+// maxDwSegs the most chunks it takes.
+const (
+	dwSegCols = 1000
+	maxDwSegs = 4
+)
 
 // padRows2 is padChunk's row moves for one image channel src at SW = 2:
 // both column phases of a row in one pass. Padded column X = x + PW of

@@ -58,6 +58,63 @@ func TestPadChunkSameSlots(t *testing.T) {
 	}
 }
 
+// A strided convolution's padded chunk holds each image pixel on its phase
+// plane (row Y·SH + py, column X·SW + px of the padded image at row Y,
+// column X of the plane's slot) and zeros everywhere else: the padding,
+// the rows no pixel lands on, the slots a short last chunk leaves empty and
+// the tail, whatever the buffer held before; with the permutations
+// (padPermuted) and with the loops.
+func TestPadChunkStridedSlots(t *testing.T) {
+	old, oldAVX := convColumns, useAVX512
+	defer func() { convColumns, useAVX512 = old, oldAVX }()
+	convColumns = 40
+	for _, avx := range []bool{oldAVX, false} {
+		useAVX512 = avx
+		for _, c := range []convCase{
+			{n: 5, c: 2, h: 7, w: 8, oc: 8, kh: 3, kw: 3, o: Conv2dOpts{Stride: [2]int{2, 2}, Padding: [2]int{1, 1}}},
+			{n: 3, c: 2, h: 3, w: 18, oc: 8, kh: 3, kw: 3, o: Conv2dOpts{Stride: [2]int{2, 2}, Padding: [2]int{1, 1}}},
+			{n: 7, c: 1, h: 6, w: 9, oc: 8, kh: 3, kw: 3, o: Conv2dOpts{Stride: [2]int{3, 2}, Padding: [2]int{2, 0}}},
+		} {
+			_, gi, _, _, _ := convOps(t, c, tensor.Float32)
+			g := &gi.g
+			nb := g.chunk()
+			if c.n%nb == 0 {
+				t.Fatalf("%v: %d images a chunk leave no short chunk", c, nb)
+			}
+			x := make([]float32, c.n*g.in())
+			for i := range x {
+				x[i] = float32(i + 1)
+			}
+			_, pq, wq, ps := g.phases()
+			slot := g.slot()
+			for n0 := 0; n0 < c.n; n0 += nb {
+				m := min(nb, c.n-n0)
+				xp := make([]float32, g.padSize())
+				for i := range xp {
+					xp[i] = float32(math.NaN())
+				}
+				padChunk(g, x, xp, n0, m)
+				for ch := 0; ch < g.c; ch++ {
+					for ph := 0; ph < g.sh*g.sw; ph++ {
+						py, px := ph/g.sw, ph%g.sw
+						for at, v := range xp[(ch*g.sh*g.sw+ph)*ps : (ch*g.sh*g.sw+ph+1)*ps] {
+							want := float32(0)
+							i, col := at%wq/slot, at%wq%slot
+							y, xx := at/wq*g.sh+py-g.ph, col*g.sw+px-g.pw
+							if at < pq && i < m && y >= 0 && y < g.h && xx >= 0 && xx < g.w {
+								want = x[(n0+i)*g.in()+(ch*g.h+y)*g.w+xx]
+							}
+							if math.Float32bits(v) != math.Float32bits(want) {
+								t.Fatalf("avx=%v %v chunk at %d channel %d phase %d: padded[%d] = %v, want %v", avx, c, n0, ch, ph, at, v, want)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
 // The implicit forward's planes at width stride 2 (padRows2): even and odd
 // widths, paddings 0 to 2; and at stride 1 with padding only across (no
 // zero row below the images: the last slot's row gap lands in the tail);

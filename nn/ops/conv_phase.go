@@ -223,6 +223,7 @@ func convGradInputPhases(g *convGeom, p *dxPhases, dy, dx []float32, s *convScra
 	gsz := g.c * p.grid(&dxPhase{ha: p.hp}) // one column phase's grid
 	grids := scratch[float32](&s.tmp, g.sw*gsz)
 	var src [maxPhaseCols][]float32
+	var merge permPlan // SW = 2: a row's column phases merged by one permutation
 	for n0 := lo; n0 < hi; n0 += nb {
 		m := min(nb, hi-n0)
 		p.padDy(g, dy, yp, n0, m)
@@ -233,6 +234,10 @@ func convGradInputPhases(g *convGeom, p *dxPhases, dy, dx []float32, s *convScra
 				continue
 			}
 			q := p.grid(&row[0])
+			mp := &merge
+			if g.sw != 2 || !useAVX512 || !mergePlan(mp, g.w, row[0].k > 0 && row[0].wa > 0, row[1].k > 0 && row[1].wa > 0) {
+				mp = nil
+			}
 			for px := range row {
 				ph := &row[px]
 				if ph.k == 0 || ph.wa == 0 {
@@ -249,7 +254,7 @@ func convGradInputPhases(g *convGeom, p *dxPhases, dy, dx []float32, s *convScra
 							src[px] = grids[px*gsz+c*q+j*p.wp:]
 						}
 					}
-					writePhaseRows(plane, g.w, g.sh, py, ha, src[:g.sw], p.row)
+					writePhaseRows(plane, g.w, g.sh, py, ha, src[:g.sw], p.row, mp)
 				}
 			}
 		}
@@ -262,8 +267,21 @@ const maxPhaseCols = 8
 
 // writePhaseRows writes rows py, py+SH, ... (ha of them) of one dx plane (w
 // a row): column b·SW + px from src[px][a·ld + b], or 0 where src[px] is nil.
-func writePhaseRows(plane []float32, w, sh, py, ha int, src [][]float32, ld int) {
+// merge, when not nil, is mergePlan's permutation for SW = 2 and these
+// sources: one permutation a row.
+func writePhaseRows(plane []float32, w, sh, py, ha int, src [][]float32, ld int, merge *permPlan) {
 	sw := len(src)
+	if merge != nil {
+		a, b := src[0], src[1]
+		if a == nil {
+			a = plane
+		}
+		if b == nil {
+			b = plane
+		}
+		permRows(plane[py*w:], sh*w, a, b, ld, ha, merge)
+		return
+	}
 	for a := 0; a < ha; a++ {
 		row := plane[(a*sh+py)*w : (a*sh+py+1)*w]
 		if sw == 2 {

@@ -122,9 +122,20 @@ func sgemmNNPacked(m, n, k int, ap []float32, b []float32, boff []int32, c []flo
 // sgemmNT sets c (m×n, ldc apart) to Σ_{p<q} a[i·lda + p]·b[boff[j] + p],
 // or adds it when acc. m is a multiple of 4.
 func sgemmNT(s *mmScratch, m, n, q int, a []float32, lda int, b []float32, boff []int32, c []float32, ldc int, acc bool) {
-	checkRows("b", b, boff[:n], q)
-	if (m-1)*lda+q > len(a) || (m-1)*ldc+n > len(c) {
-		panic(fmt.Sprintf("ops: sgemmNT a has %d elements, c %d: want %d and %d", len(a), len(c), (m-1)*lda+q, (m-1)*ldc+n))
+	sgemmNTSegs(s, m, n, q, 1, a, lda, 0, b, boff, 0, c, ldc, acc)
+}
+
+// sgemmNTSegs is sgemmNT summed over segs ≥ 1 segments: c (=, or += when
+// acc) Σ_{s<segs} Σ_{p<q} a[s·astride + i·lda + p]·b[s·bstride + boff[j] + p].
+// Each product is summed lane by lane over the segments and across lanes
+// once (the weight gradient's image chunks, segs at a time).
+func sgemmNTSegs(s *mmScratch, m, n, q, segs int, a []float32, lda, astride int, b []float32, boff []int32, bstride int, c []float32, ldc int, acc bool) {
+	if segs < 1 || astride < 0 || bstride < 0 {
+		panic(fmt.Sprintf("ops: sgemmNT of %d segments, %d and %d apart", segs, astride, bstride))
+	}
+	checkRows("b", b, boff[:n], (segs-1)*bstride+q)
+	if (segs-1)*astride+(m-1)*lda+q > len(a) || (m-1)*ldc+n > len(c) {
+		panic(fmt.Sprintf("ops: sgemmNT a has %d elements, c %d: want %d and %d", len(a), len(c), (segs-1)*astride+(m-1)*lda+q, (m-1)*ldc+n))
 	}
 	n16, tail := q/16, uint32(1<<(q%16)-1)
 	flag := 0
@@ -134,7 +145,7 @@ func sgemmNT(s *mmScratch, m, n, q int, a []float32, lda int, b []float32, boff 
 	for j := 0; j < n; j += 6 {
 		if j+6 <= n {
 			for i := 0; i < m; i += 4 {
-				sgemmNT4x6(n16, tail, &a[i*lda], lda, &b[0], &boff[j], &c[i*ldc+j], ldc, flag)
+				sgemmNT4x6(n16, tail, &a[i*lda], lda, &b[0], &boff[j], &c[i*ldc+j], ldc, flag, segs, astride, bstride)
 			}
 			continue
 		}
@@ -145,7 +156,7 @@ func sgemmNT(s *mmScratch, m, n, q int, a []float32, lda int, b []float32, boff 
 			bo[t] = boff[min(j+t, n-1)]
 		}
 		for i := 0; i < m; i += 4 {
-			sgemmNT4x6(n16, tail, &a[i*lda], lda, &b[0], &bo[0], &s.tile[0], 6, 0)
+			sgemmNT4x6(n16, tail, &a[i*lda], lda, &b[0], &bo[0], &s.tile[0], 6, 0, segs, astride, bstride)
 			for r := 0; r < 4; r++ {
 				row := c[(i+r)*ldc+j : (i+r)*ldc+n]
 				for t := range row {

@@ -14,7 +14,7 @@ var useAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ && cpu.X86.HasAVX512VL
 func sgemmNN8x32(k int, ap, b *float32, boff *int32, c *float32, ldc int, mask uint32, acc int)
 
 //go:noescape
-func sgemmNT4x6(n16 int, tail uint32, a *float32, lda int, b *float32, boff *int32, c *float32, ldc int, acc int)
+func sgemmNT4x6(n16 int, tail uint32, a *float32, lda int, b *float32, boff *int32, c *float32, ldc int, acc int, segs, astride, bstride int)
 
 //go:noescape
 func affine32(x, y *float32, n int, s, b float32, relu int)

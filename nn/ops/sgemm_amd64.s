@@ -97,28 +97,70 @@ nnloop:
 	VFMADD231PS bz, Z26, a2 \
 	VFMADD231PS bz, Z27, a3
 
-// Sums the 16 lanes of z (clobbering it) into the float at off(DI), or adds
-// them to it when R13 is non-zero. Lanes are summed in a fixed tree order.
-#define NTSUM(z, y, x, off) \
-	VEXTRACTF32X8 $1, z, Y30 \
-	VADDPS        Y30, y, Y30 \
-	VEXTRACTF32X4 $1, Y30, X31 \
-	VADDPS        X31, X30, X30 \
-	VPERMILPS     $0x4E, X30, X31 \
-	VADDPS        X31, X30, X30 \
-	VPERMILPS     $0xB1, X30, X31 \
-	VADDSS        X31, X30, X30 \
-	TESTQ         R13, R13 \
-	JZ            2(PC) \
-	VADDSS        off(DI), X30, X30 \
-	VMOVSS        X30, off(DI)
+// Sums the lanes of each of six accumulators a0-a5 (one A row against the
+// six B rows) into c[j] for j < 6 at DI, or adds them to it when R13 is
+// non-zero: the six horizontal sums in one transposing tree of 256-, 128-,
+// 64- and 32-bit halves (Z24-Z30 scratch, Z31 the final lane order, K2 the
+// six lanes). Each sum is ((l0+l8)+(l4+l12)) + ... , the order a
+// per-accumulator tree of halves takes: the same bits, a third of the
+// instructions.
+#define NTROW(a0, a1, a2, a3, a4, a5) \
+	VSHUFF32X4 $0x44, a1, a0, Z24 \
+	VSHUFF32X4 $0xEE, a1, a0, Z25 \
+	VADDPS     Z25, Z24, Z24 \
+	VSHUFF32X4 $0x44, a3, a2, Z25 \
+	VSHUFF32X4 $0xEE, a3, a2, Z26 \
+	VADDPS     Z26, Z25, Z25 \
+	VSHUFF32X4 $0x44, a5, a4, Z26 \
+	VSHUFF32X4 $0xEE, a5, a4, Z27 \
+	VADDPS     Z27, Z26, Z26 \
+	VSHUFF32X4 $0x88, Z25, Z24, Z27 \
+	VSHUFF32X4 $0xDD, Z25, Z24, Z28 \
+	VADDPS     Z28, Z27, Z27 \
+	VSHUFF32X4 $0x88, Z26, Z26, Z28 \
+	VSHUFF32X4 $0xDD, Z26, Z26, Z29 \
+	VADDPS     Z29, Z28, Z28 \
+	VSHUFPS    $0x44, Z28, Z27, Z29 \
+	VSHUFPS    $0xEE, Z28, Z27, Z30 \
+	VADDPS     Z30, Z29, Z29 \
+	VPERMILPS  $0xB1, Z29, Z30 \
+	VADDPS     Z30, Z29, Z29 \
+	VPERMPS    Z29, Z31, Z30 \
+	TESTQ      R13, R13 \
+	JZ         2(PC) \
+	VADDPS.Z   (DI), Z30, K2, Z30 \
+	VMOVUPS    Z30, K2, (DI) \
+	ADDQ       DX, DI
 
-// func sgemmNT4x6(n16 int, tail uint32, a *float32, lda int, b *float32, boff *int32, c *float32, ldc int, acc int)
+// ntlanes is where NTROW's tree leaves the sum of a0, ..., a5: lanes 0, 4,
+// 8, 12, 2, 6.
+DATA ntlanes<>+0(SB)/4, $0
+DATA ntlanes<>+4(SB)/4, $4
+DATA ntlanes<>+8(SB)/4, $8
+DATA ntlanes<>+12(SB)/4, $12
+DATA ntlanes<>+16(SB)/4, $2
+DATA ntlanes<>+20(SB)/4, $6
+DATA ntlanes<>+24(SB)/4, $0
+DATA ntlanes<>+28(SB)/4, $0
+DATA ntlanes<>+32(SB)/4, $0
+DATA ntlanes<>+36(SB)/4, $0
+DATA ntlanes<>+40(SB)/4, $0
+DATA ntlanes<>+44(SB)/4, $0
+DATA ntlanes<>+48(SB)/4, $0
+DATA ntlanes<>+52(SB)/4, $0
+DATA ntlanes<>+56(SB)/4, $0
+DATA ntlanes<>+60(SB)/4, $0
+GLOBL ntlanes<>(SB), RODATA|NOPTR, $64
+
+// func sgemmNT4x6(n16 int, tail uint32, a *float32, lda int, b *float32, boff *int32, c *float32, ldc int, acc int, segs, astride, bstride int)
 //
-// c[i][j] (=, or += when acc != 0) Σ_{p<q} a[i·lda + p] · b[boff[j] + p] for
-// i < 4, j < 6 (rows of c ldc elements apart), where q = 16·n16 + the
-// number of bits in tail (a mask of the low q%16 lanes, 0 when none).
-TEXT ·sgemmNT4x6(SB), NOSPLIT, $0-72
+// c[i][j] (=, or += when acc != 0) Σ_{s<segs} Σ_{p<q} a[s·astride + i·lda + p] ·
+// b[s·bstride + boff[j] + p] for i < 4, j < 6 (rows of c ldc elements
+// apart), where q = 16·n16 + the number of bits in tail (a mask of the low
+// q%16 lanes, 0 when none) and segs ≥ 1: the segments (a weight
+// gradient's image chunks) are summed lane by lane in the accumulators,
+// and summed across lanes once.
+TEXT ·sgemmNT4x6(SB), NOSPLIT, $0-96
 	MOVQ a+16(FP), R8
 	MOVQ lda+24(FP), DX
 	SHLQ $2, DX
@@ -165,6 +207,8 @@ TEXT ·sgemmNT4x6(SB), NOSPLIT, $0-72
 	VPXORD Z21, Z21, Z21
 	VPXORD Z22, Z22, Z22
 	VPXORD Z23, Z23, Z23
+
+ntseg:
 	XORQ BX, BX
 	MOVL $0xffff, DI
 	KMOVW DI, K1
@@ -190,7 +234,7 @@ ntloop:
 nttail:
 	MOVL tail+8(FP), DI
 	TESTL DI, DI
-	JZ   ntdone
+	JZ   ntnext
 	KMOVW DI, K1
 	VMOVUPS.Z (R8)(BX*1), K1, Z24
 	VMOVUPS.Z (R9)(BX*1), K1, Z25
@@ -203,6 +247,26 @@ nttail:
 	NTCOL(R13, Z28, Z16, Z17, Z18, Z19)
 	NTCOL(SI, Z29, Z20, Z21, Z22, Z23)
 
+ntnext:
+	// The next segment: every A and B row pointer moves on.
+	DECQ segs+72(FP)
+	JZ   ntdone
+	MOVQ astride+80(FP), DI
+	SHLQ $2, DI
+	ADDQ DI, R8
+	ADDQ DI, R9
+	ADDQ DI, R10
+	ADDQ DI, R11
+	MOVQ bstride+88(FP), DI
+	SHLQ $2, DI
+	ADDQ DI, AX
+	ADDQ DI, CX
+	ADDQ DI, DX
+	ADDQ DI, R12
+	ADDQ DI, R13
+	ADDQ DI, SI
+	JMP  ntseg
+
 ntdone:
 	// Accumulator layout: B row j, A row i in Z(4j+i); c[i][j] at
 	// c + 4·(i·ldc + j).
@@ -210,33 +274,13 @@ ntdone:
 	MOVQ ldc+56(FP), DX
 	SHLQ $2, DX
 	MOVQ acc+64(FP), R13
-	NTSUM(Z0, Y0, X0, 0)
-	NTSUM(Z4, Y4, X4, 4)
-	NTSUM(Z8, Y8, X8, 8)
-	NTSUM(Z12, Y12, X12, 12)
-	NTSUM(Z16, Y16, X16, 16)
-	NTSUM(Z20, Y20, X20, 20)
-	ADDQ DX, DI
-	NTSUM(Z1, Y1, X1, 0)
-	NTSUM(Z5, Y5, X5, 4)
-	NTSUM(Z9, Y9, X9, 8)
-	NTSUM(Z13, Y13, X13, 12)
-	NTSUM(Z17, Y17, X17, 16)
-	NTSUM(Z21, Y21, X21, 20)
-	ADDQ DX, DI
-	NTSUM(Z2, Y2, X2, 0)
-	NTSUM(Z6, Y6, X6, 4)
-	NTSUM(Z10, Y10, X10, 8)
-	NTSUM(Z14, Y14, X14, 12)
-	NTSUM(Z18, Y18, X18, 16)
-	NTSUM(Z22, Y22, X22, 20)
-	ADDQ DX, DI
-	NTSUM(Z3, Y3, X3, 0)
-	NTSUM(Z7, Y7, X7, 4)
-	NTSUM(Z11, Y11, X11, 8)
-	NTSUM(Z15, Y15, X15, 12)
-	NTSUM(Z19, Y19, X19, 16)
-	NTSUM(Z23, Y23, X23, 20)
+	VMOVDQU32 ntlanes<>(SB), Z31
+	MOVL $0x3f, R12
+	KMOVW R12, K2
+	NTROW(Z0, Z4, Z8, Z12, Z16, Z20)
+	NTROW(Z1, Z5, Z9, Z13, Z17, Z21)
+	NTROW(Z2, Z6, Z10, Z14, Z18, Z22)
+	NTROW(Z3, Z7, Z11, Z15, Z19, Z23)
 	VZEROUPPER
 	RET
 

@@ -10,7 +10,7 @@ func sgemmNN8x32(int, *float32, *float32, *int32, *float32, int, uint32, int) {
 	panic("ops: sgemmNN8x32 without AVX-512 kernels")
 }
 
-func sgemmNT4x6(int, uint32, *float32, int, *float32, *int32, *float32, int, int) {
+func sgemmNT4x6(int, uint32, *float32, int, *float32, *int32, *float32, int, int, int, int, int) {
 	panic("ops: sgemmNT4x6 without AVX-512 kernels")
 }
 

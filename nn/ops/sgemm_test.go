@@ -193,3 +193,51 @@ func BenchmarkConvImplicitMultiplies(b *testing.B) {
 		})
 	}
 }
+
+// sgemmNTSegs against the sum of its segments' products by the definition:
+// several segments, rows of a and b that do not start at 0, partial last
+// tiles (n not a multiple of 6, q not of 16), set and accumulate.
+func TestSgemmNTSegs(t *testing.T) {
+	if !useAVX512 {
+		t.Skip("this CPU has no AVX-512: the convolutions multiply on package blas")
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, s := range []struct{ m, n, q, segs int }{{4, 6, 16, 2}, {8, 13, 37, 3}, {16, 144, 420, 2}, {12, 7, 5, 4}, {4, 1, 1, 2}} {
+		t.Run(fmt.Sprintf("%dx%dx%d/segs=%d", s.m, s.n, s.q, s.segs), func(t *testing.T) {
+			lda, ldb, ldc := s.q+3, s.q+5, s.n+2
+			astride, bstride := s.m*lda+1, s.n*ldb+2
+			a := randF32(r, (s.segs-1)*astride+s.m*lda)
+			b := randF32(r, (s.segs-1)*bstride+s.n*ldb)
+			boff := make([]int32, s.n)
+			for j := range boff {
+				boff[j] = int32((s.n - 1 - j) * ldb) // rows in reverse: boff is a table
+			}
+			for _, acc := range []bool{false, true} {
+				c := randF32(r, s.m*ldc)
+				want := make([]float64, len(c))
+				for i := 0; i < s.m; i++ {
+					for j := 0; j < ldc; j++ {
+						if acc || j >= s.n {
+							want[i*ldc+j] = float64(c[i*ldc+j])
+						}
+						if j >= s.n {
+							continue
+						}
+						for sg := 0; sg < s.segs; sg++ {
+							for p := 0; p < s.q; p++ {
+								want[i*ldc+j] += float64(a[sg*astride+i*lda+p]) * float64(b[sg*bstride+int(boff[j])+p])
+							}
+						}
+					}
+				}
+				var sc mmScratch
+				sgemmNTSegs(&sc, s.m, s.n, s.q, s.segs, a, lda, astride, b, boff, bstride, c, ldc, acc)
+				for i, w := range want {
+					if math.Abs(float64(c[i])-w) > 1e-5*float64(s.q*s.segs+1) {
+						t.Fatalf("acc=%v: c[%d][%d] = %v, want %v", acc, i/ldc, i%ldc, c[i], w)
+					}
+				}
+			}
+		})
+	}
+}
