@@ -19,28 +19,12 @@ func TestPadChunkSameSlots(t *testing.T) {
 		{n: 7, c: 3, h: 3, w: 4, oc: 8, kh: 3, kw: 5, o: Conv2dOpts{Padding: [2]int{1, 2}}},
 		{n: 4, c: 1, h: 4, w: 3, oc: 8, kh: 5, kw: 5, o: Conv2dOpts{Padding: [2]int{4, 4}, Dilation: [2]int{2, 2}}},
 	} {
-		_, gi, _, _, _ := convOps(t, c, tensor.Float32)
-		g := &gi.g
-		if !g.same() {
-			t.Fatalf("%v is not same()", c)
-		}
-		nb := g.chunk()
-		if c.n%nb == 0 {
-			t.Fatalf("%v: %d images a chunk leave no short chunk", c, nb)
-		}
-		x := make([]float32, c.n*g.in())
-		for i := range x {
-			x[i] = float32(i + 1)
-		}
-		_, _, wq, ps := g.phases()
-		slot := g.slot()
-		for n0 := 0; n0 < c.n; n0 += nb {
-			m := min(nb, c.n-n0)
-			xp := make([]float32, g.padSize())
-			for i := range xp {
-				xp[i] = float32(math.NaN())
+		paddedChunks(t, c, func(g *convGeom, x, xp []float32, n0, m int) {
+			if !g.same() {
+				t.Fatalf("%v is not same()", c)
 			}
-			padChunk(g, x, xp, n0, m)
+			_, _, wq, ps := g.phases()
+			slot := g.slot()
 			for ch := 0; ch < g.c; ch++ {
 				for at, v := range xp[ch*ps : (ch+1)*ps] {
 					want := float32(0)
@@ -54,7 +38,33 @@ func TestPadChunkSameSlots(t *testing.T) {
 					}
 				}
 			}
+		})
+	}
+}
+
+// paddedChunks pads c's input (x[i] = i+1) chunk by chunk with padChunk,
+// into buffers of NaN, and hands each to check; c must leave a short last
+// chunk.
+func paddedChunks(t *testing.T, c convCase, check func(g *convGeom, x, xp []float32, n0, m int)) {
+	t.Helper()
+	_, gi, _, _, _ := convOps(t, c, tensor.Float32)
+	g := &gi.g
+	nb := g.chunk()
+	if c.n%nb == 0 {
+		t.Fatalf("%v: %d images a chunk leave no short chunk", c, nb)
+	}
+	x := make([]float32, c.n*g.in())
+	for i := range x {
+		x[i] = float32(i + 1)
+	}
+	for n0 := 0; n0 < c.n; n0 += nb {
+		m := min(nb, c.n-n0)
+		xp := make([]float32, g.padSize())
+		for i := range xp {
+			xp[i] = float32(math.NaN())
 		}
+		padChunk(g, x, xp, n0, m)
+		check(g, x, xp, n0, m)
 	}
 }
 
@@ -75,25 +85,9 @@ func TestPadChunkStridedSlots(t *testing.T) {
 			{n: 3, c: 2, h: 3, w: 18, oc: 8, kh: 3, kw: 3, o: Conv2dOpts{Stride: [2]int{2, 2}, Padding: [2]int{1, 1}}},
 			{n: 7, c: 1, h: 6, w: 9, oc: 8, kh: 3, kw: 3, o: Conv2dOpts{Stride: [2]int{3, 2}, Padding: [2]int{2, 0}}},
 		} {
-			_, gi, _, _, _ := convOps(t, c, tensor.Float32)
-			g := &gi.g
-			nb := g.chunk()
-			if c.n%nb == 0 {
-				t.Fatalf("%v: %d images a chunk leave no short chunk", c, nb)
-			}
-			x := make([]float32, c.n*g.in())
-			for i := range x {
-				x[i] = float32(i + 1)
-			}
-			_, pq, wq, ps := g.phases()
-			slot := g.slot()
-			for n0 := 0; n0 < c.n; n0 += nb {
-				m := min(nb, c.n-n0)
-				xp := make([]float32, g.padSize())
-				for i := range xp {
-					xp[i] = float32(math.NaN())
-				}
-				padChunk(g, x, xp, n0, m)
+			paddedChunks(t, c, func(g *convGeom, x, xp []float32, n0, m int) {
+				_, pq, wq, ps := g.phases()
+				slot := g.slot()
 				for ch := 0; ch < g.c; ch++ {
 					for ph := 0; ph < g.sh*g.sw; ph++ {
 						py, px := ph/g.sw, ph%g.sw
@@ -110,7 +104,7 @@ func TestPadChunkStridedSlots(t *testing.T) {
 						}
 					}
 				}
-			}
+			})
 		}
 	}
 }

@@ -76,11 +76,7 @@ func flipRef(c convCase, w []float64) []float64 {
 // plain-loop references within winogradTol of Σ|w||x|, serial and split
 // between image workers (the same bits with 1, 2 or 3).
 func TestConv2dWinogradMatchesReference(t *testing.T) {
-	if !useAVX512 {
-		t.Skip("the Winograd path runs on the AVX-512 kernels; this CPU has none, so convolutions take the Go loops (covered by TestConv2dForward)")
-	}
-	defer func(mc int, mw float64) { winogradMinChannels, winogradMaxWaste = mc, mw }(winogradMinChannels, winogradMaxWaste)
-	winogradMinChannels, winogradMaxWaste = 8, 4
+	winogradForSmallCases(t)
 	for _, c := range winogradCases {
 		t.Run(c.String(), func(t *testing.T) {
 			_, _, ph, pw, _, _, oh, ow := c.geometry()
@@ -252,11 +248,7 @@ func BenchmarkConvWinograd(b *testing.B) {
 // gradient (which stays on the implicit path): the weight gradient reading
 // it gives the bits of one padding the input again.
 func TestConv2dWinogradKeepsPadding(t *testing.T) {
-	if !useAVX512 {
-		t.Skip("no AVX-512: the Winograd path is never taken")
-	}
-	defer func(mc int, mw float64) { winogradMinChannels, winogradMaxWaste = mc, mw }(winogradMinChannels, winogradMaxWaste)
-	winogradMinChannels, winogradMaxWaste = 8, 4
+	winogradForSmallCases(t)
 	for _, c := range winogradCases {
 		op, _, fresh, in, dy := convOps(t, c, tensor.Float32)
 		op.pad.keep = true
@@ -272,4 +264,18 @@ func TestConv2dWinogradKeepsPadding(t *testing.T) {
 		}
 		sameBits(t, fmt.Sprintf("%v dw from the kept padding", c), do(t, kept.Do, in[0], dy), do(t, fresh.Do, in[0], dy))
 	}
+}
+
+// winogradForSmallCases lets winogradCases' small shapes take the Winograd
+// path for the rest of t (8 channels and up, any share of wasted tiles),
+// and skips t on a CPU without AVX-512, where the path is never taken and
+// convolutions run the Go loops (covered by TestConv2dForward).
+func winogradForSmallCases(t *testing.T) {
+	t.Helper()
+	if !useAVX512 {
+		t.Skip("the Winograd path runs on the AVX-512 kernels; this CPU has none")
+	}
+	mc, mw := winogradMinChannels, winogradMaxWaste
+	t.Cleanup(func() { winogradMinChannels, winogradMaxWaste = mc, mw })
+	winogradMinChannels, winogradMaxWaste = 8, 4
 }
