@@ -325,7 +325,11 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	cfg := trainer.Config{MaxEpochs: *epochs, Seed: 5, Strategy: *strat, Devices: *devices, NumNodes: *nodes,
 		Out: io.Discard, EnableProgressBar: trainer.Bool(false), DefaultRootDir: *root, LogDir: *logDir, Callbacks: cbs,
-		Profiler: &holdSpans{h: h, n: map[string]int{}}}
+		Profiler: &holdSpans{h: h, n: map[string]int{}},
+		// The "validation" phase is the validation after training: the
+		// sanity check before it would build the validation graph, and
+		// meet the hold in ValidationStep, first.
+		DisableSanityCheck: true}
 	var m module.Module = &holding{MLP: &strategytest.MLP{In: 6, Hidden: *hidden, Out: 2, Optimizer: "adam", LR: 0.01}, h: h, syncLog: *epochLog}
 	if *uneven {
 		cfg.UseDistributedSampler, cfg.SyncBatchNorm = trainer.Bool(false), true

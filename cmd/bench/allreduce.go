@@ -17,6 +17,7 @@ import (
 
 	"github.com/fulgur-ml/fulgur/strategy/cluster"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
+	"github.com/fulgur-ml/fulgur/strategy/collective/hier"
 	"github.com/fulgur-ml/fulgur/strategy/collective/rendezvous"
 	"github.com/fulgur-ml/fulgur/strategy/collective/shm"
 	"github.com/fulgur-ml/fulgur/strategy/collective/tcp"
@@ -259,6 +260,8 @@ func openBackend(ctx context.Context, backend string) (collective.Group, error) 
 		return nil, err
 	}
 	switch backend {
+	case "hier":
+		return openHier(ctx, rv, env.NodeRank)
 	case "shm":
 		return shm.New(ctx, rv)
 	case "tcp":
@@ -270,6 +273,42 @@ func openBackend(ctx context.Context, backend string) (collective.Group, error) 
 	}
 	rv.Close()
 	return nil, fmt.Errorf("allreduce: unknown backend %q", backend)
+}
+
+// openHier builds the two-level group over rv as FULGUR_BACKEND=hier
+// does in strategy/ddp (whose builder is unexported): a rank's node is its
+// host and the launcher's NODE_RANK, shared memory inside a node, the tcp
+// ring across.
+func openHier(ctx context.Context, rv *rendezvous.Rendezvous, nodeRank int) (collective.Group, error) {
+	ids, err := rv.Exchange(ctx, []byte(fmt.Sprintf("%s node %d", rv.Hosts()[rv.Rank()], nodeRank)))
+	if err != nil {
+		rv.Close()
+		return nil, err
+	}
+	nodes := make([]string, len(ids))
+	for r, id := range ids {
+		nodes[r] = string(id)
+	}
+	shape := hier.ShapeOf(nodes)
+	if ok, why := shape.Qualifies(); !ok {
+		rv.Close()
+		return nil, fmt.Errorf("allreduce: backend hier: %v: %s", shape, why)
+	}
+	flat, err := tcp.NewRing(ctx, rv)
+	if err != nil {
+		rv.Close()
+		return nil, err
+	}
+	g, err := hier.New(ctx, flat, shape, func(ctx context.Context, color, key int) (collective.Collective, error) {
+		return rendezvous.SplitGroup(ctx, rv, flat, color, key, func(ctx context.Context, sub *rendezvous.Rendezvous) (collective.Collective, error) {
+			return shm.New(ctx, sub)
+		})
+	})
+	if err != nil {
+		flat.Close()
+		return nil, err
+	}
+	return g, nil
 }
 
 // bindAddrEnv carries a rank's address on its node (the scale-out
