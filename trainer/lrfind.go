@@ -93,10 +93,9 @@ func (t *Trainer) LRFind(ctx context.Context, m module.Module, train *data.Loade
 		return LRFindResult{}, fmt.Errorf("LRFind: %w", err)
 	}
 	tr.schedOverride = s
-	if err := tr.Fit(ctx, m, train, nil); err != nil {
-		return LRFindResult{}, fmt.Errorf("LRFind: %w", err)
-	}
-	if err := tr.Teardown(ctx); err != nil {
+	ferr := tr.Fit(ctx, m, train, nil)
+	// Torn down whether Fit failed or not: the trainer is LRFind's alone.
+	if err := errors.Join(ferr, tr.Teardown(ctx)); err != nil {
 		return LRFindResult{}, fmt.Errorf("LRFind: %w", err)
 	}
 	r := LRFindResult{LRs: s.lrs, Losses: s.losses, Stopped: s.stopped}
