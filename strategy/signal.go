@@ -21,3 +21,7 @@ const DuplicateSignalWindow = launch.DuplicateSignalWindow
 func WatchStopSignals(sigs []os.Signal, request func(s os.Signal, first bool), atExit func(s os.Signal)) (stop func()) {
 	return launch.WatchStopSignals(sigs, request, atExit)
 }
+
+// SignalName names a stop signal (SIGINT, SIGTERM, SIGUSR1): see
+// launch.SignalName, which it is.
+func SignalName(s os.Signal) string { return launch.SignalName(s) }

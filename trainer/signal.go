@@ -49,7 +49,7 @@ func watchSignals(log *zerolog.Logger) *signalWatch {
 	}
 	w.stop = strategy.WatchStopSignals(sigs, func(s os.Signal, first bool) {
 		if !first {
-			log.Debug().Str("signal", signalName(s)).Msg("repeat of the first signal within 2 s: the same request")
+			log.Debug().Str("signal", strategy.SignalName(s)).Msg("repeat of the first signal within 2 s: the same request")
 			return
 		}
 		w.got.Store(&s)
@@ -57,7 +57,7 @@ func watchSignals(log *zerolog.Logger) *signalWatch {
 		if s == syscall.SIGUSR1 {
 			msg = "SLURM asked to stop: finishing the current step, saving a checkpoint and requeueing the job"
 		}
-		log.Warn().Str("signal", signalName(s)).Msg(msg)
+		log.Warn().Str("signal", strategy.SignalName(s)).Msg(msg)
 	}, nil)
 	return w
 }
@@ -94,7 +94,7 @@ type InterruptedError struct {
 func (e *InterruptedError) Error() string {
 	why := "context cancelled"
 	if e.Signal != nil {
-		why = signalName(e.Signal)
+		why = strategy.SignalName(e.Signal)
 	} else if e.Err != nil {
 		why = e.Err.Error()
 	}
@@ -221,7 +221,7 @@ func (t *Trainer) saveInterrupt(ctx context.Context, ie *InterruptedError) error
 	ctx = context.WithoutCancel(ctx)
 	what := "the cancelled context"
 	if ie.Signal != nil {
-		what = signalName(ie.Signal)
+		what = strategy.SignalName(ie.Signal)
 	}
 	dir := t.state.LogDir
 	if dir == "" {
@@ -282,16 +282,4 @@ func requeue(ctx context.Context) error {
 		return fmt.Errorf("scontrol requeue %s: %w: %s", job, err, strings.TrimSpace(string(out)))
 	}
 	return nil
-}
-
-func signalName(s os.Signal) string {
-	switch s {
-	case os.Interrupt:
-		return "SIGINT"
-	case syscall.SIGTERM:
-		return "SIGTERM"
-	case syscall.SIGUSR1:
-		return "SIGUSR1"
-	}
-	return s.String()
 }

@@ -302,7 +302,7 @@ func (e *Elastic) attempt(ctx context.Context, n, world int, dir string) (Attemp
 			}
 			t.Stop()
 			g.stop()
-			return a, fmt.Errorf("launch: elastic job stopped (the ranks were sent %s): %w", signalName(sig), ctx.Err())
+			return a, fmt.Errorf("launch: elastic job stopped (the ranks were sent %s): %w", SignalName(sig), ctx.Err())
 		}
 	}
 	start := time.Now()
@@ -529,15 +529,4 @@ func StopOnSignal(ctx context.Context) (context.Context, func() int) {
 // that came.
 type StopSignal struct{ Signal os.Signal }
 
-func (s *StopSignal) Error() string { return "stopped by " + signalName(s.Signal) }
-
-// signalName is SIGINT or SIGTERM by that name, any other by its own.
-func signalName(s os.Signal) string {
-	switch s {
-	case os.Interrupt:
-		return "SIGINT"
-	case syscall.SIGTERM:
-		return "SIGTERM"
-	}
-	return s.String()
-}
+func (s *StopSignal) Error() string { return "stopped by " + SignalName(s.Signal) }

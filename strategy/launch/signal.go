@@ -71,3 +71,17 @@ func WatchStopSignals(sigs []os.Signal, request func(s os.Signal, first bool), a
 		})
 	}
 }
+
+// SignalName names the signals a run stops on as a shell does: SIGINT,
+// SIGTERM, SIGUSR1 (SLURM's warning), any other by its own name.
+func SignalName(s os.Signal) string {
+	switch s {
+	case os.Interrupt:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGUSR1:
+		return "SIGUSR1"
+	}
+	return s.String()
+}
