@@ -15,12 +15,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/fulgur-ml/fulgur/strategy/cluster"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
-	"github.com/fulgur-ml/fulgur/strategy/collective/hier"
 	"github.com/fulgur-ml/fulgur/strategy/collective/rendezvous"
 	"github.com/fulgur-ml/fulgur/strategy/collective/shm"
 	"github.com/fulgur-ml/fulgur/strategy/collective/tcp"
+	"github.com/fulgur-ml/fulgur/strategy/ddp"
 )
 
 // allreduce: float32 sum over 256 KB, 4 MB and 25 MB (-bytes) at 2 and 4
@@ -261,7 +263,14 @@ func openBackend(ctx context.Context, backend string) (collective.Group, error) 
 	}
 	switch backend {
 	case "hier":
-		return openHier(ctx, rv, env.NodeRank)
+		// As FULGUR_BACKEND=hier builds it; the scaleout workload runs it
+		// on layouts that qualify (2 nodes of 2 ranks or more), so it never
+		// falls back to auto there.
+		g, err := ddp.ConnectHier(ctx, rv, env.NodeRank, zerolog.Nop())
+		if err != nil {
+			rv.Close()
+		}
+		return g, err
 	case "shm":
 		return shm.New(ctx, rv)
 	case "tcp":
@@ -273,42 +282,6 @@ func openBackend(ctx context.Context, backend string) (collective.Group, error) 
 	}
 	rv.Close()
 	return nil, fmt.Errorf("allreduce: unknown backend %q", backend)
-}
-
-// openHier builds the two-level group over rv as FULGUR_BACKEND=hier
-// does in strategy/ddp (whose builder is unexported): a rank's node is its
-// host and the launcher's NODE_RANK, shared memory inside a node, the tcp
-// ring across.
-func openHier(ctx context.Context, rv *rendezvous.Rendezvous, nodeRank int) (collective.Group, error) {
-	ids, err := rv.Exchange(ctx, []byte(fmt.Sprintf("%s node %d", rv.Hosts()[rv.Rank()], nodeRank)))
-	if err != nil {
-		rv.Close()
-		return nil, err
-	}
-	nodes := make([]string, len(ids))
-	for r, id := range ids {
-		nodes[r] = string(id)
-	}
-	shape := hier.ShapeOf(nodes)
-	if ok, why := shape.Qualifies(); !ok {
-		rv.Close()
-		return nil, fmt.Errorf("allreduce: backend hier: %v: %s", shape, why)
-	}
-	flat, err := tcp.NewRing(ctx, rv)
-	if err != nil {
-		rv.Close()
-		return nil, err
-	}
-	g, err := hier.New(ctx, flat, shape, func(ctx context.Context, color, key int) (collective.Collective, error) {
-		return rendezvous.SplitGroup(ctx, rv, flat, color, key, func(ctx context.Context, sub *rendezvous.Rendezvous) (collective.Collective, error) {
-			return shm.New(ctx, sub)
-		})
-	})
-	if err != nil {
-		flat.Close()
-		return nil, err
-	}
-	return g, nil
 }
 
 // bindAddrEnv carries a rank's address on its node (the scale-out

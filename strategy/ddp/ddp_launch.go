@@ -326,7 +326,7 @@ func connect(ctx context.Context, k knobs, env cluster.Env, token string, ln net
 	case "nccl":
 		g, err = nccl.New(ctx, rv, nccl.Config{Device: env.LocalRank, Timeout: k.timeout})
 	case "hier":
-		g, err = connectHier(ctx, rv, env.NodeRank, log)
+		g, err = ConnectHier(ctx, rv, env.NodeRank, log)
 	default:
 		g, err = shm.Auto(ctx, rv, tcp.NewGroup)
 	}
@@ -337,15 +337,17 @@ func connect(ctx context.Context, k knobs, env cluster.Env, token string, ln net
 	return g, nil
 }
 
-// connectHier builds the two-level group of FULGUR_BACKEND=hier: one tcp
+// ConnectHier builds the two-level group of FULGUR_BACKEND=hier: one tcp
 // ring over every rank, shared memory among the ranks of each node (tcp
 // where they cannot share memory) and tcp rings across the nodes. A node is
 // a host and the launcher's node rank (NODE_RANK, GROUP_RANK, SLURM_NODEID)
 // together, so two nodes started on one host (network namespaces) stay
 // two. A job whose nodes run different numbers of ranks, or one rank each,
 // or that runs on one node, connects as under auto (shared memory on one
-// host, else one tcp ring), and the log says why.
-func connectHier(ctx context.Context, rv *rendezvous.Rendezvous, nodeRank int, log zerolog.Logger) (collective.Group, error) {
+// host, else one tcp ring), and the log says why. On an error rv is still
+// the caller's to close. Exported for tools that measure the backend
+// (cmd/bench).
+func ConnectHier(ctx context.Context, rv *rendezvous.Rendezvous, nodeRank int, log zerolog.Logger) (collective.Group, error) {
 	ids, err := rv.Exchange(ctx, []byte(fmt.Sprintf("%s node %d", rv.Hosts()[rv.Rank()], nodeRank)))
 	if err != nil {
 		return nil, fmt.Errorf("%s=hier: exchange the ranks' nodes: %w", EnvBackend, err)
