@@ -23,11 +23,7 @@ import (
 // chaos suite's 3-rank shm job).
 func TestBarrierPassedByAPeerThatThenClosed(t *testing.T) {
 	for _, status := range []uint32{statusClosed, statusDead} {
-		mem, err := unix.Mmap(-1, 0, fileSize(2), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer unix.Munmap(mem)
+		mem := twoRankMem(t)
 		g := &Group{rank: 1, size: 2, timeout: time.Second, mem: mem, slot: SlotBytes}
 		peer := &Group{rank: 0, size: 2, mem: mem, slot: SlotBytes}
 		g.scanned = func() {
@@ -42,7 +38,7 @@ func TestBarrierPassedByAPeerThatThenClosed(t *testing.T) {
 		}
 		// A peer that left without reaching the barrier still fails it.
 		g.scanned = nil
-		err = g.barrier(context.Background(), collective.Header{Kind: collective.KindBarrier, Seq: 2})
+		err := g.barrier(context.Background(), collective.Header{Kind: collective.KindBarrier, Seq: 2})
 		if err == nil {
 			t.Errorf("status %d: a barrier that rank 0 never reached passed", status)
 		}
@@ -60,11 +56,7 @@ func TestBarrierPassedByAPeerThatThenClosed(t *testing.T) {
 // instead of holding the only P through thousands of sched_yield calls.
 func TestBarrierLetsOtherGoroutinesRunOnOneP(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	mem, err := unix.Mmap(-1, 0, fileSize(2), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(mem)
+	mem := twoRankMem(t)
 	g0 := &Group{rank: 0, size: 2, timeout: 10 * time.Second, mem: mem, slot: SlotBytes, oneP: true}
 	g1 := &Group{rank: 1, size: 2, timeout: 10 * time.Second, mem: mem, slot: SlotBytes, oneP: true}
 	var started atomic.Bool
@@ -102,11 +94,7 @@ func TestBarrierLetsOtherGoroutinesRunOnOneP(t *testing.T) {
 func TestBarrierPauseSleepsInTheKernelOnlyWhenNothingElseRuns(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	for _, busy := range []bool{false, true} {
-		mem, err := unix.Mmap(-1, 0, fileSize(2), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer unix.Munmap(mem)
+		mem := twoRankMem(t)
 		g0 := &Group{rank: 0, size: 2, timeout: 10 * time.Second, mem: mem, slot: SlotBytes, oneP: true}
 		peer := &Group{rank: 1, size: 2, mem: mem, slot: SlotBytes}
 		var parked, kernel int
@@ -134,7 +122,7 @@ func TestBarrierPauseSleepsInTheKernelOnlyWhenNothingElseRuns(t *testing.T) {
 		} else {
 			close(worked)
 		}
-		err = g0.barrier(context.Background(), collective.Header{Kind: collective.KindBarrier, Seq: 1})
+		err := g0.barrier(context.Background(), collective.Header{Kind: collective.KindBarrier, Seq: 1})
 		stop.Store(true)
 		<-worked
 		if err != nil {
@@ -194,11 +182,7 @@ func TestBarrierStopsYieldingOnceAYieldRanAnotherThread(t *testing.T) {
 	}
 	defer stop.Store(true)
 
-	mem, err := unix.Mmap(-1, 0, fileSize(2), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(mem)
+	mem := twoRankMem(t)
 	g0 := &Group{rank: 0, size: 2, timeout: time.Minute, mem: mem, slot: SlotBytes}
 	peer := &Group{rank: 1, size: 2, mem: mem, slot: SlotBytes}
 	scans, pausedAt := 0, -1
@@ -221,4 +205,16 @@ func TestBarrierStopsYieldingOnceAYieldRanAnotherThread(t *testing.T) {
 	if pausedAt < 0 || pausedAt > 400 {
 		t.Errorf("the first pause came after %d scans (-1: none in 1000), want soon after the spin's 200: the rank went on yielding a core another thread wanted", pausedAt)
 	}
+}
+
+// twoRankMem maps the shared memory of a 2-rank group in this process,
+// unmapped when t ends.
+func twoRankMem(t *testing.T) []byte {
+	t.Helper()
+	mem, err := unix.Mmap(-1, 0, fileSize(2), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Munmap(mem) })
+	return mem
 }
