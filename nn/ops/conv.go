@@ -86,12 +86,17 @@ func (g *convGeom) yShape() tensor.Shape { return tensor.Shape{g.n, g.oc, g.oh, 
 // (above one) is evened out with smaller chunks, so that two image workers
 // get the same work (64 images of 7x7: 8 chunks of 8, not 6 of 10 and one
 // of 4). It depends on the geometry only, never on the worker count: the
-// chunks, and so each multiply's bits, are the same serial or split.
+// chunks, and so each multiply's bits, are the same serial or split. (A
+// geometry the float32 Winograd path takes chunks as winogradChunk says,
+// in float64 too.)
 func (g *convGeom) chunk() int {
 	if g.x1() {
 		return 1
 	}
 	nb := max(1, min(convColumns/g.ohw(), g.n))
+	if winogradFits[float32](g) {
+		nb = g.winogradChunk(nb)
+	}
 	if c := (g.n + nb - 1) / nb; c > 1 && c%2 == 1 {
 		nb = max(1, (g.n+c)/(c+1))
 	}

@@ -72,6 +72,32 @@ func winogradFits[T float](g *convGeom) bool {
 		float64(16*((g.oh+3)/4)*((g.ow+3)/4)) <= winogradMaxWaste*float64(g.ohw())
 }
 
+// winogradChunk is chunk()'s images for a convolution on the Winograd
+// path, nb those it would take otherwise: the fewest images whose tiles,
+// at most winogradChunkTiles, fill the products' 32-column blocks but for
+// a seventeenth (the transforms take 16 tiles), else nb. At 28x28 an
+// image's 49 tiles filled 64 columns, 5 images' 245 fill 256: CPU ms,
+// batch 64, the forward 1.78 against 2.28-2.69 and the input gradient
+// 1.77-1.79 against 2.15-2.25 in one run (4 images: 1.80-2.03, 8:
+// 1.77-1.90, 16: 1.85-2.04), 1.94-2.28 against 2.15-2.34 and 1.97-2.05
+// against 2.17-2.18 alternating with the previous binary (go test
+// ./nn/ops -run '^$' -bench 'ConvWinograd/stage1/(forward|dx)/winograd'
+// -benchtime 40x, GOMAXPROCS=1, load 4.7-5.2 on 2 cores). 14x14 and 7x7
+// (16 and 4 tiles an image) keep their 2 and 8 images.
+func (g *convGeom) winogradChunk(nb int) int {
+	th, tw, _, _ := g.winogradTiles()
+	tpi := th * tw
+	for k := 1; k <= g.n && k*tpi <= winogradChunkTiles; k++ {
+		if t := k * tpi; 16*((t+31)&^31) <= 17*t {
+			return k
+		}
+	}
+	return nb
+}
+
+// winogradChunkTiles is the most tiles winogradChunk puts in a chunk.
+const winogradChunkTiles = 512
+
 // winogradTiles is the tile rows and columns of g's output, and the padded
 // input plane the tiles read (rows 4·th+2 of wp = 4·tw+2 columns).
 func (g *convGeom) winogradTiles() (th, tw, hp, wp int) {

@@ -13,9 +13,11 @@ import (
 
 // Convolutions the Winograd path takes: whole tiles (28, 8), partial ones
 // (7 and 14 leave 1 and 2 rows of the last tile, 5x6 and 3x3 less than one
-// or two tiles), unequal channels, a bias, chunks of several images.
+// or two tiles), unequal channels, a bias, chunks of several images (7
+// images of 28x28: a chunk of 5 and one of 2).
 var winogradCases = []convCase{
 	{n: 2, c: 16, h: 28, w: 28, oc: 16, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}},
+	{n: 7, c: 16, h: 28, w: 28, oc: 16, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}, bias: true},
 	{n: 3, c: 32, h: 14, w: 14, oc: 32, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}, bias: true},
 	{n: 5, c: 64, h: 7, w: 7, oc: 64, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}},
 	{n: 3, c: 16, h: 8, w: 8, oc: 24, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}},
@@ -185,6 +187,40 @@ func TestWinogradFits(t *testing.T) {
 		}
 		if got != c.want {
 			t.Errorf("%s: winogradFits = %v, want %v", c.what, got, c.want)
+		}
+	}
+}
+
+// A convolution on the Winograd path takes the fewest images a chunk
+// whose tiles fill the products' 32 columns (but for a seventeenth), up to
+// 512 tiles: 5 of resnet8's 28x28 (245 tiles), where the implicit path
+// takes 1; 2 of 14x14 and 8 of 7x7 as the implicit path; a batch too small
+// to fill them as the implicit path.
+func TestWinogradChunk(t *testing.T) {
+	if !useAVX512 {
+		t.Skip("no AVX-512: the Winograd path is never taken")
+	}
+	geom := func(n, c, hw int) *convGeom {
+		return &convGeom{n: n, c: c, h: hw, w: hw, oc: c, kh: 3, kw: 3, sh: 1, sw: 1, ph: 1, pw: 1, dh: 1, dw: 1, oh: hw, ow: hw}
+	}
+	for _, c := range []struct {
+		what     string
+		g        *convGeom
+		nb       int
+		winograd bool
+	}{
+		{"stage 1", geom(64, 16, 28), 5, true},
+		{"stage 1, 7 images", geom(7, 16, 28), 5, true},
+		{"stage 1, 4 images", geom(4, 16, 28), 1, true},
+		{"stage 2", geom(64, 32, 14), 2, true},
+		{"stage 3", geom(64, 64, 7), 8, true},
+		{"8 channels (implicit)", geom(64, 8, 28), 1, false},
+	} {
+		if got := winogradFits[float32](c.g); got != c.winograd {
+			t.Errorf("%s: winogradFits = %v, want %v", c.what, got, c.winograd)
+		}
+		if got := c.g.chunk(); got != c.nb {
+			t.Errorf("%s: %d images a chunk, want %d", c.what, got, c.nb)
 		}
 	}
 }
