@@ -260,10 +260,15 @@ func winogradPad(p []float32, wp, hp int, x []float32, h, w int) {
 	clear(p[(h+1)*wp+1 : hp*wp])
 }
 
-// wgDwTiles is the tiles a weight-gradient group aims at: whole chunks of
-// images whose transforms (36 values a tile and channel, input and output
-// gradient) stay within a few MB, and whose products are long enough that
-// sgemmNT4x6's final sums across lanes cost little.
+// wgDwTiles is the tiles a weight-gradient group aims at (whole chunks,
+// at least one): few enough that the group's transforms (36 values a tile
+// and channel, input and output gradient; 1.2 MB at 28x28x16) stay near
+// the core's caches, enough that sgemmNT4x6's final sums across lanes,
+// once a product, cost little. 28x28x16, caches emptied first, CPU ms
+// (go test ./nn/ops -run '^$' -bench 'ConvWinograd/stage1/dw-cold'
+// -benchtime 40x, GOMAXPROCS=1, load 3 on 2 cores): 196 tiles 2.33-2.39,
+// 98 2.77-2.88, 294 2.35-2.62, 512 2.41-2.82; the implicit path
+// 2.64-2.92.
 const wgDwTiles = 196
 
 // convGradWeightWinograd is convGradWeightRange on the Winograd path: dw =
