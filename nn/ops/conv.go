@@ -86,12 +86,17 @@ func (g *convGeom) yShape() tensor.Shape { return tensor.Shape{g.n, g.oc, g.oh, 
 // (above one) is evened out with smaller chunks, so that two image workers
 // get the same work (64 images of 7x7: 8 chunks of 8, not 6 of 10 and one
 // of 4). It depends on the geometry only, never on the worker count: the
-// chunks, and so each multiply's bits, are the same serial or split.
+// chunks, and so each multiply's bits, are the same serial or split. (A
+// geometry the float32 Winograd path takes chunks as winogradChunk says,
+// in float64 too.)
 func (g *convGeom) chunk() int {
 	if g.x1() {
 		return 1
 	}
 	nb := max(1, min(convColumns/g.ohw(), g.n))
+	if winogradFits[float32](g) {
+		nb = g.winogradChunk(nb)
+	}
 	if c := (g.n + nb - 1) / nb; c > 1 && c%2 == 1 {
 		nb = max(1, (g.n+c)/(c+1))
 	}
@@ -186,14 +191,16 @@ type convOp struct {
 // gradient, which takes the same value as an input and runs after it.
 type keptPad struct {
 	keep bool      // a weight gradient reads it
-	xp   []float32 // chunks() × padSize()
+	xp   []float32 // chunks() × padSize(), or × winogradPadSize() when wino
 	x    *float32  // the input it holds, nil when none
+	wino bool      // xp is laid out as the Winograd path pads (winogradPad)
 }
 
-// padFor is the kept padding of x, or nil when the last forward did not
-// keep one for x.
-func (k *keptPad) padFor(x []float32) []float32 {
-	if k.x == nil || len(x) == 0 || k.x != unsafe.SliceData(x) {
+// padFor is the kept padding of x in the Winograd path's layout (wino) or
+// the implicit path's, or nil when the last forward did not keep one for
+// x in that layout.
+func (k *keptPad) padFor(x []float32, wino bool) []float32 {
+	if k.x == nil || len(x) == 0 || k.x != unsafe.SliceData(x) || k.wino != wino {
 		return nil
 	}
 	return k.xp
@@ -373,11 +380,21 @@ func convFwd[T float](op *convOp, xt, wt, bt, yt *tensor.Dense) {
 	} else if implicitRows[T](g, g.oc, 8) {
 		j.ap = packed(&op.wpack, g.oc, g.ckk(), f32s(j.w))
 	}
-	if op.pad.keep && implicitRows[T](g, g.oc, 8) {
-		if n := g.chunks() * g.padSize(); cap(op.pad.xp) < n {
+	if op.pad.keep {
+		// The padding the weight gradient reads: the Winograd path's
+		// own, or the implicit path's (its forward pads it as it goes).
+		ps, wino := 0, winogradFits[T](g)
+		if wino {
+			ps = g.winogradPadSize()
+		} else if implicitRows[T](g, g.oc, 8) {
+			ps = g.padSize()
+		}
+		if n := g.chunks() * ps; cap(op.pad.xp) < n {
 			op.pad.xp = make([]float32, n)
 		}
-		j.keep = op.pad.xp[:g.chunks()*g.padSize()]
+		if ps > 0 {
+			j.keep, op.pad.wino = op.pad.xp[:g.chunks()*ps], wino
+		}
 	}
 	w := imageSplit(g.chunks(), g.macs())
 	j.ws = scratchFor(&op.ws, w)
@@ -776,7 +793,7 @@ func convGradWeight[T float](op *convGradWeightOp, xt, dyt, dwt *tensor.Dense) {
 	j := jobFor[convDwJob[T]](&op.job)
 	j.g, j.x, j.dy, j.dw, j.xp = g, data[T](xt), data[T](dyt), data[T](dwt), nil
 	if op.fwd != nil && is32[T]() {
-		j.xp = op.fwd.pad.padFor(f32s(j.x))
+		j.xp = op.fwd.pad.padFor(f32s(j.x), winogradFits[T](g))
 	}
 	w := imageSplit(g.chunks(), g.macs())
 	j.parts = dwParts(g.chunks(), w)
@@ -798,6 +815,10 @@ func convGradWeight[T float](op *convGradWeightOp, xt, dyt, dwt *tensor.Dense) {
 // chunks; zero when empty). xp, when not nil, is x padded by the forward
 // (keptPad).
 func convGradWeightRange[T float](g *convGeom, x, dy, dw []T, xp []float32, s *convScratch, lo, hi int, par bool) {
+	if lo < hi && winogradFits[T](g) {
+		convGradWeightWinograd(g, f32s(x), f32s(dy), f32s(dw), xp, s, lo, hi)
+		return
+	}
 	if lo < hi && implicitRows[T](g, g.oc, 4) {
 		convGradWeightImplicit(g, x, dy, dw, xp, s, lo, hi)
 		return

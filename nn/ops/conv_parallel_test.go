@@ -251,7 +251,7 @@ func TestConv2dGradWeightKeptPadding(t *testing.T) {
 		if _, err := op.Do(in...); err != nil {
 			t.Fatal(err)
 		}
-		if op.pad.padFor(data[float32](in[0].(*tensor.Dense))) != nil {
+		if op.pad.padFor(data[float32](in[0].(*tensor.Dense)), winogradFits[float32](&op.g)) != nil {
 			used++
 		}
 		for _, x := range []G.Value{in[0], other} {

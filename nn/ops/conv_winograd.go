@@ -18,12 +18,26 @@ import "unsafe"
 // AVX-512 (conv_winograd_amd64.s), and of the kernel (G g Gᵀ, once a
 // call, in Go). The input gradient of such a convolution is one too
 // (convGradInput's transposed geometry, the kernel flipped), so it takes
-// the same path; the weight gradient stays on the implicit path.
+// the same path. So does the weight gradient, by the chain rule through
+// the same identity:
+//
+//	dg_oc,c = Gᵀ [ Σ_tiles (A dy_o Aᵀ) ⊙ (Bᵀ d_c B) ] G
+//
+// 36 products dU[ξ] (OC×C) = dM[ξ] (OC×tiles) · V[ξ]ᵀ summed over the
+// tiles of every image (sgemmNTSegs): 36·OC·C multiply-adds a tile where
+// the implicit path does 144·OC·C (measured: a fifth of its time), the
+// input's transform V computed again from the padding the forward kept
+// (its own, so that the forward pads once), the output gradient's dM
+// (A dy Aᵀ, a tile and output channel) 16 tiles at a time in AVX-512, and
+// Gᵀ dU G once a call, in Go and float64.
 //
 // Rounding: the transforms add and scale by at most 8 (Aᵀ) and 5 (Bᵀ), and
 // G by fractions down to 1/24, so a float32 result differs from the exact
 // one by a few 1e-6 of Σ|w||x| (the direct path by about 1e-7); see
-// TestConv2dWinogradMatchesReference.
+// TestConv2dWinogradMatchesReference. The weight gradient, at resnet8's
+// batch of 64 (3136 tiles summed at 28x28), by 0.7-2.2e-7 of Σ|dy||x|
+// (the implicit path by 0.4-1.9e-8), or 0.9-1.5e-6 of its norm (the
+// implicit path 1.5e-7); see TestConv2dWinogradWeightGradMatchesReference.
 
 // winogradOn switches the path off for tests and benchmarks comparing it
 // with the implicit path.
@@ -57,6 +71,32 @@ func winogradFits[T float](g *convGeom) bool {
 		min(g.c, g.oc) >= winogradMinChannels &&
 		float64(16*((g.oh+3)/4)*((g.ow+3)/4)) <= winogradMaxWaste*float64(g.ohw())
 }
+
+// winogradChunk is chunk()'s images for a convolution on the Winograd
+// path, nb those it would take otherwise: the fewest images whose tiles,
+// at most winogradChunkTiles, fill the products' 32-column blocks but for
+// a seventeenth (the transforms take 16 tiles), else nb. At 28x28 an
+// image's 49 tiles filled 64 columns, 5 images' 245 fill 256: CPU ms,
+// batch 64, the forward 1.78 against 2.28-2.69 and the input gradient
+// 1.77-1.79 against 2.15-2.25 in one run (4 images: 1.80-2.03, 8:
+// 1.77-1.90, 16: 1.85-2.04), 1.94-2.28 against 2.15-2.34 and 1.97-2.05
+// against 2.17-2.18 alternating with the previous binary (go test
+// ./nn/ops -run '^$' -bench 'ConvWinograd/stage1/(forward|dx)/winograd'
+// -benchtime 40x, GOMAXPROCS=1, load 4.7-5.2 on 2 cores). 14x14 and 7x7
+// (16 and 4 tiles an image) keep their 2 and 8 images.
+func (g *convGeom) winogradChunk(nb int) int {
+	th, tw, _, _ := g.winogradTiles()
+	tpi := th * tw
+	for k := 1; k <= g.n && k*tpi <= winogradChunkTiles; k++ {
+		if t := k * tpi; 16*((t+31)&^31) <= 17*t {
+			return k
+		}
+	}
+	return nb
+}
+
+// winogradChunkTiles is the most tiles winogradChunk puts in a chunk.
+const winogradChunkTiles = 512
 
 // winogradTiles is the tile rows and columns of g's output, and the padded
 // input plane the tiles read (rows 4·th+2 of wp = 4·tw+2 columns).
@@ -105,8 +145,9 @@ func wgG(g0, g1, g2 float32) (t0, t1, t2, t3, t4, t5 float32) {
 // convForwardWinograd is convForward for images [lo, hi) on the Winograd
 // path, u the kernel's transform (winogradKernel): a chunk of images at a
 // time, each channel padded and transformed into v, 36 multiplies into m,
-// m transformed back into y. When keep is not nil it also pads each chunk
-// there for the weight gradient, as the implicit path does (keptPad).
+// m transformed back into y. Each chunk is padded into keep
+// (winogradPadSize apart) when it is not nil, for the weight gradient
+// (keptPad), else into scratch.
 // Each tile's result depends on nothing but its own inputs (the kernel's
 // columns are independent), so the bits are the same however the images
 // are split.
@@ -119,17 +160,20 @@ func convForwardWinograd(g *convGeom, x, u, y, keep []float32, s *convScratch, l
 	// the transforms' scratch, and the input's transform V (value ξ,
 	// channel c at ξ·vs + c·rs); the products M (value ξ, output channel o
 	// at ξ·ms + o·rs).
-	vs, ms := winogradStride(g.c*rs), winogradStride(g.oc*rs)
-	buf := scratch[float32](&s.cols, g.c*nb*plane+576+36*vs)
-	xp, buf := buf[:g.c*nb*plane], buf[g.c*nb*plane:]
+	vs, ms, ps := winogradStride(g.c*rs), winogradStride(g.oc*rs), g.winogradPadSize()
+	xps := ps
+	if keep != nil {
+		xps = 0
+	}
+	buf := scratch[float32](&s.cols, xps+576+36*vs)
+	xp, buf := buf[:xps], buf[xps:]
 	tmp, v := buf[:576], buf[576:]
 	m := scratch[float32](&s.tmp, 36*ms)
 	us := winogradStride(g.oc * g.c)
 	for n0 := lo; n0 < hi; n0 += nb {
 		k := min(nb, hi-n0)
 		if keep != nil {
-			ps := g.padSize()
-			padChunk(g, x, keep[n0/nb*ps:(n0/nb+1)*ps], n0, k)
+			xp = keep[n0/nb*ps : (n0/nb+1)*ps]
 		}
 		nt := k * tpi
 		// The tiles' patches in xp, places in y and masks (winogradPatches),
@@ -137,7 +181,7 @@ func convForwardWinograd(g *convGeom, x, u, y, keep []float32, s *convScratch, l
 		// wq is at least 1).
 		if key := (ioffKey{g, -1, k}); s.ioffOf != key || cap(s.ioff) < 6*rs {
 			s.ioff, s.ioffOf = grow32(s.ioff, 6*rs), key
-			winogradPatches(g, k, s.ioff[:rs], s.ioff[rs:2*rs], s.ioff[2*rs:6*rs])
+			winogradPatches(g, k, s.ioff[:rs], s.ioff[rs:2*rs], s.ioff[2*rs:6*rs], g.out(), g.w)
 		}
 		xoff, yoff, mask := s.ioff[:rs], s.ioff[rs:2*rs], s.ioff[2*rs:6*rs]
 		for i := 0; i < k; i++ {
@@ -164,13 +208,15 @@ func convForwardWinograd(g *convGeom, x, u, y, keep []float32, s *convScratch, l
 	}
 }
 
-// winogradPatches sets, for the tiles of a chunk of k images (tile t of
-// image i is i·th·tw + t), xoff[t] to the offset of the tile's patch in the
-// chunk's padded input, yoff[t] to that of its output in the chunk's first
-// output channel, and bit j of mask[64·(t/16) + 16r + t%16] when output
-// (r, j) of the tile lies inside the image. Tiles past the last read at
-// offset 0 and are written nowhere.
-func winogradPatches(g *convGeom, k int, xoff, yoff, mask []int32) {
+// winogradPatches sets, for the tiles of k images (tile t of image i is
+// i·th·tw + t), xoff[t] to the offset of the tile's patch in a chunk's
+// padded channel (images a plane apart), yoff[t] to that of its 4x4
+// output in a chunk's first channel (images yi apart, rows yr: the
+// output, or in the weight gradient the copy of dy), and, when mask is
+// not nil, bit j of mask[64·(t/16) + 16r + t%16] when output (r, j) of
+// the tile lies inside the image. Tiles past the last read at offset 0
+// and are written nowhere.
+func winogradPatches(g *convGeom, k int, xoff, yoff, mask []int32, yi, yr int) {
 	th, tw, hp, wp := g.winogradTiles()
 	clear(xoff)
 	clear(yoff)
@@ -180,14 +226,21 @@ func winogradPatches(g *convGeom, k int, xoff, yoff, mask []int32) {
 			for tx := 0; tx < tw; tx++ {
 				t := (i*th+ty)*tw + tx
 				xoff[t] = int32(i*hp*wp + 4*ty*wp + 4*tx)
-				yoff[t] = int32(i*g.out() + 4*ty*g.w + 4*tx)
+				yoff[t] = int32(i*yi + 4*ty*yr + 4*tx)
 				cols := int32(1)<<min(4, g.w-4*tx) - 1
-				for r := 0; r < 4 && 4*ty+r < g.h; r++ {
+				for r := 0; mask != nil && r < 4 && 4*ty+r < g.h; r++ {
 					mask[t/16*64+16*r+t%16] = cols
 				}
 			}
 		}
 	}
+}
+
+// winogradPadSize is a chunk's input as the Winograd path pads it: channel
+// c of image i on plane c·chunk() + i (winogradPad).
+func (g *convGeom) winogradPadSize() int {
+	_, _, hp, wp := g.winogradTiles()
+	return g.c * g.chunk() * hp * wp
 }
 
 // winogradStride is the distance between the 36 transform-domain matrices
@@ -205,4 +258,118 @@ func winogradPad(p []float32, wp, hp int, x []float32, h, w int) {
 	clear(p[:wp+1])
 	copyRows(p[wp+1:], wp, x, w, w, wp-w, h)
 	clear(p[(h+1)*wp+1 : hp*wp])
+}
+
+// wgDwTiles is the tiles a weight-gradient group aims at (whole chunks,
+// at least one): few enough that the group's transforms (36 values a tile
+// and channel, input and output gradient; 1.2 MB at 28x28x16) stay near
+// the core's caches, enough that sgemmNT4x6's final sums across lanes,
+// once a product, cost little. 28x28x16, caches emptied first, CPU ms
+// (go test ./nn/ops -run '^$' -bench 'ConvWinograd/stage1/dw-cold'
+// -benchtime 40x, GOMAXPROCS=1, load 3 on 2 cores): 196 tiles 2.33-2.39,
+// 98 2.77-2.88, 294 2.35-2.62, 512 2.41-2.82; the implicit path
+// 2.64-2.92.
+const wgDwTiles = 196
+
+// convGradWeightWinograd is convGradWeightRange on the Winograd path: dw =
+// Σ over images [lo, hi) (whole chunks) of the weight gradient, groups of
+// whole chunks (about wgDwTiles tiles) at a time: each group's tiles
+// transformed, input (V, from the kept padding, or padded again when kept
+// is nil) and output gradient (dM), then dU[ξ] += dM[ξ]·V[ξ]ᵀ for the 36
+// ξ, and after the last group dw = Gᵀ dU G. The groups depend on the
+// geometry and lo only: the bits on the image range, as on the other
+// paths.
+func convGradWeightWinograd(g *convGeom, x, dy, dw, kept []float32, s *convScratch, lo, hi int) {
+	nb, in, out, hw := g.chunk(), g.in(), g.out(), g.h*g.w
+	th, tw, hp, wp := g.winogradTiles()
+	tpi, plane, ps := th*tw, hp*wp, g.winogradPadSize()
+	gi := nb * max(1, wgDwTiles/(nb*tpi)) // images a group
+	rs := winogradRow(gi * tpi)
+	vs, ms := winogradStride(g.c*rs), winogradStride(g.oc*rs)
+	// One channel of the group's images at a time is moved into xc (its
+	// padding, planes apart) and dc (its output gradient, images dpl
+	// apart, rows dld; zeros past the image where the tiles reach past
+	// it) before the transforms gather from them: gathers straight from
+	// the batch, long out of the caches, wait on memory.
+	dld, dpl := g.w, hw
+	if g.h%4 != 0 || g.w%4 != 0 {
+		dld, dpl = 4*tw, 16*tpi
+	}
+	buf := scratch[float32](&s.cols, gi*plane+gi*dpl+576+36*vs)
+	xc, buf := buf[:gi*plane], buf[gi*plane:]
+	dc, buf := buf[:gi*dpl], buf[gi*dpl:]
+	tmp, v := buf[:576], buf[576:]
+	occ := g.oc * g.c
+	buf = scratch[float32](&s.tmp, 36*ms+36*occ)
+	m, du := buf[:36*ms], buf[36*ms:]
+	boff := s.mm.rows(g.c, rs)
+	for n0 := lo; n0 < hi; n0 += gi {
+		k := min(gi, hi-n0)
+		nt := k * tpi
+		if key := (ioffKey{g, -2, k}); s.ioffOf != key || cap(s.ioff) < 2*rs {
+			s.ioff, s.ioffOf = grow32(s.ioff, 2*rs), key
+			winogradPatches(g, k, s.ioff[:rs], s.ioff[rs:2*rs], nil, dpl, dld)
+		}
+		xoff, doff := s.ioff[:rs], s.ioff[rs:2*rs]
+		for c := 0; c < g.c; c++ {
+			for i := 0; i < k; i++ {
+				p := xc[i*plane : (i+1)*plane]
+				if n := n0 + i; kept != nil {
+					at := n/nb*ps + (c*nb+n%nb)*plane
+					copy(p, kept[at:at+plane])
+				} else {
+					winogradPad(p, wp, hp, x[n*in+c*hw:n*in+(c+1)*hw], g.h, g.w)
+				}
+			}
+			for t0 := 0; t0 < nt; t0 += 16 {
+				wgInput16(&xc[0], &xoff[t0], wp, &v[c*rs+t0], vs, &tmp[0])
+			}
+		}
+		for o := 0; o < g.oc; o++ {
+			for i := 0; i < k; i++ {
+				p, src := dc[i*dpl:(i+1)*dpl], dy[(n0+i)*out+o*hw:(n0+i)*out+(o+1)*hw]
+				if dld == g.w {
+					copy(p, src)
+					continue
+				}
+				copyRows(p, dld, src, g.w, g.w, dld-g.w, g.h)
+				clear(p[g.h*dld:])
+			}
+			for t0 := 0; t0 < nt; t0 += 16 {
+				wgGrad16(&dc[0], &doff[t0], dld, &m[o*rs+t0], ms, &tmp[0])
+			}
+		}
+		for xi := 0; xi < 36; xi++ {
+			sgemmNTSegs(&s.mm, g.oc, g.c, nt, 1, m[xi*ms:xi*ms+g.oc*rs], rs, 0, v[xi*vs:xi*vs+g.c*rs], boff, 0,
+				du[xi*occ:(xi+1)*occ], g.c, n0 > lo)
+		}
+	}
+	winogradKernelGrad(g, du, dw)
+}
+
+// winogradKernelGrad sets dw [OC, C, 3, 3] to Gᵀ dU G for every (output,
+// input) channel pair, dU[ξ] an OC×C matrix at ξ·OC·C (in float64: it
+// scales by fractions down to 1/24 and sums 36 terms).
+func winogradKernelGrad(g *convGeom, du, dw []float32) {
+	occ := g.oc * g.c
+	du, dw = du[:36*occ], dw[:9*occ]
+	for p := 0; p < occ; p++ {
+		// t = Gᵀ dU (3x6), column by column, then t G.
+		var t [18]float64
+		for b := 0; b < 6; b++ {
+			t[b], t[6+b], t[12+b] = wgGT(float64(du[b*occ+p]), float64(du[(6+b)*occ+p]), float64(du[(12+b)*occ+p]),
+				float64(du[(18+b)*occ+p]), float64(du[(24+b)*occ+p]), float64(du[(30+b)*occ+p]))
+		}
+		k := dw[p*9 : p*9+9 : p*9+9]
+		for i := 0; i < 3; i++ {
+			r0, r1, r2 := wgGT(t[6*i], t[6*i+1], t[6*i+2], t[6*i+3], t[6*i+4], t[6*i+5])
+			k[3*i], k[3*i+1], k[3*i+2] = float32(r0), float32(r1), float32(r2)
+		}
+	}
+}
+
+// wgGT is Gᵀ (3x6) times (z0, ..., z5): the transpose of wgG.
+func wgGT(z0, z1, z2, z3, z4, z5 float64) (r0, r1, r2 float64) {
+	s, d, p, q := z1+z2, z2-z1, z3+z4, z3-z4
+	return z0*0.25 - s*(1.0/6) + p*(1.0/24), d*(1.0/6) + q*(1.0/12), (p-s)*(1.0/6) + z5
 }

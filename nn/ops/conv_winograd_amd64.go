@@ -7,3 +7,6 @@ func wgInput16(p *float32, off *int32, wp int, v *float32, ld int, tmp *float32)
 
 //go:noescape
 func wgOutput16(m *float32, ld int, tmp *float32, y *float32, yoff *int32, w int, mask *int32)
+
+//go:noescape
+func wgGrad16(p *float32, off *int32, wp int, v *float32, ld int, tmp *float32)

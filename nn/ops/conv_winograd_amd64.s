@@ -100,12 +100,9 @@ GLOBL wgEvenOdd<>(SB), RODATA|NOPTR, $128
 	VMOVAPS    Z16, dj1 \
 	VPERMT2PS  Z17, Z25, dj1
 
-// One row of the 16 tiles' patches: (d B) into tmp at toff.
-#define INROW(toff) \
-	GATHER2(0, Z0, Z1) \
-	GATHER2(8, Z2, Z3) \
-	GATHER2(16, Z4, Z5) \
-	BT6 \
+// Z6..Z11, a row of 16 tiles' half-transformed patches, into tmp at toff;
+// SI on to the patches' next row.
+#define ROWOUT(toff) \
 	VMOVUPS Z6, (toff+0)(BX) \
 	VMOVUPS Z7, (toff+64)(BX) \
 	VMOVUPS Z8, (toff+128)(BX) \
@@ -114,16 +111,9 @@ GLOBL wgEvenOdd<>(SB), RODATA|NOPTR, $128
 	VMOVUPS Z11, (toff+320)(BX) \
 	ADDQ    DX, SI
 
-// Column b of (d B): Bᵀ of it to rows 6a+b of v (DI at row b, R11 six
-// rows apart).
-#define INCOL(boff) \
-	VMOVUPS (boff+0)(BX), Z0 \
-	VMOVUPS (boff+384)(BX), Z1 \
-	VMOVUPS (boff+768)(BX), Z2 \
-	VMOVUPS (boff+1152)(BX), Z3 \
-	VMOVUPS (boff+1536)(BX), Z4 \
-	VMOVUPS (boff+1920)(BX), Z5 \
-	BT6 \
+// Z6..Z11, column b of 16 tiles' transforms, into rows 6a+b of v (DI at
+// row b, R11 six rows apart); DI on to row b+1.
+#define COLOUT \
 	MOVQ    DI, R10 \
 	VMOVUPS Z6, (R10) \
 	ADDQ    R11, R10 \
@@ -138,27 +128,54 @@ GLOBL wgEvenOdd<>(SB), RODATA|NOPTR, $128
 	VMOVUPS Z11, (R10) \
 	ADDQ    R9, DI
 
+// One row of the 16 tiles' patches: (d B) into tmp at toff.
+#define INROW(toff) \
+	GATHER2(0, Z0, Z1) \
+	GATHER2(8, Z2, Z3) \
+	GATHER2(16, Z4, Z5) \
+	BT6 \
+	ROWOUT(toff)
+
+// Column b of (d B): Bᵀ of it to rows 6a+b of v (DI at row b, R11 six
+// rows apart).
+#define INCOL(boff) \
+	VMOVUPS (boff+0)(BX), Z0 \
+	VMOVUPS (boff+384)(BX), Z1 \
+	VMOVUPS (boff+768)(BX), Z2 \
+	VMOVUPS (boff+1152)(BX), Z3 \
+	VMOVUPS (boff+1536)(BX), Z4 \
+	VMOVUPS (boff+1920)(BX), Z5 \
+	BT6 \
+	COLOUT
+
+// The arguments (p, off, wp, v, ld, tmp) of wgInput16 and wgGrad16: SI = p,
+// Z29 and Y27 the low and high 8 tiles' offsets, Z24 and Z25 GATHER2's
+// permutes, DX = wp and R9 = ld in bytes, R11 = 6·R9, DI = v, BX = tmp,
+// and the constants.
+#define TILEARGS \
+	MOVQ          p+0(FP), SI \
+	MOVQ          off+8(FP), AX \
+	VMOVDQU32     (AX), Z29 \
+	VEXTRACTI32X8 $1, Z29, Y27 \
+	MOVQ          $wgEvenOdd<>(SB), AX \
+	VMOVDQU32     (AX), Z24 \
+	VMOVDQU32     64(AX), Z25 \
+	MOVQ          wp+16(FP), DX \
+	SHLQ          $2, DX \
+	MOVQ          v+24(FP), DI \
+	MOVQ          ld+32(FP), R9 \
+	SHLQ          $2, R9 \
+	LEAQ          (R9)(R9*2), R11 \
+	SHLQ          $1, R11 \
+	MOVQ          tmp+40(FP), BX \
+	CONSTS
+
 // func wgInput16(p *float32, off *int32, wp int, v *float32, ld int, tmp *float32)
 //
 // For the 16 tiles whose 6x6 patches (rows wp apart) start at p + off[lane],
 // v[ξ·ld + lane] = (Bᵀ d B)[a][b] for ξ = 6a+b. tmp: 576 floats of scratch.
 TEXT ·wgInput16(SB), NOSPLIT, $0-48
-	MOVQ      p+0(FP), SI
-	MOVQ          off+8(FP), AX
-	VMOVDQU32     (AX), Z29
-	VEXTRACTI32X8 $1, Z29, Y27
-	MOVQ          $wgEvenOdd<>(SB), AX
-	VMOVDQU32     (AX), Z24
-	VMOVDQU32     64(AX), Z25
-	MOVQ      wp+16(FP), DX
-	SHLQ      $2, DX
-	MOVQ      v+24(FP), DI
-	MOVQ      ld+32(FP), R9
-	SHLQ      $2, R9
-	LEAQ      (R9)(R9*2), R11
-	SHLQ      $1, R11
-	MOVQ      tmp+40(FP), BX
-	CONSTS
+	TILEARGS
 	INROW(0)
 	INROW(384)
 	INROW(768)
@@ -268,5 +285,62 @@ TEXT ·wgOutput16(SB), NOSPLIT, $0-56
 	OUTROW(384, 64)
 	OUTROW(768, 128)
 	OUTROW(1152, 192)
+	VZEROUPPER
+	RET
+
+// Z6..Z11 = A (Z0..Z3), A = (Aᵀ)ᵀ (6x4): z0, z0+z1+z2+z3, z0-z1+z2-z3,
+// z0+2z1+4z2+8z3, z0-2z1+4z2-8z3, z3; clobbers Z12-Z15.
+#define A4 \
+	VADDPS       Z2, Z0, Z12 \
+	VADDPS       Z3, Z1, Z13 \
+	VADDPS       Z13, Z12, Z7 \
+	VSUBPS       Z13, Z12, Z8 \
+	VMOVAPS      Z0, Z14 \
+	VFMADD231PS  Z30, Z2, Z14 \
+	VMOVAPS      Z1, Z15 \
+	VFMADD231PS  Z30, Z3, Z15 \
+	VMOVAPS      Z14, Z9 \
+	VFMADD231PS  Z31, Z15, Z9 \
+	VMOVAPS      Z14, Z10 \
+	VFNMADD231PS Z31, Z15, Z10 \
+	VMOVAPS      Z0, Z6 \
+	VMOVAPS      Z3, Z11
+
+// One row of the 16 tiles' 4x4 output-gradient patches: (d Aᵀ) into tmp
+// at toff.
+#define GRADROW(toff) \
+	GATHER2(0, Z0, Z1) \
+	GATHER2(8, Z2, Z3) \
+	A4 \
+	ROWOUT(toff)
+
+// Column b of (d Aᵀ): A of it to rows 6a+b of v (DI at row b, R11 six
+// rows apart).
+#define GRADCOL(boff) \
+	VMOVUPS (boff+0)(BX), Z0 \
+	VMOVUPS (boff+384)(BX), Z1 \
+	VMOVUPS (boff+768)(BX), Z2 \
+	VMOVUPS (boff+1152)(BX), Z3 \
+	A4 \
+	COLOUT
+
+// func wgGrad16(p *float32, off *int32, wp int, v *float32, ld int, tmp *float32)
+//
+// For the 16 tiles whose 4x4 output-gradient patches (rows wp apart) start
+// at p + off[lane], v[ξ·ld + lane] = (A d Aᵀ)[a][b] for ξ = 6a+b: the
+// gradient with respect to the transform-domain products of wgOutput16.
+// tmp: 384 floats of scratch.
+TEXT ·wgGrad16(SB), NOSPLIT, $0-48
+	TILEARGS
+	GRADROW(0)
+	GRADROW(384)
+	GRADROW(768)
+	GRADROW(1152)
+	GRADCOL(0)
+	GRADCOL(64)
+	GRADCOL(128)
+	GRADCOL(192)
+	GRADCOL(256)
+	GRADCOL(320)
 	VZEROUPPER
 	RET

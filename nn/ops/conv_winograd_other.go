@@ -6,3 +6,4 @@ func wgInput16(*float32, *int32, int, *float32, int, *float32) { panic("ops: no 
 func wgOutput16(*float32, int, *float32, *float32, *int32, int, *int32) {
 	panic("ops: no AVX-512")
 }
+func wgGrad16(*float32, *int32, int, *float32, int, *float32) { panic("ops: no AVX-512") }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"runtime"
 	"testing"
+	"time"
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -12,9 +13,11 @@ import (
 
 // Convolutions the Winograd path takes: whole tiles (28, 8), partial ones
 // (7 and 14 leave 1 and 2 rows of the last tile, 5x6 and 3x3 less than one
-// or two tiles), unequal channels, a bias, chunks of several images.
+// or two tiles), unequal channels, a bias, chunks of several images (7
+// images of 28x28: a chunk of 5 and one of 2).
 var winogradCases = []convCase{
 	{n: 2, c: 16, h: 28, w: 28, oc: 16, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}},
+	{n: 7, c: 16, h: 28, w: 28, oc: 16, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}, bias: true},
 	{n: 3, c: 32, h: 14, w: 14, oc: 32, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}, bias: true},
 	{n: 5, c: 64, h: 7, w: 7, oc: 64, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}},
 	{n: 3, c: 16, h: 8, w: 8, oc: 24, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}},
@@ -188,12 +191,46 @@ func TestWinogradFits(t *testing.T) {
 	}
 }
 
-// BenchmarkConvWinograd times the forward and input gradient ops of
+// A convolution on the Winograd path takes the fewest images a chunk
+// whose tiles fill the products' 32 columns (but for a seventeenth), up to
+// 512 tiles: 5 of resnet8's 28x28 (245 tiles), where the implicit path
+// takes 1; 2 of 14x14 and 8 of 7x7 as the implicit path; a batch too small
+// to fill them as the implicit path.
+func TestWinogradChunk(t *testing.T) {
+	if !useAVX512 {
+		t.Skip("no AVX-512: the Winograd path is never taken")
+	}
+	geom := func(n, c, hw int) *convGeom {
+		return &convGeom{n: n, c: c, h: hw, w: hw, oc: c, kh: 3, kw: 3, sh: 1, sw: 1, ph: 1, pw: 1, dh: 1, dw: 1, oh: hw, ow: hw}
+	}
+	for _, c := range []struct {
+		what     string
+		g        *convGeom
+		nb       int
+		winograd bool
+	}{
+		{"stage 1", geom(64, 16, 28), 5, true},
+		{"stage 1, 7 images", geom(7, 16, 28), 5, true},
+		{"stage 1, 4 images", geom(4, 16, 28), 1, true},
+		{"stage 2", geom(64, 32, 14), 2, true},
+		{"stage 3", geom(64, 64, 7), 8, true},
+		{"8 channels (implicit)", geom(64, 8, 28), 1, false},
+	} {
+		if got := winogradFits[float32](c.g); got != c.winograd {
+			t.Errorf("%s: winogradFits = %v, want %v", c.what, got, c.winograd)
+		}
+		if got := c.g.chunk(); got != c.nb {
+			t.Errorf("%s: %d images a chunk, want %d", c.what, got, c.nb)
+		}
+	}
+}
+
+// BenchmarkConvWinograd times the forward, input and weight gradient ops of
 // resnet8's same-padded 3x3 convolutions (batch 64, float32) on the
 // Winograd path and on the implicit path it replaces, one after the other,
 // split between GOMAXPROCS image workers as in training,
 // stage 1 included although it does not dispatch there (see
-// winogradMinChannels):
+// winogradMinChannels); dw-cold is dw with the caches emptied first:
 //
 //	for i in 1 2 3; do for p in 1 2; do GOMAXPROCS=$p go test ./nn/ops -run '^$' -bench ConvWinograd -benchtime 100x; done; done
 func BenchmarkConvWinograd(b *testing.B) {
@@ -203,7 +240,7 @@ func BenchmarkConvWinograd(b *testing.B) {
 		name  string
 		c, hw int
 	}{{"stage1", 16, 28}, {"stage2", 32, 14}, {"stage3", 64, 7}} {
-		for _, pass := range []string{"forward", "dx"} {
+		for _, pass := range []string{"forward", "dx", "dw", "dw-cold"} {
 			for _, path := range []struct {
 				name string
 				on   bool
@@ -220,22 +257,46 @@ func BenchmarkConvWinograd(b *testing.B) {
 					}
 					op := y.Op().(*convOp)
 					f, args := op.Do, []G.Value{x.Value(), w.Value()}
-					if pass == "dx" {
+					switch pass {
+					case "dx":
 						gi := &convGradInputOp{base: newBase("Conv2dGradInput"), g: op.g}
 						f, args = gi.Do, []G.Value{randT(tensor.Float32, 3, -1, 1, op.g.yShape()...), w.Value()}
+					case "dw", "dw-cold": // reading the padding its forward kept, as in training
+						op.pad.keep = true
+						if _, err := op.Do(args...); err != nil {
+							b.Fatal(err)
+						}
+						gw := &convGradWeightOp{base: newBase("Conv2dGradWeight"), g: op.g, fwd: op}
+						f, args = gw.Do, []G.Value{x.Value(), randT(tensor.Float32, 3, -1, 1, op.g.yShape()...)}
 					}
 					for range 3 { // every worker's scratch grown
 						if _, err := f(args...); err != nil {
 							b.Fatal(err)
 						}
 					}
+					// dw-cold runs each weight gradient after writing 64 MB
+					// elsewhere, as in a training step, where its input was
+					// padded by the forward long before (untimed).
+					var evict []float32
+					if pass == "dw-cold" {
+						evict = make([]float32, 16<<20)
+					}
 					b.ReportAllocs()
 					b.ResetTimer()
-					cpu0 := cpuTime()
+					var cpu time.Duration
 					for i := 0; i < b.N; i++ {
+						if evict != nil {
+							b.StopTimer()
+							for j := range evict {
+								evict[j]++
+							}
+							b.StartTimer()
+						}
+						cpu0 := cpuTime()
 						_, _ = f(args...)
+						cpu += cpuTime() - cpu0
 					}
-					if cpu := cpuTime() - cpu0; cpu > 0 {
+					if cpu > 0 {
 						b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 					}
 				})
@@ -244,9 +305,9 @@ func BenchmarkConvWinograd(b *testing.B) {
 	}
 }
 
-// A Winograd forward still keeps the padding of its input for the weight
-// gradient (which stays on the implicit path): the weight gradient reading
-// it gives the bits of one padding the input again.
+// A Winograd forward keeps the padding of its input, in its own layout,
+// for the weight gradient (on the Winograd path too): the weight gradient
+// reading it gives the bits of one padding the input again.
 func TestConv2dWinogradKeepsPadding(t *testing.T) {
 	winogradForSmallCases(t)
 	for _, c := range winogradCases {
@@ -259,7 +320,7 @@ func TestConv2dWinogradKeepsPadding(t *testing.T) {
 		if n := 36 * winogradStride(c.oc*c.c); len(op.wpack) != n {
 			t.Fatalf("%v: the forward did not take the Winograd path", c)
 		}
-		if op.pad.padFor(data[float32](in[0].(*tensor.Dense))) == nil {
+		if op.pad.padFor(data[float32](in[0].(*tensor.Dense)), winogradFits[float32](&op.g)) == nil {
 			t.Fatalf("%v: the Winograd forward kept no padding", c)
 		}
 		sameBits(t, fmt.Sprintf("%v dw from the kept padding", c), do(t, kept.Do, in[0], dy), do(t, fresh.Do, in[0], dy))
@@ -278,4 +339,90 @@ func winogradForSmallCases(t *testing.T) {
 	mc, mw := winogradMinChannels, winogradMaxWaste
 	t.Cleanup(func() { winogradMinChannels, winogradMaxWaste = mc, mw })
 	winogradMinChannels, winogradMaxWaste = 8, 4
+}
+
+// dwRef is the weight gradient of c by the plain loops in float64: Σ over
+// images and outputs of dy·x, or with abs, of |dy||x| (the scale of its
+// rounding).
+func dwRef(c convCase, x, dy []float64, abs bool) []float64 {
+	sh, sw, ph, pw, dh, dwl, oh, ow := c.geometry()
+	f := func(v float64) float64 { return v }
+	if abs {
+		f = math.Abs
+	}
+	dw := make([]float64, c.oc*c.c*c.kh*c.kw)
+	for n := 0; n < c.n; n++ {
+		for o := 0; o < c.oc; o++ {
+			for ch := 0; ch < c.c; ch++ {
+				for ki := 0; ki < c.kh; ki++ {
+					for kj := 0; kj < c.kw; kj++ {
+						s := 0.0
+						for oy := 0; oy < oh; oy++ {
+							iy := oy*sh - ph + ki*dh
+							if iy < 0 || iy >= c.h {
+								continue
+							}
+							for ox := 0; ox < ow; ox++ {
+								if ix := ox*sw - pw + kj*dwl; ix >= 0 && ix < c.w {
+									s += f(dy[((n*c.oc+o)*oh+oy)*ow+ox]) * f(x[((n*c.c+ch)*c.h+iy)*c.w+ix])
+								}
+							}
+						}
+						dw[((o*c.c+ch)*c.kh+ki)*c.kw+kj] += s
+					}
+				}
+			}
+		}
+	}
+	return dw
+}
+
+// The weight gradient of the Winograd cases, and of resnet8's three stage
+// convolutions at its batch of 64 (sums over 3136 tiles at 28x28), takes
+// the Winograd path (its bits differ from the implicit path's) and
+// matches the plain loops within winogradTol of Σ|dy||x| with 1, 2 or 3
+// image workers; under SetDeterministic the three give the same bits.
+func TestConv2dWinogradWeightGradMatchesReference(t *testing.T) {
+	winogradForSmallCases(t)
+	defer SetDeterministic(Deterministic())
+	cases := append(winogradCases[:len(winogradCases):len(winogradCases)],
+		convCase{n: 64, c: 16, h: 28, w: 28, oc: 16, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}},
+		convCase{n: 64, c: 32, h: 14, w: 14, oc: 32, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}},
+		convCase{n: 64, c: 64, h: 7, w: 7, oc: 64, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}})
+	for _, c := range cases {
+		t.Run(c.String(), func(t *testing.T) {
+			_, _, gw, in, dy := convOps(t, c, tensor.Float32)
+			x, dyv := vals(in[0]), vals(dy)
+			want, scale := dwRef(c, x, dyv, false), dwRef(c, x, dyv, true)
+			var got []float64
+			for _, det := range []bool{false, true} {
+				SetDeterministic(det)
+				var first []float64
+				for _, workers := range []int{1, 2, 3} {
+					_, _, dw := convPass(t, c, tensor.Float32, workers)
+					if e := relErr(dw, want, scale); e > winogradTol || math.IsNaN(e) {
+						t.Errorf("deterministic=%v workers=%d: error %.3g of Σ|dy||x|, want at most %g", det, workers, e, winogradTol)
+					}
+					if first == nil {
+						first, got = dw, dw
+					} else if det {
+						sameBits(t, fmt.Sprintf("deterministic, workers=%d dw", workers), dw, first)
+					}
+				}
+			}
+			defer func(on bool) { winogradOn = on }(winogradOn)
+			winogradOn = false
+			direct := do(t, gw.Do, in[0], dy)
+			if e := relErr(direct, want, scale); e > winogradTol {
+				t.Errorf("the implicit path's error is %.3g", e)
+			}
+			differ := false
+			for i := range direct {
+				differ = differ || math.Float64bits(direct[i]) != math.Float64bits(got[i])
+			}
+			if !differ {
+				t.Errorf("the same bits as the implicit path: the Winograd path was not taken")
+			}
+		})
+	}
 }

@@ -24,8 +24,8 @@
 //     kernels (sgemm_amd64.s), from a zero-padded copy of the input rather
 //     than a column matrix where that is faster (conv_implicit.go), and
 //     the input gradient of strided ones phase by phase rather than through
-//     col2im (conv_phase.go), and the forward and input gradient of
-//     same-padded 3x3 ones of 16 channels and more as Winograd F(4x4, 3x3)
+//     col2im (conv_phase.go), and same-padded 3x3 ones of 16 channels and
+//     more, forward, input and weight gradient, as Winograd F(4x4, 3x3)
 //     (conv_winograd.go); the float32 normalisation and activation
 //     loops use AVX-512 too (elem_amd64.s). Elsewhere, and for float64, the
 //     Go loops and the BLAS.
