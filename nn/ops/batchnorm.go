@@ -70,16 +70,27 @@ type GradWeighter interface {
 // the batch variance is the biased one and the running variance is updated
 // with the unbiased one, as PyTorch does.
 func BatchNorm(x, gamma, beta *G.Node, stats BatchNormStats, o BatchNormOpts) (*G.Node, error) {
-	if err := checkFloat("BatchNorm input", x); err != nil {
+	op, children, err := newBNOp("BatchNorm", x, gamma, beta, stats, o)
+	if err != nil {
 		return nil, err
+	}
+	return apply(op, children...)
+}
+
+// newBNOp checks one BatchNorm's operands (what names the op in errors) and
+// returns its op, not yet applied, and its inputs: x, then gamma and beta
+// when given.
+func newBNOp(what string, x, gamma, beta *G.Node, stats BatchNormStats, o BatchNormOpts) (*bnOp, []*G.Node, error) {
+	if err := checkFloat(what+" input", x); err != nil {
+		return nil, nil, err
 	}
 	xs := x.Shape()
 	if len(xs) < 2 {
-		return nil, fmt.Errorf("BatchNorm input has shape %v: want [batch, channels, ...]", xs)
+		return nil, nil, fmt.Errorf("%s input has shape %v: want [batch, channels, ...]", what, xs)
 	}
 	c := xs[1]
 	if (gamma == nil) != (beta == nil) {
-		return nil, fmt.Errorf("BatchNorm needs both gamma and beta, or neither")
+		return nil, nil, fmt.Errorf("%s needs both gamma and beta, or neither", what)
 	}
 	children := []*G.Node{x}
 	if gamma != nil {
@@ -87,11 +98,11 @@ func BatchNorm(x, gamma, beta *G.Node, stats BatchNormStats, o BatchNormOpts) (*
 			what string
 			n    *G.Node
 		}{{"gamma", gamma}, {"beta", beta}} {
-			if err := sameDtype("BatchNorm "+p.what, x, p.n); err != nil {
-				return nil, err
+			if err := sameDtype(what+" "+p.what, x, p.n); err != nil {
+				return nil, nil, err
 			}
 			if s := p.n.Shape(); len(s) != 1 || s[0] != c {
-				return nil, fmt.Errorf("BatchNorm %s has shape %v, want [%d] for input %v", p.what, s, c, xs)
+				return nil, nil, fmt.Errorf("%s %s has shape %v, want [%d] for input %v", what, p.what, s, c, xs)
 			}
 		}
 		children = append(children, gamma, beta)
@@ -101,21 +112,21 @@ func BatchNorm(x, gamma, beta *G.Node, stats BatchNormStats, o BatchNormOpts) (*
 		t    *tensor.Dense
 	}{{"running mean", stats.Mean}, {"running var", stats.Var}} {
 		if st.t == nil {
-			return nil, fmt.Errorf("BatchNorm %s is nil: pass the buffer tensors", st.what)
+			return nil, nil, fmt.Errorf("%s %s is nil: pass the buffer tensors", what, st.what)
 		}
 		if st.t.Dtype() != x.Dtype() || st.t.Shape().TotalSize() != c {
-			return nil, fmt.Errorf("BatchNorm %s is %v %v, want %v with %d elements for input %v", st.what, st.t.Dtype(), st.t.Shape(), x.Dtype(), c, xs)
+			return nil, nil, fmt.Errorf("%s %s is %v %v, want %v with %d elements for input %v", what, st.what, st.t.Dtype(), st.t.Shape(), x.Dtype(), c, xs)
 		}
 	}
 	if nb := stats.NumBatches; nb != nil && (nb.Dtype() != x.Dtype() || nb.Shape().TotalSize() != 1) {
-		return nil, fmt.Errorf("BatchNorm batch counter is %v %v, want one %v", nb.Dtype(), nb.Shape(), x.Dtype())
+		return nil, nil, fmt.Errorf("%s batch counter is %v %v, want one %v", what, nb.Dtype(), nb.Shape(), x.Dtype())
 	}
 	if o.CumulativeAverage && stats.NumBatches == nil {
-		return nil, fmt.Errorf("BatchNorm with CumulativeAverage needs the NumBatches counter")
+		return nil, nil, fmt.Errorf("%s with CumulativeAverage needs the NumBatches counter", what)
 	}
 	m := xs.TotalSize() / c
 	if o.Training && m < 2 && o.Sync == nil { // under Sync the job's count is checked at run time
-		return nil, fmt.Errorf("BatchNorm in training needs more than one value per channel, input %v has %d: use a larger batch or eval mode", xs, m)
+		return nil, nil, fmt.Errorf("%s in training needs more than one value per channel, input %v has %d: use a larger batch or eval mode", what, xs, m)
 	}
 	if o.Momentum == 0 {
 		o.Momentum = 0.1
@@ -124,11 +135,11 @@ func BatchNorm(x, gamma, beta *G.Node, stats BatchNormStats, o BatchNormOpts) (*
 		o.Eps = 1e-5
 	}
 	if o.Momentum < 0 || o.Momentum > 1 || o.Eps < 0 {
-		return nil, fmt.Errorf("BatchNorm momentum %v and eps %v: want momentum in (0, 1] and eps > 0", o.Momentum, o.Eps)
+		return nil, nil, fmt.Errorf("%s momentum %v and eps %v: want momentum in (0, 1] and eps > 0", what, o.Momentum, o.Eps)
 	}
 	op := &bnOp{base: newBase("BatchNorm"), BatchNormOpts: o, stats: stats, shape: xs.Clone(), affine: gamma != nil,
 		n: xs[0], c: c, inner: m / xs[0]}
-	return apply(op, children...)
+	return op, children, nil
 }
 
 type bnOp struct {
@@ -202,12 +213,29 @@ func (op *bnOp) Do(v ...G.Value) (G.Value, error) {
 }
 
 func bnFwd[T float](op *bnOp, xt, gt, bt, yt *tensor.Dense) error {
+	if err := bnPrepare[T](op, xt, gt, bt); err != nil {
+		return err
+	}
+	x, y := data[T](xt), data[T](yt)
+	planes := op.n * op.c
+	if w := workers(planes, op.inner); w > 1 {
+		parallelLoop(loopBNAffine, w, planes, x, y, nil, loopArgs{bn: op})
+	} else {
+		bnAffine(op, x, y, 0, planes)
+	}
+	return nil
+}
+
+// bnPrepare sets op.mean and op.invstd from the batch (training: and
+// updates the running statistics) or from the running statistics, and
+// op.scale and op.shift, the affine map the output is x·scale + shift of.
+func bnPrepare[T float](op *bnOp, xt, gt, bt *tensor.Dense) error {
 	c, inner := op.c, op.inner
 	op.mean = grow(op.mean, c)
 	op.invstd = grow(op.invstd, c)
 	op.scale = grow(op.scale, c)
 	op.shift = grow(op.shift, c)
-	x, y := data[T](xt), data[T](yt)
+	x := data[T](xt)
 	rm, rv := data[T](op.stats.Mean), data[T](op.stats.Var)
 	if op.Training {
 		m := float64(op.n * inner)
@@ -270,12 +298,6 @@ func bnFwd[T float](op *bnOp, xt, gt, bt, yt *tensor.Dense) error {
 		}
 		op.scale[ch] = g * op.invstd[ch]
 		op.shift[ch] = b - op.mean[ch]*op.scale[ch]
-	}
-	planes := op.n * c
-	if w := workers(planes, inner); w > 1 {
-		parallelLoop(loopBNAffine, w, planes, x, y, nil, loopArgs{bn: op})
-	} else {
-		bnAffine(op, x, y, 0, planes)
 	}
 	return nil
 }
@@ -382,11 +404,6 @@ func (op *bnOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
 // input gradient), and returns dy'.
 func bnSums[T float](op *bnOp, xt, yt, dyt *tensor.Dense) []T {
 	c, inner := op.c, op.inner
-	op.sumDy = grow(op.sumDy, c)
-	op.sumDyXh = grow(op.sumDyXh, c)
-	sdx := op.sumDyXh // Σdy'·x first
-	clear(op.sumDy)
-	clear(sdx)
 	x, dy := data[T](xt), data[T](dyt)
 	var y []T // with the ReLU: mask dy into op.dyMasked plane by plane
 	if op.ReLU {
@@ -403,7 +420,20 @@ func bnSums[T float](op *bnOp, xt, yt, dyt *tensor.Dense) []T {
 	if op.ReLU {
 		dy = op.dyMasked.([]T)[:len(dy)]
 	}
-	for p := 0; p < planes; p++ {
+	op.finishSums()
+	return dy
+}
+
+// finishSums sets op.sumDy to Σdy' and op.sumDyXh to Σdy'·x̂ per channel
+// from the per-plane Σdy' and Σdy'·x in op.parts, summed in plane order.
+func (op *bnOp) finishSums() {
+	c := op.c
+	op.sumDy = grow(op.sumDy, c)
+	op.sumDyXh = grow(op.sumDyXh, c)
+	sdx := op.sumDyXh // Σdy'·x first
+	clear(op.sumDy)
+	clear(sdx)
+	for p := 0; p < op.n*c; p++ {
 		op.sumDy[p%c] += op.parts[2*p]
 		sdx[p%c] += op.parts[2*p+1]
 	}
@@ -411,7 +441,6 @@ func bnSums[T float](op *bnOp, xt, yt, dyt *tensor.Dense) []T {
 		// Σdy'·x̂ = invstd·(Σdy'·x - mean·Σdy')
 		sdx[ch] = op.invstd[ch] * (sdx[ch] - op.mean[ch]*op.sumDy[ch])
 	}
-	return dy
 }
 
 // bnDotSums sums planes [lo, hi) into op.parts. With y (the fused ReLU's
@@ -488,17 +517,21 @@ func copyFrom64[T float](dst []T, src []float64) {
 }
 
 // bnGradBetaOp is Σdy' per channel, summed by the gamma gradient op whose
-// output it takes (for ordering): (dgamma) → [C].
+// output it takes (for ordering): (dgamma) → [C]. With gamma set it is
+// Σdy'·x̂ instead, summed by the op whose output of inDims dimensions it
+// takes (BatchNormAddReLU's masked gradient).
 type bnGradBetaOp struct {
 	base
 	noDiff
-	fwd *bnOp
-	out buffer
+	fwd    *bnOp
+	out    buffer
+	gamma  bool
+	inDims int // 0: 1
 }
 
 func (op *bnGradBetaOp) Arity() int         { return 1 }
 func (op *bnGradBetaOp) DiffWRT(int) []bool { return []bool{false} }
-func (op *bnGradBetaOp) Type() hm.Type      { return fnType(1, 1) }
+func (op *bnGradBetaOp) Type() hm.Type      { return fnType(1, max(op.inDims, 1)) }
 func (op *bnGradBetaOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
 	return tensor.Shape{op.fwd.c}, nil
 }
@@ -506,10 +539,14 @@ func (op *bnGradBetaOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
 func (op *bnGradBetaOp) Do(v ...G.Value) (G.Value, error) {
 	dt := v[0].Dtype()
 	o := op.out.get(dt, tensor.Shape{op.fwd.c})
+	sums := op.fwd.sumDy
+	if op.gamma {
+		sums = op.fwd.sumDyXh
+	}
 	if dt == tensor.Float32 {
-		copyFrom64(data[float32](o), op.fwd.sumDy)
+		copyFrom64(data[float32](o), sums)
 	} else {
-		copyFrom64(data[float64](o), op.fwd.sumDy)
+		copyFrom64(data[float64](o), sums)
 	}
 	return o, nil
 }

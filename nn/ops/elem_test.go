@@ -67,6 +67,8 @@ func TestElemKernelsMatchGo(t *testing.T) {
 				op := &bnOp{c: 1, inner: n, scale: []float64{1.5}, shift: []float64{-0.25}, BatchNormOpts: BatchNormOpts{ReLU: relu}}
 				check(fmt.Sprintf("bnAffine relu=%v", relu), 1e-6, func(out []float32) { bnAffine(op, a[:n], out[:n], 0, 1) })
 			}
+			add := &bnAddOp{bns: []*bnOp{{n: 1, c: 1, inner: n}}, a: []float64{1.5}, b: []float64{-0.75}, k: []float64{0.25}}
+			check("bnAdd", 1e-6, func(out []float32) { bnAdd(add, a[:n], b[:n], out[:n], 0, 1) })
 			op := &bnOp{c: 1, inner: n, ga: []float64{0.75}, gb: []float64{-1.25}, gk: []float64{0.5}}
 			check("bnInputGrad", 1e-6, func(out []float32) { bnInputGrad(op, a[:n], b[:n], out[:n], 0, 1) })
 			check("shiftedSums", 1e-5, func(out []float32) {

@@ -1,0 +1,6 @@
+//go:build amd64 && !purego
+
+package ops
+
+//go:noescape
+func bnAddRelu32(x1, x2, y *float32, n int, a, b, k float32)

@@ -1,0 +1,7 @@
+//go:build !amd64 || purego
+
+package ops
+
+func bnAddRelu32(*float32, *float32, *float32, int, float32, float32, float32) {
+	panic("ops: no AVX-512")
+}
