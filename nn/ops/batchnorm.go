@@ -444,8 +444,8 @@ func (op *bnOp) finishSums() {
 }
 
 // bnDotSums sums planes [lo, hi) into op.parts. With y (the fused ReLU's
-// output) it first masks each plane of dy into op.dyMasked and sums the
-// masked plane while it is in cache: one pass over memory and one split
+// output) it masks each plane of dy into op.dyMasked and sums the masked
+// plane in the same loop (maskDotSums): one pass over memory and one split
 // instead of a masking pass and a summing pass.
 func bnDotSums[T float](op *bnOp, dy, x, y []T, lo, hi int) {
 	inner := op.inner
@@ -454,13 +454,12 @@ func bnDotSums[T float](op *bnOp, dy, x, y []T, lo, hi int) {
 		masked = op.dyMasked.([]T)
 	}
 	for p := lo; p < hi; p++ {
-		d := dy[p*inner : (p+1)*inner]
+		d, xp := dy[p*inner:(p+1)*inner], x[p*inner:(p+1)*inner]
 		if y != nil {
-			m := masked[p*inner : (p+1)*inner]
-			maskPos(y[p*inner:(p+1)*inner], d, m)
-			d = m
+			op.parts[2*p], op.parts[2*p+1] = maskDotSums(y[p*inner:(p+1)*inner], d, xp, masked[p*inner:(p+1)*inner])
+			continue
 		}
-		op.parts[2*p], op.parts[2*p+1] = dotSums(d, x[p*inner:(p+1)*inner])
+		op.parts[2*p], op.parts[2*p+1] = dotSums(d, xp)
 	}
 }
 

@@ -351,12 +351,23 @@ func bnAddMaskSums[T float](op *bnAddGradOp, y, dy, dm []T, lo, hi int) {
 	}
 	for p := lo; p < hi; p++ {
 		m := dm[p*inner : (p+1)*inner]
-		maskPos(y[p*inner:(p+1)*inner], dy[p*inner:(p+1)*inner], m)
 		bn := op.fwd.bns[0]
-		bn.parts[2*p], bn.parts[2*p+1] = dotSums(m, x1[p*inner:(p+1)*inner])
+		bn.parts[2*p], bn.parts[2*p+1] = maskDotSums(y[p*inner:(p+1)*inner], dy[p*inner:(p+1)*inner], x1[p*inner:(p+1)*inner], m)
 		if x2 != nil {
 			bn = op.fwd.bns[1]
 			bn.parts[2*p], bn.parts[2*p+1] = dotSums(m, x2[p*inner:(p+1)*inner])
 		}
 	}
+}
+
+// maskDotSums is maskPos(y, dy, dm) then dotSums(dm, x): one loop over the
+// four slices where the kernel allows, with the same results.
+func maskDotSums[T float](y, dy, x, dm []T) (s, sx float64) {
+	if is32[T]() && useAVX512 && len(y) > 0 {
+		dy, x, dm = dy[:len(y)], x[:len(y)], dm[:len(y)]
+		s32, sx32 := maskDotSums32(f32p(y), f32p(dy), f32p(x), f32p(dm), len(y))
+		return float64(s32), float64(sx32)
+	}
+	maskPos(y, dy, dm)
+	return dotSums(dm, x)
 }

@@ -4,3 +4,6 @@ package ops
 
 //go:noescape
 func bnAddRelu32(x1, x2, y *float32, n int, a, b, k float32)
+
+//go:noescape
+func maskDotSums32(y, dy, x, dm *float32, n int) (s, sx float32)

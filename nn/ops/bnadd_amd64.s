@@ -1,6 +1,7 @@
 //go:build amd64 && !purego
 
 #include "textflag.h"
+#include "elem_amd64.h"
 
 // The fused BatchNorm + residual + ReLU pass of bnadd.go, AVX-512, as the
 // kernels of elem_amd64.s: 16 lanes a step and a masked tail (no element
@@ -32,13 +33,7 @@ baloop:
 	DECQ R9
 	JNZ  baloop
 batail:
-	MOVQ  CX, DX
-	ANDQ  $15, DX
-	JZ    badone
-	MOVL  $1, R11
-	SHLXL DX, R11, R11
-	DECL  R11
-	KMOVW R11, K1
+	TAILMASK(badone)
 	VMOVUPS.Z (R10)(BX*1), K1, Z0
 	VMOVUPS.Z (SI)(BX*1), K1, Z1
 	VFMADD213PS Z6, Z5, Z0
@@ -46,5 +41,68 @@ batail:
 	VMAXPS  Z0, Z3, Z0
 	VMOVUPS Z0, K1, (DI)(BX*1)
 badone:
+	VZEROUPPER
+	RET
+
+// func maskDotSums32(y, dy, x, dm *float32, n int) (s, sx float32)
+// dm[i] = dy[i] where y[i] is not ≤ 0 (positive or NaN), else +0, and Σdm,
+// Σdm·x: maskPos32AVX then dotSums32 in one loop, with dotSums32's
+// accumulators and order (the same bits), without reading dm back.
+TEXT ·maskDotSums32(SB), NOSPLIT, $0-48
+	MOVQ y+0(FP), SI
+	MOVQ dy+8(FP), R8
+	MOVQ x+16(FP), R10
+	MOVQ dm+24(FP), DI
+	MOVQ n+32(FP), CX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	MOVQ CX, R9
+	SHRQ $5, R9
+	XORQ BX, BX
+	TESTQ R9, R9
+	JZ   mdhalf
+mdloop:
+	VMOVUPS (SI)(BX*1), Z7
+	VMOVUPS 64(SI)(BX*1), Z8
+	VCMPPS  $0x16, Z4, Z7, K2 // NLE_UQ: not (y ≤ 0)
+	VCMPPS  $0x16, Z4, Z8, K3
+	VMOVUPS.Z (R8)(BX*1), K2, Z5
+	VMOVUPS.Z 64(R8)(BX*1), K3, Z6
+	VMOVUPS Z5, (DI)(BX*1)
+	VMOVUPS Z6, 64(DI)(BX*1)
+	VADDPS  Z5, Z0, Z0
+	VADDPS  Z6, Z1, Z1
+	VFMADD231PS (R10)(BX*1), Z5, Z2
+	VFMADD231PS 64(R10)(BX*1), Z6, Z3
+	ADDQ $128, BX
+	DECQ R9
+	JNZ  mdloop
+mdhalf:
+	TESTQ $16, CX
+	JZ   mdtail
+	VMOVUPS (SI)(BX*1), Z7
+	VCMPPS  $0x16, Z4, Z7, K2
+	VMOVUPS.Z (R8)(BX*1), K2, Z5
+	VMOVUPS Z5, (DI)(BX*1)
+	VADDPS  Z5, Z0, Z0
+	VFMADD231PS (R10)(BX*1), Z5, Z2
+	ADDQ $64, BX
+mdtail:
+	TAILMASK(mddone)
+	VMOVUPS.Z (SI)(BX*1), K1, Z7
+	VCMPPS  $0x16, Z4, Z7, K1, K2
+	VMOVUPS.Z (R8)(BX*1), K2, Z5
+	VMOVUPS Z5, K1, (DI)(BX*1)
+	VMOVUPS.Z (R10)(BX*1), K1, Z6
+	VADDPS  Z5, Z1, Z1
+	VFMADD231PS Z6, Z5, Z3
+mddone:
+	VADDPS Z1, Z0, Z0
+	VADDPS Z3, Z2, Z2
+	HSUM(Z0, Y0, X0, s+40(FP))
+	HSUM(Z2, Y2, X2, sx+44(FP))
 	VZEROUPPER
 	RET

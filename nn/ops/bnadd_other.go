@@ -5,3 +5,7 @@ package ops
 func bnAddRelu32(*float32, *float32, *float32, int, float32, float32, float32) {
 	panic("ops: no AVX-512")
 }
+
+func maskDotSums32(*float32, *float32, *float32, *float32, int) (float32, float32) {
+	panic("ops: no AVX-512")
+}

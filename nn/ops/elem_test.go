@@ -46,7 +46,7 @@ func TestElemKernelsMatchGo(t *testing.T) {
 	}
 	for n := 0; n <= 70; n++ {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			a, b := gen(n), gen(n)
+			a, b, c := gen(n), gen(n), gen(n)
 			run := func(avx bool, f func(out []float32)) []float32 {
 				useAVX512 = avx
 				out := make([]float32, n+8)
@@ -75,6 +75,25 @@ func TestElemKernelsMatchGo(t *testing.T) {
 				s, sq := shiftedSums(a[:n], 0.5)
 				out[0], out[1] = float32(s), float32(sq)
 			})
+			check("maskDotSums", 1e-5, func(out []float32) {
+				dm := make([]float32, n)
+				s, sx := maskDotSums(a[:n], b[:n], c[:n], dm)
+				copy(out, dm)
+				out[n], out[n+1] = float32(s), float32(sx)
+			})
+			{ // bitwise the AVX-512 maskPos then dotSums, the path it replaces
+				useAVX512 = true
+				dm := make([]float32, n+8)
+				for i := range dm {
+					dm[i] = 42
+				}
+				s, sx := maskDotSums(a[:n], b[:n], c[:n], dm[:n])
+				want := make([]float32, n+8)
+				copy(want[n:], dm[n:])
+				maskPos(a[:n], b[:n], want[:n])
+				ws, wsx := dotSums(want[:n], c[:n])
+				same(t, "maskDotSums against the AVX-512 maskPos, dotSums", append(dm, float32(s), float32(sx)), append(want, float32(ws), float32(wsx)), 0)
+			}
 			check("dotSums", 1e-5, func(out []float32) {
 				s, sx := dotSums(a[:n], b[:n])
 				out[0], out[1] = float32(s), float32(sx)
