@@ -154,7 +154,6 @@ type bnOp struct {
 	scale, shift   []float64
 	sumDy, sumDyXh []float64 // filled by the backward ops
 	ga, gb, gk     []float64 // input-gradient coefficients
-	dyMasked       any       // []T: dy masked by the fused ReLU, from bnSums
 	parts          []float64 // per-plane partial sums, combined in plane order
 	count          float64   // values per channel behind mean and invstd (all replicas under Sync)
 	syncBuf        []float64 // Sync: per-channel statistics or gradient sums, reduced in place
@@ -377,9 +376,15 @@ func bnAffine[T float](op *bnOp, x, y []T, lo, hi int) {
 
 // SymDiff makes three nodes at most: the gamma gradient (which also sums the
 // beta gradient), the beta gradient (a copy of that sum, ordered after it),
-// and the input gradient (which reuses both sums).
+// and the input gradient (which reuses both sums). With the fused ReLU the
+// masked output gradient is a node of its own first, which sums both
+// (bnMaskOp), as BatchNormAddReLU's.
 func (op *bnOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
 	x := inputs[0]
+	if op.ReLU {
+		grads, _, err := maskedBackward("BatchNormReLUGrad", []*bnOp{op}, inputs, output, grad)
+		return grads, err
+	}
 	if !op.affine {
 		dx, err := apply(&bnGradInputOp{base: newBase("BatchNormGradInput"), fwd: op}, x, output, grad)
 		return G.Nodes{dx}, err
@@ -399,29 +404,19 @@ func (op *bnOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
 	return G.Nodes{dx, dgamma, dbeta}, nil
 }
 
-// bnSums fills op.sumDy with Σdy' and op.sumDyXh with Σdy'·x̂ per channel,
-// where dy' is dy masked by the fused ReLU (kept in op.dyMasked for the
-// input gradient), and returns dy'.
-func bnSums[T float](op *bnOp, xt, yt, dyt *tensor.Dense) []T {
+// bnSums fills op.sumDy with Σdy and op.sumDyXh with Σdy·x̂ per channel (a
+// BatchNorm without the fused ReLU: with it, bnMaskOp sums the masked dy).
+func bnSums[T float](op *bnOp, xt, dyt *tensor.Dense) {
 	c, inner := op.c, op.inner
 	x, dy := data[T](xt), data[T](dyt)
-	var y []T // with the ReLU: mask dy into op.dyMasked plane by plane
-	if op.ReLU {
-		y = data[T](yt)
-		scratch[T](&op.dyMasked, len(dy))
-	}
 	planes := op.n * c
 	op.parts = grow(op.parts, 2*planes)
 	if w := workers(planes, inner); w > 1 {
-		parallelLoop(loopBNDotSums, w, planes, dy, x, y, loopArgs{bn: op})
+		parallelLoop(loopBNDotSums, w, planes, dy, x, nil, loopArgs{bn: op})
 	} else {
-		bnDotSums(op, dy, x, y, 0, planes)
-	}
-	if op.ReLU {
-		dy = op.dyMasked.([]T)[:len(dy)]
+		bnDotSums(op, dy, x, 0, planes)
 	}
 	op.finishSums()
-	return dy
 }
 
 // finishSums sets op.sumDy to Σdy' and op.sumDyXh to Σdy'·x̂ per channel
@@ -443,23 +438,11 @@ func (op *bnOp) finishSums() {
 	}
 }
 
-// bnDotSums sums planes [lo, hi) into op.parts. With y (the fused ReLU's
-// output) it masks each plane of dy into op.dyMasked and sums the masked
-// plane in the same loop (maskDotSums): one pass over memory and one split
-// instead of a masking pass and a summing pass.
-func bnDotSums[T float](op *bnOp, dy, x, y []T, lo, hi int) {
+// bnDotSums sums planes [lo, hi) of dy and dy·x into op.parts.
+func bnDotSums[T float](op *bnOp, dy, x []T, lo, hi int) {
 	inner := op.inner
-	var masked []T
-	if y != nil {
-		masked = op.dyMasked.([]T)
-	}
 	for p := lo; p < hi; p++ {
-		d, xp := dy[p*inner:(p+1)*inner], x[p*inner:(p+1)*inner]
-		if y != nil {
-			op.parts[2*p], op.parts[2*p+1] = maskDotSums(y[p*inner:(p+1)*inner], d, xp, masked[p*inner:(p+1)*inner])
-			continue
-		}
-		op.parts[2*p], op.parts[2*p+1] = dotSums(d, xp)
+		op.parts[2*p], op.parts[2*p+1] = dotSums(dy[p*inner:(p+1)*inner], x[p*inner:(p+1)*inner])
 	}
 }
 
@@ -494,16 +477,16 @@ func (op *bnGradGammaOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
 }
 
 func (op *bnGradGammaOp) Do(v ...G.Value) (G.Value, error) {
-	x, y, dy, err := bnInputs(op, op.fwd, v)
+	x, _, dy, err := bnInputs(op, op.fwd, v)
 	if err != nil {
 		return nil, err
 	}
 	o := op.out.get(x.Dtype(), tensor.Shape{op.fwd.c})
 	if x.Dtype() == tensor.Float32 {
-		bnSums[float32](op.fwd, x, y, dy)
+		bnSums[float32](op.fwd, x, dy)
 		copyFrom64(data[float32](o), op.fwd.sumDyXh)
 	} else {
-		bnSums[float64](op.fwd, x, y, dy)
+		bnSums[float64](op.fwd, x, dy)
 		copyFrom64(data[float64](o), op.fwd.sumDyXh)
 	}
 	return o, nil
@@ -551,12 +534,15 @@ func (op *bnGradBetaOp) Do(v ...G.Value) (G.Value, error) {
 }
 
 // bnGradInputOp is the input gradient: (x, y, dy[, gamma, dgamma]) → like x.
-// Without gamma it sums Σdy' and Σdy'·x̂ itself.
+// Without gamma it sums Σdy and Σdy·x̂ itself, unless masked.
 type bnGradInputOp struct {
 	base
 	noDiff
 	fwd *bnOp
 	out buffer
+	// masked: dy is dy' (bnMaskOp's output, masked by the ReLU after the
+	// BatchNorm), which has summed Σdy' and Σdy'·x̂ already.
+	masked bool
 }
 
 func (op *bnGradInputOp) Arity() int {
@@ -578,7 +564,7 @@ func (op *bnGradInputOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
 }
 
 func (op *bnGradInputOp) Do(v ...G.Value) (G.Value, error) {
-	x, y, dy, err := bnInputs(op, op.fwd, v)
+	x, _, dy, err := bnInputs(op, op.fwd, v)
 	if err != nil {
 		return nil, err
 	}
@@ -590,10 +576,11 @@ func (op *bnGradInputOp) Do(v ...G.Value) (G.Value, error) {
 		}
 	}
 	dx := op.out.get(dt, op.fwd.shape)
+	sums := op.fwd.Training && gamma == nil && !op.masked
 	if dt == tensor.Float32 {
-		err = bnGradInput[float32](op.fwd, x, y, dy, gamma, dx)
+		err = bnGradInput[float32](op.fwd, x, dy, gamma, dx, sums)
 	} else {
-		err = bnGradInput[float64](op.fwd, x, y, dy, gamma, dx)
+		err = bnGradInput[float64](op.fwd, x, dy, gamma, dx, sums)
 	}
 	if err != nil {
 		return nil, err
@@ -601,18 +588,14 @@ func (op *bnGradInputOp) Do(v ...G.Value) (G.Value, error) {
 	return dx, nil
 }
 
-func bnGradInput[T float](op *bnOp, xt, yt, dyt, gt, dxt *tensor.Dense) error {
+// bnGradInput writes the input gradient for output gradient dy (already
+// masked where the BatchNorm has a ReLU); with sums it first sums Σdy and
+// Σdy·x̂, which otherwise the gamma gradient or mask op has.
+func bnGradInput[T float](op *bnOp, xt, dyt, gt, dxt *tensor.Dense, sums bool) error {
 	c, inner := op.c, op.inner
 	x, dy, dx := data[T](xt), data[T](dyt), data[T](dxt)
-	switch {
-	case gt == nil && op.Training:
-		dy = bnSums[T](op, xt, yt, dyt)
-	case op.ReLU && op.Training:
-		dy = op.dyMasked.([]T)[:len(dy)] // masked by the gamma-gradient op
-	case op.ReLU:
-		m := scratch[T](&op.dyMasked, len(dy))
-		maskPosPar(data[T](yt), dy, m)
-		dy = m
+	if sums {
+		bnSums[T](op, xt, dyt)
 	}
 	m := float64(op.n * inner)
 	sumDy, sumDyXh := op.sumDy, op.sumDyXh

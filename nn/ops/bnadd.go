@@ -212,49 +212,12 @@ func bnAdd[T float](op *bnAddOp, x1, x2, y []T, lo, hi int) {
 	}
 }
 
-// SymDiff makes the masked output gradient dy' (one node, the shortcut's
-// gradient, which also sums Σdy' and Σdy'·x per BatchNorm) and, per
-// BatchNorm, its input gradient and, when affine, the gamma and beta
-// gradients read from those sums.
+// SymDiff gives each BatchNorm's gradients (maskedBackward) and, as the
+// shortcut's, the masked output gradient.
 func (op *bnAddOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
-	in := []*G.Node{output, grad}
-	i := 0
-	for _, bn := range op.bns {
-		in = append(in, inputs[i])
-		i += bn.Arity()
-	}
-	dm, err := apply(&bnAddGradOp{base: newBase(op.kind + "Grad"), fwd: op}, in...)
+	grads, dm, err := maskedBackward(op.kind+"Grad", op.bns, inputs, output, grad)
 	if err != nil {
 		return nil, err
-	}
-	var grads G.Nodes
-	i = 0
-	for _, bn := range op.bns {
-		x := inputs[i]
-		if !bn.affine {
-			// Sums Σdy' and Σdy'·x̂ again from dy' (the ReLU is done).
-			dx, err := apply(&bnGradInputOp{base: newBase("BatchNormGradInput"), fwd: bn}, x, output, dm)
-			if err != nil {
-				return nil, err
-			}
-			grads = append(grads, dx)
-			i++
-			continue
-		}
-		dgamma, err := apply(&bnGradBetaOp{base: newBase("BatchNormGradGamma"), fwd: bn, gamma: true, inDims: len(op.shape)}, dm)
-		if err != nil {
-			return nil, err
-		}
-		dbeta, err := apply(&bnGradBetaOp{base: newBase("BatchNormGradBeta"), fwd: bn}, dgamma)
-		if err != nil {
-			return nil, err
-		}
-		dx, err := apply(&bnGradInputOp{base: newBase("BatchNormGradInput"), fwd: bn}, x, output, dm, inputs[i+1], dgamma)
-		if err != nil {
-			return nil, err
-		}
-		grads = append(grads, dx, dgamma, dbeta)
-		i += 3
 	}
 	if op.shortcut {
 		grads = append(grads, dm)
@@ -262,13 +225,62 @@ func (op *bnAddOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error
 	return grads, nil
 }
 
-// bnAddGradOp is dy' = dy where the output y > 0, else 0, which it also sums
-// per BatchNorm into Σdy' and Σdy'·x̂ (each bnOp's sumDy and sumDyXh): (y,
-// dy, x₁[, x₂]) → like y.
-type bnAddGradOp struct {
+// maskedBackward differentiates a ReLU over a sum of BatchNorms (one
+// BatchNorm+ReLU, or BatchNormAddReLU's) whose inputs (x, gamma and beta
+// each) lead inputs, with output the ReLU's. It makes the masked output
+// gradient dm (one node, which also sums Σdm and Σdm·x̂ per BatchNorm) and,
+// per BatchNorm, the input gradient from dm and, when affine, the gamma and
+// beta gradients read from those sums. It returns the gradients in input
+// order, and dm.
+func maskedBackward(kind string, bns []*bnOp, inputs G.Nodes, output, grad *G.Node) (G.Nodes, *G.Node, error) {
+	in := []*G.Node{output, grad}
+	i := 0
+	for _, bn := range bns {
+		in = append(in, inputs[i])
+		i += bn.Arity()
+	}
+	dm, err := apply(&bnMaskOp{base: newBase(kind), bns: bns}, in...)
+	if err != nil {
+		return nil, nil, err
+	}
+	var grads G.Nodes
+	i = 0
+	for _, bn := range bns {
+		x := inputs[i]
+		if !bn.affine {
+			dx, err := apply(&bnGradInputOp{base: newBase("BatchNormGradInput"), fwd: bn, masked: true}, x, output, dm)
+			if err != nil {
+				return nil, nil, err
+			}
+			grads = append(grads, dx)
+			i++
+			continue
+		}
+		dgamma, err := apply(&bnGradBetaOp{base: newBase("BatchNormGradGamma"), fwd: bn, gamma: true, inDims: len(bn.shape)}, dm)
+		if err != nil {
+			return nil, nil, err
+		}
+		dbeta, err := apply(&bnGradBetaOp{base: newBase("BatchNormGradBeta"), fwd: bn}, dgamma)
+		if err != nil {
+			return nil, nil, err
+		}
+		dx, err := apply(&bnGradInputOp{base: newBase("BatchNormGradInput"), fwd: bn, masked: true}, x, output, dm, inputs[i+1], dgamma)
+		if err != nil {
+			return nil, nil, err
+		}
+		grads = append(grads, dx, dgamma, dbeta)
+		i += 3
+	}
+	return grads, dm, nil
+}
+
+// bnMaskOp is dy' = dy where the ReLU's output y > 0, else 0, which it
+// also sums per BatchNorm into Σdy' and Σdy'·x̂ (each bnOp's sumDy and
+// sumDyXh): (y, dy, x₁[, x₂]) → like y.
+type bnMaskOp struct {
 	base
 	noDiff
-	fwd *bnAddOp
+	bns []*bnOp // one or two, of one shape
 	out buffer
 	// x₁ and x₂'s elements ([]T of xn) while Do runs, for the loop workers
 	// (a slice in an interface would allocate).
@@ -276,23 +288,23 @@ type bnAddGradOp struct {
 	xn int
 }
 
-func (op *bnAddGradOp) Arity() int         { return 2 + len(op.fwd.bns) }
-func (op *bnAddGradOp) DiffWRT(int) []bool { return make([]bool, op.Arity()) }
-func (op *bnAddGradOp) Type() hm.Type {
-	d := len(op.fwd.shape)
+func (op *bnMaskOp) Arity() int         { return 2 + len(op.bns) }
+func (op *bnMaskOp) DiffWRT(int) []bool { return make([]bool, op.Arity()) }
+func (op *bnMaskOp) Type() hm.Type {
+	d := len(op.bns[0].shape)
 	in := []int{d, d, d}
-	if len(op.fwd.bns) > 1 {
+	if len(op.bns) > 1 {
 		in = append(in, d)
 	}
 	return fnType(d, in...)
 }
-func (op *bnAddGradOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
-	return op.fwd.shape.Clone(), nil
+func (op *bnMaskOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
+	return op.bns[0].shape.Clone(), nil
 }
 
-func (op *bnAddGradOp) Do(v ...G.Value) (G.Value, error) {
+func (op *bnMaskOp) Do(v ...G.Value) (G.Value, error) {
 	dt := v[0].Dtype()
-	shape := op.fwd.shape
+	shape := op.bns[0].shape
 	y, err := dense(op, "output", v[0], dt, shape)
 	if err != nil {
 		return nil, err
@@ -302,22 +314,22 @@ func (op *bnAddGradOp) Do(v ...G.Value) (G.Value, error) {
 		return nil, err
 	}
 	var xs [2]*tensor.Dense
-	for i := range op.fwd.bns {
+	for i := range op.bns {
 		if xs[i], err = dense(op, "input", v[2+i], dt, shape); err != nil {
 			return nil, err
 		}
 	}
 	dm := op.out.get(dt, shape)
 	if dt == tensor.Float32 {
-		bnAddGrad[float32](op, y, dy, dm, xs)
+		bnMask[float32](op, y, dy, dm, xs)
 	} else {
-		bnAddGrad[float64](op, y, dy, dm, xs)
+		bnMask[float64](op, y, dy, dm, xs)
 	}
 	return dm, nil
 }
 
-func bnAddGrad[T float](op *bnAddGradOp, yt, dyt, dmt *tensor.Dense, xs [2]*tensor.Dense) {
-	first := op.fwd.bns[0]
+func bnMask[T float](op *bnMaskOp, yt, dyt, dmt *tensor.Dense, xs [2]*tensor.Dense) {
+	first := op.bns[0]
 	planes := first.n * first.c
 	for i, x := range xs {
 		if x != nil {
@@ -325,36 +337,36 @@ func bnAddGrad[T float](op *bnAddGradOp, yt, dyt, dmt *tensor.Dense, xs [2]*tens
 			op.xp[i], op.xn = unsafe.Pointer(unsafe.SliceData(d)), len(d)
 		}
 	}
-	for _, bn := range op.fwd.bns {
+	for _, bn := range op.bns {
 		bn.parts = grow(bn.parts, 2*planes)
 	}
 	y, dy, dm := data[T](yt), data[T](dyt), data[T](dmt)
 	if w := workers(planes, first.inner); w > 1 {
-		parallelLoop(loopBNAddGrad, w, planes, y, dy, dm, loopArgs{bnAddGrad: op})
+		parallelLoop(loopBNMask, w, planes, y, dy, dm, loopArgs{bnMask: op})
 	} else {
-		bnAddMaskSums(op, y, dy, dm, 0, planes)
+		bnMaskSums(op, y, dy, dm, 0, planes)
 	}
 	op.xp = [2]unsafe.Pointer{}
-	for _, bn := range op.fwd.bns {
+	for _, bn := range op.bns {
 		bn.finishSums()
 	}
 }
 
-// bnAddMaskSums masks planes [lo, hi) of dy into dm and sums each masked
+// bnMaskSums masks planes [lo, hi) of dy into dm and sums each masked
 // plane, while it is in cache, into every BatchNorm's parts.
-func bnAddMaskSums[T float](op *bnAddGradOp, y, dy, dm []T, lo, hi int) {
-	inner := op.fwd.bns[0].inner
+func bnMaskSums[T float](op *bnMaskOp, y, dy, dm []T, lo, hi int) {
+	inner := op.bns[0].inner
 	x1 := unsafe.Slice((*T)(op.xp[0]), op.xn)
 	var x2 []T
-	if len(op.fwd.bns) > 1 {
+	if len(op.bns) > 1 {
 		x2 = unsafe.Slice((*T)(op.xp[1]), op.xn)
 	}
 	for p := lo; p < hi; p++ {
 		m := dm[p*inner : (p+1)*inner]
-		bn := op.fwd.bns[0]
+		bn := op.bns[0]
 		bn.parts[2*p], bn.parts[2*p+1] = maskDotSums(y[p*inner:(p+1)*inner], dy[p*inner:(p+1)*inner], x1[p*inner:(p+1)*inner], m)
 		if x2 != nil {
-			bn = op.fwd.bns[1]
+			bn = op.bns[1]
 			bn.parts[2*p], bn.parts[2*p+1] = dotSums(m, x2[p*inner:(p+1)*inner])
 		}
 	}

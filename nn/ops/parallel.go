@@ -352,8 +352,8 @@ type loopArgs struct {
 	gather bool
 
 	// BatchNormAddReLU's passes (bnadd.go).
-	bnAdd     *bnAddOp
-	bnAddGrad *bnAddGradOp
+	bnAdd  *bnAddOp
+	bnMask *bnMaskOp
 }
 
 type loopKind int
@@ -371,7 +371,7 @@ const (
 	loopCol2im
 	loopAdd
 	loopBNAdd
-	loopBNAddGrad
+	loopBNMask
 )
 
 // loopPieces is how many pieces each loop worker's share is cut into for
@@ -398,7 +398,7 @@ func (j *loopJob[T]) piece(lo, hi int) {
 	case loopBNAffine:
 		bnAffine(j.bn, j.a, j.b, lo, hi)
 	case loopBNDotSums:
-		bnDotSums(j.bn, j.a, j.b, j.c, lo, hi)
+		bnDotSums(j.bn, j.a, j.b, lo, hi)
 	case loopBNInputGrad:
 		bnInputGrad(j.bn, j.a, j.b, j.c, lo, hi)
 	case loopMoveRows:
@@ -411,8 +411,8 @@ func (j *loopJob[T]) piece(lo, hi int) {
 		add(j.a[lo:hi], j.b[lo:hi], j.c[lo:hi])
 	case loopBNAdd:
 		bnAdd(j.bnAdd, j.a, j.b, j.c, lo, hi)
-	case loopBNAddGrad:
-		bnAddMaskSums(j.bnAddGrad, j.a, j.b, j.c, lo, hi)
+	case loopBNMask:
+		bnMaskSums(j.bnMask, j.a, j.b, j.c, lo, hi)
 	default:
 		panic(fmt.Sprintf("ops: loop kind %d has no kernel", j.kind))
 	}
