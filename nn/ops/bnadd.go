@@ -282,11 +282,14 @@ type bnMaskOp struct {
 	noDiff
 	bns []*bnOp // one or two, of one shape
 	out buffer
-	// x₁ and x₂'s elements ([]T of xn) while Do runs, for the loop workers
-	// (a slice in an interface would allocate).
-	xp [2]unsafe.Pointer
+	// x₁, x₂ and DoSum's second summand of dy: their elements ([]T of xn)
+	// while Do runs, for the loop workers (a slice in an interface would
+	// allocate).
+	xp [3]unsafe.Pointer
 	xn int
 }
+
+var _ SumInputDoer = (*bnMaskOp)(nil)
 
 func (op *bnMaskOp) Arity() int         { return 2 + len(op.bns) }
 func (op *bnMaskOp) DiffWRT(int) []bool { return make([]bool, op.Arity()) }
@@ -302,18 +305,33 @@ func (op *bnMaskOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
 	return op.bns[0].shape.Clone(), nil
 }
 
-func (op *bnMaskOp) Do(v ...G.Value) (G.Value, error) {
+func (op *bnMaskOp) Do(v ...G.Value) (G.Value, error) { return op.do(v[1], nil, v) }
+
+// SumInput is the output gradient's index: DoSum takes it as two summands.
+func (op *bnMaskOp) SumInput() int { return 1 }
+
+// DoSum is Do with the output gradient a + b, added plane by plane in the
+// masking pass (the same bits as adding first).
+func (op *bnMaskOp) DoSum(a, b G.Value, v ...G.Value) (G.Value, error) { return op.do(a, b, v) }
+
+func (op *bnMaskOp) do(dyv, dyb G.Value, v []G.Value) (G.Value, error) {
 	dt := v[0].Dtype()
 	shape := op.bns[0].shape
 	y, err := dense(op, "output", v[0], dt, shape)
 	if err != nil {
 		return nil, err
 	}
-	dy, err := dense(op, "output gradient", v[1], dt, shape)
+	// xs: x₁, x₂ and the second summand of dy.
+	var xs [3]*tensor.Dense
+	dy, err := dense(op, "output gradient", dyv, dt, shape)
 	if err != nil {
 		return nil, err
 	}
-	var xs [2]*tensor.Dense
+	if dyb != nil {
+		if xs[2], err = dense(op, "output gradient's second summand", dyb, dt, shape); err != nil {
+			return nil, err
+		}
+	}
 	for i := range op.bns {
 		if xs[i], err = dense(op, "input", v[2+i], dt, shape); err != nil {
 			return nil, err
@@ -328,7 +346,7 @@ func (op *bnMaskOp) Do(v ...G.Value) (G.Value, error) {
 	return dm, nil
 }
 
-func bnMask[T float](op *bnMaskOp, yt, dyt, dmt *tensor.Dense, xs [2]*tensor.Dense) {
+func bnMask[T float](op *bnMaskOp, yt, dyt, dmt *tensor.Dense, xs [3]*tensor.Dense) {
 	first := op.bns[0]
 	planes := first.n * first.c
 	for i, x := range xs {
@@ -346,25 +364,34 @@ func bnMask[T float](op *bnMaskOp, yt, dyt, dmt *tensor.Dense, xs [2]*tensor.Den
 	} else {
 		bnMaskSums(op, y, dy, dm, 0, planes)
 	}
-	op.xp = [2]unsafe.Pointer{}
+	op.xp = [3]unsafe.Pointer{}
 	for _, bn := range op.bns {
 		bn.finishSums()
 	}
 }
 
-// bnMaskSums masks planes [lo, hi) of dy into dm and sums each masked
-// plane, while it is in cache, into every BatchNorm's parts.
+// bnMaskSums masks planes [lo, hi) of dy (plus DoSum's second summand)
+// into dm and sums each masked plane, while it is in cache, into every
+// BatchNorm's parts.
 func bnMaskSums[T float](op *bnMaskOp, y, dy, dm []T, lo, hi int) {
 	inner := op.bns[0].inner
 	x1 := unsafe.Slice((*T)(op.xp[0]), op.xn)
-	var x2 []T
+	var x2, dyb []T
 	if len(op.bns) > 1 {
 		x2 = unsafe.Slice((*T)(op.xp[1]), op.xn)
 	}
+	if op.xp[2] != nil {
+		dyb = unsafe.Slice((*T)(op.xp[2]), op.xn)
+	}
 	for p := lo; p < hi; p++ {
 		m := dm[p*inner : (p+1)*inner]
+		d := dy[p*inner : (p+1)*inner]
+		if dyb != nil {
+			add(d, dyb[p*inner:(p+1)*inner], m)
+			d = m
+		}
 		bn := op.bns[0]
-		bn.parts[2*p], bn.parts[2*p+1] = maskDotSums(y[p*inner:(p+1)*inner], dy[p*inner:(p+1)*inner], x1[p*inner:(p+1)*inner], m)
+		bn.parts[2*p], bn.parts[2*p+1] = maskDotSums(y[p*inner:(p+1)*inner], d, x1[p*inner:(p+1)*inner], m)
 		if x2 != nil {
 			bn = op.bns[1]
 			bn.parts[2*p], bn.parts[2*p+1] = dotSums(m, x2[p*inner:(p+1)*inner])

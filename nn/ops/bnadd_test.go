@@ -2,6 +2,7 @@ package ops
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -295,4 +296,97 @@ func TestBatchNormAddReLUErrors(t *testing.T) {
 			t.Errorf("%s: error %v, want one containing %q", c.what, err, c.want)
 		}
 	}
+}
+
+// The masked-gradient op given its output gradient as two summands
+// (DoSum, what an executor folds Gorgonia's gradient Add into) computes
+// what Do computes from their sum, bit for bit: the masked gradient and
+// every BatchNorm's sums; for BatchNorm+ReLU and both block ends, in
+// training and eval, serial and split.
+func TestBatchNormMaskDoSumMatchesDo(t *testing.T) {
+	defer func(g int, w func() int) { parallelGrain, maxWorkers = g, w }(parallelGrain, maxWorkers)
+	for _, par := range []bool{false, true} {
+		parallelGrain, maxWorkers = 1<<30, func() int { return 1 }
+		if par {
+			parallelGrain, maxWorkers = 1, func() int { return 3 }
+		}
+		for _, dt := range dtypes {
+			for _, c := range []resEnd{{[]int{3, 2, 5, 7}, true, true, false}, {[]int{3, 2, 5, 7}, false, true, true}, {[]int{4, 3}, true, false, true}} {
+				for _, plain := range []bool{false, true} { // plain: BatchNorm+ReLU
+					g := G.NewGraph()
+					var in []*G.Node
+					for i, x := range c.inputs(dt) {
+						in = append(in, node(g, x, fmt.Sprintf("in%d", i)))
+					}
+					st := [2]bnState{newBNState(dt, c.shape[1]), newBNState(dt, c.shape[1])}
+					var y *G.Node
+					var err error
+					if plain {
+						o := BatchNormOpts{Training: c.training, ReLU: true}
+						if c.affine {
+							y, err = BatchNorm(in[0], in[2], in[3], st[0].stats(), o)
+						} else {
+							y, err = BatchNorm(in[0], nil, nil, st[0].stats(), o)
+						}
+					} else {
+						y, err = c.build(true, in, st, [2]StatReducer{})
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					var fv []G.Value // the forward op's inputs
+					for it := g.From(y.ID()); it.Next(); {
+						fv = append(fv, it.Node().(*G.Node).Value())
+					}
+					out, err := y.Op().Do(fv...)
+					if err != nil {
+						t.Fatal(err)
+					}
+					mask := &bnMaskOp{base: newBase("mask"), bns: bnsOf(y.Op())}
+					n := tensor.Shape(c.shape).TotalSize()
+					a, b := randT(dt, 21, -1, 1, c.shape...), randT(dt, 22, -1, 1, c.shape...)
+					sum := tensor.New(tensor.Of(dt), tensor.WithShape(c.shape...))
+					if dt == tensor.Float32 {
+						add(data[float32](a), data[float32](b), data[float32](sum))
+					} else {
+						add(data[float64](a), data[float64](b), data[float64](sum))
+					}
+					v := []G.Value{out, sum, fv[0]}
+					if len(mask.bns) > 1 {
+						v = append(v, fv[mask.bns[0].Arity()])
+					}
+					name := fmt.Sprintf("%v/plain=%v/parallel=%v/%v", c, plain, par, dt)
+					results := func(out G.Value, err error) []float64 {
+						if err != nil {
+							t.Fatalf("%s: %v", name, err)
+						}
+						r := append([]float64(nil), vals(out)...)
+						for _, bn := range mask.bns {
+							r = append(append(r, bn.sumDy...), bn.sumDyXh...)
+						}
+						return r
+					}
+					want := results(mask.Do(v...))
+					v[1] = nil // not read
+					got := results(mask.DoSum(a, b, v...))
+					if len(got) != len(want) || len(got) < n+2*c.shape[1] {
+						t.Fatalf("%s: %d and %d values", name, len(got), len(want))
+					}
+					for i := range want {
+						if math.Float64bits(got[i]) != math.Float64bits(want[i]) {
+							t.Fatalf("%s: DoSum value %d = %v, Do of the sum %v", name, i, got[i], want[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// bnsOf is the BatchNorms of a BatchNorm or block-end op.
+func bnsOf(op G.Op) []*bnOp {
+	if bn, ok := op.(*bnOp); ok {
+		return []*bnOp{bn}
+	}
+	return op.(*bnAddOp).bns
 }
