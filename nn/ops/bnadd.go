@@ -385,13 +385,13 @@ func bnMaskSums[T float](op *bnMaskOp, y, dy, dm []T, lo, hi int) {
 	}
 	for p := lo; p < hi; p++ {
 		m := dm[p*inner : (p+1)*inner]
-		d := dy[p*inner : (p+1)*inner]
-		if dyb != nil {
-			add(d, dyb[p*inner:(p+1)*inner], m)
-			d = m
-		}
+		yp, d, xp := y[p*inner:(p+1)*inner], dy[p*inner:(p+1)*inner], x1[p*inner:(p+1)*inner]
 		bn := op.bns[0]
-		bn.parts[2*p], bn.parts[2*p+1] = maskDotSums(y[p*inner:(p+1)*inner], d, x1[p*inner:(p+1)*inner], m)
+		if dyb != nil {
+			bn.parts[2*p], bn.parts[2*p+1] = maskAddDotSums(yp, d, dyb[p*inner:(p+1)*inner], xp, m)
+		} else {
+			bn.parts[2*p], bn.parts[2*p+1] = maskDotSums(yp, d, xp, m)
+		}
 		if x2 != nil {
 			bn = op.bns[1]
 			bn.parts[2*p], bn.parts[2*p+1] = dotSums(m, x2[p*inner:(p+1)*inner])
@@ -409,4 +409,16 @@ func maskDotSums[T float](y, dy, x, dm []T) (s, sx float64) {
 	}
 	maskPos(y, dy, dm)
 	return dotSums(dm, x)
+}
+
+// maskAddDotSums is maskDotSums(y, a + b, x, dm), adding in the same loop
+// where the kernel allows: the same bits as adding into dm first.
+func maskAddDotSums[T float](y, a, b, x, dm []T) (s, sx float64) {
+	if is32[T]() && useAVX512 && len(y) > 0 {
+		a, b, x, dm = a[:len(y)], b[:len(y)], x[:len(y)], dm[:len(y)]
+		s32, sx32 := maskAddDotSums32(f32p(y), f32p(a), f32p(b), f32p(x), f32p(dm), len(y))
+		return float64(s32), float64(sx32)
+	}
+	add(a, b, dm)
+	return maskDotSums(y, dm, x, dm)
 }

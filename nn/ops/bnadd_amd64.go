@@ -7,3 +7,6 @@ func bnAddRelu32(x1, x2, y *float32, n int, a, b, k float32)
 
 //go:noescape
 func maskDotSums32(y, dy, x, dm *float32, n int) (s, sx float32)
+
+//go:noescape
+func maskAddDotSums32(y, a, b, x, dm *float32, n int) (s, sx float32)

@@ -44,65 +44,92 @@ badone:
 	VZEROUPPER
 	RET
 
+// The masked output gradient of a ReLU and its sums (maskDotSums32,
+// maskAddDotSums32): dm[i] = dy[i] where y[i] is not ≤ 0 (positive or NaN),
+// else +0, and Σdm, Σdm·x, in one loop with dotSums32's accumulators and
+// order (the same bits as maskPos32AVX then dotSums32), without reading dm
+// back. SI: y, R10: x, DI: dm, CX: n; LOADDY(off, k, z) loads dy at BX+off
+// into z where the opmask k is set, +0 elsewhere; the labels name the loop,
+// the half step, the tail and the end; s and sx are where the sums go.
+#define MASKSUMS(LOADDY, loop, half, tail, done, s, sx) \
+	VPXORD Z0, Z0, Z0 \
+	VPXORD Z1, Z1, Z1 \
+	VPXORD Z2, Z2, Z2 \
+	VPXORD Z3, Z3, Z3 \
+	VPXORD Z4, Z4, Z4 \
+	MOVQ CX, R9 \
+	SHRQ $5, R9 \
+	XORQ BX, BX \
+	TESTQ R9, R9 \
+	JZ   half \
+loop: \
+	VMOVUPS (SI)(BX*1), Z7 \
+	VMOVUPS 64(SI)(BX*1), Z8 \
+	VCMPPS  $0x16, Z4, Z7, K2 \
+	VCMPPS  $0x16, Z4, Z8, K3 \
+	LOADDY(0, K2, Z5) \
+	LOADDY(64, K3, Z6) \
+	VMOVUPS Z5, (DI)(BX*1) \
+	VMOVUPS Z6, 64(DI)(BX*1) \
+	VADDPS  Z5, Z0, Z0 \
+	VADDPS  Z6, Z1, Z1 \
+	VFMADD231PS (R10)(BX*1), Z5, Z2 \
+	VFMADD231PS 64(R10)(BX*1), Z6, Z3 \
+	ADDQ $128, BX \
+	DECQ R9 \
+	JNZ  loop \
+half: \
+	TESTQ $16, CX \
+	JZ   tail \
+	VMOVUPS (SI)(BX*1), Z7 \
+	VCMPPS  $0x16, Z4, Z7, K2 \
+	LOADDY(0, K2, Z5) \
+	VMOVUPS Z5, (DI)(BX*1) \
+	VADDPS  Z5, Z0, Z0 \
+	VFMADD231PS (R10)(BX*1), Z5, Z2 \
+	ADDQ $64, BX \
+tail: \
+	TAILMASK(done) \
+	VMOVUPS.Z (SI)(BX*1), K1, Z7 \
+	VCMPPS  $0x16, Z4, Z7, K1, K2 \
+	LOADDY(0, K2, Z5) \
+	VMOVUPS Z5, K1, (DI)(BX*1) \
+	VMOVUPS.Z (R10)(BX*1), K1, Z6 \
+	VADDPS  Z5, Z1, Z1 \
+	VFMADD231PS Z6, Z5, Z3 \
+done: \
+	VADDPS Z1, Z0, Z0 \
+	VADDPS Z3, Z2, Z2 \
+	HSUM(Z0, Y0, X0, s) \
+	HSUM(Z2, Y2, X2, sx)
+
+// dy from R8.
+#define LOADDY(off, k, z) VMOVUPS.Z off(R8)(BX*1), k, z
+
+// dy = a + b, a from R8 and b from R12 (Z9 scratch), rounded once as add32.
+#define LOADSUM(off, k, z) VMOVUPS.Z off(R8)(BX*1), k, z; VMOVUPS.Z off(R12)(BX*1), k, Z9; VADDPS Z9, z, z
+
 // func maskDotSums32(y, dy, x, dm *float32, n int) (s, sx float32)
-// dm[i] = dy[i] where y[i] is not ≤ 0 (positive or NaN), else +0, and Σdm,
-// Σdm·x: maskPos32AVX then dotSums32 in one loop, with dotSums32's
-// accumulators and order (the same bits), without reading dm back.
 TEXT ·maskDotSums32(SB), NOSPLIT, $0-48
 	MOVQ y+0(FP), SI
 	MOVQ dy+8(FP), R8
 	MOVQ x+16(FP), R10
 	MOVQ dm+24(FP), DI
 	MOVQ n+32(FP), CX
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	MOVQ CX, R9
-	SHRQ $5, R9
-	XORQ BX, BX
-	TESTQ R9, R9
-	JZ   mdhalf
-mdloop:
-	VMOVUPS (SI)(BX*1), Z7
-	VMOVUPS 64(SI)(BX*1), Z8
-	VCMPPS  $0x16, Z4, Z7, K2 // NLE_UQ: not (y ≤ 0)
-	VCMPPS  $0x16, Z4, Z8, K3
-	VMOVUPS.Z (R8)(BX*1), K2, Z5
-	VMOVUPS.Z 64(R8)(BX*1), K3, Z6
-	VMOVUPS Z5, (DI)(BX*1)
-	VMOVUPS Z6, 64(DI)(BX*1)
-	VADDPS  Z5, Z0, Z0
-	VADDPS  Z6, Z1, Z1
-	VFMADD231PS (R10)(BX*1), Z5, Z2
-	VFMADD231PS 64(R10)(BX*1), Z6, Z3
-	ADDQ $128, BX
-	DECQ R9
-	JNZ  mdloop
-mdhalf:
-	TESTQ $16, CX
-	JZ   mdtail
-	VMOVUPS (SI)(BX*1), Z7
-	VCMPPS  $0x16, Z4, Z7, K2
-	VMOVUPS.Z (R8)(BX*1), K2, Z5
-	VMOVUPS Z5, (DI)(BX*1)
-	VADDPS  Z5, Z0, Z0
-	VFMADD231PS (R10)(BX*1), Z5, Z2
-	ADDQ $64, BX
-mdtail:
-	TAILMASK(mddone)
-	VMOVUPS.Z (SI)(BX*1), K1, Z7
-	VCMPPS  $0x16, Z4, Z7, K1, K2
-	VMOVUPS.Z (R8)(BX*1), K2, Z5
-	VMOVUPS Z5, K1, (DI)(BX*1)
-	VMOVUPS.Z (R10)(BX*1), K1, Z6
-	VADDPS  Z5, Z1, Z1
-	VFMADD231PS Z6, Z5, Z3
-mddone:
-	VADDPS Z1, Z0, Z0
-	VADDPS Z3, Z2, Z2
-	HSUM(Z0, Y0, X0, s+40(FP))
-	HSUM(Z2, Y2, X2, sx+44(FP))
+	MASKSUMS(LOADDY, mdloop, mdhalf, mdtail, mddone, s+40(FP), sx+44(FP))
+	VZEROUPPER
+	RET
+
+// func maskAddDotSums32(y, a, b, x, dm *float32, n int) (s, sx float32)
+// maskDotSums32 with dy = a + b: the same bits as add32 into dm, then
+// maskDotSums32.
+TEXT ·maskAddDotSums32(SB), NOSPLIT, $0-56
+	MOVQ y+0(FP), SI
+	MOVQ a+8(FP), R8
+	MOVQ b+16(FP), R12
+	MOVQ x+24(FP), R10
+	MOVQ dm+32(FP), DI
+	MOVQ n+40(FP), CX
+	MASKSUMS(LOADSUM, maloop, mahalf, matail, madone, s+48(FP), sx+52(FP))
 	VZEROUPPER
 	RET

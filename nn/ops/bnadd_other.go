@@ -9,3 +9,7 @@ func bnAddRelu32(*float32, *float32, *float32, int, float32, float32, float32) {
 func maskDotSums32(*float32, *float32, *float32, *float32, int) (float32, float32) {
 	panic("ops: no AVX-512")
 }
+
+func maskAddDotSums32(*float32, *float32, *float32, *float32, *float32, int) (float32, float32) {
+	panic("ops: no AVX-512")
+}
