@@ -107,6 +107,13 @@ func (l *BatchNorm) Forward(s *module.Step, x *G.Node) *G.Node { return l.forwar
 func (l *BatchNorm) ForwardReLU(s *module.Step, x *G.Node) *G.Node { return l.forward(s, x, true) }
 
 func (l *BatchNorm) forward(s *module.Step, x *G.Node, relu bool) *G.Node {
+	a := l.args(s, x)
+	a.Opts.ReLU = relu
+	return layerIO(s, l.Name, x, must(l.typ(), l.Name)(ops.BatchNorm(a.X, a.Gamma, a.Beta, a.Stats, a.Opts)))
+}
+
+// args checks x and returns the layer's operands on s for x.
+func (l *BatchNorm) args(s *module.Step, x *G.Node) ops.BatchNormArgs {
 	if l.Dims == 2 {
 		checkInput(l.typ(), l.Name, x, fmt.Sprintf("[batch, %d, height, width]", l.Channels), -1, l.Channels, -1, -1)
 	} else if x == nil || (x.Dims() != 2 && x.Dims() != 3) || x.Shape()[1] != l.Channels {
@@ -118,10 +125,9 @@ func (l *BatchNorm) forward(s *module.Step, x *G.Node, relu bool) *G.Node {
 	}
 	o := l.opts
 	o.Training = s.Training()
-	o.ReLU = relu
 	if ss := s.StatSync(); ss != nil && o.Training && (l.Sync || ss.All()) {
 		o.Sync = ss
 	}
 	stats := ops.BatchNormStats{Mean: s.BufferTensor(l.Mean), Var: s.BufferTensor(l.Var), NumBatches: s.BufferTensor(l.Count)}
-	return layerIO(s, l.Name, x, must(l.typ(), l.Name)(ops.BatchNorm(x, gamma, beta, stats, o)))
+	return ops.BatchNormArgs{X: x, Gamma: gamma, Beta: beta, Stats: stats, Opts: o}
 }

@@ -48,12 +48,20 @@ func NewBasicBlock(b *module.Builder, name string, in, out, stride int) *BasicBl
 func (k *BasicBlock) Forward(s *module.Step, x *G.Node) *G.Node {
 	checkInput("BasicBlock", k.Name, x, fmt.Sprintf("[batch, %d, height, width]", k.In), -1, k.In, -1, -1)
 	h := k.bn1.ForwardReLU(s, k.conv1.Forward(s, x))
-	h = k.bn2.Forward(s, k.conv2.Forward(s, h))
-	sc := x
-	if k.downConv != nil {
-		sc = k.downBN.Forward(s, k.downConv.Forward(s, x))
+	h = k.conv2.Forward(s, h)
+	// bn2, the shortcut's BatchNorm, the sum and the ReLU are one op: one
+	// pass over memory instead of one per BatchNorm and one for the sum.
+	bn2 := k.bn2.args(s, h)
+	var out *G.Node
+	if k.downConv == nil {
+		out = must("BasicBlock", k.Name)(ops.BatchNormAddReLU(bn2, x))
+	} else {
+		d := k.downConv.Forward(s, x)
+		out = must("BasicBlock", k.Name)(ops.BatchNormAddBatchNormReLU(bn2, k.downBN.args(s, d)))
+		s.LayerIO(k.downBN.Name, d, out)
 	}
-	return layerIO(s, k.Name, x, must("BasicBlock", k.Name)(ops.AddReLU(h, sc)))
+	s.LayerIO(k.bn2.Name, h, out)
+	return layerIO(s, k.Name, x, out)
 }
 
 // ResNetConfig describes a CIFAR-style ResNet: a 3x3 stem, stages of

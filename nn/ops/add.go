@@ -36,6 +36,21 @@ func AddInto(dst, a, b G.Value) bool {
 	return false
 }
 
+// SumInputDoer is an op that can take one input as the sum of two values,
+// adding them in its own pass over memory: an executor that finds
+// Gorgonia's Add read by such an op alone can skip the Add and hand the op
+// its two summands. The masked-gradient op of BatchNorm+ReLU and of
+// BatchNormAddReLU is one: the gradient of a residual block's input, the
+// sum of its convolution's and its shortcut's, feeds the previous block's.
+type SumInputDoer interface {
+	G.Op
+	// SumInput is the index of the input that may come as two summands.
+	SumInput() int
+	// DoSum is Do with v[SumInput()] replaced by a + b, of the same shape
+	// and dtype (v[SumInput()] is not read): the same bits.
+	DoSum(a, b G.Value, v ...G.Value) (G.Value, error)
+}
+
 func addDense[T float](a, b, y []T, n int) bool {
 	if len(a) < n || len(b) < n || len(y) < n {
 		return false

@@ -39,6 +39,10 @@ func smallNet(t *testing.T, dt tensor.Dtype) (*G.ExprGraph, *G.Node) {
 	h = must(BatchNorm(h, gam, bet, st.stats(), BatchNormOpts{Training: true, ReLU: true}))
 	s := must(Conv2d(h, w2, nil, Conv2dOpts{}))
 	h = must(AddReLU(h, s))
+	st2, st3 := newBNState(dt, 4), newBNState(dt, 4)
+	h = must(BatchNormAddReLU(BatchNormArgs{X: s, Gamma: gam, Beta: bet, Stats: st2.stats(), Opts: BatchNormOpts{Training: true}}, h))
+	h = must(BatchNormAddBatchNormReLU(BatchNormArgs{X: h, Stats: st3.stats(), Opts: BatchNormOpts{Training: true}},
+		BatchNormArgs{X: s, Gamma: gam, Beta: bet, Stats: st2.stats(), Opts: BatchNormOpts{Training: true}}))
 	h = must(ReLU(h))
 	m := must(MaxPool2d(h, PoolOpts{Kernel: [2]int{2, 2}}))
 	a := must(AvgPool2d(m, PoolOpts{Kernel: [2]int{2, 2}}))

@@ -70,16 +70,27 @@ type GradWeighter interface {
 // the batch variance is the biased one and the running variance is updated
 // with the unbiased one, as PyTorch does.
 func BatchNorm(x, gamma, beta *G.Node, stats BatchNormStats, o BatchNormOpts) (*G.Node, error) {
-	if err := checkFloat("BatchNorm input", x); err != nil {
+	op, children, err := newBNOp("BatchNorm", x, gamma, beta, stats, o)
+	if err != nil {
 		return nil, err
+	}
+	return apply(op, children...)
+}
+
+// newBNOp checks one BatchNorm's operands (what names the op in errors) and
+// returns its op, not yet applied, and its inputs: x, then gamma and beta
+// when given.
+func newBNOp(what string, x, gamma, beta *G.Node, stats BatchNormStats, o BatchNormOpts) (*bnOp, []*G.Node, error) {
+	if err := checkFloat(what+" input", x); err != nil {
+		return nil, nil, err
 	}
 	xs := x.Shape()
 	if len(xs) < 2 {
-		return nil, fmt.Errorf("BatchNorm input has shape %v: want [batch, channels, ...]", xs)
+		return nil, nil, fmt.Errorf("%s input has shape %v: want [batch, channels, ...]", what, xs)
 	}
 	c := xs[1]
 	if (gamma == nil) != (beta == nil) {
-		return nil, fmt.Errorf("BatchNorm needs both gamma and beta, or neither")
+		return nil, nil, fmt.Errorf("%s needs both gamma and beta, or neither", what)
 	}
 	children := []*G.Node{x}
 	if gamma != nil {
@@ -87,11 +98,11 @@ func BatchNorm(x, gamma, beta *G.Node, stats BatchNormStats, o BatchNormOpts) (*
 			what string
 			n    *G.Node
 		}{{"gamma", gamma}, {"beta", beta}} {
-			if err := sameDtype("BatchNorm "+p.what, x, p.n); err != nil {
-				return nil, err
+			if err := sameDtype(what+" "+p.what, x, p.n); err != nil {
+				return nil, nil, err
 			}
 			if s := p.n.Shape(); len(s) != 1 || s[0] != c {
-				return nil, fmt.Errorf("BatchNorm %s has shape %v, want [%d] for input %v", p.what, s, c, xs)
+				return nil, nil, fmt.Errorf("%s %s has shape %v, want [%d] for input %v", what, p.what, s, c, xs)
 			}
 		}
 		children = append(children, gamma, beta)
@@ -101,21 +112,21 @@ func BatchNorm(x, gamma, beta *G.Node, stats BatchNormStats, o BatchNormOpts) (*
 		t    *tensor.Dense
 	}{{"running mean", stats.Mean}, {"running var", stats.Var}} {
 		if st.t == nil {
-			return nil, fmt.Errorf("BatchNorm %s is nil: pass the buffer tensors", st.what)
+			return nil, nil, fmt.Errorf("%s %s is nil: pass the buffer tensors", what, st.what)
 		}
 		if st.t.Dtype() != x.Dtype() || st.t.Shape().TotalSize() != c {
-			return nil, fmt.Errorf("BatchNorm %s is %v %v, want %v with %d elements for input %v", st.what, st.t.Dtype(), st.t.Shape(), x.Dtype(), c, xs)
+			return nil, nil, fmt.Errorf("%s %s is %v %v, want %v with %d elements for input %v", what, st.what, st.t.Dtype(), st.t.Shape(), x.Dtype(), c, xs)
 		}
 	}
 	if nb := stats.NumBatches; nb != nil && (nb.Dtype() != x.Dtype() || nb.Shape().TotalSize() != 1) {
-		return nil, fmt.Errorf("BatchNorm batch counter is %v %v, want one %v", nb.Dtype(), nb.Shape(), x.Dtype())
+		return nil, nil, fmt.Errorf("%s batch counter is %v %v, want one %v", what, nb.Dtype(), nb.Shape(), x.Dtype())
 	}
 	if o.CumulativeAverage && stats.NumBatches == nil {
-		return nil, fmt.Errorf("BatchNorm with CumulativeAverage needs the NumBatches counter")
+		return nil, nil, fmt.Errorf("%s with CumulativeAverage needs the NumBatches counter", what)
 	}
 	m := xs.TotalSize() / c
 	if o.Training && m < 2 && o.Sync == nil { // under Sync the job's count is checked at run time
-		return nil, fmt.Errorf("BatchNorm in training needs more than one value per channel, input %v has %d: use a larger batch or eval mode", xs, m)
+		return nil, nil, fmt.Errorf("%s in training needs more than one value per channel, input %v has %d: use a larger batch or eval mode", what, xs, m)
 	}
 	if o.Momentum == 0 {
 		o.Momentum = 0.1
@@ -124,11 +135,11 @@ func BatchNorm(x, gamma, beta *G.Node, stats BatchNormStats, o BatchNormOpts) (*
 		o.Eps = 1e-5
 	}
 	if o.Momentum < 0 || o.Momentum > 1 || o.Eps < 0 {
-		return nil, fmt.Errorf("BatchNorm momentum %v and eps %v: want momentum in (0, 1] and eps > 0", o.Momentum, o.Eps)
+		return nil, nil, fmt.Errorf("%s momentum %v and eps %v: want momentum in (0, 1] and eps > 0", what, o.Momentum, o.Eps)
 	}
 	op := &bnOp{base: newBase("BatchNorm"), BatchNormOpts: o, stats: stats, shape: xs.Clone(), affine: gamma != nil,
 		n: xs[0], c: c, inner: m / xs[0]}
-	return apply(op, children...)
+	return op, children, nil
 }
 
 type bnOp struct {
@@ -143,7 +154,6 @@ type bnOp struct {
 	scale, shift   []float64
 	sumDy, sumDyXh []float64 // filled by the backward ops
 	ga, gb, gk     []float64 // input-gradient coefficients
-	dyMasked       any       // []T: dy masked by the fused ReLU, from bnSums
 	parts          []float64 // per-plane partial sums, combined in plane order
 	count          float64   // values per channel behind mean and invstd (all replicas under Sync)
 	syncBuf        []float64 // Sync: per-channel statistics or gradient sums, reduced in place
@@ -202,12 +212,29 @@ func (op *bnOp) Do(v ...G.Value) (G.Value, error) {
 }
 
 func bnFwd[T float](op *bnOp, xt, gt, bt, yt *tensor.Dense) error {
+	if err := bnPrepare[T](op, xt, gt, bt); err != nil {
+		return err
+	}
+	x, y := data[T](xt), data[T](yt)
+	planes := op.n * op.c
+	if w := workers(planes, op.inner); w > 1 {
+		parallelLoop(loopBNAffine, w, planes, x, y, nil, loopArgs{bn: op})
+	} else {
+		bnAffine(op, x, y, 0, planes)
+	}
+	return nil
+}
+
+// bnPrepare sets op.mean and op.invstd from the batch (training: and
+// updates the running statistics) or from the running statistics, and
+// op.scale and op.shift, the affine map the output is x·scale + shift of.
+func bnPrepare[T float](op *bnOp, xt, gt, bt *tensor.Dense) error {
 	c, inner := op.c, op.inner
 	op.mean = grow(op.mean, c)
 	op.invstd = grow(op.invstd, c)
 	op.scale = grow(op.scale, c)
 	op.shift = grow(op.shift, c)
-	x, y := data[T](xt), data[T](yt)
+	x := data[T](xt)
 	rm, rv := data[T](op.stats.Mean), data[T](op.stats.Var)
 	if op.Training {
 		m := float64(op.n * inner)
@@ -270,12 +297,6 @@ func bnFwd[T float](op *bnOp, xt, gt, bt, yt *tensor.Dense) error {
 		}
 		op.scale[ch] = g * op.invstd[ch]
 		op.shift[ch] = b - op.mean[ch]*op.scale[ch]
-	}
-	planes := op.n * c
-	if w := workers(planes, inner); w > 1 {
-		parallelLoop(loopBNAffine, w, planes, x, y, nil, loopArgs{bn: op})
-	} else {
-		bnAffine(op, x, y, 0, planes)
 	}
 	return nil
 }
@@ -355,9 +376,15 @@ func bnAffine[T float](op *bnOp, x, y []T, lo, hi int) {
 
 // SymDiff makes three nodes at most: the gamma gradient (which also sums the
 // beta gradient), the beta gradient (a copy of that sum, ordered after it),
-// and the input gradient (which reuses both sums).
+// and the input gradient (which reuses both sums). With the fused ReLU the
+// masked output gradient is a node of its own first, which sums both
+// (bnMaskOp), as BatchNormAddReLU's.
 func (op *bnOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
 	x := inputs[0]
+	if op.ReLU {
+		grads, _, err := maskedBackward("BatchNormReLUGrad", []*bnOp{op}, inputs, output, grad)
+		return grads, err
+	}
 	if !op.affine {
 		dx, err := apply(&bnGradInputOp{base: newBase("BatchNormGradInput"), fwd: op}, x, output, grad)
 		return G.Nodes{dx}, err
@@ -377,33 +404,31 @@ func (op *bnOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
 	return G.Nodes{dx, dgamma, dbeta}, nil
 }
 
-// bnSums fills op.sumDy with Σdy' and op.sumDyXh with Σdy'·x̂ per channel,
-// where dy' is dy masked by the fused ReLU (kept in op.dyMasked for the
-// input gradient), and returns dy'.
-func bnSums[T float](op *bnOp, xt, yt, dyt *tensor.Dense) []T {
+// bnSums fills op.sumDy with Σdy and op.sumDyXh with Σdy·x̂ per channel (a
+// BatchNorm without the fused ReLU: with it, bnMaskOp sums the masked dy).
+func bnSums[T float](op *bnOp, xt, dyt *tensor.Dense) {
 	c, inner := op.c, op.inner
+	x, dy := data[T](xt), data[T](dyt)
+	planes := op.n * c
+	op.parts = grow(op.parts, 2*planes)
+	if w := workers(planes, inner); w > 1 {
+		parallelLoop(loopBNDotSums, w, planes, dy, x, nil, loopArgs{bn: op})
+	} else {
+		bnDotSums(op, dy, x, 0, planes)
+	}
+	op.finishSums()
+}
+
+// finishSums sets op.sumDy to Σdy' and op.sumDyXh to Σdy'·x̂ per channel
+// from the per-plane Σdy' and Σdy'·x in op.parts, summed in plane order.
+func (op *bnOp) finishSums() {
+	c := op.c
 	op.sumDy = grow(op.sumDy, c)
 	op.sumDyXh = grow(op.sumDyXh, c)
 	sdx := op.sumDyXh // Σdy'·x first
 	clear(op.sumDy)
 	clear(sdx)
-	x, dy := data[T](xt), data[T](dyt)
-	var y []T // with the ReLU: mask dy into op.dyMasked plane by plane
-	if op.ReLU {
-		y = data[T](yt)
-		scratch[T](&op.dyMasked, len(dy))
-	}
-	planes := op.n * c
-	op.parts = grow(op.parts, 2*planes)
-	if w := workers(planes, inner); w > 1 {
-		parallelLoop(loopBNDotSums, w, planes, dy, x, y, loopArgs{bn: op})
-	} else {
-		bnDotSums(op, dy, x, y, 0, planes)
-	}
-	if op.ReLU {
-		dy = op.dyMasked.([]T)[:len(dy)]
-	}
-	for p := 0; p < planes; p++ {
+	for p := 0; p < op.n*c; p++ {
 		op.sumDy[p%c] += op.parts[2*p]
 		sdx[p%c] += op.parts[2*p+1]
 	}
@@ -411,27 +436,13 @@ func bnSums[T float](op *bnOp, xt, yt, dyt *tensor.Dense) []T {
 		// Σdy'·x̂ = invstd·(Σdy'·x - mean·Σdy')
 		sdx[ch] = op.invstd[ch] * (sdx[ch] - op.mean[ch]*op.sumDy[ch])
 	}
-	return dy
 }
 
-// bnDotSums sums planes [lo, hi) into op.parts. With y (the fused ReLU's
-// output) it first masks each plane of dy into op.dyMasked and sums the
-// masked plane while it is in cache: one pass over memory and one split
-// instead of a masking pass and a summing pass.
-func bnDotSums[T float](op *bnOp, dy, x, y []T, lo, hi int) {
+// bnDotSums sums planes [lo, hi) of dy and dy·x into op.parts.
+func bnDotSums[T float](op *bnOp, dy, x []T, lo, hi int) {
 	inner := op.inner
-	var masked []T
-	if y != nil {
-		masked = op.dyMasked.([]T)
-	}
 	for p := lo; p < hi; p++ {
-		d := dy[p*inner : (p+1)*inner]
-		if y != nil {
-			m := masked[p*inner : (p+1)*inner]
-			maskPos(y[p*inner:(p+1)*inner], d, m)
-			d = m
-		}
-		op.parts[2*p], op.parts[2*p+1] = dotSums(d, x[p*inner:(p+1)*inner])
+		op.parts[2*p], op.parts[2*p+1] = dotSums(dy[p*inner:(p+1)*inner], x[p*inner:(p+1)*inner])
 	}
 }
 
@@ -466,16 +477,16 @@ func (op *bnGradGammaOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
 }
 
 func (op *bnGradGammaOp) Do(v ...G.Value) (G.Value, error) {
-	x, y, dy, err := bnInputs(op, op.fwd, v)
+	x, _, dy, err := bnInputs(op, op.fwd, v)
 	if err != nil {
 		return nil, err
 	}
 	o := op.out.get(x.Dtype(), tensor.Shape{op.fwd.c})
 	if x.Dtype() == tensor.Float32 {
-		bnSums[float32](op.fwd, x, y, dy)
+		bnSums[float32](op.fwd, x, dy)
 		copyFrom64(data[float32](o), op.fwd.sumDyXh)
 	} else {
-		bnSums[float64](op.fwd, x, y, dy)
+		bnSums[float64](op.fwd, x, dy)
 		copyFrom64(data[float64](o), op.fwd.sumDyXh)
 	}
 	return o, nil
@@ -488,17 +499,21 @@ func copyFrom64[T float](dst []T, src []float64) {
 }
 
 // bnGradBetaOp is Σdy' per channel, summed by the gamma gradient op whose
-// output it takes (for ordering): (dgamma) → [C].
+// output it takes (for ordering): (dgamma) → [C]. With gamma set it is
+// Σdy'·x̂ instead, summed by the op whose output of inDims dimensions it
+// takes (BatchNormAddReLU's masked gradient).
 type bnGradBetaOp struct {
 	base
 	noDiff
-	fwd *bnOp
-	out buffer
+	fwd    *bnOp
+	out    buffer
+	gamma  bool
+	inDims int // 0: 1
 }
 
 func (op *bnGradBetaOp) Arity() int         { return 1 }
 func (op *bnGradBetaOp) DiffWRT(int) []bool { return []bool{false} }
-func (op *bnGradBetaOp) Type() hm.Type      { return fnType(1, 1) }
+func (op *bnGradBetaOp) Type() hm.Type      { return fnType(1, max(op.inDims, 1)) }
 func (op *bnGradBetaOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
 	return tensor.Shape{op.fwd.c}, nil
 }
@@ -506,21 +521,28 @@ func (op *bnGradBetaOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
 func (op *bnGradBetaOp) Do(v ...G.Value) (G.Value, error) {
 	dt := v[0].Dtype()
 	o := op.out.get(dt, tensor.Shape{op.fwd.c})
+	sums := op.fwd.sumDy
+	if op.gamma {
+		sums = op.fwd.sumDyXh
+	}
 	if dt == tensor.Float32 {
-		copyFrom64(data[float32](o), op.fwd.sumDy)
+		copyFrom64(data[float32](o), sums)
 	} else {
-		copyFrom64(data[float64](o), op.fwd.sumDy)
+		copyFrom64(data[float64](o), sums)
 	}
 	return o, nil
 }
 
 // bnGradInputOp is the input gradient: (x, y, dy[, gamma, dgamma]) → like x.
-// Without gamma it sums Σdy' and Σdy'·x̂ itself.
+// Without gamma it sums Σdy and Σdy·x̂ itself, unless masked.
 type bnGradInputOp struct {
 	base
 	noDiff
 	fwd *bnOp
 	out buffer
+	// masked: dy is dy' (bnMaskOp's output, masked by the ReLU after the
+	// BatchNorm), which has summed Σdy' and Σdy'·x̂ already.
+	masked bool
 }
 
 func (op *bnGradInputOp) Arity() int {
@@ -542,7 +564,7 @@ func (op *bnGradInputOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
 }
 
 func (op *bnGradInputOp) Do(v ...G.Value) (G.Value, error) {
-	x, y, dy, err := bnInputs(op, op.fwd, v)
+	x, _, dy, err := bnInputs(op, op.fwd, v)
 	if err != nil {
 		return nil, err
 	}
@@ -554,10 +576,11 @@ func (op *bnGradInputOp) Do(v ...G.Value) (G.Value, error) {
 		}
 	}
 	dx := op.out.get(dt, op.fwd.shape)
+	sums := op.fwd.Training && gamma == nil && !op.masked
 	if dt == tensor.Float32 {
-		err = bnGradInput[float32](op.fwd, x, y, dy, gamma, dx)
+		err = bnGradInput[float32](op.fwd, x, dy, gamma, dx, sums)
 	} else {
-		err = bnGradInput[float64](op.fwd, x, y, dy, gamma, dx)
+		err = bnGradInput[float64](op.fwd, x, dy, gamma, dx, sums)
 	}
 	if err != nil {
 		return nil, err
@@ -565,18 +588,14 @@ func (op *bnGradInputOp) Do(v ...G.Value) (G.Value, error) {
 	return dx, nil
 }
 
-func bnGradInput[T float](op *bnOp, xt, yt, dyt, gt, dxt *tensor.Dense) error {
+// bnGradInput writes the input gradient for output gradient dy (already
+// masked where the BatchNorm has a ReLU); with sums it first sums Σdy and
+// Σdy·x̂, which otherwise the gamma gradient or mask op has.
+func bnGradInput[T float](op *bnOp, xt, dyt, gt, dxt *tensor.Dense, sums bool) error {
 	c, inner := op.c, op.inner
 	x, dy, dx := data[T](xt), data[T](dyt), data[T](dxt)
-	switch {
-	case gt == nil && op.Training:
-		dy = bnSums[T](op, xt, yt, dyt)
-	case op.ReLU && op.Training:
-		dy = op.dyMasked.([]T)[:len(dy)] // masked by the gamma-gradient op
-	case op.ReLU:
-		m := scratch[T](&op.dyMasked, len(dy))
-		maskPosPar(data[T](yt), dy, m)
-		dy = m
+	if sums {
+		bnSums[T](op, xt, dyt)
 	}
 	m := float64(op.n * inner)
 	sumDy, sumDyXh := op.sumDy, op.sumDyXh

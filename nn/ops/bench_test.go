@@ -161,6 +161,38 @@ func BenchmarkAddReLUStage1(b *testing.B) {
 	})
 }
 
+// The end of resnet8's blocks, forward and backward: bn2 + identity
+// shortcut + ReLU at stage 1 (64x16x28x28), bn2 + the projection's
+// BatchNorm + ReLU at stage 2 (64x32x14x14); fused (BatchNormAddReLU,
+// BatchNormAddBatchNormReLU) and as BatchNorm then AddReLU.
+//
+//	go test ./nn/ops -run '^$' -bench BlockEnd -benchmem -count 5
+func BenchmarkBlockEnd(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		c    resEnd
+	}{{"stage1-identity", resEnd{shape: []int{64, 16, 28, 28}, training: true, affine: true}},
+		{"stage2-projection", resEnd{shape: []int{64, 32, 14, 14}, training: true, affine: true, proj: true}}} {
+		for _, fused := range []bool{true, false} {
+			b.Run(fmt.Sprintf("%s/fused=%v", c.name, fused), func(b *testing.B) {
+				benchGraph(b, func(g *G.ExprGraph) (*G.Node, G.Nodes) {
+					var in []*G.Node
+					for i, t := range c.c.inputs(tensor.Float32) {
+						in = append(in, node(g, t, fmt.Sprintf("in%d", i)))
+					}
+					ch := c.c.shape[1]
+					y, err := c.c.build(fused, in, [2]bnState{newBNState(tensor.Float32, ch), newBNState(tensor.Float32, ch)}, [2]StatReducer{})
+					if err != nil {
+						b.Fatal(err)
+					}
+					s, _ := SumAll(y)
+					return s, in
+				})
+			})
+		}
+	}
+}
+
 // The input gradients of resnet8's 3x3 stride-2 convolutions (batch 64)
 // alone: phase by phase (conv_phase.go) and through col2im. (Its 1x1
 // stride-2 shortcuts go through col2im either way, see usePhases.)

@@ -27,8 +27,14 @@
 //     col2im (conv_phase.go), and same-padded 3x3 ones of 16 channels and
 //     more, forward, input and weight gradient, as Winograd F(4x4, 3x3)
 //     (conv_winograd.go); the float32 normalisation and activation
-//     loops use AVX-512 too (elem_amd64.s). Elsewhere, and for float64, the
-//     Go loops and the BLAS.
+//     loops use AVX-512 too (elem_amd64.s, bnadd_amd64.s). Elsewhere, and
+//     for float64, the Go loops and the BLAS.
+//   - Passes over activations are fused where a layer's ops meet: BatchNorm
+//     with its ReLU, a ResNet block's last BatchNorm (and its projection's)
+//     with the shortcut's sum and the ReLU (BatchNormAddReLU), and in the
+//     backward pass the ReLU's mask with the BatchNorm sums (bnMaskOp), which
+//     also takes the gradient sum before it as two summands
+//     (SumInputDoer), so that an executor can skip that Add's pass.
 //   - Convolutions split their batch between Workers() goroutines (the
 //     plan of blas: cores over local ranks over BLAS threads;
 //     SetImageWorkers), which claim whole image chunks until none is left,

@@ -1,21 +1,12 @@
 //go:build amd64 && !purego
 
 #include "textflag.h"
+#include "elem_amd64.h"
 
 // float32 elementwise kernels of kernels.go, AVX-512: 16 lanes a step and a
 // masked tail (no element outside [0, n) is read or written). Go's operand
 // order: VMAXPS a, b, dst is dst = b > a ? b : a, which returns a when
 // either is NaN, so the input goes first to let NaN through as Go's max does.
-
-// Sets K1 to the low n%16 lanes in DX (n in CX), or jumps to done when none.
-#define TAILMASK(done) \
-	MOVQ  CX, DX \
-	ANDQ  $15, DX \
-	JZ    done \
-	MOVL  $1, R11 \
-	SHLXL DX, R11, R11 \
-	DECL  R11 \
-	KMOVW R11, K1
 
 // func affine32(x, y *float32, n int, s, b float32, relu int)
 // y[i] = x[i]·s + b, then max(·, 0) when relu != 0.
@@ -182,18 +173,6 @@ lctail:
 lcdone:
 	VZEROUPPER
 	RET
-
-// Sums the 16 lanes of z into the float at off(FP) (fixed tree order).
-#define HSUM(z, y, x, dst) \
-	VEXTRACTF32X8 $1, z, Y30 \
-	VADDPS        Y30, y, Y30 \
-	VEXTRACTF32X4 $1, Y30, X31 \
-	VADDPS        X31, X30, X30 \
-	VPERMILPS     $0x4E, X30, X31 \
-	VADDPS        X31, X30, X30 \
-	VPERMILPS     $0xB1, X30, X31 \
-	VADDSS        X31, X30, X30 \
-	VMOVSS        X30, dst
 
 // func shiftedSums32(x *float32, n int, k float32) (s, sq float32)
 // Σ(x-k) and Σ(x-k)², in two 16-lane accumulators each.

@@ -46,7 +46,7 @@ func TestElemKernelsMatchGo(t *testing.T) {
 	}
 	for n := 0; n <= 70; n++ {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			a, b := gen(n), gen(n)
+			a, b, c, d := gen(n), gen(n), gen(n), gen(n)
 			run := func(avx bool, f func(out []float32)) []float32 {
 				useAVX512 = avx
 				out := make([]float32, n+8)
@@ -67,12 +67,52 @@ func TestElemKernelsMatchGo(t *testing.T) {
 				op := &bnOp{c: 1, inner: n, scale: []float64{1.5}, shift: []float64{-0.25}, BatchNormOpts: BatchNormOpts{ReLU: relu}}
 				check(fmt.Sprintf("bnAffine relu=%v", relu), 1e-6, func(out []float32) { bnAffine(op, a[:n], out[:n], 0, 1) })
 			}
+			ba := &bnAddOp{bns: []*bnOp{{n: 1, c: 1, inner: n}}, a: []float64{1.5}, b: []float64{-0.75}, k: []float64{0.25}}
+			check("bnAdd", 1e-6, func(out []float32) { bnAdd(ba, a[:n], b[:n], out[:n], 0, 1) })
 			op := &bnOp{c: 1, inner: n, ga: []float64{0.75}, gb: []float64{-1.25}, gk: []float64{0.5}}
 			check("bnInputGrad", 1e-6, func(out []float32) { bnInputGrad(op, a[:n], b[:n], out[:n], 0, 1) })
 			check("shiftedSums", 1e-5, func(out []float32) {
 				s, sq := shiftedSums(a[:n], 0.5)
 				out[0], out[1] = float32(s), float32(sq)
 			})
+			check("maskDotSums", 1e-5, func(out []float32) {
+				dm := make([]float32, n)
+				s, sx := maskDotSums(a[:n], b[:n], c[:n], dm)
+				copy(out, dm)
+				out[n], out[n+1] = float32(s), float32(sx)
+			})
+			check("maskAddDotSums", 1e-5, func(out []float32) {
+				dm := make([]float32, n)
+				s, sx := maskAddDotSums(a[:n], b[:n], d[:n], c[:n], dm)
+				copy(out, dm)
+				out[n], out[n+1] = float32(s), float32(sx)
+			})
+			{ // bitwise the AVX-512 add then maskDotSums, the path it replaces
+				useAVX512 = true
+				dm := make([]float32, n+8)
+				for i := range dm {
+					dm[i] = 42
+				}
+				s, sx := maskAddDotSums(a[:n], b[:n], d[:n], c[:n], dm[:n])
+				want := make([]float32, n+8)
+				copy(want[n:], dm[n:])
+				add(b[:n], d[:n], want[:n])
+				ws, wsx := maskDotSums(a[:n], want[:n], c[:n], want[:n])
+				same(t, "maskAddDotSums against the AVX-512 add, maskDotSums", append(dm, float32(s), float32(sx)), append(want, float32(ws), float32(wsx)), 0)
+			}
+			{ // bitwise the AVX-512 maskPos then dotSums, the path it replaces
+				useAVX512 = true
+				dm := make([]float32, n+8)
+				for i := range dm {
+					dm[i] = 42
+				}
+				s, sx := maskDotSums(a[:n], b[:n], c[:n], dm[:n])
+				want := make([]float32, n+8)
+				copy(want[n:], dm[n:])
+				maskPos(a[:n], b[:n], want[:n])
+				ws, wsx := dotSums(want[:n], c[:n])
+				same(t, "maskDotSums against the AVX-512 maskPos, dotSums", append(dm, float32(s), float32(sx)), append(want, float32(ws), float32(wsx)), 0)
+			}
 			check("dotSums", 1e-5, func(out []float32) {
 				s, sx := dotSums(a[:n], b[:n])
 				out[0], out[1] = float32(s), float32(sx)

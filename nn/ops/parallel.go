@@ -350,6 +350,10 @@ type loopArgs struct {
 	g      *convGeom
 	n0, m  int
 	gather bool
+
+	// BatchNormAddReLU's passes (bnadd.go).
+	bnAdd  *bnAddOp
+	bnMask *bnMaskOp
 }
 
 type loopKind int
@@ -366,6 +370,8 @@ const (
 	loopIm2col
 	loopCol2im
 	loopAdd
+	loopBNAdd
+	loopBNMask
 )
 
 // loopPieces is how many pieces each loop worker's share is cut into for
@@ -392,7 +398,7 @@ func (j *loopJob[T]) piece(lo, hi int) {
 	case loopBNAffine:
 		bnAffine(j.bn, j.a, j.b, lo, hi)
 	case loopBNDotSums:
-		bnDotSums(j.bn, j.a, j.b, j.c, lo, hi)
+		bnDotSums(j.bn, j.a, j.b, lo, hi)
 	case loopBNInputGrad:
 		bnInputGrad(j.bn, j.a, j.b, j.c, lo, hi)
 	case loopMoveRows:
@@ -403,6 +409,10 @@ func (j *loopJob[T]) piece(lo, hi int) {
 		col2imTasks(j.g, j.a, j.b, j.n0, j.m, lo, hi)
 	case loopAdd:
 		add(j.a[lo:hi], j.b[lo:hi], j.c[lo:hi])
+	case loopBNAdd:
+		bnAdd(j.bnAdd, j.a, j.b, j.c, lo, hi)
+	case loopBNMask:
+		bnMaskSums(j.bnMask, j.a, j.b, j.c, lo, hi)
 	default:
 		panic(fmt.Sprintf("ops: loop kind %d has no kernel", j.kind))
 	}

@@ -58,6 +58,12 @@ func newEngine(t *testing.T, dt tensor.Dtype, tape bool) *Engine {
 // newEngineOf is an engine of m, whose inputs are batchOf's.
 func newEngineOf(t *testing.T, m module.Module, dt tensor.Dtype, tape bool) *Engine {
 	t.Helper()
+	return newEngineFields(t, m, dt, tape, []data.Field{{Name: "x", Shape: []int{5}}, {Name: "y"}})
+}
+
+// newEngineFields is an engine of m whose inputs are fields.
+func newEngineFields(t *testing.T, m module.Module, dt tensor.Dtype, tape bool, fields []data.Field) *Engine {
+	t.Helper()
 	b := module.NewBuilder(dt)
 	if err := m.Configure(b); err != nil {
 		t.Fatal(err)
@@ -67,7 +73,7 @@ func newEngineOf(t *testing.T, m module.Module, dt tensor.Dtype, tape bool) *Eng
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := New(m, st, []data.Field{{Name: "x", Shape: []int{5}}, {Name: "y"}}, 9)
+	e := New(m, st, fields, 9)
 	e.Tape = tape
 	return e
 }

@@ -61,6 +61,12 @@ type execStep struct {
 	// notify: the run calls its stepDone after this step (a gradient is
 	// final once it has run).
 	notify bool
+
+	// sum, when set, is an Add folded into this step (foldSums): its input
+	// sumAt is the sum of the values sumOf, which sum adds in its own pass.
+	sum   ops.SumInputDoer
+	sumAt int
+	sumOf [2]int
 }
 
 // stepDone is told, during a run, that step i (marked with notifyAfter)
@@ -127,7 +133,65 @@ func newExecutor(g *G.ExprGraph) (*executor, error) {
 		}
 		e.steps = append(e.steps, st)
 	}
+	e.foldSums(g)
 	return e, nil
+}
+
+// foldSums drops each Add step whose output only one step reads, as the
+// input that step's op can take as two summands (ops.SumInputDoer), and
+// has that step add them in its own pass: one pass over memory less, and
+// one buffer less. The gradient sum at a residual block's input is such an
+// Add, read by the previous block's masked-gradient op alone. An Add whose
+// value a read op asks for stays.
+func (e *executor) foldSums(g *G.ExprGraph) {
+	readers := make([]int, len(e.vals))
+	producer := make([]int, len(e.vals))
+	for i := range producer {
+		producer[i] = -1
+	}
+	for i := range e.steps {
+		producer[e.steps[i].out] = i
+		for _, k := range e.steps[i].in {
+			readers[k]++
+		}
+	}
+	for _, n := range g.AllNodes() {
+		if op := n.Op(); op != nil && isRead(op) {
+			for it := g.From(n.ID()); it.Next(); {
+				if i, ok := e.index[it.Node().(*G.Node)]; ok {
+					readers[i]++ // never 1 with a step's
+				}
+			}
+		}
+	}
+	drop := make([]bool, len(e.steps))
+	for j := range e.steps {
+		st := &e.steps[j]
+		sd, ok := st.op.(ops.SumInputDoer)
+		if !ok || st.pd != nil {
+			continue
+		}
+		k := sd.SumInput()
+		if k < 0 || k >= len(st.in) || readers[st.in[k]] != 1 {
+			continue
+		}
+		a := producer[st.in[k]]
+		if a < 0 || !e.steps[a].add || len(e.steps[a].in) != 2 {
+			continue
+		}
+		st.sum, st.sumAt, st.sumOf = sd, k, [2]int{e.steps[a].in[0], e.steps[a].in[1]}
+		// The summands join the inputs, after the op's own, so that
+		// reordering (forwardFirst) and the readers of a value see them.
+		st.in = append(slices.Clone(st.in), st.sumOf[0], st.sumOf[1])
+		drop[a] = true
+	}
+	kept := e.steps[:0]
+	for i, st := range e.steps {
+		if !drop[i] {
+			kept = append(kept, st)
+		}
+	}
+	e.steps = kept
 }
 
 func dtypeOf(n *G.Node) (dt tensor.Dtype, err error) {
@@ -172,13 +236,20 @@ func (e *executor) run(direct bool, done stepDone) error {
 			}
 		}
 		st := &e.steps[i]
-		in := e.scratch[:len(st.in)]
-		for j, k := range st.in {
+		n := len(st.in)
+		if st.sum != nil {
+			n -= 2 // the summands, appended for ordering
+		}
+		in := e.scratch[:n]
+		for j, k := range st.in[:n] {
 			in[j] = e.vals[k]
 		}
 		var v G.Value
 		var err error
 		switch {
+		case st.sum != nil:
+			in[st.sumAt] = nil
+			v, err = st.sum.DoSum(e.vals[st.sumOf[0]], e.vals[st.sumOf[1]], in...)
 		case st.reshape:
 			v, err = st.reshaped(in[0])
 		case (direct || st.alwaysDirect) && st.direct != nil:

@@ -1,0 +1,12 @@
+//go:build amd64 && !purego
+
+package ops
+
+//go:noescape
+func bnAddRelu32(x1, x2, y *float32, n int, a, b, k float32)
+
+//go:noescape
+func maskDotSums32(y, dy, x, dm *float32, n int) (s, sx float32)
+
+//go:noescape
+func maskAddDotSums32(y, a, b, x, dm *float32, n int) (s, sx float32)
