@@ -507,7 +507,7 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 		// the progress display and other callbacks read.
 		for k, v := range m {
 			if k != "epoch" {
-				t.state.Metrics[k] = v
+				t.state.setMetric(k, v, t.state.inValEnd)
 			}
 		}
 		return t.logMetrics(t.state.GlobalStep, m)
@@ -863,7 +863,7 @@ func (t *Trainer) finishTrainEpoch(ctx context.Context, epoch int) error {
 	out := map[string]float64{}
 	for name, v := range vals {
 		n := name
-		t.state.Metrics[n] = v
+		t.state.setMetric(n, v, false)
 		out[n] = v
 		if bare, ok := strings.CutSuffix(n, "_epoch"); ok {
 			t.state.setStepNewer(bare, false)
@@ -1023,7 +1023,7 @@ func (t *Trainer) validationLoop(ctx context.Context, m module.Module, val *data
 	out := map[string]float64{}
 	for name, v := range vals {
 		n := name
-		t.state.Metrics[n] = v
+		t.state.setMetric(n, v, true)
 		out[n] = v
 	}
 	t.stats.ValidationsPassed++
@@ -1127,7 +1127,7 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 	for name, v := range vals {
 		n := name
 		out[n] = v
-		t.state.Metrics[n] = v
+		t.state.setMetric(n, v, mode == module.Validate)
 	}
 	if mode == module.Test {
 		if err := t.onTestEnd(ctx); err != nil {
