@@ -259,9 +259,6 @@ func (a App) fit(ctx context.Context, tr *trainer.Trainer, l Loaders, runs runOu
 	if !tr.IsGlobalZero() {
 		return nil
 	}
-	if err := runs.logResults(tr.Stats().GlobalStep, sum.Metrics); err != nil {
-		return err
-	}
 	fill(hash)
 	return sum.Print(a.stdout())
 }
@@ -344,9 +341,6 @@ func (a App) evaluate(ctx context.Context, tr *trainer.Trainer, command, ckpt, p
 		if info, err := trainer.ReadCheckpointInfo(ckpt); err == nil {
 			sum.GlobalStep = info.GlobalStep
 		}
-	}
-	if err := runs.logResults(sum.GlobalStep, res); err != nil {
-		return err
 	}
 	sum.Seconds = since(t0)
 	return sum.Print(a.stdout())

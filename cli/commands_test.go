@@ -94,6 +94,9 @@ func TestSubcommandsEvaluateCheckpoints(t *testing.T) {
 		if last := lines[len(lines)-1]; !strings.Contains(last, c.row) {
 			t.Errorf("%s/metrics.csv ends with %q, want the row %q:\n%s", c.version, last, c.row, b)
 		}
+		if n := strings.Count(string(b), c.row); n != 1 {
+			t.Errorf("%s/metrics.csv holds the row %q %d times, want once:\n%s", c.version, c.row, n, b)
+		}
 	}
 }
 

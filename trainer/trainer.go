@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"strings"
 	"syscall"
@@ -72,6 +73,9 @@ type Trainer struct {
 	launchDir     string
 	loggers       []Logger
 	lastEpochCkpt string
+	// fitLoggers is true once a Fit chose loggers, which Validate and Test
+	// then log into.
+	fitLoggers bool
 	// logStep and logRows count rank 0's LogMetrics calls at one global
 	// step (a checkpoint records them for RowResumer); logRows is -1 when
 	// a resumed checkpoint did not record them.
@@ -490,7 +494,7 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 		return fmt.Errorf("Fit: %w", err)
 	}
 	t.state.LogDir, t.lastEpochCkpt = logDir, ""
-	t.loggers = t.cfg.Loggers
+	t.loggers, t.fitLoggers = t.cfg.Loggers, true
 	t.logStep, t.logRows = -1, 0
 	if t.defaultLogger() {
 		l, err := NewCSVLogger(logDir)
@@ -1037,7 +1041,8 @@ func (t *Trainer) validationLoop(ctx context.Context, m module.Module, val *data
 	return t.onValidationEnd(ctx, m, epoch)
 }
 
-// Validate runs the validation loop once and returns its metrics.
+// Validate runs the validation loop once and returns its metrics, which it
+// logs as Test does.
 func (t *Trainer) Validate(ctx context.Context, m module.Module, val *data.Loader, opts ...EvalOption) (map[string]float64, error) {
 	return t.evaluate(ctx, m, val, module.Validate, opts)
 }
@@ -1045,31 +1050,36 @@ func (t *Trainer) Validate(ctx context.Context, m module.Module, val *data.Loade
 // Test runs the test loop once and returns its metrics. After Fit it uses
 // the trained parameters, on the module value given to Fit or on any other
 // value whose Configure declares the same tensors (a model built again);
-// WithCheckpoint picks a checkpoint's instead.
+// WithCheckpoint picks a checkpoint's instead. On rank 0 the metrics go to
+// the loggers at the evaluated weights' global step, as Lightning's
+// trainer.test logs them: those of the Fit before, else Config.Loggers,
+// else a CSVLogger in Config.LogDir (none with DisableLogger, or with
+// neither set and no Fit).
 func (t *Trainer) Test(ctx context.Context, m module.Module, test *data.Loader, opts ...EvalOption) (map[string]float64, error) {
 	return t.evaluate(ctx, m, test, module.Test, opts)
 }
 
 // prepareEval sets up (or rebinds) the strategy for m and loads the
-// checkpoint the options ask for.
-func (t *Trainer) prepareEval(ctx context.Context, m module.Module, l *data.Loader, opts []EvalOption) error {
+// checkpoint the options ask for. It returns the global step of the
+// weights evaluated: the checkpoint's, or the trainer's.
+func (t *Trainer) prepareEval(ctx context.Context, m module.Module, l *data.Loader, opts []EvalOption) (int, error) {
 	var eo evalOptions
 	for _, o := range opts {
 		o(&eo)
 	}
 	if err := t.setup(ctx, m, l.Dataset().Fields()); err != nil {
-		return err
+		return 0, err
 	}
 	if eo.ckptPath == "" {
-		return nil
+		return t.state.GlobalStep, nil
 	}
 	path, err := t.checkpointPath(eo.ckptPath)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	sd, err := readStateDict(path, t.dtype())
 	if err != nil {
-		return err
+		return 0, err
 	}
 	// The weights only: evaluation leaves the optimizer as it is.
 	weights := &strategy.StateDict{}
@@ -1079,10 +1089,14 @@ func (t *Trainer) prepareEval(ctx context.Context, m module.Module, l *data.Load
 		}
 	}
 	if err := t.strat.LoadState(ctx, weights); err != nil {
-		return fmt.Errorf("checkpoint %s: %w", path, err)
+		return 0, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
 	t.cfg.Log.Info().Str("path", path).Msg("evaluating the weights of a checkpoint")
-	return nil
+	step := t.state.GlobalStep
+	if info, err := ReadCheckpointInfo(path); err == nil {
+		step = info.GlobalStep
+	}
+	return step, nil
 }
 
 func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader, mode module.Mode, opts []EvalOption) (map[string]float64, error) {
@@ -1105,7 +1119,8 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 			return nil, errors.New("Test: the module has no TestStep: implement module.Tester")
 		}
 	}
-	if err := t.prepareEval(ctx, m, l, opts); err != nil {
+	step, err := t.prepareEval(ctx, m, l, opts)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", mode, err)
 	}
 	t.state.Stage = mode.String()
@@ -1134,7 +1149,40 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 			return nil, t.stopOr(err)
 		}
 	}
+	if err := t.logEvaluation(step, out); err != nil {
+		return nil, fmt.Errorf("%s: %w", mode, err)
+	}
 	return out, nil
+}
+
+// logEvaluation gives what Validate or Test measured to the loggers, as
+// Lightning's trainer.validate and trainer.test log, at the global step of
+// the weights evaluated, then finalizes them: after a Fit, its loggers
+// (the default CSVLogger in its run directory included); otherwise
+// Config.Loggers, or a CSVLogger in Config.LogDir (unless DisableLogger);
+// with none of these, nothing. The rows count as Fit's do at that step
+// (RowResumer), so a checkpoint saved later records them.
+func (t *Trainer) logEvaluation(step int, out map[string]float64) error {
+	if !t.state.IsGlobalZero || len(out) == 0 {
+		return nil
+	}
+	if !t.fitLoggers {
+		t.loggers = t.cfg.Loggers
+		if len(t.loggers) == 0 && t.cfg.LogDir != "" && !t.cfg.DisableLogger {
+			l, err := NewCSVLogger(t.cfg.LogDir)
+			if err != nil {
+				return err
+			}
+			t.loggers = []Logger{l}
+		}
+	}
+	if len(t.loggers) == 0 {
+		return nil
+	}
+	if err := t.logMetrics(step, maps.Clone(out)); err != nil {
+		return err
+	}
+	return t.finalizeLoggers("success")
 }
 
 // Predict runs the predict graph over l and returns one output tensor per
@@ -1208,7 +1256,7 @@ func (t *Trainer) predictBatches(ctx context.Context, m module.Module, l *data.L
 	if _, ok := m.(module.Predictor); !ok {
 		return nil, errors.New("Predict: the module has no PredictStep: implement module.Predictor")
 	}
-	if err := t.prepareEval(ctx, m, l, opts); err != nil {
+	if _, err := t.prepareEval(ctx, m, l, opts); err != nil {
 		return nil, fmt.Errorf("predict: %w", err)
 	}
 	t.state.Stage = "predict"
