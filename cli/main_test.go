@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"testing"
@@ -75,6 +76,15 @@ func summaryOf(t *testing.T, out string) cli.Summary {
 		t.Fatalf("last line %q is not the JSON summary: %v", lastLine(out), err)
 	}
 	return s
+}
+
+// num is *p, or NaN for nil (a figure the summary leaves null), which no
+// comparison of figures accepts.
+func num(p *float64) float64 {
+	if p == nil {
+		return math.NaN()
+	}
+	return *p
 }
 
 func lastLine(s string) string {
