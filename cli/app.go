@@ -236,6 +236,9 @@ func (a App) fit(ctx context.Context, tr *trainer.Trainer, l Loaders, runs runOu
 		if perr := sum.Print(a.stdout()); perr != nil {
 			return perr
 		}
+		if ie.Checkpoint == "" {
+			return &Interrupted{Err: ie} // stopped before training: nothing to resume
+		}
 		return &Interrupted{Err: ie, Resume: resumeCommand(a.Name, args, ie.Checkpoint)}
 	}
 	if err != nil {

@@ -153,7 +153,7 @@ func metric(res map[string]float64, name string) *float64 {
 type Interrupted struct {
 	Err *trainer.InterruptedError
 	// Resume is the command line that continues the run ("" on ranks
-	// other than 0).
+	// other than 0, and when nothing was saved: Err.Checkpoint is "").
 	Resume string
 }
 

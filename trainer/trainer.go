@@ -427,15 +427,19 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 			if fi.Err != nil {
 				return fi.Err // trained here: Fit's own *InterruptedError
 			}
-			// Trained in other processes, which saved fi.Checkpoint; the
-			// strategy loaded their weights.
-			t.adoptFit(fi.Result)
 			ie := &InterruptedError{GlobalStep: fi.GlobalStep, Checkpoint: fi.Checkpoint}
 			if fi.Signal != 0 {
 				ie.Signal = fi.Signal
 			} else {
 				ie.Err = context.Canceled
 			}
+			if fi.Checkpoint == "" {
+				// Stopped before the processes trained: nothing to adopt.
+				return ie
+			}
+			// Trained in other processes, which saved fi.Checkpoint; the
+			// strategy loaded their weights.
+			t.adoptFit(fi.Result)
 			if lerr := t.loadCallbackStates(fi.Result.Callbacks); lerr != nil {
 				return errors.Join(ie, lerr)
 			}
