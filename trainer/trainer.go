@@ -461,7 +461,7 @@ func (t *Trainer) fitResult() (strategy.FitResult, error) {
 	cbs, err := t.callbackStates()
 	return strategy.FitResult{Metrics: t.Metrics(), Epochs: s.Epochs, GlobalStep: s.GlobalStep,
 		TrainSamples: s.TrainSamples, TrainSeconds: s.TrainTime.Seconds(), TrainSamplesPerS: s.TrainSamplesPerS,
-		LastTrainLoss: s.LastTrainLoss, WorldSize: s.WorldSize, StoppedEarly: s.StoppedEarly, Callbacks: cbs}, err
+		LastTrainLoss: s.LastTrainLoss, WorldSize: s.WorldSize, StoppedEarly: s.StoppedEarly, Callbacks: cbs, LogDir: t.state.LogDir}, err
 }
 
 // adoptFit takes the figures of a Fit that ran in other processes (the
@@ -474,6 +474,14 @@ func (t *Trainer) adoptFit(r strategy.FitResult) {
 		t.state.Metrics[k] = v
 	}
 	t.state.GlobalStep, t.state.Epoch = r.GlobalStep, max(r.Epochs-1, 0)
+	if r.LogDir != "" {
+		// Validate and Test log where the Fit did, as after a Fit here.
+		t.state.LogDir = r.LogDir
+		t.loggers, t.fitLoggers = t.cfg.Loggers, true
+		if l, err := NewCSVLogger(r.LogDir); err == nil && t.defaultLogger() {
+			t.loggers = []Logger{l}
+		}
+	}
 }
 
 // fit trains the set-up module in this process.

@@ -302,6 +302,9 @@ func (w *spawnWorker) finish(ctx context.Context, r strategy.FitResult, fi *stra
 		if r.StoppedEarly != "" {
 			res.Notes["stopped_early"] = r.StoppedEarly
 		}
+		if r.LogDir != "" {
+			res.Notes["log_dir"] = r.LogDir
+		}
 		if fi != nil {
 			res.Notes[noteInterruptedCheckpoint] = fi.Checkpoint
 			res.Notes[noteInterruptedSignal] = strconv.Itoa(int(fi.Signal))
@@ -342,6 +345,7 @@ func fitResultFrom(res *launch.Result) strategy.FitResult {
 		Metrics: res.Metrics, Epochs: int(st["epochs"]), GlobalStep: int(st["global_step"]), TrainSamples: int(st["train_samples"]),
 		TrainSeconds: st["train_seconds"], TrainSamplesPerS: st["train_samples_per_s"], LastTrainLoss: st["last_train_loss"],
 		WorldSize: int(st["world_size"]), StoppedEarly: res.Notes["stopped_early"], Callbacks: res.Callbacks,
+		LogDir: res.Notes["log_dir"],
 	}
 	if r.Metrics == nil {
 		r.Metrics = map[string]float64{}
