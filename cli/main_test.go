@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"strings"
@@ -27,6 +28,12 @@ func TestMain(m *testing.M) {
 	if os.Getenv(programEnv) != "" {
 		if os.Getenv(slowWorkerEnv) != "" && os.Getenv("FULGUR_LAUNCHER") == "ddp_spawn" {
 			select {} // no signal handler yet: SIGINT kills the process
+		}
+		if os.Getenv(preFitEnv) != "" {
+			if err := preFit(); err != nil {
+				fmt.Fprintln(os.Stderr, "program: the one-device Fit first:", err)
+				os.Exit(1)
+			}
 		}
 		smallResNet().Main() // exits with Main's status when the run fails
 		os.Exit(0)
