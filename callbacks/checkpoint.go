@@ -25,8 +25,10 @@ type ModelCheckpointConfig struct {
 	Dirpath string
 	// Filename is the name template, without ".ckpt": "{epoch}", "{step}"
 	// and "{METRIC}" or "{METRIC:FORMAT}" (a Go fmt verb without the "%",
-	// such as ".4f") are replaced by "name=value"; "/" in names becomes
-	// "_". "": "{epoch}-{step}". Metrics print as %.4f unless formatted.
+	// such as ".4f"; for epoch and step an integer one, such as "03d")
+	// are replaced by "name=value"; "/" in names becomes "_". "":
+	// "{epoch}-{step}". Metrics print as %.4f unless formatted. A format
+	// fmt cannot apply to the value is an error of Validate.
 	Filename string
 	// Monitor is the metric that ranks checkpoints ("val_loss"). "": none;
 	// the newest checkpoints are kept.
@@ -101,6 +103,13 @@ func (c *ModelCheckpointConfig) Validate() error {
 	}
 	if strings.Count(c.Filename, "{") != strings.Count(c.Filename, "}") || strings.ContainsAny(c.Filename, string(filepath.Separator)) {
 		bad("ModelCheckpoint Filename %q: braces must pair up, as in \"{epoch}-{val_loss:.2f}\", and it must not contain a path separator (use Dirpath)", c.Filename)
+	}
+	for _, m := range fieldRE.FindAllStringSubmatch(c.Filename, -1) {
+		if name, spec := strings.TrimSpace(m[1]), m[2]; spec != "" {
+			if _, err := formatField(name, spec, 1, 0.5); err != nil {
+				bad("ModelCheckpoint Filename %q: %v", c.Filename, err)
+			}
+		}
 	}
 	if c.Name == "" {
 		c.Name = "ModelCheckpoint"
@@ -508,10 +517,7 @@ func formatFilename(ctx context.Context, tmpl string, s *trainer.State) (string,
 			if name == "step" {
 				n = s.GlobalStep
 			}
-			v = strconv.Itoa(n)
-			if strings.HasSuffix(spec, "d") {
-				v = fmt.Sprintf("%"+spec, n)
-			}
+			v, _ = formatField(name, spec, n, 0) // spec checked by Validate
 		default:
 			x, ok := s.Metrics.Get(name)
 			if !ok {
@@ -527,14 +533,36 @@ func formatFilename(ctx context.Context, tmpl string, s *trainer.State) (string,
 				}
 				return m
 			}
-			if spec == "" {
-				spec = ".4f"
-			}
-			v = fmt.Sprintf("%"+spec, x)
+			v, _ = formatField(name, spec, 0, x)
 		}
 		return strings.ReplaceAll(name, "/", "_") + "=" + v
 	})
 	return out, err
+}
+
+// formatField writes one field of a Filename: epoch and step (n) as
+// integers, a metric (x) as %.4f, or with spec, a fmt verb without its
+// "%" ("03d", ".2f"); an error for a spec fmt cannot apply to the value.
+func formatField(name, spec string, n int, x float64) (string, error) {
+	var v string
+	switch {
+	case (name == "epoch" || name == "step") && spec == "":
+		return strconv.Itoa(n), nil
+	case name == "epoch" || name == "step":
+		v = fmt.Sprintf("%"+spec, n)
+	case spec == "":
+		return fmt.Sprintf("%.4f", x), nil
+	default:
+		v = fmt.Sprintf("%"+spec, x)
+	}
+	if strings.Contains(v, "%!") {
+		what := "a metric, a number such as .2f or .3e"
+		if name == "epoch" || name == "step" {
+			what = name + ", an integer such as 03d"
+		}
+		return "", fmt.Errorf("{%s:%s} is no format for %s", name, spec, what)
+	}
+	return v, nil
 }
 
 func (c *ModelCheckpoint) StateDict() ([]byte, error) {

@@ -3,6 +3,7 @@ package callbacks_test
 import (
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/fulgur-ml/fulgur/callbacks"
@@ -95,5 +96,37 @@ func TestModelCheckpointStepSavesAfterResume(t *testing.T) {
 	want := map[string]float64{filepath.Join(dir, "epoch=1-step=32.ckpt"): 0.2, filepath.Join(dir, "epoch=2-step=48.ckpt"): 0.3}
 	if got := mc2.BestK(); !reflect.DeepEqual(got, want) {
 		t.Errorf("ranked %v, want %v", got, want)
+	}
+}
+
+// A Filename field's format is checked when the callback is built: a verb
+// fmt cannot apply used to end up in the file's name ("%!z(float64=...)").
+func TestModelCheckpointFilenameFormats(t *testing.T) {
+	for _, tc := range []struct {
+		filename, err string
+	}{
+		{"{epoch:03d}-{step:05d}-{val_loss:.2f}-{val_acc:.1e}", ""},
+		{"{epoch}-{val_loss:zz}", `{val_loss:zz} is no format for a metric, a number such as .2f or .3e`},
+		{"{epoch:.2f}", `{epoch:.2f} is no format for epoch, an integer such as 03d`},
+		{"{step:03}", `{step:03} is no format for step, an integer such as 03d`},
+	} {
+		_, err := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{Filename: tc.filename})
+		if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("Filename %q: err = %v, want %q", tc.filename, err, tc.err)
+		}
+	}
+	// The formats in use: the names of the checkpoints written.
+	dir := t.TempDir()
+	mc, err := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{Dirpath: dir, Filename: "{epoch:02d}-{step:03d}-{val_loss:.1e}", Monitor: "val_loss", SaveTopK: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := &script{name: "val_loss", values: []float64{0.25, 0.125}}
+	if _, err := fit(t, trainer.Config{MaxEpochs: 2, Callbacks: []trainer.Callback{sc, mc}}, true); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"epoch=00-step=016-val_loss=2.5e-01.ckpt", "epoch=01-step=032-val_loss=1.2e-01.ckpt"}
+	if got := files(t, dir); !reflect.DeepEqual(got, want) {
+		t.Errorf("files %v, want %v", got, want)
 	}
 }
