@@ -197,8 +197,11 @@ func (c *ModelCheckpoint) BestK() map[string]float64 {
 // SavesOnValidation reports whether it saves when validation ends, a
 // mid-epoch validation included (trainer.Config.Validate then refuses a
 // ValCheckInterval that is no multiple of AccumulateGradBatches): true
-// unless it saves every N train steps.
-func (c *ModelCheckpoint) SavesOnValidation() bool { return c.cfg.EveryNTrainSteps == 0 }
+// unless it saves every N train steps, and then too with a Monitor (which
+// may be a validation metric: see EveryNTrainSteps).
+func (c *ModelCheckpoint) SavesOnValidation() bool {
+	return c.cfg.EveryNTrainSteps == 0 || (c.cfg.Monitor != "" && !c.cfg.LastOnly)
+}
 
 // Dir is where checkpoints go (known from fit start).
 func (c *ModelCheckpoint) Dir() string { return c.dir }
