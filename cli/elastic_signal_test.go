@@ -137,10 +137,12 @@ func ctrlCWhileStarting(t *testing.T, restarts, startedLine string) {
 	copied := make(chan struct{})
 	go func() {
 		defer close(copied)
+		seen := false
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			errb.WriteString(sc.Text() + "\n")
-			if strings.Contains(sc.Text(), startedLine) {
+			if strings.Contains(sc.Text(), startedLine) && !seen {
+				seen = true
 				close(started)
 			}
 		}
@@ -168,6 +170,12 @@ func ctrlCWhileStarting(t *testing.T, restarts, startedLine string) {
 	}
 	if !strings.Contains(errb.String(), "training interrupted (SIGINT) before it began; nothing was saved") {
 		t.Errorf("stderr does not say the run was interrupted before training:\n%s", errb.String())
+	}
+	if strings.Count(errb.String(), startedLine) != 1 {
+		t.Errorf("%q %d times: the workers were started again after Ctrl-C:\n%s", startedLine, strings.Count(errb.String(), startedLine), errb.String())
+	}
+	if strings.Count(errb.String(), startedLine) != 1 {
+		t.Errorf("%q %d times: the workers were started again after Ctrl-C:\n%s", startedLine, strings.Count(errb.String(), startedLine), errb.String())
 	}
 	if strings.Contains(errb.String(), "elastic: restart") {
 		t.Errorf("the launcher restarted the ranks after Ctrl-C:\n%s", errb.String())

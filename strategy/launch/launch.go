@@ -411,7 +411,8 @@ func (g *Group) Err() error {
 }
 
 // ExitError is the error of ranks that failed: Failed lists them, earliest
-// first.
+// first. RunElastic returns one, wrapped, for a rank SIGINT killed: Ctrl-C
+// stops an elastic job, also when it reaches a rank first.
 type ExitError struct {
 	Failed []Exit
 }
