@@ -25,8 +25,10 @@ type ModelCheckpointConfig struct {
 	Dirpath string
 	// Filename is the name template, without ".ckpt": "{epoch}", "{step}"
 	// and "{METRIC}" or "{METRIC:FORMAT}" (a Go fmt verb without the "%",
-	// such as ".4f") are replaced by "name=value"; "/" in names becomes
-	// "_". "": "{epoch}-{step}". Metrics print as %.4f unless formatted.
+	// such as ".4f"; for epoch and step an integer one, such as "03d")
+	// are replaced by "name=value"; "/" in names becomes "_". "":
+	// "{epoch}-{step}". Metrics print as %.4f unless formatted. A format
+	// fmt cannot apply to the value is an error of Validate.
 	Filename string
 	// Monitor is the metric that ranks checkpoints ("val_loss"). "": none;
 	// the newest checkpoints are kept.
@@ -42,7 +44,18 @@ type ModelCheckpointConfig struct {
 	// SaveLast also writes last.ckpt each time a checkpoint is due.
 	SaveLast bool
 	// EveryNTrainSteps saves after every this many optimizer steps instead
-	// of at epoch ends. 0: off.
+	// of at epoch ends. 0: off. With a Monitor that a validation logs
+	// (val_loss), a step checkpoint has no score of its own: the weights
+	// it holds were never validated. Each validation's end then saves and
+	// ranks the checkpoint of the weights it measured, and the step
+	// checkpoints between validations are recovery points: the newest is
+	// kept, unranked, until a newer or a ranked one replaces it.
+	// (Lightning ranks each step checkpoint by the last validation's
+	// value, so the checkpoints after a validation tie on it, the one that
+	// validation measured is not saved unless the step is a multiple of N,
+	// and the best can be weights no validation saw.) With a Monitor that
+	// training logs (train_loss), each step checkpoint is ranked by its
+	// step's value, as in Lightning.
 	EveryNTrainSteps int
 	// EveryNEpochs saves at the end of every this many epochs (after
 	// validation when the run validates, else at the training epoch's
@@ -91,6 +104,13 @@ func (c *ModelCheckpointConfig) Validate() error {
 	if strings.Count(c.Filename, "{") != strings.Count(c.Filename, "}") || strings.ContainsAny(c.Filename, string(filepath.Separator)) {
 		bad("ModelCheckpoint Filename %q: braces must pair up, as in \"{epoch}-{val_loss:.2f}\", and it must not contain a path separator (use Dirpath)", c.Filename)
 	}
+	for _, m := range fieldRE.FindAllStringSubmatch(c.Filename, -1) {
+		if name, spec := strings.TrimSpace(m[1]), m[2]; spec != "" {
+			if _, err := formatField(name, spec, 1, 0.5); err != nil {
+				bad("ModelCheckpoint Filename %q: %v", c.Filename, err)
+			}
+		}
+	}
 	if c.Name == "" {
 		c.Name = "ModelCheckpoint"
 	}
@@ -104,10 +124,11 @@ func (c *ModelCheckpointConfig) Validate() error {
 // deleted at the callback's next call, once the new file is on disk, so a
 // crash leaves an extra file rather than a missing one.
 type ModelCheckpoint struct {
-	cfg    ModelCheckpointConfig
-	dir    string
-	st     ckptState
-	warned bool // about a monitored metric not logged yet
+	cfg        ModelCheckpointConfig
+	dir        string
+	st         ckptState
+	warned     bool // about a monitored metric not logged yet
+	warnedName bool // about a step checkpoint's name using such a metric
 }
 
 type ckptState struct {
@@ -121,6 +142,10 @@ type ckptState struct {
 	Mode      string        `json:"mode"`
 	Dirpath   string        `json:"dirpath"`
 	ValEpoch  int           `json:"last_validated_epoch"`
+	// Recovery is the newest step checkpoint saved between validations
+	// while monitoring a validation metric: kept, unranked, until a newer
+	// one or a ranked one replaces it.
+	Recovery string `json:"recovery_model_path,omitempty"`
 }
 
 var (
@@ -172,8 +197,11 @@ func (c *ModelCheckpoint) BestK() map[string]float64 {
 // SavesOnValidation reports whether it saves when validation ends, a
 // mid-epoch validation included (trainer.Config.Validate then refuses a
 // ValCheckInterval that is no multiple of AccumulateGradBatches): true
-// unless it saves every N train steps.
-func (c *ModelCheckpoint) SavesOnValidation() bool { return c.cfg.EveryNTrainSteps == 0 }
+// unless it saves every N train steps, and then too with a Monitor (which
+// may be a validation metric: see EveryNTrainSteps).
+func (c *ModelCheckpoint) SavesOnValidation() bool {
+	return c.cfg.EveryNTrainSteps == 0 || (c.cfg.Monitor != "" && !c.cfg.LastOnly)
+}
 
 // Dir is where checkpoints go (known from fit start).
 func (c *ModelCheckpoint) Dir() string { return c.dir }
@@ -217,16 +245,46 @@ func (c *ModelCheckpoint) OnTrainBatchEnd(ctx context.Context, s *trainer.State)
 	if n == 0 || s.GlobalStep == 0 || s.GlobalStep%n != 0 || s.GlobalStep == c.st.LastStep {
 		return nil
 	}
-	return c.save(ctx, s, true)
+	if c.cfg.Monitor != "" && !c.cfg.LastOnly {
+		_, ok := s.Metrics.Get(c.cfg.Monitor)
+		if !ok && !c.warned {
+			c.warned = true
+			s.Warn(fmt.Sprintf("ModelCheckpoint(Monitor %q): the metric is not logged yet at step %d; until it is, the checkpoints every %d train steps are kept unranked, the newest only", c.cfg.Monitor, s.GlobalStep, c.cfg.EveryNTrainSteps))
+		}
+		if !ok || s.Metrics.FromValidation(c.cfg.Monitor) {
+			return c.save(ctx, s, saveRecovery)
+		}
+	}
+	return c.save(ctx, s, saveRanked)
 }
 
+// OnValidationEnd saves the epoch's checkpoint; when saving every N train
+// steps while monitoring a validation metric, it ranks the checkpoint of
+// the weights this validation measured.
 func (c *ModelCheckpoint) OnValidationEnd(ctx context.Context, s *trainer.State) error {
 	c.st.ValEpoch = s.Epoch
-	if c.cfg.EveryNTrainSteps > 0 || (s.Epoch+1)%c.cfg.EveryNEpochs != 0 || s.GlobalStep == c.st.LastStep {
+	if c.cfg.EveryNTrainSteps > 0 {
+		if c.cfg.Monitor == "" || c.cfg.LastOnly || s.FastDevRun {
+			return nil
+		}
+		if _, ok := s.Metrics.Get(c.cfg.Monitor); ok && !s.Metrics.FromValidation(c.cfg.Monitor) {
+			return nil // a training metric: step checkpoints are ranked by it
+		}
+		return c.save(ctx, s, saveRanked)
+	}
+	if (s.Epoch+1)%c.cfg.EveryNEpochs != 0 || s.GlobalStep == c.st.LastStep {
 		return nil
 	}
-	return c.save(ctx, s, false)
+	return c.save(ctx, s, saveRanked)
 }
+
+// saveKind says how save treats the checkpoint due now.
+type saveKind int
+
+const (
+	saveRanked   saveKind = iota // ranked (by Monitor, or newest)
+	saveRecovery                 // kept unranked until a newer checkpoint
+)
 
 // OnTrainEpochEnd saves the epoch's checkpoint when the Fit does not
 // validate; with validation it is saved at OnValidationEnd, in the epochs
@@ -236,7 +294,7 @@ func (c *ModelCheckpoint) OnTrainEpochEnd(ctx context.Context, s *trainer.State)
 	if c.cfg.EveryNTrainSteps > 0 || s.HasValidation || c.st.ValEpoch == s.Epoch || (s.Epoch+1)%c.cfg.EveryNEpochs != 0 || s.GlobalStep == c.st.LastStep {
 		return c.removeStale(s)
 	}
-	return c.save(ctx, s, false)
+	return c.save(ctx, s, saveRanked)
 }
 
 func (c *ModelCheckpoint) OnFitEnd(ctx context.Context, s *trainer.State) error {
@@ -245,7 +303,7 @@ func (c *ModelCheckpoint) OnFitEnd(ctx context.Context, s *trainer.State) error 
 
 // save decides which files a checkpoint due now goes to, updates the
 // ranking, and asks the trainer to write them.
-func (c *ModelCheckpoint) save(ctx context.Context, s *trainer.State, stepSave bool) error {
+func (c *ModelCheckpoint) save(ctx context.Context, s *trainer.State, kind saveKind) error {
 	if s.FastDevRun {
 		return nil
 	}
@@ -260,13 +318,31 @@ func (c *ModelCheckpoint) save(ctx context.Context, s *trainer.State, stepSave b
 	}
 	c.st.LastStep = s.GlobalStep
 	var paths []string
-	if !c.cfg.LastOnly {
-		p, err := c.decide(ctx, s, stepSave)
+	switch {
+	case c.cfg.LastOnly:
+	case kind == saveRecovery:
+		p, err := c.recovery(ctx, s)
 		if err != nil {
 			return err
 		}
 		if p != "" {
 			paths = append(paths, p)
+		}
+	default:
+		p, err := c.decide(ctx, s)
+		if err != nil {
+			return err
+		}
+		if p != "" {
+			paths = append(paths, p)
+			// The ranked checkpoint is as new as the recovery one, or
+			// newer: it takes over as the point to resume from.
+			if r := c.st.Recovery; r != "" {
+				c.st.Recovery = ""
+				if r != p {
+					c.stale(r)
+				}
+			}
 		}
 	}
 	if c.cfg.SaveLast {
@@ -283,7 +359,7 @@ func (c *ModelCheckpoint) save(ctx context.Context, s *trainer.State, stepSave b
 
 // decide ranks the current checkpoint and returns its path, or "" when it
 // does not make the top k. Displaced files are queued for deletion.
-func (c *ModelCheckpoint) decide(ctx context.Context, s *trainer.State, stepSave bool) (string, error) {
+func (c *ModelCheckpoint) decide(ctx context.Context, s *trainer.State) (string, error) {
 	name, err := formatFilename(ctx, c.cfg.Filename, s)
 	if err != nil {
 		return "", err
@@ -305,16 +381,6 @@ func (c *ModelCheckpoint) decide(ctx context.Context, s *trainer.State, stepSave
 		return path, nil
 	}
 	cur, ok := s.Metrics.Get(c.cfg.Monitor)
-	if !ok && c.st.ValEpoch < 0 && stepSave {
-		// Saving every N train steps while monitoring a validation metric:
-		// the metric exists from the first validation on (Lightning skips
-		// these saves too).
-		if !c.warned {
-			c.warned = true
-			s.Warn(fmt.Sprintf("ModelCheckpoint(Monitor %q): the metric is not logged yet at step %d; checkpoints every %d train steps are ranked from the first validation on, none is kept before", c.cfg.Monitor, s.GlobalStep, c.cfg.EveryNTrainSteps))
-		}
-		return "", nil
-	}
 	if !ok {
 		return "", fmt.Errorf("ModelCheckpoint(Monitor %q): the metric was not logged; logged metrics are %v%s: log it with Step.Log or fix Monitor", c.cfg.Monitor, s.Metrics.Names(), bareNames(s.Metrics))
 	}
@@ -351,6 +417,33 @@ func (c *ModelCheckpoint) decide(ctx context.Context, s *trainer.State, stepSave
 		}
 	}
 	c.st.Best, c.st.BestScore = best, c.st.BestK[best]
+	return path, nil
+}
+
+// recovery returns the path of a step checkpoint saved between
+// validations, and queues the previous such checkpoint for deletion. A
+// name template using a metric not logged yet (before the first
+// validation) saves none, with one warning.
+func (c *ModelCheckpoint) recovery(ctx context.Context, s *trainer.State) (string, error) {
+	name, err := formatFilename(ctx, c.cfg.Filename, s)
+	if err != nil {
+		if !c.warnedName {
+			c.warnedName = true
+			s.Warn(fmt.Sprintf("ModelCheckpoint: no step checkpoint at step %d: %v; step checkpoints are written once it is", s.GlobalStep, err))
+		}
+		return "", nil
+	}
+	path := filepath.Join(c.dir, name+".ckpt")
+	if _, ranked := c.st.BestK[path]; ranked {
+		// The template names a ranked checkpoint ("{epoch}" within an
+		// epoch): its file holds the weights its score measured.
+		return "", nil
+	}
+	if old := c.st.Recovery; old != "" && old != path {
+		c.stale(old)
+	}
+	c.st.Recovery = path
+	c.unstale(path)
 	return path, nil
 }
 
@@ -427,10 +520,7 @@ func formatFilename(ctx context.Context, tmpl string, s *trainer.State) (string,
 			if name == "step" {
 				n = s.GlobalStep
 			}
-			v = strconv.Itoa(n)
-			if strings.HasSuffix(spec, "d") {
-				v = fmt.Sprintf("%"+spec, n)
-			}
+			v, _ = formatField(name, spec, n, 0) // spec checked by Validate
 		default:
 			x, ok := s.Metrics.Get(name)
 			if !ok {
@@ -446,14 +536,36 @@ func formatFilename(ctx context.Context, tmpl string, s *trainer.State) (string,
 				}
 				return m
 			}
-			if spec == "" {
-				spec = ".4f"
-			}
-			v = fmt.Sprintf("%"+spec, x)
+			v, _ = formatField(name, spec, 0, x)
 		}
 		return strings.ReplaceAll(name, "/", "_") + "=" + v
 	})
 	return out, err
+}
+
+// formatField writes one field of a Filename: epoch and step (n) as
+// integers, a metric (x) as %.4f, or with spec, a fmt verb without its
+// "%" ("03d", ".2f"); an error for a spec fmt cannot apply to the value.
+func formatField(name, spec string, n int, x float64) (string, error) {
+	var v string
+	switch {
+	case (name == "epoch" || name == "step") && spec == "":
+		return strconv.Itoa(n), nil
+	case name == "epoch" || name == "step":
+		v = fmt.Sprintf("%"+spec, n)
+	case spec == "":
+		return fmt.Sprintf("%.4f", x), nil
+	default:
+		v = fmt.Sprintf("%"+spec, x)
+	}
+	if strings.Contains(v, "%!") {
+		what := "a metric, a number such as .2f or .3e"
+		if name == "epoch" || name == "step" {
+			what = name + ", an integer such as 03d"
+		}
+		return "", fmt.Errorf("{%s:%s} is no format for %s", name, spec, what)
+	}
+	return v, nil
 }
 
 func (c *ModelCheckpoint) StateDict() ([]byte, error) {

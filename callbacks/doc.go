@@ -2,7 +2,12 @@
 // the shape of PyTorch Lightning's:
 //
 //   - ModelCheckpoint: top-k checkpoints by a monitored metric, last.ckpt,
-//     every N epochs or steps, filename templates with metrics;
+//     every N epochs or steps, filename templates with metrics. One
+//     difference from Lightning: saving every N steps while monitoring a
+//     validation metric, each validation ranks the checkpoint of the
+//     weights it measured, and the step checkpoints between validations
+//     are unranked recovery points (Lightning ranks them by the previous
+//     validation's value); see ModelCheckpointConfig.EveryNTrainSteps;
 //   - EarlyStopping: stop when a metric stops improving (patience,
 //     min-delta, mode, thresholds);
 //   - LearningRateMonitor, ModelSummary, ProgressBar, Timer,

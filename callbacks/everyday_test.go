@@ -18,8 +18,9 @@ import (
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
-// Saving every N train steps while monitoring a validation metric waits for
-// the first validation, with one warning, instead of failing Fit.
+// Saving every N train steps while monitoring a validation metric keeps
+// unranked recovery checkpoints until the first validation, with one
+// warning, instead of failing Fit.
 func TestModelCheckpointStepSavesWaitForMonitoredMetric(t *testing.T) {
 	dir := t.TempDir()
 	mc, err := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{Dirpath: dir, Monitor: "val_loss", EveryNTrainSteps: 5, SaveTopK: -1, Filename: "{epoch}-{step}"})
@@ -37,8 +38,10 @@ func TestModelCheckpointStepSavesWaitForMonitoredMetric(t *testing.T) {
 		t.Fatalf("Fit: %v", err)
 	}
 	// 16 steps an epoch: steps 5, 10 and 15 come before the first
-	// validation and are skipped; 20, 25 and 30 are ranked by val_loss.
-	want := []string{"epoch=1-step=20.ckpt", "epoch=1-step=25.ckpt", "epoch=1-step=30.ckpt"}
+	// validation and are kept unranked, each replacing the one before;
+	// the validations at steps 16 and 32 rank the weights they measured,
+	// replacing the unranked ones (20, 25, 30) before them.
+	want := []string{"epoch=0-step=16.ckpt", "epoch=1-step=32.ckpt"}
 	if got := files(t, dir); !reflect.DeepEqual(got, want) {
 		t.Errorf("files %v, want %v", got, want)
 	}

@@ -181,7 +181,7 @@ func (a App) Run(ctx context.Context, args []string) error {
 		ev = ev.Int("test", loaders.Test.Dataset().Len())
 	}
 	ev.Msg(a.Name)
-	sum := Summary{Program: a.Name, Command: p.command, TestAcc: -1, TestLoss: -1, Strategy: cfg.Strategy,
+	sum := Summary{Program: a.Name, Command: p.command, Strategy: cfg.Strategy,
 		Data: loaders.Source, Seed: s.Seed, RunDir: runs.RunDir}
 	if training {
 		return a.fit(ctx, tr, loaders, runs, sum, args, t0)
@@ -236,6 +236,9 @@ func (a App) fit(ctx context.Context, tr *trainer.Trainer, l Loaders, runs runOu
 		if perr := sum.Print(a.stdout()); perr != nil {
 			return perr
 		}
+		if ie.Checkpoint == "" {
+			return &Interrupted{Err: ie} // stopped before training: nothing to resume
+		}
 		return &Interrupted{Err: ie, Resume: resumeCommand(a.Name, args, ie.Checkpoint)}
 	}
 	if err != nil {
@@ -249,7 +252,7 @@ func (a App) fit(ctx context.Context, tr *trainer.Trainer, l Loaders, runs runOu
 		if err != nil {
 			return err
 		}
-		sum.TestAcc, sum.TestLoss, sum.Metrics = finite(res["test_acc"]), finite(res["test_loss"]), res
+		sum.TestAcc, sum.TestLoss, sum.Metrics = metric(res, "test_acc"), metric(res, "test_loss"), res
 	}
 	defer tr.Teardown(ctx)
 	hash, err := tr.WeightsSHA256(ctx) // every rank: under fsdp it gathers the shards
@@ -258,9 +261,6 @@ func (a App) fit(ctx context.Context, tr *trainer.Trainer, l Loaders, runs runOu
 	}
 	if !tr.IsGlobalZero() {
 		return nil
-	}
-	if err := runs.logResults(tr.Stats().GlobalStep, sum.Metrics); err != nil {
-		return err
 	}
 	fill(hash)
 	return sum.Print(a.stdout())
@@ -286,7 +286,7 @@ func (a App) lrFind(ctx context.Context, cfg trainer.Config, l Loaders, t0 time.
 	if res.Stopped != "" {
 		fmt.Fprintf(a.stderr(), "lr-find: stopped after %d steps: %s\n", len(res.LRs), res.Stopped)
 	}
-	sum := Summary{Program: a.Name, Command: "lr-find", TestAcc: -1, TestLoss: -1, Strategy: "single", WorldSize: 1,
+	sum := Summary{Program: a.Name, Command: "lr-find", Strategy: "single", WorldSize: 1,
 		GlobalStep: len(res.LRs), Data: l.Source, Seed: cfg.Seed, Seconds: since(t0),
 		LRFind: &LRFindSummary{Suggestion: res.Suggestion, Stopped: res.Stopped, LRs: res.LRs, Losses: res.Losses}}
 	return sum.Print(a.stdout())
@@ -330,12 +330,7 @@ func (a App) evaluate(ctx context.Context, tr *trainer.Trainer, command, ckpt, p
 	sum.WeightsSHA256 = hash
 	if res != nil {
 		sum.Metrics = res
-		if v, ok := res["test_acc"]; ok {
-			sum.TestAcc = finite(v)
-		}
-		if v, ok := res["test_loss"]; ok {
-			sum.TestLoss = finite(v)
-		}
+		sum.TestAcc, sum.TestLoss = metric(res, "test_acc"), metric(res, "test_loss")
 	}
 	c := tr.Config()
 	sum.Checkpoint, sum.WorldSize = ckpt, max(1, c.Devices)*max(1, c.NumNodes)
@@ -344,9 +339,6 @@ func (a App) evaluate(ctx context.Context, tr *trainer.Trainer, command, ckpt, p
 		if info, err := trainer.ReadCheckpointInfo(ckpt); err == nil {
 			sum.GlobalStep = info.GlobalStep
 		}
-	}
-	if err := runs.logResults(sum.GlobalStep, res); err != nil {
-		return err
 	}
 	sum.Seconds = since(t0)
 	return sum.Print(a.stdout())

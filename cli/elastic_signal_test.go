@@ -3,6 +3,7 @@
 package cli_test
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"os"
@@ -96,5 +97,90 @@ func ctrlC(t *testing.T, strategy, restarts string) {
 	}
 	if !strings.Contains(errb.String(), "-ckpt-path "+saved) {
 		t.Errorf("no resume command naming %s:\n%s", saved, errb.String())
+	}
+}
+
+// Ctrl-C while ddp_spawn's workers are still starting (before their
+// program has set up its signal handlers) kills them: the run is
+// interrupted, not failed, so the program exits 130 as after they started,
+// saying nothing was saved; with FULGUR_MAX_RESTARTS the job is not
+// restarted either. Before, it exited 1 with "rank 0 was killed by signal
+// interrupt".
+func TestSpawnCtrlCWhileWorkersStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	for _, tc := range []struct{ name, restarts, started string }{
+		{"plain", "FULGUR_MAX_RESTARTS=", "ddp_spawn: started workers"},
+		{"elastic", "FULGUR_MAX_RESTARTS=2", "elastic: started the ranks"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { ctrlCWhileStarting(t, tc.restarts, tc.started) })
+	}
+}
+
+func ctrlCWhileStarting(t *testing.T, restarts, startedLine string) {
+	root := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-devices", "2", "-strategy", "ddp_spawn", "-max-steps", "3", "-no-progress-bar", "-no-plots", "-root-dir", root)
+	cmd.Env = append(os.Environ(), programEnv+"=1", slowWorkerEnv+"=1", restarts)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a terminal's foreground group
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var errb strings.Builder
+	started := make(chan struct{})
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		seen := false
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			errb.WriteString(sc.Text() + "\n")
+			if strings.Contains(sc.Text(), startedLine) && !seen {
+				seen = true
+				close(started)
+			}
+		}
+	}()
+	select {
+	case <-started:
+	case <-copied:
+		cmd.Wait()
+		t.Fatalf("the program ended before starting its workers:\n%s", errb.String())
+	case <-time.After(60 * time.Second):
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-copied
+		t.Fatalf("no workers after 60 s:\n%s", errb.String())
+	}
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	timer := time.AfterFunc(60*time.Second, func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	defer timer.Stop()
+	<-copied
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+		t.Errorf("exit %v, want status 130\n%s", err, errb.String())
+	}
+	if !strings.Contains(errb.String(), "training interrupted (SIGINT) before it began; nothing was saved") {
+		t.Errorf("stderr does not say the run was interrupted before training:\n%s", errb.String())
+	}
+	if strings.Count(errb.String(), startedLine) != 1 {
+		t.Errorf("%q %d times: the workers were started again after Ctrl-C:\n%s", startedLine, strings.Count(errb.String(), startedLine), errb.String())
+	}
+	if strings.Count(errb.String(), startedLine) != 1 {
+		t.Errorf("%q %d times: the workers were started again after Ctrl-C:\n%s", startedLine, strings.Count(errb.String(), startedLine), errb.String())
+	}
+	if strings.Contains(errb.String(), "elastic: restart") {
+		t.Errorf("the launcher restarted the ranks after Ctrl-C:\n%s", errb.String())
+	}
+	if s := summaryOf(t, out.String()); !s.Interrupted || s.Checkpoint != "" || s.GlobalStep != 0 {
+		t.Errorf("summary %+v, want interrupted at step 0 with no checkpoint", s)
 	}
 }

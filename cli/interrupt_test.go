@@ -50,7 +50,7 @@ func TestInterruptedRunResumes(t *testing.T) {
 		t.Fatalf("err = %v, want *cli.Interrupted with a resume command\n%s", err, errb.String())
 	}
 	s := summaryOf(t, out.String())
-	if !s.Interrupted || s.Checkpoint != ie.Err.Checkpoint || s.TestAcc != -1 || s.GlobalStep < 5 || s.GlobalStep >= 12 {
+	if !s.Interrupted || s.Checkpoint != ie.Err.Checkpoint || s.TestAcc != nil || s.GlobalStep < 5 || s.GlobalStep >= 12 {
 		t.Fatalf("summary %+v", s)
 	}
 	words := strings.Fields(ie.Resume)

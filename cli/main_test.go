@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"testing"
@@ -20,17 +20,22 @@ import (
 // its other ranks as it would the example.
 const programEnv = "FULGUR_CLI_TEST_PROGRAM"
 
+// slowWorkerEnv makes the program's ddp_spawn workers wait, before they
+// run anything, for a signal that kills them: workers still starting.
+const slowWorkerEnv = "FULGUR_CLI_TEST_SLOW_WORKERS"
+
 func TestMain(m *testing.M) {
 	if os.Getenv(programEnv) != "" {
-		app := smallResNet()
-		if err := app.Run(context.Background(), os.Args[1:]); err != nil {
-			fmt.Fprintln(os.Stderr, "program:", err)
-			var ie *cli.Interrupted
-			if errors.As(err, &ie) {
-				os.Exit(ie.Err.ExitCode()) // as App.Main
-			}
-			os.Exit(1)
+		if os.Getenv(slowWorkerEnv) != "" && os.Getenv("FULGUR_LAUNCHER") == "ddp_spawn" {
+			select {} // no signal handler yet: SIGINT kills the process
 		}
+		if os.Getenv(preFitEnv) != "" {
+			if err := preFit(); err != nil {
+				fmt.Fprintln(os.Stderr, "program: the one-device Fit first:", err)
+				os.Exit(1)
+			}
+		}
+		smallResNet().Main() // exits with Main's status when the run fails
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
@@ -75,6 +80,15 @@ func summaryOf(t *testing.T, out string) cli.Summary {
 		t.Fatalf("last line %q is not the JSON summary: %v", lastLine(out), err)
 	}
 	return s
+}
+
+// num is *p, or NaN for nil (a figure the summary leaves null), which no
+// comparison of figures accepts.
+func num(p *float64) float64 {
+	if p == nil {
+		return math.NaN()
+	}
+	return *p
 }
 
 func lastLine(s string) string {

@@ -13,7 +13,7 @@ func TestFitSummary(t *testing.T) {
 		t.Fatalf("summary = %+v", s)
 	}
 	// 30 Adam steps on Fashion-MNIST get well past chance (0.1).
-	if s.TestAcc < 0.4 || s.TestLoss <= 0 || s.TrainSamplesPerS <= 0 {
+	if !(num(s.TestAcc) >= 0.4) || !(num(s.TestLoss) > 0) || s.TrainSamplesPerS <= 0 {
 		t.Fatalf("summary = %+v: want test_acc > 0.4 after 30 steps", s)
 	}
 	again := runMLP(t, "-max-steps", "30", "-limit-test-batches", "4", "-seed", "3", "-deterministic")
@@ -34,6 +34,8 @@ func TestBadFlagsNameFlagValueAndFix(t *testing.T) {
 		{[]string{"-batch-size", "0", "-lr", "-1"}, []string{"-batch-size is 0: use a value >= 1", "-lr is -1: use a value > 0"}},
 		{[]string{"-max-steps", "ten"}, []string{`invalid value "ten" for flag -max-steps: use a whole number`, "mlp -h"}},
 		{[]string{"-precision", "16"}, []string{`-precision is "16": use one of 32, 64`}},
+		// Lightning refuses devices=0 too; the trainer's zero value means 1.
+		{[]string{"-devices", "0"}, []string{"-devices is 0: use 1 or more, or -1 for all"}},
 		{[]string{"-data", "/nonexistent/fashion"}, []string{"/nonexistent/fashion is not a directory"}},
 		{[]string{"-strategy", "warp"}, []string{`Strategy is "warp"`, "(Strategy is -strategy)"}},
 		{[]string{"-accelerator", "tpu"}, []string{`Accelerator is "tpu": use "cpu", "cuda" or "auto"`, "(Accelerator is -accelerator)"}},

@@ -60,27 +60,6 @@ func (r runOutputs) logHParams() error {
 	return nil
 }
 
-// logResults gives the metrics of the evaluation a command ran (fit's
-// test, validate, test) to the loggers at the global step of the weights
-// evaluated, and closes them, as Lightning's trainer.test logs into the
-// run's version directory: metrics.csv holds test_acc beside the training
-// rows, and a validate or test command's run directory holds what it
-// measured. The caller runs it on rank 0 only.
-func (r runOutputs) logResults(step int, res map[string]float64) error {
-	if len(res) == 0 {
-		return nil
-	}
-	for _, l := range r.loggers {
-		if err := l.LogMetrics(step, res); err != nil {
-			return fmt.Errorf("loggers/%s.LogMetrics: %w", l.Name(), err)
-		}
-		if err := l.Finalize("success"); err != nil {
-			return fmt.Errorf("loggers/%s.Finalize: %w", l.Name(), err)
-		}
-	}
-	return nil
-}
-
 // hparamsAtFitStart writes the hyperparameters when Fit starts on the
 // job's rank 0. A program run with FULGUR_MAX_RESTARTS under ddp's
 // self-launch runs its code before Fit in a process that then only

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sort"
@@ -101,6 +102,11 @@ func (s *Settings) validate() []error {
 	var errs []error
 	if _, err := s.loggerList(); err != nil {
 		errs = append(errs, err)
+	}
+	if s.Devices == 0 {
+		// trainer.Config's zero value means 1, but a 0 written on the
+		// command line is a mistake, as Lightning's devices=0 is.
+		errs = append(errs, errors.New("-devices is 0: use 1 or more, or -1 for all"))
 	}
 	if s.CkptTopK == 0 && !s.NoCheckpoint {
 		errs = append(errs, fmt.Errorf("-ckpt-top-k is 0: use 1 or more, or -1 for all (or -no-checkpoint)"))

@@ -22,27 +22,32 @@ import (
 type Summary struct {
 	Program string `json:"program"`
 	// Command is the subcommand that ran: fit, validate, test or predict.
-	Command          string  `json:"command"`
-	TestAcc          float64 `json:"test_acc"`
-	TestLoss         float64 `json:"test_loss"`
-	TrainSamplesPerS float64 `json:"train_samples_per_s"`
-	Epochs           int     `json:"epochs"`
-	GlobalStep       int     `json:"global_step"`
-	WorldSize        int     `json:"world_size"`
-	Strategy         string  `json:"strategy"`
-	WeightsSHA256    string  `json:"weights_sha256"`
-	Data             string  `json:"data"`
-	Seconds          float64 `json:"seconds"`
-	Seed             uint64  `json:"seed"`
+	Command string `json:"command"`
+	// TestAcc and TestLoss are what the test measured (fit's test after
+	// training, or the test command): null when no test ran (validate,
+	// predict, lr-find, an interrupted fit, data without a test split),
+	// when the test step logs no such metric, or when it is not finite.
+	TestAcc          *float64 `json:"test_acc"`
+	TestLoss         *float64 `json:"test_loss"`
+	TrainSamplesPerS float64  `json:"train_samples_per_s"`
+	Epochs           int      `json:"epochs"`
+	GlobalStep       int      `json:"global_step"`
+	WorldSize        int      `json:"world_size"`
+	Strategy         string   `json:"strategy"`
+	WeightsSHA256    string   `json:"weights_sha256"`
+	Data             string   `json:"data"`
+	Seconds          float64  `json:"seconds"`
+	Seed             uint64   `json:"seed"`
 	// Interrupted runs (SIGINT, SIGTERM) stop after saving Checkpoint and
-	// skip the test (test_acc and test_loss are -1).
+	// skip the test (test_acc and test_loss are null).
 	Interrupted bool `json:"interrupted,omitempty"`
 	// Checkpoint is the checkpoint an interrupted run saved, or the one
 	// validate, test and predict evaluated.
 	Checkpoint string `json:"checkpoint,omitempty"`
 	RunDir     string `json:"run_dir,omitempty"`
-	// Metrics are every metric the last Validate or Test returned.
-	Metrics map[string]float64 `json:"metrics,omitempty"`
+	// Metrics are every metric the last Validate or Test returned (null
+	// where not finite).
+	Metrics Metrics `json:"metrics,omitempty"`
 	// Predictions is how many rows predict wrote.
 	Predictions int `json:"predictions,omitempty"`
 	// LRFind is what lr-find found.
@@ -80,6 +85,19 @@ func (f Floats) MarshalJSON() ([]byte, error) {
 	return append(b, ']'), nil
 }
 
+// Metrics is a JSON object of metric values with null for NaN and
+// infinities, which JSON cannot hold.
+type Metrics map[string]float64
+
+// MarshalJSON writes the object, keys sorted.
+func (m Metrics) MarshalJSON() ([]byte, error) {
+	out := make(map[string]*float64, len(m))
+	for k, v := range m {
+		out[k] = finite(v)
+	}
+	return json.Marshal(out)
+}
+
 // Print writes s as one JSON line.
 func (s Summary) Print(w io.Writer) error {
 	b, err := json.Marshal(s)
@@ -111,11 +129,21 @@ func since(t0 time.Time) float64 {
 	return float64(time.Since(t0).Milliseconds()) / 1000
 }
 
-func finite(v float64) float64 {
+// finite is v, or nil when it is NaN or infinite.
+func finite(v float64) *float64 {
 	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return -1
+		return nil
 	}
-	return v
+	return &v
+}
+
+// metric is the finite value of res[name], or nil when res lacks it.
+func metric(res map[string]float64, name string) *float64 {
+	v, ok := res[name]
+	if !ok {
+		return nil
+	}
+	return finite(v)
 }
 
 // Interrupted is Run's error when a signal or a cancelled context stopped
@@ -125,7 +153,7 @@ func finite(v float64) float64 {
 type Interrupted struct {
 	Err *trainer.InterruptedError
 	// Resume is the command line that continues the run ("" on ranks
-	// other than 0).
+	// other than 0, and when nothing was saved: Err.Checkpoint is "").
 	Resume string
 }
 

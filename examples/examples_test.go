@@ -101,15 +101,15 @@ func TestCopiedExampleBuildsAndTrains(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	var s struct {
-		Program    string  `json:"program"`
-		GlobalStep int     `json:"global_step"`
-		TestAcc    float64 `json:"test_acc"`
-		Weights    string  `json:"weights_sha256"`
+		Program    string   `json:"program"`
+		GlobalStep int      `json:"global_step"`
+		TestAcc    *float64 `json:"test_acc"`
+		Weights    string   `json:"weights_sha256"`
 	}
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &s); err != nil {
 		t.Fatalf("last line %q: %v\n%s", lines[len(lines)-1], err, stderr.String())
 	}
-	if s.Program != "mlp" || s.GlobalStep != 2 || s.TestAcc < 0 || len(s.Weights) != 64 {
+	if s.Program != "mlp" || s.GlobalStep != 2 || s.TestAcc == nil || *s.TestAcc < 0 || len(s.Weights) != 64 {
 		t.Fatalf("summary %+v", s)
 	}
 }

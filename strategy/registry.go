@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/rs/zerolog"
+
+	"github.com/fulgur-ml/fulgur/strategy/launch"
 )
 
 // Options are what a strategy built by name needs to know.
@@ -113,7 +115,11 @@ func Names() []string {
 }
 
 // New builds the strategy called name. "auto" picks "single" for one device
-// on one node and "ddp" otherwise.
+// on one node and "ddp" otherwise, also for one device in a process a
+// launcher (torchrun, mpirun, srun) started as a rank of a larger world;
+// but not in a rank that a program's own ddp or ddp_spawn started: that
+// rank runs the whole program again, and a trainer of one device it meets
+// before the distributed one (a quick check, a search) is its own.
 func New(name string, o Options) (Strategy, error) {
 	if o.Devices == 0 {
 		o.Devices = 1
@@ -126,7 +132,7 @@ func New(name string, o Options) (Strategy, error) {
 	}
 	if name == "auto" {
 		name = "single"
-		if o.Devices != 1 || o.NumNodes != 1 || launchedByCluster(o.Lookup) {
+		if o.Devices != 1 || o.NumNodes != 1 || (launchedByCluster(o.Lookup) && !selfLaunched(o.Lookup)) {
 			name = "ddp"
 		}
 	}
@@ -151,6 +157,13 @@ func launchedByCluster(lookup func(string) (string, bool)) bool {
 		}
 	}
 	return false
+}
+
+// selfLaunched reports whether this process is a rank that a program's
+// ddp or ddp_spawn trainer started by running the program again.
+func selfLaunched(lookup func(string) (string, bool)) bool {
+	v, _ := lookup(launch.EnvLauncher)
+	return v == "ddp" || v == "ddp_spawn"
 }
 
 // CUDAAvailable reports whether this build can use CUDA devices.

@@ -24,3 +24,32 @@ func TestNewNamesTheImportOfTheShippedStrategies(t *testing.T) {
 		t.Errorf("New(%q) = %v, want the list of known names", "nosuch", err)
 	}
 }
+
+// "auto" with one device picks "ddp" in a rank a launcher (torchrun,
+// mpirun, srun, fulgur run) started, and "single" in a rank that a
+// program's own ddp or ddp_spawn started: such a rank runs the whole
+// program again, and a one-device trainer it meets before the distributed
+// one joined the job, which then failed with ranks disagreeing (ddp) or
+// hung (ddp_spawn). The error names the package of the strategy chosen,
+// which this binary does not link.
+func TestAutoInASelfLaunchedRank(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"no launcher", nil, "strategy/single"},
+		{"torchrun", map[string]string{"WORLD_SIZE": "2", "RANK": "1"}, "strategy/ddp"},
+		{"fulgur run", map[string]string{"WORLD_SIZE": "2", "RANK": "1", "FULGUR_LAUNCHER": "elastic"}, "strategy/ddp"},
+		{"ddp's own rank", map[string]string{"WORLD_SIZE": "2", "RANK": "1", "FULGUR_LAUNCHER": "ddp"}, "strategy/single"},
+		{"ddp_spawn's worker", map[string]string{"WORLD_SIZE": "2", "RANK": "0", "FULGUR_LAUNCHER": "ddp_spawn"}, "strategy/single"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lookup := func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }
+			_, err := strategy.New("auto", strategy.Options{Devices: 1, Lookup: lookup})
+			if err == nil || !strings.Contains(err.Error(), `"github.com/fulgur-ml/fulgur/`+tc.want+`"`) {
+				t.Errorf("New(auto) = %v, want the error naming %s", err, tc.want)
+			}
+		})
+	}
+}

@@ -184,6 +184,9 @@ type FitResult struct {
 	// a checkpoint holds it: the launching process loads it into its own
 	// callback values (best model path, early stopping's reason).
 	Callbacks map[string][]byte
+	// LogDir is the run directory the Fit logged into, where the launching
+	// process's Validate and Test log too.
+	LogDir string
 }
 
 // FitInterrupted is the error fit (the function a FitRunner is handed)

@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -107,6 +109,9 @@ type ckptTrainer struct {
 	// default checkpoints), which a run resumed in the same run directory
 	// replaces with its next one.
 	EpochCkpt string `json:"default_epoch_checkpoint,omitempty"`
+	// ValMetrics names the metrics a validation logged last
+	// (Metrics.FromValidation).
+	ValMetrics []string `json:"validation_metrics,omitempty"`
 }
 
 type ckptAgg struct {
@@ -246,6 +251,7 @@ func (t *Trainer) encodeCheckpoint(sd *strategy.StateDict, extra map[string]stri
 		Written: t.cfg.Now().UTC().Format(time.RFC3339Nano),
 	}
 	ts.EpochCkpt = t.lastEpochCkpt
+	ts.ValMetrics = slices.Sorted(maps.Keys(t.state.fromVal))
 	if t.logStep == t.state.GlobalStep {
 		rows := t.logRows
 		ts.LogRows = &rows
@@ -590,6 +596,12 @@ func (t *Trainer) apply(ctx context.Context, c *checkpoint) error {
 	t.state.GlobalStep = ts.GlobalStep
 	t.state.Epoch = ts.Epoch
 	t.state.Metrics = strategy.Floats(ts.Metrics)
+	t.state.fromVal = nil
+	for _, n := range ts.ValMetrics {
+		if v, ok := t.state.Metrics[n]; ok {
+			t.state.setMetric(n, v, true)
+		}
+	}
 	t.stats.LastTrainLoss = float64(ts.LastTrainLoss)
 	t.logStep, t.logRows = ts.GlobalStep, -1
 	if ts.EpochCkpt != "" && t.state.LogDir != "" && sameDir(filepath.Dir(ts.EpochCkpt), filepath.Join(t.state.LogDir, "checkpoints")) {

@@ -38,7 +38,9 @@ func (c *Config) conflicts() []error {
 			continue // Validate names it; its methods would crash
 		}
 		if _, ok := cb.(Stateful); ok {
-			if j, dup := stateful[cb.Name()]; dup {
+			if cb.Name() == "" {
+				bad("Callbacks[%d] (%T) keeps state in checkpoints under its Name, which is empty: return a name from Name", i, cb)
+			} else if j, dup := stateful[cb.Name()]; dup {
 				bad("Callbacks[%d] and Callbacks[%d] are both named %q, which keys their state in checkpoints: one would overwrite the other's and a resumed run would give both the same; give each its own Name (ModelCheckpointConfig.Name, EarlyStoppingConfig.Name)", j, i, cb.Name())
 			} else {
 				stateful[cb.Name()] = i

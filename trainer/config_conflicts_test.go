@@ -48,6 +48,13 @@ func TestConfigConflicts(t *testing.T) {
 		}
 		return mc
 	}
+	monitoredStepCkpt := func() trainer.Callback {
+		mc, err := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{Dirpath: t.TempDir(), EveryNTrainSteps: 6, Monitor: "val_loss"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mc
+	}
 	stop := func(monitor, name string) trainer.Callback {
 		es, err := callbacks.NewEarlyStopping(callbacks.EarlyStoppingConfig{Monitor: monitor, Name: name})
 		if err != nil {
@@ -102,10 +109,15 @@ func TestConfigConflicts(t *testing.T) {
 			[]string{"ValCheckInterval is 10 and AccumulateGradBatches is 3", "Callbacks[0] (ModelCheckpoint) cannot save", "a multiple of 3, such as 9 or 12"}},
 		{"ValCheckInterval a multiple of the accumulation", trainer.Config{AccumulateGradBatches: 3, ValCheckInterval: 9, Callbacks: []trainer.Callback{ckpt()}}, nil},
 		{"ValCheckInterval inside windows, checkpoints every N steps", trainer.Config{AccumulateGradBatches: 3, ValCheckInterval: 10, Callbacks: []trainer.Callback{stepCkpt()}}, nil},
+		// Monitoring a validation metric, it saves at each validation's end.
+		{"ValCheckInterval inside windows, checkpoints every N steps ranked by val_loss", trainer.Config{AccumulateGradBatches: 3, ValCheckInterval: 10, Callbacks: []trainer.Callback{monitoredStepCkpt()}},
+			[]string{"ValCheckInterval is 10 and AccumulateGradBatches is 3", "Callbacks[0] (ModelCheckpoint) cannot save"}},
 		{"ValCheckInterval inside windows, no checkpoint callback", trainer.Config{AccumulateGradBatches: 3, ValCheckInterval: 10}, nil},
 		// Callback state is keyed by name in checkpoints.
 		{"two ModelCheckpoints of one name", trainer.Config{Callbacks: []trainer.Callback{ckpt(), stepCkpt()}},
 			[]string{`Callbacks[0] and Callbacks[1] are both named "ModelCheckpoint", which keys their state in checkpoints`, "give each its own Name"}},
+		{"a stateful callback without a name", trainer.Config{Callbacks: []trainer.Callback{unnamed{}}},
+			[]string{`Callbacks[0] (trainer_test.unnamed) keeps state in checkpoints under its Name, which is empty`}},
 		{"two EarlyStoppings of one name", trainer.Config{Callbacks: []trainer.Callback{stop("val_loss", ""), stop("val_acc", "")}},
 			[]string{`Callbacks[0] and Callbacks[1] are both named "EarlyStopping"`}},
 		{"two EarlyStoppings, named", trainer.Config{Callbacks: []trainer.Callback{stop("val_loss", ""), stop("val_acc", "stop_acc")}}, nil},
@@ -224,3 +236,10 @@ func TestNilLoggerOrCallbackIsRefused(t *testing.T) {
 		})
 	}
 }
+
+// unnamed is a stateful callback whose Name is empty.
+type unnamed struct{}
+
+func (unnamed) Name() string                 { return "" }
+func (unnamed) StateDict() ([]byte, error)   { return nil, nil }
+func (unnamed) LoadStateDict(b []byte) error { return nil }

@@ -240,6 +240,8 @@ func (t *Trainer) onValidationEnd(ctx context.Context, m module.Module, epoch in
 			return err
 		}
 	}
+	t.state.inValEnd = true
+	defer func() { t.state.inValEnd = false }()
 	return callHook(t, ctx, "OnValidationEnd", func(h ValidationEndHook, s *State) error { return h.OnValidationEnd(ctx, s) })
 }
 

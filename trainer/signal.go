@@ -76,7 +76,9 @@ func (w *signalWatch) received() os.Signal {
 // InterruptedError is what Fit returns when a signal (SIGINT, SIGTERM, or
 // SIGUSR1 under SLURM) or the cancelling of its context stopped training:
 // every rank finished its optimizer step and the run was saved to
-// Checkpoint, from which FromCheckpoint(Checkpoint) resumes it.
+// Checkpoint, from which FromCheckpoint(Checkpoint) resumes it. Under
+// ddp_spawn a signal that reaches the workers before they have started
+// training stops them before anything is saved: Checkpoint is "".
 type InterruptedError struct {
 	// Signal is the signal that stopped training; nil when the context
 	// was cancelled (Err says why).
@@ -85,7 +87,8 @@ type InterruptedError struct {
 	Err error
 	// GlobalStep is the optimizer steps taken when training stopped.
 	GlobalStep int
-	// Checkpoint is the resumable checkpoint saved.
+	// Checkpoint is the resumable checkpoint saved; "" when the signal
+	// came before training began and nothing was saved.
 	Checkpoint string
 	// Requeued is set when SIGUSR1 under SLURM requeued the job.
 	Requeued bool
@@ -98,6 +101,9 @@ func (e *InterruptedError) Error() string {
 	} else if e.Err != nil {
 		why = e.Err.Error()
 	}
+	if e.Checkpoint == "" {
+		return fmt.Sprintf("training interrupted (%s) before it began; nothing was saved: %s", why, e.ResumeHint())
+	}
 	s := fmt.Sprintf("training interrupted (%s) at global step %d; checkpoint saved to %s", why, e.GlobalStep, e.Checkpoint)
 	if e.Requeued {
 		s += "; the SLURM job was requeued"
@@ -107,6 +113,9 @@ func (e *InterruptedError) Error() string {
 
 // ResumeHint says how to continue the run.
 func (e *InterruptedError) ResumeHint() string {
+	if e.Checkpoint == "" {
+		return "start the run again"
+	}
 	return fmt.Sprintf("resume with trainer.FromCheckpoint(%q)", e.Checkpoint)
 }
 

@@ -86,15 +86,21 @@ type runState struct {
 	// per epoch whose step value was logged after their epoch value (a
 	// step of the epoch after), for Metrics.Get.
 	stepNewer map[string]bool
-	Store     *module.Store
-	Layers    []module.LayerInfo
+	// fromVal holds the names of the metrics whose latest value a
+	// validation logged (or a callback at a validation's end), for
+	// Metrics.FromValidation.
+	fromVal map[string]bool
+	// inValEnd is true while validation-end hooks run.
+	inValEnd bool
+	Store    *module.Store
+	Layers   []module.LayerInfo
 }
 
 // view is the State hooks see now: scalars copied, the rest behind
 // read-only views (no allocation).
 func (r *runState) view() State {
 	v := r.State
-	v.Metrics, v.Weights, v.layers = Metrics{m: r.Metrics, stepNewer: r.stepNewer}, Weights{st: r.Store}, r.Layers
+	v.Metrics, v.Weights, v.layers = Metrics{m: r.Metrics, stepNewer: r.stepNewer, fromVal: r.fromVal}, Weights{st: r.Store}, r.Layers
 	return v
 }
 
@@ -111,12 +117,27 @@ func (r *runState) setStepNewer(name string, newer bool) {
 	r.stepNewer[name] = true
 }
 
+// setMetric records a metric's latest value and whether validation
+// logged it.
+func (r *runState) setMetric(name string, v float64, validation bool) {
+	r.Metrics[name] = v
+	if !validation {
+		delete(r.fromVal, name)
+		return
+	}
+	if r.fromVal == nil {
+		r.fromVal = map[string]bool{}
+	}
+	r.fromVal[name] = true
+}
+
 var errNoWeights = errors.New("no weights: the model is not set up in this stage")
 
 // Metrics is a read-only view of metric values by name.
 type Metrics struct {
 	m         map[string]float64
 	stepNewer map[string]bool
+	fromVal   map[string]bool
 }
 
 // MetricsOf returns a view of a copy of m (for tests of callbacks, which
@@ -132,17 +153,32 @@ func MetricsOf(m map[string]float64) Metrics { return Metrics{m: maps.Clone(m)} 
 // mean of the epoch before), the step value before the first epoch ends.
 // A monitor of "train_loss" needs no suffix.
 func (m Metrics) Get(name string) (float64, bool) {
-	if v, ok := m.m[name]; ok {
-		return v, true
+	k, ok := m.key(name)
+	return m.m[k], ok
+}
+
+// key is the name under which Get finds name's value.
+func (m Metrics) key(name string) (string, bool) {
+	if _, ok := m.m[name]; ok {
+		return name, true
 	}
-	step, ok := m.m[name+"_step"]
-	if !ok {
-		return 0, false
+	if _, ok := m.m[name+"_step"]; !ok {
+		return "", false
 	}
-	if epoch, ok := m.m[name+"_epoch"]; ok && !m.stepNewer[name] {
-		return epoch, true
+	if _, ok := m.m[name+"_epoch"]; ok && !m.stepNewer[name] {
+		return name + "_epoch", true
 	}
-	return step, true
+	return name + "_step", true
+}
+
+// FromValidation reports whether the value Get returns for name was logged
+// by a validation (by the module's ValidationStep, or by a callback when a
+// validation ended): it measures the weights of the step that validation
+// ran at, not those of later training steps. False for a metric training
+// logged, and for one not logged.
+func (m Metrics) FromValidation(name string) bool {
+	k, ok := m.key(name)
+	return ok && m.fromVal[k]
 }
 
 // Len is the number of metrics.

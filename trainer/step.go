@@ -89,7 +89,7 @@ func (t *Trainer) recordStepMetrics(metrics []module.Metric) {
 		}
 		if mt.Spec.OnStep {
 			mt.Values(func(name string, v float64) {
-				t.state.Metrics[stepName(name, mt.Spec)] = v
+				t.state.setMetric(stepName(name, mt.Spec), v, false)
 				if mt.Spec.OnEpoch {
 					t.state.setStepNewer(name, true)
 				}
@@ -139,7 +139,7 @@ func (f *fitRun) beforeUpdate(gradNorm float64) error {
 	t := f.t
 	t.state.GradNorm = gradNorm
 	if t.cfg.LogGradNorm {
-		t.state.Metrics["grad_norm"] = gradNorm
+		t.state.setMetric("grad_norm", gradNorm, false)
 	}
 	if !f.beforeStep {
 		return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"strings"
 	"syscall"
@@ -72,6 +73,9 @@ type Trainer struct {
 	launchDir     string
 	loggers       []Logger
 	lastEpochCkpt string
+	// fitLoggers is true once a Fit chose loggers, which Validate and Test
+	// then log into.
+	fitLoggers bool
 	// logStep and logRows count rank 0's LogMetrics calls at one global
 	// step (a checkpoint records them for RowResumer); logRows is -1 when
 	// a resumed checkpoint did not record them.
@@ -423,15 +427,19 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 			if fi.Err != nil {
 				return fi.Err // trained here: Fit's own *InterruptedError
 			}
-			// Trained in other processes, which saved fi.Checkpoint; the
-			// strategy loaded their weights.
-			t.adoptFit(fi.Result)
 			ie := &InterruptedError{GlobalStep: fi.GlobalStep, Checkpoint: fi.Checkpoint}
 			if fi.Signal != 0 {
 				ie.Signal = fi.Signal
 			} else {
 				ie.Err = context.Canceled
 			}
+			if fi.Checkpoint == "" {
+				// Stopped before the processes trained: nothing to adopt.
+				return ie
+			}
+			// Trained in other processes, which saved fi.Checkpoint; the
+			// strategy loaded their weights.
+			t.adoptFit(fi.Result)
 			if lerr := t.loadCallbackStates(fi.Result.Callbacks); lerr != nil {
 				return errors.Join(ie, lerr)
 			}
@@ -453,7 +461,7 @@ func (t *Trainer) fitResult() (strategy.FitResult, error) {
 	cbs, err := t.callbackStates()
 	return strategy.FitResult{Metrics: t.Metrics(), Epochs: s.Epochs, GlobalStep: s.GlobalStep,
 		TrainSamples: s.TrainSamples, TrainSeconds: s.TrainTime.Seconds(), TrainSamplesPerS: s.TrainSamplesPerS,
-		LastTrainLoss: s.LastTrainLoss, WorldSize: s.WorldSize, StoppedEarly: s.StoppedEarly, Callbacks: cbs}, err
+		LastTrainLoss: s.LastTrainLoss, WorldSize: s.WorldSize, StoppedEarly: s.StoppedEarly, Callbacks: cbs, LogDir: t.state.LogDir}, err
 }
 
 // adoptFit takes the figures of a Fit that ran in other processes (the
@@ -466,6 +474,14 @@ func (t *Trainer) adoptFit(r strategy.FitResult) {
 		t.state.Metrics[k] = v
 	}
 	t.state.GlobalStep, t.state.Epoch = r.GlobalStep, max(r.Epochs-1, 0)
+	if r.LogDir != "" {
+		// Validate and Test log where the Fit did, as after a Fit here.
+		t.state.LogDir = r.LogDir
+		t.loggers, t.fitLoggers = t.cfg.Loggers, true
+		if l, err := NewCSVLogger(r.LogDir); err == nil && t.defaultLogger() {
+			t.loggers = []Logger{l}
+		}
+	}
 }
 
 // fit trains the set-up module in this process.
@@ -490,7 +506,7 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 		return fmt.Errorf("Fit: %w", err)
 	}
 	t.state.LogDir, t.lastEpochCkpt = logDir, ""
-	t.loggers = t.cfg.Loggers
+	t.loggers, t.fitLoggers = t.cfg.Loggers, true
 	t.logStep, t.logRows = -1, 0
 	if t.defaultLogger() {
 		l, err := NewCSVLogger(logDir)
@@ -507,7 +523,7 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 		// the progress display and other callbacks read.
 		for k, v := range m {
 			if k != "epoch" {
-				t.state.Metrics[k] = v
+				t.state.setMetric(k, v, t.state.inValEnd)
 			}
 		}
 		return t.logMetrics(t.state.GlobalStep, m)
@@ -863,7 +879,7 @@ func (t *Trainer) finishTrainEpoch(ctx context.Context, epoch int) error {
 	out := map[string]float64{}
 	for name, v := range vals {
 		n := name
-		t.state.Metrics[n] = v
+		t.state.setMetric(n, v, false)
 		out[n] = v
 		if bare, ok := strings.CutSuffix(n, "_epoch"); ok {
 			t.state.setStepNewer(bare, false)
@@ -1023,7 +1039,7 @@ func (t *Trainer) validationLoop(ctx context.Context, m module.Module, val *data
 	out := map[string]float64{}
 	for name, v := range vals {
 		n := name
-		t.state.Metrics[n] = v
+		t.state.setMetric(n, v, true)
 		out[n] = v
 	}
 	t.stats.ValidationsPassed++
@@ -1037,7 +1053,8 @@ func (t *Trainer) validationLoop(ctx context.Context, m module.Module, val *data
 	return t.onValidationEnd(ctx, m, epoch)
 }
 
-// Validate runs the validation loop once and returns its metrics.
+// Validate runs the validation loop once and returns its metrics, which it
+// logs as Test does.
 func (t *Trainer) Validate(ctx context.Context, m module.Module, val *data.Loader, opts ...EvalOption) (map[string]float64, error) {
 	return t.evaluate(ctx, m, val, module.Validate, opts)
 }
@@ -1045,31 +1062,36 @@ func (t *Trainer) Validate(ctx context.Context, m module.Module, val *data.Loade
 // Test runs the test loop once and returns its metrics. After Fit it uses
 // the trained parameters, on the module value given to Fit or on any other
 // value whose Configure declares the same tensors (a model built again);
-// WithCheckpoint picks a checkpoint's instead.
+// WithCheckpoint picks a checkpoint's instead. On rank 0 the metrics go to
+// the loggers at the evaluated weights' global step, as Lightning's
+// trainer.test logs them: those of the Fit before, else Config.Loggers,
+// else a CSVLogger in Config.LogDir (none with DisableLogger, or with
+// neither set and no Fit).
 func (t *Trainer) Test(ctx context.Context, m module.Module, test *data.Loader, opts ...EvalOption) (map[string]float64, error) {
 	return t.evaluate(ctx, m, test, module.Test, opts)
 }
 
 // prepareEval sets up (or rebinds) the strategy for m and loads the
-// checkpoint the options ask for.
-func (t *Trainer) prepareEval(ctx context.Context, m module.Module, l *data.Loader, opts []EvalOption) error {
+// checkpoint the options ask for. It returns the global step of the
+// weights evaluated: the checkpoint's, or the trainer's.
+func (t *Trainer) prepareEval(ctx context.Context, m module.Module, l *data.Loader, opts []EvalOption) (int, error) {
 	var eo evalOptions
 	for _, o := range opts {
 		o(&eo)
 	}
 	if err := t.setup(ctx, m, l.Dataset().Fields()); err != nil {
-		return err
+		return 0, err
 	}
 	if eo.ckptPath == "" {
-		return nil
+		return t.state.GlobalStep, nil
 	}
 	path, err := t.checkpointPath(eo.ckptPath)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	sd, err := readStateDict(path, t.dtype())
 	if err != nil {
-		return err
+		return 0, err
 	}
 	// The weights only: evaluation leaves the optimizer as it is.
 	weights := &strategy.StateDict{}
@@ -1079,10 +1101,14 @@ func (t *Trainer) prepareEval(ctx context.Context, m module.Module, l *data.Load
 		}
 	}
 	if err := t.strat.LoadState(ctx, weights); err != nil {
-		return fmt.Errorf("checkpoint %s: %w", path, err)
+		return 0, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
 	t.cfg.Log.Info().Str("path", path).Msg("evaluating the weights of a checkpoint")
-	return nil
+	step := t.state.GlobalStep
+	if info, err := ReadCheckpointInfo(path); err == nil {
+		step = info.GlobalStep
+	}
+	return step, nil
 }
 
 func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader, mode module.Mode, opts []EvalOption) (map[string]float64, error) {
@@ -1105,7 +1131,8 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 			return nil, errors.New("Test: the module has no TestStep: implement module.Tester")
 		}
 	}
-	if err := t.prepareEval(ctx, m, l, opts); err != nil {
+	step, err := t.prepareEval(ctx, m, l, opts)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", mode, err)
 	}
 	t.state.Stage = mode.String()
@@ -1127,14 +1154,47 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 	for name, v := range vals {
 		n := name
 		out[n] = v
-		t.state.Metrics[n] = v
+		t.state.setMetric(n, v, mode == module.Validate)
 	}
 	if mode == module.Test {
 		if err := t.onTestEnd(ctx); err != nil {
 			return nil, t.stopOr(err)
 		}
 	}
+	if err := t.logEvaluation(step, out); err != nil {
+		return nil, fmt.Errorf("%s: %w", mode, err)
+	}
 	return out, nil
+}
+
+// logEvaluation gives what Validate or Test measured to the loggers, as
+// Lightning's trainer.validate and trainer.test log, at the global step of
+// the weights evaluated, then finalizes them: after a Fit, its loggers
+// (the default CSVLogger in its run directory included); otherwise
+// Config.Loggers, or a CSVLogger in Config.LogDir (unless DisableLogger);
+// with none of these, nothing. The rows count as Fit's do at that step
+// (RowResumer), so a checkpoint saved later records them.
+func (t *Trainer) logEvaluation(step int, out map[string]float64) error {
+	if !t.state.IsGlobalZero || len(out) == 0 {
+		return nil
+	}
+	if !t.fitLoggers {
+		t.loggers = t.cfg.Loggers
+		if len(t.loggers) == 0 && t.cfg.LogDir != "" && !t.cfg.DisableLogger {
+			l, err := NewCSVLogger(t.cfg.LogDir)
+			if err != nil {
+				return err
+			}
+			t.loggers = []Logger{l}
+		}
+	}
+	if len(t.loggers) == 0 {
+		return nil
+	}
+	if err := t.logMetrics(step, maps.Clone(out)); err != nil {
+		return err
+	}
+	return t.finalizeLoggers("success")
 }
 
 // Predict runs the predict graph over l and returns one output tensor per
@@ -1208,7 +1268,7 @@ func (t *Trainer) predictBatches(ctx context.Context, m module.Module, l *data.L
 	if _, ok := m.(module.Predictor); !ok {
 		return nil, errors.New("Predict: the module has no PredictStep: implement module.Predictor")
 	}
-	if err := t.prepareEval(ctx, m, l, opts); err != nil {
+	if _, err := t.prepareEval(ctx, m, l, opts); err != nil {
 		return nil, fmt.Errorf("predict: %w", err)
 	}
 	t.state.Stage = "predict"

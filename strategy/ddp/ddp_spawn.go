@@ -138,8 +138,14 @@ func (s *DDPSpawn) spawn(ctx context.Context) (*launch.Result, error) {
 		// ends, and the job stops rather than restarting them.
 		ctx, stop := launch.StopOnSignal(ctx)
 		_, err := launch.RunElastic(ctx, e)
-		stop()
-		return s.result(path, err)
+		status := stop()
+		res, err := s.result(path, err)
+		if err != nil && res == nil && status > 128 {
+			// Stopped before the workers had saved anything (still
+			// starting): interrupted, with nothing to resume.
+			return nil, &strategy.FitInterrupted{Signal: syscall.Signal(status - 128)}
+		}
+		return res, err
 	}
 	ln, port, err := launch.Loopback(s.masterPort)
 	if err != nil {
@@ -180,12 +186,12 @@ func (s *DDPSpawn) spawn(ctx context.Context) (*launch.Result, error) {
 		return nil, err
 	}
 	lnFile.Close()
-	s.log.Info().Int("world", s.world).Ints("pids", g.Pids()).Msg("ddp_spawn: started workers")
 	// SIGINT and SIGTERM are the workers' to act on (the terminal's Ctrl-C
 	// reaches them too): each finishes its step and saves, and this process
 	// waits for that rather than dying of the signal (which took the
 	// workers with it before they had saved).
 	stop := forwardSignals(g)
+	s.log.Info().Int("world", s.world).Ints("pids", g.Pids()).Msg("ddp_spawn: started workers")
 	err = g.Wait(ctx)
 	stop()
 	return s.result(path, err)
@@ -200,6 +206,14 @@ func (s *DDPSpawn) result(path string, err error) (*launch.Result, error) {
 	err = fmt.Errorf("ddp_spawn workers failed (their output is above): %w", err)
 	if res, rerr := launch.ReadResult(path); rerr == nil && interruption(res) != nil {
 		return res, err
+	}
+	// Ctrl-C while the workers were starting killed them before they could
+	// save: the run was interrupted, not failed, with nothing to resume.
+	var ee *launch.ExitError
+	if errors.As(err, &ee) {
+		if sig, ok := ee.StopSignal(); ok {
+			return nil, &strategy.FitInterrupted{Signal: sig}
+		}
 	}
 	return nil, err
 }
@@ -288,6 +302,9 @@ func (w *spawnWorker) finish(ctx context.Context, r strategy.FitResult, fi *stra
 		if r.StoppedEarly != "" {
 			res.Notes["stopped_early"] = r.StoppedEarly
 		}
+		if r.LogDir != "" {
+			res.Notes["log_dir"] = r.LogDir
+		}
 		if fi != nil {
 			res.Notes[noteInterruptedCheckpoint] = fi.Checkpoint
 			res.Notes[noteInterruptedSignal] = strconv.Itoa(int(fi.Signal))
@@ -328,6 +345,7 @@ func fitResultFrom(res *launch.Result) strategy.FitResult {
 		Metrics: res.Metrics, Epochs: int(st["epochs"]), GlobalStep: int(st["global_step"]), TrainSamples: int(st["train_samples"]),
 		TrainSeconds: st["train_seconds"], TrainSamplesPerS: st["train_samples_per_s"], LastTrainLoss: st["last_train_loss"],
 		WorldSize: int(st["world_size"]), StoppedEarly: res.Notes["stopped_early"], Callbacks: res.Callbacks,
+		LogDir: res.Notes["log_dir"],
 	}
 	if r.Metrics == nil {
 		r.Metrics = map[string]float64{}

@@ -287,13 +287,23 @@ func TestDDPEvaluateAfterFitOnFreshValue(t *testing.T) {
 	for _, st := range []string{"ddp", "ddp_spawn"} {
 		t.Run(st, func(t *testing.T) {
 			marker := newMarker(t)
-			r := startProgram(t, marker, nil, "-strategy", st, "-devices", "2", "-fresh", "-root", t.TempDir())
+			root := t.TempDir()
+			r := startProgram(t, marker, nil, "-strategy", st, "-devices", "2", "-fresh", "-root", root)
 			if r.err != nil {
 				t.Fatalf("%v\n%s", r.err, r.stderr)
 			}
 			got := parseResult(t, r.stdout)
 			if got.SHA256 != want.SHA256 {
 				t.Fatalf("trained weights %s, in-process %s", got.SHA256, want.SHA256)
+			}
+			// Validate logs into the Fit's run directory, once, also where
+			// the Fit ran in other processes (ddp_spawn).
+			csv, err := os.ReadFile(filepath.Join(root, "lightning_logs", "version_0", "metrics.csv"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := strings.Count(string(csv), trainer.FormatValue(got.ValLoss)); n != 1 {
+				t.Errorf("metrics.csv holds Validate's val_loss %v %d times, want once:\n%s", got.ValLoss, n, csv)
 			}
 			if math.Abs(got.ValLoss-want.ValLoss) > 1e-6*math.Abs(want.ValLoss) {
 				t.Errorf("val_loss on a fresh module value %g, on the fitted value in-process %g", got.ValLoss, want.ValLoss)

@@ -21,7 +21,9 @@
 // and, through WatchParent, finishes its program for at most Linger after
 // the parent is gone, so a rank 0 that returns first does not kill the
 // others mid-write. Wait reports each rank that failed, naming it and its
-// exit status.
+// exit status, in an *ExitError whose StopSignal says when SIGINT or
+// SIGTERM killed them (ranks reached by Ctrl-C before their handlers
+// were set up): an interrupted job, not a failed one.
 //
 // The local rendezvous of all three listens on 127.0.0.1 at MASTER_PORT when
 // the environment sets it (MasterPortFromEnv; a port another process holds

@@ -154,6 +154,11 @@ func RunElastic(ctx context.Context, e Elastic) ([]Attempt, error) {
 		if ctx.Err() != nil {
 			return attempts, fmt.Errorf("launch: elastic job stopped: %w", ctx.Err())
 		}
+		if sig, ok := a.Failed.Signal(); ok && sig == syscall.SIGINT {
+			// Ctrl-C reached a rank before its program handled signals;
+			// this process got it too, and may not have read it yet.
+			return attempts, fmt.Errorf("launch: elastic job stopped: %w", &ExitError{Failed: []Exit{*a.Failed}})
+		}
 		if n >= e.MaxRestarts {
 			return attempts, &ElasticError{Attempts: attempts, Reason: fmt.Sprintf("the job has used all %d restarts (MaxRestarts %d)", n, e.MaxRestarts)}
 		}
@@ -486,6 +491,12 @@ func Supervise(ctx context.Context, e Elastic) {
 	status := stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
+		var ee *ExitError
+		if errors.As(err, &ee) && status == 0 {
+			if sig, ok := ee.StopSignal(); ok {
+				status = 128 + int(sig) // Ctrl-C read by a rank first
+			}
+		}
 		if status != 0 {
 			os.Exit(status)
 		}

@@ -20,7 +20,7 @@ import (
 )
 
 // elasticChild is a rank of an elastic test job. how is "kill:R:N" (rank R
-// SIGKILLs itself in the first N attempts), "panic:R" (rank R panics in
+// SIGKILLs itself in the first N attempts; "int:R:N" SIGINT), "panic:R" (rank R panics in
 // every attempt) or "exit:R:N" (rank R exits with status 3 in the first N
 // attempts, printing the attempt). A rank that does not fail prints its
 // view of the job and exits 0, except that while the failing rank is alive
@@ -61,6 +61,9 @@ func elasticChild(how string) {
 		switch f[0] {
 		case "kill":
 			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		case "int":
+			syscall.Kill(os.Getpid(), syscall.SIGINT) // no handler: dies of it
+			select {}
 		case "panic":
 			panic("boom at step 5")
 		case "exit":
@@ -288,5 +291,21 @@ func TestElasticPassesStopOn(t *testing.T) {
 				t.Errorf("attempts %+v after a stop, want none restarted", atts)
 			}
 		})
+	}
+}
+
+// A rank that SIGINT killed (Ctrl-C reached it before its program handled
+// signals; the launcher gets it too, but may read it later) stops the job
+// instead of being restarted, and the error says which signal: programs
+// exit 130 as after the ranks saved.
+func TestElasticStopsWhenSIGINTKillsARank(t *testing.T) {
+	e, out, log := elasticJob("int:1:1", 2, 0, 3)
+	atts, err := launch.RunElastic(context.Background(), e)
+	var ee *launch.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("err = %v, want an *ExitError\noutput:\n%s\nlog:\n%s", err, out.String(), log.String())
+	}
+	if sig, ok := ee.StopSignal(); !ok || sig != syscall.SIGINT || len(atts) != 1 || strings.Contains(log.String(), "elastic: restart") {
+		t.Errorf("StopSignal %v %v after %d attempts, want SIGINT after 1, no restart:\n%s", sig, ok, len(atts), log.String())
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -136,6 +137,16 @@ func (e Exit) String() string {
 		return fmt.Sprintf("rank %d (pid %d) exited normally", e.Rank, e.Pid)
 	}
 	return fmt.Sprintf("rank %d (pid %d) %v", e.Rank, e.Pid, describe(e.Err))
+}
+
+// Signal is the signal that killed the rank, if one did (known on Linux
+// only).
+func (e Exit) Signal() (syscall.Signal, bool) {
+	var ee *exec.ExitError
+	if !errors.As(e.Err, &ee) {
+		return 0, false
+	}
+	return killedBy(ee)
 }
 
 func describe(err error) string {
@@ -390,22 +401,43 @@ func (g *Group) Exited() []Exit {
 	return done
 }
 
-// Err is the error Wait returns, for the processes that have exited so far.
+// Err is the error Wait returns, for the processes that have exited so far:
+// nil, or an *ExitError.
 func (g *Group) Err() error {
-	g.mu.Lock()
-	done := slices.Clone(g.done)
-	g.mu.Unlock()
-	sort.SliceStable(done, func(i, j int) bool { return done[i].At.Before(done[j].At) })
-	var msgs []string
-	for _, e := range done {
-		if e.Err != nil {
-			msgs = append(msgs, e.String())
-		}
+	if f := g.Failed(); len(f) > 0 {
+		return &ExitError{Failed: f}
 	}
-	if len(msgs) == 0 {
-		return nil
+	return nil
+}
+
+// ExitError is the error of ranks that failed: Failed lists them, earliest
+// first. RunElastic returns one, wrapped, for a rank SIGINT killed: Ctrl-C
+// stops an elastic job, also when it reaches a rank first.
+type ExitError struct {
+	Failed []Exit
+}
+
+func (e *ExitError) Error() string {
+	msgs := make([]string, len(e.Failed))
+	for i, x := range e.Failed {
+		msgs[i] = x.String()
 	}
-	return fmt.Errorf("launch: %s", strings.Join(msgs, "; "))
+	return "launch: " + strings.Join(msgs, "; ")
+}
+
+// StopSignal is the signal that asks a run to stop (SIGINT or SIGTERM)
+// which killed the earliest failed rank, if one did: a rank that had not
+// set up its handlers yet when Ctrl-C reached it (or its launcher
+// forwarded it) dies of the signal instead of saving.
+func (e *ExitError) StopSignal() (syscall.Signal, bool) {
+	if len(e.Failed) == 0 {
+		return 0, false
+	}
+	sig, ok := e.Failed[0].Signal()
+	if !ok || (sig != syscall.SIGINT && sig != syscall.SIGTERM) {
+		return 0, false
+	}
+	return sig, true
 }
 
 // WatchParent is called in a rank started with Config.Linger (lookup

@@ -22,3 +22,11 @@ func waitStatus(ee *exec.ExitError) (string, bool) {
 	}
 	return fmt.Sprintf("exited with status %d", ws.ExitStatus()), true
 }
+
+func killedBy(ee *exec.ExitError) (syscall.Signal, bool) {
+	ws, ok := ee.Sys().(syscall.WaitStatus)
+	if !ok || !ws.Signaled() {
+		return 0, false
+	}
+	return ws.Signal(), true
+}

@@ -13,3 +13,5 @@ import (
 func sysProcAttr() *syscall.SysProcAttr { return nil }
 
 func waitStatus(ee *exec.ExitError) (string, bool) { return "", false }
+
+func killedBy(ee *exec.ExitError) (syscall.Signal, bool) { return 0, false }

@@ -17,6 +17,7 @@ import (
 	"os"
 	"runtime/debug"
 	"slices"
+	"strings"
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -52,6 +53,9 @@ type Engine struct {
 type key struct {
 	mode  module.Mode
 	batch int
+	// fields names the batch's fields when they are fewer than the
+	// engine's (a predict set without labels); "" for all of them.
+	fields string
 }
 
 type input struct {
@@ -73,7 +77,8 @@ type compiled struct {
 	outVal  G.Value
 	grads   []gradBinding
 	metrics []module.Metric
-	hooks   *shardHooks // sharded engines only
+	hooks   *shardHooks  // sharded engines only
+	fields  []data.Field // the batches' fields
 	// readyAfter lists, by executor step, the gradients (indices into
 	// grads) that are final once the step has run; gathered and reported
 	// then, during the run. Gradients no step computes are gathered after
@@ -478,13 +483,13 @@ func (c *compiled) bindDirectGrads(s *module.Store) {
 
 func (e *Engine) bind(c *compiled, b *data.Batch) error {
 	if len(b.Data) != len(c.inputs) {
-		return fmt.Errorf("batch has %d fields, the graph expects %d (%v)", len(b.Data), len(c.inputs), fieldNames(e.fields))
+		return fmt.Errorf("batch has %d fields, the graph expects %d (%v)", len(b.Data), len(c.inputs), fieldNames(c.fields))
 	}
 	for i, in := range c.inputs {
 		src := b.Data[i]
 		want := in.size * b.Size
 		if len(src) != want {
-			return fmt.Errorf("batch field %q holds %d values for %d rows, the graph input %q expects %d (shape %v per row)", in.name, len(src), b.Size, in.name, want, e.fields[i].Shape)
+			return fmt.Errorf("batch field %q holds %d values for %d rows, the graph input %q expects %d (shape %v per row)", in.name, len(src), b.Size, in.name, want, c.fields[i].Shape)
 		}
 		if in.t32 != nil {
 			copy(in.t32, src)
@@ -509,14 +514,18 @@ func (e *Engine) graph(mode module.Mode, b *data.Batch) (*compiled, error) {
 	if b.Size <= 0 {
 		return nil, fmt.Errorf("%s batch has %d rows: a batch needs at least one", mode, b.Size)
 	}
-	if err := sameFields(e.fields, b.Fields); err != nil {
+	fields, sub, err := fieldsOf(e.fields, b.Fields)
+	if err != nil {
 		return nil, err
 	}
-	k := key{mode, b.Size}
+	k := key{mode: mode, batch: b.Size}
+	if sub {
+		k.fields = strings.Join(fieldNames(fields), ",")
+	}
 	if c, ok := e.graphs[k]; ok {
 		return c, nil
 	}
-	c, err := e.compile(mode, b.Size)
+	c, err := e.compile(mode, b.Size, fields)
 	if err != nil {
 		return nil, err
 	}
@@ -524,16 +533,30 @@ func (e *Engine) graph(mode module.Mode, b *data.Batch) (*compiled, error) {
 	return c, nil
 }
 
-func sameFields(want, got []data.Field) error {
-	if len(want) != len(got) {
-		return fmt.Errorf("batch has fields %v, the model was set up for %v", fieldNames(got), fieldNames(want))
-	}
-	for i := range want {
-		if want[i].Name != got[i].Name || !slices.Equal(want[i].Shape, got[i].Shape) {
-			return fmt.Errorf("batch field %d is %q with shape %v, the model was set up for %q with shape %v", i, got[i].Name, got[i].Shape, want[i].Name, want[i].Shape)
+// fieldsOf checks a batch's fields against those the engine was set up
+// for: the same, or some of them with the same shapes, in the same order
+// (sub), as a predict set without the labels training read; the step
+// reading a field the batch lacks says so when the graph is built.
+func fieldsOf(want, got []data.Field) (fields []data.Field, sub bool, err error) {
+	if len(got) == len(want) {
+		for i := range want {
+			if want[i].Name != got[i].Name || !slices.Equal(want[i].Shape, got[i].Shape) {
+				return nil, false, fmt.Errorf("batch field %d is %q with shape %v, the model was set up for %q with shape %v", i, got[i].Name, got[i].Shape, want[i].Name, want[i].Shape)
+			}
 		}
+		return want, false, nil
 	}
-	return nil
+	j := 0
+	for _, g := range got {
+		for j < len(want) && want[j].Name != g.Name {
+			j++
+		}
+		if j == len(want) || !slices.Equal(want[j].Shape, g.Shape) {
+			return nil, false, fmt.Errorf("batch has fields %v, the model was set up for %v: give the same fields, or some of them (leaving out labels a step does not read), with the same shapes and order", got, want)
+		}
+		j++
+	}
+	return got, true, nil
 }
 
 // Build runs the module's step method for mode on a fresh graph, turning
@@ -610,8 +633,8 @@ func stepName(m module.Mode) string {
 	return "PredictStep"
 }
 
-func (e *Engine) compile(mode module.Mode, batch int) (c *compiled, err error) {
-	s, loss, err := BuildWith(e.mod, e.store, mode, batch, e.fields, e.seed, e.sync, &e.runKey)
+func (e *Engine) compile(mode module.Mode, batch int, fields []data.Field) (c *compiled, err error) {
+	s, loss, err := BuildWith(e.mod, e.store, mode, batch, fields, e.seed, e.sync, &e.runKey)
 	if err != nil {
 		return nil, err
 	}
@@ -620,8 +643,8 @@ func (e *Engine) compile(mode module.Mode, batch int) (c *compiled, err error) {
 			err = fmt.Errorf("%s: compile graph: %v", stepName(mode), r)
 		}
 	}()
-	c = &compiled{g: s.Graph(), step: s, loss: loss}
-	for _, f := range e.fields {
+	c = &compiled{g: s.Graph(), step: s, loss: loss, fields: fields}
+	for _, f := range fields {
 		n := s.Inputs()[f.Name]
 		size := 1
 		for _, d := range f.Shape {

@@ -48,7 +48,7 @@ func TestGradientSumsMatchTapeMachine(t *testing.T) {
 			}
 		}
 		adds := 0
-		for _, st := range ex.graphs[key{module.Train, 8}].exec.steps {
+		for _, st := range ex.graphs[key{mode: module.Train, batch: 8}].exec.steps {
 			if st.add {
 				adds++
 			}

@@ -23,7 +23,7 @@ func TestDirectGradientsThenAccumulate(t *testing.T) {
 	if _, err := e.Run(ctx, module.Train, b1, false, 1); err != nil {
 		t.Fatal(err)
 	}
-	c := e.graphs[key{module.Train, 4}]
+	c := e.graphs[key{mode: module.Train, batch: 4}]
 	direct := 0
 	for _, gb := range c.grads {
 		if gb.direct && c.exec.wroteDirect(gb.node) {
@@ -88,7 +88,7 @@ func TestExecutorStepAllocatesNothing(t *testing.T) {
 	}
 	// The fused Linear's weight and bias gradient ops write into the store
 	// (UsePreallocDo): no gradient goes through the gather copy.
-	c := e.graphs[key{module.Train, 8}]
+	c := e.graphs[key{mode: module.Train, batch: 8}]
 	for _, gb := range c.grads {
 		if !gb.direct || !c.exec.wroteDirect(gb.node) {
 			t.Errorf("gradient of %s was copied, not written into the store", gb.name)
