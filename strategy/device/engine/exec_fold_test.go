@@ -52,7 +52,7 @@ func TestGradientSumsFoldIntoMaskOps(t *testing.T) {
 			}
 		}
 		folded := 0
-		ex := engines[0].graphs[key{module.Train, 6}].exec
+		ex := engines[0].graphs[key{mode: module.Train, batch: 6}].exec
 		for _, st := range ex.steps {
 			if st.sum != nil {
 				folded++
