@@ -13,7 +13,7 @@ import "unsafe"
 // U[ξ] (OC×C) · V[ξ] (C×tiles), run on the implicit path's kernel
 // (sgemmNNPacked): 36·OC·C multiply-adds a tile where the direct
 // convolution does 144·OC·C, at the cost of the transforms of the input
-// (Bᵀ d B, a tile and channel; gathered from a zero-padded copy) and of the
+// (Bᵀ d B, a tile and channel; read from a zero-padded copy) and of the
 // output (Aᵀ m A, a tile and output channel), 16 tiles at a time in
 // AVX-512 (conv_winograd_amd64.s), and of the kernel (G g Gᵀ, once a
 // call, in Go). The input gradient of such a convolution is one too
@@ -289,8 +289,8 @@ func convGradWeightWinograd(g *convGeom, x, dy, dw, kept []float32, s *convScrat
 	// One channel of the group's images at a time is moved into xc (its
 	// padding, planes apart) and dc (its output gradient, images dpl
 	// apart, rows dld; zeros past the image where the tiles reach past
-	// it) before the transforms gather from them: gathers straight from
-	// the batch, long out of the caches, wait on memory.
+	// it) before the transforms read them: reads straight from the batch,
+	// long out of the caches, wait on memory.
 	dld, dpl := g.w, hw
 	if g.h%4 != 0 || g.w%4 != 0 {
 		dld, dpl = 4*tw, 16*tpi
