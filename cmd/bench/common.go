@@ -219,6 +219,13 @@ type Config struct {
 	// peer: torch.set_num_threads(1) and the same mask), so that 1 rank
 	// and N ranks compare the same per-core work.
 	Pinned bool `json:"pinned,omitempty"`
+	// Coexist runs Ranks independent one-rank trainings at once (no
+	// collectives, nothing shared but the machine), each pinned to its
+	// own core like a rank: the most ddp can reach on this machine, as
+	// the ranks' compute slows down beside each other (shared caches,
+	// memory bandwidth, the host's other work). samples_per_s is their
+	// sum.
+	Coexist bool `json:"coexist,omitempty"`
 	// ShareCores lets pinned ranks outnumber the cores: rank r gets core
 	// r mod cores, and the label says the ranks are oversubscribed.
 	ShareCores bool `json:"share_cores,omitempty"`
@@ -237,7 +244,12 @@ func (c Config) Label() string {
 	if c.Variant != "" {
 		parts = append(parts, c.Variant)
 	}
-	if c.Ranks > 1 {
+	switch {
+	case c.Coexist && c.Ranks > 1:
+		parts = append(parts, fmt.Sprintf("coexist=%d", c.Ranks))
+	case c.Coexist:
+		parts = append(parts, "coexist")
+	case c.Ranks > 1:
 		parts = append(parts, fmt.Sprintf("ranks=%d", c.Ranks))
 	}
 	if c.Backend != "" {
@@ -594,7 +606,7 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 		}
 		masterAddr = o.nodes.Addr[0]
 	}
-	if ranks > 1 {
+	if ranks > 1 && !c.Coexist {
 		port, err := freePort()
 		if err != nil {
 			return nil, err
@@ -612,6 +624,7 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 	// wait for a silent peer.
 	ctx, stopRanks := context.WithCancel(ctx)
 	defer stopRanks()
+	steal0 := readCPUTicks()
 	var relay0 netns.RelayStats
 	if c.Nodes > 1 {
 		relay0 = o.nodes.Relay.Stats()
@@ -636,7 +649,10 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 		argv = append(argv, exe)
 		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 		cmd.Env = env
-		if ranks > 1 {
+		if c.Coexist {
+			cmd.Env = append(append([]string(nil), env...), fmt.Sprintf("%s=%d", processEnv, rank))
+		}
+		if ranks > 1 && !c.Coexist {
 			cmd.Env = append(append([]string(nil), env...), fmt.Sprintf("RANK=%d", rank), fmt.Sprintf("LOCAL_RANK=%d", p.LocalRank),
 				fmt.Sprintf("LOCAL_WORLD_SIZE=%d", p.LocalRanks), fmt.Sprintf("NODE_RANK=%d", p.Node), fmt.Sprintf("GROUP_RANK=%d", p.Node))
 			if c.Nodes > 1 {
@@ -669,9 +685,17 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 		ot := outs[first]
 		return nil, fmt.Errorf("rank %d: %v\n%s", first, ot.err, tail(ot.stderr.String(), 2000))
 	}
+	steal := readCPUTicks().stealPct(steal0)
 	f, err := lastJSON(outs[0].stdout.Bytes(), outs[0].stderr.String())
+	if err == nil && c.Coexist {
+		err = sumCoexisting(f, outs[1:], func(o *out) []byte { return o.stdout.Bytes() })
+	}
 	if err == nil {
 		mergeRankFigures(f, outs[1:], func(o *out) []byte { return o.stdout.Bytes() })
+		if c.Pinned && steal >= 0 {
+			// A pinned rank's core lent to another guest by the host.
+			f["steal_pct"] = steal
+		}
 	}
 	if _, train := f["steps"]; err == nil && c.Nodes > 1 && train {
 		addRelayFigures(f, o.nodes.Relay.Stats().Since(relay0))
@@ -715,6 +739,82 @@ func measureTorch(ctx context.Context, o *Options, c Config) (Figures, error) {
 		return nil, fmt.Errorf("%s %s: %v\n%s", o.Python, strings.Join(args, " "), err, tail(stderr.String(), 2000))
 	}
 	return lastJSON(stdout.Bytes(), stderr.String())
+}
+
+// processEnv numbers the independent trainings of a Config.Coexist run
+// (they have no RANK), so that the files each writes have names of their
+// own.
+const processEnv = "FULGUR_BENCH_PROCESS"
+
+// childIndex is this measured process's rank, or its number among
+// independent trainings run at once (processEnv): what tells its files
+// apart from the others'.
+func childIndex() int {
+	for _, v := range []string{"RANK", processEnv} {
+		if r, err := strconv.Atoi(os.Getenv(v)); err == nil {
+			return r
+		}
+	}
+	return 0
+}
+
+// sumCoexisting makes f, the first of independent trainings run at once
+// (Config.Coexist), their total: samples_per_s summed, and each one's as
+// "process<N> samples_per_s".
+func sumCoexisting[T any](f Figures, others []T, stdout func(T) []byte) error {
+	f["process0 samples_per_s"] = f["samples_per_s"]
+	for i, o := range others {
+		g, err := lastJSON(stdout(o), "")
+		if err != nil {
+			return fmt.Errorf("coexisting training %d: %w", i+1, err)
+		}
+		f[fmt.Sprintf("process%d samples_per_s", i+1)] = g["samples_per_s"]
+		f["samples_per_s"] += g["samples_per_s"]
+	}
+	return nil
+}
+
+// cpuTicks are the machine's CPU time counters (the "cpu" line of
+// /proc/stat), in clock ticks.
+type cpuTicks struct{ total, steal uint64 }
+
+func readCPUTicks() cpuTicks {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuTicks{}
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	return parseCPUTicks(line)
+}
+
+// parseCPUTicks reads /proc/stat's first line: "cpu user nice system idle
+// iowait irq softirq steal guest guest_nice" (guest time is inside user).
+func parseCPUTicks(line string) cpuTicks {
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return cpuTicks{}
+	}
+	var t cpuTicks
+	for i, s := range f[1:min(len(f), 9)] {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return cpuTicks{}
+		}
+		t.total += v
+		if i == 7 {
+			t.steal = v
+		}
+	}
+	return t
+}
+
+// stealPct is the share of the machine's CPU time since t0 that the
+// hypervisor gave to other guests, in percent; -1 when unknown.
+func (t cpuTicks) stealPct(t0 cpuTicks) float64 {
+	if t.total <= t0.total || t0.total == 0 {
+		return -1
+	}
+	return 100 * float64(t.steal-t0.steal) / float64(t.total-t0.total)
 }
 
 // mergeRankFigures adds to rank 0's figures f those the other ranks
@@ -792,8 +892,8 @@ func childMain(ctx context.Context, spec string) error {
 		// Profile the measured process itself (go tool pprof BINARY PATH);
 		// with several configurations each overwrites it: pick one with
 		// -workload and -threads. Ranks other than 0 write PATH.rank<N>.
-		if r := os.Getenv("RANK"); r != "" && r != "0" {
-			path += ".rank" + r
+		if r := childIndex(); r > 0 {
+			path += fmt.Sprintf(".rank%d", r)
 		}
 		pf, err := os.Create(path)
 		if err != nil {
