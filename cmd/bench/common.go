@@ -907,9 +907,16 @@ func childMain(ctx context.Context, spec string) error {
 	}
 	if path := os.Getenv("FULGUR_BENCH_MEMPROFILE"); path != "" {
 		// Every allocation is sampled (slow): for finding what allocates
-		// per step, not for timing.
+		// per step, not for timing. Ranks other than 0 write
+		// PATH.rank<N>, as with the CPU profile.
+		if r := childIndex(); r > 0 {
+			path += fmt.Sprintf(".rank%d", r)
+		}
 		runtime.MemProfileRate = 1
 		defer func() {
+			// The profile holds what the last collection published: one
+			// now brings in the steps since (a training may run none).
+			runtime.GC()
 			if pf, err := os.Create(path); err == nil {
 				pprof.Lookup("allocs").WriteTo(pf, 0)
 				pf.Close()
