@@ -203,7 +203,7 @@ func (j trainJob) run(ctx context.Context) (Figures, error) {
 	// which rank's step was slow and where (cannot be combined with
 	// FULGUR_BENCH_SPANS).
 	if dir := os.Getenv("FULGUR_BENCH_TIMELINE"); dir != "" {
-		dir = filepath.Join(dir, strings.NewReplacer(" ", "-", "=", "").Replace(j.Label()))
+		dir = filepath.Join(dir, j.dirName())
 		tl, err := profiler.NewTimeline(profiler.TimelineConfig{Dir: dir, Rank: childIndex()})
 		if err != nil {
 			return nil, err
@@ -305,6 +305,20 @@ func (c stepCounts) add(f Figures, steps int) {
 	f["majflt_per_step"] = float64(c.MajFlt) / n
 	f["csw_per_step"] = float64(c.VolCSw) / n
 	f["involuntary_csw_per_step"] = float64(c.InvolCSw) / n
+}
+
+// dirName names the configuration's files: the workload, variant, ranks
+// (or independent trainings), backend and batch. Not Label, which a
+// pinned child, seeing one core, would call oversubscribed.
+func (c Config) dirName() string {
+	parts := []string{c.Workload, c.Variant}
+	if c.Coexist {
+		parts = append(parts, "coexist")
+	} else {
+		parts = append(parts, fmt.Sprintf("ranks%d", max(c.Ranks, 1)))
+	}
+	parts = append(parts, c.Backend, fmt.Sprintf("batch%d", c.Batch))
+	return strings.Join(strings.Fields(strings.Join(parts, " ")), "-")
 }
 
 // medianMS is the median of d in milliseconds.
