@@ -624,7 +624,7 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 	// wait for a silent peer.
 	ctx, stopRanks := context.WithCancel(ctx)
 	defer stopRanks()
-	steal0 := readCPUTicks()
+	steal0, cores0, start := readCPUTicks(), readCoreBusy(), time.Now()
 	var relay0 netns.RelayStats
 	if c.Nodes > 1 {
 		relay0 = o.nodes.Relay.Stats()
@@ -632,6 +632,7 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 	type out struct {
 		stdout, stderr bytes.Buffer
 		err            error
+		cpu            time.Duration // user and system time of the process
 	}
 	outs := make([]*out, ranks)
 	done := make(chan int, ranks)
@@ -671,6 +672,9 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 		}
 		go func(rank int) {
 			ot.err = cmd.Wait()
+			if ps := cmd.ProcessState; ps != nil {
+				ot.cpu = ps.UserTime() + ps.SystemTime()
+			}
 			done <- rank
 		}(rank)
 	}
@@ -686,6 +690,7 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 		return nil, fmt.Errorf("rank %d: %v\n%s", first, ot.err, tail(ot.stderr.String(), 2000))
 	}
 	steal := readCPUTicks().stealPct(steal0)
+	wall, cores1 := time.Since(start), readCoreBusy()
 	f, err := lastJSON(outs[0].stdout.Bytes(), outs[0].stderr.String())
 	if err == nil && c.Coexist {
 		err = sumCoexisting(f, outs[1:], func(o *out) []byte { return o.stdout.Bytes() })
@@ -695,6 +700,27 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 		if c.Pinned && steal >= 0 {
 			// A pinned rank's core lent to another guest by the host.
 			f["steal_pct"] = steal
+		}
+		if c.Pinned {
+			cpu := map[int]time.Duration{}
+			for r, ot := range outs {
+				cpu[place[r].Core] += ot.cpu
+			}
+			prefix := "rank"
+			if c.Coexist {
+				prefix = "process"
+			}
+			for r := range outs {
+				pct, ok := coreOthersPct(cores0, cores1, place[r].Core, cpu[place[r].Core], wall)
+				if !ok {
+					continue
+				}
+				if r == 0 {
+					f["core_others_pct"] = pct
+				} else {
+					f[fmt.Sprintf("%s%d core_others_pct", prefix, r)] = pct
+				}
+			}
 		}
 	}
 	if _, train := f["steps"]; err == nil && c.Nodes > 1 && train {
@@ -806,6 +832,62 @@ func parseCPUTicks(line string) cpuTicks {
 		}
 	}
 	return t
+}
+
+// readCoreBusy reads the busy time of every CPU from /proc/stat's "cpuN"
+// lines (user, nice, system, irq and softirq; not idle, iowait or steal),
+// in clock ticks, by CPU number.
+func readCoreBusy() map[int]uint64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return nil
+	}
+	return parseCoreBusy(string(b))
+}
+
+func parseCoreBusy(stat string) map[int]uint64 {
+	out := map[int]uint64{}
+	for _, line := range strings.Split(stat, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 8 || !strings.HasPrefix(f[0], "cpu") || f[0] == "cpu" {
+			continue
+		}
+		n, err := strconv.Atoi(f[0][3:])
+		if err != nil {
+			continue
+		}
+		var busy uint64
+		ok := true
+		for _, i := range []int{1, 2, 3, 6, 7} { // user nice system irq softirq
+			v, err := strconv.ParseUint(f[i], 10, 64)
+			ok = ok && err == nil
+			busy += v
+		}
+		if ok {
+			out[n] = busy
+		}
+	}
+	return out
+}
+
+// clockTick is /proc/stat's unit, USER_HZ, which Linux fixes at 100 for
+// user space on every architecture.
+const clockTick = 10 * time.Millisecond
+
+// coreOthersPct is the share of wall, in percent, that core spent running
+// anything but the measured processes pinned to it, which used own CPU
+// time: the other ranks' neighbours there (the scale-out relay, the
+// network's soft interrupts, the bench itself, other work on the
+// machine). A rank whose core was taken more is the slower one, which
+// the others wait for. ok is false when a reading is missing.
+func coreOthersPct(busy0, busy1 map[int]uint64, core int, own, wall time.Duration) (float64, bool) {
+	b0, ok0 := busy0[core]
+	b1, ok1 := busy1[core]
+	if !ok0 || !ok1 || b1 < b0 || wall <= 0 {
+		return 0, false
+	}
+	others := time.Duration(b1-b0)*clockTick - own
+	return 100 * max(others, 0).Seconds() / wall.Seconds(), true
 }
 
 // stealPct is the share of the machine's CPU time since t0 that the

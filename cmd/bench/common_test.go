@@ -441,3 +441,27 @@ func TestStealPct(t *testing.T) {
 		}
 	}
 }
+
+// What else ran on a pinned rank's core: the core's busy time over the
+// run less the rank's own CPU time, as a share of the run.
+func TestCoreOthersPct(t *testing.T) {
+	stat0 := "cpu  300 0 30 900 0 0 0 0 0 0\ncpu0 100 0 10 500 7 1 2 0 0 0\ncpu1 200 0 20 400 0 0 0 9 0 0\nintr 5\n"
+	stat1 := "cpu  900 0 60 1900 0 0 0 0 0 0\ncpu0 500 0 30 600 9 4 5 0 0 0\ncpu1 490 0 25 900 0 0 0 50 0 0\nintr 9\n"
+	b0, b1 := parseCoreBusy(stat0), parseCoreBusy(stat1)
+	if b0[0] != 113 || b0[1] != 220 || len(b0) != 2 {
+		t.Fatalf("busy %v, want cpu0 113 and cpu1 220 ticks (user, nice, system, irq, softirq)", b0)
+	}
+	// cpu0: 426 ticks busy (4.26 s) in 5 s; the rank used 4 s of it.
+	got, ok := coreOthersPct(b0, b1, 0, 4*time.Second, 5*time.Second)
+	if !ok || math.Abs(got-5.2) > 1e-9 {
+		t.Errorf("core 0: %v%% (%v), want 5.2%%: 0.26 s of 5 not the rank's", got, ok)
+	}
+	// cpu1: 295 ticks; a rank that used more than the core's busy time
+	// (clock ticks are coarse) leaves nothing to others, not less.
+	if got, ok := coreOthersPct(b0, b1, 1, 3*time.Second, 5*time.Second); !ok || got != 0 {
+		t.Errorf("core 1: %v%% (%v), want 0", got, ok)
+	}
+	if _, ok := coreOthersPct(b0, b1, 2, time.Second, 5*time.Second); ok {
+		t.Error("core 2, which /proc/stat does not list: want no figure")
+	}
+}
