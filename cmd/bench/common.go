@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"sort"
@@ -706,10 +707,7 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 			for r, ot := range outs {
 				cpu[place[r].Core] += ot.cpu
 			}
-			prefix := "rank"
-			if c.Coexist {
-				prefix = "process"
-			}
+			prefix := processPrefix(c)
 			for r := range outs {
 				pct, ok := coreOthersPct(cores0, cores1, place[r].Core, cpu[place[r].Core], wall)
 				if !ok {
@@ -720,6 +718,13 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 				} else {
 					f[fmt.Sprintf("%s%d core_others_pct", prefix, r)] = pct
 				}
+			}
+		}
+	}
+	if dir := os.Getenv("FULGUR_BENCH_TIMELINE"); dir != "" && err == nil && ranks > 1 {
+		if _, train := f["steps"]; train {
+			if err := addJitterFigures(f, filepath.Join(dir, c.dirName()), ranks, processPrefix(c)); err != nil {
+				fmt.Fprintf(os.Stderr, "bench: %s: no jitter figures: %v\n", c.Label(), err)
 			}
 		}
 	}
@@ -771,6 +776,15 @@ func measureTorch(ctx context.Context, o *Options, c Config) (Figures, error) {
 // (they have no RANK), so that the files each writes have names of their
 // own.
 const processEnv = "FULGUR_BENCH_PROCESS"
+
+// processPrefix names the figures of c's processes other than the first:
+// "rank1 ...", or "process1 ..." for independent trainings.
+func processPrefix(c Config) string {
+	if c.Coexist {
+		return "process"
+	}
+	return "rank"
+}
 
 // childIndex is this measured process's rank, or its number among
 // independent trainings run at once (processEnv): what tells its files

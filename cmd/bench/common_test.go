@@ -410,7 +410,7 @@ func TestCoexistEndToEnd(t *testing.T) {
 	if f["steps"] != 30 {
 		t.Errorf("steps %v, want 30 (each training its own 30, not a ddp step)", f["steps"])
 	}
-	for _, k := range []string{"gc_per_step", "minflt_per_step", "involuntary_csw_per_step"} {
+	for _, k := range []string{"gc_per_step", "minflt_per_step", "involuntary_csw_per_step", "sync_wait_pct", "compute_ms_median", "process1 compute_ms_median"} {
 		if v, ok := f[k]; !ok || v < 0 {
 			t.Errorf("%s = %v, %v: want a count per step", k, v, ok)
 		}

@@ -15,7 +15,9 @@
 // the other ranks, as "rank<N> ms/step ..." (who waits for whom).
 // FULGUR_BENCH_TIMELINE=DIR writes every span of every step of every rank
 // (and of each independent training of the scaling workload's coexist
-// configuration) as the profiler's timeline, in DIR/<configuration>/.
+// configuration) as the profiler's timeline, in DIR/<configuration>/, and
+// adds, from the processes' compute time a step, sync_wait_pct: the share
+// of it that ranks meeting every step wait for the slowest (jitter.go).
 //
 // Workloads register themselves (one file each) with register.
 package main
