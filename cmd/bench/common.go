@@ -225,7 +225,9 @@ type Config struct {
 	// own core like a rank: the most ddp can reach on this machine, as
 	// the ranks' compute slows down beside each other (shared caches,
 	// memory bandwidth, the host's other work). samples_per_s is their
-	// sum.
+	// sum; they start together, and the one that ends first leaves the
+	// other alone for the rest of its steps (a few ms in a run of
+	// seconds).
 	Coexist bool `json:"coexist,omitempty"`
 	// ShareCores lets pinned ranks outnumber the cores: rank r gets core
 	// r mod cores, and the label says the ranks are oversubscribed.

@@ -36,7 +36,7 @@ import (
 func init() {
 	register(&workload{
 		Name: "scaling",
-		Doc:  "ddp with 2 ranks (batch 32 each) vs 1 rank (batch 64), and (fulgur) 1 rank at batch 32, each rank pinned to one core, 200 steps, mlp and resnet8 (-backend tcp,shm: each backend)",
+		Doc:  "ddp with 2 ranks (batch 32 each) vs 1 rank (batch 64), and (fulgur) 1 rank at batch 32 alone and as 2 independent trainings at once (the machine's ceiling), each rank pinned to one core, 200 steps, mlp and resnet8 (-backend tcp,shm: each backend)",
 		Configs: func(o *Options) ([]Config, error) {
 			if !strategy.Known("ddp") {
 				return nil, errors.New(`strategy "ddp" is not registered yet (strategy/registry): the workload runs once it lands`)
