@@ -381,6 +381,14 @@ func TestScalingCoexistEfficiency(t *testing.T) {
 			t.Errorf("%s %v, want %v", name, got, want)
 		}
 	}
+	// Other work on the machine, on the baseline's core and the ranks'.
+	rs[0].Runs[0]["core_others_pct"], rs[0].Runs[1]["core_others_pct"] = 0.5, 1
+	rs[3].Runs[0]["core_others_pct"], rs[3].Runs[0]["rank1 core_others_pct"] = 20, 30
+	rs[3].Runs[1]["core_others_pct"], rs[3].Runs[1]["rank1 core_others_pct"] = 10, 2
+	f := workloads["scaling"].Derive(&Options{Runs: 2}, rs)[0].Figures
+	if f["core_others_pct_one"] != (Stat{0.75, 0.5, 1}) || f["core_others_pct_ranks"] != (Stat{20, 10, 30}) {
+		t.Errorf("core_others_pct_one %v, core_others_pct_ranks %v: want the baseline's and each run's busiest rank's", f["core_others_pct_one"], f["core_others_pct_ranks"])
+	}
 	if c := (Config{Impl: "fulgur", Variant: "mlp", Ranks: 2, Batch: 32, Coexist: true}); !strings.Contains(c.Label(), "coexist=2") || strings.Contains(c.Label(), "ranks=") {
 		t.Errorf("label %q, want coexist=2 and no ranks", c.Label())
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/fulgur-ml/fulgur/models"
 	"github.com/fulgur-ml/fulgur/module"
@@ -125,7 +126,7 @@ func init() {
 				if a == nil {
 					continue
 				}
-				var eff, effMedian, halfSpeed, ddpEff, coexistEff, ddpOfCoexist []float64
+				var eff, effMedian, halfSpeed, ddpEff, coexistEff, ddpOfCoexist, othersOne, othersTwo []float64
 				h, co := half[key{k.impl, k.model, ""}], both[key{k.impl, k.model, ""}]
 				for run := 0; run < min(len(a.Runs), len(b.Runs)); run++ {
 					s1, s2 := a.Runs[run]["samples_per_s"], b.Runs[run]["samples_per_s"]
@@ -134,6 +135,10 @@ func init() {
 					}
 					if e, ok := medianStepEfficiency(a.Config, a.Runs[run], b.Config, b.Runs[run]); ok {
 						effMedian = append(effMedian, e)
+					}
+					if o1, ok := a.Runs[run]["core_others_pct"]; ok {
+						othersOne = append(othersOne, o1)
+						othersTwo = append(othersTwo, maxCoreOthers(b.Runs[run]))
 					}
 					if h != nil && run < len(h.Runs) && s1 > 0 {
 						if sh := h.Runs[run]["samples_per_s"]; sh > 0 {
@@ -162,6 +167,14 @@ func init() {
 						figs["half_batch_speed"] = stat(halfSpeed)
 						figs["ddp_efficiency"] = stat(ddpEff)
 					}
+					if len(othersOne) > 0 {
+						// Other work on the machine takes the ranks' cores
+						// more than the baseline's: it runs on the core
+						// one rank leaves free. The efficiency then
+						// measures the sharing.
+						figs["core_others_pct_one"] = stat(othersOne)
+						figs["core_others_pct_ranks"] = stat(othersTwo)
+					}
 					if len(coexistEff) > 0 {
 						figs["coexist_efficiency"] = stat(coexistEff)
 						figs["ddp_of_coexist"] = stat(ddpOfCoexist)
@@ -173,6 +186,17 @@ func init() {
 			return rows
 		},
 	})
+}
+
+// maxCoreOthers is the largest core_others_pct of a run's ranks.
+func maxCoreOthers(f Figures) float64 {
+	m := f["core_others_pct"]
+	for k, v := range f {
+		if strings.HasSuffix(k, " core_others_pct") {
+			m = max(m, v)
+		}
+	}
+	return m
 }
 
 // scalingBatch is the one rank's batch; each of 2 ranks takes half.
