@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"sort"
@@ -219,6 +220,15 @@ type Config struct {
 	// peer: torch.set_num_threads(1) and the same mask), so that 1 rank
 	// and N ranks compare the same per-core work.
 	Pinned bool `json:"pinned,omitempty"`
+	// Coexist runs Ranks independent one-rank trainings at once (no
+	// collectives, nothing shared but the machine), each pinned to its
+	// own core like a rank: the most ddp can reach on this machine, as
+	// the ranks' compute slows down beside each other (shared caches,
+	// memory bandwidth, the host's other work). samples_per_s is their
+	// sum; they start together, and the one that ends first leaves the
+	// other alone for the rest of its steps (a few ms in a run of
+	// seconds).
+	Coexist bool `json:"coexist,omitempty"`
 	// ShareCores lets pinned ranks outnumber the cores: rank r gets core
 	// r mod cores, and the label says the ranks are oversubscribed.
 	ShareCores bool `json:"share_cores,omitempty"`
@@ -237,7 +247,12 @@ func (c Config) Label() string {
 	if c.Variant != "" {
 		parts = append(parts, c.Variant)
 	}
-	if c.Ranks > 1 {
+	switch {
+	case c.Coexist && c.Ranks > 1:
+		parts = append(parts, fmt.Sprintf("coexist=%d", c.Ranks))
+	case c.Coexist:
+		parts = append(parts, "coexist")
+	case c.Ranks > 1:
 		parts = append(parts, fmt.Sprintf("ranks=%d", c.Ranks))
 	}
 	if c.Backend != "" {
@@ -594,7 +609,7 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 		}
 		masterAddr = o.nodes.Addr[0]
 	}
-	if ranks > 1 {
+	if ranks > 1 && !c.Coexist {
 		port, err := freePort()
 		if err != nil {
 			return nil, err
@@ -612,6 +627,7 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 	// wait for a silent peer.
 	ctx, stopRanks := context.WithCancel(ctx)
 	defer stopRanks()
+	steal0, cores0, start := readCPUTicks(), readCoreBusy(), time.Now()
 	var relay0 netns.RelayStats
 	if c.Nodes > 1 {
 		relay0 = o.nodes.Relay.Stats()
@@ -619,6 +635,7 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 	type out struct {
 		stdout, stderr bytes.Buffer
 		err            error
+		cpu            time.Duration // user and system time of the process
 	}
 	outs := make([]*out, ranks)
 	done := make(chan int, ranks)
@@ -636,7 +653,10 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 		argv = append(argv, exe)
 		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 		cmd.Env = env
-		if ranks > 1 {
+		if c.Coexist {
+			cmd.Env = append(append([]string(nil), env...), fmt.Sprintf("%s=%d", processEnv, rank))
+		}
+		if ranks > 1 && !c.Coexist {
 			cmd.Env = append(append([]string(nil), env...), fmt.Sprintf("RANK=%d", rank), fmt.Sprintf("LOCAL_RANK=%d", p.LocalRank),
 				fmt.Sprintf("LOCAL_WORLD_SIZE=%d", p.LocalRanks), fmt.Sprintf("NODE_RANK=%d", p.Node), fmt.Sprintf("GROUP_RANK=%d", p.Node))
 			if c.Nodes > 1 {
@@ -655,6 +675,9 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 		}
 		go func(rank int) {
 			ot.err = cmd.Wait()
+			if ps := cmd.ProcessState; ps != nil {
+				ot.cpu = ps.UserTime() + ps.SystemTime()
+			}
 			done <- rank
 		}(rank)
 	}
@@ -669,9 +692,43 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 		ot := outs[first]
 		return nil, fmt.Errorf("rank %d: %v\n%s", first, ot.err, tail(ot.stderr.String(), 2000))
 	}
+	steal := readCPUTicks().stealPct(steal0)
+	wall, cores1 := time.Since(start), readCoreBusy()
 	f, err := lastJSON(outs[0].stdout.Bytes(), outs[0].stderr.String())
+	if err == nil && c.Coexist {
+		err = sumCoexisting(f, outs[1:], func(o *out) []byte { return o.stdout.Bytes() })
+	}
 	if err == nil {
 		mergeRankFigures(f, outs[1:], func(o *out) []byte { return o.stdout.Bytes() })
+		if c.Pinned && steal >= 0 {
+			// A pinned rank's core lent to another guest by the host.
+			f["steal_pct"] = steal
+		}
+		if c.Pinned {
+			cpu := map[int]time.Duration{}
+			for r, ot := range outs {
+				cpu[place[r].Core] += ot.cpu
+			}
+			prefix := processPrefix(c)
+			for r := range outs {
+				pct, ok := coreOthersPct(cores0, cores1, place[r].Core, cpu[place[r].Core], wall)
+				if !ok {
+					continue
+				}
+				if r == 0 {
+					f["core_others_pct"] = pct
+				} else {
+					f[fmt.Sprintf("%s%d core_others_pct", prefix, r)] = pct
+				}
+			}
+		}
+	}
+	if dir := os.Getenv("FULGUR_BENCH_TIMELINE"); dir != "" && err == nil && ranks > 1 {
+		if _, train := f["steps"]; train {
+			if err := addJitterFigures(f, filepath.Join(dir, c.dirName()), ranks, processPrefix(c)); err != nil {
+				fmt.Fprintf(os.Stderr, "bench: %s: no jitter figures: %v\n", c.Label(), err)
+			}
+		}
 	}
 	if _, train := f["steps"]; err == nil && c.Nodes > 1 && train {
 		addRelayFigures(f, o.nodes.Relay.Stats().Since(relay0))
@@ -715,6 +772,147 @@ func measureTorch(ctx context.Context, o *Options, c Config) (Figures, error) {
 		return nil, fmt.Errorf("%s %s: %v\n%s", o.Python, strings.Join(args, " "), err, tail(stderr.String(), 2000))
 	}
 	return lastJSON(stdout.Bytes(), stderr.String())
+}
+
+// processEnv numbers the independent trainings of a Config.Coexist run
+// (they have no RANK), so that the files each writes have names of their
+// own.
+const processEnv = "FULGUR_BENCH_PROCESS"
+
+// processPrefix names the figures of c's processes other than the first:
+// "rank1 ...", or "process1 ..." for independent trainings.
+func processPrefix(c Config) string {
+	if c.Coexist {
+		return "process"
+	}
+	return "rank"
+}
+
+// childIndex is this measured process's rank, or its number among
+// independent trainings run at once (processEnv): what tells its files
+// apart from the others'.
+func childIndex() int {
+	for _, v := range []string{"RANK", processEnv} {
+		if r, err := strconv.Atoi(os.Getenv(v)); err == nil {
+			return r
+		}
+	}
+	return 0
+}
+
+// sumCoexisting makes f, the first of independent trainings run at once
+// (Config.Coexist), their total: samples_per_s summed, and each one's as
+// "process<N> samples_per_s".
+func sumCoexisting[T any](f Figures, others []T, stdout func(T) []byte) error {
+	f["process0 samples_per_s"] = f["samples_per_s"]
+	for i, o := range others {
+		g, err := lastJSON(stdout(o), "")
+		if err != nil {
+			return fmt.Errorf("coexisting training %d: %w", i+1, err)
+		}
+		f[fmt.Sprintf("process%d samples_per_s", i+1)] = g["samples_per_s"]
+		f["samples_per_s"] += g["samples_per_s"]
+	}
+	return nil
+}
+
+// cpuTicks are the machine's CPU time counters (the "cpu" line of
+// /proc/stat), in clock ticks.
+type cpuTicks struct{ total, steal uint64 }
+
+func readCPUTicks() cpuTicks {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuTicks{}
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	return parseCPUTicks(line)
+}
+
+// parseCPUTicks reads /proc/stat's first line: "cpu user nice system idle
+// iowait irq softirq steal guest guest_nice" (guest time is inside user).
+func parseCPUTicks(line string) cpuTicks {
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return cpuTicks{}
+	}
+	var t cpuTicks
+	for i, s := range f[1:min(len(f), 9)] {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return cpuTicks{}
+		}
+		t.total += v
+		if i == 7 {
+			t.steal = v
+		}
+	}
+	return t
+}
+
+// readCoreBusy reads the busy time of every CPU from /proc/stat's "cpuN"
+// lines (user, nice, system, irq and softirq; not idle, iowait or steal),
+// in clock ticks, by CPU number.
+func readCoreBusy() map[int]uint64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return nil
+	}
+	return parseCoreBusy(string(b))
+}
+
+func parseCoreBusy(stat string) map[int]uint64 {
+	out := map[int]uint64{}
+	for _, line := range strings.Split(stat, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 8 || !strings.HasPrefix(f[0], "cpu") || f[0] == "cpu" {
+			continue
+		}
+		n, err := strconv.Atoi(f[0][3:])
+		if err != nil {
+			continue
+		}
+		var busy uint64
+		ok := true
+		for _, i := range []int{1, 2, 3, 6, 7} { // user nice system irq softirq
+			v, err := strconv.ParseUint(f[i], 10, 64)
+			ok = ok && err == nil
+			busy += v
+		}
+		if ok {
+			out[n] = busy
+		}
+	}
+	return out
+}
+
+// clockTick is /proc/stat's unit, USER_HZ, which Linux fixes at 100 for
+// user space on every architecture.
+const clockTick = 10 * time.Millisecond
+
+// coreOthersPct is the share of wall, in percent, that core spent running
+// anything but the measured processes pinned to it, which used own CPU
+// time: the other ranks' neighbours there (the scale-out relay, the
+// network's soft interrupts, the bench itself, other work on the
+// machine). A rank whose core was taken more is the slower one, which
+// the others wait for. ok is false when a reading is missing.
+func coreOthersPct(busy0, busy1 map[int]uint64, core int, own, wall time.Duration) (float64, bool) {
+	b0, ok0 := busy0[core]
+	b1, ok1 := busy1[core]
+	if !ok0 || !ok1 || b1 < b0 || wall <= 0 {
+		return 0, false
+	}
+	others := time.Duration(b1-b0)*clockTick - own
+	return 100 * max(others, 0).Seconds() / wall.Seconds(), true
+}
+
+// stealPct is the share of the machine's CPU time since t0 that the
+// hypervisor gave to other guests, in percent; -1 when unknown.
+func (t cpuTicks) stealPct(t0 cpuTicks) float64 {
+	if t.total <= t0.total || t0.total == 0 {
+		return -1
+	}
+	return 100 * float64(t.steal-t0.steal) / float64(t.total-t0.total)
 }
 
 // mergeRankFigures adds to rank 0's figures f those the other ranks
@@ -792,8 +990,8 @@ func childMain(ctx context.Context, spec string) error {
 		// Profile the measured process itself (go tool pprof BINARY PATH);
 		// with several configurations each overwrites it: pick one with
 		// -workload and -threads. Ranks other than 0 write PATH.rank<N>.
-		if r := os.Getenv("RANK"); r != "" && r != "0" {
-			path += ".rank" + r
+		if r := childIndex(); r > 0 {
+			path += fmt.Sprintf(".rank%d", r)
 		}
 		pf, err := os.Create(path)
 		if err != nil {
@@ -807,9 +1005,16 @@ func childMain(ctx context.Context, spec string) error {
 	}
 	if path := os.Getenv("FULGUR_BENCH_MEMPROFILE"); path != "" {
 		// Every allocation is sampled (slow): for finding what allocates
-		// per step, not for timing.
+		// per step, not for timing. Ranks other than 0 write
+		// PATH.rank<N>, as with the CPU profile.
+		if r := childIndex(); r > 0 {
+			path += fmt.Sprintf(".rank%d", r)
+		}
 		runtime.MemProfileRate = 1
 		defer func() {
+			// The profile holds what the last collection published: one
+			// now brings in the steps since (a training may run none).
+			runtime.GC()
 			if pf, err := os.Create(path); err == nil {
 				pprof.Lookup("allocs").WriteTo(pf, 0)
 				pf.Close()

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -209,7 +210,7 @@ func TestScalingEfficiencyPerBackend(t *testing.T) {
 	cs := scalingConfigs(t, "-backend", "tcp,shm")
 	var two []string
 	for _, c := range cs {
-		if c.Variant == "mlp" && c.Ranks == 2 {
+		if c.Variant == "mlp" && c.Ranks == 2 && !c.Coexist {
 			two = append(two, c.Backend)
 		}
 		if c.Ranks == 1 && c.Backend != "" {
@@ -343,5 +344,132 @@ func TestRunOrderAlternates(t *testing.T) {
 		if p != n-1 {
 			t.Errorf("configuration %d: places summed over two runs %d, want %d", i, p, n-1)
 		}
+	}
+}
+
+// fulgur's 2 independent trainings at the ranks' batch, each on a core of
+// its own, give the machine's ceiling next to ddp's figure: their
+// samples/s over twice one alone, and ddp's 2 ranks over them.
+func TestScalingCoexistEfficiency(t *testing.T) {
+	cs := scalingConfigs(t, "-peer", "torch")
+	coexist := map[string]int{}
+	for _, c := range cs {
+		if c.Coexist {
+			coexist[c.Impl+" "+c.Variant]++
+			if c.Ranks != 2 || c.Batch != 32 || !c.Pinned {
+				t.Errorf("coexisting trainings %s: want 2 pinned at batch 32", c.Label())
+			}
+		}
+	}
+	if coexist["fulgur mlp"] != 1 || coexist["fulgur resnet8"] != 1 || coexist["torch mlp"] != 0 {
+		t.Errorf("coexisting configurations %v, want one for each of fulgur's models, none for torch's", coexist)
+	}
+	rs := []*Result{
+		{Config: Config{Workload: "scaling", Impl: "fulgur", Variant: "mlp", Ranks: 1, Batch: 64}, Runs: runs(1000, 1000)},
+		{Config: Config{Workload: "scaling", Impl: "fulgur", Variant: "mlp", Ranks: 1, Batch: 32}, Runs: runs(1000, 800)},
+		{Config: Config{Workload: "scaling", Impl: "fulgur", Variant: "mlp", Ranks: 2, Batch: 32, Coexist: true}, Runs: runs(1900, 1440)},
+		{Config: Config{Workload: "scaling", Impl: "fulgur", Variant: "mlp", Ranks: 2, Batch: 32}, Runs: runs(1710, 1440)},
+	}
+	rows := workloads["scaling"].Derive(&Options{Runs: 2}, rs)
+	if len(rows) != 1 {
+		t.Fatalf("rows %+v, want one: the coexisting trainings are no 2-rank row of their own", rows)
+	}
+	// Run 1: 1900/2000 and 1710/1900; run 2: 1440/1600 and 1440/1440.
+	for name, want := range map[string]float64{"coexist_efficiency": (0.95 + 0.9) / 2, "ddp_of_coexist": (0.9 + 1) / 2,
+		"ddp_efficiency": (0.855 + 0.9) / 2} {
+		if got := rows[0].Figures[name].Median; math.Abs(got-want) > 1e-12 {
+			t.Errorf("%s %v, want %v", name, got, want)
+		}
+	}
+	// Other work on the machine, on the baseline's core and the ranks'.
+	rs[0].Runs[0]["core_others_pct"], rs[0].Runs[1]["core_others_pct"] = 0.5, 1
+	rs[3].Runs[0]["core_others_pct"], rs[3].Runs[0]["rank1 core_others_pct"] = 20, 30
+	rs[3].Runs[1]["core_others_pct"], rs[3].Runs[1]["rank1 core_others_pct"] = 10, 2
+	f := workloads["scaling"].Derive(&Options{Runs: 2}, rs)[0].Figures
+	if f["core_others_pct_one"] != (Stat{0.75, 0.5, 1}) || f["core_others_pct_ranks"] != (Stat{20, 10, 30}) {
+		t.Errorf("core_others_pct_one %v, core_others_pct_ranks %v: want the baseline's and each run's busiest rank's", f["core_others_pct_one"], f["core_others_pct_ranks"])
+	}
+	if c := (Config{Impl: "fulgur", Variant: "mlp", Ranks: 2, Batch: 32, Coexist: true}); !strings.Contains(c.Label(), "coexist=2") || strings.Contains(c.Label(), "ranks=") {
+		t.Errorf("label %q, want coexist=2 and no ranks", c.Label())
+	}
+}
+
+// The coexisting trainings run at once as separate processes: the figures
+// add up both, and each writes its files under a name of its own.
+func TestCoexistEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains two processes for a few seconds")
+	}
+	dir := t.TempDir()
+	t.Setenv("FULGUR_BENCH_TIMELINE", dir)
+	o, err := parseOptions([]string{"-workload", "scaling", "-runs", "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Config{Workload: "scaling", Impl: "fulgur", Variant: "mlp", Threads: 1, Batch: 32, Epochs: 1, Steps: 30, Ranks: 2, Coexist: true, Seed: 1}
+	f, err := measure(context.Background(), o, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p0, p1 := f["process0 samples_per_s"], f["process1 samples_per_s"]
+	if p0 <= 0 || p1 <= 0 || math.Abs(f["samples_per_s"]-(p0+p1)) > 1e-9*(p0+p1) {
+		t.Errorf("samples_per_s %v, processes %v and %v: want both trained and their sum", f["samples_per_s"], p0, p1)
+	}
+	if f["steps"] != 30 {
+		t.Errorf("steps %v, want 30 (each training its own 30, not a ddp step)", f["steps"])
+	}
+	for _, k := range []string{"gc_per_step", "minflt_per_step", "involuntary_csw_per_step", "sync_wait_pct", "compute_ms_median", "process1 compute_ms_median"} {
+		if v, ok := f[k]; !ok || v < 0 {
+			t.Errorf("%s = %v, %v: want a count per step", k, v, ok)
+		}
+	}
+	sub, err := filepath.Glob(filepath.Join(dir, "*", "timeline-rank*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range sub {
+		names = append(names, filepath.Base(p))
+	}
+	slices.Sort(names)
+	if !slices.Equal(names, []string{"timeline-rank0.json", "timeline-rank1.json"}) {
+		t.Errorf("timelines %q, want one per process", sub)
+	}
+}
+
+func TestStealPct(t *testing.T) {
+	t0 := parseCPUTicks("cpu  100 0 50 800 10 0 5 35 0 0")
+	t1 := parseCPUTicks("cpu  200 0 60 1500 10 0 5 60 7 0")
+	if got := t1.stealPct(t0); math.Abs(got-100*25.0/(100+10+700+25)) > 1e-12 {
+		t.Errorf("steal %v%%, want 25 ticks of 835", got)
+	}
+	for _, bad := range []string{"", "cpu0 1 2 3 4 5 6 7 8", "cpu 1 2 3", "cpu 1 2 3 4 x 6 7 8"} {
+		if got := parseCPUTicks(bad).stealPct(t0); got != -1 {
+			t.Errorf("%q: steal %v, want -1 (unknown)", bad, got)
+		}
+	}
+}
+
+// What else ran on a pinned rank's core: the core's busy time over the
+// run less the rank's own CPU time, as a share of the run.
+func TestCoreOthersPct(t *testing.T) {
+	stat0 := "cpu  300 0 30 900 0 0 0 0 0 0\ncpu0 100 0 10 500 7 1 2 0 0 0\ncpu1 200 0 20 400 0 0 0 9 0 0\nintr 5\n"
+	stat1 := "cpu  900 0 60 1900 0 0 0 0 0 0\ncpu0 500 0 30 600 9 4 5 0 0 0\ncpu1 490 0 25 900 0 0 0 50 0 0\nintr 9\n"
+	b0, b1 := parseCoreBusy(stat0), parseCoreBusy(stat1)
+	if b0[0] != 113 || b0[1] != 220 || len(b0) != 2 {
+		t.Fatalf("busy %v, want cpu0 113 and cpu1 220 ticks (user, nice, system, irq, softirq)", b0)
+	}
+	// cpu0: 426 ticks busy (4.26 s) in 5 s; the rank used 4 s of it.
+	got, ok := coreOthersPct(b0, b1, 0, 4*time.Second, 5*time.Second)
+	if !ok || math.Abs(got-5.2) > 1e-9 {
+		t.Errorf("core 0: %v%% (%v), want 5.2%%: 0.26 s of 5 not the rank's", got, ok)
+	}
+	// cpu1: 295 ticks; a rank that used more than the core's busy time
+	// (clock ticks are coarse) leaves nothing to others, not less.
+	if got, ok := coreOthersPct(b0, b1, 1, 3*time.Second, 5*time.Second); !ok || got != 0 {
+		t.Errorf("core 1: %v%% (%v), want 0", got, ok)
+	}
+	if _, ok := coreOthersPct(b0, b1, 2, time.Second, 5*time.Second); ok {
+		t.Error("core 2, which /proc/stat does not list: want no figure")
 	}
 }

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 
@@ -66,9 +68,14 @@ type trainTimer struct {
 	mallocs0   uint64
 	allocSteps int
 	allocs     float64
-	accs       []float64 // val_acc after each epoch
-	metric     string
-	params     int // trainable parameters, whose gradients the ranks reduce
+	// Counts over the same steady batches as allocs: what can make one
+	// step of a rank slower than the others' (a collection, a page fault,
+	// a preemption by another thread on the rank's core), as counts,
+	// which other work on a shared machine does not blur as it does times.
+	counts0, counts stepCounts
+	accs            []float64 // val_acc after each epoch
+	metric          string
+	params          int // trainable parameters, whose gradients the ranks reduce
 	// CPU time of the process over the same batches: on a machine shared
 	// with other work, samples per CPU second varies far less than per
 	// wall second.
@@ -107,12 +114,14 @@ func (t *trainTimer) OnTrainBatchEnd(ctx context.Context, s *trainer.State) erro
 			var ms runtime.MemStats
 			runtime.ReadMemStats(&ms)
 			t.mallocs0 = ms.Mallocs
+			t.counts0 = readStepCounts(&ms)
 		case t.lastBatch:
 			var ms runtime.MemStats
 			runtime.ReadMemStats(&ms)
 			if n := t.lastBatch - first; n > 0 {
 				t.allocs = float64(ms.Mallocs-t.mallocs0) / float64(n)
 				t.allocSteps = n
+				t.counts = readStepCounts(&ms).sub(t.counts0)
 			}
 		}
 	}
@@ -189,6 +198,18 @@ func (j trainJob) run(ctx context.Context) (Figures, error) {
 		spans = profiler.NewSimple()
 		cfg.Profiler = spans
 	}
+	// FULGUR_BENCH_TIMELINE=DIR: every span of every step on every rank,
+	// as the profiler's timeline (DIR/timeline-rank<R>.json), to see
+	// which rank's step was slow and where (cannot be combined with
+	// FULGUR_BENCH_SPANS).
+	if dir := os.Getenv("FULGUR_BENCH_TIMELINE"); dir != "" {
+		dir = filepath.Join(dir, j.dirName())
+		tl, err := profiler.NewTimeline(profiler.TimelineConfig{Dir: dir, Rank: childIndex()})
+		if err != nil {
+			return nil, err
+		}
+		cfg.Profiler = tl
+	}
 	tr, err := trainer.New(cfg)
 	if err != nil {
 		return nil, err
@@ -211,13 +232,13 @@ func (j trainJob) run(ctx context.Context) (Figures, error) {
 	}
 	defer tr.Teardown(ctx)
 	if !tr.IsGlobalZero() {
-		if spans == nil {
-			return nil, nil
-		}
-		// The other ranks' spans tell who waits for whom (the parent adds
-		// them to rank 0's figures as "rank<N> ms/step ...").
+		// The other ranks' counts, and spans, tell who waits for whom
+		// (the parent adds them to rank 0's figures as "rank<N> ...").
 		f := Figures{}
-		addSpanFigures(f, spans.Rows(), float64(tr.Stats().GlobalStep))
+		timer.counts.add(f, timer.allocSteps)
+		if spans != nil {
+			addSpanFigures(f, spans.Rows(), float64(tr.Stats().GlobalStep))
+		}
 		return rankFigures(f, os.Getenv("RANK")), nil
 	}
 	if timer.steps == 0 {
@@ -232,6 +253,7 @@ func (j trainJob) run(ctx context.Context) (Figures, error) {
 		"params":            float64(timer.params),
 		"step_ms_median":    medianMS(timer.stepTimes),
 	}
+	timer.counts.add(f, timer.allocSteps)
 	if !j.NoTest {
 		f["test_acc"] = res["test_acc"]
 	}
@@ -242,6 +264,61 @@ func (j trainJob) run(ctx context.Context) (Figures, error) {
 		addSpanFigures(f, spans.Rows(), f["steps"])
 	}
 	return f, nil
+}
+
+// stepCounts are a process's counters that tell why a step ran long.
+type stepCounts struct {
+	GC       uint32 // Go collections
+	MinFlt   int64  // minor page faults
+	MajFlt   int64  // major page faults
+	VolCSw   int64  // voluntary context switches (the process waited)
+	InvolCSw int64  // involuntary ones (another thread took the core)
+	valid    bool
+}
+
+func readStepCounts(ms *runtime.MemStats) stepCounts {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return stepCounts{}
+	}
+	return stepCounts{GC: ms.NumGC, MinFlt: ru.Minflt, MajFlt: ru.Majflt, VolCSw: ru.Nvcsw, InvolCSw: ru.Nivcsw, valid: true}
+}
+
+func (c stepCounts) sub(o stepCounts) stepCounts {
+	if !c.valid || !o.valid {
+		return stepCounts{}
+	}
+	return stepCounts{GC: c.GC - o.GC, MinFlt: c.MinFlt - o.MinFlt, MajFlt: c.MajFlt - o.MajFlt,
+		VolCSw: c.VolCSw - o.VolCSw, InvolCSw: c.InvolCSw - o.InvolCSw, valid: true}
+}
+
+// add puts the counts of steps steps into f, per step ("gc_per_step",
+// "minflt_per_step", "majflt_per_step", "csw_per_step",
+// "involuntary_csw_per_step").
+func (c stepCounts) add(f Figures, steps int) {
+	if !c.valid || steps <= 0 {
+		return
+	}
+	n := float64(steps)
+	f["gc_per_step"] = float64(c.GC) / n
+	f["minflt_per_step"] = float64(c.MinFlt) / n
+	f["majflt_per_step"] = float64(c.MajFlt) / n
+	f["csw_per_step"] = float64(c.VolCSw) / n
+	f["involuntary_csw_per_step"] = float64(c.InvolCSw) / n
+}
+
+// dirName names the configuration's files: the workload, variant, ranks
+// (or independent trainings), backend and batch. Not Label, which a
+// pinned child, seeing one core, would call oversubscribed.
+func (c Config) dirName() string {
+	parts := []string{c.Workload, c.Variant}
+	if c.Coexist {
+		parts = append(parts, "coexist")
+	} else {
+		parts = append(parts, fmt.Sprintf("ranks%d", max(c.Ranks, 1)))
+	}
+	parts = append(parts, c.Backend, fmt.Sprintf("batch%d", c.Batch))
+	return strings.Join(strings.Fields(strings.Join(parts, " ")), "-")
 }
 
 // medianMS is the median of d in milliseconds.

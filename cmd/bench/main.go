@@ -13,6 +13,11 @@
 // step's time goes on rank 0: every profiler span (forward+backward, the
 // waits for the gradient buckets, the optimizer step) in ms a step; and on
 // the other ranks, as "rank<N> ms/step ..." (who waits for whom).
+// FULGUR_BENCH_TIMELINE=DIR writes every span of every step of every rank
+// (and of each independent training of the scaling workload's coexist
+// configuration) as the profiler's timeline, in DIR/<configuration>/, and
+// adds, from the processes' compute time a step, sync_wait_pct: the share
+// of it that ranks meeting every step wait for the slowest (jitter.go).
 //
 // Workloads register themselves (one file each) with register.
 package main

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/fulgur-ml/fulgur/models"
 	"github.com/fulgur-ml/fulgur/module"
@@ -25,10 +26,18 @@ import (
 // gains), and ddp_efficiency, the 2 ranks over twice that (what running
 // as two ranks costs: the all-reduce, the stop agreement, the waits for
 // the slower rank).
+//
+// And it runs 2 independent one-rank trainings at batch 32 at once, each
+// pinned to its own core like a rank (Config.Coexist): coexist_efficiency,
+// their samples/s over twice one alone, is the most ddp_efficiency can be
+// on this machine, since two processes computing side by side slow each
+// other down (shared caches and memory bandwidth, the host's other work)
+// without any collective; ddp_of_coexist, the 2 ranks over the 2
+// independent trainings, is what ddp itself costs within that limit.
 func init() {
 	register(&workload{
 		Name: "scaling",
-		Doc:  "ddp with 2 ranks (batch 32 each) vs 1 rank (batch 64), and (fulgur) 1 rank at batch 32, each rank pinned to one core, 200 steps, mlp and resnet8 (-backend tcp,shm: each backend)",
+		Doc:  "ddp with 2 ranks (batch 32 each) vs 1 rank (batch 64), and (fulgur) 1 rank at batch 32 alone and as 2 independent trainings at once (the machine's ceiling), each rank pinned to one core, 200 steps, mlp and resnet8 (-backend tcp,shm: each backend)",
 		Configs: func(o *Options) ([]Config, error) {
 			if !strategy.Known("ddp") {
 				return nil, errors.New(`strategy "ddp" is not registered yet (strategy/registry): the workload runs once it lands`)
@@ -52,6 +61,9 @@ func init() {
 						half := c
 						half.Batch = scalingBatch / 2
 						cs = append(cs, half)
+						both := half
+						both.Ranks, both.Coexist = 2, true
+						cs = append(cs, both)
 					} else {
 						for _, b := range backends {
 							c.Backend = b
@@ -81,7 +93,10 @@ func init() {
 				return nil, fmt.Errorf("scaling: unknown model %q", c.Variant)
 			}
 			st := "single"
-			if c.Ranks > 1 {
+			switch {
+			case c.Coexist:
+				c.Ranks = 1 // one of the independent trainings
+			case c.Ranks > 1:
 				st = "ddp"
 			}
 			return trainJob{Config: c, Module: mod, Strategy: st}.run(ctx)
@@ -90,11 +105,13 @@ func init() {
 			var rows []Row
 			// Each backend's 2 ranks against the one-rank baseline.
 			type key struct{ impl, model, backend string }
-			one, half, two := map[key]*Result{}, map[key]*Result{}, map[key]*Result{}
+			one, half, two, both := map[key]*Result{}, map[key]*Result{}, map[key]*Result{}, map[key]*Result{}
 			var keys []key
 			for _, r := range rs {
 				k := key{r.Config.Impl, r.Config.Variant, r.Config.Backend}
 				switch {
+				case r.Config.Coexist:
+					both[k] = r
 				case r.Config.Ranks > 1:
 					two[k] = r
 					keys = append(keys, k)
@@ -109,8 +126,8 @@ func init() {
 				if a == nil {
 					continue
 				}
-				var eff, effMedian, halfSpeed, ddpEff []float64
-				h := half[key{k.impl, k.model, ""}]
+				var eff, effMedian, halfSpeed, ddpEff, coexistEff, ddpOfCoexist, othersOne, othersTwo []float64
+				h, co := half[key{k.impl, k.model, ""}], both[key{k.impl, k.model, ""}]
 				for run := 0; run < min(len(a.Runs), len(b.Runs)); run++ {
 					s1, s2 := a.Runs[run]["samples_per_s"], b.Runs[run]["samples_per_s"]
 					if s1 > 0 {
@@ -119,10 +136,19 @@ func init() {
 					if e, ok := medianStepEfficiency(a.Config, a.Runs[run], b.Config, b.Runs[run]); ok {
 						effMedian = append(effMedian, e)
 					}
+					if o1, ok := a.Runs[run]["core_others_pct"]; ok {
+						othersOne = append(othersOne, o1)
+						othersTwo = append(othersTwo, maxCoreOthers(b.Runs[run]))
+					}
 					if h != nil && run < len(h.Runs) && s1 > 0 {
 						if sh := h.Runs[run]["samples_per_s"]; sh > 0 {
 							halfSpeed = append(halfSpeed, sh/s1)
 							ddpEff = append(ddpEff, s2/(2*sh))
+							if co != nil && run < len(co.Runs) && co.Runs[run]["samples_per_s"] > 0 {
+								sc := co.Runs[run]["samples_per_s"]
+								coexistEff = append(coexistEff, sc/(2*sh))
+								ddpOfCoexist = append(ddpOfCoexist, s2/sc)
+							}
 						}
 					}
 				}
@@ -141,6 +167,18 @@ func init() {
 						figs["half_batch_speed"] = stat(halfSpeed)
 						figs["ddp_efficiency"] = stat(ddpEff)
 					}
+					if len(othersOne) > 0 {
+						// Other work on the machine takes the ranks' cores
+						// more than the baseline's: it runs on the core
+						// one rank leaves free. The efficiency then
+						// measures the sharing.
+						figs["core_others_pct_one"] = stat(othersOne)
+						figs["core_others_pct_ranks"] = stat(othersTwo)
+					}
+					if len(coexistEff) > 0 {
+						figs["coexist_efficiency"] = stat(coexistEff)
+						figs["ddp_of_coexist"] = stat(ddpOfCoexist)
+					}
 					rows = append(rows, Row{Workload: "scaling", Config: name + " efficiency", N: len(eff),
 						Labels: labels, Figures: figs})
 				}
@@ -148,6 +186,17 @@ func init() {
 			return rows
 		},
 	})
+}
+
+// maxCoreOthers is the largest core_others_pct of a run's ranks.
+func maxCoreOthers(f Figures) float64 {
+	m := f["core_others_pct"]
+	for k, v := range f {
+		if strings.HasSuffix(k, " core_others_pct") {
+			m = max(m, v)
+		}
+	}
+	return m
 }
 
 // scalingBatch is the one rank's batch; each of 2 ranks takes half.

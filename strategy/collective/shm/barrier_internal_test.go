@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"runtime/debug"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -217,4 +218,61 @@ func twoRankMem(t *testing.T) []byte {
 	}
 	t.Cleanup(func() { unix.Munmap(mem) })
 	return mem
+}
+
+// TestBarrierNapKeepsItsThreadOnOneP: with one P and nothing else to run,
+// a rank's short naps in a barrier keep the P and their thread, with a
+// timer slack of napSlack. Through the runtime's system call path, sysmon
+// took the P from a sleeping thread and woke another on the rank's core,
+// to which the rank's goroutine then often moved (6-13% of 20 µs naps),
+// and each nap slept up to the default 50 µs slack past its end.
+//
+// Between two pauses the waiting goroutine only yields, which keeps its
+// thread with one P when nothing else runs; so of two naps in the kernel
+// in a row (each after a quick yield), the second found on another thread
+// than the first moved in the first. A pause that parked (its yield took
+// long: the OS ran something else, or another goroutine ran and may have
+// handed the P to another thread) ends a pair.
+func TestBarrierNapKeepsItsThreadOnOneP(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	// A collection stops the world, which gives the P back to any
+	// thread: not what this test looks for.
+	runtime.GC()
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	mem := twoRankMem(t)
+	g0 := &Group{rank: 0, size: 2, timeout: time.Minute, mem: mem, slot: SlotBytes, oneP: true}
+	peer := &Group{rank: 1, size: 2, mem: mem, slot: SlotBytes}
+	const want, most = 200, 20000 // pairs of naps, pauses in all
+	var pairs, moved, loose, pauses int
+	lastTid, lastKernel := 0, false
+	var slack time.Duration
+	g0.paused = func(parked bool) {
+		pauses++
+		tid := unix.Gettid()
+		if lastKernel && !parked {
+			pairs++
+			if tid != lastTid {
+				moved++
+			} else if s, err := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0); err == nil && time.Duration(s) > napSlack {
+				loose++
+				slack = time.Duration(s)
+			}
+		}
+		lastTid, lastKernel = tid, !parked
+		if pairs == want || pauses == most {
+			atomic.StoreUint64(peer.counter(1), 1) // the peer arrives
+		}
+	}
+	if err := g0.barrier(context.Background(), collective.Header{Kind: collective.KindBarrier, Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if pairs < want {
+		t.Fatalf("%d of %d pauses followed a nap in the kernel, want %d: the others parked as if other goroutines ran", pairs, pauses, want)
+	}
+	if moved > 0 {
+		t.Errorf("the waiting goroutine changed threads in %d of %d naps, want none: a nap handed the P over", moved, pairs)
+	}
+	if loose > 0 {
+		t.Errorf("%d of %d naps' threads had a timer slack of %v, want at most %v", loose, pairs, slack, napSlack)
+	}
 }
