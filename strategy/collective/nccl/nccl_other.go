@@ -13,12 +13,6 @@ import (
 // ErrUnavailable means NCCL cannot be used here.
 var ErrUnavailable = errors.New("nccl: unavailable: NCCL is supported on Linux only")
 
-// Config selects the libraries and device.
-type Config struct {
-	Device               int
-	NCCLPath, CUDARTPath string
-}
-
 // Available reports ErrUnavailable.
 func Available(cfg Config) error { return ErrUnavailable }
 
