@@ -163,6 +163,9 @@ func (p *Pair) plan(c Config) []Cmd {
 // Check reports whether this process can make namespaces: root's
 // capabilities and the ip and tc commands (iproute2).
 func Check() error {
+	if err := platformCheck(); err != nil {
+		return err
+	}
 	caps, err := effectiveCaps()
 	if err != nil {
 		return fmt.Errorf("netns: cannot read this process's capabilities: %w", err)

@@ -1,3 +1,5 @@
+//go:build linux
+
 package netns
 
 import (
@@ -12,15 +14,6 @@ import (
 
 	"golang.org/x/sys/unix"
 )
-
-// Probe is what the link gives two programs, measured over TCP.
-type Probe struct {
-	// RTT is the median round trip of a one-byte message.
-	RTT time.Duration
-	// Throughput is a bulk transfer from node 1 to node 0, in bytes per
-	// second: the lower of the rate and what the relay keeps up with.
-	Throughput float64
-}
 
 // Probe measures the link from this process: rtts one-byte round trips
 // and a bulk transfer of bulk bytes, node 1 to node 0.

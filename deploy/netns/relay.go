@@ -1,3 +1,5 @@
+//go:build linux
+
 package netns
 
 import (
@@ -26,11 +28,6 @@ const (
 	// Gbit/s (the fault suite's lossy WAN); beyond, frames drop, as a
 	// router's full queue drops them.
 	queueFrames = 4096
-	// maxFrame is the longest frame: the nodes' stacks hand the link
-	// segmentation-offload frames of up to 64 KiB (gso_max_size), as they
-	// would a NIC with TSO, and the relay passes them whole with their
-	// vnet header, which the kernel segments where it must.
-	maxFrame = 65536 + 14 + 4
 	// vnetHdrLen is the virtio_net_hdr before every frame with
 	// PACKET_VNET_HDR: it carries the checksum offload across the
 	// relay, so no frame's checksum is computed in user space.
@@ -318,37 +315,9 @@ func (r *Relay) Cut() { r.cut.Store(true) }
 func (r *Relay) Frames() int64  { return r.frames.Load() }
 func (r *Relay) Dropped() int64 { return r.dropped.Load() }
 
-// RelayStats are the relay's counts since it started.
-type RelayStats struct {
-	Frames, Dropped int64
-	// Late is the time frames left the relay after their due time,
-	// summed: the sleep's overshoot and the wait behind earlier frames.
-	// A frame's real delay is Config.Delay plus its share of this.
-	Late time.Duration
-	// CPU is the CPU time of the relay's thread: the link's cost, which
-	// the host's cores pay (a real link's switch and NICs do not), with
-	// the kernel's work on the frames it sends, the receiving node's TCP
-	// included.
-	CPU time.Duration
-}
-
 // Stats reads the counts (each exact, not all at one instant).
 func (r *Relay) Stats() RelayStats {
 	return RelayStats{Frames: r.frames.Load(), Dropped: r.dropped.Load(), Late: time.Duration(r.late.Load()), CPU: time.Duration(r.cpu.Load())}
-}
-
-// Since is what happened after the counts in before.
-func (s RelayStats) Since(before RelayStats) RelayStats {
-	return RelayStats{Frames: s.Frames - before.Frames, Dropped: s.Dropped - before.Dropped, Late: s.Late - before.Late, CPU: s.CPU - before.CPU}
-}
-
-// MeanLate is the mean time frames left after their due time; 0 with no
-// frame relayed.
-func (s RelayStats) MeanLate() time.Duration {
-	if n := s.Frames - s.Dropped; n > 0 {
-		return s.Late / time.Duration(n)
-	}
-	return 0
 }
 
 // Realtime reports whether the relay's thread runs at a real-time
