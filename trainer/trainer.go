@@ -198,6 +198,9 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 	// finds them; pure-Go gonum otherwise) once per process, before any graph
 	// runs.
 	ops.SetDeterministic(t.cfg.Deterministic)
+	if err := ops.CheckKernels(); err != nil {
+		return fmt.Errorf("float32 kernels: %w", err)
+	}
 	if _, err := blas.Choose(*t.cfg.Log, blas.ChooseOptions{}); err != nil {
 		return fmt.Errorf("matrix multiply: %w", err)
 	}

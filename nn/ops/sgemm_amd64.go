@@ -7,8 +7,12 @@ import "golang.org/x/sys/cpu"
 // useAVX512 selects the AVX-512 kernels of sgemm_amd64.s (the float32
 // convolution multiplies) and elem_amd64.s (the float32 normalisation and
 // activation loops); a variable so tests can compare them with the Go loops
-// and the BLAS.
-var useAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ && cpu.X86.HasAVX512VL
+// and the BLAS. KernelsEnv can turn it off.
+var useAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ && cpu.X86.HasAVX512VL && capAllows("avx512")
+
+// useAVX2 says the CPU has AVX2 and FMA and KernelsEnv allows kernels of
+// that tier: the kernels taken where useAVX512 is false.
+var useAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA && capAllows("avx2")
 
 //go:noescape
 func sgemmNN8x32(k int, ap, b *float32, boff *int32, c *float32, ldc int, mask uint32, acc int)

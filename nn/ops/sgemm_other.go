@@ -6,6 +6,9 @@ package ops
 // multiply goes through package blas.
 var useAVX512 = false
 
+// useAVX2 is false there too.
+var useAVX2 = false
+
 func sgemmNN8x32(int, *float32, *float32, *int32, *float32, int, uint32, int) {
 	panic("ops: sgemmNN8x32 without AVX-512 kernels")
 }
