@@ -19,6 +19,7 @@ import (
 	"github.com/fulgur-ml/fulgur/nn/ops"
 	"github.com/fulgur-ml/fulgur/optim"
 	"github.com/fulgur-ml/fulgur/panics"
+	"github.com/fulgur-ml/fulgur/profiler"
 	"github.com/fulgur-ml/fulgur/strategy"
 )
 
@@ -278,8 +279,11 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 	if opt == nil {
 		return fmt.Errorf("strategy %s: setup made no optimizer (it must call Setup.NewOptimizer once)", st.Info().Name)
 	}
-	t.strat, t.mod, t.opt, t.sched, t.specs = st, m, opt, sched, specs
 	info := st.Info()
+	if p, ok := t.cfg.Profiler.(profiler.Ranked); ok && p.Rank() != info.Rank {
+		return fmt.Errorf("Config.Profiler was built for rank %d, but this process is rank %d of %d: every rank would write the same profile files, one over the other; build it with the process's rank (Rank: env.Rank from cluster.Detect(cluster.OSLookup), as the cli does)", p.Rank(), info.Rank, info.WorldSize)
+	}
+	t.strat, t.mod, t.opt, t.sched, t.specs = st, m, opt, sched, specs
 	t.state = runState{
 		State: State{Rank: info.Rank, WorldSize: info.WorldSize, IsGlobalZero: info.GlobalZero,
 			RootDir: t.cfg.DefaultRootDir, MaxEpochs: t.cfg.MaxEpochs, MaxSteps: t.cfg.MaxSteps, FastDevRun: t.cfg.FastDevRun > 0},
