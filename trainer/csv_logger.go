@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -62,11 +63,12 @@ func (l *CSVLogger) LogHyperparams(h map[string]any) error {
 	if err := os.MkdirAll(l.dir, 0o755); err != nil {
 		return err
 	}
-	l.hp = MergeHParams(l.hp, h)
-	b, err := hparamsYAML(l.hp)
+	next := MergeHParams(maps.Clone(l.hp), h) // a call refused leaves the earlier ones
+	b, err := hparamsYAML(next)
 	if err != nil {
-		return err
+		return fmt.Errorf("CSVLogger: %w", err)
 	}
+	l.hp = next
 	return os.WriteFile(filepath.Join(l.dir, "hparams.yaml"), b, 0o644)
 }
 
