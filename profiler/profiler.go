@@ -69,8 +69,9 @@ type Flusher interface {
 
 // Ranked is implemented by profilers built for one rank of a job
 // (Timeline, Advanced): their files carry that rank in their names. The
-// trainer refuses one whose rank is not the process's own, since every
-// rank would otherwise write the same files, one over the other.
+// trainer refuses, in a job of several ranks, one whose rank is not the
+// process's own, since every rank would otherwise write the same files,
+// one over the other.
 type Ranked interface {
 	Rank() int
 }

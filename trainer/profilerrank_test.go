@@ -87,3 +87,27 @@ func TestProfilerBuiltForAnotherRankIsRefused(t *testing.T) {
 		})
 	}
 }
+
+// A job of one rank may give its profiler any rank, as independent
+// trainings side by side do to keep their files apart.
+func TestProfilerRankIsALabelForOneRank(t *testing.T) {
+	job := newResumeJob(t, 1, 0)
+	job.cfg.MaxEpochs = 1
+	dir := t.TempDir()
+	p, err := profiler.NewTimeline(profiler.TimelineConfig{Dir: dir, Rank: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := quiet(job.cfg)
+	cfg.Profiler = p
+	tr, err := trainer.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Fit(context.Background(), job.mod(), job.train, job.val); err != nil {
+		t.Fatalf("Fit with a one-rank job's profiler labelled rank 3: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "timeline-rank3.json")); err != nil {
+		t.Error(err)
+	}
+}

@@ -280,7 +280,9 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 		return fmt.Errorf("strategy %s: setup made no optimizer (it must call Setup.NewOptimizer once)", st.Info().Name)
 	}
 	info := st.Info()
-	if p, ok := t.cfg.Profiler.(profiler.Ranked); ok && p.Rank() != info.Rank {
+	// A job of one rank may label its files freely (independent trainings
+	// side by side, each with a rank of its own, as cmd/bench's).
+	if p, ok := t.cfg.Profiler.(profiler.Ranked); ok && info.WorldSize > 1 && p.Rank() != info.Rank {
 		return fmt.Errorf("Config.Profiler was built for rank %d, but this process is rank %d of %d: every rank would write the same profile files, one over the other; build it with the process's rank (Rank: env.Rank from cluster.Detect(cluster.OSLookup), as the cli does)", p.Rank(), info.Rank, info.WorldSize)
 	}
 	t.strat, t.mod, t.opt, t.sched, t.specs = st, m, opt, sched, specs
