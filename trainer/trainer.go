@@ -1165,8 +1165,16 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 		out[n] = v
 		t.state.setMetric(n, v, mode == module.Validate)
 	}
-	if mode == module.Test {
+	switch mode {
+	case module.Test:
 		if err := t.onTestEnd(ctx); err != nil {
+			return nil, t.stopOr(err)
+		}
+	case module.Validate:
+		// As Lightning's trainer.validate, the validation-end hooks run
+		// (State.Stage "validate"; the callbacks that act on a Fit's
+		// validations, ModelCheckpoint and EarlyStopping, skip it).
+		if err := t.onValidationEnd(ctx, m, t.state.Epoch); err != nil {
 			return nil, t.stopOr(err)
 		}
 	}
