@@ -262,6 +262,9 @@ func (c *ModelCheckpoint) OnTrainBatchEnd(ctx context.Context, s *trainer.State)
 // steps while monitoring a validation metric, it ranks the checkpoint of
 // the weights this validation measured.
 func (c *ModelCheckpoint) OnValidationEnd(ctx context.Context, s *trainer.State) error {
+	if s.Stage != "fit" {
+		return nil // Trainer.Validate measures weights it does not train
+	}
 	c.st.ValEpoch = s.Epoch
 	if c.cfg.EveryNTrainSteps > 0 {
 		if c.cfg.Monitor == "" || c.cfg.LastOnly || s.FastDevRun {

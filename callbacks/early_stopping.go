@@ -107,7 +107,7 @@ func (e *EarlyStopping) StoppedEpoch() int { return e.stoppedEpoch }
 func (e *EarlyStopping) Reason() string    { return e.reason }
 
 func (e *EarlyStopping) OnValidationEnd(ctx context.Context, s *trainer.State) error {
-	if e.cfg.CheckOnTrainEpochEnd {
+	if e.cfg.CheckOnTrainEpochEnd || s.Stage != "fit" {
 		return nil
 	}
 	return e.check(s)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -17,7 +18,8 @@ import (
 
 // JSONLLogger writes metrics.jsonl (one JSON object per logging call:
 // "step" and every metric, NaN and infinities as null) and hparams.json
-// into its run directory, appending when the file exists.
+// (NaN and infinite hyperparameters as null too) into its run directory,
+// appending when the file exists.
 type JSONLLogger struct {
 	hp  map[string]any // hyperparameters logged so far (merged)
 	dir string
@@ -47,11 +49,32 @@ func (l *JSONLLogger) LogHyperparams(h map[string]any) error {
 	if err := os.MkdirAll(l.dir, 0o755); err != nil {
 		return err
 	}
-	l.hp = mergeHParams(l.hp, h)
-	b, err := json.MarshalIndent(l.hp, "", "  ")
+	// Merged into a copy: a call refused leaves what earlier calls gave.
+	next := mergeHParams(maps.Clone(l.hp), h)
+	// As in metrics.jsonl, a NaN or infinite hyperparameter is null: JSON
+	// has no such number, and json.Marshal refuses the whole map for one.
+	out := make(map[string]any, len(next))
+	for k, v := range next {
+		switch f := v.(type) {
+		case float64:
+			if math.IsNaN(f) || math.IsInf(f, 0) {
+				v = nil
+			}
+		case float32:
+			if math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
+				v = nil
+			}
+		}
+		if _, err := json.Marshal(v); err != nil {
+			return fmt.Errorf("JSONLLogger: hyperparameter %q (%v): %w", k, v, err)
+		}
+		out[k] = v
+	}
+	b, err := json.MarshalIndent(out, "", "  ")
 	if err != nil {
 		return err
 	}
+	l.hp = next
 	return os.WriteFile(filepath.Join(l.dir, "hparams.json"), append(b, '\n'), 0o644)
 }
 

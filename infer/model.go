@@ -22,7 +22,7 @@ type Config struct {
 	// Weights is the file to load: a fulgur checkpoint or a safetensors
 	// state dict (SaveStateDict's, or PyTorch's). Required unless
 	// InitialWeights is set: a model that silently predicts with random
-	// weights (a Trainer's LastModelPath or BestModelPath is "" when no
+	// weights (a ModelCheckpoint's LastModelPath or BestModelPath is "" when no
 	// checkpoint was saved) is an error, not a result.
 	Weights string
 	// InitialWeights, with Weights "", keeps the weights drawn from Seed:
@@ -56,7 +56,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.Weights == "" && !c.InitialWeights {
-		errs = append(errs, errors.New("Weights is \"\": name the checkpoint or state dict to load (a Trainer's LastModelPath and BestModelPath are \"\" when it saved none), or set InitialWeights to predict with the random initial weights"))
+		errs = append(errs, errors.New("Weights is \"\": name the checkpoint or state dict to load (a ModelCheckpoint's LastModelPath and BestModelPath are \"\" when it saved none), or set InitialWeights to predict with the random initial weights"))
 	}
 	if c.Weights != "" && c.InitialWeights {
 		errs = append(errs, fmt.Errorf("Weights is %q and InitialWeights is set: use one", c.Weights))

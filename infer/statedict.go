@@ -47,7 +47,8 @@ func isCounter(e module.Entry) bool {
 // renamed, so a crash leaves no half-written file at path.
 func SaveStateDict(path string, store *module.Store) error {
 	if store == nil {
-		return errors.New("SaveStateDict: the store is nil: pass Trainer.Store() after Fit, or Model.Store()")
+		return errors.New("SaveStateDict: the store is nil: Trainer.Store() is nil before Fit and under fsdp, where no process holds the whole model; " +
+			"load the run's checkpoint (trainer.ResolveCheckpoint(root, \"last\")) with infer.New and pass that Model's Store()")
 	}
 	var buf bytes.Buffer
 	if err := encodeStateDict(&buf, store); err != nil {

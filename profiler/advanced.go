@@ -19,6 +19,9 @@ type AdvancedConfig struct {
 	Dir string
 	// Rank is this process's rank; files of ranks above 0 carry it in
 	// their names.
+	// Under ddp every rank builds its own profiler: take the rank from
+	// cluster.Detect(cluster.OSLookup) (env.Rank). Fit refuses a profiler
+	// built for another rank than its process's.
 	Rank int
 }
 
@@ -66,6 +69,11 @@ func (p *Advanced) name(kind, stage string) string {
 	}
 	return filepath.Join(p.cfg.Dir, n+".pprof")
 }
+
+// Rank is the rank the profiles are written for (AdvancedConfig.Rank).
+func (p *Advanced) Rank() int { return p.cfg.Rank }
+
+var _ Ranked = (*Advanced)(nil)
 
 // Start opens a span: a stage starts its CPU profile; other spans label
 // the samples of the goroutine that opened them.

@@ -67,6 +67,15 @@ type Flusher interface {
 	Flush() error
 }
 
+// Ranked is implemented by profilers built for one rank of a job
+// (Timeline, Advanced): their files carry that rank in their names. The
+// trainer refuses, in a job of several ranks, one whose rank is not the
+// process's own, since every rank would otherwise write the same files,
+// one over the other.
+type Ranked interface {
+	Rank() int
+}
+
 // StageActions are the span names the trainer gives whole stages; Advanced
 // writes one CPU and one heap profile per stage, and Simple's shares are of
 // the "fit" span when there is one.

@@ -21,6 +21,9 @@ type TimelineConfig struct {
 	// merging every rank's file; required.
 	Dir string
 	// Rank is this process's rank: its process id in the trace.
+	// Under ddp every rank builds its own profiler: take the rank from
+	// cluster.Detect(cluster.OSLookup) (env.Rank). Fit refuses a profiler
+	// built for another rank than its process's.
 	Rank int
 	// MaxEvents caps the events kept (the rest are counted and dropped).
 	// 0: 2,000,000.
@@ -81,6 +84,11 @@ func NewTimeline(cfg TimelineConfig) (*Timeline, error) {
 	}
 	return &Timeline{cfg: cfg, begin: time.Now(), tracks: map[string]int{"main": 0}, names: []string{"main"}}, nil
 }
+
+// Rank is the rank the trace is written for (TimelineConfig.Rank).
+func (p *Timeline) Rank() int { return p.cfg.Rank }
+
+var _ Ranked = (*Timeline)(nil)
 
 // Start opens a span on the "main" track.
 func (p *Timeline) Start(action string) Span { return NewSpan(trackRec{p, 0}, action) }

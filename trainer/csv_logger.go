@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -61,11 +63,12 @@ func (l *CSVLogger) LogHyperparams(h map[string]any) error {
 	if err := os.MkdirAll(l.dir, 0o755); err != nil {
 		return err
 	}
-	l.hp = MergeHParams(l.hp, h)
-	b, err := hparamsYAML(l.hp)
+	next := MergeHParams(maps.Clone(l.hp), h) // a call refused leaves the earlier ones
+	b, err := hparamsYAML(next)
 	if err != nil {
-		return err
+		return fmt.Errorf("CSVLogger: %w", err)
 	}
+	l.hp = next
 	return os.WriteFile(filepath.Join(l.dir, "hparams.yaml"), b, 0o644)
 }
 
@@ -82,7 +85,11 @@ func MergeHParams(into, h map[string]any) map[string]any {
 }
 
 // hparamsYAML writes one "key: value" line per hyperparameter, keys
-// sorted, each value in JSON (which is YAML's flow style).
+// sorted, each value in YAML's flow style. The file is read back by
+// Lightning's load_hparams_from_yaml, that is by PyYAML, a YAML 1.1
+// reader: keys it would take for booleans, nulls or numbers (yes, on, null,
+// 10) are quoted, floats always carry a dot (PyYAML reads 1e-08 as a
+// string, 1.0e-08 as a float), and NaN and infinities are .nan, .inf, -.inf.
 func hparamsYAML(h map[string]any) ([]byte, error) {
 	keys := make([]string, 0, len(h))
 	for k := range h {
@@ -91,18 +98,101 @@ func hparamsYAML(h map[string]any) ([]byte, error) {
 	sort.Strings(keys)
 	var b strings.Builder
 	for _, k := range keys {
-		v, err := json.Marshal(h[k])
+		v, err := yamlFlow(h[k])
 		if err != nil {
 			return nil, fmt.Errorf("hyperparameter %q: %w", k, err)
 		}
-		kj, _ := json.Marshal(k)
-		key := k
-		if strings.ContainsAny(k, ":#{}[],&*?|<>=!%@`'\" \t") || k == "" {
-			key = string(kj)
-		}
-		fmt.Fprintf(&b, "%s: %s\n", key, v)
+		fmt.Fprintf(&b, "%s: %s\n", yamlKey(k), v)
 	}
 	return []byte(b.String()), nil
+}
+
+// yamlPlainKey matches the keys a YAML 1.1 reader takes as strings when
+// written bare: a letter or underscore first, then letters, digits, _ . -
+// (and none of the words below).
+var yamlPlainKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]*$`)
+
+func yamlKey(k string) string {
+	switch strings.ToLower(k) {
+	case "y", "yes", "n", "no", "true", "false", "on", "off", "null":
+	default:
+		if yamlPlainKey.MatchString(k) {
+			return k
+		}
+	}
+	kj, _ := json.Marshal(k)
+	return string(kj)
+}
+
+// yamlFlow writes v in YAML's flow style by way of its JSON form (JSON
+// strings, lists and objects are YAML), with float64 and float32 values,
+// at any depth, written as YAML 1.1 floats.
+func yamlFlow(v any) (string, error) {
+	switch f := v.(type) {
+	case float64:
+		return yamlFloat(f, 64), nil
+	case float32:
+		return yamlFloat(float64(f), 32), nil
+	case map[string]any:
+		keys := make([]string, 0, len(f))
+		for k := range f {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			s, err := yamlFlow(f[k])
+			if err != nil {
+				return "", err
+			}
+			kj, _ := json.Marshal(k)
+			parts[i] = string(kj) + ": " + s
+		}
+		return "{" + strings.Join(parts, ", ") + "}", nil
+	case []any:
+		return yamlList(len(f), func(i int) any { return f[i] })
+	case []float64:
+		return yamlList(len(f), func(i int) any { return f[i] })
+	case []float32:
+		return yamlList(len(f), func(i int) any { return f[i] })
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+func yamlList(n int, at func(int) any) (string, error) {
+	parts := make([]string, n)
+	for i := range parts {
+		s, err := yamlFlow(at(i))
+		if err != nil {
+			return "", err
+		}
+		parts[i] = s
+	}
+	return "[" + strings.Join(parts, ", ") + "]", nil
+}
+
+func yamlFloat(f float64, bits int) string {
+	switch {
+	case math.IsNaN(f):
+		return ".nan"
+	case math.IsInf(f, 1):
+		return ".inf"
+	case math.IsInf(f, -1):
+		return "-.inf"
+	}
+	s := strconv.FormatFloat(f, 'g', -1, bits)
+	mant, exp, hasExp := strings.Cut(s, "e")
+	if !strings.Contains(mant, ".") {
+		mant += ".0"
+	}
+	if hasExp {
+		return mant + "e" + exp
+	}
+	return mant
 }
 
 func (l *CSVLogger) start() error {

@@ -19,6 +19,7 @@ import (
 	"github.com/fulgur-ml/fulgur/nn/ops"
 	"github.com/fulgur-ml/fulgur/optim"
 	"github.com/fulgur-ml/fulgur/panics"
+	"github.com/fulgur-ml/fulgur/profiler"
 	"github.com/fulgur-ml/fulgur/strategy"
 )
 
@@ -278,8 +279,13 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 	if opt == nil {
 		return fmt.Errorf("strategy %s: setup made no optimizer (it must call Setup.NewOptimizer once)", st.Info().Name)
 	}
-	t.strat, t.mod, t.opt, t.sched, t.specs = st, m, opt, sched, specs
 	info := st.Info()
+	// A job of one rank may label its files freely (independent trainings
+	// side by side, each with a rank of its own, as cmd/bench's).
+	if p, ok := t.cfg.Profiler.(profiler.Ranked); ok && info.WorldSize > 1 && p.Rank() != info.Rank {
+		return fmt.Errorf("Config.Profiler was built for rank %d, but this process is rank %d of %d: every rank would write the same profile files, one over the other; build it with the process's rank (Rank: env.Rank from cluster.Detect(cluster.OSLookup), as the cli does)", p.Rank(), info.Rank, info.WorldSize)
+	}
+	t.strat, t.mod, t.opt, t.sched, t.specs = st, m, opt, sched, specs
 	t.state = runState{
 		State: State{Rank: info.Rank, WorldSize: info.WorldSize, IsGlobalZero: info.GlobalZero,
 			RootDir: t.cfg.DefaultRootDir, MaxEpochs: t.cfg.MaxEpochs, MaxSteps: t.cfg.MaxSteps, FastDevRun: t.cfg.FastDevRun > 0},
@@ -1159,8 +1165,16 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 		out[n] = v
 		t.state.setMetric(n, v, mode == module.Validate)
 	}
-	if mode == module.Test {
+	switch mode {
+	case module.Test:
 		if err := t.onTestEnd(ctx); err != nil {
+			return nil, t.stopOr(err)
+		}
+	case module.Validate:
+		// As Lightning's trainer.validate, the validation-end hooks run
+		// (State.Stage "validate"; the callbacks that act on a Fit's
+		// validations, ModelCheckpoint and EarlyStopping, skip it).
+		if err := t.onValidationEnd(ctx, m, t.state.Epoch); err != nil {
 			return nil, t.stopOr(err)
 		}
 	}
