@@ -79,7 +79,12 @@ type direction struct {
 	bufs     [][]byte
 	iov      []unix.Iovec
 	msgs     []unix.Mmsghdr
+	ctrl     []byte        // each message's control buffer: its arrival time
+	last     time.Duration // the latest frame's arrival, on the relay's clock
 }
+
+// ctrlLen is one message's control buffer: a struct timespec.
+var ctrlLen = unix.CmsgSpace(int(unsafe.Sizeof(unix.Timespec{})))
 
 func openPacket(ifname string) (int, error) {
 	ifi, err := net.InterfaceByName(ifname)
@@ -100,6 +105,13 @@ func openPacket(ifname string) (int, error) {
 	}
 	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VNET_HDR, 1); err != nil {
 		return fail("PACKET_VNET_HDR", err)
+	}
+	// The kernel's time of each frame's arrival: the delay counts from
+	// it, not from when the relay's thread woke to receive it (on
+	// another core than the sender's, a wake-up costs tens of
+	// microseconds in a virtual machine).
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); err != nil {
+		return fail("SO_TIMESTAMPNS", err)
 	}
 	// The outer end's queue is noqueue anyway; skip it.
 	unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_QDISC_BYPASS, 1)
@@ -175,7 +187,7 @@ func newRelay(a, b string, delay time.Duration, loss float64, nodeCPUs [2][]int)
 		}
 		// Node i's frames are received by node 1-i.
 		r.dirs[i] = &direction{from: r.fds[i], to: r.fds[1-i], cpus: nodeCPUs[1-i], q: newDelayQueue(delay, slots),
-			bufs: make([][]byte, 0, batch), iov: make([]unix.Iovec, batch), msgs: make([]unix.Mmsghdr, batch)}
+			bufs: make([][]byte, 0, batch), iov: make([]unix.Iovec, batch), msgs: make([]unix.Mmsghdr, batch), ctrl: make([]byte, batch*ctrlLen)}
 	}
 	type start struct {
 		rt  bool
@@ -317,7 +329,7 @@ func (r *Relay) run(d *direction) {
 		}
 		// A receive costs a system call: only where a frame waits.
 		if !polled || pfd[1].Revents&unix.POLLIN != 0 {
-			r.receive(d, clock())
+			r.receive(d, clock)
 		}
 		r.release(d, clock())
 		var cpu unix.Timespec
@@ -327,14 +339,19 @@ func (r *Relay) run(d *direction) {
 	}
 }
 
-// mmsgs points d's message headers at bufs, one buffer each.
-func (d *direction) mmsgs(bufs [][]byte) []unix.Mmsghdr {
+// mmsgs points d's message headers at bufs, one buffer each, and a
+// control buffer each where they receive.
+func (d *direction) mmsgs(bufs [][]byte, receive bool) []unix.Mmsghdr {
 	for i, b := range bufs {
 		d.iov[i].Base = &b[0]
 		d.iov[i].SetLen(len(b))
 		d.msgs[i] = unix.Mmsghdr{}
 		d.msgs[i].Hdr.Iov = &d.iov[i]
 		d.msgs[i].Hdr.SetIovlen(1)
+		if receive {
+			d.msgs[i].Hdr.Control = &d.ctrl[i*ctrlLen]
+			d.msgs[i].Hdr.SetControllen(ctrlLen)
+		}
 	}
 	return d.msgs[:len(bufs)]
 }
@@ -348,13 +365,33 @@ func mmsg(trap uintptr, fd int, msgs []unix.Mmsghdr, flags int) (int, error) {
 	return int(n), nil
 }
 
+// arrival is when the kernel received the i-th frame of the last
+// receive, on the relay's clock (now is wall): its timestamp, or now
+// without one. Arrivals never go back, so frames leave in order.
+func (d *direction) arrival(i int, now time.Duration, wall int64) time.Duration {
+	at := now
+	c := d.ctrl[i*ctrlLen:][:ctrlLen]
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
+	if int(d.msgs[i].Hdr.Controllen) >= ctrlLen && h.Level == unix.SOL_SOCKET && h.Type == unix.SCM_TIMESTAMPNS {
+		ts := (*unix.Timespec)(unsafe.Pointer(&c[unix.CmsgLen(0)]))
+		// A wall clock stepped since is no arrival time: keep now.
+		if age := time.Duration(wall - ts.Nano()); age >= 0 && age < time.Second {
+			at = now - age
+		}
+	}
+	at = max(at, d.last)
+	d.last = at
+	return at
+}
+
 // receive takes every frame waiting on d's interface into d's queue, due
-// a delay after now, until none waits or the queue is full.
-func (r *Relay) receive(d *direction, now time.Duration) {
+// a delay after its arrival, until none waits or the queue is full.
+func (r *Relay) receive(d *direction, clock func() time.Duration) {
 	for !d.q.full() {
 		d.bufs = d.q.freeSlots(batch, d.bufs)
-		msgs := d.mmsgs(d.bufs)
+		msgs := d.mmsgs(d.bufs, true)
 		n, err := mmsg(unix.SYS_RECVMMSG, d.from, msgs, unix.MSG_DONTWAIT)
+		now, wall := clock(), time.Now().UnixNano()
 		if err != nil {
 			if err != unix.EAGAIN && err != unix.EINTR {
 				r.fail(fmt.Errorf("relay read: %w", err))
@@ -368,7 +405,7 @@ func (r *Relay) receive(d *direction, now time.Duration) {
 				r.dropped.Add(1)
 				continue
 			}
-			d.q.push(i-kept, int(m.Len), now)
+			d.q.push(i-kept, int(m.Len), d.arrival(i, now, wall))
 			kept++
 		}
 		if n < len(msgs) {
@@ -384,7 +421,7 @@ func (r *Relay) release(d *direction, now time.Duration) {
 		if len(d.bufs) == 0 {
 			return
 		}
-		n, err := mmsg(unix.SYS_SENDMMSG, d.to, d.mmsgs(d.bufs), 0)
+		n, err := mmsg(unix.SYS_SENDMMSG, d.to, d.mmsgs(d.bufs, false), 0)
 		switch {
 		case err == unix.EINTR:
 			continue

@@ -20,8 +20,10 @@ type Probe struct {
 // RelayStats are the relay's counts since it started.
 type RelayStats struct {
 	Frames, Dropped int64
-	// Late is the time frames left the relay after their due time,
-	// summed: the sleep's overshoot and the wait behind earlier frames.
+	// Late is the time frames left the relay after their due time (their
+	// arrival in the kernel plus the delay), summed: the relay's wake-up
+	// to receive beyond the delay, the sleep's overshoot and the wait
+	// behind earlier frames.
 	// A frame's real delay is Config.Delay plus its share of this.
 	Late time.Duration
 	// CPU is the CPU time of the relay's threads: the link's cost, which
