@@ -179,8 +179,9 @@ func scaleoutSetup(ctx context.Context, o *Options) (func() error, error) {
 	if !p.Relay.Realtime() {
 		prio = "at an ordinary priority (SCHED_FIFO refused: without CAP_SYS_NICE the ranks delay its frames)"
 	}
-	fmt.Fprintf(os.Stderr, "bench: scale-out nodes %s (%s) and %s (%s): tbf %s each way, MTU %d; %v added to every frame each way by the relay in this process, %s (not tc netem, which many kernels lack); probe: round trip %v (%v of it the delay the relay adds), bulk %.2f GB/s (%.2f Gbit/s)\n",
-		p.NS[0], p.Addr[0], p.NS[1], p.Addr[1], o.LinkRate, o.LinkMTU, o.LinkDelay, prio, pr.RTT.Round(time.Microsecond), 2*o.LinkDelay, pr.Throughput/1e9, pr.Throughput*8/1e9)
+	cpus := o.linkConfig().NodeCPUs
+	fmt.Fprintf(os.Stderr, "bench: scale-out nodes %s (%s, cores %v) and %s (%s, cores %v): tbf %s each way, MTU %d; %v added to every frame each way by the relay in this process, %s, one thread per direction on the receiving node's cores (not tc netem, which many kernels lack); probe: round trip %v (%v of it the delay the relay adds), bulk %.2f GB/s (%.2f Gbit/s)\n",
+		p.NS[0], p.Addr[0], cpus[0], p.NS[1], p.Addr[1], cpus[1], o.LinkRate, o.LinkMTU, o.LinkDelay, prio, pr.RTT.Round(time.Microsecond), 2*o.LinkDelay, pr.Throughput/1e9, pr.Throughput*8/1e9)
 	if bits, err := netns.ParseRate(o.LinkRate); err == nil && pr.Throughput*8 < 0.9*bits {
 		fmt.Fprintf(os.Stderr, "bench: the relay carries %.2f Gbit/s, below the %s tbf rate: the relay, not tbf, limits the link\n", pr.Throughput*8/1e9, o.LinkRate)
 	}
@@ -188,7 +189,35 @@ func scaleoutSetup(ctx context.Context, o *Options) (func() error, error) {
 }
 
 func (o *Options) linkConfig() netns.Config {
-	return netns.Config{Rate: o.LinkRate, Delay: o.LinkDelay, MTU: o.LinkMTU}
+	return netns.Config{Rate: o.LinkRate, Delay: o.LinkDelay, MTU: o.LinkMTU, NodeCPUs: scaleoutNodeCPUs(o.Ranks, runtime.NumCPU())}
+}
+
+// scaleoutNodeCPUs are the cores each node's ranks are pinned to, over
+// every scale-out run of -ranks (placeRanks): the relay delivers each
+// node's frames on that node's cores, which pay for its network receive
+// as a real host's do, instead of on whichever core the scheduler picks
+// (at times one rank's, which then lags and the other waits for it at
+// every all-reduce). With -ranks 2 node 0 gets core 0 and node 1 core 1;
+// with 4 ranks on 2 cores each node spans both. nil without a scale-out
+// run.
+func scaleoutNodeCPUs(ranks []int, cores int) [2][]int {
+	var set [2]map[int]bool
+	for _, r := range ranks {
+		place, err := placeRanks(r, 2, cores)
+		if r < 2 || err != nil {
+			continue
+		}
+		for _, p := range place {
+			if set[p.Node] == nil {
+				set[p.Node] = map[int]bool{}
+			}
+			set[p.Node][p.Core] = true
+		}
+	}
+	if set[0] == nil {
+		return [2][]int{}
+	}
+	return [2][]int{slices.Sorted(maps.Keys(set[0])), slices.Sorted(maps.Keys(set[1]))}
 }
 
 func scaleoutRun(ctx context.Context, c Config) (Figures, error) {
@@ -492,6 +521,10 @@ func commRow(n int, up, out *Result, gap float64) []Row {
 func addRelayFigures(f Figures, d netns.RelayStats) {
 	steps := max(f["steps"], 1)
 	f["relay_cpu_ms_per_step"] = float64(d.CPU) / 1e6 / steps
+	// Each node's share, on its own cores (scaleoutNodeCPUs).
+	for i, c := range d.NodeCPU {
+		f[fmt.Sprintf("relay_cpu_ms_per_step_to_node%d", i)] = float64(c) / 1e6 / steps
+	}
 	f["relay_frames_per_step"] = float64(d.Frames) / steps
 	f["relay_late_us"] = float64(d.MeanLate()) / 1e3
 	f["relay_dropped"] = float64(d.Dropped)

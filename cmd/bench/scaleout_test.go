@@ -39,6 +39,28 @@ func TestPlaceRanks(t *testing.T) {
 	}
 }
 
+// The relay delivers each node's frames on the cores its ranks are
+// pinned to, over every scale-out run.
+func TestScaleoutNodeCPUs(t *testing.T) {
+	cases := []struct {
+		ranks []int
+		cores int
+		want  [2][]int
+	}{
+		{[]int{1, 2}, 2, [2][]int{{0}, {1}}},
+		{[]int{2}, 8, [2][]int{{0}, {1}}},
+		// 4 ranks on 2 cores: each node's ranks take both.
+		{[]int{1, 2, 4}, 2, [2][]int{{0, 1}, {0, 1}}},
+		{[]int{4}, 8, [2][]int{{0, 1}, {2, 3}}},
+		{[]int{1}, 2, [2][]int{}},
+	}
+	for _, c := range cases {
+		if got := scaleoutNodeCPUs(c.ranks, c.cores); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("scaleoutNodeCPUs(%v, %d) = %v, want %v", c.ranks, c.cores, got, c.want)
+		}
+	}
+}
+
 func TestScaleoutConfigs(t *testing.T) {
 	o, err := parseOptions([]string{"-workload", "scaleout", "-ranks", "1,2,4", "-steps", "50"})
 	if err != nil {
@@ -245,8 +267,10 @@ func TestAddSpanFigures(t *testing.T) {
 // The relay's work in one scale-out run, per training step.
 func TestAddRelayFigures(t *testing.T) {
 	f := Figures{"steps": 200}
-	addRelayFigures(f, netns.RelayStats{Frames: 5000, Dropped: 2, Late: 4998 * 3 * time.Microsecond, CPU: 300 * time.Millisecond})
-	want := Figures{"steps": 200, "relay_cpu_ms_per_step": 1.5, "relay_frames_per_step": 25, "relay_late_us": 3, "relay_dropped": 2}
+	addRelayFigures(f, netns.RelayStats{Frames: 5000, Dropped: 2, Late: 4998 * 3 * time.Microsecond, CPU: 300 * time.Millisecond,
+		NodeCPU: [2]time.Duration{100 * time.Millisecond, 200 * time.Millisecond}})
+	want := Figures{"steps": 200, "relay_cpu_ms_per_step": 1.5, "relay_frames_per_step": 25, "relay_late_us": 3, "relay_dropped": 2,
+		"relay_cpu_ms_per_step_to_node0": 0.5, "relay_cpu_ms_per_step_to_node1": 1}
 	if !reflect.DeepEqual(f, want) {
 		t.Errorf("figures %v, want %v", f, want)
 	}

@@ -29,6 +29,15 @@ type Config struct {
 	// with TSO), which the relay carries whole; the MTU sizes the
 	// segments.
 	MTU int
+	// NodeCPUs are the CPUs each node's programs run on (pinned with
+	// taskset or sched_setaffinity), one list per node. The relay
+	// carries each direction on its own thread, pinned to the CPUs of
+	// the node that receives that direction's frames: that node's cores
+	// pay for its network receive (the relay's send runs the node's
+	// TCP), as a real host's do, and no node pays for the other's. nil:
+	// the threads run wherever the scheduler puts them. Give both lists
+	// or neither; every CPU must be one this process may run on.
+	NodeCPUs [2][]int
 }
 
 // Validate returns every problem of c at once.
@@ -47,6 +56,16 @@ func (c Config) Validate() error {
 	}
 	if c.Loss < 0 || c.Loss > 1 || c.Loss != c.Loss {
 		errs = append(errs, fmt.Errorf("netns: Loss is %v: use a fraction from 0 to 1", c.Loss))
+	}
+	if (c.NodeCPUs[0] == nil) != (c.NodeCPUs[1] == nil) || c.NodeCPUs[0] != nil && (len(c.NodeCPUs[0]) == 0 || len(c.NodeCPUs[1]) == 0) {
+		errs = append(errs, fmt.Errorf("netns: NodeCPUs is %v: give both nodes one CPU or more, or neither (nil) to let the relay's threads run anywhere", c.NodeCPUs))
+	}
+	for i, cpus := range c.NodeCPUs {
+		for _, cpu := range cpus {
+			if cpu < 0 || cpu >= maxCPUs {
+				errs = append(errs, fmt.Errorf("netns: NodeCPUs[%d] has CPU %d: use CPU numbers from 0 to %d, as taskset -c takes them", i, cpu, maxCPUs-1))
+			}
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -214,6 +233,10 @@ func effectiveCaps() (uint64, error) {
 	return 0, errors.New("no CapEff in /proc/self/status")
 }
 
+// maxCPUs bounds a CPU number: Linux's CPU_SETSIZE, the size of the
+// affinity mask the relay's threads are pinned with.
+const maxCPUs = 1024
+
 // Up makes the two nodes and starts the relay between them. The caller
 // must Close the pair; whatever a killed caller left behind, Sweep
 // removes.
@@ -224,6 +247,9 @@ func Up(c Config) (*Pair, error) {
 	if err := Check(); err != nil {
 		return nil, err
 	}
+	if err := checkCPUs(c.NodeCPUs); err != nil {
+		return nil, err
+	}
 	p := names(os.Getpid(), int(seq.Add(1)))
 	for _, cmd := range p.plan(c) {
 		if out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput(); err != nil {
@@ -231,7 +257,7 @@ func Up(c Config) (*Pair, error) {
 			return nil, errors.Join(err, p.Close())
 		}
 	}
-	r, err := newRelay(p.outer[0], p.outer[1], c.Delay, c.Loss)
+	r, err := newRelay(p.outer[0], p.outer[1], c.Delay, c.Loss, c.NodeCPUs)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("netns: start the relay: %w", err), p.Close())
 	}

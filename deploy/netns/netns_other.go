@@ -19,7 +19,11 @@ func platformCheck() error { return errNotLinux }
 // (Up fails first).
 type Relay struct{}
 
-func newRelay(string, string, time.Duration, float64) (*Relay, error) { return nil, errNotLinux }
+func newRelay(string, string, time.Duration, float64, [2][]int) (*Relay, error) {
+	return nil, errNotLinux
+}
+
+func checkCPUs([2][]int) error { return errNotLinux }
 
 func (r *Relay) close() error { return nil }
 

@@ -3,6 +3,7 @@
 package netns
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -32,7 +33,7 @@ const (
 	// PACKET_VNET_HDR: it carries the checksum offload across the
 	// relay, so no frame's checksum is computed in user space.
 	vnetHdrLen = 10
-	// relayPriority is the relay thread's SCHED_FIFO priority: above
+	// relayPriority is the relay threads' SCHED_FIFO priority: above
 	// every ordinary thread, so a frame leaves at its due time even
 	// while the ranks keep every core busy, and below the kernel's own
 	// real-time threads (50 and up).
@@ -40,8 +41,11 @@ const (
 )
 
 // Relay copies frames between two interfaces of the caller's namespace,
-// delaying or dropping them. One OS thread carries both directions: it
-// sleeps in ppoll until a frame arrives or the next one is due (a
+// delaying or dropping them. One OS thread carries each direction, so
+// each can run on the cores of the node that receives its frames
+// (Config.NodeCPUs), which then pays for them as a host pays for its own
+// network receive: the thread's send runs the receiving node's TCP. A
+// thread sleeps in ppoll until a frame arrives or the next one is due (a
 // high-resolution timer, not Go's timers, which wake in whole
 // milliseconds), receives and sends up to batch frames per system call
 // straight from and into its queues' slots, and runs at a real-time
@@ -53,27 +57,34 @@ type Relay struct {
 	dirs     [2]*direction
 	mem      []byte  // the queues' slots
 	loss     float64 // fraction of frames dropped
-	realtime bool
+	realtime bool    // both threads run at a real-time priority
 	cut      atomic.Bool
 	stop     atomic.Bool
-	done     chan struct{}
+	done     sync.WaitGroup // both threads
 	frames   atomic.Int64
 	dropped  atomic.Int64
 	late     atomic.Int64 // nanoseconds frames left after their due time, summed
-	cpu      atomic.Int64 // nanoseconds of CPU the relay's thread used
 	errMu    sync.Mutex
 	firstErr error
 }
 
 // direction is one way through the relay, with its queue and the
-// system calls' buffers, reused for every call.
+// system calls' buffers, reused for every call, and its thread's CPU
+// time.
 type direction struct {
 	from, to int
+	cpus     []int // where its thread may run; nil: anywhere
+	cpu      atomic.Int64
 	q        *delayQueue
 	bufs     [][]byte
 	iov      []unix.Iovec
 	msgs     []unix.Mmsghdr
+	ctrl     []byte        // each message's control buffer: its arrival time
+	last     time.Duration // the latest frame's arrival, on the relay's clock
 }
+
+// ctrlLen is one message's control buffer: a struct timespec.
+var ctrlLen = unix.CmsgSpace(int(unsafe.Sizeof(unix.Timespec{})))
 
 func openPacket(ifname string) (int, error) {
 	ifi, err := net.InterfaceByName(ifname)
@@ -95,6 +106,13 @@ func openPacket(ifname string) (int, error) {
 	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VNET_HDR, 1); err != nil {
 		return fail("PACKET_VNET_HDR", err)
 	}
+	// The kernel's time of each frame's arrival: the delay counts from
+	// it, not from when the relay's thread woke to receive it (on
+	// another core than the sender's, a wake-up costs tens of
+	// microseconds in a virtual machine).
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); err != nil {
+		return fail("SO_TIMESTAMPNS", err)
+	}
 	// The outer end's queue is noqueue anyway; skip it.
 	unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_QDISC_BYPASS, 1)
 	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(ethPAll), Ifindex: ifi.Index}); err != nil {
@@ -109,9 +127,41 @@ func openPacket(ifname string) (int, error) {
 	return fd, nil
 }
 
-func newRelay(a, b string, delay time.Duration, loss float64) (*Relay, error) {
+// checkCPUs fails unless this process may run on every CPU in nodeCPUs.
+func checkCPUs(nodeCPUs [2][]int) error {
+	if nodeCPUs[0] == nil {
+		return nil
+	}
+	var allowed unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &allowed); err != nil {
+		return fmt.Errorf("netns: read this process's CPUs for NodeCPUs: %w", err)
+	}
+	var may []int
+	for c := range maxCPUs {
+		if allowed.IsSet(c) {
+			may = append(may, c)
+		}
+	}
+	var errs []error
+	for i, cpus := range nodeCPUs {
+		for _, c := range cpus {
+			if !allowed.IsSet(c) {
+				errs = append(errs, fmt.Errorf("netns: NodeCPUs[%d] has CPU %d, which this process may not run on: use CPUs of %v", i, c, may))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// threadName is how a direction's thread shows in /proc (comm, at most
+// 15 bytes): the direction i carries node i's frames to node 1-i.
+func threadName(i int) string { return fmt.Sprintf("fulgur-relay%d>%d", i, 1-i) }
+
+// newRelay starts the relay between interfaces a and b, the outer ends
+// of nodes 0 and 1; nodeCPUs, where not nil, are the CPUs of each node.
+func newRelay(a, b string, delay time.Duration, loss float64, nodeCPUs [2][]int) (*Relay, error) {
 	var err error
-	r := &Relay{loss: loss, done: make(chan struct{}), fds: [2]int{-1, -1}, stopFd: -1}
+	r := &Relay{loss: loss, fds: [2]int{-1, -1}, stopFd: -1}
 	for i, name := range []string{a, b} {
 		if r.fds[i], err = openPacket(name); err != nil {
 			r.closeFds()
@@ -135,13 +185,90 @@ func newRelay(a, b string, delay time.Duration, loss float64) (*Relay, error) {
 			off := (i*queueFrames + j) * slot
 			slots[j] = r.mem[off : off+slot : off+slot]
 		}
-		r.dirs[i] = &direction{from: r.fds[i], to: r.fds[1-i], q: newDelayQueue(delay, slots),
-			bufs: make([][]byte, 0, batch), iov: make([]unix.Iovec, batch), msgs: make([]unix.Mmsghdr, batch)}
+		// Node i's frames are received by node 1-i.
+		r.dirs[i] = &direction{from: r.fds[i], to: r.fds[1-i], cpus: nodeCPUs[1-i], q: newDelayQueue(delay, slots),
+			bufs: make([][]byte, 0, batch), iov: make([]unix.Iovec, batch), msgs: make([]unix.Mmsghdr, batch), ctrl: make([]byte, batch*ctrlLen)}
 	}
-	started := make(chan bool)
-	go r.run(started)
-	r.realtime = <-started
+	type start struct {
+		rt  bool
+		err error
+	}
+	started := make(chan start)
+	r.realtime = true
+	r.done.Add(2)
+	for i, d := range r.dirs {
+		go func() {
+			defer r.done.Done()
+			rt, restore, err := r.startThread(i, d)
+			started <- start{rt, err}
+			if err != nil {
+				return
+			}
+			defer restore()
+			r.run(d)
+		}()
+	}
+	var errs []error
+	for range r.dirs {
+		s := <-started
+		r.realtime = r.realtime && s.rt
+		if s.err != nil {
+			errs = append(errs, s.err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		r.close()
+		return nil, err
+	}
 	return r, nil
+}
+
+// startThread readies the calling goroutine's thread to carry d: locked
+// to it, named, on d's CPUs and at a real-time priority where the
+// process may set one, which it reports. The returned func gives the
+// thread back as it was.
+func (r *Relay) startThread(i int, d *direction) (rt bool, restore func(), err error) {
+	runtime.LockOSThread()
+	// What the thread was, to give it back so: the runtime may have put
+	// the goroutine on the main thread, which never exits (the process's
+	// name is its name), and another thread returns to the pool.
+	var name [16]byte
+	var mask unix.CPUSet
+	slack, _ := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0)
+	attr, errAttr := unix.SchedGetAttr(0, 0)
+	if unix.Prctl(unix.PR_GET_NAME, uintptr(unsafe.Pointer(&name[0])), 0, 0, 0) != nil || unix.SchedGetaffinity(0, &mask) != nil || errAttr != nil {
+		// Cannot be given back: the thread ends with the goroutine.
+		restore = func() {}
+	} else {
+		restore = func() {
+			ok := unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&name[0])), 0, 0, 0) == nil
+			ok = ok && unix.SchedSetaffinity(0, &mask) == nil
+			ok = ok && unix.SchedSetAttr(0, attr, 0) == nil
+			ok = ok && unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(slack), 0, 0, 0) == nil
+			if ok {
+				runtime.UnlockOSThread()
+			}
+		}
+	}
+	if n, err := unix.BytePtrFromString(threadName(i)); err == nil {
+		unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(n)), 0, 0, 0)
+	}
+	if d.cpus != nil {
+		var set unix.CPUSet
+		for _, c := range d.cpus {
+			set.Set(c)
+		}
+		if err := unix.SchedSetaffinity(0, &set); err != nil {
+			restore()
+			return false, nil, fmt.Errorf("pin the thread carrying node %d's frames to node %d's CPUs %v: %w", i, 1-i, d.cpus, err)
+		}
+	}
+	rt = unix.SchedSetAttr(0, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: relayPriority}, 0) == nil
+	// Without a real-time priority, ppoll's wake-up is late by at least
+	// the thread's timer slack, 50 µs by default: make it 1 ns. The rest
+	// of the lateness, the wake-up's own cost, the pacer learns.
+	unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
+	return rt, restore, nil
 }
 
 func (r *Relay) closeFds() {
@@ -163,46 +290,30 @@ func (r *Relay) fail(err error) {
 	r.errMu.Unlock()
 }
 
-// run is the relay's thread. It sends started whether it runs at a
-// real-time priority, then carries frames until Close.
-func (r *Relay) run(started chan<- bool) {
-	// Never unlocked: the thread, with its priority, ends with the
-	// goroutine instead of going back to the runtime's pool.
-	runtime.LockOSThread()
-	defer close(r.done)
-	rt := unix.SchedSetAttr(0, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: relayPriority}, 0) == nil
-	// Without a real-time priority, ppoll's wake-up is late by at least
-	// the thread's timer slack, 50 µs by default: make it 1 ns. The rest
-	// of the lateness, the wake-up's own cost, the pacer learns.
-	unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
+// run carries d's frames on the calling thread until Close.
+func (r *Relay) run(d *direction) {
 	var cpu0 unix.Timespec
 	unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &cpu0) // the thread may have run other goroutines before
-	started <- rt
 	t0 := time.Now()
 	clock := func() time.Duration { return time.Since(t0) }
-	pfd := make([]unix.PollFd, 3)
+	pfd := make([]unix.PollFd, 2)
 	var p pacer
 	for {
-		wait := time.Duration(-1) // until a frame arrives
 		now := clock()
 		pfd[0] = unix.PollFd{Fd: int32(r.stopFd), Events: unix.POLLIN}
-		for i, d := range r.dirs {
-			pfd[1+i] = unix.PollFd{Fd: int32(d.from), Events: unix.POLLIN}
-			if d.q.full() {
-				pfd[1+i].Events = 0 // nothing to receive into: wait for the head to leave
-			}
-			if w, ok := d.q.wait(now); ok && (wait < 0 || w < wait) {
-				wait = w
-			}
+		pfd[1] = unix.PollFd{Fd: int32(d.from), Events: unix.POLLIN}
+		if d.q.full() {
+			pfd[1].Events = 0 // nothing to receive into: wait for the head to leave
 		}
 		var ts *unix.Timespec // nil: until a frame arrives
 		sleep := time.Duration(-1)
-		if wait >= 0 {
+		wait, ok := d.q.wait(now)
+		if ok {
 			sleep = p.sleep(wait)
 			t := unix.NsecToTimespec(int64(sleep))
 			ts = &t
 		}
-		polled := wait != 0
+		polled := !ok || wait != 0
 		if polled {
 			n, err := unix.Ppoll(pfd, ts, nil)
 			if err != nil && err != unix.EINTR {
@@ -216,30 +327,31 @@ func (r *Relay) run(started chan<- bool) {
 		if r.stop.Load() {
 			return
 		}
-		for i, d := range r.dirs {
-			// A receive costs a system call: only where a frame waits.
-			if !polled || pfd[1+i].Revents&unix.POLLIN != 0 {
-				r.receive(d, clock())
-			}
+		// A receive costs a system call: only where a frame waits.
+		if !polled || pfd[1].Revents&unix.POLLIN != 0 {
+			r.receive(d, clock)
 		}
-		for _, d := range r.dirs {
-			r.release(d, clock())
-		}
+		r.release(d, clock())
 		var cpu unix.Timespec
 		if unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &cpu) == nil {
-			r.cpu.Store(cpu.Nano() - cpu0.Nano())
+			d.cpu.Store(cpu.Nano() - cpu0.Nano())
 		}
 	}
 }
 
-// mmsgs points d's message headers at bufs, one buffer each.
-func (d *direction) mmsgs(bufs [][]byte) []unix.Mmsghdr {
+// mmsgs points d's message headers at bufs, one buffer each, and a
+// control buffer each where they receive.
+func (d *direction) mmsgs(bufs [][]byte, receive bool) []unix.Mmsghdr {
 	for i, b := range bufs {
 		d.iov[i].Base = &b[0]
 		d.iov[i].SetLen(len(b))
 		d.msgs[i] = unix.Mmsghdr{}
 		d.msgs[i].Hdr.Iov = &d.iov[i]
 		d.msgs[i].Hdr.SetIovlen(1)
+		if receive {
+			d.msgs[i].Hdr.Control = &d.ctrl[i*ctrlLen]
+			d.msgs[i].Hdr.SetControllen(ctrlLen)
+		}
 	}
 	return d.msgs[:len(bufs)]
 }
@@ -253,13 +365,33 @@ func mmsg(trap uintptr, fd int, msgs []unix.Mmsghdr, flags int) (int, error) {
 	return int(n), nil
 }
 
+// arrival is when the kernel received the i-th frame of the last
+// receive, on the relay's clock (now is wall): its timestamp, or now
+// without one. Arrivals never go back, so frames leave in order.
+func (d *direction) arrival(i int, now time.Duration, wall int64) time.Duration {
+	at := now
+	c := d.ctrl[i*ctrlLen:][:ctrlLen]
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
+	if int(d.msgs[i].Hdr.Controllen) >= ctrlLen && h.Level == unix.SOL_SOCKET && h.Type == unix.SCM_TIMESTAMPNS {
+		ts := (*unix.Timespec)(unsafe.Pointer(&c[unix.CmsgLen(0)]))
+		// A wall clock stepped since is no arrival time: keep now.
+		if age := time.Duration(wall - ts.Nano()); age >= 0 && age < time.Second {
+			at = now - age
+		}
+	}
+	at = max(at, d.last)
+	d.last = at
+	return at
+}
+
 // receive takes every frame waiting on d's interface into d's queue, due
-// a delay after now, until none waits or the queue is full.
-func (r *Relay) receive(d *direction, now time.Duration) {
+// a delay after its arrival, until none waits or the queue is full.
+func (r *Relay) receive(d *direction, clock func() time.Duration) {
 	for !d.q.full() {
 		d.bufs = d.q.freeSlots(batch, d.bufs)
-		msgs := d.mmsgs(d.bufs)
+		msgs := d.mmsgs(d.bufs, true)
 		n, err := mmsg(unix.SYS_RECVMMSG, d.from, msgs, unix.MSG_DONTWAIT)
+		now, wall := clock(), time.Now().UnixNano()
 		if err != nil {
 			if err != unix.EAGAIN && err != unix.EINTR {
 				r.fail(fmt.Errorf("relay read: %w", err))
@@ -273,7 +405,7 @@ func (r *Relay) receive(d *direction, now time.Duration) {
 				r.dropped.Add(1)
 				continue
 			}
-			d.q.push(i-kept, int(m.Len), now)
+			d.q.push(i-kept, int(m.Len), d.arrival(i, now, wall))
 			kept++
 		}
 		if n < len(msgs) {
@@ -289,7 +421,7 @@ func (r *Relay) release(d *direction, now time.Duration) {
 		if len(d.bufs) == 0 {
 			return
 		}
-		n, err := mmsg(unix.SYS_SENDMMSG, d.to, d.mmsgs(d.bufs), 0)
+		n, err := mmsg(unix.SYS_SENDMMSG, d.to, d.mmsgs(d.bufs, false), 0)
 		switch {
 		case err == unix.EINTR:
 			continue
@@ -317,10 +449,13 @@ func (r *Relay) Dropped() int64 { return r.dropped.Load() }
 
 // Stats reads the counts (each exact, not all at one instant).
 func (r *Relay) Stats() RelayStats {
-	return RelayStats{Frames: r.frames.Load(), Dropped: r.dropped.Load(), Late: time.Duration(r.late.Load()), CPU: time.Duration(r.cpu.Load())}
+	// dirs[i] carries node i's frames to node 1-i.
+	to := [2]time.Duration{time.Duration(r.dirs[1].cpu.Load()), time.Duration(r.dirs[0].cpu.Load())}
+	return RelayStats{Frames: r.frames.Load(), Dropped: r.dropped.Load(), Late: time.Duration(r.late.Load()),
+		CPU: to[0] + to[1], NodeCPU: to}
 }
 
-// Realtime reports whether the relay's thread runs at a real-time
+// Realtime reports whether the relay's threads run at a real-time
 // priority (SCHED_FIFO, which needs CAP_SYS_NICE). Without it, a busy
 // host delays frames past their due time; Stats' Late says by how much.
 func (r *Relay) Realtime() bool { return r.realtime }
@@ -330,8 +465,9 @@ func (r *Relay) close() error {
 	if !r.stop.CompareAndSwap(false, true) {
 		return nil
 	}
+	// The eventfd stays readable: it wakes both threads.
 	unix.Write(r.stopFd, []byte{1, 0, 0, 0, 0, 0, 0, 0})
-	<-r.done
+	r.done.Wait()
 	r.closeFds()
 	r.errMu.Lock()
 	defer r.errMu.Unlock()

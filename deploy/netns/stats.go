@@ -20,20 +20,27 @@ type Probe struct {
 // RelayStats are the relay's counts since it started.
 type RelayStats struct {
 	Frames, Dropped int64
-	// Late is the time frames left the relay after their due time,
-	// summed: the sleep's overshoot and the wait behind earlier frames.
+	// Late is the time frames left the relay after their due time (their
+	// arrival in the kernel plus the delay), summed: the relay's wake-up
+	// to receive beyond the delay, the sleep's overshoot and the wait
+	// behind earlier frames.
 	// A frame's real delay is Config.Delay plus its share of this.
 	Late time.Duration
-	// CPU is the CPU time of the relay's thread: the link's cost, which
+	// CPU is the CPU time of the relay's threads: the link's cost, which
 	// the host's cores pay (a real link's switch and NICs do not), with
 	// the kernel's work on the frames it sends, the receiving node's TCP
 	// included.
 	CPU time.Duration
+	// NodeCPU splits CPU by the node the frames went to: NodeCPU[i] is
+	// the thread's that delivers node i's frames, which runs on node i's
+	// CPUs with Config.NodeCPUs.
+	NodeCPU [2]time.Duration
 }
 
 // Since is what happened after the counts in before.
 func (s RelayStats) Since(before RelayStats) RelayStats {
-	return RelayStats{Frames: s.Frames - before.Frames, Dropped: s.Dropped - before.Dropped, Late: s.Late - before.Late, CPU: s.CPU - before.CPU}
+	return RelayStats{Frames: s.Frames - before.Frames, Dropped: s.Dropped - before.Dropped, Late: s.Late - before.Late, CPU: s.CPU - before.CPU,
+		NodeCPU: [2]time.Duration{s.NodeCPU[0] - before.NodeCPU[0], s.NodeCPU[1] - before.NodeCPU[1]}}
 }
 
 // MeanLate is the mean time frames left after their due time; 0 with no
