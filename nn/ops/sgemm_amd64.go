@@ -20,6 +20,17 @@ func sgemmNN8x32(k int, ap, b *float32, boff *int32, c *float32, ldc int, mask u
 //go:noescape
 func sgemmNT4x6(n16 int, tail uint32, a *float32, lda int, b *float32, boff *int32, c *float32, ldc int, acc int, segs, astride, bstride int)
 
+// sgemmNN8x32AVX2 is sgemmNN8x32 on AVX2 and FMA, taking the number of
+// columns (1 to 32) where sgemmNN8x32 takes their mask.
+//
+//go:noescape
+func sgemmNN8x32AVX2(k int, ap, b *float32, boff *int32, c *float32, ldc int, ncols int, acc int)
+
+// sgemmNT4x6AVX2 is sgemmNT4x6 on AVX2 and FMA.
+//
+//go:noescape
+func sgemmNT4x6AVX2(n16 int, tail uint32, a *float32, lda int, b *float32, boff *int32, c *float32, ldc int, acc int, segs, astride, bstride int)
+
 //go:noescape
 func affine32(x, y *float32, n int, s, b float32, relu int)
 

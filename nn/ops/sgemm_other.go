@@ -17,6 +17,14 @@ func sgemmNT4x6(int, uint32, *float32, int, *float32, *int32, *float32, int, int
 	panic("ops: sgemmNT4x6 without AVX-512 kernels")
 }
 
+func sgemmNN8x32AVX2(int, *float32, *float32, *int32, *float32, int, int, int) {
+	panic("ops: sgemmNN8x32AVX2 without AVX2 kernels")
+}
+
+func sgemmNT4x6AVX2(int, uint32, *float32, int, *float32, *int32, *float32, int, int, int, int, int) {
+	panic("ops: sgemmNT4x6AVX2 without AVX2 kernels")
+}
+
 func affine32(*float32, *float32, int, float32, float32, int) { panic("ops: no AVX-512") }
 func addRelu32(*float32, *float32, *float32, int)             { panic("ops: no AVX-512") }
 func maskPos32AVX(*float32, *float32, *float32, int)          { panic("ops: no AVX-512") }
