@@ -160,7 +160,7 @@ func BenchmarkConvMultiplies(b *testing.B) {
 		a, bb, c := randF32(r, asz), randF32(r, bsz), make([]float32, s.m*s.n)
 		flops := 2 * float64(s.m*s.n*s.k)
 		for _, impl := range []string{"kernel", "blas"} {
-			if impl == "kernel" && !useAVX512 {
+			if impl == "kernel" && !mmKernels() {
 				continue
 			}
 			b.Run(s.name+"/"+impl, func(b *testing.B) {
@@ -185,8 +185,8 @@ func BenchmarkConvMultiplies(b *testing.B) {
 //
 //	GOMAXPROCS=1 go test ./nn/ops -run '^$' -bench ConvImplicitMultiplies
 func BenchmarkConvImplicitMultiplies(b *testing.B) {
-	if !useAVX512 {
-		b.Skip("no AVX-512: no implicit path")
+	if !mmKernels() {
+		b.Skip("no AVX-512 or AVX2 kernels: no implicit path")
 	}
 	for _, s := range []struct {
 		name      string
