@@ -354,12 +354,16 @@ func bnAffine[T float](op *bnOp, x, y []T, lo, hi int) {
 		s, b := T(op.scale[p%op.c]), T(op.shift[p%op.c])
 		src, dst := x[p*inner:(p+1)*inner], y[p*inner:(p+1)*inner]
 		dst = dst[:len(src)]
-		if is32[T]() && useAVX512 && len(src) > 0 {
+		if is32[T]() && (useAVX512 || useAVX2) && len(src) > 0 {
 			relu := 0
 			if op.ReLU {
 				relu = 1
 			}
-			affine32(f32p(src), f32p(dst), len(src), float32(s), float32(b), relu)
+			if useAVX512 {
+				affine32(f32p(src), f32p(dst), len(src), float32(s), float32(b), relu)
+			} else {
+				affine32AVX2(f32p(src), f32p(dst), len(src), float32(s), float32(b), relu)
+			}
 			continue
 		}
 		if op.ReLU {

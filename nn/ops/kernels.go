@@ -16,9 +16,13 @@ import (
 func maskPos[T float](y, dy, dx []T) {
 	var z T
 	if unsafe.Sizeof(z) == 4 {
-		if useAVX512 && len(y) > 0 {
+		if (useAVX512 || useAVX2) && len(y) > 0 {
 			dy, dx = dy[:len(y)], dx[:len(y)]
-			maskPos32AVX(f32p(y), f32p(dy), f32p(dx), len(y))
+			if useAVX512 {
+				maskPos32AVX(f32p(y), f32p(dy), f32p(dx), len(y))
+			} else {
+				maskPos32AVX2(f32p(y), f32p(dy), f32p(dx), len(y))
+			}
 			return
 		}
 		maskPos32(f32s(y), f32s(dy), f32s(dx))

@@ -31,6 +31,21 @@ func sgemmNN8x32AVX2(k int, ap, b *float32, boff *int32, c *float32, ldc int, nc
 //go:noescape
 func sgemmNT4x6AVX2(n16 int, tail uint32, a *float32, lda int, b *float32, boff *int32, c *float32, ldc int, acc int, segs, astride, bstride int)
 
+// The elementwise kernels of elem_avx2_amd64.s: those of elem_amd64.s on
+// AVX2, the same bits.
+
+//go:noescape
+func affine32AVX2(x, y *float32, n int, s, b float32, relu int)
+
+//go:noescape
+func addRelu32AVX2(a, b, y *float32, n int)
+
+//go:noescape
+func add32AVX2(a, b, y *float32, n int)
+
+//go:noescape
+func maskPos32AVX2(y, dy, dx *float32, n int)
+
 //go:noescape
 func affine32(x, y *float32, n int, s, b float32, relu int)
 

@@ -25,10 +25,14 @@ func sgemmNT4x6AVX2(int, uint32, *float32, int, *float32, *int32, *float32, int,
 	panic("ops: sgemmNT4x6AVX2 without AVX2 kernels")
 }
 
-func affine32(*float32, *float32, int, float32, float32, int) { panic("ops: no AVX-512") }
-func addRelu32(*float32, *float32, *float32, int)             { panic("ops: no AVX-512") }
-func maskPos32AVX(*float32, *float32, *float32, int)          { panic("ops: no AVX-512") }
-func add32(*float32, *float32, *float32, int)                 { panic("ops: no AVX-512") }
+func affine32AVX2(*float32, *float32, int, float32, float32, int) { panic("ops: no AVX2") }
+func addRelu32AVX2(*float32, *float32, *float32, int)             { panic("ops: no AVX2") }
+func add32AVX2(*float32, *float32, *float32, int)                 { panic("ops: no AVX2") }
+func maskPos32AVX2(*float32, *float32, *float32, int)             { panic("ops: no AVX2") }
+func affine32(*float32, *float32, int, float32, float32, int)     { panic("ops: no AVX-512") }
+func addRelu32(*float32, *float32, *float32, int)                 { panic("ops: no AVX-512") }
+func maskPos32AVX(*float32, *float32, *float32, int)              { panic("ops: no AVX-512") }
+func add32(*float32, *float32, *float32, int)                     { panic("ops: no AVX-512") }
 func lincomb32(*float32, *float32, *float32, int, float32, float32, float32) {
 	panic("ops: no AVX-512")
 }

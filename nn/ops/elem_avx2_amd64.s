@@ -1,0 +1,162 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// The elementwise kernels of elem_amd64.s for CPUs with AVX2 and FMA but
+// no AVX-512: 8 lanes a step, the tail through VMASKMOVPS (no element
+// outside [0, n) is read or written), the same operations in the same
+// order, so the same bits as the AVX-512 kernels.
+
+// elemtail8 holds 8 all-ones lanes then 8 zeros: the 8 lanes at
+// elemtail8 + 4·(8 - t) are the mask of the lanes below t.
+DATA elemtail8<>+0(SB)/8, $-1
+DATA elemtail8<>+8(SB)/8, $-1
+DATA elemtail8<>+16(SB)/8, $-1
+DATA elemtail8<>+24(SB)/8, $-1
+DATA elemtail8<>+32(SB)/8, $0
+DATA elemtail8<>+40(SB)/8, $0
+DATA elemtail8<>+48(SB)/8, $0
+DATA elemtail8<>+56(SB)/8, $0
+GLOBL elemtail8<>(SB), RODATA|NOPTR, $64
+
+// Sets Y15 to the low n%8 lanes (n in CX), or jumps to done when none
+// (DX, R11 scratch).
+#define TAILMASK8(done) \
+	MOVQ    CX, DX \
+	ANDQ    $7, DX \
+	JZ      done \
+	NEGQ    DX \
+	LEAQ    elemtail8<>+32(SB), R11 \
+	VMOVDQU (R11)(DX*4), Y15
+
+// Sets R9 to the whole vectors of n (in CX) and BX to 0; jumps to tail when
+// there are none.
+#define VECS8(tail) \
+	MOVQ  CX, R9 \
+	SHRQ  $3, R9 \
+	XORQ  BX, BX \
+	TESTQ R9, R9 \
+	JZ    tail
+
+// func affine32AVX2(x, y *float32, n int, s, b float32, relu int)
+TEXT ·affine32AVX2(SB), NOSPLIT, $0-40
+	MOVQ         x+0(FP), SI
+	MOVQ         y+8(FP), DI
+	MOVQ         n+16(FP), CX
+	VBROADCASTSS s+24(FP), Y1
+	VBROADCASTSS b+28(FP), Y2
+	MOVQ         relu+32(FP), R8
+	VXORPS       Y3, Y3, Y3
+	VECS8(afftail)
+
+affloop:
+	VMOVUPS     (SI)(BX*1), Y0
+	VFMADD213PS Y2, Y1, Y0 // Y0 = Y0·Y1 + Y2
+	TESTQ       R8, R8
+	JZ          2(PC)
+	VMAXPS      Y0, Y3, Y0
+	VMOVUPS     Y0, (DI)(BX*1)
+	ADDQ        $32, BX
+	DECQ        R9
+	JNZ         affloop
+
+afftail:
+	TAILMASK8(affdone)
+	VMASKMOVPS  (SI)(BX*1), Y15, Y0
+	VFMADD213PS Y2, Y1, Y0
+	TESTQ       R8, R8
+	JZ          2(PC)
+	VMAXPS      Y0, Y3, Y0
+	VMASKMOVPS  Y0, Y15, (DI)(BX*1)
+
+affdone:
+	VZEROUPPER
+	RET
+
+// func addRelu32AVX2(a, b, y *float32, n int)
+TEXT ·addRelu32AVX2(SB), NOSPLIT, $0-32
+	MOVQ   a+0(FP), SI
+	MOVQ   b+8(FP), R10
+	MOVQ   y+16(FP), DI
+	MOVQ   n+24(FP), CX
+	VXORPS Y3, Y3, Y3
+	VECS8(artail)
+
+arloop:
+	VMOVUPS (SI)(BX*1), Y0
+	VADDPS  (R10)(BX*1), Y0, Y0
+	VMAXPS  Y0, Y3, Y0
+	VMOVUPS Y0, (DI)(BX*1)
+	ADDQ    $32, BX
+	DECQ    R9
+	JNZ     arloop
+
+artail:
+	TAILMASK8(ardone)
+	VMASKMOVPS (SI)(BX*1), Y15, Y0
+	VMASKMOVPS (R10)(BX*1), Y15, Y1
+	VADDPS     Y1, Y0, Y0
+	VMAXPS     Y0, Y3, Y0
+	VMASKMOVPS Y0, Y15, (DI)(BX*1)
+
+ardone:
+	VZEROUPPER
+	RET
+
+// func add32AVX2(a, b, y *float32, n int)
+TEXT ·add32AVX2(SB), NOSPLIT, $0-32
+	MOVQ a+0(FP), SI
+	MOVQ b+8(FP), R10
+	MOVQ y+16(FP), DI
+	MOVQ n+24(FP), CX
+	VECS8(adtail)
+
+adloop:
+	VMOVUPS (SI)(BX*1), Y0
+	VADDPS  (R10)(BX*1), Y0, Y0
+	VMOVUPS Y0, (DI)(BX*1)
+	ADDQ    $32, BX
+	DECQ    R9
+	JNZ     adloop
+
+adtail:
+	TAILMASK8(addone)
+	VMASKMOVPS (SI)(BX*1), Y15, Y0
+	VMASKMOVPS (R10)(BX*1), Y15, Y1
+	VADDPS     Y1, Y0, Y0
+	VMASKMOVPS Y0, Y15, (DI)(BX*1)
+
+addone:
+	VZEROUPPER
+	RET
+
+// func maskPos32AVX2(y, dy, dx *float32, n int)
+// dx[i] = dy[i] where y[i] is not ≤ 0 (positive or NaN), else +0.
+TEXT ·maskPos32AVX2(SB), NOSPLIT, $0-32
+	MOVQ   y+0(FP), SI
+	MOVQ   dy+8(FP), R10
+	MOVQ   dx+16(FP), DI
+	MOVQ   n+24(FP), CX
+	VXORPS Y3, Y3, Y3
+	VECS8(mptail)
+
+mploop:
+	VMOVUPS (SI)(BX*1), Y0
+	VCMPPS  $0x16, Y3, Y0, Y2 // NLE_UQ: not (y ≤ 0)
+	VANDPS  (R10)(BX*1), Y2, Y1
+	VMOVUPS Y1, (DI)(BX*1)
+	ADDQ    $32, BX
+	DECQ    R9
+	JNZ     mploop
+
+mptail:
+	TAILMASK8(mpdone)
+	VMASKMOVPS (SI)(BX*1), Y15, Y0
+	VCMPPS     $0x16, Y3, Y0, Y2
+	VMASKMOVPS (R10)(BX*1), Y15, Y1
+	VANDPS     Y1, Y2, Y1
+	VMASKMOVPS Y1, Y15, (DI)(BX*1)
+
+mpdone:
+	VZEROUPPER
+	RET
