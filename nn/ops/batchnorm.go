@@ -659,8 +659,12 @@ func bnInputGrad[T float](op *bnOp, dy, x, dx []T, lo, hi int) {
 		xx, out := x[p*inner:(p+1)*inner], dx[p*inner:(p+1)*inner]
 		d := dy[p*inner : (p+1)*inner]
 		xx, out = xx[:len(d)], out[:len(d)]
-		if is32[T]() && useAVX512 && len(d) > 0 {
-			lincomb32(f32p(d), f32p(xx), f32p(out), len(d), float32(a), float32(b), float32(k))
+		if is32[T]() && (useAVX512 || useAVX2) && len(d) > 0 {
+			if useAVX512 {
+				lincomb32(f32p(d), f32p(xx), f32p(out), len(d), float32(a), float32(b), float32(k))
+			} else {
+				lincomb32AVX2(f32p(d), f32p(xx), f32p(out), len(d), float32(a), float32(b), float32(k))
+			}
 			continue
 		}
 		for i, v := range d {

@@ -160,3 +160,75 @@ mptail:
 mpdone:
 	VZEROUPPER
 	RET
+
+// func lincomb32AVX2(d, x, out *float32, n int, a, b, k float32)
+// out[i] = a·d[i] + b·x[i] + k.
+TEXT ·lincomb32AVX2(SB), NOSPLIT, $0-44
+	MOVQ         d+0(FP), SI
+	MOVQ         x+8(FP), R10
+	MOVQ         out+16(FP), DI
+	MOVQ         n+24(FP), CX
+	VBROADCASTSS a+32(FP), Y4
+	VBROADCASTSS b+36(FP), Y5
+	VBROADCASTSS k+40(FP), Y6
+	VECS8(lctail)
+
+lcloop:
+	VMOVUPS     (R10)(BX*1), Y0
+	VMULPS      Y5, Y0, Y0
+	VMOVUPS     (SI)(BX*1), Y1
+	VFMADD231PS Y4, Y1, Y0 // Y0 += d·a
+	VADDPS      Y6, Y0, Y0
+	VMOVUPS     Y0, (DI)(BX*1)
+	ADDQ        $32, BX
+	DECQ        R9
+	JNZ         lcloop
+
+lctail:
+	TAILMASK8(lcdone)
+	VMASKMOVPS  (R10)(BX*1), Y15, Y0
+	VMULPS      Y5, Y0, Y0
+	VMASKMOVPS  (SI)(BX*1), Y15, Y1
+	VFMADD231PS Y4, Y1, Y0
+	VADDPS      Y6, Y0, Y0
+	VMASKMOVPS  Y0, Y15, (DI)(BX*1)
+
+lcdone:
+	VZEROUPPER
+	RET
+
+// func bnAddRelu32AVX2(x1, x2, y *float32, n int, a, b, k float32)
+// y[i] = max(a·x1[i] + (b·x2[i] + k), 0), NaN passing through as Go's max.
+TEXT ·bnAddRelu32AVX2(SB), NOSPLIT, $0-44
+	MOVQ         x1+0(FP), SI
+	MOVQ         x2+8(FP), R10
+	MOVQ         y+16(FP), DI
+	MOVQ         n+24(FP), CX
+	VBROADCASTSS a+32(FP), Y4
+	VBROADCASTSS b+36(FP), Y5
+	VBROADCASTSS k+40(FP), Y6
+	VXORPS       Y3, Y3, Y3
+	VECS8(batail)
+
+baloop:
+	VMOVUPS     (R10)(BX*1), Y0
+	VFMADD213PS Y6, Y5, Y0         // Y0 = x2·b + k
+	VFMADD231PS (SI)(BX*1), Y4, Y0 // Y0 += x1·a
+	VMAXPS      Y0, Y3, Y0
+	VMOVUPS     Y0, (DI)(BX*1)
+	ADDQ        $32, BX
+	DECQ        R9
+	JNZ         baloop
+
+batail:
+	TAILMASK8(badone)
+	VMASKMOVPS  (R10)(BX*1), Y15, Y0
+	VMASKMOVPS  (SI)(BX*1), Y15, Y1
+	VFMADD213PS Y6, Y5, Y0
+	VFMADD231PS Y1, Y4, Y0
+	VMAXPS      Y0, Y3, Y0
+	VMASKMOVPS  Y0, Y15, (DI)(BX*1)
+
+badone:
+	VZEROUPPER
+	RET

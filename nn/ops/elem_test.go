@@ -16,7 +16,7 @@ import (
 // avx2Ported names the checks of TestElemKernelsMatchGo whose loops have
 // AVX2 kernels, the same bits as the AVX-512 ones; the others run the Go
 // loops on the AVX2 tier.
-var avx2Ported = map[string]bool{"maskPos": true, "addRelu": true, "add": true, "bnAffine relu=false": true, "bnAffine relu=true": true}
+var avx2Ported = map[string]bool{"maskPos": true, "addRelu": true, "add": true, "bnAffine relu=false": true, "bnAffine relu=true": true, "bnAdd": true, "bnInputGrad": true}
 
 func TestElemKernelsMatchGo(t *testing.T) {
 	has512, has2 := useAVX512, useAVX2

@@ -47,6 +47,9 @@ func add32AVX2(a, b, y *float32, n int)
 func maskPos32AVX2(y, dy, dx *float32, n int)
 
 //go:noescape
+func lincomb32AVX2(d, x, out *float32, n int, a, b, k float32)
+
+//go:noescape
 func affine32(x, y *float32, n int, s, b float32, relu int)
 
 //go:noescape

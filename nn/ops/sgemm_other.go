@@ -29,10 +29,13 @@ func affine32AVX2(*float32, *float32, int, float32, float32, int) { panic("ops: 
 func addRelu32AVX2(*float32, *float32, *float32, int)             { panic("ops: no AVX2") }
 func add32AVX2(*float32, *float32, *float32, int)                 { panic("ops: no AVX2") }
 func maskPos32AVX2(*float32, *float32, *float32, int)             { panic("ops: no AVX2") }
-func affine32(*float32, *float32, int, float32, float32, int)     { panic("ops: no AVX-512") }
-func addRelu32(*float32, *float32, *float32, int)                 { panic("ops: no AVX-512") }
-func maskPos32AVX(*float32, *float32, *float32, int)              { panic("ops: no AVX-512") }
-func add32(*float32, *float32, *float32, int)                     { panic("ops: no AVX-512") }
+func lincomb32AVX2(*float32, *float32, *float32, int, float32, float32, float32) {
+	panic("ops: no AVX2")
+}
+func affine32(*float32, *float32, int, float32, float32, int) { panic("ops: no AVX-512") }
+func addRelu32(*float32, *float32, *float32, int)             { panic("ops: no AVX-512") }
+func maskPos32AVX(*float32, *float32, *float32, int)          { panic("ops: no AVX-512") }
+func add32(*float32, *float32, *float32, int)                 { panic("ops: no AVX-512") }
 func lincomb32(*float32, *float32, *float32, int, float32, float32, float32) {
 	panic("ops: no AVX-512")
 }
