@@ -232,3 +232,118 @@ batail:
 badone:
 	VZEROUPPER
 	RET
+
+// Sums the 8 lanes of y (x its low half) into the float at dst (fixed tree
+// order; X5 scratch).
+#define HSUM8(y, x, dst) \
+	VEXTRACTF128 $1, y, X5 \
+	VADDPS       X5, x, x \
+	VPERMILPS    $0x4E, x, X5 \
+	VADDPS       X5, x, x \
+	VPERMILPS    $0xB1, x, X5 \
+	VADDSS       X5, x, x \
+	VMOVSS       x, dst
+
+// Adds the accumulators Y1 into Y0 and Y3 into Y2 and stores their sums.
+#define SUMS2(s0, s2) \
+	VADDPS Y1, Y0, Y0 \
+	VADDPS Y3, Y2, Y2 \
+	HSUM8(Y0, X0, s0) \
+	HSUM8(Y2, X2, s2)
+
+// Zeroes the accumulators Y0-Y3 and sets R9 to the 16-element steps of n
+// (in CX), BX to 0; jumps to half when there are none.
+#define SUMSTART(half) \
+	VXORPS Y0, Y0, Y0 \
+	VXORPS Y1, Y1, Y1 \
+	VXORPS Y2, Y2, Y2 \
+	VXORPS Y3, Y3, Y3 \
+	MOVQ   CX, R9 \
+	SHRQ   $4, R9 \
+	XORQ   BX, BX \
+	TESTQ  R9, R9 \
+	JZ     half
+
+// func shiftedSums32AVX2(x *float32, n int, k float32) (s, sq float32)
+// Σ(x-k) and Σ(x-k)², in two 8-lane accumulators each: shiftedSums32's
+// sums in another order.
+TEXT ·shiftedSums32AVX2(SB), NOSPLIT, $0-32
+	MOVQ         x+0(FP), SI
+	MOVQ         n+8(FP), CX
+	VBROADCASTSS k+16(FP), Y4
+	SUMSTART(sshalf)
+
+ssloop:
+	VMOVUPS     (SI)(BX*1), Y5
+	VMOVUPS     32(SI)(BX*1), Y6
+	VSUBPS      Y4, Y5, Y5
+	VSUBPS      Y4, Y6, Y6
+	VADDPS      Y5, Y0, Y0
+	VADDPS      Y6, Y1, Y1
+	VFMADD231PS Y5, Y5, Y2
+	VFMADD231PS Y6, Y6, Y3
+	ADDQ        $64, BX
+	DECQ        R9
+	JNZ         ssloop
+
+sshalf:
+	TESTQ       $8, CX
+	JZ          sstail
+	VMOVUPS     (SI)(BX*1), Y5
+	VSUBPS      Y4, Y5, Y5
+	VADDPS      Y5, Y0, Y0
+	VFMADD231PS Y5, Y5, Y2
+	ADDQ        $32, BX
+
+sstail:
+	TAILMASK8(ssdone)
+	VMASKMOVPS  (SI)(BX*1), Y15, Y5
+	VSUBPS      Y4, Y5, Y5
+	VANDPS      Y15, Y5, Y5 // the lanes past n add nothing
+	VADDPS      Y5, Y1, Y1
+	VFMADD231PS Y5, Y5, Y3
+
+ssdone:
+	SUMS2(s+24(FP), sq+28(FP))
+	VZEROUPPER
+	RET
+
+// func dotSums32AVX2(d, x *float32, n int) (s, sx float32)
+// Σd and Σd·x, in two 8-lane accumulators each: dotSums32's sums in
+// another order.
+TEXT ·dotSums32AVX2(SB), NOSPLIT, $0-32
+	MOVQ   d+0(FP), SI
+	MOVQ   x+8(FP), R10
+	MOVQ   n+16(FP), CX
+	SUMSTART(dshalf)
+
+dsloop:
+	VMOVUPS     (SI)(BX*1), Y5
+	VMOVUPS     32(SI)(BX*1), Y6
+	VADDPS      Y5, Y0, Y0
+	VADDPS      Y6, Y1, Y1
+	VFMADD231PS (R10)(BX*1), Y5, Y2
+	VFMADD231PS 32(R10)(BX*1), Y6, Y3
+	ADDQ        $64, BX
+	DECQ        R9
+	JNZ         dsloop
+
+dshalf:
+	TESTQ       $8, CX
+	JZ          dstail
+	VMOVUPS     (SI)(BX*1), Y5
+	VADDPS      Y5, Y0, Y0
+	VFMADD231PS (R10)(BX*1), Y5, Y2
+	ADDQ        $32, BX
+
+dstail:
+	TAILMASK8(dsdone)
+	VMASKMOVPS  (SI)(BX*1), Y15, Y5
+	VMASKMOVPS  (R10)(BX*1), Y15, Y6
+	VADDPS      Y5, Y1, Y1
+	VFMADD231PS Y6, Y5, Y3
+
+dsdone:
+	SUMS2(s+24(FP), sx+28(FP))
+	VZEROUPPER
+	RET

@@ -50,6 +50,12 @@ func maskPos32AVX2(y, dy, dx *float32, n int)
 func lincomb32AVX2(d, x, out *float32, n int, a, b, k float32)
 
 //go:noescape
+func shiftedSums32AVX2(x *float32, n int, k float32) (s, sq float32)
+
+//go:noescape
+func dotSums32AVX2(d, x *float32, n int) (s, sx float32)
+
+//go:noescape
 func affine32(x, y *float32, n int, s, b float32, relu int)
 
 //go:noescape

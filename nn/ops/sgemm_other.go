@@ -32,10 +32,12 @@ func maskPos32AVX2(*float32, *float32, *float32, int)             { panic("ops: 
 func lincomb32AVX2(*float32, *float32, *float32, int, float32, float32, float32) {
 	panic("ops: no AVX2")
 }
-func affine32(*float32, *float32, int, float32, float32, int) { panic("ops: no AVX-512") }
-func addRelu32(*float32, *float32, *float32, int)             { panic("ops: no AVX-512") }
-func maskPos32AVX(*float32, *float32, *float32, int)          { panic("ops: no AVX-512") }
-func add32(*float32, *float32, *float32, int)                 { panic("ops: no AVX-512") }
+func shiftedSums32AVX2(*float32, int, float32) (float32, float32) { panic("ops: no AVX2") }
+func dotSums32AVX2(*float32, *float32, int) (float32, float32)    { panic("ops: no AVX2") }
+func affine32(*float32, *float32, int, float32, float32, int)     { panic("ops: no AVX-512") }
+func addRelu32(*float32, *float32, *float32, int)                 { panic("ops: no AVX-512") }
+func maskPos32AVX(*float32, *float32, *float32, int)              { panic("ops: no AVX-512") }
+func add32(*float32, *float32, *float32, int)                     { panic("ops: no AVX-512") }
 func lincomb32(*float32, *float32, *float32, int, float32, float32, float32) {
 	panic("ops: no AVX-512")
 }
