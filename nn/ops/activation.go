@@ -160,8 +160,12 @@ func (op *addReLUOp) Do(v ...G.Value) (G.Value, error) {
 
 func addRelu[T float](a, b, y []T) {
 	b, y = b[:len(a)], y[:len(a)]
-	if is32[T]() && useAVX512 && len(a) > 0 {
-		addRelu32(f32p(a), f32p(b), f32p(y), len(a))
+	if is32[T]() && (useAVX512 || useAVX2) && len(a) > 0 {
+		if useAVX512 {
+			addRelu32(f32p(a), f32p(b), f32p(y), len(a))
+		} else {
+			addRelu32AVX2(f32p(a), f32p(b), f32p(y), len(a))
+		}
 		return
 	}
 	for i, v := range a {

@@ -62,8 +62,12 @@ func addDense[T float](a, b, y []T, n int) bool {
 // add writes y[i] = a[i] + b[i].
 func add[T float](a, b, y []T) {
 	b, y = b[:len(a)], y[:len(a)]
-	if is32[T]() && useAVX512 && len(a) > 0 {
-		add32(f32p(a), f32p(b), f32p(y), len(a))
+	if is32[T]() && (useAVX512 || useAVX2) && len(a) > 0 {
+		if useAVX512 {
+			add32(f32p(a), f32p(b), f32p(y), len(a))
+		} else {
+			add32AVX2(f32p(a), f32p(b), f32p(y), len(a))
+		}
 		return
 	}
 	for i, v := range a {

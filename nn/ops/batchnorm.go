@@ -354,12 +354,16 @@ func bnAffine[T float](op *bnOp, x, y []T, lo, hi int) {
 		s, b := T(op.scale[p%op.c]), T(op.shift[p%op.c])
 		src, dst := x[p*inner:(p+1)*inner], y[p*inner:(p+1)*inner]
 		dst = dst[:len(src)]
-		if is32[T]() && useAVX512 && len(src) > 0 {
+		if is32[T]() && (useAVX512 || useAVX2) && len(src) > 0 {
 			relu := 0
 			if op.ReLU {
 				relu = 1
 			}
-			affine32(f32p(src), f32p(dst), len(src), float32(s), float32(b), relu)
+			if useAVX512 {
+				affine32(f32p(src), f32p(dst), len(src), float32(s), float32(b), relu)
+			} else {
+				affine32AVX2(f32p(src), f32p(dst), len(src), float32(s), float32(b), relu)
+			}
 			continue
 		}
 		if op.ReLU {
@@ -655,8 +659,12 @@ func bnInputGrad[T float](op *bnOp, dy, x, dx []T, lo, hi int) {
 		xx, out := x[p*inner:(p+1)*inner], dx[p*inner:(p+1)*inner]
 		d := dy[p*inner : (p+1)*inner]
 		xx, out = xx[:len(d)], out[:len(d)]
-		if is32[T]() && useAVX512 && len(d) > 0 {
-			lincomb32(f32p(d), f32p(xx), f32p(out), len(d), float32(a), float32(b), float32(k))
+		if is32[T]() && (useAVX512 || useAVX2) && len(d) > 0 {
+			if useAVX512 {
+				lincomb32(f32p(d), f32p(xx), f32p(out), len(d), float32(a), float32(b), float32(k))
+			} else {
+				lincomb32AVX2(f32p(d), f32p(xx), f32p(out), len(d), float32(a), float32(b), float32(k))
+			}
 			continue
 		}
 		for i, v := range d {

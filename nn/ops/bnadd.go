@@ -202,8 +202,12 @@ func bnAdd[T float](op *bnAddOp, x1, x2, y []T, lo, hi int) {
 		a, b, k := T(op.a[p%c]), T(op.b[p%c]), T(op.k[p%c])
 		s1, s2, dst := x1[p*inner:(p+1)*inner], x2[p*inner:(p+1)*inner], y[p*inner:(p+1)*inner]
 		s2, dst = s2[:len(s1)], dst[:len(s1)]
-		if is32[T]() && useAVX512 && len(s1) > 0 {
-			bnAddRelu32(f32p(s1), f32p(s2), f32p(dst), len(s1), float32(a), float32(b), float32(k))
+		if is32[T]() && (useAVX512 || useAVX2) && len(s1) > 0 {
+			if useAVX512 {
+				bnAddRelu32(f32p(s1), f32p(s2), f32p(dst), len(s1), float32(a), float32(b), float32(k))
+			} else {
+				bnAddRelu32AVX2(f32p(s1), f32p(s2), f32p(dst), len(s1), float32(a), float32(b), float32(k))
+			}
 			continue
 		}
 		for i, e := range s1 {

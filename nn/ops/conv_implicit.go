@@ -31,7 +31,7 @@ import (
 // wastes no more than implicitWaste of the multiply.
 func implicitRows[T float](g *convGeom, rows, multiple int) bool {
 	var z T
-	if !useAVX512 || unsafe.Sizeof(z) != 4 || g.kh*g.kw == 1 || rows%multiple != 0 {
+	if !mmKernels() || unsafe.Sizeof(z) != 4 || g.kh*g.kw == 1 || rows%multiple != 0 {
 		return false
 	}
 	if g.sh*g.sw > 1 && g.ohw() < implicitStridedOut {

@@ -7,16 +7,23 @@ import (
 	"testing"
 )
 
-// The AVX-512 loops of elem_amd64.s against the Go loops they replace, on
+// The AVX-512 loops of elem_amd64.s, and the AVX2 ones of elem_avx2_amd64.s
+// where they exist (with AVX-512 off), against the Go loops they replace, on
 // every length up to 70 (whole vectors, the half-vector step of the sums,
 // masked tails) with NaN, ±0 and ±Inf among the values: the same results
 // (within rounding where the kernels fuse multiply-adds or sum in another
 // order), NaN where Go gives NaN, and nothing written past the end.
+// avx2Ported names the checks of TestElemKernelsMatchGo whose loops have
+// AVX2 kernels, the same bits as the AVX-512 ones; the others run the Go
+// loops on the AVX2 tier.
+var avx2Ported = map[string]bool{"maskPos": true, "addRelu": true, "add": true, "bnAffine relu=false": true, "bnAffine relu=true": true, "bnAdd": true, "bnInputGrad": true}
+
 func TestElemKernelsMatchGo(t *testing.T) {
-	if !useAVX512 {
+	has512, has2 := useAVX512, useAVX2
+	if !has512 {
 		t.Skip("this CPU has no AVX-512: the Go loops run (covered by the op tests)")
 	}
-	defer func() { useAVX512 = true }()
+	defer func() { useAVX512, useAVX2 = has512, has2 }()
 	r := rand.New(rand.NewPCG(5, 6))
 	special := []float32{float32(math.NaN()), 0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.Inf(-1))}
 	gen := func(n int) []float32 {
@@ -47,8 +54,9 @@ func TestElemKernelsMatchGo(t *testing.T) {
 	for n := 0; n <= 70; n++ {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			a, b, c, d := gen(n), gen(n), gen(n), gen(n)
-			run := func(avx bool, f func(out []float32)) []float32 {
-				useAVX512 = avx
+			// tier 0: the Go loops; 1: AVX-512; 2: AVX2 (the kernels it has).
+			run := func(tier int, f func(out []float32)) []float32 {
+				useAVX512, useAVX2 = tier == 1, tier == 2
 				out := make([]float32, n+8)
 				for i := range out {
 					out[i] = 42
@@ -58,11 +66,18 @@ func TestElemKernelsMatchGo(t *testing.T) {
 			}
 			check := func(what string, tol float64, f func(out []float32)) {
 				t.Helper()
-				want, got := run(false, f), run(true, f)
-				same(t, what, got, want, tol)
+				want := run(0, f)
+				same(t, what, run(1, f), want, tol)
+				if has2 {
+					same(t, what+" (AVX2)", run(2, f), want, tol)
+					if avx2Ported[what] {
+						same(t, what+" (AVX2 against AVX-512)", run(2, f), run(1, f), 0)
+					}
+				}
 			}
 			check("maskPos", 0, func(out []float32) { maskPos(a[:n], b[:n], out[:n]) })
 			check("addRelu", 0, func(out []float32) { addRelu(a[:n], b[:n], out[:n]) })
+			check("add", 0, func(out []float32) { add(a[:n], b[:n], out[:n]) })
 			for _, relu := range []bool{false, true} {
 				op := &bnOp{c: 1, inner: n, scale: []float64{1.5}, shift: []float64{-0.25}, BatchNormOpts: BatchNormOpts{ReLU: relu}}
 				check(fmt.Sprintf("bnAffine relu=%v", relu), 1e-6, func(out []float32) { bnAffine(op, a[:n], out[:n], 0, 1) })
@@ -88,7 +103,7 @@ func TestElemKernelsMatchGo(t *testing.T) {
 				out[n], out[n+1] = float32(s), float32(sx)
 			})
 			{ // bitwise the AVX-512 add then maskDotSums, the path it replaces
-				useAVX512 = true
+				useAVX512, useAVX2 = true, false
 				dm := make([]float32, n+8)
 				for i := range dm {
 					dm[i] = 42
@@ -101,7 +116,7 @@ func TestElemKernelsMatchGo(t *testing.T) {
 				same(t, "maskAddDotSums against the AVX-512 add, maskDotSums", append(dm, float32(s), float32(sx)), append(want, float32(ws), float32(wsx)), 0)
 			}
 			{ // bitwise the AVX-512 maskPos then dotSums, the path it replaces
-				useAVX512 = true
+				useAVX512, useAVX2 = true, false
 				dm := make([]float32, n+8)
 				for i := range dm {
 					dm[i] = 42

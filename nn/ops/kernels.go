@@ -16,9 +16,13 @@ import (
 func maskPos[T float](y, dy, dx []T) {
 	var z T
 	if unsafe.Sizeof(z) == 4 {
-		if useAVX512 && len(y) > 0 {
+		if (useAVX512 || useAVX2) && len(y) > 0 {
 			dy, dx = dy[:len(y)], dx[:len(y)]
-			maskPos32AVX(f32p(y), f32p(dy), f32p(dx), len(y))
+			if useAVX512 {
+				maskPos32AVX(f32p(y), f32p(dy), f32p(dx), len(y))
+			} else {
+				maskPos32AVX2(f32p(y), f32p(dy), f32p(dx), len(y))
+			}
 			return
 		}
 		maskPos32(f32s(y), f32s(dy), f32s(dx))
@@ -66,8 +70,13 @@ func sum[T float](x []T) float64 {
 // (one plane of an image is at most a few thousand elements; the shift keeps
 // the terms small) and returns float64 for the caller to sum planes in.
 func shiftedSums[T float](x []T, k T) (s, sq float64) {
-	if is32[T]() && useAVX512 && len(x) > 0 {
-		s32, sq32 := shiftedSums32(f32p(x), len(x), float32(k))
+	if is32[T]() && (useAVX512 || useAVX2) && len(x) > 0 {
+		var s32, sq32 float32
+		if useAVX512 {
+			s32, sq32 = shiftedSums32(f32p(x), len(x), float32(k))
+		} else {
+			s32, sq32 = shiftedSums32AVX2(f32p(x), len(x), float32(k))
+		}
 		return float64(s32), float64(sq32)
 	}
 	var s0, s1, s2, s3, q0, q1, q2, q3 T
@@ -94,8 +103,13 @@ func shiftedSums[T float](x []T, k T) (s, sq float64) {
 // dotSums is Σd and Σd·x, accumulated as shiftedSums.
 func dotSums[T float](d, x []T) (s, sx float64) {
 	x = x[:len(d)]
-	if is32[T]() && useAVX512 && len(d) > 0 {
-		s32, sx32 := dotSums32(f32p(d), f32p(x), len(d))
+	if is32[T]() && (useAVX512 || useAVX2) && len(d) > 0 {
+		var s32, sx32 float32
+		if useAVX512 {
+			s32, sx32 = dotSums32(f32p(d), f32p(x), len(d))
+		} else {
+			s32, sx32 = dotSums32AVX2(f32p(d), f32p(x), len(d))
+		}
 		return float64(s32), float64(sx32)
 	}
 	var s0, s1, s2, s3, p0, p1, p2, p3 T

@@ -6,7 +6,8 @@ import (
 )
 
 // The convolutions' float32 multiplies run on kernels of this package where
-// the CPU has AVX-512 (sgemm_amd64.s), not on package blas: their shapes
+// the CPU has AVX-512 (sgemm_amd64.s) or AVX2 and FMA
+// (sgemm_avx2_amd64.s), not on package blas: their shapes
 // (16 to 64 rows, a few hundred columns per image) are where a BLAS spends
 // more time packing operands and handling edges than multiplying (BLIS ran
 // resnet8's stage-1 multiplies at 11-86 GFLOP/s of about 200 a core). The
@@ -14,6 +15,11 @@ import (
 // packing of the large operand), pack only the small one (the weight, a few
 // thousand values), and keep the whole 8x32 or 4x6 tile in registers.
 // Results are fixed by the shapes: the same bits whatever the worker count.
+
+// mmKernels reports whether the multiplies run on this package's kernels:
+// the AVX-512 ones, else the AVX2 ones (sgemm_avx2_amd64.s), which keep the
+// same Go-side contracts in smaller register tiles.
+func mmKernels() bool { return useAVX512 || useAVX2 }
 
 // mmScratch is one worker's scratch for the kernels.
 type mmScratch struct {
@@ -49,7 +55,7 @@ func grow32(s []int32, n int) []int32 {
 // (4 for a transposed b)), else on package blas.
 func mm[T float](s *mmScratch, tA, tB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
 	var z T
-	if !useAVX512 || unsafe.Sizeof(z) != 4 || alpha != 1 || (beta != 0 && beta != 1) ||
+	if !mmKernels() || unsafe.Sizeof(z) != 4 || alpha != 1 || (beta != 0 && beta != 1) ||
 		m == 0 || n == 0 || k == 0 || int64(k)*int64(max(ldb, n)) >= 1<<31 {
 		gemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
@@ -112,9 +118,14 @@ func sgemmNNPacked(m, n, k int, ap []float32, b []float32, boff []int32, c []flo
 		flag = 1
 	}
 	for j := 0; j < n; j += 32 {
-		mask := uint32(1<<min(32, n-j) - 1)
+		cols := min(32, n-j)
+		mask := uint32(1<<cols - 1)
 		for rb := 0; rb < m/8; rb++ {
-			sgemmNN8x32(k, &ap[rb*8*k], &b[j], &boff[0], &c[rb*8*ldc+j], ldc, mask, flag)
+			if useAVX512 {
+				sgemmNN8x32(k, &ap[rb*8*k], &b[j], &boff[0], &c[rb*8*ldc+j], ldc, mask, flag)
+			} else {
+				sgemmNN8x32AVX2(k, &ap[rb*8*k], &b[j], &boff[0], &c[rb*8*ldc+j], ldc, cols, flag)
+			}
 		}
 	}
 }
@@ -145,7 +156,7 @@ func sgemmNTSegs(s *mmScratch, m, n, q, segs int, a []float32, lda, astride int,
 	for j := 0; j < n; j += 6 {
 		if j+6 <= n {
 			for i := 0; i < m; i += 4 {
-				sgemmNT4x6(n16, tail, &a[i*lda], lda, &b[0], &boff[j], &c[i*ldc+j], ldc, flag, segs, astride, bstride)
+				nt4x6(n16, tail, &a[i*lda], lda, &b[0], &boff[j], &c[i*ldc+j], ldc, flag, segs, astride, bstride)
 			}
 			continue
 		}
@@ -156,7 +167,7 @@ func sgemmNTSegs(s *mmScratch, m, n, q, segs int, a []float32, lda, astride int,
 			bo[t] = boff[min(j+t, n-1)]
 		}
 		for i := 0; i < m; i += 4 {
-			sgemmNT4x6(n16, tail, &a[i*lda], lda, &b[0], &bo[0], &s.tile[0], 6, 0, segs, astride, bstride)
+			nt4x6(n16, tail, &a[i*lda], lda, &b[0], &bo[0], &s.tile[0], 6, 0, segs, astride, bstride)
 			for r := 0; r < 4; r++ {
 				row := c[(i+r)*ldc+j : (i+r)*ldc+n]
 				for t := range row {
@@ -168,6 +179,15 @@ func sgemmNTSegs(s *mmScratch, m, n, q, segs int, a []float32, lda, astride int,
 				}
 			}
 		}
+	}
+}
+
+// nt4x6 is sgemmNT4x6 on the kernels in use.
+func nt4x6(n16 int, tail uint32, a *float32, lda int, b *float32, boff *int32, c *float32, ldc int, acc int, segs, astride, bstride int) {
+	if useAVX512 {
+		sgemmNT4x6(n16, tail, a, lda, b, boff, c, ldc, acc, segs, astride, bstride)
+	} else {
+		sgemmNT4x6AVX2(n16, tail, a, lda, b, boff, c, ldc, acc, segs, astride, bstride)
 	}
 }
 

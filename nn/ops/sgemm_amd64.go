@@ -20,6 +20,41 @@ func sgemmNN8x32(k int, ap, b *float32, boff *int32, c *float32, ldc int, mask u
 //go:noescape
 func sgemmNT4x6(n16 int, tail uint32, a *float32, lda int, b *float32, boff *int32, c *float32, ldc int, acc int, segs, astride, bstride int)
 
+// sgemmNN8x32AVX2 is sgemmNN8x32 on AVX2 and FMA, taking the number of
+// columns (1 to 32) where sgemmNN8x32 takes their mask.
+//
+//go:noescape
+func sgemmNN8x32AVX2(k int, ap, b *float32, boff *int32, c *float32, ldc int, ncols int, acc int)
+
+// sgemmNT4x6AVX2 is sgemmNT4x6 on AVX2 and FMA.
+//
+//go:noescape
+func sgemmNT4x6AVX2(n16 int, tail uint32, a *float32, lda int, b *float32, boff *int32, c *float32, ldc int, acc int, segs, astride, bstride int)
+
+// The elementwise kernels of elem_avx2_amd64.s: those of elem_amd64.s on
+// AVX2, the same bits.
+
+//go:noescape
+func affine32AVX2(x, y *float32, n int, s, b float32, relu int)
+
+//go:noescape
+func addRelu32AVX2(a, b, y *float32, n int)
+
+//go:noescape
+func add32AVX2(a, b, y *float32, n int)
+
+//go:noescape
+func maskPos32AVX2(y, dy, dx *float32, n int)
+
+//go:noescape
+func lincomb32AVX2(d, x, out *float32, n int, a, b, k float32)
+
+//go:noescape
+func shiftedSums32AVX2(x *float32, n int, k float32) (s, sq float32)
+
+//go:noescape
+func dotSums32AVX2(d, x *float32, n int) (s, sx float32)
+
 //go:noescape
 func affine32(x, y *float32, n int, s, b float32, relu int)
 

@@ -1,6 +1,7 @@
 //go:build amd64 && !purego
 
 #include "textflag.h"
+#include "sgemm_amd64.h"
 
 // float32 matrix-multiply kernels for the convolutions (sgemm.go), AVX-512.
 // Go's operand order: VFMADD231PS b, a, acc computes acc += a·b.
@@ -167,20 +168,7 @@ TEXT ·sgemmNT4x6(SB), NOSPLIT, $0-96
 	LEAQ (R8)(DX*1), R9
 	LEAQ (R9)(DX*1), R10
 	LEAQ (R10)(DX*1), R11
-	MOVQ b+32(FP), SI
-	MOVQ boff+40(FP), DI
-	MOVLQSX 0(DI), AX
-	LEAQ (SI)(AX*4), AX
-	MOVLQSX 4(DI), CX
-	LEAQ (SI)(CX*4), CX
-	MOVLQSX 8(DI), DX
-	LEAQ (SI)(DX*4), DX
-	MOVLQSX 12(DI), R12
-	LEAQ (SI)(R12*4), R12
-	MOVLQSX 16(DI), R13
-	LEAQ (SI)(R13*4), R13
-	MOVLQSX 20(DI), BX
-	LEAQ (SI)(BX*4), SI
+	NTBROWS
 	// B row pointers: AX, CX, DX, R12, R13, SI. Byte index: BX.
 	// Iterations: DI (full vectors), then a masked tail of q%16.
 	VPXORD Z0, Z0, Z0
@@ -257,14 +245,7 @@ ntnext:
 	ADDQ DI, R9
 	ADDQ DI, R10
 	ADDQ DI, R11
-	MOVQ bstride+88(FP), DI
-	SHLQ $2, DI
-	ADDQ DI, AX
-	ADDQ DI, CX
-	ADDQ DI, DX
-	ADDQ DI, R12
-	ADDQ DI, R13
-	ADDQ DI, SI
+	NTBNEXT
 	JMP  ntseg
 
 ntdone:

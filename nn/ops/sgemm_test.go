@@ -34,6 +34,27 @@ func refGemm(tA, tB bool, m, n, k int, a []float32, lda int, b []float32, ldb in
 	return out
 }
 
+// forEachKernelTier runs f once on each tier of multiply kernels this CPU
+// and KernelsEnv allow (AVX-512, then AVX2 with AVX-512 off), and skips
+// where there is none.
+func forEachKernelTier(t *testing.T, f func(t *testing.T)) {
+	t.Helper()
+	old512, old2 := useAVX512, useAVX2
+	defer func() { useAVX512, useAVX2 = old512, old2 }()
+	if !old512 && !old2 {
+		t.Skip("no AVX-512 or AVX2 kernels on this CPU (or FULGUR_NN_KERNELS=go): the convolutions multiply on package blas")
+	}
+	for _, tier := range []struct {
+		name       string
+		on, avx512 bool
+	}{{"avx512", old512, true}, {"avx2", old2, false}} {
+		if tier.on {
+			useAVX512, useAVX2 = tier.avx512, !tier.avx512
+			t.Run(tier.name, f)
+		}
+	}
+}
+
 func randF32(r *rand.Rand, n int) []float32 {
 	s := make([]float32, n)
 	for i := range s {
@@ -46,10 +67,9 @@ func randF32(r *rand.Rand, n int) []float32 {
 // on the convolutions' shapes and on tails of every width (columns not a
 // multiple of 32 or 16, B-row counts not a multiple of 6), with and without
 // a transposed a and accumulation, and that nothing outside c's rows moves.
-func TestSgemmKernels(t *testing.T) {
-	if !useAVX512 {
-		t.Skip("this CPU has no AVX-512: the convolutions multiply on package blas (covered by the conv tests)")
-	}
+func TestSgemmKernels(t *testing.T) { forEachKernelTier(t, testSgemmKernels) }
+
+func testSgemmKernels(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	type shape struct {
 		tA, tB  bool
@@ -140,7 +160,7 @@ func BenchmarkConvMultiplies(b *testing.B) {
 		a, bb, c := randF32(r, asz), randF32(r, bsz), make([]float32, s.m*s.n)
 		flops := 2 * float64(s.m*s.n*s.k)
 		for _, impl := range []string{"kernel", "blas"} {
-			if impl == "kernel" && !useAVX512 {
+			if impl == "kernel" && !mmKernels() {
 				continue
 			}
 			b.Run(s.name+"/"+impl, func(b *testing.B) {
@@ -165,8 +185,8 @@ func BenchmarkConvMultiplies(b *testing.B) {
 //
 //	GOMAXPROCS=1 go test ./nn/ops -run '^$' -bench ConvImplicitMultiplies
 func BenchmarkConvImplicitMultiplies(b *testing.B) {
-	if !useAVX512 {
-		b.Skip("no AVX-512: no implicit path")
+	if !mmKernels() {
+		b.Skip("no AVX-512 or AVX2 kernels: no implicit path")
 	}
 	for _, s := range []struct {
 		name      string
@@ -197,10 +217,9 @@ func BenchmarkConvImplicitMultiplies(b *testing.B) {
 // sgemmNTSegs against the sum of its segments' products by the definition:
 // several segments, rows of a and b that do not start at 0, partial last
 // tiles (n not a multiple of 6, q not of 16), set and accumulate.
-func TestSgemmNTSegs(t *testing.T) {
-	if !useAVX512 {
-		t.Skip("this CPU has no AVX-512: the convolutions multiply on package blas")
-	}
+func TestSgemmNTSegs(t *testing.T) { forEachKernelTier(t, testSgemmNTSegs) }
+
+func testSgemmNTSegs(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	for _, s := range []struct{ m, n, q, segs int }{{4, 6, 16, 2}, {8, 13, 37, 3}, {16, 144, 420, 2}, {12, 7, 5, 4}, {4, 1, 1, 2}} {
 		t.Run(fmt.Sprintf("%dx%dx%d/segs=%d", s.m, s.n, s.q, s.segs), func(t *testing.T) {
@@ -239,5 +258,41 @@ func TestSgemmNTSegs(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The AVX2 sgemmNN kernel runs each element's chain of fused multiply-adds
+// in the AVX-512 kernel's order: the same bits, on every column count of a
+// tile (the partial ones masked), set and accumulated.
+func TestSgemmNNAVX2SameBits(t *testing.T) {
+	if !useAVX512 || !useAVX2 {
+		t.Skip("needs both the AVX-512 and the AVX2 kernels (FULGUR_NN_KERNELS unset on an AVX-512 CPU)")
+	}
+	defer func() { useAVX512 = true }()
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, k := range []int{1, 7, 144} {
+		for n := 1; n <= 70; n++ {
+			m, ldb, ldc := 16, n+3, n+1
+			a, b := randF32(r, m*k), randF32(r, k*ldb)
+			boff := make([]int32, k)
+			for kk := range boff {
+				boff[kk] = int32((k - 1 - kk) * ldb)
+			}
+			c0 := randF32(r, m*ldc)
+			var sc mmScratch
+			for _, acc := range []bool{false, true} {
+				var got [2][]float32
+				for i, avx512 := range []bool{true, false} {
+					useAVX512 = avx512
+					got[i] = append([]float32(nil), c0...)
+					sgemmNN(&sc, false, m, n, k, a, k, b, boff, got[i], ldc, acc)
+				}
+				for i := range got[0] {
+					if math.Float32bits(got[0][i]) != math.Float32bits(got[1][i]) {
+						t.Fatalf("k=%d n=%d acc=%v: c[%d][%d] is %v on AVX2, %v on AVX-512", k, n, acc, i/ldc, i%ldc, got[1][i], got[0][i])
+					}
+				}
+			}
+		}
 	}
 }

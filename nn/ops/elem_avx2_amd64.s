@@ -1,0 +1,349 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// The elementwise kernels of elem_amd64.s for CPUs with AVX2 and FMA but
+// no AVX-512: 8 lanes a step, the tail through VMASKMOVPS (no element
+// outside [0, n) is read or written), the same operations in the same
+// order, so the same bits as the AVX-512 kernels.
+
+// elemtail8 holds 8 all-ones lanes then 8 zeros: the 8 lanes at
+// elemtail8 + 4·(8 - t) are the mask of the lanes below t.
+DATA elemtail8<>+0(SB)/8, $-1
+DATA elemtail8<>+8(SB)/8, $-1
+DATA elemtail8<>+16(SB)/8, $-1
+DATA elemtail8<>+24(SB)/8, $-1
+DATA elemtail8<>+32(SB)/8, $0
+DATA elemtail8<>+40(SB)/8, $0
+DATA elemtail8<>+48(SB)/8, $0
+DATA elemtail8<>+56(SB)/8, $0
+GLOBL elemtail8<>(SB), RODATA|NOPTR, $64
+
+// Sets Y15 to the low n%8 lanes (n in CX), or jumps to done when none
+// (DX, R11 scratch).
+#define TAILMASK8(done) \
+	MOVQ    CX, DX \
+	ANDQ    $7, DX \
+	JZ      done \
+	NEGQ    DX \
+	LEAQ    elemtail8<>+32(SB), R11 \
+	VMOVDQU (R11)(DX*4), Y15
+
+// Sets R9 to the whole vectors of n (in CX) and BX to 0; jumps to tail when
+// there are none.
+#define VECS8(tail) \
+	MOVQ  CX, R9 \
+	SHRQ  $3, R9 \
+	XORQ  BX, BX \
+	TESTQ R9, R9 \
+	JZ    tail
+
+// func affine32AVX2(x, y *float32, n int, s, b float32, relu int)
+TEXT ·affine32AVX2(SB), NOSPLIT, $0-40
+	MOVQ         x+0(FP), SI
+	MOVQ         y+8(FP), DI
+	MOVQ         n+16(FP), CX
+	VBROADCASTSS s+24(FP), Y1
+	VBROADCASTSS b+28(FP), Y2
+	MOVQ         relu+32(FP), R8
+	VXORPS       Y3, Y3, Y3
+	VECS8(afftail)
+
+affloop:
+	VMOVUPS     (SI)(BX*1), Y0
+	VFMADD213PS Y2, Y1, Y0 // Y0 = Y0·Y1 + Y2
+	TESTQ       R8, R8
+	JZ          2(PC)
+	VMAXPS      Y0, Y3, Y0
+	VMOVUPS     Y0, (DI)(BX*1)
+	ADDQ        $32, BX
+	DECQ        R9
+	JNZ         affloop
+
+afftail:
+	TAILMASK8(affdone)
+	VMASKMOVPS  (SI)(BX*1), Y15, Y0
+	VFMADD213PS Y2, Y1, Y0
+	TESTQ       R8, R8
+	JZ          2(PC)
+	VMAXPS      Y0, Y3, Y0
+	VMASKMOVPS  Y0, Y15, (DI)(BX*1)
+
+affdone:
+	VZEROUPPER
+	RET
+
+// func addRelu32AVX2(a, b, y *float32, n int)
+TEXT ·addRelu32AVX2(SB), NOSPLIT, $0-32
+	MOVQ   a+0(FP), SI
+	MOVQ   b+8(FP), R10
+	MOVQ   y+16(FP), DI
+	MOVQ   n+24(FP), CX
+	VXORPS Y3, Y3, Y3
+	VECS8(artail)
+
+arloop:
+	VMOVUPS (SI)(BX*1), Y0
+	VADDPS  (R10)(BX*1), Y0, Y0
+	VMAXPS  Y0, Y3, Y0
+	VMOVUPS Y0, (DI)(BX*1)
+	ADDQ    $32, BX
+	DECQ    R9
+	JNZ     arloop
+
+artail:
+	TAILMASK8(ardone)
+	VMASKMOVPS (SI)(BX*1), Y15, Y0
+	VMASKMOVPS (R10)(BX*1), Y15, Y1
+	VADDPS     Y1, Y0, Y0
+	VMAXPS     Y0, Y3, Y0
+	VMASKMOVPS Y0, Y15, (DI)(BX*1)
+
+ardone:
+	VZEROUPPER
+	RET
+
+// func add32AVX2(a, b, y *float32, n int)
+TEXT ·add32AVX2(SB), NOSPLIT, $0-32
+	MOVQ a+0(FP), SI
+	MOVQ b+8(FP), R10
+	MOVQ y+16(FP), DI
+	MOVQ n+24(FP), CX
+	VECS8(adtail)
+
+adloop:
+	VMOVUPS (SI)(BX*1), Y0
+	VADDPS  (R10)(BX*1), Y0, Y0
+	VMOVUPS Y0, (DI)(BX*1)
+	ADDQ    $32, BX
+	DECQ    R9
+	JNZ     adloop
+
+adtail:
+	TAILMASK8(addone)
+	VMASKMOVPS (SI)(BX*1), Y15, Y0
+	VMASKMOVPS (R10)(BX*1), Y15, Y1
+	VADDPS     Y1, Y0, Y0
+	VMASKMOVPS Y0, Y15, (DI)(BX*1)
+
+addone:
+	VZEROUPPER
+	RET
+
+// func maskPos32AVX2(y, dy, dx *float32, n int)
+// dx[i] = dy[i] where y[i] is not ≤ 0 (positive or NaN), else +0.
+TEXT ·maskPos32AVX2(SB), NOSPLIT, $0-32
+	MOVQ   y+0(FP), SI
+	MOVQ   dy+8(FP), R10
+	MOVQ   dx+16(FP), DI
+	MOVQ   n+24(FP), CX
+	VXORPS Y3, Y3, Y3
+	VECS8(mptail)
+
+mploop:
+	VMOVUPS (SI)(BX*1), Y0
+	VCMPPS  $0x16, Y3, Y0, Y2 // NLE_UQ: not (y ≤ 0)
+	VANDPS  (R10)(BX*1), Y2, Y1
+	VMOVUPS Y1, (DI)(BX*1)
+	ADDQ    $32, BX
+	DECQ    R9
+	JNZ     mploop
+
+mptail:
+	TAILMASK8(mpdone)
+	VMASKMOVPS (SI)(BX*1), Y15, Y0
+	VCMPPS     $0x16, Y3, Y0, Y2
+	VMASKMOVPS (R10)(BX*1), Y15, Y1
+	VANDPS     Y1, Y2, Y1
+	VMASKMOVPS Y1, Y15, (DI)(BX*1)
+
+mpdone:
+	VZEROUPPER
+	RET
+
+// func lincomb32AVX2(d, x, out *float32, n int, a, b, k float32)
+// out[i] = a·d[i] + b·x[i] + k.
+TEXT ·lincomb32AVX2(SB), NOSPLIT, $0-44
+	MOVQ         d+0(FP), SI
+	MOVQ         x+8(FP), R10
+	MOVQ         out+16(FP), DI
+	MOVQ         n+24(FP), CX
+	VBROADCASTSS a+32(FP), Y4
+	VBROADCASTSS b+36(FP), Y5
+	VBROADCASTSS k+40(FP), Y6
+	VECS8(lctail)
+
+lcloop:
+	VMOVUPS     (R10)(BX*1), Y0
+	VMULPS      Y5, Y0, Y0
+	VMOVUPS     (SI)(BX*1), Y1
+	VFMADD231PS Y4, Y1, Y0 // Y0 += d·a
+	VADDPS      Y6, Y0, Y0
+	VMOVUPS     Y0, (DI)(BX*1)
+	ADDQ        $32, BX
+	DECQ        R9
+	JNZ         lcloop
+
+lctail:
+	TAILMASK8(lcdone)
+	VMASKMOVPS  (R10)(BX*1), Y15, Y0
+	VMULPS      Y5, Y0, Y0
+	VMASKMOVPS  (SI)(BX*1), Y15, Y1
+	VFMADD231PS Y4, Y1, Y0
+	VADDPS      Y6, Y0, Y0
+	VMASKMOVPS  Y0, Y15, (DI)(BX*1)
+
+lcdone:
+	VZEROUPPER
+	RET
+
+// func bnAddRelu32AVX2(x1, x2, y *float32, n int, a, b, k float32)
+// y[i] = max(a·x1[i] + (b·x2[i] + k), 0), NaN passing through as Go's max.
+TEXT ·bnAddRelu32AVX2(SB), NOSPLIT, $0-44
+	MOVQ         x1+0(FP), SI
+	MOVQ         x2+8(FP), R10
+	MOVQ         y+16(FP), DI
+	MOVQ         n+24(FP), CX
+	VBROADCASTSS a+32(FP), Y4
+	VBROADCASTSS b+36(FP), Y5
+	VBROADCASTSS k+40(FP), Y6
+	VXORPS       Y3, Y3, Y3
+	VECS8(batail)
+
+baloop:
+	VMOVUPS     (R10)(BX*1), Y0
+	VFMADD213PS Y6, Y5, Y0         // Y0 = x2·b + k
+	VFMADD231PS (SI)(BX*1), Y4, Y0 // Y0 += x1·a
+	VMAXPS      Y0, Y3, Y0
+	VMOVUPS     Y0, (DI)(BX*1)
+	ADDQ        $32, BX
+	DECQ        R9
+	JNZ         baloop
+
+batail:
+	TAILMASK8(badone)
+	VMASKMOVPS  (R10)(BX*1), Y15, Y0
+	VMASKMOVPS  (SI)(BX*1), Y15, Y1
+	VFMADD213PS Y6, Y5, Y0
+	VFMADD231PS Y1, Y4, Y0
+	VMAXPS      Y0, Y3, Y0
+	VMASKMOVPS  Y0, Y15, (DI)(BX*1)
+
+badone:
+	VZEROUPPER
+	RET
+
+// Sums the 8 lanes of y (x its low half) into the float at dst (fixed tree
+// order; X5 scratch).
+#define HSUM8(y, x, dst) \
+	VEXTRACTF128 $1, y, X5 \
+	VADDPS       X5, x, x \
+	VPERMILPS    $0x4E, x, X5 \
+	VADDPS       X5, x, x \
+	VPERMILPS    $0xB1, x, X5 \
+	VADDSS       X5, x, x \
+	VMOVSS       x, dst
+
+// Adds the accumulators Y1 into Y0 and Y3 into Y2 and stores their sums.
+#define SUMS2(s0, s2) \
+	VADDPS Y1, Y0, Y0 \
+	VADDPS Y3, Y2, Y2 \
+	HSUM8(Y0, X0, s0) \
+	HSUM8(Y2, X2, s2)
+
+// Zeroes the accumulators Y0-Y3 and sets R9 to the 16-element steps of n
+// (in CX), BX to 0; jumps to half when there are none.
+#define SUMSTART(half) \
+	VXORPS Y0, Y0, Y0 \
+	VXORPS Y1, Y1, Y1 \
+	VXORPS Y2, Y2, Y2 \
+	VXORPS Y3, Y3, Y3 \
+	MOVQ   CX, R9 \
+	SHRQ   $4, R9 \
+	XORQ   BX, BX \
+	TESTQ  R9, R9 \
+	JZ     half
+
+// func shiftedSums32AVX2(x *float32, n int, k float32) (s, sq float32)
+// Σ(x-k) and Σ(x-k)², in two 8-lane accumulators each: shiftedSums32's
+// sums in another order.
+TEXT ·shiftedSums32AVX2(SB), NOSPLIT, $0-32
+	MOVQ         x+0(FP), SI
+	MOVQ         n+8(FP), CX
+	VBROADCASTSS k+16(FP), Y4
+	SUMSTART(sshalf)
+
+ssloop:
+	VMOVUPS     (SI)(BX*1), Y5
+	VMOVUPS     32(SI)(BX*1), Y6
+	VSUBPS      Y4, Y5, Y5
+	VSUBPS      Y4, Y6, Y6
+	VADDPS      Y5, Y0, Y0
+	VADDPS      Y6, Y1, Y1
+	VFMADD231PS Y5, Y5, Y2
+	VFMADD231PS Y6, Y6, Y3
+	ADDQ        $64, BX
+	DECQ        R9
+	JNZ         ssloop
+
+sshalf:
+	TESTQ       $8, CX
+	JZ          sstail
+	VMOVUPS     (SI)(BX*1), Y5
+	VSUBPS      Y4, Y5, Y5
+	VADDPS      Y5, Y0, Y0
+	VFMADD231PS Y5, Y5, Y2
+	ADDQ        $32, BX
+
+sstail:
+	TAILMASK8(ssdone)
+	VMASKMOVPS  (SI)(BX*1), Y15, Y5
+	VSUBPS      Y4, Y5, Y5
+	VANDPS      Y15, Y5, Y5 // the lanes past n add nothing
+	VADDPS      Y5, Y1, Y1
+	VFMADD231PS Y5, Y5, Y3
+
+ssdone:
+	SUMS2(s+24(FP), sq+28(FP))
+	VZEROUPPER
+	RET
+
+// func dotSums32AVX2(d, x *float32, n int) (s, sx float32)
+// Σd and Σd·x, in two 8-lane accumulators each: dotSums32's sums in
+// another order.
+TEXT ·dotSums32AVX2(SB), NOSPLIT, $0-32
+	MOVQ   d+0(FP), SI
+	MOVQ   x+8(FP), R10
+	MOVQ   n+16(FP), CX
+	SUMSTART(dshalf)
+
+dsloop:
+	VMOVUPS     (SI)(BX*1), Y5
+	VMOVUPS     32(SI)(BX*1), Y6
+	VADDPS      Y5, Y0, Y0
+	VADDPS      Y6, Y1, Y1
+	VFMADD231PS (R10)(BX*1), Y5, Y2
+	VFMADD231PS 32(R10)(BX*1), Y6, Y3
+	ADDQ        $64, BX
+	DECQ        R9
+	JNZ         dsloop
+
+dshalf:
+	TESTQ       $8, CX
+	JZ          dstail
+	VMOVUPS     (SI)(BX*1), Y5
+	VADDPS      Y5, Y0, Y0
+	VFMADD231PS (R10)(BX*1), Y5, Y2
+	ADDQ        $32, BX
+
+dstail:
+	TAILMASK8(dsdone)
+	VMASKMOVPS  (SI)(BX*1), Y15, Y5
+	VMASKMOVPS  (R10)(BX*1), Y15, Y6
+	VADDPS      Y5, Y1, Y1
+	VFMADD231PS Y6, Y5, Y3
+
+dsdone:
+	SUMS2(s+24(FP), sx+28(FP))
+	VZEROUPPER
+	RET
