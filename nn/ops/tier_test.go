@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -34,5 +35,26 @@ func TestKernelCap(t *testing.T) {
 		if err != nil && (!strings.Contains(err.Error(), KernelsEnv) || !strings.Contains(err.Error(), c.cap)) {
 			t.Errorf("%s=%q: the error %q names neither the variable nor the value", KernelsEnv, c.cap, err)
 		}
+	}
+}
+
+// TestExpectedTier checks which kernels this CPU takes, when
+// FULGUR_TEST_EXPECT_TIER says (avx512, avx2 or go): .ci/run runs the
+// package on an emulated CPU without AVX-512 and must know the AVX2 tier
+// was the one tested there.
+func TestExpectedTier(t *testing.T) {
+	want := os.Getenv("FULGUR_TEST_EXPECT_TIER")
+	if want == "" {
+		t.Skip("FULGUR_TEST_EXPECT_TIER not set")
+	}
+	got := "go"
+	switch {
+	case useAVX512:
+		got = "avx512"
+	case useAVX2:
+		got = "avx2"
+	}
+	if got != want {
+		t.Fatalf("the kernels in use are the %s tier, want %s (useAVX512 %v, useAVX2 %v)", got, want, useAVX512, useAVX2)
 	}
 }
