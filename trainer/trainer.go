@@ -827,6 +827,10 @@ func (t *Trainer) checkGrads(epoch, bi int) error {
 				v = g64[i]
 			}
 			if math.IsNaN(v) || math.IsInf(v, 0) {
+				if t.state.GlobalStep == 0 {
+					// No update has been made: the learning rate cannot be the cause.
+					return fmt.Errorf("DetectAnomaly: the gradient of parameter %q is %v at element %d, epoch %d, batch %d (global step 0), before the first optimizer step (from the initial weights): look in TrainingStep for an op whose gradient is infinite where it is used, such as a square root of zero or a log or division of zero", e.Name, v, i-e.Offset, epoch, bi)
+				}
 				return fmt.Errorf("DetectAnomaly: the gradient of parameter %q is %v at element %d, epoch %d, batch %d (global step %d): lower the learning rate, clip gradients (GradientClipVal), or look for a log or division of zero in the step", e.Name, v, i-e.Offset, epoch, bi, t.state.GlobalStep)
 			}
 		}
