@@ -17,10 +17,11 @@ import (
 // How checkpoint files meet the disk. A save writes a temporary file next to
 // its target (".last.ckpt.tmp-123456"), syncs it and renames it over the
 // target, so a crash or a full disk leaves the previous checkpoint whole.
-// The writer holds an exclusive flock on the temporary file while it writes:
-// the lock dies with the process, which is how the next start tells a save
-// that was interrupted (its temporary file can be locked, and is removed)
-// from one that another job is making right now (left alone).
+// The writer holds an exclusive flock on the temporary file while it writes
+// (on Windows, the open file itself, which no other process can remove): the
+// lock dies with the process, which is how the next start tells a save that
+// was interrupted (its temporary file can be locked, and is removed) from
+// one that another job is making right now (left alone).
 
 // tempCheckpoint matches the temporary files of saves: "."+name+".tmp-"+digits.
 var tempCheckpoint = regexp.MustCompile(`^\..+\.tmp-[0-9]+$`)
@@ -49,7 +50,7 @@ func writeCheckpointFile(path string, write func(io.Writer) error) (err error) {
 			os.Remove(tmp)
 		}
 	}()
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil && !errors.Is(err, syscall.ENOTSUP) && !errors.Is(err, syscall.ENOLCK) {
+	if err := lockTemp(f); err != nil {
 		return fmt.Errorf("lock %s: %w", tmp, err)
 	}
 	bw := bufio.NewWriterSize(f, 1<<20)
@@ -65,13 +66,24 @@ func writeCheckpointFile(path string, write func(io.Writer) error) (err error) {
 	if err := f.Chmod(0o644); err != nil {
 		return err
 	}
-	// Renamed while still open (and locked): a cleaner that opens the
-	// temporary name from here on finds nothing to remove.
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
+	if renameOpen {
+		// Renamed while still open (and locked): a cleaner that opens the
+		// temporary name from here on finds nothing to remove.
+		if err := os.Rename(tmp, path); err != nil {
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+	} else {
+		// Windows renames no file that is open without FILE_SHARE_DELETE,
+		// as Go opens them.
+		if err := f.Close(); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			return err
+		}
 	}
 	if d, err := os.Open(dir); err == nil {
 		// Makes the rename durable; file systems that cannot sync a
@@ -89,7 +101,7 @@ func diskHint(err error, dir, path string) error {
 		keep = fmt.Sprintf("; %s is unchanged", filepath.Base(path))
 	}
 	switch {
-	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT), diskFull(err):
 		return fmt.Errorf("%w: the file system holding %s is full%s: free space there, or save checkpoints on a larger disk (Config.DefaultRootDir, ModelCheckpoint's Dirpath)", err, dir, keep)
 	case errors.Is(err, syscall.EROFS), errors.Is(err, os.ErrPermission):
 		return fmt.Errorf("%w: %s is not writable%s: make it writable, or save checkpoints elsewhere (Config.DefaultRootDir, ModelCheckpoint's Dirpath)", err, dir, keep)
@@ -130,24 +142,6 @@ func removeStaleTemps(dirs ...string) ([]string, error) {
 		}
 	}
 	return removed, errors.Join(errs...)
-}
-
-func removeIfUnlocked(p string) (bool, error) {
-	f, err := os.Open(p)
-	if errors.Is(err, os.ErrNotExist) {
-		return false, nil // renamed or removed since the listing
-	}
-	if err != nil {
-		return false, fmt.Errorf("remove the temporary file of an interrupted save: %w", err)
-	}
-	defer f.Close()
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); errors.Is(err, syscall.EWOULDBLOCK) {
-		return false, nil
-	}
-	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return false, fmt.Errorf("remove the temporary file of an interrupted save: %w", err)
-	}
-	return true, nil
 }
 
 // checkpointDirs are the directories where this run's earlier saves may

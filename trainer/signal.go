@@ -45,7 +45,7 @@ func watchSignals(log *zerolog.Logger) *signalWatch {
 	w := &signalWatch{}
 	sigs := []os.Signal{os.Interrupt, syscall.SIGTERM}
 	if slurmJob() != "" {
-		sigs = append(sigs, syscall.SIGUSR1)
+		sigs = append(sigs, sigUSR1)
 	}
 	w.stop = strategy.WatchStopSignals(sigs, func(s os.Signal, first bool) {
 		if !first {
@@ -54,7 +54,7 @@ func watchSignals(log *zerolog.Logger) *signalWatch {
 		}
 		w.got.Store(&s)
 		msg := "finishing the current step, then saving a checkpoint and stopping; send the signal again after 2 s to exit at once"
-		if s == syscall.SIGUSR1 {
+		if s == sigUSR1 {
 			msg = "SLURM asked to stop: finishing the current step, saving a checkpoint and requeueing the job"
 		}
 		log.Warn().Str("signal", strategy.SignalName(s)).Msg(msg)
@@ -136,7 +136,7 @@ func exitCode(s os.Signal) int {
 }
 
 // signal codes agreed on across ranks (the largest wins).
-var stopSignals = []os.Signal{nil, os.Interrupt, syscall.SIGTERM, syscall.SIGUSR1}
+var stopSignals = []os.Signal{nil, os.Interrupt, syscall.SIGTERM, sigUSR1}
 
 const ctxCancelled = 4
 
@@ -248,7 +248,7 @@ func (t *Trainer) saveInterrupt(ctx context.Context, ie *InterruptedError) error
 	ie.Checkpoint = path
 	t.stats.Interrupted = true
 	t.stats.InterruptCheckpoint = path
-	if ie.Signal == syscall.SIGUSR1 && t.state.IsGlobalZero {
+	if ie.Signal == sigUSR1 && t.state.IsGlobalZero {
 		if err := requeue(ctx); err != nil {
 			return fmt.Errorf("stopping on SIGUSR1: checkpoint saved to %s, but %w", path, err)
 		}

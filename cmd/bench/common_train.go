@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -276,14 +275,6 @@ type stepCounts struct {
 	valid    bool
 }
 
-func readStepCounts(ms *runtime.MemStats) stepCounts {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return stepCounts{}
-	}
-	return stepCounts{GC: ms.NumGC, MinFlt: ru.Minflt, MajFlt: ru.Majflt, VolCSw: ru.Nvcsw, InvolCSw: ru.Nivcsw, valid: true}
-}
-
 func (c stepCounts) sub(o stepCounts) stepCounts {
 	if !c.valid || !o.valid {
 		return stepCounts{}
@@ -345,15 +336,6 @@ func rankFigures(f Figures, rank string) Figures {
 		out["rank"+rank+" "+k] = v
 	}
 	return out
-}
-
-// processCPU is the user and system CPU time of this process so far.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // threadConfigs makes one configuration per -threads value.

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -329,9 +328,4 @@ func creator(ns string) (int, bool) {
 	id := f[0]
 	pid, err := strconv.ParseInt(id, 36, 32)
 	return int(pid), err == nil && pid > 0
-}
-
-func alive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
 }

@@ -80,7 +80,7 @@ func SignalName(s os.Signal) string {
 		return "SIGINT"
 	case syscall.SIGTERM:
 		return "SIGTERM"
-	case syscall.SIGUSR1:
+	case sigUSR1:
 		return "SIGUSR1"
 	}
 	return s.String()

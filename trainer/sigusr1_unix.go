@@ -1,0 +1,8 @@
+//go:build !windows
+
+package trainer
+
+import "syscall"
+
+// sigUSR1 is SLURM's warning signal (sent ahead of a job's time limit).
+var sigUSR1 = syscall.SIGUSR1
