@@ -245,6 +245,17 @@ func (t *Trainer) onTrainBatchStart(ctx context.Context, m module.Module, b *dat
 		func(h TrainBatchStartHook, s *State) error { return h.OnTrainBatchStart(ctx, s) })
 }
 
+// batchStart runs the hooks before training batch bi. A Stop they ask for
+// lets the batch run and takes effect at its end, agreed by the ranks as
+// one from a per-step hook.
+func (f *fitRun) batchStart(ctx context.Context, b *data.Batch, bi int) error {
+	stop, err := splitStop(f.t.onTrainBatchStart(ctx, f.m, b, bi))
+	if stop != nil && f.hookStop == nil {
+		f.hookStop = stop
+	}
+	return err
+}
+
 func (t *Trainer) onTrainBatchEnd(ctx context.Context, m module.Module, b *data.Batch, idx int) error {
 	if !t.hooks.batchEnd[module.Train] {
 		return nil

@@ -254,7 +254,7 @@ func (f *fitRun) batches(ctx context.Context, epoch int, it *data.Iter, first, n
 			break
 		}
 		t.state.BatchIdx = bi
-		if err := t.onTrainBatchStart(ctx, f.m, b, bi); err != nil {
+		if err := f.batchStart(ctx, b, bi); err != nil {
 			return nil, false, err
 		}
 		metrics, last, err := f.trainBatch(ctx, epoch, bi, nb, b)
