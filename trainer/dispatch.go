@@ -314,32 +314,41 @@ func (t *Trainer) stepHooks(m module.Module) (beforeBackward, beforeStep, afterS
 
 // onEvalStart runs the start and epoch-start hooks of mode's loop.
 func (t *Trainer) onEvalStart(ctx context.Context, m module.Module, mode module.Mode) error {
-	var err, err2 error
 	switch mode {
 	case module.Validate:
-		err = hook(t, ctx, "OnValidationStart", "module.OnValidationStart", modHook(m, func(h module.ValidationStarter) error { return h.OnValidationStart(ctx) }),
-			func(h ValidationStartHook, s *State) error { return h.OnValidationStart(ctx, s) })
-		if _, err2 = splitStop(err); err2 == nil {
-			epoch := t.state.Epoch
-			err2 = hook(t, ctx, "OnValidationEpochStart", "module.OnValidationEpochStart", modHook(m, func(h module.ValidationEpochStarter) error { return h.OnValidationEpochStart(ctx, epoch) }),
-				func(h ValidationEpochStartHook, s *State) error { return h.OnValidationEpochStart(ctx, s) })
-		}
+		epoch := t.state.Epoch
+		return inTurn(hook(t, ctx, "OnValidationStart", "module.OnValidationStart", modHook(m, func(h module.ValidationStarter) error { return h.OnValidationStart(ctx) }),
+			func(h ValidationStartHook, s *State) error { return h.OnValidationStart(ctx, s) }),
+			func() error {
+				return hook(t, ctx, "OnValidationEpochStart", "module.OnValidationEpochStart", modHook(m, func(h module.ValidationEpochStarter) error { return h.OnValidationEpochStart(ctx, epoch) }),
+					func(h ValidationEpochStartHook, s *State) error { return h.OnValidationEpochStart(ctx, s) })
+			})
 	case module.Test:
-		err = hook(t, ctx, "OnTestStart", "module.OnTestStart", modHook(m, func(h module.TestStarter) error { return h.OnTestStart(ctx) }),
-			func(h TestStartHook, s *State) error { return h.OnTestStart(ctx, s) })
-		if _, err2 = splitStop(err); err2 == nil {
-			err2 = hook(t, ctx, "OnTestEpochStart", "module.OnTestEpochStart", modHook(m, func(h module.TestEpochStarter) error { return h.OnTestEpochStart(ctx) }),
-				func(h TestEpochStartHook, s *State) error { return h.OnTestEpochStart(ctx, s) })
-		}
+		return inTurn(hook(t, ctx, "OnTestStart", "module.OnTestStart", modHook(m, func(h module.TestStarter) error { return h.OnTestStart(ctx) }),
+			func(h TestStartHook, s *State) error { return h.OnTestStart(ctx, s) }),
+			func() error {
+				return hook(t, ctx, "OnTestEpochStart", "module.OnTestEpochStart", modHook(m, func(h module.TestEpochStarter) error { return h.OnTestEpochStart(ctx) }),
+					func(h TestEpochStartHook, s *State) error { return h.OnTestEpochStart(ctx, s) })
+			})
 	case module.Predict:
-		err = hook(t, ctx, "OnPredictStart", "module.OnPredictStart", modHook(m, func(h module.PredictStarter) error { return h.OnPredictStart(ctx) }),
-			func(h PredictStartHook, s *State) error { return h.OnPredictStart(ctx, s) })
-		if _, err2 = splitStop(err); err2 == nil {
-			err2 = hook(t, ctx, "OnPredictEpochStart", "module.OnPredictEpochStart", modHook(m, func(h module.PredictEpochStarter) error { return h.OnPredictEpochStart(ctx) }),
-				func(h PredictEpochStartHook, s *State) error { return h.OnPredictEpochStart(ctx, s) })
-		}
+		return inTurn(hook(t, ctx, "OnPredictStart", "module.OnPredictStart", modHook(m, func(h module.PredictStarter) error { return h.OnPredictStart(ctx) }),
+			func(h PredictStartHook, s *State) error { return h.OnPredictStart(ctx, s) }),
+			func() error {
+				return hook(t, ctx, "OnPredictEpochStart", "module.OnPredictEpochStart", modHook(m, func(h module.PredictEpochStarter) error { return h.OnPredictEpochStart(ctx) }),
+					func(h PredictEpochStartHook, s *State) error { return h.OnPredictEpochStart(ctx, s) })
+			})
 	}
-	return firstStop(err, err2)
+	return nil
+}
+
+// inTurn is the error of a hook (whose error is first) and the one after
+// it (next, not run after an error of the first): an error, else the
+// first Stop.
+func inTurn(first error, next func() error) error {
+	if _, fatal := splitStop(first); fatal != nil {
+		return fatal
+	}
+	return firstStop(first, next())
 }
 
 // firstStop is the error of two hooks run one after the other (b only
@@ -401,36 +410,33 @@ func (t *Trainer) onEvalBatchEnd(ctx context.Context, m module.Module, mode modu
 func (t *Trainer) onValidationEnd(ctx context.Context, m module.Module, epoch int) error {
 	t.state.inValEnd = true
 	defer func() { t.state.inValEnd = false }()
-	err := hook(t, ctx, "OnValidationEpochEnd", "module.OnValidationEpochEnd", modHook(m, func(h module.ValidationEpochEnder) error { return h.OnValidationEpochEnd(ctx, epoch) }),
-		func(h ValidationEpochEndHook, s *State) error { return h.OnValidationEpochEnd(ctx, s) })
-	if _, fatal := splitStop(err); fatal != nil {
-		return fatal
-	}
-	return firstStop(err, hook(t, ctx, "OnValidationEnd", "module.OnValidationEnd", modHook(m, func(h module.ValidationEnder) error { return h.OnValidationEnd(ctx) }),
-		func(h ValidationEndHook, s *State) error { return h.OnValidationEnd(ctx, s) }))
+	return inTurn(hook(t, ctx, "OnValidationEpochEnd", "module.OnValidationEpochEnd", modHook(m, func(h module.ValidationEpochEnder) error { return h.OnValidationEpochEnd(ctx, epoch) }),
+		func(h ValidationEpochEndHook, s *State) error { return h.OnValidationEpochEnd(ctx, s) }),
+		func() error {
+			return hook(t, ctx, "OnValidationEnd", "module.OnValidationEnd", modHook(m, func(h module.ValidationEnder) error { return h.OnValidationEnd(ctx) }),
+				func(h ValidationEndHook, s *State) error { return h.OnValidationEnd(ctx, s) })
+		})
 }
 
 // onTestEnd runs the hooks after the test loop's batches: the epoch-end
 // hooks, then the end hooks.
 func (t *Trainer) onTestEnd(ctx context.Context, m module.Module) error {
-	err := hook(t, ctx, "OnTestEpochEnd", "module.OnTestEpochEnd", modHook(m, func(h module.TestEpochEnder) error { return h.OnTestEpochEnd(ctx) }),
-		func(h TestEpochEndHook, s *State) error { return h.OnTestEpochEnd(ctx, s) })
-	if _, fatal := splitStop(err); fatal != nil {
-		return fatal
-	}
-	return firstStop(err, hook(t, ctx, "OnTestEnd", "module.OnTestEnd", modHook(m, func(h module.TestEnder) error { return h.OnTestEnd(ctx) }),
-		func(h TestEndHook, s *State) error { return h.OnTestEnd(ctx, s) }))
+	return inTurn(hook(t, ctx, "OnTestEpochEnd", "module.OnTestEpochEnd", modHook(m, func(h module.TestEpochEnder) error { return h.OnTestEpochEnd(ctx) }),
+		func(h TestEpochEndHook, s *State) error { return h.OnTestEpochEnd(ctx, s) }),
+		func() error {
+			return hook(t, ctx, "OnTestEnd", "module.OnTestEnd", modHook(m, func(h module.TestEnder) error { return h.OnTestEnd(ctx) }),
+				func(h TestEndHook, s *State) error { return h.OnTestEnd(ctx, s) })
+		})
 }
 
 // onPredictEnd runs the hooks after the predict loop's batches.
 func (t *Trainer) onPredictEnd(ctx context.Context, m module.Module) error {
-	err := hook(t, ctx, "OnPredictEpochEnd", "module.OnPredictEpochEnd", modHook(m, func(h module.PredictEpochEnder) error { return h.OnPredictEpochEnd(ctx) }),
-		func(h PredictEpochEndHook, s *State) error { return h.OnPredictEpochEnd(ctx, s) })
-	if _, fatal := splitStop(err); fatal != nil {
-		return fatal
-	}
-	return firstStop(err, hook(t, ctx, "OnPredictEnd", "module.OnPredictEnd", modHook(m, func(h module.PredictEnder) error { return h.OnPredictEnd(ctx) }),
-		func(h PredictEndHook, s *State) error { return h.OnPredictEnd(ctx, s) }))
+	return inTurn(hook(t, ctx, "OnPredictEpochEnd", "module.OnPredictEpochEnd", modHook(m, func(h module.PredictEpochEnder) error { return h.OnPredictEpochEnd(ctx) }),
+		func(h PredictEpochEndHook, s *State) error { return h.OnPredictEpochEnd(ctx, s) }),
+		func() error {
+			return hook(t, ctx, "OnPredictEnd", "module.OnPredictEnd", modHook(m, func(h module.PredictEnder) error { return h.OnPredictEnd(ctx) }),
+				func(h PredictEndHook, s *State) error { return h.OnPredictEnd(ctx, s) })
+		})
 }
 
 func (t *Trainer) onSanityCheckStart(ctx context.Context) error {
