@@ -621,3 +621,43 @@ func TestStopFromTrainBatchStart(t *testing.T) {
 		}
 	}
 }
+
+// finalizeLog is a Logger that records its Finalize in a shared log.
+type finalizeLog struct{ log *[]string }
+
+func (finalizeLog) Name() string                             { return "finalizeLog" }
+func (finalizeLog) LogHyperparams(map[string]any) error      { return nil }
+func (finalizeLog) LogMetrics(int, map[string]float64) error { return nil }
+func (l finalizeLog) Finalize(status string) error {
+	*l.log = append(*l.log, "Finalize "+status)
+	return nil
+}
+
+// excLog records OnException in a shared log and fails OnTrainEpochEnd.
+type excLog struct{ log *[]string }
+
+func (excLog) Name() string { return "excLog" }
+func (excLog) OnTrainEpochEnd(context.Context, *trainer.State) error {
+	return errors.New("epoch end refused")
+}
+func (e excLog) OnException(ctx context.Context, s *trainer.State, err error) error {
+	*e.log = append(*e.log, "OnException")
+	return nil
+}
+
+// TestExceptionHookBeforeLoggersFinalize: as Lightning's, a failed Fit
+// calls OnException before its loggers are finalized as "failed".
+func TestExceptionHookBeforeLoggersFinalize(t *testing.T) {
+	var log []string
+	tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 1, Seed: 1, DefaultRootDir: t.TempDir(), Loggers: []trainer.Logger{finalizeLog{&log}}, Callbacks: []trainer.Callback{excLog{&log}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = tr.Fit(context.Background(), &linreg{in: 4, lr: 0.05}, loader(t, regression(t, 8, 0.1, 1), 4, false, false), nil)
+	if err == nil || !strings.Contains(err.Error(), "callbacks/excLog.OnTrainEpochEnd: epoch end refused") {
+		t.Fatalf("Fit: %v", err)
+	}
+	if want := []string{"OnException", "Finalize failed"}; !slices.Equal(log, want) {
+		t.Errorf("calls %v, want %v", log, want)
+	}
+}
