@@ -41,6 +41,19 @@ type hookRec struct {
 	log *hookLog
 	// excs are the errors OnException was given.
 	excs []error
+	// batch is the next batch of the evaluation loop running.
+	batch int
+}
+
+// evalBatch checks that State.BatchIdx is the evaluation loop's batch.
+func (r *hookRec) evalBatch(name string, s *trainer.State, end bool) error {
+	if s.BatchIdx != r.batch {
+		return fmt.Errorf("%s: State.BatchIdx %d, want %d", name, s.BatchIdx, r.batch)
+	}
+	if end {
+		r.batch++
+	}
+	return r.on(name, s)
 }
 
 func (*hookRec) Name() string { return "rec" }
@@ -68,6 +81,9 @@ func (r *hookRec) OnTrainEpochStart(_ context.Context, s *trainer.State) error {
 	return r.on("OnTrainEpochStart", s)
 }
 func (r *hookRec) OnTrainEpochEnd(_ context.Context, s *trainer.State) error {
+	if s.BatchIdx != s.NumTrainBatches-1 {
+		return fmt.Errorf("OnTrainEpochEnd: State.BatchIdx %d, want the epoch's last training batch, %d", s.BatchIdx, s.NumTrainBatches-1)
+	}
 	return r.on("OnTrainEpochEnd", s)
 }
 func (r *hookRec) OnTrainBatchStart(_ context.Context, s *trainer.State) error {
@@ -89,13 +105,14 @@ func (r *hookRec) OnValidationStart(_ context.Context, s *trainer.State) error {
 	return r.on("OnValidationStart", s)
 }
 func (r *hookRec) OnValidationEpochStart(_ context.Context, s *trainer.State) error {
+	r.batch = 0
 	return r.on("OnValidationEpochStart", s)
 }
 func (r *hookRec) OnValidationBatchStart(_ context.Context, s *trainer.State) error {
-	return r.on("OnValidationBatchStart", s)
+	return r.evalBatch("OnValidationBatchStart", s, false)
 }
 func (r *hookRec) OnValidationBatchEnd(_ context.Context, s *trainer.State) error {
-	return r.on("OnValidationBatchEnd", s)
+	return r.evalBatch("OnValidationBatchEnd", s, true)
 }
 func (r *hookRec) OnValidationEpochEnd(_ context.Context, s *trainer.State) error {
 	return r.on("OnValidationEpochEnd", s)
@@ -107,13 +124,14 @@ func (r *hookRec) OnTestStart(_ context.Context, s *trainer.State) error {
 	return r.on("OnTestStart", s)
 }
 func (r *hookRec) OnTestEpochStart(_ context.Context, s *trainer.State) error {
+	r.batch = 0
 	return r.on("OnTestEpochStart", s)
 }
 func (r *hookRec) OnTestBatchStart(_ context.Context, s *trainer.State) error {
-	return r.on("OnTestBatchStart", s)
+	return r.evalBatch("OnTestBatchStart", s, false)
 }
 func (r *hookRec) OnTestBatchEnd(_ context.Context, s *trainer.State) error {
-	return r.on("OnTestBatchEnd", s)
+	return r.evalBatch("OnTestBatchEnd", s, true)
 }
 func (r *hookRec) OnTestEpochEnd(_ context.Context, s *trainer.State) error {
 	return r.on("OnTestEpochEnd", s)
@@ -123,16 +141,17 @@ func (r *hookRec) OnPredictStart(_ context.Context, s *trainer.State) error {
 	return r.on("OnPredictStart", s)
 }
 func (r *hookRec) OnPredictEpochStart(_ context.Context, s *trainer.State) error {
+	r.batch = 0
 	return r.on("OnPredictEpochStart", s)
 }
 func (r *hookRec) OnPredictBatchStart(_ context.Context, s *trainer.State) error {
-	return r.on("OnPredictBatchStart", s)
+	return r.evalBatch("OnPredictBatchStart", s, false)
 }
 func (r *hookRec) OnPredictBatchEnd(_ context.Context, s *trainer.State, out trainer.PredictBatch) error {
 	if out.Output == nil || len(out.Indices) == 0 {
 		return fmt.Errorf("batch %d: no predictions handed out", s.BatchIdx)
 	}
-	return r.on("OnPredictBatchEnd", s)
+	return r.evalBatch("OnPredictBatchEnd", s, true)
 }
 func (r *hookRec) OnPredictEpochEnd(_ context.Context, s *trainer.State) error {
 	return r.on("OnPredictEpochEnd", s)

@@ -22,7 +22,7 @@ type State struct {
 	Stage        string // "fit", "validate", "test" or "predict"
 	Epoch        int    // 0-based current epoch
 	GlobalStep   int    // optimizer steps taken
-	BatchIdx     int    // within the epoch
+	BatchIdx     int    // the training batch within the epoch (in the per-batch hooks of an evaluation loop, its batch)
 	Rank         int
 	WorldSize    int
 	IsGlobalZero bool

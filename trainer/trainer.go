@@ -1012,6 +1012,9 @@ func (t *Trainer) evalLoop(ctx context.Context, m module.Module, mode module.Mod
 	if err != nil {
 		return nil, nil, err
 	}
+	// The per-batch hooks see the loop's batch in State.BatchIdx; the
+	// hooks after it, the training batch again.
+	defer func(bi int) { t.state.BatchIdx = bi }(t.state.BatchIdx)
 	it := l.Iter(ctx, 0)
 	defer it.Close()
 	for bi := 0; bi < nb; bi++ {
@@ -1348,6 +1351,7 @@ func (t *Trainer) predictBatches(ctx context.Context, m module.Module, l *data.L
 	if err := t.stopOr(t.onEvalStart(ctx, m, module.Predict)); err != nil {
 		return nil, err
 	}
+	defer func(bi int) { t.state.BatchIdx = bi }(t.state.BatchIdx)
 	it := pl.Iter(ctx, 0)
 	defer it.Close()
 	for bi := 0; bi < nb; bi++ {
