@@ -539,8 +539,8 @@ func (f *failingExc) OnException(ctx context.Context, s *trainer.State, err erro
 }
 
 // TestExceptionHook: OnException's own error joins the call's, which
-// stays first and matchable; it gets a context that is not cancelled,
-// and may neither save a checkpoint nor call Rank0Value. A Stop is no
+// stays first and matchable; it gets a context that is neither cancelled
+// nor nil, and may neither save a checkpoint nor call Rank0Value. A Stop is no
 // exception, and a call that succeeds runs no exception hook.
 func TestExceptionHook(t *testing.T) {
 	train := regression(t, 8, 0.1, 1)
@@ -559,8 +559,14 @@ func TestExceptionHook(t *testing.T) {
 		t.Errorf("the error starts with the hook's, not the call's: %q", first)
 	}
 
+	var nilCtx context.Context
+	_, err = tr.Validate(nilCtx, &linreg{in: 4, lr: 0.05}, loader(t, train, 2, false, false))
+	if err == nil || !strings.Contains(err.Error(), "context is nil") || !strings.Contains(err.Error(), "callbacks/exc.OnException: no luck") || exc.seen != 2 {
+		t.Errorf("Validate with a nil context: %v (OnException called %d times)", err, exc.seen)
+	}
+
 	_, err = tr.Test(context.Background(), &linreg{in: 4, lr: 0.05}, loader(t, train, 2, false, false))
-	if err == nil || !strings.Contains(err.Error(), "no TestStep") || !strings.Contains(err.Error(), "callbacks/exc.OnException: no luck") || exc.seen != 2 {
+	if err == nil || !strings.Contains(err.Error(), "no TestStep") || !strings.Contains(err.Error(), "callbacks/exc.OnException: no luck") || exc.seen != 3 {
 		t.Errorf("Test of a module without TestStep: %v (OnException called %d times)", err, exc.seen)
 	}
 
@@ -569,7 +575,7 @@ func TestExceptionHook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tr.Fit(context.Background(), &linreg{in: 4, lr: 0.05}, loader(t, train, 2, false, false), nil); err != nil || exc.seen != 2 {
+	if err := tr.Fit(context.Background(), &linreg{in: 4, lr: 0.05}, loader(t, train, 2, false, false), nil); err != nil || exc.seen != 3 {
 		t.Errorf("Fit stopped by a hook: %v, OnException called %d times in all; want nil and no new call", err, exc.seen)
 	}
 }
@@ -678,5 +684,37 @@ func TestExceptionHookBeforeLoggersFinalize(t *testing.T) {
 	}
 	if want := []string{"OnException", "Finalize failed"}; !slices.Equal(log, want) {
 		t.Errorf("calls %v, want %v", log, want)
+	}
+}
+
+// stopInValidation asks, on rank 0 only, to stop in the first batch of
+// the Fit's first validation (not the sanity check's).
+type stopInValidation struct{}
+
+func (stopInValidation) Name() string { return "stopper" }
+func (stopInValidation) OnValidationBatchEnd(ctx context.Context, s *trainer.State) error {
+	if s.IsGlobalZero && !s.SanityChecking && s.BatchIdx == 0 {
+		return trainer.Stop("asked in validation at step %d", s.GlobalStep)
+	}
+	return nil
+}
+
+// TestStopFromValidationBatchHook: a Stop asked in a validation batch's
+// hook, on one rank, lets the validation finish and ends the Fit at the
+// end of that epoch on every rank.
+func TestStopFromValidationBatchHook(t *testing.T) {
+	train, val := regression(t, 32, 0.1, 1), regression(t, 16, 0.1, 2) // 8 steps an epoch per rank
+	trs, errs := onRanks(t, 2, ddpRank(t), func(int) trainer.Config {
+		return quiet(trainer.Config{MaxEpochs: 3, Seed: 1, Callbacks: []trainer.Callback{stopInValidation{}}})
+	}, func(_ int, tr *trainer.Trainer) error {
+		return tr.Fit(context.Background(), &linreg{in: 4, lr: 0.05}, loader(t, train, 2, false, false), loader(t, val, 2, false, false))
+	})
+	for r, tr := range trs {
+		if errs[r] != nil {
+			t.Fatalf("rank %d: %v", r, errs[r])
+		}
+		if s := tr.Stats(); s.GlobalStep != 8 || s.Epochs != 1 || s.StoppedEarly == "" {
+			t.Errorf("rank %d: %d steps, %d epochs, stopped %q; want the first epoch's 8 steps and a stop", r, s.GlobalStep, s.Epochs, s.StoppedEarly)
+		}
 	}
 }

@@ -117,7 +117,7 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 	afterRank0 := fs.String("after-rank0", "", "rank 0 returns without Teardown; the other ranks write this file once rank 0's process is gone")
 	root := fs.String("root", "", "the trainer's root directory (\"\": a temporary one)")
 	ckptDir := fs.String("ckpt-dir", "", "add a ModelCheckpoint writing here and an EarlyStopping")
-	hookLog := fs.String("hook-log", "", "add a callback that writes the hooks it sees to this path + \".rank<R>\" at fit end, and + \".end\" in the process that returns from the program")
+	hookLog := fs.String("hook-log", "", "add a callback that writes the hooks it sees to this path + \".rank<R>\" at fit end, and + \".end<RANK>\" when the program returns")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -175,7 +175,7 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 		hooks = &hookNames{path: *hookLog}
 		cfg.Callbacks = append(cfg.Callbacks, hooks)
 		defer func() {
-			if werr := hooks.write(".end"); err == nil {
+			if werr := hooks.write(".end" + os.Getenv("RANK")); err == nil {
 				err = werr
 			}
 		}()
@@ -286,6 +286,9 @@ func (h *hookNames) OnTrainEpochEnd(context.Context, *trainer.State) error {
 func (h *hookNames) OnTrainEnd(context.Context, *trainer.State) error { return h.on("OnTrainEnd") }
 func (h *hookNames) OnValidationEnd(context.Context, *trainer.State) error {
 	return h.on("OnValidationEnd")
+}
+func (h *hookNames) OnException(context.Context, *trainer.State, error) error {
+	return h.on("OnException")
 }
 func (h *hookNames) OnFitEnd(ctx context.Context, s *trainer.State) error {
 	h.on("OnFitEnd")

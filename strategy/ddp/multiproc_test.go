@@ -502,6 +502,28 @@ func TestDDPSpawnReturnsCallbackState(t *testing.T) {
 	}
 }
 
+// When a ddp_spawn worker dies, the launching process's Fit fails: its
+// callbacks' OnException runs there, the only hook of the Fit it sees.
+func TestDDPSpawnExceptionHookInLaunchingProcess(t *testing.T) {
+	needLinux(t)
+	log := filepath.Join(t.TempDir(), "hooks")
+	marker := newMarker(t)
+	r := startProgram(t, marker, nil, "-strategy", "ddp_spawn", "-devices", "2", "-die-rank", "1", "-die-batch", "3", "-hook-log", log)
+	if r.err == nil {
+		t.Fatalf("the run succeeded although rank 1 died:\n%s", r.stderr)
+	}
+	b, err := os.ReadFile(log + ".end")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Split(string(b), "\n"); !slices.Equal(got, []string{"OnException"}) {
+		t.Errorf("the launching process's hooks %v, want OnException only", got)
+	}
+	if left := survivors(t, marker); len(left) > 0 {
+		t.Errorf("processes left behind: %v", left)
+	}
+}
+
 // Under ddp_spawn each worker calls the training hooks, in Lightning's
 // order, as one process does; the launching process, which trains nothing,
 // calls none of them (as Lightning's main process under ddp_spawn), and
