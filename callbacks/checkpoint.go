@@ -262,8 +262,10 @@ func (c *ModelCheckpoint) OnTrainBatchEnd(ctx context.Context, s *trainer.State)
 // steps while monitoring a validation metric, it ranks the checkpoint of
 // the weights this validation measured.
 func (c *ModelCheckpoint) OnValidationEnd(ctx context.Context, s *trainer.State) error {
-	if s.Stage != "fit" {
-		return nil // Trainer.Validate measures weights it does not train
+	if s.Stage != "fit" || s.SanityChecking {
+		// Trainer.Validate measures weights it does not train; the sanity
+		// check measures the weights before any training step.
+		return nil
 	}
 	c.st.ValEpoch = s.Epoch
 	if c.cfg.EveryNTrainSteps > 0 {

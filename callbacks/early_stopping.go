@@ -107,8 +107,8 @@ func (e *EarlyStopping) StoppedEpoch() int { return e.stoppedEpoch }
 func (e *EarlyStopping) Reason() string    { return e.reason }
 
 func (e *EarlyStopping) OnValidationEnd(ctx context.Context, s *trainer.State) error {
-	if e.cfg.CheckOnTrainEpochEnd || s.Stage != "fit" {
-		return nil
+	if e.cfg.CheckOnTrainEpochEnd || s.Stage != "fit" || s.SanityChecking {
+		return nil // as Lightning's, it never judges the sanity check's metrics
 	}
 	return e.check(s)
 }

@@ -133,7 +133,7 @@ func (p *ProgressBar) OnTrainBatchEnd(ctx context.Context, s *trainer.State) err
 }
 
 func (p *ProgressBar) OnValidationEnd(ctx context.Context, s *trainer.State) error {
-	if !s.IsGlobalZero {
+	if !s.IsGlobalZero || s.SanityChecking {
 		return nil
 	}
 	var keys []string

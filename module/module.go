@@ -100,3 +100,91 @@ type AfterOptimizerStepper interface {
 type ValidationEpochEnder interface {
 	OnValidationEpochEnd(ctx context.Context, epoch int) error
 }
+
+// TrainStarter is called once training starts, after the sanity check
+// (Lightning's on_train_start); TrainEnder once it ends, normally or
+// stopped by a hook (on_train_end), before FitEnder.
+type TrainStarter interface {
+	OnTrainStart(ctx context.Context) error
+}
+
+type TrainEnder interface {
+	OnTrainEnd(ctx context.Context) error
+}
+
+// ValidationStarter and ValidationEnder frame each validation loop (a
+// Fit's, the sanity check's and Trainer.Validate's), as Lightning's
+// on_validation_start and on_validation_end; ValidationEpochStarter and
+// ValidationEpochEnder run just inside them; ValidationBatchStarter and
+// ValidationBatchEnder around each batch's ValidationStep.
+type ValidationStarter interface {
+	OnValidationStart(ctx context.Context) error
+}
+
+type ValidationEnder interface {
+	OnValidationEnd(ctx context.Context) error
+}
+
+type ValidationEpochStarter interface {
+	OnValidationEpochStart(ctx context.Context, epoch int) error
+}
+
+type ValidationBatchStarter interface {
+	OnValidationBatchStart(ctx context.Context, b *data.Batch, batchIdx int) error
+}
+
+type ValidationBatchEnder interface {
+	OnValidationBatchEnd(ctx context.Context, b *data.Batch, batchIdx int) error
+}
+
+// The test loop's hooks (Trainer.Test), in the order of the validation
+// loop's.
+type TestStarter interface {
+	OnTestStart(ctx context.Context) error
+}
+
+type TestEnder interface {
+	OnTestEnd(ctx context.Context) error
+}
+
+type TestEpochStarter interface {
+	OnTestEpochStart(ctx context.Context) error
+}
+
+type TestEpochEnder interface {
+	OnTestEpochEnd(ctx context.Context) error
+}
+
+type TestBatchStarter interface {
+	OnTestBatchStart(ctx context.Context, b *data.Batch, batchIdx int) error
+}
+
+type TestBatchEnder interface {
+	OnTestBatchEnd(ctx context.Context, b *data.Batch, batchIdx int) error
+}
+
+// The predict loop's hooks (Trainer.Predict and PredictEach), in the order
+// of the validation loop's.
+type PredictStarter interface {
+	OnPredictStart(ctx context.Context) error
+}
+
+type PredictEnder interface {
+	OnPredictEnd(ctx context.Context) error
+}
+
+type PredictEpochStarter interface {
+	OnPredictEpochStart(ctx context.Context) error
+}
+
+type PredictEpochEnder interface {
+	OnPredictEpochEnd(ctx context.Context) error
+}
+
+type PredictBatchStarter interface {
+	OnPredictBatchStart(ctx context.Context, b *data.Batch, batchIdx int) error
+}
+
+type PredictBatchEnder interface {
+	OnPredictBatchEnd(ctx context.Context, b *data.Batch, batchIdx int) error
+}

@@ -29,3 +29,27 @@ func BenchmarkFitStep(b *testing.B) {
 		b.Fatal(err)
 	}
 }
+
+type valEndOnly struct{}
+
+func (valEndOnly) Name() string                                          { return "valEnd" }
+func (valEndOnly) OnValidationEnd(context.Context, *trainer.State) error { return nil }
+
+// BenchmarkValidateBatch is one validation batch of a tiny model through
+// Validate, with a callback that implements no per-batch hook: what the
+// loop costs per batch besides the step (per-batch hooks nobody
+// implements should add nothing).
+func BenchmarkValidateBatch(b *testing.B) {
+	ds := regression(b, 16*b.N, 0.1, 1)
+	l := loader(b, ds, 16, false, false)
+	tr, err := trainer.New(quiet(trainer.Config{Callbacks: []trainer.Callback{valEndOnly{}}}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := &linreg{in: 4, lr: 0.01}
+	b.ReportAllocs()
+	b.ResetTimer()
+	if _, err := tr.Validate(context.Background(), m, l); err != nil {
+		b.Fatal(err)
+	}
+}

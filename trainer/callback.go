@@ -74,8 +74,9 @@ type AfterOptimizerStepHook interface {
 }
 
 // ValidationEndHook runs after each validation loop, with its metrics in
-// s.Metrics: a Fit's (s.Stage "fit") and Trainer.Validate's (s.Stage
-// "validate"), as Lightning's on_validation_end.
+// s.Metrics: a Fit's (s.Stage "fit"; its sanity check's with
+// s.SanityChecking set) and Trainer.Validate's (s.Stage "validate"), as
+// Lightning's on_validation_end.
 type ValidationEndHook interface {
 	OnValidationEnd(ctx context.Context, s *State) error
 }

@@ -2,6 +2,7 @@ package trainer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/fulgur-ml/fulgur/data"
@@ -119,91 +120,168 @@ func callHook[H any](t *Trainer, ctx context.Context, hook string, call func(h H
 	return stop
 }
 
-func (t *Trainer) onFitStart(ctx context.Context, m module.Module) error {
-	if h, ok := m.(module.FitStarter); ok {
-		if err := t.moduleHook("module.OnFitStart", "OnFitStart", func() error { return h.OnFitStart(ctx) }); err != nil {
+// hook calls a hook on the callbacks implementing H, in Callbacks' order,
+// then on the module (mod, nil when it does not implement the hook), as
+// Lightning calls callbacks before the LightningModule. A Stop from a
+// callback lets the others and the module run, and is returned after
+// them; an error returns at once. span is the module's profiler span, a
+// constant.
+func hook[H any](t *Trainer, ctx context.Context, name, span string, mod func() error, call func(h H, s *State) error) error {
+	err := callHook(t, ctx, name, call)
+	if err != nil {
+		if _, ok := isStop(err); !ok {
 			return err
 		}
 	}
-	return callHook(t, ctx, "OnFitStart", func(h FitStartHook, s *State) error { return h.OnFitStart(ctx, s) })
+	if mod != nil {
+		if merr := t.moduleHook(span, name, mod); merr != nil {
+			return merr
+		}
+	}
+	return err
+}
+
+// modHook is the call of m's hook of interface M, or nil when m does not
+// implement it.
+func modHook[M any](m module.Module, call func(h M) error) func() error {
+	h, ok := m.(M)
+	if !ok {
+		return nil
+	}
+	return func() error { return call(h) }
+}
+
+// hookSet says which per-batch hooks the callbacks or the module of a call
+// implement, found once per call so that the loops skip the others at no
+// cost (indexed by module.Mode; Train's are the training batch's).
+type hookSet struct {
+	batchStart, batchEnd [module.Predict + 1]bool
+}
+
+// hooksOf finds the per-batch hooks of the callbacks and of m.
+func (t *Trainer) hooksOf(m module.Module) hookSet {
+	var h hookSet
+	has := func(x any) [module.Predict + 1][2]bool {
+		var r [module.Predict + 1][2]bool
+		_, r[module.Train][0] = x.(TrainBatchStartHook)
+		_, r[module.Train][1] = x.(TrainBatchEndHook)
+		_, r[module.Validate][0] = x.(ValidationBatchStartHook)
+		_, r[module.Validate][1] = x.(ValidationBatchEndHook)
+		_, r[module.Test][0] = x.(TestBatchStartHook)
+		_, r[module.Test][1] = x.(TestBatchEndHook)
+		_, r[module.Predict][0] = x.(PredictBatchStartHook)
+		_, r[module.Predict][1] = x.(PredictBatchEndHook)
+		return r
+	}
+	add := func(r [module.Predict + 1][2]bool) {
+		for i := range r {
+			h.batchStart[i] = h.batchStart[i] || r[i][0]
+			h.batchEnd[i] = h.batchEnd[i] || r[i][1]
+		}
+	}
+	for _, cb := range t.cfg.Callbacks {
+		add(has(cb))
+	}
+	var r [module.Predict + 1][2]bool
+	_, r[module.Train][0] = m.(module.TrainBatchStarter)
+	_, r[module.Train][1] = m.(module.TrainBatchEnder)
+	_, r[module.Validate][0] = m.(module.ValidationBatchStarter)
+	_, r[module.Validate][1] = m.(module.ValidationBatchEnder)
+	_, r[module.Test][0] = m.(module.TestBatchStarter)
+	_, r[module.Test][1] = m.(module.TestBatchEnder)
+	_, r[module.Predict][0] = m.(module.PredictBatchStarter)
+	_, r[module.Predict][1] = m.(module.PredictBatchEnder)
+	add(r)
+	return h
+}
+
+func (t *Trainer) onFitStart(ctx context.Context, m module.Module) error {
+	return hook(t, ctx, "OnFitStart", "module.OnFitStart", modHook(m, func(h module.FitStarter) error { return h.OnFitStart(ctx) }),
+		func(h FitStartHook, s *State) error { return h.OnFitStart(ctx, s) })
 }
 
 func (t *Trainer) onFitEnd(ctx context.Context, m module.Module) error {
-	if h, ok := m.(module.FitEnder); ok {
-		if err := t.moduleHook("module.OnFitEnd", "OnFitEnd", func() error { return h.OnFitEnd(ctx) }); err != nil {
+	return hook(t, ctx, "OnFitEnd", "module.OnFitEnd", modHook(m, func(h module.FitEnder) error { return h.OnFitEnd(ctx) }),
+		func(h FitEndHook, s *State) error { return h.OnFitEnd(ctx, s) })
+}
+
+func (t *Trainer) onTrainStart(ctx context.Context, m module.Module) error {
+	return hook(t, ctx, "OnTrainStart", "module.OnTrainStart", modHook(m, func(h module.TrainStarter) error { return h.OnTrainStart(ctx) }),
+		func(h TrainStartHook, s *State) error { return h.OnTrainStart(ctx, s) })
+}
+
+// trainEnd runs the train-end hooks when training ended (err nil) or a
+// hook stopped it (err a Stop, returned unless the hooks fail); a Stop
+// they ask for comes too late to matter.
+func (t *Trainer) trainEnd(ctx context.Context, m module.Module, err error) error {
+	if err != nil {
+		if _, ok := isStop(err); !ok {
 			return err
 		}
 	}
-	return callHook(t, ctx, "OnFitEnd", func(h FitEndHook, s *State) error { return h.OnFitEnd(ctx, s) })
+	herr := hook(t, ctx, "OnTrainEnd", "module.OnTrainEnd", modHook(m, func(h module.TrainEnder) error { return h.OnTrainEnd(ctx) }),
+		func(h TrainEndHook, s *State) error { return h.OnTrainEnd(ctx, s) })
+	if _, fatal := splitStop(herr); fatal != nil {
+		return fatal
+	}
+	return err
 }
 
 func (t *Trainer) onTrainEpochStart(ctx context.Context, m module.Module, epoch int) error {
-	if h, ok := m.(module.TrainEpochStarter); ok {
-		if err := t.moduleHook("module.OnTrainEpochStart", "OnTrainEpochStart", func() error { return h.OnTrainEpochStart(ctx, epoch) }); err != nil {
-			return err
-		}
-	}
-	return callHook(t, ctx, "OnTrainEpochStart", func(h TrainEpochStartHook, s *State) error { return h.OnTrainEpochStart(ctx, s) })
+	return hook(t, ctx, "OnTrainEpochStart", "module.OnTrainEpochStart", modHook(m, func(h module.TrainEpochStarter) error { return h.OnTrainEpochStart(ctx, epoch) }),
+		func(h TrainEpochStartHook, s *State) error { return h.OnTrainEpochStart(ctx, s) })
 }
 
 func (t *Trainer) onTrainEpochEnd(ctx context.Context, m module.Module, epoch int) error {
-	if h, ok := m.(module.TrainEpochEnder); ok {
-		if err := t.moduleHook("module.OnTrainEpochEnd", "OnTrainEpochEnd", func() error { return h.OnTrainEpochEnd(ctx, epoch) }); err != nil {
-			return err
-		}
-	}
-	return callHook(t, ctx, "OnTrainEpochEnd", func(h TrainEpochEndHook, s *State) error { return h.OnTrainEpochEnd(ctx, s) })
+	return hook(t, ctx, "OnTrainEpochEnd", "module.OnTrainEpochEnd", modHook(m, func(h module.TrainEpochEnder) error { return h.OnTrainEpochEnd(ctx, epoch) }),
+		func(h TrainEpochEndHook, s *State) error { return h.OnTrainEpochEnd(ctx, s) })
 }
 
 func (t *Trainer) onTrainBatchStart(ctx context.Context, m module.Module, b *data.Batch, idx int) error {
-	if h, ok := m.(module.TrainBatchStarter); ok {
-		return t.moduleHook("module.OnTrainBatchStart", "OnTrainBatchStart", func() error { return h.OnTrainBatchStart(ctx, b, idx) })
+	if !t.hooks.batchStart[module.Train] {
+		return nil
 	}
-	return nil
+	return hook(t, ctx, "OnTrainBatchStart", "module.OnTrainBatchStart", modHook(m, func(h module.TrainBatchStarter) error { return h.OnTrainBatchStart(ctx, b, idx) }),
+		func(h TrainBatchStartHook, s *State) error { return h.OnTrainBatchStart(ctx, s) })
+}
+
+// batchStart runs the hooks before training batch bi. A Stop they ask for
+// lets the batch run and takes effect at its end, agreed by the ranks as
+// one from a per-step hook.
+func (f *fitRun) batchStart(ctx context.Context, b *data.Batch, bi int) error {
+	stop, err := splitStop(f.t.onTrainBatchStart(ctx, f.m, b, bi))
+	if stop != nil && f.hookStop == nil {
+		f.hookStop = stop
+	}
+	return err
 }
 
 func (t *Trainer) onTrainBatchEnd(ctx context.Context, m module.Module, b *data.Batch, idx int) error {
-	if h, ok := m.(module.TrainBatchEnder); ok {
-		if err := t.moduleHook("module.OnTrainBatchEnd", "OnTrainBatchEnd", func() error { return h.OnTrainBatchEnd(ctx, b, idx) }); err != nil {
-			return err
-		}
-	}
-	if len(t.cfg.Callbacks) == 0 {
+	if !t.hooks.batchEnd[module.Train] {
 		return nil
 	}
-	return callHook(t, ctx, "OnTrainBatchEnd", func(h TrainBatchEndHook, s *State) error { return h.OnTrainBatchEnd(ctx, s) })
+	return hook(t, ctx, "OnTrainBatchEnd", "module.OnTrainBatchEnd", modHook(m, func(h module.TrainBatchEnder) error { return h.OnTrainBatchEnd(ctx, b, idx) }),
+		func(h TrainBatchEndHook, s *State) error { return h.OnTrainBatchEnd(ctx, s) })
 }
 
 func (t *Trainer) onBeforeBackward(ctx context.Context, m module.Module, loss float64) error {
-	if h, ok := m.(module.BeforeBackwarder); ok {
-		if err := t.moduleHook("module.OnBeforeBackward", "OnBeforeBackward", func() error { return h.OnBeforeBackward(ctx, loss) }); err != nil {
-			return err
-		}
-	}
 	return t.midStep("OnBeforeBackward", func() error {
-		return callHook(t, ctx, "OnBeforeBackward", func(h BeforeBackwardHook, s *State) error { return h.OnBeforeBackward(ctx, s, loss) })
+		return hook(t, ctx, "OnBeforeBackward", "module.OnBeforeBackward", modHook(m, func(h module.BeforeBackwarder) error { return h.OnBeforeBackward(ctx, loss) }),
+			func(h BeforeBackwardHook, s *State) error { return h.OnBeforeBackward(ctx, s, loss) })
 	})
 }
 
 func (t *Trainer) onBeforeOptimizerStep(ctx context.Context, m module.Module) error {
-	if h, ok := m.(module.BeforeOptimizerStepper); ok {
-		if err := t.moduleHook("module.OnBeforeOptimizerStep", "OnBeforeOptimizerStep", func() error { return h.OnBeforeOptimizerStep(ctx, t.state.GradNorm) }); err != nil {
-			return err
-		}
-	}
 	return t.midStep("OnBeforeOptimizerStep", func() error {
-		return callHook(t, ctx, "OnBeforeOptimizerStep", func(h BeforeOptimizerStepHook, s *State) error { return h.OnBeforeOptimizerStep(ctx, s) })
+		return hook(t, ctx, "OnBeforeOptimizerStep", "module.OnBeforeOptimizerStep", modHook(m, func(h module.BeforeOptimizerStepper) error { return h.OnBeforeOptimizerStep(ctx, t.state.GradNorm) }),
+			func(h BeforeOptimizerStepHook, s *State) error { return h.OnBeforeOptimizerStep(ctx, s) })
 	})
 }
 
 func (t *Trainer) onAfterOptimizerStep(ctx context.Context, m module.Module) error {
-	if h, ok := m.(module.AfterOptimizerStepper); ok {
-		if err := t.moduleHook("module.OnAfterOptimizerStep", "OnAfterOptimizerStep", func() error { return h.OnAfterOptimizerStep(ctx, t.state.GlobalStep) }); err != nil {
-			return err
-		}
-	}
 	return t.midStep("OnAfterOptimizerStep", func() error {
-		return callHook(t, ctx, "OnAfterOptimizerStep", func(h AfterOptimizerStepHook, s *State) error { return h.OnAfterOptimizerStep(ctx, s) })
+		return hook(t, ctx, "OnAfterOptimizerStep", "module.OnAfterOptimizerStep", modHook(m, func(h module.AfterOptimizerStepper) error { return h.OnAfterOptimizerStep(ctx, t.state.GlobalStep) }),
+			func(h AfterOptimizerStepHook, s *State) error { return h.OnAfterOptimizerStep(ctx, s) })
 	})
 }
 
@@ -234,19 +312,183 @@ func (t *Trainer) stepHooks(m module.Module) (beforeBackward, beforeStep, afterS
 	return
 }
 
-func (t *Trainer) onValidationEnd(ctx context.Context, m module.Module, epoch int) error {
-	if h, ok := m.(module.ValidationEpochEnder); ok {
-		if err := t.moduleHook("module.OnValidationEpochEnd", "OnValidationEpochEnd", func() error { return h.OnValidationEpochEnd(ctx, epoch) }); err != nil {
-			return err
-		}
+// onEvalStart runs the start and epoch-start hooks of mode's loop.
+func (t *Trainer) onEvalStart(ctx context.Context, m module.Module, mode module.Mode) error {
+	switch mode {
+	case module.Validate:
+		epoch := t.state.Epoch
+		return inTurn(hook(t, ctx, "OnValidationStart", "module.OnValidationStart", modHook(m, func(h module.ValidationStarter) error { return h.OnValidationStart(ctx) }),
+			func(h ValidationStartHook, s *State) error { return h.OnValidationStart(ctx, s) }),
+			func() error {
+				return hook(t, ctx, "OnValidationEpochStart", "module.OnValidationEpochStart", modHook(m, func(h module.ValidationEpochStarter) error { return h.OnValidationEpochStart(ctx, epoch) }),
+					func(h ValidationEpochStartHook, s *State) error { return h.OnValidationEpochStart(ctx, s) })
+			})
+	case module.Test:
+		return inTurn(hook(t, ctx, "OnTestStart", "module.OnTestStart", modHook(m, func(h module.TestStarter) error { return h.OnTestStart(ctx) }),
+			func(h TestStartHook, s *State) error { return h.OnTestStart(ctx, s) }),
+			func() error {
+				return hook(t, ctx, "OnTestEpochStart", "module.OnTestEpochStart", modHook(m, func(h module.TestEpochStarter) error { return h.OnTestEpochStart(ctx) }),
+					func(h TestEpochStartHook, s *State) error { return h.OnTestEpochStart(ctx, s) })
+			})
+	case module.Predict:
+		return inTurn(hook(t, ctx, "OnPredictStart", "module.OnPredictStart", modHook(m, func(h module.PredictStarter) error { return h.OnPredictStart(ctx) }),
+			func(h PredictStartHook, s *State) error { return h.OnPredictStart(ctx, s) }),
+			func() error {
+				return hook(t, ctx, "OnPredictEpochStart", "module.OnPredictEpochStart", modHook(m, func(h module.PredictEpochStarter) error { return h.OnPredictEpochStart(ctx) }),
+					func(h PredictEpochStartHook, s *State) error { return h.OnPredictEpochStart(ctx, s) })
+			})
 	}
-	t.state.inValEnd = true
-	defer func() { t.state.inValEnd = false }()
-	return callHook(t, ctx, "OnValidationEnd", func(h ValidationEndHook, s *State) error { return h.OnValidationEnd(ctx, s) })
+	return nil
 }
 
-func (t *Trainer) onTestEnd(ctx context.Context) error {
-	return callHook(t, ctx, "OnTestEnd", func(h TestEndHook, s *State) error { return h.OnTestEnd(ctx, s) })
+// inTurn is the error of a hook (whose error is first) and the one after
+// it (next, not run after an error of the first): an error, else the
+// first Stop.
+func inTurn(first error, next func() error) error {
+	if _, fatal := splitStop(first); fatal != nil {
+		return fatal
+	}
+	return firstStop(first, next())
+}
+
+// firstStop is the error of two hooks run one after the other (b only
+// when a was nil or a Stop): b's error, else the first Stop.
+func firstStop(a, b error) error {
+	if _, fatal := splitStop(b); fatal != nil {
+		return fatal
+	}
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// onEvalBatchStart runs the hooks before batch b (index idx) of mode's
+// loop.
+func (t *Trainer) onEvalBatchStart(ctx context.Context, m module.Module, mode module.Mode, b *data.Batch, idx int) error {
+	if !t.hooks.batchStart[mode] {
+		return nil
+	}
+	t.state.BatchIdx = idx
+	switch mode {
+	case module.Validate:
+		return hook(t, ctx, "OnValidationBatchStart", "module.OnValidationBatchStart", modHook(m, func(h module.ValidationBatchStarter) error { return h.OnValidationBatchStart(ctx, b, idx) }),
+			func(h ValidationBatchStartHook, s *State) error { return h.OnValidationBatchStart(ctx, s) })
+	case module.Test:
+		return hook(t, ctx, "OnTestBatchStart", "module.OnTestBatchStart", modHook(m, func(h module.TestBatchStarter) error { return h.OnTestBatchStart(ctx, b, idx) }),
+			func(h TestBatchStartHook, s *State) error { return h.OnTestBatchStart(ctx, s) })
+	case module.Predict:
+		return hook(t, ctx, "OnPredictBatchStart", "module.OnPredictBatchStart", modHook(m, func(h module.PredictBatchStarter) error { return h.OnPredictBatchStart(ctx, b, idx) }),
+			func(h PredictBatchStartHook, s *State) error { return h.OnPredictBatchStart(ctx, s) })
+	}
+	return nil
+}
+
+// onEvalBatchEnd runs the hooks after batch b (index idx) of mode's loop;
+// out is a predict batch's predictions.
+func (t *Trainer) onEvalBatchEnd(ctx context.Context, m module.Module, mode module.Mode, b *data.Batch, idx int, out PredictBatch) error {
+	if !t.hooks.batchEnd[mode] {
+		return nil
+	}
+	t.state.BatchIdx = idx
+	switch mode {
+	case module.Validate:
+		return hook(t, ctx, "OnValidationBatchEnd", "module.OnValidationBatchEnd", modHook(m, func(h module.ValidationBatchEnder) error { return h.OnValidationBatchEnd(ctx, b, idx) }),
+			func(h ValidationBatchEndHook, s *State) error { return h.OnValidationBatchEnd(ctx, s) })
+	case module.Test:
+		return hook(t, ctx, "OnTestBatchEnd", "module.OnTestBatchEnd", modHook(m, func(h module.TestBatchEnder) error { return h.OnTestBatchEnd(ctx, b, idx) }),
+			func(h TestBatchEndHook, s *State) error { return h.OnTestBatchEnd(ctx, s) })
+	case module.Predict:
+		return hook(t, ctx, "OnPredictBatchEnd", "module.OnPredictBatchEnd", modHook(m, func(h module.PredictBatchEnder) error { return h.OnPredictBatchEnd(ctx, b, idx) }),
+			func(h PredictBatchEndHook, s *State) error { return h.OnPredictBatchEnd(ctx, s, out) })
+	}
+	return nil
+}
+
+// onValidationEnd runs the hooks after a validation loop's batches, with
+// its metrics in State.Metrics: the epoch-end hooks, then the end hooks.
+func (t *Trainer) onValidationEnd(ctx context.Context, m module.Module, epoch int) error {
+	t.state.inValEnd = true
+	defer func() { t.state.inValEnd = false }()
+	return inTurn(hook(t, ctx, "OnValidationEpochEnd", "module.OnValidationEpochEnd", modHook(m, func(h module.ValidationEpochEnder) error { return h.OnValidationEpochEnd(ctx, epoch) }),
+		func(h ValidationEpochEndHook, s *State) error { return h.OnValidationEpochEnd(ctx, s) }),
+		func() error {
+			return hook(t, ctx, "OnValidationEnd", "module.OnValidationEnd", modHook(m, func(h module.ValidationEnder) error { return h.OnValidationEnd(ctx) }),
+				func(h ValidationEndHook, s *State) error { return h.OnValidationEnd(ctx, s) })
+		})
+}
+
+// onTestEnd runs the hooks after the test loop's batches: the epoch-end
+// hooks, then the end hooks.
+func (t *Trainer) onTestEnd(ctx context.Context, m module.Module) error {
+	return inTurn(hook(t, ctx, "OnTestEpochEnd", "module.OnTestEpochEnd", modHook(m, func(h module.TestEpochEnder) error { return h.OnTestEpochEnd(ctx) }),
+		func(h TestEpochEndHook, s *State) error { return h.OnTestEpochEnd(ctx, s) }),
+		func() error {
+			return hook(t, ctx, "OnTestEnd", "module.OnTestEnd", modHook(m, func(h module.TestEnder) error { return h.OnTestEnd(ctx) }),
+				func(h TestEndHook, s *State) error { return h.OnTestEnd(ctx, s) })
+		})
+}
+
+// onPredictEnd runs the hooks after the predict loop's batches.
+func (t *Trainer) onPredictEnd(ctx context.Context, m module.Module) error {
+	return inTurn(hook(t, ctx, "OnPredictEpochEnd", "module.OnPredictEpochEnd", modHook(m, func(h module.PredictEpochEnder) error { return h.OnPredictEpochEnd(ctx) }),
+		func(h PredictEpochEndHook, s *State) error { return h.OnPredictEpochEnd(ctx, s) }),
+		func() error {
+			return hook(t, ctx, "OnPredictEnd", "module.OnPredictEnd", modHook(m, func(h module.PredictEnder) error { return h.OnPredictEnd(ctx) }),
+				func(h PredictEndHook, s *State) error { return h.OnPredictEnd(ctx, s) })
+		})
+}
+
+func (t *Trainer) onSanityCheckStart(ctx context.Context) error {
+	return callHook(t, ctx, "OnSanityCheckStart", func(h SanityCheckStartHook, s *State) error { return h.OnSanityCheckStart(ctx, s) })
+}
+
+func (t *Trainer) onSanityCheckEnd(ctx context.Context) error {
+	return callHook(t, ctx, "OnSanityCheckEnd", func(h SanityCheckEndHook, s *State) error { return h.OnSanityCheckEnd(ctx, s) })
+}
+
+// failed runs the exception hooks for err, the error a Fit, Validate,
+// Test or Predict call is about to return (once per call), and returns
+// err joined with theirs. ctx may be cancelled or nil: the hooks get one
+// that is not.
+func (t *Trainer) failed(ctx context.Context, err error) error {
+	if err == nil || t.excDone {
+		return err
+	}
+	if _, ok := isStop(err); ok {
+		return err
+	}
+	t.excDone = true
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx = context.WithoutCancel(ctx)
+	save, rank0 := t.state.save, t.state.rank0
+	t.state.save = func(context.Context, string) error {
+		return errors.New("a checkpoint cannot be saved in OnException: the weights may be those of a step half done; the run's last checkpoint (and the one saved on an interrupt) stands")
+	}
+	t.state.rank0 = func(context.Context, float64) (float64, error) {
+		return 0, errors.New("Rank0Value cannot be called in OnException: the other ranks may not be failing, and would never join the collective")
+	}
+	defer func() { t.state.save, t.state.rank0 = save, rank0 }()
+	var errs []error
+	for _, cb := range t.cfg.Callbacks {
+		h, ok := cb.(ExceptionHook)
+		if !ok {
+			continue
+		}
+		end := t.span("callbacks/" + cb.Name() + ".OnException")
+		t.hookOwner, t.hookView = cb.Name(), t.state.view()
+		herr := guarded(func() error { return h.OnException(ctx, &t.hookView, err) })
+		end()
+		if _, ok := isStop(herr); herr != nil && !ok {
+			errs = append(errs, fmt.Errorf("callbacks/%s.OnException: %w", cb.Name(), herr))
+		}
+	}
+	if len(errs) == 0 {
+		return err
+	}
+	return errors.Join(append([]error{err}, errs...)...)
 }
 
 func (t *Trainer) logMetrics(step int, m map[string]float64) error {

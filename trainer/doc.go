@@ -28,6 +28,70 @@
 // stop). Config.Validate rejects settings that would ignore each other
 // (config_conflicts.go).
 //
+// # Hooks
+//
+// Callbacks implement the hooks they want, each a one-method interface
+// (callback.go, hooks.go); a module implements those of package module.
+// Each hook runs on the callbacks first, in Config.Callbacks' order, then on
+// the module, as Lightning 2.x calls callbacks before the LightningModule;
+// the sanity check's and OnException exist for callbacks only. Fit, Validate,
+// Test and Predict call them in the order of Lightning 2.x's loops:
+//
+//	Fit:
+//	  OnFitStart
+//	  sanity check (Config.NumSanityValSteps batches; not with DisableSanityCheck,
+//	  FastDevRun, no validation loader, or nothing left to train):
+//	    OnSanityCheckStart, the validation loop below with
+//	    State.SanityChecking set, OnSanityCheckEnd
+//	  OnTrainStart (not when nothing is left to train)
+//	  for each epoch:
+//	    OnTrainEpochStart
+//	    for each batch:
+//	      OnTrainBatchStart
+//	      TrainingStep's forward pass, OnBeforeBackward, backward pass
+//	      when the batch closes an accumulation window: OnBeforeOptimizerStep,
+//	      clipping, optimizer step, OnAfterOptimizerStep
+//	      OnTrainBatchEnd
+//	      the validation loop, when ValCheckInterval has it due
+//	    the validation loop, at the epochs CheckValEveryNEpoch selects
+//	    OnTrainEpochEnd
+//	  OnTrainEnd (after the last epoch or a Stop)
+//	  OnFitEnd
+//	validation loop (in Fit, the sanity check and Validate):
+//	  OnValidationStart, OnValidationEpochStart
+//	  for each batch: OnValidationBatchStart, ValidationStep, OnValidationBatchEnd
+//	  OnValidationEpochEnd, OnValidationEnd (the loop's metrics, reduced
+//	  across ranks, in State.Metrics; a Fit's are logged before them)
+//	Test: OnTestStart, OnTestEpochStart, for each batch OnTestBatchStart,
+//	  TestStep, OnTestBatchEnd; OnTestEpochEnd, OnTestEnd
+//	Predict and PredictEach: OnPredictStart, OnPredictEpochStart, for each
+//	  batch OnPredictBatchStart, PredictStep, PredictEach's fn,
+//	  OnPredictBatchEnd; OnPredictEpochEnd, OnPredictEnd
+//	a call that fails: OnException, with its error, and no hook after it
+//
+// Every rank runs every hook (ddp, sharded, fsdp; dp is one process): with
+// ddp_spawn that is each worker, for Fit, and the launching process runs
+// Validate, Test and Predict, and OnException when Fit fails there. A
+// hook's error ends the call with an error naming it
+// ("callbacks/ModelCheckpoint.OnValidationEnd: ...", "module.OnTrainStart:
+// ..."). A Stop asked in a training batch's hooks (OnTrainBatchStart
+// included) ends a Fit at that batch's end, one asked in a validation's
+// at the end of its epoch (the rest of its batches skipped), every rank
+// agreeing; one from OnTrainStart or the sanity check ends it before the
+// first epoch, on the ranks that ask (ask on every rank). It means nothing
+// to Validate, Test and Predict, which run to their end. Hooks nobody
+// implements cost nothing: the per-batch ones are looked up once per
+// call, not per batch.
+//
+// The sanity check calls the validation hooks as Lightning's does, with
+// State.SanityChecking set and its metrics in State.Metrics, for those
+// hooks only: they reach no logger (nor does what a callback logs during
+// the check), and the metrics are as before the check once it ends.
+// ModelCheckpoint, EarlyStopping and ProgressBar do nothing then; a
+// callback of one's own that acts on a Fit's validation metrics returns
+// early while State.SanityChecking is set, as it would check
+// trainer.sanity_checking in Lightning.
+//
 // trainer imports module, data, optim, nn, profiler, strategy, blas (the BLAS
 // choice at start) and panics (user panics as errors); it must
 // not be imported by any of them.

@@ -88,12 +88,18 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 	if err := t.sanityCheck(ctx, val, startEpoch); err != nil {
 		return err
 	}
+	if !t.trainingLeft(startEpoch) {
+		return nil // as Lightning's fit loop, without its train hooks
+	}
+	if err := t.onTrainStart(ctx, m); err != nil {
+		return t.trainEnd(ctx, m, err)
+	}
 	for epoch := startEpoch; t.trainingLeft(epoch); epoch++ {
 		if err := f.epoch(ctx, epoch); err != nil {
-			return err
+			return t.trainEnd(ctx, m, err)
 		}
 	}
-	return nil
+	return t.trainEnd(ctx, m, nil)
 }
 
 // trainingLeft reports whether epoch is within MaxEpochs and steps remain
@@ -248,7 +254,7 @@ func (f *fitRun) batches(ctx context.Context, epoch int, it *data.Iter, first, n
 			break
 		}
 		t.state.BatchIdx = bi
-		if err := t.onTrainBatchStart(ctx, f.m, b, bi); err != nil {
+		if err := f.batchStart(ctx, b, bi); err != nil {
 			return nil, false, err
 		}
 		metrics, last, err := f.trainBatch(ctx, epoch, bi, nb, b)
@@ -356,7 +362,7 @@ func (t *Trainer) sanityCheck(ctx context.Context, val *data.Loader, startEpoch 
 		n = c.LimitValBatches
 	}
 	defer t.span("sanity check")()
-	if _, err := t.evalLoop(ctx, module.Validate, val, n); err != nil {
+	if err := t.sanityValidation(ctx, val, n); err != nil {
 		return fmt.Errorf("sanity check (validation batches run before training; Config.DisableSanityCheck skips it): %w", err)
 	}
 	return nil

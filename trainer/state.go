@@ -22,7 +22,7 @@ type State struct {
 	Stage        string // "fit", "validate", "test" or "predict"
 	Epoch        int    // 0-based current epoch
 	GlobalStep   int    // optimizer steps taken
-	BatchIdx     int    // within the epoch
+	BatchIdx     int    // the training batch within the epoch (in the per-batch hooks of an evaluation loop, its batch)
 	Rank         int
 	WorldSize    int
 	IsGlobalZero bool
@@ -42,6 +42,13 @@ type State struct {
 	Weights Weights
 	// FastDevRun is true for smoke-test runs (no checkpoints are written).
 	FastDevRun bool
+	// SanityChecking is true during Fit's sanity check (Lightning's
+	// trainer.sanity_checking), whose validation batches run before
+	// training, on the initial weights: the validation hooks run then,
+	// with its metrics, which reach no logger. A callback that acts on a
+	// Fit's validation metrics (ModelCheckpoint, EarlyStopping) returns
+	// early while it is set.
+	SanityChecking bool
 	// HasValidation is true in a Fit given a validation loader: validation
 	// runs at the end of the epochs CheckValEveryNEpoch selects (and at
 	// ValCheckInterval), so a callback waiting for its metrics acts there.

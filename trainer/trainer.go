@@ -67,6 +67,10 @@ type Trainer struct {
 	hookOwner              string        // the callback being called
 	saves                  []pendingSave // checkpoints asked for during the hook
 	fitted                 bool          // Fit has trained t.mod: a second Fit continues
+	// hooks are the per-batch hooks of the call's callbacks and module.
+	hooks hookSet
+	// excDone: this call ran the exception hooks (failed).
+	excDone bool
 
 	// The run directory (rundir.go): the one chosen before ddp launched
 	// its ranks, the loggers of this Fit (Config.Loggers or the default
@@ -394,7 +398,9 @@ func (t *Trainer) loaderFor(l *data.Loader, train bool) *data.Loader {
 }
 
 // Fit trains m on train, validating on val (which may be nil).
-func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loader, opts ...FitOption) error {
+func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loader, opts ...FitOption) (err error) {
+	t.excDone = false
+	defer func() { err = t.failed(ctx, err) }()
 	var fo fitOptions
 	for _, o := range opts {
 		o(&fo)
@@ -525,6 +531,7 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 		t.loggers = []Logger{l}
 	}
 	t.state.Stage = "fit"
+	t.hooks = t.hooksOf(m)
 	t.state.HasValidation = val != nil
 	t.state.save = t.saveCheckpoint
 	t.state.log = func(m map[string]float64) error {
@@ -542,6 +549,8 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 	t.state.rank0 = t.rank0Value
 	status := "failed"
 	defer func() {
+		// The exception hooks before the loggers close, as Lightning's.
+		err = t.failed(ctx, err)
 		if ferr := t.finalizeLoggers(status); err == nil {
 			err = ferr
 		}
@@ -985,15 +994,27 @@ func (t *Trainer) reduceAggs(ctx context.Context, aggs map[string]*agg, all bool
 	return out, nil
 }
 
-func (t *Trainer) evalLoop(ctx context.Context, mode module.Mode, l *data.Loader, limit int) (map[string]*agg, error) {
+// evalLoop runs the batches of l (at most limit) in mode (Validate or
+// Test) with their hooks: the loop's start and epoch-start hooks, then
+// each batch's start hook, step and end hook. It returns the batches'
+// metrics and the first Stop a hook asked for (the loop runs on to its
+// end); the end hooks are the caller's, after the metrics are reduced.
+func (t *Trainer) evalLoop(ctx context.Context, m module.Module, mode module.Mode, l *data.Loader, limit int) (_ map[string]*agg, stop, _ error) {
 	aggs := map[string]*agg{}
 	nb := l.NumBatches(0)
 	if err := t.noBatch(mode.String(), l, nb); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if limit > 0 && limit < nb {
 		nb = limit
 	}
+	stop, err := splitStop(t.onEvalStart(ctx, m, mode))
+	if err != nil {
+		return nil, nil, err
+	}
+	// The per-batch hooks see the loop's batch in State.BatchIdx; the
+	// hooks after it, the training batch again.
+	defer func(bi int) { t.state.BatchIdx = bi }(t.state.BatchIdx)
 	it := l.Iter(ctx, 0)
 	defer it.Close()
 	for bi := 0; bi < nb; bi++ {
@@ -1001,12 +1022,18 @@ func (t *Trainer) evalLoop(ctx context.Context, mode module.Mode, l *data.Loader
 		if !ok {
 			break
 		}
+		if stop, err = splitStop(firstStop(stop, t.onEvalBatchStart(ctx, m, mode, b, bi))); err != nil {
+			return nil, nil, fmt.Errorf("%s batch %d: %w", mode, bi, err)
+		}
 		sp := t.cfg.Profiler.Start(mode.String() + " step")
 		res, err := t.strat.Step(ctx, mode, b, strategy.TrainOptions{})
 		metrics := res.Metrics
 		sp.End()
 		if err != nil {
-			return nil, fmt.Errorf("%s batch %d: %w", mode, bi, err)
+			return nil, nil, fmt.Errorf("%s batch %d: %w", mode, bi, err)
+		}
+		if stop, err = splitStop(firstStop(stop, t.onEvalBatchEnd(ctx, m, mode, b, bi, PredictBatch{}))); err != nil {
+			return nil, nil, fmt.Errorf("%s batch %d: %w", mode, bi, err)
 		}
 		for _, mt := range metrics {
 			a := aggs[mt.Name]
@@ -1018,9 +1045,9 @@ func (t *Trainer) evalLoop(ctx context.Context, mode module.Mode, l *data.Loader
 		}
 	}
 	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("%s data: %w", mode, err)
+		return nil, nil, fmt.Errorf("%s data: %w", mode, err)
 	}
-	return aggs, ctx.Err()
+	return aggs, stop, ctx.Err()
 }
 
 // noBatch is the error of an evaluation loader that gives this rank no
@@ -1041,7 +1068,7 @@ func (t *Trainer) noBatch(what string, l *data.Loader, nb int) error {
 // across ranks so every rank makes the same early-stop and checkpoint
 // decisions.
 func (t *Trainer) validationLoop(ctx context.Context, m module.Module, val *data.Loader, epoch int) error {
-	aggs, err := t.evalLoop(ctx, module.Validate, val, t.cfg.LimitValBatches)
+	aggs, stop, err := t.evalLoop(ctx, m, module.Validate, val, t.cfg.LimitValBatches)
 	if err != nil {
 		return err
 	}
@@ -1063,13 +1090,15 @@ func (t *Trainer) validationLoop(ctx context.Context, m module.Module, val *data
 			return err
 		}
 	}
-	return t.onValidationEnd(ctx, m, epoch)
+	return firstStop(stop, t.onValidationEnd(ctx, m, epoch))
 }
 
 // Validate runs the validation loop once and returns its metrics, which it
 // logs as Test does.
 func (t *Trainer) Validate(ctx context.Context, m module.Module, val *data.Loader, opts ...EvalOption) (map[string]float64, error) {
-	return t.evaluate(ctx, m, val, module.Validate, opts)
+	t.excDone = false
+	out, err := t.evaluate(ctx, m, val, module.Validate, opts)
+	return out, t.failed(ctx, err)
 }
 
 // Test runs the test loop once and returns its metrics. After Fit it uses
@@ -1081,7 +1110,9 @@ func (t *Trainer) Validate(ctx context.Context, m module.Module, val *data.Loade
 // else a CSVLogger in Config.LogDir (none with DisableLogger, or with
 // neither set and no Fit).
 func (t *Trainer) Test(ctx context.Context, m module.Module, test *data.Loader, opts ...EvalOption) (map[string]float64, error) {
-	return t.evaluate(ctx, m, test, module.Test, opts)
+	t.excDone = false
+	out, err := t.evaluate(ctx, m, test, module.Test, opts)
+	return out, t.failed(ctx, err)
 }
 
 // prepareEval sets up (or rebinds) the strategy for m and loads the
@@ -1149,12 +1180,15 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 		return nil, fmt.Errorf("%s: %w", mode, err)
 	}
 	t.state.Stage = mode.String()
+	t.hooks = t.hooksOf(m)
 	limit := t.cfg.LimitValBatches
 	if mode == module.Test {
 		limit = t.cfg.LimitTestBatches
 	}
 	end := t.span(mode.String())
-	aggs, err := t.evalLoop(ctx, mode, t.loaderFor(l, false), limit)
+	// A Stop a hook asks for has no training to stop here: the loop runs
+	// to its end and returns its metrics.
+	aggs, _, err := t.evalLoop(ctx, m, mode, t.loaderFor(l, false), limit)
 	end()
 	if err != nil {
 		return nil, err
@@ -1171,15 +1205,15 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 	}
 	switch mode {
 	case module.Test:
-		if err := t.onTestEnd(ctx); err != nil {
-			return nil, t.stopOr(err)
+		if err := t.stopOr(t.onTestEnd(ctx, m)); err != nil {
+			return nil, err
 		}
 	case module.Validate:
 		// As Lightning's trainer.validate, the validation-end hooks run
 		// (State.Stage "validate"; the callbacks that act on a Fit's
 		// validations, ModelCheckpoint and EarlyStopping, skip it).
-		if err := t.onValidationEnd(ctx, m, t.state.Epoch); err != nil {
-			return nil, t.stopOr(err)
+		if err := t.stopOr(t.onValidationEnd(ctx, m, t.state.Epoch)); err != nil {
+			return nil, err
 		}
 	}
 	if err := t.logEvaluation(step, out); err != nil {
@@ -1231,7 +1265,9 @@ func (t *Trainer) logEvaluation(step int, out map[string]float64) error {
 // weight per value: while it runs, every rank holds about 40 bytes per
 // predicted value (and per row) of the whole set, besides the result.
 // PredictEach hands each batch out instead, holding nothing.
-func (t *Trainer) Predict(ctx context.Context, m module.Module, l *data.Loader, opts ...EvalOption) ([]*tensor.Dense, error) {
+func (t *Trainer) Predict(ctx context.Context, m module.Module, l *data.Loader, opts ...EvalOption) (_ []*tensor.Dense, err error) {
+	t.excDone = false
+	defer func() { err = t.failed(ctx, err) }()
 	var out []*tensor.Dense
 	var rows [][]int
 	var pads [][]bool
@@ -1269,11 +1305,12 @@ type PredictBatch struct {
 // rows placed by Indices). An error from fn stops the run and is returned
 // (on the other ranks, their next collective fails, as any rank's error).
 func (t *Trainer) PredictEach(ctx context.Context, m module.Module, l *data.Loader, fn func(PredictBatch) error, opts ...EvalOption) error {
+	t.excDone = false
 	if fn == nil {
-		return errors.New("PredictEach: fn is nil: pass the function that takes each batch's predictions")
+		return t.failed(ctx, errors.New("PredictEach: fn is nil: pass the function that takes each batch's predictions"))
 	}
 	_, err := t.predictBatches(ctx, m, l, opts, fn)
-	return err
+	return t.failed(ctx, err)
 }
 
 // predictBatches runs the predict loop over l, calling each for every
@@ -1293,6 +1330,7 @@ func (t *Trainer) predictBatches(ctx context.Context, m module.Module, l *data.L
 		return nil, fmt.Errorf("predict: %w", err)
 	}
 	t.state.Stage = "predict"
+	t.hooks = t.hooksOf(m)
 	defer t.span("predict")()
 	pl := t.loaderFor(l, false)
 	if _, random := l.Config().Sampler.(data.RandomSampler); pl == l && random {
@@ -1309,6 +1347,11 @@ func (t *Trainer) predictBatches(ctx context.Context, m module.Module, l *data.L
 	if t.cfg.LimitPredictBatches > 0 && t.cfg.LimitPredictBatches < nb {
 		nb = t.cfg.LimitPredictBatches
 	}
+	// A Stop a hook asks for has no training to stop: the loop runs on.
+	if err := t.stopOr(t.onEvalStart(ctx, m, module.Predict)); err != nil {
+		return nil, err
+	}
+	defer func(bi int) { t.state.BatchIdx = bi }(t.state.BatchIdx)
 	it := pl.Iter(ctx, 0)
 	defer it.Close()
 	for bi := 0; bi < nb; bi++ {
@@ -1316,16 +1359,26 @@ func (t *Trainer) predictBatches(ctx context.Context, m module.Module, l *data.L
 		if !ok {
 			break
 		}
+		if err := t.stopOr(t.onEvalBatchStart(ctx, m, module.Predict, b, bi)); err != nil {
+			return nil, fmt.Errorf("predict batch %d: %w", bi, err)
+		}
 		res, err := t.strat.Step(ctx, module.Predict, b, strategy.TrainOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("predict batch %d: %w", bi, err)
 		}
-		if err := each(PredictBatch{Output: res.Output, Indices: b.Indices, Pad: b.Pad}); err != nil {
+		pb := PredictBatch{Output: res.Output, Indices: b.Indices, Pad: b.Pad}
+		if err := each(pb); err != nil {
+			return nil, fmt.Errorf("predict batch %d: %w", bi, err)
+		}
+		if err := t.stopOr(t.onEvalBatchEnd(ctx, m, module.Predict, b, bi, pb)); err != nil {
 			return nil, fmt.Errorf("predict batch %d: %w", bi, err)
 		}
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("predict data: %w", err)
+	}
+	if err := t.stopOr(t.onPredictEnd(ctx, m)); err != nil {
+		return nil, err
 	}
 	return pl, nil
 }

@@ -18,6 +18,10 @@ type valEnds struct{ calls []string }
 
 func (v *valEnds) Name() string { return "valEnds" }
 func (v *valEnds) OnValidationEnd(ctx context.Context, s *trainer.State) error {
+	if s.SanityChecking {
+		v.calls = append(v.calls, "sanity check")
+		return nil
+	}
 	if _, ok := s.Metrics.Get("val_loss"); !ok {
 		v.calls = append(v.calls, s.Stage+" without val_loss")
 		return nil
@@ -29,7 +33,8 @@ func (v *valEnds) OnValidationEnd(ctx context.Context, s *trainer.State) error {
 // Trainer.Validate runs the validation-end hooks, as Lightning's
 // trainer.validate calls on_validation_end: a callback of the user's sees
 // it with State.Stage "validate" and the metrics measured, while
-// ModelCheckpoint, which acts on a Fit's validations, saves nothing.
+// ModelCheckpoint, which acts on a Fit's validations, saves nothing. (The
+// Fit's sanity check runs them too, with State.SanityChecking set.)
 func TestValidateRunsValidationEndHooks(t *testing.T) {
 	job := newResumeJob(t, 1, 0)
 	job.cfg.MaxEpochs = 2
@@ -57,7 +62,7 @@ func TestValidateRunsValidationEndHooks(t *testing.T) {
 			t.Fatalf("Validate: %v", err)
 		}
 	}
-	if want := []string{"fit", "fit", "validate", "validate"}; !slices.Equal(rec.calls, want) {
+	if want := []string{"sanity check", "fit", "fit", "validate", "validate"}; !slices.Equal(rec.calls, want) {
 		t.Errorf("OnValidationEnd calls %v, want %v", rec.calls, want)
 	}
 	if after := modTimes(t, ckdir); len(before) == 0 || !maps.Equal(after, before) {

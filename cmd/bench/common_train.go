@@ -134,6 +134,9 @@ func (t *trainTimer) OnTrainBatchEnd(ctx context.Context, s *trainer.State) erro
 }
 
 func (t *trainTimer) OnValidationEnd(ctx context.Context, s *trainer.State) error {
+	if s.SanityChecking {
+		return nil
+	}
 	if v, ok := s.Metrics.Get(t.metric); ok {
 		t.accs = append(t.accs, v)
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -98,7 +99,7 @@ func (p *panicky) TrainingStep(s *module.Step) (*G.Node, error) {
 
 // runProgram trains the strategytest MLP. impl, when set, is used instead
 // of the strategy named by -strategy (in-process ranks).
-func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strategy.Strategy) error {
+func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strategy.Strategy) (err error) {
 	fs := flag.NewFlagSet("program", flag.ContinueOnError)
 	strat := fs.String("strategy", "single", "")
 	devices := fs.Int("devices", 1, "")
@@ -116,6 +117,7 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 	afterRank0 := fs.String("after-rank0", "", "rank 0 returns without Teardown; the other ranks write this file once rank 0's process is gone")
 	root := fs.String("root", "", "the trainer's root directory (\"\": a temporary one)")
 	ckptDir := fs.String("ckpt-dir", "", "add a ModelCheckpoint writing here and an EarlyStopping")
+	hookLog := fs.String("hook-log", "", "add a callback that writes the hooks it sees to this path + \".rank<R>\" at fit end, and + \".end<RANK>\" when the program returns")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -167,6 +169,16 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 			return err
 		}
 		cfg.Callbacks = []trainer.Callback{mc, es}
+	}
+	var hooks *hookNames
+	if *hookLog != "" {
+		hooks = &hookNames{path: *hookLog}
+		cfg.Callbacks = append(cfg.Callbacks, hooks)
+		defer func() {
+			if werr := hooks.write(".end" + os.Getenv("RANK")); err == nil {
+				err = werr
+			}
+		}()
 	}
 	tr, err := trainer.New(cfg)
 	if err != nil {
@@ -230,4 +242,55 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 		pr.BestModelPath, pr.BestModelScore, pr.StopReason, pr.StoppedEpoch = mc.BestModelPath(), mc.BestModelScore(), es.Reason(), es.StoppedEpoch()
 	}
 	return json.NewEncoder(stdout).Encode(pr)
+}
+
+// hookNames records the training hooks its process's callbacks see, and
+// writes them, one a line, to path+".rank<R>" at fit end (a ddp_spawn
+// worker exits after Fit) and path+suffix when asked.
+type hookNames struct {
+	path  string
+	calls []string
+}
+
+func (*hookNames) Name() string { return "hookNames" }
+
+func (h *hookNames) write(suffix string) error {
+	return os.WriteFile(h.path+suffix, []byte(strings.Join(h.calls, "\n")), 0o644)
+}
+
+func (h *hookNames) on(name string) error { h.calls = append(h.calls, name); return nil }
+
+func (h *hookNames) OnFitStart(context.Context, *trainer.State) error   { return h.on("OnFitStart") }
+func (h *hookNames) OnTrainStart(context.Context, *trainer.State) error { return h.on("OnTrainStart") }
+func (h *hookNames) OnTrainEpochStart(context.Context, *trainer.State) error {
+	return h.on("OnTrainEpochStart")
+}
+func (h *hookNames) OnTrainBatchStart(context.Context, *trainer.State) error {
+	return h.on("OnTrainBatchStart")
+}
+func (h *hookNames) OnBeforeBackward(context.Context, *trainer.State, float64) error {
+	return h.on("OnBeforeBackward")
+}
+func (h *hookNames) OnBeforeOptimizerStep(context.Context, *trainer.State) error {
+	return h.on("OnBeforeOptimizerStep")
+}
+func (h *hookNames) OnAfterOptimizerStep(context.Context, *trainer.State) error {
+	return h.on("OnAfterOptimizerStep")
+}
+func (h *hookNames) OnTrainBatchEnd(context.Context, *trainer.State) error {
+	return h.on("OnTrainBatchEnd")
+}
+func (h *hookNames) OnTrainEpochEnd(context.Context, *trainer.State) error {
+	return h.on("OnTrainEpochEnd")
+}
+func (h *hookNames) OnTrainEnd(context.Context, *trainer.State) error { return h.on("OnTrainEnd") }
+func (h *hookNames) OnValidationEnd(context.Context, *trainer.State) error {
+	return h.on("OnValidationEnd")
+}
+func (h *hookNames) OnException(context.Context, *trainer.State, error) error {
+	return h.on("OnException")
+}
+func (h *hookNames) OnFitEnd(ctx context.Context, s *trainer.State) error {
+	h.on("OnFitEnd")
+	return h.write(fmt.Sprintf(".rank%d", s.Rank))
 }

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -498,5 +499,66 @@ func TestDDPSpawnReturnsCallbackState(t *testing.T) {
 				t.Errorf("best score %v, stopped at epoch %d for %q; want a positive loss, epoch 0 and a reason naming train_loss_epoch", got.BestModelScore, got.StoppedEpoch, got.StopReason)
 			}
 		})
+	}
+}
+
+// When a ddp_spawn worker dies, the launching process's Fit fails: its
+// callbacks' OnException runs there, the only hook of the Fit it sees.
+func TestDDPSpawnExceptionHookInLaunchingProcess(t *testing.T) {
+	needLinux(t)
+	log := filepath.Join(t.TempDir(), "hooks")
+	marker := newMarker(t)
+	r := startProgram(t, marker, nil, "-strategy", "ddp_spawn", "-devices", "2", "-die-rank", "1", "-die-batch", "3", "-hook-log", log)
+	if r.err == nil {
+		t.Fatalf("the run succeeded although rank 1 died:\n%s", r.stderr)
+	}
+	b, err := os.ReadFile(log + ".end")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Split(string(b), "\n"); !slices.Equal(got, []string{"OnException"}) {
+		t.Errorf("the launching process's hooks %v, want OnException only", got)
+	}
+	if left := survivors(t, marker); len(left) > 0 {
+		t.Errorf("processes left behind: %v", left)
+	}
+}
+
+// Under ddp_spawn each worker calls the training hooks, in Lightning's
+// order, as one process does; the launching process, which trains nothing,
+// calls none of them (as Lightning's main process under ddp_spawn), and
+// then the hooks of the Validate it runs itself.
+func TestDDPSpawnWorkersCallTheHooks(t *testing.T) {
+	needLinux(t)
+	dir := t.TempDir()
+	log := filepath.Join(dir, "hooks")
+	r := startProgram(t, newMarker(t), nil, "-strategy", "ddp_spawn", "-devices", "2", "-epochs", "2", "-hook-log", log)
+	if r.err != nil {
+		t.Fatalf("%v\n%s", r.err, r.stderr)
+	}
+	// 90 rows, 45 a rank, in batches of 4: 12 batches an epoch.
+	want := []string{"OnFitStart", "OnTrainStart"}
+	for range 2 {
+		want = append(want, "OnTrainEpochStart")
+		for range 12 {
+			want = append(want, "OnTrainBatchStart", "OnBeforeBackward", "OnBeforeOptimizerStep", "OnAfterOptimizerStep", "OnTrainBatchEnd")
+		}
+		want = append(want, "OnTrainEpochEnd")
+	}
+	want = append(want, "OnTrainEnd", "OnFitEnd")
+	for _, f := range []struct {
+		suffix string
+		want   []string
+	}{
+		{".rank0", want}, {".rank1", want},
+		{".end", []string{"OnValidationEnd"}}, // the launching process
+	} {
+		b, err := os.ReadFile(log + f.suffix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Split(string(b), "\n"); !slices.Equal(got, f.want) {
+			t.Errorf("%s: hooks %v, want %v", f.suffix, got, f.want)
+		}
 	}
 }
