@@ -91,6 +91,11 @@ type trainTimer struct {
 
 func (t *trainTimer) Name() string { return "bench-timer" }
 
+// StopsAtStepEnd is false: it only times, so the ranks' stop agreement
+// rides with the gradients as it does in a run without it
+// (trainer.StepEndStopper).
+func (t *trainTimer) StopsAtStepEnd() bool { return false }
+
 func (t *trainTimer) OnTrainBatchEnd(ctx context.Context, s *trainer.State) error {
 	now := t.now()
 	if t.params == 0 {
