@@ -155,6 +155,7 @@ const (
 	opSetup
 	opBucket
 	opBuffers
+	opRide
 	opReduce
 	opBarrier
 )
@@ -167,6 +168,8 @@ func (o ddpOp) String() string {
 		return fmt.Sprintf("the all-reduce of gradient bucket %d of %d of step %d", o.i, o.n, o.step)
 	case opBuffers:
 		return fmt.Sprintf("the all-reduce or broadcast of rank 0's buffers at the end of step %d", o.step)
+	case opRide:
+		return fmt.Sprintf("the all-reduce of what rides with the last gradient bucket of step %d (rank 0's buffers, the trainer's stop flags)", o.step)
 	case opReduce:
 		return fmt.Sprintf("a reduce of %d values (logged metrics, the stop decision or predictions) after step %d", o.n, o.step)
 	case opBarrier:
@@ -786,9 +789,9 @@ func (d *DDP) OptimizerStep(ctx context.Context, o strategy.OptimizerOptions) (f
 func (d *DDP) afterStep(ctx context.Context) error {
 	if d.rode {
 		if err := d.landBuffers(); err != nil {
-			return d.fail(ddpOp{kind: opBuffers, step: d.steps}.String(), err)
+			return d.fail(ddpOp{kind: opRide, step: d.steps}.String(), err)
 		}
-		d.lastDone = ddpOp{kind: opBuffers, step: d.steps}
+		d.lastDone = ddpOp{kind: opRide, step: d.steps}
 		return nil
 	}
 	if d.cfg.BufferSyncOnce {
