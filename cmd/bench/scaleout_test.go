@@ -253,12 +253,19 @@ func TestDefaultPlotOnlyAtTheRoot(t *testing.T) {
 
 func must[T any](v T, _ error) T { return v }
 
-// FULGUR_BENCH_SPANS's figures: each span's time a step, in ms.
+// FULGUR_BENCH_SPANS's figures: each span's time a step, in ms, and the
+// stop agreements a step.
 func TestAddSpanFigures(t *testing.T) {
 	f := Figures{}
 	addSpanFigures(f, []profiler.Row{{Action: "wait bucket 0", Calls: 200, Total: 300 * time.Millisecond},
 		{Action: "optimizer step", Calls: 200, Total: 2 * time.Second}}, 200)
-	want := Figures{"ms/step wait bucket 0": 1.5, "ms/step optimizer step": 10}
+	want := Figures{"ms/step wait bucket 0": 1.5, "ms/step optimizer step": 10, "stop agreements/step": 0}
+	if !reflect.DeepEqual(f, want) {
+		t.Errorf("figures %v, want %v", f, want)
+	}
+	f = Figures{}
+	addSpanFigures(f, []profiler.Row{{Action: "stop agreement", Calls: 4, Total: 2 * time.Millisecond}}, 200)
+	want = Figures{"ms/step stop agreement": 0.01, "stop agreements/step": 0.02}
 	if !reflect.DeepEqual(f, want) {
 		t.Errorf("figures %v, want %v", f, want)
 	}
