@@ -688,3 +688,112 @@ func TestStopRidesWithTheGradients(t *testing.T) {
 		}
 	})
 }
+
+// wideMLP is Linear(6→h) with ReLU → Linear(h→2), no buffers: with h
+// large its one bucket is past what DDP copies to fold what rides.
+type wideMLP struct {
+	h      int
+	l1, l2 *nn.Linear
+}
+
+func (m *wideMLP) Configure(b *module.Builder) error {
+	m.l1 = nn.NewLinear(b, "l1", 6, m.h)
+	m.l2 = nn.NewLinear(b, "l2", m.h, 2)
+	return nil
+}
+
+func (m *wideMLP) TrainingStep(s *module.Step) (*G.Node, error) {
+	return squaredError(s, m.l2.Forward(s, G.Must(G.Rectify(m.l1.Forward(s, s.Input("x")))))), nil
+}
+
+// TestRideBehindALargeBucket: when the last bucket is too large to copy
+// (over 1 MiB), the values of a TrainOptions.Ride travel in one all-reduce
+// queued right behind it, with rank 0's buffers when the model has any:
+// every rank gets the sums, a step runs one collective besides the
+// buckets (as the buffers alone did), and the weights are those of the
+// same steps without a ride, bit for bit.
+func TestRideBehindALargeBucket(t *testing.T) {
+	const ranks, steps = 2, 3
+	for _, tc := range []struct {
+		name    string
+		mod     func() module.Module
+		stage   string // the all-reduce besides the buckets
+		without int    // collectives besides the buckets without a ride
+	}{
+		{"buffers and values", func() module.Module { return &wideBN{h: 50000} }, "all-reduce float32[100006]", 1},
+		{"values alone", func() module.Module { return &wideMLP{h: 50000} }, "all-reduce float32[5]", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			ds, err := strategytest.Regression(8*ranks*steps, 6, 2, 9)
+			if err != nil {
+				t.Fatal(err)
+			}
+			run := func(withRide bool) ([]strategy.Strategy, []*recorder) {
+				group, err := inproc.NewGroup(ranks, inproc.Timeout(20*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				recs := make([]*recorder, ranks)
+				strats := make([]strategy.Strategy, ranks)
+				for r := range strats {
+					recs[r] = &recorder{Collective: group[r]}
+					if strats[r], err = ddp.NewDDP(ddp.DDPConfig{Group: recs[r], Timeout: 20 * time.Second}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				t.Cleanup(func() { strategytest.Each(strats, func(_ int, s strategy.Strategy) error { return s.Teardown(ctx) }) })
+				err = strategytest.Each(strats, func(r int, s strategy.Strategy) error {
+					su, err := strategytest.SetupFor(tc.mod(), ds.Fields(), 1+uint64(r))
+					if err != nil {
+						return err
+					}
+					if err := s.Setup(ctx, su); err != nil {
+						return err
+					}
+					rd := &strategy.Ride{Values: make([]float64, 5), Sample: func(v []float64) { v[r] = 1; v[4] = 2 }}
+					for k := range steps {
+						b, err := strategytest.Rows(ds, k*8*ranks, (k+1)*8*ranks)
+						if err != nil {
+							return err
+						}
+						o := strategy.TrainOptions{Sync: true}
+						if withRide {
+							clear(rd.Values)
+							rd.Rode, o.Ride = false, rd
+						}
+						if _, err := s.Step(ctx, module.Train, strategytest.Shard(b, r, ranks), o); err != nil {
+							return err
+						}
+						if _, err := s.OptimizerStep(ctx, strategy.OptimizerOptions{}); err != nil {
+							return err
+						}
+						if want := []float64{1, 1, 0, 0, 4}; withRide && (!rd.Rode || !slices.Equal(rd.Values, want)) {
+							return fmt.Errorf("step %d: Rode %v, values %v, want the sums %v", k, rd.Rode, rd.Values, want)
+						}
+					}
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return strats, recs
+			}
+			got, recs := run(true)
+			want, wantRecs := run(false)
+			if g, w := strategytest.Hashes(got), strategytest.Hashes(want); !slices.Equal(g, w) {
+				t.Errorf("weights with the ride %v, without %v", g, w)
+			}
+			nb := len(got[0].(*ddp.DDP).Buckets())
+			for r := range recs {
+				ops := recs[r].ops[1:] // after the setup broadcast
+				if len(ops) != steps*(nb+1) || slices.Index(ops, tc.stage) < 0 {
+					t.Errorf("rank %d ran %v in %d steps of %d buckets, want one %s a step besides them", r, ops, steps, nb, tc.stage)
+				}
+				if n := len(wantRecs[r].ops) - 1; n != steps*(nb+tc.without) {
+					t.Errorf("rank %d ran %d collectives without the ride, want %d", r, n, steps*(nb+tc.without))
+				}
+			}
+		})
+	}
+}
