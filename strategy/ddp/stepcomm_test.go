@@ -88,18 +88,7 @@ func TestBuffersRideWithTheGradients(t *testing.T) {
 				t.Fatal(err)
 			}
 			run := func(once bool) ([]strategy.Strategy, []*recorder) {
-				group, err := inproc.NewGroup(tc.ranks, inproc.Timeout(20*time.Second))
-				if err != nil {
-					t.Fatal(err)
-				}
-				recs := make([]*recorder, tc.ranks)
-				strats := make([]strategy.Strategy, tc.ranks)
-				for r := range strats {
-					recs[r] = &recorder{Collective: group[r]}
-					if strats[r], err = ddp.NewDDP(ddp.DDPConfig{Group: recs[r], BucketBytes: tc.bucket, BufferSyncOnce: once, Timeout: 20 * time.Second}); err != nil {
-						t.Fatal(err)
-					}
-				}
+				strats, recs := recordedRanks(t, tc.ranks, ddp.DDPConfig{BucketBytes: tc.bucket, BufferSyncOnce: once})
 				if err := strategytest.Each(strats, func(r int, s strategy.Strategy) error {
 					su, err := strategytest.SetupForDtype(tc.mod(), ds.Fields(), 1+uint64(r), tc.dtype)
 					if err != nil {
@@ -730,20 +719,9 @@ func TestRideBehindALargeBucket(t *testing.T) {
 				t.Fatal(err)
 			}
 			run := func(withRide bool) ([]strategy.Strategy, []*recorder) {
-				group, err := inproc.NewGroup(ranks, inproc.Timeout(20*time.Second))
-				if err != nil {
-					t.Fatal(err)
-				}
-				recs := make([]*recorder, ranks)
-				strats := make([]strategy.Strategy, ranks)
-				for r := range strats {
-					recs[r] = &recorder{Collective: group[r]}
-					if strats[r], err = ddp.NewDDP(ddp.DDPConfig{Group: recs[r], Timeout: 20 * time.Second}); err != nil {
-						t.Fatal(err)
-					}
-				}
+				strats, recs := recordedRanks(t, ranks, ddp.DDPConfig{})
 				t.Cleanup(func() { strategytest.Each(strats, func(_ int, s strategy.Strategy) error { return s.Teardown(ctx) }) })
-				err = strategytest.Each(strats, func(r int, s strategy.Strategy) error {
+				err := strategytest.Each(strats, func(r int, s strategy.Strategy) error {
 					su, err := strategytest.SetupFor(tc.mod(), ds.Fields(), 1+uint64(r))
 					if err != nil {
 						return err
