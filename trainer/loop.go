@@ -94,7 +94,10 @@ func (f *fitRun) sampleStop(flags []float64) {
 // stepCtx is the context of the strategy's steps and of the training
 // data: ctx, or, when the stop decision rides with the gradients, ctx
 // without its cancellation, which the next step's flags carry to every
-// rank instead of failing this rank's next step alone.
+// rank instead of failing this rank's next step alone (a cancellation
+// after a step's ride reaches the others only with the next step's). A
+// peer that stops answering still fails the step, at the collective's
+// timeout, as it does in the all-reduce of the stop flags.
 func (f *fitRun) stepCtx(ctx context.Context) context.Context {
 	if f.ride != nil {
 		return context.WithoutCancel(ctx)
