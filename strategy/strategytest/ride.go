@@ -15,8 +15,9 @@ import (
 // BeforeBackward, and hands back the values summed over the processes,
 // with the weights of the same steps without a ride, bit for bit.
 // Accumulation windows of two micro-batches: only the synced one carries
-// a ride.
-func ride(t *testing.T, f Factory, n int) {
+// a ride. so are the optimizer steps' options (with ClipNorm, DDP waits
+// for every bucket before the update).
+func ride(t *testing.T, f Factory, n int, so strategy.OptimizerOptions) {
 	ctx := testCtx(t)
 	P := 0
 	B := n * PerDev
@@ -39,7 +40,7 @@ func ride(t *testing.T, f Factory, n int) {
 				v[0], v[1], v[2] = float64(r+1), 1, 0.5
 			}
 			for k := range Steps {
-				hooked, sampledAfterHook, samples, rd.Rode = false, false, 0, false
+				sampledAfterHook, samples, rd.Rode = false, 0, false
 				for i := range 2 {
 					b, err := Rows(ds, (2*k+i)*B, (2*k+i+1)*B)
 					if err != nil {
@@ -49,11 +50,12 @@ func ride(t *testing.T, f Factory, n int) {
 					if withRide && o.Sync {
 						o.Ride = rd
 					}
+					hooked = false // this micro-batch's BeforeBackward sets it
 					if _, err := s.Step(ctx, module.Train, Shard(b, r, P), o); err != nil {
 						return err
 					}
 				}
-				if _, err := s.OptimizerStep(ctx, strategy.OptimizerOptions{}); err != nil {
+				if _, err := s.OptimizerStep(ctx, so); err != nil {
 					return err
 				}
 				rodes[r] = append(rodes[r], rd.Rode)
