@@ -313,3 +313,25 @@ func TestStopRideKeepsTheWeights(t *testing.T) {
 		}
 	}
 }
+
+// Callbacks may differ between ranks: when one rank has a callback that
+// may stop at a batch end and the other's never stop there, every rank
+// agrees after every batch, and a Stop on the first stops both after the
+// same batch (had the second let the flags ride, their collectives would
+// not match).
+func TestStopAgreementWithCallbacksThatDifferByRank(t *testing.T) {
+	job := newResumeJob(t, 1, 0)
+	trs := fitRanks(t, 2, ddpRank(t), job, "", func(r int) []trainer.Callback {
+		if r == 0 {
+			return []trainer.Callback{stopOn{rank: 0, step: 7}}
+		}
+		return []trainer.Callback{&quietEnd{}}
+	})
+	for r, tr := range trs {
+		st := tr.Stats()
+		want := map[int]string{0: "rank 0 asked", 1: "another rank stopped training"}[r]
+		if st.GlobalStep != 7 || st.StoppedEarly != want {
+			t.Errorf("rank %d: step %d, reason %q; want 7, %q", r, st.GlobalStep, st.StoppedEarly, want)
+		}
+	}
+}
