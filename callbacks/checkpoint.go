@@ -151,6 +151,7 @@ type ckptState struct {
 var (
 	_ trainer.FitStartHook      = (*ModelCheckpoint)(nil)
 	_ trainer.TrainBatchEndHook = (*ModelCheckpoint)(nil)
+	_ trainer.StepEndStopper    = (*ModelCheckpoint)(nil)
 	_ trainer.ValidationEndHook = (*ModelCheckpoint)(nil)
 	_ trainer.TrainEpochEndHook = (*ModelCheckpoint)(nil)
 	_ trainer.FitEndHook        = (*ModelCheckpoint)(nil)
@@ -166,6 +167,10 @@ func NewModelCheckpoint(cfg ModelCheckpointConfig) (*ModelCheckpoint, error) {
 }
 
 func (c *ModelCheckpoint) Name() string { return c.cfg.Name }
+
+// StopsAtStepEnd is false: it saves every N train steps, never stops
+// (trainer.StepEndStopper).
+func (c *ModelCheckpoint) StopsAtStepEnd() bool { return false }
 
 // Config returns the validated configuration.
 func (c *ModelCheckpoint) Config() ModelCheckpointConfig { return c.cfg }

@@ -61,6 +61,7 @@ type DeviceStatsMonitor struct {
 var (
 	_ trainer.FitStartHook      = (*DeviceStatsMonitor)(nil)
 	_ trainer.TrainBatchEndHook = (*DeviceStatsMonitor)(nil)
+	_ trainer.StepEndStopper    = (*DeviceStatsMonitor)(nil)
 	_ trainer.FitEndHook        = (*DeviceStatsMonitor)(nil)
 )
 
@@ -83,6 +84,9 @@ func NewDeviceStatsMonitor(cfg DeviceStatsConfig) (*DeviceStatsMonitor, error) {
 }
 
 func (d *DeviceStatsMonitor) Name() string { return "DeviceStatsMonitor" }
+
+// StopsAtStepEnd is false: it only samples and logs (trainer.StepEndStopper).
+func (d *DeviceStatsMonitor) StopsAtStepEnd() bool { return false }
 
 // Config returns the configuration, defaults filled in.
 func (d *DeviceStatsMonitor) Config() DeviceStatsConfig { return d.cfg }

@@ -19,6 +19,7 @@ type LearningRateMonitor struct {
 
 var (
 	_ trainer.TrainBatchEndHook   = (*LearningRateMonitor)(nil)
+	_ trainer.StepEndStopper      = (*LearningRateMonitor)(nil)
 	_ trainer.TrainEpochStartHook = (*LearningRateMonitor)(nil)
 	_ trainer.Stateful            = (*LearningRateMonitor)(nil)
 )
@@ -38,6 +39,9 @@ func NewLearningRateMonitor(interval string) (*LearningRateMonitor, error) {
 }
 
 func (l *LearningRateMonitor) Name() string { return "LearningRateMonitor" }
+
+// StopsAtStepEnd is false: it only logs (trainer.StepEndStopper).
+func (l *LearningRateMonitor) StopsAtStepEnd() bool { return false }
 
 func (l *LearningRateMonitor) key(s *trainer.State) string { return "lr-" + s.Optimizer }
 

@@ -46,6 +46,7 @@ var (
 	_ trainer.ProgressDisplay     = (*ProgressBar)(nil)
 	_ trainer.TrainEpochStartHook = (*ProgressBar)(nil)
 	_ trainer.TrainBatchEndHook   = (*ProgressBar)(nil)
+	_ trainer.StepEndStopper      = (*ProgressBar)(nil)
 	_ trainer.ValidationEndHook   = (*ProgressBar)(nil)
 	_ trainer.FitEndHook          = (*ProgressBar)(nil)
 )
@@ -70,7 +71,11 @@ func NewProgressBar(cfg ProgressBarConfig) (*ProgressBar, error) {
 	return p, nil
 }
 
-func (p *ProgressBar) Name() string           { return "ProgressBar" }
+func (p *ProgressBar) Name() string { return "ProgressBar" }
+
+// StopsAtStepEnd is false: it only draws (trainer.StepEndStopper).
+func (p *ProgressBar) StopsAtStepEnd() bool { return false }
+
 func (p *ProgressBar) DisplaysProgress() bool { return true }
 
 func (p *ProgressBar) OnTrainEpochStart(ctx context.Context, s *trainer.State) error {

@@ -34,6 +34,7 @@ type Timer struct {
 var (
 	_ trainer.FitStartHook      = (*Timer)(nil)
 	_ trainer.TrainBatchEndHook = (*Timer)(nil)
+	_ trainer.StepEndStopper    = (*Timer)(nil)
 	_ trainer.TrainEpochEndHook = (*Timer)(nil)
 	_ trainer.FitEndHook        = (*Timer)(nil)
 	_ trainer.Stateful          = (*Timer)(nil)
@@ -83,6 +84,14 @@ func (t *Timer) OnFitEnd(ctx context.Context, s *trainer.State) error {
 	t.before, t.running = t.Elapsed(), false
 	return nil
 }
+
+// StopsAtStepEnd (trainer.StepEndStopper) is true with Interval "step":
+// the budget is checked at each batch end, and a Timer stops the batch in
+// which it ran out. Sampling the clock as the step's gradients are sent
+// instead, as a signal is, would stop a step later whenever the budget
+// runs out after that, so the ranks keep their all-reduce per batch. With
+// "epoch" it stops only at an epoch's end.
+func (t *Timer) StopsAtStepEnd() bool { return t.cfg.Interval == "step" }
 
 func (t *Timer) OnTrainBatchEnd(ctx context.Context, s *trainer.State) error {
 	if t.cfg.Interval == "step" {

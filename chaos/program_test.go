@@ -259,6 +259,11 @@ func (m *holding) ValidationStep(s *module.Step) error {
 type saveHold struct{ h holds }
 
 func (c saveHold) Name() string { return "saveHold" }
+
+// StopsAtStepEnd is false, as for the built-in callbacks the program also
+// runs (ModelCheckpoint): the ranks' stop flags ride with the gradients,
+// as they do for users of the everyday callbacks (trainer.StepEndStopper).
+func (c saveHold) StopsAtStepEnd() bool { return false }
 func (c saveHold) OnTrainBatchEnd(ctx context.Context, s *trainer.State) error {
 	if s.Stage == "fit" && s.GlobalStep == 6 {
 		c.h.at("save")

@@ -83,6 +83,34 @@ type TrainOptions struct {
 	// wrapped. Set it to a function bound once: Step calls it without
 	// allocating.
 	BeforeBackward func(loss float64) error
+	// Ride, when set on a Sync step, asks for a few values to be summed
+	// across ranks with the step's last gradient reduction instead of a
+	// Reduce of their own (the trainer's stop agreement). A strategy that
+	// carries them (ddp) sets Ride.Rode in OptimizerStep; others leave Ride
+	// alone, and the caller then reduces the values itself: fsdp and
+	// sharded stage 2, whose last reduction is a reduce-scatter (a sum
+	// there reaches only the rank owning the values' block), sharded stage
+	// 1, whose unit all-reduces could carry them but do not yet, and dp and
+	// single, which run one process and agree with nobody.
+	Ride *Ride
+}
+
+// Ride is values summed across ranks on board a training step's gradient
+// reduction (TrainOptions.Ride). They travel in the gradients' dtype:
+// counts up to 2^24 stay exact in float32.
+type Ride struct {
+	// Values holds this rank's values once Sample has run, and their sum
+	// over the ranks once OptimizerStep has returned with Rode set. Its
+	// length is fixed for a run.
+	Values []float64
+	// Sample writes this rank's values into Values. The strategy calls it
+	// once per Sync step, as it queues the step's last gradient bucket:
+	// inside Step (on the goroutine that runs the pass, after
+	// TrainOptions.BeforeBackward), before any later hook of the step.
+	Sample func(values []float64)
+	// Rode is set by a strategy that carried Values: the caller clears it
+	// before each Step and reads it after OptimizerStep.
+	Rode bool
 }
 
 // StepResult is what one Step returns for this process.

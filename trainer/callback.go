@@ -101,6 +101,23 @@ type ProgressDisplay interface {
 	DisplaysProgress() bool
 }
 
+// StepEndStopper is implemented by a callback, or a module, that says
+// whether its hooks run after a training step's backward pass
+// (OnBeforeOptimizerStep, OnAfterOptimizerStep and OnTrainBatchEnd) may
+// return Stop. When no module or callback with such a hook may, the ranks
+// of a multi-process run agree on stopping (a Stop from OnBeforeBackward,
+// a signal, a cancelled context) on board the step's last gradient
+// all-reduce instead of in an all-reduce of their own after every batch
+// (with ddp; other strategies keep the all-reduce). A callback with one of
+// those hooks that does not implement StepEndStopper is taken to stop
+// there. One that says false and then returns Stop from such a hook fails
+// Fit with an error naming the hook: the other ranks could not learn of it
+// in time. Its other hooks (OnValidationEnd, OnTrainEpochEnd) may stop
+// either way.
+type StepEndStopper interface {
+	StopsAtStepEnd() bool
+}
+
 // LayerShapesUser is a callback that shows each layer's input and output
 // shapes (ModelSummary): when one wants them, the trainer builds the
 // training graph once before fit start, for a batch of the training

@@ -312,6 +312,33 @@ func (t *Trainer) stepHooks(m module.Module) (beforeBackward, beforeStep, afterS
 	return
 }
 
+// stopsAtStepEnd reports whether m or a callback may return Stop from a
+// hook that runs after the step's gradients are sent (StepEndStopper):
+// then the ranks agree on stopping in an all-reduce after each batch.
+func (t *Trainer) stopsAtStepEnd(m module.Module) bool {
+	hooked := func(v any) bool {
+		if s, ok := v.(StepEndStopper); ok {
+			return s.StopsAtStepEnd()
+		}
+		return true
+	}
+	_, be := m.(module.TrainBatchEnder)
+	_, bs := m.(module.BeforeOptimizerStepper)
+	_, as := m.(module.AfterOptimizerStepper)
+	if (be || bs || as) && hooked(m) {
+		return true
+	}
+	for _, cb := range t.cfg.Callbacks {
+		_, be := cb.(TrainBatchEndHook)
+		_, bs := cb.(BeforeOptimizerStepHook)
+		_, as := cb.(AfterOptimizerStepHook)
+		if (be || bs || as) && hooked(cb) {
+			return true
+		}
+	}
+	return false
+}
+
 // onEvalStart runs the start and epoch-start hooks of mode's loop.
 func (t *Trainer) onEvalStart(ctx context.Context, m module.Module, mode module.Mode) error {
 	switch mode {

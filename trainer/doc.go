@@ -10,7 +10,12 @@
 // or a kill leaves the previous checkpoint whole; the next Fit removes the
 // temporary files of interrupted saves and fails before the first step
 // when rank 0 cannot write the run directory. SIGINT and SIGTERM during Fit (signal.go)
-// finish the step, save a checkpoint and stop every rank. Under an elastic
+// finish the step, save a checkpoint and stop every rank. With several
+// ranks, every rank learns after each step whether any asked to stop (a
+// hook's Stop, a signal, a cancelled context): by a small all-reduce of
+// their stop flags, or, with ddp when no module or callback may stop after
+// the backward pass (StepEndStopper), with the flags riding in the step's
+// last gradient all-reduce, sampled as it is queued. Under an elastic
 // launcher (elastic.go; "fulgur run", FULGUR_MAX_RESTARTS) a restarted Fit
 // goes on in the job's run directory from its newest last.ckpt, at any
 // world size.

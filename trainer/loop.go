@@ -44,6 +44,18 @@ type fitRun struct {
 	// it; backwardHooked records that the strategy called it in this step.
 	backwardHook   func(loss float64) error
 	backwardHooked bool
+	// ride carries the stop flags (rideFlags) with the gradients of each
+	// optimizer step of the epoch (see agreeStop); nil when the ranks agree
+	// in an all-reduce after every batch (one process, or a hook on some
+	// rank that may stop after the backward pass: stepEndStop on this
+	// one). fitCtx is Fit's context, which the flags sample; sampledStop:
+	// hookStop was set when they were sampled.
+	ride        *strategy.Ride
+	rideVal     strategy.Ride
+	stepEndStop bool
+	rideFlags   [1 + ctxCancelled]float64
+	fitCtx      context.Context
+	sampledStop bool
 	// warnedInterval: the ValCheckInterval warning was given.
 	warnedInterval bool
 }
@@ -67,7 +79,30 @@ func (t *Trainer) newFitRun(m module.Module, train, val *data.Loader) *fitRun {
 	if f.beforeBackward {
 		f.backwardHook = f.beforeBackwardHook
 	}
+	f.stepEndStop = t.stopsAtStepEnd(m)
+	f.rideVal = strategy.Ride{Values: f.rideFlags[:], Sample: f.sampleStop}
 	return f
+}
+
+// sampleStop is the ride's Sample: this rank's stop flags as the step's
+// last gradient bucket is queued.
+func (f *fitRun) sampleStop(flags []float64) {
+	f.sampledStop = f.hookStop != nil
+	markStop(flags, f.sampledStop, f.t.stopCode(f.fitCtx))
+}
+
+// stepCtx is the context of the strategy's steps and of the training
+// data: ctx, or, when the stop decision rides with the gradients, ctx
+// without its cancellation, which the next step's flags carry to every
+// rank instead of failing this rank's next step alone (a cancellation
+// after a step's ride reaches the others only with the next step's). A
+// peer that stops answering still fails the step, at the collective's
+// timeout, as it does in the all-reduce of the stop flags.
+func (f *fitRun) stepCtx(ctx context.Context) context.Context {
+	if f.ride != nil {
+		return context.WithoutCancel(ctx)
+	}
+	return ctx
 }
 
 // fitLoop trains epochs from startEpoch until MaxEpochs or MaxSteps, or
@@ -75,6 +110,7 @@ func (t *Trainer) newFitRun(m module.Module, train, val *data.Loader) *fitRun {
 func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data.Loader, startEpoch int) error {
 	defer t.span("fit")()
 	f := t.newFitRun(m, train, val)
+	f.fitCtx = ctx
 	if p, ok := f.sched.(*optim.ReduceOnPlateau); ok && p.Config().Mode == "max" && p.Monitor() == "" {
 		return errors.New(`ReduceOnPlateau has Mode "max" and no Monitor: it would watch val_loss or train_loss, which should fall, and cut the learning rate while they do: set PlateauConfig.Monitor to the metric that should rise (such as val_acc), or use Mode "min"`)
 	}
@@ -141,7 +177,7 @@ func (f *fitRun) epoch(ctx context.Context, epoch int) error {
 		t.cfg.Log.Warn().Int("checkpoint_batch_size", t.resumeBS).Int("batch_size", t.trainBS).Msg("resuming mid-epoch with another batch size: the rest of the epoch is not the interrupted run's")
 	}
 	t.progress.startEpoch(epoch, t.cfg.MaxEpochs, nb)
-	it := skipBatches(f.train, first).Iter(ctx, epoch)
+	it := skipBatches(f.train, first).Iter(f.stepCtx(ctx), epoch)
 	f.trainDur = 0
 	var stop error
 	if r.ValPending && f.val != nil {
@@ -200,21 +236,33 @@ func (f *fitRun) enterEpoch(epoch int) loopPos {
 // agreeBatches checks that every rank has nb training batches in epoch:
 // each step is a collective, so a rank with fewer batches would meet the
 // others' gradient reduction with its end-of-epoch one. The ranks' counts
-// are gathered (a sum of one-hot rows) so the error can name each.
+// are gathered (a sum of one-hot rows) so the error can name each. The
+// same all-reduce counts the ranks with a hook that may stop at a step's
+// end: the stop flags ride with the gradients in the epoch when none has
+// (callbacks may differ between ranks, and every rank must agree the same
+// way).
 func (f *fitRun) agreeBatches(ctx context.Context, epoch, nb int) error {
 	t := f.t
+	f.ride = nil
 	info := t.strat.Info()
 	if info.WorldSize < 2 {
 		return nil
 	}
-	counts := make([]float64, info.WorldSize)
+	row := make([]float64, info.WorldSize+1)
+	counts, stoppers := row[:info.WorldSize], row[info.WorldSize:]
 	counts[info.Rank] = float64(nb)
-	ops := make([]module.Reduce, len(counts))
+	if f.stepEndStop {
+		stoppers[0] = 1
+	}
+	ops := make([]module.Reduce, len(row))
 	for i := range ops {
 		ops[i] = module.Sum
 	}
-	if err := t.strat.Reduce(ctx, counts, make([]float64, len(counts)), ops); err != nil {
+	if err := t.strat.Reduce(ctx, row, make([]float64, len(row)), ops); err != nil {
 		return fmt.Errorf("epoch %d: agree on the number of training batches: %w", epoch, err)
+	}
+	if stoppers[0] == 0 {
+		f.ride = &f.rideVal
 	}
 	var differ bool
 	parts := make([]string, len(counts))
@@ -272,6 +320,13 @@ func (f *fitRun) batches(ctx context.Context, epoch int, it *data.Iter, first, n
 		if err != nil {
 			return nil, false, err
 		}
+		rode := last && f.ride != nil && f.ride.Rode
+		if rode && (s != nil || f.hookStop != nil && !f.sampledStop) {
+			if s == nil {
+				s = f.hookStop
+			}
+			return nil, false, fmt.Errorf("epoch %d batch %d: %v; but no module or callback with OnBeforeOptimizerStep, OnAfterOptimizerStep or OnTrainBatchEnd says it may stop there (StepEndStopper), so the ranks agreed on stopping with the step's gradients, before the hook ran, and cannot all stop at this batch: make its StopsAtStepEnd return true, or stop from OnBeforeBackward or OnTrainEpochEnd", epoch, bi, s)
+		}
 		if s != nil {
 			stop = s
 		}
@@ -279,7 +334,14 @@ func (f *fitRun) batches(ctx context.Context, epoch int, it *data.Iter, first, n
 			stop = f.hookStop
 		}
 		f.hookStop = nil
-		if stop, err = t.agreeStop(ctx, stop, last); err != nil {
+		if rode && bi+1 < nb && !valDue && !t.stepsDone() {
+			// The flags came with the gradients; the loop goes on to the
+			// next training batch, whose flags carry what came since.
+			stop, err = t.rideStop(ctx, stop, f.ride.Values)
+		} else {
+			stop, err = t.agreeStop(ctx, stop, last)
+		}
+		if err != nil {
 			return nil, false, err
 		}
 		if stop != nil {

@@ -207,14 +207,25 @@ func TestResumeLogsOnceForTheJob(t *testing.T) {
 	}
 }
 
+// quietEnd is a batch-end callback that declares it never stops there
+// (trainer.StepEndStopper).
+type quietEnd struct{ ends int }
+
+func (q *quietEnd) Name() string         { return "quietEnd" }
+func (q *quietEnd) StopsAtStepEnd() bool { return false }
+func (q *quietEnd) OnTrainBatchEnd(ctx context.Context, s *trainer.State) error {
+	q.ends++
+	return nil
+}
+
 // Each rank's profile shows its wait for the others at the stop
-// agreement, once a step and once at the epoch's end; one rank agrees
-// with nobody and has no such span.
+// agreement, once a step and once at the epoch's end, when a callback may
+// stop at a batch end; when none may, the decision rides with the
+// gradients and the agreement runs at the epoch's last batch and its end
+// only. One rank agrees with nobody and has no such span.
 func TestStopAgreementHasItsOwnSpan(t *testing.T) {
 	job := newResumeJob(t, 1, 0)
 	job.cfg.MaxEpochs = 1
-	prof := profiler.NewSimple() // both ranks' spans
-	job.cfg.Profiler = prof
 	ddp := func(r int, g collective.Collective) strategy.Strategy {
 		s, err := ddp.NewDDP(ddp.DDPConfig{Group: g})
 		if err != nil {
@@ -222,18 +233,32 @@ func TestStopAgreementHasItsOwnSpan(t *testing.T) {
 		}
 		return s
 	}
-	trs := fitRanks(t, 2, ddp, job, "", nil)
-	steps := trs[0].Stats().GlobalStep
-	calls := map[string]int{}
-	for _, r := range prof.Rows() {
-		calls[r.Action] = r.Calls
-	}
-	if want := 2 * (steps + 1); steps == 0 || calls["stop agreement"] != want {
-		t.Errorf("2 ranks, %d steps: %d stop agreement spans, want %d (spans %v)", steps, calls["stop agreement"], want, calls)
+	for _, tc := range []struct {
+		name string
+		cb   func() trainer.Callback
+		want func(steps int) int // spans of both ranks
+	}{
+		{"a callback that may stop", func() trainer.Callback { return stopOn{rank: -1} }, func(steps int) int { return 2 * (steps + 1) }},
+		{"callbacks that never stop", func() trainer.Callback { return &quietEnd{} }, func(int) int { return 2 * 2 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			prof := profiler.NewSimple() // both ranks' spans
+			job.cfg.Profiler = prof
+			trs := fitRanks(t, 2, ddp, job, "", func(int) []trainer.Callback { return []trainer.Callback{tc.cb()} })
+			steps := trs[0].Stats().GlobalStep
+			calls := map[string]int{}
+			for _, r := range prof.Rows() {
+				calls[r.Action] = r.Calls
+			}
+			if want := tc.want(steps); steps < 3 || calls["stop agreement"] != want {
+				t.Errorf("2 ranks, %d steps: %d stop agreement spans, want %d (spans %v)", steps, calls["stop agreement"], want, calls)
+			}
+		})
 	}
 
 	one := profiler.NewSimple()
 	cfg := quiet(job.cfg)
+	cfg.Callbacks = []trainer.Callback{stopOn{rank: -1}}
 	cfg.Profiler = one
 	tr, err := trainer.New(cfg)
 	if err != nil {
@@ -245,6 +270,68 @@ func TestStopAgreementHasItsOwnSpan(t *testing.T) {
 	for _, r := range one.Rows() {
 		if r.Action == "stop agreement" {
 			t.Errorf("1 rank: %d stop agreement spans, want none", r.Calls)
+		}
+	}
+}
+
+// TestStopRideKeepsTheWeights: the stop decision riding with the
+// gradients (callbacks that never stop at a batch end) gives the weights
+// of the run that agrees in an all-reduce after every batch, bit for bit,
+// for a model without buffers (whose last bucket then travels summed and
+// divided on landing instead of as a mean) and with accumulation windows
+// (the flags ride on each window's last micro-batch only).
+func TestStopRideKeepsTheWeights(t *testing.T) {
+	for _, accum := range []int{1, 3} {
+		job := newResumeJob(t, accum, 0)
+		job.cfg.MaxEpochs = 2
+		newDDP := func(noOverlap bool) func(r int, g collective.Collective) strategy.Strategy {
+			return func(r int, g collective.Collective) strategy.Strategy {
+				d, err := ddp.NewDDP(ddp.DDPConfig{Group: g, NoOverlap: noOverlap})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return d
+			}
+		}
+		var quiets []*quietEnd
+		quietCbs := func(int) []trainer.Callback {
+			q := &quietEnd{}
+			quiets = append(quiets, q)
+			return []trainer.Callback{q}
+		}
+		want := fitRanks(t, 2, newDDP(false), job, "", func(int) []trainer.Callback { return []trainer.Callback{stopOn{rank: -1}} })
+		for _, noOverlap := range []bool{false, true} {
+			got := fitRanks(t, 2, newDDP(noOverlap), job, "", quietCbs)
+			for r := range got {
+				if a, b := got[r].Store().SHA256(), want[r].Store().SHA256(); a != b || got[r].Stats().GlobalStep != want[r].Stats().GlobalStep {
+					t.Errorf("accumulating %d, no overlap %v: rank %d ends at step %d with weights %s; the run agreeing after every batch at step %d with %s", accum, noOverlap, r, got[r].Stats().GlobalStep, a, want[r].Stats().GlobalStep, b)
+				}
+			}
+		}
+		if want[0].Stats().GlobalStep < 4 || quiets[0].ends == 0 {
+			t.Fatalf("accumulating %d: trained %d steps, %d batch ends", accum, want[0].Stats().GlobalStep, quiets[0].ends)
+		}
+	}
+}
+
+// Callbacks may differ between ranks: when one rank has a callback that
+// may stop at a batch end and the other's never stop there, every rank
+// agrees after every batch, and a Stop on the first stops both after the
+// same batch (had the second let the flags ride, their collectives would
+// not match).
+func TestStopAgreementWithCallbacksThatDifferByRank(t *testing.T) {
+	job := newResumeJob(t, 1, 0)
+	trs := fitRanks(t, 2, ddpRank(t), job, "", func(r int) []trainer.Callback {
+		if r == 0 {
+			return []trainer.Callback{stopOn{rank: 0, step: 7}}
+		}
+		return []trainer.Callback{&quietEnd{}}
+	})
+	for r, tr := range trs {
+		st := tr.Stats()
+		want := map[int]string{0: "rank 0 asked", 1: "another rank stopped training"}[r]
+		if st.GlobalStep != 7 || st.StoppedEarly != want {
+			t.Errorf("rank %d: step %d, reason %q; want 7, %q", r, st.GlobalStep, st.StoppedEarly, want)
 		}
 	}
 }

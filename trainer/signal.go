@@ -152,63 +152,100 @@ var stopOps = func() (ops [1 + ctxCancelled]module.Reduce) {
 // when a hook on any rank asked to, and, at an optimizer-step boundary,
 // save a checkpoint and return an *InterruptedError when any rank received
 // a signal or had its context cancelled. With one process it costs an
-// atomic load; with several, one small all-reduce.
+// atomic load; with several, one small all-reduce, unless the decision
+// rode with the step's gradients (rideStop).
 //
-// That all-reduce cannot ride on the next step's gradient reduction, as
-// rank 0's buffers ride on this step's: a hook asks to stop in
-// OnTrainBatchEnd, after the step, and every rank must know before its
-// next OnTrainBatchStart (a hook may change what the step does) and before
-// any later hook sees the weights. The next step's buckets travel only
-// during its backward pass, so riding on them stops every rank one step
-// late, or has them run a step they must then undo, OnTrainBatchStart
-// included. Lightning leaves the agreement to the callbacks that decide
-// (its EarlyStopping all-reduces its decision when it checks), and
-// PyTorch's Join context (uneven inputs) spends an all-reduce of its own
-// per iteration to learn whether a rank has finished.
+// The flags ride on the step's last gradient bucket when the strategy can
+// carry them (strategy.TrainOptions.Ride; ddp can) and nothing can ask to
+// stop after that bucket is queued: signals, the context and a Stop from
+// OnBeforeBackward are known by then and sampled when it is queued, but a
+// Stop from OnBeforeOptimizerStep, OnAfterOptimizerStep or OnTrainBatchEnd
+// comes after the step's buckets have gone, and every rank must know
+// before its next OnTrainBatchStart (a hook may change what the step
+// does) and before any later hook sees the weights. Riding on the next
+// step's buckets would stop every rank one step late, or have them run a
+// step they must then undo. So this all-reduce stays whenever a module or
+// callback has such a hook and does not declare, by StepEndStopper, that
+// it never stops there; and after mid-window micro-batches, at the
+// epoch's last batch, before a validation and at MaxSteps, where the loop
+// next does something other than a training step. Lightning leaves the
+// agreement to the callbacks that decide (its EarlyStopping all-reduces
+// its decision when it checks), and PyTorch's Join context (uneven
+// inputs) spends an all-reduce of its own per iteration to learn whether a
+// rank has finished.
 func (t *Trainer) agreeStop(ctx context.Context, stop error, boundary bool) (error, error) {
 	code := 0
 	if boundary {
-		for i, s := range stopSignals {
-			if s != nil && s == t.signals.received() {
-				code = i
-			}
-		}
-		if code == 0 && ctx.Err() != nil {
-			code = ctxCancelled
+		code = t.stopCode(ctx)
+	}
+	if t.strat.Info().WorldSize == 1 {
+		return t.stopFor(ctx, stop, code)
+	}
+	// Counts summed, not codes maxed: a strategy's Reduce runs a Max as a
+	// second all-reduce after the sum of the weights. flags[0] counts the
+	// ranks asking to stop, flags[c] those with code c.
+	flags, weights := &t.stopFlags, &t.stopWeights
+	markStop(flags[:], stop != nil, code)
+	clear(weights[:])
+	// Its own span: a rank that finished its step first waits here for
+	// the others (their optimizer step, logging, callbacks), as it waits
+	// in the gradients' all-reduce for their backward pass.
+	sp := t.cfg.Profiler.Start("stop agreement")
+	err := t.strat.Reduce(context.WithoutCancel(ctx), flags[:], weights[:], stopOps[:])
+	sp.End()
+	if err != nil {
+		return nil, fmt.Errorf("agree on stopping across ranks: %w", err)
+	}
+	return t.rideStop(ctx, stop, flags[:])
+}
+
+// rideStop takes the decision from flags, the ranks' stop flags summed
+// (by agreeStop's all-reduce, or on board the step's gradients): stop is
+// this rank's own request.
+func (t *Trainer) rideStop(ctx context.Context, stop error, flags []float64) (error, error) {
+	if flags[0] > 0 && stop == nil {
+		stop = Stop("another rank stopped training")
+	}
+	code := 0
+	for c := len(flags) - 1; c > 0 && code == 0; c-- {
+		if flags[c] > 0 {
+			code = c
 		}
 	}
-	if t.strat.Info().WorldSize > 1 {
-		// Counts summed, not codes maxed: a strategy's Reduce runs a Max
-		// as a second all-reduce after the sum of the weights. flags[0]
-		// counts the ranks asking to stop, flags[c] those with code c.
-		flags, weights := &t.stopFlags, &t.stopWeights
-		clear(flags[:])
-		clear(weights[:])
-		if stop != nil {
-			flags[0] = 1
-		}
-		if code > 0 {
-			flags[code] = 1
-		}
-		// Its own span: a rank that finished its step first waits here
-		// for the others (their optimizer step, logging, callbacks), as it
-		// waits in the gradients' all-reduce for their backward pass.
-		sp := t.cfg.Profiler.Start("stop agreement")
-		err := t.strat.Reduce(context.WithoutCancel(ctx), flags[:], weights[:], stopOps[:])
-		sp.End()
-		if err != nil {
-			return nil, fmt.Errorf("agree on stopping across ranks: %w", err)
-		}
-		if flags[0] > 0 && stop == nil {
-			stop = Stop("another rank stopped training")
-		}
-		code = 0
-		for c := len(flags) - 1; c > 0 && code == 0; c-- {
-			if flags[c] > 0 {
-				code = c
-			}
+	return t.stopFor(ctx, stop, code)
+}
+
+// stopCode is this rank's reason to stop at an optimizer-step boundary:
+// the index in stopSignals of the signal received, ctxCancelled, or 0.
+func (t *Trainer) stopCode(ctx context.Context) int {
+	code := 0
+	for i, s := range stopSignals {
+		if s != nil && s == t.signals.received() {
+			code = i
 		}
 	}
+	if code == 0 && ctx.Err() != nil {
+		code = ctxCancelled
+	}
+	return code
+}
+
+// markStop writes this rank's stop flags: whether it asks to stop, and its
+// stopCode.
+func markStop(flags []float64, stop bool, code int) {
+	clear(flags)
+	if stop {
+		flags[0] = 1
+	}
+	if code > 0 {
+		flags[code] = 1
+	}
+}
+
+// stopFor acts on the agreed decision: code 0 returns stop; otherwise
+// every rank saves the interrupt checkpoint and returns the
+// *InterruptedError.
+func (t *Trainer) stopFor(ctx context.Context, stop error, code int) (error, error) {
 	if code == 0 {
 		return stop, nil
 	}

@@ -41,7 +41,11 @@ func (f *fitRun) forwardBackward(ctx context.Context, epoch, bi, micro int, last
 	t, cfg := f.t, &f.t.cfg
 	sp := cfg.Profiler.Start("forward+backward")
 	f.ctx, f.backwardHooked = ctx, false
-	res, err := t.strat.Step(ctx, module.Train, b, strategy.TrainOptions{Sync: last, Accumulate: micro > 0, Scale: 1 / float64(t.accum), Key: uint64(epoch)<<32 | uint64(bi), BeforeBackward: f.backwardHook})
+	var ride *strategy.Ride
+	if last && f.ride != nil {
+		ride, f.ride.Rode, f.sampledStop = f.ride, false, false
+	}
+	res, err := t.strat.Step(f.stepCtx(ctx), module.Train, b, strategy.TrainOptions{Sync: last, Accumulate: micro > 0, Scale: 1 / float64(t.accum), Key: uint64(epoch)<<32 | uint64(bi), BeforeBackward: f.backwardHook, Ride: ride})
 	f.ctx = nil
 	sp.End()
 	loss, metrics := res.Loss, res.Metrics
@@ -108,7 +112,7 @@ func (f *fitRun) optimizerStep(ctx context.Context, epoch, bi int) error {
 	t := f.t
 	sp := t.cfg.Profiler.Start("optimizer step")
 	f.ctx = ctx
-	_, err := t.strat.OptimizerStep(ctx, f.stepOpts)
+	_, err := t.strat.OptimizerStep(f.stepCtx(ctx), f.stepOpts)
 	f.ctx = nil
 	sp.End()
 	if err != nil {

@@ -90,6 +90,11 @@ type trainTimer struct {
 
 func (t *trainTimer) Name() string { return "bench-timer" }
 
+// StopsAtStepEnd is false: it only times, so the ranks' stop agreement
+// rides with the gradients as it does in a run without it
+// (trainer.StepEndStopper).
+func (t *trainTimer) StopsAtStepEnd() bool { return false }
+
 func (t *trainTimer) OnTrainBatchEnd(ctx context.Context, s *trainer.State) error {
 	now := t.now()
 	if t.params == 0 {
@@ -325,10 +330,17 @@ func medianMS(d []time.Duration) float64 {
 }
 
 // addSpanFigures adds each profiler span's time a step, in ms, as the
-// figure "ms/step <span>".
+// figure "ms/step <span>", and how many of the trainer's stop agreements
+// (all-reduces of their own) a step ran, as "stop agreements/step": 1
+// when the ranks agree after every batch, about 2 an epoch when the stop
+// flags ride with the gradients (at the epoch's last batch and its end).
 func addSpanFigures(f Figures, rows []profiler.Row, steps float64) {
+	f["stop agreements/step"] = 0
 	for _, r := range rows {
 		f["ms/step "+r.Action] = float64(r.Total) / 1e6 / max(steps, 1)
+		if r.Action == "stop agreement" {
+			f["stop agreements/step"] = float64(r.Calls) / max(steps, 1)
+		}
 	}
 }
 

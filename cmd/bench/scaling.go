@@ -24,8 +24,8 @@ import (
 // efficiency into its two factors: half_batch_speed, samples/s at batch
 // 32 over batch 64 on one rank (what the smaller batch alone costs or
 // gains), and ddp_efficiency, the 2 ranks over twice that (what running
-// as two ranks costs: the all-reduce, the stop agreement, the waits for
-// the slower rank).
+// as two ranks costs: the all-reduce, which carries the stop agreement,
+// and the waits for the slower rank).
 //
 // And it runs 2 independent one-rank trainings at batch 32 at once, each
 // pinned to its own core like a rank (Config.Coexist): coexist_efficiency,

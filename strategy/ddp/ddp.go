@@ -82,7 +82,11 @@ type DDPConfig struct {
 // first. Micro-batches before the last one of an accumulation window do not
 // communicate. Rank 0's buffers ride with the last bucket (in its
 // all-reduce when that bucket is at most 1 MiB, in one queued right behind
-// it otherwise): a step runs no broadcast of its own.
+// it otherwise): a step runs no broadcast of its own. So do the values of
+// TrainOptions.Ride (the trainer's stop flags, sampled as the last bucket
+// is queued), with or without overlap: a step of a trainer whose callbacks
+// cannot stop it after the backward pass runs no all-reduce besides the
+// buckets (with a last bucket over 1 MiB, one queued right behind it).
 type DDP struct {
 	cfg  DDPConfig
 	name string
@@ -98,15 +102,22 @@ type DDP struct {
 	pending []collective.Handle
 	broken  error
 
-	// The buffers' ride with the gradients (see rideBuffers). stage is a
-	// []float32 or []float64: the last bucket's gradients then the buffers
-	// when folded, the buffers alone otherwise (nil: the buffers are
-	// broadcast after the step). rideH is the buffers' own all-reduce of
-	// this step when not folded; rode: this step's buffers are on their way.
-	stage  any
-	folded bool
-	rideH  collective.Handle
-	rode   bool
+	// What rides with the gradients (see rideBuffers): rank 0's buffers
+	// (bufs) and the caller's TrainOptions.Ride values (nRide slots, ride
+	// this step's). stage is a []float32 or []float64: the last bucket's
+	// gradients when folded, then the buffers, then the ride's slots (nil:
+	// nothing rides; the buffers are broadcast after the step). foldable:
+	// the last bucket is small enough to fold. rideH is the stage's own
+	// all-reduce of this step when not folded; rode: this step's stage is
+	// on its way.
+	stage    any
+	folded   bool
+	foldable bool
+	bufs     bool
+	nRide    int
+	ride     *strategy.Ride
+	rideH    collective.Handle
+	rode     bool
 
 	// The synced training run in progress, while its gradients are
 	// reported (gradReady runs on the device's goroutine, inside the run).
@@ -144,6 +155,7 @@ const (
 	opSetup
 	opBucket
 	opBuffers
+	opRide
 	opReduce
 	opBarrier
 )
@@ -156,6 +168,8 @@ func (o ddpOp) String() string {
 		return fmt.Sprintf("the all-reduce of gradient bucket %d of %d of step %d", o.i, o.n, o.step)
 	case opBuffers:
 		return fmt.Sprintf("the all-reduce or broadcast of rank 0's buffers at the end of step %d", o.step)
+	case opRide:
+		return fmt.Sprintf("the all-reduce of what rides with the last gradient bucket of step %d (rank 0's buffers, the trainer's stop flags)", o.step)
 	case opReduce:
 		return fmt.Sprintf("a reduce of %d values (logged metrics, the stop decision or predictions) after step %d", o.n, o.step)
 	case opBarrier:
@@ -224,7 +238,7 @@ func (d *DDP) fail(what string, err error) error {
 			d.c.Close()
 		}
 		d.pending = d.pending[:0]
-		d.rode, d.rideH = false, nil
+		d.rode, d.rideH, d.ride = false, nil, nil
 	}
 	return err
 }
@@ -386,6 +400,7 @@ func (d *DDP) trainStep(ctx context.Context, b *data.Batch, o strategy.TrainOpti
 		scale = 1
 	}
 	if o.Sync {
+		d.takeRide(o.Ride)
 		d.beginReduce(ctx, !d.cfg.NoOverlap)
 		defer d.endReduce()
 	}
@@ -535,16 +550,48 @@ const foldBytes = 1 << 20
 // it otherwise. Sharded does not call it: its steps broadcast the buffers
 // after the update (afterStep).
 func (d *DDP) planRide(st *module.Store, elem int) {
-	nb := st.Len() - st.NumParams()
-	if d.cfg.BufferSyncOnce || nb == 0 || len(d.buckets) == 0 {
+	if len(d.buckets) == 0 {
 		return
 	}
-	n := nb
-	last := d.buckets[len(d.buckets)-1]
-	if d.folded = last.Len()*elem <= foldBytes; d.folded {
-		n += last.Len()
+	d.bufs = !d.cfg.BufferSyncOnce && st.Len() > st.NumParams()
+	d.foldable = d.buckets[len(d.buckets)-1].Len()*elem <= foldBytes
+	d.planStage(st)
+}
+
+// planStage lays out the stage for what rides: the buffers and nRide
+// slots, behind the last bucket's gradients when it is foldable.
+func (d *DDP) planStage(st *module.Store) {
+	n := d.nRide
+	if d.bufs {
+		n += st.Len() - st.NumParams()
+	}
+	d.stage, d.folded = nil, false
+	if n == 0 {
+		return
+	}
+	if d.folded = d.foldable; d.folded {
+		n += d.buckets[len(d.buckets)-1].Len()
 	}
 	d.stage = collective.Alloc(dtypeOf(st), n)
+}
+
+// takeRide makes r (TrainOptions.Ride, nil for none) the values riding
+// with this synced step's last bucket, laying the stage out again when
+// the number of values changes (once in a run).
+func (d *DDP) takeRide(r *strategy.Ride) {
+	d.ride = nil
+	if len(d.buckets) == 0 {
+		return // no gradient reduction to ride on: the caller reduces them
+	}
+	n := 0
+	if r != nil {
+		n = len(r.Values)
+	}
+	if n != d.nRide {
+		d.nRide = n
+		d.planStage(d.eng.Store())
+	}
+	d.ride = r
 }
 
 func dtypeOf(st *module.Store) collective.DType {
@@ -565,21 +612,39 @@ func dtypeOf(st *module.Store) collective.DType {
 // landing, which is what every backend's Mean does (a sum, then a
 // division). The buffers are final once the forward pass is done: neither
 // backward nor the update writes them.
+//
+// The ride's values (TrainOptions.Ride) go last, each rank's own, summed:
+// Sample runs here, as the last bucket is queued, so they hold what the
+// rank knew then.
 func (d *DDP) rideBuffers(buf any) collective.Handle {
 	st := d.eng.Store()
 	g := 0
 	if d.folded {
 		g = collective.Copy(d.stage, buf)
 	}
-	bufs := collective.Sub(d.stage, g, g+st.Len()-st.NumParams())
-	if d.rank == 0 {
-		if st.Dtype() == tensor.Float32 {
-			collective.Copy(bufs, st.Data32()[st.NumParams():])
+	if d.bufs {
+		nb := st.Len() - st.NumParams()
+		bufs := collective.Sub(d.stage, g, g+nb)
+		if d.rank == 0 {
+			if st.Dtype() == tensor.Float32 {
+				collective.Copy(bufs, st.Data32()[st.NumParams():])
+			} else {
+				collective.Copy(bufs, st.Data64()[st.NumParams():])
+			}
 		} else {
-			collective.Copy(bufs, st.Data64()[st.NumParams():])
+			negZero(bufs)
 		}
-	} else {
-		negZero(bufs)
+		g += nb
+	}
+	if d.nRide > 0 {
+		var vals []float64
+		if d.ride != nil {
+			if d.ride.Sample != nil {
+				d.ride.Sample(d.ride.Values)
+			}
+			vals = d.ride.Values
+		}
+		putValues(collective.Sub(d.stage, g, g+d.nRide), vals)
 	}
 	d.rode = true
 	if d.folded {
@@ -623,8 +688,8 @@ func (d *DDP) landFold() {
 	}
 }
 
-// landBuffers waits for the buffers' own all-reduce (not folded) and puts
-// rank 0's buffers into this rank's store.
+// landBuffers waits for the stage's own all-reduce (not folded), puts
+// rank 0's buffers into this rank's store and hands the ride's sums back.
 func (d *DDP) landBuffers() error {
 	h := d.rideH
 	d.rode, d.rideH = false, nil
@@ -633,21 +698,57 @@ func (d *DDP) landBuffers() error {
 			return err
 		}
 	}
-	if d.rank == 0 {
-		return nil // its own buffers came back
-	}
 	st := d.eng.Store()
 	g := 0
 	if d.folded {
 		g = d.buckets[len(d.buckets)-1].Len()
 	}
-	bufs := collective.Sub(d.stage, g, g+st.Len()-st.NumParams())
-	if st.Dtype() == tensor.Float32 {
-		collective.Copy(st.Data32()[st.NumParams():], bufs)
-	} else {
-		collective.Copy(st.Data64()[st.NumParams():], bufs)
+	if d.bufs {
+		nb := st.Len() - st.NumParams()
+		bufs := collective.Sub(d.stage, g, g+nb)
+		// Rank 0's own buffers came back unchanged.
+		if d.rank != 0 && st.Dtype() == tensor.Float32 {
+			collective.Copy(st.Data32()[st.NumParams():], bufs)
+		} else if d.rank != 0 {
+			collective.Copy(st.Data64()[st.NumParams():], bufs)
+		}
+		g += nb
+	}
+	if r := d.ride; r != nil {
+		d.ride = nil
+		getValues(r.Values, collective.Sub(d.stage, g, g+d.nRide))
+		r.Rode = true
 	}
 	return nil
+}
+
+// putValues writes vals into slots (a []float32 or []float64), zeros past
+// its end.
+func putValues(slots any, vals []float64) {
+	switch s := slots.(type) {
+	case []float32:
+		for i := range s {
+			s[i] = 0
+			if i < len(vals) {
+				s[i] = float32(vals[i])
+			}
+		}
+	case []float64:
+		clear(s)
+		copy(s, vals)
+	}
+}
+
+// getValues reads slots (a []float32 or []float64) into vals.
+func getValues(vals []float64, slots any) {
+	switch s := slots.(type) {
+	case []float32:
+		for i := range vals {
+			vals[i] = float64(s[i])
+		}
+	case []float64:
+		copy(vals, s)
+	}
 }
 
 // bucketNames are the span names of gradient buckets (the last one covers
@@ -688,9 +789,9 @@ func (d *DDP) OptimizerStep(ctx context.Context, o strategy.OptimizerOptions) (f
 func (d *DDP) afterStep(ctx context.Context) error {
 	if d.rode {
 		if err := d.landBuffers(); err != nil {
-			return d.fail(ddpOp{kind: opBuffers, step: d.steps}.String(), err)
+			return d.fail(ddpOp{kind: opRide, step: d.steps}.String(), err)
 		}
-		d.lastDone = ddpOp{kind: opBuffers, step: d.steps}
+		d.lastDone = ddpOp{kind: opRide, step: d.steps}
 		return nil
 	}
 	if d.cfg.BufferSyncOnce {

@@ -19,7 +19,8 @@
 // launcher describes, and connects over FULGUR_BACKEND (auto, tcp, shm,
 // hier, mpi, nccl). bucket.go lays out gradient buckets, which ddp.go reduces while
 // the backward pass runs (the engine reports each gradient as it is
-// computed, engine.WithGradReady); syncbn.go gives BatchNorm
+// computed, engine.WithGradReady), the last one carrying rank 0's buffers
+// and the trainer's stop flags (strategy.TrainOptions.Ride); syncbn.go gives BatchNorm
 // layers the group's reductions for SyncBatchNorm. ddp_spawn's launching
 // process holds the strategy registered as "single" (by name, not by
 // import).

@@ -88,18 +88,7 @@ func TestBuffersRideWithTheGradients(t *testing.T) {
 				t.Fatal(err)
 			}
 			run := func(once bool) ([]strategy.Strategy, []*recorder) {
-				group, err := inproc.NewGroup(tc.ranks, inproc.Timeout(20*time.Second))
-				if err != nil {
-					t.Fatal(err)
-				}
-				recs := make([]*recorder, tc.ranks)
-				strats := make([]strategy.Strategy, tc.ranks)
-				for r := range strats {
-					recs[r] = &recorder{Collective: group[r]}
-					if strats[r], err = ddp.NewDDP(ddp.DDPConfig{Group: recs[r], BucketBytes: tc.bucket, BufferSyncOnce: once, Timeout: 20 * time.Second}); err != nil {
-						t.Fatal(err)
-					}
-				}
+				strats, recs := recordedRanks(t, tc.ranks, ddp.DDPConfig{BucketBytes: tc.bucket, BufferSyncOnce: once})
 				if err := strategytest.Each(strats, func(r int, s strategy.Strategy) error {
 					su, err := strategytest.SetupForDtype(tc.mod(), ds.Fields(), 1+uint64(r), tc.dtype)
 					if err != nil {
@@ -326,52 +315,87 @@ func (o *opsAtBatchEnd) OnTrainBatchEnd(ctx context.Context, s *trainer.State) e
 	return nil
 }
 
+// quietOps is opsAtBatchEnd declaring that it never stops at a step's
+// end (trainer.StepEndStopper).
+type quietOps struct{ *opsAtBatchEnd }
+
+func (quietOps) StopsAtStepEnd() bool { return false }
+
 // TestTrainerStepCollectives: a training step of DDP under the trainer,
 // from one batch end to the next (no validation, logging or checkpoint in
 // between), runs the gradient buckets, which carry rank 0's buffers, and
-// one all-reduce of the ranks' stop flags: no broadcast of buffers, and no
-// second all-reduce for the stop decision.
+// no broadcast. With a callback that may stop at the batch end, one
+// all-reduce of the ranks' stop flags follows; with callbacks that never
+// stop there, the flags ride in the last bucket and a step runs nothing
+// besides the buckets, with overlap or without. Both give the same
+// weights, bit for bit.
 func TestTrainerStepCollectives(t *testing.T) {
 	const n = 2
 	ds, err := strategytest.Regression(8*n*6, 6, 2, 9) // 6 batches of 8 rows per rank
 	if err != nil {
 		t.Fatal(err)
 	}
-	cbs := make([]*opsAtBatchEnd, n)
-	strats := make([]*ddp.DDP, n)
-	_, errs := fitDDP(t, n, ds, 0, func(r int, g collective.Collective) collective.Collective {
-		cbs[r] = &opsAtBatchEnd{rec: &recorder{Collective: g}}
-		return cbs[r].rec
-	}, func(r int, d *ddp.DDP) []trainer.Callback {
-		strats[r] = d
-		return []trainer.Callback{cbs[r]}
-	})
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	nb := len(strats[0].Buckets())
-	if nb < 2 {
-		t.Fatalf("%d buckets: the test wants several", nb)
-	}
-	for r, cb := range cbs {
-		if len(cb.seen) != 6 {
-			t.Fatalf("rank %d: %d batch ends, want 6", r, len(cb.seen))
-		}
-		for k := 1; k < len(cb.seen); k++ {
-			step := cb.seen[k][len(cb.seen[k-1]):]
-			var buckets, others []string
-			for _, op := range step {
-				if strings.HasPrefix(op, "all-reduce float32") {
-					buckets = append(buckets, op)
-				} else {
-					others = append(others, op)
+	var weights []string
+	for _, tc := range []struct {
+		name      string
+		quiet     bool // the callback declares it never stops at a step's end
+		noOverlap bool
+		extra     int // all-reduces of float64 (the stop flags) per step
+	}{
+		{"a callback that may stop", false, false, 1},
+		{"callbacks that never stop", true, false, 0},
+		{"callbacks that never stop, no overlap", true, true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cbs := make([]*opsAtBatchEnd, n)
+			strats := make([]*ddp.DDP, n)
+			trs, errs := fitDDPConfig(t, n, ds, 0, func(r int, c *ddp.DDPConfig) {
+				cbs[r] = &opsAtBatchEnd{rec: &recorder{Collective: c.Group}}
+				c.Group, c.NoOverlap = cbs[r].rec, tc.noOverlap
+			}, func(r int, d *ddp.DDP) []trainer.Callback {
+				strats[r] = d
+				if tc.quiet {
+					return []trainer.Callback{quietOps{cbs[r]}}
+				}
+				return []trainer.Callback{cbs[r]}
+			})
+			for r, err := range errs {
+				if err != nil {
+					t.Fatalf("rank %d: %v", r, err)
 				}
 			}
-			if len(buckets) != nb || len(others) != 1 || !strings.HasPrefix(others[0], "all-reduce float64") {
-				t.Errorf("rank %d, step %d ran %v; want the %d buckets and one all-reduce of the stop flags", r, k+1, step, nb)
+			nb := len(strats[0].Buckets())
+			if nb < 2 {
+				t.Fatalf("%d buckets: the test wants several", nb)
 			}
+			for r, cb := range cbs {
+				if len(cb.seen) != 6 {
+					t.Fatalf("rank %d: %d batch ends, want 6", r, len(cb.seen))
+				}
+				for k := 1; k < len(cb.seen); k++ {
+					step := cb.seen[k][len(cb.seen[k-1]):]
+					var buckets, others []string
+					for _, op := range step {
+						if strings.HasPrefix(op, "all-reduce float32") {
+							buckets = append(buckets, op)
+						} else {
+							others = append(others, op)
+						}
+					}
+					if len(buckets) != nb || len(others) != tc.extra || tc.extra > 0 && !strings.HasPrefix(others[0], "all-reduce float64") {
+						t.Errorf("rank %d, step %d ran %v; want the %d buckets and %d all-reduce of the stop flags", r, k+1, step, nb, tc.extra)
+					}
+				}
+			}
+			weights = append(weights, trs[0].Store().SHA256())
+			if trs[1].Store().SHA256() != weights[len(weights)-1] {
+				t.Errorf("the ranks end with different weights")
+			}
+		})
+	}
+	for i, w := range weights {
+		if w != weights[0] {
+			t.Errorf("case %d ends with weights %s, case 0 with %s", i, w, weights[0])
 		}
 	}
 }
@@ -384,6 +408,17 @@ func TestTrainerStepCollectives(t *testing.T) {
 // context for Fit. It returns the trainers and each rank's Fit error.
 func fitDDP(t *testing.T, n int, ds data.Dataset, valEvery int, wrap func(int, collective.Collective) collective.Collective, cbs func(int, *ddp.DDP) []trainer.Callback, ctxs ...context.Context) ([]*trainer.Trainer, []error) {
 	t.Helper()
+	return fitDDPConfig(t, n, ds, valEvery, func(r int, c *ddp.DDPConfig) {
+		if wrap != nil {
+			c.Group = wrap(r, c.Group)
+		}
+	}, cbs, ctxs...)
+}
+
+// fitDDPConfig is fitDDP with each rank's DDPConfig (its Group set to
+// the rank's inproc member) given to config to change.
+func fitDDPConfig(t *testing.T, n int, ds data.Dataset, valEvery int, config func(int, *ddp.DDPConfig), cbs func(int, *ddp.DDP) []trainer.Callback, ctxs ...context.Context) ([]*trainer.Trainer, []error) {
+	t.Helper()
 	group, err := inproc.NewGroup(n, inproc.Timeout(20*time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -392,11 +427,9 @@ func fitDDP(t *testing.T, n int, ds data.Dataset, valEvery int, wrap func(int, c
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {
-		var g collective.Collective = group[r]
-		if wrap != nil {
-			g = wrap(r, g)
-		}
-		d, err := ddp.NewDDP(ddp.DDPConfig{Group: g, BucketBytes: 256, Timeout: 20 * time.Second})
+		dc := ddp.DDPConfig{Group: group[r], BucketBytes: 256, Timeout: 20 * time.Second}
+		config(r, &dc)
+		d, err := ddp.NewDDP(dc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -423,6 +456,12 @@ func fitDDP(t *testing.T, n int, ds data.Dataset, valEvery int, wrap func(int, c
 		go func() {
 			defer wg.Done()
 			errs[r] = trs[r].Fit(ctx, &bnModule{}, train, val)
+			var ie *trainer.InterruptedError
+			if errs[r] != nil && !errors.As(errs[r], &ie) {
+				// As a rank's process would exit: its peers learn at
+				// once instead of at their timeout.
+				trs[r].Teardown(context.Background())
+			}
 		}()
 	}
 	wg.Wait()
@@ -443,29 +482,66 @@ func (c *cancelAt) OnTrainBatchEnd(ctx context.Context, s *trainer.State) error 
 	if s.GlobalStep != c.step {
 		return nil
 	}
+	return c.fire("at step %d", c.step)
+}
+
+// fire cancels and asks to stop, as c says.
+func (c *cancelAt) fire(format string, args ...any) error {
 	if c.cancel != nil {
 		c.cancel()
 	}
 	if c.stop {
-		return trainer.Stop("asked at step %d", s.GlobalStep)
+		return trainer.Stop("asked "+format, args...)
 	}
 	return nil
 }
 
-// TestStopAgreementCarriesCancellation: one rank's context is cancelled
-// at a step's end: every rank stops there with an *InterruptedError and
-// saves the interrupt checkpoint, the others saying another rank's
-// context was cancelled; a cancellation wins over another rank's Stop at
-// the same step.
+// quietCancelAt is cancelAt declaring that it never stops at a step's end
+// (it only cancels): the stop flags ride with the gradients.
+type quietCancelAt struct{ *cancelAt }
+
+func (quietCancelAt) StopsAtStepEnd() bool { return false }
+
+// cancelBefore does what its cancelAt says in OnBeforeBackward of the
+// step that makes global step c.step: before the step's gradients are
+// sent.
+type cancelBefore struct{ c cancelAt }
+
+func (c *cancelBefore) Name() string { return "cancelBefore" }
+
+func (c *cancelBefore) OnBeforeBackward(ctx context.Context, s *trainer.State, loss float64) error {
+	if s.GlobalStep+1 != c.c.step {
+		return nil
+	}
+	return c.c.fire("before step %d's backward pass", c.c.step)
+}
+
+// TestStopAgreementCarriesCancellation: one rank's context is cancelled:
+// every rank stops at the same step with an *InterruptedError and saves
+// the interrupt checkpoint, the others saying another rank's context was
+// cancelled; a cancellation wins over another rank's Stop at the same
+// step. With a callback that may stop at the batch end the ranks agree
+// after each batch, so a cancellation there stops them at that step; with
+// callbacks that never stop there the agreement rides with the next
+// step's gradients: a cancellation at step 3's end stops them at step 4
+// (the step in progress finishes, its context detached from the
+// cancellation), one before step 3's backward pass at step 3.
 func TestStopAgreementCarriesCancellation(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		stopRank   int // asks to stop at step 3 too (-1: none)
 		cancelRank int
+		quiet      bool // callbacks that never stop at a step's end
+		before     bool // cancels in OnBeforeBackward instead of at the batch end
+		wantStep   int
 	}{
-		{"rank 1 cancelled", -1, 1},
-		{"rank 0 stops, rank 1 cancelled", 0, 1},
-		{"rank 0 cancelled, rank 1 stops", 1, 0},
+		{"rank 1 cancelled", -1, 1, false, false, 3},
+		{"rank 0 stops, rank 1 cancelled", 0, 1, false, false, 3},
+		{"rank 0 cancelled, rank 1 stops", 1, 0, false, false, 3},
+		{"flags ride: rank 1 cancelled at the batch end", -1, 1, true, false, 4},
+		{"flags ride: rank 0 cancelled at the batch end", -1, 0, true, false, 4},
+		{"flags ride: rank 1 cancelled before backward", -1, 1, true, true, 3},
+		{"flags ride: rank 0 stops, rank 1 cancelled before backward", 0, 1, true, true, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const n = 2
@@ -479,10 +555,25 @@ func TestStopAgreementCarriesCancellation(t *testing.T) {
 				ctxs[r], cancels[r] = context.WithCancel(context.Background())
 				defer cancels[r]()
 			}
-			trs, errs := fitDDP(t, n, ds, 0, nil, func(r int, _ *ddp.DDP) []trainer.Callback {
-				c := &cancelAt{step: 3, stop: r == tc.stopRank}
+			var recs [n]*recorder
+			trs, errs := fitDDP(t, n, ds, 0, func(r int, g collective.Collective) collective.Collective {
+				recs[r] = &recorder{Collective: g}
+				return recs[r]
+			}, func(r int, _ *ddp.DDP) []trainer.Callback {
+				var cancel context.CancelFunc
 				if r == tc.cancelRank {
-					c.cancel = cancels[r]
+					cancel = cancels[r]
+				}
+				if tc.before {
+					c := &cancelBefore{cancelAt{step: 3, cancel: cancel, stop: r == tc.stopRank}}
+					if !tc.quiet {
+						return []trainer.Callback{c, &cancelAt{}}
+					}
+					return []trainer.Callback{c}
+				}
+				c := &cancelAt{step: 3, cancel: cancel, stop: r == tc.stopRank}
+				if tc.quiet {
+					return []trainer.Callback{quietCancelAt{c}}
 				}
 				return []trainer.Callback{c}
 			}, ctxs...)
@@ -497,11 +588,188 @@ func TestStopAgreementCarriesCancellation(t *testing.T) {
 				if r != tc.cancelRank && !strings.Contains(err.Error(), "another rank's context was cancelled") {
 					t.Errorf("rank %d: %v, want another rank's cancellation named", r, err)
 				}
-				if ie.GlobalStep != 3 || trs[r].Stats().GlobalStep != 3 {
-					t.Errorf("rank %d stopped at step %d (stats %d), want 3", r, ie.GlobalStep, trs[r].Stats().GlobalStep)
+				if ie.GlobalStep != tc.wantStep || trs[r].Stats().GlobalStep != tc.wantStep {
+					t.Errorf("rank %d stopped at step %d (stats %d), want %d", r, ie.GlobalStep, trs[r].Stats().GlobalStep, tc.wantStep)
 				}
 				if ie.Checkpoint == "" {
 					t.Errorf("rank %d: no interrupt checkpoint", r)
+				}
+				// Every step's collectives are float32 buckets; the stop
+				// flags' own all-reduce is the float64 one of 5 values and
+				// their 5 weights.
+				flags := 0
+				for _, op := range recs[r].ops {
+					if op == "all-reduce float64[10]" {
+						flags++
+					}
+				}
+				if want := map[bool]int{true: 0, false: tc.wantStep}[tc.quiet]; flags != want {
+					t.Errorf("rank %d ran %d all-reduces of the stop flags in %d steps, want %d: %v", r, flags, tc.wantStep, want, recs[r].ops)
+				}
+			}
+		})
+	}
+}
+
+// lyingStopper says it never stops at a step's end, then does at step 3
+// on its rank.
+type lyingStopper struct{ rank int }
+
+func (l lyingStopper) Name() string         { return "lyingStopper" }
+func (l lyingStopper) StopsAtStepEnd() bool { return false }
+func (l lyingStopper) OnTrainBatchEnd(ctx context.Context, s *trainer.State) error {
+	if s.Rank == l.rank && s.GlobalStep == 3 {
+		return trainer.Stop("asked at step 3")
+	}
+	return nil
+}
+
+// TestStopRidesWithTheGradients: with callbacks that never stop at a
+// step's end, a Stop from one rank's OnBeforeBackward rides with that
+// step's gradients and stops every rank after the same step, with no
+// all-reduce of the stop flags; a callback that says it never stops there
+// and then does fails Fit with an error saying so, on its rank, and the
+// other rank fails too instead of training on alone.
+func TestStopRidesWithTheGradients(t *testing.T) {
+	const n = 2
+	ds, err := strategytest.Regression(8*n*6, 6, 2, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("Stop before backward", func(t *testing.T) {
+		var recs [n]*recorder
+		trs, errs := fitDDP(t, n, ds, 0, func(r int, g collective.Collective) collective.Collective {
+			recs[r] = &recorder{Collective: g}
+			return recs[r]
+		}, func(r int, _ *ddp.DDP) []trainer.Callback {
+			cbs := []trainer.Callback{quietOps{&opsAtBatchEnd{rec: recs[r]}}}
+			if r == 1 {
+				cbs = append(cbs, &cancelBefore{cancelAt{step: 3, stop: true}})
+			}
+			return cbs
+		})
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("rank %d: %v", r, err)
+			}
+			st := trs[r].Stats()
+			want := map[int]string{0: "another rank stopped training", 1: "asked before step 3's backward pass"}[r]
+			if st.GlobalStep != 3 || st.StoppedEarly != want {
+				t.Errorf("rank %d: step %d, reason %q; want 3, %q", r, st.GlobalStep, st.StoppedEarly, want)
+			}
+			if i := slices.Index(recs[r].ops, "all-reduce float64[10]"); i >= 0 {
+				t.Errorf("rank %d ran an all-reduce of the stop flags: %v", r, recs[r].ops)
+			}
+		}
+		if a, b := trs[0].Store().SHA256(), trs[1].Store().SHA256(); a != b {
+			t.Errorf("rank 0 ends with weights %s, rank 1 with %s", a, b)
+		}
+	})
+	t.Run("a callback that says it never stops stops", func(t *testing.T) {
+		_, errs := fitDDP(t, n, ds, 0, nil, func(r int, _ *ddp.DDP) []trainer.Callback {
+			return []trainer.Callback{lyingStopper{rank: 1}}
+		})
+		if errs[1] == nil || !strings.Contains(errs[1].Error(), "StopsAtStepEnd") || !strings.Contains(errs[1].Error(), "asked at step 3") {
+			t.Errorf("rank 1: %v; want an error naming the Stop and StopsAtStepEnd", errs[1])
+		}
+		if errs[0] == nil {
+			t.Errorf("rank 0 finished training alone")
+		}
+	})
+}
+
+// wideMLP is Linear(6→h) with ReLU → Linear(h→2), no buffers: with h
+// large its one bucket is past what DDP copies to fold what rides.
+type wideMLP struct {
+	h      int
+	l1, l2 *nn.Linear
+}
+
+func (m *wideMLP) Configure(b *module.Builder) error {
+	m.l1 = nn.NewLinear(b, "l1", 6, m.h)
+	m.l2 = nn.NewLinear(b, "l2", m.h, 2)
+	return nil
+}
+
+func (m *wideMLP) TrainingStep(s *module.Step) (*G.Node, error) {
+	return squaredError(s, m.l2.Forward(s, G.Must(G.Rectify(m.l1.Forward(s, s.Input("x")))))), nil
+}
+
+// TestRideBehindALargeBucket: when the last bucket is too large to copy
+// (over 1 MiB), the values of a TrainOptions.Ride travel in one all-reduce
+// queued right behind it, with rank 0's buffers when the model has any:
+// every rank gets the sums, a step runs one collective besides the
+// buckets (as the buffers alone did), and the weights are those of the
+// same steps without a ride, bit for bit.
+func TestRideBehindALargeBucket(t *testing.T) {
+	const ranks, steps = 2, 3
+	for _, tc := range []struct {
+		name    string
+		mod     func() module.Module
+		stage   string // the all-reduce besides the buckets
+		without int    // collectives besides the buckets without a ride
+	}{
+		{"buffers and values", func() module.Module { return &wideBN{h: 50000} }, "all-reduce float32[100006]", 1},
+		{"values alone", func() module.Module { return &wideMLP{h: 50000} }, "all-reduce float32[5]", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			ds, err := strategytest.Regression(8*ranks*steps, 6, 2, 9)
+			if err != nil {
+				t.Fatal(err)
+			}
+			run := func(withRide bool) ([]strategy.Strategy, []*recorder) {
+				strats, recs := recordedRanks(t, ranks, ddp.DDPConfig{})
+				t.Cleanup(func() { strategytest.Each(strats, func(_ int, s strategy.Strategy) error { return s.Teardown(ctx) }) })
+				err := strategytest.Each(strats, func(r int, s strategy.Strategy) error {
+					su, err := strategytest.SetupFor(tc.mod(), ds.Fields(), 1+uint64(r))
+					if err != nil {
+						return err
+					}
+					if err := s.Setup(ctx, su); err != nil {
+						return err
+					}
+					rd := &strategy.Ride{Values: make([]float64, 5), Sample: func(v []float64) { v[r] = 1; v[4] = 2 }}
+					for k := range steps {
+						b, err := strategytest.Rows(ds, k*8*ranks, (k+1)*8*ranks)
+						if err != nil {
+							return err
+						}
+						o := strategy.TrainOptions{Sync: true}
+						if withRide {
+							clear(rd.Values)
+							rd.Rode, o.Ride = false, rd
+						}
+						if _, err := s.Step(ctx, module.Train, strategytest.Shard(b, r, ranks), o); err != nil {
+							return err
+						}
+						if _, err := s.OptimizerStep(ctx, strategy.OptimizerOptions{}); err != nil {
+							return err
+						}
+						if want := []float64{1, 1, 0, 0, 4}; withRide && (!rd.Rode || !slices.Equal(rd.Values, want)) {
+							return fmt.Errorf("step %d: Rode %v, values %v, want the sums %v", k, rd.Rode, rd.Values, want)
+						}
+					}
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return strats, recs
+			}
+			got, recs := run(true)
+			want, wantRecs := run(false)
+			if g, w := strategytest.Hashes(got), strategytest.Hashes(want); !slices.Equal(g, w) {
+				t.Errorf("weights with the ride %v, without %v", g, w)
+			}
+			nb := len(got[0].(*ddp.DDP).Buckets())
+			for r := range recs {
+				ops := recs[r].ops[1:] // after the setup broadcast
+				if len(ops) != steps*(nb+1) || slices.Index(ops, tc.stage) < 0 {
+					t.Errorf("rank %d ran %v in %d steps of %d buckets, want one %s a step besides them", r, ops, steps, nb, tc.stage)
+				}
+				if n := len(wantRecs[r].ops) - 1; n != steps*(nb+tc.without) {
+					t.Errorf("rank %d ran %d collectives without the ride, want %d", r, n, steps*(nb+tc.without))
 				}
 			}
 		})

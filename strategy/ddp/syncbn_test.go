@@ -238,6 +238,27 @@ func (r *recorder) Broadcast(ctx context.Context, buf any, root int) error {
 	return r.Collective.Broadcast(ctx, buf, root)
 }
 
+// recordedRanks makes n DDP ranks over inproc, each from cfg with its
+// Group (a recorder of the rank's member) and a 20 s Timeout, and returns
+// them with the recorders.
+func recordedRanks(t *testing.T, n int, cfg ddp.DDPConfig) ([]strategy.Strategy, []*recorder) {
+	t.Helper()
+	group, err := inproc.NewGroup(n, inproc.Timeout(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := make([]*recorder, n)
+	strats := make([]strategy.Strategy, n)
+	for r := range strats {
+		recs[r] = &recorder{Collective: group[r]}
+		cfg.Group, cfg.Timeout = recs[r], 20*time.Second
+		if strats[r], err = ddp.NewDDP(cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return strats, recs
+}
+
 // SyncBatchNorm's reductions run inside the graph, on the same ordered
 // communication goroutine as the gradient buckets: on every rank and at
 // every step they come after the buffer broadcast (forward statistics, then
@@ -263,20 +284,9 @@ func TestSyncBatchNormOrdersWithBuckets(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const n = 2
-			group, err := inproc.NewGroup(n, inproc.Timeout(20*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			recs := make([]*recorder, n)
-			strats := make([]strategy.Strategy, n)
-			for r := range strats {
-				recs[r] = &recorder{Collective: group[r]}
-				// 64-byte buckets: several reductions per step, started
-				// before the last one is queued.
-				if strats[r], err = ddp.NewDDP(ddp.DDPConfig{Group: recs[r], BucketBytes: 64, Timeout: 20 * time.Second, NoOverlap: tc.noOverlap}); err != nil {
-					t.Fatal(err)
-				}
-			}
+			// 64-byte buckets: several reductions per step, started before
+			// the last one is queued.
+			strats, recs := recordedRanks(t, n, ddp.DDPConfig{BucketBytes: 64, NoOverlap: tc.noOverlap})
 			ctx := context.Background()
 			ds, _ := strategytest.Regression(24, 6, 2, 9)
 			if err := syncSetup(ctx, strats, false, ds.Fields(), true); err != nil {

@@ -60,6 +60,8 @@ func RunAll(t *testing.T, f Factory) {
 			}
 			t.Run("Eval", func(t *testing.T) { eval(t, f, n) })
 			t.Run("BeforeBackward", func(t *testing.T) { BeforeBackward(t, f, n) })
+			t.Run("Ride", func(t *testing.T) { ride(t, f, n, strategy.OptimizerOptions{}) })
+			t.Run("Ride/ClipNorm", func(t *testing.T) { ride(t, f, n, strategy.OptimizerOptions{ClipNorm: 0.05}) })
 			t.Run("Reduce", func(t *testing.T) { reduce(t, f, n) })
 			t.Run("State", func(t *testing.T) { state(t, f, n) })
 			t.Run("Sampler", func(t *testing.T) { sampler(t, f, n) })
