@@ -82,8 +82,9 @@
 // ..."). A Stop asked in a training batch's hooks (OnTrainBatchStart
 // included) ends a Fit at that batch's end, one asked in a validation's
 // at the end of its epoch (the rest of its batches skipped), every rank
-// agreeing; one from OnTrainStart or the sanity check ends it before the
-// first epoch, on the ranks that ask (ask on every rank). It means nothing
+// agreeing; one from OnFitStart, the sanity check or OnTrainStart ends it
+// before the first epoch and one from OnTrainEpochStart before that
+// epoch's first batch, every rank agreeing there too. It means nothing
 // to Validate, Test and Predict, which run to their end. Hooks nobody
 // implements cost nothing: the per-batch ones are looked up once per
 // call, not per batch.

@@ -121,13 +121,17 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 		t.signals = watchSignals(t.cfg.Log)
 		defer t.signals.stop()
 	}
-	if err := t.sanityCheck(ctx, val, startEpoch); err != nil {
+	// A Stop from the hooks before the first batch (the sanity check's,
+	// OnTrainStart) is agreed on where it is asked, as one from
+	// OnTrainEpochStart is with the epoch's batch counts: every rank stops
+	// there, none waits for the asking one in its next collective.
+	if err := t.agreeHookStop(ctx, t.sanityCheck(ctx, val, startEpoch)); err != nil {
 		return err
 	}
 	if !t.trainingLeft(startEpoch) {
 		return nil // as Lightning's fit loop, without its train hooks
 	}
-	if err := t.onTrainStart(ctx, m); err != nil {
+	if err := t.agreeHookStop(ctx, t.onTrainStart(ctx, m)); err != nil {
 		return t.trainEnd(ctx, m, err)
 	}
 	for epoch := startEpoch; t.trainingLeft(epoch); epoch++ {
@@ -152,12 +156,16 @@ func (t *Trainer) stepsDone() bool { return t.cfg.MaxSteps > 0 && t.state.Global
 func (f *fitRun) epoch(ctx context.Context, epoch int) error {
 	t := f.t
 	r := f.enterEpoch(epoch)
-	if err := t.onTrainEpochStart(ctx, f.m, epoch); err != nil {
+	stop, err := splitStop(t.onTrainEpochStart(ctx, f.m, epoch))
+	if err != nil {
 		return err
 	}
 	nb := f.numBatches(epoch)
-	if err := f.agreeBatches(ctx, epoch, nb); err != nil {
+	if stop, err = f.agreeBatches(ctx, epoch, nb, stop); err != nil {
 		return err
+	}
+	if stop != nil {
+		return stop
 	}
 	if nb == 0 {
 		// Fit would end at once, trained on nothing.
@@ -179,11 +187,9 @@ func (f *fitRun) epoch(ctx context.Context, epoch int) error {
 	t.progress.startEpoch(epoch, t.cfg.MaxEpochs, nb)
 	it := skipBatches(f.train, first).Iter(f.stepCtx(ctx), epoch)
 	f.trainDur = 0
-	var stop error
 	if r.ValPending && f.val != nil {
 		// The interrupted run stopped just before a mid-epoch validation.
 		t.pos.ValPending = false
-		var err error
 		if stop, err = f.validate(ctx, epoch); err != nil {
 			it.Close()
 			return err
@@ -241,25 +247,31 @@ func (f *fitRun) enterEpoch(epoch int) loopPos {
 // end: the stop flags ride with the gradients in the epoch when none has
 // (callbacks may differ between ranks, and every rank must agree the same
 // way).
-func (f *fitRun) agreeBatches(ctx context.Context, epoch, nb int) error {
+func (f *fitRun) agreeBatches(ctx context.Context, epoch, nb int, stop error) (error, error) {
 	t := f.t
 	f.ride = nil
 	info := t.strat.Info()
 	if info.WorldSize < 2 {
-		return nil
+		return stop, nil
 	}
-	row := make([]float64, info.WorldSize+1)
+	row := make([]float64, info.WorldSize+2)
 	counts, stoppers := row[:info.WorldSize], row[info.WorldSize:]
 	counts[info.Rank] = float64(nb)
 	if f.stepEndStop {
 		stoppers[0] = 1
+	}
+	if stop != nil {
+		stoppers[1] = 1
 	}
 	ops := make([]module.Reduce, len(row))
 	for i := range ops {
 		ops[i] = module.Sum
 	}
 	if err := t.strat.Reduce(ctx, row, make([]float64, len(row)), ops); err != nil {
-		return fmt.Errorf("epoch %d: agree on the number of training batches: %w", epoch, err)
+		return nil, fmt.Errorf("epoch %d: agree on the number of training batches: %w", epoch, err)
+	}
+	if stoppers[1] > 0 && stop == nil {
+		stop = Stop("another rank stopped training")
 	}
 	if stoppers[0] == 0 {
 		f.ride = &f.rideVal
@@ -271,9 +283,9 @@ func (f *fitRun) agreeBatches(ctx context.Context, epoch, nb int) error {
 		differ = differ || int(c) != nb
 	}
 	if differ {
-		return fmt.Errorf("epoch %d: the ranks' training loaders disagree on the number of batches (%s): every step is a collective, so each rank needs as many batches: keep Config.UseDistributedSampler on (the default) or give every rank's loader the same number of batches", epoch, strings.Join(parts, ", "))
+		return nil, fmt.Errorf("epoch %d: the ranks' training loaders disagree on the number of batches (%s): every step is a collective, so each rank needs as many batches: keep Config.UseDistributedSampler on (the default) or give every rank's loader the same number of batches", epoch, strings.Join(parts, ", "))
 	}
-	return nil
+	return stop, nil
 }
 
 // numBatches is the number of training batches of epoch (LimitTrainBatches).

@@ -238,8 +238,10 @@ func TestStopAgreementHasItsOwnSpan(t *testing.T) {
 		cb   func() trainer.Callback
 		want func(steps int) int // spans of both ranks
 	}{
-		{"a callback that may stop", func() trainer.Callback { return stopOn{rank: -1} }, func(steps int) int { return 2 * (steps + 1) }},
-		{"callbacks that never stop", func() trainer.Callback { return &quietEnd{} }, func(int) int { return 2 * 2 }},
+		// Each rank also agrees three times before the first batch (after
+		// OnFitStart, the sanity check and OnTrainStart).
+		{"a callback that may stop", func() trainer.Callback { return stopOn{rank: -1} }, func(steps int) int { return 2 * (3 + steps + 1) }},
+		{"callbacks that never stop", func() trainer.Callback { return &quietEnd{} }, func(int) int { return 2 * (3 + 2) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			prof := profiler.NewSimple() // both ranks' spans

@@ -261,6 +261,21 @@ func (t *Trainer) stopFor(ctx context.Context, stop error, code int) (error, err
 	return nil, t.saveInterrupt(ctx, ie)
 }
 
+// agreeHookStop has the ranks agree on a Stop from hooks that run outside
+// the training batches (err is their error): every rank returns a Stop
+// when one asked for it, nil when none did; an error that is not a Stop
+// is returned at once, and the other ranks learn of it as of a lost peer.
+func (t *Trainer) agreeHookStop(ctx context.Context, err error) error {
+	stop, fatal := splitStop(err)
+	if fatal != nil {
+		return fatal
+	}
+	if stop, err = t.agreeStop(ctx, stop, false); err != nil {
+		return err
+	}
+	return stop
+}
+
 // saveInterrupt saves the interrupt checkpoint for ie (every rank calls
 // it), requeues a SLURM job stopped by SIGUSR1, and returns ie.
 func (t *Trainer) saveInterrupt(ctx context.Context, ie *InterruptedError) error {

@@ -586,11 +586,12 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 	}
 	t.progress = newProgress(&t.cfg, t.state.IsGlobalZero)
 	t.fillLayerShapes(m, train)
-	if err := t.onFitStart(ctx, m); err != nil {
-		return t.stopOr(err)
-	}
 	stepAtStart := t.state.GlobalStep
-	err = t.fitLoop(ctx, m, train, val, start)
+	if err = t.agreeHookStop(ctx, t.onFitStart(ctx, m)); err == nil {
+		err = t.fitLoop(ctx, m, train, val, start)
+	} else if _, ok := isStop(err); !ok {
+		return err
+	}
 	t.finishStats()
 	if err == nil && resumedFrom != "" && t.state.GlobalStep == stepAtStart && t.state.IsGlobalZero {
 		t.cfg.Log.Warn().Str("checkpoint", resumedFrom).Int("global_step", t.state.GlobalStep).Int("max_epochs", t.cfg.MaxEpochs).Int("max_steps", t.cfg.MaxSteps).
