@@ -41,7 +41,9 @@ type ModelCheckpointConfig struct {
 	// LastOnly writes no ranked checkpoints, only last.ckpt (it implies
 	// SaveLast).
 	LastOnly bool
-	// SaveLast also writes last.ckpt each time a checkpoint is due.
+	// SaveLast also writes last.ckpt each time a checkpoint is due, and at
+	// the end of every epoch that saved none (as Lightning's save_last), so
+	// that it holds the weights the run ended with.
 	SaveLast bool
 	// EveryNTrainSteps saves after every this many optimizer steps instead
 	// of at epoch ends. 0: off. With a Monitor that a validation logs
@@ -293,11 +295,45 @@ const (
 // validate; with validation it is saved at OnValidationEnd, in the epochs
 // that validate only (as Lightning's, whatever CheckValEveryNEpoch): in the
 // others a validation metric is missing or the last validation's.
+//
+// With SaveLast, an epoch that ends with no checkpoint due still refreshes
+// last.ckpt, as Lightning's save_last does, so that it holds the weights
+// the run ended with ("-ckpt-path last" then evaluates the trained weights
+// and resumes where the run stopped, not at the last step checkpoint or
+// the last epoch that EveryNEpochs selected).
 func (c *ModelCheckpoint) OnTrainEpochEnd(ctx context.Context, s *trainer.State) error {
 	if c.cfg.EveryNTrainSteps > 0 || s.HasValidation || c.st.ValEpoch == s.Epoch || (s.Epoch+1)%c.cfg.EveryNEpochs != 0 || s.GlobalStep == c.st.LastStep {
-		return c.removeStale(s)
+		if err := c.removeStale(s); err != nil {
+			return err
+		}
+		return c.saveLast(ctx, s)
 	}
 	return c.save(ctx, s, saveRanked)
+}
+
+// resolveDir sets the checkpoint directory if OnFitStart has not.
+func (c *ModelCheckpoint) resolveDir(s *trainer.State) {
+	if c.dir == "" {
+		c.dir = c.cfg.Dirpath
+		if c.dir == "" {
+			c.dir = defaultDir(s)
+		}
+	}
+}
+
+// saveLast writes last.ckpt alone, unless this step was saved already.
+func (c *ModelCheckpoint) saveLast(ctx context.Context, s *trainer.State) error {
+	if !c.cfg.SaveLast || s.FastDevRun || s.GlobalStep == c.st.LastStep {
+		return nil
+	}
+	c.resolveDir(s)
+	c.st.LastStep = s.GlobalStep
+	p := filepath.Join(c.dir, "last.ckpt")
+	if err := s.SaveCheckpoint(ctx, p); err != nil {
+		return err
+	}
+	c.st.Last = p
+	return nil
 }
 
 func (c *ModelCheckpoint) OnFitEnd(ctx context.Context, s *trainer.State) error {
@@ -313,12 +349,7 @@ func (c *ModelCheckpoint) save(ctx context.Context, s *trainer.State, kind saveK
 	if err := c.removeStale(s); err != nil {
 		return err
 	}
-	if c.dir == "" {
-		c.dir = c.cfg.Dirpath
-		if c.dir == "" {
-			c.dir = defaultDir(s)
-		}
-	}
+	c.resolveDir(s)
 	c.st.LastStep = s.GlobalStep
 	var paths []string
 	switch {
