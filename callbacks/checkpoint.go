@@ -28,7 +28,9 @@ type ModelCheckpointConfig struct {
 	// such as ".4f"; for epoch and step an integer one, such as "03d")
 	// are replaced by "name=value"; "/" in names becomes "_". "":
 	// "{epoch}-{step}". Metrics print as %.4f unless formatted. A format
-	// fmt cannot apply to the value is an error of Validate.
+	// fmt cannot apply to the value is an error of Validate. A name that a
+	// kept checkpoint (or last.ckpt) has already gets "-v1", "-v2"...
+	// before ".ckpt", as in Lightning.
 	Filename string
 	// Monitor is the metric that ranks checkpoints ("val_loss"). "": none;
 	// the newest checkpoints are kept.
@@ -398,9 +400,15 @@ func (c *ModelCheckpoint) decide(ctx context.Context, s *trainer.State) (string,
 	if err != nil {
 		return "", err
 	}
-	path := filepath.Join(c.dir, name+".ckpt")
 	k := c.cfg.SaveTopK
 	if c.cfg.Monitor == "" {
+		reuse := ""
+		if k == 1 {
+			for old := range c.st.BestK {
+				reuse = old
+			}
+		}
+		path := c.freePath(name, reuse)
 		if k == 1 {
 			for old := range c.st.BestK {
 				if old != path {
@@ -431,12 +439,14 @@ func (c *ModelCheckpoint) decide(ctx context.Context, s *trainer.State) (string,
 			cur = math.Inf(-1)
 		}
 	}
+	displaced := ""
 	if k != -1 && len(c.st.BestK) >= k {
-		worst := c.worst()
-		if _, same := c.st.BestK[path]; !same && !c.better(cur, float64(c.st.BestK[worst])) {
+		displaced = c.worst()
+		if !c.better(cur, float64(c.st.BestK[displaced])) {
 			return "", nil
 		}
 	}
+	path := c.freePath(name, displaced)
 	c.st.BestK[path] = jf(cur)
 	c.unstale(path)
 	for k != -1 && len(c.st.BestK) > k {
@@ -452,6 +462,28 @@ func (c *ModelCheckpoint) decide(ctx context.Context, s *trainer.State) (string,
 	}
 	c.st.Best, c.st.BestScore = best, c.st.BestK[best]
 	return path, nil
+}
+
+// freePath returns dir/name.ckpt or, when a checkpoint this callback keeps
+// has that name already (a Filename without {epoch} or {step}, or with a
+// metric that rounds to the same value), dir/name-vN.ckpt with the lowest
+// free N, as Lightning's: a new checkpoint never replaces a kept one other
+// than reuse, the one it displaces. last.ckpt counts as kept with SaveLast.
+// A recovery checkpoint does not: the ranked one of the same weights or
+// newer ones takes over from it.
+func (c *ModelCheckpoint) freePath(name, reuse string) string {
+	taken := func(p string) bool {
+		if p == reuse {
+			return false
+		}
+		_, kept := c.st.BestK[p]
+		return kept || (c.cfg.SaveLast && p == filepath.Join(c.dir, "last.ckpt"))
+	}
+	p := filepath.Join(c.dir, name+".ckpt")
+	for v := 1; taken(p); v++ {
+		p = filepath.Join(c.dir, fmt.Sprintf("%s-v%d.ckpt", name, v))
+	}
+	return p
 }
 
 // recovery returns the path of a step checkpoint saved between
