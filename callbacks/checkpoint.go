@@ -207,6 +207,13 @@ func (c *ModelCheckpoint) SavesOnValidation() bool {
 	return c.cfg.EveryNTrainSteps == 0 || (c.cfg.Monitor != "" && !c.cfg.LastOnly)
 }
 
+// CheckpointNames returns the configured Dirpath ("": the run directory's
+// checkpoints/) and Filename template: trainer.New refuses two checkpoint
+// callbacks with the same, which would delete each other's files.
+func (c *ModelCheckpoint) CheckpointNames() (dir, filename string) {
+	return c.cfg.Dirpath, c.cfg.Filename
+}
+
 // Dir is where checkpoints go (known from fit start).
 func (c *ModelCheckpoint) Dir() string { return c.dir }
 
