@@ -259,10 +259,13 @@ func decode(b []byte) (*stFile, error) {
 func (f *stFile) match(store *module.Store) (map[string][]float64, error) {
 	var errs []error
 	out := map[string][]float64{}
+	wrapped := false // the file has module.NAME for a missing NAME
 	for _, e := range store.Entries() {
 		t, ok := f.tensors[e.Name]
 		if !ok {
 			errs = append(errs, fmt.Errorf("tensor %q %v of the model is missing from the file", e.Name, e.Shape))
+			_, p := f.tensors["module."+e.Name]
+			wrapped = wrapped || p
 			continue
 		}
 		if !sameShape(t.shape, e.Shape) {
@@ -284,6 +287,9 @@ func (f *stFile) match(store *module.Store) (map[string][]float64, error) {
 	sort.Strings(extra)
 	for _, name := range extra {
 		errs = append(errs, fmt.Errorf("the file has tensor %q that the model does not declare", name))
+	}
+	if wrapped {
+		errs = append([]error{errors.New(`the file's tensor names start with "module.", as the state_dict() of a model wrapped in DistributedDataParallel or DataParallel does: save model.module.state_dict() instead, or strip the prefix from the names`)}, errs...)
 	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("the file does not match the model (was it saved from another architecture?):\n%w", errors.Join(errs...))
