@@ -42,15 +42,7 @@ const (
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == asFulgur {
 		// The fulgur command itself, as main runs it (exit statuses too).
-		if err := run(os.Args[2:], os.Stdout, os.Stderr); err != nil {
-			var st exitStatus
-			if errors.As(err, &st) {
-				os.Exit(int(st))
-			}
-			fmt.Fprintln(os.Stderr, "fulgur:", err)
-			os.Exit(2)
-		}
-		os.Exit(0)
+		os.Exit(exitCode(run(os.Args[2:], os.Stdout, os.Stderr), os.Stderr))
 	}
 	if os.Getenv(programEnv) != "" {
 		if err := trainProgram(os.Args[1:], os.Stdout); err != nil {
