@@ -23,7 +23,7 @@ type Settings struct {
 	MaxSteps            int    `flag:"max-steps" check:">=0" help:"stop after this many optimizer steps (0: no limit)"`
 	Devices             int    `flag:"devices" default:"1" check:">=-1" help:"devices (processes or replicas) per node; -1 for all"`
 	NumNodes            int    `flag:"num-nodes" default:"1" check:">=1" help:"number of machines"`
-	Strategy            string `flag:"strategy" default:"auto" help:"auto, single, dp, ddp, ddp_spawn, sharded, sharded_stage1, sharded_stage2 or fsdp"`
+	Strategy            string `flag:"strategy" default:"auto" help:"auto, single, dp, ddp, ddp_spawn, sharded, sharded_stage1, sharded_stage2, fsdp or fsdp_hybrid_shard"`
 	Accelerator         string `flag:"accelerator" default:"cpu" help:"cpu, cuda or auto"`
 	LimitTrainBatches   int    `flag:"limit-train-batches" check:">=0" help:"training batches per epoch (0: all)"`
 	LimitValBatches     int    `flag:"limit-val-batches" check:">=0" help:"validation batches (0: all)"`
