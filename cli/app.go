@@ -505,6 +505,15 @@ func (a App) parse(args []string) (*parsed, error) {
 		}
 	}
 	errs = append(errs, p.s.validate()...)
+	if p.s.NoCheckpoint {
+		// As Lightning refuses enable_checkpointing=False beside a
+		// ModelCheckpoint: the other flag would be ignored.
+		for _, name := range []string{"ckpt-monitor", "ckpt-mode", "ckpt-top-k", "ckpt-every-n-steps"} {
+			if p.set[name] && !(name == "ckpt-top-k" && p.s.CkptTopK == 0) { // 0 says none, too
+				errs = append(errs, fmt.Errorf("-no-checkpoint and -%s are both set: -no-checkpoint writes no checkpoints, so -%s would be ignored; drop one of them", name, name))
+			}
+		}
+	}
 	for _, v := range []any{a.Model, a.Data} {
 		if c, ok := v.(interface{ Validate() error }); ok {
 			if err := c.Validate(); err != nil {
