@@ -416,6 +416,12 @@ func ownSampler(c data.LoaderConfig) bool {
 }
 
 // Fit trains m on train, validating on val (which may be nil).
+//
+// The weights live in the Trainer (Store), not in m, which only declares
+// and uses them: unlike a LightningModule handed to a second
+// Trainer.fit, m given to another Trainer starts from its initial weights
+// (Config.Seed). To go on from a run, pass FromCheckpoint with its
+// checkpoint ("last").
 func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loader, opts ...FitOption) error {
 	var fo fitOptions
 	for _, o := range opts {
