@@ -28,7 +28,9 @@ type ModelCheckpointConfig struct {
 	// such as ".4f"; for epoch and step an integer one, such as "03d")
 	// are replaced by "name=value"; "/" in names becomes "_". "":
 	// "{epoch}-{step}". Metrics print as %.4f unless formatted. A format
-	// fmt cannot apply to the value is an error of Validate.
+	// fmt cannot apply to the value is an error of Validate. A name that a
+	// kept checkpoint (or last.ckpt) has already gets "-v1", "-v2"...
+	// before ".ckpt", as in Lightning.
 	Filename string
 	// Monitor is the metric that ranks checkpoints ("val_loss"). "": none;
 	// the newest checkpoints are kept.
@@ -41,7 +43,9 @@ type ModelCheckpointConfig struct {
 	// LastOnly writes no ranked checkpoints, only last.ckpt (it implies
 	// SaveLast).
 	LastOnly bool
-	// SaveLast also writes last.ckpt each time a checkpoint is due.
+	// SaveLast also writes last.ckpt each time a checkpoint is due, and at
+	// the end of every epoch that saved none (as Lightning's save_last), so
+	// that it holds the weights the run ended with.
 	SaveLast bool
 	// EveryNTrainSteps saves after every this many optimizer steps instead
 	// of at epoch ends. 0: off. With a Monitor that a validation logs
@@ -208,6 +212,13 @@ func (c *ModelCheckpoint) SavesOnValidation() bool {
 	return c.cfg.EveryNTrainSteps == 0 || (c.cfg.Monitor != "" && !c.cfg.LastOnly)
 }
 
+// CheckpointNames returns the configured Dirpath ("": the run directory's
+// checkpoints/) and Filename template: trainer.New refuses two checkpoint
+// callbacks with the same, which would delete each other's files.
+func (c *ModelCheckpoint) CheckpointNames() (dir, filename string) {
+	return c.cfg.Dirpath, c.cfg.Filename
+}
+
 // Dir is where checkpoints go (known from fit start).
 func (c *ModelCheckpoint) Dir() string { return c.dir }
 
@@ -300,11 +311,45 @@ const (
 // validate; with validation it is saved at OnValidationEnd, in the epochs
 // that validate only (as Lightning's, whatever CheckValEveryNEpoch): in the
 // others a validation metric is missing or the last validation's.
+//
+// With SaveLast, an epoch that ends with no checkpoint due still refreshes
+// last.ckpt, as Lightning's save_last does, so that it holds the weights
+// the run ended with ("-ckpt-path last" then evaluates the trained weights
+// and resumes where the run stopped, not at the last step checkpoint or
+// the last epoch that EveryNEpochs selected).
 func (c *ModelCheckpoint) OnTrainEpochEnd(ctx context.Context, s *trainer.State) error {
 	if c.cfg.EveryNTrainSteps > 0 || s.HasValidation || c.st.ValEpoch == s.Epoch || (s.Epoch+1)%c.cfg.EveryNEpochs != 0 || s.GlobalStep == c.st.LastStep {
-		return c.removeStale(s)
+		if err := c.removeStale(s); err != nil {
+			return err
+		}
+		return c.saveLast(ctx, s)
 	}
 	return c.save(ctx, s, saveRanked)
+}
+
+// resolveDir sets the checkpoint directory if OnFitStart has not.
+func (c *ModelCheckpoint) resolveDir(s *trainer.State) {
+	if c.dir == "" {
+		c.dir = c.cfg.Dirpath
+		if c.dir == "" {
+			c.dir = defaultDir(s)
+		}
+	}
+}
+
+// saveLast writes last.ckpt alone, unless this step was saved already.
+func (c *ModelCheckpoint) saveLast(ctx context.Context, s *trainer.State) error {
+	if !c.cfg.SaveLast || s.FastDevRun || s.GlobalStep == c.st.LastStep {
+		return nil
+	}
+	c.resolveDir(s)
+	c.st.LastStep = s.GlobalStep
+	p := filepath.Join(c.dir, "last.ckpt")
+	if err := s.SaveCheckpoint(ctx, p); err != nil {
+		return err
+	}
+	c.st.Last = p
+	return nil
 }
 
 func (c *ModelCheckpoint) OnFitEnd(ctx context.Context, s *trainer.State) error {
@@ -320,12 +365,7 @@ func (c *ModelCheckpoint) save(ctx context.Context, s *trainer.State, kind saveK
 	if err := c.removeStale(s); err != nil {
 		return err
 	}
-	if c.dir == "" {
-		c.dir = c.cfg.Dirpath
-		if c.dir == "" {
-			c.dir = defaultDir(s)
-		}
-	}
+	c.resolveDir(s)
 	c.st.LastStep = s.GlobalStep
 	var paths []string
 	switch {
@@ -374,9 +414,15 @@ func (c *ModelCheckpoint) decide(ctx context.Context, s *trainer.State) (string,
 	if err != nil {
 		return "", err
 	}
-	path := filepath.Join(c.dir, name+".ckpt")
 	k := c.cfg.SaveTopK
 	if c.cfg.Monitor == "" {
+		reuse := ""
+		if k == 1 {
+			for old := range c.st.BestK {
+				reuse = old
+			}
+		}
+		path := c.freePath(name, reuse)
 		if k == 1 {
 			for old := range c.st.BestK {
 				if old != path {
@@ -407,12 +453,14 @@ func (c *ModelCheckpoint) decide(ctx context.Context, s *trainer.State) (string,
 			cur = math.Inf(-1)
 		}
 	}
+	displaced := ""
 	if k != -1 && len(c.st.BestK) >= k {
-		worst := c.worst()
-		if _, same := c.st.BestK[path]; !same && !c.better(cur, float64(c.st.BestK[worst])) {
+		displaced = c.worst()
+		if !c.better(cur, float64(c.st.BestK[displaced])) {
 			return "", nil
 		}
 	}
+	path := c.freePath(name, displaced)
 	c.st.BestK[path] = jf(cur)
 	c.unstale(path)
 	for k != -1 && len(c.st.BestK) > k {
@@ -428,6 +476,28 @@ func (c *ModelCheckpoint) decide(ctx context.Context, s *trainer.State) (string,
 	}
 	c.st.Best, c.st.BestScore = best, c.st.BestK[best]
 	return path, nil
+}
+
+// freePath returns dir/name.ckpt or, when a checkpoint this callback keeps
+// has that name already (a Filename without {epoch} or {step}, or with a
+// metric that rounds to the same value), dir/name-vN.ckpt with the lowest
+// free N, as Lightning's: a new checkpoint never replaces a kept one other
+// than reuse, the one it displaces. last.ckpt counts as kept with SaveLast.
+// A recovery checkpoint does not: the ranked one of the same weights or
+// newer ones takes over from it.
+func (c *ModelCheckpoint) freePath(name, reuse string) string {
+	taken := func(p string) bool {
+		if p == reuse {
+			return false
+		}
+		_, kept := c.st.BestK[p]
+		return kept || (c.cfg.SaveLast && p == filepath.Join(c.dir, "last.ckpt"))
+	}
+	p := filepath.Join(c.dir, name+".ckpt")
+	for v := 1; taken(p); v++ {
+		p = filepath.Join(c.dir, fmt.Sprintf("%s-v%d.ckpt", name, v))
+	}
+	return p
 }
 
 // recovery returns the path of a step checkpoint saved between

@@ -10,6 +10,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"reflect"
 	"sort"
 	"strconv"
@@ -140,18 +141,28 @@ func (a App) Run(ctx context.Context, args []string) error {
 			return fmt.Errorf("-ckpt-path %s: %w", s.CkptPath, err)
 		}
 	}
-	cfg, err := s.TrainerConfig()
-	if err != nil {
-		return err
-	}
+	cfg := s.trainerConfig()
 	if a.Stderr != nil {
 		cfg.Out = a.Stderr
 	}
 	if p.command == "lr-find" {
+		if cfg.Profiler, err = newProfiler(s.Profiler, filepath.Join(s.root(), "profiles")); err != nil {
+			return err
+		}
 		return a.lrFind(ctx, cfg, loaders, t0)
 	}
 	runs, err := s.setupRun(&cfg, hparams(p.fs), training)
 	if err != nil {
+		return err
+	}
+	// Each run's profiles beside its run directory's name (the run
+	// directory itself is made by Fit, which picks a new version when one
+	// exists already): ROOT/profiles/version_N.
+	profDir := filepath.Join(s.root(), "profiles")
+	if runs.RunDir != "" {
+		profDir = filepath.Join(profDir, filepath.Base(runs.RunDir))
+	}
+	if cfg.Profiler, err = newProfiler(s.Profiler, profDir); err != nil {
 		return err
 	}
 	if training {
@@ -505,6 +516,15 @@ func (a App) parse(args []string) (*parsed, error) {
 		}
 	}
 	errs = append(errs, p.s.validate()...)
+	if p.s.NoCheckpoint {
+		// As Lightning refuses enable_checkpointing=False beside a
+		// ModelCheckpoint: the other flag would be ignored.
+		for _, name := range []string{"ckpt-monitor", "ckpt-mode", "ckpt-top-k", "ckpt-every-n-steps"} {
+			if p.set[name] && !(name == "ckpt-top-k" && p.s.CkptTopK == 0) { // 0 says none, too
+				errs = append(errs, fmt.Errorf("-no-checkpoint and -%s are both set: -no-checkpoint writes no checkpoints, so -%s would be ignored; drop one of them", name, name))
+			}
+		}
+	}
 	for _, v := range []any{a.Model, a.Data} {
 		if c, ok := v.(interface{ Validate() error }); ok {
 			if err := c.Validate(); err != nil {

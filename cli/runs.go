@@ -19,7 +19,8 @@ import (
 // the loggers write there, ModelCheckpoint (given no Dirpath) into its
 // checkpoints/ directory (keeping last.ckpt and the -ckpt-top-k best), a
 // run stopped by SIGINT or SIGTERM into checkpoints/interrupted.ckpt, and
-// profilers into ROOT/profiles. "-ckpt-path last" resumes from the newest
+// profilers into ROOT/profiles/version_N (ROOT/profiles for a command with
+// no run directory). "-ckpt-path last" resumes from the newest
 // last.ckpt or interrupted.ckpt under ROOT (trainer.ResolveCheckpoint).
 
 // runOutputs are what setupRun added to a trainer.Config.

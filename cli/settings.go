@@ -23,7 +23,7 @@ type Settings struct {
 	MaxSteps            int    `flag:"max-steps" check:">=0" help:"stop after this many optimizer steps (0: no limit)"`
 	Devices             int    `flag:"devices" default:"1" check:">=-1" help:"devices (processes or replicas) per node; -1 for all"`
 	NumNodes            int    `flag:"num-nodes" default:"1" check:">=1" help:"number of machines"`
-	Strategy            string `flag:"strategy" default:"auto" help:"auto, single, dp, ddp, ddp_spawn, sharded, sharded_stage1, sharded_stage2 or fsdp"`
+	Strategy            string `flag:"strategy" default:"auto" help:"auto, single, dp, ddp, ddp_spawn, sharded, sharded_stage1, sharded_stage2, fsdp or fsdp_hybrid_shard"`
 	Accelerator         string `flag:"accelerator" default:"cpu" help:"cpu, cuda or auto"`
 	LimitTrainBatches   int    `flag:"limit-train-batches" check:">=0" help:"training batches per epoch (0: all)"`
 	LimitValBatches     int    `flag:"limit-val-batches" check:">=0" help:"validation batches (0: all)"`
@@ -153,10 +153,15 @@ func (s *Settings) root() string {
 // validated; New does that), without the loggers and callbacks that Run
 // adds for the run directory.
 func (s *Settings) TrainerConfig() (trainer.Config, error) {
-	prof, err := newProfiler(s.Profiler, s.RootDir)
-	if err != nil {
-		return trainer.Config{}, err
-	}
+	cfg := s.trainerConfig()
+	prof, err := newProfiler(s.Profiler, filepath.Join(s.root(), "profiles"))
+	cfg.Profiler = prof
+	return cfg, err
+}
+
+// trainerConfig is TrainerConfig without the profiler, which App.Run
+// builds once it knows the run directory.
+func (s *Settings) trainerConfig() trainer.Config {
 	return trainer.Config{
 		MaxEpochs: s.MaxEpochs, MaxSteps: s.MaxSteps,
 		LimitTrainBatches: s.LimitTrainBatches, LimitValBatches: s.LimitValBatches,
@@ -166,19 +171,23 @@ func (s *Settings) TrainerConfig() (trainer.Config, error) {
 		Seed: s.Seed, Deterministic: s.Deterministic, SyncBatchNorm: s.SyncBatchNorm, LogEveryNSteps: s.LogEveryNSteps,
 		DefaultRootDir: s.RootDir, Precision: s.Precision, ShardedCheckpoint: s.ShardedCheckpoint,
 		Devices: s.Devices, NumNodes: s.NumNodes, Strategy: s.Strategy, Accelerator: s.Accelerator,
-		Profiler: prof, EnableProgressBar: trainer.Bool(!s.NoProgressBar),
-	}, nil
+		EnableProgressBar: trainer.Bool(!s.NoProgressBar),
+	}
 }
 
-// Profilers maps -profiler names to constructors, given the root
-// directory; a program may add its own before calling Main.
+// Profilers maps -profiler names to constructors, given the directory for
+// their files: ROOT/profiles for TrainerConfig; for App's commands
+// ROOT/profiles/version_N when the command has a run directory
+// ROOT/lightning_logs/version_N, so that each run keeps its own (Lightning's
+// profilers write into the run's log directory). A program may add its own
+// before calling Main.
 var Profilers = map[string]func(dir string) (profiler.Profiler, error){
 	"simple": func(string) (profiler.Profiler, error) { return profiler.NewSimple(), nil },
 	"advanced": func(dir string) (profiler.Profiler, error) {
-		return profiler.NewAdvanced(profiler.AdvancedConfig{Dir: filepath.Join(dir, "profiles"), Rank: processRank()})
+		return profiler.NewAdvanced(profiler.AdvancedConfig{Dir: dir, Rank: processRank()})
 	},
 	"timeline": func(dir string) (profiler.Profiler, error) {
-		return profiler.NewTimeline(profiler.TimelineConfig{Dir: filepath.Join(dir, "profiles"), Rank: processRank()})
+		return profiler.NewTimeline(profiler.TimelineConfig{Dir: dir, Rank: processRank()})
 	},
 }
 

@@ -16,7 +16,8 @@ type LoaderConfig struct {
 	// BatchSize is the number of examples per batch; required, 1 or more.
 	BatchSize int
 	// Shuffle visits a new permutation every epoch, determined by (Seed,
-	// epoch). Ignored when Sampler is set (the sampler decides the order).
+	// epoch). It cannot be combined with a Sampler (the sampler decides the
+	// order), other than the RandomSampler{Seed} it stands for.
 	Shuffle bool
 	// DropLast leaves out the last batch of an epoch when it is smaller than
 	// BatchSize. By default it is kept.
@@ -48,6 +49,10 @@ func (c *LoaderConfig) Validate() error {
 		if err := v.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("Sampler: %w", err))
 		}
+	}
+	// A validated config holds the RandomSampler that Shuffle stands for.
+	if c.Shuffle && c.Sampler != nil && c.Sampler != Sampler(RandomSampler{Seed: c.Seed}) {
+		errs = append(errs, fmt.Errorf("Shuffle is set and Sampler is %T, which decides the order (Shuffle would be ignored, as PyTorch's DataLoader refuses): shuffle in the sampler and leave Shuffle false, or drop the Sampler", c.Sampler))
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)

@@ -71,6 +71,14 @@ type DistributedSampler struct {
 	// evaluation step and learns the names of its metrics; padded rows are
 	// left out of metrics and predictions.
 	NoPad bool
+	// Inner, when set, gives the order to shard instead of 0..n-1 or its
+	// permutation: a sampler of the whole dataset (a weighted or a
+	// class-balanced one), as Lightning's DistributedSamplerWrapper shards
+	// a DataLoader's own sampler. Its order must be the same on every rank
+	// (the Sampler contract: fields, epoch and n only); its length may
+	// differ from n, and padding flags it returns are ignored. Shuffle must
+	// then be false: the inner sampler decides the order.
+	Inner Sampler
 }
 
 var _ Sampler = DistributedSampler{}
@@ -87,17 +95,35 @@ func (s DistributedSampler) Validate() error {
 	if s.DropLast && s.NoPad {
 		errs = append(errs, errors.New("DropLast and NoPad are both set: choose one (DropLast for training with equal shards, NoPad for evaluation)"))
 	}
+	if s.Inner != nil && s.Shuffle {
+		errs = append(errs, fmt.Errorf("Shuffle is set beside Inner (%T), which decides the order: shuffle in the inner sampler and leave Shuffle false", s.Inner))
+	}
+	if v, ok := s.Inner.(validator); ok {
+		if err := v.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("Inner: %w", err))
+		}
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("data.DistributedSampler: %w", errors.Join(errs...))
 	}
 	return nil
 }
 
-// NumSamples is the length of this rank's shard for a dataset of n examples.
+// NumSamples is the length of this rank's shard for a dataset of n examples
+// (with Inner, of its order in epoch 0).
 func (s DistributedSampler) NumSamples(n int) int {
 	if s.Validate() != nil || n <= 0 {
 		return 0
 	}
+	if s.Inner != nil {
+		idx, _ := s.Order(0, n)
+		return len(idx)
+	}
+	return s.numSamples(n)
+}
+
+// numSamples is the length of this rank's shard of n indices.
+func (s DistributedSampler) numSamples(n int) int {
 	switch {
 	case s.NoPad:
 		// ranks below n%World get one more.
@@ -120,9 +146,15 @@ func (s DistributedSampler) Order(epoch, n int) ([]int, []bool) {
 		return []int{}, []bool{}
 	}
 	var all []int
-	if s.Shuffle {
+	switch {
+	case s.Inner != nil:
+		all, _ = s.Inner.Order(epoch, n)
+		if n = len(all); n == 0 {
+			return []int{}, []bool{}
+		}
+	case s.Shuffle:
 		all = Permutation(s.Seed, epoch, n)
-	} else {
+	default:
 		all = iota(n)
 	}
 	total := n
@@ -132,7 +164,7 @@ func (s DistributedSampler) Order(epoch, n int) ([]int, []bool) {
 	case !s.NoPad:
 		total = (n + s.World - 1) / s.World * s.World
 	}
-	k := s.NumSamples(n)
+	k := s.numSamples(n)
 	idx := make([]int, 0, k)
 	pad := make([]bool, 0, k)
 	for j := s.Rank; j < total; j += s.World {

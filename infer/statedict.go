@@ -177,6 +177,19 @@ func LoadWeights(path string, store *module.Store) error {
 	return nil
 }
 
+// torchSaveFile says what kind of torch.save output b starts with: a zip
+// archive (PyTorch 1.6 and later) or a bare pickle (protocol 2 to 5, as
+// older versions wrote), or "" for neither.
+func torchSaveFile(b []byte) string {
+	switch {
+	case bytes.HasPrefix(b, []byte("PK\x03\x04")):
+		return "a zip archive"
+	case len(b) >= 2 && b[0] == 0x80 && b[1] >= 2 && b[1] <= 5:
+		return "a Python pickle"
+	}
+	return ""
+}
+
 type stTensor struct {
 	name  string
 	dtype string
@@ -199,6 +212,9 @@ func decode(b []byte) (*stFile, error) {
 	}
 	n := binary.LittleEndian.Uint64(b[:8])
 	if n > maxHeader || n > uint64(len(b)-8) {
+		if what := torchSaveFile(b); what != "" {
+			return nil, fmt.Errorf("the file is %s, as torch.save writes (.pt, .pth), not safetensors: fulgur does not read pickles (loading one runs code); in PyTorch, write the weights with safetensors.torch.save_file(model.state_dict(), path)", what)
+		}
 		return nil, fmt.Errorf("the header length field says %d bytes but the file has %d after it (at most %d allowed): it is truncated, corrupt, or not safetensors", n, len(b)-8, maxHeader)
 	}
 	data := b[8+n:]
@@ -243,10 +259,13 @@ func decode(b []byte) (*stFile, error) {
 func (f *stFile) match(store *module.Store) (map[string][]float64, error) {
 	var errs []error
 	out := map[string][]float64{}
+	wrapped := false // the file has module.NAME for a missing NAME
 	for _, e := range store.Entries() {
 		t, ok := f.tensors[e.Name]
 		if !ok {
 			errs = append(errs, fmt.Errorf("tensor %q %v of the model is missing from the file", e.Name, e.Shape))
+			_, p := f.tensors["module."+e.Name]
+			wrapped = wrapped || p
 			continue
 		}
 		if !sameShape(t.shape, e.Shape) {
@@ -268,6 +287,9 @@ func (f *stFile) match(store *module.Store) (map[string][]float64, error) {
 	sort.Strings(extra)
 	for _, name := range extra {
 		errs = append(errs, fmt.Errorf("the file has tensor %q that the model does not declare", name))
+	}
+	if wrapped {
+		errs = append([]error{errors.New(`the file's tensor names start with "module.", as the state_dict() of a model wrapped in DistributedDataParallel or DataParallel does: save model.module.state_dict() instead, or strip the prefix from the names`)}, errs...)
 	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("the file does not match the model (was it saved from another architecture?):\n%w", errors.Join(errs...))

@@ -13,6 +13,8 @@ package models
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 
 	G "gorgonia.org/gorgonia"
 
@@ -66,9 +68,13 @@ func (m *MLP) Configure(b *module.Builder) error {
 	return nil
 }
 
-func (m *MLP) logits(s *module.Step) *G.Node {
+func (m *MLP) logits(s *module.Step) (*G.Node, error) {
 	sz := m.sizes()
-	x := G.Must(G.Reshape(s.Input("x"), []int{s.BatchSize(), sz[0]}))
+	in := s.Input("x")
+	if n := in.Shape().TotalSize() / s.BatchSize(); n != sz[0] {
+		return nil, fmt.Errorf("MLP.Sizes (-sizes) is %v, whose first width is the input's, but each example's x holds %d values (the batch is %v): start the widths with %d, such as %s", sz, n, in.Shape(), n, joinInts(append([]int{n}, sz[1:]...)))
+	}
+	x := G.Must(G.Reshape(in, []int{s.BatchSize(), sz[0]}))
 	for i := 0; i+1 < len(sz); i++ {
 		name := fmt.Sprintf("fc%d", i+1)
 		last := i+2 == len(sz)
@@ -77,25 +83,49 @@ func (m *MLP) logits(s *module.Step) *G.Node {
 			ops.LinearOpts{ReLU: !last, NoInputGrad: i == 0}))
 		s.LayerIO(name, in, x) // sizes for the model summary
 	}
-	return x
+	return x, nil
+}
+
+// joinInts writes widths as -sizes takes them: 784,256,10.
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
 }
 
 // TrainingStep returns the mean cross-entropy and logs it with the accuracy.
 func (m *MLP) TrainingStep(s *module.Step) (*G.Node, error) {
-	logits := m.logits(s)
+	logits, err := m.logits(s)
+	if err != nil {
+		return nil, err
+	}
 	loss := must(ops.SoftmaxCrossEntropy(logits, s.Input("y"), nil))
 	s.Log("train_loss", loss, module.ProgBar(), module.OnEpoch(true))
 	return loss, nil
 }
 
 // ValidationStep logs val_loss and val_acc.
-func (m *MLP) ValidationStep(s *module.Step) error { return evalStep(s, m.logits(s), "val") }
+func (m *MLP) ValidationStep(s *module.Step) error {
+	logits, err := m.logits(s)
+	if err != nil {
+		return err
+	}
+	return evalStep(s, logits, "val")
+}
 
 // TestStep logs test_loss and test_acc.
-func (m *MLP) TestStep(s *module.Step) error { return evalStep(s, m.logits(s), "test") }
+func (m *MLP) TestStep(s *module.Step) error {
+	logits, err := m.logits(s)
+	if err != nil {
+		return err
+	}
+	return evalStep(s, logits, "test")
+}
 
 // PredictStep returns the logits.
-func (m *MLP) PredictStep(s *module.Step) (*G.Node, error) { return m.logits(s), nil }
+func (m *MLP) PredictStep(s *module.Step) (*G.Node, error) { return m.logits(s) }
 
 // ConfigureOptimizers returns Adam.
 func (m *MLP) ConfigureOptimizers() (optim.Optimizer, optim.Scheduler, error) {

@@ -244,12 +244,31 @@ func Render(w io.Writer, c Chart, runs []*History, format string, opt Options) e
 	if err != nil {
 		return err
 	}
-	wt, err := p.WriterTo(opt.Width, opt.Height, format)
+	b, err := encode(p, opt, format)
 	if err != nil {
 		return fmt.Errorf("chart %s: %w", c.Name, err)
 	}
-	_, err = wt.WriteTo(w)
+	_, err = w.Write(b)
 	return err
+}
+
+// encode renders p in format. gonum/plot's EPS begins "%%!PS-Adobe", which
+// PostScript readers (Ghostscript, epstopdf, file(1)) do not take for
+// PostScript: the first line is fixed to "%!PS-Adobe".
+func encode(p *gplot.Plot, opt Options, format string) ([]byte, error) {
+	wt, err := p.WriterTo(opt.Width, opt.Height, format)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	if _, err := wt.WriteTo(&buf); err != nil {
+		return nil, fmt.Errorf("%s: %w", format, err)
+	}
+	b := buf.Bytes()
+	if format == "eps" && bytes.HasPrefix(b, []byte("%%!PS-Adobe")) {
+		b = b[1:]
+	}
+	return b, nil
 }
 
 func newPlot(c Chart, runs []*History, opt Options) (*gplot.Plot, error) {
@@ -438,16 +457,12 @@ func WriteCharts(dir string, runs []*History, opt Options) ([]string, error) {
 			return files, err
 		}
 		for _, f := range opt.Formats {
-			wt, err := p.WriterTo(opt.Width, opt.Height, f)
+			b, err := encode(p, opt, f)
 			if err != nil {
 				return files, fmt.Errorf("chart %s: %w", c.Name, err)
 			}
-			var buf bytes.Buffer
-			if _, err := wt.WriteTo(&buf); err != nil {
-				return files, fmt.Errorf("chart %s (%s): %w", c.Name, f, err)
-			}
 			name := fileSafe(opt.Prefix+c.Name) + "." + f
-			if err := writeAtomic(filepath.Join(dir, name), buf.Bytes()); err != nil {
+			if err := writeAtomic(filepath.Join(dir, name), b); err != nil {
 				return files, err
 			}
 			files = append(files, name)

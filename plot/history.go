@@ -255,7 +255,9 @@ func ReadCSV(r io.Reader, name string) (*History, error) {
 
 // FindMetrics returns the metrics.csv of a run given its directory, the
 // file itself, or a root directory holding lightning_logs/version_N (or
-// version_N) directories, where it picks the highest N.
+// version_N) directories, where it picks the highest N that holds one (a
+// newer run that logged no metrics.csv, such as a predict command's, does
+// not hide the runs before it).
 func FindMetrics(path string) (string, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -267,12 +269,17 @@ func FindMetrics(path string) (string, error) {
 	if f := filepath.Join(path, MetricsFile); exists(f) {
 		return f, nil
 	}
+	var seen []string
 	for _, base := range []string{filepath.Join(path, "lightning_logs"), path} {
-		if v, ok := newestVersion(base); ok {
+		for _, v := range versions(base) {
 			if f := filepath.Join(v, MetricsFile); exists(f) {
 				return f, nil
 			}
+			seen = append(seen, filepath.Base(v))
 		}
+	}
+	if len(seen) > 0 {
+		return "", fmt.Errorf("run %s: none of its run directories (%s) holds a %s: they logged none (the CSV logger writes it; -loggers without csv, a predict command and a run that failed before logging leave none)", path, strings.Join(seen, ", "), MetricsFile)
 	}
 	return "", fmt.Errorf("run %s has no %s (nor lightning_logs/version_N/%s): pass the directory the CSV logger wrote", path, MetricsFile, MetricsFile)
 }
@@ -319,22 +326,31 @@ func exists(p string) bool {
 	return err == nil
 }
 
-func newestVersion(dir string) (string, bool) {
+// versions lists the version_N directories of dir, highest N first.
+func versions(dir string) []string {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return "", false
+		return nil
 	}
-	best, bestN := "", -1
+	type version struct {
+		path string
+		n    int
+	}
+	var vs []version
 	for _, e := range ents {
 		if !e.IsDir() || !strings.HasPrefix(e.Name(), "version_") {
 			continue
 		}
-		n, err := strconv.Atoi(strings.TrimPrefix(e.Name(), "version_"))
-		if err == nil && n > bestN {
-			best, bestN = filepath.Join(dir, e.Name()), n
+		if n, err := strconv.Atoi(strings.TrimPrefix(e.Name(), "version_")); err == nil {
+			vs = append(vs, version{filepath.Join(dir, e.Name()), n})
 		}
 	}
-	return best, bestN >= 0
+	sort.Slice(vs, func(i, j int) bool { return vs[i].n > vs[j].n })
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = v.path
+	}
+	return out
 }
 
 // HParamsFile is the CSV logger's hyperparameter file in a run directory.

@@ -662,6 +662,18 @@ func (c *checkpoint) stateDict(dtype tensor.Dtype) (*strategy.StateDict, error) 
 	dt := dtypeName(dtype)
 	sd := &strategy.StateDict{Blobs: map[string][]byte{}}
 	var errs []error
+	// Tensors of another precision, each named once (a sharded checkpoint
+	// has a piece of a tensor per shard), reported as one error.
+	var otherDtype []string
+	fileDtype := ""
+	seen := map[string]bool{}
+	wrongDtype := func(name, dtype string) {
+		if !seen[name] {
+			seen[name] = true
+			otherDtype = append(otherDtype, fmt.Sprintf("%q", name))
+		}
+		fileDtype = dtype
+	}
 	for _, name := range c.order {
 		tn := c.tensors[name]
 		st := strategy.Tensor{Name: name, Shape: tn.Shape}
@@ -677,7 +689,7 @@ func (c *checkpoint) stateDict(dtype tensor.Dtype) (*strategy.StateDict, error) 
 		}
 		switch {
 		case tn.Dtype != dt:
-			errs = append(errs, fmt.Errorf("tensor %q is %s in the checkpoint but the model computes in %s: set Precision to %q to match the checkpoint", name, tn.Dtype, dt, map[string]string{"F32": "32", "F64": "64"}[tn.Dtype]))
+			wrongDtype(name, tn.Dtype)
 			continue
 		case c.version < 2 && len(tn.Shape) == 2:
 			errs = append(errs, fmt.Errorf("tensor %q %v: the checkpoint is format_version %d, which stored Linear weights [in, out]; fulgur now stores them [out, in] as PyTorch does, and the file cannot say which 2-D tensors are Linear weights: train again, or transpose the Linear weights with the fulgur that wrote the file", name, tn.Shape, c.version))
@@ -698,10 +710,14 @@ func (c *checkpoint) stateDict(dtype tensor.Dtype) (*strategy.StateDict, error) 
 	}
 	for _, st := range c.shards {
 		if !strings.HasPrefix(st.Name, strategy.OptimizerPrefix) && st.Dtype != dtype {
-			errs = append(errs, fmt.Errorf("tensor %q is %s in the checkpoint but the model computes in %s: set Precision to match the checkpoint", st.Name, dtypeName(st.Dtype), dt))
+			wrongDtype(st.Name, dtypeName(st.Dtype))
 			continue
 		}
 		sd.Tensors = append(sd.Tensors, st)
+	}
+	if len(otherDtype) > 0 {
+		errs = append([]error{fmt.Errorf("the checkpoint holds %s tensors (%s) but the model computes in %s: set Precision to %q to match the checkpoint",
+			fileDtype, strings.Join(otherDtype, ", "), dt, map[string]string{"F32": "32", "F64": "64"}[fileDtype])}, errs...)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err

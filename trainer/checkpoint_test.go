@@ -493,7 +493,7 @@ func TestResumeRejectsMismatchedCheckpoints(t *testing.T) {
 		want []string
 	}{
 		{"shape", trainer.Config{MaxEpochs: 2}, &schedReg{linreg: linreg{in: 5, lr: 0.05}}, []string{`tensor "w" has shape [4 1] in the checkpoint but [5 1] in the model`}},
-		{"dtype", trainer.Config{MaxEpochs: 2, Precision: "64"}, &schedReg{linreg: linreg{in: 4, lr: 0.05}}, []string{`tensor "w" is F32 in the checkpoint but the model computes in F64`, `Precision to "32"`}},
+		{"dtype", trainer.Config{MaxEpochs: 2, Precision: "64"}, &schedReg{linreg: linreg{in: 4, lr: 0.05}}, []string{`the checkpoint holds F32 tensors ("w", "b") but the model computes in F64`, `Precision to "32"`}},
 		{"optimizer", trainer.Config{MaxEpochs: 2}, &linreg{in: 4, lr: 0.05, sgd: true}, []string{`checkpoint's optimizer is "adam" but the module configures "sgd"`}},
 		{"scheduler", trainer.Config{MaxEpochs: 2}, &linreg{in: 4, lr: 0.05}, []string{`learning-rate scheduler but the module configures none`}},
 	}

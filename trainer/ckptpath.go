@@ -26,6 +26,14 @@ type bestPather interface {
 	BestModelPath() string
 }
 
+// checkpointNamer is a callback that writes checkpoints named from a
+// Filename template into dir ("": the run directory's checkpoints/) and
+// deletes the ones it no longer keeps: two with the same dir and template
+// delete each other's files.
+type checkpointNamer interface {
+	CheckpointNames() (dir, filename string)
+}
+
 // validationSaver is a callback that saves a checkpoint when validation
 // ends, a mid-epoch one (ValCheckInterval) included: Config.Validate
 // refuses a ValCheckInterval that puts one inside an accumulation window.

@@ -148,7 +148,10 @@ type Config struct {
 	// Accelerator is "cpu" (the default), "cuda" or "auto".
 	Accelerator string
 	// UseDistributedSampler, when false, leaves the loaders' samplers alone
-	// under distributed strategies. nil: true.
+	// under distributed strategies. nil: true: each process reads its shard
+	// of the data, and a loader's own Sampler (not the order Shuffle gives)
+	// is sharded, the ranks together visiting what it gives, as Lightning's
+	// DistributedSamplerWrapper (Predict reads the whole set in order).
 	UseDistributedSampler *bool
 
 	// Callbacks are called in order at each hook they implement.

@@ -1,6 +1,9 @@
 package trainer
 
-import "fmt"
+import (
+	"fmt"
+	"path/filepath"
+)
 
 // conflicts reports settings that contradict each other: with both set, one
 // would silently be ignored. Each message names both fields and the fix.
@@ -33,6 +36,8 @@ func (c *Config) conflicts() []error {
 	var bars []string
 	var sched []string
 	stateful := map[string]int{} // name -> index of the first Stateful callback
+	type ckptNames struct{ dir, filename string }
+	namers := map[ckptNames]int{} // -> index of the first checkpointNamer
 	for i, cb := range c.Callbacks {
 		if nilEntry(cb) != "" {
 			continue // Validate names it; its methods would crash
@@ -44,6 +49,22 @@ func (c *Config) conflicts() []error {
 				bad("Callbacks[%d] and Callbacks[%d] are both named %q, which keys their state in checkpoints: one would overwrite the other's and a resumed run would give both the same; give each its own Name (ModelCheckpointConfig.Name, EarlyStoppingConfig.Name)", j, i, cb.Name())
 			} else {
 				stateful[cb.Name()] = i
+			}
+		}
+		if n, ok := cb.(checkpointNamer); ok {
+			dir, filename := n.CheckpointNames()
+			k := ckptNames{dir, filename}
+			if dir != "" {
+				k.dir = filepath.Clean(dir)
+			}
+			if j, dup := namers[k]; dup {
+				where := "the run directory's checkpoints/"
+				if dir != "" {
+					where = dir
+				}
+				bad("Callbacks[%d] (%s) and Callbacks[%d] (%s) both write checkpoints named %q into %s: each deletes the files it no longer keeps, which are the other's too (one's best checkpoint removed when the other's newest is replaced); give each its own Dirpath or Filename", j, c.Callbacks[j].Name(), i, cb.Name(), filename, where)
+			} else {
+				namers[k] = i
 			}
 		}
 		if d, ok := cb.(ProgressDisplay); ok && d.DisplaysProgress() {

@@ -8,9 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fulgur-ml/fulgur/strategy"
-	"github.com/fulgur-ml/fulgur/strategy/collective"
-	"github.com/fulgur-ml/fulgur/strategy/fsdp"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
@@ -25,14 +22,7 @@ func TestLogDirIsRankZeros(t *testing.T) {
 	root := t.TempDir()
 	dirs := []string{filepath.Join(root, "version_0"), filepath.Join(root, "version_1")}
 	logs := []*bytes.Buffer{{}, {}}
-	fsdpRank := func(r int, g collective.Collective) strategy.Strategy {
-		s, err := fsdp.New(fsdp.Config{Group: g})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	_, errs := onRanks(t, 2, fsdpRank, func(r int) trainer.Config {
+	_, errs := onRanks(t, 2, fsdpRank(t), func(r int) trainer.Config {
 		cfg := quiet(trainer.Config{MaxEpochs: 1, Seed: 1, LogDir: dirs[r], ShardedCheckpoint: true})
 		cfg.Out = logs[r]
 		return cfg

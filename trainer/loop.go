@@ -58,6 +58,8 @@ type fitRun struct {
 	sampledStop bool
 	// warnedInterval: the ValCheckInterval warning was given.
 	warnedInterval bool
+	// warnedLogEvery: the LogEveryNSteps warning was given.
+	warnedLogEvery bool
 }
 
 func (t *Trainer) newFitRun(m module.Module, train, val *data.Loader) *fitRun {
@@ -179,6 +181,11 @@ func (f *fitRun) epoch(ctx context.Context, epoch int) error {
 		f.warnedInterval = true
 		t.cfg.Log.Warn().Int("val_check_interval", n).Int("batches", nb).Int("epoch", epoch).
 			Msg("ValCheckInterval is not below the epoch's training batches: validation runs at the epoch's end only; lower it to validate within the epoch")
+	}
+	if k := t.accumulation(epoch); t.cfg.LogEveryNSteps > (nb+k-1)/k && len(t.loggers) > 0 && !f.warnedLogEvery {
+		f.warnedLogEvery = true // as Lightning's
+		t.cfg.Log.Warn().Int("log_every_n_steps", t.cfg.LogEveryNSteps).Int("steps", (nb+k-1)/k).Int("epoch", epoch).
+			Msg("LogEveryNSteps is above the epoch's optimizer steps: the loggers (metrics.csv) get step metrics such as a training loss only at multiples of it, so not in every epoch, or never in a short Fit; lower LogEveryNSteps to record them within each epoch")
 	}
 	first := min(r.Batch, nb)
 	if first > 0 && t.resumeBS > 0 && t.resumeBS != t.trainBS {

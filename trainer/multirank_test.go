@@ -14,6 +14,7 @@ import (
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
 	"github.com/fulgur-ml/fulgur/strategy/ddp"
+	"github.com/fulgur-ml/fulgur/strategy/fsdp"
 	"github.com/fulgur-ml/fulgur/strategy/sharded"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
@@ -54,6 +55,17 @@ func ddpRank(t *testing.T) func(r int, g collective.Collective) strategy.Strateg
 			t.Fatal(err)
 		}
 		return d
+	}
+}
+
+// fsdpRank is onRanks' strategy for an fsdp rank.
+func fsdpRank(t *testing.T) func(r int, g collective.Collective) strategy.Strategy {
+	return func(r int, g collective.Collective) strategy.Strategy {
+		s, err := fsdp.New(fsdp.Config{Group: g})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
 	}
 }
 

@@ -372,8 +372,13 @@ func configure(m module.Module, b *module.Builder) (err error) {
 	return nil
 }
 
-// loaderFor inserts the strategy's distributed sampler when it has one.
-func (t *Trainer) loaderFor(l *data.Loader, train bool) *data.Loader {
+// loaderFor inserts the strategy's distributed sampler when it has one. A
+// sampler of the loader's own (not the Sequential or Random one its Shuffle
+// stands for) is sharded by it (data.DistributedSampler.Inner), as
+// Lightning's DistributedSamplerWrapper does, unless own is false
+// (Predict, which returns predictions in dataset order, reads the whole
+// set in order).
+func (t *Trainer) loaderFor(l *data.Loader, train, own bool) *data.Loader {
 	if l == nil {
 		return l
 	}
@@ -394,10 +399,33 @@ func (t *Trainer) loaderFor(l *data.Loader, train bool) *data.Loader {
 	if !ok || t.strat.Info().WorldSize == 1 {
 		return l
 	}
-	return l.WithSampler(ds.DistributedSampler(shuffle, c.Seed, train))
+	s := ds.DistributedSampler(shuffle, c.Seed, train)
+	if d, ok := s.(data.DistributedSampler); ok && own && ownSampler(l.Config()) {
+		d.Inner, d.Shuffle = l.Config().Sampler, false
+		s = d
+	}
+	return l.WithSampler(s)
+}
+
+// ownSampler: the loader's sampler is one its config set, not the
+// SequentialSampler or RandomSampler{Seed} that Shuffle stands for.
+func ownSampler(c data.LoaderConfig) bool {
+	switch s := c.Sampler.(type) {
+	case nil, data.SequentialSampler:
+		return false
+	case data.RandomSampler:
+		return !c.Shuffle || s.Seed != c.Seed
+	}
+	return true
 }
 
 // Fit trains m on train, validating on val (which may be nil).
+//
+// The weights live in the Trainer (Store), not in m, which only declares
+// and uses them: unlike a LightningModule handed to a second
+// Trainer.fit, m given to another Trainer starts from its initial weights
+// (Config.Seed). To go on from a run, pass FromCheckpoint with its
+// checkpoint ("last").
 func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loader, opts ...FitOption) (err error) {
 	t.excDone = false
 	defer func() { err = t.failed(ctx, err) }()
@@ -578,7 +606,7 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 		}
 	}
 	t.fitted = true
-	train, val = t.loaderFor(train, true), t.loaderFor(val, false)
+	train, val = t.loaderFor(train, true, true), t.loaderFor(val, false, true)
 	if h, ok := m.(module.HParamser); ok {
 		if err := t.logHyperparams(h.HParams()); err != nil {
 			return err
@@ -1189,7 +1217,7 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 	end := t.span(mode.String())
 	// A Stop a hook asks for has no training to stop here: the loop runs
 	// to its end and returns its metrics.
-	aggs, _, err := t.evalLoop(ctx, m, mode, t.loaderFor(l, false), limit)
+	aggs, _, err := t.evalLoop(ctx, m, mode, t.loaderFor(l, false, true), limit)
 	end()
 	if err != nil {
 		return nil, err
@@ -1333,7 +1361,7 @@ func (t *Trainer) predictBatches(ctx context.Context, m module.Module, l *data.L
 	t.state.Stage = "predict"
 	t.hooks = t.hooksOf(m)
 	defer t.span("predict")()
-	pl := t.loaderFor(l, false)
+	pl := t.loaderFor(l, false, false)
 	if _, random := l.Config().Sampler.(data.RandomSampler); pl == l && random {
 		// As under ddp, whose evaluation sampler never shuffles: the
 		// predictions come back in dataset order on every strategy (they

@@ -33,16 +33,22 @@ commands:
 `
 
 func main() {
-	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		var st exitStatus
-		if errors.As(err, &st) {
-			os.Exit(int(st))
-		}
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(os.Stderr, "fulgur: %v\n", err)
-		}
-		os.Exit(2)
+	os.Exit(exitCode(run(os.Args[1:], os.Stdout, os.Stderr), os.Stderr))
+}
+
+// exitCode is the exit status for run's error, which it prints: 0 for none
+// and for -h (which asked for the usage run printed, as "fulgur -h" does),
+// a stop's signal status (130, 143), and 2 for any other error.
+func exitCode(err error, stderr io.Writer) int {
+	var st exitStatus
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &st):
+		return int(st)
 	}
+	fmt.Fprintf(stderr, "fulgur: %v\n", err)
+	return 2
 }
 
 func run(args []string, stdout, stderr io.Writer) error {

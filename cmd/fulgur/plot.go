@@ -26,7 +26,7 @@ func runPlot(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "usage: fulgur plot [flags] RUN_DIR [RUN_DIR...]\n\n"+
 			"Draws every logged scalar of each run against step (and against epoch where logged\n"+
 			"once per epoch): loss, accuracy, learning rate, resources, and any other metric.\n"+
-			"A RUN_DIR holds metrics.csv, is the file, or holds lightning_logs/version_N (newest).\n\nflags:\n")
+			"A RUN_DIR holds metrics.csv, is the file, or holds lightning_logs/version_N (the newest with a metrics.csv).\n\nflags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

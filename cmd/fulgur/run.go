@@ -48,6 +48,9 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if *grace <= 0 {
+		return fmt.Errorf("run: -grace is %v: use a duration above 0, such as 30s", *grace)
+	}
 	if *restarts < 0 {
 		return fmt.Errorf("run: -max-restarts is %d: use 0 (no restarts) or more", *restarts)
 	}
