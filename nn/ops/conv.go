@@ -94,11 +94,21 @@ func (g *convGeom) chunk() int {
 		return 1
 	}
 	nb := max(1, min(convColumns/g.ohw(), g.n))
-	if winogradFits[float32](g) {
+	wino := winogradFits[float32](g)
+	if wino {
 		nb = g.winogradChunk(nb)
 	}
-	if c := (g.n + nb - 1) / nb; c > 1 && c%2 == 1 {
+	c := (g.n + nb - 1) / nb
+	switch {
+	case c > 1 && c%2 == 1:
 		nb = max(1, (g.n+c)/(c+1))
+	case c > 1 && !wino:
+		// The implicit and phase paths multiply a whole chunk's grid
+		// whatever images it holds: balanced chunks, the same number of
+		// them (32 images of 7x7: 4 of 8, not 3 of 10 and one of 2, which
+		// costs a tenth more than 8; see TestConvChunksBalanced). The
+		// Winograd path multiplies only the tiles a chunk has.
+		nb = (g.n + c - 1) / c
 	}
 	return nb
 }
