@@ -386,7 +386,7 @@ func convFwd[T float](op *convOp, xt, wt, bt, yt *tensor.Dense) {
 	}
 	op.pad.x, j.keep, j.ap = nil, nil, nil
 	if winogradFits[T](g) {
-		j.ap = winogradKernel(&op.wpack, g, f32s(j.w))
+		j.ap = winogradKernel(&op.wpack, g, f32s(j.w), false)
 	} else if implicitRows[T](g, g.oc, 8) {
 		j.ap = packed(&op.wpack, g.oc, g.ckk(), f32s(j.w))
 	}
@@ -958,12 +958,16 @@ func convGradInput[T float](op *convGradInputOp, dyt, wt, dxt *tensor.Dense) {
 		// than input channels, as in a stem, the column matrix of dy would
 		// be the larger one: col2im below.)
 		op.t = g.transposed()
+		j.g, j.mode, j.ap = &op.t, dxConv, nil
+		if winogradFits[T](&op.t) {
+			// The transform reads the kernel flipped: no flipped copy.
+			j.ap = winogradKernel(&op.wpack, &op.t, f32s(j.w), true)
+			break
+		}
 		wf := scratch[T](&op.wflip, len(j.w))
 		flipKernel(g, j.w, wf)
-		j.g, j.w, j.mode, j.ap = &op.t, wf, dxConv, nil
-		if winogradFits[T](&op.t) {
-			j.ap = winogradKernel(&op.wpack, &op.t, f32s(wf))
-		} else if implicitRows[T](&op.t, op.t.oc, 8) {
+		j.w = wf
+		if implicitRows[T](&op.t, op.t.oc, 8) {
 			j.ap = packed(&op.wpack, op.t.oc, op.t.ckk(), f32s(wf))
 		}
 	case g.x1():

@@ -1,6 +1,9 @@
 package ops
 
-import "unsafe"
+import (
+	"slices"
+	"unsafe"
+)
 
 // Winograd convolutions: a float32 3x3 convolution of stride 1 and padding
 // 1 (resnet's) computed as Lavin and Gray's F(4x4, 3x3). The output is cut
@@ -109,11 +112,14 @@ func (g *convGeom) winogradTiles() (th, tw, hp, wp int) {
 // w [OC, C, 3, 3] into *buf (grown when short): U[ξ] for ξ = 6a+b is an
 // OC×C matrix packed as packA packs (8 rows at a time, k-major), at
 // ξ·winogradStride(OC·C). Once a call, shared read-only by the image workers.
-// The pairs go eight output channels (a packed group of rows) at a time,
-// input channel by input channel, so that each of the 36 matrices takes 8
-// adjacent values in a row, with AVX-512 16 pairs (two input channels) at
-// a time (wgKernel16), the same bits.
-func winogradKernel(buf *[]float32, g *convGeom, w []float32) []float32 {
+// With flip, g is an input gradient's transposed geometry (see
+// convGradInput) and w the forward's kernel [C, OC, 3, 3]: pair (o, c)
+// takes w's kernel (c, o) flipped in space, as flipKernel would have
+// written it. The pairs go eight output channels (a packed group of rows)
+// at a time, input channel by input channel, so that each of the 36
+// matrices takes 8 adjacent values in a row, with AVX-512 16 pairs (two
+// input channels) at a time (wgKernel16), the same bits.
+func winogradKernel(buf *[]float32, g *convGeom, w []float32, flip bool) []float32 {
 	oc, c, us := g.oc, g.c, winogradStride(g.oc*g.c)
 	n := 36 * us
 	if cap(*buf) < n {
@@ -121,20 +127,32 @@ func winogradKernel(buf *[]float32, g *convGeom, w []float32) []float32 {
 	}
 	u := (*buf)[:n]
 	w = w[:oc*c*9]
-	var idx [16]int32 // lane l: output channel l%8, input channel l/8
-	for l := range idx {
-		idx[l] = int32(((l%8)*c + l/8) * 9)
+	// Where pair (o, c)'s kernel starts in w (floats), and the offsets of
+	// the 16 pairs of wgKernel16 from its first: lane l is output channel
+	// l%8, input channel l/8.
+	at := func(o, ci int) int { return (o*c + ci) * 9 }
+	if flip {
+		at = func(o, ci int) int { return (ci*oc + o) * 9 }
 	}
+	var idx [16]int32
+	for l := range idx {
+		idx[l] = int32(at(l%8, l/8) - at(0, 0))
+	}
+	var k [9]float32
 	for o0 := 0; o0 < oc; o0 += 8 {
 		ci := 0
 		if useAVX512 && o0+8 <= oc {
 			for ; ci+2 <= c; ci += 2 {
-				wgKernel16(&w[(o0*c+ci)*9], &idx[0], &u[o0*c+ci*8], us, &wgGConst[0])
+				wgKernel16(&w[at(o0, ci)], &idx[0], &u[o0*c+ci*8], us, &wgGConst[0], flip)
 			}
 		}
 		for ; ci < c; ci++ {
 			for o := o0; o < min(o0+8, oc); o++ {
-				winogradKernelPair(u[o0*c+ci*8+o-o0:], us, w[(o*c+ci)*9:(o*c+ci)*9+9])
+				copy(k[:], w[at(o, ci):at(o, ci)+9])
+				if flip {
+					slices.Reverse(k[:])
+				}
+				winogradKernelPair(u[o0*c+ci*8+o-o0:], us, k[:])
 			}
 		}
 	}

@@ -25,7 +25,7 @@ func wgGrad16Gather(p *float32, off *int32, wp int, v *float32, ld int, tmp *flo
 // (conv_winograd_kernel_amd64.s).
 
 //go:noescape
-func wgKernel16(w *float32, idx *int32, u *float32, us int, cst *float32)
+func wgKernel16(w *float32, idx *int32, u *float32, us int, cst *float32, flip bool)
 
 //go:noescape
 func wgKernelGrad8(du *float32, occ int, dw *float32, cst *float64)

@@ -35,16 +35,16 @@ GLOBL wgNine<>(SB), RODATA|NOPTR, $32
 	VADDPS Z5, Z4, o3 \
 	VSUBPS Z5, Z4, o4
 
-// Taps j, 3+j and 6+j of the 16 kernels (byte offsets 4j, 12+4j, 24+4j
-// from AX, lanes Z2 floats apart) into Z0, Z1 and g2, then column j of
-// t = G k: rows 0-4 into o0..o4 (row 5 is g2).
-#define KCOL(j, g2, o0, o1, o2, o3, o4) \
+// Taps j, 3+j and 6+j of the 16 kernels (at byte offsets d0, d1, d2 from
+// AX, lanes Z2 floats apart) into Z0, Z1 and g2, then column j of t = G k:
+// rows 0-4 into o0..o4 (row 5 is g2).
+#define KCOL(d0, d1, d2, g2, o0, o1, o2, o3, o4) \
 	KXNORW     K1, K1, K1 \
-	VGATHERDPS (4*j)(AX)(Z2*4), K1, Z0 \
+	VGATHERDPS d0(AX)(Z2*4), K1, Z0 \
 	KXNORW     K1, K1, K1 \
-	VGATHERDPS (12+4*j)(AX)(Z2*4), K1, Z1 \
+	VGATHERDPS d1(AX)(Z2*4), K1, Z1 \
 	KXNORW     K1, K1, K1 \
-	VGATHERDPS (24+4*j)(AX)(Z2*4), K1, g2 \
+	VGATHERDPS d2(AX)(Z2*4), K1, g2 \
 	WGG(Z0, Z1, g2, o0, o1, o2, o3, o4)
 
 // Row a of t (t0, t1, t2) times Gᵀ: values 6a..6a+5 of the 36, each
@@ -64,12 +64,13 @@ GLOBL wgNine<>(SB), RODATA|NOPTR, $32
 	VMOVUPS t2, (DI) \
 	ADDQ    DX, DI
 
-// func wgKernel16(w *float32, idx *int32, u *float32, us int, cst *float32)
+// func wgKernel16(w *float32, idx *int32, u *float32, us int, cst *float32, flip bool)
 //
-// U = G k Gᵀ for 16 kernels, lane l's 9 taps at w + idx[l] (floats), its
+// U = G k Gᵀ for 16 kernels, lane l's 9 taps at w + idx[l] (floats),
+// reversed when flip (the input gradient's kernel, flipped in space), its
 // 36 values at u + ξ·us (floats), ξ = 0..35; cst: 1/24, 1/6, 1/12, 0.25,
 // -1/6. t = G k lives in Z9..Z26 (t[i] in Z(9+i), 6x3 row-major).
-TEXT ·wgKernel16(SB), NOSPLIT, $0-40
+TEXT ·wgKernel16(SB), NOSPLIT, $0-41
 	MOVQ         w+0(FP), AX
 	MOVQ         idx+8(FP), BX
 	MOVQ         u+16(FP), DI
@@ -82,9 +83,19 @@ TEXT ·wgKernel16(SB), NOSPLIT, $0-40
 	VBROADCASTSS 8(SI), Z29
 	VBROADCASTSS 12(SI), Z30
 	VBROADCASTSS 16(SI), Z31
-	KCOL(0, Z24, Z9, Z12, Z15, Z18, Z21)
-	KCOL(1, Z25, Z10, Z13, Z16, Z19, Z22)
-	KCOL(2, Z26, Z11, Z14, Z17, Z20, Z23)
+	CMPB         flip+40(FP), $0
+	JNE          flipped
+	KCOL(0, 12, 24, Z24, Z9, Z12, Z15, Z18, Z21)
+	KCOL(4, 16, 28, Z25, Z10, Z13, Z16, Z19, Z22)
+	KCOL(8, 20, 32, Z26, Z11, Z14, Z17, Z20, Z23)
+	JMP          rows
+
+flipped:
+	KCOL(32, 20, 8, Z24, Z9, Z12, Z15, Z18, Z21)
+	KCOL(28, 16, 4, Z25, Z10, Z13, Z16, Z19, Z22)
+	KCOL(24, 12, 0, Z26, Z11, Z14, Z17, Z20, Z23)
+
+rows:
 	KROW(Z9, Z10, Z11)
 	KROW(Z12, Z13, Z14)
 	KROW(Z15, Z16, Z17)

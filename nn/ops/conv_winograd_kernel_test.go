@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
-// The kernel's transforms, forward (winogradKernel) and gradient
+// The kernel's transforms, forward (winogradKernel, of the kernel as it is
+// and, for the input gradient, flipped and transposed) and gradient
 // (winogradKernelGrad), give the bits of the definitions computed a
 // channel pair at a time (U[ξ][o][c] = (G g Gᵀ)[ξ] by wgG in float32; dw =
 // Gᵀ dU G by wgGT in float64), whatever order and blocking they run in,
@@ -22,15 +24,22 @@ func TestWinogradKernelTransformsExact(t *testing.T) {
 			for i := range w {
 				w[i] = float32(r.NormFloat64())
 			}
-			buf := make([]float32, 0)
-			u := winogradKernel(&buf, g, w)
-			for o := 0; o < s.oc; o++ {
-				for c := 0; c < s.c; c++ {
-					want := kernelRef(w[(o*s.c+c)*9 : (o*s.c+c)*9+9])
-					at := (o/8)*8*s.c + c*8 + o%8 // packA's layout
-					for xi, v := range want {
-						if got := u[xi*us+at]; math.Float32bits(got) != math.Float32bits(v) {
-							t.Fatalf("U[%d] output %d input %d = %v, want %v", xi, o, c, got, v)
+			for _, flip := range []bool{false, true} {
+				var buf []float32
+				u := winogradKernel(&buf, g, w, flip)
+				for o := 0; o < s.oc; o++ {
+					for c := 0; c < s.c; c++ {
+						k := slices.Clone(w[(o*s.c+c)*9 : (o*s.c+c)*9+9])
+						if flip { // w is [C, OC, 3, 3]: kernel (c, o), flipped
+							k = slices.Clone(w[(c*s.oc+o)*9 : (c*s.oc+o)*9+9])
+							slices.Reverse(k)
+						}
+						want := kernelRef(k)
+						at := (o/8)*8*s.c + c*8 + o%8 // packA's layout
+						for xi, v := range want {
+							if got := u[xi*us+at]; math.Float32bits(got) != math.Float32bits(v) {
+								t.Fatalf("flip %v: U[%d] output %d input %d = %v, want %v", flip, xi, o, c, got, v)
+							}
 						}
 					}
 				}
@@ -107,7 +116,7 @@ func BenchmarkWinogradKernel(b *testing.B) {
 		var buf []float32
 		b.Run(fmt.Sprintf("forward/%d", c), func(b *testing.B) {
 			for b.Loop() {
-				winogradKernel(&buf, g, w)
+				winogradKernel(&buf, g, w, false)
 			}
 		})
 		b.Run(fmt.Sprintf("grad/%d", c), func(b *testing.B) {
