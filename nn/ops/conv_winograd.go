@@ -19,8 +19,10 @@ import (
 // (Bᵀ d B, a tile and channel; read from a zero-padded copy) and of the
 // output (Aᵀ m A, a tile and output channel), 16 tiles at a time in
 // AVX-512 (conv_winograd_amd64.s), and of the kernel (G g Gᵀ, once a
-// call, in Go). The input gradient of such a convolution is one too
-// (convGradInput's transposed geometry, the kernel flipped), so it takes
+// call, 16 channel pairs at a time in AVX-512,
+// conv_winograd_kernel_amd64.s). The input gradient of such a convolution
+// is one too (convGradInput's transposed geometry, the kernel flipped as
+// its transform reads it), so it takes
 // the same path. So does the weight gradient, by the chain rule through
 // the same identity:
 //
@@ -32,7 +34,7 @@ import (
 // input's transform V computed again from the padding the forward kept
 // (its own, so that the forward pads once), the output gradient's dM
 // (A dy Aᵀ, a tile and output channel) 16 tiles at a time in AVX-512, and
-// Gᵀ dU G once a call, in Go and float64.
+// Gᵀ dU G once a call, in float64, 16 channel pairs at a time in AVX-512.
 //
 // Rounding: the transforms add and scale by at most 8 (Aᵀ) and 5 (Bᵀ), and
 // G by fractions down to 1/24, so a float32 result differs from the exact
@@ -395,13 +397,18 @@ func convGradWeightWinograd(g *convGeom, x, dy, dw, kept []float32, s *convScrat
 // scales by fractions down to 1/24 and sums 36 terms). The pairs go
 // wgKgPairs at a time, their 36 values read a line of each matrix at once
 // (a pair at a time read 36 values OC·C apart, which at 64x64 channels,
-// 16 KB, fall on one L1 set: 0.59 ms a call), with AVX-512 8 at a time
-// (wgKernelGrad8), the same bits.
+// 16 KB, fall on one L1 set: 0.59 ms a call), with AVX-512 16 at a time
+// (wgKernelGrad16, from a copy of their lines) and 8 (wgKernelGrad8), the
+// same bits.
 func winogradKernelGrad(g *convGeom, du, dw []float32) {
 	occ := g.oc * g.c
 	du, dw = du[:36*occ], dw[:9*occ]
 	p0 := 0
 	if useAVX512 {
+		var tmp [36 * 16]float32
+		for ; p0+16 <= occ; p0 += 16 {
+			wgKernelGrad16(&du[p0], occ, &dw[p0*9], &wgGTConst[0], &tmp[0])
+		}
 		for ; p0+8 <= occ; p0 += 8 {
 			wgKernelGrad8(&du[p0], occ, &dw[p0*9], &wgGTConst[0])
 		}

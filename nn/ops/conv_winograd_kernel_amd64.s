@@ -158,32 +158,74 @@ rows:
 	KXNORW      K1, K1, K1 \
 	VSCATTERDPS Y2, K1, (12*i+8)(DI)(Y7*4)
 
+// dw = Gᵀ dU G for the 8 pairs of dU at R9 (matrices DX bytes apart, R10
+// = 6·DX), taps to DI; Y7 and Z28-Z31 set as wgKernelGrad8 sets them.
+#define KGRAD8 \
+	GCOL(Z8, Z14, Z20) \
+	GCOL(Z9, Z15, Z21) \
+	GCOL(Z10, Z16, Z22) \
+	GCOL(Z11, Z17, Z23) \
+	GCOL(Z12, Z18, Z24) \
+	GCOL(Z13, Z19, Z25) \
+	GROW(0, Z8, Z9, Z10, Z11, Z12, Z13) \
+	GROW(1, Z14, Z15, Z16, Z17, Z18, Z19) \
+	GROW(2, Z20, Z21, Z22, Z23, Z24, Z25)
+
+#define KGRADCONSTS \
+	VMOVDQU32    wgNine<>(SB), Y7 \
+	VBROADCASTSD 0(SI), Z28 \
+	VBROADCASTSD 8(SI), Z29 \
+	VBROADCASTSD 16(SI), Z30 \
+	VBROADCASTSD 24(SI), Z31
+
 // func wgKernelGrad8(du *float32, occ int, dw *float32, cst *float64)
 //
 // dw = Gᵀ dU G for 8 channel pairs: pair l's 36 values at du + l + ξ·occ
 // (floats), its 9 taps at dw + 9l; cst: 0.25, 1/6, 1/24, 1/12. t = Gᵀ dU
 // (3x6) lives in Z8..Z25 (t[i] in Z(8+i)).
 TEXT ·wgKernelGrad8(SB), NOSPLIT, $0-32
-	MOVQ         du+0(FP), R9
-	MOVQ         occ+8(FP), DX
-	SHLQ         $2, DX
-	MOVQ         dw+16(FP), DI
-	MOVQ         cst+24(FP), SI
-	LEAQ         (DX)(DX*2), R10
-	SHLQ         $1, R10
-	VMOVDQU32    wgNine<>(SB), Y7
-	VBROADCASTSD 0(SI), Z28
-	VBROADCASTSD 8(SI), Z29
-	VBROADCASTSD 16(SI), Z30
-	VBROADCASTSD 24(SI), Z31
-	GCOL(Z8, Z14, Z20)
-	GCOL(Z9, Z15, Z21)
-	GCOL(Z10, Z16, Z22)
-	GCOL(Z11, Z17, Z23)
-	GCOL(Z12, Z18, Z24)
-	GCOL(Z13, Z19, Z25)
-	GROW(0, Z8, Z9, Z10, Z11, Z12, Z13)
-	GROW(1, Z14, Z15, Z16, Z17, Z18, Z19)
-	GROW(2, Z20, Z21, Z22, Z23, Z24, Z25)
+	MOVQ du+0(FP), R9
+	MOVQ occ+8(FP), DX
+	SHLQ $2, DX
+	MOVQ dw+16(FP), DI
+	MOVQ cst+24(FP), SI
+	LEAQ (DX)(DX*2), R10
+	SHLQ $1, R10
+	KGRADCONSTS
+	KGRAD8
+	VZEROUPPER
+	RET
+
+// func wgKernelGrad16(du *float32, occ int, dw *float32, cst *float64, tmp *float32)
+//
+// wgKernelGrad8 for 16 pairs, from a copy of their 36 lines in tmp (36·16
+// floats): read where they are, OC·C floats apart, a 16 KB stride at 64x64
+// channels, the 36 lines of the first 8 pairs share one L1 set and are
+// gone when the next 8 read them again.
+TEXT ·wgKernelGrad16(SB), NOSPLIT, $0-40
+	MOVQ    du+0(FP), R9
+	MOVQ    occ+8(FP), DX
+	SHLQ    $2, DX
+	MOVQ    dw+16(FP), DI
+	MOVQ    cst+24(FP), SI
+	MOVQ    tmp+32(FP), R8
+	MOVQ    R8, R11
+	MOVQ    $36, CX
+
+copy:
+	VMOVUPS (R9), Z0
+	VMOVUPS Z0, (R11)
+	ADDQ    DX, R9
+	ADDQ    $64, R11
+	DECQ    CX
+	JNZ     copy
+	MOVQ    $64, DX
+	MOVQ    $384, R10
+	KGRADCONSTS
+	MOVQ    R8, R9
+	KGRAD8
+	LEAQ    32(R8), R9
+	ADDQ    $288, DI
+	KGRAD8
 	VZEROUPPER
 	RET
