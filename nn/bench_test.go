@@ -69,6 +69,14 @@ func resnet8Graph(b *testing.B) (*G.ExprGraph, *G.Node) {
 	return g, loss
 }
 
+// resnet8Graph32 is resnet8Graph at batch 32, each rank's batch in the
+// scaling workload's 2 ranks: its ns/op against twice BenchmarkResNet8StepOps'
+// half is what the half batch costs a sample.
+func resnet8Graph32(b *testing.B) (*G.ExprGraph, *G.Node) {
+	_, g, _, loss, _, _, _ := resnetStep(b, tensor.Float32, nn.ResNetConfig{}, 32, 28, module.Train)
+	return g, loss
+}
+
 func withGrads(b *testing.B, s *module.Step, loss *G.Node) *G.Node {
 	var params G.Nodes
 	for _, p := range s.UsedParams() {
@@ -214,3 +222,6 @@ func BenchmarkMLPStepOps(b *testing.B)  { benchOps(b, mlpGraph) }
 // float32.
 func BenchmarkResNet8StepTape(b *testing.B) { benchTape(b, resnet8Graph) }
 func BenchmarkResNet8StepOps(b *testing.B)  { benchOps(b, resnet8Graph) }
+
+// BenchmarkResNet8StepOps32 is BenchmarkResNet8StepOps at batch 32.
+func BenchmarkResNet8StepOps32(b *testing.B) { benchOps(b, resnet8Graph32) }

@@ -94,11 +94,21 @@ func (g *convGeom) chunk() int {
 		return 1
 	}
 	nb := max(1, min(convColumns/g.ohw(), g.n))
-	if winogradFits[float32](g) {
+	wino := winogradFits[float32](g)
+	if wino {
 		nb = g.winogradChunk(nb)
 	}
-	if c := (g.n + nb - 1) / nb; c > 1 && c%2 == 1 {
+	c := (g.n + nb - 1) / nb
+	switch {
+	case c > 1 && c%2 == 1:
 		nb = max(1, (g.n+c)/(c+1))
+	case c > 1 && !wino:
+		// The implicit and phase paths multiply a whole chunk's grid
+		// whatever images it holds: balanced chunks, the same number of
+		// them (32 images of 7x7: 4 of 8, not 3 of 10 and one of 2, which
+		// costs a tenth more than 8; see TestConvChunksBalanced). The
+		// Winograd path multiplies only the tiles a chunk has.
+		nb = (g.n + c - 1) / c
 	}
 	return nb
 }
@@ -376,7 +386,7 @@ func convFwd[T float](op *convOp, xt, wt, bt, yt *tensor.Dense) {
 	}
 	op.pad.x, j.keep, j.ap = nil, nil, nil
 	if winogradFits[T](g) {
-		j.ap = winogradKernel(&op.wpack, g, f32s(j.w))
+		j.ap = winogradKernel(&op.wpack, g, f32s(j.w), false)
 	} else if implicitRows[T](g, g.oc, 8) {
 		j.ap = packed(&op.wpack, g.oc, g.ckk(), f32s(j.w))
 	}
@@ -948,12 +958,16 @@ func convGradInput[T float](op *convGradInputOp, dyt, wt, dxt *tensor.Dense) {
 		// than input channels, as in a stem, the column matrix of dy would
 		// be the larger one: col2im below.)
 		op.t = g.transposed()
+		j.g, j.mode, j.ap = &op.t, dxConv, nil
+		if winogradFits[T](&op.t) {
+			// The transform reads the kernel flipped: no flipped copy.
+			j.ap = winogradKernel(&op.wpack, &op.t, f32s(j.w), true)
+			break
+		}
 		wf := scratch[T](&op.wflip, len(j.w))
 		flipKernel(g, j.w, wf)
-		j.g, j.w, j.mode, j.ap = &op.t, wf, dxConv, nil
-		if winogradFits[T](&op.t) {
-			j.ap = winogradKernel(&op.wpack, &op.t, f32s(wf))
-		} else if implicitRows[T](&op.t, op.t.oc, 8) {
+		j.w = wf
+		if implicitRows[T](&op.t, op.t.oc, 8) {
 			j.ap = packed(&op.wpack, op.t.oc, op.t.ckk(), f32s(wf))
 		}
 	case g.x1():

@@ -17,7 +17,7 @@ func TestPadChunkSameSlots(t *testing.T) {
 	for _, c := range []convCase{
 		{n: 5, c: 2, h: 4, w: 5, oc: 8, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}},
 		{n: 7, c: 3, h: 3, w: 4, oc: 8, kh: 3, kw: 5, o: Conv2dOpts{Padding: [2]int{1, 2}}},
-		{n: 4, c: 1, h: 4, w: 3, oc: 8, kh: 5, kw: 5, o: Conv2dOpts{Padding: [2]int{4, 4}, Dilation: [2]int{2, 2}}},
+		{n: 5, c: 1, h: 4, w: 3, oc: 8, kh: 5, kw: 5, o: Conv2dOpts{Padding: [2]int{4, 4}, Dilation: [2]int{2, 2}}},
 	} {
 		paddedChunks(t, c, func(g *convGeom, x, xp []float32, n0, m int) {
 			if !g.same() {
@@ -133,4 +133,46 @@ func TestConv2dForwardPhasePlanes(t *testing.T) {
 			assertClose(t, c.String(), got, convRef(c, vals(ins[0]), vals(ins[1]), nil), 10*tol(tensor.Float32))
 		}
 	})
+}
+
+// Off the Winograd path a batch is cut into balanced chunks: the implicit
+// and phase paths multiply a whole chunk's grid however few images the last
+// chunk holds, so the slots the chunks leave empty must be fewer than the
+// chunks (32 images of resnet8's 14x14 -> 7x7 convolution: 4 chunks of 8,
+// not 3 of 10 and one of 2, whose multiply computed 10), with no more
+// images a chunk than the column target allows and no more chunks than it
+// asks (one more to make them even).
+func TestConvChunksBalanced(t *testing.T) {
+	geoms := []struct {
+		what string
+		g    convGeom
+	}{
+		{"3x3 s2 32->64 14x14", convGeom{c: 32, h: 14, w: 14, oc: 64, kh: 3, kw: 3, sh: 2, sw: 2, ph: 1, pw: 1, dh: 1, dw: 1, oh: 7, ow: 7}},
+		{"1x1 s2 32->64 14x14", convGeom{c: 32, h: 14, w: 14, oc: 64, kh: 1, kw: 1, sh: 2, sw: 2, dh: 1, dw: 1, oh: 7, ow: 7}},
+		{"3x3 s2 16->32 28x28", convGeom{c: 16, h: 28, w: 28, oc: 32, kh: 3, kw: 3, sh: 2, sw: 2, ph: 1, pw: 1, dh: 1, dw: 1, oh: 14, ow: 14}},
+		{"3x3 8->8 9x9", convGeom{c: 8, h: 9, w: 9, oc: 8, kh: 3, kw: 3, sh: 1, sw: 1, ph: 1, pw: 1, dh: 1, dw: 1, oh: 9, ow: 9}},
+	}
+	for _, gc := range geoms {
+		for n := 1; n <= 130; n++ {
+			g := gc.g
+			g.n = n
+			if winogradFits[float32](&g) {
+				t.Fatalf("%s: on the Winograd path", gc.what)
+			}
+			nb, c := g.chunk(), g.chunks()
+			most := max(1, min(convColumns/g.ohw(), n))
+			want := (n + most - 1) / most
+			if want > 1 && want%2 == 1 {
+				want++
+			}
+			if c > want || nb > most || c*nb-n >= c {
+				t.Fatalf("%s, %d images: %d chunks of %d (%d slots empty), want at most %d chunks of at most %d with fewer empty slots than chunks", gc.what, n, c, nb, c*nb-n, want, most)
+			}
+		}
+	}
+	g := geoms[0].g
+	g.n = 32
+	if nb := g.chunk(); nb != 8 {
+		t.Errorf("%s, 32 images: %d a chunk, want 8", geoms[0].what, nb)
+	}
 }

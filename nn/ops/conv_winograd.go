@@ -1,6 +1,9 @@
 package ops
 
-import "unsafe"
+import (
+	"slices"
+	"unsafe"
+)
 
 // Winograd convolutions: a float32 3x3 convolution of stride 1 and padding
 // 1 (resnet's) computed as Lavin and Gray's F(4x4, 3x3). The output is cut
@@ -16,8 +19,10 @@ import "unsafe"
 // (Bᵀ d B, a tile and channel; read from a zero-padded copy) and of the
 // output (Aᵀ m A, a tile and output channel), 16 tiles at a time in
 // AVX-512 (conv_winograd_amd64.s), and of the kernel (G g Gᵀ, once a
-// call, in Go). The input gradient of such a convolution is one too
-// (convGradInput's transposed geometry, the kernel flipped), so it takes
+// call, 16 channel pairs at a time in AVX-512,
+// conv_winograd_kernel_amd64.s). The input gradient of such a convolution
+// is one too (convGradInput's transposed geometry, the kernel flipped as
+// its transform reads it), so it takes
 // the same path. So does the weight gradient, by the chain rule through
 // the same identity:
 //
@@ -29,7 +34,7 @@ import "unsafe"
 // input's transform V computed again from the padding the forward kept
 // (its own, so that the forward pads once), the output gradient's dM
 // (A dy Aᵀ, a tile and output channel) 16 tiles at a time in AVX-512, and
-// Gᵀ dU G once a call, in Go and float64.
+// Gᵀ dU G once a call, in float64, 16 channel pairs at a time in AVX-512.
 //
 // Rounding: the transforms add and scale by at most 8 (Aᵀ) and 5 (Bᵀ), and
 // G by fractions down to 1/24, so a float32 result differs from the exact
@@ -109,7 +114,14 @@ func (g *convGeom) winogradTiles() (th, tw, hp, wp int) {
 // w [OC, C, 3, 3] into *buf (grown when short): U[ξ] for ξ = 6a+b is an
 // OC×C matrix packed as packA packs (8 rows at a time, k-major), at
 // ξ·winogradStride(OC·C). Once a call, shared read-only by the image workers.
-func winogradKernel(buf *[]float32, g *convGeom, w []float32) []float32 {
+// With flip, g is an input gradient's transposed geometry (see
+// convGradInput) and w the forward's kernel [C, OC, 3, 3]: pair (o, c)
+// takes w's kernel (c, o) flipped in space, as flipKernel would have
+// written it. The pairs go eight output channels (a packed group of rows)
+// at a time, input channel by input channel, so that each of the 36
+// matrices takes 8 adjacent values in a row, with AVX-512 16 pairs (two
+// input channels) at a time (wgKernel16), the same bits.
+func winogradKernel(buf *[]float32, g *convGeom, w []float32, flip bool) []float32 {
 	oc, c, us := g.oc, g.c, winogradStride(g.oc*g.c)
 	n := 36 * us
 	if cap(*buf) < n {
@@ -117,28 +129,61 @@ func winogradKernel(buf *[]float32, g *convGeom, w []float32) []float32 {
 	}
 	u := (*buf)[:n]
 	w = w[:oc*c*9]
-	for o := 0; o < oc; o++ {
-		for ci := 0; ci < c; ci++ {
-			k := w[(o*c+ci)*9 : (o*c+ci)*9+9 : (o*c+ci)*9+9]
-			// t = G k (6x3), column by column.
-			var t [18]float32
-			for j := 0; j < 3; j++ {
-				t[j], t[3+j], t[6+j], t[9+j], t[12+j], t[15+j] = wgG(k[j], k[3+j], k[6+j])
+	// Where pair (o, c)'s kernel starts in w (floats), and the offsets of
+	// the 16 pairs of wgKernel16 from its first: lane l is output channel
+	// l%8, input channel l/8.
+	at := func(o, ci int) int { return (o*c + ci) * 9 }
+	if flip {
+		at = func(o, ci int) int { return (ci*oc + o) * 9 }
+	}
+	var idx [16]int32
+	for l := range idx {
+		idx[l] = int32(at(l%8, l/8) - at(0, 0))
+	}
+	var k [9]float32
+	for o0 := 0; o0 < oc; o0 += 8 {
+		ci := 0
+		if useAVX512 && o0+8 <= oc {
+			for ; ci+2 <= c; ci += 2 {
+				wgKernel16(&w[at(o0, ci)], &idx[0], &u[o0*c+ci*8], us, &wgGConst[0], flip)
 			}
-			at := (o/8)*8*c + ci*8 + o%8
-			for a := 0; a < 6; a++ {
-				r0, r1, r2, r3, r4, r5 := wgG(t[3*a], t[3*a+1], t[3*a+2])
-				p := u[a*6*us+at:]
-				p[0], p[us], p[2*us], p[3*us], p[4*us], p[5*us] = r0, r1, r2, r3, r4, r5
+		}
+		for ; ci < c; ci++ {
+			for o := o0; o < min(o0+8, oc); o++ {
+				copy(k[:], w[at(o, ci):at(o, ci)+9])
+				if flip {
+					slices.Reverse(k[:])
+				}
+				winogradKernelPair(u[o0*c+ci*8+o-o0:], us, k[:])
 			}
 		}
 	}
 	return u
 }
 
+// wgGConst is wgG's constants for wgKernel16.
+var wgGConst = [5]float32{1.0 / 24, 1.0 / 6, 1.0 / 12, 0.25, -1.0 / 6}
+
+// winogradKernelPair writes G k Gᵀ of one 3x3 kernel k at u[ξ·us].
+func winogradKernelPair(u []float32, us int, k []float32) {
+	k = k[:9:9]
+	// t = G k (6x3), column by column.
+	var t [18]float32
+	for j := 0; j < 3; j++ {
+		t[j], t[3+j], t[6+j], t[9+j], t[12+j], t[15+j] = wgG(k[j], k[3+j], k[6+j])
+	}
+	for a := 0; a < 6; a++ {
+		r0, r1, r2, r3, r4, r5 := wgG(t[3*a], t[3*a+1], t[3*a+2])
+		p := u[a*6*us:]
+		p[0], p[us], p[2*us], p[3*us], p[4*us], p[5*us] = r0, r1, r2, r3, r4, r5
+	}
+}
+
 // wgG is G (6x3) times (g0, g1, g2).
+// The conversions round each product before a sum, as wgKernel16 does: a
+// compiler may otherwise fuse them (Go's GOAMD64=v3 does).
 func wgG(g0, g1, g2 float32) (t0, t1, t2, t3, t4, t5 float32) {
-	s, q, h := g0+g2, g0*(1.0/24)+g2*(1.0/6), g1*(1.0/12)
+	s, q, h := g0+g2, float32(g0*(1.0/24))+float32(g2*(1.0/6)), float32(g1*(1.0/12))
 	return g0 * 0.25, (s + g1) * (-1.0 / 6), (s - g1) * (-1.0 / 6), q + h, q - h, g2
 }
 
@@ -349,27 +394,61 @@ func convGradWeightWinograd(g *convGeom, x, dy, dw, kept []float32, s *convScrat
 
 // winogradKernelGrad sets dw [OC, C, 3, 3] to Gᵀ dU G for every (output,
 // input) channel pair, dU[ξ] an OC×C matrix at ξ·OC·C (in float64: it
-// scales by fractions down to 1/24 and sums 36 terms).
+// scales by fractions down to 1/24 and sums 36 terms). The pairs go
+// wgKgPairs at a time, their 36 values read a line of each matrix at once
+// (a pair at a time read 36 values OC·C apart, which at 64x64 channels,
+// 16 KB, fall on one L1 set: 0.59 ms a call), with AVX-512 16 at a time
+// (wgKernelGrad16, from a copy of their lines) and 8 (wgKernelGrad8), the
+// same bits.
 func winogradKernelGrad(g *convGeom, du, dw []float32) {
 	occ := g.oc * g.c
 	du, dw = du[:36*occ], dw[:9*occ]
-	for p := 0; p < occ; p++ {
-		// t = Gᵀ dU (3x6), column by column, then t G.
-		var t [18]float64
-		for b := 0; b < 6; b++ {
-			t[b], t[6+b], t[12+b] = wgGT(float64(du[b*occ+p]), float64(du[(6+b)*occ+p]), float64(du[(12+b)*occ+p]),
-				float64(du[(18+b)*occ+p]), float64(du[(24+b)*occ+p]), float64(du[(30+b)*occ+p]))
+	p0 := 0
+	if useAVX512 {
+		var tmp [36 * 16]float32
+		for ; p0+16 <= occ; p0 += 16 {
+			wgKernelGrad16(&du[p0], occ, &dw[p0*9], &wgGTConst[0], &tmp[0])
 		}
-		k := dw[p*9 : p*9+9 : p*9+9]
-		for i := 0; i < 3; i++ {
-			r0, r1, r2 := wgGT(t[6*i], t[6*i+1], t[6*i+2], t[6*i+3], t[6*i+4], t[6*i+5])
-			k[3*i], k[3*i+1], k[3*i+2] = float32(r0), float32(r1), float32(r2)
+		for ; p0+8 <= occ; p0 += 8 {
+			wgKernelGrad8(&du[p0], occ, &dw[p0*9], &wgGTConst[0])
+		}
+	}
+	var d [36][wgKgPairs]float64
+	for ; p0 < occ; p0 += wgKgPairs {
+		np := min(wgKgPairs, occ-p0)
+		for xi := range d {
+			src := du[xi*occ+p0 : xi*occ+p0+np]
+			for j, v := range src {
+				d[xi][j] = float64(v)
+			}
+		}
+		for j := 0; j < np; j++ {
+			// t = Gᵀ dU (3x6), column by column, then t G.
+			var t [18]float64
+			for b := 0; b < 6; b++ {
+				t[b], t[6+b], t[12+b] = wgGT(d[b][j], d[6+b][j], d[12+b][j], d[18+b][j], d[24+b][j], d[30+b][j])
+			}
+			p := p0 + j
+			k := dw[p*9 : p*9+9 : p*9+9]
+			for i := 0; i < 3; i++ {
+				r0, r1, r2 := wgGT(t[6*i], t[6*i+1], t[6*i+2], t[6*i+3], t[6*i+4], t[6*i+5])
+				k[3*i], k[3*i+1], k[3*i+2] = float32(r0), float32(r1), float32(r2)
+			}
 		}
 	}
 }
 
+// wgKgPairs is the channel pairs winogradKernelGrad transforms at a time
+// in Go: a cache line of each of the 36 matrices.
+const wgKgPairs = 16
+
+// wgGTConst is wgGT's constants for wgKernelGrad8.
+var wgGTConst = [4]float64{0.25, 1.0 / 6, 1.0 / 24, 1.0 / 12}
+
 // wgGT is Gᵀ (3x6) times (z0, ..., z5): the transpose of wgG.
+// As in wgG, the conversions keep a compiler from fusing a product with a
+// sum, as wgKernelGrad8 does not.
 func wgGT(z0, z1, z2, z3, z4, z5 float64) (r0, r1, r2 float64) {
 	s, d, p, q := z1+z2, z2-z1, z3+z4, z3-z4
-	return z0*0.25 - s*(1.0/6) + p*(1.0/24), d*(1.0/6) + q*(1.0/12), (p-s)*(1.0/6) + z5
+	return float64(z0*0.25) - float64(s*(1.0/6)) + float64(p*(1.0/24)), float64(d*(1.0/6)) + float64(q*(1.0/12)), float64((p-s)*(1.0/6)) + z5
 }

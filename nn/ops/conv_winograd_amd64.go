@@ -19,3 +19,16 @@ func wgInput16Gather(p *float32, off *int32, wp int, v *float32, ld int, tmp *fl
 
 //go:noescape
 func wgGrad16Gather(p *float32, off *int32, wp int, v *float32, ld int, tmp *float32)
+
+// wgKernel16, wgKernelGrad16 and wgKernelGrad8 are winogradKernel's and
+// winogradKernelGrad's channel pairs, 16, 16 and 8 at a time
+// (conv_winograd_kernel_amd64.s).
+
+//go:noescape
+func wgKernel16(w *float32, idx *int32, u *float32, us int, cst *float32, flip bool)
+
+//go:noescape
+func wgKernelGrad8(du *float32, occ int, dw *float32, cst *float64)
+
+//go:noescape
+func wgKernelGrad16(du *float32, occ int, dw *float32, cst *float64, tmp *float32)

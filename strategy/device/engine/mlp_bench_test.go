@@ -22,7 +22,7 @@ import (
 //
 //	go test ./strategy/device/engine -run XXX -bench MLPStep -benchmem -cpuprofile cpu.out
 func BenchmarkMLPStep(b *testing.B) {
-	benchStep(b, func() trainable { return &models.MLP{} }, []bool{false, true})
+	benchStep(b, func() trainable { return &models.MLP{} }, []bool{false, true}, 64)
 }
 
 // BenchmarkResNet8Step is the same for the resnet8 workload (batch 64,
@@ -31,7 +31,17 @@ func BenchmarkMLPStep(b *testing.B) {
 //
 //	go test ./strategy/device/engine -run XXX -bench ResNet8Step -count 5
 func BenchmarkResNet8Step(b *testing.B) {
-	benchStep(b, func() trainable { return &models.ResNet{} }, []bool{false})
+	benchStep(b, func() trainable { return &models.ResNet{} }, []bool{false}, 64)
+}
+
+// BenchmarkResNet8Step32 is BenchmarkResNet8Step at batch 32, a rank's
+// batch in cmd/bench's scaling workload: on one core (GOMAXPROCS=1,
+// FULGUR_WORKERS=1, taskset), its samples/s over BenchmarkResNet8Step's
+// is that workload's half_batch_speed without the data loader.
+//
+//	GOMAXPROCS=1 FULGUR_WORKERS=1 taskset -c 0 go test ./strategy/device/engine -run XXX -bench 'ResNet8Step(32)?$' -count 5
+func BenchmarkResNet8Step32(b *testing.B) {
+	benchStep(b, func() trainable { return &models.ResNet{} }, []bool{false}, 32)
 }
 
 // trainable is a module with its own optimizer.
@@ -40,7 +50,7 @@ type trainable interface {
 	module.OptimizerConfigurer
 }
 
-func benchStep(b *testing.B, newModule func() trainable, tapes []bool) {
+func benchStep(b *testing.B, newModule func() trainable, tapes []bool, size int) {
 	lookup := func(k string) (string, bool) {
 		if k == "FULGUR_BLAS_THREADS" {
 			if v, ok := os.LookupEnv(k); ok {
@@ -83,7 +93,7 @@ func benchStep(b *testing.B, newModule func() trainable, tapes []bool) {
 				b.Fatal(err)
 			}
 			r := rand.New(rand.NewPCG(1, 2))
-			batch := &data.Batch{Size: 64, Fields: fields, Data: [][]float32{make([]float32, 64*784), make([]float32, 64)}}
+			batch := &data.Batch{Size: size, Fields: fields, Data: [][]float32{make([]float32, size*784), make([]float32, size)}}
 			for i := range batch.Data[0] {
 				batch.Data[0][i] = r.Float32()
 			}
@@ -106,7 +116,7 @@ func benchStep(b *testing.B, newModule func() trainable, tapes []bool) {
 			for b.Loop() {
 				step()
 			}
-			b.ReportMetric(float64(b.N)*64/b.Elapsed().Seconds(), "samples/s")
+			b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "samples/s")
 		})
 	}
 }
