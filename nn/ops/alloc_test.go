@@ -104,7 +104,7 @@ func opsDoNotAllocate(t *testing.T) {
 					t.Fatal(err)
 				}
 			})
-			if allocs != 0 {
+			if allocs != 0 && !raceBuild {
 				t.Errorf("%v: %v allocates %.0f times per run", dt, n.Op(), allocs)
 			}
 			seen[op.self().kind] = true
@@ -228,7 +228,7 @@ func TestWinogradConvDoesNotAllocate(t *testing.T) {
 				if _, err := r.f(r.v...); err != nil {
 					t.Fatal(err)
 				}
-				if a := testing.AllocsPerRun(5, func() { _, _ = r.f(r.v...) }); a != 0 {
+				if a := testing.AllocsPerRun(5, func() { _, _ = r.f(r.v...) }); a != 0 && !raceBuild {
 					t.Errorf("workers=%d %v %s: %.0f allocations per run", workers, c, r.what, a)
 				}
 			}

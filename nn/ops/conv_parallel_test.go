@@ -108,7 +108,7 @@ func TestConv2dImageWorkersDoNotAllocate(t *testing.T) {
 				if _, err := r.f(r.v...); err != nil {
 					t.Fatal(err)
 				}
-				if a := testing.AllocsPerRun(5, func() { _, _ = r.f(r.v...) }); a != 0 {
+				if a := testing.AllocsPerRun(5, func() { _, _ = r.f(r.v...) }); a != 0 && !raceBuild {
 					t.Errorf("%v %v %s: %.0f allocations per run", dt, c, r.what, a)
 				}
 			}

@@ -126,7 +126,7 @@ func TestConvGradInputPhasesDoNotAllocate(t *testing.T) {
 				}
 			}
 			do()
-			if a := testing.AllocsPerRun(5, do); a != 0 {
+			if a := testing.AllocsPerRun(5, do); a != 0 && !raceBuild {
 				t.Errorf("workers=%d %v: %.0f allocations per run", workers, c, a)
 			}
 		}
