@@ -228,6 +228,12 @@ func detectSLURM(l Lookup) (Env, bool, error) {
 	if !r.has("SLURM_PROCID", "SLURM_NTASKS") {
 		return Env{}, false, nil
 	}
+	if name, _ := l("SLURM_JOB_NAME"); interactiveSLURM[strings.TrimSpace(name)] {
+		// The shell of an interactive allocation (srun --pty bash,
+		// salloc) is no rank of a job: what it runs starts its own
+		// ranks, as Lightning's SLURMEnvironment decides by this name.
+		return Env{}, false, nil
+	}
 	e := Env{
 		Rank:      r.int("SLURM_PROCID", 0),
 		WorldSize: r.int("SLURM_NTASKS", 1),
@@ -260,6 +266,9 @@ func detectSLURM(l Lookup) (Env, bool, error) {
 	}
 	return r.finish(e)
 }
+
+// interactiveSLURM are the job names of an interactive allocation's shell.
+var interactiveSLURM = map[string]bool{"bash": true, "interactive": true}
 
 // localTasks reads SLURM_TASKS_PER_NODE ("2(x3),1") for node i; 0 when unknown.
 func localTasks(s string, node int) int {

@@ -152,3 +152,39 @@ func ExampleDetect() {
 	// true <nil>
 	// slurm rank 3/4 local 1/2 node 1/2 at gpu07:14242
 }
+
+// An interactive allocation (srun --pty bash, salloc's "interactive" job)
+// sets SLURM_PROCID=0 and SLURM_NTASKS=1 for the shell itself; a program the
+// user starts there launches its own ranks, as Lightning's SLURMEnvironment
+// does, instead of being refused as a one-task job.
+func TestDetectSLURMInteractiveShell(t *testing.T) {
+	shell := map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_LOCALID": "0", "SLURM_NODEID": "0",
+		"SLURM_NNODES": "1", "SLURM_TASKS_PER_NODE": "1", "SLURM_JOB_NODELIST": "node07", "SLURM_JOB_ID": "4242"}
+	for _, tc := range []struct {
+		jobName   string
+		wantFound bool
+	}{
+		{"bash", false},
+		{"interactive", false},
+		{"train", true}, // an sbatch job or srun step is a launcher
+		{"", true},
+	} {
+		vars := map[string]string{}
+		for k, v := range shell {
+			vars[k] = v
+		}
+		if tc.jobName != "" {
+			vars["SLURM_JOB_NAME"] = tc.jobName
+		}
+		env, found, err := cluster.Detect(cluster.MapLookup(vars))
+		if err != nil {
+			t.Fatalf("SLURM_JOB_NAME=%q: %v", tc.jobName, err)
+		}
+		if found != tc.wantFound {
+			t.Errorf("SLURM_JOB_NAME=%q: found = %v, want %v (env %+v)", tc.jobName, found, tc.wantFound, env)
+		}
+		if !tc.wantFound && env != cluster.Single() {
+			t.Errorf("SLURM_JOB_NAME=%q: env = %+v, want Single()", tc.jobName, env)
+		}
+	}
+}

@@ -14,7 +14,10 @@
 //  2. Kubeflow PyTorchJob: KUBERNETES_PORT, MASTER_ADDR, MASTER_PORT,
 //     WORLD_SIZE and RANK set (one process per pod).
 //  3. Open MPI: OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE set (mpirun).
-//  4. SLURM: SLURM_PROCID and SLURM_NTASKS set (srun).
+//  4. SLURM: SLURM_PROCID and SLURM_NTASKS set (srun), unless
+//     SLURM_JOB_NAME is "bash" or "interactive": as Lightning decides, that
+//     is the shell of an interactive allocation (srun --pty bash, salloc),
+//     whose programs launch their own ranks.
 //
 // With none of them it reports found == false and a single-process Env.
 // Where a launcher does not give the main address, MASTER_ADDR and
