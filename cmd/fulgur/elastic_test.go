@@ -427,3 +427,33 @@ func TestFulgurRunStopsOnCtrlC(t *testing.T) {
 		t.Errorf("interrupted.ckpt: found %v, want one: the ranks did not save", m)
 	}
 }
+
+// TestFulgurRunLabelsRankOutput: two ranks write to one terminal; each line
+// of their logs says which rank wrote it (torchrun's and mpirun
+// --tag-output's "[rank1]"), while rank 0's stdout stays bare so its last
+// line is still the result a script reads.
+func TestFulgurRunLabelsRankOutput(t *testing.T) {
+	root := t.TempDir()
+	res, log, err := fulgurRun(t, []string{"-nproc", "2"}, "", "-devices", "2", "-root", root)
+	if err != nil {
+		t.Fatalf("fulgur run: %v\n%s", err, log)
+	}
+	if res.WorldSize != 2 {
+		t.Fatalf("result %+v, want world size 2", res)
+	}
+	seen := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(log), "\n") {
+		if strings.Contains(line, "elastic: ") && !strings.HasPrefix(line, "[rank") {
+			continue // the launcher's own log
+		}
+		prefix, _, ok := strings.Cut(line, "] ")
+		if !ok || (prefix != "[rank0" && prefix != "[rank1") {
+			t.Errorf("a rank's line without its rank: %q", line)
+			continue
+		}
+		seen[prefix+"]"]++
+	}
+	if seen["[rank0]"] == 0 || seen["[rank1]"] == 0 {
+		t.Errorf("lines per rank %v, want some from each of rank 0 and 1; log:\n%s", seen, log)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/rs/zerolog"
@@ -66,6 +67,9 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	// a failure; a repeat after launch.DuplicateSignalWindow ends this
 	// process at once.
 	ctx, stop := launch.StopOnSignal(context.Background())
+	// The launcher's log and the ranks' lines meet on stderr from several
+	// goroutines.
+	stderr = &syncWriter{w: stderr}
 	log := zerolog.New(zerolog.ConsoleWriter{Out: stderr, NoColor: true, TimeFormat: "15:04:05"}).With().Timestamp().Logger()
 	_, err = launch.RunElastic(ctx, launch.Elastic{
 		Program: prog, Args: fs.Args()[1:], World: max, MinWorld: min, MaxRestarts: *restarts, Grace: *grace,
@@ -81,6 +85,18 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("run: %w", err)
 	}
 	return nil
+}
+
+// syncWriter writes from one goroutine at a time.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }
 
 // exitStatus is an exit status other than 2 for main to use, with nothing

@@ -62,7 +62,9 @@ type Elastic struct {
 	MaxRestarts int
 	// Env is extra environment of each rank of each attempt (nil: none).
 	Env func(rank int) []string
-	// Stdout and Stderr receive every rank's output. nil: this process's.
+	// Stdout and Stderr receive every rank's output, whole lines at a
+	// time: each line on stderr, and on stdout those of ranks other than
+	// 0, after RankPrefix ("[rank1] "). nil: this process's.
 	Stdout, Stderr io.Writer
 	// Grace is how long the other ranks get to end once one has failed
 	// before they are killed. 0: DefaultGrace.
@@ -242,10 +244,20 @@ func (e *Elastic) attempt(ctx context.Context, n, world int, dir string) (Attemp
 	local := Local{World: world, MasterPort: port, Token: token, Launcher: "elastic"}
 	ranks := make([]int, world)
 	tails := make([]*tail, world)
+	// Every rank's line reaches the terminal whole and, on stderr, after
+	// its rank; rank 0's stdout is left as the program wrote it, so that
+	// its last line (a fulgur program's JSON result) can be piped on.
+	stdout, stderr := &sharedOut{w: e.Stdout}, &sharedOut{w: e.Stderr}
+	outs := make([]*labelled, 0, 2*world)
 	for i := range ranks {
 		ranks[i] = i
 		tails[i] = &tail{}
 	}
+	defer func() {
+		for _, o := range outs {
+			o.Flush()
+		}
+	}()
 	g, err := Start(context.WithoutCancel(ctx), Config{ // a stop is passed on below, not a kill
 		Program: e.Program, Args: e.Args, Ranks: ranks,
 		Env: func(r int) []string {
@@ -265,7 +277,13 @@ func (e *Elastic) attempt(ctx context.Context, n, world int, dir string) (Attemp
 			return nil
 		},
 		Writers: func(r int) (io.Writer, io.Writer) {
-			return io.MultiWriter(e.Stdout, tails[r]), io.MultiWriter(e.Stderr, tails[r])
+			o := &labelled{out: stdout}
+			if r != 0 {
+				o.prefix = []byte(RankPrefix(r))
+			}
+			ee := &labelled{out: stderr, prefix: []byte(RankPrefix(r))}
+			outs = append(outs, o, ee)
+			return io.MultiWriter(o, tails[r]), io.MultiWriter(ee, tails[r])
 		},
 	})
 	if err != nil {
