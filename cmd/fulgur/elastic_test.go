@@ -100,6 +100,7 @@ type programResult struct {
 func trainProgram(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("program", flag.ContinueOnError)
 	devices := fs.Int("devices", 2, "")
+	nodes := fs.Int("num-nodes", 1, "")
 	root := fs.String("root", "", "")
 	resume := fs.String("resume", "", "")
 	if err := fs.Parse(args); err != nil {
@@ -126,7 +127,7 @@ func trainProgram(args []string, stdout io.Writer) error {
 		d.how = f[2]
 		cbs = append([]trainer.Callback{d}, cbs...)
 	}
-	tr, err := trainer.New(trainer.Config{MaxEpochs: 2, Seed: 5, Strategy: "ddp", Devices: *devices, LogEveryNSteps: 1,
+	tr, err := trainer.New(trainer.Config{MaxEpochs: 2, Seed: 5, Strategy: "ddp", Devices: *devices, NumNodes: *nodes, LogEveryNSteps: 1,
 		Out: os.Stderr, EnableProgressBar: trainer.Bool(false), DefaultRootDir: *root, Callbacks: cbs})
 	if err != nil {
 		return err
@@ -456,4 +457,76 @@ func TestFulgurRunLabelsRankOutput(t *testing.T) {
 	if seen["[rank0]"] == 0 || seen["[rank1]"] == 0 {
 		t.Errorf("lines per rank %v, want some from each of rank 0 and 1; log:\n%s", seen, log)
 	}
+}
+
+// TestFulgurRunTwoNodes: two "fulgur run" launchers on loopback, as two
+// machines would run them (torchrun's --nnodes, --node-rank,
+// --master-addr, --master-port), train one job whose weights equal those of
+// one launcher running both ranks; options that cannot work across
+// machines are refused by name.
+func TestFulgurRunTwoNodes(t *testing.T) {
+	want, log, err := fulgurRun(t, []string{"-nproc", "2"}, "", "-devices", "2", "-root", t.TempDir())
+	if err != nil {
+		t.Fatalf("one machine: %v\n%s", err, log)
+	}
+	ln, port, err := launch.Loopback(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.Close() // node 0's rank 0 binds it
+	root := t.TempDir()
+	cmds := make([]*exec.Cmd, 2)
+	outs := make([]bytes.Buffer, 2)
+	errs := make([]bytes.Buffer, 2)
+	for node := range cmds {
+		cmd := exec.Command(os.Args[0], asFulgur, "run", "-nnodes", "2", "-node-rank", strconv.Itoa(node), "-nproc", "1",
+			"-master-addr", "127.0.0.1", "-master-port", strconv.Itoa(port), os.Args[0], "-devices", "1", "-num-nodes", "2", "-root", root)
+		cmd.Env = append(os.Environ(), programEnv+"=1", "FULGUR_BACKEND=tcp", "FULGUR_TOKEN=two-nodes", "FULGUR_TIMEOUT=60s")
+		cmd.Stdout, cmd.Stderr = &outs[node], &errs[node]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[node] = cmd
+	}
+	for node, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("node %d: %v\n%s", node, err, errs[node].String())
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	var got programResult
+	if err := json.Unmarshal([]byte(lastLine(outs[0].String())), &got); err != nil {
+		t.Fatalf("node 0's last line is not the result: %v\n%s", err, outs[0].String())
+	}
+	if got != want {
+		t.Errorf("two nodes: %+v, one node with two ranks: %+v", got, want)
+	}
+	if !strings.Contains(errs[1].String(), "[rank1] ") {
+		t.Errorf("node 1's log does not name rank 1:\n%s", errs[1].String())
+	}
+
+	t.Setenv("FULGUR_TOKEN", "")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-nnodes", "2", "-node-rank", "2"}, "-node-rank is 2: use 0 to 1"},
+		{[]string{"-nnodes", "2", "-max-restarts", "1"}, "restarts do not cross machines"},
+		{[]string{"-nnodes", "2", "-nproc", "1:2"}, "restarts do not cross machines"},
+		{[]string{"-nnodes", "2"}, "FULGUR_TOKEN is not set"},
+		{[]string{"-nnodes", "0"}, "-nnodes is 0"},
+		{[]string{"-node-rank", "1"}, "-node-rank is 1 but -nnodes is 1"},
+	} {
+		err := run(append(append([]string{"run"}, c.args...), os.Args[0]), io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("fulgur run %v: error %v, want one containing %q", c.args, err, c.want)
+		}
+	}
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
 }

@@ -82,8 +82,26 @@ type Elastic struct {
 	// restart (n of K, the new world size), the end.
 	Log zerolog.Logger
 	// MasterPort is the port of every attempt's rendezvous on 127.0.0.1
-	// (MASTER_PORT); 0: a free one each time.
+	// (MASTER_PORT); 0: a free one each time. With several Nodes, the
+	// port at MasterAddr where the first machine's rank 0 listens.
 	MasterPort int
+	// Nodes is how many machines run the job (torchrun's --nnodes); 0 or
+	// 1: this one only. With several, each machine runs its own launcher
+	// with the same Nodes, World (its ranks per machine), MasterAddr,
+	// MasterPort and Token and its own NodeRank; its ranks are
+	// NodeRank×World ... NodeRank×World+World-1 of Nodes×World. Restarts
+	// do not cross machines: MaxRestarts must be 0 and MinWorld World
+	// (restart such a job with its scheduler, as SLURM's --requeue).
+	Nodes int
+	// NodeRank is this machine's place, 0 ... Nodes-1 (torchrun's
+	// --node-rank); node 0 runs rank 0.
+	NodeRank int
+	// MasterAddr is the first machine's address, as every machine reaches
+	// it (torchrun's --master-addr); used with several Nodes.
+	MasterAddr string
+	// Token is the job's FULGUR_TOKEN, the same on every machine; used
+	// with several Nodes (one machine makes its own).
+	Token string
 }
 
 // Attempt is how one start of the ranks of an elastic job ended.
@@ -187,6 +205,26 @@ func (e *Elastic) validate() error {
 	if e.MaxRestarts < 0 {
 		errs = append(errs, fmt.Errorf("launch: Elastic.MaxRestarts is %d: use 0 (no restarts) or more", e.MaxRestarts))
 	}
+	if e.Nodes < 0 {
+		errs = append(errs, fmt.Errorf("launch: Elastic.Nodes is %d: use 1 or more machines", e.Nodes))
+	}
+	if e.Nodes > 1 {
+		if e.NodeRank < 0 || e.NodeRank >= e.Nodes {
+			errs = append(errs, fmt.Errorf("launch: Elastic.NodeRank is %d: use 0 to %d (Nodes is %d)", e.NodeRank, e.Nodes-1, e.Nodes))
+		}
+		if e.MaxRestarts > 0 || (e.MinWorld != 0 && e.MinWorld != e.World) {
+			errs = append(errs, fmt.Errorf("launch: a job on %d machines is not restarted (MaxRestarts %d, MinWorld %d): use MaxRestarts 0 and a fixed world, and restart the job with its scheduler (SLURM's --requeue)", e.Nodes, e.MaxRestarts, e.MinWorld))
+		}
+		if strings.TrimSpace(e.MasterAddr) == "" {
+			errs = append(errs, fmt.Errorf("launch: a job on %d machines needs MasterAddr, the first machine's address as the others reach it", e.Nodes))
+		}
+		if e.MasterPort < 1 || e.MasterPort > 65535 {
+			errs = append(errs, fmt.Errorf("launch: a job on %d machines needs MasterPort, the same free port 1..65535 on every machine's launcher (it is %d)", e.Nodes, e.MasterPort))
+		}
+		if e.Token == "" {
+			errs = append(errs, fmt.Errorf("launch: a job on %d machines needs the same %s on every machine: export %s=$(openssl rand -hex 16) and hand it to each", e.Nodes, EnvToken, EnvToken))
+		}
+	}
 	if e.MinWorld == 0 {
 		e.MinWorld = e.World
 	}
@@ -227,31 +265,40 @@ var volatile = regexp.MustCompile(`\d{4}-\d\d-\d\dT[0-9:.]+(Z|[+-][0-9:]+)?|\d{1
 // failure (then the others get Grace to end before they are killed).
 func (e *Elastic) attempt(ctx context.Context, n, world int, dir string) (Attempt, error) {
 	a := Attempt{N: n, World: world}
-	ln, port, err := Loopback(e.MasterPort)
-	if err != nil {
-		return a, err
+	local := Local{World: world, MasterPort: e.MasterPort, Token: e.Token, MasterAddr: e.MasterAddr, Launcher: "elastic"}
+	// base is the global rank of this machine's first rank; the machine of
+	// several that holds none of rank 0 leaves the rendezvous to another.
+	base, nodeEnv := 0, []string(nil)
+	var lnFile *os.File
+	if e.Nodes > 1 {
+		base = e.NodeRank * world
+		nodeEnv = []string{EnvWorldSize + "=" + strconv.Itoa(e.Nodes*world), EnvNodeRank + "=" + strconv.Itoa(e.NodeRank)}
+	} else {
+		ln, port, err := Loopback(e.MasterPort)
+		if err != nil {
+			return a, err
+		}
+		lnFile, err = ln.(interface{ File() (*os.File, error) }).File()
+		ln.Close()
+		if err != nil {
+			return a, fmt.Errorf("launch: hand the rendezvous port to rank 0: %w", err)
+		}
+		defer lnFile.Close()
+		if local.Token, err = NewToken(); err != nil {
+			return a, err
+		}
+		local.MasterPort, local.MasterAddr = port, ""
 	}
-	lnFile, err := ln.(interface{ File() (*os.File, error) }).File()
-	ln.Close()
-	if err != nil {
-		return a, fmt.Errorf("launch: hand the rendezvous port to rank 0: %w", err)
-	}
-	defer lnFile.Close()
-	token, err := NewToken()
-	if err != nil {
-		return a, err
-	}
-	local := Local{World: world, MasterPort: port, Token: token, Launcher: "elastic"}
 	ranks := make([]int, world)
-	tails := make([]*tail, world)
+	tails := make(map[int]*tail, world)
 	// Every rank's line reaches the terminal whole and, on stderr, after
 	// its rank; rank 0's stdout is left as the program wrote it, so that
 	// its last line (a fulgur program's JSON result) can be piped on.
 	stdout, stderr := &sharedOut{w: e.Stdout}, &sharedOut{w: e.Stderr}
 	outs := make([]*labelled, 0, 2*world)
 	for i := range ranks {
-		ranks[i] = i
-		tails[i] = &tail{}
+		ranks[i] = base + i
+		tails[base+i] = &tail{}
 	}
 	defer func() {
 		for _, o := range outs {
@@ -262,7 +309,11 @@ func (e *Elastic) attempt(ctx context.Context, n, world int, dir string) (Attemp
 		Program: e.Program, Args: e.Args, Ranks: ranks,
 		Env: func(r int) []string {
 			env := append(local.RankEnv(r), EnvRestartCount+"="+strconv.Itoa(n), EnvMaxRestarts+"="+strconv.Itoa(e.MaxRestarts), EnvElasticDir+"="+dir)
-			if r == 0 {
+			if nodeEnv != nil { // later entries win over RankEnv's one-machine values
+				env = append(env, nodeEnv...)
+				env = append(env, EnvLocalRank+"="+strconv.Itoa(r-base))
+			}
+			if r == 0 && lnFile != nil {
 				env = append(env, EnvListenerFD+"=3")
 			}
 			if e.Env != nil {
@@ -271,7 +322,7 @@ func (e *Elastic) attempt(ctx context.Context, n, world int, dir string) (Attemp
 			return env
 		},
 		Files: func(r int) []*os.File {
-			if r == 0 {
+			if r == 0 && lnFile != nil {
 				return []*os.File{lnFile}
 			}
 			return nil
@@ -289,8 +340,10 @@ func (e *Elastic) attempt(ctx context.Context, n, world int, dir string) (Attemp
 	if err != nil {
 		return a, err
 	}
-	lnFile.Close()
-	e.Log.Info().Int("attempt", n+1).Int("world", world).Ints("pids", g.Pids()).Int("master_port", port).Msg("elastic: started the ranks")
+	if lnFile != nil {
+		lnFile.Close()
+	}
+	e.Log.Info().Int("attempt", n+1).Int("world", world).Ints("pids", g.Pids()).Int("master_port", local.MasterPort).Msg("elastic: started the ranks")
 	failed := false
 	for !failed {
 		select {
@@ -368,7 +421,7 @@ func (e *Elastic) attempt(ctx context.Context, n, world int, dir string) (Attemp
 // earliest. Ranks that failed the same way (every rank of a program
 // that fails at the same line, say) name the lowest of them, whichever
 // was reaped first, so that sameFailure sees such a failure repeat.
-func cause(failures []Exit, tails []*tail) Exit {
+func cause(failures []Exit, tails map[int]*tail) Exit {
 	best, score := failures[0], -1
 	for _, x := range failures {
 		s := 0
@@ -386,7 +439,7 @@ func cause(failures []Exit, tails []*tail) Exit {
 }
 
 // sameExit: two ranks exited with the same status and the same last line.
-func sameExit(a, b Exit, tails []*tail) bool {
+func sameExit(a, b Exit, tails map[int]*tail) bool {
 	var ea, eb *exec.ExitError
 	if !errors.As(a.Err, &ea) || !errors.As(b.Err, &eb) || ea.ExitCode() != eb.ExitCode() {
 		return false
