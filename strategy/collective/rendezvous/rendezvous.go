@@ -150,6 +150,15 @@ func (r *Rendezvous) serve(ctx context.Context) error {
 				}
 			}
 			if ctx.Err() != nil {
+				// The ranks that joined hear why rather than an EOF, which a
+				// launcher would report as their own failure.
+				why := fmt.Sprintf("rank 0 gave up: ranks %v did not join within the timeout (%v)", missing, cfg.Timeout)
+				for _, c := range r.peers[1:] {
+					if c != nil {
+						c.SetWriteDeadline(time.Now().Add(time.Second))
+						c.Write(wire.ControlFrame(wire.KindReject, 0, 0, []byte(why)))
+					}
+				}
 				return fmt.Errorf("rendezvous: rank 0: ranks %v did not join within the timeout (%v): %w", missing, cfg.Timeout, ctx.Err())
 			}
 			return fmt.Errorf("rendezvous: rank 0: accept joiners: %w", err)
