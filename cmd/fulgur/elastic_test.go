@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -529,4 +530,34 @@ func TestFulgurRunTwoNodes(t *testing.T) {
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
+}
+
+// A -master-port that another process holds is an error naming the flag the
+// user gave (not the MASTER_PORT variable the launcher sets for its ranks),
+// on one machine and on node 0 of several.
+func TestFulgurRunMasterPortTaken(t *testing.T) {
+	taken, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	port := strconv.Itoa(taken.Addr().(*net.TCPAddr).Port)
+	t.Setenv(programEnv, "1")
+	t.Setenv("FULGUR_TOKEN", "t")
+	t.Setenv("FULGUR_TIMEOUT", "5s")
+	for _, flags := range [][]string{
+		{"-nproc", "2", "-master-port", port},
+		{"-nnodes", "2", "-node-rank", "0", "-nproc", "1", "-master-port", port},
+	} {
+		var errb bytes.Buffer
+		err := run(append(append([]string{"run"}, flags...), os.Args[0], "-devices", "1", "-root", t.TempDir()), io.Discard, &errb)
+		if err == nil {
+			t.Fatalf("fulgur run %v: no error with the port taken", flags)
+		}
+		for _, want := range []string{"-master-port " + port, "in use", "leave -master-port out"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("fulgur run %v: error %q lacks %q", flags, err, want)
+			}
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -86,6 +87,11 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("run: -nnodes %d: %s is not set: export the same secret on every machine (export %s=$(openssl rand -hex 16)) so strangers cannot join the job", *nnodes, launch.EnvToken, launch.EnvToken)
 		}
 	}
+	if *masterPort != 0 && *nodeRank == 0 {
+		if err := portFree(*nnodes, *masterPort); err != nil {
+			return err
+		}
+	}
 	if fs.NArg() == 0 {
 		fs.Usage()
 		return errors.New("run: no PROGRAM given: pass the training program and its arguments, such as: fulgur run -nproc 2 -max-restarts 3 ./train -strategy ddp -devices 2")
@@ -117,6 +123,21 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("run: %w", err)
 	}
 	return nil
+}
+
+// portFree checks that -master-port can be bound where this machine's rank
+// 0 will listen (loopback on one machine, every interface on node 0 of
+// several), so that a taken port is reported by the flag the user gave.
+func portFree(nnodes, port int) error {
+	host := "127.0.0.1"
+	if nnodes > 1 {
+		host = ""
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		return fmt.Errorf("run: -master-port %d: the rendezvous cannot listen there (%v): is another job using it? pick a free port, or leave -master-port out to let fulgur pick one on one machine (29500 on several)", port, err)
+	}
+	return ln.Close()
 }
 
 // syncWriter writes from one goroutine at a time.
