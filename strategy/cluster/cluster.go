@@ -67,7 +67,30 @@ func Detect(lookup Lookup) (Env, bool, error) {
 			return env, true, nil
 		}
 	}
+	if err := partialTorchrun(lookup); err != nil {
+		return Env{}, true, err
+	}
 	return Single(), false, nil
+}
+
+// partialTorchrun is an error when WORLD_SIZE says this process is one of
+// several but no launcher's variables are complete: run on its own, it
+// would start a job of its own beside the real one.
+func partialTorchrun(lookup Lookup) error {
+	ws, _ := lookup("WORLD_SIZE")
+	if n, err := strconv.Atoi(strings.TrimSpace(ws)); err != nil || n <= 1 {
+		return nil
+	}
+	var missing []string
+	for _, k := range []string{"RANK", "LOCAL_RANK"} {
+		if v, ok := lookup(k); !ok || strings.TrimSpace(v) == "" {
+			missing = append(missing, k+" is not set")
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("cluster: WORLD_SIZE=%s says this process is one rank of a job, but %s: set RANK, WORLD_SIZE and LOCAL_RANK for every process, as torchrun does (a Kubeflow PyTorchJob sets MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK), or unset WORLD_SIZE to let the program launch its own ranks", strings.TrimSpace(ws), strings.Join(missing, ", "))
 }
 
 // Static validates a fixed environment (tests, hand-written configurations).

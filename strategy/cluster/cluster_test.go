@@ -188,3 +188,30 @@ func TestDetectSLURMInteractiveShell(t *testing.T) {
 		}
 	}
 }
+
+// WORLD_SIZE above 1 says a launcher started this process as one of
+// several; with RANK or LOCAL_RANK missing (a hand-written script that
+// forgot one) no detector matched and the process ran as a job of its own,
+// its ddp launching its own ranks beside the real ones. That is an error
+// naming what is missing.
+func TestDetectPartialTorchrunEnvironment(t *testing.T) {
+	for _, tc := range []struct {
+		vars    map[string]string
+		wantErr string
+	}{
+		{map[string]string{"WORLD_SIZE": "2", "RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}, "LOCAL_RANK is not set"},
+		{map[string]string{"WORLD_SIZE": "4", "LOCAL_RANK": "0"}, "RANK is not set"},
+		{map[string]string{"WORLD_SIZE": "2"}, "RANK is not set, LOCAL_RANK is not set"},
+		{map[string]string{"WORLD_SIZE": "1", "RANK": "0"}, ""},                                              // one process: nothing to join
+		{map[string]string{"RANK": "0", "LOCAL_RANK": "0"}, ""},                                              // no world claimed
+		{map[string]string{"WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}, ""}, // mpirun's own
+	} {
+		_, _, err := cluster.Detect(cluster.MapLookup(tc.vars))
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("%v: %v", tc.vars, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), "WORLD_SIZE=")):
+			t.Errorf("%v: error %v, want one containing %q and naming WORLD_SIZE", tc.vars, err, tc.wantErr)
+		}
+	}
+}

@@ -19,7 +19,10 @@
 //     is the shell of an interactive allocation (srun --pty bash, salloc),
 //     whose programs launch their own ranks.
 //
-// With none of them it reports found == false and a single-process Env.
+// With none of them it reports found == false and a single-process Env,
+// unless WORLD_SIZE is above 1: then RANK or LOCAL_RANK is missing, and
+// Detect returns an error naming it rather than a process that would run
+// a job of its own.
 // Where a launcher does not give the main address, MASTER_ADDR and
 // MASTER_PORT are used when set; SLURM falls back to the first host of
 // SLURM_JOB_NODELIST and port 10000 + SLURM_JOB_ID % 20000.
