@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"strconv"
 	"strings"
@@ -243,6 +244,20 @@ func detectOpenMPI(l Lookup) (Env, bool, error) {
 		e.NumNodes = (e.WorldSize + e.LocalWorldSize - 1) / e.LocalWorldSize
 	}
 	r.master(&e)
+	if e.MasterAddr == "" && e.LocalWorldSize == e.WorldSize {
+		// Every rank is on this host (mpirun -np N): rank 0 listens on
+		// loopback at a port each rank derives from the job's id, as
+		// SLURM's below.
+		if id := r.str("OMPI_MCA_ess_base_jobid"); id != "" {
+			h := fnv.New32a()
+			h.Write([]byte(id))
+			port := int(h.Sum32() % 20000)
+			if n, err := strconv.ParseUint(id, 10, 64); err == nil {
+				port = int(n % 20000)
+			}
+			e.MasterAddr, e.MasterPort = "127.0.0.1", 10000+port
+		}
+	}
 	return r.finish(e)
 }
 

@@ -215,3 +215,27 @@ func TestDetectPartialTorchrunEnvironment(t *testing.T) {
 		}
 	}
 }
+
+// mpirun -np 2 on one host gives no rank-0 address: every rank is local, so
+// the rendezvous is on loopback, at a port every rank derives from the job
+// id (as SLURM's); on several hosts MASTER_ADDR is still needed.
+func TestDetectOpenMPIOneHostRendezvous(t *testing.T) {
+	oneHost := map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+		"OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_MCA_ess_base_jobid": "617742337"}
+	env, _, err := cluster.Detect(cluster.MapLookup(oneHost))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.MasterAddr != "127.0.0.1" || env.MasterPort != 10000+617742337%20000 {
+		t.Errorf("one host: master %s:%d, want 127.0.0.1:%d", env.MasterAddr, env.MasterPort, 10000+617742337%20000)
+	}
+	oneHost["MASTER_ADDR"], oneHost["MASTER_PORT"] = "10.0.0.1", "2345"
+	if env, _, _ := cluster.Detect(cluster.MapLookup(oneHost)); env.MasterAddr != "10.0.0.1" || env.MasterPort != 2345 {
+		t.Errorf("one host with MASTER_ADDR: master %s:%d, want 10.0.0.1:2345", env.MasterAddr, env.MasterPort)
+	}
+	twoHosts := map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+		"OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_MCA_ess_base_jobid": "617742337"}
+	if env, _, _ := cluster.Detect(cluster.MapLookup(twoHosts)); env.MasterAddr != "" {
+		t.Errorf("two hosts: master %q, want none (rank 0's host is not known here)", env.MasterAddr)
+	}
+}

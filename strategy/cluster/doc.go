@@ -25,7 +25,9 @@
 // a job of its own.
 // Where a launcher does not give the main address, MASTER_ADDR and
 // MASTER_PORT are used when set; SLURM falls back to the first host of
-// SLURM_JOB_NODELIST and port 10000 + SLURM_JOB_ID % 20000.
+// SLURM_JOB_NODELIST and port 10000 + SLURM_JOB_ID % 20000, and an Open MPI
+// job whose ranks are all on one host to 127.0.0.1 and port 10000 + its job
+// id (OMPI_MCA_ess_base_jobid) % 20000.
 //
 // Every value is validated: numbers must parse, 0 <= Rank < WorldSize,
 // 0 <= LocalRank < LocalWorldSize <= WorldSize, 0 <= NodeRank < NumNodes,
