@@ -48,6 +48,14 @@ func TestMain(m *testing.M) {
 	if os.Getenv(programEnv) != "" {
 		if err := trainProgram(os.Args[1:], os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "program:", err)
+			// As the cli's programs: a stop that saved exits 130
+			// (SIGINT) or 143 (SIGTERM).
+			var ie *trainer.InterruptedError
+			if errors.As(err, &ie) && ie.Signal == syscall.SIGTERM {
+				os.Exit(143)
+			} else if errors.As(err, &ie) {
+				os.Exit(130)
+			}
 			os.Exit(1)
 		}
 		os.Exit(0)
@@ -559,5 +567,64 @@ func TestFulgurRunMasterPortTaken(t *testing.T) {
 				t.Errorf("fulgur run %v: error %q lacks %q", flags, err, want)
 			}
 		}
+	}
+}
+
+// TestFulgurRunTwoNodesCtrlCOnOne: Ctrl-C to one machine's launcher stops
+// the whole job (the ranks agree to stop and save); the other machine's
+// launcher then reports a stopped job with the ranks' status (130), not a
+// failed rank 0 with exit status 2.
+func TestFulgurRunTwoNodesCtrlCOnOne(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real multi-process training jobs")
+	}
+	ln, port, err := launch.Loopback(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.Close()
+	root := t.TempDir()
+	cmds := make([]*exec.Cmd, 2)
+	errs := make([]bytes.Buffer, 2)
+	for node := range cmds {
+		cmd := exec.Command(os.Args[0], asFulgur, "run", "-nnodes", "2", "-node-rank", strconv.Itoa(node), "-nproc", "1",
+			"-master-addr", "127.0.0.1", "-master-port", strconv.Itoa(port), os.Args[0], "-devices", "1", "-num-nodes", "2", "-root", root)
+		cmd.Env = append(os.Environ(), programEnv+"=1", dieEnv+"=0:0:slow", "FULGUR_BACKEND=tcp", "FULGUR_TOKEN=two-nodes", "FULGUR_TIMEOUT=60s")
+		cmd.Stdout, cmd.Stderr = io.Discard, &errs[node]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer cmd.Process.Kill()
+		cmds[node] = cmd
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if m, _ := filepath.Glob(filepath.Join(root, "*", "*", "checkpoints", "last.ckpt")); len(m) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoint after 30 s:\n%s\n%s", errs[0].String(), errs[1].String())
+		}
+		time.Sleep(20 * time.Millisecond) // polling another process's files
+	}
+	cmds[1].Process.Signal(os.Interrupt)
+	for node, cmd := range cmds {
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+				t.Errorf("node %d's fulgur run ended with %v, want exit status 130\n%s", node, err, errs[node].String())
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatalf("node %d's fulgur run still ran 60 s after SIGINT:\n%s", node, errs[node].String())
+		}
+	}
+	if s := errs[0].String(); !strings.Contains(s, "stopped") || strings.Contains(s, "elastic job failed") {
+		t.Errorf("node 0's launcher does not report a stopped job:\n%s", s)
+	}
+	if m, _ := filepath.Glob(filepath.Join(root, "*", "*", "checkpoints", "interrupted.ckpt")); len(m) != 1 {
+		t.Errorf("interrupted.ckpt: found %v, want one: the ranks did not save", m)
 	}
 }

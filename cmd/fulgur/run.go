@@ -119,6 +119,13 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "fulgur: run: stopped by %s; the ranks were asked to save and end\n", signalName(status))
 		return exitStatus(status)
 	}
+	var stopped *launch.StoppedError
+	if errors.As(err, &stopped) {
+		// Another machine's launcher or rank was interrupted: end as it
+		// does (130, 143), not as a failed job.
+		fmt.Fprintf(stderr, "fulgur: run: %v\n", err)
+		return exitStatus(stopped.Status)
+	}
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}

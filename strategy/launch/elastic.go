@@ -114,6 +114,22 @@ type Attempt struct {
 	// attempt completed.
 	Failed *Exit
 	Output string
+	// Stopped is the exit status, 130 or 143, that every rank ended with
+	// after saving (a fulgur program's answer to SIGINT or SIGTERM, which
+	// the ranks agree on: one rank's signal stops them all); 0 otherwise.
+	Stopped int
+}
+
+// StoppedError is RunElastic's error for a job of several machines whose
+// ranks here all stopped and saved, as they do when a rank or launcher on
+// another machine was interrupted: the job was stopped, not failed.
+type StoppedError struct {
+	// Status is the ranks' exit status: 130 (SIGINT) or 143 (SIGTERM).
+	Status int
+}
+
+func (e *StoppedError) Error() string {
+	return fmt.Sprintf("launch: the job was stopped: every rank on this machine saved and ended with status %d (%s reached the job, perhaps on another machine)", e.Status, SignalName(syscall.Signal(e.Status-128)))
 }
 
 // ElasticError is the error RunElastic returns when the job failed for
@@ -165,6 +181,9 @@ func RunElastic(ctx context.Context, e Elastic) ([]Attempt, error) {
 				e.Log.Info().Int("restarts", n).Int("world", world).Msg("elastic: the job completed after restarting")
 			}
 			return attempts, nil
+		}
+		if a.Stopped != 0 && e.Nodes > 1 {
+			return attempts, &StoppedError{Status: a.Stopped}
 		}
 		ev := e.Log.Error().Int("rank", a.Failed.Rank).Int("pid", a.Failed.Pid).Str("how", describe(a.Failed.Err)).Int("attempt", n+1).Int("world", world)
 		if a.Output != "" {
@@ -400,6 +419,7 @@ func (e *Elastic) attempt(ctx context.Context, n, world int, dir string) (Attemp
 	}
 	t.Stop()
 	failures := g.Failed() // before the launcher kills anything
+	a.Stopped = stoppedStatus(g.Exited(), world)
 	if running := g.Running(); len(running) > 0 {
 		e.Log.Warn().Ints("ranks", running).Stringer("grace", e.Grace).Msg("elastic: ranks still ran after the first failure: killing them")
 		g.Kill()
@@ -411,6 +431,27 @@ func (e *Elastic) attempt(ctx context.Context, n, world int, dir string) (Attemp
 	a.Failed = &first
 	a.Output = tails[first.Rank].last()
 	return a, nil
+}
+
+// stoppedStatus is the status, 130 or 143, that all world ranks exited
+// with on their own; 0 when any ended otherwise or still ran.
+func stoppedStatus(exits []Exit, world int) int {
+	if len(exits) != world {
+		return 0
+	}
+	status := 0
+	for _, x := range exits {
+		var ee *exec.ExitError
+		if !errors.As(x.Err, &ee) {
+			return 0
+		}
+		c := ee.ExitCode()
+		if (c != 130 && c != 143) || (status != 0 && c != status) {
+			return 0
+		}
+		status = c
+	}
+	return status
 }
 
 // cause picks the rank whose failure ended the attempt. The exits arrive
