@@ -110,6 +110,7 @@ func trainProgram(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("program", flag.ContinueOnError)
 	devices := fs.Int("devices", 2, "")
 	nodes := fs.Int("num-nodes", 1, "")
+	strat := fs.String("strategy", "ddp", "")
 	root := fs.String("root", "", "")
 	resume := fs.String("resume", "", "")
 	if err := fs.Parse(args); err != nil {
@@ -136,7 +137,7 @@ func trainProgram(args []string, stdout io.Writer) error {
 		d.how = f[2]
 		cbs = append([]trainer.Callback{d}, cbs...)
 	}
-	tr, err := trainer.New(trainer.Config{MaxEpochs: 2, Seed: 5, Strategy: "ddp", Devices: *devices, NumNodes: *nodes, LogEveryNSteps: 1,
+	tr, err := trainer.New(trainer.Config{MaxEpochs: 2, Seed: 5, Strategy: *strat, Devices: *devices, NumNodes: *nodes, LogEveryNSteps: 1,
 		Out: os.Stderr, EnableProgressBar: trainer.Bool(false), DefaultRootDir: *root, Callbacks: cbs})
 	if err != nil {
 		return err
@@ -626,5 +627,26 @@ func TestFulgurRunTwoNodesCtrlCOnOne(t *testing.T) {
 	}
 	if m, _ := filepath.Glob(filepath.Join(root, "*", "*", "checkpoints", "interrupted.ckpt")); len(m) != 1 {
 		t.Errorf("interrupted.ckpt: found %v, want one: the ranks did not save", m)
+	}
+}
+
+// TestFulgurRunRefusesOneProcessStrategies: under a launcher each process
+// is a rank; a one-process strategy (single, dp) made each of them train a
+// whole job of its own as rank 0, into the same run directory, and the
+// launcher reported success. Every rank now fails naming the strategy.
+func TestFulgurRunRefusesOneProcessStrategies(t *testing.T) {
+	for strat, devices := range map[string]string{"dp": "2", "single": "1"} {
+		root := t.TempDir()
+		_, log, err := fulgurRun(t, []string{"-nproc", "2"}, "", "-strategy", strat, "-devices", devices, "-root", root)
+		if err == nil {
+			t.Errorf("-strategy %s: fulgur run succeeded with two one-process jobs\n%s", strat, log)
+			continue
+		}
+		if msg := err.Error(); !strings.Contains(msg, strat) || !strings.Contains(msg, "trains in one process") || !strings.Contains(msg, "WORLD_SIZE=2") {
+			t.Errorf("-strategy %s: error %v, want one naming the strategy and WORLD_SIZE=2", strat, err)
+		}
+		if m, _ := filepath.Glob(filepath.Join(root, "*", "*", "checkpoints", "*.ckpt")); len(m) > 0 {
+			t.Errorf("-strategy %s: checkpoints %v written", strat, m)
+		}
 	}
 }
