@@ -204,7 +204,7 @@ func ddpFromOptions(o strategy.Options, name string) (strategy.Strategy, error) 
 		return joinFromEnv(o, name, k, env, perNode)
 	}
 	if o.NumNodes > 1 {
-		return nil, fmt.Errorf("strategy %q: NumNodes is %d but this process was not started by a launcher: start one process per device on every node with torchrun-style variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), mpirun or srun", name, o.NumNodes)
+		return nil, fmt.Errorf("strategy %q: NumNodes is %d but this process was not started by a launcher: on every node run \"fulgur run -nnodes %d -node-rank <the node's index> -nproc %d -master-addr <node 0's address> PROGRAM ARGS\" with the same FULGUR_TOKEN, or start one process per device on every node with torchrun-style variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), mpirun or srun", name, o.NumNodes, o.NumNodes, perNode)
 	}
 	if name == "ddp_spawn" {
 		return newSpawnParent(o, perNode)
