@@ -650,3 +650,17 @@ func TestFulgurRunRefusesOneProcessStrategies(t *testing.T) {
 		}
 	}
 }
+
+// TestFulgurRunRefusesFewerRanksThanDevices: a program asking for more
+// devices than fulgur run started trained silently on the smaller world in
+// the first attempt (a smaller world is only a restart's retired slots);
+// it is now the mismatch error naming both numbers.
+func TestFulgurRunRefusesFewerRanksThanDevices(t *testing.T) {
+	_, log, err := fulgurRun(t, []string{"-nproc", "2"}, "", "-devices", "3", "-root", t.TempDir())
+	if err == nil {
+		t.Fatalf("fulgur run -nproc 2 trained a program with -devices 3\n%s", log)
+	}
+	if !strings.Contains(err.Error(), "fulgur run started 2 processes, but Devices × NumNodes is 3 × 1 = 3") {
+		t.Errorf("error %v, want the mismatch of 2 processes and 3 devices", err)
+	}
+}

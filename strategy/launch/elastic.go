@@ -539,10 +539,13 @@ func (t *tail) last() string {
 // Shrunk reports whether a rank (lookup reads its environment) belongs to
 // an elastic job that restarted with world ranks, fewer than the want its
 // program asks for (Devices × NumNodes): RunElastic retired failed ranks'
-// slots, down to its MinWorld.
+// slots, down to its MinWorld. The first attempt starts the whole world, so
+// there fewer ranks than wanted are a mismatch, not a shrink.
 func Shrunk(lookup func(string) (string, bool), world, want int) bool {
 	v, _ := lookup(EnvLauncher)
-	return v == "elastic" && world >= 1 && world < want
+	n, _ := lookup(EnvRestartCount)
+	restarts, err := strconv.Atoi(strings.TrimSpace(n))
+	return v == "elastic" && err == nil && restarts >= 1 && world >= 1 && world < want
 }
 
 func (t *tail) all() string {
