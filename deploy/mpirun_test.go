@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -78,7 +79,14 @@ func TestRunScriptUnderRealMpirun(t *testing.T) {
 			}
 			master, port := "localhost", 29500
 			if backend == "mpi" {
-				master, port = "", 0
+				// run.sh exports no MASTER_ADDR for the mpi backend: every
+				// rank is on this host, so the rendezvous address is
+				// loopback at the port all derive from Open MPI's job id.
+				id, err := strconv.Atoi(ranks[0]["OMPI_MCA_ess_base_jobid"])
+				if err != nil {
+					t.Fatalf("rank 0's OMPI_MCA_ess_base_jobid: %v", err)
+				}
+				master, port = "127.0.0.1", 10000+id%20000
 			}
 			checkRanks(t, ranks, p, "openmpi", master, port)
 		})

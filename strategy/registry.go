@@ -136,6 +136,11 @@ func New(name string, o Options) (Strategy, error) {
 			name = "ddp"
 		}
 	}
+	if v, ok := startedAsRank(o.Lookup); ok && (name == "single" || name == "dp") && !selfLaunched(o.Lookup) {
+		// Each of the launcher's processes would train a whole job of
+		// its own, every one as rank 0 writing the same run directory.
+		return nil, fmt.Errorf("strategy %q trains in one process, but a launcher started this one as a rank of a job (%s): use ddp (or sharded, fsdp), which joins the launcher's job, or start the program once, without the launcher", name, v)
+	}
 	regMu.RLock()
 	f, ok := registry[name]
 	regMu.RUnlock()
@@ -157,6 +162,19 @@ func launchedByCluster(lookup func(string) (string, bool)) bool {
 		}
 	}
 	return false
+}
+
+// startedAsRank reports the variable by which a launcher that starts
+// every process of a job itself (torchrun, fulgur run, mpirun) says this
+// process is one of several. SLURM_NTASKS is not such a sign: an sbatch
+// script's own shell has it too.
+func startedAsRank(lookup func(string) (string, bool)) (string, bool) {
+	for _, k := range []string{"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"} {
+		if v, ok := lookup(k); ok && v != "" && v != "1" {
+			return k + "=" + v, true
+		}
+	}
+	return "", false
 }
 
 // selfLaunched reports whether this process is a rank that a program's

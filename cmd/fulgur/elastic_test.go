@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,6 +48,14 @@ func TestMain(m *testing.M) {
 	if os.Getenv(programEnv) != "" {
 		if err := trainProgram(os.Args[1:], os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "program:", err)
+			// As the cli's programs: a stop that saved exits 130
+			// (SIGINT) or 143 (SIGTERM).
+			var ie *trainer.InterruptedError
+			if errors.As(err, &ie) && ie.Signal == syscall.SIGTERM {
+				os.Exit(143)
+			} else if errors.As(err, &ie) {
+				os.Exit(130)
+			}
 			os.Exit(1)
 		}
 		os.Exit(0)
@@ -100,6 +109,8 @@ type programResult struct {
 func trainProgram(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("program", flag.ContinueOnError)
 	devices := fs.Int("devices", 2, "")
+	nodes := fs.Int("num-nodes", 1, "")
+	strat := fs.String("strategy", "ddp", "")
 	root := fs.String("root", "", "")
 	resume := fs.String("resume", "", "")
 	if err := fs.Parse(args); err != nil {
@@ -126,7 +137,7 @@ func trainProgram(args []string, stdout io.Writer) error {
 		d.how = f[2]
 		cbs = append([]trainer.Callback{d}, cbs...)
 	}
-	tr, err := trainer.New(trainer.Config{MaxEpochs: 2, Seed: 5, Strategy: "ddp", Devices: *devices, LogEveryNSteps: 1,
+	tr, err := trainer.New(trainer.Config{MaxEpochs: 2, Seed: 5, Strategy: *strat, Devices: *devices, NumNodes: *nodes, LogEveryNSteps: 1,
 		Out: os.Stderr, EnableProgressBar: trainer.Bool(false), DefaultRootDir: *root, Callbacks: cbs})
 	if err != nil {
 		return err
@@ -425,5 +436,231 @@ func TestFulgurRunStopsOnCtrlC(t *testing.T) {
 	}
 	if m, _ := filepath.Glob(filepath.Join(root, "*", "*", "checkpoints", "interrupted.ckpt")); len(m) != 1 {
 		t.Errorf("interrupted.ckpt: found %v, want one: the ranks did not save", m)
+	}
+}
+
+// TestFulgurRunLabelsRankOutput: two ranks write to one terminal; each line
+// of their logs says which rank wrote it (torchrun's and mpirun
+// --tag-output's "[rank1]"), while rank 0's stdout stays bare so its last
+// line is still the result a script reads.
+func TestFulgurRunLabelsRankOutput(t *testing.T) {
+	root := t.TempDir()
+	res, log, err := fulgurRun(t, []string{"-nproc", "2"}, "", "-devices", "2", "-root", root)
+	if err != nil {
+		t.Fatalf("fulgur run: %v\n%s", err, log)
+	}
+	if res.WorldSize != 2 {
+		t.Fatalf("result %+v, want world size 2", res)
+	}
+	seen := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(log), "\n") {
+		if strings.Contains(line, "elastic: ") && !strings.HasPrefix(line, "[rank") {
+			continue // the launcher's own log
+		}
+		prefix, _, ok := strings.Cut(line, "] ")
+		if !ok || (prefix != "[rank0" && prefix != "[rank1") {
+			t.Errorf("a rank's line without its rank: %q", line)
+			continue
+		}
+		seen[prefix+"]"]++
+	}
+	if seen["[rank0]"] == 0 || seen["[rank1]"] == 0 {
+		t.Errorf("lines per rank %v, want some from each of rank 0 and 1; log:\n%s", seen, log)
+	}
+}
+
+// TestFulgurRunTwoNodes: two "fulgur run" launchers on loopback, as two
+// machines would run them (torchrun's --nnodes, --node-rank,
+// --master-addr, --master-port), train one job whose weights equal those of
+// one launcher running both ranks; options that cannot work across
+// machines are refused by name.
+func TestFulgurRunTwoNodes(t *testing.T) {
+	want, log, err := fulgurRun(t, []string{"-nproc", "2"}, "", "-devices", "2", "-root", t.TempDir())
+	if err != nil {
+		t.Fatalf("one machine: %v\n%s", err, log)
+	}
+	ln, port, err := launch.Loopback(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.Close() // node 0's rank 0 binds it
+	root := t.TempDir()
+	cmds := make([]*exec.Cmd, 2)
+	outs := make([]bytes.Buffer, 2)
+	errs := make([]bytes.Buffer, 2)
+	for node := range cmds {
+		cmd := exec.Command(os.Args[0], asFulgur, "run", "-nnodes", "2", "-node-rank", strconv.Itoa(node), "-nproc", "1",
+			"-master-addr", "127.0.0.1", "-master-port", strconv.Itoa(port), os.Args[0], "-devices", "1", "-num-nodes", "2", "-root", root)
+		cmd.Env = append(os.Environ(), programEnv+"=1", "FULGUR_BACKEND=tcp", "FULGUR_TOKEN=two-nodes", "FULGUR_TIMEOUT=60s")
+		cmd.Stdout, cmd.Stderr = &outs[node], &errs[node]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[node] = cmd
+	}
+	for node, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("node %d: %v\n%s", node, err, errs[node].String())
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	var got programResult
+	if err := json.Unmarshal([]byte(lastLine(outs[0].String())), &got); err != nil {
+		t.Fatalf("node 0's last line is not the result: %v\n%s", err, outs[0].String())
+	}
+	if got != want {
+		t.Errorf("two nodes: %+v, one node with two ranks: %+v", got, want)
+	}
+	if !strings.Contains(errs[1].String(), "[rank1] ") {
+		t.Errorf("node 1's log does not name rank 1:\n%s", errs[1].String())
+	}
+
+	t.Setenv("FULGUR_TOKEN", "")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-nnodes", "2", "-node-rank", "2"}, "-node-rank is 2: use 0 to 1"},
+		{[]string{"-nnodes", "2", "-max-restarts", "1"}, "restarts do not cross machines"},
+		{[]string{"-nnodes", "2", "-nproc", "1:2"}, "restarts do not cross machines"},
+		{[]string{"-nnodes", "2"}, "FULGUR_TOKEN is not set"},
+		{[]string{"-nnodes", "0"}, "-nnodes is 0"},
+		{[]string{"-node-rank", "1"}, "-node-rank is 1 but -nnodes is 1"},
+	} {
+		err := run(append(append([]string{"run"}, c.args...), os.Args[0]), io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("fulgur run %v: error %v, want one containing %q", c.args, err, c.want)
+		}
+	}
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+// A -master-port that another process holds is an error naming the flag the
+// user gave (not the MASTER_PORT variable the launcher sets for its ranks),
+// on one machine and on node 0 of several.
+func TestFulgurRunMasterPortTaken(t *testing.T) {
+	taken, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	port := strconv.Itoa(taken.Addr().(*net.TCPAddr).Port)
+	t.Setenv(programEnv, "1")
+	t.Setenv("FULGUR_TOKEN", "t")
+	t.Setenv("FULGUR_TIMEOUT", "5s")
+	for _, flags := range [][]string{
+		{"-nproc", "2", "-master-port", port},
+		{"-nnodes", "2", "-node-rank", "0", "-nproc", "1", "-master-port", port},
+	} {
+		var errb bytes.Buffer
+		err := run(append(append([]string{"run"}, flags...), os.Args[0], "-devices", "1", "-root", t.TempDir()), io.Discard, &errb)
+		if err == nil {
+			t.Fatalf("fulgur run %v: no error with the port taken", flags)
+		}
+		for _, want := range []string{"-master-port " + port, "in use", "leave -master-port out"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("fulgur run %v: error %q lacks %q", flags, err, want)
+			}
+		}
+	}
+}
+
+// TestFulgurRunTwoNodesCtrlCOnOne: Ctrl-C to one machine's launcher stops
+// the whole job (the ranks agree to stop and save); the other machine's
+// launcher then reports a stopped job with the ranks' status (130), not a
+// failed rank 0 with exit status 2.
+func TestFulgurRunTwoNodesCtrlCOnOne(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real multi-process training jobs")
+	}
+	ln, port, err := launch.Loopback(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.Close()
+	root := t.TempDir()
+	cmds := make([]*exec.Cmd, 2)
+	errs := make([]bytes.Buffer, 2)
+	for node := range cmds {
+		cmd := exec.Command(os.Args[0], asFulgur, "run", "-nnodes", "2", "-node-rank", strconv.Itoa(node), "-nproc", "1",
+			"-master-addr", "127.0.0.1", "-master-port", strconv.Itoa(port), os.Args[0], "-devices", "1", "-num-nodes", "2", "-root", root)
+		cmd.Env = append(os.Environ(), programEnv+"=1", dieEnv+"=0:0:slow", "FULGUR_BACKEND=tcp", "FULGUR_TOKEN=two-nodes", "FULGUR_TIMEOUT=60s")
+		cmd.Stdout, cmd.Stderr = io.Discard, &errs[node]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer cmd.Process.Kill()
+		cmds[node] = cmd
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if m, _ := filepath.Glob(filepath.Join(root, "*", "*", "checkpoints", "last.ckpt")); len(m) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoint after 30 s:\n%s\n%s", errs[0].String(), errs[1].String())
+		}
+		time.Sleep(20 * time.Millisecond) // polling another process's files
+	}
+	cmds[1].Process.Signal(os.Interrupt)
+	for node, cmd := range cmds {
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+				t.Errorf("node %d's fulgur run ended with %v, want exit status 130\n%s", node, err, errs[node].String())
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatalf("node %d's fulgur run still ran 60 s after SIGINT:\n%s", node, errs[node].String())
+		}
+	}
+	if s := errs[0].String(); !strings.Contains(s, "stopped") || strings.Contains(s, "elastic job failed") {
+		t.Errorf("node 0's launcher does not report a stopped job:\n%s", s)
+	}
+	if m, _ := filepath.Glob(filepath.Join(root, "*", "*", "checkpoints", "interrupted.ckpt")); len(m) != 1 {
+		t.Errorf("interrupted.ckpt: found %v, want one: the ranks did not save", m)
+	}
+}
+
+// TestFulgurRunRefusesOneProcessStrategies: under a launcher each process
+// is a rank; a one-process strategy (single, dp) made each of them train a
+// whole job of its own as rank 0, into the same run directory, and the
+// launcher reported success. Every rank now fails naming the strategy.
+func TestFulgurRunRefusesOneProcessStrategies(t *testing.T) {
+	for strat, devices := range map[string]string{"dp": "2", "single": "1"} {
+		root := t.TempDir()
+		_, log, err := fulgurRun(t, []string{"-nproc", "2"}, "", "-strategy", strat, "-devices", devices, "-root", root)
+		if err == nil {
+			t.Errorf("-strategy %s: fulgur run succeeded with two one-process jobs\n%s", strat, log)
+			continue
+		}
+		if msg := err.Error(); !strings.Contains(msg, strat) || !strings.Contains(msg, "trains in one process") || !strings.Contains(msg, "WORLD_SIZE=2") {
+			t.Errorf("-strategy %s: error %v, want one naming the strategy and WORLD_SIZE=2", strat, err)
+		}
+		if m, _ := filepath.Glob(filepath.Join(root, "*", "*", "checkpoints", "*.ckpt")); len(m) > 0 {
+			t.Errorf("-strategy %s: checkpoints %v written", strat, m)
+		}
+	}
+}
+
+// TestFulgurRunRefusesFewerRanksThanDevices: a program asking for more
+// devices than fulgur run started trained silently on the smaller world in
+// the first attempt (a smaller world is only a restart's retired slots);
+// it is now the mismatch error naming both numbers.
+func TestFulgurRunRefusesFewerRanksThanDevices(t *testing.T) {
+	_, log, err := fulgurRun(t, []string{"-nproc", "2"}, "", "-devices", "3", "-root", t.TempDir())
+	if err == nil {
+		t.Fatalf("fulgur run -nproc 2 trained a program with -devices 3\n%s", log)
+	}
+	if !strings.Contains(err.Error(), "fulgur run started 2 processes, but Devices × NumNodes is 3 × 1 = 3") {
+		t.Errorf("error %v, want the mismatch of 2 processes and 3 devices", err)
 	}
 }

@@ -9,6 +9,10 @@
 //
 //	fulgur run -nproc 2:3 -max-restarts 3 ./train -strategy ddp -devices 3
 //
+// and, on each of several machines (no restarts), as torchrun's --nnodes:
+//
+//	fulgur run -nnodes 2 -node-rank 0 -nproc 2 -master-addr node0 ./train -strategy ddp -num-nodes 2 -devices 2
+//
 // A RUN_DIR is a directory holding metrics.csv, the file itself, or a root
 // directory with lightning_logs/version_N inside (the newest is used).
 // Several runs are drawn on the same charts, one colour per run.

@@ -6,10 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/rs/zerolog"
@@ -29,6 +31,10 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	restarts := fs.Int("max-restarts", defRestarts, "times the job is restarted from its last checkpoint after a rank fails (as torchrun's --max-restarts; default $"+launch.EnvMaxRestarts+" or 0)")
+	nnodes := fs.Int("nnodes", 1, "machines that run the job (as torchrun's --nnodes): start \"fulgur run\" on each with the same -nnodes, -nproc, -master-addr, -master-port and $"+launch.EnvToken+" and its own -node-rank")
+	nodeRank := fs.Int("node-rank", 0, "this machine's place among -nnodes, 0 to NNODES-1 (as torchrun's --node-rank); node 0 runs rank 0")
+	masterAddr := fs.String("master-addr", "127.0.0.1", "the address of node 0 as every machine reaches it (as torchrun's --master-addr); with -nnodes above 1")
+	masterPort := fs.Int("master-port", 0, "the port of the rendezvous on node 0 (as torchrun's --master-port); 0: a free one on one machine, 29500 on several")
 	grace := fs.Duration("grace", launch.DefaultGrace, "how long the other ranks get to stop after one failed, before they are killed (after the first 5s they are sent SIGTERM)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: fulgur run [flags] PROGRAM [ARGS...]\n\n"+
@@ -38,7 +44,10 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 			"again, up to -max-restarts times; a fulgur Trainer resumes from the run's newest\n"+
 			"checkpoint and goes on in the same run directory. With -nproc MIN:MAX each\n"+
 			"restart retires the failed rank's slot while at least MIN ranks remain.\n"+
-			"A rank that fails the same way twice in a row is not restarted again.\n\nflags:\n")
+			"A rank that fails the same way twice in a row is not restarted again.\n"+
+			"On several machines, run it on each (no restarts):\n"+
+			"  node0$ fulgur run -nnodes 2 -node-rank 0 -nproc 2 -master-addr node0 ./train -strategy ddp -num-nodes 2 -devices 2\n"+
+			"  node1$ fulgur run -nnodes 2 -node-rank 1 -nproc 2 -master-addr node0 ./train -strategy ddp -num-nodes 2 -devices 2\n\nflags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -54,6 +63,35 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	if *restarts < 0 {
 		return fmt.Errorf("run: -max-restarts is %d: use 0 (no restarts) or more", *restarts)
 	}
+	if *nnodes < 1 {
+		return fmt.Errorf("run: -nnodes is %d: use 1 or more machines", *nnodes)
+	}
+	if *nnodes > 1 && (*nodeRank < 0 || *nodeRank >= *nnodes) {
+		return fmt.Errorf("run: -node-rank is %d: use 0 to %d, this machine's place among -nnodes %d", *nodeRank, *nnodes-1, *nnodes)
+	}
+	if *nnodes == 1 && *nodeRank != 0 {
+		return fmt.Errorf("run: -node-rank is %d but -nnodes is 1: give -nnodes, the number of machines, on every machine", *nodeRank)
+	}
+	if *masterPort < 0 || *masterPort > 65535 {
+		return fmt.Errorf("run: -master-port is %d: use a free port 1..65535, or 0", *masterPort)
+	}
+	token := ""
+	if *nnodes > 1 {
+		if *restarts > 0 || min != max {
+			return fmt.Errorf("run: -nnodes %d with -max-restarts %d and -nproc %s: restarts do not cross machines; use -max-restarts 0 and a fixed -nproc, and restart the job with your scheduler (SLURM's --requeue)", *nnodes, *restarts, *nproc)
+		}
+		if *masterPort == 0 {
+			*masterPort = 29500
+		}
+		if token = os.Getenv(launch.EnvToken); token == "" {
+			return fmt.Errorf("run: -nnodes %d: %s is not set: export the same secret on every machine (export %s=$(openssl rand -hex 16)) so strangers cannot join the job", *nnodes, launch.EnvToken, launch.EnvToken)
+		}
+	}
+	if *masterPort != 0 && *nodeRank == 0 {
+		if err := portFree(*nnodes, *masterPort); err != nil {
+			return err
+		}
+	}
 	if fs.NArg() == 0 {
 		fs.Usage()
 		return errors.New("run: no PROGRAM given: pass the training program and its arguments, such as: fulgur run -nproc 2 -max-restarts 3 ./train -strategy ddp -devices 2")
@@ -66,9 +104,13 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	// a failure; a repeat after launch.DuplicateSignalWindow ends this
 	// process at once.
 	ctx, stop := launch.StopOnSignal(context.Background())
+	// The launcher's log and the ranks' lines meet on stderr from several
+	// goroutines.
+	stderr = &syncWriter{w: stderr}
 	log := zerolog.New(zerolog.ConsoleWriter{Out: stderr, NoColor: true, TimeFormat: "15:04:05"}).With().Timestamp().Logger()
 	_, err = launch.RunElastic(ctx, launch.Elastic{
 		Program: prog, Args: fs.Args()[1:], World: max, MinWorld: min, MaxRestarts: *restarts, Grace: *grace,
+		Nodes: *nnodes, NodeRank: *nodeRank, MasterAddr: *masterAddr, MasterPort: *masterPort, Token: token,
 		Stdout: stdout, Stderr: stderr, Log: log,
 	})
 	if status := stop(); status != 0 {
@@ -77,10 +119,44 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "fulgur: run: stopped by %s; the ranks were asked to save and end\n", signalName(status))
 		return exitStatus(status)
 	}
+	var stopped *launch.StoppedError
+	if errors.As(err, &stopped) {
+		// Another machine's launcher or rank was interrupted: end as it
+		// does (130, 143), not as a failed job.
+		fmt.Fprintf(stderr, "fulgur: run: %v\n", err)
+		return exitStatus(stopped.Status)
+	}
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
 	return nil
+}
+
+// portFree checks that -master-port can be bound where this machine's rank
+// 0 will listen (loopback on one machine, every interface on node 0 of
+// several), so that a taken port is reported by the flag the user gave.
+func portFree(nnodes, port int) error {
+	host := "127.0.0.1"
+	if nnodes > 1 {
+		host = ""
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		return fmt.Errorf("run: -master-port %d: the rendezvous cannot listen there (%v): is another job using it? pick a free port, or leave -master-port out to let fulgur pick one on one machine (29500 on several)", port, err)
+	}
+	return ln.Close()
+}
+
+// syncWriter writes from one goroutine at a time.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }
 
 // exitStatus is an exit status other than 2 for main to use, with nothing

@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"strconv"
 	"strings"
@@ -67,7 +68,30 @@ func Detect(lookup Lookup) (Env, bool, error) {
 			return env, true, nil
 		}
 	}
+	if err := partialTorchrun(lookup); err != nil {
+		return Env{}, true, err
+	}
 	return Single(), false, nil
+}
+
+// partialTorchrun is an error when WORLD_SIZE says this process is one of
+// several but no launcher's variables are complete: run on its own, it
+// would start a job of its own beside the real one.
+func partialTorchrun(lookup Lookup) error {
+	ws, _ := lookup("WORLD_SIZE")
+	if n, err := strconv.Atoi(strings.TrimSpace(ws)); err != nil || n <= 1 {
+		return nil
+	}
+	var missing []string
+	for _, k := range []string{"RANK", "LOCAL_RANK"} {
+		if v, ok := lookup(k); !ok || strings.TrimSpace(v) == "" {
+			missing = append(missing, k+" is not set")
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("cluster: WORLD_SIZE=%s says this process is one rank of a job, but %s: set RANK, WORLD_SIZE and LOCAL_RANK for every process, as torchrun does (a Kubeflow PyTorchJob sets MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK), or unset WORLD_SIZE to let the program launch its own ranks", strings.TrimSpace(ws), strings.Join(missing, ", "))
 }
 
 // Static validates a fixed environment (tests, hand-written configurations).
@@ -220,12 +244,32 @@ func detectOpenMPI(l Lookup) (Env, bool, error) {
 		e.NumNodes = (e.WorldSize + e.LocalWorldSize - 1) / e.LocalWorldSize
 	}
 	r.master(&e)
+	if e.MasterAddr == "" && e.LocalWorldSize == e.WorldSize {
+		// Every rank is on this host (mpirun -np N): rank 0 listens on
+		// loopback at a port each rank derives from the job's id, as
+		// SLURM's below.
+		if id := r.str("OMPI_MCA_ess_base_jobid"); id != "" {
+			h := fnv.New32a()
+			h.Write([]byte(id))
+			port := int(h.Sum32() % 20000)
+			if n, err := strconv.ParseUint(id, 10, 64); err == nil {
+				port = int(n % 20000)
+			}
+			e.MasterAddr, e.MasterPort = "127.0.0.1", 10000+port
+		}
+	}
 	return r.finish(e)
 }
 
 func detectSLURM(l Lookup) (Env, bool, error) {
 	r := &reader{lookup: l}
 	if !r.has("SLURM_PROCID", "SLURM_NTASKS") {
+		return Env{}, false, nil
+	}
+	if name, _ := l("SLURM_JOB_NAME"); interactiveSLURM[strings.TrimSpace(name)] {
+		// The shell of an interactive allocation (srun --pty bash,
+		// salloc) is no rank of a job: what it runs starts its own
+		// ranks, as Lightning's SLURMEnvironment decides by this name.
 		return Env{}, false, nil
 	}
 	e := Env{
@@ -260,6 +304,9 @@ func detectSLURM(l Lookup) (Env, bool, error) {
 	}
 	return r.finish(e)
 }
+
+// interactiveSLURM are the job names of an interactive allocation's shell.
+var interactiveSLURM = map[string]bool{"bash": true, "interactive": true}
 
 // localTasks reads SLURM_TASKS_PER_NODE ("2(x3),1") for node i; 0 when unknown.
 func localTasks(s string, node int) int {

@@ -152,3 +152,90 @@ func ExampleDetect() {
 	// true <nil>
 	// slurm rank 3/4 local 1/2 node 1/2 at gpu07:14242
 }
+
+// An interactive allocation (srun --pty bash, salloc's "interactive" job)
+// sets SLURM_PROCID=0 and SLURM_NTASKS=1 for the shell itself; a program the
+// user starts there launches its own ranks, as Lightning's SLURMEnvironment
+// does, instead of being refused as a one-task job.
+func TestDetectSLURMInteractiveShell(t *testing.T) {
+	shell := map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_LOCALID": "0", "SLURM_NODEID": "0",
+		"SLURM_NNODES": "1", "SLURM_TASKS_PER_NODE": "1", "SLURM_JOB_NODELIST": "node07", "SLURM_JOB_ID": "4242"}
+	for _, tc := range []struct {
+		jobName   string
+		wantFound bool
+	}{
+		{"bash", false},
+		{"interactive", false},
+		{"train", true}, // an sbatch job or srun step is a launcher
+		{"", true},
+	} {
+		vars := map[string]string{}
+		for k, v := range shell {
+			vars[k] = v
+		}
+		if tc.jobName != "" {
+			vars["SLURM_JOB_NAME"] = tc.jobName
+		}
+		env, found, err := cluster.Detect(cluster.MapLookup(vars))
+		if err != nil {
+			t.Fatalf("SLURM_JOB_NAME=%q: %v", tc.jobName, err)
+		}
+		if found != tc.wantFound {
+			t.Errorf("SLURM_JOB_NAME=%q: found = %v, want %v (env %+v)", tc.jobName, found, tc.wantFound, env)
+		}
+		if !tc.wantFound && env != cluster.Single() {
+			t.Errorf("SLURM_JOB_NAME=%q: env = %+v, want Single()", tc.jobName, env)
+		}
+	}
+}
+
+// WORLD_SIZE above 1 says a launcher started this process as one of
+// several; with RANK or LOCAL_RANK missing (a hand-written script that
+// forgot one) no detector matched and the process ran as a job of its own,
+// its ddp launching its own ranks beside the real ones. That is an error
+// naming what is missing.
+func TestDetectPartialTorchrunEnvironment(t *testing.T) {
+	for _, tc := range []struct {
+		vars    map[string]string
+		wantErr string
+	}{
+		{map[string]string{"WORLD_SIZE": "2", "RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}, "LOCAL_RANK is not set"},
+		{map[string]string{"WORLD_SIZE": "4", "LOCAL_RANK": "0"}, "RANK is not set"},
+		{map[string]string{"WORLD_SIZE": "2"}, "RANK is not set, LOCAL_RANK is not set"},
+		{map[string]string{"WORLD_SIZE": "1", "RANK": "0"}, ""},                                              // one process: nothing to join
+		{map[string]string{"RANK": "0", "LOCAL_RANK": "0"}, ""},                                              // no world claimed
+		{map[string]string{"WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}, ""}, // mpirun's own
+	} {
+		_, _, err := cluster.Detect(cluster.MapLookup(tc.vars))
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("%v: %v", tc.vars, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), "WORLD_SIZE=")):
+			t.Errorf("%v: error %v, want one containing %q and naming WORLD_SIZE", tc.vars, err, tc.wantErr)
+		}
+	}
+}
+
+// mpirun -np 2 on one host gives no rank-0 address: every rank is local, so
+// the rendezvous is on loopback, at a port every rank derives from the job
+// id (as SLURM's); on several hosts MASTER_ADDR is still needed.
+func TestDetectOpenMPIOneHostRendezvous(t *testing.T) {
+	oneHost := map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+		"OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_MCA_ess_base_jobid": "617742337"}
+	env, _, err := cluster.Detect(cluster.MapLookup(oneHost))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.MasterAddr != "127.0.0.1" || env.MasterPort != 10000+617742337%20000 {
+		t.Errorf("one host: master %s:%d, want 127.0.0.1:%d", env.MasterAddr, env.MasterPort, 10000+617742337%20000)
+	}
+	oneHost["MASTER_ADDR"], oneHost["MASTER_PORT"] = "10.0.0.1", "2345"
+	if env, _, _ := cluster.Detect(cluster.MapLookup(oneHost)); env.MasterAddr != "10.0.0.1" || env.MasterPort != 2345 {
+		t.Errorf("one host with MASTER_ADDR: master %s:%d, want 10.0.0.1:2345", env.MasterAddr, env.MasterPort)
+	}
+	twoHosts := map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+		"OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_MCA_ess_base_jobid": "617742337"}
+	if env, _, _ := cluster.Detect(cluster.MapLookup(twoHosts)); env.MasterAddr != "" {
+		t.Errorf("two hosts: master %q, want none (rank 0's host is not known here)", env.MasterAddr)
+	}
+}

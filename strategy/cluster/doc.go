@@ -14,12 +14,20 @@
 //  2. Kubeflow PyTorchJob: KUBERNETES_PORT, MASTER_ADDR, MASTER_PORT,
 //     WORLD_SIZE and RANK set (one process per pod).
 //  3. Open MPI: OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE set (mpirun).
-//  4. SLURM: SLURM_PROCID and SLURM_NTASKS set (srun).
+//  4. SLURM: SLURM_PROCID and SLURM_NTASKS set (srun), unless
+//     SLURM_JOB_NAME is "bash" or "interactive": as Lightning decides, that
+//     is the shell of an interactive allocation (srun --pty bash, salloc),
+//     whose programs launch their own ranks.
 //
-// With none of them it reports found == false and a single-process Env.
+// With none of them it reports found == false and a single-process Env,
+// unless WORLD_SIZE is above 1: then RANK or LOCAL_RANK is missing, and
+// Detect returns an error naming it rather than a process that would run
+// a job of its own.
 // Where a launcher does not give the main address, MASTER_ADDR and
 // MASTER_PORT are used when set; SLURM falls back to the first host of
-// SLURM_JOB_NODELIST and port 10000 + SLURM_JOB_ID % 20000.
+// SLURM_JOB_NODELIST and port 10000 + SLURM_JOB_ID % 20000, and an Open MPI
+// job whose ranks are all on one host to 127.0.0.1 and port 10000 + its job
+// id (OMPI_MCA_ess_base_jobid) % 20000.
 //
 // Every value is validated: numbers must parse, 0 <= Rank < WorldSize,
 // 0 <= LocalRank < LocalWorldSize <= WorldSize, 0 <= NodeRank < NumNodes,

@@ -55,7 +55,13 @@ func TestDDPJoinsFromEnvironment(t *testing.T) {
 		{"bad rank", "ddp", torchrun(5, 4), 2, 2, 0, 0, "rank 5 is outside"},
 		{"socket interface", "ddp", torchrun(1, 2, "FULGUR_SOCKET_IFNAME", "lo"), 2, 1, 1, 2, ""},
 		{"unknown socket interface", "ddp", torchrun(0, 2, "FULGUR_SOCKET_IFNAME", "nosuch9"), 2, 1, 0, 0, "FULGUR_SOCKET_IFNAME=\"nosuch9\": no such network interface on this host (it has lo"},
+		// PyTorch users' variable is read when fulgur's is unset, never
+		// ignored: a wrong name is an error naming it.
+		{"gloo socket interface", "ddp", torchrun(1, 2, "GLOO_SOCKET_IFNAME", "lo"), 2, 1, 1, 2, ""},
+		{"unknown gloo socket interface", "ddp", torchrun(0, 2, "GLOO_SOCKET_IFNAME", "nosuch9"), 2, 1, 0, 0, "GLOO_SOCKET_IFNAME=\"nosuch9\": no such network interface on this host (it has lo"},
+		{"fulgur's socket interface wins over gloo's", "ddp", torchrun(1, 2, "FULGUR_SOCKET_IFNAME", "lo", "GLOO_SOCKET_IFNAME", "nosuch9"), 2, 1, 1, 2, ""},
 		{"nodes without launcher", "ddp", map[string]string{}, 2, 2, 0, 0, "not started by a launcher"},
+		{"nodes without launcher: the command that launches them", "ddp", map[string]string{"NODE_RANK": "1"}, 2, 3, 0, 0, "fulgur run -nnodes 3 -node-rank <the node's index> -nproc 2 -master-addr"},
 		{"bad master port, self-launched", "ddp", map[string]string{"MASTER_PORT": "http"}, 2, 1, 0, 0, "MASTER_PORT=\"http\""},
 		{"bad master port, spawn", "ddp_spawn", map[string]string{"MASTER_PORT": "-3"}, 2, 1, 0, 0, "MASTER_PORT=\"-3\""},
 	} {

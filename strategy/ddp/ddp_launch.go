@@ -50,6 +50,10 @@ const (
 	// announces to the others, for hosts with several networks. Default:
 	// every interface, announcing the address that reaches rank 0.
 	EnvSocketIfname = "FULGUR_SOCKET_IFNAME"
+	// EnvGlooSocketIfname is PyTorch's name for EnvSocketIfname, read when
+	// that is unset, so that a job script written for torchrun or Lightning
+	// does not have its interface silently ignored.
+	EnvGlooSocketIfname = "GLOO_SOCKET_IFNAME"
 )
 
 func init() {
@@ -102,8 +106,14 @@ func readKnobs(lookup func(string) (string, bool)) (knobs, error) {
 			k.timeout = d
 		}
 	}
-	if v, _ := lookup(EnvSocketIfname); strings.TrimSpace(v) != "" {
-		addr, err := interfaceAddr(strings.TrimSpace(v))
+	ifVar := EnvSocketIfname
+	v, _ := lookup(EnvSocketIfname)
+	if strings.TrimSpace(v) == "" {
+		ifVar = EnvGlooSocketIfname
+		v, _ = lookup(EnvGlooSocketIfname)
+	}
+	if strings.TrimSpace(v) != "" {
+		addr, err := interfaceAddr(ifVar, strings.TrimSpace(v))
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -117,8 +127,9 @@ func readKnobs(lookup func(string) (string, bool)) (knobs, error) {
 }
 
 // interfaceAddr returns the first IPv4 address (else IPv6) of the network
-// interface named name, with an error that lists this host's interfaces.
-func interfaceAddr(name string) (string, error) {
+// interface named name (by the variable envVar), with an error that lists
+// this host's interfaces.
+func interfaceAddr(envVar, name string) (string, error) {
 	ifs, _ := net.Interfaces()
 	var names []string
 	for _, i := range ifs {
@@ -126,11 +137,11 @@ func interfaceAddr(name string) (string, error) {
 	}
 	ifc, err := net.InterfaceByName(name)
 	if err != nil {
-		return "", fmt.Errorf("%s=%q: no such network interface on this host (it has %s)", EnvSocketIfname, name, strings.Join(names, ", "))
+		return "", fmt.Errorf("%s=%q: no such network interface on this host (it has %s)", envVar, name, strings.Join(names, ", "))
 	}
 	addrs, err := ifc.Addrs()
 	if err != nil {
-		return "", fmt.Errorf("%s=%q: read its addresses: %w", EnvSocketIfname, name, err)
+		return "", fmt.Errorf("%s=%q: read its addresses: %w", envVar, name, err)
 	}
 	var v6 string
 	for _, a := range addrs {
@@ -148,7 +159,7 @@ func interfaceAddr(name string) (string, error) {
 	if v6 != "" {
 		return v6, nil
 	}
-	return "", fmt.Errorf("%s=%q: the interface has no usable IP address (is it up?); this host has %s", EnvSocketIfname, name, strings.Join(names, ", "))
+	return "", fmt.Errorf("%s=%q: the interface has no usable IP address (is it up?); this host has %s", envVar, name, strings.Join(names, ", "))
 }
 
 // worldFromOptions is Devices × NumNodes, with Devices -1 resolved to the
@@ -193,7 +204,7 @@ func ddpFromOptions(o strategy.Options, name string) (strategy.Strategy, error) 
 		return joinFromEnv(o, name, k, env, perNode)
 	}
 	if o.NumNodes > 1 {
-		return nil, fmt.Errorf("strategy %q: NumNodes is %d but this process was not started by a launcher: start one process per device on every node with torchrun-style variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), mpirun or srun", name, o.NumNodes)
+		return nil, fmt.Errorf("strategy %q: NumNodes is %d but this process was not started by a launcher: on every node run \"fulgur run -nnodes %d -node-rank <the node's index> -nproc %d -master-addr <node 0's address> PROGRAM ARGS\" with the same FULGUR_TOKEN, or start one process per device on every node with torchrun-style variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), mpirun or srun", name, o.NumNodes, o.NumNodes, perNode)
 	}
 	if name == "ddp_spawn" {
 		return newSpawnParent(o, perNode)

@@ -62,7 +62,9 @@ type Elastic struct {
 	MaxRestarts int
 	// Env is extra environment of each rank of each attempt (nil: none).
 	Env func(rank int) []string
-	// Stdout and Stderr receive every rank's output. nil: this process's.
+	// Stdout and Stderr receive every rank's output, whole lines at a
+	// time: each line on stderr, and on stdout those of ranks other than
+	// 0, after RankPrefix ("[rank1] "). nil: this process's.
 	Stdout, Stderr io.Writer
 	// Grace is how long the other ranks get to end once one has failed
 	// before they are killed. 0: DefaultGrace.
@@ -80,8 +82,26 @@ type Elastic struct {
 	// restart (n of K, the new world size), the end.
 	Log zerolog.Logger
 	// MasterPort is the port of every attempt's rendezvous on 127.0.0.1
-	// (MASTER_PORT); 0: a free one each time.
+	// (MASTER_PORT); 0: a free one each time. With several Nodes, the
+	// port at MasterAddr where the first machine's rank 0 listens.
 	MasterPort int
+	// Nodes is how many machines run the job (torchrun's --nnodes); 0 or
+	// 1: this one only. With several, each machine runs its own launcher
+	// with the same Nodes, World (its ranks per machine), MasterAddr,
+	// MasterPort and Token and its own NodeRank; its ranks are
+	// NodeRank×World ... NodeRank×World+World-1 of Nodes×World. Restarts
+	// do not cross machines: MaxRestarts must be 0 and MinWorld World
+	// (restart such a job with its scheduler, as SLURM's --requeue).
+	Nodes int
+	// NodeRank is this machine's place, 0 ... Nodes-1 (torchrun's
+	// --node-rank); node 0 runs rank 0.
+	NodeRank int
+	// MasterAddr is the first machine's address, as every machine reaches
+	// it (torchrun's --master-addr); used with several Nodes.
+	MasterAddr string
+	// Token is the job's FULGUR_TOKEN, the same on every machine; used
+	// with several Nodes (one machine makes its own).
+	Token string
 }
 
 // Attempt is how one start of the ranks of an elastic job ended.
@@ -94,6 +114,22 @@ type Attempt struct {
 	// attempt completed.
 	Failed *Exit
 	Output string
+	// Stopped is the exit status, 130 or 143, that every rank ended with
+	// after saving (a fulgur program's answer to SIGINT or SIGTERM, which
+	// the ranks agree on: one rank's signal stops them all); 0 otherwise.
+	Stopped int
+}
+
+// StoppedError is RunElastic's error for a job of several machines whose
+// ranks here all stopped and saved, as they do when a rank or launcher on
+// another machine was interrupted: the job was stopped, not failed.
+type StoppedError struct {
+	// Status is the ranks' exit status: 130 (SIGINT) or 143 (SIGTERM).
+	Status int
+}
+
+func (e *StoppedError) Error() string {
+	return fmt.Sprintf("launch: the job was stopped: every rank on this machine saved and ended with status %d (%s reached the job, perhaps on another machine)", e.Status, SignalName(syscall.Signal(e.Status-128)))
 }
 
 // ElasticError is the error RunElastic returns when the job failed for
@@ -146,6 +182,9 @@ func RunElastic(ctx context.Context, e Elastic) ([]Attempt, error) {
 			}
 			return attempts, nil
 		}
+		if a.Stopped != 0 && e.Nodes > 1 {
+			return attempts, &StoppedError{Status: a.Stopped}
+		}
 		ev := e.Log.Error().Int("rank", a.Failed.Rank).Int("pid", a.Failed.Pid).Str("how", describe(a.Failed.Err)).Int("attempt", n+1).Int("world", world)
 		if a.Output != "" {
 			ev = ev.Str("last_output", a.Output)
@@ -184,6 +223,26 @@ func (e *Elastic) validate() error {
 	}
 	if e.MaxRestarts < 0 {
 		errs = append(errs, fmt.Errorf("launch: Elastic.MaxRestarts is %d: use 0 (no restarts) or more", e.MaxRestarts))
+	}
+	if e.Nodes < 0 {
+		errs = append(errs, fmt.Errorf("launch: Elastic.Nodes is %d: use 1 or more machines", e.Nodes))
+	}
+	if e.Nodes > 1 {
+		if e.NodeRank < 0 || e.NodeRank >= e.Nodes {
+			errs = append(errs, fmt.Errorf("launch: Elastic.NodeRank is %d: use 0 to %d (Nodes is %d)", e.NodeRank, e.Nodes-1, e.Nodes))
+		}
+		if e.MaxRestarts > 0 || (e.MinWorld != 0 && e.MinWorld != e.World) {
+			errs = append(errs, fmt.Errorf("launch: a job on %d machines is not restarted (MaxRestarts %d, MinWorld %d): use MaxRestarts 0 and a fixed world, and restart the job with its scheduler (SLURM's --requeue)", e.Nodes, e.MaxRestarts, e.MinWorld))
+		}
+		if strings.TrimSpace(e.MasterAddr) == "" {
+			errs = append(errs, fmt.Errorf("launch: a job on %d machines needs MasterAddr, the first machine's address as the others reach it", e.Nodes))
+		}
+		if e.MasterPort < 1 || e.MasterPort > 65535 {
+			errs = append(errs, fmt.Errorf("launch: a job on %d machines needs MasterPort, the same free port 1..65535 on every machine's launcher (it is %d)", e.Nodes, e.MasterPort))
+		}
+		if e.Token == "" {
+			errs = append(errs, fmt.Errorf("launch: a job on %d machines needs the same %s on every machine: export %s=$(openssl rand -hex 16) and hand it to each", e.Nodes, EnvToken, EnvToken))
+		}
 	}
 	if e.MinWorld == 0 {
 		e.MinWorld = e.World
@@ -225,32 +284,55 @@ var volatile = regexp.MustCompile(`\d{4}-\d\d-\d\dT[0-9:.]+(Z|[+-][0-9:]+)?|\d{1
 // failure (then the others get Grace to end before they are killed).
 func (e *Elastic) attempt(ctx context.Context, n, world int, dir string) (Attempt, error) {
 	a := Attempt{N: n, World: world}
-	ln, port, err := Loopback(e.MasterPort)
-	if err != nil {
-		return a, err
+	local := Local{World: world, MasterPort: e.MasterPort, Token: e.Token, MasterAddr: e.MasterAddr, Launcher: "elastic"}
+	// base is the global rank of this machine's first rank; the machine of
+	// several that holds none of rank 0 leaves the rendezvous to another.
+	base, nodeEnv := 0, []string(nil)
+	var lnFile *os.File
+	if e.Nodes > 1 {
+		base = e.NodeRank * world
+		nodeEnv = []string{EnvWorldSize + "=" + strconv.Itoa(e.Nodes*world), EnvNodeRank + "=" + strconv.Itoa(e.NodeRank)}
+	} else {
+		ln, port, err := Loopback(e.MasterPort)
+		if err != nil {
+			return a, err
+		}
+		lnFile, err = ln.(interface{ File() (*os.File, error) }).File()
+		ln.Close()
+		if err != nil {
+			return a, fmt.Errorf("launch: hand the rendezvous port to rank 0: %w", err)
+		}
+		defer lnFile.Close()
+		if local.Token, err = NewToken(); err != nil {
+			return a, err
+		}
+		local.MasterPort, local.MasterAddr = port, ""
 	}
-	lnFile, err := ln.(interface{ File() (*os.File, error) }).File()
-	ln.Close()
-	if err != nil {
-		return a, fmt.Errorf("launch: hand the rendezvous port to rank 0: %w", err)
-	}
-	defer lnFile.Close()
-	token, err := NewToken()
-	if err != nil {
-		return a, err
-	}
-	local := Local{World: world, MasterPort: port, Token: token, Launcher: "elastic"}
 	ranks := make([]int, world)
-	tails := make([]*tail, world)
+	tails := make(map[int]*tail, world)
+	// Every rank's line reaches the terminal whole and, on stderr, after
+	// its rank; rank 0's stdout is left as the program wrote it, so that
+	// its last line (a fulgur program's JSON result) can be piped on.
+	stdout, stderr := &sharedOut{w: e.Stdout}, &sharedOut{w: e.Stderr}
+	outs := make([]*labelled, 0, 2*world)
 	for i := range ranks {
-		ranks[i] = i
-		tails[i] = &tail{}
+		ranks[i] = base + i
+		tails[base+i] = &tail{}
 	}
+	defer func() {
+		for _, o := range outs {
+			o.Flush()
+		}
+	}()
 	g, err := Start(context.WithoutCancel(ctx), Config{ // a stop is passed on below, not a kill
 		Program: e.Program, Args: e.Args, Ranks: ranks,
 		Env: func(r int) []string {
 			env := append(local.RankEnv(r), EnvRestartCount+"="+strconv.Itoa(n), EnvMaxRestarts+"="+strconv.Itoa(e.MaxRestarts), EnvElasticDir+"="+dir)
-			if r == 0 {
+			if nodeEnv != nil { // later entries win over RankEnv's one-machine values
+				env = append(env, nodeEnv...)
+				env = append(env, EnvLocalRank+"="+strconv.Itoa(r-base))
+			}
+			if r == 0 && lnFile != nil {
 				env = append(env, EnvListenerFD+"=3")
 			}
 			if e.Env != nil {
@@ -259,20 +341,28 @@ func (e *Elastic) attempt(ctx context.Context, n, world int, dir string) (Attemp
 			return env
 		},
 		Files: func(r int) []*os.File {
-			if r == 0 {
+			if r == 0 && lnFile != nil {
 				return []*os.File{lnFile}
 			}
 			return nil
 		},
 		Writers: func(r int) (io.Writer, io.Writer) {
-			return io.MultiWriter(e.Stdout, tails[r]), io.MultiWriter(e.Stderr, tails[r])
+			o := &labelled{out: stdout}
+			if r != 0 {
+				o.prefix = []byte(RankPrefix(r))
+			}
+			ee := &labelled{out: stderr, prefix: []byte(RankPrefix(r))}
+			outs = append(outs, o, ee)
+			return io.MultiWriter(o, tails[r]), io.MultiWriter(ee, tails[r])
 		},
 	})
 	if err != nil {
 		return a, err
 	}
-	lnFile.Close()
-	e.Log.Info().Int("attempt", n+1).Int("world", world).Ints("pids", g.Pids()).Int("master_port", port).Msg("elastic: started the ranks")
+	if lnFile != nil {
+		lnFile.Close()
+	}
+	e.Log.Info().Int("attempt", n+1).Int("world", world).Ints("pids", g.Pids()).Int("master_port", local.MasterPort).Msg("elastic: started the ranks")
 	failed := false
 	for !failed {
 		select {
@@ -329,6 +419,7 @@ func (e *Elastic) attempt(ctx context.Context, n, world int, dir string) (Attemp
 	}
 	t.Stop()
 	failures := g.Failed() // before the launcher kills anything
+	a.Stopped = stoppedStatus(g.Exited(), world)
 	if running := g.Running(); len(running) > 0 {
 		e.Log.Warn().Ints("ranks", running).Stringer("grace", e.Grace).Msg("elastic: ranks still ran after the first failure: killing them")
 		g.Kill()
@@ -342,6 +433,27 @@ func (e *Elastic) attempt(ctx context.Context, n, world int, dir string) (Attemp
 	return a, nil
 }
 
+// stoppedStatus is the status, 130 or 143, that all world ranks exited
+// with on their own; 0 when any ended otherwise or still ran.
+func stoppedStatus(exits []Exit, world int) int {
+	if len(exits) != world {
+		return 0
+	}
+	status := 0
+	for _, x := range exits {
+		var ee *exec.ExitError
+		if !errors.As(x.Err, &ee) {
+			return 0
+		}
+		c := ee.ExitCode()
+		if (c != 130 && c != 143) || (status != 0 && c != status) {
+			return 0
+		}
+		status = c
+	}
+	return status
+}
+
 // cause picks the rank whose failure ended the attempt. The exits arrive
 // in the order their reapers ran, which need not be the order the
 // processes died in, and a rank that lost its peer exits on its own right
@@ -350,7 +462,7 @@ func (e *Elastic) attempt(ctx context.Context, n, world int, dir string) (Attemp
 // earliest. Ranks that failed the same way (every rank of a program
 // that fails at the same line, say) name the lowest of them, whichever
 // was reaped first, so that sameFailure sees such a failure repeat.
-func cause(failures []Exit, tails []*tail) Exit {
+func cause(failures []Exit, tails map[int]*tail) Exit {
 	best, score := failures[0], -1
 	for _, x := range failures {
 		s := 0
@@ -368,7 +480,7 @@ func cause(failures []Exit, tails []*tail) Exit {
 }
 
 // sameExit: two ranks exited with the same status and the same last line.
-func sameExit(a, b Exit, tails []*tail) bool {
+func sameExit(a, b Exit, tails map[int]*tail) bool {
 	var ea, eb *exec.ExitError
 	if !errors.As(a.Err, &ea) || !errors.As(b.Err, &eb) || ea.ExitCode() != eb.ExitCode() {
 		return false
@@ -427,10 +539,13 @@ func (t *tail) last() string {
 // Shrunk reports whether a rank (lookup reads its environment) belongs to
 // an elastic job that restarted with world ranks, fewer than the want its
 // program asks for (Devices × NumNodes): RunElastic retired failed ranks'
-// slots, down to its MinWorld.
+// slots, down to its MinWorld. The first attempt starts the whole world, so
+// there fewer ranks than wanted are a mismatch, not a shrink.
 func Shrunk(lookup func(string) (string, bool), world, want int) bool {
 	v, _ := lookup(EnvLauncher)
-	return v == "elastic" && world >= 1 && world < want
+	n, _ := lookup(EnvRestartCount)
+	restarts, err := strconv.Atoi(strings.TrimSpace(n))
+	return v == "elastic" && err == nil && restarts >= 1 && world >= 1 && world < want
 }
 
 func (t *tail) all() string {

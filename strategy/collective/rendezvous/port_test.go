@@ -35,3 +35,67 @@ func TestMasterPortTaken(t *testing.T) {
 		}
 	}
 }
+
+// When a rank never comes, rank 0 gives up after its timeout; the ranks
+// that did join learn why from rank 0 (the missing rank), instead of a bare
+// EOF that a launcher would report as their own failure.
+func TestJoinedRanksLearnWhoNeverCame(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	nop := zerolog.Nop()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	zero := make(chan error, 1)
+	go func() {
+		_, err := rendezvous.Meet(ctx, rendezvous.Config{Rank: 0, Size: 3, MasterAddr: "127.0.0.1", MasterPort: port, Listener: ln,
+			Token: "t", BindAddr: "127.0.0.1", Timeout: time.Second, Logger: &nop})
+		zero <- err
+	}()
+	_, err = rendezvous.Meet(ctx, rendezvous.Config{Rank: 1, Size: 3, MasterAddr: "127.0.0.1", MasterPort: port,
+		Token: "t", BindAddr: "127.0.0.1", Timeout: 20 * time.Second, Logger: &nop})
+	if err == nil {
+		t.Fatal("rank 1 met a world of 3 without rank 2")
+	}
+	for _, want := range []string{"rank 0", "ranks [2] did not join within the timeout (1s)"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("rank 1's error %q does not contain %q", err, want)
+		}
+	}
+	if err := <-zero; err == nil || !strings.Contains(err.Error(), "ranks [2] did not join") {
+		t.Errorf("rank 0's error %v, want one naming rank 2", err)
+	}
+}
+
+// A rank started with another world size is refused; when rank 0 then
+// times out, its error says why that rank never joined (on rank 0's
+// machine the refused rank's own message is elsewhere).
+func TestTimeoutNamesRefusedRank(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	nop := zerolog.Nop()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	zero := make(chan error, 1)
+	go func() {
+		_, err := rendezvous.Meet(ctx, rendezvous.Config{Rank: 0, Size: 3, MasterAddr: "127.0.0.1", MasterPort: port, Listener: ln,
+			Token: "t", BindAddr: "127.0.0.1", Timeout: time.Second, Logger: &nop})
+		zero <- err
+	}()
+	_, err = rendezvous.Meet(ctx, rendezvous.Config{Rank: 1, Size: 2, MasterAddr: "127.0.0.1", MasterPort: port,
+		Token: "t", BindAddr: "127.0.0.1", Timeout: 20 * time.Second, Logger: &nop})
+	if err == nil || !strings.Contains(err.Error(), "rank 1 says the world has 2 ranks, rank 0 says 3") {
+		t.Errorf("rank 1's error %v, want the refusal", err)
+	}
+	err = <-zero
+	for _, want := range []string{"ranks [1 2] did not join", "rank 1 says the world has 2 ranks, rank 0 says 3"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("rank 0's error %v lacks %q", err, want)
+		}
+	}
+}

@@ -125,17 +125,26 @@ func (r *Rendezvous) serve(ctx context.Context) error {
 	r.hosts[0], r.addrs[0] = HostID(), net.JoinHostPort(adv, r.port())
 	joined := 1
 	proofs := make([][]byte, cfg.Size)
+	// refused is the last rank of this job (it had the token) that was
+	// turned away, and why: a timeout then says so.
+	var refusedMu sync.Mutex
+	var refused string
 	adm := r.admit(ln, "rendezvous", func(h wire.Hello) string {
-		if h.Size != cfg.Size {
-			return fmt.Sprintf("rank %d says the world has %d ranks, rank 0 says %d", h.Rank, h.Size, cfg.Size)
+		why := ""
+		switch _, _, err := net.SplitHostPort(h.DataAddr); {
+		case h.Size != cfg.Size:
+			why = fmt.Sprintf("rank %d says the world has %d ranks, rank 0 says %d", h.Rank, h.Size, cfg.Size)
+		case h.Rank < 1 || h.Rank >= cfg.Size:
+			why = fmt.Sprintf("rank %d is outside 1..%d", h.Rank, cfg.Size-1)
+		case err != nil:
+			why = fmt.Sprintf("rank %d announced a bad address %q", h.Rank, h.DataAddr)
 		}
-		if h.Rank < 1 || h.Rank >= cfg.Size {
-			return fmt.Sprintf("rank %d is outside 1..%d", h.Rank, cfg.Size-1)
+		if why != "" {
+			refusedMu.Lock()
+			refused = why
+			refusedMu.Unlock()
 		}
-		if _, _, err := net.SplitHostPort(h.DataAddr); err != nil {
-			return fmt.Sprintf("rank %d announced a bad address %q", h.Rank, h.DataAddr)
-		}
-		return ""
+		return why
 	})
 	defer adm.stop()
 	for joined < cfg.Size {
@@ -150,7 +159,22 @@ func (r *Rendezvous) serve(ctx context.Context) error {
 				}
 			}
 			if ctx.Err() != nil {
-				return fmt.Errorf("rendezvous: rank 0: ranks %v did not join within the timeout (%v): %w", missing, cfg.Timeout, ctx.Err())
+				// The ranks that joined hear why rather than an EOF, which a
+				// launcher would report as their own failure.
+				why := fmt.Sprintf("rank 0 gave up: ranks %v did not join within the timeout (%v)", missing, cfg.Timeout)
+				for _, c := range r.peers[1:] {
+					if c != nil {
+						c.SetWriteDeadline(time.Now().Add(time.Second))
+						c.Write(wire.ControlFrame(wire.KindReject, 0, 0, []byte(why)))
+					}
+				}
+				refusedMu.Lock()
+				also := refused
+				refusedMu.Unlock()
+				if also != "" {
+					also = " (refused meanwhile: " + also + ")"
+				}
+				return fmt.Errorf("rendezvous: rank 0: ranks %v did not join within the timeout (%v)%s: %w", missing, cfg.Timeout, also, ctx.Err())
 			}
 			return fmt.Errorf("rendezvous: rank 0: accept joiners: %w", err)
 		}
