@@ -8,12 +8,15 @@ import (
 	"os"
 	"reflect"
 	"runtime"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/fulgur-ml/fulgur/profiler"
 	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/cluster"
 )
 
 // Config configures a Trainer. Every field's zero value is a documented
@@ -320,7 +323,7 @@ func (c *Config) Validate() error {
 	if len(overridden) > 0 {
 		c.Log.Warn().Strs("overridden", overridden).Int("fast_dev_run", c.FastDevRun).Msg("FastDevRun replaces these settings for this smoke test: one epoch of FastDevRun batches")
 	}
-	if n := runtime.NumCPU(); c.Devices > n && (c.Accelerator == "cpu" || c.Accelerator == "auto") {
+	if n := runtime.NumCPU(); c.Devices > n && (c.Accelerator == "cpu" || c.Accelerator == "auto") && !placedByLauncher(c.Devices) {
 		c.Log.Warn().Int("devices", c.Devices).Int("cores", n).Msg("Devices is above the number of CPU cores: the ranks share cores and each runs slower; use Devices <= cores")
 	}
 	for i, cb := range c.Callbacks {
@@ -362,3 +365,37 @@ func (c *Config) distributedSampler() bool {
 
 // Bool returns a pointer to v, for the optional boolean fields.
 func Bool(v bool) *bool { return &v }
+
+// placedByLauncher reports whether this process is one rank of a job that a
+// launcher started (mpirun, torchrun, srun) on a machine with at least
+// devices cores: the launcher placed the ranks, and a rank it bound to one
+// core (as mpirun does) sees only that core in runtime.NumCPU, although the
+// node's ranks share none.
+func placedByLauncher(devices int) bool {
+	e, ok, err := cluster.Detect(cluster.OSLookup)
+	return ok && err == nil && e.WorldSize > 1 && devices <= onlineCPUs()
+}
+
+// onlineCPUs is the machine's online cores, whatever this process's
+// affinity (Linux's /sys/devices/system/cpu/online); runtime.NumCPU where
+// that cannot be read.
+func onlineCPUs() int {
+	b, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		return runtime.NumCPU()
+	}
+	n := 0
+	for _, r := range strings.Split(strings.TrimSpace(string(b)), ",") {
+		lo, hi, ok := strings.Cut(r, "-")
+		a, err1 := strconv.Atoi(lo)
+		z, err2 := a, error(nil)
+		if ok {
+			z, err2 = strconv.Atoi(hi)
+		}
+		if err1 != nil || err2 != nil || z < a {
+			return runtime.NumCPU()
+		}
+		n += z - a + 1
+	}
+	return max(n, runtime.NumCPU())
+}
