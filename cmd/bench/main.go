@@ -8,6 +8,8 @@
 //	go run ./cmd/bench -workload mlp,overhead -runs 5 -json
 //	go run ./cmd/bench -workload mlp -peer torch   # PyTorch side by side, with ratios
 //	go run ./cmd/bench -workload scaleout          # one host against two (as root), plot in bench/
+//	go run ./cmd/bench -workload scaleout -ranks 2 -plot '' -bucket-bytes 26214400,131072
+//	                                               # ddp bucket caps A/B, each on both layouts in every run
 //
 // FULGUR_BENCH_SPANS=1 adds, to a training workload's figures, where a
 // step's time goes on rank 0: every profiler span (forward+backward, the
