@@ -774,6 +774,9 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 			if err := addJitterFigures(f, filepath.Join(dir, c.dirName()), ranks, processPrefix(c)); err != nil {
 				fmt.Fprintf(os.Stderr, "bench: %s: no jitter figures: %v\n", c.Label(), err)
 			}
+			if err := addExposedComm(f, filepath.Join(dir, c.dirName()), ranks); err != nil {
+				fmt.Fprintf(os.Stderr, "bench: %s: no exposed communication figures: %v\n", c.Label(), err)
+			}
 		}
 	}
 	if _, train := f["steps"]; err == nil && c.Nodes > 1 && train {

@@ -19,7 +19,9 @@
 // (and of each independent training of the scaling workload's coexist
 // configuration) as the profiler's timeline, in DIR/<configuration>/, and
 // adds, from the processes' compute time a step, sync_wait_pct: the share
-// of it that ranks meeting every step wait for the slowest (jitter.go).
+// of it that ranks meeting every step wait for the slowest, and, for ddp,
+// comm_exposed_ms_median: the communication a step waits for after every
+// rank's backward pass, what overlap has not hidden (jitter.go).
 //
 // Workloads register themselves (one file each) with register.
 package main

@@ -537,11 +537,15 @@ func bucketABRow(n int, variant string, a, b *Result) (Row, bool) {
 		}
 		return byteSize(c.BucketBytes)
 	}
-	return Row{Workload: "scaleout", N: len(gain),
-		Config: fmt.Sprintf("%s, %d ranks: bucket cap %s against %s, run by run: samples_per_s ratio (above 1: %s is faster) and ms a step of each%s",
+	row := Row{Workload: "scaleout", N: len(gain),
+		Config: fmt.Sprintf("%s, %d ranks: bucket cap %s against %s, run by run: samples_per_s ratio (above 1: %s is faster) and ms a step of each; with FULGUR_BENCH_TIMELINE, the ms of communication each step waits for after the ranks' backward pass%s",
 			variant, n, name(b.Config), name(a.Config), name(b.Config), oversubscribed(n)),
 		Labels:  map[string]any{"ranks": n, "figure": "bucket_ab", "variant": variant, "bucket_bytes": b.Config.BucketBytes, "against_bucket_bytes": a.Config.BucketBytes},
-		Figures: map[string]Stat{"ratio": stat(gain), "a_step_ms": stat(aStep), "b_step_ms": stat(bStep)}}, true
+		Figures: map[string]Stat{"ratio": stat(gain), "a_step_ms": stat(aStep), "b_step_ms": stat(bStep)}}
+	if x, y := a.figure("comm_exposed_ms_median"), b.figure("comm_exposed_ms_median"); len(x) > 0 && len(y) > 0 {
+		row.Figures["a_comm_exposed_ms"], row.Figures["b_comm_exposed_ms"] = stat(x), stat(y)
+	}
+	return row, true
 }
 
 // hierCommRow sets the collectives of a step on the two-level group beside

@@ -450,6 +450,9 @@ func TestScaleoutDeriveBuckets(t *testing.T) {
 		{Config: cfg(scaleUp, 0, 65536), Runs: fig(220, 90)},
 		{Config: cfg(scaleOut, 2, 65536), Runs: fig(200, 100)},
 	}
+	// Timelines on one node's runs: the communication left after backward.
+	rs[0].Runs[0]["comm_exposed_ms_median"], rs[0].Runs[1]["comm_exposed_ms_median"] = 0.3, 0.1
+	rs[2].Runs[0]["comm_exposed_ms_median"], rs[2].Runs[1]["comm_exposed_ms_median"] = 0.05, 0.07
 	o := &Options{Runs: 2, BucketBytes: []int{0, 65536}}
 	got := map[string]Stat{}
 	for _, r := range workloads["scaleout"].Derive(o, rs) {
@@ -469,6 +472,10 @@ func TestScaleoutDeriveBuckets(t *testing.T) {
 		"scale-up a_step_ms": 480, "scale-out b_step_ms": 480,
 		// Each cap's own layouts: 160/200, 80/100 and 200/220, 100/90.
 		"<nil> ratio": 0.8, "65536 ratio": (200.0/220 + 100.0/90) / 2,
+		"scale-up a_comm_exposed_ms": 0.2, "scale-up b_comm_exposed_ms": 0.06,
+	}
+	if _, ok := got["scale-out a_comm_exposed_ms"]; ok {
+		t.Error("scale-out has exposed communication figures without timelines")
 	}
 	for k, w := range want {
 		if s, ok := got[k]; !ok || math.Abs(s.Median-w) > 1e-9 {
