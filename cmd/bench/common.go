@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -70,12 +71,16 @@ type Options struct {
 	// Backends are the scaling workload's FULGUR_BACKEND values for its
 	// ranks, each measured against the same one-rank baseline (empty: auto).
 	Backends []string
+	// BucketBytes are the scaleout workload's ddp gradient bucket caps, in
+	// bytes, each measured on both layouts in every run (an A/B against
+	// the first); 0 is ddp's default. Empty: the default alone.
+	BucketBytes []int
 }
 
 func parseOptions(args []string) (*Options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	o := &Options{}
-	var wl, thr, pthr, bl, rk, arBytes, arBackends, backends string
+	var wl, thr, pthr, bl, rk, arBytes, arBackends, backends, buckets string
 	fs.StringVar(&wl, "workload", "mlp", "comma-separated workloads: "+strings.Join(workloadNames(), ", ")+", or all")
 	fs.IntVar(&o.Runs, "runs", 3, "runs of each configuration (figures are medians)")
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON object per line instead of a table")
@@ -102,6 +107,7 @@ func parseOptions(args []string) (*Options, error) {
 	fs.StringVar(&o.LinkRate, "link-rate", "10gbit", "scaleout: the rate of the link between the two nodes (tc tbf syntax)")
 	fs.DurationVar(&o.LinkDelay, "link-delay", 100*time.Microsecond, "scaleout: delay added to every frame on the link, each direction")
 	fs.IntVar(&o.LinkMTU, "link-mtu", 9000, "scaleout: MTU of the link (jumbo frames, as cluster networks use)")
+	fs.StringVar(&buckets, "bucket-bytes", "", "scaleout: ddp gradient bucket caps in bytes, comma-separated, each run on both layouts in every run and compared with the first (0: ddp's default; default: the default alone)")
 	fs.StringVar(&o.Plot, "plot", defaultPlot(), "scaleout: where the samples/s-against-ranks plot goes (.svg or .png; empty: none); the default is under bench/ only when run from the repository root")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -131,6 +137,11 @@ func parseOptions(args []string) (*Options, error) {
 	}
 	if rk != "" {
 		if o.Ranks, err = intList("-ranks", rk); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if buckets != "" {
+		if o.BucketBytes, err = bucketList(buckets); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -197,6 +208,32 @@ func intList(name, s string) ([]int, error) {
 	return out, nil
 }
 
+// bucketList parses -bucket-bytes: sizes in bytes, 0 for ddp's default,
+// each once.
+func bucketList(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 || slices.Contains(out, n) {
+			return nil, fmt.Errorf("-bucket-bytes is %q: use distinct sizes in bytes separated by commas, 0 for ddp's default, e.g. 0,131072,65536", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// byteSize writes n bytes in the largest binary unit that divides it
+// ("25MiB", "128KiB", "1000B").
+func byteSize(n int) string {
+	switch {
+	case n > 0 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n > 0 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", n>>10)
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
 // Config is one measured configuration; it travels to the child as JSON.
 type Config struct {
 	Workload string `json:"workload"`
@@ -237,8 +274,11 @@ type Config struct {
 	Nodes int `json:"nodes,omitempty"`
 	// Backend is FULGUR_BACKEND for the ranks (tcp, shm); empty: auto.
 	Backend string `json:"backend,omitempty"`
-	Seed    uint64 `json:"seed"`
-	Data    string `json:"data,omitempty"`
+	// BucketBytes is ddp's gradient bucket cap for the ranks
+	// (FULGUR_BUCKET_MB); 0: ddp's default.
+	BucketBytes int    `json:"bucket_bytes,omitempty"`
+	Seed        uint64 `json:"seed"`
+	Data        string `json:"data,omitempty"`
 }
 
 // Label names the configuration in tables.
@@ -257,6 +297,9 @@ func (c Config) Label() string {
 	}
 	if c.Backend != "" {
 		parts = append(parts, c.Backend)
+	}
+	if c.BucketBytes > 0 {
+		parts = append(parts, "bucket="+byteSize(c.BucketBytes))
 	}
 	if c.Pinned {
 		parts = append(parts, "pinned")
@@ -598,6 +641,9 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 	if c.Backend != "" {
 		env = append(env, "FULGUR_BACKEND="+c.Backend)
 	}
+	if c.BucketBytes > 0 {
+		env = append(env, "FULGUR_BUCKET_MB="+strconv.FormatFloat(float64(c.BucketBytes)/(1<<20), 'g', -1, 64))
+	}
 	place, err := placeRanks(ranks, max(c.Nodes, 1), runtime.NumCPU())
 	if err != nil {
 		return nil, err
@@ -727,6 +773,9 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 		if _, train := f["steps"]; train {
 			if err := addJitterFigures(f, filepath.Join(dir, c.dirName()), ranks, processPrefix(c)); err != nil {
 				fmt.Fprintf(os.Stderr, "bench: %s: no jitter figures: %v\n", c.Label(), err)
+			}
+			if err := addExposedComm(f, filepath.Join(dir, c.dirName()), ranks); err != nil {
+				fmt.Fprintf(os.Stderr, "bench: %s: no exposed communication figures: %v\n", c.Label(), err)
 			}
 		}
 	}

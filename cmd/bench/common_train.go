@@ -317,6 +317,9 @@ func (c Config) dirName() string {
 		parts = append(parts, fmt.Sprintf("ranks%d", max(c.Ranks, 1)))
 	}
 	parts = append(parts, c.Backend, fmt.Sprintf("batch%d", c.Batch))
+	if c.BucketBytes > 0 {
+		parts = append(parts, "bucket"+byteSize(c.BucketBytes))
+	}
 	return strings.Join(strings.Fields(strings.Join(parts, " ")), "-")
 }
 

@@ -8,6 +8,8 @@
 //	go run ./cmd/bench -workload mlp,overhead -runs 5 -json
 //	go run ./cmd/bench -workload mlp -peer torch   # PyTorch side by side, with ratios
 //	go run ./cmd/bench -workload scaleout          # one host against two (as root), plot in bench/
+//	go run ./cmd/bench -workload scaleout -ranks 2 -plot '' -bucket-bytes 26214400,131072
+//	                                               # ddp bucket caps A/B, each on both layouts in every run
 //
 // FULGUR_BENCH_SPANS=1 adds, to a training workload's figures, where a
 // step's time goes on rank 0: every profiler span (forward+backward, the
@@ -17,7 +19,9 @@
 // (and of each independent training of the scaling workload's coexist
 // configuration) as the profiler's timeline, in DIR/<configuration>/, and
 // adds, from the processes' compute time a step, sync_wait_pct: the share
-// of it that ranks meeting every step wait for the slowest (jitter.go).
+// of it that ranks meeting every step wait for the slowest, and, for ddp,
+// comm_exposed_ms_median: the communication a step waits for after every
+// rank's backward pass, what overlap has not hidden (jitter.go).
 //
 // Workloads register themselves (one file each) with register.
 package main

@@ -123,7 +123,11 @@ func scaleoutConfigs(o *Options) ([]Config, error) {
 		up, out := c, c
 		up.Variant, up.Backend = scaleUp, "shm"
 		out.Variant, out.Backend, out.Nodes = scaleOut, "tcp", 2
-		cs = append(cs, up, out)
+		for _, b := range bucketCaps(o) {
+			up.BucketBytes, out.BucketBytes = b, b
+			cs = append(cs, up, out)
+		}
+		up.BucketBytes, out.BucketBytes = 0, 0
 		if r >= 4 && r%2 == 0 {
 			h := out
 			h.Variant, h.Backend = scaleOutHier, "hier"
@@ -143,6 +147,15 @@ func scaleoutConfigs(o *Options) ([]Config, error) {
 		}
 	}
 	return cs, nil
+}
+
+// bucketCaps are the ddp bucket caps to measure (-bucket-bytes), the
+// default alone when none are given.
+func bucketCaps(o *Options) []int {
+	if len(o.BucketBytes) == 0 {
+		return []int{0}
+	}
+	return o.BucketBytes
 }
 
 // defaultScaleoutRanks fills -ranks, which the allreduce workload shares,
@@ -365,48 +378,63 @@ func scaleoutDerive(o *Options, rs []*Result) []Row {
 		case limits:
 			lim = r
 		default:
-			if by[v] == nil {
-				by[v] = map[int]*Result{}
+			k := bucketKey(v, r.Config.BucketBytes)
+			if by[k] == nil {
+				by[k] = map[int]*Result{}
 			}
-			by[v][r.Config.Ranks] = r
-			if v == oneRank || v == scaleUp {
+			by[k][r.Config.Ranks] = r
+			if (v == oneRank || v == scaleUp) && !slices.Contains(ranks, r.Config.Ranks) {
 				ranks = append(ranks, r.Config.Ranks)
 			}
 		}
 	}
+	caps := bucketCaps(o)
 	var rows []Row
 	for _, n := range ranks {
-		up, out := by[scaleUp][n], by[scaleOut][n]
-		if up == nil || out == nil {
-			continue
+		for i, b := range caps {
+			up, out := by[bucketKey(scaleUp, b)][n], by[bucketKey(scaleOut, b)][n]
+			if up == nil || out == nil {
+				continue
+			}
+			var ratio, diff, upStep, outStep, gap, relayCPU []float64
+			for run := 0; run < min(len(up.Runs), len(out.Runs)); run++ {
+				u, s := up.Runs[run]["samples_per_s"], out.Runs[run]["samples_per_s"]
+				if u > 0 && s > 0 {
+					ratio = append(ratio, s/u)
+					diff = append(diff, 100*(u-s)/u)
+					upStep = append(upStep, stepMS(up.Config, n, u))
+					outStep = append(outStep, stepMS(out.Config, n, s))
+					gap = append(gap, stepMS(out.Config, n, s)-stepMS(up.Config, n, u))
+					relayCPU = append(relayCPU, out.Runs[run]["relay_cpu_ms_per_step"])
+				}
+			}
+			if len(ratio) == 0 {
+				continue
+			}
+			verdict := "met"
+			if stat(diff).Median > 5 {
+				verdict = "NOT met"
+			}
+			if i == 0 {
+				rows = append(rows, commRow(n, by[commUp][n], by[commOut][n], stat(gap).Median)...)
+			}
+			labels := map[string]any{"ranks": n, "figure": "samples_per_s"}
+			if b > 0 {
+				labels["bucket_bytes"] = b
+			}
+			rows = append(rows, Row{Workload: "scaleout", N: len(ratio),
+				Config: fmt.Sprintf("scale-out/scale-up samples_per_s, %d ranks%s (goal: within 5%%, %s); ms a step on each layout, the gap, and the relay's CPU ms a step, which the ranks' cores pay%s", n, bucketNote(b, caps), verdict, oversubscribed(n)),
+				Labels: labels,
+				Figures: map[string]Stat{"ratio": stat(ratio), "diff_pct": stat(diff), "up_step_ms": stat(upStep), "out_step_ms": stat(outStep),
+					"gap_ms": stat(gap), "relay_cpu_ms_per_step": stat(relayCPU)}})
 		}
-		var ratio, diff, upStep, outStep, gap, relayCPU []float64
-		for run := 0; run < min(len(up.Runs), len(out.Runs)); run++ {
-			u, s := up.Runs[run]["samples_per_s"], out.Runs[run]["samples_per_s"]
-			if u > 0 && s > 0 {
-				ratio = append(ratio, s/u)
-				diff = append(diff, 100*(u-s)/u)
-				// A step is one batch on every rank.
-				samples := float64(up.Config.Batch * n * 1000)
-				upStep = append(upStep, samples/u)
-				outStep = append(outStep, samples/s)
-				gap = append(gap, samples/s-samples/u)
-				relayCPU = append(relayCPU, out.Runs[run]["relay_cpu_ms_per_step"])
+		for _, b := range caps[1:] {
+			for _, v := range []string{scaleUp, scaleOut} {
+				if row, ok := bucketABRow(n, v, by[bucketKey(v, caps[0])][n], by[bucketKey(v, b)][n]); ok {
+					rows = append(rows, row)
+				}
 			}
 		}
-		if len(ratio) == 0 {
-			continue
-		}
-		verdict := "met"
-		if stat(diff).Median > 5 {
-			verdict = "NOT met"
-		}
-		rows = append(rows, commRow(n, by[commUp][n], by[commOut][n], stat(gap).Median)...)
-		rows = append(rows, Row{Workload: "scaleout", N: len(ratio),
-			Config: fmt.Sprintf("scale-out/scale-up samples_per_s, %d ranks (goal: within 5%%, %s); ms a step on each layout, the gap, and the relay's CPU ms a step, which the ranks' cores pay%s", n, verdict, oversubscribed(n)),
-			Labels: map[string]any{"ranks": n, "figure": "samples_per_s"},
-			Figures: map[string]Stat{"ratio": stat(ratio), "diff_pct": stat(diff), "up_step_ms": stat(upStep), "out_step_ms": stat(outStep),
-				"gap_ms": stat(gap), "relay_cpu_ms_per_step": stat(relayCPU)}})
 	}
 	for _, n := range ranks {
 		up, flat, h := by[scaleUp][n], by[scaleOut][n], by[scaleOutHier][n]
@@ -435,10 +463,12 @@ func scaleoutDerive(o *Options, rs []*Result) []Row {
 	}
 	if lim != nil {
 		for _, v := range []string{oneRank, scaleUp, scaleOut, scaleOutHier} {
-			for _, n := range ranks {
-				if r := by[v][n]; r != nil {
-					if row, ok := limitsRow(o, r, lim); ok {
-						rows = append(rows, row)
+			for _, b := range caps {
+				for _, n := range ranks {
+					if r := by[bucketKey(v, b)][n]; r != nil {
+						if row, ok := limitsRow(o, r, lim); ok {
+							rows = append(rows, row)
+						}
 					}
 				}
 			}
@@ -453,6 +483,69 @@ func scaleoutDerive(o *Options, rs []*Result) []Row {
 				"probe_gbps": one(o.link.Throughput / 1e9)}})
 	}
 	return rows
+}
+
+// bucketKey names a variant measured with one bucket cap (0: ddp's
+// default, the variant's own name).
+func bucketKey(variant string, bucketBytes int) string {
+	if bucketBytes == 0 {
+		return variant
+	}
+	return fmt.Sprintf("%s bucket=%d", variant, bucketBytes)
+}
+
+// bucketNote names bucket cap b in a row's description when -bucket-bytes
+// compares several.
+func bucketNote(b int, caps []int) string {
+	switch {
+	case len(caps) < 2:
+		return ""
+	case b == 0:
+		return ", ddp's default bucket cap"
+	}
+	return ", bucket cap " + byteSize(b)
+}
+
+// stepMS is the ms of one step (one batch on every rank) at sps samples/s.
+func stepMS(c Config, ranks int, sps float64) float64 {
+	return float64(c.Batch*ranks*1000) / sps
+}
+
+// bucketABRow sets one layout's training with a bucket cap (b) beside the
+// same with the first cap of -bucket-bytes (a), run by run: both ran in
+// every run, one after the other, so the machine's load changes both
+// alike. Above 1: b is faster.
+func bucketABRow(n int, variant string, a, b *Result) (Row, bool) {
+	if a == nil || b == nil {
+		return Row{}, false
+	}
+	var gain, aStep, bStep []float64
+	for run := 0; run < min(len(a.Runs), len(b.Runs)); run++ {
+		x, y := a.Runs[run]["samples_per_s"], b.Runs[run]["samples_per_s"]
+		if x > 0 && y > 0 {
+			gain = append(gain, y/x)
+			aStep = append(aStep, stepMS(a.Config, n, x))
+			bStep = append(bStep, stepMS(b.Config, n, y))
+		}
+	}
+	if len(gain) == 0 {
+		return Row{}, false
+	}
+	name := func(c Config) string {
+		if c.BucketBytes == 0 {
+			return "ddp's default"
+		}
+		return byteSize(c.BucketBytes)
+	}
+	row := Row{Workload: "scaleout", N: len(gain),
+		Config: fmt.Sprintf("%s, %d ranks: bucket cap %s against %s, run by run: samples_per_s ratio (above 1: %s is faster) and ms a step of each; with FULGUR_BENCH_TIMELINE, the ms of communication each step waits for after the ranks' backward pass%s",
+			variant, n, name(b.Config), name(a.Config), name(b.Config), oversubscribed(n)),
+		Labels:  map[string]any{"ranks": n, "figure": "bucket_ab", "variant": variant, "bucket_bytes": b.Config.BucketBytes, "against_bucket_bytes": a.Config.BucketBytes},
+		Figures: map[string]Stat{"ratio": stat(gain), "a_step_ms": stat(aStep), "b_step_ms": stat(bStep)}}
+	if x, y := a.figure("comm_exposed_ms_median"), b.figure("comm_exposed_ms_median"); len(x) > 0 && len(y) > 0 {
+		row.Figures["a_comm_exposed_ms"], row.Figures["b_comm_exposed_ms"] = stat(x), stat(y)
+	}
+	return row, true
 }
 
 // hierCommRow sets the collectives of a step on the two-level group beside
@@ -600,6 +693,9 @@ func scaleoutPlot(o *Options, rs []*Result) error {
 	if o.Plot == "" {
 		return nil
 	}
+	// One line per layout: the first bucket cap of -bucket-bytes.
+	first := bucketCaps(o)[0]
+	rs = slices.DeleteFunc(slices.Clone(rs), func(r *Result) bool { return r.Config.BucketBytes != first })
 	hs, err := scaleoutHistories(rs)
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -61,8 +62,10 @@ func TestScaleoutNodeCPUs(t *testing.T) {
 	}
 }
 
-func TestScaleoutConfigs(t *testing.T) {
-	o, err := parseOptions([]string{"-workload", "scaleout", "-ranks", "1,2,4", "-steps", "50"})
+// scaleoutConfigsOf is the scaleout workload's configurations for args.
+func scaleoutConfigsOf(t *testing.T, args ...string) []Config {
+	t.Helper()
+	o, err := parseOptions(append([]string{"-workload", "scaleout"}, args...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,6 +73,11 @@ func TestScaleoutConfigs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return cs
+}
+
+func TestScaleoutConfigs(t *testing.T) {
+	cs := scaleoutConfigsOf(t, "-ranks", "1,2,4", "-steps", "50")
 	type key struct {
 		variant, backend string
 		ranks, nodes     int
@@ -391,5 +399,112 @@ func TestMergeRankFigures(t *testing.T) {
 	}
 	if got := rankFigures(Figures{"ms/step fit": 38}, "1"); !reflect.DeepEqual(got, Figures{"rank1 ms/step fit": 38}) {
 		t.Errorf("rankFigures: %v", got)
+	}
+}
+
+// -bucket-bytes measures each cap on both layouts in every run; the
+// default cap keeps the plain configurations.
+func TestScaleoutBucketConfigs(t *testing.T) {
+	cs := scaleoutConfigsOf(t, "-ranks", "2", "-bucket-bytes", "0,131072,65536")
+	type key struct {
+		variant string
+		bucket  int
+	}
+	var got []key
+	for _, c := range cs {
+		got = append(got, key{c.Variant, c.BucketBytes})
+	}
+	want := []key{{limits, 0}, {scaleUp, 0}, {scaleOut, 0}, {scaleUp, 131072}, {scaleOut, 131072}, {scaleUp, 65536}, {scaleOut, 65536}, {commUp, 0}, {commOut, 0}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("configurations %v, want %v", got, want)
+	}
+	labels := map[string]bool{}
+	for _, c := range cs {
+		if labels[c.Label()] || labels[c.dirName()] {
+			t.Errorf("%q / %q: two configurations share a label or a timeline directory", c.Label(), c.dirName())
+		}
+		labels[c.Label()], labels[c.dirName()] = true, true
+	}
+	for _, bad := range []string{"-1", "x", "65536,65536"} {
+		if _, err := parseOptions([]string{"-bucket-bytes", bad}); err == nil || !strings.Contains(err.Error(), "-bucket-bytes is \""+bad+"\"") {
+			t.Errorf("-bucket-bytes %s: %v", bad, err)
+		}
+	}
+}
+
+// The A/B rows: each cap against the first, run by run, on each layout.
+func TestScaleoutDeriveBuckets(t *testing.T) {
+	cfg := func(v string, nodes, bucket int) Config {
+		return Config{Workload: "scaleout", Impl: "fulgur", Variant: v, Ranks: 2, Nodes: nodes, Batch: 32, BucketBytes: bucket}
+	}
+	fig := func(sps ...float64) []Figures {
+		var out []Figures
+		for _, s := range sps {
+			out = append(out, Figures{"samples_per_s": s})
+		}
+		return out
+	}
+	rs := []*Result{
+		{Config: cfg(scaleUp, 0, 0), Runs: fig(200, 100)},
+		{Config: cfg(scaleOut, 2, 0), Runs: fig(160, 80)},
+		{Config: cfg(scaleUp, 0, 65536), Runs: fig(220, 90)},
+		{Config: cfg(scaleOut, 2, 65536), Runs: fig(200, 100)},
+	}
+	// Timelines on one node's runs: the communication left after backward.
+	rs[0].Runs[0]["comm_exposed_ms_median"], rs[0].Runs[1]["comm_exposed_ms_median"] = 0.3, 0.1
+	rs[2].Runs[0]["comm_exposed_ms_median"], rs[2].Runs[1]["comm_exposed_ms_median"] = 0.05, 0.07
+	o := &Options{Runs: 2, BucketBytes: []int{0, 65536}}
+	got := map[string]Stat{}
+	for _, r := range workloads["scaleout"].Derive(o, rs) {
+		for k, s := range r.Figures {
+			switch r.Labels["figure"] {
+			case "bucket_ab":
+				got[r.Labels["variant"].(string)+" "+k] = s
+			case "samples_per_s":
+				got[fmt.Sprint(r.Labels["bucket_bytes"])+" "+k] = s
+			}
+		}
+	}
+	want := map[string]float64{
+		// Run by run: 220/200 and 90/100 on one node; 200/160 and 100/80 on two.
+		"scale-up ratio": 1.0, "scale-out ratio": 1.25,
+		// A step is 64 samples: 320 and 640 ms with the default cap on one node.
+		"scale-up a_step_ms": 480, "scale-out b_step_ms": 480,
+		// Each cap's own layouts: 160/200, 80/100 and 200/220, 100/90.
+		"<nil> ratio": 0.8, "65536 ratio": (200.0/220 + 100.0/90) / 2,
+		"scale-up a_comm_exposed_ms": 0.2, "scale-up b_comm_exposed_ms": 0.06,
+	}
+	if _, ok := got["scale-out a_comm_exposed_ms"]; ok {
+		t.Error("scale-out has exposed communication figures without timelines")
+	}
+	for k, w := range want {
+		if s, ok := got[k]; !ok || math.Abs(s.Median-w) > 1e-9 {
+			t.Errorf("%s = %v (%v), want %v", k, s.Median, ok, w)
+		}
+	}
+}
+
+// A Config's bucket cap reaches its ranks: with 64 KiB, the mlp's 0.9
+// MiB of gradients are reduced in several buckets, each waited for by the
+// optimizer (the "wait bucket N" spans); with 25 MiB, in one.
+func TestBucketBytesReachTheRanks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains two ranks for a few seconds")
+	}
+	t.Setenv("FULGUR_BENCH_SPANS", "1")
+	o, err := parseOptions([]string{"-workload", "scaling", "-runs", "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bucket := range []int{25 << 20, 64 << 10} {
+		c := Config{Workload: "scaling", Impl: "fulgur", Variant: "mlp", Threads: 1, Batch: 32, Epochs: 1, Steps: 5, Ranks: 2, Backend: "tcp", Seed: 1, BucketBytes: bucket}
+		f, err := measure(context.Background(), o, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, several := f["ms/step wait bucket 1"]
+		if _, one := f["ms/step wait bucket 0"]; !one || several != (bucket < 1<<20) {
+			t.Errorf("bucket cap %d: wait bucket 0 %v, wait bucket 1 %v; want bucket 1 only with the 64 KiB cap", bucket, one, several)
+		}
 	}
 }
