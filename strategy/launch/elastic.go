@@ -64,7 +64,9 @@ type Elastic struct {
 	Env func(rank int) []string
 	// Stdout and Stderr receive every rank's output, whole lines at a
 	// time: each line on stderr, and on stdout those of ranks other than
-	// 0, after RankPrefix ("[rank1] "). nil: this process's.
+	// 0, after RankPrefix ("[rank1] "). A line longer than 64 KiB is
+	// passed on in pieces as it comes, under one prefix. nil: this
+	// process's.
 	Stdout, Stderr io.Writer
 	// Grace is how long the other ranks get to end once one has failed
 	// before they are killed. 0: DefaultGrace.

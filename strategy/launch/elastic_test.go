@@ -41,6 +41,25 @@ func elasticChild(how string) {
 	}
 	rank, _ := strconv.Atoi(os.Getenv(launch.EnvRank))
 	restart, _ := strconv.Atoi(os.Getenv(launch.EnvRestartCount))
+	if dir, ok := strings.CutPrefix(how, "longline:"); ok {
+		// Rank 1 writes a line longer than the launcher holds, in pieces as
+		// a progress bar with carriage returns does, and ends it only once
+		// the test has seen most of it.
+		if rank == 1 {
+			piece := strings.Repeat("x", 4<<10)
+			for range longLine / len(piece) {
+				os.Stderr.WriteString(piece)
+			}
+			for {
+				if _, err := os.Stat(filepath.Join(dir, "go")); err == nil {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			os.Stderr.WriteString("\ndone\n")
+		}
+		os.Exit(0)
+	}
 	if how == "exitall" {
 		// Every rank fails at the same line, as a program's own error does;
 		// which rank ends first alternates between attempts.
@@ -133,6 +152,38 @@ func TestElasticRestartsKilledRank(t *testing.T) {
 				t.Errorf("log does not say the job completed:\n%s", log.String())
 			}
 		})
+	}
+}
+
+// longLine is what elasticChild's "longline" rank writes before its newline.
+const longLine = 256 << 10
+
+// A line longer than the launcher holds reaches the output as it is
+// written, not when its newline (or the rank's exit) comes, and keeps one
+// prefix.
+func TestElasticWritesALongLineAsItComes(t *testing.T) {
+	dir := t.TempDir()
+	e, out, log := elasticJob("longline:"+dir, 2, 0, 0)
+	done := make(chan error, 1)
+	go func() {
+		_, err := launch.RunElastic(context.Background(), e)
+		done <- err
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for strings.Count(out.String(), "x") < longLine/2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	seen := strings.Count(out.String(), "x")
+	os.WriteFile(filepath.Join(dir, "go"), nil, 0o644)
+	if err := <-done; err != nil {
+		t.Fatalf("%v\nlog:\n%s", err, log.String())
+	}
+	if seen < longLine/2 {
+		t.Errorf("%d of the %d bytes rank 1 wrote before its newline reached the output before it", seen, longLine)
+	}
+	want := launch.RankPrefix(1) + strings.Repeat("x", longLine) + "\n" + launch.RankPrefix(1) + "done\n"
+	if got := out.String(); !strings.Contains(got, want) || strings.Count(got, launch.RankPrefix(1)) != 2 {
+		t.Errorf("the long line did not arrive whole after one prefix; output (%d bytes) has %d prefixes", len(got), strings.Count(got, launch.RankPrefix(1)))
 	}
 }
 

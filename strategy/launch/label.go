@@ -14,14 +14,25 @@ type sharedOut struct {
 	w  io.Writer
 }
 
+// maxHeld is the most of one line a labelled stream holds waiting for its
+// newline: a longer line (a rank writing a progress bar with carriage
+// returns only, or binary data) is written in pieces of this size as it
+// comes, so the launcher's memory stays bounded and the output is not
+// held back until the rank exits. Only such a line can have another
+// rank's line cut into it.
+const maxHeld = 64 << 10
+
 // labelled is one rank's stream into a sharedOut: it holds a partial line
-// until its newline arrives and writes each line whole, after prefix
-// ("[rank1] "; "" for none).
+// until its newline arrives (or maxHeld of it) and writes each line whole,
+// after prefix ("[rank1] "; "" for none).
 type labelled struct {
 	out    *sharedOut
 	prefix []byte
 	mu     sync.Mutex
 	line   []byte
+	// cont: the line being held continues one already partly written,
+	// after its prefix.
+	cont bool
 }
 
 // RankPrefix is what RunElastic puts before each line a rank writes to the
@@ -37,10 +48,14 @@ func (l *labelled) Write(p []byte) (int, error) {
 		i := bytes.IndexByte(p, '\n')
 		if i < 0 {
 			l.line = append(l.line, p...)
-			break
+			if len(l.line) < maxHeld {
+				break
+			}
+			p = nil
+		} else {
+			l.line = append(l.line, p[:i+1]...)
+			p = p[i+1:]
 		}
-		l.line = append(l.line, p[:i+1]...)
-		p = p[i+1:]
 		if err := l.flushLocked(); err != nil {
 			return n - len(p), err
 		}
@@ -53,7 +68,7 @@ func (l *labelled) Write(p []byte) (int, error) {
 func (l *labelled) Flush() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.line) == 0 {
+	if len(l.line) == 0 && !l.cont {
 		return nil
 	}
 	l.line = append(l.line, '\n')
@@ -63,7 +78,12 @@ func (l *labelled) Flush() error {
 func (l *labelled) flushLocked() error {
 	l.out.mu.Lock()
 	defer l.out.mu.Unlock()
-	buf := append(append(make([]byte, 0, len(l.prefix)+len(l.line)), l.prefix...), l.line...)
+	prefix := l.prefix
+	if l.cont {
+		prefix = nil
+	}
+	buf := append(append(make([]byte, 0, len(prefix)+len(l.line)), prefix...), l.line...)
+	l.cont = buf[len(buf)-1] != '\n'
 	l.line = l.line[:0]
 	_, err := l.out.w.Write(buf)
 	return err
