@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"strings"
 	"testing"
 
 	"github.com/fulgur-ml/fulgur/cli"
+	"github.com/fulgur-ml/fulgur/strategy/launch"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
@@ -57,6 +59,21 @@ func TestInterruptedRunResumes(t *testing.T) {
 	if words[0] != os.Args[0] || strings.Join(words[1:len(words)-2], " ") != strings.Join(args, " ") || words[len(words)-1] != ie.Err.Checkpoint {
 		t.Fatalf("resume command %q for args %q", ie.Resume, args)
 	}
+	// Under fulgur run, the command starts the launcher: the whole job.
+	t.Setenv(launch.EnvLaunchCommand, "fulgur run -nproc 2")
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	app = mlpApp(t.TempDir())
+	app.Stdout, app.Stderr = io.Discard, io.Discard
+	app.Callbacks = func(_ *cli.Settings, cfg *trainer.Config) error {
+		cfg.Callbacks = append(cfg.Callbacks, &cancelAt{step: 5, cancel: cancel})
+		return nil
+	}
+	var ie2 *cli.Interrupted
+	if err := app.Run(ctx, args); !errors.As(err, &ie2) || !strings.HasPrefix(ie2.Resume, "fulgur run -nproc 2 "+os.Args[0]+" fit ") {
+		t.Errorf("under a launcher, the resume command is %v, want fulgur run -nproc 2 %s fit ...", err, os.Args[0])
+	}
+	os.Unsetenv(launch.EnvLaunchCommand)
 	resumed, _ := run(t, mlpApp(root), words[1:]...)
 	straight, _ := run(t, mlpApp(t.TempDir()), args...)
 	if resumed.GlobalStep != 12 || resumed.WeightsSHA256 != straight.WeightsSHA256 {

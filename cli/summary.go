@@ -8,13 +8,11 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
-	"regexp"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/fulgur-ml/fulgur/strategy/launch"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
@@ -167,11 +165,11 @@ func (e *Interrupted) Error() string {
 func (e *Interrupted) Unwrap() error { return e.Err }
 
 // resumeCommand is the program's command line with -ckpt-path set to ckpt
-// (replacing one given), quoted for a POSIX shell.
+// (replacing one given), quoted for a POSIX shell; under fulgur run, after
+// the launcher's own (launch.EnvLaunchCommand), so that it starts every
+// rank again.
 func resumeCommand(prog string, args []string, ckpt string) string {
-	exe, _ := os.Executable()
-	bi, _ := debug.ReadBuildInfo()
-	words := invocation(prog, os.Args[0], exe, bi)
+	var words []string
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		name := strings.TrimLeft(a, "-")
@@ -184,42 +182,9 @@ func resumeCommand(prog string, args []string, ckpt string) string {
 		}
 		words = append(words, a)
 	}
-	words = append(words, "-ckpt-path", ckpt)
-	for i, w := range words {
-		words[i] = shellQuote(w)
+	cmd := launch.Command(prog, append(words, "-ckpt-path", ckpt)...)
+	if l := os.Getenv(launch.EnvLaunchCommand); l != "" {
+		return l + " " + cmd
 	}
-	return strings.Join(words, " ")
-}
-
-// invocation is how to start this program again: the command that
-// started it (argv0: ./train, ../bin/mlp, or a name found in PATH; prog
-// when there is none), or, for a program that go run built, the go run
-// command of its package, which
-// works from anywhere in its module (a program built from files named on
-// go run's command line: "go run ."). go run leaves the binary in the
-// build cache (GOCACHE/xx/HASH-d/NAME) or, when it does not cache it, in a
-// temporary go-build directory (go-buildN/b001/exe/NAME).
-func invocation(prog, argv0, exe string, bi *debug.BuildInfo) []string {
-	dir := filepath.Dir(exe)
-	temp := filepath.Base(dir) == "exe" && strings.HasPrefix(filepath.Base(filepath.Dir(filepath.Dir(dir))), "go-build")
-	if !temp && !goCacheEntry.MatchString(filepath.Base(dir)) {
-		if argv0 == "" {
-			return []string{prog}
-		}
-		return []string{argv0}
-	}
-	pkg := "."
-	if bi != nil && bi.Path != "" && bi.Path != "command-line-arguments" {
-		pkg = bi.Path
-	}
-	return []string{"go", "run", pkg}
-}
-
-var goCacheEntry = regexp.MustCompile(`^[0-9a-f]{64}-d$`)
-
-func shellQuote(s string) string {
-	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=./,:+@%") == "" {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	return cmd
 }

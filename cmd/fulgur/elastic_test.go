@@ -37,6 +37,9 @@ const (
 	// command (for tests that signal its process).
 	asFulgur   = "-as-fulgur"
 	programEnv = "FULGUR_ELASTIC_TEST_PROGRAM"
+	// commandEnv makes the test binary a rank that prints the launcher's
+	// command line it was given.
+	commandEnv = "FULGUR_ELASTIC_TEST_COMMAND"
 	dieEnv     = "FULGUR_ELASTIC_TEST_DIE"
 )
 
@@ -44,6 +47,10 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == asFulgur {
 		// The fulgur command itself, as main runs it (exit statuses too).
 		os.Exit(exitCode(run(os.Args[2:], os.Stdout, os.Stderr), os.Stderr))
+	}
+	if os.Getenv(commandEnv) != "" {
+		fmt.Printf("rank %s: %s\n", os.Getenv(launch.EnvRank), os.Getenv(launch.EnvLaunchCommand))
+		os.Exit(0)
 	}
 	if os.Getenv(programEnv) != "" {
 		if err := trainProgram(os.Args[1:], os.Stdout); err != nil {
@@ -436,6 +443,24 @@ func TestFulgurRunStopsOnCtrlC(t *testing.T) {
 	}
 	if m, _ := filepath.Glob(filepath.Join(root, "*", "*", "checkpoints", "interrupted.ckpt")); len(m) != 1 {
 		t.Errorf("interrupted.ckpt: found %v, want one: the ranks did not save", m)
+	}
+}
+
+// TestFulgurRunTellsRanksItsCommand: the ranks learn how fulgur run was
+// started, so that a rank's "resume with" starts the whole job again (it
+// gave the bare program's command, one process).
+func TestFulgurRunTellsRanksItsCommand(t *testing.T) {
+	cmd := exec.Command(os.Args[0], asFulgur, "run", "-nproc", "2", "-grace", "5s", os.Args[0], "-devices", "2")
+	cmd.Env = append(os.Environ(), commandEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for r := range 2 {
+		want := fmt.Sprintf("rank %d: %s run -nproc 2 -grace 5s\n", r, os.Args[0])
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
 	}
 }
 

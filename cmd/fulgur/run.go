@@ -112,6 +112,7 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		Program: prog, Args: fs.Args()[1:], World: max, MinWorld: min, MaxRestarts: *restarts, Grace: *grace,
 		Nodes: *nnodes, NodeRank: *nodeRank, MasterAddr: *masterAddr, MasterPort: *masterPort, Token: token,
 		Stdout: stdout, Stderr: stderr, Log: log,
+		Command: launch.Command("fulgur", append([]string{"run"}, args[:len(args)-fs.NArg()]...)...),
 	})
 	if status := stop(); status != 0 {
 		// Stopped by the user: exit as a rank does (130 for SIGINT, 143

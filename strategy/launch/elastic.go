@@ -68,6 +68,10 @@ type Elastic struct {
 	// passed on in pieces as it comes, under one prefix. nil: this
 	// process's.
 	Stdout, Stderr io.Writer
+	// Command is the launcher's own command line before the program,
+	// quoted for a POSIX shell (see Command), given to every rank as
+	// EnvLaunchCommand; "": none.
+	Command string
 	// Grace is how long the other ranks get to end once one has failed
 	// before they are killed. 0: DefaultGrace.
 	Grace time.Duration
@@ -333,6 +337,9 @@ func (e *Elastic) attempt(ctx context.Context, n, world int, dir string) (Attemp
 			if nodeEnv != nil { // later entries win over RankEnv's one-machine values
 				env = append(env, nodeEnv...)
 				env = append(env, EnvLocalRank+"="+strconv.Itoa(r-base))
+			}
+			if e.Command != "" {
+				env = append(env, EnvLaunchCommand+"="+e.Command)
 			}
 			if r == 0 && lnFile != nil {
 				env = append(env, EnvListenerFD+"=3")

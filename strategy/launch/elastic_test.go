@@ -41,6 +41,10 @@ func elasticChild(how string) {
 	}
 	rank, _ := strconv.Atoi(os.Getenv(launch.EnvRank))
 	restart, _ := strconv.Atoi(os.Getenv(launch.EnvRestartCount))
+	if how == "command" {
+		fmt.Printf("rank=%d command=%s\n", rank, os.Getenv(launch.EnvLaunchCommand))
+		os.Exit(0)
+	}
 	if dir, ok := strings.CutPrefix(how, "longline:"); ok {
 		// Rank 1 writes a line longer than the launcher holds, in pieces as
 		// a progress bar with carriage returns does, and ends it only once
@@ -152,6 +156,21 @@ func TestElasticRestartsKilledRank(t *testing.T) {
 				t.Errorf("log does not say the job completed:\n%s", log.String())
 			}
 		})
+	}
+}
+
+// Every rank gets the launcher's command line, to tell the user how to
+// start the job again.
+func TestElasticGivesRanksTheLaunchCommand(t *testing.T) {
+	e, out, log := elasticJob("command", 2, 0, 0)
+	e.Command = "fulgur run -nproc 2"
+	if _, err := launch.RunElastic(context.Background(), e); err != nil {
+		t.Fatalf("%v\nlog:\n%s", err, log.String())
+	}
+	for r := range 2 {
+		if want := fmt.Sprintf("rank=%d command=fulgur run -nproc 2\n", r); !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
 	}
 }
 

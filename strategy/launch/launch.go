@@ -49,12 +49,17 @@ const (
 	// listener handed to rank 0 (ddp_spawn), so that no other program can
 	// take the port between its choice and its use.
 	EnvListenerFD = "FULGUR_RENDEZVOUS_FD"
+	// EnvLaunchCommand is the launcher's own command line before the
+	// program, quoted for a POSIX shell ("fulgur run -nproc 2"), which
+	// fulgur run gives its ranks (Elastic.Command): a rank that says how to
+	// resume puts it before its own command line.
+	EnvLaunchCommand = "FULGUR_LAUNCH_COMMAND"
 )
 
 // launchVars are removed from the inherited environment before a rank's own
 // are added, so a stale value can never win.
 var launchVars = []string{EnvRank, EnvWorldSize, EnvLocalRank, EnvLocalWorldSize, EnvNodeRank, EnvGroupRank,
-	EnvMasterAddr, EnvMasterPort, EnvToken, EnvLauncher, EnvResult, EnvListenerFD, EnvParentFD, EnvRunDir, "NNODES"}
+	EnvMasterAddr, EnvMasterPort, EnvToken, EnvLauncher, EnvResult, EnvListenerFD, EnvParentFD, EnvRunDir, EnvLaunchCommand, "NNODES"}
 
 // Local describes a job of World ranks on this machine.
 type Local struct {

@@ -1,4 +1,4 @@
-package cli
+package launch
 
 import (
 	"runtime/debug"
