@@ -17,7 +17,7 @@
 // calling goroutine receives and reduces the next (reading straight into the
 // caller's buffer where a segment is copied, into one segment of scratch
 // where it is reduced). An all-reduce of at most Config.SmallBytes (256 KiB;
-// 1 MiB with two ranks) instead sends every rank's whole buffer round the
+// 4 MiB with two ranks) instead sends every rank's whole buffer round the
 // ring and has each rank reduce the n buffers in rank order: n-1 steps of
 // latency instead of 2(n-1), which is what small messages pay for. With two
 // ranks that is one step instead of two for the same bytes sent, and it
