@@ -28,12 +28,13 @@
 // frame names the algorithm, so ranks that would pick differently fail
 // with collective.ErrMismatch.
 //
-// Two ranks run an operation whose sends wait for no receive (gathering
-// whole buffers, an all-gather, a broadcast) on the caller's goroutine:
-// each writes while it is at most a window (an eighth of the kernel send
-// buffer) ahead of what it has received, and reads in between, so neither
-// waits in a write while the other does too, and there is no sender
-// goroutine to wake. Such an operation allocates nothing: its plan (which
+// Two ranks run an operation on the caller's goroutine when its sends wait
+// for no receive (gathering whole buffers, an all-gather, a broadcast) or
+// all fit a window (an eighth of the kernel send buffer) together (a
+// barrier, a small ring): each writes a send once what it waits for has
+// landed and while it is at most the window ahead of what it has
+// received, and reads in between, so neither waits in a write while the
+// other does too, and there is no sender goroutine to wake. Such an operation allocates nothing: its plan (which
 // spans go and come, in what order) is kept per shape, its frames' headers
 // are encoded into the ring's buffers, and a context whose cancellation
 // must break the group is watched once for all the operations run on it

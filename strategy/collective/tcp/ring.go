@@ -524,6 +524,7 @@ type plan struct {
 	peerFirst bool
 	free      bool // no send waits for a receive
 	maxSend   int  // the most elements of one send
+	sendElems int  // the elements of all sends
 }
 
 // planKey is what a plan depends on: the operation without its sequence
@@ -703,6 +704,7 @@ func (g *Ring) makePlan(h collective.Header, algo uint8, pair bool) plan {
 	for i, s := range p.sends {
 		p.free = p.free && p.dep[i] < 0
 		p.maxSend = max(p.maxSend, s.hi-s.lo)
+		p.sendElems += s.hi - s.lo
 	}
 	return p
 }
@@ -829,7 +831,7 @@ func (g *Ring) runRing(ctx context.Context, h collective.Header, buf any, p plan
 	data := collective.Bytes(buf)
 	oh := wire.OpHeader{Kind: uint8(h.Kind), DType: uint8(h.DType), Op: uint8(h.Op), Root: h.Root, Length: uint64(h.Len)}
 	g.ohb = oh.Append(g.ohb[:0])
-	if g.size == 2 && p.free && p.maxSend*esz+wire.HeaderSize <= g.window() {
+	if g.pairs(p, esz) {
 		return g.runPair(h, algo, data, buf, esz, p)
 	}
 	progress := make(chan struct{}, len(p.recvs))
@@ -847,10 +849,23 @@ func (g *Ring) runRing(ctx context.Context, h collective.Header, buf any, p plan
 	return <-sendErr
 }
 
-// runPair runs an operation of two ranks whose sends wait for no receive
-// on the caller's goroutine: it writes sends while it is at most window()
-// bytes ahead of what it has received, and reads (and reduces) the peer's
-// frames in between. A sender goroutine would only add a thread to wake
+// pairs reports whether runPair runs p: two ranks, and either no send
+// waits for a receive and each fits the window, or all of them together
+// fit it (a barrier, a small ring), so that only their receives hold them.
+func (g *Ring) pairs(p plan, esz int) bool {
+	if g.size != 2 {
+		return false
+	}
+	if p.free && p.maxSend*esz+wire.HeaderSize <= g.window() {
+		return true
+	}
+	return p.sendElems*esz+len(p.sends)*wire.HeaderSize <= g.window()
+}
+
+// runPair runs an operation of two ranks (pairs) on the caller's
+// goroutine: it writes each send once the receive it waits for has landed
+// and while it is at most window() bytes ahead of what it has received,
+// and reads (and reduces) the peer's frames in between. A sender goroutine would only add a thread to wake
 // (two ranks of two threads each on two cores), and its wait frames would
 // tell next that this rank is alive while blocked on prev, which with two
 // ranks is next itself, not waiting on this rank: it has had everything
@@ -859,13 +874,17 @@ func (g *Ring) runRing(ctx context.Context, h collective.Header, buf any, p plan
 // (window): neither waits in a write while the other does too. Gathering
 // in place (pair), a rank writes a segment before it reads the peer's of
 // the same place, which overwrites it: both lists are the same spans, so
-// the window lets that segment go first.
+// the window lets that segment go first. A send that waits for a receive
+// runs only in an operation whose sends all fit the window together: then
+// only receives hold sends, as in the ring with its sender goroutine,
+// where each rank's next send waits for a frame its peer sent earlier.
 func (g *Ring) runPair(h collective.Header, algo uint8, data []byte, buf any, esz int, p plan) error {
 	win := g.window()
 	opSent := false     // the operation header goes with the first data frame: one write
 	sent, ahead := 0, 0 // sends written; their bytes beyond those received
+	landed := 0         // receives landed
 	flush := func(all bool) error {
-		for ; sent < len(p.sends); sent++ {
+		for ; sent < len(p.sends) && p.dep[sent] < landed; sent++ {
 			s := p.sends[sent]
 			n := (s.hi-s.lo)*esz + wire.HeaderSize
 			if !all && ahead+n > win {
@@ -895,12 +914,13 @@ func (g *Ring) runPair(h collective.Header, algo uint8, data []byte, buf any, es
 	if err := flush(false); err != nil {
 		return err
 	}
-	landed := func(i int) error {
+	onLanded := func(i int) error {
 		s := p.recvs[i]
 		ahead -= (s.hi-s.lo)*esz + wire.HeaderSize
+		landed = i + 1
 		return flush(false)
 	}
-	if err := g.receiver(h, algo, data, buf, esz, p, landed); err != nil {
+	if err := g.receiver(h, algo, data, buf, esz, p, onLanded); err != nil {
 		return err
 	}
 	return flush(true) // the peer has sent everything: it only reads now
