@@ -3,6 +3,7 @@ package tcp_test
 import (
 	"context"
 	"runtime"
+	"sync/atomic"
 	"testing"
 
 	"github.com/fulgur-ml/fulgur/strategy/collective"
@@ -10,21 +11,35 @@ import (
 
 // allocsPerOp runs op on both ranks of groups, iters times after a
 // warm-up, and returns the allocations of the whole process (both ranks)
-// per operation. Rank 1 runs on its own goroutine, woken by unbuffered
-// channels, which allocate nothing.
+// per operation. Rank 1 runs on its own goroutine; the two meet through
+// atomic counters and yields, not channels: a goroutine blocked on a
+// channel takes a waiter from its P's cache, and with two Ps the waiters
+// pile up on one P while the other allocates new ones.
 func allocsPerOp(t *testing.T, groups []collective.Collective, iters int, op func(r int) error) float64 {
 	t.Helper()
-	start, done := make(chan bool), make(chan error)
+	var started, finished atomic.Int64
+	var err1 error
+	stop := int64(-1)
 	go func() {
-		for range start {
-			done <- op(1)
+		for k := int64(1); ; k++ {
+			for started.Load() < k {
+				if started.Load() == stop {
+					return
+				}
+				runtime.Gosched()
+			}
+			err1 = op(1)
+			finished.Store(k)
 		}
 	}()
-	defer close(start)
+	defer started.Store(stop)
 	run := func() {
-		start <- true
+		k := started.Add(1)
 		err0 := op(0)
-		if err1 := <-done; err0 != nil || err1 != nil {
+		for finished.Load() < k {
+			runtime.Gosched()
+		}
+		if err0 != nil || err1 != nil {
 			t.Fatalf("rank 0: %v; rank 1: %v", err0, err1)
 		}
 	}
