@@ -43,14 +43,45 @@ type asyncGroup struct {
 	done    chan struct{}
 }
 
+// handle is a queued operation. It is the one allocation of an
+// asynchronous operation: the call is kept by value, not in a closure, and
+// completion is a WaitGroup, not a channel.
 type handle struct {
 	ctx  context.Context
-	run  func(ctx context.Context) error
+	call call
 	err  error
-	done chan struct{}
+	done sync.WaitGroup // Done once err is set
 }
 
-func (h *handle) Wait() error { <-h.done; return h.err }
+func (h *handle) Wait() error { h.done.Wait(); return h.err }
+
+// call is one operation on the wrapped Collective and its arguments.
+type call struct {
+	kind      Kind
+	buf, recv any
+	op        Op
+	root      int
+	fn        func(context.Context) error // anything else (Split)
+}
+
+func (c *call) run(ctx context.Context, g Collective) error {
+	if c.fn != nil {
+		return c.fn(ctx)
+	}
+	switch c.kind {
+	case KindAllReduce:
+		return g.AllReduce(ctx, c.buf, c.op)
+	case KindBroadcast:
+		return g.Broadcast(ctx, c.buf, c.root)
+	case KindAllGather:
+		return g.AllGather(ctx, c.buf, c.recv)
+	case KindReduceScatter:
+		return g.ReduceScatter(ctx, c.buf, c.recv, c.op)
+	case KindBarrier:
+		return g.Barrier(ctx)
+	}
+	return fmt.Errorf("collective: operation kind %d has no call", c.kind)
+}
 
 func (g *asyncGroup) loop() {
 	defer close(g.done)
@@ -59,11 +90,11 @@ func (g *asyncGroup) loop() {
 		if err := h.ctx.Err(); err != nil {
 			h.err = err
 		} else {
-			h.err = h.run(h.ctx)
+			h.err = h.call.run(h.ctx, g.c)
 		}
 		g.run.Unlock()
 		g.pending.Add(-1)
-		close(h.done)
+		h.done.Done()
 	}
 }
 
@@ -71,33 +102,33 @@ func (g *asyncGroup) loop() {
 // is queued or running (a hand-off to the communication goroutine and back
 // costs two goroutine wake-ups, the larger part of a small operation's
 // time), else queued behind the operations before it.
-func (g *asyncGroup) do(ctx context.Context, run func(context.Context) error) error {
+func (g *asyncGroup) do(ctx context.Context, c call) error {
 	g.mu.Lock()
 	if g.closed || g.pending.Load() > 0 {
 		g.mu.Unlock()
-		return g.submit(ctx, run).Wait()
+		return g.submit(ctx, c).Wait()
 	}
 	g.pending.Add(1)
 	g.run.Lock() // free: nothing is pending, so the loop runs nothing
 	g.mu.Unlock()
 	err := ctx.Err()
 	if err == nil {
-		err = run(ctx)
+		err = c.run(ctx, g.c)
 	}
 	g.run.Unlock()
 	g.pending.Add(-1)
 	return err
 }
 
-func (g *asyncGroup) submit(ctx context.Context, run func(context.Context) error) *handle {
-	h := &handle{ctx: ctx, run: run, done: make(chan struct{})}
+func (g *asyncGroup) submit(ctx context.Context, c call) *handle {
+	h := &handle{ctx: ctx, call: c}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
 		h.err = fmt.Errorf("collective: rank %d: %w", g.c.Rank(), ErrClosed)
-		close(h.done)
 		return h
 	}
+	h.done.Add(1)
 	g.pending.Add(1)
 	g.q <- h
 	return h
@@ -107,35 +138,35 @@ func (g *asyncGroup) Rank() int { return g.c.Rank() }
 func (g *asyncGroup) Size() int { return g.c.Size() }
 
 func (g *asyncGroup) AllReduce(ctx context.Context, buf any, op Op) error {
-	return g.do(ctx, func(ctx context.Context) error { return g.c.AllReduce(ctx, buf, op) })
+	return g.do(ctx, call{kind: KindAllReduce, buf: buf, op: op})
 }
 
 func (g *asyncGroup) AllReduceAsync(ctx context.Context, buf any, op Op) Handle {
-	return g.submit(ctx, func(ctx context.Context) error { return g.c.AllReduce(ctx, buf, op) })
+	return g.submit(ctx, call{kind: KindAllReduce, buf: buf, op: op})
 }
 
 func (g *asyncGroup) Broadcast(ctx context.Context, buf any, root int) error {
-	return g.do(ctx, func(ctx context.Context) error { return g.c.Broadcast(ctx, buf, root) })
+	return g.do(ctx, call{kind: KindBroadcast, buf: buf, root: root})
 }
 
 func (g *asyncGroup) AllGather(ctx context.Context, send, recv any) error {
-	return g.do(ctx, func(ctx context.Context) error { return g.c.AllGather(ctx, send, recv) })
+	return g.do(ctx, call{kind: KindAllGather, buf: send, recv: recv})
 }
 
 func (g *asyncGroup) AllGatherAsync(ctx context.Context, send, recv any) Handle {
-	return g.submit(ctx, func(ctx context.Context) error { return g.c.AllGather(ctx, send, recv) })
+	return g.submit(ctx, call{kind: KindAllGather, buf: send, recv: recv})
 }
 
 func (g *asyncGroup) ReduceScatter(ctx context.Context, send, recv any, op Op) error {
-	return g.do(ctx, func(ctx context.Context) error { return g.c.ReduceScatter(ctx, send, recv, op) })
+	return g.do(ctx, call{kind: KindReduceScatter, buf: send, recv: recv, op: op})
 }
 
 func (g *asyncGroup) ReduceScatterAsync(ctx context.Context, send, recv any, op Op) Handle {
-	return g.submit(ctx, func(ctx context.Context) error { return g.c.ReduceScatter(ctx, send, recv, op) })
+	return g.submit(ctx, call{kind: KindReduceScatter, buf: send, recv: recv, op: op})
 }
 
 func (g *asyncGroup) Barrier(ctx context.Context) error {
-	return g.do(ctx, func(ctx context.Context) error { return g.c.Barrier(ctx) })
+	return g.do(ctx, call{kind: KindBarrier})
 }
 
 // Split runs the wrapped Collective's Split in its place among this
@@ -146,11 +177,11 @@ func (g *asyncGroup) Split(ctx context.Context, color, key int) (Collective, err
 		return nil, fmt.Errorf("collective: split: %T cannot split its group (it does not implement collective.Splitter)", g.c)
 	}
 	var sub Collective
-	err := g.do(ctx, func(ctx context.Context) error {
+	err := g.do(ctx, call{fn: func(ctx context.Context) error {
 		var err error
 		sub, err = s.Split(ctx, color, key)
 		return err
-	})
+	}})
 	return sub, err
 }
 

@@ -37,8 +37,13 @@ type Config struct {
 	// SmallBytes is the largest all-reduce, in bytes, that sends whole
 	// buffers round the ring and has every rank reduce them in rank order:
 	// n-1 steps of latency instead of the ring's 2(n-1), for n-1 buffer
-	// lengths sent instead of 2(n-1)/n. 0: 256 KiB; negative: always the
-	// ring. Every rank must use the same value.
+	// lengths sent instead of 2(n-1)/n. With two ranks both send one
+	// buffer length, so gathering costs only the reduction of the whole
+	// buffer instead of half of it, and saves a step at every size up to
+	// where that reduction outweighs it. 0: DefaultSmallBytes (256 KiB),
+	// or DefaultPairBytes (4 MiB) in a group of two ranks; negative: always
+	// the ring. Every rank must use the same value: ranks that pick
+	// different algorithms fail the all-reduce with collective.ErrMismatch.
 	SmallBytes int
 
 	// wrap, set only by this package's tests, wraps the ring's connections
@@ -77,6 +82,16 @@ func (c *Config) Validate() error {
 // DefaultSmallBytes is Config.SmallBytes's default.
 const DefaultSmallBytes = 256 << 10
 
+// DefaultPairBytes is Config.SmallBytes's default for a group of two
+// ranks. Gathering pays the reduction of the other half of the buffer
+// (overlapped with its arrival) to save the ring's second step: a link
+// latency and a turnaround, and, on the caller's goroutine, the sender
+// goroutine's wake-ups. Two ranks over loopback on a shared 2-core machine
+// took 10-35% less time gathering at every size from 256 KiB to 8 MiB
+// (load average 2.5-5); in one earlier run the ring won at 25 MiB. 4 MiB
+// keeps to the sizes measured more than once.
+const DefaultPairBytes = 4 << 20
+
 func (c *Config) setRingDefaults() {
 	if c.SegmentBytes <= 0 {
 		c.SegmentBytes = 512 << 10
@@ -90,5 +105,8 @@ func (c *Config) setRingDefaults() {
 	}
 	if c.SmallBytes == 0 {
 		c.SmallBytes = DefaultSmallBytes
+		if c.Size == 2 {
+			c.SmallBytes = DefaultPairBytes
+		}
 	}
 }

@@ -16,12 +16,30 @@
 // goroutine forwards each segment as soon as it has been reduced, while the
 // calling goroutine receives and reduces the next (reading straight into the
 // caller's buffer where a segment is copied, into one segment of scratch
-// where it is reduced). An all-reduce of at most Config.SmallBytes (256 KiB)
-// instead sends every rank's whole buffer round the ring and has each rank
-// reduce the n buffers in rank order: n-1 steps of latency instead of
-// 2(n-1), which is what small messages pay for. The operation header frame
-// names the algorithm, so ranks that would pick differently fail with
-// collective.ErrMismatch. Broadcast is a pipelined
+// where it is reduced). An all-reduce of at most Config.SmallBytes (256 KiB;
+// 4 MiB with two ranks) instead sends every rank's whole buffer round the
+// ring and has each rank reduce the n buffers in rank order: n-1 steps of
+// latency instead of 2(n-1), which is what small messages pay for. With two
+// ranks that is one step instead of two for the same bytes sent, and it
+// runs in place: each rank sends its own buffer and reduces the other's
+// into it as it lands, read by read, with no copy (the ring reduces its
+// received segments the same way). For Sum and Mean the result is the
+// ring's to the bit (a+b is b+a, then one division). The operation header
+// frame names the algorithm, so ranks that would pick differently fail
+// with collective.ErrMismatch.
+//
+// Two ranks run an operation on the caller's goroutine when its sends wait
+// for no receive (gathering whole buffers, an all-gather, a broadcast) or
+// all fit a window (an eighth of the kernel send buffer) together (a
+// barrier, a small ring): each writes a send once what it waits for has
+// landed and while it is at most the window ahead of what it has
+// received, and reads in between, so neither waits in a write while the
+// other does too, and there is no sender goroutine to wake. Such an operation allocates nothing: its plan (which
+// spans go and come, in what order) is kept per shape, its frames' headers
+// are encoded into the ring's buffers, and a context whose cancellation
+// must break the group is watched once for all the operations run on it
+// (an operation with a sender goroutine still allocates its goroutine,
+// channels and ticker). Broadcast is a pipelined
 // chain from the root. Each operation starts with a header frame (kind,
 // dtype, op, root, length, sequence number) that every rank checks against
 // its predecessor's, so mismatched calls fail with collective.ErrMismatch.

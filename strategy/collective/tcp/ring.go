@@ -71,17 +71,30 @@ type Ring struct {
 
 	seq     uint64
 	hb      []byte
-	whb     []byte    // headers of the frames of one write
-	wbufs   [4][]byte // their headers and payloads
-	scratch []byte    // one segment, 8-byte aligned
+	whb     []byte      // headers of the frames of one write
+	wbufs   [4][]byte   // their headers and payloads
+	wnb     net.Buffers // what out writes (a field: &wnb does not escape per write)
+	ohb     []byte      // the operation header's payload, sent
+	rohb    [32]byte    // and received
+	plans   map[planKey]plan
+	scratch []byte // one segment, 8-byte aligned
 	work32  []float32
 	work64  []float64
 	gath32  []float32 // the gather path's n whole buffers
 	gath64  []float64
-	// inlineMax is the most bytes an operation of two ranks writes on the
-	// caller's goroutine before reading (see runRing): a quarter of next's
-	// kernel send buffer, so such a write never waits for the peer to read.
+	// inlineMax is the most bytes of two ranks' operation that may be on
+	// the way from one to the other, unread, when both run on their
+	// callers' goroutines (runPair): a quarter of next's kernel send
+	// buffer, so such a write never waits for the peer to read.
 	inlineMax int
+
+	// The context whose cancellation breaks the group during an operation
+	// (watch): registered once for all the operations on one context, as
+	// ddp passes the same one every step (context.AfterFunc allocates).
+	watchDone <-chan struct{} // under mu
+	unwatch   func() bool     // under mu
+	watchGen  uint64          // under mu
+	activeGen atomic.Uint64   // watchGen of the running operation, 0 outside one
 
 	mu       sync.Mutex
 	broken   *cause
@@ -466,6 +479,12 @@ func (g *Ring) Close() error {
 		<-g.readerDone
 	}
 	g.breakGroup(cause{-1, fmt.Errorf("%w: rank %d closed its group", collective.ErrClosed, g.rank)})
+	g.mu.Lock()
+	if g.unwatch != nil {
+		g.unwatch() // the context may outlive the group: let go of it
+		g.unwatch, g.watchDone = nil, nil
+	}
+	g.mu.Unlock()
 	return g.rv.Close()
 }
 
@@ -500,6 +519,40 @@ type plan struct {
 	sends []span
 	dep   []int // dep[i] >= 0: recvs[dep[i]] must land before sends[i] leaves
 	recvs []span
+	// peerFirst: the received values are the lower rank's, the first
+	// operand of the reduction (two ranks gathering whole buffers).
+	peerFirst bool
+	free      bool // no send waits for a receive
+	maxSend   int  // the most elements of one send
+	sendElems int  // the elements of all sends
+}
+
+// planKey is what a plan depends on: the operation without its sequence
+// number, and how it runs.
+type planKey struct {
+	h    collective.Header
+	algo uint8
+	pair bool
+}
+
+// maxPlans bounds the plans a ring keeps: a training step runs the same
+// few shapes over and over, a program that runs more starts again.
+const maxPlans = 64
+
+// plan returns the plan of h run by algo, built once per shape: building
+// one allocates its span lists.
+func (g *Ring) plan(h collective.Header, algo uint8, pair bool) plan {
+	h.Seq = 0
+	k := planKey{h, algo, pair}
+	if p, ok := g.plans[k]; ok {
+		return p
+	}
+	p := g.makePlan(h, algo, pair)
+	if g.plans == nil || len(g.plans) >= maxPlans {
+		g.plans = make(map[planKey]plan)
+	}
+	g.plans[k] = p
+	return p
 }
 
 func (g *Ring) do(ctx context.Context, kind collective.Kind, send, recv any, op collective.Op, root int) error {
@@ -520,7 +573,12 @@ func (g *Ring) do(ctx context.Context, kind collective.Kind, send, recv any, op 
 	}
 	buf := send // the buffer the ring works on
 	algo := g.algorithm(h)
+	pair := algo == algoGather && g.pairGather(h)
 	switch {
+	case pair:
+		// Each rank sends its own buffer and reduces the other's into it
+		// as it lands (runPair writes a segment before it reads the one
+		// that overwrites it): no copy, no workspace.
 	case algo == algoGather:
 		buf = g.gatherSpace(send)
 		lo := g.rank * h.Len
@@ -536,11 +594,12 @@ func (g *Ring) do(ctx context.Context, kind collective.Kind, send, recv any, op 
 		buf = []float32{}
 	}
 	if g.size > 1 {
-		if err := g.runRing(ctx, h, buf, g.makePlan(h, algo), algo); err != nil {
+		if err := g.runRing(ctx, h, buf, g.plan(h, algo, pair), algo); err != nil {
 			return err
 		}
 	}
 	switch {
+	case pair: // reduced as it landed
 	case algo == algoGather:
 		// Every rank reduces the same n buffers in rank order: the same bits
 		// everywhere.
@@ -588,6 +647,22 @@ func (g *Ring) algorithm(h collective.Header) uint8 {
 	return algoRing
 }
 
+// window is the most bytes of its own data frames a rank of two may have
+// written beyond those it has received (runPair): as the peer keeps the
+// same rule, at most twice that, inlineMax, is ever unread on the way, and
+// the kernel takes it without the peer reading.
+func (g *Ring) window() int { return g.inlineMax / 2 }
+
+// pairGather reports whether the all-reduce h, gathering whole buffers
+// between two ranks, runs in place (runPair, which needs each segment to
+// fit the window); otherwise it runs as for n ranks, from a copy in the
+// gather workspace, and reduces once everything has landed. Both send the
+// same frames.
+func (g *Ring) pairGather(h collective.Header) bool {
+	esz := h.DType.Size()
+	return g.size == 2 && min(max(g.cfg.SegmentBytes/esz, 1), h.Len)*esz+wire.HeaderSize <= g.window()
+}
+
 // gatherSpace returns room for Size buffers like like, one after another.
 func (g *Ring) gatherSpace(like any) any {
 	switch b := like.(type) {
@@ -623,7 +698,20 @@ func (g *Ring) workspace(like any) any {
 	return nil
 }
 
-func (g *Ring) makePlan(h collective.Header, algo uint8) plan {
+func (g *Ring) makePlan(h collective.Header, algo uint8, pair bool) plan {
+	p := g.spans(h, algo, pair)
+	p.free = true
+	for i, s := range p.sends {
+		p.free = p.free && p.dep[i] < 0
+		p.maxSend = max(p.maxSend, s.hi-s.lo)
+		p.sendElems += s.hi - s.lo
+	}
+	return p
+}
+
+// spans lays out the frames of h run by algo: what each rank sends and
+// receives, in order.
+func (g *Ring) spans(h collective.Header, algo uint8, pair bool) plan {
 	n, r, N := g.size, g.rank, h.Len
 	esz := 4
 	if h.DType == collective.Float64 {
@@ -637,6 +725,9 @@ func (g *Ring) makePlan(h collective.Header, algo uint8) plan {
 		if algo == algoGather { // block c is rank c's whole buffer
 			lo, hi = c*N, (c+1)*N
 		}
+		if pair { // in place: every rank's buffer is buf
+			lo, hi = 0, N
+		}
 		if lo == hi {
 			return []span{{lo, hi, reduce, scale}} // an empty frame still synchronises
 		}
@@ -647,6 +738,18 @@ func (g *Ring) makePlan(h collective.Header, algo uint8) plan {
 		return out
 	}
 	var p plan
+	if pair {
+		// Two ranks, each sending its own buffer whole and reducing the
+		// other's into it, segment by segment, in rank order.
+		p.sends = chunk(r, false, false)
+		p.dep = make([]int, len(p.sends))
+		for i := range p.dep {
+			p.dep[i] = -1
+		}
+		p.recvs = chunk(1-r, true, h.Op == collective.Mean)
+		p.peerFirst = r == 1
+		return p
+	}
 	var first []span
 	last := 0 // spans received in the final step: nothing is sent after them
 	kind := h.Kind
@@ -717,49 +820,27 @@ func (g *Ring) makePlan(h collective.Header, algo uint8) plan {
 
 // runRing moves one operation's frames: a sender goroutine streams p.sends
 // to the next rank, each as soon as the span it depends on has landed, while
-// this goroutine reads p.recvs from the previous rank.
+// this goroutine reads p.recvs from the previous rank; or, between two
+// ranks, runPair.
 func (g *Ring) runRing(ctx context.Context, h collective.Header, buf any, p plan, algo uint8) error {
-	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, func() {
-			g.breakGroup(cause{-1, fmt.Errorf("rank %d gave up: %w", g.rank, ctx.Err())})
-		})
-		defer stop()
+	if err := g.watch(ctx, h); err != nil {
+		return err
 	}
-	esz := 4
-	if h.DType == collective.Float64 {
-		esz = 8
-	}
+	defer g.activeGen.Store(0)
+	esz := h.DType.Size()
 	data := collective.Bytes(buf)
-	progress := make(chan struct{}, len(p.recvs))
-	if g.inline(p, esz) {
-		// Two ranks, and every send leaves at once: write them here, then
-		// read. A sender goroutine would only add a thread to wake (two
-		// ranks of two threads each on two cores), and its wait frames
-		// tell next that this rank is alive while blocked on prev, which
-		// with two ranks is next itself, not waiting on this rank: it has
-		// had everything this rank sends.
-		oh := wire.OpHeader{Kind: uint8(h.Kind), DType: uint8(h.DType), Op: uint8(h.Op), Root: h.Root, Length: uint64(h.Len)}
-		frames := []frame{{wire.KindOp, algo, oh.Encode()}} // with the first data frame: one write
-		for _, s := range p.sends {
-			frames = append(frames, frame{wire.KindData, 0, data[s.lo*esz : s.hi*esz]})
-			if err := g.writeFrames(h.Seq, frames...); err != nil {
-				return g.sendFailed(h, g.writeErr(err), nil)
-			}
-			frames = frames[:0]
-		}
-		if len(frames) > 0 { // no data to send
-			if err := g.writeFrames(h.Seq, frames...); err != nil {
-				return g.sendFailed(h, g.writeErr(err), nil)
-			}
-		}
-		return g.receiver(h, algo, data, buf, esz, p, progress)
+	oh := wire.OpHeader{Kind: uint8(h.Kind), DType: uint8(h.DType), Op: uint8(h.Op), Root: h.Root, Length: uint64(h.Len)}
+	g.ohb = oh.Append(g.ohb[:0])
+	if g.pairs(p, esz) {
+		return g.runPair(h, algo, data, buf, esz, p)
 	}
+	progress := make(chan struct{}, len(p.recvs))
 	quit, finished := make(chan struct{}), make(chan struct{})
 	sendErr := make(chan error, 1)
-	oh := wire.OpHeader{Kind: uint8(h.Kind), DType: uint8(h.DType), Op: uint8(h.Op), Root: h.Root, Length: uint64(h.Len)}
-	go func() { sendErr <- g.sender(h, oh, algo, data, esz, p, progress, quit, finished) }()
+	go func() { sendErr <- g.sender(h, g.ohb, algo, data, esz, p, progress, quit, finished) }()
 
-	if err := g.receiver(h, algo, data, buf, esz, p, progress); err != nil {
+	landed := func(int) error { progress <- struct{}{}; return nil }
+	if err := g.receiver(h, algo, data, buf, esz, p, landed); err != nil {
 		close(quit)
 		<-sendErr
 		return err
@@ -768,11 +849,121 @@ func (g *Ring) runRing(ctx context.Context, h collective.Header, buf any, p plan
 	return <-sendErr
 }
 
+// pairs reports whether runPair runs p: two ranks, and either no send
+// waits for a receive and each fits the window, or all of them together
+// fit it (a barrier, a small ring), so that only their receives hold them.
+func (g *Ring) pairs(p plan, esz int) bool {
+	if g.size != 2 {
+		return false
+	}
+	if p.free && p.maxSend*esz+wire.HeaderSize <= g.window() {
+		return true
+	}
+	return p.sendElems*esz+len(p.sends)*wire.HeaderSize <= g.window()
+}
+
+// runPair runs an operation of two ranks (pairs) on the caller's
+// goroutine: it writes each send once the receive it waits for has landed
+// and while it is at most window() bytes ahead of what it has received,
+// and reads (and reduces) the peer's frames in between. A sender goroutine would only add a thread to wake
+// (two ranks of two threads each on two cores), and its wait frames would
+// tell next that this rank is alive while blocked on prev, which with two
+// ranks is next itself, not waiting on this rank: it has had everything
+// this rank could send. Both ranks keep to the window, so what is on the
+// way unread stays within what the kernel takes without the peer reading
+// (window): neither waits in a write while the other does too. Gathering
+// in place (pair), a rank writes a segment before it reads the peer's of
+// the same place, which overwrites it: both lists are the same spans, so
+// the window lets that segment go first. A send that waits for a receive
+// runs only in an operation whose sends all fit the window together: then
+// only receives hold sends, as in the ring with its sender goroutine,
+// where each rank's next send waits for a frame its peer sent earlier.
+func (g *Ring) runPair(h collective.Header, algo uint8, data []byte, buf any, esz int, p plan) error {
+	win := g.window()
+	opSent := false     // the operation header goes with the first data frame: one write
+	sent, ahead := 0, 0 // sends written; their bytes beyond those received
+	landed := 0         // receives landed
+	flush := func(all bool) error {
+		for ; sent < len(p.sends) && p.dep[sent] < landed; sent++ {
+			s := p.sends[sent]
+			n := (s.hi-s.lo)*esz + wire.HeaderSize
+			if !all && ahead+n > win {
+				break
+			}
+			d := frame{wire.KindData, 0, data[s.lo*esz : s.hi*esz]}
+			var err error
+			if opSent {
+				err = g.writeFrames(h.Seq, d)
+			} else {
+				err = g.writeFrames(h.Seq, frame{wire.KindOp, algo, g.ohb}, d)
+				opSent = true
+			}
+			if err != nil {
+				return g.sendFailed(h, g.writeErr(err), nil)
+			}
+			ahead += n
+		}
+		if !opSent { // no data to send
+			opSent = true
+			if err := g.writeFrames(h.Seq, frame{wire.KindOp, algo, g.ohb}); err != nil {
+				return g.sendFailed(h, g.writeErr(err), nil)
+			}
+		}
+		return nil
+	}
+	if err := flush(false); err != nil {
+		return err
+	}
+	onLanded := func(i int) error {
+		s := p.recvs[i]
+		ahead -= (s.hi-s.lo)*esz + wire.HeaderSize
+		landed = i + 1
+		return flush(false)
+	}
+	if err := g.receiver(h, algo, data, buf, esz, p, onLanded); err != nil {
+		return err
+	}
+	return flush(true) // the peer has sent everything: it only reads now
+}
+
+// watch makes the cancellation of ctx during this operation break the
+// group (a blocked read or write would otherwise wait for the timeout).
+// One registration serves every operation on the same context; a
+// cancellation between operations breaks nothing, and the next operation
+// fails on the context's error.
+func (g *Ring) watch(ctx context.Context, h collective.Header) error {
+	done := ctx.Done()
+	if done == nil {
+		return nil
+	}
+	g.mu.Lock()
+	if done != g.watchDone {
+		if g.unwatch != nil {
+			g.unwatch()
+		}
+		g.watchGen++
+		gen := g.watchGen
+		g.watchDone = done
+		g.unwatch = context.AfterFunc(ctx, func() {
+			if g.activeGen.Load() == gen {
+				g.breakGroup(cause{-1, fmt.Errorf("rank %d gave up: %w", g.rank, ctx.Err())})
+			}
+		})
+	}
+	g.activeGen.Store(g.watchGen)
+	g.mu.Unlock()
+	// Cancelled before the store, its callback found no operation.
+	if err := ctx.Err(); err != nil {
+		return g.opErr(h, g.breakGroup(cause{-1, fmt.Errorf("rank %d gave up: %w", g.rank, err)}))
+	}
+	return nil
+}
+
 // sender streams p.sends to the next rank. While it waits for a span to land
 // or, its sends done, for the receiver to finish, it sends a wait frame every
 // quarter timeout: this rank is alive and blocked on its predecessor, so the
 // next rank must not time out on it (see the package doc, Faults).
-func (g *Ring) sender(h collective.Header, oh wire.OpHeader, algo uint8, data []byte, esz int, p plan, progress, quit, finished <-chan struct{}) error {
+func (g *Ring) sender(h collective.Header, ohb []byte, algo uint8, data []byte, esz int, p plan, progress, quit, finished <-chan struct{}) error {
 	fail := func(err error) error { return g.sendFailed(h, err, quit) }
 	tick := time.NewTicker(max(g.cfg.Timeout/4, time.Millisecond))
 	defer tick.Stop()
@@ -791,7 +982,7 @@ func (g *Ring) sender(h collective.Header, oh wire.OpHeader, algo uint8, data []
 	}
 	// The operation header goes out with the first data frame when that
 	// one waits for nothing: one write, and one wake-up of the receiver.
-	frames := []frame{{wire.KindOp, algo, oh.Encode()}}
+	frames := []frame{{wire.KindOp, algo, ohb}}
 	first := 0
 	if len(p.sends) > 0 && p.dep[0] < 0 {
 		s := p.sends[0]
@@ -843,23 +1034,6 @@ func (g *Ring) sendFailed(h collective.Header, err error, quit <-chan struct{}) 
 	return g.opErr(h, g.breakGroup(cause{g.nextRank(), err}))
 }
 
-// inline reports whether runRing writes p's sends on the caller's
-// goroutine before reading: two ranks, no send waiting for a receive, and
-// few enough bytes that the kernel takes them without the peer reading.
-func (g *Ring) inline(p plan, esz int) bool {
-	if g.size != 2 {
-		return false
-	}
-	n := 0
-	for i, s := range p.sends {
-		if p.dep[i] >= 0 {
-			return false
-		}
-		n += (s.hi-s.lo)*esz + wire.HeaderSize
-	}
-	return n+2*wire.HeaderSize+64 <= g.inlineMax
-}
-
 func (g *Ring) writeErr(err error) error {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		return fmt.Errorf("%w: rank %d accepted no data for %v", collective.ErrTimeout, g.nextRank(), g.cfg.Timeout)
@@ -885,19 +1059,21 @@ func (g *Ring) writeFrames(seq uint64, fs ...frame) error {
 	if g.midFrame {
 		return net.ErrClosed
 	}
-	bufs := net.Buffers(g.wbufs[:0])
+	bufs := g.wbufs[:0]
 	for i, f := range fs {
 		hb := g.whb[i*wire.HeaderSize : (i+1)*wire.HeaderSize]
 		wire.PutHeader(hb, wire.Header{Kind: f.kind, Code: f.code, Seq: seq, Length: uint32(len(f.payload))})
 		bufs = append(bufs, hb, f.payload)
 	}
+	g.wnb = bufs
+	defer clear(g.wbufs[:]) // hold no caller's buffer
 	g.next.SetWriteDeadline(time.Now().Add(g.cfg.Timeout))
 	// Re-check after arming the deadline: breakGroup and Close kick the
 	// deadline only after setting their flags, so one of the two sees it.
 	if g.closing.Load() || g.brokenCause() != nil {
 		return net.ErrClosed
 	}
-	n, err := g.out(&bufs)
+	n, err := g.out(&g.wnb)
 	if err != nil && (n > 0 || rawTCP(g.next) != nil) {
 		// Part of the frame went out; or, over TLS, the write may have put
 		// part of a record on the wire even when it reports none, and the
@@ -931,7 +1107,10 @@ func (g *Ring) checkFrame(h collective.Header, hdr wire.Header, prev int, fail f
 	return hdr, nil
 }
 
-func (g *Ring) receiver(h collective.Header, algo uint8, data []byte, buf any, esz int, p plan, progress chan<- struct{}) error {
+// receiver reads the operation's frames from prev: its header, checked
+// against this rank's, then p.recvs, calling landed with the index of each
+// as it lands.
+func (g *Ring) receiver(h collective.Header, algo uint8, data []byte, buf any, esz int, p plan, landed func(int) error) error {
 	prev := g.prevRank()
 	fail := func(c cause) error { return g.opErr(h, g.breakGroup(c)) }
 	readErr := func(what string, err error) error {
@@ -994,7 +1173,12 @@ func (g *Ring) receiver(h collective.Header, algo uint8, data []byte, buf any, e
 	if hdr.Kind != wire.KindOp {
 		return fail(cause{prev, fmt.Errorf("%w: rank %d sent %s before the operation header", collective.ErrPeerLost, prev, hdr.Kind)})
 	}
-	pl := make([]byte, hdr.Length)
+	pl := g.rohb[:0]
+	if int(hdr.Length) <= len(g.rohb) {
+		pl = g.rohb[:hdr.Length]
+	} else {
+		pl = make([]byte, hdr.Length) // DecodeOpHeader says what is wrong with it
+	}
 	if _, err := io.ReadFull(g.in, pl); err != nil {
 		return readErr("operation header", err)
 	}
@@ -1011,7 +1195,7 @@ func (g *Ring) receiver(h collective.Header, algo uint8, data []byte, buf any, e
 			collective.ErrMismatch, prev, h, algoName(hdr.Code), g.rank, algoName(algo))})
 	}
 
-	for _, s := range p.recvs {
+	for i, s := range p.recvs {
 		hdr, err := next("data")
 		if err != nil {
 			return err
@@ -1024,24 +1208,57 @@ func (g *Ring) receiver(h collective.Header, algo uint8, data []byte, buf any, e
 			if _, err := io.ReadFull(g.in, data[s.lo*esz:s.hi*esz]); err != nil {
 				return readErr("data", err)
 			}
-		} else {
-			if _, err := io.ReadFull(g.in, g.scratch[:want]); err != nil {
-				return readErr("data", err)
-			}
-			switch b := buf.(type) {
-			case []float32:
-				collective.ReduceInto(b[s.lo:s.hi], unsafe.Slice((*float32)(unsafe.Pointer(&g.scratch[0])), s.hi-s.lo), h.Op)
-				if s.scale {
-					collective.Scale(b[s.lo:s.hi], g.size)
-				}
-			case []float64:
-				collective.ReduceInto(b[s.lo:s.hi], unsafe.Slice((*float64)(unsafe.Pointer(&g.scratch[0])), s.hi-s.lo), h.Op)
-				if s.scale {
-					collective.Scale(b[s.lo:s.hi], g.size)
-				}
-			}
+		} else if err := g.readReduce(buf, s, esz, h.Op, p.peerFirst); err != nil {
+			return readErr("data", err)
 		}
-		progress <- struct{}{}
+		if err := landed(i); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// readReduce reads span s's payload from prev into scratch and reduces it
+// into buf read by read, as it lands: the reduction of a segment overlaps
+// its arrival instead of following it. Element by element, the same
+// operations in the same order as reducing it whole: the same bits.
+func (g *Ring) readReduce(buf any, s span, esz int, op collective.Op, peerFirst bool) error {
+	want := (s.hi - s.lo) * esz
+	got, done := 0, 0 // bytes read, elements reduced
+	for got < want {
+		n, err := g.in.Read(g.scratch[got:want])
+		got += n
+		if k := got / esz; k > done {
+			switch b := buf.(type) {
+			case []float32:
+				reduceLanded(b[s.lo:s.hi], g.scratch, done, k, op, peerFirst, s.scale, g.size)
+			case []float64:
+				reduceLanded(b[s.lo:s.hi], g.scratch, done, k, op, peerFirst, s.scale, g.size)
+			}
+			done = k
+		}
+		if err != nil && got < want {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// reduceLanded reduces elements lo..hi of a span that have landed in
+// scratch into dst, the span's place in the buffer, with the lower rank's
+// values first; scale: divide them by n (Mean, once summed).
+func reduceLanded[T collective.Float](dst []T, scratch []byte, lo, hi int, op collective.Op, peerFirst, scale bool, n int) {
+	src := unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(scratch))), len(dst))[lo:hi]
+	d := dst[lo:hi]
+	if peerFirst {
+		collective.ReduceTo(d, src, d, op)
+	} else {
+		collective.ReduceInto(d, src, op)
+	}
+	if scale {
+		collective.Scale(d, n)
+	}
 }

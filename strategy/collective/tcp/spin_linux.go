@@ -37,6 +37,20 @@ import (
 type spinConn struct {
 	c  *net.TCPConn
 	rc syscall.RawConn
+
+	// One read and one write run at a time (the ring's receiver reads,
+	// writes hold its wmu): their arguments and results live here, so the
+	// functions handed to the RawConn are built once, not per call (a
+	// closure over a call's locals is an allocation each time).
+	rp     []byte
+	rn     int
+	rerr   error
+	readFn func(fd uintptr) bool
+	iov    [][]byte
+	vecs   [8]unix.Iovec
+	wn     int
+	werr   error
+	wrFn   func(fd uintptr) bool
 }
 
 // spinning returns c's spinning reader and writer (spinConn), or nils when
@@ -51,7 +65,15 @@ func spinning(c conn) (io.Reader, func(*net.Buffers) (int64, error)) {
 	if err != nil {
 		return nil, nil
 	}
-	s := &spinConn{c: t, rc: rc}
+	s := &spinConn{c: t, rc: rc, iov: make([][]byte, 0, 8)}
+	s.readFn = func(fd uintptr) bool {
+		s.rn, s.rerr = unix.Read(int(fd), s.rp)
+		return true // never park here
+	}
+	s.wrFn = func(fd uintptr) bool {
+		s.wn, s.werr = s.writev(int(fd))
+		return true
+	}
 	return s, s.writeBuffers
 }
 
@@ -122,13 +144,11 @@ func (s *spinConn) Read(p []byte) (int, error) {
 		return s.c.Read(p)
 	}
 	var sp spinner
+	s.rp = p
+	defer func() { s.rp = nil }()
 	for {
-		var n int
-		var serr error
-		err := s.rc.Read(func(fd uintptr) bool {
-			n, serr = unix.Read(int(fd), p)
-			return true // never park here
-		})
+		err := s.rc.Read(s.readFn)
+		n, serr := s.rn, s.rerr
 		switch {
 		case err != nil: // deadline passed, or closed
 			return 0, err
@@ -155,24 +175,20 @@ func (s *spinConn) writeBuffers(bufs *net.Buffers) (int64, error) {
 	}
 	var total int64
 	var sp spinner
-	iov := make([][]byte, 0, 8)
+	defer func() { clear(s.iov[:cap(s.iov)]); clear(s.vecs[:]) }() // hold no caller's buffer
 	for len(*bufs) > 0 {
-		iov = iov[:0]
+		s.iov = s.iov[:0]
 		for _, b := range *bufs {
 			if len(b) > 0 {
-				iov = append(iov, b)
+				s.iov = append(s.iov, b)
 			}
 		}
-		if len(iov) == 0 {
+		if len(s.iov) == 0 {
 			*bufs = (*bufs)[:0]
 			break
 		}
-		var n int
-		var serr error
-		err := s.rc.Write(func(fd uintptr) bool {
-			n, serr = writev(int(fd), iov)
-			return true
-		})
+		err := s.rc.Write(s.wrFn)
+		n, serr := s.wn, s.werr
 		if err != nil {
 			return total, err
 		}
@@ -196,14 +212,19 @@ func (s *spinConn) writeBuffers(bufs *net.Buffers) (int64, error) {
 	return total, nil
 }
 
-// writev is writev(2) without the race detector's annotations that
+// writev is writev(2) of s.iov without the race detector's annotations that
 // unix.Writev adds, as the standard library's own writev (net.Buffers on a
 // connection) has none: a ring receives into a buffer it sent from, data
 // its peer could send only after reading it, an order the network makes
 // and the detector cannot see (it reported the receive as racing with the
 // send).
-func writev(fd int, iov [][]byte) (int, error) {
-	vecs := make([]unix.Iovec, len(iov))
+func (s *spinConn) writev(fd int) (int, error) {
+	iov := s.iov
+	vecs := s.vecs[:0]
+	if len(iov) > len(s.vecs) {
+		vecs = make([]unix.Iovec, 0, len(iov))
+	}
+	vecs = vecs[:len(iov)]
 	for i, b := range iov {
 		vecs[i].Base = &b[0]
 		vecs[i].SetLen(len(b))

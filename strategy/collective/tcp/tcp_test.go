@@ -236,22 +236,27 @@ func TestConformanceSmallBytes(t *testing.T) {
 func TestSmallBytesMismatch(t *testing.T) {
 	cfgs := configs(t, 3)
 	cfgs[1].SmallBytes = -1
-	cs := build(t, cfgs)
+	for r, err := range allReduceErrs(build(t, cfgs), 10) {
+		if !errors.Is(err, collective.ErrMismatch) || !strings.Contains(err.Error(), "SmallBytes") {
+			t.Errorf("rank %d: got %v, want ErrMismatch naming SmallBytes", r, err)
+		}
+	}
+}
+
+// allReduceErrs runs a float32 sum of n zeros on every rank of cs at once
+// and returns each rank's error.
+func allReduceErrs(cs []collective.Collective, n int) []error {
 	errs := make([]error, len(cs))
 	var wg sync.WaitGroup
 	for r, c := range cs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[r] = c.AllReduce(context.Background(), make([]float32, 10), collective.Sum)
+			errs[r] = c.AllReduce(context.Background(), make([]float32, n), collective.Sum)
 		}()
 	}
 	wg.Wait()
-	for r, err := range errs {
-		if !errors.Is(err, collective.ErrMismatch) || !strings.Contains(err.Error(), "SmallBytes") {
-			t.Errorf("rank %d: got %v, want ErrMismatch naming SmallBytes", r, err)
-		}
-	}
+	return errs
 }
 
 // BenchmarkAllReduceSizes times float32 sums over 2 and 4 ranks in this

@@ -269,8 +269,12 @@ type OpHeader struct {
 }
 
 // Encode returns the frame payload.
-func (o OpHeader) Encode() []byte {
-	var e enc
+func (o OpHeader) Encode() []byte { return o.Append(nil) }
+
+// Append appends the frame payload to b (a backend reuses one buffer for
+// every operation's header).
+func (o OpHeader) Append(b []byte) []byte {
+	e := enc{b: b}
 	e.b = append(e.b, o.Kind, o.DType, o.Op)
 	e.i32(o.Root)
 	e.u64(o.Length)
