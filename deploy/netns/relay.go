@@ -91,7 +91,12 @@ func openPacket(ifname string) (int, error) {
 	if err != nil {
 		return -1, err
 	}
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(ethPAll)))
+	// Protocol 0: no frame until bind names the protocol and the
+	// interface together. A socket made for every protocol receives
+	// from every interface of the namespace until it is bound, and would
+	// relay what it took then (another program's loopback traffic) into
+	// a node.
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return -1, fmt.Errorf("AF_PACKET socket: %w", err)
 	}
