@@ -17,46 +17,47 @@ import (
 	"github.com/fulgur-ml/fulgur/deploy/netns"
 )
 
-// udpIn opens a UDP socket inside namespace ns, bound to addr:port: a
-// socket keeps the namespace it was made in.
-func udpIn(t *testing.T, ns, addr string, port int) int {
-	t.Helper()
-	type res struct {
-		fd  int
-		err error
-	}
-	done := make(chan res, 1)
+// inNS runs f on an OS thread inside namespace ns: a socket keeps the
+// namespace it was made in, whichever thread uses it later.
+func inNS(ns string, f func() error) error {
+	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // not unlocked: the thread, in ns, ends with the goroutine
 		nsfd, err := unix.Open("/var/run/netns/"+ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			done <- res{-1, err}
+			done <- err
 			return
 		}
 		defer unix.Close(nsfd)
 		if err := unix.Setns(nsfd, unix.CLONE_NEWNET); err != nil {
-			done <- res{-1, fmt.Errorf("enter %s: %w", ns, err)}
+			done <- fmt.Errorf("enter %s: %w", ns, err)
 			return
 		}
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			done <- res{-1, err}
-			return
-		}
-		ip := netip.MustParseAddr(addr).As4()
-		if err := unix.Bind(fd, &unix.SockaddrInet4{Port: port, Addr: ip}); err != nil {
-			unix.Close(fd)
-			done <- res{-1, fmt.Errorf("bind %s:%d in %s: %w", addr, port, ns, err)}
-			return
-		}
-		done <- res{fd, nil}
+		done <- f()
 	}()
-	r := <-done
-	if r.err != nil {
-		t.Fatal(r.err)
+	return <-done
+}
+
+// udpIn opens a UDP socket inside namespace ns, bound to addr:port.
+func udpIn(t *testing.T, ns, addr string, port int) int {
+	t.Helper()
+	fd := -1
+	err := inNS(ns, func() (err error) {
+		if fd, err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0); err != nil {
+			return err
+		}
+		if err := unix.Bind(fd, &unix.SockaddrInet4{Port: port, Addr: netip.MustParseAddr(addr).As4()}); err != nil {
+			return fmt.Errorf("bind %s:%d in %s: %w", addr, port, ns, err)
+		}
+		return nil
+	})
+	if fd >= 0 {
+		t.Cleanup(func() { unix.Close(fd) })
 	}
-	t.Cleanup(func() { unix.Close(r.fd) })
-	return r.fd
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fd
 }
 
 // datagram is one the receiver got: its sequence number, when the

@@ -407,16 +407,19 @@ func (r *Relay) run(d *direction) {
 			if n == 0 && err == nil && sleep > 0 {
 				p.woke(sleep, clock()-now)
 			}
-		} else if wait > 0 {
-			// Less than a wake-up's overshoot to go: spin on the clock
-			// (no system call) until the head is due.
-			for due := now + wait; clock() < due && !r.stop.Load(); {
-			}
 		}
 		if r.stop.Load() {
 			return
 		}
+		// Receive first: the head may not be due yet (the pacer wakes
+		// the thread early), and what arrived must not delay it.
 		r.receive(d, clock)
+		if wait, queued := d.q.wait(clock()); queued && !full && wait > 0 && p.sleep(wait) == 0 {
+			// Less than a wake-up's overshoot to go: spin on the clock
+			// (no system call) until the head is due.
+			for due := clock() + wait; clock() < due && !r.stop.Load(); {
+			}
+		}
 		full = r.release(d, clock())
 	}
 }
