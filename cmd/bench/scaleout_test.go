@@ -311,6 +311,33 @@ func TestScaleoutSetupSaysWhatItNeeds(t *testing.T) {
 	}
 }
 
+// While the nodes are up this process has two more Ps than before, for
+// the relay's threads to wait in without the runtime's monitor taking
+// them back; the release gives the count back.
+func TestScaleoutSetupGivesTheRelayTwoPs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("makes network namespaces, which needs root")
+	}
+	o, err := parseOptions([]string{"-workload", "scaleout", "-ranks", "2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := runtime.GOMAXPROCS(0)
+	release, err := workloads["scaleout"].Setup(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := runtime.GOMAXPROCS(0); got != before+2 {
+		t.Errorf("GOMAXPROCS %d with the nodes up, want %d", got, before+2)
+	}
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
+	if got := runtime.GOMAXPROCS(0); got != before {
+		t.Errorf("GOMAXPROCS %d after the release, want %d as before", got, before)
+	}
+}
+
 // A fake workload whose Setup records its release, for the tests below.
 var releases int
 

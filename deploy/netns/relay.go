@@ -56,7 +56,12 @@ const (
 // milliseconds), receives and sends up to batch frames per system call
 // straight from and into its queues' slots, and runs at a real-time
 // priority where the process may set one. A pacer learns how late its
-// sleeps wake and wakes that much early.
+// sleeps wake and wakes that much early. Each thread waits in ppoll
+// holding one of the process's Ps (GOMAXPROCS): where none is left idle,
+// the Go runtime's monitor takes it back after 20 µs and wakes itself
+// to give one back when the thread returns, which costs the host's
+// cores more wake-ups than the relay's own; a program that measures
+// what the relay costs gives it two Ps more than it would use.
 type Relay struct {
 	fds      [2]int
 	stopFd   int // an eventfd: Close wakes the thread with it
