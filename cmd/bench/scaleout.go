@@ -628,10 +628,14 @@ func commRow(n int, up, out *Result, gap float64) []Row {
 
 // addRelayFigures adds the relay's work during one scale-out run to its
 // figures: its CPU time a step (the cores it takes from the ranks), the
-// frames a step, their mean time past due and the frames dropped.
-func addRelayFigures(f Figures, d netns.RelayStats) {
+// frames a step, their mean time past due and the frames dropped; and
+// the CPU time a step of this whole process, which hosts the relay:
+// beyond the relay's threads, mostly the Go runtime's, which the
+// relay's wake-ups wake too and which run on the ranks' cores as well.
+func addRelayFigures(f Figures, d netns.RelayStats, process time.Duration) {
 	steps := max(f["steps"], 1)
 	f["relay_cpu_ms_per_step"] = float64(d.CPU) / 1e6 / steps
+	f["bench_process_cpu_ms_per_step"] = float64(process) / 1e6 / steps
 	// Each node's share, on its own cores (scaleoutNodeCPUs).
 	for i, c := range d.NodeCPU {
 		f[fmt.Sprintf("relay_cpu_ms_per_step_to_node%d", i)] = float64(c) / 1e6 / steps

@@ -283,9 +283,9 @@ func TestAddSpanFigures(t *testing.T) {
 func TestAddRelayFigures(t *testing.T) {
 	f := Figures{"steps": 200}
 	addRelayFigures(f, netns.RelayStats{Frames: 5000, Dropped: 2, Late: 4998 * 3 * time.Microsecond, CPU: 300 * time.Millisecond,
-		NodeCPU: [2]time.Duration{100 * time.Millisecond, 200 * time.Millisecond}})
+		NodeCPU: [2]time.Duration{100 * time.Millisecond, 200 * time.Millisecond}}, 500*time.Millisecond)
 	want := Figures{"steps": 200, "relay_cpu_ms_per_step": 1.5, "relay_frames_per_step": 25, "relay_late_us": 3, "relay_dropped": 2,
-		"relay_cpu_ms_per_step_to_node0": 0.5, "relay_cpu_ms_per_step_to_node1": 1}
+		"relay_cpu_ms_per_step_to_node0": 0.5, "relay_cpu_ms_per_step_to_node1": 1, "bench_process_cpu_ms_per_step": 2.5}
 	if !reflect.DeepEqual(f, want) {
 		t.Errorf("figures %v, want %v", f, want)
 	}
