@@ -675,8 +675,9 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 	defer stopRanks()
 	steal0, cores0, start := readCPUTicks(), readCoreBusy(), time.Now()
 	var relay0 netns.RelayStats
+	var process0 time.Duration
 	if c.Nodes > 1 {
-		relay0 = o.nodes.Relay.Stats()
+		relay0, process0 = o.nodes.Relay.Stats(), processCPU()
 	}
 	type out struct {
 		stdout, stderr bytes.Buffer
@@ -780,7 +781,7 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 		}
 	}
 	if _, train := f["steps"]; err == nil && c.Nodes > 1 && train {
-		addRelayFigures(f, o.nodes.Relay.Stats().Since(relay0))
+		addRelayFigures(f, o.nodes.Relay.Stats().Since(relay0), processCPU()-process0)
 	}
 	return f, err
 }

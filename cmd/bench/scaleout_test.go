@@ -283,9 +283,9 @@ func TestAddSpanFigures(t *testing.T) {
 func TestAddRelayFigures(t *testing.T) {
 	f := Figures{"steps": 200}
 	addRelayFigures(f, netns.RelayStats{Frames: 5000, Dropped: 2, Late: 4998 * 3 * time.Microsecond, CPU: 300 * time.Millisecond,
-		NodeCPU: [2]time.Duration{100 * time.Millisecond, 200 * time.Millisecond}})
+		NodeCPU: [2]time.Duration{100 * time.Millisecond, 200 * time.Millisecond}}, 500*time.Millisecond)
 	want := Figures{"steps": 200, "relay_cpu_ms_per_step": 1.5, "relay_frames_per_step": 25, "relay_late_us": 3, "relay_dropped": 2,
-		"relay_cpu_ms_per_step_to_node0": 0.5, "relay_cpu_ms_per_step_to_node1": 1}
+		"relay_cpu_ms_per_step_to_node0": 0.5, "relay_cpu_ms_per_step_to_node1": 1, "bench_process_cpu_ms_per_step": 2.5}
 	if !reflect.DeepEqual(f, want) {
 		t.Errorf("figures %v, want %v", f, want)
 	}
@@ -308,6 +308,33 @@ func TestScaleoutSetupSaysWhatItNeeds(t *testing.T) {
 	release, err := workloads["scaleout"].Setup(context.Background(), o)
 	if err != nil || release() != nil {
 		t.Errorf("Setup of 1 rank: %v", err)
+	}
+}
+
+// While the nodes are up this process has two more Ps than before, for
+// the relay's threads to wait in without the runtime's monitor taking
+// them back; the release gives the count back.
+func TestScaleoutSetupGivesTheRelayTwoPs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("makes network namespaces, which needs root")
+	}
+	o, err := parseOptions([]string{"-workload", "scaleout", "-ranks", "2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := runtime.GOMAXPROCS(0)
+	release, err := workloads["scaleout"].Setup(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := runtime.GOMAXPROCS(0); got != before+2 {
+		t.Errorf("GOMAXPROCS %d with the nodes up, want %d", got, before+2)
+	}
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
+	if got := runtime.GOMAXPROCS(0); got != before {
+		t.Errorf("GOMAXPROCS %d after the release, want %d as before", got, before)
 	}
 }
 

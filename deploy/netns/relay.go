@@ -33,6 +33,12 @@ const (
 	// PACKET_VNET_HDR: it carries the checksum offload across the
 	// relay, so no frame's checksum is computed in user space.
 	vnetHdrLen = 10
+	// drainEvery is the longest a relay thread sleeps with frames queued
+	// and leaves new arrivals in its socket's buffer (8 MiB: 6 ms at 10
+	// Gbit/s, 40 ms of 1500-byte frames at 1 Gbit/s), which drops what
+	// does not fit and counts none of it. Links of 0.5 ms or less never
+	// wait for it.
+	drainEvery = 500 * time.Microsecond
 	// relayPriority is the relay threads' SCHED_FIFO priority: above
 	// every ordinary thread, so a frame leaves at its due time even
 	// while the ranks keep every core busy, and below the kernel's own
@@ -50,7 +56,12 @@ const (
 // milliseconds), receives and sends up to batch frames per system call
 // straight from and into its queues' slots, and runs at a real-time
 // priority where the process may set one. A pacer learns how late its
-// sleeps wake and wakes that much early.
+// sleeps wake and wakes that much early. Each thread waits in ppoll
+// holding one of the process's Ps (GOMAXPROCS): where none is left idle,
+// the Go runtime's monitor takes it back after 20 µs and wakes itself
+// to give one back when the thread returns, which costs the host's
+// cores more wake-ups than the relay's own; a program that measures
+// what the relay costs gives it two Ps more than it would use.
 type Relay struct {
 	fds      [2]int
 	stopFd   int // an eventfd: Close wakes the thread with it
@@ -74,7 +85,7 @@ type Relay struct {
 type direction struct {
 	from, to int
 	cpus     []int // where its thread may run; nil: anywhere
-	cpu      atomic.Int64
+	cpu      threadCPU
 	q        *delayQueue
 	bufs     [][]byte
 	iov      []unix.Iovec
@@ -91,7 +102,12 @@ func openPacket(ifname string) (int, error) {
 	if err != nil {
 		return -1, err
 	}
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(ethPAll)))
+	// Protocol 0: no frame until bind names the protocol and the
+	// interface together. A socket made for every protocol receives
+	// from every interface of the namespace until it is bound, and would
+	// relay what it took then (another program's loopback traffic) into
+	// a node.
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return -1, fmt.Errorf("AF_PACKET socket: %w", err)
 	}
@@ -121,8 +137,13 @@ func openPacket(ifname string) (int, error) {
 	// A burst of a TCP window must fit while the relay is not running: a
 	// small buffer drops frames and TCP backs off. FORCE passes rmem_max
 	// (we are root); the plain option is the fallback.
-	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20) != nil {
-		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 8<<20)
+	// The same for sending: a frame the receiving node's stack has not
+	// taken yet (its softirq deferred to ksoftirqd) still counts against
+	// the relay's socket, and a full one makes the relay wait.
+	for _, o := range [][2]int{{unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}, {unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}} {
+		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, o[0], 8<<20) != nil {
+			unix.SetsockoptInt(fd, unix.SOL_SOCKET, o[1], 8<<20)
+		}
 	}
 	return fd, nil
 }
@@ -290,31 +311,101 @@ func (r *Relay) fail(err error) {
 	r.errMu.Unlock()
 }
 
-// run carries d's frames on the calling thread until Close.
+// threadCPU is the CPU time of a direction's thread while it carries
+// frames. The thread does not read its own clock after every wake-up (a
+// system call each): Stats reads it from outside through the thread's
+// CPU clock, and the thread stores the final figure when it stops, as
+// it goes back to the runtime's pool to run other goroutines.
+type threadCPU struct {
+	mu      sync.Mutex
+	clock   int32 // the thread's CPU clock (clock_gettime's id); 0: not started
+	start   int64 // its reading when the thread began to carry frames
+	stopped bool
+	total   time.Duration // the final figure, once stopped
+}
+
+// threadClock is the id of thread tid's CPU clock, as
+// pthread_getcpuclockid makes it (Linux's MAKE_THREAD_CPUCLOCK with
+// CPUCLOCK_SCHED): any thread of the process may read it.
+func threadClock(tid int) int32 { return int32(^uint32(tid)<<3 | 6) }
+
+func readClock(id int32) int64 {
+	var ts unix.Timespec
+	if unix.ClockGettime(id, &ts) != nil {
+		return 0
+	}
+	return ts.Nano()
+}
+
+// begin starts counting the calling thread's CPU time: it may have run
+// other goroutines before.
+func (c *threadCPU) begin() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.clock = threadClock(unix.Gettid())
+	c.start = readClock(unix.CLOCK_THREAD_CPUTIME_ID)
+}
+
+// end stops counting, on the thread that called begin.
+func (c *threadCPU) end() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.total = time.Duration(readClock(unix.CLOCK_THREAD_CPUTIME_ID) - c.start)
+	c.stopped = true
+}
+
+// used is the CPU time so far.
+func (c *threadCPU) used() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.stopped:
+		return c.total
+	case c.clock == 0:
+		return 0
+	}
+	return time.Duration(max(readClock(c.clock)-c.start, 0))
+}
+
+// run carries d's frames on the calling thread until Close. It wakes
+// for a frame's arrival only when none is queued: a queued frame is due
+// before any frame that arrives after it, so the wake-up at its due
+// time receives whatever arrived meanwhile, with the kernel's arrival
+// time of each, in time to send it at its own: a frame that arrives
+// while the thread sleeps wakes no one (no waiter on the socket, no
+// inter-processor interrupt). Frames that tbf spaces wider than a few
+// microseconds still need a wake-up each at their due time, which only
+// sending them early would save: the benchmark's link wakes the relay
+// about 0.8 times a frame either way.
 func (r *Relay) run(d *direction) {
-	var cpu0 unix.Timespec
-	unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &cpu0) // the thread may have run other goroutines before
+	d.cpu.begin()
+	defer d.cpu.end()
 	t0 := time.Now()
 	clock := func() time.Duration { return time.Since(t0) }
-	pfd := make([]unix.PollFd, 2)
+	pfd := make([]unix.PollFd, 0, 2)
 	var p pacer
+	full := false // the sending socket is full
 	for {
 		now := clock()
-		pfd[0] = unix.PollFd{Fd: int32(r.stopFd), Events: unix.POLLIN}
-		pfd[1] = unix.PollFd{Fd: int32(d.from), Events: unix.POLLIN}
-		if d.q.full() {
-			pfd[1].Events = 0 // nothing to receive into: wait for the head to leave
-		}
-		var ts *unix.Timespec // nil: until a frame arrives
-		sleep := time.Duration(-1)
-		wait, ok := d.q.wait(now)
-		if ok {
-			sleep = p.sleep(wait)
-			t := unix.NsecToTimespec(int64(sleep))
+		pfd = append(pfd[:0], unix.PollFd{Fd: int32(r.stopFd), Events: unix.POLLIN})
+		var ts *unix.Timespec // nil: until a frame arrives, or there is room to send
+		wait, queued := d.q.wait(now)
+		sleep := time.Duration(0)
+		switch {
+		case full:
+			pfd = append(pfd, unix.PollFd{Fd: int32(d.to), Events: unix.POLLOUT})
+		case !queued:
+			pfd = append(pfd, unix.PollFd{Fd: int32(d.from), Events: unix.POLLIN})
+		case wait > drainEvery:
+			t := unix.NsecToTimespec(int64(drainEvery))
 			ts = &t
+		case wait > 0:
+			if sleep = p.sleep(wait); sleep > 0 {
+				t := unix.NsecToTimespec(int64(sleep))
+				ts = &t
+			}
 		}
-		polled := !ok || wait != 0
-		if polled {
+		if ts != nil || len(pfd) > 1 {
 			n, err := unix.Ppoll(pfd, ts, nil)
 			if err != nil && err != unix.EINTR {
 				r.fail(fmt.Errorf("relay poll: %w", err))
@@ -327,15 +418,16 @@ func (r *Relay) run(d *direction) {
 		if r.stop.Load() {
 			return
 		}
-		// A receive costs a system call: only where a frame waits.
-		if !polled || pfd[1].Revents&unix.POLLIN != 0 {
-			r.receive(d, clock)
+		// Receive first: the head may not be due yet (the pacer wakes
+		// the thread early), and what arrived must not delay it.
+		r.receive(d, clock)
+		if wait, queued := d.q.wait(clock()); queued && !full && wait > 0 && p.sleep(wait) == 0 {
+			// Less than a wake-up's overshoot to go: spin on the clock
+			// (no system call) until the head is due.
+			for due := clock() + wait; clock() < due && !r.stop.Load(); {
+			}
 		}
-		r.release(d, clock())
-		var cpu unix.Timespec
-		if unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &cpu) == nil {
-			d.cpu.Store(cpu.Nano() - cpu0.Nano())
-		}
+		full = r.release(d, clock())
 	}
 }
 
@@ -356,9 +448,14 @@ func (d *direction) mmsgs(bufs [][]byte, receive bool) []unix.Mmsghdr {
 	return d.msgs[:len(bufs)]
 }
 
-// mmsg makes the recvmmsg or sendmmsg system call.
+// mmsg makes the recvmmsg or sendmmsg system call without blocking
+// (MSG_DONTWAIT): the thread waits only in ppoll, where it also keeps
+// time. (Not as a raw system call, which would keep the thread's P:
+// the runtime's monitor then preempts the goroutine every 10 ms, and
+// the locked thread's hand-off costs more wake-ups than the calls'
+// own way in and out of the runtime; measured.)
 func mmsg(trap uintptr, fd int, msgs []unix.Mmsghdr, flags int) (int, error) {
-	n, _, e := unix.Syscall6(trap, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0])), uintptr(len(msgs)), uintptr(flags), 0, 0)
+	n, _, e := unix.Syscall6(trap, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0])), uintptr(len(msgs)), uintptr(flags|unix.MSG_DONTWAIT), 0, 0)
 	if e != 0 {
 		return 0, e
 	}
@@ -390,7 +487,7 @@ func (r *Relay) receive(d *direction, clock func() time.Duration) {
 	for !d.q.full() {
 		d.bufs = d.q.freeSlots(batch, d.bufs)
 		msgs := d.mmsgs(d.bufs, true)
-		n, err := mmsg(unix.SYS_RECVMMSG, d.from, msgs, unix.MSG_DONTWAIT)
+		n, err := mmsg(unix.SYS_RECVMMSG, d.from, msgs, 0)
 		now, wall := clock(), time.Now().UnixNano()
 		if err != nil {
 			if err != unix.EAGAIN && err != unix.EINTR {
@@ -414,22 +511,26 @@ func (r *Relay) receive(d *direction, clock func() time.Duration) {
 	}
 }
 
-// release sends d's frames that are due at now.
-func (r *Relay) release(d *direction, now time.Duration) {
+// release sends d's frames that are due at now. It reports whether the
+// interface's socket is full (its frames not yet taken by the receiving
+// stack): the relay waits until it may write, and sends the rest then.
+func (r *Relay) release(d *direction, now time.Duration) (full bool) {
 	for {
 		d.bufs = d.q.ready(now, batch, d.bufs)
 		if len(d.bufs) == 0 {
-			return
+			return false
 		}
 		n, err := mmsg(unix.SYS_SENDMMSG, d.to, d.mmsgs(d.bufs, false), 0)
 		switch {
 		case err == unix.EINTR:
 			continue
+		case err == unix.EAGAIN:
+			return true
 		case err != nil:
 			// The first frame failed: drop it, as a link drops what it
 			// cannot carry, and go on with the rest.
 			r.dropped.Add(1)
-			if err != unix.ENOBUFS && err != unix.EAGAIN {
+			if err != unix.ENOBUFS {
 				r.fail(fmt.Errorf("relay write (%d bytes): %w", len(d.bufs[0])-vnetHdrLen, err))
 			}
 			d.q.pop(1, now)
@@ -450,7 +551,7 @@ func (r *Relay) Dropped() int64 { return r.dropped.Load() }
 // Stats reads the counts (each exact, not all at one instant).
 func (r *Relay) Stats() RelayStats {
 	// dirs[i] carries node i's frames to node 1-i.
-	to := [2]time.Duration{time.Duration(r.dirs[1].cpu.Load()), time.Duration(r.dirs[0].cpu.Load())}
+	to := [2]time.Duration{r.dirs[1].cpu.used(), r.dirs[0].cpu.used()}
 	return RelayStats{Frames: r.frames.Load(), Dropped: r.dropped.Load(), Late: time.Duration(r.late.Load()),
 		CPU: to[0] + to[1], NodeCPU: to}
 }

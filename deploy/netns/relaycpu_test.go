@@ -20,10 +20,11 @@ type relayThread struct {
 	allowed string        // Cpus_allowed_list
 	cpu     time.Duration // user and system time
 	last    int           // the CPU it last ran on
+	sleeps  int           // voluntary context switches: each one a wake-up later
 }
 
 // relayThreads reads this process's threads named by the relay, by name.
-func relayThreads(t *testing.T) map[string]relayThread {
+func relayThreads(t testing.TB) map[string]relayThread {
 	t.Helper()
 	dirs, err := filepath.Glob("/proc/self/task/*")
 	if err != nil {
@@ -44,6 +45,9 @@ func relayThreads(t *testing.T) map[string]relayThread {
 		for _, line := range strings.Split(string(status), "\n") {
 			if v, ok := strings.CutPrefix(line, "Cpus_allowed_list:"); ok {
 				th.allowed = strings.TrimSpace(v)
+			}
+			if v, ok := strings.CutPrefix(line, "voluntary_ctxt_switches:"); ok {
+				th.sleeps, _ = strconv.Atoi(strings.TrimSpace(v))
 			}
 		}
 		stat, err := os.ReadFile(filepath.Join(dir, "stat"))
