@@ -116,9 +116,6 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 	if p, ok := f.sched.(*optim.ReduceOnPlateau); ok && p.Config().Mode == "max" && p.Monitor() == "" {
 		return errors.New(`ReduceOnPlateau has Mode "max" and no Monitor: it would watch val_loss or train_loss, which should fall, and cut the learning rate while they do: set PlateauConfig.Monitor to the metric that should rise (such as val_acc), or use Mode "min"`)
 	}
-	if st, ok := f.sched.(optim.Starter); ok && startEpoch == 0 && t.state.GlobalStep == 0 && f.resume == nil {
-		st.Start(f.opt)
-	}
 	if t.cfg.handleSignals() {
 		t.signals = watchSignals(t.cfg.Log)
 		defer t.signals.stop()
@@ -142,6 +139,18 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 		}
 	}
 	return t.trainEnd(ctx, m, nil)
+}
+
+// startSchedule sets the first step's learning rate on a new run's
+// optimizer (a scheduler's Start, which torch does in its constructor) and
+// State.LR, before OnFitStart: from Fit's first hook on, State.LR is the
+// rate of the next optimizer step (a resumed run's from the checkpoint), as
+// Lightning's optimizers hold it from on_fit_start.
+func (t *Trainer) startSchedule(startEpoch int) {
+	if st, ok := t.sched.(optim.Starter); ok && startEpoch == 0 && t.state.GlobalStep == 0 && t.resumeAt == nil {
+		st.Start(t.opt)
+	}
+	t.state.LR = t.opt.LR()
 }
 
 // trainingLeft reports whether epoch is within MaxEpochs and steps remain

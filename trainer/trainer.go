@@ -615,6 +615,7 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 	t.progress = newProgress(&t.cfg, t.state.IsGlobalZero)
 	t.fillLayerShapes(m, train)
 	stepAtStart := t.state.GlobalStep
+	t.startSchedule(start)
 	if err = t.agreeHookStop(ctx, t.onFitStart(ctx, m)); err == nil {
 		err = t.fitLoop(ctx, m, train, val, start)
 	} else if _, ok := isStop(err); !ok {
