@@ -563,6 +563,13 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 	t.state.HasValidation = val != nil
 	t.state.save = t.saveCheckpoint
 	t.state.log = func(m map[string]float64) error {
+		// Checked on every rank, so that all fail alike. A callback may
+		// set a row's "epoch", as in Lightning; not its "step".
+		for k := range m {
+			if msg := module.ReservedMetricName(k); msg != "" && k != "epoch" {
+				return fmt.Errorf("State.LogMetrics: metric %q: %s", k, msg)
+			}
+		}
 		// Values a callback logs (resource figures, say) join the metrics
 		// the progress display and other callbacks read.
 		for k, v := range m {
