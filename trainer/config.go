@@ -116,8 +116,10 @@ type Config struct {
 	// DisableCheckpointing turns off the default checkpoints (Lightning's
 	// enable_checkpointing=False). false: at the end of each epoch Fit
 	// saves LogDir/checkpoints/last.ckpt and
-	// LogDir/checkpoints/epoch=E-step=S.ckpt (keeping the newest), unless
-	// Callbacks holds a callbacks.ModelCheckpoint, which then decides.
+	// LogDir/checkpoints/epoch=E-step=S.ckpt (keeping the newest), and
+	// there too when a hook's Stop ends training in the middle of an epoch
+	// (not inside an accumulation window), unless Callbacks holds a
+	// callbacks.ModelCheckpoint, which then decides.
 	// Stopping on a signal or a cancelled context still saves a checkpoint.
 	DisableCheckpointing bool
 	// DisableLogger turns off the default logger (Lightning's

@@ -223,7 +223,7 @@ func (f *fitRun) epoch(ctx context.Context, epoch int) error {
 		return err
 	}
 	if now {
-		return stop
+		return f.stopMidEpoch(ctx, epoch, stop)
 	}
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("epoch %d: training data: %w", epoch, err)
@@ -233,6 +233,31 @@ func (f *fitRun) epoch(ctx context.Context, epoch int) error {
 	}
 	t.stats.TrainTime += f.trainDur
 	return f.endEpoch(ctx, epoch, nb, r, stop)
+}
+
+// stopMidEpoch ends epoch at the batch where the ranks agreed to stop,
+// without the epoch's end-of-epoch work, but with the default checkpoints
+// of the weights the run ended with, as Lightning's checkpoint callback
+// saves when an epoch ends early: otherwise a Stop (a Timer, a threshold)
+// would leave nothing to resume but the previous epoch's. A batch inside an
+// accumulation window has partial gradients no checkpoint can hold: the
+// newest checkpoint stays, and the warning says so.
+func (f *fitRun) stopMidEpoch(ctx context.Context, epoch int, stop error) error {
+	t := f.t
+	if !t.defaultCheckpoints() {
+		return stop
+	}
+	if t.pos.midWindow {
+		if t.state.IsGlobalZero {
+			t.cfg.Log.Warn().Int("epoch", t.pos.Epoch).Int("batch", t.pos.Batch-1).Int("global_step", t.state.GlobalStep).
+				Msg("training stopped inside a gradient accumulation window, whose partial gradients a checkpoint cannot hold: no checkpoint of this batch; the newest checkpoint is the last one saved")
+		}
+		return stop
+	}
+	if err := t.saveEpochCheckpoint(ctx, epoch); err != nil {
+		return err
+	}
+	return stop
 }
 
 // enterEpoch sets the state for epoch and returns where a resumed run
