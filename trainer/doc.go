@@ -80,7 +80,9 @@
 // hook's error ends the call with an error naming it
 // ("callbacks/ModelCheckpoint.OnValidationEnd: ...", "module.OnTrainStart:
 // ..."). A Stop asked in a training batch's hooks (OnTrainBatchStart
-// included) ends a Fit at that batch's end, one asked in a validation's
+// included) ends a Fit at that batch's end, without OnTrainEpochEnd (the
+// default checkpoints, and a ModelCheckpoint's last.ckpt with SaveLast,
+// are saved there all the same), one asked in a validation's
 // at the end of its epoch (the rest of its batches skipped), every rank
 // agreeing; one from OnFitStart, the sanity check or OnTrainStart ends it
 // before the first epoch and one from OnTrainEpochStart before that
