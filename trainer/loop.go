@@ -32,6 +32,9 @@ type fitRun struct {
 	// resume is where a resumed run re-enters the loop, until its epoch.
 	resume  *loopPos
 	stepLog map[string]float64
+	// stepLR is the learning rate of the latest optimizer step, for its
+	// row of step metrics.
+	stepLR float64
 	// trainDur is the wall time of this epoch's training batches.
 	trainDur time.Duration
 
