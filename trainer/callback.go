@@ -178,10 +178,12 @@ func (s *State) Warn(msg string) {
 
 // LogMetrics sends metrics to the trainer's loggers at the current global
 // step (rank 0 only; a no-op elsewhere), as a callback's own figures
-// (learning rates, timings).
+// (learning rates, timings). In Validate and Test they go where the
+// evaluation's metrics go, at the evaluated weights' step, whether or not
+// a Fit came before (nowhere when there is no logger).
 func (s *State) LogMetrics(m map[string]float64) error {
 	if s.log == nil {
-		return errors.New("logging is not available in this stage")
+		return errors.New("State.LogMetrics: no logger in this stage (Predict without a Fit before it, or a State made outside a Trainer): log from the hooks of Fit, Validate or Test")
 	}
 	return s.log(m)
 }

@@ -29,8 +29,9 @@ type State struct {
 	RootDir      string
 	// LogDir is the run's directory (Config.LogDir; by default a new
 	// RootDir/lightning_logs/version_N per Fit, the same on every rank):
-	// callbacks given no path of their own write there. "":
-	// outside Fit.
+	// callbacks given no path of their own write there. In Validate, Test
+	// and Predict, the Fit's before them, else Config.LogDir ("" when
+	// neither is).
 	LogDir    string
 	MaxEpochs int
 	MaxSteps  int

@@ -527,6 +527,26 @@ func (t *Trainer) adoptFit(r strategy.FitResult) {
 	}
 }
 
+// callbackLog is State.LogMetrics, logging at step(). The names are
+// checked on every rank, so that all fail alike (a callback may set a
+// row's "epoch", as in Lightning; not its "step"); the values join the
+// metrics the progress display and other callbacks read.
+func (t *Trainer) callbackLog(step func() int) func(map[string]float64) error {
+	return func(m map[string]float64) error {
+		for k := range m {
+			if msg := module.ReservedMetricName(k); msg != "" && k != "epoch" {
+				return fmt.Errorf("State.LogMetrics: metric %q: %s", k, msg)
+			}
+		}
+		for k, v := range m {
+			if k != "epoch" {
+				t.state.setMetric(k, v, t.state.inValEnd)
+			}
+		}
+		return t.logMetrics(step(), m)
+	}
+}
+
 // fit trains the set-up module in this process.
 func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loader, fo fitOptions, again bool, prevStop string) (err error) {
 	t.stats = Stats{WorldSize: t.strat.Info().WorldSize}
@@ -562,23 +582,7 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 	t.hooks = t.hooksOf(m)
 	t.state.HasValidation = val != nil
 	t.state.save = t.saveCheckpoint
-	t.state.log = func(m map[string]float64) error {
-		// Checked on every rank, so that all fail alike. A callback may
-		// set a row's "epoch", as in Lightning; not its "step".
-		for k := range m {
-			if msg := module.ReservedMetricName(k); msg != "" && k != "epoch" {
-				return fmt.Errorf("State.LogMetrics: metric %q: %s", k, msg)
-			}
-		}
-		// Values a callback logs (resource figures, say) join the metrics
-		// the progress display and other callbacks read.
-		for k, v := range m {
-			if k != "epoch" {
-				t.state.setMetric(k, v, t.state.inValEnd)
-			}
-		}
-		return t.logMetrics(t.state.GlobalStep, m)
-	}
+	t.state.log = t.callbackLog(func() int { return t.state.GlobalStep })
 	t.state.Optimizer, t.state.LogEveryNSteps = t.opt.Name(), t.cfg.LogEveryNSteps
 	t.state.warn = func(msg string) { t.cfg.Log.Warn().Msg(msg) }
 	t.state.rank0 = t.rank0Value
@@ -1163,6 +1167,11 @@ func (t *Trainer) prepareEval(ctx context.Context, m module.Module, l *data.Load
 	if err := t.setup(ctx, m, l.Dataset().Fields()); err != nil {
 		return 0, err
 	}
+	if !t.fitLoggers {
+		// Without a Fit before, the evaluation's run directory is the one
+		// Config.LogDir names, if any (State.LogDir of its hooks).
+		t.state.LogDir = t.cfg.LogDir
+	}
 	if eo.ckptPath == "" {
 		return t.state.GlobalStep, nil
 	}
@@ -1216,6 +1225,14 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", mode, err)
 	}
+	if err := t.evalLoggers(); err != nil {
+		return nil, fmt.Errorf("%s: %w", mode, err)
+	}
+	// A callback's figures go where the evaluation's do, at the evaluated
+	// weights' step, with or without a Fit before.
+	fitLog := t.state.log
+	t.state.log = t.callbackLog(func() int { return step })
+	defer func() { t.state.log = fitLog }()
 	t.state.Stage = mode.String()
 	t.hooks = t.hooksOf(m)
 	limit := t.cfg.LimitValBatches
@@ -1267,26 +1284,33 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 // with none of these, nothing. The rows count as Fit's do at that step
 // (RowResumer), so a checkpoint saved later records them.
 func (t *Trainer) logEvaluation(step int, out map[string]float64) error {
-	if !t.state.IsGlobalZero || len(out) == 0 {
+	if !t.state.IsGlobalZero || len(t.loggers) == 0 {
 		return nil
 	}
-	if !t.fitLoggers {
-		t.loggers = t.cfg.Loggers
-		if len(t.loggers) == 0 && t.cfg.LogDir != "" && !t.cfg.DisableLogger {
-			l, err := NewCSVLogger(t.cfg.LogDir)
-			if err != nil {
-				return err
-			}
-			t.loggers = []Logger{l}
+	if len(out) > 0 {
+		if err := t.logMetrics(step, maps.Clone(out)); err != nil {
+			return err
 		}
 	}
-	if len(t.loggers) == 0 {
+	return t.finalizeLoggers("success")
+}
+
+// evalLoggers picks the loggers of Validate and Test on rank 0 (see
+// logEvaluation) before their hooks run, so that a callback's
+// State.LogMetrics reaches them too.
+func (t *Trainer) evalLoggers() error {
+	if t.fitLoggers || !t.state.IsGlobalZero {
 		return nil
 	}
-	if err := t.logMetrics(step, maps.Clone(out)); err != nil {
-		return err
+	t.loggers = t.cfg.Loggers
+	if len(t.loggers) == 0 && t.cfg.LogDir != "" && !t.cfg.DisableLogger {
+		l, err := NewCSVLogger(t.cfg.LogDir)
+		if err != nil {
+			return err
+		}
+		t.loggers = []Logger{l}
 	}
-	return t.finalizeLoggers("success")
+	return nil
 }
 
 // Predict runs the predict graph over l and returns one output tensor per
