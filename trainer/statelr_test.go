@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/optim"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
@@ -75,15 +76,9 @@ func TestStateLRBeforeTheFirstStep(t *testing.T) {
 func TestStateLRAfterResume(t *testing.T) {
 	ds := regression(t, 32, 0.01, 1)
 	root := t.TempDir()
-	tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 1, DefaultRootDir: root}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tr.Fit(context.Background(), &warmedUp{linreg{in: 4, lr: 0.2}}, loader(t, ds, 16, false, false), nil); err != nil {
-		t.Fatal(err)
-	}
+	fitWarmedUp(t, ds, root)
 	cb := &lrSeen{}
-	tr, err = trainer.New(quiet(trainer.Config{MaxEpochs: 2, DefaultRootDir: root, Callbacks: []trainer.Callback{cb}}))
+	tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 2, DefaultRootDir: root, Callbacks: []trainer.Callback{cb}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,5 +89,17 @@ func TestStateLRAfterResume(t *testing.T) {
 	want := []string{"OnFitStart 0.15", "OnTrainStart 0.15", "OnTrainEpochStart 0.15"}
 	if fmt.Sprint(cb.seen) != fmt.Sprint(want) {
 		t.Errorf("State.LR of a resumed Fit:\n got %q\nwant %q", cb.seen, want)
+	}
+}
+
+// fitWarmedUp trains a warmedUp for one epoch of ds (2 steps) into root.
+func fitWarmedUp(t *testing.T, ds data.Dataset, root string) {
+	t.Helper()
+	tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 1, DefaultRootDir: root}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Fit(context.Background(), &warmedUp{linreg{in: 4, lr: 0.2}}, loader(t, ds, 16, false, false), nil); err != nil {
+		t.Fatal(err)
 	}
 }
