@@ -39,7 +39,8 @@ type State struct {
 	// Metrics holds the latest value of every logged metric (Lightning's
 	// callback_metrics).
 	Metrics Metrics
-	// Weights is the model's parameters and buffers.
+	// Weights is the model's parameters and buffers (empty under fsdp,
+	// where no process holds them all: see Weights).
 	Weights Weights
 	// FastDevRun is true for smoke-test runs (no checkpoints are written).
 	FastDevRun bool
@@ -101,14 +102,17 @@ type runState struct {
 	// inValEnd is true while validation-end hooks run.
 	inValEnd bool
 	Store    *module.Store
-	Layers   []module.LayerInfo
+	// noStore says why Store is nil once the model is set up (a strategy
+	// that holds no whole replica, fsdp): what State.Weights answers.
+	noStore string
+	Layers  []module.LayerInfo
 }
 
 // view is the State hooks see now: scalars copied, the rest behind
 // read-only views (no allocation).
 func (r *runState) view() State {
 	v := r.State
-	v.Metrics, v.Weights, v.layers = Metrics{m: r.Metrics, stepNewer: r.stepNewer, fromVal: r.fromVal}, Weights{st: r.Store}, r.Layers
+	v.Metrics, v.Weights, v.layers = Metrics{m: r.Metrics, stepNewer: r.stepNewer, fromVal: r.fromVal}, Weights{st: r.Store, why: r.noStore}, r.Layers
 	return v
 }
 
@@ -206,8 +210,13 @@ func (m Metrics) Map() map[string]float64 {
 }
 
 // Weights is a read-only view of a model's parameters and buffers: values
-// come out as copies. Its zero value holds nothing.
-type Weights struct{ st *module.Store }
+// come out as copies. Its zero value holds nothing, and so is State.Weights
+// under a strategy that keeps no whole model in any process (fsdp: each
+// rank holds 1/N), where Tensor says where the weights are.
+type Weights struct {
+	st  *module.Store
+	why string // why st is nil, when the model is set up
+}
 
 // Dtype is the element type of the weights (Float32 or Float64).
 func (w Weights) Dtype() tensor.Dtype {
@@ -261,6 +270,9 @@ func (w Weights) GradTensor(name string) (*tensor.Dense, error) {
 
 func (w Weights) copyOf(name string, grad bool) (*tensor.Dense, error) {
 	if w.st == nil {
+		if w.why != "" {
+			return nil, errors.New(w.why)
+		}
 		return nil, errNoWeights
 	}
 	var t *tensor.Dense
