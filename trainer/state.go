@@ -103,8 +103,11 @@ type runState struct {
 	inValEnd bool
 	Store    *module.Store
 	// noStore says why Store is nil once the model is set up (a strategy
-	// that holds no whole replica, fsdp): what State.Weights answers.
+	// that holds no whole replica, fsdp): what State.Weights answers; its
+	// counts and dtype come from specs and dtype then.
 	noStore string
+	specs   []module.Spec
+	dtype   tensor.Dtype
 	Layers  []module.LayerInfo
 }
 
@@ -112,7 +115,7 @@ type runState struct {
 // read-only views (no allocation).
 func (r *runState) view() State {
 	v := r.State
-	v.Metrics, v.Weights, v.layers = Metrics{m: r.Metrics, stepNewer: r.stepNewer, fromVal: r.fromVal}, Weights{st: r.Store, why: r.noStore}, r.Layers
+	v.Metrics, v.Weights, v.layers = Metrics{m: r.Metrics, stepNewer: r.stepNewer, fromVal: r.fromVal}, Weights{st: r.Store, why: r.noStore, specs: r.specs, dtype: r.dtype}, r.Layers
 	return v
 }
 
@@ -210,17 +213,24 @@ func (m Metrics) Map() map[string]float64 {
 }
 
 // Weights is a read-only view of a model's parameters and buffers: values
-// come out as copies. Its zero value holds nothing, and so is State.Weights
-// under a strategy that keeps no whole model in any process (fsdp: each
-// rank holds 1/N), where Tensor says where the weights are.
+// come out as copies. Its zero value holds nothing. Under a strategy that
+// keeps no whole model in any process (fsdp: each rank holds 1/N),
+// State.Weights has the counts and dtype but no values: Tensor says where
+// the weights are, Entries is nil and SHA256 "".
 type Weights struct {
 	st  *module.Store
 	why string // why st is nil, when the model is set up
+	// The model's tensors and dtype when st is nil (fsdp).
+	specs []module.Spec
+	dtype tensor.Dtype
 }
 
 // Dtype is the element type of the weights (Float32 or Float64).
 func (w Weights) Dtype() tensor.Dtype {
 	if w.st == nil {
+		if w.specs != nil {
+			return w.dtype
+		}
 		return tensor.Float32
 	}
 	return w.st.Dtype()
@@ -230,7 +240,7 @@ func (w Weights) Dtype() tensor.Dtype {
 // buffers).
 func (w Weights) NumParams() int {
 	if w.st == nil {
-		return 0
+		return w.count(false)
 	}
 	return w.st.NumParams()
 }
@@ -238,9 +248,20 @@ func (w Weights) NumParams() int {
 // Len is the number of elements, parameters and buffers.
 func (w Weights) Len() int {
 	if w.st == nil {
-		return 0
+		return w.count(true)
 	}
 	return w.st.Len()
+}
+
+// count sums the specs' sizes, the buffers' too when buffers is true.
+func (w Weights) count(buffers bool) int {
+	n := 0
+	for _, sp := range w.specs {
+		if buffers || !sp.Buffer {
+			n += sp.Size()
+		}
+	}
+	return n
 }
 
 // Entries lists the tensors in store order (copies).

@@ -296,6 +296,7 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 		Metrics: map[string]float64{}, Layers: b.Layers(), Store: t.store(),
 	}
 	if t.state.Store == nil {
+		t.state.specs, t.state.dtype = specs, t.dtype()
 		t.state.noStore = fmt.Sprintf("State.Weights is empty: strategy %s keeps no whole copy of the model in any process (each rank holds 1/%d of it); read the weights of a checkpoint (trainer.LoadWeights into a module.Store, or infer.New), or train with ddp or sharded to read them here", info.Name, info.WorldSize)
 	}
 	return nil
@@ -750,15 +751,25 @@ func (t *Trainer) fillLayerShapes(m module.Module, train *data.Loader) {
 			want = true
 		}
 	}
-	if !want || !t.state.IsGlobalZero || t.store() == nil {
+	if !want || !t.state.IsGlobalZero {
 		return
+	}
+	st := t.store()
+	if st == nil {
+		// No whole replica here (fsdp): a store with the model's layout
+		// whose parameters share one scratch region is enough to build
+		// the graph, which only the shapes are read from.
+		var err error
+		if st, err = module.NewLayoutStore(t.specs, t.dtype(), t.cfg.Seed, nil); err != nil {
+			return
+		}
 	}
 	fields := train.Dataset().Fields()
 	ins := make([]module.StepInput, len(fields))
 	for i, f := range fields {
 		ins[i] = module.StepInput{Name: f.Name, Shape: f.Shape}
 	}
-	s := module.NewStep(G.NewGraph(), module.Train, t.store(), train.Config().BatchSize, ins, t.cfg.Seed)
+	s := module.NewStep(G.NewGraph(), module.Train, st, train.Config().BatchSize, ins, t.cfg.Seed)
 	s.RecordLayerIO()
 	func() {
 		// A step that cannot build fails the first training batch with its
