@@ -138,8 +138,13 @@ type Logger interface {
 	Name() string
 	LogHyperparams(h map[string]any) error
 	LogMetrics(step int, metrics map[string]float64) error
-	// Finalize is called once at the end with "success", "failed" or
-	// "interrupted".
+	// Finalize ends each Fit ("success", "failed" or "interrupted") and
+	// each Validate and Test that logged into the logger ("success"), as
+	// Lightning's finalize ends fit, validate and test. It is not the
+	// logger's last call: a Validate or Test after a Fit logs into the
+	// Fit's loggers, after their Finalize, so a logger that closes its
+	// file there opens it again at the next LogMetrics (as CSVLogger
+	// does; ExampleLogger).
 	Finalize(status string) error
 }
 
