@@ -332,10 +332,16 @@ func (c *Config) Validate() error {
 		if msg := nilEntry(cb); msg != "" {
 			bad("Callbacks[%d] is %s", i, msg)
 		}
+		for _, msg := range wrongSignatures(cb, callbackInterfaces) {
+			bad("Callbacks[%d]: %s", i, msg)
+		}
 	}
 	for i, l := range c.Loggers {
 		if msg := nilEntry(l); msg != "" {
 			bad("Loggers[%d] is %s", i, msg)
+		}
+		for _, msg := range wrongSignatures(l, loggerInterfaces) {
+			bad("Loggers[%d]: %s", i, msg)
 		}
 	}
 	return errors.Join(errs...)

@@ -37,6 +37,10 @@
 //
 // Callbacks implement the hooks they want, each a one-method interface
 // (callback.go, hooks.go); a module implements those of package module.
+// A method named as a hook (or an optional step) with another signature
+// would never be called: New refuses such a callback or logger, and Fit,
+// Validate, Test and Predict such a module, naming both signatures
+// (hookcheck.go).
 // Each hook runs on the callbacks first, in Config.Callbacks' order, then on
 // the module, as Lightning 2.x calls callbacks before the LightningModule;
 // the sanity check's and OnException exist for callbacks only. Fit, Validate,

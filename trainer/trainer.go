@@ -443,6 +443,9 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 	if train == nil {
 		return errors.New("Fit: the training loader is nil: pass a *data.Loader")
 	}
+	if err := checkModule("Fit", m); err != nil {
+		return err
+	}
 	if val != nil {
 		if _, ok := m.(module.Validator); !ok {
 			return errors.New("Fit: a validation loader was given but the module has no ValidationStep: implement module.Validator or pass nil")
@@ -1225,6 +1228,9 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 	if l == nil {
 		return nil, fmt.Errorf("%s: the loader is nil: pass a *data.Loader", mode)
 	}
+	if err := checkModule(strings.ToUpper(mode.String()[:1])+mode.String()[1:], m); err != nil {
+		return nil, err
+	}
 	switch mode {
 	case module.Validate:
 		if _, ok := m.(module.Validator); !ok {
@@ -1397,6 +1403,9 @@ func (t *Trainer) predictBatches(ctx context.Context, m module.Module, l *data.L
 	}
 	if l == nil {
 		return nil, errors.New("Predict: the loader is nil: pass a *data.Loader")
+	}
+	if err := checkModule("Predict", m); err != nil {
+		return nil, err
 	}
 	if _, ok := m.(module.Predictor); !ok {
 		return nil, errors.New("Predict: the module has no PredictStep: implement module.Predictor")
