@@ -108,14 +108,16 @@ type runState struct {
 	noStore string
 	specs   []module.Spec
 	dtype   tensor.Dtype
-	Layers  []module.LayerInfo
+	// noGrad says why Store has no gradient buffer (sharded_stage2).
+	noGrad string
+	Layers []module.LayerInfo
 }
 
 // view is the State hooks see now: scalars copied, the rest behind
 // read-only views (no allocation).
 func (r *runState) view() State {
 	v := r.State
-	v.Metrics, v.Weights, v.layers = Metrics{m: r.Metrics, stepNewer: r.stepNewer, fromVal: r.fromVal}, Weights{st: r.Store, why: r.noStore, specs: r.specs, dtype: r.dtype}, r.Layers
+	v.Metrics, v.Weights, v.layers = Metrics{m: r.Metrics, stepNewer: r.stepNewer, fromVal: r.fromVal}, Weights{st: r.Store, why: r.noStore, specs: r.specs, dtype: r.dtype, noGrad: r.noGrad}, r.Layers
 	return v
 }
 
@@ -223,6 +225,8 @@ type Weights struct {
 	// The model's tensors and dtype when st is nil (fsdp).
 	specs []module.Spec
 	dtype tensor.Dtype
+	// noGrad says why st has no gradients (sharded_stage2).
+	noGrad string
 }
 
 // Dtype is the element type of the weights (Float32 or Float64).
@@ -298,6 +302,9 @@ func (w Weights) copyOf(name string, grad bool) (*tensor.Dense, error) {
 	}
 	var t *tensor.Dense
 	var err error
+	if grad && w.noGrad != "" {
+		return nil, errors.New(w.noGrad)
+	}
 	if grad {
 		t, err = w.st.GradTensor(name)
 	} else {

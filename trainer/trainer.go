@@ -295,6 +295,9 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 			RootDir: t.cfg.DefaultRootDir, MaxEpochs: t.cfg.MaxEpochs, MaxSteps: t.cfg.MaxSteps, FastDevRun: t.cfg.FastDevRun > 0},
 		Metrics: map[string]float64{}, Layers: b.Layers(), Store: t.store(),
 	}
+	if st := t.state.Store; st != nil && st.NumParams() > 0 && st.Grad32() == nil && st.Grad64() == nil {
+		t.state.noGrad = fmt.Sprintf("State.Weights has no gradients: strategy %s keeps no whole gradient buffer (each rank reduces every gradient into its 1/%d shard as backward produces it); State.GradNorm is the reduced gradients' norm, and sharded_stage1 or ddp keep whole gradients to read here", info.Name, info.WorldSize)
+	}
 	if t.state.Store == nil {
 		t.state.specs, t.state.dtype = specs, t.dtype()
 		t.state.noStore = fmt.Sprintf("State.Weights is empty: strategy %s keeps no whole copy of the model in any process (each rank holds 1/%d of it); read the weights of a checkpoint (trainer.LoadWeights into a module.Store, or infer.New), or train with ddp or sharded to read them here", info.Name, info.WorldSize)
