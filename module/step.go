@@ -55,7 +55,10 @@ type LogSpec struct {
 // LogOption changes how a value passed to Step.Log is recorded.
 type LogOption func(*LogSpec)
 
-// OnStep records (or not) the value at each logged step.
+// OnStep records (or not) the value at each logged step. Only training
+// steps have per-step records: an evaluation loop (validation, test)
+// records one value, the mean of its batches, named name_epoch when
+// OnEpoch is set too (the trainer warns once per name).
 func OnStep(on bool) LogOption { return func(s *LogSpec) { s.OnStep = on } }
 
 // OnEpoch records (or not) the epoch aggregate of the value.

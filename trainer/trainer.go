@@ -78,6 +78,8 @@ type Trainer struct {
 	launchDir     string
 	loggers       []Logger
 	lastEpochCkpt string
+	// warnedOnStep holds the metrics warnEvalOnStep has warned about.
+	warnedOnStep map[string]bool
 	// fitLoggers is true once a Fit chose loggers, which Validate and Test
 	// then log into.
 	fitLoggers bool
@@ -1101,6 +1103,7 @@ func (t *Trainer) evalLoop(ctx context.Context, m module.Module, mode module.Mod
 			if a == nil {
 				a = &agg{spec: mt.Spec}
 				aggs[mt.Name] = a
+				t.warnEvalOnStep(mode, mt.Name, mt.Spec)
 			}
 			a.addMetric(&mt)
 		}
@@ -1109,6 +1112,22 @@ func (t *Trainer) evalLoop(ctx context.Context, m module.Module, mode module.Mod
 		return nil, nil, fmt.Errorf("%s data: %w", mode, err)
 	}
 	return aggs, stop, ctx.Err()
+}
+
+// warnEvalOnStep says, once per name, that a value an evaluation step logs
+// with OnStep gets no per-batch record: an evaluation loop records one
+// value, the mean of its batches (under name_epoch with OnEpoch, under
+// name with OnEpoch(false)), where Lightning also logs each batch's.
+func (t *Trainer) warnEvalOnStep(mode module.Mode, name string, spec module.LogSpec) {
+	if !spec.OnStep || !t.state.IsGlobalZero || t.warnedOnStep[name] {
+		return
+	}
+	if t.warnedOnStep == nil {
+		t.warnedOnStep = map[string]bool{}
+	}
+	t.warnedOnStep[name] = true
+	t.cfg.Log.Warn().Str("metric", name).Str("recorded_as", epochName(name, spec)).Str("step", mode.String()).
+		Msgf("%q is logged with OnStep in an evaluation step: evaluation records one value per loop, the mean of its batches (as %q), never one per batch; drop OnStep there (or log per-step values from TrainingStep)", name, epochName(name, spec))
 }
 
 // noBatch is the error of an evaluation loader that gives this rank no
