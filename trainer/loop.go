@@ -149,9 +149,19 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 // State.LR, before OnFitStart: from Fit's first hook on, State.LR is the
 // rate of the next optimizer step (a resumed run's from the checkpoint), as
 // Lightning's optimizers hold it from on_fit_start.
+//
+// torch's schedulers start from the optimizer's rate; a StepLR or cosine
+// schedule here starts from its own base rate, which replaces the
+// optimizer's: a base other than the optimizer's rate is said, since the
+// run then trains at a rate the module's optimizer does not show.
 func (t *Trainer) startSchedule(startEpoch int) {
 	if st, ok := t.sched.(optim.Starter); ok && startEpoch == 0 && t.state.GlobalStep == 0 && t.resumeAt == nil {
+		configured := t.opt.LR()
 		st.Start(t.opt)
+		if b, ok := t.sched.(interface{ LRAt(int64) float64 }); ok && b.LRAt(0) != configured && t.state.IsGlobalZero {
+			t.cfg.Log.Warn().Float64("scheduler_base_lr", b.LRAt(0)).Float64("optimizer_lr", configured).
+				Msgf("the %T's base rate %g replaces the optimizer's %g (a schedule here starts from its own base, not from the optimizer's rate as in torch): give both the same rate", t.sched, b.LRAt(0), configured)
+		}
 	}
 	t.state.LR = t.opt.LR()
 }
