@@ -41,6 +41,9 @@ type Config struct {
 	// checkpoint cannot be saved inside an accumulation window.
 	ValCheckInterval int
 	// CheckValEveryNEpoch runs validation every this many epochs. 0: 1.
+	// A per-epoch ReduceOnPlateau watching a validation metric then steps
+	// after the epochs that validate only (Lightning's scheduler
+	// frequency set to match).
 	CheckValEveryNEpoch int
 	// NumSanityValSteps runs this many validation batches before the first
 	// training step of every Fit that has a validation loader (Lightning's

@@ -449,7 +449,7 @@ func (f *fitRun) endEpoch(ctx context.Context, epoch, nb int, r loopPos, stop er
 		}
 	}
 	t.stats.Epochs = epoch + 1
-	if f.sched != nil && f.sched.Interval() == optim.PerEpoch {
+	if f.sched != nil && f.sched.Interval() == optim.PerEpoch && !f.waitsForValidation(epoch) {
 		metric, err := t.schedMetric(ctx, f.sched)
 		if err != nil {
 			return fmt.Errorf("epoch %d: %w", epoch, err)
@@ -473,6 +473,29 @@ func (f *fitRun) endEpoch(ctx context.Context, epoch, nb int, r loopPos, stop er
 		return err
 	}
 	return stop
+}
+
+// waitsForValidation reports whether a per-epoch scheduler that watches a
+// validation metric (optim.Monitored: one validation logged, or not logged
+// yet, or the default, val_loss) skips epoch, which does not validate
+// (CheckValEveryNEpoch): it steps after the epochs that validate, once per
+// validation, as Lightning's would with frequency set to
+// check_val_every_n_epoch, rather than failing before the first
+// validation or stepping again on the last one's value, which never
+// improves on itself.
+func (f *fitRun) waitsForValidation(epoch int) bool {
+	mon, ok := f.sched.(optim.Monitored)
+	if !ok || f.val == nil || f.valDueAtEpochEnd(epoch) {
+		return false
+	}
+	t := f.t
+	name := mon.Monitor()
+	if name == "" {
+		name = "val_loss"
+	}
+	m := Metrics{m: t.state.Metrics, stepNewer: t.state.stepNewer, fromVal: t.state.fromVal}
+	_, logged := m.Get(name)
+	return !logged || m.FromValidation(name)
 }
 
 // sanityCheck runs NumSanityValSteps validation batches before training
