@@ -1405,14 +1405,22 @@ type PredictBatch struct {
 // each calls fn for the batches of its own shard only, nothing is
 // gathered, and memory stays that of one batch whatever the size of the
 // set. Write each rank's predictions where they belong (a file per rank,
-// rows placed by Indices). An error from fn stops the run and is returned
-// (on the other ranks, their next collective fails, as any rank's error).
+// rows placed by Indices). An error from fn, or a panic in it (as an
+// error with the stack), stops the run and is returned, naming fn (on the
+// other ranks, their next collective fails, as any rank's error).
 func (t *Trainer) PredictEach(ctx context.Context, m module.Module, l *data.Loader, fn func(PredictBatch) error, opts ...EvalOption) error {
 	t.excDone = false
 	if fn == nil {
 		return t.failed(ctx, errors.New("PredictEach: fn is nil: pass the function that takes each batch's predictions"))
 	}
-	_, err := t.predictBatches(ctx, m, l, opts, fn)
+	// fn is the user's code, as a hook is: its panic becomes an error with
+	// the stack down to the user's line, and its failures are named.
+	_, err := t.predictBatches(ctx, m, l, opts, func(b PredictBatch) error {
+		if err := guarded(func() error { return fn(b) }); err != nil {
+			return fmt.Errorf("PredictEach's fn: %w", err)
+		}
+		return nil
+	})
 	return t.failed(ctx, err)
 }
 
