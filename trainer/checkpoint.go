@@ -296,7 +296,11 @@ func (t *Trainer) encodeCheckpoint(sd *strategy.StateDict, extra map[string]stri
 		return nil, nil, err
 	}
 	if h, ok := t.mod.(module.HParamser); ok {
-		if b, err := json.Marshal(h.HParams()); err == nil {
+		hp, err := hparamsOf(h)
+		if err != nil {
+			return nil, nil, err
+		}
+		if b, err := json.Marshal(hp); err == nil {
 			meta[keyHParams] = string(b)
 		} else {
 			t.cfg.Log.Warn().Err(err).Msg("checkpoint: the module's HParams are not JSON-encodable; left out")

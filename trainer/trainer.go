@@ -258,7 +258,12 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 			return nil, nil, fmt.Errorf("strategy %s asked for a second optimizer: a strategy makes one per process", st.Info().Name)
 		}
 		if oc, ok := m.(module.OptimizerConfigurer); ok {
-			o, s, err := oc.ConfigureOptimizers()
+			var o optim.Optimizer
+			var s optim.Scheduler
+			err := guarded(func() (err error) {
+				o, s, err = oc.ConfigureOptimizers()
+				return err
+			})
 			if err != nil {
 				return nil, nil, fmt.Errorf("module.ConfigureOptimizers: %w", err)
 			}
@@ -539,6 +544,19 @@ func (t *Trainer) adoptFit(r strategy.FitResult) {
 	}
 }
 
+// hparamsOf calls the module's HParams, its panic an error with the
+// user's line, as in the module's other methods.
+func hparamsOf(h module.HParamser) (hp map[string]any, err error) {
+	err = guarded(func() error {
+		hp = h.HParams()
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("module.HParams: %w", err)
+	}
+	return hp, nil
+}
+
 // callbackLog is State.LogMetrics, logging at step(). The names are
 // checked on every rank, so that all fail alike (a callback may set a
 // row's "epoch", as in Lightning; not its "step"); the values join the
@@ -631,7 +649,11 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 	t.fitted = true
 	train, val = t.loaderFor(train, true, true), t.loaderFor(val, false, true)
 	if h, ok := m.(module.HParamser); ok {
-		if err := t.logHyperparams(h.HParams()); err != nil {
+		hp, err := hparamsOf(h)
+		if err != nil {
+			return err
+		}
+		if err := t.logHyperparams(hp); err != nil {
 			return err
 		}
 	}
