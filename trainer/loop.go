@@ -184,7 +184,10 @@ func (f *fitRun) epoch(ctx context.Context, epoch int) error {
 	if err != nil {
 		return err
 	}
-	nb := f.numBatches(epoch)
+	nb, err := f.numBatches(epoch)
+	if err != nil {
+		return err
+	}
 	if stop, err = f.agreeBatches(ctx, epoch, nb, stop); err != nil {
 		return err
 	}
@@ -343,15 +346,32 @@ func (f *fitRun) agreeBatches(ctx context.Context, epoch, nb int, stop error) (e
 }
 
 // numBatches is the number of training batches of epoch (LimitTrainBatches).
-func (f *fitRun) numBatches(epoch int) int {
+func (f *fitRun) numBatches(epoch int) (int, error) {
 	t := f.t
-	nb := f.train.NumBatches(epoch)
+	nb, err := numBatchesOf("training", f.train, epoch)
+	if err != nil {
+		return 0, fmt.Errorf("epoch %d: %w", epoch, err)
+	}
 	if l := t.cfg.LimitTrainBatches; l > 0 && l < nb {
 		nb = l
 	}
 	t.trainBS, t.trainNB = f.train.Config().BatchSize, nb
 	t.state.NumTrainBatches = nb
-	return nb
+	return nb, nil
+}
+
+// numBatchesOf is l.NumBatches(epoch), which asks l's sampler for its
+// order: a panic in a sampler of the user's is an error naming it, with
+// the stack, as a Dataset's Read's is.
+func numBatchesOf(what string, l *data.Loader, epoch int) (nb int, err error) {
+	err = guarded(func() error {
+		nb = l.NumBatches(epoch)
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("the %s loader's sampler %T.Order %w", what, l.Config().Sampler, err)
+	}
+	return nb, nil
 }
 
 // batches runs training batches first..nb-1 of epoch from it. It returns

@@ -1086,14 +1086,17 @@ func (t *Trainer) reduceAggs(ctx context.Context, aggs map[string]*agg, all bool
 // end); the end hooks are the caller's, after the metrics are reduced.
 func (t *Trainer) evalLoop(ctx context.Context, m module.Module, mode module.Mode, l *data.Loader, limit int) (_ map[string]*agg, stop, _ error) {
 	aggs := map[string]*agg{}
-	nb := l.NumBatches(0)
+	nb, err := numBatchesOf(mode.String(), l, 0)
+	if err != nil {
+		return nil, nil, err
+	}
 	if err := t.noBatch(mode.String(), l, nb); err != nil {
 		return nil, nil, err
 	}
 	if limit > 0 && limit < nb {
 		nb = limit
 	}
-	stop, err := splitStop(t.onEvalStart(ctx, m, mode))
+	stop, err = splitStop(t.onEvalStart(ctx, m, mode))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -1476,7 +1479,10 @@ func (t *Trainer) predictBatches(ctx context.Context, m module.Module, l *data.L
 		t.cfg.Log.Warn().Msg("Predict: the loader shuffles (LoaderConfig.Shuffle, or a RandomSampler); predictions are made in dataset order instead")
 		pl = l.WithSampler(data.SequentialSampler{})
 	}
-	nb := pl.NumBatches(0)
+	nb, err := numBatchesOf("predict", pl, 0)
+	if err != nil {
+		return nil, err
+	}
 	if err := t.noBatch("predict", pl, nb); err != nil {
 		return nil, err
 	}
