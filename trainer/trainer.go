@@ -741,7 +741,7 @@ func (t *Trainer) callbackStates() (map[string][]byte, error) {
 	out := map[string][]byte{}
 	for _, cb := range t.cfg.Callbacks {
 		if sf, ok := cb.(Stateful); ok {
-			b, err := sf.StateDict()
+			b, err := stateDictOf(sf)
 			if err != nil {
 				return nil, fmt.Errorf("callbacks/%s.StateDict: %w", cb.Name(), err)
 			}
@@ -749,6 +749,16 @@ func (t *Trainer) callbackStates() (map[string][]byte, error) {
 		}
 	}
 	return out, nil
+}
+
+// stateDictOf is sf's StateDict, a panic in it (the user's code, as a
+// hook is) an error with the stack.
+func stateDictOf(sf Stateful) (b []byte, err error) {
+	err = guarded(func() (err error) {
+		b, err = sf.StateDict()
+		return err
+	})
+	return b, err
 }
 
 // loadCallbackStates gives the launching process's callbacks the states
@@ -764,7 +774,7 @@ func (t *Trainer) loadCallbackStates(states map[string][]byte) error {
 		if !ok {
 			continue
 		}
-		if err := sf.LoadStateDict(b); err != nil {
+		if err := guarded(func() error { return sf.LoadStateDict(b) }); err != nil {
 			return fmt.Errorf("callbacks/%s.LoadStateDict (the ddp_spawn workers' state): %w", cb.Name(), err)
 		}
 	}
