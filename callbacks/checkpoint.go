@@ -43,9 +43,11 @@ type ModelCheckpointConfig struct {
 	// LastOnly writes no ranked checkpoints, only last.ckpt (it implies
 	// SaveLast).
 	LastOnly bool
-	// SaveLast also writes last.ckpt each time a checkpoint is due, and at
-	// the end of every epoch that saved none (as Lightning's save_last), so
-	// that it holds the weights the run ended with.
+	// SaveLast also writes last.ckpt each time a checkpoint is due, at
+	// the end of every epoch that saved none (as Lightning's save_last),
+	// and where a Stop ends training in the middle of an epoch (not inside
+	// an accumulation window), so that it holds the weights the run ended
+	// with.
 	SaveLast bool
 	// EveryNTrainSteps saves after every this many optimizer steps instead
 	// of at epoch ends. 0: off. With a Monitor that a validation logs
@@ -133,6 +135,12 @@ type ModelCheckpoint struct {
 	st         ckptState
 	warned     bool // about a monitored metric not logged yet
 	warnedName bool // about a step checkpoint's name using such a metric
+	// batchStep is the global step at the latest training batch's end
+	// (or at fit start), and inWindow reports that the latest batch took
+	// no optimizer step: it is inside an accumulation window, whose
+	// partial gradients no checkpoint holds.
+	batchStep int
+	inWindow  bool
 }
 
 type ckptState struct {
@@ -158,6 +166,7 @@ var (
 	_ trainer.StepEndStopper    = (*ModelCheckpoint)(nil)
 	_ trainer.ValidationEndHook = (*ModelCheckpoint)(nil)
 	_ trainer.TrainEpochEndHook = (*ModelCheckpoint)(nil)
+	_ trainer.TrainEndHook      = (*ModelCheckpoint)(nil)
 	_ trainer.FitEndHook        = (*ModelCheckpoint)(nil)
 	_ trainer.Stateful          = (*ModelCheckpoint)(nil)
 )
@@ -253,10 +262,12 @@ func (c *ModelCheckpoint) OnFitStart(ctx context.Context, s *trainer.State) erro
 			Monitor: c.st.Monitor, Mode: c.st.Mode, ValEpoch: c.st.ValEpoch}
 	}
 	c.st.Dirpath = c.dir
+	c.batchStep, c.inWindow = s.GlobalStep, false
 	return c.removeStale(s)
 }
 
 func (c *ModelCheckpoint) OnTrainBatchEnd(ctx context.Context, s *trainer.State) error {
+	c.inWindow, c.batchStep = s.GlobalStep == c.batchStep, s.GlobalStep
 	n := c.cfg.EveryNTrainSteps
 	if n == 0 || s.GlobalStep == 0 || s.GlobalStep%n != 0 || s.GlobalStep == c.st.LastStep {
 		return nil
@@ -350,6 +361,18 @@ func (c *ModelCheckpoint) saveLast(ctx context.Context, s *trainer.State) error 
 	}
 	c.st.Last = p
 	return nil
+}
+
+// OnTrainEnd refreshes last.ckpt (SaveLast) when training ended where no
+// checkpoint was saved: a Stop in the middle of an epoch (a Timer, say)
+// skips the epoch's end, as Lightning's Timer ends training and its
+// checkpoint callback saves. Not inside an accumulation window, whose
+// partial gradients a checkpoint cannot hold.
+func (c *ModelCheckpoint) OnTrainEnd(ctx context.Context, s *trainer.State) error {
+	if c.inWindow {
+		return nil
+	}
+	return c.saveLast(ctx, s)
 }
 
 func (c *ModelCheckpoint) OnFitEnd(ctx context.Context, s *trainer.State) error {

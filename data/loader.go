@@ -169,7 +169,11 @@ func (l *Loader) Iter(ctx context.Context, epoch int) *Iter {
 		}
 	}
 	n := l.ds.Len()
-	idx, pad := l.cfg.Sampler.Order(epoch, n)
+	idx, pad, err := l.order(epoch, n)
+	if err != nil {
+		it.err = fmt.Errorf("data.Loader.Iter: %w", err)
+		return it
+	}
 	if pad != nil && len(pad) != len(idx) {
 		it.err = fmt.Errorf("data.Loader.Iter: sampler %T returned %d indices but %d padding flags", l.cfg.Sampler, len(idx), len(pad))
 		return it
@@ -189,6 +193,19 @@ func (l *Loader) Iter(ctx context.Context, epoch int) *Iter {
 		it.p = startPipe(ctx, it, l.cfg.Prefetch)
 	}
 	return it
+}
+
+// order is the sampler's Order for epoch; a panic in it (a sampler of the
+// user's) is an error naming the sampler, with the stack, as one in a
+// Dataset's Read is.
+func (l *Loader) order(epoch, n int) (idx []int, pad []bool, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("sampler %T.Order(%d, %d) %w", l.cfg.Sampler, epoch, n, panics.Recovered(v))
+		}
+	}()
+	idx, pad = l.cfg.Sampler.Order(epoch, n)
+	return idx, pad, nil
 }
 
 // Iter walks the batches of one epoch. See Loader.Iter.

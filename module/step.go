@@ -55,7 +55,10 @@ type LogSpec struct {
 // LogOption changes how a value passed to Step.Log is recorded.
 type LogOption func(*LogSpec)
 
-// OnStep records (or not) the value at each logged step.
+// OnStep records (or not) the value at each logged step. Only training
+// steps have per-step records: an evaluation loop (validation, test)
+// records one value, the mean of its batches, named name_epoch when
+// OnEpoch is set too (the trainer warns once per name).
 func OnStep(on bool) LogOption { return func(s *LogSpec) { s.OnStep = on } }
 
 // OnEpoch records (or not) the epoch aggregate of the value.
@@ -278,7 +281,8 @@ func (s *Step) Node(name string) (*G.Node, bool) {
 
 // Log records a scalar node's value under name each time the graph runs.
 // Defaults follow Lightning: in training, on step and not on epoch; in
-// validation and test, on epoch and not on step.
+// validation and test, on epoch and not on step. ReservedMetricName says
+// which names are refused.
 func (s *Step) Log(name string, n *G.Node, opts ...LogOption) {
 	if n == nil {
 		panic(fmt.Errorf("Log(%q): the node is nil", name))
@@ -308,6 +312,9 @@ func (s *Step) LogCounts(name string, counts *G.Node, m CountMetric, opts ...Log
 }
 
 func (s *Step) log(name string, n *G.Node, m CountMetric, opts []LogOption) {
+	if msg := ReservedMetricName(name); msg != "" {
+		panic(fmt.Errorf("Log(%q): %s", name, msg))
+	}
 	for _, l := range s.logs {
 		if l.Name == name {
 			panic(fmt.Errorf("Log(%q) is called twice in one step: use distinct names", name))
@@ -393,4 +400,19 @@ func (m *Metric) Values(f func(name string, v float64)) {
 	for _, k := range names {
 		f(k, out[k])
 	}
+}
+
+// ReservedMetricName says why name cannot be a logged metric's name ("" when
+// it can): every logger writes a row's global step as "step" (metrics.csv's
+// column, metrics.jsonl's key, TensorBoard's x axis) and the trainer the
+// epoch as "epoch", so a metric of either name would replace them in some
+// loggers and vanish in others; a metric needs a name.
+func ReservedMetricName(name string) string {
+	switch name {
+	case "":
+		return "a metric needs a name"
+	case "step", "epoch":
+		return fmt.Sprintf("the name %q is the loggers' own column of each row (the global step and the epoch): name the metric otherwise, such as %q", name, "my_"+name)
+	}
+	return ""
 }

@@ -125,7 +125,7 @@ type spanState struct {
 
 func (s *spanState) bind(lo, hi int) error {
 	if s.bound {
-		return fmt.Errorf("%s.Bind(%d, %d): already bound to [%d, %d): create a new optimizer per span", s.who, lo, hi, s.lo, s.hi)
+		return fmt.Errorf("%s.Bind(%d, %d): already bound to [%d, %d): an optimizer serves one span of one training; create a new optimizer per span (a module's ConfigureOptimizers is a factory: return a new optimizer from every call, not one kept from an earlier Fit)", s.who, lo, hi, s.lo, s.hi)
 	}
 	if lo < 0 || hi < lo {
 		return fmt.Errorf("%s.Bind(%d, %d): the span is not a range of flat offsets: use 0 <= lo <= hi", s.who, lo, hi)

@@ -242,10 +242,10 @@ func NewLinearWarmup(baseLR float64, warmupSteps int, after Scheduler, opts ...S
 		p = append(p, err)
 	}
 	if after != nil && after.Interval() != o.every {
-		p.addf("LinearWarmup runs per %v but the scheduler after it runs per %v: give both the same interval, or give the trainer two schedulers", o.every, after.Interval())
+		p.addf("LinearWarmup runs per %v but the scheduler after it runs per %v: give both the same interval (optim.Every(optim.%s) to both); the trainer takes one scheduler from ConfigureOptimizers, so two intervals cannot run side by side", o.every, after.Interval(), intervalName(after.Interval()))
 	}
 	if _, ok := after.(*ReduceOnPlateau); ok {
-		p.addf("LinearWarmup cannot hand over to ReduceOnPlateau, which needs a metric the warm-up does not see: give the trainer both schedulers")
+		p.addf("LinearWarmup cannot hand over to ReduceOnPlateau, which needs a metric the warm-up does not see, and the trainer takes one scheduler from ConfigureOptimizers: use one of the two (ReduceOnPlateau alone starts at the optimizer's rate), or a warm-up followed by StepLR or CosineAnnealing")
 	}
 	if err := p.err(); err != nil {
 		return nil, err
@@ -310,4 +310,13 @@ func (s *LinearWarmup) LoadState(m map[string]float64) error {
 	}
 	s.count = c
 	return nil
+}
+
+// intervalName is iv's constant's name, for messages that tell what to
+// write.
+func intervalName(iv Interval) string {
+	if iv == PerEpoch {
+		return "PerEpoch"
+	}
+	return "PerStep"
 }

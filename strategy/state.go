@@ -288,7 +288,7 @@ func LoadReplicaState(sd *StateDict, st *module.Store, opt optim.Optimizer, sche
 			return fmt.Errorf("the checkpoint has a %s learning-rate scheduler but the module configures none: configure the same scheduler to resume", meta.Type)
 		}
 		if typ := fmt.Sprintf("%T", sched); typ != meta.Type {
-			return fmt.Errorf("the checkpoint's scheduler is %s but the module configures %s", meta.Type, typ)
+			return fmt.Errorf("the checkpoint's scheduler is %s but the module configures %s: configure the same scheduler to resume (its position is the checkpoint's)", meta.Type, typ)
 		}
 		schedState = Floats(meta.State)
 	}

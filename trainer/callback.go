@@ -138,8 +138,13 @@ type Logger interface {
 	Name() string
 	LogHyperparams(h map[string]any) error
 	LogMetrics(step int, metrics map[string]float64) error
-	// Finalize is called once at the end with "success", "failed" or
-	// "interrupted".
+	// Finalize ends each Fit ("success", "failed" or "interrupted") and
+	// each Validate and Test that logged into the logger ("success"), as
+	// Lightning's finalize ends fit, validate and test. It is not the
+	// logger's last call: a Validate or Test after a Fit logs into the
+	// Fit's loggers, after their Finalize, so a logger that closes its
+	// file there opens it again at the next LogMetrics (as CSVLogger
+	// does; ExampleLogger).
 	Finalize(status string) error
 }
 
@@ -178,10 +183,12 @@ func (s *State) Warn(msg string) {
 
 // LogMetrics sends metrics to the trainer's loggers at the current global
 // step (rank 0 only; a no-op elsewhere), as a callback's own figures
-// (learning rates, timings).
+// (learning rates, timings). In Validate and Test they go where the
+// evaluation's metrics go, at the evaluated weights' step, whether or not
+// a Fit came before (nowhere when there is no logger).
 func (s *State) LogMetrics(m map[string]float64) error {
 	if s.log == nil {
-		return errors.New("logging is not available in this stage")
+		return errors.New("State.LogMetrics: no logger in this stage (Predict without a Fit before it, or a State made outside a Trainer): log from the hooks of Fit, Validate or Test")
 	}
 	return s.log(m)
 }

@@ -286,7 +286,7 @@ func (t *Trainer) encodeCheckpoint(sd *strategy.StateDict, extra map[string]stri
 		if _, dup := cbs[name]; dup {
 			return nil, nil, fmt.Errorf("two stateful callbacks are named %q, so their states would collide: give each a distinct name", name)
 		}
-		b, err := sf.StateDict()
+		b, err := stateDictOf(sf)
 		if err != nil {
 			return nil, nil, fmt.Errorf("callbacks/%s.StateDict: %w", name, err)
 		}
@@ -296,7 +296,11 @@ func (t *Trainer) encodeCheckpoint(sd *strategy.StateDict, extra map[string]stri
 		return nil, nil, err
 	}
 	if h, ok := t.mod.(module.HParamser); ok {
-		if b, err := json.Marshal(h.HParams()); err == nil {
+		hp, err := hparamsOf(h)
+		if err != nil {
+			return nil, nil, err
+		}
+		if b, err := json.Marshal(hp); err == nil {
 			meta[keyHParams] = string(b)
 		} else {
 			t.cfg.Log.Warn().Err(err).Msg("checkpoint: the module's HParams are not JSON-encodable; left out")
@@ -583,7 +587,7 @@ func (t *Trainer) apply(ctx context.Context, c *checkpoint) error {
 			continue
 		}
 		seen[name] = true
-		if err := sf.LoadStateDict(b); err != nil {
+		if err := guarded(func() error { return sf.LoadStateDict(b) }); err != nil {
 			return fmt.Errorf("callbacks/%s.LoadStateDict: %w", name, err)
 		}
 	}

@@ -41,6 +41,9 @@ type Config struct {
 	// checkpoint cannot be saved inside an accumulation window.
 	ValCheckInterval int
 	// CheckValEveryNEpoch runs validation every this many epochs. 0: 1.
+	// A per-epoch ReduceOnPlateau watching a validation metric then steps
+	// after the epochs that validate only (Lightning's scheduler
+	// frequency set to match).
 	CheckValEveryNEpoch int
 	// NumSanityValSteps runs this many validation batches before the first
 	// training step of every Fit that has a validation loader (Lightning's
@@ -116,8 +119,10 @@ type Config struct {
 	// DisableCheckpointing turns off the default checkpoints (Lightning's
 	// enable_checkpointing=False). false: at the end of each epoch Fit
 	// saves LogDir/checkpoints/last.ckpt and
-	// LogDir/checkpoints/epoch=E-step=S.ckpt (keeping the newest), unless
-	// Callbacks holds a callbacks.ModelCheckpoint, which then decides.
+	// LogDir/checkpoints/epoch=E-step=S.ckpt (keeping the newest), and
+	// there too when a hook's Stop ends training in the middle of an epoch
+	// (not inside an accumulation window), unless Callbacks holds a
+	// callbacks.ModelCheckpoint, which then decides.
 	// Stopping on a signal or a cancelled context still saves a checkpoint.
 	DisableCheckpointing bool
 	// DisableLogger turns off the default logger (Lightning's
@@ -330,10 +335,16 @@ func (c *Config) Validate() error {
 		if msg := nilEntry(cb); msg != "" {
 			bad("Callbacks[%d] is %s", i, msg)
 		}
+		for _, msg := range wrongSignatures(cb, callbackInterfaces) {
+			bad("Callbacks[%d]: %s", i, msg)
+		}
 	}
 	for i, l := range c.Loggers {
 		if msg := nilEntry(l); msg != "" {
 			bad("Loggers[%d] is %s", i, msg)
+		}
+		for _, msg := range wrongSignatures(l, loggerInterfaces) {
+			bad("Loggers[%d]: %s", i, msg)
 		}
 	}
 	return errors.Join(errs...)

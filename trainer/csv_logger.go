@@ -368,7 +368,8 @@ func (l *CSVLogger) LogMetrics(step int, m map[string]float64) error {
 	return l.w.Error()
 }
 
-// Finalize closes the file.
+// Finalize closes the file; a later LogMetrics (a Test after the Fit)
+// opens it again.
 func (l *CSVLogger) Finalize(status string) error {
 	if l.f == nil {
 		return nil

@@ -37,6 +37,10 @@
 //
 // Callbacks implement the hooks they want, each a one-method interface
 // (callback.go, hooks.go); a module implements those of package module.
+// A method named as a hook (or an optional step) with another signature
+// would never be called: New refuses such a callback or logger, and Fit,
+// Validate, Test and Predict such a module, naming both signatures
+// (hookcheck.go).
 // Each hook runs on the callbacks first, in Config.Callbacks' order, then on
 // the module, as Lightning 2.x calls callbacks before the LightningModule;
 // the sanity check's and OnException exist for callbacks only. Fit, Validate,
@@ -80,7 +84,9 @@
 // hook's error ends the call with an error naming it
 // ("callbacks/ModelCheckpoint.OnValidationEnd: ...", "module.OnTrainStart:
 // ..."). A Stop asked in a training batch's hooks (OnTrainBatchStart
-// included) ends a Fit at that batch's end, one asked in a validation's
+// included) ends a Fit at that batch's end, without OnTrainEpochEnd (the
+// default checkpoints, and a ModelCheckpoint's last.ckpt with SaveLast,
+// are saved there all the same), one asked in a validation's
 // at the end of its epoch (the rest of its batches skipped), every rank
 // agreeing; one from OnFitStart, the sanity check or OnTrainStart ends it
 // before the first epoch and one from OnTrainEpochStart before that

@@ -87,20 +87,7 @@ func TestValidateAndTestLogAfterFit(t *testing.T) {
 // it writes nothing.
 func TestTestLogsIntoLogDirOrLoggers(t *testing.T) {
 	ctx := context.Background()
-	root := t.TempDir()
-	tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 1, Seed: 3, DefaultRootDir: root}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := newEvalReg()
-	ds := regression(t, 96, 0.01, 4)
-	if err := tr.Fit(ctx, m, loader(t, ds, 32, true, false), nil); err != nil {
-		t.Fatal(err)
-	}
-	ckpt, err := trainer.ResolveCheckpoint(root, "last")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ckpt := evalCheckpoint(t)
 	test := loader(t, regression(t, 40, 0.01, 5), 16, false, false)
 
 	dir := filepath.Join(t.TempDir(), "eval")
@@ -138,6 +125,25 @@ func TestTestLogsIntoLogDirOrLoggers(t *testing.T) {
 	if ents, _ := os.ReadDir(bare); len(ents) != 0 {
 		t.Errorf("Test with no logger and no LogDir wrote %v", ents)
 	}
+}
+
+// evalCheckpoint fits an evalReg for one epoch of 3 steps and returns the
+// run's last.ckpt, for evaluations in a fresh Trainer.
+func evalCheckpoint(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 1, Seed: 3, DefaultRootDir: root}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Fit(context.Background(), newEvalReg(), loader(t, regression(t, 96, 0.01, 4), 32, true, false), nil); err != nil {
+		t.Fatal(err)
+	}
+	ckpt, err := trainer.ResolveCheckpoint(root, "last")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ckpt
 }
 
 type rowRecorder struct {

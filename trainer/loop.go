@@ -32,6 +32,9 @@ type fitRun struct {
 	// resume is where a resumed run re-enters the loop, until its epoch.
 	resume  *loopPos
 	stepLog map[string]float64
+	// stepLR is the learning rate of the latest optimizer step, for its
+	// row of step metrics.
+	stepLR float64
 	// trainDur is the wall time of this epoch's training batches.
 	trainDur time.Duration
 
@@ -116,9 +119,6 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 	if p, ok := f.sched.(*optim.ReduceOnPlateau); ok && p.Config().Mode == "max" && p.Monitor() == "" {
 		return errors.New(`ReduceOnPlateau has Mode "max" and no Monitor: it would watch val_loss or train_loss, which should fall, and cut the learning rate while they do: set PlateauConfig.Monitor to the metric that should rise (such as val_acc), or use Mode "min"`)
 	}
-	if st, ok := f.sched.(optim.Starter); ok && startEpoch == 0 && t.state.GlobalStep == 0 && f.resume == nil {
-		st.Start(f.opt)
-	}
 	if t.cfg.handleSignals() {
 		t.signals = watchSignals(t.cfg.Log)
 		defer t.signals.stop()
@@ -144,6 +144,28 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 	return t.trainEnd(ctx, m, nil)
 }
 
+// startSchedule sets the first step's learning rate on a new run's
+// optimizer (a scheduler's Start, which torch does in its constructor) and
+// State.LR, before OnFitStart: from Fit's first hook on, State.LR is the
+// rate of the next optimizer step (a resumed run's from the checkpoint), as
+// Lightning's optimizers hold it from on_fit_start.
+//
+// torch's schedulers start from the optimizer's rate; a StepLR or cosine
+// schedule here starts from its own base rate, which replaces the
+// optimizer's: a base other than the optimizer's rate is said, since the
+// run then trains at a rate the module's optimizer does not show.
+func (t *Trainer) startSchedule(startEpoch int) {
+	if st, ok := t.sched.(optim.Starter); ok && startEpoch == 0 && t.state.GlobalStep == 0 && t.resumeAt == nil {
+		configured := t.opt.LR()
+		st.Start(t.opt)
+		if b, ok := t.sched.(interface{ LRAt(int64) float64 }); ok && b.LRAt(0) != configured && t.state.IsGlobalZero {
+			t.cfg.Log.Warn().Float64("scheduler_base_lr", b.LRAt(0)).Float64("optimizer_lr", configured).
+				Msgf("the %T's base rate %g replaces the optimizer's %g (a schedule here starts from its own base, not from the optimizer's rate as in torch): give both the same rate", t.sched, b.LRAt(0), configured)
+		}
+	}
+	t.state.LR = t.opt.LR()
+}
+
 // trainingLeft reports whether epoch is within MaxEpochs and steps remain
 // within MaxSteps.
 func (t *Trainer) trainingLeft(epoch int) bool {
@@ -162,7 +184,10 @@ func (f *fitRun) epoch(ctx context.Context, epoch int) error {
 	if err != nil {
 		return err
 	}
-	nb := f.numBatches(epoch)
+	nb, err := f.numBatches(epoch)
+	if err != nil {
+		return err
+	}
 	if stop, err = f.agreeBatches(ctx, epoch, nb, stop); err != nil {
 		return err
 	}
@@ -214,7 +239,7 @@ func (f *fitRun) epoch(ctx context.Context, epoch int) error {
 		return err
 	}
 	if now {
-		return stop
+		return f.stopMidEpoch(ctx, epoch, stop)
 	}
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("epoch %d: training data: %w", epoch, err)
@@ -224,6 +249,31 @@ func (f *fitRun) epoch(ctx context.Context, epoch int) error {
 	}
 	t.stats.TrainTime += f.trainDur
 	return f.endEpoch(ctx, epoch, nb, r, stop)
+}
+
+// stopMidEpoch ends epoch at the batch where the ranks agreed to stop,
+// without the epoch's end-of-epoch work, but with the default checkpoints
+// of the weights the run ended with, as Lightning's checkpoint callback
+// saves when an epoch ends early: otherwise a Stop (a Timer, a threshold)
+// would leave nothing to resume but the previous epoch's. A batch inside an
+// accumulation window has partial gradients no checkpoint can hold: the
+// newest checkpoint stays, and the warning says so.
+func (f *fitRun) stopMidEpoch(ctx context.Context, epoch int, stop error) error {
+	t := f.t
+	if !t.defaultCheckpoints() {
+		return stop
+	}
+	if t.pos.midWindow {
+		if t.state.IsGlobalZero {
+			t.cfg.Log.Warn().Int("epoch", t.pos.Epoch).Int("batch", t.pos.Batch-1).Int("global_step", t.state.GlobalStep).
+				Msg("training stopped inside a gradient accumulation window, whose partial gradients a checkpoint cannot hold: no checkpoint of this batch; the newest checkpoint is the last one saved")
+		}
+		return stop
+	}
+	if err := t.saveEpochCheckpoint(ctx, epoch); err != nil {
+		return err
+	}
+	return stop
 }
 
 // enterEpoch sets the state for epoch and returns where a resumed run
@@ -296,15 +346,32 @@ func (f *fitRun) agreeBatches(ctx context.Context, epoch, nb int, stop error) (e
 }
 
 // numBatches is the number of training batches of epoch (LimitTrainBatches).
-func (f *fitRun) numBatches(epoch int) int {
+func (f *fitRun) numBatches(epoch int) (int, error) {
 	t := f.t
-	nb := f.train.NumBatches(epoch)
+	nb, err := numBatchesOf("training", f.train, epoch)
+	if err != nil {
+		return 0, fmt.Errorf("epoch %d: %w", epoch, err)
+	}
 	if l := t.cfg.LimitTrainBatches; l > 0 && l < nb {
 		nb = l
 	}
 	t.trainBS, t.trainNB = f.train.Config().BatchSize, nb
 	t.state.NumTrainBatches = nb
-	return nb
+	return nb, nil
+}
+
+// numBatchesOf is l.NumBatches(epoch), which asks l's sampler for its
+// order: a panic in a sampler of the user's is an error naming it, with
+// the stack, as a Dataset's Read's is.
+func numBatchesOf(what string, l *data.Loader, epoch int) (nb int, err error) {
+	err = guarded(func() error {
+		nb = l.NumBatches(epoch)
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("the %s loader's sampler %T.Order %w", what, l.Config().Sampler, err)
+	}
+	return nb, nil
 }
 
 // batches runs training batches first..nb-1 of epoch from it. It returns
@@ -402,7 +469,7 @@ func (f *fitRun) endEpoch(ctx context.Context, epoch, nb int, r loopPos, stop er
 		}
 	}
 	t.stats.Epochs = epoch + 1
-	if f.sched != nil && f.sched.Interval() == optim.PerEpoch {
+	if f.sched != nil && f.sched.Interval() == optim.PerEpoch && !f.waitsForValidation(epoch) {
 		metric, err := t.schedMetric(ctx, f.sched)
 		if err != nil {
 			return fmt.Errorf("epoch %d: %w", epoch, err)
@@ -426,6 +493,29 @@ func (f *fitRun) endEpoch(ctx context.Context, epoch, nb int, r loopPos, stop er
 		return err
 	}
 	return stop
+}
+
+// waitsForValidation reports whether a per-epoch scheduler that watches a
+// validation metric (optim.Monitored: one validation logged, or not logged
+// yet, or the default, val_loss) skips epoch, which does not validate
+// (CheckValEveryNEpoch): it steps after the epochs that validate, once per
+// validation, as Lightning's would with frequency set to
+// check_val_every_n_epoch, rather than failing before the first
+// validation or stepping again on the last one's value, which never
+// improves on itself.
+func (f *fitRun) waitsForValidation(epoch int) bool {
+	mon, ok := f.sched.(optim.Monitored)
+	if !ok || f.val == nil || f.valDueAtEpochEnd(epoch) {
+		return false
+	}
+	t := f.t
+	name := mon.Monitor()
+	if name == "" {
+		name = "val_loss"
+	}
+	m := Metrics{m: t.state.Metrics, stepNewer: t.state.stepNewer, fromVal: t.state.fromVal}
+	_, logged := m.Get(name)
+	return !logged || m.FromValidation(name)
 }
 
 // sanityCheck runs NumSanityValSteps validation batches before training

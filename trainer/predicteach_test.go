@@ -88,7 +88,7 @@ func TestPredictEachStopsAtTheFunctionsError(t *testing.T) {
 		}
 		return nil
 	})
-	if err == nil || !strings.Contains(err.Error(), "predict batch 1: disk full") || calls != 2 {
+	if err == nil || !strings.Contains(err.Error(), "predict batch 1: PredictEach's fn: disk full") || calls != 2 {
 		t.Errorf("PredictEach = %v after %d calls, want batch 1's error after 2", err, calls)
 	}
 	if err := tr.PredictEach(context.Background(), &linreg{in: 4}, loader(t, regression(t, 40, 0.1, 6), 8, false, false), nil); err == nil || !strings.Contains(err.Error(), "fn is nil") {

@@ -29,8 +29,9 @@ type State struct {
 	RootDir      string
 	// LogDir is the run's directory (Config.LogDir; by default a new
 	// RootDir/lightning_logs/version_N per Fit, the same on every rank):
-	// callbacks given no path of their own write there. "":
-	// outside Fit.
+	// callbacks given no path of their own write there. In Validate, Test
+	// and Predict, the Fit's before them, else Config.LogDir ("" when
+	// neither is).
 	LogDir    string
 	MaxEpochs int
 	MaxSteps  int
@@ -38,7 +39,8 @@ type State struct {
 	// Metrics holds the latest value of every logged metric (Lightning's
 	// callback_metrics).
 	Metrics Metrics
-	// Weights is the model's parameters and buffers.
+	// Weights is the model's parameters and buffers (empty under fsdp,
+	// where no process holds them all: see Weights).
 	Weights Weights
 	// FastDevRun is true for smoke-test runs (no checkpoints are written).
 	FastDevRun bool
@@ -100,14 +102,22 @@ type runState struct {
 	// inValEnd is true while validation-end hooks run.
 	inValEnd bool
 	Store    *module.Store
-	Layers   []module.LayerInfo
+	// noStore says why Store is nil once the model is set up (a strategy
+	// that holds no whole replica, fsdp): what State.Weights answers; its
+	// counts and dtype come from specs and dtype then.
+	noStore string
+	specs   []module.Spec
+	dtype   tensor.Dtype
+	// noGrad says why Store has no gradient buffer (sharded_stage2).
+	noGrad string
+	Layers []module.LayerInfo
 }
 
 // view is the State hooks see now: scalars copied, the rest behind
 // read-only views (no allocation).
 func (r *runState) view() State {
 	v := r.State
-	v.Metrics, v.Weights, v.layers = Metrics{m: r.Metrics, stepNewer: r.stepNewer, fromVal: r.fromVal}, Weights{st: r.Store}, r.Layers
+	v.Metrics, v.Weights, v.layers = Metrics{m: r.Metrics, stepNewer: r.stepNewer, fromVal: r.fromVal}, Weights{st: r.Store, why: r.noStore, specs: r.specs, dtype: r.dtype, noGrad: r.noGrad}, r.Layers
 	return v
 }
 
@@ -205,12 +215,26 @@ func (m Metrics) Map() map[string]float64 {
 }
 
 // Weights is a read-only view of a model's parameters and buffers: values
-// come out as copies. Its zero value holds nothing.
-type Weights struct{ st *module.Store }
+// come out as copies. Its zero value holds nothing. Under a strategy that
+// keeps no whole model in any process (fsdp: each rank holds 1/N),
+// State.Weights has the counts and dtype but no values: Tensor says where
+// the weights are, Entries is nil and SHA256 "".
+type Weights struct {
+	st  *module.Store
+	why string // why st is nil, when the model is set up
+	// The model's tensors and dtype when st is nil (fsdp).
+	specs []module.Spec
+	dtype tensor.Dtype
+	// noGrad says why st has no gradients (sharded_stage2).
+	noGrad string
+}
 
 // Dtype is the element type of the weights (Float32 or Float64).
 func (w Weights) Dtype() tensor.Dtype {
 	if w.st == nil {
+		if w.specs != nil {
+			return w.dtype
+		}
 		return tensor.Float32
 	}
 	return w.st.Dtype()
@@ -220,7 +244,7 @@ func (w Weights) Dtype() tensor.Dtype {
 // buffers).
 func (w Weights) NumParams() int {
 	if w.st == nil {
-		return 0
+		return w.count(false)
 	}
 	return w.st.NumParams()
 }
@@ -228,9 +252,20 @@ func (w Weights) NumParams() int {
 // Len is the number of elements, parameters and buffers.
 func (w Weights) Len() int {
 	if w.st == nil {
-		return 0
+		return w.count(true)
 	}
 	return w.st.Len()
+}
+
+// count sums the specs' sizes, the buffers' too when buffers is true.
+func (w Weights) count(buffers bool) int {
+	n := 0
+	for _, sp := range w.specs {
+		if buffers || !sp.Buffer {
+			n += sp.Size()
+		}
+	}
+	return n
 }
 
 // Entries lists the tensors in store order (copies).
@@ -260,10 +295,16 @@ func (w Weights) GradTensor(name string) (*tensor.Dense, error) {
 
 func (w Weights) copyOf(name string, grad bool) (*tensor.Dense, error) {
 	if w.st == nil {
+		if w.why != "" {
+			return nil, errors.New(w.why)
+		}
 		return nil, errNoWeights
 	}
 	var t *tensor.Dense
 	var err error
+	if grad && w.noGrad != "" {
+		return nil, errors.New(w.noGrad)
+	}
 	if grad {
 		t, err = w.st.GradTensor(name)
 	} else {

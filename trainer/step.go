@@ -110,6 +110,7 @@ func (t *Trainer) recordStepMetrics(metrics []module.Metric) {
 // advances the global step and a per-step scheduler.
 func (f *fitRun) optimizerStep(ctx context.Context, epoch, bi int) error {
 	t := f.t
+	f.stepLR = f.opt.LR()
 	sp := t.cfg.Profiler.Start("optimizer step")
 	f.ctx = ctx
 	_, err := t.strat.OptimizerStep(f.stepCtx(ctx), f.stepOpts)
@@ -166,7 +167,8 @@ func (f *fitRun) stepHook(err error) error {
 }
 
 // logStep sends the step's per-step values, the epoch and the learning rate
-// to the loggers.
+// the step ran at (not the next step's, which a per-step scheduler has set
+// since) to the loggers.
 func (f *fitRun) logStep(epoch int, metrics []module.Metric) error {
 	clear(f.stepLog)
 	for _, mt := range metrics {
@@ -175,7 +177,7 @@ func (f *fitRun) logStep(epoch int, metrics []module.Metric) error {
 		}
 	}
 	f.stepLog["epoch"] = float64(epoch)
-	f.stepLog["lr"] = f.opt.LR()
+	f.stepLog["lr"] = f.stepLR
 	if f.t.cfg.LogGradNorm {
 		f.stepLog["grad_norm"] = f.t.state.GradNorm
 	}

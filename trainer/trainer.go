@@ -78,6 +78,8 @@ type Trainer struct {
 	launchDir     string
 	loggers       []Logger
 	lastEpochCkpt string
+	// warnedOnStep holds the metrics warnEvalOnStep has warned about.
+	warnedOnStep map[string]bool
 	// fitLoggers is true once a Fit chose loggers, which Validate and Test
 	// then log into.
 	fitLoggers bool
@@ -256,7 +258,12 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 			return nil, nil, fmt.Errorf("strategy %s asked for a second optimizer: a strategy makes one per process", st.Info().Name)
 		}
 		if oc, ok := m.(module.OptimizerConfigurer); ok {
-			o, s, err := oc.ConfigureOptimizers()
+			var o optim.Optimizer
+			var s optim.Scheduler
+			err := guarded(func() (err error) {
+				o, s, err = oc.ConfigureOptimizers()
+				return err
+			})
 			if err != nil {
 				return nil, nil, fmt.Errorf("module.ConfigureOptimizers: %w", err)
 			}
@@ -294,6 +301,13 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 		State: State{Rank: info.Rank, WorldSize: info.WorldSize, IsGlobalZero: info.GlobalZero,
 			RootDir: t.cfg.DefaultRootDir, MaxEpochs: t.cfg.MaxEpochs, MaxSteps: t.cfg.MaxSteps, FastDevRun: t.cfg.FastDevRun > 0},
 		Metrics: map[string]float64{}, Layers: b.Layers(), Store: t.store(),
+	}
+	if st := t.state.Store; st != nil && st.NumParams() > 0 && st.Grad32() == nil && st.Grad64() == nil {
+		t.state.noGrad = fmt.Sprintf("State.Weights has no gradients: strategy %s keeps no whole gradient buffer (each rank reduces every gradient into its 1/%d shard as backward produces it); State.GradNorm is the reduced gradients' norm, and sharded_stage1 or ddp keep whole gradients to read here", info.Name, info.WorldSize)
+	}
+	if t.state.Store == nil {
+		t.state.specs, t.state.dtype = specs, t.dtype()
+		t.state.noStore = fmt.Sprintf("State.Weights is empty: strategy %s keeps no whole copy of the model in any process (each rank holds 1/%d of it); read the weights of a checkpoint (trainer.LoadWeights into a module.Store, or infer.New), or train with ddp or sharded to read them here", info.Name, info.WorldSize)
 	}
 	return nil
 }
@@ -439,6 +453,9 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 	if train == nil {
 		return errors.New("Fit: the training loader is nil: pass a *data.Loader")
 	}
+	if err := checkModule("Fit", m); err != nil {
+		return err
+	}
 	if val != nil {
 		if _, ok := m.(module.Validator); !ok {
 			return errors.New("Fit: a validation loader was given but the module has no ValidationStep: implement module.Validator or pass nil")
@@ -527,6 +544,39 @@ func (t *Trainer) adoptFit(r strategy.FitResult) {
 	}
 }
 
+// hparamsOf calls the module's HParams, its panic an error with the
+// user's line, as in the module's other methods.
+func hparamsOf(h module.HParamser) (hp map[string]any, err error) {
+	err = guarded(func() error {
+		hp = h.HParams()
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("module.HParams: %w", err)
+	}
+	return hp, nil
+}
+
+// callbackLog is State.LogMetrics, logging at step(). The names are
+// checked on every rank, so that all fail alike (a callback may set a
+// row's "epoch", as in Lightning; not its "step"); the values join the
+// metrics the progress display and other callbacks read.
+func (t *Trainer) callbackLog(step func() int) func(map[string]float64) error {
+	return func(m map[string]float64) error {
+		for k := range m {
+			if msg := module.ReservedMetricName(k); msg != "" && k != "epoch" {
+				return fmt.Errorf("State.LogMetrics: metric %q: %s", k, msg)
+			}
+		}
+		for k, v := range m {
+			if k != "epoch" {
+				t.state.setMetric(k, v, t.state.inValEnd)
+			}
+		}
+		return t.logMetrics(step(), m)
+	}
+}
+
 // fit trains the set-up module in this process.
 func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loader, fo fitOptions, again bool, prevStop string) (err error) {
 	t.stats = Stats{WorldSize: t.strat.Info().WorldSize}
@@ -562,16 +612,7 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 	t.hooks = t.hooksOf(m)
 	t.state.HasValidation = val != nil
 	t.state.save = t.saveCheckpoint
-	t.state.log = func(m map[string]float64) error {
-		// Values a callback logs (resource figures, say) join the metrics
-		// the progress display and other callbacks read.
-		for k, v := range m {
-			if k != "epoch" {
-				t.state.setMetric(k, v, t.state.inValEnd)
-			}
-		}
-		return t.logMetrics(t.state.GlobalStep, m)
-	}
+	t.state.log = t.callbackLog(func() int { return t.state.GlobalStep })
 	t.state.Optimizer, t.state.LogEveryNSteps = t.opt.Name(), t.cfg.LogEveryNSteps
 	t.state.warn = func(msg string) { t.cfg.Log.Warn().Msg(msg) }
 	t.state.rank0 = t.rank0Value
@@ -608,13 +649,18 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 	t.fitted = true
 	train, val = t.loaderFor(train, true, true), t.loaderFor(val, false, true)
 	if h, ok := m.(module.HParamser); ok {
-		if err := t.logHyperparams(h.HParams()); err != nil {
+		hp, err := hparamsOf(h)
+		if err != nil {
+			return err
+		}
+		if err := t.logHyperparams(hp); err != nil {
 			return err
 		}
 	}
 	t.progress = newProgress(&t.cfg, t.state.IsGlobalZero)
 	t.fillLayerShapes(m, train)
 	stepAtStart := t.state.GlobalStep
+	t.startSchedule(start)
 	if err = t.agreeHookStop(ctx, t.onFitStart(ctx, m)); err == nil {
 		err = t.fitLoop(ctx, m, train, val, start)
 	} else if _, ok := isStop(err); !ok {
@@ -695,7 +741,7 @@ func (t *Trainer) callbackStates() (map[string][]byte, error) {
 	out := map[string][]byte{}
 	for _, cb := range t.cfg.Callbacks {
 		if sf, ok := cb.(Stateful); ok {
-			b, err := sf.StateDict()
+			b, err := stateDictOf(sf)
 			if err != nil {
 				return nil, fmt.Errorf("callbacks/%s.StateDict: %w", cb.Name(), err)
 			}
@@ -703,6 +749,16 @@ func (t *Trainer) callbackStates() (map[string][]byte, error) {
 		}
 	}
 	return out, nil
+}
+
+// stateDictOf is sf's StateDict, a panic in it (the user's code, as a
+// hook is) an error with the stack.
+func stateDictOf(sf Stateful) (b []byte, err error) {
+	err = guarded(func() (err error) {
+		b, err = sf.StateDict()
+		return err
+	})
+	return b, err
 }
 
 // loadCallbackStates gives the launching process's callbacks the states
@@ -718,7 +774,7 @@ func (t *Trainer) loadCallbackStates(states map[string][]byte) error {
 		if !ok {
 			continue
 		}
-		if err := sf.LoadStateDict(b); err != nil {
+		if err := guarded(func() error { return sf.LoadStateDict(b) }); err != nil {
 			return fmt.Errorf("callbacks/%s.LoadStateDict (the ddp_spawn workers' state): %w", cb.Name(), err)
 		}
 	}
@@ -735,15 +791,25 @@ func (t *Trainer) fillLayerShapes(m module.Module, train *data.Loader) {
 			want = true
 		}
 	}
-	if !want || !t.state.IsGlobalZero || t.store() == nil {
+	if !want || !t.state.IsGlobalZero {
 		return
+	}
+	st := t.store()
+	if st == nil {
+		// No whole replica here (fsdp): a store with the model's layout
+		// whose parameters share one scratch region is enough to build
+		// the graph, which only the shapes are read from.
+		var err error
+		if st, err = module.NewLayoutStore(t.specs, t.dtype(), t.cfg.Seed, nil); err != nil {
+			return
+		}
 	}
 	fields := train.Dataset().Fields()
 	ins := make([]module.StepInput, len(fields))
 	for i, f := range fields {
 		ins[i] = module.StepInput{Name: f.Name, Shape: f.Shape}
 	}
-	s := module.NewStep(G.NewGraph(), module.Train, t.store(), train.Config().BatchSize, ins, t.cfg.Seed)
+	s := module.NewStep(G.NewGraph(), module.Train, st, train.Config().BatchSize, ins, t.cfg.Seed)
 	s.RecordLayerIO()
 	func() {
 		// A step that cannot build fails the first training batch with its
@@ -1030,14 +1096,17 @@ func (t *Trainer) reduceAggs(ctx context.Context, aggs map[string]*agg, all bool
 // end); the end hooks are the caller's, after the metrics are reduced.
 func (t *Trainer) evalLoop(ctx context.Context, m module.Module, mode module.Mode, l *data.Loader, limit int) (_ map[string]*agg, stop, _ error) {
 	aggs := map[string]*agg{}
-	nb := l.NumBatches(0)
+	nb, err := numBatchesOf(mode.String(), l, 0)
+	if err != nil {
+		return nil, nil, err
+	}
 	if err := t.noBatch(mode.String(), l, nb); err != nil {
 		return nil, nil, err
 	}
 	if limit > 0 && limit < nb {
 		nb = limit
 	}
-	stop, err := splitStop(t.onEvalStart(ctx, m, mode))
+	stop, err = splitStop(t.onEvalStart(ctx, m, mode))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -1069,6 +1138,7 @@ func (t *Trainer) evalLoop(ctx context.Context, m module.Module, mode module.Mod
 			if a == nil {
 				a = &agg{spec: mt.Spec}
 				aggs[mt.Name] = a
+				t.warnEvalOnStep(mode, mt.Name, mt.Spec)
 			}
 			a.addMetric(&mt)
 		}
@@ -1077,6 +1147,22 @@ func (t *Trainer) evalLoop(ctx context.Context, m module.Module, mode module.Mod
 		return nil, nil, fmt.Errorf("%s data: %w", mode, err)
 	}
 	return aggs, stop, ctx.Err()
+}
+
+// warnEvalOnStep says, once per name, that a value an evaluation step logs
+// with OnStep gets no per-batch record: an evaluation loop records one
+// value, the mean of its batches (under name_epoch with OnEpoch, under
+// name with OnEpoch(false)), where Lightning also logs each batch's.
+func (t *Trainer) warnEvalOnStep(mode module.Mode, name string, spec module.LogSpec) {
+	if !spec.OnStep || !t.state.IsGlobalZero || t.warnedOnStep[name] {
+		return
+	}
+	if t.warnedOnStep == nil {
+		t.warnedOnStep = map[string]bool{}
+	}
+	t.warnedOnStep[name] = true
+	t.cfg.Log.Warn().Str("metric", name).Str("recorded_as", epochName(name, spec)).Str("step", mode.String()).
+		Msgf("%q is logged with OnStep in an evaluation step: evaluation records one value per loop, the mean of its batches (as %q), never one per batch; drop OnStep there (or log per-step values from TrainingStep)", name, epochName(name, spec))
 }
 
 // noBatch is the error of an evaluation loader that gives this rank no
@@ -1155,6 +1241,11 @@ func (t *Trainer) prepareEval(ctx context.Context, m module.Module, l *data.Load
 	if err := t.setup(ctx, m, l.Dataset().Fields()); err != nil {
 		return 0, err
 	}
+	if !t.fitLoggers {
+		// Without a Fit before, the evaluation's run directory is the one
+		// Config.LogDir names, if any (State.LogDir of its hooks).
+		t.state.LogDir = t.cfg.LogDir
+	}
 	if eo.ckptPath == "" {
 		return t.state.GlobalStep, nil
 	}
@@ -1194,6 +1285,9 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 	if l == nil {
 		return nil, fmt.Errorf("%s: the loader is nil: pass a *data.Loader", mode)
 	}
+	if err := checkModule(strings.ToUpper(mode.String()[:1])+mode.String()[1:], m); err != nil {
+		return nil, err
+	}
 	switch mode {
 	case module.Validate:
 		if _, ok := m.(module.Validator); !ok {
@@ -1208,6 +1302,14 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", mode, err)
 	}
+	if err := t.evalLoggers(); err != nil {
+		return nil, fmt.Errorf("%s: %w", mode, err)
+	}
+	// A callback's figures go where the evaluation's do, at the evaluated
+	// weights' step, with or without a Fit before.
+	fitLog := t.state.log
+	t.state.log = t.callbackLog(func() int { return step })
+	defer func() { t.state.log = fitLog }()
 	t.state.Stage = mode.String()
 	t.hooks = t.hooksOf(m)
 	limit := t.cfg.LimitValBatches
@@ -1259,26 +1361,33 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 // with none of these, nothing. The rows count as Fit's do at that step
 // (RowResumer), so a checkpoint saved later records them.
 func (t *Trainer) logEvaluation(step int, out map[string]float64) error {
-	if !t.state.IsGlobalZero || len(out) == 0 {
+	if !t.state.IsGlobalZero || len(t.loggers) == 0 {
 		return nil
 	}
-	if !t.fitLoggers {
-		t.loggers = t.cfg.Loggers
-		if len(t.loggers) == 0 && t.cfg.LogDir != "" && !t.cfg.DisableLogger {
-			l, err := NewCSVLogger(t.cfg.LogDir)
-			if err != nil {
-				return err
-			}
-			t.loggers = []Logger{l}
+	if len(out) > 0 {
+		if err := t.logMetrics(step, maps.Clone(out)); err != nil {
+			return err
 		}
 	}
-	if len(t.loggers) == 0 {
+	return t.finalizeLoggers("success")
+}
+
+// evalLoggers picks the loggers of Validate and Test on rank 0 (see
+// logEvaluation) before their hooks run, so that a callback's
+// State.LogMetrics reaches them too.
+func (t *Trainer) evalLoggers() error {
+	if t.fitLoggers || !t.state.IsGlobalZero {
 		return nil
 	}
-	if err := t.logMetrics(step, maps.Clone(out)); err != nil {
-		return err
+	t.loggers = t.cfg.Loggers
+	if len(t.loggers) == 0 && t.cfg.LogDir != "" && !t.cfg.DisableLogger {
+		l, err := NewCSVLogger(t.cfg.LogDir)
+		if err != nil {
+			return err
+		}
+		t.loggers = []Logger{l}
 	}
-	return t.finalizeLoggers("success")
+	return nil
 }
 
 // Predict runs the predict graph over l and returns one output tensor per
@@ -1331,14 +1440,22 @@ type PredictBatch struct {
 // each calls fn for the batches of its own shard only, nothing is
 // gathered, and memory stays that of one batch whatever the size of the
 // set. Write each rank's predictions where they belong (a file per rank,
-// rows placed by Indices). An error from fn stops the run and is returned
-// (on the other ranks, their next collective fails, as any rank's error).
+// rows placed by Indices). An error from fn, or a panic in it (as an
+// error with the stack), stops the run and is returned, naming fn (on the
+// other ranks, their next collective fails, as any rank's error).
 func (t *Trainer) PredictEach(ctx context.Context, m module.Module, l *data.Loader, fn func(PredictBatch) error, opts ...EvalOption) error {
 	t.excDone = false
 	if fn == nil {
 		return t.failed(ctx, errors.New("PredictEach: fn is nil: pass the function that takes each batch's predictions"))
 	}
-	_, err := t.predictBatches(ctx, m, l, opts, fn)
+	// fn is the user's code, as a hook is: its panic becomes an error with
+	// the stack down to the user's line, and its failures are named.
+	_, err := t.predictBatches(ctx, m, l, opts, func(b PredictBatch) error {
+		if err := guarded(func() error { return fn(b) }); err != nil {
+			return fmt.Errorf("PredictEach's fn: %w", err)
+		}
+		return nil
+	})
 	return t.failed(ctx, err)
 }
 
@@ -1351,6 +1468,9 @@ func (t *Trainer) predictBatches(ctx context.Context, m module.Module, l *data.L
 	}
 	if l == nil {
 		return nil, errors.New("Predict: the loader is nil: pass a *data.Loader")
+	}
+	if err := checkModule("Predict", m); err != nil {
+		return nil, err
 	}
 	if _, ok := m.(module.Predictor); !ok {
 		return nil, errors.New("Predict: the module has no PredictStep: implement module.Predictor")
@@ -1369,7 +1489,10 @@ func (t *Trainer) predictBatches(ctx context.Context, m module.Module, l *data.L
 		t.cfg.Log.Warn().Msg("Predict: the loader shuffles (LoaderConfig.Shuffle, or a RandomSampler); predictions are made in dataset order instead")
 		pl = l.WithSampler(data.SequentialSampler{})
 	}
-	nb := pl.NumBatches(0)
+	nb, err := numBatchesOf("predict", pl, 0)
+	if err != nil {
+		return nil, err
+	}
 	if err := t.noBatch("predict", pl, nb); err != nil {
 		return nil, err
 	}

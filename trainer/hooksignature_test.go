@@ -1,0 +1,107 @@
+package trainer_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	G "gorgonia.org/gorgonia"
+
+	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/trainer"
+)
+
+// Hooks written with another signature than the trainer's: Go finds hooks
+// by their interfaces, so these would compile and never be called.
+
+// epochEndNoCtx forgot the context.
+type epochEndNoCtx struct{}
+
+func (epochEndNoCtx) Name() string                           { return "epochEndNoCtx" }
+func (epochEndNoCtx) OnTrainEpochEnd(s *trainer.State) error { return nil }
+
+// batchEndLightning has Lightning's on_train_batch_end arguments.
+type batchEndLightning struct{}
+
+func (batchEndLightning) Name() string { return "batchEndLightning" }
+func (batchEndLightning) OnTrainBatchEnd(ctx context.Context, s *trainer.State, b *data.Batch, batchIdx int) error {
+	return nil
+}
+
+// halfStateful saves a state it cannot load back.
+type halfStateful struct{}
+
+func (halfStateful) Name() string                 { return "halfStateful" }
+func (halfStateful) StateDict() ([]byte, error)   { return nil, nil }
+func (halfStateful) LoadStateDict(b []byte) error { return nil }
+
+// halfStatefulWrong has LoadStateDict of another signature.
+type halfStatefulWrong struct{ halfStateful }
+
+func (halfStatefulWrong) LoadStateDict(s string) error { return nil }
+
+// valStepLikeTraining returns its loss from ValidationStep, as
+// TrainingStep does (and Lightning's validation_step may).
+type valStepLikeTraining struct{ linreg }
+
+func (m *valStepLikeTraining) ValidationStep(s *module.Step) (*G.Node, error) {
+	return m.loss(s), nil
+}
+
+// moduleWithCallbackHook has a callback's hook signature on a module.
+type moduleWithCallbackHook struct{ linreg }
+
+func (m *moduleWithCallbackHook) OnTrainStart(ctx context.Context, s *trainer.State) error {
+	return nil
+}
+
+// TestHooksOfAnotherSignatureAreErrors: a callback or module method named
+// as a hook, or as an optional step, with another signature is an error
+// naming the type, the method, what it has and what the trainer calls,
+// not a hook that is silently never called.
+func TestHooksOfAnotherSignatureAreErrors(t *testing.T) {
+	for _, cb := range []struct {
+		cb   trainer.Callback
+		want []string
+	}{
+		{epochEndNoCtx{}, []string{"Callbacks[0]", "epochEndNoCtx", "OnTrainEpochEnd", "func(*trainer.State) error", "func(context.Context, *trainer.State) error"}},
+		{batchEndLightning{}, []string{"Callbacks[0]", "batchEndLightning", "OnTrainBatchEnd", "func(context.Context, *trainer.State) error"}},
+		{halfStatefulWrong{}, []string{"Callbacks[0]", "halfStatefulWrong", "LoadStateDict", "func([]uint8) error"}},
+	} {
+		_, err := trainer.New(quiet(trainer.Config{Callbacks: []trainer.Callback{cb.cb}}))
+		errSays(t, cb.cb, err, cb.want)
+	}
+	if _, err := trainer.New(quiet(trainer.Config{Callbacks: []trainer.Callback{halfStateful{}}})); err != nil {
+		t.Errorf("a Stateful callback: %v", err)
+	}
+
+	ds := regression(t, 32, 0.01, 1)
+	for _, m := range []struct {
+		m    module.Module
+		want []string
+	}{
+		{&valStepLikeTraining{linreg{in: 4, lr: 0.05}}, []string{"valStepLikeTraining", "ValidationStep", "func(*module.Step) error"}},
+		{&moduleWithCallbackHook{linreg{in: 4, lr: 0.05}}, []string{"moduleWithCallbackHook", "OnTrainStart", "func(context.Context) error"}},
+	} {
+		tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 1}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		errSays(t, m.m, tr.Fit(context.Background(), m.m, loader(t, ds, 16, false, false), loader(t, ds, 16, false, false)), m.want)
+	}
+}
+
+// errSays checks that err, v's, says each of want.
+func errSays(t *testing.T, v any, err error, want []string) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("%T: no error", v)
+		return
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("%T: error %q does not say %q", v, err, w)
+		}
+	}
+}
