@@ -70,6 +70,12 @@ func wrongSignatures(v any, ifaces []reflect.Type) []string {
 		if vt.Implements(it) {
 			continue
 		}
+		if vt.Kind() != reflect.Pointer && reflect.PointerTo(vt).Implements(it) {
+			// The methods are the pointer's: a value passed never has them.
+			out = append(out, fmt.Sprintf("%T's %s has a pointer receiver, so the %T passed has no such method and it would never be called: pass a pointer (&%s{...})",
+				v, it.Method(0).Name, v, vt.Name()))
+			continue
+		}
 		for i := range it.NumMethod() {
 			want := it.Method(i)
 			got, ok := vt.MethodByName(want.Name)

@@ -56,6 +56,16 @@ func (m *moduleWithCallbackHook) OnTrainStart(ctx context.Context, s *trainer.St
 	return nil
 }
 
+// byValue's hook has a pointer receiver; passed as a value, it has no
+// such method.
+type byValue struct{ n int }
+
+func (byValue) Name() string { return "byValue" }
+func (b *byValue) OnTrainBatchEnd(ctx context.Context, s *trainer.State) error {
+	b.n++
+	return nil
+}
+
 // TestHooksOfAnotherSignatureAreErrors: a callback or module method named
 // as a hook, or as an optional step, with another signature is an error
 // naming the type, the method, what it has and what the trainer calls,
@@ -68,12 +78,16 @@ func TestHooksOfAnotherSignatureAreErrors(t *testing.T) {
 		{epochEndNoCtx{}, []string{"Callbacks[0]", "epochEndNoCtx", "OnTrainEpochEnd", "func(*trainer.State) error", "func(context.Context, *trainer.State) error"}},
 		{batchEndLightning{}, []string{"Callbacks[0]", "batchEndLightning", "OnTrainBatchEnd", "func(context.Context, *trainer.State) error"}},
 		{halfStatefulWrong{}, []string{"Callbacks[0]", "halfStatefulWrong", "LoadStateDict", "func([]uint8) error"}},
+		{byValue{}, []string{"Callbacks[0]", "byValue", "OnTrainBatchEnd", "pointer receiver", "&byValue{...}"}},
 	} {
 		_, err := trainer.New(quiet(trainer.Config{Callbacks: []trainer.Callback{cb.cb}}))
 		errSays(t, cb.cb, err, cb.want)
 	}
 	if _, err := trainer.New(quiet(trainer.Config{Callbacks: []trainer.Callback{halfStateful{}}})); err != nil {
 		t.Errorf("a Stateful callback: %v", err)
+	}
+	if _, err := trainer.New(quiet(trainer.Config{Callbacks: []trainer.Callback{&byValue{}}})); err != nil {
+		t.Errorf("a callback passed as a pointer: %v", err)
 	}
 
 	ds := regression(t, 32, 0.01, 1)
