@@ -98,6 +98,10 @@ func ctrlC(t *testing.T, strategy, restarts string) {
 	if !strings.Contains(errb.String(), "-ckpt-path "+saved) {
 		t.Errorf("no resume command naming %s:\n%s", saved, errb.String())
 	}
+	// A command-line program's ranks never point at the Go API to resume.
+	if strings.Contains(errb.String(), "trainer.FromCheckpoint") {
+		t.Errorf("a rank's message names trainer.FromCheckpoint, not the command:\n%s", errb.String())
+	}
 }
 
 // Ctrl-C while ddp_spawn's workers are still starting (before their

@@ -151,11 +151,17 @@ func metric(res map[string]float64, name string) *float64 {
 type Interrupted struct {
 	Err *trainer.InterruptedError
 	// Resume is the command line that continues the run ("" on ranks
-	// other than 0, and when nothing was saved: Err.Checkpoint is "").
+	// other than 0, whose Error says that rank 0 prints it, and when
+	// nothing was saved: Err.Checkpoint is "").
 	Resume string
 }
 
 func (e *Interrupted) Error() string {
+	if e.Resume == "" && e.Err.Checkpoint != "" {
+		// A rank other than 0: rank 0 prints the command (the trainer's
+		// own hint names its Go API, trainer.FromCheckpoint).
+		return strings.TrimSuffix(e.Err.Error(), "; "+e.Err.ResumeHint()) + "; rank 0 prints the command that resumes the run"
+	}
 	if e.Resume == "" {
 		return e.Err.Error()
 	}
