@@ -1,18 +1,25 @@
 package trainer
 
+import "fmt"
+
 // accumulation is the number of batches per optimizer step in epoch: the
 // last AccumulationScheduler callback that names one, else
-// Config.AccumulateGradBatches.
-func (t *Trainer) accumulation(epoch int) int {
+// Config.AccumulateGradBatches. A panic in a callback's
+// AccumulateGradBatches is an error naming it.
+func (t *Trainer) accumulation(epoch int) (int, error) {
 	n := t.cfg.AccumulateGradBatches
-	for _, cb := range t.cfg.Callbacks {
+	for i, cb := range t.cfg.Callbacks {
 		if h, ok := cb.(AccumulationScheduler); ok {
-			if k := h.AccumulateGradBatches(epoch); k > 0 {
+			var k int
+			if err := guarded(func() error { k = h.AccumulateGradBatches(epoch); return nil }); err != nil {
+				return 0, fmt.Errorf("Callbacks[%d] (%s): AccumulateGradBatches(%d): %w", i, cb.Name(), epoch, err)
+			}
+			if k > 0 {
 				n = k
 			}
 		}
 	}
-	return n
+	return n, nil
 }
 
 // accumWindow places batch bi of an epoch of nb batches in its window of

@@ -179,7 +179,10 @@ func (t *Trainer) stepsDone() bool { return t.cfg.MaxSteps > 0 && t.state.Global
 // stands), the validations due, and the epoch's end.
 func (f *fitRun) epoch(ctx context.Context, epoch int) error {
 	t := f.t
-	r := f.enterEpoch(epoch)
+	r, err := f.enterEpoch(epoch)
+	if err != nil {
+		return err
+	}
 	stop, err := splitStop(t.onTrainEpochStart(ctx, f.m, epoch))
 	if err != nil {
 		return err
@@ -207,7 +210,7 @@ func (f *fitRun) epoch(ctx context.Context, epoch int) error {
 		t.cfg.Log.Warn().Int("val_check_interval", n).Int("batches", nb).Int("epoch", epoch).
 			Msg("ValCheckInterval is not below the epoch's training batches: validation runs at the epoch's end only; lower it to validate within the epoch")
 	}
-	if k := t.accumulation(epoch); t.cfg.LogEveryNSteps > (nb+k-1)/k && len(t.loggers) > 0 && !f.warnedLogEvery {
+	if k := t.accum; t.cfg.LogEveryNSteps > (nb+k-1)/k && len(t.loggers) > 0 && !f.warnedLogEvery {
 		f.warnedLogEvery = true // as Lightning's
 		t.cfg.Log.Warn().Int("log_every_n_steps", t.cfg.LogEveryNSteps).Int("steps", (nb+k-1)/k).Int("epoch", epoch).
 			Msg("LogEveryNSteps is above the epoch's optimizer steps: the loggers (metrics.csv) get step metrics such as a training loss only at multiples of it, so not in every epoch, or never in a short Fit; lower LogEveryNSteps to record them within each epoch")
@@ -278,22 +281,26 @@ func (f *fitRun) stopMidEpoch(ctx context.Context, epoch int, stop error) error 
 
 // enterEpoch sets the state for epoch and returns where a resumed run
 // re-enters it (the zero position otherwise).
-func (f *fitRun) enterEpoch(epoch int) loopPos {
+func (f *fitRun) enterEpoch(epoch int) (loopPos, error) {
 	t := f.t
+	accum, err := t.accumulation(epoch)
+	if err != nil {
+		return loopPos{}, err
+	}
 	t.state.Epoch = epoch
 	t.state.LR = f.opt.LR()
 	t.epochAgg = map[string]*agg{}
 	var r loopPos
 	if f.resume != nil && f.resume.Epoch == epoch {
 		r, f.resume = *f.resume, nil
-		r.Batch = batchAtWorld(r, t.resumeWorld, t.state.WorldSize, t.resumeBS, f.train.Config().BatchSize, t.accumulation(epoch))
+		r.Batch = batchAtWorld(r, t.resumeWorld, t.state.WorldSize, t.resumeBS, f.train.Config().BatchSize, accum)
 		if r.Batch > 0 {
 			t.epochAgg = t.resumeAggs
 		}
 	}
-	t.accum = t.accumulation(epoch)
+	t.accum = accum
 	t.pos = loopPos{Epoch: epoch, Batch: r.Batch, Validated: r.Validated, ValPending: r.ValPending}
-	return r
+	return r, nil
 }
 
 // agreeBatches checks that every rank has nb training batches in epoch:
