@@ -127,7 +127,11 @@ type LayerShapesUser interface {
 	WantsLayerShapes() bool
 }
 
-// Stateful callbacks save and restore their state in checkpoints.
+// Stateful callbacks save and restore their state in checkpoints. Rank 0
+// writes checkpoints, so a checkpoint holds rank 0's state, and a resume
+// loads it into that callback on every rank (as Lightning's checkpoints
+// hold rank 0's callback states): a state that differs between ranks must
+// be rebuilt, or agreed on with State.Rank0Value, before it is relied on.
 type Stateful interface {
 	StateDict() ([]byte, error)
 	LoadStateDict([]byte) error
