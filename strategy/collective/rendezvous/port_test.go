@@ -36,25 +36,34 @@ func TestMasterPortTaken(t *testing.T) {
 	}
 }
 
-// When a rank never comes, rank 0 gives up after its timeout; the ranks
-// that did join learn why from rank 0 (the missing rank), instead of a bare
-// EOF that a launcher would report as their own failure.
-func TestJoinedRanksLearnWhoNeverCame(t *testing.T) {
+// rankZeroOfThree starts rank 0 of a world of 3 with a 1 s timeout on a
+// free loopback port, and returns the port and where Meet's error goes.
+func rankZeroOfThree(t *testing.T, ctx context.Context) (int, <-chan error) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	nop := zerolog.Nop()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	zero := make(chan error, 1)
 	go func() {
 		_, err := rendezvous.Meet(ctx, rendezvous.Config{Rank: 0, Size: 3, MasterAddr: "127.0.0.1", MasterPort: port, Listener: ln,
 			Token: "t", BindAddr: "127.0.0.1", Timeout: time.Second, Logger: &nop})
 		zero <- err
 	}()
-	_, err = rendezvous.Meet(ctx, rendezvous.Config{Rank: 1, Size: 3, MasterAddr: "127.0.0.1", MasterPort: port,
+	return port, zero
+}
+
+// When a rank never comes, rank 0 gives up after its timeout; the ranks
+// that did join learn why from rank 0 (the missing rank), instead of a bare
+// EOF that a launcher would report as their own failure.
+func TestJoinedRanksLearnWhoNeverCame(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	port, zero := rankZeroOfThree(t, ctx)
+	nop := zerolog.Nop()
+	_, err := rendezvous.Meet(ctx, rendezvous.Config{Rank: 1, Size: 3, MasterAddr: "127.0.0.1", MasterPort: port,
 		Token: "t", BindAddr: "127.0.0.1", Timeout: 20 * time.Second, Logger: &nop})
 	if err == nil {
 		t.Fatal("rank 1 met a world of 3 without rank 2")
@@ -73,21 +82,11 @@ func TestJoinedRanksLearnWhoNeverCame(t *testing.T) {
 // times out, its error says why that rank never joined (on rank 0's
 // machine the refused rank's own message is elsewhere).
 func TestTimeoutNamesRefusedRank(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	nop := zerolog.Nop()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	zero := make(chan error, 1)
-	go func() {
-		_, err := rendezvous.Meet(ctx, rendezvous.Config{Rank: 0, Size: 3, MasterAddr: "127.0.0.1", MasterPort: port, Listener: ln,
-			Token: "t", BindAddr: "127.0.0.1", Timeout: time.Second, Logger: &nop})
-		zero <- err
-	}()
-	_, err = rendezvous.Meet(ctx, rendezvous.Config{Rank: 1, Size: 2, MasterAddr: "127.0.0.1", MasterPort: port,
+	port, zero := rankZeroOfThree(t, ctx)
+	nop := zerolog.Nop()
+	_, err := rendezvous.Meet(ctx, rendezvous.Config{Rank: 1, Size: 2, MasterAddr: "127.0.0.1", MasterPort: port,
 		Token: "t", BindAddr: "127.0.0.1", Timeout: 20 * time.Second, Logger: &nop})
 	if err == nil || !strings.Contains(err.Error(), "rank 1 says the world has 2 ranks, rank 0 says 3") {
 		t.Errorf("rank 1's error %v, want the refusal", err)
