@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/fulgur-ml/fulgur/cli"
@@ -78,5 +79,33 @@ func TestInterruptedRunResumes(t *testing.T) {
 	straight, _ := run(t, mlpApp(t.TempDir()), args...)
 	if resumed.GlobalStep != 12 || resumed.WeightsSHA256 != straight.WeightsSHA256 {
 		t.Errorf("resumed %+v\nstraight %+v", resumed, straight)
+	}
+}
+
+// The messages of an interrupted command-line run keep what the trainer's
+// error says (the signal, a SLURM requeue) and replace only its hint, which
+// names the Go API, with the command (rank 0) or a pointer to rank 0's
+// (the other ranks). Before, rank 0's message dropped the signal and the
+// requeue.
+func TestInterruptedMessagesKeepTheSignal(t *testing.T) {
+	ie := &trainer.InterruptedError{Signal: syscall.SIGTERM, GlobalStep: 7, Checkpoint: "ck/interrupted.ckpt", Requeued: true}
+	for _, tc := range []struct {
+		resume, tail string
+	}{
+		{"./train fit -ckpt-path ck/interrupted.ckpt", "; resume with:\n  ./train fit -ckpt-path ck/interrupted.ckpt"},
+		{"", "; rank 0 prints the command that resumes the run"},
+	} {
+		got := (&cli.Interrupted{Err: ie, Resume: tc.resume}).Error()
+		want := "training interrupted (SIGTERM) at global step 7; checkpoint saved to ck/interrupted.ckpt; the SLURM job was requeued" + tc.tail
+		if got != want {
+			t.Errorf("Resume %q: message\n%q\nwant\n%q", tc.resume, got, want)
+		}
+	}
+	if got, want := ie.Error(), ie.Summary()+`; resume with trainer.FromCheckpoint("ck/interrupted.ckpt")`; got != want {
+		t.Errorf("trainer's message %q, want %q", got, want)
+	}
+	early := &trainer.InterruptedError{Signal: os.Interrupt}
+	if got, want := (&cli.Interrupted{Err: early}).Error(), "training interrupted (SIGINT) before it began; nothing was saved; start the run again"; got != want {
+		t.Errorf("nothing saved: %q, want %q", got, want)
 	}
 }

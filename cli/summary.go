@@ -160,12 +160,12 @@ func (e *Interrupted) Error() string {
 	if e.Resume == "" && e.Err.Checkpoint != "" {
 		// A rank other than 0: rank 0 prints the command (the trainer's
 		// own hint names its Go API, trainer.FromCheckpoint).
-		return strings.TrimSuffix(e.Err.Error(), "; "+e.Err.ResumeHint()) + "; rank 0 prints the command that resumes the run"
+		return e.Err.Summary() + "; rank 0 prints the command that resumes the run"
 	}
 	if e.Resume == "" {
 		return e.Err.Error()
 	}
-	return fmt.Sprintf("training interrupted at global step %d; checkpoint saved to %s; resume with:\n  %s", e.Err.GlobalStep, e.Err.Checkpoint, e.Resume)
+	return e.Err.Summary() + "; resume with:\n  " + e.Resume
 }
 
 func (e *Interrupted) Unwrap() error { return e.Err }

@@ -95,6 +95,14 @@ type InterruptedError struct {
 }
 
 func (e *InterruptedError) Error() string {
+	return e.Summary() + "; " + e.ResumeHint()
+}
+
+// Summary is Error without the resume hint: why training stopped, at which
+// step, and where the checkpoint was saved. A program that resumes runs its
+// own way (a command line, a job script) prints Summary followed by its own
+// instructions, since ResumeHint names the Go API.
+func (e *InterruptedError) Summary() string {
 	why := "context cancelled"
 	if e.Signal != nil {
 		why = strategy.SignalName(e.Signal)
@@ -102,13 +110,13 @@ func (e *InterruptedError) Error() string {
 		why = e.Err.Error()
 	}
 	if e.Checkpoint == "" {
-		return fmt.Sprintf("training interrupted (%s) before it began; nothing was saved: %s", why, e.ResumeHint())
+		return fmt.Sprintf("training interrupted (%s) before it began; nothing was saved", why)
 	}
 	s := fmt.Sprintf("training interrupted (%s) at global step %d; checkpoint saved to %s", why, e.GlobalStep, e.Checkpoint)
 	if e.Requeued {
 		s += "; the SLURM job was requeued"
 	}
-	return s + "; " + e.ResumeHint()
+	return s
 }
 
 // ResumeHint says how to continue the run.
