@@ -101,7 +101,7 @@ func TestJSONLLogger(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := os.ReadFile(filepath.Join(dir, "metrics.jsonl"))
-	if string(b) != "{\"step\":5,\"a\":null,\"b\":2,\"c\":0.125}\n{\"step\":6,\"a\":1}\n" {
+	if string(b) != "{\"step\":5,\"a\":\"Infinity\",\"b\":2,\"c\":0.125}\n{\"step\":6,\"a\":1}\n" {
 		t.Errorf("metrics.jsonl = %q", b)
 	}
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
