@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math"
 	"os"
@@ -80,6 +81,9 @@ func (l *JSONLLogger) LogMetrics(step int, m map[string]float64) error {
 		if err := os.MkdirAll(l.dir, 0o755); err != nil {
 			return err
 		}
+		if err := dropTornLine(l.Path()); err != nil {
+			return fmt.Errorf("JSONLLogger: %w", err)
+		}
 		f, err := os.OpenFile(l.Path(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
 			return err
@@ -108,6 +112,34 @@ func (l *JSONLLogger) LogMetrics(step int, m map[string]float64) error {
 		return err
 	}
 	return l.w.Flush()
+}
+
+// dropTornLine cuts an unterminated last line off the file at path, if
+// any: a line a write cut short (a full disk, a power loss) is incomplete,
+// and the next line appended would otherwise run on from it, leaving one
+// line that no JSON reader accepts.
+func dropTornLine(path string) error {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || st.Size() == 0 {
+		return err
+	}
+	var last [1]byte
+	if _, err := f.ReadAt(last[:], st.Size()-1); err != nil || last[0] == '\n' {
+		return err
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return err
+	}
+	return os.Truncate(path, int64(bytes.LastIndexByte(b, '\n')+1))
 }
 
 // nonFinite names NaN and the infinities as metrics.jsonl writes them, and
@@ -208,7 +240,7 @@ func (l *JSONLLogger) resume(step, keep int) error {
 	}
 	var kept []byte
 	atStep := 0
-	for line := range bytes.Lines(b) {
+	for line := range bytes.Lines(b[:bytes.LastIndexByte(b, '\n')+1]) { // without a torn last line (see dropTornLine)
 		var row struct {
 			Step *int `json:"step"`
 		}
