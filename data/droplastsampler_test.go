@@ -54,6 +54,33 @@ func TestNewLoaderDropLastSamplerWithoutBatch(t *testing.T) {
 	}
 }
 
+// A sampler of the user's that panics is not called into a panic by
+// NewLoader's count check: Iter reports it, naming the sampler.
+func TestNewLoaderDropLastPanickingSamplerIsIterError(t *testing.T) {
+	ds, err := data.NewInMemory([]data.Field{{Name: "x"}}, [][]float32{make([]float32, 8)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l *data.Loader
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Fatalf("NewLoader panicked: %v", r)
+			}
+		}()
+		l, err = data.NewLoader(ds, data.LoaderConfig{BatchSize: 2, DropLast: true,
+			Sampler: data.DistributedSampler{World: 2, Inner: nilOrderSampler{}}})
+	}()
+	if err != nil {
+		t.Fatal(err)
+	}
+	it := l.Iter(context.Background(), 0)
+	defer it.Close()
+	if _, ok := it.Next(); ok || it.Err() == nil || !strings.Contains(it.Err().Error(), "nilOrderSampler.Order") {
+		t.Errorf("Iter: err %v, want the sampler's panic as an error", it.Err())
+	}
+}
+
 // draws visits index i%n for i < k: a sampler with replacement.
 type draws int
 

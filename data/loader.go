@@ -96,10 +96,12 @@ func NewLoader(ds Dataset, cfg LoaderConfig) (*Loader, error) {
 			errs = append(errs, fmt.Errorf("dataset has %d examples: a loader needs at least one", n))
 		} else if cfg.DropLast && cfg.Sampler == nil && cfg.BatchSize > n {
 			errs = append(errs, fmt.Errorf("DropLast is set and BatchSize %d exceeds the dataset's %d examples, so no batch would be produced: lower BatchSize or unset DropLast", cfg.BatchSize, n))
-		} else if k, ok := samplerCount(cfg.Sampler, n); ok && cfg.DropLast && cfg.BatchSize > k {
+		} else if cfg.DropLast && cfg.Sampler != nil {
 			// A sampler given here (a DistributedSampler, say) visits its
 			// own count, which DropLast may leave without a batch.
-			errs = append(errs, fmt.Errorf("DropLast is set and BatchSize %d exceeds the %d examples that Sampler %T visits (of the dataset's %d), so no batch would be produced: lower BatchSize or unset DropLast", cfg.BatchSize, k, cfg.Sampler, n))
+			if k, ok := samplerCount(cfg.Sampler, n); ok && cfg.BatchSize > k {
+				errs = append(errs, fmt.Errorf("DropLast is set and BatchSize %d exceeds the %d examples that Sampler %T visits (of the dataset's %d), so no batch would be produced: lower BatchSize or unset DropLast", cfg.BatchSize, k, cfg.Sampler, n))
+			}
 		}
 	}
 	if err := cfg.Validate(); err != nil {
@@ -116,9 +118,15 @@ func NewLoader(ds Dataset, cfg LoaderConfig) (*Loader, error) {
 	return l, nil
 }
 
-// samplerCount is how many indices s visits of n, when s can say so
-// without building them and its fields are valid.
-func samplerCount(s Sampler, n int) (int, bool) {
+// samplerCount is how many indices s visits of n, when s can say so and
+// its fields are valid. A sampler of the user's that panics here is left
+// to Iter, which reports the panic as an error naming it.
+func samplerCount(s Sampler, n int) (k int, ok bool) {
+	defer func() {
+		if recover() != nil {
+			k, ok = 0, false
+		}
+	}()
 	if v, ok := s.(validator); ok && v.Validate() != nil {
 		return 0, false
 	}
