@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math"
 	"os"
@@ -17,9 +18,15 @@ import (
 )
 
 // JSONLLogger writes metrics.jsonl (one JSON object per logging call:
-// "step" and every metric, NaN and infinities as null) and hparams.json
-// (NaN and infinite hyperparameters as null too) into its run directory,
+// "step" and every metric) and hparams.json into its run directory,
 // appending when the file exists.
+//
+// JSON has no NaN or infinity, so both files write those values as the
+// strings "NaN", "Infinity" and "-Infinity", as the protobuf JSON mapping
+// does: every JSON reader accepts the files, a diverged loss (NaN) stays
+// distinct from an overflowed one (+Inf) and from a metric not logged
+// (absent key), and Python's float() reads the strings back
+// (float(v) for v in row.values() turns a row into numbers).
 type JSONLLogger struct {
 	hp  map[string]any // hyperparameters logged so far (merged)
 	dir string
@@ -51,20 +58,11 @@ func (l *JSONLLogger) LogHyperparams(h map[string]any) error {
 	}
 	// Merged into a copy: a call refused leaves what earlier calls gave.
 	next := mergeHParams(maps.Clone(l.hp), h)
-	// As in metrics.jsonl, a NaN or infinite hyperparameter is null: JSON
-	// has no such number, and json.Marshal refuses the whole map for one.
+	// As in metrics.jsonl, a NaN or infinite hyperparameter, at any depth,
+	// is its string: json.Marshal refuses the whole map for one.
 	out := make(map[string]any, len(next))
 	for k, v := range next {
-		switch f := v.(type) {
-		case float64:
-			if math.IsNaN(f) || math.IsInf(f, 0) {
-				v = nil
-			}
-		case float32:
-			if math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
-				v = nil
-			}
-		}
+		v = jsonFinite(v)
 		if _, err := json.Marshal(v); err != nil {
 			return fmt.Errorf("JSONLLogger: hyperparameter %q (%v): %w", k, v, err)
 		}
@@ -82,6 +80,9 @@ func (l *JSONLLogger) LogMetrics(step int, m map[string]float64) error {
 	if l.f == nil {
 		if err := os.MkdirAll(l.dir, 0o755); err != nil {
 			return err
+		}
+		if err := dropTornLine(l.Path()); err != nil {
+			return fmt.Errorf("JSONLLogger: %w", err)
 		}
 		f, err := os.OpenFile(l.Path(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
@@ -104,17 +105,110 @@ func (l *JSONLLogger) LogMetrics(step int, m map[string]float64) error {
 		kb, _ := json.Marshal(k)
 		b = append(b, kb...)
 		b = append(b, ':')
-		if v := m[k]; math.IsNaN(v) || math.IsInf(v, 0) {
-			b = append(b, "null"...)
-		} else {
-			b = strconv.AppendFloat(b, v, 'g', -1, 64)
-		}
+		b = appendJSONFloat(b, m[k])
 	}
 	b = append(b, "}\n"...)
 	if _, err := l.w.Write(b); err != nil {
 		return err
 	}
 	return l.w.Flush()
+}
+
+// dropTornLine cuts an unterminated last line off the file at path, if
+// any: a line a write cut short (a full disk, a power loss) is incomplete,
+// and the next line appended would otherwise run on from it, leaving one
+// line that no JSON reader accepts.
+func dropTornLine(path string) error {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || st.Size() == 0 {
+		return err
+	}
+	var last [1]byte
+	if _, err := f.ReadAt(last[:], st.Size()-1); err != nil || last[0] == '\n' {
+		return err
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return err
+	}
+	return os.Truncate(path, int64(bytes.LastIndexByte(b, '\n')+1))
+}
+
+// nonFinite names NaN and the infinities as metrics.jsonl writes them, and
+// "" for a finite value.
+func nonFinite(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "NaN"
+	case math.IsInf(v, 1):
+		return "Infinity"
+	case math.IsInf(v, -1):
+		return "-Infinity"
+	}
+	return ""
+}
+
+func appendJSONFloat(b []byte, v float64) []byte {
+	if s := nonFinite(v); s != "" {
+		return strconv.AppendQuote(b, s)
+	}
+	return strconv.AppendFloat(b, v, 'g', -1, 64)
+}
+
+func jsonFloat(f float64) any {
+	if s := nonFinite(f); s != "" {
+		return s
+	}
+	return f
+}
+
+// jsonFinite returns v with every NaN or infinite float, in v or in the
+// maps and slices it holds, replaced by its string (see JSONLLogger).
+func jsonFinite(v any) any {
+	switch x := v.(type) {
+	case float64:
+		return jsonFloat(x)
+	case float32:
+		if s := nonFinite(float64(x)); s != "" {
+			return s
+		}
+		return x
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = jsonFinite(e)
+		}
+		return out
+	case map[string]float64:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = jsonFloat(e)
+		}
+		return out
+	case []any:
+		return jsonList(x, jsonFinite)
+	case []float64:
+		return jsonList(x, jsonFloat)
+	case []float32:
+		return jsonList(x, func(f float32) any { return jsonFinite(f) })
+	}
+	return v
+}
+
+func jsonList[T any](x []T, f func(T) any) []any {
+	out := make([]any, len(x))
+	for i, e := range x {
+		out[i] = f(e)
+	}
+	return out
 }
 
 // ResumeAt drops the lines logged after step from an existing
@@ -146,7 +240,7 @@ func (l *JSONLLogger) resume(step, keep int) error {
 	}
 	var kept []byte
 	atStep := 0
-	for line := range bytes.Lines(b) {
+	for line := range bytes.Lines(b[:bytes.LastIndexByte(b, '\n')+1]) { // without a torn last line (see dropTornLine)
 		var row struct {
 			Step *int `json:"step"`
 		}

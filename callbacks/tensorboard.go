@@ -30,8 +30,12 @@ type TensorBoardLogger struct {
 	now     func() time.Time
 	f       *os.File
 	w       *bufio.Writer
-	hparams bool
-	path    string
+	hparams bool // a session start was written: Finalize writes its end
+	// hpPending: LogHyperparams was called since the session start was
+	// last written; it is written before the next scalars (see
+	// LogHyperparams).
+	hpPending bool
+	path      string
 }
 
 var (
@@ -132,6 +136,9 @@ func (l *TensorBoardLogger) LogMetrics(step int, m map[string]float64) error {
 	if err := l.open(); err != nil {
 		return err
 	}
+	if err := l.writeHParams(); err != nil {
+		return err
+	}
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -153,10 +160,16 @@ func (l *TensorBoardLogger) LogMetrics(step int, m map[string]float64) error {
 	return l.record(ev)
 }
 
-// ResumeAt writes a SessionLog START event at step+1: TensorBoard then
+// ResumeAt writes SessionLog START events at step+1: TensorBoard then
 // drops the events of earlier files in the directory whose step is step+1
-// or later, the steps an interrupted run trained past its checkpoint (this
-// is what PyTorch's SummaryWriter(purge_step=step+1) writes).
+// or later, the steps an interrupted run trained past its checkpoint.
+// PyTorch's SummaryWriter(purge_step=step+1) writes one such event, but
+// since TensorBoard 2.5 (tensorboard#4763) the first START of a run is
+// taken for the run's start and purges nothing, so a single one, in a
+// directory whose earlier file has none, left the abandoned steps beside
+// the resumed ones. Two are written: the second purges whether or not the
+// first is taken for the start, and a purge at the same step twice drops
+// nothing more.
 func (l *TensorBoardLogger) ResumeAt(step int) error {
 	if err := l.open(); err != nil {
 		return err
@@ -167,6 +180,9 @@ func (l *TensorBoardLogger) ResumeAt(step int) error {
 	ev := eventHeader(nil, wallTime(l.now()), int64(step)+1)
 	ev = protowire.AppendTag(ev, 7, protowire.BytesType) // Event.session_log
 	ev = protowire.AppendBytes(ev, sl)
+	if err := l.record(ev); err != nil {
+		return err
+	}
 	return l.record(ev)
 }
 
@@ -240,16 +256,34 @@ func protoValue(x any) []byte {
 	return protowire.AppendString(b, fmt.Sprint(x))
 }
 
-// LogHyperparams writes a session_start_info summary: HParamsPluginData
-// {version 0, session_start_info (3): SessionStartInfo{hparams (1): map
-// entries {key 1, value 2}, start_time_secs (5)}}. TensorBoard builds the
-// experiment from it and the run's scalars.
+// LogHyperparams records hyperparameters, merged with earlier calls, for a
+// session_start_info summary: HParamsPluginData {version 0,
+// session_start_info (3): SessionStartInfo{hparams (1): map entries {key 1,
+// value 2}, start_time_secs (5)}}. TensorBoard builds the experiment from
+// it and the run's scalars. TensorBoard keeps only the first summary of a
+// tag's metadata in a run, so the summary is written once the calls that
+// precede the first scalars are all in (at the next LogMetrics, or at
+// Finalize): a program that logs its flags, then the module its own
+// hyperparameters, shows both. Hyperparameters logged after the first
+// scalars are written too, but TensorBoard does not show them.
 func (l *TensorBoardLogger) LogHyperparams(h map[string]any) error {
 	if err := l.open(); err != nil {
 		return err
 	}
 	l.hp = mergeHParams(l.hp, h)
-	h = l.hp
+	l.hpPending = true
+	return nil
+}
+
+// writeHParams writes the session_start_info summary of the
+// hyperparameters logged so far, if LogHyperparams was called since it
+// was last written.
+func (l *TensorBoardLogger) writeHParams() error {
+	if !l.hpPending {
+		return nil
+	}
+	l.hpPending = false
+	h := l.hp
 	keys := make([]string, 0, len(h))
 	for k := range h {
 		keys = append(keys, k)
@@ -282,7 +316,7 @@ func (l *TensorBoardLogger) Finalize(status string) error {
 	if l.f == nil {
 		return nil
 	}
-	var err error
+	err := l.writeHParams()
 	if l.hparams {
 		code := map[string]uint64{"success": 1, "failed": 2}[status]
 		now := wallTime(l.now())
@@ -294,7 +328,7 @@ func (l *TensorBoardLogger) Finalize(status string) error {
 		var pd []byte
 		pd = protowire.AppendTag(pd, 4, protowire.BytesType) // HParamsPluginData.session_end_info
 		pd = protowire.AppendBytes(pd, sei)
-		err = l.record(hparamsEvent(now, "_hparams_/session_end_info", pd))
+		err = errors.Join(err, l.record(hparamsEvent(now, "_hparams_/session_end_info", pd)))
 		l.hparams = false
 	}
 	err = errors.Join(err, l.w.Flush(), l.f.Sync(), l.f.Close())

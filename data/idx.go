@@ -78,6 +78,12 @@ func ReadIDX(r io.Reader) (dims []int, data []byte, err error) {
 	buf.Grow(int(min(total, 1<<20)))
 	got, err := io.CopyN(&buf, src, total)
 	if err != nil && !errors.Is(err, io.EOF) {
+		if gz && errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, nil, fmt.Errorf("IDX data truncated: the gzip stream ends after %d of the %d bytes that dimensions %v need: the file is incomplete (an interrupted download?): fetch it again", got, total, dims)
+		}
+		if gz {
+			return nil, nil, fmt.Errorf("IDX data: the gzip stream is corrupt after %d of %d bytes (%v): the file is damaged: fetch it again", got, total, err)
+		}
 		return nil, nil, fmt.Errorf("reading IDX data: %w", err)
 	}
 	if got < total {
@@ -91,6 +97,11 @@ func ReadIDX(r io.Reader) (dims []int, data []byte, err error) {
 		return nil, nil, fmt.Errorf("IDX data has trailing bytes after the %d that dimensions %v describe: the file is corrupt or its header is wrong", total, dims)
 	}
 	if err != nil && !errors.Is(err, io.EOF) {
+		if gz {
+			// The data is whole, but what follows it is not a gzip end: the
+			// checksum trailer is cut or damaged, or bytes follow the stream.
+			return nil, nil, fmt.Errorf("after the %d bytes of IDX data: the gzip stream's end is missing or damaged (%v): the file is incomplete or has extra bytes: fetch it again", total, err)
+		}
 		return nil, nil, fmt.Errorf("after IDX data: %w", err)
 	}
 	return dims, buf.Bytes(), nil

@@ -96,6 +96,12 @@ func NewLoader(ds Dataset, cfg LoaderConfig) (*Loader, error) {
 			errs = append(errs, fmt.Errorf("dataset has %d examples: a loader needs at least one", n))
 		} else if cfg.DropLast && cfg.Sampler == nil && cfg.BatchSize > n {
 			errs = append(errs, fmt.Errorf("DropLast is set and BatchSize %d exceeds the dataset's %d examples, so no batch would be produced: lower BatchSize or unset DropLast", cfg.BatchSize, n))
+		} else if cfg.DropLast && cfg.Sampler != nil {
+			// A sampler given here (a DistributedSampler, say) visits its
+			// own count, which DropLast may leave without a batch.
+			if k, ok := samplerCount(cfg.Sampler, n); ok && cfg.BatchSize > k {
+				errs = append(errs, fmt.Errorf("DropLast is set and BatchSize %d exceeds the %d examples that Sampler %T visits (of the dataset's %d), so no batch would be produced: lower BatchSize or unset DropLast", cfg.BatchSize, k, cfg.Sampler, n))
+			}
 		}
 	}
 	if err := cfg.Validate(); err != nil {
@@ -110,6 +116,25 @@ func NewLoader(ds Dataset, cfg LoaderConfig) (*Loader, error) {
 	}
 	l.pool = &batchPool{}
 	return l, nil
+}
+
+// samplerCount is how many indices s visits of n, when s can say so and
+// its fields are valid. A sampler of the user's that panics here is left
+// to Iter, which reports the panic as an error naming it.
+func samplerCount(s Sampler, n int) (k int, ok bool) {
+	defer func() {
+		if recover() != nil {
+			k, ok = 0, false
+		}
+	}()
+	if v, ok := s.(validator); ok && v.Validate() != nil {
+		return 0, false
+	}
+	z, ok := s.(sizer)
+	if !ok {
+		return 0, false
+	}
+	return z.NumSamples(n), true
 }
 
 // Dataset is the dataset the loader reads.

@@ -97,10 +97,23 @@ func Layout(runs ...*History) []Chart {
 		}
 	}
 	var out []Chart
+	// Names are file names: two metrics that fileSafe maps alike
+	// ("grad/norm" and "grad_norm") get "_2", "_3", ... rather than one
+	// chart overwriting the other's files.
+	used := map[string]bool{}
+	unique := func(name string) string {
+		n := name
+		for i := 2; used[n]; i++ {
+			n = fmt.Sprintf("%s_%d", name, i)
+		}
+		used[n] = true
+		return n
+	}
 	add := func(name, title, ylabel string, bottom bool, ks []string) {
 		if len(ks) == 0 {
 			return
 		}
+		name = unique(name)
 		out = append(out, Chart{Name: name, Title: title + " by step", X: Steps, YLabel: ylabel, Keys: ks, LegendBottom: bottom})
 		var ep []string
 		for _, k := range ks {
@@ -109,7 +122,7 @@ func Layout(runs ...*History) []Chart {
 			}
 		}
 		if len(ep) > 0 {
-			out = append(out, Chart{Name: name + "_epoch", Title: title + " by epoch", X: Epochs, YLabel: ylabel, Keys: ep, LegendBottom: bottom})
+			out = append(out, Chart{Name: unique(name + "_epoch"), Title: title + " by epoch", X: Epochs, YLabel: ylabel, Keys: ep, LegendBottom: bottom})
 		}
 	}
 	for i, g := range groups {

@@ -145,37 +145,55 @@ func GoalOf(key string) Goal {
 
 // Summary is the final and best value of one metric.
 type Summary struct {
-	Key       string
-	N         int // finite values logged
+	Key string
+	N   int // finite values logged
+	// NonFinite counts the NaN and infinite values logged (a diverged
+	// loss), which Best, Min and Max leave out.
+	NonFinite int
+	// Final is the last value logged, NaN or infinite included: a run
+	// whose loss diverged ends on NaN, not on its last finite value.
 	Final     float64
 	FinalStep int
 	Goal      Goal
-	// Best and BestStep are the lowest or highest value by Goal (its first
-	// occurrence); equal to Final when Goal is NoGoal.
+	// Best and BestStep are the lowest or highest finite value by Goal (its
+	// first occurrence); equal to Final when Goal is NoGoal. Best, Min and
+	// Max are NaN, and BestStep 0, when no value was finite.
 	Best     float64
 	BestStep int
 	Min, Max float64
 }
 
-// Summaries returns a Summary for every metric with a finite value, by key.
+// Summaries returns a Summary for every metric logged, by key.
 func (h *History) Summaries() []Summary {
 	var out []Summary
 	for _, k := range h.Keys() {
-		pts := h.Series(k)
-		if len(pts) == 0 {
+		s := Summary{Key: k, Goal: GoalOf(k), Best: math.NaN(), Min: math.NaN(), Max: math.NaN()}
+		logged := false
+		for _, r := range h.Rows {
+			v, ok := r.Values[k]
+			if !ok {
+				continue
+			}
+			logged = true
+			s.Final, s.FinalStep = v, r.Step
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				s.NonFinite++
+				continue
+			}
+			if s.N == 0 {
+				s.Min, s.Max = v, v
+			}
+			s.N++
+			s.Min, s.Max = math.Min(s.Min, v), math.Max(s.Max, v)
+			if s.Goal != NoGoal && (s.N == 1 || (s.Goal == Minimize && v < s.Best) || (s.Goal == Maximize && v > s.Best)) {
+				s.Best, s.BestStep = v, r.Step
+			}
+		}
+		if !logged {
 			continue
 		}
-		last := pts[len(pts)-1]
-		s := Summary{Key: k, N: len(pts), Final: last.Value, FinalStep: last.Step, Goal: GoalOf(k),
-			Best: last.Value, BestStep: last.Step, Min: pts[0].Value, Max: pts[0].Value}
-		if s.Goal != NoGoal {
-			s.Best, s.BestStep = pts[0].Value, pts[0].Step
-		}
-		for _, p := range pts {
-			s.Min, s.Max = math.Min(s.Min, p.Value), math.Max(s.Max, p.Value)
-			if (s.Goal == Minimize && p.Value < s.Best) || (s.Goal == Maximize && p.Value > s.Best) {
-				s.Best, s.BestStep = p.Value, p.Step
-			}
+		if s.Goal == NoGoal {
+			s.Best, s.BestStep = s.Final, s.FinalStep
 		}
 		out = append(out, s)
 	}

@@ -99,8 +99,19 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 				if s.Goal != NoGoal {
 					best, bestStep = num(s.Best)+" ("+s.Goal.String()+")", strconv.Itoa(s.BestStep)
 				}
-				fmt.Fprintf(b, "| %s | %s | %d | %s | %s | %s | %s | %d |\n",
-					cell(s.Key), num(s.Final), s.FinalStep, best, bestStep, num(s.Min), num(s.Max), s.N)
+				if s.Goal != NoGoal && s.N == 0 {
+					best, bestStep = "—", "—"
+				}
+				lo, hi := num(s.Min), num(s.Max)
+				if s.N == 0 {
+					lo, hi = "—", "—"
+				}
+				values := strconv.Itoa(s.N)
+				if s.NonFinite > 0 {
+					values += fmt.Sprintf(" (+%d NaN/Inf)", s.NonFinite)
+				}
+				fmt.Fprintf(b, "| %s | %s | %d | %s | %s | %s | %s | %s |\n",
+					cell(s.Key), num(s.Final), s.FinalStep, best, bestStep, lo, hi, values)
 			}
 			b.WriteString("\n")
 		}

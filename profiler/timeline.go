@@ -127,7 +127,8 @@ func (p *Timeline) Path() string {
 	return filepath.Join(p.cfg.Dir, fmt.Sprintf("timeline-rank%d.json", p.cfg.Rank))
 }
 
-// MergedPath is the file rank 0's Report writes with every rank's events.
+// MergedPath is the file rank 0's Report and Close write with every rank's
+// events.
 func (p *Timeline) MergedPath() string { return filepath.Join(p.cfg.Dir, "timeline.json") }
 
 // micros is t in µs since the epoch with its nanoseconds, written from
@@ -206,9 +207,19 @@ func (p *Timeline) Report(w io.Writer) error {
 	if p.cfg.Rank != 0 {
 		return nil
 	}
-	srcs, err := filepath.Glob(filepath.Join(p.cfg.Dir, "timeline-rank*.json"))
+	n, ranks, err := p.merge()
 	if err != nil {
 		return err
+	}
+	_, err = fmt.Fprintf(w, "timeline: %d events from %d rank(s) in %s (open it at https://ui.perfetto.dev)\n", n, ranks, p.MergedPath())
+	return err
+}
+
+// merge writes MergedPath from the rank files written during this run.
+func (p *Timeline) merge() (events, ranks int, err error) {
+	srcs, err := filepath.Glob(filepath.Join(p.cfg.Dir, "timeline-rank*.json"))
+	if err != nil {
+		return 0, 0, err
 	}
 	var fresh []string
 	for _, s := range srcs {
@@ -217,15 +228,23 @@ func (p *Timeline) Report(w io.Writer) error {
 		}
 	}
 	n, err := MergeTimelines(p.MergedPath(), fresh...)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(w, "timeline: %d events from %d rank(s) in %s (open it at https://ui.perfetto.dev)\n", n, len(fresh), p.MergedPath())
-	return err
+	return n, len(fresh), err
 }
 
-// Close writes this rank's file.
-func (p *Timeline) Close() error { return p.Flush() }
+// Close writes this rank's file and, on rank 0, merges MergedPath again:
+// the spans recorded after Fit's Report (a test or predict run after the
+// fit, or one without a fit) belong in the file the user opens. Other
+// ranks' files are merged as they are on disk at that moment.
+func (p *Timeline) Close() error {
+	if err := p.Flush(); err != nil {
+		return err
+	}
+	if p.cfg.Rank != 0 {
+		return nil
+	}
+	_, _, err := p.merge()
+	return err
+}
 
 // MergeTimelines concatenates the traceEvents of trace files into dst and
 // returns the number of events.

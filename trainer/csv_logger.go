@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"bytes"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
@@ -220,8 +221,12 @@ func (l *CSVLogger) rewrite(extra []string, row map[string]string) error {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
+	// A row cut short (a write that failed on a full disk, a power loss)
+	// is incomplete: drop it, or it would break the file for every reader
+	// and swallow the first row appended after it.
+	b = b[:bytes.LastIndexByte(b, '\n')+1]
 	if len(b) > 0 {
-		recs, err := csv.NewReader(strings.NewReader(string(b))).ReadAll()
+		recs, err := csv.NewReader(bytes.NewReader(b)).ReadAll()
 		if err != nil {
 			return fmt.Errorf("CSVLogger: existing %s: %w", l.Path(), err)
 		}
