@@ -47,7 +47,11 @@ func NewBasicBlock(b *module.Builder, name string, in, out, stride int) *BasicBl
 // Forward adds the block to s's graph; x must be [batch, In, H, W].
 func (k *BasicBlock) Forward(s *module.Step, x *G.Node) *G.Node {
 	checkInput("BasicBlock", k.Name, x, fmt.Sprintf("[batch, %d, height, width]", k.In), -1, k.In, -1, -1)
-	h := k.bn1.ForwardReLU(s, k.conv1.Forward(s, x))
+	// With the identity shortcut, x gets a gradient through the sum
+	// whatever conv1 does: conv1 must then add its part even when x comes
+	// from the batch, or x's gradient is silently partial (a first layer
+	// skips its input gradient only when nothing else would give x one).
+	h := k.bn1.ForwardReLU(s, k.conv1.forward(s, x, k.downConv == nil))
 	h = k.conv2.Forward(s, h)
 	// bn2, the shortcut's BatchNorm, the sum and the ReLU are one op: one
 	// pass over memory instead of one per BatchNorm and one for the sum.

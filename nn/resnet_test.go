@@ -234,3 +234,16 @@ func TestResNetInputErrors(t *testing.T) {
 		}
 	}
 }
+
+// A BasicBlock fed from the batch gives its input the whole gradient: with
+// the identity shortcut x has a gradient through the sum, so conv1 must
+// add its part too (it used to skip it as a first layer does, and x's
+// gradient held the shortcut's part alone, 40% off torch's).
+func TestBasicBlockInputGradFromTheBatch(t *testing.T) {
+	var k *nn.BasicBlock
+	m := newModel(t, tensor.Float64, func(b *module.Builder) { k = nn.NewBasicBlock(b, "block", 2, 2, 1) })
+	m.randomize(5, 0.5, 1.5)
+	for _, mode := range []module.Mode{module.Train, module.Validate} {
+		m.gradcheckLayer(t, "BasicBlock/"+mode.String(), mode, randT(tensor.Float64, 1, -1, 1, 2, 2, 4, 3), true, k.Forward)
+	}
+}
