@@ -136,8 +136,17 @@ func (l *BatchNorm) forward(s *module.Step, x *G.Node, relu bool) *G.Node {
 // args checks x and returns the layer's operands on s for x.
 func (l *BatchNorm) args(s *module.Step, x *G.Node) ops.BatchNormArgs {
 	if l.Dims == 2 {
+		if x != nil {
+			checkChannels(l.typ(), l.Name, x.Shape(), l.Channels, "make the layer with %[1]d channels")
+		}
 		checkInput(l.typ(), l.Name, x, fmt.Sprintf("[batch, %d, height, width]", l.Channels), -1, l.Channels, -1, -1)
 	} else if x == nil || (x.Dims() != 2 && x.Dims() != 3) || x.Shape()[1] != l.Channels {
+		if x != nil && (x.Dims() == 2 || x.Dims() == 3) {
+			panic(layerError(l.typ(), l.Name, "input has shape %v, want [batch, %d] or [batch, %d, length]: the layer was made for %d channels but the input has %d: make it with %d, or fix the layer that feeds it", x.Shape(), l.Channels, l.Channels, l.Channels, x.Shape()[1], x.Shape()[1]))
+		}
+		if x != nil && x.Dims() == 4 && x.Shape()[1] == l.Channels {
+			panic(layerError(l.typ(), l.Name, "input has shape %v, want [batch, %d] or [batch, %d, length]: for images use nn.NewBatchNorm2d", x.Shape(), l.Channels, l.Channels))
+		}
 		checkInput(l.typ(), l.Name, x, fmt.Sprintf("[batch, %d] or [batch, %d, length]", l.Channels, l.Channels), -1, l.Channels)
 	}
 	var gamma, beta *G.Node

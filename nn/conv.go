@@ -94,6 +94,9 @@ func (l *Conv2d) Forward(s *module.Step, x *G.Node) *G.Node { return l.forward(s
 // inputGrad is set.
 func (l *Conv2d) forward(s *module.Step, x *G.Node, inputGrad bool) *G.Node {
 	c := l.Config
+	if x != nil {
+		checkChannels("Conv2d", l.Name, x.Shape(), c.In, "set Conv2dConfig.In to %[1]d")
+	}
 	checkInput("Conv2d", l.Name, x, fmt.Sprintf("[batch, %d, height, width]", c.In), -1, c.In, -1, -1)
 	var bias *G.Node
 	if l.Bias != "" {

@@ -46,6 +46,9 @@ func NewBasicBlock(b *module.Builder, name string, in, out, stride int) *BasicBl
 
 // Forward adds the block to s's graph; x must be [batch, In, H, W].
 func (k *BasicBlock) Forward(s *module.Step, x *G.Node) *G.Node {
+	if x != nil {
+		checkChannels("BasicBlock", k.Name, x.Shape(), k.In, "make the block with in=%[1]d")
+	}
 	checkInput("BasicBlock", k.Name, x, fmt.Sprintf("[batch, %d, height, width]", k.In), -1, k.In, -1, -1)
 	// With the identity shortcut, x gets a gradient through the sum
 	// whatever conv1 does: conv1 must then add its part even when x comes
