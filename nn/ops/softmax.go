@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
@@ -13,6 +14,9 @@ func checkLogitsLabels(what string, logits, labels, weights *G.Node) error {
 	if err := checkFloat(what+" logits", logits); err != nil {
 		return err
 	}
+	if logits != nil && labels != nil && !isFloat(labels) && isFloat(logits) {
+		return fmt.Errorf("%s labels have dtype %v: labels are class indices stored as the logits' dtype, %v (the batch's fields already are): convert them", what, labels.Dtype(), logits.Dtype())
+	}
 	if err := checkFloat(what+" labels", labels); err != nil {
 		return err
 	}
@@ -24,7 +28,14 @@ func checkLogitsLabels(what string, logits, labels, weights *G.Node) error {
 		return fmt.Errorf("%s logits have shape %v: want [batch, classes]", what, ls)
 	}
 	if s := labels.Shape(); len(s) != 1 || s[0] != ls[0] {
-		return fmt.Errorf("%s labels have shape %v, want [%d] (one class index per row of logits %v)", what, s, ls[0], ls)
+		msg := fmt.Sprintf("%s labels have shape %v, want [%d] (one class index per row of logits %v)", what, s, ls[0], ls)
+		switch {
+		case len(s) == 2 && s[0] == ls[0] && s[1] == 1:
+			msg += fmt.Sprintf(": reshape them to [%d] (G.Reshape)", ls[0])
+		case len(s) == 2 && s[0] == ls[0] && s[1] == ls[1]:
+			msg += ": labels are class indices, not one-hot rows or probabilities: give each row's class number (its argmax)"
+		}
+		return errors.New(msg)
 	}
 	if weights != nil {
 		if err := sameDtype(what+" weights", logits, weights); err != nil {
@@ -60,7 +71,16 @@ func logitsInputs(op fmt.Stringer, v []G.Value, batch, classes int, weighted boo
 // it is not one.
 func classIndex(op fmt.Stringer, row int, l float64, classes int) (int, error) {
 	if l != math.Trunc(l) || l < 0 || l >= float64(classes) {
-		return 0, fmt.Errorf("%v: label %v at row %d is not a class index in [0, %d)", op, l, row, classes)
+		var fix string
+		switch {
+		case l != math.Trunc(l) || math.IsInf(l, 0): // NaN too
+			fix = "labels are class numbers 0, 1, ... stored as floats, not probabilities or scores"
+		case l < 0:
+			fix = "to leave a row out (PyTorch's ignore_index), give it weight 0 with nn.CrossEntropyWeighted instead of a negative label"
+		default:
+			fix = fmt.Sprintf("the logits have %d classes: give the model's last layer %d outputs or more, or fix the labels", classes, int64(l)+1)
+		}
+		return 0, fmt.Errorf("%v: label %v at row %d is not a class index in [0, %d): %s", op, l, row, classes, fix)
 	}
 	return int(l), nil
 }
