@@ -76,13 +76,23 @@ func classIndex(op fmt.Stringer, row int, l float64, classes int) (int, error) {
 		case l != math.Trunc(l) || math.IsInf(l, 0): // NaN too
 			fix = "labels are class numbers 0, 1, ... stored as floats, not probabilities or scores"
 		case l < 0:
-			fix = "to leave a row out (PyTorch's ignore_index), give it weight 0 with nn.CrossEntropyWeighted instead of a negative label"
+			fix = "to leave a row out (PyTorch's ignore_index), give it weight 0 with nn.CrossEntropyWeighted, whose rows of weight 0 may hold any label"
 		default:
 			fix = fmt.Sprintf("the logits have %d classes: give the model's last layer %d outputs or more, or fix the labels", classes, int64(l)+1)
 		}
 		return 0, fmt.Errorf("%v: label %v at row %d is not a class index in [0, %d): %s", op, l, row, classes, fix)
 	}
 	return int(l), nil
+}
+
+// rowLabel is classIndex for row i, but a row of weight 0 (rowW from
+// rowWeights) counts for nothing whatever its label holds, as a row whose
+// label is PyTorch's ignore_index: it gets class 0 and is not checked.
+func rowLabel(op fmt.Stringer, i int, l float64, classes int, rowW []float64, weighted bool) (int, error) {
+	if weighted && rowW[i] == 0 {
+		return 0, nil
+	}
+	return classIndex(op, i, l, classes)
 }
 
 // rowWeights fills w with each row's share of the mean: 1/batch without
@@ -118,7 +128,9 @@ func rowWeights[T float](op fmt.Stringer, weights *tensor.Dense, w []float64) er
 // logits is [batch, classes]; labels is [batch] holding class indices as
 // floats; weights, if not nil, is [batch] of row weights ≥ 0 and the result
 // is Σ wᵢ·lossᵢ / Σ wᵢ (a 0/1 mask gives the mean over the kept rows; padded
-// rows of a last partial batch weigh 0). Labels get no gradient.
+// rows of a last partial batch weigh 0). A row of weight 0 is left out
+// whatever its label and logits hold, as a row whose label is PyTorch's
+// ignore_index. Labels get no gradient.
 func SoftmaxCrossEntropy(logits, labels, weights *G.Node) (*G.Node, error) {
 	if err := checkLogitsLabels("SoftmaxCrossEntropy", logits, labels, weights); err != nil {
 		return nil, err
@@ -197,12 +209,16 @@ func softmaxCE[T float](op *softmaxCEOp, zt, lt, wt *tensor.Dense) (float64, err
 	z, labels := data[T](zt), data[T](lt)
 	var loss float64
 	for i := 0; i < b; i++ {
-		k, err := classIndex(op, i, float64(labels[i]), c)
+		k, err := rowLabel(op, i, float64(labels[i]), c, op.rowW, op.weighted)
 		if err != nil {
 			return 0, err
 		}
 		op.label[i] = int32(k)
 		row, p := z[i*c:(i+1)*c], op.prob64[i*c:(i+1)*c]
+		if op.weighted && op.rowW[i] == 0 { // left out, as PyTorch's ignore_index: not even NaN logits count
+			clear(p)
+			continue
+		}
 		m := float64(row[0])
 		for _, x := range row[1:] {
 			m = max(m, float64(x))
@@ -465,7 +481,7 @@ func accuracy[T float](op *accuracyOp, zt, lt, wt *tensor.Dense) (float64, error
 	c := op.classes
 	var acc float64
 	for i := 0; i < op.batch; i++ {
-		k, err := classIndex(op, i, float64(labels[i]), c)
+		k, err := rowLabel(op, i, float64(labels[i]), c, op.rowW, op.weighted)
 		if err != nil {
 			return 0, err
 		}
