@@ -2,6 +2,8 @@ package nn
 
 import (
 	"fmt"
+	"math"
+	"strings"
 
 	G "gorgonia.org/gorgonia"
 
@@ -27,17 +29,24 @@ type BatchNorm struct {
 	// Sync makes training graphs normalise with the statistics of the
 	// whole job's batch (SyncBatchNorm) when the strategy runs more than
 	// one replica; Trainer's SyncBatchNorm turns it on for every layer.
-	Sync bool
-	opts ops.BatchNormOpts
+	Sync   bool
+	opts   ops.BatchNormOpts
+	epsSet bool // BatchNormEps was given: 0 is then the user's value, not the default
 }
 
 // BatchNormOption changes a BatchNorm's defaults (momentum 0.1, eps 1e-5,
 // affine).
 type BatchNormOption func(*BatchNorm)
 
-// BatchNormMomentum sets the momentum of the running statistics.
+// BatchNormMomentum sets the momentum of the running statistics, in
+// [0, 1]: running = (1-m)·running + m·batch. 0 keeps them as they are
+// (PyTorch's momentum=0), while training graphs still normalise with the
+// batch's statistics.
 func BatchNormMomentum(m float64) BatchNormOption {
-	return func(l *BatchNorm) { l.opts.Momentum = m }
+	return func(l *BatchNorm) {
+		l.opts.Momentum = m
+		l.opts.FixedRunningStats = m == 0
+	}
 }
 
 // BatchNormCumulative makes the running statistics a plain average of every
@@ -53,8 +62,10 @@ func BatchNormCumulative() BatchNormOption {
 // BatchNorm. trainer.Config.SyncBatchNorm does this for every BatchNorm.
 func BatchNormSync() BatchNormOption { return func(l *BatchNorm) { l.Sync = true } }
 
-// BatchNormEps sets the value added to the variance.
-func BatchNormEps(eps float64) BatchNormOption { return func(l *BatchNorm) { l.opts.Eps = eps } }
+// BatchNormEps sets the value added to the variance (> 0).
+func BatchNormEps(eps float64) BatchNormOption {
+	return func(l *BatchNorm) { l.opts.Eps, l.epsSet = eps, true }
+}
 
 // BatchNormNoAffine leaves out γ and β.
 func BatchNormNoAffine() BatchNormOption { return func(l *BatchNorm) { l.Weight = "" } }
@@ -81,8 +92,18 @@ func newBatchNorm(b *module.Builder, name string, c, dims int, opts []BatchNormO
 		b.Errorf("nn.%s %q has %d channels: want 1 or more", typ, l.Name, c)
 		return l
 	}
-	if m := l.opts.Momentum; m < 0 || m > 1 || l.opts.Eps < 0 {
-		b.Errorf("nn.%s %q: momentum %v and eps %v: want momentum in (0, 1] and eps > 0", typ, l.Name, m, l.opts.Eps)
+	var bad []string
+	if m := l.opts.Momentum; !(m >= 0 && m <= 1) {
+		bad = append(bad, fmt.Sprintf("momentum is %v: want a value in [0, 1] (PyTorch's default 0.1; 0 keeps the running statistics fixed)", m))
+	}
+	if e := l.opts.Eps; !(e >= 0) || math.IsInf(e, 0) || (l.epsSet && e == 0) {
+		bad = append(bad, fmt.Sprintf("eps is %v: want a finite value > 0 (PyTorch's default 1e-5)", e))
+	}
+	if l.opts.FixedRunningStats && l.opts.CumulativeAverage {
+		bad = append(bad, "BatchNormMomentum(0) and BatchNormCumulative are both given: keep one (fixed running statistics, or their average over every batch)")
+	}
+	if len(bad) > 0 {
+		b.Errorf("nn.%s %q: %s", typ, l.Name, strings.Join(bad, "; "))
 		return l
 	}
 	n := 0
@@ -115,8 +136,17 @@ func (l *BatchNorm) forward(s *module.Step, x *G.Node, relu bool) *G.Node {
 // args checks x and returns the layer's operands on s for x.
 func (l *BatchNorm) args(s *module.Step, x *G.Node) ops.BatchNormArgs {
 	if l.Dims == 2 {
+		if x != nil {
+			checkChannels(l.typ(), l.Name, x.Shape(), l.Channels, "make the layer with %[1]d channels")
+		}
 		checkInput(l.typ(), l.Name, x, fmt.Sprintf("[batch, %d, height, width]", l.Channels), -1, l.Channels, -1, -1)
 	} else if x == nil || (x.Dims() != 2 && x.Dims() != 3) || x.Shape()[1] != l.Channels {
+		if x != nil && (x.Dims() == 2 || x.Dims() == 3) {
+			panic(layerError(l.typ(), l.Name, "input has shape %v, want [batch, %d] or [batch, %d, length]: the layer was made for %d channels but the input has %d: make it with %d, or fix the layer that feeds it", x.Shape(), l.Channels, l.Channels, l.Channels, x.Shape()[1], x.Shape()[1]))
+		}
+		if x != nil && x.Dims() == 4 && x.Shape()[1] == l.Channels {
+			panic(layerError(l.typ(), l.Name, "input has shape %v, want [batch, %d] or [batch, %d, length]: for images use nn.NewBatchNorm2d", x.Shape(), l.Channels, l.Channels))
+		}
 		checkInput(l.typ(), l.Name, x, fmt.Sprintf("[batch, %d] or [batch, %d, length]", l.Channels, l.Channels), -1, l.Channels)
 	}
 	var gamma, beta *G.Node

@@ -88,8 +88,15 @@ func NewConv2d(b *module.Builder, name string, c Conv2dConfig) *Conv2d {
 }
 
 // Forward adds the convolution to s's graph; x must be [batch, In, H, W].
-func (l *Conv2d) Forward(s *module.Step, x *G.Node) *G.Node {
+func (l *Conv2d) Forward(s *module.Step, x *G.Node) *G.Node { return l.forward(s, x, false) }
+
+// forward is Forward, computing the input gradient whatever the input when
+// inputGrad is set.
+func (l *Conv2d) forward(s *module.Step, x *G.Node, inputGrad bool) *G.Node {
 	c := l.Config
+	if x != nil {
+		checkChannels("Conv2d", l.Name, x.Shape(), c.In, "set Conv2dConfig.In to %[1]d")
+	}
 	checkInput("Conv2d", l.Name, x, fmt.Sprintf("[batch, %d, height, width]", c.In), -1, c.In, -1, -1)
 	var bias *G.Node
 	if l.Bias != "" {
@@ -97,6 +104,6 @@ func (l *Conv2d) Forward(s *module.Step, x *G.Node) *G.Node {
 	}
 	return layerIO(s, l.Name, x, must("Conv2d", l.Name)(ops.Conv2d(x, s.Param(l.Weight), bias, ops.Conv2dOpts{
 		Stride: hw(c.Stride, c.StrideHW), Padding: hw(c.Padding, c.PaddingHW), Dilation: hw(c.Dilation, c.DilationHW),
-		NoInputGrad: !c.InputGrad && !needsGrad(s, x),
+		NoInputGrad: !inputGrad && !c.InputGrad && !needsGrad(s, x),
 	})))
 }

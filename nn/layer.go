@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
 
 	"github.com/fulgur-ml/fulgur/module"
 )
@@ -42,6 +43,23 @@ func checkInput(typ, name string, x *G.Node, form string, want ...int) {
 	}
 	if !ok {
 		panic(layerError(typ, name, "input has shape %v, want %s", s, form))
+	}
+}
+
+// checkChannels panics, saying what to change, unless shape is [batch, in,
+// height, width]; fix is a format taking the input's channel count (as in
+// "set Conv2dConfig.In to %[1]d").
+func checkChannels(typ, name string, shape []int, in int, fix string) {
+	want := fmt.Sprintf("input has shape %v, want [batch, %d, height, width]", tensor.Shape(shape), in)
+	switch {
+	case len(shape) == 4 && shape[1] == in:
+		return
+	case len(shape) == 4:
+		panic(layerError(typ, name, "%s: the layer was made for %d channels but the input has %d: %s, or fix the layer that feeds it", want, in, shape[1], fmt.Sprintf(fix, shape[1])))
+	case len(shape) == 3 && shape[0] == in:
+		panic(layerError(typ, name, "%s: give one image a batch axis, [1, %d, %d, %d]", want, in, shape[1], shape[2]))
+	case len(shape) == 2:
+		panic(layerError(typ, name, "%s: reshape rows of flat pixels to [batch, channels, height, width] first (G.Reshape), or declare the batch field with that shape", want))
 	}
 }
 

@@ -1,9 +1,11 @@
 package nn
 
 import (
+	"fmt"
 	"math"
 
 	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
 
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/nn/ops"
@@ -60,8 +62,8 @@ func NewLinear(b *module.Builder, name string, in, out int, opts ...LinearOption
 
 // Forward adds the layer to s's graph; x must be [batch, In].
 func (l *Linear) Forward(s *module.Step, x *G.Node) *G.Node {
-	if x != nil && x.Dims() > 2 {
-		panic(layerError("Linear", l.Name, "input has shape %v, want [batch, %d] (flatten it first with nn.Flatten)", x.Shape(), l.In))
+	if x != nil {
+		l.checkInput(x.Shape())
 	}
 	checkInput("Linear", l.Name, x, "[batch, "+itoa(l.In)+"]", -1, l.In)
 	var bias *G.Node
@@ -70,4 +72,23 @@ func (l *Linear) Forward(s *module.Step, x *G.Node) *G.Node {
 	}
 	return layerIO(s, l.Name, x, must("Linear", l.Name)(ops.Linear(x, s.Param(l.Weight), bias,
 		ops.LinearOpts{ReLU: l.relu, NoInputGrad: !l.forceDx && !needsGrad(s, x)})))
+}
+
+// checkInput panics, saying what to change, unless shape is [batch, In].
+func (l *Linear) checkInput(shape []int) {
+	want := fmt.Sprintf("input has shape %v, want [batch, %d]", tensor.Shape(shape), l.In)
+	n := len(shape)
+	switch {
+	case n == 2 && shape[1] == l.In:
+		return
+	case n == 2:
+		panic(layerError("Linear", l.Name, "%s: the layer was made with in=%d but each row has %d features: make it with in=%d, or fix the layer that feeds it", want, l.In, shape[1], shape[1]))
+	case n > 2 && shape[n-1] == l.In:
+		panic(layerError("Linear", l.Name, "%s: Linear takes one row per example; for PyTorch's Linear over the last axis of every position, reshape to [%d, %d] (G.Reshape) and back afterwards", want, tensor.Shape(shape[:n-1]).TotalSize(), l.In))
+	case n > 2:
+		f := tensor.Shape(shape[1:]).TotalSize()
+		panic(layerError("Linear", l.Name, "%s: flatten it first with nn.Flatten, which gives %d features per example, and make the layer with in=%d", want, f, f))
+	case n < 2:
+		panic(layerError("Linear", l.Name, "%s: give it a batch axis, even for one example ([1, %d])", want, l.In))
+	}
 }

@@ -89,7 +89,11 @@ func CrossEntropy(logits, labels *G.Node) *G.Node {
 }
 
 // CrossEntropyWeighted is Σ wᵢ·lossᵢ / Σ wᵢ with row weights [batch] ≥ 0; a
-// 0/1 mask averages over the kept rows (a padded last batch).
+// 0/1 mask averages over the kept rows (a padded last batch). A row of
+// weight 0 is left out whatever its label holds: PyTorch's
+// cross_entropy(ignore_index=-100) is CrossEntropyWeighted with weight 0
+// where the label is -100 and 1 elsewhere. PyTorch's class weights w_c are
+// row weights w_{label of the row}: the normalisation is the same.
 func CrossEntropyWeighted(logits, labels, weights *G.Node) *G.Node {
 	return lossOrMetric("CrossEntropy", ops.SoftmaxCrossEntropy, logits, labels, weights)
 }
@@ -100,7 +104,8 @@ func Accuracy(logits, labels *G.Node) *G.Node {
 	return lossOrMetric("Accuracy", ops.Accuracy, logits, labels, nil)
 }
 
-// AccuracyWeighted is Accuracy with row weights, as CrossEntropyWeighted.
+// AccuracyWeighted is Accuracy with row weights, as CrossEntropyWeighted (a
+// row of weight 0 is left out whatever its label holds).
 func AccuracyWeighted(logits, labels, weights *G.Node) *G.Node {
 	return lossOrMetric("Accuracy", ops.Accuracy, logits, labels, weights)
 }

@@ -46,8 +46,16 @@ func NewBasicBlock(b *module.Builder, name string, in, out, stride int) *BasicBl
 
 // Forward adds the block to s's graph; x must be [batch, In, H, W].
 func (k *BasicBlock) Forward(s *module.Step, x *G.Node) *G.Node {
+	if x != nil {
+		checkChannels("BasicBlock", k.Name, x.Shape(), k.In, "make the block with in=%[1]d")
+	}
 	checkInput("BasicBlock", k.Name, x, fmt.Sprintf("[batch, %d, height, width]", k.In), -1, k.In, -1, -1)
-	h := k.bn1.ForwardReLU(s, k.conv1.Forward(s, x))
+	// A block always gives its input a gradient, even fed from the batch,
+	// where a Conv2d skips it: with the identity shortcut x gets one
+	// through the sum anyway, and conv1 must add its part or x's gradient
+	// is silently partial. Blocks are not first layers in practice (every
+	// block of ResNet is fed from the stem), so this costs nothing there.
+	h := k.bn1.ForwardReLU(s, k.conv1.forward(s, x, true))
 	h = k.conv2.Forward(s, h)
 	// bn2, the shortcut's BatchNorm, the sum and the ReLU are one op: one
 	// pass over memory instead of one per BatchNorm and one for the sum.
@@ -56,7 +64,7 @@ func (k *BasicBlock) Forward(s *module.Step, x *G.Node) *G.Node {
 	if k.downConv == nil {
 		out = must("BasicBlock", k.Name)(ops.BatchNormAddReLU(bn2, x))
 	} else {
-		d := k.downConv.Forward(s, x)
+		d := k.downConv.forward(s, x, true)
 		out = must("BasicBlock", k.Name)(ops.BatchNormAddBatchNormReLU(bn2, k.downBN.args(s, d)))
 		s.LayerIO(k.downBN.Name, d, out)
 	}
@@ -74,6 +82,11 @@ type ResNetConfig struct {
 	Widths     []int // channels per stage; nil: 16, 32, 64
 	// BlocksPerStage: 0 means 1 (resnet8); 3 gives ResNet-20, 5 ResNet-32.
 	BlocksPerStage int
+	// InputGrad computes the gradient with respect to the input images
+	// (saliency maps, adversarial examples). Off, the stem convolution
+	// skips it, as training does not need it, and asking Gorgonia for it
+	// fails ("Non Differentiable WRTs").
+	InputGrad bool
 }
 
 func (c ResNetConfig) withDefaults() ResNetConfig {
@@ -138,7 +151,7 @@ func NewResNet(b *module.Builder, c ResNetConfig) *ResNet {
 	}
 	c = c.withDefaults()
 	r := &ResNet{Config: c}
-	r.conv1 = NewConv2d(b, "conv1", Conv2dConfig{In: c.InChannels, Out: c.Widths[0], Kernel: 3, Padding: 1, NoBias: true})
+	r.conv1 = NewConv2d(b, "conv1", Conv2dConfig{In: c.InChannels, Out: c.Widths[0], Kernel: 3, Padding: 1, NoBias: true, InputGrad: c.InputGrad})
 	r.bn1 = NewBatchNorm2d(b, "bn1", c.Widths[0])
 	in := c.Widths[0]
 	for st, w := range c.Widths {

@@ -1,6 +1,7 @@
 package nn_test
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -232,5 +233,32 @@ func TestResNetInputErrors(t *testing.T) {
 		if !strings.Contains(got, c.want) {
 			t.Errorf("input %v: panic %q, want %q", c.shape, got, c.want)
 		}
+	}
+}
+
+// A BasicBlock fed from the batch gives its input the whole gradient: with
+// the identity shortcut x has a gradient through the sum, so conv1 must
+// add its part too (it used to skip it as a first layer does, and x's
+// gradient held the shortcut's part alone, 40% off torch's).
+func TestBasicBlockInputGradFromTheBatch(t *testing.T) {
+	for _, c := range []struct{ in, out, stride int }{{2, 2, 1}, {2, 3, 2}} {
+		var k *nn.BasicBlock
+		m := newModel(t, tensor.Float64, func(b *module.Builder) { k = nn.NewBasicBlock(b, "block", c.in, c.out, c.stride) })
+		m.randomize(5, 0.5, 1.5)
+		for _, mode := range []module.Mode{module.Train, module.Validate} {
+			m.gradcheckLayer(t, fmt.Sprintf("BasicBlock%v/%v", c, mode), mode, randT(tensor.Float64, 1, -1, 1, 2, c.in, 4, 3), true, k.Forward)
+		}
+	}
+}
+
+// ResNetConfig.InputGrad gives the input images their gradient (a
+// saliency map), which the stem convolution otherwise skips.
+func TestResNetInputGrad(t *testing.T) {
+	var r *nn.ResNet
+	m := newModel(t, tensor.Float64, func(b *module.Builder) {
+		r = nn.NewResNet(b, nn.ResNetConfig{InChannels: 2, NumClasses: 3, Widths: []int{2, 3}, InputGrad: true})
+	})
+	for _, mode := range []module.Mode{module.Train, module.Validate} {
+		m.gradcheckLayer(t, "ResNet/input/"+mode.String(), mode, randT(tensor.Float64, 1, -1, 1, 3, 2, 5, 4), true, r.Forward)
 	}
 }

@@ -4,8 +4,10 @@ import "math"
 
 // AdamConfig configures Adam and AdamW. Zero values take torch's defaults:
 // LR 1e-3, Beta1 0.9, Beta2 0.999, Eps 1e-8; WeightDecay 0 for Adam and 0.01
-// for AdamW. (So a zero Beta1 cannot be asked for; a tiny one such as 1e-300
-// behaves the same.)
+// for AdamW. So a zero cannot be asked for by writing 0: for torch's
+// betas=(0, β2), set Beta1 to a tiny value such as 1e-300, and for
+// AdamW(weight_decay=0) set WeightDecay to 1e-300; both then compute what
+// torch computes for 0 (1 - 1e-300 and 1 - lr·1e-300 round to 1).
 type AdamConfig struct {
 	LR    float64
 	Beta1 float64 // in [0, 1)

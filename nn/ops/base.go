@@ -91,6 +91,12 @@ func checkFloat(what string, n *G.Node) error {
 	return nil
 }
 
+// isFloat reports whether n is float32 or float64.
+func isFloat(n *G.Node) bool {
+	dt := n.Dtype()
+	return dt == tensor.Float32 || dt == tensor.Float64
+}
+
 func sameDtype(what string, a, b *G.Node) error {
 	if a.Dtype() != b.Dtype() {
 		return fmt.Errorf("%s has dtype %v but the input has %v: use one dtype throughout a graph", what, b.Dtype(), a.Dtype())

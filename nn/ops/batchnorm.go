@@ -29,8 +29,13 @@ type BatchNormOpts struct {
 	// running ones; otherwise the running statistics are used.
 	Training bool
 	// Momentum weighs the batch in the running statistics:
-	// running = (1-Momentum)·running + Momentum·batch. 0 means 0.1.
+	// running = (1-Momentum)·running + Momentum·batch. 0 means 0.1
+	// (FixedRunningStats asks for a momentum of 0).
 	Momentum float64
+	// FixedRunningStats leaves the running statistics as they are in
+	// training graphs, which still normalise with the batch's statistics
+	// and count the batch in NumBatches: PyTorch's momentum=0.
+	FixedRunningStats bool
 	// CumulativeAverage makes the running statistics the plain average of
 	// every batch seen (PyTorch's momentum=None); it needs NumBatches.
 	CumulativeAverage bool
@@ -134,8 +139,11 @@ func newBNOp(what string, x, gamma, beta *G.Node, stats BatchNormStats, o BatchN
 	if o.Eps == 0 {
 		o.Eps = 1e-5
 	}
-	if o.Momentum < 0 || o.Momentum > 1 || o.Eps < 0 {
-		return nil, nil, fmt.Errorf("%s momentum %v and eps %v: want momentum in (0, 1] and eps > 0", what, o.Momentum, o.Eps)
+	if !(o.Momentum > 0 && o.Momentum <= 1) || !(o.Eps > 0) || math.IsInf(o.Eps, 0) {
+		return nil, nil, fmt.Errorf("%s momentum %v and eps %v: want momentum in (0, 1] (FixedRunningStats for 0) and a finite eps > 0", what, o.Momentum, o.Eps)
+	}
+	if o.FixedRunningStats && o.CumulativeAverage {
+		return nil, nil, fmt.Errorf("%s has both FixedRunningStats and CumulativeAverage: choose one", what)
 	}
 	op := &bnOp{base: newBase("BatchNorm"), BatchNormOpts: o, stats: stats, shape: xs.Clone(), affine: gamma != nil,
 		n: xs[0], c: c, inner: m / xs[0]}
@@ -268,6 +276,9 @@ func bnPrepare[T float](op *bnOp, xt, gt, bt *tensor.Dense) error {
 			if op.CumulativeAverage {
 				momentum = 1 / float64(cnt[0])
 			}
+		}
+		if op.FixedRunningStats {
+			momentum = 0
 		}
 		for ch := 0; ch < c; ch++ {
 			var mean, v float64

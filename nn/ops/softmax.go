@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
@@ -13,6 +14,9 @@ func checkLogitsLabels(what string, logits, labels, weights *G.Node) error {
 	if err := checkFloat(what+" logits", logits); err != nil {
 		return err
 	}
+	if logits != nil && labels != nil && !isFloat(labels) && isFloat(logits) {
+		return fmt.Errorf("%s labels have dtype %v: labels are class indices stored as the logits' dtype, %v (the batch's fields already are): convert them", what, labels.Dtype(), logits.Dtype())
+	}
 	if err := checkFloat(what+" labels", labels); err != nil {
 		return err
 	}
@@ -24,7 +28,14 @@ func checkLogitsLabels(what string, logits, labels, weights *G.Node) error {
 		return fmt.Errorf("%s logits have shape %v: want [batch, classes]", what, ls)
 	}
 	if s := labels.Shape(); len(s) != 1 || s[0] != ls[0] {
-		return fmt.Errorf("%s labels have shape %v, want [%d] (one class index per row of logits %v)", what, s, ls[0], ls)
+		msg := fmt.Sprintf("%s labels have shape %v, want [%d] (one class index per row of logits %v)", what, s, ls[0], ls)
+		switch {
+		case len(s) == 2 && s[0] == ls[0] && s[1] == 1:
+			msg += fmt.Sprintf(": reshape them to [%d] (G.Reshape)", ls[0])
+		case len(s) == 2 && s[0] == ls[0] && s[1] == ls[1]:
+			msg += ": labels are class indices, not one-hot rows or probabilities: give each row's class number (its argmax)"
+		}
+		return errors.New(msg)
 	}
 	if weights != nil {
 		if err := sameDtype(what+" weights", logits, weights); err != nil {
@@ -60,9 +71,28 @@ func logitsInputs(op fmt.Stringer, v []G.Value, batch, classes int, weighted boo
 // it is not one.
 func classIndex(op fmt.Stringer, row int, l float64, classes int) (int, error) {
 	if l != math.Trunc(l) || l < 0 || l >= float64(classes) {
-		return 0, fmt.Errorf("%v: label %v at row %d is not a class index in [0, %d)", op, l, row, classes)
+		var fix string
+		switch {
+		case l != math.Trunc(l) || math.IsInf(l, 0): // NaN too
+			fix = "labels are class numbers 0, 1, ... stored as floats, not probabilities or scores"
+		case l < 0:
+			fix = "to leave a row out (PyTorch's ignore_index), give it weight 0 with nn.CrossEntropyWeighted, whose rows of weight 0 may hold any label"
+		default:
+			fix = fmt.Sprintf("the logits have %d classes: give the model's last layer %d outputs or more, or fix the labels", classes, int64(l)+1)
+		}
+		return 0, fmt.Errorf("%v: label %v at row %d is not a class index in [0, %d): %s", op, l, row, classes, fix)
 	}
 	return int(l), nil
+}
+
+// rowLabel is classIndex for row i, but a row of weight 0 (rowW from
+// rowWeights) counts for nothing whatever its label holds, as a row whose
+// label is PyTorch's ignore_index: it gets class 0 and is not checked.
+func rowLabel(op fmt.Stringer, i int, l float64, classes int, rowW []float64, weighted bool) (int, error) {
+	if weighted && rowW[i] == 0 {
+		return 0, nil
+	}
+	return classIndex(op, i, l, classes)
 }
 
 // rowWeights fills w with each row's share of the mean: 1/batch without
@@ -98,7 +128,9 @@ func rowWeights[T float](op fmt.Stringer, weights *tensor.Dense, w []float64) er
 // logits is [batch, classes]; labels is [batch] holding class indices as
 // floats; weights, if not nil, is [batch] of row weights ≥ 0 and the result
 // is Σ wᵢ·lossᵢ / Σ wᵢ (a 0/1 mask gives the mean over the kept rows; padded
-// rows of a last partial batch weigh 0). Labels get no gradient.
+// rows of a last partial batch weigh 0). A row of weight 0 is left out
+// whatever its label and logits hold, as a row whose label is PyTorch's
+// ignore_index. Labels get no gradient.
 func SoftmaxCrossEntropy(logits, labels, weights *G.Node) (*G.Node, error) {
 	if err := checkLogitsLabels("SoftmaxCrossEntropy", logits, labels, weights); err != nil {
 		return nil, err
@@ -177,12 +209,16 @@ func softmaxCE[T float](op *softmaxCEOp, zt, lt, wt *tensor.Dense) (float64, err
 	z, labels := data[T](zt), data[T](lt)
 	var loss float64
 	for i := 0; i < b; i++ {
-		k, err := classIndex(op, i, float64(labels[i]), c)
+		k, err := rowLabel(op, i, float64(labels[i]), c, op.rowW, op.weighted)
 		if err != nil {
 			return 0, err
 		}
 		op.label[i] = int32(k)
 		row, p := z[i*c:(i+1)*c], op.prob64[i*c:(i+1)*c]
+		if op.weighted && op.rowW[i] == 0 { // left out, as PyTorch's ignore_index: not even NaN logits count
+			clear(p)
+			continue
+		}
 		m := float64(row[0])
 		for _, x := range row[1:] {
 			m = max(m, float64(x))
@@ -445,7 +481,7 @@ func accuracy[T float](op *accuracyOp, zt, lt, wt *tensor.Dense) (float64, error
 	c := op.classes
 	var acc float64
 	for i := 0; i < op.batch; i++ {
-		k, err := classIndex(op, i, float64(labels[i]), c)
+		k, err := rowLabel(op, i, float64(labels[i]), c, op.rowW, op.weighted)
 		if err != nil {
 			return 0, err
 		}

@@ -1,0 +1,151 @@
+package nn_test
+
+import (
+	"testing"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/nn"
+)
+
+// torchLayerRef is what PyTorch 1.13 computed for one layer configuration
+// (torchref_data_test.go, written by testdata/torch_layers.py): the output,
+// the gradients of Σ out·fill(out, 2) with respect to the input ("x") and
+// each parameter, and the buffers after the run.
+type torchLayerRef struct {
+	Out     []float64
+	Grads   map[string][]float64
+	Buffers map[string][]float64
+}
+
+// fill is torch_layers.py's: every input, parameter, buffer and output
+// gradient of the references, exact in float64.
+func fill(n, k int) []float64 {
+	v := make([]float64, n)
+	for i := range v {
+		v[i] = float64((i*7919+31*k)%200)/100 - 1
+	}
+	return v
+}
+
+// TestLayersMatchTorch runs each layer configuration of torch_layers.py on
+// the same values as PyTorch and compares the output, every gradient and
+// the BatchNorm buffers, in float64: the conventions a self-written
+// reference can share with the code (rectangular kernels, strides and
+// dilations, count_include_pad, the unbiased running variance, momentum (0
+// included) and the cumulative average, BatchNorm1d over [N, C, L]) are PyTorch's.
+func TestLayersMatchTorch(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		shape  []int
+		mode   module.Mode
+		before int // runs before the measured one
+		layer  func(b *module.Builder) func(*module.Step, *G.Node) *G.Node
+	}{
+		{"conv_rect", []int{2, 2, 5, 6}, module.Train, 0, func(b *module.Builder) func(*module.Step, *G.Node) *G.Node {
+			return nn.NewConv2d(b, "", nn.Conv2dConfig{In: 2, Out: 3, KernelHW: [2]int{3, 2}, StrideHW: [2]int{2, 1}, PaddingHW: [2]int{1, 0}, DilationHW: [2]int{1, 2}, InputGrad: true}).Forward
+		}},
+		{"conv_s2p1_nobias", []int{1, 2, 5, 5}, module.Train, 0, func(b *module.Builder) func(*module.Step, *G.Node) *G.Node {
+			return nn.NewConv2d(b, "", nn.Conv2dConfig{In: 2, Out: 2, Kernel: 3, Stride: 2, Padding: 1, NoBias: true, InputGrad: true}).Forward
+		}},
+		{"conv_d2p2", []int{1, 1, 4, 5}, module.Train, 0, func(b *module.Builder) func(*module.Step, *G.Node) *G.Node {
+			return nn.NewConv2d(b, "", nn.Conv2dConfig{In: 1, Out: 2, Kernel: 3, Padding: 2, Dilation: 2, InputGrad: true}).Forward
+		}},
+		{"maxpool_k3s2p1", []int{1, 2, 5, 5}, module.Train, 0, func(b *module.Builder) func(*module.Step, *G.Node) *G.Node {
+			return nn.NewMaxPool2d(b, "pool", nn.PoolConfig{Kernel: 3, Stride: 2, Padding: 1}).Forward
+		}},
+		{"avgpool_k3s2p1_incl", []int{1, 2, 5, 5}, module.Train, 0, func(b *module.Builder) func(*module.Step, *G.Node) *G.Node {
+			return nn.NewAvgPool2d(b, "pool", nn.PoolConfig{Kernel: 3, Stride: 2, Padding: 1}).Forward
+		}},
+		{"avgpool_k3s2p1_excl", []int{1, 2, 5, 5}, module.Train, 0, func(b *module.Builder) func(*module.Step, *G.Node) *G.Node {
+			return nn.NewAvgPool2d(b, "pool", nn.PoolConfig{Kernel: 3, Stride: 2, Padding: 1, ExcludePad: true}).Forward
+		}},
+		{"avgpool_k2", []int{1, 1, 5, 4}, module.Train, 0, func(b *module.Builder) func(*module.Step, *G.Node) *G.Node {
+			return nn.NewAvgPool2d(b, "pool", nn.PoolConfig{Kernel: 2}).Forward
+		}},
+		{"bn2d_train_m0.3", []int{3, 2, 2, 3}, module.Train, 1, func(b *module.Builder) func(*module.Step, *G.Node) *G.Node {
+			return nn.NewBatchNorm2d(b, "", 2, nn.BatchNormMomentum(0.3)).Forward
+		}},
+		{"bn2d_momentum0", []int{3, 2, 2, 3}, module.Train, 1, func(b *module.Builder) func(*module.Step, *G.Node) *G.Node {
+			return nn.NewBatchNorm2d(b, "", 2, nn.BatchNormMomentum(0)).Forward
+		}},
+		{"bn2d_cumulative", []int{3, 2, 2, 3}, module.Train, 2, func(b *module.Builder) func(*module.Step, *G.Node) *G.Node {
+			return nn.NewBatchNorm2d(b, "", 2, nn.BatchNormCumulative()).Forward
+		}},
+		{"bn1d_len_train", []int{2, 3, 4}, module.Train, 1, func(b *module.Builder) func(*module.Step, *G.Node) *G.Node {
+			return nn.NewBatchNorm1d(b, "", 3).Forward
+		}},
+		{"bn1d_eval", []int{4, 3}, module.Validate, 0, func(b *module.Builder) func(*module.Step, *G.Node) *G.Node {
+			return nn.NewBatchNorm1d(b, "", 3, nn.BatchNormEps(1e-3)).Forward
+		}},
+	} {
+		ref, ok := torchLayerRefs[c.name]
+		if !ok {
+			t.Fatalf("%s: no reference: run testdata/torch_layers.py", c.name)
+		}
+		var forward func(*module.Step, *G.Node) *G.Node
+		m := newModel(t, tensor.Float64, func(b *module.Builder) { forward = c.layer(b) })
+		// torch_layers.py's values, in PyTorch's declaration order (weight
+		// then bias; the buffers).
+		for k, name := range []string{"weight", "bias"} {
+			if d, err := m.store.Tensor(name); err == nil {
+				v := fill(d.Shape().TotalSize(), 10+k)
+				if name == "weight" && d.Dims() == 1 { // BatchNorm's γ
+					for i := range v {
+						v[i] *= 1.5
+					}
+				}
+				copy(d.Float64s(), v)
+			}
+		}
+		if d, err := m.store.Tensor("running_mean"); err == nil {
+			copy(d.Float64s(), fill(d.Shape().TotalSize(), 20))
+			v, _ := m.store.Tensor("running_var")
+			for i, x := range fill(v.Shape().TotalSize(), 21) {
+				v.Float64s()[i] = x + 1.5
+			}
+			n, _ := m.store.Tensor("num_batches_tracked")
+			n.Float64s()[0] = 2
+		}
+		x := tensor.New(tensor.WithShape(c.shape...), tensor.WithBacking(fill(tensor.Shape(c.shape).TotalSize(), 1)))
+		g := G.NewGraph()
+		s := m.step(t, g, c.mode, x)
+		out := forward(s, s.Input("x"))
+		r := G.NewTensor(g, tensor.Float64, out.Dims(), G.WithShape(out.Shape()...), G.WithName("r"),
+			G.WithValue(tensor.New(tensor.WithShape(out.Shape()...), tensor.WithBacking(fill(out.Shape().TotalSize(), 2)))))
+		wrt := []*G.Node{s.Input("x")}
+		names := []string{"x"}
+		for _, p := range s.UsedParams() {
+			n, _ := s.Node(p)
+			wrt, names = append(wrt, n), append(names, p)
+		}
+		if _, err := G.Grad(G.Must(G.Sum(G.Must(G.HadamardProd(out, r)))), wrt...); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		vm := G.NewTapeMachine(g)
+		for i := 0; i <= c.before; i++ {
+			vm.Reset()
+			if err := vm.RunAll(); err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+		}
+		vm.Close()
+		const tol = 1e-12
+		closeTo(t, c.name+" output", vals(out.Value()), ref.Out, tol)
+		if len(names) != len(ref.Grads) {
+			t.Errorf("%s: gradients of %v, PyTorch's of %d tensors", c.name, names, len(ref.Grads))
+		}
+		for i, n := range wrt {
+			gv, err := n.Grad()
+			if err != nil {
+				t.Fatalf("%s: gradient of %s: %v", c.name, names[i], err)
+			}
+			closeTo(t, c.name+" gradient of "+names[i], vals(gv), ref.Grads[names[i]], tol)
+		}
+		for name, want := range ref.Buffers {
+			closeTo(t, c.name+" "+name, storeVals(t, m.store, name), want, tol)
+		}
+	}
+}
