@@ -2,12 +2,18 @@ package optim
 
 import "math"
 
+// Zero asks for zero in a config field whose zero value means a default
+// other than zero: AdamConfig's Beta1 (torch's betas=(0, β2), as GANs use),
+// Beta2, and AdamW's WeightDecay (torch's AdamW(weight_decay=0)). Validate
+// turns it into 0 once the defaults are filled in, so the optimizer
+// computes with an exact zero, not with the constant (the smallest
+// positive float64, whose products with moments would be subnormal).
+const Zero = math.SmallestNonzeroFloat64
+
 // AdamConfig configures Adam and AdamW. Zero values take torch's defaults:
 // LR 1e-3, Beta1 0.9, Beta2 0.999, Eps 1e-8; WeightDecay 0 for Adam and 0.01
-// for AdamW. So a zero cannot be asked for by writing 0: for torch's
-// betas=(0, β2), set Beta1 to a tiny value such as 1e-300, and for
-// AdamW(weight_decay=0) set WeightDecay to 1e-300; both then compute what
-// torch computes for 0 (1 - 1e-300 and 1 - lr·1e-300 round to 1).
+// for AdamW. So a zero cannot be asked for by writing 0: set Beta1, Beta2
+// or AdamW's WeightDecay to optim.Zero.
 type AdamConfig struct {
 	LR    float64
 	Beta1 float64 // in [0, 1)
@@ -33,12 +39,17 @@ func (c *AdamConfig) Validate() error {
 	if c.Eps == 0 {
 		c.Eps = 1e-8
 	}
+	for _, f := range []*float64{&c.Beta1, &c.Beta2, &c.WeightDecay} {
+		if *f == Zero {
+			*f = 0
+		}
+	}
 	var p problems
 	if !finite(c.LR) || c.LR < 0 {
 		p.addf("AdamConfig.LR is %v: use a learning rate > 0, such as 1e-3 (0 means 1e-3)", c.LR)
 	}
 	if !(c.Beta1 >= 0 && c.Beta1 < 1) {
-		p.addf("AdamConfig.Beta1 is %v: use a value in [0, 1), such as 0.9 (0 means 0.9)", c.Beta1)
+		p.addf("AdamConfig.Beta1 is %v: use a value in [0, 1), such as 0.9 (0 means 0.9; optim.Zero means 0)", c.Beta1)
 	}
 	if !(c.Beta2 >= 0 && c.Beta2 < 1) {
 		p.addf("AdamConfig.Beta2 is %v: use a value in [0, 1), such as 0.999 (0 means 0.999)", c.Beta2)

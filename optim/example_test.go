@@ -52,7 +52,7 @@ func ExampleLookup() {
 	// Output:
 	// sgd 0.5 <nil>
 	// optimizer "rmsprop" is unknown: use one of adam, adamw, sgd
-	// AdamConfig.Beta1 is 1.5: use a value in [0, 1), such as 0.9 (0 means 0.9)
+	// AdamConfig.Beta1 is 1.5: use a value in [0, 1), such as 0.9 (0 means 0.9; optim.Zero means 0)
 }
 
 // Clipping works on a gradient buffer of either dtype, or of a named type

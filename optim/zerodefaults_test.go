@@ -8,8 +8,7 @@ import (
 )
 
 // A zero Beta1, or a zero WeightDecay for AdamW, takes torch's default
-// (0.9, 0.01); AdamConfig's comment gives the value that asks for zero: a
-// tiny one such as 1e-300. This checks that it gives torch's results for 0
+// (0.9, 0.01); optim.Zero asks for zero. This checks that it gives torch's results for 0
 // (GANs use betas=(0, 0.99); fine-tuning often AdamW(weight_decay=0)).
 // Reference: torch 1.13, three steps from p = [0.5, -1.25, 2.0, 0.125]
 // with p.grad set to each row of grads, then print(p) (float64: repr,
@@ -25,11 +24,11 @@ func TestAdamZeroBeta1AndAdamWZeroDecay(t *testing.T) {
 		f64, f32 []float64
 	}{
 		{"Adam(betas=(0, 0.99))", func() (*optim.Adam, error) {
-			return optim.NewAdam(optim.AdamConfig{LR: 0.1, Beta1: 1e-300, Beta2: 0.99})
+			return optim.NewAdam(optim.AdamConfig{LR: 0.1, Beta1: optim.Zero, Beta2: 0.99})
 		},
 			[]float64{0.30167466708040214, -1.2349125724516263, 1.8524968502398156, 0.06291992530948526},
 			[]float64{0.301674634, -1.23491251, 1.85249686, 0.0629199445}},
-		{"AdamW(weight_decay=0)", func() (*optim.Adam, error) { return optim.NewAdamW(optim.AdamConfig{LR: 0.1, WeightDecay: 1e-300}) },
+		{"AdamW(weight_decay=0)", func() (*optim.Adam, error) { return optim.NewAdamW(optim.AdamConfig{LR: 0.1, WeightDecay: optim.Zero}) },
 			[]float64{0.30631625651245925, -1.134162656281735, 1.742522160543944, 0.17766253867681917},
 			[]float64{0.306316227, -1.13416266, 1.74252212, 0.177662522}},
 	} {
@@ -74,4 +73,24 @@ func abs(x float64) float64 {
 		return -x
 	}
 	return x
+}
+
+// Validate turns optim.Zero into an exact 0 after filling the defaults, so
+// no update multiplies by the subnormal constant; 0 itself still takes
+// the default.
+func TestZeroIsExactZeroAfterValidate(t *testing.T) {
+	c := optim.AdamConfig{Beta1: optim.Zero, Beta2: optim.Zero, WeightDecay: optim.Zero}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Beta1 != 0 || c.Beta2 != 0 || c.WeightDecay != 0 {
+		t.Errorf("after Validate: Beta1 %v, Beta2 %v, WeightDecay %v; want 0 each", c.Beta1, c.Beta2, c.WeightDecay)
+	}
+	d := optim.AdamConfig{}
+	if err := d.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if d.Beta1 != 0.9 || d.Beta2 != 0.999 {
+		t.Errorf("zero config: Beta1 %v, Beta2 %v; want torch's 0.9, 0.999", d.Beta1, d.Beta2)
+	}
 }
