@@ -78,8 +78,8 @@ func TestDDPHierarchicalTwoNodes(t *testing.T) {
 }
 
 // TestDDPHierarchicalKilledRank: a rank of the second node dies mid-step;
-// every other rank, on both nodes, fails within a second or so (not at
-// FULGUR_TIMEOUT) naming it, with the two-level group's error (which also
+// every other rank, on both nodes, fails within a second or so of its exit
+// (not at FULGUR_TIMEOUT) naming it, with the two-level group's error (which also
 // shows that FULGUR_BACKEND=hier built one for 2 nodes on one host).
 func TestDDPHierarchicalKilledRank(t *testing.T) {
 	needLinux(t)
@@ -97,10 +97,12 @@ func TestDDPHierarchicalKilledRank(t *testing.T) {
 		if !strings.Contains(run.stderr, "rank 3") {
 			t.Errorf("rank %d's error does not name rank 3:\n%s", r, lastLines(run.stderr, 3))
 		}
-		if run.took > 15*time.Second {
-			t.Errorf("rank %d took %v to fail (FULGUR_TIMEOUT is 20s)", r, run.took)
+		// Counted from rank 3's exit, not from the start: a loaded machine
+		// (CI beside other builds) takes seconds to start four programs.
+		if d := run.ended.Sub(runs[3].ended); d > 10*time.Second {
+			t.Errorf("rank %d failed %v after rank 3 exited (FULGUR_TIMEOUT is 20s)", r, d)
 		}
-		t.Logf("rank %d after %v: %s", r, run.took.Round(time.Millisecond), lastLines(run.stderr, 1))
+		t.Logf("rank %d after %v, %v after rank 3 exited: %s", r, run.took.Round(time.Millisecond), run.ended.Sub(runs[3].ended).Round(time.Millisecond), lastLines(run.stderr, 1))
 	}
 	if left := survivors(t, marker); len(left) > 0 {
 		t.Errorf("processes left behind: %v", left)

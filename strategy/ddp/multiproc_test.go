@@ -104,6 +104,7 @@ type run struct {
 	stdout, stderr string
 	err            error
 	took           time.Duration
+	ended          time.Time // when the process exited
 }
 
 // startProgram runs the test binary as a training program, with marker in
@@ -119,7 +120,7 @@ func startProgram(t *testing.T, marker string, extraEnv []string, args ...string
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	t0 := time.Now()
 	err := cmd.Run()
-	return run{stdout: out.String(), stderr: errb.String(), err: err, took: time.Since(t0)}
+	return run{stdout: out.String(), stderr: errb.String(), err: err, took: time.Since(t0), ended: time.Now()}
 }
 
 func newMarker(t *testing.T) string {
