@@ -84,11 +84,16 @@
 // hook's error ends the call with an error naming it
 // ("callbacks/ModelCheckpoint.OnValidationEnd: ...", "module.OnTrainStart:
 // ..."). A Stop asked in a training batch's hooks (OnTrainBatchStart
-// included) ends a Fit at that batch's end, without OnTrainEpochEnd (the
-// default checkpoints, and a ModelCheckpoint's last.ckpt with SaveLast,
-// are saved there all the same), one asked in a validation's
-// at the end of its epoch (the rest of its batches skipped), every rank
-// agreeing; one from OnFitStart, the sanity check or OnTrainStart ends it
+// included) ends the epoch at that batch's end, every rank agreeing, and
+// the epoch's end runs there as Lightning's does once should_stop is set:
+// the epoch metrics of the batches that ran (train_loss_epoch), the
+// validation when the epoch is one that validates, OnTrainEpochEnd and the
+// default checkpoints, once; then OnTrainEnd. An epoch stopped before its
+// last batch keeps its place in those checkpoints (a resume trains the
+// rest of it) and does not step a per-epoch scheduler; inside an
+// accumulation window it skips the validation and the checkpoints, with a
+// warning. One asked in a validation's ends the Fit at the end of its
+// epoch (the rest of its batches skipped), every rank agreeing; one from OnFitStart, the sanity check or OnTrainStart ends it
 // before the first epoch and one from OnTrainEpochStart before that
 // epoch's first batch, every rank agreeing there too. It means nothing
 // to Validate, Test and Predict, which run to their end. Hooks nobody

@@ -241,42 +241,16 @@ func (f *fitRun) epoch(ctx context.Context, epoch int) error {
 		t.stats.TrainTime += f.trainDur
 		return err
 	}
-	if now {
-		return f.stopMidEpoch(ctx, epoch, stop)
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("epoch %d: training data: %w", epoch, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	t.stats.TrainTime += f.trainDur
-	return f.endEpoch(ctx, epoch, nb, r, stop)
-}
-
-// stopMidEpoch ends epoch at the batch where the ranks agreed to stop,
-// without the epoch's end-of-epoch work, but with the default checkpoints
-// of the weights the run ended with, as Lightning's checkpoint callback
-// saves when an epoch ends early: otherwise a Stop (a Timer, a threshold)
-// would leave nothing to resume but the previous epoch's. A batch inside an
-// accumulation window has partial gradients no checkpoint can hold: the
-// newest checkpoint stays, and the warning says so.
-func (f *fitRun) stopMidEpoch(ctx context.Context, epoch int, stop error) error {
-	t := f.t
-	if !t.defaultCheckpoints() {
-		return stop
-	}
-	if t.pos.midWindow {
-		if t.state.IsGlobalZero {
-			t.cfg.Log.Warn().Int("epoch", t.pos.Epoch).Int("batch", t.pos.Batch-1).Int("global_step", t.state.GlobalStep).
-				Msg("training stopped inside a gradient accumulation window, whose partial gradients a checkpoint cannot hold: no checkpoint of this batch; the newest checkpoint is the last one saved")
+	if !now {
+		if err := it.Err(); err != nil {
+			return fmt.Errorf("epoch %d: training data: %w", epoch, err)
 		}
-		return stop
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		t.stats.TrainTime += f.trainDur
 	}
-	if err := t.saveEpochCheckpoint(ctx, epoch); err != nil {
-		return err
-	}
-	return stop
+	return f.endEpoch(ctx, epoch, nb, r, stop, now)
 }
 
 // enterEpoch sets the state for epoch and returns where a resumed run
@@ -383,8 +357,8 @@ func numBatchesOf(what string, l *data.Loader, epoch int) (nb int, err error) {
 
 // batches runs training batches first..nb-1 of epoch from it. It returns
 // the stop a hook asked for (stop carries one asked for before the first
-// batch); now reports that the ranks agreed to stop at a batch end, so the
-// epoch ends without its end-of-epoch work.
+// batch); now reports that the ranks agreed to stop at a batch end, where
+// the epoch ends (endEpoch's stopped).
 func (f *fitRun) batches(ctx context.Context, epoch int, it *data.Iter, first, nb int, stop error) (_ error, now bool, _ error) {
 	t := f.t
 	for bi := first; bi < nb; bi++ {
@@ -461,29 +435,55 @@ func (f *fitRun) batches(ctx context.Context, epoch int, it *data.Iter, first, n
 // validation (unless a resumed run did them already), the per-epoch
 // scheduler step, the epoch-end hooks and checkpoint, and the ranks'
 // agreement on stopping, returned as the error.
-func (f *fitRun) endEpoch(ctx context.Context, epoch, nb int, r loopPos, stop error) error {
+//
+// stopped: the ranks agreed at a batch end to stop (a hook's Stop, on any
+// rank). As Lightning's training epoch loop once should_stop is set, the
+// epoch ends there and its end runs all the same: the epoch metrics of the
+// batches that ran (train_loss_epoch), the validation when the epoch is one
+// that validates (Lightning's _should_check_val_fx lets a stop validate),
+// OnTrainEpochEnd, and the default checkpoints, once. An epoch stopped
+// before its last batch (partial) keeps its position in the checkpoints
+// (the batch to resume at, the epoch's aggregates), so that a resume trains
+// the rest of it and ends it again, and the per-epoch scheduler does not
+// step, as Lightning's steps only after an epoch's last batch. Inside an
+// accumulation window, whose partial gradients no checkpoint can hold, the
+// validation (whose checkpoints could not be saved) is skipped too, and
+// the default checkpoints are not written: the warning says so.
+func (f *fitRun) endEpoch(ctx context.Context, epoch, nb int, r loopPos, stop error, stopped bool) error {
 	t := f.t
+	partial := stopped && t.pos.Batch < nb
 	if !r.Validated {
 		if err := t.finishTrainEpoch(ctx, epoch); err != nil {
 			return err
 		}
-		if stop == nil && f.valDueAtEpochEnd(epoch) {
-			t.pos = loopPos{Epoch: epoch, Batch: nb, Validated: true}
-			var err error
-			if stop, err = f.validate(ctx, epoch); err != nil {
+		// A stop that did not come at a batch end came from a validation,
+		// which has run.
+		if (stop == nil || stopped) && f.valDueAtEpochEnd(epoch) && !(partial && t.pos.midWindow) {
+			if partial {
+				t.pos.ValPending = false
+			} else {
+				t.pos = loopPos{Epoch: epoch, Batch: nb, Validated: true}
+			}
+			s, err := f.validate(ctx, epoch)
+			if err != nil {
 				return err
+			}
+			if stop == nil {
+				stop = s
 			}
 		}
 	}
-	t.stats.Epochs = epoch + 1
-	if f.sched != nil && f.sched.Interval() == optim.PerEpoch && !f.waitsForValidation(epoch) {
-		metric, err := t.schedMetric(ctx, f.sched)
-		if err != nil {
-			return fmt.Errorf("epoch %d: %w", epoch, err)
+	if !partial {
+		t.stats.Epochs = epoch + 1
+		if f.sched != nil && f.sched.Interval() == optim.PerEpoch && !f.waitsForValidation(epoch) {
+			metric, err := t.schedMetric(ctx, f.sched)
+			if err != nil {
+				return fmt.Errorf("epoch %d: %w", epoch, err)
+			}
+			f.sched.Step(f.opt, metric)
 		}
-		f.sched.Step(f.opt, metric)
+		t.pos = loopPos{Epoch: epoch + 1}
 	}
-	t.pos = loopPos{Epoch: epoch + 1}
 	s, err := splitStop(t.onTrainEpochEnd(ctx, f.m, epoch))
 	if err != nil {
 		return err
@@ -492,9 +492,17 @@ func (f *fitRun) endEpoch(ctx context.Context, epoch, nb int, r loopPos, stop er
 		stop = s
 	}
 	if t.defaultCheckpoints() {
-		if err := t.saveEpochCheckpoint(ctx, epoch); err != nil {
+		if t.pos.midWindow {
+			if t.state.IsGlobalZero {
+				t.cfg.Log.Warn().Int("epoch", t.pos.Epoch).Int("batch", t.pos.Batch-1).Int("global_step", t.state.GlobalStep).
+					Msg("training stopped inside a gradient accumulation window, whose partial gradients a checkpoint cannot hold: no checkpoint of this batch; the newest checkpoint is the last one saved")
+			}
+		} else if err := t.saveEpochCheckpoint(ctx, epoch); err != nil {
 			return err
 		}
+	}
+	if stopped {
+		return stop // every rank stops already
 	}
 	if stop, err = t.agreeStop(ctx, stop, true); err != nil {
 		return err

@@ -1,0 +1,162 @@
+package trainer_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/collective"
+	"github.com/fulgur-ml/fulgur/trainer"
+)
+
+// epochEndRec stops a Fit from OnTrainBatchEnd at batch stopAt of epoch 0
+// and records what the rest of the run does: the hooks after the stop, the
+// losses of the batches that ran, and each checkpoint written (a checkpoint
+// holds every Stateful callback's StateDict, asked on rank 0 once per file).
+type epochEndRec struct {
+	stopAt int
+	losses []float64
+	after  []string // the hooks run from the stop on
+	saves  int
+}
+
+func (*epochEndRec) Name() string { return "epochEndRec" }
+func (r *epochEndRec) OnTrainBatchEnd(_ context.Context, s *trainer.State) error {
+	r.losses = append(r.losses, s.Loss)
+	if s.Epoch == 0 && s.BatchIdx == r.stopAt {
+		r.after = append(r.after, fmt.Sprintf("OnTrainBatchEnd %d", s.BatchIdx))
+		return trainer.Stop("batch %d", s.BatchIdx)
+	}
+	return nil
+}
+func (r *epochEndRec) OnValidationEnd(_ context.Context, s *trainer.State) error {
+	if len(r.after) > 0 {
+		r.after = append(r.after, "OnValidationEnd")
+	}
+	return nil
+}
+func (r *epochEndRec) OnTrainEpochEnd(_ context.Context, s *trainer.State) error {
+	r.after = append(r.after, fmt.Sprintf("OnTrainEpochEnd %d", s.Epoch))
+	return nil
+}
+func (r *epochEndRec) OnTrainEnd(context.Context, *trainer.State) error {
+	r.after = append(r.after, "OnTrainEnd")
+	return nil
+}
+func (r *epochEndRec) StateDict() ([]byte, error) { r.saves++; return []byte("{}"), nil }
+func (r *epochEndRec) LoadStateDict([]byte) error { return nil }
+
+// epochRows is a Logger keeping the train_loss_epoch rows.
+type epochRows struct {
+	mu   sync.Mutex
+	rows [][2]float64 // step, value
+}
+
+func (*epochRows) Name() string                        { return "epochRows" }
+func (*epochRows) LogHyperparams(map[string]any) error { return nil }
+func (*epochRows) Finalize(string) error               { return nil }
+func (l *epochRows) LogMetrics(step int, m map[string]float64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if v, ok := m["train_loss_epoch"]; ok {
+		l.rows = append(l.rows, [2]float64{float64(step), v})
+	}
+	return nil
+}
+
+// TestStopMidEpochRunsTheEpochEnd: a Stop from OnTrainBatchEnd in the
+// middle of an epoch ends the epoch there and runs its end, as Lightning's
+// training epoch loop does once should_stop is set: the validation (the
+// epoch is one that validates), OnTrainEpochEnd once, with the mean loss
+// of the batches that ran logged as train_loss_epoch, the default
+// checkpoints once each (the epoch's and last.ckpt, which resumes at the
+// next batch), then OnTrainEnd; every ddp rank alike. Inside an
+// accumulation window the epoch's end runs without the validation and
+// without a checkpoint.
+func TestStopMidEpochRunsTheEpochEnd(t *testing.T) {
+	train := regression(t, 64, 0.1, 1) // batches of 4: 16 an epoch, 8 per ddp rank
+	val := regression(t, 8, 0.1, 2)
+	for _, c := range []struct {
+		name  string
+		ranks int
+		accum int
+	}{
+		{"single", 1, 1},
+		{"ddp", 2, 1},
+		{"inside an accumulation window", 1, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			const stopAt = 4 // the fifth batch; with accum 2, a window's first
+			root := t.TempDir()
+			recs := make([]*epochEndRec, c.ranks)
+			logs := make([]*epochRows, c.ranks)
+			cfg := func(r int) trainer.Config {
+				recs[r], logs[r] = &epochEndRec{stopAt: stopAt}, &epochRows{}
+				return quiet(trainer.Config{MaxEpochs: 2, Seed: 1, AccumulateGradBatches: c.accum, DisableSanityCheck: true,
+					DefaultRootDir: root, Loggers: []trainer.Logger{logs[r]}, Callbacks: []trainer.Callback{recs[r]}})
+			}
+			fit := func(_ int, tr *trainer.Trainer) error {
+				return tr.Fit(context.Background(), &linreg{in: 4, lr: 0.05}, loader(t, train, 4, false, false), loader(t, val, 4, false, false))
+			}
+			var errs []error
+			if c.ranks == 1 {
+				tr, err := trainer.New(cfg(0))
+				if err != nil {
+					t.Fatal(err)
+				}
+				errs = []error{fit(0, tr)}
+			} else {
+				_, errs = onRanks(t, c.ranks, func(r int, g collective.Collective) strategy.Strategy { return ddpRank(t)(r, g) }, cfg, fit)
+			}
+			window := c.accum > 1
+			want := []string{fmt.Sprintf("OnTrainBatchEnd %d", stopAt), "OnValidationEnd", "OnTrainEpochEnd 0", "OnTrainEnd"}
+			wantSaves := 2 // epoch=0-step=S.ckpt and last.ckpt
+			if window {
+				want = slices.Delete(want, 1, 2)
+				wantSaves = 0
+			}
+			for r, rec := range recs {
+				if errs[r] != nil {
+					t.Fatalf("rank %d: %v", r, errs[r])
+				}
+				if !slices.Equal(rec.after, want) {
+					t.Errorf("rank %d: from the stop on, %v; want %v", r, rec.after, want)
+				}
+				if r > 0 {
+					wantSaves = 0 // rank 0 writes
+				}
+				if rec.saves != wantSaves {
+					t.Errorf("rank %d: %d checkpoints written after the stop; want %d", r, rec.saves, wantSaves)
+				}
+			}
+			// Rank 0 logs: its losses' mean, weighted alike (batches of 4).
+			var sum float64
+			for _, l := range recs[0].losses {
+				sum += l
+			}
+			mean := sum / float64(len(recs[0].losses))
+			if len(recs[0].losses) != stopAt+1 {
+				t.Fatalf("rank 0 ran %d batches; want %d", len(recs[0].losses), stopAt+1)
+			}
+			rows := logs[0].rows
+			if len(rows) != 1 || math.Abs(rows[0][1]-mean) > 1e-6*math.Abs(mean) {
+				t.Fatalf("train_loss_epoch rows (step, value) %v; want one, the mean %g of the %d batches that ran", rows, mean, stopAt+1)
+			}
+			if window {
+				return
+			}
+			info, err := trainer.ReadCheckpointInfo(filepath.Join(root, "lightning_logs", "version_0", "checkpoints", "last.ckpt"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.Epoch != 0 || info.BatchIdx != stopAt+1 || int(rows[0][0]) != info.GlobalStep {
+				t.Errorf("last.ckpt at epoch %d batch %d step %d; want epoch 0, batch %d (the next), step %d", info.Epoch, info.BatchIdx, info.GlobalStep, stopAt+1, int(rows[0][0]))
+			}
+		})
+	}
+}
