@@ -315,28 +315,45 @@ func (t *Trainer) stepHooks(m module.Module) (beforeBackward, beforeStep, afterS
 // stopsAtStepEnd reports whether m or a callback may return Stop from a
 // hook that runs after the step's gradients are sent (StepEndStopper):
 // then the ranks agree on stopping in an all-reduce after each batch.
-func (t *Trainer) stopsAtStepEnd(m module.Module) bool {
-	hooked := func(v any) bool {
+func (t *Trainer) stopsAtStepEnd(m module.Module) (bool, error) {
+	hooked := func(owner string, v any) (bool, error) {
 		if s, ok := v.(StepEndStopper); ok {
-			return s.StopsAtStepEnd()
+			return ability(owner, "StopsAtStepEnd", s.StopsAtStepEnd)
 		}
-		return true
+		return true, nil
 	}
 	_, be := m.(module.TrainBatchEnder)
 	_, bs := m.(module.BeforeOptimizerStepper)
 	_, as := m.(module.AfterOptimizerStepper)
-	if (be || bs || as) && hooked(m) {
-		return true
+	if be || bs || as {
+		if yes, err := hooked("module", m); yes || err != nil {
+			return yes, err
+		}
 	}
 	for _, cb := range t.cfg.Callbacks {
 		_, be := cb.(TrainBatchEndHook)
 		_, bs := cb.(BeforeOptimizerStepHook)
 		_, as := cb.(AfterOptimizerStepHook)
-		if (be || bs || as) && hooked(cb) {
-			return true
+		if be || bs || as {
+			if yes, err := hooked("callbacks/"+cb.Name(), cb); yes || err != nil {
+				return yes, err
+			}
 		}
 	}
-	return false
+	return false, nil
+}
+
+// ability asks one of the abilities of a callback or the module (owner,
+// as "callbacks/ProgressBar" or "module"), a method returning a bool
+// (StopsAtStepEnd, DisplaysProgress, WantsLayerShapes, SavesOnValidation):
+// it is the user's code, as a hook is, so a panic in it is an error naming
+// owner and method, with the user's line, not a crash.
+func ability(owner, method string, ask func() bool) (bool, error) {
+	var yes bool
+	if err := guarded(func() error { yes = ask(); return nil }); err != nil {
+		return false, fmt.Errorf("%s.%s: %w", owner, method, err)
+	}
+	return yes, nil
 }
 
 // onEvalStart runs the start and epoch-start hooks of mode's loop.

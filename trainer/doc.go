@@ -80,25 +80,27 @@
 //
 // Every rank runs every hook (ddp, sharded, fsdp; dp is one process): with
 // ddp_spawn that is each worker, for Fit, and the launching process runs
-// Validate, Test and Predict, and OnException when Fit fails there. A
-// hook's error ends the call with an error naming it
+// Validate, Test and Predict, and OnException when Fit fails there. A hook's
+// error ends the call with an error naming it
 // ("callbacks/ModelCheckpoint.OnValidationEnd: ...", "module.OnTrainStart:
-// ..."). A Stop asked in a training batch's hooks (OnTrainBatchStart
-// included) ends the epoch at that batch's end, every rank agreeing, and
-// the epoch's end runs there as Lightning's does once should_stop is set:
-// the epoch metrics of the batches that ran (train_loss_epoch), the
-// validation when the epoch is one that validates, OnTrainEpochEnd and the
-// default checkpoints, once; then OnTrainEnd. An epoch stopped before its
-// last batch keeps its place in those checkpoints (a resume trains the
-// rest of it) and does not step a per-epoch scheduler; inside an
-// accumulation window it skips the validation and the checkpoints, with a
-// warning. One asked in a validation's ends the Fit at the end of its
-// epoch (the rest of its batches skipped), every rank agreeing; one from OnFitStart, the sanity check or OnTrainStart ends it
-// before the first epoch and one from OnTrainEpochStart before that
-// epoch's first batch, every rank agreeing there too. It means nothing
-// to Validate, Test and Predict, which run to their end. Hooks nobody
-// implements cost nothing: the per-batch ones are looked up once per
-// call, not per batch.
+// ..."). A panic in a hook, or in an ability a callback or the module
+// answers (StopsAtStepEnd, DisplaysProgress, WantsLayerShapes), is such an
+// error of New or of the call, with the user's line. A Stop asked in a
+// training batch's hooks (OnTrainBatchStart included) ends the epoch at that
+// batch's end, every rank agreeing, and the epoch's end runs there as
+// Lightning's does once should_stop is set: the epoch metrics of the batches
+// that ran (train_loss_epoch), the validation when the epoch is one that
+// validates, OnTrainEpochEnd and the default checkpoints, once; then
+// OnTrainEnd. An epoch stopped before its last batch keeps its place in
+// those checkpoints (a resume trains the rest of it) and does not step a
+// per-epoch scheduler; inside an accumulation window it skips the validation
+// and the checkpoints, with a warning. One asked in a validation's ends the
+// Fit at the end of its epoch (the rest of its batches skipped), every rank
+// agreeing; one from OnFitStart, the sanity check or OnTrainStart ends it
+// before the first epoch and one from OnTrainEpochStart before that epoch's
+// first batch, every rank agreeing there too. It means nothing to Validate,
+// Test and Predict, which run to their end. Hooks nobody implements cost
+// nothing: the per-batch ones are looked up once per call, not per batch.
 //
 // The sanity check calls the validation hooks as Lightning's does, with
 // State.SanityChecking set and its metrics in State.Metrics, for those

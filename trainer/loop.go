@@ -65,7 +65,7 @@ type fitRun struct {
 	warnedLogEvery bool
 }
 
-func (t *Trainer) newFitRun(m module.Module, train, val *data.Loader) *fitRun {
+func (t *Trainer) newFitRun(m module.Module, train, val *data.Loader) (*fitRun, error) {
 	f := &fitRun{t: t, m: m, train: train, val: val, stepLog: map[string]float64{}}
 	if c := &t.cfg; c.GradientClipVal > 0 {
 		if c.GradientClipAlgorithm == "value" {
@@ -84,9 +84,12 @@ func (t *Trainer) newFitRun(m module.Module, train, val *data.Loader) *fitRun {
 	if f.beforeBackward {
 		f.backwardHook = f.beforeBackwardHook
 	}
-	f.stepEndStop = t.stopsAtStepEnd(m)
+	var err error
+	if f.stepEndStop, err = t.stopsAtStepEnd(m); err != nil {
+		return nil, err
+	}
 	f.rideVal = strategy.Ride{Values: f.rideFlags[:], Sample: f.sampleStop}
-	return f
+	return f, nil
 }
 
 // sampleStop is the ride's Sample: this rank's stop flags as the step's
@@ -114,7 +117,10 @@ func (f *fitRun) stepCtx(ctx context.Context) context.Context {
 // until a hook or a signal stops it (returned as the error).
 func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data.Loader, startEpoch int) error {
 	defer t.span("fit")()
-	f := t.newFitRun(m, train, val)
+	f, err := t.newFitRun(m, train, val)
+	if err != nil {
+		return err
+	}
 	f.fitCtx = ctx
 	if p, ok := f.sched.(*optim.ReduceOnPlateau); ok && p.Config().Mode == "max" && p.Monitor() == "" {
 		return errors.New(`ReduceOnPlateau has Mode "max" and no Monitor: it would watch val_loss or train_loss, which should fall, and cut the learning rate while they do: set PlateauConfig.Monitor to the metric that should rise (such as val_acc), or use Mode "min"`)

@@ -657,8 +657,12 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 			return err
 		}
 	}
-	t.progress = newProgress(&t.cfg, t.state.IsGlobalZero)
-	t.fillLayerShapes(m, train)
+	if t.progress, err = newProgress(&t.cfg, t.state.IsGlobalZero); err != nil {
+		return err
+	}
+	if err = t.fillLayerShapes(m, train); err != nil {
+		return err
+	}
 	stepAtStart := t.state.GlobalStep
 	t.startSchedule(start)
 	if err = t.agreeHookStop(ctx, t.onFitStart(ctx, m)); err == nil {
@@ -784,15 +788,19 @@ func (t *Trainer) loadCallbackStates(states map[string][]byte) error {
 // fillLayerShapes builds m's training graph for one batch of train's size,
 // without running it, to learn each layer's input and output shapes, when a
 // callback shows them (LayerShapesUser).
-func (t *Trainer) fillLayerShapes(m module.Module, train *data.Loader) {
+func (t *Trainer) fillLayerShapes(m module.Module, train *data.Loader) error {
 	want := false
 	for _, cb := range t.cfg.Callbacks {
-		if u, ok := cb.(LayerShapesUser); ok && u.WantsLayerShapes() {
-			want = true
+		if u, ok := cb.(LayerShapesUser); ok {
+			yes, err := ability("callbacks/"+cb.Name(), "WantsLayerShapes", u.WantsLayerShapes)
+			if err != nil {
+				return err
+			}
+			want = want || yes
 		}
 	}
 	if !want || !t.state.IsGlobalZero {
-		return
+		return nil
 	}
 	st := t.store()
 	if st == nil {
@@ -801,7 +809,7 @@ func (t *Trainer) fillLayerShapes(m module.Module, train *data.Loader) {
 		// the graph, which only the shapes are read from.
 		var err error
 		if st, err = module.NewLayoutStore(t.specs, t.dtype(), t.cfg.Seed, nil); err != nil {
-			return
+			return nil // the summary goes without shapes
 		}
 	}
 	fields := train.Dataset().Fields()
@@ -818,6 +826,7 @@ func (t *Trainer) fillLayerShapes(m module.Module, train *data.Loader) {
 		_, _ = m.TrainingStep(s)
 	}()
 	s.LayerShapes(t.state.Layers)
+	return nil
 }
 
 func (t *Trainer) stopOr(err error) error {
