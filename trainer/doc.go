@@ -43,10 +43,14 @@
 // (hookcheck.go).
 // Each hook runs on the callbacks first, in Config.Callbacks' order, then on
 // the module, as Lightning 2.x calls callbacks before the LightningModule;
-// the sanity check's and OnException exist for callbacks only. Fit, Validate,
-// Test and Predict call them in the order of Lightning 2.x's loops:
+// the sanity check's and OnException exist for callbacks only, the
+// checkpoint's for the module only (a callback's state is Stateful's).
+// Fit, Validate, Test and Predict call them in the order of Lightning
+// 2.x's loops:
 //
 //	Fit:
+//	  Setup("fit") (SetupHook; module.SetUpper), once the strategy is set up
+//	  and before a checkpoint is restored (the module's OnLoadCheckpoint)
 //	  OnFitStart
 //	  sanity check (Config.NumSanityValSteps batches; not with DisableSanityCheck,
 //	  FastDevRun, no validation loader, or nothing left to train):
@@ -57,15 +61,23 @@
 //	    OnTrainEpochStart
 //	    for each batch:
 //	      OnTrainBatchStart
-//	      TrainingStep's forward pass, OnBeforeBackward, backward pass
-//	      when the batch closes an accumulation window: OnBeforeOptimizerStep,
-//	      clipping, optimizer step, OnAfterOptimizerStep
+//	      TrainingStep's forward pass, OnBeforeZeroGrad (at an accumulation
+//	      window's first batch), OnBeforeBackward, backward pass
+//	      inside a window: OnAfterBackward
+//	      when the batch closes the window: the gradients reduced across
+//	      ranks, OnAfterBackward, OnBeforeOptimizerStep, clipping,
+//	      optimizer step, OnAfterOptimizerStep
 //	      OnTrainBatchEnd
 //	      the validation loop, when ValCheckInterval has it due
 //	    the validation loop, at the epochs CheckValEveryNEpoch selects
 //	    OnTrainEpochEnd
 //	  OnTrainEnd (after the last epoch or a Stop)
 //	  OnFitEnd
+//	  Teardown("fit") (TeardownHook; module.TearDowner)
+//	each checkpoint written: the module's OnSaveCheckpoint (every rank)
+//	Validate, Test, Predict and PredictEach: Setup(stage), then the
+//	  module's OnLoadCheckpoint with WithCheckpoint, their loop below,
+//	  Teardown(stage)
 //	validation loop (in Fit, the sanity check and Validate):
 //	  OnValidationStart, OnValidationEpochStart
 //	  for each batch: OnValidationBatchStart, ValidationStep, OnValidationBatchEnd
@@ -77,6 +89,7 @@
 //	  batch OnPredictBatchStart, PredictStep, PredictEach's fn,
 //	  OnPredictBatchEnd; OnPredictEpochEnd, OnPredictEnd
 //	a call that fails: OnException, with its error, and no hook after it
+//	  (no Teardown, as in Lightning)
 //
 // Every rank runs every hook (ddp, sharded, fsdp; dp is one process): with
 // ddp_spawn that is each worker, for Fit, and the launching process runs

@@ -20,7 +20,8 @@ import (
 // hookLog is what one rank's callback and module record, in call order:
 // a callback's hook by its name (with " (sanity check)" while
 // State.SanityChecking), a module's as "module." and its name. fail names
-// the hook (as recorded) that returns errBoom.
+// the hook (as recorded) that returns errBoom, or, as "panic " and the
+// name, the one that panics.
 type hookLog struct {
 	calls []string
 	fail  string
@@ -32,6 +33,10 @@ func (l *hookLog) add(name string) error {
 	l.calls = append(l.calls, name)
 	if name == l.fail {
 		return errBoom
+	}
+	if "panic "+name == l.fail {
+		var hooks map[string]*int
+		*hooks[name]++ // nil pointer dereference
 	}
 	return nil
 }
@@ -159,6 +164,24 @@ func (r *hookRec) OnPredictEpochEnd(_ context.Context, s *trainer.State) error {
 func (r *hookRec) OnPredictEnd(_ context.Context, s *trainer.State) error {
 	return r.on("OnPredictEnd", s)
 }
+func (r *hookRec) Setup(_ context.Context, s *trainer.State, stage string) error {
+	if stage != s.Stage {
+		return fmt.Errorf("Setup: stage %q, State.Stage %q", stage, s.Stage)
+	}
+	return r.on("Setup", s)
+}
+func (r *hookRec) Teardown(_ context.Context, s *trainer.State, stage string) error {
+	if stage != s.Stage {
+		return fmt.Errorf("Teardown: stage %q, State.Stage %q", stage, s.Stage)
+	}
+	return r.on("Teardown", s)
+}
+func (r *hookRec) OnAfterBackward(_ context.Context, s *trainer.State) error {
+	return r.on("OnAfterBackward", s)
+}
+func (r *hookRec) OnBeforeZeroGrad(_ context.Context, s *trainer.State) error {
+	return r.on("OnBeforeZeroGrad", s)
+}
 func (r *hookRec) OnException(_ context.Context, s *trainer.State, err error) error {
 	r.excs = append(r.excs, err)
 	return r.on("OnException", s)
@@ -229,6 +252,23 @@ func (m *hookMod) OnPredictBatchEnd(context.Context, *data.Batch, int) error {
 }
 func (m *hookMod) OnPredictEpochEnd(context.Context) error { return m.on("OnPredictEpochEnd") }
 func (m *hookMod) OnPredictEnd(context.Context) error      { return m.on("OnPredictEnd") }
+func (m *hookMod) Setup(_ context.Context, stage string) error {
+	return m.on("Setup")
+}
+func (m *hookMod) Teardown(_ context.Context, stage string) error {
+	return m.on("Teardown")
+}
+func (m *hookMod) OnAfterBackward(context.Context) error  { return m.on("OnAfterBackward") }
+func (m *hookMod) OnBeforeZeroGrad(context.Context) error { return m.on("OnBeforeZeroGrad") }
+func (m *hookMod) OnSaveCheckpoint(context.Context) ([]byte, error) {
+	return []byte("hookMod"), m.on("OnSaveCheckpoint")
+}
+func (m *hookMod) OnLoadCheckpoint(_ context.Context, b []byte) error {
+	if string(b) != "hookMod" {
+		return fmt.Errorf("OnLoadCheckpoint given %q, want what OnSaveCheckpoint returned", b)
+	}
+	return m.on("OnLoadCheckpoint")
+}
 
 // lightningOrder builds the hook sequence Lightning 2.x documents, written
 // out from its loops (fit_loop.py, training_epoch_loop.py,
@@ -269,11 +309,22 @@ func (o *lightningOrder) eval(kind string, n int, sanity bool) {
 	}
 }
 
+// call is Trainer.Validate, Test or Predict: its setup, loop and teardown.
+func (o *lightningOrder) call(kind string, n int) {
+	o.both("Setup")
+	o.eval(kind, n, false)
+	o.both("Teardown")
+}
+
 // fit is a Fit of epochs epochs of train batches (one optimizer step
 // each), validating val batches at each epoch's end and after the batches
-// in valAfter, after a sanity check of sanity batches.
+// in valAfter, after a sanity check of sanity batches: Lightning's
+// trainer._run calls setup before on_fit_start and teardown after
+// on_fit_end; its automatic optimization calls on_before_zero_grad after
+// training_step, then on_before_backward, backward, on_after_backward and
+// on_before_optimizer_step.
 func (o *lightningOrder) fit(epochs, train, val, sanity int, valAfter ...int) {
-	o.both("OnFitStart")
+	o.both("Setup", "OnFitStart")
 	if sanity > 0 {
 		o.eval("Validation", sanity, true)
 	}
@@ -281,7 +332,7 @@ func (o *lightningOrder) fit(epochs, train, val, sanity int, valAfter ...int) {
 	for range epochs {
 		o.both("OnTrainEpochStart")
 		for b := range train {
-			o.both("OnTrainBatchStart", "OnBeforeBackward", "OnBeforeOptimizerStep", "OnAfterOptimizerStep", "OnTrainBatchEnd")
+			o.both("OnTrainBatchStart", "OnBeforeZeroGrad", "OnBeforeBackward", "OnAfterBackward", "OnBeforeOptimizerStep", "OnAfterOptimizerStep", "OnTrainBatchEnd")
 			if slices.Contains(valAfter, b) {
 				o.eval("Validation", val, false)
 			}
@@ -289,7 +340,7 @@ func (o *lightningOrder) fit(epochs, train, val, sanity int, valAfter ...int) {
 		o.eval("Validation", val, false)
 		o.both("OnTrainEpochEnd")
 	}
-	o.both("OnTrainEnd", "OnFitEnd")
+	o.both("OnTrainEnd", "OnFitEnd", "Teardown")
 }
 
 // hookStrategies are the strategies hooks are checked under, each run in
@@ -419,9 +470,9 @@ func TestHookOrderIsLightnings(t *testing.T) {
 			}
 			want.fit(2, nb, nv, 1, mid...)
 			if !s.fitOnly {
-				want.eval("Validation", nv, false)
-				want.eval("Test", nv, false)
-				want.eval("Predict", nv, false)
+				want.call("Validation", nv)
+				want.call("Test", nv)
+				want.call("Predict", nv)
 			}
 			for r := range errs {
 				if errs[r] != nil {
@@ -482,6 +533,7 @@ func TestHookErrorsNameTheHook(t *testing.T) {
 		"OnFitStart": fit(false), "OnTrainStart": fit(false), "OnTrainEpochStart": fit(false), "OnTrainBatchStart": fit(false),
 		"OnTrainBatchEnd": fit(false), "OnTrainEpochEnd": fit(false), "OnTrainEnd": fit(false), "OnFitEnd": fit(false),
 		"OnBeforeBackward": fit(false), "OnBeforeOptimizerStep": fit(false), "OnAfterOptimizerStep": fit(false),
+		"Setup": fit(false), "Teardown": fit(false), "OnAfterBackward": fit(false), "OnBeforeZeroGrad": fit(false),
 		"OnSanityCheckStart": fit(true), "OnSanityCheckEnd": fit(true),
 		"OnValidationStart": validate, "OnValidationEpochStart": validate, "OnValidationBatchStart": validate,
 		"OnValidationBatchEnd": validate, "OnValidationEpochEnd": validate, "OnValidationEnd": validate,
@@ -603,8 +655,8 @@ func TestCallbackHooksWithoutModuleHooks(t *testing.T) {
 	}
 	var want lightningOrder
 	want.fit(1, 4, 2, 1)
-	want.eval("Test", 2, false)
-	want.eval("Predict", 2, false)
+	want.call("Test", 2)
+	want.call("Predict", 2)
 	cbOnly := slices.DeleteFunc(want.calls, func(c string) bool { return strings.HasPrefix(c, "module.") })
 	// linreg's own OnTrainEpochEnd is a module hook, and not recorded.
 	if diff := firstDiff(log.calls, cbOnly); diff != "" {

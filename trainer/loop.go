@@ -39,10 +39,12 @@ type fitRun struct {
 	trainDur time.Duration
 
 	// The per-step hooks that some module or callback implements, and
-	// what they need during a step.
-	beforeBackward, beforeStep, afterStep bool
-	ctx                                   context.Context // of the step or optimizer step in progress
-	hookStop                              error           // a Stop from a per-step hook, for the batch end
+	// what they need during a step: micro is the micro-batch's place in
+	// its accumulation window.
+	stepHookSet
+	micro    int
+	ctx      context.Context // of the step or optimizer step in progress
+	hookStop error           // a Stop from a per-step hook, for the batch end
 	// backwardHook is TrainOptions.BeforeBackward, nil when no hook wants
 	// it; backwardHooked records that the strategy called it in this step.
 	backwardHook   func(loss float64) error
@@ -76,12 +78,12 @@ func (t *Trainer) newFitRun(m module.Module, train, val *data.Loader) (*fitRun, 
 	}
 	f.opt, f.sched = t.opt, t.sched
 	f.resume, t.resumeAt = t.resumeAt, nil
-	f.beforeBackward, f.beforeStep, f.afterStep = t.stepHooks(m)
-	if f.beforeStep || t.cfg.LogGradNorm {
+	f.stepHookSet = t.stepHooks(m)
+	if f.beforeStep || f.afterBackward || t.cfg.LogGradNorm {
 		// Bound once: the strategy calls it every step.
 		f.stepOpts.BeforeUpdate = f.beforeUpdate
 	}
-	if f.beforeBackward {
+	if f.beforeBackward || f.zeroGrad {
 		f.backwardHook = f.beforeBackwardHook
 	}
 	var err error
@@ -398,7 +400,7 @@ func (f *fitRun) batches(ctx context.Context, epoch int, it *data.Iter, first, n
 			if s == nil {
 				s = f.hookStop
 			}
-			return nil, false, fmt.Errorf("epoch %d batch %d: %v; but no module or callback with OnBeforeOptimizerStep, OnAfterOptimizerStep or OnTrainBatchEnd says it may stop there (StepEndStopper), so the ranks agreed on stopping with the step's gradients, before the hook ran, and cannot all stop at this batch: make its StopsAtStepEnd return true, or stop from OnBeforeBackward or OnTrainEpochEnd", epoch, bi, s)
+			return nil, false, fmt.Errorf("epoch %d batch %d: %v; but no module or callback with OnAfterBackward, OnBeforeOptimizerStep, OnAfterOptimizerStep or OnTrainBatchEnd says it may stop there (StepEndStopper), so the ranks agreed on stopping with the step's gradients, before the hook ran, and cannot all stop at this batch: make its StopsAtStepEnd return true, or stop from OnBeforeBackward or OnTrainEpochEnd", epoch, bi, s)
 		}
 		if s != nil {
 			stop = s
