@@ -108,12 +108,13 @@
 // those checkpoints (a resume trains the rest of it) and does not step a
 // per-epoch scheduler; inside an accumulation window it skips the validation
 // and the checkpoints, with a warning. One asked in a validation's ends the
-// Fit at the end of its epoch (the rest of its batches skipped), every rank
-// agreeing; one from OnFitStart, the sanity check or OnTrainStart ends it
-// before the first epoch and one from OnTrainEpochStart before that epoch's
-// first batch, every rank agreeing there too. It means nothing to Validate,
-// Test and Predict, which run to their end. Hooks nobody implements cost
-// nothing: the per-batch ones are looked up once per call, not per batch.
+// validation at the end of its epoch (the rest of its batches skipped),
+// every rank agreeing, then the training epoch as above; one from
+// OnFitStart, the sanity check or OnTrainStart ends the Fit before the first
+// epoch and one from OnTrainEpochStart before that epoch's first batch,
+// every rank agreeing there too. It means nothing to Validate, Test and
+// Predict, which run to their end. Hooks nobody implements cost nothing: the
+// per-batch ones are looked up once per call, not per batch.
 //
 // The sanity check calls the validation hooks as Lightning's does, with
 // State.SanityChecking set and its metrics in State.Metrics, for those

@@ -450,16 +450,17 @@ func (f *fitRun) batches(ctx context.Context, epoch int, it *data.Iter, first, n
 // batches that ran (train_loss_epoch), the validation when the epoch is one
 // that validates (Lightning's _should_check_val_fx lets a stop validate),
 // OnTrainEpochEnd, and the default checkpoints, once. An epoch stopped
-// before its last batch (partial) keeps its position in the checkpoints
-// (the batch to resume at, the epoch's aggregates), so that a resume trains
-// the rest of it and ends it again, and the per-epoch scheduler does not
-// step, as Lightning's steps only after an epoch's last batch. Inside an
+// before its last batch (partial; by a mid-epoch validation's Stop too)
+// keeps its position in the checkpoints (the batch to resume at, the
+// epoch's aggregates), so that a resume trains the rest of it and ends it
+// again, and the per-epoch scheduler does not step, as Lightning's steps
+// only after an epoch's last batch. Inside an
 // accumulation window, whose partial gradients no checkpoint can hold, the
 // validation (whose checkpoints could not be saved) is skipped too, and
 // the default checkpoints are not written: the warning says so.
 func (f *fitRun) endEpoch(ctx context.Context, epoch, nb int, r loopPos, stop error, stopped bool) error {
 	t := f.t
-	partial := stopped && t.pos.Batch < nb
+	partial := stop != nil && t.pos.Batch < nb
 	if !r.Validated {
 		if err := t.finishTrainEpoch(ctx, epoch); err != nil {
 			return err

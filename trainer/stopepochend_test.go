@@ -160,3 +160,53 @@ func TestStopMidEpochRunsTheEpochEnd(t *testing.T) {
 		})
 	}
 }
+
+// stopAtValidation stops a Fit from OnValidationEnd at global step n.
+type stopAtValidation struct{ n int }
+
+func (*stopAtValidation) Name() string { return "stopAtValidation" }
+func (s *stopAtValidation) OnValidationEnd(_ context.Context, st *trainer.State) error {
+	if !st.SanityChecking && st.GlobalStep == s.n {
+		return trainer.Stop("validated at step %d", s.n)
+	}
+	return nil
+}
+
+// TestStopFromAMidEpochValidationResumesMidEpoch: a Stop from a validation
+// in the middle of an epoch (ValCheckInterval) ends the epoch there as a
+// batch end's does: its checkpoints resume at the next batch, and a
+// resumed run trains the rest of the epoch, to the weights of a run never
+// stopped (not skipping to the next epoch).
+func TestStopFromAMidEpochValidationResumesMidEpoch(t *testing.T) {
+	train, val := regression(t, 64, 0.01, 1), regression(t, 16, 0.01, 2)
+	fit := func(root string, cbs []trainer.Callback, opts ...trainer.FitOption) *trainer.Trainer {
+		t.Helper()
+		tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 2, Seed: 1, ValCheckInterval: 2, DefaultRootDir: root, Callbacks: cbs}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.Fit(context.Background(), &linreg{in: 4, lr: 0.05}, loader(t, train, 16, true, false), loader(t, val, 16, false, false), opts...); err != nil {
+			t.Fatal(err)
+		}
+		return tr
+	}
+	// 4 batches an epoch, validating after the second: step 6 is epoch 1's.
+	root := t.TempDir()
+	stopped := fit(root, []trainer.Callback{&stopAtValidation{6}})
+	if s := stopped.Stats(); s.GlobalStep != 6 || s.Epochs != 1 || s.StoppedEarly == "" {
+		t.Fatalf("stats %+v: want a stop at step 6, in epoch 1 (one epoch done)", s)
+	}
+	last := filepath.Join(root, "lightning_logs", "version_0", "checkpoints", "last.ckpt")
+	info, err := trainer.ReadCheckpointInfo(last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Epoch != 1 || info.BatchIdx != 2 || info.GlobalStep != 6 {
+		t.Errorf("last.ckpt at epoch %d, batch %d, step %d; want epoch 1, batch 2 (the next), step 6", info.Epoch, info.BatchIdx, info.GlobalStep)
+	}
+	resumed := fit(root, nil, trainer.FromCheckpoint(last))
+	whole := fit(t.TempDir(), nil)
+	if got, want := resumed.Store().SHA256(), whole.Store().SHA256(); got != want || resumed.Stats().GlobalStep != 8 {
+		t.Errorf("resumed from the stop's last.ckpt: weights %s at step %d, want %s at step 8 (a run never stopped)", got, resumed.Stats().GlobalStep, want)
+	}
+}
