@@ -210,3 +210,32 @@ func TestStopFromAMidEpochValidationResumesMidEpoch(t *testing.T) {
 		t.Errorf("resumed from the stop's last.ckpt: weights %s at step %d, want %s at step 8 (a run never stopped)", got, resumed.Stats().GlobalStep, want)
 	}
 }
+
+// TestStopMidEpochLeavesThePerEpochScheduler: the end of an epoch a Stop
+// cut short does not step a per-epoch scheduler (Lightning's steps after
+// an epoch's last batch only): resumed from the stop's last.ckpt, a run
+// with a StepLR halving the rate each epoch reaches the weights of a run
+// never stopped.
+func TestStopMidEpochLeavesThePerEpochScheduler(t *testing.T) {
+	ds := regression(t, 64, 0.01, 1)
+	fit := func(root string, cbs []trainer.Callback, opts ...trainer.FitOption) *trainer.Trainer {
+		t.Helper()
+		tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 3, Seed: 1, DefaultRootDir: root, Callbacks: cbs}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &everyEpochHalved{linreg{in: 4, lr: 0.05, sgd: true}}
+		if err := tr.Fit(context.Background(), m, loader(t, ds, 16, true, false), nil, opts...); err != nil {
+			t.Fatal(err)
+		}
+		return tr
+	}
+	root := t.TempDir()
+	fit(root, []trainer.Callback{&stopAtStep{6}}) // the second batch of epoch 1
+	last := filepath.Join(root, "lightning_logs", "version_0", "checkpoints", "last.ckpt")
+	resumed := fit(root, nil, trainer.FromCheckpoint(last))
+	whole := fit(t.TempDir(), nil)
+	if got, want := resumed.Store().SHA256(), whole.Store().SHA256(); got != want {
+		t.Errorf("resumed from the stop's last.ckpt: weights %s, want %s (a run never stopped): the scheduler stepped at the stopped epoch's end", got, want)
+	}
+}
