@@ -275,7 +275,13 @@ func (m *hookMod) OnLoadCheckpoint(_ context.Context, b []byte) error {
 // evaluation_loop.py, prediction_loop.py, trainer.py's sanity check): each
 // hook on the callbacks first, then on the LightningModule; the sanity
 // check and on_exception on the callbacks only.
-type lightningOrder struct{ calls []string }
+type lightningOrder struct {
+	calls []string
+	// saves is the checkpoints written at each epoch's end (the default
+	// ones: the epoch's and last.ckpt), each asking the module's
+	// OnSaveCheckpoint.
+	saves int
+}
 
 func (o *lightningOrder) both(hooks ...string) {
 	for _, h := range hooks {
@@ -309,9 +315,14 @@ func (o *lightningOrder) eval(kind string, n int, sanity bool) {
 	}
 }
 
-// call is Trainer.Validate, Test or Predict: its setup, loop and teardown.
-func (o *lightningOrder) call(kind string, n int) {
+// call is Trainer.Validate, Test or Predict: its setup, loop and teardown;
+// load: of a checkpoint's weights (WithCheckpoint), which Lightning's
+// _restore_modules_and_callbacks gives the module's on_load_checkpoint.
+func (o *lightningOrder) call(kind string, n int, load bool) {
 	o.both("Setup")
+	if load {
+		o.calls = append(o.calls, "module.OnLoadCheckpoint")
+	}
 	o.eval(kind, n, false)
 	o.both("Teardown")
 }
@@ -339,6 +350,9 @@ func (o *lightningOrder) fit(epochs, train, val, sanity int, valAfter ...int) {
 		}
 		o.eval("Validation", val, false)
 		o.both("OnTrainEpochEnd")
+		for range o.saves {
+			o.calls = append(o.calls, "module.OnSaveCheckpoint")
+		}
 	}
 	o.both("OnTrainEnd", "OnFitEnd", "Teardown")
 }
@@ -431,9 +445,10 @@ func onHookRanks(t *testing.T, sc int, cfg trainer.Config, fail string, f func(t
 }
 
 // TestHookOrderIsLightnings: under every strategy, on every rank, Fit
-// (with its sanity check and a validation inside an epoch), Validate,
-// Test and Predict call every hook of the callbacks and of the module in
-// the order Lightning 2.x documents.
+// (with its sanity check, a validation inside an epoch and the default
+// checkpoints), Validate (of last.ckpt's weights), Test and Predict call
+// every hook of the callbacks and of the module in the order Lightning 2.x
+// documents.
 func TestHookOrderIsLightnings(t *testing.T) {
 	train := regression(t, 16, 0.1, 1) // 8 batches of 2: 8 per rank on one, 4 on two
 	val := regression(t, 8, 0.1, 2)    // 4 batches: 4 or 2 per rank
@@ -441,7 +456,7 @@ func TestHookOrderIsLightnings(t *testing.T) {
 		t.Run(s.name, func(t *testing.T) {
 			nb := 8 / s.ranks
 			nv := 4 / s.ranks
-			cfg := trainer.Config{MaxEpochs: 2, Seed: 1, NumSanityValSteps: 1, ValCheckInterval: 2, LogEveryNSteps: 1}
+			cfg := trainer.Config{MaxEpochs: 2, Seed: 1, NumSanityValSteps: 1, ValCheckInterval: 2, LogEveryNSteps: 1, DefaultRootDir: t.TempDir()}
 			logs, _, errs := onHookRanks(t, sc, cfg, "", func(tr *trainer.Trainer, m *hookMod) error {
 				ctx := context.Background()
 				if err := tr.Fit(ctx, m, loader(t, train, 2, false, false), loader(t, val, 2, false, false)); err != nil {
@@ -450,7 +465,7 @@ func TestHookOrderIsLightnings(t *testing.T) {
 				if s.fitOnly {
 					return nil
 				}
-				if _, err := tr.Validate(ctx, m, loader(t, val, 2, false, false)); err != nil {
+				if _, err := tr.Validate(ctx, m, loader(t, val, 2, false, false), trainer.WithCheckpoint("last")); err != nil {
 					return fmt.Errorf("Validate: %w", err)
 				}
 				if _, err := tr.Test(ctx, m, loader(t, val, 2, false, false)); err != nil {
@@ -461,7 +476,7 @@ func TestHookOrderIsLightnings(t *testing.T) {
 				}
 				return nil
 			})
-			var want lightningOrder
+			want := lightningOrder{saves: 2}
 			// ValCheckInterval 2: after batches 1, 3, 5 (not after the
 			// last, where the epoch-end validation runs).
 			var mid []int
@@ -470,9 +485,9 @@ func TestHookOrderIsLightnings(t *testing.T) {
 			}
 			want.fit(2, nb, nv, 1, mid...)
 			if !s.fitOnly {
-				want.call("Validation", nv)
-				want.call("Test", nv)
-				want.call("Predict", nv)
+				want.call("Validation", nv, true)
+				want.call("Test", nv, false)
+				want.call("Predict", nv, false)
 			}
 			for r := range errs {
 				if errs[r] != nil {
@@ -655,8 +670,8 @@ func TestCallbackHooksWithoutModuleHooks(t *testing.T) {
 	}
 	var want lightningOrder
 	want.fit(1, 4, 2, 1)
-	want.call("Test", 2)
-	want.call("Predict", 2)
+	want.call("Test", 2, false)
+	want.call("Predict", 2, false)
 	cbOnly := slices.DeleteFunc(want.calls, func(c string) bool { return strings.HasPrefix(c, "module.") })
 	// linreg's own OnTrainEpochEnd is a module hook, and not recorded.
 	if diff := firstDiff(log.calls, cbOnly); diff != "" {
