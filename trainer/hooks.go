@@ -145,7 +145,8 @@ type ExceptionHook interface {
 // before Fit. Setup comes before anything else of the call: before a
 // checkpoint is restored (FromCheckpoint, WithCheckpoint; Lightning's
 // setup also precedes the restore), the hyperparameters are logged and
-// OnFitStart.
+// OnFitStart. A Stop from either means nothing and is dropped; an error
+// ends the call.
 type SetupHook interface {
 	Setup(ctx context.Context, s *State, stage string) error
 }

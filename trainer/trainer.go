@@ -1679,7 +1679,9 @@ func denseFloats(y *tensor.Dense) []float64 {
 	return nil
 }
 
-// Teardown releases the strategy's replicas and connections.
+// Teardown releases the strategy's replicas and connections. It calls no
+// hook: the callbacks' and the module's Teardown (TeardownHook,
+// module.TearDowner) end each Fit, Validate, Test and Predict.
 func (t *Trainer) Teardown(ctx context.Context) error {
 	if t.strat == nil {
 		return nil
