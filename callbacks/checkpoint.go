@@ -328,7 +328,14 @@ const (
 // the run ended with ("-ckpt-path last" then evaluates the trained weights
 // and resumes where the run stopped, not at the last step checkpoint or
 // the last epoch that EveryNEpochs selected).
+//
+// A Stop inside an accumulation window ends the epoch there (the trainer
+// runs its end as Lightning's does), where no checkpoint can be saved: the
+// newest one stays.
 func (c *ModelCheckpoint) OnTrainEpochEnd(ctx context.Context, s *trainer.State) error {
+	if c.inWindow {
+		return c.removeStale(s)
+	}
 	if c.cfg.EveryNTrainSteps > 0 || s.HasValidation || c.st.ValEpoch == s.Epoch || (s.Epoch+1)%c.cfg.EveryNEpochs != 0 || s.GlobalStep == c.st.LastStep {
 		if err := c.removeStale(s); err != nil {
 			return err
@@ -364,10 +371,10 @@ func (c *ModelCheckpoint) saveLast(ctx context.Context, s *trainer.State) error 
 }
 
 // OnTrainEnd refreshes last.ckpt (SaveLast) when training ended where no
-// checkpoint was saved: a Stop in the middle of an epoch (a Timer, say)
-// skips the epoch's end, as Lightning's Timer ends training and its
-// checkpoint callback saves. Not inside an accumulation window, whose
-// partial gradients a checkpoint cannot hold.
+// checkpoint was saved (an epoch's end saves it, that of an epoch a Stop
+// ends early too, as Lightning's Timer ends training and its checkpoint
+// callback saves). Not inside an accumulation window, whose partial
+// gradients a checkpoint cannot hold.
 func (c *ModelCheckpoint) OnTrainEnd(ctx context.Context, s *trainer.State) error {
 	if c.inWindow {
 		return nil

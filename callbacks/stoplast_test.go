@@ -10,10 +10,9 @@ import (
 )
 
 // TestModelCheckpointLastAfterAStopMidEpoch: a Timer (or any callback's
-// Stop) that ends training in the middle of an epoch skips the epoch's
-// end, and with it the epoch-end save; with SaveLast, last.ckpt still
-// holds the weights the run ended with, as Lightning's saves when a Timer
-// stops training. Inside an accumulation window there is nothing a
+// Stop) that ends training in the middle of an epoch ends the epoch
+// there; with SaveLast, last.ckpt holds the weights the run ended with, as
+// Lightning's saves when a Timer stops training. Inside an accumulation window there is nothing a
 // checkpoint can hold, and Fit still succeeds.
 func TestModelCheckpointLastAfterAStopMidEpoch(t *testing.T) {
 	for _, c := range []struct {

@@ -188,3 +188,47 @@ type PredictBatchStarter interface {
 type PredictBatchEnder interface {
 	OnPredictBatchEnd(ctx context.Context, b *data.Batch, batchIdx int) error
 }
+
+// SetUpper is called at the start of each Fit, Validate, Test and Predict
+// call with its stage ("fit", "validate", "test" or "predict"), as
+// Lightning's setup(stage), and TearDowner at its end (teardown(stage)),
+// after the call's last hook and not after a failure. The trainer package
+// documentation says where exactly.
+type SetUpper interface {
+	Setup(ctx context.Context, stage string) error
+}
+
+type TearDowner interface {
+	Teardown(ctx context.Context, stage string) error
+}
+
+// CheckpointSaver adds the module's own state (a vocabulary, a counter,
+// anything not a parameter or buffer) to every checkpoint the trainer
+// writes, as Lightning's on_save_checkpoint adds entries to the checkpoint:
+// the bytes are stored as they are. Every rank is asked; rank 0's are
+// written. CheckpointLoader is given them back when a Fit resumes from
+// the checkpoint or Validate, Test or Predict load its weights
+// (on_load_checkpoint), on every rank: nil when the checkpoint holds none
+// (written without a CheckpointSaver, or by an older fulgur).
+type CheckpointSaver interface {
+	OnSaveCheckpoint(ctx context.Context) ([]byte, error)
+}
+
+type CheckpointLoader interface {
+	OnLoadCheckpoint(ctx context.Context, state []byte) error
+}
+
+// AfterBackwarder is called after each training micro-batch's backward
+// pass (Lightning's on_after_backward), before the optimizer step; the
+// trainer package documentation says what the gradients are then.
+type AfterBackwarder interface {
+	OnAfterBackward(ctx context.Context) error
+}
+
+// BeforeZeroGrader is called once per optimizer step, at its accumulation
+// window's first micro-batch, after the forward pass and before the
+// backward pass that replaces the previous step's gradients, just before
+// BeforeBackwarder (Lightning's on_before_zero_grad).
+type BeforeZeroGrader interface {
+	OnBeforeZeroGrad(ctx context.Context) error
+}

@@ -103,8 +103,8 @@ type ProgressDisplay interface {
 
 // StepEndStopper is implemented by a callback, or a module, that says
 // whether its hooks run after a training step's backward pass
-// (OnBeforeOptimizerStep, OnAfterOptimizerStep and OnTrainBatchEnd) may
-// return Stop. When no module or callback with such a hook may, the ranks
+// (OnAfterBackward, OnBeforeOptimizerStep, OnAfterOptimizerStep and
+// OnTrainBatchEnd) may return Stop. When no module or callback with such a hook may, the ranks
 // of a multi-process run agree on stopping (a Stop from OnBeforeBackward,
 // a signal, a cancelled context) on board the step's last gradient
 // all-reduce instead of in an all-reduce of their own after every batch
@@ -132,6 +132,12 @@ type LayerShapesUser interface {
 // loads it into that callback on every rank (as Lightning's checkpoints
 // hold rank 0's callback states): a state that differs between ranks must
 // be rebuilt, or agreed on with State.Rank0Value, before it is relied on.
+//
+// It is a callback's state_dict and load_state_dict in Lightning, and its
+// on_save_checkpoint and on_load_checkpoint too: what a callback would add
+// to the checkpoint there, it returns from StateDict here, and gets back in
+// LoadStateDict. A module's own entries go through
+// module.CheckpointSaver and module.CheckpointLoader.
 type Stateful interface {
 	StateDict() ([]byte, error)
 	LoadStateDict([]byte) error

@@ -67,6 +67,7 @@ const (
 	keyScheduler = "fulgur.scheduler"
 	keyCallbacks = "fulgur.callbacks"
 	keyHParams   = "fulgur.hparams"
+	keyModule    = "fulgur.module" // module.CheckpointSaver's bytes
 	keySums      = "fulgur.sha256"
 )
 
@@ -197,10 +198,14 @@ func (t *Trainer) writeCheckpoint(ctx context.Context, paths ...string) error {
 	if err != nil {
 		return fmt.Errorf("checkpoint %s: %w", paths[0], err)
 	}
+	extra, err := t.moduleCheckpoint(ctx)
+	if err != nil {
+		return fmt.Errorf("checkpoint %s: %w", paths[0], err)
+	}
 	if !t.state.IsGlobalZero {
 		return nil
 	}
-	tensors, meta, err := t.encodeCheckpoint(sd, nil)
+	tensors, meta, err := t.encodeCheckpoint(sd, extra)
 	if err != nil {
 		return fmt.Errorf("checkpoint %s: %w", paths[0], err)
 	}
@@ -366,6 +371,7 @@ type checkpoint struct {
 	opt       *strategy.OptimizerMeta
 	sched     *strategy.SchedulerMeta
 	callbacks map[string][]byte
+	module    []byte // module.CheckpointSaver's entry; nil when none
 	hparams   string
 	meta      map[string]string
 	// shards: a sharded checkpoint's spans, read from its shard files
@@ -442,6 +448,11 @@ func parseCheckpoint(b []byte) (*checkpoint, error) {
 	if s, ok := f.Meta[keyCallbacks]; ok {
 		if err := strictJSON(s, &c.callbacks); err != nil {
 			return nil, fmt.Errorf("metadata field %q: %v", keyCallbacks, err)
+		}
+	}
+	if s, ok := f.Meta[keyModule]; ok {
+		if err := strictJSON(s, &c.module); err != nil {
+			return nil, fmt.Errorf("metadata field %q: %v", keyModule, err)
 		}
 	}
 	c.hparams = f.Meta[keyHParams]
@@ -573,6 +584,10 @@ func (t *Trainer) apply(ctx context.Context, c *checkpoint) error {
 	}
 	if err := t.strat.LoadState(ctx, sd); err != nil {
 		return fmt.Errorf("strategy %s: load the checkpoint's state: %w", t.strat.Info().Name, err)
+	}
+	// The module before the callbacks, as Lightning restores them.
+	if err := t.loadModuleCheckpoint(ctx, c); err != nil {
+		return err
 	}
 	seen := map[string]bool{}
 	for _, cb := range t.cfg.Callbacks {
@@ -869,7 +884,7 @@ func LoadWeights(path string, store *module.Store) error {
 	if store == nil {
 		return errors.New("LoadWeights: the store is nil: pass Trainer.Store() after setup")
 	}
-	sd, err := readStateDict(path, store.Dtype())
+	sd, _, err := readStateDict(path, store.Dtype())
 	if err != nil {
 		return err
 	}
@@ -881,26 +896,26 @@ func LoadWeights(path string, store *module.Store) error {
 
 // readStateDict reads and verifies the checkpoint at path and returns its
 // state for a model of dtype.
-func readStateDict(path string, dtype tensor.Dtype) (*strategy.StateDict, error) {
+func readStateDict(path string, dtype tensor.Dtype) (*strategy.StateDict, *checkpoint, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	c, err := parseCheckpoint(b)
 	if err == nil {
 		err = c.readShards(path)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
+		return nil, nil, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
 	sd, err := c.stateDict(dtype)
 	if err == nil && c.shards != nil {
 		sd, err = wholeTensors(sd)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
+		return nil, nil, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
-	return sd, nil
+	return sd, c, nil
 }
 
 // LatestCheckpoint returns the newest checkpoint (*.ckpt) under root, by

@@ -50,9 +50,11 @@ func (t *Trainer) writeShardedCheckpoint(ctx context.Context, paths []string) er
 	}
 	info := t.strat.Info()
 	r, n := info.Rank, info.WorldSize
-	var werr error
+	// Every rank asks its module, as with one file; a failure is told to
+	// the others with the shards'.
+	extra, werr := t.moduleCheckpoint(ctx)
 	tensors, meta, err := encodeShard(sd, t.dtype())
-	if err != nil {
+	if err != nil && werr == nil {
 		werr = err
 	}
 	for _, path := range paths {
@@ -88,7 +90,11 @@ func (t *Trainer) writeShardedCheckpoint(ctx context.Context, paths []string) er
 		if err != nil {
 			return err
 		}
-		idx, imeta, err := t.encodeCheckpoint(&strategy.StateDict{Blobs: sd.Blobs}, map[string]string{keyShards: string(b)})
+		if extra == nil {
+			extra = map[string]string{}
+		}
+		extra[keyShards] = string(b)
+		idx, imeta, err := t.encodeCheckpoint(&strategy.StateDict{Blobs: sd.Blobs}, extra)
 		if err != nil {
 			return fmt.Errorf("checkpoint %s: %w", path, err)
 		}

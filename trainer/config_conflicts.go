@@ -67,7 +67,14 @@ func (c *Config) conflicts() []error {
 				namers[k] = i
 			}
 		}
-		if d, ok := cb.(ProgressDisplay); ok && d.DisplaysProgress() {
+		asked := func(method string, ask func() bool) bool {
+			yes, err := ability("callbacks/"+cb.Name(), method, ask)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			return yes
+		}
+		if d, ok := cb.(ProgressDisplay); ok && asked("DisplaysProgress", d.DisplaysProgress) {
 			bars = append(bars, fmt.Sprintf("Callbacks[%d] (%s)", i, cb.Name()))
 		}
 		if _, ok := cb.(AccumulationScheduler); ok {
@@ -76,8 +83,8 @@ func (c *Config) conflicts() []error {
 		if _, ok := cb.(bestPather); ok && c.DisableCheckpointing {
 			bad("DisableCheckpointing is true and Callbacks[%d] (%s) writes checkpoints: remove the callback, or leave DisableCheckpointing false", i, cb.Name())
 		}
-		if vs, ok := cb.(validationSaver); ok && vs.SavesOnValidation() && c.FastDevRun == 0 &&
-			c.AccumulateGradBatches > 1 && c.ValCheckInterval > 0 && c.ValCheckInterval%c.AccumulateGradBatches != 0 {
+		if vs, ok := cb.(validationSaver); ok && c.FastDevRun == 0 && c.AccumulateGradBatches > 1 && c.ValCheckInterval > 0 &&
+			c.ValCheckInterval%c.AccumulateGradBatches != 0 && asked("SavesOnValidation", vs.SavesOnValidation) {
 			k := c.AccumulateGradBatches
 			lo, hi := c.ValCheckInterval/k*k, (c.ValCheckInterval/k+1)*k
 			fix := fmt.Sprintf("%d or %d", lo, hi)

@@ -2,6 +2,7 @@ package trainer
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -285,6 +286,70 @@ func (t *Trainer) onAfterOptimizerStep(ctx context.Context, m module.Module) err
 	})
 }
 
+func (t *Trainer) onAfterBackward(ctx context.Context, m module.Module) error {
+	return t.midStep("OnAfterBackward", func() error {
+		return hook(t, ctx, "OnAfterBackward", "module.OnAfterBackward", modHook(m, func(h module.AfterBackwarder) error { return h.OnAfterBackward(ctx) }),
+			func(h AfterBackwardHook, s *State) error { return h.OnAfterBackward(ctx, s) })
+	})
+}
+
+func (t *Trainer) onBeforeZeroGrad(ctx context.Context, m module.Module) error {
+	return t.midStep("OnBeforeZeroGrad", func() error {
+		return hook(t, ctx, "OnBeforeZeroGrad", "module.OnBeforeZeroGrad", modHook(m, func(h module.BeforeZeroGrader) error { return h.OnBeforeZeroGrad(ctx) }),
+			func(h BeforeZeroGradHook, s *State) error { return h.OnBeforeZeroGrad(ctx, s) })
+	})
+}
+
+// onSetup runs the Setup hooks of a call of stage; a Stop they ask for
+// means nothing there and is dropped.
+func (t *Trainer) onSetup(ctx context.Context, m module.Module, stage string) error {
+	t.state.Stage = stage
+	return t.stopOr(hook(t, ctx, "Setup", "module.Setup", modHook(m, func(h module.SetUpper) error { return h.Setup(ctx, stage) }),
+		func(h SetupHook, s *State) error { return h.Setup(ctx, s, stage) }))
+}
+
+// onTeardown runs the Teardown hooks at the end of a call of stage.
+func (t *Trainer) onTeardown(ctx context.Context, m module.Module, stage string) error {
+	return t.stopOr(hook(t, ctx, "Teardown", "module.Teardown", modHook(m, func(h module.TearDowner) error { return h.Teardown(ctx, stage) }),
+		func(h TeardownHook, s *State) error { return h.Teardown(ctx, s, stage) }))
+}
+
+// moduleCheckpoint is the module's own entry of a checkpoint
+// (module.CheckpointSaver), as metadata (nil when it has none). Every rank
+// asks its module, as Lightning's dump_checkpoint does; rank 0's is
+// written.
+func (t *Trainer) moduleCheckpoint(ctx context.Context) (map[string]string, error) {
+	h, ok := t.mod.(module.CheckpointSaver)
+	if !ok {
+		return nil, nil
+	}
+	var b []byte
+	if err := t.moduleHook("module.OnSaveCheckpoint", "OnSaveCheckpoint", func() (err error) {
+		b, err = h.OnSaveCheckpoint(ctx)
+		return err
+	}); err != nil {
+		if _, stop := isStop(err); stop {
+			err = fmt.Errorf("module.OnSaveCheckpoint: %w: a Stop means nothing there", err)
+		}
+		return nil, err
+	}
+	j, err := json.Marshal(b)
+	if err != nil {
+		return nil, fmt.Errorf("module.OnSaveCheckpoint: %w", err)
+	}
+	return map[string]string{keyModule: string(j)}, nil
+}
+
+// loadModuleCheckpoint gives the module its entry of checkpoint c
+// (module.CheckpointLoader; nil when c holds none).
+func (t *Trainer) loadModuleCheckpoint(ctx context.Context, c *checkpoint) error {
+	h, ok := t.mod.(module.CheckpointLoader)
+	if !ok {
+		return nil
+	}
+	return t.stopOr(t.moduleHook("module.OnLoadCheckpoint", "OnLoadCheckpoint", func() error { return h.OnLoadCheckpoint(ctx, c.module) }))
+}
+
 // midStep runs the callbacks of a per-step hook with checkpoints refused:
 // in the middle of a step the weights and the loop position disagree, so
 // such a checkpoint would not resume where the run stood.
@@ -299,44 +364,74 @@ func (t *Trainer) midStep(hook string, call func() error) error {
 
 // stepHooks reports which of the per-step hooks m or a callback
 // implements, so that the loop skips the others at no cost.
-func (t *Trainer) stepHooks(m module.Module) (beforeBackward, beforeStep, afterStep bool) {
-	_, beforeBackward = m.(module.BeforeBackwarder)
-	_, beforeStep = m.(module.BeforeOptimizerStepper)
-	_, afterStep = m.(module.AfterOptimizerStepper)
+func (t *Trainer) stepHooks(m module.Module) (h stepHookSet) {
+	_, h.beforeBackward = m.(module.BeforeBackwarder)
+	_, h.beforeStep = m.(module.BeforeOptimizerStepper)
+	_, h.afterStep = m.(module.AfterOptimizerStepper)
+	_, h.afterBackward = m.(module.AfterBackwarder)
+	_, h.zeroGrad = m.(module.BeforeZeroGrader)
 	for _, cb := range t.cfg.Callbacks {
 		_, bb := cb.(BeforeBackwardHook)
 		_, bs := cb.(BeforeOptimizerStepHook)
 		_, as := cb.(AfterOptimizerStepHook)
-		beforeBackward, beforeStep, afterStep = beforeBackward || bb, beforeStep || bs, afterStep || as
+		_, ab := cb.(AfterBackwardHook)
+		_, zg := cb.(BeforeZeroGradHook)
+		h.beforeBackward, h.beforeStep, h.afterStep = h.beforeBackward || bb, h.beforeStep || bs, h.afterStep || as
+		h.afterBackward, h.zeroGrad = h.afterBackward || ab, h.zeroGrad || zg
 	}
-	return
+	return h
+}
+
+// stepHookSet says which per-step hooks some module or callback has.
+type stepHookSet struct {
+	beforeBackward, beforeStep, afterStep, afterBackward, zeroGrad bool
 }
 
 // stopsAtStepEnd reports whether m or a callback may return Stop from a
-// hook that runs after the step's gradients are sent (StepEndStopper):
+// hook that runs after the step's gradients are sent (StepEndStopper;
+// OnAfterBackward runs then at the window's last micro-batch):
 // then the ranks agree on stopping in an all-reduce after each batch.
-func (t *Trainer) stopsAtStepEnd(m module.Module) bool {
-	hooked := func(v any) bool {
+func (t *Trainer) stopsAtStepEnd(m module.Module) (bool, error) {
+	hooked := func(owner string, v any) (bool, error) {
 		if s, ok := v.(StepEndStopper); ok {
-			return s.StopsAtStepEnd()
+			return ability(owner, "StopsAtStepEnd", s.StopsAtStepEnd)
 		}
-		return true
+		return true, nil
 	}
 	_, be := m.(module.TrainBatchEnder)
 	_, bs := m.(module.BeforeOptimizerStepper)
 	_, as := m.(module.AfterOptimizerStepper)
-	if (be || bs || as) && hooked(m) {
-		return true
+	_, ab := m.(module.AfterBackwarder)
+	if be || bs || as || ab {
+		if yes, err := hooked("module", m); yes || err != nil {
+			return yes, err
+		}
 	}
 	for _, cb := range t.cfg.Callbacks {
 		_, be := cb.(TrainBatchEndHook)
 		_, bs := cb.(BeforeOptimizerStepHook)
 		_, as := cb.(AfterOptimizerStepHook)
-		if (be || bs || as) && hooked(cb) {
-			return true
+		_, ab := cb.(AfterBackwardHook)
+		if be || bs || as || ab {
+			if yes, err := hooked("callbacks/"+cb.Name(), cb); yes || err != nil {
+				return yes, err
+			}
 		}
 	}
-	return false
+	return false, nil
+}
+
+// ability asks one of the abilities of a callback or the module (owner,
+// as "callbacks/ProgressBar" or "module"), a method returning a bool
+// (StopsAtStepEnd, DisplaysProgress, WantsLayerShapes, SavesOnValidation):
+// it is the user's code, as a hook is, so a panic in it is an error naming
+// owner and method, with the user's line, not a crash.
+func ability(owner, method string, ask func() bool) (bool, error) {
+	var yes bool
+	if err := guarded(func() error { yes = ask(); return nil }); err != nil {
+		return false, fmt.Errorf("%s.%s: %w", owner, method, err)
+	}
+	return yes, nil
 }
 
 // onEvalStart runs the start and epoch-start hooks of mode's loop.

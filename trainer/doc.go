@@ -43,10 +43,14 @@
 // (hookcheck.go).
 // Each hook runs on the callbacks first, in Config.Callbacks' order, then on
 // the module, as Lightning 2.x calls callbacks before the LightningModule;
-// the sanity check's and OnException exist for callbacks only. Fit, Validate,
-// Test and Predict call them in the order of Lightning 2.x's loops:
+// the sanity check's and OnException exist for callbacks only, the
+// checkpoint's for the module only (a callback's state is Stateful's).
+// Fit, Validate, Test and Predict call them in the order of Lightning
+// 2.x's loops:
 //
 //	Fit:
+//	  Setup("fit") (SetupHook; module.SetUpper), once the strategy is set up
+//	  and before a checkpoint is restored (the module's OnLoadCheckpoint)
 //	  OnFitStart
 //	  sanity check (Config.NumSanityValSteps batches; not with DisableSanityCheck,
 //	  FastDevRun, no validation loader, or nothing left to train):
@@ -57,15 +61,23 @@
 //	    OnTrainEpochStart
 //	    for each batch:
 //	      OnTrainBatchStart
-//	      TrainingStep's forward pass, OnBeforeBackward, backward pass
-//	      when the batch closes an accumulation window: OnBeforeOptimizerStep,
-//	      clipping, optimizer step, OnAfterOptimizerStep
+//	      TrainingStep's forward pass, OnBeforeZeroGrad (at an accumulation
+//	      window's first batch), OnBeforeBackward, backward pass
+//	      inside a window: OnAfterBackward
+//	      when the batch closes the window: the gradients reduced across
+//	      ranks, OnAfterBackward, OnBeforeOptimizerStep, clipping,
+//	      optimizer step, OnAfterOptimizerStep
 //	      OnTrainBatchEnd
 //	      the validation loop, when ValCheckInterval has it due
 //	    the validation loop, at the epochs CheckValEveryNEpoch selects
 //	    OnTrainEpochEnd
 //	  OnTrainEnd (after the last epoch or a Stop)
 //	  OnFitEnd
+//	  Teardown("fit") (TeardownHook; module.TearDowner)
+//	each checkpoint written: the module's OnSaveCheckpoint (every rank)
+//	Validate, Test, Predict and PredictEach: Setup(stage), then the
+//	  module's OnLoadCheckpoint with WithCheckpoint, their loop below,
+//	  Teardown(stage)
 //	validation loop (in Fit, the sanity check and Validate):
 //	  OnValidationStart, OnValidationEpochStart
 //	  for each batch: OnValidationBatchStart, ValidationStep, OnValidationBatchEnd
@@ -77,23 +89,32 @@
 //	  batch OnPredictBatchStart, PredictStep, PredictEach's fn,
 //	  OnPredictBatchEnd; OnPredictEpochEnd, OnPredictEnd
 //	a call that fails: OnException, with its error, and no hook after it
+//	  (no Teardown, as in Lightning)
 //
 // Every rank runs every hook (ddp, sharded, fsdp; dp is one process): with
 // ddp_spawn that is each worker, for Fit, and the launching process runs
-// Validate, Test and Predict, and OnException when Fit fails there. A
-// hook's error ends the call with an error naming it
+// Validate, Test and Predict, and OnException when Fit fails there. A hook's
+// error ends the call with an error naming it
 // ("callbacks/ModelCheckpoint.OnValidationEnd: ...", "module.OnTrainStart:
-// ..."). A Stop asked in a training batch's hooks (OnTrainBatchStart
-// included) ends a Fit at that batch's end, without OnTrainEpochEnd (the
-// default checkpoints, and a ModelCheckpoint's last.ckpt with SaveLast,
-// are saved there all the same), one asked in a validation's
-// at the end of its epoch (the rest of its batches skipped), every rank
-// agreeing; one from OnFitStart, the sanity check or OnTrainStart ends it
-// before the first epoch and one from OnTrainEpochStart before that
-// epoch's first batch, every rank agreeing there too. It means nothing
-// to Validate, Test and Predict, which run to their end. Hooks nobody
-// implements cost nothing: the per-batch ones are looked up once per
-// call, not per batch.
+// ..."). A panic in a hook, or in an ability a callback or the module
+// answers (StopsAtStepEnd, DisplaysProgress, WantsLayerShapes), is such an
+// error of New or of the call, with the user's line. A Stop asked in a
+// training batch's hooks (OnTrainBatchStart included) ends the epoch at that
+// batch's end, every rank agreeing, and the epoch's end runs there as
+// Lightning's does once should_stop is set: the epoch metrics of the batches
+// that ran (train_loss_epoch), the validation when the epoch is one that
+// validates, OnTrainEpochEnd and the default checkpoints, once; then
+// OnTrainEnd. An epoch stopped before its last batch keeps its place in
+// those checkpoints (a resume trains the rest of it) and does not step a
+// per-epoch scheduler; inside an accumulation window it skips the validation
+// and the checkpoints, with a warning. One asked in a validation's ends the
+// validation at the end of its epoch (the rest of its batches skipped),
+// every rank agreeing, then the training epoch as above; one from
+// OnFitStart, the sanity check or OnTrainStart ends the Fit before the first
+// epoch and one from OnTrainEpochStart before that epoch's first batch,
+// every rank agreeing there too. It means nothing to Validate, Test and
+// Predict, which run to their end. Hooks nobody implements cost nothing: the
+// per-batch ones are looked up once per call, not per batch.
 //
 // The sanity check calls the validation hooks as Lightning's does, with
 // State.SanityChecking set and its metrics in State.Metrics, for those

@@ -32,6 +32,8 @@ var callbackInterfaces = []reflect.Type{
 	reflect.TypeFor[PredictBatchStartHook](), reflect.TypeFor[PredictBatchEndHook](),
 	reflect.TypeFor[PredictEpochEndHook](), reflect.TypeFor[PredictEndHook](),
 	reflect.TypeFor[ExceptionHook](),
+	reflect.TypeFor[SetupHook](), reflect.TypeFor[TeardownHook](),
+	reflect.TypeFor[AfterBackwardHook](), reflect.TypeFor[BeforeZeroGradHook](),
 	reflect.TypeFor[AccumulationScheduler](), reflect.TypeFor[ProgressDisplay](),
 	reflect.TypeFor[StepEndStopper](), reflect.TypeFor[LayerShapesUser](), reflect.TypeFor[Stateful](),
 }
@@ -55,6 +57,9 @@ var moduleInterfaces = []reflect.Type{
 	reflect.TypeFor[module.PredictStarter](), reflect.TypeFor[module.PredictEnder](),
 	reflect.TypeFor[module.PredictEpochStarter](), reflect.TypeFor[module.PredictEpochEnder](),
 	reflect.TypeFor[module.PredictBatchStarter](), reflect.TypeFor[module.PredictBatchEnder](),
+	reflect.TypeFor[module.SetUpper](), reflect.TypeFor[module.TearDowner](),
+	reflect.TypeFor[module.CheckpointSaver](), reflect.TypeFor[module.CheckpointLoader](),
+	reflect.TypeFor[module.AfterBackwarder](), reflect.TypeFor[module.BeforeZeroGrader](),
 	reflect.TypeFor[StepEndStopper](),
 }
 

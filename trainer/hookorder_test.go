@@ -20,7 +20,8 @@ import (
 // hookLog is what one rank's callback and module record, in call order:
 // a callback's hook by its name (with " (sanity check)" while
 // State.SanityChecking), a module's as "module." and its name. fail names
-// the hook (as recorded) that returns errBoom.
+// the hook (as recorded) that returns errBoom, or, as "panic " and the
+// name, the one that panics.
 type hookLog struct {
 	calls []string
 	fail  string
@@ -32,6 +33,10 @@ func (l *hookLog) add(name string) error {
 	l.calls = append(l.calls, name)
 	if name == l.fail {
 		return errBoom
+	}
+	if "panic "+name == l.fail {
+		var hooks map[string]*int
+		*hooks[name]++ // nil pointer dereference
 	}
 	return nil
 }
@@ -159,6 +164,24 @@ func (r *hookRec) OnPredictEpochEnd(_ context.Context, s *trainer.State) error {
 func (r *hookRec) OnPredictEnd(_ context.Context, s *trainer.State) error {
 	return r.on("OnPredictEnd", s)
 }
+func (r *hookRec) Setup(_ context.Context, s *trainer.State, stage string) error {
+	if stage != s.Stage {
+		return fmt.Errorf("Setup: stage %q, State.Stage %q", stage, s.Stage)
+	}
+	return r.on("Setup", s)
+}
+func (r *hookRec) Teardown(_ context.Context, s *trainer.State, stage string) error {
+	if stage != s.Stage {
+		return fmt.Errorf("Teardown: stage %q, State.Stage %q", stage, s.Stage)
+	}
+	return r.on("Teardown", s)
+}
+func (r *hookRec) OnAfterBackward(_ context.Context, s *trainer.State) error {
+	return r.on("OnAfterBackward", s)
+}
+func (r *hookRec) OnBeforeZeroGrad(_ context.Context, s *trainer.State) error {
+	return r.on("OnBeforeZeroGrad", s)
+}
 func (r *hookRec) OnException(_ context.Context, s *trainer.State, err error) error {
 	r.excs = append(r.excs, err)
 	return r.on("OnException", s)
@@ -229,13 +252,36 @@ func (m *hookMod) OnPredictBatchEnd(context.Context, *data.Batch, int) error {
 }
 func (m *hookMod) OnPredictEpochEnd(context.Context) error { return m.on("OnPredictEpochEnd") }
 func (m *hookMod) OnPredictEnd(context.Context) error      { return m.on("OnPredictEnd") }
+func (m *hookMod) Setup(_ context.Context, stage string) error {
+	return m.on("Setup")
+}
+func (m *hookMod) Teardown(_ context.Context, stage string) error {
+	return m.on("Teardown")
+}
+func (m *hookMod) OnAfterBackward(context.Context) error  { return m.on("OnAfterBackward") }
+func (m *hookMod) OnBeforeZeroGrad(context.Context) error { return m.on("OnBeforeZeroGrad") }
+func (m *hookMod) OnSaveCheckpoint(context.Context) ([]byte, error) {
+	return []byte("hookMod"), m.on("OnSaveCheckpoint")
+}
+func (m *hookMod) OnLoadCheckpoint(_ context.Context, b []byte) error {
+	if string(b) != "hookMod" {
+		return fmt.Errorf("OnLoadCheckpoint given %q, want what OnSaveCheckpoint returned", b)
+	}
+	return m.on("OnLoadCheckpoint")
+}
 
 // lightningOrder builds the hook sequence Lightning 2.x documents, written
 // out from its loops (fit_loop.py, training_epoch_loop.py,
 // evaluation_loop.py, prediction_loop.py, trainer.py's sanity check): each
 // hook on the callbacks first, then on the LightningModule; the sanity
 // check and on_exception on the callbacks only.
-type lightningOrder struct{ calls []string }
+type lightningOrder struct {
+	calls []string
+	// saves is the checkpoints written at each epoch's end (the default
+	// ones: the epoch's and last.ckpt), each asking the module's
+	// OnSaveCheckpoint.
+	saves int
+}
 
 func (o *lightningOrder) both(hooks ...string) {
 	for _, h := range hooks {
@@ -269,11 +315,27 @@ func (o *lightningOrder) eval(kind string, n int, sanity bool) {
 	}
 }
 
+// call is Trainer.Validate, Test or Predict: its setup, loop and teardown;
+// load: of a checkpoint's weights (WithCheckpoint), which Lightning's
+// _restore_modules_and_callbacks gives the module's on_load_checkpoint.
+func (o *lightningOrder) call(kind string, n int, load bool) {
+	o.both("Setup")
+	if load {
+		o.calls = append(o.calls, "module.OnLoadCheckpoint")
+	}
+	o.eval(kind, n, false)
+	o.both("Teardown")
+}
+
 // fit is a Fit of epochs epochs of train batches (one optimizer step
 // each), validating val batches at each epoch's end and after the batches
-// in valAfter, after a sanity check of sanity batches.
+// in valAfter, after a sanity check of sanity batches: Lightning's
+// trainer._run calls setup before on_fit_start and teardown after
+// on_fit_end; its automatic optimization calls on_before_zero_grad after
+// training_step, then on_before_backward, backward, on_after_backward and
+// on_before_optimizer_step.
 func (o *lightningOrder) fit(epochs, train, val, sanity int, valAfter ...int) {
-	o.both("OnFitStart")
+	o.both("Setup", "OnFitStart")
 	if sanity > 0 {
 		o.eval("Validation", sanity, true)
 	}
@@ -281,15 +343,18 @@ func (o *lightningOrder) fit(epochs, train, val, sanity int, valAfter ...int) {
 	for range epochs {
 		o.both("OnTrainEpochStart")
 		for b := range train {
-			o.both("OnTrainBatchStart", "OnBeforeBackward", "OnBeforeOptimizerStep", "OnAfterOptimizerStep", "OnTrainBatchEnd")
+			o.both("OnTrainBatchStart", "OnBeforeZeroGrad", "OnBeforeBackward", "OnAfterBackward", "OnBeforeOptimizerStep", "OnAfterOptimizerStep", "OnTrainBatchEnd")
 			if slices.Contains(valAfter, b) {
 				o.eval("Validation", val, false)
 			}
 		}
 		o.eval("Validation", val, false)
 		o.both("OnTrainEpochEnd")
+		for range o.saves {
+			o.calls = append(o.calls, "module.OnSaveCheckpoint")
+		}
 	}
-	o.both("OnTrainEnd", "OnFitEnd")
+	o.both("OnTrainEnd", "OnFitEnd", "Teardown")
 }
 
 // hookStrategies are the strategies hooks are checked under, each run in
@@ -380,9 +445,10 @@ func onHookRanks(t *testing.T, sc int, cfg trainer.Config, fail string, f func(t
 }
 
 // TestHookOrderIsLightnings: under every strategy, on every rank, Fit
-// (with its sanity check and a validation inside an epoch), Validate,
-// Test and Predict call every hook of the callbacks and of the module in
-// the order Lightning 2.x documents.
+// (with its sanity check, a validation inside an epoch and the default
+// checkpoints), Validate (of last.ckpt's weights), Test and Predict call
+// every hook of the callbacks and of the module in the order Lightning 2.x
+// documents.
 func TestHookOrderIsLightnings(t *testing.T) {
 	train := regression(t, 16, 0.1, 1) // 8 batches of 2: 8 per rank on one, 4 on two
 	val := regression(t, 8, 0.1, 2)    // 4 batches: 4 or 2 per rank
@@ -390,7 +456,7 @@ func TestHookOrderIsLightnings(t *testing.T) {
 		t.Run(s.name, func(t *testing.T) {
 			nb := 8 / s.ranks
 			nv := 4 / s.ranks
-			cfg := trainer.Config{MaxEpochs: 2, Seed: 1, NumSanityValSteps: 1, ValCheckInterval: 2, LogEveryNSteps: 1}
+			cfg := trainer.Config{MaxEpochs: 2, Seed: 1, NumSanityValSteps: 1, ValCheckInterval: 2, LogEveryNSteps: 1, DefaultRootDir: t.TempDir()}
 			logs, _, errs := onHookRanks(t, sc, cfg, "", func(tr *trainer.Trainer, m *hookMod) error {
 				ctx := context.Background()
 				if err := tr.Fit(ctx, m, loader(t, train, 2, false, false), loader(t, val, 2, false, false)); err != nil {
@@ -399,7 +465,7 @@ func TestHookOrderIsLightnings(t *testing.T) {
 				if s.fitOnly {
 					return nil
 				}
-				if _, err := tr.Validate(ctx, m, loader(t, val, 2, false, false)); err != nil {
+				if _, err := tr.Validate(ctx, m, loader(t, val, 2, false, false), trainer.WithCheckpoint("last")); err != nil {
 					return fmt.Errorf("Validate: %w", err)
 				}
 				if _, err := tr.Test(ctx, m, loader(t, val, 2, false, false)); err != nil {
@@ -410,7 +476,7 @@ func TestHookOrderIsLightnings(t *testing.T) {
 				}
 				return nil
 			})
-			var want lightningOrder
+			want := lightningOrder{saves: 2}
 			// ValCheckInterval 2: after batches 1, 3, 5 (not after the
 			// last, where the epoch-end validation runs).
 			var mid []int
@@ -419,9 +485,9 @@ func TestHookOrderIsLightnings(t *testing.T) {
 			}
 			want.fit(2, nb, nv, 1, mid...)
 			if !s.fitOnly {
-				want.eval("Validation", nv, false)
-				want.eval("Test", nv, false)
-				want.eval("Predict", nv, false)
+				want.call("Validation", nv, true)
+				want.call("Test", nv, false)
+				want.call("Predict", nv, false)
 			}
 			for r := range errs {
 				if errs[r] != nil {
@@ -482,6 +548,7 @@ func TestHookErrorsNameTheHook(t *testing.T) {
 		"OnFitStart": fit(false), "OnTrainStart": fit(false), "OnTrainEpochStart": fit(false), "OnTrainBatchStart": fit(false),
 		"OnTrainBatchEnd": fit(false), "OnTrainEpochEnd": fit(false), "OnTrainEnd": fit(false), "OnFitEnd": fit(false),
 		"OnBeforeBackward": fit(false), "OnBeforeOptimizerStep": fit(false), "OnAfterOptimizerStep": fit(false),
+		"Setup": fit(false), "Teardown": fit(false), "OnAfterBackward": fit(false), "OnBeforeZeroGrad": fit(false),
 		"OnSanityCheckStart": fit(true), "OnSanityCheckEnd": fit(true),
 		"OnValidationStart": validate, "OnValidationEpochStart": validate, "OnValidationBatchStart": validate,
 		"OnValidationBatchEnd": validate, "OnValidationEpochEnd": validate, "OnValidationEnd": validate,
@@ -603,8 +670,8 @@ func TestCallbackHooksWithoutModuleHooks(t *testing.T) {
 	}
 	var want lightningOrder
 	want.fit(1, 4, 2, 1)
-	want.eval("Test", 2, false)
-	want.eval("Predict", 2, false)
+	want.call("Test", 2, false)
+	want.call("Predict", 2, false)
 	cbOnly := slices.DeleteFunc(want.calls, func(c string) bool { return strings.HasPrefix(c, "module.") })
 	// linreg's own OnTrainEpochEnd is a module hook, and not recorded.
 	if diff := firstDiff(log.calls, cbOnly); diff != "" {

@@ -127,3 +127,67 @@ type PredictEndHook interface {
 type ExceptionHook interface {
 	OnException(ctx context.Context, s *State, err error) error
 }
+
+// SetupHook runs at the start of each Fit, Validate, Test and Predict
+// (PredictEach too) with its stage ("fit", "validate", "test" or
+// "predict"; s.Stage says the same), as Lightning's setup(stage), and
+// TeardownHook at its end, teardown(stage): after OnFitEnd (OnValidationEnd,
+// OnTestEnd, OnPredictEnd), on success or a Stop, not after a failure
+// (OnException runs then) nor an interruption, as in Lightning.
+//
+// Setup runs in every process that runs the call (each ddp_spawn worker
+// for Fit), once its strategy is set up: its ranks joined (a rank is
+// known only then: a launcher or a rendezvous assigns it), the replicas
+// or shards built from the module's Configure. Lightning calls setup
+// before configure_model and the strategy's setup, so that a
+// LightningModule can build layers there; a fulgur module declares its
+// tensors in Configure, which reads its fields: shape it from the data
+// before Fit. Setup comes before anything else of the call: before a
+// checkpoint is restored (FromCheckpoint, WithCheckpoint; Lightning's
+// setup also precedes the restore), the hyperparameters are logged and
+// OnFitStart. A Stop from either means nothing and is dropped; an error
+// ends the call.
+type SetupHook interface {
+	Setup(ctx context.Context, s *State, stage string) error
+}
+
+type TeardownHook interface {
+	Teardown(ctx context.Context, s *State, stage string) error
+}
+
+// AfterBackwardHook runs after each training micro-batch's backward pass
+// and before the optimizer step (Lightning's on_after_backward), on every
+// rank. What s.Weights' gradients are then:
+//
+//   - a micro-batch inside an accumulation window: this process's
+//     gradients accumulated so far in the window (each scaled by
+//     1/AccumulateGradBatches), not reduced across ranks, as Lightning's
+//     under DDP's no_sync;
+//   - the window's last micro-batch: the window's gradients reduced across
+//     ranks. With ddp the reduction overlaps the backward pass, bucket by
+//     bucket, and the update may follow each bucket as it lands; with this
+//     hook the trainer waits, as with OnBeforeOptimizerStep, until every
+//     bucket is reduced, then runs it (from the optimizer step, just before
+//     OnBeforeOptimizerStep, before clipping), so it sees the whole
+//     reduced gradient, as Lightning's DDP hook sees it once backward has
+//     returned.
+//
+// sharded (stage 2) and fsdp keep no whole gradient in any process
+// (s.Weights says so). A Stop takes effect at the batch end; a hook that
+// may stop at the window's last micro-batch counts as one after the
+// backward pass for StepEndStopper. s.SaveCheckpoint returns an error, as
+// in the other per-step hooks.
+type AfterBackwardHook interface {
+	OnAfterBackward(ctx context.Context, s *State) error
+}
+
+// BeforeZeroGradHook runs once per optimizer step, at the accumulation
+// window's first micro-batch, between its forward pass and the backward
+// pass that replaces the previous step's gradients, just before
+// OnBeforeBackward (Lightning's on_before_zero_grad, which its automatic
+// optimization calls after training_step and before zero_grad and
+// backward), on every rank (with dp once). s.SaveCheckpoint returns an
+// error; a Stop takes effect at the batch end.
+type BeforeZeroGradHook interface {
+	OnBeforeZeroGrad(ctx context.Context, s *State) error
+}

@@ -119,3 +119,48 @@ func errSays(t *testing.T, v any, err error, want []string) {
 		}
 	}
 }
+
+// setupLightning has Lightning's setup(stage) and teardown(stage), no
+// context and no State.
+type setupLightning struct{}
+
+func (setupLightning) Name() string                 { return "setupLightning" }
+func (setupLightning) Setup(stage string) error     { return nil }
+func (setupLightning) Teardown(stage string)        {}
+func (setupLightning) OnAfterBackward() error       { return nil }
+func (setupLightning) OnBeforeZeroGrad(o any) error { return nil }
+
+// ckptLightning is a module with Lightning's on_save_checkpoint(checkpoint)
+// that fills a map, and a setup without its context.
+type ckptLightning struct{ linreg }
+
+func (*ckptLightning) OnSaveCheckpoint(ctx context.Context, ckpt map[string]any) error { return nil }
+func (*ckptLightning) OnLoadCheckpoint(ctx context.Context, ckpt map[string]any) error { return nil }
+func (*ckptLightning) Setup(stage string) error                                        { return nil }
+func (*ckptLightning) Teardown(ctx context.Context, s *trainer.State, stage string) error {
+	return nil
+}
+func (*ckptLightning) OnAfterBackward(ctx context.Context, s *trainer.State) error { return nil }
+func (*ckptLightning) OnBeforeZeroGrad(ctx context.Context, o any) error           { return nil }
+
+// TestNewHooksOfAnotherSignatureAreErrors: Setup, Teardown,
+// OnAfterBackward, OnBeforeZeroGrad and the module's OnSaveCheckpoint and
+// OnLoadCheckpoint written with another signature (Lightning's, or a
+// callback's on a module) are errors naming each, not hooks never called.
+func TestNewHooksOfAnotherSignatureAreErrors(t *testing.T) {
+	_, err := trainer.New(quiet(trainer.Config{Callbacks: []trainer.Callback{setupLightning{}}}))
+	errSays(t, setupLightning{}, err, []string{"setupLightning",
+		"Setup func(string) error", "func(context.Context, *trainer.State, string) error",
+		"Teardown func(string)", "OnAfterBackward func() error", "func(context.Context, *trainer.State) error",
+		"OnBeforeZeroGrad func(interface {}) error"})
+	tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := regression(t, 32, 0.01, 1)
+	m := &ckptLightning{linreg{in: 4, lr: 0.05}}
+	errSays(t, m, tr.Fit(context.Background(), m, loader(t, ds, 16, false, false), nil), []string{"ckptLightning",
+		"OnSaveCheckpoint", "func(context.Context) ([]uint8, error)", "OnLoadCheckpoint", "func(context.Context, []uint8) error",
+		"Setup func(string) error", "func(context.Context, string) error", "Teardown", "OnAfterBackward", "func(context.Context) error",
+		"OnBeforeZeroGrad"})
+}

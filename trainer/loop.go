@@ -39,10 +39,12 @@ type fitRun struct {
 	trainDur time.Duration
 
 	// The per-step hooks that some module or callback implements, and
-	// what they need during a step.
-	beforeBackward, beforeStep, afterStep bool
-	ctx                                   context.Context // of the step or optimizer step in progress
-	hookStop                              error           // a Stop from a per-step hook, for the batch end
+	// what they need during a step: micro is the micro-batch's place in
+	// its accumulation window.
+	stepHookSet
+	micro    int
+	ctx      context.Context // of the step or optimizer step in progress
+	hookStop error           // a Stop from a per-step hook, for the batch end
 	// backwardHook is TrainOptions.BeforeBackward, nil when no hook wants
 	// it; backwardHooked records that the strategy called it in this step.
 	backwardHook   func(loss float64) error
@@ -65,7 +67,7 @@ type fitRun struct {
 	warnedLogEvery bool
 }
 
-func (t *Trainer) newFitRun(m module.Module, train, val *data.Loader) *fitRun {
+func (t *Trainer) newFitRun(m module.Module, train, val *data.Loader) (*fitRun, error) {
 	f := &fitRun{t: t, m: m, train: train, val: val, stepLog: map[string]float64{}}
 	if c := &t.cfg; c.GradientClipVal > 0 {
 		if c.GradientClipAlgorithm == "value" {
@@ -76,17 +78,20 @@ func (t *Trainer) newFitRun(m module.Module, train, val *data.Loader) *fitRun {
 	}
 	f.opt, f.sched = t.opt, t.sched
 	f.resume, t.resumeAt = t.resumeAt, nil
-	f.beforeBackward, f.beforeStep, f.afterStep = t.stepHooks(m)
-	if f.beforeStep || t.cfg.LogGradNorm {
+	f.stepHookSet = t.stepHooks(m)
+	if f.beforeStep || f.afterBackward || t.cfg.LogGradNorm {
 		// Bound once: the strategy calls it every step.
 		f.stepOpts.BeforeUpdate = f.beforeUpdate
 	}
-	if f.beforeBackward {
+	if f.beforeBackward || f.zeroGrad {
 		f.backwardHook = f.beforeBackwardHook
 	}
-	f.stepEndStop = t.stopsAtStepEnd(m)
+	var err error
+	if f.stepEndStop, err = t.stopsAtStepEnd(m); err != nil {
+		return nil, err
+	}
 	f.rideVal = strategy.Ride{Values: f.rideFlags[:], Sample: f.sampleStop}
-	return f
+	return f, nil
 }
 
 // sampleStop is the ride's Sample: this rank's stop flags as the step's
@@ -114,7 +119,10 @@ func (f *fitRun) stepCtx(ctx context.Context) context.Context {
 // until a hook or a signal stops it (returned as the error).
 func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data.Loader, startEpoch int) error {
 	defer t.span("fit")()
-	f := t.newFitRun(m, train, val)
+	f, err := t.newFitRun(m, train, val)
+	if err != nil {
+		return err
+	}
 	f.fitCtx = ctx
 	if p, ok := f.sched.(*optim.ReduceOnPlateau); ok && p.Config().Mode == "max" && p.Monitor() == "" {
 		return errors.New(`ReduceOnPlateau has Mode "max" and no Monitor: it would watch val_loss or train_loss, which should fall, and cut the learning rate while they do: set PlateauConfig.Monitor to the metric that should rise (such as val_acc), or use Mode "min"`)
@@ -241,42 +249,16 @@ func (f *fitRun) epoch(ctx context.Context, epoch int) error {
 		t.stats.TrainTime += f.trainDur
 		return err
 	}
-	if now {
-		return f.stopMidEpoch(ctx, epoch, stop)
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("epoch %d: training data: %w", epoch, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	t.stats.TrainTime += f.trainDur
-	return f.endEpoch(ctx, epoch, nb, r, stop)
-}
-
-// stopMidEpoch ends epoch at the batch where the ranks agreed to stop,
-// without the epoch's end-of-epoch work, but with the default checkpoints
-// of the weights the run ended with, as Lightning's checkpoint callback
-// saves when an epoch ends early: otherwise a Stop (a Timer, a threshold)
-// would leave nothing to resume but the previous epoch's. A batch inside an
-// accumulation window has partial gradients no checkpoint can hold: the
-// newest checkpoint stays, and the warning says so.
-func (f *fitRun) stopMidEpoch(ctx context.Context, epoch int, stop error) error {
-	t := f.t
-	if !t.defaultCheckpoints() {
-		return stop
-	}
-	if t.pos.midWindow {
-		if t.state.IsGlobalZero {
-			t.cfg.Log.Warn().Int("epoch", t.pos.Epoch).Int("batch", t.pos.Batch-1).Int("global_step", t.state.GlobalStep).
-				Msg("training stopped inside a gradient accumulation window, whose partial gradients a checkpoint cannot hold: no checkpoint of this batch; the newest checkpoint is the last one saved")
+	if !now {
+		if err := it.Err(); err != nil {
+			return fmt.Errorf("epoch %d: training data: %w", epoch, err)
 		}
-		return stop
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		t.stats.TrainTime += f.trainDur
 	}
-	if err := t.saveEpochCheckpoint(ctx, epoch); err != nil {
-		return err
-	}
-	return stop
+	return f.endEpoch(ctx, epoch, nb, r, stop, now)
 }
 
 // enterEpoch sets the state for epoch and returns where a resumed run
@@ -383,8 +365,8 @@ func numBatchesOf(what string, l *data.Loader, epoch int) (nb int, err error) {
 
 // batches runs training batches first..nb-1 of epoch from it. It returns
 // the stop a hook asked for (stop carries one asked for before the first
-// batch); now reports that the ranks agreed to stop at a batch end, so the
-// epoch ends without its end-of-epoch work.
+// batch); now reports that the ranks agreed to stop at a batch end, where
+// the epoch ends (endEpoch's stopped).
 func (f *fitRun) batches(ctx context.Context, epoch int, it *data.Iter, first, nb int, stop error) (_ error, now bool, _ error) {
 	t := f.t
 	for bi := first; bi < nb; bi++ {
@@ -418,7 +400,7 @@ func (f *fitRun) batches(ctx context.Context, epoch int, it *data.Iter, first, n
 			if s == nil {
 				s = f.hookStop
 			}
-			return nil, false, fmt.Errorf("epoch %d batch %d: %v; but no module or callback with OnBeforeOptimizerStep, OnAfterOptimizerStep or OnTrainBatchEnd says it may stop there (StepEndStopper), so the ranks agreed on stopping with the step's gradients, before the hook ran, and cannot all stop at this batch: make its StopsAtStepEnd return true, or stop from OnBeforeBackward or OnTrainEpochEnd", epoch, bi, s)
+			return nil, false, fmt.Errorf("epoch %d batch %d: %v; but no module or callback with OnAfterBackward, OnBeforeOptimizerStep, OnAfterOptimizerStep or OnTrainBatchEnd says it may stop there (StepEndStopper), so the ranks agreed on stopping with the step's gradients, before the hook ran, and cannot all stop at this batch: make its StopsAtStepEnd return true, or stop from OnBeforeBackward or OnTrainEpochEnd", epoch, bi, s)
 		}
 		if s != nil {
 			stop = s
@@ -461,29 +443,56 @@ func (f *fitRun) batches(ctx context.Context, epoch int, it *data.Iter, first, n
 // validation (unless a resumed run did them already), the per-epoch
 // scheduler step, the epoch-end hooks and checkpoint, and the ranks'
 // agreement on stopping, returned as the error.
-func (f *fitRun) endEpoch(ctx context.Context, epoch, nb int, r loopPos, stop error) error {
+//
+// stopped: the ranks agreed at a batch end to stop (a hook's Stop, on any
+// rank). As Lightning's training epoch loop once should_stop is set, the
+// epoch ends there and its end runs all the same: the epoch metrics of the
+// batches that ran (train_loss_epoch), the validation when the epoch is one
+// that validates (Lightning's _should_check_val_fx lets a stop validate),
+// OnTrainEpochEnd, and the default checkpoints, once. An epoch stopped
+// before its last batch (partial; by a mid-epoch validation's Stop too)
+// keeps its position in the checkpoints (the batch to resume at, the
+// epoch's aggregates), so that a resume trains the rest of it and ends it
+// again, and the per-epoch scheduler does not step, as Lightning's steps
+// only after an epoch's last batch. Inside an
+// accumulation window, whose partial gradients no checkpoint can hold, the
+// validation (whose checkpoints could not be saved) is skipped too, and
+// the default checkpoints are not written: the warning says so.
+func (f *fitRun) endEpoch(ctx context.Context, epoch, nb int, r loopPos, stop error, stopped bool) error {
 	t := f.t
+	partial := stop != nil && t.pos.Batch < nb
 	if !r.Validated {
 		if err := t.finishTrainEpoch(ctx, epoch); err != nil {
 			return err
 		}
-		if stop == nil && f.valDueAtEpochEnd(epoch) {
-			t.pos = loopPos{Epoch: epoch, Batch: nb, Validated: true}
-			var err error
-			if stop, err = f.validate(ctx, epoch); err != nil {
+		// A stop that did not come at a batch end came from a validation,
+		// which has run.
+		if (stop == nil || stopped) && f.valDueAtEpochEnd(epoch) && !(partial && t.pos.midWindow) {
+			if partial {
+				t.pos.ValPending = false
+			} else {
+				t.pos = loopPos{Epoch: epoch, Batch: nb, Validated: true}
+			}
+			s, err := f.validate(ctx, epoch)
+			if err != nil {
 				return err
+			}
+			if stop == nil {
+				stop = s
 			}
 		}
 	}
-	t.stats.Epochs = epoch + 1
-	if f.sched != nil && f.sched.Interval() == optim.PerEpoch && !f.waitsForValidation(epoch) {
-		metric, err := t.schedMetric(ctx, f.sched)
-		if err != nil {
-			return fmt.Errorf("epoch %d: %w", epoch, err)
+	if !partial {
+		t.stats.Epochs = epoch + 1
+		if f.sched != nil && f.sched.Interval() == optim.PerEpoch && !f.waitsForValidation(epoch) {
+			metric, err := t.schedMetric(ctx, f.sched)
+			if err != nil {
+				return fmt.Errorf("epoch %d: %w", epoch, err)
+			}
+			f.sched.Step(f.opt, metric)
 		}
-		f.sched.Step(f.opt, metric)
+		t.pos = loopPos{Epoch: epoch + 1}
 	}
-	t.pos = loopPos{Epoch: epoch + 1}
 	s, err := splitStop(t.onTrainEpochEnd(ctx, f.m, epoch))
 	if err != nil {
 		return err
@@ -492,9 +501,17 @@ func (f *fitRun) endEpoch(ctx context.Context, epoch, nb int, r loopPos, stop er
 		stop = s
 	}
 	if t.defaultCheckpoints() {
-		if err := t.saveEpochCheckpoint(ctx, epoch); err != nil {
+		if t.pos.midWindow {
+			if t.state.IsGlobalZero {
+				t.cfg.Log.Warn().Int("epoch", t.pos.Epoch).Int("batch", t.pos.Batch-1).Int("global_step", t.state.GlobalStep).
+					Msg("training stopped inside a gradient accumulation window, whose partial gradients a checkpoint cannot hold: no checkpoint of this batch; the newest checkpoint is the last one saved")
+			}
+		} else if err := t.saveEpochCheckpoint(ctx, epoch); err != nil {
 			return err
 		}
+	}
+	if stopped {
+		return stop // every rank stops already
 	}
 	if stop, err = t.agreeStop(ctx, stop, true); err != nil {
 		return err

@@ -33,17 +33,23 @@ type progress struct {
 	bar     []string
 }
 
-func newProgress(cfg *Config, rank0 bool) *progress {
+func newProgress(cfg *Config, rank0 bool) (*progress, error) {
 	p := &progress{cfg: cfg, on: rank0 && cfg.progressBar(), rank0: rank0, w: cfg.Out}
 	for _, cb := range cfg.Callbacks {
-		if d, ok := cb.(ProgressDisplay); ok && d.DisplaysProgress() {
-			p.on = false // a progress callback replaces the built-in display
+		if d, ok := cb.(ProgressDisplay); ok {
+			yes, err := ability("callbacks/"+cb.Name(), "DisplaysProgress", d.DisplaysProgress)
+			if err != nil {
+				return nil, err
+			}
+			if yes {
+				p.on = false // a progress callback replaces the built-in display
+			}
 		}
 	}
 	if f, ok := cfg.Out.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		p.tty = true
 	}
-	return p
+	return p, nil
 }
 
 func (p *progress) startEpoch(epoch, epochs, total int) {

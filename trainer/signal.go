@@ -167,8 +167,9 @@ var stopOps = func() (ops [1 + ctxCancelled]module.Reduce) {
 // carry them (strategy.TrainOptions.Ride; ddp can) and nothing can ask to
 // stop after that bucket is queued: signals, the context and a Stop from
 // OnBeforeBackward are known by then and sampled when it is queued, but a
-// Stop from OnBeforeOptimizerStep, OnAfterOptimizerStep or OnTrainBatchEnd
-// comes after the step's buckets have gone, and every rank must know
+// Stop from OnAfterBackward (at a window's last micro-batch),
+// OnBeforeOptimizerStep, OnAfterOptimizerStep or OnTrainBatchEnd comes
+// after the step's buckets have gone, and every rank must know
 // before its next OnTrainBatchStart (a hook may change what the step
 // does) and before any later hook sees the weights. Riding on the next
 // step's buckets would stop every rank one step late, or have them run a

@@ -40,7 +40,7 @@ func (f *fitRun) trainBatch(ctx context.Context, epoch, bi, nb int, b *data.Batc
 func (f *fitRun) forwardBackward(ctx context.Context, epoch, bi, micro int, last bool, b *data.Batch) (float64, []module.Metric, error) {
 	t, cfg := f.t, &f.t.cfg
 	sp := cfg.Profiler.Start("forward+backward")
-	f.ctx, f.backwardHooked = ctx, false
+	f.ctx, f.backwardHooked, f.micro = ctx, false, micro
 	var ride *strategy.Ride
 	if last && f.ride != nil {
 		ride, f.ride.Rode, f.sampledStop = f.ride, false, false
@@ -56,6 +56,14 @@ func (f *fitRun) forwardBackward(ctx context.Context, epoch, bi, micro int, last
 		// A strategy that does not call TrainOptions.BeforeBackward: the
 		// hooks run after its pass, as they would after a fused one.
 		if err := f.backwardHook(loss); err != nil {
+			return 0, nil, fmt.Errorf("epoch %d batch %d: %w", epoch, bi, err)
+		}
+	}
+	if f.afterBackward && !last {
+		// Inside the window: this process's accumulated gradients, which
+		// no collective is writing. The window's last runs the hooks
+		// once they are reduced (beforeUpdate).
+		if err := f.stepHook(t.onAfterBackward(ctx, f.m)); err != nil {
 			return 0, nil, fmt.Errorf("epoch %d batch %d: %w", epoch, bi, err)
 		}
 	}
@@ -136,19 +144,36 @@ func (f *fitRun) optimizerStep(ctx context.Context, epoch, bi int) error {
 
 // beforeBackwardHook is the strategy's TrainOptions.BeforeBackward: it
 // receives the step's loss between the forward and the backward pass and
-// calls the BeforeBackward hooks.
+// calls the BeforeZeroGrad hooks (at a window's first micro-batch, whose
+// backward pass replaces the previous step's gradients) and the
+// BeforeBackward hooks.
 func (f *fitRun) beforeBackwardHook(loss float64) error {
 	f.backwardHooked = true
+	if f.zeroGrad && f.micro == 0 {
+		if err := f.stepHook(f.t.onBeforeZeroGrad(f.ctx, f.m)); err != nil {
+			return err
+		}
+	}
+	if !f.beforeBackward {
+		return nil
+	}
 	return f.stepHook(f.t.onBeforeBackward(f.ctx, f.m, loss))
 }
 
 // beforeUpdate is the strategy's StepOptions.BeforeUpdate: it receives the
-// reduced gradients' norm and calls the BeforeOptimizerStep hooks.
+// reduced gradients' norm and calls the AfterBackward hooks of the
+// window's last micro-batch, whose gradients are all reduced now, then the
+// BeforeOptimizerStep hooks.
 func (f *fitRun) beforeUpdate(gradNorm float64) error {
 	t := f.t
 	t.state.GradNorm = gradNorm
 	if t.cfg.LogGradNorm {
 		t.state.setMetric("grad_norm", gradNorm, false)
+	}
+	if f.afterBackward {
+		if err := f.stepHook(t.onAfterBackward(f.ctx, f.m)); err != nil {
+			return err
+		}
 	}
 	if !f.beforeStep {
 		return nil

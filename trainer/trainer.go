@@ -624,6 +624,9 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 			err = ferr
 		}
 	}()
+	if err := t.onSetup(ctx, m, "fit"); err != nil {
+		return err
+	}
 	start := 0
 	if fo.ckptPath == "" {
 		fo.ckptPath = t.slurmResume()
@@ -657,8 +660,12 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 			return err
 		}
 	}
-	t.progress = newProgress(&t.cfg, t.state.IsGlobalZero)
-	t.fillLayerShapes(m, train)
+	if t.progress, err = newProgress(&t.cfg, t.state.IsGlobalZero); err != nil {
+		return err
+	}
+	if err = t.fillLayerShapes(m, train); err != nil {
+		return err
+	}
 	stepAtStart := t.state.GlobalStep
 	t.startSchedule(start)
 	if err = t.agreeHookStop(ctx, t.onFitStart(ctx, m)); err == nil {
@@ -690,8 +697,11 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 		}
 		return err
 	}
-	if err := t.onFitEnd(ctx, m); err != nil {
-		return t.stopOr(err)
+	if err := t.stopOr(t.onFitEnd(ctx, m)); err != nil {
+		return err
+	}
+	if err := t.onTeardown(ctx, m, "fit"); err != nil {
+		return err
 	}
 	if err := t.flushProfiler(ctx); err != nil {
 		return err
@@ -784,15 +794,19 @@ func (t *Trainer) loadCallbackStates(states map[string][]byte) error {
 // fillLayerShapes builds m's training graph for one batch of train's size,
 // without running it, to learn each layer's input and output shapes, when a
 // callback shows them (LayerShapesUser).
-func (t *Trainer) fillLayerShapes(m module.Module, train *data.Loader) {
+func (t *Trainer) fillLayerShapes(m module.Module, train *data.Loader) error {
 	want := false
 	for _, cb := range t.cfg.Callbacks {
-		if u, ok := cb.(LayerShapesUser); ok && u.WantsLayerShapes() {
-			want = true
+		if u, ok := cb.(LayerShapesUser); ok {
+			yes, err := ability("callbacks/"+cb.Name(), "WantsLayerShapes", u.WantsLayerShapes)
+			if err != nil {
+				return err
+			}
+			want = want || yes
 		}
 	}
 	if !want || !t.state.IsGlobalZero {
-		return
+		return nil
 	}
 	st := t.store()
 	if st == nil {
@@ -801,7 +815,7 @@ func (t *Trainer) fillLayerShapes(m module.Module, train *data.Loader) {
 		// the graph, which only the shapes are read from.
 		var err error
 		if st, err = module.NewLayoutStore(t.specs, t.dtype(), t.cfg.Seed, nil); err != nil {
-			return
+			return nil // the summary goes without shapes
 		}
 	}
 	fields := train.Dataset().Fields()
@@ -818,6 +832,7 @@ func (t *Trainer) fillLayerShapes(m module.Module, train *data.Loader) {
 		_, _ = m.TrainingStep(s)
 	}()
 	s.LayerShapes(t.state.Layers)
+	return nil
 }
 
 func (t *Trainer) stopOr(err error) error {
@@ -1233,7 +1248,7 @@ func (t *Trainer) Test(ctx context.Context, m module.Module, test *data.Loader, 
 // prepareEval sets up (or rebinds) the strategy for m and loads the
 // checkpoint the options ask for. It returns the global step of the
 // weights evaluated: the checkpoint's, or the trainer's.
-func (t *Trainer) prepareEval(ctx context.Context, m module.Module, l *data.Loader, opts []EvalOption) (int, error) {
+func (t *Trainer) prepareEval(ctx context.Context, m module.Module, l *data.Loader, stage string, opts []EvalOption) (int, error) {
 	var eo evalOptions
 	for _, o := range opts {
 		o(&eo)
@@ -1246,6 +1261,9 @@ func (t *Trainer) prepareEval(ctx context.Context, m module.Module, l *data.Load
 		// Config.LogDir names, if any (State.LogDir of its hooks).
 		t.state.LogDir = t.cfg.LogDir
 	}
+	if err := t.onSetup(ctx, m, stage); err != nil {
+		return 0, err
+	}
 	if eo.ckptPath == "" {
 		return t.state.GlobalStep, nil
 	}
@@ -1253,7 +1271,7 @@ func (t *Trainer) prepareEval(ctx context.Context, m module.Module, l *data.Load
 	if err != nil {
 		return 0, err
 	}
-	sd, err := readStateDict(path, t.dtype())
+	sd, c, err := readStateDict(path, t.dtype())
 	if err != nil {
 		return 0, err
 	}
@@ -1265,6 +1283,9 @@ func (t *Trainer) prepareEval(ctx context.Context, m module.Module, l *data.Load
 		}
 	}
 	if err := t.strat.LoadState(ctx, weights); err != nil {
+		return 0, fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	if err := t.loadModuleCheckpoint(ctx, c); err != nil {
 		return 0, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
 	t.cfg.Log.Info().Str("path", path).Msg("evaluating the weights of a checkpoint")
@@ -1298,7 +1319,7 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 			return nil, errors.New("Test: the module has no TestStep: implement module.Tester")
 		}
 	}
-	step, err := t.prepareEval(ctx, m, l, opts)
+	step, err := t.prepareEval(ctx, m, l, mode.String(), opts)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", mode, err)
 	}
@@ -1346,6 +1367,9 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 		if err := t.stopOr(t.onValidationEnd(ctx, m, t.state.Epoch)); err != nil {
 			return nil, err
 		}
+	}
+	if err := t.onTeardown(ctx, m, mode.String()); err != nil {
+		return nil, err
 	}
 	if err := t.logEvaluation(step, out); err != nil {
 		return nil, fmt.Errorf("%s: %w", mode, err)
@@ -1475,7 +1499,7 @@ func (t *Trainer) predictBatches(ctx context.Context, m module.Module, l *data.L
 	if _, ok := m.(module.Predictor); !ok {
 		return nil, errors.New("Predict: the module has no PredictStep: implement module.Predictor")
 	}
-	if _, err := t.prepareEval(ctx, m, l, opts); err != nil {
+	if _, err := t.prepareEval(ctx, m, l, "predict", opts); err != nil {
 		return nil, fmt.Errorf("predict: %w", err)
 	}
 	t.state.Stage = "predict"
@@ -1530,6 +1554,9 @@ func (t *Trainer) predictBatches(ctx context.Context, m module.Module, l *data.L
 		return nil, fmt.Errorf("predict data: %w", err)
 	}
 	if err := t.stopOr(t.onPredictEnd(ctx, m)); err != nil {
+		return nil, err
+	}
+	if err := t.onTeardown(ctx, m, "predict"); err != nil {
 		return nil, err
 	}
 	return pl, nil
@@ -1652,7 +1679,9 @@ func denseFloats(y *tensor.Dense) []float64 {
 	return nil
 }
 
-// Teardown releases the strategy's replicas and connections.
+// Teardown releases the strategy's replicas and connections. It calls no
+// hook: the callbacks' and the module's Teardown (TeardownHook,
+// module.TearDowner) end each Fit, Validate, Test and Predict.
 func (t *Trainer) Teardown(ctx context.Context) error {
 	if t.strat == nil {
 		return nil
