@@ -80,7 +80,8 @@ var _ Ranked = (*Advanced)(nil)
 func (p *Advanced) Start(action string) Span {
 	if StageActions[action] {
 		p.startStage(action)
-		return Span{rec: stageEnd{p}, action: action, start: time.Now()}
+		sp := p.simple.Start(action) // the table's open fit span
+		return Span{rec: stageEnd{p}, action: action, start: sp.start}
 	}
 	p.mu.Lock()
 	ctx := context.Background()

@@ -91,14 +91,19 @@ func (Nop) Report(io.Writer) error { return nil }
 func (Nop) Close() error           { return nil }
 
 // Simple sums the time of each action and reports a table: action, calls,
-// mean, total and share of the "fit" span (of the whole run when no fit
-// span was recorded).
+// mean, total and share of the "fit" span, which holds the whole of a Fit
+// from its OnFitStart hooks to its Teardown (of the fit so far when the
+// span is open, of the whole run when no fit span was opened).
 type Simple struct {
 	mu    sync.Mutex
 	stats map[string]*stat
 	order []string
 	begin time.Time
 	now   func() time.Time
+	// fitOpen is when an open "fit" span began (zero when none is open):
+	// a report made inside it (report.md at OnFitEnd) gives shares of the
+	// fit so far.
+	fitOpen time.Time
 }
 
 type stat struct {
@@ -113,7 +118,15 @@ func NewSimple() *Simple {
 	return &Simple{stats: map[string]*stat{}, begin: time.Now(), now: time.Now}
 }
 
-func (p *Simple) Start(action string) Span { return NewSpan(p, action) }
+func (p *Simple) Start(action string) Span {
+	sp := NewSpan(p, action)
+	if action == "fit" {
+		p.mu.Lock()
+		p.fitOpen = sp.start
+		p.mu.Unlock()
+	}
+	return sp
+}
 
 // Record adds one span.
 func (p *Simple) Record(action string, start, end time.Time) {
@@ -126,6 +139,9 @@ func (p *Simple) Record(action string, start, end time.Time) {
 	}
 	st.calls++
 	st.total += end.Sub(start)
+	if action == "fit" {
+		p.fitOpen = time.Time{}
+	}
 	p.mu.Unlock()
 }
 
@@ -145,6 +161,8 @@ func (p *Simple) Rows() []Row {
 	whole := p.now().Sub(p.begin)
 	if st, ok := p.stats["fit"]; ok && st.total > 0 {
 		whole = st.total
+	} else if !p.fitOpen.IsZero() {
+		whole = p.now().Sub(p.fitOpen)
 	}
 	rows := make([]Row, 0, len(p.order))
 	for _, a := range p.order {
@@ -164,7 +182,7 @@ func (p *Simple) Report(w io.Writer) error {
 	tw := tablewriter.NewWriter(w)
 	share := "% of run"
 	p.mu.Lock()
-	if _, ok := p.stats["fit"]; ok {
+	if _, ok := p.stats["fit"]; ok || !p.fitOpen.IsZero() {
 		share = "% of fit"
 	}
 	p.mu.Unlock()

@@ -118,7 +118,6 @@ func (f *fitRun) stepCtx(ctx context.Context) context.Context {
 // fitLoop trains epochs from startEpoch until MaxEpochs or MaxSteps, or
 // until a hook or a signal stops it (returned as the error).
 func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data.Loader, startEpoch int) error {
-	defer t.span("fit")()
 	f, err := t.newFitRun(m, train, val)
 	if err != nil {
 		return err

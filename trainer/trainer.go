@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -668,6 +669,11 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 	}
 	stepAtStart := t.state.GlobalStep
 	t.startSchedule(start)
+	// The profiler's "fit" span holds the whole of the training, its
+	// OnFitStart to its Teardown hooks, which the profiler's shares are of;
+	// it closes before the profiler's files are flushed.
+	endFit := sync.OnceFunc(t.span("fit"))
+	defer endFit()
 	if err = t.agreeHookStop(ctx, t.onFitStart(ctx, m)); err == nil {
 		err = t.fitLoop(ctx, m, train, val, start)
 	} else if _, ok := isStop(err); !ok {
@@ -703,6 +709,7 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 	if err := t.onTeardown(ctx, m, "fit"); err != nil {
 		return err
 	}
+	endFit()
 	if err := t.flushProfiler(ctx); err != nil {
 		return err
 	}
