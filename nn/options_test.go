@@ -1,12 +1,14 @@
 package nn_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
+	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/nn"
 )
 
@@ -119,5 +121,78 @@ func TestCrossEntropyOptionErrors(t *testing.T) {
 		if !strings.Contains(msg, c.want) {
 			t.Errorf("got %q, want it to contain %q", msg, c.want)
 		}
+	}
+}
+
+type layerBuild = func(b *module.Builder) func(*module.Step, *G.Node) *G.Node
+
+// layerOptionCases are torch_options.py's layer cases.
+var layerOptionCases = []struct {
+	name   string
+	shape  []int
+	mode   module.Mode
+	before int
+	layer  layerBuild
+}{
+	{"bn2d_notrack_train", []int{3, 2, 2, 3}, module.Train, 1, func(b *module.Builder) func(*module.Step, *G.Node) *G.Node {
+		return nn.NewBatchNorm2d(b, "", 2, nn.BatchNormNoRunningStats()).Forward
+	}},
+	{"bn2d_notrack_eval", []int{3, 2, 2, 3}, module.Validate, 0, func(b *module.Builder) func(*module.Step, *G.Node) *G.Node {
+		return nn.NewBatchNorm2d(b, "", 2, nn.BatchNormNoRunningStats()).Forward
+	}},
+	{"bn1d_notrack_noaffine_eval", []int{4, 3}, module.Validate, 0, func(b *module.Builder) func(*module.Step, *G.Node) *G.Node {
+		return nn.NewBatchNorm1d(b, "", 3, nn.BatchNormNoAffine(), nn.BatchNormNoRunningStats()).Forward
+	}},
+	{"bn1d_notrack_len_eval", []int{2, 3, 4}, module.Validate, 0, func(b *module.Builder) func(*module.Step, *G.Node) *G.Node {
+		return nn.NewBatchNorm1d(b, "", 3, nn.BatchNormEps(1e-3), nn.BatchNormNoRunningStats()).Forward
+	}},
+}
+
+// TestLayerOptionsMatchTorch runs each layer case of torch_options.py in
+// float64 and float32 and compares the output, the gradients of the input
+// and every parameter, the buffers, and the names and shapes of the
+// parameter store's tensors with torch's state_dict.
+func TestLayerOptionsMatchTorch(t *testing.T) {
+	for _, c := range layerOptionCases {
+		for _, dt := range dtypes {
+			checkLayer(t, c.name+"/"+dt.String(), refFor(t, c.name, dt), dt, c.shape, c.mode, c.before, c.layer, tolFor(dt))
+		}
+		var got []string
+		m := newModel(t, tensor.Float64, func(b *module.Builder) { c.layer(b) })
+		for _, e := range m.store.Entries() {
+			got = append(got, fmt.Sprintf("%s %v", e.Name, e.Shape))
+		}
+		if want := torchStateDicts[c.name]; strings.Join(got, ", ") != strings.Join(want, ", ") {
+			t.Errorf("%s: the store holds %q, torch's state_dict %q", c.name, got, want)
+		}
+	}
+}
+
+// TestBatchNormNoRunningStatsErrors: combined with settings of running
+// statistics it is a build error naming them, and a batch of one value per
+// channel in eval is an error (it normalises with the batch's statistics).
+func TestBatchNormNoRunningStatsErrors(t *testing.T) {
+	for _, opt := range []nn.BatchNormOption{nn.BatchNormCumulative(), nn.BatchNormMomentum(0)} {
+		b := module.NewBuilder(tensor.Float64)
+		nn.NewBatchNorm2d(b, "bn", 2, nn.BatchNormNoRunningStats(), opt)
+		if _, err := b.Specs(); err == nil || !strings.Contains(err.Error(), "BatchNormNoRunningStats is given with BatchNormMomentum(0) or BatchNormCumulative") {
+			t.Errorf("Specs: %v", err)
+		}
+	}
+	var forward func(*module.Step, *G.Node) *G.Node
+	m := newModel(t, tensor.Float64, func(b *module.Builder) {
+		forward = nn.NewBatchNorm1d(b, "bn", 3, nn.BatchNormNoRunningStats()).Forward
+	})
+	x := tensor.New(tensor.WithShape(1, 3), tensor.WithBacking([]float64{1, 2, 3}))
+	msg := panicOf(func() { forward(m.step(t, G.NewGraph(), module.Validate, x), nil) })
+	if msg == "" {
+		t.Fatal("nil input: no panic")
+	}
+	msg = panicOf(func() {
+		s := m.step(t, G.NewGraph(), module.Validate, x)
+		forward(s, s.Input("x"))
+	})
+	if !strings.Contains(msg, "without running statistics normalises with the batch's in every mode and needs more than one value per channel") {
+		t.Errorf("batch of 1 in eval: %q", msg)
 	}
 }

@@ -1,8 +1,9 @@
 """Writes ../torchopts_data_test.go: PyTorch 1.13's results for the layer
-and loss options TestOptionsMatchTorch checks (label_smoothing,
+and loss options TestLayerOptionsMatchTorch and TestCrossEntropyLabelSmoothingMatchesTorch check (label_smoothing,
 track_running_stats=False, ceil_mode, groups), in float64 and float32.
 
-Run once from nn/testdata with python3 (torch 1.13); go test needs no Python.
+Run once from nn/testdata with python3 (torch 1.13), then gofmt -w the
+output; go test needs no Python.
 Inputs, parameters and output gradients are fill(n, k), as in
 torch_layers.py and torchref_test.go.
 """
@@ -61,5 +62,45 @@ for dname, dt in DTYPES:
         loss.backward()
         emit(name + "/" + dname, loss, [("x", z.grad)])
 
+# Layers, as torch_layers.py runs them: name, module, input shape, mode,
+# runs before the measured one.
+layer_cases = [
+    ("bn2d_notrack_train", lambda: nn.BatchNorm2d(2, track_running_stats=False), (3, 2, 2, 3), "train", 1),
+    ("bn2d_notrack_eval", lambda: nn.BatchNorm2d(2, track_running_stats=False), (3, 2, 2, 3), "eval", 0),
+    ("bn1d_notrack_noaffine_eval", lambda: nn.BatchNorm1d(3, affine=False, track_running_stats=False), (4, 3), "eval", 0),
+    ("bn1d_notrack_len_eval", lambda: nn.BatchNorm1d(3, eps=1e-3, track_running_stats=False), (2, 3, 4), "eval", 0),
+    ("maxpool_k3s2_ceil", lambda: nn.MaxPool2d(3, 2, ceil_mode=True), (1, 2, 6, 6), "train", 0),
+    ("maxpool_k2s2p1_ceil", lambda: nn.MaxPool2d(2, 2, 1, ceil_mode=True), (1, 1, 5, 5), "train", 0),
+    ("avgpool_k3s2p1_ceil_incl", lambda: nn.AvgPool2d(3, 2, 1, ceil_mode=True), (1, 2, 6, 6), "train", 0),
+    ("avgpool_k3s2p1_ceil_excl", lambda: nn.AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False), (1, 2, 6, 6), "train", 0),
+    ("avgpool_k2_ceil", lambda: nn.AvgPool2d(2, ceil_mode=True), (1, 1, 5, 5), "train", 0),
+    ("avgpool_k2s2p1_ceil_incl", lambda: nn.AvgPool2d(2, 2, 1, ceil_mode=True), (1, 1, 5, 5), "train", 0),
+    ("conv_g2", lambda: nn.Conv2d(4, 6, 3, padding=1, groups=2), (2, 4, 5, 5), "train", 0),
+    ("conv_depthwise_s2", lambda: nn.Conv2d(3, 3, 3, stride=2, padding=1, groups=3, bias=False), (1, 3, 6, 6), "train", 0),
+    ("conv_dw_mult2_rect", lambda: nn.Conv2d(2, 4, (3, 2), groups=2, dilation=(1, 2)), (1, 2, 5, 6), "train", 0),
+]
+state_dicts = {}
+for dname, dt in DTYPES:
+    for name, make, shape, mode, before in layer_cases:
+        m = make().to(dt)
+        with torch.no_grad():
+            for k, (n, p) in enumerate(m.named_parameters()):
+                p.copy_(filled(p.shape, 10 + k, dt) * (1.5 if n == "weight" and p.dim() == 1 else 1))
+        m.train(mode == "train")
+        x = filled(shape, 1, dt).requires_grad_(True)
+        for _ in range(before):
+            with torch.no_grad():
+                m(x)
+        y = m(x)
+        (y * filled(y.shape, 2, dt)).sum().backward()
+        emit(name + "/" + dname, y, [("x", x.grad)] + [(n, p.grad) for n, p in m.named_parameters()],
+             [(n, b) for n, b in m.named_buffers()])
+        state_dicts[name] = ["%s %s" % (k, list(v.shape)) for k, v in m.state_dict().items()]
+
+out.append("}\n")
+out.append("// torchStateDicts holds each layer's state_dict keys and shapes in torch.")
+out.append("var torchStateDicts = map[string][]string{")
+for name, keys in state_dicts.items():
+    out.append('\t"%s": {%s},' % (name, ", ".join('"%s"' % k for k in keys)))
 out.append("}\n")
 open("../torchopts_data_test.go", "w").write("\n".join(out))
