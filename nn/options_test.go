@@ -146,6 +146,22 @@ var layerOptionCases = []struct {
 	{"bn1d_notrack_len_eval", []int{2, 3, 4}, module.Validate, 0, func(b *module.Builder) func(*module.Step, *G.Node) *G.Node {
 		return nn.NewBatchNorm1d(b, "", 3, nn.BatchNormEps(1e-3), nn.BatchNormNoRunningStats()).Forward
 	}},
+	{"maxpool_k3s2_ceil", []int{1, 2, 6, 6}, module.Train, 0, pool(true, nn.PoolConfig{Kernel: 3, Stride: 2, CeilMode: true})},
+	// ceil gives 4 windows, the last starting at the far padding: torch drops it.
+	{"maxpool_k2s2p1_ceil", []int{1, 1, 5, 5}, module.Train, 0, pool(true, nn.PoolConfig{Kernel: 2, Stride: 2, Padding: 1, CeilMode: true})},
+	{"avgpool_k3s2p1_ceil_incl", []int{1, 2, 6, 6}, module.Train, 0, pool(false, nn.PoolConfig{Kernel: 3, Stride: 2, Padding: 1, CeilMode: true})},
+	{"avgpool_k3s2p1_ceil_excl", []int{1, 2, 6, 6}, module.Train, 0, pool(false, nn.PoolConfig{Kernel: 3, Stride: 2, Padding: 1, CeilMode: true, ExcludePad: true})},
+	{"avgpool_k2_ceil", []int{1, 1, 5, 5}, module.Train, 0, pool(false, nn.PoolConfig{Kernel: 2, CeilMode: true})},
+	{"avgpool_k2s2p1_ceil_incl", []int{1, 1, 5, 5}, module.Train, 0, pool(false, nn.PoolConfig{Kernel: 2, Stride: 2, Padding: 1, CeilMode: true})},
+}
+
+func pool(isMax bool, c nn.PoolConfig) layerBuild {
+	return func(b *module.Builder) func(*module.Step, *G.Node) *G.Node {
+		if isMax {
+			return nn.NewMaxPool2d(b, "pool", c).Forward
+		}
+		return nn.NewAvgPool2d(b, "pool", c).Forward
+	}
 }
 
 // TestLayerOptionsMatchTorch runs each layer case of torch_options.py in
