@@ -153,6 +153,14 @@ var layerOptionCases = []struct {
 	{"avgpool_k3s2p1_ceil_excl", []int{1, 2, 6, 6}, module.Train, 0, pool(false, nn.PoolConfig{Kernel: 3, Stride: 2, Padding: 1, CeilMode: true, ExcludePad: true})},
 	{"avgpool_k2_ceil", []int{1, 1, 5, 5}, module.Train, 0, pool(false, nn.PoolConfig{Kernel: 2, CeilMode: true})},
 	{"avgpool_k2s2p1_ceil_incl", []int{1, 1, 5, 5}, module.Train, 0, pool(false, nn.PoolConfig{Kernel: 2, Stride: 2, Padding: 1, CeilMode: true})},
+	{"conv_g2", []int{2, 4, 5, 5}, module.Train, 0, conv(nn.Conv2dConfig{In: 4, Out: 6, Kernel: 3, Padding: 1, Groups: 2})},
+	{"conv_depthwise_s2", []int{1, 3, 6, 6}, module.Train, 0, conv(nn.Conv2dConfig{In: 3, Out: 3, Kernel: 3, Stride: 2, Padding: 1, Groups: 3, NoBias: true})},
+	{"conv_dw_mult2_rect", []int{1, 2, 5, 6}, module.Train, 0, conv(nn.Conv2dConfig{In: 2, Out: 4, KernelHW: [2]int{3, 2}, DilationHW: [2]int{1, 2}, Groups: 2})},
+}
+
+func conv(c nn.Conv2dConfig) layerBuild {
+	c.InputGrad = true
+	return func(b *module.Builder) func(*module.Step, *G.Node) *G.Node { return nn.NewConv2d(b, "", c).Forward }
 }
 
 func pool(isMax bool, c nn.PoolConfig) layerBuild {
@@ -176,7 +184,7 @@ func TestLayerOptionsMatchTorch(t *testing.T) {
 		var got []string
 		m := newModel(t, tensor.Float64, func(b *module.Builder) { c.layer(b) })
 		for _, e := range m.store.Entries() {
-			got = append(got, fmt.Sprintf("%s %v", e.Name, e.Shape))
+			got = append(got, fmt.Sprintf("%s [%s]", e.Name, strings.Trim(strings.Join(strings.Fields(fmt.Sprint(e.Shape)), ", "), "[]")))
 		}
 		if want := torchStateDicts[c.name]; strings.Join(got, ", ") != strings.Join(want, ", ") {
 			t.Errorf("%s: the store holds %q, torch's state_dict %q", c.name, got, want)
@@ -210,5 +218,24 @@ func TestBatchNormNoRunningStatsErrors(t *testing.T) {
 	})
 	if !strings.Contains(msg, "without running statistics normalises with the batch's in every mode and needs more than one value per channel") {
 		t.Errorf("batch of 1 in eval: %q", msg)
+	}
+}
+
+// TestConv2dGroupsErrors: groups that do not divide the channels, or are
+// negative, are build errors naming the values.
+func TestConv2dGroupsErrors(t *testing.T) {
+	for _, c := range []struct {
+		cfg  nn.Conv2dConfig
+		want string
+	}{
+		{nn.Conv2dConfig{In: 6, Out: 4, Kernel: 3, Groups: 4}, "Groups=4 with In=6, Out=4: In and Out must both be multiples of Groups"},
+		{nn.Conv2dConfig{In: 4, Out: 6, Kernel: 3, Groups: 4}, "Groups=4 with In=4, Out=6"},
+		{nn.Conv2dConfig{In: 4, Out: 4, Kernel: 3, Groups: -2}, "Groups=-2: use 1 or more"},
+	} {
+		b := module.NewBuilder(tensor.Float32)
+		nn.NewConv2d(b, "conv", c.cfg)
+		if _, err := b.Specs(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want an error containing %q", c.cfg, err, c.want)
+		}
 	}
 }
