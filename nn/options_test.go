@@ -73,15 +73,7 @@ func TestCrossEntropyLabelSmoothingMatchesTorch(t *testing.T) {
 			} else {
 				loss = nn.CrossEntropy(z, labels, c.opts...)
 			}
-			if _, err := G.Grad(loss, z); err != nil {
-				t.Fatal(err)
-			}
-			vm := G.NewTapeMachine(g)
-			err := vm.RunAll()
-			vm.Close()
-			if err != nil {
-				t.Fatalf("%s %v: %v", c.name, dt, err)
-			}
+			gradAndRun(t, c.name+" "+dt.String(), g, loss, z)
 			closeTo(t, c.name+" "+dt.String()+" loss", vals(loss.Value()), ref.Out, tolFor(dt))
 			gz, _ := z.Grad()
 			closeTo(t, c.name+" "+dt.String()+" gradient", vals(gz), ref.Grads["x"], tolFor(dt))
