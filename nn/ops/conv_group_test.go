@@ -2,11 +2,14 @@ package ops
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
+
+	"github.com/fulgur-ml/fulgur/nn/gradcheck"
 )
 
 // convGrads runs Σ conv(x, w, b)·r and returns the output and the
@@ -114,6 +117,58 @@ func TestGroupedConvErrors(t *testing.T) {
 		_, err := Conv2d(x, w, nil, Conv2dOpts{Groups: c.groups})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v * %v in %d groups: %v, want %q", c.x, c.w, c.groups, err, c.want)
+		}
+	}
+}
+
+// TestGroupedConvNoInputGrad: without the input gradient (a first layer),
+// a grouped convolution's weight gradient is the one computed with it.
+func TestGroupedConvNoInputGrad(t *testing.T) {
+	x := randT(tensor.Float64, 1, -1, 1, 2, 4, 5, 5)
+	w := randT(tensor.Float64, 2, -1, 1, 6, 2, 3, 3)
+	b := randT(tensor.Float64, 3, -1, 1, 6)
+	r := randT(tensor.Float64, 4, -1, 1, 2, 6, 5, 5)
+	o := Conv2dOpts{Padding: [2]int{1, 1}, Groups: 2}
+	_, _, want, _ := convGrads(t, x, w, b, r, o)
+
+	g := G.NewGraph()
+	xn, wn, bn := node(g, x, "x"), node(g, w, "w"), node(g, b, "b")
+	o.NoInputGrad = true
+	y, err := Conv2d(xn, wn, bn, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := G.Grad(G.Must(G.Sum(G.Must(G.HadamardProd(y, node(g, r, "r"))))), wn); err != nil {
+		t.Fatal(err)
+	}
+	m := G.NewTapeMachine(g)
+	defer m.Close()
+	if err := m.RunAll(); err != nil {
+		t.Fatal(err)
+	}
+	dw, _ := wn.Grad()
+	assertClose(t, "weight gradient without the input's", vals(dw), want, 1e-12)
+	if d := y.Op().(G.SDOp).DiffWRT(3); !slices.Equal(d, []bool{false, true, true}) {
+		t.Errorf("DiffWRT %v: the input gets a gradient", d)
+	}
+}
+
+// TestGroupedConvGrad checks a grouped and a depthwise convolution's
+// gradients numerically, in both dtypes.
+func TestGroupedConvGrad(t *testing.T) {
+	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
+		for _, c := range []struct {
+			c, oc, groups int
+			o             Conv2dOpts
+		}{
+			{4, 6, 2, Conv2dOpts{Padding: [2]int{1, 1}}},
+			{3, 6, 3, Conv2dOpts{Stride: [2]int{2, 1}, Padding: [2]int{1, 0}}},
+		} {
+			o := c.o
+			o.Groups = c.groups
+			ins := []*tensor.Dense{randT(dt, 1, -1, 1, 2, c.c, 5, 4), randT(dt, 2, -1, 1, c.oc, c.c/c.groups, 3, 3), randT(dt, 3, -1, 1, c.oc)}
+			check(t, gradcheck.Case{Name: fmt.Sprintf("%d groups/%v", c.groups, dt), Inputs: ins, Seed: 9,
+				Build: func(g *G.ExprGraph, in []*G.Node) (*G.Node, error) { return Conv2d(in[0], in[1], in[2], o) }})
 		}
 	}
 }
