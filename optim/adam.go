@@ -1,6 +1,9 @@
 package optim
 
-import "math"
+import (
+	"fmt"
+	"math"
+)
 
 // Zero asks for zero in a config field whose zero value means a default
 // other than zero: AdamConfig's Beta1 (torch's betas=(0, β2), as GANs use),
@@ -207,6 +210,12 @@ func (o *Adam) LoadState(st State) error {
 	lr, err := loadLR(o.st.who, st)
 	if err != nil {
 		return err
+	}
+	// Say which setting differs before spanState.load's general message.
+	if _, has := st.Buffers["max_exp_avg_sq"]; has && !o.cfg.AMSGrad {
+		return fmt.Errorf("%s.LoadState: the state holds max_exp_avg_sq, so it was saved with AdamConfig.AMSGrad: set AMSGrad to resume it", o.st.who)
+	} else if !has && o.cfg.AMSGrad && st.Step > 0 {
+		return fmt.Errorf("%s.LoadState: the state at step %d has no max_exp_avg_sq, so it was saved without AdamConfig.AMSGrad: leave AMSGrad unset to resume it exactly", o.st.who, st.Step)
 	}
 	if err := o.st.load(st); err != nil {
 		return err
