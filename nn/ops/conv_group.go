@@ -17,7 +17,9 @@ import (
 // output's channels. The weight gradient reuses the forward's gathered
 // input (and the padding the forward kept of it). A depthwise convolution
 // (G = C) is thus C small convolutions: correct, and with every image
-// still split between workers, but not as fast as a dedicated kernel.
+// still split between workers, but not as fast as a dedicated kernel. The
+// gathered copies (input, output gradient) and the per-group results cost
+// about twice the layer's activations in memory again.
 
 // groupConv holds one group's ungrouped ops and its gathered operands.
 type groupConv struct {
