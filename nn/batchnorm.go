@@ -16,14 +16,16 @@ import (
 // (zeros), "running_var" (ones) and "num_batches_tracked" ([1], zeros). The
 // buffers live in the parameter store, so checkpoints, broadcast and sync
 // carry them. Training graphs normalise with batch statistics and update the
-// buffers in place at every run; other graphs use the buffers.
+// buffers in place at every run; other graphs use the buffers. Built with
+// BatchNormNoRunningStats, it has no buffers and every graph uses the
+// batch's statistics.
 type BatchNorm struct {
 	Name     string
 	Channels int
 	Dims     int // 1 or 2
 	Weight   string
 	Bias     string // "" when not affine (both are)
-	Mean     string
+	Mean     string // "" without running statistics (Var and Count too)
 	Var      string
 	Count    string
 	// Sync makes training graphs normalise with the statistics of the
@@ -67,6 +69,17 @@ func BatchNormEps(eps float64) BatchNormOption {
 	return func(l *BatchNorm) { l.opts.Eps, l.epsSet = eps, true }
 }
 
+// BatchNormNoRunningStats is PyTorch's track_running_stats=False: the layer
+// keeps no running statistics (no running_mean, running_var or
+// num_batches_tracked in the parameter store, state dict or checkpoint)
+// and normalises with the batch's mean and biased variance in every graph,
+// eval included, gradients flowing through them as in training. It
+// cannot be combined with BatchNormMomentum(0) or BatchNormCumulative,
+// which set how running statistics are kept.
+func BatchNormNoRunningStats() BatchNormOption {
+	return func(l *BatchNorm) { l.opts.NoRunningStats = true }
+}
+
 // BatchNormNoAffine leaves out γ and β.
 func BatchNormNoAffine() BatchNormOption { return func(l *BatchNorm) { l.Weight = "" } }
 
@@ -102,6 +115,9 @@ func newBatchNorm(b *module.Builder, name string, c, dims int, opts []BatchNormO
 	if l.opts.FixedRunningStats && l.opts.CumulativeAverage {
 		bad = append(bad, "BatchNormMomentum(0) and BatchNormCumulative are both given: keep one (fixed running statistics, or their average over every batch)")
 	}
+	if l.opts.NoRunningStats && (l.opts.FixedRunningStats || l.opts.CumulativeAverage) {
+		bad = append(bad, "BatchNormNoRunningStats is given with BatchNormMomentum(0) or BatchNormCumulative, which set how running statistics are kept: drop those, or keep running statistics")
+	}
 	if len(bad) > 0 {
 		b.Errorf("nn.%s %q: %s", typ, l.Name, strings.Join(bad, "; "))
 		return l
@@ -112,9 +128,11 @@ func newBatchNorm(b *module.Builder, name string, c, dims int, opts []BatchNormO
 		l.Bias = sb.Param("bias", []int{c}, module.Zeros())
 		n = 2 * c
 	}
-	l.Mean = sb.Buffer("running_mean", []int{c}, module.Zeros())
-	l.Var = sb.Buffer("running_var", []int{c}, module.Ones())
-	l.Count = sb.Buffer("num_batches_tracked", []int{1}, module.Zeros())
+	if !l.opts.NoRunningStats {
+		l.Mean = sb.Buffer("running_mean", []int{c}, module.Zeros())
+		l.Var = sb.Buffer("running_var", []int{c}, module.Ones())
+		l.Count = sb.Buffer("num_batches_tracked", []int{1}, module.Zeros())
+	}
 	sb.Layer(typ, n)
 	return l
 }
@@ -158,6 +176,9 @@ func (l *BatchNorm) args(s *module.Step, x *G.Node) ops.BatchNormArgs {
 	if ss := s.StatSync(); ss != nil && o.Training && (l.Sync || ss.All()) {
 		o.Sync = ss
 	}
-	stats := ops.BatchNormStats{Mean: s.BufferTensor(l.Mean), Var: s.BufferTensor(l.Var), NumBatches: s.BufferTensor(l.Count)}
+	var stats ops.BatchNormStats
+	if !o.NoRunningStats {
+		stats = ops.BatchNormStats{Mean: s.BufferTensor(l.Mean), Var: s.BufferTensor(l.Var), NumBatches: s.BufferTensor(l.Count)}
+	}
 	return ops.BatchNormArgs{X: x, Gamma: gamma, Beta: beta, Stats: stats, Opts: o}
 }

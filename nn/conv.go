@@ -23,6 +23,13 @@ type Conv2dConfig struct {
 	// InputGrad computes the input gradient even when the input depends on
 	// no parameter (by default it is skipped there, as for a first layer).
 	InputGrad bool
+	// Groups is PyTorch's groups (0 means 1): the channels are split into
+	// Groups groups, each output group convolving only its input group,
+	// so In and Out must be multiples of it and the weight is
+	// [Out, In/Groups, kh, kw]. Groups = In is a depthwise convolution
+	// (MobileNet; Out = k·In for a depth multiplier k), 1 < Groups < In a
+	// grouped one (ResNeXt).
+	Groups int
 }
 
 func hw(square int, pair [2]int) [2]int {
@@ -51,14 +58,19 @@ func (c Conv2dConfig) Validate() error {
 			errs = append(errs, fmt.Sprintf("%s %v must not be negative", v.what, v.v))
 		}
 	}
+	if g := max(c.Groups, 1); c.Groups < 0 {
+		errs = append(errs, fmt.Sprintf("Groups=%d: use 1 or more (0 means 1; In for a depthwise convolution)", c.Groups))
+	} else if c.In >= 1 && c.Out >= 1 && (c.In%g != 0 || c.Out%g != 0) {
+		errs = append(errs, fmt.Sprintf("Groups=%d with In=%d, Out=%d: In and Out must both be multiples of Groups", g, c.In, c.Out))
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%v", errs)
 	}
 	return nil
 }
 
-// Conv2d is PyTorch's nn.Conv2d: weight [Out, In, kh, kw], bias [Out], both
-// initialised from U(±1/√(In·kh·kw)).
+// Conv2d is PyTorch's nn.Conv2d: weight [Out, In/Groups, kh, kw], bias
+// [Out], both initialised from U(±1/√(In/Groups·kh·kw)).
 type Conv2d struct {
 	Name   string
 	Config Conv2dConfig
@@ -75,8 +87,9 @@ func NewConv2d(b *module.Builder, name string, c Conv2dConfig) *Conv2d {
 		return l
 	}
 	k := hw(c.Kernel, c.KernelHW)
-	fanIn := c.In * k[0] * k[1]
-	l.Weight = sb.Param("weight", []int{c.Out, c.In, k[0], k[1]}, module.KaimingUniform(fanIn))
+	in := c.In / max(c.Groups, 1)
+	fanIn := in * k[0] * k[1]
+	l.Weight = sb.Param("weight", []int{c.Out, in, k[0], k[1]}, module.KaimingUniform(fanIn))
 	n := c.Out * fanIn
 	if !c.NoBias {
 		bound := 1 / math.Sqrt(float64(fanIn))
@@ -104,6 +117,6 @@ func (l *Conv2d) forward(s *module.Step, x *G.Node, inputGrad bool) *G.Node {
 	}
 	return layerIO(s, l.Name, x, must("Conv2d", l.Name)(ops.Conv2d(x, s.Param(l.Weight), bias, ops.Conv2dOpts{
 		Stride: hw(c.Stride, c.StrideHW), Padding: hw(c.Padding, c.PaddingHW), Dilation: hw(c.Dilation, c.DilationHW),
-		NoInputGrad: !inputGrad && !c.InputGrad && !needsGrad(s, x),
+		NoInputGrad: !inputGrad && !c.InputGrad && !needsGrad(s, x), Groups: c.Groups,
 	})))
 }

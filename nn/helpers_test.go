@@ -182,3 +182,17 @@ func panicOf(f func()) (msg string) {
 	f()
 	return ""
 }
+
+// gradAndRun adds the gradients of loss with respect to wrt to g and runs
+// g once.
+func gradAndRun(t *testing.T, what string, g *G.ExprGraph, loss *G.Node, wrt ...*G.Node) {
+	t.Helper()
+	if _, err := G.Grad(loss, wrt...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	vm := G.NewTapeMachine(g)
+	defer vm.Close()
+	if err := vm.RunAll(); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}

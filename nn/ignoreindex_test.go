@@ -42,15 +42,7 @@ func TestCrossEntropyWeightedIsIgnoreIndexAndClassWeights(t *testing.T) {
 			z := node("z", []float64{1, 2, 3, 4, 4, 3, 2, 1, 0, 0, 1, 0}, 3, 4)
 			loss := nn.CrossEntropyWeighted(z, node("labels", c.labels, 3), node("weights", c.weights, 3))
 			acc := nn.AccuracyWeighted(z, node("labels2", c.labels, 3), node("weights2", c.weights, 3))
-			if _, err := G.Grad(loss, z); err != nil {
-				t.Fatal(err)
-			}
-			vm := G.NewTapeMachine(g)
-			err := vm.RunAll()
-			vm.Close()
-			if err != nil {
-				t.Fatalf("%s %v: %v", c.name, dt, err)
-			}
+			gradAndRun(t, c.name+" "+dt.String(), g, loss, z)
 			tol := 1e-15
 			if dt == tensor.Float32 {
 				tol = 1e-6

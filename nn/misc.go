@@ -83,19 +83,51 @@ func (l *ReLU) Forward(s *module.Step, x *G.Node) *G.Node {
 // CrossEntropy is the mean over the batch of the softmax cross-entropy of
 // logits [batch, classes] against labels [batch] (class indices stored as
 // floats), computed stably in one op. It panics, naming the shapes, when they
-// do not fit.
-func CrossEntropy(logits, labels *G.Node) *G.Node {
-	return lossOrMetric("CrossEntropy", ops.SoftmaxCrossEntropy, logits, labels, nil)
+// do not fit. LabelSmoothing and ClassWeights give PyTorch's
+// label_smoothing and weight.
+func CrossEntropy(logits, labels *G.Node, opts ...CrossEntropyOption) *G.Node {
+	return crossEntropy(logits, labels, nil, opts)
 }
 
 // CrossEntropyWeighted is Σ wᵢ·lossᵢ / Σ wᵢ with row weights [batch] ≥ 0; a
 // 0/1 mask averages over the kept rows (a padded last batch). A row of
 // weight 0 is left out whatever its label holds: PyTorch's
 // cross_entropy(ignore_index=-100) is CrossEntropyWeighted with weight 0
-// where the label is -100 and 1 elsewhere. PyTorch's class weights w_c are
-// row weights w_{label of the row}: the normalisation is the same.
-func CrossEntropyWeighted(logits, labels, weights *G.Node) *G.Node {
-	return lossOrMetric("CrossEntropy", ops.SoftmaxCrossEntropy, logits, labels, weights)
+// where the label is -100 and 1 elsewhere. Without label smoothing,
+// PyTorch's class weights w_c are row weights w_{label of the row} (the
+// normalisation is the same); with it, give them as ClassWeights, which
+// also weigh each row's smoothing term class by class.
+func CrossEntropyWeighted(logits, labels, weights *G.Node, opts ...CrossEntropyOption) *G.Node {
+	return crossEntropy(logits, labels, weights, opts)
+}
+
+// CrossEntropyOption changes CrossEntropy's settings.
+type CrossEntropyOption func(*ops.CrossEntropyOpts)
+
+// LabelSmoothing is PyTorch's label_smoothing ε, in [0, 1]: each row's
+// target is (1-ε)·onehot(label) + ε/classes, with class weights and the
+// mean's divisor exactly as torch 1.13's cross_entropy (the divisor is the
+// sum of the kept rows' class weights; the smoothing term of every kept
+// row counts, also where its class weighs 0). 0 is none.
+func LabelSmoothing(eps float64) CrossEntropyOption {
+	return func(c *ops.CrossEntropyOpts) { c.LabelSmoothing = eps }
+}
+
+// ClassWeights is PyTorch's weight argument of cross_entropy: one weight
+// ≥ 0 per class. The mean divides by the sum of the rows' class weights
+// (times their row weights, with CrossEntropyWeighted).
+func ClassWeights(w ...float64) CrossEntropyOption {
+	return func(c *ops.CrossEntropyOpts) { c.ClassWeights = append([]float64(nil), w...) }
+}
+
+func crossEntropy(logits, labels, weights *G.Node, opts []CrossEntropyOption) *G.Node {
+	var o ops.CrossEntropyOpts
+	for _, f := range opts {
+		f(&o)
+	}
+	return lossOrMetric("CrossEntropy", func(a, b, c *G.Node) (*G.Node, error) {
+		return ops.SoftmaxCrossEntropyWith(a, b, c, o)
+	}, logits, labels, weights)
 }
 
 // Accuracy is the fraction of rows whose largest logit is the label's. It

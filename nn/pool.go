@@ -16,11 +16,17 @@ type PoolConfig struct {
 	// ExcludePad leaves padding out of AvgPool2d's divisor
 	// (count_include_pad=False).
 	ExcludePad bool
+	// CeilMode rounds the output size up (PyTorch's ceil_mode=True): a
+	// last partial window is kept when it starts inside the input or its
+	// left padding, as in PyTorch, and AvgPool2d divides it by the
+	// positions it covers up to the far padding (count_include_pad) or in
+	// the input (ExcludePad).
+	CeilMode bool
 }
 
 func (c PoolConfig) opts() ops.PoolOpts {
 	return ops.PoolOpts{Kernel: [2]int{c.Kernel, c.Kernel}, Stride: [2]int{c.Stride, c.Stride},
-		Padding: [2]int{c.Padding, c.Padding}, ExcludePad: c.ExcludePad}
+		Padding: [2]int{c.Padding, c.Padding}, ExcludePad: c.ExcludePad, CeilMode: c.CeilMode}
 }
 
 func (c PoolConfig) validate() error {
@@ -37,12 +43,12 @@ type Pool2d struct {
 	max    bool
 }
 
-// NewMaxPool2d is PyTorch's nn.MaxPool2d (ceil_mode off).
+// NewMaxPool2d is PyTorch's nn.MaxPool2d (ceil_mode is PoolConfig.CeilMode).
 func NewMaxPool2d(b *module.Builder, name string, c PoolConfig) *Pool2d {
 	return newPool(b, name, c, true)
 }
 
-// NewAvgPool2d is PyTorch's nn.AvgPool2d (ceil_mode off).
+// NewAvgPool2d is PyTorch's nn.AvgPool2d (ceil_mode is PoolConfig.CeilMode).
 func NewAvgPool2d(b *module.Builder, name string, c PoolConfig) *Pool2d {
 	return newPool(b, name, c, false)
 }

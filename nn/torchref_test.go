@@ -85,67 +85,80 @@ func TestLayersMatchTorch(t *testing.T) {
 		if !ok {
 			t.Fatalf("%s: no reference: run testdata/torch_layers.py", c.name)
 		}
-		var forward func(*module.Step, *G.Node) *G.Node
-		m := newModel(t, tensor.Float64, func(b *module.Builder) { forward = c.layer(b) })
-		// torch_layers.py's values, in PyTorch's declaration order (weight
-		// then bias; the buffers).
-		for k, name := range []string{"weight", "bias"} {
-			if d, err := m.store.Tensor(name); err == nil {
-				v := fill(d.Shape().TotalSize(), 10+k)
-				if name == "weight" && d.Dims() == 1 { // BatchNorm's γ
-					for i := range v {
-						v[i] *= 1.5
-					}
-				}
-				copy(d.Float64s(), v)
+		checkLayer(t, c.name, ref, tensor.Float64, c.shape, c.mode, c.before, c.layer, 1e-12)
+	}
+}
+
+// checkLayer runs the layer that build declares, in dtype dt and mode, on
+// torch_layers.py's values (fill: input k=1, weight k=10, bias k=11, γ
+// times 1.5, running_mean k=20, running_var k=21 + 1.5,
+// num_batches_tracked 2), before+1 times, and compares the output, the
+// gradients of Σ out·fill(out, 2) and the buffers with ref within tol.
+func checkLayer(t *testing.T, name string, ref torchLayerRef, dt tensor.Dtype, shape []int, mode module.Mode, before int,
+	build func(b *module.Builder) func(*module.Step, *G.Node) *G.Node, tol float64) {
+	t.Helper()
+	var forward func(*module.Step, *G.Node) *G.Node
+	m := newModel(t, dt, func(b *module.Builder) { forward = build(b) })
+	setFill := func(d *tensor.Dense, k int, f func(float64) float64) {
+		v := fill(d.Shape().TotalSize(), k)
+		set(d, func(i int) float64 { return f(v[i]) })
+	}
+	same := func(x float64) float64 { return x }
+	// torch_layers.py's values, in PyTorch's declaration order (weight
+	// then bias; the buffers).
+	for k, pname := range []string{"weight", "bias"} {
+		if d, err := m.store.Tensor(pname); err == nil {
+			f := same
+			if pname == "weight" && d.Dims() == 1 { // BatchNorm's γ
+				f = func(x float64) float64 { return x * 1.5 }
 			}
+			setFill(d, 10+k, f)
 		}
-		if d, err := m.store.Tensor("running_mean"); err == nil {
-			copy(d.Float64s(), fill(d.Shape().TotalSize(), 20))
-			v, _ := m.store.Tensor("running_var")
-			for i, x := range fill(v.Shape().TotalSize(), 21) {
-				v.Float64s()[i] = x + 1.5
-			}
-			n, _ := m.store.Tensor("num_batches_tracked")
-			n.Float64s()[0] = 2
+	}
+	if d, err := m.store.Tensor("running_mean"); err == nil {
+		setFill(d, 20, same)
+		v, _ := m.store.Tensor("running_var")
+		setFill(v, 21, func(x float64) float64 { return x + 1.5 })
+		n, _ := m.store.Tensor("num_batches_tracked")
+		set(n, func(int) float64 { return 2 })
+	}
+	x := tensor.New(tensor.Of(dt), tensor.WithShape(shape...))
+	setFill(x, 1, same)
+	g := G.NewGraph()
+	s := m.step(t, g, mode, x)
+	out := forward(s, s.Input("x"))
+	r := tensor.New(tensor.Of(dt), tensor.WithShape(out.Shape()...))
+	setFill(r, 2, same)
+	rn := G.NewTensor(g, dt, out.Dims(), G.WithShape(out.Shape()...), G.WithName("r"), G.WithValue(r))
+	wrt := []*G.Node{s.Input("x")}
+	names := []string{"x"}
+	for _, p := range s.UsedParams() {
+		n, _ := s.Node(p)
+		wrt, names = append(wrt, n), append(names, p)
+	}
+	if _, err := G.Grad(G.Must(G.Sum(G.Must(G.HadamardProd(out, rn)))), wrt...); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	vm := G.NewTapeMachine(g)
+	defer vm.Close()
+	for i := 0; i <= before; i++ {
+		vm.Reset()
+		if err := vm.RunAll(); err != nil {
+			t.Fatalf("%s: %v", name, err)
 		}
-		x := tensor.New(tensor.WithShape(c.shape...), tensor.WithBacking(fill(tensor.Shape(c.shape).TotalSize(), 1)))
-		g := G.NewGraph()
-		s := m.step(t, g, c.mode, x)
-		out := forward(s, s.Input("x"))
-		r := G.NewTensor(g, tensor.Float64, out.Dims(), G.WithShape(out.Shape()...), G.WithName("r"),
-			G.WithValue(tensor.New(tensor.WithShape(out.Shape()...), tensor.WithBacking(fill(out.Shape().TotalSize(), 2)))))
-		wrt := []*G.Node{s.Input("x")}
-		names := []string{"x"}
-		for _, p := range s.UsedParams() {
-			n, _ := s.Node(p)
-			wrt, names = append(wrt, n), append(names, p)
+	}
+	closeTo(t, name+" output", vals(out.Value()), ref.Out, tol)
+	if len(names) != len(ref.Grads) {
+		t.Errorf("%s: gradients of %v, PyTorch's of %d tensors", name, names, len(ref.Grads))
+	}
+	for i, n := range wrt {
+		gv, err := n.Grad()
+		if err != nil {
+			t.Fatalf("%s: gradient of %s: %v", name, names[i], err)
 		}
-		if _, err := G.Grad(G.Must(G.Sum(G.Must(G.HadamardProd(out, r)))), wrt...); err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		vm := G.NewTapeMachine(g)
-		for i := 0; i <= c.before; i++ {
-			vm.Reset()
-			if err := vm.RunAll(); err != nil {
-				t.Fatalf("%s: %v", c.name, err)
-			}
-		}
-		vm.Close()
-		const tol = 1e-12
-		closeTo(t, c.name+" output", vals(out.Value()), ref.Out, tol)
-		if len(names) != len(ref.Grads) {
-			t.Errorf("%s: gradients of %v, PyTorch's of %d tensors", c.name, names, len(ref.Grads))
-		}
-		for i, n := range wrt {
-			gv, err := n.Grad()
-			if err != nil {
-				t.Fatalf("%s: gradient of %s: %v", c.name, names[i], err)
-			}
-			closeTo(t, c.name+" gradient of "+names[i], vals(gv), ref.Grads[names[i]], tol)
-		}
-		for name, want := range ref.Buffers {
-			closeTo(t, c.name+" "+name, storeVals(t, m.store, name), want, tol)
-		}
+		closeTo(t, name+" gradient of "+names[i], vals(gv), ref.Grads[names[i]], tol)
+	}
+	for bname, want := range ref.Buffers {
+		closeTo(t, name+" "+bname, storeVals(t, m.store, bname), want, tol)
 	}
 }

@@ -1,6 +1,9 @@
 package optim
 
-import "math"
+import (
+	"fmt"
+	"math"
+)
 
 // Zero asks for zero in a config field whose zero value means a default
 // other than zero: AdamConfig's Beta1 (torch's betas=(0, β2), as GANs use),
@@ -22,6 +25,11 @@ type AdamConfig struct {
 	// WeightDecay >= 0: coupled L2 (added to the gradient) for Adam,
 	// decoupled (p *= 1 - lr*WeightDecay) for AdamW.
 	WeightDecay float64
+	// AMSGrad is torch's amsgrad=True: the update divides by the root of
+	// the largest second moment seen so far (kept per element as the state
+	// buffer "max_exp_avg_sq", which State saves and LoadState restores)
+	// rather than the current one.
+	AMSGrad bool
 }
 
 // Validate fills Adam's defaults and returns every problem at once.
@@ -70,6 +78,7 @@ func (c *AdamConfig) Validate() error {
 //	g = g + wd*p                              (Adam only)
 //	m = beta1*m + (1-beta1)*g
 //	v = beta2*v + (1-beta2)*g*g
+//	vmax = max(vmax, v)                       (AMSGrad only; then v = vmax below)
 //	p = p - (lr/(1-beta1^t)) * m / (sqrt(v)/sqrt(1-beta2^t) + eps)
 type Adam struct {
 	cfg       AdamConfig
@@ -105,6 +114,11 @@ func newAdam(cfg AdamConfig, decoupled bool) (*Adam, error) {
 		o.st.who = "AdamW"
 	}
 	o.st.names = []string{"exp_avg", "exp_avg_sq"}
+	if cfg.AMSGrad {
+		// torch's name for the state, which tells a checkpoint of an
+		// amsgrad optimizer from a plain one on LoadState.
+		o.st.names = append(o.st.names, "max_exp_avg_sq")
+	}
 	o.coefs()
 	return o, nil
 }
@@ -174,6 +188,10 @@ func adamUpdate[T float](o *Adam, method string, params, grads []T, off int, k *
 	o.st.check(method, len(params), len(grads), off, o.step)
 	s := use[T](&o.st, method)
 	i := off - o.st.lo
+	if o.cfg.AMSGrad {
+		amsgradGo(params, grads, s[0][i:], s[1][i:], s[2][i:], k)
+		return
+	}
 	adam(params, grads, s[0][i:], s[1][i:], k)
 }
 
@@ -192,6 +210,12 @@ func (o *Adam) LoadState(st State) error {
 	lr, err := loadLR(o.st.who, st)
 	if err != nil {
 		return err
+	}
+	// Say which setting differs before spanState.load's general message.
+	if _, has := st.Buffers["max_exp_avg_sq"]; has && !o.cfg.AMSGrad {
+		return fmt.Errorf("%s.LoadState: the state holds max_exp_avg_sq, so it was saved with AdamConfig.AMSGrad: set AMSGrad to resume it", o.st.who)
+	} else if !has && o.cfg.AMSGrad && st.Step > 0 {
+		return fmt.Errorf("%s.LoadState: the state at step %d has no max_exp_avg_sq, so it was saved without AdamConfig.AMSGrad: leave AMSGrad unset to resume it exactly", o.st.who, st.Step)
 	}
 	if err := o.st.load(st); err != nil {
 		return err

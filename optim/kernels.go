@@ -183,3 +183,31 @@ func adamGo[T float](p, g, m, v []T, kp *adamK[T]) {
 		p[i] = pi + T(k.negStep*mi)/d
 	}
 }
+
+// amsgradGo is adamGo with torch's amsgrad: after exp_avg_sq's update,
+//
+//	torch.maximum(max_exp_avg_sqs[i], exp_avg_sq, out=max_exp_avg_sqs[i])
+//	denom = (max_exp_avg_sqs[i].sqrt() / bc2_sqrt).add_(eps)
+//
+// (torch.maximum propagates NaN, as Go's max does). It has no SIMD twin:
+// amsgrad is rare enough that the Go loop serves it everywhere.
+func amsgradGo[T float](p, g, m, v, vmax []T, kp *adamK[T]) {
+	k := *kp
+	g = g[:len(p)]
+	m = m[:len(p)]
+	v = v[:len(p)]
+	vmax = vmax[:len(p)]
+	for i := range p {
+		pi := T(p[i] * k.decay)
+		gi := g[i]
+		if k.wd != 0 {
+			gi = gi + T(k.wd*pi)
+		}
+		mi := T(m[i]*k.b1) + T(gi*k.omb1)
+		vi := T(v[i]*k.b2) + T(T(k.omb2*gi)*gi)
+		mx := max(vmax[i], vi)
+		m[i], v[i], vmax[i] = mi, vi, mx
+		d := T(T(math.Sqrt(float64(mx)))/k.bc2s) + k.eps
+		p[i] = pi + T(k.negStep*mi)/d
+	}
+}

@@ -15,16 +15,17 @@ import (
 type refOpt struct {
 	kind              string // "sgd", "adam", "adamw"
 	lr, mom, damp, wd float64
-	nesterov          bool
+	nesterov, amsgrad bool
 	b1, b2, eps       float64
 	t                 int
-	buf, m, v         []float64
+	buf, m, v, vmax   []float64
 }
 
 func (r *refOpt) step(p, g []float64) {
 	r.t++
 	if r.buf == nil {
 		r.buf, r.m, r.v = make([]float64, len(p)), make([]float64, len(p)), make([]float64, len(p))
+		r.vmax = make([]float64, len(p))
 	}
 	for i := range p {
 		switch r.kind {
@@ -53,7 +54,12 @@ func (r *refOpt) step(p, g []float64) {
 			r.m[i] = r.b1*r.m[i] + (1-r.b1)*gi
 			r.v[i] = r.b2*r.v[i] + (1-r.b2)*gi*gi
 			mhat := r.m[i] / (1 - math.Pow(r.b1, float64(r.t)))
-			vhat := r.v[i] / (1 - math.Pow(r.b2, float64(r.t)))
+			r.vmax[i] = max(r.vmax[i], r.v[i])
+			v := r.v[i]
+			if r.amsgrad {
+				v = r.vmax[i]
+			}
+			vhat := v / (1 - math.Pow(r.b2, float64(r.t)))
 			// torch divides sqrt(v) by sqrt(bc2) before adding eps, which is
 			// sqrt(vhat) + eps up to rounding.
 			p[i] -= r.lr * mhat / (math.Sqrt(vhat) + r.eps)
@@ -86,6 +92,14 @@ var optCases = []optCase{
 	}, func() *refOpt { return &refOpt{kind: "adam", lr: 0.02, b1: 0.8, b2: 0.99, eps: 1e-6, wd: 0.05} }},
 	{"adamw", func() (Optimizer, error) { return NewAdamW(AdamConfig{LR: 0.02}) },
 		func() *refOpt { return &refOpt{kind: "adamw", lr: 0.02, b1: 0.9, b2: 0.999, eps: 1e-8, wd: 0.01} }},
+	{"adamw-amsgrad", func() (Optimizer, error) { return NewAdamW(AdamConfig{LR: 0.02, AMSGrad: true}) },
+		func() *refOpt {
+			return &refOpt{kind: "adamw", lr: 0.02, b1: 0.9, b2: 0.999, eps: 1e-8, wd: 0.01, amsgrad: true}
+		}},
+	{"adam-amsgrad-wd", func() (Optimizer, error) { return NewAdam(AdamConfig{LR: 0.02, WeightDecay: 0.05, AMSGrad: true}) },
+		func() *refOpt {
+			return &refOpt{kind: "adam", lr: 0.02, b1: 0.9, b2: 0.999, eps: 1e-8, wd: 0.05, amsgrad: true}
+		}},
 }
 
 // data returns n parameters and steps gradient vectors, deterministic.

@@ -42,7 +42,7 @@ type Optimizer interface {
 
 // State is an optimizer's checkpointable state for its bound span [Lo, Hi).
 // Buffers hold one value per offset of the span, named as torch names them
-// ("momentum_buffer", "exp_avg", "exp_avg_sq"); float64 holds float32 state
+// ("momentum_buffer", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"); float64 holds float32 state
 // exactly. Scalars holds "lr" (restored by LoadState) and the
 // hyper-parameters (recorded for inspection; the optimizer's own
 // configuration wins on load).

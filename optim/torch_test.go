@@ -10,6 +10,7 @@ import (
 // (python3-torch, torch.optim.SGD/Adam/AdamW, single-tensor path) with this
 // script, run once; the test does not need Python:
 //
+//	opt = torch.optim.Adam([p], lr=0.01, weight_decay=0.1, amsgrad=True, foreach=False)  (for example)
 //	p = torch.tensor([0.5, -1.25, 2.0, 0.125], dtype=dt, requires_grad=True)
 //	for g in torchGrads: p.grad = torch.tensor(g, dtype=dt); opt.step(); print(p)
 //
@@ -90,6 +91,37 @@ var torchCases = []struct {
 			{0.489950001, -1.23987496, 1.98979998, 0.134987503},
 			{0.487237632, -1.23885775, 1.97968924, 0.133346677},
 			{0.48048389, -1.23804343, 1.97365522, 0.13022691},
+		},
+	},
+	// amsgrad=True (and foreach=False, the single-tensor path): the max
+	// of the second moments changes p[0] from step 2 (Adam) and p[1] at
+	// step 3 (AdamW), where the plain cases above differ.
+	{
+		name: "Adam(lr=0.01, weight_decay=0.1, amsgrad=True)",
+		new:  func() (Optimizer, error) { return NewAdam(AdamConfig{LR: 0.01, WeightDecay: 0.1, AMSGrad: true}) },
+		f64: [][]float64{
+			{0.4900000006666666, -1.2400000003076923, 1.9900000002, 0.1349999997419355},
+			{0.4833523789994147, -1.2339144873813288, 1.9800423864967853, 0.13309391779665286},
+			{0.4754525546327698, -1.227252359835131, 1.971503241096389, 0.12968368769077693},
+		},
+		f32: [][]float64{
+			{0.49000001, -1.24000001, 1.99000001, 0.135000005},
+			{0.483352393, -1.23391449, 1.98004234, 0.133093923},
+			{0.475452572, -1.22725236, 1.97150314, 0.129683688},
+		},
+	},
+	{
+		name: "AdamW(lr=0.01, amsgrad=True)",
+		new:  func() (Optimizer, error) { return NewAdamW(AdamConfig{LR: 0.01, AMSGrad: true}) },
+		f64: [][]float64{
+			{0.4899500009999999, -1.2398750005, 1.9898000003333334, 0.13498749975000002},
+			{0.4872376359402391, -1.2388577629764304, 1.9796892919463946, 0.133346678419268},
+			{0.48048390688755194, -1.23804373768058, 1.9736552671251666, 0.130226920449865},
+		},
+		f32: [][]float64{
+			{0.489950001, -1.23987496, 1.98979998, 0.134987503},
+			{0.487237632, -1.23885775, 1.97968924, 0.133346677},
+			{0.48048389, -1.23804379, 1.97365522, 0.13022691},
 		},
 	},
 }

@@ -39,6 +39,10 @@ type BatchNormOpts struct {
 	// CumulativeAverage makes the running statistics the plain average of
 	// every batch seen (PyTorch's momentum=None); it needs NumBatches.
 	CumulativeAverage bool
+	// NoRunningStats normalises every graph, training or not, with the
+	// batch's statistics and keeps no running ones (PyTorch's
+	// track_running_stats=False): BatchNormStats must then be empty.
+	NoRunningStats bool
 	// Eps is added to the variance; 0 means 1e-5.
 	Eps float64
 	// ReLU applies max(0, ·) to the result in the same pass.
@@ -112,10 +116,23 @@ func newBNOp(what string, x, gamma, beta *G.Node, stats BatchNormStats, o BatchN
 		}
 		children = append(children, gamma, beta)
 	}
+	if o.NoRunningStats {
+		if stats.Mean != nil || stats.Var != nil || stats.NumBatches != nil {
+			return nil, nil, fmt.Errorf("%s has NoRunningStats but is given running statistics: pass an empty BatchNormStats", what)
+		}
+		if o.FixedRunningStats || o.CumulativeAverage {
+			return nil, nil, fmt.Errorf("%s has NoRunningStats and FixedRunningStats or CumulativeAverage, which set how running statistics are kept: keep NoRunningStats alone", what)
+		}
+		// The batch's statistics in every graph, as training does.
+		o.Training = true
+	}
 	for _, st := range []struct {
 		what string
 		t    *tensor.Dense
 	}{{"running mean", stats.Mean}, {"running var", stats.Var}} {
+		if o.NoRunningStats {
+			break
+		}
 		if st.t == nil {
 			return nil, nil, fmt.Errorf("%s %s is nil: pass the buffer tensors", what, st.what)
 		}
@@ -131,6 +148,9 @@ func newBNOp(what string, x, gamma, beta *G.Node, stats BatchNormStats, o BatchN
 	}
 	m := xs.TotalSize() / c
 	if o.Training && m < 2 && o.Sync == nil { // under Sync the job's count is checked at run time
+		if o.NoRunningStats {
+			return nil, nil, fmt.Errorf("%s without running statistics normalises with the batch's in every mode and needs more than one value per channel, input %v has %d: use a larger batch, or keep running statistics", what, xs, m)
+		}
 		return nil, nil, fmt.Errorf("%s in training needs more than one value per channel, input %v has %d: use a larger batch or eval mode", what, xs, m)
 	}
 	if o.Momentum == 0 {
@@ -243,7 +263,10 @@ func bnPrepare[T float](op *bnOp, xt, gt, bt *tensor.Dense) error {
 	op.scale = grow(op.scale, c)
 	op.shift = grow(op.shift, c)
 	x := data[T](xt)
-	rm, rv := data[T](op.stats.Mean), data[T](op.stats.Var)
+	var rm, rv []T
+	if !op.NoRunningStats {
+		rm, rv = data[T](op.stats.Mean), data[T](op.stats.Var)
+	}
 	if op.Training {
 		m := float64(op.n * inner)
 		// Sums shifted by each channel's first value, in float64: no
@@ -291,6 +314,9 @@ func bnPrepare[T float](op *bnOp, xt, gt, bt *tensor.Dense) error {
 			}
 			op.mean[ch] = mean
 			op.invstd[ch] = 1 / math.Sqrt(v+op.Eps)
+			if rm == nil {
+				continue
+			}
 			rm[ch] = T((1-momentum)*float64(rm[ch]) + momentum*mean)
 			rv[ch] = T((1-momentum)*float64(rv[ch]) + momentum*v*m/(m-1))
 		}

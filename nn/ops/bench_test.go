@@ -231,3 +231,24 @@ func BenchmarkConvGradInputStrided(b *testing.B) {
 		}
 	}
 }
+
+// Grouped convolutions (Conv2dOpts.Groups), forward and backward, batch
+// 64 float32: a MobileNet depthwise 3x3 (32 channels of 28x28, and 64 of
+// 14x14 strided) and a ResNeXt-style 3x3 of 32 groups of 4 channels, next
+// to the dense 3x3 of the same channels (BenchmarkConv3x3Stage2) for scale.
+func BenchmarkConvDepthwise28(b *testing.B)   { benchGrouped(b, 32, 32, 28, 1, 32) }
+func BenchmarkConvDepthwise14s2(b *testing.B) { benchGrouped(b, 64, 64, 14, 2, 64) }
+func BenchmarkConvGrouped32x4(b *testing.B)   { benchGrouped(b, 128, 128, 14, 1, 32) }
+
+func benchGrouped(b *testing.B, c, oc, hw, stride, groups int) {
+	benchGraph(b, func(g *G.ExprGraph) (*G.Node, G.Nodes) {
+		x := node(g, randT(tensor.Float32, 1, -1, 1, 64, c, hw, hw), "x")
+		w := node(g, randT(tensor.Float32, 2, -0.1, 0.1, oc, c/groups, 3, 3), "w")
+		y, err := Conv2d(x, w, nil, Conv2dOpts{Stride: [2]int{stride, stride}, Padding: [2]int{1, 1}, Groups: groups})
+		if err != nil {
+			b.Fatal(err)
+		}
+		s, _ := SumAll(y)
+		return s, G.Nodes{x, w}
+	})
+}

@@ -16,6 +16,11 @@ type Conv2dOpts struct {
 	// NoInputGrad skips the gradient with respect to the input (a first
 	// layer fed straight from the batch).
 	NoInputGrad bool
+	// Groups splits the input and output channels into that many groups,
+	// each convolved with its own weights (PyTorch's groups; 0 means 1):
+	// the weight is then [OC, C/Groups, KH, KW], and Groups = C is a
+	// depthwise convolution. See conv_group.go.
+	Groups int
 }
 
 // convGeom is everything the kernels need to know about one convolution.
@@ -145,7 +150,17 @@ func Conv2d(x, w, b *G.Node, o Conv2dOpts) (*G.Node, error) {
 	if len(xs) != 4 {
 		return nil, fmt.Errorf("Conv2d input has shape %v: want [batch, %d, height, width]", xs, ws[1])
 	}
-	if xs[1] != ws[1] {
+	groups := max(o.Groups, 1)
+	if o.Groups < 0 {
+		return nil, fmt.Errorf("Conv2d groups is %d: want 1 or more (0 means 1)", o.Groups)
+	}
+	if xs[1]%groups != 0 || ws[0]%groups != 0 {
+		return nil, fmt.Errorf("Conv2d groups is %d but the input has %d channels and the weight %v %d outputs: both must be multiples of the groups", groups, xs[1], ws, ws[0])
+	}
+	if xs[1] != ws[1]*groups {
+		if groups > 1 {
+			return nil, fmt.Errorf("Conv2d input has shape %v with %d channels, but weight %v in %d groups wants %d (%d a group)", xs, xs[1], ws, groups, ws[1]*groups, ws[1])
+		}
 		return nil, fmt.Errorf("Conv2d input has shape %v with %d channels, but weight %v wants %d", xs, xs[1], ws, ws[1])
 	}
 	def := func(v, d int) int {
@@ -176,19 +191,21 @@ func Conv2d(x, w, b *G.Node, o Conv2dOpts) (*G.Node, error) {
 		}
 		children = append(children, b)
 	}
+	if groups > 1 {
+		return apply(newGroupConv(g, groups, b != nil, o.NoInputGrad), children...)
+	}
 	g.buildIndex()
-	return apply(&convOp{base: newBase("Conv2d"), g: g, bias: b != nil, noInputGrad: o.NoInputGrad}, children...)
+	return apply(&convOp{base: newBase("Conv2d"), g: g, convSig: convSig{bias: b != nil, noInputGrad: o.NoInputGrad}}, children...)
 }
 
 type convOp struct {
 	base
-	g           convGeom
-	bias        bool
-	noInputGrad bool
-	out         buffer
-	ws          []convScratch
-	job         any       // *convFwdJob[T], reused
-	wpack       []float32 // the weight packed for the implicit path
+	convSig
+	g     convGeom
+	out   buffer
+	ws    []convScratch
+	job   any       // *convFwdJob[T], reused
+	wpack []float32 // the weight packed for the implicit path
 	// pad is the whole batch padded on the implicit path, kept for the
 	// weight gradient (set up by SymDiff, which makes that gradient).
 	pad keptPad
@@ -216,45 +233,60 @@ func (k *keptPad) padFor(x []float32, wino bool) []float32 {
 	return k.xp
 }
 
-func (op *convOp) Arity() int {
-	if op.bias {
+// convSig is what a convolution op and a grouped one share: operands
+// (x, w[, b]), their types, and which of them get a gradient.
+type convSig struct {
+	bias        bool
+	noInputGrad bool
+}
+
+func (s convSig) Arity() int {
+	if s.bias {
 		return 3
 	}
 	return 2
 }
 
-func (op *convOp) Type() hm.Type {
-	if op.bias {
+func (s convSig) Type() hm.Type {
+	if s.bias {
 		return fnType(4, 4, 4, 1)
 	}
 	return fnType(4, 4, 4)
 }
 
-func (op *convOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.g.yShape(), nil }
-
-func (op *convOp) DiffWRT(int) []bool {
-	d := []bool{!op.noInputGrad, true}
-	if op.bias {
+func (s convSig) DiffWRT(int) []bool {
+	d := []bool{!s.noInputGrad, true}
+	if s.bias {
 		d = append(d, true)
 	}
 	return d
 }
 
+// args checks a convolution's operands v against the shapes of x and w
+// (and b, [oc], when the op has a bias) and returns them.
+func (s convSig) args(op fmt.Stringer, v []G.Value, xs, ws tensor.Shape, oc int) (x, w, b *tensor.Dense, err error) {
+	dt := v[1].Dtype()
+	if x, err = dense(op, "input", v[0], dt, xs); err != nil {
+		return nil, nil, nil, err
+	}
+	if w, err = dense(op, "weight", v[1], dt, ws); err != nil {
+		return nil, nil, nil, err
+	}
+	if s.bias {
+		if b, err = dense(op, "bias", v[2], dt, tensor.Shape{oc}); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	return x, w, b, nil
+}
+
+func (op *convOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.g.yShape(), nil }
+
 func (op *convOp) Do(v ...G.Value) (G.Value, error) {
 	dt := v[1].Dtype()
-	x, err := dense(op, "input", v[0], dt, op.g.xShape())
+	x, w, b, err := op.args(op, v, op.g.xShape(), op.g.wShape(), op.g.oc)
 	if err != nil {
 		return nil, err
-	}
-	w, err := dense(op, "weight", v[1], dt, op.g.wShape())
-	if err != nil {
-		return nil, err
-	}
-	var b *tensor.Dense
-	if op.bias {
-		if b, err = dense(op, "bias", v[2], dt, tensor.Shape{op.g.oc}); err != nil {
-			return nil, err
-		}
 	}
 	y := op.out.get(dt, op.g.yShape())
 	if dt == tensor.Float32 {

@@ -17,6 +17,12 @@ type PoolOpts struct {
 	// ExcludePad leaves padded positions out of AvgPool2d's divisor
 	// (PyTorch's count_include_pad=False); by default they count.
 	ExcludePad bool
+	// CeilMode rounds the output size up rather than down (PyTorch's
+	// ceil_mode=True), so a last partial window is kept, as long as it
+	// starts inside the input or its left padding (PyTorch's rule). Such a
+	// window is cut at the input's edge (AvgPool2d's divisor at the far
+	// padding too: count_include_pad counts only padding it covers).
+	CeilMode bool
 }
 
 type poolGeom struct {
@@ -50,13 +56,29 @@ func newPoolGeom(kind string, x *G.Node, o PoolOpts) (poolGeom, error) {
 	if g.h+2*g.ph < g.kh || g.w+2*g.pw < g.kw {
 		return g, fmt.Errorf("%s input %v is too small for a %dx%d window with padding (%d, %d)", kind, xs, g.kh, g.kw, g.ph, g.pw)
 	}
-	g.oh = (g.h+2*g.ph-g.kh)/g.sh + 1
-	g.ow = (g.w+2*g.pw-g.kw)/g.sw + 1
+	g.oh = poolOut(g.h, g.kh, g.sh, g.ph, o.CeilMode)
+	g.ow = poolOut(g.w, g.kw, g.sw, g.pw, o.CeilMode)
 	return g, nil
 }
 
+// poolOut is the output size along one axis, as PyTorch's
+// pooling_output_shape (dilation 1): with ceil, the size rounded up, less
+// one when the last window would start past the input and its left
+// padding.
+func poolOut(in, k, stride, pad int, ceil bool) int {
+	span := in + 2*pad - k
+	if !ceil {
+		return span/stride + 1
+	}
+	out := (span+stride-1)/stride + 1
+	if (out-1)*stride >= in+pad {
+		out--
+	}
+	return out
+}
+
 // MaxPool2d takes the maximum over each window of x [N, C, H, W] (padding
-// counts as -∞), as PyTorch's max_pool2d with ceil_mode off.
+// counts as -∞), as PyTorch's max_pool2d (ceil_mode as o.CeilMode).
 func MaxPool2d(x *G.Node, o PoolOpts) (*G.Node, error) {
 	g, err := newPoolGeom("MaxPool2d", x, o)
 	if err != nil {
@@ -172,7 +194,7 @@ func maxPoolGrad[T float](g *poolGeom, dy, dx []T, argmax []int32) {
 }
 
 // AvgPool2d averages each window of x [N, C, H, W], as PyTorch's avg_pool2d
-// with ceil_mode off.
+// (ceil_mode as o.CeilMode).
 func AvgPool2d(x *G.Node, o PoolOpts) (*G.Node, error) {
 	g, err := newPoolGeom("AvgPool2d", x, o)
 	if err != nil {

@@ -132,11 +132,54 @@ func rowWeights[T float](op fmt.Stringer, weights *tensor.Dense, w []float64) er
 // whatever its label and logits hold, as a row whose label is PyTorch's
 // ignore_index. Labels get no gradient.
 func SoftmaxCrossEntropy(logits, labels, weights *G.Node) (*G.Node, error) {
-	if err := checkLogitsLabels("SoftmaxCrossEntropy", logits, labels, weights); err != nil {
+	return SoftmaxCrossEntropyWith(logits, labels, weights, CrossEntropyOpts{})
+}
+
+// CrossEntropyOpts are SoftmaxCrossEntropyWith's options beyond the row
+// weights; the zero value is SoftmaxCrossEntropy.
+type CrossEntropyOpts struct {
+	// LabelSmoothing is PyTorch's label_smoothing ε in [0, 1]: the target
+	// is (1-ε)·onehot(label) + ε/classes.
+	LabelSmoothing float64
+	// ClassWeights is PyTorch's weight: one weight ≥ 0 per class, nil for
+	// all 1.
+	ClassWeights []float64
+}
+
+// SoftmaxCrossEntropyWith is SoftmaxCrossEntropy with PyTorch 1.13's
+// label_smoothing and class weight, computed as torch.nn.functional.
+// cross_entropy does: with class weights w, row weights r (1 without
+// weights; 0 is ignore_index) and ε,
+//
+//	Σᵢ rᵢ·[(1-ε)·w_yᵢ·nllᵢ + ε/C·Σ_c w_c·(-log pᵢ_c)] / Σᵢ rᵢ·w_yᵢ
+//
+// so the smoothing term of a row whose class weighs 0 still counts, while
+// the row is left out of the divisor, as in torch. A batch whose kept rows
+// all have classes of weight 0 is an error (torch divides by 0).
+func SoftmaxCrossEntropyWith(logits, labels, weights *G.Node, o CrossEntropyOpts) (*G.Node, error) {
+	const what = "SoftmaxCrossEntropy"
+	if err := checkLogitsLabels(what, logits, labels, weights); err != nil {
 		return nil, err
 	}
 	s := logits.Shape()
-	op := &softmaxCEOp{base: newBase("SoftmaxCrossEntropy"), batch: s[0], classes: s[1], weighted: weights != nil}
+	if e := o.LabelSmoothing; !(e >= 0 && e <= 1) {
+		return nil, fmt.Errorf("%s: label smoothing is %v: want a value in [0, 1] (PyTorch's label_smoothing; 0 is none, 0.1 is common)", what, e)
+	}
+	if o.ClassWeights != nil {
+		if len(o.ClassWeights) != s[1] {
+			return nil, fmt.Errorf("%s: %d class weights for logits %v of %d classes: give one weight per class", what, len(o.ClassWeights), s, s[1])
+		}
+		for c, w := range o.ClassWeights {
+			if !(w >= 0) || math.IsInf(w, 0) {
+				return nil, fmt.Errorf("%s: class weight %v of class %d: want a finite weight ≥ 0", what, w, c)
+			}
+		}
+	}
+	op := &softmaxCEOp{base: newBase(what), batch: s[0], classes: s[1], weighted: weights != nil,
+		eps: o.LabelSmoothing, classW: append([]float64(nil), o.ClassWeights...)}
+	if len(op.classW) == 0 {
+		op.classW = nil
+	}
 	ch := []*G.Node{logits, labels}
 	if weights != nil {
 		ch = append(ch, weights)
@@ -148,11 +191,24 @@ type softmaxCEOp struct {
 	base
 	batch, classes int
 	weighted       bool
+	eps            float64   // label smoothing
+	classW         []float64 // class weights, nil for all 1
 	out            scalarBuffer
 	// Cache for the backward op, filled by each forward run.
 	prob64 []float64 // softmax probabilities, batch×classes
 	rowW   []float64 // each row's weight in the mean
 	label  []int32
+}
+
+// smoothed reports whether the op has label smoothing or class weights.
+func (op *softmaxCEOp) smoothed() bool { return op.eps != 0 || op.classW != nil }
+
+// classWeight is w_c (1 without class weights).
+func (op *softmaxCEOp) classWeight(c int) float64 {
+	if op.classW == nil {
+		return 1
+	}
+	return op.classW[c]
 }
 
 func (op *softmaxCEOp) Arity() int {
@@ -207,13 +263,36 @@ func softmaxCE[T float](op *softmaxCEOp, zt, lt, wt *tensor.Dense) (float64, err
 		return 0, err
 	}
 	z, labels := data[T](zt), data[T](lt)
-	var loss float64
 	for i := 0; i < b; i++ {
 		k, err := rowLabel(op, i, float64(labels[i]), c, op.rowW, op.weighted)
 		if err != nil {
 			return 0, err
 		}
 		op.label[i] = int32(k)
+	}
+	if op.classW != nil {
+		// torch divides by Σ rᵢ·w_yᵢ: rowW holds rᵢ/Σr, so divide by
+		// Σ (rᵢ/Σr)·w_yᵢ.
+		var div float64
+		kept := false
+		for i, r := range op.rowW {
+			if r != 0 {
+				div += r * op.classW[op.label[i]]
+				kept = true
+			}
+		}
+		if kept && div == 0 {
+			return 0, fmt.Errorf("%v: every kept row's class has class weight 0: the weighted mean divides by 0 (PyTorch's is inf or NaN): give those classes a weight > 0 or leave the rows out", op)
+		}
+		for i := range op.rowW {
+			if op.rowW[i] != 0 {
+				op.rowW[i] /= div
+			}
+		}
+	}
+	var loss float64
+	for i := 0; i < b; i++ {
+		k := int(op.label[i])
 		row, p := z[i*c:(i+1)*c], op.prob64[i*c:(i+1)*c]
 		if op.weighted && op.rowW[i] == 0 { // left out, as PyTorch's ignore_index: not even NaN logits count
 			clear(p)
@@ -233,7 +312,17 @@ func softmaxCE[T float](op *softmaxCEOp, zt, lt, wt *tensor.Dense) (float64, err
 			p[j] /= sum
 		}
 		// -log p[k] = lse - z[k], with lse = m + log(sum).
-		loss += op.rowW[i] * (m + math.Log(sum) - float64(row[k]))
+		lse := m + math.Log(sum)
+		if !op.smoothed() {
+			loss += op.rowW[i] * (lse - float64(row[k]))
+			continue
+		}
+		// (1-ε)·w_k·(lse - z_k) + ε/C·Σ_c w_c·(lse - z_c)
+		var smooth float64
+		for j, x := range row {
+			smooth += op.classWeight(j) * (lse - float64(x))
+		}
+		loss += op.rowW[i] * ((1-op.eps)*op.classWeight(k)*(lse-float64(row[k])) + op.eps/float64(c)*smooth)
 	}
 	return loss, nil
 }
@@ -286,6 +375,10 @@ func (op *softmaxCEGradOp) Do(v ...G.Value) (G.Value, error) {
 
 func softmaxCEGrad[T float](f *softmaxCEOp, g float64, d []T) {
 	c := f.classes
+	if f.smoothed() {
+		softmaxCESmoothedGrad(f, g, d)
+		return
+	}
 	for i := 0; i < f.batch; i++ {
 		s := g * f.rowW[i]
 		p, row := f.prob64[i*c:(i+1)*c], d[i*c:(i+1)*c]
@@ -293,6 +386,29 @@ func softmaxCEGrad[T float](f *softmaxCEOp, g float64, d []T) {
 			row[j] = T(s * pj)
 		}
 		row[f.label[i]] = T(s * (p[f.label[i]] - 1))
+	}
+}
+
+// softmaxCESmoothedGrad is the gradient of a row's
+// (1-ε)·w_k·(lse - z_k) + ε/C·Σ_c w_c·(lse - z_c):
+// ((1-ε)·w_k + ε/C·W)·p_j - (1-ε)·w_k·[j = k] - ε/C·w_j, with W = Σ_c w_c.
+func softmaxCESmoothedGrad[T float](f *softmaxCEOp, g float64, d []T) {
+	c := f.classes
+	e := f.eps / float64(c)
+	var total float64
+	for j := 0; j < c; j++ {
+		total += f.classWeight(j)
+	}
+	for i := 0; i < f.batch; i++ {
+		s := g * f.rowW[i]
+		p, row := f.prob64[i*c:(i+1)*c], d[i*c:(i+1)*c]
+		k := int(f.label[i])
+		hard := (1 - f.eps) * f.classWeight(k)
+		coef := hard + e*total
+		for j, pj := range p {
+			row[j] = T(s * (coef*pj - e*f.classWeight(j)))
+		}
+		row[k] = T(s * (coef*p[k] - e*f.classWeight(k) - hard))
 	}
 }
 
