@@ -54,7 +54,7 @@ func (s carrySpec) String() string {
 func parseCarrySpec(v string) (carrySpec, error) {
 	var s carrySpec
 	f := strings.Fields(v)
-	bad := fmt.Errorf("%s is %q: the relay sets it, as \"direction delay-ns loss cpu,cpu,\"", carryEnv, v)
+	bad := fmt.Errorf("%s is %q: the relay sets it, as \"direction delay-ns loss cpu,cpu\" (or any for the CPUs)", carryEnv, v)
 	if len(f) != 4 {
 		return s, bad
 	}
@@ -270,7 +270,9 @@ func (c *carrier) run() {
 		}
 		// Receive first: the head may not be due yet (the pacer wakes
 		// the carrier early), and what arrived must not delay it.
-		c.receive(clock)
+		if !c.receive(clock) {
+			return
+		}
 		if wait, queued := d.q.wait(clock()); queued && !full && wait > 0 && p.sleep(wait) == 0 {
 			// Less than a wake-up's overshoot to go: spin on the clock
 			// (no system call) until the head is due.
@@ -339,8 +341,11 @@ func (d *direction) arrival(i int, now time.Duration, wall int64) time.Duration 
 }
 
 // receive takes every frame waiting on c's interface into its queue, due
-// a delay after its arrival, until none waits or the queue is full.
-func (c *carrier) receive(clock func() time.Duration) {
+// a delay after its arrival, until none waits or the queue is full. It
+// reports false when the socket failed (its interface gone, say): the
+// carrier stops rather than wake for the error again and again at a
+// real-time priority.
+func (c *carrier) receive(clock func() time.Duration) bool {
 	d := c.d
 	for !d.q.full() {
 		d.bufs = d.q.freeSlots(batch, d.bufs)
@@ -350,8 +355,9 @@ func (c *carrier) receive(clock func() time.Duration) {
 		if err != nil {
 			if err != unix.EAGAIN && err != unix.EINTR {
 				c.fail(fmt.Errorf("relay read: %w", err))
+				return false
 			}
-			return
+			return true
 		}
 		kept := 0
 		for i, m := range msgs[:n] {
@@ -364,9 +370,10 @@ func (c *carrier) receive(clock func() time.Duration) {
 			kept++
 		}
 		if n < len(msgs) {
-			return
+			return true
 		}
 	}
+	return true
 }
 
 // release sends c's frames that are due at now. It reports whether the
