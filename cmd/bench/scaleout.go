@@ -181,26 +181,15 @@ func scaleoutSetup(ctx context.Context, o *Options) (func() error, error) {
 	} else if len(gone) > 0 {
 		fmt.Fprintf(os.Stderr, "bench: removed network namespaces left by killed runs: %s\n", strings.Join(gone, ", "))
 	}
-	// The relay's two threads, in this process, wait in ppoll holding
-	// a P each. With no P idle the runtime's monitor takes theirs back
-	// after 20 µs and, when a thread returns, is woken to hand it one,
-	// then polls every 20 µs on whichever core it gets: the ranks'.
-	// Two more Ps than cores leave one idle, and the monitor mostly
-	// asleep: its threads' wake-ups fell from 56-62 a step to 33-38,
-	// their CPU from 0.8-1.1 ms a step to 0.5 (3 runs each, -ranks 2).
-	procs := runtime.GOMAXPROCS(0)
-	runtime.GOMAXPROCS(procs + 2)
+	// The relay runs in processes of its own (this program
+	// re-executed), so this process's runtime has nothing of it to wake.
 	p, err := netns.Up(o.linkConfig())
 	if err != nil {
-		runtime.GOMAXPROCS(procs)
 		return nil, fmt.Errorf("the scale-out layout runs ranks in two network namespaces: %w", err)
 	}
 	pctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	closeNodes := func() error {
-		defer runtime.GOMAXPROCS(procs)
-		return p.Close()
-	}
+	closeNodes := p.Close
 	pr, err := p.Probe(pctx, 200, 64<<20)
 	if err != nil {
 		return nil, errors.Join(err, closeNodes())
@@ -211,7 +200,7 @@ func scaleoutSetup(ctx context.Context, o *Options) (func() error, error) {
 		prio = "at an ordinary priority (SCHED_FIFO refused: without CAP_SYS_NICE the ranks delay its frames)"
 	}
 	cpus := o.linkConfig().NodeCPUs
-	fmt.Fprintf(os.Stderr, "bench: scale-out nodes %s (%s, cores %v) and %s (%s, cores %v): tbf %s each way, MTU %d; %v added to every frame each way by the relay in this process, %s, one thread per direction on the receiving node's cores (not tc netem, which many kernels lack); probe: round trip %v (%v of it the delay the relay adds), bulk %.2f GB/s (%.2f Gbit/s)\n",
+	fmt.Fprintf(os.Stderr, "bench: scale-out nodes %s (%s, cores %v) and %s (%s, cores %v): tbf %s each way, MTU %d; %v added to every frame each way by the relay, %s, one process per direction on the receiving node's cores (not tc netem, which many kernels lack); probe: round trip %v (%v of it the delay the relay adds), bulk %.2f GB/s (%.2f Gbit/s)\n",
 		p.NS[0], p.Addr[0], cpus[0], p.NS[1], p.Addr[1], cpus[1], o.LinkRate, o.LinkMTU, o.LinkDelay, prio, pr.RTT.Round(time.Microsecond), 2*o.LinkDelay, pr.Throughput/1e9, pr.Throughput*8/1e9)
 	if bits, err := netns.ParseRate(o.LinkRate); err == nil && pr.Throughput*8 < 0.9*bits {
 		fmt.Fprintf(os.Stderr, "bench: the relay carries %.2f Gbit/s, below the %s tbf rate: the relay, not tbf, limits the link\n", pr.Throughput*8/1e9, o.LinkRate)
@@ -629,9 +618,9 @@ func commRow(n int, up, out *Result, gap float64) []Row {
 // addRelayFigures adds the relay's work during one scale-out run to its
 // figures: its CPU time a step (the cores it takes from the ranks), the
 // frames a step, their mean time past due and the frames dropped; and
-// the CPU time a step of this whole process, which hosts the relay:
-// beyond the relay's threads, mostly the Go runtime's, which the
-// relay's wake-ups wake too and which run on the ranks' cores as well.
+// the CPU time a step of this process, which starts the ranks and the
+// relay (whose carriers, processes of their own, count in the relay's
+// CPU with their Go runtimes): it runs on the ranks' cores as well.
 func addRelayFigures(f Figures, d netns.RelayStats, process time.Duration) {
 	steps := max(f["steps"], 1)
 	f["relay_cpu_ms_per_step"] = float64(d.CPU) / 1e6 / steps

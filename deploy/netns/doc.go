@@ -7,9 +7,10 @@
 // kernels often lack the qdiscs that honour a departure time set per
 // packet (fq, etf) too. The rate is shaped with tc's token bucket (tbf)
 // on each node's interface, which such kernels do have. The relay's own
-// cost is the CPU time of its threads, one per direction, which Stats
-// reports; Config.NodeCPUs puts each on the cores of the node it
-// delivers to, which pay for it as a host pays for its network receive.
+// cost is the CPU time of its carriers, one process per direction (the
+// calling program re-executed), which Stats reports; Config.NodeCPUs
+// puts each on the cores of the node it delivers to, which pay for it as
+// a host pays for its network receive.
 //
 // The fault suite (chaos/) and the scale-out benchmark (cmd/bench
 // -workload scaleout) use it. Plan lists the ip and tc commands Up runs,

@@ -30,12 +30,13 @@ type Config struct {
 	MTU int
 	// NodeCPUs are the CPUs each node's programs run on (pinned with
 	// taskset or sched_setaffinity), one list per node. The relay
-	// carries each direction on its own thread, pinned to the CPUs of
-	// the node that receives that direction's frames: that node's cores
-	// pay for its network receive (the relay's send runs the node's
-	// TCP), as a real host's do, and no node pays for the other's. nil:
-	// the threads run wherever the scheduler puts them. Give both lists
-	// or neither; every CPU must be one this process may run on.
+	// carries each direction in a process of its own, pinned to the
+	// CPUs of the node that receives that direction's frames: that
+	// node's cores pay for its network receive (the relay's send runs
+	// the node's TCP), as a real host's do, and no node pays for the
+	// other's. nil: the carriers run wherever the scheduler puts them.
+	// Give both lists or neither; every CPU must be one this process
+	// may run on.
 	NodeCPUs [2][]int
 }
 
@@ -57,7 +58,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("netns: Loss is %v: use a fraction from 0 to 1", c.Loss))
 	}
 	if (c.NodeCPUs[0] == nil) != (c.NodeCPUs[1] == nil) || c.NodeCPUs[0] != nil && (len(c.NodeCPUs[0]) == 0 || len(c.NodeCPUs[1]) == 0) {
-		errs = append(errs, fmt.Errorf("netns: NodeCPUs is %v: give both nodes one CPU or more, or neither (nil) to let the relay's threads run anywhere", c.NodeCPUs))
+		errs = append(errs, fmt.Errorf("netns: NodeCPUs is %v: give both nodes one CPU or more, or neither (nil) to let the relay's carriers run anywhere", c.NodeCPUs))
 	}
 	for i, cpus := range c.NodeCPUs {
 		for _, cpu := range cpus {
@@ -233,7 +234,7 @@ func effectiveCaps() (uint64, error) {
 }
 
 // maxCPUs bounds a CPU number: Linux's CPU_SETSIZE, the size of the
-// affinity mask the relay's threads are pinned with.
+// affinity mask the relay's carriers are pinned with.
 const maxCPUs = 1024
 
 // Up makes the two nodes and starts the relay between them. The caller

@@ -15,61 +15,94 @@ import (
 	"github.com/fulgur-ml/fulgur/deploy/netns"
 )
 
-// relayThread is one of the relay's threads as /proc shows it.
+// relayThread is one of the relay's carriers (a process carrying one
+// direction) as /proc shows it, its threads summed.
 type relayThread struct {
-	allowed string        // Cpus_allowed_list
+	allowed string        // Cpus_allowed_list of every thread ("mixed" when they differ)
 	cpu     time.Duration // user and system time
-	last    int           // the CPU it last ran on
+	last    int           // the CPU its busiest thread last ran on
 	sleeps  int           // voluntary context switches: each one a wake-up later
 }
 
-// relayThreads reads this process's threads named by the relay, by name.
+// relayThreads reads this process's carriers, children named by the
+// relay, by name.
 func relayThreads(t testing.TB) map[string]relayThread {
 	t.Helper()
-	dirs, err := filepath.Glob("/proc/self/task/*")
+	procs, err := filepath.Glob("/proc/[0-9]*")
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]relayThread{}
-	for _, dir := range dirs {
-		comm, err := os.ReadFile(filepath.Join(dir, "comm"))
+	for _, proc := range procs {
+		comm, err := os.ReadFile(filepath.Join(proc, "comm"))
 		name := strings.TrimSpace(string(comm))
-		if err != nil || !strings.HasPrefix(name, "fulgur-relay") {
+		if err != nil || !strings.HasPrefix(name, "fulgur-relay") || parent(proc) != os.Getpid() {
 			continue
 		}
+		tasks, err := filepath.Glob(filepath.Join(proc, "task", "*"))
+		if err != nil {
+			t.Fatal(err)
+		}
 		var th relayThread
-		status, err := os.ReadFile(filepath.Join(dir, "status"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, line := range strings.Split(string(status), "\n") {
-			if v, ok := strings.CutPrefix(line, "Cpus_allowed_list:"); ok {
-				th.allowed = strings.TrimSpace(v)
+		busiest := time.Duration(-1)
+		for _, dir := range tasks {
+			status, err := os.ReadFile(filepath.Join(dir, "status"))
+			if err != nil {
+				continue // the thread, or the carrier, ended
 			}
-			if v, ok := strings.CutPrefix(line, "voluntary_ctxt_switches:"); ok {
-				th.sleeps, _ = strconv.Atoi(strings.TrimSpace(v))
+			for _, line := range strings.Split(string(status), "\n") {
+				if v, ok := strings.CutPrefix(line, "Cpus_allowed_list:"); ok {
+					if v = strings.TrimSpace(v); th.allowed == "" || th.allowed == v {
+						th.allowed = v
+					} else {
+						th.allowed = "mixed"
+					}
+				}
+				if v, ok := strings.CutPrefix(line, "voluntary_ctxt_switches:"); ok {
+					n, _ := strconv.Atoi(strings.TrimSpace(v))
+					th.sleeps += n
+				}
+			}
+			stat, err := os.ReadFile(filepath.Join(dir, "stat"))
+			if err != nil {
+				continue
+			}
+			// The fields after the command's closing parenthesis, from the
+			// third (state): utime and stime are the 14th and 15th, processor
+			// the 39th.
+			f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+			utime, _ := strconv.Atoi(f[14-3])
+			stime, _ := strconv.Atoi(f[15-3])
+			cpu := time.Duration(utime+stime) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+			th.cpu += cpu
+			if cpu > busiest {
+				busiest = cpu
+				th.last, _ = strconv.Atoi(f[39-3])
 			}
 		}
-		stat, err := os.ReadFile(filepath.Join(dir, "stat"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The fields after the command's closing parenthesis, from the
-		// third (state): utime and stime are the 14th and 15th, processor
-		// the 39th.
-		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		utime, _ := strconv.Atoi(f[14-3])
-		stime, _ := strconv.Atoi(f[15-3])
-		th.cpu = time.Duration(utime+stime) * 10 * time.Millisecond // USER_HZ is 100 on Linux
-		th.last, _ = strconv.Atoi(f[39-3])
 		out[name] = th
 	}
 	return out
 }
 
-// With NodeCPUs, each direction's thread runs on the CPUs of the node
-// that receives its frames, and only there: node 1 pays for what node 0
-// sends it, and node 0 for node 1's replies.
+// parent is the parent's pid of process proc (a /proc directory).
+func parent(proc string) int {
+	status, err := os.ReadFile(filepath.Join(proc, "status"))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "PPid:"); ok {
+			pid, _ := strconv.Atoi(strings.TrimSpace(v))
+			return pid
+		}
+	}
+	return 0
+}
+
+// With NodeCPUs, each direction's carrier runs on the CPUs of the node
+// that receives its frames, and only there, its runtime's threads too:
+// node 1 pays for what node 0 sends it, and node 0 for node 1's replies.
 func TestRelayThreadsRunOnTheReceivingNodesCPUs(t *testing.T) {
 	needRoot(t)
 	if runtime.NumCPU() < 2 {
@@ -92,28 +125,27 @@ func TestRelayThreadsRunOnTheReceivingNodesCPUs(t *testing.T) {
 	for name, cpu := range want {
 		th, ok := threads[name]
 		if !ok {
-			t.Errorf("no thread %q carries frames (relay threads: %v)", name, threads)
+			t.Errorf("no carrier %q carries frames (carriers: %v)", name, threads)
 			continue
 		}
 		if th.allowed != cpu || th.last != int(cpu[0]-'0') {
-			t.Errorf("thread %s may run on CPUs %q and last ran on %d, want only CPU %s (the receiving node's)", name, th.allowed, th.last, cpu)
+			t.Errorf("carrier %s's threads may run on CPUs %q and the busiest last ran on %d, want only CPU %s (the receiving node's)", name, th.allowed, th.last, cpu)
 		}
 	}
 	if len(threads) != len(want) {
-		t.Errorf("relay threads %v, want one per direction: %v", threads, want)
+		t.Errorf("carriers %v, want one per direction: %v", threads, want)
 	}
 	// The probe's bulk goes from node 1 to node 0: its thread carries
 	// most of the frames.
 	if th := threads["fulgur-relay1>0"]; th.cpu <= 0 {
-		t.Errorf("the thread carrying node 1's bulk to node 0 used no CPU: %+v", th)
+		t.Errorf("the carrier of node 1's bulk to node 0 used no CPU: %+v", th)
 	}
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	// Close gives the threads back as they were (the main thread, which
-	// the runtime may have lent the relay, never exits).
+	// Close ends the carriers.
 	if left := relayThreads(t); len(left) != 0 {
-		t.Errorf("relay threads outlived Close: %v", left)
+		t.Errorf("carriers outlived Close: %v", left)
 	}
 }
 

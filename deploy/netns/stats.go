@@ -26,13 +26,13 @@ type RelayStats struct {
 	// behind earlier frames.
 	// A frame's real delay is Config.Delay plus its share of this.
 	Late time.Duration
-	// CPU is the CPU time of the relay's threads: the link's cost, which
-	// the host's cores pay (a real link's switch and NICs do not), with
-	// the kernel's work on the frames it sends, the receiving node's TCP
-	// included.
+	// CPU is the CPU time of the relay's carriers, their Go runtimes'
+	// threads included: the link's cost, which the host's cores pay (a
+	// real link's switch and NICs do not), with the kernel's work on the
+	// frames it sends, the receiving node's TCP included.
 	CPU time.Duration
 	// NodeCPU splits CPU by the node the frames went to: NodeCPU[i] is
-	// the thread's that delivers node i's frames, which runs on node i's
+	// the carrier's that delivers node i's frames, which runs on node i's
 	// CPUs with Config.NodeCPUs.
 	NodeCPU [2]time.Duration
 }
