@@ -198,20 +198,80 @@ func SetThreads(n int) error {
 // localRanks processes (or in-process replicas) running kernels at once:
 // the plan (see Plan) is made again for that many local ranks, keeping
 // FULGUR_BLAS_THREADS and FULGUR_WORKERS, and the library is set to the
-// plan's BLAS thread count. Strategies that start several ranks on one
-// machine call it in every rank. It returns the BLAS thread count now in
-// force (0 for gonum).
+// plan's BLAS thread count. It is the process's own count from then on:
+// a share that ends with a strategy is ShareCores. It returns the BLAS
+// thread count now in force (0 for gonum).
 func SetThreadsPerRank(localRanks int) (int, error) {
 	if localRanks < 1 {
 		return 0, fmt.Errorf("blas: %d local ranks: use 1 or more", localRanks)
 	}
+	sharesMu.Lock()
+	defer sharesMu.Unlock()
+	baseRanks = localRanks
+	return applyShares()
+}
+
+// The shares in force (ShareCores), by id, and the local ranks of the
+// process itself (the launcher's, or SetThreadsPerRank's; 0: the plan's
+// own) that they are made over.
+var (
+	sharesMu  sync.Mutex
+	shares    = map[uint64]int{}
+	nextShare uint64
+	baseRanks int
+)
+
+// ShareCores shares the cores given to the process between localRanks
+// replicas running kernels at once (dp's replicas, in-process ranks), as
+// SetThreadsPerRank does, until release is called: then the plan is the
+// process's own again. Without the release, a program that trains on dp
+// and then on one device would run the second on its share of the cores
+// (and, with a different worker count, to other bits). Shares in force at
+// once (trainers running in parallel) plan for the largest. Strategies
+// call it at Setup and release at Teardown. It returns the BLAS thread
+// count now in force (0 for gonum); release may be called more than once.
+func ShareCores(localRanks int) (threads int, release func(), err error) {
+	if localRanks < 1 {
+		return 0, nil, fmt.Errorf("blas: %d local ranks: use 1 or more", localRanks)
+	}
+	sharesMu.Lock()
+	defer sharesMu.Unlock()
+	nextShare++
+	id := nextShare
+	shares[id] = localRanks
+	if threads, err = applyShares(); err != nil {
+		delete(shares, id)
+		return 0, nil, err
+	}
+	var once sync.Once
+	return threads, func() {
+		once.Do(func() {
+			sharesMu.Lock()
+			defer sharesMu.Unlock()
+			delete(shares, id)
+			applyShares() // the count applied before worked: so does this one
+		})
+	}, nil
+}
+
+// applyShares makes the plan for the largest share in force, or the
+// process's own local ranks without one, and sets the library's thread
+// count to it. sharesMu is held.
+func applyShares() (int, error) {
 	planMu.Lock()
 	in := planIn
 	if planSet == nil {
-		in = PlanInput{CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0)}
+		in = PlanInput{CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), LocalRanks: 1}
 	}
 	planMu.Unlock()
-	in.LocalRanks = localRanks
+	ranks := baseRanks
+	if ranks == 0 {
+		ranks = chosenRanks()
+	}
+	for _, n := range shares {
+		ranks = max(ranks, n)
+	}
+	in.LocalRanks = ranks
 	p := setPlan(in)
 	t, ok := Current().(threader)
 	if !ok {
@@ -226,6 +286,17 @@ func SetThreadsPerRank(localRanks int) (int, error) {
 	}
 	chooseMu.Unlock()
 	return p.BLASThreads, nil
+}
+
+// chosenRanks is the local ranks Choose planned for (the launcher's), or
+// one before Choose.
+func chosenRanks() int {
+	chooseMu.Lock()
+	defer chooseMu.Unlock()
+	if chosen != nil {
+		return max(1, chosen.in.LocalRanks)
+	}
+	return 1
 }
 
 // Cores is how many cores this process (or each of its in-process replicas)

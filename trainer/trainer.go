@@ -1652,7 +1652,10 @@ func denseFloats(y *tensor.Dense) []float64 {
 	return nil
 }
 
-// Teardown releases the strategy's replicas and connections.
+// Teardown releases the strategy's replicas and connections, and the share
+// of the process's cores that several replicas in it planned for (dp,
+// in-process ranks; see blas.ShareCores): a program that trains again
+// after a dp Fit calls it, or the later run gets that share only.
 func (t *Trainer) Teardown(ctx context.Context) error {
 	if t.strat == nil {
 		return nil
