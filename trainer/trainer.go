@@ -204,7 +204,6 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 	// Pick the matrix multiply (BLIS, else OpenBLAS, when the dynamic loader
 	// finds them; pure-Go gonum otherwise) once per process, before any graph
 	// runs.
-	ops.SetDeterministic(t.cfg.Deterministic)
 	if err := ops.CheckKernels(); err != nil {
 		return fmt.Errorf("float32 kernels: %w", err)
 	}
@@ -443,6 +442,11 @@ func ownSampler(c data.LoaderConfig) bool {
 func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loader, opts ...FitOption) (err error) {
 	t.excDone = false
 	defer func() { err = t.failed(ctx, err) }()
+	if t.cfg.Deterministic {
+		// For this Fit: a trainer without Deterministic, after this one
+		// or beside it, neither switches it off nor finds it left on.
+		defer ops.HoldDeterministic()()
+	}
 	var fo fitOptions
 	for _, o := range opts {
 		o(&fo)
