@@ -87,13 +87,14 @@ type loaders struct {
 var system = loaders{openblas: loadOpenBLASFor, blis: loadBLISFor}
 
 // loadOpenBLASFor loads OpenBLAS for n threads. Unless the environment sets
-// a count already, OPENBLAS_NUM_THREADS is set first, so that OpenBLAS
-// starts only the worker threads it will use (it reads the variable when
-// loaded; a single-thread rank then has no idle workers). SetThreads can
-// still raise the count later: OpenBLAS starts more workers on demand.
+// a count already, OPENBLAS_NUM_THREADS is set while it loads, so that
+// OpenBLAS starts only the worker threads it will use (it reads the
+// variable when loaded; a single-thread rank then has no idle workers).
+// SetThreads can still raise the count later: OpenBLAS starts more workers
+// on demand.
 func loadOpenBLASFor(n int) (*Native, error) {
 	if !anySet("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS") {
-		os.Setenv("OPENBLAS_NUM_THREADS", strconv.Itoa(n))
+		defer setWhileLoading("OPENBLAS_NUM_THREADS", strconv.Itoa(n))()
 	}
 	return LoadOpenBLAS()
 }
@@ -101,9 +102,19 @@ func loadOpenBLASFor(n int) (*Native, error) {
 // loadBLISFor loads BLIS for n threads (its kernel choice: blisConfig).
 func loadBLISFor(n int) (*Native, error) {
 	if !anySet("BLIS_NUM_THREADS", "OMP_NUM_THREADS") {
-		os.Setenv("BLIS_NUM_THREADS", strconv.Itoa(n))
+		defer setWhileLoading("BLIS_NUM_THREADS", strconv.Itoa(n))()
 	}
 	return LoadBLIS()
+}
+
+// setWhileLoading sets the unset variable key, which a library reads when
+// it is loaded and initialised, and returns what unsets it again: the
+// program's environment, which its child processes inherit (another
+// build of BLIS would read BLIS_ARCH_TYPE as another configuration), is
+// left as it was.
+func setWhileLoading(key, value string) (unset func()) {
+	os.Setenv(key, value)
+	return func() { os.Unsetenv(key) }
 }
 
 func anySet(keys ...string) bool {
