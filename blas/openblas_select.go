@@ -38,6 +38,9 @@ type Choice struct {
 	// Plan is how the process splits its cores (logged with the choice).
 	Plan Plan
 	in   PlanInput
+	// kind is what FULGUR_BLAS calls Impl (blis, openblas, gonum); "" for
+	// the implementation a program installed with Use.
+	kind string
 }
 
 var (
@@ -47,25 +50,48 @@ var (
 
 // Choose picks the matrix-multiply implementation for this process, once:
 // BLIS or OpenBLAS when the dynamic loader finds them, gonum otherwise (see
-// choose for the order), and installs it with Use. It logs the choice (and,
-// on fallback, why and what to install) on log. Programs call it at start,
-// before any graph runs; later calls return the first choice and log
-// nothing. It fails on a bad FULGUR_BLAS or FULGUR_BLAS_THREADS, when a
+// choose for the order), and installs it with Use; an implementation the
+// program installed with Use itself stays (FULGUR_BLAS is then ignored,
+// with a warning). It logs the choice (and, on fallback, why and what to
+// install) on log. Programs call it at start, before any graph runs (the
+// trainer calls it when it first sets a module up); later calls return
+// the first choice and log nothing, or fail when the configuration now
+// asks for something else (another FULGUR_BLAS, FULGUR_BLAS_THREADS or
+// FULGUR_WORKERS, set between two trainers), which one process cannot
+// give. It fails on a bad FULGUR_BLAS or FULGUR_BLAS_THREADS, when a
 // library was demanded but cannot load, or when a multiply already ran on
 // another implementation.
 func Choose(log zerolog.Logger, o ChooseOptions) (Choice, error) {
 	chooseMu.Lock()
 	defer chooseMu.Unlock()
 	if chosen != nil {
+		if err := chosen.conflict(o); err != nil {
+			return Choice{}, err
+		}
 		return *chosen, nil
 	}
-	c, err := choose(o, system)
-	if err != nil {
-		return Choice{}, err
-	}
-	if err := Use(c.Impl); err != nil {
-		if Current().Name() != c.Impl.Name() {
+	var c Choice
+	if impl, byProgram := global.program(); byProgram {
+		want, in, err := request(o)
+		if err != nil {
 			return Choice{}, err
+		}
+		if want != "auto" {
+			log.Warn().Str("FULGUR_BLAS", want).Str("blas", impl.Name()).Msg("FULGUR_BLAS is ignored: the program chose the matrix multiply with blas.Use")
+		}
+		c = Choice{Impl: impl, in: in}
+		if t, ok := impl.(threadCounter); ok {
+			c.Threads, c.ThreadsFromEnv = t.Threads(), in.BLASThreads > 0
+		}
+	} else {
+		var err error
+		if c, err = choose(o, system); err != nil {
+			return Choice{}, err
+		}
+		if err := global.use(c.Impl, false); err != nil {
+			if Current().Name() != c.Impl.Name() {
+				return Choice{}, err
+			}
 		}
 	}
 	ev := log.Info()
@@ -77,6 +103,31 @@ func Choose(log zerolog.Logger, o ChooseOptions) (Choice, error) {
 	log.Info().Msg("threads: " + c.Plan.String())
 	chosen = &c
 	return c, nil
+}
+
+// conflict is the error of a later Choose whose configuration asks for
+// another implementation or explicit counts than c was made with: the
+// process runs one BLAS, chosen at its first trainer.
+func (c *Choice) conflict(o ChooseOptions) error {
+	want, in, err := request(o)
+	if err != nil {
+		return err
+	}
+	first := NewPlan(c.in)
+	var asks []string
+	if want != "auto" && c.kind != "" && want != c.kind {
+		asks = append(asks, "FULGUR_BLAS is "+want)
+	}
+	if in.BLASThreads > 0 && in.BLASThreads != first.BLASThreads {
+		asks = append(asks, fmt.Sprintf("FULGUR_BLAS_THREADS is %d", in.BLASThreads))
+	}
+	if in.Workers > 0 && in.Workers != first.Workers {
+		asks = append(asks, fmt.Sprintf("FULGUR_WORKERS is %d", in.Workers))
+	}
+	if len(asks) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s, but this process chose the matrix multiply at its first trainer (blas.Choose): %s, %s; the BLAS and its counts are chosen once per process: set them before the first trainer, or run each configuration in a process of its own", strings.Join(asks, ", "), c.Impl.Name(), first)
 }
 
 // loaders load the run-time libraries for n threads; tests replace them.
@@ -126,13 +177,15 @@ func anySet(keys ...string) bool {
 	return false
 }
 
-func choose(o ChooseOptions, ld loaders) (Choice, error) {
+// request is what the configuration asks Choose for: the implementation
+// (FULGUR_BLAS: auto, blis, openblas or gonum) and the plan's input.
+func request(o ChooseOptions) (want string, in PlanInput, err error) {
 	lookup := o.Lookup
 	if lookup == nil {
 		lookup = os.LookupEnv
 	}
 	var errs []error
-	want := "auto"
+	want = "auto"
 	if v, ok := lookup("FULGUR_BLAS"); ok && v != "" {
 		want = strings.ToLower(strings.TrimSpace(v))
 		switch want {
@@ -141,16 +194,21 @@ func choose(o ChooseOptions, ld loaders) (Choice, error) {
 			errs = append(errs, fmt.Errorf("FULGUR_BLAS is %q: use auto, blis, openblas or gonum", v))
 		}
 	}
-	in, err := planInputFromEnv(lookup)
+	in, err = planInputFromEnv(lookup)
 	if err != nil {
 		errs = append(errs, err)
 	}
-	threads, fromEnv := NewPlan(in).BLASThreads, in.BLASThreads > 0
-	if err := errors.Join(errs...); err != nil {
+	return want, in, errors.Join(errs...)
+}
+
+func choose(o ChooseOptions, ld loaders) (Choice, error) {
+	want, in, err := request(o)
+	if err != nil {
 		return Choice{}, err
 	}
+	threads, fromEnv := NewPlan(in).BLASThreads, in.BLASThreads > 0
 	if want == "gonum" {
-		return Choice{Impl: Gonum{}, in: in}, nil
+		return Choice{Impl: Gonum{}, in: in, kind: "gonum"}, nil
 	}
 	// auto: BLIS first (its small-matrix kernels run the multiplies of
 	// training steps 1.4-2x faster than OpenBLAS 0.3.21 on the mlp shapes,
@@ -185,9 +243,9 @@ func choose(o ChooseOptions, ld loaders) (Choice, error) {
 			tried = append(tried, fmt.Sprintf("%s runs %d thread(s), %d asked for", lib.Name(), got, threads))
 			continue
 		}
-		return Choice{Impl: lib, Threads: lib.Threads(), ThreadsFromEnv: fromEnv, in: in}, nil
+		return Choice{Impl: lib, Threads: lib.Threads(), ThreadsFromEnv: fromEnv, in: in, kind: kind}, nil
 	}
-	return Choice{Impl: Gonum{}, Fallback: strings.Join(tried, "; ") + "; running the pure-Go gonum BLAS", in: in}, nil
+	return Choice{Impl: Gonum{}, Fallback: strings.Join(tried, "; ") + "; running the pure-Go gonum BLAS", in: in, kind: "gonum"}, nil
 }
 
 // threader is an implementation whose thread count can change.
