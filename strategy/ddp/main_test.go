@@ -117,6 +117,7 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 	afterRank0 := fs.String("after-rank0", "", "rank 0 returns without Teardown; the other ranks write this file once rank 0's process is gone")
 	root := fs.String("root", "", "the trainer's root directory (\"\": a temporary one)")
 	ckptDir := fs.String("ckpt-dir", "", "add a ModelCheckpoint writing here and an EarlyStopping")
+	cancelBatch := fs.Int("cancel-step", -1, "rank 0 cancels its Fit's context at the end of this global step's batch")
 	hookLog := fs.String("hook-log", "", "add a callback that writes the hooks it sees to this path + \".rank<R>\" at fit end, and + \".end<RANK>\" when the program returns")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -179,6 +180,12 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 				err = werr
 			}
 		}()
+	}
+	if r := os.Getenv("RANK"); *cancelBatch >= 0 && (r == "" || r == "0") {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		cfg.Callbacks = append(cfg.Callbacks, &cancelAt{step: *cancelBatch, cancel: cancel})
 	}
 	tr, err := trainer.New(cfg)
 	if err != nil {
