@@ -39,3 +39,27 @@ func TestDDPCancelledFitStopsEveryRankAndSaves(t *testing.T) {
 		t.Errorf("processes left behind: %v", left)
 	}
 }
+
+// Under ddp_spawn, cancelling the launching process's Fit stops the
+// workers as SIGTERM does: they finish their step and save, and Fit
+// returns the *InterruptedError wrapping context.Canceled with the weights
+// they had. The workers used to be killed when the context ended, and Fit
+// returned "ddp_spawn workers failed", with nothing saved.
+func TestDDPSpawnCancelledFitStopsTheWorkersAndSaves(t *testing.T) {
+	needLinux(t)
+	marker := newMarker(t)
+	root := t.TempDir()
+	r := startProgram(t, marker, nil, "-strategy", "ddp_spawn", "-devices", "2", "-epochs", "100", "-cancel-parent", filepath.Join(t.TempDir(), "step3"), "-root", root)
+	if r.err == nil {
+		t.Fatalf("the run went on to the end although its context was cancelled:\n%s", r.stderr)
+	}
+	if !strings.Contains(r.stderr, "program: training interrupted (context canceled) at global step") {
+		t.Errorf("Fit did not return the interruption:\n%s", lastLines(r.stderr, 5))
+	}
+	if _, err := os.Stat(filepath.Join(root, "lightning_logs", "version_0", "checkpoints", "interrupted.ckpt")); err != nil {
+		t.Errorf("no interrupt checkpoint: %v", err)
+	}
+	if left := survivors(t, marker); len(left) > 0 {
+		t.Errorf("processes left behind: %v", left)
+	}
+}
