@@ -27,6 +27,9 @@ type selector struct {
 	mu      sync.Mutex
 	impl    Impl
 	started atomic.Bool // set by the first multiply; after it, use refuses
+	// byProgram: impl was installed by the program's Use, which Choose
+	// then leaves in place.
+	byProgram bool
 }
 
 var global = &selector{impl: Gonum{}}
@@ -37,7 +40,7 @@ var ErrStarted = errors.New("blas: Use was called after the first matrix multipl
 // Use selects the implementation every later multiply runs on. Call it once,
 // at program start, before any graph runs; once a multiply has run it returns
 // ErrStarted and changes nothing, so results never depend on a swap midway.
-func Use(impl Impl) error { return global.use(impl) }
+func Use(impl Impl) error { return global.use(impl, true) }
 
 // Current is the implementation in use; its Name is what programs log.
 func Current() Impl {
@@ -46,7 +49,8 @@ func Current() Impl {
 	return global.impl
 }
 
-func (s *selector) use(impl Impl) error {
+// use installs impl; byProgram records that the program's Use did.
+func (s *selector) use(impl Impl, byProgram bool) error {
 	if impl == nil {
 		return errors.New("blas: Use(nil): pass an implementation, for example blas.Gonum{}")
 	}
@@ -55,8 +59,15 @@ func (s *selector) use(impl Impl) error {
 	if s.started.Load() {
 		return ErrStarted
 	}
-	s.impl = impl
+	s.impl, s.byProgram = impl, byProgram
 	return nil
+}
+
+// program is the implementation the program installed with Use, if it did.
+func (s *selector) program() (Impl, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.impl, s.byProgram
 }
 
 // get returns the implementation and marks the choice final. The fast path

@@ -61,16 +61,16 @@ func (fake) Name() string { return "fake" }
 
 func TestUseOnlyBeforeFirstMultiply(t *testing.T) {
 	s := &selector{impl: Gonum{}}
-	if err := s.use(nil); err == nil {
+	if err := s.use(nil, true); err == nil {
 		t.Fatal("use(nil) succeeded")
 	}
-	if err := s.use(fake{}); err != nil {
+	if err := s.use(fake{}, true); err != nil {
 		t.Fatalf("use before start: %v", err)
 	}
 	if got := s.get().Name(); got != "fake" {
 		t.Fatalf("after use(fake), get().Name() = %q", got)
 	}
-	if err := s.use(Gonum{}); !errors.Is(err, ErrStarted) {
+	if err := s.use(Gonum{}, true); !errors.Is(err, ErrStarted) {
 		t.Fatalf("use after the first multiply = %v, want ErrStarted", err)
 	}
 	if got := s.get().Name(); got != "fake" {

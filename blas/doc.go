@@ -6,7 +6,9 @@
 // pure-Go BLAS, so the CPU path builds and runs with CGO_ENABLED=0; Use
 // installs another before the first multiply and fails with ErrStarted after
 // it, so results never depend on a swap midway. The trainer calls Choose at
-// start, which reads the environment:
+// start (an implementation the program installed with Use stays; a later
+// trainer whose environment asks for another, or for other counts, gets an
+// error), which reads the environment:
 //
 //   - FULGUR_BLAS: auto (BLIS or OpenBLAS when the dynamic loader finds
 //     them, loaded at run time through purego; else gonum), blis, openblas

@@ -246,7 +246,7 @@ func blisPrepare(h uintptr) {
 	if _, ok := os.LookupEnv("BLIS_ARCH_TYPE"); !ok {
 		if want := blisConfig(); want != "" {
 			if id, ok := blisArchID(h, want); ok {
-				os.Setenv("BLIS_ARCH_TYPE", strconv.Itoa(id))
+				defer setWhileLoading("BLIS_ARCH_TYPE", strconv.Itoa(id))()
 			}
 		}
 	}

@@ -38,6 +38,9 @@ type Choice struct {
 	// Plan is how the process splits its cores (logged with the choice).
 	Plan Plan
 	in   PlanInput
+	// kind is what FULGUR_BLAS calls Impl (blis, openblas, gonum); "" for
+	// the implementation a program installed with Use.
+	kind string
 }
 
 var (
@@ -47,25 +50,48 @@ var (
 
 // Choose picks the matrix-multiply implementation for this process, once:
 // BLIS or OpenBLAS when the dynamic loader finds them, gonum otherwise (see
-// choose for the order), and installs it with Use. It logs the choice (and,
-// on fallback, why and what to install) on log. Programs call it at start,
-// before any graph runs; later calls return the first choice and log
-// nothing. It fails on a bad FULGUR_BLAS or FULGUR_BLAS_THREADS, when a
+// choose for the order), and installs it with Use; an implementation the
+// program installed with Use itself stays (FULGUR_BLAS is then ignored,
+// with a warning). It logs the choice (and, on fallback, why and what to
+// install) on log. Programs call it at start, before any graph runs (the
+// trainer calls it when it first sets a module up); later calls return
+// the first choice and log nothing, or fail when the configuration now
+// asks for something else (another FULGUR_BLAS, FULGUR_BLAS_THREADS or
+// FULGUR_WORKERS, set between two trainers), which one process cannot
+// give. It fails on a bad FULGUR_BLAS or FULGUR_BLAS_THREADS, when a
 // library was demanded but cannot load, or when a multiply already ran on
 // another implementation.
 func Choose(log zerolog.Logger, o ChooseOptions) (Choice, error) {
 	chooseMu.Lock()
 	defer chooseMu.Unlock()
 	if chosen != nil {
+		if err := chosen.conflict(o); err != nil {
+			return Choice{}, err
+		}
 		return *chosen, nil
 	}
-	c, err := choose(o, system)
-	if err != nil {
-		return Choice{}, err
-	}
-	if err := Use(c.Impl); err != nil {
-		if Current().Name() != c.Impl.Name() {
+	var c Choice
+	if impl, byProgram := global.program(); byProgram {
+		want, in, err := request(o)
+		if err != nil {
 			return Choice{}, err
+		}
+		if want != "auto" {
+			log.Warn().Str("FULGUR_BLAS", want).Str("blas", impl.Name()).Msg("FULGUR_BLAS is ignored: the program chose the matrix multiply with blas.Use")
+		}
+		c = Choice{Impl: impl, in: in}
+		if t, ok := impl.(threadCounter); ok {
+			c.Threads, c.ThreadsFromEnv = t.Threads(), in.BLASThreads > 0
+		}
+	} else {
+		var err error
+		if c, err = choose(o, system); err != nil {
+			return Choice{}, err
+		}
+		if err := global.use(c.Impl, false); err != nil {
+			if Current().Name() != c.Impl.Name() {
+				return Choice{}, err
+			}
 		}
 	}
 	ev := log.Info()
@@ -79,6 +105,31 @@ func Choose(log zerolog.Logger, o ChooseOptions) (Choice, error) {
 	return c, nil
 }
 
+// conflict is the error of a later Choose whose configuration asks for
+// another implementation or explicit counts than c was made with: the
+// process runs one BLAS, chosen at its first trainer.
+func (c *Choice) conflict(o ChooseOptions) error {
+	want, in, err := request(o)
+	if err != nil {
+		return err
+	}
+	first := NewPlan(c.in)
+	var asks []string
+	if want != "auto" && c.kind != "" && want != c.kind {
+		asks = append(asks, "FULGUR_BLAS is "+want)
+	}
+	if in.BLASThreads > 0 && in.BLASThreads != first.BLASThreads {
+		asks = append(asks, fmt.Sprintf("FULGUR_BLAS_THREADS is %d", in.BLASThreads))
+	}
+	if in.Workers > 0 && in.Workers != first.Workers {
+		asks = append(asks, fmt.Sprintf("FULGUR_WORKERS is %d", in.Workers))
+	}
+	if len(asks) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s, but this process chose the matrix multiply at its first trainer (blas.Choose): %s, %s; the BLAS and its counts are chosen once per process: set them before the first trainer, or run each configuration in a process of its own", strings.Join(asks, ", "), c.Impl.Name(), first)
+}
+
 // loaders load the run-time libraries for n threads; tests replace them.
 type loaders struct {
 	openblas, blis func(threads int) (*Native, error)
@@ -87,13 +138,14 @@ type loaders struct {
 var system = loaders{openblas: loadOpenBLASFor, blis: loadBLISFor}
 
 // loadOpenBLASFor loads OpenBLAS for n threads. Unless the environment sets
-// a count already, OPENBLAS_NUM_THREADS is set first, so that OpenBLAS
-// starts only the worker threads it will use (it reads the variable when
-// loaded; a single-thread rank then has no idle workers). SetThreads can
-// still raise the count later: OpenBLAS starts more workers on demand.
+// a count already, OPENBLAS_NUM_THREADS is set while it loads, so that
+// OpenBLAS starts only the worker threads it will use (it reads the
+// variable when loaded; a single-thread rank then has no idle workers).
+// SetThreads can still raise the count later: OpenBLAS starts more workers
+// on demand.
 func loadOpenBLASFor(n int) (*Native, error) {
 	if !anySet("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS") {
-		os.Setenv("OPENBLAS_NUM_THREADS", strconv.Itoa(n))
+		defer setWhileLoading("OPENBLAS_NUM_THREADS", strconv.Itoa(n))()
 	}
 	return LoadOpenBLAS()
 }
@@ -101,9 +153,19 @@ func loadOpenBLASFor(n int) (*Native, error) {
 // loadBLISFor loads BLIS for n threads (its kernel choice: blisConfig).
 func loadBLISFor(n int) (*Native, error) {
 	if !anySet("BLIS_NUM_THREADS", "OMP_NUM_THREADS") {
-		os.Setenv("BLIS_NUM_THREADS", strconv.Itoa(n))
+		defer setWhileLoading("BLIS_NUM_THREADS", strconv.Itoa(n))()
 	}
 	return LoadBLIS()
+}
+
+// setWhileLoading sets the unset variable key, which a library reads when
+// it is loaded and initialised, and returns what unsets it again: the
+// program's environment, which its child processes inherit (another
+// build of BLIS would read BLIS_ARCH_TYPE as another configuration), is
+// left as it was.
+func setWhileLoading(key, value string) (unset func()) {
+	os.Setenv(key, value)
+	return func() { os.Unsetenv(key) }
 }
 
 func anySet(keys ...string) bool {
@@ -115,13 +177,15 @@ func anySet(keys ...string) bool {
 	return false
 }
 
-func choose(o ChooseOptions, ld loaders) (Choice, error) {
+// request is what the configuration asks Choose for: the implementation
+// (FULGUR_BLAS: auto, blis, openblas or gonum) and the plan's input.
+func request(o ChooseOptions) (want string, in PlanInput, err error) {
 	lookup := o.Lookup
 	if lookup == nil {
 		lookup = os.LookupEnv
 	}
 	var errs []error
-	want := "auto"
+	want = "auto"
 	if v, ok := lookup("FULGUR_BLAS"); ok && v != "" {
 		want = strings.ToLower(strings.TrimSpace(v))
 		switch want {
@@ -130,16 +194,21 @@ func choose(o ChooseOptions, ld loaders) (Choice, error) {
 			errs = append(errs, fmt.Errorf("FULGUR_BLAS is %q: use auto, blis, openblas or gonum", v))
 		}
 	}
-	in, err := planInputFromEnv(lookup)
+	in, err = planInputFromEnv(lookup)
 	if err != nil {
 		errs = append(errs, err)
 	}
-	threads, fromEnv := NewPlan(in).BLASThreads, in.BLASThreads > 0
-	if err := errors.Join(errs...); err != nil {
+	return want, in, errors.Join(errs...)
+}
+
+func choose(o ChooseOptions, ld loaders) (Choice, error) {
+	want, in, err := request(o)
+	if err != nil {
 		return Choice{}, err
 	}
+	threads, fromEnv := NewPlan(in).BLASThreads, in.BLASThreads > 0
 	if want == "gonum" {
-		return Choice{Impl: Gonum{}, in: in}, nil
+		return Choice{Impl: Gonum{}, in: in, kind: "gonum"}, nil
 	}
 	// auto: BLIS first (its small-matrix kernels run the multiplies of
 	// training steps 1.4-2x faster than OpenBLAS 0.3.21 on the mlp shapes,
@@ -174,9 +243,9 @@ func choose(o ChooseOptions, ld loaders) (Choice, error) {
 			tried = append(tried, fmt.Sprintf("%s runs %d thread(s), %d asked for", lib.Name(), got, threads))
 			continue
 		}
-		return Choice{Impl: lib, Threads: lib.Threads(), ThreadsFromEnv: fromEnv, in: in}, nil
+		return Choice{Impl: lib, Threads: lib.Threads(), ThreadsFromEnv: fromEnv, in: in, kind: kind}, nil
 	}
-	return Choice{Impl: Gonum{}, Fallback: strings.Join(tried, "; ") + "; running the pure-Go gonum BLAS", in: in}, nil
+	return Choice{Impl: Gonum{}, Fallback: strings.Join(tried, "; ") + "; running the pure-Go gonum BLAS", in: in, kind: "gonum"}, nil
 }
 
 // threader is an implementation whose thread count can change.
@@ -198,20 +267,80 @@ func SetThreads(n int) error {
 // localRanks processes (or in-process replicas) running kernels at once:
 // the plan (see Plan) is made again for that many local ranks, keeping
 // FULGUR_BLAS_THREADS and FULGUR_WORKERS, and the library is set to the
-// plan's BLAS thread count. Strategies that start several ranks on one
-// machine call it in every rank. It returns the BLAS thread count now in
-// force (0 for gonum).
+// plan's BLAS thread count. It is the process's own count from then on:
+// a share that ends with a strategy is ShareCores. It returns the BLAS
+// thread count now in force (0 for gonum).
 func SetThreadsPerRank(localRanks int) (int, error) {
 	if localRanks < 1 {
 		return 0, fmt.Errorf("blas: %d local ranks: use 1 or more", localRanks)
 	}
+	sharesMu.Lock()
+	defer sharesMu.Unlock()
+	baseRanks = localRanks
+	return applyShares()
+}
+
+// The shares in force (ShareCores), by id, and the local ranks of the
+// process itself (the launcher's, or SetThreadsPerRank's; 0: the plan's
+// own) that they are made over.
+var (
+	sharesMu  sync.Mutex
+	shares    = map[uint64]int{}
+	nextShare uint64
+	baseRanks int
+)
+
+// ShareCores shares the cores given to the process between localRanks
+// replicas running kernels at once (dp's replicas, in-process ranks), as
+// SetThreadsPerRank does, until release is called: then the plan is the
+// process's own again. Without the release, a program that trains on dp
+// and then on one device would run the second on its share of the cores
+// (and, with a different worker count, to other bits). Shares in force at
+// once (trainers running in parallel) plan for the largest. Strategies
+// call it at Setup and release at Teardown. It returns the BLAS thread
+// count now in force (0 for gonum); release may be called more than once.
+func ShareCores(localRanks int) (threads int, release func(), err error) {
+	if localRanks < 1 {
+		return 0, nil, fmt.Errorf("blas: %d local ranks: use 1 or more", localRanks)
+	}
+	sharesMu.Lock()
+	defer sharesMu.Unlock()
+	nextShare++
+	id := nextShare
+	shares[id] = localRanks
+	if threads, err = applyShares(); err != nil {
+		delete(shares, id)
+		return 0, nil, err
+	}
+	var once sync.Once
+	return threads, func() {
+		once.Do(func() {
+			sharesMu.Lock()
+			defer sharesMu.Unlock()
+			delete(shares, id)
+			applyShares() // the count applied before worked: so does this one
+		})
+	}, nil
+}
+
+// applyShares makes the plan for the largest share in force, or the
+// process's own local ranks without one, and sets the library's thread
+// count to it. sharesMu is held.
+func applyShares() (int, error) {
 	planMu.Lock()
 	in := planIn
 	if planSet == nil {
-		in = PlanInput{CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0)}
+		in = PlanInput{CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), LocalRanks: 1}
 	}
 	planMu.Unlock()
-	in.LocalRanks = localRanks
+	ranks := baseRanks
+	if ranks == 0 {
+		ranks = chosenRanks()
+	}
+	for _, n := range shares {
+		ranks = max(ranks, n)
+	}
+	in.LocalRanks = ranks
 	p := setPlan(in)
 	t, ok := Current().(threader)
 	if !ok {
@@ -226,6 +355,17 @@ func SetThreadsPerRank(localRanks int) (int, error) {
 	}
 	chooseMu.Unlock()
 	return p.BLASThreads, nil
+}
+
+// chosenRanks is the local ranks Choose planned for (the launcher's), or
+// one before Choose.
+func chosenRanks() int {
+	chooseMu.Lock()
+	defer chooseMu.Unlock()
+	if chosen != nil {
+		return max(1, chosen.in.LocalRanks)
+	}
+	return 1
 }
 
 // Cores is how many cores this process (or each of its in-process replicas)

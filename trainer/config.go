@@ -90,9 +90,10 @@ type Config struct {
 	Seed uint64
 	// Deterministic asks for bitwise-reproducible runs for a given Seed,
 	// whatever the cores of the machine: reductions run in fixed orders
-	// (ops.SetDeterministic: the convolution weight gradient, split by
-	// default in two partial sums per core, always sums the same number of
-	// parts), shuffles are drawn from (seed, epoch); strategies receive the
+	// (ops.HoldDeterministic, for each Fit: the convolution weight
+	// gradient, split by default in two partial sums per core, always sums
+	// the same number of parts, whatever other trainers of the process
+	// ask), shuffles are drawn from (seed, epoch); strategies receive the
 	// flag in strategy.Setup and refuse configurations that would break it.
 	// An explicit FULGUR_BLAS_THREADS above 1 is logged as a warning.
 	Deterministic bool

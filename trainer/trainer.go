@@ -205,7 +205,6 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 	// Pick the matrix multiply (BLIS, else OpenBLAS, when the dynamic loader
 	// finds them; pure-Go gonum otherwise) once per process, before any graph
 	// runs.
-	ops.SetDeterministic(t.cfg.Deterministic)
 	if err := ops.CheckKernels(); err != nil {
 		return fmt.Errorf("float32 kernels: %w", err)
 	}
@@ -444,6 +443,11 @@ func ownSampler(c data.LoaderConfig) bool {
 func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loader, opts ...FitOption) (err error) {
 	t.excDone = false
 	defer func() { err = t.failed(ctx, err) }()
+	if t.cfg.Deterministic {
+		// For this Fit: a trainer without Deterministic, after this one
+		// or beside it, neither switches it off nor finds it left on.
+		defer ops.HoldDeterministic()()
+	}
 	var fo fitOptions
 	for _, o := range opts {
 		o(&fo)
@@ -1686,8 +1690,11 @@ func denseFloats(y *tensor.Dense) []float64 {
 	return nil
 }
 
-// Teardown releases the strategy's replicas and connections. It calls no
-// hook: the callbacks' and the module's Teardown (TeardownHook,
+// Teardown releases the strategy's replicas and connections, and the share
+// of the process's cores that several replicas in it planned for (dp,
+// in-process ranks; see blas.ShareCores): a program that trains again
+// after a dp Fit calls it, or the later run gets that share only. It calls
+// no hook: the callbacks' and the module's Teardown (TeardownHook,
 // module.TearDowner) end each Fit, Validate, Test and Predict.
 func (t *Trainer) Teardown(ctx context.Context) error {
 	if t.strat == nil {

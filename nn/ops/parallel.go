@@ -112,17 +112,53 @@ func imageSplit(chunks, macs int) int {
 // gradient adds up under SetDeterministic(true), whatever the cores.
 const DeterministicParts = 4
 
-var deterministic atomic.Bool
+// deterministic is set while SetDeterministic(true) or a HoldDeterministic
+// is in force; detSet and detHolds are what it is made of (under detMu).
+var (
+	deterministic atomic.Bool
+	detMu         sync.Mutex
+	detSet        bool
+	detHolds      int
+)
 
 // SetDeterministic makes results bit-identical whatever the core count and
 // worker settings: the convolution weight gradient, the one reduction whose
 // order followed the worker count, then always sums DeterministicParts
 // partial sums (fewer when the batch has fewer image chunks) in part order,
-// whichever goroutines compute them. trainer.Config's
-// Deterministic sets it. Call it before graphs run.
-func SetDeterministic(on bool) { deterministic.Store(on) }
+// whichever goroutines compute them. It is the program's own setting, for
+// good; a trainer with Config.Deterministic holds it for its Fit with
+// HoldDeterministic. Call it before graphs run.
+func SetDeterministic(on bool) {
+	detMu.Lock()
+	defer detMu.Unlock()
+	detSet = on
+	deterministic.Store(detSet || detHolds > 0)
+}
 
-// Deterministic reports whether SetDeterministic(true) is in force.
+// HoldDeterministic puts SetDeterministic(true)'s summation order in force
+// until release is called, whatever else the process sets meanwhile: a
+// trainer asking for determinism holds it for its Fit, so that another
+// trainer (one after it, or one training at the same time) that does not
+// ask for it cannot switch it off under it, and the process's own setting
+// is back afterwards. release may be called more than once.
+func HoldDeterministic() (release func()) {
+	detMu.Lock()
+	detHolds++
+	deterministic.Store(true)
+	detMu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			detMu.Lock()
+			detHolds--
+			deterministic.Store(detSet || detHolds > 0)
+			detMu.Unlock()
+		})
+	}
+}
+
+// Deterministic reports whether SetDeterministic(true) or a
+// HoldDeterministic is in force.
 func Deterministic() bool { return deterministic.Load() }
 
 // dwParts is how many partial sums the weight gradient of a convolution

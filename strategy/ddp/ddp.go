@@ -133,6 +133,9 @@ type DDP struct {
 	localRanks  int       // processes of the job on this machine (0: unknown)
 	launch      *launcher // self-launched local ranks (nil when joined)
 	tornDown    bool
+	// releaseCores ends this rank's share of the machine's cores
+	// (replica.ShareCores), at Teardown; nil when it took none.
+	releaseCores func()
 
 	// What the job did last, for a peer that stops answering: every rank
 	// runs the same collectives in the same order, so the last one this
@@ -310,7 +313,7 @@ func (d *DDP) setupReplica(ctx context.Context, su strategy.Setup) (*module.Stor
 	d.eng = engine.New(su.Module, store, su.Fields, replica.Seed(su.Seed, d.rank), opts...)
 	d.rep = replica.NewGraphs(d.eng)
 	if d.localRanks > 1 {
-		replica.ShareCores(d.cfg.Log, d.localRanks)
+		d.releaseCores = replica.ShareCores(d.cfg.Log, d.localRanks)
 	}
 	return store, nil
 }
@@ -345,7 +348,7 @@ func (d *DDP) JoinGroup(ctx context.Context) (collective.Collective, device.Devi
 		return nil, nil, err
 	}
 	if d.localRanks > 1 {
-		replica.ShareCores(d.cfg.Log, d.localRanks)
+		d.releaseCores = replica.ShareCores(d.cfg.Log, d.localRanks)
 	}
 	return c, d.dev, nil
 }
@@ -996,6 +999,9 @@ func (d *DDP) Teardown(ctx context.Context) error {
 		if err := d.launch.wait(ctx, d.cfg.Timeout); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if d.releaseCores != nil {
+		d.releaseCores()
 	}
 	return errors.Join(errs...)
 }

@@ -462,7 +462,13 @@ func (l *launcher) start(ctx context.Context) error {
 			return os.Create(p)
 		}
 	}
-	g, err := launch.Start(ctx, cfg)
+	// The ranks live until Teardown, not until the context of the Fit
+	// that launched them ends: a cancelled Fit reaches them through the
+	// ranks' stop agreement, so every rank finishes its step and saves, as
+	// on a signal. Ended by the context, they were killed mid-step: rank
+	// 0's Fit then failed on its lost peer (an error that did not always
+	// wrap context.Canceled) and nothing was saved.
+	g, err := launch.Start(context.WithoutCancel(ctx), cfg)
 	if err != nil {
 		ln.Close()
 		return err

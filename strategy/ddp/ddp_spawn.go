@@ -99,8 +99,15 @@ func (s *DDPSpawn) RunFit(ctx context.Context, fit func(context.Context) (strate
 		return strategy.FitResult{}, false, errors.New("ddp_spawn: RunFit before Setup")
 	}
 	res, err := s.spawn(ctx)
+	var stopped *strategy.FitInterrupted
+	if ctx.Err() != nil && errors.As(err, &stopped) {
+		stopped.Signal = 0 // spawn's SIGTERM stood for the cancelled context
+	}
 	if res != nil {
 		if fi := interruption(res); fi != nil {
+			if ctx.Err() != nil {
+				fi.Signal = 0
+			}
 			// The workers were stopped and saved: the weights they had
 			// then, and how to resume.
 			if lerr := s.load(res); lerr != nil {
@@ -166,7 +173,9 @@ func (s *DDPSpawn) spawn(ctx context.Context) (*launch.Result, error) {
 	for i := range ranks {
 		ranks[i] = i
 	}
-	g, err := launch.Start(ctx, launch.Config{
+	// Not ended by ctx, which would kill them mid-step: a cancelled
+	// context stops them as SIGTERM does, below.
+	g, err := launch.Start(context.WithoutCancel(ctx), launch.Config{
 		Ranks: ranks,
 		Env: func(r int) []string {
 			env := local.RankEnv(r)
@@ -191,8 +200,14 @@ func (s *DDPSpawn) spawn(ctx context.Context) (*launch.Result, error) {
 	// waits for that rather than dying of the signal (which took the
 	// workers with it before they had saved).
 	stop := forwardSignals(g)
+	// A cancelled context asks the workers to stop as SIGTERM does: each
+	// finishes its step and saves, and RunFit reports the cancellation.
+	// They used to be killed mid-step, with nothing saved, and Fit
+	// returned "ddp_spawn workers failed".
+	stopOnCancel := context.AfterFunc(ctx, func() { g.Signal(syscall.SIGTERM) })
 	s.log.Info().Int("world", s.world).Ints("pids", g.Pids()).Msg("ddp_spawn: started workers")
-	err = g.Wait(ctx)
+	err = g.Wait(context.WithoutCancel(ctx))
+	stopOnCancel()
 	stop()
 	return s.result(path, err)
 }

@@ -117,6 +117,8 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 	afterRank0 := fs.String("after-rank0", "", "rank 0 returns without Teardown; the other ranks write this file once rank 0's process is gone")
 	root := fs.String("root", "", "the trainer's root directory (\"\": a temporary one)")
 	ckptDir := fs.String("ckpt-dir", "", "add a ModelCheckpoint writing here and an EarlyStopping")
+	cancelBatch := fs.Int("cancel-step", -1, "rank 0 cancels its Fit's context at the end of this global step's batch")
+	cancelParent := fs.String("cancel-parent", "", "ddp_spawn: worker 0 creates this file at step 3, and the launching process cancels its Fit's context once it exists")
 	hookLog := fs.String("hook-log", "", "add a callback that writes the hooks it sees to this path + \".rank<R>\" at fit end, and + \".end<RANK>\" when the program returns")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -180,6 +182,31 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 			}
 		}()
 	}
+	if r := os.Getenv("RANK"); *cancelBatch >= 0 && (r == "" || r == "0") {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		cfg.Callbacks = append(cfg.Callbacks, &cancelAt{step: *cancelBatch, cancel: cancel})
+	}
+	if *cancelParent != "" {
+		switch os.Getenv("RANK") {
+		case "":
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithCancel(ctx)
+			defer cancel()
+			go func() {
+				for {
+					if _, err := os.Stat(*cancelParent); err == nil {
+						cancel()
+						return
+					}
+					time.Sleep(10 * time.Millisecond) // waiting for another process
+				}
+			}()
+		case "0":
+			cfg.Callbacks = append(cfg.Callbacks, touchAt{step: 3, path: *cancelParent})
+		}
+	}
 	tr, err := trainer.New(cfg)
 	if err != nil {
 		return err
@@ -242,6 +269,21 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 		pr.BestModelPath, pr.BestModelScore, pr.StopReason, pr.StoppedEpoch = mc.BestModelPath(), mc.BestModelScore(), es.Reason(), es.StoppedEpoch()
 	}
 	return json.NewEncoder(stdout).Encode(pr)
+}
+
+// touchAt creates a file at the end of a global step's batch.
+type touchAt struct {
+	step int
+	path string
+}
+
+func (touchAt) Name() string { return "touchAt" }
+
+func (c touchAt) OnTrainBatchEnd(_ context.Context, s *trainer.State) error {
+	if s.GlobalStep != c.step {
+		return nil
+	}
+	return os.WriteFile(c.path, nil, 0o644)
 }
 
 // hookNames records the training hooks its process's callbacks see, and

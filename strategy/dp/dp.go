@@ -70,6 +70,9 @@ type DP struct {
 	counts  [][]float64 // combined count metrics, per metric index
 	sync    *replicaSum // SyncBatchNorm across the replicas; nil for one
 	gate    *backwardGate
+	// releaseCores ends the replicas' share of the cores
+	// (replica.ShareCores) at Teardown; nil for one replica.
+	releaseCores func()
 }
 
 // NewDP returns a DP strategy over cfg.Devices.
@@ -106,7 +109,7 @@ func (d *DP) Setup(ctx context.Context, su strategy.Setup) error {
 		d.engs[i] = replica.NewGraphs(engine.New(su.Module, st, su.Fields, replica.Seed(su.Seed, i), opts...))
 	}
 	if n > 1 {
-		replica.ShareCores(su.Log, n)
+		d.releaseCores = replica.ShareCores(su.Log, n)
 	}
 	d.ran = make([]bool, n)
 	d.subs = make([]data.Batch, n)
@@ -400,7 +403,13 @@ func (d *DP) LoadState(ctx context.Context, sd *strategy.StateDict) error {
 	return nil
 }
 
-func (d *DP) Teardown(ctx context.Context) error { return nil }
+// Teardown gives the cores the replicas shared back to the process.
+func (d *DP) Teardown(ctx context.Context) error {
+	if d.releaseCores != nil {
+		d.releaseCores()
+	}
+	return nil
+}
 
 // Rebind runs m over the replicas' parameters from now on.
 func (d *DP) Rebind(m module.Module) error {

@@ -122,12 +122,16 @@ func StatSyncOption(s module.StatSyncer, size int, all bool) []engine.Option {
 // machine its share of the cores (blas.Plan: cores/n, split between
 // goroutine workers and BLAS threads), so n ranks do not oversubscribe the
 // cores; FULGUR_BLAS_THREADS and FULGUR_WORKERS still fix their counts.
-func ShareCores(log zerolog.Logger, n int) {
-	if _, err := blas.SetThreadsPerRank(n); err != nil {
+// The strategy calls release at Teardown (see blas.ShareCores), so that
+// the process plans for its own cores again.
+func ShareCores(log zerolog.Logger, n int) (release func()) {
+	_, release, err := blas.ShareCores(n)
+	if err != nil {
 		log.Warn().Err(err).Int("local_ranks", n).Msg("could not share the cores between local ranks")
-		return
+		return func() {}
 	}
 	log.Info().Msg("threads: " + blas.CurrentPlan().String())
+	return release
 }
 
 // ProfilerOf returns p, or Nop when p is nil.
