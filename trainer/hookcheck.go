@@ -100,7 +100,7 @@ func wrongSignatures(v any, ifaces []reflect.Type) []string {
 			if have == want.Type {
 				continue // another method of it is the one that differs
 			}
-			out = append(out, fmt.Sprintf("%T has %s %s, but the trainer calls %s as %s (%s), and one of another signature never: change it to that one",
+			out = append(out, fmt.Sprintf("%T has %s %s, but the trainer calls %s as %s (%s), and one of another signature never: change it to that one, or rename it if it is a method of your own and not this hook",
 				v, want.Name, have, want.Name, want.Type, it))
 		}
 	}

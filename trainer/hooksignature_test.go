@@ -152,7 +152,10 @@ func TestNewHooksOfAnotherSignatureAreErrors(t *testing.T) {
 	errSays(t, setupLightning{}, err, []string{"setupLightning",
 		"Setup func(string) error", "func(context.Context, *trainer.State, string) error",
 		"Teardown func(string)", "OnAfterBackward func() error", "func(context.Context, *trainer.State) error",
-		"OnBeforeZeroGrad func(interface {}) error"})
+		"OnBeforeZeroGrad func(interface {}) error",
+		// Setup and Teardown are common names: a method of the user's own
+		// may just need renaming.
+		"or rename it if it is a method of your own and not this hook"})
 	tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 1}))
 	if err != nil {
 		t.Fatal(err)
