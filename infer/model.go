@@ -79,6 +79,7 @@ type Model struct {
 	store  *module.Store
 	fields []data.Field
 	eng    *engine.Engine
+	prec   string // Config.Precision: "32" or "64"
 }
 
 // New configures m, loads cfg.Weights into it and returns a Model that
@@ -118,7 +119,7 @@ func New(m module.Module, cfg Config) (*Model, error) {
 	for i, f := range cfg.Inputs {
 		fields[i] = data.Field{Name: f.Name, Shape: append([]int(nil), f.Shape...)}
 	}
-	return &Model{mod: m, store: store, fields: fields, eng: engine.New(m, store, fields, cfg.Seed)}, nil
+	return &Model{mod: m, store: store, fields: fields, eng: engine.New(m, store, fields, cfg.Seed), prec: cfg.Precision}, nil
 }
 
 // Store holds the model's parameters and buffers (SaveStateDict writes it).
@@ -127,25 +128,54 @@ func (m *Model) Store() *module.Store { return m.store }
 // Inputs are the batch fields Predict expects.
 func (m *Model) Inputs() []data.Field { return m.fields }
 
-// Batch makes a batch of rows examples from one slice per input field, each
-// holding rows × the field's size values in row-major order.
+// Batch makes a batch of rows examples for a float32 model (Precision
+// "32") from one slice per input field, each holding rows × the field's
+// size values in row-major order. A float64 model takes Batch64's batches.
 func (m *Model) Batch(rows int, fields ...[]float32) (*data.Batch, error) {
-	if len(fields) != len(m.fields) {
-		return nil, fmt.Errorf("Batch: %d field slices given, the model reads %d (%s)", len(fields), len(m.fields), fieldNames(m.fields))
+	if m.prec == "64" {
+		return nil, errors.New(`Batch: the model's Precision is "64": it takes float64 values: make the batch with Batch64 (float64(v) converts a float32 value exactly)`)
 	}
-	if rows < 1 {
-		return nil, fmt.Errorf("Batch: rows is %d: use 1 or more", rows)
-	}
-	for i, f := range m.fields {
-		if want := rows * f.Size(); len(fields[i]) != want {
-			return nil, fmt.Errorf("Batch: field %q holds %d values; %d rows of shape %v need %d", f.Name, len(fields[i]), rows, f.Shape, want)
-		}
+	if err := m.checkBatch("Batch", rows, len(fields), func(i int) int { return len(fields[i]) }); err != nil {
+		return nil, err
 	}
 	return &data.Batch{Size: rows, Fields: m.fields, Data: fields}, nil
 }
 
+// Batch64 makes a batch of rows examples for a float64 model (Precision
+// "64") from one slice per input field, each holding rows × the field's
+// size values in row-major order; the values reach the model unrounded. A
+// float32 model takes Batch's batches.
+func (m *Model) Batch64(rows int, fields ...[]float64) (*data.Batch, error) {
+	if m.prec != "64" {
+		return nil, errors.New(`Batch64: the model's Precision is "32": it takes float32 values: make the batch with Batch, or build the Model with Precision "64" (from the same weights file) to predict in float64`)
+	}
+	if err := m.checkBatch("Batch64", rows, len(fields), func(i int) int { return len(fields[i]) }); err != nil {
+		return nil, err
+	}
+	return &data.Batch{Size: rows, Fields: m.fields, Data64: fields}, nil
+}
+
+// checkBatch checks the number of field slices and their lengths.
+func (m *Model) checkBatch(call string, rows, n int, length func(i int) int) error {
+	if n != len(m.fields) {
+		return fmt.Errorf("%s: %d field slices given, the model reads %d (%s)", call, n, len(m.fields), fieldNames(m.fields))
+	}
+	if rows < 1 {
+		return fmt.Errorf("%s: rows is %d: use 1 or more", call, rows)
+	}
+	for i, f := range m.fields {
+		if want := rows * f.Size(); length(i) != want {
+			return fmt.Errorf("%s: field %q holds %d values; %d rows of shape %v need %d", call, f.Name, length(i), rows, f.Shape, want)
+		}
+	}
+	return nil
+}
+
 // Predict runs one batch through the module's PredictStep and returns its
-// output, one row per example (a copy the caller keeps).
+// output, one row per example (a copy the caller keeps), in the model's
+// precision. The batch comes from Batch or Batch64, or from a data.Loader
+// (float32 values, which a float64 model converts exactly, as
+// trainer.Predict does).
 func (m *Model) Predict(ctx context.Context, b *data.Batch) (*tensor.Dense, error) {
 	if ctx == nil {
 		return nil, errors.New("Predict: the context is nil: pass context.Background()")
