@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/rs/zerolog"
 	"gorgonia.org/tensor"
 
+	"github.com/fulgur-ml/fulgur/blas"
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/nn/ops"
 	"github.com/fulgur-ml/fulgur/strategy/device/engine"
 )
 
@@ -93,6 +96,16 @@ func New(m module.Module, cfg Config) (*Model, error) {
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("infer.New: %w", err)
+	}
+	// Pick the matrix multiply for the process (BLIS, else OpenBLAS, when
+	// the dynamic loader finds them; gonum otherwise) as a Trainer does,
+	// before any graph runs: a multiply run first would settle it on gonum,
+	// and a Trainer in the same process would then fail to start.
+	if err := ops.CheckKernels(); err != nil {
+		return nil, fmt.Errorf("infer.New: float32 kernels: %w", err)
+	}
+	if _, err := blas.Choose(zerolog.Nop(), blas.ChooseOptions{}); err != nil {
+		return nil, fmt.Errorf("infer.New: matrix multiply: %w", err)
 	}
 	dt := tensor.Float32
 	if cfg.Precision == "64" {
