@@ -75,14 +75,20 @@ func (c *Config) Validate() error {
 }
 
 // Model is a module with its weights, ready to predict batches in eval
-// mode (BatchNorm uses its running statistics, Dropout is off). A Model is
-// not safe for concurrent use.
+// mode (BatchNorm uses its running statistics, Dropout is off). Predict may
+// be called from many goroutines at once (an HTTP handler's): the calls run
+// one at a time, since a Model's graphs hold their inputs and results in
+// buffers of their own; for predictions in parallel, build one Model per
+// worker (each holds its own copy of the weights).
 type Model struct {
 	mod    module.Module
 	store  *module.Store
 	fields []data.Field
 	eng    *engine.Engine
 	prec   string // Config.Precision: "32" or "64"
+	// turn is held by the Predict call running the engine: a channel, not
+	// a mutex, so that a call waiting for its turn ends with its context.
+	turn chan struct{}
 }
 
 // New configures m, loads cfg.Weights into it and returns a Model that
@@ -132,7 +138,7 @@ func New(m module.Module, cfg Config) (*Model, error) {
 	for i, f := range cfg.Inputs {
 		fields[i] = data.Field{Name: f.Name, Shape: append([]int(nil), f.Shape...)}
 	}
-	return &Model{mod: m, store: store, fields: fields, eng: engine.New(m, store, fields, cfg.Seed), prec: cfg.Precision}, nil
+	return &Model{mod: m, store: store, fields: fields, eng: engine.New(m, store, fields, cfg.Seed), prec: cfg.Precision, turn: make(chan struct{}, 1)}, nil
 }
 
 // Store holds the model's parameters and buffers (SaveStateDict writes it).
@@ -196,6 +202,15 @@ func (m *Model) Predict(ctx context.Context, b *data.Batch) (*tensor.Dense, erro
 	if b == nil {
 		return nil, errors.New("Predict: the batch is nil: make one with Model.Batch")
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("Predict: the context is done (%w): nothing was predicted; pass a live context", err)
+	}
+	select {
+	case m.turn <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("Predict: the context ended (%w) while the call waited for the Model's calls before it: nothing was predicted; give each call the time the calls queued before it take, or a Model per worker", ctx.Err())
+	}
+	defer func() { <-m.turn }()
 	res, err := m.eng.Run(ctx, module.Predict, b, false, 1)
 	if err != nil {
 		return nil, fmt.Errorf("Predict: %w", err)
