@@ -37,6 +37,13 @@ type Config struct {
 	Precision string
 	// Seed draws the initial weights (what Weights then replaces).
 	Seed uint64
+	// MaxBatchSizes is how many batch sizes the Model keeps a predict graph
+	// built for. Each graph holds its activations (a small ResNet's for
+	// batches of 1 to 64 rows are 340 MB in all), so a service whose batch
+	// size varies would otherwise grow with every new size; the least
+	// recently used graph is dropped and built again when its size returns.
+	// 0: 8; -1: no limit.
+	MaxBatchSizes int
 }
 
 // Validate fills defaults and reports every problem at once.
@@ -64,6 +71,12 @@ func (c *Config) Validate() error {
 	if c.Weights != "" && c.InitialWeights {
 		errs = append(errs, fmt.Errorf("Weights is %q and InitialWeights is set: use one", c.Weights))
 	}
+	switch {
+	case c.MaxBatchSizes == 0:
+		c.MaxBatchSizes = 8
+	case c.MaxBatchSizes < -1:
+		errs = append(errs, fmt.Errorf("MaxBatchSizes is %d: use 1 or more, 0 for 8, or -1 for no limit", c.MaxBatchSizes))
+	}
 	switch c.Precision {
 	case "":
 		c.Precision = "32"
@@ -84,8 +97,12 @@ type Model struct {
 	mod    module.Module
 	store  *module.Store
 	fields []data.Field
-	eng    *engine.Engine
-	prec   string // Config.Precision: "32" or "64"
+	seed   uint64
+	// graphs are the engines of the batch sizes seen last, one size each,
+	// the most recently used last: at most maxSizes (-1: no limit).
+	graphs   []sizedEngine
+	maxSizes int
+	prec     string // Config.Precision: "32" or "64"
 	// turn is held by the Predict call running the engine: a channel, not
 	// a mutex, so that a call waiting for its turn ends with its context.
 	turn chan struct{}
@@ -138,7 +155,50 @@ func New(m module.Module, cfg Config) (*Model, error) {
 	for i, f := range cfg.Inputs {
 		fields[i] = data.Field{Name: f.Name, Shape: append([]int(nil), f.Shape...)}
 	}
-	return &Model{mod: m, store: store, fields: fields, eng: engine.New(m, store, fields, cfg.Seed), prec: cfg.Precision, turn: make(chan struct{}, 1)}, nil
+	model := &Model{mod: m, store: store, fields: fields, seed: cfg.Seed, maxSizes: cfg.MaxBatchSizes, prec: cfg.Precision, turn: make(chan struct{}, 1)}
+	// Build the graph of one row now: Inputs that do not fit PredictStep
+	// are New's error, not the first request's.
+	if err := model.engineFor(1).Compile(module.Predict, &data.Batch{Size: 1, Fields: fields}); err != nil {
+		return nil, fmt.Errorf("infer.New: Inputs %s do not fit the module (set Inputs to the fields and per-example shapes its PredictStep reads): %w", describe(fields), err)
+	}
+	return model, nil
+}
+
+type sizedEngine struct {
+	rows int
+	eng  *engine.Engine
+}
+
+// engineFor returns the engine for batches of rows, building it when the
+// size is new and dropping the least recently used beyond maxSizes. The
+// caller holds the turn (or owns the Model, in New).
+func (m *Model) engineFor(rows int) *engine.Engine {
+	for i, g := range m.graphs {
+		if g.rows == rows {
+			if i != len(m.graphs)-1 {
+				copy(m.graphs[i:], m.graphs[i+1:])
+				m.graphs[len(m.graphs)-1] = g
+			}
+			return g.eng
+		}
+	}
+	if m.maxSizes > 0 && len(m.graphs) >= m.maxSizes {
+		n := copy(m.graphs, m.graphs[1:])
+		m.graphs[n] = sizedEngine{}
+		m.graphs = m.graphs[:n]
+	}
+	e := engine.New(m.mod, m.store, m.fields, m.seed)
+	m.graphs = append(m.graphs, sizedEngine{rows, e})
+	return e
+}
+
+// describe writes fields as name[shape] pairs.
+func describe(fs []data.Field) string {
+	s := make([]string, len(fs))
+	for i, f := range fs {
+		s[i] = fmt.Sprintf("%s%v", f.Name, f.Shape)
+	}
+	return strings.Join(s, ", ")
 }
 
 // Store holds the model's parameters and buffers (SaveStateDict writes it).
@@ -211,7 +271,7 @@ func (m *Model) Predict(ctx context.Context, b *data.Batch) (*tensor.Dense, erro
 		return nil, fmt.Errorf("Predict: the context ended (%w) while the call waited for the Model's calls before it: nothing was predicted; give each call the time the calls queued before it take, or a Model per worker", ctx.Err())
 	}
 	defer func() { <-m.turn }()
-	res, err := m.eng.Run(ctx, module.Predict, b, false, 1)
+	res, err := m.engineFor(b.Size).Run(ctx, module.Predict, b, false, 1)
 	if err != nil {
 		return nil, fmt.Errorf("Predict: %w", err)
 	}
