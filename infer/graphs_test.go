@@ -1,6 +1,8 @@
 package infer_test
 
 import (
+	"context"
+	"math"
 	"strings"
 	"testing"
 
@@ -96,5 +98,36 @@ func TestNewChecksInputs(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A NaN or infinite input is an error naming the field, the row and the
+// value, not a row of NaN predictions (which an argmax reads as class 0).
+func TestPredictRefusesNaNInput(t *testing.T) {
+	m32, err := infer.New(&tinyMLP{}, infer.Config{Inputs: []data.Field{xField}, InitialWeights: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := randomX(3, 3)
+	x[16+5] = float32(math.NaN())
+	b, err := m32.Batch(3, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := m32.Predict(context.Background(), b); err == nil || !strings.Contains(err.Error(), `field "x" of row 1 holds NaN at value 5 of the row`) {
+		t.Errorf("NaN input: %v, %v; want an error naming row 1", err, out)
+	}
+	m64, err := infer.New(&tinyMLP{}, infer.Config{Inputs: []data.Field{xField}, InitialWeights: true, Precision: "64"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x64 := make([]float64, 2*16)
+	x64[16+15] = math.Inf(-1)
+	b, err = m64.Batch64(2, x64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := m64.Predict(context.Background(), b); err == nil || !strings.Contains(err.Error(), `field "x" of row 1 holds -Inf at value 15 of the row`) {
+		t.Errorf("-Inf input: %v, %v; want an error naming row 1", err, out)
 	}
 }

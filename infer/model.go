@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/rs/zerolog"
@@ -192,6 +193,35 @@ func (m *Model) engineFor(rows int) *engine.Engine {
 	return e
 }
 
+// checkFinite finds the first NaN or infinite input value: it would make
+// its row's predictions NaN, which a caller taking the largest logit reads
+// as class 0.
+func (m *Model) checkFinite(b *data.Batch) error {
+	for f, col := range b.Data {
+		for i, v := range col {
+			if v != v || v > math.MaxFloat32 || v < -math.MaxFloat32 {
+				return notFinite(b, f, i, float64(v))
+			}
+		}
+	}
+	for f, col := range b.Data64 {
+		for i, v := range col {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return notFinite(b, f, i, v)
+			}
+		}
+	}
+	return nil
+}
+
+func notFinite(b *data.Batch, f, i int, v float64) error {
+	name, per := fmt.Sprint(f), 1
+	if f < len(b.Fields) {
+		name, per = fmt.Sprintf("%q", b.Fields[f].Name), max(b.Fields[f].Size(), 1)
+	}
+	return fmt.Errorf("field %s of row %d holds %v at value %d of the row: a NaN or infinite input makes the row's predictions NaN; replace the value (a missing one by 0 or the training mean) or leave the row out", name, i/per, v, i%per)
+}
+
 // describe writes fields as name[shape] pairs.
 func describe(fs []data.Field) string {
 	s := make([]string, len(fs))
@@ -252,7 +282,8 @@ func (m *Model) checkBatch(call string, rows, n int, length func(i int) int) err
 
 // Predict runs one batch through the module's PredictStep and returns its
 // output, one row per example (a copy the caller keeps), in the model's
-// precision. The batch comes from Batch or Batch64, or from a data.Loader
+// precision. A NaN or infinite input value is an error naming its row:
+// the row's predictions would be NaN. The batch comes from Batch or Batch64, or from a data.Loader
 // (float32 values, which a float64 model converts exactly, as
 // trainer.Predict does).
 func (m *Model) Predict(ctx context.Context, b *data.Batch) (*tensor.Dense, error) {
@@ -261,6 +292,9 @@ func (m *Model) Predict(ctx context.Context, b *data.Batch) (*tensor.Dense, erro
 	}
 	if b == nil {
 		return nil, errors.New("Predict: the batch is nil: make one with Model.Batch")
+	}
+	if err := m.checkFinite(b); err != nil {
+		return nil, fmt.Errorf("Predict: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("Predict: the context is done (%w): nothing was predicted; pass a live context", err)
