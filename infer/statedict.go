@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -157,6 +158,10 @@ func LoadWeights(path string, store *module.Store) error {
 		return fmt.Errorf("LoadWeights %s: %w", path, err)
 	}
 	if f.meta["format"] == trainer.CheckpointFormat {
+		if m := shardName.FindStringSubmatch(filepath.Base(path)); m != nil {
+			index := filepath.Join(filepath.Dir(path), m[1])
+			return fmt.Errorf("LoadWeights %s: the file is rank %s's shard of the %s-rank sharded checkpoint %s (trainer.Config.ShardedCheckpoint), which holds part of each tensor: pass the index, %s, which reads every shard", path, m[2], m[3], index, index)
+		}
 		return trainer.LoadWeights(path, store)
 	}
 	vals, err := f.match(store)
@@ -176,6 +181,10 @@ func LoadWeights(path string, store *module.Store) error {
 	}
 	return nil
 }
+
+// shardName matches the file name of one rank's shard of a sharded
+// checkpoint: PATH.rank<R>-of-<N> beside the index at PATH.
+var shardName = regexp.MustCompile(`^(.+)\.rank(\d+)-of-(\d+)$`)
 
 // torchSaveFile says what kind of torch.save output b starts with: a zip
 // archive (PyTorch 1.6 and later) or a bare pickle (protocol 2 to 5, as
