@@ -232,6 +232,7 @@ func describe(fs []data.Field) string {
 }
 
 // Store holds the model's parameters and buffers (SaveStateDict writes it).
+// Change them (LoadWeights) only while no Predict call runs.
 func (m *Model) Store() *module.Store { return m.store }
 
 // Inputs are the batch fields Predict expects.
@@ -283,7 +284,9 @@ func (m *Model) checkBatch(call string, rows, n int, length func(i int) int) err
 // Predict runs one batch through the module's PredictStep and returns its
 // output, one row per example (a copy the caller keeps), in the model's
 // precision. A NaN or infinite input value is an error naming its row:
-// the row's predictions would be NaN. The batch comes from Batch or Batch64, or from a data.Loader
+// the row's predictions would be NaN. ctx is checked before the batch runs
+// and while the call waits for the Model's calls before it; a batch that
+// has started runs to its end. The batch comes from Batch or Batch64, or from a data.Loader
 // (float32 values, which a float64 model converts exactly, as
 // trainer.Predict does).
 func (m *Model) Predict(ctx context.Context, b *data.Batch) (*tensor.Dense, error) {

@@ -112,8 +112,15 @@ func fitOnTwoRanks(t *testing.T, ds data.Dataset, mod func() module.Module, stra
 	}
 }
 
-// trainerPredict is trainer.Predict's output for x from the checkpoint ck.
+// trainerPredict is trainer.Predict's output for x from the float32
+// checkpoint ck.
 func trainerPredict(t *testing.T, mod func() module.Module, ck string, x []float32) []float64 {
+	t.Helper()
+	return trainerPredictAt(t, mod, ck, x, "32")
+}
+
+// trainerPredictAt is trainerPredict at a precision, in one batch.
+func trainerPredictAt(t *testing.T, mod func() module.Module, ck string, x []float32, precision string) []float64 {
 	t.Helper()
 	rows := len(x) / 16
 	ds, err := data.NewInMemory([]data.Field{xField}, [][]float32{x})
@@ -124,7 +131,7 @@ func trainerPredict(t *testing.T, mod func() module.Module, ck string, x []float
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := trainer.New(trainer.Config{Out: io.Discard, DefaultRootDir: t.TempDir()})
+	tr, err := trainer.New(trainer.Config{Out: io.Discard, DefaultRootDir: t.TempDir(), Precision: precision})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,4 +140,33 @@ func trainerPredict(t *testing.T, mod func() module.Module, ck string, x []float
 		t.Fatal(err)
 	}
 	return values(outs[0])
+}
+
+// Predictions equal trainer.Predict's from the same checkpoint, bit for
+// bit, in float32 and float64, for batches of one row, an odd number, and
+// more than training's 8.
+func TestPredictEqualsTrainerPredict(t *testing.T) {
+	for _, a := range archs {
+		for _, precision := range []string{"32", "64"} {
+			t.Run(a.name+"/"+precision, func(t *testing.T) {
+				tr := train(t, a.new(), precision)
+				ck := filepath.Join(t.TempDir(), "w.ckpt")
+				if err := tr.SaveCheckpoint(context.Background(), ck); err != nil {
+					t.Fatal(err)
+				}
+				m, err := infer.New(a.new(), infer.Config{Inputs: []data.Field{xField}, Weights: ck, Precision: precision})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, rows := range []int{1, 7, 24} {
+					x := randomX(uint64(rows), rows)
+					got := predict(t, m, x)
+					want := trainerPredictAt(t, a.new, ck, x, precision)
+					if !sameValues(got, want) {
+						t.Errorf("%d rows: infer predicts %v, trainer.Predict %v", rows, got[:3], want[:3])
+					}
+				}
+			})
+		}
+	}
 }
