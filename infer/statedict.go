@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -151,7 +152,7 @@ func LoadWeights(path string, store *module.Store) error {
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("LoadWeights: %w", err)
+		return fmt.Errorf("LoadWeights: %w%s", err, readHint(path, err))
 	}
 	f, err := decode(b)
 	if err != nil {
@@ -180,6 +181,18 @@ func LoadWeights(path string, store *module.Store) error {
 		}
 	}
 	return nil
+}
+
+// readHint says what to pass instead of a path that is no file: a
+// directory, or the names trainer.WithCheckpoint takes.
+func readHint(path string, err error) string {
+	if st, serr := os.Stat(path); serr == nil && st.IsDir() {
+		return ": the weights are a file: name a checkpoint in the directory (checkpoints/last.ckpt), or find a run's with trainer.ResolveCheckpoint(root, \"last\")"
+	}
+	if errors.Is(err, fs.ErrNotExist) && (path == "last" || path == "best") {
+		return fmt.Sprintf(": infer reads a file; for a run's %[1]s checkpoint, pass trainer.ResolveCheckpoint(root, %[1]q), which finds it under the run's root directory", path)
+	}
+	return ""
 }
 
 // shardName matches the file name of one rank's shard of a sharded
