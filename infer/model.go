@@ -294,7 +294,7 @@ func (m *Model) Predict(ctx context.Context, b *data.Batch) (*tensor.Dense, erro
 		return nil, errors.New("Predict: the context is nil: pass context.Background()")
 	}
 	if b == nil {
-		return nil, errors.New("Predict: the batch is nil: make one with Model.Batch")
+		return nil, errors.New("Predict: the batch is nil: make one with Model.Batch (Model.Batch64 for a float64 model)")
 	}
 	if err := m.checkFinite(b); err != nil {
 		return nil, fmt.Errorf("Predict: %w", err)
