@@ -84,8 +84,8 @@ func TestNewChecksInputs(t *testing.T) {
 		in   data.Field
 		want []string
 	}{
-		{"another name", data.Field{Name: "image", Shape: []int{1, 4, 4}}, []string{`Inputs image[1 4 4] do not fit the module`, `step input "x" does not exist`}},
-		{"another shape", data.Field{Name: "x", Shape: []int{1, 5, 5}}, []string{`Inputs x[1 5 5] do not fit the module`, "set Inputs to the fields and per-example shapes"}},
+		{"another name", data.Field{Name: "image", Shape: []int{1, 4, 4}}, []string{`building the predict graph for Inputs image[1 4 4]`, `step input "x" does not exist`}},
+		{"another shape", data.Field{Name: "x", Shape: []int{1, 5, 5}}, []string{`building the predict graph for Inputs x[1 5 5]`, "set Inputs to its fields and per-example shapes"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := infer.New(&tinyMLP{}, infer.Config{Inputs: []data.Field{c.in}, InitialWeights: true})

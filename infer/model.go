@@ -160,7 +160,7 @@ func New(m module.Module, cfg Config) (*Model, error) {
 	// Build the graph of one row now: Inputs that do not fit PredictStep
 	// are New's error, not the first request's.
 	if err := model.engineFor(1).Compile(module.Predict, &data.Batch{Size: 1, Fields: fields}); err != nil {
-		return nil, fmt.Errorf("infer.New: Inputs %s do not fit the module (set Inputs to the fields and per-example shapes its PredictStep reads): %w", describe(fields), err)
+		return nil, fmt.Errorf("infer.New: building the predict graph for Inputs %s (when they are not what PredictStep reads, set Inputs to its fields and per-example shapes): %w", describe(fields), err)
 	}
 	return model, nil
 }
