@@ -51,6 +51,11 @@ type Batch struct {
 	Fields []Field
 	// Data holds, per field, Size*Fields[f].Size() values.
 	Data [][]float32
+	// Data64, when set, holds the values in float64 instead of Data (which
+	// is then nil), laid out the same way: a batch for a float64 model
+	// (Precision "64") whose inputs are float64, as infer.Model.Batch64
+	// makes them. Loaders never set it.
+	Data64 [][]float64
 	// Indices is the dataset index of each row.
 	Indices []int
 	// Pad is true for rows that are duplicates added by a DistributedSampler

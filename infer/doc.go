@@ -14,6 +14,11 @@
 // weights [out, in, kh, kw] as fulgur stores them, and BatchNorm's
 // num_batches_tracked as a 0-dimensional int64.
 //
-// infer imports module, data, trainer (to verify checkpoints) and the
-// internal engine; nothing imports infer but programs.
+// New picks the process's matrix multiply as a Trainer does (blas.Choose),
+// before its first graph runs, so a Trainer started after a Model has
+// predicted runs on the same one.
+//
+// infer imports module, data, blas, nn/ops (the kernel check), trainer (to
+// verify checkpoints) and the internal engine; nothing imports infer but
+// programs.
 package infer

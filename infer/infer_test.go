@@ -110,6 +110,13 @@ func train(t *testing.T, m module.Module, precision string) *trainer.Trainer {
 func predict(t *testing.T, m *infer.Model, x []float32) []float64 {
 	t.Helper()
 	b, err := m.Batch(len(x)/16, x)
+	if m.Store().Dtype() == tensor.Float64 {
+		x64 := make([]float64, len(x))
+		for i, v := range x {
+			x64[i] = float64(v)
+		}
+		b, err = m.Batch64(len(x)/16, x64)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

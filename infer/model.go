@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 
+	"github.com/rs/zerolog"
 	"gorgonia.org/tensor"
 
+	"github.com/fulgur-ml/fulgur/blas"
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/nn/ops"
 	"github.com/fulgur-ml/fulgur/strategy/device/engine"
 )
 
@@ -34,6 +38,13 @@ type Config struct {
 	Precision string
 	// Seed draws the initial weights (what Weights then replaces).
 	Seed uint64
+	// MaxBatchSizes is how many batch sizes the Model keeps a predict graph
+	// built for. Each graph holds its activations (a small ResNet's for
+	// batches of 1 to 64 rows are 340 MB in all), so a service whose batch
+	// size varies would otherwise grow with every new size; the least
+	// recently used graph is dropped and built again when its size returns.
+	// 0: 8; -1: no limit.
+	MaxBatchSizes int
 }
 
 // Validate fills defaults and reports every problem at once.
@@ -61,6 +72,12 @@ func (c *Config) Validate() error {
 	if c.Weights != "" && c.InitialWeights {
 		errs = append(errs, fmt.Errorf("Weights is %q and InitialWeights is set: use one", c.Weights))
 	}
+	switch {
+	case c.MaxBatchSizes == 0:
+		c.MaxBatchSizes = 8
+	case c.MaxBatchSizes < -1:
+		errs = append(errs, fmt.Errorf("MaxBatchSizes is %d: use 1 or more, 0 for 8, or -1 for no limit", c.MaxBatchSizes))
+	}
 	switch c.Precision {
 	case "":
 		c.Precision = "32"
@@ -72,13 +89,24 @@ func (c *Config) Validate() error {
 }
 
 // Model is a module with its weights, ready to predict batches in eval
-// mode (BatchNorm uses its running statistics, Dropout is off). A Model is
-// not safe for concurrent use.
+// mode (BatchNorm uses its running statistics, Dropout is off). Predict may
+// be called from many goroutines at once (an HTTP handler's): the calls run
+// one at a time, since a Model's graphs hold their inputs and results in
+// buffers of their own; for predictions in parallel, build one Model per
+// worker (each holds its own copy of the weights).
 type Model struct {
 	mod    module.Module
 	store  *module.Store
 	fields []data.Field
-	eng    *engine.Engine
+	seed   uint64
+	// graphs are the engines of the batch sizes seen last, one size each,
+	// the most recently used last: at most maxSizes (-1: no limit).
+	graphs   []sizedEngine
+	maxSizes int
+	prec     string // Config.Precision: "32" or "64"
+	// turn is held by the Predict call running the engine: a channel, not
+	// a mutex, so that a call waiting for its turn ends with its context.
+	turn chan struct{}
 }
 
 // New configures m, loads cfg.Weights into it and returns a Model that
@@ -92,6 +120,16 @@ func New(m module.Module, cfg Config) (*Model, error) {
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("infer.New: %w", err)
+	}
+	// Pick the matrix multiply for the process (BLIS, else OpenBLAS, when
+	// the dynamic loader finds them; gonum otherwise) as a Trainer does,
+	// before any graph runs: a multiply run first would settle it on gonum,
+	// and a Trainer in the same process would then fail to start.
+	if err := ops.CheckKernels(); err != nil {
+		return nil, fmt.Errorf("infer.New: float32 kernels: %w", err)
+	}
+	if _, err := blas.Choose(zerolog.Nop(), blas.ChooseOptions{}); err != nil {
+		return nil, fmt.Errorf("infer.New: matrix multiply: %w", err)
 	}
 	dt := tensor.Float32
 	if cfg.Precision == "64" {
@@ -118,42 +156,159 @@ func New(m module.Module, cfg Config) (*Model, error) {
 	for i, f := range cfg.Inputs {
 		fields[i] = data.Field{Name: f.Name, Shape: append([]int(nil), f.Shape...)}
 	}
-	return &Model{mod: m, store: store, fields: fields, eng: engine.New(m, store, fields, cfg.Seed)}, nil
+	model := &Model{mod: m, store: store, fields: fields, seed: cfg.Seed, maxSizes: cfg.MaxBatchSizes, prec: cfg.Precision, turn: make(chan struct{}, 1)}
+	// Build the graph of one row now: Inputs that do not fit PredictStep
+	// are New's error, not the first request's.
+	if err := model.engineFor(1).Compile(module.Predict, &data.Batch{Size: 1, Fields: fields}); err != nil {
+		return nil, fmt.Errorf("infer.New: building the predict graph for Inputs %s (when they are not what PredictStep reads, set Inputs to its fields and per-example shapes): %w", describe(fields), err)
+	}
+	return model, nil
+}
+
+type sizedEngine struct {
+	rows int
+	eng  *engine.Engine
+}
+
+// engineFor returns the engine for batches of rows, building it when the
+// size is new and dropping the least recently used beyond maxSizes. The
+// caller holds the turn (or owns the Model, in New).
+func (m *Model) engineFor(rows int) *engine.Engine {
+	for i, g := range m.graphs {
+		if g.rows == rows {
+			if i != len(m.graphs)-1 {
+				copy(m.graphs[i:], m.graphs[i+1:])
+				m.graphs[len(m.graphs)-1] = g
+			}
+			return g.eng
+		}
+	}
+	if m.maxSizes > 0 && len(m.graphs) >= m.maxSizes {
+		n := copy(m.graphs, m.graphs[1:])
+		m.graphs[n] = sizedEngine{}
+		m.graphs = m.graphs[:n]
+	}
+	e := engine.New(m.mod, m.store, m.fields, m.seed)
+	m.graphs = append(m.graphs, sizedEngine{rows, e})
+	return e
+}
+
+// checkFinite finds the first NaN or infinite input value: it would make
+// its row's predictions NaN, which a caller taking the largest logit reads
+// as class 0.
+func (m *Model) checkFinite(b *data.Batch) error {
+	for f, col := range b.Data {
+		for i, v := range col {
+			if v != v || v > math.MaxFloat32 || v < -math.MaxFloat32 {
+				return notFinite(b, f, i, float64(v))
+			}
+		}
+	}
+	for f, col := range b.Data64 {
+		for i, v := range col {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return notFinite(b, f, i, v)
+			}
+		}
+	}
+	return nil
+}
+
+func notFinite(b *data.Batch, f, i int, v float64) error {
+	name, per := fmt.Sprint(f), 1
+	if f < len(b.Fields) {
+		name, per = fmt.Sprintf("%q", b.Fields[f].Name), max(b.Fields[f].Size(), 1)
+	}
+	return fmt.Errorf("field %s of row %d holds %v at value %d of the row: a NaN or infinite input makes the row's predictions NaN; replace the value (a missing one by 0 or the training mean) or leave the row out", name, i/per, v, i%per)
+}
+
+// describe writes fields as name[shape] pairs.
+func describe(fs []data.Field) string {
+	s := make([]string, len(fs))
+	for i, f := range fs {
+		s[i] = fmt.Sprintf("%s%v", f.Name, f.Shape)
+	}
+	return strings.Join(s, ", ")
 }
 
 // Store holds the model's parameters and buffers (SaveStateDict writes it).
+// Change them (LoadWeights) only while no Predict call runs.
 func (m *Model) Store() *module.Store { return m.store }
 
 // Inputs are the batch fields Predict expects.
 func (m *Model) Inputs() []data.Field { return m.fields }
 
-// Batch makes a batch of rows examples from one slice per input field, each
-// holding rows × the field's size values in row-major order.
+// Batch makes a batch of rows examples for a float32 model (Precision
+// "32") from one slice per input field, each holding rows × the field's
+// size values in row-major order. A float64 model takes Batch64's batches.
 func (m *Model) Batch(rows int, fields ...[]float32) (*data.Batch, error) {
-	if len(fields) != len(m.fields) {
-		return nil, fmt.Errorf("Batch: %d field slices given, the model reads %d (%s)", len(fields), len(m.fields), fieldNames(m.fields))
+	if m.prec == "64" {
+		return nil, errors.New(`Batch: the model's Precision is "64": it takes float64 values: make the batch with Batch64 (float64(v) converts a float32 value exactly)`)
 	}
-	if rows < 1 {
-		return nil, fmt.Errorf("Batch: rows is %d: use 1 or more", rows)
-	}
-	for i, f := range m.fields {
-		if want := rows * f.Size(); len(fields[i]) != want {
-			return nil, fmt.Errorf("Batch: field %q holds %d values; %d rows of shape %v need %d", f.Name, len(fields[i]), rows, f.Shape, want)
-		}
+	if err := m.checkBatch("Batch", rows, len(fields), func(i int) int { return len(fields[i]) }); err != nil {
+		return nil, err
 	}
 	return &data.Batch{Size: rows, Fields: m.fields, Data: fields}, nil
 }
 
+// Batch64 makes a batch of rows examples for a float64 model (Precision
+// "64") from one slice per input field, each holding rows × the field's
+// size values in row-major order; the values reach the model unrounded. A
+// float32 model takes Batch's batches.
+func (m *Model) Batch64(rows int, fields ...[]float64) (*data.Batch, error) {
+	if m.prec != "64" {
+		return nil, errors.New(`Batch64: the model's Precision is "32": it takes float32 values: make the batch with Batch, or build the Model with Precision "64" (from the same weights file) to predict in float64`)
+	}
+	if err := m.checkBatch("Batch64", rows, len(fields), func(i int) int { return len(fields[i]) }); err != nil {
+		return nil, err
+	}
+	return &data.Batch{Size: rows, Fields: m.fields, Data64: fields}, nil
+}
+
+// checkBatch checks the number of field slices and their lengths.
+func (m *Model) checkBatch(call string, rows, n int, length func(i int) int) error {
+	if n != len(m.fields) {
+		return fmt.Errorf("%s: %d field slices given, the model reads %d (%s)", call, n, len(m.fields), fieldNames(m.fields))
+	}
+	if rows < 1 {
+		return fmt.Errorf("%s: rows is %d: use 1 or more", call, rows)
+	}
+	for i, f := range m.fields {
+		if want := rows * f.Size(); length(i) != want {
+			return fmt.Errorf("%s: field %q holds %d values; %d rows of shape %v need %d", call, f.Name, length(i), rows, f.Shape, want)
+		}
+	}
+	return nil
+}
+
 // Predict runs one batch through the module's PredictStep and returns its
-// output, one row per example (a copy the caller keeps).
+// output, one row per example (a copy the caller keeps), in the model's
+// precision. A NaN or infinite input value is an error naming its row:
+// the row's predictions would be NaN. ctx is checked before the batch runs
+// and while the call waits for the Model's calls before it; a batch that
+// has started runs to its end. The batch comes from Batch or Batch64, or from a data.Loader
+// (float32 values, which a float64 model converts exactly, as
+// trainer.Predict does).
 func (m *Model) Predict(ctx context.Context, b *data.Batch) (*tensor.Dense, error) {
 	if ctx == nil {
 		return nil, errors.New("Predict: the context is nil: pass context.Background()")
 	}
 	if b == nil {
-		return nil, errors.New("Predict: the batch is nil: make one with Model.Batch")
+		return nil, errors.New("Predict: the batch is nil: make one with Model.Batch (Model.Batch64 for a float64 model)")
 	}
-	res, err := m.eng.Run(ctx, module.Predict, b, false, 1)
+	if err := m.checkFinite(b); err != nil {
+		return nil, fmt.Errorf("Predict: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("Predict: the context is done (%w): nothing was predicted; pass a live context", err)
+	}
+	select {
+	case m.turn <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("Predict: the context ended (%w) while the call waited for the Model's calls before it: nothing was predicted; give each call the time the calls queued before it take, or a Model per worker", ctx.Err())
+	}
+	defer func() { <-m.turn }()
+	res, err := m.engineFor(b.Size).Run(ctx, module.Predict, b, false, 1)
 	if err != nil {
 		return nil, fmt.Errorf("Predict: %w", err)
 	}

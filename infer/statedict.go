@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -150,13 +152,17 @@ func LoadWeights(path string, store *module.Store) error {
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("LoadWeights: %w", err)
+		return fmt.Errorf("LoadWeights: %w%s", err, readHint(path, err))
 	}
 	f, err := decode(b)
 	if err != nil {
 		return fmt.Errorf("LoadWeights %s: %w", path, err)
 	}
 	if f.meta["format"] == trainer.CheckpointFormat {
+		if m := shardName.FindStringSubmatch(filepath.Base(path)); m != nil {
+			index := filepath.Join(filepath.Dir(path), m[1])
+			return fmt.Errorf("LoadWeights %s: the file is rank %s's shard of the %s-rank sharded checkpoint %s (trainer.Config.ShardedCheckpoint), which holds part of each tensor: pass the index, %s, which reads every shard", path, m[2], m[3], index, index)
+		}
 		return trainer.LoadWeights(path, store)
 	}
 	vals, err := f.match(store)
@@ -176,6 +182,22 @@ func LoadWeights(path string, store *module.Store) error {
 	}
 	return nil
 }
+
+// readHint says what to pass instead of a path that is no file: a
+// directory, or the names trainer.WithCheckpoint takes.
+func readHint(path string, err error) string {
+	if st, serr := os.Stat(path); serr == nil && st.IsDir() {
+		return ": the weights are a file: name a checkpoint in the directory (checkpoints/last.ckpt), or find a run's with trainer.ResolveCheckpoint(root, \"last\")"
+	}
+	if errors.Is(err, fs.ErrNotExist) && (path == "last" || path == "best") {
+		return fmt.Sprintf(": infer reads a file; for a run's %[1]s checkpoint, pass trainer.ResolveCheckpoint(root, %[1]q), which finds it under the run's root directory", path)
+	}
+	return ""
+}
+
+// shardName matches the file name of one rank's shard of a sharded
+// checkpoint: PATH.rank<R>-of-<N> beside the index at PATH.
+var shardName = regexp.MustCompile(`^(.+)\.rank(\d+)-of-(\d+)$`)
 
 // torchSaveFile says what kind of torch.save output b starts with: a zip
 // archive (PyTorch 1.6 and later) or a bare pickle (protocol 2 to 5, as

@@ -40,3 +40,19 @@ func TestLoadWeightsOfAWrappedModelsStateDict(t *testing.T) {
 		}
 	}
 }
+
+// Weights naming a directory, or "last" as trainer.WithCheckpoint takes
+// it, is an error that says what to pass.
+func TestWeightsThatAreNoFile(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ weights, want string }{
+		{dir, "is a directory: the weights are a file: name a checkpoint in the directory"},
+		{"last", `pass trainer.ResolveCheckpoint(root, "last")`},
+		{"best", `pass trainer.ResolveCheckpoint(root, "best")`},
+	} {
+		_, err := infer.New(&tinyMLP{}, infer.Config{Inputs: []data.Field{xField}, Weights: c.weights})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Weights %q: %v\nwant it to contain %q", c.weights, err, c.want)
+		}
+	}
+}

@@ -482,6 +482,9 @@ func (c *compiled) bindDirectGrads(s *module.Store) {
 }
 
 func (e *Engine) bind(c *compiled, b *data.Batch) error {
+	if b.Data64 != nil {
+		return e.bind64(c, b)
+	}
 	if len(b.Data) != len(c.inputs) {
 		return fmt.Errorf("batch has %d fields, the graph expects %d (%v)", len(b.Data), len(c.inputs), fieldNames(c.fields))
 	}
@@ -498,6 +501,28 @@ func (e *Engine) bind(c *compiled, b *data.Batch) error {
 				in.t64[j] = float64(v)
 			}
 		}
+	}
+	return nil
+}
+
+// bind64 binds a batch of float64 values (Data64), which only a float64
+// store takes: rounding them to float32 would change them.
+func (e *Engine) bind64(c *compiled, b *data.Batch) error {
+	if b.Data != nil {
+		return errors.New("batch has both Data and Data64: set one")
+	}
+	if e.store.Dtype() != tensor.Float64 {
+		return fmt.Errorf("batch holds float64 values (Data64) but the model is %v: give it float32 values in Data", e.store.Dtype())
+	}
+	if len(b.Data64) != len(c.inputs) {
+		return fmt.Errorf("batch has %d fields, the graph expects %d (%v)", len(b.Data64), len(c.inputs), fieldNames(c.fields))
+	}
+	for i, in := range c.inputs {
+		src := b.Data64[i]
+		if want := in.size * b.Size; len(src) != want {
+			return fmt.Errorf("batch field %q holds %d values for %d rows, the graph input %q expects %d (shape %v per row)", in.name, len(src), b.Size, in.name, want, c.fields[i].Shape)
+		}
+		copy(in.t64, src)
 	}
 	return nil
 }
