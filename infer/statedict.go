@@ -11,7 +11,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 
@@ -159,10 +158,6 @@ func LoadWeights(path string, store *module.Store) error {
 		return fmt.Errorf("LoadWeights %s: %w", path, err)
 	}
 	if f.meta["format"] == trainer.CheckpointFormat {
-		if m := shardName.FindStringSubmatch(filepath.Base(path)); m != nil {
-			index := filepath.Join(filepath.Dir(path), m[1])
-			return fmt.Errorf("LoadWeights %s: the file is rank %s's shard of the %s-rank sharded checkpoint %s (trainer.Config.ShardedCheckpoint), which holds part of each tensor: pass the index, %s, which reads every shard", path, m[2], m[3], index, index)
-		}
 		return trainer.LoadWeights(path, store)
 	}
 	vals, err := f.match(store)
@@ -194,10 +189,6 @@ func readHint(path string, err error) string {
 	}
 	return ""
 }
-
-// shardName matches the file name of one rank's shard of a sharded
-// checkpoint: PATH.rank<R>-of-<N> beside the index at PATH.
-var shardName = regexp.MustCompile(`^(.+)\.rank(\d+)-of-(\d+)$`)
 
 // torchSaveFile says what kind of torch.save output b starts with: a zip
 // archive (PyTorch 1.6 and later) or a bare pickle (protocol 2 to 5, as

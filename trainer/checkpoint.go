@@ -394,6 +394,9 @@ func parseCheckpoint(b []byte) (*checkpoint, error) {
 	if err := checkMeta(f.Meta, &c.version); err != nil {
 		return nil, err
 	}
+	if _, ok := f.Meta[keySpans]; ok {
+		return nil, errShardFile
+	}
 	var sums map[string]string
 	if err := strictJSON(f.Meta[keySums], &sums); err != nil {
 		return nil, fmt.Errorf("metadata field %q: %v: the file is corrupt", keySums, err)
@@ -510,17 +513,9 @@ func (s *ckptTrainer) validate() error {
 // resume loads the checkpoint at path into the set-up run and returns the
 // epoch to start from; the batch position is left in t.resumeAt.
 func (t *Trainer) resume(ctx context.Context, path string) (int, error) {
-	var c *checkpoint
-	b, err := os.ReadFile(path)
+	c, err := readCheckpointFile(path)
 	if err != nil {
 		err = fmt.Errorf("resume: %w", err)
-	} else {
-		if c, err = parseCheckpoint(b); err == nil {
-			err = c.readShards(path)
-		}
-		if err != nil {
-			err = fmt.Errorf("resume from checkpoint %s: %w", path, err)
-		}
 	}
 	if err := t.everyRankRead(ctx, path, err); err != nil {
 		return 0, err
@@ -820,6 +815,9 @@ func ReadCheckpointInfo(path string) (CheckpointInfo, error) {
 	if err := checkMeta(hdr.Meta, &info.Version); err != nil {
 		return info, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
+	if _, ok := hdr.Meta[keySpans]; ok {
+		return info, shardFileError(path)
+	}
 	var sums map[string]string
 	if err := json.Unmarshal([]byte(hdr.Meta[keySums]), &sums); err != nil || sums["meta:"+keyTrainer] != metaSum(keyTrainer, hdr.Meta[keyTrainer]) {
 		return info, fmt.Errorf("checkpoint %s: metadata field %q: SHA-256 mismatch: the file is corrupt", path, keyTrainer)
@@ -863,18 +861,8 @@ func VerifyCheckpoint(path string) (CheckpointInfo, error) {
 	if err != nil {
 		return info, err
 	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return info, err
-	}
-	c, err := parseCheckpoint(b)
-	if err == nil {
-		err = c.readShards(path)
-	}
-	if err != nil {
-		return info, fmt.Errorf("checkpoint %s: %w", path, err)
-	}
-	return info, nil
+	_, err = readCheckpointFile(path)
+	return info, err
 }
 
 // LoadWeights copies the parameters and buffers of the checkpoint at path
@@ -897,16 +885,9 @@ func LoadWeights(path string, store *module.Store) error {
 // readStateDict reads and verifies the checkpoint at path and returns its
 // state for a model of dtype.
 func readStateDict(path string, dtype tensor.Dtype) (*strategy.StateDict, *checkpoint, error) {
-	b, err := os.ReadFile(path)
+	c, err := readCheckpointFile(path)
 	if err != nil {
 		return nil, nil, err
-	}
-	c, err := parseCheckpoint(b)
-	if err == nil {
-		err = c.readShards(path)
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
 	sd, err := c.stateDict(dtype)
 	if err == nil && c.shards != nil {

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,6 +41,47 @@ type ckptSpan struct {
 
 // shardPath is rank r of n's shard file of the checkpoint at path.
 func shardPath(path string, r, n int) string { return fmt.Sprintf("%s.rank%d-of-%d", path, r, n) }
+
+// shardFileName matches a shard file's name (shardPath): the index's name,
+// the rank and the ranks.
+var shardFileName = regexp.MustCompile(`^(.+)\.rank(\d+)-of-(\d+)$`)
+
+// errShardFile is parseCheckpoint's error for one rank's shard file, which
+// readCheckpointFile turns into shardFileError.
+var errShardFile = errors.New("a shard file")
+
+// shardFileError says that path, read as a checkpoint, is one rank's shard
+// file of a sharded checkpoint, and names the index to pass instead (these
+// files lie beside it, so a user picks one: before, the error was the
+// shard's missing trainer state, 'metadata field "fulgur.trainer": EOF').
+func shardFileError(path string) error {
+	m := shardFileName.FindStringSubmatch(filepath.Base(path))
+	if m == nil {
+		return fmt.Errorf("checkpoint %s: the file is one rank's shard of a sharded checkpoint (Config.ShardedCheckpoint), which holds part of each tensor: pass the checkpoint's index file, which reads every shard", path)
+	}
+	index := filepath.Join(filepath.Dir(path), m[1])
+	return fmt.Errorf("checkpoint %s: the file is rank %s's shard of the %s-rank sharded checkpoint %s (Config.ShardedCheckpoint), which holds part of each tensor: pass the index, %s, which reads every shard", path, m[2], m[3], index, index)
+}
+
+// readCheckpointFile reads and verifies the checkpoint at path: every
+// checksum, and every shard when it is a sharded checkpoint's index.
+func readCheckpointFile(path string) (*checkpoint, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := parseCheckpoint(b)
+	if err == nil {
+		err = c.readShards(path)
+	}
+	if errors.Is(err, errShardFile) {
+		return nil, shardFileError(path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	return c, nil
+}
 
 // writeShardedCheckpoint writes every rank's shard of the state to each
 // path, then (rank 0, once every rank has written) the index.

@@ -24,17 +24,7 @@ func TestCheckpointOfAnotherDtypeIsOneError(t *testing.T) {
 		t.Fatal(err)
 	}
 	sharded := t.TempDir()
-	_, errs := onRanks(t, 2, fsdpRank(t), func(r int) trainer.Config {
-		return quiet(trainer.Config{MaxEpochs: 1, Seed: 1, LogDir: sharded, ShardedCheckpoint: true})
-	}, func(r int, tr *trainer.Trainer) error {
-		defer tr.Teardown(ctx)
-		return tr.Fit(ctx, newEvalReg(), loader(t, ds, 8, false, false), nil)
-	})
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
+	fitShardedOnTwoRanks(t, ds, sharded)
 	for _, ckpt := range []string{
 		filepath.Join(whole, "lightning_logs", "version_0", "checkpoints", "last.ckpt"),
 		filepath.Join(sharded, "checkpoints", "last.ckpt"),
