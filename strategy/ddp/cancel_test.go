@@ -1,10 +1,13 @@
 package ddp_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Cancelling the context of a Fit under self-launched ddp stops it as a
@@ -61,5 +64,81 @@ func TestDDPSpawnCancelledFitStopsTheWorkersAndSaves(t *testing.T) {
 	}
 	if left := survivors(t, marker); len(left) > 0 {
 		t.Errorf("processes left behind: %v", left)
+	}
+}
+
+// A cancel that lands outside the training steps of a self-launched ddp
+// job (in the sanity check, in a validation during Fit, at an epoch's
+// start, at its end before the epoch's checkpoints) ends as one during a
+// step: every rank finishes what it was doing (a validation its loop) and
+// stops at the next point where the ranks agree, rank 0 saves the
+// interrupt checkpoint at the step every rank reached, and every rank's
+// Fit returns the *InterruptedError. The cancelled rank used to fail alone
+// with the context's error, nothing saved, and the other rank then failed
+// on its lost peer.
+func TestDDPCancelOutsideTheStepsStopsEveryRankAndSaves(t *testing.T) {
+	needLinux(t)
+	for _, tc := range []struct {
+		where, backend string
+		args           []string
+		step           int // where every rank stops: 12 steps an epoch
+	}{
+		{"sanity", "tcp", nil, 0},
+		{"validation", "tcp", nil, 24},
+		{"validation", "shm", nil, 24},
+		{"validation", "tcp", []string{"-val-check-interval", "5"}, 17}, // mid-epoch
+		{"epoch-start", "tcp", nil, 12},
+		{"epoch-end", "tcp", nil, 24},
+		{"epoch-end", "shm", nil, 24},
+	} {
+		name := tc.where + "/" + tc.backend
+		if tc.args != nil {
+			name += "/mid-epoch"
+		}
+		t.Run(name, func(t *testing.T) {
+			marker := newMarker(t)
+			root := t.TempDir()
+			args := append([]string{"-strategy", "ddp", "-devices", "2", "-epochs", "5", "-val", "-cancel-in", tc.where, "-root", root}, tc.args...)
+			r := startProgram(t, marker, []string{"FULGUR_BACKEND=" + tc.backend}, args...)
+			if r.err == nil {
+				t.Fatalf("the run went on to the end although rank 0's context was cancelled:\n%s", r.stderr)
+			}
+			run := filepath.Join(root, "lightning_logs", "version_0")
+			want := fmt.Sprintf("training interrupted (context canceled) at global step %d;", tc.step)
+			if !strings.Contains(r.stderr, want) {
+				t.Errorf("rank 0's Fit did not return %q:\n%s", want, lastLines(r.stderr, 5))
+			}
+			if _, err := os.Stat(filepath.Join(run, "checkpoints", "interrupted.ckpt")); err != nil {
+				t.Errorf("no interrupt checkpoint: %v", err)
+			}
+			log, err := os.ReadFile(filepath.Join(run, "rank_1.log"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want1 := fmt.Sprintf("training interrupted (another rank's context was cancelled) at global step %d;", tc.step)
+			if !strings.Contains(string(log), want1) {
+				t.Errorf("rank 1 did not stop with rank 0; its log ends:\n%s", lastLines(string(log), 5))
+			}
+			if strings.Contains(r.stderr+string(log), "peer lost") {
+				t.Errorf("a rank lost its peer:\n%s\nrank 1:\n%s", lastLines(r.stderr, 5), lastLines(string(log), 5))
+			}
+			// Bounded well below FULGUR_TIMEOUT (60 s), which a rank
+			// waiting for a lost peer would reach: what is left after the
+			// cancel is a validation's few batches and a checkpoint.
+			b, err := os.ReadFile(filepath.Join(root, "cancelled-at"))
+			if err != nil {
+				t.Fatalf("rank 0 never cancelled: %v", err)
+			}
+			ns, err := strconv.ParseInt(string(b), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if took := r.ended.Sub(time.Unix(0, ns)); took > 20*time.Second {
+				t.Errorf("the job ended %v after the cancel", took)
+			}
+			if left := survivors(t, marker); len(left) > 0 {
+				t.Errorf("processes left behind: %v", left)
+			}
+		})
 	}
 }
