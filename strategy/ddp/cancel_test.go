@@ -142,3 +142,45 @@ func TestDDPCancelOutsideTheStepsStopsEveryRankAndSaves(t *testing.T) {
 		})
 	}
 }
+
+// Under ddp_spawn with elastic restarts, a cancelled Fit stops the
+// workers and saves as without them: the stop is the caller's, not a
+// failure to restart from. Cancelled at step 3, or at once (the workers
+// still starting, maybe before they train): Fit returns the
+// *InterruptedError wrapping context.Canceled in both, never a restart or
+// "ddp_spawn workers failed".
+func TestDDPSpawnElasticCancelledFitStopsTheWorkersAndSaves(t *testing.T) {
+	needLinux(t)
+	for _, tc := range []struct {
+		name   string
+		atOnce bool
+	}{{"at step 3", false}, {"at once", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			marker := newMarker(t)
+			root := t.TempDir()
+			flag := filepath.Join(t.TempDir(), "step3")
+			if tc.atOnce {
+				if err := os.WriteFile(flag, nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r := startProgram(t, marker, []string{"FULGUR_MAX_RESTARTS=2"}, "-strategy", "ddp_spawn", "-devices", "2", "-epochs", "100", "-cancel-parent", flag, "-root", root)
+			if r.err == nil {
+				t.Fatalf("the run went on to the end although its context was cancelled:\n%s", r.stderr)
+			}
+			if !strings.Contains(r.stderr, "program: training interrupted (context canceled)") {
+				t.Errorf("Fit did not return the interruption:\n%s", lastLines(r.stderr, 5))
+			}
+			if again, _ := filepath.Glob(filepath.Join(root, "attempt[1-9]*")); len(again) > 0 {
+				t.Errorf("the workers were restarted (%v):\n%s", again, lastLines(r.stderr, 5))
+			}
+			saved := strings.Contains(r.stderr, "training interrupted (context canceled) at global step")
+			if _, err := os.Stat(filepath.Join(root, "lightning_logs", "version_0", "checkpoints", "interrupted.ckpt")); (err == nil) != saved || (!saved && !tc.atOnce) {
+				t.Errorf("interrupt checkpoint: %v; Fit said:\n%s", err, lastLines(r.stderr, 5))
+			}
+			if left := survivors(t, marker); len(left) > 0 {
+				t.Errorf("processes left behind: %v", left)
+			}
+		})
+	}
+}

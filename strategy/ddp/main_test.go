@@ -22,6 +22,7 @@ import (
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/launch"
 	"github.com/fulgur-ml/fulgur/strategy/strategytest"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
@@ -144,6 +145,12 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 			return err
 		}
 		defer os.RemoveAll(*root)
+	}
+	if n := os.Getenv(launch.EnvRestartCount); n != "" {
+		// An elastic job's rank: which attempt started it.
+		if err := os.WriteFile(filepath.Join(*root, "attempt"+n+".rank"+os.Getenv("RANK")), nil, 0o644); err != nil {
+			return err
+		}
 	}
 	if *versionDir != "" {
 		d, err := trainer.VersionDir(*root, "")
