@@ -292,7 +292,7 @@ func (g *Ring) reverseReader() {
 
 // eofGrace is how long an operation in progress gets to end once the next
 // rank's connection has closed (EOF): it may have all it needs on the way.
-const eofGrace = 500 * time.Millisecond
+const eofGrace = time.Second
 
 // letOpEnd waits, up to eofGrace, for the operation in progress to end.
 // A rank that finished an operation may exit at once (a program returning
