@@ -1,6 +1,8 @@
 package ddp_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -8,6 +10,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fulgur-ml/fulgur/strategy/ddp"
+	"github.com/fulgur-ml/fulgur/strategy/strategytest"
+	"github.com/fulgur-ml/fulgur/trainer"
 )
 
 // Cancelling the context of a Fit under self-launched ddp stops it as a
@@ -182,5 +188,56 @@ func TestDDPSpawnElasticCancelledFitStopsTheWorkersAndSaves(t *testing.T) {
 				t.Errorf("processes left behind: %v", left)
 			}
 		})
+	}
+}
+
+// cancelInValidation cancels its rank's context in the first batch of
+// the first validation after the sanity check.
+type cancelInValidation struct{ cancel context.CancelFunc }
+
+func (*cancelInValidation) Name() string { return "cancelInValidation" }
+
+func (c *cancelInValidation) OnValidationBatchEnd(_ context.Context, s *trainer.State) error {
+	if !s.SanityChecking && c.cancel != nil {
+		c.cancel()
+		c.cancel = nil
+	}
+	return nil
+}
+
+// In-process ranks, one cancelled in a mid-epoch validation: the
+// validation runs to its end on both, and both stop right after it, at
+// the step it followed, with the interrupt checkpoint. The cancelled rank
+// used to fail alone with "validate data: context canceled" and the other
+// in the metrics' reduce.
+func TestInProcessRanksCancelledInValidationStopAfterIt(t *testing.T) {
+	const n = 2
+	ds, err := strategytest.Regression(8*n*6, 6, 2, 9) // 6 batches a rank an epoch
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ctxs := []context.Context{context.Background(), ctx}
+	trs, errs := fitDDP(t, n, ds, 4, nil, func(r int, _ *ddp.DDP) []trainer.Callback {
+		if r == 1 {
+			return []trainer.Callback{&cancelInValidation{cancel: cancel}}
+		}
+		return nil
+	}, ctxs...)
+	for r, err := range errs {
+		var ie *trainer.InterruptedError
+		if !errors.As(err, &ie) {
+			t.Fatalf("rank %d: Fit returned %v, want an *InterruptedError", r, err)
+		}
+		if r == 1 && !errors.Is(err, context.Canceled) {
+			t.Errorf("rank 1: %v, want it to wrap context.Canceled", err)
+		}
+		if ie.GlobalStep != 4 || ie.Checkpoint == "" {
+			t.Errorf("rank %d stopped at step %d with checkpoint %q, want step 4 (the validation after batch 3) and a checkpoint", r, ie.GlobalStep, ie.Checkpoint)
+		}
+		if got := trs[r].Stats().ValidationsPassed; got != 1 {
+			t.Errorf("rank %d passed %d validations, want the one the cancel came in", r, got)
+		}
 	}
 }
