@@ -593,10 +593,10 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 		// Fit runs to its end on every rank; the cancel is read where the
 		// ranks agree on stopping (after a step, a mid-epoch validation,
 		// an epoch's end, at an epoch's start) and stops them all there,
-		// saving as a signal does. A cancel that
-		// ended this rank's collective, validation or checkpoint alone
-		// failed it with the context's error, nothing saved, and the
-		// others on their lost peer.
+		// saving as a signal does. A cancel that ended this rank's
+		// collective, validation or checkpoint alone failed it with the
+		// context's error, nothing saved, and the others on their lost
+		// peer.
 		t.fitCtx, ctx = ctx, context.WithoutCancel(ctx)
 		defer func() { t.fitCtx = nil }()
 	}

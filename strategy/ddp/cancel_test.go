@@ -93,13 +93,16 @@ func TestDDPCancelOutsideTheStepsStopsEveryRankAndSaves(t *testing.T) {
 		{"validation", "tcp", nil, 24},
 		{"validation", "shm", nil, 24},
 		{"validation", "tcp", []string{"-val-check-interval", "5"}, 17}, // mid-epoch
+		// Mid-epoch, inside an accumulation window of 2 (after batch 4 of
+		// epoch 1): the ranks stop at the window's end, after batch 5.
+		{"validation", "tcp", []string{"-val-check-interval", "5", "-accumulate", "2"}, 9},
 		{"epoch-start", "tcp", nil, 12},
 		{"epoch-end", "tcp", nil, 24},
 		{"epoch-end", "shm", nil, 24},
 	} {
 		name := tc.where + "/" + tc.backend
 		if tc.args != nil {
-			name += "/mid-epoch"
+			name += "/" + strings.Join(tc.args, " ")
 		}
 		t.Run(name, func(t *testing.T) {
 			marker := newMarker(t)

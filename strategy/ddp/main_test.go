@@ -123,6 +123,7 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 	cancelParent := fs.String("cancel-parent", "", "ddp_spawn: worker 0 creates this file at step 3, and the launching process cancels its Fit's context once it exists")
 	withVal := fs.Bool("val", false, "validate during Fit, after every epoch (and a sanity check before training)")
 	valEvery := fs.Int("val-check-interval", 0, "with -val, validate every this many training batches too")
+	accumulate := fs.Int("accumulate", 0, "AccumulateGradBatches")
 	cancelWhere := fs.String("cancel-in", "", "rank 0 cancels its Fit's context in the sanity check's first batch (sanity), in epoch 1's first validation batch (validation), in epoch 1's OnTrainEpochStart (epoch-start) or OnTrainEpochEnd, before the epoch's checkpoints (epoch-end), and writes the time (Unix ns) to -root's cancelled-at")
 	hookLog := fs.String("hook-log", "", "add a callback that writes the hooks it sees to this path + \".rank<R>\" at fit end, and + \".end<RANK>\" when the program returns")
 	if err := fs.Parse(args); err != nil {
@@ -166,7 +167,7 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 		}
 	}
 	cfg := trainer.Config{MaxEpochs: *epochs, Seed: 5, Strategy: *strat, Devices: *devices, NumNodes: *nodes, StrategyImpl: impl,
-		Out: io.Discard, EnableProgressBar: trainer.Bool(false), DefaultRootDir: *root, ValCheckInterval: *valEvery}
+		Out: io.Discard, EnableProgressBar: trainer.Bool(false), DefaultRootDir: *root, ValCheckInterval: *valEvery, AccumulateGradBatches: *accumulate}
 	if impl != nil {
 		cfg.Strategy, cfg.Devices, cfg.NumNodes = "", 1, 1
 	}
