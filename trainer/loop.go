@@ -232,7 +232,7 @@ func (f *fitRun) epoch(ctx context.Context, epoch int) error {
 	if r.ValPending && f.val != nil {
 		// The interrupted run stopped just before a mid-epoch validation.
 		t.pos.ValPending = false
-		if stop, err = f.validate(ctx, epoch); err != nil {
+		if stop, err = f.validateMid(ctx, epoch); err != nil {
 			it.Close()
 			return err
 		}
@@ -291,7 +291,9 @@ func (f *fitRun) enterEpoch(epoch int) (loopPos, error) {
 // same all-reduce counts the ranks with a hook that may stop at a step's
 // end: the stop flags ride with the gradients in the epoch when none has
 // (callbacks may differ between ranks, and every rank must agree the same
-// way).
+// way). It carries the ranks' signals and cancels too (agreeStop's flags):
+// one that came during the previous epoch's end or OnTrainEpochStart stops
+// every rank here, before the epoch's first step.
 func (f *fitRun) agreeBatches(ctx context.Context, epoch, nb int, stop error) (error, error) {
 	t := f.t
 	f.ride = nil
@@ -299,9 +301,10 @@ func (f *fitRun) agreeBatches(ctx context.Context, epoch, nb int, stop error) (e
 	if info.WorldSize < 2 {
 		return stop, nil
 	}
-	row := make([]float64, info.WorldSize+2)
-	counts, stoppers := row[:info.WorldSize], row[info.WorldSize:]
+	row := make([]float64, info.WorldSize+2+len(t.stopFlags))
+	counts, stoppers, flags := row[:info.WorldSize], row[info.WorldSize:info.WorldSize+2], row[info.WorldSize+2:]
 	counts[info.Rank] = float64(nb)
+	markStop(flags, false, t.stopCode(ctx))
 	if f.stepEndStop {
 		stoppers[0] = 1
 	}
@@ -330,7 +333,7 @@ func (f *fitRun) agreeBatches(ctx context.Context, epoch, nb int, stop error) (e
 	if differ {
 		return nil, fmt.Errorf("epoch %d: the ranks' training loaders disagree on the number of batches (%s): every step is a collective, so each rank needs as many batches: keep Config.UseDistributedSampler on (the default) or give every rank's loader the same number of batches", epoch, strings.Join(parts, ", "))
 	}
-	return stop, nil
+	return t.rideStop(ctx, stop, flags)
 }
 
 // numBatches is the number of training batches of epoch (LimitTrainBatches).
@@ -427,7 +430,7 @@ func (f *fitRun) batches(ctx context.Context, epoch int, it *data.Iter, first, n
 		}
 		if valDue {
 			t.pos.ValPending = false
-			if stop, err = f.validate(ctx, epoch); err != nil {
+			if stop, err = f.validateMid(ctx, epoch); err != nil {
 				return nil, false, err
 			}
 			if stop != nil {

@@ -233,10 +233,20 @@ func (t *Trainer) stopCode(ctx context.Context) int {
 			code = i
 		}
 	}
-	if code == 0 && ctx.Err() != nil {
+	if code == 0 && t.cancelled(ctx) != nil {
 		code = ctxCancelled
 	}
 	return code
+}
+
+// cancelled is the error of the context whose cancellation asks the ranks
+// to stop: Fit's own (fitCtx) where the loop runs without its
+// cancellation, else ctx.
+func (t *Trainer) cancelled(ctx context.Context) error {
+	if t.fitCtx != nil {
+		return t.fitCtx.Err()
+	}
+	return ctx.Err()
 }
 
 // markStop writes this rank's stop flags: whether it asks to stop, and its
@@ -260,7 +270,7 @@ func (t *Trainer) stopFor(ctx context.Context, stop error, code int) (error, err
 	}
 	ie := &InterruptedError{GlobalStep: t.state.GlobalStep}
 	if code == ctxCancelled {
-		ie.Err = ctx.Err()
+		ie.Err = t.cancelled(ctx)
 		if ie.Err == nil {
 			ie.Err = errors.New("another rank's context was cancelled")
 		}
@@ -274,6 +284,8 @@ func (t *Trainer) stopFor(ctx context.Context, stop error, code int) (error, err
 // the training batches (err is their error): every rank returns a Stop
 // when one asked for it, nil when none did; an error that is not a Stop
 // is returned at once, and the other ranks learn of it as of a lost peer.
+// A signal or a cancel is not read here but at the epoch's start
+// (agreeBatches), where a resumed Fit's position is that of the loop.
 func (t *Trainer) agreeHookStop(ctx context.Context, err error) error {
 	stop, fatal := splitStop(err)
 	if fatal != nil {

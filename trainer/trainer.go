@@ -62,6 +62,10 @@ type Trainer struct {
 	trainNB     int
 	accum       int
 	signals     *signalWatch
+	// fitCtx is Fit's context in a job of several ranks, where the loop
+	// runs on it without its cancellation: a cancel is a request to stop
+	// that the ranks agree on (stopCode), as a signal is. nil otherwise.
+	fitCtx context.Context
 	// agreeStop's flags and weights, kept to allocate nothing per step.
 	stopFlags, stopWeights [1 + ctxCancelled]float64
 	hooking                bool          // inside callbackHook: saves wait for its end
@@ -584,6 +588,18 @@ func (t *Trainer) callbackLog(step func() int) func(map[string]float64) error {
 
 // fit trains the set-up module in this process.
 func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loader, fo fitOptions, again bool, prevStop string) (err error) {
+	if t.strat.Info().WorldSize > 1 {
+		// Every collective, data read, validation and checkpoint of the
+		// Fit runs to its end on every rank; the cancel is read where the
+		// ranks agree on stopping (after a step, a mid-epoch validation,
+		// an epoch's end, at an epoch's start) and stops them all there,
+		// saving as a signal does. A cancel that ended this rank's
+		// collective, validation or checkpoint alone failed it with the
+		// context's error, nothing saved, and the others on their lost
+		// peer.
+		t.fitCtx, ctx = ctx, context.WithoutCancel(ctx)
+		defer func() { t.fitCtx = nil }()
+	}
 	t.stats = Stats{WorldSize: t.strat.Info().WorldSize}
 	if err := t.elasticRun(ctx, &fo.ckptPath); err != nil {
 		return fmt.Errorf("Fit: %w", err)

@@ -23,6 +23,22 @@ func (f *fitRun) validate(ctx context.Context, epoch int) (stop, err error) {
 	return splitStop(f.t.validationLoop(ctx, f.m, f.val, epoch))
 }
 
+// validateMid runs a validation within the epoch (ValCheckInterval) and
+// has the ranks agree on what follows: a Stop from its hooks on any rank,
+// a signal or a cancel stops every rank there (the weights are those of
+// the step before it, and the checkpoint goes on after it), rather than
+// one rank leaving for the epoch's end while the others train on, or the
+// stop waiting for the next step. One small all-reduce per validation.
+// Inside an accumulation window (ValCheckInterval not a multiple of
+// AccumulateGradBatches), which no checkpoint can hold, a signal or a
+// cancel waits for the window's last batch, as after any batch.
+func (f *fitRun) validateMid(ctx context.Context, epoch int) (stop, err error) {
+	if stop, err = f.validate(ctx, epoch); err != nil {
+		return nil, err
+	}
+	return f.t.agreeStop(ctx, stop, !f.t.pos.midWindow)
+}
+
 // splitStop tells a hook's request to stop training (StopTraining) apart
 // from an error.
 func splitStop(err error) (stop, fatal error) {

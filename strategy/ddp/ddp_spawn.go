@@ -142,15 +142,22 @@ func (s *DDPSpawn) spawn(ctx context.Context) (*launch.Result, error) {
 		}
 		s.log.Info().Int("world", s.world).Int("max_restarts", e.MaxRestarts).Msg("ddp_spawn: starting the workers as an elastic job")
 		// Ctrl-C reaches the workers too: each saves its checkpoint and
-		// ends, and the job stops rather than restarting them.
-		ctx, stop := launch.StopOnSignal(ctx)
-		_, err := launch.RunElastic(ctx, e)
+		// ends, and the job stops rather than restarting them. So does
+		// Fit's cancelled context (RunElastic sends them SIGTERM).
+		sctx, stop := launch.StopOnSignal(ctx)
+		_, err := launch.RunElastic(sctx, e)
 		status := stop()
 		res, err := s.result(path, err)
-		if err != nil && res == nil && status > 128 {
+		if err != nil && res == nil && (status > 128 || ctx.Err() != nil) {
 			// Stopped before the workers had saved anything (still
-			// starting): interrupted, with nothing to resume.
-			return nil, &strategy.FitInterrupted{Signal: syscall.Signal(status - 128)}
+			// starting): interrupted, with nothing to resume. A cancelled
+			// context used to return "ddp_spawn workers failed" here,
+			// where the job without restarts returns the interruption.
+			sig := syscall.SIGTERM // what RunElastic sent for the context
+			if status > 128 {
+				sig = syscall.Signal(status - 128)
+			}
+			return nil, &strategy.FitInterrupted{Signal: sig}
 		}
 		return res, err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,6 +22,7 @@ import (
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/launch"
 	"github.com/fulgur-ml/fulgur/strategy/strategytest"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
@@ -119,6 +121,10 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 	ckptDir := fs.String("ckpt-dir", "", "add a ModelCheckpoint writing here and an EarlyStopping")
 	cancelBatch := fs.Int("cancel-step", -1, "rank 0 cancels its Fit's context at the end of this global step's batch")
 	cancelParent := fs.String("cancel-parent", "", "ddp_spawn: worker 0 creates this file at step 3, and the launching process cancels its Fit's context once it exists")
+	withVal := fs.Bool("val", false, "validate during Fit, after every epoch (and a sanity check before training)")
+	valEvery := fs.Int("val-check-interval", 0, "with -val, validate every this many training batches too")
+	accumulate := fs.Int("accumulate", 0, "AccumulateGradBatches")
+	cancelWhere := fs.String("cancel-in", "", "rank 0 cancels its Fit's context in the sanity check's first batch (sanity), in epoch 1's first validation batch (validation), in epoch 1's OnTrainEpochStart (epoch-start) or OnTrainEpochEnd, before the epoch's checkpoints (epoch-end), and writes the time (Unix ns) to -root's cancelled-at")
 	hookLog := fs.String("hook-log", "", "add a callback that writes the hooks it sees to this path + \".rank<R>\" at fit end, and + \".end<RANK>\" when the program returns")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -141,6 +147,12 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 		}
 		defer os.RemoveAll(*root)
 	}
+	if n := os.Getenv(launch.EnvRestartCount); n != "" {
+		// An elastic job's rank: which attempt started it.
+		if err := os.WriteFile(filepath.Join(*root, "attempt"+n+".rank"+os.Getenv("RANK")), nil, 0o644); err != nil {
+			return err
+		}
+	}
 	if *versionDir != "" {
 		d, err := trainer.VersionDir(*root, "")
 		if err != nil {
@@ -155,7 +167,7 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 		}
 	}
 	cfg := trainer.Config{MaxEpochs: *epochs, Seed: 5, Strategy: *strat, Devices: *devices, NumNodes: *nodes, StrategyImpl: impl,
-		Out: io.Discard, EnableProgressBar: trainer.Bool(false), DefaultRootDir: *root}
+		Out: io.Discard, EnableProgressBar: trainer.Bool(false), DefaultRootDir: *root, ValCheckInterval: *valEvery, AccumulateGradBatches: *accumulate}
 	if impl != nil {
 		cfg.Strategy, cfg.Devices, cfg.NumNodes = "", 1, 1
 	}
@@ -187,6 +199,12 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 		ctx, cancel = context.WithCancel(ctx)
 		defer cancel()
 		cfg.Callbacks = append(cfg.Callbacks, &cancelAt{step: *cancelBatch, cancel: cancel})
+	}
+	if r := os.Getenv("RANK"); *cancelWhere != "" && (r == "" || r == "0") {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		cfg.Callbacks = append(cfg.Callbacks, &cancelIn{where: *cancelWhere, cancel: cancel, mark: filepath.Join(*root, "cancelled-at")})
 	}
 	if *cancelParent != "" {
 		switch os.Getenv("RANK") {
@@ -222,7 +240,11 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 	if *panicRank >= 0 {
 		m = &panicky{dying: m.(*dying), rank: *panicRank}
 	}
-	if err := tr.Fit(ctx, m, train, nil); err != nil {
+	fitVal := (*data.Loader)(nil)
+	if *withVal {
+		fitVal = val
+	}
+	if err := tr.Fit(ctx, m, train, fitVal); err != nil {
 		return err
 	}
 	if tr.IsWorker() {
@@ -269,6 +291,50 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 		pr.BestModelPath, pr.BestModelScore, pr.StopReason, pr.StoppedEpoch = mc.BestModelPath(), mc.BestModelScore(), es.Reason(), es.StoppedEpoch()
 	}
 	return json.NewEncoder(stdout).Encode(pr)
+}
+
+// cancelIn cancels its Fit's context once, at the point where names,
+// outside the training steps, and writes the time it did to mark.
+type cancelIn struct {
+	where  string
+	cancel context.CancelFunc
+	mark   string
+	done   bool
+}
+
+func (*cancelIn) Name() string { return "cancelIn" }
+
+func (c *cancelIn) fire(where string) error {
+	if c.done || where != c.where {
+		return nil
+	}
+	c.done = true
+	c.cancel()
+	return os.WriteFile(c.mark, []byte(strconv.FormatInt(time.Now().UnixNano(), 10)), 0o644)
+}
+
+func (c *cancelIn) OnValidationBatchEnd(_ context.Context, s *trainer.State) error {
+	switch {
+	case s.SanityChecking:
+		return c.fire("sanity")
+	case s.Epoch == 1:
+		return c.fire("validation")
+	}
+	return nil
+}
+
+func (c *cancelIn) OnTrainEpochStart(_ context.Context, s *trainer.State) error {
+	if s.Epoch != 1 {
+		return nil
+	}
+	return c.fire("epoch-start")
+}
+
+func (c *cancelIn) OnTrainEpochEnd(_ context.Context, s *trainer.State) error {
+	if s.Epoch != 1 {
+		return nil
+	}
+	return c.fire("epoch-end")
 }
 
 // touchAt creates a file at the end of a global step's batch.

@@ -104,6 +104,8 @@ type Ring struct {
 	told       chan struct{}
 	closing    atomic.Bool
 	nextClosed atomic.Bool
+	// inOp is set while an operation runs over the ring (do).
+	inOp       atomic.Bool
 	readerDone chan struct{}
 }
 
@@ -265,6 +267,9 @@ func (g *Ring) reverseReader() {
 			if g.nextClosed.Load() {
 				return
 			}
+			if errors.Is(err, io.EOF) {
+				g.letOpEnd()
+			}
 			g.breakGroup(cause{g.nextRank(), fmt.Errorf("%w: connection to rank %d lost: %v", collective.ErrPeerLost, g.nextRank(), err)})
 			return
 		}
@@ -282,6 +287,27 @@ func (g *Ring) reverseReader() {
 			g.breakGroup(cause{g.nextRank(), fmt.Errorf("%w: rank %d sent %s on the back channel", collective.ErrPeerLost, g.nextRank(), hdr.Kind)})
 			return
 		}
+	}
+}
+
+// eofGrace is how long an operation in progress gets to end once the next
+// rank's connection has closed (EOF): it may have all it needs on the way.
+const eofGrace = time.Second
+
+// letOpEnd waits, up to eofGrace, for the operation in progress to end.
+// A rank that finished an operation may exit at once (a program returning
+// after Fit's last collective), closing its sockets cleanly: the frames it
+// sent before are still to be read here, and breaking the group now would
+// fail the operation that they complete. An operation that needs more of
+// the next rank fails on its own (its reads or writes meet the closed
+// connection), or here after the grace.
+func (g *Ring) letOpEnd() {
+	if !g.inOp.Load() {
+		return
+	}
+	deadline := time.Now().Add(eofGrace)
+	for g.inOp.Load() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond) // the operation runs on its caller's goroutine
 	}
 }
 
@@ -594,7 +620,10 @@ func (g *Ring) do(ctx context.Context, kind collective.Kind, send, recv any, op 
 		buf = []float32{}
 	}
 	if g.size > 1 {
-		if err := g.runRing(ctx, h, buf, g.plan(h, algo, pair), algo); err != nil {
+		g.inOp.Store(true)
+		err := g.runRing(ctx, h, buf, g.plan(h, algo, pair), algo)
+		g.inOp.Store(false)
+		if err != nil {
 			return err
 		}
 	}
