@@ -19,6 +19,7 @@ import (
 
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/profiler"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
@@ -338,12 +339,20 @@ func (a App) evaluate(ctx context.Context, tr *trainer.Trainer, command, ckpt, p
 	if !tr.IsGlobalZero() {
 		return nil
 	}
+	c := tr.Config()
+	// The table of -profiler simple or advanced, as Fit prints it (the
+	// timeline's files are merged when the profiler closes).
+	switch p := c.Profiler.(type) {
+	case *profiler.Simple, *profiler.Advanced:
+		if err := p.Report(c.Out); err != nil {
+			return fmt.Errorf("profiler report: %w", err)
+		}
+	}
 	sum.WeightsSHA256 = hash
 	if res != nil {
 		sum.Metrics = res
 		sum.TestAcc, sum.TestLoss = metric(res, "test_acc"), metric(res, "test_loss")
 	}
-	c := tr.Config()
 	sum.Checkpoint, sum.WorldSize = ckpt, max(1, c.Devices)*max(1, c.NumNodes)
 	if ckpt != "" {
 		// The checkpoint's position, so a summary says which weights it measured.
