@@ -307,10 +307,6 @@ func TestLoggersThroughTrainer(t *testing.T) {
 // SessionLog START event at step 4 by which TensorBoard drops the
 // abandoned steps 4-5 of the earlier file.
 func TestLoggersResumeAt(t *testing.T) {
-	type logger interface {
-		trainer.Logger
-		trainer.Resumer
-	}
 	read := map[string]func(t *testing.T, dir string) []string{
 		"csv": func(t *testing.T, dir string) []string {
 			f, err := os.Open(filepath.Join(dir, "metrics.csv"))
@@ -365,17 +361,7 @@ func TestLoggersResumeAt(t *testing.T) {
 			}
 			first.Finalize("failed")
 			again, _ := newLogger(dir)
-			if err := again.ResumeAt(3); err != nil {
-				t.Fatal(err)
-			}
-			for s := 4; s <= 5; s++ {
-				if err := again.LogMetrics(s, map[string]float64{"train_loss": float64(10 * s)}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := again.Finalize("success"); err != nil {
-				t.Fatal(err)
-			}
+			resumeAtThree(t, again)
 			if got := read[name](t, dir); !reflect.DeepEqual(got, want[name]) {
 				t.Errorf("rows after resuming at step 3:\n%q\nwant\n%q", got, want[name])
 			}
@@ -412,4 +398,28 @@ func TestLoggersResumeAt(t *testing.T) {
 			}
 		}
 	})
+}
+
+// logger is a logger that resumes (trainer.Resumer), as the run
+// directory's loggers are.
+type logger interface {
+	trainer.Logger
+	trainer.Resumer
+}
+
+// resumeAtThree is the second run of the resume tests: l resumes at step
+// 3, logs train_loss 40 and 50 at steps 4 and 5, and finishes.
+func resumeAtThree(t *testing.T, l logger) {
+	t.Helper()
+	if err := l.ResumeAt(3); err != nil {
+		t.Fatal(err)
+	}
+	for s := 4; s <= 5; s++ {
+		if err := l.LogMetrics(s, map[string]float64{"train_loss": float64(10 * s)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Finalize("success"); err != nil {
+		t.Fatal(err)
+	}
 }

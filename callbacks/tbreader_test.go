@@ -105,17 +105,7 @@ func TestTensorBoardResumeShowsEachStepOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := again.ResumeAt(3); err != nil {
-		t.Fatal(err)
-	}
-	for s := 4; s <= 5; s++ {
-		if err := again.LogMetrics(s, map[string]float64{"train_loss": float64(10 * s)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := again.Finalize("success"); err != nil {
-		t.Fatal(err)
-	}
+	resumeAtThree(t, again)
 	got, _ := tensorBoardScalars(t, dir)
 	want := []tbPoint{{1, 1}, {2, 2}, {3, 3}, {4, 40}, {5, 50}}
 	if !reflect.DeepEqual(got["train_loss"], want) {

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/fulgur-ml/fulgur/callbacks"
-	"github.com/fulgur-ml/fulgur/trainer"
 )
 
 // A run stopped while writing a line (a full disk, a power loss) leaves an
@@ -19,10 +18,6 @@ import (
 // mid-field, refused to log at all ("wrong number of fields"). The torn
 // line is incomplete, so it is dropped.
 func TestLoggersDropATornLastLine(t *testing.T) {
-	type logger interface {
-		trainer.Logger
-		trainer.Resumer
-	}
 	cases := []struct {
 		name, file, torn, want string
 		mk                     func(dir string) (logger, error)
