@@ -55,8 +55,8 @@ func (m ClassMetrics) Log(s *module.Step, name string, logits, labels *G.Node, o
 	if logits == nil || labels == nil {
 		panic(fmt.Errorf("nn.ClassMetrics %q: logits or labels is nil", name))
 	}
-	if m.TopK < 0 {
-		panic(fmt.Errorf("nn.ClassMetrics %q: TopK is %d: want 0 (top-1 only) or k ≥ 2", name, m.TopK))
+	if m.TopK < 0 || m.TopK == 1 {
+		panic(fmt.Errorf("nn.ClassMetrics %q: TopK is %d: want 0 (top-1 only: %s_acc is the top-1 accuracy) or k ≥ 2", name, m.TopK, name))
 	}
 	if sh := logits.Shape(); len(sh) == 2 && sh[1] < 2 {
 		panic(fmt.Errorf("nn.ClassMetrics %q: logits have shape %v: want [batch, classes] with 2 classes or more (for one logit per row, log [-z, z])", name, sh))

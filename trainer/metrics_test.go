@@ -282,24 +282,37 @@ func TestClassMetricsResumeMidEpoch(t *testing.T) {
 	checkCls(t, "resumed train", tr.Metrics(), "train")
 }
 
-type badTopK struct{ fixedClassifier }
+type badTopK struct {
+	fixedClassifier
+	k int
+}
 
-func (badTopK) ValidationStep(s *module.Step) error {
-	nn.ClassMetrics{TopK: 5}.Log(s, "val", s.Input("x"), s.Input("y"))
+func (m badTopK) ValidationStep(s *module.Step) error {
+	nn.ClassMetrics{TopK: m.k}.Log(s, "val", s.Input("x"), s.Input("y"))
 	return nil
 }
 
-// A top-k beyond the classes is an error of the step that names the metric
-// and the sizes, not a panic.
+// A top-k beyond the classes, below 0, or 1 (which would log nothing
+// more than val_acc) is an error of the step that names the metric and
+// the value, not a panic or a silently missing metric.
 func TestClassMetricsBadTopK(t *testing.T) {
-	tr, err := trainer.New(clsConfig(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Teardown(context.Background())
-	_, err = tr.Validate(context.Background(), badTopK{}, clsLoader(t, clsData(t, rowsOf(0, 1)), 4))
-	if err == nil || !strings.Contains(err.Error(), `nn.ClassMetrics "val": ClassCounts: topK is 5 but the logits (4, 3) have 3 classes`) {
-		t.Fatalf("Validate with TopK 5 of 3 classes: %v", err)
+	for _, c := range []struct {
+		k    int
+		want string
+	}{
+		{5, `nn.ClassMetrics "val": ClassCounts: topK is 5 but the logits (4, 3) have 3 classes`},
+		{1, `nn.ClassMetrics "val": TopK is 1: want 0 (top-1 only: val_acc is the top-1 accuracy) or k ≥ 2`},
+		{-1, `nn.ClassMetrics "val": TopK is -1: want 0`},
+	} {
+		tr, err := trainer.New(clsConfig(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = tr.Validate(context.Background(), badTopK{k: c.k}, clsLoader(t, clsData(t, rowsOf(0, 1)), 4))
+		tr.Teardown(context.Background())
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Validate with TopK %d of 3 classes: %v, want it to contain %q", c.k, err, c.want)
+		}
 	}
 }
 

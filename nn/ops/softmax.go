@@ -157,7 +157,7 @@ type CrossEntropyOpts struct {
 // the row is left out of the divisor, as in torch. A batch whose kept rows
 // all have classes of weight 0 is an error (torch divides by 0).
 func SoftmaxCrossEntropyWith(logits, labels, weights *G.Node, o CrossEntropyOpts) (*G.Node, error) {
-	const what = "SoftmaxCrossEntropy"
+	const what = "CrossEntropy" // torch's name, and nn's: the name users call
 	if err := checkLogitsLabels(what, logits, labels, weights); err != nil {
 		return nil, err
 	}
@@ -328,7 +328,7 @@ func softmaxCE[T float](op *softmaxCEOp, zt, lt, wt *tensor.Dense) (float64, err
 }
 
 func (op *softmaxCEOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
-	d, err := apply(&softmaxCEGradOp{base: newBase("SoftmaxCrossEntropyGrad"), fwd: op}, output, grad)
+	d, err := apply(&softmaxCEGradOp{base: newBase("CrossEntropyGrad"), fwd: op}, output, grad)
 	if err != nil {
 		return nil, err
 	}

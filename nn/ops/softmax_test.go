@@ -107,7 +107,7 @@ func TestSoftmaxCrossEntropyBadLabels(t *testing.T) {
 	g := G.NewGraph()
 	z := G.NewMatrix(g, tensor.Float32, G.WithShape(3, 4))
 	l := G.NewVector(g, tensor.Float32, G.WithShape(2))
-	if _, err := SoftmaxCrossEntropy(z, l, nil); err == nil || err.Error() != "SoftmaxCrossEntropy labels have shape (2), want [3] (one class index per row of logits (3, 4))" {
+	if _, err := SoftmaxCrossEntropy(z, l, nil); err == nil || err.Error() != "CrossEntropy labels have shape (2), want [3] (one class index per row of logits (3, 4))" {
 		t.Errorf("labels shape: %v", err)
 	}
 }
