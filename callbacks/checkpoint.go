@@ -107,8 +107,11 @@ func (c *ModelCheckpointConfig) Validate() error {
 	if c.Filename == "" {
 		c.Filename = "{epoch}-{step}"
 	}
-	if strings.Count(c.Filename, "{") != strings.Count(c.Filename, "}") || strings.ContainsAny(c.Filename, string(filepath.Separator)) {
-		bad("ModelCheckpoint Filename %q: braces must pair up, as in \"{epoch}-{val_loss:.2f}\", and it must not contain a path separator (use Dirpath)", c.Filename)
+	// A "/" inside braces is part of a metric's name ("{val/loss}"), which
+	// the file's name writes with "_"; outside them it would make a
+	// subdirectory.
+	if strings.Count(c.Filename, "{") != strings.Count(c.Filename, "}") || strings.ContainsAny(fieldRE.ReplaceAllString(c.Filename, ""), `/`+string(filepath.Separator)) {
+		bad("ModelCheckpoint Filename %q: braces must pair up, as in \"{epoch}-{val_loss:.2f}\", and outside them it must not contain a path separator (use Dirpath)", c.Filename)
 	}
 	for _, m := range fieldRE.FindAllStringSubmatch(c.Filename, -1) {
 		if name, spec := strings.TrimSpace(m[1]), m[2]; spec != "" {
@@ -648,7 +651,7 @@ func formatFilename(ctx context.Context, tmpl string, s *trainer.State) (string,
 			}
 			v, _ = formatField(name, spec, 0, x)
 		}
-		return strings.ReplaceAll(name, "/", "_") + "=" + v
+		return strings.NewReplacer("/", "_", string(filepath.Separator), "_").Replace(name) + "=" + v
 	})
 	return out, err
 }

@@ -1,0 +1,134 @@
+package callbacks_test
+
+import (
+	"context"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fulgur-ml/fulgur/callbacks"
+	"github.com/fulgur-ml/fulgur/trainer"
+)
+
+// The tests of this file run the callbacks as a Lightning user would and
+// check what Lightning 2.x's callbacks do in the same run.
+
+// Without validation, Lightning's EarlyStopping checks at each training
+// epoch's end (check_on_train_epoch_end defaults to true there), so a
+// training metric stops the run. Before, it waited for validations that
+// never came and never stopped.
+func TestEarlyStoppingWithoutValidationWatchesTheTrainingMetric(t *testing.T) {
+	// The loss falls by less than MinDelta from one epoch to the next.
+	es, err := callbacks.NewEarlyStopping(callbacks.EarlyStoppingConfig{Monitor: "train_loss", Patience: 1, MinDelta: 1e6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := fit(t, trainer.Config{MaxEpochs: 5, Callbacks: []trainer.Callback{es}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := tr.Stats(); st.Epochs != 2 || es.StoppedEpoch() != 1 || !strings.Contains(st.StoppedEarly, "monitored metric train_loss did not improve in the last 1 checks") {
+		t.Errorf("epochs %d, stopped epoch %d, reason %q; want a stop at epoch 1", st.Epochs, es.StoppedEpoch(), st.StoppedEarly)
+	}
+	// A validation metric in a Fit without validation is an error naming
+	// what was logged, as Lightning's strict check raises.
+	es2, _ := callbacks.NewEarlyStopping(callbacks.EarlyStoppingConfig{Monitor: "val_loss"})
+	_, err = fit(t, trainer.Config{MaxEpochs: 2, Callbacks: []trainer.Callback{es2}}, false)
+	if err == nil || !strings.Contains(err.Error(), `callbacks/EarlyStopping.OnTrainEpochEnd: EarlyStopping(Monitor "val_loss"): the metric was not logged; logged metrics are [train_loss_epoch train_loss_step]`) {
+		t.Errorf("err = %v", err)
+	}
+}
+
+// Lightning keys EarlyStopping's state by monitor and mode: resumed with
+// the other mode, it starts afresh. Before, a "max" run took the "min"
+// run's lowest value as its best and its wait count, and stopped early.
+func TestEarlyStoppingResumedWithAnotherModeStartsAfresh(t *testing.T) {
+	dir := t.TempDir()
+	mc, _ := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{Dirpath: dir, LastOnly: true})
+	es, _ := callbacks.NewEarlyStopping(callbacks.EarlyStoppingConfig{Monitor: "score", Patience: 3})
+	sc := &script{name: "score", values: []float64{0.3, 0.5, 0.6}}
+	if _, err := fit(t, trainer.Config{MaxEpochs: 3, LimitTrainBatches: 2, Callbacks: []trainer.Callback{sc, es, mc}}, true); err != nil {
+		t.Fatal(err)
+	}
+	if es.Best() != 0.3 || es.Wait() != 2 {
+		t.Fatalf("first run: best %v, wait %d; want 0.3 and 2", es.Best(), es.Wait())
+	}
+	for _, c := range []struct {
+		mode string
+		best float64
+		wait int
+	}{{"max", 0.2, 0}, {"min", 0.2, 0}} {
+		es2, _ := callbacks.NewEarlyStopping(callbacks.EarlyStoppingConfig{Monitor: "score", Mode: c.mode, Patience: 3})
+		sc2 := &script{name: "score", values: []float64{0.2}}
+		if _, err := fit(t, trainer.Config{MaxEpochs: 4, LimitTrainBatches: 2, Callbacks: []trainer.Callback{sc2, es2}}, true, trainer.FromCheckpoint(filepath.Join(dir, "last.ckpt"))); err != nil {
+			t.Fatal(err)
+		}
+		if es2.Best() != c.best || es2.Wait() != c.wait {
+			t.Errorf("resumed with mode %s: best %v, wait %d; want %v and %d", c.mode, es2.Best(), es2.Wait(), c.best, c.wait)
+		}
+	}
+}
+
+// Lightning's Timer checks its budget at fit start: a run resumed with the
+// budget spent trains no further. Before, with Interval "epoch", it
+// trained a whole epoch more.
+func TestTimerResumedWithItsBudgetSpentStopsBeforeTraining(t *testing.T) {
+	now := time.Unix(1000, 0)
+	clock := func() time.Time { return now }
+	dir := t.TempDir()
+	for _, interval := range []string{"epoch", "step"} {
+		t.Run(interval, func(t *testing.T) {
+			tm, _ := callbacks.NewTimer(callbacks.TimerConfig{Duration: 10 * time.Second, Interval: interval, Now: clock})
+			mc, _ := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{Dirpath: dir, LastOnly: true})
+			tr, err := fit(t, trainer.Config{MaxEpochs: 5, LimitTrainBatches: 4, Callbacks: []trainer.Callback{tick{&now}, tm, mc}}, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			spent := tr.Stats().GlobalStep // one second a step
+			tm2, _ := callbacks.NewTimer(callbacks.TimerConfig{Duration: 10 * time.Second, Interval: interval, Now: clock})
+			tr, err = fit(t, trainer.Config{MaxEpochs: 5, LimitTrainBatches: 4, Callbacks: []trainer.Callback{tick{&now}, tm2}}, false, trainer.FromCheckpoint(filepath.Join(dir, "last.ckpt")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st := tr.Stats(); st.GlobalStep != spent || !strings.Contains(st.StoppedEarly, "Timer: the time budget of 10s is spent") {
+				t.Errorf("resumed at step %d with the budget spent: ended at step %d (%q); want no step more", spent, st.GlobalStep, st.StoppedEarly)
+			}
+		})
+	}
+}
+
+// slashMetrics logs metrics named with "/", as Lightning users group them
+// ("val/loss"), at each validation: 0.123456 + epoch.
+type slashMetrics struct{}
+
+func (slashMetrics) Name() string { return "slashMetrics" }
+func (slashMetrics) OnValidationEnd(ctx context.Context, s *trainer.State) error {
+	if s.SanityChecking {
+		return nil
+	}
+	return s.LogMetrics(map[string]float64{"val/loss": 0.123456 + float64(s.Epoch)})
+}
+
+// A metric named with "/" in a Filename template is written with "_", as
+// ModelCheckpointConfig.Filename says (Lightning would make a
+// subdirectory). Before, Validate refused any "/" in the template, in
+// braces too. A "/" outside braces is still refused.
+func TestModelCheckpointFilenameWithSlashInMetricName(t *testing.T) {
+	dir := t.TempDir()
+	mc, err := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{Dirpath: dir, Monitor: "val/loss", SaveTopK: 2, Filename: "{epoch:02d}-{val/loss:.2f}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fit(t, trainer.Config{MaxEpochs: 3, LimitTrainBatches: 2, Callbacks: []trainer.Callback{slashMetrics{}, mc}}, true); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := files(t, dir), []string{"epoch=00-val_loss=0.12.ckpt", "epoch=01-val_loss=1.12.ckpt"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("files %v, want %v", got, want)
+	}
+	_, err = callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{Filename: "runs/{epoch}"})
+	if err == nil || !strings.Contains(err.Error(), `ModelCheckpoint Filename "runs/{epoch}": braces must pair up, as in "{epoch}-{val_loss:.2f}", and outside them it must not contain a path separator (use Dirpath)`) {
+		t.Errorf("a Filename with a directory: err = %v", err)
+	}
+}
