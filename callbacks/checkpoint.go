@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -28,9 +29,13 @@ type ModelCheckpointConfig struct {
 	// such as ".4f"; for epoch and step an integer one, such as "03d")
 	// are replaced by "name=value"; "/" in names becomes "_". "":
 	// "{epoch}-{step}". Metrics print as %.4f unless formatted. A format
-	// fmt cannot apply to the value is an error of Validate. A name that a
-	// kept checkpoint (or last.ckpt) has already gets "-v1", "-v2"...
-	// before ".ckpt", as in Lightning.
+	// fmt cannot apply to the value is an error of Validate; a metric not
+	// logged when a checkpoint is due is an error naming the logged ones
+	// (Lightning writes 0). A name that a kept checkpoint (or last.ckpt)
+	// has already, or a file on disk this callback does not keep (an
+	// earlier run's in the same Dirpath, another ModelCheckpoint's), gets
+	// "-v1", "-v2"... before ".ckpt", as in Lightning: such a file is never
+	// overwritten nor deleted.
 	Filename string
 	// Monitor is the metric that ranks checkpoints ("val_loss"). "": none;
 	// the newest checkpoints are kept.
@@ -138,6 +143,9 @@ type ModelCheckpoint struct {
 	st         ckptState
 	warned     bool // about a monitored metric not logged yet
 	warnedName bool // about a step checkpoint's name using such a metric
+	// warnedForeign: about a file this callback does not keep having the
+	// name of a new checkpoint.
+	warnedForeign bool
 	// batchStep is the global step at the latest training batch's end
 	// (or at fit start), and inWindow reports that the latest batch took
 	// no optimizer step: it is inside an accumulation window, whose
@@ -455,7 +463,10 @@ func (c *ModelCheckpoint) decide(ctx context.Context, s *trainer.State) (string,
 				reuse = old
 			}
 		}
-		path := c.freePath(name, reuse)
+		path, err := c.freePath(ctx, s, name, reuse)
+		if err != nil {
+			return "", err
+		}
 		if k == 1 {
 			for old := range c.st.BestK {
 				if old != path {
@@ -493,7 +504,10 @@ func (c *ModelCheckpoint) decide(ctx context.Context, s *trainer.State) (string,
 			return "", nil
 		}
 	}
-	path := c.freePath(name, displaced)
+	path, err := c.freePath(ctx, s, name, displaced)
+	if err != nil {
+		return "", err
+	}
 	c.st.BestK[path] = jf(cur)
 	c.unstale(path)
 	for k != -1 && len(c.st.BestK) > k {
@@ -517,20 +531,55 @@ func (c *ModelCheckpoint) decide(ctx context.Context, s *trainer.State) (string,
 // free N, as Lightning's: a new checkpoint never replaces a kept one other
 // than reuse, the one it displaces. last.ckpt counts as kept with SaveLast.
 // A recovery checkpoint does not: the ranked one of the same weights or
-// newer ones takes over from it.
-func (c *ModelCheckpoint) freePath(name, reuse string) string {
-	taken := func(p string) bool {
-		if p == reuse {
-			return false
+// newer ones takes over from it. A file this callback does not keep that
+// is on disk (rank 0's) counts as kept too, as in Lightning: an earlier
+// run's in the same Dirpath, or another ModelCheckpoint's, which would
+// otherwise be overwritten and later deleted as this callback's own.
+func (c *ModelCheckpoint) freePath(ctx context.Context, s *trainer.State, name, reuse string) (string, error) {
+	taken := func(p string) (bool, error) {
+		if p == reuse || p == c.st.Recovery {
+			return false, nil
 		}
-		_, kept := c.st.BestK[p]
-		return kept || (c.cfg.SaveLast && p == filepath.Join(c.dir, "last.ckpt"))
+		if _, kept := c.st.BestK[p]; kept || (c.cfg.SaveLast && p == filepath.Join(c.dir, "last.ckpt")) {
+			return true, nil
+		}
+		return c.foreign(ctx, s, p)
 	}
 	p := filepath.Join(c.dir, name+".ckpt")
-	for v := 1; taken(p); v++ {
+	for v := 1; ; v++ {
+		t, err := taken(p)
+		if err != nil || !t {
+			return p, err
+		}
 		p = filepath.Join(c.dir, fmt.Sprintf("%s-v%d.ckpt", name, v))
 	}
-	return p
+}
+
+// foreign reports whether a checkpoint file this callback does not keep
+// is at p, as rank 0 sees it, or is to be written there at this hook's end
+// (another callback asked for it), on every rank alike (they name the file
+// together), and warns once when one is.
+func (c *ModelCheckpoint) foreign(ctx context.Context, s *trainer.State, p string) (bool, error) {
+	there := 0.0
+	if s.SavePending(p) {
+		there = 1 // another callback's, written once the hook ends
+	} else if s.IsGlobalZero {
+		if _, err := os.Stat(p); err == nil {
+			there = 1
+		}
+	}
+	there, err := s.Rank0Value(ctx, there)
+	if err != nil {
+		return false, fmt.Errorf("ModelCheckpoint: is %s taken: %w", p, err)
+	}
+	if there == 0 {
+		return false, nil
+	}
+	if !c.warnedForeign {
+		c.warnedForeign = true
+		s.Warn(fmt.Sprintf("ModelCheckpoint: %s exists and is no checkpoint this callback keeps (an earlier run's in the same directory, or another callback's): it is left alone and the new checkpoint gets a -vN name beside it, as in Lightning", p))
+	}
+	return true, nil
 }
 
 // recovery returns the path of a step checkpoint saved between
@@ -551,6 +600,9 @@ func (c *ModelCheckpoint) recovery(ctx context.Context, s *trainer.State) (strin
 		// The template names a ranked checkpoint ("{epoch}" within an
 		// epoch): its file holds the weights its score measured.
 		return "", nil
+	}
+	if path, err = c.freePath(ctx, s, name, c.st.Recovery); err != nil {
+		return "", err
 	}
 	if old := c.st.Recovery; old != "" && old != path {
 		c.stale(old)

@@ -2,6 +2,7 @@ package callbacks_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -131,4 +132,55 @@ func TestModelCheckpointFilenameWithSlashInMetricName(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `ModelCheckpoint Filename "runs/{epoch}": braces must pair up, as in "{epoch}-{val_loss:.2f}", and outside them it must not contain a path separator (use Dirpath)`) {
 		t.Errorf("a Filename with a directory: err = %v", err)
 	}
+}
+
+// A file a ModelCheckpoint does not keep, found where a new checkpoint is
+// to go, is left alone and the new one is named -v1, as Lightning's
+// version counter does. Before, the callback overwrote it and, once a
+// newer checkpoint displaced it, deleted it: an earlier run's checkpoint in
+// the same Dirpath, or one another ModelCheckpoint in the same directory
+// keeps (trainer.New refuses two with the same Dirpath and Filename, but
+// not one given the run directory's checkpoints/ by name beside one
+// defaulting to it).
+func TestModelCheckpointLeavesFilesItDoesNotKeep(t *testing.T) {
+	t.Run("an earlier run's", func(t *testing.T) {
+		dir := t.TempDir()
+		earlier := filepath.Join(dir, "epoch=0-step=2.ckpt")
+		if err := os.WriteFile(earlier, []byte("an earlier run's checkpoint"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		mc, _ := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{Dirpath: dir})
+		if _, err := fit(t, trainer.Config{MaxEpochs: 2, LimitTrainBatches: 2, Callbacks: []trainer.Callback{mc}}, true); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := os.ReadFile(earlier); err != nil || string(b) != "an earlier run's checkpoint" {
+			t.Errorf("the earlier run's checkpoint: %q, %v", b, err)
+		}
+		if got, want := files(t, dir), []string{"epoch=0-step=2.ckpt", "epoch=1-step=4.ckpt"}; !reflect.DeepEqual(got, want) {
+			t.Errorf("files %v, want %v", got, want)
+		}
+	})
+	t.Run("another callback's", func(t *testing.T) {
+		root := t.TempDir()
+		top3, _ := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{Name: "top3", Monitor: "val/loss", SaveTopK: 3})
+		dir := filepath.Join(root, "lightning_logs", "version_0", "checkpoints")
+		newest, _ := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{Name: "newest", Dirpath: dir})
+		if _, err := fit(t, trainer.Config{DefaultRootDir: root, MaxEpochs: 3, LimitTrainBatches: 2, Callbacks: []trainer.Callback{slashMetrics{}, top3, newest}}, true); err != nil {
+			t.Fatal(err)
+		}
+		if len(top3.BestK()) != 3 {
+			t.Fatalf("top3 keeps %v", top3.BestK())
+		}
+		for p := range top3.BestK() {
+			if _, err := trainer.VerifyCheckpoint(p); err != nil {
+				t.Errorf("top3's %s: %v", filepath.Base(p), err)
+			}
+		}
+		if got, want := filepath.Base(newest.BestModelPath()), "epoch=2-step=6-v1.ckpt"; got != want {
+			t.Errorf("newest's checkpoint %s, want %s", got, want)
+		}
+		if got, want := files(t, dir), []string{"epoch=0-step=2.ckpt", "epoch=1-step=4.ckpt", "epoch=2-step=6-v1.ckpt", "epoch=2-step=6.ckpt"}; !reflect.DeepEqual(got, want) {
+			t.Errorf("files %v, want %v", got, want)
+		}
+	})
 }

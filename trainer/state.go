@@ -70,6 +70,7 @@ type State struct {
 
 	layers []module.LayerInfo
 	save   func(ctx context.Context, path string) error
+	saving func(path string) bool
 	log    func(m map[string]float64) error
 	warn   func(msg string)
 	rank0  func(ctx context.Context, v float64) (float64, error)
