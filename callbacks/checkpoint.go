@@ -155,16 +155,21 @@ type ModelCheckpoint struct {
 }
 
 type ckptState struct {
-	BestK     map[string]jf `json:"best_k_models"`
-	Best      string        `json:"best_model_path"`
-	BestScore jf            `json:"best_model_score"`
-	Last      string        `json:"last_model_path"`
-	LastStep  int           `json:"last_global_step_saved"`
-	Stale     []string      `json:"stale"` // to delete at the next call
-	Monitor   string        `json:"monitor"`
-	Mode      string        `json:"mode"`
-	Dirpath   string        `json:"dirpath"`
-	ValEpoch  int           `json:"last_validated_epoch"`
+	BestK map[string]jf `json:"best_k_models"`
+	// Saved is the global step each of BestK was saved at: of checkpoints
+	// scoring alike, the older is the best and the first displaced, as in
+	// Lightning (whose best_k_models keeps insertion order). Absent from
+	// the state of older checkpoints: their ties go by name.
+	Saved     map[string]int `json:"best_k_steps,omitempty"`
+	Best      string         `json:"best_model_path"`
+	BestScore jf             `json:"best_model_score"`
+	Last      string         `json:"last_model_path"`
+	LastStep  int            `json:"last_global_step_saved"`
+	Stale     []string       `json:"stale"` // to delete at the next call
+	Monitor   string         `json:"monitor"`
+	Mode      string         `json:"mode"`
+	Dirpath   string         `json:"dirpath"`
+	ValEpoch  int            `json:"last_validated_epoch"`
 	// Recovery is the newest step checkpoint saved between validations
 	// while monitoring a validation metric: kept, unranked, until a newer
 	// one or a ranked one replaces it.
@@ -187,7 +192,7 @@ func NewModelCheckpoint(cfg ModelCheckpointConfig) (*ModelCheckpoint, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &ModelCheckpoint{cfg: cfg, st: ckptState{BestK: map[string]jf{}, LastStep: -1, ValEpoch: -1, Monitor: cfg.Monitor, Mode: cfg.Mode}}, nil
+	return &ModelCheckpoint{cfg: cfg, st: ckptState{BestK: map[string]jf{}, Saved: map[string]int{}, LastStep: -1, ValEpoch: -1, Monitor: cfg.Monitor, Mode: cfg.Mode}}, nil
 }
 
 func (c *ModelCheckpoint) Name() string { return c.cfg.Name }
@@ -269,7 +274,7 @@ func (c *ModelCheckpoint) OnFitStart(ctx context.Context, s *trainer.State) erro
 		if len(c.st.BestK) > 0 {
 			s.Warn(fmt.Sprintf("ModelCheckpoint: checkpoints go to %s, not %s as in the run this Fit continues: its %d ranked checkpoint(s) stay there, untouched, and the ranking starts afresh", c.dir, c.st.Dirpath, len(c.st.BestK)))
 		}
-		c.st = ckptState{BestK: map[string]jf{}, Best: c.st.Best, BestScore: c.st.BestScore, LastStep: c.st.LastStep,
+		c.st = ckptState{BestK: map[string]jf{}, Saved: map[string]int{}, Best: c.st.Best, BestScore: c.st.BestScore, LastStep: c.st.LastStep,
 			Monitor: c.st.Monitor, Mode: c.st.Mode, ValEpoch: c.st.ValEpoch}
 	}
 	c.st.Dirpath = c.dir
@@ -474,8 +479,9 @@ func (c *ModelCheckpoint) decide(ctx context.Context, s *trainer.State) (string,
 				}
 			}
 			clear(c.st.BestK)
+			clear(c.st.Saved)
 		}
-		c.st.BestK[path] = jf(s.GlobalStep)
+		c.st.BestK[path], c.st.Saved[path] = jf(s.GlobalStep), s.GlobalStep
 		c.st.Best, c.st.BestScore = path, jf(math.NaN())
 		c.unstale(path)
 		return path, nil
@@ -508,16 +514,17 @@ func (c *ModelCheckpoint) decide(ctx context.Context, s *trainer.State) (string,
 	if err != nil {
 		return "", err
 	}
-	c.st.BestK[path] = jf(cur)
+	c.st.BestK[path], c.st.Saved[path] = jf(cur), s.GlobalStep
 	c.unstale(path)
 	for k != -1 && len(c.st.BestK) > k {
 		w := c.worst()
 		delete(c.st.BestK, w)
+		delete(c.st.Saved, w)
 		c.stale(w)
 	}
 	best := ""
 	for p, v := range c.st.BestK {
-		if best == "" || c.better(float64(v), float64(c.st.BestK[best])) || (float64(v) == float64(c.st.BestK[best]) && p < best) {
+		if best == "" || c.better(float64(v), float64(c.st.BestK[best])) || (float64(v) == float64(c.st.BestK[best]) && c.older(p, best)) {
 			best = p
 		}
 	}
@@ -619,15 +626,27 @@ func (c *ModelCheckpoint) better(a, b float64) bool {
 	return a < b
 }
 
-// worst is the kept checkpoint with the worst score (ties: the later name).
+// worst is the kept checkpoint with the worst score (ties: the older, as
+// Lightning's kth_best_model_path).
 func (c *ModelCheckpoint) worst() string {
 	w := ""
 	for p, v := range c.st.BestK {
-		if w == "" || c.better(float64(c.st.BestK[w]), float64(v)) || (float64(v) == float64(c.st.BestK[w]) && p > w) {
+		if w == "" || c.better(float64(c.st.BestK[w]), float64(v)) || (float64(v) == float64(c.st.BestK[w]) && c.older(p, w)) {
 			w = p
 		}
 	}
 	return w
+}
+
+// older reports whether kept checkpoint a was saved before b (by name when
+// a checkpoint's state does not say).
+func (c *ModelCheckpoint) older(a, b string) bool {
+	sa, okA := c.st.Saved[a]
+	sb, okB := c.st.Saved[b]
+	if okA && okB && sa != sb {
+		return sa < sb
+	}
+	return a < b
 }
 
 func (c *ModelCheckpoint) stale(p string) {
@@ -750,6 +769,9 @@ func (c *ModelCheckpoint) LoadStateDict(b []byte) error {
 	}
 	if st.BestK == nil {
 		st.BestK = map[string]jf{}
+	}
+	if st.Saved == nil {
+		st.Saved = map[string]int{}
 	}
 	c.st = st
 	return nil

@@ -184,3 +184,46 @@ func TestModelCheckpointLeavesFilesItDoesNotKeep(t *testing.T) {
 		}
 	})
 }
+
+// Of checkpoints scoring alike, Lightning's best is the older and the
+// older is the first displaced (best_k_models keeps insertion order), a
+// resumed run's too. Before, ties went by name: epoch=10 beat epoch=9 as
+// the best, and a better score displaced epoch=1 rather than epoch=0.
+func TestModelCheckpointTiesGoToTheOlder(t *testing.T) {
+	run := func(t *testing.T, dir string, epochs int, scores []float64, opts ...trainer.FitOption) *callbacks.ModelCheckpoint {
+		t.Helper()
+		mc, err := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{Dirpath: dir, Monitor: "score", SaveTopK: 2, Filename: "{epoch}", SaveLast: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := &script{name: "score", values: scores}
+		if _, err := fit(t, trainer.Config{MaxEpochs: epochs, LimitTrainBatches: 2, Callbacks: []trainer.Callback{sc, mc}}, true, opts...); err != nil {
+			t.Fatal(err)
+		}
+		return mc
+	}
+	check := func(t *testing.T, mc *callbacks.ModelCheckpoint, wantFiles []string, wantBest string) {
+		t.Helper()
+		if got := files(t, mc.Dir()); !reflect.DeepEqual(got, wantFiles) {
+			t.Errorf("files %v, want %v", got, wantFiles)
+		}
+		if got := filepath.Base(mc.BestModelPath()); got != wantBest {
+			t.Errorf("best %s, want %s", got, wantBest)
+		}
+	}
+	t.Run("best", func(t *testing.T) {
+		mc := run(t, t.TempDir(), 12, []float64{9, 9, 9, 9, 9, 9, 9, 9, 9, 1, 1, 1})
+		check(t, mc, []string{"epoch=10.ckpt", "epoch=9.ckpt", "last.ckpt"}, "epoch=9.ckpt")
+	})
+	t.Run("displaced", func(t *testing.T) {
+		mc := run(t, t.TempDir(), 3, []float64{1, 1, 0.5})
+		check(t, mc, []string{"epoch=1.ckpt", "epoch=2.ckpt", "last.ckpt"}, "epoch=2.ckpt")
+	})
+	t.Run("displaced after resume", func(t *testing.T) {
+		dir := t.TempDir()
+		// epoch=9 and epoch=10 tie; by name, epoch=10 would go.
+		run(t, dir, 11, []float64{9, 9, 9, 9, 9, 9, 9, 9, 9, 1, 1})
+		mc := run(t, dir, 12, []float64{0.5}, trainer.FromCheckpoint(filepath.Join(dir, "last.ckpt")))
+		check(t, mc, []string{"epoch=10.ckpt", "epoch=11.ckpt", "last.ckpt"}, "epoch=11.ckpt")
+	})
+}
