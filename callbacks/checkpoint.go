@@ -37,6 +37,11 @@ type ModelCheckpointConfig struct {
 	// "-v1", "-v2"... before ".ckpt", as in Lightning: such a file is never
 	// overwritten nor deleted.
 	Filename string
+	// OmitMetricNames writes each field of Filename as its value alone,
+	// not "name=value", as Lightning's auto_insert_metric_name=False:
+	// "sample-epoch{epoch:02d}-loss{val/loss:.2f}" gives
+	// "sample-epoch03-loss0.12".
+	OmitMetricNames bool
 	// Monitor is the metric that ranks checkpoints ("val_loss"). "": none;
 	// the newest checkpoints are kept.
 	Monitor string
@@ -456,7 +461,7 @@ func (c *ModelCheckpoint) save(ctx context.Context, s *trainer.State, kind saveK
 // decide ranks the current checkpoint and returns its path, or "" when it
 // does not make the top k. Displaced files are queued for deletion.
 func (c *ModelCheckpoint) decide(ctx context.Context, s *trainer.State) (string, error) {
-	name, err := formatFilename(ctx, c.cfg.Filename, s)
+	name, err := formatFilename(ctx, c.cfg.Filename, !c.cfg.OmitMetricNames, s)
 	if err != nil {
 		return "", err
 	}
@@ -594,7 +599,7 @@ func (c *ModelCheckpoint) foreign(ctx context.Context, s *trainer.State, p strin
 // name template using a metric not logged yet (before the first
 // validation) saves none, with one warning.
 func (c *ModelCheckpoint) recovery(ctx context.Context, s *trainer.State) (string, error) {
-	name, err := formatFilename(ctx, c.cfg.Filename, s)
+	name, err := formatFilename(ctx, c.cfg.Filename, !c.cfg.OmitMetricNames, s)
 	if err != nil {
 		if !c.warnedName {
 			c.warnedName = true
@@ -688,11 +693,11 @@ func (c *ModelCheckpoint) removeStale(s *trainer.State) error {
 var fieldRE = regexp.MustCompile(`\{([^{}:]+)(?::([^{}]+))?\}`)
 
 // formatFilename expands "{epoch}-{val_loss:.2f}" into
-// "epoch=3-val_loss=0.12", with rank 0's value of each metric on every
+// "epoch=3-val_loss=0.12" (without names, "3-0.12"), with rank 0's value of each metric on every
 // rank (a step's loss differs between ranks, and every rank must name the
 // file alike: under fsdp or Config.ShardedCheckpoint each writes its shard
 // beside that name).
-func formatFilename(ctx context.Context, tmpl string, s *trainer.State) (string, error) {
+func formatFilename(ctx context.Context, tmpl string, names bool, s *trainer.State) (string, error) {
 	var err error
 	out := fieldRE.ReplaceAllStringFunc(tmpl, func(m string) string {
 		sub := fieldRE.FindStringSubmatch(m)
@@ -721,6 +726,9 @@ func formatFilename(ctx context.Context, tmpl string, s *trainer.State) (string,
 				return m
 			}
 			v, _ = formatField(name, spec, 0, x)
+		}
+		if !names {
+			return v
 		}
 		return strings.NewReplacer("/", "_", string(filepath.Separator), "_").Replace(name) + "=" + v
 	})

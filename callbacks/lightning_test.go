@@ -227,3 +227,20 @@ func TestModelCheckpointTiesGoToTheOlder(t *testing.T) {
 		check(t, mc, []string{"epoch=10.ckpt", "epoch=11.ckpt", "last.ckpt"}, "epoch=11.ckpt")
 	})
 }
+
+// Lightning's auto_insert_metric_name=False writes the values alone, for
+// templates that name the fields themselves.
+func TestModelCheckpointOmitMetricNames(t *testing.T) {
+	dir := t.TempDir()
+	mc, err := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{Dirpath: dir, Monitor: "val/loss", SaveTopK: -1, OmitMetricNames: true,
+		Filename: "sample-epoch{epoch:02d}-val_loss{val/loss:.2f}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fit(t, trainer.Config{MaxEpochs: 2, LimitTrainBatches: 2, Callbacks: []trainer.Callback{slashMetrics{}, mc}}, true); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := files(t, dir), []string{"sample-epoch00-val_loss0.12.ckpt", "sample-epoch01-val_loss1.12.ckpt"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("files %v, want %v", got, want)
+	}
+}
