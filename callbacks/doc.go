@@ -34,7 +34,10 @@
 //     naming the logged metrics (Lightning warns and skips the save until a
 //     validation has run, and writes 0 into the name). A "/" in a metric's
 //     name is written "_" (Lightning makes a subdirectory); a metric prints
-//     as %.4f unless formatted. Several ModelCheckpoints with SaveLast in
+//     as %.4f unless formatted. SaveLast refreshes last.ckpt at every
+//     epoch's end, so that it holds the weights the run ended with (as
+//     Lightning before 2.6; 2.6 only when a ranked checkpoint was saved at
+//     that step). Several ModelCheckpoints with SaveLast in
 //     one directory share last.ckpt, which holds the newest weights (in
 //     Lightning the second writes last-v1.ckpt). There is no
 //     train_time_interval (save every N steps, or stop with a Timer and
