@@ -671,14 +671,16 @@ func (c *ModelCheckpoint) unstale(p string) {
 	c.st.Stale = out
 }
 
-// removeStale deletes displaced checkpoints (rank 0).
+// removeStale deletes displaced checkpoints (rank 0), but not the one the
+// Fit resumed from, as Lightning's: it stays, unranked, for the user to
+// resume from again.
 func (c *ModelCheckpoint) removeStale(s *trainer.State) error {
 	if len(c.st.Stale) == 0 {
 		return nil
 	}
 	if s.IsGlobalZero {
 		for _, p := range c.st.Stale {
-			if _, kept := c.st.BestK[p]; kept || p == filepath.Join(c.dir, "last.ckpt") {
+			if _, kept := c.st.BestK[p]; kept || p == filepath.Join(c.dir, "last.ckpt") || sameFile(p, s.ResumedFrom) {
 				continue
 			}
 			if err := trainer.RemoveCheckpoint(p); err != nil {
@@ -688,6 +690,17 @@ func (c *ModelCheckpoint) removeStale(s *trainer.State) error {
 	}
 	c.st.Stale = c.st.Stale[:0]
 	return nil
+}
+
+// sameFile reports whether paths a and b name the same file, one relative
+// and the other absolute included.
+func sameFile(a, b string) bool {
+	if a == "" || b == "" {
+		return false
+	}
+	absA, errA := filepath.Abs(a)
+	absB, errB := filepath.Abs(b)
+	return errA == nil && errB == nil && absA == absB
 }
 
 var fieldRE = regexp.MustCompile(`\{([^{}:]+)(?::([^{}]+))?\}`)

@@ -244,3 +244,34 @@ func TestModelCheckpointOmitMetricNames(t *testing.T) {
 		t.Errorf("files %v, want %v", got, want)
 	}
 }
+
+// Lightning never deletes the checkpoint the Fit resumed from
+// (trainer.ckpt_path), though a better one displaces it from the top k:
+// the user may resume from it again. Before, resumed into the same
+// Dirpath, the callback deleted it. State.ResumedFrom names it.
+func TestModelCheckpointKeepsTheCheckpointResumedFrom(t *testing.T) {
+	dir := t.TempDir()
+	newMC := func() *callbacks.ModelCheckpoint {
+		mc, err := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{Dirpath: dir, Monitor: "score", Filename: "{epoch}"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mc
+	}
+	sc := &script{name: "score", values: []float64{5, 3}}
+	if _, err := fit(t, trainer.Config{MaxEpochs: 2, LimitTrainBatches: 2, Callbacks: []trainer.Callback{sc, newMC()}}, true); err != nil {
+		t.Fatal(err)
+	}
+	from := filepath.Join(dir, "epoch=1.ckpt")
+	mc := newMC()
+	sc = &script{name: "score", values: []float64{1, 0.5}}
+	if _, err := fit(t, trainer.Config{MaxEpochs: 4, LimitTrainBatches: 2, Callbacks: []trainer.Callback{sc, mc}}, true, trainer.FromCheckpoint(from)); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := files(t, dir), []string{"epoch=1.ckpt", "epoch=3.ckpt"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("files %v, want %v: the one resumed from kept, epoch=2's displaced by epoch=3's", got, want)
+	}
+	if got := mc.BestK(); len(got) != 1 || got[filepath.Join(dir, "epoch=3.ckpt")] != 0.5 {
+		t.Errorf("ranked %v, want epoch=3.ckpt alone", got)
+	}
+}

@@ -42,6 +42,10 @@ type State struct {
 	// Weights is the model's parameters and buffers (empty under fsdp,
 	// where no process holds them all: see Weights).
 	Weights Weights
+	// ResumedFrom is the checkpoint this Fit resumed from (Lightning's
+	// trainer.ckpt_path), "" when it started afresh: ModelCheckpoint never
+	// deletes it.
+	ResumedFrom string
 	// FastDevRun is true for smoke-test runs (no checkpoints are written).
 	FastDevRun bool
 	// SanityChecking is true during Fit's sanity check (Lightning's

@@ -670,7 +670,7 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 			return err
 		}
 	}
-	t.fitted = true
+	t.fitted, t.state.ResumedFrom = true, resumedFrom
 	train, val = t.loaderFor(train, true, true), t.loaderFor(val, false, true)
 	if h, ok := m.(module.HParamser); ok {
 		hp, err := hparamsOf(h)
