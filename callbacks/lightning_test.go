@@ -2,14 +2,19 @@ package callbacks_test
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/fulgur-ml/fulgur/callbacks"
+	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
+	"github.com/fulgur-ml/fulgur/strategy/ddp"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
@@ -273,5 +278,70 @@ func TestModelCheckpointKeepsTheCheckpointResumedFrom(t *testing.T) {
 	}
 	if got := mc.BestK(); len(got) != 1 || got[filepath.Join(dir, "epoch=3.ckpt")] != 0.5 {
 		t.Errorf("ranked %v, want epoch=3.ckpt alone", got)
+	}
+}
+
+// With several ranks, rank 0 looks for the file and every rank takes its
+// answer, so that they name the checkpoint alike: with ShardedCheckpoint
+// each writes its shard beside that name, and the index must find them.
+func TestModelCheckpointRanksAgreeOnTheVersionedName(t *testing.T) {
+	dir := t.TempDir()
+	earlier := filepath.Join(dir, "epoch=0-step=1.ckpt")
+	if err := os.WriteFile(earlier, []byte("an earlier run's checkpoint"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const ranks = 2
+	group, err := inproc.NewGroup(ranks, inproc.Timeout(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mcs := make([]*callbacks.ModelCheckpoint, ranks)
+	errs := make([]error, ranks)
+	var wg sync.WaitGroup
+	for r := range ranks {
+		s, err := ddp.NewDDP(ddp.DDPConfig{Group: group[r]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mcs[r], err = callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{Dirpath: dir, SaveTopK: -1}); err != nil {
+			t.Fatal(err)
+		}
+		tr, err := trainer.New(trainer.Config{MaxEpochs: 2, LimitTrainBatches: 1, Seed: 5, StrategyImpl: s, ShardedCheckpoint: true,
+			Callbacks: []trainer.Callback{mcs[r]}, Out: io.Discard, EnableProgressBar: trainer.Bool(false), DefaultRootDir: t.TempDir(), HandleSignals: trainer.Bool(false)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		train, _ := regression(t)
+		wg.Go(func() {
+			errs[r] = tr.Fit(context.Background(), &linreg{}, train, nil)
+			if err := tr.Teardown(context.Background()); errs[r] == nil {
+				errs[r] = err
+			}
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	want := []string{filepath.Join(dir, "epoch=0-step=1-v1.ckpt"), filepath.Join(dir, "epoch=1-step=2.ckpt")}
+	for r, mc := range mcs {
+		var got []string
+		for p := range mc.BestK() {
+			got = append(got, p)
+		}
+		slices.Sort(got)
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("rank %d keeps %v, want %v", r, got, want)
+		}
+	}
+	for _, p := range want {
+		if _, err := trainer.VerifyCheckpoint(p); err != nil {
+			t.Errorf("%s: %v", filepath.Base(p), err)
+		}
+	}
+	if b, err := os.ReadFile(earlier); err != nil || string(b) != "an earlier run's checkpoint" {
+		t.Errorf("the earlier run's checkpoint: %q, %v", b, err)
 	}
 }
