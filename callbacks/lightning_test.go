@@ -8,11 +8,11 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fulgur-ml/fulgur/callbacks"
+	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
 	"github.com/fulgur-ml/fulgur/strategy/ddp"
 	"github.com/fulgur-ml/fulgur/trainer"
@@ -296,8 +296,7 @@ func TestModelCheckpointRanksAgreeOnTheVersionedName(t *testing.T) {
 		t.Fatal(err)
 	}
 	mcs := make([]*callbacks.ModelCheckpoint, ranks)
-	errs := make([]error, ranks)
-	var wg sync.WaitGroup
+	trs := make([]*trainer.Trainer, ranks)
 	for r := range ranks {
 		s, err := ddp.NewDDP(ddp.DDPConfig{Group: group[r]})
 		if err != nil {
@@ -306,25 +305,12 @@ func TestModelCheckpointRanksAgreeOnTheVersionedName(t *testing.T) {
 		if mcs[r], err = callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{Dirpath: dir, SaveTopK: -1}); err != nil {
 			t.Fatal(err)
 		}
-		tr, err := trainer.New(trainer.Config{MaxEpochs: 2, LimitTrainBatches: 1, Seed: 5, StrategyImpl: s, ShardedCheckpoint: true,
-			Callbacks: []trainer.Callback{mcs[r]}, Out: io.Discard, EnableProgressBar: trainer.Bool(false), DefaultRootDir: t.TempDir(), HandleSignals: trainer.Bool(false)})
-		if err != nil {
+		if trs[r], err = trainer.New(trainer.Config{MaxEpochs: 2, LimitTrainBatches: 1, Seed: 5, StrategyImpl: s, ShardedCheckpoint: true,
+			Callbacks: []trainer.Callback{mcs[r]}, Out: io.Discard, EnableProgressBar: trainer.Bool(false), DefaultRootDir: t.TempDir(), HandleSignals: trainer.Bool(false)}); err != nil {
 			t.Fatal(err)
 		}
-		train, _ := regression(t)
-		wg.Go(func() {
-			errs[r] = tr.Fit(context.Background(), &linreg{}, train, nil)
-			if err := tr.Teardown(context.Background()); errs[r] == nil {
-				errs[r] = err
-			}
-		})
 	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
+	fitRanks(t, trs, func() module.Module { return &linreg{} })
 	want := []string{filepath.Join(dir, "epoch=0-step=1-v1.ckpt"), filepath.Join(dir, "epoch=1-step=2.ckpt")}
 	for r, mc := range mcs {
 		var got []string
