@@ -3,6 +3,7 @@ package callbacks_test
 import (
 	"context"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -329,5 +330,61 @@ func TestModelCheckpointRanksAgreeOnTheVersionedName(t *testing.T) {
 	}
 	if b, err := os.ReadFile(earlier); err != nil || string(b) != "an earlier run's checkpoint" {
 		t.Errorf("the earlier run's checkpoint: %q, %v", b, err)
+	}
+}
+
+// As Lightning's, a NaN score is kept while the top k has room, ranked
+// worst (+Inf for "min", -Inf for "max"), and never displaces a number.
+func TestModelCheckpointNaNIsNeverBetter(t *testing.T) {
+	for _, mode := range []string{"min", "max"} {
+		t.Run(mode, func(t *testing.T) {
+			dir := t.TempDir()
+			mc, err := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{Dirpath: dir, Monitor: "score", Mode: mode, SaveTopK: 2, Filename: "{epoch}"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sc := &script{name: "score", values: []float64{math.NaN(), 0.5, math.NaN(), 0.7}}
+			if _, err := fit(t, trainer.Config{MaxEpochs: 4, LimitTrainBatches: 2, Callbacks: []trainer.Callback{sc, mc}}, true); err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]float64{filepath.Join(dir, "epoch=1.ckpt"): 0.5, filepath.Join(dir, "epoch=3.ckpt"): 0.7}
+			if got := mc.BestK(); !reflect.DeepEqual(got, want) {
+				t.Errorf("kept %v, want %v", got, want)
+			}
+			if got := files(t, dir); !reflect.DeepEqual(got, []string{"epoch=1.ckpt", "epoch=3.ckpt"}) {
+				t.Errorf("files %v", got)
+			}
+		})
+	}
+}
+
+// Patience counts validation checks, not epochs, as Lightning's: with
+// validation every 2 epochs the third check (epoch 5) stops, and with two
+// validations an epoch the third (step 6 of 4-batch epochs).
+func TestEarlyStoppingPatienceCountsValidations(t *testing.T) {
+	for _, c := range []struct {
+		name           string
+		cfg            trainer.Config
+		epochs, step   int // epochs completed (Stats.Epochs), steps taken
+		stoppedAtEpoch int
+	}{
+		{"every 2 epochs", trainer.Config{CheckValEveryNEpoch: 2}, 6, 24, 5},
+		{"twice an epoch", trainer.Config{ValCheckInterval: 2}, 1, 6, 1}, // epoch 1 stopped half-way
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			es, err := callbacks.NewEarlyStopping(callbacks.EarlyStoppingConfig{Monitor: "score", Patience: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.cfg.MaxEpochs, c.cfg.LimitTrainBatches = 20, 4
+			c.cfg.Callbacks = []trainer.Callback{&script{name: "score", values: []float64{1, 2, 2}}, es}
+			tr, err := fit(t, c.cfg, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st := tr.Stats(); st.Epochs != c.epochs || st.GlobalStep != c.step || es.StoppedEpoch() != c.stoppedAtEpoch {
+				t.Errorf("%d epochs, step %d, stopped in epoch %d; want %d, %d and %d", st.Epochs, st.GlobalStep, es.StoppedEpoch(), c.epochs, c.step, c.stoppedAtEpoch)
+			}
+		})
 	}
 }
