@@ -37,9 +37,12 @@
 //     as %.4f unless formatted. SaveLast refreshes last.ckpt at every
 //     epoch's end, so that it holds the weights the run ended with (as
 //     Lightning before 2.6; 2.6 only when a ranked checkpoint was saved at
-//     that step). Several ModelCheckpoints with SaveLast in
-//     one directory share last.ckpt, which holds the newest weights (in
-//     Lightning the second writes last-v1.ckpt). There is no
+//     that step). last.ckpt is the run directory's point to resume from
+//     ("last", elastic restarts), so it is never renamed: several
+//     ModelCheckpoints with SaveLast in one directory share it, holding
+//     the newest weights, and an earlier run's in the same Dirpath is
+//     replaced (Lightning writes last-v1.ckpt; the ranked checkpoints get
+//     -vN names beside an earlier run's, as in Lightning). There is no
 //     train_time_interval (save every N steps, or stop with a Timer and
 //     SaveLast) and no save_on_train_epoch_end: with validation the
 //     checkpoint is saved after it, in the epochs that validate, otherwise
