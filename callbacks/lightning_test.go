@@ -49,8 +49,10 @@ func TestEarlyStoppingWithoutValidationWatchesTheTrainingMetric(t *testing.T) {
 }
 
 // Lightning keys EarlyStopping's state by monitor and mode: resumed with
-// the other mode, it starts afresh. Before, a "max" run took the "min"
-// run's lowest value as its best and its wait count, and stopped early.
+// the same, its wait count and best carry on (one more check without
+// improvement stops a run that waited 2 of 3); resumed with the other
+// mode, it starts afresh. Before, a "max" run took the "min" run's lowest
+// value as its best and its wait count, and stopped early.
 func TestEarlyStoppingResumedWithAnotherModeStartsAfresh(t *testing.T) {
 	dir := t.TempDir()
 	mc, _ := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{Dirpath: dir, LastOnly: true})
@@ -63,17 +65,19 @@ func TestEarlyStoppingResumedWithAnotherModeStartsAfresh(t *testing.T) {
 		t.Fatalf("first run: best %v, wait %d; want 0.3 and 2", es.Best(), es.Wait())
 	}
 	for _, c := range []struct {
-		mode string
-		best float64
-		wait int
-	}{{"max", 0.2, 0}, {"min", 0.2, 0}} {
+		mode    string
+		score   float64
+		best    float64
+		wait    int
+		stopped int
+	}{{"min", 0.4, 0.3, 3, 3}, {"max", 0.2, 0.2, 0, -1}} {
 		es2, _ := callbacks.NewEarlyStopping(callbacks.EarlyStoppingConfig{Monitor: "score", Mode: c.mode, Patience: 3})
-		sc2 := &script{name: "score", values: []float64{0.2}}
+		sc2 := &script{name: "score", values: []float64{c.score}}
 		if _, err := fit(t, trainer.Config{MaxEpochs: 4, LimitTrainBatches: 2, Callbacks: []trainer.Callback{sc2, es2}}, true, trainer.FromCheckpoint(filepath.Join(dir, "last.ckpt"))); err != nil {
 			t.Fatal(err)
 		}
-		if es2.Best() != c.best || es2.Wait() != c.wait {
-			t.Errorf("resumed with mode %s: best %v, wait %d; want %v and %d", c.mode, es2.Best(), es2.Wait(), c.best, c.wait)
+		if es2.Best() != c.best || es2.Wait() != c.wait || es2.StoppedEpoch() != c.stopped {
+			t.Errorf("resumed with mode %s: best %v, wait %d, stopped in epoch %d; want %v, %d and %d", c.mode, es2.Best(), es2.Wait(), es2.StoppedEpoch(), c.best, c.wait, c.stopped)
 		}
 	}
 }
