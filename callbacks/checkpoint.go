@@ -43,7 +43,10 @@ type ModelCheckpointConfig struct {
 	// "sample-epoch03-loss0.12".
 	OmitMetricNames bool
 	// Monitor is the metric that ranks checkpoints ("val_loss"). "": none;
-	// the newest checkpoints are kept.
+	// the newest checkpoints are kept. "epoch" and "step", unless a metric
+	// of that name is logged, rank by the epoch or global step, as in
+	// Lightning: Monitor "step" with Mode "max" and SaveTopK k keeps the
+	// newest k.
 	Monitor string
 	// Mode is "min" (the default: lower is better) or "max".
 	Mode string
@@ -100,7 +103,7 @@ func (c *ModelCheckpointConfig) Validate() error {
 		c.SaveTopK = 1
 	}
 	if c.Monitor == "" && c.SaveTopK > 1 {
-		bad("ModelCheckpoint SaveTopK is %d but Monitor is empty: ranking needs a metric; set Monitor, or use 1 (the newest) or -1 (all)", c.SaveTopK)
+		bad("ModelCheckpoint SaveTopK is %d but Monitor is empty: ranking needs a metric; set Monitor (\"step\" with Mode \"max\" keeps the newest %d), or use 1 (the newest) or -1 (all)", c.SaveTopK, c.SaveTopK)
 	}
 	if c.EveryNTrainSteps < 0 || c.EveryNEpochs < 0 {
 		bad("ModelCheckpoint EveryNTrainSteps %d and EveryNEpochs %d: use 0 or more", c.EveryNTrainSteps, c.EveryNEpochs)
@@ -294,12 +297,12 @@ func (c *ModelCheckpoint) OnTrainBatchEnd(ctx context.Context, s *trainer.State)
 		return nil
 	}
 	if c.cfg.Monitor != "" && !c.cfg.LastOnly {
-		_, ok := s.Metrics.Get(c.cfg.Monitor)
+		_, ok, fromVal := c.monitored(s)
 		if !ok && !c.warned {
 			c.warned = true
 			s.Warn(fmt.Sprintf("ModelCheckpoint(Monitor %q): the metric is not logged yet at step %d; until it is, the checkpoints every %d train steps are kept unranked, the newest only", c.cfg.Monitor, s.GlobalStep, c.cfg.EveryNTrainSteps))
 		}
-		if !ok || s.Metrics.FromValidation(c.cfg.Monitor) {
+		if !ok || fromVal {
 			return c.save(ctx, s, saveRecovery)
 		}
 	}
@@ -320,7 +323,7 @@ func (c *ModelCheckpoint) OnValidationEnd(ctx context.Context, s *trainer.State)
 		if c.cfg.Monitor == "" || c.cfg.LastOnly || s.FastDevRun {
 			return nil
 		}
-		if _, ok := s.Metrics.Get(c.cfg.Monitor); ok && !s.Metrics.FromValidation(c.cfg.Monitor) {
+		if _, ok, fromVal := c.monitored(s); ok && !fromVal {
 			return nil // a training metric: step checkpoints are ranked by it
 		}
 		return c.save(ctx, s, saveRanked)
@@ -329,6 +332,23 @@ func (c *ModelCheckpoint) OnValidationEnd(ctx context.Context, s *trainer.State)
 		return nil
 	}
 	return c.save(ctx, s, saveRanked)
+}
+
+// monitored returns the value of Monitor and whether a validation logged
+// it: a logged metric or, when none of that name is, the epoch or global
+// step ("epoch", "step"), by which Lightning's ModelCheckpoint ranks too
+// (Mode "max" keeps the newest k).
+func (c *ModelCheckpoint) monitored(s *trainer.State) (v float64, ok, fromValidation bool) {
+	if v, ok := s.Metrics.Get(c.cfg.Monitor); ok {
+		return v, true, s.Metrics.FromValidation(c.cfg.Monitor)
+	}
+	switch c.cfg.Monitor {
+	case "epoch":
+		return float64(s.Epoch), true, false
+	case "step":
+		return float64(s.GlobalStep), true, false
+	}
+	return 0, false, false
 }
 
 // saveKind says how save treats the checkpoint due now.
@@ -491,7 +511,7 @@ func (c *ModelCheckpoint) decide(ctx context.Context, s *trainer.State) (string,
 		c.unstale(path)
 		return path, nil
 	}
-	cur, ok := s.Metrics.Get(c.cfg.Monitor)
+	cur, ok, _ := c.monitored(s)
 	if !ok {
 		return "", fmt.Errorf("ModelCheckpoint(Monitor %q): the metric was not logged; logged metrics are %v%s: log it with Step.Log or fix Monitor", c.cfg.Monitor, s.Metrics.Names(), bareNames(s.Metrics))
 	}

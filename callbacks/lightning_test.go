@@ -392,3 +392,46 @@ func TestEarlyStoppingPatienceCountsValidations(t *testing.T) {
 		})
 	}
 }
+
+// Lightning ranks by the epoch and global step too, so that
+// monitor="step", mode="max", save_top_k=k keeps the newest k (its
+// documentation's "last-K checkpoints"). Before, Monitor "step" was a
+// metric never logged: the Fit failed at its first checkpoint, and the
+// newest k could not be kept at all.
+func TestModelCheckpointMonitorStepKeepsTheNewestK(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		cfg   callbacks.ModelCheckpointConfig
+		files []string
+		best  string
+		score float64
+	}{
+		{"step, at epoch ends", callbacks.ModelCheckpointConfig{Monitor: "step", Mode: "max", SaveTopK: 2},
+			[]string{"epoch=2-step=6.ckpt", "epoch=3-step=8.ckpt"}, "epoch=3-step=8.ckpt", 8},
+		{"epoch, at epoch ends", callbacks.ModelCheckpointConfig{Monitor: "epoch", Mode: "max", SaveTopK: 3, Filename: "{epoch}"},
+			[]string{"epoch=1.ckpt", "epoch=2.ckpt", "epoch=3.ckpt"}, "epoch=3.ckpt", 3},
+		{"step, every 3 steps", callbacks.ModelCheckpointConfig{Monitor: "step", Mode: "max", SaveTopK: 2, EveryNTrainSteps: 3, Filename: "{step}"},
+			[]string{"step=3.ckpt", "step=6.ckpt"}, "step=6.ckpt", 6},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.cfg.Dirpath = t.TempDir()
+			mc, err := callbacks.NewModelCheckpoint(c.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := fit(t, trainer.Config{MaxEpochs: 4, LimitTrainBatches: 2, Callbacks: []trainer.Callback{mc}}, true); err != nil {
+				t.Fatal(err)
+			}
+			if got := files(t, c.cfg.Dirpath); !reflect.DeepEqual(got, c.files) {
+				t.Errorf("files %v, want %v", got, c.files)
+			}
+			if got := filepath.Base(mc.BestModelPath()); got != c.best || mc.BestModelScore() != c.score {
+				t.Errorf("best %s (%v), want %s (%v)", got, mc.BestModelScore(), c.best, c.score)
+			}
+		})
+	}
+	_, err := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{SaveTopK: 3})
+	if err == nil || !strings.Contains(err.Error(), `ModelCheckpoint SaveTopK is 3 but Monitor is empty: ranking needs a metric; set Monitor ("step" with Mode "max" keeps the newest 3), or use 1 (the newest) or -1 (all)`) {
+		t.Errorf("SaveTopK 3 without Monitor: err = %v", err)
+	}
+}
