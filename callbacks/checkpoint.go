@@ -224,8 +224,22 @@ func (c *ModelCheckpoint) BestModelScore() float64 {
 	return float64(c.st.BestScore)
 }
 
-// LastModelPath is the checkpoint written last.
+// LastModelPath is the checkpoint written last: last.ckpt with SaveLast
+// (Lightning's last_model_path), else the newest ranked one.
 func (c *ModelCheckpoint) LastModelPath() string { return c.st.Last }
+
+// KthBest is Lightning's kth_best_model_path and kth_value: the kept
+// checkpoint a better one displaces next, the worst of the top k, and its
+// score; "" and NaN until k are kept (with SaveTopK -1, the worst kept),
+// or without a Monitor. A resumed run has it from the checkpoint, as
+// BestK.
+func (c *ModelCheckpoint) KthBest() (path string, score float64) {
+	if c.cfg.Monitor == "" || len(c.st.BestK) == 0 || (c.cfg.SaveTopK != -1 && len(c.st.BestK) < c.cfg.SaveTopK) {
+		return "", math.NaN()
+	}
+	w := c.worst()
+	return w, float64(c.st.BestK[w])
+}
 
 // BestK returns the kept checkpoints and their scores.
 func (c *ModelCheckpoint) BestK() map[string]float64 {

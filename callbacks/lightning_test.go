@@ -435,3 +435,39 @@ func TestModelCheckpointMonitorStepKeepsTheNewestK(t *testing.T) {
 		t.Errorf("SaveTopK 3 without Monitor: err = %v", err)
 	}
 }
+
+// KthBest is Lightning's kth_best_model_path and kth_value, restored with
+// the ranking when a run resumes: a score worse than it is not kept.
+func TestModelCheckpointKthBestAfterResume(t *testing.T) {
+	dir := t.TempDir()
+	newMC := func() *callbacks.ModelCheckpoint {
+		mc, err := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{Dirpath: dir, Monitor: "score", SaveTopK: 2, Filename: "{epoch}", SaveLast: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mc
+	}
+	mc := newMC()
+	if p, v := mc.KthBest(); p != "" || !math.IsNaN(v) {
+		t.Errorf("before any checkpoint: KthBest %q, %v; want \"\" and NaN", p, v)
+	}
+	sc := &script{name: "score", values: []float64{5, 3, 4}}
+	if _, err := fit(t, trainer.Config{MaxEpochs: 3, LimitTrainBatches: 2, Callbacks: []trainer.Callback{sc, mc}}, true); err != nil {
+		t.Fatal(err)
+	}
+	e2 := filepath.Join(dir, "epoch=2.ckpt")
+	if p, v := mc.KthBest(); p != e2 || v != 4 {
+		t.Errorf("KthBest %s, %v; want epoch=2.ckpt, 4", p, v)
+	}
+	mc2 := newMC()
+	sc = &script{name: "score", values: []float64{4.5}}
+	if _, err := fit(t, trainer.Config{MaxEpochs: 4, LimitTrainBatches: 2, Callbacks: []trainer.Callback{sc, mc2}}, true, trainer.FromCheckpoint(filepath.Join(dir, "last.ckpt"))); err != nil {
+		t.Fatal(err)
+	}
+	if p, v := mc2.KthBest(); p != e2 || v != 4 {
+		t.Errorf("resumed: KthBest %s, %v; want epoch=2.ckpt, 4", p, v)
+	}
+	if got, want := files(t, dir), []string{"epoch=1.ckpt", "epoch=2.ckpt", "last.ckpt"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("files %v, want %v", got, want)
+	}
+}
