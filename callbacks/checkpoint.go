@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/fulgur-ml/fulgur/trainer"
 )
@@ -76,9 +77,17 @@ type ModelCheckpointConfig struct {
 	// training logs (train_loss), each step checkpoint is ranked by its
 	// step's value, as in Lightning.
 	EveryNTrainSteps int
+	// TrainTimeInterval saves at the first training batch's end after
+	// this much wall time since training started or the last such save,
+	// as Lightning's train_time_interval (not inside an accumulation
+	// window: at its end). The checkpoints are ranked as those of
+	// EveryNTrainSteps. 0: off. Rank 0's clock decides for every rank.
+	TrainTimeInterval time.Duration
+	// Now is the clock of TrainTimeInterval. nil: time.Now.
+	Now func() time.Time
 	// EveryNEpochs saves at the end of every this many epochs (after
 	// validation when the run validates, else at the training epoch's
-	// end). 0: 1 (when EveryNTrainSteps is 0).
+	// end). 0: 1 (when EveryNTrainSteps and TrainTimeInterval are 0).
 	EveryNEpochs int
 	// Name keys the callback's state in checkpoints. "": "ModelCheckpoint".
 	// Give each of several ModelCheckpoints its own.
@@ -108,11 +117,30 @@ func (c *ModelCheckpointConfig) Validate() error {
 	if c.EveryNTrainSteps < 0 || c.EveryNEpochs < 0 {
 		bad("ModelCheckpoint EveryNTrainSteps %d and EveryNEpochs %d: use 0 or more", c.EveryNTrainSteps, c.EveryNEpochs)
 	}
-	if c.EveryNTrainSteps > 0 && c.EveryNEpochs > 0 {
-		bad("ModelCheckpoint EveryNTrainSteps (%d) and EveryNEpochs (%d) are both set: choose one", c.EveryNTrainSteps, c.EveryNEpochs)
+	if c.TrainTimeInterval < 0 {
+		bad("ModelCheckpoint TrainTimeInterval is %v: use 0 (off) or a wall time between checkpoints, such as 30*time.Minute", c.TrainTimeInterval)
 	}
-	if c.EveryNTrainSteps == 0 && c.EveryNEpochs == 0 {
+	var set []string
+	if c.EveryNTrainSteps > 0 {
+		set = append(set, fmt.Sprintf("EveryNTrainSteps (%d)", c.EveryNTrainSteps))
+	}
+	if c.EveryNEpochs > 0 {
+		set = append(set, fmt.Sprintf("EveryNEpochs (%d)", c.EveryNEpochs))
+	}
+	if c.TrainTimeInterval > 0 {
+		set = append(set, fmt.Sprintf("TrainTimeInterval (%v)", c.TrainTimeInterval))
+	}
+	switch len(set) {
+	case 2:
+		bad("ModelCheckpoint %s and %s are both set: choose one, as in Lightning", set[0], set[1])
+	case 3:
+		bad("ModelCheckpoint %s, %s and %s are all set: choose one, as in Lightning", set[0], set[1], set[2])
+	}
+	if len(set) == 0 {
 		c.EveryNEpochs = 1
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	if c.LastOnly {
 		c.SaveLast = true
@@ -160,6 +188,8 @@ type ModelCheckpoint struct {
 	// partial gradients no checkpoint holds.
 	batchStep int
 	inWindow  bool
+	// lastTime is when training started or TrainTimeInterval last saved.
+	lastTime time.Time
 }
 
 type ckptState struct {
@@ -186,6 +216,7 @@ type ckptState struct {
 
 var (
 	_ trainer.FitStartHook      = (*ModelCheckpoint)(nil)
+	_ trainer.TrainStartHook    = (*ModelCheckpoint)(nil)
 	_ trainer.TrainBatchEndHook = (*ModelCheckpoint)(nil)
 	_ trainer.StepEndStopper    = (*ModelCheckpoint)(nil)
 	_ trainer.ValidationEndHook = (*ModelCheckpoint)(nil)
@@ -256,7 +287,7 @@ func (c *ModelCheckpoint) BestK() map[string]float64 {
 // unless it saves every N train steps, and then too with a Monitor (which
 // may be a validation metric: see EveryNTrainSteps).
 func (c *ModelCheckpoint) SavesOnValidation() bool {
-	return c.cfg.EveryNTrainSteps == 0 || (c.cfg.Monitor != "" && !c.cfg.LastOnly)
+	return !c.stepwise() || (c.cfg.Monitor != "" && !c.cfg.LastOnly)
 }
 
 // CheckpointNames returns the configured Dirpath ("": the run directory's
@@ -304,17 +335,56 @@ func (c *ModelCheckpoint) OnFitStart(ctx context.Context, s *trainer.State) erro
 	return c.removeStale(s)
 }
 
+// stepwise reports whether checkpoints are due at training batches'
+// ends (EveryNTrainSteps, TrainTimeInterval) rather than at epochs'.
+func (c *ModelCheckpoint) stepwise() bool {
+	return c.cfg.EveryNTrainSteps > 0 || c.cfg.TrainTimeInterval > 0
+}
+
+// OnTrainStart starts TrainTimeInterval's clock, as Lightning's (the
+// sanity check before it does not count).
+func (c *ModelCheckpoint) OnTrainStart(ctx context.Context, s *trainer.State) error {
+	c.lastTime = c.cfg.Now()
+	return nil
+}
+
+// timeDue reports whether TrainTimeInterval has passed since the last
+// time-based save, by rank 0's clock on every rank (their clocks differ,
+// and they must save together).
+func (c *ModelCheckpoint) timeDue(ctx context.Context, s *trainer.State) (bool, error) {
+	if c.cfg.TrainTimeInterval <= 0 || c.inWindow || s.GlobalStep == c.st.LastStep {
+		return false, nil
+	}
+	now, due := c.cfg.Now(), 0.0
+	if now.Sub(c.lastTime) >= c.cfg.TrainTimeInterval {
+		due = 1
+	}
+	due, err := s.Rank0Value(ctx, due)
+	if err != nil {
+		return false, fmt.Errorf("ModelCheckpoint(TrainTimeInterval %v): %w", c.cfg.TrainTimeInterval, err)
+	}
+	if due == 0 {
+		return false, nil
+	}
+	c.lastTime = now
+	return true, nil
+}
+
 func (c *ModelCheckpoint) OnTrainBatchEnd(ctx context.Context, s *trainer.State) error {
 	c.inWindow, c.batchStep = s.GlobalStep == c.batchStep, s.GlobalStep
 	n := c.cfg.EveryNTrainSteps
-	if n == 0 || s.GlobalStep == 0 || s.GlobalStep%n != 0 || s.GlobalStep == c.st.LastStep {
+	due, err := c.timeDue(ctx, s)
+	if err != nil {
+		return err
+	}
+	if !due && (n == 0 || s.GlobalStep == 0 || s.GlobalStep%n != 0 || s.GlobalStep == c.st.LastStep) {
 		return nil
 	}
 	if c.cfg.Monitor != "" && !c.cfg.LastOnly {
 		_, ok, fromVal := c.monitored(s)
 		if !ok && !c.warned {
 			c.warned = true
-			s.Warn(fmt.Sprintf("ModelCheckpoint(Monitor %q): the metric is not logged yet at step %d; until it is, the checkpoints every %d train steps are kept unranked, the newest only", c.cfg.Monitor, s.GlobalStep, c.cfg.EveryNTrainSteps))
+			s.Warn(fmt.Sprintf("ModelCheckpoint(Monitor %q): the metric is not logged yet at step %d; until it is, the step checkpoints are kept unranked, the newest only", c.cfg.Monitor, s.GlobalStep))
 		}
 		if !ok || fromVal {
 			return c.save(ctx, s, saveRecovery)
@@ -333,7 +403,7 @@ func (c *ModelCheckpoint) OnValidationEnd(ctx context.Context, s *trainer.State)
 		return nil
 	}
 	c.st.ValEpoch = s.Epoch
-	if c.cfg.EveryNTrainSteps > 0 {
+	if c.stepwise() {
 		if c.cfg.Monitor == "" || c.cfg.LastOnly || s.FastDevRun {
 			return nil
 		}
@@ -391,7 +461,7 @@ func (c *ModelCheckpoint) OnTrainEpochEnd(ctx context.Context, s *trainer.State)
 	if c.inWindow {
 		return c.removeStale(s)
 	}
-	if c.cfg.EveryNTrainSteps > 0 || s.HasValidation || c.st.ValEpoch == s.Epoch || (s.Epoch+1)%c.cfg.EveryNEpochs != 0 || s.GlobalStep == c.st.LastStep {
+	if c.stepwise() || s.HasValidation || c.st.ValEpoch == s.Epoch || (s.Epoch+1)%c.cfg.EveryNEpochs != 0 || s.GlobalStep == c.st.LastStep {
 		if err := c.removeStale(s); err != nil {
 			return err
 		}

@@ -43,10 +43,9 @@
 //     the newest weights, and an earlier run's in the same Dirpath is
 //     replaced (Lightning writes last-v1.ckpt; the ranked checkpoints get
 //     -vN names beside an earlier run's, as in Lightning). There is no
-//     train_time_interval (save every N steps, or stop with a Timer and
-//     SaveLast) and no save_on_train_epoch_end: with validation the
-//     checkpoint is saved after it, in the epochs that validate, otherwise
-//     at the training epoch's end, as Lightning's default does. For step
+//     save_on_train_epoch_end: with validation the checkpoint is saved
+//     after it, in the epochs that validate, otherwise at the training
+//     epoch's end, as Lightning's default does. For step or time
 //     checkpoints monitoring a validation metric, see
 //     ModelCheckpointConfig.EveryNTrainSteps.
 //   - EarlyStopping: StoppedEpoch is -1 when it did not stop (Lightning's

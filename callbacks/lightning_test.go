@@ -471,3 +471,44 @@ func TestModelCheckpointKthBestAfterResume(t *testing.T) {
 		t.Errorf("files %v, want %v", got, want)
 	}
 }
+
+// TrainTimeInterval is Lightning's train_time_interval: a checkpoint at
+// the first batch end after that much wall time since training started or
+// the last such save; inside an accumulation window, at the window's end.
+// One second passes per training batch here.
+func TestModelCheckpointTrainTimeInterval(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		accum int
+		files []string
+	}{
+		{"every 3 batches", 1, []string{"step=3.ckpt", "step=6.ckpt"}},
+		// Due after batch 3, inside the second window: saved at its end
+		// (batch 4, step 2), then due again after batch 7, saved at 8.
+		{"accumulating 2 batches", 2, []string{"step=2.ckpt", "step=4.ckpt"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			now := time.Unix(1000, 0)
+			dir := t.TempDir()
+			mc, err := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{Dirpath: dir, Filename: "{step}", SaveTopK: -1,
+				TrainTimeInterval: 3 * time.Second, Now: func() time.Time { return now }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := fit(t, trainer.Config{MaxEpochs: 2, LimitTrainBatches: 4, AccumulateGradBatches: c.accum, Callbacks: []trainer.Callback{tick{&now}, mc}}, false); err != nil {
+				t.Fatal(err)
+			}
+			if got := files(t, dir); !reflect.DeepEqual(got, c.files) {
+				t.Errorf("files %v, want %v", got, c.files)
+			}
+		})
+	}
+	_, err := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{TrainTimeInterval: time.Minute, EveryNTrainSteps: 100})
+	if err == nil || !strings.Contains(err.Error(), "ModelCheckpoint EveryNTrainSteps (100) and TrainTimeInterval (1m0s) are both set: choose one, as in Lightning") {
+		t.Errorf("TrainTimeInterval beside EveryNTrainSteps: err = %v", err)
+	}
+	_, err = callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{TrainTimeInterval: -time.Second})
+	if err == nil || !strings.Contains(err.Error(), "ModelCheckpoint TrainTimeInterval is -1s: use 0 (off) or a wall time between checkpoints, such as 30*time.Minute") {
+		t.Errorf("negative TrainTimeInterval: err = %v", err)
+	}
+}
