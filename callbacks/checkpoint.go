@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/fulgur-ml/fulgur/trainer"
 )
@@ -28,12 +30,24 @@ type ModelCheckpointConfig struct {
 	// such as ".4f"; for epoch and step an integer one, such as "03d")
 	// are replaced by "name=value"; "/" in names becomes "_". "":
 	// "{epoch}-{step}". Metrics print as %.4f unless formatted. A format
-	// fmt cannot apply to the value is an error of Validate. A name that a
-	// kept checkpoint (or last.ckpt) has already gets "-v1", "-v2"...
-	// before ".ckpt", as in Lightning.
+	// fmt cannot apply to the value is an error of Validate; a metric not
+	// logged when a checkpoint is due is an error naming the logged ones
+	// (Lightning writes 0). A name that a kept checkpoint (or last.ckpt)
+	// has already, or a file on disk this callback does not keep (an
+	// earlier run's in the same Dirpath, another ModelCheckpoint's), gets
+	// "-v1", "-v2"... before ".ckpt", as in Lightning: such a file is never
+	// overwritten nor deleted.
 	Filename string
+	// OmitMetricNames writes each field of Filename as its value alone,
+	// not "name=value", as Lightning's auto_insert_metric_name=False:
+	// "sample-epoch{epoch:02d}-loss{val/loss:.2f}" gives
+	// "sample-epoch03-loss0.12".
+	OmitMetricNames bool
 	// Monitor is the metric that ranks checkpoints ("val_loss"). "": none;
-	// the newest checkpoints are kept.
+	// the newest checkpoints are kept. "epoch" and "step", unless a metric
+	// of that name is logged, rank by the epoch or global step, as in
+	// Lightning: Monitor "step" with Mode "max" and SaveTopK k keeps the
+	// newest k.
 	Monitor string
 	// Mode is "min" (the default: lower is better) or "max".
 	Mode string
@@ -63,9 +77,17 @@ type ModelCheckpointConfig struct {
 	// training logs (train_loss), each step checkpoint is ranked by its
 	// step's value, as in Lightning.
 	EveryNTrainSteps int
+	// TrainTimeInterval saves at the first training batch's end after
+	// this much wall time since training started or the last such save,
+	// as Lightning's train_time_interval (not inside an accumulation
+	// window: at its end). The checkpoints are ranked as those of
+	// EveryNTrainSteps. 0: off. Rank 0's clock decides for every rank.
+	TrainTimeInterval time.Duration
+	// Now is the clock of TrainTimeInterval. nil: time.Now.
+	Now func() time.Time
 	// EveryNEpochs saves at the end of every this many epochs (after
 	// validation when the run validates, else at the training epoch's
-	// end). 0: 1 (when EveryNTrainSteps is 0).
+	// end). 0: 1 (when EveryNTrainSteps and TrainTimeInterval are 0).
 	EveryNEpochs int
 	// Name keys the callback's state in checkpoints. "": "ModelCheckpoint".
 	// Give each of several ModelCheckpoints its own.
@@ -90,16 +112,35 @@ func (c *ModelCheckpointConfig) Validate() error {
 		c.SaveTopK = 1
 	}
 	if c.Monitor == "" && c.SaveTopK > 1 {
-		bad("ModelCheckpoint SaveTopK is %d but Monitor is empty: ranking needs a metric; set Monitor, or use 1 (the newest) or -1 (all)", c.SaveTopK)
+		bad("ModelCheckpoint SaveTopK is %d but Monitor is empty: ranking needs a metric; set Monitor (\"step\" with Mode \"max\" keeps the newest %d), or use 1 (the newest) or -1 (all)", c.SaveTopK, c.SaveTopK)
 	}
 	if c.EveryNTrainSteps < 0 || c.EveryNEpochs < 0 {
 		bad("ModelCheckpoint EveryNTrainSteps %d and EveryNEpochs %d: use 0 or more", c.EveryNTrainSteps, c.EveryNEpochs)
 	}
-	if c.EveryNTrainSteps > 0 && c.EveryNEpochs > 0 {
-		bad("ModelCheckpoint EveryNTrainSteps (%d) and EveryNEpochs (%d) are both set: choose one", c.EveryNTrainSteps, c.EveryNEpochs)
+	if c.TrainTimeInterval < 0 {
+		bad("ModelCheckpoint TrainTimeInterval is %v: use 0 (off) or a wall time between checkpoints, such as 30*time.Minute", c.TrainTimeInterval)
 	}
-	if c.EveryNTrainSteps == 0 && c.EveryNEpochs == 0 {
+	var set []string
+	if c.EveryNTrainSteps > 0 {
+		set = append(set, fmt.Sprintf("EveryNTrainSteps (%d)", c.EveryNTrainSteps))
+	}
+	if c.EveryNEpochs > 0 {
+		set = append(set, fmt.Sprintf("EveryNEpochs (%d)", c.EveryNEpochs))
+	}
+	if c.TrainTimeInterval > 0 {
+		set = append(set, fmt.Sprintf("TrainTimeInterval (%v)", c.TrainTimeInterval))
+	}
+	switch len(set) {
+	case 2:
+		bad("ModelCheckpoint %s and %s are both set: choose one, as in Lightning", set[0], set[1])
+	case 3:
+		bad("ModelCheckpoint %s, %s and %s are all set: choose one, as in Lightning", set[0], set[1], set[2])
+	}
+	if len(set) == 0 {
 		c.EveryNEpochs = 1
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	if c.LastOnly {
 		c.SaveLast = true
@@ -107,8 +148,11 @@ func (c *ModelCheckpointConfig) Validate() error {
 	if c.Filename == "" {
 		c.Filename = "{epoch}-{step}"
 	}
-	if strings.Count(c.Filename, "{") != strings.Count(c.Filename, "}") || strings.ContainsAny(c.Filename, string(filepath.Separator)) {
-		bad("ModelCheckpoint Filename %q: braces must pair up, as in \"{epoch}-{val_loss:.2f}\", and it must not contain a path separator (use Dirpath)", c.Filename)
+	// A "/" inside braces is part of a metric's name ("{val/loss}"), which
+	// the file's name writes with "_"; outside them it would make a
+	// subdirectory.
+	if strings.Count(c.Filename, "{") != strings.Count(c.Filename, "}") || strings.ContainsAny(fieldRE.ReplaceAllString(c.Filename, ""), `/`+string(filepath.Separator)) {
+		bad("ModelCheckpoint Filename %q: braces must pair up, as in \"{epoch}-{val_loss:.2f}\", and outside them it must not contain a path separator (use Dirpath)", c.Filename)
 	}
 	for _, m := range fieldRE.FindAllStringSubmatch(c.Filename, -1) {
 		if name, spec := strings.TrimSpace(m[1]), m[2]; spec != "" {
@@ -135,25 +179,35 @@ type ModelCheckpoint struct {
 	st         ckptState
 	warned     bool // about a monitored metric not logged yet
 	warnedName bool // about a step checkpoint's name using such a metric
+	// warnedForeign: about a file this callback does not keep having the
+	// name of a new checkpoint.
+	warnedForeign bool
 	// batchStep is the global step at the latest training batch's end
 	// (or at fit start), and inWindow reports that the latest batch took
 	// no optimizer step: it is inside an accumulation window, whose
 	// partial gradients no checkpoint holds.
 	batchStep int
 	inWindow  bool
+	// lastTime is when training started or TrainTimeInterval last saved.
+	lastTime time.Time
 }
 
 type ckptState struct {
-	BestK     map[string]jf `json:"best_k_models"`
-	Best      string        `json:"best_model_path"`
-	BestScore jf            `json:"best_model_score"`
-	Last      string        `json:"last_model_path"`
-	LastStep  int           `json:"last_global_step_saved"`
-	Stale     []string      `json:"stale"` // to delete at the next call
-	Monitor   string        `json:"monitor"`
-	Mode      string        `json:"mode"`
-	Dirpath   string        `json:"dirpath"`
-	ValEpoch  int           `json:"last_validated_epoch"`
+	BestK map[string]jf `json:"best_k_models"`
+	// Saved is the global step each of BestK was saved at: of checkpoints
+	// scoring alike, the older is the best and the first displaced, as in
+	// Lightning (whose best_k_models keeps insertion order). Absent from
+	// the state of older checkpoints: their ties go by name.
+	Saved     map[string]int `json:"best_k_steps,omitempty"`
+	Best      string         `json:"best_model_path"`
+	BestScore jf             `json:"best_model_score"`
+	Last      string         `json:"last_model_path"`
+	LastStep  int            `json:"last_global_step_saved"`
+	Stale     []string       `json:"stale"` // to delete at the next call
+	Monitor   string         `json:"monitor"`
+	Mode      string         `json:"mode"`
+	Dirpath   string         `json:"dirpath"`
+	ValEpoch  int            `json:"last_validated_epoch"`
 	// Recovery is the newest step checkpoint saved between validations
 	// while monitoring a validation metric: kept, unranked, until a newer
 	// one or a ranked one replaces it.
@@ -162,6 +216,7 @@ type ckptState struct {
 
 var (
 	_ trainer.FitStartHook      = (*ModelCheckpoint)(nil)
+	_ trainer.TrainStartHook    = (*ModelCheckpoint)(nil)
 	_ trainer.TrainBatchEndHook = (*ModelCheckpoint)(nil)
 	_ trainer.StepEndStopper    = (*ModelCheckpoint)(nil)
 	_ trainer.ValidationEndHook = (*ModelCheckpoint)(nil)
@@ -176,7 +231,7 @@ func NewModelCheckpoint(cfg ModelCheckpointConfig) (*ModelCheckpoint, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &ModelCheckpoint{cfg: cfg, st: ckptState{BestK: map[string]jf{}, LastStep: -1, ValEpoch: -1, Monitor: cfg.Monitor, Mode: cfg.Mode}}, nil
+	return &ModelCheckpoint{cfg: cfg, st: ckptState{BestK: map[string]jf{}, Saved: map[string]int{}, LastStep: -1, ValEpoch: -1, Monitor: cfg.Monitor, Mode: cfg.Mode}}, nil
 }
 
 func (c *ModelCheckpoint) Name() string { return c.cfg.Name }
@@ -200,8 +255,22 @@ func (c *ModelCheckpoint) BestModelScore() float64 {
 	return float64(c.st.BestScore)
 }
 
-// LastModelPath is the checkpoint written last.
+// LastModelPath is the checkpoint written last: last.ckpt with SaveLast
+// (Lightning's last_model_path), else the newest ranked one.
 func (c *ModelCheckpoint) LastModelPath() string { return c.st.Last }
+
+// KthBest is Lightning's kth_best_model_path and kth_value: the kept
+// checkpoint a better one displaces next, the worst of the top k, and its
+// score; "" and NaN until k are kept (with SaveTopK -1, the worst kept),
+// or without a Monitor. A resumed run has it from the checkpoint, as
+// BestK.
+func (c *ModelCheckpoint) KthBest() (path string, score float64) {
+	if c.cfg.Monitor == "" || len(c.st.BestK) == 0 || (c.cfg.SaveTopK != -1 && len(c.st.BestK) < c.cfg.SaveTopK) {
+		return "", math.NaN()
+	}
+	w := c.worst()
+	return w, float64(c.st.BestK[w])
+}
 
 // BestK returns the kept checkpoints and their scores.
 func (c *ModelCheckpoint) BestK() map[string]float64 {
@@ -218,7 +287,7 @@ func (c *ModelCheckpoint) BestK() map[string]float64 {
 // unless it saves every N train steps, and then too with a Monitor (which
 // may be a validation metric: see EveryNTrainSteps).
 func (c *ModelCheckpoint) SavesOnValidation() bool {
-	return c.cfg.EveryNTrainSteps == 0 || (c.cfg.Monitor != "" && !c.cfg.LastOnly)
+	return !c.stepwise() || (c.cfg.Monitor != "" && !c.cfg.LastOnly)
 }
 
 // CheckpointNames returns the configured Dirpath ("": the run directory's
@@ -258,7 +327,7 @@ func (c *ModelCheckpoint) OnFitStart(ctx context.Context, s *trainer.State) erro
 		if len(c.st.BestK) > 0 {
 			s.Warn(fmt.Sprintf("ModelCheckpoint: checkpoints go to %s, not %s as in the run this Fit continues: its %d ranked checkpoint(s) stay there, untouched, and the ranking starts afresh", c.dir, c.st.Dirpath, len(c.st.BestK)))
 		}
-		c.st = ckptState{BestK: map[string]jf{}, Best: c.st.Best, BestScore: c.st.BestScore, LastStep: c.st.LastStep,
+		c.st = ckptState{BestK: map[string]jf{}, Saved: map[string]int{}, Best: c.st.Best, BestScore: c.st.BestScore, LastStep: c.st.LastStep,
 			Monitor: c.st.Monitor, Mode: c.st.Mode, ValEpoch: c.st.ValEpoch}
 	}
 	c.st.Dirpath = c.dir
@@ -266,19 +335,58 @@ func (c *ModelCheckpoint) OnFitStart(ctx context.Context, s *trainer.State) erro
 	return c.removeStale(s)
 }
 
+// stepwise reports whether checkpoints are due at training batches'
+// ends (EveryNTrainSteps, TrainTimeInterval) rather than at epochs'.
+func (c *ModelCheckpoint) stepwise() bool {
+	return c.cfg.EveryNTrainSteps > 0 || c.cfg.TrainTimeInterval > 0
+}
+
+// OnTrainStart starts TrainTimeInterval's clock, as Lightning's (the
+// sanity check before it does not count).
+func (c *ModelCheckpoint) OnTrainStart(ctx context.Context, s *trainer.State) error {
+	c.lastTime = c.cfg.Now()
+	return nil
+}
+
+// timeDue reports whether TrainTimeInterval has passed since the last
+// time-based save, by rank 0's clock on every rank (their clocks differ,
+// and they must save together).
+func (c *ModelCheckpoint) timeDue(ctx context.Context, s *trainer.State) (bool, error) {
+	if c.cfg.TrainTimeInterval <= 0 || c.inWindow || s.GlobalStep == c.st.LastStep {
+		return false, nil
+	}
+	now, due := c.cfg.Now(), 0.0
+	if now.Sub(c.lastTime) >= c.cfg.TrainTimeInterval {
+		due = 1
+	}
+	due, err := s.Rank0Value(ctx, due)
+	if err != nil {
+		return false, fmt.Errorf("ModelCheckpoint(TrainTimeInterval %v): %w", c.cfg.TrainTimeInterval, err)
+	}
+	if due == 0 {
+		return false, nil
+	}
+	c.lastTime = now
+	return true, nil
+}
+
 func (c *ModelCheckpoint) OnTrainBatchEnd(ctx context.Context, s *trainer.State) error {
 	c.inWindow, c.batchStep = s.GlobalStep == c.batchStep, s.GlobalStep
 	n := c.cfg.EveryNTrainSteps
-	if n == 0 || s.GlobalStep == 0 || s.GlobalStep%n != 0 || s.GlobalStep == c.st.LastStep {
+	due, err := c.timeDue(ctx, s)
+	if err != nil {
+		return err
+	}
+	if !due && (n == 0 || s.GlobalStep == 0 || s.GlobalStep%n != 0 || s.GlobalStep == c.st.LastStep) {
 		return nil
 	}
 	if c.cfg.Monitor != "" && !c.cfg.LastOnly {
-		_, ok := s.Metrics.Get(c.cfg.Monitor)
+		_, ok, fromVal := c.monitored(s)
 		if !ok && !c.warned {
 			c.warned = true
-			s.Warn(fmt.Sprintf("ModelCheckpoint(Monitor %q): the metric is not logged yet at step %d; until it is, the checkpoints every %d train steps are kept unranked, the newest only", c.cfg.Monitor, s.GlobalStep, c.cfg.EveryNTrainSteps))
+			s.Warn(fmt.Sprintf("ModelCheckpoint(Monitor %q): the metric is not logged yet at step %d; until it is, the step checkpoints are kept unranked, the newest only", c.cfg.Monitor, s.GlobalStep))
 		}
-		if !ok || s.Metrics.FromValidation(c.cfg.Monitor) {
+		if !ok || fromVal {
 			return c.save(ctx, s, saveRecovery)
 		}
 	}
@@ -295,11 +403,11 @@ func (c *ModelCheckpoint) OnValidationEnd(ctx context.Context, s *trainer.State)
 		return nil
 	}
 	c.st.ValEpoch = s.Epoch
-	if c.cfg.EveryNTrainSteps > 0 {
+	if c.stepwise() {
 		if c.cfg.Monitor == "" || c.cfg.LastOnly || s.FastDevRun {
 			return nil
 		}
-		if _, ok := s.Metrics.Get(c.cfg.Monitor); ok && !s.Metrics.FromValidation(c.cfg.Monitor) {
+		if _, ok, fromVal := c.monitored(s); ok && !fromVal {
 			return nil // a training metric: step checkpoints are ranked by it
 		}
 		return c.save(ctx, s, saveRanked)
@@ -308,6 +416,23 @@ func (c *ModelCheckpoint) OnValidationEnd(ctx context.Context, s *trainer.State)
 		return nil
 	}
 	return c.save(ctx, s, saveRanked)
+}
+
+// monitored returns the value of Monitor and whether a validation logged
+// it: a logged metric or, when none of that name is, the epoch or global
+// step ("epoch", "step"), by which Lightning's ModelCheckpoint ranks too
+// (Mode "max" keeps the newest k).
+func (c *ModelCheckpoint) monitored(s *trainer.State) (v float64, ok, fromValidation bool) {
+	if v, ok := s.Metrics.Get(c.cfg.Monitor); ok {
+		return v, true, s.Metrics.FromValidation(c.cfg.Monitor)
+	}
+	switch c.cfg.Monitor {
+	case "epoch":
+		return float64(s.Epoch), true, false
+	case "step":
+		return float64(s.GlobalStep), true, false
+	}
+	return 0, false, false
 }
 
 // saveKind says how save treats the checkpoint due now.
@@ -336,7 +461,7 @@ func (c *ModelCheckpoint) OnTrainEpochEnd(ctx context.Context, s *trainer.State)
 	if c.inWindow {
 		return c.removeStale(s)
 	}
-	if c.cfg.EveryNTrainSteps > 0 || s.HasValidation || c.st.ValEpoch == s.Epoch || (s.Epoch+1)%c.cfg.EveryNEpochs != 0 || s.GlobalStep == c.st.LastStep {
+	if c.stepwise() || s.HasValidation || c.st.ValEpoch == s.Epoch || (s.Epoch+1)%c.cfg.EveryNEpochs != 0 || s.GlobalStep == c.st.LastStep {
 		if err := c.removeStale(s); err != nil {
 			return err
 		}
@@ -440,7 +565,7 @@ func (c *ModelCheckpoint) save(ctx context.Context, s *trainer.State, kind saveK
 // decide ranks the current checkpoint and returns its path, or "" when it
 // does not make the top k. Displaced files are queued for deletion.
 func (c *ModelCheckpoint) decide(ctx context.Context, s *trainer.State) (string, error) {
-	name, err := formatFilename(ctx, c.cfg.Filename, s)
+	name, err := formatFilename(ctx, c.cfg.Filename, !c.cfg.OmitMetricNames, s)
 	if err != nil {
 		return "", err
 	}
@@ -452,7 +577,10 @@ func (c *ModelCheckpoint) decide(ctx context.Context, s *trainer.State) (string,
 				reuse = old
 			}
 		}
-		path := c.freePath(name, reuse)
+		path, err := c.freePath(ctx, s, name, reuse)
+		if err != nil {
+			return "", err
+		}
 		if k == 1 {
 			for old := range c.st.BestK {
 				if old != path {
@@ -460,13 +588,14 @@ func (c *ModelCheckpoint) decide(ctx context.Context, s *trainer.State) (string,
 				}
 			}
 			clear(c.st.BestK)
+			clear(c.st.Saved)
 		}
-		c.st.BestK[path] = jf(s.GlobalStep)
+		c.st.BestK[path], c.st.Saved[path] = jf(s.GlobalStep), s.GlobalStep
 		c.st.Best, c.st.BestScore = path, jf(math.NaN())
 		c.unstale(path)
 		return path, nil
 	}
-	cur, ok := s.Metrics.Get(c.cfg.Monitor)
+	cur, ok, _ := c.monitored(s)
 	if !ok {
 		return "", fmt.Errorf("ModelCheckpoint(Monitor %q): the metric was not logged; logged metrics are %v%s: log it with Step.Log or fix Monitor", c.cfg.Monitor, s.Metrics.Names(), bareNames(s.Metrics))
 	}
@@ -490,17 +619,21 @@ func (c *ModelCheckpoint) decide(ctx context.Context, s *trainer.State) (string,
 			return "", nil
 		}
 	}
-	path := c.freePath(name, displaced)
-	c.st.BestK[path] = jf(cur)
+	path, err := c.freePath(ctx, s, name, displaced)
+	if err != nil {
+		return "", err
+	}
+	c.st.BestK[path], c.st.Saved[path] = jf(cur), s.GlobalStep
 	c.unstale(path)
 	for k != -1 && len(c.st.BestK) > k {
 		w := c.worst()
 		delete(c.st.BestK, w)
+		delete(c.st.Saved, w)
 		c.stale(w)
 	}
 	best := ""
 	for p, v := range c.st.BestK {
-		if best == "" || c.better(float64(v), float64(c.st.BestK[best])) || (float64(v) == float64(c.st.BestK[best]) && p < best) {
+		if best == "" || c.better(float64(v), float64(c.st.BestK[best])) || (float64(v) == float64(c.st.BestK[best]) && c.older(p, best)) {
 			best = p
 		}
 	}
@@ -514,20 +647,55 @@ func (c *ModelCheckpoint) decide(ctx context.Context, s *trainer.State) (string,
 // free N, as Lightning's: a new checkpoint never replaces a kept one other
 // than reuse, the one it displaces. last.ckpt counts as kept with SaveLast.
 // A recovery checkpoint does not: the ranked one of the same weights or
-// newer ones takes over from it.
-func (c *ModelCheckpoint) freePath(name, reuse string) string {
-	taken := func(p string) bool {
-		if p == reuse {
-			return false
+// newer ones takes over from it. A file this callback does not keep that
+// is on disk (rank 0's) counts as kept too, as in Lightning: an earlier
+// run's in the same Dirpath, or another ModelCheckpoint's, which would
+// otherwise be overwritten and later deleted as this callback's own.
+func (c *ModelCheckpoint) freePath(ctx context.Context, s *trainer.State, name, reuse string) (string, error) {
+	taken := func(p string) (bool, error) {
+		if p == reuse || p == c.st.Recovery {
+			return false, nil
 		}
-		_, kept := c.st.BestK[p]
-		return kept || (c.cfg.SaveLast && p == filepath.Join(c.dir, "last.ckpt"))
+		if _, kept := c.st.BestK[p]; kept || (c.cfg.SaveLast && p == filepath.Join(c.dir, "last.ckpt")) {
+			return true, nil
+		}
+		return c.foreign(ctx, s, p)
 	}
 	p := filepath.Join(c.dir, name+".ckpt")
-	for v := 1; taken(p); v++ {
+	for v := 1; ; v++ {
+		t, err := taken(p)
+		if err != nil || !t {
+			return p, err
+		}
 		p = filepath.Join(c.dir, fmt.Sprintf("%s-v%d.ckpt", name, v))
 	}
-	return p
+}
+
+// foreign reports whether a checkpoint file this callback does not keep
+// is at p, as rank 0 sees it, or is to be written there at this hook's end
+// (another callback asked for it), on every rank alike (they name the file
+// together), and warns once when one is.
+func (c *ModelCheckpoint) foreign(ctx context.Context, s *trainer.State, p string) (bool, error) {
+	there := 0.0
+	if s.SavePending(p) {
+		there = 1 // another callback's, written once the hook ends
+	} else if s.IsGlobalZero {
+		if _, err := os.Stat(p); err == nil {
+			there = 1
+		}
+	}
+	there, err := s.Rank0Value(ctx, there)
+	if err != nil {
+		return false, fmt.Errorf("ModelCheckpoint: is %s taken: %w", p, err)
+	}
+	if there == 0 {
+		return false, nil
+	}
+	if !c.warnedForeign {
+		c.warnedForeign = true
+		s.Warn(fmt.Sprintf("ModelCheckpoint: %s exists and is no checkpoint this callback keeps (an earlier run's in the same directory, or another callback's): it is left alone and the new checkpoint gets a -vN name beside it, as in Lightning", p))
+	}
+	return true, nil
 }
 
 // recovery returns the path of a step checkpoint saved between
@@ -535,7 +703,7 @@ func (c *ModelCheckpoint) freePath(name, reuse string) string {
 // name template using a metric not logged yet (before the first
 // validation) saves none, with one warning.
 func (c *ModelCheckpoint) recovery(ctx context.Context, s *trainer.State) (string, error) {
-	name, err := formatFilename(ctx, c.cfg.Filename, s)
+	name, err := formatFilename(ctx, c.cfg.Filename, !c.cfg.OmitMetricNames, s)
 	if err != nil {
 		if !c.warnedName {
 			c.warnedName = true
@@ -548,6 +716,9 @@ func (c *ModelCheckpoint) recovery(ctx context.Context, s *trainer.State) (strin
 		// The template names a ranked checkpoint ("{epoch}" within an
 		// epoch): its file holds the weights its score measured.
 		return "", nil
+	}
+	if path, err = c.freePath(ctx, s, name, c.st.Recovery); err != nil {
+		return "", err
 	}
 	if old := c.st.Recovery; old != "" && old != path {
 		c.stale(old)
@@ -564,15 +735,27 @@ func (c *ModelCheckpoint) better(a, b float64) bool {
 	return a < b
 }
 
-// worst is the kept checkpoint with the worst score (ties: the later name).
+// worst is the kept checkpoint with the worst score (ties: the older, as
+// Lightning's kth_best_model_path).
 func (c *ModelCheckpoint) worst() string {
 	w := ""
 	for p, v := range c.st.BestK {
-		if w == "" || c.better(float64(c.st.BestK[w]), float64(v)) || (float64(v) == float64(c.st.BestK[w]) && p > w) {
+		if w == "" || c.better(float64(c.st.BestK[w]), float64(v)) || (float64(v) == float64(c.st.BestK[w]) && c.older(p, w)) {
 			w = p
 		}
 	}
 	return w
+}
+
+// older reports whether kept checkpoint a was saved before b (by name when
+// a checkpoint's state does not say).
+func (c *ModelCheckpoint) older(a, b string) bool {
+	sa, okA := c.st.Saved[a]
+	sb, okB := c.st.Saved[b]
+	if okA && okB && sa != sb {
+		return sa < sb
+	}
+	return a < b
 }
 
 func (c *ModelCheckpoint) stale(p string) {
@@ -592,14 +775,16 @@ func (c *ModelCheckpoint) unstale(p string) {
 	c.st.Stale = out
 }
 
-// removeStale deletes displaced checkpoints (rank 0).
+// removeStale deletes displaced checkpoints (rank 0), but not the one the
+// Fit resumed from, as Lightning's: it stays, unranked, for the user to
+// resume from again.
 func (c *ModelCheckpoint) removeStale(s *trainer.State) error {
 	if len(c.st.Stale) == 0 {
 		return nil
 	}
 	if s.IsGlobalZero {
 		for _, p := range c.st.Stale {
-			if _, kept := c.st.BestK[p]; kept || p == filepath.Join(c.dir, "last.ckpt") {
+			if _, kept := c.st.BestK[p]; kept || p == filepath.Join(c.dir, "last.ckpt") || sameFile(p, s.ResumedFrom) {
 				continue
 			}
 			if err := trainer.RemoveCheckpoint(p); err != nil {
@@ -611,14 +796,25 @@ func (c *ModelCheckpoint) removeStale(s *trainer.State) error {
 	return nil
 }
 
+// sameFile reports whether paths a and b name the same file, one relative
+// and the other absolute included.
+func sameFile(a, b string) bool {
+	if a == "" || b == "" {
+		return false
+	}
+	absA, errA := filepath.Abs(a)
+	absB, errB := filepath.Abs(b)
+	return errA == nil && errB == nil && absA == absB
+}
+
 var fieldRE = regexp.MustCompile(`\{([^{}:]+)(?::([^{}]+))?\}`)
 
 // formatFilename expands "{epoch}-{val_loss:.2f}" into
-// "epoch=3-val_loss=0.12", with rank 0's value of each metric on every
+// "epoch=3-val_loss=0.12" (without names, "3-0.12"), with rank 0's value of each metric on every
 // rank (a step's loss differs between ranks, and every rank must name the
 // file alike: under fsdp or Config.ShardedCheckpoint each writes its shard
 // beside that name).
-func formatFilename(ctx context.Context, tmpl string, s *trainer.State) (string, error) {
+func formatFilename(ctx context.Context, tmpl string, names bool, s *trainer.State) (string, error) {
 	var err error
 	out := fieldRE.ReplaceAllStringFunc(tmpl, func(m string) string {
 		sub := fieldRE.FindStringSubmatch(m)
@@ -648,7 +844,10 @@ func formatFilename(ctx context.Context, tmpl string, s *trainer.State) (string,
 			}
 			v, _ = formatField(name, spec, 0, x)
 		}
-		return strings.ReplaceAll(name, "/", "_") + "=" + v
+		if !names {
+			return v
+		}
+		return strings.NewReplacer("/", "_", string(filepath.Separator), "_").Replace(name) + "=" + v
 	})
 	return out, err
 }
@@ -695,6 +894,9 @@ func (c *ModelCheckpoint) LoadStateDict(b []byte) error {
 	}
 	if st.BestK == nil {
 		st.BestK = map[string]jf{}
+	}
+	if st.Saved == nil {
+		st.Saved = map[string]int{}
 	}
 	c.st = st
 	return nil

@@ -21,6 +21,46 @@
 //   - DeviceStatsMonitor: CPU utilisation and resident memory per rank
 //     every N steps (GPU memory through a hook), shown in the progress bar.
 //
+// # Where they differ from Lightning
+//
+// The callbacks follow Lightning 2.x's rules (patience counted in checks,
+// top-k ranking and its ties, NaN never better, -vN names, state restored
+// on resume), and these differences are deliberate:
+//
+//   - ModelCheckpoint: SaveTopK 0 is the default, 1 (Lightning's
+//     save_top_k=0 with save_last is LastOnly; no checkpoints at all is
+//     trainer.Config.DisableCheckpointing). A Monitor, or a metric named in
+//     Filename, that is not logged when a checkpoint is due is an error
+//     naming the logged metrics (Lightning warns and skips the save until a
+//     validation has run, and writes 0 into the name). A "/" in a metric's
+//     name is written "_" (Lightning makes a subdirectory); a metric prints
+//     as %.4f unless formatted. SaveLast refreshes last.ckpt at every
+//     epoch's end, so that it holds the weights the run ended with (as
+//     Lightning before 2.6; 2.6 only when a ranked checkpoint was saved at
+//     that step). last.ckpt is the run directory's point to resume from
+//     ("last", elastic restarts), so it is never renamed: several
+//     ModelCheckpoints with SaveLast in one directory share it, holding
+//     the newest weights, and an earlier run's in the same Dirpath is
+//     replaced (Lightning writes last-v1.ckpt; the ranked checkpoints get
+//     -vN names beside an earlier run's, as in Lightning). There is no
+//     save_on_train_epoch_end: with validation the checkpoint is saved
+//     after it, in the epochs that validate, otherwise at the training
+//     epoch's end, as Lightning's default does. For step or time
+//     checkpoints monitoring a validation metric, see
+//     ModelCheckpointConfig.EveryNTrainSteps.
+//   - EarlyStopping: StoppedEpoch is -1 when it did not stop (Lightning's
+//     stopped_epoch is 0); Patience comes from the configuration, not from
+//     the checkpoint resumed; the trainer has no min_epochs or min_steps, so
+//     a stop is taken at once. Its state is kept under its Name and used
+//     when Monitor and Mode match (Lightning keys it by both).
+//   - LearningRateMonitor logs "lr-" and the optimizer's registry name
+//     ("lr-adam"; Lightning "lr-Adam"), at "step" by default (Lightning's
+//     None follows each scheduler's interval), and logs nowhere when the
+//     trainer has no logger (Lightning raises).
+//   - Timer counts the Fit from its start to its end, the sanity check
+//     included (Lightning's the training stage); Duration is a
+//     time.Duration, not "DD:HH:MM:SS".
+//
 // Each callback is a Name plus the trainer's one-method hook interfaces it
 // needs; stateful ones save their state in checkpoints under their name.
 // Callbacks see the run only through *trainer.State.

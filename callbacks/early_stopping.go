@@ -34,7 +34,9 @@ type EarlyStoppingConfig struct {
 	// default that is an error naming the logged metrics).
 	AllowMissing bool
 	// CheckOnTrainEpochEnd checks at the end of each training epoch
-	// instead of after each validation.
+	// instead of after each validation. A Fit without validation checks
+	// there whatever this says, as Lightning's default does: a training
+	// metric (train_loss) is then watched once an epoch.
 	CheckOnTrainEpochEnd bool
 	// Name keys the state in checkpoints. "": "EarlyStopping".
 	Name string
@@ -114,7 +116,7 @@ func (e *EarlyStopping) OnValidationEnd(ctx context.Context, s *trainer.State) e
 }
 
 func (e *EarlyStopping) OnTrainEpochEnd(ctx context.Context, s *trainer.State) error {
-	if !e.cfg.CheckOnTrainEpochEnd {
+	if !e.cfg.CheckOnTrainEpochEnd && s.HasValidation {
 		return nil
 	}
 	return e.check(s)
@@ -181,11 +183,12 @@ type esState struct {
 	StoppedEpoch int    `json:"stopped_epoch"`
 	Patience     int    `json:"patience"`
 	Monitor      string `json:"monitor"`
+	Mode         string `json:"mode,omitempty"`
 	Reason       string `json:"reason,omitempty"`
 }
 
 func (e *EarlyStopping) StateDict() ([]byte, error) {
-	return json.Marshal(esState{Wait: e.wait, Best: jf(e.best), StoppedEpoch: e.stoppedEpoch, Patience: e.cfg.Patience, Monitor: e.cfg.Monitor, Reason: e.reason})
+	return json.Marshal(esState{Wait: e.wait, Best: jf(e.best), StoppedEpoch: e.stoppedEpoch, Patience: e.cfg.Patience, Monitor: e.cfg.Monitor, Mode: e.cfg.Mode, Reason: e.reason})
 }
 
 func (e *EarlyStopping) LoadStateDict(b []byte) error {
@@ -193,8 +196,11 @@ func (e *EarlyStopping) LoadStateDict(b []byte) error {
 	if err := json.Unmarshal(b, &st); err != nil {
 		return fmt.Errorf("EarlyStopping state: %w", err)
 	}
-	if st.Monitor != e.cfg.Monitor {
-		return nil // another metric: start afresh
+	if st.Monitor != e.cfg.Monitor || (st.Mode != "" && st.Mode != e.cfg.Mode) {
+		// Another metric, or the same one judged the other way (the best
+		// of "min" is no best for "max"): start afresh, as Lightning's
+		// state is keyed by both.
+		return nil
 	}
 	e.wait, e.best, e.stoppedEpoch, e.reason = st.Wait, float64(st.Best), st.StoppedEpoch, st.Reason
 	return nil

@@ -58,17 +58,33 @@ func summaryUnderFSDP(t *testing.T, newModule func() module.Module) {
 	group, err := inproc.NewGroup(ranks, inproc.Timeout(20*time.Second))
 	must(t, err)
 	outs := make([]bytes.Buffer, ranks)
-	errs := make([]error, ranks)
+	trs := make([]*trainer.Trainer, ranks)
 	root := t.TempDir()
-	var wg sync.WaitGroup
 	for r := range ranks {
 		s, err := fsdp.New(fsdp.Config{Group: group[r]})
 		must(t, err)
 		ms, err := callbacks.NewModelSummary(&outs[r], 0)
 		must(t, err)
-		tr, err := trainer.New(trainer.Config{MaxSteps: 1, Seed: 5, StrategyImpl: s, Callbacks: []trainer.Callback{ms},
+		trs[r], err = trainer.New(trainer.Config{MaxSteps: 1, Seed: 5, StrategyImpl: s, Callbacks: []trainer.Callback{ms},
 			Out: io.Discard, EnableProgressBar: trainer.Bool(false), DefaultRootDir: root, HandleSignals: trainer.Bool(false)})
 		must(t, err)
+	}
+	fitRanks(t, trs, newModule)
+	if got, want := outs[0].String(), one.String(); got != want {
+		t.Errorf("fsdp rank 0's summary:\n%s\nwant one device's:\n%s", got, want)
+	}
+	if outs[1].Len() != 0 {
+		t.Errorf("rank 1 printed a summary:\n%s", outs[1].String())
+	}
+}
+
+// fitRanks runs one Fit on the regression data per in-process rank, at
+// once, and tears each trainer down; any rank's error fails the test.
+func fitRanks(t *testing.T, trs []*trainer.Trainer, newModule func() module.Module) {
+	t.Helper()
+	errs := make([]error, len(trs))
+	var wg sync.WaitGroup
+	for r, tr := range trs {
 		train, _ := regression(t)
 		wg.Go(func() {
 			errs[r] = tr.Fit(context.Background(), newModule(), train, nil)
@@ -82,11 +98,5 @@ func summaryUnderFSDP(t *testing.T, newModule func() module.Module) {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)
 		}
-	}
-	if got, want := outs[0].String(), one.String(); got != want {
-		t.Errorf("fsdp rank 0's summary:\n%s\nwant one device's:\n%s", got, want)
-	}
-	if outs[1].Len() != 0 {
-		t.Errorf("rank 1 printed a summary:\n%s", outs[1].String())
 	}
 }

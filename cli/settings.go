@@ -112,7 +112,7 @@ func (s *Settings) validate() []error {
 		errs = append(errs, fmt.Errorf("-ckpt-top-k is 0: use 1 or more, or -1 for all (or -no-checkpoint)"))
 	}
 	if s.CkptTopK > 1 && s.CkptMonitor == "" {
-		errs = append(errs, fmt.Errorf("-ckpt-top-k is %d but -ckpt-monitor is empty: ranking needs a metric such as val_loss", s.CkptTopK))
+		errs = append(errs, fmt.Errorf("-ckpt-top-k is %d but -ckpt-monitor is empty: ranking needs a metric such as val_loss (-ckpt-monitor step -ckpt-mode max keeps the newest %d)", s.CkptTopK, s.CkptTopK))
 	}
 	if s.Profiler != "" && s.Profiler != "none" {
 		if _, ok := Profilers[s.Profiler]; !ok {

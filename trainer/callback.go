@@ -225,6 +225,15 @@ func (s *State) SaveCheckpoint(ctx context.Context, path string) error {
 	return s.save(ctx, path)
 }
 
+// SavePending reports whether a callback has asked, in the hook running
+// now, for a checkpoint at path: the trainer writes those once every
+// callback has run the hook, so the file may not be on disk yet. A
+// callback choosing a free name (ModelCheckpoint's -v1) counts them as
+// taken. The same on every rank.
+func (s *State) SavePending(path string) bool {
+	return s.saving != nil && s.saving(path)
+}
+
 // StopTraining is returned by a hook to end fitting gracefully after the
 // current step: the trainer finishes the epoch's bookkeeping, calls the end
 // hooks and returns nil from Fit.

@@ -164,6 +164,20 @@ func (t *Trainer) saveCheckpoint(ctx context.Context, path string) error {
 
 type pendingSave struct{ owner, path string }
 
+// savePending reports whether a callback asked for a checkpoint at path in
+// the hook running now (State.SavePending).
+func (t *Trainer) savePending(path string) bool {
+	if !t.hooking {
+		return false
+	}
+	for _, s := range t.saves {
+		if s.path == path {
+			return true
+		}
+	}
+	return false
+}
+
 // SaveCheckpoint writes a checkpoint of the model, optimizer, scheduler,
 // callbacks and loop position to path (rank 0 writes; call it on every
 // rank), for example after Fit. During Fit, callbacks use

@@ -42,6 +42,10 @@ type State struct {
 	// Weights is the model's parameters and buffers (empty under fsdp,
 	// where no process holds them all: see Weights).
 	Weights Weights
+	// ResumedFrom is the checkpoint this Fit resumed from (Lightning's
+	// trainer.ckpt_path), "" when it started afresh: ModelCheckpoint never
+	// deletes it.
+	ResumedFrom string
 	// FastDevRun is true for smoke-test runs (no checkpoints are written).
 	FastDevRun bool
 	// SanityChecking is true during Fit's sanity check (Lightning's
@@ -70,6 +74,7 @@ type State struct {
 
 	layers []module.LayerInfo
 	save   func(ctx context.Context, path string) error
+	saving func(path string) bool
 	log    func(m map[string]float64) error
 	warn   func(msg string)
 	rank0  func(ctx context.Context, v float64) (float64, error)

@@ -632,7 +632,7 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 	t.state.Stage = "fit"
 	t.hooks = t.hooksOf(m)
 	t.state.HasValidation = val != nil
-	t.state.save = t.saveCheckpoint
+	t.state.save, t.state.saving = t.saveCheckpoint, t.savePending
 	t.state.log = t.callbackLog(func() int { return t.state.GlobalStep })
 	t.state.Optimizer, t.state.LogEveryNSteps = t.opt.Name(), t.cfg.LogEveryNSteps
 	t.state.warn = func(msg string) { t.cfg.Log.Warn().Msg(msg) }
@@ -670,7 +670,7 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 			return err
 		}
 	}
-	t.fitted = true
+	t.fitted, t.state.ResumedFrom = true, resumedFrom
 	train, val = t.loaderFor(train, true, true), t.loaderFor(val, false, true)
 	if h, ok := m.(module.HParamser); ok {
 		hp, err := hparamsOf(h)
