@@ -5,7 +5,12 @@
 // Checkpoints (checkpoint.go) are safetensors files holding the model's
 // tensors plus the optimizer, scheduler, callback states and the loop
 // position in checksummed metadata; Fit(..., FromCheckpoint(path)) resumes
-// exactly where the run stood. ckptfile.go is how a save meets the disk:
+// exactly where the run stood: its position (epoch, batch, step and the
+// epoch's aggregates) is the run's as soon as the checkpoint is restored,
+// so OnFitStart already sees the restored State.Epoch and GlobalStep, and
+// a checkpoint saved there holds them (Lightning restores its loops after
+// on_fit_start, where its current_epoch and global_step are still 0; from
+// on_train_start on they are the restored ones, as here). ckptfile.go is how a save meets the disk:
 // through a locked temporary file renamed over the target, so a full disk
 // or a kill leaves the previous checkpoint whole; the next Fit removes the
 // temporary files of interrupted saves and fails before the first step

@@ -270,18 +270,47 @@ func (f *fitRun) enterEpoch(epoch int) (loopPos, error) {
 	}
 	t.state.Epoch = epoch
 	t.state.LR = f.opt.LR()
-	t.epochAgg = map[string]*agg{}
 	var r loopPos
 	if f.resume != nil && f.resume.Epoch == epoch {
+		// takeUpPosition made it the run's position, in this world, with
+		// the epoch's aggregates.
 		r, f.resume = *f.resume, nil
-		r.Batch = batchAtWorld(r, t.resumeWorld, t.state.WorldSize, t.resumeBS, f.train.Config().BatchSize, accum)
-		if r.Batch > 0 {
-			t.epochAgg = t.resumeAggs
-		}
+	} else {
+		t.epochAgg = map[string]*agg{}
 	}
 	t.accum = accum
 	t.pos = loopPos{Epoch: epoch, Batch: r.Batch, Validated: r.Validated, ValPending: r.ValPending}
 	return r, nil
+}
+
+// takeUpPosition makes the position a resumed or continued run starts
+// from (t.resumeAt) the run's own as soon as it is restored, before any
+// hook runs: a checkpoint saved before the loop enters the epoch
+// (OnFitStart, the sanity check, OnTrainStart, a cancel there) then holds
+// it and the epoch's aggregates, not epoch 0, batch 0 with the restored
+// weights and step. The batch, counted in the checkpoint's world, is
+// converted to this one (batchAtWorld), which needs the training loader's
+// batch size and the epoch's accumulation: the latter may ask a callback,
+// whose state the checkpoint has restored by now.
+func (t *Trainer) takeUpPosition(train *data.Loader) error {
+	p := t.resumeAt
+	if p == nil {
+		return nil
+	}
+	accum, err := t.accumulation(p.Epoch)
+	if err != nil {
+		return err
+	}
+	bs := train.Config().BatchSize
+	p.Batch = batchAtWorld(*p, t.resumeWorld, t.state.WorldSize, t.resumeBS, bs, accum)
+	t.resumeWorld = t.state.WorldSize // converted once
+	t.pos = loopPos{Epoch: p.Epoch, Batch: p.Batch, Validated: p.Validated, ValPending: p.ValPending}
+	t.epochAgg = map[string]*agg{}
+	if p.Batch > 0 || p.Validated {
+		t.epochAgg = t.resumeAggs
+	}
+	t.state.Epoch, t.accum, t.trainBS = p.Epoch, accum, bs
+	return nil
 }
 
 // agreeBatches checks that every rank has nb training batches in epoch:
