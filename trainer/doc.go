@@ -117,8 +117,10 @@
 // every rank agreeing, then the training epoch as above; one from
 // OnFitStart, the sanity check or OnTrainStart ends the Fit before the first
 // epoch and one from OnTrainEpochStart before that epoch's first batch,
-// every rank agreeing there too. It means nothing to Validate, Test and
-// Predict, which run to their end. Hooks nobody implements cost nothing: the
+// every rank agreeing there too. Config.MinEpochs and MinSteps hold any
+// of these off, as Lightning's min_epochs and min_steps: training goes on
+// until both are met and stops at that batch end or epoch end. It means
+// nothing to Validate, Test and Predict, which run to their end. Hooks nobody implements cost nothing: the
 // per-batch ones are looked up once per call, not per batch.
 //
 // The sanity check calls the validation hooks as Lightning's does, with

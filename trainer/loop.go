@@ -177,7 +177,7 @@ func (t *Trainer) startSchedule(startEpoch int) {
 // within MaxSteps.
 func (t *Trainer) trainingLeft(epoch int) bool {
 	c := &t.cfg
-	return (c.MaxEpochs == 0 || epoch < c.MaxEpochs) && !t.stepsDone()
+	return (c.MaxEpochs <= 0 || epoch < c.MaxEpochs) && !t.stepsDone()
 }
 
 func (t *Trainer) stepsDone() bool { return t.cfg.MaxSteps > 0 && t.state.GlobalStep >= t.cfg.MaxSteps }
@@ -328,7 +328,7 @@ func (f *fitRun) agreeBatches(ctx context.Context, epoch, nb int, stop error) (e
 	f.ride = nil
 	info := t.strat.Info()
 	if info.WorldSize < 2 {
-		return stop, nil
+		return t.stopFor(ctx, stop, 0)
 	}
 	row := make([]float64, info.WorldSize+2+len(t.stopFlags))
 	counts, stoppers, flags := row[:info.WorldSize], row[info.WorldSize:info.WorldSize+2], row[info.WorldSize+2:]

@@ -76,6 +76,10 @@ type Trainer struct {
 	hooks hookSet
 	// excDone: this call ran the exception hooks (failed).
 	excDone bool
+	// heldStop is a Stop that MinEpochs or MinSteps hold off (holdStop);
+	// warnedHeld: the Fit said so.
+	heldStop   error
+	warnedHeld bool
 
 	// The run directory (rundir.go): the one chosen before ddp launched
 	// its ranks, the loggers of this Fit (Config.Loggers or the default
@@ -601,6 +605,7 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 		defer func() { t.fitCtx = nil }()
 	}
 	t.stats = Stats{WorldSize: t.strat.Info().WorldSize}
+	t.heldStop, t.warnedHeld = nil, false
 	if err := t.elasticRun(ctx, &fo.ckptPath); err != nil {
 		return fmt.Errorf("Fit: %w", err)
 	}
