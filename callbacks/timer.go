@@ -75,9 +75,12 @@ func (t *Timer) Elapsed() time.Duration {
 // Remaining is what is left of the budget (never negative).
 func (t *Timer) Remaining() time.Duration { return max(t.cfg.Duration-t.Elapsed(), 0) }
 
+// OnFitStart starts the clock and, as Lightning's Timer does there,
+// checks the budget whatever the Interval: a Fit resumed with it spent
+// stops before it trains.
 func (t *Timer) OnFitStart(ctx context.Context, s *trainer.State) error {
 	t.start, t.running = t.cfg.Now(), true
-	return nil
+	return t.check()
 }
 
 func (t *Timer) OnFitEnd(ctx context.Context, s *trainer.State) error {
