@@ -132,6 +132,46 @@
 // early while State.SanityChecking is set, as it would check
 // trainer.sanity_checking in Lightning.
 //
+// # Loop settings and Lightning's
+//
+// Config's loop settings are Lightning 2.x's Trainer flags, with these
+// deliberate differences:
+//
+//   - ValCheckInterval is a count of training batches only (no fraction of
+//     the epoch, no count across epochs as with check_val_every_n_epoch=None),
+//     and the epochs CheckValEveryNEpoch selects validate at their end as
+//     well (Lightning's int interval validates at its multiples only), so
+//     that every such epoch ends validated for its checkpoints and
+//     schedulers; an interval beyond the epoch is a warning, where Lightning
+//     raises an error.
+//   - LimitTrainBatches, LimitValBatches, LimitTestBatches and
+//     LimitPredictBatches are counts, 0 meaning all (Lightning's 0 means
+//     none, and a float is a fraction): to skip validation, pass no
+//     validation loader.
+//   - NumSanityValSteps 0 is the default, 2; DisableSanityCheck is
+//     Lightning's num_sanity_val_steps=0. The sanity check runs on a
+//     resumed Fit too (Lightning skips it when it restores its loops).
+//   - LogEveryNSteps 0 is the default, 50 (Lightning's 0 logs no step). A
+//     step row's step is the global step after it (Lightning writes the
+//     count before it, one less).
+//   - A Fit that MaxSteps ends within an epoch runs that epoch's end with
+//     its validation (Lightning validates there only at a validation
+//     interval).
+//   - OverfitBatches limits the test batches too and excludes FastDevRun;
+//     FastDevRun keeps the loggers (Lightning swaps them for a dummy).
+//   - MinSteps alone holds a Stop until its step (Lightning's min_steps
+//     also implies min_epochs=1). A callbacks.Timer leaves MaxEpochs'
+//     default of 1000 as it is (Lightning's max_time lifts it): set -1.
+//
+// Equal to Lightning: CheckValEveryNEpoch; the limits as counts and the
+// sanity check's batches within LimitValBatches (-1: all); MaxSteps and
+// MinSteps in optimizer steps with AccumulateGradBatches; an epoch whose
+// batch count is not a multiple of it steps on its last, partial window,
+// its gradients divided by AccumulateGradBatches as Lightning's loss is;
+// FastDevRun's overrides; a Stop validates the epoch it ends;
+// GradientClipVal by "norm" (torch's clip_grad_norm_, with its 1e-6) and
+// "value", after accumulation.
+//
 // trainer imports module, data, optim, nn, profiler, strategy, blas (the BLAS
 // choice at start) and panics (user panics as errors); it must
 // not be imported by any of them.

@@ -451,6 +451,14 @@ func (f *fitRun) batches(ctx context.Context, epoch int, it *data.Iter, first, n
 			return nil, false, err
 		}
 		if stop != nil {
+			if last && t.state.GlobalStep%t.cfg.LogEveryNSteps != 0 {
+				// The step training stops at is logged whatever the
+				// interval, as Lightning's logger connector logs once
+				// should_stop is set.
+				if err := f.logStep(epoch, metrics); err != nil {
+					return nil, false, err
+				}
+			}
 			t.stats.TrainTime += f.trainDur
 			return stop, true, nil
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -185,5 +186,40 @@ func TestMinStepsHoldsAStopOnEveryRank(t *testing.T) {
 		if got, want := strings.Join(traces[r].events, " "), "b0.0 b0.1 end0/s2 b1.0 end1/s3"; got != want {
 			t.Errorf("rank %d: trace %s, want %s", r, got, want)
 		}
+	}
+}
+
+// The step training stops at is logged whatever LogEveryNSteps, as
+// Lightning logs a step's metrics once should_stop is set: metrics.csv
+// used to end at the last multiple of the interval, without the loss the
+// run stopped with.
+func TestTheStepAStopEndsAtIsLogged(t *testing.T) {
+	ds := regression(t, 64, 0.01, 5) // 8 batches of 8
+	for _, c := range []struct {
+		stop, accum int
+		want        string
+	}{
+		{stop: 5, accum: 1, want: "2 4 5"},
+		{stop: 4, accum: 1, want: "2 4"}, // logged once
+		{stop: 3, accum: 2, want: "2 3"}, // optimizer steps
+	} {
+		t.Run(fmt.Sprintf("stop at %d, accumulating %d", c.stop, c.accum), func(t *testing.T) {
+			root := t.TempDir()
+			tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 2, LogEveryNSteps: 2, AccumulateGradBatches: c.accum, Seed: 1, DefaultRootDir: root,
+				DisableCheckpointing: true, Callbacks: []trainer.Callback{&stopAtGlobalStep{step: c.stop}}}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tr.Fit(context.Background(), newEvalReg(), loader(t, ds, 8, false, false), nil); err != nil {
+				t.Fatal(err)
+			}
+			var steps []string
+			for _, r := range rowsWith(csvRows(t, filepath.Join(root, "lightning_logs", "version_0", "metrics.csv")), "train_loss_step") {
+				steps = append(steps, r["step"])
+			}
+			if got := strings.Join(steps, " "); got != c.want {
+				t.Errorf("train_loss_step rows at steps %s, want %s", got, c.want)
+			}
+		})
 	}
 }
