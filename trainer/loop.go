@@ -212,10 +212,12 @@ func (f *fitRun) epoch(ctx context.Context, epoch int) error {
 		}
 		return fmt.Errorf("epoch %d has no training batch on rank %d of %d: the training loader's sampler gives this rank no example of the dataset's %d", epoch, info.Rank, info.WorldSize, f.train.Dataset().Len())
 	}
-	if n := t.cfg.ValCheckInterval; n > 0 && n >= nb && f.val != nil && !f.warnedInterval {
+	if n := t.cfg.ValCheckInterval; n > nb && f.val != nil && !f.warnedInterval {
+		// n == nb asks for the epoch-end validation only, which it gets,
+		// as in Lightning, which refuses n > nb only.
 		f.warnedInterval = true
 		t.cfg.Log.Warn().Int("val_check_interval", n).Int("batches", nb).Int("epoch", epoch).
-			Msg("ValCheckInterval is not below the epoch's training batches: validation runs at the epoch's end only; lower it to validate within the epoch")
+			Msg("ValCheckInterval is above the epoch's training batches: validation runs at the epoch's end only; lower it to validate within the epoch")
 	}
 	if k := t.accum; t.cfg.LogEveryNSteps > (nb+k-1)/k && len(t.loggers) > 0 && !f.warnedLogEvery {
 		f.warnedLogEvery = true // as Lightning's
