@@ -223,3 +223,26 @@ func TestTheStepAStopEndsAtIsLogged(t *testing.T) {
 		})
 	}
 }
+
+// LRFind's search is its own short run: the trainer's MinEpochs and
+// MinSteps, meant for training, neither refuse it (MinSteps above its
+// steps) nor hold off the stop at a diverging loss.
+func TestLRFindIgnoresMinEpochsAndMinSteps(t *testing.T) {
+	ds := regression(t, 64, 0.01, 1) // 1 batch an epoch
+	var got []trainer.LRFindResult
+	for _, cfg := range []trainer.Config{{MaxEpochs: 100}, {MaxEpochs: 100, MinEpochs: 99, MinSteps: 500}} {
+		cfg.Seed = 3
+		tr, err := trainer.New(quiet(cfg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := tr.LRFind(context.Background(), &linreg{in: 4, lr: 0.01, sgd: true}, loader(t, ds, 64, false, false), trainer.LRFindConfig{MinLR: 1e-3, MaxLR: 1e6})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, res)
+	}
+	if a, b := got[0], got[1]; b.Stopped == "" || len(b.LRs) != len(a.LRs) || b.Stopped != a.Stopped {
+		t.Errorf("with MinEpochs and MinSteps: %d steps, stopped %q; without: %d steps, stopped %q", len(b.LRs), b.Stopped, len(a.LRs), a.Stopped)
+	}
+}
