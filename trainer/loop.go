@@ -65,6 +65,9 @@ type fitRun struct {
 	warnedInterval bool
 	// warnedLogEvery: the LogEveryNSteps warning was given.
 	warnedLogEvery bool
+	// counted: numBatches counted countedEpoch's batches (in t.trainNB).
+	counted      bool
+	countedEpoch int
 }
 
 func (t *Trainer) newFitRun(m module.Module, train, val *data.Loader) (*fitRun, error) {
@@ -140,6 +143,11 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 	if !t.trainingLeft(startEpoch) {
 		return nil // as Lightning's fit loop, without its train hooks
 	}
+	// OnTrainStart sees the first epoch's State.NumTrainBatches, as
+	// Lightning's on_train_start sees num_training_batches.
+	if _, err := f.numBatches(startEpoch); err != nil {
+		return err
+	}
 	if err := t.agreeHookStop(ctx, t.onTrainStart(ctx, m)); err != nil {
 		return t.trainEnd(ctx, m, err)
 	}
@@ -190,11 +198,13 @@ func (f *fitRun) epoch(ctx context.Context, epoch int) error {
 	if err != nil {
 		return err
 	}
-	stop, err := splitStop(t.onTrainEpochStart(ctx, f.m, epoch))
+	// Counted before OnTrainEpochStart, which sees it in
+	// State.NumTrainBatches, as Lightning's hook sees num_training_batches.
+	nb, err := f.numBatches(epoch)
 	if err != nil {
 		return err
 	}
-	nb, err := f.numBatches(epoch)
+	stop, err := splitStop(t.onTrainEpochStart(ctx, f.m, epoch))
 	if err != nil {
 		return err
 	}
@@ -368,8 +378,14 @@ func (f *fitRun) agreeBatches(ctx context.Context, epoch, nb int, stop error) (e
 }
 
 // numBatches is the number of training batches of epoch (LimitTrainBatches).
+// The first epoch's is counted before OnTrainStart (countedEpoch), and
+// not again.
 func (f *fitRun) numBatches(epoch int) (int, error) {
 	t := f.t
+	if f.counted && f.countedEpoch == epoch {
+		return t.trainNB, nil
+	}
+	f.counted, f.countedEpoch = true, epoch
 	nb, err := numBatchesOf("training", f.train, epoch)
 	if err != nil {
 		return 0, fmt.Errorf("epoch %d: %w", epoch, err)

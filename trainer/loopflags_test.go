@@ -246,3 +246,41 @@ func TestLRFindIgnoresMinEpochsAndMinSteps(t *testing.T) {
 		t.Errorf("with MinEpochs and MinSteps: %d steps, stopped %q; without: %d steps, stopped %q", len(b.LRs), b.Stopped, len(a.LRs), a.Stopped)
 	}
 }
+
+// batchCounts records State.NumTrainBatches where Lightning's hooks see
+// num_training_batches: on_train_start and on_train_epoch_start.
+type batchCounts struct{ seen []string }
+
+func (*batchCounts) Name() string { return "batchCounts" }
+func (c *batchCounts) OnTrainStart(_ context.Context, s *trainer.State) error {
+	c.seen = append(c.seen, fmt.Sprintf("start:%d", s.NumTrainBatches))
+	return nil
+}
+func (c *batchCounts) OnTrainEpochStart(_ context.Context, s *trainer.State) error {
+	c.seen = append(c.seen, fmt.Sprintf("epoch%d:%d", s.Epoch, s.NumTrainBatches))
+	return nil
+}
+
+// OnTrainStart and OnTrainEpochStart see the epoch's number of training
+// batches (within LimitTrainBatches). They saw 0 in the first epoch (and
+// OnTrainEpochStart the previous epoch's count later): it was counted
+// after the hook.
+func TestTrainStartHooksSeeTheEpochsBatchCount(t *testing.T) {
+	ds := regression(t, 64, 0.01, 5) // 8 batches of 8
+	for _, c := range []struct {
+		limit int
+		want  string
+	}{{0, "start:8 epoch0:8 epoch1:8"}, {3, "start:3 epoch0:3 epoch1:3"}} {
+		rec := &batchCounts{}
+		tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 2, LimitTrainBatches: c.limit, Seed: 1, Callbacks: []trainer.Callback{rec}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.Fit(context.Background(), newEvalReg(), loader(t, ds, 8, false, false), nil); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(rec.seen, " "); got != c.want {
+			t.Errorf("LimitTrainBatches %d: %s, want %s", c.limit, got, c.want)
+		}
+	}
+}
