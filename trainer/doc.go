@@ -152,8 +152,8 @@
 //     Lightning's num_sanity_val_steps=0. The sanity check runs on a
 //     resumed Fit too (Lightning skips it when it restores its loops).
 //   - MaxEpochs 0 and MaxSteps 0 are the defaults (1000 epochs, no step
-//     limit), not Lightning's "train nothing"; its -1 for no limit is -1
-//     and 0 here.
+//     limit), not Lightning's "train nothing"; Lightning's max_epochs=-1
+//     is -1 here too, its max_steps=-1 is 0.
 //   - LogEveryNSteps 0 is the default, 50 (Lightning's 0 logs no step). A
 //     step row's step is the global step after it (Lightning writes the
 //     count before it, one less).
