@@ -50,8 +50,8 @@
 //     ModelCheckpointConfig.EveryNTrainSteps.
 //   - EarlyStopping: StoppedEpoch is -1 when it did not stop (Lightning's
 //     stopped_epoch is 0); Patience comes from the configuration, not from
-//     the checkpoint resumed; the trainer has no min_epochs or min_steps, so
-//     a stop is taken at once. Its state is kept under its Name and used
+//     the checkpoint resumed; its stop is held off by the trainer's
+//     MinEpochs and MinSteps, as Lightning's min_epochs and min_steps. Its state is kept under its Name and used
 //     when Monitor and Mode match (Lightning keys it by both).
 //   - LearningRateMonitor logs "lr-" and the optimizer's registry name
 //     ("lr-adam"; Lightning "lr-Adam"), at "step" by default (Lightning's

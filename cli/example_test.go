@@ -53,6 +53,8 @@ func Example() {
 	//   max_epochs: 0
 	//   max_steps: 0
 	//   max_time: 0s
+	//   min_epochs: 0
+	//   min_steps: 0
 	//   no_checkpoint: false
 	//   no_model_summary: false
 	//   no_plots: false

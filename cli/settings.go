@@ -19,8 +19,10 @@ import (
 // A program gives its defaults in App.Trainer; a zero field takes the
 // default in its tag.
 type Settings struct {
-	MaxEpochs           int    `flag:"max-epochs" check:">=0" help:"stop after this many epochs (0 with -max-steps 0: 1000)"`
+	MaxEpochs           int    `flag:"max-epochs" check:">=-1" help:"stop after this many epochs (0 with -max-steps 0: 1000; -1: no limit)"`
 	MaxSteps            int    `flag:"max-steps" check:">=0" help:"stop after this many optimizer steps (0: no limit)"`
+	MinEpochs           int    `flag:"min-epochs" check:">=0" help:"train at least this many epochs before a stop (early stopping, -max-time) takes effect (0: no minimum)"`
+	MinSteps            int    `flag:"min-steps" check:">=0" help:"train at least this many optimizer steps before a stop takes effect (0: no minimum)"`
 	Devices             int    `flag:"devices" default:"1" check:">=-1" help:"devices (processes or replicas) per node; -1 for all"`
 	NumNodes            int    `flag:"num-nodes" default:"1" check:">=1" help:"number of machines"`
 	Strategy            string `flag:"strategy" default:"auto" help:"auto, single, dp, ddp, ddp_spawn, sharded, sharded_stage1, sharded_stage2, fsdp or fsdp_hybrid_shard"`
@@ -163,7 +165,7 @@ func (s *Settings) TrainerConfig() (trainer.Config, error) {
 // builds once it knows the run directory.
 func (s *Settings) trainerConfig() trainer.Config {
 	return trainer.Config{
-		MaxEpochs: s.MaxEpochs, MaxSteps: s.MaxSteps,
+		MaxEpochs: s.MaxEpochs, MaxSteps: s.MaxSteps, MinEpochs: s.MinEpochs, MinSteps: s.MinSteps,
 		LimitTrainBatches: s.LimitTrainBatches, LimitValBatches: s.LimitValBatches,
 		LimitTestBatches: s.LimitTestBatches, LimitPredictBatches: s.LimitPredictBatches,
 		NumSanityValSteps: s.NumSanityVal, DisableSanityCheck: s.NumSanityVal == 0, OverfitBatches: s.OverfitBatches,

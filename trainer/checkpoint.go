@@ -641,7 +641,7 @@ func (t *Trainer) apply(ctx context.Context, c *checkpoint) error {
 		t.logRows = *ts.LogRows
 	}
 	pos := ts.loopPos
-	t.resumeWorld = ts.WorldSize // pos.Batch is converted to this world at its epoch (enterEpoch)
+	t.resumeWorld = ts.WorldSize // pos.Batch is converted to this world by takeUpPosition
 	t.resumeAt = &pos
 	t.resumeAggs = map[string]*agg{}
 	for name, a := range ts.EpochAggs {

@@ -23,10 +23,21 @@ import (
 // default; Validate fills them in and reports every problem at once.
 type Config struct {
 	// MaxEpochs stops training after this many epochs. 0: 1000 when MaxSteps
-	// is 0 too (Lightning's default), unlimited otherwise.
+	// is 0 too (Lightning's default), unlimited otherwise; -1: unlimited
+	// (Lightning's max_epochs=-1: training ends at MaxSteps, a Stop such as
+	// a callbacks.Timer's, or a signal).
 	MaxEpochs int
 	// MaxSteps stops training after this many optimizer steps. 0: no limit.
 	MaxSteps int
+	// MinEpochs and MinSteps hold off a Stop that a callback or the module
+	// asks for (EarlyStopping's, a Timer's) until this many epochs have
+	// ended and this many optimizer steps have run, as Lightning's
+	// min_epochs and min_steps: training goes on, and stops at the first
+	// batch end or epoch end where both are met, with the epoch's end as
+	// for any Stop. MaxEpochs and MaxSteps still end training; signals and
+	// cancels are never held. 0: no minimum.
+	MinEpochs int
+	MinSteps  int
 	// LimitTrainBatches, LimitValBatches, LimitTestBatches and
 	// LimitPredictBatches cap the batches used per epoch. 0: all.
 	LimitTrainBatches   int
@@ -208,8 +219,18 @@ func (c *Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.conflicts()...)
-	nonNeg("MaxEpochs", c.MaxEpochs)
+	if c.MaxEpochs < -1 {
+		bad("MaxEpochs is %d: use a positive number, 0 (the default: 1000 epochs, or no limit beside MaxSteps) or -1 (no limit)", c.MaxEpochs)
+	}
 	nonNeg("MaxSteps", c.MaxSteps)
+	nonNeg("MinEpochs", c.MinEpochs)
+	nonNeg("MinSteps", c.MinSteps)
+	if c.MaxEpochs > 0 && c.MinEpochs > c.MaxEpochs {
+		bad("MinEpochs is %d and MaxEpochs %d: MaxEpochs ends training first, so MinEpochs would hold nothing; lower MinEpochs or raise MaxEpochs", c.MinEpochs, c.MaxEpochs)
+	}
+	if c.MaxSteps > 0 && c.MinSteps > c.MaxSteps {
+		bad("MinSteps is %d and MaxSteps %d: MaxSteps ends training first, so MinSteps would hold nothing; lower MinSteps or raise MaxSteps", c.MinSteps, c.MaxSteps)
+	}
 	nonNeg("LimitTrainBatches", c.LimitTrainBatches)
 	nonNeg("LimitValBatches", c.LimitValBatches)
 	nonNeg("LimitTestBatches", c.LimitTestBatches)

@@ -3,6 +3,7 @@ package trainer_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -190,25 +191,32 @@ func TestValCheckIntervalInCheckedEpochsOnly(t *testing.T) {
 	}
 }
 
-// A ValCheckInterval not below the epoch's batches never validates within
-// an epoch: it is said once, instead of silently (Lightning refuses it).
+// A ValCheckInterval above the epoch's batches never validates within an
+// epoch: it is said once, instead of silently (Lightning refuses it). One
+// equal to them asks for the epoch-end validation only, and is not warned
+// about (it was).
 func TestValCheckIntervalAboveTheEpochWarns(t *testing.T) {
-	ds := regression(t, 320, 0, 1)
-	var buf bytes.Buffer
-	cfg := quiet(trainer.Config{MaxEpochs: 2, ValCheckInterval: 100})
-	cfg.Out = &buf
-	tr, err := trainer.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tr.Fit(context.Background(), &linreg{in: 4, lr: 0.01}, loader(t, ds, 32, false, false), loader(t, ds, 64, false, false)); err != nil {
-		t.Fatal(err)
-	}
-	if n := strings.Count(buf.String(), "ValCheckInterval is not below the epoch's training batches"); n != 1 {
-		t.Errorf("the warning appears %d times, want once:\n%s", n, buf.String())
-	}
-	if !strings.Contains(buf.String(), "batches=10 epoch=0 val_check_interval=100") {
-		t.Errorf("the warning does not name the interval and the batches:\n%s", buf.String())
+	ds := regression(t, 320, 0, 1) // 10 batches of 32
+	for _, c := range []struct{ interval, warnings int }{{100, 1}, {11, 1}, {10, 0}} {
+		var buf bytes.Buffer
+		cfg := quiet(trainer.Config{MaxEpochs: 2, ValCheckInterval: c.interval})
+		cfg.Out = &buf
+		tr, err := trainer.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.Fit(context.Background(), &linreg{in: 4, lr: 0.01}, loader(t, ds, 32, false, false), loader(t, ds, 64, false, false)); err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(buf.String(), "ValCheckInterval is above the epoch's training batches"); n != c.warnings {
+			t.Errorf("ValCheckInterval %d: the warning appears %d times, want %d:\n%s", c.interval, n, c.warnings, buf.String())
+		}
+		if s := tr.Stats(); s.ValidationsPassed != 2 {
+			t.Errorf("ValCheckInterval %d: %d validations, want 2 (at the epochs' ends)", c.interval, s.ValidationsPassed)
+		}
+		if want := fmt.Sprintf("batches=10 epoch=0 val_check_interval=%d", c.interval); c.warnings > 0 && !strings.Contains(buf.String(), want) {
+			t.Errorf("the warning does not name the interval and the batches:\n%s", buf.String())
+		}
 	}
 }
 

@@ -5,7 +5,12 @@
 // Checkpoints (checkpoint.go) are safetensors files holding the model's
 // tensors plus the optimizer, scheduler, callback states and the loop
 // position in checksummed metadata; Fit(..., FromCheckpoint(path)) resumes
-// exactly where the run stood. ckptfile.go is how a save meets the disk:
+// exactly where the run stood: its position (epoch, batch, step and the
+// epoch's aggregates) is the run's as soon as the checkpoint is restored,
+// so OnFitStart already sees the restored State.Epoch and GlobalStep, and
+// a checkpoint saved there holds them (Lightning restores its loops after
+// on_fit_start, where its current_epoch and global_step are still 0; from
+// on_train_start on they are the restored ones, as here). ckptfile.go is how a save meets the disk:
 // through a locked temporary file renamed over the target, so a full disk
 // or a kill leaves the previous checkpoint whole; the next Fit removes the
 // temporary files of interrupted saves and fails before the first step
@@ -112,8 +117,10 @@
 // every rank agreeing, then the training epoch as above; one from
 // OnFitStart, the sanity check or OnTrainStart ends the Fit before the first
 // epoch and one from OnTrainEpochStart before that epoch's first batch,
-// every rank agreeing there too. It means nothing to Validate, Test and
-// Predict, which run to their end. Hooks nobody implements cost nothing: the
+// every rank agreeing there too. Config.MinEpochs and MinSteps hold any
+// of these off, as Lightning's min_epochs and min_steps: training goes on
+// until both are met and stops at that batch end or epoch end. It means
+// nothing to Validate, Test and Predict, which run to their end. Hooks nobody implements cost nothing: the
 // per-batch ones are looked up once per call, not per batch.
 //
 // The sanity check calls the validation hooks as Lightning's does, with
@@ -124,6 +131,49 @@
 // callback of one's own that acts on a Fit's validation metrics returns
 // early while State.SanityChecking is set, as it would check
 // trainer.sanity_checking in Lightning.
+//
+// # Loop settings and Lightning's
+//
+// Config's loop settings are Lightning 2.x's Trainer flags, with these
+// deliberate differences:
+//
+//   - ValCheckInterval is a count of training batches only (no fraction of
+//     the epoch, no count across epochs as with check_val_every_n_epoch=None),
+//     and the epochs CheckValEveryNEpoch selects validate at their end as
+//     well (Lightning's int interval validates at its multiples only), so
+//     that every such epoch ends validated for its checkpoints and
+//     schedulers; an interval beyond the epoch is a warning, where Lightning
+//     raises an error.
+//   - LimitTrainBatches, LimitValBatches, LimitTestBatches and
+//     LimitPredictBatches are counts, 0 meaning all (Lightning's 0 means
+//     none, and a float is a fraction): to skip validation, pass no
+//     validation loader.
+//   - NumSanityValSteps 0 is the default, 2; DisableSanityCheck is
+//     Lightning's num_sanity_val_steps=0. The sanity check runs on a
+//     resumed Fit too (Lightning skips it when it restores its loops).
+//   - MaxEpochs 0 and MaxSteps 0 are the defaults (1000 epochs, no step
+//     limit), not Lightning's "train nothing"; Lightning's max_epochs=-1
+//     is -1 here too, its max_steps=-1 is 0.
+//   - LogEveryNSteps 0 is the default, 50 (Lightning's 0 logs no step). A
+//     step row's step is the global step after it (Lightning writes the
+//     count before it, one less).
+//   - A Fit that MaxSteps ends within an epoch runs that epoch's end with
+//     its validation (Lightning validates there only at a validation
+//     interval).
+//   - OverfitBatches limits the test batches too and excludes FastDevRun;
+//     FastDevRun keeps the loggers (Lightning swaps them for a dummy).
+//   - MinSteps alone holds a Stop until its step (Lightning's min_steps
+//     also implies min_epochs=1). A callbacks.Timer leaves MaxEpochs'
+//     default of 1000 as it is (Lightning's max_time lifts it): set -1.
+//
+// Equal to Lightning: CheckValEveryNEpoch; the limits as counts and the
+// sanity check's batches within LimitValBatches (-1: all); MaxSteps and
+// MinSteps in optimizer steps with AccumulateGradBatches; an epoch whose
+// batch count is not a multiple of it steps on its last, partial window,
+// its gradients divided by AccumulateGradBatches as Lightning's loss is;
+// FastDevRun's overrides; a Stop validates the epoch it ends;
+// GradientClipVal by "norm" (torch's clip_grad_norm_, with its 1e-6) and
+// "value", after accumulation.
 //
 // trainer imports module, data, optim, nn, profiler, strategy, blas (the BLAS
 // choice at start) and panics (user panics as errors); it must

@@ -65,6 +65,9 @@ type fitRun struct {
 	warnedInterval bool
 	// warnedLogEvery: the LogEveryNSteps warning was given.
 	warnedLogEvery bool
+	// counted: numBatches counted countedEpoch's batches (in t.trainNB).
+	counted      bool
+	countedEpoch int
 }
 
 func (t *Trainer) newFitRun(m module.Module, train, val *data.Loader) (*fitRun, error) {
@@ -140,6 +143,11 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 	if !t.trainingLeft(startEpoch) {
 		return nil // as Lightning's fit loop, without its train hooks
 	}
+	// OnTrainStart sees the first epoch's State.NumTrainBatches, as
+	// Lightning's on_train_start sees num_training_batches.
+	if _, err := f.numBatches(startEpoch); err != nil {
+		return err
+	}
 	if err := t.agreeHookStop(ctx, t.onTrainStart(ctx, m)); err != nil {
 		return t.trainEnd(ctx, m, err)
 	}
@@ -177,7 +185,7 @@ func (t *Trainer) startSchedule(startEpoch int) {
 // within MaxSteps.
 func (t *Trainer) trainingLeft(epoch int) bool {
 	c := &t.cfg
-	return (c.MaxEpochs == 0 || epoch < c.MaxEpochs) && !t.stepsDone()
+	return (c.MaxEpochs <= 0 || epoch < c.MaxEpochs) && !t.stepsDone()
 }
 
 func (t *Trainer) stepsDone() bool { return t.cfg.MaxSteps > 0 && t.state.GlobalStep >= t.cfg.MaxSteps }
@@ -190,11 +198,13 @@ func (f *fitRun) epoch(ctx context.Context, epoch int) error {
 	if err != nil {
 		return err
 	}
-	stop, err := splitStop(t.onTrainEpochStart(ctx, f.m, epoch))
+	// Counted before OnTrainEpochStart, which sees it in
+	// State.NumTrainBatches, as Lightning's hook sees num_training_batches.
+	nb, err := f.numBatches(epoch)
 	if err != nil {
 		return err
 	}
-	nb, err := f.numBatches(epoch)
+	stop, err := splitStop(t.onTrainEpochStart(ctx, f.m, epoch))
 	if err != nil {
 		return err
 	}
@@ -212,10 +222,12 @@ func (f *fitRun) epoch(ctx context.Context, epoch int) error {
 		}
 		return fmt.Errorf("epoch %d has no training batch on rank %d of %d: the training loader's sampler gives this rank no example of the dataset's %d", epoch, info.Rank, info.WorldSize, f.train.Dataset().Len())
 	}
-	if n := t.cfg.ValCheckInterval; n > 0 && n >= nb && f.val != nil && !f.warnedInterval {
+	if n := t.cfg.ValCheckInterval; n > nb && f.val != nil && !f.warnedInterval {
+		// n == nb asks for the epoch-end validation only, which it gets,
+		// as in Lightning, which refuses n > nb only.
 		f.warnedInterval = true
 		t.cfg.Log.Warn().Int("val_check_interval", n).Int("batches", nb).Int("epoch", epoch).
-			Msg("ValCheckInterval is not below the epoch's training batches: validation runs at the epoch's end only; lower it to validate within the epoch")
+			Msg("ValCheckInterval is above the epoch's training batches: validation runs at the epoch's end only; lower it to validate within the epoch")
 	}
 	if k := t.accum; t.cfg.LogEveryNSteps > (nb+k-1)/k && len(t.loggers) > 0 && !f.warnedLogEvery {
 		f.warnedLogEvery = true // as Lightning's
@@ -270,18 +282,47 @@ func (f *fitRun) enterEpoch(epoch int) (loopPos, error) {
 	}
 	t.state.Epoch = epoch
 	t.state.LR = f.opt.LR()
-	t.epochAgg = map[string]*agg{}
 	var r loopPos
 	if f.resume != nil && f.resume.Epoch == epoch {
+		// takeUpPosition made it the run's position, in this world, with
+		// the epoch's aggregates.
 		r, f.resume = *f.resume, nil
-		r.Batch = batchAtWorld(r, t.resumeWorld, t.state.WorldSize, t.resumeBS, f.train.Config().BatchSize, accum)
-		if r.Batch > 0 {
-			t.epochAgg = t.resumeAggs
-		}
+	} else {
+		t.epochAgg = map[string]*agg{}
 	}
 	t.accum = accum
 	t.pos = loopPos{Epoch: epoch, Batch: r.Batch, Validated: r.Validated, ValPending: r.ValPending}
 	return r, nil
+}
+
+// takeUpPosition makes the position a resumed or continued run starts
+// from (t.resumeAt) the run's own as soon as it is restored, before any
+// hook runs: a checkpoint saved before the loop enters the epoch
+// (OnFitStart, the sanity check, OnTrainStart, a cancel there) then holds
+// it and the epoch's aggregates, not epoch 0, batch 0 with the restored
+// weights and step. The batch, counted in the checkpoint's world, is
+// converted to this one (batchAtWorld), which needs the training loader's
+// batch size and the epoch's accumulation: the latter may ask a callback,
+// whose state the checkpoint has restored by now.
+func (t *Trainer) takeUpPosition(train *data.Loader) error {
+	p := t.resumeAt
+	if p == nil {
+		return nil
+	}
+	accum, err := t.accumulation(p.Epoch)
+	if err != nil {
+		return err
+	}
+	bs := train.Config().BatchSize
+	p.Batch = batchAtWorld(*p, t.resumeWorld, t.state.WorldSize, t.resumeBS, bs, accum)
+	t.resumeWorld = t.state.WorldSize // converted once
+	t.pos = loopPos{Epoch: p.Epoch, Batch: p.Batch, Validated: p.Validated, ValPending: p.ValPending}
+	t.epochAgg = map[string]*agg{}
+	if p.Batch > 0 || p.Validated {
+		t.epochAgg = t.resumeAggs
+	}
+	t.state.Epoch, t.accum, t.trainBS = p.Epoch, accum, bs
+	return nil
 }
 
 // agreeBatches checks that every rank has nb training batches in epoch:
@@ -299,7 +340,7 @@ func (f *fitRun) agreeBatches(ctx context.Context, epoch, nb int, stop error) (e
 	f.ride = nil
 	info := t.strat.Info()
 	if info.WorldSize < 2 {
-		return stop, nil
+		return t.stopFor(ctx, stop, 0)
 	}
 	row := make([]float64, info.WorldSize+2+len(t.stopFlags))
 	counts, stoppers, flags := row[:info.WorldSize], row[info.WorldSize:info.WorldSize+2], row[info.WorldSize+2:]
@@ -337,8 +378,14 @@ func (f *fitRun) agreeBatches(ctx context.Context, epoch, nb int, stop error) (e
 }
 
 // numBatches is the number of training batches of epoch (LimitTrainBatches).
+// The first epoch's is counted before OnTrainStart (countedEpoch), and
+// not again.
 func (f *fitRun) numBatches(epoch int) (int, error) {
 	t := f.t
+	if f.counted && f.countedEpoch == epoch {
+		return t.trainNB, nil
+	}
+	f.counted, f.countedEpoch = true, epoch
 	nb, err := numBatchesOf("training", f.train, epoch)
 	if err != nil {
 		return 0, fmt.Errorf("epoch %d: %w", epoch, err)
@@ -422,6 +469,14 @@ func (f *fitRun) batches(ctx context.Context, epoch int, it *data.Iter, first, n
 			return nil, false, err
 		}
 		if stop != nil {
+			if last && t.state.GlobalStep%t.cfg.LogEveryNSteps != 0 {
+				// The step training stops at is logged whatever the
+				// interval, as Lightning's logger connector logs once
+				// should_stop is set.
+				if err := f.logStep(epoch, metrics); err != nil {
+					return nil, false, err
+				}
+			}
 			t.stats.TrainTime += f.trainDur
 			return stop, true, nil
 		}

@@ -79,7 +79,7 @@ func (t *Trainer) LRFind(ctx context.Context, m module.Module, train *data.Loade
 	defer os.RemoveAll(dir)
 	// Checked above: one device, here, whatever a launcher's variables say.
 	c.Strategy = "single"
-	c.MaxEpochs, c.MaxSteps = 0, s.cfg.NumTraining
+	c.MaxEpochs, c.MaxSteps, c.MinEpochs, c.MinSteps = 0, s.cfg.NumTraining, 0, 0
 	c.FastDevRun, c.ValCheckInterval = 0, 0
 	c.Callbacks, c.Loggers = []Callback{s}, nil
 	c.DisableCheckpointing, c.DisableLogger, c.DisableSanityCheck = true, true, true

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
@@ -27,6 +28,27 @@ func (c *stopAtGlobalStep) OnTrainBatchEnd(_ context.Context, s *trainer.State) 
 	return nil
 }
 
+// stoppedAtStep11 trains 3 epochs of ds in batches of 8 (8 batches an
+// epoch) until a Stop at global step 11, and returns its last.ckpt (epoch
+// 1, batch 3) and what it says.
+func stoppedAtStep11(t *testing.T, ds data.Dataset) (string, trainer.CheckpointInfo) {
+	t.Helper()
+	root := t.TempDir()
+	tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 3, Seed: 1, DefaultRootDir: root, Callbacks: []trainer.Callback{&stopAtGlobalStep{step: 11}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Fit(context.Background(), newEvalReg(), loader(t, ds, 8, false, false), loader(t, ds, 8, false, false)); err != nil {
+		t.Fatal(err)
+	}
+	last := filepath.Join(root, "lightning_logs", "version_0", "checkpoints", "last.ckpt")
+	info, err := trainer.ReadCheckpointInfo(last)
+	if err != nil || info.Epoch != 1 || info.BatchIdx != 3 || info.GlobalStep != 11 {
+		t.Fatalf("last.ckpt %+v, %v: want epoch 1, batch 3, step 11", info, err)
+	}
+	return last, info
+}
+
 // A resumed Fit cancelled before its first step (here in the sanity
 // check) names the checkpoint it resumed from, which holds the run's
 // state. It used to save interrupted.ckpt with the resumed weights and
@@ -35,22 +57,10 @@ func (c *stopAtGlobalStep) OnTrainBatchEnd(_ context.Context, s *trainer.State) 
 func TestResumedFitCancelledBeforeItsFirstStepKeepsThePosition(t *testing.T) {
 	ctx := context.Background()
 	ds := regression(t, 64, 0.01, 4) // 8 batches of 8
-	root := t.TempDir()
-	tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 3, Seed: 1, DefaultRootDir: root, Callbacks: []trainer.Callback{&stopAtGlobalStep{step: 11}}}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tr.Fit(ctx, newEvalReg(), loader(t, ds, 8, false, false), loader(t, ds, 8, false, false)); err != nil {
-		t.Fatal(err)
-	}
-	last := filepath.Join(root, "lightning_logs", "version_0", "checkpoints", "last.ckpt")
-	want, err := trainer.ReadCheckpointInfo(last)
-	if err != nil || want.Epoch != 1 || want.BatchIdx != 3 {
-		t.Fatalf("last.ckpt %+v, %v: want epoch 1, batch 3", want, err)
-	}
+	last, want := stoppedAtStep11(t, ds)
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	tr, err = trainer.New(quiet(trainer.Config{MaxEpochs: 3, Seed: 1, DefaultRootDir: t.TempDir(), Callbacks: []trainer.Callback{&cancelAtSanity{cancel}}}))
+	tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 3, Seed: 1, DefaultRootDir: t.TempDir(), Callbacks: []trainer.Callback{&cancelAtSanity{cancel}}}))
 	if err != nil {
 		t.Fatal(err)
 	}

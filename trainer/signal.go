@@ -266,7 +266,7 @@ func markStop(flags []float64, stop bool, code int) {
 // *InterruptedError.
 func (t *Trainer) stopFor(ctx context.Context, stop error, code int) (error, error) {
 	if code == 0 {
-		return stop, nil
+		return t.holdStop(stop), nil
 	}
 	ie := &InterruptedError{GlobalStep: t.state.GlobalStep}
 	if code == ctxCancelled {
@@ -280,12 +280,39 @@ func (t *Trainer) stopFor(ctx context.Context, stop error, code int) (error, err
 	return nil, t.saveInterrupt(ctx, ie)
 }
 
+// holdStop applies MinEpochs and MinSteps to an agreed Stop (nil: none
+// asked): one asked before both are met is held and training goes on, as
+// Lightning's should_stop waits for min_epochs and min_steps; it comes
+// back from the first agreement where they are met (every batch end and
+// epoch end has one), the same on every rank, whose epochs and steps are
+// the same. Epochs ended are t.pos.Epoch: the epoch in progress, or the
+// next one once an epoch's end has run.
+func (t *Trainer) holdStop(stop error) error {
+	c := &t.cfg
+	if c.MinEpochs == 0 && c.MinSteps == 0 {
+		return stop
+	}
+	if t.heldStop == nil {
+		t.heldStop = stop
+	}
+	if t.heldStop == nil || t.pos.Epoch >= c.MinEpochs && t.state.GlobalStep >= c.MinSteps {
+		stop, t.heldStop = t.heldStop, nil
+		return stop
+	}
+	if !t.warnedHeld && t.state.IsGlobalZero {
+		t.warnedHeld = true
+		t.cfg.Log.Info().Str("stop", t.heldStop.Error()).Int("epochs", t.pos.Epoch).Int("min_epochs", c.MinEpochs).Int("global_step", t.state.GlobalStep).Int("min_steps", c.MinSteps).
+			Msg("training was asked to stop before MinEpochs and MinSteps are met: it goes on, and stops once they are")
+	}
+	return nil
+}
+
 // agreeHookStop has the ranks agree on a Stop from hooks that run outside
 // the training batches (err is their error): every rank returns a Stop
 // when one asked for it, nil when none did; an error that is not a Stop
 // is returned at once, and the other ranks learn of it as of a lost peer.
 // A signal or a cancel is not read here but at the epoch's start
-// (agreeBatches), where a resumed Fit's position is that of the loop.
+// (agreeBatches).
 func (t *Trainer) agreeHookStop(ctx context.Context, err error) error {
 	stop, fatal := splitStop(err)
 	if fatal != nil {

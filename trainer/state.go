@@ -59,7 +59,8 @@ type State struct {
 	// runs at the end of the epochs CheckValEveryNEpoch selects (and at
 	// ValCheckInterval), so a callback waiting for its metrics acts there.
 	HasValidation bool
-	// NumTrainBatches is the number of training batches in this epoch.
+	// NumTrainBatches is the number of training batches in this epoch
+	// (the first epoch's from OnTrainStart on; 0 before).
 	NumTrainBatches int
 	// Loss is the training loss of the last batch.
 	Loss float64

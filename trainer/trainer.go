@@ -76,6 +76,10 @@ type Trainer struct {
 	hooks hookSet
 	// excDone: this call ran the exception hooks (failed).
 	excDone bool
+	// heldStop is a Stop that MinEpochs or MinSteps hold off (holdStop);
+	// warnedHeld: the Fit said so.
+	heldStop   error
+	warnedHeld bool
 
 	// The run directory (rundir.go): the one chosen before ddp launched
 	// its ranks, the loggers of this Fit (Config.Loggers or the default
@@ -601,6 +605,7 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 		defer func() { t.fitCtx = nil }()
 	}
 	t.stats = Stats{WorldSize: t.strat.Info().WorldSize}
+	t.heldStop, t.warnedHeld = nil, false
 	if err := t.elasticRun(ctx, &fo.ckptPath); err != nil {
 		return fmt.Errorf("Fit: %w", err)
 	}
@@ -670,6 +675,9 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 			return err
 		}
 	}
+	if err := t.takeUpPosition(train); err != nil {
+		return err
+	}
 	t.fitted, t.state.ResumedFrom = true, resumedFrom
 	train, val = t.loaderFor(train, true, true), t.loaderFor(val, false, true)
 	if h, ok := m.(module.HParamser); ok {
@@ -711,21 +719,11 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 		err = nil
 	}
 	if err != nil && ctx.Err() != nil && !t.stats.Interrupted && t.strat.Info().WorldSize == 1 && !t.pos.midWindow {
-		switch {
-		case resumedFrom != "" && t.state.GlobalStep == stepAtStart:
-			// Cancelled before this Fit's first step (in OnFitStart, the
-			// sanity check, the first data fetch): the checkpoint it
-			// resumed from is the run's state, and the loop may not have
-			// taken up its position yet, so a new save would record the
-			// resumed weights at epoch 0, batch 0.
-			t.stats.Interrupted, t.stats.InterruptCheckpoint = true, resumedFrom
-			err = &InterruptedError{Err: ctx.Err(), GlobalStep: t.state.GlobalStep, Checkpoint: resumedFrom}
-		default:
-			// The context was cancelled inside a step or while fetching
-			// data: the weights and position are those after the last
-			// finished step, which is what the checkpoint saves.
-			err = t.saveInterrupt(ctx, &InterruptedError{Err: ctx.Err(), GlobalStep: t.state.GlobalStep})
-		}
+		// The context was cancelled inside a step, while fetching data, or
+		// before the first step (a resumed run's position is taken up as
+		// its checkpoint is restored): the weights and position are those
+		// after the last finished step, which is what the checkpoint saves.
+		err = t.saveInterrupt(ctx, &InterruptedError{Err: ctx.Err(), GlobalStep: t.state.GlobalStep})
 	}
 	if err != nil {
 		if ctx.Err() != nil || t.stats.Interrupted {

@@ -311,12 +311,12 @@ func TestCallbacksStopAndErrors(t *testing.T) {
 }
 
 func TestConfigValidateReportsEverything(t *testing.T) {
-	cfg := trainer.Config{MaxEpochs: -1, Devices: -3, Precision: "16", Strategy: "bogus", GradientClipAlgorithm: "l3", AccumulateGradBatches: -2}
+	cfg := trainer.Config{MaxEpochs: -2, Devices: -3, Precision: "16", Strategy: "bogus", GradientClipAlgorithm: "l3", AccumulateGradBatches: -2}
 	err := cfg.Validate()
 	if err == nil {
 		t.Fatal("no error")
 	}
-	for _, want := range []string{"MaxEpochs is -1", "Devices is -3: use 1 or more, or -1 for all", "Precision is \"16\"", "Strategy is \"bogus\"", "GradientClipAlgorithm is \"l3\"", "AccumulateGradBatches is -2"} {
+	for _, want := range []string{"MaxEpochs is -2", "Devices is -3: use 1 or more, or -1 for all", "Precision is \"16\"", "Strategy is \"bogus\"", "GradientClipAlgorithm is \"l3\"", "AccumulateGradBatches is -2"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)
 		}
