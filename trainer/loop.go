@@ -311,11 +311,7 @@ func (f *fitRun) agreeBatches(ctx context.Context, epoch, nb int, stop error) (e
 	if stop != nil {
 		stoppers[1] = 1
 	}
-	ops := make([]module.Reduce, len(row))
-	for i := range ops {
-		ops[i] = module.Sum
-	}
-	if err := t.strat.Reduce(ctx, row, make([]float64, len(row)), ops); err != nil {
+	if err := t.strat.Reduce(ctx, row, make([]float64, len(row)), sumOps(len(row))); err != nil {
 		return nil, fmt.Errorf("epoch %d: agree on the number of training batches: %w", epoch, err)
 	}
 	if stoppers[1] > 0 && stop == nil {
