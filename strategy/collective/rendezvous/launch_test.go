@@ -170,3 +170,56 @@ func TestUnresolvableMasterAddr(t *testing.T) {
 		}
 	}
 }
+
+// lockedLog is a log written from several goroutines.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// While a rank is missing (a machine not started yet), rank 0 says now and
+// then that it waits, and for whom, rather than staying silent until the
+// timeout; the timeout's error says what to check.
+func TestRankZeroSaysWhomItWaitsFor(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	var log lockedLog
+	lg := zerolog.New(&log)
+	nop := zerolog.Nop()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	zero := make(chan error, 1)
+	go func() {
+		_, err := rendezvous.Meet(ctx, rendezvous.Config{Rank: 0, Size: 3, MasterAddr: "127.0.0.1", Listener: ln,
+			Token: "t", BindAddr: "127.0.0.1", Timeout: 2 * time.Second, Logger: &lg})
+		zero <- err
+	}()
+	rendezvous.Meet(ctx, rendezvous.Config{Rank: 1, Size: 3, MasterAddr: "127.0.0.1", MasterPort: port,
+		Token: "t", BindAddr: "127.0.0.1", Timeout: 20 * time.Second, Logger: &nop})
+	err = <-zero
+	for _, want := range []string{"ranks [2] did not join", "were they started", "MASTER_ADDR", "FULGUR_TIMEOUT"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("rank 0's error %v lacks %q", err, want)
+		}
+	}
+	for _, want := range []string{"rank 0 still waits for ranks to join", `"missing":[2]`} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("rank 0's log lacks %q:\n%s", want, log.String())
+		}
+	}
+}

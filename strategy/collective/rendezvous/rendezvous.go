@@ -147,17 +147,35 @@ func (r *Rendezvous) serve(ctx context.Context) error {
 		return why
 	})
 	defer adm.stop()
+	port := cfg.MasterPort
+	if a, ok := ln.Addr().(*net.TCPAddr); ok {
+		port = a.Port
+	}
+	missingRanks := func() []int {
+		var missing []int
+		for i := 1; i < cfg.Size; i++ {
+			if r.peers[i] == nil {
+				missing = append(missing, i)
+			}
+		}
+		return missing
+	}
+	// While ranks are missing, say so now and then: before the timeout a
+	// machine that was never started looks like a hang.
+	every := min(cfg.Timeout/4, 30*time.Second)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	start := time.Now()
 	for joined < cfg.Size {
 		var a arrival
 		select {
+		case <-tick.C:
+			cfg.Logger.Warn().Ints("missing", missingRanks()).Int("joined", joined).Int("world", cfg.Size).
+				Msgf("rendezvous: rank 0 still waits for ranks to join at port %d after %v (it gives up after %v): start every machine's ranks with the same MASTER_ADDR, MASTER_PORT and %s", port, time.Since(start).Round(time.Second), cfg.Timeout, TokenEnv)
+			continue
 		case a = <-adm.arrivals:
 		case err := <-adm.acceptErr:
-			var missing []int
-			for i := 1; i < cfg.Size; i++ {
-				if r.peers[i] == nil {
-					missing = append(missing, i)
-				}
-			}
+			missing := missingRanks()
 			if ctx.Err() != nil {
 				// The ranks that joined hear why rather than an EOF, which a
 				// launcher would report as their own failure.
@@ -173,6 +191,8 @@ func (r *Rendezvous) serve(ctx context.Context) error {
 				refusedMu.Unlock()
 				if also != "" {
 					also = " (refused meanwhile: " + also + ")"
+				} else {
+					also = fmt.Sprintf(" (no process claiming them reached port %d with the token: were they started, with MASTER_ADDR and MASTER_PORT naming this machine and port, and the same %s? FULGUR_TIMEOUT sets how long rank 0 waits)", port, TokenEnv)
 				}
 				return fmt.Errorf("rendezvous: rank 0: ranks %v did not join within the timeout (%v)%s: %w", missing, cfg.Timeout, also, ctx.Err())
 			}
