@@ -212,12 +212,14 @@ func (f *fitRun) epoch(ctx context.Context, epoch int) error {
 		}
 		return fmt.Errorf("epoch %d has no training batch on rank %d of %d: the training loader's sampler gives this rank no example of the dataset's %d", epoch, info.Rank, info.WorldSize, f.train.Dataset().Len())
 	}
-	if n := t.cfg.ValCheckInterval; n > 0 && n >= nb && f.val != nil && !f.warnedInterval {
+	// The settings are every rank's alike (agreeSettings): one line for
+	// the job.
+	if n := t.cfg.ValCheckInterval; n > 0 && n >= nb && f.val != nil && !f.warnedInterval && t.state.IsGlobalZero {
 		f.warnedInterval = true
 		t.cfg.Log.Warn().Int("val_check_interval", n).Int("batches", nb).Int("epoch", epoch).
 			Msg("ValCheckInterval is not below the epoch's training batches: validation runs at the epoch's end only; lower it to validate within the epoch")
 	}
-	if k := t.accum; t.cfg.LogEveryNSteps > (nb+k-1)/k && len(t.loggers) > 0 && !f.warnedLogEvery {
+	if k := t.accum; t.cfg.LogEveryNSteps > (nb+k-1)/k && len(t.loggers) > 0 && !f.warnedLogEvery && t.state.IsGlobalZero {
 		f.warnedLogEvery = true // as Lightning's
 		t.cfg.Log.Warn().Int("log_every_n_steps", t.cfg.LogEveryNSteps).Int("steps", (nb+k-1)/k).Int("epoch", epoch).
 			Msg("LogEveryNSteps is above the epoch's optimizer steps: the loggers (metrics.csv) get step metrics such as a training loss only at multiples of it, so not in every epoch, or never in a short Fit; lower LogEveryNSteps to record them within each epoch")

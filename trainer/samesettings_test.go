@@ -49,3 +49,32 @@ func TestRanksWithDifferentSettingsFail(t *testing.T) {
 		})
 	}
 }
+
+// A warning about the job's settings, which every rank has alike, is
+// printed once for the job, by rank 0 (it was printed by every rank: four
+// copies of each line on two machines of two ranks).
+func TestSettingsWarningsOnRankZeroOnly(t *testing.T) {
+	ds := regression(t, 500, 0.1, 9)
+	root := t.TempDir()
+	outs := []*lockedBuffer{{}, {}}
+	_, errs := onRanks(t, 2, ddpRank(t), func(r int) trainer.Config {
+		cfg := quiet(trainer.Config{MaxEpochs: 1, LimitTrainBatches: 3, LogEveryNSteps: 50, ValCheckInterval: 10, Seed: 21, DefaultRootDir: root})
+		cfg.Out = outs[r]
+		return cfg
+	}, func(r int, tr *trainer.Trainer) error {
+		return tr.Fit(context.Background(), &linreg{in: 4, lr: 0.05}, loader(t, ds, 32, true, false), loader(t, ds, 100, false, false))
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	for _, w := range []string{"LogEveryNSteps is above the epoch's optimizer steps", "ValCheckInterval is not below the epoch's training batches"} {
+		if !strings.Contains(outs[0].String(), w) {
+			t.Errorf("rank 0's log lacks %q:\n%s", w, outs[0])
+		}
+		if strings.Contains(outs[1].String(), w) {
+			t.Errorf("rank 1's log repeats %q:\n%s", w, outs[1])
+		}
+	}
+}
