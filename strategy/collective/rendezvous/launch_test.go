@@ -223,3 +223,33 @@ func TestRankZeroSaysWhomItWaitsFor(t *testing.T) {
 		}
 	}
 }
+
+// A rank whose timeout ends before rank 0's (its machine came up first,
+// or it was given a shorter FULGUR_TIMEOUT) while a rank never comes waits
+// for rank 0's verdict and reports it (the missing rank), rather than
+// failing first with a bare read timeout, which a launcher would name as
+// the job's failure.
+func TestEarlyJoinerReportsRankZerosVerdict(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	nop := zerolog.Nop()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	early := make(chan error, 1)
+	go func() {
+		_, err := rendezvous.Meet(ctx, rendezvous.Config{Rank: 1, Size: 3, MasterAddr: "127.0.0.1", MasterPort: port,
+			Token: "t", BindAddr: "127.0.0.1", Timeout: 3 * time.Second, Logger: &nop})
+		early <- err
+	}()
+	_, err = rendezvous.Meet(ctx, rendezvous.Config{Rank: 0, Size: 3, MasterAddr: "127.0.0.1", Listener: ln,
+		Token: "t", BindAddr: "127.0.0.1", Timeout: 4 * time.Second, Logger: &nop})
+	if err == nil || !strings.Contains(err.Error(), "ranks [2] did not join") {
+		t.Errorf("rank 0's error %v, want one naming rank 2", err)
+	}
+	if err := <-early; err == nil || !strings.Contains(err.Error(), "rank 0 gave up: ranks [2] did not join") {
+		t.Errorf("rank 1's error %v, want rank 0's verdict naming rank 2", err)
+	}
+}

@@ -71,6 +71,7 @@ func Meet(ctx context.Context, cfg Config) (*Rendezvous, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	outer := ctx
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	r := &Rendezvous{cfg: cfg, hosts: make([]string, cfg.Size), addrs: make([]string, cfg.Size), peers: make([]net.Conn, cfg.Size), hb: make([]byte, wire.HeaderSize)}
@@ -87,7 +88,7 @@ func Meet(ctx context.Context, cfg Config) (*Rendezvous, error) {
 	if cfg.Rank == 0 {
 		err = r.serve(ctx)
 	} else {
-		err = r.join(ctx)
+		err = r.join(ctx, outer)
 	}
 	if err != nil {
 		r.Close()
@@ -402,11 +403,12 @@ var errNoProof = errors.New("answered without proving it holds the token")
 
 func (r *Rendezvous) hbuf() []byte { return make([]byte, wire.HeaderSize) }
 
-func (r *Rendezvous) join(ctx context.Context) error {
+// outer is Meet's context without the timeout: see joinOnce.
+func (r *Rendezvous) join(ctx, outer context.Context) error {
 	cfg := r.cfg
 	warned := false
 	for {
-		c, p, err := r.joinOnce(ctx)
+		c, p, err := r.joinOnce(ctx, outer)
 		if err == nil {
 			hosts, addrs, err := wire.DecodeTable(p, cfg.Size)
 			if err != nil {
@@ -439,7 +441,7 @@ func (r *Rendezvous) join(ctx context.Context) error {
 // joinOnce dials rank 0, retrying until it is up, and runs the handshake;
 // it returns the connection and rank 0's answer (the address table). An
 // error wrapping errNoChallenge may be tried again.
-func (r *Rendezvous) joinOnce(ctx context.Context) (net.Conn, []byte, error) {
+func (r *Rendezvous) joinOnce(ctx, outer context.Context) (net.Conn, []byte, error) {
 	cfg := r.cfg
 	var c net.Conn
 	var d net.Dialer
@@ -504,13 +506,25 @@ func (r *Rendezvous) joinOnce(ctx context.Context) (net.Conn, []byte, error) {
 	case err != nil:
 		return fail(err)
 	}
-	// The table comes once every rank has joined: only ctx bounds it.
-	raw.SetReadDeadline(time.Time{})
-	if ctx.Err() != nil {
+	// The table comes once every rank has joined, and when one never
+	// does, rank 0 decides: it sends the joined ranks why it gave up (the
+	// missing ranks). A joiner whose own timeout ends first (started
+	// before rank 0) waits a little longer for that verdict, rather than
+	// fail on its own with a bare read timeout that a launcher would
+	// report as the job's first failure.
+	if !stop() {
 		return fail(ctx.Err())
 	}
+	deadline, _ := ctx.Deadline()
+	extra := min(cfg.Timeout, 10*time.Second)
+	raw.SetDeadline(deadline.Add(extra))
+	stopOuter := context.AfterFunc(outer, func() { raw.SetDeadline(time.Unix(1, 0)) })
+	defer stopOuter()
 	h := wire.Hello{Rank: cfg.Rank, Size: cfg.Size, Host: HostID(), DataAddr: net.JoinHostPort(adv, r.port())}
 	p, err := r.answer(c, h, wire.KindTable, nonceA)
+	if errors.Is(err, os.ErrDeadlineExceeded) && outer.Err() == nil {
+		return fail(fmt.Errorf("%w: rank 0 sent neither the address table nor why it gave up within the timeout (%v) and %v more: is rank 0 stopped or its machine unreachable?", err, cfg.Timeout, extra))
+	}
 	if errors.Is(err, errNoProof) {
 		c.Close()
 		return nil, nil, fmt.Errorf("rendezvous: rank %d: the process at %s answered without proving it holds the token: it is not this job's rank 0 (check MASTER_ADDR, MASTER_PORT and %s)", cfg.Rank, cfg.masterHostPort(), TokenEnv)
@@ -518,6 +532,10 @@ func (r *Rendezvous) joinOnce(ctx context.Context) (net.Conn, []byte, error) {
 	if err != nil {
 		return fail(err)
 	}
+	if !stopOuter() {
+		return fail(outer.Err())
+	}
+	raw.SetDeadline(time.Time{})
 	return c, p, nil
 }
 
