@@ -541,6 +541,13 @@ func TestFulgurRunTwoNodes(t *testing.T) {
 	if !strings.Contains(errs[1].String(), "[rank1] ") {
 		t.Errorf("node 1's log does not name rank 1:\n%s", errs[1].String())
 	}
+	// Each launcher says which of the job's ranks it started (its
+	// "world" counts its own).
+	for node := range errs {
+		if l := errs[node].String(); !strings.Contains(l, "job_world=2") || !strings.Contains(l, fmt.Sprintf("node_rank=%d", node)) || !strings.Contains(l, fmt.Sprintf("ranks=[%d]", node)) {
+			t.Errorf("node %d's launcher does not say which ranks it started:\n%s", node, l)
+		}
+	}
 
 	t.Setenv("FULGUR_TOKEN", "")
 	for _, c := range []struct {
