@@ -170,7 +170,8 @@ type Config struct {
 	// sizes (with UseDistributedSampler on), and the program's and fulgur's builds, and fails on every rank
 	// naming what differs: a rank that trained with its own batch size or
 	// learning rate would otherwise drift from the others without an error.
-	// Leave out what may differ between machines (paths, display).
+	// Leave out what may differ between machines (paths, display), here
+	// and in the module's HParams.
 	SameOnEveryRank map[string]any
 
 	// Callbacks are called in order at each hook they implement.
