@@ -206,7 +206,7 @@ func TestRankZeroSaysWhomItWaitsFor(t *testing.T) {
 	zero := make(chan error, 1)
 	go func() {
 		_, err := rendezvous.Meet(ctx, rendezvous.Config{Rank: 0, Size: 3, MasterAddr: "127.0.0.1", Listener: ln,
-			Token: "t", BindAddr: "127.0.0.1", Timeout: 2 * time.Second, Logger: &lg})
+			Token: "t", BindAddr: "127.0.0.1", Timeout: 3 * time.Second, Logger: &lg})
 		zero <- err
 	}()
 	rendezvous.Meet(ctx, rendezvous.Config{Rank: 1, Size: 3, MasterAddr: "127.0.0.1", MasterPort: port,
