@@ -696,3 +696,26 @@ func TestFulgurRunRefusesFewerRanksThanDevices(t *testing.T) {
 		t.Errorf("error %v, want the mismatch of 2 processes and 3 devices", err)
 	}
 }
+
+// A machine other than node 0 started without -master-addr looks for rank
+// 0 on itself, and its ranks wait the whole timeout for it: the launcher
+// warns at once; given, even as 127.0.0.1 (two launchers on one host), it
+// does not.
+func TestFulgurRunWarnsWithoutMasterAddr(t *testing.T) {
+	t.Setenv("FULGUR_TOKEN", "t")
+	for _, tc := range []struct {
+		flags []string
+		warn  bool
+	}{
+		{[]string{"-nnodes", "2", "-node-rank", "1", "-nproc", "1"}, true},
+		{[]string{"-nnodes", "2", "-node-rank", "1", "-nproc", "1", "-master-addr", "127.0.0.1"}, false},
+		{[]string{"-nnodes", "2", "-node-rank", "0", "-nproc", "1"}, false},
+	} {
+		var errb bytes.Buffer
+		// true exits at once: only the launcher's own lines matter here.
+		run(append(append([]string{"run"}, tc.flags...), "true"), io.Discard, &errb)
+		if got := strings.Contains(errb.String(), "-master-addr is not given"); got != tc.warn {
+			t.Errorf("fulgur run %v: warned %v, want %v:\n%s", tc.flags, got, tc.warn, errb.String())
+		}
+	}
+}
