@@ -212,6 +212,7 @@ func (r *Rendezvous) serve(ctx context.Context) error {
 		proofs[a.h.Rank] = a.proof
 		joined++
 	}
+	reachable(r.hosts, r.addrs, adv)
 	table := wire.EncodeTable(r.hosts, r.addrs)
 	for i := 1; i < cfg.Size; i++ {
 		r.peers[i].SetWriteDeadline(time.Now().Add(cfg.Timeout))
@@ -220,6 +221,36 @@ func (r *Rendezvous) serve(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// reachable makes the addresses of rank 0's machine that other machines
+// cannot dial dialable. A rank on rank 0's machine announces the local
+// address of its connection to rank 0, which is a loopback address when
+// MasterAddr resolves to one there (Debian and Ubuntu map the host's own
+// name to 127.0.1.1): a rank on another machine that dials it (the members
+// of a sub-group that spans machines: hybrid sharding, hier) would reach
+// itself. When the job spans machines, such an address takes rank 0's
+// host instead (MasterAddr as every rank dials it, adv), with its own
+// port; the listener binds every interface. Addresses of a job on one
+// machine, and any address that is not a loopback IP, are left alone.
+func reachable(hosts, addrs []string, adv string) {
+	if ip := net.ParseIP(adv); ip != nil && ip.IsLoopback() {
+		return // rank 0 itself is reached over loopback: one machine
+	}
+	spans := false
+	for _, h := range hosts {
+		spans = spans || h != hosts[0]
+	}
+	if !spans {
+		return
+	}
+	for i := 1; i < len(addrs); i++ {
+		host, port, err := net.SplitHostPort(addrs[i])
+		if ip := net.ParseIP(host); err != nil || hosts[i] != hosts[0] || ip == nil || !ip.IsLoopback() {
+			continue
+		}
+		addrs[i] = net.JoinHostPort(adv, port)
+	}
 }
 
 // maxHandshakes bounds the handshakes in progress at once on one listener.
