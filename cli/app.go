@@ -143,6 +143,7 @@ func (a App) Run(ctx context.Context, args []string) error {
 		}
 	}
 	cfg := s.trainerConfig()
+	cfg.SameOnEveryRank = sameOnEveryRank(p.fs)
 	if a.Stderr != nil {
 		cfg.Out = a.Stderr
 	}

@@ -20,6 +20,10 @@ import (
 // its other ranks as it would the example.
 const programEnv = "FULGUR_CLI_TEST_PROGRAM"
 
+// mlpProgramEnv makes the program examples/mlp instead (its -sizes
+// change the model).
+const mlpProgramEnv = "FULGUR_CLI_TEST_MLP"
+
 // slowWorkerEnv makes the program's ddp_spawn workers wait, before they
 // run anything, for a signal that kills them: workers still starting.
 const slowWorkerEnv = "FULGUR_CLI_TEST_SLOW_WORKERS"
@@ -35,7 +39,11 @@ func TestMain(m *testing.M) {
 				os.Exit(1)
 			}
 		}
-		smallResNet().Main() // exits with Main's status when the run fails
+		app := smallResNet()
+		if os.Getenv(mlpProgramEnv) != "" {
+			app = mlpApp("")
+		}
+		app.Main() // exits with Main's status when the run fails
 		os.Exit(0)
 	}
 	os.Exit(m.Run())

@@ -198,6 +198,25 @@ func hparams(fs *flag.FlagSet) map[string]any {
 	return h
 }
 
+// perMachine are the flags that may differ between the machines of a job:
+// paths, what rank 0 alone writes, and display.
+var perMachine = map[string]bool{"root-dir": true, "data": true, "ckpt-path": true, "predictions": true,
+	"profiler": true, "loggers": true, "no-progress-bar": true, "no-plots": true, "no-model-summary": true}
+
+// sameOnEveryRank is the flags every rank of a job must have alike
+// (trainer.Config.SameOnEveryRank), by name ("-batch-size": 64, ...): a
+// Fit of several ranks fails naming the flag one rank was started with
+// differently.
+func sameOnEveryRank(fs *flag.FlagSet) map[string]any {
+	s := map[string]any{}
+	for k, v := range hparams(fs) {
+		if name := strings.ReplaceAll(k, "_", "-"); !perMachine[name] {
+			s["-"+name] = v
+		}
+	}
+	return s
+}
+
 // closeProfiler flushes a profiler's files at the end of a program.
 func closeProfiler(p profiler.Profiler) {
 	if p != nil {

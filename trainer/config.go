@@ -173,6 +173,17 @@ type Config struct {
 	// is sharded, the ranks together visiting what it gives, as Lightning's
 	// DistributedSamplerWrapper (Predict reads the whole set in order).
 	UseDistributedSampler *bool
+	// SameOnEveryRank names settings of the program that every rank of a
+	// job must have alike, with their values (a program's flags: the cli
+	// gives it its own). A Fit of several ranks compares them across the
+	// ranks, together with the settings of this Config that shape training,
+	// the module's type and HParams, the loaders' batch sizes and data
+	// sizes (with UseDistributedSampler on), and the program's and fulgur's builds, and fails on every rank
+	// naming what differs: a rank that trained with its own batch size or
+	// learning rate would otherwise drift from the others without an error.
+	// Leave out what may differ between machines (paths, display), here
+	// and in the module's HParams.
+	SameOnEveryRank map[string]any
 
 	// Callbacks are called in order at each hook they implement.
 	Callbacks []Callback

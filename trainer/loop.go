@@ -222,14 +222,15 @@ func (f *fitRun) epoch(ctx context.Context, epoch int) error {
 		}
 		return fmt.Errorf("epoch %d has no training batch on rank %d of %d: the training loader's sampler gives this rank no example of the dataset's %d", epoch, info.Rank, info.WorldSize, f.train.Dataset().Len())
 	}
-	if n := t.cfg.ValCheckInterval; n > nb && f.val != nil && !f.warnedInterval {
-		// n == nb asks for the epoch-end validation only, which it gets,
-		// as in Lightning, which refuses n > nb only.
+	// The settings are every rank's alike (agreeSettings): one line for
+	// the job. n == nb asks for the epoch-end validation only, which it
+	// gets, as in Lightning, which refuses n > nb only.
+	if n := t.cfg.ValCheckInterval; n > nb && f.val != nil && !f.warnedInterval && t.state.IsGlobalZero {
 		f.warnedInterval = true
 		t.cfg.Log.Warn().Int("val_check_interval", n).Int("batches", nb).Int("epoch", epoch).
 			Msg("ValCheckInterval is above the epoch's training batches: validation runs at the epoch's end only; lower it to validate within the epoch")
 	}
-	if k := t.accum; t.cfg.LogEveryNSteps > (nb+k-1)/k && len(t.loggers) > 0 && !f.warnedLogEvery {
+	if k := t.accum; t.cfg.LogEveryNSteps > (nb+k-1)/k && len(t.loggers) > 0 && !f.warnedLogEvery && t.state.IsGlobalZero {
 		f.warnedLogEvery = true // as Lightning's
 		t.cfg.Log.Warn().Int("log_every_n_steps", t.cfg.LogEveryNSteps).Int("steps", (nb+k-1)/k).Int("epoch", epoch).
 			Msg("LogEveryNSteps is above the epoch's optimizer steps: the loggers (metrics.csv) get step metrics such as a training loss only at multiples of it, so not in every epoch, or never in a short Fit; lower LogEveryNSteps to record them within each epoch")
@@ -352,11 +353,7 @@ func (f *fitRun) agreeBatches(ctx context.Context, epoch, nb int, stop error) (e
 	if stop != nil {
 		stoppers[1] = 1
 	}
-	ops := make([]module.Reduce, len(row))
-	for i := range ops {
-		ops[i] = module.Sum
-	}
-	if err := t.strat.Reduce(ctx, row, make([]float64, len(row)), ops); err != nil {
+	if err := t.strat.Reduce(ctx, row, make([]float64, len(row)), sumOps(len(row))); err != nil {
 		return nil, fmt.Errorf("epoch %d: agree on the number of training batches: %w", epoch, err)
 	}
 	if stoppers[1] > 0 && stop == nil {

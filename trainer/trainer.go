@@ -606,6 +606,9 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 	}
 	t.stats = Stats{WorldSize: t.strat.Info().WorldSize}
 	t.heldStop, t.warnedHeld = nil, false
+	if err := t.agreeSettings(ctx, m, train, val); err != nil {
+		return err
+	}
 	if err := t.elasticRun(ctx, &fo.ckptPath); err != nil {
 		return fmt.Errorf("Fit: %w", err)
 	}

@@ -541,6 +541,13 @@ func TestFulgurRunTwoNodes(t *testing.T) {
 	if !strings.Contains(errs[1].String(), "[rank1] ") {
 		t.Errorf("node 1's log does not name rank 1:\n%s", errs[1].String())
 	}
+	// Each launcher says which of the job's ranks it started (its
+	// "world" counts its own).
+	for node := range errs {
+		if l := errs[node].String(); !strings.Contains(l, "job_world=2") || !strings.Contains(l, fmt.Sprintf("node_rank=%d", node)) || !strings.Contains(l, fmt.Sprintf("ranks=[%d]", node)) {
+			t.Errorf("node %d's launcher does not say which ranks it started:\n%s", node, l)
+		}
+	}
 
 	t.Setenv("FULGUR_TOKEN", "")
 	for _, c := range []struct {
@@ -687,5 +694,28 @@ func TestFulgurRunRefusesFewerRanksThanDevices(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "fulgur run started 2 processes, but Devices × NumNodes is 3 × 1 = 3") {
 		t.Errorf("error %v, want the mismatch of 2 processes and 3 devices", err)
+	}
+}
+
+// A machine other than node 0 started without -master-addr looks for rank
+// 0 on itself, and its ranks wait the whole timeout for it: the launcher
+// warns at once; given, even as 127.0.0.1 (two launchers on one host), it
+// does not.
+func TestFulgurRunWarnsWithoutMasterAddr(t *testing.T) {
+	t.Setenv("FULGUR_TOKEN", "t")
+	for _, tc := range []struct {
+		flags []string
+		warn  bool
+	}{
+		{[]string{"-nnodes", "2", "-node-rank", "1", "-nproc", "1"}, true},
+		{[]string{"-nnodes", "2", "-node-rank", "1", "-nproc", "1", "-master-addr", "127.0.0.1"}, false},
+		{[]string{"-nnodes", "2", "-node-rank", "0", "-nproc", "1"}, false},
+	} {
+		var errb bytes.Buffer
+		// true exits at once: only the launcher's own lines matter here.
+		run(append(append([]string{"run"}, tc.flags...), "true"), io.Discard, &errb)
+		if got := strings.Contains(errb.String(), "-master-addr is not given"); got != tc.warn {
+			t.Errorf("fulgur run %v: warned %v, want %v:\n%s", tc.flags, got, tc.warn, errb.String())
+		}
 	}
 }

@@ -76,6 +76,11 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("run: -master-port is %d: use a free port 1..65535, or 0", *masterPort)
 	}
 	token := ""
+	if *nnodes > 1 && *nodeRank > 0 && !flagSet(fs, "master-addr") {
+		// On another machine the default is that machine itself: its
+		// ranks would wait for a rank 0 that is not there.
+		fmt.Fprintf(stderr, "fulgur: run: warning: -master-addr is not given, so the ranks look for node 0 at %s, this machine; on several machines give node 0's address (-master-addr node0)\n", *masterAddr)
+	}
 	if *nnodes > 1 {
 		if *restarts > 0 || min != max {
 			return fmt.Errorf("run: -nnodes %d with -max-restarts %d and -nproc %s: restarts do not cross machines; use -max-restarts 0 and a fixed -nproc, and restart the job with your scheduler (SLURM's --requeue)", *nnodes, *restarts, *nproc)
@@ -146,6 +151,13 @@ func portFree(nnodes, port int) error {
 		return fmt.Errorf("run: -master-port %d: the rendezvous cannot listen there (%v): is another job using it? pick a free port, or leave -master-port out to let fulgur pick one on one machine (29500 on several)", port, err)
 	}
 	return ln.Close()
+}
+
+// flagSet reports whether the command line gave the flag name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // syncWriter writes from one goroutine at a time.

@@ -302,7 +302,7 @@ func (d *DDP) setupReplica(ctx context.Context, su strategy.Setup) (*module.Stor
 		return nil, d.fail("setup", err)
 	}
 	if err := d.c.Broadcast(ctx, store.Data(), 0); err != nil {
-		return nil, d.fail("broadcast rank 0's parameters and buffers", err)
+		return nil, d.fail("broadcast rank 0's parameters and buffers", replica.ModelMismatch(err))
 	}
 	d.lastDone = ddpOp{kind: opSetup}
 	// On one P, the engine yields between backward ops while this step's

@@ -59,6 +59,9 @@ func TestDDPJoinsFromEnvironment(t *testing.T) {
 		// ignored: a wrong name is an error naming it.
 		{"gloo socket interface", "ddp", torchrun(1, 2, "GLOO_SOCKET_IFNAME", "lo"), 2, 1, 1, 2, ""},
 		{"unknown gloo socket interface", "ddp", torchrun(0, 2, "GLOO_SOCKET_IFNAME", "nosuch9"), 2, 1, 0, 0, "GLOO_SOCKET_IFNAME=\"nosuch9\": no such network interface on this host (it has lo"},
+		// Gloo takes a list of interfaces; fulgur one, and says so
+		// (the error listed the first name as present).
+		{"gloo's list of interfaces", "ddp", torchrun(0, 2, "GLOO_SOCKET_IFNAME", "lo,lo"), 2, 1, 0, 0, "GLOO_SOCKET_IFNAME=\"lo,lo\" is a list: fulgur listens on one interface; give one name, such as GLOO_SOCKET_IFNAME=lo"},
 		{"fulgur's socket interface wins over gloo's", "ddp", torchrun(1, 2, "FULGUR_SOCKET_IFNAME", "lo", "GLOO_SOCKET_IFNAME", "nosuch9"), 2, 1, 1, 2, ""},
 		{"nodes without launcher", "ddp", map[string]string{}, 2, 2, 0, 0, "not started by a launcher"},
 		{"nodes without launcher: the command that launches them", "ddp", map[string]string{"NODE_RANK": "1"}, 2, 3, 0, 0, "fulgur run -nnodes 3 -node-rank <the node's index> -nproc 2 -master-addr"},

@@ -135,6 +135,11 @@ func interfaceAddr(envVar, name string) (string, error) {
 	for _, i := range ifs {
 		names = append(names, i.Name)
 	}
+	if first, _, list := strings.Cut(name, ","); list {
+		// Gloo and NCCL take a list; a copied setting names the first
+		// interface too, which the error below would list as present.
+		return "", fmt.Errorf("%s=%q is a list: fulgur listens on one interface; give one name, such as %s=%s (this host has %s)", envVar, name, envVar, strings.TrimSpace(first), strings.Join(names, ", "))
+	}
 	ifc, err := net.InterfaceByName(name)
 	if err != nil {
 		return "", fmt.Errorf("%s=%q: no such network interface on this host (it has %s)", envVar, name, strings.Join(names, ", "))

@@ -371,7 +371,12 @@ func (e *Elastic) attempt(ctx context.Context, n, world int, dir string) (Attemp
 	if lnFile != nil {
 		lnFile.Close()
 	}
-	e.Log.Info().Int("attempt", n+1).Int("world", world).Ints("pids", g.Pids()).Int("master_port", local.MasterPort).Msg("elastic: started the ranks")
+	ev := e.Log.Info().Int("attempt", n+1).Int("world", world).Ints("pids", g.Pids()).Int("master_port", local.MasterPort)
+	if e.Nodes > 1 {
+		// world counts this machine's ranks: say which of the job's.
+		ev = ev.Ints("ranks", ranks).Int("node_rank", e.NodeRank).Int("job_world", e.Nodes*world)
+	}
+	ev.Msg("elastic: started the ranks")
 	failed := false
 	for !failed {
 		select {

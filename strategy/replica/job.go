@@ -204,3 +204,12 @@ func (j *Job) closeGroups() {
 		g.Close()
 	}
 }
+
+// ModelMismatch explains the broadcast of rank 0's parameters failing on
+// lengths that differ between ranks: their programs built different models.
+func ModelMismatch(err error) error {
+	if errors.Is(err, collective.ErrMismatch) {
+		return fmt.Errorf("%w: the ranks built models of different sizes: start every rank with the same program and model settings (a layer's width, the number of layers)", err)
+	}
+	return err
+}

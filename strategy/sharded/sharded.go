@@ -215,7 +215,7 @@ func (s *Sharded) Setup(ctx context.Context, su strategy.Setup) error {
 		return s.fail("setup", err)
 	}
 	if err := s.c.Broadcast(ctx, st.Data(), 0); err != nil {
-		return s.fail("broadcast rank 0's parameters and buffers", err)
+		return s.fail("broadcast rank 0's parameters and buffers", replica.ModelMismatch(err))
 	}
 	s.store = st
 	elem := 4

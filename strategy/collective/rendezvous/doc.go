@@ -8,12 +8,18 @@
 // with an HMAC-SHA256 keyed by the token over both sides' nonces and its
 // hello, and the acceptor proves the token back before the dialer trusts it
 // (auth.go), so a recorded handshake cannot be replayed and an impostor
-// listener is refused. Handshakes run side by side (at most 64 at once), so a
-// stranger that connects and stays silent does not hold the real ranks back.
+// listener is refused. Handshakes run side by side (at most 64 at once; more
+// connections wait their turn), so a stranger that connects and stays silent
+// does not hold the real ranks back.
 // A connection with a wrong token, a duplicate rank, a rank out of range or a
 // different world size is refused, told why, and logged with zerolog; the
-// rendezvous keeps waiting for the real ranks and, at the timeout, names the
-// ranks that never joined. Rank 0 then sends everyone the table of data
+// rendezvous keeps waiting for the real ranks, says every quarter timeout
+// (at most 30 s) whom it waits for, and, at the timeout, names the ranks
+// that never joined and the last refusal. A joiner retries until the
+// timeout while rank 0 is not listening, while MasterAddr does not resolve
+// (warned once) and while what answers at MasterAddr:MasterPort sends no
+// challenge (another program, or rank 0 busy); bytes that are not fulgur
+// frames there fail it at once. Rank 0 then sends everyone the table of data
 // addresses and host identities (HostID; SameHost lets shm pick shared
 // memory).
 //

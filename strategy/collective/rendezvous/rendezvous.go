@@ -71,6 +71,7 @@ func Meet(ctx context.Context, cfg Config) (*Rendezvous, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	outer := ctx
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	r := &Rendezvous{cfg: cfg, hosts: make([]string, cfg.Size), addrs: make([]string, cfg.Size), peers: make([]net.Conn, cfg.Size), hb: make([]byte, wire.HeaderSize)}
@@ -87,7 +88,7 @@ func Meet(ctx context.Context, cfg Config) (*Rendezvous, error) {
 	if cfg.Rank == 0 {
 		err = r.serve(ctx)
 	} else {
-		err = r.join(ctx)
+		err = r.join(ctx, outer)
 	}
 	if err != nil {
 		r.Close()
@@ -147,17 +148,35 @@ func (r *Rendezvous) serve(ctx context.Context) error {
 		return why
 	})
 	defer adm.stop()
+	port := cfg.MasterPort
+	if a, ok := ln.Addr().(*net.TCPAddr); ok {
+		port = a.Port
+	}
+	missingRanks := func() []int {
+		var missing []int
+		for i := 1; i < cfg.Size; i++ {
+			if r.peers[i] == nil {
+				missing = append(missing, i)
+			}
+		}
+		return missing
+	}
+	// While ranks are missing, say so now and then: before the timeout a
+	// machine that was never started looks like a hang.
+	every := min(cfg.Timeout/4, 30*time.Second)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	start := time.Now()
 	for joined < cfg.Size {
 		var a arrival
 		select {
+		case <-tick.C:
+			cfg.Logger.Warn().Ints("missing", missingRanks()).Int("joined", joined).Int("world", cfg.Size).
+				Msgf("rendezvous: rank 0 still waits for ranks to join at port %d after %v (it gives up after %v): start every machine's ranks with the same MASTER_ADDR, MASTER_PORT and %s", port, time.Since(start).Round(time.Second), cfg.Timeout, TokenEnv)
+			continue
 		case a = <-adm.arrivals:
 		case err := <-adm.acceptErr:
-			var missing []int
-			for i := 1; i < cfg.Size; i++ {
-				if r.peers[i] == nil {
-					missing = append(missing, i)
-				}
-			}
+			missing := missingRanks()
 			if ctx.Err() != nil {
 				// The ranks that joined hear why rather than an EOF, which a
 				// launcher would report as their own failure.
@@ -173,20 +192,27 @@ func (r *Rendezvous) serve(ctx context.Context) error {
 				refusedMu.Unlock()
 				if also != "" {
 					also = " (refused meanwhile: " + also + ")"
+				} else {
+					also = fmt.Sprintf(" (no process claiming them reached port %d with the token: were they started, with MASTER_ADDR and MASTER_PORT naming this machine and port, and the same %s? FULGUR_TIMEOUT sets how long rank 0 waits)", port, TokenEnv)
 				}
 				return fmt.Errorf("rendezvous: rank 0: ranks %v did not join within the timeout (%v)%s: %w", missing, cfg.Timeout, also, ctx.Err())
 			}
 			return fmt.Errorf("rendezvous: rank 0: accept joiners: %w", err)
 		}
 		if r.peers[a.h.Rank] != nil {
-			r.refuse(a.c, "rendezvous", "rank %d has already joined (two processes with the same rank?)", a.h.Rank)
+			why := fmt.Sprintf("rank %d has already joined from %s, and a second process claimed rank %d from %s: two processes with the same RANK (with fulgur run, two machines with the same -node-rank; by hand, the same NODE_RANK and RANK)", a.h.Rank, r.peers[a.h.Rank].RemoteAddr(), a.h.Rank, a.c.RemoteAddr())
+			r.refuse(a.c, "rendezvous", "%s", why)
 			a.c.Close()
+			refusedMu.Lock()
+			refused = why
+			refusedMu.Unlock()
 			continue
 		}
 		r.peers[a.h.Rank], r.hosts[a.h.Rank], r.addrs[a.h.Rank] = a.c, a.h.Host, a.h.DataAddr
 		proofs[a.h.Rank] = a.proof
 		joined++
 	}
+	reachable(r.hosts, r.addrs, adv)
 	table := wire.EncodeTable(r.hosts, r.addrs)
 	for i := 1; i < cfg.Size; i++ {
 		r.peers[i].SetWriteDeadline(time.Now().Add(cfg.Timeout))
@@ -195,6 +221,36 @@ func (r *Rendezvous) serve(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// reachable makes the addresses of rank 0's machine that other machines
+// cannot dial dialable. A rank on rank 0's machine announces the local
+// address of its connection to rank 0, which is a loopback address when
+// MasterAddr resolves to one there (Debian and Ubuntu map the host's own
+// name to 127.0.1.1): a rank on another machine that dials it (the members
+// of a sub-group that spans machines: hybrid sharding, hier) would reach
+// itself. When the job spans machines, such an address takes rank 0's
+// host instead (MasterAddr as every rank dials it, adv), with its own
+// port; the listener binds every interface. Addresses of a job on one
+// machine, and any address that is not a loopback IP, are left alone.
+func reachable(hosts, addrs []string, adv string) {
+	if ip := net.ParseIP(adv); ip != nil && ip.IsLoopback() {
+		return // rank 0 itself is reached over loopback: one machine
+	}
+	spans := false
+	for _, h := range hosts {
+		spans = spans || h != hosts[0]
+	}
+	if !spans {
+		return
+	}
+	for i := 1; i < len(addrs); i++ {
+		host, port, err := net.SplitHostPort(addrs[i])
+		if ip := net.ParseIP(host); err != nil || hosts[i] != hosts[0] || ip == nil || !ip.IsLoopback() {
+			continue
+		}
+		addrs[i] = net.JoinHostPort(adv, port)
+	}
 }
 
 // maxHandshakes bounds the handshakes in progress at once on one listener.
@@ -234,10 +290,12 @@ func (r *Rendezvous) admit(ln net.Listener, where string, check func(wire.Hello)
 				a.acceptErr <- err
 				return
 			}
+			// A connection beyond the limit waits for a slot (the others
+			// end within the handshake deadline): at the start of a large
+			// job, every joiner arrives at once.
 			select {
 			case sem <- struct{}{}:
-			default:
-				r.cfg.Logger.Warn().Str("remote", c.RemoteAddr().String()).Msgf("refused connection at %s: too many handshakes at once", where)
+			case <-a.done:
 				c.Close()
 				continue
 			}
@@ -316,6 +374,17 @@ func (r *Rendezvous) handshake(c net.Conn, where string, check func(wire.Hello) 
 // and returns the connection with the acceptor's answer (the part after its
 // proof). want is the frame kind that answers an accepted hello.
 func (r *Rendezvous) dial(c net.Conn, h wire.Hello, want wire.Kind) ([]byte, error) {
+	nonceA, err := r.challenge(c)
+	if err != nil {
+		return nil, err
+	}
+	return r.answer(c, h, want, nonceA)
+}
+
+// challenge reads the acceptor's nonce, the first frame of a dialed
+// connection. An error wrapping errNoChallenge means the acceptor closed the
+// connection or stayed silent before sending anything.
+func (r *Rendezvous) challenge(c net.Conn) ([]byte, error) {
 	nonceA, err := readChallenge(c, r.hbuf())
 	if err != nil {
 		// Over TLS 1.3 the acceptor refuses our certificate after our side
@@ -324,10 +393,20 @@ func (r *Rendezvous) dial(c net.Conn, h wire.Hello, want wire.Kind) ([]byte, err
 			return nil, fmt.Errorf("%w (%s)", err, tlsHint(err))
 		}
 		if r.cfg.TLS == nil && (errors.Is(err, io.EOF) || errors.Is(err, os.ErrDeadlineExceeded)) {
-			return nil, fmt.Errorf("no challenge: %w (if the job uses TLS, set %s, %s and %s on every rank)", err, TLSCertEnv, TLSKeyEnv, TLSCAEnv)
+			return nil, fmt.Errorf("%w: %w (if the job uses TLS, set %s, %s and %s on every rank)", errNoChallenge, err, TLSCertEnv, TLSKeyEnv, TLSCAEnv)
 		}
 		return nil, err
 	}
+	return nonceA, nil
+}
+
+// errNoChallenge marks a dialed connection that ended or stayed silent
+// before the acceptor's first frame.
+var errNoChallenge = errors.New("no challenge")
+
+// answer runs the rest of the dialer's half of the handshake, after the
+// acceptor's nonce nonceA.
+func (r *Rendezvous) answer(c net.Conn, h wire.Hello, want wire.Kind, nonceA []byte) ([]byte, error) {
 	nonceD, err := signHello(&h, r.cfg.Token, nonceA)
 	if err != nil {
 		return nil, err
@@ -355,56 +434,140 @@ var errNoProof = errors.New("answered without proving it holds the token")
 
 func (r *Rendezvous) hbuf() []byte { return make([]byte, wire.HeaderSize) }
 
-func (r *Rendezvous) join(ctx context.Context) error {
+// outer is Meet's context without the timeout: see joinOnce.
+func (r *Rendezvous) join(ctx, outer context.Context) error {
+	cfg := r.cfg
+	warned := false
+	for {
+		c, p, err := r.joinOnce(ctx, outer)
+		if err == nil {
+			hosts, addrs, err := wire.DecodeTable(p, cfg.Size)
+			if err != nil {
+				c.Close()
+				return fmt.Errorf("rendezvous: rank %d: address table: %w", cfg.Rank, err)
+			}
+			copy(r.hosts, hosts)
+			copy(r.addrs, addrs)
+			r.peers[0] = c
+			return nil
+		}
+		if !errors.Is(err, errNoChallenge) || ctx.Err() != nil {
+			return err
+		}
+		// Something accepted the connection at MasterAddr:MasterPort but
+		// sent no challenge: rank 0 busy with other handshakes, or another
+		// program on the port. Try again until the timeout, and say so once.
+		if !warned {
+			warned = true
+			cfg.Logger.Warn().Err(err).Msgf("rendezvous: %s accepted the connection but did not answer as a fulgur rank 0 does: trying again until the timeout (%v); if this repeats, another program is using MASTER_PORT there, or MASTER_ADDR names the wrong machine", cfg.masterHostPort(), cfg.Timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// joinOnce dials rank 0, retrying until it is up, and runs the handshake;
+// it returns the connection and rank 0's answer (the address table). An
+// error wrapping errNoChallenge may be tried again.
+func (r *Rendezvous) joinOnce(ctx, outer context.Context) (net.Conn, []byte, error) {
 	cfg := r.cfg
 	var c net.Conn
 	var d net.Dialer
 	if cfg.BindAddr != "" {
 		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(cfg.BindAddr)}
 	}
+	// why is the last failure that says more than the timeout that ended
+	// the waiting: a name that does not resolve, a refused connection.
+	var why error
+	warnedDNS := false
 	for {
 		var err error
 		c, err = d.DialContext(ctx, "tcp", cfg.masterHostPort())
 		if err == nil {
 			break
 		}
+		var dns *net.DNSError
+		if errors.As(err, &dns) && dns.IsNotFound {
+			err = fmt.Errorf("%w (MASTER_ADDR %q does not resolve on this machine: check the name, or give node 0's IP address)", err, cfg.MasterAddr)
+			if !warnedDNS {
+				warnedDNS = true
+				cfg.Logger.Warn().Err(err).Msgf("rendezvous: trying again until the timeout (%v)", cfg.Timeout)
+			}
+		}
+		if ctx.Err() == nil || why == nil {
+			why = err
+		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("rendezvous: rank %d: rank 0 at %s did not answer within the timeout (%v): %w", cfg.Rank, cfg.masterHostPort(), cfg.Timeout, err)
+			return nil, nil, fmt.Errorf("rendezvous: rank %d: rank 0 at %s did not answer within the timeout (%v): %w", cfg.Rank, cfg.masterHostPort(), cfg.Timeout, why)
 		case <-time.After(50 * time.Millisecond): // rank 0 may not be listening yet
 		}
 	}
 	raw := c // the TCP connection under TLS, if any
+	// Rank 0 sends its challenge as soon as it accepts: a connection that
+	// gets none in a while is tried again (joiners wait for a handshake
+	// slot) and, if that repeats, named as another program's.
+	if cfg.TLS == nil {
+		raw.SetReadDeadline(handshakeDeadline(cfg.Timeout))
+	}
 	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	adv := cfg.AdvertiseAddr
 	if adv == "" {
 		adv, _, _ = net.SplitHostPort(c.LocalAddr().String())
 	}
+	fail := func(err error) (net.Conn, []byte, error) {
+		c.Close()
+		return nil, nil, fmt.Errorf("rendezvous: rank %d: rank 0 at %s: %w", cfg.Rank, cfg.masterHostPort(), err)
+	}
 	c, err := r.clientConn(ctx, c)
 	if err != nil {
 		raw.Close()
-		return fmt.Errorf("rendezvous: rank %d: rank 0 at %s: %w", cfg.Rank, cfg.masterHostPort(), err)
+		return nil, nil, fmt.Errorf("rendezvous: rank %d: rank 0 at %s: %w", cfg.Rank, cfg.masterHostPort(), err)
 	}
+	nonceA, err := r.challenge(c)
+	switch {
+	case errors.Is(err, errNoChallenge):
+		return fail(fmt.Errorf("%w; the program there accepts connections but does not answer as a fulgur rank 0: is another program using MASTER_PORT %d on %s, or does MASTER_ADDR name the wrong machine?", err, cfg.MasterPort, cfg.MasterAddr))
+	case errors.Is(err, wire.ErrFrame):
+		return fail(fmt.Errorf("%w: the program there is not a fulgur rank 0 (it sent bytes that are not fulgur frames): is another program using MASTER_PORT %d on %s, or does MASTER_ADDR name the wrong machine?", err, cfg.MasterPort, cfg.MasterAddr))
+	case err != nil:
+		return fail(err)
+	}
+	// The table comes once every rank has joined, and when one never
+	// does, rank 0 decides: it sends the joined ranks why it gave up (the
+	// missing ranks). A joiner whose own timeout ends first (started
+	// before rank 0) waits a little longer for that verdict, rather than
+	// fail on its own with a bare read timeout that a launcher would
+	// report as the job's first failure.
+	if !stop() {
+		return fail(ctx.Err())
+	}
+	deadline, _ := ctx.Deadline()
+	extra := min(cfg.Timeout, 10*time.Second)
+	raw.SetDeadline(deadline.Add(extra))
+	stopOuter := context.AfterFunc(outer, func() { raw.SetDeadline(time.Unix(1, 0)) })
+	defer stopOuter()
 	h := wire.Hello{Rank: cfg.Rank, Size: cfg.Size, Host: HostID(), DataAddr: net.JoinHostPort(adv, r.port())}
-	p, err := r.dial(c, h, wire.KindTable)
+	p, err := r.answer(c, h, wire.KindTable, nonceA)
+	if errors.Is(err, os.ErrDeadlineExceeded) && outer.Err() == nil {
+		return fail(fmt.Errorf("%w: rank 0 sent neither the address table nor why it gave up within the timeout (%v) and %v more: is rank 0 stopped or its machine unreachable?", err, cfg.Timeout, extra))
+	}
 	if errors.Is(err, errNoProof) {
 		c.Close()
-		return fmt.Errorf("rendezvous: rank %d: the process at %s answered without proving it holds the token: it is not this job's rank 0 (check MASTER_ADDR, MASTER_PORT and %s)", cfg.Rank, cfg.masterHostPort(), TokenEnv)
+		return nil, nil, fmt.Errorf("rendezvous: rank %d: the process at %s answered without proving it holds the token: it is not this job's rank 0 (check MASTER_ADDR, MASTER_PORT and %s)", cfg.Rank, cfg.masterHostPort(), TokenEnv)
 	}
 	if err != nil {
-		c.Close()
-		return fmt.Errorf("rendezvous: rank %d: rank 0 at %s: %w", cfg.Rank, cfg.masterHostPort(), err)
+		return fail(err)
 	}
-	hosts, addrs, err := wire.DecodeTable(p, cfg.Size)
-	if err != nil {
-		c.Close()
-		return fmt.Errorf("rendezvous: rank %d: address table: %w", cfg.Rank, err)
+	if !stopOuter() {
+		return fail(outer.Err())
 	}
-	copy(r.hosts, hosts)
-	copy(r.addrs, addrs)
-	r.peers[0] = c
-	return nil
+	raw.SetDeadline(time.Time{})
+	return c, p, nil
 }
 
 // DialPeer opens a data connection to rank's data listener and proves the
