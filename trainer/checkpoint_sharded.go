@@ -2,6 +2,8 @@ package trainer
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,10 +29,29 @@ import (
 // holding the spans rank R's SaveState returned, each stored flat as
 // "<name>@<lo>" with its global tensor's name, shape and span under
 // keySpans.
+//
+// The index also records, under keyShardSums, a digest of each shard file
+// it was saved with (shardDigest): a save over an earlier one replaces the
+// shard files one by one and the index last, so a rank killed in between
+// leaves the earlier index beside a mix of new and old shards, which
+// reading refuses instead of assembling a model from two saves.
 const (
-	keyShards = "fulgur.shards"
-	keySpans  = "fulgur.spans"
+	keyShards    = "fulgur.shards"
+	keySpans     = "fulgur.spans"
+	keyShardSums = "fulgur.shard_digests"
 )
+
+// shardDigestWords is how many 16-bit words of a shard's digest the ranks
+// exchange (each is exact in a float64 of the strategy's Reduce).
+const shardDigestWords = 4
+
+// shardDigest identifies a shard file by its checksums (keySums, which
+// cover every tensor and metadata field): the first 64 bits of their
+// SHA-256, as 16 hex digits.
+func shardDigest(meta map[string]string) string {
+	s := sha256.Sum256([]byte(meta[keySums]))
+	return hex.EncodeToString(s[:2*shardDigestWords])
+}
 
 type ckptSpan struct {
 	Name  string `json:"name"`
@@ -106,12 +127,22 @@ func (t *Trainer) writeShardedCheckpoint(ctx context.Context, paths []string) er
 		werr = writeCheckpointFile(shardPath(path, r, n), func(w io.Writer) error { return encodeSafetensors(w, tensors, meta) })
 	}
 	// Every rank learns whether every shard is written before the index
-	// names them.
-	failed := []float64{0}
+	// names them, and rank 0 each shard's digest, in words of 16 bits
+	// (the others' slots 0, so Max gathers them).
+	failed := make([]float64, 1+n*shardDigestWords)
 	if werr != nil {
 		failed[0] = 1
+	} else {
+		d, _ := hex.DecodeString(shardDigest(meta))
+		for i := range shardDigestWords {
+			failed[1+r*shardDigestWords+i] = float64(int(d[2*i])<<8 | int(d[2*i+1]))
+		}
 	}
-	if err := t.strat.Reduce(ctx, failed, []float64{0}, []module.Reduce{module.Max}); err != nil {
+	ops := make([]module.Reduce, len(failed))
+	for i := range ops {
+		ops[i] = module.Max
+	}
+	if err := t.strat.Reduce(ctx, failed, make([]float64, len(failed)), ops); err != nil {
 		return fmt.Errorf("checkpoint %s: %w", paths[0], errors.Join(werr, err))
 	}
 	if werr != nil {
@@ -122,6 +153,19 @@ func (t *Trainer) writeShardedCheckpoint(ctx context.Context, paths []string) er
 	}
 	if !t.state.IsGlobalZero {
 		return nil
+	}
+	digests := make([]string, n)
+	for q := range digests {
+		d := make([]byte, 2*shardDigestWords)
+		for i := range shardDigestWords {
+			w := int(failed[1+q*shardDigestWords+i])
+			d[2*i], d[2*i+1] = byte(w>>8), byte(w)
+		}
+		digests[q] = hex.EncodeToString(d)
+	}
+	sums, err := json.Marshal(digests)
+	if err != nil {
+		return err
 	}
 	for _, path := range paths {
 		files := make([]string, n)
@@ -136,6 +180,7 @@ func (t *Trainer) writeShardedCheckpoint(ctx context.Context, paths []string) er
 			extra = map[string]string{}
 		}
 		extra[keyShards] = string(b)
+		extra[keyShardSums] = string(sums)
 		idx, imeta, err := t.encodeCheckpoint(&strategy.StateDict{Blobs: sd.Blobs}, extra)
 		if err != nil {
 			return fmt.Errorf("checkpoint %s: %w", path, err)
@@ -216,8 +261,15 @@ func (c *checkpoint) readShards(path string) error {
 	if err := strictJSON(v, &files); err != nil || len(files) == 0 {
 		return fmt.Errorf("metadata field %q: %v: the index is corrupt", keyShards, err)
 	}
+	// Indexes written before the digests were recorded have none.
+	var digests []string
+	if v, ok := c.meta[keyShardSums]; ok {
+		if err := strictJSON(v, &digests); err != nil || len(digests) != len(files) {
+			return fmt.Errorf("metadata field %q: %d digests for %d shard files (%v): the index is corrupt", keyShardSums, len(digests), len(files), err)
+		}
+	}
 	c.shards = []strategy.Tensor{}
-	for _, f := range files {
+	for i, f := range files {
 		if f != filepath.Base(f) {
 			return fmt.Errorf("metadata field %q names %q, not a file beside the index: the index is corrupt", keyShards, f)
 		}
@@ -229,46 +281,49 @@ func (c *checkpoint) readShards(path string) error {
 		if err != nil {
 			return fmt.Errorf("shard %s: %w (a sharded checkpoint needs every rank's file beside its index)", f, err)
 		}
-		s, err := parseShard(b)
+		s, digest, err := parseShard(b)
 		if err != nil {
 			return fmt.Errorf("shard %s: %w", f, err)
+		}
+		if digests != nil && digest != digests[i] {
+			return fmt.Errorf("shard %s is not the file the index was saved with (its digest is %s, the index recorded %s): it is of another save, most likely one interrupted after some ranks had replaced their shard files and before the index was written; resume from an earlier checkpoint, or one saved whole", f, digest, digests[i])
 		}
 		c.shards = append(c.shards, s...)
 	}
 	return nil
 }
 
-// parseShard verifies a shard file and returns its spans.
-func parseShard(b []byte) ([]strategy.Tensor, error) {
+// parseShard verifies a shard file and returns its spans and its digest.
+func parseShard(b []byte) ([]strategy.Tensor, string, error) {
 	f, err := decodeSafetensors(b)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	var version int
 	if err := checkMeta(f.Meta, &version); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	var sums map[string]string
 	if err := strictJSON(f.Meta[keySums], &sums); err != nil {
-		return nil, fmt.Errorf("metadata field %q: %v: the file is corrupt", keySums, err)
+		return nil, "", fmt.Errorf("metadata field %q: %v: the file is corrupt", keySums, err)
 	}
 	for k, v := range f.Meta {
 		if k != keySums && sums["meta:"+k] != metaSum(k, v) {
-			return nil, fmt.Errorf("metadata field %q: SHA-256 mismatch: the file is corrupt", k)
+			return nil, "", fmt.Errorf("metadata field %q: SHA-256 mismatch: the file is corrupt", k)
 		}
 	}
 	var spans map[string]ckptSpan
 	if err := strictJSON(f.Meta[keySpans], &spans); err != nil {
-		return nil, fmt.Errorf("metadata field %q: %v: the file is corrupt", keySpans, err)
+		return nil, "", fmt.Errorf("metadata field %q: %v: the file is corrupt", keySpans, err)
 	}
 	var out []strategy.Tensor
 	for _, tn := range f.Tensors {
 		if sums["tensor:"+tn.Name] != tensorSum(tn) {
-			return nil, fmt.Errorf("tensor %q (%s %v): SHA-256 mismatch: the file is corrupt", tn.Name, tn.Dtype, tn.Shape)
+			return nil, "", fmt.Errorf("tensor %q (%s %v): SHA-256 mismatch: the file is corrupt", tn.Name, tn.Dtype, tn.Shape)
 		}
 		sp, ok := spans[tn.Name]
 		if !ok {
-			return nil, fmt.Errorf("tensor %q has no span in %q: the file is corrupt", tn.Name, keySpans)
+			return nil, "", fmt.Errorf("tensor %q has no span in %q: the file is corrupt", tn.Name, keySpans)
 		}
 		st := strategy.Tensor{Name: sp.Name, Shape: sp.Shape, Lo: sp.Lo, Hi: sp.Hi}
 		switch {
@@ -286,9 +341,9 @@ func parseShard(b []byte) ([]strategy.Tensor, error) {
 	}
 	sd := &strategy.StateDict{Tensors: out}
 	if err := sd.Check(); err != nil {
-		return nil, fmt.Errorf("%w: the file is corrupt", err)
+		return nil, "", fmt.Errorf("%w: the file is corrupt", err)
 	}
-	return out, nil
+	return out, shardDigest(f.Meta), nil
 }
 
 // wholeTensors assembles every tensor of sd whole from its spans.
