@@ -60,12 +60,46 @@ type ckptSpan struct {
 	Hi    int    `json:"hi"`
 }
 
-// shardPath is rank r of n's shard file of the checkpoint at path.
-func shardPath(path string, r, n int) string { return fmt.Sprintf("%s.rank%d-of-%d", path, r, n) }
+// shardPath is rank r of n's shard file of the checkpoint at path, in
+// slot 0 (PATH.rank<R>-of-<N>) or 1 (the same with altSuffix). A save over
+// an earlier one at the same world size writes the slot its index does not
+// name (sameSlot), so the earlier checkpoint stays whole until the new index
+// replaces it: a rank that dies before writing its shard (an elastic job's
+// rank killed at a checkpoint step) leaves the earlier save to resume from.
+func shardPath(path string, r, n, slot int) string {
+	p := fmt.Sprintf("%s.rank%d-of-%d", path, r, n)
+	if slot == 1 {
+		p += altSuffix
+	}
+	return p
+}
+
+const altSuffix = ".alt"
 
 // shardFileName matches a shard file's name (shardPath): the index's name,
 // the rank and the ranks.
-var shardFileName = regexp.MustCompile(`^(.+)\.rank(\d+)-of-(\d+)$`)
+var shardFileName = regexp.MustCompile(`^(.+)\.rank(\d+)-of-(\d+)(\.alt)?$`)
+
+// freeSlot is the slot of shardPath that a sharded save of n ranks at
+// path writes: the one that the index there now (if any) does not name.
+func freeSlot(path string, n int) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	c, err := parseCheckpoint(b)
+	if err != nil {
+		return 0
+	}
+	var files []string
+	if strictJSON(c.meta[keyShards], &files) != nil {
+		return 0
+	}
+	if slices.Contains(files, filepath.Base(shardPath(path, 0, n, 0))) {
+		return 1
+	}
+	return 0
+}
 
 // errShardFile is parseCheckpoint's error for one rank's shard file, which
 // readCheckpointFile turns into shardFileError.
@@ -120,11 +154,27 @@ func (t *Trainer) writeShardedCheckpoint(ctx context.Context, paths []string) er
 	if err != nil && werr == nil {
 		werr = err
 	}
-	for _, path := range paths {
+	// Rank 0 picks each path's free slot (the ranks may not all see the
+	// file there, on several machines without a shared filesystem) and
+	// every rank learns it.
+	slots := make([]float64, len(paths))
+	ops := make([]module.Reduce, max(len(paths), 1+n*shardDigestWords))
+	for i := range ops {
+		ops[i] = module.Max
+	}
+	if t.state.IsGlobalZero {
+		for i, path := range paths {
+			slots[i] = float64(freeSlot(path, n))
+		}
+	}
+	if err := t.strat.Reduce(ctx, slots, make([]float64, len(slots)), ops[:len(slots)]); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", paths[0], err)
+	}
+	for i, path := range paths {
 		if werr != nil {
 			break
 		}
-		werr = writeCheckpointFile(shardPath(path, r, n), func(w io.Writer) error { return encodeSafetensors(w, tensors, meta) })
+		werr = writeCheckpointFile(shardPath(path, r, n, int(slots[i])), func(w io.Writer) error { return encodeSafetensors(w, tensors, meta) })
 	}
 	// Every rank learns whether every shard is written before the index
 	// names them, and rank 0 each shard's digest, in words of 16 bits
@@ -138,11 +188,7 @@ func (t *Trainer) writeShardedCheckpoint(ctx context.Context, paths []string) er
 			failed[1+r*shardDigestWords+i] = float64(int(d[2*i])<<8 | int(d[2*i+1]))
 		}
 	}
-	ops := make([]module.Reduce, len(failed))
-	for i := range ops {
-		ops[i] = module.Max
-	}
-	if err := t.strat.Reduce(ctx, failed, make([]float64, len(failed)), ops); err != nil {
+	if err := t.strat.Reduce(ctx, failed, make([]float64, len(failed)), ops[:len(failed)]); err != nil {
 		return fmt.Errorf("checkpoint %s: %w", paths[0], errors.Join(werr, err))
 	}
 	if werr != nil {
@@ -167,10 +213,10 @@ func (t *Trainer) writeShardedCheckpoint(ctx context.Context, paths []string) er
 	if err != nil {
 		return err
 	}
-	for _, path := range paths {
+	for i, path := range paths {
 		files := make([]string, n)
 		for q := range files {
-			files[q] = filepath.Base(shardPath(path, q, n))
+			files[q] = filepath.Base(shardPath(path, q, n, int(slots[i])))
 		}
 		b, err := json.Marshal(files)
 		if err != nil {
@@ -188,7 +234,7 @@ func (t *Trainer) writeShardedCheckpoint(ctx context.Context, paths []string) er
 		if err := writeCheckpointFile(path, func(w io.Writer) error { return encodeSafetensors(w, idx, imeta) }); err != nil {
 			return fmt.Errorf("checkpoint %s: %w", path, err)
 		}
-		if err := removeStaleShards(path, n); err != nil {
+		if err := removeStaleShards(path, files); err != nil {
 			return err
 		}
 	}
@@ -196,14 +242,15 @@ func (t *Trainer) writeShardedCheckpoint(ctx context.Context, paths []string) er
 }
 
 // removeStaleShards deletes the shard files beside the checkpoint at path
-// that its index (just written, by a world of n ranks; 0: a single file)
-// does not name: those of an earlier save at another world size, or
-// sharded where this one is not, which nothing would ever read or delete.
-func removeStaleShards(path string, n int) error {
+// that its index (just written; naming files, nil for a single file) does
+// not name: those of the save before it (the other slot), of an earlier
+// save at another world size, or sharded where this one is not, which
+// nothing would ever read or delete.
+func removeStaleShards(path string, files []string) error {
 	shards, _ := filepath.Glob(globEscape(path) + ".rank*-of-*")
 	var errs []error
 	for _, p := range shards {
-		if n > 0 && strings.HasSuffix(p, "-of-"+strconv.Itoa(n)) {
+		if slices.Contains(files, filepath.Base(p)) {
 			continue
 		}
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -2,11 +2,13 @@ package trainer_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/fulgur-ml/fulgur/callbacks"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
@@ -46,4 +48,56 @@ func TestShardedCheckpointWithAShardOfAnotherSaveIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	says("Fit", tr.Fit(ctx, newEvalReg(), loader(t, regression(t, 64, 0.01, 4), 8, false, false), nil, trainer.FromCheckpoint(index)))
+}
+
+// rankDiesAt returns an error from its rank's OnTrainBatchEnd at a step: put
+// before a ModelCheckpoint, that rank dies before its save while the others
+// write theirs.
+type rankDiesAt struct{ rank, step int }
+
+func (f *rankDiesAt) Name() string { return "rankDiesAt" }
+func (f *rankDiesAt) OnTrainBatchEnd(ctx context.Context, s *trainer.State) error {
+	if s.Rank == f.rank && s.GlobalStep == f.step {
+		return errors.New("rank dies before its save")
+	}
+	return nil
+}
+
+// A rank that dies before its part of a sharded save (an elastic job's
+// rank killed at a checkpoint step) leaves the checkpoint saved before it
+// whole: the other ranks' new shards do not replace the files its index
+// names. Before, they did, and the restart either resumed from shards of two
+// saves or (with the index's digests) could not resume at all.
+func TestShardedSaveThatARankMissesLeavesTheEarlierCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	ds := regression(t, 64, 0.01, 4)
+	dir := t.TempDir()
+	_, errs := onRanks(t, 2, fsdpRank(t), func(r int) trainer.Config {
+		mc, err := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{EveryNTrainSteps: 2, LastOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return quiet(trainer.Config{MaxEpochs: 1, Seed: 1, LogDir: dir, ShardedCheckpoint: true, Callbacks: []trainer.Callback{&rankDiesAt{1, 6}, mc}})
+	}, func(r int, tr *trainer.Trainer) error {
+		defer tr.Teardown(ctx)
+		return tr.Fit(ctx, newEvalReg(), loader(t, ds, 4, false, false), nil)
+	})
+	if errs[1] == nil {
+		t.Fatal("rank 1's Fit: no error, want its callback's")
+	}
+	index := filepath.Join(dir, "checkpoints", "last.ckpt")
+	info, err := trainer.VerifyCheckpoint(index)
+	if err != nil {
+		t.Fatalf("the checkpoint saved before the failed save: %v", err)
+	}
+	if info.GlobalStep != 4 {
+		t.Errorf("last.ckpt is at step %d, want 4 (the save at step 6 did not finish)", info.GlobalStep)
+	}
+	tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 1, DefaultRootDir: t.TempDir()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Fit(ctx, newEvalReg(), loader(t, ds, 8, false, false), nil, trainer.FromCheckpoint(index)); err != nil {
+		t.Errorf("resume from it: %v", err)
+	}
 }
