@@ -93,6 +93,12 @@ func TestShardedSaveThatARankMissesLeavesTheEarlierCheckpoint(t *testing.T) {
 	if info.GlobalStep != 4 {
 		t.Errorf("last.ckpt is at step %d, want 4 (the save at step 6 did not finish)", info.GlobalStep)
 	}
+	// Rank 0's shard of the save that did not finish, under the other
+	// slot's name, is still recognised as a shard of the index.
+	alt := index + ".rank0-of-2.alt"
+	if _, err := trainer.VerifyCheckpoint(alt); err == nil || !strings.Contains(err.Error(), "pass the index, "+index+",") {
+		t.Errorf("VerifyCheckpoint of %s: %v, want an error naming the index", alt, err)
+	}
 	tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 1, DefaultRootDir: t.TempDir()}))
 	if err != nil {
 		t.Fatal(err)
