@@ -25,7 +25,9 @@
 // windows that follow. A model that fits only at 1/N sets
 // Config.SyncMicroBatches (FULGUR_FSDP_SYNC_MICROBATCHES=1) to
 // reduce-scatter every micro-batch instead (PyTorch FSDP outside
-// no_sync()). Without accumulation the two are the same.
+// no_sync()), for a second gradient shard that the micro-batches after a
+// window's first land in before they are added. Without accumulation the
+// two are the same.
 //
 // CPU offload (PyTorch's CPUOffload, Config.CPUOffload,
 // FULGUR_FSDP_CPU_OFFLOAD=1) has nothing to do in this build: the engine
