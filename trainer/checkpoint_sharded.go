@@ -3,6 +3,7 @@ package trainer
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -83,16 +84,30 @@ var shardFileName = regexp.MustCompile(`^(.+)\.rank(\d+)-of-(\d+)(\.alt)?$`)
 // freeSlot is the slot of shardPath that a sharded save of n ranks at
 // path writes: the one that the index there now (if any) does not name.
 func freeSlot(path string, n int) int {
-	b, err := os.ReadFile(path)
+	// The header only: PATH may hold a whole checkpoint of a save that was
+	// not sharded.
+	f, err := os.Open(path)
 	if err != nil {
 		return 0
 	}
-	c, err := parseCheckpoint(b)
-	if err != nil {
+	defer f.Close()
+	var nb [8]byte
+	if _, err := io.ReadFull(f, nb[:]); err != nil {
 		return 0
+	}
+	hn := binary.LittleEndian.Uint64(nb[:])
+	if hn > maxHeader {
+		return 0
+	}
+	hb := make([]byte, hn)
+	if _, err := io.ReadFull(f, hb); err != nil {
+		return 0
+	}
+	var hdr struct {
+		Meta map[string]string `json:"__metadata__"`
 	}
 	var files []string
-	if strictJSON(c.meta[keyShards], &files) != nil {
+	if json.Unmarshal(hb, &hdr) != nil || json.Unmarshal([]byte(hdr.Meta[keyShards]), &files) != nil {
 		return 0
 	}
 	if slices.Contains(files, filepath.Base(shardPath(path, 0, n, 0))) {
