@@ -32,10 +32,11 @@ import (
 // keySpans.
 //
 // The index also records, under keyShardSums, a digest of each shard file
-// it was saved with (shardDigest): a save over an earlier one replaces the
-// shard files one by one and the index last, so a rank killed in between
-// leaves the earlier index beside a mix of new and old shards, which
-// reading refuses instead of assembling a model from two saves.
+// it was saved with (shardDigest), and reading refuses a shard of another
+// save beside it (copied there, or written by another job saving to the
+// same path) instead of assembling a model from two saves. A save over an
+// earlier one writes the other set of names (shardPath's slots), so a rank
+// killed during a save leaves the earlier index beside its own shards.
 const (
 	keyShards    = "fulgur.shards"
 	keySpans     = "fulgur.spans"
@@ -64,7 +65,7 @@ type ckptSpan struct {
 // shardPath is rank r of n's shard file of the checkpoint at path, in
 // slot 0 (PATH.rank<R>-of-<N>) or 1 (the same with altSuffix). A save over
 // an earlier one at the same world size writes the slot its index does not
-// name (sameSlot), so the earlier checkpoint stays whole until the new index
+// name (freeSlot), so the earlier checkpoint stays whole until the new index
 // replaces it: a rank that dies before writing its shard (an elastic job's
 // rank killed at a checkpoint step) leaves the earlier save to resume from.
 func shardPath(path string, r, n, slot int) string {
@@ -348,7 +349,7 @@ func (c *checkpoint) readShards(path string) error {
 			return fmt.Errorf("shard %s: %w", f, err)
 		}
 		if digests != nil && digest != digests[i] {
-			return fmt.Errorf("shard %s is not the file the index was saved with (its digest is %s, the index recorded %s): it is of another save, most likely one interrupted after some ranks had replaced their shard files and before the index was written; resume from an earlier checkpoint, or one saved whole", f, digest, digests[i])
+			return fmt.Errorf("shard %s is not the file the index was saved with (its digest is %s, the index recorded %s): it is of another save (a shard file copied there, or another job saving to the same path); resume from another checkpoint, or put this save's shard files beside it", f, digest, digests[i])
 		}
 		c.shards = append(c.shards, s...)
 	}
