@@ -12,13 +12,12 @@ import (
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
-// A save of a sharded checkpoint over an earlier one (last.ckpt, saved
-// every few steps) replaces each rank's shard file, then the index: a rank
-// killed in between leaves the earlier index beside some ranks' new shards
-// and others' old ones. Resuming from that mix trained on silently (half
-// the model from one save, half from the other); it is refused, naming the
-// shard file that does not belong to the index. Built here by putting an
-// index and rank 1's shard of one run beside rank 0's shard of another.
+// A sharded checkpoint's index beside a shard file of another save (one
+// copied there, or, before saves alternated between two sets of names, a
+// rank's new shard left by a save that a rank died in) is refused, naming
+// the shard. Before, resuming assembled the model from both saves without a
+// word. Built here by putting an index and rank 1's shard of one run beside
+// rank 0's shard of another.
 func TestShardedCheckpointWithAShardOfAnotherSaveIsRefused(t *testing.T) {
 	ctx := context.Background()
 	dirA, dirB := t.TempDir(), t.TempDir()
