@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -33,6 +34,17 @@ func TestElasticRestarts(t *testing.T) {
 	// ddp_spawn's workers are an elastic job of the launching process.
 	t.Run("SIGKILL/train/ddp_spawn", func(t *testing.T) { elasticFault(t, "ddp_spawn", "train", want, 1) })
 	t.Run("exhausted", func(t *testing.T) { elasticFault(t, "ddp", "train", want, 2) })
+	// fsdp with sharded checkpoints: rank 1 is killed before its part of
+	// the save of step 6 while rank 0 writes its shard; the restart resumes
+	// from step 3's checkpoint, which that shard must not have replaced.
+	t.Run("SIGKILL/save/fsdp-sharded", func(t *testing.T) {
+		sharded := []string{"-strategy", "fsdp", "-sharded"}
+		j := start(t, newMarker(t), tcp2.env(), append(append(tcp2.args(), "-root", t.TempDir()), sharded...)...)
+		if !j.wait(t, 5*time.Minute) || j.err != nil {
+			t.Fatalf("the undisturbed fsdp run: %v\n%s", j.err, j.stderr.String())
+		}
+		elasticFault(t, "fsdp", "save", j.result(t).SHA256, 1, "-sharded")
+	})
 	t.Run("shrink", elasticShrink)
 }
 
@@ -100,13 +112,16 @@ func elasticShrink(t *testing.T) {
 }
 
 // elasticFault kills rank 1 in phase in each of the first kills attempts
-// of an elastic job of strategy strat allowed 2 restarts (kills 1) or 1
-// (kills 2).
-func elasticFault(t *testing.T, strat, phase, want string, kills int) {
+// of an elastic job of strategy strat (and the program's further args)
+// allowed 2 restarts (kills 1) or 1 (kills 2).
+func elasticFault(t *testing.T, strat, phase, want string, kills int, args ...string) {
 	restarts := 3 - kills
 	r := row{section: sectionRe, fault: fmt.Sprintf("rank 1 SIGKILL in %d attempt(s), FULGUR_MAX_RESTARTS=%d (elastic restart)", kills, restarts), phase: phaseNames[phase]}
 	if strat != "ddp" {
 		r.fault += ", strategy " + strat
+	}
+	if slices.Contains(args, "-sharded") {
+		r.fault += ", sharded checkpoints"
 	}
 	defer func() {
 		if t.Failed() {
@@ -116,7 +131,7 @@ func elasticFault(t *testing.T, strat, phase, want string, kills int) {
 		record(r)
 	}()
 	marker, root, holdDir := newMarker(t), t.TempDir(), t.TempDir()
-	j := start(t, marker, []string{holdEnv + "=" + phase + " 1 " + holdDir, "FULGUR_MAX_RESTARTS=" + strconv.Itoa(restarts)}, "-root", root, "-strategy", strat)
+	j := start(t, marker, []string{holdEnv + "=" + phase + " 1 " + holdDir, "FULGUR_MAX_RESTARTS=" + strconv.Itoa(restarts)}, append([]string{"-root", root, "-strategy", strat}, args...)...)
 	var injected time.Time
 	for k := 0; k < kills; k++ {
 		reached := filepath.Join(holdDir, "reached")

@@ -295,6 +295,7 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer) error {
 	logDir := fs.String("logdir", "", "Config.LogDir")
 	hidden := fs.Int("hidden", 16, "the MLP's hidden width (a wide one makes a checkpoint that takes a while to write)")
 	epochLog := fs.Bool("epoch-log", false, "the module logs a SyncDist metric and a callback logs from the epoch-end hooks on rank 0 only")
+	sharded := fs.Bool("sharded", false, "every rank saves only what it holds (Config.ShardedCheckpoint)")
 	uneven := fs.Bool("uneven", false, "no distributed sampler: rank r trains on 96-16r examples (uneven batches per rank), a BatchNorm model with SyncBatchNorm")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -328,7 +329,7 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer) error {
 	if *epochLog {
 		cbs = append(cbs, rank0EpochLog{})
 	}
-	cfg := trainer.Config{MaxEpochs: *epochs, Seed: 5, Strategy: *strat, Devices: *devices, NumNodes: *nodes,
+	cfg := trainer.Config{MaxEpochs: *epochs, Seed: 5, Strategy: *strat, Devices: *devices, NumNodes: *nodes, ShardedCheckpoint: *sharded,
 		Out: io.Discard, EnableProgressBar: trainer.Bool(false), DefaultRootDir: *root, LogDir: *logDir, Callbacks: cbs,
 		Profiler: &holdSpans{h: h, n: map[string]int{}},
 		// The "validation" phase is the validation after training: the
@@ -360,7 +361,13 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer) error {
 	if tr.IsWorker() {
 		return fmt.Errorf("a ddp_spawn worker returned from Fit")
 	}
-	zero, st, sha := tr.IsGlobalZero(), tr.Stats(), tr.Store().SHA256()
+	// Every rank: under fsdp, which holds no whole Store, the hash gathers
+	// the shards onto rank 0.
+	sha, err := tr.WeightsSHA256(ctx)
+	if err != nil {
+		return err
+	}
+	zero, st := tr.IsGlobalZero(), tr.Stats()
 	if err := tr.Teardown(ctx); err != nil {
 		return err
 	}

@@ -227,7 +227,7 @@ func (t *Trainer) writeCheckpoint(ctx context.Context, paths ...string) error {
 		if err := writeCheckpointFile(path, func(w io.Writer) error { return encodeSafetensors(w, tensors, meta) }); err != nil {
 			return fmt.Errorf("checkpoint %s: %w", path, err)
 		}
-		if err := removeStaleShards(path, 0); err != nil {
+		if err := removeStaleShards(path, nil); err != nil {
 			return err
 		}
 	}

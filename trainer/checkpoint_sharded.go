@@ -2,6 +2,9 @@ package trainer
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,10 +30,30 @@ import (
 // holding the spans rank R's SaveState returned, each stored flat as
 // "<name>@<lo>" with its global tensor's name, shape and span under
 // keySpans.
+//
+// The index also records, under keyShardSums, a digest of each shard file
+// it was saved with (shardDigest), and reading refuses a shard of another
+// save beside it (copied there, or written by another job saving to the
+// same path) instead of assembling a model from two saves. A save over an
+// earlier one writes the other set of names (shardPath's slots), so a rank
+// killed during a save leaves the earlier index beside its own shards.
 const (
-	keyShards = "fulgur.shards"
-	keySpans  = "fulgur.spans"
+	keyShards    = "fulgur.shards"
+	keySpans     = "fulgur.spans"
+	keyShardSums = "fulgur.shard_digests"
 )
+
+// shardDigestWords is how many 16-bit words of a shard's digest the ranks
+// exchange (each is exact in a float64 of the strategy's Reduce).
+const shardDigestWords = 4
+
+// shardDigest identifies a shard file by its checksums (keySums, which
+// cover every tensor and metadata field): the first 64 bits of their
+// SHA-256, as 16 hex digits.
+func shardDigest(meta map[string]string) string {
+	s := sha256.Sum256([]byte(meta[keySums]))
+	return hex.EncodeToString(s[:2*shardDigestWords])
+}
 
 type ckptSpan struct {
 	Name  string `json:"name"`
@@ -39,12 +62,60 @@ type ckptSpan struct {
 	Hi    int    `json:"hi"`
 }
 
-// shardPath is rank r of n's shard file of the checkpoint at path.
-func shardPath(path string, r, n int) string { return fmt.Sprintf("%s.rank%d-of-%d", path, r, n) }
+// shardPath is rank r of n's shard file of the checkpoint at path, in
+// slot 0 (PATH.rank<R>-of-<N>) or 1 (the same with altSuffix). A save over
+// an earlier one at the same world size writes the slot its index does not
+// name (freeSlot), so the earlier checkpoint stays whole until the new index
+// replaces it: a rank that dies before writing its shard (an elastic job's
+// rank killed at a checkpoint step) leaves the earlier save to resume from.
+func shardPath(path string, r, n, slot int) string {
+	p := fmt.Sprintf("%s.rank%d-of-%d", path, r, n)
+	if slot == 1 {
+		p += altSuffix
+	}
+	return p
+}
+
+const altSuffix = ".alt"
 
 // shardFileName matches a shard file's name (shardPath): the index's name,
 // the rank and the ranks.
-var shardFileName = regexp.MustCompile(`^(.+)\.rank(\d+)-of-(\d+)$`)
+var shardFileName = regexp.MustCompile(`^(.+)\.rank(\d+)-of-(\d+)(\.alt)?$`)
+
+// freeSlot is the slot of shardPath that a sharded save of n ranks at
+// path writes: the one that the index there now (if any) does not name.
+func freeSlot(path string, n int) int {
+	// The header only: PATH may hold a whole checkpoint of a save that was
+	// not sharded.
+	f, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	var nb [8]byte
+	if _, err := io.ReadFull(f, nb[:]); err != nil {
+		return 0
+	}
+	hn := binary.LittleEndian.Uint64(nb[:])
+	if hn > maxHeader {
+		return 0
+	}
+	hb := make([]byte, hn)
+	if _, err := io.ReadFull(f, hb); err != nil {
+		return 0
+	}
+	var hdr struct {
+		Meta map[string]string `json:"__metadata__"`
+	}
+	var files []string
+	if json.Unmarshal(hb, &hdr) != nil || json.Unmarshal([]byte(hdr.Meta[keyShards]), &files) != nil {
+		return 0
+	}
+	if slices.Contains(files, filepath.Base(shardPath(path, 0, n, 0))) {
+		return 1
+	}
+	return 0
+}
 
 // errShardFile is parseCheckpoint's error for one rank's shard file, which
 // readCheckpointFile turns into shardFileError.
@@ -99,19 +170,41 @@ func (t *Trainer) writeShardedCheckpoint(ctx context.Context, paths []string) er
 	if err != nil && werr == nil {
 		werr = err
 	}
-	for _, path := range paths {
+	// Rank 0 picks each path's free slot (the ranks may not all see the
+	// file there, on several machines without a shared filesystem) and
+	// every rank learns it.
+	slots := make([]float64, len(paths))
+	ops := make([]module.Reduce, max(len(paths), 1+n*shardDigestWords))
+	for i := range ops {
+		ops[i] = module.Max
+	}
+	if t.state.IsGlobalZero {
+		for i, path := range paths {
+			slots[i] = float64(freeSlot(path, n))
+		}
+	}
+	if err := t.strat.Reduce(ctx, slots, make([]float64, len(slots)), ops[:len(slots)]); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", paths[0], err)
+	}
+	for i, path := range paths {
 		if werr != nil {
 			break
 		}
-		werr = writeCheckpointFile(shardPath(path, r, n), func(w io.Writer) error { return encodeSafetensors(w, tensors, meta) })
+		werr = writeCheckpointFile(shardPath(path, r, n, int(slots[i])), func(w io.Writer) error { return encodeSafetensors(w, tensors, meta) })
 	}
 	// Every rank learns whether every shard is written before the index
-	// names them.
-	failed := []float64{0}
+	// names them, and rank 0 each shard's digest, in words of 16 bits
+	// (the others' slots 0, so Max gathers them).
+	failed := make([]float64, 1+n*shardDigestWords)
 	if werr != nil {
 		failed[0] = 1
+	} else {
+		d, _ := hex.DecodeString(shardDigest(meta))
+		for i := range shardDigestWords {
+			failed[1+r*shardDigestWords+i] = float64(int(d[2*i])<<8 | int(d[2*i+1]))
+		}
 	}
-	if err := t.strat.Reduce(ctx, failed, []float64{0}, []module.Reduce{module.Max}); err != nil {
+	if err := t.strat.Reduce(ctx, failed, make([]float64, len(failed)), ops[:len(failed)]); err != nil {
 		return fmt.Errorf("checkpoint %s: %w", paths[0], errors.Join(werr, err))
 	}
 	if werr != nil {
@@ -123,10 +216,23 @@ func (t *Trainer) writeShardedCheckpoint(ctx context.Context, paths []string) er
 	if !t.state.IsGlobalZero {
 		return nil
 	}
-	for _, path := range paths {
+	digests := make([]string, n)
+	for q := range digests {
+		d := make([]byte, 2*shardDigestWords)
+		for i := range shardDigestWords {
+			w := int(failed[1+q*shardDigestWords+i])
+			d[2*i], d[2*i+1] = byte(w>>8), byte(w)
+		}
+		digests[q] = hex.EncodeToString(d)
+	}
+	sums, err := json.Marshal(digests)
+	if err != nil {
+		return err
+	}
+	for i, path := range paths {
 		files := make([]string, n)
 		for q := range files {
-			files[q] = filepath.Base(shardPath(path, q, n))
+			files[q] = filepath.Base(shardPath(path, q, n, int(slots[i])))
 		}
 		b, err := json.Marshal(files)
 		if err != nil {
@@ -136,6 +242,7 @@ func (t *Trainer) writeShardedCheckpoint(ctx context.Context, paths []string) er
 			extra = map[string]string{}
 		}
 		extra[keyShards] = string(b)
+		extra[keyShardSums] = string(sums)
 		idx, imeta, err := t.encodeCheckpoint(&strategy.StateDict{Blobs: sd.Blobs}, extra)
 		if err != nil {
 			return fmt.Errorf("checkpoint %s: %w", path, err)
@@ -143,7 +250,7 @@ func (t *Trainer) writeShardedCheckpoint(ctx context.Context, paths []string) er
 		if err := writeCheckpointFile(path, func(w io.Writer) error { return encodeSafetensors(w, idx, imeta) }); err != nil {
 			return fmt.Errorf("checkpoint %s: %w", path, err)
 		}
-		if err := removeStaleShards(path, n); err != nil {
+		if err := removeStaleShards(path, files); err != nil {
 			return err
 		}
 	}
@@ -151,14 +258,15 @@ func (t *Trainer) writeShardedCheckpoint(ctx context.Context, paths []string) er
 }
 
 // removeStaleShards deletes the shard files beside the checkpoint at path
-// that its index (just written, by a world of n ranks; 0: a single file)
-// does not name: those of an earlier save at another world size, or
-// sharded where this one is not, which nothing would ever read or delete.
-func removeStaleShards(path string, n int) error {
+// that its index (just written; naming files, nil for a single file) does
+// not name: those of the save before it (the other slot), of an earlier
+// save at another world size, or sharded where this one is not, which
+// nothing would ever read or delete.
+func removeStaleShards(path string, files []string) error {
 	shards, _ := filepath.Glob(globEscape(path) + ".rank*-of-*")
 	var errs []error
 	for _, p := range shards {
-		if n > 0 && strings.HasSuffix(p, "-of-"+strconv.Itoa(n)) {
+		if slices.Contains(files, filepath.Base(p)) {
 			continue
 		}
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -216,8 +324,15 @@ func (c *checkpoint) readShards(path string) error {
 	if err := strictJSON(v, &files); err != nil || len(files) == 0 {
 		return fmt.Errorf("metadata field %q: %v: the index is corrupt", keyShards, err)
 	}
+	// Indexes written before the digests were recorded have none.
+	var digests []string
+	if v, ok := c.meta[keyShardSums]; ok {
+		if err := strictJSON(v, &digests); err != nil || len(digests) != len(files) {
+			return fmt.Errorf("metadata field %q: %d digests for %d shard files (%v): the index is corrupt", keyShardSums, len(digests), len(files), err)
+		}
+	}
 	c.shards = []strategy.Tensor{}
-	for _, f := range files {
+	for i, f := range files {
 		if f != filepath.Base(f) {
 			return fmt.Errorf("metadata field %q names %q, not a file beside the index: the index is corrupt", keyShards, f)
 		}
@@ -229,46 +344,49 @@ func (c *checkpoint) readShards(path string) error {
 		if err != nil {
 			return fmt.Errorf("shard %s: %w (a sharded checkpoint needs every rank's file beside its index)", f, err)
 		}
-		s, err := parseShard(b)
+		s, digest, err := parseShard(b)
 		if err != nil {
 			return fmt.Errorf("shard %s: %w", f, err)
+		}
+		if digests != nil && digest != digests[i] {
+			return fmt.Errorf("shard %s is not the file the index was saved with (its digest is %s, the index recorded %s): it is of another save (a shard file copied there, or another job saving to the same path); resume from another checkpoint, or put this save's shard files beside it", f, digest, digests[i])
 		}
 		c.shards = append(c.shards, s...)
 	}
 	return nil
 }
 
-// parseShard verifies a shard file and returns its spans.
-func parseShard(b []byte) ([]strategy.Tensor, error) {
+// parseShard verifies a shard file and returns its spans and its digest.
+func parseShard(b []byte) ([]strategy.Tensor, string, error) {
 	f, err := decodeSafetensors(b)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	var version int
 	if err := checkMeta(f.Meta, &version); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	var sums map[string]string
 	if err := strictJSON(f.Meta[keySums], &sums); err != nil {
-		return nil, fmt.Errorf("metadata field %q: %v: the file is corrupt", keySums, err)
+		return nil, "", fmt.Errorf("metadata field %q: %v: the file is corrupt", keySums, err)
 	}
 	for k, v := range f.Meta {
 		if k != keySums && sums["meta:"+k] != metaSum(k, v) {
-			return nil, fmt.Errorf("metadata field %q: SHA-256 mismatch: the file is corrupt", k)
+			return nil, "", fmt.Errorf("metadata field %q: SHA-256 mismatch: the file is corrupt", k)
 		}
 	}
 	var spans map[string]ckptSpan
 	if err := strictJSON(f.Meta[keySpans], &spans); err != nil {
-		return nil, fmt.Errorf("metadata field %q: %v: the file is corrupt", keySpans, err)
+		return nil, "", fmt.Errorf("metadata field %q: %v: the file is corrupt", keySpans, err)
 	}
 	var out []strategy.Tensor
 	for _, tn := range f.Tensors {
 		if sums["tensor:"+tn.Name] != tensorSum(tn) {
-			return nil, fmt.Errorf("tensor %q (%s %v): SHA-256 mismatch: the file is corrupt", tn.Name, tn.Dtype, tn.Shape)
+			return nil, "", fmt.Errorf("tensor %q (%s %v): SHA-256 mismatch: the file is corrupt", tn.Name, tn.Dtype, tn.Shape)
 		}
 		sp, ok := spans[tn.Name]
 		if !ok {
-			return nil, fmt.Errorf("tensor %q has no span in %q: the file is corrupt", tn.Name, keySpans)
+			return nil, "", fmt.Errorf("tensor %q has no span in %q: the file is corrupt", tn.Name, keySpans)
 		}
 		st := strategy.Tensor{Name: sp.Name, Shape: sp.Shape, Lo: sp.Lo, Hi: sp.Hi}
 		switch {
@@ -286,9 +404,9 @@ func parseShard(b []byte) ([]strategy.Tensor, error) {
 	}
 	sd := &strategy.StateDict{Tensors: out}
 	if err := sd.Check(); err != nil {
-		return nil, fmt.Errorf("%w: the file is corrupt", err)
+		return nil, "", fmt.Errorf("%w: the file is corrupt", err)
 	}
-	return out, nil
+	return out, shardDigest(f.Meta), nil
 }
 
 // wholeTensors assembles every tensor of sd whole from its spans.

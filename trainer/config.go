@@ -158,7 +158,10 @@ type Config struct {
 	// ShardedCheckpoint makes every rank write its own part of the state
 	// (the strategy's SaveState without gathering: fsdp's and sharded's
 	// shards) to PATH.rank<R>-of-<N> beside an index at PATH holding the
-	// trainer's state (Lightning's FSDP state_dict_type="sharded"); resuming,
+	// trainer's state (Lightning's FSDP state_dict_type="sharded"; every
+	// other save over PATH at the same world size writes
+	// PATH.rank<R>-of-<N>.alt, so that a save a rank dies in leaves the
+	// earlier checkpoint whole); resuming,
 	// LoadWeights and VerifyCheckpoint read the index and every shard, at any
 	// world size. Every process reads every shard when it resumes, so on
 	// several machines PATH must be on a filesystem they all see (a shared

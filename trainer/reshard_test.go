@@ -153,6 +153,8 @@ func readTensors(t *testing.T, path string) map[string][]byte {
 // with fewer ranks, or as a single file, leaves beside it only the shard
 // files its index names. Before, last.ckpt.rank<R>-of-3 stayed next to
 // the 2-rank index for good: nothing read them, nothing deleted them.
+// Saved again by as many ranks, the shards alternate between two sets of
+// names, and only the set the index names stays.
 func TestShardedCheckpointSavedAgainLeavesNoStaleShards(t *testing.T) {
 	ds := regression(t, 60, 0.1, 9)
 	newSharded := shardedStage2(t)
@@ -163,6 +165,10 @@ func TestShardedCheckpointSavedAgainLeavesNoStaleShards(t *testing.T) {
 		want    []string
 	}{
 		{3, true, []string{"last.ckpt.rank0-of-3", "last.ckpt.rank1-of-3", "last.ckpt.rank2-of-3"}},
+		{2, true, []string{"last.ckpt.rank0-of-2", "last.ckpt.rank1-of-2"}},
+		// Saved again by as many ranks, under the names the index does
+		// not use, then back (a rank dying mid-save leaves the old whole).
+		{2, true, []string{"last.ckpt.rank0-of-2.alt", "last.ckpt.rank1-of-2.alt"}},
 		{2, true, []string{"last.ckpt.rank0-of-2", "last.ckpt.rank1-of-2"}},
 		{1, false, nil},
 	} {

@@ -25,7 +25,9 @@
 // windows that follow. A model that fits only at 1/N sets
 // Config.SyncMicroBatches (FULGUR_FSDP_SYNC_MICROBATCHES=1) to
 // reduce-scatter every micro-batch instead (PyTorch FSDP outside
-// no_sync()). Without accumulation the two are the same.
+// no_sync()), for a second gradient shard that the micro-batches after a
+// window's first land in before they are added. Without accumulation the
+// two are the same.
 //
 // CPU offload (PyTorch's CPUOffload, Config.CPUOffload,
 // FULGUR_FSDP_CPU_OFFLOAD=1) has nothing to do in this build: the engine
@@ -41,6 +43,30 @@
 // reduce-scatter. HybridShard and NoShard split the job's group into shard
 // and replica groups in Setup (collective.Splitter); Config.ShardGroup and
 // Config.ReplicaGroup give groups of the caller's own instead.
+//
+// Where it differs from PyTorch FSDP, on purpose:
+//
+//   - Buffers (BatchNorm's running statistics) are rank 0's on every rank
+//     after each optimizer step, broadcast as DDP's broadcast_buffers does;
+//     PyTorch FSDP leaves each rank its own. So fsdp's weights, buffers
+//     included, are ddp's within summation order (bit for bit over shm
+//     without clipping by norm; over tcp at 3 ranks the reduce-scatter and
+//     the all-reduce sum in other orders), and one device's with
+//     the global batch, within summation order, with SyncBatchNorm or
+//     without BatchNorm.
+//   - The default wrapping is one unit per layer (WrapLayer); PyTorch FSDP
+//     without an auto_wrap_policy makes the whole model one unit, which
+//     holds it whole while it computes.
+//   - Checkpoints are safetensors files, not torch.distributed.checkpoint
+//     directories. The full form (SaveOptions.Full, the trainer's default)
+//     holds every tensor whole under its PyTorch name, which
+//     load_state_dict takes once the "optimizer/" entries are left out; the
+//     optimizer's state is one flat tensor per buffer ("optimizer/exp_avg",
+//     one value per parameter element, in the order the module declares
+//     its parameters), not full_optim_state_dict's per-parameter dict. The
+//     sharded form (trainer.Config.ShardedCheckpoint) is one file per rank
+//     of flat spans beside an index, and loads at any world size and under
+//     any strategy, as the full form does.
 //
 // Registered as "fsdp", it starts and joins the job's processes as "ddp"
 // does, by building that strategy by name and taking its group over

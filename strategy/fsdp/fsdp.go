@@ -157,24 +157,23 @@ type FSDP struct {
 	rc   collective.Group // the ranks holding the same shard (nil without hybrid sharding)
 	dev  device.Device
 
-	job        *replica.Job // the job's group, the first failure, Launch and Teardown
-	dtype      tensor.Dtype
-	store      *module.Store // layout: buffers only
-	eng        *engine.Engine
-	rep        *replica.Graphs
-	units      []engine.Unit
-	chunks     []replica.Chunk // this rank's part of each unit
-	shardLen   int
-	p32, g32   []float32 // this rank's parameters and gradients
-	p64, g64   []float64
-	tmp32      []float32 // reduce-scatter landing when accumulating (made on first use)
-	tmp64      []float64
-	accumulate bool // the training run in progress adds to the gradients
-	opt        optim.Optimizer
-	sched      optim.Scheduler
-	scale      float64 // of the training run in progress
-	reduced    bool    // a training Step ran since the last update
-	norm       []float64
+	job      *replica.Job // the job's group, the first failure, Launch and Teardown
+	dtype    tensor.Dtype
+	store    *module.Store // layout: buffers only
+	eng      *engine.Engine
+	rep      *replica.Graphs
+	units    []engine.Unit
+	chunks   []replica.Chunk // this rank's part of each unit
+	shardLen int
+	p32, g32 []float32 // this rank's parameters and gradients
+	p64, g64 []float64
+	tmp32    []float32 // reduce-scatter landing when accumulating (made on first use)
+	tmp64    []float64
+	opt      optim.Optimizer
+	sched    optim.Scheduler
+	scale    float64 // of the training run in progress
+	reduced  bool    // a training Step ran since the last update
+	norm     []float64
 
 	// hold: the training run in progress keeps its gradients local (a
 	// micro-batch without Sync); held32/held64 are the whole model's
@@ -184,6 +183,11 @@ type FSDP struct {
 	held32 []float32
 	held64 []float64
 	held   []bool
+	// scattered[u]: unit u's shard of the gradients holds a reduce-scatter
+	// of this window, so the next lands beside it (tmp32/tmp64) and is
+	// added; until then one lands in place. A window of micro-batches
+	// without Sync reduce-scatters once, in place, and makes no tmp.
+	scattered []bool
 }
 
 // New returns one rank of FSDP.
@@ -323,6 +327,7 @@ func (f *FSDP) Setup(ctx context.Context, su strategy.Setup) error {
 	}
 	f.store = st
 	f.held = make([]bool, len(f.units))
+	f.scattered = make([]bool, len(f.units))
 	f.chunks, f.shardLen = replica.Chunks(f.units, f.sc.Size(), f.sc.Rank())
 	if su.Dtype == tensor.Float32 {
 		f.p32, f.g32 = make([]float32, f.shardLen), make([]float32, f.shardLen)
@@ -408,10 +413,12 @@ func (f *FSDP) reduce(ctx context.Context, u int, grad any) engine.Wait {
 // shard (adding to it when the run accumulates), scaled by scale.
 func (f *FSDP) reduceScatter(ctx context.Context, u int, grad any, scale float64) engine.Wait {
 	c := f.chunks[u]
-	// The first micro-batch of a step reduces straight into the shard's
-	// gradients; later ones land beside them and are added.
+	// The first reduce-scatter of the unit in a window lands straight in
+	// the shard's gradients; later ones land beside them and are added.
 	recv := f.local(f.g32, f.g64, c)
-	if f.accumulate {
+	accumulate := f.scattered[u]
+	f.scattered[u] = true
+	if accumulate {
 		if f.tmp32 == nil && f.tmp64 == nil {
 			if f.g32 != nil {
 				f.tmp32 = make([]float32, f.shardLen)
@@ -422,7 +429,6 @@ func (f *FSDP) reduceScatter(ctx context.Context, u int, grad any, scale float64
 		recv = f.local(f.tmp32, f.tmp64, c)
 	}
 	wait := f.traced(f.sc.ReduceScatterAsync(ctx, grad, recv, collective.Mean), "reduce-scatter unit", "wait reduce-scatter")
-	accumulate := f.accumulate
 	return func() error {
 		if err := wait(); err != nil {
 			return err
@@ -468,7 +474,6 @@ func (f *FSDP) trainStep(ctx context.Context, b *data.Batch, o strategy.TrainOpt
 	if f.scale == 0 {
 		f.scale = 1
 	}
-	f.accumulate = o.Accumulate
 	f.hold = !o.Sync && !f.cfg.SyncMicroBatches
 	if !o.Accumulate {
 		// Units whose gradients this graph does not produce are zero, and a
@@ -476,6 +481,7 @@ func (f *FSDP) trainStep(ctx context.Context, b *data.Batch, o strategy.TrainOpt
 		clear(f.g32)
 		clear(f.g64)
 		clear(f.held)
+		clear(f.scattered)
 	}
 	f.eng.SetRunKey(o.Key)
 	f.eng.SetBeforeBackward(o.BeforeBackward)
@@ -706,9 +712,11 @@ func (f *FSDP) DistributedSampler(shuffle bool, seed uint64, train bool) data.Sa
 	return data.DistributedSampler{Rank: f.job.Rank(), World: f.job.World()}
 }
 
-// Memory reports what this rank holds: its shards, and the whole model's
-// gradient once a micro-batch without Sync has held one; the unit buffers
-// are not counted (they are at most a few units).
+// Memory reports what this rank holds: its shards, the whole model's
+// gradient once a micro-batch without Sync has held one, and a second
+// gradient shard once SyncMicroBatches has reduce-scattered a window's
+// later micro-batch; the unit buffers are not counted (they are at most a
+// few units).
 func (f *FSDP) Memory() strategy.Memory {
 	e := 4
 	if f.p64 != nil {
@@ -722,7 +730,11 @@ func (f *FSDP) Memory() strategy.Memory {
 	// The whole model's gradient held across micro-batches without Sync,
 	// once there have been any.
 	held := (len(f.held32) + len(f.held64)) * e
-	return strategy.Memory{Params: f.shardLen*e + bufs, LocalGrads: f.shardLen*e + held, ReducedGrads: f.shardLen * e, OptimizerState: st}
+	// The shard-sized landing of reduce-scatters that add to the shard's
+	// gradients (micro-batches with SyncMicroBatches), once there have been
+	// any.
+	tmp := (len(f.tmp32) + len(f.tmp64)) * e
+	return strategy.Memory{Params: f.shardLen*e + bufs, LocalGrads: f.shardLen*e + held + tmp, ReducedGrads: f.shardLen * e, OptimizerState: st}
 }
 
 // Launch starts the job's local ranks when FSDP was built by name and

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/fulgur-ml/fulgur/blas"
+	"github.com/fulgur-ml/fulgur/callbacks"
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/strategy/fsdp"
@@ -66,6 +68,9 @@ func runProgram(ctx context.Context, args []string) (err error) {
 	errs := fs.String("errors", "", "each process writes its error to err_<rank> here")
 	accum := fs.Int("accum", 1, "AccumulateGradBatches")
 	logTo := fs.String("log", "", "the trainer's output goes to this file")
+	rootDir := fs.String("root", "", "the trainer's root directory (default: a new temporary one)")
+	every := fs.Int("every", 0, "a ModelCheckpoint saves last.ckpt every this many steps")
+	dieAt := fs.Int("die-at", 0, "rank 1 SIGKILLs itself at this step, before the ModelCheckpoint's save, in an elastic job's first attempt, after writing died_rank1 under -root")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -88,11 +93,24 @@ func runProgram(ctx context.Context, args []string) (err error) {
 	if err != nil {
 		return err
 	}
-	root, err := os.MkdirTemp("", "fulgur-fsdp-program-")
-	if err != nil {
-		return err
+	root := *rootDir
+	if root == "" {
+		if root, err = os.MkdirTemp("", "fulgur-fsdp-program-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(root)
 	}
-	defer os.RemoveAll(root)
+	var cbs []trainer.Callback
+	if *dieAt > 0 {
+		cbs = append(cbs, dieAtStep{*dieAt, root})
+	}
+	if *every > 0 {
+		mc, err := callbacks.NewModelCheckpoint(callbacks.ModelCheckpointConfig{EveryNTrainSteps: *every, LastOnly: true})
+		if err != nil {
+			return err
+		}
+		cbs = append(cbs, mc)
+	}
 	var out io.Writer = io.Discard
 	if *logTo != "" {
 		f, err := os.Create(*logTo)
@@ -103,7 +121,7 @@ func runProgram(ctx context.Context, args []string) (err error) {
 		out = f
 	}
 	tr, err := trainer.New(trainer.Config{MaxEpochs: *epochs, Seed: 5, Strategy: *strat, Devices: *devices, NumNodes: *nodes, ShardedCheckpoint: *sharded, AccumulateGradBatches: *accum,
-		Out: out, EnableProgressBar: trainer.Bool(false), DefaultRootDir: root})
+		Callbacks: cbs, Out: out, EnableProgressBar: trainer.Bool(false), DefaultRootDir: root})
 	if err != nil {
 		return err
 	}
@@ -127,6 +145,24 @@ func runProgram(ctx context.Context, args []string) (err error) {
 		}
 	}
 	return tr.SaveCheckpoint(ctx, *ckpt)
+}
+
+// dieAtStep is -die-at: rank 1 of an elastic job's first attempt
+// SIGKILLs itself at a step, before the callbacks after it run.
+type dieAtStep struct {
+	step int
+	dir  string
+}
+
+func (d dieAtStep) Name() string { return "dieAtStep" }
+func (d dieAtStep) OnTrainBatchEnd(ctx context.Context, s *trainer.State) error {
+	if s.Rank == 1 && s.GlobalStep == d.step && os.Getenv("FULGUR_RESTART_COUNT") == "0" {
+		if err := os.WriteFile(filepath.Join(d.dir, "died_rank1"), nil, 0o644); err != nil {
+			return err
+		}
+		return syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	}
+	return nil
 }
 
 func program(t *testing.T, args ...string) {

@@ -24,9 +24,12 @@ import (
 // without Sync gather as usual but reduce-scatter nothing, and the last one
 // reduce-scatters each of the 3 units once; the window's gradient of the
 // whole model is held on each rank meanwhile (Memory's LocalGrads: the
-// model's 4·(6·7+7 + 7·5+5 + 5·3+3) bytes beside the shard). With
+// model's 4·(6·7+7 + 7·5+5 + 5·3+3) bytes beside the shard), and the last
+// one reduce-scatters into the shard in place (before, through a second
+// gradient shard that nothing had reduce-scattered into before it). With
 // SyncMicroBatches every micro-batch reduce-scatters every unit and no
-// whole gradient is held.
+// whole gradient is held: the micro-batches after the first land in a
+// second shard and are added.
 func TestFSDPMicroBatchesWithoutSyncDoNotCommunicate(t *testing.T) {
 	const params = 6*7 + 7 + 7*5 + 5 + 5*3 + 3
 	for _, tc := range []struct {
@@ -34,9 +37,10 @@ func TestFSDPMicroBatchesWithoutSyncDoNotCommunicate(t *testing.T) {
 		cfg      fsdp.Config
 		scatters []int // per micro-batch
 		held     int   // bytes of the whole gradient held, beyond the shard
+		shards   int   // gradient shards beyond the first
 	}{
-		{"no-sync", fsdp.Config{}, []int{0, 0, 3}, 4 * params},
-		{"sync-micro-batches", fsdp.Config{SyncMicroBatches: true}, []int{3, 3, 3}, 0},
+		{"no-sync", fsdp.Config{}, []int{0, 0, 3}, 4 * params, 0},
+		{"sync-micro-batches", fsdp.Config{SyncMicroBatches: true}, []int{3, 3, 3}, 0, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := ctxFor(t)
@@ -66,8 +70,8 @@ func TestFSDPMicroBatchesWithoutSyncDoNotCommunicate(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if got := strats[0].(strategy.MemoryReporter).Memory().LocalGrads - shardGrads; got != tc.held {
-				t.Errorf("LocalGrads grew by %d bytes after accumulating, want %d", got, tc.held)
+			if got, want := strats[0].(strategy.MemoryReporter).Memory().LocalGrads-shardGrads, tc.held+tc.shards*shardGrads; got != want {
+				t.Errorf("LocalGrads grew by %d bytes after accumulating, want %d (the held gradient, %d, and %d more shards of %d)", got, want, tc.held, tc.shards, shardGrads)
 			}
 		})
 	}
