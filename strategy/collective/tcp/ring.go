@@ -86,6 +86,7 @@ type Ring struct {
 	work64  []float64
 	gath32  []float32 // the gather path's n whole buffers
 	gath64  []float64
+	gathBox any // the last of them as an interface (boxed)
 	// inlineMax is the most bytes of an operation that may be on the way
 	// from one rank to the next, unread, when they run on their callers'
 	// goroutines (runInline): a quarter of next's kernel send
@@ -611,9 +612,7 @@ func (g *Ring) do(ctx context.Context, kind collective.Kind, send, recv any, op 
 		// as it lands (runInline writes a segment before it reads the one
 		// that overwrites it): no copy, no workspace.
 	case algo == algoGather:
-		buf = g.gatherSpace(send)
-		lo := g.rank * h.Len
-		collective.Copy(collective.Sub(buf, lo, lo+h.Len), send)
+		buf = g.gatherSpace(send, h.Len)
 	case kind == collective.KindReduceScatter:
 		buf = g.workspace(send)
 		collective.Copy(buf, send)
@@ -635,15 +634,11 @@ func (g *Ring) do(ctx context.Context, kind collective.Kind, send, recv any, op 
 	switch {
 	case pair: // reduced as it landed
 	case algo == algoGather:
-		// Every rank reduces the same n buffers in rank order: the same bits
-		// everywhere.
-		slot := func(q int) any { return collective.Sub(buf, q*h.Len, (q+1)*h.Len) }
-		collective.ReduceToAny(send, slot(0), slot(1), h.Op)
-		for q := 2; q < g.size; q++ {
-			collective.ReduceAny(send, slot(q), h.Op)
-		}
-		if h.Op == collective.Mean {
-			collective.ScaleAny(send, g.size)
+		switch b := send.(type) {
+		case []float32:
+			reduceGathered(b, g.gath32, g.size, h.Op)
+		case []float64:
+			reduceGathered(b, g.gath64, g.size, h.Op)
 		}
 	case kind == collective.KindReduceScatter:
 		lo := collective.Offset(h.Len, g.size, g.rank)
@@ -697,23 +692,54 @@ func (g *Ring) pairGather(h collective.Header) bool {
 	return g.size == 2 && min(max(g.cfg.SegmentBytes/esz, 1), h.Len)*esz+wire.HeaderSize <= g.window()
 }
 
-// gatherSpace returns room for Size buffers like like, one after another.
-func (g *Ring) gatherSpace(like any) any {
-	switch b := like.(type) {
+// gatherSpace returns room for Size buffers of send's l elements, one
+// after another (also left in gath32 or gath64), with send copied into
+// this rank's place. Typed, with no view of send as an interface: each
+// would be an allocation per operation.
+func (g *Ring) gatherSpace(send any, l int) any {
+	switch b := send.(type) {
 	case []float32:
-		n := len(b) * g.size
-		if cap(g.gath32) < n {
-			g.gath32 = make([]float32, n)
-		}
-		return g.gath32[:n]
+		g.gath32 = gathered(g.gath32, b, l, g.rank, g.size)
+		return boxed(&g.gathBox, g.gath32)
 	case []float64:
-		n := len(b) * g.size
-		if cap(g.gath64) < n {
-			g.gath64 = make([]float64, n)
-		}
-		return g.gath64[:n]
+		g.gath64 = gathered(g.gath64, b, l, g.rank, g.size)
+		return boxed(&g.gathBox, g.gath64)
 	}
 	return nil
+}
+
+// boxed returns s as an interface: the one in *box when that holds the
+// same slice (a slice's conversion to an interface allocates), else a new
+// one, kept there.
+func boxed[T collective.Float](box *any, s []T) any {
+	if v, ok := (*box).([]T); ok && len(v) == len(s) && unsafe.SliceData(v) == unsafe.SliceData(s) {
+		return *box
+	}
+	*box = s
+	return *box
+}
+
+func gathered[T collective.Float](space, send []T, l, rank, size int) []T {
+	if cap(space) < l*size {
+		space = make([]T, l*size)
+	}
+	space = space[:l*size]
+	copy(space[rank*l:(rank+1)*l], send)
+	return space
+}
+
+// reduceGathered reduces the n buffers of all, one after another, into
+// dst in rank order: every rank reduces the same buffers in the same
+// order, so every rank ends with the same bits.
+func reduceGathered[T collective.Float](dst, all []T, n int, op collective.Op) {
+	l := len(dst)
+	collective.ReduceTo(dst, all[:l], all[l:2*l], op)
+	for q := 2; q < n; q++ {
+		collective.ReduceInto(dst, all[q*l:(q+1)*l], op)
+	}
+	if op == collective.Mean {
+		collective.Scale(dst, n)
+	}
 }
 
 func (g *Ring) workspace(like any) any {
