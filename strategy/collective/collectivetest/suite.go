@@ -541,11 +541,12 @@ func (s suite) closedPeer(t *testing.T, n int) {
 }
 
 // sizeLengths are all-reduce sizes around those where backends switch
-// algorithms or rounds (256 KiB, 512 KiB and 1 MiB), each less one element,
-// exact and more one element; small ones come between large ones so that
-// successive operations take different paths.
+// algorithms or rounds (128 KiB, 256 KiB, 512 KiB and 1 MiB), each less one
+// element, exact and more one element; small ones come between large ones
+// so that successive operations take different paths.
 var sizeLengths = []struct{ bytes, plus int }{
-	{256 << 10, 0}, {1 << 20, 1}, {256 << 10, -1}, {512 << 10, 1}, {256 << 10, 1}, {512 << 10, -1}, {1 << 20, -1}, {64 << 10, 0}, {512 << 10, 0},
+	{256 << 10, 0}, {1 << 20, 1}, {256 << 10, -1}, {128 << 10, 0}, {512 << 10, 1}, {128 << 10, 1}, {256 << 10, 1},
+	{512 << 10, -1}, {1 << 20, -1}, {64 << 10, 0}, {128 << 10, -1}, {512 << 10, 0},
 }
 
 // sizes checks all-reduces at sizeLengths with values whose sums round,

@@ -34,6 +34,11 @@ static int fl_init(int *provided) {
 }
 static int fl_thread_multiple(void) { return MPI_THREAD_MULTIPLE; }
 
+// The calls of a plain MPI program, for BenchmarkAllReduceCost.
+static int fl_world_allreduce(float *b, int n) { return MPI_Allreduce(MPI_IN_PLACE, b, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); }
+static int fl_world_allgather4(int64_t *mine, int64_t *all) { return MPI_Allgather(mine, 4, MPI_INT64_T, all, 4, MPI_INT64_T, MPI_COMM_WORLD); }
+static int fl_world_barrier(void) { return MPI_Barrier(MPI_COMM_WORLD); }
+
 static int fl_errstr(int rc, char *buf, int n) {
 	int len = 0;
 	if (MPI_Error_string(rc, buf, &len) != MPI_SUCCESS) return 0;
@@ -340,4 +345,29 @@ func layout(total, size int) (counts, displs []C.int) {
 		displs[r] = C.int(collective.Offset(total, size, r))
 	}
 	return counts, displs
+}
+
+// worldAllReduce, worldHeader and worldBarrier make the calls of a plain
+// MPI program on MPI_COMM_WORLD from the calling goroutine, with none of
+// this backend's header exchange or goroutine: BenchmarkAllReduceCost sets
+// the backend's all-reduce against them. (Test files cannot use cgo.)
+func worldAllReduce(buf []float32) error {
+	if rc := C.fl_world_allreduce((*C.float)(unsafe.Pointer(&buf[0])), C.int(len(buf))); rc != C.MPI_SUCCESS {
+		return fmt.Errorf("mpi: MPI_Allreduce: %s", errString(rc))
+	}
+	return nil
+}
+
+func worldHeader(mine *[4]int64, all []int64) error {
+	if rc := C.fl_world_allgather4((*C.int64_t)(unsafe.Pointer(&mine[0])), (*C.int64_t)(unsafe.Pointer(&all[0]))); rc != C.MPI_SUCCESS {
+		return fmt.Errorf("mpi: MPI_Allgather: %s", errString(rc))
+	}
+	return nil
+}
+
+func worldBarrier() error {
+	if rc := C.fl_world_barrier(); rc != C.MPI_SUCCESS {
+		return fmt.Errorf("mpi: MPI_Barrier: %s", errString(rc))
+	}
+	return nil
 }

@@ -9,38 +9,46 @@ import (
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 )
 
-// allocsPerOp runs op on both ranks of groups, iters times after a
-// warm-up, and returns the allocations of the whole process (both ranks)
-// per operation. Rank 1 runs on its own goroutine; the two meet through
-// atomic counters and yields, not channels: a goroutine blocked on a
-// channel takes a waiter from its P's cache, and with two Ps the waiters
-// pile up on one P while the other allocates new ones.
+// allocsPerOp runs op on every rank of groups, iters times after a
+// warm-up, and returns the allocations of the whole process (all ranks)
+// per operation. Ranks 1 and up run on goroutines of their own; the ranks
+// meet through atomic counters and yields, not channels: a goroutine
+// blocked on a channel takes a waiter from its P's cache, and with two Ps
+// the waiters pile up on one P while the other allocates new ones.
 func allocsPerOp(t *testing.T, groups []collective.Collective, iters int, op func(r int) error) float64 {
 	t.Helper()
-	var started, finished atomic.Int64
-	var err1 error
+	var started atomic.Int64
+	n := len(groups)
+	finished := make([]atomic.Int64, n)
+	errs := make([]error, n)
 	stop := int64(-1)
-	go func() {
-		for k := int64(1); ; k++ {
-			for started.Load() < k {
-				if started.Load() == stop {
-					return
+	for r := 1; r < n; r++ {
+		go func() {
+			for k := int64(1); ; k++ {
+				for started.Load() < k {
+					if started.Load() == stop {
+						return
+					}
+					runtime.Gosched()
 				}
-				runtime.Gosched()
+				errs[r] = op(r)
+				finished[r].Store(k)
 			}
-			err1 = op(1)
-			finished.Store(k)
-		}
-	}()
+		}()
+	}
 	defer started.Store(stop)
 	run := func() {
 		k := started.Add(1)
-		err0 := op(0)
-		for finished.Load() < k {
-			runtime.Gosched()
+		errs[0] = op(0)
+		for r := 1; r < n; r++ {
+			for finished[r].Load() < k {
+				runtime.Gosched()
+			}
 		}
-		if err0 != nil || err1 != nil {
-			t.Fatalf("rank 0: %v; rank 1: %v", err0, err1)
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("rank %d: %v", r, err)
+			}
 		}
 	}
 	for range 5 {
@@ -93,6 +101,37 @@ func TestAllReduceAllocations(t *testing.T) {
 					t.Errorf("GOMAXPROCS=%d %s: %.2f allocations per all-reduce of both ranks, want at most %v", procs, c.name, got, 2*c.most)
 				}
 			}()
+		}
+	}
+}
+
+// TestSmallAllReduceAllocations: with three and four ranks, an all-reduce
+// whose sends fit the window (64 KiB gathering whole buffers, 256 KiB by
+// the ring) runs on the caller's goroutine and allocates nothing: no
+// sender goroutine, channels or ticker per operation.
+func TestSmallAllReduceAllocations(t *testing.T) {
+	if raceBuild {
+		t.Skip("the race detector allocates on its own")
+	}
+	for _, n := range []int{3, 4} {
+		groups := newGroup(t, n)
+		for _, bytes := range []int{64 << 10, 256 << 10} {
+			bufs := make([]any, n)
+			for r := range bufs {
+				bufs[r] = make([]float32, bytes/4)
+			}
+			for _, procs := range []int{1, 2} {
+				func() {
+					defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+					got := allocsPerOp(t, groups, 30, func(r int) error {
+						return groups[r].AllReduce(context.Background(), bufs[r], collective.Sum)
+					})
+					t.Logf("ranks=%d bytes=%d GOMAXPROCS=%d: %.2f allocations per all-reduce, all ranks", n, bytes, procs, got)
+					if got > 0.5 {
+						t.Errorf("ranks=%d bytes=%d GOMAXPROCS=%d: %.2f allocations per all-reduce of all ranks, want none", n, bytes, procs, got)
+					}
+				}()
+			}
 		}
 	}
 }

@@ -16,7 +16,7 @@
 // goroutine forwards each segment as soon as it has been reduced, while the
 // calling goroutine receives and reduces the next (reading straight into the
 // caller's buffer where a segment is copied, into one segment of scratch
-// where it is reduced). An all-reduce of at most Config.SmallBytes (256 KiB;
+// where it is reduced). An all-reduce of at most Config.SmallBytes (128 KiB;
 // 4 MiB with two ranks) instead sends every rank's whole buffer round the
 // ring and has each rank reduce the n buffers in rank order: n-1 steps of
 // latency instead of 2(n-1), which is what small messages pay for. With two
@@ -28,14 +28,16 @@
 // frame names the algorithm, so ranks that would pick differently fail
 // with collective.ErrMismatch.
 //
-// Two ranks run an operation on the caller's goroutine when its sends wait
-// for no receive (gathering whole buffers, an all-gather, a broadcast) or
-// all fit a window (an eighth of the kernel send buffer) together (a
-// barrier, a small ring): each writes a send once what it waits for has
+// An operation runs on the caller's goroutine, with no sender goroutine to
+// wake, when its sends all fit a window (an eighth of the kernel send
+// buffer) together (a barrier, a small all-reduce of any number of ranks;
+// then a rank's reads send the wait frames, see Faults), or, with two
+// ranks, when its sends wait for no receive (gathering whole buffers, an
+// all-gather, a broadcast): each writes a send once what it waits for has
 // landed and while it is at most the window ahead of what it has
-// received, and reads in between, so neither waits in a write while the
-// other does too, and there is no sender goroutine to wake. Such an operation allocates nothing: its plan (which
-// spans go and come, in what order) is kept per shape, its frames' headers
+// received, and reads in between, so no rank waits in a write while the
+// one it writes to does too. Such an operation allocates nothing: its plan
+// (which spans go and come, in what order) is kept per shape, its frames' headers
 // are encoded into the ring's buffers, and a context whose cancellation
 // must break the group is watched once for all the operations run on it
 // (an operation with a sender goroutine still allocates its goroutine,
@@ -65,7 +67,9 @@
 // by its own successor. So a rank inside an operation that has nothing to
 // send (waiting for a span from its predecessor, or its sends done and its
 // receives not) sends a wait frame (kind wait, the operation's sequence
-// number, no payload) every quarter timeout; a receiver takes a wait frame
+// number, no payload) every quarter timeout (its sender goroutine does, or,
+// in an operation on the caller's goroutine, its reads, whose deadline then
+// comes every quarter timeout); a receiver takes a wait frame
 // for this operation or the one before as a sign of life and re-arms its
 // deadline. Only the successor of a rank that sends nothing at all, neither
 // data nor wait frames, times out, and it names that rank; its abort reaches

@@ -64,6 +64,10 @@ type Ring struct {
 	// next's writes.
 	in  io.Reader
 	out func(*net.Buffers) (int64, error)
+	// rd is what the receiver reads through: in, and for an operation of
+	// three or more ranks run on the caller's goroutine, the wait frames
+	// it sends while blocked (waitReader).
+	rd waitReader
 
 	wmu      sync.Mutex // forward writes on next
 	midFrame bool       // a forward write was interrupted inside a frame
@@ -82,9 +86,10 @@ type Ring struct {
 	work64  []float64
 	gath32  []float32 // the gather path's n whole buffers
 	gath64  []float64
-	// inlineMax is the most bytes of two ranks' operation that may be on
-	// the way from one to the other, unread, when both run on their
-	// callers' goroutines (runPair): a quarter of next's kernel send
+	gathBox any // the last of them as an interface (boxed)
+	// inlineMax is the most bytes of an operation that may be on the way
+	// from one rank to the next, unread, when they run on their callers'
+	// goroutines (runInline): a quarter of next's kernel send
 	// buffer, so such a write never waits for the peer to read.
 	inlineMax int
 
@@ -238,6 +243,7 @@ func (g *Ring) attach(next, prev conn) {
 	if _, g.out = spinning(next); g.out == nil {
 		g.out = func(b *net.Buffers) (int64, error) { return b.WriteTo(next) }
 	}
+	g.rd = waitReader{g: g}
 }
 
 func (g *Ring) nextRank() int { return (g.rank + 1) % g.size }
@@ -603,12 +609,10 @@ func (g *Ring) do(ctx context.Context, kind collective.Kind, send, recv any, op 
 	switch {
 	case pair:
 		// Each rank sends its own buffer and reduces the other's into it
-		// as it lands (runPair writes a segment before it reads the one
+		// as it lands (runInline writes a segment before it reads the one
 		// that overwrites it): no copy, no workspace.
 	case algo == algoGather:
-		buf = g.gatherSpace(send)
-		lo := g.rank * h.Len
-		collective.Copy(collective.Sub(buf, lo, lo+h.Len), send)
+		buf = g.gatherSpace(send, h.Len)
 	case kind == collective.KindReduceScatter:
 		buf = g.workspace(send)
 		collective.Copy(buf, send)
@@ -630,15 +634,11 @@ func (g *Ring) do(ctx context.Context, kind collective.Kind, send, recv any, op 
 	switch {
 	case pair: // reduced as it landed
 	case algo == algoGather:
-		// Every rank reduces the same n buffers in rank order: the same bits
-		// everywhere.
-		slot := func(q int) any { return collective.Sub(buf, q*h.Len, (q+1)*h.Len) }
-		collective.ReduceToAny(send, slot(0), slot(1), h.Op)
-		for q := 2; q < g.size; q++ {
-			collective.ReduceAny(send, slot(q), h.Op)
-		}
-		if h.Op == collective.Mean {
-			collective.ScaleAny(send, g.size)
+		switch b := send.(type) {
+		case []float32:
+			reduceGathered(b, g.gath32, g.size, h.Op)
+		case []float64:
+			reduceGathered(b, g.gath64, g.size, h.Op)
 		}
 	case kind == collective.KindReduceScatter:
 		lo := collective.Offset(h.Len, g.size, g.rank)
@@ -677,13 +677,13 @@ func (g *Ring) algorithm(h collective.Header) uint8 {
 }
 
 // window is the most bytes of its own data frames a rank of two may have
-// written beyond those it has received (runPair): as the peer keeps the
+// written beyond those it has received (runInline): as the peer keeps the
 // same rule, at most twice that, inlineMax, is ever unread on the way, and
 // the kernel takes it without the peer reading.
 func (g *Ring) window() int { return g.inlineMax / 2 }
 
 // pairGather reports whether the all-reduce h, gathering whole buffers
-// between two ranks, runs in place (runPair, which needs each segment to
+// between two ranks, runs in place (runInline, which needs each segment to
 // fit the window); otherwise it runs as for n ranks, from a copy in the
 // gather workspace, and reduces once everything has landed. Both send the
 // same frames.
@@ -692,23 +692,54 @@ func (g *Ring) pairGather(h collective.Header) bool {
 	return g.size == 2 && min(max(g.cfg.SegmentBytes/esz, 1), h.Len)*esz+wire.HeaderSize <= g.window()
 }
 
-// gatherSpace returns room for Size buffers like like, one after another.
-func (g *Ring) gatherSpace(like any) any {
-	switch b := like.(type) {
+// gatherSpace returns room for Size buffers of send's l elements, one
+// after another (also left in gath32 or gath64), with send copied into
+// this rank's place. Typed, with no view of send as an interface: each
+// would be an allocation per operation.
+func (g *Ring) gatherSpace(send any, l int) any {
+	switch b := send.(type) {
 	case []float32:
-		n := len(b) * g.size
-		if cap(g.gath32) < n {
-			g.gath32 = make([]float32, n)
-		}
-		return g.gath32[:n]
+		g.gath32 = gathered(g.gath32, b, l, g.rank, g.size)
+		return boxed(&g.gathBox, g.gath32)
 	case []float64:
-		n := len(b) * g.size
-		if cap(g.gath64) < n {
-			g.gath64 = make([]float64, n)
-		}
-		return g.gath64[:n]
+		g.gath64 = gathered(g.gath64, b, l, g.rank, g.size)
+		return boxed(&g.gathBox, g.gath64)
 	}
 	return nil
+}
+
+// boxed returns s as an interface: the one in *box when that holds the
+// same slice (a slice's conversion to an interface allocates), else a new
+// one, kept there.
+func boxed[T collective.Float](box *any, s []T) any {
+	if v, ok := (*box).([]T); ok && len(v) == len(s) && unsafe.SliceData(v) == unsafe.SliceData(s) {
+		return *box
+	}
+	*box = s
+	return *box
+}
+
+func gathered[T collective.Float](space, send []T, l, rank, size int) []T {
+	if cap(space) < l*size {
+		space = make([]T, l*size)
+	}
+	space = space[:l*size]
+	copy(space[rank*l:(rank+1)*l], send)
+	return space
+}
+
+// reduceGathered reduces the n buffers of all, one after another, into
+// dst in rank order: every rank reduces the same buffers in the same
+// order, so every rank ends with the same bits.
+func reduceGathered[T collective.Float](dst, all []T, n int, op collective.Op) {
+	l := len(dst)
+	collective.ReduceTo(dst, all[:l], all[l:2*l], op)
+	for q := 2; q < n; q++ {
+		collective.ReduceInto(dst, all[q*l:(q+1)*l], op)
+	}
+	if op == collective.Mean {
+		collective.Scale(dst, n)
+	}
 }
 
 func (g *Ring) workspace(like any) any {
@@ -849,8 +880,8 @@ func (g *Ring) spans(h collective.Header, algo uint8, pair bool) plan {
 
 // runRing moves one operation's frames: a sender goroutine streams p.sends
 // to the next rank, each as soon as the span it depends on has landed, while
-// this goroutine reads p.recvs from the previous rank; or, between two
-// ranks, runPair.
+// this goroutine reads p.recvs from the previous rank; or, where the
+// kernel takes the sends without next reading (inline), runInline.
 func (g *Ring) runRing(ctx context.Context, h collective.Header, buf any, p plan, algo uint8) error {
 	if err := g.watch(ctx, h); err != nil {
 		return err
@@ -860,9 +891,11 @@ func (g *Ring) runRing(ctx context.Context, h collective.Header, buf any, p plan
 	data := collective.Bytes(buf)
 	oh := wire.OpHeader{Kind: uint8(h.Kind), DType: uint8(h.DType), Op: uint8(h.Op), Root: h.Root, Length: uint64(h.Len)}
 	g.ohb = oh.Append(g.ohb[:0])
-	if g.pairs(p, esz) {
-		return g.runPair(h, algo, data, buf, esz, p)
+	if g.inline(p, esz) {
+		g.rd.start(h.Seq, g.size > 2)
+		return g.runInline(h, algo, data, buf, esz, p)
 	}
+	g.rd.start(h.Seq, false) // the sender goroutine sends the wait frames
 	progress := make(chan struct{}, len(p.recvs))
 	quit, finished := make(chan struct{}), make(chan struct{})
 	sendErr := make(chan error, 1)
@@ -878,28 +911,33 @@ func (g *Ring) runRing(ctx context.Context, h collective.Header, buf any, p plan
 	return <-sendErr
 }
 
-// pairs reports whether runPair runs p: two ranks, and either no send
-// waits for a receive and each fits the window, or all of them together
-// fit it (a barrier, a small ring), so that only their receives hold them.
-func (g *Ring) pairs(p plan, esz int) bool {
-	if g.size != 2 {
-		return false
-	}
-	if p.free && p.maxSend*esz+wire.HeaderSize <= g.window() {
+// inline reports whether runInline runs p: all its sends together fit the
+// window (a barrier, a small all-reduce of any number of ranks), so that
+// only their receives hold them; or, with two ranks, no send waits for a
+// receive and each fits the window.
+func (g *Ring) inline(p plan, esz int) bool {
+	if g.size == 2 && p.free && p.maxSend*esz+wire.HeaderSize <= g.window() {
 		return true
 	}
-	return p.sendElems*esz+len(p.sends)*wire.HeaderSize <= g.window()
+	return p.sendElems*esz+(len(p.sends)+1)*wire.HeaderSize <= g.window()
 }
 
-// runPair runs an operation of two ranks (pairs) on the caller's
-// goroutine: it writes each send once the receive it waits for has landed
-// and while it is at most window() bytes ahead of what it has received,
-// and reads (and reduces) the peer's frames in between. A sender goroutine would only add a thread to wake
-// (two ranks of two threads each on two cores), and its wait frames would
-// tell next that this rank is alive while blocked on prev, which with two
-// ranks is next itself, not waiting on this rank: it has had everything
-// this rank could send. Both ranks keep to the window, so what is on the
-// way unread stays within what the kernel takes without the peer reading
+// runInline runs an operation (inline) on the caller's goroutine: it
+// writes each send once the receive it waits for has landed and while it
+// is at most window() bytes ahead of what it has received, and reads (and
+// reduces) the predecessor's frames in between. A sender goroutine would
+// only add a thread to wake, a goroutine, channels and a ticker to
+// allocate, and a handoff per segment, each a wake-up on a host with more
+// ranks than cores.
+//
+// With three or more ranks, all sends fit the window together: each rank's
+// unread data on the way to next stays within what the kernel takes, so no
+// write waits on a reader. While its reads wait, the rank sends next wait
+// frames as the sender goroutine does (waitReader). With two ranks it
+// sends none: they would tell next that this rank is alive while blocked
+// on prev, which is next itself, not waiting on this rank: it has had
+// everything this rank could send. Two ranks keep to the window, so what
+// is on the way unread stays within what the kernel takes without the peer reading
 // (window): neither waits in a write while the other does too. Gathering
 // in place (pair), a rank writes a segment before it reads the peer's of
 // the same place, which overwrites it: both lists are the same spans, so
@@ -907,7 +945,7 @@ func (g *Ring) pairs(p plan, esz int) bool {
 // runs only in an operation whose sends all fit the window together: then
 // only receives hold sends, as in the ring with its sender goroutine,
 // where each rank's next send waits for a frame its peer sent earlier.
-func (g *Ring) runPair(h collective.Header, algo uint8, data []byte, buf any, esz int, p plan) error {
+func (g *Ring) runInline(h collective.Header, algo uint8, data []byte, buf any, esz int, p plan) error {
 	win := g.window()
 	opSent := false     // the operation header goes with the first data frame: one write
 	sent, ahead := 0, 0 // sends written; their bytes beyond those received
@@ -1119,7 +1157,7 @@ func (g *Ring) checkFrame(h collective.Header, hdr wire.Header, prev int, fail f
 	switch hdr.Kind {
 	case wire.KindAbort:
 		pl := make([]byte, hdr.Length)
-		if _, err := io.ReadFull(g.in, pl); err != nil {
+		if _, err := io.ReadFull(&g.rd, pl); err != nil {
 			return hdr, readErr("abort", err)
 		}
 		a, err := wire.DecodeAbort(pl)
@@ -1161,12 +1199,12 @@ func (g *Ring) receiver(h collective.Header, algo uint8, data []byte, buf any, e
 	// wait frames (prev is alive and blocked on its own predecessor) re-arm
 	// the deadline and are skipped.
 	next := func(what string) (wire.Header, error) {
-		g.prev.SetReadDeadline(time.Now().Add(g.cfg.Timeout))
+		g.rd.arm()
 		if c := g.brokenCause(); c != nil {
 			return wire.Header{}, g.opErr(h, *c)
 		}
 		for {
-			if _, err := io.ReadFull(g.in, g.hb); err != nil {
+			if _, err := io.ReadFull(&g.rd, g.hb); err != nil {
 				return wire.Header{}, readErr(what, err)
 			}
 			// The header came: prev is alive, and its payload (or next
@@ -1175,7 +1213,7 @@ func (g *Ring) receiver(h collective.Header, algo uint8, data []byte, buf any, e
 			// payload already received: Go checks the deadline before
 			// reading buffered bytes.) Re-check after arming, as above, so a
 			// kick from breakGroup is never lost.
-			g.prev.SetReadDeadline(time.Now().Add(g.cfg.Timeout))
+			g.rd.arm()
 			if c := g.brokenCause(); c != nil {
 				return wire.Header{}, g.opErr(h, *c)
 			}
@@ -1208,7 +1246,7 @@ func (g *Ring) receiver(h collective.Header, algo uint8, data []byte, buf any, e
 	} else {
 		pl = make([]byte, hdr.Length) // DecodeOpHeader says what is wrong with it
 	}
-	if _, err := io.ReadFull(g.in, pl); err != nil {
+	if _, err := io.ReadFull(&g.rd, pl); err != nil {
 		return readErr("operation header", err)
 	}
 	oh, err := wire.DecodeOpHeader(pl)
@@ -1234,7 +1272,7 @@ func (g *Ring) receiver(h collective.Header, algo uint8, data []byte, buf any, e
 			return fail(cause{prev, fmt.Errorf("%w: rank %d sent %s of %d bytes, want data of %d", collective.ErrMismatch, prev, hdr.Kind, hdr.Length, want)})
 		}
 		if !s.reduce {
-			if _, err := io.ReadFull(g.in, data[s.lo*esz:s.hi*esz]); err != nil {
+			if _, err := io.ReadFull(&g.rd, data[s.lo*esz:s.hi*esz]); err != nil {
 				return readErr("data", err)
 			}
 		} else if err := g.readReduce(buf, s, esz, h.Op, p.peerFirst); err != nil {
@@ -1255,7 +1293,7 @@ func (g *Ring) readReduce(buf any, s span, esz int, op collective.Op, peerFirst 
 	want := (s.hi - s.lo) * esz
 	got, done := 0, 0 // bytes read, elements reduced
 	for got < want {
-		n, err := g.in.Read(g.scratch[got:want])
+		n, err := g.rd.Read(g.scratch[got:want])
 		got += n
 		if k := got / esz; k > done {
 			switch b := buf.(type) {
@@ -1289,5 +1327,70 @@ func reduceLanded[T collective.Float](dst []T, scratch []byte, lo, hi int, op co
 	}
 	if scale {
 		collective.Scale(d, n)
+	}
+}
+
+// waitReader reads the ring's frames from prev for the receiver, under a
+// deadline of Config.Timeout from each arm. For an operation that runs on
+// the caller's goroutine with three or more ranks (runInline with waits
+// set), it also does what the sender goroutine does in the ring: while a
+// read waits, it sends next a wait frame every quarter timeout (this rank
+// is alive and blocked on its predecessor; see the package doc, Faults).
+// The connection's deadline then comes every quarter timeout: one that
+// passes before the whole timeout sends the frame and reads on.
+type waitReader struct {
+	g     *Ring
+	waits bool
+	seq   uint64    // the operation the wait frames name
+	until time.Time // the whole timeout, from the last arm
+	quiet bool      // a wait frame failed: send no more (next fails the data anyway)
+}
+
+// tick is how often a waiting rank tells next it is alive.
+func (w *waitReader) tick() time.Duration { return max(w.g.cfg.Timeout/4, time.Millisecond) }
+
+// start readies w for operation seq; waits: send wait frames.
+func (w *waitReader) start(seq uint64, waits bool) {
+	w.seq, w.waits, w.quiet = seq, waits, false
+}
+
+// arm starts a new whole timeout for what is read next.
+func (w *waitReader) arm() {
+	now := time.Now()
+	w.until = now.Add(w.g.cfg.Timeout)
+	if w.waits {
+		w.g.prev.SetReadDeadline(now.Add(w.tick()))
+		return
+	}
+	w.g.prev.SetReadDeadline(w.until)
+}
+
+func (w *waitReader) Read(p []byte) (int, error) {
+	for {
+		n, err := w.g.in.Read(p)
+		if err == nil || !w.waits || !errors.Is(err, os.ErrDeadlineExceeded) || w.g.brokenCause() != nil {
+			return n, err
+		}
+		now := time.Now()
+		if !now.Before(w.until) {
+			return n, err // the whole timeout: prev sent nothing, not even wait frames
+		}
+		if !w.quiet && !w.g.nextClosed.Load() {
+			// Advice, never a reason to fail (see sender).
+			w.quiet = w.g.writeFrame(wire.KindWait, 0, w.seq, nil) != nil
+		}
+		d := now.Add(w.tick())
+		if d.After(w.until) {
+			d = w.until
+		}
+		w.g.prev.SetReadDeadline(d)
+		// Re-check after arming: breakGroup kicks the deadline only after
+		// recording the cause, so one of the two is seen.
+		if w.g.brokenCause() != nil {
+			return n, err
+		}
+		if n > 0 {
+			return n, nil
+		}
 	}
 }

@@ -218,6 +218,42 @@ func TestSilentPeer(t *testing.T) {
 	}
 }
 
+// TestSilentPeerBlame: rank 2 never joins; rank 0, blocked on it, must
+// keep rank 1 from timing out on rank 0 (wait frames every quarter of
+// rank 0's timeout) although rank 1's own timeout is a third of rank 0's,
+// so that both ranks blame rank 2. Small all-reduces of three ranks run on
+// the caller's goroutine, large ones with a sender goroutine: each path
+// must send the wait frames.
+func TestSilentPeerBlame(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		elems int
+	}{{"inline", 1 << 10}, {"gather", 1 << 16}, {"ring", 1 << 20}} {
+		t.Run(c.name, func(t *testing.T) {
+			cfgs := configs(t, 3)
+			cfgs[0].Timeout = 3 * time.Second
+			cfgs[1].Timeout = time.Second
+			cfgs[2].Timeout = time.Second
+			cs := build(t, cfgs)
+			errs := make([]error, 2)
+			var wg sync.WaitGroup
+			for r := range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					errs[r] = cs[r].AllReduce(context.Background(), make([]float32, c.elems), collective.Sum)
+				}()
+			}
+			wg.Wait()
+			for r, err := range errs {
+				if p, ok := collective.PeerOf(err); !ok || p != 2 || !errors.Is(err, collective.ErrTimeout) {
+					t.Errorf("rank %d: got %v, want ErrTimeout naming rank 2", r, err)
+				}
+			}
+		})
+	}
+}
+
 // With SmallBytes at 100 the suite's lengths (up to 1000 elements) run
 // through both all-reduce algorithms, and its Sizes case through the ring
 // alone.
