@@ -29,9 +29,12 @@
 //     (conv_winograd.go); the float32 normalisation and activation
 //     loops use AVX-512 too (elem_amd64.s, bnadd_amd64.s). Elsewhere, and
 //     for float64, the Go loops and the BLAS.
-//   - A grouped convolution (Conv2dOpts.Groups, depthwise included) runs
-//     the ungrouped convolution's ops group by group on gathered channels
-//     (conv_group.go): every path above serves each group.
+//   - A grouped convolution (Conv2dOpts.Groups) with at most four input
+//     channels a group, depthwise included, is a direct convolution: one
+//     vector multiply-add per kernel tap over a whole zero-padded plane
+//     (conv_direct.go). One with more runs the ungrouped convolution's ops
+//     group by group on gathered channels (conv_group.go): every path
+//     above serves each group.
 //   - Passes over activations are fused where a layer's ops meet: BatchNorm
 //     with its ReLU, a ResNet block's last BatchNorm (and its projection's)
 //     with the shortcut's sum and the ReLU (BatchNormAddReLU), and in the
