@@ -1,6 +1,8 @@
 package ops
 
 import (
+	"fmt"
+
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -16,12 +18,15 @@ import (
 // (OHd = (OH-1)·sh+1 rows, each written wp wide; the columns past the
 // image, and for strides the positions between, are discarded), tap
 // (ki, kj) is y' += w[ki, kj]·xp[ki·dh·wp + kj·dw :][:OHd·wp], one vector
-// multiply-add over the whole plane. A stride thus costs sh·sw times the
+// multiply-add over the whole plane; on AVX-512 every tap at once, y' held
+// in registers a block at a time (tapsFMA32, conv_direct_amd64.s). A stride thus costs sh·sw times the
 // multiply-adds it needs, in exchange for no per-pixel moves but the
 // output's: at depthwise sizes the cheaper trade. The input gradient is
 // the adjoint (xp's gradient += w·dy' with dy' the output gradient spread
-// to those positions, zeros between, then its interior is dx), the weight
-// gradient a dot product of dy' with the same runs. Forward and input
+// to those positions, zeros between, then its interior is dx; computed as
+// a correlation of dy' with the flipped taps, tapsFMA again), the weight
+// gradient a dot product of dy' with the same runs (tapsDot4x32: four
+// taps a pass). Forward and input
 // gradient split (image, group) pairs between the image workers; the
 // weight gradient splits groups, each summing its images in order, so
 // that its bits do not depend on the worker count either.
@@ -47,6 +52,8 @@ type directGeom struct {
 	wp, plane  int   // a padded plane's row width and size
 	l          int   // the dense outputs of a plane: OHd·wp
 	off        []int // by tap ki·kw+kj: where its run starts in xp
+	roff       []int // by tap: maxOff - off, the input gradient's runs
+	maxOff     int   // the last tap's offset
 	khw, macsG int   // taps; multiply-adds of one (image, group)
 }
 
@@ -62,6 +69,11 @@ func newDirectGeom(g convGeom, groups int) *directGeom {
 		for kj := 0; kj < g.kw; kj++ {
 			d.off[ki*g.kw+kj] = ki*g.dh*d.wp + kj*g.dw
 		}
+	}
+	d.maxOff = d.off[d.khw-1]
+	d.roff = make([]int, d.khw)
+	for t, o := range d.off {
+		d.roff[t] = d.maxOff - o
 	}
 	d.macsG = d.og * d.cg * d.khw * d.l
 	return d
@@ -133,6 +145,69 @@ func rowCopy[T float](dst []T, ldd int, src []T, lds, w, gap, rows int) {
 		d := dst[r*ldd : r*ldd+w+gap]
 		copy(d, src[r*lds:r*lds+w])
 		clear(d[w:])
+	}
+}
+
+// tapsFMA sets y to bias + Σ_t w[t]·x[off[t]:][:len(y)], plus y's own
+// values when add: the taps of one kernel row after another in one pass
+// over y on AVX-512, one multiply-add pass a tap elsewhere. off ascends.
+func tapsFMA[T float](y, x []T, off []int, w []T, bias T, add bool) {
+	if len(y) == 0 {
+		return
+	}
+	if last := off[len(off)-1]; last+len(y) > len(x) || len(w) < len(off) {
+		panic(fmt.Sprintf("ops: tapsFMA of %d over %d taps (last at %d) outside x (%d) or w (%d)", len(y), len(off), last, len(x), len(w)))
+	}
+	if is32[T]() && useAVX512 {
+		a := 0
+		if add {
+			a = 1
+		}
+		tapsFMA32(f32p(y), len(y), f32p(x), &off[0], f32p(w), len(off), a, float32(bias))
+		return
+	}
+	switch {
+	case !add:
+		for i := range y {
+			y[i] = bias
+		}
+	case bias != 0:
+		for i := range y {
+			y[i] += bias
+		}
+	}
+	for t, o := range off {
+		axpy(y, x[o:], w[t])
+	}
+}
+
+// tapsDot adds Σ_i d[i]·x[off[t]+i] to acc[t] for every tap t: four taps
+// a pass over d on AVX-512, one elsewhere. off ascends.
+func tapsDot[T float](acc []float64, d, x []T, off []int) {
+	if len(d) == 0 {
+		return
+	}
+	if last := off[len(off)-1]; last+len(d) > len(x) {
+		panic(fmt.Sprintf("ops: tapsDot of %d over %d taps (last at %d) outside x (%d)", len(d), len(off), last, len(x)))
+	}
+	if is32[T]() && useAVX512 {
+		var o4 [4]int
+		var out [4]float32
+		for t := 0; t < len(off); t += 4 {
+			k := min(4, len(off)-t)
+			copy(o4[:], off[t:t+k])
+			for i := k; i < 4; i++ {
+				o4[i] = off[t] // a repeat, its sum unused
+			}
+			tapsDot4x32(f32p(d), len(d), f32p(x), &o4[0], &out[0])
+			for i := range k {
+				acc[t+i] += float64(out[i])
+			}
+		}
+		return
+	}
+	for t, o := range off {
+		acc[t] += dot(d, x[o:])
 	}
 }
 
@@ -256,36 +331,35 @@ func (j *directJob[T]) forward(s *directScratch, n, k int) {
 		if j.bias != nil {
 			b = j.bias[oc]
 		}
-		for i := range yw {
-			yw[i] = b
-		}
 		w := j.b[oc*d.cg*d.khw:][:d.cg*d.khw]
 		for c := 0; c < d.cg; c++ {
-			pc := p[c*cs:][:cs]
-			for t, off := range d.off {
-				axpy(yw, pc[off:], w[c*d.khw+t])
+			if c > 0 {
+				b = 0
 			}
+			tapsFMA(yw, p[c*cs:][:cs], d.off, w[c*d.khw:], b, c > 0)
 		}
-		y := j.c[(n*g.oc+oc)*ohw:][:ohw]
-		narrow(d, yw, y)
+		narrow(d, yw, j.c[(n*g.oc+oc)*ohw:][:ohw])
 	}
 }
 
-// inputGrad writes image n's input-gradient channels of group k.
+// inputGrad writes image n's input-gradient channels of group k: in
+// the padded layout, dxp[j] = Σ_o Σ_t w[o, t]·dy'_o[j - off[t]] over the
+// image's rows, with dy' in dz after maxOff zeros (so that every run
+// starts inside it: dz[j + roff[t]]).
 func (j *directJob[T]) inputGrad(s *directScratch, n, k int) {
 	d, g := j.d, &j.d.g
 	cs, hw, ohw := d.plane, g.h*g.w, g.ohw()
-	p, dyw := j.planes(s)
-	clear(p)
+	p := scratch[T](&s.p, d.cg*cs)
+	dz := scratch[T](&s.wide, d.maxOff+d.plane)
+	clear(dz[:d.maxOff])
+	clear(dz[d.maxOff+d.l:])
+	rows := g.ph * d.wp // the image's rows of the padded plane: [rows, rows+H·wp)
 	for o := 0; o < d.og; o++ {
 		oc := k*d.og + o
-		spread(d, j.a[(n*g.oc+oc)*ohw:][:ohw], dyw)
+		spread(d, j.a[(n*g.oc+oc)*ohw:][:ohw], dz[d.maxOff:])
 		w := j.b[oc*d.cg*d.khw:][:d.cg*d.khw]
 		for c := 0; c < d.cg; c++ {
-			pc := p[c*cs:][:cs]
-			for t, off := range d.off {
-				axpy(pc[off:off+d.l], dyw, w[c*d.khw+t])
-			}
+			tapsFMA(p[c*cs+rows:][:g.h*d.wp], dz[rows:], d.roff, w[c*d.khw:], 0, o > 0)
 		}
 	}
 	for c := 0; c < d.cg; c++ {
@@ -308,12 +382,8 @@ func (j *directJob[T]) weightGrad(s *directScratch, worker, k int) {
 		for o := 0; o < d.og; o++ {
 			oc := k*d.og + o
 			spread(d, j.b[(n*g.oc+oc)*ohw:][:ohw], dyw)
-			a := acc[o*d.cg*d.khw:]
 			for c := 0; c < d.cg; c++ {
-				pc := p[c*cs:][:cs]
-				for t, off := range d.off {
-					a[c*d.khw+t] += dot(dyw, pc[off:])
-				}
+				tapsDot(acc[(o*d.cg+c)*d.khw:][:d.khw], dyw[:d.l], p[c*cs:][:cs], d.off)
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package ops
 
 import (
 	"fmt"
+	"math"
 	"testing"
 
 	G "gorgonia.org/gorgonia"
@@ -49,4 +50,55 @@ func TestDirectConvWorkersMatchSerial(t *testing.T) {
 		}
 	}
 	SetImageWorkers(0)
+}
+
+// TestTapsKernels checks tapsFMA and tapsDot (the AVX-512 kernels where
+// the CPU has them) against plain float64 sums, for lengths around the
+// kernels' blocks (16, and 64 in tapsFMA's main loop), 1 to 9 taps, with
+// and without adding to y.
+func TestTapsKernels(t *testing.T) {
+	off := []int{0, 1, 2, 30, 31, 32, 60, 61, 62}
+	for _, n := range []int{1, 15, 16, 17, 63, 64, 65, 130} {
+		for taps := 1; taps <= len(off); taps++ {
+			x := vals(randT(tensor.Float32, uint64(n), -1, 1, n+off[taps-1]))
+			w := vals(randT(tensor.Float32, 2, -1, 1, taps))
+			d := vals(randT(tensor.Float32, 3, -1, 1, n))
+			x32, w32, d32 := f32of(x), f32of(w), f32of(d)
+			for _, add := range []bool{false, true} {
+				y := append([]float32(nil), d32...)
+				tapsFMA(y, x32, off[:taps], w32, 0.5, add)
+				for i := range n {
+					want := 0.5
+					if add {
+						want += d[i]
+					}
+					for k := range taps {
+						want += w[k] * x[i+off[k]]
+					}
+					if math.Abs(float64(y[i])-want) > 1e-5 {
+						t.Fatalf("tapsFMA n=%d taps=%d add=%v: y[%d] = %v, want %v", n, taps, add, i, y[i], want)
+					}
+				}
+			}
+			acc := make([]float64, taps)
+			tapsDot(acc, d32, x32, off[:taps])
+			for k := range taps {
+				var want float64
+				for i := range n {
+					want += d[i] * x[i+off[k]]
+				}
+				if math.Abs(acc[k]-want) > 1e-4 {
+					t.Fatalf("tapsDot n=%d taps=%d: tap %d = %v, want %v", n, taps, k, acc[k], want)
+				}
+			}
+		}
+	}
+}
+
+func f32of(v []float64) []float32 {
+	out := make([]float32, len(v))
+	for i, x := range v {
+		out[i] = float32(x)
+	}
+	return out
 }
