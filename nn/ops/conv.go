@@ -191,7 +191,7 @@ func Conv2d(x, w, b *G.Node, o Conv2dOpts) (*G.Node, error) {
 		}
 		children = append(children, b)
 	}
-	if useDirect(&g, groups) {
+	if useDirect(&g, groups, x.Dtype()) {
 		return apply(&directConvOp{base: newBase("Conv2d"), d: newDirectGeom(g, groups), convSig: convSig{bias: b != nil, noInputGrad: o.NoInputGrad}}, children...)
 	}
 	if groups > 1 {

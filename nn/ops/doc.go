@@ -30,11 +30,15 @@
 //     loops use AVX-512 too (elem_amd64.s, bnadd_amd64.s). Elsewhere, and
 //     for float64, the Go loops and the BLAS.
 //   - A grouped convolution (Conv2dOpts.Groups) with at most four input
-//     channels a group, depthwise included, is a direct convolution: one
-//     vector multiply-add per kernel tap over a whole zero-padded plane
-//     (conv_direct.go). One with more runs the ungrouped convolution's ops
-//     group by group on gathered channels (conv_group.go): every path
-//     above serves each group.
+//     channels a group, depthwise included, is a direct convolution: a
+//     vector multiply-add per kernel tap over a whole zero-padded plane,
+//     every tap in one pass on AVX-512 (conv_direct.go); so is, in float32
+//     on AVX-512, an ungrouped stride-1 one with at most four input
+//     channels and output channels not a multiple of 8 (LeNet's first
+//     layers), whose multiply would otherwise be a narrow BLAS call. A
+//     grouped one with more runs the ungrouped convolution's ops group by
+//     group on gathered channels (conv_group.go): every path above serves
+//     each group.
 //   - Passes over activations are fused where a layer's ops meet: BatchNorm
 //     with its ReLU, a ResNet block's last BatchNorm (and its projection's)
 //     with the shortcut's sum and the ReLU (BatchNormAddReLU), and in the
