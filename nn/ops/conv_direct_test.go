@@ -104,3 +104,40 @@ func f32of(v []float64) []float32 {
 	}
 	return out
 }
+
+// Once warm, the direct path's forward, input and weight gradients
+// allocate nothing, on one worker and on three.
+func TestDirectConvDoesNotAllocate(t *testing.T) {
+	defer func(w func() int, gr int) { imageWorkers, imageGrain = w, gr }(imageWorkers, imageGrain)
+	imageGrain = 1
+	for _, workers := range []int{1, 3} {
+		SetImageWorkers(workers)
+		for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
+			g := G.NewGraph()
+			x := randT(dt, 1, -1, 1, 4, 6, 9, 9)
+			w := randT(dt, 2, -1, 1, 12, 2, 3, 3)
+			b := randT(dt, 3, -1, 1, 12)
+			y, err := Conv2d(node(g, x, "x"), node(g, w, "w"), node(g, b, "b"), Conv2dOpts{Stride: [2]int{2, 1}, Padding: [2]int{1, 1}, Groups: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			op := y.Op().(*directConvOp)
+			dy := randT(dt, 4, -1, 1, op.d.g.yShape()...)
+			gi := &directGradOp{base: newBase("Conv2dGradInput"), fwd: op}
+			gw := &directGradOp{base: newBase("Conv2dGradWeight"), fwd: op, weight: true}
+			for _, r := range []struct {
+				what string
+				f    func(...G.Value) (G.Value, error)
+				v    []G.Value
+			}{{"forward", op.Do, []G.Value{x, w, b}}, {"dx", gi.Do, []G.Value{dy, w}}, {"dw", gw.Do, []G.Value{x, dy}}} {
+				if _, err := r.f(r.v...); err != nil {
+					t.Fatal(err)
+				}
+				if a := testing.AllocsPerRun(5, func() { _, _ = r.f(r.v...) }); a != 0 && !raceBuild {
+					t.Errorf("%v, %d workers, %s: %.0f allocations per run", dt, workers, r.what, a)
+				}
+			}
+		}
+	}
+	SetImageWorkers(0)
+}
