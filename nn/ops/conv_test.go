@@ -48,6 +48,8 @@ var convCases = []convCase{
 	// several small cases above do.
 	{n: 3, c: 1, h: 10, w: 9, oc: 6, kh: 5, kw: 5, bias: true},
 	{n: 2, c: 3, h: 8, w: 7, oc: 5, kh: 5, kw: 3, o: Conv2dOpts{Padding: [2]int{3, 1}, Dilation: [2]int{2, 1}}},
+	{n: 2, c: 2, h: 1, w: 12, oc: 3, kh: 1, kw: 5, o: Conv2dOpts{Padding: [2]int{0, 2}}, bias: true}, // a 1-D signal
+	{n: 2, c: 1, h: 1, w: 7, oc: 2, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 0}}},
 }
 
 // geometry is c's strides, paddings, dilations (zero values filled in) and
