@@ -81,6 +81,7 @@ var shapeCases = []shapeCase{
 	{"group3x3g4_64_28", 32, []int{64, 28, 28}, false, conv(64, 64, 3, 1, 1, groups(4))},
 	{"conv3x3_17_33_31", 32, []int{17, 31, 31}, false, conv(17, 33, 3, 1, 1)},
 	{"conv3x3s2_17_33_31", 32, []int{17, 31, 31}, false, conv(17, 33, 3, 2, 1)},
+	{"conv1x1_17_33_31", 32, []int{17, 31, 31}, false, conv(17, 33, 1, 1, 0)},
 	{"stem3x3s2_3_32_64", 32, []int{3, 64, 64}, false, conv(3, 32, 3, 2, 1)},
 	{"lenet5x5_1_6_28", 64, []int{1, 28, 28}, false, conv(1, 6, 5, 1, 0)},
 	{"lenet5x5_3_6_32", 64, []int{3, 32, 32}, false, conv(3, 6, 5, 1, 0)},
