@@ -40,12 +40,15 @@ const directMaxGroupChannels = 4
 
 // useDirect reports whether a convolution of geometry g (whole channels)
 // in groups groups and dtype dt takes the direct path: every grouped one
-// with few channels a group, and an ungrouped one with few input channels
-// whose multiply would be a narrow BLAS call (output channels not a
-// multiple of 8, the rows the AVX-512 kernels take at a time; LeNet's
-// 1 -> 6 5x5 at 28x28, batch 64: 3.9 ms a training step on one core
-// through the BLAS, 1.1 direct), stride 1 (a stride costs the direct path
-// sh·sw times its work).
+// with few channels a group, and, in float32 on AVX-512, an ungrouped
+// stride-1 one with few input channels that no other path of this package
+// takes whole: output channels not a multiple of 8 (no implicit path) and
+// not same-padded (its column matrix is gathered pixel by pixel). LeNet's
+// 1 -> 6 and 3 -> 6 5x5 convolutions, batch 64, one core: 2.7-3.1 and
+// 8.3-9.1 ms a training step through the column matrix, 1.0 and 2.9-3.3
+// direct; same-padded 3x3 ones of 2 -> 20 and 4 -> 12 channels are as fast
+// or faster through it (the direct path computes every column of a padded
+// row, and a stride sh·sw times its work).
 func useDirect(g *convGeom, groups int, dt tensor.Dtype) bool {
 	if g.c/groups > directMaxGroupChannels {
 		return false
@@ -53,7 +56,7 @@ func useDirect(g *convGeom, groups int, dt tensor.Dtype) bool {
 	if groups > 1 {
 		return true
 	}
-	return directUngrouped && dt == tensor.Float32 && useAVX512 && g.oc%8 != 0 && g.sh == 1 && g.sw == 1
+	return directUngrouped && dt == tensor.Float32 && useAVX512 && g.oc%8 != 0 && !g.same() && g.sh == 1 && g.sw == 1
 }
 
 // directUngrouped lets ungrouped convolutions take the direct path; tests

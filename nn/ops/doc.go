@@ -34,8 +34,9 @@
 //     vector multiply-add per kernel tap over a whole zero-padded plane,
 //     every tap in one pass on AVX-512 (conv_direct.go); so is, in float32
 //     on AVX-512, an ungrouped stride-1 one with at most four input
-//     channels and output channels not a multiple of 8 (LeNet's first
-//     layers), whose multiply would otherwise be a narrow BLAS call. A
+//     channels, output channels not a multiple of 8 and no same padding
+//     (LeNet's first layers), whose column matrix would be gathered pixel
+//     by pixel. A
 //     grouped one with more runs the ungrouped convolution's ops group by
 //     group on gathered channels (conv_group.go): every path above serves
 //     each group.
