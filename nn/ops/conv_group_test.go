@@ -16,9 +16,16 @@ import (
 // gradients of x, w and b.
 func convGrads(t *testing.T, x, w, b, r *tensor.Dense, o Conv2dOpts) (y, dx, dw, db []float64) {
 	t.Helper()
+	return layerGrads(t, x, w, b, r, func(x, w, b *G.Node) (*G.Node, error) { return Conv2d(x, w, b, o) })
+}
+
+// layerGrads runs Σ layer(x, w, b)·r and returns the output and the
+// gradients of x, w and b.
+func layerGrads(t *testing.T, x, w, b, r *tensor.Dense, layer func(x, w, b *G.Node) (*G.Node, error)) (y, dx, dw, db []float64) {
+	t.Helper()
 	g := G.NewGraph()
 	xn, wn, bn := node(g, x, "x"), node(g, w, "w"), node(g, b, "b")
-	out, err := Conv2d(xn, wn, bn, o)
+	out, err := layer(xn, wn, bn)
 	if err != nil {
 		t.Fatal(err)
 	}
