@@ -53,8 +53,12 @@
 //     share and a goroutine that starts late does less; the forward and
 //     input gradient are bitwise the serial ones, the weight gradient sums
 //     partial sums over fixed image ranges (two a worker) in range order.
-//     The loops of normalisation and activations split the same way
-//     (SetLoopWorkers), with results independent of the worker count.
+//     A Linear layer's multiply of 2^24 multiply-adds or more splits its
+//     output columns into blocks of 256 between the same workers
+//     (gemmCols in linear.go; one call on one worker unless
+//     SetDeterministic). The loops of normalisation and activations split
+//     the same way (SetLoopWorkers), with results independent of the
+//     worker count.
 //     Between splits the pool's goroutines, and a caller waiting for
 //     them, poll for a while before they sleep (SetSpinWait), so that
 //     the next split does not wait for a sleeping thread to wake.
