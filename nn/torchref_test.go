@@ -1,6 +1,7 @@
 package nn_test
 
 import (
+	"strings"
 	"testing"
 
 	G "gorgonia.org/gorgonia"
@@ -53,6 +54,15 @@ func TestLayersMatchTorch(t *testing.T) {
 		{"conv_d2p2", []int{1, 1, 4, 5}, module.Train, 0, func(b *module.Builder) func(*module.Step, *G.Node) *G.Node {
 			return nn.NewConv2d(b, "", nn.Conv2dConfig{In: 1, Out: 2, Kernel: 3, Padding: 2, Dilation: 2, InputGrad: true}).Forward
 		}},
+		// Grouped: depthwise with a depth multiplier of 2 and stride 2,
+		// and 2 channels a group with a rectangular dilated kernel (the
+		// direct path of nn/ops, conv_direct.go).
+		{"conv_dw_x2_s2", []int{2, 3, 5, 6}, module.Train, 0, func(b *module.Builder) func(*module.Step, *G.Node) *G.Node {
+			return nn.NewConv2d(b, "", nn.Conv2dConfig{In: 3, Out: 6, Kernel: 3, Stride: 2, Padding: 1, Groups: 3, InputGrad: true}).Forward
+		}},
+		{"conv_g2_d2_5x5", []int{2, 4, 6, 5}, module.Train, 0, func(b *module.Builder) func(*module.Step, *G.Node) *G.Node {
+			return nn.NewConv2d(b, "", nn.Conv2dConfig{In: 4, Out: 6, KernelHW: [2]int{5, 3}, PaddingHW: [2]int{4, 1}, DilationHW: [2]int{2, 1}, Groups: 2, NoBias: true, InputGrad: true}).Forward
+		}},
 		{"maxpool_k3s2p1", []int{1, 2, 5, 5}, module.Train, 0, func(b *module.Builder) func(*module.Step, *G.Node) *G.Node {
 			return nn.NewMaxPool2d(b, "pool", nn.PoolConfig{Kernel: 3, Stride: 2, Padding: 1}).Forward
 		}},
@@ -86,6 +96,10 @@ func TestLayersMatchTorch(t *testing.T) {
 			t.Fatalf("%s: no reference: run testdata/torch_layers.py", c.name)
 		}
 		checkLayer(t, c.name, ref, tensor.Float64, c.shape, c.mode, c.before, c.layer, 1e-12)
+		if strings.HasPrefix(c.name, "conv_") {
+			// float32 runs the AVX-512 kernels where the CPU has them.
+			checkLayer(t, c.name+"/float32", ref, tensor.Float32, c.shape, c.mode, c.before, c.layer, 1e-5)
+		}
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/fulgur-ml/fulgur/blas"
+	"github.com/fulgur-ml/fulgur/internal/cputime"
 )
 
 // Op-level benchmarks at resnet8 shapes (batch 64, float32): forward and
@@ -79,11 +80,11 @@ func benchGraph(b *testing.B, build func(g *G.ExprGraph) (*G.Node, G.Nodes)) {
 	r.run(b)
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	cpu0 := cputime.Now()
 	for i := 0; i < b.N; i++ {
 		r.run(b)
 	}
-	if cpu := cpuTime() - cpu0; cpu > 0 {
+	if cpu := cputime.Now() - cpu0; cpu > 0 {
 		b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 	}
 }
@@ -220,13 +221,13 @@ func BenchmarkConvGradInputStrided(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.ResetTimer()
-				cpu0 := cpuTime()
+				cpu0 := cputime.Now()
 				for i := 0; i < b.N; i++ {
 					if _, err := gi.Do(dy, ins[1]); err != nil {
 						b.Fatal(err)
 					}
 				}
-				b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+				b.ReportMetric(float64((cputime.Now()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 			})
 		}
 	}

@@ -19,7 +19,7 @@ type Conv2dOpts struct {
 	// Groups splits the input and output channels into that many groups,
 	// each convolved with its own weights (PyTorch's groups; 0 means 1):
 	// the weight is then [OC, C/Groups, KH, KW], and Groups = C is a
-	// depthwise convolution. See conv_group.go.
+	// depthwise convolution. See conv_direct.go and conv_group.go.
 	Groups int
 }
 
@@ -190,6 +190,9 @@ func Conv2d(x, w, b *G.Node, o Conv2dOpts) (*G.Node, error) {
 			return nil, fmt.Errorf("Conv2d bias has shape %v, want [%d] to match weight %v", bs, g.oc, ws)
 		}
 		children = append(children, b)
+	}
+	if useDirect(&g, groups, x.Dtype()) {
+		return apply(&directConvOp{base: newBase("Conv2d"), d: newDirectGeom(g, groups), convSig: convSig{bias: b != nil, noInputGrad: o.NoInputGrad}}, children...)
 	}
 	if groups > 1 {
 		return apply(newGroupConv(g, groups, b != nil, o.NoInputGrad), children...)

@@ -16,8 +16,9 @@ import (
 // and its rows of the weight. The group's output is scattered into the
 // output's channels. The weight gradient reuses the forward's gathered
 // input (and the padding the forward kept of it). A depthwise convolution
-// (G = C) is thus C small convolutions: correct, and with every image
-// still split between workers, but not as fast as a dedicated kernel. The
+// (G = C) would be C small convolutions, each multiply's inner dimension
+// only KH·KW: groups of four input channels or fewer take the direct path
+// (conv_direct.go) instead. The
 // gathered copies (input, output gradient) and the per-group results cost
 // about twice the layer's activations in memory again.
 

@@ -16,9 +16,16 @@ import (
 // gradients of x, w and b.
 func convGrads(t *testing.T, x, w, b, r *tensor.Dense, o Conv2dOpts) (y, dx, dw, db []float64) {
 	t.Helper()
+	return layerGrads(t, x, w, b, r, func(x, w, b *G.Node) (*G.Node, error) { return Conv2d(x, w, b, o) })
+}
+
+// layerGrads runs Σ layer(x, w, b)·r and returns the output and the
+// gradients of x, w and b.
+func layerGrads(t *testing.T, x, w, b, r *tensor.Dense, layer func(x, w, b *G.Node) (*G.Node, error)) (y, dx, dw, db []float64) {
+	t.Helper()
 	g := G.NewGraph()
 	xn, wn, bn := node(g, x, "x"), node(g, w, "w"), node(g, b, "b")
-	out, err := Conv2d(xn, wn, bn, o)
+	out, err := layer(xn, wn, bn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,6 +74,16 @@ func TestGroupedConvIsConvPerGroup(t *testing.T) {
 		{3, 8, 16, 9, 7, 3, 8, Conv2dOpts{Stride: [2]int{2, 2}, Padding: [2]int{1, 1}}},
 		{4, 12, 6, 6, 6, 1, 3, Conv2dOpts{Stride: [2]int{2, 2}}},
 		{2, 6, 6, 5, 5, 3, 6, Conv2dOpts{Dilation: [2]int{2, 1}, Padding: [2]int{2, 1}}},
+		// The direct path (conv_direct.go): depthwise with a depth
+		// multiplier, 2 to 4 channels a group, large kernels, strides
+		// 2 and 3 on either axis with dilation, no padding, and enough
+		// (image, group) pairs for several workers.
+		{3, 4, 8, 7, 9, 5, 4, Conv2dOpts{Stride: [2]int{1, 2}, Padding: [2]int{2, 2}}},
+		{2, 6, 6, 11, 10, 7, 3, Conv2dOpts{Stride: [2]int{2, 2}, Padding: [2]int{3, 3}}},
+		{2, 8, 12, 10, 11, 3, 2, Conv2dOpts{Stride: [2]int{3, 1}, Dilation: [2]int{1, 2}, Padding: [2]int{0, 2}}},
+		{2, 3, 6, 6, 6, 2, 3, Conv2dOpts{}},
+		{5, 16, 16, 16, 16, 3, 16, Conv2dOpts{Stride: [2]int{2, 2}, Padding: [2]int{1, 1}}},
+		{4, 24, 24, 15, 13, 3, 24, Conv2dOpts{Padding: [2]int{1, 1}}},
 	} {
 		for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
 			name := fmt.Sprintf("%v %d groups %v", tensor.Shape{c.n, c.c, c.h, c.w}, c.groups, dt)

@@ -43,6 +43,13 @@ var convCases = []convCase{
 	{n: 2, c: 3, h: 8, w: 9, oc: 4, kh: 3, kw: 2, o: Conv2dOpts{Stride: [2]int{2, 3}, Padding: [2]int{2, 1}, Dilation: [2]int{2, 1}}},
 	{n: 3, c: 2, h: 9, w: 8, oc: 8, kh: 3, kw: 3, o: Conv2dOpts{Stride: [2]int{2, 3}, Padding: [2]int{1, 2}, Dilation: [2]int{1, 2}}, bias: true},
 	{n: 2, c: 2, h: 6, w: 6, oc: 8, kh: 3, kw: 3},
+	// Few input channels, output channels not a multiple of 8, stride 1,
+	// not same-padded: float32 on AVX-512 takes the direct path
+	// (conv_direct.go), as the first case above does.
+	{n: 3, c: 1, h: 10, w: 9, oc: 6, kh: 5, kw: 5, bias: true},
+	{n: 2, c: 3, h: 8, w: 7, oc: 5, kh: 5, kw: 3, o: Conv2dOpts{Padding: [2]int{3, 1}, Dilation: [2]int{2, 1}}},
+	{n: 2, c: 2, h: 1, w: 12, oc: 3, kh: 1, kw: 5, o: Conv2dOpts{Padding: [2]int{0, 1}}, bias: true}, // a 1-D signal
+	{n: 2, c: 1, h: 1, w: 7, oc: 2, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 0}}},
 }
 
 // geometry is c's strides, paddings, dilations (zero values filled in) and

@@ -9,6 +9,8 @@ import (
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
+
+	"github.com/fulgur-ml/fulgur/internal/cputime"
 )
 
 // Convolutions the Winograd path takes: whole tiles (28, 8), partial ones
@@ -292,9 +294,9 @@ func BenchmarkConvWinograd(b *testing.B) {
 							}
 							b.StartTimer()
 						}
-						cpu0 := cpuTime()
+						cpu0 := cputime.Now()
 						_, _ = f(args...)
-						cpu += cpuTime() - cpu0
+						cpu += cputime.Now() - cpu0
 					}
 					if cpu > 0 {
 						b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")

@@ -29,9 +29,17 @@
 //     (conv_winograd.go); the float32 normalisation and activation
 //     loops use AVX-512 too (elem_amd64.s, bnadd_amd64.s). Elsewhere, and
 //     for float64, the Go loops and the BLAS.
-//   - A grouped convolution (Conv2dOpts.Groups, depthwise included) runs
-//     the ungrouped convolution's ops group by group on gathered channels
-//     (conv_group.go): every path above serves each group.
+//   - A grouped convolution (Conv2dOpts.Groups) with at most four input
+//     channels a group, depthwise included, is a direct convolution: a
+//     vector multiply-add per kernel tap over a whole zero-padded plane,
+//     every tap in one pass on AVX-512 (conv_direct.go); so is, in float32
+//     on AVX-512, an ungrouped stride-1 one with at most four input
+//     channels, output channels not a multiple of 8 and no same padding
+//     (LeNet's first layers), whose column matrix would be gathered pixel
+//     by pixel. A
+//     grouped one with more runs the ungrouped convolution's ops group by
+//     group on gathered channels (conv_group.go): every path above serves
+//     each group.
 //   - Passes over activations are fused where a layer's ops meet: BatchNorm
 //     with its ReLU, a ResNet block's last BatchNorm (and its projection's)
 //     with the shortcut's sum and the ReLU (BatchNormAddReLU), and in the
@@ -45,8 +53,12 @@
 //     share and a goroutine that starts late does less; the forward and
 //     input gradient are bitwise the serial ones, the weight gradient sums
 //     partial sums over fixed image ranges (two a worker) in range order.
-//     The loops of normalisation and activations split the same way
-//     (SetLoopWorkers), with results independent of the worker count.
+//     A Linear layer's multiply of 2^24 multiply-adds or more splits its
+//     output columns into blocks of 256 between the same workers
+//     (gemmCols in linear.go; one call on one worker unless
+//     SetDeterministic). The loops of normalisation and activations split
+//     the same way (SetLoopWorkers), with results independent of the
+//     worker count.
 //     Between splits the pool's goroutines, and a caller waiting for
 //     them, poll for a while before they sleep (SetSpinWait), so that
 //     the next split does not wait for a sleeping thread to wake.

@@ -2,6 +2,7 @@ package ops
 
 import (
 	"fmt"
+	"math"
 	"testing"
 
 	G "gorgonia.org/gorgonia"
@@ -146,4 +147,69 @@ func TestLinearShapeErrors(t *testing.T) {
 	if _, err := Linear(x, w64, nil, LinearOpts{}); err == nil {
 		t.Error("mixed dtypes accepted")
 	}
+}
+
+// TestLinearWideSplitsColumns: a Linear layer large enough for gemmCols
+// (columns in blocks between the image workers; sizes not multiples of
+// the block) gives, under SetDeterministic, the same bits on one worker
+// and on three, for the output and the input and weight gradients; and
+// it matches a plain float64 computation (on three workers without
+// SetDeterministic, one call on one).
+func TestLinearWideSplitsColumns(t *testing.T) {
+	defer func(w func() int) { imageWorkers = w }(imageWorkers)
+	const batch, in, out = 8, 2048, 1100 // each multiply 18M multiply-adds
+	x := randT(tensor.Float32, 1, -1, 1, batch, in)
+	w := randT(tensor.Float32, 2, -1, 1, out, in)
+	b := randT(tensor.Float32, 3, -1, 1, out)
+	r := randT(tensor.Float32, 4, -1, 1, batch, out)
+	run := func(workers int) (y, dx, dw, db []float64) {
+		SetImageWorkers(workers)
+		return layerGrads(t, x, w, b, r, func(x, w, b *G.Node) (*G.Node, error) { return Linear(x, w, b, LinearOpts{}) })
+	}
+	release := HoldDeterministic()
+	y1, dx1, dw1, _ := run(1)
+	y3, dx3, dw3, _ := run(3)
+	release()
+	sameBits(t, "output", y3, y1)
+	sameBits(t, "input gradient", dx3, dx1)
+	sameBits(t, "weight gradient", dw3, dw1)
+	xv, wv, bv, rv := vals(x), vals(w), vals(b), vals(r)
+	for _, workers := range []int{1, 3} {
+		y, dx, dw, _ := run(workers)
+		assertClose(t, fmt.Sprintf("output, %d workers", workers), y, y1, 2e-4)
+		assertClose(t, fmt.Sprintf("input gradient, %d workers", workers), dx, dx1, 2e-4)
+		assertClose(t, fmt.Sprintf("weight gradient, %d workers", workers), dw, dw1, 2e-4)
+	}
+	for i := 0; i < batch; i++ {
+		for o := 0; o < out; o++ {
+			s := bv[o]
+			for k := 0; k < in; k++ {
+				s += xv[i*in+k] * wv[o*in+k]
+			}
+			if d := math.Abs(y1[i*out+o] - s); d > 1e-3 {
+				t.Fatalf("y[%d][%d] = %v, want %v", i, o, y1[i*out+o], s)
+			}
+		}
+		for k := 0; k < in; k += 7 {
+			var s float64
+			for o := 0; o < out; o++ {
+				s += rv[i*out+o] * wv[o*in+k]
+			}
+			if d := math.Abs(dx1[i*in+k] - s); d > 1e-3 {
+				t.Fatalf("dx[%d][%d] = %v, want %v", i, k, dx1[i*in+k], s)
+			}
+		}
+	}
+	for o := 0; o < out; o += 5 {
+		for k := 0; k < in; k += 3 {
+			var s float64
+			for i := 0; i < batch; i++ {
+				s += rv[i*out+o] * xv[i*in+k]
+			}
+			if d := math.Abs(dw1[o*in+k] - s); d > 1e-4 {
+				t.Fatalf("dw[%d][%d] = %v, want %v", o, k, dw1[o*in+k], s)
+			}
+		}
+	}
+	SetImageWorkers(0)
 }

@@ -190,6 +190,9 @@ func (op *pointLossOp) Do(v ...G.Value) (G.Value, error) {
 // pointLoss writes each element's loss into out (when not nil), its
 // derivative into op.d, and returns the sum.
 func pointLoss[T float](op *pointLossOp, x, y, out []T) float64 {
+	if op.cfg.Kind == LossMSE {
+		return mseLoss(op.d, x, y, out)
+	}
 	var sum float64
 	c := op.cfg
 	for i := range x {
@@ -239,6 +242,38 @@ func pointLoss[T float](op *pointLossOp, x, y, out []T) float64 {
 		}
 	}
 	return sum
+}
+
+// mseLoss is pointLoss for LossMSE: the same values, the sum in four
+// float64 accumulators (one chain of additions cost 4 cycles an element:
+// 1.3 ms for a 32x32x32x32 output, more than the convolution before it).
+func mseLoss[T float](d []float64, x, y, out []T) float64 {
+	n := len(x)
+	d, y = d[:n], y[:n]
+	var s0, s1, s2, s3 float64
+	i := 0
+	for ; i+4 <= n; i += 4 {
+		r0, r1 := float64(x[i])-float64(y[i]), float64(x[i+1])-float64(y[i+1])
+		r2, r3 := float64(x[i+2])-float64(y[i+2]), float64(x[i+3])-float64(y[i+3])
+		d[i], d[i+1], d[i+2], d[i+3] = 2*r0, 2*r1, 2*r2, 2*r3
+		s0 += r0 * r0
+		s1 += r1 * r1
+		s2 += r2 * r2
+		s3 += r3 * r3
+		if out != nil {
+			o := out[i : i+4]
+			o[0], o[1], o[2], o[3] = T(r0*r0), T(r1*r1), T(r2*r2), T(r3*r3)
+		}
+	}
+	for ; i < n; i++ {
+		r := float64(x[i]) - float64(y[i])
+		d[i] = 2 * r
+		s0 += r * r
+		if out != nil {
+			out[i] = T(r * r)
+		}
+	}
+	return (s0 + s1) + (s2 + s3)
 }
 
 func sign(r float64) float64 {

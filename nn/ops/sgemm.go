@@ -24,6 +24,8 @@ func mmKernels() bool { return useAVX512 || useAVX2 }
 // mmScratch is one worker's scratch for the kernels.
 type mmScratch struct {
 	ap        []float32 // op(a) packed, 8 rows at a time, k-major
+	ragA      []float32 // the last rows of a, zero-padded (sgemmNTRagged)
+	ragC      []float32 // the last rows' results (the ragged multiplies)
 	boff      []int32   // row offsets of b
 	bk, bld   int       // boff holds kk·bld for kk < bk
 	tile      [24]float32
@@ -52,7 +54,8 @@ func grow32(s []int32, n int) []int32 {
 // mm is gemm (c = alpha·op(a)·op(b) + beta·c, row-major) for the
 // convolutions: on this package's kernels when they take it (float32,
 // alpha 1, beta 0 or 1, no transposed b with a transposed a, 8 rows at a time
-// (4 for a transposed b)), else on package blas.
+// (4 for a transposed b), the last block of other row counts padded with
+// zero rows), else on package blas.
 func mm[T float](s *mmScratch, tA, tB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
 	var z T
 	if !mmKernels() || unsafe.Sizeof(z) != 4 || alpha != 1 || (beta != 0 && beta != 1) ||
@@ -64,8 +67,12 @@ func mm[T float](s *mmScratch, tA, tB bool, m, n, k int, alpha T, a []T, lda int
 	switch {
 	case !tB && m%8 == 0:
 		sgemmNN(s, tA, m, n, k, f32s(a), lda, f32s(b), s.rows(k, ldb), f32s(c), ldc, acc)
+	case !tB && m > 8:
+		sgemmNNRagged(s, tA, m, n, k, f32s(a), lda, f32s(b), s.rows(k, ldb), f32s(c), ldc, acc)
 	case tB && !tA && m%4 == 0:
 		sgemmNT(s, m, n, k, f32s(a), lda, f32s(b), s.rows(n, ldb), f32s(c), ldc, acc)
+	case tB && !tA && m > 4:
+		sgemmNTRagged(s, m, n, k, f32s(a), lda, f32s(b), s.rows(n, ldb), f32s(c), ldc, acc)
 	default:
 		gemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 	}
@@ -81,6 +88,62 @@ func sgemmNN(s *mmScratch, transA bool, m, n, k int, a []float32, lda int, b []f
 	ap := s.ap[:m*k]
 	packA(ap, transA, m, k, a, lda)
 	sgemmNNPacked(m, n, k, ap, b, boff, c, ldc, acc)
+}
+
+// sgemmNNRagged is sgemmNN for m not a multiple of 8 (odd channel
+// counts, which the BLAS took through a narrow call): the whole blocks of
+// 8 rows straight into c, the last m%8 rows packed with zero rows to a
+// block, multiplied into scratch, and copied (or added) into c.
+func sgemmNNRagged(s *mmScratch, transA bool, m, n, k int, a []float32, lda int, b []float32, boff []int32, c []float32, ldc int, acc bool) {
+	m8 := m &^ 7
+	if len(s.ap) < (m8+8)*k {
+		s.ap = make([]float32, (m8+8)*k)
+	}
+	ap := s.ap[:(m8+8)*k]
+	packA(ap, transA, m8, k, a, lda)
+	last := ap[m8*k:]
+	clear(last)
+	for r := 0; r < m-m8; r++ {
+		for kk := 0; kk < k; kk++ {
+			if transA {
+				last[kk*8+r] = a[kk*lda+m8+r]
+			} else {
+				last[kk*8+r] = a[(m8+r)*lda+kk]
+			}
+		}
+	}
+	sgemmNNPacked(m8, n, k, ap[:m8*k], b, boff, c, ldc, acc)
+	s.ragC = grow(s.ragC, 8*n)
+	sgemmNNPacked(8, n, k, last, b, boff, s.ragC, n, false)
+	raggedRows(c[m8*ldc:], ldc, s.ragC, n, m-m8, acc)
+}
+
+// sgemmNTRagged is sgemmNT for m not a multiple of 4: the whole blocks of
+// 4 rows straight into c, the last m%4 rows of a copied with zero rows to
+// a block, multiplied into scratch, and copied (or added) into c.
+func sgemmNTRagged(s *mmScratch, m, n, q int, a []float32, lda int, b []float32, boff []int32, c []float32, ldc int, acc bool) {
+	m4 := m &^ 3
+	sgemmNT(s, m4, n, q, a, lda, b, boff, c, ldc, acc)
+	s.ragA = grow(s.ragA, 4*q)
+	clear(s.ragA)
+	for r := 0; r < m-m4; r++ {
+		copy(s.ragA[r*q:(r+1)*q], a[(m4+r)*lda:])
+	}
+	s.ragC = grow(s.ragC, 4*n)
+	sgemmNT(s, 4, n, q, s.ragA, q, b, boff, s.ragC, n, false)
+	raggedRows(c[m4*ldc:], ldc, s.ragC, n, m-m4, acc)
+}
+
+// raggedRows copies (or, with acc, adds) rows rows of n values from t
+// (rows n apart) into c (rows ldc apart).
+func raggedRows(c []float32, ldc int, t []float32, n, rows int, acc bool) {
+	for r := 0; r < rows; r++ {
+		if acc {
+			addTo(c[r*ldc:r*ldc+n], t[r*n:])
+		} else {
+			copy(c[r*ldc:r*ldc+n], t[r*n:(r+1)*n])
+		}
+	}
 }
 
 // packA writes op(a) (m×k: a with rows lda apart, or its transpose when

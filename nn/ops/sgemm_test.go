@@ -65,7 +65,8 @@ func randF32(r *rand.Rand, n int) []float32 {
 
 // TestSgemmKernels checks the AVX-512 kernels against a float64 triple loop
 // on the convolutions' shapes and on tails of every width (columns not a
-// multiple of 32 or 16, B-row counts not a multiple of 6), with and without
+// multiple of 32 or 16, B-row counts not a multiple of 6, rows not a
+// multiple of 8 or 4), with and without
 // a transposed a and accumulation, and that nothing outside c's rows moves.
 func TestSgemmKernels(t *testing.T) { forEachKernelTier(t, testSgemmKernels) }
 
@@ -82,6 +83,11 @@ func testSgemmKernels(t *testing.T) {
 		{true, false, 144, 392, 32, 0}, {true, false, 16, 17, 9, 0},
 		{false, true, 16, 144, 784, 0}, {false, true, 32, 288, 392, 1}, {false, true, 64, 32, 392, 0},
 		{false, true, 4, 1, 1, 0}, {false, true, 4, 7, 15, 1}, {false, true, 8, 9, 17, 0}, {false, true, 12, 13, 33, 1},
+		// Rows not a multiple of 8 (4 with a transposed b): whole blocks,
+		// then the rest padded (sgemmNNRagged, sgemmNTRagged).
+		{false, false, 33, 61, 153, 0}, {false, false, 9, 17, 5, 1}, {false, false, 15, 40, 27, 0},
+		{true, false, 153, 61, 33, 0}, {true, false, 13, 20, 7, 1},
+		{false, true, 33, 153, 61, 1}, {false, true, 5, 7, 9, 0}, {false, true, 7, 13, 40, 0},
 	}
 	for _, s := range shapes {
 		t.Run(fmt.Sprintf("tA=%v,tB=%v,%dx%dx%d,beta=%v", s.tA, s.tB, s.m, s.n, s.k, s.beta), func(t *testing.T) {

@@ -28,6 +28,8 @@ cases = [
     ("conv_rect", nn.Conv2d(2, 3, (3, 2), stride=(2, 1), padding=(1, 0), dilation=(1, 2)), (2, 2, 5, 6), "train", 0),
     ("conv_s2p1_nobias", nn.Conv2d(2, 2, 3, stride=2, padding=1, bias=False), (1, 2, 5, 5), "train", 0),
     ("conv_d2p2", nn.Conv2d(1, 2, 3, padding=2, dilation=2), (1, 1, 4, 5), "train", 0),
+    ("conv_dw_x2_s2", nn.Conv2d(3, 6, 3, stride=2, padding=1, groups=3), (2, 3, 5, 6), "train", 0),
+    ("conv_g2_d2_5x5", nn.Conv2d(4, 6, (5, 3), padding=(4, 1), dilation=(2, 1), groups=2, bias=False), (2, 4, 6, 5), "train", 0),
     ("maxpool_k3s2p1", nn.MaxPool2d(3, 2, 1), (1, 2, 5, 5), "train", 0),
     ("avgpool_k3s2p1_incl", nn.AvgPool2d(3, 2, 1), (1, 2, 5, 5), "train", 0),
     ("avgpool_k3s2p1_excl", nn.AvgPool2d(3, 2, 1, count_include_pad=False), (1, 2, 5, 5), "train", 0),
