@@ -668,6 +668,9 @@ func (e *Engine) compile(mode module.Mode, batch int, fields []data.Field) (c *c
 			err = fmt.Errorf("%s: compile graph: %v", stepName(mode), r)
 		}
 	}()
+	if err := problemsError(s.Graph(), vetForward(s.Graph(), mode)); err != nil {
+		return nil, fmt.Errorf("%s: %w", stepName(mode), err)
+	}
 	c = &compiled{g: s.Graph(), step: s, loss: loss, fields: fields}
 	for _, f := range fields {
 		n := s.Inputs()[f.Name]
@@ -721,6 +724,9 @@ func (e *Engine) compile(mode module.Mode, batch int, fields []data.Field) (c *c
 		return e.compileSharded(c, mode)
 	}
 	if e.Tape {
+		if err := problemsError(c.g, vetTape(c.g)); err != nil {
+			return nil, fmt.Errorf("%s: %w", stepName(mode), err)
+		}
 		c.vm = G.NewTapeMachine(c.g)
 	} else if c.exec, err = newExecutor(c.g); err != nil {
 		return nil, fmt.Errorf("%s: %w", stepName(mode), err)

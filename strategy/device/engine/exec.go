@@ -113,6 +113,9 @@ func newExecutor(g *G.ExprGraph) (*executor, error) {
 			e.vals[idx] = n.Value()
 			continue
 		}
+		if r, bad := badReduction(g, n); bad {
+			op = newReduceFix(r, n) // Gorgonia's is wrong for this shape (vet.go)
+		}
 		st := execStep{node: n, op: op, out: idx, reshape: isReshape(op), add: isAdd(op), shape: n.Shape().Clone()}
 		for it := g.From(n.ID()); it.Next(); {
 			c := it.Node().(*G.Node)

@@ -1,0 +1,334 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/nn"
+	"github.com/fulgur-ml/fulgur/strategy/device/engine"
+)
+
+// stockModel is a user's model written with Gorgonia's stock ops: one
+// parameter "x", out = build(x), the loss Σ (out - target)² (out itself
+// when it is a scalar), and a PredictStep returning out.
+type stockModel struct {
+	shape []int
+	build func(s *module.Step, x *G.Node) (*G.Node, error)
+}
+
+func (m *stockModel) Configure(b *module.Builder) error {
+	b.Param("x", m.shape, module.Normal(0, 1))
+	return nil
+}
+
+func (m *stockModel) TrainingStep(s *module.Step) (*G.Node, error) {
+	out, err := m.build(s, s.Param("x"))
+	if err != nil || out.Shape().TotalSize() == 1 {
+		return out, err
+	}
+	return nn.MSELoss(out, G.NewConstant(targetOf(s.Dtype(), out.Shape()), G.WithName("target")), nn.WithReduction(nn.ReduceSum)), nil
+}
+
+func (m *stockModel) PredictStep(s *module.Step) (*G.Node, error) { return m.build(s, s.Param("x")) }
+
+func targetOf(dt tensor.Dtype, shape tensor.Shape) *tensor.Dense {
+	t := tensor.New(tensor.WithShape(shape.Clone()...), tensor.Of(dt))
+	for i, v := range targetVals(shape.TotalSize()) {
+		if dt == tensor.Float32 {
+			t.Float32s()[i] = float32(v)
+		} else {
+			t.Float64s()[i] = v
+		}
+	}
+	return t
+}
+
+func targetVals(n int) []float64 {
+	t := make([]float64, n)
+	for i := range t {
+		t[i] = 0.3 * math.Cos(0.7*float64(i)+0.2)
+	}
+	return t
+}
+
+// stockEngine is an engine of m over a store whose "x" holds xs.
+func stockEngine(t *testing.T, m *stockModel, dt tensor.Dtype, tape bool, xs []float64) (*engine.Engine, *module.Store) {
+	t.Helper()
+	b := module.NewBuilder(dt)
+	if err := m.Configure(b); err != nil {
+		t.Fatal(err)
+	}
+	specs, _ := b.Specs()
+	st, err := module.NewStore(specs, dt, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range xs {
+		if dt == tensor.Float32 {
+			st.Data32()[i] = float32(v)
+		} else {
+			st.Data64()[i] = v
+		}
+	}
+	e := engine.New(m, st, nil, 1)
+	e.Tape = tape
+	return e, st
+}
+
+var oneRow = &data.Batch{Size: 1}
+
+func xVals(n int) []float64 {
+	x := make([]float64, n)
+	for i := range x {
+		x[i] = math.Sin(1.37*float64(i) + 0.4)
+	}
+	return x
+}
+
+func storeGrad(st *module.Store) []float64 {
+	if g := st.Grad32(); g != nil {
+		out := make([]float64, len(g))
+		for i, v := range g {
+			out[i] = float64(v)
+		}
+		return out
+	}
+	return append([]float64(nil), st.Grad64()...)
+}
+
+func denseVals(d *tensor.Dense) []float64 {
+	if d.Dtype() == tensor.Float32 {
+		out := make([]float64, 0, d.Size())
+		for _, v := range d.Float32s() {
+			out = append(out, float64(v))
+		}
+		return out
+	}
+	return append([]float64(nil), d.Float64s()...)
+}
+
+func near(t *testing.T, what string, got, want []float64, tol float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
+	}
+	for i := range got {
+		if d := math.Abs(got[i] - want[i]); d > tol*(1+math.Abs(want[i])) || d != d {
+			t.Fatalf("%s[%d] = %.9g, want %.9g", what, i, got[i], want[i])
+		}
+	}
+}
+
+// reduceRef reduces x of shape s over axes by walking every element's
+// multi-index (max, or a sum divided by div), and returns, per element of
+// x, the output element it lands in.
+func reduceRef(x []float64, s []int, axes []int, isMax bool, div float64) (out []float64, dest []int) {
+	reduced := make([]bool, len(s))
+	for _, a := range axes {
+		reduced[a] = true
+	}
+	size := 1
+	for i, d := range s {
+		if !reduced[i] {
+			size *= d
+		}
+	}
+	out = make([]float64, size)
+	if isMax {
+		for i := range out {
+			out[i] = math.Inf(-1)
+		}
+	}
+	idx := make([]int, len(s))
+	for _, v := range x {
+		o := 0
+		for k, d := range s {
+			if !reduced[k] {
+				o = o*d + idx[k]
+			}
+		}
+		dest = append(dest, o)
+		if isMax {
+			out[o] = math.Max(out[o], v)
+		} else {
+			out[o] += v / div
+		}
+		for d := len(s) - 1; d >= 0; d-- {
+			if idx[d]++; idx[d] < s[d] {
+				break
+			}
+			idx[d] = 0
+		}
+	}
+	return out, dest
+}
+
+// Gorgonia v0.9.17's Sum, Mean and Max over a middle axis of a tensor of
+// four axes or more add up the wrong elements (G.Mean(x, 2, 3) of
+// [N, C, H, W], the global average pool, among them). On the engine's
+// executor a model using them gets the right forward values, loss and
+// gradients, checked against an index-walking reference; the TapeMachine
+// refuses the graph, naming the op, its axes and shape, and the fix.
+func TestStockReductionsAreRightOrRefused(t *testing.T) {
+	type red struct {
+		call  string
+		shape []int
+		axes  []int
+		f     func(x *G.Node) (*G.Node, error)
+		right bool // Gorgonia computes it right: the TapeMachine runs it too
+	}
+	cases := []red{
+		{"Mean", []int{2, 3, 5, 4}, []int{2, 3}, func(x *G.Node) (*G.Node, error) { return G.Mean(x, 2, 3) }, false},
+		{"Sum", []int{2, 3, 5, 4}, []int{1, 2}, func(x *G.Node) (*G.Node, error) { return G.Sum(x, 1, 2) }, true},
+		{"Mean", []int{2, 3, 2, 4}, []int{2}, func(x *G.Node) (*G.Node, error) { return G.Mean(x, 2) }, true},
+		{"Sum", []int{2, 3, 5, 4}, []int{2}, func(x *G.Node) (*G.Node, error) { return G.Sum(x, 2) }, false},
+		{"Mean", []int{4, 4, 4, 3}, []int{2, 3}, func(x *G.Node) (*G.Node, error) { return G.Mean(x, 2, 3) }, false},
+		{"Max", []int{2, 3, 5, 4}, []int{2}, func(x *G.Node) (*G.Node, error) { return G.Max(x, 2) }, false},
+		{"Max", []int{2, 3, 5, 4}, []int{2, 3}, func(x *G.Node) (*G.Node, error) { return G.Max(x, 2, 3) }, false},
+	}
+	ctx := context.Background()
+	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
+		tol := 1e-12
+		if dt == tensor.Float32 {
+			tol = 2e-6
+		}
+		for _, c := range cases {
+			name := fmt.Sprintf("G.%s%v over %v/%v", c.call, c.shape, c.axes, dt)
+			m := &stockModel{shape: c.shape, build: func(_ *module.Step, x *G.Node) (*G.Node, error) { return c.f(x) }}
+			n := 1
+			for _, d := range c.shape {
+				n *= d
+			}
+			xs := xVals(n)
+			div := 1.0
+			if c.call == "Mean" {
+				div = float64(n)
+				for i, d := range c.shape {
+					if !containsInt(c.axes, i) {
+						div /= float64(d)
+					}
+				}
+			}
+			want, dest := reduceRef(xs, c.shape, c.axes, c.call == "Max", div)
+			tgt := targetVals(len(want))
+			wantLoss := 0.0
+			for i, w := range want {
+				wantLoss += (w - tgt[i]) * (w - tgt[i])
+			}
+			wantGrad := make([]float64, n)
+			for i, o := range dest {
+				d := 2 * (want[o] - tgt[o])
+				switch {
+				case c.call != "Max":
+					wantGrad[i] = d / div
+				case xs[i] == want[o]:
+					wantGrad[i] = d
+				}
+			}
+
+			paths := []bool{false}
+			if c.right {
+				paths = append(paths, true)
+			}
+			for _, tape := range paths {
+				e, st := stockEngine(t, m, dt, tape, xs)
+				for run := 0; run < 2; run++ { // the second run reuses the executor's buffers
+					r, err := e.Run(ctx, module.Predict, oneRow, false, 1)
+					if err != nil {
+						t.Fatalf("%s (tape %v): predict: %v", name, tape, err)
+					}
+					near(t, name+" output", denseVals(r.Output), want, tol)
+					r, err = e.Run(ctx, module.Train, oneRow, false, 1)
+					if err != nil {
+						t.Fatalf("%s (tape %v): train: %v", name, tape, err)
+					}
+					near(t, name+" loss", []float64{r.Loss}, []float64{wantLoss}, tol)
+					near(t, name+" gradient", storeGrad(st), wantGrad, tol)
+				}
+			}
+			if c.right {
+				continue
+			}
+			tp, _ := stockEngine(t, m, dt, true, xs)
+			_, err := tp.Run(ctx, module.Predict, oneRow, false, 1)
+			fix := "run it on the engine's executor (leave Engine.Tape false), which computes it right, or use nn."
+			if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("over axes %v of a %v tensor gives wrong values in Gorgonia v0.9.17 on the TapeMachine (Engine.Tape)", c.axes, tensor.Shape(c.shape))) ||
+				!strings.Contains(err.Error(), fix) || !strings.Contains(err.Error(), "computed from x") {
+				t.Errorf("%s on the TapeMachine: err = %v", name, err)
+			}
+		}
+	}
+}
+
+func containsInt(xs []int, x int) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// G.BatchNorm, G.Dropout (any Gorgonia random node) and, in a training
+// graph, G.GlobalAveragePool2D are refused when the graph is compiled, on
+// the executor and the TapeMachine alike, with an error naming the op, the
+// node, the parameter it is computed from and the fulgur replacement:
+// before, they ran and gave wrong numbers (BatchNorm's float64 gradient and
+// evaluation mode, Dropout in evaluation graphs) or failed with
+// Gorgonia's own message (GlobalAveragePool2D has no gradient).
+func TestStockOpsFulgurRefuses(t *testing.T) {
+	cases := []struct {
+		name  string
+		shape []int
+		mode  module.Mode
+		build func(s *module.Step, x *G.Node) (*G.Node, error)
+		want  []string
+	}{
+		{"BatchNorm", []int{4, 3}, module.Train, func(s *module.Step, x *G.Node) (*G.Node, error) {
+			y, _, _, _, err := G.BatchNorm(x, nil, nil, 0.9, 1e-5)
+			return y, err
+		}, []string{"G.BatchNorm of a (4, 3) input", "use nn.NewBatchNorm1d or nn.NewBatchNorm2d", "computed from x"}},
+		{"BatchNorm/predict", []int{2, 3, 2, 2}, module.Predict, func(s *module.Step, x *G.Node) (*G.Node, error) {
+			y, _, _, _, err := G.BatchNorm(x, nil, nil, 0.9, 1e-5)
+			return y, err
+		}, []string{"G.BatchNorm of a (2, 3, 2, 2) input", "evaluation mode"}},
+		{"Dropout", []int{4, 5}, module.Train, func(s *module.Step, x *G.Node) (*G.Node, error) {
+			return G.Dropout(x, 0.5)
+		}, []string{"a random node (4, 5) (G.Dropout", "use nn.NewDropout"}},
+		{"Dropout/predict", []int{4, 5}, module.Predict, func(s *module.Step, x *G.Node) (*G.Node, error) {
+			return G.Dropout(x, 0.5)
+		}, []string{"G.Dropout drops values in evaluation graphs too"}},
+		{"GlobalAveragePool2D", []int{2, 3, 4, 4}, module.Train, func(s *module.Step, x *G.Node) (*G.Node, error) {
+			return G.GlobalAveragePool2D(x)
+		}, []string{"G.GlobalAveragePool2D of a (2, 3, 4, 4) input in a training graph: it has no gradient", "use nn.Mean(x, 2, 3)", "computed from x"}},
+	}
+	ctx := context.Background()
+	for _, c := range cases {
+		for _, tape := range []bool{false, true} {
+			m := &stockModel{shape: c.shape, build: c.build}
+			n := 1
+			for _, d := range c.shape {
+				n *= d
+			}
+			e, _ := stockEngine(t, m, tensor.Float64, tape, xVals(n))
+			_, err := e.Run(ctx, c.mode, oneRow, false, 1)
+			if err == nil {
+				t.Errorf("%s (tape %v): no error", c.name, tape)
+				continue
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%s (tape %v): error %q does not say %q", c.name, tape, err, w)
+				}
+			}
+		}
+	}
+}
