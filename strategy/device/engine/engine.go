@@ -668,7 +668,7 @@ func (e *Engine) compile(mode module.Mode, batch int, fields []data.Field) (c *c
 			err = fmt.Errorf("%s: compile graph: %v", stepName(mode), r)
 		}
 	}()
-	if err := problemsError(s.Graph(), vetForward(s.Graph(), mode)); err != nil {
+	if err := problemsError(s.Graph(), vetForward(s, loss)); err != nil {
 		return nil, fmt.Errorf("%s: %w", stepName(mode), err)
 	}
 	c = &compiled{g: s.Graph(), step: s, loss: loss, fields: fields}

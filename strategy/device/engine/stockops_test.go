@@ -332,3 +332,158 @@ func TestStockOpsFulgurRefuses(t *testing.T) {
 		}
 	}
 }
+
+// numGrad is the central-difference gradient of the training loss of e
+// with respect to every element of the store (float64).
+func numGrad(t *testing.T, e *engine.Engine, st *module.Store) []float64 {
+	t.Helper()
+	p := st.Data64()
+	out := make([]float64, st.NumParams())
+	for i := range out {
+		const h = 1e-6
+		old := p[i]
+		p[i] = old + h
+		rp, err := e.Run(context.Background(), module.Train, oneRow, false, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p[i] = old - h
+		rm, _ := e.Run(context.Background(), module.Train, oneRow, false, 1)
+		p[i] = old
+		out[i] = (rp.Loss - rm.Loss) / (2 * h)
+	}
+	return out
+}
+
+// Gorgonia v0.9.17's float64 gradient of G.SoftMax reads the first row's
+// values for every row (its float32 one is right). On the executor it is
+// computed right: gradients match central differences of the loss, for
+// G.SoftMax along the last axis and another, and for the log of a softmax
+// in a hand-written cross-entropy. The TapeMachine refuses a float64
+// training graph with one.
+func TestStockSoftmaxGradientFloat64(t *testing.T) {
+	onehot := func(dt tensor.Dtype) *G.Node {
+		oh := tensor.New(tensor.WithShape(4, 5), tensor.Of(dt))
+		for i := 0; i < 4; i++ {
+			oh.Float64s()[i*5+(i*3)%5] = 1
+		}
+		return G.NewConstant(oh, G.WithName("onehot"))
+	}
+	cases := []struct {
+		name  string
+		shape []int
+		build func(s *module.Step, x *G.Node) (*G.Node, error)
+	}{
+		{"SoftMax[4 5]", []int{4, 5}, func(_ *module.Step, x *G.Node) (*G.Node, error) { return G.SoftMax(x) }},
+		{"SoftMax[2 3 4] axis 1", []int{2, 3, 4}, func(_ *module.Step, x *G.Node) (*G.Node, error) { return G.SoftMax(x, 1) }},
+		{"SoftMax[4 5] axis 0", []int{4, 5}, func(_ *module.Step, x *G.Node) (*G.Node, error) { return G.SoftMax(x, 0) }},
+		{"cross-entropy by hand", []int{4, 5}, func(s *module.Step, x *G.Node) (*G.Node, error) {
+			lp := G.Must(G.Log(G.Must(G.SoftMax(x))))
+			return G.Neg(G.Must(G.Mean(G.Must(G.Sum(G.Must(G.HadamardProd(onehot(s.Dtype()), lp)), 1)))))
+		}},
+	}
+	for _, c := range cases {
+		m := &stockModel{shape: c.shape, build: c.build}
+		n := 1
+		for _, d := range c.shape {
+			n *= d
+		}
+		e, st := stockEngine(t, m, tensor.Float64, false, xVals(n))
+		if _, err := e.Run(context.Background(), module.Train, oneRow, false, 1); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		got := storeGrad(st)
+		near(t, c.name+" gradient", got, numGrad(t, e, st), 1e-7)
+
+		tp, _ := stockEngine(t, m, tensor.Float64, true, xVals(n))
+		_, err := tp.Run(context.Background(), module.Train, oneRow, false, 1)
+		if err == nil || !strings.Contains(err.Error(), "the gradient of G.SoftMax in a float64 graph is wrong in Gorgonia v0.9.17 on the TapeMachine (Engine.Tape)") ||
+			!strings.Contains(err.Error(), "or use float32, or nn.Softmax / nn.LogSoftmax") {
+			t.Errorf("%s on the TapeMachine: err = %v", c.name, err)
+		}
+	}
+}
+
+// The gradient of G.Slice (Gorgonia's sliceIncrOp) adds into the value it
+// is given; the executor holds that value across runs, so each run used to
+// add the gradient again (2x, 3x...). It is zeroed first: every run gives
+// 2(out - target) at the sliced elements and 0 elsewhere.
+func TestStockSliceGradientOnEveryRun(t *testing.T) {
+	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
+		m := &stockModel{shape: []int{5, 4}, build: func(_ *module.Step, x *G.Node) (*G.Node, error) {
+			return G.Slice(x, nil, G.S(1, 3))
+		}}
+		xs := xVals(20)
+		e, st := stockEngine(t, m, dt, false, xs)
+		tgt := targetVals(10)
+		want := make([]float64, 20)
+		for r := 0; r < 5; r++ {
+			for c := 1; c < 3; c++ {
+				want[r*4+c] = 2 * (xs[r*4+c] - tgt[r*2+c-1])
+			}
+		}
+		for run := 0; run < 3; run++ {
+			if _, err := e.Run(context.Background(), module.Train, oneRow, false, 1); err != nil {
+				t.Fatal(err)
+			}
+			near(t, fmt.Sprintf("%v run %d: gradient", dt, run), storeGrad(st), want, 1e-6)
+		}
+	}
+}
+
+// G.Log2, G.InverseSqrt and G.OuterProd have wrong gradients (OuterProd:
+// a shape mismatch, or, for two vectors of one length, wrong values):
+// refused in a training graph that differentiates through them, naming the
+// replacement; their forward values are right, so a predict graph, or a
+// training graph that uses them on values no parameter feeds, runs them.
+func TestStockOpsWithWrongGradients(t *testing.T) {
+	cases := []struct {
+		name  string
+		shape []int
+		f     func(x *G.Node) (*G.Node, error)
+		ref   func(x float64) float64
+		want  string
+	}{
+		{"Log2", []int{6}, G.Log2, math.Log2, "G.Log2 in a training graph: its gradient is wrong in Gorgonia v0.9.17 (it divides by x/ln 2 instead of x·ln 2) (node \"log2(%"},
+		{"InverseSqrt", []int{6}, G.InverseSqrt, func(x float64) float64 { return 1 / math.Sqrt(x) }, "G.InverseSqrt in a training graph: its gradient is wrong in Gorgonia v0.9.17 (-dy/(2y³) instead of -dy·y³/2) (node \"invSqrt(%"},
+	}
+	ctx := context.Background()
+	for _, c := range cases {
+		xs := xVals(6)
+		for i := range xs {
+			xs[i] = 1.5 + xs[i] // > 0
+		}
+		m := &stockModel{shape: c.shape, build: func(_ *module.Step, x *G.Node) (*G.Node, error) { return c.f(x) }}
+		e, _ := stockEngine(t, m, tensor.Float64, false, xs)
+		_, err := e.Run(ctx, module.Train, oneRow, false, 1)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "computed from x): use G.") {
+			t.Errorf("%s: err = %v", c.name, err)
+		}
+		r, err := e.Run(ctx, module.Predict, oneRow, false, 1)
+		if err != nil {
+			t.Fatalf("%s: predict: %v", c.name, err)
+		}
+		want := make([]float64, len(xs))
+		for i, x := range xs {
+			want[i] = c.ref(x)
+		}
+		near(t, c.name+" output", denseVals(r.Output), want, 1e-12)
+
+		// On a leaf that is no parameter: no gradient flows through it.
+		m = &stockModel{shape: c.shape, build: func(s *module.Step, x *G.Node) (*G.Node, error) {
+			k := G.NewTensor(s.Graph(), tensor.Float64, 1, G.WithShape(6), G.WithName("k"),
+				G.WithValue(tensor.New(tensor.WithShape(6), tensor.WithBacking([]float64{1, 2, 3, 4, 5, 6}))))
+			return G.Add(x, G.Must(c.f(k)))
+		}}
+		e, _ = stockEngine(t, m, tensor.Float64, false, xs)
+		if _, err := e.Run(ctx, module.Train, oneRow, false, 1); err != nil {
+			t.Errorf("%s of a leaf that is no parameter, in a training graph: %v", c.name, err)
+		}
+	}
+	m := &stockModel{shape: []int{3}, build: func(_ *module.Step, x *G.Node) (*G.Node, error) { return G.OuterProd(x, x) }}
+	e, _ := stockEngine(t, m, tensor.Float64, false, xVals(3))
+	_, err := e.Run(ctx, module.Train, oneRow, false, 1)
+	if err == nil || !strings.Contains(err.Error(), "G.OuterProd in a training graph: its gradient is wrong in Gorgonia v0.9.17 (a shape mismatch for vectors of different lengths, wrong values for equal ones)") {
+		t.Errorf("OuterProd: err = %v", err)
+	}
+}

@@ -14,24 +14,30 @@ import (
 )
 
 // Gorgonia v0.9.17's stock ops as a model's step may use them. Most are
-// right and run as they are; the ones below are not, and the engine never
-// runs them silently:
+// right and run as they are (the package doc lists them); the ones below
+// are not, and the engine never runs them silently:
 //
 //   - G.Sum, G.Mean and G.Max over a middle axis (neither the first nor the
 //     last, with more than one element in the axes between the first and
 //     it, and not of size 2) add up the wrong elements (the tensor
 //     package's reduction walks the wrong stride): G.Mean(x, 2, 3) of
-//     [N, C, H, W] is one. Gorgonia's own gradients make such sums too. The
-//     executor computes these reductions itself (reduceFix); on the
-//     TapeMachine (Engine.Tape) a graph holding one is refused.
-//   - G.BatchNorm is refused: its input gradient is wrong in float64, its
-//     evaluation mode is wrong and its running statistics live outside the
-//     parameter store (never saved, restored or synced).
+//     [N, C, H, W] is one. Gorgonia's own gradients make such sums too (of
+//     a G.BroadcastAdd over [N, C, H, W]). The executor computes these
+//     reductions itself (reduceFix); the TapeMachine (Engine.Tape) refuses
+//     a graph holding one.
+//   - The float64 gradient of G.SoftMax reads the first row for every row:
+//     the executor computes it (softmaxGradFix); the TapeMachine refuses it.
+//   - The gradient of G.Slice adds into the value it is given, which the
+//     executor holds across runs: it zeroes it first (execStep.zero).
+//   - G.BatchNorm is refused: its output differs from PyTorch's, its float64 input
+//     gradient are wrong, its evaluation mode is wrong and its running
+//     statistics live outside the parameter store.
 //   - G.Dropout and Gorgonia's random nodes are refused: their draws follow
 //     no seed (a seeded run would not repeat) and they drop values in
 //     evaluation graphs too.
-//   - G.GlobalAveragePool2D is refused in training graphs: it has no
-//     gradient.
+//   - G.GlobalAveragePool2D (no gradient), G.Log2, G.InverseSqrt and
+//     G.OuterProd (wrong gradients) are refused where the loss is
+//     differentiated through them; elsewhere their values are right.
 //
 // The checks run when a graph is compiled, once; they cost a run nothing.
 
@@ -44,33 +50,106 @@ type graphProblem struct {
 
 func opType(op G.Op) string { return fmt.Sprintf("%T", op) }
 
-// vetForward checks the graph a step built, before it is differentiated:
-// the ops refused whatever runs them.
-func vetForward(g *G.ExprGraph, mode module.Mode) []graphProblem {
+// vetForward checks the graph a step built, before it is differentiated
+// (loss is nil outside training): the ops refused whatever runs them, and
+// those whose gradient is wrong or missing where the loss is
+// differentiated through them.
+func vetForward(s *module.Step, loss *G.Node) []graphProblem {
+	g := s.Graph()
+	diff := differentiated(s, loss)
 	var ps []graphProblem
 	for _, n := range g.AllNodes() {
 		op := n.Op()
 		if op == nil {
 			continue
 		}
-		switch opType(op) {
-		case "*gorgonia.BatchNormOp":
+		switch typ, name := opType(op), op.String(); {
+		case typ == "*gorgonia.BatchNormOp":
 			ps = append(ps, graphProblem{n,
-				fmt.Sprintf("G.BatchNorm of a %v input: in Gorgonia v0.9.17 its float64 input gradient and its evaluation mode are wrong, and its running statistics are not saved, restored or synced", shapeOfChild(g, n, 0)),
+				fmt.Sprintf("G.BatchNorm of a %v input: in Gorgonia v0.9.17 its output differs from PyTorch's batch_norm, its float64 input gradient and its evaluation mode are wrong, and its running statistics are not saved, restored or synced", shapeOfChild(g, n, 0)),
 				"use nn.NewBatchNorm1d or nn.NewBatchNorm2d (running statistics in the parameter store, PyTorch's train/eval behaviour)"})
-		case "gorgonia.randomOp":
+		case typ == "gorgonia.randomOp":
 			ps = append(ps, graphProblem{n,
 				fmt.Sprintf("a random node %v (G.Dropout, G.UniformRandomNode, G.GaussianRandomNode): its draws follow no seed, so a seeded run does not repeat, and G.Dropout drops values in evaluation graphs too", n.Shape()),
 				"use nn.NewDropout (a mask drawn from the run's seed, the identity outside training)"})
-		case "*gorgonia.globalAveragePoolOp":
-			if mode == module.Train {
-				ps = append(ps, graphProblem{n,
-					fmt.Sprintf("G.GlobalAveragePool2D of a %v input in a training graph: it has no gradient in Gorgonia v0.9.17", shapeOfChild(g, n, 0)),
-					"use nn.Mean(x, 2, 3) ([N, C]; G.Reshape it to [N, C, 1, 1] if you need that shape) or the nn.NewGlobalAvgPool2d layer"})
-			}
+		case !diff(n):
+		case typ == "*gorgonia.globalAveragePoolOp":
+			ps = append(ps, graphProblem{n,
+				fmt.Sprintf("G.GlobalAveragePool2D of a %v input in a training graph: it has no gradient in Gorgonia v0.9.17", shapeOfChild(g, n, 0)),
+				"use nn.Mean(x, 2, 3) ([N, C]; G.Reshape it to [N, C, 1, 1] if you need that shape) or the nn.NewGlobalAvgPool2d layer"})
+		case typ == "gorgonia.elemUnaryOp" && name == "log2":
+			ps = append(ps, graphProblem{n,
+				"G.Log2 in a training graph: its gradient is wrong in Gorgonia v0.9.17 (it divides by x/ln 2 instead of x·ln 2)",
+				"use G.Log(x) divided by ln 2 (G.HadamardDiv(G.Log(x), G.NewConstant(math.Ln2)), the constant in the model's dtype)"})
+		case typ == "gorgonia.elemUnaryOp" && name == "invSqrt":
+			ps = append(ps, graphProblem{n,
+				"G.InverseSqrt in a training graph: its gradient is wrong in Gorgonia v0.9.17 (-dy/(2y³) instead of -dy·y³/2)",
+				"use G.Inverse(G.Sqrt(x)), whose gradients are right"})
+		case typ == "gorgonia.linAlgBinOp" && strings.Contains(name, "⊗"):
+			ps = append(ps, graphProblem{n,
+				"G.OuterProd in a training graph: its gradient is wrong in Gorgonia v0.9.17 (a shape mismatch for vectors of different lengths, wrong values for equal ones)",
+				"use G.Mul of the vectors reshaped to a column and a row (G.Reshape(a, tensor.Shape{n, 1}), G.Reshape(b, tensor.Shape{1, m}))"})
 		}
 	}
 	return ps
+}
+
+// differentiated reports, for a training graph, whether the loss is
+// differentiated through n: n is the loss or one of its inputs, directly
+// or not, and one of n's inputs depends on a parameter.
+func differentiated(s *module.Step, loss *G.Node) func(*G.Node) bool {
+	if loss == nil {
+		return func(*G.Node) bool { return false }
+	}
+	g := s.Graph()
+	children := func(n *G.Node) []*G.Node {
+		var out []*G.Node
+		for it := g.From(n.ID()); it.Next(); {
+			out = append(out, it.Node().(*G.Node))
+		}
+		return out
+	}
+	feedsLoss := map[*G.Node]bool{}
+	for stack := []*G.Node{loss}; len(stack) > 0; {
+		n := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if !feedsLoss[n] {
+			feedsLoss[n] = true
+			stack = append(stack, children(n)...)
+		}
+	}
+	params := map[*G.Node]bool{}
+	for _, name := range s.UsedParams() {
+		if n, ok := s.Node(name); ok {
+			params[n] = true
+		}
+	}
+	memo := map[*G.Node]bool{}
+	var dependsOnParam func(*G.Node) bool
+	dependsOnParam = func(n *G.Node) bool {
+		if v, ok := memo[n]; ok {
+			return v
+		}
+		memo[n] = params[n]
+		for _, c := range children(n) {
+			if dependsOnParam(c) {
+				memo[n] = true
+				break
+			}
+		}
+		return memo[n]
+	}
+	return func(n *G.Node) bool {
+		if !feedsLoss[n] {
+			return false
+		}
+		for _, c := range children(n) {
+			if dependsOnParam(c) {
+				return true
+			}
+		}
+		return false
+	}
 }
 
 // vetTape checks a compiled graph (gradients included) for the reductions
@@ -78,6 +157,11 @@ func vetForward(g *G.ExprGraph, mode module.Mode) []graphProblem {
 func vetTape(g *G.ExprGraph) []graphProblem {
 	var ps []graphProblem
 	for _, n := range g.AllNodes() {
+		if newSoftmaxGradFix(n) != nil {
+			ps = append(ps, graphProblem{n,
+				"the gradient of G.SoftMax in a float64 graph is wrong in Gorgonia v0.9.17 on the TapeMachine (Engine.Tape): it reads the first row for every row",
+				"run it on the engine's executor (leave Engine.Tape false), which computes it right, or use float32, or nn.Softmax / nn.LogSoftmax"})
+		}
 		if r, ok := badReduction(g, n); ok {
 			ps = append(ps, graphProblem{n,
 				fmt.Sprintf("%s over axes %v of a %v tensor gives wrong values in Gorgonia v0.9.17 on the TapeMachine (Engine.Tape)", r.call(), r.along, r.in),
@@ -357,5 +441,136 @@ func reduceAxes[T float32 | float64](f *reduceFix, x, y []T) {
 	}
 	for i, a := range acc {
 		y[i] = T(a)
+	}
+}
+
+// softmaxGradFix is the executor's Do for Gorgonia's softmax gradient
+// (softmaxDiffOp) in float64, whose kernel reads the first row's values
+// for every row: the gradient of G.SoftMax along the op's axis, computed
+// right, into a buffer held across runs. The float32 kernel is right and
+// keeps running.
+type softmaxGradFix struct {
+	G.Op
+	axis  int // -1: as Gorgonia's forward chooses
+	isLog bool
+	buf   *tensor.Dense
+}
+
+// newSoftmaxGradFix returns the fix for n when n is a float64 softmax
+// gradient, else nil.
+func newSoftmaxGradFix(n *G.Node) *softmaxGradFix {
+	op := n.Op()
+	if op == nil || opType(op) != "*gorgonia.softmaxDiffOp" {
+		return nil
+	}
+	if dt, err := dtypeOf(n); err != nil || dt != tensor.Float64 {
+		return nil
+	}
+	axis, isLog, ok := parseSoftmaxDiff(op.String())
+	if !ok {
+		return nil
+	}
+	return &softmaxGradFix{Op: op, axis: axis, isLog: isLog}
+}
+
+// parseSoftmaxDiff reads "SoftmaxDiff{-1, false}()".
+func parseSoftmaxDiff(s string) (axis int, isLog bool, ok bool) {
+	s, found := strings.CutPrefix(s, "SoftmaxDiff{")
+	if !found {
+		return 0, false, false
+	}
+	s, found = strings.CutSuffix(s, "}()")
+	if !found {
+		return 0, false, false
+	}
+	a, l, found := strings.Cut(s, ", ")
+	if !found {
+		return 0, false, false
+	}
+	axis, err := strconv.Atoi(a)
+	if err != nil {
+		return 0, false, false
+	}
+	isLog, err = strconv.ParseBool(l)
+	return axis, isLog, err == nil
+}
+
+func (f *softmaxGradFix) String() string { return f.Op.String() + " (fulgur)" }
+
+// Do takes Gorgonia's inputs: the softmax's input, its output y and the
+// output's gradient dy.
+func (f *softmaxGradFix) Do(v ...G.Value) (G.Value, error) {
+	if len(v) != 3 {
+		return nil, fmt.Errorf("%v: %d inputs, want 3", f, len(v))
+	}
+	y, err1 := denseF64(f, "output", v[1])
+	dy, err2 := denseF64(f, "output gradient", v[2])
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, err
+	}
+	s := y.Shape()
+	if !dy.Shape().Eq(s) {
+		return nil, fmt.Errorf("%v: output %v and its gradient %v differ in shape", f, s, dy.Shape())
+	}
+	// The axis Gorgonia's forward softmax used.
+	axis := f.axis
+	if axis == -1 {
+		axis = s.Dims() - 1
+		if s.IsColVec() || (s.IsVector() && !s.IsRowVec()) {
+			axis = 0
+		}
+	}
+	if f.buf == nil || !f.buf.Shape().Eq(s) {
+		f.buf = tensor.New(tensor.WithShape(s.Clone()...), tensor.Of(tensor.Float64))
+	}
+	outer, n, inner := 1, 1, 1
+	if s.Dims() > 0 {
+		for _, d := range s[:axis] {
+			outer *= d
+		}
+		n = s[axis]
+		for _, d := range s[axis+1:] {
+			inner *= d
+		}
+	}
+	softmaxGrad(y.Float64s(), dy.Float64s(), f.buf.Float64s(), outer, n, inner, f.isLog)
+	return f.buf, nil
+}
+
+func denseF64(op fmt.Stringer, what string, v G.Value) (*tensor.Dense, error) {
+	d, ok := v.(*tensor.Dense)
+	if !ok || d.Dtype() != tensor.Float64 {
+		return nil, fmt.Errorf("%v: %s is a %T of dtype %v, want a float64 tensor", op, what, v, v.Dtype())
+	}
+	if d.IsView() {
+		d = d.Materialize().(*tensor.Dense)
+	}
+	return d, nil
+}
+
+// softmaxGrad writes dx = y·(dy - Σ dy·y) (log-softmax: dy - exp(y)·Σ dy),
+// the sums along the axis of size n between outer and inner.
+func softmaxGrad(y, dy, dx []float64, outer, n, inner int, isLog bool) {
+	for o := 0; o < outer; o++ {
+		for i := 0; i < inner; i++ {
+			base := o*n*inner + i
+			var sum float64
+			for k := 0; k < n; k++ {
+				j := base + k*inner
+				if isLog {
+					sum += dy[j]
+				} else {
+					sum += dy[j] * y[j]
+				}
+			}
+			for k := 0; k < n; k++ {
+				j := base + k*inner
+				if isLog {
+					dx[j] = dy[j] - math.Exp(y[j])*sum
+				} else {
+					dx[j] = y[j] * (dy[j] - sum)
+				}
+			}
+		}
 	}
 }
