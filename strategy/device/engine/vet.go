@@ -29,9 +29,9 @@ import (
 //     the executor computes it (softmaxGradFix); the TapeMachine refuses it.
 //   - The gradient of G.Slice adds into the value it is given, which the
 //     executor holds across runs: it zeroes it first (execStep.zero).
-//   - G.BatchNorm is refused: its output differs from PyTorch's, its float64 input
-//     gradient are wrong, its evaluation mode is wrong and its running
-//     statistics live outside the parameter store.
+//   - G.BatchNorm is refused: its output differs from PyTorch's, its
+//     float64 input gradient and its evaluation mode are wrong, and its
+//     running statistics live outside the parameter store.
 //   - G.Dropout and Gorgonia's random nodes are refused: their draws follow
 //     no seed (a seeded run would not repeat) and they drop values in
 //     evaluation graphs too.
