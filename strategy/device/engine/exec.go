@@ -380,8 +380,10 @@ func (st *execStep) preallocDo(dst G.Value, in []G.Value) (G.Value, error) {
 	if st.add && len(in) == 2 && ops.AddInto(dst, in[0], in[1]) {
 		return dst, nil
 	}
-	if d, ok := dst.(*tensor.Dense); ok && st.zero {
-		d.Zero()
+	if st.zero {
+		if d, ok := dst.(*tensor.Dense); ok {
+			d.Zero()
+		}
 	}
 	return st.pd.UsePreallocDo(dst, in...)
 }
