@@ -299,7 +299,7 @@ func TestStockOpsFulgurRefuses(t *testing.T) {
 		{"BatchNorm/predict", []int{2, 3, 2, 2}, module.Predict, func(s *module.Step, x *G.Node) (*G.Node, error) {
 			y, _, _, _, err := G.BatchNorm(x, nil, nil, 0.9, 1e-5)
 			return y, err
-		}, []string{"G.BatchNorm of a (2, 3, 2, 2) input", "evaluation mode"}},
+		}, []string{"G.BatchNorm of a (2, 3, 2, 2) input", "evaluation graphs normalise with the batch's statistics"}},
 		{"Dropout", []int{4, 5}, module.Train, func(s *module.Step, x *G.Node) (*G.Node, error) {
 			return G.Dropout(x, 0.5)
 		}, []string{"a random node (4, 5) (G.Dropout", "use nn.NewDropout"}},

@@ -29,9 +29,9 @@ import (
 //     the executor computes it (softmaxGradFix); the TapeMachine refuses it.
 //   - The gradient of G.Slice adds into the value it is given, which the
 //     executor holds across runs: it zeroes it first (execStep.zero).
-//   - G.BatchNorm is refused: its output differs from PyTorch's, its
-//     float64 input gradient and its evaluation mode are wrong, and its
-//     running statistics live outside the parameter store.
+//   - G.BatchNorm is refused: its float64 input gradient is wrong, a
+//     graph built for evaluation normalises with the batch's statistics,
+//     and its running statistics live outside the parameter store.
 //   - G.Dropout and Gorgonia's random nodes are refused: their draws follow
 //     no seed (a seeded run would not repeat) and they drop values in
 //     evaluation graphs too.
@@ -66,7 +66,7 @@ func vetForward(s *module.Step, loss *G.Node) []graphProblem {
 		switch typ, name := opType(op), op.String(); {
 		case typ == "*gorgonia.BatchNormOp":
 			ps = append(ps, graphProblem{n,
-				fmt.Sprintf("G.BatchNorm of a %v input: in Gorgonia v0.9.17 its output differs from PyTorch's batch_norm, its float64 input gradient and its evaluation mode are wrong, and its running statistics are not saved, restored or synced", shapeOfChild(g, n, 0)),
+				fmt.Sprintf("G.BatchNorm of a %v input: in Gorgonia v0.9.17 its float64 input gradient is wrong, evaluation graphs normalise with the batch's statistics, and its running statistics are not saved, restored or synced", shapeOfChild(g, n, 0)),
 				"use nn.NewBatchNorm1d or nn.NewBatchNorm2d (running statistics in the parameter store, PyTorch's train/eval behaviour)"})
 		case typ == "gorgonia.randomOp":
 			ps = append(ps, graphProblem{n,
