@@ -165,7 +165,7 @@ func vetTape(g *G.ExprGraph) []graphProblem {
 		if r, ok := badReduction(g, n); ok {
 			ps = append(ps, graphProblem{n,
 				fmt.Sprintf("%s over axes %v of a %v tensor gives wrong values in Gorgonia v0.9.17 on the TapeMachine (Engine.Tape)", r.call(), r.along, r.in),
-				fmt.Sprintf("run it on the engine's executor (leave Engine.Tape false), which computes it right, or use nn.%s(x, %s)", r.fulgurName(), joinInts(r.along))})
+				"run it on the engine's executor (leave Engine.Tape false), which computes it right, or " + r.instead()})
 		}
 	}
 	return ps
@@ -254,11 +254,12 @@ func (r reduction) call() string {
 	return "G.Sum (or G.Mean, which sums)"
 }
 
-func (r reduction) fulgurName() string {
+// instead is what to write in place of the reduction.
+func (r reduction) instead() string {
 	if r.max {
-		return "Max"
+		return "G.Transpose the axes to the end and take G.Max over those"
 	}
-	return "Mean"
+	return fmt.Sprintf("use nn.Sum(x, %[1]s) or nn.Mean(x, %[1]s)", joinInts(r.along))
 }
 
 // badReduction reports whether n is a Gorgonia Sum or Max that the tensor
