@@ -490,3 +490,57 @@ func TestStockOpsWithWrongGradients(t *testing.T) {
 		t.Errorf("OuterProd: err = %v", err)
 	}
 }
+
+// twoParams is stockModel with a second parameter "b".
+type twoParams struct {
+	stockModel
+	bShape []int
+	build2 func(a, b *G.Node) (*G.Node, error)
+}
+
+func (m *twoParams) Configure(b *module.Builder) error {
+	b.Param("a", m.shape, module.Normal(0, 1))
+	b.Param("b", m.bShape, module.Normal(0, 1))
+	m.build = func(s *module.Step, _ *G.Node) (*G.Node, error) { return m.build2(s.Param("a"), s.Param("b")) }
+	return nil
+}
+
+func (m *twoParams) TrainingStep(s *module.Step) (*G.Node, error) {
+	out, err := m.build(s, nil)
+	if err != nil {
+		return nil, err
+	}
+	return nn.MSELoss(out, G.NewConstant(targetOf(s.Dtype(), out.Shape()), G.WithName("target")), nn.WithReduction(nn.ReduceSum)), nil
+}
+
+// Gorgonia differentiates G.BroadcastAdd of [2 3 4 5] and [1 3 1 5] with a
+// sum over axis 2 of [2 3 4 5], which it computes wrong: the gradient of
+// the broadcast operand was silently wrong. On the executor it matches
+// central differences; the TapeMachine refuses the graph.
+func TestStockBroadcastGradientOverAMiddleAxis(t *testing.T) {
+	m := &twoParams{stockModel: stockModel{shape: []int{2, 3, 4, 5}}, bShape: []int{1, 3, 1, 5},
+		build2: func(a, b *G.Node) (*G.Node, error) { return G.BroadcastAdd(a, b, nil, []byte{0, 2}) }}
+	bl := module.NewBuilder(tensor.Float64)
+	if err := m.Configure(bl); err != nil {
+		t.Fatal(err)
+	}
+	specs, _ := bl.Specs()
+	st, err := module.NewStore(specs, tensor.Float64, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(st.Data64(), xVals(st.NumParams()))
+	e := engine.New(m, st, nil, 1)
+	if _, err := e.Run(context.Background(), module.Train, oneRow, false, 1); err != nil {
+		t.Fatal(err)
+	}
+	near(t, "gradient", storeGrad(st), numGrad(t, e, st), 1e-7)
+
+	st2 := st.Clone()
+	tp := engine.New(m, st2, nil, 1)
+	tp.Tape = true
+	_, err = tp.Run(context.Background(), module.Train, oneRow, false, 1)
+	if err == nil || !strings.Contains(err.Error(), "G.Sum (or G.Mean, which sums) over axes [2] of a (2, 3, 4, 5) tensor gives wrong values in Gorgonia v0.9.17 on the TapeMachine") {
+		t.Errorf("on the TapeMachine: err = %v", err)
+	}
+}
