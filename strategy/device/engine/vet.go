@@ -521,6 +521,9 @@ func (f *softmaxGradFix) Do(v ...G.Value) (G.Value, error) {
 			axis = 0
 		}
 	}
+	if s.Dims() > 0 && (axis < 0 || axis >= s.Dims()) {
+		return nil, fmt.Errorf("%v: axis %d is out of range for shape %v", f, axis, s)
+	}
 	if f.buf == nil || !f.buf.Shape().Eq(s) {
 		f.buf = tensor.New(tensor.WithShape(s.Clone()...), tensor.Of(tensor.Float64))
 	}
