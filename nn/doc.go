@@ -3,7 +3,9 @@
 // BasicBlock and a ResNet builder; the losses CrossEntropy, MSELoss, L1Loss,
 // SmoothL1Loss, HuberLoss and BCEWithLogitsLoss; the Accuracy node and
 // ClassMetrics (accuracy, top-k, precision, recall, F1, confusion matrix,
-// computed from counts summed over batches and ranks). Each layer declares its parameters and buffers on a
+// computed from counts summed over batches and ranks); Sum and Mean over
+// several axes (PyTorch's torch.sum and torch.mean with dim, in place of
+// Gorgonia's, wrong over a middle axis). Each layer declares its parameters and buffers on a
 // module.Builder when it is made (PyTorch's names and initialisation) and
 // adds its ops to a graph in Forward, given the module.Step being built. The
 // ops themselves, with verified gradients, are in nn/ops; nn/gradcheck checks

@@ -7,6 +7,28 @@
 // infer runs one for inference. It imports module, data, nn (and nn/ops, for
 // the gradient sums it runs itself) and Gorgonia,
 // never strategy, trainer or a collective.
+//
+// A module's steps may use Gorgonia's stock ops beside fulgur's layers, and
+// the engine runs them as they are: arithmetic and the broadcasting ops
+// (G.Add, G.HadamardProd, G.BroadcastAdd, ...), G.Mul and G.BatchedMatMul,
+// the elementwise functions (G.Exp, G.Log, G.Tanh, G.Sigmoid, G.Square,
+// G.Sqrt, G.Rectify, G.LeakyRelu, ...), G.SoftMax, G.Concat, G.Slice,
+// G.Transpose, G.Reshape, G.Conv2d, G.MaxPool2D, and G.Sum, G.Mean and G.Max
+// over every axis or an outer or inner one (their values and gradients
+// checked against PyTorch). Where Gorgonia v0.9.17 is wrong, the engine
+// never runs the op silently, and decides once, when a graph is compiled:
+//
+//   - it computes right, on its executor, G.Sum, G.Mean and G.Max over a
+//     middle axis of a tensor of four axes or more (G.Mean(x, 2, 3) of
+//     [N, C, H, W]; the gradient of a G.BroadcastAdd over one has such a
+//     sum), the float64 gradient of G.SoftMax, and the gradient of G.Slice
+//     on every run; the TapeMachine (Engine.Tape) refuses the first two;
+//   - it refuses G.BatchNorm (use nn.NewBatchNorm2d), G.Dropout and
+//     Gorgonia's random nodes (use nn.NewDropout) and, where the loss is
+//     differentiated through them, G.GlobalAveragePool2D (use nn.Mean(x,
+//     2, 3)), G.Log2, G.InverseSqrt and G.OuterProd, with an error that
+//     names the op, its node, the parameters and inputs it is computed from,
+//     and the replacement.
 package engine
 
 import (
@@ -668,6 +690,9 @@ func (e *Engine) compile(mode module.Mode, batch int, fields []data.Field) (c *c
 			err = fmt.Errorf("%s: compile graph: %v", stepName(mode), r)
 		}
 	}()
+	if err := problemsError(s.Graph(), vetForward(s, loss)); err != nil {
+		return nil, fmt.Errorf("%s: %w", stepName(mode), err)
+	}
 	c = &compiled{g: s.Graph(), step: s, loss: loss, fields: fields}
 	for _, f := range fields {
 		n := s.Inputs()[f.Name]
@@ -721,6 +746,9 @@ func (e *Engine) compile(mode module.Mode, batch int, fields []data.Field) (c *c
 		return e.compileSharded(c, mode)
 	}
 	if e.Tape {
+		if err := problemsError(c.g, vetTape(c.g)); err != nil {
+			return nil, fmt.Errorf("%s: %w", stepName(mode), err)
+		}
 		c.vm = G.NewTapeMachine(c.g)
 	} else if c.exec, err = newExecutor(c.g); err != nil {
 		return nil, fmt.Errorf("%s: %w", stepName(mode), err)

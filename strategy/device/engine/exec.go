@@ -54,7 +54,11 @@ type execStep struct {
 	reshape bool
 	// add marks Gorgonia's elementwise Add (the gradient sums its
 	// differentiation inserts), run through ops.AddInto where it can.
-	add     bool
+	add bool
+	// zero: the op adds into the value it is given instead of overwriting
+	// it (Gorgonia's sliceIncrOp, the gradient of G.Slice), which is zeroed
+	// first: the value is held across runs.
+	zero    bool
 	shape   tensor.Shape // the node's (Node.Shape clones on every call)
 	lastIn  G.Value
 	lastOut *tensor.Dense
@@ -113,7 +117,15 @@ func newExecutor(g *G.ExprGraph) (*executor, error) {
 			e.vals[idx] = n.Value()
 			continue
 		}
-		st := execStep{node: n, op: op, out: idx, reshape: isReshape(op), add: isAdd(op), shape: n.Shape().Clone()}
+		// Gorgonia ops that are wrong as they are, computed right here
+		// (vet.go).
+		if r, bad := badReduction(g, n); bad {
+			op = newReduceFix(r, n)
+		} else if f := newSoftmaxGradFix(n); f != nil {
+			op = f
+		}
+		st := execStep{node: n, op: op, out: idx, reshape: isReshape(op), add: isAdd(op), shape: n.Shape().Clone(),
+			zero: opType(op) == "gorgonia.sliceIncrOp"}
 		for it := g.From(n.ID()); it.Next(); {
 			c := it.Node().(*G.Node)
 			ci, ok := e.index[c]
@@ -367,6 +379,11 @@ func (e *executor) notifyAfter(i int) { e.steps[i].notify = true }
 func (st *execStep) preallocDo(dst G.Value, in []G.Value) (G.Value, error) {
 	if st.add && len(in) == 2 && ops.AddInto(dst, in[0], in[1]) {
 		return dst, nil
+	}
+	if st.zero {
+		if d, ok := dst.(*tensor.Dense); ok {
+			d.Zero()
+		}
 	}
 	return st.pd.UsePreallocDo(dst, in...)
 }
