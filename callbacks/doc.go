@@ -57,9 +57,10 @@
 //     ("lr-adam"; Lightning "lr-Adam"), at "step" by default (Lightning's
 //     None follows each scheduler's interval), and logs nowhere when the
 //     trainer has no logger (Lightning raises).
-//   - Timer counts the Fit from its start to its end, the sanity check
-//     included (Lightning's the training stage); Duration is a
-//     time.Duration, not "DD:HH:MM:SS".
+//   - Timer: Duration is a time.Duration, not "DD:HH:MM:SS"; it times the
+//     training stage only (OnTrainStart to OnTrainEnd, the sanity check not
+//     counted), as Lightning's default, and has no per-stage clocks for
+//     Validate or Test.
 //
 // Each callback is a Name plus the trainer's one-method hook interfaces it
 // needs; stateful ones save their state in checkpoints under their name.

@@ -21,9 +21,12 @@ type TimerConfig struct {
 	Now func() time.Time
 }
 
-// Timer stops training once its wall-clock budget is spent. Time spent by
-// earlier runs resumed from a checkpoint counts. Ranks' clocks differ, so
-// the trainer makes every rank stop at the same step when any one does.
+// Timer stops training once its wall-clock budget is spent. Its clock runs
+// from OnTrainStart to OnTrainEnd, as Lightning's Timer times the training
+// stage: the validations during training count, the sanity check before it
+// does not. Time spent by earlier runs resumed from a checkpoint counts.
+// Ranks' clocks differ, so the trainer makes every rank stop at the same
+// step when any one does.
 type Timer struct {
 	cfg     TimerConfig
 	start   time.Time
@@ -33,10 +36,11 @@ type Timer struct {
 
 var (
 	_ trainer.FitStartHook      = (*Timer)(nil)
+	_ trainer.TrainStartHook    = (*Timer)(nil)
+	_ trainer.TrainEndHook      = (*Timer)(nil)
 	_ trainer.TrainBatchEndHook = (*Timer)(nil)
 	_ trainer.StepEndStopper    = (*Timer)(nil)
 	_ trainer.TrainEpochEndHook = (*Timer)(nil)
-	_ trainer.FitEndHook        = (*Timer)(nil)
 	_ trainer.Stateful          = (*Timer)(nil)
 )
 
@@ -75,15 +79,19 @@ func (t *Timer) Elapsed() time.Duration {
 // Remaining is what is left of the budget (never negative).
 func (t *Timer) Remaining() time.Duration { return max(t.cfg.Duration-t.Elapsed(), 0) }
 
-// OnFitStart starts the clock and, as Lightning's, stops the Fit before
-// its first step when a run it resumes spent the budget already (with
-// Interval "epoch" it would otherwise train one more epoch over it).
-func (t *Timer) OnFitStart(ctx context.Context, s *trainer.State) error {
+// OnFitStart, as Lightning's, stops the Fit before its first step when a
+// run it resumes spent the budget already (with Interval "epoch" it would
+// otherwise train one more epoch over it).
+func (t *Timer) OnFitStart(ctx context.Context, s *trainer.State) error { return t.check() }
+
+// OnTrainStart starts the clock, after the sanity check.
+func (t *Timer) OnTrainStart(ctx context.Context, s *trainer.State) error {
 	t.start, t.running = t.cfg.Now(), true
-	return t.check()
+	return nil
 }
 
-func (t *Timer) OnFitEnd(ctx context.Context, s *trainer.State) error {
+// OnTrainEnd stops the clock.
+func (t *Timer) OnTrainEnd(ctx context.Context, s *trainer.State) error {
 	t.before, t.running = t.Elapsed(), false
 	return nil
 }

@@ -213,19 +213,36 @@ func (t *Trainer) onTrainStart(ctx context.Context, m module.Module) error {
 
 // trainEnd runs the train-end hooks when training ended (err nil) or a
 // hook stopped it (err a Stop, returned unless the hooks fail); a Stop
-// they ask for comes too late to matter.
+// they ask for comes too late to matter. The ranks then agree on how the
+// hooks went and on a signal or a cancel that came since they last agreed
+// on stopping (agreeEnd): such a stop saves the interrupt checkpoint, at
+// the end of training, and returns the *InterruptedError.
 func (t *Trainer) trainEnd(ctx context.Context, m module.Module, err error) error {
 	if err != nil {
 		if _, ok := isStop(err); !ok {
 			return err
 		}
 	}
-	herr := hook(t, ctx, "OnTrainEnd", "module.OnTrainEnd", modHook(m, func(h module.TrainEnder) error { return h.OnTrainEnd(ctx) }),
-		func(h TrainEndHook, s *State) error { return h.OnTrainEnd(ctx, s) })
-	if _, fatal := splitStop(herr); fatal != nil {
-		return fatal
+	hctx := t.endHookCtx(ctx)
+	herr := hook(t, hctx, "OnTrainEnd", "module.OnTrainEnd", modHook(m, func(h module.TrainEnder) error { return h.OnTrainEnd(hctx) }),
+		func(h TrainEndHook, s *State) error { return h.OnTrainEnd(hctx, s) })
+	_, fatal := splitStop(herr)
+	if aerr := t.agreeEnd(ctx, fatal, "OnTrainEnd", !t.pos.midWindow); aerr != nil {
+		return aerr
 	}
 	return err
+}
+
+// endHookCtx is the context of the hooks that end a training or a Fit
+// (OnTrainEnd, OnFitEnd, Teardown): the caller's, cancellation included,
+// also in a job of several ranks, whose loop runs without it (fitCtx), so
+// that a hook that waits on it (a logger's flush) returns once the caller
+// cancels. Its ranks then agree on how the hooks went (agreeEnd).
+func (t *Trainer) endHookCtx(ctx context.Context) context.Context {
+	if t.fitCtx != nil {
+		return t.fitCtx
+	}
+	return ctx
 }
 
 func (t *Trainer) onTrainEpochStart(ctx context.Context, m module.Module, epoch int) error {

@@ -20,7 +20,18 @@
 // hook's Stop, a signal, a cancelled context): by a small all-reduce of
 // their stop flags, or, with ddp when no module or callback may stop after
 // the backward pass (StepEndStopper), with the flags riding in the step's
-// last gradient all-reduce, sampled as it is queued. Under an elastic
+// last gradient all-reduce, sampled as it is queued. A signal or a cancel
+// after the ranks' last such agreement (in the validation and checkpoints
+// of an epoch a Stop ended, in OnTrainEnd) stops the Fit as an interrupt
+// all the same, checked once more after OnTrainEnd (agreeend.go). The
+// hooks that end a Fit (OnTrainEnd, OnFitEnd, Teardown) get the caller's
+// context, cancellation included, on every strategy; when one fails on
+// one rank, every rank's Fit fails naming it, as every rank's Validate,
+// Test, Predict or PredictEach does when one rank's loop fails or is
+// cancelled (under strategies holding the whole model in each process).
+// The same signal again within DuplicateSignalWindow is the same request;
+// after it, the process exits at once, leaving a checkpoint being written
+// unfinished (its temporary file, never "last"). Under an elastic
 // launcher (elastic.go; "fulgur run", FULGUR_MAX_RESTARTS) a restarted Fit
 // goes on in the job's run directory from its newest last.ckpt, at any
 // world size.

@@ -58,9 +58,22 @@ func watchSignals(log *zerolog.Logger) *signalWatch {
 			msg = "SLURM asked to stop: finishing the current step, saving a checkpoint and requeueing the job"
 		}
 		log.Warn().Str("signal", strategy.SignalName(s)).Msg(msg)
-	}, nil)
+	}, func(s os.Signal) {
+		// The user asked twice: exit now. Lightning ignores SIGINT while
+		// it shuts down after a KeyboardInterrupt, which saves nothing
+		// and is quick; here the first signal's save may take long (a
+		// large model, a slow disk), and a program must not become one
+		// that only SIGKILL stops. A checkpoint being written is lost
+		// whole: saves go to a temporary file, renamed over the target
+		// once complete, which the next Fit removes.
+		log.Error().Str("signal", strategy.SignalName(s)).Msg(exitAtOnceMsg)
+	})
 	return w
 }
+
+// exitAtOnceMsg is what Fit logs when a second signal, after
+// DuplicateSignalWindow, ends the process at once.
+const exitAtOnceMsg = "the signal came again: exiting now, without the interrupt checkpoint; a checkpoint being written is dropped whole (checkpoints are written to a temporary file and renamed once complete), so FromCheckpoint(\"last\") resumes from the newest complete one"
 
 // received is the first signal, or nil.
 func (w *signalWatch) received() os.Signal {

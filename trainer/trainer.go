@@ -735,10 +735,12 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 		}
 		return err
 	}
-	if err := t.stopOr(t.onFitEnd(ctx, m)); err != nil {
-		return err
+	hctx := t.endHookCtx(ctx)
+	herr := t.stopOr(t.onFitEnd(hctx, m))
+	if herr == nil {
+		herr = t.onTeardown(hctx, m, "fit")
 	}
-	if err := t.onTeardown(ctx, m, "fit"); err != nil {
+	if err := t.agreeEnd(ctx, herr, "Fit's end hooks (OnFitEnd, Teardown)", false); err != nil {
 		return err
 	}
 	endFit()
@@ -1177,6 +1179,11 @@ func (t *Trainer) evalLoop(ctx context.Context, m module.Module, mode module.Mod
 		if stop, err = splitStop(firstStop(stop, t.onEvalBatchStart(ctx, m, mode, b, bi))); err != nil {
 			return nil, nil, fmt.Errorf("%s batch %d: %w", mode, bi, err)
 		}
+		if err := ctx.Err(); err != nil {
+			// Before the step: a strategy may take a step the cancel
+			// ended for a broken job.
+			return nil, nil, fmt.Errorf("%s batch %d: %w", mode, bi, err)
+		}
 		sp := t.cfg.Profiler.Start(mode.String() + " step")
 		res, err := t.strat.Step(ctx, mode, b, strategy.TrainOptions{})
 		metrics := res.Metrics
@@ -1381,7 +1388,7 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 	// to its end and returns its metrics.
 	aggs, _, err := t.evalLoop(ctx, m, mode, t.loaderFor(l, false, true), limit)
 	end()
-	if err != nil {
+	if err := t.agreeEval(ctx, err, "the "+mode.String()+" loop"); err != nil {
 		return nil, err
 	}
 	vals, err := t.reduceAggs(ctx, aggs, true)
@@ -1504,8 +1511,10 @@ type PredictBatch struct {
 // gathered, and memory stays that of one batch whatever the size of the
 // set. Write each rank's predictions where they belong (a file per rank,
 // rows placed by Indices). An error from fn, or a panic in it (as an
-// error with the stack), stops the run and is returned, naming fn (on the
-// other ranks, their next collective fails, as any rank's error).
+// error with the stack), stops the run and is returned, naming fn and the
+// rank; the other ranks' PredictEach fails naming that rank once their
+// own batches are done (as after any rank's failure or cancel there, under
+// a strategy that holds the whole model in each process: ddp, sharded).
 func (t *Trainer) PredictEach(ctx context.Context, m module.Module, l *data.Loader, fn func(PredictBatch) error, opts ...EvalOption) error {
 	t.excDone = false
 	if fn == nil {
@@ -1567,30 +1576,8 @@ func (t *Trainer) predictBatches(ctx context.Context, m module.Module, l *data.L
 		return nil, err
 	}
 	defer func(bi int) { t.state.BatchIdx = bi }(t.state.BatchIdx)
-	it := pl.Iter(ctx, 0)
-	defer it.Close()
-	for bi := 0; bi < nb; bi++ {
-		b, ok := it.Next()
-		if !ok {
-			break
-		}
-		if err := t.stopOr(t.onEvalBatchStart(ctx, m, module.Predict, b, bi)); err != nil {
-			return nil, fmt.Errorf("predict batch %d: %w", bi, err)
-		}
-		res, err := t.strat.Step(ctx, module.Predict, b, strategy.TrainOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("predict batch %d: %w", bi, err)
-		}
-		pb := PredictBatch{Output: res.Output, Indices: b.Indices, Pad: b.Pad}
-		if err := each(pb); err != nil {
-			return nil, fmt.Errorf("predict batch %d: %w", bi, err)
-		}
-		if err := t.stopOr(t.onEvalBatchEnd(ctx, m, module.Predict, b, bi, pb)); err != nil {
-			return nil, fmt.Errorf("predict batch %d: %w", bi, err)
-		}
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("predict data: %w", err)
+	if err := t.agreeEval(ctx, t.predictLoop(ctx, m, pl, nb, each), "the predict loop"); err != nil {
+		return nil, err
 	}
 	if err := t.stopOr(t.onPredictEnd(ctx, m)); err != nil {
 		return nil, err
@@ -1599,6 +1586,53 @@ func (t *Trainer) predictBatches(ctx context.Context, m module.Module, l *data.L
 		return nil, err
 	}
 	return pl, nil
+}
+
+// predictLoop runs the first nb batches of pl through the predict step
+// with their hooks, calling each for every batch's predictions.
+func (t *Trainer) predictLoop(ctx context.Context, m module.Module, pl *data.Loader, nb int, each func(PredictBatch) error) error {
+	it := pl.Iter(ctx, 0)
+	defer it.Close()
+	for bi := 0; bi < nb; bi++ {
+		b, ok := it.Next()
+		if !ok {
+			break
+		}
+		if err := t.stopOr(t.onEvalBatchStart(ctx, m, module.Predict, b, bi)); err != nil {
+			return fmt.Errorf("predict batch %d: %w", bi, err)
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("predict batch %d: %w", bi, err)
+		}
+		res, err := t.strat.Step(ctx, module.Predict, b, strategy.TrainOptions{})
+		if err != nil {
+			return fmt.Errorf("predict batch %d: %w", bi, err)
+		}
+		pb := PredictBatch{Output: res.Output, Indices: b.Indices, Pad: b.Pad}
+		if err := each(pb); err != nil {
+			return fmt.Errorf("predict batch %d: %w", bi, err)
+		}
+		if err := t.stopOr(t.onEvalBatchEnd(ctx, m, module.Predict, b, bi, pb)); err != nil {
+			return fmt.Errorf("predict batch %d: %w", bi, err)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("predict data: %w", err)
+	}
+	return nil
+}
+
+// agreeEval has the ranks agree on how an evaluation loop went (agreeEnd)
+// under a strategy whose evaluation steps exchange nothing, one holding
+// the whole model in each process (strategy.Replica): a rank whose loop
+// failed or was cancelled joins the others there instead of leaving them
+// waiting in the next collective. Under one whose steps gather the
+// weights (fsdp), the others fail in their next step's collective.
+func (t *Trainer) agreeEval(ctx context.Context, err error, what string) error {
+	if t.store() == nil {
+		return err
+	}
+	return t.agreeEnd(ctx, err, what, false)
 }
 
 // maxPredictDims bounds the rank of one prediction row that ranks agree on

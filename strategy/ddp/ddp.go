@@ -884,9 +884,21 @@ func (d *DDP) evalStep(ctx context.Context, mode module.Mode, b *data.Batch) ([]
 		return err
 	})
 	if err != nil {
-		return nil, d.fail(mode.String()+" step on "+d.dev.String(), err)
+		return nil, d.failEval(ctx, mode.String()+" step on "+d.dev.String(), err)
 	}
 	return r.Metrics, nil
+}
+
+// failEval is fail for an evaluation or predict step, whose graph
+// exchanges nothing with the other ranks: one that the caller's cancel
+// ended leaves the group as it was, so that the rank can still meet the
+// others (the trainer has them agree on how the loop ended) instead of
+// breaking the job.
+func (d *DDP) failEval(ctx context.Context, what string, err error) error {
+	if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
+		return fmt.Errorf("rank %d: %s: %w", d.rank, what, err)
+	}
+	return d.fail(what, err)
 }
 
 func (d *DDP) predictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, error) {
@@ -903,7 +915,7 @@ func (d *DDP) predictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, er
 		return err
 	})
 	if err != nil {
-		return nil, d.fail("predict step on "+d.dev.String(), err)
+		return nil, d.failEval(ctx, "predict step on "+d.dev.String(), err)
 	}
 	return out, nil
 }
