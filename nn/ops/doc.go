@@ -62,6 +62,9 @@
 //     Between splits the pool's goroutines, and a caller waiting for
 //     them, poll for a while before they sleep (SetSpinWait), so that
 //     the next split does not wait for a sleeping thread to wake.
+//   - Embedding, LayerNorm, the smooth activations (GELU, Tanh, Sigmoid,
+//     SiLU) and Softmax and LogSoftmax along an axis are plain Go loops on
+//     one goroutine, each element computed in float64 and rounded once.
 //
 // ops imports only Gorgonia, tensor, blas and golang.org/x/sys/cpu
 // (to detect AVX-512); never trainer, strategy or module.
