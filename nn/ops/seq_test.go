@@ -225,62 +225,97 @@ func TestEmbedding(t *testing.T) {
 	}
 }
 
-// After the first run, the new ops allocate nothing when they run again.
+// After the first run, the new ops allocate nothing when they run again,
+// serial and with the smooth activations split between three workers, and
+// the split changes no bit of any op's output.
 func TestSequenceOpsDoNotAllocate(t *testing.T) {
+	defer func(g int, w func() int) { parallelGrain, maxWorkers = g, w }(parallelGrain, maxWorkers)
 	for _, dt := range dtypes {
-		g := G.NewGraph()
-		must := func(n *G.Node, err error) *G.Node {
-			t.Helper()
-			if err != nil {
-				t.Fatal(err)
+		var serial map[string][]float64
+		for _, par := range []bool{false, true} {
+			if par {
+				parallelGrain, maxWorkers = 1, func() int { return 3 }
+			} else {
+				parallelGrain, maxWorkers = 1<<30, func() int { return 1 }
 			}
-			return n
-		}
-		ids := node(g, fromF64(dt, []float64{1, 0, 3, 3, 2, 1}, 2, 3), "ids")
-		w := node(g, randT(dt, 1, -1, 1, 4, 5), "w")
-		gam := node(g, randT(dt, 2, 0.5, 1.5, 5), "gamma")
-		bet := node(g, randT(dt, 3, -1, 1, 5), "beta")
-		h := must(Embedding(ids, w, EmbeddingOpts{PaddingIdx: 0, HasPadding: true}))
-		h = must(LayerNorm(h, gam, bet, []int{5}, 1e-5))
-		h = must(LayerNorm(h, nil, nil, []int{3, 5}, 1e-5))
-		for _, f := range []func(*G.Node) (*G.Node, error){GELU, GELUTanh, Tanh, Sigmoid, SiLU} {
-			h = must(f(h))
-		}
-		h = must(SoftmaxAxis(h, 1))
-		h = must(LogSoftmaxAxis(h, -1))
-		loss := must(SumAll(h))
-		if _, err := G.Grad(loss, w, gam, bet); err != nil {
-			t.Fatal(err)
-		}
-		m := G.NewTapeMachine(g)
-		if err := m.RunAll(); err != nil {
-			t.Fatal(err)
-		}
-		seen := map[string]bool{}
-		for _, n := range g.AllNodes() {
-			op, ok := n.Op().(fulgurOp)
-			if !ok {
+			got := seqOpsRun(t, dt)
+			if !par {
+				serial = got
 				continue
 			}
-			var in []G.Value
-			for it := g.From(n.ID()); it.Next(); {
-				in = append(in, it.Node().(*G.Node).Value())
+			if len(got) != len(serial) {
+				t.Fatalf("%v: %d op values in parallel, %d serial", dt, len(got), len(serial))
 			}
-			if a := testing.AllocsPerRun(5, func() {
-				if _, err := n.Op().Do(in...); err != nil {
-					t.Fatal(err)
+			for k, want := range serial {
+				for i := range want {
+					if math.Float64bits(got[k][i]) != math.Float64bits(want[i]) {
+						t.Fatalf("%v %s[%d]: parallel %v, serial %v", dt, k, i, got[k][i], want[i])
+					}
 				}
-			}); a != 0 && !raceBuild {
-				t.Errorf("%v: %v allocates %.0f times per run", dt, n.Op(), a)
-			}
-			seen[op.self().kind] = true
-		}
-		for _, k := range []string{"Embedding", "EmbeddingGrad", "LayerNorm", "LayerNormGradInput", "LayerNormGradGamma", "LayerNormGradBeta",
-			"GELU", "GELUGrad", "GELUTanhGrad", "TanhGrad", "SigmoidGrad", "SiLUGrad", "Softmax", "SoftmaxGrad", "LogSoftmax", "LogSoftmaxGrad"} {
-			if !seen[k] {
-				t.Errorf("%v: no %s op in the graph", dt, k)
 			}
 		}
-		m.Close()
 	}
+}
+
+// seqOpsRun builds a graph of every op of this file's, runs it, checks that
+// no op allocates when it runs again, and returns each op's output.
+func seqOpsRun(t *testing.T, dt tensor.Dtype) map[string][]float64 {
+	t.Helper()
+	g := G.NewGraph()
+	must := func(n *G.Node, err error) *G.Node {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	ids := node(g, fromF64(dt, []float64{1, 0, 3, 3, 2, 1}, 2, 3), "ids")
+	w := node(g, randT(dt, 1, -1, 1, 4, 5), "w")
+	gam := node(g, randT(dt, 2, 0.5, 1.5, 5), "gamma")
+	bet := node(g, randT(dt, 3, -1, 1, 5), "beta")
+	h := must(Embedding(ids, w, EmbeddingOpts{PaddingIdx: 0, HasPadding: true}))
+	h = must(LayerNorm(h, gam, bet, []int{5}, 1e-5))
+	h = must(LayerNorm(h, nil, nil, []int{3, 5}, 1e-5))
+	for _, f := range []func(*G.Node) (*G.Node, error){GELU, GELUTanh, Tanh, Sigmoid, SiLU} {
+		h = must(f(h))
+	}
+	h = must(SoftmaxAxis(h, 1))
+	h = must(LogSoftmaxAxis(h, -1))
+	loss := must(SumAll(h))
+	if _, err := G.Grad(loss, w, gam, bet); err != nil {
+		t.Fatal(err)
+	}
+	m := G.NewTapeMachine(g)
+	defer m.Close()
+	if err := m.RunAll(); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]float64{}
+	seen := map[string]bool{}
+	for _, n := range g.AllNodes() {
+		op, ok := n.Op().(fulgurOp)
+		if !ok {
+			continue
+		}
+		out[fmt.Sprintf("%d:%v", len(out), op.self().kind)] = vals(n.Value())
+		var in []G.Value
+		for it := g.From(n.ID()); it.Next(); {
+			in = append(in, it.Node().(*G.Node).Value())
+		}
+		if a := testing.AllocsPerRun(5, func() {
+			if _, err := n.Op().Do(in...); err != nil {
+				t.Fatal(err)
+			}
+		}); a != 0 && !raceBuild {
+			t.Errorf("%v: %v allocates %.0f times per run", dt, n.Op(), a)
+		}
+		seen[op.self().kind] = true
+	}
+	for _, k := range []string{"Embedding", "EmbeddingGrad", "LayerNorm", "LayerNormGradInput", "LayerNormGradGamma", "LayerNormGradBeta",
+		"GELU", "GELUGrad", "GELUTanhGrad", "TanhGrad", "SigmoidGrad", "SiLUGrad", "Softmax", "SoftmaxGrad", "LogSoftmax", "LogSoftmaxGrad"} {
+		if !seen[k] {
+			t.Errorf("%v: no %s op in the graph", dt, k)
+		}
+	}
+	return out
 }

@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/chewxy/hm"
@@ -13,6 +14,12 @@ import (
 // input and the output. Both dtypes compute each element in float64 and
 // round once, so float32 results are the correctly rounded values of the
 // float64 formulas (within an ulp or two of PyTorch's float32 kernels).
+// GELU, GELUTanh and SiLU keep the transcendental part of each element
+// (Φ(x), the tanh, sigmoid(x)) for the backward op, which then needs no
+// erf, tanh or exp of its own but GELU's one exp. Both passes split their
+// elements between the loop workers (SetLoopWorkers) from a few thousand
+// elements on: each costs tens of nanoseconds, not the fraction of one of
+// ReLU's.
 
 type smoothKind int
 
@@ -55,7 +62,11 @@ type smoothOp struct {
 	kind smoothKind
 	dims int
 	out  buffer
+	aux  []float64 // per element, for the backward op (GELU, GELUTanh, SiLU)
 }
+
+// keepsAux reports whether the forward op fills aux.
+func (k smoothKind) keepsAux() bool { return k == smoothGELU || k == smoothGELUTanh || k == smoothSiLU }
 
 func (op *smoothOp) Arity() int         { return 1 }
 func (op *smoothOp) Type() hm.Type      { return fnType(op.dims, op.dims) }
@@ -70,16 +81,55 @@ func (op *smoothOp) Do(v ...G.Value) (G.Value, error) {
 		return nil, err
 	}
 	y := op.out.get(x.Dtype(), x.Shape())
+	op.aux = op.aux[:0]
+	if op.kind.keepsAux() {
+		op.aux = grow(op.aux, x.Shape().TotalSize())
+	}
 	if x.Dtype() == tensor.Float32 {
-		smoothForward(op.kind, data[float32](x), data[float32](y))
+		smoothForwardPar(op.kind, data[float32](x), data[float32](y), op.aux)
 	} else {
-		smoothForward(op.kind, data[float64](x), data[float64](y))
+		smoothForwardPar(op.kind, data[float64](x), data[float64](y), op.aux)
 	}
 	return y, nil
 }
 
+// smoothCost is how many of the cheap loops' elements (parallelGrain's
+// unit) one element of a smooth activation is worth: an erf, a tanh or an
+// exp each.
+const smoothCost = 32
+
+// smoothForwardPar splits the elements between the loop workers; each
+// element is computed alone, so the split changes no bit.
+func smoothForwardPar[T float](kind smoothKind, x, y []T, aux []float64) {
+	if w := workers(len(x), smoothCost); w > 1 {
+		parallelLoop(loopSmooth, w, len(x), x, y, nil, loopArgs{smooth: kind, aux: aux})
+		return
+	}
+	smoothForward(kind, x, y, aux)
+}
+
+func smoothBackwardPar[T float](kind smoothKind, x, y, dy, dx []T, aux []float64) {
+	if w := workers(len(x), smoothCost); w > 1 {
+		a := x
+		if !kind.keepsAux() {
+			a = y
+		}
+		parallelLoop(loopSmoothGrad, w, len(x), a, dy, dx, loopArgs{smooth: kind, aux: aux})
+		return
+	}
+	smoothBackward(kind, x, y, dy, dx, aux)
+}
+
+// auxPart is aux[lo:hi], or nil for kinds that keep none.
+func auxPart(aux []float64, lo, hi int) []float64 {
+	if len(aux) == 0 {
+		return nil
+	}
+	return aux[lo:hi]
+}
+
 func (op *smoothOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
-	dx, err := apply(&smoothGradOp{base: newBase(smoothNames[op.kind] + "Grad"), kind: op.kind}, inputs[0], output, grad)
+	dx, err := apply(&smoothGradOp{base: newBase(smoothNames[op.kind] + "Grad"), fwd: op}, inputs[0], output, grad)
 	return G.Nodes{dx}, err
 }
 
@@ -90,18 +140,24 @@ const (
 	geluCubic   = 0.044715
 )
 
-func smoothForward[T float](kind smoothKind, x, y []T) {
+func smoothForward[T float](kind smoothKind, x, y []T, aux []float64) {
 	y = y[:len(x)]
 	switch kind {
 	case smoothGELU:
+		aux = aux[:len(x)]
 		for i, v := range x {
 			f := float64(v)
-			y[i] = T(0.5 * f * (1 + math.Erf(f*invSqrt2)))
+			cdf := 0.5 * (1 + math.Erf(f*invSqrt2))
+			aux[i] = cdf
+			y[i] = T(f * cdf)
 		}
 	case smoothGELUTanh:
+		aux = aux[:len(x)]
 		for i, v := range x {
 			f := float64(v)
-			y[i] = T(0.5 * f * (1 + math.Tanh(sqrt2OverPi*(f+geluCubic*f*f*f))))
+			t := math.Tanh(sqrt2OverPi * (f + geluCubic*f*f*f))
+			aux[i] = t
+			y[i] = T(0.5 * f * (1 + t))
 		}
 	case smoothTanh:
 		for i, v := range x {
@@ -112,9 +168,12 @@ func smoothForward[T float](kind smoothKind, x, y []T) {
 			y[i] = T(sigmoid(float64(v)))
 		}
 	case smoothSiLU:
+		aux = aux[:len(x)]
 		for i, v := range x {
 			f := float64(v)
-			y[i] = T(f * sigmoid(f))
+			sg := sigmoid(f)
+			aux[i] = sg
+			y[i] = T(f * sg)
 		}
 	}
 }
@@ -125,8 +184,8 @@ func smoothForward[T float](kind smoothKind, x, y []T) {
 type smoothGradOp struct {
 	base
 	noDiff
-	kind smoothKind
-	out  buffer
+	fwd *smoothOp
+	out buffer
 }
 
 func (op *smoothGradOp) Arity() int { return 3 }
@@ -152,30 +211,35 @@ func (op *smoothGradOp) Do(v ...G.Value) (G.Value, error) {
 	if err != nil {
 		return nil, err
 	}
+	f := op.fwd
+	if f.kind.keepsAux() && len(f.aux) != x.Shape().TotalSize() {
+		return nil, fmt.Errorf("%v: run before its forward op", op)
+	}
 	dx := op.out.get(x.Dtype(), x.Shape())
 	if x.Dtype() == tensor.Float32 {
-		smoothBackward(op.kind, data[float32](x), data[float32](y), data[float32](dy), data[float32](dx))
+		smoothBackwardPar(f.kind, data[float32](x), data[float32](y), data[float32](dy), data[float32](dx), f.aux)
 	} else {
-		smoothBackward(op.kind, data[float64](x), data[float64](y), data[float64](dy), data[float64](dx))
+		smoothBackwardPar(f.kind, data[float64](x), data[float64](y), data[float64](dy), data[float64](dx), f.aux)
 	}
 	return dx, nil
 }
 
-func smoothBackward[T float](kind smoothKind, x, y, dy, dx []T) {
+func smoothBackward[T float](kind smoothKind, x, y, dy, dx []T, aux []float64) {
 	n := len(x)
 	y, dy, dx = y[:n], dy[:n], dx[:n]
 	switch kind {
 	case smoothGELU:
 		// Φ(x) + x·φ(x)
+		aux = aux[:n]
 		for i, v := range x {
 			f := float64(v)
-			d := 0.5*(1+math.Erf(f*invSqrt2)) + f*invSqrt2Pi*math.Exp(-0.5*f*f)
+			d := aux[i] + f*invSqrt2Pi*math.Exp(-0.5*f*f)
 			dx[i] = T(float64(dy[i]) * d)
 		}
 	case smoothGELUTanh:
+		aux = aux[:n]
 		for i, v := range x {
-			f := float64(v)
-			t := math.Tanh(sqrt2OverPi * (f + geluCubic*f*f*f))
+			f, t := float64(v), aux[i]
 			d := 0.5*(1+t) + 0.5*f*(1-t*t)*sqrt2OverPi*(1+3*geluCubic*f*f)
 			dx[i] = T(float64(dy[i]) * d)
 		}
@@ -188,9 +252,9 @@ func smoothBackward[T float](kind smoothKind, x, y, dy, dx []T) {
 			dx[i] = T(float64(dy[i]) * float64(s) * (1 - float64(s)))
 		}
 	case smoothSiLU:
+		aux = aux[:n]
 		for i, v := range x {
-			f := float64(v)
-			s := sigmoid(f)
+			f, s := float64(v), aux[i]
 			dx[i] = T(float64(dy[i]) * s * (1 + f*(1-s)))
 		}
 	}
