@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -218,5 +219,43 @@ func TestBagOfWordsDDPMatchesSingle(t *testing.T) {
 	t.Logf("largest difference between single and ddp after 2 epochs: %.3g", worst)
 	if !slices.Equal(weights[0], weights[1]) {
 		t.Error("the ddp ranks' weights differ")
+	}
+}
+
+// A token id outside the table stops Fit with an error naming the id, its
+// row of the batch and its position, not a panic or a silent lookup.
+func TestBagOfWordsBadTokenIsAnError(t *testing.T) {
+	ds, err := tokenData(64, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := [][]float32{make([]float32, 8), make([]float32, 1)}
+	cols := [][]float32{make([]float32, 64*8), make([]float32, 64)}
+	for i := range 64 {
+		if err := ds.Read(i, dst); err != nil {
+			t.Fatal(err)
+		}
+		copy(cols[0][i*8:], dst[0])
+		cols[1][i] = dst[1][0]
+	}
+	cols[0][37*8+2] = 30 // example 37: batch 1, row 5
+	bad, err := data.NewInMemory(ds.Fields(), cols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	train, err := data.NewLoader(bad, data.LoaderConfig{BatchSize: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := trainer.New(trainer.Config{MaxEpochs: 1, Seed: 1, Out: io.Discard, EnableProgressBar: trainer.Bool(false),
+		DisableCheckpointing: true, DisableLogger: true, HandleSignals: trainer.Bool(false)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = tr.Fit(context.Background(), &BagOfWords{Vocab: 24, Dim: 4, Hidden: 4, Classes: 4}, train, nil)
+	for _, want := range []string{"epoch 0 batch 1", "index 30 at row 5, position 2 of indices (32, 8) is out of range for a table of 24 rows (0..23)"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Fit: %v, want an error containing %q", err, want)
+		}
 	}
 }

@@ -218,6 +218,8 @@ func TestEmbedding(t *testing.T) {
 		{G.NewVector(g, tensor.Float32, G.WithShape(3)), G.NewVector(g, tensor.Float32, G.WithShape(4)), EmbeddingOpts{}, "Embedding weight has shape (4): want [rows, dim]"},
 		{G.NewVector(g, tensor.Float32, G.WithShape(3)), w, EmbeddingOpts{PaddingIdx: 4, HasPadding: true}, "padding index 4 is out of range for a table of 4 rows"},
 		{G.NewScalar(g, tensor.Float32), w, EmbeddingOpts{}, "Embedding indices are a scalar"},
+		{G.NewVector(g, tensor.Float32, G.WithShape(3)), G.NewMatrix(g, tensor.Float32, G.WithShape(1<<24+1, 2)), EmbeddingOpts{},
+			"Embedding weight has 16777217 rows: float32 indices are exact only up to 16777216; train in float64"},
 	} {
 		if _, err := Embedding(c.ids, c.w, c.o); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v, %v: %v, want an error containing %q", c.ids.Shape(), c.w.Shape(), err, c.want)
