@@ -60,12 +60,40 @@ func (m *tinyResNet) PredictStep(s *module.Step) (*G.Node, error) {
 	return m.net.Forward(s, s.Input("x")), nil
 }
 
+// tinyLN is 16-12-5 with LayerNorm and GELU between; testdata/torch_check.py
+// builds the same.
+type tinyLN struct {
+	fc1, fc2 *nn.Linear
+	ln       *nn.LayerNorm
+	act      *nn.GELU
+}
+
+func (m *tinyLN) Configure(b *module.Builder) error {
+	m.fc1 = nn.NewLinear(b, "fc1", 16, 12)
+	m.ln = nn.NewLayerNorm(b, "ln", []int{12})
+	m.act = nn.NewGELU(b, "act")
+	m.fc2 = nn.NewLinear(b, "fc2", 12, 5)
+	return nil
+}
+
+func (m *tinyLN) logits(s *module.Step) *G.Node {
+	x := G.Must(G.Reshape(s.Input("x"), []int{s.BatchSize(), 16}))
+	return m.fc2.Forward(s, m.act.Forward(s, m.ln.Forward(s, m.fc1.Forward(s, x))))
+}
+
+func (m *tinyLN) TrainingStep(s *module.Step) (*G.Node, error) {
+	return nn.CrossEntropy(m.logits(s), s.Input("y")), nil
+}
+
+func (m *tinyLN) PredictStep(s *module.Step) (*G.Node, error) { return m.logits(s), nil }
+
 var archs = []struct {
 	name string
 	new  func() module.Module
 }{
 	{"mlp", func() module.Module { return &tinyMLP{} }},
 	{"resnet", func() module.Module { return &tinyResNet{} }},
+	{"lnmlp", func() module.Module { return &tinyLN{} }},
 }
 
 var xField = data.Field{Name: "x", Shape: []int{1, 4, 4}}

@@ -1,6 +1,11 @@
 // Package nn holds fulgur's layers: Linear, Conv2d, BatchNorm1d/2d,
 // MaxPool2d, AvgPool2d, GlobalAvgPool2d, Dropout, Flatten, ReLU, the ResNet
-// BasicBlock and a ResNet builder; the losses CrossEntropy, MSELoss, L1Loss,
+// BasicBlock and a ResNet builder; for text, tabular and sequence models
+// Embedding (token ids, whole numbers stored as floats as the batch's
+// fields are, to vectors; PyTorch's padding_idx), LayerNorm (over the last
+// axes), GELU (exact, or the tanh approximation), Tanh, Sigmoid and SiLU,
+// and the graph functions Softmax and LogSoftmax along any axis; the
+// losses CrossEntropy, MSELoss, L1Loss,
 // SmoothL1Loss, HuberLoss and BCEWithLogitsLoss; the Accuracy node and
 // ClassMetrics (accuracy, top-k, precision, recall, F1, confusion matrix,
 // computed from counts summed over batches and ranks); Sum and Mean over

@@ -111,6 +111,18 @@ func TestLayersMatchTorch(t *testing.T) {
 func checkLayer(t *testing.T, name string, ref torchLayerRef, dt tensor.Dtype, shape []int, mode module.Mode, before int,
 	build func(b *module.Builder) func(*module.Step, *G.Node) *G.Node, tol float64) {
 	t.Helper()
+	x := tensor.New(tensor.Of(dt), tensor.WithShape(shape...))
+	v := fill(x.Shape().TotalSize(), 1)
+	set(x, func(i int) float64 { return v[i] })
+	checkLayerOn(t, name, ref, x, true, mode, before, build, tol)
+}
+
+// checkLayerOn is checkLayer on the input x, whose gradient is compared
+// only when inputGrad (token ids have none).
+func checkLayerOn(t *testing.T, name string, ref torchLayerRef, x *tensor.Dense, inputGrad bool, mode module.Mode, before int,
+	build func(b *module.Builder) func(*module.Step, *G.Node) *G.Node, tol float64) {
+	t.Helper()
+	dt := x.Dtype()
 	var forward func(*module.Step, *G.Node) *G.Node
 	m := newModel(t, dt, func(b *module.Builder) { forward = build(b) })
 	setFill := func(d *tensor.Dense, k int, f func(float64) float64) {
@@ -136,16 +148,17 @@ func checkLayer(t *testing.T, name string, ref torchLayerRef, dt tensor.Dtype, s
 		n, _ := m.store.Tensor("num_batches_tracked")
 		set(n, func(int) float64 { return 2 })
 	}
-	x := tensor.New(tensor.Of(dt), tensor.WithShape(shape...))
-	setFill(x, 1, same)
 	g := G.NewGraph()
 	s := m.step(t, g, mode, x)
 	out := forward(s, s.Input("x"))
 	r := tensor.New(tensor.Of(dt), tensor.WithShape(out.Shape()...))
 	setFill(r, 2, same)
 	rn := G.NewTensor(g, dt, out.Dims(), G.WithShape(out.Shape()...), G.WithName("r"), G.WithValue(r))
-	wrt := []*G.Node{s.Input("x")}
-	names := []string{"x"}
+	var wrt []*G.Node
+	var names []string
+	if inputGrad {
+		wrt, names = append(wrt, s.Input("x")), append(names, "x")
+	}
 	for _, p := range s.UsedParams() {
 		n, _ := s.Node(p)
 		wrt, names = append(wrt, n), append(names, p)

@@ -61,6 +61,19 @@ class MLP(nn.Module):
         return self.fc2(torch.relu(self.fc1(x.flatten(1))))
 
 
+class LNMLP(nn.Module):
+    """16-12-5 with LayerNorm and GELU between (infer_test.go's tinyLN)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(16, 12)
+        self.ln = nn.LayerNorm(12)
+        self.fc2 = nn.Linear(12, 5)
+
+    def forward(self, x):
+        return self.fc2(nn.functional.gelu(self.ln(self.fc1(x.flatten(1)))))
+
+
 class Block(nn.Module):
     def __init__(self, cin, cout, stride):
         super().__init__()
@@ -99,13 +112,16 @@ def main():
     mode, arch, precision, d = sys.argv[1:5]
     dt = torch.float64 if precision == "64" else torch.float32
     torch.manual_seed(0)
-    model = {"mlp": MLP, "resnet": ResNet}[arch]().to(dt)
+    model = {"mlp": MLP, "resnet": ResNet, "lnmlp": LNMLP}[arch]().to(dt)
     x = read(d + "/x.safetensors")["x"].to(dt)
     if mode == "load":
         model.load_state_dict(read(d + "/fulgur.safetensors"), strict=True)
     else:
         model.train()
         with torch.no_grad():
+            if arch == "lnmlp":  # off LayerNorm's initial ones and zeros
+                model.ln.weight.uniform_(0.5, 1.5)
+                model.ln.bias.uniform_(-0.5, 0.5)
             for _ in range(3):
                 model(torch.randn(x.shape, dtype=dt))
         write(d + "/torch.safetensors", model.state_dict())

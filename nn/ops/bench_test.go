@@ -253,3 +253,49 @@ func benchGrouped(b *testing.B, c, oc, hw, stride, groups int) {
 		return s, G.Nodes{x, w}
 	})
 }
+
+// A hidden layer of an MLP on flattened Fashion-MNIST (batch 64, 784 →
+// 256, float32), forward and backward: the Linear layer itself, then what
+// LayerNorm, GELU (plain Go loops, smooth.go and layernorm.go) and ReLU
+// add after it.
+//
+//	go test ./nn/ops -run '^$' -bench Hidden -benchmem -count 5
+func BenchmarkHiddenLinear(b *testing.B) {
+	benchGraph(b, func(g *G.ExprGraph) (*G.Node, G.Nodes) {
+		x := node(g, randT(tensor.Float32, 1, -1, 1, 64, 784), "x")
+		w := node(g, randT(tensor.Float32, 2, -0.03, 0.03, 256, 784), "w")
+		bias := node(g, randT(tensor.Float32, 3, -0.03, 0.03, 256), "b")
+		y, _ := Linear(x, w, bias, LinearOpts{NoInputGrad: true})
+		s, _ := SumAll(y)
+		return s, G.Nodes{w, bias}
+	})
+}
+
+func benchHidden(b *testing.B, f func(g *G.ExprGraph, h *G.Node) *G.Node) {
+	benchGraph(b, func(g *G.ExprGraph) (*G.Node, G.Nodes) {
+		h := node(g, randT(tensor.Float32, 1, -3, 3, 64, 256), "h")
+		s, _ := SumAll(f(g, h))
+		return s, G.Nodes{h}
+	})
+}
+
+func BenchmarkHiddenReLU(b *testing.B) {
+	benchHidden(b, func(g *G.ExprGraph, h *G.Node) *G.Node { y, _ := ReLU(h); return y })
+}
+
+func BenchmarkHiddenGELU(b *testing.B) {
+	benchHidden(b, func(g *G.ExprGraph, h *G.Node) *G.Node { y, _ := GELU(h); return y })
+}
+
+func BenchmarkHiddenGELUTanh(b *testing.B) {
+	benchHidden(b, func(g *G.ExprGraph, h *G.Node) *G.Node { y, _ := GELUTanh(h); return y })
+}
+
+func BenchmarkHiddenLayerNorm(b *testing.B) {
+	benchHidden(b, func(g *G.ExprGraph, h *G.Node) *G.Node {
+		gm := node(g, randT(tensor.Float32, 2, 0.5, 1.5, 256), "gamma")
+		bt := node(g, randT(tensor.Float32, 3, -0.5, 0.5, 256), "beta")
+		y, _ := LayerNorm(h, gm, bt, []int{256}, 1e-5)
+		return y
+	})
+}

@@ -62,6 +62,11 @@
 //     Between splits the pool's goroutines, and a caller waiting for
 //     them, poll for a while before they sleep (SetSpinWait), so that
 //     the next split does not wait for a sleeping thread to wake.
+//   - Embedding, LayerNorm, the smooth activations (GELU, Tanh, Sigmoid,
+//     SiLU) and Softmax and LogSoftmax along an axis are plain Go loops,
+//     each element computed in float64 and rounded once; only the smooth
+//     activations, tens of nanoseconds an element, split between the loop
+//     workers, the others run on one goroutine.
 //
 // ops imports only Gorgonia, tensor, blas and golang.org/x/sys/cpu
 // (to detect AVX-512); never trainer, strategy or module.

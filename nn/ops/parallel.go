@@ -390,6 +390,11 @@ type loopArgs struct {
 	// BatchNormAddReLU's passes (bnadd.go).
 	bnAdd  *bnAddOp
 	bnMask *bnMaskOp
+
+	// The smooth activations' (smooth.go): which one, and its per-element
+	// cache.
+	smooth smoothKind
+	aux    []float64
 }
 
 type loopKind int
@@ -408,6 +413,8 @@ const (
 	loopAdd
 	loopBNAdd
 	loopBNMask
+	loopSmooth
+	loopSmoothGrad
 )
 
 // loopPieces is how many pieces each loop worker's share is cut into for
@@ -449,6 +456,11 @@ func (j *loopJob[T]) piece(lo, hi int) {
 		bnAdd(j.bnAdd, j.a, j.b, j.c, lo, hi)
 	case loopBNMask:
 		bnMaskSums(j.bnMask, j.a, j.b, j.c, lo, hi)
+	case loopSmooth:
+		smoothForward(j.smooth, j.a[lo:hi], j.b[lo:hi], auxPart(j.aux, lo, hi))
+	case loopSmoothGrad:
+		// a is the input or the output, whichever the kind reads.
+		smoothBackward(j.smooth, j.a[lo:hi], j.a[lo:hi], j.b[lo:hi], j.c[lo:hi], auxPart(j.aux, lo, hi))
 	default:
 		panic(fmt.Sprintf("ops: loop kind %d has no kernel", j.kind))
 	}
