@@ -17,7 +17,6 @@ import (
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/nn"
-	"github.com/fulgur-ml/fulgur/nn/ops"
 	"github.com/fulgur-ml/fulgur/optim"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
 	"github.com/fulgur-ml/fulgur/strategy/ddp"
@@ -48,7 +47,7 @@ func (m *BagOfWords) Configure(b *module.Builder) error {
 
 func (m *BagOfWords) logits(s *module.Step) *G.Node {
 	e := m.emb.Forward(s, s.Input("tokens")) // [batch, length, dim]
-	h := G.Must(ops.MeanAxis(e, 1))          // [batch, dim]
+	h := nn.Mean(e, 1)                       // [batch, dim]
 	h = m.act.Forward(s, m.fc1.Forward(s, m.norm.Forward(s, h)))
 	return m.fc2.Forward(s, h)
 }
