@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync/atomic"
 
+	"github.com/rs/zerolog"
+
 	"github.com/fulgur-ml/fulgur/strategy/cluster"
 	"github.com/fulgur-ml/fulgur/strategy/collective/rendezvous"
 	"github.com/fulgur-ml/fulgur/strategy/launch"
@@ -48,8 +50,11 @@ func AbortJoin(ctx context.Context, lookup func(string) (string, bool), cause er
 	if k.backend == "mpi" || token == "" {
 		return nil
 	}
+	// Logged as the trainer's default logger writes (the program has
+	// none yet): rank 0 names the ranks that failed as they arrive.
+	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, NoColor: true, TimeFormat: "15:04:05"}).Level(zerolog.WarnLevel).With().Timestamp().Logger()
 	cfg := rendezvous.Config{Rank: env.Rank, Size: env.WorldSize, MasterAddr: env.MasterAddr, MasterPort: env.MasterPort,
-		Token: token, Timeout: k.timeout, TLS: k.tls, BindAddr: k.sockAddr, AdvertiseAddr: k.sockAddr}
+		Token: token, Timeout: k.timeout, TLS: k.tls, BindAddr: k.sockAddr, AdvertiseAddr: k.sockAddr, Logger: &log}
 	if env.Rank == 0 {
 		ln, err := inheritedListener(lookup)
 		if err != nil {
