@@ -133,11 +133,11 @@ func (a App) abortJoin(ctx context.Context, cause error) {
 	// rank 0 itself waits for every rank to ask: say why this process
 	// has not ended yet.
 	note := time.AfterFunc(3*time.Second, func() {
-		whom := "rank 0 at " + net.JoinHostPort(env.MasterAddr, strconv.Itoa(env.MasterPort))
+		until := "rank 0 at " + net.JoinHostPort(env.MasterAddr, strconv.Itoa(env.MasterPort)) + " has told every rank why"
 		if env.Rank == 0 {
-			whom = "the other ranks, as they reach this rank 0"
+			until = "every other rank has reached it to hear why"
 		}
-		fmt.Fprintf(a.stderr(), "%s: rank %d failed before it joined the job; telling %s why (for at most FULGUR_TIMEOUT; Ctrl-C ends it)\n", a.Name, env.Rank, whom)
+		fmt.Fprintf(a.stderr(), "%s: rank %d failed before the job met; it ends once %s (at most FULGUR_TIMEOUT; Ctrl-C ends it now)\n", a.Name, env.Rank, until)
 	})
 	defer note.Stop()
 	if err := ddp.AbortJoin(ctx, nil, cause); err != nil {

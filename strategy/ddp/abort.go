@@ -28,8 +28,9 @@ var joining atomic.Bool
 // rather than wait FULGUR_TIMEOUT for it: programs call it with the error
 // that ends them before their first Fit (a bad flag, a checkpoint or
 // dataset missing on this machine); the cli does. A rank other than 0
-// waits until rank 0 has heard it (rank 0 may not be listening yet), rank
-// 0 until every other rank has, for at most FULGUR_TIMEOUT. It does
+// waits until rank 0 has heard it (rank 0 may not be listening yet) and
+// told every rank, rank 0 until every other rank has heard it, for at
+// most FULGUR_TIMEOUT. It does
 // nothing and returns nil when no launcher started the process, in a job
 // of one rank, under FULGUR_BACKEND=mpi (no rendezvous), without
 // FULGUR_TOKEN, or once this process has begun to join its job.

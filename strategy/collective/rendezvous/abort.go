@@ -69,11 +69,12 @@ func decodeAbortFrame(p []byte) (*AbortedError, error) {
 // Abort tells the job of cfg that this process failed before it could join
 // (reason: its error, in a sentence), so the other ranks end at once with
 // that reason instead of waiting for cfg.Timeout. A rank other than 0
-// dials rank 0, retrying while it is not up yet, until rank 0 has heard it;
-// rank 0 listens at MasterAddr:MasterPort (or cfg.Listener) and answers
-// every rank that arrives with the reason, until all have heard it. ctx
-// and cfg.Timeout bound either. It returns nil once the job was told (for
-// rank 0: every other rank), and an error saying why not otherwise.
+// dials rank 0, retrying while it is not up yet, until rank 0 has heard it
+// and told every rank (it closes the connection then); rank 0 listens at
+// MasterAddr:MasterPort (or cfg.Listener) and answers every rank that
+// arrives with the reason, until all have heard it. ctx and cfg.Timeout
+// bound either. It returns nil once rank 0 heard it (for rank 0: once
+// every other rank did), and an error saying why not otherwise.
 func Abort(ctx context.Context, cfg Config, reason string) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -115,7 +116,7 @@ func (r *Rendezvous) abortAsRoot(ctx context.Context, reason string) error {
 	defer adm.stop()
 	told := map[int]bool{}
 	verdict := &AbortedError{Rank: 0, Host: cluster.HostName(HostID()), Reason: reason}
-	r.tell(ctx, adm, verdict, told, nil)
+	closeAll(r.tell(ctx, adm, verdict, told, nil))
 	if missing := r.untold(told); len(missing) > 0 {
 		return fmt.Errorf("rendezvous: rank 0: ranks %v did not reach rank 0 within the timeout (%v) to hear why it failed", missing, cfg.Timeout)
 	}
@@ -139,7 +140,11 @@ func (r *Rendezvous) inJob(h wire.Hello) string {
 // tell sends verdict to every rank that arrives on adm (those in told
 // have heard it) until every rank has, ctx ends, or grace (nil: none)
 // fires. A rank that arrives to abort itself hears it too, and is logged.
-func (r *Rendezvous) tell(ctx context.Context, adm *admission, verdict *AbortedError, told map[int]bool, grace <-chan time.Time) {
+// It returns the connections told, which the caller closes at the end:
+// a rank that heard the verdict waits for that close before it ends, so
+// that a launcher that stops the rest of its machine's ranks when one
+// ends does not stop rank 0 before every rank has heard it.
+func (r *Rendezvous) tell(ctx context.Context, adm *admission, verdict *AbortedError, told map[int]bool, grace <-chan time.Time) (held []net.Conn) {
 	msg := abortFrame(verdict)
 	for len(r.untold(told)) > 0 {
 		select {
@@ -150,13 +155,31 @@ func (r *Rendezvous) tell(ctx context.Context, adm *admission, verdict *AbortedE
 			}
 			a.c.SetWriteDeadline(time.Now().Add(time.Second))
 			a.c.Write(msg)
-			a.c.Close()
+			held = append(held, a.c)
 			told[a.h.Rank] = true
 		case <-adm.acceptErr:
-			return
+			return held
 		case <-ctx.Done():
-			return
+			return held
 		case <-grace:
+			return held
+		}
+	}
+	return held
+}
+
+func closeAll(cs []net.Conn) {
+	for _, c := range cs {
+		c.Close()
+	}
+}
+
+// awaitClose waits, until c's deadline, for rank 0 to close c after it
+// sent the verdict (see tell).
+func awaitClose(c net.Conn) {
+	b := make([]byte, 64)
+	for {
+		if _, err := c.Read(b); err != nil {
 			return
 		}
 	}
@@ -185,7 +208,8 @@ func (r *Rendezvous) aborted(ctx context.Context, adm *admission, a arrival) err
 	told := map[int]bool{a.h.Rank: true}
 	a.c.SetWriteDeadline(time.Now().Add(time.Second))
 	a.c.Write(msg)
-	a.c.Close()
+	held := []net.Conn{a.c} // closed at the end, as tell's; the peers by Meet
+	defer func() { closeAll(held) }()
 	for i, c := range r.peers {
 		if c == nil || i == 0 {
 			continue
@@ -200,7 +224,7 @@ func (r *Rendezvous) aborted(ctx context.Context, adm *admission, a arrival) err
 	if len(missing) > 0 {
 		grace := time.NewTimer(min(r.cfg.Timeout, abortGrace))
 		defer grace.Stop()
-		r.tell(ctx, adm, verdict, told, grace.C)
+		held = append(held, r.tell(ctx, adm, verdict, told, grace.C)...)
 	}
 	return fmt.Errorf("rendezvous: rank 0: %w", verdict)
 }
@@ -260,9 +284,18 @@ func (r *Rendezvous) abortOnce(ctx context.Context, d *net.Dialer, reason string
 		return err
 	}
 	h := wire.Hello{Rank: cfg.Rank, Size: cfg.Size, Host: HostID(), DataAddr: "-:0", Abort: reason}
+	// Rank 0 answers at once, then holds the connection until every rank
+	// has heard why (tell): wait for that, within the timeout.
+	if deadline, ok := ctx.Deadline(); ok {
+		raw.SetDeadline(deadline)
+	}
 	_, err = r.answer(c, h, wire.KindTable, nonceA)
 	if err == nil {
 		return errors.New("rank 0 sent the address table to a rank that failed")
+	}
+	var ab *AbortedError
+	if errors.As(err, &ab) {
+		awaitClose(c)
 	}
 	return err
 }

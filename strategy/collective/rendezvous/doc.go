@@ -42,7 +42,11 @@
 // stranger cannot end a job; rank 0 sends every rank that has joined, and
 // every rank that arrives within 30 s, the verdict (AbortedError: the
 // rank, its host name and its reason) and fails with it. A rank 0 that
-// fails listens at its port and tells every rank that arrives. A process
+// fails listens at its port and tells every rank that arrives. Rank 0
+// closes the connections it told only when every rank has heard it (or
+// it gives up), and each told rank returns at that close: a launcher that
+// stops a machine's other ranks when one ends (fulgur run) does not stop
+// rank 0 while ranks of other machines are still on their way. A process
 // that never learned the address cannot tell anyone: rank 0's timeout then
 // names the ranks that never joined.
 //

@@ -552,6 +552,10 @@ func (r *Rendezvous) joinOnce(ctx, outer context.Context) (net.Conn, []byte, err
 	defer stopOuter()
 	h := wire.Hello{Rank: cfg.Rank, Size: cfg.Size, Host: HostID(), DataAddr: net.JoinHostPort(adv, r.port())}
 	p, err := r.answer(c, h, wire.KindTable, nonceA)
+	if ab := (*AbortedError)(nil); errors.As(err, &ab) {
+		// Rank 0 closes the connection once every rank has heard it.
+		awaitClose(c)
+	}
 	if errors.Is(err, os.ErrDeadlineExceeded) && outer.Err() == nil {
 		return fail(fmt.Errorf("%w: rank 0 sent neither the address table nor why it gave up within the timeout (%v) and %v more: is rank 0 stopped or its machine unreachable?", err, cfg.Timeout, extra))
 	}
