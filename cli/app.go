@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -20,6 +21,8 @@ import (
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/profiler"
+	"github.com/fulgur-ml/fulgur/strategy/cluster"
+	"github.com/fulgur-ml/fulgur/strategy/ddp"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
@@ -104,7 +107,45 @@ type parsed struct {
 }
 
 // Run is Main without the exit. It returns flag.ErrHelp after -h.
-func (a App) Run(ctx context.Context, args []string) error {
+//
+// A rank of a job that a launcher started (fulgur run, torchrun-style
+// variables, srun, mpirun) that fails before it joins the other ranks (a
+// bad flag, a -ckpt-path or dataset missing on its machine) tells them
+// why through rank 0's rendezvous before it returns (ddp.AbortJoin), so
+// that they end at once naming it rather than wait FULGUR_TIMEOUT.
+func (a App) Run(ctx context.Context, args []string) (err error) {
+	defer func() {
+		if err != nil && !errors.Is(err, flag.ErrHelp) {
+			a.abortJoin(ctx, err)
+		}
+	}()
+	return a.run(ctx, args)
+}
+
+// abortJoin tells the job this process belongs to, if any, that it
+// failed before joining it (ddp.AbortJoin, a no-op otherwise).
+func (a App) abortJoin(ctx context.Context, cause error) {
+	env, found, err := cluster.Detect(cluster.OSLookup)
+	if err != nil || !found || env.WorldSize < 2 {
+		return
+	}
+	// Rank 0 may take a while to listen (it loads its data first), and
+	// rank 0 itself waits for every rank to ask: say why this process
+	// has not ended yet.
+	note := time.AfterFunc(3*time.Second, func() {
+		until := "rank 0 at " + net.JoinHostPort(env.MasterAddr, strconv.Itoa(env.MasterPort)) + " has told every rank why"
+		if env.Rank == 0 {
+			until = "every other rank has reached it to hear why"
+		}
+		fmt.Fprintf(a.stderr(), "%s: rank %d failed before the job met; it ends once %s (at most FULGUR_TIMEOUT; Ctrl-C ends it now)\n", a.Name, env.Rank, until)
+	})
+	defer note.Stop()
+	if err := ddp.AbortJoin(ctx, nil, cause); err != nil {
+		fmt.Fprintf(a.stderr(), "%s: could not tell the other ranks why this rank failed: %v\n", a.Name, err)
+	}
+}
+
+func (a App) run(ctx context.Context, args []string) error {
 	t0 := time.Now()
 	p, err := a.parse(args)
 	if err != nil {

@@ -24,7 +24,13 @@
 // that resumes. Under ddp the program re-executes itself for its other
 // ranks with the same arguments, so every rank parses the same flags.
 //
-// cli imports callbacks, trainer, data, module, profiler and
-// strategy/cluster (the rank, for per-rank profiles); it holds no training
-// logic: everything it does goes through trainer.Trainer.
+// A rank of a launched job that fails before it joins the others (a bad
+// flag, a -ckpt-path or data directory missing on its machine) tells them
+// why through rank 0 (ddp.AbortJoin) before Run returns, so they end at
+// once naming it instead of waiting FULGUR_TIMEOUT.
+//
+// cli imports callbacks, trainer, data, module, profiler,
+// strategy/cluster (the rank, for per-rank profiles) and strategy/ddp
+// (AbortJoin only); it holds no training logic: everything it does goes
+// through trainer.Trainer.
 package cli

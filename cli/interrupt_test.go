@@ -104,6 +104,12 @@ func TestInterruptedMessagesKeepTheSignal(t *testing.T) {
 	if got, want := ie.Error(), ie.Summary()+`; resume with trainer.FromCheckpoint("ck/interrupted.ckpt")`; got != want {
 		t.Errorf("trainer's message %q, want %q", got, want)
 	}
+	// A rank on another host than rank 0's names the host where the
+	// path is (rank 0's); rank 0 and its host's ranks say the path alone.
+	elsewhere := &trainer.InterruptedError{Signal: os.Interrupt, GlobalStep: 7, Checkpoint: "ck/interrupted.ckpt", SavedOn: "node0"}
+	if got, want := (&cli.Interrupted{Err: elsewhere}).Error(), "training interrupted (SIGINT) at global step 7; checkpoint saved to ck/interrupted.ckpt on rank 0's host node0; rank 0 prints the command that resumes the run"; got != want {
+		t.Errorf("a rank on another host: %q, want %q", got, want)
+	}
 	early := &trainer.InterruptedError{Signal: os.Interrupt}
 	if got, want := (&cli.Interrupted{Err: early}).Error(), "training interrupted (SIGINT) before it began; nothing was saved; start the run again"; got != want {
 		t.Errorf("nothing saved: %q, want %q", got, want)

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/fulgur-ml/fulgur/cli"
 	"github.com/fulgur-ml/fulgur/models"
 	"github.com/fulgur-ml/fulgur/nn"
+	"github.com/fulgur-ml/fulgur/trainer"
 )
 
 // programEnv makes the test binary act as a small resnet program instead of
@@ -23,6 +25,10 @@ const programEnv = "FULGUR_CLI_TEST_PROGRAM"
 // mlpProgramEnv makes the program examples/mlp instead (its -sizes
 // change the model).
 const mlpProgramEnv = "FULGUR_CLI_TEST_MLP"
+
+// cancelAtEnv makes the program cancel its run's context after the
+// training step it gives.
+const cancelAtEnv = "FULGUR_CLI_TEST_CANCEL_AT"
 
 // slowWorkerEnv makes the program's ddp_spawn workers wait, before they
 // run anything, for a signal that kills them: workers still starting.
@@ -42,6 +48,21 @@ func TestMain(m *testing.M) {
 		app := smallResNet()
 		if os.Getenv(mlpProgramEnv) != "" {
 			app = mlpApp("")
+		}
+		if at := os.Getenv(cancelAtEnv); at != "" {
+			// The run's context is cancelled after that step, as Ctrl-C
+			// to this rank would stop it.
+			step, _ := strconv.Atoi(at)
+			ctx, cancel := context.WithCancel(context.Background())
+			app.Callbacks = func(_ *cli.Settings, cfg *trainer.Config) error {
+				cfg.Callbacks = append(cfg.Callbacks, &cancelAt{step: step, cancel: cancel})
+				return nil
+			}
+			if err := app.Run(ctx, os.Args[1:]); err != nil {
+				fmt.Fprintf(os.Stderr, "%s: %v\n", app.Name, err)
+				os.Exit(1)
+			}
+			os.Exit(0)
 		}
 		app.Main() // exits with Main's status when the run fails
 		os.Exit(0)

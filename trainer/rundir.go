@@ -11,6 +11,7 @@ import (
 
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/strategy"
+	"github.com/fulgur-ml/fulgur/strategy/cluster"
 )
 
 // DefaultLogName is the directory under the root that runs' version
@@ -87,6 +88,13 @@ func (t *Trainer) chooseLogDir(ctx context.Context) (string, error) {
 		zero, err := t.rank0Dir(ctx, n, named)
 		if err != nil {
 			return "", fmt.Errorf("agree on the run directory across ranks: %w", err)
+		}
+		t.rank0Host = ""
+		if own := cluster.HostID(); zero.host != "" && zero.host != own {
+			t.rank0Host = cluster.HostName(zero.host)
+			if t.rank0Host == cluster.HostName(own) {
+				t.rank0Host += " (another machine, container or network namespace than this rank's, of the same name)"
+			}
 		}
 		if zero.named != "" && named != "" && filepath.Clean(zero.named) != filepath.Clean(named) {
 			// Info, not a warning: it is what a program that computes its
@@ -192,6 +200,7 @@ func removeIfEmpty(dir string) {
 type rank0Choice struct {
 	named   string
 	version int
+	host    string // rank 0's cluster.HostID
 }
 
 // maxLogDirBytes bounds the Config.LogDir that rank 0 sends the others.
@@ -207,33 +216,40 @@ func (t *Trainer) rank0Dir(ctx context.Context, version int, named string) (rank
 	if zero && len(named) > maxLogDirBytes {
 		named = "" // too long to send: the ranks use the version number
 	}
-	hdr := []float64{-1, -1}
-	if zero {
-		hdr[0], hdr[1] = float64(version), float64(len(named))
+	// Rank 0's host too, so that a rank elsewhere can say where rank 0's
+	// files are (InterruptedError.SavedOn).
+	host := cluster.HostID()
+	if len(host) > maxLogDirBytes {
+		host = host[:maxLogDirBytes]
 	}
-	if err := t.strat.Reduce(ctx, hdr, []float64{1, 1}, []module.Reduce{module.Max, module.Max}); err != nil {
+	hdr := []float64{-1, -1, -1}
+	if zero {
+		hdr[0], hdr[1], hdr[2] = float64(version), float64(len(named)), float64(len(host))
+	}
+	if err := t.strat.Reduce(ctx, hdr, []float64{1, 1, 1}, []module.Reduce{module.Max, module.Max, module.Max}); err != nil {
 		return rank0Choice{}, err
 	}
 	c := rank0Choice{version: int(hdr[0])}
-	if l := int(hdr[1]); l > 0 {
+	ln, lh := max(int(hdr[1]), 0), max(int(hdr[2]), 0)
+	if l := ln + lh; l > 0 {
 		b := make([]float64, l)
 		ops := make([]module.Reduce, l)
 		for i := range ops {
 			ops[i] = module.Sum
 		}
 		if zero {
-			for i := range l {
-				b[i] = float64(named[i])
+			for i, ch := range []byte(named + host) {
+				b[i] = float64(ch)
 			}
 		}
 		if err := t.strat.Reduce(ctx, b, make([]float64, l), ops); err != nil {
 			return rank0Choice{}, err
 		}
-		name := make([]byte, l)
+		text := make([]byte, l)
 		for i, v := range b {
-			name[i] = byte(v)
+			text[i] = byte(v)
 		}
-		c.named = string(name)
+		c.named, c.host = string(text[:ln]), string(text[ln:])
 	}
 	return c, nil
 }

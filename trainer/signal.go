@@ -103,6 +103,10 @@ type InterruptedError struct {
 	// Checkpoint is the resumable checkpoint saved; "" when the signal
 	// came before training began and nothing was saved.
 	Checkpoint string
+	// SavedOn is the name of the host where rank 0 saved Checkpoint, on
+	// ranks that run on another host (where that path may not exist);
+	// "" on rank 0 and on the ranks of its host.
+	SavedOn string
 	// Requeued is set when SIGUSR1 under SLURM requeued the job.
 	Requeued bool
 }
@@ -126,6 +130,9 @@ func (e *InterruptedError) Summary() string {
 		return fmt.Sprintf("training interrupted (%s) before it began; nothing was saved", why)
 	}
 	s := fmt.Sprintf("training interrupted (%s) at global step %d; checkpoint saved to %s", why, e.GlobalStep, e.Checkpoint)
+	if e.SavedOn != "" {
+		s += " on rank 0's host " + e.SavedOn
+	}
 	if e.Requeued {
 		s += "; the SLURM job was requeued"
 	}
@@ -358,7 +365,7 @@ func (t *Trainer) saveInterrupt(ctx context.Context, ie *InterruptedError) error
 			return fmt.Errorf("stopping on %s: wait for rank 0 to save the checkpoint: %w", what, err)
 		}
 	}
-	ie.Checkpoint = path
+	ie.Checkpoint, ie.SavedOn = path, t.rank0Host
 	t.stats.Interrupted = true
 	t.stats.InterruptCheckpoint = path
 	if ie.Signal == sigUSR1 && t.state.IsGlobalZero {

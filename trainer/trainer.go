@@ -99,6 +99,9 @@ type Trainer struct {
 	// madeRunDir is the run directory chooseLogDir created (rank 0), which
 	// a Fit that fails before writing into it removes again.
 	madeRunDir string
+	// rank0Host is rank 0's host name when it runs on another host than
+	// this rank ("" on rank 0 and on its host): rank 0's files are there.
+	rank0Host string
 }
 
 // Stats summarises the last Fit.

@@ -30,8 +30,8 @@ func Single() Env {
 // Lookup reads one variable; it has os.LookupEnv's shape.
 type Lookup func(key string) (string, bool)
 
-// OSLookup reads the process environment. It is the only place this package
-// touches os.
+// OSLookup reads the process environment. It is, with HostID, the only place
+// this package touches os.
 func OSLookup(key string) (string, bool) { return os.LookupEnv(key) }
 
 // MapLookup serves variables from a map (tests, static configurations).

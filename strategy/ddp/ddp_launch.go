@@ -278,16 +278,9 @@ func joinFromEnv(o strategy.Options, name string, k knobs, env cluster.Env, perN
 	}
 	token, _ := o.Lookup(launch.EnvToken)
 	var ln net.Listener
-	if fd, ok := o.Lookup(launch.EnvListenerFD); ok && env.Rank == 0 {
-		n, err := strconv.Atoi(fd)
-		if err != nil {
-			return nil, fmt.Errorf("strategy %q: %s=%q is not a file descriptor", name, launch.EnvListenerFD, fd)
-		}
-		f := os.NewFile(uintptr(n), "rendezvous")
-		ln, err = net.FileListener(f)
-		f.Close()
-		if err != nil {
-			return nil, fmt.Errorf("strategy %q: the rendezvous listener handed over as descriptor %d: %w", name, n, err)
+	if env.Rank == 0 {
+		if ln, err = inheritedListener(o.Lookup); err != nil {
+			return nil, fmt.Errorf("strategy %q: %w", name, err)
 		}
 	}
 	cfg := DDPConfig{
@@ -315,6 +308,7 @@ func joinFromEnv(o strategy.Options, name string, k knobs, env cluster.Env, perN
 
 // connect joins the group of env over the chosen backend.
 func connect(ctx context.Context, k knobs, env cluster.Env, token string, ln net.Listener, log zerolog.Logger) (collective.Collective, error) {
+	joining.Store(true)
 	cfg := tcp.Config{
 		Rank: env.Rank, Size: env.WorldSize, MasterAddr: env.MasterAddr, MasterPort: env.MasterPort,
 		Token: token, Listener: ln, Timeout: k.timeout, Logger: &log, TLS: k.tls,

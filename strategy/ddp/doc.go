@@ -17,7 +17,8 @@
 //
 // ddp_launch.go re-executes the program for local ranks or joins the job a
 // launcher describes, and connects over FULGUR_BACKEND (auto, tcp, shm,
-// hier, mpi, nccl). bucket.go lays out gradient buckets, which ddp.go reduces while
+// hier, mpi, nccl). abort.go's AbortJoin lets a rank of such a job that
+// fails before it joins tell the others why (rendezvous.Abort). bucket.go lays out gradient buckets, which ddp.go reduces while
 // the backward pass runs (the engine reports each gradient as it is
 // computed, engine.WithGradReady), the last one carrying rank 0's buffers
 // and the trainer's stop flags (strategy.TrainOptions.Ride); syncbn.go gives BatchNorm

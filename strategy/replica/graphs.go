@@ -124,13 +124,23 @@ func StatSyncOption(s module.StatSyncer, size int, all bool) []engine.Option {
 // cores; FULGUR_BLAS_THREADS and FULGUR_WORKERS still fix their counts.
 // The strategy calls release at Teardown (see blas.ShareCores), so that
 // the process plans for its own cores again.
+//
+// blas.Choose logged the process's plan ("threads: ..."); a share that
+// changes it (rank 0 of a job ddp launched itself planned for one rank
+// before it started the others, dp's replicas) is logged as what the
+// rank trains with, beside what it replaces; one that does not (a
+// launcher's ranks, planned for its local ranks from the start) logs
+// nothing, so every rank's log has one line per plan it runs.
 func ShareCores(log zerolog.Logger, n int) (release func()) {
+	before := blas.CurrentPlan()
 	_, release, err := blas.ShareCores(n)
 	if err != nil {
 		log.Warn().Err(err).Int("local_ranks", n).Msg("could not share the cores between local ranks")
 		return func() {}
 	}
-	log.Info().Msg("threads: " + blas.CurrentPlan().String())
+	if p := blas.CurrentPlan(); p != before {
+		log.Info().Msgf("threads while training: %s (the cores shared between %d local ranks; the process alone had %s)", p, n, before)
+	}
 	return release
 }
 

@@ -23,6 +23,33 @@
 // addresses and host identities (HostID; SameHost lets shm pick shared
 // memory).
 //
+// Host identity: HostID is the host name and the kernel's boot id and, on
+// Linux, the process's network namespace and the device of its /dev/shm
+// (strategy/cluster.HostID): ranks in two network namespaces of one kernel
+// (deploy/netns's two nodes, containers with networks of their own) or
+// with two /dev/shm mounts (containers with IPC namespaces of their own)
+// are on two hosts, so auto picks tcp between them, not shared memory that
+// one could not see or that stands for a network the job means to cross.
+// Two processes that share the network namespace and /dev/shm (a pod's
+// containers, ranks started side by side) are one host. It costs a link
+// read and a stat, and makes no file to probe.
+//
+// Abort: a process that fails before it meets the others (a bad flag, a
+// checkpoint or data set missing on its machine) calls Abort with its
+// reason instead of leaving them to wait for the timeout. A rank other
+// than 0 dials rank 0 (retrying while it is not up) and presents a hello
+// carrying the reason, signed with the token like every hello, so a
+// stranger cannot end a job; rank 0 sends every rank that has joined, and
+// every rank that arrives within 30 s, the verdict (AbortedError: the
+// rank, its host name and its reason) and fails with it. A rank 0 that
+// fails listens at its port and tells every rank that arrives. Rank 0
+// closes the connections it told only when every rank has heard it (or
+// it gives up), and each told rank returns at that close: a launcher that
+// stops a machine's other ranks when one ends (fulgur run) does not stop
+// rank 0 while ranks of other machines are still on their way. A process
+// that never learned the address cannot tell anyone: rank 0's timeout then
+// names the ranks that never joined.
+//
 // After Meet: Exchange gives every rank every rank's small blob through rank
 // 0 (shm's file name, NCCL's unique id); Watch turns the end of a star
 // connection into a lost-peer callback; DialPeer and AcceptPeer open data
@@ -42,7 +69,7 @@
 // error says which setting to fix; the job goes on.
 //
 // Frames are those of strategy/collective/wire. The package imports
-// only the standard library, zerolog, strategy/collective and its internal
-// wire package; it must not import a backend (tcp, shm, nccl, mpi, inproc),
+// only the standard library, zerolog, strategy/collective, its wire
+// package and strategy/cluster (HostID); it must not import a backend (tcp, shm, nccl, mpi, inproc),
 // trainer or strategy.
 package rendezvous

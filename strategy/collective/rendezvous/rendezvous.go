@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fulgur-ml/fulgur/strategy/cluster"
 	"github.com/fulgur-ml/fulgur/strategy/collective/wire"
 )
 
@@ -36,8 +37,8 @@ type Rendezvous struct {
 func (r *Rendezvous) Rank() int { return r.cfg.Rank }
 func (r *Rendezvous) Size() int { return r.cfg.Size }
 
-// Hosts returns every rank's host identity (host name and boot id): equal
-// strings mean the same machine.
+// Hosts returns every rank's host identity (HostID): equal strings mean
+// the same machine.
 func (r *Rendezvous) Hosts() []string { return r.hosts }
 
 // SameHost reports whether every rank runs on this machine.
@@ -56,13 +57,9 @@ func (r *Rendezvous) Config() Config { return r.cfg }
 // Addr returns where rank's data listener accepts connections.
 func (r *Rendezvous) Addr(rank int) string { return r.addrs[rank] }
 
-// HostID identifies this machine: host name plus the kernel's boot id, so two
-// containers with the same name on different machines differ.
-func HostID() string {
-	name, _ := os.Hostname()
-	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	return name + "/" + strings.TrimSpace(string(boot))
-}
+// HostID identifies this machine as the ranks compare it: cluster.HostID
+// (host name, boot id, and on Linux the network namespace and /dev/shm).
+func HostID() string { return cluster.HostID() }
 
 // Meet runs the rendezvous. Rank 0 listens at MasterAddr:MasterPort (or
 // cfg.Listener) and waits for Size-1 joiners presenting the token; the others
@@ -131,15 +128,7 @@ func (r *Rendezvous) serve(ctx context.Context) error {
 	var refusedMu sync.Mutex
 	var refused string
 	adm := r.admit(ln, "rendezvous", func(h wire.Hello) string {
-		why := ""
-		switch _, _, err := net.SplitHostPort(h.DataAddr); {
-		case h.Size != cfg.Size:
-			why = fmt.Sprintf("rank %d says the world has %d ranks, rank 0 says %d", h.Rank, h.Size, cfg.Size)
-		case h.Rank < 1 || h.Rank >= cfg.Size:
-			why = fmt.Sprintf("rank %d is outside 1..%d", h.Rank, cfg.Size-1)
-		case err != nil:
-			why = fmt.Sprintf("rank %d announced a bad address %q", h.Rank, h.DataAddr)
-		}
+		why := r.inJob(h)
 		if why != "" {
 			refusedMu.Lock()
 			refused = why
@@ -198,6 +187,9 @@ func (r *Rendezvous) serve(ctx context.Context) error {
 				return fmt.Errorf("rendezvous: rank 0: ranks %v did not join within the timeout (%v)%s: %w", missing, cfg.Timeout, also, ctx.Err())
 			}
 			return fmt.Errorf("rendezvous: rank 0: accept joiners: %w", err)
+		}
+		if a.h.Abort != "" {
+			return r.aborted(ctx, adm, a)
 		}
 		if r.peers[a.h.Rank] != nil {
 			why := fmt.Sprintf("rank %d has already joined from %s, and a second process claimed rank %d from %s: two processes with the same RANK (with fulgur run, two machines with the same -node-rank; by hand, the same NODE_RANK and RANK)", a.h.Rank, r.peers[a.h.Rank].RemoteAddr(), a.h.Rank, a.c.RemoteAddr())
@@ -420,6 +412,13 @@ func (r *Rendezvous) answer(c net.Conn, h wire.Hello, want wire.Kind, nonceA []b
 		return nil, fmt.Errorf("no answer to hello: %w", err)
 	case hdr.Kind == wire.KindReject:
 		return nil, fmt.Errorf("refused us: %s", p)
+	case hdr.Kind == wire.KindAbort && want == wire.KindTable:
+		// Rank 0 ends the rendezvous: a rank failed before it joined.
+		ab, err := decodeAbortFrame(p)
+		if err != nil {
+			return nil, fmt.Errorf("rank 0 ended the rendezvous with a bad message: %w", err)
+		}
+		return nil, ab
 	case hdr.Kind != want:
 		return nil, fmt.Errorf("sent %s instead of %s", hdr.Kind, want)
 	}
@@ -553,6 +552,10 @@ func (r *Rendezvous) joinOnce(ctx, outer context.Context) (net.Conn, []byte, err
 	defer stopOuter()
 	h := wire.Hello{Rank: cfg.Rank, Size: cfg.Size, Host: HostID(), DataAddr: net.JoinHostPort(adv, r.port())}
 	p, err := r.answer(c, h, wire.KindTable, nonceA)
+	if ab := (*AbortedError)(nil); errors.As(err, &ab) {
+		// Rank 0 closes the connection once every rank has heard it.
+		awaitClose(c)
+	}
 	if errors.Is(err, os.ErrDeadlineExceeded) && outer.Err() == nil {
 		return fail(fmt.Errorf("%w: rank 0 sent neither the address table nor why it gave up within the timeout (%v) and %v more: is rank 0 stopped or its machine unreachable?", err, cfg.Timeout, extra))
 	}

@@ -241,6 +241,10 @@ type Hello struct {
 	Size     int
 	Host     string // host identity (name and boot id) for same-host detection
 	DataAddr string // where its data listener accepts
+	// Abort, when set, says the process failed before it could join, and
+	// why: rank 0 ends the rendezvous and tells every rank. It is encoded
+	// only when set, so a hello without it is the same bytes as before.
+	Abort string
 }
 
 // Encode returns the frame payload.
@@ -251,6 +255,9 @@ func (h Hello) Encode() []byte {
 	e.i32(h.Size)
 	e.str(h.Host)
 	e.str(h.DataAddr)
+	if h.Abort != "" {
+		e.str(h.Abort)
+	}
 	return e.done()
 }
 
@@ -258,6 +265,9 @@ func (h Hello) Encode() []byte {
 func DecodeHello(p []byte) (Hello, error) {
 	d := dec{b: p}
 	h := Hello{Token: d.str(), Rank: d.i32(), Size: d.i32(), Host: d.str(), DataAddr: d.str()}
+	if d.err == nil && len(d.b) > 0 {
+		h.Abort = d.str()
+	}
 	return h, d.end()
 }
 
