@@ -3,6 +3,7 @@ package nn_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
 
 	G "gorgonia.org/gorgonia"
@@ -40,10 +41,77 @@ func (m *embLinear) TrainingStep(s *module.Step) (*G.Node, error) {
 // 1.13: the loss and the gradients of the Linear and, through the Linear's
 // reshapes, of the embedding table, in both dtypes.
 func TestLinearSequenceOnEngine(t *testing.T) {
+	r := fill(48, 2)
+	fields := []data.Field{{Name: "x", Shape: []int{4}}, {Name: "r", Shape: []int{4, 4}}}
+	checkOnEngine(t, func() module.Module { return &embLinear{} }, fields, [][]float64{torchSeqIDs, r}, torchSeqEngineRefs)
+}
+
+// selfAttention is torch_seq.py's Attention: a single-head self-attention
+// classifier as a PyTorch user writes one, from nn's layers and Gorgonia's
+// BatchedMatMul.
+type selfAttention struct {
+	dim     int
+	emb     *nn.Embedding
+	q, k, v *nn.Linear
+	norm    *nn.LayerNorm
+	head    *nn.Linear
+}
+
+func (m *selfAttention) Configure(b *module.Builder) error {
+	m.emb = nn.NewEmbedding(b, "emb", 10, m.dim)
+	m.q = nn.NewLinear(b, "q", m.dim, m.dim)
+	m.k = nn.NewLinear(b, "k", m.dim, m.dim)
+	m.v = nn.NewLinear(b, "v", m.dim, m.dim)
+	m.norm = nn.NewLayerNorm(b, "norm", []int{m.dim})
+	m.head = nn.NewLinear(b, "head", m.dim, 3)
+	return nil
+}
+
+func (m *selfAttention) TrainingStep(s *module.Step) (*G.Node, error) {
+	e := m.emb.Forward(s, s.Input("x"))                                // [batch, length, dim]
+	q, k, v := m.q.Forward(s, e), m.k.Forward(s, e), m.v.Forward(s, e) // the same
+	scores, err := G.BatchedMatMul(q, k, false, true)                  // q·kᵀ: [batch, length, length]
+	if err != nil {
+		return nil, err
+	}
+	scale := 1 / math.Sqrt(float64(m.dim))
+	c := G.NewConstant(scale)
+	if s.Dtype() == tensor.Float32 {
+		c = G.NewConstant(float32(scale))
+	}
+	att := nn.Softmax(G.Must(G.HadamardProd(scores, c)), -1)
+	h := nn.Mean(G.Must(G.BatchedMatMul(att, v)), 1) // [batch, dim]
+	return nn.CrossEntropy(m.head.Forward(s, m.norm.Forward(s, h)), s.Input("y")), nil
+}
+
+// A single-head self-attention classifier's loss and the gradient of every
+// parameter after one batch are PyTorch's, on the engine's executor and
+// TapeMachine, in both dtypes: Linear over [batch, length, dim], the
+// batched q·kᵀ and att·v, Softmax over the last axis and Mean over the
+// tokens together.
+func TestSelfAttentionMatchesTorch(t *testing.T) {
+	fields := []data.Field{{Name: "x", Shape: []int{4}}, {Name: "y"}}
+	checkOnEngine(t, func() module.Module { return &selfAttention{dim: 4} }, fields, [][]float64{torchSeqIDs, {0, 2, 1}}, torchSeqAttentionRefs)
+}
+
+// checkOnEngine runs one training batch of three rows (the fields' values
+// cols) through a new engine of newModel with its parameters set to fill(n,
+// 10+k) in declaration order, on the executor and on the TapeMachine, in
+// both dtypes, and compares the loss and every gradient with refs (by
+// dtype).
+func checkOnEngine(t *testing.T, newModel func() module.Module, fields []data.Field, cols [][]float64, refs map[string]torchLayerRef) {
+	t.Helper()
 	for _, dt := range dtypes {
-		ref := torchSeqEngineRefs[dt.String()]
+		ref, ok := refs[dt.String()]
+		if !ok {
+			t.Fatalf("%v: no reference: run testdata/torch_seq.py", dt)
+		}
 		for _, tape := range []bool{false, true} {
-			m := &embLinear{}
+			name := dt.String()
+			if tape {
+				name += "/tape"
+			}
+			m := newModel()
 			b := module.NewBuilder(dt)
 			if err := m.Configure(b); err != nil {
 				t.Fatal(err)
@@ -53,40 +121,37 @@ func TestLinearSequenceOnEngine(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for k, name := range []string{"emb.weight", "fc.weight", "fc.bias"} {
-				d, err := st.Tensor(name)
+			for k, e := range st.Entries() {
+				d, err := st.Tensor(e.Name)
 				if err != nil {
 					t.Fatal(err)
 				}
 				v := fill(d.Shape().TotalSize(), 10+k)
 				set(d, func(i int) float64 { return v[i] })
 			}
-			fields := []data.Field{{Name: "x", Shape: []int{4}}, {Name: "r", Shape: []int{4, 4}}}
 			batch := &data.Batch{Size: 3, Fields: fields}
-			r := fill(48, 2)
 			if dt == tensor.Float64 {
-				batch.Data64 = [][]float64{torchSeqIDs, r}
+				batch.Data64 = cols
 			} else {
-				batch.Data = [][]float32{make([]float32, 12), make([]float32, 48)}
-				for i, v := range torchSeqIDs {
-					batch.Data[0][i] = float32(v)
-				}
-				for i, v := range r {
-					batch.Data[1][i] = float32(v)
+				for _, c := range cols {
+					c32 := make([]float32, len(c))
+					for i, v := range c {
+						c32[i] = float32(v)
+					}
+					batch.Data = append(batch.Data, c32)
 				}
 			}
 			e := engine.New(m, st, fields, 1)
 			e.Tape = tape
 			res, err := e.Run(context.Background(), module.Train, batch, false, 1)
-			name := dt.String()
-			if tape {
-				name += "/tape"
-			}
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
 			tol := tolFor(dt)
 			closeTo(t, name+" loss", []float64{res.Loss}, ref.Out, tol)
+			if len(ref.Grads) != len(st.Entries()) {
+				t.Errorf("%s: %d parameters, PyTorch's %d", name, len(st.Entries()), len(ref.Grads))
+			}
 			for pname, want := range ref.Grads {
 				g, err := st.GradTensor(pname)
 				if err != nil {

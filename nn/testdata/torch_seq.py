@@ -4,7 +4,11 @@ TestSequenceLayersMatchTorch checks (Embedding, LayerNorm, GELU, Tanh,
 Sigmoid, SiLU, Softmax, LogSoftmax, Linear over the last axis of a 3-D and
 4-D input), in float64 and float32, and their state_dict keys; and, for
 TestLinearSequenceOnEngine, the loss and gradients of Embedding(10, 5) then
-Linear(5, 4) on the token ids.
+Linear(5, 4) on the token ids; and, for TestSelfAttentionMatchesTorch, the
+cross-entropy loss and gradients of a single-head self-attention classifier
+(Embedding, Q/K/V Linear over [batch, length, dim], softmax(q·kᵀ/√dim)·v,
+the mean over the tokens, LayerNorm, Linear), parameters fill(n, 10 + k) in
+declaration order.
 
 Run once from nn/testdata with python3 (torch 1.13), then gofmt -w the
 output; go test needs no Python.
@@ -107,6 +111,40 @@ for dname, dt in DTYPES:
     out.append('\t"%s": {' % dname)
     out.append("\t\tOut:     []float64%s," % go(loss))
     out.append("\t\tGrads:   map[string][]float64{%s}," % ", ".join('"%s": %s' % (n, go(g)) for n, g in grads))
+    out.append("\t},")
+out.append("}\n")
+
+
+class Attention(nn.Module):
+    def __init__(self, vocab, dim, classes):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, dim)
+        self.q, self.k, self.v = nn.Linear(dim, dim), nn.Linear(dim, dim), nn.Linear(dim, dim)
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, classes)
+        self.dim = dim
+
+    def forward(self, ids):
+        e = self.emb(ids)
+        q, k, v = self.q(e), self.k(e), self.v(e)
+        att = torch.softmax(q @ k.transpose(1, 2) / self.dim ** 0.5, dim=-1)
+        return self.head(self.norm((att @ v).mean(1)))
+
+
+LABELS = [0, 2, 1]
+out.append("// torchSeqAttentionRefs holds the mean cross-entropy of Attention(10, 4,")
+out.append("// 3) on the token ids and labels 0, 2, 1, and its gradients, by dtype.")
+out.append("var torchSeqAttentionRefs = map[string]torchLayerRef{")
+for dname, dt in DTYPES:
+    m = Attention(10, 4, 3).to(dt)
+    with torch.no_grad():
+        for k, (n, p) in enumerate(m.named_parameters()):
+            p.copy_(filled(p.shape, 10 + k, dt))
+    loss = nn.functional.cross_entropy(m(torch.tensor(IDS, dtype=torch.long)), torch.tensor(LABELS))
+    loss.backward()
+    out.append('\t"%s": {' % dname)
+    out.append("\t\tOut:     []float64%s," % go(loss))
+    out.append("\t\tGrads:   map[string][]float64{%s}," % ", ".join('"%s": %s' % (n, go(p.grad)) for n, p in m.named_parameters()))
     out.append("\t},")
 out.append("}\n")
 open("../torchseq_data_test.go", "w").write("\n".join(out))
