@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 
 	G "gorgonia.org/gorgonia"
@@ -159,6 +160,81 @@ func checkOnEngine(t *testing.T, newModel func() module.Module, fields []data.Fi
 				}
 				closeTo(t, name+" gradient of "+pname, vals(g), want, tol)
 			}
+		}
+	}
+}
+
+// trLin is a Linear(3, 2) over the last axis of its input x, transposed
+// first when transpose is set (PyTorch's fc(x.transpose(1, 2))), with loss
+// Σ out·r.
+type trLin struct {
+	transpose bool
+	fc        *nn.Linear
+}
+
+func (m *trLin) Configure(b *module.Builder) error {
+	m.fc = nn.NewLinear(b, "fc", 3, 2)
+	return nil
+}
+
+func (m *trLin) TrainingStep(s *module.Step) (*G.Node, error) {
+	x := s.Input("x") // [B, 3, 4] or [B, 4, 3]
+	if m.transpose {
+		x = G.Must(G.Transpose(x, 0, 2, 1))
+	}
+	y := m.fc.Forward(s, x)
+	return G.Sum(G.Must(G.HadamardProd(y, s.Input("r"))))
+}
+
+// A Linear of a transposed input (a view whose reshape must copy) gives
+// the loss and gradients of the same Linear of the data laid out
+// transposed, on the executor and on the TapeMachine.
+func TestLinearOfTransposedInput(t *testing.T) {
+	const B = 2
+	xs := fill(B*12, 5)
+	xt := make([]float32, B*12) // [B,4,3] from [B,3,4]
+	x32 := make([]float32, B*12)
+	for b := 0; b < B; b++ {
+		for i := 0; i < 3; i++ {
+			for j := 0; j < 4; j++ {
+				x32[b*12+i*4+j] = float32(xs[b*12+i*4+j])
+				xt[b*12+j*3+i] = float32(xs[b*12+i*4+j])
+			}
+		}
+	}
+	r := make([]float32, B*8)
+	for i, v := range fill(B*8, 2) {
+		r[i] = float32(v)
+	}
+	run := func(transpose, tape bool) (float64, []float32) {
+		m := &trLin{transpose: transpose}
+		b := module.NewBuilder(tensor.Float32)
+		if err := m.Configure(b); err != nil {
+			t.Fatal(err)
+		}
+		specs, _ := b.Specs()
+		st, err := module.NewStore(specs, tensor.Float32, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shape, x := []int{4, 3}, xt
+		if transpose {
+			shape, x = []int{3, 4}, x32
+		}
+		fields := []data.Field{{Name: "x", Shape: shape}, {Name: "r", Shape: []int{4, 2}}}
+		e := engine.New(m, st, fields, 1)
+		e.Tape = tape
+		res, err := e.Run(context.Background(), module.Train, &data.Batch{Size: B, Fields: fields, Data: [][]float32{x, r}}, false, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Loss, append([]float32(nil), st.Grad32()...)
+	}
+	l0, g0 := run(false, false)
+	for _, tape := range []bool{false, true} {
+		l1, g1 := run(true, tape)
+		if l1 != l0 || !slices.Equal(g1, g0) {
+			t.Errorf("tape %v: loss %v and gradients %v of the transposed input, %v and %v of the data transposed", tape, l1, g1, l0, g0)
 		}
 	}
 }
