@@ -1,4 +1,5 @@
-// Package nn holds fulgur's layers: Linear, Conv2d, BatchNorm1d/2d,
+// Package nn holds fulgur's layers: Linear (over the last axis of [..., in],
+// as PyTorch's), Conv2d, BatchNorm1d/2d,
 // MaxPool2d, AvgPool2d, GlobalAvgPool2d, Dropout, Flatten, ReLU, the ResNet
 // BasicBlock and a ResNet builder; for text, tabular and sequence models
 // Embedding (token ids, whole numbers stored as floats as the batch's

@@ -13,8 +13,8 @@ import (
 
 // An input that does not fit a layer is an error that names the layer, the
 // shapes and what to change, worked out from the input: the in a Linear
-// needs after nn.Flatten, the reshape for PyTorch's Linear over the last
-// axis (where "flatten it first" would be wrong advice), the channel count
+// needs after nn.Flatten or, applied to the last axis as PyTorch's, the in
+// the last axis has, the channel count
 // to give a Conv2d, BatchNorm or BasicBlock.
 func TestForwardErrorsSayWhatToChange(t *testing.T) {
 	var fc *nn.Linear
@@ -34,8 +34,8 @@ func TestForwardErrorsSayWhatToChange(t *testing.T) {
 		want  string
 	}{
 		{[]int{8, 6}, fc.Forward, `nn.Linear "fc": input has shape (8, 6), want [batch, 5]: the layer was made with in=5 but each row has 6 features: make it with in=6, or fix the layer that feeds it`},
-		{[]int{8, 3, 2, 2}, fc.Forward, `nn.Linear "fc": input has shape (8, 3, 2, 2), want [batch, 5]: flatten it first with nn.Flatten, which gives 12 features per example, and make the layer with in=12`},
-		{[]int{8, 7, 5}, fc.Forward, `nn.Linear "fc": input has shape (8, 7, 5), want [batch, 5]: Linear takes one row per example; for PyTorch's Linear over the last axis of every position, reshape to [56, 5] (G.Reshape) and back afterwards`},
+		{[]int{8, 3, 2, 2}, fc.Forward, `nn.Linear "fc": input has shape (8, 3, 2, 2), want [..., 5] (Linear applies to the last axis, as PyTorch's): the layer was made with in=5 but the last axis has 2: make it with in=2 for a Linear at every position, or, for one row per example, flatten it first with nn.Flatten, which gives 12 features per example, and make the layer with in=12`},
+		{[]int{8, 7, 6}, fc.Forward, `nn.Linear "fc": input has shape (8, 7, 6), want [..., 5] (Linear applies to the last axis, as PyTorch's): the layer was made with in=5 but the last axis has 6: make it with in=6`},
 		{[]int{5}, fc.Forward, `give it a batch axis, even for one example ([1, 5])`},
 		{[]int{8, 2, 9, 9}, conv.Forward, `nn.Conv2d "conv": input has shape (8, 2, 9, 9), want [batch, 3, height, width]: the layer was made for 3 channels but the input has 2: set Conv2dConfig.In to 2, or fix the layer that feeds it`},
 		{[]int{3, 9, 9}, conv.Forward, `nn.Conv2d "conv": input has shape (3, 9, 9), want [batch, 3, height, width]: give one image a batch axis, [1, 3, 9, 9]`},

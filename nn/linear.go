@@ -1,7 +1,6 @@
 package nn
 
 import (
-	"fmt"
 	"math"
 
 	G "gorgonia.org/gorgonia"
@@ -60,35 +59,47 @@ func NewLinear(b *module.Builder, name string, in, out int, opts ...LinearOption
 	return l
 }
 
-// Forward adds the layer to s's graph; x must be [batch, In].
+// Forward adds the layer to s's graph; x is [batch, In] or, as PyTorch's
+// nn.Linear takes it, [..., In] with any number of leading axes (as
+// [batch, seq, In]): the layer applies to the last axis and the output is
+// [..., Out]. A leading-axes input is reshaped to one row per position
+// around the same op, so a 2-D input runs exactly as before.
 func (l *Linear) Forward(s *module.Step, x *G.Node) *G.Node {
-	if x != nil {
-		l.checkInput(x.Shape())
+	if x == nil {
+		panic(layerError("Linear", l.Name, "input is nil"))
 	}
-	checkInput("Linear", l.Name, x, "[batch, "+itoa(l.In)+"]", -1, l.In)
+	shape := x.Shape()
+	l.checkInput(shape)
 	var bias *G.Node
 	if l.Bias != "" {
 		bias = s.Param(l.Bias)
 	}
-	return layerIO(s, l.Name, x, must("Linear", l.Name)(ops.Linear(x, s.Param(l.Weight), bias,
-		ops.LinearOpts{ReLU: l.relu, NoInputGrad: !l.forceDx && !needsGrad(s, x)})))
+	opts := ops.LinearOpts{ReLU: l.relu, NoInputGrad: !l.forceDx && !needsGrad(s, x)}
+	rows := x
+	if len(shape) > 2 {
+		rows = must("Linear", l.Name)(G.Reshape(x, []int{tensor.Shape(shape[:len(shape)-1]).TotalSize(), l.In}))
+	}
+	y := must("Linear", l.Name)(ops.Linear(rows, s.Param(l.Weight), bias, opts))
+	if len(shape) > 2 {
+		out := append(append([]int(nil), shape[:len(shape)-1]...), l.Out)
+		y = must("Linear", l.Name)(G.Reshape(y, out))
+	}
+	return layerIO(s, l.Name, x, y)
 }
 
-// checkInput panics, saying what to change, unless shape is [batch, In].
+// checkInput panics, saying what to change, unless shape is [..., In] with
+// at least one leading axis.
 func (l *Linear) checkInput(shape []int) {
-	want := fmt.Sprintf("input has shape %v, want [batch, %d]", tensor.Shape(shape), l.In)
 	n := len(shape)
 	switch {
-	case n == 2 && shape[1] == l.In:
+	case n >= 2 && shape[n-1] == l.In:
 		return
 	case n == 2:
-		panic(layerError("Linear", l.Name, "%s: the layer was made with in=%d but each row has %d features: make it with in=%d, or fix the layer that feeds it", want, l.In, shape[1], shape[1]))
-	case n > 2 && shape[n-1] == l.In:
-		panic(layerError("Linear", l.Name, "%s: Linear takes one row per example; for PyTorch's Linear over the last axis of every position, reshape to [%d, %d] (G.Reshape) and back afterwards", want, tensor.Shape(shape[:n-1]).TotalSize(), l.In))
+		panic(layerError("Linear", l.Name, "input has shape %v, want [batch, %d]: the layer was made with in=%d but each row has %d features: make it with in=%d, or fix the layer that feeds it", tensor.Shape(shape), l.In, l.In, shape[1], shape[1]))
 	case n > 2:
 		f := tensor.Shape(shape[1:]).TotalSize()
-		panic(layerError("Linear", l.Name, "%s: flatten it first with nn.Flatten, which gives %d features per example, and make the layer with in=%d", want, f, f))
-	case n < 2:
-		panic(layerError("Linear", l.Name, "%s: give it a batch axis, even for one example ([1, %d])", want, l.In))
+		panic(layerError("Linear", l.Name, "input has shape %v, want [..., %d] (Linear applies to the last axis, as PyTorch's): the layer was made with in=%d but the last axis has %d: make it with in=%d for a Linear at every position, or, for one row per example, flatten it first with nn.Flatten, which gives %d features per example, and make the layer with in=%d", tensor.Shape(shape), l.In, l.In, shape[n-1], shape[n-1], f, f))
+	default:
+		panic(layerError("Linear", l.Name, "input has shape %v, want [batch, %d]: give it a batch axis, even for one example ([1, %d])", tensor.Shape(shape), l.In, l.In))
 	}
 }

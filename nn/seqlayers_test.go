@@ -56,6 +56,13 @@ var seqCases = []struct {
 	{"embedding_padding_neg", []int{3, 4}, 0, func(b *module.Builder) func(*module.Step, *G.Node) *G.Node {
 		return nn.NewEmbedding(b, "", 10, 3, nn.EmbeddingPaddingIdx(-1)).Forward
 	}},
+	// PyTorch's Linear over the last axis: [2, 3, 5] -> [2, 3, 4].
+	{"linear_3d", []int{2, 3, 5}, 1, func(b *module.Builder) func(*module.Step, *G.Node) *G.Node {
+		return nn.NewLinear(b, "", 5, 4, nn.LinearInputGrad()).Forward
+	}},
+	{"linear_4d_nobias", []int{2, 2, 3, 5}, 2, func(b *module.Builder) func(*module.Step, *G.Node) *G.Node {
+		return nn.NewLinear(b, "", 5, 3, nn.LinearNoBias(), nn.LinearInputGrad()).Forward
+	}},
 }
 
 func softmaxLayer(f func(*G.Node, int) *G.Node, axis int) layerBuild {

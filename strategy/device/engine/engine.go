@@ -626,7 +626,7 @@ func BuildWith(m module.Module, store *module.Store, mode module.Mode, batch int
 	defer func() {
 		if r := recover(); r != nil {
 			// The step is the user's code: keep the value and their frames.
-			err = fmt.Errorf("%s: %w", stepName(mode), panics.Recovered(r))
+			err = fmt.Errorf("%s: %w", stepName(mode), withHint(panics.Recovered(r), store.Dtype()))
 		}
 	}()
 	switch mode {
@@ -663,7 +663,7 @@ func BuildWith(m module.Module, store *module.Store, mode module.Mode, batch int
 		s.SetOutput(out)
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", stepName(mode), err)
+		return nil, nil, fmt.Errorf("%s: %w", stepName(mode), withHint(err, store.Dtype()))
 	}
 	return s, loss, nil
 }
