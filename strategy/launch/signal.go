@@ -18,7 +18,9 @@ const DuplicateSignalWindow = 2 * time.Second
 // WatchStopSignals watches sigs, the signals that ask a run to stop, for
 // the trainer's Fit, for launchers that forward them to their ranks
 // (ddp_spawn) and for the elastic supervisor (StopOnSignal), until the function it returns is called; that function
-// waits for the watcher to end. The first signal, and every repeat within
+// waits for the watcher to end (after a first signal, repeats that arrive
+// later within DuplicateSignalWindow are still dropped, not left to kill
+// the process). The first signal, and every repeat within
 // DuplicateSignalWindow of it, are one request: request gets each, with
 // first true for the first. A signal after the window is the user asking
 // to exit at once: atExit runs when set (a launcher kills its ranks), the
@@ -31,8 +33,8 @@ func WatchStopSignals(sigs []os.Signal, request func(s os.Signal, first bool), a
 	signal.Notify(ch, sigs...)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
+	var first time.Time // the first signal's arrival; read by stop once the watcher ended
 	wg.Go(func() {
-		var first time.Time
 		for {
 			select {
 			case s := <-ch:
@@ -65,9 +67,33 @@ func WatchStopSignals(sigs []os.Signal, request func(s os.Signal, first bool), a
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			signal.Stop(ch)
 			close(done)
 			wg.Wait()
+			// A repeat of the first signal may still be on its way: the
+			// launcher's forward of a Ctrl-C that reached this process
+			// too, late on a loaded machine. With the handlers gone it
+			// would find the signal's default action and kill the process
+			// (a ddp_spawn worker that had saved its checkpoint, before it
+			// handed the result back), although it is the same request.
+			// Repeats are dropped until the window closes.
+			if !first.IsZero() {
+				if rest := DuplicateSignalWindow - time.Since(first); rest > 0 {
+					go func() {
+						end := time.NewTimer(rest)
+						defer end.Stop()
+						for {
+							select {
+							case <-ch:
+							case <-end.C:
+								signal.Stop(ch)
+								return
+							}
+						}
+					}()
+					return
+				}
+			}
+			signal.Stop(ch)
 		})
 	}
 }

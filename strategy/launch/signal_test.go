@@ -172,3 +172,59 @@ func TestStopOnSignalRepeat(t *testing.T) {
 		t.Fatal("the supervisor ignored a SIGINT after the window: a user cannot cut its shutdown short")
 	}
 }
+
+const lateRepeatChildEnv = "FULGUR_TEST_LATE_REPEAT"
+
+// lateRepeatChild is the process TestRepeatAfterTheWatchEnded signals: its
+// watch ends right after the first SIGINT (a run that stopped at once),
+// and the repeat of that SIGINT comes after (a launcher's forward, late).
+func lateRepeatChild() {
+	requested := make(chan struct{})
+	var first time.Time
+	stop := launch.WatchStopSignals([]os.Signal{os.Interrupt},
+		func(s os.Signal, isFirst bool) {
+			if isFirst {
+				first = time.Now()
+				close(requested)
+			}
+		}, nil)
+	fmt.Println("watching")
+	<-requested
+	stop()
+	fmt.Println("stopped")
+	syscall.Kill(os.Getpid(), syscall.SIGINT) // the repeat, within the window
+	// Wait out the window: the repeat, had it killed the process, has.
+	time.Sleep(time.Until(first.Add(launch.DuplicateSignalWindow + 300*time.Millisecond)))
+	fmt.Println("after the window")
+	time.Sleep(time.Minute)
+	os.Exit(3)
+}
+
+// A repeat of the first SIGINT that arrives after the watch ended, within
+// DuplicateSignalWindow, is still the same request: it used to find the
+// signal's default action and kill the process (a ddp_spawn worker that
+// had saved its interrupt checkpoint died before handing the result to
+// its launcher, which then reported "interrupted before it began").
+// After the window a SIGINT kills as before.
+func TestRepeatAfterTheWatchEnded(t *testing.T) {
+	if os.Getenv(lateRepeatChildEnv) == "1" {
+		lateRepeatChild()
+	}
+	cmd, next, _ := startChild(t, "TestRepeatAfterTheWatchEnded", lateRepeatChildEnv)
+	cmd.Process.Signal(os.Interrupt)
+	if l := next(); l != "stopped" {
+		t.Fatalf("child printed %q, want \"stopped\"", l)
+	}
+	if l := next(); l != "after the window" {
+		t.Fatalf("child printed %q, want \"after the window\": the repeat within the window killed it", l)
+	}
+	cmd.Process.Signal(os.Interrupt)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		diedOf(t, err, syscall.SIGINT)
+	case <-time.After(20 * time.Second):
+		t.Fatal("a SIGINT after the window did not end the process")
+	}
+}
