@@ -148,7 +148,10 @@ type fileTensor struct {
 func readWeightsFile(path string) (map[string]fileTensor, string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, "", err
+		if st, serr := os.Stat(path); serr == nil && st.IsDir() {
+			return nil, "", fmt.Errorf("weights %s is a directory: name a file in it (a state dict, or a checkpoint such as checkpoints/last.ckpt), or pass \"last\" for the newest last.ckpt under the root directory", path)
+		}
+		return nil, "", fmt.Errorf("weights: %w", err)
 	}
 	f, err := decodeSafetensorsOf(b, anyDtypeSize, "a dtype of a state dict (F64, F32, F16, BF16 or an integer)")
 	if err != nil {
@@ -298,7 +301,10 @@ func sameWeightShape(a, b []int) bool {
 
 // loadWeights loads fo.weights into the set-up strategy on every rank.
 func (t *Trainer) loadWeights(ctx context.Context, o *weightsOptions) error {
-	path, err := t.checkpointPath(o.path)
+	path, err := o.path, error(nil)
+	if path == CkptLast || path == CkptBest {
+		path, err = t.checkpointPath(path)
+	}
 	var w *weightsLoad
 	kind := ""
 	if err == nil {

@@ -677,6 +677,11 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 			return err
 		}
 		resumedFrom = path
+		if fo.weights != nil && t.state.IsGlobalZero {
+			// An elastic restart or SLURM requeue of a run that started
+			// from the weights: it goes on from its own checkpoint.
+			t.cfg.Log.Info().Str("weights", fo.weights.path).Str("checkpoint", path).Msg("resumed the run's own checkpoint: the weights WithWeights names were its starting point and are not loaded again")
+		}
 		if err := t.resumeLoggers(); err != nil {
 			return fmt.Errorf("Fit: resume: %w", err)
 		}
