@@ -333,11 +333,30 @@ func (t *Trainer) loadWeights(ctx context.Context, o *weightsOptions) error {
 		for _, tn := range own.Tensors {
 			if !loaded[tn.Name] && !strings.HasPrefix(tn.Name, strategy.OptimizerPrefix) {
 				sd.Tensors = append(sd.Tensors, tn)
+				loaded[tn.Name] = true
+			}
+		}
+		// A tensor of which this rank holds nothing (fsdp: one inside
+		// another rank's shard) is named with an empty span: the strategy
+		// reads no value of it here.
+		for _, s := range t.specs {
+			if !loaded[s.Name] {
+				tn := strategy.Tensor{Name: s.Name, Dtype: t.dtype(), Shape: append([]int(nil), s.Shape...)}
+				if tn.Dtype == tensor.Float32 {
+					tn.Data32 = []float32{}
+				} else {
+					tn.Data64 = []float64{}
+				}
+				sd.Tensors = append(sd.Tensors, tn)
 			}
 		}
 	}
-	if err := t.strat.LoadState(ctx, sd); err != nil {
-		return fmt.Errorf("load weights %s: strategy %s: %w", path, t.strat.Info().Name, err)
+	lerr := t.strat.LoadState(ctx, sd)
+	if lerr != nil {
+		lerr = fmt.Errorf("load weights %s: strategy %s: %w", path, t.strat.Info().Name, lerr)
+	}
+	if err := t.everyRankOK(ctx, "load weights "+path, lerr); err != nil {
+		return err
 	}
 	if !t.state.IsGlobalZero {
 		return nil
@@ -350,6 +369,30 @@ func (t *Trainer) loadWeights(ctx context.Context, o *weightsOptions) error {
 	if len(w.missing)+len(w.extra) > 0 {
 		t.cfg.Log.Warn().Str("path", path).Strs("missing_kept_initial", w.missing).Strs("unexpected_skipped", w.extra).
 			Msg("Strict(false): the model's tensors missing from the file keep their initial values, and the file's tensors the model does not declare are skipped")
+	}
+	return nil
+}
+
+// everyRankOK tells every rank whether a step that has no collective of its
+// own succeeded on every rank, so that one failing rank fails them all
+// instead of leaving the others in the first step's collectives.
+func (t *Trainer) everyRankOK(ctx context.Context, what string, err error) error {
+	info := t.strat.Info()
+	if info.WorldSize <= 1 {
+		return err
+	}
+	failed := []float64{0}
+	if err != nil {
+		failed[0] = float64(info.Rank + 1)
+	}
+	if rerr := t.strat.Reduce(ctx, failed, []float64{0}, []module.Reduce{module.Max}); rerr != nil {
+		return fmt.Errorf("%s: learn whether every rank succeeded: %w", what, errors.Join(err, rerr))
+	}
+	if err != nil {
+		return err
+	}
+	if failed[0] > 0 {
+		return fmt.Errorf("%s: failed on rank %d (its error says why)", what, int(failed[0])-1)
 	}
 	return nil
 }

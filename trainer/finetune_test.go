@@ -239,16 +239,47 @@ func TestFitWithWeightsAndFromCheckpointConflict(t *testing.T) {
 }
 
 // Every strategy of two in-process ranks starts from the file: the ranks
-// take their first step at the source's loss and end with equal weights; a
-// file missing on one rank fails both.
+// take their first step at the loss of the file's weights and end with
+// equal weights; a file missing on one rank fails both.
 func TestFitWithWeightsEveryStrategy(t *testing.T) {
 	ctx := context.Background()
-	ckpt, _ := sourceWeights(t)
+	ckpt, src := sourceWeights(t)
 	ds := regression(t, 64, 0.01, 9)
 	ev, _ := trainer.New(quiet(trainer.Config{Seed: 1}))
 	want, err := ev.Validate(ctx, &linreg{in: 4}, loader(t, ds, 64, false, false), trainer.WithCheckpoint(ckpt))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A file with the source's "w" only: under Strict(false) "b" keeps its
+	// initial value, on every rank's part of it. One process on the whole
+	// of ds gives the loss to expect.
+	wOnly := filepath.Join(t.TempDir(), "w.safetensors")
+	wst, err := module.NewStore([]module.Spec{{Name: "w", Shape: []int{4, 1}}}, tensor.Float32, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(wst.Data32(), src.Data32()[:4])
+	if err := infer.SaveStateDict(wOnly, wst); err != nil {
+		t.Fatal(err)
+	}
+	one := &wfirstBatch{}
+	tr, _ := trainer.New(quiet(trainer.Config{MaxSteps: 1, Seed: 1, Callbacks: []trainer.Callback{one}}))
+	if err := tr.Fit(ctx, &linreg{in: 4, lr: 0.01}, loader(t, ds, 64, false, false), nil, trainer.WithWeights(wOnly, trainer.Strict(false))); err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(one.loss-want["val_loss"]) < 0.01 {
+		t.Fatalf("the loss with the initial b, %v, is near the source's %v: the case cannot tell them apart", one.loss, want["val_loss"])
+	}
+	cases := []struct {
+		name      string
+		path      func(rank int) string
+		opts      []trainer.WeightsOption
+		wantLoss  float64
+		wantError bool
+	}{
+		{"whole", func(int) string { return ckpt }, nil, want["val_loss"], false},
+		{"not strict", func(int) string { return wOnly }, []trainer.WeightsOption{trainer.Strict(false)}, one.loss, false},
+		{"missing on rank 1", func(r int) string { return ckpt + strings.Repeat(".gone", r) }, nil, 0, true},
 	}
 	strats := map[string]func(g collective.Collective) (strategy.Strategy, error){
 		"ddp": func(g collective.Collective) (strategy.Strategy, error) { return ddp.NewDDP(ddp.DDPConfig{Group: g}) },
@@ -258,8 +289,8 @@ func TestFitWithWeightsEveryStrategy(t *testing.T) {
 		"fsdp": func(g collective.Collective) (strategy.Strategy, error) { return fsdp.New(fsdp.Config{Group: g}) },
 	}
 	for name, mk := range strats {
-		for _, missingOn1 := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/missing=%v", name, missingOn1), func(t *testing.T) {
+		for _, tc := range cases {
+			t.Run(name+"/"+tc.name, func(t *testing.T) {
 				group, err := inproc.NewGroup(2)
 				if err != nil {
 					t.Fatal(err)
@@ -277,18 +308,15 @@ func TestFitWithWeightsEveryStrategy(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					path := ckpt
-					if missingOn1 && r == 1 {
-						path += ".gone"
-					}
+					path := tc.path(r)
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						errs[r] = trs[r].Fit(ctx, &linreg{in: 4, lr: 0.01}, loader(t, ds, 32, false, false), nil, trainer.WithWeights(path))
+						errs[r] = trs[r].Fit(ctx, &linreg{in: 4, lr: 0.01}, loader(t, ds, 32, false, false), nil, trainer.WithWeights(path, tc.opts...))
 					}()
 				}
 				wg.Wait()
-				if missingOn1 {
+				if tc.wantError {
 					for r, err := range errs {
 						if err == nil || !strings.Contains(err.Error(), ".gone") && !strings.Contains(err.Error(), "rank 1 could not read it") {
 							t.Errorf("rank %d: err = %v, want the missing file named", r, err)
@@ -303,8 +331,8 @@ func TestFitWithWeightsEveryStrategy(t *testing.T) {
 				}
 				// The first step's mean loss over both ranks is the source's
 				// on ds.
-				if got := (fbs[0].loss + fbs[1].loss) / 2; math.Abs(got-want["val_loss"]) > 1e-5*want["val_loss"] {
-					t.Errorf("first step's loss %v (ranks %v, %v), the source weights' %v", got, fbs[0].loss, fbs[1].loss, want["val_loss"])
+				if got := (fbs[0].loss + fbs[1].loss) / 2; math.Abs(got-tc.wantLoss) > 1e-5*tc.wantLoss {
+					t.Errorf("first step's loss %v (ranks %v, %v), want %v", got, fbs[0].loss, fbs[1].loss, tc.wantLoss)
 				}
 				if name != "fsdp" { // fsdp's ranks hold a shard each
 					if h0, h1 := trs[0].Store().SHA256(), trs[1].Store().SHA256(); h0 != h1 {
