@@ -152,6 +152,8 @@ func TestFitWithWeightsMismatches(t *testing.T) {
 		{"extra", trainer.WithWeights(extra), []string{`the file has tensor "head.b" [2]`, `the file has tensor "head.w" [3]`}, nil},
 		{"missing not strict", trainer.WithWeights(noB, trainer.Strict(false)), nil, []string{`"missing_kept_initial":["\"b\" [1]"]`}},
 		{"extra not strict", trainer.WithWeights(extra, trainer.Strict(false)), nil, []string{`"unexpected_skipped":["\"head.b\" [2]","\"head.w\" [3]"]`}},
+		{"only prefix", trainer.WithWeights(extra, trainer.OnlyPrefix("w")), nil, []string{`"only_prefix":"w","ignored_outside_prefix":3`}},
+		{"only prefix missing", trainer.WithWeights(noB, trainer.OnlyPrefix("b")), []string{`tensor "b" [1] of the model is missing from the file`}, nil},
 		{"no file", trainer.WithWeights(filepath.Join(dir, "none.safetensors")), []string{"none.safetensors"}, nil},
 		{"torch.save pickle", trainer.WithWeights(writeRaw(t, dir, "m.pt", "PK\x03\x04junk")), []string{"torch.save file", "safetensors.torch.save_file"}, nil},
 	} {
