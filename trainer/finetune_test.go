@@ -104,6 +104,15 @@ func TestFitWithWeightsStartsFromTheFile(t *testing.T) {
 			}
 		})
 	}
+	// A float32 file into a float64 model: the values convert exactly.
+	fb64 := &wfirstBatch{}
+	tr64, _ := trainer.New(quiet(trainer.Config{MaxSteps: 1, Seed: 1, Precision: "64", Callbacks: []trainer.Callback{fb64}}))
+	if err := tr64.Fit(ctx, &linreg{in: 4, lr: lr}, loader(t, ds, 64, false, false), nil, trainer.WithWeights(export)); err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(fb64.loss-want["val_loss"]) > 1e-6*want["val_loss"] {
+		t.Errorf("float64 model: first step's loss %v, the source weights' %v", fb64.loss, want["val_loss"])
+	}
 	// The comparison means something: the initial weights' loss differs.
 	fb := &wfirstBatch{}
 	tr, _ := trainer.New(quiet(trainer.Config{MaxSteps: 1, Seed: 1, Callbacks: []trainer.Callback{fb}}))
