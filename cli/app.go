@@ -175,6 +175,12 @@ func (a App) run(ctx context.Context, args []string) error {
 		return err
 	}
 	training := p.command == "fit"
+	if s.Weights != "" && !training {
+		return fmt.Errorf("-weights %s: fit starts from weights; %s evaluates the weights of -ckpt-path (a file, last or best)", s.Weights, p.command)
+	}
+	if s.Weights != "" && s.CkptPath != "" {
+		return fmt.Errorf("-weights %s and -ckpt-path %s: -ckpt-path resumes a run (weights, optimizer, epoch), -weights starts a new one from weights only; give one", s.Weights, s.CkptPath)
+	}
 	ckpt := "" // the weights validate, test and predict evaluate
 	if !training && s.CkptPath != "" {
 		// Resolved before anything is built, so a wrong path leaves no run
@@ -238,7 +244,7 @@ func (a App) run(ctx context.Context, args []string) error {
 	sum := Summary{Program: a.Name, Command: p.command, Strategy: cfg.Strategy,
 		Data: loaders.Source, Seed: s.Seed, RunDir: runs.RunDir}
 	if training {
-		return a.fit(ctx, tr, loaders, runs, sum, args, t0)
+		return a.fit(ctx, tr, loaders, runs, s.Weights, sum, args, t0)
 	}
 	return a.evaluate(ctx, tr, p.command, ckpt, s.Predictions, loaders, runs, sum, t0)
 }
@@ -259,10 +265,13 @@ func (a App) stdout() io.Writer {
 
 // fit trains, then tests when the data has a test split, and prints the
 // summary on rank 0.
-func (a App) fit(ctx context.Context, tr *trainer.Trainer, l Loaders, runs runOutputs, sum Summary, args []string, t0 time.Time) error {
+func (a App) fit(ctx context.Context, tr *trainer.Trainer, l Loaders, runs runOutputs, weights string, sum Summary, args []string, t0 time.Time) error {
 	var opts []trainer.FitOption
 	if runs.CkptPath != "" {
 		opts = append(opts, trainer.FromCheckpoint(runs.CkptPath))
+	}
+	if weights != "" {
+		opts = append(opts, trainer.WithWeights(weights))
 	}
 	// SIGINT and SIGTERM during Fit are the trainer's: it finishes the
 	// step, saves a checkpoint and returns a *trainer.InterruptedError,

@@ -11,7 +11,9 @@
 // `choices:"a,b"` and `check:">0"`; a bad value gets an error naming the
 // flag, the value and what to write instead. Subcommands: fit (the
 // default: train, then test), validate, test and predict, which evaluate
-// -ckpt-path (a file, last or best). -config FILE reads the same flags from
+// -ckpt-path (a file, last or best); fit -weights FILE starts from the
+// weights of a file with a fresh optimizer (fine-tuning: a PyTorch
+// safetensors state dict or a checkpoint). -config FILE reads the same flags from
 // YAML or JSON sections trainer:, model:, data: (the command line wins),
 // and -print-config writes one. -h lists the commands and every flag.
 //

@@ -70,5 +70,6 @@ func Example() {
 	//   sharded_checkpoint: false
 	//   strategy: auto
 	//   sync_batchnorm: false
+	//   weights: ""
 	// parsed: 0.3 0.01
 }

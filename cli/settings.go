@@ -40,6 +40,7 @@ type Settings struct {
 	SyncBatchNorm   bool   `flag:"sync-batchnorm" help:"reduce BatchNorm batch statistics across all replicas (SyncBatchNorm)"`
 	RootDir         string `flag:"root-dir" help:"directory for logs and checkpoints (\"\": the current one)"`
 	CkptPath        string `flag:"ckpt-path" help:"fit: resume from it; validate, test, predict: evaluate it. A file, \"last\" (the newest under -root-dir) or \"best\""`
+	Weights         string `flag:"weights" help:"fit: start from the weights of this file, with a fresh optimizer at epoch 0 (fine-tuning): a safetensors state dict PyTorch wrote, infer.SaveStateDict's, or a checkpoint (\"last\", \"best\" too), its optimizer and position ignored"`
 	CkptEveryNSteps int    `flag:"ckpt-every-n-steps" check:">=0" help:"save a checkpoint every this many steps (0: at epoch ends)"`
 	// ShardedCheckpoint: fsdp's ranks save their shards, never gathered
 	// onto rank 0 (trainer.Config.ShardedCheckpoint).

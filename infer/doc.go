@@ -14,6 +14,10 @@
 // weights [out, in, kh, kw] as fulgur stores them, and BatchNorm's
 // num_batches_tracked as a 0-dimensional int64.
 //
+// To train further from such a file (fine-tuning), pass it to
+// trainer.WithWeights: Fit(ctx, m, train, val, trainer.WithWeights(path))
+// reads the same files, under every strategy.
+//
 // New picks the process's matrix multiply as a Trainer does (blas.Choose),
 // before its first graph runs, so a Trainer started after a Model has
 // predicted runs on the same one.

@@ -531,7 +531,7 @@ func (t *Trainer) resume(ctx context.Context, path string) (int, error) {
 	if err != nil {
 		err = fmt.Errorf("resume: %w", err)
 	}
-	if err := t.everyRankRead(ctx, path, err); err != nil {
+	if err := t.everyRankRead(ctx, "resume from checkpoint", path, err); err != nil {
 		return 0, err
 	}
 	if err := t.apply(ctx, c); err != nil {
@@ -549,7 +549,7 @@ func (t *Trainer) resume(ctx context.Context, path string) (int, error) {
 // otherwise leave the others waiting in the first step's collectives until
 // they time out. It returns this rank's error, or one naming a rank that
 // failed.
-func (t *Trainer) everyRankRead(ctx context.Context, path string, readErr error) error {
+func (t *Trainer) everyRankRead(ctx context.Context, what, path string, readErr error) error {
 	info := t.strat.Info()
 	if info.WorldSize <= 1 {
 		return readErr
@@ -559,13 +559,13 @@ func (t *Trainer) everyRankRead(ctx context.Context, path string, readErr error)
 		failed[0] = float64(info.Rank + 1)
 	}
 	if err := t.strat.Reduce(ctx, failed, []float64{0}, []module.Reduce{module.Max}); err != nil {
-		return fmt.Errorf("resume from checkpoint %s: learn whether every rank read it: %w", path, errors.Join(readErr, err))
+		return fmt.Errorf("%s %s: learn whether every rank read it: %w", what, path, errors.Join(readErr, err))
 	}
 	if readErr != nil {
 		return readErr
 	}
 	if failed[0] > 0 {
-		return fmt.Errorf("resume from checkpoint %s: rank %d could not read it (its error says why): every process reads the whole checkpoint, every shard file of a sharded one, so a job on several machines needs it on a shared filesystem that every machine sees", path, int(failed[0])-1)
+		return fmt.Errorf("%s %s: rank %d could not read it (its error says why): every process reads the whole file, every shard file of a sharded checkpoint, so a job on several machines needs it on a shared filesystem that every machine sees", what, path, int(failed[0])-1)
 	}
 	return nil
 }

@@ -105,6 +105,12 @@ type stFile struct {
 // every entry's dtype, shape and offsets, and that the tensors tile the data
 // section exactly, naming the tensor at fault.
 func decodeSafetensors(b []byte) (*stFile, error) {
+	return decodeSafetensorsOf(b, dtypeSize, "F32 or F64")
+}
+
+// decodeSafetensorsOf is decodeSafetensors taking the dtypes size knows
+// (which names them, for the error).
+func decodeSafetensorsOf(b []byte, size func(string) int, which string) (*stFile, error) {
 	if len(b) < 8 {
 		return nil, fmt.Errorf("the file is %d bytes, shorter than the 8-byte header length that starts a safetensors file: it is truncated or not a checkpoint", len(b))
 	}
@@ -140,9 +146,9 @@ func decodeSafetensors(b []byte) (*stFile, error) {
 		if err := d.Decode(&e); err != nil {
 			return nil, fmt.Errorf("tensor %q: header entry is malformed: %v: the file is corrupt", name, err)
 		}
-		size := dtypeSize(e.Dtype)
+		size := size(e.Dtype)
 		if size == 0 {
-			return nil, fmt.Errorf("tensor %q: dtype %q is not F32 or F64", name, e.Dtype)
+			return nil, fmt.Errorf("tensor %q: dtype %q is not %s", name, e.Dtype, which)
 		}
 		elems := 1
 		for _, d := range e.Shape {

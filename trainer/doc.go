@@ -2,6 +2,19 @@
 // training loop, gradient accumulation and clipping, validation scheduling,
 // logging of metrics, and the hooks of modules and callbacks.
 //
+// Fine-tuning (finetune.go): Fit(..., WithWeights(path)) starts a Fit from
+// the weights of a file, as Lightning's model.load_state_dict before
+// trainer.fit: a safetensors state dict PyTorch wrote
+// (safetensors.torch.save_file(model.state_dict(), path)), infer's
+// SaveStateDict, or a fulgur checkpoint, whose optimizer and position are
+// ignored. The optimizer is fresh and the Fit starts at epoch 0:
+//
+//	tr, _ := trainer.New(trainer.Config{MaxEpochs: 1})
+//	err := tr.Fit(ctx, m, train, val, trainer.WithWeights("weights.safetensors"))
+//
+// Strict(false) skips the tensors that do not match by name (logged), and
+// OnlyPrefix("backbone.") loads only those under a prefix.
+//
 // Checkpoints (checkpoint.go) are safetensors files holding the model's
 // tensors plus the optimizer, scheduler, callback states and the loop
 // position in checksummed metadata; Fit(..., FromCheckpoint(path)) resumes

@@ -174,6 +174,7 @@ type FitOption func(*fitOptions)
 
 type fitOptions struct {
 	ckptPath string
+	weights  *weightsOptions // WithWeights
 }
 
 // FromCheckpoint resumes training from a checkpoint: a path, or "last" or
@@ -466,6 +467,9 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 	if ctx == nil {
 		return errNilContext("Fit")
 	}
+	if fo.weights != nil && fo.ckptPath != "" {
+		return fmt.Errorf("Fit: trainer.FromCheckpoint(%q) and trainer.WithWeights(%q) were both given: FromCheckpoint resumes a run (weights, optimizer, epoch), WithWeights starts a new one from weights only; pass one", fo.ckptPath, fo.weights.path)
+	}
 	if train == nil {
 		return errors.New("Fit: the training loader is nil: pass a *data.Loader")
 	}
@@ -673,8 +677,20 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 			return err
 		}
 		resumedFrom = path
+		if fo.weights != nil && t.state.IsGlobalZero {
+			// An elastic restart or SLURM requeue of a run that started
+			// from the weights: it goes on from its own checkpoint.
+			t.cfg.Log.Info().Str("weights", fo.weights.path).Str("checkpoint", path).Msg("resumed the run's own checkpoint: the weights WithWeights names were its starting point and are not loaded again")
+		}
 		if err := t.resumeLoggers(); err != nil {
 			return fmt.Errorf("Fit: resume: %w", err)
+		}
+	} else if fo.weights != nil {
+		if again {
+			return errors.New("Fit: trainer.WithWeights on a Trainer that has already trained this module: its weights and position would be replaced; make a new Trainer to start from the file")
+		}
+		if err := t.loadWeights(ctx, fo.weights); err != nil {
+			return fmt.Errorf("Fit: %w", err)
 		}
 	} else if again {
 		if start, err = t.continueFit(prevStop); err != nil {

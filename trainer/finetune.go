@@ -1,0 +1,398 @@
+package trainer
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"sort"
+	"strings"
+
+	"gorgonia.org/tensor"
+
+	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/strategy"
+)
+
+// WeightsOption changes how WithWeights loads a file.
+type WeightsOption func(*weightsOptions)
+
+type weightsOptions struct {
+	path   string
+	strict bool
+	prefix string
+}
+
+// WithWeights starts the Fit from the parameters and buffers in the file
+// at path, as a Lightning user fine-tunes with
+// model.load_state_dict(torch.load(...)) or LitModel.load_from_checkpoint
+// before trainer.fit: the weights only, with a fresh optimizer and
+// scheduler at epoch 0, global step 0. The file is a safetensors state dict
+// (PyTorch's names and layout, as written by
+// safetensors.torch.save_file(model.state_dict(), path) or
+// infer.SaveStateDict), or a fulgur checkpoint, whose optimizer, loop
+// position and callback states are ignored. "last" and "best" name a
+// checkpoint as FromCheckpoint's do.
+//
+// The weights are loaded on every rank after the strategy has set the
+// model up and before the sanity check: each rank reads the file, and a
+// rank that cannot fails the Fit on every rank. Every tensor's shape must
+// match (a mismatch is an error naming the tensor and both shapes); values
+// of another dtype (a float64 file for a float32 model, PyTorch's int64
+// num_batches_tracked) are converted. A tensor of the model missing from
+// the file, or one of the file that the model does not declare, is an
+// error listing them all, unless Strict(false) is given. It cannot be
+// combined with FromCheckpoint, which resumes a run instead; a run that
+// restarts from its own checkpoint (elastic restart, SLURM requeue)
+// resumes that and ignores the weights.
+func WithWeights(path string, opts ...WeightsOption) FitOption {
+	return func(o *fitOptions) {
+		w := &weightsOptions{path: path, strict: true}
+		for _, opt := range opts {
+			opt(w)
+		}
+		o.weights = w
+	}
+}
+
+// Strict(false) is PyTorch's load_state_dict(strict=False): tensors of the
+// model missing from the file keep their initial values and tensors of the
+// file that the model does not declare are skipped; both are listed in a
+// warning. Shapes must still match.
+func Strict(strict bool) WeightsOption { return func(o *weightsOptions) { o.strict = strict } }
+
+// OnlyPrefix loads only the tensors whose names start with prefix (as
+// "backbone."), in the model and in the file; the model's others keep
+// their initial values and the file's others are ignored.
+func OnlyPrefix(prefix string) WeightsOption {
+	return func(o *weightsOptions) { o.prefix = prefix }
+}
+
+// anyDtypeSize is the element size of the safetensors dtypes a state dict
+// written by PyTorch may hold; weightValues decodes each.
+func anyDtypeSize(dt string) int {
+	switch dt {
+	case "F64", "I64":
+		return 8
+	case "F32", "I32":
+		return 4
+	case "F16", "BF16", "I16":
+		return 2
+	case "I8", "U8", "BOOL":
+		return 1
+	}
+	return 0
+}
+
+// weightValues decodes a tensor of any anyDtypeSize dtype as float64s.
+func weightValues(t stTensor) []float64 {
+	size := anyDtypeSize(t.Dtype)
+	out := make([]float64, len(t.Data)/size)
+	le := binary.LittleEndian
+	for i := range out {
+		p := t.Data[i*size:]
+		switch t.Dtype {
+		case "F64":
+			out[i] = math.Float64frombits(le.Uint64(p))
+		case "F32":
+			out[i] = float64(math.Float32frombits(le.Uint32(p)))
+		case "F16":
+			out[i] = float16(le.Uint16(p))
+		case "BF16":
+			out[i] = float64(math.Float32frombits(uint32(le.Uint16(p)) << 16))
+		case "I64":
+			out[i] = float64(int64(le.Uint64(p)))
+		case "I32":
+			out[i] = float64(int32(le.Uint32(p)))
+		case "I16":
+			out[i] = float64(int16(le.Uint16(p)))
+		case "I8":
+			out[i] = float64(int8(p[0]))
+		default: // U8, BOOL
+			out[i] = float64(p[0])
+		}
+	}
+	return out
+}
+
+// float16 decodes an IEEE 754 binary16 value.
+func float16(h uint16) float64 {
+	sign := 1.0
+	if h&0x8000 != 0 {
+		sign = -1
+	}
+	exp, frac := int(h>>10&0x1f), float64(h&0x3ff)
+	switch exp {
+	case 0:
+		return sign * math.Ldexp(frac, -24)
+	case 0x1f:
+		if frac != 0 {
+			return math.NaN()
+		}
+		return math.Inf(int(sign))
+	}
+	return sign * math.Ldexp(1+frac/1024, exp-15)
+}
+
+// fileTensor is one whole tensor of a weights file, as float64s.
+type fileTensor struct {
+	shape []int
+	vals  []float64
+}
+
+// readWeightsFile reads the tensors of a safetensors state dict or of a
+// fulgur checkpoint (verified; its optimizer state left out). It says which
+// of the two the file is.
+func readWeightsFile(path string) (map[string]fileTensor, string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		if st, serr := os.Stat(path); serr == nil && st.IsDir() {
+			return nil, "", fmt.Errorf("weights %s is a directory: name a file in it (a state dict, or a checkpoint such as checkpoints/last.ckpt), or pass \"last\" for the newest last.ckpt under the root directory", path)
+		}
+		return nil, "", fmt.Errorf("weights: %w", err)
+	}
+	f, err := decodeSafetensorsOf(b, anyDtypeSize, "a dtype of a state dict (F64, F32, F16, BF16 or an integer)")
+	if err != nil {
+		if len(b) >= 4 && string(b[:4]) == "PK\x03\x04" || len(b) >= 2 && b[0] == 0x80 && b[1] >= 2 && b[1] <= 5 {
+			return nil, "", fmt.Errorf("%s is a torch.save file (.pt, .pth), not safetensors: fulgur does not read pickles (loading one runs code); in PyTorch, write the weights with safetensors.torch.save_file(model.state_dict(), path)", path)
+		}
+		return nil, "", fmt.Errorf("weights %s: %w", path, err)
+	}
+	out := map[string]fileTensor{}
+	if f.Meta[keyFormat] != CheckpointFormat {
+		for _, t := range f.Tensors {
+			out[t.Name] = fileTensor{shape: t.Shape, vals: weightValues(t)}
+		}
+		return out, "state dict", nil
+	}
+	c, err := readCheckpointFile(path)
+	if err != nil {
+		return nil, "", err
+	}
+	// The checkpoint's own dtype, whatever the model's: converted below.
+	dtype := tensor.Float32
+	for _, name := range c.order {
+		if !strings.HasPrefix(name, strategy.OptimizerPrefix) && c.tensors[name].Dtype == "F64" {
+			dtype = tensor.Float64
+		}
+	}
+	for _, st := range c.shards {
+		if !strings.HasPrefix(st.Name, strategy.OptimizerPrefix) && st.Dtype == tensor.Float64 {
+			dtype = tensor.Float64
+		}
+	}
+	sd, err := c.stateDict(dtype)
+	if err == nil && c.shards != nil {
+		sd, err = wholeTensors(sd)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	for _, t := range sd.Tensors {
+		if strings.HasPrefix(t.Name, strategy.OptimizerPrefix) {
+			continue
+		}
+		v := t.Data64
+		if t.Dtype == tensor.Float32 {
+			v = make([]float64, len(t.Data32))
+			for i, x := range t.Data32 {
+				v[i] = float64(x)
+			}
+		}
+		out[t.Name] = fileTensor{shape: t.Shape, vals: v}
+	}
+	return out, "fulgur checkpoint (weights only: its optimizer, loop position and callback states are ignored)", nil
+}
+
+// weightsLoad is what matching a weights file against the model gave.
+type weightsLoad struct {
+	tensors []strategy.Tensor // whole, in the model's dtype
+	missing []string          // the model's, left at their initial values
+	extra   []string          // the file's, skipped
+	ignored int               // the file's outside OnlyPrefix
+}
+
+// matchWeights checks the file's tensors against the model's specs and
+// converts the ones to load to dtype.
+func matchWeights(file map[string]fileTensor, specs []module.Spec, dtype tensor.Dtype, o *weightsOptions) (*weightsLoad, error) {
+	var errs []error
+	w := &weightsLoad{}
+	model := map[string]bool{}
+	wrapped := false
+	for _, s := range specs {
+		if !strings.HasPrefix(s.Name, o.prefix) {
+			continue
+		}
+		model[s.Name] = true
+		ft, ok := file[s.Name]
+		if !ok {
+			w.missing = append(w.missing, fmt.Sprintf("%q %v", s.Name, s.Shape))
+			_, p := file["module."+s.Name]
+			wrapped = wrapped || p
+			continue
+		}
+		if !sameWeightShape(ft.shape, s.Shape) {
+			msg := fmt.Sprintf("tensor %q has shape %v in the file but %v in the model", s.Name, ft.shape, s.Shape)
+			if len(s.Shape) == 2 && len(ft.shape) == 2 && ft.shape[0] == s.Shape[1] && ft.shape[1] == s.Shape[0] {
+				msg += ": it is transposed; Linear weights are [out, in] in fulgur as in PyTorch"
+			}
+			errs = append(errs, errors.New(msg))
+			continue
+		}
+		t := strategy.Tensor{Name: s.Name, Dtype: dtype, Shape: append([]int(nil), s.Shape...), Hi: len(ft.vals)}
+		if dtype == tensor.Float32 {
+			t.Data32 = make([]float32, len(ft.vals))
+			for i, x := range ft.vals {
+				t.Data32[i] = float32(x)
+			}
+		} else {
+			t.Data64 = ft.vals
+		}
+		w.tensors = append(w.tensors, t)
+	}
+	for name := range file {
+		switch {
+		case !strings.HasPrefix(name, o.prefix):
+			w.ignored++
+		case !model[name]:
+			w.extra = append(w.extra, fmt.Sprintf("%q %v", name, file[name].shape))
+		}
+	}
+	sort.Strings(w.extra)
+	if o.strict {
+		for _, m := range w.missing {
+			errs = append(errs, fmt.Errorf("tensor %s of the model is missing from the file", m))
+		}
+		for _, x := range w.extra {
+			errs = append(errs, fmt.Errorf("the file has tensor %s that the model does not declare", x))
+		}
+	}
+	if len(errs) == 0 {
+		return w, nil
+	}
+	if wrapped {
+		errs = append([]error{errors.New(`the file's tensor names start with "module.", as the state_dict() of a model wrapped in DistributedDataParallel does: save model.module.state_dict() instead, or strip the prefix from the names`)}, errs...)
+	}
+	fix := "was it saved from another architecture?"
+	if o.strict && len(w.missing)+len(w.extra) > 0 {
+		fix += " To load the tensors that match and skip the rest, pass trainer.Strict(false)"
+		if o.prefix == "" {
+			fix += ", or trainer.OnlyPrefix(\"backbone.\") to load only the names under a prefix"
+		}
+	}
+	return nil, fmt.Errorf("the file does not match the model (%s):\n%w", fix, errors.Join(errs...))
+}
+
+// sameWeightShape compares shapes, taking PyTorch's 0-dimensional scalars
+// (BatchNorm's num_batches_tracked) and fulgur's one-element vectors as the
+// same.
+func sameWeightShape(a, b []int) bool {
+	if len(a)+len(b) == 1 {
+		n := 1
+		for _, d := range append(append([]int(nil), a...), b...) {
+			n *= d
+		}
+		return n == 1
+	}
+	return sameShape(a, b)
+}
+
+// loadWeights loads fo.weights into the set-up strategy on every rank.
+func (t *Trainer) loadWeights(ctx context.Context, o *weightsOptions) error {
+	path, err := o.path, error(nil)
+	if path == CkptLast || path == CkptBest {
+		path, err = t.checkpointPath(path)
+	}
+	var w *weightsLoad
+	kind := ""
+	if err == nil {
+		var file map[string]fileTensor
+		if file, kind, err = readWeightsFile(path); err == nil {
+			if w, err = matchWeights(file, t.specs, t.dtype(), o); err != nil {
+				err = fmt.Errorf("weights %s: %w", path, err)
+			}
+		}
+	}
+	if err := t.everyRankRead(ctx, "load weights", o.path, err); err != nil {
+		return err
+	}
+	sd := &strategy.StateDict{Tensors: w.tensors}
+	if len(w.tensors) < len(t.specs) {
+		// The tensors not in the file keep the values the strategy gave
+		// them (this rank's part of each, under a sharding strategy).
+		own, err := t.strat.SaveState(ctx, strategy.SaveOptions{})
+		if err != nil {
+			return fmt.Errorf("load weights %s: %w", path, err)
+		}
+		loaded := map[string]bool{}
+		for _, tn := range w.tensors {
+			loaded[tn.Name] = true
+		}
+		for _, tn := range own.Tensors {
+			if !loaded[tn.Name] && !strings.HasPrefix(tn.Name, strategy.OptimizerPrefix) {
+				sd.Tensors = append(sd.Tensors, tn)
+				loaded[tn.Name] = true
+			}
+		}
+		// A tensor of which this rank holds nothing (fsdp: one inside
+		// another rank's shard) is named with an empty span: the strategy
+		// reads no value of it here.
+		for _, s := range t.specs {
+			if !loaded[s.Name] {
+				tn := strategy.Tensor{Name: s.Name, Dtype: t.dtype(), Shape: append([]int(nil), s.Shape...)}
+				if tn.Dtype == tensor.Float32 {
+					tn.Data32 = []float32{}
+				} else {
+					tn.Data64 = []float64{}
+				}
+				sd.Tensors = append(sd.Tensors, tn)
+			}
+		}
+	}
+	lerr := t.strat.LoadState(ctx, sd)
+	if lerr != nil {
+		lerr = fmt.Errorf("load weights %s: strategy %s: %w", path, t.strat.Info().Name, lerr)
+	}
+	if err := t.everyRankOK(ctx, "load weights "+path, lerr); err != nil {
+		return err
+	}
+	if !t.state.IsGlobalZero {
+		return nil
+	}
+	ev := t.cfg.Log.Info().Str("path", path).Str("file", kind).Int("tensors", len(w.tensors))
+	if o.prefix != "" {
+		ev = ev.Str("only_prefix", o.prefix).Int("ignored_outside_prefix", w.ignored)
+	}
+	ev.Msg("Fit starts from the weights of a file, with a fresh optimizer at epoch 0")
+	if len(w.missing)+len(w.extra) > 0 {
+		t.cfg.Log.Warn().Str("path", path).Strs("missing_kept_initial", w.missing).Strs("unexpected_skipped", w.extra).
+			Msg("Strict(false): the model's tensors missing from the file keep their initial values, and the file's tensors the model does not declare are skipped")
+	}
+	return nil
+}
+
+// everyRankOK tells every rank whether a step that has no collective of its
+// own succeeded on every rank, so that one failing rank fails them all
+// instead of leaving the others in the first step's collectives.
+func (t *Trainer) everyRankOK(ctx context.Context, what string, err error) error {
+	info := t.strat.Info()
+	if info.WorldSize <= 1 {
+		return err
+	}
+	failed := []float64{0}
+	if err != nil {
+		failed[0] = float64(info.Rank + 1)
+	}
+	if rerr := t.strat.Reduce(ctx, failed, []float64{0}, []module.Reduce{module.Max}); rerr != nil {
+		return fmt.Errorf("%s: learn whether every rank succeeded: %w", what, errors.Join(err, rerr))
+	}
+	if err != nil {
+		return err
+	}
+	if failed[0] > 0 {
+		return fmt.Errorf("%s: failed on rank %d (its error says why)", what, int(failed[0])-1)
+	}
+	return nil
+}
