@@ -390,6 +390,15 @@ type loopArgs struct {
 	// BatchNormAddReLU's passes (bnadd.go).
 	bnAdd  *bnAddOp
 	bnMask *bnMaskOp
+
+	// The loss, its gradient, the convolution's bias gradient and the
+	// poolings (loss.go, conv.go, pool.go).
+	loss  *pointLossOp
+	d     []float64
+	scale float64
+	csum  *channelSumOp
+	pool  *poolGeom
+	arg   []int32
 }
 
 type loopKind int
@@ -408,6 +417,16 @@ const (
 	loopAdd
 	loopBNAdd
 	loopBNMask
+	loopPointLoss
+	loopScaleBy
+	loopScaleByEach
+	loopMSEGrad
+	loopChannelSum
+	loopMaxPool
+	loopMaxPoolGrad
+	loopAvgPool
+	loopAvgPoolGrad
+	loopCopy
 )
 
 // loopPieces is how many pieces each loop worker's share is cut into for
@@ -449,6 +468,22 @@ func (j *loopJob[T]) piece(lo, hi int) {
 		bnAdd(j.bnAdd, j.a, j.b, j.c, lo, hi)
 	case loopBNMask:
 		bnMaskSums(j.bnMask, j.a, j.b, j.c, lo, hi)
+	case loopPointLoss:
+		pointLossChunks(j.loss, j.a, j.b, j.c, lo, hi)
+	case loopScaleBy, loopScaleByEach, loopMSEGrad:
+		lossGrad(j.kind, j.d, j.scale, j.a, j.b, j.c, lo, hi)
+	case loopChannelSum:
+		channelSumRange(j.csum, j.a, j.c, lo, hi)
+	case loopMaxPool:
+		maxPool(j.pool, j.a, j.c, j.arg, lo, hi)
+	case loopMaxPoolGrad:
+		maxPoolGrad(j.pool, j.a, j.c, j.arg, lo, hi)
+	case loopAvgPool:
+		avgPool(j.pool, j.d, j.a, j.c, lo, hi)
+	case loopAvgPoolGrad:
+		avgPoolGrad(j.pool, j.d, j.a, j.c, lo, hi)
+	case loopCopy:
+		copy(j.c[lo:hi], j.a[lo:hi])
 	default:
 		panic(fmt.Sprintf("ops: loop kind %d has no kernel", j.kind))
 	}
