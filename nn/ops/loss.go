@@ -171,7 +171,7 @@ func (op *pointLossOp) Do(v ...G.Value) (G.Value, error) {
 	if op.keepsD() {
 		op.d = grow(op.d, n)
 	}
-	op.parts = grow(op.parts, (n+lossChunk-1)/lossChunk)
+	op.parts = grow(op.parts, max(1, (n+lossChunk-1)/lossChunk))
 	if op.cfg.Reduction == ReduceNone {
 		out := op.out.get(dt, op.shape)
 		if dt == tensor.Float32 {

@@ -182,3 +182,25 @@ func TestPointLossBadInput(t *testing.T) {
 		}
 	}
 }
+
+// A loss over no elements (a batch of 0 rows) sums to 0, as PyTorch's
+// reduction='sum', rather than failing on its empty list of partial sums.
+func TestPointLossOfNoElements(t *testing.T) {
+	for _, dt := range dtypes {
+		g := G.NewGraph()
+		x := G.NewTensor(g, dt, 2, G.WithShape(0, 3), G.WithValue(tensor.New(tensor.Of(dt), tensor.WithShape(0, 3))))
+		y := G.NewTensor(g, dt, 2, G.WithShape(0, 3), G.WithValue(tensor.New(tensor.Of(dt), tensor.WithShape(0, 3))))
+		l, err := PointLoss(x, y, PointLossConfig{Kind: LossMSE, Reduction: ReduceSum})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := G.NewTapeMachine(g)
+		if err := m.RunAll(); err != nil {
+			t.Fatalf("%v: %v", dt, err)
+		}
+		if got := vals(l.Value()); len(got) != 1 || got[0] != 0 {
+			t.Fatalf("%v: sum over no elements = %v, want 0", dt, got)
+		}
+		m.Close()
+	}
+}
