@@ -50,8 +50,15 @@ func (op *reluOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error)
 
 // relu is max(x, 0), which compiles to a branch-free instruction; NaN
 // propagates (as in PyTorch).
+// relu is y = max(x, 0). In float32 it runs the AVX2 kernel on CPUs with
+// AVX-512 too (its 8 lanes keep up with memory on a pass this simple):
+// the same bits as the loop.
 func relu[T float](x, y []T) {
 	y = y[:len(x)]
+	if is32[T]() && (useAVX512 || useAVX2) && len(x) > 0 {
+		relu32AVX2(f32p(x), f32p(y), len(x))
+		return
+	}
 	for i, v := range x {
 		y[i] = max(v, 0)
 	}

@@ -2,6 +2,8 @@ package ops
 
 import (
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"testing"
 
 	G "gorgonia.org/gorgonia"
@@ -83,5 +85,45 @@ func TestBuffersAcrossRuns(t *testing.T) {
 			m.Reset()
 		}
 		m.Close()
+	}
+}
+
+// The float32 ReLU's kernel gives the Go loop's bits (max(x, 0): -0 to +0,
+// NaN kept) at every length up to 70 (whole 8-lane vectors and masked
+// tails), and writes nothing past the end.
+func TestReluKernelMatchesGo(t *testing.T) {
+	if !useAVX2 && !useAVX512 {
+		t.Skip("no AVX2 on this CPU (or FULGUR_NN_KERNELS=go): the Go loop runs")
+	}
+	defer func(a, b bool) { useAVX512, useAVX2 = a, b }(useAVX512, useAVX2)
+	special := []float32{float32(math.NaN()), 0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.Inf(-1)), 1e-45, -1e-45}
+	r := rand.New(rand.NewPCG(3, 4))
+	for n := 0; n <= 70; n++ {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64())
+			if r.IntN(4) == 0 {
+				x[i] = special[r.IntN(len(special))]
+			}
+		}
+		want := make([]float32, n)
+		useAVX512, useAVX2 = false, false
+		relu(x, want)
+		useAVX2 = true
+		got := make([]float32, n+8)
+		for i := range got {
+			got[i] = 42
+		}
+		relu(x, got[:n])
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) && !(got[i] != got[i] && want[i] != want[i]) {
+				t.Fatalf("n=%d: relu(%v) = %v (%#x), want %v (%#x)", n, x[i], got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+			}
+		}
+		for i := n; i < len(got); i++ {
+			if got[i] != 42 {
+				t.Fatalf("n=%d: wrote %v at %d, past the end", n, got[i], i)
+			}
+		}
 	}
 }

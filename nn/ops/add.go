@@ -36,6 +36,20 @@ func AddInto(dst, a, b G.Value) bool {
 	return false
 }
 
+// Copy copies src into dst, as the built-in copy (it returns the number of
+// elements copied, the shorter length), split between the loop workers
+// when there are many: the engine binds each batch's fields into its
+// input tensors with it, where a layer's target of a million values was a
+// single-threaded copy of each step.
+func Copy[T float32 | float64](dst, src []T) int {
+	n := min(len(dst), len(src))
+	if w := workers(n, 1); w > 1 {
+		parallelLoop(loopCopy, w, n, src[:n], nil, dst[:n], loopArgs{})
+		return n
+	}
+	return copy(dst, src)
+}
+
 // SumInputDoer is an op that can take one input as the sum of two values,
 // adding them in its own pass over memory: an executor that finds
 // Gorgonia's Add read by such an op alone can skip the Add and hand the op

@@ -100,3 +100,43 @@ func TestAddIntoRefuses(t *testing.T) {
 		}
 	}
 }
+
+// Copy copies as the built-in copy does: the shorter length's elements,
+// bits and all, nothing past them, at lengths on one goroutine and split
+// between three loop workers (300,000 and 1,000,003 elements).
+func TestCopyMatchesBuiltin(t *testing.T) {
+	ops.SetLoopWorkers(3)
+	defer ops.SetLoopWorkers(0)
+	for _, n := range []int{0, 1, 100, 300000, 1000003} {
+		src := make([]float32, n)
+		for i := range src {
+			src[i] = float32(i%1013) - 0.5
+		}
+		src64 := make([]float64, n)
+		for i := range src64 {
+			src64[i] = float64(i%977) + 0.25
+		}
+		dst := make([]float32, n+1)
+		dst[n] = 42
+		if got := ops.Copy(dst, src); got != n {
+			t.Fatalf("n=%d: Copy into a longer slice copied %d", n, got)
+		}
+		for i := range src {
+			if dst[i] != src[i] {
+				t.Fatalf("n=%d: [%d] = %v, want %v", n, i, dst[i], src[i])
+			}
+		}
+		if dst[n] != 42 {
+			t.Fatalf("n=%d: wrote %v past the source's end", n, dst[n])
+		}
+		short := make([]float64, n/2)
+		if got := ops.Copy(short, src64); got != n/2 {
+			t.Fatalf("n=%d: Copy into %d elements copied %d", n, n/2, got)
+		}
+		for i := range short {
+			if short[i] != src64[i] {
+				t.Fatalf("n=%d float64: [%d] = %v, want %v", n, i, short[i], src64[i])
+			}
+		}
+	}
+}

@@ -34,6 +34,7 @@ func smallNet(t *testing.T, dt tensor.Dtype) (*G.ExprGraph, *G.Node) {
 	bl := node(g, randT(dt, 8, -0.5, 0.5, 3), "bl")
 	wg := node(g, randT(dt, 9, -0.5, 0.5, 3, 4), "wg")
 	labels := node(g, labelsT(dt, 10, 4, 3), "labels")
+	target := node(g, randT(dt, 11, -1, 1, 4, 4, 6, 6), "target")
 
 	h := must(Conv2d(x, w1, b1, Conv2dOpts{Padding: [2]int{1, 1}, NoInputGrad: true}))
 	h = must(BatchNorm(h, gam, bet, st.stats(), BatchNormOpts{Training: true, ReLU: true}))
@@ -44,6 +45,9 @@ func smallNet(t *testing.T, dt tensor.Dtype) (*G.ExprGraph, *G.Node) {
 	h = must(BatchNormAddBatchNormReLU(BatchNormArgs{X: h, Stats: st3.stats(), Opts: BatchNormOpts{Training: true}},
 		BatchNormArgs{X: s, Gamma: gam, Beta: bet, Stats: st2.stats(), Opts: BatchNormOpts{Training: true}}))
 	h = must(ReLU(h))
+	// An MSE over 576 values: several partial sums when a test lowers
+	// lossChunk.
+	mse := must(PointLoss(h, target, PointLossConfig{Kind: LossMSE}))
 	m := must(MaxPool2d(h, PoolOpts{Kernel: [2]int{2, 2}}))
 	a := must(AvgPool2d(m, PoolOpts{Kernel: [2]int{2, 2}}))
 	gp := must(GlobalAvgPool2d(m))
@@ -56,6 +60,7 @@ func smallNet(t *testing.T, dt tensor.Dtype) (*G.ExprGraph, *G.Node) {
 	r = must(SumAll(r))
 	loss := must(SoftmaxCrossEntropy(logits, labels, nil))
 	loss = must(G.Add(loss, r))
+	loss = must(G.Add(loss, mse))
 	must(Accuracy(logits, labels, nil))
 	if _, err := G.Grad(loss, w1, b1, gam, bet, w2, wl, bl, wg); err != nil {
 		t.Fatal(err)
@@ -67,12 +72,12 @@ func smallNet(t *testing.T, dt tensor.Dtype) (*G.ExprGraph, *G.Node) {
 // outputs, caches and scratch space are all held by the op; serial, and
 // with every loop and convolution split between three workers.
 func TestOpsDoNotAllocate(t *testing.T) {
-	defer func(g int, w, iw func() int, ig int) {
-		parallelGrain, maxWorkers, imageWorkers, imageGrain = g, w, iw, ig
-	}(parallelGrain, maxWorkers, imageWorkers, imageGrain)
+	defer func(g int, w, iw func() int, ig, lc int) {
+		parallelGrain, maxWorkers, imageWorkers, imageGrain, lossChunk = g, w, iw, ig, lc
+	}(parallelGrain, maxWorkers, imageWorkers, imageGrain, lossChunk)
 	for _, par := range []bool{false, true} {
 		if par {
-			parallelGrain, maxWorkers, imageGrain = 1, func() int { return 3 }, 1
+			parallelGrain, maxWorkers, imageGrain, lossChunk = 1, func() int { return 3 }, 1, 50
 			SetImageWorkers(3)
 		} else {
 			SetLoopWorkers(1)
@@ -120,7 +125,10 @@ func opsDoNotAllocate(t *testing.T) {
 // order: every value of a training graph is bitwise the same with one worker
 // as with three (an uneven split).
 func TestParallelMatchesSerial(t *testing.T) {
-	defer func(g int, w func() int) { parallelGrain, maxWorkers = g, w }(parallelGrain, maxWorkers)
+	defer func(g int, w func() int, lc int) {
+		parallelGrain, maxWorkers, lossChunk = g, w, lc
+	}(parallelGrain, maxWorkers, lossChunk)
+	lossChunk = 50 // smallNet's MSE: 12 partial sums, the last a short one
 	for _, dt := range dtypes {
 		runAll := func() map[string][]float64 {
 			g, _ := smallNet(t, dt)

@@ -1072,14 +1072,26 @@ func (op *channelSumOp) Do(v ...G.Value) (G.Value, error) {
 	}
 	n, c := op.shape[0], op.shape[1]
 	inner := op.shape.TotalSize() / (n * c)
-	op.acc = grow(op.acc, c)
 	o := op.out.get(dt, tensor.Shape{c})
 	if dt == tensor.Float32 {
-		channelSum(data[float32](x), data[float32](o), op.acc, n, c, inner)
+		channelSumPar(op, data[float32](x), data[float32](o), n, c, inner)
 	} else {
-		channelSum(data[float64](x), data[float64](o), op.acc, n, c, inner)
+		channelSumPar(op, data[float64](x), data[float64](o), n, c, inner)
 	}
 	return o, nil
+}
+
+// channelSumPar sums each channel over the images in image order: on one
+// goroutine image by image (in memory order), or, when x is large, the
+// channels split between the loop workers, each summed alone with the
+// same additions in the same order (the same bits).
+func channelSumPar[T float](op *channelSumOp, x, o []T, n, c, inner int) {
+	if w := workers(c, n*inner); w > 1 {
+		parallelLoop(loopChannelSum, w, c, x, nil, o, loopArgs{csum: op})
+		return
+	}
+	op.acc = grow(op.acc, c)
+	channelSum(x, o, op.acc, n, c, inner)
 }
 
 func channelSum[T float](x, o []T, acc []float64, n, c, inner int) {
@@ -1091,6 +1103,19 @@ func channelSum[T float](x, o []T, acc []float64, n, c, inner int) {
 	}
 	for ch := range o {
 		o[ch] = T(acc[ch])
+	}
+}
+
+// channelSumRange is channelSum of channels [lo, hi).
+func channelSumRange[T float](op *channelSumOp, x, o []T, lo, hi int) {
+	n, c := op.shape[0], op.shape[1]
+	inner := op.shape.TotalSize() / (n * c)
+	for ch := lo; ch < hi; ch++ {
+		var acc float64
+		for i := 0; i < n; i++ {
+			acc += sum(x[(i*c+ch)*inner : (i*c+ch+1)*inner])
+		}
+		o[ch] = T(acc)
 	}
 }
 

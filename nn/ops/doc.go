@@ -56,9 +56,12 @@
 //     A Linear layer's multiply of 2^24 multiply-adds or more splits its
 //     output columns into blocks of 256 between the same workers
 //     (gemmCols in linear.go; one call on one worker unless
-//     SetDeterministic). The loops of normalisation and activations split
-//     the same way (SetLoopWorkers), with results independent of the
-//     worker count.
+//     SetDeterministic). The loops of normalisation, activations,
+//     pooling, the elementwise losses and their gradients, and a
+//     convolution's bias gradient split the same way (SetLoopWorkers),
+//     with results independent of the worker count: a loss over more
+//     than 2^16 elements sums partial sums of 2^16 elements each, in
+//     order, whatever the workers.
 //     Between splits the pool's goroutines, and a caller waiting for
 //     them, poll for a while before they sleep (SetSpinWait), so that
 //     the next split does not wait for a sleeping thread to wake.

@@ -103,6 +103,38 @@ ardone:
 	VZEROUPPER
 	RET
 
+// func relu32AVX2(x, y *float32, n int)
+// y = max(x + 0, 0): adding +0 turns -0 into +0 and keeps NaN, and
+// VMAXPS returns its second operand (x + 0) for NaN and for equal zeros,
+// so every element is Go's max(x, 0), bit for bit (addRelu32AVX2 with b
+// all +0).
+TEXT ·relu32AVX2(SB), NOSPLIT, $0-24
+	MOVQ   x+0(FP), SI
+	MOVQ   y+8(FP), DI
+	MOVQ   n+16(FP), CX
+	VXORPS Y3, Y3, Y3
+	VECS8(rltail)
+
+rlloop:
+	VMOVUPS (SI)(BX*1), Y0
+	VADDPS  Y3, Y0, Y0
+	VMAXPS  Y0, Y3, Y0
+	VMOVUPS Y0, (DI)(BX*1)
+	ADDQ    $32, BX
+	DECQ    R9
+	JNZ     rlloop
+
+rltail:
+	TAILMASK8(rldone)
+	VMASKMOVPS (SI)(BX*1), Y15, Y0
+	VADDPS     Y3, Y0, Y0
+	VMAXPS     Y0, Y3, Y0
+	VMASKMOVPS Y0, Y15, (DI)(BX*1)
+
+rldone:
+	VZEROUPPER
+	RET
+
 // func add32AVX2(a, b, y *float32, n int)
 TEXT ·add32AVX2(SB), NOSPLIT, $0-32
 	MOVQ a+0(FP), SI

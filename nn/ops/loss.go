@@ -131,8 +131,11 @@ type pointLossOp struct {
 	out   buffer
 	sout  scalarBuffer
 	// d is dloss/dx per element (before reduction and the incoming
-	// gradient), filled by each forward run for the backward op.
+	// gradient), filled by each forward run for the backward op (unless
+	// keepsD says the gradient op needs none).
 	d []float64
+	// parts are the partial sums of the loss, lossChunk elements each.
+	parts []float64
 }
 
 func (op *pointLossOp) dims() int {
@@ -165,21 +168,24 @@ func (op *pointLossOp) Do(v ...G.Value) (G.Value, error) {
 		return nil, err
 	}
 	n := op.shape.TotalSize()
-	op.d = grow(op.d, n)
+	if op.keepsD() {
+		op.d = grow(op.d, n)
+	}
+	op.parts = grow(op.parts, max(1, (n+lossChunk-1)/lossChunk))
 	if op.cfg.Reduction == ReduceNone {
 		out := op.out.get(dt, op.shape)
 		if dt == tensor.Float32 {
-			pointLoss(op, data[float32](x), data[float32](y), data[float32](out))
+			pointLossPar(op, data[float32](x), data[float32](y), data[float32](out))
 		} else {
-			pointLoss(op, data[float64](x), data[float64](y), data[float64](out))
+			pointLossPar(op, data[float64](x), data[float64](y), data[float64](out))
 		}
 		return out, nil
 	}
 	var total float64
 	if dt == tensor.Float32 {
-		total = pointLoss[float32](op, data[float32](x), data[float32](y), nil)
+		total = pointLossPar[float32](op, data[float32](x), data[float32](y), nil)
 	} else {
-		total = pointLoss[float64](op, data[float64](x), data[float64](y), nil)
+		total = pointLossPar[float64](op, data[float64](x), data[float64](y), nil)
 	}
 	if op.cfg.Reduction == ReduceMean {
 		total /= float64(n)
@@ -187,37 +193,76 @@ func (op *pointLossOp) Do(v ...G.Value) (G.Value, error) {
 	return op.sout.set(dt, total), nil
 }
 
-// pointLoss writes each element's loss into out (when not nil), its
-// derivative into op.d, and returns the sum.
-func pointLoss[T float](op *pointLossOp, x, y, out []T) float64 {
-	if op.cfg.Kind == LossMSE {
-		return mseLoss(op.d, x, y, out)
+// lossChunk is how many elements each partial sum of a loss covers: the
+// sum over a larger output is the sum of its chunks' partial sums in chunk
+// order, so that the chunks can be split between the loop workers with the
+// same bits for any count of them (an output of at most lossChunk elements
+// is one sum, as it always was). Tests lower it.
+var lossChunk = 1 << 16
+
+// pointLossPar writes each element's loss into out (when not nil), its
+// derivative into op.d, and returns the sum, the chunks split between the
+// loop workers when the output is large.
+func pointLossPar[T float](op *pointLossOp, x, y, out []T) float64 {
+	n := len(x)
+	chunks := len(op.parts)
+	if w := workers(n, 1); w > 1 && chunks > 1 {
+		parallelLoop(loopPointLoss, min(w, chunks), chunks, x, y, out, loopArgs{loss: op})
+	} else {
+		pointLossChunks(op, x, y, out, 0, chunks)
 	}
+	total := op.parts[0]
+	for _, p := range op.parts[1:] {
+		total += p
+	}
+	return total
+}
+
+// pointLossChunks writes chunks [lo, hi)'s losses, derivatives and partial
+// sums (op.parts).
+func pointLossChunks[T float](op *pointLossOp, x, y, out []T, lo, hi int) {
+	for k := lo; k < hi; k++ {
+		a, b := k*lossChunk, min(len(x), (k+1)*lossChunk)
+		var o []T
+		if out != nil {
+			o = out[a:b]
+		}
+		op.parts[k] = pointLoss(op, x[a:b], y[a:b], o, a)
+	}
+}
+
+// pointLoss writes the losses of elements [at, at+len(x)) into out (when not
+// nil), their derivatives into op.d, and returns their sum.
+func pointLoss[T float](op *pointLossOp, x, y, out []T, at int) float64 {
+	if !op.keepsD() {
+		return mseLoss(x, y)
+	}
+	d := op.d[at : at+len(x)]
 	var sum float64
 	c := op.cfg
 	for i := range x {
 		xi, yi := float64(x[i]), float64(y[i])
-		var l, d float64
+		var l, dl float64
 		switch c.Kind {
 		case LossMSE:
 			r := xi - yi
-			l, d = r*r, 2*r
+			l, dl = r*r, 2*r
 		case LossL1:
 			r := xi - yi
-			l, d = math.Abs(r), sign(r)
+			l, dl = math.Abs(r), sign(r)
 		case LossSmoothL1:
 			r := xi - yi
 			if a := math.Abs(r); a < c.Param {
-				l, d = 0.5*r*r/c.Param, r/c.Param
+				l, dl = 0.5*r*r/c.Param, r/c.Param
 			} else {
-				l, d = a-0.5*c.Param, sign(r)
+				l, dl = a-0.5*c.Param, sign(r)
 			}
 		case LossHuber:
 			r := xi - yi
 			if a := math.Abs(r); a < c.Param {
-				l, d = 0.5*r*r, r
+				l, dl = 0.5*r*r, r
 			} else {
-				l, d = c.Param*(a-0.5*c.Param), c.Param*sign(r)
+				l, dl = c.Param*(a-0.5*c.Param), c.Param*sign(r)
 			}
 		case LossBCEWithLogits:
 			p := 1.0
@@ -226,16 +271,16 @@ func pointLoss[T float](op *pointLossOp, x, y, out []T) float64 {
 				p = c.PosWeight[0]
 			case 0:
 			default:
-				p = c.PosWeight[i%op.last]
+				p = c.PosWeight[(at+i)%op.last]
 			}
 			w := 1 + (p-1)*yi
 			// softplus(-x) = log(1+e^{-|x|}) + max(-x, 0); its derivative
 			// is -sigmoid(-x).
 			sp := math.Log1p(math.Exp(-math.Abs(xi))) + math.Max(-xi, 0)
 			l = (1-yi)*xi + w*sp
-			d = (1 - yi) - w*sigmoid(-xi)
+			dl = (1 - yi) - w*sigmoid(-xi)
 		}
-		op.d[i] = d
+		d[i] = dl
 		sum += l
 		if out != nil {
 			out[i] = T(l)
@@ -244,34 +289,34 @@ func pointLoss[T float](op *pointLossOp, x, y, out []T) float64 {
 	return sum
 }
 
-// mseLoss is pointLoss for LossMSE: the same values, the sum in four
-// float64 accumulators (one chain of additions cost 4 cycles an element:
-// 1.3 ms for a 32x32x32x32 output, more than the convolution before it).
-func mseLoss[T float](d []float64, x, y, out []T) float64 {
+// keepsD reports whether the forward keeps each element's derivative for
+// the gradient op: all but a reduced MSE, whose gradient op computes
+// 2(x-y) again from x and y, which costs less than writing and reading
+// them back (8 bytes an element each way).
+func (op *pointLossOp) keepsD() bool {
+	return op.cfg.Kind != LossMSE || op.cfg.Reduction == ReduceNone
+}
+
+// mseLoss is pointLoss's sum for a reduced MSE: the same values, the sum
+// in four float64 accumulators (one chain of additions cost 4 cycles an
+// element: 1.3 ms for a 32x32x32x32 output, more than the convolution
+// before it).
+func mseLoss[T float](x, y []T) float64 {
 	n := len(x)
-	d, y = d[:n], y[:n]
+	y = y[:n]
 	var s0, s1, s2, s3 float64
 	i := 0
 	for ; i+4 <= n; i += 4 {
 		r0, r1 := float64(x[i])-float64(y[i]), float64(x[i+1])-float64(y[i+1])
 		r2, r3 := float64(x[i+2])-float64(y[i+2]), float64(x[i+3])-float64(y[i+3])
-		d[i], d[i+1], d[i+2], d[i+3] = 2*r0, 2*r1, 2*r2, 2*r3
 		s0 += r0 * r0
 		s1 += r1 * r1
 		s2 += r2 * r2
 		s3 += r3 * r3
-		if out != nil {
-			o := out[i : i+4]
-			o[0], o[1], o[2], o[3] = T(r0*r0), T(r1*r1), T(r2*r2), T(r3*r3)
-		}
 	}
 	for ; i < n; i++ {
 		r := float64(x[i]) - float64(y[i])
-		d[i] = 2 * r
 		s0 += r * r
-		if out != nil {
-			out[i] = T(r * r)
-		}
 	}
 	return (s0 + s1) + (s2 + s3)
 }
@@ -295,16 +340,17 @@ func sigmoid(x float64) float64 {
 }
 
 func (op *pointLossOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
-	d, err := apply(&pointLossGradOp{base: newBase(op.kind + "Grad"), fwd: op}, output, grad)
+	d, err := apply(&pointLossGradOp{base: newBase(op.kind + "Grad"), fwd: op}, output, grad, inputs[0], inputs[1])
 	if err != nil {
 		return nil, err
 	}
 	return G.Nodes{d, nil}, nil
 }
 
-// pointLossGradOp is g·d (elementwise for ReduceNone; g/n·d for the mean)
-// from the forward op's cache: (loss, g) → dx. Taking the loss node as
-// input orders it after the forward run that filled the cache.
+// pointLossGradOp is g·d (elementwise for ReduceNone; g/n·d for the mean),
+// d from the forward op's cache, or for a reduced MSE 2(x-y) from x and y
+// again: (loss, g, x, y) → dx. Taking the loss node as input orders it
+// after the forward run that filled the cache.
 type pointLossGradOp struct {
 	base
 	noDiff
@@ -312,13 +358,14 @@ type pointLossGradOp struct {
 	out buffer
 }
 
-func (op *pointLossGradOp) Arity() int { return 2 }
+func (op *pointLossGradOp) Arity() int { return 4 }
 func (op *pointLossGradOp) Type() hm.Type {
 	a := hm.TypeVariable('a')
 	in := tensorType(op.fwd.dims(), a)
-	return hm.NewFnType(in, in, tensorType(len(op.fwd.shape), a))
+	xt := tensorType(len(op.fwd.shape), a)
+	return hm.NewFnType(in, in, xt, xt, xt)
 }
-func (op *pointLossGradOp) DiffWRT(int) []bool { return []bool{false, false} }
+func (op *pointLossGradOp) DiffWRT(int) []bool { return []bool{false, false, false, false} }
 func (op *pointLossGradOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
 	return op.fwd.shape.Clone(), nil
 }
@@ -327,15 +374,25 @@ func (op *pointLossGradOp) Do(v ...G.Value) (G.Value, error) {
 	f := op.fwd
 	dt := v[0].Dtype()
 	out := op.out.get(dt, f.shape)
+	var x, y *tensor.Dense
+	if !f.keepsD() {
+		var err error
+		if x, err = dense(op, "input", v[2], dt, f.shape); err != nil {
+			return nil, err
+		}
+		if y, err = dense(op, "target", v[3], dt, f.shape); err != nil {
+			return nil, err
+		}
+	}
 	if f.cfg.Reduction == ReduceNone {
 		g, err := dense(op, "loss gradient", v[1], dt, f.shape)
 		if err != nil {
 			return nil, err
 		}
 		if dt == tensor.Float32 {
-			scaleByEach(f.d, data[float32](g), data[float32](out))
+			lossGradPar(loopScaleByEach, f, x, y, 0, data[float32](g), data[float32](out))
 		} else {
-			scaleByEach(f.d, data[float64](g), data[float64](out))
+			lossGradPar(loopScaleByEach, f, x, y, 0, data[float64](g), data[float64](out))
 		}
 		return out, nil
 	}
@@ -344,14 +401,50 @@ func (op *pointLossGradOp) Do(v ...G.Value) (G.Value, error) {
 		return nil, fmt.Errorf("%v: loss gradient: %w", op, err)
 	}
 	if f.cfg.Reduction == ReduceMean {
-		g /= float64(len(f.d))
+		g /= float64(f.shape.TotalSize())
 	}
 	if dt == tensor.Float32 {
-		scaleBy(f.d, g, data[float32](out))
+		lossGradPar[float32](loopScaleBy, f, x, y, g, nil, data[float32](out))
 	} else {
-		scaleBy(f.d, g, data[float64](out))
+		lossGradPar[float64](loopScaleBy, f, x, y, g, nil, data[float64](out))
 	}
 	return out, nil
+}
+
+// lossGradPar writes out = g·d (kind loopScaleBy) or gs·d elementwise
+// (loopScaleByEach), d the forward's derivatives, or for a reduced MSE
+// g·2(x-y) (x and y given), split between the loop workers when large.
+func lossGradPar[T float](kind loopKind, f *pointLossOp, x, y *tensor.Dense, g float64, gs, out []T) {
+	a, b := gs, []T(nil)
+	if x != nil {
+		a, b, kind = data[T](x), data[T](y), loopMSEGrad
+	}
+	if w := workers(len(out), 1); w > 1 {
+		parallelLoop(kind, w, len(out), a, b, out, loopArgs{d: f.d, scale: g})
+		return
+	}
+	lossGrad(kind, f.d, g, a, b, out, 0, len(out))
+}
+
+// lossGrad is lossGradPar's loop over [lo, hi): a is gs, or x with y in b.
+func lossGrad[T float](kind loopKind, d []float64, g float64, a, b, out []T, lo, hi int) {
+	switch kind {
+	case loopScaleBy:
+		scaleBy(d[lo:hi], g, out[lo:hi])
+	case loopScaleByEach:
+		scaleByEach(d[lo:hi], a[lo:hi], out[lo:hi])
+	case loopMSEGrad:
+		mseGrad(a[lo:hi], b[lo:hi], g, out[lo:hi])
+	}
+}
+
+// mseGrad is scaleBy with d = 2(x-y), computed as the generic loop
+// computes d (the same bits as from its cache).
+func mseGrad[T float](x, y []T, g float64, out []T) {
+	y, out = y[:len(x)], out[:len(x)]
+	for i, v := range x {
+		out[i] = T(g * (2 * (float64(v) - float64(y[i]))))
+	}
 }
 
 func scaleBy[T float](d []float64, g float64, out []T) {

@@ -56,7 +56,33 @@ var lossCases = []struct {
 		[]float64{0, 0, 0.6931471805599453, 0, 0, 0.6933473055599402}},
 }
 
+// lossSplits are the ways a loss's six values are summed in the tests
+// below: as one sum; in partial sums of 4 values (the second chunk starts
+// mid-row, at another PosWeight class); of 2 and of 1 value, split between
+// three loop workers.
+var lossSplits = []lossSplit{{"whole", 1 << 16, 1}, {"chunks of 4", 4, 1}, {"chunks of 2 on 3 workers", 2, 3}, {"chunks of 1 on 3 workers", 1, 3}}
+
+type lossSplit struct {
+	name           string
+	chunk, workers int
+}
+
+// withLossSplit runs f with the loss summed as s says.
+func withLossSplit(s lossSplit, f func()) {
+	defer func(g int, w func() int, lc int) {
+		parallelGrain, maxWorkers, lossChunk = g, w, lc
+	}(parallelGrain, maxWorkers, lossChunk)
+	lossChunk, parallelGrain, maxWorkers = s.chunk, 1, func() int { return s.workers }
+	f()
+}
+
 func TestPointLossMatchesPyTorch(t *testing.T) {
+	for _, s := range lossSplits {
+		withLossSplit(s, func() { pointLossMatchesPyTorch(t, s.name) })
+	}
+}
+
+func pointLossMatchesPyTorch(t *testing.T, split string) {
 	for _, dt := range dtypes {
 		for _, c := range lossCases {
 			x, y := fromF64(dt, c.x, 2, 3), fromF64(dt, lossXY(c.cfg.Kind), 2, 3)
@@ -67,7 +93,7 @@ func TestPointLossMatchesPyTorch(t *testing.T) {
 				cfg := c.cfg
 				cfg.Reduction = r.red
 				got := run(t, func(g *G.ExprGraph, in []*G.Node) (*G.Node, error) { return PointLoss(in[0], in[1], cfg) }, x, y)
-				assertClose(t, fmt.Sprintf("%s %v %v", c.name, r.red, dt), got, r.want, tol(dt))
+				assertClose(t, fmt.Sprintf("%s %v %v, %s", c.name, r.red, dt, split), got, r.want, tol(dt))
 			}
 		}
 	}
@@ -76,6 +102,12 @@ func TestPointLossMatchesPyTorch(t *testing.T) {
 // The gradient of BCEWithLogits with pos_weight and of a summed Huber loss
 // against PyTorch's autograd (x.grad after backward()).
 func TestPointLossGradMatchesPyTorch(t *testing.T) {
+	for _, s := range lossSplits {
+		withLossSplit(s, func() { pointLossGradMatchesPyTorch(t, s.name) })
+	}
+}
+
+func pointLossGradMatchesPyTorch(t *testing.T, split string) {
 	for _, dt := range dtypes {
 		for _, c := range []struct {
 			name string
@@ -102,7 +134,7 @@ func TestPointLossGradMatchesPyTorch(t *testing.T) {
 			if err := m.RunAll(); err != nil {
 				t.Fatal(err)
 			}
-			assertClose(t, c.name+" grad "+dt.String(), vals(grads[0].Value()), c.want, tol(dt))
+			assertClose(t, c.name+" grad "+dt.String()+", "+split, vals(grads[0].Value()), c.want, tol(dt))
 			m.Close()
 		}
 	}
@@ -148,5 +180,27 @@ func TestPointLossBadInput(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: error %v, want it to contain %q", c.cfg, err, c.want)
 		}
+	}
+}
+
+// A loss over no elements (a batch of 0 rows) sums to 0, as PyTorch's
+// reduction='sum', rather than failing on its empty list of partial sums.
+func TestPointLossOfNoElements(t *testing.T) {
+	for _, dt := range dtypes {
+		g := G.NewGraph()
+		x := G.NewTensor(g, dt, 2, G.WithShape(0, 3), G.WithValue(tensor.New(tensor.Of(dt), tensor.WithShape(0, 3))))
+		y := G.NewTensor(g, dt, 2, G.WithShape(0, 3), G.WithValue(tensor.New(tensor.Of(dt), tensor.WithShape(0, 3))))
+		l, err := PointLoss(x, y, PointLossConfig{Kind: LossMSE, Reduction: ReduceSum})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := G.NewTapeMachine(g)
+		if err := m.RunAll(); err != nil {
+			t.Fatalf("%v: %v", dt, err)
+		}
+		if got := vals(l.Value()); len(got) != 1 || got[0] != 0 {
+			t.Fatalf("%v: sum over no elements = %v, want 0", dt, got)
+		}
+		m.Close()
 	}
 }

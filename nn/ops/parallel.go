@@ -395,6 +395,14 @@ type loopArgs struct {
 	// cache.
 	smooth smoothKind
 	aux    []float64
+	// The loss, its gradient, the convolution's bias gradient and the
+	// poolings (loss.go, conv.go, pool.go).
+	loss  *pointLossOp
+	d     []float64
+	scale float64
+	csum  *channelSumOp
+	pool  *poolGeom
+	arg   []int32
 }
 
 type loopKind int
@@ -415,6 +423,16 @@ const (
 	loopBNMask
 	loopSmooth
 	loopSmoothGrad
+	loopPointLoss
+	loopScaleBy
+	loopScaleByEach
+	loopMSEGrad
+	loopChannelSum
+	loopMaxPool
+	loopMaxPoolGrad
+	loopAvgPool
+	loopAvgPoolGrad
+	loopCopy
 )
 
 // loopPieces is how many pieces each loop worker's share is cut into for
@@ -461,6 +479,22 @@ func (j *loopJob[T]) piece(lo, hi int) {
 	case loopSmoothGrad:
 		// a is the input or the output, whichever the kind reads.
 		smoothBackward(j.smooth, j.a[lo:hi], j.a[lo:hi], j.b[lo:hi], j.c[lo:hi], auxPart(j.aux, lo, hi))
+	case loopPointLoss:
+		pointLossChunks(j.loss, j.a, j.b, j.c, lo, hi)
+	case loopScaleBy, loopScaleByEach, loopMSEGrad:
+		lossGrad(j.kind, j.d, j.scale, j.a, j.b, j.c, lo, hi)
+	case loopChannelSum:
+		channelSumRange(j.csum, j.a, j.c, lo, hi)
+	case loopMaxPool:
+		maxPool(j.pool, j.a, j.c, j.arg, lo, hi)
+	case loopMaxPoolGrad:
+		maxPoolGrad(j.pool, j.a, j.c, j.arg, lo, hi)
+	case loopAvgPool:
+		avgPool(j.pool, j.d, j.a, j.c, lo, hi)
+	case loopAvgPoolGrad:
+		avgPoolGrad(j.pool, j.d, j.a, j.c, lo, hi)
+	case loopCopy:
+		copy(j.c[lo:hi], j.a[lo:hi])
 	default:
 		panic(fmt.Sprintf("ops: loop kind %d has no kernel", j.kind))
 	}

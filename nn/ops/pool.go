@@ -3,6 +3,8 @@ package ops
 import (
 	"fmt"
 	"math"
+	"math/bits"
+	"unsafe"
 
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
@@ -108,42 +110,114 @@ func (op *maxPoolOp) Do(v ...G.Value) (G.Value, error) {
 	y := op.out.get(dt, op.g.yShape())
 	op.argmax = grow(op.argmax, op.g.yShape().TotalSize())
 	if dt == tensor.Float32 {
-		maxPool(&op.g, data[float32](x), data[float32](y), op.argmax)
+		poolPar(loopMaxPool, &op.g, data[float32](x), data[float32](y), op.argmax, nil)
 	} else {
-		maxPool(&op.g, data[float64](x), data[float64](y), op.argmax)
+		poolPar(loopMaxPool, &op.g, data[float64](x), data[float64](y), op.argmax, nil)
 	}
 	return y, nil
 }
 
-func maxPool[T float](g *poolGeom, x, y []T, argmax []int32) {
+// poolPar runs a pooling loop (kind: loopMaxPool, loopMaxPoolGrad,
+// loopAvgPool or loopAvgPoolGrad) from a to b over every plane, the planes
+// split between the loop workers when they are large (each plane is done
+// whole by one goroutine, in the serial order: the same bits).
+func poolPar[T float](kind loopKind, g *poolGeom, a, b []T, arg []int32, div []float64) {
+	planes := g.n * g.c
+	if w := workers(planes, g.h*g.w); w > 1 {
+		parallelLoop(kind, w, planes, a, nil, b, loopArgs{pool: g, arg: arg, d: div})
+		return
+	}
+	switch kind {
+	case loopMaxPool:
+		maxPool(g, a, b, arg, 0, planes)
+	case loopMaxPoolGrad:
+		maxPoolGrad(g, a, b, arg, 0, planes)
+	case loopAvgPool:
+		avgPool(g, div, a, b, 0, planes)
+	case loopAvgPoolGrad:
+		avgPoolGrad(g, div, a, b, 0, planes)
+	}
+}
+
+// pool2 reports a 2x2 window of stride 2 without padding whose windows
+// all lie inside the input (the commonest max pooling), which maxPool2
+// takes.
+func (g *poolGeom) pool2() bool {
+	return g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 && g.pw == 0 &&
+		2*g.oh <= g.h && 2*g.ow <= g.w
+}
+
+// maxPool writes planes [lo, hi)'s maxima and their indices.
+func maxPool[T float](g *poolGeom, x, y []T, argmax []int32, lo, hi int) {
 	hw, ohw := g.h*g.w, g.oh*g.ow
-	for p := 0; p < g.n*g.c; p++ {
+	two := g.pool2()
+	for p := lo; p < hi; p++ {
 		plane, out, arg := x[p*hw:(p+1)*hw], y[p*ohw:(p+1)*ohw], argmax[p*ohw:(p+1)*ohw]
-		for oy := 0; oy < g.oh; oy++ {
-			y0 := oy*g.sh - g.ph
-			ylo, yhi := max(y0, 0), min(y0+g.kh, g.h)
-			for ox := 0; ox < g.ow; ox++ {
-				x0 := ox*g.sw - g.pw
-				xlo, xhi := max(x0, 0), min(x0+g.kw, g.w)
-				best, bi := T(math.Inf(-1)), int32(ylo*g.w+xlo)
-				for iy := ylo; iy < yhi; iy++ {
-					row := plane[iy*g.w:]
-					for ix := xlo; ix < xhi; ix++ {
-						// NaN propagates, as in PyTorch.
-						if v := row[ix]; v > best || v != v {
-							best, bi = v, int32(iy*g.w+ix)
-							if v != v {
-								goto done
-							}
-						}
-					}
-				}
-			done:
-				out[oy*g.ow+ox], arg[oy*g.ow+ox] = best, bi
-			}
+		if two {
+			maxPool2(g, plane, out, arg)
+		} else {
+			maxPoolPlane(g, plane, out, arg)
 		}
 	}
 }
+
+// maxPoolPlane is maxPool's loop for one plane of any window.
+func maxPoolPlane[T float](g *poolGeom, plane, out []T, arg []int32) {
+	for oy := 0; oy < g.oh; oy++ {
+		y0 := oy*g.sh - g.ph
+		ylo, yhi := max(y0, 0), min(y0+g.kh, g.h)
+		for ox := 0; ox < g.ow; ox++ {
+			x0 := ox*g.sw - g.pw
+			xlo, xhi := max(x0, 0), min(x0+g.kw, g.w)
+			best, bi := T(math.Inf(-1)), int32(ylo*g.w+xlo)
+			for iy := ylo; iy < yhi; iy++ {
+				row := plane[iy*g.w:]
+				for ix := xlo; ix < xhi; ix++ {
+					// NaN propagates, as in PyTorch.
+					if v := row[ix]; v > best || v != v {
+						best, bi = v, int32(iy*g.w+ix)
+						if v != v {
+							goto done
+						}
+					}
+				}
+			}
+		done:
+			out[oy*g.ow+ox], arg[oy*g.ow+ox] = best, bi
+		}
+	}
+}
+
+// maxPool2 is maxPool's loop for one plane of a 2x2 window of stride 2
+// (pool2): the same maximum and index, the window read in the same order
+// (the first of equal maxima, the first NaN). Which of four values is the
+// largest is a coin toss on a network's activations, so nothing here
+// branches on it (a branch mispredicted every other window made the
+// general loop cost about 20 ns an output): the maximum m is Go's max
+// (NaN when any is), and the index that of the first value equal to m,
+// or NaN, found from a bit mask.
+func maxPool2[T float](g *poolGeom, plane, out []T, arg []int32) {
+	w, ow := g.w, g.ow
+	for oy := 0; oy < g.oh; oy++ {
+		top := 2 * oy * w
+		r0 := plane[top:][:2*ow]
+		r1 := plane[top+w:][:2*ow]
+		o, a := out[oy*ow:][:ow], arg[oy*ow:][:ow]
+		for ox := range o {
+			i := 2 * ox
+			v0, v1, v2, v3 := r0[i], r0[i+1], r1[i], r1[i+1]
+			m := max(max(v0, v1), max(v2, v3))
+			mask := (b2u(v0 == m) | b2u(v0 != v0)) | (b2u(v1 == m)|b2u(v1 != v1))<<1 |
+				(b2u(v2 == m)|b2u(v2 != v2))<<2 | 8
+			j := bits.TrailingZeros8(mask) // 3 when none of the first three
+			k := i + int(j&1) + int(j>>1)*w
+			o[ox], a[ox] = plane[top+k], int32(top+k)
+		}
+	}
+}
+
+// b2u is 1 for true, 0 for false, without a branch.
+func b2u(b bool) uint8 { return *(*uint8)(unsafe.Pointer(&b)) }
 
 func (op *maxPoolOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
 	d, err := apply(&maxPoolGradOp{base: newBase("MaxPool2dGrad"), fwd: op}, output, grad)
@@ -175,17 +249,19 @@ func (op *maxPoolGradOp) Do(v ...G.Value) (G.Value, error) {
 	}
 	dx := op.out.get(dt, g.xShape())
 	if dt == tensor.Float32 {
-		maxPoolGrad(g, data[float32](dy), data[float32](dx), op.fwd.argmax)
+		poolPar(loopMaxPoolGrad, g, data[float32](dy), data[float32](dx), op.fwd.argmax, nil)
 	} else {
-		maxPoolGrad(g, data[float64](dy), data[float64](dx), op.fwd.argmax)
+		poolPar(loopMaxPoolGrad, g, data[float64](dy), data[float64](dx), op.fwd.argmax, nil)
 	}
 	return dx, nil
 }
 
-func maxPoolGrad[T float](g *poolGeom, dy, dx []T, argmax []int32) {
-	clear(dx)
+// maxPoolGrad writes planes [lo, hi) of dx: each output gradient added to
+// its window's maximum.
+func maxPoolGrad[T float](g *poolGeom, dy, dx []T, argmax []int32, lo, hi int) {
 	hw, ohw := g.h*g.w, g.oh*g.ow
-	for p := 0; p < g.n*g.c; p++ {
+	clear(dx[lo*hw : hi*hw])
+	for p := lo; p < hi; p++ {
 		plane, arg := dx[p*hw:(p+1)*hw], argmax[p*ohw:(p+1)*ohw]
 		for i, d := range dy[p*ohw : (p+1)*ohw] {
 			plane[arg[i]] += d
@@ -239,16 +315,17 @@ func (op *avgPoolOp) Do(v ...G.Value) (G.Value, error) {
 	}
 	y := op.out.get(dt, op.g.yShape())
 	if dt == tensor.Float32 {
-		avgPool(&op.g, op.div, data[float32](x), data[float32](y))
+		poolPar(loopAvgPool, &op.g, data[float32](x), data[float32](y), nil, op.div)
 	} else {
-		avgPool(&op.g, op.div, data[float64](x), data[float64](y))
+		poolPar(loopAvgPool, &op.g, data[float64](x), data[float64](y), nil, op.div)
 	}
 	return y, nil
 }
 
-func avgPool[T float](g *poolGeom, div []float64, x, y []T) {
+// avgPool writes planes [lo, hi)'s window averages.
+func avgPool[T float](g *poolGeom, div []float64, x, y []T, lo, hi int) {
 	hw, ohw := g.h*g.w, g.oh*g.ow
-	for p := 0; p < g.n*g.c; p++ {
+	for p := lo; p < hi; p++ {
 		plane, out := x[p*hw:(p+1)*hw], y[p*ohw:(p+1)*ohw]
 		for oy := 0; oy < g.oh; oy++ {
 			y0 := oy*g.sh - g.ph
@@ -298,17 +375,19 @@ func (op *avgPoolGradOp) Do(v ...G.Value) (G.Value, error) {
 	}
 	dx := op.out.get(dt, g.xShape())
 	if dt == tensor.Float32 {
-		avgPoolGrad(g, op.fwd.div, data[float32](dy), data[float32](dx))
+		poolPar(loopAvgPoolGrad, g, data[float32](dy), data[float32](dx), nil, op.fwd.div)
 	} else {
-		avgPoolGrad(g, op.fwd.div, data[float64](dy), data[float64](dx))
+		poolPar(loopAvgPoolGrad, g, data[float64](dy), data[float64](dx), nil, op.fwd.div)
 	}
 	return dx, nil
 }
 
-func avgPoolGrad[T float](g *poolGeom, div []float64, dy, dx []T) {
-	clear(dx)
+// avgPoolGrad writes planes [lo, hi) of dx: each output gradient spread
+// over its window.
+func avgPoolGrad[T float](g *poolGeom, div []float64, dy, dx []T, lo, hi int) {
 	hw, ohw := g.h*g.w, g.oh*g.ow
-	for p := 0; p < g.n*g.c; p++ {
+	clear(dx[lo*hw : hi*hw])
+	for p := lo; p < hi; p++ {
 		plane, d := dx[p*hw:(p+1)*hw], dy[p*ohw:(p+1)*ohw]
 		for oy := 0; oy < g.oh; oy++ {
 			y0 := oy*g.sh - g.ph

@@ -157,3 +157,45 @@ func TestGorgoniaGlobalAveragePoolDefect(t *testing.T) {
 	}
 	t.Logf("Gorgonia's GlobalAveragePool2D: %v", err)
 }
+
+// The 2x2 stride-2 max pooling loop (maxPool2) gives the general loop's
+// maxima and indices, bit for bit: ties keep the first of the window in
+// row order, the first NaN wins, an all -∞ window points at its first
+// element; odd sizes leave the last row and column out.
+func TestMaxPool2MatchesAnyWindow(t *testing.T) {
+	special := []float64{math.NaN(), math.Inf(-1), math.Inf(1), 0, math.Copysign(0, -1), 0.5, 0.5}
+	for _, hw := range [][2]int{{4, 4}, {5, 7}, {6, 3}, {2, 2}} {
+		g := poolGeom{n: 1, c: 1, h: hw[0], w: hw[1], kh: 2, kw: 2, sh: 2, sw: 2, oh: hw[0] / 2, ow: hw[1] / 2}
+		if !g.pool2() {
+			t.Fatalf("%v: not the 2x2 path", hw)
+		}
+		for seed := range 300 {
+			x := make([]float64, g.h*g.w)
+			for i := range x {
+				// Mostly values from a small set (ties, zeros of both
+				// signs, infinities, NaN), some distinct ones.
+				if v := (seed*31 + i*17 + i*i*7) % 11; v < len(special) {
+					x[i] = special[v]
+				} else {
+					x[i] = float64(v) - 9
+				}
+			}
+			if seed%3 == 0 {
+				for i := range x {
+					x[i] = math.Inf(-1)
+				}
+				x[(seed/3)%len(x)] = math.NaN()
+			}
+			ohw := g.oh * g.ow
+			want, got := make([]float64, ohw), make([]float64, ohw)
+			wantArg, gotArg := make([]int32, ohw), make([]int32, ohw)
+			maxPoolPlane(&g, x, want, wantArg)
+			maxPool2(&g, x, got, gotArg)
+			for i := range want {
+				if math.Float64bits(got[i]) != math.Float64bits(want[i]) && !(math.IsNaN(got[i]) && math.IsNaN(want[i])) || gotArg[i] != wantArg[i] {
+					t.Fatalf("%v seed %d output %d: 2x2 loop %v at %d, general loop %v at %d (input %v)", hw, seed, i, got[i], gotArg[i], want[i], wantArg[i], x)
+				}
+			}
+		}
+	}
+}

@@ -41,6 +41,9 @@ func affine32AVX2(x, y *float32, n int, s, b float32, relu int)
 func addRelu32AVX2(a, b, y *float32, n int)
 
 //go:noescape
+func relu32AVX2(x, y *float32, n int)
+
+//go:noescape
 func add32AVX2(a, b, y *float32, n int)
 
 //go:noescape

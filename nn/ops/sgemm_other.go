@@ -27,6 +27,7 @@ func sgemmNT4x6AVX2(int, uint32, *float32, int, *float32, *int32, *float32, int,
 
 func affine32AVX2(*float32, *float32, int, float32, float32, int) { panic("ops: no AVX2") }
 func addRelu32AVX2(*float32, *float32, *float32, int)             { panic("ops: no AVX2") }
+func relu32AVX2(*float32, *float32, int)                          { panic("ops: no AVX2") }
 func add32AVX2(*float32, *float32, *float32, int)                 { panic("ops: no AVX2") }
 func maskPos32AVX2(*float32, *float32, *float32, int)             { panic("ops: no AVX2") }
 func lincomb32AVX2(*float32, *float32, *float32, int, float32, float32, float32) {

@@ -5,7 +5,7 @@
 // start reducing while backward runs). It sits behind the
 // device layer: strategies own engines and run them on a device.Device;
 // infer runs one for inference. It imports module, data, nn (and nn/ops, for
-// the gradient sums it runs itself) and Gorgonia,
+// the gradient sums and input copies it runs itself) and Gorgonia,
 // never strategy, trainer or a collective.
 //
 // A module's steps may use Gorgonia's stock ops beside fulgur's layers, and
@@ -46,6 +46,7 @@ import (
 
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/nn/ops"
 	"github.com/fulgur-ml/fulgur/panics"
 )
 
@@ -517,7 +518,7 @@ func (e *Engine) bind(c *compiled, b *data.Batch) error {
 			return fmt.Errorf("batch field %q holds %d values for %d rows, the graph input %q expects %d (shape %v per row)", in.name, len(src), b.Size, in.name, want, c.fields[i].Shape)
 		}
 		if in.t32 != nil {
-			copy(in.t32, src)
+			ops.Copy(in.t32, src)
 		} else {
 			for j, v := range src {
 				in.t64[j] = float64(v)
@@ -544,7 +545,7 @@ func (e *Engine) bind64(c *compiled, b *data.Batch) error {
 		if want := in.size * b.Size; len(src) != want {
 			return fmt.Errorf("batch field %q holds %d values for %d rows, the graph input %q expects %d (shape %v per row)", in.name, len(src), b.Size, in.name, want, c.fields[i].Shape)
 		}
-		copy(in.t64, src)
+		ops.Copy(in.t64, src)
 	}
 	return nil
 }
