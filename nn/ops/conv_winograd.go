@@ -70,7 +70,7 @@ var winogradMaxWaste = 1.35
 // Winograd path (y = w ⊛ x, as convForward).
 func winogradFits[T float](g *convGeom) bool {
 	var z T
-	return winogradOn && useAVX512 && unsafe.Sizeof(z) == 4 &&
+	return winogradOn && (useAVX512 || useAVX2) && unsafe.Sizeof(z) == 4 &&
 		g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 &&
 		g.ph == 1 && g.pw == 1 && g.same() && g.oc%8 == 0 &&
 		min(g.c, g.oc) >= winogradMinChannels &&
@@ -236,7 +236,7 @@ func convForwardWinograd(g *convGeom, x, u, y, keep []float32, s *convScratch, l
 		}
 		for c := 0; c < g.c; c++ {
 			for t0 := 0; t0 < nt; t0 += 16 {
-				wgInput16(&xp[c*nb*plane], &xoff[t0], wp, &v[c*rs+t0], vs, &tmp[0])
+				wgInputTiles(&xp[c*nb*plane], &xoff[t0], wp, &v[c*rs+t0], vs, &tmp[0])
 			}
 		}
 		boff := s.mm.rows(g.c, rs)
@@ -247,7 +247,7 @@ func convForwardWinograd(g *convGeom, x, u, y, keep []float32, s *convScratch, l
 		yc := y[n0*out : (n0+k)*out]
 		for o := 0; o < g.oc; o++ {
 			for t0 := 0; t0 < nt; t0 += 16 {
-				wgOutput16(&m[o*rs+t0], ms, &tmp[0], &yc[o*hw], &yoff[t0], g.w, &mask[4*t0])
+				wgOutputTiles(&m[o*rs+t0], ms, &tmp[0], &yc[o*hw], &yoff[t0], g.w, &mask[4*t0])
 			}
 		}
 	}
@@ -367,7 +367,7 @@ func convGradWeightWinograd(g *convGeom, x, dy, dw, kept []float32, s *convScrat
 				}
 			}
 			for t0 := 0; t0 < nt; t0 += 16 {
-				wgInput16(&xc[0], &xoff[t0], wp, &v[c*rs+t0], vs, &tmp[0])
+				wgInputTiles(&xc[0], &xoff[t0], wp, &v[c*rs+t0], vs, &tmp[0])
 			}
 		}
 		for o := 0; o < g.oc; o++ {
@@ -381,7 +381,7 @@ func convGradWeightWinograd(g *convGeom, x, dy, dw, kept []float32, s *convScrat
 				clear(p[g.h*dld:])
 			}
 			for t0 := 0; t0 < nt; t0 += 16 {
-				wgGrad16(&dc[0], &doff[t0], dld, &m[o*rs+t0], ms, &tmp[0])
+				wgGradTiles(&dc[0], &doff[t0], dld, &m[o*rs+t0], ms, &tmp[0])
 			}
 		}
 		for xi := 0; xi < 36; xi++ {
