@@ -18,9 +18,11 @@ import (
 // convolution does 144·OC·C, at the cost of the transforms of the input
 // (Bᵀ d B, a tile and channel; read from a zero-padded copy) and of the
 // output (Aᵀ m A, a tile and output channel), 16 tiles at a time in
-// AVX-512 (conv_winograd_amd64.s), and of the kernel (G g Gᵀ, once a
-// call, 16 channel pairs at a time in AVX-512,
-// conv_winograd_kernel_amd64.s). The input gradient of such a convolution
+// AVX-512 (conv_winograd_amd64.s) or 8 in AVX2 and FMA
+// (conv_winograd_avx2_amd64.s, the same bits), and of the kernel (G g Gᵀ,
+// once a call, 16 channel pairs at a time in AVX-512,
+// conv_winograd_kernel_amd64.s, else in Go, the same bits). On AVX2 the
+// products run on that tier's multiply kernels, as the direct paths'. The input gradient of such a convolution
 // is one too (convGradInput's transposed geometry, the kernel flipped as
 // its transform reads it), so it takes
 // the same path. So does the weight gradient, by the chain rule through

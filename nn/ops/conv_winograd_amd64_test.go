@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"syscall"
 	"testing"
 	"unsafe"
@@ -113,18 +114,25 @@ func TestWinogradTransformsMatchGathers(t *testing.T) {
 }
 
 // BenchmarkWinogradTransforms times the input and output-gradient
-// transforms of one channel of resnet8's chunks (warm caches), loading
-// their rows or gathering them (ns per 16 tiles).
+// transforms of one channel of resnet8's chunks (warm caches) on the
+// kernels in use, loading their rows, or with AVX-512 gathering them too
+// (ns per 16 tiles).
 func BenchmarkWinogradTransforms(b *testing.B) {
+	if !useAVX512 && !useAVX2 {
+		b.Skip("no AVX-512 or AVX2: the Winograd path is never taken")
+	}
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, k := range []struct {
 		name string
 		size int
 		f    func(*float32, *int32, int, *float32, int, *float32)
 	}{
-		{"input/load", 6, wgInput16}, {"input/gather", 6, wgInput16Gather},
-		{"grad/load", 4, wgGrad16}, {"grad/gather", 4, wgGrad16Gather},
+		{"input/load", 6, wgInputTiles}, {"input/gather", 6, wgInput16Gather},
+		{"grad/load", 4, wgGradTiles}, {"grad/gather", 4, wgGrad16Gather},
 	} {
+		if strings.HasSuffix(k.name, "gather") && !useAVX512 {
+			continue
+		}
 		for _, c := range wgTileCases(r, k.size)[:4] {
 			b.Run(k.name+"/"+c.name, func(b *testing.B) {
 				p := make([]float32, c.n)
@@ -296,5 +304,37 @@ func TestWinogradAVX2OutputMatchesReference(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// BenchmarkWinogradOutput times the output transform of one output
+// channel of resnet8's chunks (warm caches) on the kernels in use (ns per
+// 16 tiles): 28x28's tiles all inside the image, 14x14's and 7x7's the
+// last row and column partly outside.
+func BenchmarkWinogradOutput(b *testing.B) {
+	if !useAVX512 && !useAVX2 {
+		b.Skip("no AVX-512 or AVX2: the Winograd path is never taken")
+	}
+	for _, s := range []struct{ k, hw int }{{5, 28}, {2, 14}, {8, 7}} {
+		b.Run(fmt.Sprintf("%dx%dx%d", s.k, s.hw, s.hw), func(b *testing.B) {
+			g := &convGeom{n: s.k, c: 16, h: s.hw, w: s.hw, oc: 16, kh: 3, kw: 3, sh: 1, sw: 1, ph: 1, pw: 1, dh: 1, dw: 1, oh: s.hw, ow: s.hw}
+			th, tw, _, _ := g.winogradTiles()
+			nt := s.k * th * tw
+			rs := winogradRow(nt)
+			xoff, yoff, mask := make([]int32, rs), make([]int32, rs), make([]int32, 4*rs)
+			winogradPatches(g, s.k, xoff, yoff, mask, s.hw*s.hw, s.hw)
+			ld := winogradStride(rs)
+			m, y, tmp := make([]float32, 36*ld), make([]float32, s.k*s.hw*s.hw), make([]float32, 576)
+			for i := range m {
+				m[i] = float32(i%7) - 3
+			}
+			b.ResetTimer()
+			for range b.N {
+				for t0 := 0; t0 < nt; t0 += 16 {
+					wgOutputTiles(&m[t0], ld, &tmp[0], &y[0], &yoff[t0], s.hw, &mask[4*t0])
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*((nt+15)/16)), "ns/16tiles")
+		})
 	}
 }

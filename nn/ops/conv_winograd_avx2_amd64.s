@@ -42,6 +42,17 @@ DATA wgY8<>+24(SB)/4, $8.0
 DATA wgY8<>+28(SB)/4, $8.0
 GLOBL wgY8<>(SB), RODATA|NOPTR, $32
 
+// wgY15 is 8 int32 15s: a mask whose four outputs all lie in the image.
+DATA wgY15<>+0(SB)/4, $15
+DATA wgY15<>+4(SB)/4, $15
+DATA wgY15<>+8(SB)/4, $15
+DATA wgY15<>+12(SB)/4, $15
+DATA wgY15<>+16(SB)/4, $15
+DATA wgY15<>+20(SB)/4, $15
+DATA wgY15<>+24(SB)/4, $15
+DATA wgY15<>+28(SB)/4, $15
+GLOBL wgY15<>(SB), RODATA|NOPTR, $32
+
 // wgYMask[m] is the 4-float store mask of the bits of m (VMASKMOVPS: a
 // lane is stored when its top bit is set).
 #define M4(m, b0, b1, b2, b3) \
@@ -301,41 +312,22 @@ TEXT ·wgGrad8AVX2(SB), NOSPLIT, $0-48
 	ADDQ    R9, SI
 
 // Lane lane's four outputs (xu) into y at DX + 4·yoff[lane], those whose
-// bits are set in the lane's mask (R12, moff + 4·lane) only: those inside
-// the image (R8: wgYMask).
-#define STLANEY(lane, xu, moff) \
+// bits are set in the lane's mask (R12 + 4·lane) only: those inside the
+// image (R8: wgYMask). VMASKMOVPS stores cost Zen 3 several times a plain
+// one: OUTROWSY takes them only for rows some of whose outputs lie
+// outside the image.
+#define STLANEY(lane, xu) \
 	MOVLQSX    (lane*4)(R13), R14 \
 	LEAQ       (DX)(R14*4), R14 \
-	MOVL       (moff+lane*4)(R12), R15 \
+	MOVL       (lane*4)(R12), R15 \
 	SHLQ       $4, R15 \
 	VMOVDQU    (R8)(R15*1), X4 \
 	VMASKMOVPS xu, X4, (R14)
 
-// Row r of Aᵀ m: times A, transposed (a lane's four outputs together:
-// lanes 0-3 in the low blocks of Y12-Y15, 4-7 in their high blocks, moved
-// to Y0-Y3), into y (DX, then one row of y, CX bytes, on); moff = 64·r.
-#define OUTROWY(toff, moff) \
-	VMOVUPS      (toff+0)(BX), Y0 \
-	VMOVUPS      (toff+32)(BX), Y1 \
-	VMOVUPS      (toff+64)(BX), Y2 \
-	VMOVUPS      (toff+96)(BX), Y3 \
-	VMOVUPS      (toff+128)(BX), Y4 \
-	VMOVUPS      (toff+160)(BX), Y5 \
-	AT6Y \
-	T4Y(Y6, Y7, Y8, Y9, Y12, Y13, Y14, Y15, Y0, Y1, Y2, Y3) \
-	VEXTRACTF128 $1, Y12, X0 \
-	VEXTRACTF128 $1, Y13, X1 \
-	VEXTRACTF128 $1, Y14, X2 \
-	VEXTRACTF128 $1, Y15, X3 \
-	STLANEY(0, X12, moff) \
-	STLANEY(1, X13, moff) \
-	STLANEY(2, X14, moff) \
-	STLANEY(3, X15, moff) \
-	STLANEY(4, X0, moff) \
-	STLANEY(5, X1, moff) \
-	STLANEY(6, X2, moff) \
-	STLANEY(7, X3, moff) \
-	ADDQ         CX, DX
+// Lane lane's four outputs (xu) into y at DX + 4·yoff[lane].
+#define STLANEFULLY(lane, xu) \
+	MOVLQSX (lane*4)(R13), R14 \
+	VMOVUPS xu, (DX)(R14*4)
 
 // func wgOutput8AVX2(m *float32, ld int, tmp *float32, y *float32, yoff *int32, w int, mask *int32)
 //
@@ -361,9 +353,55 @@ TEXT ·wgOutput8AVX2(SB), NOSPLIT, $0-56
 	OUTCOLY(96)
 	OUTCOLY(128)
 	OUTCOLY(160)
-	OUTROWY(0, 0)
-	OUTROWY(192, 64)
-	OUTROWY(384, 128)
-	OUTROWY(576, 192)
+	MOVQ $4, AX
+
+	// Row r of Aᵀ m (BX): times A, transposed (a lane's four outputs
+	// together: lanes 0-3 in the low blocks of Y12-Y15, 4-7 in their high
+	// blocks, moved to Y0-Y3), into y (DX); then DX one row of y (CX
+	// bytes) on, BX one row of tmp, R12 one row of masks (64 bytes).
+row:
+	VMOVUPS      0(BX), Y0
+	VMOVUPS      32(BX), Y1
+	VMOVUPS      64(BX), Y2
+	VMOVUPS      96(BX), Y3
+	VMOVUPS      128(BX), Y4
+	VMOVUPS      160(BX), Y5
+	AT6Y
+	T4Y(Y6, Y7, Y8, Y9, Y12, Y13, Y14, Y15, Y0, Y1, Y2, Y3)
+	VEXTRACTF128 $1, Y12, X0
+	VEXTRACTF128 $1, Y13, X1
+	VEXTRACTF128 $1, Y14, X2
+	VEXTRACTF128 $1, Y15, X3
+	VMOVDQU      (R12), Y4
+	VPCMPEQD     wgY15<>(SB), Y4, Y4
+	VMOVMSKPS    Y4, R15
+	CMPQ         R15, $0xff
+	JNE          masked
+	STLANEFULLY(0, X12)
+	STLANEFULLY(1, X13)
+	STLANEFULLY(2, X14)
+	STLANEFULLY(3, X15)
+	STLANEFULLY(4, X0)
+	STLANEFULLY(5, X1)
+	STLANEFULLY(6, X2)
+	STLANEFULLY(7, X3)
+	JMP          next
+
+masked:
+	STLANEY(0, X12)
+	STLANEY(1, X13)
+	STLANEY(2, X14)
+	STLANEY(3, X15)
+	STLANEY(4, X0)
+	STLANEY(5, X1)
+	STLANEY(6, X2)
+	STLANEY(7, X3)
+
+next:
+	ADDQ CX, DX
+	ADDQ $192, BX
+	ADDQ $64, R12
+	DECQ AX
+	JNZ  row
 	VZEROUPPER
 	RET
