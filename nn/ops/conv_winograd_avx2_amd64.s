@@ -311,18 +311,8 @@ TEXT ·wgGrad8AVX2(SB), NOSPLIT, $0-48
 	VMOVUPS Y9, (boff+576)(BX) \
 	ADDQ    R9, SI
 
-// Lane lane's four outputs (xu) into y at DX + 4·yoff[lane], those whose
-// bits are set in the lane's mask (R12 + 4·lane) only: those inside the
-// image (R8: wgYMask). VMASKMOVPS stores cost Zen 3 several times a plain
-// one: OUTROWSY takes them only for rows some of whose outputs lie
-// outside the image.
-#define STLANEY(lane, xu) \
-	MOVLQSX    (lane*4)(R13), R14 \
-	LEAQ       (DX)(R14*4), R14 \
-	MOVL       (lane*4)(R12), R15 \
-	SHLQ       $4, R15 \
-	VMOVDQU    (R8)(R15*1), X4 \
-	VMASKMOVPS xu, X4, (R14)
+// VMASKMOVPS stores cost Zen 3 about twice a plain one: wgOutput8AVX2
+// takes them only for lanes some of whose outputs lie outside the image.
 
 // Lane lane's four outputs (xu) into y at DX + 4·yoff[lane].
 #define STLANEFULLY(lane, xu) \
@@ -354,6 +344,7 @@ TEXT ·wgOutput8AVX2(SB), NOSPLIT, $0-56
 	OUTCOLY(128)
 	OUTCOLY(160)
 	MOVQ $4, AX
+	LEAQ 768(BX), R10
 
 	// Row r of Aᵀ m (BX): times A, transposed (a lane's four outputs
 	// together: lanes 0-3 in the low blocks of Y12-Y15, 4-7 in their high
@@ -387,15 +378,42 @@ row:
 	STLANEFULLY(7, X3)
 	JMP          next
 
+	// Some outputs of the row lie outside the image: the lanes one by one
+	// from tmp (R10), the whole four outputs, some (VMASKMOVPS) or none.
 masked:
-	STLANEY(0, X12)
-	STLANEY(1, X13)
-	STLANEY(2, X14)
-	STLANEY(3, X15)
-	STLANEY(4, X0)
-	STLANEY(5, X1)
-	STLANEY(6, X2)
-	STLANEY(7, X3)
+	VMOVUPS X12, 0(R10)
+	VMOVUPS X13, 16(R10)
+	VMOVUPS X14, 32(R10)
+	VMOVUPS X15, 48(R10)
+	VMOVUPS X0, 64(R10)
+	VMOVUPS X1, 80(R10)
+	VMOVUPS X2, 96(R10)
+	VMOVUPS X3, 112(R10)
+	XORQ    DI, DI
+
+lane:
+	MOVL    (R12)(DI*4), R15
+	TESTL   R15, R15
+	JZ      lanenext
+	MOVLQSX (R13)(DI*4), R14
+	LEAQ    (DX)(R14*4), R14
+	MOVQ    DI, SI
+	SHLQ    $4, SI
+	VMOVUPS (R10)(SI*1), X5
+	CMPL    R15, $15
+	JNE     part
+	VMOVUPS X5, (R14)
+	JMP     lanenext
+
+part:
+	SHLQ       $4, R15
+	VMOVDQU    (R8)(R15*1), X4
+	VMASKMOVPS X5, X4, (R14)
+
+lanenext:
+	INCQ DI
+	CMPQ DI, $8
+	JB   lane
 
 next:
 	ADDQ CX, DX
