@@ -18,9 +18,11 @@ import (
 // convolution does 144·OC·C, at the cost of the transforms of the input
 // (Bᵀ d B, a tile and channel; read from a zero-padded copy) and of the
 // output (Aᵀ m A, a tile and output channel), 16 tiles at a time in
-// AVX-512 (conv_winograd_amd64.s), and of the kernel (G g Gᵀ, once a
-// call, 16 channel pairs at a time in AVX-512,
-// conv_winograd_kernel_amd64.s). The input gradient of such a convolution
+// AVX-512 (conv_winograd_amd64.s) or 8 in AVX2 and FMA
+// (conv_winograd_avx2_amd64.s, the same bits), and of the kernel (G g Gᵀ,
+// once a call, 16 channel pairs at a time in AVX-512,
+// conv_winograd_kernel_amd64.s, else in Go, the same bits). On AVX2 the
+// products run on that tier's multiply kernels, as the direct paths'. The input gradient of such a convolution
 // is one too (convGradInput's transposed geometry, the kernel flipped as
 // its transform reads it), so it takes
 // the same path. So does the weight gradient, by the chain rule through
@@ -70,7 +72,7 @@ var winogradMaxWaste = 1.35
 // Winograd path (y = w ⊛ x, as convForward).
 func winogradFits[T float](g *convGeom) bool {
 	var z T
-	return winogradOn && useAVX512 && unsafe.Sizeof(z) == 4 &&
+	return winogradOn && (useAVX512 || useAVX2) && unsafe.Sizeof(z) == 4 &&
 		g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 &&
 		g.ph == 1 && g.pw == 1 && g.same() && g.oc%8 == 0 &&
 		min(g.c, g.oc) >= winogradMinChannels &&
@@ -236,7 +238,7 @@ func convForwardWinograd(g *convGeom, x, u, y, keep []float32, s *convScratch, l
 		}
 		for c := 0; c < g.c; c++ {
 			for t0 := 0; t0 < nt; t0 += 16 {
-				wgInput16(&xp[c*nb*plane], &xoff[t0], wp, &v[c*rs+t0], vs, &tmp[0])
+				wgInputTiles(&xp[c*nb*plane], &xoff[t0], wp, &v[c*rs+t0], vs, &tmp[0])
 			}
 		}
 		boff := s.mm.rows(g.c, rs)
@@ -247,7 +249,7 @@ func convForwardWinograd(g *convGeom, x, u, y, keep []float32, s *convScratch, l
 		yc := y[n0*out : (n0+k)*out]
 		for o := 0; o < g.oc; o++ {
 			for t0 := 0; t0 < nt; t0 += 16 {
-				wgOutput16(&m[o*rs+t0], ms, &tmp[0], &yc[o*hw], &yoff[t0], g.w, &mask[4*t0])
+				wgOutputTiles(&m[o*rs+t0], ms, &tmp[0], &yc[o*hw], &yoff[t0], g.w, &mask[4*t0])
 			}
 		}
 	}
@@ -367,7 +369,7 @@ func convGradWeightWinograd(g *convGeom, x, dy, dw, kept []float32, s *convScrat
 				}
 			}
 			for t0 := 0; t0 < nt; t0 += 16 {
-				wgInput16(&xc[0], &xoff[t0], wp, &v[c*rs+t0], vs, &tmp[0])
+				wgInputTiles(&xc[0], &xoff[t0], wp, &v[c*rs+t0], vs, &tmp[0])
 			}
 		}
 		for o := 0; o < g.oc; o++ {
@@ -381,7 +383,7 @@ func convGradWeightWinograd(g *convGeom, x, dy, dw, kept []float32, s *convScrat
 				clear(p[g.h*dld:])
 			}
 			for t0 := 0; t0 < nt; t0 += 16 {
-				wgGrad16(&dc[0], &doff[t0], dld, &m[o*rs+t0], ms, &tmp[0])
+				wgGradTiles(&dc[0], &doff[t0], dld, &m[o*rs+t0], ms, &tmp[0])
 			}
 		}
 		for xi := 0; xi < 36; xi++ {

@@ -156,8 +156,8 @@ func do(t *testing.T, f func(...G.Value) (G.Value, error), v ...G.Value) []float
 // convolutions with enough channels whose rows the kernels take: resnet8's
 // stage convolutions, not its stem, strided or 1x1 ones, nor float64.
 func TestWinogradFits(t *testing.T) {
-	if !useAVX512 {
-		t.Skip("no AVX-512: the Winograd path is never taken")
+	if !useAVX512 && !useAVX2 {
+		t.Skip("no AVX-512 or AVX2: the Winograd path is never taken")
 	}
 	geom := func(c, oc, hw, k, stride, pad int) *convGeom {
 		g := &convGeom{n: 64, c: c, h: hw, w: hw, oc: oc, kh: k, kw: k, sh: stride, sw: stride, ph: pad, pw: pad, dh: 1, dw: 1}
@@ -199,8 +199,8 @@ func TestWinogradFits(t *testing.T) {
 // takes 1; 2 of 14x14 and 8 of 7x7 as the implicit path; a batch too small
 // to fill them as the implicit path.
 func TestWinogradChunk(t *testing.T) {
-	if !useAVX512 {
-		t.Skip("no AVX-512: the Winograd path is never taken")
+	if !useAVX512 && !useAVX2 {
+		t.Skip("no AVX-512 or AVX2: the Winograd path is never taken")
 	}
 	geom := func(n, c, hw int) *convGeom {
 		return &convGeom{n: n, c: c, h: hw, w: hw, oc: c, kh: 3, kw: 3, sh: 1, sw: 1, ph: 1, pw: 1, dh: 1, dw: 1, oh: hw, ow: hw}
@@ -331,12 +331,13 @@ func TestConv2dWinogradKeepsPadding(t *testing.T) {
 
 // winogradForSmallCases lets winogradCases' small shapes take the Winograd
 // path for the rest of t (8 channels and up, any share of wasted tiles),
-// and skips t on a CPU without AVX-512, where the path is never taken and
-// convolutions run the Go loops (covered by TestConv2dForward).
+// and skips t on a CPU without AVX-512 or AVX2 (or with both off), where
+// the path is never taken and convolutions run the Go loops (covered by
+// TestConv2dForward).
 func winogradForSmallCases(t *testing.T) {
 	t.Helper()
-	if !useAVX512 {
-		t.Skip("the Winograd path runs on the AVX-512 kernels; this CPU has none")
+	if !useAVX512 && !useAVX2 {
+		t.Skip("the Winograd path runs on the AVX-512 or AVX2 kernels; this CPU has neither")
 	}
 	mc, mw := winogradMinChannels, winogradMaxWaste
 	t.Cleanup(func() { winogradMinChannels, winogradMaxWaste = mc, mw })
@@ -391,8 +392,11 @@ func TestConv2dWinogradWeightGradMatchesReference(t *testing.T) {
 		convCase{n: 64, c: 16, h: 28, w: 28, oc: 16, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}},
 		convCase{n: 64, c: 32, h: 14, w: 14, oc: 32, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}},
 		convCase{n: 64, c: 64, h: 7, w: 7, oc: 64, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}})
-	for _, c := range cases {
+	for i, c := range cases {
 		t.Run(c.String(), func(t *testing.T) {
+			if i >= len(winogradCases) && testing.Short() {
+				t.Skip("-short: batch 64's float64 reference loops take minutes under emulation (.ci/run's qemu step)")
+			}
 			_, _, gw, in, dy := convOps(t, c, tensor.Float32)
 			x, dyv := vals(in[0]), vals(dy)
 			want, scale := dwRef(c, x, dyv, false), dwRef(c, x, dyv, true)

@@ -20,15 +20,17 @@
 //     shapes; the values bound at run time are checked again (a batch of the
 //     wrong size is an error, not memory corruption).
 //   - Matrix multiplies go through blas, except the float32
-//     convolutions' where the CPU has AVX-512: those run on this package's
-//     kernels (sgemm_amd64.s), from a zero-padded copy of the input rather
-//     than a column matrix where that is faster (conv_implicit.go), and
-//     the input gradient of strided ones phase by phase rather than through
-//     col2im (conv_phase.go), and same-padded 3x3 ones of 16 channels and
-//     more, forward, input and weight gradient, as Winograd F(4x4, 3x3)
-//     (conv_winograd.go); the float32 normalisation and activation
-//     loops use AVX-512 too (elem_amd64.s, bnadd_amd64.s). Elsewhere, and
-//     for float64, the Go loops and the BLAS.
+//     convolutions' where the CPU has AVX-512 or AVX2 with FMA: those run
+//     on this package's kernels (sgemm_amd64.s, sgemm_avx2_amd64.s), from
+//     a zero-padded copy of the input rather than a column matrix where
+//     that is faster (conv_implicit.go), and same-padded 3x3 ones of 16
+//     channels and more, forward, input and weight gradient, as Winograd
+//     F(4x4, 3x3) (conv_winograd.go, on both tiers); with AVX-512 the
+//     input gradient of strided ones runs phase by phase rather than
+//     through col2im (conv_phase.go). The float32 normalisation and
+//     activation loops use those tiers too (elem_amd64.s,
+//     elem_avx2_amd64.s, bnadd_amd64.s). Elsewhere, and for float64, the
+//     Go loops and the BLAS.
 //   - A grouped convolution (Conv2dOpts.Groups) with at most four input
 //     channels a group, depthwise included, is a direct convolution: a
 //     vector multiply-add per kernel tap over a whole zero-padded plane,
