@@ -40,7 +40,9 @@ func ExampleAuto() {
 				return
 			}
 			defer g.Close()
-			g.AllReduce(context.Background(), bufs[rank], collective.Max)
+			if err := g.AllReduce(context.Background(), bufs[rank], collective.Max); err != nil {
+				fmt.Println(err)
+			}
 		}()
 	}
 	wg.Wait()
