@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 
 	"gorgonia.org/tensor"
@@ -63,13 +64,15 @@ func WithWeights(path string, opts ...WeightsOption) FitOption {
 // Strict(false) is PyTorch's load_state_dict(strict=False): tensors of the
 // model missing from the file keep their initial values and tensors of the
 // file that the model does not declare are skipped; both are listed in a
-// warning. Shapes must still match.
+// warning. Shapes must still match, and a file with no name in common
+// with the model is an error (the Fit would start from the initial
+// weights).
 func Strict(strict bool) WeightsOption { return func(o *weightsOptions) { o.strict = strict } }
 
 // OnlyPrefix loads only the tensors whose names start with prefix (as
 // "backbone."), in the model and in the file (after StripPrefix); the
 // model's others keep their initial values and the file's others are
-// ignored.
+// ignored. A prefix that no tensor of the model has is an error.
 func OnlyPrefix(prefix string) WeightsOption {
 	return func(o *weightsOptions) { o.prefix = prefix }
 }
@@ -338,7 +341,29 @@ func matchWeights(file map[string]fileTensor, specs []module.Spec, dtype tensor.
 		}
 	}
 	sort.Strings(w.extra)
-	if o.strict {
+	if o.prefix != "" && len(model) == 0 {
+		names := make([]string, 0, len(specs))
+		for _, s := range specs {
+			names = append(names, strconv.Quote(s.Name))
+		}
+		sort.Strings(names)
+		if len(names) > 8 {
+			names = append(names[:8], "...")
+		}
+		msg := fmt.Sprintf("trainer.OnlyPrefix(%q) matches no tensor of the model (its names: %s): nothing would be loaded; give the start of some of those names", o.prefix, strings.Join(names, ", "))
+		if p := wrapperPrefix(file, specs); p != "" {
+			msg += fmt.Sprintf(". The file's names start with %q where the model's do not: pass trainer.StripPrefix(%[1]q) too (OnlyPrefix applies to the names it leaves)", p)
+		}
+		return nil, errors.New(msg)
+	}
+	strict := o.strict
+	if len(w.tensors) == 0 && len(errs) == 0 {
+		// Strict(false) with nothing in common: a Fit "from the weights
+		// of a file" that would start from the initial ones.
+		errs = append(errs, errors.New("no tensor of the file matches one of the model by name: the Fit would start from the initial weights"))
+		strict = true
+	}
+	if strict {
 		for _, m := range w.missing {
 			errs = append(errs, fmt.Errorf("tensor %s of the model is missing from the file", m))
 		}

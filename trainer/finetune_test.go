@@ -150,6 +150,7 @@ func TestFitWithWeightsMismatches(t *testing.T) {
 	wide := write("wide.safetensors", module.Spec{Name: "w", Shape: []int{4, 2}}, b)
 	noB := write("nob.safetensors", w)
 	extra := write("extra.safetensors", w, b, module.Spec{Name: "head.w", Shape: []int{3}}, module.Spec{Name: "head.b", Shape: []int{2}})
+	other := write("other.safetensors", module.Spec{Name: "head.w", Shape: []int{3}})
 	for _, tc := range []struct {
 		name string
 		opt  trainer.FitOption
@@ -164,6 +165,8 @@ func TestFitWithWeightsMismatches(t *testing.T) {
 		{"extra not strict", trainer.WithWeights(extra, trainer.Strict(false)), nil, []string{`"unexpected_skipped":["\"head.b\" [2]","\"head.w\" [3]"]`}},
 		{"only prefix", trainer.WithWeights(extra, trainer.OnlyPrefix("w")), nil, []string{`"only_prefix":"w","ignored_outside_prefix":3`}},
 		{"only prefix missing", trainer.WithWeights(noB, trainer.OnlyPrefix("b")), []string{`tensor "b" [1] of the model is missing from the file`}, nil},
+		{"only prefix matching nothing", trainer.WithWeights(extra, trainer.OnlyPrefix("head2.")), []string{`trainer.OnlyPrefix("head2.") matches no tensor of the model (its names: "b", "w")`}, nil},
+		{"not strict loading nothing", trainer.WithWeights(other, trainer.Strict(false)), []string{`no tensor of the file matches one of the model by name: the Fit would start from the initial weights`, `the file has tensor "head.w" [3]`, `tensor "w" [4 1] of the model is missing from the file`}, nil},
 		{"no file", trainer.WithWeights(filepath.Join(dir, "none.safetensors")), []string{"none.safetensors"}, nil},
 		{"torch.save pickle", trainer.WithWeights(writeRaw(t, dir, "m.pt", "PK\x03\x04junk")), []string{"torch.save file", "safetensors.torch.save_file"}, nil},
 	} {
