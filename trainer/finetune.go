@@ -357,7 +357,7 @@ func matchWeights(file map[string]fileTensor, specs []module.Spec, dtype tensor.
 		return nil, errors.New(msg)
 	}
 	strict := o.strict
-	if len(w.tensors) == 0 && len(errs) == 0 {
+	if !o.strict && len(w.tensors) == 0 && len(errs) == 0 {
 		// Strict(false) with nothing in common: a Fit "from the weights
 		// of a file" that would start from the initial ones.
 		errs = append(errs, errors.New("no tensor of the file matches one of the model by name: the Fit would start from the initial weights"))
