@@ -304,11 +304,8 @@ func (a App) fit(ctx context.Context, tr *trainer.Trainer, l Loaders, runs runOu
 		}
 		return &Interrupted{Err: ie, Resume: resumeCommand(a.Name, args, ie.Checkpoint)}
 	}
-	if err != nil && s.Weights != "" {
-		return weightsFlagError{err}
-	}
 	if err != nil {
-		return err
+		return flagNamesError{err}
 	}
 	if tr.IsWorker() {
 		return nil

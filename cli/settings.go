@@ -176,19 +176,24 @@ func (s *Settings) weightsOptions() []trainer.WeightsOption {
 	return opts
 }
 
-// weightsOptionCall matches the trainer.WeightsOptions a Fit error names.
-var weightsOptionCall = regexp.MustCompile(`trainer\.(StripPrefix|OnlyPrefix)\(("(?:[^"\\]|\\.)*")\)|trainer\.Strict\(false\)`)
+// goOptionNames matches the trainer options and Config fields a Fit error
+// names that a command line gives as flags.
+var goOptionNames = regexp.MustCompile(`trainer\.(StripPrefix|OnlyPrefix)\(("(?:[^"\\]|\\.)*")\)|trainer\.Strict\(false\)|Config\.DisableSanityCheck`)
 
-// weightsFlagError is a Fit error whose text names the -weights- flags
-// where the trainer's names the WeightsOptions a command line cannot give.
-type weightsFlagError struct{ err error }
+// flagNamesError is a Fit error whose text names the flags where the
+// trainer's names the Go options (trainer.StripPrefix("module."),
+// Config.DisableSanityCheck) a command line cannot give.
+type flagNamesError struct{ err error }
 
-func (e weightsFlagError) Error() string {
-	return weightsOptionCall.ReplaceAllStringFunc(e.err.Error(), func(call string) string {
-		m := weightsOptionCall.FindStringSubmatch(call)
-		if m[1] == "" {
+func (e flagNamesError) Error() string {
+	return goOptionNames.ReplaceAllStringFunc(e.err.Error(), func(call string) string {
+		switch call {
+		case "trainer.Strict(false)":
 			return "-weights-not-strict"
+		case "Config.DisableSanityCheck":
+			return "-num-sanity-val-steps 0"
 		}
+		m := goOptionNames.FindStringSubmatch(call)
 		arg, err := strconv.Unquote(m[2])
 		if err != nil {
 			return call
@@ -198,7 +203,7 @@ func (e weightsFlagError) Error() string {
 	})
 }
 
-func (e weightsFlagError) Unwrap() error { return e.err }
+func (e flagNamesError) Unwrap() error { return e.err }
 
 // root is the root directory, "." when none was given.
 func (s *Settings) root() string {
