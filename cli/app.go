@@ -244,7 +244,7 @@ func (a App) run(ctx context.Context, args []string) error {
 	sum := Summary{Program: a.Name, Command: p.command, Strategy: cfg.Strategy,
 		Data: loaders.Source, Seed: s.Seed, RunDir: runs.RunDir}
 	if training {
-		return a.fit(ctx, tr, loaders, runs, s.Weights, sum, args, t0)
+		return a.fit(ctx, tr, loaders, runs, s, sum, args, t0)
 	}
 	return a.evaluate(ctx, tr, p.command, ckpt, s.Predictions, loaders, runs, sum, t0)
 }
@@ -265,13 +265,13 @@ func (a App) stdout() io.Writer {
 
 // fit trains, then tests when the data has a test split, and prints the
 // summary on rank 0.
-func (a App) fit(ctx context.Context, tr *trainer.Trainer, l Loaders, runs runOutputs, weights string, sum Summary, args []string, t0 time.Time) error {
+func (a App) fit(ctx context.Context, tr *trainer.Trainer, l Loaders, runs runOutputs, s *Settings, sum Summary, args []string, t0 time.Time) error {
 	var opts []trainer.FitOption
 	if runs.CkptPath != "" {
 		opts = append(opts, trainer.FromCheckpoint(runs.CkptPath))
 	}
-	if weights != "" {
-		opts = append(opts, trainer.WithWeights(weights))
+	if s.Weights != "" {
+		opts = append(opts, trainer.WithWeights(s.Weights, s.weightsOptions()...))
 	}
 	// SIGINT and SIGTERM during Fit are the trainer's: it finishes the
 	// step, saves a checkpoint and returns a *trainer.InterruptedError,
@@ -305,7 +305,7 @@ func (a App) fit(ctx context.Context, tr *trainer.Trainer, l Loaders, runs runOu
 		return &Interrupted{Err: ie, Resume: resumeCommand(a.Name, args, ie.Checkpoint)}
 	}
 	if err != nil {
-		return err
+		return flagNamesError{err}
 	}
 	if tr.IsWorker() {
 		return nil

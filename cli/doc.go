@@ -13,7 +13,10 @@
 // default: train, then test), validate, test and predict, which evaluate
 // -ckpt-path (a file, last or best); fit -weights FILE starts from the
 // weights of a file with a fresh optimizer (fine-tuning: a PyTorch
-// safetensors state dict or a checkpoint). -config FILE reads the same flags from
+// safetensors state dict or a checkpoint), with -weights-strip-prefix
+// module. for the state_dict() of a DDP-wrapped model, -weights-only-prefix
+// and -weights-not-strict (trainer.StripPrefix, OnlyPrefix and
+// Strict(false)). -config FILE reads the same flags from
 // YAML or JSON sections trainer:, model:, data: (the command line wins),
 // and -print-config writes one. -h lists the commands and every flag.
 //

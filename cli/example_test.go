@@ -71,5 +71,8 @@ func Example() {
 	//   strategy: auto
 	//   sync_batchnorm: false
 	//   weights: ""
+	//   weights_not_strict: false
+	//   weights_only_prefix: ""
+	//   weights_strip_prefix: ""
 	// parsed: 0.3 0.01
 }

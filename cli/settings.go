@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -51,6 +52,11 @@ type Settings struct {
 	GradientClipVal   float64 `flag:"gradient-clip-val" check:">=0" help:"clip the gradient norm to this (0: off)"`
 	LogEveryNSteps    int     `flag:"log-every-n-steps" default:"50" check:">=1" help:"record step metrics every this many steps"`
 	NoProgressBar     bool    `flag:"no-progress-bar" help:"no progress bar or periodic progress lines"`
+
+	// The options of trainer.WithWeights for -weights.
+	WeightsStripPrefix string `flag:"weights-strip-prefix" help:"fit -weights: first remove this prefix from the file's tensor names that have it, such as module. for the state_dict() of a model wrapped in DistributedDataParallel (PyTorch's consume_prefix_in_state_dict_if_present)"`
+	WeightsOnlyPrefix  string `flag:"weights-only-prefix" help:"fit -weights: load only the tensors whose names start with this, such as fc1. (after -weights-strip-prefix); the model's others keep their initial values"`
+	WeightsNotStrict   bool   `flag:"weights-not-strict" help:"fit -weights: skip the tensors that do not match by name, the model's keeping their initial values (PyTorch's strict=False); both lists are logged"`
 
 	Loggers        string        `flag:"loggers" default:"csv,tensorboard" help:"comma-separated loggers writing into ROOT/lightning_logs/version_N: csv, tensorboard, jsonl, or none"`
 	CkptMonitor    string        `flag:"ckpt-monitor" help:"metric that ranks checkpoints, such as val_loss (default: keep the newest)"`
@@ -117,6 +123,17 @@ func (s *Settings) validate() []error {
 	if s.CkptTopK > 1 && s.CkptMonitor == "" {
 		errs = append(errs, fmt.Errorf("-ckpt-top-k is %d but -ckpt-monitor is empty: ranking needs a metric such as val_loss (-ckpt-monitor step -ckpt-mode max keeps the newest %d)", s.CkptTopK, s.CkptTopK))
 	}
+	if s.Weights == "" {
+		if s.WeightsStripPrefix != "" {
+			errs = append(errs, fmt.Errorf("-weights-strip-prefix %s without -weights: it renames the tensors of the -weights file; give -weights FILE too", s.WeightsStripPrefix))
+		}
+		if s.WeightsOnlyPrefix != "" {
+			errs = append(errs, fmt.Errorf("-weights-only-prefix %s without -weights: it picks tensors of the -weights file; give -weights FILE too", s.WeightsOnlyPrefix))
+		}
+		if s.WeightsNotStrict {
+			errs = append(errs, errors.New("-weights-not-strict without -weights: it skips tensors of the -weights file; give -weights FILE too"))
+		}
+	}
 	if s.Profiler != "" && s.Profiler != "none" {
 		if _, ok := Profilers[s.Profiler]; !ok {
 			errs = append(errs, fmt.Errorf("-profiler is %q: use one of %s, or none", s.Profiler, strings.Join(profilerNames(), ", ")))
@@ -143,6 +160,50 @@ func (s *Settings) loggerList() ([]string, error) {
 	}
 	return out, nil
 }
+
+// weightsOptions are the trainer.WeightsOptions of the -weights- flags.
+func (s *Settings) weightsOptions() []trainer.WeightsOption {
+	var opts []trainer.WeightsOption
+	if s.WeightsStripPrefix != "" {
+		opts = append(opts, trainer.StripPrefix(s.WeightsStripPrefix))
+	}
+	if s.WeightsOnlyPrefix != "" {
+		opts = append(opts, trainer.OnlyPrefix(s.WeightsOnlyPrefix))
+	}
+	if s.WeightsNotStrict {
+		opts = append(opts, trainer.Strict(false))
+	}
+	return opts
+}
+
+// goOptionNames matches the trainer options and Config fields a Fit error
+// names that a command line gives as flags.
+var goOptionNames = regexp.MustCompile(`trainer\.(StripPrefix|OnlyPrefix)\(("(?:[^"\\]|\\.)*")\)|trainer\.Strict\(false\)|Config\.DisableSanityCheck`)
+
+// flagNamesError is a Fit error whose text names the flags where the
+// trainer's names the Go options (trainer.StripPrefix("module."),
+// Config.DisableSanityCheck) a command line cannot give.
+type flagNamesError struct{ err error }
+
+func (e flagNamesError) Error() string {
+	return goOptionNames.ReplaceAllStringFunc(e.err.Error(), func(call string) string {
+		switch call {
+		case "trainer.Strict(false)":
+			return "-weights-not-strict"
+		case "Config.DisableSanityCheck":
+			return "-num-sanity-val-steps 0"
+		}
+		m := goOptionNames.FindStringSubmatch(call)
+		arg, err := strconv.Unquote(m[2])
+		if err != nil {
+			return call
+		}
+		flag := map[string]string{"StripPrefix": "-weights-strip-prefix", "OnlyPrefix": "-weights-only-prefix"}[m[1]]
+		return flag + " " + arg
+	})
+}
+
+func (e flagNamesError) Unwrap() error { return e.err }
 
 // root is the root directory, "." when none was given.
 func (s *Settings) root() string {

@@ -1,5 +1,6 @@
-// Package models holds ready modules: the mlp and resnet workloads of
-// BENCHMARKS.md, which examples/, cmd/bench and the tests train, so they all
+// Package models holds ready modules: the mlp and resnet benchmark
+// workloads (cmd/bench; bench/RESULTS.md has the figures), which
+// examples/, cmd/bench and the tests train, so they all
 // train exactly the same thing, and a program outside this module can too.
 //
 // Their hyperparameters are fields tagged for package cli (`flag:"lr"`), so

@@ -10,7 +10,7 @@ import (
 	"github.com/fulgur-ml/fulgur/optim"
 )
 
-// ResNet is the resnet8 workload of BENCHMARKS.md by default (conv3x3 1→16,
+// ResNet is the resnet8 benchmark workload by default (conv3x3 1→16,
 // BasicBlocks 16, 32 (s2), 64 (s2), global average pool, Linear 64→10),
 // trained with Adam; Config gives deeper or wider variants.
 type ResNet struct {

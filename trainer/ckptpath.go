@@ -135,6 +135,9 @@ func isLastName(name string) bool {
 // listCheckpoints reads the header of every *.ckpt under root.
 func listCheckpoints(root string) ([]CheckpointInfo, []string, error) {
 	if _, err := os.Stat(root); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil, fmt.Errorf("look for checkpoints under the root directory %s: it does not exist: train first, or pass a checkpoint file (or the root directory of a run that saved one)", root)
+		}
 		return nil, nil, fmt.Errorf("look for checkpoints under the root directory %s: %w", root, unwrapPath(err))
 	}
 	var infos []CheckpointInfo

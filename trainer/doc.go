@@ -12,8 +12,11 @@
 //	tr, _ := trainer.New(trainer.Config{MaxEpochs: 1})
 //	err := tr.Fit(ctx, m, train, val, trainer.WithWeights("weights.safetensors"))
 //
-// Strict(false) skips the tensors that do not match by name (logged), and
-// OnlyPrefix("backbone.") loads only those under a prefix.
+// Strict(false) skips the tensors that do not match by name (logged),
+// OnlyPrefix("backbone.") loads only those under a prefix, and
+// StripPrefix("module.") first removes a wrapper's prefix from the file's
+// names (the state_dict() of a DistributedDataParallel model), as PyTorch's
+// consume_prefix_in_state_dict_if_present.
 //
 // Checkpoints (checkpoint.go) are safetensors files holding the model's
 // tensors plus the optimizer, scheduler, callback states and the loop

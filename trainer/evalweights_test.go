@@ -235,6 +235,14 @@ func TestResolveCheckpointListsWhatExists(t *testing.T) {
 			t.Errorf("%s under an empty root: %v", which, err)
 		}
 	}
+	// A root that does not exist (no run yet, or a mistyped -root-dir)
+	// says what to do as the empty root does.
+	for _, which := range []string{"last", "best"} {
+		_, err := trainer.ResolveCheckpoint(filepath.Join(empty, "none"), which)
+		if err == nil || !strings.Contains(err.Error(), filepath.Join(empty, "none")+": it does not exist: train first, or pass a checkpoint file") {
+			t.Errorf("%s under a missing root: %v", which, err)
+		}
+	}
 	// A root holding only an epoch checkpoint without ModelCheckpoint state.
 	root := t.TempDir()
 	ds := regression(t, 64, 0.01, 4)

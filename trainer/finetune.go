@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 
 	"gorgonia.org/tensor"
@@ -22,7 +23,8 @@ type WeightsOption func(*weightsOptions)
 type weightsOptions struct {
 	path   string
 	strict bool
-	prefix string
+	prefix string // OnlyPrefix
+	strip  string // StripPrefix
 }
 
 // WithWeights starts the Fit from the parameters and buffers in the file
@@ -43,7 +45,9 @@ type weightsOptions struct {
 // of another dtype (a float64 file for a float32 model, PyTorch's int64
 // num_batches_tracked) are converted. A tensor of the model missing from
 // the file, or one of the file that the model does not declare, is an
-// error listing them all, unless Strict(false) is given. It cannot be
+// error listing them all, unless Strict(false) is given. The file's names
+// are first stripped of StripPrefix's prefix, then filtered by OnlyPrefix,
+// then matched against the model's. It cannot be
 // combined with FromCheckpoint, which resumes a run instead; a run that
 // restarts from its own checkpoint (elastic restart, SLURM requeue)
 // resumes that and ignores the weights.
@@ -60,14 +64,87 @@ func WithWeights(path string, opts ...WeightsOption) FitOption {
 // Strict(false) is PyTorch's load_state_dict(strict=False): tensors of the
 // model missing from the file keep their initial values and tensors of the
 // file that the model does not declare are skipped; both are listed in a
-// warning. Shapes must still match.
+// warning. Shapes must still match, and a file with no name in common
+// with the model is an error (the Fit would start from the initial
+// weights).
 func Strict(strict bool) WeightsOption { return func(o *weightsOptions) { o.strict = strict } }
 
 // OnlyPrefix loads only the tensors whose names start with prefix (as
-// "backbone."), in the model and in the file; the model's others keep
-// their initial values and the file's others are ignored.
+// "backbone."), in the model and in the file (after StripPrefix); the
+// model's others keep their initial values and the file's others are
+// ignored. A prefix that no tensor of the model has is an error.
 func OnlyPrefix(prefix string) WeightsOption {
 	return func(o *weightsOptions) { o.prefix = prefix }
+}
+
+// StripPrefix removes prefix from the start of the file's tensor names that
+// have it, before OnlyPrefix and the matching, as PyTorch's
+// consume_prefix_in_state_dict_if_present(state_dict, prefix): the
+// state_dict() of a model wrapped in DistributedDataParallel or
+// DataParallel names its tensors "module.conv1.weight", a LightningModule
+// holding the network as self.model "model.conv1.weight". Names without
+// the prefix are kept as they are; a name present both with and without it
+// is an error.
+func StripPrefix(prefix string) WeightsOption {
+	return func(o *weightsOptions) { o.strip = prefix }
+}
+
+// stripPrefix renames the file's tensors as StripPrefix says; it returns
+// how many it renamed.
+func stripPrefix(file map[string]fileTensor, prefix string) (map[string]fileTensor, int, error) {
+	if prefix == "" {
+		return file, 0, nil
+	}
+	out := make(map[string]fileTensor, len(file))
+	var errs []error
+	n := 0
+	for name, t := range file {
+		short, ok := strings.CutPrefix(name, prefix)
+		if !ok {
+			continue
+		}
+		if _, both := file[short]; both {
+			errs = append(errs, fmt.Errorf("trainer.StripPrefix(%q): the file has both %q and %q: load it without StripPrefix, with OnlyPrefix to pick one of the two", prefix, name, short))
+			continue
+		}
+		out[short] = t
+		n++
+	}
+	for name, t := range file {
+		if _, ok := out[name]; !ok && !strings.HasPrefix(name, prefix) {
+			out[name] = t
+		}
+	}
+	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
+	return out, n, errors.Join(errs...)
+}
+
+// wrapperPrefix is the prefix that the file's names carry where the
+// model's do not (a wrapper's "module." or "model."), the most common one;
+// "" when there is none.
+func wrapperPrefix(file map[string]fileTensor, specs []module.Spec) string {
+	model := map[string]bool{}
+	for _, s := range specs {
+		model[s.Name] = true
+	}
+	count := map[string]int{}
+	best := ""
+	for name := range file {
+		if model[name] {
+			continue
+		}
+		for _, s := range specs {
+			p, ok := strings.CutSuffix(name, s.Name)
+			if !ok || !strings.HasSuffix(p, ".") {
+				continue
+			}
+			count[p]++
+			if c := count[p]; c > count[best] || c == count[best] && p < best {
+				best = p
+			}
+		}
+	}
+	return best
 }
 
 // anyDtypeSize is the element size of the safetensors dtypes a state dict
@@ -208,19 +285,24 @@ func readWeightsFile(path string) (map[string]fileTensor, string, error) {
 
 // weightsLoad is what matching a weights file against the model gave.
 type weightsLoad struct {
-	tensors []strategy.Tensor // whole, in the model's dtype
-	missing []string          // the model's, left at their initial values
-	extra   []string          // the file's, skipped
-	ignored int               // the file's outside OnlyPrefix
+	tensors  []strategy.Tensor // whole, in the model's dtype
+	missing  []string          // the model's, left at their initial values
+	extra    []string          // the file's, skipped
+	ignored  int               // the file's outside OnlyPrefix
+	stripped int               // the file's names StripPrefix shortened
 }
 
 // matchWeights checks the file's tensors against the model's specs and
 // converts the ones to load to dtype.
 func matchWeights(file map[string]fileTensor, specs []module.Spec, dtype tensor.Dtype, o *weightsOptions) (*weightsLoad, error) {
-	var errs []error
 	w := &weightsLoad{}
+	file, stripped, err := stripPrefix(file, o.strip)
+	if err != nil {
+		return nil, err
+	}
+	w.stripped = stripped
+	var errs []error
 	model := map[string]bool{}
-	wrapped := false
 	for _, s := range specs {
 		if !strings.HasPrefix(s.Name, o.prefix) {
 			continue
@@ -229,8 +311,6 @@ func matchWeights(file map[string]fileTensor, specs []module.Spec, dtype tensor.
 		ft, ok := file[s.Name]
 		if !ok {
 			w.missing = append(w.missing, fmt.Sprintf("%q %v", s.Name, s.Shape))
-			_, p := file["module."+s.Name]
-			wrapped = wrapped || p
 			continue
 		}
 		if !sameWeightShape(ft.shape, s.Shape) {
@@ -261,7 +341,29 @@ func matchWeights(file map[string]fileTensor, specs []module.Spec, dtype tensor.
 		}
 	}
 	sort.Strings(w.extra)
-	if o.strict {
+	if o.prefix != "" && len(model) == 0 {
+		names := make([]string, 0, len(specs))
+		for _, s := range specs {
+			names = append(names, strconv.Quote(s.Name))
+		}
+		sort.Strings(names)
+		if len(names) > 8 {
+			names = append(names[:8], "...")
+		}
+		msg := fmt.Sprintf("trainer.OnlyPrefix(%q) matches no tensor of the model (its names: %s): nothing would be loaded; give the start of some of those names", o.prefix, strings.Join(names, ", "))
+		if p := wrapperPrefix(file, specs); p != "" {
+			msg += fmt.Sprintf(". The file's names start with %q where the model's do not: pass trainer.StripPrefix(%[1]q) too (OnlyPrefix applies to the names it leaves)", p)
+		}
+		return nil, errors.New(msg)
+	}
+	strict := o.strict
+	if !o.strict && len(w.tensors) == 0 && len(errs) == 0 {
+		// Strict(false) with nothing in common: a Fit "from the weights
+		// of a file" that would start from the initial ones.
+		errs = append(errs, errors.New("no tensor of the file matches one of the model by name: the Fit would start from the initial weights"))
+		strict = true
+	}
+	if strict {
 		for _, m := range w.missing {
 			errs = append(errs, fmt.Errorf("tensor %s of the model is missing from the file", m))
 		}
@@ -272,11 +374,22 @@ func matchWeights(file map[string]fileTensor, specs []module.Spec, dtype tensor.
 	if len(errs) == 0 {
 		return w, nil
 	}
-	if wrapped {
-		errs = append([]error{errors.New(`the file's tensor names start with "module.", as the state_dict() of a model wrapped in DistributedDataParallel does: save model.module.state_dict() instead, or strip the prefix from the names`)}, errs...)
+	wrapper := wrapperPrefix(file, specs)
+	switch p := wrapper; {
+	case p == "module.":
+		errs = append([]error{fmt.Errorf(`the file's tensor names start with %q, as the state_dict() of a model wrapped in DistributedDataParallel or DataParallel does: pass trainer.StripPrefix(%[1]q) (PyTorch's consume_prefix_in_state_dict_if_present), or save model.module.state_dict() instead`, p)}, errs...)
+	case p != "":
+		errs = append([]error{fmt.Errorf(`the file's tensor names start with %q where the model's do not, as those of a wrapper holding the network as an attribute do (a LightningModule's self.model): pass trainer.StripPrefix(%[1]q)`, p)}, errs...)
+	}
+	if o.strip != "" && stripped == 0 {
+		// As PyTorch's, the prefix is stripped "if present": its absence
+		// is only worth saying when the file does not match.
+		errs = append([]error{fmt.Errorf("trainer.StripPrefix(%q): no tensor name of the file starts with %q", o.strip, o.strip)}, errs...)
 	}
 	fix := "was it saved from another architecture?"
-	if o.strict && len(w.missing)+len(w.extra) > 0 {
+	if wrapper != "" {
+		fix = fmt.Sprintf("its names carry a wrapper's prefix: pass trainer.StripPrefix(%q)", wrapper)
+	} else if o.strict && len(w.missing)+len(w.extra) > 0 {
 		fix += " To load the tensors that match and skip the rest, pass trainer.Strict(false)"
 		if o.prefix == "" {
 			fix += ", or trainer.OnlyPrefix(\"backbone.\") to load only the names under a prefix"
@@ -362,6 +475,9 @@ func (t *Trainer) loadWeights(ctx context.Context, o *weightsOptions) error {
 		return nil
 	}
 	ev := t.cfg.Log.Info().Str("path", path).Str("file", kind).Int("tensors", len(w.tensors))
+	if o.strip != "" {
+		ev = ev.Str("strip_prefix", o.strip).Int("stripped", w.stripped)
+	}
 	if o.prefix != "" {
 		ev = ev.Str("only_prefix", o.prefix).Int("ignored_outside_prefix", w.ignored)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 	"gorgonia.org/tensor"
 
+	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/infer"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/strategy"
@@ -149,6 +150,7 @@ func TestFitWithWeightsMismatches(t *testing.T) {
 	wide := write("wide.safetensors", module.Spec{Name: "w", Shape: []int{4, 2}}, b)
 	noB := write("nob.safetensors", w)
 	extra := write("extra.safetensors", w, b, module.Spec{Name: "head.w", Shape: []int{3}}, module.Spec{Name: "head.b", Shape: []int{2}})
+	other := write("other.safetensors", module.Spec{Name: "head.w", Shape: []int{3}})
 	for _, tc := range []struct {
 		name string
 		opt  trainer.FitOption
@@ -163,6 +165,8 @@ func TestFitWithWeightsMismatches(t *testing.T) {
 		{"extra not strict", trainer.WithWeights(extra, trainer.Strict(false)), nil, []string{`"unexpected_skipped":["\"head.b\" [2]","\"head.w\" [3]"]`}},
 		{"only prefix", trainer.WithWeights(extra, trainer.OnlyPrefix("w")), nil, []string{`"only_prefix":"w","ignored_outside_prefix":3`}},
 		{"only prefix missing", trainer.WithWeights(noB, trainer.OnlyPrefix("b")), []string{`tensor "b" [1] of the model is missing from the file`}, nil},
+		{"only prefix matching nothing", trainer.WithWeights(extra, trainer.OnlyPrefix("head2.")), []string{`trainer.OnlyPrefix("head2.") matches no tensor of the model (its names: "b", "w")`}, nil},
+		{"not strict loading nothing", trainer.WithWeights(other, trainer.Strict(false)), []string{`no tensor of the file matches one of the model by name: the Fit would start from the initial weights`, `the file has tensor "head.w" [3]`, `tensor "w" [4 1] of the model is missing from the file`}, nil},
 		{"no file", trainer.WithWeights(filepath.Join(dir, "none.safetensors")), []string{"none.safetensors"}, nil},
 		{"torch.save pickle", trainer.WithWeights(writeRaw(t, dir, "m.pt", "PK\x03\x04junk")), []string{"torch.save file", "safetensors.torch.save_file"}, nil},
 	} {
@@ -355,9 +359,12 @@ func TestFitWithWeightsEveryStrategy(t *testing.T) {
 	}
 }
 
-// A state dict written by PyTorch (float64, torch's names) starts a float32
-// Fit at the loss PyTorch computes for those weights.
-func TestFitWithWeightsFromPyTorch(t *testing.T) {
+// torchWeights runs testdata/torch_weights.py on a batch of 64 rows of
+// regression data: it returns the directory of the files it wrote, the
+// loss PyTorch computes for its weights on the batch, and a loader of
+// that batch.
+func torchWeights(t *testing.T) (string, float64, *data.Loader) {
+	t.Helper()
 	py := ""
 	for _, p := range []string{"/usr/bin/python3", "python3"} {
 		if path, err := exec.LookPath(p); err == nil && exec.Command(path, "-c", "import torch").Run() == nil {
@@ -375,7 +382,6 @@ func TestFitWithWeightsFromPyTorch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := loader(t, ds, 64, false, false)
 	for i := 0; i < 64; i++ {
 		dst := [][]float32{batch.Data32()[4*i : 4*i+4], batch.Data32()[256+i : 256+i+1]}
 		if err := ds.Read(i, dst); err != nil {
@@ -393,6 +399,13 @@ func TestFitWithWeightsFromPyTorch(t *testing.T) {
 	if _, err := fmt.Sscan(string(out), &torchLoss); err != nil {
 		t.Fatalf("torch_weights.py printed %q: %v", out, err)
 	}
+	return dir, torchLoss, loader(t, ds, 64, false, false)
+}
+
+// A state dict written by PyTorch (float64, torch's names) starts a float32
+// Fit at the loss PyTorch computes for those weights.
+func TestFitWithWeightsFromPyTorch(t *testing.T) {
+	dir, torchLoss, l := torchWeights(t)
 	fb := &wfirstBatch{}
 	tr, _ := trainer.New(quiet(trainer.Config{MaxSteps: 1, Seed: 1, Callbacks: []trainer.Callback{fb}}))
 	if err := tr.Fit(context.Background(), &linreg{in: 4, lr: 0.01}, l, nil, trainer.WithWeights(filepath.Join(dir, "torch.safetensors"))); err != nil {
@@ -400,5 +413,87 @@ func TestFitWithWeightsFromPyTorch(t *testing.T) {
 	}
 	if math.Abs(fb.loss-torchLoss) > 1e-5*torchLoss {
 		t.Errorf("first step's loss %v, PyTorch's for the same weights %v", fb.loss, torchLoss)
+	}
+}
+
+// The state_dict() of a wrapped model, as PyTorch writes it (DataParallel
+// and DistributedDataParallel: "module.w"; a LightningModule holding the
+// net as self.model: "model.w"), loads with StripPrefix, as PyTorch's
+// consume_prefix_in_state_dict_if_present: the Fit starts at PyTorch's
+// loss for those weights. Without it the error names the option with the
+// file's prefix; StripPrefix composes with OnlyPrefix (strip, then filter)
+// and Strict(false).
+func TestFitWithWeightsStripPrefix(t *testing.T) {
+	ctx := context.Background()
+	dir, torchLoss, l := torchWeights(t)
+	ddp, lit := filepath.Join(dir, "torch_ddp.safetensors"), filepath.Join(dir, "torch_lit.safetensors")
+	for _, tc := range []struct {
+		name string
+		opt  trainer.FitOption
+		want []string // in the error; none: Fit starts at torchLoss
+		log  []string // in the log
+		// partial: only w is loaded, so the loss is not PyTorch's
+		partial bool
+	}{
+		{"ddp", trainer.WithWeights(ddp, trainer.StripPrefix("module.")), nil, []string{`"strip_prefix":"module.","stripped":2`}, false},
+		{"lightning", trainer.WithWeights(lit, trainer.StripPrefix("model.")), nil, []string{`"strip_prefix":"model.","stripped":2`}, false},
+		{"strip then only prefix", trainer.WithWeights(ddp, trainer.StripPrefix("module."), trainer.OnlyPrefix("w")), nil, []string{`"only_prefix":"w","ignored_outside_prefix":1`}, true},
+		{"strip, not strict", trainer.WithWeights(lit, trainer.Strict(false), trainer.StripPrefix("model.")), nil, nil, false},
+		{"ddp without strip", trainer.WithWeights(ddp), []string{`tensor "w" [4 1] of the model is missing from the file`, `the file's tensor names start with "module."`, `pass trainer.StripPrefix("module.")`}, nil, false},
+		{"lightning without strip", trainer.WithWeights(lit), []string{`the file's tensor names start with "model."`, `pass trainer.StripPrefix("model.")`}, nil, false},
+		{"only prefix before strip", trainer.WithWeights(ddp, trainer.OnlyPrefix("module.w")), []string{`pass trainer.StripPrefix("module.")`}, nil, false},
+		{"wrong prefix", trainer.WithWeights(ddp, trainer.StripPrefix("model.")), []string{`trainer.StripPrefix("model."): no tensor name of the file starts with "model."`, `pass trainer.StripPrefix("module.")`}, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			fb := &wfirstBatch{}
+			cfg := logTo(&buf)
+			cfg.Callbacks = []trainer.Callback{fb}
+			tr, err := trainer.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = tr.Fit(ctx, &linreg{in: 4, lr: 0.01}, l, nil, tc.opt)
+			for _, s := range tc.want {
+				if err == nil || !strings.Contains(err.Error(), s) {
+					t.Errorf("Fit error %v: want %q in it", err, s)
+				}
+			}
+			for _, s := range tc.log {
+				if !strings.Contains(buf.String(), s) {
+					t.Errorf("log lacks %q:\n%s", s, buf.String())
+				}
+			}
+			if tc.want != nil {
+				return
+			}
+			if err != nil {
+				t.Fatalf("Fit: %v", err)
+			}
+			// With OnlyPrefix("w"), b keeps its initial 0: the loss is
+			// PyTorch's only when both were loaded.
+			if near := math.Abs(fb.loss-torchLoss) <= 1e-5*torchLoss; near == tc.partial {
+				t.Errorf("first step's loss %v, PyTorch's for the same weights %v (only w loaded: %v)", fb.loss, torchLoss, tc.partial)
+			}
+		})
+	}
+}
+
+// A file holding a name both with and without the prefix cannot be
+// stripped: the error names both.
+func TestFitWithWeightsStripPrefixCollision(t *testing.T) {
+	st, err := module.NewStore([]module.Spec{{Name: "module.w", Shape: []int{4, 1}}, {Name: "w", Shape: []int{4, 1}}, {Name: "module.b", Shape: []int{1}}}, tensor.Float32, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "both.safetensors")
+	if err := infer.SaveStateDict(p, st); err != nil {
+		t.Fatal(err)
+	}
+	tr, _ := trainer.New(quiet(trainer.Config{MaxSteps: 1, Seed: 1}))
+	err = tr.Fit(context.Background(), &linreg{in: 4, lr: 0.01}, loader(t, regression(t, 16, 0.01, 9), 16, false, false), nil,
+		trainer.WithWeights(p, trainer.StripPrefix("module.")))
+	if err == nil || !strings.Contains(err.Error(), `trainer.StripPrefix("module."): the file has both "module.w" and "w"`) {
+		t.Errorf("err = %v", err)
 	}
 }

@@ -26,6 +26,9 @@ func TestLogEveryNStepsAboveTheEpochWarns(t *testing.T) {
 		{"accumulated: 4 steps an epoch", trainer.Config{MaxEpochs: 2, LogEveryNSteps: 5, AccumulateGradBatches: 3}, 1},
 		{"interval within the epoch", trainer.Config{MaxEpochs: 2, LogEveryNSteps: 10}, 0},
 		{"no logger", trainer.Config{MaxEpochs: 2, DisableLogger: true}, 0},
+		// A smoke test of a batch or two is short on purpose; lowering
+		// LogEveryNSteps is not what it asks for.
+		{"fast dev run", trainer.Config{FastDevRun: 2}, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var buf bytes.Buffer

@@ -230,7 +230,8 @@ func (f *fitRun) epoch(ctx context.Context, epoch int) error {
 		t.cfg.Log.Warn().Int("val_check_interval", n).Int("batches", nb).Int("epoch", epoch).
 			Msg("ValCheckInterval is above the epoch's training batches: validation runs at the epoch's end only; lower it to validate within the epoch")
 	}
-	if k := t.accum; t.cfg.LogEveryNSteps > (nb+k-1)/k && len(t.loggers) > 0 && !f.warnedLogEvery && t.state.IsGlobalZero {
+	// FastDevRun's epoch of a batch or two is short on purpose.
+	if k := t.accum; t.cfg.LogEveryNSteps > (nb+k-1)/k && len(t.loggers) > 0 && t.cfg.FastDevRun == 0 && !f.warnedLogEvery && t.state.IsGlobalZero {
 		f.warnedLogEvery = true // as Lightning's
 		t.cfg.Log.Warn().Int("log_every_n_steps", t.cfg.LogEveryNSteps).Int("steps", (nb+k-1)/k).Int("epoch", epoch).
 			Msg("LogEveryNSteps is above the epoch's optimizer steps: the loggers (metrics.csv) get step metrics such as a training loss only at multiples of it, so not in every epoch, or never in a short Fit; lower LogEveryNSteps to record them within each epoch")

@@ -1,4 +1,4 @@
-// Command mlp trains the mlp workload of BENCHMARKS.md (784-256-128-10,
+// Command mlp trains the mlp benchmark workload (784-256-128-10,
 // ReLU, Adam) on Fashion-MNIST, tests it, and prints a JSON summary as its
 // last line.
 //

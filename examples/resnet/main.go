@@ -1,4 +1,4 @@
-// Command resnet trains a ResNet (the resnet8 workload of BENCHMARKS.md by
+// Command resnet trains a ResNet (the resnet8 benchmark workload by
 // default) on Fashion-MNIST, printing validation accuracy after each epoch
 // and a JSON summary as its last line. With no flags it runs on the
 // installed Fashion-MNIST, or on the embedded subset when nothing is

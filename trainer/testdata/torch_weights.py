@@ -2,7 +2,12 @@
 (x [64, 4], y [64]), writes a seeded linear model's state dict in float64 as
 DIR/torch.safetensors (written by hand: 8 bytes of little-endian header
 length, a JSON header, the raw bytes; only torch is needed), and prints the
-mean squared error of those weights on the batch.
+mean squared error of those weights on the batch. The same weights are also
+written with a wrapper's prefix, from the state_dict() of the wrapper itself:
+DIR/torch_ddp.safetensors from torch.nn.DataParallel (names "module.w", as
+DistributedDataParallel's; DataParallel needs no process group) and
+DIR/torch_lit.safetensors from a module holding the net as self.model (names
+"model.w", as a LightningModule's).
 
     python3 torch_weights.py DIR
 """
@@ -54,6 +59,12 @@ class LinReg(torch.nn.Module):
         return (x @ self.w + self.b).reshape(-1)
 
 
+class Wrapper(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+
 def main():
     d = sys.argv[1]
     torch.manual_seed(0)
@@ -62,6 +73,8 @@ def main():
     x, y = batch["x"].double(), batch["y"].double()
     loss = torch.mean((m(x) - y) ** 2)
     write(d + "/torch.safetensors", m.state_dict())
+    write(d + "/torch_ddp.safetensors", torch.nn.DataParallel(m).state_dict())
+    write(d + "/torch_lit.safetensors", Wrapper(m).state_dict())
     print(repr(loss.item()))
 
 

@@ -24,7 +24,9 @@
 //     sum), the float64 gradient of G.SoftMax, and the gradient of G.Slice
 //     on every run; the TapeMachine (Engine.Tape) refuses the first two;
 //   - it refuses G.BatchNorm (use nn.NewBatchNorm2d), G.Dropout and
-//     Gorgonia's random nodes (use nn.NewDropout) and, where the loss is
+//     Gorgonia's random nodes (use nn.NewDropout), G.LogSumExp (wrong for
+//     a vector, and it fails to build for more axes: use nn.LogSoftmax or
+//     the max-shifted composition the error spells out) and, where the loss is
 //     differentiated through them, G.GlobalAveragePool2D (use nn.Mean(x,
 //     2, 3)), G.Log2, G.InverseSqrt and G.OuterProd, with an error that
 //     names the op, its node, the parameters and inputs it is computed from,

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"gorgonia.org/tensor"
@@ -32,11 +33,55 @@ func matMulHint(msg string) string {
 	return "G.Mul multiplies vectors and matrices only: for PyTorch's @ (torch.matmul) over a batch of matrices, [batch, n, k] by [batch, k, m], use G.BatchedMatMul(a, b) (G.BatchedMatMul(q, k, false, true) for q·kᵀ)"
 }
 
-// withHint wraps err, a step's failure, with the advice of dtypeHint or
-// matMulHint where one applies.
+// logSumExpHint says what to use when G.LogSumExp failed to build: for a
+// tensor of two axes or more, Gorgonia v0.9.17 subtracts the max along the
+// axis from the input without a broadcast. The failure is that Sub's shape
+// error, of the input and the input with one axis left out.
+func logSumExpHint(msg string) string {
+	_, shapes, ok := strings.Cut(msg, "Operation failed: Failed to infer shape. Op: - false: Shape mismatch: ")
+	if !ok {
+		return ""
+	}
+	var in, max []int
+	a, b, ok := strings.Cut(shapes, " and ")
+	if !ok || !parseShape(a, &in) || !parseShape(b, &max) || len(in) < 2 || len(max) != len(in)-1 {
+		return ""
+	}
+	for axis := range in {
+		rest := append(append([]int(nil), in[:axis]...), in[axis+1:]...)
+		if fmt.Sprint(rest) == fmt.Sprint(max) {
+			return fmt.Sprintf("G.LogSumExp of a tensor of two axes or more fails to build in Gorgonia v0.9.17 (it subtracts the max along the axis, %s, from the %s input without a broadcast): %s",
+				strings.TrimSpace(strings.SplitN(b, ")", 2)[0]+")"), strings.TrimSpace(a), logSumExpFix)
+		}
+	}
+	return ""
+}
+
+// parseShape reads "(4, 5)" at the start of s into out.
+func parseShape(s string, out *[]int) bool {
+	s = strings.TrimSpace(s)
+	if !strings.HasPrefix(s, "(") {
+		return false
+	}
+	end := strings.Index(s, ")")
+	if end < 0 {
+		return false
+	}
+	for _, f := range strings.Split(s[1:end], ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return false
+		}
+		*out = append(*out, n)
+	}
+	return true
+}
+
+// withHint wraps err, a step's failure, with the advice of dtypeHint,
+// matMulHint or logSumExpHint where one applies.
 func withHint(err error, model tensor.Dtype) error {
 	msg := err.Error()
-	for _, h := range []string{dtypeHint(msg, model), matMulHint(msg)} {
+	for _, h := range []string{dtypeHint(msg, model), matMulHint(msg), logSumExpHint(msg)} {
 		if h != "" {
 			return fmt.Errorf("%s: %w", h, err)
 		}

@@ -35,6 +35,10 @@ import (
 //   - G.Dropout and Gorgonia's random nodes are refused: their draws follow
 //     no seed (a seeded run would not repeat) and they drop values in
 //     evaluation graphs too.
+//   - G.LogSumExp is refused: of a vector it computes
+//     log(Σ exp(x - max) + max), not log(Σ exp(x - max)) + max, and of a
+//     tensor of two axes or more it fails to build (that error gets the
+//     same advice, stephint.go).
 //   - G.GlobalAveragePool2D (no gradient), G.Log2, G.InverseSqrt and
 //     G.OuterProd (wrong gradients) are refused where the loss is
 //     differentiated through them; elsewhere their values are right.
@@ -72,6 +76,10 @@ func vetForward(s *module.Step, loss *G.Node) []graphProblem {
 			ps = append(ps, graphProblem{n,
 				fmt.Sprintf("a random node %v (G.Dropout, G.UniformRandomNode, G.GaussianRandomNode): its draws follow no seed, so a seeded run does not repeat, and G.Dropout drops values in evaluation graphs too", n.Shape()),
 				"use nn.NewDropout (a mask drawn from the run's seed, the identity outside training)"})
+		case typ == "gorgonia.elemUnaryOp" && name == "ln" && logSumExpOf(g, n) != nil:
+			ps = append(ps, graphProblem{n,
+				fmt.Sprintf("G.LogSumExp of a %v input: Gorgonia v0.9.17 computes log(Σ exp(x - max) + max) instead of log(Σ exp(x - max)) + max", logSumExpOf(g, n).Shape()),
+				logSumExpFix})
 		case !diff(n):
 		case typ == "*gorgonia.globalAveragePoolOp":
 			ps = append(ps, graphProblem{n,
@@ -92,6 +100,49 @@ func vetForward(s *module.Step, loss *G.Node) []graphProblem {
 		}
 	}
 	return ps
+}
+
+// logSumExpFix is what to write instead of G.LogSumExp.
+const logSumExpFix = "use nn.LogSoftmax(x, axis) where the log-sum-exp normalises log-probabilities (it is x - logsumexp(x)), " +
+	"or the max-shifted composition m := G.Max(x, axis); m1 := G.Reshape(m, x's shape with 1 at axis); " +
+	"lse := G.Add(G.Log(G.Sum(G.Exp(G.BroadcastSub(x, m1, nil, []byte{axis})), axis)), m) " +
+	"(a vector: G.Reshape it to [1, n] first and take axis 1), whose values and gradients are torch.logsumexp's"
+
+// logSumExpOf returns x when ln, a log node, ends the graph G.LogSumExp(x)
+// builds for a vector: ln(Σ(exp(x - max(x))) + max(x)), the same max node
+// in both places; else nil.
+func logSumExpOf(g *G.ExprGraph, ln *G.Node) *G.Node {
+	kids := func(n *G.Node) []*G.Node {
+		var out []*G.Node
+		for it := g.From(n.ID()); it.Next(); {
+			out = append(out, it.Node().(*G.Node))
+		}
+		return out
+	}
+	is := func(n *G.Node, typ, name string) bool {
+		return n != nil && n.Op() != nil && opType(n.Op()) == typ && (name == "" || n.Op().String() == name)
+	}
+	add := kids(ln)
+	if len(add) != 1 || !is(add[0], "gorgonia.elemBinOp", "+ false") {
+		return nil
+	}
+	sm := kids(add[0])
+	if len(sm) != 2 || !is(sm[0], "gorgonia.sumOp", "") || !is(sm[1], "*gorgonia.maxOp", "") && !is(sm[1], "gorgonia.maxOp", "") {
+		return nil
+	}
+	exp := kids(sm[0])
+	if len(exp) != 1 || !is(exp[0], "gorgonia.elemUnaryOp", "exp") {
+		return nil
+	}
+	sub := kids(exp[0])
+	if len(sub) != 1 || !is(sub[0], "gorgonia.elemBinOp", "- false") {
+		return nil
+	}
+	xm := kids(sub[0])
+	if len(xm) != 2 || xm[1] != sm[1] {
+		return nil
+	}
+	return xm[0]
 }
 
 // differentiated reports, for a training graph, whether the loss is
@@ -223,10 +274,18 @@ func sources(g *G.ExprGraph, n *G.Node) string {
 }
 
 func shapeOfChild(g *G.ExprGraph, n *G.Node, i int) tensor.Shape {
+	if c := childOf(g, n, i); c != nil {
+		return c.Shape()
+	}
+	return nil
+}
+
+// childOf is n's i-th input, nil when it has fewer.
+func childOf(g *G.ExprGraph, n *G.Node, i int) *G.Node {
 	k := 0
 	for it := g.From(n.ID()); it.Next(); k++ {
 		if k == i {
-			return it.Node().(*G.Node).Shape()
+			return it.Node().(*G.Node)
 		}
 	}
 	return nil
