@@ -2,6 +2,7 @@ package strategy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"syscall"
 
@@ -216,6 +217,11 @@ type FitResult struct {
 	// process's Validate and Test log too.
 	LogDir string
 }
+
+// ErrScalarPrediction is what a strategy's Step returns in predict mode
+// when the module's PredictStep returned a scalar node: predictions are
+// gathered row by row, one for each example of the batch.
+var ErrScalarPrediction = errors.New("predict step: PredictStep returned a scalar: predictions are rows, one for each example of the batch; return a tensor whose first axis is the batch, as [batch] or [batch, classes]")
 
 // FitInterrupted is the error fit (the function a FitRunner is handed)
 // returns when a signal or a cancelled context stopped training after

@@ -15,6 +15,7 @@ import (
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/optim"
+	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
@@ -419,5 +420,29 @@ func TestValidateAndPredictUseTrainedWeights(t *testing.T) {
 	}
 	if i != 50 {
 		t.Fatalf("%d predictions, want 50", i)
+	}
+}
+
+// scalarPredict is linreg whose PredictStep sums its predictions: one
+// number for the whole batch.
+type scalarPredict struct{ linreg }
+
+func (m *scalarPredict) PredictStep(s *module.Step) (*G.Node, error) {
+	out, err := m.linreg.PredictStep(s)
+	if err != nil {
+		return nil, err
+	}
+	return G.Sum(out)
+}
+
+// A PredictStep that returns a scalar fails Predict saying what predictions
+// need (it said "the graph produced no output", which a scalar is not).
+func TestPredictOfAScalarSaysWhy(t *testing.T) {
+	ds := regression(t, 20, 0, 5)
+	m := &scalarPredict{linreg{in: 4, lr: 0.05}}
+	tr, _ := trainer.New(quiet(trainer.Config{MaxEpochs: 1}))
+	outs, err := tr.Predict(context.Background(), m, loader(t, ds, 8, false, false))
+	if !errors.Is(err, strategy.ErrScalarPrediction) || !strings.Contains(err.Error(), "first axis is the batch") {
+		t.Fatalf("Predict of a scalar = %d outputs, %v; want strategy.ErrScalarPrediction", len(outs), err)
 	}
 }

@@ -909,7 +909,7 @@ func (d *DDP) predictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, er
 	err := d.dev.Do(ctx, func() error {
 		r, err := d.rep.Run(ctx, module.Predict, b, false, 1)
 		if err == nil && r.Output == nil {
-			err = errors.New("predict step: the graph produced no output")
+			err = strategy.ErrScalarPrediction
 		}
 		out = r.Output
 		return err

@@ -366,7 +366,7 @@ func (d *DP) predictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, err
 	err := d.devs[0].Do(ctx, func() error {
 		r, err := d.engs[0].Run(ctx, module.Predict, b, false, 1)
 		if err == nil && r.Output == nil {
-			err = errors.New("predict step: the graph produced no output")
+			err = strategy.ErrScalarPrediction
 		}
 		out = r.Output
 		return err

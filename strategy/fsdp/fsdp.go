@@ -559,7 +559,7 @@ func withoutPad(b *data.Batch, real int) *data.Batch {
 func (f *FSDP) predictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, error) {
 	r, err := f.rep.RunOn(ctx, f.dev, module.Predict, b, false, 1)
 	if err == nil && r.Output == nil {
-		err = errors.New("predict step: the graph produced no output")
+		err = strategy.ErrScalarPrediction
 	}
 	if err != nil {
 		return nil, f.fail("predict step on "+f.dev.String(), err)

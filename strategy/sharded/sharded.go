@@ -292,7 +292,7 @@ func (s *Sharded) evalStep(ctx context.Context, mode module.Mode, b *data.Batch)
 func (s *Sharded) predictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, error) {
 	r, err := s.run(ctx, module.Predict, b, false, 1)
 	if err == nil && r.Output == nil {
-		err = errors.New("predict step: the graph produced no output")
+		err = strategy.ErrScalarPrediction
 	}
 	return r.Output, err
 }
