@@ -862,6 +862,9 @@ func sumCoexisting[T any](f Figures, others []T, stdout func(T) []byte) error {
 		}
 		f[fmt.Sprintf("process%d samples_per_s", i+1)] = g["samples_per_s"]
 		f["samples_per_s"] += g["samples_per_s"]
+		if m, ok := g["step_ms_median"]; ok {
+			f[fmt.Sprintf("process%d step_ms_median", i+1)] = m
+		}
 	}
 	return nil
 }

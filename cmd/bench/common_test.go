@@ -473,3 +473,50 @@ func TestCoreOthersPct(t *testing.T) {
 		t.Error("core 2, which /proc/stat does not list: want no figure")
 	}
 }
+
+// ddp_of_coexist_median_step compares the ranks with the coexisting
+// trainings by each one's median step time rather than samples/s: a burst
+// of other work that stalls one core for part of a run moves both sides'
+// means, and the ranks' more (every rank waits for the stalled one), but
+// the medians little. The coexisting trainings' medians come from each
+// process, not just the first.
+func TestScalingDDPOfCoexistMedianStep(t *testing.T) {
+	rs := []*Result{
+		{Config: Config{Workload: "scaling", Impl: "fulgur", Variant: "resnet8", Ranks: 1, Batch: 64}, Runs: runs(700, 700)},
+		{Config: Config{Workload: "scaling", Impl: "fulgur", Variant: "resnet8", Ranks: 1, Batch: 32}, Runs: runs(700, 700)},
+		{Config: Config{Workload: "scaling", Impl: "fulgur", Variant: "resnet8", Ranks: 2, Batch: 32, Coexist: true}, Runs: runs(1400, 1400)},
+		{Config: Config{Workload: "scaling", Impl: "fulgur", Variant: "resnet8", Ranks: 2, Batch: 32}, Runs: runs(1200, 1300)},
+	}
+	// Run 1: the ranks' median step 40 ms (64 samples: 1,600/s), the
+	// trainings' 40 and 50 ms (32 samples each: 800 + 640 = 1,440/s).
+	// Run 2: 50 ms (1,280/s) against 40 and 40 (1,600/s).
+	rs[3].Runs[0]["step_ms_median"], rs[3].Runs[1]["step_ms_median"] = 40, 50
+	rs[2].Runs[0]["step_ms_median"], rs[2].Runs[0]["process1 step_ms_median"] = 40, 50
+	rs[2].Runs[1]["step_ms_median"], rs[2].Runs[1]["process1 step_ms_median"] = 40, 40
+	f := workloads["scaling"].Derive(&Options{Runs: 2}, rs)[0].Figures
+	want := Stat{(1600.0/1440 + 1280.0/1600) / 2, 1280.0 / 1600, 1600.0 / 1440}
+	got := f["ddp_of_coexist_median_step"]
+	if math.Abs(got.Median-want.Median) > 1e-12 || math.Abs(got.Min-want.Min) > 1e-12 || math.Abs(got.Max-want.Max) > 1e-12 {
+		t.Errorf("ddp_of_coexist_median_step %+v, want %+v", got, want)
+	}
+	// A coexisting training that reported no median step gives no figure
+	// rather than one from half the trainings.
+	delete(rs[2].Runs[0], "process1 step_ms_median")
+	delete(rs[2].Runs[1], "process1 step_ms_median")
+	if f := workloads["scaling"].Derive(&Options{Runs: 2}, rs)[0].Figures; f["ddp_of_coexist_median_step"] != (Stat{}) {
+		t.Errorf("ddp_of_coexist_median_step %+v without the second training's median, want none", f["ddp_of_coexist_median_step"])
+	}
+}
+
+// The coexisting trainings' figures keep each one's median step, which
+// ddp_of_coexist_median_step needs from every training.
+func TestSumCoexistingKeepsEachMedianStep(t *testing.T) {
+	f := Figures{"samples_per_s": 700, "step_ms_median": 45}
+	others := []string{`{"samples_per_s": 650, "step_ms_median": 49}`}
+	if err := sumCoexisting(f, others, func(s string) []byte { return []byte(s) }); err != nil {
+		t.Fatal(err)
+	}
+	if f["samples_per_s"] != 1350 || f["process1 step_ms_median"] != 49 || f["step_ms_median"] != 45 {
+		t.Errorf("figures %v, want samples_per_s 1350, step_ms_median 45 (the first) and process1 step_ms_median 49", f)
+	}
+}

@@ -34,6 +34,10 @@ import (
 // other down (shared caches and memory bandwidth, the host's other work)
 // without any collective; ddp_of_coexist, the 2 ranks over the 2
 // independent trainings, is what ddp itself costs within that limit.
+// ddp_of_coexist_median_step is the same from median step times (see
+// medianStepOfCoexist): a burst of other work on one core stalls both
+// ranks but one of the trainings, which the samples/s figure charges to
+// ddp and the medians leave out.
 func init() {
 	register(&workload{
 		Name: "scaling",
@@ -126,7 +130,7 @@ func init() {
 				if a == nil {
 					continue
 				}
-				var eff, effMedian, halfSpeed, ddpEff, coexistEff, ddpOfCoexist, othersOne, othersTwo []float64
+				var eff, effMedian, halfSpeed, ddpEff, coexistEff, ddpOfCoexist, ddpOfCoexistMedian, othersOne, othersTwo []float64
 				h, co := half[key{k.impl, k.model, ""}], both[key{k.impl, k.model, ""}]
 				for run := 0; run < min(len(a.Runs), len(b.Runs)); run++ {
 					s1, s2 := a.Runs[run]["samples_per_s"], b.Runs[run]["samples_per_s"]
@@ -139,6 +143,11 @@ func init() {
 					if o1, ok := a.Runs[run]["core_others_pct"]; ok {
 						othersOne = append(othersOne, o1)
 						othersTwo = append(othersTwo, maxCoreOthers(b.Runs[run]))
+					}
+					if co != nil && run < len(co.Runs) {
+						if r, ok := medianStepOfCoexist(b.Config, b.Runs[run], co.Config, co.Runs[run]); ok {
+							ddpOfCoexistMedian = append(ddpOfCoexistMedian, r)
+						}
 					}
 					if h != nil && run < len(h.Runs) && s1 > 0 {
 						if sh := h.Runs[run]["samples_per_s"]; sh > 0 {
@@ -179,6 +188,9 @@ func init() {
 						figs["coexist_efficiency"] = stat(coexistEff)
 						figs["ddp_of_coexist"] = stat(ddpOfCoexist)
 					}
+					if len(ddpOfCoexistMedian) > 0 {
+						figs["ddp_of_coexist_median_step"] = stat(ddpOfCoexistMedian)
+					}
 					rows = append(rows, Row{Workload: "scaling", Config: name + " efficiency", N: len(eff),
 						Labels: labels, Figures: figs})
 				}
@@ -218,4 +230,35 @@ func medianStepEfficiency(c1 Config, f1 Figures, c2 Config, f2 Figures) (float64
 	one := float64(c1.Batch*max(c1.Ranks, 1)) / t1
 	two := float64(c2.Batch*max(c2.Ranks, 1)) / t2
 	return two / (2 * one), true
+}
+
+// medianStepOfCoexist is ddp_of_coexist from median step times: the
+// ranks' global batch over rank 0's median step, against the sum of each
+// coexisting training's batch over its own median step. A burst of other
+// work on one core for part of a run stalls both ranks (each step waits
+// for the slower) but only one of the independent trainings, so it lowers
+// ddp_of_coexist, from samples/s, by more than what ddp itself costs; the
+// medians are what a step takes when no burst hits it, which leaves ddp's
+// own cost: the all-reduce, and the waits for the other rank's ordinary
+// step-to-step variation. ok is false when a median is missing (the peer;
+// a training that reported none).
+func medianStepOfCoexist(cd Config, fd Figures, cc Config, fc Figures) (float64, bool) {
+	t := fd["step_ms_median"]
+	if t <= 0 {
+		return 0, false
+	}
+	ranks := float64(cd.Batch*max(cd.Ranks, 1)) / t
+	var both float64
+	for p := 0; p < max(cc.Ranks, 1); p++ {
+		k := "step_ms_median"
+		if p > 0 {
+			k = fmt.Sprintf("process%d step_ms_median", p)
+		}
+		tp := fc[k]
+		if tp <= 0 {
+			return 0, false
+		}
+		both += float64(cc.Batch) / tp
+	}
+	return ranks / both, true
 }
