@@ -319,14 +319,22 @@ func winogradPad(p []float32, wp, hp int, x []float32, h, w int) {
 const wgDwTiles = 196
 
 // convGradWeightWinograd is convGradWeightRange on the Winograd path: dw =
-// Σ over images [lo, hi) (whole chunks) of the weight gradient, groups of
-// whole chunks (about wgDwTiles tiles) at a time: each group's tiles
-// transformed, input (V, from the kept padding, or padded again when kept
-// is nil) and output gradient (dM), then dU[ξ] += dM[ξ]·V[ξ]ᵀ for the 36
-// ξ, and after the last group dw = Gᵀ dU G. The groups depend on the
-// geometry and lo only: the bits on the image range, as on the other
-// paths.
+// Σ over images [lo, hi) (whole chunks) of the weight gradient: the
+// transform-domain sums dU of the range (winogradDwSums), then dw = Gᵀ dU
+// G.
 func convGradWeightWinograd(g *convGeom, x, dy, dw, kept []float32, s *convScratch, lo, hi int) {
+	winogradKernelGrad(g, winogradDwSums(g, x, dy, nil, kept, s, lo, hi), dw)
+}
+
+// winogradDwSums sets du (36 OC×C matrices, OC·C apart) to the
+// transform-domain weight gradient of images [lo, hi) (whole chunks; zero
+// when empty), groups of whole chunks (about wgDwTiles tiles) at a time:
+// each group's tiles transformed, input (V, from the kept padding, or
+// padded again when kept is nil) and output gradient (dM), then dU[ξ] +=
+// dM[ξ]·V[ξ]ᵀ for the 36 ξ. The groups depend on the geometry and lo only:
+// the bits on the image range, as on the other paths. With du nil it sums
+// into s's scratch. It returns du.
+func winogradDwSums(g *convGeom, x, dy, du, kept []float32, s *convScratch, lo, hi int) []float32 {
 	nb, in, out, hw := g.chunk(), g.in(), g.out(), g.h*g.w
 	th, tw, hp, wp := g.winogradTiles()
 	tpi, plane, ps := th*tw, hp*wp, g.winogradPadSize()
@@ -348,7 +356,15 @@ func convGradWeightWinograd(g *convGeom, x, dy, dw, kept []float32, s *convScrat
 	tmp, v := buf[:576], buf[576:]
 	occ := g.oc * g.c
 	buf = scratch[float32](&s.tmp, 36*ms+36*occ)
-	m, du := buf[:36*ms], buf[36*ms:]
+	m := buf[:36*ms]
+	if du == nil {
+		du = buf[36*ms:]
+	}
+	du = du[:36*occ]
+	if lo >= hi {
+		clear(du)
+		return du
+	}
 	boff := s.mm.rows(g.c, rs)
 	for n0 := lo; n0 < hi; n0 += gi {
 		k := min(gi, hi-n0)
@@ -391,7 +407,7 @@ func convGradWeightWinograd(g *convGeom, x, dy, dw, kept []float32, s *convScrat
 				du[xi*occ:(xi+1)*occ], g.c, n0 > lo)
 		}
 	}
-	winogradKernelGrad(g, du, dw)
+	return du
 }
 
 // winogradKernelGrad sets dw [OC, C, 3, 3] to Gᵀ dU G for every (output,
@@ -403,21 +419,26 @@ func convGradWeightWinograd(g *convGeom, x, dy, dw, kept []float32, s *convScrat
 // (wgKernelGrad16, from a copy of their lines) and 8 (wgKernelGrad8), the
 // same bits.
 func winogradKernelGrad(g *convGeom, du, dw []float32) {
-	occ := g.oc * g.c
+	winogradKernelGradPairs(du, dw, g.oc*g.c, 0, g.oc*g.c)
+}
+
+// winogradKernelGradPairs is winogradKernelGrad for pairs [lo, hi) of the
+// occ: each pair's bits are the same whichever range holds it.
+func winogradKernelGradPairs(du, dw []float32, occ, lo, hi int) {
 	du, dw = du[:36*occ], dw[:9*occ]
-	p0 := 0
+	p0 := lo
 	if useAVX512 {
 		var tmp [36 * 16]float32
-		for ; p0+16 <= occ; p0 += 16 {
+		for ; p0+16 <= hi; p0 += 16 {
 			wgKernelGrad16(&du[p0], occ, &dw[p0*9], &wgGTConst[0], &tmp[0])
 		}
-		for ; p0+8 <= occ; p0 += 8 {
+		for ; p0+8 <= hi; p0 += 8 {
 			wgKernelGrad8(&du[p0], occ, &dw[p0*9], &wgGTConst[0])
 		}
 	}
 	var d [36][wgKgPairs]float64
-	for ; p0 < occ; p0 += wgKgPairs {
-		np := min(wgKgPairs, occ-p0)
+	for ; p0 < hi; p0 += wgKgPairs {
+		np := min(wgKgPairs, hi-p0)
 		for xi := range d {
 			src := du[xi*occ+p0 : xi*occ+p0+np]
 			for j, v := range src {
