@@ -35,6 +35,12 @@ func wgKernelGrad8(du *float32, occ int, dw *float32, cst *float64)
 //go:noescape
 func wgKernelGrad16(du *float32, occ int, dw *float32, cst *float64, tmp *float32)
 
+// wgKernelGrad16AVX2 is wgKernelGrad16 on AVX2, four pairs a register
+// (conv_winograd_kernel_avx2_amd64.s), the same bits: tmp 720 floats.
+//
+//go:noescape
+func wgKernelGrad16AVX2(du *float32, occ int, dw *float32, cst *float64, tmp *float32)
+
 // wgInput8AVX2, wgGrad8AVX2 and wgOutput8AVX2 are wgInput16, wgGrad16 and
 // wgOutput16 for 8 tiles on AVX2 and FMA (conv_winograd_avx2_amd64.s), the
 // same bits: tmp 288 floats.
