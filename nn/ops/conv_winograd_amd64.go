@@ -35,6 +35,13 @@ func wgKernelGrad8(du *float32, occ int, dw *float32, cst *float64)
 //go:noescape
 func wgKernelGrad16(du *float32, occ int, dw *float32, cst *float64, tmp *float32)
 
+// wgKernel8AVX2 is wgKernel16 on AVX2 for the 8 output channels of one
+// input channel, from their taps laid out tap-major (k[8j + l]), the same
+// bits: tmp 144 floats.
+//
+//go:noescape
+func wgKernel8AVX2(k *float32, u *float32, us int, cst *float32, tmp *float32)
+
 // wgKernelGrad16AVX2 is wgKernelGrad16 on AVX2, four pairs a register
 // (conv_winograd_kernel_avx2_amd64.s), the same bits: tmp 720 floats.
 //

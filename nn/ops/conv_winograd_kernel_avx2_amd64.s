@@ -2,11 +2,92 @@
 
 #include "textflag.h"
 
-// The Winograd weight gradient's kernel transform (winogradKernelGrad) in
-// AVX2, four channel pairs a register: wgGT's operations, one each, in its
-// order and precision (float64, no fused multiply-add), so that each
-// lane's bits are the Go loop's and the AVX-512 kernels'. Go's operand
-// order: VSUBPD b, a, d computes d = a - b.
+// The Winograd kernel's transforms in AVX2: the forward's (winogradKernel,
+// eight channel pairs a register, wgG's operations in float32) and the
+// weight gradient's (winogradKernelGrad, four a register, wgGT's in
+// float64), one each, in their order and precision (no fused
+// multiply-add), so that each lane's bits are the Go loops' and the
+// AVX-512 kernels'. Go's operand order: VSUBPD b, a, d computes d = a - b.
+
+// o0..o4 = the first five of wgG(g0, g1, g2) (the sixth is g2), o0 and o2
+// written last into g0 and g1; constants Y10 = 1/24, Y11 = 1/6, Y12 =
+// 1/12, Y13 = 0.25, Y14 = -1/6; clobbers Y3-Y6.
+#define WGG8(g0, g1, g2, o1, o3, o4) \
+	VADDPS g2, g0, Y3 \
+	VMULPS Y10, g0, Y4 \
+	VMULPS Y11, g2, Y6 \
+	VADDPS Y6, Y4, Y4 \
+	VMULPS Y12, g1, Y5 \
+	VMULPS Y13, g0, g0 \
+	VADDPS g1, Y3, Y6 \
+	VMULPS Y14, Y6, o1 \
+	VSUBPS g1, Y3, Y6 \
+	VMULPS Y14, Y6, g1 \
+	VADDPS Y5, Y4, o3 \
+	VSUBPS Y5, Y4, o4
+
+// Taps j, 3+j and 6+j of the 8 kernels (rows of 8 floats from AX), then
+// column j of t = G k (6x3, t[i] at 32i from R8).
+#define KCOL8(j) \
+	VMOVUPS (32*(j))(AX), Y0 \
+	VMOVUPS (32*(3+j))(AX), Y1 \
+	VMOVUPS (32*(6+j))(AX), Y2 \
+	WGG8(Y0, Y1, Y2, Y7, Y8, Y9) \
+	VMOVUPS Y0, (32*(j))(R8) \
+	VMOVUPS Y7, (32*(3+j))(R8) \
+	VMOVUPS Y1, (32*(6+j))(R8) \
+	VMOVUPS Y8, (32*(9+j))(R8) \
+	VMOVUPS Y9, (32*(12+j))(R8) \
+	VMOVUPS Y2, (32*(15+j))(R8)
+
+// Row a of t times Gᵀ: values 6a..6a+5 of the 36, each stored at DI, DI
+// advanced by DX after each.
+#define KROW8(a) \
+	VMOVUPS (32*(3*a))(R8), Y0 \
+	VMOVUPS (32*(3*a+1))(R8), Y1 \
+	VMOVUPS (32*(3*a+2))(R8), Y2 \
+	WGG8(Y0, Y1, Y2, Y7, Y8, Y9) \
+	VMOVUPS Y0, (DI) \
+	ADDQ    DX, DI \
+	VMOVUPS Y7, (DI) \
+	ADDQ    DX, DI \
+	VMOVUPS Y1, (DI) \
+	ADDQ    DX, DI \
+	VMOVUPS Y8, (DI) \
+	ADDQ    DX, DI \
+	VMOVUPS Y9, (DI) \
+	ADDQ    DX, DI \
+	VMOVUPS Y2, (DI) \
+	ADDQ    DX, DI
+
+// func wgKernel8AVX2(k *float32, u *float32, us int, cst *float32, tmp *float32)
+//
+// U = G k Gᵀ for 8 kernels, tap j of kernel l at k[8j + l] (72 floats),
+// its 36 values at u + ξ·us (floats, 8 adjacent: kernel l at l); cst:
+// 1/24, 1/6, 1/12, 0.25, -1/6; tmp 144 floats (t).
+TEXT ·wgKernel8AVX2(SB), NOSPLIT, $0-40
+	MOVQ         k+0(FP), AX
+	MOVQ         u+8(FP), DI
+	MOVQ         us+16(FP), DX
+	SHLQ         $2, DX
+	MOVQ         cst+24(FP), SI
+	MOVQ         tmp+32(FP), R8
+	VBROADCASTSS 0(SI), Y10
+	VBROADCASTSS 4(SI), Y11
+	VBROADCASTSS 8(SI), Y12
+	VBROADCASTSS 12(SI), Y13
+	VBROADCASTSS 16(SI), Y14
+	KCOL8(0)
+	KCOL8(1)
+	KCOL8(2)
+	KROW8(0)
+	KROW8(1)
+	KROW8(2)
+	KROW8(3)
+	KROW8(4)
+	KROW8(5)
+	VZEROUPPER
+	RET
 
 // r0, r1, r2 = wgGT(z0, ..., z5) in float64; constants Y12 = 0.25, Y13 =
 // 1/6, Y14 = 1/24, Y15 = 1/12; overwrites z1..z3 (with d, p, q) and
