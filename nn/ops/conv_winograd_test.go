@@ -481,3 +481,23 @@ func TestConv2dWinogradWeightGradTransformsOnce(t *testing.T) {
 		}
 	}
 }
+
+// The Winograd weight gradient split between image workers, its join
+// included, allocates nothing once warm.
+func TestConv2dWinogradWeightGradDoesNotAllocate(t *testing.T) {
+	winogradForSmallCases(t)
+	defer func(w func() int, gr int) { imageWorkers, imageGrain = w, gr }(imageWorkers, imageGrain)
+	imageGrain = 1
+	for _, workers := range []int{2, 3} {
+		SetImageWorkers(workers)
+		for _, c := range winogradCases {
+			_, _, gw, in, dy := convOps(t, c, tensor.Float32)
+			if _, err := gw.Do(in[0], dy); err != nil {
+				t.Fatal(err)
+			}
+			if a := testing.AllocsPerRun(5, func() { _, _ = gw.Do(in[0], dy) }); a != 0 && !raceBuild {
+				t.Errorf("workers=%d %v: %.0f allocations per run", workers, c, a)
+			}
+		}
+	}
+}
