@@ -35,6 +35,19 @@ func wgKernelGrad8(du *float32, occ int, dw *float32, cst *float64)
 //go:noescape
 func wgKernelGrad16(du *float32, occ int, dw *float32, cst *float64, tmp *float32)
 
+// wgKernel8AVX2 is wgKernel16 on AVX2 for the 8 output channels of one
+// input channel, from their taps laid out tap-major (k[8j + l]), the same
+// bits: tmp 144 floats.
+//
+//go:noescape
+func wgKernel8AVX2(k *float32, u *float32, us int, cst *float32, tmp *float32)
+
+// wgKernelGrad16AVX2 is wgKernelGrad16 on AVX2, four pairs a register
+// (conv_winograd_kernel_avx2_amd64.s), the same bits: tmp 720 floats.
+//
+//go:noescape
+func wgKernelGrad16AVX2(du *float32, occ int, dw *float32, cst *float64, tmp *float32)
+
 // wgInput8AVX2, wgGrad8AVX2 and wgOutput8AVX2 are wgInput16, wgGrad16 and
 // wgOutput16 for 8 tiles on AVX2 and FMA (conv_winograd_avx2_amd64.s), the
 // same bits: tmp 288 floats.

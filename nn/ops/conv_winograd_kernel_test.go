@@ -126,3 +126,34 @@ func BenchmarkWinogradKernel(b *testing.B) {
 		})
 	}
 }
+
+// The kernel-gradient transform of a range of channel pairs (the pieces
+// of the weight gradient's join) gives each pair the bits of the whole
+// call, however the ranges cut the blocks of 16 and 8 pairs the kernels
+// take.
+func TestWinogradKernelGradPairsAnyRange(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 5))
+	for _, s := range []struct{ oc, c int }{{8, 17}, {16, 16}, {64, 64}} {
+		occ := s.oc * s.c
+		du := make([]float32, 36*occ)
+		for i := range du {
+			du[i] = float32(r.NormFloat64())
+		}
+		want := make([]float32, 9*occ)
+		winogradKernelGrad(&convGeom{oc: s.oc, c: s.c}, du, want)
+		for _, cuts := range [][]int{{0, occ}, {0, 5, 37, occ}, {0, 16, 17, 40, 128, occ - 3, occ}} {
+			got := make([]float32, 9*occ)
+			for i := range got {
+				got[i] = float32(math.NaN())
+			}
+			for k := 0; k+1 < len(cuts); k++ {
+				winogradKernelGradPairs(du, got, occ, cuts[k], cuts[k+1])
+			}
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("%dx%d cut at %v: dw[%d] = %v, want %v", s.oc, s.c, cuts, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}

@@ -432,3 +432,72 @@ func TestConv2dWinogradWeightGradMatchesReference(t *testing.T) {
 		})
 	}
 }
+
+// With several image workers (or under SetDeterministic), the Winograd
+// weight gradient adds the parts' transform-domain sums dU up in part
+// order and transforms the total once: its bits are those of Gᵀ (dU₀ +
+// dU₁ + ...) G from the parts' own sums, not a sum of one transform a part
+// (four 0.5 ms transforms for resnet8's 64x64 channels on two workers).
+func TestConv2dWinogradWeightGradTransformsOnce(t *testing.T) {
+	winogradForSmallCases(t)
+	defer SetDeterministic(Deterministic())
+	cases := append(winogradCases[:len(winogradCases):len(winogradCases)],
+		convCase{n: 64, c: 64, h: 7, w: 7, oc: 64, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}})
+	for _, c := range cases {
+		_, _, gw, in, dy := convOps(t, c, tensor.Float32)
+		g := &gw.g
+		if !winogradFits[float32](g) {
+			t.Fatalf("%v: not on the Winograd path", c)
+		}
+		x, d := in[0].Data().([]float32), dy.Data().([]float32)
+		occ := g.oc * g.c
+		for _, det := range []bool{false, true} {
+			SetDeterministic(det)
+			for _, workers := range []int{2, 3} {
+				parts := dwParts(g.chunks(), min(workers, g.chunks()))
+				if g.chunks() >= 2 && parts < 2 {
+					t.Fatalf("%v: %d parts for %d workers", c, parts, workers)
+				}
+				sum := make([]float32, 36*occ)
+				var s convScratch
+				for p := 0; p < parts; p++ {
+					lo, hi := g.imageRange(p, parts)
+					du := winogradDwSums(g, x, d, make([]float32, 36*occ), nil, &s, lo, hi)
+					if p == 0 {
+						copy(sum, du)
+					} else {
+						addTo(sum, du)
+					}
+				}
+				want32 := make([]float32, 9*occ)
+				winogradKernelGrad(g, sum, want32)
+				want := make([]float64, len(want32))
+				for i, v := range want32 {
+					want[i] = float64(v)
+				}
+				_, _, got := convPass(t, c, tensor.Float32, workers)
+				sameBits(t, fmt.Sprintf("%v deterministic=%v workers=%d (%d parts) dw", c, det, workers, parts), got, want)
+			}
+		}
+	}
+}
+
+// The Winograd weight gradient split between image workers, its join
+// included, allocates nothing once warm.
+func TestConv2dWinogradWeightGradDoesNotAllocate(t *testing.T) {
+	winogradForSmallCases(t)
+	defer func(w func() int, gr int) { imageWorkers, imageGrain = w, gr }(imageWorkers, imageGrain)
+	imageGrain = 1
+	for _, workers := range []int{2, 3} {
+		SetImageWorkers(workers)
+		for _, c := range winogradCases {
+			_, _, gw, in, dy := convOps(t, c, tensor.Float32)
+			if _, err := gw.Do(in[0], dy); err != nil {
+				t.Fatal(err)
+			}
+			if a := testing.AllocsPerRun(5, func() { _, _ = gw.Do(in[0], dy) }); a != 0 && !raceBuild {
+				t.Errorf("workers=%d %v: %.0f allocations per run", workers, c, a)
+			}
+		}
+	}
+}
