@@ -550,22 +550,15 @@ func (t *Trainer) resume(ctx context.Context, path string) (int, error) {
 // they time out. It returns this rank's error, or one naming a rank that
 // failed.
 func (t *Trainer) everyRankRead(ctx context.Context, what, path string, readErr error) error {
-	info := t.strat.Info()
-	if info.WorldSize <= 1 {
-		return readErr
-	}
-	failed := []float64{0}
-	if readErr != nil {
-		failed[0] = float64(info.Rank + 1)
-	}
-	if err := t.strat.Reduce(ctx, failed, []float64{0}, []module.Reduce{module.Max}); err != nil {
+	failed, err := t.failedRank(ctx, readErr)
+	if err != nil {
 		return fmt.Errorf("%s %s: learn whether every rank read it: %w", what, path, errors.Join(readErr, err))
 	}
 	if readErr != nil {
 		return readErr
 	}
-	if failed[0] > 0 {
-		return fmt.Errorf("%s %s: rank %d could not read it (its error says why): every process reads the whole file, every shard file of a sharded checkpoint, so a job on several machines needs it on a shared filesystem that every machine sees", what, path, int(failed[0])-1)
+	if failed >= 0 {
+		return fmt.Errorf("%s %s: rank %d could not read it (its error says why): every process reads the whole file, every shard file of a sharded checkpoint, so a job on several machines needs it on a shared filesystem that every machine sees", what, path, failed)
 	}
 	return nil
 }

@@ -493,22 +493,33 @@ func (t *Trainer) loadWeights(ctx context.Context, o *weightsOptions) error {
 // own succeeded on every rank, so that one failing rank fails them all
 // instead of leaving the others in the first step's collectives.
 func (t *Trainer) everyRankOK(ctx context.Context, what string, err error) error {
+	failed, rerr := t.failedRank(ctx, err)
+	if rerr != nil {
+		return fmt.Errorf("%s: learn whether every rank succeeded: %w", what, errors.Join(err, rerr))
+	}
+	if err != nil {
+		return err
+	}
+	if failed >= 0 {
+		return fmt.Errorf("%s: failed on rank %d (its error says why)", what, failed)
+	}
+	return nil
+}
+
+// failedRank all-reduces whether err is set on each rank: the highest rank
+// whose err was, -1 when none (and on a job of one rank, which has no
+// collective), or the reduce's own error.
+func (t *Trainer) failedRank(ctx context.Context, err error) (int, error) {
 	info := t.strat.Info()
 	if info.WorldSize <= 1 {
-		return err
+		return -1, nil
 	}
 	failed := []float64{0}
 	if err != nil {
 		failed[0] = float64(info.Rank + 1)
 	}
 	if rerr := t.strat.Reduce(ctx, failed, []float64{0}, []module.Reduce{module.Max}); rerr != nil {
-		return fmt.Errorf("%s: learn whether every rank succeeded: %w", what, errors.Join(err, rerr))
+		return -1, rerr
 	}
-	if err != nil {
-		return err
-	}
-	if failed[0] > 0 {
-		return fmt.Errorf("%s: failed on rank %d (its error says why)", what, int(failed[0])-1)
-	}
-	return nil
+	return int(failed[0]) - 1, nil
 }
