@@ -3,6 +3,8 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -65,5 +67,30 @@ func TestTrainerErrorsNameFlags(t *testing.T) {
 				t.Errorf("%q: err = %v\nnames the Go field %q", c.args, err, n)
 			}
 		}
+	}
+}
+
+// A -root-dir where no run directory can be made says so, with the flag
+// and the file system's reason, not trainer.VersionDir's name.
+func TestRootDirUnderAFileNamesTheFlag(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(file, "runs")
+	app := mlpApp(root)
+	var out bytes.Buffer
+	app.Stdout, app.Stderr = &out, &out
+	err := app.Run(context.Background(), []string{"-no-progress-bar", "-max-steps", "1"})
+	if err == nil {
+		t.Fatal("a root directory under a file was accepted")
+	}
+	for _, w := range []string{"-root-dir " + root, "cannot make the run directory", "not a directory", "give a directory"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("err = %v\nwant %q", err, w)
+		}
+	}
+	if strings.Contains(err.Error(), "VersionDir") {
+		t.Errorf("err = %v\nnames trainer.VersionDir", err)
 	}
 }
