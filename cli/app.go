@@ -305,7 +305,7 @@ func (a App) fit(ctx context.Context, tr *trainer.Trainer, l Loaders, runs runOu
 		return &Interrupted{Err: ie, Resume: resumeCommand(a.Name, args, ie.Checkpoint)}
 	}
 	if err != nil {
-		return flagNamesError{err}
+		return withFlagNames(err)
 	}
 	if tr.IsWorker() {
 		return nil
@@ -313,14 +313,14 @@ func (a App) fit(ctx context.Context, tr *trainer.Trainer, l Loaders, runs runOu
 	if l.Test != nil {
 		res, err := tr.Test(ctx, a.Model, l.Test)
 		if err != nil {
-			return err
+			return withFlagNames(err)
 		}
 		sum.TestAcc, sum.TestLoss, sum.Metrics = metric(res, "test_acc"), metric(res, "test_loss"), res
 	}
 	defer tr.Teardown(ctx)
 	hash, err := tr.WeightsSHA256(ctx) // every rank: under fsdp it gathers the shards
 	if err != nil {
-		return err
+		return withFlagNames(err)
 	}
 	if !tr.IsGlobalZero() {
 		return nil
@@ -376,7 +376,7 @@ func (a App) evaluate(ctx context.Context, tr *trainer.Trainer, command, ckpt, p
 		err = a.predict(ctx, tr, l.Predict, opts, predictions, &sum)
 	}
 	if err != nil {
-		return err
+		return withFlagNames(err)
 	}
 	// Once the command has run: a checkpoint that does not load leaves no
 	// run directory holding only the hyperparameters.
@@ -385,7 +385,7 @@ func (a App) evaluate(ctx context.Context, tr *trainer.Trainer, command, ckpt, p
 	}
 	hash, err := tr.WeightsSHA256(ctx) // every rank: under fsdp it gathers the shards
 	if err != nil {
-		return err
+		return withFlagNames(err)
 	}
 	if !tr.IsGlobalZero() {
 		return nil
@@ -729,22 +729,4 @@ func parseArgs(fs *flag.FlagSet, args []string) error {
 		}
 	}
 	return fs.Parse(out)
-}
-
-// withFlagNames adds to an error of trainer.Config.Validate, which names
-// Config fields ("Strategy is \"warp\": ..."), the flags that set them.
-func withFlagNames(err error) error {
-	msg := err.Error()
-	t := reflect.TypeFor[Settings]()
-	var flags []string
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		if name := f.Tag.Get("flag"); name != "" && strings.Contains(msg, f.Name+" is ") {
-			flags = append(flags, f.Name+" is -"+name)
-		}
-	}
-	if len(flags) == 0 {
-		return err
-	}
-	return fmt.Errorf("%w\n(%s)", err, strings.Join(flags, ", "))
 }

@@ -9,7 +9,10 @@
 // ...), the model's and the data's (a DataModule). A tag may add
 // `help:"..."`, `default:"..."` (when the field is zero in the value given),
 // `choices:"a,b"` and `check:">0"`; a bad value gets an error naming the
-// flag, the value and what to write instead. Subcommands: fit (the
+// flag, the value and what to write instead, and an error of the trainer
+// or a strategy names the flags where it names the trainer.Config fields
+// they set (-min-epochs is 5 and -max-epochs 2, not MinEpochs and
+// MaxEpochs). Subcommands: fit (the
 // default: train, then test), validate, test and predict, which evaluate
 // -ckpt-path (a file, last or best); fit -weights FILE starts from the
 // weights of a file with a fresh optimizer (fine-tuning: a PyTorch

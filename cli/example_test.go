@@ -31,7 +31,7 @@ func Example() {
 	// model:
 	//   dropout: 0.3
 	//   lr: 0.01
-	//   sizes: ""
+	//   sizes: 784,256,128,10
 	// trainer:
 	//   accelerator: cpu
 	//   accumulate_grad_batches: 1

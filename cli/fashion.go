@@ -52,10 +52,18 @@ func (l Loaders) check(command string, d DataModule) error {
 // reports an optimistic figure: give a DataModule of your own whose Val
 // holds out part of the training set for that.
 type FashionMNIST struct {
-	Dir       string `flag:"data" help:"directory of the data set (default: installed copy, else the embedded subset)"`
-	BatchSize int    `flag:"batch-size" default:"64" check:">=1" help:"examples per batch (per rank)"`
-	DropLast  bool   `flag:"drop-last" help:"drop the last partial training batch"`
+	Dir string `flag:"data" help:"directory of the data set (default: installed copy, else the embedded subset)"`
+	// BatchSize is the examples per training batch, per rank; the
+	// validation, test and predict batches hold max(BatchSize, 256):
+	// evaluation keeps no gradients, so a larger batch costs little memory
+	// and runs the split in fewer steps.
+	BatchSize int  `flag:"batch-size" default:"64" check:">=1" help:"examples per training batch (per rank); validation, test and predict batches hold max(this, 256)"`
+	DropLast  bool `flag:"drop-last" help:"drop the last partial training batch"`
 }
+
+// evalBatchSize is the least batch of FashionMNIST's validation, test and
+// predict loaders.
+const evalBatchSize = 256
 
 // Loaders opens the data set.
 func (d *FashionMNIST) Loaders(seed uint64) (Loaders, error) {
@@ -67,7 +75,7 @@ func (d *FashionMNIST) Loaders(seed uint64) (Loaders, error) {
 	if err != nil {
 		return Loaders{}, err
 	}
-	testL, err := data.NewLoader(test, data.LoaderConfig{BatchSize: max(d.BatchSize, 256)})
+	testL, err := data.NewLoader(test, data.LoaderConfig{BatchSize: max(d.BatchSize, evalBatchSize)})
 	if err != nil {
 		return Loaders{}, err
 	}

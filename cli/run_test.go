@@ -37,8 +37,8 @@ func TestBadFlagsNameFlagValueAndFix(t *testing.T) {
 		// Lightning refuses devices=0 too; the trainer's zero value means 1.
 		{[]string{"-devices", "0"}, []string{"-devices is 0: use 1 or more, or -1 for all"}},
 		{[]string{"-data", "/nonexistent/fashion"}, []string{"/nonexistent/fashion is not a directory"}},
-		{[]string{"-strategy", "warp"}, []string{`Strategy is "warp"`, "(Strategy is -strategy)"}},
-		{[]string{"-accelerator", "tpu"}, []string{`Accelerator is "tpu": use "cpu", "cuda" or "auto"`, "(Accelerator is -accelerator)"}},
+		{[]string{"-strategy", "warp"}, []string{`-strategy is "warp"`}},
+		{[]string{"-accelerator", "tpu"}, []string{`-accelerator is "tpu": use "cpu", "cuda" or "auto"`}},
 		{[]string{"-profiler", "gprof"}, []string{`-profiler is "gprof": use one of advanced, simple, timeline, or none`}},
 		{[]string{"fitt"}, []string{`unknown command "fitt": use fit, validate, test, predict`}},
 		{[]string{"-max-steps", "3", "extra"}, []string{`unexpected arguments ["extra"]`, "the command comes first"}},

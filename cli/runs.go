@@ -2,8 +2,10 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -121,7 +123,11 @@ func (f *Settings) setupRun(cfg *trainer.Config, hparams map[string]any, trainin
 		if out.RunDir = trainer.ElasticRunDir(); out.RunDir != "" { // a restarted elastic job goes on in its run
 			cfg.LogDir = out.RunDir
 		} else if out.RunDir, err = trainer.VersionDir(root, ""); err != nil {
-			return out, err
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				err = pe // the file system's words, without trainer's function name
+			}
+			return out, fmt.Errorf("-root-dir %s: cannot make the run directory there (%w): give a directory this process can create and write", root, err)
 		} else if !training {
 			cfg.LogDir = out.RunDir
 		}

@@ -3,8 +3,10 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -176,24 +178,49 @@ func (s *Settings) weightsOptions() []trainer.WeightsOption {
 	return opts
 }
 
-// goOptionNames matches the trainer options and Config fields a Fit error
-// names that a command line gives as flags.
-var goOptionNames = regexp.MustCompile(`trainer\.(StripPrefix|OnlyPrefix)\(("(?:[^"\\]|\\.)*")\)|trainer\.Strict\(false\)|Config\.DisableSanityCheck`)
+// configFlags maps the trainer.Config fields a command line sets (through
+// Settings.trainerConfig and setupRun) to the flags that set them, for
+// flagNamesError. A field the command line cannot set is not here: an
+// error naming it is for the program's author.
+var configFlags = map[string]string{
+	"MaxEpochs": "-max-epochs", "MaxSteps": "-max-steps", "MinEpochs": "-min-epochs", "MinSteps": "-min-steps",
+	"LimitTrainBatches": "-limit-train-batches", "LimitValBatches": "-limit-val-batches",
+	"LimitTestBatches": "-limit-test-batches", "LimitPredictBatches": "-limit-predict-batches",
+	"NumSanityValSteps": "-num-sanity-val-steps", "DisableSanityCheck": "-num-sanity-val-steps 0",
+	"OverfitBatches": "-overfit-batches", "FastDevRun": "-fast-dev-run",
+	"AccumulateGradBatches": "-accumulate-grad-batches", "GradientClipVal": "-gradient-clip-val",
+	"Seed": "-seed", "Deterministic": "-deterministic", "SyncBatchNorm": "-sync-batchnorm",
+	"LogEveryNSteps": "-log-every-n-steps", "Precision": "-precision", "ShardedCheckpoint": "-sharded-checkpoint",
+	"Devices": "-devices", "NumNodes": "-num-nodes", "Strategy": "-strategy", "Accelerator": "-accelerator",
+	// The run directory, and LogDir inside it, come from -root-dir.
+	"DefaultRootDir": "-root-dir", "LogDir": "-root-dir",
+}
 
-// flagNamesError is a Fit error whose text names the flags where the
-// trainer's names the Go options (trainer.StripPrefix("module."),
-// Config.DisableSanityCheck) a command line cannot give.
+// goOptionNames matches the trainer options and Config fields an error of
+// the trainer or a strategy names that a command line gives as flags: a
+// field bare (MaxEpochs), as Config.MaxEpochs or trainer.Config.MaxEpochs,
+// and with the flag beside it already ("MaxEpochs (-max-epochs)"). A
+// field of another type (PlateauConfig.Monitor) is left as it is.
+var goOptionNames = regexp.MustCompile(`trainer\.(StripPrefix|OnlyPrefix)\(("(?:[^"\\]|\\.)*")\)|trainer\.Strict\(false\)|([A-Za-z_][A-Za-z_0-9]*\.)*\b(` + strings.Join(slices.Sorted(maps.Keys(configFlags)), "|") + `)\b( \(-[a-z-]+\))?`)
+
+// flagNamesError is an error of the trainer or a strategy shown to a
+// command-line user: its text names the flags where the trainer's names
+// the Config fields and Go options (trainer.StripPrefix("module."),
+// Config.DisableSanityCheck, Devices) a command line cannot give.
 type flagNamesError struct{ err error }
 
 func (e flagNamesError) Error() string {
-	return goOptionNames.ReplaceAllStringFunc(e.err.Error(), func(call string) string {
-		switch call {
-		case "trainer.Strict(false)":
-			return "-weights-not-strict"
-		case "Config.DisableSanityCheck":
-			return "-num-sanity-val-steps 0"
-		}
+	msg := goOptionNames.ReplaceAllStringFunc(e.err.Error(), func(call string) string {
 		m := goOptionNames.FindStringSubmatch(call)
+		switch {
+		case call == "trainer.Strict(false)":
+			return "-weights-not-strict"
+		case m[4] != "":
+			if m[3] != "" && m[3] != "Config." && m[3] != "trainer.Config." {
+				return call
+			}
+			return configFlags[m[4]]
+		}
 		arg, err := strconv.Unquote(m[2])
 		if err != nil {
 			return call
@@ -201,6 +228,18 @@ func (e flagNamesError) Error() string {
 		flag := map[string]string{"StripPrefix": "-weights-strip-prefix", "OnlyPrefix": "-weights-only-prefix"}[m[1]]
 		return flag + " " + arg
 	})
+	// "Config.DefaultRootDir or Config.LogDir" is one flag here, and
+	// LRFind's Config is the command line, which sets no StrategyImpl.
+	return strings.NewReplacer("-root-dir or -root-dir", "-root-dir",
+		"the trainer's Config asks for", "the command line asks for", " (StrategyImpl set: false)", "").Replace(msg)
+}
+
+// withFlagNames is err as a flagNamesError; nil stays nil.
+func withFlagNames(err error) error {
+	if err == nil {
+		return nil
+	}
+	return flagNamesError{err}
 }
 
 func (e flagNamesError) Unwrap() error { return e.err }

@@ -312,8 +312,8 @@ func (m *Model) Predict(ctx context.Context, b *data.Batch) (*tensor.Dense, erro
 	if err != nil {
 		return nil, fmt.Errorf("Predict: %w", err)
 	}
-	if res.Output == nil {
-		return nil, errors.New("Predict: PredictStep's output is not a tensor")
+	if res.Output == nil || res.Output.Dims() == 0 {
+		return nil, errors.New("Predict: PredictStep returned a scalar: Predict returns rows, one for each example of the batch; return a tensor whose first axis is the batch, as [batch] or [batch, classes]")
 	}
 	return res.Output.Clone().(*tensor.Dense), nil
 }

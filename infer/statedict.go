@@ -17,22 +17,13 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/safetensors"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
-// The safetensors format: 8 bytes little-endian header length N, N bytes of
-// JSON ({name: {"dtype", "shape", "data_offsets": [begin, end]}} plus an
-// optional "__metadata__" map of strings), then the tensors' little-endian
-// bytes. trainer's checkpoints use the same framing.
-
-type stEntry struct {
-	Dtype   string `json:"dtype"`
-	Shape   []int  `json:"shape"`
-	Offsets [2]int `json:"data_offsets"`
-}
-
-// maxHeader bounds the JSON header, as the reference implementation does.
-const maxHeader = 100 << 20
+// The files are safetensors (package safetensors reads them, for trainer
+// too); stEntry is a tensor's header entry, as SaveStateDict writes it.
+type stEntry = safetensors.Entry
 
 // counter is the buffer PyTorch keeps as a 0-dimensional int64 and fulgur
 // as one float ([1]): BatchNorm's count of batches seen.
@@ -190,81 +181,23 @@ func readHint(path string, err error) string {
 	return ""
 }
 
-// torchSaveFile says what kind of torch.save output b starts with: a zip
-// archive (PyTorch 1.6 and later) or a bare pickle (protocol 2 to 5, as
-// older versions wrote), or "" for neither.
-func torchSaveFile(b []byte) string {
-	switch {
-	case bytes.HasPrefix(b, []byte("PK\x03\x04")):
-		return "a zip archive"
-	case len(b) >= 2 && b[0] == 0x80 && b[1] >= 2 && b[1] <= 5:
-		return "a Python pickle"
-	}
-	return ""
-}
-
-type stTensor struct {
-	name  string
-	dtype string
-	shape []int
-	data  []byte
-}
-
+// stFile is a decoded file's tensors by name, and its metadata.
 type stFile struct {
-	tensors map[string]stTensor
+	tensors map[string]safetensors.Tensor
 	meta    map[string]string
 }
 
-var dtypeSizes = map[string]int{"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
-
-// decode parses the framing and header of a safetensors file held in b and
-// checks that every tensor's bytes lie inside the file and match its shape.
+// decode parses a safetensors file held in b.
 func decode(b []byte) (*stFile, error) {
-	if len(b) < 8 {
-		return nil, fmt.Errorf("the file is %d bytes, shorter than the 8-byte header length that starts a safetensors file: it is truncated or not safetensors", len(b))
+	f, err := safetensors.Decode(b)
+	if err != nil {
+		return nil, err
 	}
-	n := binary.LittleEndian.Uint64(b[:8])
-	if n > maxHeader || n > uint64(len(b)-8) {
-		if what := torchSaveFile(b); what != "" {
-			return nil, fmt.Errorf("the file is %s, as torch.save writes (.pt, .pth), not safetensors: fulgur does not read pickles (loading one runs code); in PyTorch, write the weights with safetensors.torch.save_file(model.state_dict(), path)", what)
-		}
-		return nil, fmt.Errorf("the header length field says %d bytes but the file has %d after it (at most %d allowed): it is truncated, corrupt, or not safetensors", n, len(b)-8, maxHeader)
+	out := &stFile{tensors: make(map[string]safetensors.Tensor, len(f.Tensors)), meta: f.Meta}
+	for _, t := range f.Tensors {
+		out.tensors[t.Name] = t
 	}
-	data := b[8+n:]
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(bytes.TrimRight(b[8:8+n], " "), &raw); err != nil {
-		return nil, fmt.Errorf("the header is not a JSON object (%v): the file is corrupt or not safetensors", err)
-	}
-	f := &stFile{tensors: map[string]stTensor{}}
-	if m, ok := raw["__metadata__"]; ok {
-		if err := json.Unmarshal(m, &f.meta); err != nil {
-			return nil, fmt.Errorf("header field __metadata__ is not a map of strings: %v", err)
-		}
-		delete(raw, "__metadata__")
-	}
-	for name, r := range raw {
-		var e stEntry
-		if err := json.Unmarshal(r, &e); err != nil {
-			return nil, fmt.Errorf("tensor %q: header entry is malformed: %v", name, err)
-		}
-		size, ok := dtypeSizes[e.Dtype]
-		if !ok {
-			return nil, fmt.Errorf("tensor %q has dtype %q: fulgur reads F64, F32, F16, BF16 and integer tensors", name, e.Dtype)
-		}
-		elems := 1
-		for _, d := range e.Shape {
-			if d < 0 || (d > 0 && elems > math.MaxInt/8/d) {
-				return nil, fmt.Errorf("tensor %q: shape %v is invalid: the file is corrupt", name, e.Shape)
-			}
-			elems *= d
-		}
-		lo, hi := e.Offsets[0], e.Offsets[1]
-		if lo < 0 || hi < lo || hi > len(data) || hi-lo != elems*size {
-			return nil, fmt.Errorf("tensor %q (%s %v): data offsets [%d, %d) do not fit its %d bytes in the %d-byte data section: the file is truncated or corrupt", name, e.Dtype, e.Shape, lo, hi, elems*size, len(data))
-		}
-		f.tensors[name] = stTensor{name: name, dtype: e.Dtype, shape: e.Shape, data: data[lo:hi]}
-	}
-	return f, nil
+	return out, nil
 }
 
 // match checks the file against store and returns each store tensor's
@@ -281,15 +214,15 @@ func (f *stFile) match(store *module.Store) (map[string][]float64, error) {
 			wrapped = wrapped || p
 			continue
 		}
-		if !sameShape(t.shape, e.Shape) {
-			msg := fmt.Sprintf("tensor %q has shape %v in the file but %v in the model", e.Name, t.shape, e.Shape)
-			if len(e.Shape) == 2 && len(t.shape) == 2 && t.shape[0] == e.Shape[1] && t.shape[1] == e.Shape[0] {
+		if !sameShape(t.Shape, e.Shape) {
+			msg := fmt.Sprintf("tensor %q has shape %v in the file but %v in the model", e.Name, t.Shape, e.Shape)
+			if len(e.Shape) == 2 && len(t.Shape) == 2 && t.Shape[0] == e.Shape[1] && t.Shape[1] == e.Shape[0] {
 				msg += ": it is transposed; Linear weights are [out, in] in fulgur as in PyTorch (files from fulgur before that change hold [in, out]: transpose them)"
 			}
 			errs = append(errs, errors.New(msg))
 			continue
 		}
-		out[e.Name] = t.values()
+		out[e.Name] = t.Float64s()
 	}
 	var extra []string
 	for name := range f.tensors {
@@ -333,54 +266,4 @@ func prod(s []int) int {
 		n *= d
 	}
 	return n
-}
-
-// values decodes the tensor's bytes as float64s.
-func (t stTensor) values() []float64 {
-	size := dtypeSizes[t.dtype]
-	out := make([]float64, len(t.data)/size)
-	le := binary.LittleEndian
-	for i := range out {
-		p := t.data[i*size:]
-		switch t.dtype {
-		case "F64":
-			out[i] = math.Float64frombits(le.Uint64(p))
-		case "F32":
-			out[i] = float64(math.Float32frombits(le.Uint32(p)))
-		case "F16":
-			out[i] = half(le.Uint16(p))
-		case "BF16":
-			out[i] = float64(math.Float32frombits(uint32(le.Uint16(p)) << 16))
-		case "I64":
-			out[i] = float64(int64(le.Uint64(p)))
-		case "I32":
-			out[i] = float64(int32(le.Uint32(p)))
-		case "I16":
-			out[i] = float64(int16(le.Uint16(p)))
-		case "I8":
-			out[i] = float64(int8(p[0]))
-		case "U8", "BOOL":
-			out[i] = float64(p[0])
-		}
-	}
-	return out
-}
-
-// half decodes an IEEE 754 binary16 value.
-func half(h uint16) float64 {
-	sign := 1.0
-	if h&0x8000 != 0 {
-		sign = -1
-	}
-	exp, frac := int(h>>10&0x1f), float64(h&0x3ff)
-	switch exp {
-	case 0:
-		return sign * math.Ldexp(frac, -24)
-	case 0x1f:
-		if frac != 0 {
-			return math.NaN()
-		}
-		return math.Inf(int(sign))
-	}
-	return sign * math.Ldexp(1+frac/1024, exp-15)
 }

@@ -28,7 +28,7 @@ import (
 // trained with Adam (lr 1e-3, betas 0.9/0.999, eps 1e-8 by default).
 type MLP struct {
 	// Sizes are the layer widths, input first; nil: 784, 256, 128, 10.
-	Sizes []int `flag:"sizes" help:"layer widths, input first (default 784,256,128,10)"`
+	Sizes []int `flag:"sizes" default:"784,256,128,10" help:"layer widths, input first"`
 	// LR is Adam's learning rate; 0: 1e-3.
 	LR float64 `flag:"lr" default:"1e-3" check:">0" help:"learning rate (Adam)"`
 }

@@ -699,7 +699,7 @@ func (c *checkpoint) stateDict(dtype tensor.Dtype) (*strategy.StateDict, error) 
 		tn := c.tensors[name]
 		st := strategy.Tensor{Name: name, Shape: tn.Shape}
 		if strings.HasPrefix(name, strategy.OptimizerPrefix) {
-			st.Dtype, st.Data64 = tensor.Float64, values64(tn)
+			st.Dtype, st.Data64 = tensor.Float64, tn.Float64s()
 			st.Hi = len(st.Data64)
 			if c.opt != nil {
 				// The buffers cover the optimizer's span of the parameters.
@@ -724,7 +724,7 @@ func (c *checkpoint) stateDict(dtype tensor.Dtype) (*strategy.StateDict, error) 
 			}
 			st.Hi = len(st.Data32)
 		} else {
-			st.Data64 = values64(tn)
+			st.Data64 = tn.Float64s()
 			st.Hi = len(st.Data64)
 		}
 		sd.Tensors = append(sd.Tensors, st)

@@ -9,8 +9,9 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"sort"
 	"strconv"
+
+	"github.com/fulgur-ml/fulgur/safetensors"
 )
 
 // The safetensors format (https://github.com/huggingface/safetensors):
@@ -24,33 +25,17 @@ import (
 //
 // Nothing in it is executable: reading it is parsing JSON and copying bytes.
 
-// stTensor is one tensor of a safetensors file.
-type stTensor struct {
-	Name  string
-	Dtype string // "F32" or "F64"
-	Shape []int
-	Data  []byte // little-endian values
-	off   int    // start in the data section (decoded files only)
-}
-
-type stHeaderEntry struct {
-	Dtype   string `json:"dtype"`
-	Shape   []int  `json:"shape"`
-	Offsets [2]int `json:"data_offsets"`
-}
+// stTensor is one tensor of a safetensors file; stFile a decoded file,
+// its tensors in data order; stHeaderEntry a tensor's header entry. The
+// format's decoder is package safetensors, which infer reads with too.
+type (
+	stTensor      = safetensors.Tensor
+	stFile        = safetensors.File
+	stHeaderEntry = safetensors.Entry
+)
 
 // maxHeader bounds the JSON header, as the reference implementation does.
-const maxHeader = 100 << 20
-
-func dtypeSize(dt string) int {
-	switch dt {
-	case "F32":
-		return 4
-	case "F64":
-		return 8
-	}
-	return 0
-}
+const maxHeader = safetensors.MaxHeader
 
 // encodeSafetensors writes tensors (in the order given) and meta to w.
 func encodeSafetensors(w io.Writer, tensors []stTensor, meta map[string]string) error {
@@ -95,94 +80,19 @@ func encodeSafetensors(w io.Writer, tensors []stTensor, meta map[string]string) 
 	return nil
 }
 
-// stFile is a parsed safetensors file; Tensors are in data order.
-type stFile struct {
-	Tensors []stTensor
-	Meta    map[string]string
-}
-
-// decodeSafetensors parses a whole file held in b. It checks the framing,
-// every entry's dtype, shape and offsets, and that the tensors tile the data
-// section exactly, naming the tensor at fault.
+// decodeSafetensors parses a checkpoint or shard file held in b: a
+// safetensors file (safetensors.Decode checks its framing, every entry and
+// the tiling of the data section) whose tensors are F32 or F64, as the
+// trainer writes them.
 func decodeSafetensors(b []byte) (*stFile, error) {
-	return decodeSafetensorsOf(b, dtypeSize, "F32 or F64")
-}
-
-// decodeSafetensorsOf is decodeSafetensors taking the dtypes size knows
-// (which names them, for the error).
-func decodeSafetensorsOf(b []byte, size func(string) int, which string) (*stFile, error) {
-	if len(b) < 8 {
-		return nil, fmt.Errorf("the file is %d bytes, shorter than the 8-byte header length that starts a safetensors file: it is truncated or not a checkpoint", len(b))
+	f, err := safetensors.Decode(b)
+	if err != nil {
+		return nil, err
 	}
-	n := binary.LittleEndian.Uint64(b[:8])
-	if n > maxHeader {
-		return nil, fmt.Errorf("the header length field says %d bytes, more than the %d allowed: the file is corrupt or not a checkpoint", n, maxHeader)
-	}
-	if uint64(len(b)-8) < n {
-		return nil, fmt.Errorf("the header length field says %d bytes but only %d follow: the file is truncated, or not a checkpoint", n, len(b)-8)
-	}
-	hb := b[8 : 8+n]
-	data := b[8+n:]
-	var raw map[string]json.RawMessage
-	dec := json.NewDecoder(bytes.NewReader(hb))
-	if err := dec.Decode(&raw); err != nil {
-		return nil, fmt.Errorf("the header is not a JSON object: %v: the file is corrupt", err)
-	}
-	if rest := bytes.TrimRight(hb[dec.InputOffset():], " "); len(rest) > 0 {
-		return nil, fmt.Errorf("the header has %d bytes after its JSON object that are not padding: the file is corrupt", len(rest))
-	}
-	f := &stFile{}
-	if m, ok := raw["__metadata__"]; ok {
-		d := json.NewDecoder(bytes.NewReader(m))
-		if err := d.Decode(&f.Meta); err != nil {
-			return nil, fmt.Errorf("header field __metadata__ is not a map of strings: %v: the file is corrupt", err)
-		}
-		delete(raw, "__metadata__")
-	}
-	for name, r := range raw {
-		var e stHeaderEntry
-		d := json.NewDecoder(bytes.NewReader(r))
-		d.DisallowUnknownFields()
-		if err := d.Decode(&e); err != nil {
-			return nil, fmt.Errorf("tensor %q: header entry is malformed: %v: the file is corrupt", name, err)
-		}
-		size := size(e.Dtype)
-		if size == 0 {
-			return nil, fmt.Errorf("tensor %q: dtype %q is not %s", name, e.Dtype, which)
-		}
-		elems := 1
-		for _, d := range e.Shape {
-			if d < 0 || (d > 0 && elems > math.MaxInt/8/d) {
-				return nil, fmt.Errorf("tensor %q: shape %v is invalid: the file is corrupt", name, e.Shape)
-			}
-			elems *= d
-		}
-		lo, hi := e.Offsets[0], e.Offsets[1]
-		if lo < 0 || hi < lo {
-			return nil, fmt.Errorf("tensor %q: data offsets [%d, %d) are invalid: the file is corrupt", name, lo, hi)
-		}
-		if hi-lo != elems*size {
-			return nil, fmt.Errorf("tensor %q: data offsets [%d, %d) span %d bytes but shape %v of %s needs %d: the file is corrupt", name, lo, hi, hi-lo, e.Shape, e.Dtype, elems*size)
-		}
-		if hi > len(data) {
-			return nil, fmt.Errorf("tensor %q: its data ends at byte %d of the data section, which has only %d bytes: the file is truncated", name, hi, len(data))
-		}
-		f.Tensors = append(f.Tensors, stTensor{Name: name, Dtype: e.Dtype, Shape: e.Shape, Data: data[lo:hi:hi], off: lo})
-	}
-	// The tensors must tile the data section: no gaps, no overlaps.
-	sort.Slice(f.Tensors, func(i, j int) bool {
-		a, b := f.Tensors[i], f.Tensors[j]
-		return a.off < b.off || (a.off == b.off && len(a.Data) < len(b.Data))
-	})
-	pos := 0
 	for _, t := range f.Tensors {
-		if lo := t.off; lo != pos {
-			return nil, fmt.Errorf("tensor %q starts at byte %d of the data section, but the previous tensor ends at %d: the offsets overlap or leave a gap, so the file is corrupt", t.Name, lo, pos)
+		if t.Dtype != "F32" && t.Dtype != "F64" {
+			return nil, fmt.Errorf("tensor %q: dtype %q is not F32 or F64: the file is not a checkpoint the trainer wrote (a state dict loads with trainer.WithWeights)", t.Name, t.Dtype)
 		}
-		pos += len(t.Data)
-	}
-	if pos != len(data) {
-		return nil, fmt.Errorf("the data section has %d bytes but its tensors cover %d: the file has trailing bytes or is corrupt", len(data), pos)
 	}
 	return f, nil
 }
@@ -225,23 +135,4 @@ func f64Bytes(v []float64) []byte {
 		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(x))
 	}
 	return b
-}
-
-// values64 decodes a tensor's bytes as float64s.
-func values64(t stTensor) []float64 {
-	switch t.Dtype {
-	case "F32":
-		out := make([]float64, len(t.Data)/4)
-		for i := range out {
-			out[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(t.Data[4*i:])))
-		}
-		return out
-	case "F64":
-		out := make([]float64, len(t.Data)/8)
-		for i := range out {
-			out[i] = math.Float64frombits(binary.LittleEndian.Uint64(t.Data[8*i:]))
-		}
-		return out
-	}
-	return nil
 }

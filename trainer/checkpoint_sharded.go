@@ -391,12 +391,12 @@ func parseShard(b []byte) ([]strategy.Tensor, string, error) {
 		st := strategy.Tensor{Name: sp.Name, Shape: sp.Shape, Lo: sp.Lo, Hi: sp.Hi}
 		switch {
 		case strings.HasPrefix(sp.Name, strategy.OptimizerPrefix):
-			st.Dtype, st.Data64 = tensor.Float64, values64(tn)
+			st.Dtype, st.Data64 = tensor.Float64, tn.Float64s()
 		case tn.Dtype == "F64":
-			st.Dtype, st.Data64 = tensor.Float64, values64(tn)
+			st.Dtype, st.Data64 = tensor.Float64, tn.Float64s()
 		default:
 			st.Dtype = tensor.Float32
-			for _, x := range values64(tn) {
+			for _, x := range tn.Float64s() {
 				st.Data32 = append(st.Data32, float32(x))
 			}
 		}

@@ -2,10 +2,8 @@ package trainer
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"sort"
 	"strconv"
@@ -14,6 +12,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/safetensors"
 	"github.com/fulgur-ml/fulgur/strategy"
 )
 
@@ -147,72 +146,6 @@ func wrapperPrefix(file map[string]fileTensor, specs []module.Spec) string {
 	return best
 }
 
-// anyDtypeSize is the element size of the safetensors dtypes a state dict
-// written by PyTorch may hold; weightValues decodes each.
-func anyDtypeSize(dt string) int {
-	switch dt {
-	case "F64", "I64":
-		return 8
-	case "F32", "I32":
-		return 4
-	case "F16", "BF16", "I16":
-		return 2
-	case "I8", "U8", "BOOL":
-		return 1
-	}
-	return 0
-}
-
-// weightValues decodes a tensor of any anyDtypeSize dtype as float64s.
-func weightValues(t stTensor) []float64 {
-	size := anyDtypeSize(t.Dtype)
-	out := make([]float64, len(t.Data)/size)
-	le := binary.LittleEndian
-	for i := range out {
-		p := t.Data[i*size:]
-		switch t.Dtype {
-		case "F64":
-			out[i] = math.Float64frombits(le.Uint64(p))
-		case "F32":
-			out[i] = float64(math.Float32frombits(le.Uint32(p)))
-		case "F16":
-			out[i] = float16(le.Uint16(p))
-		case "BF16":
-			out[i] = float64(math.Float32frombits(uint32(le.Uint16(p)) << 16))
-		case "I64":
-			out[i] = float64(int64(le.Uint64(p)))
-		case "I32":
-			out[i] = float64(int32(le.Uint32(p)))
-		case "I16":
-			out[i] = float64(int16(le.Uint16(p)))
-		case "I8":
-			out[i] = float64(int8(p[0]))
-		default: // U8, BOOL
-			out[i] = float64(p[0])
-		}
-	}
-	return out
-}
-
-// float16 decodes an IEEE 754 binary16 value.
-func float16(h uint16) float64 {
-	sign := 1.0
-	if h&0x8000 != 0 {
-		sign = -1
-	}
-	exp, frac := int(h>>10&0x1f), float64(h&0x3ff)
-	switch exp {
-	case 0:
-		return sign * math.Ldexp(frac, -24)
-	case 0x1f:
-		if frac != 0 {
-			return math.NaN()
-		}
-		return math.Inf(int(sign))
-	}
-	return sign * math.Ldexp(1+frac/1024, exp-15)
-}
-
 // fileTensor is one whole tensor of a weights file, as float64s.
 type fileTensor struct {
 	shape []int
@@ -230,17 +163,14 @@ func readWeightsFile(path string) (map[string]fileTensor, string, error) {
 		}
 		return nil, "", fmt.Errorf("weights: %w", err)
 	}
-	f, err := decodeSafetensorsOf(b, anyDtypeSize, "a dtype of a state dict (F64, F32, F16, BF16 or an integer)")
+	f, err := safetensors.Decode(b)
 	if err != nil {
-		if len(b) >= 4 && string(b[:4]) == "PK\x03\x04" || len(b) >= 2 && b[0] == 0x80 && b[1] >= 2 && b[1] <= 5 {
-			return nil, "", fmt.Errorf("%s is a torch.save file (.pt, .pth), not safetensors: fulgur does not read pickles (loading one runs code); in PyTorch, write the weights with safetensors.torch.save_file(model.state_dict(), path)", path)
-		}
 		return nil, "", fmt.Errorf("weights %s: %w", path, err)
 	}
 	out := map[string]fileTensor{}
 	if f.Meta[keyFormat] != CheckpointFormat {
 		for _, t := range f.Tensors {
-			out[t.Name] = fileTensor{shape: t.Shape, vals: weightValues(t)}
+			out[t.Name] = fileTensor{shape: t.Shape, vals: t.Float64s()}
 		}
 		return out, "state dict", nil
 	}

@@ -436,13 +436,23 @@ func (m *scalarPredict) PredictStep(s *module.Step) (*G.Node, error) {
 }
 
 // A PredictStep that returns a scalar fails Predict saying what predictions
-// need (it said "the graph produced no output", which a scalar is not).
+// need (it said "the graph produced no output", which a scalar is not); on
+// one device and under dp here, on the ranks of ddp, sharded and fsdp in
+// scalarpredict_test.go.
 func TestPredictOfAScalarSaysWhy(t *testing.T) {
 	ds := regression(t, 20, 0, 5)
-	m := &scalarPredict{linreg{in: 4, lr: 0.05}}
-	tr, _ := trainer.New(quiet(trainer.Config{MaxEpochs: 1}))
-	outs, err := tr.Predict(context.Background(), m, loader(t, ds, 8, false, false))
-	if !errors.Is(err, strategy.ErrScalarPrediction) || !strings.Contains(err.Error(), "first axis is the batch") {
-		t.Fatalf("Predict of a scalar = %d outputs, %v; want strategy.ErrScalarPrediction", len(outs), err)
+	for _, c := range []struct {
+		strat   string
+		devices int
+	}{{"single", 1}, {"dp", 2}} {
+		m := &scalarPredict{linreg{in: 4, lr: 0.05}}
+		tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 1, Strategy: c.strat, Devices: c.devices}))
+		if err != nil {
+			t.Fatalf("%s: %v", c.strat, err)
+		}
+		outs, err := tr.Predict(context.Background(), m, loader(t, ds, 8, false, false))
+		if !errors.Is(err, strategy.ErrScalarPrediction) || !strings.Contains(err.Error(), "first axis is the batch") {
+			t.Errorf("%s: Predict of a scalar = %d outputs, %v; want strategy.ErrScalarPrediction", c.strat, len(outs), err)
+		}
 	}
 }

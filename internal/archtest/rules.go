@@ -90,6 +90,12 @@ var Rules = []Rule{
 		Doc:    "strategy/collective/wire/wire.go",
 	},
 	{
+		From:   []string{"safetensors/..."},
+		Forbid: []string{"trainer/...", "infer/...", "strategy/...", "internal/...", "module/...", "nn/...", "data/...", "callbacks/...", "cli/..."},
+		Says:   "safetensors is the file format alone, below every layer that reads weights: trainer and infer both read with it",
+		Doc:    "safetensors/doc.go",
+	},
+	{
 		From:   []string{"examples/...", "cmd/..."},
 		Forbid: []string{"internal/..."},
 		Says:   "examples and cmd import public packages only, so a user can copy them into their own module",

@@ -908,7 +908,7 @@ func (d *DDP) predictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, er
 	var out *tensor.Dense
 	err := d.dev.Do(ctx, func() error {
 		r, err := d.rep.Run(ctx, module.Predict, b, false, 1)
-		if err == nil && r.Output == nil {
+		if err == nil && (r.Output == nil || r.Output.Dims() == 0) {
 			err = strategy.ErrScalarPrediction
 		}
 		out = r.Output

@@ -365,7 +365,7 @@ func (d *DP) predictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, err
 	var out *tensor.Dense
 	err := d.devs[0].Do(ctx, func() error {
 		r, err := d.engs[0].Run(ctx, module.Predict, b, false, 1)
-		if err == nil && r.Output == nil {
+		if err == nil && (r.Output == nil || r.Output.Dims() == 0) {
 			err = strategy.ErrScalarPrediction
 		}
 		out = r.Output

@@ -558,7 +558,7 @@ func withoutPad(b *data.Batch, real int) *data.Batch {
 // predicts too) must add nothing.
 func (f *FSDP) predictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, error) {
 	r, err := f.rep.RunOn(ctx, f.dev, module.Predict, b, false, 1)
-	if err == nil && r.Output == nil {
+	if err == nil && (r.Output == nil || r.Output.Dims() == 0) {
 		err = strategy.ErrScalarPrediction
 	}
 	if err != nil {

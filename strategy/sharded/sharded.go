@@ -291,7 +291,7 @@ func (s *Sharded) evalStep(ctx context.Context, mode module.Mode, b *data.Batch)
 
 func (s *Sharded) predictStep(ctx context.Context, b *data.Batch) (*tensor.Dense, error) {
 	r, err := s.run(ctx, module.Predict, b, false, 1)
-	if err == nil && r.Output == nil {
+	if err == nil && (r.Output == nil || r.Output.Dims() == 0) {
 		err = strategy.ErrScalarPrediction
 	}
 	return r.Output, err

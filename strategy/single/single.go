@@ -71,7 +71,7 @@ func (s *Single) Step(ctx context.Context, mode module.Mode, b *data.Batch, o st
 		}
 	}
 	r, err := s.eng.Run(ctx, mode, b, mode == module.Train && o.Accumulate, scale)
-	if err == nil && mode == module.Predict && r.Output == nil {
+	if err == nil && mode == module.Predict && (r.Output == nil || r.Output.Dims() == 0) {
 		err = strategy.ErrScalarPrediction
 	}
 	return strategy.StepResult{Loss: r.Loss, Metrics: r.Metrics, Output: r.Output}, err

@@ -100,6 +100,7 @@ type compiled struct {
 	lossVal G.Value
 	out     *G.Node
 	outVal  G.Value
+	scalar  *tensor.Dense // a scalar output's 0-d value, rewritten each run
 	grads   []gradBinding
 	metrics []module.Metric
 	hooks   *shardHooks  // sharded engines only
@@ -136,7 +137,13 @@ type gradBinding struct {
 type Result struct {
 	Loss    float64         // training graphs only
 	Metrics []module.Metric // values the step logged; valid until the next run of the same graph
-	Output  *tensor.Dense   // predict graphs only; valid until the next run
+	// Output is what a predict graph's PredictStep returned (nil for the
+	// other modes), valid until the next run. A PredictStep that returned a
+	// scalar node gives a 0-dimensional tensor (Output.Dims() == 0) holding
+	// its value: predictions are rows, one for each example, so a caller
+	// gathering them refuses it (the strategies return
+	// strategy.ErrScalarPrediction).
+	Output *tensor.Dense
 }
 
 // Option is a rare engine setting.
@@ -309,11 +316,37 @@ func (e *Engine) Run(ctx context.Context, mode module.Mode, b *data.Batch, accum
 	}
 	res.Metrics = c.metrics
 	if c.out != nil {
-		if t, ok := c.valueOf(c.out, c.outVal).(*tensor.Dense); ok {
-			res.Output = t
+		res.Output, err = c.output()
+		if err != nil {
+			return Result{}, fmt.Errorf("%s step: %w", mode, err)
 		}
 	}
 	return res, nil
+}
+
+// output is the run's PredictStep output as a tensor: a scalar's value in
+// a 0-d tensor of the graph's dtype, which this graph's runs reuse.
+func (c *compiled) output() (*tensor.Dense, error) {
+	switch v := c.valueOf(c.out, c.outVal).(type) {
+	case *tensor.Dense:
+		return v, nil
+	case *G.F32:
+		if c.scalar == nil {
+			c.scalar = tensor.New(tensor.FromScalar(float32(0)))
+		}
+		c.scalar.Set(0, float32(*v))
+		return c.scalar, nil
+	case *G.F64:
+		if c.scalar == nil {
+			c.scalar = tensor.New(tensor.FromScalar(float64(0)))
+		}
+		c.scalar.Set(0, float64(*v))
+		return c.scalar, nil
+	case nil:
+		return nil, fmt.Errorf("PredictStep's output node %q has no value after the run (report it)", c.out.Name())
+	default:
+		return nil, fmt.Errorf("PredictStep's output node %q holds a %T, not a tensor: return a float32 or float64 node", c.out.Name(), v)
+	}
 }
 
 func realRows(b *data.Batch) int {

@@ -1,0 +1,96 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Errors of the trainer and the strategies that a command line reaches
+// name the flags that set what they are about, never the trainer.Config
+// field a command-line user cannot see: a Validate error, a strategy's
+// check of its devices, the launch of its ranks in Fit, lr-find's, and a
+// checkpoint's precision when validate loads it.
+func TestTrainerErrorsNameFlags(t *testing.T) {
+	ckptRoot := t.TempDir()
+	run(t, mlpApp(ckptRoot), "-no-progress-bar", "-max-steps", "1", "-limit-val-batches", "1", "-limit-test-batches", "1")
+	for _, c := range []struct {
+		root string
+		args []string
+		want []string
+		not  []string // Go names that must not appear
+	}{
+		{"", []string{"-min-epochs", "5", "-max-epochs", "2"},
+			[]string{"-min-epochs is 5 and -max-epochs 2: -max-epochs ends training first", "lower -min-epochs or raise -max-epochs"}, []string{"MinEpochs", "MaxEpochs"}},
+		{"", []string{"-min-steps", "5", "-max-steps", "2"},
+			[]string{"-min-steps is 5 and -max-steps 2"}, []string{"MinSteps", "MaxSteps"}},
+		{"", []string{"-overfit-batches", "2", "-limit-train-batches", "3"},
+			[]string{"-overfit-batches is 2 and -limit-train-batches is 3", "leave -limit-train-batches unset"}, []string{"OverfitBatches", "LimitTrainBatches"}},
+		{"", []string{"-overfit-batches", "2", "-fast-dev-run", "1"},
+			[]string{"-overfit-batches is 2 and -fast-dev-run is 1"}, []string{"OverfitBatches", "FastDevRun"}},
+		{"", []string{"-strategy", "warp"}, []string{`-strategy is "warp": use one of`}, []string{"Strategy is"}},
+		{"", []string{"-accelerator", "tpu"}, []string{`-accelerator is "tpu": use "cpu", "cuda" or "auto"`}, []string{"Accelerator is"}},
+		{"", []string{"-accelerator", "cuda"}, []string{`-accelerator is "cuda" but this build has no CUDA support`}, []string{"Accelerator"}},
+		{"", []string{"-strategy", "single", "-devices", "2"},
+			[]string{`strategy "single" runs one device, but -devices is 2 and -num-nodes is 1`, "or -devices 1"}, []string{"Devices", "NumNodes"}},
+		{"", []string{"-strategy", "dp", "-devices", "2", "-num-nodes", "2"},
+			[]string{`strategy "dp" runs in one process on one machine, but -num-nodes is 2`}, []string{"NumNodes"}},
+		{"", []string{"-strategy", "ddp", "-num-nodes", "2"},
+			[]string{"-num-nodes is 2 but this process was not started by a launcher"}, []string{"NumNodes"}},
+		{"", []string{"lr-find", "-strategy", "ddp", "-devices", "2"},
+			[]string{`the command line asks for -strategy "ddp" on 2 devices and 1 nodes: the search runs on one device`, "-devices 1 and -strategy auto or single"}, []string{"Strategy \"", "Devices 1", "Config", "StrategyImpl"}},
+		{ckptRoot, []string{"validate", "-ckpt-path", "last", "-precision", "64", "-limit-val-batches", "1"},
+			[]string{`set -precision to "32" to match the checkpoint`}, []string{"Precision"}},
+	} {
+		root := c.root
+		if root == "" {
+			root = t.TempDir()
+		}
+		app := mlpApp(root)
+		var out bytes.Buffer
+		app.Stdout, app.Stderr = &out, &out
+		err := app.Run(context.Background(), append([]string{"-no-progress-bar"}, c.args...))
+		if err == nil {
+			t.Errorf("%q: no error", c.args)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%q: err = %v\nwant %q", c.args, err, w)
+			}
+		}
+		for _, n := range c.not {
+			if strings.Contains(err.Error(), n) {
+				t.Errorf("%q: err = %v\nnames the Go field %q", c.args, err, n)
+			}
+		}
+	}
+}
+
+// A -root-dir where no run directory can be made says so, with the flag
+// and the file system's reason, not trainer.VersionDir's name.
+func TestRootDirUnderAFileNamesTheFlag(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(file, "runs")
+	app := mlpApp(root)
+	var out bytes.Buffer
+	app.Stdout, app.Stderr = &out, &out
+	err := app.Run(context.Background(), []string{"-no-progress-bar", "-max-steps", "1"})
+	if err == nil {
+		t.Fatal("a root directory under a file was accepted")
+	}
+	for _, w := range []string{"-root-dir " + root, "cannot make the run directory", "not a directory", "give a directory"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("err = %v\nwant %q", err, w)
+		}
+	}
+	if strings.Contains(err.Error(), "VersionDir") {
+		t.Errorf("err = %v\nnames trainer.VersionDir", err)
+	}
+}
