@@ -94,3 +94,27 @@ func TestRootDirUnderAFileNamesTheFlag(t *testing.T) {
 		t.Errorf("err = %v\nnames trainer.VersionDir", err)
 	}
 }
+
+// The flag names replace the trainer's words, not the same letters in a
+// path or a file name the error quotes: a corrupt checkpoint under a
+// directory named Seed keeps its path.
+func TestFlagNamesLeavePathsAlone(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "Seed", "Devices")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ckpt := filepath.Join(dir, "Strategy.ckpt")
+	if err := os.WriteFile(ckpt, []byte("not a checkpoint at all"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	app := mlpApp(t.TempDir())
+	var out bytes.Buffer
+	app.Stdout, app.Stderr = &out, &out
+	err := app.Run(context.Background(), []string{"-no-progress-bar", "-max-steps", "1", "-ckpt-path", ckpt})
+	if err == nil {
+		t.Fatal("a corrupt checkpoint was accepted")
+	}
+	if !strings.Contains(err.Error(), ckpt) {
+		t.Errorf("err = %v\nwant the checkpoint's path %s as given", err, ckpt)
+	}
+}

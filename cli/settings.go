@@ -210,28 +210,69 @@ var goOptionNames = regexp.MustCompile(`trainer\.(StripPrefix|OnlyPrefix)\(("(?:
 type flagNamesError struct{ err error }
 
 func (e flagNamesError) Error() string {
-	msg := goOptionNames.ReplaceAllStringFunc(e.err.Error(), func(call string) string {
-		m := goOptionNames.FindStringSubmatch(call)
-		switch {
-		case call == "trainer.Strict(false)":
-			return "-weights-not-strict"
-		case m[4] != "":
-			if m[3] != "" && m[3] != "Config." && m[3] != "trainer.Config." {
-				return call
-			}
-			return configFlags[m[4]]
-		}
-		arg, err := strconv.Unquote(m[2])
-		if err != nil {
-			return call
-		}
-		flag := map[string]string{"StripPrefix": "-weights-strip-prefix", "OnlyPrefix": "-weights-only-prefix"}[m[1]]
-		return flag + " " + arg
-	})
+	text := e.err.Error()
+	var b strings.Builder
+	last := 0
+	for _, ix := range goOptionNames.FindAllStringSubmatchIndex(text, -1) {
+		b.WriteString(text[last:ix[0]])
+		last = ix[1]
+		b.WriteString(flagName(text, ix))
+	}
+	b.WriteString(text[last:])
+	msg := b.String()
 	// "Config.DefaultRootDir or Config.LogDir" is one flag here, and
 	// LRFind's Config is the command line, which sets no StrategyImpl.
 	return strings.NewReplacer("-root-dir or -root-dir", "-root-dir",
 		"the trainer's Config asks for", "the command line asks for", " (StrategyImpl set: false)", "").Replace(msg)
+}
+
+// flagName is the flag for the match of goOptionNames at ix in text, or
+// the match itself where it is not the trainer's word: a field of another
+// type, or letters of a path or a file name (a checkpoint under a
+// directory named Seed keeps its path).
+func flagName(text string, ix []int) string {
+	call := text[ix[0]:ix[1]]
+	group := func(i int) string {
+		if ix[2*i] < 0 {
+			return ""
+		}
+		return text[ix[2*i]:ix[2*i+1]]
+	}
+	switch {
+	case call == "trainer.Strict(false)":
+		return "-weights-not-strict"
+	case group(4) != "":
+		if p := group(3); p != "" && p != "Config." && p != "trainer.Config." {
+			return call
+		}
+		if inPath(text, ix[0], ix[1]) {
+			return call
+		}
+		return configFlags[group(4)]
+	}
+	arg, err := strconv.Unquote(group(2))
+	if err != nil {
+		return call
+	}
+	flag := map[string]string{"StripPrefix": "-weights-strip-prefix", "OnlyPrefix": "-weights-only-prefix"}[group(1)]
+	return flag + " " + arg
+}
+
+// inPath reports whether text[i:j] is part of a path or a file name: a
+// separator or a dash just before it, or a separator or an extension
+// (a dot and a letter or digit) just after it.
+func inPath(text string, i, j int) bool {
+	if i > 0 && strings.ContainsRune(`/\-`, rune(text[i-1])) {
+		return true
+	}
+	if j < len(text) && strings.ContainsRune(`/\`, rune(text[j])) {
+		return true
+	}
+	if j+1 < len(text) && text[j] == '.' {
+		c := text[j+1]
+		return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+	}
+	return false
 }
 
 // withFlagNames is err as a flagNamesError; nil stays nil.
