@@ -157,3 +157,37 @@ func TestWinogradKernelGradPairsAnyRange(t *testing.T) {
 		}
 	}
 }
+
+// The kernel's transform shared between 2, 3 and 4 image workers, eight
+// output channels a piece (wgKernelJob), gives the serial transform's bits,
+// forward and flipped, with one block of rows, an odd input channel count, at resnet8's
+// and wider channel counts; below wgKernelSplitPairs it stays serial.
+func TestWinogradKernelSplitMatchesSerial(t *testing.T) {
+	defer func(w func() int, p int) { imageWorkers, wgKernelSplitPairs = w, p }(imageWorkers, wgKernelSplitPairs)
+	wgKernelSplitPairs = 1
+	r := rand.New(rand.NewPCG(3, 5))
+	for _, s := range []struct{ oc, c int }{{8, 16}, {16, 16}, {24, 17}, {64, 64}, {256, 32}} {
+		g := &convGeom{oc: s.oc, c: s.c}
+		w := make([]float32, 9*s.oc*s.c)
+		for i := range w {
+			w[i] = float32(r.NormFloat64())
+		}
+		for _, flip := range []bool{false, true} {
+			var serial []float32
+			want := winogradKernel(&serial, g, w, flip)
+			for _, workers := range []int{1, 2, 3, 4} {
+				SetImageWorkers(workers)
+				var buf []float32
+				var j wgKernelJob
+				got := j.transform(&buf, g, w, flip)
+				for i := range want {
+					// Padding between the 36 matrices is never written:
+					// both buffers hold zeros there.
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("%dx%d flip %v workers=%d: U value %d = %v, want %v", s.oc, s.c, flip, workers, i, got[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}
