@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 )
@@ -100,12 +101,16 @@ func kernelGradRef(d [36]float32) (k [9]float32) {
 
 // BenchmarkWinogradKernel times the kernel's transforms, forward and
 // gradient, once a call each (and the forward again for the input
-// gradient) at resnet8's channel counts, batch-independent work of every
-// Winograd convolution:
+// gradient) at resnet8's channel counts and wider ones, batch-independent
+// work of every Winograd convolution; forward-split is the forward shared
+// between GOMAXPROCS image workers (wgKernelJob), as the convolutions run
+// it:
 //
 //	GOMAXPROCS=1 go test ./nn/ops -run '^$' -bench WinogradKernel
 func BenchmarkWinogradKernel(b *testing.B) {
-	for _, c := range []int{16, 32, 64} {
+	defer func(w func() int) { imageWorkers = w }(imageWorkers)
+	SetImageWorkers(runtime.GOMAXPROCS(0))
+	for _, c := range []int{16, 32, 64, 128, 256} {
 		g := &convGeom{oc: c, c: c}
 		w := make([]float32, 9*c*c)
 		du := make([]float32, 36*c*c)
@@ -117,6 +122,12 @@ func BenchmarkWinogradKernel(b *testing.B) {
 		b.Run(fmt.Sprintf("forward/%d", c), func(b *testing.B) {
 			for b.Loop() {
 				winogradKernel(&buf, g, w, false)
+			}
+		})
+		b.Run(fmt.Sprintf("forward-split/%d", c), func(b *testing.B) {
+			var j wgKernelJob
+			for b.Loop() {
+				j.transform(&buf, g, w, false)
 			}
 		})
 		b.Run(fmt.Sprintf("grad/%d", c), func(b *testing.B) {
