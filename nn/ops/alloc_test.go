@@ -123,7 +123,7 @@ func opsDoNotAllocate(t *testing.T) {
 
 // The parallel paths split work by index and combine partial sums in index
 // order: every value of a training graph is bitwise the same with one worker
-// as with three (an uneven split).
+// as with two, three (an uneven split) or four.
 func TestParallelMatchesSerial(t *testing.T) {
 	defer func(g int, w func() int, lc int) {
 		parallelGrain, maxWorkers, lossChunk = g, w, lc
@@ -147,16 +147,18 @@ func TestParallelMatchesSerial(t *testing.T) {
 		}
 		parallelGrain, maxWorkers = 1<<30, func() int { return 1 }
 		serial := runAll()
-		parallelGrain, maxWorkers = 1, func() int { return 3 }
-		par := runAll()
-		if len(par) != len(serial) || len(par) < 40 {
-			t.Fatalf("%d and %d op values", len(serial), len(par))
-		}
-		for k, want := range serial {
-			got := par[k]
-			for i := range want {
-				if math.Float64bits(got[i]) != math.Float64bits(want[i]) {
-					t.Fatalf("%v %s[%d]: parallel %v, serial %v", dt, k, i, got[i], want[i])
+		for _, nw := range []int{2, 3, 4} {
+			parallelGrain, maxWorkers = 1, func() int { return nw }
+			par := runAll()
+			if len(par) != len(serial) || len(par) < 40 {
+				t.Fatalf("%d and %d op values", len(serial), len(par))
+			}
+			for k, want := range serial {
+				got := par[k]
+				for i := range want {
+					if math.Float64bits(got[i]) != math.Float64bits(want[i]) {
+						t.Fatalf("%v %s[%d]: %d workers %v, serial %v", dt, k, i, nw, got[i], want[i])
+					}
 				}
 			}
 		}

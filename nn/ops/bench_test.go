@@ -152,6 +152,20 @@ func BenchmarkBatchNormReLUStage1(b *testing.B) {
 	})
 }
 
+// The same at resnet8's third stage (64x64x7x7: 200K elements, a few
+// tens of µs a pass).
+func BenchmarkBatchNormReLUStage3(b *testing.B) {
+	benchGraph(b, func(g *G.ExprGraph) (*G.Node, G.Nodes) {
+		x := node(g, randT(tensor.Float32, 1, -1, 1, 64, 64, 7, 7), "x")
+		gm := node(g, randT(tensor.Float32, 2, 0.5, 1.5, 64), "gamma")
+		bt := node(g, randT(tensor.Float32, 3, -0.5, 0.5, 64), "beta")
+		st := newBNState(tensor.Float32, 64)
+		y, _ := BatchNorm(x, gm, bt, st.stats(), BatchNormOpts{Training: true, ReLU: true})
+		s, _ := SumAll(y)
+		return s, G.Nodes{x, gm, bt}
+	})
+}
+
 func BenchmarkAddReLUStage1(b *testing.B) {
 	benchGraph(b, func(g *G.ExprGraph) (*G.Node, G.Nodes) {
 		x := stage1(g)
@@ -164,7 +178,7 @@ func BenchmarkAddReLUStage1(b *testing.B) {
 
 // The end of resnet8's blocks, forward and backward: bn2 + identity
 // shortcut + ReLU at stage 1 (64x16x28x28), bn2 + the projection's
-// BatchNorm + ReLU at stage 2 (64x32x14x14); fused (BatchNormAddReLU,
+// BatchNorm + ReLU at stages 2 (64x32x14x14) and 3 (64x64x7x7); fused (BatchNormAddReLU,
 // BatchNormAddBatchNormReLU) and as BatchNorm then AddReLU.
 //
 //	go test ./nn/ops -run '^$' -bench BlockEnd -benchmem -count 5
@@ -173,7 +187,8 @@ func BenchmarkBlockEnd(b *testing.B) {
 		name string
 		c    resEnd
 	}{{"stage1-identity", resEnd{shape: []int{64, 16, 28, 28}, training: true, affine: true}},
-		{"stage2-projection", resEnd{shape: []int{64, 32, 14, 14}, training: true, affine: true, proj: true}}} {
+		{"stage2-projection", resEnd{shape: []int{64, 32, 14, 14}, training: true, affine: true, proj: true}},
+		{"stage3-projection", resEnd{shape: []int{64, 64, 7, 7}, training: true, affine: true, proj: true}}} {
 		for _, fused := range []bool{true, false} {
 			b.Run(fmt.Sprintf("%s/fused=%v", c.name, fused), func(b *testing.B) {
 				benchGraph(b, func(g *G.ExprGraph) (*G.Node, G.Nodes) {

@@ -390,3 +390,42 @@ func bnsOf(op G.Op) []*bnOp {
 	}
 	return op.(*bnAddOp).bns
 }
+
+// At resnet8's third stage (64x64x7x7, 200K elements a pass), the loops
+// split at the default grain while the pool polls (parallelGrain), and
+// the fused block end and BatchNorm+ReLU, forward and backward (every
+// output, gradient and running statistic), give the bits of one worker on
+// 2, 3 and 4, fused and as separate ops, in training and eval.
+func TestStage3LoopsSplitMatchSerial(t *testing.T) {
+	defer func(w func() int) { maxWorkers = w }(maxWorkers)
+	defer contended.Store(contended.Load())
+	shape := []int{64, 64, 7, 7}
+	for _, c := range []resEnd{{shape, true, true, true}, {shape, true, true, false}, {shape, false, true, true}} {
+		in := c.inputs(tensor.Float32)
+		w := randT(tensor.Float32, 9, -1, 1, tensor.Shape(c.shape).TotalSize())
+		for _, fused := range []bool{true, false} {
+			var want map[string][]float64
+			for _, nw := range []int{1, 2, 3, 4} {
+				maxWorkers = func() int { return nw }
+				contended.Store(false) // a polling pool, as in training
+				if nw > 1 && workers(64*64, 49) < 2 {
+					t.Fatalf("%d workers: a %v pass does not split", nw, shape)
+				}
+				got, err := c.run(fused, in, w, [2]StatReducer{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if nw == 1 {
+					want = got
+					continue
+				}
+				if len(got) != len(want) {
+					t.Fatalf("%v fused=%v workers=%d: %d values, want %d", c, fused, nw, len(got), len(want))
+				}
+				for k, v := range want {
+					sameBits(t, fmt.Sprintf("%v fused=%v workers=%d %s", c, fused, nw, k), got[k], v)
+				}
+			}
+		}
+	}
+}

@@ -370,6 +370,7 @@ type convFwdJob[T float] struct {
 	keep       []float32 // the batch's padding to keep, or nil
 	ws         []convScratch
 	pr         partRun
+	kj         wgKernelJob // the kernel's transform, split, on the Winograd path
 }
 
 func (j *convFwdJob[T]) run(i, n int) { claimChunks(j, &j.pr, j.g, &j.ws[i], n) }
@@ -421,7 +422,7 @@ func convFwd[T float](op *convOp, xt, wt, bt, yt *tensor.Dense) {
 	}
 	op.pad.x, j.keep, j.ap = nil, nil, nil
 	if winogradFits[T](g) {
-		j.ap = winogradKernel(&op.wpack, g, f32s(j.w), false)
+		j.ap = j.kj.transform(&op.wpack, g, f32s(j.w), false)
 	} else if implicitRows[T](g, g.oc, 8) {
 		j.ap = packed(&op.wpack, g.oc, g.ckk(), f32s(j.w))
 	}
@@ -1015,6 +1016,7 @@ type convDxJob[T float] struct {
 	ap        []float32 // w packed, in mode dxConv on the implicit path
 	ws        []convScratch
 	pr        partRun
+	kj        wgKernelJob // the kernel's transform, split, on the Winograd path
 }
 
 func (j *convDxJob[T]) run(i, n int) { claimChunks(j, &j.pr, j.g, &j.ws[i], n) }
@@ -1050,7 +1052,7 @@ func convGradInput[T float](op *convGradInputOp, dyt, wt, dxt *tensor.Dense) {
 		j.g, j.mode, j.ap = &op.t, dxConv, nil
 		if winogradFits[T](&op.t) {
 			// The transform reads the kernel flipped: no flipped copy.
-			j.ap = winogradKernel(&op.wpack, &op.t, f32s(j.w), true)
+			j.ap = j.kj.transform(&op.wpack, &op.t, f32s(j.w), true)
 			break
 		}
 		wf := scratch[T](&op.wflip, len(j.w))

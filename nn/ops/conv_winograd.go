@@ -127,15 +127,30 @@ func (g *convGeom) winogradTiles() (th, tw, hp, wp int) {
 // matrices takes 8 adjacent values in a row, with AVX-512 16 pairs (two
 // input channels) at a time (wgKernel16), with AVX2 8 (wgKernel8AVX2, from
 // the taps laid out tap-major; 64x64 channels 0.33 ms a call in Go on a
-// Zen 3 core, 0.08 ms so), the same bits. It runs on the caller before the
-// images split, so its time is serial.
+// Zen 3 core, 0.08 ms so), the same bits. It runs before the images split,
+// shared between the image workers eight output channels at a time
+// (wgKernelJob) when large.
 func winogradKernel(buf *[]float32, g *convGeom, w []float32, flip bool) []float32 {
-	oc, c, us := g.oc, g.c, winogradStride(g.oc*g.c)
-	n := 36 * us
+	u := winogradKernelBuf(buf, g)
+	winogradKernelRows(u, g, w, flip, 0, g.oc)
+	return u
+}
+
+// winogradKernelBuf is *buf (grown when short) cut to the kernel's
+// transform of g (winogradKernel).
+func winogradKernelBuf(buf *[]float32, g *convGeom) []float32 {
+	n := 36 * winogradStride(g.oc*g.c)
 	if cap(*buf) < n {
 		*buf = make([]float32, n)
 	}
-	u := (*buf)[:n]
+	return (*buf)[:n]
+}
+
+// winogradKernelRows is winogradKernel for output channels [lo, hi) (lo a
+// multiple of 8) into u: each pair's values are the same whichever range
+// holds it.
+func winogradKernelRows(u []float32, g *convGeom, w []float32, flip bool, lo, hi int) {
+	oc, c, us := g.oc, g.c, winogradStride(g.oc*g.c)
 	w = w[:oc*c*9]
 	// Where pair (o, c)'s kernel starts in w (floats), and the offsets of
 	// the 16 pairs of wgKernel16 from its first: lane l is output channel
@@ -149,7 +164,7 @@ func winogradKernel(buf *[]float32, g *convGeom, w []float32, flip bool) []float
 		idx[l] = int32(at(l%8, l/8) - at(0, 0))
 	}
 	var k [9]float32
-	for o0 := 0; o0 < oc; o0 += 8 {
+	for o0 := lo; o0 < hi; o0 += 8 {
 		ci := 0
 		if useAVX512 && o0+8 <= oc {
 			for ; ci+2 <= c; ci += 2 {
@@ -182,6 +197,48 @@ func winogradKernel(buf *[]float32, g *convGeom, w []float32, flip bool) []float
 			}
 		}
 	}
+}
+
+// wgKernelJob is the kernel's transform split between the image workers,
+// eight output channels (a packed group of rows) a piece, before the
+// images split: run on the caller alone, it was serial time in every
+// forward and input gradient on the path (0.08 ms at 64x64 channels with
+// AVX2 on a Zen 3 core, 1.3 ms at 256x256). Each pair's bits are those of
+// the serial transform, whichever worker does it.
+type wgKernelJob struct {
+	g    *convGeom
+	w, u []float32
+	flip bool
+	pr   partRun
+}
+
+// wgKernelSplitPairs is the least channel pairs (OC·C) whose transform is
+// split: below it the hand-off costs about what the second worker saves.
+// Tests lower it.
+var wgKernelSplitPairs = 2048
+
+func (j *wgKernelJob) run(int, int) {
+	blocks := (j.g.oc + 7) / 8
+	for b := j.pr.claim(); b < blocks; b = j.pr.claim() {
+		winogradKernelRows(j.u, j.g, j.w, j.flip, 8*b, min(j.g.oc, 8*b+8))
+	}
+}
+
+// transform is winogradKernel, split between the image workers when the
+// kernel has wgKernelSplitPairs pairs or more.
+func (j *wgKernelJob) transform(buf *[]float32, g *convGeom, w []float32, flip bool) []float32 {
+	blocks := (g.oc + 7) / 8
+	n := 1
+	if g.oc*g.c >= wgKernelSplitPairs {
+		n = min(imageWorkers(), blocks)
+	}
+	if n < 2 {
+		return winogradKernel(buf, g, w, flip)
+	}
+	j.g, j.w, j.u, j.flip = g, w, winogradKernelBuf(buf, g), flip
+	runParts(j, n, &j.pr)
+	u := j.u
+	j.g, j.w, j.u = nil, nil, nil
 	return u
 }
 

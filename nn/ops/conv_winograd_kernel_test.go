@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 )
@@ -100,12 +101,16 @@ func kernelGradRef(d [36]float32) (k [9]float32) {
 
 // BenchmarkWinogradKernel times the kernel's transforms, forward and
 // gradient, once a call each (and the forward again for the input
-// gradient) at resnet8's channel counts, batch-independent work of every
-// Winograd convolution:
+// gradient) at resnet8's channel counts and wider ones, batch-independent
+// work of every Winograd convolution; forward-split is the forward shared
+// between GOMAXPROCS image workers (wgKernelJob), as the convolutions run
+// it:
 //
 //	GOMAXPROCS=1 go test ./nn/ops -run '^$' -bench WinogradKernel
 func BenchmarkWinogradKernel(b *testing.B) {
-	for _, c := range []int{16, 32, 64} {
+	defer func(w func() int) { imageWorkers = w }(imageWorkers)
+	SetImageWorkers(runtime.GOMAXPROCS(0))
+	for _, c := range []int{16, 32, 64, 128, 256} {
 		g := &convGeom{oc: c, c: c}
 		w := make([]float32, 9*c*c)
 		du := make([]float32, 36*c*c)
@@ -117,6 +122,12 @@ func BenchmarkWinogradKernel(b *testing.B) {
 		b.Run(fmt.Sprintf("forward/%d", c), func(b *testing.B) {
 			for b.Loop() {
 				winogradKernel(&buf, g, w, false)
+			}
+		})
+		b.Run(fmt.Sprintf("forward-split/%d", c), func(b *testing.B) {
+			var j wgKernelJob
+			for b.Loop() {
+				j.transform(&buf, g, w, false)
 			}
 		})
 		b.Run(fmt.Sprintf("grad/%d", c), func(b *testing.B) {
@@ -152,6 +163,40 @@ func TestWinogradKernelGradPairsAnyRange(t *testing.T) {
 			for i := range want {
 				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
 					t.Fatalf("%dx%d cut at %v: dw[%d] = %v, want %v", s.oc, s.c, cuts, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}
+
+// The kernel's transform shared between 2, 3 and 4 image workers, eight
+// output channels a piece (wgKernelJob), gives the serial transform's bits,
+// forward and flipped, with one block of rows, an odd input channel count, at resnet8's
+// and wider channel counts; below wgKernelSplitPairs it stays serial.
+func TestWinogradKernelSplitMatchesSerial(t *testing.T) {
+	defer func(w func() int, p int) { imageWorkers, wgKernelSplitPairs = w, p }(imageWorkers, wgKernelSplitPairs)
+	wgKernelSplitPairs = 1
+	r := rand.New(rand.NewPCG(3, 5))
+	for _, s := range []struct{ oc, c int }{{8, 16}, {16, 16}, {24, 17}, {64, 64}, {256, 32}} {
+		g := &convGeom{oc: s.oc, c: s.c}
+		w := make([]float32, 9*s.oc*s.c)
+		for i := range w {
+			w[i] = float32(r.NormFloat64())
+		}
+		for _, flip := range []bool{false, true} {
+			var serial []float32
+			want := winogradKernel(&serial, g, w, flip)
+			for _, workers := range []int{1, 2, 3, 4} {
+				SetImageWorkers(workers)
+				var buf []float32
+				var j wgKernelJob
+				got := j.transform(&buf, g, w, flip)
+				for i := range want {
+					// Padding between the 36 matrices is never written:
+					// both buffers hold zeros there.
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("%dx%d flip %v workers=%d: U value %d = %v, want %v", s.oc, s.c, flip, workers, i, got[i], want[i])
+					}
 				}
 			}
 		}

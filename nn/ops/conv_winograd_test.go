@@ -79,9 +79,12 @@ func flipRef(c convCase, w []float64) []float64 {
 // Winograd path (the op holds the kernel's transform, 36·OC·C values, and
 // the result differs in its bits from the direct path's) and match the
 // plain-loop references within winogradTol of Σ|w||x|, serial and split
-// between image workers (the same bits with 1, 2 or 3).
+// between image workers (the same bits with 1, 2, 3 or 4, the kernel's
+// transform split between them too).
 func TestConv2dWinogradMatchesReference(t *testing.T) {
 	winogradForSmallCases(t)
+	defer func(p int) { wgKernelSplitPairs = p }(wgKernelSplitPairs)
+	wgKernelSplitPairs = 1 // the kernel's transform split too (wgKernelJob)
 	for _, c := range winogradCases {
 		t.Run(c.String(), func(t *testing.T) {
 			_, _, ph, pw, _, _, oh, ow := c.geometry()
@@ -90,7 +93,7 @@ func TestConv2dWinogradMatchesReference(t *testing.T) {
 				t.Fatalf("winogradFits is false for %v or its input gradient", c)
 			}
 			var y1, dx1 []float64
-			for _, workers := range []int{1, 2, 3} {
+			for _, workers := range []int{1, 2, 3, 4} {
 				y, dx, _ := convPass(t, c, tensor.Float32, workers)
 				if workers > 1 {
 					sameBits(t, fmt.Sprintf("workers=%d y", workers), y, y1)

@@ -24,16 +24,19 @@ import (
 // slower). FULGUR_WORKERS and FULGUR_BLAS_THREADS change the plan;
 // SetLoopWorkers overrides it here.
 
-// parallelGrain is the least number of elements worth a goroutine;
-// maxWorkers caps the goroutines of one loop. Tests change both to run the
-// parallel paths on small inputs. A pool goroutine woken for a split starts
-// 70-110 µs later on this project's VM (a futex wake of a halted core), and
-// the normalisation loops take about 0.45 ns an element (a 200K-element
-// plane set, resnet8's 64x64x7x7, about 90 µs in all): below about 128K
-// elements the caller is done, or nearly, before the other goroutine
-// starts.
+// parallelGrain is the least number of elements worth a goroutine while
+// the pool's goroutines poll for work (see contended); maxWorkers caps the
+// goroutines of one loop. Tests change both to run the parallel paths on
+// small inputs. The normalisation loops take about 0.45 ns an element (a
+// 200K-element plane set, resnet8's 64x64x7x7, about 90 µs in all). A
+// polling pool goroutine starts a part within about 10 µs of its hand-off,
+// so 64K elements (about 30 µs) are worth splitting: resnet8's third stage
+// (200K) then splits its loops as the first two do. A pool goroutine woken
+// from sleep starts 70-110 µs later on this project's VM (a futex wake of
+// a halted core), and the caller, done first, waits for it: while the pool
+// blocks (contended) a loop needs twice the elements, 128K.
 var (
-	parallelGrain = 1 << 17
+	parallelGrain = 1 << 16
 	maxWorkers    = coreShare
 )
 
@@ -69,7 +72,11 @@ func workers(n, size int) int {
 	if n < 2 {
 		return 1
 	}
-	return max(1, min(maxWorkers(), n, n*size/parallelGrain))
+	grain := parallelGrain
+	if contended.Load() {
+		grain *= 2
+	}
+	return max(1, min(maxWorkers(), n, n*size/grain))
 }
 
 // Convolutions also split their batch between goroutines, image chunk by
