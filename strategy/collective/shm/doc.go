@@ -3,7 +3,10 @@
 // /dev/shm mapped by every rank (golang.org/x/sys/unix), synchronising with
 // per-rank counters in that memory (spin, then yield, then short sleeps in
 // the kernel, or in Go's scheduler while other goroutines want the P; no
-// futexes, no syscalls on the fast path).
+// futexes, no syscalls on the fast path). A waiting rank publishes its core:
+// it yields at once to a rank that last ran on the same core (they take
+// turns on it), and spins up to 100 µs for one on another core when the host
+// has a core for each rank.
 //
 // Start-up goes through strategy/collective/rendezvous (token checked): rank
 // 0 creates the file, sends its name to the others, and removes the name once
