@@ -236,6 +236,10 @@ func (g *Group) status(r int) *uint32 { return (*uint32)(unsafe.Pointer(&g.ctrl(
 // barrier, plus one (see waitFor); after the headers.
 func (g *Group) cpuWord(r int) *uint32 { return (*uint32)(unsafe.Pointer(&g.ctrl(r)[80])) }
 
+// resultWord is the phase of the last two-rank all-reduce for which rank r
+// published the result in its slot, not its part (see allReducePair).
+func (g *Group) resultWord(r int) *uint64 { return (*uint64)(unsafe.Pointer(&g.ctrl(r)[88])) }
+
 // hdr is rank r's published header for operations of seq's parity: a rank
 // can be one operation ahead of a peer still reading the previous headers,
 // never two (it would have to pass a barrier the peer has not reached).
@@ -695,6 +699,9 @@ func (g *Group) half(buf any, r, h, n int) any {
 // all-reduce or reduce-scatter) meets the others first (fence).
 func (g *Group) allReduceLocal(ctx context.Context, h collective.Header, buf any) error {
 	per := g.slot / 2 / h.DType.Size()
+	if g.size == 2 && h.Len > 0 && h.Len <= per {
+		return g.allReducePair(ctx, h, buf)
+	}
 	for off, first := 0, true; first || off < h.Len; off, first = off+per, false {
 		c := min(per, h.Len-off)
 		half := int((g.phase + 1) & 1)
@@ -718,6 +725,64 @@ func (g *Group) allReduceLocal(ctx context.Context, h collective.Header, buf any
 		if h.Op == collective.Mean {
 			collective.ScaleAny(mine, g.size)
 		}
+	}
+	return nil
+}
+
+// pairChunk is the bytes allReducePair reduces before it copies them into
+// its slot: they are still in the core's L1 cache.
+const pairChunk = 8 << 10
+
+// allReducePair is the all-reduce of two ranks in one round (up to half a
+// slot). The rank that finds its peer's part already published (the peer
+// came first) reduces both parts, in rank order, into its buffer and
+// copies the result, a chunk at a time, into its own slot, marks it a
+// result (resultWord) and passes the barrier at once; the peer, waiting
+// there, copies the result out instead of reducing: one copy in, one
+// reduction and one copy out between them instead of two copies in and two
+// reductions, which halves the work of two ranks that take turns on one
+// core. Ranks that arrive together (neither part there) both copy in and
+// reduce both slots, as allReduceLocal; either way every rank gets the bits
+// of the same rank-order reduction. Both ranks cannot find the other first:
+// a rank publishes its part (its counter) only after it has looked.
+func (g *Group) allReducePair(ctx context.Context, h collective.Header, buf any) error {
+	peer := 1 - g.rank
+	target := g.phase + 1
+	half := int(target & 1)
+	n := h.Len
+	if atomic.LoadUint64(g.counter(peer)) >= target && h.Mismatch(g.rank, peer, getHeader(g.hdr(peer, h.Seq))) == nil {
+		theirs, out := g.half(buf, peer, half, n), g.half(buf, g.rank, half, n)
+		step := pairChunk / h.DType.Size()
+		for lo := 0; lo < n; lo += step {
+			hi := min(lo+step, n)
+			m, t := collective.Sub(buf, lo, hi), collective.Sub(theirs, lo, hi)
+			if g.rank == 0 {
+				collective.ReduceToAny(m, m, t, h.Op)
+			} else {
+				collective.ReduceToAny(m, t, m, h.Op)
+			}
+			if h.Op == collective.Mean {
+				collective.ScaleAny(m, 2)
+			}
+			collective.Copy(collective.Sub(out, lo, hi), m)
+		}
+		atomic.StoreUint64(g.resultWord(g.rank), target)
+		return g.barrier(ctx, h) // the peer is there: passes at once
+	}
+	collective.Copy(g.half(buf, g.rank, half, n), buf)
+	if err := g.barrier(ctx, h); err != nil {
+		return err
+	}
+	if err := g.checkHeaders(h); err != nil {
+		return err
+	}
+	if atomic.LoadUint64(g.resultWord(peer)) == target {
+		collective.Copy(buf, g.half(buf, peer, half, n))
+		return nil
+	}
+	collective.ReduceToAny(buf, g.half(buf, 0, half, n), g.half(buf, 1, half, n), h.Op)
+	if h.Op == collective.Mean {
+		collective.ScaleAny(buf, 2)
 	}
 	return nil
 }
