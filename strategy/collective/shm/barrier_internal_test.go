@@ -276,3 +276,147 @@ func TestBarrierNapKeepsItsThreadOnOneP(t *testing.T) {
 		t.Errorf("%d of %d naps' threads had a timer slack of %v, want at most %v", loose, pairs, slack, napSlack)
 	}
 }
+
+// onOneCore locks the calling goroutine to its thread and that thread to
+// one core until t ends, so that getcpu stays put; it returns the core.
+func onOneCore(t *testing.T) uint32 {
+	t.Helper()
+	runtime.LockOSThread()
+	var all unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil {
+		t.Fatal(err)
+	}
+	core := -1
+	for c := 0; c < 1024 && core < 0; c++ {
+		if all.IsSet(c) {
+			core = c
+		}
+	}
+	var one unix.CPUSet
+	one.Set(core)
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		unix.SchedSetaffinity(0, &all)
+		runtime.UnlockOSThread()
+	})
+	return uint32(core)
+}
+
+// TestBarrierYieldsAtOnceToAPeerOnItsCore: the rank waited for last ran on
+// this rank's core (two ranks the kernel put on one core of a busy
+// machine, or more ranks than cores): it cannot arrive until this rank
+// hands the core over, so the wait yields on its first scan instead of
+// spinning 200 scans first.
+func TestBarrierYieldsAtOnceToAPeerOnItsCore(t *testing.T) {
+	core := onOneCore(t)
+	mem := twoRankMem(t)
+	g0 := &Group{rank: 0, size: 2, timeout: time.Minute, mem: mem, slot: SlotBytes, spinFar: time.Hour}
+	peer := &Group{rank: 1, size: 2, mem: mem, slot: SlotBytes}
+	atomic.StoreUint32(peer.cpuWord(1), core+1)
+	scans, yieldAt := 0, -1
+	g0.scanned = func() {
+		scans++
+		if scans == 1000 { // the test has failed: end the wait
+			atomic.StoreUint64(peer.counter(1), 1)
+		}
+	}
+	g0.yielding = func() {
+		if yieldAt < 0 {
+			yieldAt = scans
+			atomic.StoreUint64(peer.counter(1), 1) // the peer arrives
+		}
+	}
+	if err := g0.barrier(context.Background(), collective.Header{Kind: collective.KindBarrier, Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if yieldAt != 1 {
+		t.Errorf("the first yield came at scan %d (-1: none in 1000), want the first: the rank waited for shares this core", yieldAt)
+	}
+	if got := atomic.LoadUint32(g0.cpuWord(0)); got != core+1 {
+		t.Errorf("rank 0 published core word %d, want %d (its core %d plus one)", got, core+1, core)
+	}
+}
+
+// TestBarrierSpinsForAPeerOnAnotherCore: the rank waited for last ran on
+// another core and the group has a core for each rank: the wait spins
+// (no yield, no pause) for up to spinFar, and still fails at once for a
+// peer that dies, and on the timeout for one that never comes.
+func TestBarrierSpinsForAPeerOnAnotherCore(t *testing.T) {
+	core := onOneCore(t)
+	for _, end := range []string{"arrives", "dies", "silent"} {
+		mem := twoRankMem(t)
+		g0 := &Group{rank: 0, size: 2, timeout: time.Minute, mem: mem, slot: SlotBytes, spinFar: time.Hour}
+		peer := &Group{rank: 1, size: 2, mem: mem, slot: SlotBytes}
+		atomic.StoreUint32(peer.cpuWord(1), core+2) // another core
+		if end == "silent" {
+			g0.timeout = 50 * time.Millisecond
+		}
+		scans, yields, pauses := 0, 0, 0
+		g0.scanned = func() {
+			scans++
+			if scans == 20000 {
+				switch end {
+				case "arrives":
+					atomic.StoreUint64(peer.counter(1), 1)
+				case "dies":
+					atomic.StoreUint32(peer.status(1), statusDead)
+				}
+			}
+		}
+		g0.yielding = func() { yields++ }
+		g0.paused = func(bool) { pauses++ }
+		err := g0.barrier(context.Background(), collective.Header{Kind: collective.KindBarrier, Seq: 1})
+		switch end {
+		case "arrives":
+			if err != nil {
+				t.Fatal(err)
+			}
+		case "dies":
+			if p, ok := collective.PeerOf(err); !ok || p != 1 || !errors.Is(err, collective.ErrPeerLost) {
+				t.Errorf("peer died while rank 0 spun: got %v, want ErrPeerLost naming rank 1", err)
+			}
+		case "silent":
+			if p, ok := collective.PeerOf(err); !ok || p != 1 || !errors.Is(err, collective.ErrTimeout) {
+				t.Errorf("peer silent while rank 0 spun: got %v, want ErrTimeout naming rank 1", err)
+			}
+		}
+		if end != "silent" && (yields > 0 || pauses > 0 || scans != 20000) {
+			t.Errorf("peer %s at scan 20000 of a spin on another core: %d scans, %d yields and %d pauses before, want 20000 scans and none", end, scans, yields, pauses)
+		}
+	}
+}
+
+// TestBarrierSpinLetsOtherGoroutinesRunOnOneP: with GOMAXPROCS=1, a rank
+// spinning for a peer on another core still lets the process's other
+// goroutines run (the backward pass producing the next bucket).
+func TestBarrierSpinLetsOtherGoroutinesRunOnOneP(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	mem := twoRankMem(t)
+	g0 := &Group{rank: 0, size: 2, timeout: 10 * time.Second, mem: mem, slot: SlotBytes, oneP: true, spinFar: time.Hour}
+	g1 := &Group{rank: 1, size: 2, timeout: 10 * time.Second, mem: mem, slot: SlotBytes, oneP: true}
+	atomic.StoreUint32(g1.cpuWord(1), 1<<16) // another core (65535)
+	var started atomic.Bool
+	scans, yields := 0, 0
+	g0.scanned = func() {
+		if !started.Load() {
+			scans++
+		}
+	}
+	g0.yielding = func() { yields++ }
+	done := make(chan error, 1)
+	go func() {
+		started.Store(true)
+		done <- g1.barrier(context.Background(), collective.Header{Kind: collective.KindBarrier, Seq: 1})
+	}()
+	if err := g0.barrier(context.Background(), collective.Header{Kind: collective.KindBarrier, Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if scans > 1000 || yields > 0 {
+		t.Errorf("rank 0 scanned %d times (%d yields) before the other goroutine ran, want at most 1000 and no yield: its spin held the only P", scans, yields)
+	}
+}

@@ -3,7 +3,10 @@
 // /dev/shm mapped by every rank (golang.org/x/sys/unix), synchronising with
 // per-rank counters in that memory (spin, then yield, then short sleeps in
 // the kernel, or in Go's scheduler while other goroutines want the P; no
-// futexes, no syscalls on the fast path).
+// futexes, no syscalls on the fast path). A waiting rank publishes its core:
+// it yields at once to a rank that last ran on the same core (they take
+// turns on it), and spins up to 100 µs for one on another core when the host
+// has a core for each rank.
 //
 // Start-up goes through strategy/collective/rendezvous (token checked): rank
 // 0 creates the file, sends its name to the others, and removes the name once
@@ -23,8 +26,11 @@
 // operation instead of three for small messages, no result slot, and for 2
 // ranks 5 buffer lengths read and written per rank against 5.5; the price is
 // n buffer reads per rank instead of one, which is why 3 or more ranks keep
-// the blocked path above 256 KiB. Both paths reduce in rank order, so they
-// give the same bits.
+// the blocked path above 256 KiB. Two ranks with at most half a slot (512
+// KiB) share the work instead when one comes first: the later rank reduces
+// both parts and publishes the result, which the first copies out (one copy
+// in, one reduction, one copy out between them instead of two of each). Both
+// paths reduce in rank order, so they give the same bits.
 //
 // Faults: the rendezvous connections stay open as liveness links (rank 0 to
 // each rank); when one ends, the survivor marks that rank dead in shared

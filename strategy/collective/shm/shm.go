@@ -91,10 +91,16 @@ type Group struct {
 
 	// oneP: the process ran with GOMAXPROCS=1 when the group was opened.
 	oneP bool
+	// spinFar is how long a barrier spins for a rank on another core
+	// (waitFor): spinFar when the host has a core for each rank, else 0.
+	spinFar time.Duration
 
 	// scanned, when set (tests), runs in a barrier after a scan of the
 	// counters found a rank behind, before its status is read.
 	scanned func()
+	// yielding, when set (tests), runs before each sched_yield of a
+	// barrier.
+	yielding func()
 	// paused, when set (tests), runs at each pause of a long barrier:
 	// parked is true when it sleeps in Go's scheduler (time.Sleep), false
 	// when in the kernel.
@@ -110,6 +116,9 @@ func fileSize(n int) int { return headBytes + n*ctrlBytes + (n+1)*SlotBytes }
 func open(ctx context.Context, rv *rendezvous.Rendezvous) (*Group, error) {
 	n := rv.Size()
 	g := &Group{rv: rv, rank: rv.Rank(), size: n, timeout: rv.Config().Timeout, slot: SlotBytes, oneP: runtime.GOMAXPROCS(0) == 1}
+	if n <= runtime.NumCPU() {
+		g.spinFar = spinFar
+	}
 	var name string
 	var mapErr error
 	if g.rank == 0 {
@@ -223,6 +232,14 @@ func (g *Group) counter(r int) *uint64 {
 }
 func (g *Group) status(r int) *uint32 { return (*uint32)(unsafe.Pointer(&g.ctrl(r)[8])) }
 
+// cpuWord is the core rank r last ran on when it began to wait in a
+// barrier, plus one (see waitFor); after the headers.
+func (g *Group) cpuWord(r int) *uint32 { return (*uint32)(unsafe.Pointer(&g.ctrl(r)[80])) }
+
+// resultWord is the phase of the last two-rank all-reduce for which rank r
+// published the result in its slot, not its part (see allReducePair).
+func (g *Group) resultWord(r int) *uint64 { return (*uint64)(unsafe.Pointer(&g.ctrl(r)[88])) }
+
 // hdr is rank r's published header for operations of seq's parity: a rank
 // can be one operation ahead of a peer still reading the previous headers,
 // never two (it would have to pass a barrier the peer has not reached).
@@ -283,6 +300,9 @@ func (g *Group) barrier(ctx context.Context, h collective.Header) error {
 	atomic.StoreUint64(g.counter(g.rank), target)
 	var start time.Time
 	handedOff := false
+	// The scans of the first, pure spin (see nearby), and how long the
+	// rank waited for may keep this one spinning (see spinFor).
+	spinScans, spinFor := 200, time.Duration(0)
 	for spins := 0; ; spins++ {
 		behind := -1
 		for q := 0; q < g.size; q++ {
@@ -321,10 +341,13 @@ func (g *Group) barrier(ctx context.Context, h collective.Header) error {
 		case statusDead:
 			return g.fail(h, behind, fmt.Errorf("%w: rank %d's process is gone (its connection to rank 0 ended)", collective.ErrPeerLost, behind))
 		}
-		if spins < 200 {
+		if spins == 0 {
+			spinScans, spinFor = g.waitFor(behind)
+		}
+		if spins < spinScans {
 			continue
 		}
-		if spins == 200 {
+		if spins == spinScans {
 			start = time.Now()
 		}
 		if spins&63 == 0 {
@@ -340,6 +363,15 @@ func (g *Group) barrier(ctx context.Context, h collective.Header) error {
 			if g.closing.Load() {
 				return g.fail(h, -1, fmt.Errorf("%w: closed during the operation", collective.ErrClosed))
 			}
+		}
+		if spinFor > 0 && time.Since(start) < spinFor {
+			// The rank waited for runs on another core: it arrives
+			// without this one's core, so keep it (with one P, let the
+			// process's other goroutines have the P now and then).
+			if g.oneP && spins&63 == 0 {
+				runtime.Gosched()
+			}
+			continue
 		}
 		// With one P (GOMAXPROCS=1, a rank pinned to one core) let this
 		// process's other goroutines run first: the backward pass that
@@ -361,6 +393,9 @@ func (g *Group) barrier(ctx context.Context, h collective.Header) error {
 			if g.oneP {
 				runtime.Gosched()
 			}
+			if g.yielding != nil {
+				g.yielding()
+			}
 			t0 := time.Now()
 			unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 			handedOff = time.Since(t0) > yieldedTo
@@ -370,7 +405,53 @@ func (g *Group) barrier(ctx context.Context, h collective.Header) error {
 	}
 }
 
+// waitFor returns how a barrier waits for rank behind: the scans of its
+// first spin, and how long it may then go on spinning before it yields.
+//
+// Ranks that share a core (the kernel often puts two on one core of a
+// machine busy with other work, and every rank shares one when there are
+// more ranks than cores) take turns on it: the rank waited for arrives only
+// once this one hands its core over, so the wait yields at once. When the
+// rank waited for last ran on another core and the group has a core for
+// each rank (as mpirun's default binding gives Open MPI's ranks), it comes
+// without this rank's core, typically tens of µs later (it started its
+// copy or its sum that much later): this rank spins up to spinFar before it
+// yields, where a yield to another thread would send it to its pauses and
+// a nap past its peer's arrival would make it late for the next barrier in
+// turn. Each rank publishes its core (plus one; 0: not yet known) when it
+// starts to wait; an unknown core keeps the spin of 200 scans, then yields.
+// So does every wait of a group with more ranks than cores (spinFar 0):
+// its ranks take turns on the cores anyway, and their waits stay as they
+// were measured (yielding at once, 3 and 4 ranks on 2 cores at 4 MB moved
+// by as much as the same code did between two series).
+func (g *Group) waitFor(behind int) (scans int, spin time.Duration) {
+	if g.spinFar == 0 {
+		return 200, 0
+	}
+	mine := getcpu() + 1
+	atomic.StoreUint32(g.cpuWord(g.rank), mine)
+	switch peer := atomic.LoadUint32(g.cpuWord(behind)); {
+	case peer == mine:
+		return 0, 0
+	case peer != 0:
+		return 0, g.spinFar
+	}
+	return 200, 0
+}
+
+// getcpu returns the core the calling thread runs on.
+func getcpu() uint32 {
+	var cpu uint32
+	unix.RawSyscall(unix.SYS_GETCPU, uintptr(unsafe.Pointer(&cpu)), 0, 0)
+	return cpu
+}
+
 const (
+	// spinFar is how long a barrier spins for a rank running on another
+	// core, in a group with a core for each rank (see waitFor): past the
+	// 30-77 µs by which one rank came to a two-rank all-reduce's barriers
+	// after the other on a 2-core host, short of a time slice.
+	spinFar = 100 * time.Microsecond
 	// napShort is a barrier's pause once its spin is over, and napLong
 	// its pause once it has waited napAfter: a long wait (a peer saving a
 	// checkpoint) wakes 1,000 times a second rather than 15,000. Ranks
@@ -625,6 +706,9 @@ func (g *Group) half(buf any, r, h, n int) any {
 // all-reduce or reduce-scatter) meets the others first (fence).
 func (g *Group) allReduceLocal(ctx context.Context, h collective.Header, buf any) error {
 	per := g.slot / 2 / h.DType.Size()
+	if g.size == 2 && h.Len > 0 && h.Len <= per {
+		return g.allReducePair(ctx, h, buf)
+	}
 	for off, first := 0, true; first || off < h.Len; off, first = off+per, false {
 		c := min(per, h.Len-off)
 		half := int((g.phase + 1) & 1)
@@ -648,6 +732,64 @@ func (g *Group) allReduceLocal(ctx context.Context, h collective.Header, buf any
 		if h.Op == collective.Mean {
 			collective.ScaleAny(mine, g.size)
 		}
+	}
+	return nil
+}
+
+// pairChunk is the bytes allReducePair reduces before it copies them into
+// its slot: they are still in the core's L1 cache.
+const pairChunk = 8 << 10
+
+// allReducePair is the all-reduce of two ranks in one round (up to half a
+// slot). The rank that finds its peer's part already published (the peer
+// came first) reduces both parts, in rank order, into its buffer and
+// copies the result, a chunk at a time, into its own slot, marks it a
+// result (resultWord) and passes the barrier at once; the peer, waiting
+// there, copies the result out instead of reducing: one copy in, one
+// reduction and one copy out between them instead of two copies in and two
+// reductions, which halves the work of two ranks that take turns on one
+// core. Ranks that arrive together (neither part there) both copy in and
+// reduce both slots, as allReduceLocal; either way every rank gets the bits
+// of the same rank-order reduction. Both ranks cannot find the other first:
+// a rank publishes its part (its counter) only after it has looked.
+func (g *Group) allReducePair(ctx context.Context, h collective.Header, buf any) error {
+	peer := 1 - g.rank
+	target := g.phase + 1
+	half := int(target & 1)
+	n := h.Len
+	if atomic.LoadUint64(g.counter(peer)) >= target && h.Mismatch(g.rank, peer, getHeader(g.hdr(peer, h.Seq))) == nil {
+		theirs, out := g.half(buf, peer, half, n), g.half(buf, g.rank, half, n)
+		step := pairChunk / h.DType.Size()
+		for lo := 0; lo < n; lo += step {
+			hi := min(lo+step, n)
+			m, t := collective.Sub(buf, lo, hi), collective.Sub(theirs, lo, hi)
+			if g.rank == 0 {
+				collective.ReduceToAny(m, m, t, h.Op)
+			} else {
+				collective.ReduceToAny(m, t, m, h.Op)
+			}
+			if h.Op == collective.Mean {
+				collective.ScaleAny(m, 2)
+			}
+			collective.Copy(collective.Sub(out, lo, hi), m)
+		}
+		atomic.StoreUint64(g.resultWord(g.rank), target)
+		return g.barrier(ctx, h) // the peer is there: passes at once
+	}
+	collective.Copy(g.half(buf, g.rank, half, n), buf)
+	if err := g.barrier(ctx, h); err != nil {
+		return err
+	}
+	if err := g.checkHeaders(h); err != nil {
+		return err
+	}
+	if atomic.LoadUint64(g.resultWord(peer)) == target {
+		collective.Copy(buf, g.half(buf, peer, half, n))
+		return nil
+	}
+	collective.ReduceToAny(buf, g.half(buf, 0, half, n), g.half(buf, 1, half, n), h.Op)
+	if h.Op == collective.Mean {
+		collective.ScaleAny(buf, 2)
 	}
 	return nil
 }

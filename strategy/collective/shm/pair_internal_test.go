@@ -1,0 +1,171 @@
+//go:build linux
+
+package shm
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fulgur-ml/fulgur/strategy/collective"
+)
+
+// pairGroups returns the two ranks of a group whose shared memory lives in
+// this process.
+func pairGroups(t *testing.T) [2]*Group {
+	mem := twoRankMem(t)
+	var gs [2]*Group
+	for r := range gs {
+		gs[r] = &Group{rank: r, size: 2, timeout: 10 * time.Second, mem: mem, slot: SlotBytes}
+	}
+	return gs
+}
+
+// pairData returns rank r's part: values whose sums round (so a changed
+// order would change bits), a NaN and signed zeros where the order of a
+// max or min shows.
+func pairData[T collective.Float](r, n int) []T {
+	b := make([]T, n)
+	for i := range b {
+		b[i] = T(math.Sin(float64(i*(r+3)))*1e3 + 1/float64(i+r+1))
+	}
+	if n > 2 {
+		b[0] = T(math.Copysign(0, float64(r)-0.5)) // -0 on rank 0, +0 on rank 1
+		b[n-1] = T(math.NaN())
+	}
+	return b
+}
+
+// runPair runs one all-reduce on both ranks, late first or together, and
+// returns rank 1's resultWord after it and both errors.
+func runPair[T collective.Float](t *testing.T, gs [2]*Group, bufs [2][]T, op collective.Op, first int, together bool) [2]error {
+	t.Helper()
+	var errs [2]error
+	done := make(chan int, 2)
+	start := func(r int) {
+		go func() {
+			errs[r] = gs[r].do(context.Background(), collective.KindAllReduce, bufs[r], nil, op, 0)
+			done <- r
+		}()
+	}
+	if together {
+		start(0)
+		start(1)
+	} else {
+		// The first rank publishes its part and waits; the other starts
+		// once the first's counter says so, and finds it there.
+		want := gs[first].phase + 1
+		start(first)
+		for atomic.LoadUint64(gs[first].counter(first)) < want {
+			select {
+			case r := <-done:
+				t.Fatalf("rank %d returned before its peer started: %v", r, errs[r])
+			default:
+			}
+		}
+		start(1 - first)
+	}
+	<-done
+	<-done
+	return errs
+}
+
+// TestAllReducePairBits: two ranks get the bits of the rank-order
+// reduction whichever comes first (the later one reducing for both) or when
+// they come together, for every op and type, odd lengths, and lengths at
+// the one-round path's limit (half a slot) and just past it (two rounds on
+// the general path).
+func TestAllReducePairBits(t *testing.T) {
+	t.Run("float32", func(t *testing.T) { testPairBits[float32](t) })
+	t.Run("float64", func(t *testing.T) { testPairBits[float64](t) })
+}
+
+func testPairBits[T collective.Float](t *testing.T) {
+	var zero T
+	esz := int(unsafeSizeof(zero))
+	per := SlotBytes / 2 / esz
+	gs := pairGroups(t)
+	for _, n := range []int{1, 7, pairChunk/esz - 1, pairChunk / esz, pairChunk/esz + 1, 65536 + 3, per - 1, per, per + 1, 2*per + 5} {
+		for _, op := range []collective.Op{collective.Sum, collective.Mean, collective.Max, collective.Min} {
+			want := pairData[T](0, n)
+			collective.ReduceTo(want, want, pairData[T](1, n), op)
+			if op == collective.Mean {
+				collective.Scale(want, 2)
+			}
+			for _, mode := range []string{"rank 0 first", "rank 1 first", "together"} {
+				bufs := [2][]T{pairData[T](0, n), pairData[T](1, n)}
+				first := 0
+				if mode == "rank 1 first" {
+					first = 1
+				}
+				errs := runPair(t, gs, bufs, op, first, mode == "together")
+				for r := range 2 {
+					if errs[r] != nil {
+						t.Fatalf("n=%d op %v, %s: rank %d: %v", n, op, mode, r, errs[r])
+					}
+					for i := range want {
+						if math.Float64bits(float64(bufs[r][i])) != math.Float64bits(float64(want[i])) {
+							t.Fatalf("n=%d op %v, %s: rank %d element %d = %v, want %v (the rank-order reduction's bits)", n, op, mode, r, i, bufs[r][i], want[i])
+						}
+					}
+				}
+				late := 1 - first
+				used := atomic.LoadUint64(gs[late].resultWord(late)) == gs[late].phase
+				if mode != "together" && used != (n <= per) {
+					t.Errorf("n=%d op %v, %s: the later rank reduced for both: %v, want %v (one round is at most %d)", n, op, mode, used, n <= per, per)
+				}
+			}
+		}
+	}
+}
+
+func unsafeSizeof[T collective.Float](v T) uintptr {
+	switch any(v).(type) {
+	case float32:
+		return 4
+	}
+	return 8
+}
+
+// TestAllReducePairPeerGone: the first rank of a two-rank all-reduce waits
+// for its peer, which dies (its watcher marks it) or closes: it fails
+// naming the peer.
+func TestAllReducePairPeerGone(t *testing.T) {
+	for _, status := range []uint32{statusDead, statusClosed} {
+		gs := pairGroups(t)
+		gs[0].scanned = func() { atomic.StoreUint32(gs[1].status(1), status) }
+		err := gs[0].do(context.Background(), collective.KindAllReduce, make([]float32, 1000), nil, collective.Sum, 0)
+		if p, ok := collective.PeerOf(err); !ok || p != 1 || !errors.Is(err, collective.ErrPeerLost) {
+			t.Errorf("status %d: got %v, want ErrPeerLost naming rank 1", status, err)
+		}
+	}
+}
+
+// TestAllReducePairMismatch: the later rank finds its peer's part but a
+// different length: it does not reduce for both, and both ranks fail
+// naming the other.
+func TestAllReducePairMismatch(t *testing.T) {
+	gs := pairGroups(t)
+	bufs := [2][]float32{make([]float32, 1000), make([]float32, 999)}
+	var errs [2]error
+	done := make(chan struct{})
+	go func() {
+		errs[0] = gs[0].do(context.Background(), collective.KindAllReduce, bufs[0], nil, collective.Sum, 0)
+		close(done)
+	}()
+	for atomic.LoadUint64(gs[0].counter(0)) < 1 {
+	}
+	errs[1] = gs[1].do(context.Background(), collective.KindAllReduce, bufs[1], nil, collective.Sum, 0)
+	<-done
+	for r, err := range errs {
+		if p, ok := collective.PeerOf(err); !ok || p != 1-r || !errors.Is(err, collective.ErrMismatch) {
+			t.Errorf("rank %d: got %v, want a mismatch naming rank %d", r, err, 1-r)
+		}
+	}
+	if atomic.LoadUint64(gs[1].resultWord(1)) != 0 {
+		t.Errorf("rank 1 published a result for a mismatched operation")
+	}
+}
