@@ -118,3 +118,29 @@ func TestFlagNamesLeavePathsAlone(t *testing.T) {
 		t.Errorf("err = %v\nwant the checkpoint's path %s as given", err, ckpt)
 	}
 }
+
+// A loss that becomes infinite stops training with an error that names
+// the flag that lets it go on, -warn-on-nan, which the command line has;
+// with it the same run ends without an error.
+func TestNonFiniteLossNamesWarnOnNaN(t *testing.T) {
+	args := []string{"-no-progress-bar", "-max-steps", "30", "-lr", "1e30", "-limit-val-batches", "1", "-limit-test-batches", "1", "-num-sanity-val-steps", "0"}
+	app := mlpApp(t.TempDir())
+	var out bytes.Buffer
+	app.Stdout, app.Stderr = &out, &out
+	err := app.Run(context.Background(), args)
+	if err == nil {
+		t.Fatal("a learning rate of 1e30 trained 30 steps without a non-finite loss: the test needs another way to make one")
+	}
+	if !strings.Contains(err.Error(), "the loss is") || !strings.Contains(err.Error(), "set -warn-on-nan to carry on") || strings.Contains(err.Error(), "WarnOnNaN") {
+		t.Errorf("err = %v\nwant the non-finite loss error naming -warn-on-nan", err)
+	}
+	app = mlpApp(t.TempDir())
+	out.Reset()
+	app.Stdout, app.Stderr = &out, &out
+	if err := app.Run(context.Background(), append(args, "-warn-on-nan")); err != nil {
+		t.Errorf("with -warn-on-nan: %v", err)
+	}
+	if !strings.Contains(out.String(), "non-finite loss") {
+		t.Errorf("with -warn-on-nan the log has no non-finite loss warning:\n%s", out.String())
+	}
+}

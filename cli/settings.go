@@ -53,6 +53,8 @@ type Settings struct {
 	AccumulateGrad    int     `flag:"accumulate-grad-batches" default:"1" check:">=1" help:"batches per optimizer step"`
 	GradientClipVal   float64 `flag:"gradient-clip-val" check:">=0" help:"clip the gradient norm to this (0: off)"`
 	LogEveryNSteps    int     `flag:"log-every-n-steps" default:"50" check:">=1" help:"record step metrics every this many steps"`
+	WarnOnNaN         bool    `flag:"warn-on-nan" help:"a NaN or infinite training loss is logged as a warning and training goes on (default: it stops training with an error saying where)"`
+	DetectAnomaly     bool    `flag:"detect-anomaly" help:"check every gradient after each backward pass and stop at the first NaN or infinite value, naming the parameter (slower)"`
 	NoProgressBar     bool    `flag:"no-progress-bar" help:"no progress bar or periodic progress lines"`
 
 	// The options of trainer.WithWeights for -weights.
@@ -191,6 +193,7 @@ var configFlags = map[string]string{
 	"AccumulateGradBatches": "-accumulate-grad-batches", "GradientClipVal": "-gradient-clip-val",
 	"Seed": "-seed", "Deterministic": "-deterministic", "SyncBatchNorm": "-sync-batchnorm",
 	"LogEveryNSteps": "-log-every-n-steps", "Precision": "-precision", "ShardedCheckpoint": "-sharded-checkpoint",
+	"WarnOnNaN": "-warn-on-nan", "DetectAnomaly": "-detect-anomaly",
 	"Devices": "-devices", "NumNodes": "-num-nodes", "Strategy": "-strategy", "Accelerator": "-accelerator",
 	// The run directory, and LogDir inside it, come from -root-dir.
 	"DefaultRootDir": "-root-dir", "LogDir": "-root-dir",
@@ -315,7 +318,7 @@ func (s *Settings) trainerConfig() trainer.Config {
 		Seed: s.Seed, Deterministic: s.Deterministic, SyncBatchNorm: s.SyncBatchNorm, LogEveryNSteps: s.LogEveryNSteps,
 		DefaultRootDir: s.RootDir, Precision: s.Precision, ShardedCheckpoint: s.ShardedCheckpoint,
 		Devices: s.Devices, NumNodes: s.NumNodes, Strategy: s.Strategy, Accelerator: s.Accelerator,
-		EnableProgressBar: trainer.Bool(!s.NoProgressBar),
+		EnableProgressBar: trainer.Bool(!s.NoProgressBar), WarnOnNaN: s.WarnOnNaN, DetectAnomaly: s.DetectAnomaly,
 	}
 }
 
