@@ -40,6 +40,7 @@ func Example() {
 	//   ckpt_monitor: ""
 	//   ckpt_path: ""
 	//   ckpt_top_k: 1
+	//   detect_anomaly: false
 	//   deterministic: false
 	//   devices: 1
 	//   fast_dev_run: 0
@@ -70,6 +71,7 @@ func Example() {
 	//   sharded_checkpoint: false
 	//   strategy: auto
 	//   sync_batchnorm: false
+	//   warn_on_nan: false
 	//   weights: ""
 	//   weights_not_strict: false
 	//   weights_only_prefix: ""
