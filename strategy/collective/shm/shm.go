@@ -98,6 +98,9 @@ type Group struct {
 	// scanned, when set (tests), runs in a barrier after a scan of the
 	// counters found a rank behind, before its status is read.
 	scanned func()
+	// statusRead, when set (tests), runs in a barrier once the status of
+	// the rank found behind has been read, before it is acted on.
+	statusRead func()
 	// yielding, when set (tests), runs before each sched_yield of a
 	// barrier.
 	yielding func()
@@ -326,16 +329,21 @@ func (g *Group) barrier(ctx context.Context, h collective.Header) error {
 		if g.scanned != nil {
 			g.scanned()
 		}
-		switch atomic.LoadUint32(g.status(behind)) {
-		case statusClosed, statusDead:
-			// The rank may have reached the phase since the scan, passed
-			// this barrier (every other rank had reached it) and closed
-			// or exited: its counter, written before its status, says so.
-			if atomic.LoadUint64(g.counter(behind)) >= target {
-				continue
-			}
+		// The status is read once, and the counter after it: the rank may
+		// have reached the phase since the scan, passed this barrier
+		// (every other rank had reached it) and closed or exited, its
+		// counter written before its status. A closed or dead status read
+		// before the counter is then seen with the counter that says so;
+		// a second read of the status after the counter could find the
+		// rank closed after it passed, and fail an operation it completed.
+		st := atomic.LoadUint32(g.status(behind))
+		if g.statusRead != nil {
+			g.statusRead()
 		}
-		switch atomic.LoadUint32(g.status(behind)) {
+		if st != statusAlive && atomic.LoadUint64(g.counter(behind)) >= target {
+			continue
+		}
+		switch st {
 		case statusClosed:
 			return g.fail(h, behind, fmt.Errorf("%w: rank %d %w", collective.ErrPeerLost, behind, collective.ErrPeerClosed))
 		case statusDead:
