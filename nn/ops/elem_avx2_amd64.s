@@ -39,7 +39,7 @@ GLOBL elemtail8<>(SB), RODATA|NOPTR, $64
 	JZ    tail
 
 // func affine32AVX2(x, y *float32, n int, s, b float32, relu int)
-TEXT ·affine32AVX2(SB), NOSPLIT, $0-40
+TEXT ·affine32AVX2asm(SB), NOSPLIT, $0-40
 	MOVQ         x+0(FP), SI
 	MOVQ         y+8(FP), DI
 	MOVQ         n+16(FP), CX
@@ -74,7 +74,7 @@ affdone:
 	RET
 
 // func addRelu32AVX2(a, b, y *float32, n int)
-TEXT ·addRelu32AVX2(SB), NOSPLIT, $0-32
+TEXT ·addRelu32AVX2asm(SB), NOSPLIT, $0-32
 	MOVQ   a+0(FP), SI
 	MOVQ   b+8(FP), R10
 	MOVQ   y+16(FP), DI
@@ -108,7 +108,7 @@ ardone:
 // VMAXPS returns its second operand (x + 0) for NaN and for equal zeros,
 // so every element is Go's max(x, 0), bit for bit (addRelu32AVX2 with b
 // all +0).
-TEXT ·relu32AVX2(SB), NOSPLIT, $0-24
+TEXT ·relu32AVX2asm(SB), NOSPLIT, $0-24
 	MOVQ   x+0(FP), SI
 	MOVQ   y+8(FP), DI
 	MOVQ   n+16(FP), CX
@@ -136,7 +136,7 @@ rldone:
 	RET
 
 // func add32AVX2(a, b, y *float32, n int)
-TEXT ·add32AVX2(SB), NOSPLIT, $0-32
+TEXT ·add32AVX2asm(SB), NOSPLIT, $0-32
 	MOVQ a+0(FP), SI
 	MOVQ b+8(FP), R10
 	MOVQ y+16(FP), DI
@@ -164,7 +164,7 @@ addone:
 
 // func maskPos32AVX2(y, dy, dx *float32, n int)
 // dx[i] = dy[i] where y[i] is not ≤ 0 (positive or NaN), else +0.
-TEXT ·maskPos32AVX2(SB), NOSPLIT, $0-32
+TEXT ·maskPos32AVX2asm(SB), NOSPLIT, $0-32
 	MOVQ   y+0(FP), SI
 	MOVQ   dy+8(FP), R10
 	MOVQ   dx+16(FP), DI
@@ -195,7 +195,7 @@ mpdone:
 
 // func lincomb32AVX2(d, x, out *float32, n int, a, b, k float32)
 // out[i] = a·d[i] + b·x[i] + k.
-TEXT ·lincomb32AVX2(SB), NOSPLIT, $0-44
+TEXT ·lincomb32AVX2asm(SB), NOSPLIT, $0-44
 	MOVQ         d+0(FP), SI
 	MOVQ         x+8(FP), R10
 	MOVQ         out+16(FP), DI
@@ -231,7 +231,7 @@ lcdone:
 
 // func bnAddRelu32AVX2(x1, x2, y *float32, n int, a, b, k float32)
 // y[i] = max(a·x1[i] + (b·x2[i] + k), 0), NaN passing through as Go's max.
-TEXT ·bnAddRelu32AVX2(SB), NOSPLIT, $0-44
+TEXT ·bnAddRelu32AVX2asm(SB), NOSPLIT, $0-44
 	MOVQ         x1+0(FP), SI
 	MOVQ         x2+8(FP), R10
 	MOVQ         y+16(FP), DI
@@ -299,7 +299,7 @@ badone:
 // func shiftedSums32AVX2(x *float32, n int, k float32) (s, sq float32)
 // Σ(x-k) and Σ(x-k)², in two 8-lane accumulators each: shiftedSums32's
 // sums in another order.
-TEXT ·shiftedSums32AVX2(SB), NOSPLIT, $0-32
+TEXT ·shiftedSums32AVX2asm(SB), NOSPLIT, $0-32
 	MOVQ         x+0(FP), SI
 	MOVQ         n+8(FP), CX
 	VBROADCASTSS k+16(FP), Y4
@@ -343,7 +343,7 @@ ssdone:
 // func dotSums32AVX2(d, x *float32, n int) (s, sx float32)
 // Σd and Σd·x, in two 8-lane accumulators each: dotSums32's sums in
 // another order.
-TEXT ·dotSums32AVX2(SB), NOSPLIT, $0-32
+TEXT ·dotSums32AVX2asm(SB), NOSPLIT, $0-32
 	MOVQ   d+0(FP), SI
 	MOVQ   x+8(FP), R10
 	MOVQ   n+16(FP), CX

@@ -35,28 +35,28 @@ func sgemmNT4x6AVX2(n16 int, tail uint32, a *float32, lda int, b *float32, boff 
 // AVX2, the same bits.
 
 //go:noescape
-func affine32AVX2(x, y *float32, n int, s, b float32, relu int)
+func affine32AVX2asm(x, y *float32, n int, s, b float32, relu int)
 
 //go:noescape
-func addRelu32AVX2(a, b, y *float32, n int)
+func addRelu32AVX2asm(a, b, y *float32, n int)
 
 //go:noescape
-func relu32AVX2(x, y *float32, n int)
+func relu32AVX2asm(x, y *float32, n int)
 
 //go:noescape
-func add32AVX2(a, b, y *float32, n int)
+func add32AVX2asm(a, b, y *float32, n int)
 
 //go:noescape
-func maskPos32AVX2(y, dy, dx *float32, n int)
+func maskPos32AVX2asm(y, dy, dx *float32, n int)
 
 //go:noescape
-func lincomb32AVX2(d, x, out *float32, n int, a, b, k float32)
+func lincomb32AVX2asm(d, x, out *float32, n int, a, b, k float32)
 
 //go:noescape
-func shiftedSums32AVX2(x *float32, n int, k float32) (s, sq float32)
+func shiftedSums32AVX2asm(x *float32, n int, k float32) (s, sq float32)
 
 //go:noescape
-func dotSums32AVX2(d, x *float32, n int) (s, sx float32)
+func dotSums32AVX2asm(d, x *float32, n int) (s, sx float32)
 
 //go:noescape
 func affine32(x, y *float32, n int, s, b float32, relu int)
