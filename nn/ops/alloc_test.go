@@ -3,6 +3,7 @@ package ops
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"testing"
 
 	G "gorgonia.org/gorgonia"
@@ -247,4 +248,90 @@ func TestWinogradConvDoesNotAllocate(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A split convolution's image workers claim chunks as they come, so one
+// that woke late in the op's first call (a pool goroutine on a loaded
+// machine) and claimed none can meet its first chunk calls later: its
+// scratch must be ready by then. (TestWinogradConvDoesNotAllocate failed
+// so now and then under load.) At GOMAXPROCS 1 the caller claims every
+// chunk of the first call, the pool's goroutines running only once it
+// waits; the test then gives the caller worker 1's scratch, and the next
+// call must allocate nothing: forward, input and weight gradients, on
+// the Winograd, implicit, column-matrix, phase and direct paths.
+func TestConvWorkerScratchReady(t *testing.T) {
+	if raceBuild {
+		t.Skip("the race detector allocates")
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	defer func(w func() int, gr, mc int, mw float64) {
+		imageWorkers, imageGrain, winogradMinChannels, winogradMaxWaste = w, gr, mc, mw
+	}(imageWorkers, imageGrain, winogradMinChannels, winogradMaxWaste)
+	imageGrain, winogradMinChannels, winogradMaxWaste = 1, 8, 4
+	SetImageWorkers(3)
+	split := 0
+	check := func(what string, f func(...G.Value) (G.Value, error), v []G.Value, swap func() bool) {
+		t.Helper()
+		if _, err := f(v...); err != nil {
+			t.Fatal(err)
+		}
+		if !swap() {
+			return // one chunk: no split
+		}
+		split++
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		before := m.Mallocs
+		if _, err := f(v...); err != nil {
+			t.Fatal(err)
+		}
+		runtime.ReadMemStats(&m)
+		if n := m.Mallocs - before; n != 0 {
+			t.Errorf("%s: %d allocations with the scratch of a worker that claimed no chunk in the first call", what, n)
+		}
+	}
+	for _, dt := range dtypes {
+		cases := convCases
+		if dt == tensor.Float32 {
+			// (In float64 their multiplies are large enough for the
+			// BLAS's goroutines, which allocate.)
+			cases = append(winogradCases[:len(winogradCases):len(winogradCases)], cases...)
+		}
+		for _, c := range cases {
+			op, gi, gw, in, dy := convOps(t, c, dt)
+			check(fmt.Sprint(dt, c, " forward"), op.Do, in, func() bool { return swapWorkers(op.ws) })
+			check(fmt.Sprint(dt, c, " dx"), gi.Do, []G.Value{dy, in[1]}, func() bool { return swapWorkers(gi.ws) })
+			check(fmt.Sprint(dt, c, " dw"), gw.Do, []G.Value{in[0], dy}, func() bool { return swapWorkers(gw.ws) })
+		}
+		g := G.NewGraph()
+		x, w := randT(dt, 1, -1, 1, 4, 6, 9, 9), randT(dt, 2, -1, 1, 12, 2, 3, 3)
+		y, err := Conv2d(node(g, x, "x"), node(g, w, "w"), nil, Conv2dOpts{Padding: [2]int{1, 1}, Groups: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		op := y.Op().(*directConvOp)
+		dy := randT(dt, 4, -1, 1, op.d.g.yShape()...)
+		gi := &directGradOp{base: newBase("Conv2dGradInput"), fwd: op}
+		gw := &directGradOp{base: newBase("Conv2dGradWeight"), fwd: op, weight: true}
+		check(fmt.Sprint(dt, " direct forward"), op.Do, []G.Value{x, w}, func() bool { return swapWorkers(op.ws) })
+		check(fmt.Sprint(dt, " direct dx"), gi.Do, []G.Value{dy, w}, func() bool { return swapWorkers(gi.ws) })
+		check(fmt.Sprint(dt, " direct dw"), gw.Do, []G.Value{x, dy}, func() bool { return swapWorkers(gw.ws) })
+	}
+	if split < 20 {
+		t.Errorf("%d passes split between image workers, want 20 or more", split)
+	}
+}
+
+// swapWorkers swaps the scratch of workers 0 and 1 of a split, when there
+// was one. A convolution's weight gradient keeps its partial sums in the
+// same slice, by part rather than by worker: they stay.
+func swapWorkers[S convScratch | directScratch](ws []S) bool {
+	if len(ws) < 2 {
+		return false
+	}
+	ws[0], ws[1] = ws[1], ws[0]
+	if cs, ok := any(ws).([]convScratch); ok {
+		cs[0].acc, cs[1].acc = cs[1].acc, cs[0].acc
+	}
+	return true
 }

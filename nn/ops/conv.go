@@ -335,6 +335,91 @@ func scratchFor(ws *[]convScratch, n int) []convScratch {
 	return (*ws)[:n]
 }
 
+// readyScratch grows the scratch of each worker of a split (ws[i] is
+// worker i's) to the largest any of them holds; the caller calls it once
+// the split is done. The workers claim chunks as they come, so one that
+// woke late (a pool goroutine on a loaded machine) may claim none in the
+// op's first call and its first one calls later, where it must not
+// allocate either (TestConvWorkerScratchReady). The workers of a split
+// run the same path on the same geometry: none needs more than the
+// largest. A partial sum (acc) belongs to a part, not a worker, and every
+// part runs in every call: it is left as it is.
+func readyScratch(ws []convScratch) {
+	if len(ws) < 2 {
+		return
+	}
+	var big convScratch
+	for i := range ws {
+		s := &ws[i]
+		big.cols, big.tmp = largerOf(big.cols, s.cols), largerOf(big.tmp, s.tmp)
+		big.ioff = longerOf(big.ioff, s.ioff)
+		big.mm.ap, big.mm.ragA = longerOf(big.mm.ap, s.mm.ap), longerOf(big.mm.ragA, s.mm.ragA)
+		big.mm.ragC, big.mm.boff = longerOf(big.mm.ragC, s.mm.ragC), longerOf(big.mm.boff, s.mm.boff)
+	}
+	for i := range ws {
+		s := &ws[i]
+		growLike(&s.cols, big.cols)
+		growLike(&s.tmp, big.tmp)
+		if cap(s.ioff) < cap(big.ioff) {
+			s.ioff, s.ioffOf = make([]int32, cap(big.ioff)), ioffKey{}
+		}
+		if cap(s.mm.boff) < cap(big.mm.boff) {
+			s.mm.boff, s.mm.bk, s.mm.bld = make([]int32, cap(big.mm.boff)), 0, 0
+		}
+		// ap's users check its length, the others' capacity.
+		if len(s.mm.ap) < len(big.mm.ap) {
+			s.mm.ap = make([]float32, len(big.mm.ap))
+		}
+		if cap(s.mm.ragA) < cap(big.mm.ragA) {
+			s.mm.ragA = make([]float32, cap(big.mm.ragA))
+		}
+		if cap(s.mm.ragC) < cap(big.mm.ragC) {
+			s.mm.ragC = make([]float32, cap(big.mm.ragC))
+		}
+	}
+}
+
+// longerOf is whichever of a and b has the larger capacity.
+func longerOf[E any](a, b []E) []E {
+	if cap(b) > cap(a) {
+		return b
+	}
+	return a
+}
+
+// largerOf is whichever of two scratch buffers (a []float32 or []float64
+// in an any, see scratch) has the larger capacity.
+func largerOf(a, b any) any {
+	if anyCap(b) > anyCap(a) {
+		return b
+	}
+	return a
+}
+
+func anyCap(a any) int {
+	switch s := a.(type) {
+	case []float32:
+		return cap(s)
+	case []float64:
+		return cap(s)
+	}
+	return 0
+}
+
+// growLike makes *p a buffer of like's type and capacity when it holds a
+// smaller one.
+func growLike(p *any, like any) {
+	if anyCap(*p) >= anyCap(like) {
+		return
+	}
+	switch s := like.(type) {
+	case []float32:
+		*p = make([]float32, cap(s))
+	case []float64:
+		*p = make([]float64, cap(s))
+	}
+}
+
 // jobFor returns the *J held in *p, making it on first use.
 func jobFor[J any](p *any) *J {
 	j, _ := (*p).(*J)
@@ -448,6 +533,7 @@ func convFwd[T float](op *convOp, xt, wt, bt, yt *tensor.Dense) {
 		j.run(0, 1)
 	} else {
 		runParts(j, w, &j.pr)
+		readyScratch(j.ws)
 	}
 	if j.keep != nil {
 		op.pad.x = f32p(j.x)
@@ -897,6 +983,7 @@ func convGradWeight[T float](op *convGradWeightOp, xt, dyt, dwt *tensor.Dense) {
 			j.run(0, 1)
 		} else {
 			runParts(j, w, &j.pr)
+			readyScratch(j.ws[:w])
 		}
 	}
 	split()
@@ -1075,6 +1162,7 @@ func convGradInput[T float](op *convGradInputOp, dyt, wt, dxt *tensor.Dense) {
 		j.run(0, 1)
 	} else {
 		runParts(j, w, &j.pr)
+		readyScratch(j.ws)
 	}
 	j.dy, j.w, j.dx, j.ap = nil, nil, nil, nil
 }

@@ -435,6 +435,15 @@ func runDirect[T float](j *directJob[T], ws *[]directScratch, d *directGeom, kin
 		j.run(0, 1)
 	} else {
 		runParts(j, w, &j.pr)
+		// As readyScratch: for a worker that claimed no piece yet.
+		var p, wide any
+		for i := range j.ws {
+			p, wide = largerOf(p, j.ws[i].p), largerOf(wide, j.ws[i].wide)
+		}
+		for i := range j.ws {
+			growLike(&j.ws[i].p, p)
+			growLike(&j.ws[i].wide, wide)
+		}
 	}
 	j.a, j.b, j.c, j.bias = nil, nil, nil, nil
 }
