@@ -229,7 +229,7 @@ func (a App) run(ctx context.Context, args []string) error {
 	}
 	tr, err := trainer.New(cfg)
 	if err != nil {
-		return withFlagNames(err)
+		return err
 	}
 	defer closeProfiler(tr.Config().Profiler)
 	cfg = tr.Config()
@@ -305,7 +305,7 @@ func (a App) fit(ctx context.Context, tr *trainer.Trainer, l Loaders, runs runOu
 		return &Interrupted{Err: ie, Resume: resumeCommand(a.Name, args, ie.Checkpoint)}
 	}
 	if err != nil {
-		return withFlagNames(err)
+		return err
 	}
 	if tr.IsWorker() {
 		return nil
@@ -313,14 +313,14 @@ func (a App) fit(ctx context.Context, tr *trainer.Trainer, l Loaders, runs runOu
 	if l.Test != nil {
 		res, err := tr.Test(ctx, a.Model, l.Test)
 		if err != nil {
-			return withFlagNames(err)
+			return err
 		}
 		sum.TestAcc, sum.TestLoss, sum.Metrics = metric(res, "test_acc"), metric(res, "test_loss"), res
 	}
 	defer tr.Teardown(ctx)
 	hash, err := tr.WeightsSHA256(ctx) // every rank: under fsdp it gathers the shards
 	if err != nil {
-		return withFlagNames(err)
+		return err
 	}
 	if !tr.IsGlobalZero() {
 		return nil
@@ -334,12 +334,12 @@ func (a App) fit(ctx context.Context, tr *trainer.Trainer, l Loaders, runs runOu
 func (a App) lrFind(ctx context.Context, cfg trainer.Config, l Loaders, t0 time.Time) error {
 	tr, err := trainer.New(cfg)
 	if err != nil {
-		return withFlagNames(err)
+		return err
 	}
 	defer tr.Teardown(ctx)
 	res, err := tr.LRFind(ctx, a.Model, l.Train, trainer.LRFindConfig{})
 	if err != nil {
-		return withFlagNames(err)
+		return err
 	}
 	if res.Suggestion > 0 {
 		fmt.Fprintf(a.stderr(), "lr-find: the loss fell fastest at learning rate %.3g: train with it (the model's learning-rate flag, -lr in the examples)\n", res.Suggestion)
@@ -376,7 +376,7 @@ func (a App) evaluate(ctx context.Context, tr *trainer.Trainer, command, ckpt, p
 		err = a.predict(ctx, tr, l.Predict, opts, predictions, &sum)
 	}
 	if err != nil {
-		return withFlagNames(err)
+		return err
 	}
 	// Once the command has run: a checkpoint that does not load leaves no
 	// run directory holding only the hyperparameters.
@@ -385,7 +385,7 @@ func (a App) evaluate(ctx context.Context, tr *trainer.Trainer, command, ckpt, p
 	}
 	hash, err := tr.WeightsSHA256(ctx) // every rank: under fsdp it gathers the shards
 	if err != nil {
-		return withFlagNames(err)
+		return err
 	}
 	if !tr.IsGlobalZero() {
 		return nil

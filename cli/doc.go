@@ -9,10 +9,13 @@
 // ...), the model's and the data's (a DataModule). A tag may add
 // `help:"..."`, `default:"..."` (when the field is zero in the value given),
 // `choices:"a,b"` and `check:">0"`; a bad value gets an error naming the
-// flag, the value and what to write instead, and an error of the trainer
-// or a strategy names the flags where it names the trainer.Config fields
-// they set (-min-epochs is 5 and -max-epochs 2, not MinEpochs and
-// MaxEpochs). Subcommands: fit (the
+// flag, the value and what to write instead, and the errors and log lines
+// of the trainer and the strategies name the flags where a library user
+// reads the trainer.Config fields they set (-min-epochs is 5 and
+// -max-epochs 2, not MinEpochs and MaxEpochs): the Config that
+// Settings.TrainerConfig builds has a SettingName giving the flags, which
+// the trainer calls as it writes a message, so a module's own error, which
+// the trainer wraps, reaches the user as the module wrote it. Subcommands: fit (the
 // default: train, then test), validate, test and predict, which evaluate
 // -ckpt-path (a file, last or best); fit -weights FILE starts from the
 // weights of a file with a fresh optimizer (fine-tuning: a PyTorch

@@ -3,10 +3,18 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
+
+	G "gorgonia.org/gorgonia"
+
+	"github.com/fulgur-ml/fulgur/models"
+	"github.com/fulgur-ml/fulgur/module"
 )
 
 // Errors of the trainer and the strategies that a command line reaches
@@ -41,7 +49,7 @@ func TestTrainerErrorsNameFlags(t *testing.T) {
 		{"", []string{"-strategy", "ddp", "-num-nodes", "2"},
 			[]string{"-num-nodes is 2 but this process was not started by a launcher"}, []string{"NumNodes"}},
 		{"", []string{"lr-find", "-strategy", "ddp", "-devices", "2"},
-			[]string{`the command line asks for -strategy "ddp" on 2 devices and 1 nodes: the search runs on one device`, "-devices 1 and -strategy auto or single"}, []string{"Strategy \"", "Devices 1", "Config", "StrategyImpl"}},
+			[]string{`-strategy is "ddp" on 2 devices and 1 node: the search runs on one device`, "-devices 1 and -strategy auto or single"}, []string{"Strategy \"", "Devices 1", "Config", "StrategyImpl", "1 nodes"}},
 		{ckptRoot, []string{"validate", "-ckpt-path", "last", "-precision", "64", "-limit-val-batches", "1"},
 			[]string{`set -precision to "32" to match the checkpoint`}, []string{"Precision"}},
 	} {
@@ -142,5 +150,65 @@ func TestNonFiniteLossNamesWarnOnNaN(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "non-finite loss") {
 		t.Errorf("with -warn-on-nan the log has no non-finite loss warning:\n%s", out.String())
+	}
+}
+
+// stepFails is models.MLP whose TrainingStep fails with err.
+type stepFails struct {
+	models.MLP
+	err error
+}
+
+func (m *stepFails) TrainingStep(*module.Step) (*G.Node, error) { return nil, m.err }
+
+// A module's own error reaches the command-line user as the module wrote
+// it: the flag names are the trainer's words, not a rewrite of every
+// capitalised word that a Config field shares (the Seed and Strategy of
+// this sentence became -seed and -strategy).
+func TestModuleErrorsReachTheUserVerbatim(t *testing.T) {
+	own := errors.New("my step: Seed and Strategy disagree (see Devices.md, MaxEpochs)")
+	app := mlpApp(t.TempDir())
+	app.Model = &stepFails{err: own}
+	var out bytes.Buffer
+	app.Stdout, app.Stderr = &out, &out
+	err := app.Run(context.Background(), []string{"-no-progress-bar", "-max-steps", "1", "-num-sanity-val-steps", "0"})
+	if !errors.Is(err, own) || !strings.Contains(err.Error(), own.Error()) {
+		t.Errorf("err = %v\nwant the module's %q as it wrote it", err, own)
+	}
+}
+
+// The trainer's log lines name the flags too: -fast-dev-run's overrides,
+// -devices above the cores, -log-every-n-steps above an epoch's steps.
+func TestTrainerLogLinesNameFlags(t *testing.T) {
+	for _, c := range []struct {
+		args, want, not []string
+	}{
+		{[]string{"-fast-dev-run", "1", "-max-epochs", "5"},
+			[]string{"-fast-dev-run replaces these settings", `"-max-epochs=5"`}, []string{"FastDevRun", "MaxEpochs"}},
+		{[]string{"-max-steps", "2", "-limit-train-batches", "2", "-limit-val-batches", "1", "-limit-test-batches", "1", "-loggers", "csv"},
+			[]string{"-log-every-n-steps is above the epoch's optimizer steps"}, []string{"LogEveryNSteps"}},
+		// -num-nodes 2 stops it before a rank starts, once Validate has
+		// warned.
+		{[]string{"-strategy", "ddp", "-num-nodes", "2", "-devices", strconv.Itoa(runtime.NumCPU() + 1)},
+			[]string{"-devices is above the number of CPU cores", "use -devices <= cores"}, []string{"Devices", "NumNodes"}},
+	} {
+		app := mlpApp(t.TempDir())
+		var out bytes.Buffer
+		app.Stdout, app.Stderr = &out, &out
+		err := app.Run(context.Background(), append([]string{"-no-progress-bar"}, c.args...))
+		log := out.String()
+		if err != nil {
+			log += err.Error()
+		}
+		for _, w := range c.want {
+			if !strings.Contains(log, w) {
+				t.Errorf("%q: want %q in\n%s", c.args, w, log)
+			}
+		}
+		for _, n := range c.not {
+			if strings.Contains(log, n) {
+				t.Errorf("%q: the Go name %q in\n%s", c.args, n, log)
+			}
+		}
 	}
 }

@@ -3,10 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"path/filepath"
-	"regexp"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -182,8 +179,8 @@ func (s *Settings) weightsOptions() []trainer.WeightsOption {
 
 // configFlags maps the trainer.Config fields a command line sets (through
 // Settings.trainerConfig and setupRun) to the flags that set them, for
-// flagNamesError. A field the command line cannot set is not here: an
-// error naming it is for the program's author.
+// settingName. A field the command line cannot set is not here: an error
+// naming it is for the program's author, by its Go name.
 var configFlags = map[string]string{
 	"MaxEpochs": "-max-epochs", "MaxSteps": "-max-steps", "MinEpochs": "-min-epochs", "MinSteps": "-min-steps",
 	"LimitTrainBatches": "-limit-train-batches", "LimitValBatches": "-limit-val-batches",
@@ -197,96 +194,29 @@ var configFlags = map[string]string{
 	"Devices": "-devices", "NumNodes": "-num-nodes", "Strategy": "-strategy", "Accelerator": "-accelerator",
 	// The run directory, and LogDir inside it, come from -root-dir.
 	"DefaultRootDir": "-root-dir", "LogDir": "-root-dir",
+	// The -weights- flags' options, where an error names the option
+	// itself; settingName adds an argument.
+	"trainer.StripPrefix": "-weights-strip-prefix", "trainer.OnlyPrefix": "-weights-only-prefix",
+	"trainer.Strict(false)": "-weights-not-strict",
 }
 
-// goOptionNames matches the trainer options and Config fields an error of
-// the trainer or a strategy names that a command line gives as flags: a
-// field bare (MaxEpochs), as Config.MaxEpochs or trainer.Config.MaxEpochs,
-// and with the flag beside it already ("MaxEpochs (-max-epochs)"). A
-// field of another type (PlateauConfig.Monitor) is left as it is.
-var goOptionNames = regexp.MustCompile(`trainer\.(StripPrefix|OnlyPrefix)\(("(?:[^"\\]|\\.)*")\)|trainer\.Strict\(false\)|([A-Za-z_][A-Za-z_0-9]*\.)*\b(` + strings.Join(slices.Sorted(maps.Keys(configFlags)), "|") + `)\b( \(-[a-z-]+\))?`)
-
-// flagNamesError is an error of the trainer or a strategy shown to a
-// command-line user: its text names the flags where the trainer's names
-// the Config fields and Go options (trainer.StripPrefix("module."),
-// Config.DisableSanityCheck, Devices) a command line cannot give.
-type flagNamesError struct{ err error }
-
-func (e flagNamesError) Error() string {
-	text := e.err.Error()
-	var b strings.Builder
-	last := 0
-	for _, ix := range goOptionNames.FindAllStringSubmatchIndex(text, -1) {
-		b.WriteString(text[last:ix[0]])
-		last = ix[1]
-		b.WriteString(flagName(text, ix))
+// settingName is the cli's trainer.Config.SettingName: the flag for a
+// Config field or a WeightsOption (`trainer.StripPrefix("module.")` is
+// "-weights-strip-prefix module."), "" for what no flag sets. The trainer
+// and the strategies call it as they write an error or a log line, so a
+// module's own error that the trainer wraps is never rewritten.
+func settingName(setting string) string {
+	if f, ok := configFlags[setting]; ok {
+		return f
 	}
-	b.WriteString(text[last:])
-	msg := b.String()
-	// "Config.DefaultRootDir or Config.LogDir" is one flag here, and
-	// LRFind's Config is the command line, which sets no StrategyImpl.
-	return strings.NewReplacer("-root-dir or -root-dir", "-root-dir",
-		"the trainer's Config asks for", "the command line asks for", " (StrategyImpl set: false)", "").Replace(msg)
-}
-
-// flagName is the flag for the match of goOptionNames at ix in text, or
-// the match itself where it is not the trainer's word: a field of another
-// type, or letters of a path or a file name (a checkpoint under a
-// directory named Seed keeps its path).
-func flagName(text string, ix []int) string {
-	call := text[ix[0]:ix[1]]
-	group := func(i int) string {
-		if ix[2*i] < 0 {
-			return ""
+	fn, arg, ok := strings.Cut(setting, "(")
+	if q, closed := strings.CutSuffix(arg, ")"); ok && closed && configFlags[fn] != "" {
+		if v, err := strconv.Unquote(q); err == nil {
+			return configFlags[fn] + " " + v
 		}
-		return text[ix[2*i]:ix[2*i+1]]
 	}
-	switch {
-	case call == "trainer.Strict(false)":
-		return "-weights-not-strict"
-	case group(4) != "":
-		if p := group(3); p != "" && p != "Config." && p != "trainer.Config." {
-			return call
-		}
-		if inPath(text, ix[0], ix[1]) {
-			return call
-		}
-		return configFlags[group(4)]
-	}
-	arg, err := strconv.Unquote(group(2))
-	if err != nil {
-		return call
-	}
-	flag := map[string]string{"StripPrefix": "-weights-strip-prefix", "OnlyPrefix": "-weights-only-prefix"}[group(1)]
-	return flag + " " + arg
+	return ""
 }
-
-// inPath reports whether text[i:j] is part of a path or a file name: a
-// separator or a dash just before it, or a separator or an extension
-// (a dot and a letter or digit) just after it.
-func inPath(text string, i, j int) bool {
-	if i > 0 && strings.ContainsRune(`/\-`, rune(text[i-1])) {
-		return true
-	}
-	if j < len(text) && strings.ContainsRune(`/\`, rune(text[j])) {
-		return true
-	}
-	if j+1 < len(text) && text[j] == '.' {
-		c := text[j+1]
-		return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
-	}
-	return false
-}
-
-// withFlagNames is err as a flagNamesError; nil stays nil.
-func withFlagNames(err error) error {
-	if err == nil {
-		return nil
-	}
-	return flagNamesError{err}
-}
-
-func (e flagNamesError) Unwrap() error { return e.err }
 
 // root is the root directory, "." when none was given.
 func (s *Settings) root() string {
@@ -319,6 +249,7 @@ func (s *Settings) trainerConfig() trainer.Config {
 		DefaultRootDir: s.RootDir, Precision: s.Precision, ShardedCheckpoint: s.ShardedCheckpoint,
 		Devices: s.Devices, NumNodes: s.NumNodes, Strategy: s.Strategy, Accelerator: s.Accelerator,
 		EnableProgressBar: trainer.Bool(!s.NoProgressBar), WarnOnNaN: s.WarnOnNaN, DetectAnomaly: s.DetectAnomaly,
+		SettingName: settingName,
 	}
 }
 

@@ -10,6 +10,9 @@
 // drivers; it never switches on a strategy's type. The name registry (New,
 // Register, Known) serves the trainer's Config.Strategy names and
 // command-line programs only; the implementations fill it when linked.
+// A strategy's errors name the trainer.Config fields of its Options
+// (Devices, NumNodes) through Options.Name, so a command line's user reads
+// its flags (trainer.Config.SettingName, passed on in Options).
 //
 // A strategy owns its parameters, optimizer and scheduler state and their
 // I/O: SaveState and LoadState exchange a StateDict (state.go) of named

@@ -24,6 +24,23 @@ type Options struct {
 	// 1..N-1) write their output, one rank_N.log each. "": they share this
 	// process's stdout and stderr.
 	LogDir string
+	// SettingName names the trainer.Config field it is given ("Devices")
+	// in the strategy's errors as its user knows it, such as a command
+	// line's flag ("-devices"); "" or nil: the field's name
+	// (trainer.Config.SettingName, which the trainer passes on).
+	SettingName func(field string) string
+}
+
+// Name is how a strategy's errors name the trainer.Config field (o's
+// SettingName, else the field): exported for the strategies, each a
+// package of its own.
+func (o Options) Name(field string) string {
+	if o.SettingName != nil {
+		if n := o.SettingName(field); n != "" {
+			return n
+		}
+	}
+	return field
 }
 
 // Factory builds a strategy from options.

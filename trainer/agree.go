@@ -74,7 +74,7 @@ func (t *Trainer) agreeSettings(ctx context.Context, m module.Module, train, val
 	if err := json.Unmarshal(getBytes(both[n0:]), &sd); err != nil {
 		return fmt.Errorf("Fit: the ranks' settings differ (ranks %v from rank 0's); rank %d's: %w", differ, d, err)
 	}
-	return fmt.Errorf("Fit: the ranks were started with different settings: ranks %v differ from rank 0; rank %d against rank 0: %s: start every rank (every machine's launcher) with the same program build, flags and configuration", differ, d, diffSettings(s0, sd, d))
+	return fmt.Errorf("Fit: the ranks were started with different settings: ranks %v differ from rank 0; rank %d against rank 0: %s: start every rank (every machine's launcher) with the same program build, flags and configuration", differ, d, diffSettings(&t.cfg, s0, sd, d))
 }
 
 // settingsOf is what every rank of a job must have alike, by name: the
@@ -182,7 +182,7 @@ func buildSettings() map[string]string {
 
 // diffSettings lists, in name order, the settings of rank d that differ
 // from rank 0's (at most a few, then how many more).
-func diffSettings(s0, sd map[string]string, d int) string {
+func diffSettings(c *Config, s0, sd map[string]string, d int) string {
 	keys := slices.Sorted(maps.Keys(s0))
 	for k := range sd {
 		if _, ok := s0[k]; !ok {
@@ -208,7 +208,11 @@ func diffSettings(s0, sd map[string]string, d int) string {
 		if !okd {
 			vd = "not set"
 		}
-		parts = append(parts, fmt.Sprintf("%s is %s on rank %d, %s on rank 0", k, vd, d, v0))
+		what := k
+		if f, ok := strings.CutPrefix(k, "Config."); ok {
+			what = c.field(f) // the keys stay Go names: the ranks compare them
+		}
+		parts = append(parts, fmt.Sprintf("%s is %s on rank %d, %s on rank 0", what, vd, d, v0))
 	}
 	if n > most {
 		parts = append(parts, fmt.Sprintf("and %d more", n-most))

@@ -148,7 +148,7 @@ func (t *Trainer) saveCheckpoint(ctx context.Context, path string) error {
 		return errors.New("SaveCheckpoint: the path is empty: pass a file name such as checkpoints/last.ckpt")
 	}
 	if t.pos.midWindow {
-		return fmt.Errorf("SaveCheckpoint at epoch %d batch %d: the batch is inside a gradient accumulation window (AccumulateGradBatches %d), whose partial gradients a checkpoint cannot hold: save after the optimizer step (when GlobalStep changes), and set ValCheckInterval to a multiple of AccumulateGradBatches", t.state.Epoch, t.state.BatchIdx, t.accum)
+		return fmt.Errorf("SaveCheckpoint at epoch %d batch %d: the batch is inside a gradient accumulation window (%s %d), whose partial gradients a checkpoint cannot hold: save after the optimizer step (when GlobalStep changes), and set %s to a multiple of %[3]s", t.state.Epoch, t.state.BatchIdx, t.cfg.name("AccumulateGradBatches"), t.accum, t.cfg.name("ValCheckInterval"))
 	}
 	if t.hooking {
 		for _, s := range t.saves {
@@ -224,7 +224,7 @@ func (t *Trainer) writeCheckpoint(ctx context.Context, paths ...string) error {
 		return fmt.Errorf("checkpoint %s: %w", paths[0], err)
 	}
 	for _, path := range paths {
-		if err := writeCheckpointFile(path, func(w io.Writer) error { return encodeSafetensors(w, tensors, meta) }); err != nil {
+		if err := writeCheckpointFile(&t.cfg, path, func(w io.Writer) error { return encodeSafetensors(w, tensors, meta) }); err != nil {
 			return fmt.Errorf("checkpoint %s: %w", path, err)
 		}
 		if err := removeStaleShards(path, nil); err != nil {
@@ -567,7 +567,7 @@ func (t *Trainer) everyRankRead(ctx context.Context, what, path string, readErr 
 // then restores the strategy's state (weights, optimizer, scheduler), the
 // callbacks and the loop state.
 func (t *Trainer) apply(ctx context.Context, c *checkpoint) error {
-	sd, err := c.stateDict(t.dtype())
+	sd, err := c.stateDict(t.dtype(), t.cfg.name("Precision"))
 	if err != nil {
 		return err
 	}
@@ -679,7 +679,7 @@ func batchAtWorld(p loopPos, from, world, fromBS, bs, accum int) int {
 // state as a strategy state dict of whole tensors, after refusing what no
 // model of dtype can load: tensors of another precision, and the 2-D
 // tensors of a version-1 file.
-func (c *checkpoint) stateDict(dtype tensor.Dtype) (*strategy.StateDict, error) {
+func (c *checkpoint) stateDict(dtype tensor.Dtype, precision string) (*strategy.StateDict, error) {
 	dt := dtypeName(dtype)
 	sd := &strategy.StateDict{Blobs: map[string][]byte{}}
 	var errs []error
@@ -737,8 +737,8 @@ func (c *checkpoint) stateDict(dtype tensor.Dtype) (*strategy.StateDict, error) 
 		sd.Tensors = append(sd.Tensors, st)
 	}
 	if len(otherDtype) > 0 {
-		errs = append([]error{fmt.Errorf("the checkpoint holds %s tensors (%s) but the model computes in %s: set Precision to %q to match the checkpoint",
-			fileDtype, strings.Join(otherDtype, ", "), dt, map[string]string{"F32": "32", "F64": "64"}[fileDtype])}, errs...)
+		errs = append([]error{fmt.Errorf("the checkpoint holds %s tensors (%s) but the model computes in %s: set %s to %q to match the checkpoint",
+			fileDtype, strings.Join(otherDtype, ", "), dt, precision, map[string]string{"F32": "32", "F64": "64"}[fileDtype])}, errs...)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -879,7 +879,7 @@ func LoadWeights(path string, store *module.Store) error {
 	if store == nil {
 		return errors.New("LoadWeights: the store is nil: pass Trainer.Store() after setup")
 	}
-	sd, _, err := readStateDict(path, store.Dtype())
+	sd, _, err := readStateDict(path, store.Dtype(), "Precision")
 	if err != nil {
 		return err
 	}
@@ -890,13 +890,13 @@ func LoadWeights(path string, store *module.Store) error {
 }
 
 // readStateDict reads and verifies the checkpoint at path and returns its
-// state for a model of dtype.
-func readStateDict(path string, dtype tensor.Dtype) (*strategy.StateDict, *checkpoint, error) {
+// state for a model of dtype; precision names the setting that picks it.
+func readStateDict(path string, dtype tensor.Dtype, precision string) (*strategy.StateDict, *checkpoint, error) {
 	c, err := readCheckpointFile(path)
 	if err != nil {
 		return nil, nil, err
 	}
-	sd, err := c.stateDict(dtype)
+	sd, err := c.stateDict(dtype, precision)
 	if err == nil && c.shards != nil {
 		sd, err = wholeTensors(sd)
 	}

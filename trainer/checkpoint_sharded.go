@@ -128,10 +128,10 @@ var errShardFile = errors.New("a shard file")
 func shardFileError(path string) error {
 	m := shardFileName.FindStringSubmatch(filepath.Base(path))
 	if m == nil {
-		return fmt.Errorf("checkpoint %s: the file is one rank's shard of a sharded checkpoint (Config.ShardedCheckpoint), which holds part of each tensor: pass the checkpoint's index file, which reads every shard", path)
+		return fmt.Errorf("checkpoint %s: the file is one rank's shard of a sharded checkpoint, which holds part of each tensor: pass the checkpoint's index file, which reads every shard", path)
 	}
 	index := filepath.Join(filepath.Dir(path), m[1])
-	return fmt.Errorf("checkpoint %s: the file is rank %s's shard of the %s-rank sharded checkpoint %s (Config.ShardedCheckpoint), which holds part of each tensor: pass the index, %s, which reads every shard", path, m[2], m[3], index, index)
+	return fmt.Errorf("checkpoint %s: the file is rank %s's shard of the %s-rank sharded checkpoint %s, which holds part of each tensor: pass the index, %s, which reads every shard", path, m[2], m[3], index, index)
 }
 
 // readCheckpointFile reads and verifies the checkpoint at path: every
@@ -190,7 +190,7 @@ func (t *Trainer) writeShardedCheckpoint(ctx context.Context, paths []string) er
 		if werr != nil {
 			break
 		}
-		werr = writeCheckpointFile(shardPath(path, r, n, int(slots[i])), func(w io.Writer) error { return encodeSafetensors(w, tensors, meta) })
+		werr = writeCheckpointFile(&t.cfg, shardPath(path, r, n, int(slots[i])), func(w io.Writer) error { return encodeSafetensors(w, tensors, meta) })
 	}
 	// Every rank learns whether every shard is written before the index
 	// names them, and rank 0 each shard's digest, in words of 16 bits
@@ -247,7 +247,7 @@ func (t *Trainer) writeShardedCheckpoint(ctx context.Context, paths []string) er
 		if err != nil {
 			return fmt.Errorf("checkpoint %s: %w", path, err)
 		}
-		if err := writeCheckpointFile(path, func(w io.Writer) error { return encodeSafetensors(w, idx, imeta) }); err != nil {
+		if err := writeCheckpointFile(&t.cfg, path, func(w io.Writer) error { return encodeSafetensors(w, idx, imeta) }); err != nil {
 			return fmt.Errorf("checkpoint %s: %w", path, err)
 		}
 		if err := removeStaleShards(path, files); err != nil {

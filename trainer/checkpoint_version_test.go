@@ -48,7 +48,7 @@ func TestCheckpointVersion1Refused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.stateDict(tensor.Float32)
+	_, err = c.stateDict(tensor.Float32, "Precision")
 	if err == nil || !strings.Contains(err.Error(), `tensor "fc.weight" [3 3]: the checkpoint is format_version 1, which stored Linear weights [in, out]`) || strings.Contains(err.Error(), "fc.bias") {
 		t.Errorf("version 1: %v", err)
 	}
@@ -56,7 +56,7 @@ func TestCheckpointVersion1Refused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sd, err := c.stateDict(tensor.Float32)
+	sd, err := c.stateDict(tensor.Float32, "Precision")
 	if err != nil {
 		t.Fatalf("version 2: %v", err)
 	}

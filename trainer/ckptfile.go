@@ -28,12 +28,12 @@ var tempCheckpoint = regexp.MustCompile(`^\..+\.tmp-[0-9]+$`)
 
 // writeCheckpointFile writes path through a locked temporary file in its
 // directory; on any error the temporary file is removed and path is
-// untouched.
-func writeCheckpointFile(path string, write func(io.Writer) error) (err error) {
+// untouched. c names the settings in its errors.
+func writeCheckpointFile(c *Config, path string, write func(io.Writer) error) (err error) {
 	dir := filepath.Dir(path)
 	defer func() {
 		if err != nil {
-			err = diskHint(err, dir, path)
+			err = diskHint(c, err, dir, path)
 		}
 	}()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -95,16 +95,16 @@ func writeCheckpointFile(path string, write func(io.Writer) error) (err error) {
 }
 
 // diskHint adds what to do to the errors a full or read-only disk gives.
-func diskHint(err error, dir, path string) error {
+func diskHint(c *Config, err error, dir, path string) error {
 	keep := ""
 	if _, serr := os.Stat(path); serr == nil {
 		keep = fmt.Sprintf("; %s is unchanged", filepath.Base(path))
 	}
 	switch {
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT), diskFull(err):
-		return fmt.Errorf("%w: the file system holding %s is full%s: free space there, or save checkpoints on a larger disk (Config.DefaultRootDir, ModelCheckpoint's Dirpath)", err, dir, keep)
+		return fmt.Errorf("%w: the file system holding %s is full%s: free space there, or save checkpoints on a larger disk (%s, ModelCheckpoint's Dirpath)", err, dir, keep, c.field("DefaultRootDir"))
 	case errors.Is(err, syscall.EROFS), errors.Is(err, os.ErrPermission):
-		return fmt.Errorf("%w: %s is not writable%s: make it writable, or save checkpoints elsewhere (Config.DefaultRootDir, ModelCheckpoint's Dirpath)", err, dir, keep)
+		return fmt.Errorf("%w: %s is not writable%s: make it writable, or save checkpoints elsewhere (%s, ModelCheckpoint's Dirpath)", err, dir, keep, c.field("DefaultRootDir"))
 	}
 	return err
 }
@@ -177,7 +177,7 @@ func (t *Trainer) prepareRunDir(ctx context.Context, logDir, resume string) erro
 			t.cfg.Log.Warn().Err(err).Msg("temporary files of interrupted saves")
 		}
 		if _, err := os.Stat(logDir); err == nil || t.writesRunDir() {
-			probeErr = probeWritable(logDir)
+			probeErr = probeWritable(&t.cfg, logDir)
 		}
 	}
 	if t.strat.Info().WorldSize > 1 {
@@ -189,7 +189,7 @@ func (t *Trainer) prepareRunDir(ctx context.Context, logDir, resume string) erro
 			return fmt.Errorf("agree on the run directory across ranks: %w", err)
 		}
 		if v[0] > 0 && probeErr == nil {
-			return fmt.Errorf("rank 0 cannot write the run directory %s (rank 0's error says why): make it writable, or set Config.DefaultRootDir or Config.LogDir to a directory rank 0 can write", logDir)
+			return fmt.Errorf("rank 0 cannot write the run directory %s (rank 0's error says why): make it writable, or set %s to a directory rank 0 can write", logDir, t.cfg.eitherField("DefaultRootDir", "LogDir"))
 		}
 	}
 	return probeErr
@@ -197,8 +197,8 @@ func (t *Trainer) prepareRunDir(ctx context.Context, logDir, resume string) erro
 
 // probeWritable writes and removes a temporary file in dir the way a save
 // does.
-func probeWritable(dir string) error {
-	err := writeCheckpointFile(filepath.Join(dir, "fulgur-probe"), func(w io.Writer) error {
+func probeWritable(c *Config, dir string) error {
+	err := writeCheckpointFile(c, filepath.Join(dir, "fulgur-probe"), func(w io.Writer) error {
 		_, err := w.Write([]byte("fulgur"))
 		return err
 	})

@@ -219,6 +219,16 @@ type Config struct {
 	Out io.Writer
 	// Log is the structured logger. Zero value: zerolog on Out.
 	Log *zerolog.Logger
+	// SettingName says how the trainer's and the strategies' errors and
+	// log lines name a setting: given a Config field ("Devices") or a
+	// WeightsOption as Go writes it (`trainer.StripPrefix("module.")`,
+	// `trainer.Strict(false)`, `trainer.OnlyPrefix` where no argument is
+	// meant), it returns the words its user knows it by, such as a command
+	// line's flag ("-devices"; the cli sets its own), or "" for the Go
+	// name. nil: every setting by its Go name (a field bare inside
+	// Validate's sentences, Config.LogDir elsewhere). An error of the
+	// module or a callback that the trainer wraps is never rewritten.
+	SettingName func(setting string) string
 	// Now is the clock (tests inject a fake one). nil: time.Now.
 	Now func() time.Time
 }
@@ -227,23 +237,26 @@ type Config struct {
 func (c *Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	n := c.name
 	nonNeg := func(name string, v int) {
 		if v < 0 {
-			bad("%s is %d: use 0 (the default) or a positive number", name, v)
+			bad("%s is %d: use 0 (the default) or a positive number", n(name), v)
 		}
 	}
 	errs = append(errs, c.conflicts()...)
 	if c.MaxEpochs < -1 {
-		bad("MaxEpochs is %d: use a positive number, 0 (the default: 1000 epochs, or no limit beside MaxSteps) or -1 (no limit)", c.MaxEpochs)
+		bad("%s is %d: use a positive number, 0 (the default: 1000 epochs, or no limit beside %s) or -1 (no limit)", n("MaxEpochs"), c.MaxEpochs, n("MaxSteps"))
 	}
 	nonNeg("MaxSteps", c.MaxSteps)
 	nonNeg("MinEpochs", c.MinEpochs)
 	nonNeg("MinSteps", c.MinSteps)
 	if c.MaxEpochs > 0 && c.MinEpochs > c.MaxEpochs {
-		bad("MinEpochs is %d and MaxEpochs %d: MaxEpochs ends training first, so MinEpochs would hold nothing; lower MinEpochs or raise MaxEpochs", c.MinEpochs, c.MaxEpochs)
+		lo, hi := n("MinEpochs"), n("MaxEpochs")
+		bad("%s is %d and %s %d: %[3]s ends training first, so %[1]s would hold nothing; lower %[1]s or raise %[3]s", lo, c.MinEpochs, hi, c.MaxEpochs)
 	}
 	if c.MaxSteps > 0 && c.MinSteps > c.MaxSteps {
-		bad("MinSteps is %d and MaxSteps %d: MaxSteps ends training first, so MinSteps would hold nothing; lower MinSteps or raise MaxSteps", c.MinSteps, c.MaxSteps)
+		lo, hi := n("MinSteps"), n("MaxSteps")
+		bad("%s is %d and %s %d: %[3]s ends training first, so %[1]s would hold nothing; lower %[1]s or raise %[3]s", lo, c.MinSteps, hi, c.MaxSteps)
 	}
 	nonNeg("LimitTrainBatches", c.LimitTrainBatches)
 	nonNeg("LimitValBatches", c.LimitValBatches)
@@ -253,47 +266,48 @@ func (c *Config) Validate() error {
 	nonNeg("CheckValEveryNEpoch", c.CheckValEveryNEpoch)
 	nonNeg("FastDevRun", c.FastDevRun)
 	nonNeg("OverfitBatches", c.OverfitBatches)
-	if n := c.OverfitBatches; n > 0 {
+	if k := c.OverfitBatches; k > 0 {
+		ob := n("OverfitBatches")
 		for _, l := range []struct {
 			name string
 			v    *int
 		}{{"LimitTrainBatches", &c.LimitTrainBatches}, {"LimitValBatches", &c.LimitValBatches}, {"LimitTestBatches", &c.LimitTestBatches}} {
-			if *l.v != 0 && *l.v != n {
-				bad("OverfitBatches is %d and %s is %d: OverfitBatches sets the training, validation and test limits to its number; leave %s unset", n, l.name, *l.v, l.name)
+			if *l.v != 0 && *l.v != k {
+				bad("%s is %d and %s is %d: %[1]s sets the training, validation and test limits to its number; leave %[3]s unset", ob, k, n(l.name), *l.v)
 			}
-			*l.v = n
+			*l.v = k
 		}
 		if c.FastDevRun > 0 {
-			bad("OverfitBatches is %d and FastDevRun is %d: use one of them (FastDevRun is a one-epoch smoke test, OverfitBatches trains every epoch on the same batches)", n, c.FastDevRun)
+			bad("%s is %d and %s is %d: use one of them (%[3]s is a one-epoch smoke test, %[1]s trains every epoch on the same batches)", ob, k, n("FastDevRun"), c.FastDevRun)
 		}
 	}
 	if c.NumSanityValSteps < -1 {
-		bad("NumSanityValSteps is %d: use 0 (the default, 2 batches), a positive number, -1 for every validation batch, or DisableSanityCheck to skip the check", c.NumSanityValSteps)
+		bad("%s is %d: use 0 (the default, 2 batches), a positive number, -1 for every validation batch, or %s to skip the check", n("NumSanityValSteps"), c.NumSanityValSteps, n("DisableSanityCheck"))
 	}
 	nonNeg("AccumulateGradBatches", c.AccumulateGradBatches)
 	nonNeg("LogEveryNSteps", c.LogEveryNSteps)
 	nonNeg("NumNodes", c.NumNodes)
 	if c.GradientClipVal < 0 || math.IsNaN(c.GradientClipVal) || math.IsInf(c.GradientClipVal, 0) {
-		bad("GradientClipVal is %g: use 0 (off) or a positive finite number", c.GradientClipVal)
+		bad("%s is %g: use 0 (off) or a positive finite number", n("GradientClipVal"), c.GradientClipVal)
 	}
 	switch c.GradientClipAlgorithm {
 	case "":
 		c.GradientClipAlgorithm = "norm"
 	case "norm", "value":
 	default:
-		bad("GradientClipAlgorithm is %q: use \"norm\" or \"value\"", c.GradientClipAlgorithm)
+		bad("%s is %q: use \"norm\" or \"value\"", n("GradientClipAlgorithm"), c.GradientClipAlgorithm)
 	}
 	switch c.Precision {
 	case "":
 		c.Precision = "32"
 	case "32", "64":
 	case "16", "bf16", "16-mixed", "bf16-mixed":
-		bad("Precision is %q: half precision is not supported on CPU; use \"32\" or \"64\"", c.Precision)
+		bad("%s is %q: half precision is not supported on CPU; use \"32\" or \"64\"", n("Precision"), c.Precision)
 	default:
-		bad("Precision is %q: use \"32\" or \"64\"", c.Precision)
+		bad("%s is %q: use \"32\" or \"64\"", n("Precision"), c.Precision)
 	}
 	if c.Devices < -1 {
-		bad("Devices is %d: use 1 or more, or -1 for all", c.Devices)
+		bad("%s is %d: use 1 or more, or -1 for all", n("Devices"), c.Devices)
 	}
 	if c.Devices == 0 {
 		c.Devices = 1
@@ -305,9 +319,9 @@ func (c *Config) Validate() error {
 		c.Strategy = "auto"
 	}
 	if c.StrategyImpl == nil && !strategy.Known(c.Strategy) {
-		bad("Strategy is %q: use one of %v", c.Strategy, strategy.Names())
+		bad("%s is %q: use one of %v", n("Strategy"), c.Strategy, strategy.Names())
 	} else if c.StrategyImpl == nil {
-		if err := strategy.Check(c.Strategy, strategy.Options{Devices: c.Devices, NumNodes: c.NumNodes, Accelerator: c.Accelerator}); err != nil {
+		if err := strategy.Check(c.Strategy, strategy.Options{Devices: c.Devices, NumNodes: c.NumNodes, Accelerator: c.Accelerator, SettingName: c.SettingName}); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -317,10 +331,10 @@ func (c *Config) Validate() error {
 	case "cpu", "auto":
 	case "cuda", "gpu":
 		if !strategy.CUDAAvailable() {
-			bad("Accelerator is %q but this build has no CUDA support: build with -tags cuda on a machine with CUDA, or use \"cpu\"", c.Accelerator)
+			bad("%s is %q but this build has no CUDA support: build with -tags cuda on a machine with CUDA, or use \"cpu\"", n("Accelerator"), c.Accelerator)
 		}
 	default:
-		bad("Accelerator is %q: use \"cpu\", \"cuda\" or \"auto\"", c.Accelerator)
+		bad("%s is %q: use \"cpu\", \"cuda\" or \"auto\"", n("Accelerator"), c.Accelerator)
 	}
 	overridden := c.fastDevRunOverrides()
 	if c.FastDevRun > 0 {
@@ -362,10 +376,10 @@ func (c *Config) Validate() error {
 		c.Log = &l
 	}
 	if len(overridden) > 0 {
-		c.Log.Warn().Strs("overridden", overridden).Int("fast_dev_run", c.FastDevRun).Msg("FastDevRun replaces these settings for this smoke test: one epoch of FastDevRun batches")
+		c.Log.Warn().Strs("overridden", overridden).Int("fast_dev_run", c.FastDevRun).Msg(n("FastDevRun") + " replaces these settings for this smoke test: one epoch of " + n("FastDevRun") + " batches")
 	}
-	if n := runtime.NumCPU(); c.Devices > n && (c.Accelerator == "cpu" || c.Accelerator == "auto") && !placedByLauncher(c.Devices) {
-		c.Log.Warn().Int("devices", c.Devices).Int("cores", n).Msg("Devices is above the number of CPU cores: the ranks share cores and each runs slower; use Devices <= cores")
+	if cores := runtime.NumCPU(); c.Devices > cores && (c.Accelerator == "cpu" || c.Accelerator == "auto") && !placedByLauncher(c.Devices) {
+		c.Log.Warn().Int("devices", c.Devices).Int("cores", cores).Msg(n("Devices") + " is above the number of CPU cores: the ranks share cores and each runs slower; use " + n("Devices") + " <= cores")
 	}
 	for i, cb := range c.Callbacks {
 		if msg := nilEntry(cb); msg != "" {
@@ -384,6 +398,35 @@ func (c *Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// name is how errors and log lines name setting, a Config field or a
+// WeightsOption (see SettingName): bare by default.
+func (c *Config) name(setting string) string {
+	if c.SettingName != nil {
+		if n := c.SettingName(setting); n != "" {
+			return n
+		}
+	}
+	return setting
+}
+
+// field is name for a Config field that a message outside Validate's names:
+// Config.LogDir by default, where the bare name would not say whose it is.
+func (c *Config) field(f string) string {
+	if n := c.name(f); n != f {
+		return n
+	}
+	return "Config." + f
+}
+
+// eitherField names two fields that do the same here ("set Config.A or
+// Config.B"), once where SettingName gives both one name (one flag).
+func (c *Config) eitherField(a, b string) string {
+	if na, nb := c.field(a), c.field(b); na != nb {
+		return na + " or " + nb
+	}
+	return c.field(a)
 }
 
 // nilEntry says how v, a callback or logger, is nil ("" when it is not): a

@@ -18,19 +18,20 @@ import (
 func (c *Config) conflicts() []error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	n := c.name
 	if c.StrategyImpl != nil {
 		name := c.StrategyImpl.Info().Name
 		if c.Strategy != "" && c.Strategy != "auto" {
-			bad("Strategy is %q and StrategyImpl is set (%s): StrategyImpl is used instead of Strategy; set only one of them", c.Strategy, name)
+			bad("%s is %q and StrategyImpl is set (%s): StrategyImpl is used instead of %[1]s; set only one of them", n("Strategy"), c.Strategy, name)
 		}
 		if c.Devices != 0 && c.Devices != 1 {
-			bad("Devices is %d and StrategyImpl is set (%s): a strategy value brings its own devices; leave Devices unset, or set Strategy instead of StrategyImpl", c.Devices, name)
+			bad("%s is %d and StrategyImpl is set (%s): a strategy value brings its own devices; leave %[1]s unset, or set %[4]s instead of StrategyImpl", n("Devices"), c.Devices, name, n("Strategy"))
 		}
 		if c.NumNodes != 0 && c.NumNodes != 1 {
-			bad("NumNodes is %d and StrategyImpl is set (%s): a strategy value brings its own ranks; leave NumNodes unset, or set Strategy instead of StrategyImpl", c.NumNodes, name)
+			bad("%s is %d and StrategyImpl is set (%s): a strategy value brings its own ranks; leave %[1]s unset, or set %[4]s instead of StrategyImpl", n("NumNodes"), c.NumNodes, name, n("Strategy"))
 		}
 		if c.Accelerator == "cuda" || c.Accelerator == "gpu" {
-			bad("Accelerator is %q and StrategyImpl is set (%s): a strategy value brings its own devices; leave Accelerator unset, or set Strategy instead of StrategyImpl", c.Accelerator, name)
+			bad("%s is %q and StrategyImpl is set (%s): a strategy value brings its own devices; leave %[1]s unset, or set %[4]s instead of StrategyImpl", n("Accelerator"), c.Accelerator, name, n("Strategy"))
 		}
 	}
 	var bars []string
@@ -81,7 +82,7 @@ func (c *Config) conflicts() []error {
 			sched = append(sched, fmt.Sprintf("Callbacks[%d] (%s)", i, cb.Name()))
 		}
 		if _, ok := cb.(bestPather); ok && c.DisableCheckpointing {
-			bad("DisableCheckpointing is true and Callbacks[%d] (%s) writes checkpoints: remove the callback, or leave DisableCheckpointing false", i, cb.Name())
+			bad("%s is true and Callbacks[%d] (%s) writes checkpoints: remove the callback, or leave %[1]s false", n("DisableCheckpointing"), i, cb.Name())
 		}
 		if vs, ok := cb.(validationSaver); ok && c.FastDevRun == 0 && c.AccumulateGradBatches > 1 && c.ValCheckInterval > 0 &&
 			c.ValCheckInterval%c.AccumulateGradBatches != 0 && asked("SavesOnValidation", vs.SavesOnValidation) {
@@ -91,26 +92,27 @@ func (c *Config) conflicts() []error {
 			if lo == 0 {
 				fix = fmt.Sprint(hi)
 			}
-			bad("ValCheckInterval is %d and AccumulateGradBatches is %d: the mid-epoch validations fall inside accumulation windows, where Callbacks[%d] (%s) cannot save the checkpoint it saves after validation (a checkpoint cannot hold partial gradients); set ValCheckInterval to a multiple of %d, such as %s", c.ValCheckInterval, k, i, cb.Name(), k, fix)
+			vi := n("ValCheckInterval")
+			bad("%s is %d and %s is %d: the mid-epoch validations fall inside accumulation windows, where Callbacks[%d] (%s) cannot save the checkpoint it saves after validation (a checkpoint cannot hold partial gradients); set %[1]s to a multiple of %[4]d, such as %[7]s", vi, c.ValCheckInterval, n("AccumulateGradBatches"), k, i, cb.Name(), fix)
 		}
 	}
 	if len(bars) > 0 && c.EnableProgressBar != nil && !*c.EnableProgressBar {
-		bad("EnableProgressBar is false and %s draws a progress bar: remove the callback to have none, or leave EnableProgressBar unset", bars[0])
+		bad("%s is false and %s draws a progress bar: remove the callback to have none, or leave %[1]s unset", n("EnableProgressBar"), bars[0])
 	}
 	if len(bars) > 1 {
 		bad("%s and %s both draw a progress bar: keep one", bars[0], bars[1])
 	}
 	if len(sched) > 0 && c.AccumulateGradBatches > 1 {
-		bad("AccumulateGradBatches is %d and %s sets the batches per step by epoch: put the factor in the scheduler (epoch 0 -> %d) and leave AccumulateGradBatches unset", c.AccumulateGradBatches, sched[0], c.AccumulateGradBatches)
+		bad("%s is %d and %s sets the batches per step by epoch: put the factor in the scheduler (epoch 0 -> %[2]d) and leave %[1]s unset", n("AccumulateGradBatches"), c.AccumulateGradBatches, sched[0])
 	}
 	if len(sched) > 1 {
 		bad("%s and %s both set the batches per step: keep one", sched[0], sched[1])
 	}
 	if c.DisableLogger && len(c.Loggers) > 0 {
-		bad("DisableLogger is true and Loggers has %d logger(s) (%s first): leave Loggers empty to log nothing, or leave DisableLogger false", len(c.Loggers), c.Loggers[0].Name())
+		bad("%s is true and Loggers has %d logger(s) (%s first): leave Loggers empty to log nothing, or leave %[1]s false", n("DisableLogger"), len(c.Loggers), c.Loggers[0].Name())
 	}
 	if c.GradientClipAlgorithm == "value" && c.GradientClipVal == 0 {
-		bad("GradientClipAlgorithm is \"value\" and GradientClipVal is 0, which turns clipping off: set GradientClipVal to the bound, or leave GradientClipAlgorithm unset")
+		bad("%s is \"value\" and %s is 0, which turns clipping off: set %[2]s to the bound, or leave %[1]s unset", n("GradientClipAlgorithm"), n("GradientClipVal"))
 	}
 	return errs
 }
@@ -125,7 +127,7 @@ func (c *Config) fastDevRunOverrides() []string {
 	var out []string
 	set := func(name string, v, want int) {
 		if v != 0 && v != want {
-			out = append(out, fmt.Sprintf("%s=%d", name, v))
+			out = append(out, fmt.Sprintf("%s=%d", c.name(name), v))
 		}
 	}
 	set("MaxEpochs", c.MaxEpochs, 1)

@@ -65,6 +65,15 @@
 // stop). Config.Validate rejects settings that would ignore each other
 // (config_conflicts.go).
 //
+// The errors and log lines of the trainer and the strategies name a
+// Config field (and a WeightsOption) through Config.SettingName, which the
+// strategies get as strategy.Options.SettingName: nil names the Go field
+// ("MinEpochs is 5 and MaxEpochs 2"); a command line built over the trainer
+// gives its flags ("-min-epochs is 5 and -max-epochs 2", as package cli
+// does). Only the trainer's own words go through it: an error of a module
+// or a callback, which the trainer wraps with %w, keeps its text, so no
+// finished message is ever rewritten.
+//
 // # Hooks
 //
 // Callbacks implement the hooks they want, each a one-method interface

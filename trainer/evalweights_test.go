@@ -440,7 +440,7 @@ func TestResumeWithNothingLeftToTrainSaysSo(t *testing.T) {
 	if got := tr.Stats().GlobalStep; got != 3 {
 		t.Fatalf("the resumed run ended at step %d; this test expects 3 (the epoch counted as done)", got)
 	}
-	if !strings.Contains(log, "nothing left to train") || !strings.Contains(log, "-max-epochs") {
+	if !strings.Contains(log, "nothing left to train") || !strings.Contains(log, "raise MaxEpochs or MaxSteps") {
 		t.Errorf("a resumed Fit that trained no step did not say why:\n%s", log)
 	}
 	if _, log := fit(0); strings.Contains(log, "nothing left to train") {

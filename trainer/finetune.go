@@ -24,6 +24,25 @@ type weightsOptions struct {
 	strict bool
 	prefix string // OnlyPrefix
 	strip  string // StripPrefix
+	// name names the options in errors (Config.SettingName's words for
+	// `trainer.StripPrefix("module.")`); nil: as Go writes them.
+	name func(setting string) string
+}
+
+// opt is how errors name the option fn, called with arg when one is given
+// (`trainer.StripPrefix("module.")`, or `trainer.OnlyPrefix` for the option
+// itself).
+func (o *weightsOptions) opt(fn string, arg ...string) string {
+	s := "trainer." + fn
+	if len(arg) > 0 {
+		s += "(" + strconv.Quote(arg[0]) + ")"
+	}
+	if o.name != nil {
+		if n := o.name(s); n != "" {
+			return n
+		}
+	}
+	return s
 }
 
 // WithWeights starts the Fit from the parameters and buffers in the file
@@ -90,7 +109,8 @@ func StripPrefix(prefix string) WeightsOption {
 
 // stripPrefix renames the file's tensors as StripPrefix says; it returns
 // how many it renamed.
-func stripPrefix(file map[string]fileTensor, prefix string) (map[string]fileTensor, int, error) {
+func stripPrefix(file map[string]fileTensor, o *weightsOptions) (map[string]fileTensor, int, error) {
+	prefix := o.strip
 	if prefix == "" {
 		return file, 0, nil
 	}
@@ -103,7 +123,7 @@ func stripPrefix(file map[string]fileTensor, prefix string) (map[string]fileTens
 			continue
 		}
 		if _, both := file[short]; both {
-			errs = append(errs, fmt.Errorf("trainer.StripPrefix(%q): the file has both %q and %q: load it without StripPrefix, with OnlyPrefix to pick one of the two", prefix, name, short))
+			errs = append(errs, fmt.Errorf("%s: the file has both %q and %q: load it without %s, with %s to pick one of the two", o.opt("StripPrefix", prefix), name, short, o.opt("StripPrefix"), o.opt("OnlyPrefix")))
 			continue
 		}
 		out[short] = t
@@ -190,7 +210,7 @@ func readWeightsFile(path string) (map[string]fileTensor, string, error) {
 			dtype = tensor.Float64
 		}
 	}
-	sd, err := c.stateDict(dtype)
+	sd, err := c.stateDict(dtype, "Precision") // the file's own dtype: never a mismatch
 	if err == nil && c.shards != nil {
 		sd, err = wholeTensors(sd)
 	}
@@ -226,7 +246,7 @@ type weightsLoad struct {
 // converts the ones to load to dtype.
 func matchWeights(file map[string]fileTensor, specs []module.Spec, dtype tensor.Dtype, o *weightsOptions) (*weightsLoad, error) {
 	w := &weightsLoad{}
-	file, stripped, err := stripPrefix(file, o.strip)
+	file, stripped, err := stripPrefix(file, o)
 	if err != nil {
 		return nil, err
 	}
@@ -280,9 +300,9 @@ func matchWeights(file map[string]fileTensor, specs []module.Spec, dtype tensor.
 		if len(names) > 8 {
 			names = append(names[:8], "...")
 		}
-		msg := fmt.Sprintf("trainer.OnlyPrefix(%q) matches no tensor of the model (its names: %s): nothing would be loaded; give the start of some of those names", o.prefix, strings.Join(names, ", "))
+		msg := fmt.Sprintf("%s matches no tensor of the model (its names: %s): nothing would be loaded; give the start of some of those names", o.opt("OnlyPrefix", o.prefix), strings.Join(names, ", "))
 		if p := wrapperPrefix(file, specs); p != "" {
-			msg += fmt.Sprintf(". The file's names start with %q where the model's do not: pass trainer.StripPrefix(%[1]q) too (OnlyPrefix applies to the names it leaves)", p)
+			msg += fmt.Sprintf(". The file's names start with %q where the model's do not: pass %s too (%s applies to the names it leaves)", p, o.opt("StripPrefix", p), o.opt("OnlyPrefix"))
 		}
 		return nil, errors.New(msg)
 	}
@@ -307,22 +327,22 @@ func matchWeights(file map[string]fileTensor, specs []module.Spec, dtype tensor.
 	wrapper := wrapperPrefix(file, specs)
 	switch p := wrapper; {
 	case p == "module.":
-		errs = append([]error{fmt.Errorf(`the file's tensor names start with %q, as the state_dict() of a model wrapped in DistributedDataParallel or DataParallel does: pass trainer.StripPrefix(%[1]q) (PyTorch's consume_prefix_in_state_dict_if_present), or save model.module.state_dict() instead`, p)}, errs...)
+		errs = append([]error{fmt.Errorf(`the file's tensor names start with %q, as the state_dict() of a model wrapped in DistributedDataParallel or DataParallel does: pass %s (PyTorch's consume_prefix_in_state_dict_if_present), or save model.module.state_dict() instead`, p, o.opt("StripPrefix", p))}, errs...)
 	case p != "":
-		errs = append([]error{fmt.Errorf(`the file's tensor names start with %q where the model's do not, as those of a wrapper holding the network as an attribute do (a LightningModule's self.model): pass trainer.StripPrefix(%[1]q)`, p)}, errs...)
+		errs = append([]error{fmt.Errorf(`the file's tensor names start with %q where the model's do not, as those of a wrapper holding the network as an attribute do (a LightningModule's self.model): pass %s`, p, o.opt("StripPrefix", p))}, errs...)
 	}
 	if o.strip != "" && stripped == 0 {
 		// As PyTorch's, the prefix is stripped "if present": its absence
 		// is only worth saying when the file does not match.
-		errs = append([]error{fmt.Errorf("trainer.StripPrefix(%q): no tensor name of the file starts with %q", o.strip, o.strip)}, errs...)
+		errs = append([]error{fmt.Errorf("%s: no tensor name of the file starts with %q", o.opt("StripPrefix", o.strip), o.strip)}, errs...)
 	}
 	fix := "was it saved from another architecture?"
 	if wrapper != "" {
-		fix = fmt.Sprintf("its names carry a wrapper's prefix: pass trainer.StripPrefix(%q)", wrapper)
+		fix = "its names carry a wrapper's prefix: pass " + o.opt("StripPrefix", wrapper)
 	} else if o.strict && len(w.missing)+len(w.extra) > 0 {
-		fix += " To load the tensors that match and skip the rest, pass trainer.Strict(false)"
+		fix += " To load the tensors that match and skip the rest, pass " + o.opt("Strict(false)")
 		if o.prefix == "" {
-			fix += ", or trainer.OnlyPrefix(\"backbone.\") to load only the names under a prefix"
+			fix += ", or " + o.opt("OnlyPrefix", "backbone.") + " to load only the names under a prefix"
 		}
 	}
 	return nil, fmt.Errorf("the file does not match the model (%s):\n%w", fix, errors.Join(errs...))
@@ -344,6 +364,7 @@ func sameWeightShape(a, b []int) bool {
 
 // loadWeights loads fo.weights into the set-up strategy on every rank.
 func (t *Trainer) loadWeights(ctx context.Context, o *weightsOptions) error {
+	o.name = t.cfg.SettingName
 	path, err := o.path, error(nil)
 	if path == CkptLast || path == CkptBest {
 		path, err = t.checkpointPath(path)
@@ -414,7 +435,7 @@ func (t *Trainer) loadWeights(ctx context.Context, o *weightsOptions) error {
 	ev.Msg("Fit starts from the weights of a file, with a fresh optimizer at epoch 0")
 	if len(w.missing)+len(w.extra) > 0 {
 		t.cfg.Log.Warn().Str("path", path).Strs("missing_kept_initial", w.missing).Strs("unexpected_skipped", w.extra).
-			Msg("Strict(false): the model's tensors missing from the file keep their initial values, and the file's tensors the model does not declare are skipped")
+			Msg(o.opt("Strict(false)") + ": the model's tensors missing from the file keep their initial values, and the file's tensors the model does not declare are skipped")
 	}
 	return nil
 }

@@ -228,13 +228,13 @@ func (f *fitRun) epoch(ctx context.Context, epoch int) error {
 	if n := t.cfg.ValCheckInterval; n > nb && f.val != nil && !f.warnedInterval && t.state.IsGlobalZero {
 		f.warnedInterval = true
 		t.cfg.Log.Warn().Int("val_check_interval", n).Int("batches", nb).Int("epoch", epoch).
-			Msg("ValCheckInterval is above the epoch's training batches: validation runs at the epoch's end only; lower it to validate within the epoch")
+			Msg(t.cfg.name("ValCheckInterval") + " is above the epoch's training batches: validation runs at the epoch's end only; lower it to validate within the epoch")
 	}
 	// FastDevRun's epoch of a batch or two is short on purpose.
 	if k := t.accum; t.cfg.LogEveryNSteps > (nb+k-1)/k && len(t.loggers) > 0 && t.cfg.FastDevRun == 0 && !f.warnedLogEvery && t.state.IsGlobalZero {
 		f.warnedLogEvery = true // as Lightning's
 		t.cfg.Log.Warn().Int("log_every_n_steps", t.cfg.LogEveryNSteps).Int("steps", (nb+k-1)/k).Int("epoch", epoch).
-			Msg("LogEveryNSteps is above the epoch's optimizer steps: the loggers (metrics.csv) get step metrics such as a training loss only at multiples of it, so not in every epoch, or never in a short Fit; lower LogEveryNSteps to record them within each epoch")
+			Msg(t.cfg.name("LogEveryNSteps") + " is above the epoch's optimizer steps: the loggers (metrics.csv) get step metrics such as a training loss only at multiples of it, so not in every epoch, or never in a short Fit; lower it to record them within each epoch")
 	}
 	first := min(r.Batch, nb)
 	if first > 0 && t.resumeBS > 0 && t.resumeBS != t.trainBS {
@@ -370,7 +370,13 @@ func (f *fitRun) agreeBatches(ctx context.Context, epoch, nb int, stop error) (e
 		differ = differ || int(c) != nb
 	}
 	if differ {
-		return nil, fmt.Errorf("epoch %d: the ranks' training loaders disagree on the number of batches (%s): every step is a collective, so each rank needs as many batches: keep Config.UseDistributedSampler on (the default) or give every rank's loader the same number of batches", epoch, strings.Join(parts, ", "))
+		fix := "give every rank's loader the same number of batches (a loader's own Sampler, as many indices on every rank)"
+		if !t.cfg.distributedSampler() {
+			// Named only when it is off: on, it is not the cause, and a
+			// command line has no flag for it.
+			fix = fmt.Sprintf("turn %s back on (nil, the default), which gives every rank its share of one dataset, or give every rank's loader the same number of batches", t.cfg.field("UseDistributedSampler"))
+		}
+		return nil, fmt.Errorf("epoch %d: the ranks' training loaders disagree on the number of batches (%s): every step is a collective, so each rank needs as many batches: %s", epoch, strings.Join(parts, ", "), fix)
 	}
 	return t.rideStop(ctx, stop, flags)
 }
@@ -613,7 +619,7 @@ func (t *Trainer) sanityCheck(ctx context.Context, val *data.Loader, startEpoch 
 	}
 	defer t.span("sanity check")()
 	if err := t.sanityValidation(ctx, val, n); err != nil {
-		return fmt.Errorf("sanity check (validation batches run before training; Config.DisableSanityCheck skips it): %w", err)
+		return fmt.Errorf("sanity check (validation batches run before training; %s skips it): %w", t.cfg.field("DisableSanityCheck"), err)
 	}
 	return nil
 }

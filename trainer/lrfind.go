@@ -70,7 +70,11 @@ func (t *Trainer) LRFind(ctx context.Context, m module.Module, train *data.Loade
 	}
 	c := t.cfg
 	if c.StrategyImpl != nil || c.Devices != 1 || c.NumNodes != 1 || (c.Strategy != "auto" && c.Strategy != "single") {
-		return LRFindResult{}, fmt.Errorf("LRFind: the trainer's Config asks for Strategy %q on %d devices and %d nodes (StrategyImpl set: %v): the search runs on one device, as Lightning's lr_find: call it on a trainer of Devices 1 and Strategy auto or single, then train at scale (the rate that suits a larger global batch differs)", c.Strategy, c.Devices, c.NumNodes, c.StrategyImpl != nil)
+		asked := fmt.Sprintf("%s is %q on %s and %s", c.name("Strategy"), c.Strategy, count(c.Devices, "device"), count(c.NumNodes, "node"))
+		if c.StrategyImpl != nil {
+			asked = fmt.Sprintf("the trainer has a StrategyImpl (%s)", c.StrategyImpl.Info().Name)
+		}
+		return LRFindResult{}, fmt.Errorf("LRFind: %s: the search runs on one device, as Lightning's lr_find: call it on a trainer of %s 1 and %s auto or single, then train at scale (the rate that suits a larger global batch differs)", asked, c.name("Devices"), c.name("Strategy"))
 	}
 	dir, err := os.MkdirTemp("", "fulgur-lrfind-")
 	if err != nil {

@@ -116,7 +116,7 @@ func TestLRFindErrors(t *testing.T) {
 		lf   trainer.LRFindConfig
 		want []string
 	}{
-		{"several devices", trainer.Config{Devices: 2, Strategy: "ddp"}, trainer.LRFindConfig{}, []string{`Strategy "ddp" on 2 devices`, "one device"}},
+		{"several devices", trainer.Config{Devices: 2, Strategy: "ddp"}, trainer.LRFindConfig{}, []string{`Strategy is "ddp" on 2 devices and 1 node`, "one device"}},
 		{"rates reversed", trainer.Config{}, trainer.LRFindConfig{MinLR: 1, MaxLR: 0.1}, []string{"MinLR 1 and MaxLR 0.1", "0 < MinLR < MaxLR"}},
 		{"one step", trainer.Config{}, trainer.LRFindConfig{NumTraining: 1}, []string{"NumTraining is 1"}},
 		{"mode", trainer.Config{}, trainer.LRFindConfig{Mode: "cosine"}, []string{`Mode is "cosine"`}},

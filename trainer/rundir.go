@@ -101,7 +101,7 @@ func (t *Trainer) chooseLogDir(ctx context.Context) (string, error) {
 			// LogDir with VersionDir (as the README shows) sees on every
 			// self-launched rank, and rank 0's is the right one.
 			t.cfg.Log.Info().Str("log_dir", named).Str("rank0_log_dir", zero.named).Int("rank", t.strat.Info().Rank).
-				Msg("Config.LogDir differs from rank 0's: this rank writes into rank 0's (with VersionDir each self-launched rank computes its own)")
+				Msg(t.cfg.field("LogDir") + " differs from rank 0's: this rank writes into rank 0's (with VersionDir each self-launched rank computes its own)")
 		}
 		if named = zero.named; named == "" {
 			n = zero.version

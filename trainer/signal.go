@@ -322,7 +322,7 @@ func (t *Trainer) holdStop(stop error) error {
 	if !t.warnedHeld && t.state.IsGlobalZero {
 		t.warnedHeld = true
 		t.cfg.Log.Info().Str("stop", t.heldStop.Error()).Int("epochs", t.pos.Epoch).Int("min_epochs", c.MinEpochs).Int("global_step", t.state.GlobalStep).Int("min_steps", c.MinSteps).
-			Msg("training was asked to stop before MinEpochs and MinSteps are met: it goes on, and stops once they are")
+			Msg("training was asked to stop before " + c.name("MinEpochs") + " and " + c.name("MinSteps") + " are met: it goes on, and stops once they are")
 	}
 	return nil
 }

@@ -70,13 +70,13 @@ func (f *fitRun) forwardBackward(ctx context.Context, epoch, bi, micro int, last
 	if math.IsNaN(loss) || math.IsInf(loss, 0) {
 		if !cfg.WarnOnNaN {
 			if where := nonFiniteInput(b); where != "" {
-				return 0, nil, fmt.Errorf("the loss is %v at epoch %d, batch %d (global step %d): %s: fix the data (the Dataset's Read), or set WarnOnNaN to carry on", loss, epoch, bi, t.state.GlobalStep, where)
+				return 0, nil, fmt.Errorf("the loss is %v at epoch %d, batch %d (global step %d): %s: fix the data (the Dataset's Read), or set %s to carry on", loss, epoch, bi, t.state.GlobalStep, where, cfg.name("WarnOnNaN"))
 			}
 			if t.state.GlobalStep == 0 {
 				// No update has been made: the learning rate cannot be the cause.
-				return 0, nil, fmt.Errorf("the loss is %v at epoch %d, batch %d (global step 0), before the first optimizer step (from the initial weights and a finite batch): look in TrainingStep for a log, square root or division of zero or a negative number, or set WarnOnNaN to carry on", loss, epoch, bi)
+				return 0, nil, fmt.Errorf("the loss is %v at epoch %d, batch %d (global step 0), before the first optimizer step (from the initial weights and a finite batch): look in TrainingStep for a log, square root or division of zero or a negative number, or set %s to carry on", loss, epoch, bi, cfg.name("WarnOnNaN"))
 			}
-			return 0, nil, fmt.Errorf("the loss is %v at epoch %d, batch %d (global step %d): lower the learning rate, clip gradients (GradientClipVal), or set WarnOnNaN to carry on", loss, epoch, bi, t.state.GlobalStep)
+			return 0, nil, fmt.Errorf("the loss is %v at epoch %d, batch %d (global step %d): lower the learning rate, clip gradients (%s), or set %s to carry on", loss, epoch, bi, t.state.GlobalStep, cfg.name("GradientClipVal"), cfg.name("WarnOnNaN"))
 		}
 		cfg.Log.Warn().Float64("loss", loss).Int("step", t.state.GlobalStep).Msg("non-finite loss")
 	}

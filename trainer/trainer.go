@@ -227,7 +227,7 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 	// blocks, the same bits for any count; the plan's count is the BLAS's.
 	if p := blas.CurrentPlan(); t.cfg.Deterministic && p.BLASThreads > 1 {
 		t.cfg.Log.Warn().Int("blas_threads", p.BLASThreads).
-			Msg("Deterministic: the BLAS splits each multiply between threads; unset FULGUR_BLAS_THREADS for one thread")
+			Msg(t.cfg.name("Deterministic") + ": the BLAS splits each multiply between threads; unset FULGUR_BLAS_THREADS for one thread")
 	}
 	b := module.NewBuilder(t.dtype())
 	if err := configure(m, b); err != nil {
@@ -250,7 +250,7 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 		}
 		st, err = strategy.New(t.cfg.Strategy, strategy.Options{
 			Devices: t.cfg.Devices, NumNodes: t.cfg.NumNodes, Accelerator: t.cfg.Accelerator, Log: *t.cfg.Log,
-			LogDir: logDir,
+			LogDir: logDir, SettingName: t.cfg.SettingName,
 		})
 		if err != nil {
 			return err
@@ -414,7 +414,7 @@ func (t *Trainer) loaderFor(l *data.Loader, train, own bool) *data.Loader {
 		// The same batches every epoch.
 		shuffle = false
 		if train {
-			t.cfg.Log.Info().Int("overfit_batches", t.cfg.OverfitBatches).Msg("OverfitBatches: the training loader is read in order, so every epoch trains on the same batches")
+			t.cfg.Log.Info().Int("overfit_batches", t.cfg.OverfitBatches).Msg(t.cfg.name("OverfitBatches") + ": the training loader is read in order, so every epoch trains on the same batches")
 		}
 		l = l.WithSampler(data.SequentialSampler{})
 	}
@@ -732,7 +732,7 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 	t.finishStats()
 	if err == nil && resumedFrom != "" && t.state.GlobalStep == stepAtStart && t.state.IsGlobalZero {
 		t.cfg.Log.Warn().Str("checkpoint", resumedFrom).Int("global_step", t.state.GlobalStep).Int("max_epochs", t.cfg.MaxEpochs).Int("max_steps", t.cfg.MaxSteps).
-			Msg("Fit resumed from a checkpoint that had nothing left to train under MaxEpochs and MaxSteps, and trained no step (a run that MaxSteps stopped mid-epoch counts that epoch as done): raise MaxEpochs (-max-epochs) or MaxSteps (-max-steps), whichever was reached, to train further")
+			Msg(fmt.Sprintf("Fit resumed from a checkpoint that had nothing left to train under %[1]s and %[2]s, and trained no step (a run that %[2]s stopped mid-epoch counts that epoch as done): raise %[1]s or %[2]s, whichever was reached, to train further", t.cfg.name("MaxEpochs"), t.cfg.name("MaxSteps")))
 	}
 	t.progress.done()
 	if st, ok := isStop(err); ok {
@@ -788,12 +788,12 @@ func (t *Trainer) continueFit(prevStop string) (int, error) {
 	case prevStop != "":
 		reached = "it stopped early (" + prevStop + ")"
 	case c.MaxEpochs > 0 && p.Epoch >= c.MaxEpochs:
-		reached = fmt.Sprintf("MaxEpochs is %d", c.MaxEpochs)
+		reached = fmt.Sprintf("%s is %d", c.name("MaxEpochs"), c.MaxEpochs)
 	case c.MaxSteps > 0 && t.state.GlobalStep >= c.MaxSteps:
-		reached = fmt.Sprintf("MaxSteps is %d", c.MaxSteps)
+		reached = fmt.Sprintf("%s is %d", c.name("MaxSteps"), c.MaxSteps)
 	}
 	if reached != "" {
-		return 0, fmt.Errorf("Fit: this Trainer already trained this module (epoch %d, global step %d) and %s: nothing is left to train; to train further, make a Trainer with a higher MaxEpochs or MaxSteps and pass trainer.FromCheckpoint with this run's checkpoint", p.Epoch, t.state.GlobalStep, reached)
+		return 0, fmt.Errorf("Fit: this Trainer already trained this module (epoch %d, global step %d) and %s: nothing is left to train; to train further, make a Trainer with a higher %s or %s and pass trainer.FromCheckpoint with this run's checkpoint", p.Epoch, t.state.GlobalStep, reached, c.name("MaxEpochs"), c.name("MaxSteps"))
 	}
 	if p.midWindow {
 		return 0, fmt.Errorf("Fit: the earlier Fit stopped inside a gradient accumulation window (epoch %d, batch %d): it cannot be continued; resume from a checkpoint with trainer.FromCheckpoint", p.Epoch, p.Batch)
@@ -988,11 +988,11 @@ func epochName(name string, spec module.LogSpec) string {
 func (t *Trainer) checkGrads(epoch, bi int) error {
 	st := t.store()
 	if st == nil {
-		return fmt.Errorf("DetectAnomaly: strategy %s does not hold the model's gradients in this process (it is not a strategy.Replica): turn DetectAnomaly off", t.strat.Info().Name)
+		return fmt.Errorf("%s: strategy %s does not hold the model's gradients in this process (it is not a strategy.Replica): turn %[1]s off", t.cfg.name("DetectAnomaly"), t.strat.Info().Name)
 	}
 	g32, g64 := st.Grad32(), st.Grad64()
 	if g32 == nil && g64 == nil {
-		return fmt.Errorf("DetectAnomaly: strategy %s keeps no gradient buffer in this process (it reduces each gradient as backward produces it): turn DetectAnomaly off", t.strat.Info().Name)
+		return fmt.Errorf("%s: strategy %s keeps no gradient buffer in this process (it reduces each gradient as backward produces it): turn %[1]s off", t.cfg.name("DetectAnomaly"), t.strat.Info().Name)
 	}
 	for _, e := range st.Entries() {
 		if e.Buffer {
@@ -1008,9 +1008,9 @@ func (t *Trainer) checkGrads(epoch, bi int) error {
 			if math.IsNaN(v) || math.IsInf(v, 0) {
 				if t.state.GlobalStep == 0 {
 					// No update has been made: the learning rate cannot be the cause.
-					return fmt.Errorf("DetectAnomaly: the gradient of parameter %q is %v at element %d, epoch %d, batch %d (global step 0), before the first optimizer step (from the initial weights): look in TrainingStep for an op whose gradient is infinite where it is used, such as a square root of zero or a log or division of zero", e.Name, v, i-e.Offset, epoch, bi)
+					return fmt.Errorf("%s: the gradient of parameter %q is %v at element %d, epoch %d, batch %d (global step 0), before the first optimizer step (from the initial weights): look in TrainingStep for an op whose gradient is infinite where it is used, such as a square root of zero or a log or division of zero", t.cfg.name("DetectAnomaly"), e.Name, v, i-e.Offset, epoch, bi)
 				}
-				return fmt.Errorf("DetectAnomaly: the gradient of parameter %q is %v at element %d, epoch %d, batch %d (global step %d): lower the learning rate, clip gradients (GradientClipVal), or look for a log or division of zero in the step", e.Name, v, i-e.Offset, epoch, bi, t.state.GlobalStep)
+				return fmt.Errorf("%s: the gradient of parameter %q is %v at element %d, epoch %d, batch %d (global step %d): lower the learning rate, clip gradients (%s), or look for a log or division of zero in the step", t.cfg.name("DetectAnomaly"), e.Name, v, i-e.Offset, epoch, bi, t.state.GlobalStep, t.cfg.name("GradientClipVal"))
 			}
 		}
 	}
@@ -1336,7 +1336,7 @@ func (t *Trainer) prepareEval(ctx context.Context, m module.Module, l *data.Load
 	if err != nil {
 		return 0, err
 	}
-	sd, c, err := readStateDict(path, t.dtype())
+	sd, c, err := readStateDict(path, t.dtype(), t.cfg.name("Precision"))
 	if err != nil {
 		return 0, err
 	}

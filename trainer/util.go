@@ -1,6 +1,9 @@
 package trainer
 
-import "sort"
+import (
+	"fmt"
+	"sort"
+)
 
 func sortedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
@@ -9,4 +12,12 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// count is n of what, plural unless n is 1: "1 node", "2 devices".
+func count(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }

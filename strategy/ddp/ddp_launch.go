@@ -209,7 +209,7 @@ func ddpFromOptions(o strategy.Options, name string) (strategy.Strategy, error) 
 		return joinFromEnv(o, name, k, env, perNode)
 	}
 	if o.NumNodes > 1 {
-		return nil, fmt.Errorf("strategy %q: NumNodes is %d but this process was not started by a launcher: on every node run \"fulgur run -nnodes %d -node-rank <the node's index> -nproc %d -master-addr <node 0's address> PROGRAM ARGS\" with the same FULGUR_TOKEN, or start one process per device on every node with torchrun-style variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), mpirun or srun", name, o.NumNodes, o.NumNodes, perNode)
+		return nil, fmt.Errorf("strategy %q: %s is %d but this process was not started by a launcher: on every node run \"fulgur run -nnodes %d -node-rank <the node's index> -nproc %d -master-addr <node 0's address> PROGRAM ARGS\" with the same FULGUR_TOKEN, or start one process per device on every node with torchrun-style variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), mpirun or srun", name, o.Name("NumNodes"), o.NumNodes, o.NumNodes, perNode)
 	}
 	if name == "ddp_spawn" {
 		return newSpawnParent(o, perNode)
@@ -262,7 +262,7 @@ func joinFromEnv(o strategy.Options, name string, k knobs, env cluster.Env, perN
 		if v, _ := o.Lookup(launch.EnvLauncher); v == "elastic" {
 			who = "fulgur run" // its ranks carry torchrun's variables
 		}
-		return nil, fmt.Errorf("strategy %q: %s started %d processes, but Devices × NumNodes is %d × %d = %d: make them agree (one process per device)", name, who, env.WorldSize, perNode, o.NumNodes, want)
+		return nil, fmt.Errorf("strategy %q: %s started %d processes, but %s × %s is %d × %d = %d: make them agree (one process per device)", name, who, env.WorldSize, o.Name("Devices"), o.Name("NumNodes"), perNode, o.NumNodes, want)
 	}
 	dev, err := localDevice(o.Accelerator, env.LocalRank)
 	if err != nil {

@@ -53,7 +53,7 @@ type local interface {
 
 func newSpawnParent(o strategy.Options, world int) (*DDPSpawn, error) {
 	if world < 1 {
-		return nil, fmt.Errorf("strategy \"ddp_spawn\": Devices is %d: use 1 or more", world)
+		return nil, fmt.Errorf("strategy \"ddp_spawn\": %s is %d: use 1 or more", o.Name("Devices"), world)
 	}
 	if !strategy.Known("single") {
 		return nil, errors.New("strategy \"ddp_spawn\" holds its trained replica in strategy \"single\", which is not registered: import _ \"github.com/fulgur-ml/fulgur/strategy/single\"")

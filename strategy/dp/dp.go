@@ -40,7 +40,7 @@ func init() {
 
 func checkLayout(o strategy.Options) error {
 	if o.NumNodes > 1 {
-		return fmt.Errorf("strategy \"dp\" runs in one process on one machine, but NumNodes is %d: use \"ddp\" across machines", o.NumNodes)
+		return fmt.Errorf("strategy \"dp\" runs in one process on one machine, but %s is %d: use \"ddp\" across machines", o.Name("NumNodes"), o.NumNodes)
 	}
 	return nil
 }

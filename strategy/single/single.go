@@ -116,7 +116,7 @@ func init() {
 
 func checkLayout(o strategy.Options) error {
 	if o.Devices > 1 || o.NumNodes > 1 {
-		return fmt.Errorf("strategy \"single\" runs one device, but Devices is %d and NumNodes is %d: use a distributed strategy (\"ddp\", \"dp\", ...) or Devices 1", o.Devices, o.NumNodes)
+		return fmt.Errorf("strategy \"single\" runs one device, but %s is %d and %s is %d: use a distributed strategy (\"ddp\", \"dp\", ...) or %[1]s 1", o.Name("Devices"), o.Devices, o.Name("NumNodes"), o.NumNodes)
 	}
 	return nil
 }

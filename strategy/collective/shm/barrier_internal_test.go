@@ -23,32 +23,7 @@ import (
 // barrier too, not fail with "rank 0 closed its group" (a flake of the
 // chaos suite's 3-rank shm job).
 func TestBarrierPassedByAPeerThatThenClosed(t *testing.T) {
-	for _, status := range []uint32{statusClosed, statusDead} {
-		mem := twoRankMem(t)
-		g := &Group{rank: 1, size: 2, timeout: time.Second, mem: mem, slot: SlotBytes}
-		peer := &Group{rank: 0, size: 2, mem: mem, slot: SlotBytes}
-		g.scanned = func() {
-			// Rank 0 arrives, passes and leaves.
-			if atomic.LoadUint64(peer.counter(0)) == 0 {
-				atomic.StoreUint64(peer.counter(0), 1)
-				atomic.StoreUint32(peer.status(0), status)
-			}
-		}
-		if err := g.barrier(context.Background(), collective.Header{Kind: collective.KindBarrier, Seq: 1}); err != nil {
-			t.Errorf("status %d: rank 1's barrier: %v; want it passed (rank 0 reached it before leaving)", status, err)
-		}
-		// A peer that left without reaching the barrier still fails it.
-		g.scanned = nil
-		err := g.barrier(context.Background(), collective.Header{Kind: collective.KindBarrier, Seq: 2})
-		if err == nil {
-			t.Errorf("status %d: a barrier that rank 0 never reached passed", status)
-		}
-		// Closed in order is told from dead: a strategy's final barrier
-		// (collective.FinalBarrier) reads the first as the peer being done.
-		if closed := errors.Is(err, collective.ErrPeerClosed); closed != (status == statusClosed) || !errors.Is(err, collective.ErrPeerLost) {
-			t.Errorf("status %d: %v: ErrPeerClosed %v, want %v (and ErrPeerLost)", status, err, closed, status == statusClosed)
-		}
-	}
+	peerPassesThenLeaves(t, func(g *Group, leave func()) { g.scanned = leave })
 }
 
 // TestBarrierPassedByAPeerThatClosedAfterItsStatusWasRead: rank 1 finds
@@ -60,22 +35,32 @@ func TestBarrierPassedByAPeerThatThenClosed(t *testing.T) {
 // run in 100 of the two-rank shm all-reduce benchmark, on its last
 // operation).
 func TestBarrierPassedByAPeerThatClosedAfterItsStatusWasRead(t *testing.T) {
+	peerPassesThenLeaves(t, func(g *Group, leave func()) { g.statusRead = leave })
+}
+
+// peerPassesThenLeaves is the close race of a 2-rank group, for each way
+// rank 0 leaves (closed, dead): rank 1 waits in a barrier, and at the
+// point of its wait where hook installs leave, rank 0 arrives, passes the
+// barrier and leaves. Rank 1 must pass it; the next barrier, which rank 0
+// never reaches, fails with ErrPeerLost, and ErrPeerClosed only for a
+// rank that closed in order (a strategy's final barrier,
+// collective.FinalBarrier, reads that as the peer being done).
+func peerPassesThenLeaves(t *testing.T, hook func(g *Group, leave func())) {
+	t.Helper()
 	for _, status := range []uint32{statusClosed, statusDead} {
 		mem := twoRankMem(t)
 		g := &Group{rank: 1, size: 2, timeout: time.Second, mem: mem, slot: SlotBytes}
 		peer := &Group{rank: 0, size: 2, mem: mem, slot: SlotBytes}
-		g.statusRead = func() {
-			// Rank 0 arrives, passes and leaves.
+		hook(g, func() {
 			if atomic.LoadUint64(peer.counter(0)) == 0 {
 				atomic.StoreUint64(peer.counter(0), 1)
 				atomic.StoreUint32(peer.status(0), status)
 			}
-		}
+		})
 		if err := g.barrier(context.Background(), collective.Header{Kind: collective.KindBarrier, Seq: 1}); err != nil {
 			t.Errorf("status %d: rank 1's barrier: %v; want it passed (rank 0 reached it before leaving)", status, err)
 		}
-		// A peer that left without reaching the next barrier still fails it.
-		g.statusRead = nil
+		hook(g, nil)
 		err := g.barrier(context.Background(), collective.Header{Kind: collective.KindBarrier, Seq: 2})
 		if !errors.Is(err, collective.ErrPeerLost) || errors.Is(err, collective.ErrPeerClosed) != (status == statusClosed) {
 			t.Errorf("status %d: a barrier that rank 0 never reached: %v; want ErrPeerLost (and ErrPeerClosed: %v)", status, err, status == statusClosed)
