@@ -22,8 +22,6 @@ import (
 // carry over the whole call, runs on a copy of its operands: on the stack up
 // to stackElems elements, from a pool above (so no allocation once warm).
 
-const tailPage = 4096
-
 // tailCrosses reports whether the masked tail vector of a kernel over n
 // float32s at p reaches beyond the page that holds p[n-1].
 func tailCrosses(p *float32, n int) bool {
