@@ -117,8 +117,9 @@ func (g *convGeom) winogradTiles() (th, tw, hp, wp int) {
 
 // winogradKernel writes U = G g Gᵀ for every (output, input) channel pair of
 // w [OC, C, 3, 3] into *buf (grown when short): U[ξ] for ξ = 6a+b is an
-// OC×C matrix packed as packA packs (8 rows at a time, k-major), at
-// ξ·winogradStride(OC·C). Once a call, shared read-only by the image workers.
+// OC×C matrix packed as packA packs (8 rows at a time, k-major; the last
+// block's rows past OC are zero when OC is not a multiple of 8), at
+// ξ·winogradKernelStride(). Once a call, shared read-only by the image workers.
 // With flip, g is an input gradient's transposed geometry (see
 // convGradInput) and w the forward's kernel [C, OC, 3, 3]: pair (o, c)
 // takes w's kernel (c, o) flipped in space, as flipKernel would have
@@ -139,18 +140,23 @@ func winogradKernel(buf *[]float32, g *convGeom, w []float32, flip bool) []float
 // winogradKernelBuf is *buf (grown when short) cut to the kernel's
 // transform of g (winogradKernel).
 func winogradKernelBuf(buf *[]float32, g *convGeom) []float32 {
-	n := 36 * winogradStride(g.oc*g.c)
+	n := 36 * g.winogradKernelStride()
 	if cap(*buf) < n {
 		*buf = make([]float32, n)
 	}
 	return (*buf)[:n]
 }
 
+// winogradKernelStride is how far apart winogradKernel's 36 matrices lie:
+// room for OC rows rounded up to whole packed blocks of 8 (winogradStride(OC·C)
+// when OC is a multiple of 8, as on the Winograd path: winogradFits).
+func (g *convGeom) winogradKernelStride() int { return winogradStride((g.oc + 7) &^ 7 * g.c) }
+
 // winogradKernelRows is winogradKernel for output channels [lo, hi) (lo a
-// multiple of 8) into u: each pair's values are the same whichever range
-// holds it.
+// multiple of 8; hi a multiple of 8 or OC) into u: each pair's values are
+// the same whichever range holds it.
 func winogradKernelRows(u []float32, g *convGeom, w []float32, flip bool, lo, hi int) {
-	oc, c, us := g.oc, g.c, winogradStride(g.oc*g.c)
+	oc, c, us := g.oc, g.c, g.winogradKernelStride()
 	w = w[:oc*c*9]
 	// Where pair (o, c)'s kernel starts in w (floats), and the offsets of
 	// the 16 pairs of wgKernel16 from its first: lane l is output channel
@@ -194,6 +200,9 @@ func winogradKernelRows(u []float32, g *convGeom, w []float32, flip bool, lo, hi
 					slices.Reverse(k[:])
 				}
 				winogradKernelPair(u[o0*c+ci*8+o-o0:], us, k[:])
+			}
+			for xi := 0; xi < 36 && o0+8 > oc; xi++ { // the rows past OC
+				clear(u[xi*us+o0*c+ci*8+oc-o0 : xi*us+o0*c+ci*8+8])
 			}
 		}
 	}

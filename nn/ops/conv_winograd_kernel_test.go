@@ -70,6 +70,90 @@ func TestWinogradKernelTransformsExact(t *testing.T) {
 	}
 }
 
+// winogradKernel at any output channel count: U[ξ] packed in whole blocks
+// of 8 rows (packA's layout), the rows past OC in the last block +0, the
+// 36 matrices a stride apart that holds the whole blocks, and nothing
+// written past its buffer (whose spare capacity is checked untouched);
+// on each kernel tier and in Go, serial and shared between workers
+// (wgKernelJob), the same bits as the definition.
+func TestWinogradKernelAnyOutputChannels(t *testing.T) {
+	defer func(w func() int, sp int, a512, a2 bool) {
+		imageWorkers, wgKernelSplitPairs, useAVX512, useAVX2 = w, sp, a512, a2
+	}(imageWorkers, wgKernelSplitPairs, useAVX512, useAVX2)
+	wgKernelSplitPairs = 1
+	tiers := []struct {
+		name         string
+		avx512, avx2 bool
+	}{{"go", false, false}}
+	if useAVX512 {
+		tiers = append(tiers, struct {
+			name         string
+			avx512, avx2 bool
+		}{"avx512", true, false})
+	}
+	if useAVX2 {
+		tiers = append(tiers, struct {
+			name         string
+			avx512, avx2 bool
+		}{"avx2", false, true})
+	}
+	r := rand.New(rand.NewPCG(5, 11))
+	for _, s := range []struct{ oc, c int }{{1, 3}, {7, 2}, {9, 16}, {12, 5}, {20, 17}, {8, 3}, {63, 64}} {
+		g := &convGeom{oc: s.oc, c: s.c}
+		w := make([]float32, 9*s.oc*s.c)
+		for i := range w {
+			w[i] = float32(r.NormFloat64())
+		}
+		for _, tier := range tiers {
+			useAVX512, useAVX2 = tier.avx512, tier.avx2
+			for _, workers := range []int{1, 3} {
+				SetImageWorkers(workers)
+				for _, flip := range []bool{false, true} {
+					name := fmt.Sprintf("%dx%d %s workers=%d flip=%v", s.oc, s.c, tier.name, workers, flip)
+					buf := make([]float32, 36*(s.oc+8)*s.c+64*36)
+					for i := range buf {
+						buf[i] = float32(math.NaN())
+					}
+					var j wgKernelJob
+					u := j.transform(&buf, g, w, flip)
+					if &u[0] != &buf[:1][0] {
+						t.Fatalf("%s: the transform did not use the buffer it was given", name)
+					}
+					rows := (s.oc + 7) &^ 7
+					us := len(u) / 36
+					if len(u)%36 != 0 || us < rows*s.c {
+						t.Fatalf("%s: %d values, not 36 matrices of %d rows by %d", name, len(u), rows, s.c)
+					}
+					for i, v := range buf[len(u):cap(buf)] {
+						if !math.IsNaN(float64(v)) {
+							t.Fatalf("%s: wrote %v at %d, past its %d values", name, v, len(u)+i, len(u))
+						}
+					}
+					for o := 0; o < rows; o++ {
+						for c := 0; c < s.c; c++ {
+							var want [36]float32 // +0 past OC
+							if o < s.oc {
+								k := slices.Clone(w[(o*s.c+c)*9 : (o*s.c+c)*9+9])
+								if flip {
+									k = slices.Clone(w[(c*s.oc+o)*9 : (c*s.oc+o)*9+9])
+									slices.Reverse(k)
+								}
+								want = kernelRef(k)
+							}
+							at := (o/8)*8*s.c + c*8 + o%8
+							for xi, v := range want {
+								if got := u[xi*us+at]; math.Float32bits(got) != math.Float32bits(v) {
+									t.Fatalf("%s: U[%d] output %d input %d = %v, want %v", name, xi, o, c, got, v)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
 // kernelRef is G k Gᵀ for one 3x3 kernel k (row-major): (G k) column by
 // column, then each of its rows times Gᵀ.
 func kernelRef(k []float32) (u [36]float32) {

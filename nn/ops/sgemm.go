@@ -30,6 +30,7 @@ type mmScratch struct {
 	bk, bld   int       // boff holds kk·bld for kk < bk
 	tile      [24]float32
 	boffClamp [6]int32
+	nt        ntEdge
 }
 
 // rows sets s.boff to kk·ld for kk < k.
@@ -172,7 +173,7 @@ func packA(ap []float32, transA bool, m, k int, a []float32, lda int) {
 // sgemmNNPacked is sgemmNN with op(a) already packed (packA): the
 // convolutions pack their weight once a call, not once a chunk of images.
 func sgemmNNPacked(m, n, k int, ap []float32, b []float32, boff []int32, c []float32, ldc int, acc bool) {
-	checkRows("b", b, boff[:k], n)
+	bmax := checkRows("b", b, boff[:k], n)
 	if (m-1)*ldc+n > len(c) || len(ap) < m*k {
 		panic(fmt.Sprintf("ops: sgemmNN c has %d elements, packed a %d: want %d and %d", len(c), len(ap), (m-1)*ldc+n, m*k))
 	}
@@ -182,6 +183,15 @@ func sgemmNNPacked(m, n, k int, ap []float32, b []float32, boff []int32, c []flo
 	}
 	for j := 0; j < n; j += 32 {
 		cols := min(32, n-j)
+		if !useAVX512 && cols%16 != 0 {
+			// The last, partial column block: the AVX2 kernel reads 16
+			// columns at a time, the missing ones masked.
+			reach := (cols + 15) &^ 15
+			if pastPage(b[j:], bmax+reach) || acc && pastPage(c[j:], (m-1)*ldc+reach) {
+				sgemmNNEdge(m, k, ap, b[j:], boff[:k], bmax, c[j:], ldc, cols, flag)
+				break
+			}
+		}
 		mask := uint32(1<<cols - 1)
 		for rb := 0; rb < m/8; rb++ {
 			if useAVX512 {
@@ -207,7 +217,7 @@ func sgemmNTSegs(s *mmScratch, m, n, q, segs int, a []float32, lda, astride int,
 	if segs < 1 || astride < 0 || bstride < 0 {
 		panic(fmt.Sprintf("ops: sgemmNT of %d segments, %d and %d apart", segs, astride, bstride))
 	}
-	checkRows("b", b, boff[:n], (segs-1)*bstride+q)
+	bmax := checkRows("b", b, boff[:n], (segs-1)*bstride+q)
 	if (segs-1)*astride+(m-1)*lda+q > len(a) || (m-1)*ldc+n > len(c) {
 		panic(fmt.Sprintf("ops: sgemmNT a has %d elements, c %d: want %d and %d", len(a), len(c), (segs-1)*astride+(m-1)*lda+q, (m-1)*ldc+n))
 	}
@@ -216,21 +226,43 @@ func sgemmNTSegs(s *mmScratch, m, n, q, segs int, a []float32, lda, astride int,
 	if acc {
 		flag = 1
 	}
+	// The AVX2 kernel reads a row's last q%16 values as 16, the others
+	// masked: rows whose masked vector would reach past the last page of a
+	// or b are read from copies (ntEdge).
+	var e *ntEdge
+	if q16 := (q + 15) &^ 15; !useAVX512 && q%16 != 0 &&
+		(pastPage(a, (segs-1)*astride+(m-1)*lda+q16) || pastPage(b, (segs-1)*bstride+bmax+q16)) {
+		e = &s.nt
+		e.start(m, q, segs, a, lda, astride)
+	}
 	for j := 0; j < n; j += 6 {
-		if j+6 <= n {
+		if j+6 <= n && e == nil {
 			for i := 0; i < m; i += 4 {
 				nt4x6(n16, tail, &a[i*lda], lda, &b[0], &boff[j], &c[i*ldc+j], ldc, flag, segs, astride, bstride)
 			}
 			continue
 		}
-		// The last, partial tile: the missing B rows repeat the last one,
-		// and only the valid columns leave the scratch tile.
+		// The tile's B rows from a copy of its offsets (and, past a page,
+		// of the rows); in the last, partial tile the missing rows repeat
+		// the last one, and only the valid columns leave the scratch tile.
 		bo := &s.boffClamp
 		for t := range bo {
 			bo[t] = boff[min(j+t, n-1)]
 		}
+		bp, bs := &b[0], bstride
+		if e != nil {
+			bp, bo, bs = e.rowsOfB(q, segs, b, bo, bstride)
+		}
+		if j+6 <= n {
+			for i := 0; i < m; i += 4 {
+				ap, la, as := e.rowsOfA(i, a, lda, astride)
+				nt4x6(n16, tail, ap, la, bp, &bo[0], &c[i*ldc+j], ldc, flag, segs, as, bs)
+			}
+			continue
+		}
 		for i := 0; i < m; i += 4 {
-			nt4x6(n16, tail, &a[i*lda], lda, &b[0], &bo[0], &s.tile[0], 6, 0, segs, astride, bstride)
+			ap, la, as := e.rowsOfA(i, a, lda, astride)
+			nt4x6(n16, tail, ap, la, bp, &bo[0], &s.tile[0], 6, 0, segs, as, bs)
 			for r := 0; r < 4; r++ {
 				row := c[(i+r)*ldc+j : (i+r)*ldc+n]
 				for t := range row {
@@ -254,12 +286,15 @@ func nt4x6(n16 int, tail uint32, a *float32, lda int, b *float32, boff *int32, c
 	}
 }
 
-// checkRows panics unless every row b[off : off+n] lies within b: the
-// kernels read b through raw pointers.
-func checkRows(what string, b []float32, boff []int32, n int) {
+// checkRows panics unless every row b[off : off+n] lies within b (the
+// kernels read b through raw pointers), and returns the largest off.
+func checkRows(what string, b []float32, boff []int32, n int) int {
+	hi := int32(0)
 	for _, o := range boff {
 		if o < 0 || int(o)+n > len(b) {
 			panic(fmt.Sprintf("ops: kernel row of %s at %d with %d columns is outside its %d elements", what, o, n, len(b)))
 		}
+		hi = max(hi, o)
 	}
+	return int(hi)
 }
