@@ -3,7 +3,6 @@
 package ops
 
 import (
-	"sync"
 	"unsafe"
 )
 
@@ -181,7 +180,7 @@ const stackElems = 1024
 // sumScratch holds copies of a sum's operands above stackElems.
 type sumScratch struct{ d, x []float32 }
 
-var sumPool = sync.Pool{New: func() any { return new(sumScratch) }}
+var sumFree freeList[sumScratch]
 
 // padded returns a copy of p[:n] in *b, with a whole vector after it.
 func padded(b *[]float32, p *float32, n int) *float32 {
@@ -202,9 +201,9 @@ func shiftedSums32AVX2(x *float32, n int, k float32) (s, sq float32) {
 		copy(c[:], unsafe.Slice(x, n))
 		return shiftedSums32AVX2asm(&c[0], n, k)
 	}
-	t := sumPool.Get().(*sumScratch)
+	t := sumFree.get()
 	s, sq = shiftedSums32AVX2asm(padded(&t.x, x, n), n, k)
-	sumPool.Put(t)
+	sumFree.put(t)
 	return s, sq
 }
 
@@ -218,8 +217,8 @@ func dotSums32AVX2(d, x *float32, n int) (s, sx float32) {
 		copy(cx[:], unsafe.Slice(x, n))
 		return dotSums32AVX2asm(&cd[0], &cx[0], n)
 	}
-	t := sumPool.Get().(*sumScratch)
+	t := sumFree.get()
 	s, sx = dotSums32AVX2asm(padded(&t.d, d, n), padded(&t.x, x, n), n)
-	sumPool.Put(t)
+	sumFree.put(t)
 	return s, sx
 }

@@ -4,6 +4,7 @@ package ops
 
 import (
 	"math"
+	"runtime"
 	"testing"
 	"unsafe"
 
@@ -89,6 +90,54 @@ func TestAVX2TailAtAPageEnd(t *testing.T) {
 		same("dotSums", []float32{s1, q1}, []float32{s2, q2})
 		if tailCrosses(&a[0], n) != (n&7 != 0) {
 			t.Errorf("n=%d: tailCrosses at a page end = %v", n, tailCrosses(&a[0], n))
+		}
+	}
+}
+
+// The sums above stackElems and the multiply's copied column block keep
+// their copies in free lists that a garbage collection leaves alone: a
+// call at a page end right after a GC allocates nothing (with a sync.Pool,
+// which a GC empties, it allocated the scratch and its copies again).
+func TestAVX2PageEndScratchSurvivesGC(t *testing.T) {
+	if !useAVX2 {
+		t.Skip("no AVX2 on this CPU: the kernels are not used")
+	}
+	if raceBuild {
+		t.Skip("the race detector allocates on its own")
+	}
+	n := stackElems + 1
+	x, d := pageEnd(t, n), pageEnd(t, n)
+	for i := range x {
+		x[i], d[i] = float32(i%7)-3, float32(i%5)-2
+	}
+	// m x cols block of C over k rows of B whose last column block ends at a
+	// page: a 17-column NN multiply, B at the page end.
+	const m, k, cols = 8, 3, 17
+	a, b, c := make([]float32, m*k), pageEnd(t, k*cols), make([]float32, m*cols)
+	for i := range a {
+		a[i] = float32(i%3) - 1
+	}
+	for i := range b {
+		b[i] = float32(i%4) - 1.5
+	}
+	var sc mmScratch
+	calls := []struct {
+		name string
+		f    func()
+	}{
+		{"shiftedSums", func() { shiftedSums32AVX2(&x[0], n, 0.5) }},
+		{"dotSums", func() { dotSums32AVX2(&d[0], &x[0], n) }},
+		{"multiply", func() { mm(&sc, false, false, m, cols, k, 1, a, k, b, cols, 0, c, cols) }},
+	}
+	for _, c := range calls {
+		c.f() // warm
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		c.f()
+		runtime.ReadMemStats(&after)
+		if got := after.Mallocs - before.Mallocs; got != 0 {
+			t.Errorf("%s at a page end after a GC: %d allocations", c.name, got)
 		}
 	}
 }

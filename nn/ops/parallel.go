@@ -507,22 +507,46 @@ func (j *loopJob[T]) piece(lo, hi int) {
 	}
 }
 
-type loopFree[T float] struct {
+// freeList holds values between calls, like a sync.Pool that a garbage
+// collection does not empty: a sync.Pool drops what it holds at every
+// GC, so the call after one allocates again, which the ops promise not
+// to do once warm (the allocation tests; a GC can run during any call).
+// The lists stay short: a value is taken for one call and put back.
+type freeList[E any] struct {
 	mu   sync.Mutex
-	jobs []*loopJob[T]
+	free []*E
+}
+
+// get takes a value from the list, or a new one when it is empty.
+func (l *freeList[E]) get() *E {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if k := len(l.free); k > 0 {
+		e := l.free[k-1]
+		l.free = l.free[:k-1]
+		return e
+	}
+	return new(E)
+}
+
+// put gives e back for a later get.
+func (l *freeList[E]) put(e *E) {
+	l.mu.Lock()
+	l.free = append(l.free, e)
+	l.mu.Unlock()
 }
 
 var (
-	loopFree32 loopFree[float32]
-	loopFree64 loopFree[float64]
+	loopFree32 freeList[loopJob[float32]]
+	loopFree64 freeList[loopJob[float64]]
 )
 
-func loopFreeList[T float]() *loopFree[T] {
+func loopFreeList[T float]() *freeList[loopJob[T]] {
 	var z T
 	if unsafe.Sizeof(z) == 4 {
-		return any(&loopFree32).(*loopFree[T])
+		return any(&loopFree32).(*freeList[loopJob[T]])
 	}
-	return any(&loopFree64).(*loopFree[T])
+	return any(&loopFree64).(*freeList[loopJob[T]])
 }
 
 // parallelLoop runs the kernel kind over [0, n) on w goroutines (w-1 of
@@ -531,19 +555,9 @@ func loopFreeList[T float]() *loopFree[T] {
 // check workers(...) > 1 first.
 func parallelLoop[T float](kind loopKind, w, n int, a, b, c []T, x loopArgs) {
 	fl := loopFreeList[T]()
-	fl.mu.Lock()
-	var j *loopJob[T]
-	if k := len(fl.jobs); k > 0 {
-		j, fl.jobs = fl.jobs[k-1], fl.jobs[:k-1]
-	}
-	fl.mu.Unlock()
-	if j == nil {
-		j = new(loopJob[T])
-	}
+	j := fl.get()
 	j.kind, j.n, j.a, j.b, j.c, j.loopArgs = kind, n, a, b, c, x
 	runParts(j, w, &j.pr)
 	j.a, j.b, j.c, j.loopArgs = nil, nil, nil, loopArgs{}
-	fl.mu.Lock()
-	fl.jobs = append(fl.jobs, j)
-	fl.mu.Unlock()
+	fl.put(j)
 }

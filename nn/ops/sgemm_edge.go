@@ -1,7 +1,6 @@
 package ops
 
 import (
-	"sync"
 	"unsafe"
 )
 
@@ -38,9 +37,9 @@ type nnEdge struct {
 	off []int32
 }
 
-// nnEdgePool holds nnEdges between calls: sgemmNNPacked has no scratch of
+// nnEdgeFree holds nnEdges between calls: sgemmNNPacked has no scratch of
 // its own (the convolutions call it with their worker's).
-var nnEdgePool = sync.Pool{New: func() any { return new(nnEdge) }}
+var nnEdgeFree freeList[nnEdge]
 
 // sgemmNNEdge is sgemmNNPacked's last column block (cols columns, not a
 // multiple of 16, at b[0] and c[0]) on the AVX2 kernel where a masked
@@ -53,7 +52,7 @@ func sgemmNNEdge(m, k int, ap, b []float32, boff []int32, bmax int, c []float32,
 	bp, bo := &b[0], &boff[0]
 	var e *nnEdge
 	if pastPage(b, bmax+reach) {
-		e = nnEdgePool.Get().(*nnEdge)
+		e = nnEdgeFree.get()
 		e.b, e.off = grow(e.b, k*reach), grow32(e.off, k)
 		for kk, o := range boff {
 			row := e.b[kk*reach : (kk+1)*reach]
@@ -78,7 +77,7 @@ func sgemmNNEdge(m, k int, ap, b []float32, boff []int32, bmax int, c []float32,
 		}
 	}
 	if e != nil {
-		nnEdgePool.Put(e)
+		nnEdgeFree.put(e)
 	}
 }
 
