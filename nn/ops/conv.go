@@ -828,8 +828,9 @@ type convDwJob[T float] struct {
 	xp        []float32 // the forward's kept padding of x, or nil
 	ws        []convScratch
 	pr        partRun
-	wino      bool // parts sum dU on the Winograd path (then join)
-	join      bool // the split adds the parts' dU up and transforms it
+	wino      bool     // parts sum dU on the Winograd path (then join)
+	join      bool     // the split adds the parts' dU up and transforms it
+	ch        wgDwChan // the Winograd path of small images (wgDwChanFits)
 }
 
 // wgJoinPairs is the channel pairs a piece of the Winograd weight
@@ -887,6 +888,12 @@ func convGradWeight[T float](op *convGradWeightOp, xt, dyt, dwt *tensor.Dense) {
 		j.xp = op.fwd.pad.padFor(f32s(j.x), winogradFits[T](g))
 	}
 	w := imageSplit(g.chunks(), g.macs())
+	if is32[T]() && winogradFits[T](g) && wgDwChanFits(g) {
+		// Small images: split by channels, the same bits for any w.
+		j.ch.grad(g, f32s(j.x), f32s(j.dy), f32s(j.dw), j.xp, scratchFor(&op.ws, w), w)
+		j.x, j.dy, j.dw, j.xp = nil, nil, nil, nil
+		return
+	}
 	j.parts = dwParts(g.chunks(), w)
 	w = min(w, j.parts)
 	j.ws = scratchFor(&op.ws, max(w, j.parts))
