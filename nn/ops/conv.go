@@ -820,7 +820,8 @@ func (op *convGradWeightOp) Do(v ...G.Value) (G.Value, error) {
 // block of channel pairs a piece: a transform a part, each on the core
 // that summed the part, cost the two workers of resnet8's 64x64-channel
 // convolution (four parts) four transforms of 0.5 ms where one, shared,
-// does.
+// does. The Winograd weight gradient of small images (wgDwChanFits) splits
+// by channels instead (wgDwChan): no partial sums, no parts.
 type convDwJob[T float] struct {
 	g         *convGeom
 	parts     int // partial sums: part p sums images imageRange(p, parts)
