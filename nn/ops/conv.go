@@ -906,7 +906,8 @@ func (op *convGradWeightOp) Do(v ...G.Value) (G.Value, error) {
 // block of channel pairs a piece: a transform a part, each on the core
 // that summed the part, cost the two workers of resnet8's 64x64-channel
 // convolution (four parts) four transforms of 0.5 ms where one, shared,
-// does.
+// does. The Winograd weight gradient of small images (wgDwChanFits) splits
+// by channels instead (wgDwChan): no partial sums, no parts.
 type convDwJob[T float] struct {
 	g         *convGeom
 	parts     int // partial sums: part p sums images imageRange(p, parts)
@@ -914,8 +915,9 @@ type convDwJob[T float] struct {
 	xp        []float32 // the forward's kept padding of x, or nil
 	ws        []convScratch
 	pr        partRun
-	wino      bool // parts sum dU on the Winograd path (then join)
-	join      bool // the split adds the parts' dU up and transforms it
+	wino      bool     // parts sum dU on the Winograd path (then join)
+	join      bool     // the split adds the parts' dU up and transforms it
+	ch        wgDwChan // the Winograd path of small images (wgDwChanFits)
 }
 
 // wgJoinPairs is the channel pairs a piece of the Winograd weight
@@ -973,6 +975,12 @@ func convGradWeight[T float](op *convGradWeightOp, xt, dyt, dwt *tensor.Dense) {
 		j.xp = op.fwd.pad.padFor(f32s(j.x), winogradFits[T](g))
 	}
 	w := imageSplit(g.chunks(), g.macs())
+	if is32[T]() && winogradFits[T](g) && wgDwChanFits(g) {
+		// Small images: split by channels, the same bits for any w.
+		j.ch.grad(g, f32s(j.x), f32s(j.dy), f32s(j.dw), j.xp, scratchFor(&op.ws, w), w)
+		j.x, j.dy, j.dw, j.xp = nil, nil, nil, nil
+		return
+	}
 	j.parts = dwParts(g.chunks(), w)
 	w = min(w, j.parts)
 	j.ws = scratchFor(&op.ws, max(w, j.parts))

@@ -38,7 +38,8 @@ import (
 // (its own, so that the forward pads once), the output gradient's dM
 // (A dy Aᵀ, a tile and output channel) 16 tiles at a time in AVX-512, and
 // Gᵀ dU G once a call (of the parts' dU summed, when image workers split
-// the call: convDwJob), in float64, 16 channel pairs at a time in AVX-512
+// the call: convDwJob; small images split by channels instead,
+// conv_winograd_dw.go), in float64, 16 channel pairs at a time in AVX-512
 // or in AVX2 (four a register), the same bits.
 //
 // Rounding: the transforms add and scale by at most 8 (Aᵀ) and 5 (Bᵀ), and
