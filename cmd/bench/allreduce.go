@@ -252,6 +252,11 @@ func openBackend(ctx context.Context, backend string) (collective.Group, error) 
 	}
 	cfg := rendezvous.Config{Rank: env.Rank, Size: env.WorldSize, MasterAddr: env.MasterAddr, MasterPort: env.MasterPort,
 		Token: token, BindAddr: "127.0.0.1", Timeout: 2 * time.Minute, TLS: tlsCfg}
+	if env.Rank == 0 {
+		if cfg.Listener, err = inheritedListener(); err != nil {
+			return nil, err
+		}
+	}
 	if addr := os.Getenv(bindAddrEnv); addr != "" {
 		// A rank on one of the scale-out layout's nodes: its node's
 		// address, which the other node reaches over the link.

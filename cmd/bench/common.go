@@ -27,6 +27,7 @@ import (
 	"github.com/olekukonko/tablewriter"
 
 	"github.com/fulgur-ml/fulgur/deploy/netns"
+	"github.com/fulgur-ml/fulgur/strategy/launch"
 )
 
 // childEnv carries a Config to a child process: its presence makes the
@@ -621,7 +622,10 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 	if err != nil {
 		return nil, err
 	}
-	env := append(os.Environ(), childEnv+"="+string(spec), "FULGUR_BLAS="+c.BLAS)
+	// A listener descriptor named in this process's own environment is
+	// not the ranks' to use: only the one handed to rank 0 below is.
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, launch.EnvListenerFD+"=") })
+	env = append(env, childEnv+"="+string(spec), "FULGUR_BLAS="+c.BLAS)
 	// The parent's own settings must not leak into a configuration that
 	// leaves them to the plan.
 	env = append(env, "FULGUR_BLAS_THREADS=", "FULGUR_WORKERS=")
@@ -655,10 +659,20 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 		}
 		masterAddr = o.nodes.Addr[0]
 	}
+	// held is rank 0's rendezvous listener, bound here and handed over
+	// (launch.EnvListenerFD), so that no other program can take the port
+	// between its choice and rank 0's use of it.
+	var held *os.File
 	if ranks > 1 && !c.Coexist {
-		port, err := freePort()
-		if err != nil {
-			return nil, err
+		port := namespacePort
+		if c.Nodes <= 1 {
+			if held, port, err = holdPort(); err != nil {
+				return nil, err
+			}
+			defer held.Close()
+		}
+		if portChosen != nil {
+			portChosen(port)
 		}
 		token := make([]byte, 16)
 		if _, err := rand.Read(token); err != nil {
@@ -710,6 +724,11 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 				cmd.Env = append(cmd.Env, "FULGUR_SOCKET_IFNAME="+o.nodes.Dev[p.Node], bindAddrEnv+"="+o.nodes.Addr[p.Node])
 			}
 		}
+		if rank == 0 && held != nil {
+			// ExtraFiles[0] is descriptor 3 in the child.
+			cmd.ExtraFiles = []*os.File{held}
+			cmd.Env = append(cmd.Env, launch.EnvListenerFD+"=3")
+		}
 		ot := &out{}
 		outs[rank] = ot
 		cmd.Stdout = &ot.stdout
@@ -719,6 +738,10 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 		}
 		if err := cmd.Start(); err != nil {
 			return nil, err
+		}
+		if rank == 0 && held != nil {
+			// Rank 0 has its own copy now.
+			held.Close()
 		}
 		go func(rank int) {
 			ot.err = cmd.Wait()
@@ -1019,13 +1042,54 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// portChosen, when set (by tests), runs between the choice of the ranks'
+// rendezvous port and the ranks' start: where another program could take
+// the port.
+var portChosen func(port int)
+
+// holdPort binds a free loopback port for rank 0's rendezvous and returns
+// the listener as a file to hand to rank 0 (a port chosen by listening and
+// closing can be taken by another program, or by a rank's own data
+// listener, before rank 0 binds it: once in 200 runs here).
+func holdPort() (*os.File, int, error) {
+	ln, port, err := launch.Loopback(0)
 	if err != nil {
-		return 0, fmt.Errorf("find a free port for the ranks' rendezvous: %w", err)
+		return nil, 0, fmt.Errorf("reserve a port for the ranks' rendezvous: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	defer ln.Close()
+	f, err := ln.(*net.TCPListener).File()
+	if err != nil {
+		return nil, 0, fmt.Errorf("hand the rendezvous port to rank 0: %w", err)
+	}
+	return f, port, nil
+}
+
+// namespacePort is rank 0's rendezvous port on the scale-out layout's
+// node 0, a network namespace of this run's own where only its ranks
+// bind: below the namespace's ephemeral range (32768-60999), so no rank's
+// data listener (port 0) can take it, and no other program runs there. (A
+// listener cannot be handed over from this process, which is outside the
+// namespace.)
+const namespacePort = 29500
+
+// inheritedListener is the rendezvous listener the launcher handed rank 0
+// (launch.EnvListenerFD), nil when none.
+func inheritedListener() (net.Listener, error) {
+	v, ok := os.LookupEnv(launch.EnvListenerFD)
+	if !ok {
+		return nil, nil
+	}
+	fd, err := strconv.Atoi(v)
+	if err != nil {
+		return nil, fmt.Errorf("%s=%q is not a file descriptor", launch.EnvListenerFD, v)
+	}
+	f := os.NewFile(uintptr(fd), "rendezvous")
+	defer f.Close()
+	ln, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("the rendezvous listener handed over as descriptor %d: %w", fd, err)
+	}
+	return ln, nil
 }
 
 // childMain measures the configuration in spec and prints its figures as
