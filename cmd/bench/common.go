@@ -270,6 +270,10 @@ type Config struct {
 	// ShareCores lets pinned ranks outnumber the cores: rank r gets core
 	// r mod cores, and the label says the ranks are oversubscribed.
 	ShareCores bool `json:"share_cores,omitempty"`
+	// CPUs is how many CPUs the launcher placed the ranks over, set for
+	// the ranks (measure): a pinned rank itself sees one, its own. 0: the
+	// CPUs this process may use.
+	CPUs int `json:"cpus,omitempty"`
 	// Nodes is 2 for ranks split over the two network namespaces of
 	// Options.nodes (ranks/2 on each); 0 or 1: every rank on this host.
 	Nodes int `json:"nodes,omitempty"`
@@ -305,8 +309,8 @@ func (c Config) Label() string {
 	if c.Pinned {
 		parts = append(parts, "pinned")
 	}
-	if c.Pinned && c.Ranks > runtime.NumCPU() {
-		parts = append(parts, fmt.Sprintf("OVERSUBSCRIBED(%d ranks on %d cores)", c.Ranks, runtime.NumCPU()))
+	if cpus := c.placedOver(); c.Pinned && c.Ranks > cpus {
+		parts = append(parts, fmt.Sprintf("OVERSUBSCRIBED(%d ranks on %d cores)", c.Ranks, cpus))
 	}
 	if c.BLAS != "" && c.BLAS != "auto" {
 		parts = append(parts, c.BLAS)
@@ -326,6 +330,15 @@ func (c Config) Label() string {
 		parts = append(parts, fmt.Sprintf("batch=%d", c.Batch))
 	}
 	return strings.Join(parts, " ")
+}
+
+// placedOver is how many CPUs the ranks of c are placed over: the
+// launcher's (Config.CPUs), or this process's when it is the launcher.
+func (c Config) placedOver() int {
+	if c.CPUs > 0 {
+		return c.CPUs
+	}
+	return len(allowedCPUs())
 }
 
 // Figures are what one run measured, by the field names of BENCHMARKS.md
@@ -618,6 +631,9 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The ranks' labels (in their logs) judge oversubscription by the
+	// CPUs placed over here: a pinned rank sees only its own.
+	c.CPUs = len(allowedCPUs())
 	spec, err := json.Marshal(c)
 	if err != nil {
 		return nil, err
@@ -648,7 +664,8 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 	if c.BucketBytes > 0 {
 		env = append(env, "FULGUR_BUCKET_MB="+strconv.FormatFloat(float64(c.BucketBytes)/(1<<20), 'g', -1, 64))
 	}
-	place, err := placeRanks(ranks, max(c.Nodes, 1), runtime.NumCPU())
+	cpus := allowedCPUs()
+	place, err := placeRanks(ranks, max(c.Nodes, 1), cpus)
 	if err != nil {
 		return nil, err
 	}
