@@ -72,6 +72,9 @@ type Options struct {
 	// Backends are the scaling workload's FULGUR_BACKEND values for its
 	// ranks, each measured against the same one-rank baseline (empty: auto).
 	Backends []string
+	// Pin binds the allreduce workload's ranks, fulgur's and Open MPI's,
+	// to a CPU each when they fit the CPUs (-pin, on by default).
+	Pin bool
 	// BucketBytes are the scaleout workload's ddp gradient bucket caps, in
 	// bytes, each measured on both layouts in every run (an A/B against
 	// the first); 0 is ddp's default. Empty: the default alone.
@@ -102,6 +105,7 @@ func parseOptions(args []string) (*Options, error) {
 	fs.BoolVar(&o.Verbose, "v", false, "show the child processes' logs")
 	fs.StringVar(&arBytes, "bytes", "", "allreduce message sizes in bytes, comma-separated (default 262144,4194304,26214400)")
 	fs.StringVar(&arBackends, "backends", "", "allreduce backends and peers, comma-separated, among tcp, shm, mpi, openmpi-sm, openmpi-tcp (default all)")
+	fs.BoolVar(&o.Pin, "pin", true, "allreduce: bind every rank to a CPU of its own, round robin over the CPUs this process may use, on both sides (fulgur's by taskset, Open MPI's by mpirun --map-by core --bind-to core, as mpirun does by default for 2 ranks) when the ranks fit the CPUs; -pin=false binds no rank on either side (mpirun --bind-to none)")
 	fs.StringVar(&backends, "backend", "", "scaling: the ranks' collective backends, comma-separated to compare: tcp, shm (default: auto, shm on one host)")
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "limit for one measured process")
 	fs.StringVar(&rk, "ranks", "", "rank counts, comma-separated: of the allreduce workload (default 2,4) and of the scaleout workload (default 1,2,4; above 1: even, split over its two nodes)")
