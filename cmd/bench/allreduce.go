@@ -36,11 +36,20 @@ import (
 // shared memory. The physical limit beside each figure: a memcpy row per
 // size (one core copying a buffer of that size, in the same run) and each
 // backend's of_memcpy, its bus bandwidth over that copy bandwidth.
+//
+// Placement, the same on both sides ("bind=" in each configuration): when
+// the ranks fit the CPUs this process may use, each rank is bound to one
+// of them, round robin (fulgur's by taskset, Open MPI's by mpirun --map-by
+// core --bind-to core, which is what mpirun does by default for 2 ranks);
+// with more ranks than CPUs, or -pin=false, no rank is bound on either
+// side (mpirun --bind-to none). mpirun's --report-bindings is checked
+// against it.
 func init() {
 	register(&workload{
 		Name:    "allreduce",
 		Doc:     "collective bus bandwidth per backend vs Open MPI",
 		Configs: allreduceConfigs,
+		Setup:   allreduceSetup,
 		Run:     allreduceRun,
 		Derive:  allreduceDerive,
 	})
@@ -74,6 +83,7 @@ func allreduceConfigs(o *Options) ([]Config, error) {
 	if want("mpi") && !mpiBuilt && len(o.AllreduceBackends) > 0 {
 		return nil, fmt.Errorf("-backends names mpi, but this bench was built without the mpi tag: go run -tags mpi ./cmd/bench")
 	}
+	cpus := len(allowedCPUs())
 	var cs []Config
 	// The memory bandwidth the collectives are measured against, once.
 	for _, size := range sizes {
@@ -84,9 +94,11 @@ func allreduceConfigs(o *Options) ([]Config, error) {
 		// process copying a buffer of the same size.
 		cs = append(cs, Config{Workload: "allreduce", Impl: "memcpy", Variant: fmt.Sprintf("backend=memcpy bytes=%d", size), Steps: allreduceIters, Seed: o.Seed})
 		for _, ranks := range rankCounts {
+			bind := allreduceBind(o, ranks, cpus)
 			for _, b := range allreduceBackends {
 				if want(b) {
-					cs = append(cs, Config{Workload: "allreduce", Impl: "fulgur", Variant: fmt.Sprintf("backend=%s bytes=%d", b, size), Ranks: ranks, Steps: allreduceIters, Seed: o.Seed})
+					cs = append(cs, Config{Workload: "allreduce", Impl: "fulgur", Variant: fmt.Sprintf("backend=%s bytes=%d bind=%s", b, size, bind), Ranks: ranks,
+						Pinned: bind == "core", Steps: allreduceIters, Seed: o.Seed})
 				}
 			}
 			if mpiErr != nil {
@@ -94,17 +106,126 @@ func allreduceConfigs(o *Options) ([]Config, error) {
 			}
 			if mpiBuilt && want("mpi") {
 				// Our mpi backend runs under mpirun, started by one measuring process.
-				cs = append(cs, Config{Workload: "allreduce", Impl: "fulgur-mpi", Variant: fmt.Sprintf("backend=mpi bytes=%d ranks=%d", size, ranks), Steps: allreduceIters, Seed: o.Seed})
+				cs = append(cs, Config{Workload: "allreduce", Impl: "fulgur-mpi", Variant: fmt.Sprintf("backend=mpi bytes=%d ranks=%d bind=%s", size, ranks, bind), Steps: allreduceIters, Seed: o.Seed})
 			}
 			for _, p := range []string{"openmpi-sm", "openmpi-tcp"} {
 				if want(p) {
 					// One measuring process that runs mpirun itself.
-					cs = append(cs, Config{Workload: "allreduce", Impl: "openmpi", Variant: fmt.Sprintf("backend=%s bytes=%d ranks=%d", p, size, ranks), Steps: allreduceIters, Seed: o.Seed})
+					cs = append(cs, Config{Workload: "allreduce", Impl: "openmpi", Variant: fmt.Sprintf("backend=%s bytes=%d ranks=%d bind=%s", p, size, ranks, bind), Steps: allreduceIters, Seed: o.Seed})
 				}
 			}
 		}
 	}
 	return cs, nil
+}
+
+// allreduceBind is the placement of ranks on both sides: "core" (a CPU
+// each, round robin) when they fit the cpus and -pin is on, else "none".
+func allreduceBind(o *Options, ranks, cpus int) string {
+	if o.Pin && ranks <= cpus {
+		return "core"
+	}
+	return "none"
+}
+
+// allreduceSetup says, before the runs, where each side's ranks run.
+func allreduceSetup(_ context.Context, o *Options) (func() error, error) {
+	cpus := allowedCPUs()
+	ranks := o.Ranks
+	if len(ranks) == 0 {
+		ranks = []int{2, 4}
+	}
+	for _, r := range ranks {
+		var how string
+		switch {
+		case allreduceBind(o, r, len(cpus)) == "core":
+			how = fmt.Sprintf("each rank bound to a CPU of its own, round robin over CPUs %v, on both sides (fulgur: taskset; Open MPI: mpirun --map-by core --bind-to core, checked against its --report-bindings)", cpus)
+		case !o.Pin:
+			how = "no rank bound on either side (-pin=false; Open MPI: mpirun --bind-to none)"
+		default:
+			how = fmt.Sprintf("more ranks than the %d CPUs: no rank bound on either side (Open MPI: mpirun --bind-to none)", len(cpus))
+		}
+		fmt.Fprintf(os.Stderr, "bench: allreduce, %d ranks: %s\n", r, how)
+	}
+	return func() error { return nil }, nil
+}
+
+// mpirunBindArgs are mpirun's options for the placement bind ("core" or
+// "none"), with the report checkBindings reads.
+func mpirunBindArgs(bind string) []string {
+	if bind == "core" {
+		return []string{"--report-bindings", "--map-by", "core", "--bind-to", "core"}
+	}
+	return []string{"--report-bindings", "--bind-to", "none"}
+}
+
+// checkBindings reads mpirun's --report-bindings (on its stderr) and says
+// where it differs from the placement bind asked for ranks ranks: with
+// "core" each rank on one core, ranks on different cores while they fit;
+// with "none" no rank confined to fewer than all cores.
+func checkBindings(report string, ranks int, bind string) error {
+	cores := map[int][]int{} // by rank; nil: not bound
+	total := 0
+	for _, line := range strings.Split(report, "\n") {
+		_, rest, ok := strings.Cut(line, "MCW rank ")
+		if !ok {
+			continue
+		}
+		numStr, rest, _ := strings.Cut(rest, " ")
+		rank, err := strconv.Atoi(numStr)
+		if err != nil {
+			continue
+		}
+		cores[rank] = nil
+		if strings.HasPrefix(rest, "is not bound") {
+			continue
+		}
+		i := strings.LastIndex(rest, ": ")
+		if i < 0 {
+			continue
+		}
+		// The map, one bracket a socket: "[B/.][./.]", one field a core,
+		// one character a hardware thread, B where the rank may run.
+		core := 0
+		for _, socket := range strings.Split(strings.Trim(strings.TrimSpace(rest[i+2:]), "[]"), "][") {
+			for _, c := range strings.Split(socket, "/") {
+				if strings.Contains(c, "B") {
+					cores[rank] = append(cores[rank], core)
+				}
+				core++
+			}
+		}
+		total = max(total, core)
+	}
+	var errs []string
+	if len(cores) != ranks {
+		errs = append(errs, fmt.Sprintf("mpirun --report-bindings reported %d of %d ranks", len(cores), ranks))
+	}
+	owner := map[int]int{}
+	for rank := 0; rank < ranks; rank++ {
+		c, ok := cores[rank]
+		if !ok {
+			continue
+		}
+		unbound := c == nil || len(c) == total
+		switch {
+		case bind == "core" && unbound:
+			errs = append(errs, fmt.Sprintf("rank %d is not bound", rank))
+		case bind == "core" && len(c) != 1:
+			errs = append(errs, fmt.Sprintf("rank %d is bound to cores %v, not one", rank, c))
+		case bind == "core":
+			if o, shared := owner[c[0]]; shared && ranks <= total {
+				errs = append(errs, fmt.Sprintf("ranks %d and %d share core %d", o, rank, c[0]))
+			}
+			owner[c[0]] = rank
+		case !unbound:
+			errs = append(errs, fmt.Sprintf("rank %d is bound to core(s) %v", rank, c))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("mpirun placed Open MPI's ranks otherwise than bind=%s asks, so the comparison would not be like for like: %s; its report:\n%s", bind, strings.Join(errs, "; "), tail(report, 1000))
+	}
+	return nil
 }
 
 // variant parses "k=v k=v".
@@ -144,7 +265,7 @@ func allreduceRun(ctx context.Context, c Config) (Figures, error) {
 	switch c.Impl {
 	case "openmpi":
 		ranks, _ := strconv.Atoi(v["ranks"])
-		return openMPIAllreduce(ctx, openMPIPeers[v["backend"]], ranks, size, iters)
+		return openMPIAllreduce(ctx, openMPIPeers[v["backend"]], ranks, size, iters, v["bind"])
 	case "fulgur-mpi":
 		ranks, _ := strconv.Atoi(v["ranks"])
 		return mpirunSelf(ctx, c, ranks)
@@ -252,6 +373,11 @@ func openBackend(ctx context.Context, backend string) (collective.Group, error) 
 	}
 	cfg := rendezvous.Config{Rank: env.Rank, Size: env.WorldSize, MasterAddr: env.MasterAddr, MasterPort: env.MasterPort,
 		Token: token, BindAddr: "127.0.0.1", Timeout: 2 * time.Minute, TLS: tlsCfg}
+	if env.Rank == 0 {
+		if cfg.Listener, err = inheritedListener(); err != nil {
+			return nil, err
+		}
+	}
 	if addr := os.Getenv(bindAddrEnv); addr != "" {
 		// A rank on one of the scale-out layout's nodes: its node's
 		// address, which the other node reaches over the link.
@@ -310,7 +436,10 @@ func mpirunSelf(ctx context.Context, c Config, ranks int) (Figures, error) {
 		return nil, err
 	}
 	// The transports of the Open MPI row it is set against (openmpi-sm).
-	args := []string{"--oversubscribe", "-np", strconv.Itoa(ranks), "--mca", "btl", openMPIPeers[peerOf["mpi"]], "-x", childEnv, exe}
+	bind := variant(c.Variant)["bind"]
+	args := []string{"--oversubscribe", "-np", strconv.Itoa(ranks), "--mca", "btl", openMPIPeers[peerOf["mpi"]]}
+	args = append(args, mpirunBindArgs(bind)...)
+	args = append(args, "-x", childEnv, exe)
 	if os.Geteuid() == 0 {
 		args = append([]string{"--allow-run-as-root"}, args...)
 	}
@@ -320,6 +449,9 @@ func mpirunSelf(ctx context.Context, c Config, ranks int) (Figures, error) {
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("mpirun %s: %v\n%s", strings.Join(args, " "), err, tail(stderr.String(), 2000))
+	}
+	if err := checkBindings(stderr.String(), ranks, bind); err != nil {
+		return nil, err
 	}
 	return lastJSON(stdout.Bytes(), stderr.String())
 }
@@ -350,8 +482,9 @@ int main(int argc, char **argv) {
 `
 
 // openMPIAllreduce compiles the C program with mpicc and runs it under
-// mpirun with the given transports.
-func openMPIAllreduce(ctx context.Context, btl string, ranks, size, iters int) (Figures, error) {
+// mpirun with the given transports, its ranks placed as bind says
+// (mpirunBindArgs).
+func openMPIAllreduce(ctx context.Context, btl string, ranks, size, iters int, bind string) (Figures, error) {
 	dir, err := os.MkdirTemp("", "fulgur-bench-mpi")
 	if err != nil {
 		return nil, err
@@ -365,6 +498,7 @@ func openMPIAllreduce(ctx context.Context, btl string, ranks, size, iters int) (
 		return nil, fmt.Errorf("mpicc (from libopenmpi-dev): %v\n%s", err, out)
 	}
 	args := []string{"--oversubscribe", "-np", strconv.Itoa(ranks), "--mca", "btl", btl}
+	args = append(args, mpirunBindArgs(bind)...)
 	if os.Geteuid() == 0 {
 		args = append([]string{"--allow-run-as-root"}, args...)
 	}
@@ -374,6 +508,9 @@ func openMPIAllreduce(ctx context.Context, btl string, ranks, size, iters int) (
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("mpirun %s: %v\n%s", strings.Join(args, " "), err, tail(stderr.String(), 2000))
+	}
+	if err := checkBindings(stderr.String(), ranks, bind); err != nil {
+		return nil, err
 	}
 	var times []float64
 	sc := bufio.NewScanner(&stdout)
@@ -398,6 +535,7 @@ func allreduceDerive(o *Options, rs []*Result) []Row {
 		bytes, rnks int
 	}
 	runs := map[key][]float64{}
+	binds := map[key]string{}
 	for _, r := range rs {
 		v := variant(r.Config.Variant)
 		size, _ := strconv.Atoi(v["bytes"])
@@ -409,6 +547,7 @@ func allreduceDerive(o *Options, rs []*Result) []Row {
 			ranks = 0
 		}
 		runs[key{v["backend"], size, ranks}] = r.figure("busbw_gbps")
+		binds[key{v["backend"], size, ranks}] = v["bind"]
 	}
 	var rows []Row
 	var keys []key
@@ -433,6 +572,10 @@ func allreduceDerive(o *Options, rs []*Result) []Row {
 		row := Row{Workload: "allreduce", Config: fmt.Sprintf("%s ranks=%d bytes=%d", k.backend, k.rnks, k.bytes),
 			Labels:  map[string]any{"backend": k.backend, "ranks": k.rnks, "bytes": k.bytes},
 			Figures: map[string]Stat{"busbw_gbps": stat(bw)}, N: len(bw)}
+		if b := binds[k]; b != "" {
+			row.Config += " bind=" + b
+			row.Labels["bind"] = b
+		}
 		if k.backend == "memcpy" {
 			row.Config = fmt.Sprintf("memcpy bytes=%d (one core, GB/s copied)", k.bytes)
 		} else if mem := runs[key{"memcpy", k.bytes, 0}]; len(mem) > 0 {
@@ -454,6 +597,9 @@ func allreduceDerive(o *Options, rs []*Result) []Row {
 				row.Figures["ratio"] = stat(ratios)
 				row.Labels["peer"] = p
 				row.Config += " vs " + p
+				if b := binds[key{p, k.bytes, k.rnks}]; b != "" {
+					row.Config += " bind=" + b
+				}
 			}
 		}
 		rows = append(rows, row)

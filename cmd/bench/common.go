@@ -27,6 +27,7 @@ import (
 	"github.com/olekukonko/tablewriter"
 
 	"github.com/fulgur-ml/fulgur/deploy/netns"
+	"github.com/fulgur-ml/fulgur/strategy/launch"
 )
 
 // childEnv carries a Config to a child process: its presence makes the
@@ -71,6 +72,9 @@ type Options struct {
 	// Backends are the scaling workload's FULGUR_BACKEND values for its
 	// ranks, each measured against the same one-rank baseline (empty: auto).
 	Backends []string
+	// Pin binds the allreduce workload's ranks, fulgur's and Open MPI's,
+	// to a CPU each when they fit the CPUs (-pin, on by default).
+	Pin bool
 	// BucketBytes are the scaleout workload's ddp gradient bucket caps, in
 	// bytes, each measured on both layouts in every run (an A/B against
 	// the first); 0 is ddp's default. Empty: the default alone.
@@ -101,6 +105,7 @@ func parseOptions(args []string) (*Options, error) {
 	fs.BoolVar(&o.Verbose, "v", false, "show the child processes' logs")
 	fs.StringVar(&arBytes, "bytes", "", "allreduce message sizes in bytes, comma-separated (default 262144,4194304,26214400)")
 	fs.StringVar(&arBackends, "backends", "", "allreduce backends and peers, comma-separated, among tcp, shm, mpi, openmpi-sm, openmpi-tcp (default all)")
+	fs.BoolVar(&o.Pin, "pin", true, "allreduce: bind every rank to a CPU of its own, round robin over the CPUs this process may use, on both sides (fulgur's by taskset, Open MPI's by mpirun --map-by core --bind-to core, as mpirun does by default for 2 ranks) when the ranks fit the CPUs; -pin=false binds no rank on either side (mpirun --bind-to none)")
 	fs.StringVar(&backends, "backend", "", "scaling: the ranks' collective backends, comma-separated to compare: tcp, shm (default: auto, shm on one host)")
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "limit for one measured process")
 	fs.StringVar(&rk, "ranks", "", "rank counts, comma-separated: of the allreduce workload (default 2,4) and of the scaleout workload (default 1,2,4; above 1: even, split over its two nodes)")
@@ -269,6 +274,10 @@ type Config struct {
 	// ShareCores lets pinned ranks outnumber the cores: rank r gets core
 	// r mod cores, and the label says the ranks are oversubscribed.
 	ShareCores bool `json:"share_cores,omitempty"`
+	// CPUs is how many CPUs the launcher placed the ranks over, set for
+	// the ranks (measure): a pinned rank itself sees one, its own. 0: the
+	// CPUs this process may use.
+	CPUs int `json:"cpus,omitempty"`
 	// Nodes is 2 for ranks split over the two network namespaces of
 	// Options.nodes (ranks/2 on each); 0 or 1: every rank on this host.
 	Nodes int `json:"nodes,omitempty"`
@@ -304,8 +313,8 @@ func (c Config) Label() string {
 	if c.Pinned {
 		parts = append(parts, "pinned")
 	}
-	if c.Pinned && c.Ranks > runtime.NumCPU() {
-		parts = append(parts, fmt.Sprintf("OVERSUBSCRIBED(%d ranks on %d cores)", c.Ranks, runtime.NumCPU()))
+	if cpus := c.placedOver(); c.Pinned && c.Ranks > cpus {
+		parts = append(parts, fmt.Sprintf("OVERSUBSCRIBED(%d ranks on %d cores)", c.Ranks, cpus))
 	}
 	if c.BLAS != "" && c.BLAS != "auto" {
 		parts = append(parts, c.BLAS)
@@ -325,6 +334,15 @@ func (c Config) Label() string {
 		parts = append(parts, fmt.Sprintf("batch=%d", c.Batch))
 	}
 	return strings.Join(parts, " ")
+}
+
+// placedOver is how many CPUs the ranks of c are placed over: the
+// launcher's (Config.CPUs), or this process's when it is the launcher.
+func (c Config) placedOver() int {
+	if c.CPUs > 0 {
+		return c.CPUs
+	}
+	return len(allowedCPUs())
 }
 
 // Figures are what one run measured, by the field names of BENCHMARKS.md
@@ -617,11 +635,17 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The ranks' labels (in their logs) judge oversubscription by the
+	// CPUs placed over here: a pinned rank sees only its own.
+	c.CPUs = len(allowedCPUs())
 	spec, err := json.Marshal(c)
 	if err != nil {
 		return nil, err
 	}
-	env := append(os.Environ(), childEnv+"="+string(spec), "FULGUR_BLAS="+c.BLAS)
+	// A listener descriptor named in this process's own environment is
+	// not the ranks' to use: only the one handed to rank 0 below is.
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, launch.EnvListenerFD+"=") })
+	env = append(env, childEnv+"="+string(spec), "FULGUR_BLAS="+c.BLAS)
 	// The parent's own settings must not leak into a configuration that
 	// leaves them to the plan.
 	env = append(env, "FULGUR_BLAS_THREADS=", "FULGUR_WORKERS=")
@@ -644,7 +668,8 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 	if c.BucketBytes > 0 {
 		env = append(env, "FULGUR_BUCKET_MB="+strconv.FormatFloat(float64(c.BucketBytes)/(1<<20), 'g', -1, 64))
 	}
-	place, err := placeRanks(ranks, max(c.Nodes, 1), runtime.NumCPU())
+	cpus := allowedCPUs()
+	place, err := placeRanks(ranks, max(c.Nodes, 1), cpus)
 	if err != nil {
 		return nil, err
 	}
@@ -655,10 +680,20 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 		}
 		masterAddr = o.nodes.Addr[0]
 	}
+	// held is rank 0's rendezvous listener, bound here and handed over
+	// (launch.EnvListenerFD), so that no other program can take the port
+	// between its choice and rank 0's use of it.
+	var held *os.File
 	if ranks > 1 && !c.Coexist {
-		port, err := freePort()
-		if err != nil {
-			return nil, err
+		port := namespacePort
+		if c.Nodes <= 1 {
+			if held, port, err = holdPort(); err != nil {
+				return nil, err
+			}
+			defer held.Close()
+		}
+		if portChosen != nil {
+			portChosen(port)
 		}
 		token := make([]byte, 16)
 		if _, err := rand.Read(token); err != nil {
@@ -710,6 +745,11 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 				cmd.Env = append(cmd.Env, "FULGUR_SOCKET_IFNAME="+o.nodes.Dev[p.Node], bindAddrEnv+"="+o.nodes.Addr[p.Node])
 			}
 		}
+		if rank == 0 && held != nil {
+			// ExtraFiles[0] is descriptor 3 in the child.
+			cmd.ExtraFiles = []*os.File{held}
+			cmd.Env = append(cmd.Env, launch.EnvListenerFD+"=3")
+		}
 		ot := &out{}
 		outs[rank] = ot
 		cmd.Stdout = &ot.stdout
@@ -719,6 +759,10 @@ func measure(ctx context.Context, o *Options, c Config) (Figures, error) {
 		}
 		if err := cmd.Start(); err != nil {
 			return nil, err
+		}
+		if rank == 0 && held != nil {
+			// Rank 0 has its own copy now.
+			held.Close()
 		}
 		go func(rank int) {
 			ot.err = cmd.Wait()
@@ -1019,13 +1063,54 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// portChosen, when set (by tests), runs between the choice of the ranks'
+// rendezvous port and the ranks' start: where another program could take
+// the port.
+var portChosen func(port int)
+
+// holdPort binds a free loopback port for rank 0's rendezvous and returns
+// the listener as a file to hand to rank 0 (a port chosen by listening and
+// closing can be taken by another program, or by a rank's own data
+// listener, before rank 0 binds it: once in 200 runs here).
+func holdPort() (*os.File, int, error) {
+	ln, port, err := launch.Loopback(0)
 	if err != nil {
-		return 0, fmt.Errorf("find a free port for the ranks' rendezvous: %w", err)
+		return nil, 0, fmt.Errorf("reserve a port for the ranks' rendezvous: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	defer ln.Close()
+	f, err := ln.(*net.TCPListener).File()
+	if err != nil {
+		return nil, 0, fmt.Errorf("hand the rendezvous port to rank 0: %w", err)
+	}
+	return f, port, nil
+}
+
+// namespacePort is rank 0's rendezvous port on the scale-out layout's
+// node 0, a network namespace of this run's own where only its ranks
+// bind: below the namespace's ephemeral range (32768-60999), so no rank's
+// data listener (port 0) can take it, and no other program runs there. (A
+// listener cannot be handed over from this process, which is outside the
+// namespace.)
+const namespacePort = 29500
+
+// inheritedListener is the rendezvous listener the launcher handed rank 0
+// (launch.EnvListenerFD), nil when none.
+func inheritedListener() (net.Listener, error) {
+	v, ok := os.LookupEnv(launch.EnvListenerFD)
+	if !ok {
+		return nil, nil
+	}
+	fd, err := strconv.Atoi(v)
+	if err != nil {
+		return nil, fmt.Errorf("%s=%q is not a file descriptor", launch.EnvListenerFD, v)
+	}
+	f := os.NewFile(uintptr(fd), "rendezvous")
+	defer f.Close()
+	ln, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("the rendezvous listener handed over as descriptor %d: %w", fd, err)
+	}
+	return ln, nil
 }
 
 // childMain measures the configuration in spec and prints its figures as

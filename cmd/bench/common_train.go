@@ -307,8 +307,7 @@ func (c stepCounts) add(f Figures, steps int) {
 }
 
 // dirName names the configuration's files: the workload, variant, ranks
-// (or independent trainings), backend and batch. Not Label, which a
-// pinned child, seeing one core, would call oversubscribed.
+// (or independent trainings), backend and batch.
 func (c Config) dirName() string {
 	parts := []string{c.Workload, c.Variant}
 	if c.Coexist {

@@ -209,7 +209,7 @@ func scaleoutSetup(ctx context.Context, o *Options) (func() error, error) {
 }
 
 func (o *Options) linkConfig() netns.Config {
-	return netns.Config{Rate: o.LinkRate, Delay: o.LinkDelay, MTU: o.LinkMTU, NodeCPUs: scaleoutNodeCPUs(o.Ranks, runtime.NumCPU())}
+	return netns.Config{Rate: o.LinkRate, Delay: o.LinkDelay, MTU: o.LinkMTU, NodeCPUs: scaleoutNodeCPUs(o.Ranks, allowedCPUs())}
 }
 
 // scaleoutNodeCPUs are the cores each node's ranks are pinned to, over
@@ -220,10 +220,10 @@ func (o *Options) linkConfig() netns.Config {
 // every all-reduce). With -ranks 2 node 0 gets core 0 and node 1 core 1;
 // with 4 ranks on 2 cores each node spans both. nil without a scale-out
 // run.
-func scaleoutNodeCPUs(ranks []int, cores int) [2][]int {
+func scaleoutNodeCPUs(ranks []int, cpus []int) [2][]int {
 	var set [2]map[int]bool
 	for _, r := range ranks {
-		place, err := placeRanks(r, 2, cores)
+		place, err := placeRanks(r, 2, cpus)
 		if r < 2 || err != nil {
 			continue
 		}
@@ -789,18 +789,28 @@ type rankPlace struct {
 }
 
 // placeRanks splits ranks evenly over nodes in order (ranks 0..k-1 on
-// node 0, ...) and gives rank r core r mod cores: beyond the cores, ranks
-// share them.
-func placeRanks(ranks, nodes, cores int) ([]rankPlace, error) {
-	if ranks < 1 || nodes < 1 || cores < 1 || ranks%nodes != 0 {
-		return nil, fmt.Errorf("%d ranks cannot be split evenly over %d nodes (%d cores): use a multiple of the nodes", ranks, nodes, cores)
+// node 0, ...) and gives rank r the CPU cpus[r mod len(cpus)], round robin
+// over the CPUs the ranks may use (allowedCPUs): beyond them, ranks share
+// them.
+func placeRanks(ranks, nodes int, cpus []int) ([]rankPlace, error) {
+	if ranks < 1 || nodes < 1 || len(cpus) < 1 || ranks%nodes != 0 {
+		return nil, fmt.Errorf("%d ranks cannot be split evenly over %d nodes (%d cores): use a multiple of the nodes", ranks, nodes, len(cpus))
 	}
 	per := ranks / nodes
 	out := make([]rankPlace, ranks)
 	for r := range out {
-		out[r] = rankPlace{Node: r / per, LocalRank: r % per, LocalRanks: per, Core: r % cores}
+		out[r] = rankPlace{Node: r / per, LocalRank: r % per, LocalRanks: per, Core: cpus[r%len(cpus)]}
 	}
 	return out, nil
+}
+
+// firstCPUs is CPUs 0 to n-1.
+func firstCPUs(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
 }
 
 func plural(n int, what string) string {

@@ -20,23 +20,27 @@ import (
 
 func TestPlaceRanks(t *testing.T) {
 	cases := []struct {
-		ranks, nodes, cores int
-		want                []rankPlace
+		ranks, nodes int
+		cpus         []int
+		want         []rankPlace
 	}{
-		{1, 1, 2, []rankPlace{{0, 0, 1, 0}}},
-		{2, 1, 2, []rankPlace{{0, 0, 2, 0}, {0, 1, 2, 1}}},
-		{2, 2, 2, []rankPlace{{0, 0, 1, 0}, {1, 0, 1, 1}}},
+		{1, 1, firstCPUs(2), []rankPlace{{0, 0, 1, 0}}},
+		{2, 1, firstCPUs(2), []rankPlace{{0, 0, 2, 0}, {0, 1, 2, 1}}},
+		{2, 2, firstCPUs(2), []rankPlace{{0, 0, 1, 0}, {1, 0, 1, 1}}},
 		// Oversubscribed: four ranks on two cores share them in turn.
-		{4, 2, 2, []rankPlace{{0, 0, 2, 0}, {0, 1, 2, 1}, {1, 0, 2, 0}, {1, 1, 2, 1}}},
-		{4, 1, 8, []rankPlace{{0, 0, 4, 0}, {0, 1, 4, 1}, {0, 2, 4, 2}, {0, 3, 4, 3}}},
+		{4, 2, firstCPUs(2), []rankPlace{{0, 0, 2, 0}, {0, 1, 2, 1}, {1, 0, 2, 0}, {1, 1, 2, 1}}},
+		{4, 1, firstCPUs(8), []rankPlace{{0, 0, 4, 0}, {0, 1, 4, 1}, {0, 2, 4, 2}, {0, 3, 4, 3}}},
+		// A launcher allowed CPUs 2 and 5 (taskset -c 2,5) places its
+		// ranks there, round robin, as mpirun binds.
+		{3, 1, []int{2, 5}, []rankPlace{{0, 0, 3, 2}, {0, 1, 3, 5}, {0, 2, 3, 2}}},
 	}
 	for _, c := range cases {
-		got, err := placeRanks(c.ranks, c.nodes, c.cores)
+		got, err := placeRanks(c.ranks, c.nodes, c.cpus)
 		if err != nil || !reflect.DeepEqual(got, c.want) {
-			t.Errorf("placeRanks(%d, %d, %d) = %v, %v; want %v", c.ranks, c.nodes, c.cores, got, err, c.want)
+			t.Errorf("placeRanks(%d, %d, %v) = %v, %v; want %v", c.ranks, c.nodes, c.cpus, got, err, c.want)
 		}
 	}
-	if _, err := placeRanks(3, 2, 2); err == nil || !strings.Contains(err.Error(), "3 ranks cannot be split evenly over 2 nodes") {
+	if _, err := placeRanks(3, 2, firstCPUs(2)); err == nil || !strings.Contains(err.Error(), "3 ranks cannot be split evenly over 2 nodes") {
 		t.Errorf("3 ranks on 2 nodes: %v", err)
 	}
 }
@@ -46,19 +50,20 @@ func TestPlaceRanks(t *testing.T) {
 func TestScaleoutNodeCPUs(t *testing.T) {
 	cases := []struct {
 		ranks []int
-		cores int
+		cpus  []int
 		want  [2][]int
 	}{
-		{[]int{1, 2}, 2, [2][]int{{0}, {1}}},
-		{[]int{2}, 8, [2][]int{{0}, {1}}},
+		{[]int{1, 2}, firstCPUs(2), [2][]int{{0}, {1}}},
+		{[]int{2}, firstCPUs(8), [2][]int{{0}, {1}}},
 		// 4 ranks on 2 cores: each node's ranks take both.
-		{[]int{1, 2, 4}, 2, [2][]int{{0, 1}, {0, 1}}},
-		{[]int{4}, 8, [2][]int{{0, 1}, {2, 3}}},
-		{[]int{1}, 2, [2][]int{}},
+		{[]int{1, 2, 4}, firstCPUs(2), [2][]int{{0, 1}, {0, 1}}},
+		{[]int{4}, firstCPUs(8), [2][]int{{0, 1}, {2, 3}}},
+		{[]int{1}, firstCPUs(2), [2][]int{}},
+		{[]int{2}, []int{4, 6}, [2][]int{{4}, {6}}},
 	}
 	for _, c := range cases {
-		if got := scaleoutNodeCPUs(c.ranks, c.cores); !reflect.DeepEqual(got, c.want) {
-			t.Errorf("scaleoutNodeCPUs(%v, %d) = %v, want %v", c.ranks, c.cores, got, c.want)
+		if got := scaleoutNodeCPUs(c.ranks, c.cpus); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("scaleoutNodeCPUs(%v, %v) = %v, want %v", c.ranks, c.cpus, got, c.want)
 		}
 	}
 }
