@@ -217,7 +217,8 @@ func TestGradientOpsUsePrealloc(t *testing.T) {
 	}
 }
 
-// The Winograd convolutions (conv_winograd.go) allocate nothing once warm
+// The Winograd convolutions (conv_winograd.go; the weight gradient of 7x7
+// images by channels, conv_winograd_dw.go) allocate nothing once warm
 // either, serial and split between three image workers.
 func TestWinogradConvDoesNotAllocate(t *testing.T) {
 	if !useAVX512 && !useAVX2 {
@@ -230,12 +231,12 @@ func TestWinogradConvDoesNotAllocate(t *testing.T) {
 	for _, workers := range []int{1, 3} {
 		SetImageWorkers(workers)
 		for _, c := range winogradCases {
-			op, gi, _, in, dy := convOps(t, c, tensor.Float32)
+			op, gi, gw, in, dy := convOps(t, c, tensor.Float32)
 			for _, r := range []struct {
 				what string
 				f    func(...G.Value) (G.Value, error)
 				v    []G.Value
-			}{{"forward", op.Do, in}, {"dx", gi.Do, []G.Value{dy, in[1]}}} {
+			}{{"forward", op.Do, in}, {"dx", gi.Do, []G.Value{dy, in[1]}}, {"dw", gw.Do, []G.Value{in[0], dy}}} {
 				if _, err := r.f(r.v...); err != nil {
 					t.Fatal(err)
 				}
