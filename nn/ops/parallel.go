@@ -132,7 +132,9 @@ var (
 // worker settings: the convolution weight gradient, the one reduction whose
 // order followed the worker count, then always sums DeterministicParts
 // partial sums (fewer when the batch has fewer image chunks) in part order,
-// whichever goroutines compute them. It is the program's own setting, for
+// whichever goroutines compute them (the Winograd weight gradient of small
+// images, which splits by channels and has no partial sums, is the same for
+// any worker count either way). It is the program's own setting, for
 // good; a trainer with Config.Deterministic holds it for its Fit with
 // HoldDeterministic. Call it before graphs run.
 func SetDeterministic(on bool) {
