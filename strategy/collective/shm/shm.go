@@ -383,10 +383,17 @@ func (g *Group) barrier(ctx context.Context, h collective.Header) error {
 		}
 		if spinFor > 0 && time.Since(start) < spinFor {
 			// The rank waited for runs on another core: it arrives
-			// without this one's core, so keep it (with one P, let the
-			// process's other goroutines have the P now and then).
+			// without this one's core, so keep it. With one P, let the
+			// process's other goroutines have the P now and then, and
+			// once one has run (a training's backward pass producing the
+			// next bucket), stop spinning: the wait then goes on as on a
+			// core shared with other work, and leaves that work the P.
 			if g.oneP && spins&63 == 0 {
+				t0 := time.Now()
 				runtime.Gosched()
+				if time.Since(t0) > yieldedTo {
+					spinFor = 0
+				}
 			}
 			continue
 		}
