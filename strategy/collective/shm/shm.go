@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/bits"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -93,8 +92,7 @@ type Group struct {
 	// oneP: the process ran with GOMAXPROCS=1 when the group was opened.
 	oneP bool
 	// spinFar is how long a barrier spins for a rank on another core
-	// (waitFor): spinFar when the ranks' CPUs give each rank a core of its
-	// own, else 0 (spinFarFor).
+	// (waitFor): spinFar when the host has a core for each rank, else 0.
 	spinFar time.Duration
 
 	// scanned, when set (tests), runs in a barrier after a scan of the
@@ -121,6 +119,9 @@ func fileSize(n int) int { return headBytes + n*ctrlBytes + (n+1)*SlotBytes }
 func open(ctx context.Context, rv *rendezvous.Rendezvous) (*Group, error) {
 	n := rv.Size()
 	g := &Group{rv: rv, rank: rv.Rank(), size: n, timeout: rv.Config().Timeout, slot: SlotBytes, oneP: runtime.GOMAXPROCS(0) == 1}
+	if n <= runtime.NumCPU() {
+		g.spinFar = spinFar
+	}
 	var name string
 	var mapErr error
 	if g.rank == 0 {
@@ -129,23 +130,13 @@ func open(ctx context.Context, rv *rendezvous.Rendezvous) (*Group, error) {
 			name = ""
 		}
 	}
-	// Each rank sends the CPUs it may run on, then rank 0 the file's name.
-	blobs, err := rv.Exchange(ctx, append(allowedCPUs(), name...))
+	blobs, err := rv.Exchange(ctx, []byte(name))
 	if err != nil {
 		g.unmap()
 		return nil, fmt.Errorf("shm: %w", err)
 	}
-	masks := make([][]byte, n)
-	for r, b := range blobs {
-		if len(b) < cpuMaskBytes {
-			g.unmap()
-			return nil, fmt.Errorf("shm: rank %d sent %d bytes where its CPU mask (%d) comes first: not this version's shm group", r, len(b), cpuMaskBytes)
-		}
-		masks[r] = b[:cpuMaskBytes]
-	}
-	g.spinFar = spinFarFor(masks)
 	if g.rank != 0 {
-		name = string(blobs[0][cpuMaskBytes:])
+		name = string(blobs[0])
 		if name == "" {
 			mapErr = errors.New("rank 0 could not create the file")
 		} else {
@@ -383,17 +374,10 @@ func (g *Group) barrier(ctx context.Context, h collective.Header) error {
 		}
 		if spinFor > 0 && time.Since(start) < spinFor {
 			// The rank waited for runs on another core: it arrives
-			// without this one's core, so keep it. With one P, let the
-			// process's other goroutines have the P now and then, and
-			// once one has run (a training's backward pass producing the
-			// next bucket), stop spinning: the wait then goes on as on a
-			// core shared with other work, and leaves that work the P.
+			// without this one's core, so keep it (with one P, let the
+			// process's other goroutines have the P now and then).
 			if g.oneP && spins&63 == 0 {
-				t0 := time.Now()
 				runtime.Gosched()
-				if time.Since(t0) > yieldedTo {
-					spinFor = 0
-				}
 			}
 			continue
 		}
@@ -461,53 +445,6 @@ func (g *Group) waitFor(behind int) (scans int, spin time.Duration) {
 		return 0, g.spinFar
 	}
 	return 200, 0
-}
-
-// cpuMaskBytes is the size of a CPU mask as allowedCPUs encodes it: a bit
-// for each of the first 1024 CPUs (the kernel's default CPU set size).
-const cpuMaskBytes = 1024 / 8
-
-// allowedCPUs returns the CPUs the calling thread may run on, a bit each
-// (CPU c: bit c%8 of byte c/8), or every CPU when the kernel does not say.
-// A rank bound to one core (taskset, mpirun's default binding) may run on
-// that core only, while runtime.NumCPU, which counts the same CPUs, cannot
-// tell it from a host of one core.
-func allowedCPUs() []byte {
-	m := make([]byte, cpuMaskBytes)
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &set); err != nil {
-		for i := range m {
-			m[i] = 0xff
-		}
-		return m
-	}
-	for c := 0; c < cpuMaskBytes*8; c++ {
-		if set.IsSet(c) {
-			m[c/8] |= 1 << (c % 8)
-		}
-	}
-	return m
-}
-
-// spinFarFor is how long a barrier of a group whose ranks may run on the
-// given CPUs (allowedCPUs, one mask a rank) spins for a rank on another
-// core (see waitFor): spinFar when those CPUs together are at least as
-// many as the ranks, so that each rank can have a core of its own (ranks
-// bound to a core each, or floating over enough cores), else 0 (more ranks
-// than cores, or ranks bound to one core between them: they take turns).
-func spinFarFor(masks [][]byte) time.Duration {
-	cores := 0
-	for i := 0; i < cpuMaskBytes; i++ {
-		var b byte
-		for _, m := range masks {
-			b |= m[i]
-		}
-		cores += bits.OnesCount8(b)
-	}
-	if len(masks) <= cores {
-		return spinFar
-	}
-	return 0
 }
 
 // getcpu returns the core the calling thread runs on.
