@@ -479,13 +479,7 @@ func winogradDwSums(g *convGeom, x, dy, du, kept []float32, s *convScratch, lo, 
 		}
 		for o := 0; o < g.oc; o++ {
 			for i := 0; i < k; i++ {
-				p, src := dc[i*dpl:(i+1)*dpl], dy[(n0+i)*out+o*hw:(n0+i)*out+(o+1)*hw]
-				if dld == g.w {
-					copy(p, src)
-					continue
-				}
-				copyRows(p, dld, src, g.w, g.w, dld-g.w, g.h)
-				clear(p[g.h*dld:])
+				stagePlane(dc[i*dpl:(i+1)*dpl], dld, dy[(n0+i)*out+o*hw:(n0+i)*out+(o+1)*hw], g.h, g.w)
 			}
 			for t0 := 0; t0 < nt; t0 += 16 {
 				wgGradTiles(&dc[0], &doff[t0], dld, &m[o*rs+t0], ms, &tmp[0])
@@ -569,4 +563,17 @@ var wgGTConst = [4]float64{0.25, 1.0 / 6, 1.0 / 24, 1.0 / 12}
 func wgGT(z0, z1, z2, z3, z4, z5 float64) (r0, r1, r2 float64) {
 	s, d, p, q := z1+z2, z2-z1, z3+z4, z3-z4
 	return float64(z0*0.25) - float64(s*(1.0/6)) + float64(p*(1.0/24)), float64(d*(1.0/6)) + float64(q*(1.0/12)), float64((p-s)*(1.0/6)) + z5
+}
+
+// stagePlane copies an h x w plane src into p with rows dld apart (dld ≥ w),
+// zeroing each row's tail and whatever of p follows the last row, as the
+// Winograd weight gradient's tile offsets read it; rows already dld apart
+// are copied whole.
+func stagePlane(p []float32, dld int, src []float32, h, w int) {
+	if dld == w {
+		copy(p, src)
+		return
+	}
+	copyRows(p, dld, src, w, w, dld-w, h)
+	clear(p[h*dld:])
 }

@@ -148,13 +148,7 @@ func (j *wgDwChan) run(i, _ int) {
 		o := q - g.c
 		for i := 0; i < j.k; i++ {
 			n := j.n0 + i
-			p, src := stage[i*dpl:(i+1)*dpl], j.dy[n*out+o*hw:n*out+(o+1)*hw]
-			if dld == g.w {
-				copy(p, src)
-				continue
-			}
-			copyRows(p, dld, src, g.w, g.w, dld-g.w, g.h)
-			clear(p[g.h*dld:])
+			stagePlane(stage[i*dpl:(i+1)*dpl], dld, j.dy[n*out+o*hw:n*out+(o+1)*hw], g.h, g.w)
 		}
 		for t0 := 0; t0 < nt; t0 += 16 {
 			wgGradTiles(&stage[0], &doff[t0], dld, &j.m[o*rs+t0], ms, &tmp[0])
