@@ -23,6 +23,7 @@ import (
 	"github.com/fulgur-ml/fulgur/strategy/collective/shm"
 	"github.com/fulgur-ml/fulgur/strategy/collective/tcp"
 	"github.com/fulgur-ml/fulgur/strategy/ddp"
+	"github.com/fulgur-ml/fulgur/strategy/launch"
 )
 
 // allreduce: float32 sum over 256 KB, 4 MB and 25 MB (-bytes) at 2 and 4
@@ -374,7 +375,7 @@ func openBackend(ctx context.Context, backend string) (collective.Group, error) 
 	cfg := rendezvous.Config{Rank: env.Rank, Size: env.WorldSize, MasterAddr: env.MasterAddr, MasterPort: env.MasterPort,
 		Token: token, BindAddr: "127.0.0.1", Timeout: 2 * time.Minute, TLS: tlsCfg}
 	if env.Rank == 0 {
-		if cfg.Listener, err = inheritedListener(); err != nil {
+		if cfg.Listener, err = launch.InheritedListener(os.LookupEnv); err != nil {
 			return nil, err
 		}
 	}

@@ -1093,26 +1093,6 @@ func holdPort() (*os.File, int, error) {
 // namespace.)
 const namespacePort = 29500
 
-// inheritedListener is the rendezvous listener the launcher handed rank 0
-// (launch.EnvListenerFD), nil when none.
-func inheritedListener() (net.Listener, error) {
-	v, ok := os.LookupEnv(launch.EnvListenerFD)
-	if !ok {
-		return nil, nil
-	}
-	fd, err := strconv.Atoi(v)
-	if err != nil {
-		return nil, fmt.Errorf("%s=%q is not a file descriptor", launch.EnvListenerFD, v)
-	}
-	f := os.NewFile(uintptr(fd), "rendezvous")
-	defer f.Close()
-	ln, err := net.FileListener(f)
-	if err != nil {
-		return nil, fmt.Errorf("the rendezvous listener handed over as descriptor %d: %w", fd, err)
-	}
-	return ln, nil
-}
-
 // childMain measures the configuration in spec and prints its figures as
 // the last line on stdout, with peak RSS added.
 func childMain(ctx context.Context, spec string) error {

@@ -2,10 +2,7 @@ package ddp
 
 import (
 	"context"
-	"fmt"
-	"net"
 	"os"
-	"strconv"
 	"sync/atomic"
 
 	"github.com/rs/zerolog"
@@ -57,31 +54,11 @@ func AbortJoin(ctx context.Context, lookup func(string) (string, bool), cause er
 	cfg := rendezvous.Config{Rank: env.Rank, Size: env.WorldSize, MasterAddr: env.MasterAddr, MasterPort: env.MasterPort,
 		Token: token, Timeout: k.timeout, TLS: k.tls, BindAddr: k.sockAddr, AdvertiseAddr: k.sockAddr, Logger: &log}
 	if env.Rank == 0 {
-		ln, err := inheritedListener(lookup)
+		ln, err := launch.InheritedListener(lookup)
 		if err != nil {
 			return err
 		}
 		cfg.Listener = ln // nil: Abort listens at MasterPort itself
 	}
 	return rendezvous.Abort(ctx, cfg, cause.Error())
-}
-
-// inheritedListener is the rendezvous listener a launcher handed rank 0
-// (launch.EnvListenerFD; nil when none).
-func inheritedListener(lookup func(string) (string, bool)) (net.Listener, error) {
-	fd, ok := lookup(launch.EnvListenerFD)
-	if !ok {
-		return nil, nil
-	}
-	n, err := strconv.Atoi(fd)
-	if err != nil {
-		return nil, fmt.Errorf("%s=%q is not a file descriptor", launch.EnvListenerFD, fd)
-	}
-	f := os.NewFile(uintptr(n), "rendezvous")
-	ln, err := net.FileListener(f)
-	f.Close()
-	if err != nil {
-		return nil, fmt.Errorf("the rendezvous listener handed over as descriptor %d: %w", n, err)
-	}
-	return ln, nil
 }

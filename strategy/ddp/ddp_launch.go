@@ -279,7 +279,7 @@ func joinFromEnv(o strategy.Options, name string, k knobs, env cluster.Env, perN
 	token, _ := o.Lookup(launch.EnvToken)
 	var ln net.Listener
 	if env.Rank == 0 {
-		if ln, err = inheritedListener(o.Lookup); err != nil {
+		if ln, err = launch.InheritedListener(o.Lookup); err != nil {
 			return nil, fmt.Errorf("strategy %q: %w", name, err)
 		}
 	}

@@ -522,3 +522,24 @@ func NewToken() (string, error) {
 	}
 	return hex.EncodeToString(b[:]), nil
 }
+
+// InheritedListener is the rendezvous listener a launcher handed rank 0 as
+// the descriptor in EnvListenerFD (lookup reads the environment:
+// os.LookupEnv), or nil when none was handed over.
+func InheritedListener(lookup func(string) (string, bool)) (net.Listener, error) {
+	fd, ok := lookup(EnvListenerFD)
+	if !ok {
+		return nil, nil
+	}
+	n, err := strconv.Atoi(fd)
+	if err != nil {
+		return nil, fmt.Errorf("%s=%q is not a file descriptor", EnvListenerFD, fd)
+	}
+	f := os.NewFile(uintptr(n), "rendezvous")
+	ln, err := net.FileListener(f)
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("the rendezvous listener handed over as descriptor %d: %w", n, err)
+	}
+	return ln, nil
+}
