@@ -15,11 +15,12 @@ import (
 // 64x64x7x7 activations are 98 pages of 8 KiB) is a span of its own at the
 // end of the heap's mapping, and its last 7x7 plane ends with it. So a call
 // whose tail vector would reach past the page of its last element runs on
-// padded copies (pooled, so no allocation once warm), the same instructions
-// on the same values: the same bits. An elementwise kernel runs its whole
+// padded copies (kept between calls, so no allocation once warm), the same
+// instructions on the same values: the same bits. An elementwise kernel runs its whole
 // vectors in place and its tail on copies on the stack; a sum, whose lanes
 // carry over the whole call, runs on a copy of its operands: on the stack up
-// to stackElems elements, from a pool above (so no allocation once warm).
+// to stackElems elements, from a free list above (sumFree: no allocation
+// once warm, even after a garbage collection).
 
 // tailCrosses reports whether the masked tail vector of a kernel over n
 // float32s at p reaches beyond the page that holds p[n-1].
