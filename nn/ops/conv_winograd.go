@@ -568,12 +568,13 @@ func wgGT(z0, z1, z2, z3, z4, z5 float64) (r0, r1, r2 float64) {
 // stagePlane copies an h x w plane src into p with rows dld apart (dld ≥ w),
 // zeroing each row's tail and whatever of p follows the last row, as the
 // Winograd weight gradient's tile offsets read it; rows already dld apart
-// are copied whole.
+// are copied whole. The rows past h are zeroed in either case: p may hold
+// another plane from before (the channel split stages the input there).
 func stagePlane(p []float32, dld int, src []float32, h, w int) {
 	if dld == w {
 		copy(p, src)
-		return
+	} else {
+		copyRows(p, dld, src, w, w, dld-w, h)
 	}
-	copyRows(p, dld, src, w, w, dld-w, h)
 	clear(p[h*dld:])
 }

@@ -25,6 +25,10 @@ var winogradCases = []convCase{
 	{n: 3, c: 16, h: 8, w: 8, oc: 24, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}},
 	{n: 4, c: 24, h: 5, w: 6, oc: 16, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}, bias: true},
 	{n: 2, c: 16, h: 3, w: 3, oc: 16, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}},
+	// Rows not whole tiles, columns whole (the staged output gradient's
+	// rows past the image are zeros): on the channel split, then by images.
+	{n: 3, c: 16, h: 6, w: 8, oc: 16, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}},
+	{n: 3, c: 16, h: 10, w: 12, oc: 16, kh: 3, kw: 3, o: Conv2dOpts{Padding: [2]int{1, 1}}},
 }
 
 // winogradTol bounds |Winograd - exact| / Σ|w||x| in float32. The
