@@ -424,9 +424,9 @@ func convGradWeightWinograd(g *convGeom, x, dy, dw, kept []float32, s *convScrat
 // the bits on the image range, as on the other paths. With du nil it sums
 // into s's scratch. It returns du.
 func winogradDwSums(g *convGeom, x, dy, du, kept []float32, s *convScratch, lo, hi int) []float32 {
-	nb, in, out, hw := g.chunk(), g.in(), g.out(), g.h*g.w
+	nb := g.chunk()
 	th, tw, hp, wp := g.winogradTiles()
-	tpi, plane, ps := th*tw, hp*wp, g.winogradPadSize()
+	tpi, plane := th*tw, hp*wp
 	gi := nb * max(1, wgDwTiles/(nb*tpi)) // images a group
 	rs := winogradRow(gi * tpi)
 	vs, ms := winogradStride(g.c*rs), winogradStride(g.oc*rs)
@@ -435,10 +435,7 @@ func winogradDwSums(g *convGeom, x, dy, du, kept []float32, s *convScratch, lo, 
 	// apart, rows dld; zeros past the image where the tiles reach past
 	// it) before the transforms read them: reads straight from the batch,
 	// long out of the caches, wait on memory.
-	dld, dpl := g.w, hw
-	if g.h%4 != 0 || g.w%4 != 0 {
-		dld, dpl = 4*tw, 16*tpi
-	}
+	dld, dpl := g.wgGradLayout()
 	buf := scratch[float32](&s.cols, gi*plane+gi*dpl+576+36*vs)
 	xc, buf := buf[:gi*plane], buf[gi*plane:]
 	dc, buf := buf[:gi*dpl], buf[gi*dpl:]
@@ -464,26 +461,10 @@ func winogradDwSums(g *convGeom, x, dy, du, kept []float32, s *convScratch, lo, 
 		}
 		xoff, doff := s.ioff[:rs], s.ioff[rs:2*rs]
 		for c := 0; c < g.c; c++ {
-			for i := 0; i < k; i++ {
-				p := xc[i*plane : (i+1)*plane]
-				if n := n0 + i; kept != nil {
-					at := n/nb*ps + (c*nb+n%nb)*plane
-					copy(p, kept[at:at+plane])
-				} else {
-					winogradPad(p, wp, hp, x[n*in+c*hw:n*in+(c+1)*hw], g.h, g.w)
-				}
-			}
-			for t0 := 0; t0 < nt; t0 += 16 {
-				wgInputTiles(&xc[0], &xoff[t0], wp, &v[c*rs+t0], vs, &tmp[0])
-			}
+			g.wgInputChannel(c, n0, k, x, kept, xc, xoff, v[c*rs:], vs, tmp)
 		}
 		for o := 0; o < g.oc; o++ {
-			for i := 0; i < k; i++ {
-				stagePlane(dc[i*dpl:(i+1)*dpl], dld, dy[(n0+i)*out+o*hw:(n0+i)*out+(o+1)*hw], g.h, g.w)
-			}
-			for t0 := 0; t0 < nt; t0 += 16 {
-				wgGradTiles(&dc[0], &doff[t0], dld, &m[o*rs+t0], ms, &tmp[0])
-			}
+			g.wgGradChannel(o, n0, k, dy, dc, dld, dpl, doff, m[o*rs:], ms, tmp)
 		}
 		for xi := 0; xi < 36; xi++ {
 			sgemmNTSegs(&s.mm, g.oc, g.c, nt, 1, m[xi*ms:xi*ms+g.oc*rs], rs, 0, v[xi*vs:xi*vs+g.c*rs], boff, 0,
@@ -565,16 +546,57 @@ func wgGT(z0, z1, z2, z3, z4, z5 float64) (r0, r1, r2 float64) {
 	return float64(z0*0.25) - float64(s*(1.0/6)) + float64(p*(1.0/24)), float64(d*(1.0/6)) + float64(q*(1.0/12)), float64((p-s)*(1.0/6)) + z5
 }
 
-// stagePlane copies an h x w plane src into p with rows dld apart (dld ≥ w),
-// zeroing each row's tail and whatever of p follows the last row, as the
-// Winograd weight gradient's tile offsets read it; rows already dld apart
-// are copied whole. The rows past h are zeroed in either case: p may hold
-// another plane from before (the channel split stages the input there).
-func stagePlane(p []float32, dld int, src []float32, h, w int) {
-	if dld == w {
-		copy(p, src)
-	} else {
-		copyRows(p, dld, src, w, w, dld-w, h)
+// wgGradLayout is how the Winograd weight gradient stages an output
+// gradient plane: rows dld apart, planes dpl apart; the plane as it is
+// when whole tiles cover it, else padded to whole tiles (zeros past the
+// image where the tiles reach past it).
+func (g *convGeom) wgGradLayout() (dld, dpl int) {
+	if g.h%4 == 0 && g.w%4 == 0 {
+		return g.w, g.h * g.w
 	}
-	clear(p[h*dld:])
+	th, tw, _, _ := g.winogradTiles()
+	return 4 * tw, 16 * th * tw
+}
+
+// wgInputChannel moves channel c of images [n0, n0+k) into stage (each
+// padded, planes hp·wp apart: from the forward's kept padding, or padded
+// again when kept is nil) and transforms their tiles (xoff) into v, the
+// 36 values vs apart.
+func (g *convGeom) wgInputChannel(c, n0, k int, x, kept, stage []float32, xoff []int32, v []float32, vs int, tmp []float32) {
+	th, tw, hp, wp := g.winogradTiles()
+	nb, in, hw, plane, ps := g.chunk(), g.in(), g.h*g.w, hp*wp, g.winogradPadSize()
+	for i := 0; i < k; i++ {
+		p := stage[i*plane : (i+1)*plane]
+		if n := n0 + i; kept != nil {
+			at := n/nb*ps + (c*nb+n%nb)*plane
+			copy(p, kept[at:at+plane])
+		} else {
+			winogradPad(p, wp, hp, x[n*in+c*hw:n*in+(c+1)*hw], g.h, g.w)
+		}
+	}
+	for t0 := 0; t0 < k*th*tw; t0 += 16 {
+		wgInputTiles(&stage[0], &xoff[t0], wp, &v[t0], vs, &tmp[0])
+	}
+}
+
+// wgGradChannel moves output channel o of images [n0, n0+k) of dy into
+// stage as wgGradLayout lays it out (rows dld apart, planes dpl), zeros
+// past the image included, and transforms their tiles (doff) into m, the
+// 36 values ms apart. The zeros are written each time: stage may hold
+// other planes (the channel split stages the input there too).
+func (g *convGeom) wgGradChannel(o, n0, k int, dy, stage []float32, dld, dpl int, doff []int32, m []float32, ms int, tmp []float32) {
+	out, hw := g.out(), g.h*g.w
+	for i := 0; i < k; i++ {
+		p, src := stage[i*dpl:(i+1)*dpl], dy[(n0+i)*out+o*hw:(n0+i)*out+(o+1)*hw]
+		if dld == g.w {
+			copy(p, src)
+		} else {
+			copyRows(p, dld, src, g.w, g.w, dld-g.w, g.h)
+		}
+		clear(p[g.h*dld:])
+	}
+	th, tw, _, _ := g.winogradTiles()
+	for t0 := 0; t0 < k*th*tw; t0 += 16 {
+		wgGradTiles(&stage[0], &doff[t0], dld, &m[t0], ms, &tmp[0])
+	}
 }

@@ -115,13 +115,9 @@ func (j *wgDwChan) run(i, _ int) {
 		}
 		return
 	}
-	nb, in, out, hw, ps := g.chunk(), g.in(), g.out(), g.h*g.w, g.winogradPadSize()
 	// The output gradient's copy: images dpl apart, rows dld, zeros past
 	// the image where the tiles reach past it (as winogradDwSums).
-	dld, dpl := g.w, hw
-	if g.h%4 != 0 || g.w%4 != 0 {
-		dld, dpl = 4*tw, 16*tpi
-	}
+	dld, dpl := g.wgGradLayout()
 	buf := scratch[float32](&s.cols, gi*max(plane, dpl)+576)
 	stage, tmp := buf[:gi*max(plane, dpl)], buf[gi*max(plane, dpl):]
 	if key := (ioffKey{g, -3, j.k}); s.ioffOf != key || cap(s.ioff) < 2*rs {
@@ -131,27 +127,10 @@ func (j *wgDwChan) run(i, _ int) {
 	xoff, doff := s.ioff[:rs], s.ioff[rs:2*rs]
 	for q := j.pr.claim(); q < g.c+g.oc; q = j.pr.claim() {
 		if c := q; c < g.c {
-			for i := 0; i < j.k; i++ {
-				p := stage[i*plane : (i+1)*plane]
-				if n := j.n0 + i; j.kept != nil {
-					at := n/nb*ps + (c*nb+n%nb)*plane
-					copy(p, j.kept[at:at+plane])
-				} else {
-					winogradPad(p, wp, hp, j.x[n*in+c*hw:n*in+(c+1)*hw], g.h, g.w)
-				}
-			}
-			for t0 := 0; t0 < nt; t0 += 16 {
-				wgInputTiles(&stage[0], &xoff[t0], wp, &j.v[c*rs+t0], vs, &tmp[0])
-			}
+			g.wgInputChannel(c, j.n0, j.k, j.x, j.kept, stage, xoff, j.v[c*rs:], vs, tmp)
 			continue
 		}
 		o := q - g.c
-		for i := 0; i < j.k; i++ {
-			n := j.n0 + i
-			stagePlane(stage[i*dpl:(i+1)*dpl], dld, j.dy[n*out+o*hw:n*out+(o+1)*hw], g.h, g.w)
-		}
-		for t0 := 0; t0 < nt; t0 += 16 {
-			wgGradTiles(&stage[0], &doff[t0], dld, &j.m[o*rs+t0], ms, &tmp[0])
-		}
+		g.wgGradChannel(o, j.n0, j.k, j.dy, stage, dld, dpl, doff, j.m[o*rs:], ms, tmp)
 	}
 }
