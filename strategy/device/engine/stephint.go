@@ -12,8 +12,9 @@ import (
 // unification between float32 and float64: almost always a constant made
 // from a Go float64 (G.NewConstant(math.Sqrt(d)), as `x / math.sqrt(d)` is
 // written in PyTorch) in a float32 model, or a float32 one in a float64
-// model. "" when msg is no such failure.
-func dtypeHint(msg string, model tensor.Dtype) string {
+// model. "" when msg is no such failure. settingName names the precision
+// setting (WithSettingName's; nil: Config.Precision).
+func dtypeHint(msg string, model tensor.Dtype, settingName func(string) string) string {
 	if !strings.Contains(msg, "cannot be unified") || !strings.Contains(msg, "float32") || !strings.Contains(msg, "float64") {
 		return ""
 	}
@@ -21,7 +22,13 @@ func dtypeHint(msg string, model tensor.Dtype) string {
 	if model == tensor.Float64 {
 		other, precision, conv = tensor.Float32, "64", "float64"
 	}
-	return fmt.Sprintf("a %v value meets the model's %v ones (Config.Precision %q): make every constant of the step in the model's dtype, s.Dtype(): G.NewConstant(%s(v)) here, or switch on s.Dtype() in a model that runs in both", other, model, precision, conv)
+	setting := fmt.Sprintf("Config.Precision %q", precision)
+	if settingName != nil {
+		if n := settingName("Precision"); n != "" {
+			setting = n + " " + precision
+		}
+	}
+	return fmt.Sprintf("a %v value meets the model's %v ones (%s): make every constant of the step in the model's dtype, s.Dtype(): G.NewConstant(%s(v)) here, or switch on s.Dtype() in a model that runs in both", other, model, setting, conv)
 }
 
 // matMulHint says what to use when G.Mul was given a tensor of more than
@@ -79,9 +86,9 @@ func parseShape(s string, out *[]int) bool {
 
 // withHint wraps err, a step's failure, with the advice of dtypeHint,
 // matMulHint or logSumExpHint where one applies.
-func withHint(err error, model tensor.Dtype) error {
+func withHint(err error, model tensor.Dtype, settingName func(string) string) error {
 	msg := err.Error()
-	for _, h := range []string{dtypeHint(msg, model), matMulHint(msg), logSumExpHint(msg)} {
+	for _, h := range []string{dtypeHint(msg, model, settingName), matMulHint(msg), logSumExpHint(msg)} {
 		if h != "" {
 			return fmt.Errorf("%s: %w", h, err)
 		}
