@@ -1,11 +1,14 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
 	"gorgonia.org/tensor"
+
+	"github.com/fulgur-ml/fulgur/nn/ops"
 )
 
 // dtypeHint says what to change when a step's graph failed Gorgonia's type
@@ -22,13 +25,29 @@ func dtypeHint(msg string, model tensor.Dtype, settingName func(string) string) 
 	if model == tensor.Float64 {
 		other, precision, conv = tensor.Float32, "64", "float64"
 	}
-	setting := fmt.Sprintf("Config.Precision %q", precision)
+	return fmt.Sprintf("a %v value meets the model's %v ones (%s): make every constant of the step in the model's dtype, s.Dtype(): G.NewConstant(%s(v)) here, or switch on s.Dtype() in a model that runs in both", other, model, precisionSetting(precision, settingName), conv)
+}
+
+// precisionSetting is the precision setting at value ("32", "64") as
+// settingName (WithSettingName's) names it: Config.Precision "64" without
+// one, "-precision 64" for a cli.
+func precisionSetting(value string, settingName func(string) string) string {
 	if settingName != nil {
 		if n := settingName("Precision"); n != "" {
-			setting = n + " " + precision
+			return n + " " + value
 		}
 	}
-	return fmt.Sprintf("a %v value meets the model's %v ones (%s): make every constant of the step in the model's dtype, s.Dtype(): G.NewConstant(%s(v)) here, or switch on s.Dtype() in a model that runs in both", other, model, setting, conv)
+	return fmt.Sprintf("Config.Precision %q", value)
+}
+
+// float64Hint names the setting that makes a float64 model when the step
+// failed with ops.ErrNeedsFloat64 (an op that float32 cannot run exactly);
+// "" otherwise.
+func float64Hint(err error, settingName func(string) string) string {
+	if !errors.Is(err, ops.ErrNeedsFloat64) {
+		return ""
+	}
+	return "set " + precisionSetting("64", settingName)
 }
 
 // matMulHint says what to use when G.Mul was given a tensor of more than
@@ -84,11 +103,11 @@ func parseShape(s string, out *[]int) bool {
 	return true
 }
 
-// withHint wraps err, a step's failure, with the advice of dtypeHint,
-// matMulHint or logSumExpHint where one applies.
+// withHint wraps err, a step's failure, with the advice of float64Hint,
+// dtypeHint, matMulHint or logSumExpHint where one applies.
 func withHint(err error, model tensor.Dtype, settingName func(string) string) error {
 	msg := err.Error()
-	for _, h := range []string{dtypeHint(msg, model, settingName), matMulHint(msg), logSumExpHint(msg)} {
+	for _, h := range []string{float64Hint(err, settingName), dtypeHint(msg, model, settingName), matMulHint(msg), logSumExpHint(msg)} {
 		if h != "" {
 			return fmt.Errorf("%s: %w", h, err)
 		}
