@@ -54,7 +54,8 @@ type PlanInput struct {
 	// started this one, read where a launcher announced local ranks; 0:
 	// unknown, taken as CPUs. A mask narrower than the launcher's was bound
 	// to this rank: the LocalRanks spread over the launcher's cores, so
-	// LocalRanks × CPUs / LauncherCPUs of them (rounded up) share it.
+	// LocalRanks × CPUs / LauncherCPUs of them (rounded up) share it
+	// (cluster.SharingRanks).
 	LauncherCPUs int
 	// BLASThreads and Workers are explicit counts (FULGUR_BLAS_THREADS,
 	// FULGUR_WORKERS); 0 leaves them to the plan.
@@ -68,10 +69,7 @@ func NewPlan(in PlanInput) Plan {
 		cores = min(cores, in.GOMAXPROCS)
 	}
 	p := Plan{Cores: cores, LocalRanks: max(1, in.LocalRanks)}
-	p.SharedBy = p.LocalRanks
-	if in.CPUs > 0 && in.LauncherCPUs > in.CPUs {
-		p.SharedBy = min(p.LocalRanks, max(1, (p.LocalRanks*in.CPUs+in.LauncherCPUs-1)/in.LauncherCPUs))
-	}
+	p.SharedBy = cluster.SharingRanks(p.LocalRanks, in.CPUs, in.LauncherCPUs)
 	p.Budget = max(1, cores/p.SharedBy)
 	p.BLASThreads, p.ThreadsSet = 1, in.BLASThreads > 0
 	if p.ThreadsSet {
@@ -125,7 +123,7 @@ func planInputFromEnv(lookup func(string) (string, bool)) (PlanInput, error) {
 	if e, ok, err := cluster.Detect(cluster.Lookup(lookup)); ok && err == nil && e.LocalWorldSize > 0 {
 		in.LocalRanks = e.LocalWorldSize
 		if in.LocalRanks > 1 {
-			in.LauncherCPUs = launcherCPUs()
+			in.LauncherCPUs = cluster.LauncherCPUs()
 		}
 	}
 	var err error

@@ -1,4 +1,4 @@
-package blas
+package cluster
 
 import (
 	"fmt"
@@ -7,10 +7,13 @@ import (
 	"strings"
 )
 
-// launcherCPUs is the number of cores in the affinity mask of the process
-// that started this one (Cpus_allowed_list of /proc/PPID/status); 0 where
-// it cannot be read.
-func launcherCPUs() int {
+// LauncherCPUs is the number of cores in the affinity mask of the process
+// that started this one, its launcher when a launcher started it
+// (Cpus_allowed_list of /proc/PPID/status); 0 where it cannot be read. A
+// rank whose own mask (runtime.NumCPU) is narrower was bound by its
+// launcher (mpirun's --bind-to, srun's --cpu-bind, numactl): see
+// SharingRanks.
+func LauncherCPUs() int {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", os.Getppid()))
 	if err != nil {
 		return 0
