@@ -13,6 +13,8 @@ import (
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+
+	"github.com/fulgur-ml/fulgur/internal/freelist"
 )
 
 // Native runs multiplies on a BLAS shared library loaded at run time through
@@ -361,7 +363,7 @@ func (o *Native) Threads() int {
 }
 
 // gemmArgs holds the by-pointer scalar arguments of one call and the
-// argument block handed to SyscallN. A pool keeps them on the heap, where
+// argument block handed to SyscallN. A free list keeps them on the heap, where
 // the pointers stay valid, without an allocation per call (a variadic
 // argument list would escape, purego.SyscallN being uintptrescapes), and
 // makes concurrent calls safe.
@@ -377,9 +379,12 @@ type gemmArgs[T float32 | float64] struct {
 	args    [15]uintptr
 }
 
+// free32 and free64 hold the argument blocks between calls: unlike a
+// sync.Pool, a garbage collection leaves them there, so the call after one
+// does not allocate either.
 var (
-	pool32 = sync.Pool{New: func() any { return new(gemmArgs[float32]) }}
-	pool64 = sync.Pool{New: func() any { return new(gemmArgs[float64]) }}
+	free32 freelist.List[gemmArgs[float32]]
+	free64 freelist.List[gemmArgs[float64]]
 )
 
 func trChar(t bool) byte {
@@ -401,8 +406,8 @@ func fits(v ...int) bool {
 
 // call runs the Fortran gemm fn on row-major matrices: cᵀ (n×m) =
 // op(b)ᵀ (n×k) · op(a)ᵀ (k×m) in column-major terms.
-func call[T float32 | float64](fn uintptr, pool *sync.Pool, transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
-	s := pool.Get().(*gemmArgs[T])
+func call[T float32 | float64](fn uintptr, free *freelist.List[gemmArgs[T]], transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
+	s := free.Get()
 	s.ta, s.tb = trChar(transB), trChar(transA)
 	s.m, s.n, s.k = int32(n), int32(m), int32(k)
 	s.lda, s.ldb, s.ldc = int32(ldb), int32(lda), int32(ldc)
@@ -421,7 +426,7 @@ func call[T float32 | float64](fn uintptr, pool *sync.Pool, transA, transB bool,
 	purego.SyscallN(fn, s.args[:]...)
 	runtime.KeepAlive(s)
 	s.a, s.b, s.c = nil, nil, nil
-	pool.Put(s)
+	free.Put(s)
 }
 
 // Sgemm implements Impl.
@@ -430,7 +435,7 @@ func (o *Native) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []floa
 		Gonum{}.Sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
-	call(o.sgemm, &pool32, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	call(o.sgemm, &free32, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
 // Dgemm implements Impl.
@@ -439,5 +444,5 @@ func (o *Native) Dgemm(transA, transB bool, m, n, k int, alpha float64, a []floa
 		Gonum{}.Dgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
-	call(o.dgemm, &pool64, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	call(o.dgemm, &free64, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }

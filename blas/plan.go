@@ -24,10 +24,21 @@ import (
 // threaded multiply on training's small matrices. FULGUR_BLAS_THREADS and
 // FULGUR_WORKERS set either count explicitly; an explicit count may exceed
 // the budget, the other one then drops to what remains.
+//
+// A launcher that binds each rank to cores of its own (mpirun's
+// --bind-to and --map-by ...:PE=n, srun's --cpu-bind, numactl in a
+// wrapper) gives each a mask narrower than its own: the local ranks spread
+// over the launcher's cores, and only those on this rank's share them
+// (SharedBy), where ranks that inherit the launcher's mask (torchrun,
+// fulgur run, ddp_spawn) all share it.
 type Plan struct {
-	Cores       int  // cores given to the process (affinity mask, GOMAXPROCS if lower)
-	LocalRanks  int  // processes or in-process replicas sharing them
-	Budget      int  // Cores / LocalRanks, at least 1
+	Cores      int // cores given to the process (affinity mask, GOMAXPROCS if lower)
+	LocalRanks int // processes or in-process replicas on this machine
+	// SharedBy is how many of the LocalRanks share Cores: all of them,
+	// unless the launcher bound each to cores of its own (see
+	// PlanInput.LauncherCPUs).
+	SharedBy    int
+	Budget      int  // Cores / SharedBy, at least 1
 	Workers     int  // goroutines that run kernels at once
 	BLASThreads int  // threads per multiply
 	ThreadsSet  bool // FULGUR_BLAS_THREADS fixed BLASThreads
@@ -39,6 +50,13 @@ type PlanInput struct {
 	CPUs       int // cores in the affinity mask (runtime.NumCPU)
 	GOMAXPROCS int // runtime.GOMAXPROCS(0); the lower of the two counts
 	LocalRanks int // ranks on this machine (0 or 1: alone)
+	// LauncherCPUs is the cores in the affinity mask of the process that
+	// started this one, read where a launcher announced local ranks; 0:
+	// unknown, taken as CPUs. A mask narrower than the launcher's was bound
+	// to this rank: the LocalRanks spread over the launcher's cores, so
+	// LocalRanks × CPUs / LauncherCPUs of them (rounded up) share it
+	// (cluster.SharingRanks).
+	LauncherCPUs int
 	// BLASThreads and Workers are explicit counts (FULGUR_BLAS_THREADS,
 	// FULGUR_WORKERS); 0 leaves them to the plan.
 	BLASThreads, Workers int
@@ -51,7 +69,8 @@ func NewPlan(in PlanInput) Plan {
 		cores = min(cores, in.GOMAXPROCS)
 	}
 	p := Plan{Cores: cores, LocalRanks: max(1, in.LocalRanks)}
-	p.Budget = max(1, cores/p.LocalRanks)
+	p.SharedBy = cluster.SharingRanks(p.LocalRanks, in.CPUs, in.LauncherCPUs)
+	p.Budget = max(1, cores/p.SharedBy)
 	p.BLASThreads, p.ThreadsSet = 1, in.BLASThreads > 0
 	if p.ThreadsSet {
 		p.BLASThreads = in.BLASThreads
@@ -75,7 +94,11 @@ func (p Plan) String() string {
 		}
 		return fmt.Sprintf("%d %ss", n, unit)
 	}
-	s := fmt.Sprintf("%s, %s: %s x %s", plural(p.Cores, "core"), plural(p.LocalRanks, "local rank"),
+	ranks := plural(p.LocalRanks, "local rank")
+	if p.SharedBy > 0 && p.SharedBy != p.LocalRanks {
+		ranks += fmt.Sprintf(", %d on these cores (bound by the launcher)", p.SharedBy)
+	}
+	s := fmt.Sprintf("%s, %s: %s x %s", plural(p.Cores, "core"), ranks,
 		plural(p.Workers, "worker"), plural(p.BLASThreads, "BLAS thread"))
 	var set []string
 	if p.WorkersSet {
@@ -92,12 +115,16 @@ func (p Plan) String() string {
 
 // planInputFromEnv reads the explicit counts and the local ranks the
 // launcher announces (torchrun's LOCAL_WORLD_SIZE, mpirun's
-// OMPI_COMM_WORLD_LOCAL_SIZE, SLURM's tasks per node). A malformed
+// OMPI_COMM_WORLD_LOCAL_SIZE, SLURM's tasks per node), and then the
+// launcher's affinity mask (the parent process's). A malformed
 // launcher environment counts as one rank here: the strategy reports it.
 func planInputFromEnv(lookup func(string) (string, bool)) (PlanInput, error) {
 	in := PlanInput{CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), LocalRanks: 1}
 	if e, ok, err := cluster.Detect(cluster.Lookup(lookup)); ok && err == nil && e.LocalWorldSize > 0 {
 		in.LocalRanks = e.LocalWorldSize
+		if in.LocalRanks > 1 {
+			in.LauncherCPUs = cluster.LauncherCPUs()
+		}
 	}
 	var err error
 	if in.BLASThreads, err = count(lookup, "FULGUR_BLAS_THREADS", "threads"); err != nil {

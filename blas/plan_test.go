@@ -37,6 +37,15 @@ func TestNewPlan(t *testing.T) {
 		{"FULGUR_WORKERS=1 on 4 cores", blas.PlanInput{CPUs: 4, GOMAXPROCS: 4, Workers: 1}, 4, 4, 1, 4},
 		{"FULGUR_WORKERS=3 on 4 cores", blas.PlanInput{CPUs: 4, GOMAXPROCS: 4, Workers: 3}, 4, 4, 3, 1},
 		{"both explicit", blas.PlanInput{CPUs: 2, GOMAXPROCS: 2, Workers: 2, BLASThreads: 2}, 2, 2, 2, 2},
+		// A launcher that bound its 4 local ranks: to a socket of 8 of its
+		// 16 cores each, 2 ranks on each (mpirun --bind-to socket); to 4
+		// cores each (mpirun --map-by slot:PE=4, srun --cpus-per-task=4).
+		{"4 ranks bound by 2 to 8 of 16 cores", blas.PlanInput{CPUs: 8, GOMAXPROCS: 8, LocalRanks: 4, LauncherCPUs: 16}, 8, 4, 4, 1},
+		{"4 ranks bound to 4 of 16 cores each", blas.PlanInput{CPUs: 4, GOMAXPROCS: 4, LocalRanks: 4, LauncherCPUs: 16}, 4, 4, 4, 1},
+		{"2 ranks bound to 1 of 16 cores each", blas.PlanInput{CPUs: 1, GOMAXPROCS: 1, LocalRanks: 2, LauncherCPUs: 16}, 1, 1, 1, 1},
+		// Ranks that inherit the launcher's mask share it
+		// (taskset -c 0-3 torchrun --nproc-per-node 4).
+		{"4 ranks on the launcher's 4 cores", blas.PlanInput{CPUs: 4, GOMAXPROCS: 4, LocalRanks: 4, LauncherCPUs: 4}, 4, 1, 1, 1},
 	} {
 		p := blas.NewPlan(c.in)
 		if p.Cores != c.cores || p.Budget != c.budget || p.Workers != c.work || p.BLASThreads != c.thread {
@@ -56,6 +65,7 @@ func TestPlanString(t *testing.T) {
 	}{
 		{blas.PlanInput{CPUs: 2, GOMAXPROCS: 2, LocalRanks: 1}, "2 cores, 1 local rank: 2 workers x 1 BLAS thread"},
 		{blas.PlanInput{CPUs: 1, GOMAXPROCS: 1, LocalRanks: 2}, "1 core, 2 local ranks: 1 worker x 1 BLAS thread"},
+		{blas.PlanInput{CPUs: 8, GOMAXPROCS: 8, LocalRanks: 4, LauncherCPUs: 16}, "8 cores, 4 local ranks, 2 on these cores (bound by the launcher): 4 workers x 1 BLAS thread"},
 		{blas.PlanInput{CPUs: 4, GOMAXPROCS: 4, BLASThreads: 2}, "4 cores, 1 local rank: 2 workers x 2 BLAS threads (FULGUR_BLAS_THREADS)"},
 	} {
 		if got := blas.NewPlan(c.in).String(); got != c.want {
@@ -87,7 +97,15 @@ func TestMain(m *testing.M) {
 // key=value lines and its log.
 func runChoose(t *testing.T, env ...string) (map[string]string, string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	return runChooseUnder(t, nil, env...)
+}
+
+// runChooseUnder is runChoose with the child started by the command
+// prefix (taskset -c 0), which execs it.
+func runChooseUnder(t *testing.T, prefix []string, env ...string) (map[string]string, string) {
+	t.Helper()
+	args := append(append([]string(nil), prefix...), os.Args[0], "-test.run=^$")
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), "FULGUR_BLAS_PLAN_CHILD=1")
 	// The test's own environment must not fix the counts.
 	for _, k := range []string{"FULGUR_BLAS_THREADS", "FULGUR_WORKERS", "BLIS_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "GOTO_NUM_THREADS", "LOCAL_WORLD_SIZE"} {

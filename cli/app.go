@@ -276,7 +276,14 @@ func (a App) fit(ctx context.Context, tr *trainer.Trainer, l Loaders, runs runOu
 	// SIGINT and SIGTERM during Fit are the trainer's: it finishes the
 	// step, saves a checkpoint and returns a *trainer.InterruptedError,
 	// which Main turns into the exit status 130 or 143.
-	err := tr.Fit(ctx, a.Model, l.Train, l.Val, opts...)
+	// A model without a ValidationStep (or TestStep) trains without the
+	// data's validation (or test) split, which the trainer would refuse:
+	// the command line has no way to leave a split out.
+	val := l.Val
+	if _, ok := a.Model.(module.Validator); !ok {
+		val = nil
+	}
+	err := tr.Fit(ctx, a.Model, l.Train, val, opts...)
 	fill := func(hash string) {
 		st := tr.Stats()
 		sum.TrainSamplesPerS, sum.Epochs, sum.GlobalStep, sum.WorldSize = math.Round(st.TrainSamplesPerS), st.Epochs, st.GlobalStep, st.WorldSize
@@ -310,7 +317,7 @@ func (a App) fit(ctx context.Context, tr *trainer.Trainer, l Loaders, runs runOu
 	if tr.IsWorker() {
 		return nil
 	}
-	if l.Test != nil {
+	if _, ok := a.Model.(module.Tester); ok && l.Test != nil {
 		res, err := tr.Test(ctx, a.Model, l.Test)
 		if err != nil {
 			return err

@@ -208,7 +208,7 @@ func ReadCSV(r io.Reader, name string) (*History, error) {
 	cr.FieldsPerRecord = -1
 	header, err := cr.Read()
 	if err == io.EOF {
-		return nil, fmt.Errorf("%s is empty: nothing was logged (a run logs every LogEveryNSteps steps and at each epoch end)", name)
+		return nil, fmt.Errorf("%s is empty: nothing was logged (a run logs at each epoch end and every N steps: -log-every-n-steps in a cli program, trainer.Config.LogEveryNSteps in Go)", name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: header: %w", name, err)

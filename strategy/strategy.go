@@ -43,6 +43,11 @@ type Setup struct {
 	// buckets on the communication track, waits on the training one).
 	// nil: profiler.Nop.
 	Profiler profiler.Profiler
+	// SettingName names a trainer.Config field ("Precision") in the
+	// errors of the steps the strategy runs as its user knows it
+	// (trainer.Config.SettingName: a cli's flag); nil or "": its Go name.
+	// Strategies pass it to their engines (engine.WithSettingName).
+	SettingName func(field string) string
 }
 
 // OptimizerOptions control one optimizer step.

@@ -196,7 +196,7 @@ func TestInterruptedSaveTempsRemovedAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+	if err := holdAsWriter(f); err != nil {
 		t.Fatal(err)
 	}
 	lookalikes := []string{write(filepath.Join(ckpts, ".notes.tmp-draft")), write(filepath.Join(elsewhere, "mine.ckpt.tmp-1"))}

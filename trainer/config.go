@@ -8,8 +8,6 @@ import (
 	"os"
 	"reflect"
 	"runtime"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -457,35 +455,17 @@ func (c *Config) distributedSampler() bool {
 func Bool(v bool) *bool { return &v }
 
 // placedByLauncher reports whether this process is one rank of a job that a
-// launcher started (mpirun, torchrun, srun) on a machine with at least
-// devices cores: the launcher placed the ranks, and a rank it bound to one
-// core (as mpirun does) sees only that core in runtime.NumCPU, although the
-// node's ranks share none.
+// launcher started (mpirun, torchrun, srun) and bound to cores of its own,
+// so that the node's devices ranks fit on the launcher's cores: a rank
+// mpirun bound to one core sees only that core in runtime.NumCPU, although
+// the node's ranks share none. Ranks that inherit their launcher's mask
+// (torchrun, or any launcher run under taskset) share it, as a process's
+// own ranks do (cluster.SharingRanks).
 func placedByLauncher(devices int) bool {
 	e, ok, err := cluster.Detect(cluster.OSLookup)
-	return ok && err == nil && e.WorldSize > 1 && devices <= onlineCPUs()
-}
-
-// onlineCPUs is the machine's online cores, whatever this process's
-// affinity (Linux's /sys/devices/system/cpu/online); runtime.NumCPU where
-// that cannot be read.
-func onlineCPUs() int {
-	b, err := os.ReadFile("/sys/devices/system/cpu/online")
-	if err != nil {
-		return runtime.NumCPU()
+	if !ok || err != nil || e.WorldSize <= 1 {
+		return false
 	}
-	n := 0
-	for _, r := range strings.Split(strings.TrimSpace(string(b)), ",") {
-		lo, hi, ok := strings.Cut(r, "-")
-		a, err1 := strconv.Atoi(lo)
-		z, err2 := a, error(nil)
-		if ok {
-			z, err2 = strconv.Atoi(hi)
-		}
-		if err1 != nil || err2 != nil || z < a {
-			return runtime.NumCPU()
-		}
-		n += z - a + 1
-	}
-	return max(n, runtime.NumCPU())
+	cores := runtime.NumCPU()
+	return cluster.SharingRanks(devices, cores, cluster.LauncherCPUs()) <= cores
 }

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
-	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -13,13 +13,19 @@ import (
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
-const coreWarnChild = "FULGUR_TEST_CORE_WARN_CHILD"
+const (
+	coreWarnChild    = "FULGUR_TEST_CORE_WARN_CHILD"
+	coreWarnLauncher = "FULGUR_TEST_CORE_WARN_LAUNCHER"
+)
 
 // TestNoCoreWarningForARankALauncherBound: mpirun binds each rank to one
 // core, so a rank of a 2-rank job (Devices 2) sees one core in
 // runtime.NumCPU; it must not warn that Devices is above the cores (every
 // rank did), while a process bound to one core that launches its own 2
-// ranks there still does. The children run under an affinity of one core.
+// ranks there still does, and so does a rank whose launcher ran on that
+// one core (taskset -c 0 torchrun): its ranks inherit the launcher's mask
+// and share it. The children run under taskset -c of one core, started by
+// this process (the launcher that bound them) or by a launcher under it.
 func TestNoCoreWarningForARankALauncherBound(t *testing.T) {
 	if os.Getenv(coreWarnChild) != "" {
 		var out bytes.Buffer
@@ -29,8 +35,18 @@ func TestNoCoreWarningForARankALauncherBound(t *testing.T) {
 		os.Stderr.Write(out.Bytes())
 		return
 	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	if os.Getenv(coreWarnLauncher) != "" {
+		cmd := exec.Command(os.Args[0], "-test.run", "^TestNoCoreWarningForARankALauncherBound$")
+		cmd.Env = append(os.Environ(), coreWarnLauncher+"=", coreWarnChild+"=1")
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if _, err := exec.LookPath("taskset"); err != nil {
+		t.Skipf("binds its children with taskset (util-linux): %v", err)
+	}
 	var all unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &all); err != nil {
 		t.Fatal(err)
@@ -38,28 +54,25 @@ func TestNoCoreWarningForARankALauncherBound(t *testing.T) {
 	if all.Count() < 2 {
 		t.Skip("one core: Devices 2 is above the machine's cores, and the warning is right")
 	}
-	defer unix.SchedSetaffinity(0, &all)
-	var one unix.CPUSet
-	for c := 0; c < 1024; c++ {
+	one := -1
+	for c := 0; one < 0; c++ {
 		if all.IsSet(c) {
-			one.Set(c)
-			break
+			one = c
 		}
 	}
-	if err := unix.SchedSetaffinity(0, &one); err != nil {
-		t.Fatal(err)
-	}
+	torchrun := []string{"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29500"}
 	for _, tc := range []struct {
 		what string
 		env  []string
 		warn bool
 	}{
-		{"rank 1 of 2 under mpirun", []string{"OMPI_COMM_WORLD_RANK=1", "OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_LOCAL_RANK=1", "OMPI_COMM_WORLD_LOCAL_SIZE=2"}, false},
-		{"rank 0 of 2 under torchrun", []string{"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29500"}, false},
-		{"a process that launches its own ranks", nil, true},
+		{"rank 1 of 2 under mpirun", []string{"OMPI_COMM_WORLD_RANK=1", "OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_LOCAL_RANK=1", "OMPI_COMM_WORLD_LOCAL_SIZE=2", coreWarnChild + "=1"}, false},
+		{"rank 0 of 2 under torchrun", append(torchrun, coreWarnChild+"=1"), false},
+		{"a process that launches its own ranks", []string{coreWarnChild + "=1"}, true},
+		{"rank 0 of 2 of a torchrun that runs on that core", append(torchrun, coreWarnLauncher+"=1"), true},
 	} {
-		cmd := exec.Command(os.Args[0], "-test.run", "^TestNoCoreWarningForARankALauncherBound$")
-		cmd.Env = append(cleanLaunchEnv(), append(tc.env, coreWarnChild+"=1")...)
+		cmd := exec.Command("taskset", "-c", strconv.Itoa(one), os.Args[0], "-test.run", "^TestNoCoreWarningForARankALauncherBound$")
+		cmd.Env = append(cleanLaunchEnv(), tc.env...)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", tc.what, err, out)

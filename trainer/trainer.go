@@ -295,6 +295,7 @@ func (t *Trainer) setup(ctx context.Context, m module.Module, fields []data.Fiel
 	err = st.Setup(ctx, strategy.Setup{
 		Module: m, Specs: specs, Dtype: t.dtype(), Seed: t.cfg.Seed, Deterministic: t.cfg.Deterministic, Fields: fields,
 		NewOptimizer: newOpt, Log: *t.cfg.Log, Profiler: t.cfg.Profiler, SyncBatchNorm: t.cfg.SyncBatchNorm,
+		SettingName: t.cfg.SettingName,
 	})
 	if err != nil {
 		return fmt.Errorf("strategy %s: setup: %w", st.Info().Name, err)

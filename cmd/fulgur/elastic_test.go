@@ -100,7 +100,7 @@ func (d die) OnTrainBatchEnd(ctx context.Context, s *trainer.State) error {
 	}
 	switch {
 	case d.how == "kill" && os.Getenv(launch.EnvRestartCount) <= "0": // the first attempt, or no elastic launcher
-		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		killSelf()
 	case d.how == "panic":
 		panic(fmt.Sprintf("user code fails at step %d", d.step))
 	}

@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
@@ -20,6 +21,12 @@ type EmbeddingOpts struct {
 // maxExactIndex32 is the largest whole number below which float32 holds
 // every integer.
 const maxExactIndex32 = 1 << 24
+
+// ErrNeedsFloat64 is in the error of an op that a float32 model cannot run
+// exactly (an Embedding table of more than 2^24 rows, whose ids float32
+// does not all hold): the fix is a float64 model, and whoever runs the
+// step names the setting that makes one (the engine says which).
+var ErrNeedsFloat64 = errors.New("train in float64")
 
 // Embedding looks up rows of weight [rows, dim] at indices (any shape,
 // holding whole numbers 0..rows-1 in the weight's dtype, as the batch's
@@ -46,7 +53,7 @@ func Embedding(indices, weight *G.Node, o EmbeddingOpts) (*G.Node, error) {
 		return nil, fmt.Errorf("%s weight has shape %v: want [rows, dim]", what, ws)
 	}
 	if weight.Dtype() == tensor.Float32 && ws[0] > maxExactIndex32 {
-		return nil, fmt.Errorf("%s weight has %d rows: float32 indices are exact only up to %d; train in float64 (Precision \"64\") for a larger table", what, ws[0], maxExactIndex32)
+		return nil, fmt.Errorf("%s weight has %d rows: float32 indices are exact only up to %d; %w for a larger table", what, ws[0], maxExactIndex32, ErrNeedsFloat64)
 	}
 	if o.HasPadding && (o.PaddingIdx < 0 || o.PaddingIdx >= ws[0]) {
 		return nil, fmt.Errorf("%s: padding index %d is out of range for a table of %d rows: use 0..%d", what, o.PaddingIdx, ws[0], ws[0]-1)

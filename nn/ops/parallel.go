@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/fulgur-ml/fulgur/blas"
+	"github.com/fulgur-ml/fulgur/internal/freelist"
 )
 
 // Loops around the multiplies (im2col, normalisation, elementwise) can run on
@@ -509,34 +510,13 @@ func (j *loopJob[T]) piece(lo, hi int) {
 	}
 }
 
-// freeList holds values between calls, like a sync.Pool that a garbage
-// collection does not empty: a sync.Pool drops what it holds at every
-// GC, so the call after one allocates again, which the ops promise not
-// to do once warm (the allocation tests; a GC can run during any call).
-// The lists stay short: a value is taken for one call and put back.
-type freeList[E any] struct {
-	mu   sync.Mutex
-	free []*E
-}
+// freeList holds values between calls without losing them at a GC
+// (internal/freelist, which blas shares): the ops promise not to allocate
+// once warm, and a GC can run during any call.
+type freeList[E any] struct{ l freelist.List[E] }
 
-// get takes a value from the list, or a new one when it is empty.
-func (l *freeList[E]) get() *E {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if k := len(l.free); k > 0 {
-		e := l.free[k-1]
-		l.free = l.free[:k-1]
-		return e
-	}
-	return new(E)
-}
-
-// put gives e back for a later get.
-func (l *freeList[E]) put(e *E) {
-	l.mu.Lock()
-	l.free = append(l.free, e)
-	l.mu.Unlock()
-}
+func (f *freeList[E]) get() *E  { return f.l.Get() }
+func (f *freeList[E]) put(e *E) { f.l.Put(e) }
 
 var (
 	loopFree32 freeList[loopJob[float32]]

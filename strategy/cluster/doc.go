@@ -3,6 +3,9 @@
 // variables a launcher sets. It reads them only through a lookup function
 // (os.LookupEnv in production via OSLookup, a map in tests), opens no socket
 // and must not import any collective backend, trainer or strategy.
+// LauncherCPUs and SharingRanks say how many of a node's ranks share this
+// process's cores: all of them, unless the launcher bound each to cores of
+// its own.
 //
 // # Detection order
 //

@@ -309,7 +309,7 @@ func (d *DDP) setupReplica(ctx context.Context, su strategy.Setup) (*module.Stor
 	// buckets are being reduced, so their reduction overlaps the rest of
 	// the pass.
 	inFlight := func() bool { return len(d.pending) > 0 }
-	opts := append(replica.StatSyncOption(ddpStatSync{d}, d.world, su.SyncBatchNorm), engine.WithGradReady(d.gradReady), engine.WithCommInFlight(inFlight))
+	opts := append(replica.StatSyncOption(ddpStatSync{d}, d.world, su.SyncBatchNorm), engine.WithGradReady(d.gradReady), engine.WithCommInFlight(inFlight), engine.WithSettingName(su.SettingName))
 	d.eng = engine.New(su.Module, store, su.Fields, replica.Seed(su.Seed, d.rank), opts...)
 	d.rep = replica.NewGraphs(d.eng)
 	if d.localRanks > 1 {

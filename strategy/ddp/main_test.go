@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -78,9 +77,9 @@ type dying struct {
 func (d *dying) OnTrainBatchStart(ctx context.Context, b *data.Batch, batchIdx int) error {
 	if r, _ := strconv.Atoi(os.Getenv("RANK")); r == d.rank && batchIdx == d.batch {
 		if d.stop {
-			syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			stopSelf()
 		} else {
-			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			kill(os.Getpid())
 		}
 	}
 	return nil

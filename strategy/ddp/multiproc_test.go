@@ -17,7 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -233,7 +232,7 @@ func TestDDPStoppedRankEnds(t *testing.T) {
 	left := survivors(t, marker)
 	for _, p := range left {
 		if pid, err := strconv.Atoi(p); err == nil {
-			syscall.Kill(pid, syscall.SIGKILL)
+			kill(pid)
 		}
 	}
 	if len(left) > 0 {

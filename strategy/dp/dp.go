@@ -105,7 +105,7 @@ func (d *DP) Setup(ctx context.Context, su strategy.Setup) error {
 		if i > 0 {
 			st = store.Clone()
 		}
-		opts := replica.StatSyncOption(replicaStatSync{d.sync, i}, n, su.SyncBatchNorm)
+		opts := append(replica.StatSyncOption(replicaStatSync{d.sync, i}, n, su.SyncBatchNorm), engine.WithSettingName(su.SettingName))
 		d.engs[i] = replica.NewGraphs(engine.New(su.Module, st, su.Fields, replica.Seed(su.Seed, i), opts...))
 	}
 	if n > 1 {

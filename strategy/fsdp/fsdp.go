@@ -340,7 +340,7 @@ func (f *FSDP) Setup(ctx context.Context, su strategy.Setup) error {
 		}
 	}
 	sh := &engine.Sharding{Units: f.units, Scratch: scratch, KeepAfterForward: f.cfg.KeepAfterForward, NoPrefetch: f.cfg.NoPrefetch, Gather: f.gather, Reduce: f.reduce}
-	opts := append([]engine.Option{engine.WithSharding(sh)}, replica.StatSyncOption(replica.StatSync(f.c), f.job.World(), su.SyncBatchNorm)...)
+	opts := append([]engine.Option{engine.WithSharding(sh), engine.WithSettingName(su.SettingName)}, replica.StatSyncOption(replica.StatSync(f.c), f.job.World(), su.SyncBatchNorm)...)
 	f.eng = engine.New(su.Module, st, su.Fields, replica.Seed(su.Seed, f.job.Rank()), opts...)
 	f.rep = replica.NewGraphs(f.eng)
 	if f.opt, f.sched, err = su.NewOptimizer(); err != nil {

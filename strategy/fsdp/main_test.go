@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -160,7 +159,7 @@ func (d dieAtStep) OnTrainBatchEnd(ctx context.Context, s *trainer.State) error 
 		if err := os.WriteFile(filepath.Join(d.dir, "died_rank1"), nil, 0o644); err != nil {
 			return err
 		}
-		return syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		return killSelf()
 	}
 	return nil
 }

@@ -83,9 +83,9 @@ func elasticChild(how string) {
 	if failing && rank == who {
 		switch f[0] {
 		case "kill":
-			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			signalSelf(syscall.SIGKILL)
 		case "int":
-			syscall.Kill(os.Getpid(), syscall.SIGINT) // no handler: dies of it
+			signalSelf(syscall.SIGINT) // no handler: dies of it
 			select {}
 		case "panic":
 			panic("boom at step 5")

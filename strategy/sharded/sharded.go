@@ -239,7 +239,7 @@ func (s *Sharded) Setup(ctx context.Context, su strategy.Setup) error {
 		s.buf = newFlat(s, st.Data64(), st.Grad64(), s.opt.Update64)
 	}
 	sh := &engine.Sharding{Units: s.units, Reduce: s.buf.reduce}
-	opts := append([]engine.Option{engine.WithSharding(sh)}, replica.StatSyncOption(replica.StatSync(s.c), s.job.World(), su.SyncBatchNorm)...)
+	opts := append([]engine.Option{engine.WithSharding(sh), engine.WithSettingName(su.SettingName)}, replica.StatSyncOption(replica.StatSync(s.c), s.job.World(), su.SyncBatchNorm)...)
 	s.eng = engine.New(su.Module, st, su.Fields, replica.Seed(su.Seed, s.job.Rank()), opts...)
 	s.rep = replica.NewGraphs(s.eng)
 	return nil

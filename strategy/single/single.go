@@ -39,7 +39,7 @@ func (s *Single) Setup(ctx context.Context, su strategy.Setup) error {
 	if err != nil {
 		return err
 	}
-	s.eng = engine.New(su.Module, store, su.Fields, su.Seed)
+	s.eng = engine.New(su.Module, store, su.Fields, su.Seed, engine.WithSettingName(su.SettingName))
 	s.opt, s.sched, err = su.NewOptimizer()
 	if err != nil {
 		return err

@@ -73,6 +73,8 @@ type Engine struct {
 	beforeBackward func(loss float64) error
 	// commInFlight: WithCommInFlight's; nil: never.
 	commInFlight func() bool
+	// settingName: WithSettingName's; nil: Go names.
+	settingName func(field string) string
 }
 
 type key struct {
@@ -186,6 +188,14 @@ func WithCommInFlight(inFlight func() bool) Option {
 // syncing. Strategies pass it when they run more than one replica.
 func WithStatSync(s module.StatSyncer, all bool) Option {
 	return func(e *Engine) { e.sync = module.NewStatSync(s, all) }
+}
+
+// WithSettingName makes the advice the engine adds to a step's error name a
+// trainer.Config field ("Precision") as name gives it (trainer.Config.
+// SettingName, which strategies get in strategy.Setup: a cli's flag); nil,
+// or "" for a field: Config.Precision.
+func WithSettingName(name func(field string) string) Option {
+	return func(e *Engine) { e.settingName = name }
 }
 
 // New makes an engine for module m over store; fields describe the batches it
@@ -651,6 +661,12 @@ func Build(m module.Module, store *module.Store, mode module.Mode, batch int, fi
 // BuildWith is Build with the step's StatSync (nil: none)
 // and run key (nil: none).
 func BuildWith(m module.Module, store *module.Store, mode module.Mode, batch int, fields []data.Field, seed uint64, sync *module.StatSync, runKey *uint64) (s *module.Step, loss *G.Node, err error) {
+	return build(m, store, mode, batch, fields, seed, sync, runKey, nil)
+}
+
+// build is BuildWith whose errors' advice names settings by settingName
+// (WithSettingName's).
+func build(m module.Module, store *module.Store, mode module.Mode, batch int, fields []data.Field, seed uint64, sync *module.StatSync, runKey *uint64, settingName func(string) string) (s *module.Step, loss *G.Node, err error) {
 	ins := make([]module.StepInput, len(fields))
 	for i, f := range fields {
 		ins[i] = module.StepInput{Name: f.Name, Shape: f.Shape}
@@ -662,7 +678,7 @@ func BuildWith(m module.Module, store *module.Store, mode module.Mode, batch int
 	defer func() {
 		if r := recover(); r != nil {
 			// The step is the user's code: keep the value and their frames.
-			err = fmt.Errorf("%s: %w", stepName(mode), withHint(panics.Recovered(r), store.Dtype()))
+			err = fmt.Errorf("%s: %w", stepName(mode), withHint(panics.Recovered(r), store.Dtype(), settingName))
 		}
 	}()
 	switch mode {
@@ -699,7 +715,7 @@ func BuildWith(m module.Module, store *module.Store, mode module.Mode, batch int
 		s.SetOutput(out)
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", stepName(mode), withHint(err, store.Dtype()))
+		return nil, nil, fmt.Errorf("%s: %w", stepName(mode), withHint(err, store.Dtype(), settingName))
 	}
 	return s, loss, nil
 }
@@ -717,7 +733,7 @@ func stepName(m module.Mode) string {
 }
 
 func (e *Engine) compile(mode module.Mode, batch int, fields []data.Field) (c *compiled, err error) {
-	s, loss, err := BuildWith(e.mod, e.store, mode, batch, fields, e.seed, e.sync, &e.runKey)
+	s, loss, err := build(e.mod, e.store, mode, batch, fields, e.seed, e.sync, &e.runKey, e.settingName)
 	if err != nil {
 		return nil, err
 	}

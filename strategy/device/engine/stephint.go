@@ -1,19 +1,23 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
 	"gorgonia.org/tensor"
+
+	"github.com/fulgur-ml/fulgur/nn/ops"
 )
 
 // dtypeHint says what to change when a step's graph failed Gorgonia's type
 // unification between float32 and float64: almost always a constant made
 // from a Go float64 (G.NewConstant(math.Sqrt(d)), as `x / math.sqrt(d)` is
 // written in PyTorch) in a float32 model, or a float32 one in a float64
-// model. "" when msg is no such failure.
-func dtypeHint(msg string, model tensor.Dtype) string {
+// model. "" when msg is no such failure. settingName names the precision
+// setting (WithSettingName's; nil: Config.Precision).
+func dtypeHint(msg string, model tensor.Dtype, settingName func(string) string) string {
 	if !strings.Contains(msg, "cannot be unified") || !strings.Contains(msg, "float32") || !strings.Contains(msg, "float64") {
 		return ""
 	}
@@ -21,7 +25,29 @@ func dtypeHint(msg string, model tensor.Dtype) string {
 	if model == tensor.Float64 {
 		other, precision, conv = tensor.Float32, "64", "float64"
 	}
-	return fmt.Sprintf("a %v value meets the model's %v ones (Config.Precision %q): make every constant of the step in the model's dtype, s.Dtype(): G.NewConstant(%s(v)) here, or switch on s.Dtype() in a model that runs in both", other, model, precision, conv)
+	return fmt.Sprintf("a %v value meets the model's %v ones (%s): make every constant of the step in the model's dtype, s.Dtype(): G.NewConstant(%s(v)) here, or switch on s.Dtype() in a model that runs in both", other, model, precisionSetting(precision, settingName), conv)
+}
+
+// precisionSetting is the precision setting at value ("32", "64") as
+// settingName (WithSettingName's) names it: Config.Precision "64" without
+// one, "-precision 64" for a cli.
+func precisionSetting(value string, settingName func(string) string) string {
+	if settingName != nil {
+		if n := settingName("Precision"); n != "" {
+			return n + " " + value
+		}
+	}
+	return fmt.Sprintf("Config.Precision %q", value)
+}
+
+// float64Hint names the setting that makes a float64 model when the step
+// failed with ops.ErrNeedsFloat64 (an op that float32 cannot run exactly);
+// "" otherwise.
+func float64Hint(err error, settingName func(string) string) string {
+	if !errors.Is(err, ops.ErrNeedsFloat64) {
+		return ""
+	}
+	return "set " + precisionSetting("64", settingName)
 }
 
 // matMulHint says what to use when G.Mul was given a tensor of more than
@@ -77,11 +103,11 @@ func parseShape(s string, out *[]int) bool {
 	return true
 }
 
-// withHint wraps err, a step's failure, with the advice of dtypeHint,
-// matMulHint or logSumExpHint where one applies.
-func withHint(err error, model tensor.Dtype) error {
+// withHint wraps err, a step's failure, with the advice of float64Hint,
+// dtypeHint, matMulHint or logSumExpHint where one applies.
+func withHint(err error, model tensor.Dtype, settingName func(string) string) error {
 	msg := err.Error()
-	for _, h := range []string{dtypeHint(msg, model), matMulHint(msg), logSumExpHint(msg)} {
+	for _, h := range []string{float64Hint(err, settingName), dtypeHint(msg, model, settingName), matMulHint(msg), logSumExpHint(msg)} {
 		if h != "" {
 			return fmt.Errorf("%s: %w", h, err)
 		}
