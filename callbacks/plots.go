@@ -107,6 +107,13 @@ func (p *Plots) OnFitEnd(ctx context.Context, s *trainer.State) error {
 		return nil
 	}
 	p.rootDir, p.world, p.finished = s.RootDir, s.WorldSize, true
+	if _, err := plot.FindMetrics(p.cfg.Dir); err != nil && s.Metrics.Len() == 0 {
+		// Nothing was logged, so no logger wrote a metrics.csv: the run
+		// trained, and there is nothing to draw.
+		p.finished = false
+		s.Warn("Plots: the fit logged no metrics (no s.Log in the module's steps), so there is no metrics.csv to draw: no charts and no report")
+		return nil
+	}
 	h, _, err := plot.ReadRun(p.cfg.Dir)
 	if err != nil {
 		return fmt.Errorf("%w (add a CSVLogger writing into the Plots directory)", err)

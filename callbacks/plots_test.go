@@ -217,13 +217,13 @@ func TestPlotsErrors(t *testing.T) {
 	if _, err := callbacks.NewPlots(callbacks.PlotsConfig{}); err == nil || !strings.Contains(err.Error(), "Dir is empty") {
 		t.Errorf("err = %v, want Dir is empty", err)
 	}
-	// No CSV logger: the error says what to add.
+	// Metrics logged but no CSV logger: the error says what to add.
 	dir := t.TempDir()
 	p, err := callbacks.NewPlots(callbacks.PlotsConfig{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = p.OnFitEnd(context.Background(), &trainer.State{IsGlobalZero: true})
+	err = p.OnFitEnd(context.Background(), &trainer.State{IsGlobalZero: true, Metrics: trainer.MetricsOf(map[string]float64{"train_loss": 1})})
 	if err == nil || !strings.Contains(err.Error(), "add a CSVLogger") {
 		t.Errorf("err = %v, want one asking for a CSVLogger", err)
 	}
