@@ -13,7 +13,9 @@
 //   - FULGUR_BLAS: auto (BLIS or OpenBLAS when the dynamic loader finds
 //     them, loaded at run time through purego; else gonum), blis, openblas
 //     or gonum;
-//   - FULGUR_BLAS_THREADS: threads per multiply (default 1);
+//   - FULGUR_BLAS_THREADS: threads per multiply (default 1; the library's
+//     own OMP_NUM_THREADS, OPENBLAS_NUM_THREADS or BLIS_NUM_THREADS do not
+//     set it, and Choose warns, naming one set to another count);
 //   - FULGUR_WORKERS: goroutines running kernels at once (default the cores
 //     given to the process over the ranks on this machine).
 //

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -38,6 +39,14 @@ type Native struct {
 	// serial: a build without threading (libblis4-serial), which keeps
 	// reporting the count set although every call runs on one thread.
 	serial bool
+	// ompSet is omp_set_num_threads for an OpenMP build of OpenBLAS
+	// (libopenblas0-openmp), else 0. Such a build runs each call on the
+	// calling thread's OpenMP count (omp_get_max_threads), which
+	// openblas_set_num_threads sets on its caller's thread only: the ops'
+	// workers, on other threads, ran on the default, every core, each.
+	// Every call sets ompThreads on its thread first.
+	ompSet     uintptr
+	ompThreads atomic.Int32
 }
 
 var _ Impl = (*Native)(nil)
@@ -136,6 +145,11 @@ func (l *library) open() (*Native, error) {
 		}
 		if l == blis {
 			o.serial = !blisThreaded(h)
+		}
+		if l == openBLAS && openBLASOpenMP(h) {
+			o.ompSet, _ = purego.Dlsym(h, "omp_set_num_threads")
+			r, _, _ := purego.SyscallN(o.getThr)
+			o.ompThreads.Store(max(1, int32(r)))
 		}
 		o.version = l.describe(h)
 		if l == blis && strings.HasSuffix(o.version, " generic") {
@@ -288,6 +302,17 @@ func blisThreaded(h uintptr) bool {
 	return int64(r) != 0
 }
 
+// openBLASOpenMP reports whether OpenBLAS was built with OpenMP
+// (openblas_get_parallel: 0 sequential, 1 pthreads, 2 OpenMP).
+func openBLASOpenMP(h uintptr) bool {
+	p, err := purego.Dlsym(h, "openblas_get_parallel")
+	if err != nil || p == 0 {
+		return false
+	}
+	r, _, _ := purego.SyscallN(p)
+	return int32(r) == 2
+}
+
 // blisArch is the kernel configuration BLIS runs (its first call fixes it,
 // from BLIS_ARCH_TYPE or its own processor detection).
 func blisArch(h uintptr) string {
@@ -341,6 +366,7 @@ func (o *Native) SetThreads(n int) error {
 	if n < 1 {
 		return fmt.Errorf("blas: %s thread count %d: use 1 or more", o.lib.kind, n)
 	}
+	o.ompThreads.Store(int32(min(n, 1<<30)))
 	purego.SyscallN(o.setThr, uintptr(n))
 	return nil
 }
@@ -377,6 +403,7 @@ type gemmArgs[T float32 | float64] struct {
 	// addresses in args stay valid.
 	a, b, c []T
 	args    [15]uintptr
+	omp     [1]uintptr // omp_set_num_threads's argument
 }
 
 // free32 and free64 hold the argument blocks between calls: unlike a
@@ -405,8 +432,10 @@ func fits(v ...int) bool {
 }
 
 // call runs the Fortran gemm fn on row-major matrices: cᵀ (n×m) =
-// op(b)ᵀ (n×k) · op(a)ᵀ (k×m) in column-major terms.
-func call[T float32 | float64](fn uintptr, free *freelist.List[gemmArgs[T]], transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
+// op(b)ᵀ (n×k) · op(a)ᵀ (k×m) in column-major terms. With ompSet (an
+// OpenMP build) it first sets the thread count on the thread that calls,
+// kept for both calls.
+func call[T float32 | float64](fn, ompSet uintptr, threads int32, free *freelist.List[gemmArgs[T]], transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
 	s := free.Get()
 	s.ta, s.tb = trChar(transB), trChar(transA)
 	s.m, s.n, s.k = int32(n), int32(m), int32(k)
@@ -423,7 +452,15 @@ func call[T float32 | float64](fn uintptr, free *freelist.List[gemmArgs[T]], tra
 		uintptr(unsafe.Pointer(unsafe.SliceData(s.c))), uintptr(unsafe.Pointer(&s.ldc)),
 		1, 1, // hidden lengths of the two character arguments (gfortran ABI)
 	}
-	purego.SyscallN(fn, s.args[:]...)
+	if ompSet != 0 {
+		runtime.LockOSThread()
+		s.omp[0] = uintptr(threads)
+		purego.SyscallN(ompSet, s.omp[:]...)
+		purego.SyscallN(fn, s.args[:]...)
+		runtime.UnlockOSThread()
+	} else {
+		purego.SyscallN(fn, s.args[:]...)
+	}
 	runtime.KeepAlive(s)
 	s.a, s.b, s.c = nil, nil, nil
 	free.Put(s)
@@ -435,7 +472,7 @@ func (o *Native) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []floa
 		Gonum{}.Sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
-	call(o.sgemm, &free32, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	call(o.sgemm, o.ompSet, o.ompThreads.Load(), &free32, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
 // Dgemm implements Impl.
@@ -444,5 +481,5 @@ func (o *Native) Dgemm(transA, transB bool, m, n, k int, alpha float64, a []floa
 		Gonum{}.Dgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
-	call(o.dgemm, &free64, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	call(o.dgemm, o.ompSet, o.ompThreads.Load(), &free64, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }

@@ -101,8 +101,37 @@ func Choose(log zerolog.Logger, o ChooseOptions) (Choice, error) {
 	ev.Str("blas", c.Impl.Name()).Msg("matrix multiply")
 	c.Plan = setPlan(c.in)
 	log.Info().Msg("threads: " + c.Plan.String())
+	if n, ok := c.Impl.(*Native); ok {
+		warnLibraryThreadVars(log, o, n.Kind(), c.Plan.BLASThreads, n.Threaded())
+	}
 	chosen = &c
 	return c, nil
+}
+
+// warnLibraryThreadVars says which of the library's own thread variables
+// (OMP_NUM_THREADS, a PyTorch habit; OPENBLAS_NUM_THREADS, ...) the
+// environment sets to a count other than the plan's: the plan sets the
+// library's count over them, and FULGUR_BLAS_THREADS is what changes it.
+func warnLibraryThreadVars(log zerolog.Logger, o ChooseOptions, kind string, threads int, threaded bool) {
+	lookup := o.Lookup
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	vars := []string{"OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"}
+	if kind == "blis" {
+		vars = []string{"BLIS_NUM_THREADS", "OMP_NUM_THREADS"}
+	}
+	for _, k := range vars {
+		v, ok := lookup(k)
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		switch {
+		case !ok || err != nil || n == threads:
+		case !threaded:
+			log.Warn().Msgf("%s=%s is not the count of a multiply here: this %s is a build without threading (one thread a multiply whatever is asked); install its threaded build and set FULGUR_BLAS_THREADS=%d to ask for %d", k, v, kind, n, n)
+		default:
+			log.Warn().Msgf("%s=%s is not the count of a multiply here: fulgur sets %s's to the plan's %d (the threads line); set FULGUR_BLAS_THREADS=%d to ask for %d", k, v, kind, threads, n, n)
+		}
+	}
 }
 
 // conflict is the error of a later Choose whose configuration asks for

@@ -87,10 +87,39 @@ func TestMain(m *testing.M) {
 		fmt.Printf("impl=%s\nlibrary_threads=%d\nworkers=%d\ncores=%d\n", c.Impl.Name(), blas.Threads(), blas.Workers(), blas.Cores())
 		if n, ok := c.Impl.(*blas.Native); ok {
 			fmt.Printf("kind=%s\nreported=%d\nthreaded=%v\n", n.Kind(), n.Threads(), n.Threaded())
+			fmt.Printf("reported_after_calls=%d\n", threadsAfterCallsElsewhere(n))
 		}
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
+}
+
+// threadsAfterCallsElsewhere multiplies matrices large enough for the
+// library to split them between threads, from goroutines locked to OS
+// threads of their own (as the ops' workers run on whatever threads the Go
+// scheduler gives them, none of them the thread that set the count), then
+// returns the count the library reports. OpenMP OpenBLAS takes each call's
+// count from the calling thread's OpenMP setting and keeps it as its own, so
+// a count set on one thread only shows here as the default (the cores).
+func threadsAfterCallsElsewhere(n *blas.Native) int {
+	const size = 192
+	a, b := make([]float32, size*size), make([]float32, size*size)
+	for i := range a {
+		a[i], b[i] = float32(i%7), float32(i%5)
+	}
+	done := make(chan struct{})
+	for range 4 {
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+			c := make([]float32, size*size)
+			n.Sgemm(false, false, size, size, size, 1, a, size, b, size, 0, c, size)
+			done <- struct{}{}
+		}()
+	}
+	for range 4 {
+		<-done
+	}
+	return n.Threads()
 }
 
 // runChoose runs Choose in a child process with env added and returns its
@@ -146,6 +175,10 @@ func TestDefaultLibraryRunsOneThread(t *testing.T) {
 				t.Logf("%s is a build without threading: it runs one thread whatever is asked", kv["impl"])
 			}
 			cores := min(runtime.NumCPU(), runtime.GOMAXPROCS(0))
+			if kv["reported_after_calls"] != "1" {
+				t.Errorf("%s: after multiplies on other OS threads the library runs %s threads a call, want 1 (the count set must hold on every thread)",
+					kv["impl"], kv["reported_after_calls"])
+			}
 			if kv["reported"] != "1" || kv["workers"] != fmt.Sprint(cores) {
 				t.Errorf("%s: the library reports %s threads and ops run %s workers, want 1 thread and %d workers (the process's cores)",
 					kv["impl"], kv["reported"], kv["workers"], cores)

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // MNIST is an image classification dataset read from a pair of IDX files
@@ -163,6 +164,18 @@ func OpenFashionMNIST(dir string) (train, test Dataset, source string, err error
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 		return nil, nil, "", fmt.Errorf("data.OpenFashionMNIST: %s is not a directory: give the directory holding train-images-idx3-ubyte.gz and the three other Fashion-MNIST files, or leave it empty to use %s or the embedded subset", dir, DefaultFashionMNISTDir)
 	}
+	var missing []string
+	for _, split := range []string{"train", "test"} {
+		img, lbl, _ := fashionFiles(split)
+		for _, name := range []string{img, lbl} {
+			if p := findFile(dir, name); !exists(p) {
+				missing = append(missing, p)
+			}
+		}
+	}
+	if len(missing) > 0 {
+		return nil, nil, "", fmt.Errorf("data.OpenFashionMNIST: %s has no %s (nor the names without .gz): give the directory holding the four Fashion-MNIST files, or leave it empty to use %s or the embedded subset", dir, strings.Join(missing, ", "), DefaultFashionMNISTDir)
+	}
 	train, err = FashionMNIST(dir, "train")
 	if err != nil {
 		return nil, nil, "", err
@@ -172,6 +185,11 @@ func OpenFashionMNIST(dir string) (train, test Dataset, source string, err error
 		return nil, nil, "", err
 	}
 	return train, test, dir, nil
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 func hasFashionFiles(dir string) bool {

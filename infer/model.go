@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/rs/zerolog"
@@ -288,7 +289,9 @@ func (m *Model) checkBatch(call string, rows, n int, length func(i int) int) err
 // and while the call waits for the Model's calls before it; a batch that
 // has started runs to its end. The batch comes from Batch or Batch64, or from a data.Loader
 // (float32 values, which a float64 model converts exactly, as
-// trainer.Predict does).
+// trainer.Predict does); of a loader's fields, those not in Inputs (a test
+// set's labels) are left out, and the values of the others, found by name,
+// are checked and read.
 func (m *Model) Predict(ctx context.Context, b *data.Batch) (*tensor.Dense, error) {
 	if ctx == nil {
 		return nil, errors.New("Predict: the context is nil: pass context.Background()")
@@ -296,6 +299,7 @@ func (m *Model) Predict(ctx context.Context, b *data.Batch) (*tensor.Dense, erro
 	if b == nil {
 		return nil, errors.New("Predict: the batch is nil: make one with Model.Batch (Model.Batch64 for a float64 model)")
 	}
+	b = m.inputsOf(b)
 	if err := m.checkFinite(b); err != nil {
 		return nil, fmt.Errorf("Predict: %w", err)
 	}
@@ -316,6 +320,31 @@ func (m *Model) Predict(ctx context.Context, b *data.Batch) (*tensor.Dense, erro
 		return nil, errors.New("Predict: PredictStep returned a scalar: Predict returns rows, one for each example of the batch; return a tensor whose first axis is the batch, as [batch] or [batch, classes]")
 	}
 	return res.Output.Clone().(*tensor.Dense), nil
+}
+
+// inputsOf is b with only the fields the model reads, in the model's order,
+// when b holds others besides them (a labelled set's loader gives its labels
+// too): the values are shared, not copied. Otherwise b as it is, whose
+// fields the engine checks and names when they do not fit.
+func (m *Model) inputsOf(b *data.Batch) *data.Batch {
+	if len(b.Fields) <= len(m.fields) {
+		return b
+	}
+	out := &data.Batch{Size: b.Size, Indices: b.Indices, Pad: b.Pad}
+	for _, f := range m.fields {
+		i := slices.IndexFunc(b.Fields, func(g data.Field) bool { return g.Name == f.Name })
+		if i < 0 || (b.Data != nil && i >= len(b.Data)) || (b.Data64 != nil && i >= len(b.Data64)) {
+			return b
+		}
+		out.Fields = append(out.Fields, b.Fields[i])
+		if b.Data != nil {
+			out.Data = append(out.Data, b.Data[i])
+		}
+		if b.Data64 != nil {
+			out.Data64 = append(out.Data64, b.Data64[i])
+		}
+	}
+	return out
 }
 
 func fieldNames(fs []data.Field) string {

@@ -178,6 +178,9 @@ func readHint(path string, err error) string {
 	if errors.Is(err, fs.ErrNotExist) && (path == "last" || path == "best") {
 		return fmt.Sprintf(": infer reads a file; for a run's %[1]s checkpoint, pass trainer.ResolveCheckpoint(root, %[1]q), which finds it under the run's root directory", path)
 	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return ": give a fulgur checkpoint (a run's checkpoints/last.ckpt; trainer.ResolveCheckpoint(root, \"last\") finds the newest and lists those there) or a safetensors state dict"
+	}
 	return ""
 }
 
