@@ -318,13 +318,14 @@ func CheckTensors(sd *StateDict, st *module.Store) error { return checkStoreStat
 // that the model lacks.
 func checkStoreState(sd *StateDict, st *module.Store, whole bool) error {
 	var errs []error
+	var missing, extra []string
 	model := map[string]bool{}
 	for _, e := range st.Entries() {
 		model[e.Name] = true
 		t := sd.Lookup(e.Name)
 		switch {
 		case t == nil:
-			errs = append(errs, fmt.Errorf("tensor %q %v of the model is missing from the checkpoint: was it written for another model?", e.Name, e.Shape))
+			missing = append(missing, fmt.Sprintf("%q %v", e.Name, e.Shape))
 		case t.Dtype != st.Dtype():
 			errs = append(errs, fmt.Errorf("tensor %q is %s in the checkpoint but the model computes in %s", e.Name, dtypeName(t.Dtype), dtypeName(st.Dtype())))
 		case !slices.Equal(t.Shape, e.Shape):
@@ -339,10 +340,35 @@ func checkStoreState(sd *StateDict, st *module.Store, whole bool) error {
 	}
 	for _, t := range sd.Tensors {
 		if !model[t.Name] && !strings.HasPrefix(t.Name, OptimizerPrefix) {
-			errs = append(errs, fmt.Errorf("the checkpoint has tensor %q that the model does not declare: was it written for another model?", t.Name))
+			extra = append(extra, fmt.Sprintf("%q", t.Name))
 		}
 	}
+	// One line for each kind, whatever the count: a checkpoint of another
+	// architecture lacks or adds dozens of tensors.
+	switch len(missing) {
+	case 0:
+	case 1:
+		errs = append(errs, fmt.Errorf("tensor %s of the model is missing from the checkpoint: was it written for another model?", missing[0]))
+	default:
+		errs = append(errs, fmt.Errorf("%d tensors of the model are missing from the checkpoint (%s): was it written for another model?", len(missing), someOf(missing)))
+	}
+	switch len(extra) {
+	case 0:
+	case 1:
+		errs = append(errs, fmt.Errorf("the checkpoint has tensor %s that the model does not declare: was it written for another model?", extra[0]))
+	default:
+		errs = append(errs, fmt.Errorf("the checkpoint has %d tensors that the model does not declare (%s): was it written for another model?", len(extra), someOf(extra)))
+	}
 	return errors.Join(errs...)
+}
+
+// someOf joins the first few of names, saying how many more there are.
+func someOf(names []string) string {
+	const shown = 6
+	if len(names) <= shown {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:shown], ", "), len(names)-shown)
 }
 
 // copyStoreState copies the checked model tensors of sd into st, each

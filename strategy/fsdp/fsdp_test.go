@@ -406,7 +406,7 @@ func TestFSDPLoadStateRefusesBadDicts(t *testing.T) {
 		sd   *strategy.StateDict
 		want string
 	}{
-		{"one rank's shards only", shards[0], "of the model is missing from the checkpoint"},
+		{"one rank's shards only", shards[0], "of the model are missing from the checkpoint"},
 		{"a shard left out", holed, `tensor "fc0.weight": the saved spans do not cover`},
 		{"another shape", reshaped, `"fc1.weight" has shape [15]`},
 	} {
