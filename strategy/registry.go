@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/rs/zerolog"
@@ -165,9 +166,21 @@ func New(name string, o Options) (Strategy, error) {
 		if p, ok := shipped[name]; ok {
 			return nil, fmt.Errorf("strategy %q is not available: package %s registers it; import it blank (import _ %q) or build through the trainer, which links it", name, p, p)
 		}
-		return nil, fmt.Errorf("strategy %q is not available: use one of %v", name, Names())
+		return nil, fmt.Errorf("strategy %q is not available: %s", name, UnknownAdvice(name))
 	}
 	return f(o)
+}
+
+// UnknownAdvice is what to write instead of name, which no strategy
+// registers: the registered name it differs from only in case or spaces
+// ("DDP"), or the list of names.
+func UnknownAdvice(name string) string {
+	for _, n := range Names() {
+		if strings.EqualFold(n, strings.TrimSpace(name)) {
+			return fmt.Sprintf("names are lower case: write %q (one of %v)", n, Names())
+		}
+	}
+	return fmt.Sprintf("use one of %v", Names())
 }
 
 // launchedByCluster reports whether a launcher (torchrun, mpirun, srun, a

@@ -317,7 +317,7 @@ func (c *Config) Validate() error {
 		c.Strategy = "auto"
 	}
 	if c.StrategyImpl == nil && !strategy.Known(c.Strategy) {
-		bad("%s is %q: use one of %v", n("Strategy"), c.Strategy, strategy.Names())
+		bad("%s is %q: %s", n("Strategy"), c.Strategy, strategy.UnknownAdvice(c.Strategy))
 	} else if c.StrategyImpl == nil {
 		if err := strategy.Check(c.Strategy, strategy.Options{Devices: c.Devices, NumNodes: c.NumNodes, Accelerator: c.Accelerator, SettingName: c.SettingName}); err != nil {
 			errs = append(errs, err)

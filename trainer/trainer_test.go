@@ -322,6 +322,11 @@ func TestConfigValidateReportsEverything(t *testing.T) {
 			t.Errorf("error lacks %q:\n%v", want, err)
 		}
 	}
+	// A shipped name in another case gets the name to write.
+	upper := trainer.Config{Strategy: "DDP"}
+	if err := upper.Validate(); err == nil || !strings.Contains(err.Error(), `Strategy is "DDP": names are lower case: write "ddp"`) {
+		t.Errorf("Strategy DDP: %v, want the lower-case name to write", err)
+	}
 	good := trainer.Config{}
 	if err := good.Validate(); err != nil {
 		t.Fatal(err)
