@@ -68,6 +68,17 @@ GLOBL avx2lanes<>(SB), RODATA|NOPTR, $64
 	VMASKMOVPS hi, Y15, 32(DI) \
 	ADDQ       DX, DI
 
+// NN2STORE for a piece of all 16 columns: plain loads and stores (a
+// VMASKMOVPS store costs Zen 3 several times a VMOVUPS).
+#define NN2STOREF(lo, hi) \
+	TESTQ   R10, R10 \
+	JZ      3(PC) \
+	VADDPS  (DI), lo, lo \
+	VADDPS  32(DI), hi, hi \
+	VMOVUPS lo, (DI) \
+	VMOVUPS hi, 32(DI) \
+	ADDQ    DX, DI
+
 // func sgemmNN8x32AVX2(k int, ap *float32, b *float32, boff *int32, c *float32, ldc int, ncols int, acc int)
 //
 // sgemmNN8x32 for columns 0 to ncols-1 (1 ≤ ncols ≤ 32; the others are
@@ -121,10 +132,21 @@ nnstore:
 	TESTQ R12, R12
 	JZ   2(PC)
 	LEAQ (DI)(DX*4), DI
+	CMPQ BX, $16
+	JLT  nnstorem
+	NN2STOREF(Y0, Y1)
+	NN2STOREF(Y2, Y3)
+	NN2STOREF(Y4, Y5)
+	NN2STOREF(Y6, Y7)
+	JMP  nnnext
+
+nnstorem:
 	NN2STORE(Y0, Y1)
 	NN2STORE(Y2, Y3)
 	NN2STORE(Y4, Y5)
 	NN2STORE(Y6, Y7)
+
+nnnext:
 	ADDQ $16, R12
 	CMPQ R12, $32
 	JLT  nnpiece
