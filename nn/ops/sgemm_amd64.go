@@ -81,3 +81,6 @@ func dotSums32(d, x *float32, n int) (s, sx float32)
 
 //go:noescape
 func copyRows32(dst *float32, ldd int, src *float32, lds int, w, gap, rows int)
+
+//go:noescape
+func copyRowsAVX2(dst *float32, ldd int, src *float32, lds int, w, gap, rows int)

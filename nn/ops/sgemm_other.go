@@ -42,6 +42,7 @@ func add32(*float32, *float32, *float32, int)                     { panic("ops: 
 func lincomb32(*float32, *float32, *float32, int, float32, float32, float32) {
 	panic("ops: no AVX-512")
 }
-func shiftedSums32(*float32, int, float32) (float32, float32) { panic("ops: no AVX-512") }
-func dotSums32(*float32, *float32, int) (float32, float32)    { panic("ops: no AVX-512") }
-func copyRows32(*float32, int, *float32, int, int, int, int)  { panic("ops: no AVX-512") }
+func shiftedSums32(*float32, int, float32) (float32, float32)  { panic("ops: no AVX-512") }
+func dotSums32(*float32, *float32, int) (float32, float32)     { panic("ops: no AVX-512") }
+func copyRows32(*float32, int, *float32, int, int, int, int)   { panic("ops: no AVX-512") }
+func copyRowsAVX2(*float32, int, *float32, int, int, int, int) { panic("ops: no AVX2") }
