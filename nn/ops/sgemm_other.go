@@ -17,6 +17,10 @@ func sgemmNT4x6(int, uint32, *float32, int, *float32, *int32, *float32, int, int
 	panic("ops: sgemmNT4x6 without AVX-512 kernels")
 }
 
+func sgemmNN8x24AVX2(int, *float32, *float32, *int32, *float32, int, int) {
+	panic("ops: sgemmNN8x24AVX2 without AVX2 kernels")
+}
+
 func sgemmNN8x32AVX2(int, *float32, *float32, *int32, *float32, int, int, int) {
 	panic("ops: sgemmNN8x32AVX2 without AVX2 kernels")
 }
