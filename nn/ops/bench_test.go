@@ -314,3 +314,30 @@ func BenchmarkHiddenLayerNorm(b *testing.B) {
 		return y
 	})
 }
+
+// copyRows (the row moves of the Winograd and implicit paths' padding) on
+// resnet8's planes, batch 64: rows of 28, 14 and 7 floats with the gaps
+// winogradPad leaves, in Go's copy and clear and on the CPU's kernel.
+//
+//	GOMAXPROCS=1 go test ./nn/ops -run '^$' -bench CopyRows
+func BenchmarkCopyRows(b *testing.B) {
+	v512, v2 := useAVX512, useAVX2
+	defer func() { useAVX512, useAVX2 = v512, v2 }()
+	kernel := v512 || v2
+	for _, s := range []struct{ w, gap, c int }{{28, 2, 16}, {14, 2, 32}, {7, 3, 64}} {
+		rows := 64 * s.c * s.w
+		src, dst := make([]float32, rows*s.w), make([]float32, rows*(s.w+s.gap))
+		for _, k := range []bool{false, true} {
+			if k && !kernel {
+				continue
+			}
+			b.Run(fmt.Sprintf("w=%d,gap=%d/kernel=%v", s.w, s.gap, k), func(b *testing.B) {
+				useAVX512, useAVX2 = v512 && k, v2 && k
+				for b.Loop() {
+					copyRows(dst, s.w+s.gap, src, s.w, s.w, s.gap, rows)
+				}
+				useAVX512, useAVX2 = v512, v2
+			})
+		}
+	}
+}

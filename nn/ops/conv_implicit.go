@@ -446,6 +446,10 @@ func copyRows(dst []float32, ldd int, src []float32, lds, w, gap, rows int) {
 		copyRows32(unsafe.SliceData(dst), ldd, unsafe.SliceData(src), lds, w, gap, rows)
 		return
 	}
+	if useAVX2 {
+		copyRowsAVX2(unsafe.SliceData(dst), ldd, unsafe.SliceData(src), lds, w, gap, rows)
+		return
+	}
 	for r := 0; r < rows; r++ {
 		d := dst[r*ldd : r*ldd+w+gap]
 		copy(d, src[r*lds:r*lds+w])

@@ -69,15 +69,18 @@ func phaseTaps(dst [][]phaseTap, s, n, dl, pad int) [][]phaseTap {
 }
 
 // usePhases is whether the input gradient of g runs phase-split: float32 on
-// this package's kernels, which take the input channels as rows (a multiple
+// this package's kernels (AVX-512, or AVX2 with FMA, where the rows merge
+// without the permutes), which take the input channels as rows (a multiple
 // of 8), and a tap reaches every phase. Where none reaches some (a 1x1
 // stride-2 shortcut: three quarters of dx are zero), col2im, which clears dx
 // and adds only what the taps reach, moves less: 0.35 against 0.55 ms for
 // resnet8's 28x28 shortcut when the phase split took it (one core, batch
-// 64).
+// 64). On a Zen 3 (AVX2) the split took resnet8's 28x28 stride-2 input
+// gradient from 7.2-7.8 CPU ms through col2im to 3.9-4.3, and the 14x14
+// one from 4.7 to 4.0-4.1 (one core, batch 64, BenchmarkConvGradInputStrided).
 func usePhases[T float](g *convGeom) bool {
 	var z T
-	return phaseSplit && useAVX512 && unsafe.Sizeof(z) == 4 && !g.x1() && g.c%8 == 0 && g.sw <= maxPhaseCols &&
+	return phaseSplit && mmKernels() && unsafe.Sizeof(z) == 4 && !g.x1() && g.c%8 == 0 && g.sw <= maxPhaseCols &&
 		everyPhaseTapped(g.sh, g.kh, g.dh, g.ph) && everyPhaseTapped(g.sw, g.kw, g.dw, g.pw)
 }
 

@@ -71,11 +71,10 @@ func convGradInputRef(c convCase, dy, w []float64) []float64 {
 // col2im's on sparseCases, which it leaves to col2im) against the
 // definition on every case, with several images a multiply and one, and
 // that it writes every element of dx (the output buffer is poisoned with
-// NaN between two runs).
-func TestConvGradInputPhases(t *testing.T) {
-	if !useAVX512 {
-		t.Skip("this CPU has no AVX-512: the input gradient goes through col2im (TestConv2dGrad)")
-	}
+// NaN between two runs), on each kernel tier the CPU has (AVX-512, AVX2).
+func TestConvGradInputPhases(t *testing.T) { forEachKernelTier(t, testConvGradInputPhases) }
+
+func testConvGradInputPhases(t *testing.T) {
 	old := convColumns
 	defer func() { convColumns = old }()
 	for _, cols := range []int{40, 1, 512} {
@@ -111,8 +110,8 @@ func TestConvGradInputPhases(t *testing.T) {
 // (TestConv2dImageWorkersDoNotAllocate covers convCases; some of
 // phaseCases' other passes multiply on package blas, which allocates.)
 func TestConvGradInputPhasesDoNotAllocate(t *testing.T) {
-	if !useAVX512 {
-		t.Skip("no AVX-512: no phase split")
+	if !mmKernels() {
+		t.Skip("no AVX-512 or AVX2 kernels: no phase split")
 	}
 	defer func(w func() int, gr int) { imageWorkers, imageGrain = w, gr }(imageWorkers, imageGrain)
 	imageGrain = 1

@@ -379,3 +379,103 @@ dsdone:
 	SUMS2(s+24(FP), sx+28(FP))
 	VZEROUPPER
 	RET
+
+// func copyRowsAVX2(dst *float32, ldd int, src *float32, lds int, w, gap, rows int)
+//
+// copyRows32 without mask registers: each row's w values in 8-, 4-, 2- and
+// 1-float moves, then its gap zeros the same way. No VMASKMOVPS: nothing
+// outside the rows is read or written, and no masked store (which costs
+// Zen 3 several times a plain one) is taken.
+TEXT ·copyRowsAVX2(SB), NOSPLIT, $0-56
+	MOVQ   dst+0(FP), DI
+	MOVQ   ldd+8(FP), R8
+	SHLQ   $2, R8
+	MOVQ   src+16(FP), SI
+	MOVQ   lds+24(FP), R9
+	SHLQ   $2, R9
+	MOVQ   w+32(FP), AX
+	MOVQ   gap+40(FP), DX
+	MOVQ   rows+48(FP), CX
+	TESTQ  CX, CX
+	JZ     cr2done
+	VXORPS Y1, Y1, Y1
+
+cr2row:
+	MOVQ SI, R10
+	MOVQ DI, R11
+	MOVQ AX, BX
+
+cr2c8:
+	CMPQ    BX, $8
+	JLT     cr2c4
+	VMOVUPS (R10), Y0
+	VMOVUPS Y0, (R11)
+	ADDQ    $32, R10
+	ADDQ    $32, R11
+	SUBQ    $8, BX
+	JMP     cr2c8
+
+cr2c4:
+	CMPQ    BX, $4
+	JLT     cr2c2
+	VMOVUPS (R10), X0
+	VMOVUPS X0, (R11)
+	ADDQ    $16, R10
+	ADDQ    $16, R11
+	SUBQ    $4, BX
+
+cr2c2:
+	CMPQ BX, $2
+	JLT  cr2c1
+	MOVQ (R10), R12
+	MOVQ R12, (R11)
+	ADDQ $8, R10
+	ADDQ $8, R11
+	SUBQ $2, BX
+
+cr2c1:
+	TESTQ BX, BX
+	JZ    cr2z
+	MOVL  (R10), R12
+	MOVL  R12, (R11)
+	ADDQ  $4, R11
+
+cr2z:
+	MOVQ DX, BX
+
+cr2z8:
+	CMPQ    BX, $8
+	JLT     cr2z4
+	VMOVUPS Y1, (R11)
+	ADDQ    $32, R11
+	SUBQ    $8, BX
+	JMP     cr2z8
+
+cr2z4:
+	CMPQ    BX, $4
+	JLT     cr2z2
+	VMOVUPS X1, (R11)
+	ADDQ    $16, R11
+	SUBQ    $4, BX
+
+cr2z2:
+	CMPQ BX, $2
+	JLT  cr2z1
+	MOVQ $0, (R11)
+	ADDQ $8, R11
+	SUBQ $2, BX
+
+cr2z1:
+	TESTQ BX, BX
+	JZ    cr2next
+	MOVL  $0, (R11)
+
+cr2next:
+	ADDQ R9, SI
+	ADDQ R8, DI
+	DECQ CX
+	JNZ  cr2row
+
+cr2done:
+	VZEROUPPER
+	RET

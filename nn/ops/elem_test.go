@@ -137,19 +137,23 @@ func TestElemKernelsMatchGo(t *testing.T) {
 }
 
 // copyRows (the row moves of the implicit convolutions) against a direct
-// loop, on both implementations: every width and gap up to 40 (whole
-// vectors, masked tails, none), rows further apart than a row and gap and
-// exactly that far, one row and several: the rows and zeros land where
-// they should and nothing else in dst changes.
+// loop, on each implementation the CPU has (Go, AVX2, AVX-512): every
+// width and gap up to 40 (whole vectors, tails, none), rows further apart
+// than a row and gap and exactly that far, one row and several: the rows
+// and zeros land where they should and nothing else in dst changes.
 func TestCopyRowsMatchesLoop(t *testing.T) {
-	defer func(v bool) { useAVX512 = v }(useAVX512)
-	impls := []bool{false}
+	defer func(v512, v2 bool) { useAVX512, useAVX2 = v512, v2 }(useAVX512, useAVX2)
+	type impl struct{ avx512, avx2 bool }
+	impls := []impl{{}}
+	if useAVX2 {
+		impls = append(impls, impl{avx2: true})
+	}
 	if useAVX512 {
-		impls = append(impls, true)
+		impls = append(impls, impl{avx512: true})
 	}
 	r := rand.New(rand.NewPCG(7, 8))
 	for _, avx := range impls {
-		useAVX512 = avx
+		useAVX512, useAVX2 = avx.avx512, avx.avx2
 		for w := 0; w <= 40; w++ {
 			for gap := 0; gap <= 40; gap += 1 + gap/8 {
 				for _, rows := range []int{1, 3} {

@@ -181,7 +181,17 @@ func sgemmNNPacked(m, n, k int, ap []float32, b []float32, boff []int32, c []flo
 	if acc {
 		flag = 1
 	}
-	for j := 0; j < n; j += 32 {
+	j0 := 0
+	if !useAVX512 {
+		// Whole blocks of 24 columns on the AVX2 kernel of twelve
+		// accumulators a piece; the rest below.
+		for ; n-j0 >= 24; j0 += 24 {
+			for rb := 0; rb < m/8; rb++ {
+				sgemmNN8x24AVX2(k, &ap[rb*8*k], &b[j0], &boff[0], &c[rb*8*ldc+j0], ldc, flag)
+			}
+		}
+	}
+	for j := j0; j < n; j += 32 {
 		cols := min(32, n-j)
 		if !useAVX512 && cols%16 != 0 {
 			// The last, partial column block: the AVX2 kernel reads 16

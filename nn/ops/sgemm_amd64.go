@@ -26,6 +26,12 @@ func sgemmNT4x6(n16 int, tail uint32, a *float32, lda int, b *float32, boff *int
 //go:noescape
 func sgemmNN8x32AVX2(k int, ap, b *float32, boff *int32, c *float32, ldc int, ncols int, acc int)
 
+// sgemmNN8x24AVX2 is sgemmNN8x32AVX2 for 24 whole columns, in pieces of
+// twelve accumulators: the same bits.
+//
+//go:noescape
+func sgemmNN8x24AVX2(k int, ap, b *float32, boff *int32, c *float32, ldc int, acc int)
+
 // sgemmNT4x6AVX2 is sgemmNT4x6 on AVX2 and FMA.
 //
 //go:noescape
@@ -81,3 +87,6 @@ func dotSums32(d, x *float32, n int) (s, sx float32)
 
 //go:noescape
 func copyRows32(dst *float32, ldd int, src *float32, lds int, w, gap, rows int)
+
+//go:noescape
+func copyRowsAVX2(dst *float32, ldd int, src *float32, lds int, w, gap, rows int)

@@ -68,6 +68,17 @@ GLOBL avx2lanes<>(SB), RODATA|NOPTR, $64
 	VMASKMOVPS hi, Y15, 32(DI) \
 	ADDQ       DX, DI
 
+// NN2STORE for a piece of all 16 columns: plain loads and stores (a
+// VMASKMOVPS store costs Zen 3 several times a VMOVUPS).
+#define NN2STOREF(lo, hi) \
+	TESTQ   R10, R10 \
+	JZ      3(PC) \
+	VADDPS  (DI), lo, lo \
+	VADDPS  32(DI), hi, hi \
+	VMOVUPS lo, (DI) \
+	VMOVUPS hi, 32(DI) \
+	ADDQ    DX, DI
+
 // func sgemmNN8x32AVX2(k int, ap *float32, b *float32, boff *int32, c *float32, ldc int, ncols int, acc int)
 //
 // sgemmNN8x32 for columns 0 to ncols-1 (1 ≤ ncols ≤ 32; the others are
@@ -121,10 +132,21 @@ nnstore:
 	TESTQ R12, R12
 	JZ   2(PC)
 	LEAQ (DI)(DX*4), DI
+	CMPQ BX, $16
+	JLT  nnstorem
+	NN2STOREF(Y0, Y1)
+	NN2STOREF(Y2, Y3)
+	NN2STOREF(Y4, Y5)
+	NN2STOREF(Y6, Y7)
+	JMP  nnnext
+
+nnstorem:
 	NN2STORE(Y0, Y1)
 	NN2STORE(Y2, Y3)
 	NN2STORE(Y4, Y5)
 	NN2STORE(Y6, Y7)
+
+nnnext:
 	ADDQ $16, R12
 	CMPQ R12, $32
 	JLT  nnpiece
@@ -133,6 +155,87 @@ nnstore:
 	JLT  nnhalf
 
 nndone:
+	VZEROUPPER
+	RET
+
+// One row of a 4x24 piece: three accumulators += broadcast(ap[r]) · (Y12,
+// Y13, Y14).
+#define NN3ROW(off, a0, a1, a2) \
+	VBROADCASTSS off(AX), Y15 \
+	VFMADD231PS  Y12, Y15, a0 \
+	VFMADD231PS  Y13, Y15, a1 \
+	VFMADD231PS  Y14, Y15, a2
+
+// Stores a row of a 4x24 piece into c at DI (adding c first when R10 is
+// non-zero), then moves DI to the next row.
+#define NN3STORE(a0, a1, a2) \
+	TESTQ   R10, R10 \
+	JZ      4(PC) \
+	VADDPS  (DI), a0, a0 \
+	VADDPS  32(DI), a1, a1 \
+	VADDPS  64(DI), a2, a2 \
+	VMOVUPS a0, (DI) \
+	VMOVUPS a1, 32(DI) \
+	VMOVUPS a2, 64(DI) \
+	ADDQ    DX, DI
+
+// func sgemmNN8x24AVX2(k int, ap *float32, b *float32, boff *int32, c *float32, ldc int, acc int)
+//
+// sgemmNN8x32AVX2 for 24 whole columns, in two 4x24 pieces: twelve
+// accumulators a piece where the 4x16 pieces have eight, so the fused
+// multiply-adds of a step outnumber its loads 12 to 8 (8 to 7) and twelve
+// chains hide the multiply-add's latency. Each c element is the same chain
+// of fused multiply-adds in kk order: the same bits.
+TEXT ·sgemmNN8x24AVX2(SB), NOSPLIT, $0-56
+	MOVQ ldc+40(FP), DX
+	SHLQ $2, DX
+	MOVQ acc+48(FP), R10
+	XORQ R12, R12 // byte offset of the piece's first row in an ap group: 0 or 16
+
+n24piece:
+	MOVQ   k+0(FP), CX
+	MOVQ   ap+8(FP), AX
+	ADDQ   R12, AX
+	MOVQ   b+16(FP), SI
+	MOVQ   boff+24(FP), R8
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+
+n24loop:
+	MOVLQSX (R8), R9
+	VMOVUPS (SI)(R9*4), Y12
+	VMOVUPS 32(SI)(R9*4), Y13
+	VMOVUPS 64(SI)(R9*4), Y14
+	NN3ROW(0, Y0, Y1, Y2)
+	NN3ROW(4, Y3, Y4, Y5)
+	NN3ROW(8, Y6, Y7, Y8)
+	NN3ROW(12, Y9, Y10, Y11)
+	ADDQ    $32, AX
+	ADDQ    $4, R8
+	DECQ    CX
+	JNZ     n24loop
+
+	MOVQ  c+32(FP), DI
+	TESTQ R12, R12
+	JZ    2(PC)
+	LEAQ  (DI)(DX*4), DI
+	NN3STORE(Y0, Y1, Y2)
+	NN3STORE(Y3, Y4, Y5)
+	NN3STORE(Y6, Y7, Y8)
+	NN3STORE(Y9, Y10, Y11)
+	ADDQ  $16, R12
+	CMPQ  R12, $32
+	JLT   n24piece
 	VZEROUPPER
 	RET
 

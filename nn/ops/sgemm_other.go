@@ -17,6 +17,10 @@ func sgemmNT4x6(int, uint32, *float32, int, *float32, *int32, *float32, int, int
 	panic("ops: sgemmNT4x6 without AVX-512 kernels")
 }
 
+func sgemmNN8x24AVX2(int, *float32, *float32, *int32, *float32, int, int) {
+	panic("ops: sgemmNN8x24AVX2 without AVX2 kernels")
+}
+
 func sgemmNN8x32AVX2(int, *float32, *float32, *int32, *float32, int, int, int) {
 	panic("ops: sgemmNN8x32AVX2 without AVX2 kernels")
 }
@@ -42,6 +46,7 @@ func add32(*float32, *float32, *float32, int)                     { panic("ops: 
 func lincomb32(*float32, *float32, *float32, int, float32, float32, float32) {
 	panic("ops: no AVX-512")
 }
-func shiftedSums32(*float32, int, float32) (float32, float32) { panic("ops: no AVX-512") }
-func dotSums32(*float32, *float32, int) (float32, float32)    { panic("ops: no AVX-512") }
-func copyRows32(*float32, int, *float32, int, int, int, int)  { panic("ops: no AVX-512") }
+func shiftedSums32(*float32, int, float32) (float32, float32)  { panic("ops: no AVX-512") }
+func dotSums32(*float32, *float32, int) (float32, float32)     { panic("ops: no AVX-512") }
+func copyRows32(*float32, int, *float32, int, int, int, int)   { panic("ops: no AVX-512") }
+func copyRowsAVX2(*float32, int, *float32, int, int, int, int) { panic("ops: no AVX2") }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fulgur-ml/fulgur/blas"
 	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/internal/cputime"
 	"github.com/fulgur-ml/fulgur/models"
 	"github.com/fulgur-ml/fulgur/module"
 )
@@ -113,10 +114,14 @@ func benchStep(b *testing.B, newModule func() trainable, tapes []bool, size int)
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
+			cpu0 := cputime.Now()
 			for b.Loop() {
 				step()
 			}
 			b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "samples/s")
+			// The process's CPU time a step: what a shared machine's
+			// load moves far less than the wall time.
+			b.ReportMetric(float64((cputime.Now()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 		})
 	}
 }
