@@ -3,6 +3,7 @@
 package blas_test
 
 import (
+	"math"
 	"runtime"
 	"testing"
 
@@ -32,15 +33,20 @@ func noAllocsAfterGC(t *testing.T, o *blas.Native) {
 	}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	calls() // warm
-	for i := range 3 {
+	// Mallocs counts the whole process, the runtime's goroutines too: the
+	// fewest of a few tries is the calls' own count (calls that allocate
+	// after a GC do so after every GC).
+	fewest := uint64(math.MaxUint64)
+	for range 3 {
 		var before, after runtime.MemStats
 		runtime.GC()
 		o.CallLibraryForTest()
 		runtime.ReadMemStats(&before)
 		calls()
 		runtime.ReadMemStats(&after)
-		if got := after.Mallocs - before.Mallocs; got != 0 {
-			t.Fatalf("GC %d: the Sgemm and Dgemm after it made %d allocations, want 0", i+1, got)
-		}
+		fewest = min(fewest, after.Mallocs-before.Mallocs)
+	}
+	if fewest != 0 {
+		t.Fatalf("the Sgemm and Dgemm after a GC made %d allocations (the fewest of 3 tries), want 0", fewest)
 	}
 }

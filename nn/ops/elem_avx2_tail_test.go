@@ -131,13 +131,21 @@ func TestAVX2PageEndScratchSurvivesGC(t *testing.T) {
 	}
 	for _, c := range calls {
 		c.f() // warm
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		c.f()
-		runtime.ReadMemStats(&after)
-		if got := after.Mallocs - before.Mallocs; got != 0 {
-			t.Errorf("%s at a page end after a GC: %d allocations", c.name, got)
+		// Mallocs counts the whole process: a goroutine of another test
+		// or of the runtime may allocate during a try, so the fewest of a
+		// few tries is the call's own count (a call that allocates after
+		// a GC does so in every try).
+		fewest := uint64(math.MaxUint64)
+		for range 5 {
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			c.f()
+			runtime.ReadMemStats(&after)
+			fewest = min(fewest, after.Mallocs-before.Mallocs)
+		}
+		if fewest != 0 {
+			t.Errorf("%s at a page end after a GC: %d allocations", c.name, fewest)
 		}
 	}
 }
