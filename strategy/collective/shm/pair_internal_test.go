@@ -74,10 +74,11 @@ func runPair[T collective.Float](t *testing.T, gs [2]*Group, bufs [2][]T, op col
 }
 
 // TestAllReducePairBits: two ranks get the bits of the rank-order
-// reduction whichever comes first (the later one reducing for both) or when
-// they come together, for every op and type, odd lengths, and lengths at
-// the one-round path's limit (half a slot) and just past it (two rounds on
-// the general path).
+// reduction whichever comes first or when they come together, on one core
+// (the later one reducing for both) or on two (from pairSplitBytes, each
+// reducing its half), for every op and type, odd lengths, lengths either
+// side of the split's threshold, and lengths at the one-round path's limit
+// (half a slot) and just past it (two rounds on the general path).
 func TestAllReducePairBits(t *testing.T) {
 	t.Run("float32", func(t *testing.T) { testPairBits[float32](t) })
 	t.Run("float64", func(t *testing.T) { testPairBits[float64](t) })
@@ -87,35 +88,57 @@ func testPairBits[T collective.Float](t *testing.T) {
 	var zero T
 	esz := int(unsafeSizeof(zero))
 	per := SlotBytes / 2 / esz
-	gs := pairGroups(t)
-	for _, n := range []int{1, 7, pairChunk/esz - 1, pairChunk / esz, pairChunk/esz + 1, 65536 + 3, per - 1, per, per + 1, 2*per + 5} {
-		for _, op := range []collective.Op{collective.Sum, collective.Mean, collective.Max, collective.Min} {
-			want := pairData[T](0, n)
-			collective.ReduceTo(want, want, pairData[T](1, n), op)
-			if op == collective.Mean {
-				collective.Scale(want, 2)
+	sp := pairSplitBytes / esz
+	for _, cores := range []string{"one core", "two cores"} {
+		gs := pairGroups(t)
+		for r := range gs {
+			core := uint32(3)
+			if cores == "two cores" {
+				core += uint32(r)
 			}
-			for _, mode := range []string{"rank 0 first", "rank 1 first", "together"} {
-				bufs := [2][]T{pairData[T](0, n), pairData[T](1, n)}
-				first := 0
-				if mode == "rank 1 first" {
-					first = 1
+			gs[r].coreOf = func() uint32 { return core }
+		}
+		for _, n := range []int{1, 7, pairChunk/esz - 1, pairChunk / esz, pairChunk/esz + 1, sp - 1, sp, sp + 17, 65536 + 3, per - 1, per, per + 1, 2*per + 5} {
+			for _, op := range []collective.Op{collective.Sum, collective.Mean, collective.Max, collective.Min} {
+				want := pairData[T](0, n)
+				collective.ReduceTo(want, want, pairData[T](1, n), op)
+				if op == collective.Mean {
+					collective.Scale(want, 2)
 				}
-				errs := runPair(t, gs, bufs, op, first, mode == "together")
-				for r := range 2 {
-					if errs[r] != nil {
-						t.Fatalf("n=%d op %v, %s: rank %d: %v", n, op, mode, r, errs[r])
+				for _, mode := range []string{"rank 0 first", "rank 1 first", "together"} {
+					bufs := [2][]T{pairData[T](0, n), pairData[T](1, n)}
+					first := 0
+					if mode == "rank 1 first" {
+						first = 1
 					}
-					for i := range want {
-						if math.Float64bits(float64(bufs[r][i])) != math.Float64bits(float64(want[i])) {
-							t.Fatalf("n=%d op %v, %s: rank %d element %d = %v, want %v (the rank-order reduction's bits)", n, op, mode, r, i, bufs[r][i], want[i])
+					// Once to learn the cores, once measured.
+					for try := range 2 {
+						before := gs[0].phase
+						errs := runPair(t, gs, bufs, op, first, mode == "together")
+						for r := range 2 {
+							if errs[r] != nil {
+								t.Fatalf("n=%d op %v, %s, %s: rank %d: %v", n, op, cores, mode, r, errs[r])
+							}
+							for i := range want {
+								if math.Float64bits(float64(bufs[r][i])) != math.Float64bits(float64(want[i])) {
+									t.Fatalf("n=%d op %v, %s, %s: rank %d element %d = %v, want %v (the rank-order reduction's bits)", n, op, cores, mode, r, i, bufs[r][i], want[i])
+								}
+							}
+							bufs[r] = pairData[T](r, n)
+						}
+						if try == 0 {
+							continue
+						}
+						split := cores == "two cores" && n >= sp && n <= per
+						late := 1 - first
+						used := atomic.LoadUint64(gs[late].resultWord(late)) == gs[late].phase
+						if mode != "together" && used != (n <= per && !split) {
+							t.Errorf("n=%d op %v, %s, %s: the later rank reduced for both: %v, want %v (one round is at most %d, split from %d on two cores)", n, op, cores, mode, used, n <= per && !split, per, sp)
+						}
+						if split && gs[0].phase-before != 3 {
+							t.Errorf("n=%d op %v, %s, %s: phases %d, want 3 (the split's two barriers, one phase skipped)", n, op, cores, mode, gs[0].phase-before)
 						}
 					}
-				}
-				late := 1 - first
-				used := atomic.LoadUint64(gs[late].resultWord(late)) == gs[late].phase
-				if mode != "together" && used != (n <= per) {
-					t.Errorf("n=%d op %v, %s: the later rank reduced for both: %v, want %v (one round is at most %d)", n, op, mode, used, n <= per, per)
 				}
 			}
 		}
