@@ -28,7 +28,9 @@
 // n buffer reads per rank instead of one, which is why 3 or more ranks keep
 // the blocked path above 256 KiB. Two ranks with at most half a slot (512
 // KiB) share the work instead. On cores of their own (each publishes the
-// core it runs on), from 64 KiB, each copies in only the half of its buffer
+// core it runs on), from 64 KiB, and unless a rank's only P served other
+// goroutines in a recent wait (a training's backward pass beside the
+// reduction), each copies in only the half of its buffer
 // the other reduces, reduces its own half into its buffer and its slot, and
 // after a second barrier copies the other half of the result out: 4 buffer
 // lengths a rank instead of 5, at the same time on both cores (17 against

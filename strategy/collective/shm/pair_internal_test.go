@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -190,5 +191,53 @@ func TestAllReducePairMismatch(t *testing.T) {
 	}
 	if atomic.LoadUint64(gs[1].resultWord(1)) != 0 {
 		t.Errorf("rank 1 published a result for a mismatched operation")
+	}
+}
+
+// TestAllReducePairWholeBesideOtherWork: with one P, a rank whose barrier
+// lent the P to another goroutine (in ddp, the backward pass beside the
+// reduction) publishes its whole part although the ranks run on cores of
+// their own, so that a later peer reduces for both instead of splitting
+// (the split's second meeting would wait for this rank to get its P back).
+func TestAllReducePairWholeBesideOtherWork(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	gs := pairGroups(t)
+	for r := range gs {
+		core := uint32(3 + r)
+		gs[r].oneP, gs[r].coreOf = true, func() uint32 { return core }
+	}
+	n := pairSplitBytes / 4 * 4
+	run := func(first int, together bool) {
+		t.Helper()
+		bufs := [2][]float32{pairData[float32](0, n), pairData[float32](1, n)}
+		for r, err := range runPair(t, gs, bufs, collective.Sum, first, together) {
+			if err != nil {
+				t.Fatalf("rank %d: %v", r, err)
+			}
+		}
+	}
+	run(0, true) // the ranks learn each other's cores: apart
+	// A goroutine busy for a millisecond is runnable beside the ranks: the
+	// rank that waits lends it the P.
+	busy := make(chan struct{})
+	go func() {
+		for t0 := time.Now(); time.Since(t0) < time.Millisecond; {
+		}
+		close(busy)
+	}()
+	run(0, true)
+	<-busy
+	lent := -1
+	for r := range gs {
+		if gs[r].lentSeq == gs[r].seq {
+			lent = r
+		}
+	}
+	if lent < 0 {
+		t.Fatalf("neither rank's barrier lent the P to the busy goroutine")
+	}
+	run(lent, false)
+	if used := atomic.LoadUint64(gs[1-lent].resultWord(1-lent)) == gs[1-lent].phase; !used {
+		t.Errorf("rank %d lent its only P in the last operation and came first: the later rank split, want it to reduce for both", lent)
 	}
 }

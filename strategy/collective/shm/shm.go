@@ -91,6 +91,11 @@ type Group struct {
 
 	// oneP: the process ran with GOMAXPROCS=1 when the group was opened.
 	oneP bool
+	// lentSeq is the last operation (seq) in which a barrier's yield of
+	// the only P ran another goroutine: this rank's P is shared with other work
+	// (a training's backward pass beside an asynchronous reduction), and
+	// two-rank all-reduces do not split (see allReducePair).
+	lentSeq uint64
 	// spinFar is how long a barrier spins for a rank on another core
 	// (waitFor): spinFar when the host has a core for each rank, else 0.
 	spinFar time.Duration
@@ -387,7 +392,7 @@ func (g *Group) barrier(ctx context.Context, h collective.Header) error {
 			// without this one's core, so keep it (with one P, let the
 			// process's other goroutines have the P now and then).
 			if g.oneP && spins&63 == 0 {
-				runtime.Gosched()
+				g.yieldP()
 			}
 			continue
 		}
@@ -409,7 +414,7 @@ func (g *Group) barrier(ctx context.Context, h collective.Header) error {
 		// 1 µs, so on cores of its own a rank keeps spinning as before.
 		if spins < 4000 && !handedOff {
 			if g.oneP {
-				runtime.Gosched()
+				g.yieldP()
 			}
 			if g.yielding != nil {
 				g.yielding()
@@ -499,6 +504,16 @@ const (
 	napSlack = time.Microsecond
 )
 
+// yieldP lets the process's other goroutines have the P, and notes when one
+// ran (lentSeq).
+func (g *Group) yieldP() {
+	t0 := time.Now()
+	runtime.Gosched()
+	if time.Since(t0) > yieldedTo {
+		g.lentSeq = g.seq
+	}
+}
+
 // pause sleeps between two scans of a long barrier, waited so far. A
 // time.Sleep of 20 µs is not 20 µs when the process has nothing else to
 // do: the P's thread then blocks in Go's network poller, whose timeout
@@ -519,6 +534,9 @@ func (g *Group) pause(waited time.Duration) {
 	t0 := time.Now()
 	runtime.Gosched()
 	if time.Since(t0) > yieldedTo {
+		if g.oneP {
+			g.lentSeq = g.seq
+		}
 		if g.paused != nil {
 			g.paused(true)
 		}
@@ -775,6 +793,11 @@ const pairChunk = 8 << 10
 // costs weighs more once a rank has to wait for it.
 const pairSplitBytes = 64 << 10
 
+// pairLentOps is how many operations after a barrier lent this rank's P to
+// another goroutine its two-rank all-reduces publish whole parts, not half
+// (see allReducePair).
+const pairLentOps = 64
+
 // allReducePair is the all-reduce of two ranks in one round (up to half a
 // slot), in one of three ways that give the bits of the same rank-order
 // reduction.
@@ -801,19 +824,29 @@ const pairSplitBytes = 64 << 10
 // core. Both ranks cannot find the other first: a rank publishes its part
 // (its counter) only after it has looked.
 //
-// Ranks that come together split from pairSplitBytes on, whatever they
-// published (a whole part holds the half the peer needs); below it they
-// both reduce both slots into their buffers after the one barrier. The
-// split's second barrier skips a phase: after it a rank still reads the
-// peer's slot half of this operation, which the peer's next operation
-// must not write (it writes the half of the next phase's parity).
+// Ranks that come together, both with whole parts, both reduce both slots
+// into their buffers after the one barrier; from pairSplitBytes on, when
+// either published half, both split (a whole part holds the half the peer
+// needs). The split's second barrier skips a phase: after it a rank still
+// reads the peer's slot half of this operation, which the peer's next
+// operation must not write (it writes the half of the next phase's
+// parity).
+//
+// A rank whose P was lent to another goroutine in a barrier of the last
+// pairLentOps operations publishes whole parts: with GOMAXPROCS=1 and a
+// training's backward pass running beside the reduction (ddp's overlap),
+// a rank's part of the split waits for the P after each barrier, and the
+// split's second meeting costs a backward op's time (pinned ddp on 2 cores
+// trained at half the speed with it: mlp 18-21k samples/s against 35-47k,
+// resnet8 630-675 against 1270-1310), where a rank that comes later
+// reducing for both leaves the first only a copy out.
 func (g *Group) allReducePair(ctx context.Context, h collective.Header, buf any) error {
 	peer := 1 - g.rank
 	target := g.phase + 1
 	half := int(target & 1)
 	n := h.Len
 	bytes := n * h.DType.Size()
-	whole := bytes < pairSplitBytes || g.pairWhole(peer)
+	whole := bytes < pairSplitBytes || g.lentSeq != 0 && g.seq-g.lentSeq <= pairLentOps || g.pairWhole(peer)
 	if atomic.LoadUint64(g.counter(peer)) >= target && atomic.LoadUint64(g.wholeWord(peer)) == target &&
 		h.Mismatch(g.rank, peer, getHeader(g.hdr(peer, h.Seq))) == nil {
 		theirs, out := g.half(buf, peer, half, n), g.half(buf, g.rank, half, n)
@@ -844,7 +877,7 @@ func (g *Group) allReducePair(ctx context.Context, h collective.Header, buf any)
 		collective.Copy(buf, g.half(buf, peer, half, n))
 		return nil
 	}
-	if bytes < pairSplitBytes {
+	if bytes < pairSplitBytes || whole && atomic.LoadUint64(g.wholeWord(peer)) == target {
 		collective.ReduceToAny(buf, g.half(buf, 0, half, n), g.half(buf, 1, half, n), h.Op)
 		if h.Op == collective.Mean {
 			collective.ScaleAny(buf, 2)
