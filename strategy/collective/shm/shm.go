@@ -877,7 +877,11 @@ func (g *Group) allReducePair(ctx context.Context, h collective.Header, buf any)
 		collective.Copy(buf, g.half(buf, peer, half, n))
 		return nil
 	}
-	if bytes < pairSplitBytes || whole && atomic.LoadUint64(g.wholeWord(peer)) == target {
+	// A peer that published its whole part and does not split may have gone
+	// on to its next operation and published the next whole part by now:
+	// at least target says whole (a peer that published half waits for
+	// this rank at the split's second barrier, and cannot).
+	if bytes < pairSplitBytes || whole && atomic.LoadUint64(g.wholeWord(peer)) >= target {
 		collective.ReduceToAny(buf, g.half(buf, 0, half, n), g.half(buf, 1, half, n), h.Op)
 		if h.Op == collective.Mean {
 			collective.ScaleAny(buf, 2)
