@@ -836,10 +836,10 @@ const pairLentOps = 64
 // pairLentOps operations publishes whole parts: with GOMAXPROCS=1 and a
 // training's backward pass running beside the reduction (ddp's overlap),
 // a rank's part of the split waits for the P after each barrier, and the
-// split's second meeting costs a backward op's time (pinned ddp on 2 cores
-// trained at half the speed with it: mlp 18-21k samples/s against 35-47k,
-// resnet8 630-675 against 1270-1310), where a rank that comes later
-// reducing for both leaves the first only a copy out.
+// split's second meeting can cost a backward op's time, where a rank that
+// comes later reducing for both leaves the first only a copy out. (A guard
+// by reasoning: pinned ddp training on 2 cores measured no slower with the
+// split, whose buckets ran after the backward pass; bench/RESULTS.md.)
 func (g *Group) allReducePair(ctx context.Context, h collective.Header, buf any) error {
 	peer := 1 - g.rank
 	target := g.phase + 1
