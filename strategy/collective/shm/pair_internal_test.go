@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -74,10 +75,11 @@ func runPair[T collective.Float](t *testing.T, gs [2]*Group, bufs [2][]T, op col
 }
 
 // TestAllReducePairBits: two ranks get the bits of the rank-order
-// reduction whichever comes first (the later one reducing for both) or when
-// they come together, for every op and type, odd lengths, and lengths at
-// the one-round path's limit (half a slot) and just past it (two rounds on
-// the general path).
+// reduction whichever comes first or when they come together, on one core
+// (the later one reducing for both) or on two (from pairSplitBytes, each
+// reducing its half), for every op and type, odd lengths, lengths either
+// side of the split's threshold, and lengths at the one-round path's limit
+// (half a slot) and just past it (two rounds on the general path).
 func TestAllReducePairBits(t *testing.T) {
 	t.Run("float32", func(t *testing.T) { testPairBits[float32](t) })
 	t.Run("float64", func(t *testing.T) { testPairBits[float64](t) })
@@ -87,35 +89,57 @@ func testPairBits[T collective.Float](t *testing.T) {
 	var zero T
 	esz := int(unsafeSizeof(zero))
 	per := SlotBytes / 2 / esz
-	gs := pairGroups(t)
-	for _, n := range []int{1, 7, pairChunk/esz - 1, pairChunk / esz, pairChunk/esz + 1, 65536 + 3, per - 1, per, per + 1, 2*per + 5} {
-		for _, op := range []collective.Op{collective.Sum, collective.Mean, collective.Max, collective.Min} {
-			want := pairData[T](0, n)
-			collective.ReduceTo(want, want, pairData[T](1, n), op)
-			if op == collective.Mean {
-				collective.Scale(want, 2)
+	sp := pairSplitBytes / esz
+	for _, cores := range []string{"one core", "two cores"} {
+		gs := pairGroups(t)
+		for r := range gs {
+			core := uint32(3)
+			if cores == "two cores" {
+				core += uint32(r)
 			}
-			for _, mode := range []string{"rank 0 first", "rank 1 first", "together"} {
-				bufs := [2][]T{pairData[T](0, n), pairData[T](1, n)}
-				first := 0
-				if mode == "rank 1 first" {
-					first = 1
+			gs[r].coreOf = func() uint32 { return core }
+		}
+		for _, n := range []int{1, 7, pairChunk/esz - 1, pairChunk / esz, pairChunk/esz + 1, sp - 1, sp, sp + 17, 65536 + 3, per - 1, per, per + 1, 2*per + 5} {
+			for _, op := range []collective.Op{collective.Sum, collective.Mean, collective.Max, collective.Min} {
+				want := pairData[T](0, n)
+				collective.ReduceTo(want, want, pairData[T](1, n), op)
+				if op == collective.Mean {
+					collective.Scale(want, 2)
 				}
-				errs := runPair(t, gs, bufs, op, first, mode == "together")
-				for r := range 2 {
-					if errs[r] != nil {
-						t.Fatalf("n=%d op %v, %s: rank %d: %v", n, op, mode, r, errs[r])
+				for _, mode := range []string{"rank 0 first", "rank 1 first", "together"} {
+					bufs := [2][]T{pairData[T](0, n), pairData[T](1, n)}
+					first := 0
+					if mode == "rank 1 first" {
+						first = 1
 					}
-					for i := range want {
-						if math.Float64bits(float64(bufs[r][i])) != math.Float64bits(float64(want[i])) {
-							t.Fatalf("n=%d op %v, %s: rank %d element %d = %v, want %v (the rank-order reduction's bits)", n, op, mode, r, i, bufs[r][i], want[i])
+					// Once to learn the cores, once measured.
+					for try := range 2 {
+						before := gs[0].phase
+						errs := runPair(t, gs, bufs, op, first, mode == "together")
+						for r := range 2 {
+							if errs[r] != nil {
+								t.Fatalf("n=%d op %v, %s, %s: rank %d: %v", n, op, cores, mode, r, errs[r])
+							}
+							for i := range want {
+								if math.Float64bits(float64(bufs[r][i])) != math.Float64bits(float64(want[i])) {
+									t.Fatalf("n=%d op %v, %s, %s: rank %d element %d = %v, want %v (the rank-order reduction's bits)", n, op, cores, mode, r, i, bufs[r][i], want[i])
+								}
+							}
+							bufs[r] = pairData[T](r, n)
+						}
+						if try == 0 {
+							continue
+						}
+						split := cores == "two cores" && n >= sp && n <= per
+						late := 1 - first
+						used := atomic.LoadUint64(gs[late].resultWord(late)) == gs[late].phase
+						if mode != "together" && used != (n <= per && !split) {
+							t.Errorf("n=%d op %v, %s, %s: the later rank reduced for both: %v, want %v (one round is at most %d, split from %d on two cores)", n, op, cores, mode, used, n <= per && !split, per, sp)
+						}
+						if split && gs[0].phase-before != 3 {
+							t.Errorf("n=%d op %v, %s, %s: phases %d, want 3 (the split's two barriers, one phase skipped)", n, op, cores, mode, gs[0].phase-before)
 						}
 					}
-				}
-				late := 1 - first
-				used := atomic.LoadUint64(gs[late].resultWord(late)) == gs[late].phase
-				if mode != "together" && used != (n <= per) {
-					t.Errorf("n=%d op %v, %s: the later rank reduced for both: %v, want %v (one round is at most %d)", n, op, mode, used, n <= per, per)
 				}
 			}
 		}
@@ -167,5 +191,53 @@ func TestAllReducePairMismatch(t *testing.T) {
 	}
 	if atomic.LoadUint64(gs[1].resultWord(1)) != 0 {
 		t.Errorf("rank 1 published a result for a mismatched operation")
+	}
+}
+
+// TestAllReducePairWholeBesideOtherWork: with one P, a rank whose barrier
+// lent the P to another goroutine (in ddp, the backward pass beside the
+// reduction) publishes its whole part although the ranks run on cores of
+// their own, so that a later peer reduces for both instead of splitting
+// (the split's second meeting would wait for this rank to get its P back).
+func TestAllReducePairWholeBesideOtherWork(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	gs := pairGroups(t)
+	for r := range gs {
+		core := uint32(3 + r)
+		gs[r].oneP, gs[r].coreOf = true, func() uint32 { return core }
+	}
+	n := pairSplitBytes / 4 * 4
+	run := func(first int, together bool) {
+		t.Helper()
+		bufs := [2][]float32{pairData[float32](0, n), pairData[float32](1, n)}
+		for r, err := range runPair(t, gs, bufs, collective.Sum, first, together) {
+			if err != nil {
+				t.Fatalf("rank %d: %v", r, err)
+			}
+		}
+	}
+	run(0, true) // the ranks learn each other's cores: apart
+	// A goroutine busy for a millisecond is runnable beside the ranks: the
+	// rank that waits lends it the P.
+	busy := make(chan struct{})
+	go func() {
+		for t0 := time.Now(); time.Since(t0) < time.Millisecond; {
+		}
+		close(busy)
+	}()
+	run(0, true)
+	<-busy
+	lent := -1
+	for r := range gs {
+		if gs[r].lentSeq == gs[r].seq {
+			lent = r
+		}
+	}
+	if lent < 0 {
+		t.Fatalf("neither rank's barrier lent the P to the busy goroutine")
+	}
+	run(lent, false)
+	if used := atomic.LoadUint64(gs[1-lent].resultWord(1-lent)) == gs[1-lent].phase; !used {
+		t.Errorf("rank %d lent its only P in the last operation and came first: the later rank split, want it to reduce for both", lent)
 	}
 }

@@ -91,9 +91,18 @@ type Group struct {
 
 	// oneP: the process ran with GOMAXPROCS=1 when the group was opened.
 	oneP bool
+	// lentSeq is the last operation (seq) in which a barrier's yield of
+	// the only P ran another goroutine: this rank's P is shared with other work
+	// (a training's backward pass beside an asynchronous reduction), and
+	// two-rank all-reduces do not split (see allReducePair).
+	lentSeq uint64
 	// spinFar is how long a barrier spins for a rank on another core
 	// (waitFor): spinFar when the host has a core for each rank, else 0.
 	spinFar time.Duration
+
+	// coreOf, when set (tests), stands for getcpu: the core this rank
+	// runs on.
+	coreOf func() uint32
 
 	// scanned, when set (tests), runs in a barrier after a scan of the
 	// counters found a rank behind, before its status is read.
@@ -236,12 +245,18 @@ func (g *Group) counter(r int) *uint64 {
 func (g *Group) status(r int) *uint32 { return (*uint32)(unsafe.Pointer(&g.ctrl(r)[8])) }
 
 // cpuWord is the core rank r last ran on when it began to wait in a
-// barrier, plus one (see waitFor); after the headers.
+// barrier or came to a two-rank all-reduce of pairSplitBytes or more, plus
+// one (see waitFor and pairWhole); after the headers.
 func (g *Group) cpuWord(r int) *uint32 { return (*uint32)(unsafe.Pointer(&g.ctrl(r)[80])) }
 
 // resultWord is the phase of the last two-rank all-reduce for which rank r
 // published the result in its slot, not its part (see allReducePair).
 func (g *Group) resultWord(r int) *uint64 { return (*uint64)(unsafe.Pointer(&g.ctrl(r)[88])) }
+
+// wholeWord is the phase of the last two-rank all-reduce for which rank r
+// published its whole part in its slot, where its peer, coming later, may
+// reduce it for both (see allReducePair).
+func (g *Group) wholeWord(r int) *uint64 { return (*uint64)(unsafe.Pointer(&g.ctrl(r)[96])) }
 
 // hdr is rank r's published header for operations of seq's parity: a rank
 // can be one operation ahead of a peer still reading the previous headers,
@@ -377,7 +392,7 @@ func (g *Group) barrier(ctx context.Context, h collective.Header) error {
 			// without this one's core, so keep it (with one P, let the
 			// process's other goroutines have the P now and then).
 			if g.oneP && spins&63 == 0 {
-				runtime.Gosched()
+				g.yieldP()
 			}
 			continue
 		}
@@ -399,7 +414,7 @@ func (g *Group) barrier(ctx context.Context, h collective.Header) error {
 		// 1 µs, so on cores of its own a rank keeps spinning as before.
 		if spins < 4000 && !handedOff {
 			if g.oneP {
-				runtime.Gosched()
+				g.yieldP()
 			}
 			if g.yielding != nil {
 				g.yielding()
@@ -436,7 +451,7 @@ func (g *Group) waitFor(behind int) (scans int, spin time.Duration) {
 	if g.spinFar == 0 {
 		return 200, 0
 	}
-	mine := getcpu() + 1
+	mine := g.cpu() + 1
 	atomic.StoreUint32(g.cpuWord(g.rank), mine)
 	switch peer := atomic.LoadUint32(g.cpuWord(behind)); {
 	case peer == mine:
@@ -445,6 +460,14 @@ func (g *Group) waitFor(behind int) (scans int, spin time.Duration) {
 		return 0, g.spinFar
 	}
 	return 200, 0
+}
+
+// cpu returns the core this rank runs on (getcpu, or the test's coreOf).
+func (g *Group) cpu() uint32 {
+	if g.coreOf != nil {
+		return g.coreOf()
+	}
+	return getcpu()
 }
 
 // getcpu returns the core the calling thread runs on.
@@ -481,6 +504,16 @@ const (
 	napSlack = time.Microsecond
 )
 
+// yieldP lets the process's other goroutines have the P, and notes when one
+// ran (lentSeq).
+func (g *Group) yieldP() {
+	t0 := time.Now()
+	runtime.Gosched()
+	if time.Since(t0) > yieldedTo {
+		g.lentSeq = g.seq
+	}
+}
+
 // pause sleeps between two scans of a long barrier, waited so far. A
 // time.Sleep of 20 µs is not 20 µs when the process has nothing else to
 // do: the P's thread then blocks in Go's network poller, whose timeout
@@ -501,6 +534,9 @@ func (g *Group) pause(waited time.Duration) {
 	t0 := time.Now()
 	runtime.Gosched()
 	if time.Since(t0) > yieldedTo {
+		if g.oneP {
+			g.lentSeq = g.seq
+		}
 		if g.paused != nil {
 			g.paused(true)
 		}
@@ -748,43 +784,89 @@ func (g *Group) allReduceLocal(ctx context.Context, h collective.Header, buf any
 // its slot: they are still in the core's L1 cache.
 const pairChunk = 8 << 10
 
+// pairSplitBytes is the smallest two-rank all-reduce, in bytes, whose ranks
+// split the reduction between them when they run on cores of their own (see
+// allReducePair). Two threads bound to the two cores of a Zen 3 host,
+// spinning on the counters, took 36 µs for 256 KiB when each reduced both
+// parts against 17 µs split, 16 against 11 µs at 128 KiB, 8 against 7 at
+// 64 KiB and 1.5 against 1.2 µs at 8 KiB, where the second barrier a split
+// costs weighs more once a rank has to wait for it.
+const pairSplitBytes = 64 << 10
+
+// pairLentOps is how many operations after a barrier lent this rank's P to
+// another goroutine its two-rank all-reduces publish whole parts, not half
+// (see allReducePair).
+const pairLentOps = 64
+
 // allReducePair is the all-reduce of two ranks in one round (up to half a
-// slot). The rank that finds its peer's part already published (the peer
-// came first) reduces both parts, in rank order, into its buffer and
-// copies the result, a chunk at a time, into its own slot, marks it a
-// result (resultWord) and passes the barrier at once; the peer, waiting
+// slot), in one of three ways that give the bits of the same rank-order
+// reduction.
+//
+// Split (pairSplitBytes or more, the ranks on cores of their own): each
+// rank owns half of the elements (rank 0 the first, cut at a cache line).
+// It copies the other half of its buffer into its slot, and after a
+// barrier reduces its own half, its buffer's and the peer's slot's in rank
+// order, into its buffer and, a chunk at a time from L1, into its slot;
+// after a second barrier it copies the peer's half of the result out of
+// the peer's slot. Each rank reads and writes 4 buffer lengths in place of
+// 5, and on two cores they work at once: the peer's part and the result
+// cross between the cores once each, half of each a rank.
+//
+// Whole (smaller messages, or a peer that last ran on this rank's core,
+// or whose core is not known yet): the rank copies its whole buffer into
+// its slot (wholeWord says so). A rank that finds its peer's whole part
+// already published (the peer came first) reduces both parts, in rank
+// order, into its buffer and a chunk at a time into its own slot, marks it
+// a result (resultWord) and passes the barrier at once; the peer, waiting
 // there, copies the result out instead of reducing: one copy in, one
 // reduction and one copy out between them instead of two copies in and two
 // reductions, which halves the work of two ranks that take turns on one
-// core. Ranks that arrive together (neither part there) both copy in and
-// reduce both slots, as allReduceLocal; either way every rank gets the bits
-// of the same rank-order reduction. Both ranks cannot find the other first:
-// a rank publishes its part (its counter) only after it has looked.
+// core. Both ranks cannot find the other first: a rank publishes its part
+// (its counter) only after it has looked.
+//
+// Ranks that come together, both with whole parts, both reduce both slots
+// into their buffers after the one barrier; from pairSplitBytes on, when
+// either published half, both split (a whole part holds the half the peer
+// needs). The split's second barrier skips a phase: after it a rank still
+// reads the peer's slot half of this operation, which the peer's next
+// operation must not write (it writes the half of the next phase's
+// parity).
+//
+// A rank whose P was lent to another goroutine in a barrier of the last
+// pairLentOps operations publishes whole parts: with GOMAXPROCS=1 and a
+// training's backward pass running beside the reduction (ddp's overlap),
+// a rank's part of the split waits for the P after each barrier, and the
+// split's second meeting can cost a backward op's time, where a rank that
+// comes later reducing for both leaves the first only a copy out. (A guard
+// by reasoning: pinned ddp training on 2 cores measured no slower with the
+// split, whose buckets ran after the backward pass; bench/RESULTS.md.)
 func (g *Group) allReducePair(ctx context.Context, h collective.Header, buf any) error {
 	peer := 1 - g.rank
 	target := g.phase + 1
 	half := int(target & 1)
 	n := h.Len
-	if atomic.LoadUint64(g.counter(peer)) >= target && h.Mismatch(g.rank, peer, getHeader(g.hdr(peer, h.Seq))) == nil {
+	bytes := n * h.DType.Size()
+	whole := bytes < pairSplitBytes || g.lentSeq != 0 && g.seq-g.lentSeq <= pairLentOps || g.pairWhole(peer)
+	if atomic.LoadUint64(g.counter(peer)) >= target && atomic.LoadUint64(g.wholeWord(peer)) == target &&
+		h.Mismatch(g.rank, peer, getHeader(g.hdr(peer, h.Seq))) == nil {
 		theirs, out := g.half(buf, peer, half, n), g.half(buf, g.rank, half, n)
-		step := pairChunk / h.DType.Size()
-		for lo := 0; lo < n; lo += step {
-			hi := min(lo+step, n)
-			m, t := collective.Sub(buf, lo, hi), collective.Sub(theirs, lo, hi)
-			if g.rank == 0 {
-				collective.ReduceToAny(m, m, t, h.Op)
-			} else {
-				collective.ReduceToAny(m, t, m, h.Op)
-			}
-			if h.Op == collective.Mean {
-				collective.ScaleAny(m, 2)
-			}
-			collective.Copy(collective.Sub(out, lo, hi), m)
-		}
+		g.reduceOwn(buf, theirs, out, 0, n, h.Op)
 		atomic.StoreUint64(g.resultWord(g.rank), target)
 		return g.barrier(ctx, h) // the peer is there: passes at once
 	}
-	collective.Copy(g.half(buf, g.rank, half, n), buf)
+	// This rank's elements of a split, [lo, hi), and the peer's.
+	split := pairSplit(n, h.DType.Size())
+	lo, hi, plo, phi := 0, split, split, n
+	if g.rank == 1 {
+		lo, hi, plo, phi = split, n, 0, split
+	}
+	mine := g.half(buf, g.rank, half, n)
+	if whole {
+		collective.Copy(mine, buf)
+		atomic.StoreUint64(g.wholeWord(g.rank), target)
+	} else {
+		collective.Copy(collective.Sub(mine, plo, phi), collective.Sub(buf, plo, phi))
+	}
 	if err := g.barrier(ctx, h); err != nil {
 		return err
 	}
@@ -795,11 +877,70 @@ func (g *Group) allReducePair(ctx context.Context, h collective.Header, buf any)
 		collective.Copy(buf, g.half(buf, peer, half, n))
 		return nil
 	}
-	collective.ReduceToAny(buf, g.half(buf, 0, half, n), g.half(buf, 1, half, n), h.Op)
-	if h.Op == collective.Mean {
-		collective.ScaleAny(buf, 2)
+	// A peer that published its whole part and does not split may have gone
+	// on to its next operation and published the next whole part by now:
+	// at least target says whole (a peer that published half waits for
+	// this rank at the split's second barrier, and cannot).
+	if bytes < pairSplitBytes || whole && atomic.LoadUint64(g.wholeWord(peer)) >= target {
+		collective.ReduceToAny(buf, g.half(buf, 0, half, n), g.half(buf, 1, half, n), h.Op)
+		if h.Op == collective.Mean {
+			collective.ScaleAny(buf, 2)
+		}
+		return nil
 	}
+	theirs := g.half(buf, peer, half, n)
+	g.reduceOwn(buf, theirs, mine, lo, hi, h.Op)
+	g.phase++ // the skipped phase (see above)
+	if err := g.barrier(ctx, h); err != nil {
+		return err
+	}
+	collective.Copy(collective.Sub(buf, plo, phi), collective.Sub(theirs, plo, phi))
 	return nil
+}
+
+// reduceOwn reduces elements [lo, hi) of buf (this rank's part) and theirs
+// (the peer's) in rank order into buf, and copies them, a chunk at a time
+// while they are in L1, into out.
+func (g *Group) reduceOwn(buf, theirs, out any, lo, hi int, op collective.Op) {
+	step := pairChunk / elemSize(buf)
+	for a := lo; a < hi; a += step {
+		b := min(a+step, hi)
+		m, t := collective.Sub(buf, a, b), collective.Sub(theirs, a, b)
+		if g.rank == 0 {
+			collective.ReduceToAny(m, m, t, op)
+		} else {
+			collective.ReduceToAny(m, t, m, op)
+		}
+		if op == collective.Mean {
+			collective.ScaleAny(m, 2)
+		}
+		collective.Copy(collective.Sub(out, a, b), m)
+	}
+}
+
+// pairSplit is the first element of rank 1's half of a split two-rank
+// all-reduce of n elements of esz bytes: half of them, cut at a 64-byte
+// line so that the ranks' halves share no line of a slot.
+func pairSplit(n, esz int) int {
+	line := 64 / esz
+	return n / 2 / line * line
+}
+
+// pairWhole reports whether this rank publishes its whole part for a split
+// all-reduce (see allReducePair): when the peer last ran on this rank's
+// core, or its core is not known yet. It publishes this rank's core.
+func (g *Group) pairWhole(peer int) bool {
+	mine := g.cpu() + 1
+	atomic.StoreUint32(g.cpuWord(g.rank), mine)
+	p := atomic.LoadUint32(g.cpuWord(peer))
+	return p == 0 || p == mine
+}
+
+func elemSize(buf any) int {
+	if _, ok := buf.([]float64); ok {
+		return 8
+	}
+	return 4
 }
 
 // view returns the first n elements of shared slot r typed like buf.
