@@ -345,21 +345,24 @@ func checkStoreState(sd *StateDict, st *module.Store, whole bool) error {
 	}
 	// One line for each kind, whatever the count: a checkpoint of another
 	// architecture lacks or adds dozens of tensors.
-	switch len(missing) {
-	case 0:
-	case 1:
-		errs = append(errs, fmt.Errorf("tensor %s of the model is missing from the checkpoint: was it written for another model?", missing[0]))
-	default:
-		errs = append(errs, fmt.Errorf("%d tensors of the model are missing from the checkpoint (%s): was it written for another model?", len(missing), someOf(missing)))
-	}
-	switch len(extra) {
-	case 0:
-	case 1:
-		errs = append(errs, fmt.Errorf("the checkpoint has tensor %s that the model does not declare: was it written for another model?", extra[0]))
-	default:
-		errs = append(errs, fmt.Errorf("the checkpoint has %d tensors that the model does not declare (%s): was it written for another model?", len(extra), someOf(extra)))
-	}
+	errs = append(errs,
+		namesError(missing, "tensor %s of the model is missing from the checkpoint", "%d tensors of the model are missing from the checkpoint (%s)"),
+		namesError(extra, "the checkpoint has tensor %s that the model does not declare", "the checkpoint has %d tensors that the model does not declare (%s)"))
 	return errors.Join(errs...)
+}
+
+// namesError is nil for no names, the sentence one for a single name and
+// many, with the count and the first few, for more; either asks whether
+// the checkpoint belongs to another model.
+func namesError(names []string, one, many string) error {
+	const another = ": was it written for another model?"
+	switch len(names) {
+	case 0:
+		return nil
+	case 1:
+		return fmt.Errorf(one+another, names[0])
+	}
+	return fmt.Errorf(many+another, len(names), someOf(names))
 }
 
 // someOf joins the first few of names, saying how many more there are.
