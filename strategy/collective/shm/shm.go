@@ -850,7 +850,7 @@ func (g *Group) allReducePair(ctx context.Context, h collective.Header, buf any)
 	if atomic.LoadUint64(g.counter(peer)) >= target && atomic.LoadUint64(g.wholeWord(peer)) == target &&
 		h.Mismatch(g.rank, peer, getHeader(g.hdr(peer, h.Seq))) == nil {
 		theirs, out := g.half(buf, peer, half, n), g.half(buf, g.rank, half, n)
-		g.reduceOwn(buf, theirs, out, 0, n, h.Op)
+		g.reduceOwn(buf, theirs, out, 0, n, h)
 		atomic.StoreUint64(g.resultWord(g.rank), target)
 		return g.barrier(ctx, h) // the peer is there: passes at once
 	}
@@ -889,7 +889,7 @@ func (g *Group) allReducePair(ctx context.Context, h collective.Header, buf any)
 		return nil
 	}
 	theirs := g.half(buf, peer, half, n)
-	g.reduceOwn(buf, theirs, mine, lo, hi, h.Op)
+	g.reduceOwn(buf, theirs, mine, lo, hi, h)
 	g.phase++ // the skipped phase (see above)
 	if err := g.barrier(ctx, h); err != nil {
 		return err
@@ -899,10 +899,10 @@ func (g *Group) allReducePair(ctx context.Context, h collective.Header, buf any)
 }
 
 // reduceOwn reduces elements [lo, hi) of buf (this rank's part) and theirs
-// (the peer's) in rank order into buf, and copies them, a chunk at a time
+// (the peer's) in rank order, by h's op, into buf, and copies them, a chunk at a time
 // while they are in L1, into out.
-func (g *Group) reduceOwn(buf, theirs, out any, lo, hi int, op collective.Op) {
-	step := pairChunk / elemSize(buf)
+func (g *Group) reduceOwn(buf, theirs, out any, lo, hi int, h collective.Header) {
+	op, step := h.Op, pairChunk/h.DType.Size()
 	for a := lo; a < hi; a += step {
 		b := min(a+step, hi)
 		m, t := collective.Sub(buf, a, b), collective.Sub(theirs, a, b)
@@ -934,13 +934,6 @@ func (g *Group) pairWhole(peer int) bool {
 	atomic.StoreUint32(g.cpuWord(g.rank), mine)
 	p := atomic.LoadUint32(g.cpuWord(peer))
 	return p == 0 || p == mine
-}
-
-func elemSize(buf any) int {
-	if _, ok := buf.([]float64); ok {
-		return 8
-	}
-	return 4
 }
 
 // view returns the first n elements of shared slot r typed like buf.
