@@ -267,7 +267,7 @@ func TestFulgurRunRestartsKilledRank(t *testing.T) {
 			if got != want || got.GlobalStep != c.steps {
 				t.Errorf("restarted job ended with %+v, the uninterrupted one with %+v (want %d steps): the restart did not continue bit for bit", got, want, c.steps)
 			}
-			for _, w := range []string{fmt.Sprintf("rank=%s", c.die[:1]), "was killed by signal killed",
+			for _, w := range []string{fmt.Sprintf("rank=%s", c.die[:1]), "was killed by SIGKILL (signal 9)",
 				fmt.Sprintf("restart 1 of 2 with %d ranks (was %d)", c.world, c.world), "elastic restart: resuming from the run's newest checkpoint", "elastic: the job completed after restarting"} {
 				if !strings.Contains(log, w) {
 					t.Errorf("the log lacks %q:\n%s", w, log)
@@ -367,7 +367,7 @@ func TestSelfLaunchRestarts(t *testing.T) {
 	if got != want {
 		t.Errorf("restarted job ended with %+v, the uninterrupted one with %+v", got, want)
 	}
-	for _, w := range []string{"this process supervises the job", "was killed by signal killed", "restart 1 of 2 with 2 ranks (was 2)", "elastic restart: resuming from the run's newest checkpoint"} {
+	for _, w := range []string{"this process supervises the job", "was killed by SIGKILL (signal 9)", "restart 1 of 2 with 2 ranks (was 2)", "elastic restart: resuming from the run's newest checkpoint"} {
 		if !strings.Contains(log, w) {
 			t.Errorf("the log lacks %q:\n%s", w, log)
 		}
