@@ -411,7 +411,11 @@ func (e *Elastic) attempt(ctx context.Context, n, world int, dir string) (Attemp
 			}
 			t.Stop()
 			g.stop()
-			return a, fmt.Errorf("launch: elastic job stopped (the ranks were sent %s): %w", SignalName(sig), ctx.Err())
+			why := "its context was cancelled"
+			if ss != nil {
+				why = "this process got " + SignalName(ss.Signal)
+			}
+			return a, &jobStopped{err: ctx.Err(), msg: fmt.Sprintf("launch: elastic job stopped (the ranks were sent %s): %s; a rank that had started training saved a checkpoint, as its output says; not restarted", SignalName(sig), why)}
 		}
 	}
 	start := time.Now()
@@ -668,5 +672,16 @@ func StopOnSignal(ctx context.Context) (context.Context, func() int) {
 // StopSignal is the cause of a context StopOnSignal cancelled: the signal
 // that came.
 type StopSignal struct{ Signal os.Signal }
+
+// jobStopped is RunElastic's error when its context ended the job: it reads
+// as why (a signal, not Go's "context canceled") and unwraps to the
+// context's error.
+type jobStopped struct {
+	err error
+	msg string
+}
+
+func (e *jobStopped) Error() string { return e.msg }
+func (e *jobStopped) Unwrap() error { return e.err }
 
 func (s *StopSignal) Error() string { return "stopped by " + SignalName(s.Signal) }

@@ -352,6 +352,14 @@ func TestElasticPassesStopOn(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), "elastic job stopped (the ranks were sent "+c.want+")") {
 				t.Errorf("RunElastic returned %v, want the stop", err)
 			}
+			// Why it stopped, in the user's words: no Go "context canceled".
+			why := "this process got " + c.want
+			if c.cause == nil {
+				why = "its context was cancelled"
+			}
+			if err == nil || !strings.Contains(err.Error(), why+"; a rank that had started training saved a checkpoint") || strings.Contains(err.Error(), "context canceled") || !errors.Is(err, context.Canceled) {
+				t.Errorf("RunElastic returned %v, want it to say %q and unwrap to context.Canceled", err, why)
+			}
 			for _, w := range []string{"rank=0 got " + c.want, "rank=1 got " + c.want} {
 				if !strings.Contains(out.String(), w) {
 					t.Errorf("output lacks %q:\n%s", w, out.String())
