@@ -71,7 +71,7 @@ func (t *Trainer) elasticRun(ctx context.Context, ckptPath *string) error {
 		return nil
 	}
 	if t.cfg.LogDir != "" && filepath.Clean(t.cfg.LogDir) != filepath.Clean(runDir) {
-		t.cfg.Log.Warn().Str("log_dir", t.cfg.LogDir).Str("run_dir", runDir).Msg("elastic restart: " + t.cfg.field("LogDir") + " is not the directory the job's first attempt ran in, so this attempt logs apart from it (it still resumes from its checkpoint): leave " + t.cfg.name("LogDir") + " empty, or set it from trainer.ElasticRunDir()")
+		t.cfg.Log.Warn().Str("log_dir", t.cfg.LogDir).Str("run_dir", runDir).Msg("elastic restart: " + t.cfg.field("LogDir") + " is not the directory the job's first attempt ran in, so this attempt logs apart from it (it still resumes from its checkpoint): leave " + t.cfg.name("LogDir") + " empty, or set it from trainer.VersionDir (or trainer.ElasticRunDir())")
 	}
 	if *ckptPath != "" {
 		return nil // the program names the checkpoint itself

@@ -120,6 +120,7 @@ func trainProgram(args []string, stdout io.Writer) error {
 	strat := fs.String("strategy", "ddp", "")
 	root := fs.String("root", "", "")
 	resume := fs.String("resume", "", "")
+	versionDir := fs.Bool("versiondir", false, "pick the run directory before Fit with trainer.VersionDir, as callbacks.Plots' Dir asks")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -144,8 +145,14 @@ func trainProgram(args []string, stdout io.Writer) error {
 		d.how = f[2]
 		cbs = append([]trainer.Callback{d}, cbs...)
 	}
+	logDir := ""
+	if *versionDir {
+		if logDir, err = trainer.VersionDir(*root, ""); err != nil {
+			return err
+		}
+	}
 	tr, err := trainer.New(trainer.Config{MaxEpochs: 2, Seed: 5, Strategy: *strat, Devices: *devices, NumNodes: *nodes, LogEveryNSteps: 1,
-		Out: os.Stderr, EnableProgressBar: trainer.Bool(false), DefaultRootDir: *root, Callbacks: cbs})
+		Out: os.Stderr, EnableProgressBar: trainer.Bool(false), DefaultRootDir: *root, LogDir: logDir, Callbacks: cbs})
 	if err != nil {
 		return err
 	}
@@ -371,6 +378,33 @@ func TestSelfLaunchRestarts(t *testing.T) {
 		if !strings.Contains(log, w) {
 			t.Errorf("the log lacks %q:\n%s", w, log)
 		}
+	}
+	checkRunDir(t, root, 24)
+}
+
+// A program that picks its run directory before Fit with
+// trainer.VersionDir (as callbacks.Plots' Dir and a Timeline profiler need
+// it) keeps one run directory across an elastic restart: the restarted
+// ranks' VersionDir is the job's, not the next version_N beside it. Before,
+// the restarted attempt logged into version_1 (with a warning), and
+// metrics.csv, the checkpoints and the plots were split in two.
+func TestSelfLaunchRestartsWithVersionDir(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real multi-process training jobs")
+	}
+	root := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-devices", "2", "-root", root, "-versiondir")
+	cmd.Env = append(os.Environ(), programEnv+"=1", "FULGUR_BACKEND=tcp", launch.EnvMaxRestarts+"=2", dieEnv+"=1:5:kill")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v: %v\nstderr:\n%s", cmd.Args, err, errb.String())
+	}
+	if !strings.Contains(errb.String(), "restart 1 of 2") {
+		t.Fatalf("the job was not restarted:\n%s", errb.String())
+	}
+	if strings.Contains(errb.String(), "is not the directory the job's first attempt ran in") {
+		t.Errorf("the restarted attempt logged apart:\n%s", errb.String())
 	}
 	checkRunDir(t, root, 24)
 }
