@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+
+	"github.com/fulgur-ml/fulgur/strategy/launch"
 )
 
 // Variables an elastic launcher sets for every rank (strategy/launch:
@@ -18,8 +20,9 @@ const (
 )
 
 // elasticRunDir is the file, in the launcher's directory, where rank 0
-// records the run directory of the job.
-const elasticRunDir = "run_dir"
+// records the run directory of the job (or the launcher did, before the
+// first attempt).
+const elasticRunDir = launch.ElasticRunDirFile
 
 // elasticRun makes an elastic job one run, however often its ranks are
 // restarted: the first Fit of the job records its run directory with the

@@ -22,6 +22,8 @@ import (
 	"github.com/fulgur-ml/fulgur/callbacks"
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/optim"
+	"github.com/fulgur-ml/fulgur/profiler"
+	"github.com/fulgur-ml/fulgur/strategy/cluster"
 	"github.com/fulgur-ml/fulgur/strategy/launch"
 	"github.com/fulgur-ml/fulgur/strategy/strategytest"
 	"github.com/fulgur-ml/fulgur/trainer"
@@ -120,7 +122,7 @@ func trainProgram(args []string, stdout io.Writer) error {
 	strat := fs.String("strategy", "ddp", "")
 	root := fs.String("root", "", "")
 	resume := fs.String("resume", "", "")
-	versionDir := fs.Bool("versiondir", false, "pick the run directory before Fit with trainer.VersionDir, as callbacks.Plots' Dir asks")
+	versionDir := fs.Bool("versiondir", false, "pick the run directory before Fit with trainer.VersionDir, as callbacks.Plots' Dir asks, with a Timeline profiler in it")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -146,13 +148,23 @@ func trainProgram(args []string, stdout io.Writer) error {
 		cbs = append([]trainer.Callback{d}, cbs...)
 	}
 	logDir := ""
+	var prof profiler.Profiler
 	if *versionDir {
 		if logDir, err = trainer.VersionDir(*root, ""); err != nil {
 			return err
 		}
+		// It makes its directory now, before Fit, in every process that
+		// runs the program: the elastic supervisor too.
+		env, _, err := cluster.Detect(cluster.OSLookup)
+		if err != nil {
+			return err
+		}
+		if prof, err = profiler.NewTimeline(profiler.TimelineConfig{Dir: filepath.Join(logDir, "timeline"), Rank: env.Rank}); err != nil {
+			return err
+		}
 	}
 	tr, err := trainer.New(trainer.Config{MaxEpochs: 2, Seed: 5, Strategy: *strat, Devices: *devices, NumNodes: *nodes, LogEveryNSteps: 1,
-		Out: os.Stderr, EnableProgressBar: trainer.Bool(false), DefaultRootDir: *root, LogDir: logDir, Callbacks: cbs})
+		Out: os.Stderr, EnableProgressBar: trainer.Bool(false), DefaultRootDir: *root, LogDir: logDir, Profiler: prof, Callbacks: cbs})
 	if err != nil {
 		return err
 	}
@@ -387,7 +399,10 @@ func TestSelfLaunchRestarts(t *testing.T) {
 // it) keeps one run directory across an elastic restart: the restarted
 // ranks' VersionDir is the job's, not the next version_N beside it. Before,
 // the restarted attempt logged into version_1 (with a warning), and
-// metrics.csv, the checkpoints and the plots were split in two.
+// metrics.csv, the checkpoints and the plots were split in two. In the
+// first attempt too, every process names one: the supervisor (which runs
+// the program up to Fit, and here makes the Timeline's directory) and the
+// ranks, started together, named version_0, version_1 and version_2.
 func TestSelfLaunchRestartsWithVersionDir(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real multi-process training jobs")
@@ -407,6 +422,11 @@ func TestSelfLaunchRestartsWithVersionDir(t *testing.T) {
 		t.Errorf("the restarted attempt logged apart:\n%s", errb.String())
 	}
 	checkRunDir(t, root, 24)
+	for _, f := range []string{"timeline-rank0.json", "timeline-rank1.json", "timeline.json"} {
+		if _, err := os.Stat(filepath.Join(root, "lightning_logs", "version_0", "timeline", f)); err != nil {
+			t.Errorf("the run's timeline: %v", err)
+		}
+	}
 }
 
 func TestFulgurRunRejectsBadFlags(t *testing.T) {
