@@ -429,6 +429,28 @@ func TestSelfLaunchRestartsWithVersionDir(t *testing.T) {
 	}
 }
 
+// Under "fulgur run" (as under any launcher that starts the ranks
+// together) every rank runs the program's VersionDir before Fit: they name
+// one run directory when nothing there is made before the ranks meet at
+// Fit. A Timeline profiler made its directory when built, so the rank that
+// came second named the next version_N and its trace was missing from the
+// merged timeline.
+func TestFulgurRunRanksNameOneRunDirWithVersionDir(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real multi-process training jobs")
+	}
+	root := t.TempDir()
+	if _, log, err := fulgurRun(t, []string{"-nproc", "2"}, "", "-devices", "2", "-root", root, "-versiondir"); err != nil {
+		t.Fatalf("fulgur run: %v\n%s", err, log)
+	}
+	checkRunDir(t, root, 24)
+	for _, f := range []string{"timeline-rank0.json", "timeline-rank1.json", "timeline.json"} {
+		if _, err := os.Stat(filepath.Join(root, "lightning_logs", "version_0", "timeline", f)); err != nil {
+			t.Errorf("the run's timeline: %v", err)
+		}
+	}
+}
+
 func TestFulgurRunRejectsBadFlags(t *testing.T) {
 	for _, c := range []struct {
 		args []string
