@@ -170,9 +170,19 @@ func (c *ModelCheckpointConfig) Validate() error {
 // ModelCheckpoint saves checkpoints as training goes, keeping the best k by
 // a monitored metric (or the newest), and optionally last.ckpt. Decisions
 // are the same on every rank (validation metrics are reduced across ranks);
-// rank 0 writes and deletes files. Files displaced from the top k are
-// deleted at the callback's next call, once the new file is on disk, so a
-// crash leaves an extra file rather than a missing one.
+// rank 0 writes and deletes files. Files displaced from the top k (and
+// recovery points a newer one replaced) are deleted at the callback's next
+// call, once the new file is on disk, so a crash leaves an extra file
+// rather than a missing one; an interrupted Fit (a signal, a cancelled
+// context) deletes them once its interrupt checkpoint is saved.
+//
+// A Fit resumed from a checkpoint of another run directory (a new
+// version_N) deletes nothing there, as Lightning's: neither that run's
+// kept checkpoints nor the file it resumed from, and it ranks afresh in its
+// own directory. Files that run displaced but could not delete, as it was
+// killed or failed first, stay too; the resumed Fit names them in a
+// warning. Resumed into the same directory (Config.LogDir), it takes over
+// the ranking and deletes them.
 type ModelCheckpoint struct {
 	cfg        ModelCheckpointConfig
 	dir        string
@@ -223,6 +233,7 @@ var (
 	_ trainer.TrainEpochEndHook = (*ModelCheckpoint)(nil)
 	_ trainer.TrainEndHook      = (*ModelCheckpoint)(nil)
 	_ trainer.FitEndHook        = (*ModelCheckpoint)(nil)
+	_ trainer.ExceptionHook     = (*ModelCheckpoint)(nil)
 	_ trainer.Stateful          = (*ModelCheckpoint)(nil)
 )
 
@@ -326,6 +337,22 @@ func (c *ModelCheckpoint) OnFitStart(ctx context.Context, s *trainer.State) erro
 		// until a checkpoint is saved here.
 		if len(c.st.BestK) > 0 {
 			s.Warn(fmt.Sprintf("ModelCheckpoint: checkpoints go to %s, not %s as in the run this Fit continues: its %d ranked checkpoint(s) stay there, untouched, and the ranking starts afresh", c.dir, c.st.Dirpath, len(c.st.BestK)))
+		}
+		// Files that run displaced and meant to delete at its next call
+		// are still there when it was killed (or failed) before that call:
+		// they are its, not this Fit's, so they stay too, but the user is
+		// told which they are.
+		var left []string
+		for _, p := range c.st.Stale {
+			if _, kept := c.st.BestK[p]; kept || sameFile(p, s.ResumedFrom) || !s.IsGlobalZero {
+				continue
+			}
+			if _, err := os.Stat(p); err == nil {
+				left = append(left, p)
+			}
+		}
+		if len(left) > 0 {
+			s.Warn(fmt.Sprintf("ModelCheckpoint: the run this Fit continues displaced %s but ended before deleting it (killed, or failed): left alone, as that run's directory is not this Fit's; delete it yourself if you do not need it", strings.Join(left, ", ")))
 		}
 		c.st = ckptState{BestK: map[string]jf{}, Saved: map[string]int{}, Best: c.st.Best, BestScore: c.st.BestScore, LastStep: c.st.LastStep,
 			Monitor: c.st.Monitor, Mode: c.st.Mode, ValEpoch: c.st.ValEpoch}
@@ -508,6 +535,22 @@ func (c *ModelCheckpoint) OnTrainEnd(ctx context.Context, s *trainer.State) erro
 }
 
 func (c *ModelCheckpoint) OnFitEnd(ctx context.Context, s *trainer.State) error {
+	return c.removeStale(s)
+}
+
+// OnException deletes, when the Fit was interrupted (a signal or a
+// cancelled context) and its interrupt checkpoint was saved, the files this
+// callback displaced in this run and meant to delete at its next call,
+// which will not come: a recovery point a newer one replaced, a checkpoint
+// that fell out of the top k. The files that replaced them are on disk (the
+// trainer writes a hook's checkpoints when the hook ends), and so is the
+// interrupt checkpoint. After another failure nothing is deleted: a save
+// may be what failed.
+func (c *ModelCheckpoint) OnException(ctx context.Context, s *trainer.State, err error) error {
+	var ie *trainer.InterruptedError
+	if !errors.As(err, &ie) || ie.Checkpoint == "" {
+		return nil
+	}
 	return c.removeStale(s)
 }
 

@@ -20,7 +20,11 @@ import (
 type PlotsConfig struct {
 	// Dir is the run directory, where a CSVLogger writes metrics.csv (and
 	// hparams.yaml): charts go in Dir/plots, the report in Dir/report.md.
-	// Required; usually CSVLogger.Dir().
+	// Required; usually CSVLogger.Dir(), or with the default logger the
+	// Fit's run directory chosen before it: dir, err :=
+	// trainer.VersionDir(root, ""), given as trainer.Config.LogDir too
+	// (under ddp every rank, and in an elastic job every restart, names
+	// the same one).
 	Dir string
 	// Title names the run in the report. "": the run directory's name
 	// ("mlp/version_3").

@@ -51,12 +51,13 @@ var (
 	_ Tracker  = (*Advanced)(nil)
 )
 
-// NewAdvanced checks cfg and creates its directory.
+// NewAdvanced checks cfg. Dir is made when the first profile is written,
+// as a Timeline's (see NewTimeline); a Dir under a file is refused now.
 func NewAdvanced(cfg AdvancedConfig) (*Advanced, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("profiler.NewAdvanced: Dir is empty: pass the directory for the profiles")
 	}
-	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+	if err := canMakeDir(cfg.Dir); err != nil {
 		return nil, fmt.Errorf("profiler.NewAdvanced: %w", err)
 	}
 	return &Advanced{cfg: cfg, simple: NewSimple()}, nil
@@ -131,6 +132,10 @@ func (p *Advanced) startStage(stage string) {
 	}
 	p.stage = stage
 	path := p.name("cpu", stage)
+	if err := os.MkdirAll(p.cfg.Dir, 0o755); err != nil {
+		p.errs = append(p.errs, err)
+		return
+	}
 	f, err := os.Create(path)
 	if err != nil {
 		p.errs = append(p.errs, err)
@@ -162,6 +167,10 @@ func (p *Advanced) endStage(stage string) {
 		p.cpu = nil
 	}
 	path := p.name("heap", stage)
+	if err := os.MkdirAll(p.cfg.Dir, 0o755); err != nil {
+		p.errs = append(p.errs, err)
+		return
+	}
 	f, err := os.Create(path)
 	if err != nil {
 		p.errs = append(p.errs, err)

@@ -61,7 +61,12 @@ var (
 	_ Flusher  = (*Timeline)(nil)
 )
 
-// NewTimeline checks cfg and creates its directory.
+// NewTimeline checks cfg. It makes no directory: Dir is made when the
+// trace is first written (at the end of Fit), so that the ranks of a job
+// started together, each naming its run directory before Fit with
+// trainer.VersionDir, name the same one (a directory made here by the rank
+// that came first made the others name the next version_N). A Dir under a
+// file is refused now.
 func NewTimeline(cfg TimelineConfig) (*Timeline, error) {
 	var errs []error
 	if cfg.Dir == "" {
@@ -79,10 +84,29 @@ func NewTimeline(cfg TimelineConfig) (*Timeline, error) {
 	if cfg.MaxEvents == 0 {
 		cfg.MaxEvents = 2_000_000
 	}
-	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+	if err := canMakeDir(cfg.Dir); err != nil {
 		return nil, fmt.Errorf("profiler.NewTimeline: %w", err)
 	}
 	return &Timeline{cfg: cfg, begin: time.Now(), tracks: map[string]int{"main": 0}, names: []string{"main"}}, nil
+}
+
+// canMakeDir reports an error when dir exists as something other than a
+// directory, or its nearest existing parent is not a directory: MkdirAll
+// would fail there.
+func canMakeDir(dir string) error {
+	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err == nil {
+			if !fi.IsDir() {
+				return fmt.Errorf("Dir %s: %s is a file, not a directory: pass a directory for the trace", dir, p)
+			}
+			return nil
+		}
+		// Not there, or under a file (ENOTDIR): look at its parent.
+		if filepath.Dir(p) == p {
+			return nil
+		}
+	}
 }
 
 // Rank is the rank the trace is written for (TimelineConfig.Rank).
@@ -144,6 +168,9 @@ func micros(t time.Time) json.Number {
 func (p *Timeline) Flush() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if err := os.MkdirAll(p.cfg.Dir, 0o755); err != nil {
+		return err
+	}
 	tmp := p.Path() + ".tmp"
 	f, err := os.Create(tmp)
 	if err != nil {

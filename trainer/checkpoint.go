@@ -777,8 +777,12 @@ type CheckpointInfo struct {
 	// BestModelPath is the best checkpoint a ModelCheckpoint had recorded
 	// when this one was written ("" when none did).
 	BestModelPath string
-	ModTime       time.Time
-	Size          int64
+	// Written is when the checkpoint was saved, as it records it (the
+	// saving trainer's clock); zero when the record is unreadable. Unlike
+	// ModTime, a copy that does not keep timestamps leaves it as it was.
+	Written time.Time
+	ModTime time.Time
+	Size    int64
 }
 
 // ReadCheckpointInfo reads a checkpoint's header (not its tensor data) and
@@ -834,6 +838,9 @@ func ReadCheckpointInfo(path string) (CheckpointInfo, error) {
 		return info, fmt.Errorf("checkpoint %s: metadata field %q: %v", path, keyTrainer, err)
 	}
 	info.Epoch, info.BatchIdx, info.GlobalStep = ts.Epoch, ts.Batch, ts.GlobalStep
+	if w, err := time.Parse(time.RFC3339Nano, ts.Written); err == nil {
+		info.Written = w
+	}
 	if cb, ok := hdr.Meta[keyCallbacks]; ok {
 		if sums["meta:"+keyCallbacks] != metaSum(keyCallbacks, cb) {
 			return info, fmt.Errorf("checkpoint %s: metadata field %q: SHA-256 mismatch: the file is corrupt", path, keyCallbacks)
@@ -906,8 +913,9 @@ func readStateDict(path string, dtype tensor.Dtype, precision string) (*strategy
 	return sd, c, nil
 }
 
-// LatestCheckpoint returns the newest checkpoint (*.ckpt) under root, by
-// modification time and then global step. Files that are not readable
+// LatestCheckpoint returns the newest checkpoint (*.ckpt) under root: the
+// one written last by the time each records (CheckpointInfo.Written), then
+// by modification time, then by global step. Files that are not readable
 // checkpoints are skipped.
 func LatestCheckpoint(root string) (string, error) {
 	infos, skipped, err := listCheckpoints(root)
@@ -930,9 +938,17 @@ func LatestCheckpoint(root string) (string, error) {
 	return best.Path, nil
 }
 
-// newerCheckpoint orders checkpoints for "latest" and "last": by
-// modification time, then by global step.
+// newerCheckpoint orders checkpoints for "latest" and "last": by the time
+// each records it was written, which a copy without timestamps (cp -r, a
+// download) keeps where it renews the modification time; then, for files
+// that record the same time (copies of one file) or none, by modification
+// time; then by global step. Not by global step first: a fresh run written
+// after a longer one has fewer steps and is still the newest, as Lightning's
+// "last" (by modification time) takes it.
 func newerCheckpoint(a, b CheckpointInfo) bool {
+	if !a.Written.IsZero() && !b.Written.IsZero() && !a.Written.Equal(b.Written) {
+		return a.Written.After(b.Written)
+	}
 	return a.ModTime.After(b.ModTime) || (a.ModTime.Equal(b.ModTime) && a.GlobalStep > b.GlobalStep)
 }
 

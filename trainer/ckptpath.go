@@ -46,8 +46,10 @@ type validationSaver interface {
 //
 //   - "last": the newest last.ckpt (last-v1.ckpt, ..., or interrupted.ckpt
 //     of a run stopped by a signal) anywhere under root,
-//     that is in root/checkpoints and in every root/lightning_logs/version_N/checkpoints,
-//     by modification time, then global step;
+//     that is in root/checkpoints and in every root/lightning_logs/version_N/checkpoints:
+//     the one written last, by the save time each checkpoint records (a
+//     copy without timestamps, such as cp -r, does not change the pick),
+//     then by modification time (Lightning's order), then by global step;
 //   - "best": the best_model_path that ModelCheckpoint recorded in the
 //     newest checkpoint under root that records one;
 //   - anything else: a path to a checkpoint file, which must exist.

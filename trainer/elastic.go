@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+
+	"github.com/fulgur-ml/fulgur/strategy/launch"
 )
 
 // Variables an elastic launcher sets for every rank (strategy/launch:
@@ -18,8 +20,9 @@ const (
 )
 
 // elasticRunDir is the file, in the launcher's directory, where rank 0
-// records the run directory of the job.
-const elasticRunDir = "run_dir"
+// records the run directory of the job (or the launcher did, before the
+// first attempt).
+const elasticRunDir = launch.ElasticRunDirFile
 
 // elasticRun makes an elastic job one run, however often its ranks are
 // restarted: the first Fit of the job records its run directory with the
@@ -71,7 +74,7 @@ func (t *Trainer) elasticRun(ctx context.Context, ckptPath *string) error {
 		return nil
 	}
 	if t.cfg.LogDir != "" && filepath.Clean(t.cfg.LogDir) != filepath.Clean(runDir) {
-		t.cfg.Log.Warn().Str("log_dir", t.cfg.LogDir).Str("run_dir", runDir).Msg("elastic restart: " + t.cfg.field("LogDir") + " is not the directory the job's first attempt ran in, so this attempt logs apart from it (it still resumes from its checkpoint): leave " + t.cfg.name("LogDir") + " empty, or set it from trainer.ElasticRunDir()")
+		t.cfg.Log.Warn().Str("log_dir", t.cfg.LogDir).Str("run_dir", runDir).Msg("elastic restart: " + t.cfg.field("LogDir") + " is not the directory the job's first attempt ran in, so this attempt logs apart from it (it still resumes from its checkpoint): leave " + t.cfg.name("LogDir") + " empty, or set it from trainer.VersionDir (or trainer.ElasticRunDir())")
 	}
 	if *ckptPath != "" {
 		return nil // the program names the checkpoint itself

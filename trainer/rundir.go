@@ -23,13 +23,19 @@ const DefaultLogName = "lightning_logs"
 // name "" means DefaultLogName. In a rank that ddp started itself, it is
 // the directory rank 0 chose under root/name (which rank 0 has made by
 // then, for rank_N.log): every rank of the program names the same one.
+// In a rank of an elastic job (FULGUR_MAX_RESTARTS, fulgur run) whose
+// first attempt has recorded its run directory under root/name
+// (ElasticRunDir), it is that directory: a restarted attempt goes on in
+// the job's run, as its Fit does, rather than in the next version_N.
 func VersionDir(root, name string) (string, error) {
 	base, n, err := nextVersion(root, name)
 	if err != nil {
 		return "", err
 	}
-	if d := strategy.LaunchedRunDir(); d != "" && filepath.Clean(filepath.Dir(d)) == filepath.Clean(base) {
-		return d, nil
+	for _, d := range []string{strategy.LaunchedRunDir(), ElasticRunDir()} {
+		if d != "" && filepath.Clean(filepath.Dir(d)) == filepath.Clean(base) {
+			return d, nil
+		}
 	}
 	return filepath.Join(base, fmt.Sprintf("version_%d", n)), nil
 }

@@ -165,6 +165,13 @@ func (t *Trainer) store() *module.Store {
 // results).
 func (t *Trainer) IsGlobalZero() bool { return t.strat == nil || t.strat.Info().GlobalZero }
 
+// LogDir is the run directory of the last Fit (a new
+// DefaultRootDir/lightning_logs/version_N, or Config.LogDir), where its
+// metrics.csv, hparams.yaml and default checkpoints are, the same on every
+// rank, as Lightning's trainer.log_dir; without a Fit, Config.LogDir once
+// a Validate, Test or Predict has run, else "".
+func (t *Trainer) LogDir() string { return t.state.LogDir }
+
 // IsWorker reports whether this process is a worker started by a launching
 // strategy (DDP-spawn) that must not run the code after Fit.
 func (t *Trainer) IsWorker() bool { return t.worker }

@@ -22,6 +22,8 @@ import (
 	"github.com/fulgur-ml/fulgur/callbacks"
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/optim"
+	"github.com/fulgur-ml/fulgur/profiler"
+	"github.com/fulgur-ml/fulgur/strategy/cluster"
 	"github.com/fulgur-ml/fulgur/strategy/launch"
 	"github.com/fulgur-ml/fulgur/strategy/strategytest"
 	"github.com/fulgur-ml/fulgur/trainer"
@@ -120,6 +122,7 @@ func trainProgram(args []string, stdout io.Writer) error {
 	strat := fs.String("strategy", "ddp", "")
 	root := fs.String("root", "", "")
 	resume := fs.String("resume", "", "")
+	versionDir := fs.Bool("versiondir", false, "pick the run directory before Fit with trainer.VersionDir, as callbacks.Plots' Dir asks, with a Timeline profiler in it")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -144,8 +147,24 @@ func trainProgram(args []string, stdout io.Writer) error {
 		d.how = f[2]
 		cbs = append([]trainer.Callback{d}, cbs...)
 	}
+	logDir := ""
+	var prof profiler.Profiler
+	if *versionDir {
+		if logDir, err = trainer.VersionDir(*root, ""); err != nil {
+			return err
+		}
+		// It makes its directory now, before Fit, in every process that
+		// runs the program: the elastic supervisor too.
+		env, _, err := cluster.Detect(cluster.OSLookup)
+		if err != nil {
+			return err
+		}
+		if prof, err = profiler.NewTimeline(profiler.TimelineConfig{Dir: filepath.Join(logDir, "timeline"), Rank: env.Rank}); err != nil {
+			return err
+		}
+	}
 	tr, err := trainer.New(trainer.Config{MaxEpochs: 2, Seed: 5, Strategy: *strat, Devices: *devices, NumNodes: *nodes, LogEveryNSteps: 1,
-		Out: os.Stderr, EnableProgressBar: trainer.Bool(false), DefaultRootDir: *root, Callbacks: cbs})
+		Out: os.Stderr, EnableProgressBar: trainer.Bool(false), DefaultRootDir: *root, LogDir: logDir, Profiler: prof, Callbacks: cbs})
 	if err != nil {
 		return err
 	}
@@ -267,7 +286,7 @@ func TestFulgurRunRestartsKilledRank(t *testing.T) {
 			if got != want || got.GlobalStep != c.steps {
 				t.Errorf("restarted job ended with %+v, the uninterrupted one with %+v (want %d steps): the restart did not continue bit for bit", got, want, c.steps)
 			}
-			for _, w := range []string{fmt.Sprintf("rank=%s", c.die[:1]), "was killed by signal killed",
+			for _, w := range []string{fmt.Sprintf("rank=%s", c.die[:1]), "was killed by SIGKILL (signal 9)",
 				fmt.Sprintf("restart 1 of 2 with %d ranks (was %d)", c.world, c.world), "elastic restart: resuming from the run's newest checkpoint", "elastic: the job completed after restarting"} {
 				if !strings.Contains(log, w) {
 					t.Errorf("the log lacks %q:\n%s", w, log)
@@ -367,12 +386,69 @@ func TestSelfLaunchRestarts(t *testing.T) {
 	if got != want {
 		t.Errorf("restarted job ended with %+v, the uninterrupted one with %+v", got, want)
 	}
-	for _, w := range []string{"this process supervises the job", "was killed by signal killed", "restart 1 of 2 with 2 ranks (was 2)", "elastic restart: resuming from the run's newest checkpoint"} {
+	for _, w := range []string{"this process supervises the job", "was killed by SIGKILL (signal 9)", "restart 1 of 2 with 2 ranks (was 2)", "elastic restart: resuming from the run's newest checkpoint"} {
 		if !strings.Contains(log, w) {
 			t.Errorf("the log lacks %q:\n%s", w, log)
 		}
 	}
 	checkRunDir(t, root, 24)
+}
+
+// A program that picks its run directory before Fit with
+// trainer.VersionDir (as callbacks.Plots' Dir and a Timeline profiler need
+// it) keeps one run directory across an elastic restart: the restarted
+// ranks' VersionDir is the job's, not the next version_N beside it. Before,
+// the restarted attempt logged into version_1 (with a warning), and
+// metrics.csv, the checkpoints and the plots were split in two. In the
+// first attempt too, every process names one: the supervisor (which runs
+// the program up to Fit, and here makes the Timeline's directory) and the
+// ranks, started together, named version_0, version_1 and version_2.
+func TestSelfLaunchRestartsWithVersionDir(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real multi-process training jobs")
+	}
+	root := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-devices", "2", "-root", root, "-versiondir")
+	cmd.Env = append(os.Environ(), programEnv+"=1", "FULGUR_BACKEND=tcp", launch.EnvMaxRestarts+"=2", dieEnv+"=1:5:kill")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v: %v\nstderr:\n%s", cmd.Args, err, errb.String())
+	}
+	if !strings.Contains(errb.String(), "restart 1 of 2") {
+		t.Fatalf("the job was not restarted:\n%s", errb.String())
+	}
+	if strings.Contains(errb.String(), "is not the directory the job's first attempt ran in") {
+		t.Errorf("the restarted attempt logged apart:\n%s", errb.String())
+	}
+	checkRunDir(t, root, 24)
+	for _, f := range []string{"timeline-rank0.json", "timeline-rank1.json", "timeline.json"} {
+		if _, err := os.Stat(filepath.Join(root, "lightning_logs", "version_0", "timeline", f)); err != nil {
+			t.Errorf("the run's timeline: %v", err)
+		}
+	}
+}
+
+// Under "fulgur run" (as under any launcher that starts the ranks
+// together) every rank runs the program's VersionDir before Fit: they name
+// one run directory when nothing there is made before the ranks meet at
+// Fit. A Timeline profiler made its directory when built, so the rank that
+// came second named the next version_N and its trace was missing from the
+// merged timeline.
+func TestFulgurRunRanksNameOneRunDirWithVersionDir(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real multi-process training jobs")
+	}
+	root := t.TempDir()
+	if _, log, err := fulgurRun(t, []string{"-nproc", "2"}, "", "-devices", "2", "-root", root, "-versiondir"); err != nil {
+		t.Fatalf("fulgur run: %v\n%s", err, log)
+	}
+	checkRunDir(t, root, 24)
+	for _, f := range []string{"timeline-rank0.json", "timeline-rank1.json", "timeline.json"} {
+		if _, err := os.Stat(filepath.Join(root, "lightning_logs", "version_0", "timeline", f)); err != nil {
+			t.Errorf("the run's timeline: %v", err)
+		}
+	}
 }
 
 func TestFulgurRunRejectsBadFlags(t *testing.T) {

@@ -233,6 +233,9 @@ func ddpFromOptions(o strategy.Options, name string) (strategy.Strategy, error) 
 	if l.elastic, err = launch.ElasticFromEnv(o.Lookup, perNode, o.Log); err != nil {
 		return nil, fmt.Errorf("strategy %q: %w", name, err)
 	}
+	if l.elastic != nil {
+		l.elastic.RunDir = o.LogDir // every rank of every attempt runs there
+	}
 	if l.masterPort, err = launch.MasterPortFromEnv(o.Lookup); err != nil {
 		return nil, fmt.Errorf("strategy %q: %w", name, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -33,6 +34,10 @@ const (
 	// attempt: rank 0 of the first attempt records its run directory
 	// there, so that the later attempts continue it.
 	EnvElasticDir = "FULGUR_ELASTIC_DIR"
+	// ElasticRunDirFile is the file in EnvElasticDir that holds the job's
+	// run directory: written before the first attempt when Elastic.RunDir
+	// is set, else by the first attempt's rank 0 at the start of its Fit.
+	ElasticRunDirFile = "run_dir"
 )
 
 // DefaultGrace is how long Elastic.Grace waits by default.
@@ -51,6 +56,14 @@ type Elastic struct {
 	Args []string
 	// World is the number of ranks of the first attempt (MAX).
 	World int
+	// RunDir is the job's run directory (lightning_logs/version_N), when
+	// the launcher knows it before starting the ranks: a ddp program that
+	// supervises its own ranks chose it before Fit, as the program's code
+	// did with trainer.VersionDir. Recorded before the first attempt
+	// (ElasticRunDirFile), it is the run directory of every rank of every
+	// attempt, so that ranks started together and naming their own with
+	// VersionDir name the same one. "": the first attempt's rank 0 picks it.
+	RunDir string
 	// MinWorld is the fewest ranks a restart may run with (MIN); 0 means
 	// World, a fixed size. While the world stays at or above it, the
 	// slot of the rank that failed first is retired at a restart, as
@@ -174,6 +187,11 @@ func RunElastic(ctx context.Context, e Elastic) ([]Attempt, error) {
 		return nil, fmt.Errorf("launch: make the elastic job's state directory: %w", err)
 	}
 	defer os.RemoveAll(dir)
+	if e.RunDir != "" {
+		if err := os.WriteFile(filepath.Join(dir, ElasticRunDirFile), []byte(e.RunDir), 0o644); err != nil {
+			return nil, fmt.Errorf("launch: record the elastic job's run directory: %w", err)
+		}
+	}
 	world := e.World
 	var attempts []Attempt
 	for n := 0; ; n++ {
@@ -411,7 +429,11 @@ func (e *Elastic) attempt(ctx context.Context, n, world int, dir string) (Attemp
 			}
 			t.Stop()
 			g.stop()
-			return a, fmt.Errorf("launch: elastic job stopped (the ranks were sent %s): %w", SignalName(sig), ctx.Err())
+			why := "its context was cancelled"
+			if ss != nil {
+				why = "this process got " + SignalName(ss.Signal)
+			}
+			return a, &jobStopped{err: ctx.Err(), msg: fmt.Sprintf("launch: elastic job stopped (the ranks were sent %s): %s; a rank that had started training saved a checkpoint, as its output says; not restarted", SignalName(sig), why)}
 		}
 	}
 	start := time.Now()
@@ -668,5 +690,16 @@ func StopOnSignal(ctx context.Context) (context.Context, func() int) {
 // StopSignal is the cause of a context StopOnSignal cancelled: the signal
 // that came.
 type StopSignal struct{ Signal os.Signal }
+
+// jobStopped is RunElastic's error when its context ended the job: it reads
+// as why (a signal, not Go's "context canceled") and unwraps to the
+// context's error.
+type jobStopped struct {
+	err error
+	msg string
+}
+
+func (e *jobStopped) Error() string { return e.msg }
+func (e *jobStopped) Unwrap() error { return e.err }
 
 func (s *StopSignal) Error() string { return "stopped by " + SignalName(s.Signal) }

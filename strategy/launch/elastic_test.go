@@ -211,7 +211,7 @@ func TestElasticLogNamesTheKilledRank(t *testing.T) {
 	if _, err := launch.RunElastic(context.Background(), e); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(log.String(), `"rank":1`) || !strings.Contains(log.String(), "was killed by signal killed") {
+	if !strings.Contains(log.String(), `"rank":1`) || !strings.Contains(log.String(), "was killed by SIGKILL (signal 9)") {
 		t.Errorf("the log does not say rank 1 was killed by SIGKILL:\n%s", log.String())
 	}
 	// The survivor waits to be stopped: the log gives the time it had
@@ -252,7 +252,7 @@ func TestElasticGivesUp(t *testing.T) {
 		restarts, attempts int
 		want               []string
 	}{
-		{"restarts exhausted", "kill:1", 2, 3, []string{"rank 1 (pid", "was killed by signal killed", "in attempt 3 (2 ranks)", "used all 2 restarts (MaxRestarts 2)"}},
+		{"restarts exhausted", "kill:1", 2, 3, []string{"rank 1 (pid", "was killed by SIGKILL (signal 9)", "in attempt 3 (2 ranks)", "used all 2 restarts (MaxRestarts 2)"}},
 		{"no restarts", "kill:1", 0, 1, []string{"rank 1 (pid", "used all 0 restarts (MaxRestarts 0)"}},
 		{"deterministic panic", "panic:1", 5, 2, []string{"rank 1 (pid", "exited with status 2", "panic: boom at step 5", "failed the same way in attempt 1", "restart 2 of 5 not done"}},
 		// Every rank fails the same way, in whatever order they end: the
@@ -351,6 +351,14 @@ func TestElasticPassesStopOn(t *testing.T) {
 			atts, err := launch.RunElastic(ctx, e)
 			if err == nil || !strings.Contains(err.Error(), "elastic job stopped (the ranks were sent "+c.want+")") {
 				t.Errorf("RunElastic returned %v, want the stop", err)
+			}
+			// Why it stopped, in the user's words: no Go "context canceled".
+			why := "this process got " + c.want
+			if c.cause == nil {
+				why = "its context was cancelled"
+			}
+			if err == nil || !strings.Contains(err.Error(), why+"; a rank that had started training saved a checkpoint") || strings.Contains(err.Error(), "context canceled") || !errors.Is(err, context.Canceled) {
+				t.Errorf("RunElastic returned %v, want it to say %q and unwrap to context.Canceled", err, why)
 			}
 			for _, w := range []string{"rank=0 got " + c.want, "rank=1 got " + c.want} {
 				if !strings.Contains(out.String(), w) {

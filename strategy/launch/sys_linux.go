@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os/exec"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // sysProcAttr kills the child when the thread that started it (kept alive
@@ -18,7 +20,7 @@ func waitStatus(ee *exec.ExitError) (string, bool) {
 		return "", false
 	}
 	if ws.Signaled() {
-		return fmt.Sprintf("was killed by signal %v", ws.Signal()), true
+		return "was killed by " + signalWords(ws.Signal()), true
 	}
 	return fmt.Sprintf("exited with status %d", ws.ExitStatus()), true
 }
@@ -29,4 +31,13 @@ func killedBy(ee *exec.ExitError) (syscall.Signal, bool) {
 		return 0, false
 	}
 	return ws.Signal(), true
+}
+
+// signalWords names a signal as kill(1) and torchrun do, with its number:
+// "SIGKILL (signal 9)", not Go's "signal killed".
+func signalWords(sig syscall.Signal) string {
+	if name := unix.SignalName(sig); name != "" {
+		return fmt.Sprintf("%s (signal %d)", name, int(sig))
+	}
+	return fmt.Sprintf("signal %d (%v)", int(sig), sig)
 }
