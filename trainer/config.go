@@ -215,7 +215,8 @@ type Config struct {
 	DetectAnomaly bool
 	// Out is where the progress bar and reports go. nil: os.Stderr.
 	Out io.Writer
-	// Log is the structured logger. Zero value: zerolog on Out.
+	// Log is the structured logger. Zero value: zerolog on Out, at Info
+	// level (pass a logger of your own to see the Debug lines).
 	Log *zerolog.Logger
 	// SettingName says how the trainer's and the strategies' errors and
 	// log lines name a setting: given a Config field ("Devices") or a
@@ -370,7 +371,7 @@ func (c *Config) Validate() error {
 		c.Now = time.Now
 	}
 	if c.Log == nil {
-		l := zerolog.New(zerolog.ConsoleWriter{Out: c.Out, NoColor: true, TimeFormat: "15:04:05"}).With().Timestamp().Logger()
+		l := zerolog.New(zerolog.ConsoleWriter{Out: c.Out, NoColor: true, TimeFormat: "15:04:05"}).Level(zerolog.InfoLevel).With().Timestamp().Logger()
 		c.Log = &l
 	}
 	if len(overridden) > 0 {
