@@ -105,15 +105,14 @@ func leftSince(before processState) string {
 }
 
 // A goroutine that ran before a call is not one the call left, whatever
-// its place in the runtime's dump or its state. Stacks as keys reported
-// the test's own parent goroutine as left by "single, cancelled" in a
-// loaded run, once a goroutine written after it in the dump had ended:
-// the dump's last goroutine ends with the dump's final newline, so its
-// text was not the one recorded before. The same with one of the idle
-// group goroutines that earlier tests leave is the likely cause of the
-// two CI runs that reported a group goroutine after the in-process ddp
-// case (whose ranks' groups DDP closes, as the case checks). The dumps
-// below are the runtime's own blocks, put in the orders that do that.
+// its place in the runtime's dump or its state. With stacks as keys, the
+// dump's last goroutine, which ends with the dump's final newline, counted
+// as new once a goroutine written after it had ended: loaded -race runs
+// reported so the test's parent goroutine, and an idle group goroutine
+// that an earlier test left (after "single, a callback's panic", which
+// makes no group), as two CI runs did after the in-process ddp case,
+// whose ranks' groups DDP closes (the case checks it). The dumps below
+// are the runtime's own blocks, put in the orders that do that.
 func TestLeftSinceNamesOnlyNewGoroutines(t *testing.T) {
 	stop := make(chan struct{})
 	defer close(stop)
