@@ -34,7 +34,11 @@ var (
 type DDPConfig struct {
 	// Group is this rank's collective, already joined (tests pass the ranks
 	// of inproc.NewGroup). DDP takes it over and closes it at Teardown or on
-	// the first failure, so peers learn at once that this rank is gone.
+	// the first failure, so peers learn at once that this rank is gone: the
+	// caller neither uses nor closes it afterwards. Until Teardown
+	// (Trainer.Teardown) it stays open, with its communication goroutine,
+	// so that Validate, Test and Predict after Fit run on the same ranks; a
+	// program that trains again calls Teardown after each job.
 	Group collective.Collective
 	// Connect joins the job's group in Setup when Group is nil; the registry
 	// builds it from the cluster environment and the chosen backend.
