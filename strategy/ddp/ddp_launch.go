@@ -476,7 +476,7 @@ func (l *launcher) start(ctx context.Context) error {
 		return err
 	}
 	l.g = g
-	l.log.Info().Int("world", l.world).Ints("pids", g.Pids()).Str("logs", l.logDir).Msg("ddp: started local ranks (their output: rank_N.log)")
+	l.log.Info().Int("world", l.world).Ints("pids", g.Pids()).Str("logs", l.logDir).Msg("started the local ranks (their output: rank_N.log)")
 	go func() {
 		for {
 			select {
