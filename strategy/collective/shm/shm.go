@@ -113,6 +113,9 @@ type Group struct {
 	// yielding, when set (tests), runs before each sched_yield of a
 	// barrier.
 	yielding func()
+	// goyield, when set (tests), stands for the runtime.Gosched with
+	// which a barrier offers the P to the process's other goroutines.
+	goyield func()
 	// paused, when set (tests), runs at each pause of a long barrier:
 	// parked is true when it sleeps in Go's scheduler (time.Sleep), false
 	// when in the kernel.
@@ -507,11 +510,48 @@ const (
 // yieldP lets the process's other goroutines have the P, and notes when one
 // ran (lentSeq).
 func (g *Group) yieldP() {
-	t0 := time.Now()
-	runtime.Gosched()
-	if time.Since(t0) > yieldedTo {
+	if g.offerP() {
 		g.lentSeq = g.seq
 	}
+}
+
+// offerP yields the P to the process's other goroutines (runtime.Gosched)
+// and reports whether one ran in it: the yield took longer than yieldedTo
+// and most of that time went to this thread's CPU (with one P, a goroutine
+// that runs in the yield runs on the yielding thread), or the goroutine came
+// back on another thread (the one that ran handed the P over). A yield that
+// took long while this thread was mostly off its core was the kernel's: it
+// ran another thread there (a timer interrupt, a kernel worker, other
+// programs on a shared machine) and no goroutine wanted the P; the kernel's
+// own switching is charged to the thread (a 40 µs sleep in the kernel cost
+// it 10-33 µs of CPU on a loaded 2-core VM, where it took 85-125 µs; one of
+// 300 µs, 50-90 µs at load 7.5), so the test is half the time, not any CPU
+// at all.
+// Timed alone, such a preemption counted as a lent P and kept the two-rank
+// all-reduce off its split for the next pairLentOps operations: of the
+// bench's 256 KiB runs (75 operations a process) those it hit early ran
+// whole, 0.09 ms against 0.04 split.
+func (g *Group) offerP() bool {
+	tid, cpu0 := unix.Gettid(), threadCPU()
+	t0 := time.Now()
+	if g.goyield != nil {
+		g.goyield()
+	} else {
+		runtime.Gosched()
+	}
+	took := time.Since(t0)
+	if took <= yieldedTo {
+		return false
+	}
+	cpu := threadCPU() - cpu0
+	return unix.Gettid() != tid || 2*cpu > took
+}
+
+// threadCPU returns the CPU time the calling thread has used.
+func threadCPU() time.Duration {
+	var ts unix.Timespec
+	unix.RawSyscall(unix.SYS_CLOCK_GETTIME, unix.CLOCK_THREAD_CPUTIME_ID, uintptr(unsafe.Pointer(&ts)), 0)
+	return time.Duration(ts.Nano())
 }
 
 // pause sleeps between two scans of a long barrier, waited so far. A
@@ -531,9 +571,7 @@ func (g *Group) pause(waited time.Duration) {
 	if waited > napAfter {
 		d = napLong
 	}
-	t0 := time.Now()
-	runtime.Gosched()
-	if time.Since(t0) > yieldedTo {
+	if g.offerP() {
 		if g.oneP {
 			g.lentSeq = g.seq
 		}
