@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -116,6 +117,8 @@ type Group struct {
 	// goyield, when set (tests), stands for the runtime.Gosched with
 	// which a barrier offers the P to the process's other goroutines.
 	goyield func()
+	// runnable reads the count of goroutines ready to run (offerP).
+	runnable [1]metrics.Sample
 	// paused, when set (tests), runs at each pause of a long barrier:
 	// parked is true when it sleeps in Go's scheduler (time.Sleep), false
 	// when in the kernel.
@@ -502,6 +505,11 @@ const (
 	// longer than this but for the smallest, which a misjudged pause
 	// holds up by one nap.
 	yieldedTo = 10 * time.Microsecond
+	// ranFor: a yield whose thread spent more CPU than this in it ran
+	// another goroutine (see offerP): past the 10-40 µs an interrupt or
+	// the host's steal charged a bound rank's thread in its yields on a
+	// loaded 2-core VM.
+	ranFor = 100 * time.Microsecond
 	// napSlack is the timer slack of a thread that naps holding the P
 	// (rawNap).
 	napSlack = time.Microsecond
@@ -516,21 +524,21 @@ func (g *Group) yieldP() {
 }
 
 // offerP yields the P to the process's other goroutines (runtime.Gosched)
-// and reports whether one ran in it: the yield took longer than yieldedTo
-// and most of that time went to this thread's CPU (with one P, a goroutine
-// that runs in the yield runs on the yielding thread), or the goroutine came
-// back on another thread (the one that ran handed the P over). A yield that
-// took long while this thread was mostly off its core was the kernel's: it
-// ran another thread there (a timer interrupt, a kernel worker, other
-// programs on a shared machine) and no goroutine wanted the P; the kernel's
-// own switching is charged to the thread (a 40 µs sleep in the kernel cost
-// it 10-33 µs of CPU on a loaded 2-core VM, where it took 85-125 µs; one of
-// 300 µs, 50-90 µs at load 7.5), so the test is half the time, not any CPU
-// at all.
-// Timed alone, such a preemption counted as a lent P and kept the two-rank
-// all-reduce off its split for the next pairLentOps operations: of the
-// bench's 256 KiB runs (75 operations a process) those it hit early ran
-// whole, 0.09 ms against 0.04 split.
+// and reports whether it lent the P to one: the yield took longer than
+// yieldedTo, and then another goroutine is ready to run (it runs beside
+// this rank, as a training's backward pass does, yielding between its
+// ops), or this one came back on another thread (the one that ran handed
+// the P over), or this thread spent more than ranFor of CPU in the yield
+// (a goroutine ran that long, then ended or blocked). A yield that took long
+// otherwise was not a goroutine's: the kernel ran another thread on the
+// core (the rank's own runtime threads, bound to it too; a timer
+// interrupt; other programs on a shared machine) or charged this thread
+// for an interrupt or for time the host took its virtual CPU (a 200 µs
+// sleep in the kernel was charged 20-40 µs of CPU on a loaded 2-core VM,
+// now and then milliseconds). Timed alone, such a yield counted as a lent P
+// and kept the two-rank all-reduce off its split for the next pairLentOps
+// operations: a bench process of 256 KiB all-reduces (75 operations) that
+// one hit early ran whole, 0.09 ms against 0.04 split.
 func (g *Group) offerP() bool {
 	tid, cpu0 := unix.Gettid(), threadCPU()
 	t0 := time.Now()
@@ -539,12 +547,16 @@ func (g *Group) offerP() bool {
 	} else {
 		runtime.Gosched()
 	}
-	took := time.Since(t0)
-	if took <= yieldedTo {
+	if time.Since(t0) <= yieldedTo {
 		return false
 	}
-	cpu := threadCPU() - cpu0
-	return unix.Gettid() != tid || 2*cpu > took
+	if unix.Gettid() != tid || threadCPU()-cpu0 > ranFor {
+		return true
+	}
+	g.runnable[0].Name = "/sched/goroutines/runnable:goroutines"
+	metrics.Read(g.runnable[:])
+	v := g.runnable[0].Value
+	return v.Kind() == metrics.KindUint64 && v.Uint64() > 0
 }
 
 // threadCPU returns the CPU time the calling thread has used.
