@@ -498,12 +498,13 @@ const (
 	napShort = 20 * time.Microsecond
 	napLong  = time.Millisecond
 	napAfter = 10 * time.Millisecond
-	// yieldedTo: a Gosched that took longer than this ran another
-	// goroutine. A yield to nothing takes 0.1-0.4 µs (99%; see the tcp
-	// backend's spinner), but 2-6 µs now and then right after a kernel
-	// sleep; a backward op between two of the engine's yields takes
-	// longer than this but for the smallest, which a misjudged pause
-	// holds up by one nap.
+	// yieldedTo: a Gosched that took longer than this may have run
+	// another goroutine (offerP asks whether one did); a shorter one did
+	// not, or not for long. A yield to nothing takes 0.1-0.4 µs (99%;
+	// see the tcp backend's spinner), but 2-6 µs now and then right
+	// after a kernel sleep; a backward op between two of the engine's
+	// yields takes longer than this but for the smallest, which a
+	// misjudged pause holds up by one nap.
 	yieldedTo = 10 * time.Microsecond
 	// ranFor: a yield whose thread spent more CPU than this in it ran
 	// another goroutine (see offerP): past the 10-40 µs an interrupt or
