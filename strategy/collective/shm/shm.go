@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -113,6 +114,11 @@ type Group struct {
 	// yielding, when set (tests), runs before each sched_yield of a
 	// barrier.
 	yielding func()
+	// goyield, when set (tests), stands for the runtime.Gosched with
+	// which a barrier offers the P to the process's other goroutines.
+	goyield func()
+	// runnable reads the count of goroutines ready to run (offerP).
+	runnable [1]metrics.Sample
 	// paused, when set (tests), runs at each pause of a long barrier:
 	// parked is true when it sleeps in Go's scheduler (time.Sleep), false
 	// when in the kernel.
@@ -492,13 +498,19 @@ const (
 	napShort = 20 * time.Microsecond
 	napLong  = time.Millisecond
 	napAfter = 10 * time.Millisecond
-	// yieldedTo: a Gosched that took longer than this ran another
-	// goroutine. A yield to nothing takes 0.1-0.4 µs (99%; see the tcp
-	// backend's spinner), but 2-6 µs now and then right after a kernel
-	// sleep; a backward op between two of the engine's yields takes
-	// longer than this but for the smallest, which a misjudged pause
-	// holds up by one nap.
+	// yieldedTo: a Gosched that took longer than this may have run
+	// another goroutine (offerP asks whether one did); a shorter one did
+	// not, or not for long. A yield to nothing takes 0.1-0.4 µs (99%;
+	// see the tcp backend's spinner), but 2-6 µs now and then right
+	// after a kernel sleep; a backward op between two of the engine's
+	// yields takes longer than this but for the smallest, which a
+	// misjudged pause holds up by one nap.
 	yieldedTo = 10 * time.Microsecond
+	// ranFor: a yield whose thread spent more CPU than this in it ran
+	// another goroutine (see offerP): past the 10-40 µs an interrupt or
+	// the host's steal charged a bound rank's thread in its yields on a
+	// loaded 2-core VM.
+	ranFor = 100 * time.Microsecond
 	// napSlack is the timer slack of a thread that naps holding the P
 	// (rawNap).
 	napSlack = time.Microsecond
@@ -507,11 +519,52 @@ const (
 // yieldP lets the process's other goroutines have the P, and notes when one
 // ran (lentSeq).
 func (g *Group) yieldP() {
-	t0 := time.Now()
-	runtime.Gosched()
-	if time.Since(t0) > yieldedTo {
+	if g.offerP() {
 		g.lentSeq = g.seq
 	}
+}
+
+// offerP yields the P to the process's other goroutines (runtime.Gosched)
+// and reports whether it lent the P to one: the yield took longer than
+// yieldedTo, and then another goroutine is ready to run (it runs beside
+// this rank, as a training's backward pass does, yielding between its
+// ops), or this one came back on another thread (the one that ran handed
+// the P over), or this thread spent more than ranFor of CPU in the yield
+// (a goroutine ran that long, then ended or blocked). A yield that took long
+// otherwise was not a goroutine's: the kernel ran another thread on the
+// core (the rank's own runtime threads, bound to it too; a timer
+// interrupt; other programs on a shared machine) or charged this thread
+// for an interrupt or for time the host took its virtual CPU (a 200 µs
+// sleep in the kernel was charged 20-40 µs of CPU on a loaded 2-core VM,
+// now and then milliseconds). Timed alone, such a yield counted as a lent P
+// and kept the two-rank all-reduce off its split for the next pairLentOps
+// operations: a bench process of 256 KiB all-reduces (75 operations) that
+// one hit early ran whole, 0.09 ms against 0.04 split.
+func (g *Group) offerP() bool {
+	tid, cpu0 := unix.Gettid(), threadCPU()
+	t0 := time.Now()
+	if g.goyield != nil {
+		g.goyield()
+	} else {
+		runtime.Gosched()
+	}
+	if time.Since(t0) <= yieldedTo {
+		return false
+	}
+	if unix.Gettid() != tid || threadCPU()-cpu0 > ranFor {
+		return true
+	}
+	g.runnable[0].Name = "/sched/goroutines/runnable:goroutines"
+	metrics.Read(g.runnable[:])
+	v := g.runnable[0].Value
+	return v.Kind() == metrics.KindUint64 && v.Uint64() > 0
+}
+
+// threadCPU returns the CPU time the calling thread has used.
+func threadCPU() time.Duration {
+	var ts unix.Timespec
+	unix.RawSyscall(unix.SYS_CLOCK_GETTIME, unix.CLOCK_THREAD_CPUTIME_ID, uintptr(unsafe.Pointer(&ts)), 0)
+	return time.Duration(ts.Nano())
 }
 
 // pause sleeps between two scans of a long barrier, waited so far. A
@@ -531,9 +584,7 @@ func (g *Group) pause(waited time.Duration) {
 	if waited > napAfter {
 		d = napLong
 	}
-	t0 := time.Now()
-	runtime.Gosched()
-	if time.Since(t0) > yieldedTo {
+	if g.offerP() {
 		if g.oneP {
 			g.lentSeq = g.seq
 		}
