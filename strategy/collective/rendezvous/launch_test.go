@@ -3,6 +3,7 @@ package rendezvous_test
 import (
 	"context"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -251,5 +252,35 @@ func TestEarlyJoinerReportsRankZerosVerdict(t *testing.T) {
 	}
 	if err := <-early; err == nil || !strings.Contains(err.Error(), "rank 0 gave up: ranks [2] did not join") {
 		t.Errorf("rank 1's error %v, want rank 0's verdict naming rank 2", err)
+	}
+}
+
+// A rank started before rank 0, or pointed at a machine and port where
+// nothing listens, says now and then that it still waits for rank 0, and
+// where, rather than staying silent until the timeout (3 minutes by
+// default); the timeout's error says what to check, as rank 0's does.
+func TestJoinerSaysItWaitsForRankZero(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close() // nothing listens there now: every dial is refused
+	var log lockedLog
+	lg := zerolog.New(&log)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = rendezvous.Meet(ctx, rendezvous.Config{Rank: 1, Size: 2, MasterAddr: "127.0.0.1", MasterPort: port,
+		Token: "t", BindAddr: "127.0.0.1", Timeout: 2 * time.Second, Logger: &lg})
+	for _, want := range []string{"did not answer within the timeout (2s)", "connection refused",
+		"nothing listens at 127.0.0.1:" + strconv.Itoa(port), "was rank 0 started", "MASTER_ADDR", "MASTER_PORT", "FULGUR_TIMEOUT"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("rank 1's error %v lacks %q", err, want)
+		}
+	}
+	for _, want := range []string{"rank 1 still waits for rank 0 at 127.0.0.1:" + strconv.Itoa(port), "it gives up after 2s"} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("rank 1's log lacks %q:\n%s", want, log.String())
+		}
 	}
 }

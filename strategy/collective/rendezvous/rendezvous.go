@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/fulgur-ml/fulgur/strategy/cluster"
@@ -482,11 +483,24 @@ func (r *Rendezvous) joinOnce(ctx, outer context.Context) (net.Conn, []byte, err
 	// the waiting: a name that does not resolve, a refused connection.
 	var why error
 	warnedDNS := false
+	// Until rank 0 answers, say now and then that this rank waits, as rank
+	// 0 does for its joiners: before the timeout, a rank 0 that was never
+	// started (or another MASTER_ADDR or MASTER_PORT) looks like a hang.
+	every := min(cfg.Timeout/4, 30*time.Second)
+	start := time.Now()
+	nextWarn := start.Add(every)
 	for {
 		var err error
 		c, err = d.DialContext(ctx, "tcp", cfg.masterHostPort())
 		if err == nil {
 			break
+		}
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			err = fmt.Errorf("%w (nothing listens at %s: was rank 0 started, with the same MASTER_PORT, on the machine MASTER_ADDR names? FULGUR_TIMEOUT sets how long a rank waits)", err, cfg.masterHostPort())
+		}
+		if now := time.Now(); every > 0 && now.After(nextWarn) && ctx.Err() == nil {
+			nextWarn = now.Add(every)
+			cfg.Logger.Warn().Err(err).Msgf("rendezvous: rank %d still waits for rank 0 at %s after %v (it gives up after %v)", cfg.Rank, cfg.masterHostPort(), now.Sub(start).Round(time.Second), cfg.Timeout)
 		}
 		var dns *net.DNSError
 		if errors.As(err, &dns) && dns.IsNotFound {
