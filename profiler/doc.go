@@ -2,7 +2,8 @@
 //
 //   - Nop, the default: a span costs an interface call and a nil check;
 //   - Simple: a table at the end of fit (action, calls, mean, total, share
-//     of the fit span);
+//     of the fit span), of this process's spans: after an elastic restart,
+//     of the last attempt only;
 //   - Advanced: the Simple table plus pprof CPU and heap profiles per stage
 //     (fit, validate, test, predict), CPU samples labelled action=<span>;
 //   - Timeline: a Chrome trace-event JSON file per rank, one process per
