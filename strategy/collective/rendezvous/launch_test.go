@@ -284,3 +284,37 @@ func TestJoinerSaysItWaitsForRankZero(t *testing.T) {
 		}
 	}
 }
+
+// A rank started with another FULGUR_TOKEN than rank 0's reaches rank 0
+// and is refused: when the timeout ends rank 0's waiting, its error says
+// so, rather than asking whether the rank was started at all.
+func TestRankZeroNamesAWrongTokenAtTheTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	nop := zerolog.Nop()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	zero := make(chan error, 1)
+	go func() {
+		_, err := rendezvous.Meet(ctx, rendezvous.Config{Rank: 0, Size: 2, MasterAddr: "127.0.0.1", Listener: ln,
+			Token: "ours", BindAddr: "127.0.0.1", Timeout: 2 * time.Second, Logger: &nop})
+		zero <- err
+	}()
+	_, err = rendezvous.Meet(ctx, rendezvous.Config{Rank: 1, Size: 2, MasterAddr: "127.0.0.1", MasterPort: port,
+		Token: "theirs", BindAddr: "127.0.0.1", Timeout: 20 * time.Second, Logger: &nop})
+	if err == nil || !strings.Contains(err.Error(), "wrong token") {
+		t.Errorf("rank 1's error %v does not name the wrong token", err)
+	}
+	err = <-zero
+	for _, want := range []string{"ranks [1] did not join", "a process claiming rank 1", "another FULGUR_TOKEN"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("rank 0's error %v lacks %q", err, want)
+		}
+	}
+	if err != nil && strings.Contains(err.Error(), "were they started") {
+		t.Errorf("rank 0's error %v asks whether a rank that came was started", err)
+	}
+}

@@ -182,6 +182,8 @@ func (r *Rendezvous) serve(ctx context.Context) error {
 				refusedMu.Unlock()
 				if also != "" {
 					also = " (refused meanwhile: " + also + ")"
+				} else if wt := adm.wrongToken(); wt != "" {
+					also = fmt.Sprintf(" (%s: give every rank the same %s)", wt, TokenEnv)
 				} else {
 					also = fmt.Sprintf(" (no process claiming them reached port %d with the token: were they started, with MASTER_ADDR and MASTER_PORT naming this machine and port, and the same %s? FULGUR_TIMEOUT sets how long rank 0 waits)", port, TokenEnv)
 				}
@@ -267,7 +269,28 @@ type admission struct {
 	acceptErr chan error    // the accept loop's end (buffered)
 	done      chan struct{} // closed by stop: late arrivals are closed
 	once      sync.Once
+
+	mu        sync.Mutex
+	lastWrong string // the last dialer refused for another token, said in words
 }
+
+// wrongToken says who was last refused for holding another token; "" if
+// none was.
+func (a *admission) wrongToken() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lastWrong
+}
+
+// wrongTokenError is a refusal of a dialer whose hello proved another
+// token than this job's.
+type wrongTokenError struct {
+	rank int // the rank it claimed
+	err  error
+}
+
+func (e *wrongTokenError) Error() string { return e.err.Error() }
+func (e *wrongTokenError) Unwrap() error { return e.err }
 
 func (a *admission) stop() { a.once.Do(func() { close(a.done) }) }
 
@@ -296,6 +319,14 @@ func (r *Rendezvous) admit(ln net.Listener, where string, check func(wire.Hello)
 				defer func() { <-sem }()
 				got, err := r.handshake(c, where, check)
 				if err != nil {
+					var wt *wrongTokenError
+					if errors.As(err, &wt) {
+						// A timeout then says that the rank came, but
+						// with another token, rather than that none came.
+						a.mu.Lock()
+						a.lastWrong = fmt.Sprintf("a process claiming rank %d reached the %s from %s with another %s", wt.rank, where, c.RemoteAddr(), TokenEnv)
+						a.mu.Unlock()
+					}
 					if !errors.Is(err, errRefused) {
 						// A peer that never sent a valid hello; refusals
 						// were logged as they were sent.
@@ -355,7 +386,7 @@ func (r *Rendezvous) handshake(c net.Conn, where string, check func(wire.Hello) 
 	}
 	nonceD, ok := checkHello(h, r.cfg.Token, nonceA)
 	if !ok {
-		return arrival{}, r.refuse(c, where, "wrong token (claimed rank %d): every rank needs the same %s", h.Rank, TokenEnv)
+		return arrival{}, &wrongTokenError{rank: h.Rank, err: r.refuse(c, where, "wrong token (claimed rank %d): every rank needs the same %s", h.Rank, TokenEnv)}
 	}
 	if why := check(h); why != "" {
 		return arrival{}, r.refuse(c, where, "%s", why)
