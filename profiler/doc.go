@@ -9,7 +9,8 @@
 //   - Timeline: a Chrome trace-event JSON file per rank, one process per
 //     rank and one thread per track ("main", and the tracks strategies open
 //     with StartTrack for communication goroutines), merged on rank 0 into
-//     one file that Perfetto opens.
+//     one file that Perfetto opens; an elastic restart writes it again, for
+//     its own attempt.
 //
 // Spans are opened only by the trainer's dispatcher and by strategies.
 //
