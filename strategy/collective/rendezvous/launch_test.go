@@ -318,3 +318,30 @@ func TestRankZeroNamesAWrongTokenAtTheTimeout(t *testing.T) {
 		t.Errorf("rank 0's error %v asks whether a rank that came was started", err)
 	}
 }
+
+// Rank 0 listens only on BindAddr (the address of the interface that
+// FULGUR_SOCKET_IFNAME names) while the other ranks dial MASTER_ADDR: when
+// MASTER_ADDR is another address of rank 0's own machine, nothing would
+// answer them there (FULGUR_SOCKET_IFNAME=lo on a job of several machines,
+// or eth0 with MASTER_ADDR=127.0.0.1). Rank 0 says so at once, naming both,
+// instead of waiting out the timeout for ranks that cannot reach it.
+func TestRankZeroRefusesAMasterAddrItDoesNotListenOn(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	nop := zerolog.Nop()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// 127.0.0.2 is this machine's (all of 127/8 is), but a socket bound to
+	// 127.0.0.1 does not answer there.
+	_, err = rendezvous.Meet(ctx, rendezvous.Config{Rank: 0, Size: 2, MasterAddr: "127.0.0.2", MasterPort: port,
+		Token: "t", BindAddr: "127.0.0.1", Timeout: 3 * time.Second, Logger: &nop})
+	for _, want := range []string{"listen on 127.0.0.1 only", "MASTER_ADDR 127.0.0.2", "FULGUR_SOCKET_IFNAME"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("rank 0's error %v lacks %q", err, want)
+		}
+	}
+}

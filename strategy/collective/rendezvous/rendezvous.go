@@ -95,6 +95,33 @@ func Meet(ctx context.Context, cfg Config) (*Rendezvous, error) {
 	return r, nil
 }
 
+// masterOffBind refuses a rank 0 that would listen on BindAddr only while
+// MasterAddr, where the other ranks dial it, is another address of this
+// machine: a socket bound to one address does not answer at another, so
+// they would find nothing there until the timeout. A MasterAddr that is
+// not this machine's (a name, or an address a NAT forwards here, as a
+// Kubernetes service's) is left alone.
+func masterOffBind(cfg Config) error {
+	bind, master := net.ParseIP(cfg.BindAddr), net.ParseIP(cfg.MasterAddr)
+	if cfg.Size < 2 || bind == nil || bind.IsUnspecified() || master == nil || master.IsUnspecified() || master.Equal(bind) {
+		return nil
+	}
+	local := master.IsLoopback() // all of 127/8 and ::1 are this machine's
+	if !local {
+		addrs, _ := net.InterfaceAddrs()
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.Equal(master) {
+				local = true
+				break
+			}
+		}
+	}
+	if !local {
+		return nil
+	}
+	return fmt.Errorf("rendezvous: rank 0 would listen on %s only (the address of the interface FULGUR_SOCKET_IFNAME or GLOO_SOCKET_IFNAME names), but MASTER_ADDR %s, where the other ranks look for it, is another address of this machine, where nothing would answer them: set FULGUR_SOCKET_IFNAME to the interface that has %s (the one the other ranks reach), or MASTER_ADDR to %s", cfg.BindAddr, cfg.MasterAddr, cfg.MasterAddr, cfg.BindAddr)
+}
+
 func (r *Rendezvous) port() string {
 	_, p, _ := net.SplitHostPort(r.ln.Addr().String())
 	return p
@@ -104,6 +131,9 @@ func (r *Rendezvous) serve(ctx context.Context) error {
 	cfg := r.cfg
 	ln := cfg.Listener
 	if ln == nil {
+		if err := masterOffBind(cfg); err != nil {
+			return err
+		}
 		var err error
 		ln, err = net.Listen("tcp", net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.MasterPort)))
 		if err != nil {
