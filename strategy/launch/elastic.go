@@ -222,7 +222,12 @@ func RunElastic(ctx context.Context, e Elastic) ([]Attempt, error) {
 			// this process got it too, and may not have read it yet.
 			return attempts, fmt.Errorf("launch: elastic job stopped: %w", &ExitError{Failed: []Exit{*a.Failed}})
 		}
-		if n >= e.MaxRestarts {
+		switch {
+		case e.MaxRestarts == 0 && e.Nodes > 1:
+			return attempts, &ElasticError{Attempts: attempts, Reason: fmt.Sprintf("a job on %d machines is not restarted: restart it with its scheduler, from its last checkpoint", e.Nodes)}
+		case e.MaxRestarts == 0:
+			return attempts, &ElasticError{Attempts: attempts, Reason: fmt.Sprintf("restarts are off (MaxRestarts 0: fulgur run's -max-restarts, %s)", EnvMaxRestarts)}
+		case n >= e.MaxRestarts:
 			return attempts, &ElasticError{Attempts: attempts, Reason: fmt.Sprintf("the job has used all %d restarts (MaxRestarts %d)", n, e.MaxRestarts)}
 		}
 		if n > 0 && sameFailure(attempts[n-1], a) {

@@ -253,7 +253,9 @@ func TestElasticGivesUp(t *testing.T) {
 		want               []string
 	}{
 		{"restarts exhausted", "kill:1", 2, 3, []string{"rank 1 (pid", "was killed by SIGKILL (signal 9)", "in attempt 3 (2 ranks)", "used all 2 restarts (MaxRestarts 2)"}},
-		{"no restarts", "kill:1", 0, 1, []string{"rank 1 (pid", "used all 0 restarts (MaxRestarts 0)"}},
+		// A job run without restarts (fulgur run -nproc 2, several
+		// machines) was told it "used all 0 restarts".
+		{"no restarts", "kill:1", 0, 1, []string{"rank 1 (pid", "restarts are off (MaxRestarts 0: fulgur run's -max-restarts, FULGUR_MAX_RESTARTS)"}},
 		{"deterministic panic", "panic:1", 5, 2, []string{"rank 1 (pid", "exited with status 2", "panic: boom at step 5", "failed the same way in attempt 1", "restart 2 of 5 not done"}},
 		// Every rank fails the same way, in whatever order they end: the
 		// launcher used to name rank 1, then rank 0, ..., and restart
@@ -385,5 +387,22 @@ func TestElasticStopsWhenSIGINTKillsARank(t *testing.T) {
 	}
 	if sig, ok := ee.StopSignal(); !ok || sig != syscall.SIGINT || len(atts) != 1 || strings.Contains(log.String(), "elastic: restart") {
 		t.Errorf("StopSignal %v %v after %d attempts, want SIGINT after 1, no restart:\n%s", sig, ok, len(atts), log.String())
+	}
+}
+
+// A job on several machines is never restarted: when a rank fails, the
+// launcher says so, rather than that the job "used all 0 restarts".
+func TestElasticOnSeveralMachinesSaysItIsNotRestarted(t *testing.T) {
+	e, out, log := elasticJob("panic:1", 1, 0, 0)
+	e.Nodes, e.NodeRank, e.MasterAddr, e.MasterPort, e.Token = 2, 1, "127.0.0.1", 29999, "t" // node 0's port; node 1 listens on none
+	_, err := launch.RunElastic(context.Background(), e)
+	var ee *launch.ElasticError
+	if !errors.As(err, &ee) {
+		t.Fatalf("RunElastic returned %v, want an *ElasticError\noutput:\n%s\nlog:\n%s", err, out.String(), log.String())
+	}
+	for _, w := range []string{"rank 1 (pid", "a job on 2 machines is not restarted", "restart it with its scheduler"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q lacks %q", err, w)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package rendezvous_test
 import (
 	"context"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -251,5 +252,96 @@ func TestEarlyJoinerReportsRankZerosVerdict(t *testing.T) {
 	}
 	if err := <-early; err == nil || !strings.Contains(err.Error(), "rank 0 gave up: ranks [2] did not join") {
 		t.Errorf("rank 1's error %v, want rank 0's verdict naming rank 2", err)
+	}
+}
+
+// A rank started before rank 0, or pointed at a machine and port where
+// nothing listens, says now and then that it still waits for rank 0, and
+// where, rather than staying silent until the timeout (3 minutes by
+// default); the timeout's error says what to check, as rank 0's does.
+func TestJoinerSaysItWaitsForRankZero(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close() // nothing listens there now: every dial is refused
+	var log lockedLog
+	lg := zerolog.New(&log)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = rendezvous.Meet(ctx, rendezvous.Config{Rank: 1, Size: 2, MasterAddr: "127.0.0.1", MasterPort: port,
+		Token: "t", BindAddr: "127.0.0.1", Timeout: 2 * time.Second, Logger: &lg})
+	for _, want := range []string{"did not answer within the timeout (2s)", "connection refused",
+		"nothing listens at 127.0.0.1:" + strconv.Itoa(port), "was rank 0 started", "MASTER_ADDR", "MASTER_PORT", "FULGUR_TIMEOUT"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("rank 1's error %v lacks %q", err, want)
+		}
+	}
+	for _, want := range []string{"rank 1 still waits for rank 0 at 127.0.0.1:" + strconv.Itoa(port), "it gives up after 2s"} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("rank 1's log lacks %q:\n%s", want, log.String())
+		}
+	}
+}
+
+// A rank started with another FULGUR_TOKEN than rank 0's reaches rank 0
+// and is refused: when the timeout ends rank 0's waiting, its error says
+// so, rather than asking whether the rank was started at all.
+func TestRankZeroNamesAWrongTokenAtTheTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	nop := zerolog.Nop()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	zero := make(chan error, 1)
+	go func() {
+		_, err := rendezvous.Meet(ctx, rendezvous.Config{Rank: 0, Size: 2, MasterAddr: "127.0.0.1", Listener: ln,
+			Token: "ours", BindAddr: "127.0.0.1", Timeout: 2 * time.Second, Logger: &nop})
+		zero <- err
+	}()
+	_, err = rendezvous.Meet(ctx, rendezvous.Config{Rank: 1, Size: 2, MasterAddr: "127.0.0.1", MasterPort: port,
+		Token: "theirs", BindAddr: "127.0.0.1", Timeout: 20 * time.Second, Logger: &nop})
+	if err == nil || !strings.Contains(err.Error(), "wrong token") {
+		t.Errorf("rank 1's error %v does not name the wrong token", err)
+	}
+	err = <-zero
+	for _, want := range []string{"ranks [1] did not join", "a process claiming rank 1", "another FULGUR_TOKEN"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("rank 0's error %v lacks %q", err, want)
+		}
+	}
+	if err != nil && strings.Contains(err.Error(), "were they started") {
+		t.Errorf("rank 0's error %v asks whether a rank that came was started", err)
+	}
+}
+
+// Rank 0 listens only on BindAddr (the address of the interface that
+// FULGUR_SOCKET_IFNAME names) while the other ranks dial MASTER_ADDR: when
+// MASTER_ADDR is another address of rank 0's own machine, nothing would
+// answer them there (FULGUR_SOCKET_IFNAME=lo on a job of several machines,
+// or eth0 with MASTER_ADDR=127.0.0.1). Rank 0 says so at once, naming both,
+// instead of waiting out the timeout for ranks that cannot reach it.
+func TestRankZeroRefusesAMasterAddrItDoesNotListenOn(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	nop := zerolog.Nop()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// 127.0.0.2 is this machine's (all of 127/8 is), but a socket bound to
+	// 127.0.0.1 does not answer there.
+	_, err = rendezvous.Meet(ctx, rendezvous.Config{Rank: 0, Size: 2, MasterAddr: "127.0.0.2", MasterPort: port,
+		Token: "t", BindAddr: "127.0.0.1", Timeout: 3 * time.Second, Logger: &nop})
+	for _, want := range []string{"listen on 127.0.0.1 only", "MASTER_ADDR 127.0.0.2", "FULGUR_SOCKET_IFNAME"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("rank 0's error %v lacks %q", err, want)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/fulgur-ml/fulgur/strategy/cluster"
@@ -94,6 +95,33 @@ func Meet(ctx context.Context, cfg Config) (*Rendezvous, error) {
 	return r, nil
 }
 
+// masterOffBind refuses a rank 0 that would listen on BindAddr only while
+// MasterAddr, where the other ranks dial it, is another address of this
+// machine: a socket bound to one address does not answer at another, so
+// they would find nothing there until the timeout. A MasterAddr that is
+// not this machine's (a name, or an address a NAT forwards here, as a
+// Kubernetes service's) is left alone.
+func masterOffBind(cfg Config) error {
+	bind, master := net.ParseIP(cfg.BindAddr), net.ParseIP(cfg.MasterAddr)
+	if cfg.Size < 2 || bind == nil || bind.IsUnspecified() || master == nil || master.IsUnspecified() || master.Equal(bind) {
+		return nil
+	}
+	local := master.IsLoopback() // all of 127/8 and ::1 are this machine's
+	if !local {
+		addrs, _ := net.InterfaceAddrs()
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.Equal(master) {
+				local = true
+				break
+			}
+		}
+	}
+	if !local {
+		return nil
+	}
+	return fmt.Errorf("rendezvous: rank 0 would listen on %s only (the address of the interface FULGUR_SOCKET_IFNAME or GLOO_SOCKET_IFNAME names), but MASTER_ADDR %s, where the other ranks look for it, is another address of this machine, where nothing would answer them: set FULGUR_SOCKET_IFNAME to the interface that has %s (the one the other ranks reach), or MASTER_ADDR to %s", cfg.BindAddr, cfg.MasterAddr, cfg.MasterAddr, cfg.BindAddr)
+}
+
 func (r *Rendezvous) port() string {
 	_, p, _ := net.SplitHostPort(r.ln.Addr().String())
 	return p
@@ -103,6 +131,9 @@ func (r *Rendezvous) serve(ctx context.Context) error {
 	cfg := r.cfg
 	ln := cfg.Listener
 	if ln == nil {
+		if err := masterOffBind(cfg); err != nil {
+			return err
+		}
 		var err error
 		ln, err = net.Listen("tcp", net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.MasterPort)))
 		if err != nil {
@@ -181,6 +212,8 @@ func (r *Rendezvous) serve(ctx context.Context) error {
 				refusedMu.Unlock()
 				if also != "" {
 					also = " (refused meanwhile: " + also + ")"
+				} else if wt := adm.wrongToken(); wt != "" {
+					also = fmt.Sprintf(" (%s: give every rank the same %s)", wt, TokenEnv)
 				} else {
 					also = fmt.Sprintf(" (no process claiming them reached port %d with the token: were they started, with MASTER_ADDR and MASTER_PORT naming this machine and port, and the same %s? FULGUR_TIMEOUT sets how long rank 0 waits)", port, TokenEnv)
 				}
@@ -266,7 +299,28 @@ type admission struct {
 	acceptErr chan error    // the accept loop's end (buffered)
 	done      chan struct{} // closed by stop: late arrivals are closed
 	once      sync.Once
+
+	mu        sync.Mutex
+	lastWrong string // the last dialer refused for another token, said in words
 }
+
+// wrongToken says who was last refused for holding another token; "" if
+// none was.
+func (a *admission) wrongToken() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lastWrong
+}
+
+// wrongTokenError is a refusal of a dialer whose hello proved another
+// token than this job's.
+type wrongTokenError struct {
+	rank int // the rank it claimed
+	err  error
+}
+
+func (e *wrongTokenError) Error() string { return e.err.Error() }
+func (e *wrongTokenError) Unwrap() error { return e.err }
 
 func (a *admission) stop() { a.once.Do(func() { close(a.done) }) }
 
@@ -295,6 +349,14 @@ func (r *Rendezvous) admit(ln net.Listener, where string, check func(wire.Hello)
 				defer func() { <-sem }()
 				got, err := r.handshake(c, where, check)
 				if err != nil {
+					var wt *wrongTokenError
+					if errors.As(err, &wt) {
+						// A timeout then says that the rank came, but
+						// with another token, rather than that none came.
+						a.mu.Lock()
+						a.lastWrong = fmt.Sprintf("a process claiming rank %d reached the %s from %s with another %s", wt.rank, where, c.RemoteAddr(), TokenEnv)
+						a.mu.Unlock()
+					}
 					if !errors.Is(err, errRefused) {
 						// A peer that never sent a valid hello; refusals
 						// were logged as they were sent.
@@ -354,7 +416,7 @@ func (r *Rendezvous) handshake(c net.Conn, where string, check func(wire.Hello) 
 	}
 	nonceD, ok := checkHello(h, r.cfg.Token, nonceA)
 	if !ok {
-		return arrival{}, r.refuse(c, where, "wrong token (claimed rank %d): every rank needs the same %s", h.Rank, TokenEnv)
+		return arrival{}, &wrongTokenError{rank: h.Rank, err: r.refuse(c, where, "wrong token (claimed rank %d): every rank needs the same %s", h.Rank, TokenEnv)}
 	}
 	if why := check(h); why != "" {
 		return arrival{}, r.refuse(c, where, "%s", why)
@@ -482,11 +544,24 @@ func (r *Rendezvous) joinOnce(ctx, outer context.Context) (net.Conn, []byte, err
 	// the waiting: a name that does not resolve, a refused connection.
 	var why error
 	warnedDNS := false
+	// Until rank 0 answers, say now and then that this rank waits, as rank
+	// 0 does for its joiners: before the timeout, a rank 0 that was never
+	// started (or another MASTER_ADDR or MASTER_PORT) looks like a hang.
+	every := min(cfg.Timeout/4, 30*time.Second)
+	start := time.Now()
+	nextWarn := start.Add(every)
 	for {
 		var err error
 		c, err = d.DialContext(ctx, "tcp", cfg.masterHostPort())
 		if err == nil {
 			break
+		}
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			err = fmt.Errorf("%w (nothing listens at %s: was rank 0 started, with the same MASTER_PORT, on the machine MASTER_ADDR names? FULGUR_TIMEOUT sets how long a rank waits)", err, cfg.masterHostPort())
+		}
+		if now := time.Now(); every > 0 && now.After(nextWarn) && ctx.Err() == nil {
+			nextWarn = now.Add(every)
+			cfg.Logger.Warn().Err(err).Msgf("rendezvous: rank %d still waits for rank 0 at %s after %v (it gives up after %v)", cfg.Rank, cfg.masterHostPort(), now.Sub(start).Round(time.Second), cfg.Timeout)
 		}
 		var dns *net.DNSError
 		if errors.As(err, &dns) && dns.IsNotFound {
