@@ -88,5 +88,14 @@ func dotSums32(d, x *float32, n int) (s, sx float32)
 //go:noescape
 func copyRows32(dst *float32, ldd int, src *float32, lds int, w, gap, rows int)
 
+// interleave2AVX2 and deinterleave2AVX2 are interleave2's and
+// deinterleave2's loops for n ≥ 4 pairs (elem_avx2_amd64.s).
+//
+//go:noescape
+func interleave2AVX2(row, e, o *float32, n int)
+
+//go:noescape
+func deinterleave2AVX2(e, o, src *float32, n int)
+
 //go:noescape
 func copyRowsAVX2(dst *float32, ldd int, src *float32, lds int, w, gap, rows int)

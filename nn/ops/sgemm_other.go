@@ -50,3 +50,5 @@ func shiftedSums32(*float32, int, float32) (float32, float32)  { panic("ops: no 
 func dotSums32(*float32, *float32, int) (float32, float32)     { panic("ops: no AVX-512") }
 func copyRows32(*float32, int, *float32, int, int, int, int)   { panic("ops: no AVX-512") }
 func copyRowsAVX2(*float32, int, *float32, int, int, int, int) { panic("ops: no AVX2") }
+func interleave2AVX2(*float32, *float32, *float32, int)        { panic("ops: no AVX2") }
+func deinterleave2AVX2(*float32, *float32, *float32, int)      { panic("ops: no AVX2") }
