@@ -37,6 +37,12 @@ func sgemmNN8x24AVX2(k int, ap, b *float32, boff *int32, c *float32, ldc int, ac
 //go:noescape
 func sgemmNT4x6AVX2(n16 int, tail uint32, a *float32, lda int, b *float32, boff *int32, c *float32, ldc int, acc int, segs, astride, bstride int)
 
+// sgemmNT4x4AVX2 is sgemmNT4x6AVX2 for four B rows (a 4x4 block of c):
+// the same bits.
+//
+//go:noescape
+func sgemmNT4x4AVX2(n16 int, tail uint32, a *float32, lda int, b *float32, boff *int32, c *float32, ldc int, acc int, segs, astride, bstride int)
+
 // The elementwise kernels of elem_avx2_amd64.s: those of elem_amd64.s on
 // AVX2, the same bits.
 
