@@ -2,7 +2,6 @@ package ops
 
 import (
 	"fmt"
-	"github.com/fulgur-ml/fulgur/internal/cputime"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -10,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/fulgur-ml/fulgur/blas"
+	"github.com/fulgur-ml/fulgur/internal/cputime"
 )
 
 // refGemm is c = op(a)·op(b) + beta·c in float64, the plain triple loop.
