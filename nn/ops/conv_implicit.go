@@ -404,9 +404,13 @@ func padRows2(g *convGeom, src, ph0 []float32, ps, wq int) {
 func deinterleave2(e, o, src []float32) {
 	o = o[:len(src)/2]
 	e = e[:(len(src)+1)/2]
-	for j := range o {
-		p := src[2*j : 2*j+2 : 2*j+2]
-		e[j], o[j] = p[0], p[1]
+	if useAVX2 && len(o) >= 4 {
+		deinterleave2AVX2(unsafe.SliceData(e), unsafe.SliceData(o), unsafe.SliceData(src), len(o))
+	} else {
+		for j := range o {
+			p := src[2*j : 2*j+2 : 2*j+2]
+			e[j], o[j] = p[0], p[1]
+		}
 	}
 	if len(src)%2 == 1 {
 		e[len(e)-1] = src[len(src)-1]

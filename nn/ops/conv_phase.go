@@ -313,9 +313,13 @@ func interleave2(row, e, o []float32, at int) {
 	switch {
 	case e != nil && o != nil:
 		e, o = e[at:at+(len(row)+1)/2], o[at:at+n]
-		for b, v := range o {
-			row[2*b] = e[b]
-			row[2*b+1] = v
+		if useAVX2 && n >= 4 {
+			interleave2AVX2(unsafe.SliceData(row), unsafe.SliceData(e), unsafe.SliceData(o), n)
+		} else {
+			for b, v := range o {
+				row[2*b] = e[b]
+				row[2*b+1] = v
+			}
 		}
 		if len(row)%2 == 1 {
 			row[len(row)-1] = e[n]

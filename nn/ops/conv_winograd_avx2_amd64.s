@@ -319,6 +319,23 @@ TEXT ·wgGrad8AVX2(SB), NOSPLIT, $0-48
 	MOVLQSX (lane*4)(R13), R14 \
 	VMOVUPS xu, (DX)(R14*4)
 
+// Lane lane's outputs (xu) into y at DX + 4·yoff[lane] where the bits of
+// mask[lane] (R12) say: all four with a plain store, none, or some through
+// VMASKMOVPS and wgYMask's entry. X4, R14, R15 scratch.
+#define STLANEPARTY(lane, xu) \
+	MOVL       (lane*4)(R12), R15 \
+	TESTL      R15, R15 \
+	JZ         10(PC) \
+	MOVLQSX    (lane*4)(R13), R14 \
+	LEAQ       (DX)(R14*4), R14 \
+	CMPL       R15, $15 \
+	JNE        3(PC) \
+	VMOVUPS    xu, (R14) \
+	JMP        4(PC) \
+	SHLQ       $4, R15 \
+	VMOVDQU    (R8)(R15*1), X4 \
+	VMASKMOVPS xu, X4, (R14)
+
 // func wgOutput8AVX2(m *float32, ld int, tmp *float32, y *float32, yoff *int32, w int, mask *int32)
 //
 // For 8 tiles with m[ξ·ld + lane] their transform-domain values, sets
@@ -344,7 +361,6 @@ TEXT ·wgOutput8AVX2(SB), NOSPLIT, $0-56
 	OUTCOLY(128)
 	OUTCOLY(160)
 	MOVQ $4, AX
-	LEAQ 768(BX), R10
 
 	// Row r of Aᵀ m (BX): times A, transposed (a lane's four outputs
 	// together: lanes 0-3 in the low blocks of Y12-Y15, 4-7 in their high
@@ -378,42 +394,18 @@ row:
 	STLANEFULLY(7, X3)
 	JMP          next
 
-	// Some outputs of the row lie outside the image: the lanes one by one
-	// from tmp (R10), the whole four outputs, some (VMASKMOVPS) or none.
+	// Some outputs of the row lie outside the image: lane by lane from
+	// its register, the whole four outputs (a plain store), some
+	// (VMASKMOVPS) or none.
 masked:
-	VMOVUPS X12, 0(R10)
-	VMOVUPS X13, 16(R10)
-	VMOVUPS X14, 32(R10)
-	VMOVUPS X15, 48(R10)
-	VMOVUPS X0, 64(R10)
-	VMOVUPS X1, 80(R10)
-	VMOVUPS X2, 96(R10)
-	VMOVUPS X3, 112(R10)
-	XORQ    DI, DI
-
-lane:
-	MOVL    (R12)(DI*4), R15
-	TESTL   R15, R15
-	JZ      lanenext
-	MOVLQSX (R13)(DI*4), R14
-	LEAQ    (DX)(R14*4), R14
-	MOVQ    DI, SI
-	SHLQ    $4, SI
-	VMOVUPS (R10)(SI*1), X5
-	CMPL    R15, $15
-	JNE     part
-	VMOVUPS X5, (R14)
-	JMP     lanenext
-
-part:
-	SHLQ       $4, R15
-	VMOVDQU    (R8)(R15*1), X4
-	VMASKMOVPS X5, X4, (R14)
-
-lanenext:
-	INCQ DI
-	CMPQ DI, $8
-	JB   lane
+	STLANEPARTY(0, X12)
+	STLANEPARTY(1, X13)
+	STLANEPARTY(2, X14)
+	STLANEPARTY(3, X15)
+	STLANEPARTY(4, X0)
+	STLANEPARTY(5, X1)
+	STLANEPARTY(6, X2)
+	STLANEPARTY(7, X3)
 
 next:
 	ADDQ CX, DX

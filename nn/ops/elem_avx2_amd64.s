@@ -479,3 +479,103 @@ cr2next:
 cr2done:
 	VZEROUPPER
 	RET
+
+// func interleave2AVX2(row, e, o *float32, n int)
+//
+// row[2b] = e[b] and row[2b+1] = o[b] for b < n, n ≥ 4 (interleave2): 8
+// pairs a step (4 while fewer than 8), the last step on the last 8 (or 4)
+// pairs, overlapping the step before when n is not a multiple: it writes
+// the same values again. Nothing outside the three ranges is read or
+// written; row must not overlap e or o.
+TEXT ·interleave2AVX2(SB), NOSPLIT, $0-32
+	MOVQ row+0(FP), DI
+	MOVQ e+8(FP), SI
+	MOVQ o+16(FP), DX
+	MOVQ n+24(FP), CX
+	XORQ BX, BX
+	CMPQ CX, $8
+	JLT  il4
+
+il8:
+	VMOVUPS    (SI)(BX*4), Y0
+	VMOVUPS    (DX)(BX*4), Y1
+	VUNPCKLPS  Y1, Y0, Y2     // e0 o0 e1 o1 | e4 o4 e5 o5
+	VUNPCKHPS  Y1, Y0, Y3     // e2 o2 e3 o3 | e6 o6 e7 o7
+	VPERM2F128 $0x20, Y3, Y2, Y4
+	VPERM2F128 $0x31, Y3, Y2, Y5
+	VMOVUPS    Y4, (DI)(BX*8)
+	VMOVUPS    Y5, 32(DI)(BX*8)
+	ADDQ       $8, BX
+	CMPQ       BX, CX
+	JEQ        ildone
+	LEAQ       8(BX), AX
+	CMPQ       AX, CX
+	JLE        il8
+	LEAQ       -8(CX), BX
+	JMP        il8
+
+il4:
+	VMOVUPS   (SI)(BX*4), X0
+	VMOVUPS   (DX)(BX*4), X1
+	VUNPCKLPS X1, X0, X2
+	VUNPCKHPS X1, X0, X3
+	VMOVUPS   X2, (DI)(BX*8)
+	VMOVUPS   X3, 16(DI)(BX*8)
+	LEAQ      -4(CX), AX
+	CMPQ      BX, AX
+	JEQ       ildone
+	MOVQ      AX, BX
+	JMP       il4
+
+ildone:
+	VZEROUPPER
+	RET
+
+// func deinterleave2AVX2(e, o, src *float32, n int)
+//
+// e[j] = src[2j] and o[j] = src[2j+1] for j < n, n ≥ 4 (deinterleave2),
+// in steps as interleave2AVX2's. Nothing outside the three ranges is read
+// or written; src must not overlap e or o.
+TEXT ·deinterleave2AVX2(SB), NOSPLIT, $0-32
+	MOVQ e+0(FP), DI
+	MOVQ o+8(FP), DX
+	MOVQ src+16(FP), SI
+	MOVQ n+24(FP), CX
+	XORQ BX, BX
+	CMPQ CX, $8
+	JLT  dl4
+
+dl8:
+	VMOVUPS (SI)(BX*8), Y0    // a0..a7
+	VMOVUPS 32(SI)(BX*8), Y1  // b0..b7
+	VSHUFPS $0x88, Y1, Y0, Y2 // a0 a2 b0 b2 | a4 a6 b4 b6
+	VSHUFPS $0xDD, Y1, Y0, Y3 // a1 a3 b1 b3 | a5 a7 b5 b7
+	VPERMPD $0xD8, Y2, Y2     // a0 a2 a4 a6 b0 b2 b4 b6
+	VPERMPD $0xD8, Y3, Y3
+	VMOVUPS Y2, (DI)(BX*4)
+	VMOVUPS Y3, (DX)(BX*4)
+	ADDQ    $8, BX
+	CMPQ    BX, CX
+	JEQ     dldone
+	LEAQ    8(BX), AX
+	CMPQ    AX, CX
+	JLE     dl8
+	LEAQ    -8(CX), BX
+	JMP     dl8
+
+dl4:
+	VMOVUPS (SI)(BX*8), X0
+	VMOVUPS 16(SI)(BX*8), X1
+	VSHUFPS $0x88, X1, X0, X2
+	VSHUFPS $0xDD, X1, X0, X3
+	VMOVUPS X2, (DI)(BX*4)
+	VMOVUPS X3, (DX)(BX*4)
+	LEAQ    -4(CX), AX
+	CMPQ    BX, AX
+	JEQ     dldone
+	MOVQ    AX, BX
+	JMP     dl4
+
+dldone:
+	VZEROUPPER
+	RET

@@ -245,7 +245,17 @@ func sgemmNTSegs(s *mmScratch, m, n, q, segs int, a []float32, lda, astride int,
 		e = &s.nt
 		e.start(m, q, segs, a, lda, astride)
 	}
-	for j := 0; j < n; j += 6 {
+	for j, w := 0, 6; j < n; j += w {
+		w = 6
+		if rest := n - j; !useAVX512 && e == nil && (rest == 4 || rest == 8) {
+			// The last 4 or 8 columns on AVX2 in tiles of 4, where 6
+			// would compute 2 or 4 columns for nothing.
+			w = 4
+			for i := 0; i < m; i += 4 {
+				sgemmNT4x4AVX2(n16, tail, &a[i*lda], lda, &b[0], &boff[j], &c[i*ldc+j], ldc, flag, segs, astride, bstride)
+			}
+			continue
+		}
 		if j+6 <= n && e == nil {
 			for i := 0; i < m; i += 4 {
 				nt4x6(n16, tail, &a[i*lda], lda, &b[0], &boff[j], &c[i*ldc+j], ldc, flag, segs, astride, bstride)

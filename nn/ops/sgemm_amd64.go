@@ -37,6 +37,12 @@ func sgemmNN8x24AVX2(k int, ap, b *float32, boff *int32, c *float32, ldc int, ac
 //go:noescape
 func sgemmNT4x6AVX2(n16 int, tail uint32, a *float32, lda int, b *float32, boff *int32, c *float32, ldc int, acc int, segs, astride, bstride int)
 
+// sgemmNT4x4AVX2 is sgemmNT4x6AVX2 for four B rows (a 4x4 block of c):
+// the same bits.
+//
+//go:noescape
+func sgemmNT4x4AVX2(n16 int, tail uint32, a *float32, lda int, b *float32, boff *int32, c *float32, ldc int, acc int, segs, astride, bstride int)
+
 // The elementwise kernels of elem_avx2_amd64.s: those of elem_amd64.s on
 // AVX2, the same bits.
 
@@ -87,6 +93,15 @@ func dotSums32(d, x *float32, n int) (s, sx float32)
 
 //go:noescape
 func copyRows32(dst *float32, ldd int, src *float32, lds int, w, gap, rows int)
+
+// interleave2AVX2 and deinterleave2AVX2 are interleave2's and
+// deinterleave2's loops for n ≥ 4 pairs (elem_avx2_amd64.s).
+//
+//go:noescape
+func interleave2AVX2(row, e, o *float32, n int)
+
+//go:noescape
+func deinterleave2AVX2(e, o, src *float32, n int)
 
 //go:noescape
 func copyRowsAVX2(dst *float32, ldd int, src *float32, lds int, w, gap, rows int)

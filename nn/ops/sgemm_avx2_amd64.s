@@ -361,12 +361,16 @@ nttail:
 	POPCNTL DI, DI
 	JZ      ntnext
 	// Lanes 0-7 of the tail, then 8-15 (masked out when the tail is shorter).
+	// Lanes 8-15 wholly masked out (a tail of 8 or fewer) add nothing
+	// (an accumulator, from +0, is never -0): skipped.
 	NEGQ    DI
 	LEAQ    avx2tail<>+64(SB), R10
 	LEAQ    (R10)(DI*4), DI
 	VMOVDQU (DI), Y15
 	NT2STEPM(0)
 	VMOVDQU 32(DI), Y15
+	VPTEST  Y15, Y15
+	JZ      ntnext
 	NT2STEPM(32)
 
 ntnext:
@@ -394,5 +398,135 @@ ntdone:
 	INCQ R11
 	CMPQ R11, $2
 	JLT  ntpiece
+	VZEROUPPER
+	RET
+
+// The four B rows of sgemmNT4x4AVX2: AX, CX, DX, R12 at b + 4·boff[j]
+// (DI and SI scratch).
+#define NT4BROWS \
+	MOVQ    b+32(FP), SI \
+	MOVQ    boff+40(FP), DI \
+	MOVLQSX 0(DI), AX \
+	LEAQ    (SI)(AX*4), AX \
+	MOVLQSX 4(DI), CX \
+	LEAQ    (SI)(CX*4), CX \
+	MOVLQSX 8(DI), DX \
+	LEAQ    (SI)(DX*4), DX \
+	MOVLQSX 12(DI), R12 \
+	LEAQ    (SI)(R12*4), R12
+
+#define NT4STEP(off) \
+	VMOVUPS off(R8)(BX*1), Y12 \
+	VMOVUPS off(R9)(BX*1), Y13 \
+	NT2COL(AX, off, Y0, Y1) \
+	NT2COL(CX, off, Y2, Y3) \
+	NT2COL(DX, off, Y4, Y5) \
+	NT2COL(R12, off, Y6, Y7)
+
+#define NT4STEPM(off) \
+	VMASKMOVPS off(R8)(BX*1), Y15, Y12 \
+	VMASKMOVPS off(R9)(BX*1), Y15, Y13 \
+	NT2COLM(AX, off, Y0, Y1) \
+	NT2COLM(CX, off, Y2, Y3) \
+	NT2COLM(DX, off, Y4, Y5) \
+	NT2COLM(R12, off, Y6, Y7)
+
+// NT2ROW's first four sums (the same operations: the same bits) into
+// c[0:4] at DI, then DI to the next row (R10 bytes on).
+#define NT4ROW(a0, a1, a2, a3) \
+	VHADDPS      a1, a0, Y12 \
+	VHADDPS      a3, a2, Y13 \
+	VHADDPS      Y13, Y12, Y12 \
+	VEXTRACTF128 $1, Y12, X13 \
+	VADDPS       X13, X12, X12 \
+	CMPQ         acc+64(FP), $0 \
+	JEQ          3(PC) \
+	VMOVUPS      (DI), X13 \
+	VADDPS       X13, X12, X12 \
+	VMOVUPS      X12, (DI) \
+	ADDQ         R10, DI
+
+// func sgemmNT4x4AVX2(n16 int, tail uint32, a *float32, lda int, b *float32, boff *int32, c *float32, ldc int, acc int, segs, astride, bstride int)
+//
+// sgemmNT4x6AVX2 for four B rows (c's 4x4 block at c, ldc apart), in two
+// 2x4 pieces of eight accumulators: each sum as sgemmNT4x6AVX2's, the
+// same bits. The tiles of 4 columns that end a row of c whose width is not
+// a multiple of 6 take it where sgemmNT4x6AVX2 would compute 6 columns
+// into scratch.
+TEXT ·sgemmNT4x4AVX2(SB), NOSPLIT, $8-96
+	XORQ R11, R11 // the piece: 0 or 1
+
+n4piece:
+	MOVQ  a+16(FP), R8
+	MOVQ  lda+24(FP), R13
+	SHLQ  $2, R13
+	TESTQ R11, R11
+	JZ    3(PC)
+	LEAQ  (R8)(R13*1), R8
+	LEAQ  (R8)(R13*1), R8
+	LEAQ  (R8)(R13*1), R9
+	NT4BROWS
+	// A row pointers: R8, R9. B row pointers: AX, CX, DX, R12. Byte
+	// index: BX. Iterations: DI. Segments left: left-8(SP).
+	MOVQ  segs+72(FP), DI
+	MOVQ  DI, left-8(SP)
+	ZERO8Y
+
+n4seg:
+	XORQ  BX, BX
+	MOVQ  n16+0(FP), DI
+	TESTQ DI, DI
+	JZ    n4tail
+
+n4loop:
+	NT4STEP(0)
+	NT4STEP(32)
+	ADDQ $64, BX
+	DECQ DI
+	JNZ  n4loop
+
+n4tail:
+	MOVL    tail+8(FP), DI
+	POPCNTL DI, DI
+	JZ      n4next
+	NEGQ    DI
+	LEAQ    avx2tail<>+64(SB), R10
+	LEAQ    (R10)(DI*4), DI
+	VMOVDQU (DI), Y15
+	NT4STEPM(0)
+	VMOVDQU 32(DI), Y15
+	VPTEST  Y15, Y15
+	JZ      n4next
+	NT4STEPM(32)
+
+n4next:
+	DECQ left-8(SP)
+	JZ   n4done
+	MOVQ astride+80(FP), DI
+	SHLQ $2, DI
+	ADDQ DI, R8
+	ADDQ DI, R9
+	MOVQ bstride+88(FP), DI
+	SHLQ $2, DI
+	ADDQ DI, AX
+	ADDQ DI, CX
+	ADDQ DI, DX
+	ADDQ DI, R12
+	JMP  n4seg
+
+n4done:
+	// B row j, A row i of the piece in Y(2j+i).
+	MOVQ  c+48(FP), DI
+	MOVQ  ldc+56(FP), R10
+	SHLQ  $2, R10
+	TESTQ R11, R11
+	JZ    3(PC)
+	ADDQ  R10, DI
+	ADDQ  R10, DI
+	NT4ROW(Y0, Y2, Y4, Y6)
+	NT4ROW(Y1, Y3, Y5, Y7)
+	INCQ  R11
+	CMPQ  R11, $2
+	JLT   n4piece
 	VZEROUPPER
 	RET

@@ -29,6 +29,10 @@ func sgemmNT4x6AVX2(int, uint32, *float32, int, *float32, *int32, *float32, int,
 	panic("ops: sgemmNT4x6AVX2 without AVX2 kernels")
 }
 
+func sgemmNT4x4AVX2(int, uint32, *float32, int, *float32, *int32, *float32, int, int, int, int, int) {
+	panic("ops: sgemmNT4x4AVX2 without AVX2 kernels")
+}
+
 func affine32AVX2(*float32, *float32, int, float32, float32, int) { panic("ops: no AVX2") }
 func addRelu32AVX2(*float32, *float32, *float32, int)             { panic("ops: no AVX2") }
 func relu32AVX2(*float32, *float32, int)                          { panic("ops: no AVX2") }
@@ -50,3 +54,5 @@ func shiftedSums32(*float32, int, float32) (float32, float32)  { panic("ops: no 
 func dotSums32(*float32, *float32, int) (float32, float32)     { panic("ops: no AVX-512") }
 func copyRows32(*float32, int, *float32, int, int, int, int)   { panic("ops: no AVX-512") }
 func copyRowsAVX2(*float32, int, *float32, int, int, int, int) { panic("ops: no AVX2") }
+func interleave2AVX2(*float32, *float32, *float32, int)        { panic("ops: no AVX2") }
+func deinterleave2AVX2(*float32, *float32, *float32, int)      { panic("ops: no AVX2") }

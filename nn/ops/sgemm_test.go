@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/fulgur-ml/fulgur/blas"
+	"github.com/fulgur-ml/fulgur/internal/cputime"
 )
 
 // refGemm is c = op(a)·op(b) + beta·c in float64, the plain triple loop.
@@ -227,7 +228,8 @@ func TestSgemmNTSegs(t *testing.T) { forEachKernelTier(t, testSgemmNTSegs) }
 
 func testSgemmNTSegs(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
-	for _, s := range []struct{ m, n, q, segs int }{{4, 6, 16, 2}, {8, 13, 37, 3}, {16, 144, 420, 2}, {12, 7, 5, 4}, {4, 1, 1, 2}} {
+	for _, s := range []struct{ m, n, q, segs int }{{4, 6, 16, 2}, {8, 13, 37, 3}, {16, 144, 420, 2}, {12, 7, 5, 4}, {4, 1, 1, 2},
+		{16, 16, 245, 1}, {8, 14, 37, 2}, {4, 4, 9, 3}, {4, 8, 24, 1}} {
 		t.Run(fmt.Sprintf("%dx%dx%d/segs=%d", s.m, s.n, s.q, s.segs), func(t *testing.T) {
 			lda, ldb, ldc := s.q+3, s.q+5, s.n+2
 			astride, bstride := s.m*lda+1, s.n*ldb+2
@@ -267,6 +269,43 @@ func testSgemmNTSegs(t *testing.T) {
 	}
 }
 
+// A row of c whose last 4 or 8 columns the AVX2 tier multiplies in tiles
+// of 4 (sgemmNT4x4AVX2) gets the bits the tiles of 6 give those columns:
+// c of n columns against the first n of n rounded up to a multiple of 6
+// (all in tiles of 6), set and
+// accumulated, one segment and several, tails of q of every length.
+func TestSgemmNTTilesOf4SameBits(t *testing.T) { forEachKernelTier(t, testSgemmNTTilesOf4SameBits) }
+
+func testSgemmNTTilesOf4SameBits(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, s := range []struct{ m, n, q, segs int }{{16, 16, 245, 1}, {8, 64, 256, 1}, {4, 4, 7, 2}, {8, 10, 33, 3}, {4, 14, 16, 1}, {4, 32, 8, 2}} {
+		for _, acc := range []bool{false, true} {
+			name := fmt.Sprintf("%dx%dx%d/segs=%d/acc=%v", s.m, s.n, s.q, s.segs, acc)
+			wide := (s.n + 5) / 6 * 6
+			lda, ldb := s.q+1, s.q+3
+			astride, bstride := s.m*lda+5, wide*ldb+7
+			a := randF32(r, (s.segs-1)*astride+s.m*lda)
+			b := randF32(r, (s.segs-1)*bstride+wide*ldb)
+			boff := make([]int32, wide)
+			for j := range boff {
+				boff[j] = int32(j * ldb)
+			}
+			c0 := randF32(r, s.m*wide)
+			got, want := append([]float32(nil), c0...), append([]float32(nil), c0...)
+			var sc mmScratch
+			sgemmNTSegs(&sc, s.m, s.n, s.q, s.segs, a, lda, astride, b, boff[:s.n], bstride, got, wide, acc)
+			sgemmNTSegs(&sc, s.m, wide, s.q, s.segs, a, lda, astride, b, boff, bstride, want, wide, acc)
+			for i := 0; i < s.m; i++ {
+				for j := 0; j < s.n; j++ {
+					if g, w := got[i*wide+j], want[i*wide+j]; math.Float32bits(g) != math.Float32bits(w) {
+						t.Fatalf("%s: c[%d][%d] = %v, in tiles of 6 %v", name, i, j, g, w)
+					}
+				}
+			}
+		}
+	}
+}
+
 // The AVX2 sgemmNN kernel runs each element's chain of fused multiply-adds
 // in the AVX-512 kernel's order: the same bits, on every column count of a
 // tile (the partial ones masked), set and accumulated.
@@ -300,5 +339,47 @@ func TestSgemmNNAVX2SameBits(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// BenchmarkNTMultiplies times sgemmNTSegs on the shapes a resnet8 step
+// gives it most (the Winograd weight gradients' products, m×n×q, and the
+// implicit path's, segs chunks), in GFLOP/s on one core (warm caches), of
+// the wall time and of the process's CPU time (the figure to read on a
+// shared machine):
+//
+//	GOMAXPROCS=1 go test ./nn/ops -run '^$' -bench NTMultiplies
+func BenchmarkNTMultiplies(b *testing.B) {
+	if !mmKernels() {
+		b.Skip("no AVX-512 or AVX2 kernels: sgemmNT is not taken")
+	}
+	for _, s := range []struct{ m, n, q, segs, lda, astride, bstride int }{
+		{16, 16, 245, 1, 256, 0, 0}, {8, 64, 256, 1, 256, 0, 0}, {32, 32, 192, 1, 192, 0, 0},
+		{16, 9, 812, 1, 812, 12992, 872}, {32, 144, 420, 2, 420, 13440, 28864}, {64, 288, 448, 2, 448, 28672, 65664},
+	} {
+		b.Run(fmt.Sprintf("%dx%dx%d/segs=%d", s.m, s.n, s.q, s.segs), func(b *testing.B) {
+			r := rand.New(rand.NewPCG(5, 6))
+			ldb := s.lda
+			bstride := max(s.bstride, s.n*ldb)
+			astride := max(s.astride, s.m*s.lda)
+			a := randF32(r, (s.segs-1)*astride+s.m*s.lda)
+			bb := randF32(r, (s.segs-1)*bstride+s.n*ldb)
+			boff := make([]int32, s.n)
+			for j := range boff {
+				boff[j] = int32(j * ldb)
+			}
+			c := make([]float32, s.m*s.n)
+			var sc mmScratch
+			flops := 2 * float64(s.m*s.n*s.q*s.segs) * float64(b.N)
+			b.ResetTimer()
+			cpu0 := cputime.Now()
+			for i := 0; i < b.N; i++ {
+				sgemmNTSegs(&sc, s.m, s.n, s.q, s.segs, a, s.lda, astride, bb, boff, bstride, c, s.n, false)
+			}
+			b.ReportMetric(flops/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			if cpu := cputime.Now() - cpu0; cpu > 0 {
+				b.ReportMetric(flops/cpu.Seconds()/1e9, "cpu-GFLOP/s")
+			}
+		})
 	}
 }
