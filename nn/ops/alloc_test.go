@@ -293,9 +293,11 @@ func TestConvWorkerScratchReady(t *testing.T) {
 	}
 	for _, dt := range dtypes {
 		cases := convCases
-		if dt == tensor.Float32 {
-			// (In float64 their multiplies are large enough for the
-			// BLAS's goroutines, which allocate.)
+		if dt == tensor.Float32 && (useAVX512 || useAVX2) {
+			// (In float64, and in float32 without this package's own
+			// multiply kernels (purego, not amd64), their multiplies
+			// go through package blas, large enough for its
+			// goroutines, which allocate.)
 			cases = append(winogradCases[:len(winogradCases):len(winogradCases)], cases...)
 		}
 		for _, c := range cases {
@@ -318,8 +320,12 @@ func TestConvWorkerScratchReady(t *testing.T) {
 		check(fmt.Sprint(dt, " direct dx"), gi.Do, []G.Value{dy, w}, func() bool { return swapWorkers(gi.ws) })
 		check(fmt.Sprint(dt, " direct dw"), gw.Do, []G.Value{x, dy}, func() bool { return swapWorkers(gw.ws) })
 	}
-	if split < 20 {
-		t.Errorf("%d passes split between image workers, want 20 or more", split)
+	want := 20
+	if !useAVX512 && !useAVX2 {
+		want = 10 // without the Winograd cases
+	}
+	if split < want {
+		t.Errorf("%d passes split between image workers, want %d or more", split, want)
 	}
 }
 
