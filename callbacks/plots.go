@@ -70,8 +70,9 @@ func (c *PlotsConfig) Validate() error {
 // best metrics, test results, the profiler table, links to the charts and
 // checkpoints. After an elastic restart the charts and metrics cover the
 // whole run (metrics.csv keeps every attempt's rows) but the profiler
-// table only the last attempt, the process that writes the report. It runs on rank 0 only, and not in fast-dev runs (which
-// keep no artefacts). After a Test it writes the report again with the
+// table only the last attempt, the process that writes the report. It
+// runs on rank 0 only, and not in fast-dev runs (which keep no
+// artefacts). After a Test it writes the report again with the
 // test metrics. A run that fails or is interrupted gets no charts from
 // Plots; draw them with "fulgur plot RUN_DIR".
 type Plots struct {
