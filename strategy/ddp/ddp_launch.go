@@ -34,7 +34,7 @@ import (
 const (
 	// EnvBackend picks the collective backend between processes: "auto"
 	// (the default: shared memory when every rank is on this host, else
-	// tcp), "tcp", "shm", "hier" (shared memory inside each host, tcp
+	// tcp; rank 0 logs which), "tcp", "shm", "hier" (shared memory inside each host, tcp
 	// across them: strategy/collective/hier), "mpi" or "nccl".
 	EnvBackend = "FULGUR_BACKEND"
 	// EnvBucketMB is DDP's gradient bucket cap in MiB (default 25).
@@ -341,13 +341,42 @@ func connect(ctx context.Context, k knobs, env cluster.Env, token string, ln net
 	case "hier":
 		g, err = ConnectHier(ctx, rv, env.NodeRank, log)
 	default:
-		g, err = shm.Auto(ctx, rv, tcp.NewGroup)
+		chose := "shm"
+		g, err = shm.Auto(ctx, rv, func(ctx context.Context, rv *rendezvous.Rendezvous) (collective.Group, error) {
+			chose = "tcp"
+			return tcp.NewGroup(ctx, rv)
+		})
+		if err == nil && env.Rank == 0 {
+			log.Info().Str("backend", chose).Int("hosts", hostCount(rv.Hosts())).Msg(autoChoice(chose, rv))
+		}
 	}
 	if err != nil {
 		rv.Close()
 		return nil, err
 	}
 	return g, nil
+}
+
+// autoChoice says which backend FULGUR_BACKEND=auto chose and why, for
+// rank 0's log: the one line that tells a user whether the ranks share
+// memory or talk over the network.
+func autoChoice(chose string, rv *rendezvous.Rendezvous) string {
+	if chose == "shm" {
+		return fmt.Sprintf("%s=auto: shared memory between the %d ranks (every one on this host; %s=tcp to use sockets)", EnvBackend, rv.Size(), EnvBackend)
+	}
+	if rv.SameHost() {
+		return fmt.Sprintf("%s=auto: tcp between the %d ranks (all on this host, but shared memory is unavailable to them here)", EnvBackend, rv.Size())
+	}
+	return fmt.Sprintf("%s=auto: tcp between the %d ranks on %d hosts (%s=hier shares memory within each host)", EnvBackend, rv.Size(), hostCount(rv.Hosts()), EnvBackend)
+}
+
+// hostCount is the number of distinct hosts in hosts.
+func hostCount(hosts []string) int {
+	seen := map[string]bool{}
+	for _, h := range hosts {
+		seen[h] = true
+	}
+	return len(seen)
 }
 
 // ConnectHier builds the two-level group of FULGUR_BACKEND=hier: one tcp

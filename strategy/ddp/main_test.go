@@ -124,6 +124,7 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 	valEvery := fs.Int("val-check-interval", 0, "with -val, validate every this many training batches too")
 	accumulate := fs.Int("accumulate", 0, "AccumulateGradBatches")
 	cancelWhere := fs.String("cancel-in", "", "rank 0 cancels its Fit's context in the sanity check's first batch (sanity), in epoch 1's first validation batch (validation), in epoch 1's OnTrainEpochStart (epoch-start) or OnTrainEpochEnd, before the epoch's checkpoints (epoch-end), and writes the time (Unix ns) to -root's cancelled-at")
+	logStderr := fs.Bool("log-stderr", false, "write the trainer's output (its log) to stderr, not away")
 	hookLog := fs.String("hook-log", "", "add a callback that writes the hooks it sees to this path + \".rank<R>\" at fit end, and + \".end<RANK>\" when the program returns")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -167,6 +168,9 @@ func runProgram(ctx context.Context, args []string, stdout io.Writer, impl strat
 	}
 	cfg := trainer.Config{MaxEpochs: *epochs, Seed: 5, Strategy: *strat, Devices: *devices, NumNodes: *nodes, StrategyImpl: impl,
 		Out: io.Discard, EnableProgressBar: trainer.Bool(false), DefaultRootDir: *root, ValCheckInterval: *valEvery, AccumulateGradBatches: *accumulate}
+	if *logStderr {
+		cfg.Out = os.Stderr
+	}
 	if impl != nil {
 		cfg.Strategy, cfg.Devices, cfg.NumNodes = "", 1, 1
 	}

@@ -195,13 +195,19 @@ func TestDDPMultiProcessMatchesInProcess(t *testing.T) {
 				want = wantSmall
 			}
 			marker := newMarker(t)
-			r := startProgram(t, marker, env, "-strategy", tc.strategy, "-devices", "2")
+			r := startProgram(t, marker, env, "-strategy", tc.strategy, "-devices", "2", "-log-stderr")
 			if r.err != nil {
 				t.Fatalf("%s: %v\n%s", tc.strategy, r.err, r.stderr)
 			}
 			got := parseResult(t, r.stdout)
 			if got.SHA256 != want.SHA256 {
 				t.Errorf("weights %s, in-process ranks over inproc give %s", got.SHA256, want.SHA256)
+			}
+			// Rank 0 says which backend auto chose (the ranks share this
+			// host: shared memory), once; a backend named is not announced.
+			said := strings.Count(r.stderr, "FULGUR_BACKEND=auto: shared memory between the 2 ranks")
+			if tc.strategy == "ddp" && tc.backend == "auto" && said != 1 || tc.backend == "tcp" && said != 0 {
+				t.Errorf("rank 0's output says %d times that auto chose shared memory:\n%s", said, r.stderr)
 			}
 			// ddp_spawn validates after Fit in one process: another summation order.
 			if got.WorldSize != 2 || got.GlobalStep != want.GlobalStep || math.Abs(got.ValLoss-want.ValLoss) > 1e-6*math.Abs(want.ValLoss) {
