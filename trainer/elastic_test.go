@@ -16,6 +16,7 @@ import (
 
 	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
+	"github.com/fulgur-ml/fulgur/strategy/launch"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
@@ -218,5 +219,21 @@ func TestElasticFirstAttemptDoesNotWarnOfARestart(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(runDir, "checkpoints", "last.ckpt")); err != nil {
 		t.Errorf("the first attempt did not train in the recorded run directory: %v", err)
+	}
+}
+
+// The trainer reads what the elastic launcher writes, under the names
+// strategy/launch gives them (the trainer keeps its own copies: it does not
+// import the launcher).
+func TestElasticNamesMatchTheLauncher(t *testing.T) {
+	dir := t.TempDir()
+	run := filepath.Join(t.TempDir(), "lightning_logs", "version_4")
+	if err := os.WriteFile(filepath.Join(dir, launch.ElasticRunDirFile), []byte(run), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(launch.EnvElasticDir, dir)
+	t.Setenv(launch.EnvRestartCount, "1")
+	if got := trainer.ElasticRunDir(); got != run {
+		t.Errorf("ElasticRunDir() = %q with the launcher's %s/%s naming %s", got, launch.EnvElasticDir, launch.ElasticRunDirFile, run)
 	}
 }
