@@ -36,6 +36,13 @@ func TestResumedFitSummaryCountsTheRun(t *testing.T) {
 				t.Fatalf("the first fit: epochs %d, global_step %d; want 2 and 6", e, st)
 			}
 			last := filepath.Join(root, "lightning_logs", "version_0", "checkpoints", "last.ckpt")
+			if tc.name == "mlp" {
+				// The test command reports the checkpoint's, as it logs them.
+				s, _ := run(t, tc.app(root), "test", "-no-progress-bar", "-limit-test-batches", "1", "-ckpt-path", last)
+				if s.Epochs != 2 || s.GlobalStep != 6 {
+					t.Errorf("test -ckpt-path last: epochs %d, global_step %d; want the checkpoint's 2 and 6", s.Epochs, s.GlobalStep)
+				}
+			}
 			if e, st, perS := fit("-max-epochs", "2", "-ckpt-path", last); e != 2 || st != 6 || perS != 0 {
 				t.Errorf("resumed with nothing left to train: epochs %d, global_step %d, train_samples_per_s %g; want 2, 6 and 0", e, st, perS)
 			}

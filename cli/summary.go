@@ -36,7 +36,9 @@ type Summary struct {
 	// Epochs and GlobalStep are the run's epochs completed and optimizer
 	// steps, as Lightning's current_epoch and global_step after a fit: a
 	// resumed fit (-ckpt-path, an elastic restart) counts the epochs and
-	// steps before it too. 0 for the other commands.
+	// steps before it too. Validate, test and predict report those of the
+	// checkpoint they evaluated (trainer.CheckpointInfo's EpochsDone and
+	// GlobalStep), as metrics.csv's epoch and step of their rows are.
 	Epochs     int `json:"epochs"`
 	GlobalStep int `json:"global_step"`
 	// WorldSize is the number of ranks that ran the command (the last
