@@ -73,7 +73,9 @@ func (c *PlotsConfig) Validate() error {
 // table only the last attempt, the process that writes the report. It
 // runs on rank 0 only, and not in fast-dev runs (which keep no
 // artefacts). After a Test it writes the report again with the
-// test metrics. A run that fails or is interrupted gets no charts from
+// test metrics. A Fit that trains no step (resumed from a checkpoint with
+// nothing left to train) draws nothing in a run directory without a
+// metrics.csv, and says so. A run that fails or is interrupted gets no charts from
 // Plots; draw them with "fulgur plot RUN_DIR".
 type Plots struct {
 	cfg      PlotsConfig
@@ -83,11 +85,15 @@ type Plots struct {
 	results  map[string]float64
 	hist     *plot.History
 	finished bool
+	// startStep is the global step the Fit started at (a resumed one's
+	// checkpoint's).
+	startStep int
 }
 
 var (
-	_ trainer.FitEndHook  = (*Plots)(nil)
-	_ trainer.TestEndHook = (*Plots)(nil)
+	_ trainer.FitStartHook = (*Plots)(nil)
+	_ trainer.FitEndHook   = (*Plots)(nil)
+	_ trainer.TestEndHook  = (*Plots)(nil)
 )
 
 // NewPlots validates cfg and returns the callback.
@@ -109,6 +115,11 @@ func (p *Plots) ReportPath() string { return filepath.Join(p.cfg.Dir, "report.md
 // Files are the charts written, relative to PlotsDir.
 func (p *Plots) Files() []string { return append([]string(nil), p.files...) }
 
+func (p *Plots) OnFitStart(ctx context.Context, s *trainer.State) error {
+	p.startStep = s.GlobalStep
+	return nil
+}
+
 func (p *Plots) OnFitEnd(ctx context.Context, s *trainer.State) error {
 	if !s.IsGlobalZero || s.FastDevRun {
 		return nil
@@ -119,6 +130,13 @@ func (p *Plots) OnFitEnd(ctx context.Context, s *trainer.State) error {
 		// trained, and there is nothing to draw.
 		p.finished = false
 		s.Warn("Plots: the fit logged no metrics (no s.Log in the module's steps), so there is no metrics.csv to draw: no charts and no report")
+		return nil
+	}
+	if _, err := plot.FindMetrics(p.cfg.Dir); err != nil && s.ResumedFrom != "" && s.GlobalStep == p.startStep {
+		// Resumed into a new run directory from a checkpoint with nothing
+		// left to train: no step ran, so nothing was logged here.
+		p.finished = false
+		s.Warn("Plots: the fit resumed from " + s.ResumedFrom + " trained no step, so this run directory has no metrics.csv to draw: no charts and no report (the run that wrote the checkpoint has them)")
 		return nil
 	}
 	h, _, err := plot.ReadRun(p.cfg.Dir)

@@ -415,7 +415,7 @@ func (a App) evaluate(ctx context.Context, tr *trainer.Trainer, command, ckpt, p
 	if ckpt != "" {
 		// The checkpoint's position, so a summary says which weights it measured.
 		if info, err := trainer.ReadCheckpointInfo(ckpt); err == nil {
-			sum.GlobalStep = info.GlobalStep
+			sum.Epochs, sum.GlobalStep = info.EpochsDone, info.GlobalStep
 		}
 	}
 	sum.Seconds = since(t0)

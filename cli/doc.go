@@ -27,9 +27,10 @@
 // and -print-config writes one. -h lists the commands and every flag.
 //
 // Whatever the command, the last line on stdout is one JSON object, the
-// Summary (test_acc and test_loss, null when no test ran;
-// train_samples_per_s, world_size, weights_sha256, ...), printed by rank
-// 0. A fit leaves its run directory
+// Summary (test_acc and test_loss, null when no test ran; epochs and
+// global_step, the run's, a resumed fit counting those before it;
+// train_samples_per_s, this process's own training; world_size,
+// weights_sha256, ...), printed by rank 0. A fit leaves its run directory
 // ROOT/lightning_logs/version_N (loggers, checkpoints, plots/ and
 // report.md); SIGINT or SIGTERM saves a checkpoint and prints the command
 // that resumes. Under ddp the program re-executes itself for its other

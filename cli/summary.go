@@ -25,17 +25,33 @@ type Summary struct {
 	// training, or the test command): null when no test ran (validate,
 	// predict, lr-find, an interrupted fit, data without a test split),
 	// when the test step logs no such metric, or when it is not finite.
-	TestAcc          *float64 `json:"test_acc"`
-	TestLoss         *float64 `json:"test_loss"`
-	TrainSamplesPerS float64  `json:"train_samples_per_s"`
-	Epochs           int      `json:"epochs"`
-	GlobalStep       int      `json:"global_step"`
-	WorldSize        int      `json:"world_size"`
-	Strategy         string   `json:"strategy"`
-	WeightsSHA256    string   `json:"weights_sha256"`
-	Data             string   `json:"data"`
-	Seconds          float64  `json:"seconds"`
-	Seed             uint64   `json:"seed"`
+	TestAcc  *float64 `json:"test_acc"`
+	TestLoss *float64 `json:"test_loss"`
+	// TrainSamplesPerS is this process's fit's training throughput, all
+	// ranks together, rounded (trainer.Stats.TrainSamplesPerS): a fit
+	// resumed from -ckpt-path, or the last attempt of an elastic restart,
+	// counts only the samples and time of its own training (0 when it had
+	// nothing left to train); 0 for the other commands.
+	TrainSamplesPerS float64 `json:"train_samples_per_s"`
+	// Epochs and GlobalStep are the run's epochs completed and optimizer
+	// steps, as Lightning's current_epoch and global_step after a fit: a
+	// resumed fit (-ckpt-path, an elastic restart) counts the epochs and
+	// steps before it too. Validate, test and predict report those of the
+	// checkpoint they evaluated (trainer.CheckpointInfo's EpochsDone and
+	// GlobalStep), as metrics.csv's epoch and step of their rows are.
+	Epochs     int `json:"epochs"`
+	GlobalStep int `json:"global_step"`
+	// WorldSize is the number of ranks that ran the command (the last
+	// attempt's after an elastic restart).
+	WorldSize int    `json:"world_size"`
+	Strategy  string `json:"strategy"`
+	// WeightsSHA256 is the SHA-256 of the trained or evaluated weights.
+	WeightsSHA256 string `json:"weights_sha256"`
+	Data          string `json:"data"`
+	// Seconds is the command's wall time in this process (the last
+	// attempt's after an elastic restart), to the summary.
+	Seconds float64 `json:"seconds"`
+	Seed    uint64  `json:"seed"`
 	// Interrupted runs (SIGINT, SIGTERM) stop after saving Checkpoint and
 	// skip the test (test_acc and test_loss are null).
 	Interrupted bool `json:"interrupted,omitempty"`

@@ -22,8 +22,14 @@ const MetricsFile = "metrics.csv"
 type Row struct {
 	Step int
 	// Epoch is the 0-based epoch logged with the row; NaN when the row has
-	// none.
+	// none, or is an Evaluation's.
 	Epoch float64
+	// Evaluation marks a row that ReadCSV found logged by a Validate or
+	// Test after training: at the last step seen, with an epoch past the
+	// last (the epochs completed, as Lightning's current_epoch and
+	// fulgur's trainer write it, where an epoch's own rows write its
+	// 0-based index). It is drawn against step only.
+	Evaluation bool
 	// Values holds the metrics of the row other than step and epoch.
 	Values map[string]float64
 }
@@ -67,9 +73,10 @@ func (h *History) Keys() []string {
 
 // Point is one logged value of a metric.
 type Point struct {
-	Step  int
-	Epoch float64 // NaN when not logged
-	Value float64
+	Step       int
+	Epoch      float64 // NaN when not logged (or an Evaluation's)
+	Value      float64
+	Evaluation bool // logged by a Validate or Test after training (Row.Evaluation)
 }
 
 // Series returns the finite logged values of key in logging order.
@@ -80,16 +87,21 @@ func (h *History) Series(key string) []Point {
 		if !ok || math.IsNaN(v) || math.IsInf(v, 0) {
 			continue
 		}
-		out = append(out, Point{Step: r.Step, Epoch: r.Epoch, Value: v})
+		out = append(out, Point{Step: r.Step, Epoch: r.Epoch, Value: v, Evaluation: r.Evaluation})
 	}
 	return out
 }
 
 // EpochLevel reports whether key is logged at most once per epoch, each time
 // with its epoch (validation metrics, *_epoch aggregates): those are drawn
-// against epoch as well as step.
+// against epoch as well as step. An Evaluation's points are left out.
 func (h *History) EpochLevel(key string) bool {
-	pts := h.Series(key)
+	var pts []Point
+	for _, p := range h.Series(key) {
+		if !p.Evaluation {
+			pts = append(pts, p)
+		}
+	}
 	if len(pts) == 0 {
 		return false
 	}
@@ -268,7 +280,29 @@ func ReadCSV(r io.Reader, name string) (*History, error) {
 	if len(h.Rows) == 0 {
 		return nil, fmt.Errorf("%s has a header but no rows: nothing was logged yet", name)
 	}
+	markEvaluations(h.Rows)
 	return h, nil
+}
+
+// markEvaluations marks the rows a Validate or Test logged after training
+// (Row.Evaluation): an epoch past every earlier row's at a step no later
+// than theirs. A new epoch's own rows come after its first optimizer step.
+func markEvaluations(rows []Row) {
+	maxEpoch, maxStep, seen := 0.0, 0, false
+	for i := range rows {
+		r := &rows[i]
+		if math.IsNaN(r.Epoch) {
+			continue
+		}
+		if seen && r.Epoch > maxEpoch && r.Step <= maxStep {
+			r.Evaluation, r.Epoch = true, math.NaN()
+			continue
+		}
+		if !seen || r.Epoch > maxEpoch {
+			maxEpoch = r.Epoch
+		}
+		maxStep, seen = max(maxStep, r.Step), true
+	}
 }
 
 // FindMetrics returns the metrics.csv of a run given its directory, the

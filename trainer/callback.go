@@ -147,6 +147,11 @@ type Stateful interface {
 type Logger interface {
 	Name() string
 	LogHyperparams(h map[string]any) error
+	// LogMetrics gets one row at a global step. The trainer's own rows
+	// carry "epoch", as Lightning adds current_epoch to every logged dict:
+	// a training or validation row its 0-based epoch, a row of Validate
+	// or Test the epochs the evaluated weights completed (after a Fit of
+	// two epochs, 2, as Lightning's current_epoch is then).
 	LogMetrics(step int, metrics map[string]float64) error
 	// Finalize ends each Fit ("success", "failed" or "interrupted") and
 	// each Validate and Test that logged into the logger ("success"), as

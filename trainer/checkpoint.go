@@ -88,6 +88,16 @@ type loopPos struct {
 	midWindow bool // inside a gradient accumulation window: not resumable
 }
 
+// epochsDone is how many epochs had run in full when the checkpoint was
+// written: Epoch, plus one when all its training batches had run (the
+// loop's end of the epoch counts it then, as endEpoch does).
+func (ts ckptTrainer) epochsDone() int {
+	if ts.TrainBatches > 0 && ts.Batch >= ts.TrainBatches {
+		return ts.Epoch + 1
+	}
+	return ts.Epoch
+}
+
 type ckptTrainer struct {
 	loopPos
 	GlobalStep            int                `json:"global_step"`
@@ -624,6 +634,9 @@ func (t *Trainer) apply(ctx context.Context, c *checkpoint) error {
 		}
 	}
 	t.stats.LastTrainLoss = float64(ts.LastTrainLoss)
+	// The run's epochs so far, which a Fit with nothing left to train
+	// reports as they are (an epoch it completes sets its own count).
+	t.stats.Epochs = ts.epochsDone()
 	t.logStep, t.logRows = ts.GlobalStep, -1
 	if ts.EpochCkpt != "" && t.state.LogDir != "" && sameDir(filepath.Dir(ts.EpochCkpt), filepath.Join(t.state.LogDir, "checkpoints")) {
 		// Resumed in the same run directory: its epoch checkpoint is this
@@ -768,8 +781,12 @@ type CheckpointInfo struct {
 	Path    string
 	Version int
 	// Epoch and BatchIdx are where training resumes: the next batch to run.
-	Epoch      int
-	BatchIdx   int
+	Epoch    int
+	BatchIdx int
+	// EpochsDone is how many epochs the weights were trained for in full:
+	// Epoch, plus one when all of Epoch's batches had run (what Stats.Epochs
+	// and the epoch of Validate's and Test's logged rows take from it).
+	EpochsDone int
 	GlobalStep int
 	// Tensors lists the model's tensor names (optimizer state excluded), in
 	// file order.
@@ -837,7 +854,7 @@ func ReadCheckpointInfo(path string) (CheckpointInfo, error) {
 	if err := strictJSON(hdr.Meta[keyTrainer], &ts); err != nil {
 		return info, fmt.Errorf("checkpoint %s: metadata field %q: %v", path, keyTrainer, err)
 	}
-	info.Epoch, info.BatchIdx, info.GlobalStep = ts.Epoch, ts.Batch, ts.GlobalStep
+	info.Epoch, info.BatchIdx, info.GlobalStep, info.EpochsDone = ts.Epoch, ts.Batch, ts.GlobalStep, ts.epochsDone()
 	if w, err := time.Parse(time.RFC3339Nano, ts.Written); err == nil {
 		info.Written = w
 	}

@@ -63,6 +63,6 @@ func ExampleLogger() {
 	// step 2 [epoch train_loss_epoch]
 	// close the file: success
 	// open the file
-	// step 2 [test_loss]
+	// step 2 [epoch test_loss]
 	// close the file: success
 }

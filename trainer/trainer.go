@@ -104,13 +104,27 @@ type Trainer struct {
 	rank0Host string
 }
 
-// Stats summarises the last Fit.
+// Stats summarises the last Fit. Epochs and GlobalStep are the run's, as
+// Lightning's current_epoch and global_step are: a Fit resumed from a
+// checkpoint (FromCheckpoint, an elastic restart) counts the epochs and
+// steps before it too. TrainSamples, TrainTime and TrainSamplesPerS are
+// this Fit's own: a resumed Fit counts only what it trained itself (none
+// when nothing was left to train).
 type Stats struct {
-	Epochs           int           // epochs completed
-	GlobalStep       int           // optimizer steps taken
-	TrainSamples     int           // samples trained on by this process
-	TrainTime        time.Duration // wall time in training batches (validation excluded)
-	TrainSamplesPerS float64       // all ranks together
+	// Epochs is how many epochs the run completed (a run stopped mid-epoch
+	// does not count that epoch).
+	Epochs int
+	// GlobalStep is the optimizer steps the run has taken.
+	GlobalStep int
+	// TrainSamples is the samples this process trained on in this Fit.
+	TrainSamples int
+	// TrainTime is this Fit's wall time in training batches (validation
+	// excluded).
+	TrainTime time.Duration
+	// TrainSamplesPerS is this Fit's training throughput, all ranks
+	// together: TrainSamples times WorldSize over TrainTime (0 when no
+	// batch ran).
+	TrainSamplesPerS float64
 	WorldSize        int
 	StoppedEarly     string // the reason, when a callback stopped training
 	// Interrupted is set when SIGINT or SIGTERM ended training (after a
@@ -1319,15 +1333,16 @@ func (t *Trainer) Test(ctx context.Context, m module.Module, test *data.Loader, 
 }
 
 // prepareEval sets up (or rebinds) the strategy for m and loads the
-// checkpoint the options ask for. It returns the global step of the
-// weights evaluated: the checkpoint's, or the trainer's.
-func (t *Trainer) prepareEval(ctx context.Context, m module.Module, l *data.Loader, stage string, opts []EvalOption) (int, error) {
+// checkpoint the options ask for. It returns the global step and the
+// epochs completed of the weights evaluated: the checkpoint's, or the
+// trainer's (Stats: its Fit's, 0 without one).
+func (t *Trainer) prepareEval(ctx context.Context, m module.Module, l *data.Loader, stage string, opts []EvalOption) (step, epochs int, err error) {
 	var eo evalOptions
 	for _, o := range opts {
 		o(&eo)
 	}
 	if err := t.setup(ctx, m, l.Dataset().Fields()); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if !t.fitLoggers {
 		// Without a Fit before, the evaluation's run directory is the one
@@ -1335,18 +1350,18 @@ func (t *Trainer) prepareEval(ctx context.Context, m module.Module, l *data.Load
 		t.state.LogDir = t.cfg.LogDir
 	}
 	if err := t.onSetup(ctx, m, stage); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if eo.ckptPath == "" {
-		return t.state.GlobalStep, nil
+		return t.state.GlobalStep, t.stats.Epochs, nil
 	}
 	path, err := t.checkpointPath(eo.ckptPath)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	sd, c, err := readStateDict(path, t.dtype(), t.cfg.name("Precision"))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	// The weights only: evaluation leaves the optimizer as it is.
 	weights := &strategy.StateDict{}
@@ -1356,17 +1371,17 @@ func (t *Trainer) prepareEval(ctx context.Context, m module.Module, l *data.Load
 		}
 	}
 	if err := t.strat.LoadState(ctx, weights); err != nil {
-		return 0, fmt.Errorf("checkpoint %s: %w", path, err)
+		return 0, 0, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
 	if err := t.loadModuleCheckpoint(ctx, c); err != nil {
-		return 0, fmt.Errorf("checkpoint %s: %w", path, err)
+		return 0, 0, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
 	t.cfg.Log.Info().Str("path", path).Msg("evaluating the weights of a checkpoint")
-	step := t.state.GlobalStep
+	step, epochs = t.state.GlobalStep, t.stats.Epochs
 	if info, err := ReadCheckpointInfo(path); err == nil {
-		step = info.GlobalStep
+		step, epochs = info.GlobalStep, info.EpochsDone
 	}
-	return step, nil
+	return step, epochs, nil
 }
 
 func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader, mode module.Mode, opts []EvalOption) (map[string]float64, error) {
@@ -1392,7 +1407,7 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 			return nil, errors.New("Test: the module has no TestStep: implement module.Tester")
 		}
 	}
-	step, err := t.prepareEval(ctx, m, l, mode.String(), opts)
+	step, epochs, err := t.prepareEval(ctx, m, l, mode.String(), opts)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", mode, err)
 	}
@@ -1444,7 +1459,7 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 	if err := t.onTeardown(ctx, m, mode.String()); err != nil {
 		return nil, err
 	}
-	if err := t.logEvaluation(step, out); err != nil {
+	if err := t.logEvaluation(step, epochs, out); err != nil {
 		return nil, fmt.Errorf("%s: %w", mode, err)
 	}
 	return out, nil
@@ -1455,14 +1470,20 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 // the weights evaluated, then finalizes them: after a Fit, its loggers
 // (the default CSVLogger in its run directory included); otherwise
 // Config.Loggers, or a CSVLogger in Config.LogDir (unless DisableLogger);
-// with none of these, nothing. The rows count as Fit's do at that step
+// with none of these, nothing. As Lightning adds current_epoch to every
+// logged dict, the row's "epoch" is the epochs the weights completed (after
+// a Fit as its current_epoch is: 2 after two epochs; for a checkpoint's
+// weights, the epochs they were trained for, where a Lightning trainer
+// that did not fit writes 0). The rows count as Fit's do at that step
 // (RowResumer), so a checkpoint saved later records them.
-func (t *Trainer) logEvaluation(step int, out map[string]float64) error {
+func (t *Trainer) logEvaluation(step, epochs int, out map[string]float64) error {
 	if !t.state.IsGlobalZero || len(t.loggers) == 0 {
 		return nil
 	}
 	if len(out) > 0 {
-		if err := t.logMetrics(step, maps.Clone(out)); err != nil {
+		row := maps.Clone(out)
+		row["epoch"] = float64(epochs)
+		if err := t.logMetrics(step, row); err != nil {
 			return err
 		}
 	}
@@ -1574,7 +1595,7 @@ func (t *Trainer) predictBatches(ctx context.Context, m module.Module, l *data.L
 	if _, ok := m.(module.Predictor); !ok {
 		return nil, errors.New("Predict: the module has no PredictStep: implement module.Predictor")
 	}
-	if _, err := t.prepareEval(ctx, m, l, "predict", opts); err != nil {
+	if _, _, err := t.prepareEval(ctx, m, l, "predict", opts); err != nil {
 		return nil, fmt.Errorf("predict: %w", err)
 	}
 	t.state.Stage = "predict"
