@@ -75,8 +75,8 @@ func (c *PlotsConfig) Validate() error {
 // artefacts). After a Test it writes the report again with the
 // test metrics. A Fit that trains no step (resumed from a checkpoint with
 // nothing left to train) draws nothing in a run directory without a
-// metrics.csv, and says so. A run that fails or is interrupted gets no charts from
-// Plots; draw them with "fulgur plot RUN_DIR".
+// metrics.csv, and says so. A run that fails or is interrupted gets no
+// charts from Plots; draw them with "fulgur plot RUN_DIR".
 type Plots struct {
 	cfg      PlotsConfig
 	files    []string
