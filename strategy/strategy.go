@@ -203,14 +203,17 @@ type Launcher interface {
 }
 
 // FitResult is what a training process reports to the process that
-// launched it (DDP-spawn): the figures of its Fit and the latest metrics.
+// launched it (DDP-spawn): the figures of its Fit and the latest metrics,
+// meant as trainer.Stats' are. Epochs and GlobalStep are the run's (a
+// resumed Fit counts those before it); the training figures are this
+// Fit's own.
 type FitResult struct {
 	Metrics          map[string]float64
-	Epochs           int
-	GlobalStep       int
-	TrainSamples     int     // samples trained on by one rank
-	TrainSeconds     float64 // wall time in training batches
-	TrainSamplesPerS float64 // all ranks together
+	Epochs           int     // epochs the run completed
+	GlobalStep       int     // optimizer steps the run has taken
+	TrainSamples     int     // samples one rank trained on in this Fit
+	TrainSeconds     float64 // this Fit's wall time in training batches
+	TrainSamplesPerS float64 // this Fit's throughput, all ranks together
 	LastTrainLoss    float64
 	WorldSize        int
 	StoppedEarly     string
