@@ -1377,11 +1377,9 @@ func (t *Trainer) prepareEval(ctx context.Context, m module.Module, l *data.Load
 		return 0, 0, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
 	t.cfg.Log.Info().Str("path", path).Msg("evaluating the weights of a checkpoint")
-	step, epochs = t.state.GlobalStep, t.stats.Epochs
-	if info, err := ReadCheckpointInfo(path); err == nil {
-		step, epochs = info.GlobalStep, info.EpochsDone
-	}
-	return step, epochs, nil
+	// The position the checkpoint recorded, as ReadCheckpointInfo gives
+	// it, from the header already read.
+	return c.trainer.GlobalStep, c.trainer.epochsDone(), nil
 }
 
 func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader, mode module.Mode, opts []EvalOption) (map[string]float64, error) {
