@@ -225,6 +225,70 @@ func TestBarrierStopsYieldingOnceAYieldRanAnotherThread(t *testing.T) {
 	}
 }
 
+// TestBarrierYieldsOnAfterAShortHandOff: a yield that took long but
+// returned early in the wait ran the kernel's own work, not another
+// process for its slice: the rank yields on instead of going to its naps
+// (on a quiet VM a nap after such a yield woke late). It pauses once a
+// yield that took long ends past yieldWindow, which a yield to another
+// process's slice does at once. The barrier reads a clock the test moves:
+// 1 µs a scan, and what each yield takes.
+func TestBarrierYieldsOnAfterAShortHandOff(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		took  func(yield int) time.Duration // how long the yield-th yield (from 1) took
+		pause bool                          // a pause before the peer arrives at the 50th yield
+	}{
+		{"one yield of 30µs, then quick ones", func(y int) time.Duration {
+			if y == 1 {
+				return 30 * time.Microsecond
+			}
+			return time.Microsecond
+		}, false},
+		{"every yield quick", func(int) time.Duration { return time.Microsecond }, false},
+		{"one yield of 30µs, then quick ones past the window", func(y int) time.Duration {
+			if y == 1 {
+				return 30 * time.Microsecond
+			}
+			return yieldedTo
+		}, false},
+		{"yields of 30µs, past the window", func(int) time.Duration { return 30 * time.Microsecond }, true},
+		{"a yield of another process's slice", func(y int) time.Duration {
+			if y == 1 {
+				return 3 * time.Millisecond
+			}
+			return time.Microsecond
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := twoRankMem(t)
+			g0 := &Group{rank: 0, size: 2, timeout: time.Minute, mem: mem, slot: SlotBytes}
+			peer := &Group{rank: 1, size: 2, mem: mem, slot: SlotBytes}
+			clock := time.Unix(0, 0)
+			g0.clock = func() time.Time { return clock }
+			yields, pauses := 0, 0
+			arrive := func() { atomic.StoreUint64(peer.counter(1), 1) }
+			g0.scanned = func() { clock = clock.Add(time.Microsecond) }
+			g0.yielding = func() {
+				yields++
+				clock = clock.Add(tc.took(yields))
+				if yields == 50 {
+					arrive()
+				}
+			}
+			g0.paused = func(bool) {
+				pauses++
+				arrive()
+			}
+			if err := g0.barrier(context.Background(), collective.Header{Kind: collective.KindBarrier, Seq: 1}); err != nil {
+				t.Fatal(err)
+			}
+			if got := pauses > 0; got != tc.pause {
+				t.Errorf("%d yields, then %d pauses before the peer came; want a pause: %v", yields, pauses, tc.pause)
+			}
+		})
+	}
+}
+
 // twoRankMem maps the shared memory of a 2-rank group in this process,
 // unmapped when t ends.
 func twoRankMem(t *testing.T) []byte {
