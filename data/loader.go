@@ -22,7 +22,8 @@ type LoaderConfig struct {
 	// DropLast leaves out the last batch of an epoch when it is smaller than
 	// BatchSize. By default it is kept.
 	DropLast bool
-	// Seed drives the shuffle.
+	// Seed drives the shuffle (the trainer's Config.Seed does not: pass it
+	// here too for one seed to decide the run).
 	Seed uint64
 	// Prefetch is how many batches are prepared ahead by a background
 	// goroutine: 0 means 2; -1 reads synchronously inside Next.

@@ -583,7 +583,7 @@ func (t *Trainer) apply(ctx context.Context, c *checkpoint) error {
 	}
 	ts := c.trainer
 	if ts.Seed != t.cfg.Seed {
-		t.cfg.Log.Warn().Uint64("checkpoint_seed", ts.Seed).Uint64("seed", t.cfg.Seed).Msg("resuming with another seed: the data order differs from the interrupted run's")
+		t.cfg.Log.Warn().Uint64("checkpoint_seed", ts.Seed).Uint64("seed", t.cfg.Seed).Msg("resuming with another Seed: dropout draws differ from the interrupted run's (the data order is the loaders' own Seed)")
 	}
 	if ts.WorldSize != t.state.WorldSize {
 		t.cfg.Log.Warn().Int("checkpoint_world_size", ts.WorldSize).Int("world_size", t.state.WorldSize).Msg("resuming with another world size: the epoch goes on at the samples the checkpoint's ranks had trained, rounded down to whole batches of this world")
