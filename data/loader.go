@@ -94,7 +94,7 @@ func NewLoader(ds Dataset, cfg LoaderConfig) (*Loader, error) {
 			errs = append(errs, err)
 		}
 		if n := ds.Len(); n < 1 {
-			errs = append(errs, fmt.Errorf("dataset has %d examples: a loader needs at least one", n))
+			errs = append(errs, fmt.Errorf("dataset has %d examples: a loader needs at least one (to train without validation, give Fit a nil loader rather than an empty one)", n))
 		} else if cfg.DropLast && cfg.Sampler == nil && cfg.BatchSize > n {
 			errs = append(errs, fmt.Errorf("DropLast is set and BatchSize %d exceeds the dataset's %d examples, so no batch would be produced: lower BatchSize or unset DropLast", cfg.BatchSize, n))
 		} else if cfg.DropLast && cfg.Sampler != nil {
