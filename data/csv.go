@@ -37,6 +37,12 @@ type CSVField struct {
 	// nn.CrossEntropy) for one column, else [len(Columns)]. A regression
 	// target read beside a [batch, 1] output may be given []int{1}.
 	Shape []int
+	// Classes, for a field of one column, are the class names its cells
+	// hold, such as {"setosa", "versicolor", "virginica"}: each cell is
+	// stored as its name's index here (0, 1, 2), a class label for
+	// nn.CrossEntropy. A cell that is none of them is an error naming it.
+	// nil: the cells are numbers.
+	Classes []string
 }
 
 // OpenCSV reads the CSV file at path as ReadCSV does; its errors name the
@@ -56,10 +62,11 @@ func OpenCSV(path string, cfg CSVConfig) (*InMemory, error) {
 
 // ReadCSV reads a CSV file of numbers, one example a row, into an InMemory
 // dataset whose fields are made of the columns cfg names. Every cell a field
-// uses must be a finite number: an empty cell, "NA", "NaN" or an infinity is
-// an error naming its line and column (fill the missing values in, or drop
-// their rows, before training), as is a row with another number of cells than
-// the header. Columns no field uses are not read.
+// uses must be a finite number, or one of its Classes: an empty cell, "NA",
+// "NaN", an infinity or a word is an error naming its line and column (fill
+// the missing values in, or drop their rows, before training), as is a row
+// with another number of cells than the header. Columns no field uses are
+// not read.
 func ReadCSV(r io.Reader, cfg CSVConfig) (*InMemory, error) {
 	ds, err := readCSV(r, cfg)
 	if err != nil {
@@ -103,14 +110,34 @@ func readCSV(r io.Reader, cfg CSVConfig) (*InMemory, error) {
 	if err != nil {
 		return nil, err
 	}
+	classes := make([]map[string]int, len(fields))
+	for f, cf := range cfg.Fields {
+		if cf.Classes != nil {
+			classes[f] = map[string]int{}
+			for k, name := range cf.Classes {
+				classes[f][name] = k
+			}
+		}
+	}
 	cols := make([][]float32, len(fields))
 	row := func(rec []string) error {
 		for f, pick := range picks {
 			for _, c := range pick {
-				v, err := csvCell(rec[c])
+				var v float32
+				var err error
+				if classes[f] != nil {
+					cell := strings.TrimSpace(rec[c])
+					k, ok := classes[f][cell]
+					if !ok {
+						err = fmt.Errorf("%q is not one of Classes %v: add it there or fix the cell", cell, cfg.Fields[f].Classes)
+					}
+					v = float32(k)
+				} else {
+					v, err = csvCell(rec[c])
+				}
 				if err != nil {
 					line, _ := cr.FieldPos(c)
-					return fmt.Errorf("line %d, column %q: %w: fill it in or drop the row", line, header[c], err)
+					return fmt.Errorf("line %d, column %q: %w", line, header[c], err)
 				}
 				cols[f] = append(cols[f], v)
 			}
@@ -186,6 +213,20 @@ func csvFields(cf []CSVField, header []string, col map[string]int) ([]Field, [][
 			}
 			picks[i] = append(picks[i], k)
 		}
+		if f.Classes != nil {
+			if len(names) != 1 {
+				errs = append(errs, fmt.Errorf("field %q: Classes needs exactly one column, not %d", f.Name, len(names)))
+			}
+			seen := map[string]bool{}
+			for k, name := range f.Classes {
+				if strings.TrimSpace(name) != name || name == "" {
+					errs = append(errs, fmt.Errorf("field %q: class %d is %q: give names without surrounding spaces (cells are trimmed)", f.Name, k, name))
+				} else if seen[name] {
+					errs = append(errs, fmt.Errorf("field %q: class %q is listed twice in Classes", f.Name, name))
+				}
+				seen[name] = true
+			}
+		}
 		shape := slices.Clone(f.Shape)
 		if shape == nil {
 			shape = []int{}
@@ -204,20 +245,27 @@ func csvFields(cf []CSVField, header []string, col map[string]int) ([]Field, [][
 	return fields, picks, errors.Join(errs...)
 }
 
+// missingCells are what tables write for a value that is not there.
+var missingCells = map[string]bool{"na": true, "n/a": true, "null": true, "none": true, "?": true, "-": true}
+
 func csvCell(s string) (float32, error) {
+	const fill = "fill it in or drop the row"
 	s = strings.TrimSpace(s)
 	if s == "" {
-		return 0, errors.New("the cell is empty")
+		return 0, errors.New("the cell is empty: " + fill)
+	}
+	if missingCells[strings.ToLower(s)] {
+		return 0, fmt.Errorf("%q is a missing value: %s", s, fill)
 	}
 	v, err := strconv.ParseFloat(s, 32)
 	if err != nil {
 		if errors.Is(err, strconv.ErrRange) {
-			return 0, fmt.Errorf("%q is beyond float32's range", s)
+			return 0, fmt.Errorf("%q is beyond float32's range: scale the column or drop the row", s)
 		}
-		return 0, fmt.Errorf("%q is not a number", s)
+		return 0, fmt.Errorf("%q is not a number: for class names, list them in the field's Classes; else fix the cell or drop the row", s)
 	}
 	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return 0, fmt.Errorf("%q is not finite", s)
+		return 0, fmt.Errorf("%q is not finite: %s", s, fill)
 	}
 	return float32(v), nil
 }

@@ -228,7 +228,7 @@ func ExampleReadCSV() {
 	// Output:
 	// 3 [x[3] y[]]
 	// 2 1
-	// data.ReadCSV: line 3, column "temp": "NA" is not a number: fill it in or drop the row
+	// data.ReadCSV: line 3, column "temp": "NA" is a missing value: fill it in or drop the row
 }
 
 func splitTwo(ds data.Dataset) (train, val *data.Subset, err error) {
@@ -237,4 +237,47 @@ func splitTwo(ds data.Dataset) (train, val *data.Subset, err error) {
 		return nil, nil, err
 	}
 	return parts[0], parts[1], nil
+}
+
+func TestReadCSVClassNames(t *testing.T) {
+	const iris = `sepal_length,sepal_width,species
+5.1,3.5,setosa
+7.0,3.2,versicolor
+6.3,3.3, virginica
+`
+	classes := []string{"setosa", "versicolor", "virginica"}
+	ds, err := data.ReadCSV(strings.NewReader(iris), data.CSVConfig{Fields: []data.CSVField{
+		{Name: "x"}, {Name: "y", Columns: []string{"species"}, Classes: classes},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := readAll(t, ds), [][]float32{{5.1, 3.5, 7, 3.2, 6.3, 3.3}, {0, 1, 2}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("values = %v, want %v", got, want)
+	}
+	if got := ds.Fields()[1].Shape; len(got) != 0 {
+		t.Fatalf("the label's shape is %v, want [] (a scalar)", got)
+	}
+	for _, c := range []struct {
+		name   string
+		csv    string
+		fields []data.CSVField
+		want   string
+	}{
+		{"unknown class", iris + "5.9,3.0,virginca\n", []data.CSVField{{Name: "x"}, {Name: "y", Columns: []string{"species"}, Classes: classes}},
+			`line 5, column "species": "virginca" is not one of Classes [setosa versicolor virginica]`},
+		{"names without Classes", iris, []data.CSVField{{Name: "x"}, {Name: "y", Columns: []string{"species"}}},
+			`line 2, column "species": "setosa" is not a number: for class names, list them in the field's Classes`},
+		{"Classes on two columns", iris, []data.CSVField{{Name: "y", Columns: []string{"species", "sepal_width"}, Classes: classes}},
+			`field "y": Classes needs exactly one column, not 2`},
+		{"a class twice", iris, []data.CSVField{{Name: "x"}, {Name: "y", Columns: []string{"species"}, Classes: []string{"a", "b", "a"}}},
+			`field "y": class "a" is listed twice in Classes`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := data.ReadCSV(strings.NewReader(c.csv), data.CSVConfig{Fields: c.fields})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v\nwant it to say %q", err, c.want)
+			}
+		})
+	}
 }
