@@ -27,22 +27,25 @@ func MeanStd(ds Dataset, field string) (mean, std []float32, err error) {
 	for i := range fs {
 		dst[i] = make([]float32, fs[i].Size())
 	}
+	// Welford's running mean and sum of squared deviations: a column far
+	// from zero with a small spread keeps its variance, which the sum of
+	// squares minus the squared mean loses.
 	w := fs[f].Size()
-	sum, sq := make([]float64, w), make([]float64, w)
+	mu, m2 := make([]float64, w), make([]float64, w)
 	for i := 0; i < n; i++ {
 		if err := ds.Read(i, dst); err != nil {
 			return nil, nil, fmt.Errorf("data.MeanStd: example %d: %w", i, err)
 		}
 		for k, v := range dst[f] {
-			sum[k] += float64(v)
-			sq[k] += float64(v) * float64(v)
+			d := float64(v) - mu[k]
+			mu[k] += d / float64(i+1)
+			m2[k] += d * (float64(v) - mu[k])
 		}
 	}
 	mean, std = make([]float32, w), make([]float32, w)
-	for k := range sum {
-		m := sum[k] / float64(n)
-		mean[k] = float32(m)
-		std[k] = float32(math.Sqrt(math.Max(sq[k]/float64(n)-m*m, 0)))
+	for k := range mu {
+		mean[k] = float32(mu[k])
+		std[k] = float32(math.Sqrt(m2[k] / float64(n)))
 	}
 	return mean, std, nil
 }

@@ -80,3 +80,24 @@ func TestNormalizeErrors(t *testing.T) {
 		t.Errorf("MeanStd of a missing field: %v", err)
 	}
 }
+
+// A column far from zero with a small spread (timestamps, prices in cents)
+// keeps its standard deviation: a sum of squares in float64 loses it.
+func TestMeanStdOfALargeOffset(t *testing.T) {
+	const n = 1000
+	col := make([]float32, n)
+	for i := range col {
+		col[i] = 1e8 + float32(16*(i%2)) // 1e8 and 1e8+16: float32 steps by 8 there
+	}
+	ds, err := data.NewInMemory([]data.Field{{Name: "t"}}, [][]float32{col})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mean, std, err := data.MeanStd(ds, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mean[0] != 1e8+8 || std[0] != 8 {
+		t.Fatalf("mean %v std %v, want 1e8+8 and 8", mean[0], std[0])
+	}
+}
