@@ -1,6 +1,7 @@
 package data
 
 import (
+	"bufio"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -79,7 +80,13 @@ func readCSV(r io.Reader, cfg CSVConfig) (*InMemory, error) {
 	if len(cfg.Fields) == 0 {
 		return nil, errors.New(`CSVConfig.Fields is empty: name the fields to make, such as {Name: "x"}, {Name: "y", Columns: []string{"label"}}`)
 	}
-	cr := csv.NewReader(r)
+	// A byte-order mark (Excel's "CSV UTF-8") would make a quoted first
+	// header cell a parse error.
+	br := bufio.NewReader(r)
+	if b, err := br.Peek(3); err == nil && string(b) == "\ufeff" {
+		br.Discard(3)
+	}
+	cr := csv.NewReader(br)
 	if cfg.Comma != 0 {
 		cr.Comma = cfg.Comma
 	}
@@ -96,7 +103,7 @@ func readCSV(r io.Reader, cfg CSVConfig) (*InMemory, error) {
 		if cfg.NoHeader {
 			header[i] = strconv.Itoa(i)
 		} else {
-			header[i] = strings.TrimSpace(strings.TrimPrefix(h, "\ufeff"))
+			header[i] = strings.TrimSpace(h)
 		}
 	}
 	col := map[string]int{}

@@ -281,3 +281,17 @@ func TestReadCSVClassNames(t *testing.T) {
 		})
 	}
 }
+
+// What spreadsheets write: a byte-order mark, CRLF line ends, quoted cells,
+// spaces around numbers, and no newline after the last row.
+func TestReadCSVFromASpreadsheet(t *testing.T) {
+	const file = "\ufeff\"a\",b ,\"c\"\r\n\" 1.5\",2, 3\r\n4,\"5\",6"
+	ds, err := data.ReadCSV(strings.NewReader(file), data.CSVConfig{Fields: []data.CSVField{
+		{Name: "x", Columns: []string{"a", "b"}}, {Name: "y", Columns: []string{"c"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := readAll(t, ds), [][]float32{{1.5, 2, 4, 5}, {3, 6}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("values = %v, want %v", got, want)
+	}
+}
