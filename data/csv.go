@@ -29,9 +29,10 @@ type CSVField struct {
 	// Name is the field's name, the one a step reads (s.Input("x")).
 	Name string
 	// Columns are the header names of the columns the field holds, in the
-	// order it holds them. nil: every column that no other field names, in
-	// the file's order, as pandas' df.drop(columns=["y"]) (at most one field
-	// may leave it nil).
+	// order it holds them. nil: every named column that no other field
+	// names, in the file's order, as pandas' df.drop(columns=["y"]) (at most
+	// one field may leave it nil; a column with an empty header cell, as a
+	// trailing separator makes, is left out).
 	Columns []string
 	// Shape is the field's shape for one example; its size must be the
 	// number of columns. nil: [] (a scalar, as a class label for
@@ -108,6 +109,9 @@ func readCSV(r io.Reader, cfg CSVConfig) (*InMemory, error) {
 	}
 	col := map[string]int{}
 	for i, h := range header {
+		if h == "" {
+			continue // an unnamed column, as a trailing separator makes
+		}
 		if _, dup := col[h]; dup {
 			return nil, fmt.Errorf("column %q appears twice in the header %v: give every column its own name", h, header)
 		}
@@ -199,7 +203,7 @@ func csvFields(cf []CSVField, header []string, col map[string]int) ([]Field, [][
 		names := f.Columns
 		if names == nil {
 			for _, h := range header {
-				if !named[h] {
+				if h != "" && !named[h] {
 					names = append(names, h)
 				}
 			}

@@ -283,9 +283,19 @@ func TestReadCSVClassNames(t *testing.T) {
 }
 
 // What spreadsheets write: a byte-order mark, CRLF line ends, quoted cells,
-// spaces around numbers, and no newline after the last row.
+// spaces around numbers, no newline after the last row, trailing separators.
 func TestReadCSVFromASpreadsheet(t *testing.T) {
 	const file = "\ufeff\"a\",b ,\"c\"\r\n\" 1.5\",2, 3\r\n4,\"5\",6"
+	// A trailing separator on every line makes unnamed empty columns, which
+	// a field taking "the other columns" leaves out.
+	rest, err := data.ReadCSV(strings.NewReader("a,b,c,,\n1,2,3,,\n"), data.CSVConfig{Fields: []data.CSVField{
+		{Name: "x"}, {Name: "y", Columns: []string{"c"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := readAll(t, rest), [][]float32{{1, 2}, {3}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("values with a trailing separator = %v, want %v", got, want)
+	}
 	ds, err := data.ReadCSV(strings.NewReader(file), data.CSVConfig{Fields: []data.CSVField{
 		{Name: "x", Columns: []string{"a", "b"}}, {Name: "y", Columns: []string{"c"}}}})
 	if err != nil {
