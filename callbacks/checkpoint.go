@@ -640,7 +640,7 @@ func (c *ModelCheckpoint) decide(ctx context.Context, s *trainer.State) (string,
 	}
 	cur, ok, _ := c.monitored(s)
 	if !ok {
-		return "", fmt.Errorf("ModelCheckpoint(Monitor %q): the metric was not logged; logged metrics are %v%s: log it with Step.Log or fix Monitor", c.cfg.Monitor, s.Metrics.Names(), bareNames(s.Metrics))
+		return "", fmt.Errorf("ModelCheckpoint(Monitor %q): the metric was not logged; logged metrics are %v%s: log it with Step.Log or fix Monitor%s", c.cfg.Monitor, s.Metrics.Names(), bareNames(s.Metrics), noValidation(s))
 	}
 	// Every rank ranks by rank 0's value: a step's loss differs between
 	// ranks, and a checkpoint that some ranks keep and others do not is a
@@ -985,4 +985,13 @@ func bareNames(m trainer.Metrics) string {
 		return ""
 	}
 	return fmt.Sprintf(" (and %v, each the latest of its _step and _epoch values)", bare)
+}
+
+// noValidation explains a monitored metric that is missing from a Fit
+// without validation, where a newcomer's val_loss never comes.
+func noValidation(s *trainer.State) string {
+	if s.Stage != "fit" || s.HasValidation {
+		return ""
+	}
+	return "; this Fit has no validation loader, so no validation metric is logged: pass Fit one whose ValidationStep logs it, or monitor a training metric"
 }

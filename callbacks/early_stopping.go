@@ -131,7 +131,7 @@ func (e *EarlyStopping) check(s *trainer.State) error {
 		if e.cfg.AllowMissing {
 			return nil
 		}
-		return fmt.Errorf("EarlyStopping(Monitor %q): the metric was not logged; logged metrics are %v%s: log it, fix Monitor, or set AllowMissing", e.cfg.Monitor, s.Metrics.Names(), bareNames(s.Metrics))
+		return fmt.Errorf("EarlyStopping(Monitor %q): the metric was not logged; logged metrics are %v%s: log it, fix Monitor, or set AllowMissing%s", e.cfg.Monitor, s.Metrics.Names(), bareNames(s.Metrics), noValidation(s))
 	}
 	if stop, reason := e.Update(v); stop {
 		e.stoppedEpoch = s.Epoch

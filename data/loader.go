@@ -22,7 +22,8 @@ type LoaderConfig struct {
 	// DropLast leaves out the last batch of an epoch when it is smaller than
 	// BatchSize. By default it is kept.
 	DropLast bool
-	// Seed drives the shuffle.
+	// Seed drives the shuffle (the trainer's Config.Seed does not: pass it
+	// here too for one seed to decide the run).
 	Seed uint64
 	// Prefetch is how many batches are prepared ahead by a background
 	// goroutine: 0 means 2; -1 reads synchronously inside Next.
@@ -93,7 +94,7 @@ func NewLoader(ds Dataset, cfg LoaderConfig) (*Loader, error) {
 			errs = append(errs, err)
 		}
 		if n := ds.Len(); n < 1 {
-			errs = append(errs, fmt.Errorf("dataset has %d examples: a loader needs at least one", n))
+			errs = append(errs, fmt.Errorf("dataset has %d examples: a loader needs at least one (to train without validation, give Fit a nil loader rather than an empty one)", n))
 		} else if cfg.DropLast && cfg.Sampler == nil && cfg.BatchSize > n {
 			errs = append(errs, fmt.Errorf("DropLast is set and BatchSize %d exceeds the dataset's %d examples, so no batch would be produced: lower BatchSize or unset DropLast", cfg.BatchSize, n))
 		} else if cfg.DropLast && cfg.Sampler != nil {

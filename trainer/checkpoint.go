@@ -583,7 +583,7 @@ func (t *Trainer) apply(ctx context.Context, c *checkpoint) error {
 	}
 	ts := c.trainer
 	if ts.Seed != t.cfg.Seed {
-		t.cfg.Log.Warn().Uint64("checkpoint_seed", ts.Seed).Uint64("seed", t.cfg.Seed).Msg("resuming with another seed: the data order differs from the interrupted run's")
+		t.cfg.Log.Warn().Uint64("checkpoint_seed", ts.Seed).Uint64("seed", t.cfg.Seed).Msg("resuming with another Seed: dropout draws differ from the interrupted run's (the data order is the loaders' own Seed)")
 	}
 	if ts.WorldSize != t.state.WorldSize {
 		t.cfg.Log.Warn().Int("checkpoint_world_size", ts.WorldSize).Int("world_size", t.state.WorldSize).Msg("resuming with another world size: the epoch goes on at the samples the checkpoint's ranks had trained, rounded down to whole batches of this world")
@@ -794,6 +794,12 @@ type CheckpointInfo struct {
 	// BestModelPath is the best checkpoint a ModelCheckpoint had recorded
 	// when this one was written ("" when none did).
 	BestModelPath string
+	// HParams is what the module's HParams returned when the checkpoint was
+	// written, read back from JSON (numbers are float64), nil when the
+	// module had none: a program holding only the file builds the module
+	// again from them (Lightning's checkpoint["hyper_parameters"]), since a
+	// module of other sizes cannot load its weights.
+	HParams map[string]any
 	// Written is when the checkpoint was saved, as it records it (the
 	// saving trainer's clock); zero when the record is unreadable. Unlike
 	// ModTime, a copy that does not keep timestamps leaves it as it was.
@@ -857,6 +863,11 @@ func ReadCheckpointInfo(path string) (CheckpointInfo, error) {
 	info.Epoch, info.BatchIdx, info.GlobalStep, info.EpochsDone = ts.Epoch, ts.Batch, ts.GlobalStep, ts.epochsDone()
 	if w, err := time.Parse(time.RFC3339Nano, ts.Written); err == nil {
 		info.Written = w
+	}
+	if hp, ok := hdr.Meta[keyHParams]; ok {
+		if err := json.Unmarshal([]byte(hp), &info.HParams); err != nil {
+			return info, fmt.Errorf("checkpoint %s: metadata field %q: %v: the file is corrupt", path, keyHParams, err)
+		}
 	}
 	if cb, ok := hdr.Meta[keyCallbacks]; ok {
 		if sums["meta:"+keyCallbacks] != metaSum(keyCallbacks, cb) {

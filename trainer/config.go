@@ -95,7 +95,12 @@ type Config struct {
 	// the gradients per step and, under ddp, the overlap of the update
 	// with the gradient reduction.
 	LogGradNorm bool
-	// Seed seeds parameter initialisation, shuffling and dropout.
+	// Seed seeds parameter initialisation and dropout. The data order is
+	// not drawn from it: a shuffling loader's order comes from its own
+	// data.LoaderConfig.Seed (under ddp too, where the trainer's
+	// DistributedSampler shuffles with it), so give the loaders the same
+	// seed for one number to decide the run, as Lightning's seed_everything
+	// (the cli does).
 	Seed uint64
 	// Deterministic asks for bitwise-reproducible runs for a given Seed,
 	// whatever the cores of the machine: reductions run in fixed orders
