@@ -299,7 +299,7 @@ func (a App) fit(ctx context.Context, tr *trainer.Trainer, l Loaders, runs runOu
 			fmt.Fprintf(a.stderr(), "%s: the summary has no weights_sha256: %v\n", a.Name, herr)
 		}
 		if !tr.IsGlobalZero() {
-			return &Interrupted{Err: ie}
+			return &Interrupted{Err: ie, quiet: besideFirstRank()}
 		}
 		fill(hash)
 		sum.Interrupted, sum.Checkpoint = true, ie.Checkpoint
