@@ -81,7 +81,10 @@ var commands = []struct{ Name, Help string }{
 
 // Main runs the program on os.Args and exits: 0 on success and after -h,
 // 130 or 143 after SIGINT or SIGTERM (the run saved), 1 on any error,
-// printed as one sentence without a panic trace.
+// printed as one sentence without a panic trace. Under fulgur run (or
+// FULGUR_MAX_RESTARTS), whose terminal shows every rank's output, a stop
+// is told once, by each machine's first rank: rank 0 with the command
+// that resumes the run.
 func (a App) Main() {
 	if err := a.Run(context.Background(), os.Args[1:]); err != nil {
 		fail(a.Name, err)
@@ -299,7 +302,7 @@ func (a App) fit(ctx context.Context, tr *trainer.Trainer, l Loaders, runs runOu
 			fmt.Fprintf(a.stderr(), "%s: the summary has no weights_sha256: %v\n", a.Name, herr)
 		}
 		if !tr.IsGlobalZero() {
-			return &Interrupted{Err: ie}
+			return &Interrupted{Err: ie, quiet: besideFirstRank()}
 		}
 		fill(hash)
 		sum.Interrupted, sum.Checkpoint = true, ie.Checkpoint

@@ -98,6 +98,12 @@ func ctrlC(t *testing.T, strategy, restarts string) {
 	if !strings.Contains(errb.String(), "-ckpt-path "+saved) {
 		t.Errorf("no resume command naming %s:\n%s", saved, errb.String())
 	}
+	// One account of the stop reaches the terminal: rank 0's, with the
+	// command. Before, under the elastic supervisor every rank printed its
+	// own "training interrupted" line (rank 1's pointing at rank 0's).
+	if n := strings.Count(errb.String(), "training interrupted"); restarts != "FULGUR_MAX_RESTARTS=" && n != 1 {
+		t.Errorf("%d lines say the training was interrupted, want rank 0's alone:\n%s", n, errb.String())
+	}
 	// A command-line program's ranks never point at the Go API to resume.
 	if strings.Contains(errb.String(), "trainer.FromCheckpoint") {
 		t.Errorf("a rank's message names trainer.FromCheckpoint, not the command:\n%s", errb.String())

@@ -128,7 +128,10 @@ func fail(prog string, err error) {
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
 	}
-	fmt.Fprintf(os.Stderr, "%s: %v\n", prog, err)
+	var in *Interrupted
+	if !errors.As(err, &in) || !in.quiet {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", prog, err)
+	}
 	var ie *trainer.InterruptedError
 	if errors.As(err, &ie) {
 		// As a shell reports a process the signal killed (130 for
@@ -170,6 +173,21 @@ type Interrupted struct {
 	// other than 0, whose Error says that rank 0 prints it, and when
 	// nothing was saved: Err.Checkpoint is "").
 	Resume string
+	// quiet: Main prints nothing, as the launcher shows this rank's
+	// output beside that of its machine's first rank, which prints the
+	// account (besideFirstRank).
+	quiet bool
+}
+
+// besideFirstRank says whether this process is a rank that fulgur run (or
+// a program's own FULGUR_MAX_RESTARTS supervisor) started after its
+// machine's first rank: their output meets on one terminal, where the
+// first rank's account of a stop (rank 0's with the command that resumes
+// the run) is the one a user needs, not one line from every rank. Ranks
+// started any other way (mpirun, srun, torchrun variables set by hand)
+// each print theirs: their own output may be all a user sees of them.
+func besideFirstRank() bool {
+	return os.Getenv(launch.EnvLauncher) == "elastic" && os.Getenv(launch.EnvLocalRank) != "0"
 }
 
 func (e *Interrupted) Error() string {

@@ -24,8 +24,8 @@ type Row struct {
 	// Epoch is the 0-based epoch logged with the row; NaN when the row has
 	// none, or is an Evaluation's.
 	Epoch float64
-	// Evaluation marks a row that ReadCSV found logged by a Validate or
-	// Test after training: at the last step seen, with an epoch past the
+	// Evaluation marks a row that ReadCSV or Log found logged by a
+	// Validate or Test after training: at the last step seen, with an epoch past the
 	// last (the epochs completed, as Lightning's current_epoch and
 	// fulgur's trainer write it, where an epoch's own rows write its
 	// 0-based index). It is drawn against step only.
@@ -39,10 +39,13 @@ type History struct {
 	// Label names the run in legends when several runs share a chart.
 	Label string
 	Rows  []Row
+	marks evaluations // over Rows[:marks.n]
 }
 
 // Log appends one row, as a trainer.Logger's LogMetrics receives it: an
-// "epoch" entry becomes the row's epoch. m is copied.
+// "epoch" entry becomes the row's epoch, and a row of a Validate or Test
+// after training is marked as ReadCSV marks it (Row.Evaluation), so that a
+// run kept in memory is drawn as its metrics.csv is. m is copied.
 func (h *History) Log(step int, m map[string]float64) {
 	r := Row{Step: step, Epoch: math.NaN(), Values: make(map[string]float64, len(m))}
 	for k, v := range m {
@@ -52,6 +55,13 @@ func (h *History) Log(step int, m map[string]float64) {
 		}
 		r.Values[k] = v
 	}
+	if h.marks.n != len(h.Rows) { // Rows set by hand
+		h.marks = evaluations{}
+		for i := range h.Rows {
+			h.marks.mark(&h.Rows[i])
+		}
+	}
+	h.marks.mark(&r)
 	h.Rows = append(h.Rows, r)
 }
 
@@ -280,29 +290,37 @@ func ReadCSV(r io.Reader, name string) (*History, error) {
 	if len(h.Rows) == 0 {
 		return nil, fmt.Errorf("%s has a header but no rows: nothing was logged yet", name)
 	}
-	markEvaluations(h.Rows)
+	for i := range h.Rows {
+		h.marks.mark(&h.Rows[i])
+	}
 	return h, nil
 }
 
-// markEvaluations marks the rows a Validate or Test logged after training
-// (Row.Evaluation): an epoch past every earlier row's at a step no later
-// than theirs. A new epoch's own rows come after its first optimizer step.
-func markEvaluations(rows []Row) {
-	maxEpoch, maxStep, seen := 0.0, 0, false
-	for i := range rows {
-		r := &rows[i]
-		if math.IsNaN(r.Epoch) {
-			continue
-		}
-		if seen && r.Epoch > maxEpoch && r.Step <= maxStep {
-			r.Evaluation, r.Epoch = true, math.NaN()
-			continue
-		}
-		if !seen || r.Epoch > maxEpoch {
-			maxEpoch = r.Epoch
-		}
-		maxStep, seen = max(maxStep, r.Step), true
+// evaluations marks, row after row, those a Validate or Test logged after
+// training (Row.Evaluation): an epoch past every earlier row's at a step no
+// later than theirs. A new epoch's own rows come after its first optimizer
+// step.
+type evaluations struct {
+	n        int // rows seen
+	maxEpoch float64
+	maxStep  int
+	seen     bool // a row with an epoch
+}
+
+// mark marks r, the row after the n seen, if it is an Evaluation's.
+func (e *evaluations) mark(r *Row) {
+	e.n++
+	if math.IsNaN(r.Epoch) {
+		return
 	}
+	if e.seen && r.Epoch > e.maxEpoch && r.Step <= e.maxStep {
+		r.Evaluation, r.Epoch = true, math.NaN()
+		return
+	}
+	if !e.seen || r.Epoch > e.maxEpoch {
+		e.maxEpoch = r.Epoch
+	}
+	e.maxStep, e.seen = max(e.maxStep, r.Step), true
 }
 
 // FindMetrics returns the metrics.csv of a run given its directory, the

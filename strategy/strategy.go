@@ -240,6 +240,9 @@ type FitInterrupted struct {
 	// Signal is the signal that stopped training (syscall.SIGINT,
 	// SIGTERM, SIGUSR1), 0 when a context was cancelled.
 	Signal syscall.Signal
+	// Cancelled is that context's error (context.DeadlineExceeded, say)
+	// when Signal is 0, for the message; nil reads as context.Canceled.
+	Cancelled error
 	// GlobalStep is the optimizer steps taken; Checkpoint the file that
 	// resumes the run.
 	GlobalStep int
@@ -255,9 +258,15 @@ func (e *FitInterrupted) Error() string {
 	if e.Err != nil {
 		return e.Err.Error()
 	}
-	why := "a cancelled context"
+	// The trainer's InterruptedError reads as this (its Summary).
+	why := context.Canceled.Error()
 	if e.Signal != 0 {
-		why = e.Signal.String()
+		why = SignalName(e.Signal)
+	} else if e.Cancelled != nil {
+		why = e.Cancelled.Error()
+	}
+	if e.Checkpoint == "" {
+		return fmt.Sprintf("training interrupted (%s) before it began; nothing was saved", why)
 	}
 	return fmt.Sprintf("training interrupted (%s) at global step %d; checkpoint saved to %s", why, e.GlobalStep, e.Checkpoint)
 }

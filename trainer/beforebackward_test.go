@@ -106,6 +106,7 @@ func TestBeforeBackwardRunsBeforeTheBackwardPass(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			teardownAtEnd(t, nil, group)
 			mods := make([]*tappedHooks, c.ranks)
 			spies := make([]*backwardSpy, c.ranks)
 			errs := make([]error, c.ranks)

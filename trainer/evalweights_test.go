@@ -317,6 +317,7 @@ func TestDDPEvaluateAfterFitOnRunningRanks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	teardownAtEnd(t, nil, group)
 	trainDS := regression(t, 200, 0.01, 4)
 	testDS := regression(t, 37, 0.01, 5) // odd: uneven shards
 	const bs = 8

@@ -313,6 +313,7 @@ func TestFitWithWeightsEveryStrategy(t *testing.T) {
 				errs := make([]error, 2)
 				fbs := []*wfirstBatch{{}, {}}
 				trs := make([]*trainer.Trainer, 2)
+				teardownAtEnd(t, trs, group)
 				var wg sync.WaitGroup
 				for r := 0; r < 2; r++ {
 					s, err := mk(group[r])

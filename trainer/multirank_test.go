@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -30,6 +31,7 @@ func onRanks(t *testing.T, n int, newStrat func(r int, g collective.Collective) 
 		t.Fatal(err)
 	}
 	trs := make([]*trainer.Trainer, n)
+	teardownAtEnd(t, trs, group)
 	for r := range n {
 		c := cfg(r)
 		c.StrategyImpl = newStrat(r, group[r])
@@ -45,6 +47,29 @@ func onRanks(t *testing.T, n int, newStrat func(r int, g collective.Collective) 
 	}
 	wg.Wait()
 	return trs, errs
+}
+
+// teardownAtEnd tears the ranks' trainers down when the test ends (all
+// together: a rank's Teardown may wait for the others), then closes the
+// group's members (those no strategy closed: a one-rank job leaves its
+// member unused), so that their goroutines do not outlive the test. A
+// trainer already torn down, or never built (nil), is left alone; errors
+// are not the test's subject.
+func teardownAtEnd(t *testing.T, trs []*trainer.Trainer, group []collective.Collective) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var wg sync.WaitGroup
+		for _, tr := range trs {
+			if tr != nil {
+				wg.Go(func() { tr.Teardown(ctx) })
+			}
+		}
+		wg.Wait()
+		for _, g := range group {
+			g.Close()
+		}
+	})
 }
 
 // ddpRank is onRanks' and fitRanks' strategy for a ddp rank.

@@ -29,6 +29,7 @@ func TestDDPPredictKeepsNoGatherBuffer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	teardownAtEnd(t, nil, group)
 	trs := make([]*trainer.Trainer, world)
 	for r := range trs {
 		d, err := ddp.NewDDP(ddp.DDPConfig{Group: group[r]})

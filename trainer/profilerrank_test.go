@@ -47,6 +47,7 @@ func TestProfilerBuiltForAnotherRankIsRefused(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			teardownAtEnd(t, nil, group)
 			errs := make([]error, 2)
 			var wg sync.WaitGroup
 			for r := range 2 {

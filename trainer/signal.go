@@ -120,16 +120,12 @@ func (e *InterruptedError) Error() string {
 // own way (a command line, a job script) prints Summary followed by its own
 // instructions, since ResumeHint names the Go API.
 func (e *InterruptedError) Summary() string {
-	why := "context cancelled"
-	if e.Signal != nil {
-		why = strategy.SignalName(e.Signal)
-	} else if e.Err != nil {
-		why = e.Err.Error()
-	}
+	// The text is the strategy's, which ddp_spawn's launching process
+	// gets: one message, whichever process reports the stop.
+	s := e.fitInterrupted().Error()
 	if e.Checkpoint == "" {
-		return fmt.Sprintf("training interrupted (%s) before it began; nothing was saved", why)
+		return s
 	}
-	s := fmt.Sprintf("training interrupted (%s) at global step %d; checkpoint saved to %s", why, e.GlobalStep, e.Checkpoint)
 	if e.SavedOn != "" {
 		s += " on rank 0's host " + e.SavedOn
 	}
@@ -137,6 +133,20 @@ func (e *InterruptedError) Summary() string {
 		s += "; the SLURM job was requeued"
 	}
 	return s
+}
+
+// fitInterrupted is e as a strategy reports it (without Err, the error Fit
+// returned in the process that trained).
+func (e *InterruptedError) fitInterrupted() *strategy.FitInterrupted {
+	fi := &strategy.FitInterrupted{GlobalStep: e.GlobalStep, Checkpoint: e.Checkpoint, Cancelled: e.Err}
+	if e.Signal != nil {
+		sig, ok := e.Signal.(syscall.Signal)
+		if !ok { // not a signal of this OS's: named as it names itself
+			sig, fi.Cancelled = 0, errors.New(strategy.SignalName(e.Signal))
+		}
+		fi.Signal = sig
+	}
+	return fi
 }
 
 // ResumeHint says how to continue the run.

@@ -26,6 +26,7 @@ func edgeRanks(t *testing.T, n int, job resumeJob, root string, cbs func(r int) 
 		t.Fatal(err)
 	}
 	trs := make([]*trainer.Trainer, n)
+	teardownAtEnd(t, trs, group)
 	for r := range n {
 		c := quiet(job.cfg)
 		c.DefaultRootDir = root

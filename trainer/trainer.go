@@ -8,7 +8,6 @@ import (
 	"math"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	G "gorgonia.org/gorgonia"
@@ -516,8 +515,8 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 					// A DDP-spawn worker hands the interruption to the
 					// launching process.
 					r, _ := t.fitResult()
-					fi := &strategy.FitInterrupted{GlobalStep: ie.GlobalStep, Checkpoint: ie.Checkpoint, Result: r, Err: err}
-					fi.Signal, _ = ie.Signal.(syscall.Signal)
+					fi := ie.fitInterrupted()
+					fi.Result, fi.Err = r, err
 					return r, fi
 				}
 				return strategy.FitResult{}, err
@@ -532,7 +531,7 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 			ie := &InterruptedError{GlobalStep: fi.GlobalStep, Checkpoint: fi.Checkpoint}
 			if fi.Signal != 0 {
 				ie.Signal = fi.Signal
-			} else {
+			} else if ie.Err = fi.Cancelled; ie.Err == nil {
 				ie.Err = context.Canceled
 			}
 			if fi.Checkpoint == "" {

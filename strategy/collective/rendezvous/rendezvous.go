@@ -446,8 +446,15 @@ func (r *Rendezvous) challenge(c net.Conn) ([]byte, error) {
 		if r.cfg.TLS != nil && strings.Contains(err.Error(), "tls: ") {
 			return nil, fmt.Errorf("%w (%s)", err, tlsHint(err))
 		}
+		if r.cfg.TLS == nil && errors.Is(err, os.ErrDeadlineExceeded) && speaksTLS(c) {
+			// A rank 0 with TLS waits for our TLS hello, as we wait for
+			// its challenge: its reply to a probe tells it from another
+			// program that stays silent (a web server waiting for a
+			// request).
+			return nil, fmt.Errorf("%w: the program there speaks TLS, as a fulgur rank 0 of a job with TLS does, and this rank has none: set %s, %s and %s on every rank", err, TLSCertEnv, TLSKeyEnv, TLSCAEnv)
+		}
 		if r.cfg.TLS == nil && (errors.Is(err, io.EOF) || errors.Is(err, os.ErrDeadlineExceeded)) {
-			return nil, fmt.Errorf("%w: %w (if the job uses TLS, set %s, %s and %s on every rank)", errNoChallenge, err, TLSCertEnv, TLSKeyEnv, TLSCAEnv)
+			return nil, fmt.Errorf("%w: %w", errNoChallenge, err)
 		}
 		return nil, err
 	}
@@ -457,6 +464,31 @@ func (r *Rendezvous) challenge(c net.Conn) ([]byte, error) {
 // errNoChallenge marks a dialed connection that ended or stayed silent
 // before the acceptor's first frame.
 var errNoChallenge = errors.New("no challenge")
+
+// otherProgram is what a joiner says when something other than a fulgur
+// rank 0 answers at the master's address.
+func otherProgram(cfg Config) string {
+	return fmt.Sprintf("another program is using MASTER_PORT %d on %s, or MASTER_ADDR names the wrong machine: pick a free MASTER_PORT (the same on every rank), or fix MASTER_ADDR", cfg.MasterPort, cfg.MasterAddr)
+}
+
+// tlsProbe is a TLS record holding an empty ClientHello: a TLS server
+// answers it at once with an alert record (decode_error), where a fulgur
+// rank 0 without TLS would have sent its challenge already and another
+// program answers otherwise or not at all.
+var tlsProbe = []byte{0x16, 0x03, 0x01, 0x00, 0x04, 0x01, 0x00, 0x00, 0x00}
+
+// speaksTLS says whether the acceptor on c, silent so far, answers
+// tlsProbe with a TLS alert within a second.
+func speaksTLS(c net.Conn) bool {
+	deadline := time.Now().Add(time.Second)
+	c.SetDeadline(deadline)
+	if _, err := c.Write(tlsProbe); err != nil {
+		return false
+	}
+	var hdr [3]byte // content type 21 (alert), protocol version 3.x
+	_, err := io.ReadFull(c, hdr[:])
+	return err == nil && hdr[0] == 0x15 && hdr[1] == 0x03
+}
 
 // answer runs the rest of the dialer's half of the handshake, after the
 // acceptor's nonce nonceA.
@@ -605,9 +637,9 @@ func (r *Rendezvous) joinOnce(ctx, outer context.Context) (net.Conn, []byte, err
 	nonceA, err := r.challenge(c)
 	switch {
 	case errors.Is(err, errNoChallenge):
-		return fail(fmt.Errorf("%w; the program there accepts connections but does not answer as a fulgur rank 0: is another program using MASTER_PORT %d on %s, or does MASTER_ADDR name the wrong machine?", err, cfg.MasterPort, cfg.MasterAddr))
+		return fail(fmt.Errorf("%w; the program there accepts connections but does not answer as a fulgur rank 0 (nor speaks TLS): %s", err, otherProgram(cfg)))
 	case errors.Is(err, wire.ErrFrame):
-		return fail(fmt.Errorf("%w: the program there is not a fulgur rank 0 (it sent bytes that are not fulgur frames): is another program using MASTER_PORT %d on %s, or does MASTER_ADDR name the wrong machine?", err, cfg.MasterPort, cfg.MasterAddr))
+		return fail(fmt.Errorf("%w: the program there is not a fulgur rank 0 (it sent bytes that are not fulgur frames): %s", err, otherProgram(cfg)))
 	case err != nil:
 		return fail(err)
 	}
