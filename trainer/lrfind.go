@@ -58,11 +58,17 @@ type LRFindResult struct {
 // larger global batch differs (find it on one device and scale it with the
 // batch, or tune at the job's batch size on one device).
 func (t *Trainer) LRFind(ctx context.Context, m module.Module, train *data.Loader, cfg LRFindConfig) (LRFindResult, error) {
+	if err := t.notMade("LRFind"); err != nil {
+		return LRFindResult{}, err
+	}
 	if ctx == nil {
 		return LRFindResult{}, errors.New("LRFind: the context is nil: pass context.Background() or a context of your own")
 	}
 	if m == nil || train == nil {
 		return LRFindResult{}, errors.New("LRFind: the module and the training loader must not be nil")
+	}
+	if err := zeroLoader("LRFind", "training loader", train); err != nil {
+		return LRFindResult{}, err
 	}
 	s, err := newLRSweep(cfg)
 	if err != nil {
