@@ -40,7 +40,7 @@ func (c *Config) conflicts() []error {
 	type ckptNames struct{ dir, filename string }
 	namers := map[ckptNames]int{} // -> index of the first checkpointNamer
 	for i, cb := range c.Callbacks {
-		if nilEntry(cb) != "" {
+		if nilEntry(cb, "") != "" {
 			continue // Validate names it; its methods would crash
 		}
 		if _, ok := cb.(Stateful); ok {

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/profiler"
+	"github.com/fulgur-ml/fulgur/strategy/ddp"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
@@ -76,5 +78,29 @@ func TestLoaderNotMadeByNewLoaderIsAnError(t *testing.T) {
 	err = noPanic(func() error { return tr.Fit(context.Background(), newEvalReg(), good, &zero) })
 	if err == nil || !strings.Contains(err.Error(), "validation loader") || !strings.Contains(err.Error(), "data.NewLoader") {
 		t.Errorf("Fit with a zero validation data.Loader: %v\nwant an error naming the validation loader and data.NewLoader", err)
+	}
+}
+
+// A nil pointer in Config's Profiler or StrategyImpl (a constructor's
+// result whose error was dropped) is New's error naming the field, as a
+// nil callback or logger is; before, Fit crashed with a nil pointer.
+func TestNilPointerProfilerOrStrategyIsAConfigError(t *testing.T) {
+	var simple *profiler.Simple
+	var d *ddp.DDP
+	for name, cfg := range map[string]trainer.Config{
+		"Profiler":     {Profiler: simple},
+		"StrategyImpl": {StrategyImpl: d},
+	} {
+		cfg.DefaultRootDir = t.TempDir()
+		err := noPanic(func() error {
+			tr, err := trainer.New(quiet(cfg))
+			if err != nil {
+				return err
+			}
+			return tr.Fit(context.Background(), newEvalReg(), loader(t, regression(t, 16, 0.01, 1), 8, false, false), nil)
+		})
+		if err == nil || !strings.Contains(err.Error(), name+" is a nil *") || !strings.Contains(err.Error(), "constructor returned an error") {
+			t.Errorf("a nil pointer as %s: %v\nwant New's error naming %s and the failed constructor", name, err, name)
+		}
 	}
 }
