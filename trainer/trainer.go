@@ -218,7 +218,7 @@ func (t *Trainer) LogDir() string { return t.state.LogDir }
 // strategy (DDP-spawn) that must not run the code after Fit.
 func (t *Trainer) IsWorker() bool { return t.worker }
 
-// FitOption changes one Fit call.
+// FitOption changes one Fit call. A nil FitOption is no option.
 type FitOption func(*fitOptions)
 
 type fitOptions struct {
@@ -227,10 +227,12 @@ type fitOptions struct {
 }
 
 // FromCheckpoint resumes training from a checkpoint: a path, or "last" or
-// "best" for one under DefaultRootDir (see ResolveCheckpoint).
+// "best" for one under DefaultRootDir (see ResolveCheckpoint). "" resumes
+// nothing, as no option (a program may pass its flag through).
 func FromCheckpoint(path string) FitOption { return func(o *fitOptions) { o.ckptPath = path } }
 
-// EvalOption changes one Validate, Test or Predict call.
+// EvalOption changes one Validate, Test or Predict call. A nil EvalOption
+// is no option.
 type EvalOption func(*evalOptions)
 
 type evalOptions struct {
@@ -242,7 +244,7 @@ type evalOptions struct {
 // last.ckpt under DefaultRootDir) or a path. Its parameters and buffers
 // replace the ones the Trainer holds, on every rank. Without it, Validate,
 // Test and Predict use the weights the Trainer holds: after Fit, the
-// trained ones.
+// trained ones, as they do with which "".
 func WithCheckpoint(which string) EvalOption { return func(o *evalOptions) { o.ckptPath = which } }
 
 func (t *Trainer) dtype() tensor.Dtype {
@@ -515,10 +517,15 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 	}
 	var fo fitOptions
 	for _, o := range opts {
-		o(&fo)
+		if o != nil { // one appended conditionally: no option
+			o(&fo)
+		}
 	}
 	if ctx == nil {
 		return errNilContext("Fit")
+	}
+	if fo.weights != nil && fo.weights.path == "" {
+		return errors.New("Fit: trainer.WithWeights was given an empty path: pass the safetensors state dict or checkpoint to start from (or \"last\" or \"best\"), or leave WithWeights out to start from the initial weights")
 	}
 	if fo.weights != nil && fo.ckptPath != "" {
 		return fmt.Errorf("Fit: trainer.FromCheckpoint(%q) and trainer.WithWeights(%q) were both given: FromCheckpoint resumes a run (weights, optimizer, epoch), WithWeights starts a new one from weights only; pass one", fo.ckptPath, fo.weights.path)
@@ -1379,7 +1386,9 @@ func (t *Trainer) Test(ctx context.Context, m module.Module, test *data.Loader, 
 func (t *Trainer) prepareEval(ctx context.Context, m module.Module, l *data.Loader, stage string, opts []EvalOption) (step, epochs int, err error) {
 	var eo evalOptions
 	for _, o := range opts {
-		o(&eo)
+		if o != nil { // one appended conditionally: no option
+			o(&eo)
+		}
 	}
 	if err := t.setup(ctx, m, l.Dataset().Fields()); err != nil {
 		return 0, 0, err

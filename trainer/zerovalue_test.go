@@ -104,3 +104,50 @@ func TestNilPointerProfilerOrStrategyIsAConfigError(t *testing.T) {
 		}
 	}
 }
+
+// A nil FitOption, EvalOption or WeightsOption (one a program appends
+// conditionally) is no option; before, Fit, Validate, Test and Predict
+// crashed calling it.
+func TestNilOptionsAreNoOptions(t *testing.T) {
+	ctx := context.Background()
+	l := loader(t, regression(t, 16, 0.01, 1), 8, false, false)
+	tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 1, DefaultRootDir: t.TempDir()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newEvalReg()
+	for call, f := range map[string]func() error{
+		"Fit":      func() error { return tr.Fit(ctx, m, l, nil, nil) },
+		"Validate": func() error { _, err := tr.Validate(ctx, m, l, nil); return err },
+		"Test":     func() error { _, err := tr.Test(ctx, m, l, nil); return err },
+		"Predict":  func() error { _, err := tr.Predict(ctx, m, l, nil); return err },
+	} {
+		if err := noPanic(f); err != nil {
+			t.Errorf("%s with a nil option: %v", call, err)
+		}
+	}
+	weights, err := trainer.ResolveCheckpoint(tr.LogDir(), "last")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr2, err := trainer.New(quiet(trainer.Config{MaxEpochs: 1, DefaultRootDir: t.TempDir()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := noPanic(func() error { return tr2.Fit(ctx, newEvalReg(), l, nil, trainer.WithWeights(weights, nil)) }); err != nil {
+		t.Errorf("Fit WithWeights with a nil WeightsOption: %v", err)
+	}
+}
+
+// WithWeights("") is an error naming WithWeights; before, it was "weights:
+// open : no such file or directory".
+func TestWithWeightsOfNoPathNamesIt(t *testing.T) {
+	tr, err := trainer.New(quiet(trainer.Config{MaxEpochs: 1, DefaultRootDir: t.TempDir()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = tr.Fit(context.Background(), newEvalReg(), loader(t, regression(t, 16, 0.01, 1), 8, false, false), nil, trainer.WithWeights(""))
+	if err == nil || !strings.Contains(err.Error(), "WithWeights") || !strings.Contains(err.Error(), "empty") {
+		t.Errorf("Fit(WithWeights(\"\")): %v\nwant an error naming WithWeights and its empty path", err)
+	}
+}
