@@ -915,7 +915,7 @@ func ReadCheckpointInfo(path string) (CheckpointInfo, error) {
 }
 
 // VerifyCheckpoint reads a whole checkpoint and checks its framing and
-// every checksum.
+// every checksum: a file that fails matches ErrCorruptCheckpoint.
 func VerifyCheckpoint(path string) (CheckpointInfo, error) {
 	info, err := ReadCheckpointInfo(path)
 	if err != nil {
