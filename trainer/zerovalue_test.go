@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fulgur-ml/fulgur/callbacks"
 	"github.com/fulgur-ml/fulgur/data"
 	"github.com/fulgur-ml/fulgur/profiler"
 	"github.com/fulgur-ml/fulgur/strategy/ddp"
@@ -149,5 +150,23 @@ func TestWithWeightsOfNoPathNamesIt(t *testing.T) {
 	err = tr.Fit(context.Background(), newEvalReg(), loader(t, regression(t, 16, 0.01, 1), 8, false, false), nil, trainer.WithWeights(""))
 	if err == nil || !strings.Contains(err.Error(), "WithWeights") || !strings.Contains(err.Error(), "empty") {
 		t.Errorf("Fit(WithWeights(\"\")): %v\nwant an error naming WithWeights and its empty path", err)
+	}
+}
+
+// A callbacks type written as a struct literal (&callbacks.ModelCheckpoint{})
+// is refused naming its constructor; before, the error told the user to
+// "return a name from Name", a method of the library's type.
+func TestCallbackStructLiteralNamesItsConstructor(t *testing.T) {
+	for _, c := range []struct {
+		cb   trainer.Callback
+		ctor string
+	}{
+		{&callbacks.ModelCheckpoint{}, "callbacks.NewModelCheckpoint"},
+		{&callbacks.EarlyStopping{}, "callbacks.NewEarlyStopping"},
+	} {
+		_, err := trainer.New(quiet(trainer.Config{Callbacks: []trainer.Callback{c.cb}}))
+		if err == nil || !strings.Contains(err.Error(), c.ctor) {
+			t.Errorf("New with a %T literal: %v\nwant an error naming %s", c.cb, err, c.ctor)
+		}
 	}
 }
