@@ -21,6 +21,12 @@
 //   - DeviceStatsMonitor: CPU utilisation and resident memory per rank
 //     every N steps (GPU memory through a hook), shown in the progress bar.
 //
+// Make each with its constructor (NewModelCheckpoint, NewProgressBar,
+// NewCSVLogger, ...), which fills the defaults and checks the
+// configuration: a struct literal such as &ModelCheckpoint{} is not usable
+// (the trainer refuses some, for an empty Name; others fail their first
+// hook).
+//
 // # Where they differ from Lightning
 //
 // The callbacks follow Lightning 2.x's rules (patience counted in checks,

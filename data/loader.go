@@ -72,7 +72,9 @@ func (c *LoaderConfig) Validate() error {
 }
 
 // Loader turns a Dataset into batches, epoch by epoch. A Loader is immutable
-// and safe to share; each epoch is walked by its own Iter.
+// and safe to share; each epoch is walked by its own Iter. Make one with
+// NewLoader: the zero Loader has no dataset (the trainer refuses it, naming
+// NewLoader).
 type Loader struct {
 	ds     Dataset
 	cfg    LoaderConfig

@@ -50,26 +50,41 @@ type HParamser interface {
 
 // Hooks: each is optional; the trainer's dispatcher calls them.
 
+// FitStarter is called at the start of each Fit, after Setup("fit") and
+// the OnLoadCheckpoint of a resumed run (Lightning's on_fit_start);
+// FitEnder at its end, after TrainEnder, when it did not fail
+// (on_fit_end). Each hook's error ends the call, named after the hook.
 type FitStarter interface {
 	OnFitStart(ctx context.Context) error
 }
 
+// FitEnder is described with FitStarter.
 type FitEnder interface {
 	OnFitEnd(ctx context.Context) error
 }
 
+// TrainEpochStarter is called at the start of each training epoch with
+// its number, from 0 (Lightning's on_train_epoch_start); TrainEpochEnder
+// at its end, after the epoch's validation (on_train_epoch_end).
 type TrainEpochStarter interface {
 	OnTrainEpochStart(ctx context.Context, epoch int) error
 }
 
+// TrainEpochEnder is described with TrainEpochStarter.
 type TrainEpochEnder interface {
 	OnTrainEpochEnd(ctx context.Context, epoch int) error
 }
 
+// TrainBatchStarter is called before each training batch's TrainingStep
+// with the batch and its index in the epoch (Lightning's
+// on_train_batch_start); TrainBatchEnder after the batch, after its
+// optimizer step when the batch ends an accumulation window
+// (on_train_batch_end).
 type TrainBatchStarter interface {
 	OnTrainBatchStart(ctx context.Context, b *data.Batch, batchIdx int) error
 }
 
+// TrainBatchEnder is described with TrainBatchStarter.
 type TrainBatchEnder interface {
 	OnTrainBatchEnd(ctx context.Context, b *data.Batch, batchIdx int) error
 }
@@ -97,6 +112,7 @@ type AfterOptimizerStepper interface {
 	OnAfterOptimizerStep(ctx context.Context, globalStep int) error
 }
 
+// ValidationEpochEnder is described with ValidationStarter.
 type ValidationEpochEnder interface {
 	OnValidationEpochEnd(ctx context.Context, epoch int) error
 }
@@ -108,6 +124,7 @@ type TrainStarter interface {
 	OnTrainStart(ctx context.Context) error
 }
 
+// TrainEnder is described with TrainStarter.
 type TrainEnder interface {
 	OnTrainEnd(ctx context.Context) error
 }
@@ -121,18 +138,22 @@ type ValidationStarter interface {
 	OnValidationStart(ctx context.Context) error
 }
 
+// ValidationEnder is described with ValidationStarter.
 type ValidationEnder interface {
 	OnValidationEnd(ctx context.Context) error
 }
 
+// ValidationEpochStarter is described with ValidationStarter.
 type ValidationEpochStarter interface {
 	OnValidationEpochStart(ctx context.Context, epoch int) error
 }
 
+// ValidationBatchStarter is described with ValidationStarter.
 type ValidationBatchStarter interface {
 	OnValidationBatchStart(ctx context.Context, b *data.Batch, batchIdx int) error
 }
 
+// ValidationBatchEnder is described with ValidationStarter.
 type ValidationBatchEnder interface {
 	OnValidationBatchEnd(ctx context.Context, b *data.Batch, batchIdx int) error
 }
@@ -143,22 +164,27 @@ type TestStarter interface {
 	OnTestStart(ctx context.Context) error
 }
 
+// TestEnder is described with TestStarter.
 type TestEnder interface {
 	OnTestEnd(ctx context.Context) error
 }
 
+// TestEpochStarter is described with TestStarter.
 type TestEpochStarter interface {
 	OnTestEpochStart(ctx context.Context) error
 }
 
+// TestEpochEnder is described with TestStarter.
 type TestEpochEnder interface {
 	OnTestEpochEnd(ctx context.Context) error
 }
 
+// TestBatchStarter is described with TestStarter.
 type TestBatchStarter interface {
 	OnTestBatchStart(ctx context.Context, b *data.Batch, batchIdx int) error
 }
 
+// TestBatchEnder is described with TestStarter.
 type TestBatchEnder interface {
 	OnTestBatchEnd(ctx context.Context, b *data.Batch, batchIdx int) error
 }
@@ -169,22 +195,27 @@ type PredictStarter interface {
 	OnPredictStart(ctx context.Context) error
 }
 
+// PredictEnder is described with PredictStarter.
 type PredictEnder interface {
 	OnPredictEnd(ctx context.Context) error
 }
 
+// PredictEpochStarter is described with PredictStarter.
 type PredictEpochStarter interface {
 	OnPredictEpochStart(ctx context.Context) error
 }
 
+// PredictEpochEnder is described with PredictStarter.
 type PredictEpochEnder interface {
 	OnPredictEpochEnd(ctx context.Context) error
 }
 
+// PredictBatchStarter is described with PredictStarter.
 type PredictBatchStarter interface {
 	OnPredictBatchStart(ctx context.Context, b *data.Batch, batchIdx int) error
 }
 
+// PredictBatchEnder is described with PredictStarter.
 type PredictBatchEnder interface {
 	OnPredictBatchEnd(ctx context.Context, b *data.Batch, batchIdx int) error
 }
@@ -198,6 +229,7 @@ type SetUpper interface {
 	Setup(ctx context.Context, stage string) error
 }
 
+// TearDowner is described with SetUpper.
 type TearDowner interface {
 	Teardown(ctx context.Context, stage string) error
 }
@@ -214,6 +246,7 @@ type CheckpointSaver interface {
 	OnSaveCheckpoint(ctx context.Context) ([]byte, error)
 }
 
+// CheckpointLoader is described with CheckpointSaver.
 type CheckpointLoader interface {
 	OnLoadCheckpoint(ctx context.Context, state []byte) error
 }

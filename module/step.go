@@ -39,8 +39,8 @@ type Reduce int
 const (
 	Mean Reduce = iota // weighted by batch size
 	Sum                // the batches' values added, unweighted (Lightning's reduce_fx="sum")
-	Max
-	Min
+	Max                // the largest of the batches' values (reduce_fx="max")
+	Min                // the smallest (reduce_fx="min")
 )
 
 // LogSpec is a logged value's resolved options.

@@ -10,7 +10,11 @@ import (
 	"github.com/olekukonko/tablewriter"
 )
 
-// Profiler records named spans.
+// Profiler records named spans. Start, and End on its spans, are called
+// from several goroutines at once (a strategy's communication goroutines
+// open spans beside the training loop's, through StartTrack): a Profiler
+// of one's own must be safe for concurrent use, as Nop, Simple, Advanced
+// and Timeline are.
 type Profiler interface {
 	// Start opens a span for action; End on the returned Span closes it.
 	Start(action string) Span

@@ -59,6 +59,35 @@ const CheckpointFormat = "fulgur-checkpoint"
 // than guessed at, and fulgur before version 2 refuses version-2 files.
 const CheckpointVersion = 2
 
+// ErrCorruptCheckpoint is matched, with errors.Is, by the error of a Fit
+// FromCheckpoint, of Validate, Test and Predict WithCheckpoint, of
+// LoadWeights, VerifyCheckpoint and ReadCheckpointInfo
+// when the file's contents are not a whole fulgur checkpoint: cut short, a
+// byte changed since it was written (a checksum differs), a sharded
+// checkpoint's shard file not the one its index was saved with, or not a
+// checkpoint at all (another format, a weights-only state dict). A program
+// that resumes from its newest checkpoint can fall back to an older one on
+// it. The error's text says what is wrong; it does not match a file that
+// cannot be read (a missing one matches os.ErrNotExist), a checkpoint newer
+// than CheckpointVersion, nor a whole checkpoint that does not fit the
+// model.
+var ErrCorruptCheckpoint = errors.New("corrupt checkpoint")
+
+// corruptError marks a checkpoint's content error as ErrCorruptCheckpoint
+// and keeps its text.
+type corruptError struct{ err error }
+
+func (e corruptError) Error() string        { return e.err.Error() }
+func (e corruptError) Unwrap() error        { return e.err }
+func (e corruptError) Is(target error) bool { return target == ErrCorruptCheckpoint }
+
+func corrupt(err error) error {
+	if err == nil {
+		return nil
+	}
+	return corruptError{err}
+}
+
 const (
 	keyFormat    = "format"
 	keyVersion   = "format_version"
@@ -408,7 +437,7 @@ type checkpoint struct {
 func parseCheckpoint(b []byte) (*checkpoint, error) {
 	f, err := decodeSafetensors(b)
 	if err != nil {
-		return nil, err
+		return nil, corrupt(err)
 	}
 	c := &checkpoint{tensors: map[string]stTensor{}, meta: f.Meta}
 	for _, t := range f.Tensors {
@@ -423,15 +452,15 @@ func parseCheckpoint(b []byte) (*checkpoint, error) {
 	}
 	var sums map[string]string
 	if err := strictJSON(f.Meta[keySums], &sums); err != nil {
-		return nil, fmt.Errorf("metadata field %q: %v: the file is corrupt", keySums, err)
+		return nil, corrupt(fmt.Errorf("metadata field %q: %v: the file is corrupt", keySums, err))
 	}
 	for _, t := range f.Tensors {
 		want, ok := sums["tensor:"+t.Name]
 		if !ok {
-			return nil, fmt.Errorf("tensor %q has no checksum in %q: the file is corrupt or was edited", t.Name, keySums)
+			return nil, corrupt(fmt.Errorf("tensor %q has no checksum in %q: the file is corrupt or was edited", t.Name, keySums))
 		}
 		if tensorSum(t) != want {
-			return nil, fmt.Errorf("tensor %q (%s %v): SHA-256 mismatch: its bytes, dtype or shape changed since it was written, so the file is corrupt", t.Name, t.Dtype, t.Shape)
+			return nil, corrupt(fmt.Errorf("tensor %q (%s %v): SHA-256 mismatch: its bytes, dtype or shape changed since it was written, so the file is corrupt", t.Name, t.Dtype, t.Shape))
 		}
 	}
 	for k, v := range f.Meta {
@@ -440,10 +469,10 @@ func parseCheckpoint(b []byte) (*checkpoint, error) {
 		}
 		want, ok := sums["meta:"+k]
 		if !ok {
-			return nil, fmt.Errorf("metadata field %q has no checksum in %q: the file is corrupt or was edited", k, keySums)
+			return nil, corrupt(fmt.Errorf("metadata field %q has no checksum in %q: the file is corrupt or was edited", k, keySums))
 		}
 		if metaSum(k, v) != want {
-			return nil, fmt.Errorf("metadata field %q: SHA-256 mismatch: the file is corrupt", k)
+			return nil, corrupt(fmt.Errorf("metadata field %q: SHA-256 mismatch: the file is corrupt", k))
 		}
 	}
 	for k := range sums {
@@ -451,35 +480,35 @@ func parseCheckpoint(b []byte) (*checkpoint, error) {
 		_, isT := c.tensors[name]
 		_, isM := f.Meta[name]
 		if (kind == "tensor" && !isT) || (kind == "meta" && !isM) || (kind != "tensor" && kind != "meta") {
-			return nil, fmt.Errorf("%q lists %q, which the file lacks: the file is corrupt", keySums, k)
+			return nil, corrupt(fmt.Errorf("%q lists %q, which the file lacks: the file is corrupt", keySums, k))
 		}
 	}
 	if err := strictJSON(f.Meta[keyTrainer], &c.trainer); err != nil {
-		return nil, fmt.Errorf("metadata field %q: %v", keyTrainer, err)
+		return nil, corrupt(fmt.Errorf("metadata field %q: %v", keyTrainer, err))
 	}
 	if err := c.trainer.validate(); err != nil {
-		return nil, fmt.Errorf("metadata field %q: %v", keyTrainer, err)
+		return nil, corrupt(fmt.Errorf("metadata field %q: %v", keyTrainer, err))
 	}
 	if s, ok := f.Meta[keyOptimizer]; ok {
 		c.opt = &strategy.OptimizerMeta{}
 		if err := strictJSON(s, c.opt); err != nil {
-			return nil, fmt.Errorf("metadata field %q: %v", keyOptimizer, err)
+			return nil, corrupt(fmt.Errorf("metadata field %q: %v", keyOptimizer, err))
 		}
 	}
 	if s, ok := f.Meta[keyScheduler]; ok {
 		c.sched = &strategy.SchedulerMeta{}
 		if err := strictJSON(s, c.sched); err != nil {
-			return nil, fmt.Errorf("metadata field %q: %v", keyScheduler, err)
+			return nil, corrupt(fmt.Errorf("metadata field %q: %v", keyScheduler, err))
 		}
 	}
 	if s, ok := f.Meta[keyCallbacks]; ok {
 		if err := strictJSON(s, &c.callbacks); err != nil {
-			return nil, fmt.Errorf("metadata field %q: %v", keyCallbacks, err)
+			return nil, corrupt(fmt.Errorf("metadata field %q: %v", keyCallbacks, err))
 		}
 	}
 	if s, ok := f.Meta[keyModule]; ok {
 		if err := strictJSON(s, &c.module); err != nil {
-			return nil, fmt.Errorf("metadata field %q: %v", keyModule, err)
+			return nil, corrupt(fmt.Errorf("metadata field %q: %v", keyModule, err))
 		}
 	}
 	c.hparams = f.Meta[keyHParams]
@@ -489,20 +518,20 @@ func parseCheckpoint(b []byte) (*checkpoint, error) {
 func checkMeta(meta map[string]string, version *int) error {
 	if meta[keyFormat] != CheckpointFormat {
 		if _, ok := meta[keyFormat]; !ok {
-			return fmt.Errorf("the file is a safetensors file without fulgur's trainer state (no %q metadata): it holds weights only; resume needs a checkpoint written by the trainer", keyFormat)
+			return corrupt(fmt.Errorf("the file is a safetensors file without fulgur's trainer state (no %q metadata): it holds weights only; resume needs a checkpoint written by the trainer", keyFormat))
 		}
-		return fmt.Errorf("metadata field %q is %q, not %q: the file is not a fulgur checkpoint, or is corrupt", keyFormat, meta[keyFormat], CheckpointFormat)
+		return corrupt(fmt.Errorf("metadata field %q is %q, not %q: the file is not a fulgur checkpoint, or is corrupt", keyFormat, meta[keyFormat], CheckpointFormat))
 	}
 	v, err := strconv.Atoi(meta[keyVersion])
 	if err != nil || v < 1 {
-		return fmt.Errorf("metadata field %q is %q: want a version number from 1 to %d: the file is corrupt", keyVersion, meta[keyVersion], CheckpointVersion)
+		return corrupt(fmt.Errorf("metadata field %q is %q: want a version number from 1 to %d: the file is corrupt", keyVersion, meta[keyVersion], CheckpointVersion))
 	}
 	if v > CheckpointVersion {
 		return fmt.Errorf("metadata field %q is %d, newer than the %d this fulgur reads: upgrade fulgur to load it", keyVersion, v, CheckpointVersion)
 	}
 	*version = v
 	if _, ok := meta[keySums]; !ok {
-		return fmt.Errorf("metadata field %q is missing: the file is corrupt or was edited", keySums)
+		return corrupt(fmt.Errorf("metadata field %q is missing: the file is corrupt or was edited", keySums))
 	}
 	return nil
 }
@@ -823,11 +852,11 @@ func ReadCheckpointInfo(path string) (CheckpointInfo, error) {
 	}
 	var nb [8]byte
 	if _, err := io.ReadFull(f, nb[:]); err != nil {
-		return CheckpointInfo{}, fmt.Errorf("checkpoint %s: the file is %d bytes, shorter than the 8-byte header length: it is truncated or not a checkpoint", path, fi.Size())
+		return CheckpointInfo{}, corrupt(fmt.Errorf("checkpoint %s: the file is %d bytes, shorter than the 8-byte header length: it is truncated or not a checkpoint", path, fi.Size()))
 	}
 	n := binary.LittleEndian.Uint64(nb[:])
 	if n > maxHeader || int64(n) > fi.Size()-8 {
-		return CheckpointInfo{}, fmt.Errorf("checkpoint %s: the header length field says %d bytes but the file has %d after it: it is truncated, corrupt, or not a checkpoint", path, n, fi.Size()-8)
+		return CheckpointInfo{}, corrupt(fmt.Errorf("checkpoint %s: the header length field says %d bytes but the file has %d after it: it is truncated, corrupt, or not a checkpoint", path, n, fi.Size()-8))
 	}
 	hb := make([]byte, n)
 	if _, err := io.ReadFull(f, hb); err != nil {
@@ -838,11 +867,11 @@ func ReadCheckpointInfo(path string) (CheckpointInfo, error) {
 	}
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(bytes.TrimRight(hb, " "), &raw); err != nil {
-		return CheckpointInfo{}, fmt.Errorf("checkpoint %s: the header is not a JSON object: %v: the file is corrupt", path, err)
+		return CheckpointInfo{}, corrupt(fmt.Errorf("checkpoint %s: the header is not a JSON object: %v: the file is corrupt", path, err))
 	}
 	if m, ok := raw["__metadata__"]; ok {
 		if err := json.Unmarshal(m, &hdr.Meta); err != nil {
-			return CheckpointInfo{}, fmt.Errorf("checkpoint %s: header field __metadata__: %v", path, err)
+			return CheckpointInfo{}, corrupt(fmt.Errorf("checkpoint %s: header field __metadata__: %v", path, err))
 		}
 	}
 	info := CheckpointInfo{Path: path, ModTime: fi.ModTime(), Size: fi.Size()}
@@ -854,11 +883,11 @@ func ReadCheckpointInfo(path string) (CheckpointInfo, error) {
 	}
 	var sums map[string]string
 	if err := json.Unmarshal([]byte(hdr.Meta[keySums]), &sums); err != nil || sums["meta:"+keyTrainer] != metaSum(keyTrainer, hdr.Meta[keyTrainer]) {
-		return info, fmt.Errorf("checkpoint %s: metadata field %q: SHA-256 mismatch: the file is corrupt", path, keyTrainer)
+		return info, corrupt(fmt.Errorf("checkpoint %s: metadata field %q: SHA-256 mismatch: the file is corrupt", path, keyTrainer))
 	}
 	var ts ckptTrainer
 	if err := strictJSON(hdr.Meta[keyTrainer], &ts); err != nil {
-		return info, fmt.Errorf("checkpoint %s: metadata field %q: %v", path, keyTrainer, err)
+		return info, corrupt(fmt.Errorf("checkpoint %s: metadata field %q: %v", path, keyTrainer, err))
 	}
 	info.Epoch, info.BatchIdx, info.GlobalStep, info.EpochsDone = ts.Epoch, ts.Batch, ts.GlobalStep, ts.epochsDone()
 	if w, err := time.Parse(time.RFC3339Nano, ts.Written); err == nil {
@@ -871,7 +900,7 @@ func ReadCheckpointInfo(path string) (CheckpointInfo, error) {
 	}
 	if cb, ok := hdr.Meta[keyCallbacks]; ok {
 		if sums["meta:"+keyCallbacks] != metaSum(keyCallbacks, cb) {
-			return info, fmt.Errorf("checkpoint %s: metadata field %q: SHA-256 mismatch: the file is corrupt", path, keyCallbacks)
+			return info, corrupt(fmt.Errorf("checkpoint %s: metadata field %q: SHA-256 mismatch: the file is corrupt", path, keyCallbacks))
 		}
 		info.BestModelPath = bestRecorded(cb)
 	}
@@ -897,7 +926,7 @@ func ReadCheckpointInfo(path string) (CheckpointInfo, error) {
 }
 
 // VerifyCheckpoint reads a whole checkpoint and checks its framing and
-// every checksum.
+// every checksum: a file that fails matches ErrCorruptCheckpoint.
 func VerifyCheckpoint(path string) (CheckpointInfo, error) {
 	info, err := ReadCheckpointInfo(path)
 	if err != nil {

@@ -322,19 +322,19 @@ func (c *checkpoint) readShards(path string) error {
 	}
 	var files []string
 	if err := strictJSON(v, &files); err != nil || len(files) == 0 {
-		return fmt.Errorf("metadata field %q: %v: the index is corrupt", keyShards, err)
+		return corrupt(fmt.Errorf("metadata field %q: %v: the index is corrupt", keyShards, err))
 	}
 	// Indexes written before the digests were recorded have none.
 	var digests []string
 	if v, ok := c.meta[keyShardSums]; ok {
 		if err := strictJSON(v, &digests); err != nil || len(digests) != len(files) {
-			return fmt.Errorf("metadata field %q: %d digests for %d shard files (%v): the index is corrupt", keyShardSums, len(digests), len(files), err)
+			return corrupt(fmt.Errorf("metadata field %q: %d digests for %d shard files (%v): the index is corrupt", keyShardSums, len(digests), len(files), err))
 		}
 	}
 	c.shards = []strategy.Tensor{}
 	for i, f := range files {
 		if f != filepath.Base(f) {
-			return fmt.Errorf("metadata field %q names %q, not a file beside the index: the index is corrupt", keyShards, f)
+			return corrupt(fmt.Errorf("metadata field %q names %q, not a file beside the index: the index is corrupt", keyShards, f))
 		}
 		sp := filepath.Join(filepath.Dir(path), f)
 		b, err := os.ReadFile(sp)
@@ -349,7 +349,7 @@ func (c *checkpoint) readShards(path string) error {
 			return fmt.Errorf("shard %s: %w", f, err)
 		}
 		if digests != nil && digest != digests[i] {
-			return fmt.Errorf("shard %s is not the file the index was saved with (its digest is %s, the index recorded %s): it is of another save (a shard file copied there, or another job saving to the same path); resume from another checkpoint, or put this save's shard files beside it", f, digest, digests[i])
+			return corrupt(fmt.Errorf("shard %s is not the file the index was saved with (its digest is %s, the index recorded %s): it is of another save (a shard file copied there, or another job saving to the same path); resume from another checkpoint, or put this save's shard files beside it", f, digest, digests[i]))
 		}
 		c.shards = append(c.shards, s...)
 	}
@@ -360,7 +360,7 @@ func (c *checkpoint) readShards(path string) error {
 func parseShard(b []byte) ([]strategy.Tensor, string, error) {
 	f, err := decodeSafetensors(b)
 	if err != nil {
-		return nil, "", err
+		return nil, "", corrupt(err)
 	}
 	var version int
 	if err := checkMeta(f.Meta, &version); err != nil {
@@ -368,25 +368,25 @@ func parseShard(b []byte) ([]strategy.Tensor, string, error) {
 	}
 	var sums map[string]string
 	if err := strictJSON(f.Meta[keySums], &sums); err != nil {
-		return nil, "", fmt.Errorf("metadata field %q: %v: the file is corrupt", keySums, err)
+		return nil, "", corrupt(fmt.Errorf("metadata field %q: %v: the file is corrupt", keySums, err))
 	}
 	for k, v := range f.Meta {
 		if k != keySums && sums["meta:"+k] != metaSum(k, v) {
-			return nil, "", fmt.Errorf("metadata field %q: SHA-256 mismatch: the file is corrupt", k)
+			return nil, "", corrupt(fmt.Errorf("metadata field %q: SHA-256 mismatch: the file is corrupt", k))
 		}
 	}
 	var spans map[string]ckptSpan
 	if err := strictJSON(f.Meta[keySpans], &spans); err != nil {
-		return nil, "", fmt.Errorf("metadata field %q: %v: the file is corrupt", keySpans, err)
+		return nil, "", corrupt(fmt.Errorf("metadata field %q: %v: the file is corrupt", keySpans, err))
 	}
 	var out []strategy.Tensor
 	for _, tn := range f.Tensors {
 		if sums["tensor:"+tn.Name] != tensorSum(tn) {
-			return nil, "", fmt.Errorf("tensor %q (%s %v): SHA-256 mismatch: the file is corrupt", tn.Name, tn.Dtype, tn.Shape)
+			return nil, "", corrupt(fmt.Errorf("tensor %q (%s %v): SHA-256 mismatch: the file is corrupt", tn.Name, tn.Dtype, tn.Shape))
 		}
 		sp, ok := spans[tn.Name]
 		if !ok {
-			return nil, "", fmt.Errorf("tensor %q has no span in %q: the file is corrupt", tn.Name, keySpans)
+			return nil, "", corrupt(fmt.Errorf("tensor %q has no span in %q: the file is corrupt", tn.Name, keySpans))
 		}
 		st := strategy.Tensor{Name: sp.Name, Shape: sp.Shape, Lo: sp.Lo, Hi: sp.Hi}
 		switch {
@@ -404,7 +404,7 @@ func parseShard(b []byte) ([]strategy.Tensor, string, error) {
 	}
 	sd := &strategy.StateDict{Tensors: out}
 	if err := sd.Check(); err != nil {
-		return nil, "", fmt.Errorf("%w: the file is corrupt", err)
+		return nil, "", corrupt(fmt.Errorf("%w: the file is corrupt", err))
 	}
 	return out, shardDigest(f.Meta), nil
 }

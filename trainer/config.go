@@ -247,6 +247,16 @@ func (c *Config) Validate() error {
 			bad("%s is %d: use 0 (the default) or a positive number", n(name), v)
 		}
 	}
+	// A nil pointer here would crash the checks below and the run: say so
+	// and go on as if the field were unset, to report the rest too.
+	if msg := nilEntry(c.StrategyImpl, "leave "+n("StrategyImpl")+" unset"); c.StrategyImpl != nil && msg != "" {
+		bad("%s is %s", n("StrategyImpl"), msg)
+		c.StrategyImpl = nil
+	}
+	if msg := nilEntry(c.Profiler, "leave "+n("Profiler")+" unset"); c.Profiler != nil && msg != "" {
+		bad("%s is %s", n("Profiler"), msg)
+		c.Profiler = nil
+	}
 	errs = append(errs, c.conflicts()...)
 	if c.MaxEpochs < -1 {
 		bad("%s is %d: use a positive number, 0 (the default: 1000 epochs, or no limit beside %s) or -1 (no limit)", n("MaxEpochs"), c.MaxEpochs, n("MaxSteps"))
@@ -386,7 +396,7 @@ func (c *Config) Validate() error {
 		c.Log.Warn().Int("devices", c.Devices).Int("cores", cores).Msg(n("Devices") + " is above the number of CPU cores: the ranks share cores and each runs slower; use " + n("Devices") + " <= cores")
 	}
 	for i, cb := range c.Callbacks {
-		if msg := nilEntry(cb); msg != "" {
+		if msg := nilEntry(cb, "remove the entry"); msg != "" {
 			bad("Callbacks[%d] is %s", i, msg)
 		}
 		for _, msg := range wrongSignatures(cb, callbackInterfaces) {
@@ -394,7 +404,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	for i, l := range c.Loggers {
-		if msg := nilEntry(l); msg != "" {
+		if msg := nilEntry(l, "remove the entry"); msg != "" {
 			bad("Loggers[%d] is %s", i, msg)
 		}
 		for _, msg := range wrongSignatures(l, loggerInterfaces) {
@@ -433,17 +443,18 @@ func (c *Config) eitherField(a, b string) string {
 	return c.field(a)
 }
 
-// nilEntry says how v, a callback or logger, is nil ("" when it is not): a
-// constructor that failed returns a nil pointer, which in an interface is
-// not nil and would crash the first hook or log call.
-func nilEntry(v any) string {
+// nilEntry says how v, a callback, logger, profiler or strategy, is nil
+// ("" when it is not), and fix how to do without it: a constructor that
+// failed returns a nil pointer, which in an interface is not nil and would
+// crash the first hook or log call.
+func nilEntry(v any, fix string) string {
 	if v == nil {
 		return "nil: remove it"
 	}
 	switch rv := reflect.ValueOf(v); rv.Kind() {
 	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
 		if rv.IsNil() {
-			return fmt.Sprintf("a nil %T: its constructor returned an error; check it, or remove the entry", v)
+			return fmt.Sprintf("a nil %T: its constructor returned an error; check it, or %s", v, fix)
 		}
 	}
 	return ""

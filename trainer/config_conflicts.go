@@ -3,6 +3,8 @@ package trainer
 import (
 	"fmt"
 	"path/filepath"
+	"reflect"
+	"strings"
 )
 
 // conflicts reports settings that contradict each other: with both set, one
@@ -40,12 +42,18 @@ func (c *Config) conflicts() []error {
 	type ckptNames struct{ dir, filename string }
 	namers := map[ckptNames]int{} // -> index of the first checkpointNamer
 	for i, cb := range c.Callbacks {
-		if nilEntry(cb) != "" {
+		if nilEntry(cb, "") != "" {
 			continue // Validate names it; its methods would crash
 		}
 		if _, ok := cb.(Stateful); ok {
 			if cb.Name() == "" {
-				bad("Callbacks[%d] (%T) keeps state in checkpoints under its Name, which is empty: return a name from Name", i, cb)
+				fix := "return a name from Name"
+				if t := reflect.TypeOf(cb); t.Kind() == reflect.Pointer && strings.HasSuffix(t.Elem().PkgPath(), "/fulgur/callbacks") {
+					// A struct literal of the library's own type: its
+					// constructor names it and checks its configuration.
+					fix = fmt.Sprintf("make it with callbacks.New%s, not a struct literal", t.Elem().Name())
+				}
+				bad("Callbacks[%d] (%T) keeps state in checkpoints under its Name, which is empty: %s", i, cb, fix)
 			} else if j, dup := stateful[cb.Name()]; dup {
 				bad("Callbacks[%d] and Callbacks[%d] are both named %q, which keys their state in checkpoints: one would overwrite the other's and a resumed run would give both the same; give each its own Name (ModelCheckpointConfig.Name, EarlyStoppingConfig.Name)", j, i, cb.Name())
 			} else {

@@ -211,6 +211,28 @@
 // GradientClipVal by "norm" (torch's clip_grad_norm_, with its 1e-6) and
 // "value", after accumulation.
 //
+// # Errors
+//
+// An error says what went wrong in words a user acts on. Those a program
+// branches on match errors.Is or errors.As through the trainer's wrapping:
+//
+//   - *InterruptedError (errors.As): a signal or the caller's context
+//     stopped Fit after a whole step, and its Checkpoint resumes the run;
+//     errors.Is(err, context.Canceled) (or context.DeadlineExceeded)
+//     holds when the context did. Validate, Test, Predict and PredictEach
+//     stopped by their context return its error wrapped.
+//   - ErrCorruptCheckpoint: a checkpoint given to FromCheckpoint or
+//     WithCheckpoint (or read by LoadWeights, VerifyCheckpoint or
+//     ReadCheckpointInfo) is cut short, altered or no checkpoint; a
+//     missing one matches os.ErrNotExist instead.
+//   - collective.ErrPeerLost and collective.ErrTimeout, in a *collective.Error
+//     (collective.PeerOf names the rank): a Fit of several ranks lost a
+//     rank that died, closed or went silent.
+//
+// New's error lists every problem of a Config at once, naming each
+// setting, its value and the fix; it has no sentinel. A hook's Stop is no
+// error: Fit returns nil and Stats().StoppedEarly says why.
+//
 // trainer imports module, data, optim, nn, profiler, strategy, blas (the BLAS
 // choice at start) and panics (user panics as errors); it must
 // not be imported by any of them.

@@ -73,7 +73,9 @@ func WithWeights(path string, opts ...WeightsOption) FitOption {
 	return func(o *fitOptions) {
 		w := &weightsOptions{path: path, strict: true}
 		for _, opt := range opts {
-			opt(w)
+			if opt != nil {
+				opt(w)
+			}
 		}
 		o.weights = w
 	}

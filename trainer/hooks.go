@@ -13,6 +13,7 @@ type SanityCheckStartHook interface {
 	OnSanityCheckStart(ctx context.Context, s *State) error
 }
 
+// SanityCheckEndHook is described with SanityCheckStartHook.
 type SanityCheckEndHook interface {
 	OnSanityCheckEnd(ctx context.Context, s *State) error
 }
@@ -25,6 +26,7 @@ type TrainStartHook interface {
 	OnTrainStart(ctx context.Context, s *State) error
 }
 
+// TrainEndHook is described with TrainStartHook.
 type TrainEndHook interface {
 	OnTrainEnd(ctx context.Context, s *State) error
 }
@@ -42,6 +44,7 @@ type ValidationStartHook interface {
 	OnValidationStart(ctx context.Context, s *State) error
 }
 
+// ValidationEpochStartHook is described with ValidationStartHook.
 type ValidationEpochStartHook interface {
 	OnValidationEpochStart(ctx context.Context, s *State) error
 }
@@ -53,6 +56,7 @@ type ValidationBatchStartHook interface {
 	OnValidationBatchStart(ctx context.Context, s *State) error
 }
 
+// ValidationBatchEndHook is described with ValidationBatchStartHook.
 type ValidationBatchEndHook interface {
 	OnValidationBatchEnd(ctx context.Context, s *State) error
 }
@@ -70,18 +74,22 @@ type TestStartHook interface {
 	OnTestStart(ctx context.Context, s *State) error
 }
 
+// TestEpochStartHook is described with TestStartHook.
 type TestEpochStartHook interface {
 	OnTestEpochStart(ctx context.Context, s *State) error
 }
 
+// TestBatchStartHook is described with TestStartHook.
 type TestBatchStartHook interface {
 	OnTestBatchStart(ctx context.Context, s *State) error
 }
 
+// TestBatchEndHook is described with TestStartHook.
 type TestBatchEndHook interface {
 	OnTestBatchEnd(ctx context.Context, s *State) error
 }
 
+// TestEpochEndHook is described with TestStartHook.
 type TestEpochEndHook interface {
 	OnTestEpochEnd(ctx context.Context, s *State) error
 }
@@ -92,10 +100,12 @@ type PredictStartHook interface {
 	OnPredictStart(ctx context.Context, s *State) error
 }
 
+// PredictEpochStartHook is described with PredictStartHook.
 type PredictEpochStartHook interface {
 	OnPredictEpochStart(ctx context.Context, s *State) error
 }
 
+// PredictBatchStartHook is described with PredictStartHook.
 type PredictBatchStartHook interface {
 	OnPredictBatchStart(ctx context.Context, s *State) error
 }
@@ -108,10 +118,12 @@ type PredictBatchEndHook interface {
 	OnPredictBatchEnd(ctx context.Context, s *State, out PredictBatch) error
 }
 
+// PredictEpochEndHook is described with PredictStartHook.
 type PredictEpochEndHook interface {
 	OnPredictEpochEnd(ctx context.Context, s *State) error
 }
 
+// PredictEndHook is described with PredictStartHook.
 type PredictEndHook interface {
 	OnPredictEnd(ctx context.Context, s *State) error
 }
@@ -151,6 +163,7 @@ type SetupHook interface {
 	Setup(ctx context.Context, s *State, stage string) error
 }
 
+// TeardownHook is described with SetupHook.
 type TeardownHook interface {
 	Teardown(ctx context.Context, s *State, stage string) error
 }

@@ -51,18 +51,25 @@ type LRFindResult struct {
 // go into a temporary directory it removes), so t and the weights of a
 // later Fit are untouched: Fit initialises m's parameters again. Set the
 // suggestion as the module's learning rate (in ConfigureOptimizers), then
-// Fit.
+// Fit. A ctx cancelled during the search ends it with an error matching
+// ctx.Err() (errors.Is), and no result.
 //
 // As Lightning's, it runs on one device: a Config for several devices,
 // nodes or a launched job is an error, since the rate that suits a
 // larger global batch differs (find it on one device and scale it with the
 // batch, or tune at the job's batch size on one device).
 func (t *Trainer) LRFind(ctx context.Context, m module.Module, train *data.Loader, cfg LRFindConfig) (LRFindResult, error) {
+	if err := t.notMade("LRFind"); err != nil {
+		return LRFindResult{}, err
+	}
 	if ctx == nil {
 		return LRFindResult{}, errors.New("LRFind: the context is nil: pass context.Background() or a context of your own")
 	}
 	if m == nil || train == nil {
 		return LRFindResult{}, errors.New("LRFind: the module and the training loader must not be nil")
+	}
+	if err := zeroLoader("LRFind", "training loader", train); err != nil {
+		return LRFindResult{}, err
 	}
 	s, err := newLRSweep(cfg)
 	if err != nil {
@@ -98,6 +105,15 @@ func (t *Trainer) LRFind(ctx context.Context, m module.Module, train *data.Loade
 	}
 	tr.schedOverride = s
 	ferr := tr.Fit(ctx, m, train, nil)
+	if ie := (*InterruptedError)(nil); errors.As(ferr, &ie) {
+		// Its checkpoint is in dir, removed on return: name none. Signals
+		// are not handled here (HandleSignals off), so the context ended it.
+		cause := ie.Err
+		if cause == nil {
+			cause = errors.New("interrupted")
+		}
+		ferr = fmt.Errorf("the search was stopped by its context after %d of its %d steps (%w): its run is removed and no rate is suggested; run LRFind again", len(s.losses), s.cfg.NumTraining, cause)
+	}
 	// Torn down whether Fit failed or not: the trainer is LRFind's alone.
 	if err := errors.Join(ferr, tr.Teardown(ctx)); err != nil {
 		return LRFindResult{}, fmt.Errorf("LRFind: %w", err)

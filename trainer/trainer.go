@@ -24,8 +24,12 @@ import (
 )
 
 // Trainer runs modules. Make one with New; it may Fit a module and then
-// Validate, Test or Predict with the trained parameters.
+// Validate, Test or Predict with the trained parameters. A Trainer not made
+// by New (the zero value) returns an error from every run method. A
+// Trainer is not safe for concurrent use: call its methods one at a time
+// (Trainers of their own, one per rank or per job, may run side by side).
 type Trainer struct {
+	made  bool // by New: see notMade
 	cfg   Config
 	strat strategy.Strategy
 	mod   module.Module
@@ -139,7 +143,31 @@ func New(cfg Config) (*Trainer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("trainer config:\n%w", err)
 	}
-	return &Trainer{cfg: cfg, loggers: cfg.Loggers}, nil
+	return &Trainer{made: true, cfg: cfg, loggers: cfg.Loggers}, nil
+}
+
+// notMade answers a run method of a Trainer declared rather than made by
+// New (var tr trainer.Trainer, or a nil *Trainer), whose Config was never
+// validated: it has no defaults to run with and would crash in setup.
+func (t *Trainer) notMade(call string) error {
+	if t != nil && t.made {
+		return nil
+	}
+	what := "the Trainer is a zero Trainer, declared rather than made by trainer.New"
+	if t == nil {
+		what = "the *Trainer is nil"
+	}
+	return fmt.Errorf("%s: %s: make it with trainer.New(trainer.Config{...}) (a zero Config is valid)", call, what)
+}
+
+// zeroLoader answers a data.Loader declared rather than made by
+// data.NewLoader, which has no dataset and would crash the loop; nil for a
+// nil loader, which the caller names itself.
+func zeroLoader(call, what string, l *data.Loader) error {
+	if l == nil || l.Dataset() != nil {
+		return nil
+	}
+	return fmt.Errorf("%s: the %s is a zero data.Loader, declared rather than made by data.NewLoader, so it has no dataset: make it with data.NewLoader(ds, data.LoaderConfig{BatchSize: 64})", call, what)
 }
 
 // Config returns the validated configuration.
@@ -189,7 +217,7 @@ func (t *Trainer) LogDir() string { return t.state.LogDir }
 // strategy (DDP-spawn) that must not run the code after Fit.
 func (t *Trainer) IsWorker() bool { return t.worker }
 
-// FitOption changes one Fit call.
+// FitOption changes one Fit call. A nil FitOption is no option.
 type FitOption func(*fitOptions)
 
 type fitOptions struct {
@@ -198,10 +226,12 @@ type fitOptions struct {
 }
 
 // FromCheckpoint resumes training from a checkpoint: a path, or "last" or
-// "best" for one under DefaultRootDir (see ResolveCheckpoint).
+// "best" for one under DefaultRootDir (see ResolveCheckpoint). "" resumes
+// nothing, as no option (a program may pass its flag through).
 func FromCheckpoint(path string) FitOption { return func(o *fitOptions) { o.ckptPath = path } }
 
-// EvalOption changes one Validate, Test or Predict call.
+// EvalOption changes one Validate, Test or Predict call. A nil EvalOption
+// is no option.
 type EvalOption func(*evalOptions)
 
 type evalOptions struct {
@@ -213,7 +243,7 @@ type evalOptions struct {
 // last.ckpt under DefaultRootDir) or a path. Its parameters and buffers
 // replace the ones the Trainer holds, on every rank. Without it, Validate,
 // Test and Predict use the weights the Trainer holds: after Fit, the
-// trained ones.
+// trained ones, as they do with which "".
 func WithCheckpoint(which string) EvalOption { return func(o *evalOptions) { o.ckptPath = which } }
 
 func (t *Trainer) dtype() tensor.Dtype {
@@ -474,6 +504,9 @@ func ownSampler(c data.LoaderConfig) bool {
 // (Config.Seed). To go on from a run, pass FromCheckpoint with its
 // checkpoint ("last").
 func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loader, opts ...FitOption) (err error) {
+	if err := t.notMade("Fit"); err != nil {
+		return err
+	}
 	t.excDone = false
 	defer func() { err = t.failed(ctx, err) }()
 	if t.cfg.Deterministic {
@@ -483,16 +516,24 @@ func (t *Trainer) Fit(ctx context.Context, m module.Module, train, val *data.Loa
 	}
 	var fo fitOptions
 	for _, o := range opts {
-		o(&fo)
+		if o != nil { // one appended conditionally: no option
+			o(&fo)
+		}
 	}
 	if ctx == nil {
 		return errNilContext("Fit")
+	}
+	if fo.weights != nil && fo.weights.path == "" {
+		return errors.New("Fit: trainer.WithWeights was given an empty path: pass the safetensors state dict or checkpoint to start from (or \"last\" or \"best\"), or leave WithWeights out to start from the initial weights")
 	}
 	if fo.weights != nil && fo.ckptPath != "" {
 		return fmt.Errorf("Fit: trainer.FromCheckpoint(%q) and trainer.WithWeights(%q) were both given: FromCheckpoint resumes a run (weights, optimizer, epoch), WithWeights starts a new one from weights only; pass one", fo.ckptPath, fo.weights.path)
 	}
 	if train == nil {
 		return errors.New("Fit: the training loader is nil: pass a *data.Loader")
+	}
+	if err := errors.Join(zeroLoader("Fit", "training loader", train), zeroLoader("Fit", "validation loader", val)); err != nil {
+		return err
 	}
 	if err := checkModule("Fit", m); err != nil {
 		return err
@@ -1312,6 +1353,9 @@ func (t *Trainer) validationLoop(ctx context.Context, m module.Module, val *data
 // Validate runs the validation loop once and returns its metrics, which it
 // logs as Test does.
 func (t *Trainer) Validate(ctx context.Context, m module.Module, val *data.Loader, opts ...EvalOption) (map[string]float64, error) {
+	if err := t.notMade("Validate"); err != nil {
+		return nil, err
+	}
 	t.excDone = false
 	out, err := t.evaluate(ctx, m, val, module.Validate, opts)
 	return out, t.failed(ctx, err)
@@ -1326,6 +1370,9 @@ func (t *Trainer) Validate(ctx context.Context, m module.Module, val *data.Loade
 // else a CSVLogger in Config.LogDir (none with DisableLogger, or with
 // neither set and no Fit).
 func (t *Trainer) Test(ctx context.Context, m module.Module, test *data.Loader, opts ...EvalOption) (map[string]float64, error) {
+	if err := t.notMade("Test"); err != nil {
+		return nil, err
+	}
 	t.excDone = false
 	out, err := t.evaluate(ctx, m, test, module.Test, opts)
 	return out, t.failed(ctx, err)
@@ -1338,7 +1385,9 @@ func (t *Trainer) Test(ctx context.Context, m module.Module, test *data.Loader, 
 func (t *Trainer) prepareEval(ctx context.Context, m module.Module, l *data.Loader, stage string, opts []EvalOption) (step, epochs int, err error) {
 	var eo evalOptions
 	for _, o := range opts {
-		o(&eo)
+		if o != nil { // one appended conditionally: no option
+			o(&eo)
+		}
 	}
 	if err := t.setup(ctx, m, l.Dataset().Fields()); err != nil {
 		return 0, 0, err
@@ -1390,6 +1439,9 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 	}
 	if l == nil {
 		return nil, fmt.Errorf("%s: the loader is nil: pass a *data.Loader", mode)
+	}
+	if err := zeroLoader(strings.ToUpper(mode.String()[:1])+mode.String()[1:], "loader", l); err != nil {
+		return nil, err
 	}
 	if err := checkModule(strings.ToUpper(mode.String()[:1])+mode.String()[1:], m); err != nil {
 		return nil, err
@@ -1519,6 +1571,9 @@ func (t *Trainer) evalLoggers() error {
 // predicted value (and per row) of the whole set, besides the result.
 // PredictEach hands each batch out instead, holding nothing.
 func (t *Trainer) Predict(ctx context.Context, m module.Module, l *data.Loader, opts ...EvalOption) (_ []*tensor.Dense, err error) {
+	if err := t.notMade("Predict"); err != nil {
+		return nil, err
+	}
 	t.excDone = false
 	defer func() { err = t.failed(ctx, err) }()
 	var out []*tensor.Dense
@@ -1561,6 +1616,9 @@ type PredictBatch struct {
 // own batches are done (as after any rank's failure or cancel there, under
 // a strategy that holds the whole model in each process: ddp, sharded).
 func (t *Trainer) PredictEach(ctx context.Context, m module.Module, l *data.Loader, fn func(PredictBatch) error, opts ...EvalOption) error {
+	if err := t.notMade("PredictEach"); err != nil {
+		return err
+	}
 	t.excDone = false
 	if fn == nil {
 		return t.failed(ctx, errors.New("PredictEach: fn is nil: pass the function that takes each batch's predictions"))
@@ -1585,6 +1643,9 @@ func (t *Trainer) predictBatches(ctx context.Context, m module.Module, l *data.L
 	}
 	if l == nil {
 		return nil, errors.New("Predict: the loader is nil: pass a *data.Loader")
+	}
+	if err := zeroLoader("Predict", "loader", l); err != nil {
+		return nil, err
 	}
 	if err := checkModule("Predict", m); err != nil {
 		return nil, err
