@@ -446,7 +446,7 @@ func (r *Rendezvous) challenge(c net.Conn) ([]byte, error) {
 		if r.cfg.TLS != nil && strings.Contains(err.Error(), "tls: ") {
 			return nil, fmt.Errorf("%w (%s)", err, tlsHint(err))
 		}
-		if r.cfg.TLS == nil && errors.Is(err, os.ErrDeadlineExceeded) && speaksTLS(c) {
+		if r.cfg.TLS == nil && errors.Is(err, os.ErrDeadlineExceeded) && speaksTLS(c, probeWait(r.cfg.Timeout)) {
 			// A rank 0 with TLS waits for our TLS hello, as we wait for
 			// its challenge: its reply to a probe tells it from another
 			// program that stays silent (a web server waiting for a
@@ -477,10 +477,26 @@ func otherProgram(cfg Config) string {
 // program answers otherwise or not at all.
 var tlsProbe = []byte{0x16, 0x03, 0x01, 0x00, 0x04, 0x01, 0x00, 0x00, 0x00}
 
+// challengeDeadline bounds a joiner's wait for rank 0's challenge: half of
+// a handshake's time (handshakeDeadline), so that its probe (speaksTLS)
+// finds a rank 0 with TLS still in that handshake, and the joiner's own
+// timeout not yet spent: with the whole of it, a rank 0 whose handshake
+// began first had given up, or the joiner's timeout ended the probe, and
+// a rank 0 with TLS was taken for another program.
+func challengeDeadline(timeout time.Duration) time.Time {
+	return time.Now().Add(min(timeout, 10*time.Second) / 2)
+}
+
+// probeWait is how long speaksTLS waits for an answer: a second, or less
+// within a short timeout (a quarter of a handshake's time).
+func probeWait(timeout time.Duration) time.Duration {
+	return min(time.Second, min(timeout, 10*time.Second)/4)
+}
+
 // speaksTLS says whether the acceptor on c, silent so far, answers
-// tlsProbe with a TLS alert within a second.
-func speaksTLS(c net.Conn) bool {
-	deadline := time.Now().Add(time.Second)
+// tlsProbe with a TLS alert within wait.
+func speaksTLS(c net.Conn, wait time.Duration) bool {
+	deadline := time.Now().Add(wait)
 	c.SetDeadline(deadline)
 	if _, err := c.Write(tlsProbe); err != nil {
 		return false
@@ -617,7 +633,7 @@ func (r *Rendezvous) joinOnce(ctx, outer context.Context) (net.Conn, []byte, err
 	// gets none in a while is tried again (joiners wait for a handshake
 	// slot) and, if that repeats, named as another program's.
 	if cfg.TLS == nil {
-		raw.SetReadDeadline(handshakeDeadline(cfg.Timeout))
+		raw.SetReadDeadline(challengeDeadline(cfg.Timeout))
 	}
 	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
