@@ -3,6 +3,7 @@ package callbacks_test
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -59,7 +60,16 @@ func TestZeroModelSummaryPrintsAllLayersOnStdout(t *testing.T) {
 
 func TestZeroDeviceStatsMonitorSamplesTheProcess(t *testing.T) {
 	d := &callbacks.DeviceStatsMonitor{}
-	if _, err := fit(t, trainer.Config{MaxEpochs: 1, LogEveryNSteps: 1, Callbacks: []trainer.Callback{d}}, false); err != nil {
+	_, err := fit(t, trainer.Config{MaxEpochs: 1, LogEveryNSteps: 1, Callbacks: []trainer.Callback{d}}, false)
+	if runtime.GOOS != "linux" {
+		// The default sample reads /proc: elsewhere the zero value says
+		// to set Sample, as NewDeviceStatsMonitor does.
+		if err == nil || !strings.Contains(err.Error(), "DeviceStatsConfig.Sample") {
+			t.Errorf("Fit with a zero DeviceStatsMonitor on %s: %v, want an error naming DeviceStatsConfig.Sample", runtime.GOOS, err)
+		}
+		return
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := d.Last()["cpu_pct"]; !ok {
