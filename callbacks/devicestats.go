@@ -47,7 +47,10 @@ type DeviceStatsConfig struct {
 // MiB), and "gpu_mem_mb" when GPUMemory is set. Rank 0 logs them through
 // the trainer's loggers; callbacks.ProgressBar shows them when its Metrics
 // name them and the trainer keeps callback-logged metrics in State.Metrics.
-// Last returns the latest figures on every rank.
+// Last returns the latest figures on every rank. The zero
+// DeviceStatsMonitor (&callbacks.DeviceStatsMonitor{}) is
+// NewDeviceStatsMonitor's with a zero DeviceStatsConfig, except that a
+// process sample that fails is its OnFitStart's error, not a constructor's.
 type DeviceStatsMonitor struct {
 	cfg      DeviceStatsConfig
 	prev     ProcessSample
@@ -71,16 +74,21 @@ func NewDeviceStatsMonitor(cfg DeviceStatsConfig) (*DeviceStatsMonitor, error) {
 	if cfg.EveryNSteps < 0 {
 		return nil, fmt.Errorf("DeviceStatsMonitor EveryNSteps is %d: use 0 (the trainer's LogEveryNSteps) or a positive number", cfg.EveryNSteps)
 	}
-	if cfg.Sample == nil {
-		cfg.Sample = ReadProcessSample
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.defaults()
 	if _, err := cfg.Sample(); err != nil {
 		return nil, fmt.Errorf("DeviceStatsMonitor: %w", err)
 	}
 	return &DeviceStatsMonitor{cfg: cfg, lastStep: -1}, nil
+}
+
+// defaults fills the zero Sample and Now.
+func (c *DeviceStatsConfig) defaults() {
+	if c.Sample == nil {
+		c.Sample = ReadProcessSample
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 }
 
 func (d *DeviceStatsMonitor) Name() string { return "DeviceStatsMonitor" }
@@ -89,7 +97,11 @@ func (d *DeviceStatsMonitor) Name() string { return "DeviceStatsMonitor" }
 func (d *DeviceStatsMonitor) StopsAtStepEnd() bool { return false }
 
 // Config returns the configuration, defaults filled in.
-func (d *DeviceStatsMonitor) Config() DeviceStatsConfig { return d.cfg }
+func (d *DeviceStatsMonitor) Config() DeviceStatsConfig {
+	c := d.cfg
+	c.defaults()
+	return c
+}
 
 // Last returns the latest figures (nil before the first sample).
 func (d *DeviceStatsMonitor) Last() map[string]float64 {
@@ -104,6 +116,7 @@ func (d *DeviceStatsMonitor) Last() map[string]float64 {
 }
 
 func (d *DeviceStatsMonitor) OnFitStart(ctx context.Context, s *trainer.State) error {
+	d.cfg.defaults() // the zero DeviceStatsMonitor's (a struct literal's)
 	var err error
 	d.prev, err = d.cfg.Sample()
 	d.prevAt, d.lastStep = d.cfg.Now(), s.GlobalStep

@@ -23,9 +23,11 @@
 //
 // Make each with its constructor (NewModelCheckpoint, NewProgressBar,
 // NewCSVLogger, ...), which fills the defaults and checks the
-// configuration: a struct literal such as &ModelCheckpoint{} is not usable
-// (the trainer refuses some, for an empty Name; others fail their first
-// hook).
+// configuration. The zero ProgressBar, ModelSummary and
+// DeviceStatsMonitor are usable (their constructors' defaults); a struct
+// literal of another type, such as &ModelCheckpoint{} or &Timer{}, is not:
+// the trainer refuses the checkpointed ones naming their constructor, and
+// the others fail their first hook.
 //
 // # Where they differ from Lightning
 //

@@ -33,13 +33,16 @@ type ProgressBarConfig struct {
 
 // ProgressBar shows training progress on rank 0: a bar redrawn in place on
 // a terminal, or one plain line every RefreshEvery batches otherwise (logs
-// of batch jobs). It replaces the trainer's built-in display.
+// of batch jobs). It replaces the trainer's built-in display. The zero
+// ProgressBar (&callbacks.ProgressBar{}) is NewProgressBar's with a zero
+// ProgressBarConfig.
 type ProgressBar struct {
 	cfg      ProgressBarConfig
 	tty      bool
 	start    time.Time
 	first    int // first batch of this epoch run in this process (resume)
 	maxWidth int
+	ready    bool // defaults filled (a struct literal's at its first hook)
 }
 
 var (
@@ -56,19 +59,28 @@ func NewProgressBar(cfg ProgressBarConfig) (*ProgressBar, error) {
 	if cfg.RefreshEvery < 0 {
 		return nil, fmt.Errorf("ProgressBar RefreshEvery is %d: use 0 (the default) or more", cfg.RefreshEvery)
 	}
-	if cfg.Out == nil {
-		cfg.Out = os.Stderr
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
 	p := &ProgressBar{cfg: cfg}
-	if cfg.Terminal != nil {
-		p.tty = *cfg.Terminal
-	} else if f, ok := cfg.Out.(*os.File); ok {
+	p.defaults()
+	return p, nil
+}
+
+// defaults fills the configuration's zero fields, once.
+func (p *ProgressBar) defaults() {
+	if p.ready {
+		return
+	}
+	p.ready = true
+	if p.cfg.Out == nil {
+		p.cfg.Out = os.Stderr
+	}
+	if p.cfg.Now == nil {
+		p.cfg.Now = time.Now
+	}
+	if p.cfg.Terminal != nil {
+		p.tty = *p.cfg.Terminal
+	} else if f, ok := p.cfg.Out.(*os.File); ok {
 		p.tty = term.IsTerminal(int(f.Fd()))
 	}
-	return p, nil
 }
 
 func (p *ProgressBar) Name() string { return "ProgressBar" }
@@ -79,6 +91,7 @@ func (p *ProgressBar) StopsAtStepEnd() bool { return false }
 func (p *ProgressBar) DisplaysProgress() bool { return true }
 
 func (p *ProgressBar) OnTrainEpochStart(ctx context.Context, s *trainer.State) error {
+	p.defaults()
 	p.start, p.first = p.cfg.Now(), -1
 	return nil
 }
@@ -94,6 +107,7 @@ func (p *ProgressBar) every(s *trainer.State) int {
 }
 
 func (p *ProgressBar) OnTrainBatchEnd(ctx context.Context, s *trainer.State) error {
+	p.defaults()
 	if !s.IsGlobalZero {
 		return nil
 	}
@@ -138,6 +152,7 @@ func (p *ProgressBar) OnTrainBatchEnd(ctx context.Context, s *trainer.State) err
 }
 
 func (p *ProgressBar) OnValidationEnd(ctx context.Context, s *trainer.State) error {
+	p.defaults()
 	if !s.IsGlobalZero || s.SanityChecking {
 		return nil
 	}
@@ -163,6 +178,7 @@ func (p *ProgressBar) OnValidationEnd(ctx context.Context, s *trainer.State) err
 }
 
 func (p *ProgressBar) OnFitEnd(ctx context.Context, s *trainer.State) error {
+	p.defaults()
 	if s.IsGlobalZero && p.tty && p.maxWidth > 0 {
 		_, err := fmt.Fprintln(p.cfg.Out)
 		return err

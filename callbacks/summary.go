@@ -17,7 +17,9 @@ import (
 // ModelSummary prints a table of the model's layers at fit start (rank 0):
 // name, type and parameter count of each layer the module recorded with
 // Builder.Layer, then the trainable, non-trainable and total counts and
-// the size of parameters and buffers in MB.
+// the size of parameters and buffers in MB. The zero ModelSummary
+// (&callbacks.ModelSummary{}) is NewModelSummary(nil, 0)'s: every layer, on
+// os.Stdout.
 type ModelSummary struct {
 	out      io.Writer
 	maxDepth int
@@ -50,7 +52,11 @@ func (m *ModelSummary) OnFitStart(ctx context.Context, s *trainer.State) error {
 	if !s.IsGlobalZero {
 		return nil
 	}
-	return WriteSummary(m.out, s.Layers(), s.Weights, m.maxDepth)
+	out := m.out
+	if out == nil {
+		out = os.Stdout // the zero ModelSummary's, as NewModelSummary(nil, 0)'s
+	}
+	return WriteSummary(out, s.Layers(), s.Weights, m.maxDepth)
 }
 
 // WriteSummary writes the summary table of layers and store to w.

@@ -26,7 +26,8 @@ type TimerConfig struct {
 // stage: the validations during training count, the sanity check before it
 // does not. Time spent by earlier runs resumed from a checkpoint counts.
 // Ranks' clocks differ, so the trainer makes every rank stop at the same
-// step when any one does.
+// step when any one does. Make it with NewTimer: the zero Timer has no
+// budget, and the trainer refuses it.
 type Timer struct {
 	cfg     TimerConfig
 	start   time.Time
@@ -66,7 +67,16 @@ func NewTimer(cfg TimerConfig) (*Timer, error) {
 	return &Timer{cfg: cfg}, nil
 }
 
-func (t *Timer) Name() string { return "Timer" }
+// Name is "Timer", or "" for a Timer not made by NewTimer (a struct
+// literal, &callbacks.Timer{}, which has no budget): the trainer refuses a
+// checkpointed callback without a name, telling the user to make it with
+// NewTimer, where a zero budget would otherwise never stop training.
+func (t *Timer) Name() string {
+	if t.cfg.Now == nil { // NewTimer always sets it
+		return ""
+	}
+	return "Timer"
+}
 
 // Elapsed is the training time used so far, earlier runs included.
 func (t *Timer) Elapsed() time.Duration {

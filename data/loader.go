@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"runtime"
 	"sync"
 
@@ -73,8 +74,8 @@ func (c *LoaderConfig) Validate() error {
 
 // Loader turns a Dataset into batches, epoch by epoch. A Loader is immutable
 // and safe to share; each epoch is walked by its own Iter. Make one with
-// NewLoader: the zero Loader has no dataset (the trainer refuses it, naming
-// NewLoader).
+// NewLoader: the zero Loader has no dataset (the trainer refuses it, and its
+// Iter's Err, naming NewLoader).
 type Loader struct {
 	ds     Dataset
 	cfg    LoaderConfig
@@ -90,6 +91,8 @@ func NewLoader(ds Dataset, cfg LoaderConfig) (*Loader, error) {
 	var fields []Field
 	if ds == nil {
 		errs = append(errs, errors.New("dataset is nil: pass a Dataset such as the one data.OpenFashionMNIST returns"))
+	} else if isNilPointer(ds) {
+		errs = append(errs, fmt.Errorf("dataset is a nil %T: its constructor returned an error; check it, and pass the dataset it returns", ds))
 	} else {
 		fields = append([]Field(nil), ds.Fields()...)
 		if err := checkFields(fields); err != nil {
@@ -120,6 +123,17 @@ func NewLoader(ds Dataset, cfg LoaderConfig) (*Loader, error) {
 	l.pool = &batchPool{}
 	return l, nil
 }
+
+// isNilPointer reports whether v, not nil itself, holds a nil pointer:
+// what a constructor that failed returns, whose methods would dereference
+// it.
+func isNilPointer(v any) bool {
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
+}
+
+// errNoDataset is what the zero Loader, made without NewLoader, reports.
+var errNoDataset = errors.New("the Loader has no dataset: make it with data.NewLoader (var l data.Loader and &data.Loader{} are not usable)")
 
 // samplerCount is how many indices s visits of n, when s can say so and
 // its fields are valid. A sampler of the user's that panics here is left
@@ -162,8 +176,14 @@ func (l *Loader) WithSampler(s Sampler) *Loader {
 	return &c
 }
 
-// NumBatches is the number of batches Iter(ctx, epoch) yields.
+// NumBatches is the number of batches Iter(ctx, epoch) yields. For the
+// zero Loader (or a nil one), which has no dataset, it is 0, as Iter then
+// yields no batch; NumBatches has no error to return, so Iter's Err is where
+// that Loader says to use NewLoader.
 func (l *Loader) NumBatches(epoch int) int {
+	if l == nil || l.ds == nil {
+		return 0
+	}
 	var k int
 	if s, ok := l.cfg.Sampler.(sizer); ok {
 		k = s.NumSamples(l.ds.Len())
@@ -183,9 +203,15 @@ func (l *Loader) batchesOf(k int) int {
 
 // Iter starts walking one epoch. The caller must Close it (defer it.Close())
 // unless Next has returned false; an Iter is used from one goroutine. When
-// ctx is cancelled, Next returns false and Err returns ctx.Err().
+// ctx is cancelled, Next returns false and Err returns ctx.Err(). The Iter of
+// the zero Loader (or a nil one) yields no batch, and its Err names
+// NewLoader.
 func (l *Loader) Iter(ctx context.Context, epoch int) *Iter {
 	it := &Iter{l: l, ctx: ctx, e: &epochState{l: l}}
+	if l == nil || l.ds == nil {
+		it.err = fmt.Errorf("data.Loader.Iter: %w", errNoDataset)
+		return it
+	}
 	if ctx == nil {
 		it.err = errors.New("data.Loader.Iter: ctx is nil: pass context.Background() or a cancellable context")
 		return it

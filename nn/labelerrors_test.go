@@ -53,7 +53,7 @@ func TestLabelErrorsSayWhatToChange(t *testing.T) {
 		want  string
 	}{
 		{"int64 labels", tensor.Int64, []int{3}, "labels have dtype int64: labels are class indices stored as the logits' dtype, float64 (the batch's fields already are): convert them"},
-		{"a column of labels", tensor.Float64, []int{3, 1}, "labels have shape (3, 1), want [3] (one class index per row of logits (3, 4)): reshape them to [3] (G.Reshape)"},
+		{"a column of labels", tensor.Float64, []int{3, 1}, "labels have shape (3, 1), want [3] (one class index per row of logits (3, 4)): declare the label field of the dataset with Shape [] (one scalar per example, as data.Field{Name: \"y\"}), whose batch is [3], or reshape the labels to [3] (G.Reshape)"},
 		{"one-hot labels", tensor.Float64, []int{3, 4}, "labels are class indices, not one-hot rows or probabilities: give each row's class number (its argmax)"},
 	} {
 		g := G.NewGraph()

@@ -2,6 +2,7 @@ package plot
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"image/color"
 	"io"
@@ -78,7 +79,8 @@ var groups = []group{
 
 // Layout returns the charts for runs: each group of metrics against step,
 // and against epoch for its metrics logged once per epoch in every run that
-// has them; then one chart per remaining metric.
+// has them; then one chart per remaining metric. A nil History has no
+// metrics: it adds no chart (WriteCharts and Render refuse it).
 func Layout(runs ...*History) []Chart {
 	keys := unionKeys(runs)
 	byGroup := make([][]string, len(groups))
@@ -138,6 +140,9 @@ func unionKeys(runs []*History) []string {
 	seen := map[string]bool{}
 	var keys []string
 	for _, h := range runs {
+		if h == nil {
+			continue
+		}
 		for _, k := range h.Keys() {
 			if !seen[k] && len(h.Series(k)) > 0 {
 				seen[k] = true
@@ -151,7 +156,7 @@ func unionKeys(runs []*History) []string {
 func epochLevel(runs []*History, k string) bool {
 	any := false
 	for _, h := range runs {
-		if len(h.Series(k)) == 0 {
+		if h == nil || len(h.Series(k)) == 0 {
 			continue
 		}
 		if !h.EpochLevel(k) {
@@ -223,10 +228,8 @@ func (o Options) Validate() error {
 		errs = append(errs, fmt.Sprintf("SmoothAbove is %d: use 0 (20) or a positive number of points", o.SmoothAbove))
 	}
 	for _, f := range o.Formats {
-		switch f {
-		case "png", "svg", "pdf", "eps", "jpg", "jpeg", "tif", "tiff":
-		default:
-			errs = append(errs, fmt.Sprintf("format %q is not known: use png, svg, pdf, eps, jpg or tif", f))
+		if err := checkFormat(f); err != nil {
+			errs = append(errs, err.Error())
 		}
 	}
 	if len(errs) > 0 {
@@ -235,9 +238,38 @@ func (o Options) Validate() error {
 	return nil
 }
 
+func checkFormat(f string) error {
+	switch f {
+	case "png", "svg", "pdf", "eps", "jpg", "jpeg", "tif", "tiff":
+		return nil
+	}
+	return fmt.Errorf("format %q is not known: use png, svg, pdf, eps, jpg or tif", f)
+}
+
+// checkRuns finds a nil History: ReadRun's or ReadCSV's on an error,
+// passed on unchecked.
+func checkRuns(runs []*History) error {
+	for i, h := range runs {
+		if h == nil {
+			return fmt.Errorf("runs[%d] is nil: pass the History that ReadRun or ReadCSV returned (check its error first), or leave that run out", i)
+		}
+	}
+	return nil
+}
+
 // Smooth returns the exponential moving average of v with weight w,
 // debiased as TensorBoard does so the first values are not pulled to 0.
+// The weight lies in [0, 1), as TensorBoard's: 0 leaves v as it is, and the
+// closer to 1 the smoother. Outside that range it is clamped (Smooth has no
+// error to return): below 0, or NaN, to 0; 1 or more, where the average
+// would be 0/0, to 0.999.
 func Smooth(v []float64, w float64) []float64 {
+	switch {
+	case !(w >= 0): // NaN too
+		w = 0
+	case w >= 1:
+		w = 0.999
+	}
 	out := make([]float64, len(v))
 	last := 0.0
 	for i, x := range v {
@@ -249,8 +281,9 @@ func Smooth(v []float64, w float64) []float64 {
 
 // Render draws chart c of runs in format ("png", "svg", ...) to w.
 func Render(w io.Writer, c Chart, runs []*History, format string, opt Options) error {
-	if err := opt.Validate(); err != nil {
-		return err
+	// Every problem of the call at once, before the data is looked at.
+	if err := errors.Join(checkFormat(format), checkRuns(runs), opt.Validate()); err != nil {
+		return fmt.Errorf("plot.Render: %w", err)
 	}
 	opt = opt.withDefaults()
 	p, err := newPlot(c, runs, opt)
@@ -451,6 +484,9 @@ func (integerTicks) Ticks(min, max float64) []gplot.Tick {
 func WriteCharts(dir string, runs []*History, opt Options) ([]string, error) {
 	if len(runs) == 0 {
 		return nil, fmt.Errorf("no runs to plot: pass at least one history")
+	}
+	if err := checkRuns(runs); err != nil {
+		return nil, fmt.Errorf("plot.WriteCharts: %w", err)
 	}
 	if err := opt.Validate(); err != nil {
 		return nil, err

@@ -142,7 +142,9 @@ type Config struct {
 	DisableCheckpointing bool
 	// DisableLogger turns off the default logger (Lightning's
 	// logger=False). false: when Loggers is empty, a CSVLogger writes
-	// LogDir/metrics.csv and hparams.yaml.
+	// LogDir/metrics.csv, and LogDir/hparams.yaml when Fit's module has
+	// HParams (module.HParamser); a module without them gets no
+	// hparams.yaml.
 	DisableLogger bool
 	// Precision is "32" (float32, the default) or "64" (float64).
 	Precision string

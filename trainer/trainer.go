@@ -1252,7 +1252,8 @@ func (t *Trainer) evalLoop(ctx context.Context, m module.Module, mode module.Mod
 	defer func(bi int) { t.state.BatchIdx = bi }(t.state.BatchIdx)
 	it := l.Iter(ctx, 0)
 	defer it.Close()
-	for bi := 0; bi < nb; bi++ {
+	bi := 0
+	for ; bi < nb; bi++ {
 		b, ok := it.Next()
 		if !ok {
 			break
@@ -1286,9 +1287,19 @@ func (t *Trainer) evalLoop(ctx context.Context, m module.Module, mode module.Mod
 		}
 	}
 	if err := it.Err(); err != nil {
-		return nil, nil, fmt.Errorf("%s data: %w", mode, err)
+		return nil, nil, loopDataErr(ctx, mode.String(), err, bi, nb)
 	}
 	return aggs, stop, ctx.Err()
+}
+
+// loopDataErr is the error of an evaluation loop's Iter after done of nb
+// batches: the loop's cancellation, which the Iter reports as its own,
+// is said to be one (still matching context.Canceled), not a data problem.
+func loopDataErr(ctx context.Context, mode string, err error, done, nb int) error {
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return fmt.Errorf("%s was cancelled after %d of %d batches: %w", mode, done, nb, err)
+	}
+	return fmt.Errorf("%s data: %w", mode, err)
 }
 
 // warnEvalOnStep says, once per name, that a value an evaluation step logs
@@ -1699,7 +1710,8 @@ func (t *Trainer) predictBatches(ctx context.Context, m module.Module, l *data.L
 func (t *Trainer) predictLoop(ctx context.Context, m module.Module, pl *data.Loader, nb int, each func(PredictBatch) error) error {
 	it := pl.Iter(ctx, 0)
 	defer it.Close()
-	for bi := 0; bi < nb; bi++ {
+	bi := 0
+	for ; bi < nb; bi++ {
 		b, ok := it.Next()
 		if !ok {
 			break
@@ -1723,7 +1735,7 @@ func (t *Trainer) predictLoop(ctx context.Context, m module.Module, pl *data.Loa
 		}
 	}
 	if err := it.Err(); err != nil {
-		return fmt.Errorf("predict data: %w", err)
+		return loopDataErr(ctx, "predict", err, bi, nb)
 	}
 	return nil
 }

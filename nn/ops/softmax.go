@@ -31,7 +31,10 @@ func checkLogitsLabels(what string, logits, labels, weights *G.Node) error {
 		msg := fmt.Sprintf("%s labels have shape %v, want [%d] (one class index per row of logits %v)", what, s, ls[0], ls)
 		switch {
 		case len(s) == 2 && s[0] == ls[0] && s[1] == 1:
-			msg += fmt.Sprintf(": reshape them to [%d] (G.Reshape)", ls[0])
+			// A label field declared with Shape [1] gives this column;
+			// Shape [] (a scalar per example) gives [batch] with no
+			// reshape in the step.
+			msg += fmt.Sprintf(": declare the label field of the dataset with Shape [] (one scalar per example, as data.Field{Name: \"y\"}), whose batch is [%d], or reshape the labels to [%d] (G.Reshape)", ls[0], ls[0])
 		case len(s) == 2 && s[0] == ls[0] && s[1] == ls[1]:
 			msg += ": labels are class indices, not one-hot rows or probabilities: give each row's class number (its argmax)"
 		}
