@@ -148,8 +148,10 @@ func (w *signalWatch) received() os.Signal {
 // InterruptedError is what Fit returns when a signal (SIGINT, SIGTERM, or
 // SIGUSR1 under SLURM) or the cancelling of its context stopped training:
 // every rank finished its optimizer step and the run was saved to
-// Checkpoint, from which FromCheckpoint(Checkpoint) resumes it. Under
-// ddp_spawn a signal that reaches the workers before they have started
+// Checkpoint, from which FromCheckpoint(Checkpoint) resumes it. A signal
+// that comes during the last step ends Fit so too, with GlobalStep the
+// run's last (resuming finds nothing left to train), rather than being
+// lost when Fit stops watching. Under ddp_spawn a signal that reaches the workers before they have started
 // training stops them before anything is saved: Checkpoint is "".
 type InterruptedError struct {
 	// Signal is the signal that stopped training; nil when the context
