@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -27,10 +28,22 @@ const DuplicateSignalWindow = strategy.DuplicateSignalWindow
 
 // signalWatch records the first SIGINT, SIGTERM (or, under SLURM, SIGUSR1)
 // received during Fit; the loop polls it at each optimizer-step boundary
-// (one atomic load).
+// (one atomic load, and a receive that does not wait).
+//
+// A signal reaches a Go program through goroutines: the runtime's handler
+// queues it, os/signal's goroutine sends it on the channels, and the
+// watcher (strategy.WatchStopSignals) logs it. On a loaded machine these
+// can run late, after the loop's last boundary: the run then ended as if
+// no signal had come, and the signal was dropped with the handlers, a
+// SIGTERM swallowed. So the loop also reads a channel of its own (direct,
+// one hop less), and at the last boundary (settle) waits until every
+// signal the process has received is on it.
 type signalWatch struct {
-	got  atomic.Pointer[os.Signal]
-	stop func() // stops watching
+	got    atomic.Pointer[os.Signal]
+	sigs   []os.Signal
+	direct chan os.Signal
+	seen   chan struct{} // closed once the watcher took in the first signal
+	stop   func()        // stops watching
 }
 
 // InterruptCheckpointName is the file, under the run directory
@@ -42,17 +55,24 @@ const InterruptCheckpointName = "checkpoints/interrupted.ckpt"
 func slurmJob() string { return os.Getenv("SLURM_JOB_ID") }
 
 func watchSignals(log *zerolog.Logger) *signalWatch {
-	w := &signalWatch{}
 	sigs := []os.Signal{os.Interrupt, syscall.SIGTERM}
 	if slurmJob() != "" {
 		sigs = append(sigs, sigUSR1)
 	}
-	w.stop = strategy.WatchStopSignals(sigs, func(s os.Signal, first bool) {
+	w := &signalWatch{sigs: sigs, direct: make(chan os.Signal, len(sigs)), seen: make(chan struct{})}
+	signal.Notify(w.direct, sigs...)
+	unwatch := strategy.WatchStopSignals(sigs, func(s os.Signal, first bool) {
 		if !first {
 			log.Debug().Str("signal", strategy.SignalName(s)).Msg("repeat of the first signal within 2 s: the same request")
 			return
 		}
-		w.got.Store(&s)
+		close(w.seen)
+		record := func() { w.got.CompareAndSwap(nil, &s) }
+		if testHookRecordSignal != nil {
+			testHookRecordSignal(record)
+		} else {
+			record()
+		}
 		msg := "finishing the current step, then saving a checkpoint and stopping; send the signal again after 2 s to exit at once"
 		if s == sigUSR1 {
 			msg = "SLURM asked to stop: finishing the current step, saving a checkpoint and requeueing the job"
@@ -68,7 +88,41 @@ func watchSignals(log *zerolog.Logger) *signalWatch {
 		// once complete, which the next Fit removes.
 		log.Error().Str("signal", strategy.SignalName(s)).Msg(exitAtOnceMsg)
 	})
+	w.stop = func() {
+		// The watcher's channel stays registered until unwatch: no window
+		// where a signal finds its default action.
+		signal.Stop(w.direct)
+		if w.got.Load() != nil {
+			// The loop may have acted on the signal (from direct) before
+			// the watcher took it in (os/signal sent it to both): the
+			// watcher must have, for unwatch to drop its repeats within
+			// DuplicateSignalWindow rather than leave them to kill the
+			// process.
+			<-w.seen
+		}
+		unwatch()
+	}
 	return w
+}
+
+// testHookRecordSignal, when set (by a test), is handed the watcher's
+// recording of the first signal, to run when it likes or never: the
+// watcher late, as on a loaded machine, to see that the loop does not
+// depend on it.
+var testHookRecordSignal func(record func())
+
+// settle makes received answer for every signal this process received
+// before the call, including those still on their way through os/signal:
+// signal.Stop returns once the signals received while the channel was
+// registered are on it. The watcher's channel stays registered meanwhile,
+// so a signal between Stop and Notify reaches it (and got).
+func (w *signalWatch) settle() {
+	if w == nil || w.got.Load() != nil {
+		return
+	}
+	signal.Stop(w.direct)
+	w.received()
+	signal.Notify(w.direct, w.sigs...)
 }
 
 // exitAtOnceMsg is what Fit logs when a second signal, after
@@ -80,17 +134,24 @@ func (w *signalWatch) received() os.Signal {
 	if w == nil {
 		return nil
 	}
-	if p := w.got.Load(); p != nil {
-		return *p
+	if p := w.got.Load(); p == nil {
+		select {
+		case s := <-w.direct:
+			w.got.CompareAndSwap(nil, &s)
+		default:
+			return nil
+		}
 	}
-	return nil
+	return *w.got.Load()
 }
 
 // InterruptedError is what Fit returns when a signal (SIGINT, SIGTERM, or
 // SIGUSR1 under SLURM) or the cancelling of its context stopped training:
 // every rank finished its optimizer step and the run was saved to
-// Checkpoint, from which FromCheckpoint(Checkpoint) resumes it. Under
-// ddp_spawn a signal that reaches the workers before they have started
+// Checkpoint, from which FromCheckpoint(Checkpoint) resumes it. A signal
+// that comes during the last step ends Fit so too, with GlobalStep the
+// run's last (resuming finds nothing left to train), rather than being
+// lost when Fit stops watching. Under ddp_spawn a signal that reaches the workers before they have started
 // training stops them before anything is saved: Checkpoint is "".
 type InterruptedError struct {
 	// Signal is the signal that stopped training; nil when the context
@@ -257,6 +318,11 @@ func (t *Trainer) rideStop(ctx context.Context, stop error, flags []float64) (er
 // stopCode is this rank's reason to stop at an optimizer-step boundary:
 // the index in stopSignals of the signal received, ctxCancelled, or 0.
 func (t *Trainer) stopCode(ctx context.Context) int {
+	if !t.trainingLeft(t.pos.Epoch) {
+		// The last boundary: no later one would see a signal still on
+		// its way, which the end of Fit would drop.
+		t.signals.settle()
+	}
 	code := 0
 	for i, s := range stopSignals {
 		if s != nil && s == t.signals.received() {
