@@ -151,8 +151,9 @@ func (w *signalWatch) received() os.Signal {
 // Checkpoint, from which FromCheckpoint(Checkpoint) resumes it. A signal
 // that comes during the last step ends Fit so too, with GlobalStep the
 // run's last (resuming finds nothing left to train), rather than being
-// lost when Fit stops watching. Under ddp_spawn a signal that reaches the workers before they have started
-// training stops them before anything is saved: Checkpoint is "".
+// lost when Fit stops watching. Under ddp_spawn a signal that reaches the
+// workers before they have started training stops them before anything is
+// saved: Checkpoint is "".
 type InterruptedError struct {
 	// Signal is the signal that stopped training; nil when the context
 	// was cancelled (Err says why).
