@@ -3,6 +3,7 @@ package trainer_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/fulgur-ml/fulgur/trainer"
@@ -31,7 +32,10 @@ func (c *cancelOnBatch) OnPredictBatchEnd(context.Context, *trainer.State, train
 
 // Validate, Test, Predict and PredictEach whose context is cancelled
 // mid-loop stop at the next batch and return an error matching
-// context.Canceled, as the package doc's Errors section says.
+// context.Canceled, as the package doc's Errors section says, that says
+// the evaluation was cancelled and where: it used to read "validate data:
+// context canceled", which sends the user looking for a problem in the
+// data.
 func TestEvalCancelledMidLoopIsContextCanceled(t *testing.T) {
 	l := loader(t, regression(t, 64, 0.01, 1), 4, false, false) // 16 batches
 	for call, run := range map[string]func(ctx context.Context, tr *trainer.Trainer) error{
@@ -64,6 +68,10 @@ func TestEvalCancelledMidLoopIsContextCanceled(t *testing.T) {
 		}
 		if cb.seen > 3 {
 			t.Errorf("%s cancelled at its second batch ran %d of 16 batches", call, cb.seen)
+		}
+		mode := strings.ToLower(strings.TrimSuffix(call, "Each"))
+		if want := mode + " was cancelled after 2 of 16 batches"; err != nil && (!strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "data")) {
+			t.Errorf("%s cancelled at its second batch: %q\nwant it to say %q, not to blame the data", call, err, want)
 		}
 	}
 }
