@@ -894,8 +894,11 @@ func ReadCheckpointInfo(path string) (CheckpointInfo, error) {
 		info.Written = w
 	}
 	if hp, ok := hdr.Meta[keyHParams]; ok {
+		if sums["meta:"+keyHParams] != metaSum(keyHParams, hp) {
+			return info, corrupt(fmt.Errorf("checkpoint %s: metadata field %q: SHA-256 mismatch: the file is corrupt", path, keyHParams))
+		}
 		if err := json.Unmarshal([]byte(hp), &info.HParams); err != nil {
-			return info, fmt.Errorf("checkpoint %s: metadata field %q: %v: the file is corrupt", path, keyHParams, err)
+			return info, corrupt(fmt.Errorf("checkpoint %s: metadata field %q: %v: the file is corrupt", path, keyHParams, err))
 		}
 	}
 	if cb, ok := hdr.Meta[keyCallbacks]; ok {

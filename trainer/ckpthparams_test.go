@@ -1,7 +1,10 @@
 package trainer_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -73,6 +76,25 @@ func TestCheckpointInfoHasTheModulesHParams(t *testing.T) {
 			}
 			if !reflect.DeepEqual(info.HParams, c.want) {
 				t.Fatalf("HParams = %#v, want %#v", info.HParams, c.want)
+			}
+			if c.want == nil {
+				return
+			}
+			// Edited since it was written: the hyperparameters a program
+			// would build the module from are refused, not read back.
+			b, err := os.ReadFile(filepath.Join(dir, "checkpoints", "last.ckpt"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bytes.Count(b, []byte("relu")) != 1 {
+				t.Fatalf("the checkpoint holds %q %d times, want once (in its hparams)", "relu", bytes.Count(b, []byte("relu")))
+			}
+			edited := filepath.Join(t.TempDir(), "edited.ckpt")
+			if err := os.WriteFile(edited, bytes.Replace(b, []byte("relu"), []byte("tanh"), 1), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if info, err := trainer.ReadCheckpointInfo(edited); !errors.Is(err, trainer.ErrCorruptCheckpoint) {
+				t.Errorf("hparams edited in the file: HParams %v, error %v; want an error matching ErrCorruptCheckpoint", info.HParams, err)
 			}
 		})
 	}
