@@ -25,10 +25,10 @@ type Row struct {
 	// none, or is an Evaluation's.
 	Epoch float64
 	// Evaluation marks a row that ReadCSV or Log found logged by a
-	// Validate or Test after training: at the last step seen, with an epoch past the
-	// last (the epochs completed, as Lightning's current_epoch and
-	// fulgur's trainer write it, where an epoch's own rows write its
-	// 0-based index). It is drawn against step only.
+	// Validate or Test after training: at the last step seen, with an
+	// epoch past the last (the epochs completed, as Lightning's
+	// current_epoch and fulgur's trainer write it, where an epoch's own
+	// rows write its 0-based index). It is drawn against step only.
 	Evaluation bool
 	// Values holds the metrics of the row other than step and epoch.
 	Values map[string]float64
