@@ -28,8 +28,9 @@ import (
 
 // allreduce: float32 sum over 256 KB, 4 MB and 25 MB (-bytes) at 2 and 4
 // ranks (-ranks), each rank a separate process; bus bandwidth = bytes *
-// 2(n-1)/n / time, median of the timed iterations (each timed from a barrier
-// to the slowest rank's finish, as Open MPI's figure below is). With mpirun
+// 2(n-1)/n / time, median of the timed iterations (20, or -steps, after a
+// warm-up of 5 and at least 100 ms; each timed from a barrier to the slowest
+// rank's finish, as Open MPI's figure below is). With mpirun
 // on PATH the same is measured through Open MPI (a small C program built with
 // mpicc), over shared memory (--mca btl vader,self) and TCP (--mca btl
 // tcp,self), and ratios are added; built with -tags mpi, fulgur's mpi backend
@@ -61,6 +62,17 @@ const (
 	allreduceIters  = 20
 )
 
+// allreduceWarmTime is the shortest warm-up of a collective's timings,
+// on both sides: a Go process's runtime monitor (sysmon), starting work
+// after an idle wait (the rendezvous), wakes every 20 µs for its first
+// milliseconds and backs off only after 50 wake-ups with nothing to do; on
+// a rank bound to one core each wake-up takes the core from the rank (12
+// µs a time on this project's 2-core VM, every 0.1 ms for 7-57 ms of
+// all-reduces). A training's thousands of all-reduces see the steady
+// state; five operations of 256 KiB (half a millisecond) measured the
+// start-up instead (bench/RESULTS.md).
+const allreduceWarmTime = 100 * time.Millisecond
+
 var allreduceSizes = []int{256 << 10, 4 << 20, 25 << 20}
 
 // allreduceBackends is extended by allreduce_mpi.go under the mpi tag.
@@ -85,21 +97,26 @@ func allreduceConfigs(o *Options) ([]Config, error) {
 		return nil, fmt.Errorf("-backends names mpi, but this bench was built without the mpi tag: go run -tags mpi ./cmd/bench")
 	}
 	cpus := len(allowedCPUs())
+	iters := allreduceIters
+	if o.Steps > 0 {
+		// -steps: timed operations a run (a training run's thousands
+		// against the default's 20 after 5 untimed), on both sides.
+		iters = o.Steps
+	}
 	var cs []Config
-	// The memory bandwidth the collectives are measured against, once.
 	for _, size := range sizes {
 		if size < 4 || size%4 != 0 {
 			return nil, fmt.Errorf("-bytes has %d: use a positive multiple of 4 (float32 elements)", size)
 		}
 		// The memory bandwidth the collectives are set against: one
 		// process copying a buffer of the same size.
-		cs = append(cs, Config{Workload: "allreduce", Impl: "memcpy", Variant: fmt.Sprintf("backend=memcpy bytes=%d", size), Steps: allreduceIters, Seed: o.Seed})
+		cs = append(cs, Config{Workload: "allreduce", Impl: "memcpy", Variant: fmt.Sprintf("backend=memcpy bytes=%d", size), Steps: iters, Seed: o.Seed})
 		for _, ranks := range rankCounts {
 			bind := allreduceBind(o, ranks, cpus)
 			for _, b := range allreduceBackends {
 				if want(b) {
 					cs = append(cs, Config{Workload: "allreduce", Impl: "fulgur", Variant: fmt.Sprintf("backend=%s bytes=%d bind=%s", b, size, bind), Ranks: ranks,
-						Pinned: bind == "core", Steps: allreduceIters, Seed: o.Seed})
+						Pinned: bind == "core", Steps: iters, Seed: o.Seed})
 				}
 			}
 			if mpiErr != nil {
@@ -107,12 +124,12 @@ func allreduceConfigs(o *Options) ([]Config, error) {
 			}
 			if mpiBuilt && want("mpi") {
 				// Our mpi backend runs under mpirun, started by one measuring process.
-				cs = append(cs, Config{Workload: "allreduce", Impl: "fulgur-mpi", Variant: fmt.Sprintf("backend=mpi bytes=%d ranks=%d bind=%s", size, ranks, bind), Steps: allreduceIters, Seed: o.Seed})
+				cs = append(cs, Config{Workload: "allreduce", Impl: "fulgur-mpi", Variant: fmt.Sprintf("backend=mpi bytes=%d ranks=%d bind=%s", size, ranks, bind), Steps: iters, Seed: o.Seed})
 			}
 			for _, p := range []string{"openmpi-sm", "openmpi-tcp"} {
 				if want(p) {
 					// One measuring process that runs mpirun itself.
-					cs = append(cs, Config{Workload: "allreduce", Impl: "openmpi", Variant: fmt.Sprintf("backend=%s bytes=%d ranks=%d bind=%s", p, size, ranks, bind), Steps: allreduceIters, Seed: o.Seed})
+					cs = append(cs, Config{Workload: "allreduce", Impl: "openmpi", Variant: fmt.Sprintf("backend=%s bytes=%d ranks=%d bind=%s", p, size, ranks, bind), Steps: iters, Seed: o.Seed})
 				}
 			}
 		}
@@ -300,13 +317,16 @@ func timeAllReduce(ctx context.Context, g collective.Group, size, iters int) ([]
 	return timeCollective(ctx, g, iters, func() error { return g.AllReduce(ctx, buf, collective.Sum) })
 }
 
-// timeCollective times op iters times after allreduceWarmup untimed runs,
-// each started together after a barrier: the slowest rank's seconds for
-// each.
+// timeCollective times op iters times after a warm-up (allreduceWarmup
+// operations and allreduceWarmTime, as Open MPI's program does), each
+// started together after a barrier: the slowest rank's seconds for each.
 func timeCollective(ctx context.Context, g collective.Group, iters int, op func() error) ([]float64, error) {
-	t := []float64{0}
+	// This rank's time for the operation and since the warm-up began; their
+	// maxima over the ranks decide the warm-up's end on every rank alike.
+	t := []float64{0, 0}
 	var times []float64
-	for i := 0; i < allreduceWarmup+iters; i++ {
+	warm, warmed := time.Now(), false
+	for i := 1; len(times) < iters; i++ {
 		if err := g.Barrier(ctx); err != nil {
 			return nil, err
 		}
@@ -314,13 +334,14 @@ func timeCollective(ctx context.Context, g collective.Group, iters int, op func(
 		if err := op(); err != nil {
 			return nil, err
 		}
-		t[0] = time.Since(start).Seconds()
+		t[0], t[1] = time.Since(start).Seconds(), time.Since(warm).Seconds()
 		if err := g.AllReduce(ctx, t, collective.Max); err != nil {
 			return nil, err
 		}
-		if i >= allreduceWarmup {
+		if warmed {
 			times = append(times, t[0])
 		}
+		warmed = warmed || i >= allreduceWarmup && t[1] >= allreduceWarmTime.Seconds()
 	}
 	return times, nil
 }
@@ -466,16 +487,22 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   long bytes = atol(argv[1]);
   int iters = atoi(argv[2]), warm = atoi(argv[3]);
+  double warmTime = atof(argv[4]);
   long n = bytes / 4;
   float *b = malloc(bytes);
   for (long i = 0; i < n; i++) b[i] = 1;
-  for (int it = 0; it < warm + iters; it++) {
+  double w0 = MPI_Wtime();
+  for (int it = 1, timed = 0, warmed = 0; timed < iters; it++) {
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
     MPI_Allreduce(MPI_IN_PLACE, b, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    double t = MPI_Wtime() - t0, tmax;
-    MPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    if (rank == 0 && it >= warm) printf("%.9f\n", tmax);
+    double t[2] = {MPI_Wtime() - t0, MPI_Wtime() - w0}, tmax[2];
+    MPI_Allreduce(t, tmax, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (warmed) {
+      timed++;
+      if (rank == 0) printf("%.9f\n", tmax[0]);
+    }
+    warmed = warmed || (it >= warm && tmax[1] >= warmTime);
   }
   MPI_Finalize();
   return 0;
@@ -503,7 +530,8 @@ func openMPIAllreduce(ctx context.Context, btl string, ranks, size, iters int, b
 	if os.Geteuid() == 0 {
 		args = append([]string{"--allow-run-as-root"}, args...)
 	}
-	args = append(args, bin, strconv.Itoa(size), strconv.Itoa(iters), strconv.Itoa(allreduceWarmup))
+	args = append(args, bin, strconv.Itoa(size), strconv.Itoa(iters), strconv.Itoa(allreduceWarmup),
+		strconv.FormatFloat(allreduceWarmTime.Seconds(), 'g', -1, 64))
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, "mpirun", args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -91,7 +91,7 @@ func parseOptions(args []string) (*Options, error) {
 	fs.StringVar(&thr, "threads", "1,2", "BLAS threads of the single-process configurations, comma-separated")
 	fs.StringVar(&bl, "blas", "auto", "matrix multiply, comma-separated to compare: auto (BLIS, else OpenBLAS, when installed), blis, openblas or gonum")
 	fs.IntVar(&o.Epochs, "epochs", 0, "training epochs (0: the workload's, 1 for mlp and resnet8)")
-	fs.IntVar(&o.Steps, "steps", 0, "training batches per epoch (0: all; 200 for scaling)")
+	fs.IntVar(&o.Steps, "steps", 0, "training batches per epoch (0: all; 200 for scaling); for allreduce, timed operations a run (0: 20, after 5 untimed)")
 	fs.IntVar(&o.Batch, "batch", 0, "batch size (0: the workload's, 64)")
 	fs.Uint64Var(&o.Seed, "seed", 1, "seed for initialisation and shuffling")
 	fs.StringVar(&o.Data, "data", "", "Fashion-MNIST directory (default: the installed copy, else the embedded subset)")
