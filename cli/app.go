@@ -533,20 +533,36 @@ func (a App) parse(args []string) (*parsed, error) {
 			return nil, flag.ErrHelp
 		}
 	}
+	parseErr := func(err error, args []string) error {
+		// Go's flag package stops at the first unknown flag: name each,
+		// with the flag of ours it most likely means.
+		if strings.HasPrefix(err.Error(), "flag provided but not defined: ") {
+			if lines := unknownFlags(fs, args, a.Name); len(lines) > 0 {
+				return fmt.Errorf("%s (see %s -h)", strings.Join(lines, "\n"), a.Name)
+			}
+		}
+		return fmt.Errorf("%v (see %s -h)", err, a.Name)
+	}
+	last := args // the arguments parsed last, for a stray value's hint
 	if err := parseArgs(fs, args); err != nil {
-		return nil, fmt.Errorf("%v (see %s -h)", err, a.Name)
+		return nil, parseErr(err, args)
 	}
 	// A launcher script that puts its flags first (deploy/slurm's passes
 	// "-num-nodes N -devices M" and then the user's arguments) still names
 	// the command: take it from the first argument after the flags.
 	if !explicit && fs.NArg() > 0 && isCommand(fs.Arg(0)) {
 		p.command = fs.Arg(0)
-		if err := parseArgs(fs, fs.Args()[1:]); err != nil {
-			return nil, fmt.Errorf("%v (see %s -h)", err, a.Name)
+		last = fs.Args()[1:]
+		if err := parseArgs(fs, last); err != nil {
+			return nil, parseErr(err, last)
 		}
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments %q: every option is a flag, and the command comes first (see %s -h)", fs.Args(), a.Name)
+		hint := ""
+		if at := len(last) - fs.NArg(); at > 0 {
+			hint = strayValueHint(fs, last[at-1], fs.Arg(0))
+		}
+		return nil, fmt.Errorf("unexpected arguments %q: every option is a flag, and the command comes first%s (see %s -h)", fs.Args(), hint, a.Name)
 	}
 	fs.Visit(func(f *flag.Flag) { p.set[f.Name] = true })
 	if p.config != "" {

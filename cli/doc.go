@@ -9,7 +9,10 @@
 // ...), the model's and the data's (a DataModule). A tag may add
 // `help:"..."`, `default:"..."` (when the field is zero in the value given),
 // `choices:"a,b"` and `check:">0"`; a bad value gets an error naming the
-// flag, the value and what to write instead, and the errors and log lines
+// flag, the value and what to write instead, an unknown flag one naming the
+// flag it most likely means (Lightning's --trainer.max_epochs is
+// -max-epochs, default_root_dir is -root-dir; -max-epoch is misspelt),
+// and the errors and log lines
 // of the trainer and the strategies name the flags where a library user
 // reads the trainer.Config fields they set (-min-epochs is 5 and
 // -max-epochs 2, not MinEpochs and MaxEpochs): the Config that
