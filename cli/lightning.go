@@ -163,10 +163,23 @@ func meant(fs *flag.FlagSet, name string) (target, hint string) {
 	if f := lightningConfigOnly[last]; f != "" {
 		return "", "Lightning's " + lightning + " has no flag here (it is trainer.Config." + f + ", which a program sets in App.Callbacks)"
 	}
-	// A misspelling: the one name clearly closest.
+	best, renamed := closest(fs, last)
+	if best == "" {
+		return "", ""
+	}
+	if renamed != "" {
+		return best, "did you mean -" + best + "? (Lightning's " + renamed + ")"
+	}
+	return best, "did you mean -" + best + "?"
+}
+
+// closest is the flag a misspelt name means, when one is clearly closest
+// ("" when none is), and the Lightning name it was closest to when it was
+// one of lightningNames.
+func closest(fs *flag.FlagSet, name string) (flagName, lightning string) {
 	best, bestD, tie := "", 1<<30, false
 	consider := func(n string) {
-		switch d := editDistance(last, n); {
+		switch d := editDistance(name, n); {
 		case d < bestD:
 			best, bestD, tie = n, d, false
 		case d == bestD && n != best:
@@ -180,16 +193,40 @@ func meant(fs *flag.FlagSet, name string) (target, hint string) {
 		}
 	}
 	limit := 1
-	if len(last) >= 6 {
+	if len(name) >= 6 {
 		limit = 2
 	}
 	if tie || bestD > limit {
 		return "", ""
 	}
 	if r, ok := lightningNames[best]; ok {
-		return r.flag, "did you mean -" + r.flag + "? (Lightning's " + strings.ReplaceAll(best, "-", "_") + ")"
+		return r.flag, strings.ReplaceAll(best, "-", "_")
 	}
-	return best, "did you mean -" + best + "?"
+	return best, ""
+}
+
+// configHint is what a config file's unknown key (with '_' or '-') most
+// likely means, in the file's spelling ("" when nothing is clear).
+func configHint(fs *flag.FlagSet, key string) string {
+	dashed := strings.ToLower(strings.ReplaceAll(key, "_", "-"))
+	under := func(s string) string { return strings.ReplaceAll(s, "-", "_") }
+	if r, ok := lightningNames[dashed]; ok && r.flag != "" && fs.Lookup(r.flag) != nil {
+		hint := "Lightning's " + under(dashed) + " is " + under(r.flag) + " here"
+		if r.note != "" {
+			hint += " (" + r.note + ")"
+		}
+		return hint
+	}
+	if f := lightningConfigOnly[dashed]; f != "" {
+		return "Lightning's " + under(dashed) + " has no setting here (it is trainer.Config." + f + ", which a program sets in App.Callbacks)"
+	}
+	if best, renamed := closest(fs, dashed); best != "" {
+		if renamed != "" {
+			return "did you mean " + under(best) + "? (Lightning's " + renamed + ")"
+		}
+		return "did you mean " + under(best) + "?"
+	}
+	return ""
 }
 
 // editDistance is the optimal-string-alignment distance: insertions,

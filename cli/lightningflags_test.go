@@ -75,3 +75,24 @@ func TestLightningSpellingsNameOurFlags(t *testing.T) {
 		}
 	}
 }
+
+// A LightningCLI config file: its Trainer names and its top-level
+// seed_everything are answered with ours, as on the command line.
+func TestLightningConfigNamesOurSettings(t *testing.T) {
+	for _, c := range []struct{ body, want string }{
+		{"trainer:\n  default_root_dir: runs\n", "trainer.default_root_dir is not a flag of this program: Lightning's default_root_dir is root_dir here"},
+		{"trainer:\n  max_epoch: 3\n", "trainer.max_epoch is not a flag of this program: did you mean max_epochs?"},
+		{"trainer:\n  enable_checkpointing: false\n", "Lightning's enable_checkpointing is no_checkpoint here (checkpoints are written by default"},
+		{"trainer:\n  check_val_every_n_epoch: 2\n", "Lightning's check_val_every_n_epoch has no setting here (it is trainer.Config.CheckValEveryNEpoch"},
+		{"seed_everything: 42\n", "seed_everything: Lightning's seed_everything is seed here, under trainer: (trainer: {seed: 42})"},
+	} {
+		p := writeFile(t, "c.yaml", c.body)
+		err := mlpApp(t.TempDir()).Run(context.Background(), []string{"-config", p, "-print-config"})
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "-config "+p) {
+			t.Errorf("%q: err = %v\nwant %q", c.body, err, c.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "the trainer settings are") {
+			t.Errorf("%q: err = %v\nlists every setting beside the one meant", c.body, err)
+		}
+	}
+}
