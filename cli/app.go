@@ -33,9 +33,10 @@ import (
 //	cli.App{Name: "mlp", Model: &models.MLP{}, Data: &cli.FashionMNIST{}}.Main()
 //
 // The first argument picks the subcommand, fit (the default), validate,
-// test or predict (or the first argument after the flags, for launcher
-// scripts that put theirs first); -h lists them and every flag; -config FILE reads flags
-// from a YAML or JSON file, which the command line overrides.
+// test, predict or lr-find (or the first argument after the flags, for
+// launcher scripts that put theirs first); -h lists them and every flag;
+// -config FILE reads flags from a YAML or JSON file, which the command
+// line overrides.
 type App struct {
 	// Name is the program's name in help, errors and the summary.
 	Name string

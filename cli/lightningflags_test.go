@@ -27,6 +27,7 @@ func TestLightningSpellingsNameOurFlags(t *testing.T) {
 		{[]string{"--logger", "false"}, []string{"write -loggers none"}, []string{"-loggers false"}},
 		{[]string{"--logger", "tensorboard"}, []string{"write -loggers tensorboard"}, nil},
 		{[]string{"--check_val_every_n_epoch", "2"}, []string{"check_val_every_n_epoch has no flag here", "trainer.Config.CheckValEveryNEpoch"}, nil},
+		{[]string{"--auto_lr_find", "true", "-max-steps", "1"}, []string{"unknown flag -auto_lr_find: Lightning's auto_lr_find: it is the lr-find command here: mlp lr-find (see mlp -h)"}, nil},
 		// A Lightning name with a Lightning value: both answered.
 		{[]string{"--trainer.precision", "16-mixed"}, []string{"write -precision 16-mixed", `and for "16-mixed": fulgur computes in float32 or float64`}, nil},
 		// Misspellings: the one clearly closest flag, else none.

@@ -235,7 +235,7 @@ func (s *Settings) root() string {
 }
 
 // TrainerConfig turns the settings into a trainer.Config (not yet
-// validated; New does that), without the loggers and callbacks that Run
+// validated; trainer.New does that), without the loggers and callbacks that Run
 // adds for the run directory.
 func (s *Settings) TrainerConfig() (trainer.Config, error) {
 	cfg := s.trainerConfig()
