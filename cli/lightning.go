@@ -74,14 +74,21 @@ func unknownFlags(fs *flag.FlagSet, args []string, program string) []string {
 		}
 		name, value, hasValue := strings.Cut(name, "=")
 		if fl := fs.Lookup(name); fl != nil {
-			if !hasValue && !isBool(fl) {
+			if _, count := fl.Value.(*Count); count && !hasValue && i+1 < len(args) {
+				if _, err := strconv.Atoi(args[i+1]); err == nil {
+					i++ // -fast-dev-run 5, as parseArgs reads it
+				}
+			} else if !hasValue && !isBool(fl) {
 				i++ // its value
 			}
 			continue
 		}
 		target, hint := meant(fs, name)
 		if !hasValue && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") && !isCommand(args[i+1]) {
-			if fl := fs.Lookup(target); fl == nil || !isBool(fl) {
+			// The next argument is this flag's value (Lightning's
+			// --enable_checkpointing false too), unless it cannot be.
+			_, notBool := strconv.ParseBool(args[i+1])
+			if fl := fs.Lookup(target); fl == nil || !isBool(fl) || notBool == nil {
 				i++
 				value, hasValue = args[i], true
 			}

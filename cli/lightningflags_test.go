@@ -24,6 +24,7 @@ func TestLightningSpellingsNameOurFlags(t *testing.T) {
 		{[]string{"--seed_everything", "7"}, []string{"Lightning's seed_everything is -seed here: write -seed 7"}, nil},
 		{[]string{"--enable_checkpointing", "false"}, []string{"enable_checkpointing is -no-checkpoint here: write -no-checkpoint"}, []string{"-no-checkpoint false"}},
 		{[]string{"--trainer.enable_progress_bar=true"}, []string{"-no-progress-bar here: write nothing: it is the default"}, nil},
+		{[]string{"--trainer.enable_progress_bar", "true", "-fast-dev-run", "2", "-nope"}, []string{"-no-progress-bar here: write nothing: it is the default", "unknown flag -nope"}, nil},
 		{[]string{"--logger", "false"}, []string{"write -loggers none"}, []string{"-loggers false"}},
 		{[]string{"--logger", "tensorboard"}, []string{"write -loggers tensorboard"}, nil},
 		{[]string{"--check_val_every_n_epoch", "2"}, []string{"check_val_every_n_epoch has no flag here", "trainer.Config.CheckValEveryNEpoch"}, nil},
