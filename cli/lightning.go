@@ -145,14 +145,19 @@ func meant(fs *flag.FlagSet, name string) (target, hint string) {
 	if i := strings.LastIndexByte(dashed, '.'); i >= 0 {
 		last = dashed[i+1:]
 	}
+	var ways []string
+	if last != dashed {
+		ways = append(ways, "have no section prefix")
+	}
+	if strings.Contains(name, "_") {
+		ways = append(ways, "are written with '-' ('_' only in a config file)")
+	}
+	if strings.ToLower(name) != name {
+		ways = append(ways, "are lower case")
+	}
 	why := ""
-	switch {
-	case last != dashed && dashed != name:
-		why = "; flags here have no section prefix and are written with '-'"
-	case last != dashed:
-		why = "; flags here have no section prefix"
-	case dashed != name:
-		why = "; flags here are written with '-', Lightning's '_' only in a config file"
+	if len(ways) > 0 {
+		why = "; flags here " + strings.Join(ways, " and ")
 	}
 	if fs.Lookup(last) != nil {
 		return last, "write WRITE" + why
