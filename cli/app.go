@@ -33,9 +33,10 @@ import (
 //	cli.App{Name: "mlp", Model: &models.MLP{}, Data: &cli.FashionMNIST{}}.Main()
 //
 // The first argument picks the subcommand, fit (the default), validate,
-// test or predict (or the first argument after the flags, for launcher
-// scripts that put theirs first); -h lists them and every flag; -config FILE reads flags
-// from a YAML or JSON file, which the command line overrides.
+// test, predict or lr-find (or the first argument after the flags, for
+// launcher scripts that put theirs first); -h lists them and every flag;
+// -config FILE reads flags from a YAML or JSON file, which the command
+// line overrides.
 type App struct {
 	// Name is the program's name in help, errors and the summary.
 	Name string
@@ -533,20 +534,36 @@ func (a App) parse(args []string) (*parsed, error) {
 			return nil, flag.ErrHelp
 		}
 	}
+	parseErr := func(err error, args []string) error {
+		// Go's flag package stops at the first unknown flag: name each,
+		// with the flag of ours it most likely means.
+		if strings.HasPrefix(err.Error(), "flag provided but not defined: ") {
+			if lines := unknownFlags(fs, args, a.Name); len(lines) > 0 {
+				return fmt.Errorf("%s (see %s -h)", strings.Join(lines, "\n"), a.Name)
+			}
+		}
+		return fmt.Errorf("%v (see %s -h)", err, a.Name)
+	}
+	last := args // the arguments parsed last, for a stray value's hint
 	if err := parseArgs(fs, args); err != nil {
-		return nil, fmt.Errorf("%v (see %s -h)", err, a.Name)
+		return nil, parseErr(err, args)
 	}
 	// A launcher script that puts its flags first (deploy/slurm's passes
 	// "-num-nodes N -devices M" and then the user's arguments) still names
 	// the command: take it from the first argument after the flags.
 	if !explicit && fs.NArg() > 0 && isCommand(fs.Arg(0)) {
 		p.command = fs.Arg(0)
-		if err := parseArgs(fs, fs.Args()[1:]); err != nil {
-			return nil, fmt.Errorf("%v (see %s -h)", err, a.Name)
+		last = fs.Args()[1:]
+		if err := parseArgs(fs, last); err != nil {
+			return nil, parseErr(err, last)
 		}
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments %q: every option is a flag, and the command comes first (see %s -h)", fs.Args(), a.Name)
+		hint := ""
+		if at := len(last) - fs.NArg(); at > 0 {
+			hint = strayValueHint(fs, last[at-1], fs.Arg(0))
+		}
+		return nil, fmt.Errorf("unexpected arguments %q: every option is a flag, and the command comes first%s (see %s -h)", fs.Args(), hint, a.Name)
 	}
 	fs.Visit(func(f *flag.Flag) { p.set[f.Name] = true })
 	if p.config != "" {

@@ -68,6 +68,10 @@ func applyConfig(path string, p *parsed) error {
 				g := groupOf(p.groups, f)
 				return fmt.Errorf("-config %s: %s is at the top level: settings go under their section, here %s: (%s: {%s: %s})", path, sec, g, g, sec, top[sec])
 			}
+			if r, ok := lightningNames[strings.ReplaceAll(sec, "_", "-")]; ok && p.byName[r.flag] != nil {
+				g, name := groupOf(p.groups, p.byName[r.flag]), strings.ReplaceAll(r.flag, "-", "_")
+				return fmt.Errorf("-config %s: %s: Lightning's %s is %s here, under %s: (%s: {%s: %s})", path, sec, sec, name, g, g, name, top[sec])
+			}
 			if fields := sections[sec]; len(fields) > 0 {
 				return fmt.Errorf("-config %s: section %s: holds %s: want flag: value pairs, such as %s: {%s: ...}", path, sec, top[sec], sec, strings.ReplaceAll(fields[0].name, "-", "_"))
 			}
@@ -93,6 +97,9 @@ func applyConfig(path string, p *parsed) error {
 			if f == nil || !contains(fields, f) {
 				if f != nil {
 					return fmt.Errorf("-config %s: %s.%s is a %s setting: move it under %s:", path, sec, key, groupOf(p.groups, f), groupOf(p.groups, f))
+				}
+				if hint := configHint(p.fs, key); hint != "" {
+					return fmt.Errorf("-config %s: %s.%s is not a flag of this program: %s", path, sec, key, hint)
 				}
 				return fmt.Errorf("-config %s: %s.%s is not a flag of this program: the %s settings are %s", path, sec, key, sec, fieldNames(fields))
 			}

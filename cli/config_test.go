@@ -77,7 +77,8 @@ func TestConfigFile(t *testing.T) {
 func TestConfigFileErrors(t *testing.T) {
 	for _, c := range []struct{ body, want string }{
 		{"trainer:\n  lr: 0.1\n", "trainer.lr is a model setting: move it under model:"},
-		{"trainer:\n  max_stepz: 3\n", "trainer.max_stepz is not a flag of this program: the trainer settings are accelerator, "},
+		{"trainer:\n  warp_factor: 3\n", "trainer.warp_factor is not a flag of this program: the trainer settings are accelerator, "},
+		{"trainer:\n  max_stepz: 3\n", "trainer.max_stepz is not a flag of this program: did you mean max_steps?"},
 		{"optimizer:\n  lr: 3\n", `unknown section "optimizer": use trainer:, model: and data:`},
 		{"trainer:\n  max_steps: ten\n", `trainer.max_steps is "ten": use a whole number`},
 		{"model:\n  lr: -2\n", "-lr is -2: use a value > 0"},

@@ -4,27 +4,33 @@
 //
 //	cli.App{Name: "mlp", Model: &models.MLP{}, Data: &cli.FashionMNIST{}}.Main()
 //
+// The first argument is the command: fit (the default: train, then test
+// when the data has a test split), validate, test and predict, which
+// evaluate -ckpt-path (a file, last or best), and lr-find, the
+// learning-rate range test. -h lists the commands and every flag.
+//
 // Flags come from struct fields tagged `flag:"name"`, in three sections:
 // the Trainer's (Settings: -max-epochs, -devices, -strategy, -ckpt-path,
 // ...), the model's and the data's (a DataModule). A tag may add
 // `help:"..."`, `default:"..."` (when the field is zero in the value given),
-// `choices:"a,b"` and `check:">0"`; a bad value gets an error naming the
-// flag, the value and what to write instead, and the errors and log lines
-// of the trainer and the strategies name the flags where a library user
-// reads the trainer.Config fields they set (-min-epochs is 5 and
-// -max-epochs 2, not MinEpochs and MaxEpochs): the Config that
-// Settings.TrainerConfig builds has a SettingName giving the flags, which
-// the trainer calls as it writes a message, so a module's own error, which
-// the trainer wraps, reaches the user as the module wrote it. Subcommands: fit (the
-// default: train, then test), validate, test and predict, which evaluate
-// -ckpt-path (a file, last or best); fit -weights FILE starts from the
-// weights of a file with a fresh optimizer (fine-tuning: a PyTorch
-// safetensors state dict or a checkpoint), with -weights-strip-prefix
-// module. for the state_dict() of a DDP-wrapped model, -weights-only-prefix
-// and -weights-not-strict (trainer.StripPrefix, OnlyPrefix and
-// Strict(false)). -config FILE reads the same flags from
-// YAML or JSON sections trainer:, model:, data: (the command line wins),
-// and -print-config writes one. -h lists the commands and every flag.
+// `choices:"a,b"` and `check:">0"`. -config FILE reads the same flags
+// from YAML or JSON sections trainer:, model:, data: (the command line
+// wins), and -print-config writes one.
+//
+// A bad value gets an error naming the flag, the value and what to write
+// instead; an unknown flag, one naming the flag it most likely means
+// (Lightning's --trainer.max_epochs is -max-epochs, default_root_dir is
+// -root-dir; -max-epoch is misspelt). The trainer's and the strategies'
+// errors and log lines name flags too (-min-epochs is 5 and -max-epochs 2,
+// not MinEpochs and MaxEpochs): the trainer.Config that
+// Settings.TrainerConfig builds has a SettingName that gives them. A
+// module's own error reaches the user as the module wrote it.
+//
+// fit -weights FILE starts from the weights of a file with a fresh
+// optimizer (fine-tuning: a PyTorch safetensors state dict or a
+// checkpoint), with -weights-strip-prefix module. for the state_dict() of
+// a DDP-wrapped model, -weights-only-prefix and -weights-not-strict
+// (trainer.StripPrefix, OnlyPrefix and Strict(false)).
 //
 // Whatever the command, the last line on stdout is one JSON object, the
 // Summary (test_acc and test_loss, null when no test ran; epochs and
@@ -42,7 +48,8 @@
 // once naming it instead of waiting FULGUR_TIMEOUT.
 //
 // cli imports callbacks, trainer, data, module, profiler,
-// strategy/cluster (the rank, for per-rank profiles) and strategy/ddp
-// (AbortJoin only); it holds no training logic: everything it does goes
-// through trainer.Trainer.
+// strategy/cluster (the rank, for per-rank profiles), strategy/ddp
+// (AbortJoin only) and strategy/launch (the launcher's variables, for the
+// command that resumes); it holds no training logic: everything it does
+// goes through trainer.Trainer.
 package cli

@@ -15,6 +15,7 @@ import (
 // values.
 type field struct {
 	name    string
+	group   string // trainer, model or data
 	help    string
 	choices []string
 	check   string // ">0", ">=1", "<=1", ...
@@ -73,7 +74,7 @@ func walk(s reflect.Value, group string, out *[]*field) error {
 		if name == "" || strings.ContainsAny(name, " =,") || strings.HasPrefix(name, "-") {
 			return fmt.Errorf("%s: flag name %q: use a name such as learning-rate (no spaces, '=', ',' or leading '-')", where, name)
 		}
-		f := &field{name: name, help: sf.Tag.Get("help"), check: sf.Tag.Get("check"), v: fv}
+		f := &field{name: name, group: group, help: sf.Tag.Get("help"), check: sf.Tag.Get("check"), v: fv}
 		if c := sf.Tag.Get("choices"); c != "" {
 			f.choices = strings.Split(c, ",")
 		}
@@ -199,7 +200,7 @@ func (f *field) validate() error {
 				return nil
 			}
 		}
-		return fmt.Errorf("-%s is %q: use one of %s", f.name, s, strings.Join(f.choices, ", "))
+		return f.hinted(fmt.Errorf("-%s is %q: use one of %s", f.name, s, strings.Join(f.choices, ", ")), s)
 	}
 	if f.check == "" {
 		return nil
@@ -243,7 +244,24 @@ func (fv fieldValue) String() string {
 	return fv.f.String()
 }
 
-func (fv fieldValue) Set(s string) error { return fv.f.set(s) }
+func (fv fieldValue) Set(s string) error {
+	if err := fv.f.set(s); err != nil {
+		return fv.f.hinted(err, s)
+	}
+	return nil
+}
+
+// hinted adds to err what a Lightning user types instead of value, for a
+// trainer flag whose Lightning argument takes it.
+func (f *field) hinted(err error, value string) error {
+	if f.group != "trainer" {
+		return err
+	}
+	if h := lightningValueHint(f.name, value); h != "" {
+		return fmt.Errorf("%w; %s", err, h)
+	}
+	return err
+}
 
 func (fv fieldValue) IsBoolFlag() bool { return fv.f != nil && fv.f.boolean }
 

@@ -42,7 +42,7 @@ func TestBadFlagsNameFlagValueAndFix(t *testing.T) {
 		{[]string{"-profiler", "gprof"}, []string{`-profiler is "gprof": use one of advanced, simple, timeline, or none`}},
 		{[]string{"fitt"}, []string{`unknown command "fitt": use fit, validate, test, predict`}},
 		{[]string{"-max-steps", "3", "extra"}, []string{`unexpected arguments ["extra"]`, "the command comes first"}},
-		{[]string{"-nope"}, []string{"flag provided but not defined: -nope"}},
+		{[]string{"-nope"}, []string{"unknown flag -nope (see mlp -h)"}},
 		// The model's own Validate, called after parsing.
 		{[]string{"-sizes", "784,0,10"}, []string{"MLP.Sizes (-sizes) is [784 0 10]: give the input width and at least one layer, each 1 or more"}},
 	} {

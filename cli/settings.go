@@ -135,6 +135,10 @@ func (s *Settings) validate() []error {
 			errs = append(errs, errors.New("-weights-not-strict without -weights: it skips tensors of the -weights file; give -weights FILE too"))
 		}
 	}
+	if h := lightningValueHint("strategy", s.Strategy); h != "" {
+		// Before the trainer's own check, which lists our names only.
+		errs = append(errs, fmt.Errorf("-strategy is %q: %s", s.Strategy, h))
+	}
 	if s.Profiler != "" && s.Profiler != "none" {
 		if _, ok := Profilers[s.Profiler]; !ok {
 			errs = append(errs, fmt.Errorf("-profiler is %q: use one of %s, or none", s.Profiler, strings.Join(profilerNames(), ", ")))
@@ -155,7 +159,11 @@ func (s *Settings) loggerList() ([]string, error) {
 			ok = ok || n == k
 		}
 		if !ok {
-			return nil, fmt.Errorf("-loggers names %q: use a comma-separated list of %s, or none", n, strings.Join(loggerNames, ", "))
+			err := fmt.Errorf("-loggers names %q: use a comma-separated list of %s, or none", n, strings.Join(loggerNames, ", "))
+			if h := lightningValueHint("loggers", s.Loggers); h != "" {
+				err = fmt.Errorf("%w; %s", err, h)
+			}
+			return nil, err
 		}
 		out = append(out, n)
 	}
@@ -227,7 +235,7 @@ func (s *Settings) root() string {
 }
 
 // TrainerConfig turns the settings into a trainer.Config (not yet
-// validated; New does that), without the loggers and callbacks that Run
+// validated; trainer.New does that), without the loggers and callbacks that Run
 // adds for the run directory.
 func (s *Settings) TrainerConfig() (trainer.Config, error) {
 	cfg := s.trainerConfig()

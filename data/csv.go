@@ -17,8 +17,15 @@ import (
 type CSVConfig struct {
 	// Fields are the dataset's fields, in order. Required.
 	Fields []CSVField
-	// Comma separates the cells of a row. 0: ','.
+	// Comma separates the cells of a row. 0: ',', or ';' when Decimal is
+	// ',' (what a spreadsheet in a decimal-comma locale exports).
 	Comma rune
+	// Decimal is the numbers' decimal mark: '.' or ','. 0: '.'. With ','
+	// (3,14), a cell holding a '.' is an error, as is digit grouping
+	// under either mark (1.234,5 or 1,234.5): a '.' beside a decimal comma
+	// may group thousands or be a decimal point, so nothing is guessed;
+	// export the numbers without grouping. Comma and Decimal must differ.
+	Decimal rune
 	// NoHeader reads the first line as data; the columns are then named by
 	// their number from 0 ("0", "1", ...).
 	NoHeader bool
@@ -68,7 +75,9 @@ func OpenCSV(path string, cfg CSVConfig) (*InMemory, error) {
 // "NaN", an infinity or a word is an error naming its line and column (fill
 // the missing values in, or drop their rows, before training), as is a row
 // with another number of cells than the header. Columns no field uses are
-// not read.
+// not read. A file a spreadsheet wrote with decimal commas (3,14, cells
+// separated by ';') is read with Decimal: ','; a byte-order mark and CRLF
+// line ends are read as any file's.
 func ReadCSV(r io.Reader, cfg CSVConfig) (*InMemory, error) {
 	ds, err := readCSV(r, cfg)
 	if err != nil {
@@ -87,10 +96,12 @@ func readCSV(r io.Reader, cfg CSVConfig) (*InMemory, error) {
 	if b, err := br.Peek(3); err == nil && string(b) == "\ufeff" {
 		br.Discard(3)
 	}
-	cr := csv.NewReader(br)
-	if cfg.Comma != 0 {
-		cr.Comma = cfg.Comma
+	comma, decimal, err := csvMarks(cfg)
+	if err != nil {
+		return nil, err
 	}
+	cr := csv.NewReader(br)
+	cr.Comma = comma
 	cr.ReuseRecord = true
 	first, err := cr.Read()
 	if err == io.EOF {
@@ -144,7 +155,7 @@ func readCSV(r io.Reader, cfg CSVConfig) (*InMemory, error) {
 					}
 					v = float32(k)
 				} else {
-					v, err = csvCell(rec[c])
+					v, err = csvCell(rec[c], decimal)
 				}
 				if err != nil {
 					line, _ := cr.FieldPos(c)
@@ -259,7 +270,30 @@ func csvFields(cf []CSVField, header []string, col map[string]int) ([]Field, [][
 // missingCells are what tables write for a value that is not there.
 var missingCells = map[string]bool{"na": true, "n/a": true, "null": true, "none": true, "?": true, "-": true}
 
-func csvCell(s string) (float32, error) {
+// csvMarks are the separator and the decimal mark cfg asks for.
+func csvMarks(cfg CSVConfig) (comma, decimal rune, err error) {
+	decimal = cfg.Decimal
+	if decimal == 0 {
+		decimal = '.'
+	}
+	if decimal != '.' && decimal != ',' {
+		return 0, 0, fmt.Errorf("CSVConfig.Decimal is %q: use '.' or ',' (0 means '.')", decimal)
+	}
+	comma = cfg.Comma
+	if comma == 0 {
+		comma = ','
+		if decimal == ',' {
+			comma = ';'
+		}
+	}
+	if comma == decimal {
+		return 0, 0, fmt.Errorf("CSVConfig.Comma and Decimal are both %q: the mark would split the numbers' cells: give another Comma (files with a decimal comma separate cells with ';': Comma: ';', or leave Comma 0)", comma)
+	}
+	return comma, decimal, nil
+}
+
+// csvCell reads a number whose decimal mark is decimal ('.' or ',').
+func csvCell(s string, decimal rune) (float32, error) {
 	const fill = "fill it in or drop the row"
 	s = strings.TrimSpace(s)
 	if s == "" {
@@ -268,7 +302,33 @@ func csvCell(s string) (float32, error) {
 	if missingCells[strings.ToLower(s)] {
 		return 0, fmt.Errorf("%q is a missing value: %s", s, fill)
 	}
-	v, err := strconv.ParseFloat(s, 32)
+	dots, commas := strings.Count(s, "."), strings.Count(s, ",")
+	if dots > 0 && commas > 0 {
+		// 1.234,5 or 1,234.5: the grouping is not read, whichever mark
+		// is the decimal one.
+		point, group := ',', "."
+		if strings.LastIndex(s, ".") > strings.LastIndex(s, ",") {
+			point, group = '.', ","
+		}
+		also := ""
+		if point != decimal {
+			also = fmt.Sprintf(", and set CSVConfig.Decimal: %q", point)
+		}
+		return 0, fmt.Errorf("%q has digit grouping, which is not read: export the numbers without it (%s)%s", s, strings.ReplaceAll(s, group, ""), also)
+	}
+	num := s
+	if decimal == ',' {
+		if dots > 0 {
+			return 0, fmt.Errorf("%q has a '.' but Decimal is ',': a '.' here may group thousands or be a decimal point; export the column with decimal commas and no grouping, or fix the cell", s)
+		}
+		num = strings.Replace(s, ",", ".", 1)
+	}
+	v, err := strconv.ParseFloat(num, 32)
+	if err != nil && decimal == '.' && commas == 1 {
+		if _, err2 := strconv.ParseFloat(strings.Replace(s, ",", ".", 1), 32); err2 == nil {
+			return 0, fmt.Errorf("%q is not a number with a decimal point: if ',' is the decimal mark, set CSVConfig.Decimal: ','; if it groups thousands, remove it from the file", s)
+		}
+	}
 	if err != nil {
 		if errors.Is(err, strconv.ErrRange) {
 			return 0, fmt.Errorf("%q is beyond float32's range: scale the column or drop the row", s)

@@ -3,6 +3,7 @@ package data_test
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/fulgur-ml/fulgur/data"
 )
@@ -60,4 +61,32 @@ func ExampleNewLoader_validation() {
 	// data.NewLoader: dataset is nil: pass a Dataset such as the one data.OpenFashionMNIST returns
 	// BatchSize is 0: use 1 or more, e.g. 64
 	// Prefetch is -2: use 0 for the default (2 batches ahead), a positive count, or -1 to read synchronously
+}
+
+// A table a spreadsheet in a decimal-comma locale exported: ';' between
+// cells (Comma's default beside Decimal ','), CRLF line ends.
+func ExampleReadCSV_decimalComma() {
+	file := "Länge;Breite;Art\r\n5,1;3,5;0\r\n6,25;2,9;1\r\n"
+	ds, err := data.ReadCSV(strings.NewReader(file), data.CSVConfig{Decimal: ',', Fields: []data.CSVField{
+		{Name: "x"}, {Name: "y", Columns: []string{"Art"}},
+	}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	x, y := make([]float32, 2), make([]float32, 1)
+	for i := 0; i < ds.Len(); i++ {
+		if err := ds.Read(i, [][]float32{x, y}); err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Println(x, y)
+	}
+	// A grouped number is refused, naming its cell, rather than guessed.
+	_, err = data.ReadCSV(strings.NewReader("a;b\r\n1.234,5;0\r\n"), data.CSVConfig{Decimal: ',', Fields: []data.CSVField{{Name: "x"}}})
+	fmt.Println(err)
+	// Output:
+	// [5.1 3.5] [0]
+	// [6.25 2.9] [1]
+	// data.ReadCSV: line 2, column "a": "1.234,5" has digit grouping, which is not read: export the numbers without it (1234,5)
 }
