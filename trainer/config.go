@@ -6,12 +6,12 @@ import (
 	"io"
 	"math"
 	"os"
-	"reflect"
 	"runtime"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/fulgur-ml/fulgur/internal/typednil"
 	"github.com/fulgur-ml/fulgur/profiler"
 	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/cluster"
@@ -453,11 +453,8 @@ func nilEntry(v any, fix string) string {
 	if v == nil {
 		return "nil: remove it"
 	}
-	switch rv := reflect.ValueOf(v); rv.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
-		if rv.IsNil() {
-			return fmt.Sprintf("a nil %T: its constructor returned an error; check it, or %s", v, fix)
-		}
+	if typednil.Is(v) {
+		return fmt.Sprintf("a nil %T: its constructor returned an error; check it, or %s", v, fix)
 	}
 	return ""
 }
