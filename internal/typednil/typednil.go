@@ -7,11 +7,13 @@ import (
 	"github.com/fulgur-ml/fulgur/panics"
 )
 
-// Is reports whether v, not nil itself, holds a nil pointer, map, slice,
-// func or channel.
+// Is reports whether v, not nil itself, holds a nil pointer, func or
+// channel: the kinds whose methods crash (or block) on nil. A nil slice or
+// map is an empty value whose methods work (a Dataset of no rows, which
+// its own checks report as such), so it is not one.
 func Is(v any) bool {
 	switch rv := reflect.ValueOf(v); rv.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+	case reflect.Pointer, reflect.Func, reflect.Chan:
 		return rv.IsNil()
 	}
 	return false
