@@ -238,4 +238,14 @@ func TestReadyCheckerRefusesTheRun(t *testing.T) {
 	if _, err := trainer.New(quiet(trainer.Config{Callbacks: []trainer.Callback{&needsPath{path: "x"}}})); err != nil {
 		t.Errorf("New with a ready callback: %v", err)
 	}
+	// A CheckReady with a bug is an error naming it, not a crash of New.
+	_, err = trainer.New(quiet(trainer.Config{Callbacks: []trainer.Callback{&readyPanics{}}}))
+	if err == nil || !strings.Contains(err.Error(), "Callbacks[0] (*trainer_test.readyPanics): CheckReady: panicked: runtime error: index out of range") {
+		t.Errorf("New with a CheckReady that panics: %v\nwant an error naming the entry and CheckReady", err)
+	}
 }
+
+type readyPanics struct{ dirs []string }
+
+func (r *readyPanics) Name() string      { return "readyPanics" }
+func (r *readyPanics) CheckReady() error { _ = r.dirs[1]; return nil }
