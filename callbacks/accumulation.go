@@ -16,7 +16,10 @@ type GradientAccumulationScheduler struct {
 	factors []int
 }
 
-var _ trainer.AccumulationScheduler = (*GradientAccumulationScheduler)(nil)
+var (
+	_ trainer.AccumulationScheduler = (*GradientAccumulationScheduler)(nil)
+	_ trainer.ReadyChecker          = (*GradientAccumulationScheduler)(nil)
+)
 
 // NewGradientAccumulationScheduler checks scheduling (epochs >= 0, factors
 // >= 1) and returns the callback.
@@ -47,6 +50,15 @@ func NewGradientAccumulationScheduler(scheduling map[int]int) (*GradientAccumula
 }
 
 func (g *GradientAccumulationScheduler) Name() string { return "GradientAccumulationScheduler" }
+
+// CheckReady refuses a GradientAccumulationScheduler not made by
+// NewGradientAccumulationScheduler (trainer.ReadyChecker).
+func (g *GradientAccumulationScheduler) CheckReady() error {
+	if len(g.epochs) == 0 { // the constructor refuses an empty schedule
+		return literal("NewGradientAccumulationScheduler", "has no schedule and would never accumulate")
+	}
+	return nil
+}
 
 // AccumulateGradBatches is the factor in force at epoch.
 func (g *GradientAccumulationScheduler) AccumulateGradBatches(epoch int) int {

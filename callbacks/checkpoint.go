@@ -226,6 +226,7 @@ type ckptState struct {
 
 var (
 	_ trainer.FitStartHook      = (*ModelCheckpoint)(nil)
+	_ trainer.ReadyChecker      = (*ModelCheckpoint)(nil)
 	_ trainer.TrainStartHook    = (*ModelCheckpoint)(nil)
 	_ trainer.TrainBatchEndHook = (*ModelCheckpoint)(nil)
 	_ trainer.StepEndStopper    = (*ModelCheckpoint)(nil)
@@ -246,6 +247,15 @@ func NewModelCheckpoint(cfg ModelCheckpointConfig) (*ModelCheckpoint, error) {
 }
 
 func (c *ModelCheckpoint) Name() string { return c.cfg.Name }
+
+// CheckReady refuses a ModelCheckpoint not made by NewModelCheckpoint
+// (trainer.ReadyChecker).
+func (c *ModelCheckpoint) CheckReady() error {
+	if c.cfg.Name == "" { // Validate always names it
+		return literal("NewModelCheckpoint", "has no Name to keep its state under in checkpoints, and its settings are unchecked")
+	}
+	return nil
+}
 
 // StopsAtStepEnd is false: it saves every N train steps, never stops
 // (trainer.StepEndStopper).

@@ -26,8 +26,8 @@
 // configuration. The zero ProgressBar, ModelSummary and
 // DeviceStatsMonitor are usable (their constructors' defaults); a struct
 // literal of another type, such as &ModelCheckpoint{} or &Timer{}, is not:
-// the trainer refuses the checkpointed ones naming their constructor, and
-// the others fail their first hook.
+// trainer.New refuses it, naming its constructor (each such type is a
+// trainer.ReadyChecker).
 //
 // # Where they differ from Lightning
 //

@@ -85,6 +85,7 @@ var (
 	_ trainer.ValidationEndHook = (*EarlyStopping)(nil)
 	_ trainer.TrainEpochEndHook = (*EarlyStopping)(nil)
 	_ trainer.Stateful          = (*EarlyStopping)(nil)
+	_ trainer.ReadyChecker      = (*EarlyStopping)(nil)
 )
 
 // NewEarlyStopping validates cfg and returns the callback.
@@ -100,6 +101,15 @@ func NewEarlyStopping(cfg EarlyStoppingConfig) (*EarlyStopping, error) {
 }
 
 func (e *EarlyStopping) Name() string { return e.cfg.Name }
+
+// CheckReady refuses an EarlyStopping not made by NewEarlyStopping
+// (trainer.ReadyChecker).
+func (e *EarlyStopping) CheckReady() error {
+	if e.cfg.Name == "" { // Validate always names it
+		return literal("NewEarlyStopping", "has no Monitor to watch")
+	}
+	return nil
+}
 
 // Best is the best value seen; Wait the checks since it; StoppedEpoch the
 // epoch training was stopped in (-1 if not); Reason why.

@@ -35,8 +35,9 @@ type JSONLLogger struct {
 }
 
 var (
-	_ trainer.Logger     = (*JSONLLogger)(nil)
-	_ trainer.RowResumer = (*JSONLLogger)(nil)
+	_ trainer.Logger       = (*JSONLLogger)(nil)
+	_ trainer.RowResumer   = (*JSONLLogger)(nil)
+	_ trainer.ReadyChecker = (*JSONLLogger)(nil)
 )
 
 // NewJSONLLogger logs into dir, usually from VersionDir.
@@ -48,6 +49,15 @@ func NewJSONLLogger(dir string) (*JSONLLogger, error) {
 }
 
 func (l *JSONLLogger) Name() string { return "JSONLLogger" }
+
+// CheckReady refuses a JSONLLogger not made by NewJSONLLogger
+// (trainer.ReadyChecker).
+func (l *JSONLLogger) CheckReady() error {
+	if l.dir == "" { // NewJSONLLogger refuses it
+		return literal("NewJSONLLogger", "has no directory to write into")
+	}
+	return nil
+}
 
 // Path is the metrics file.
 func (l *JSONLLogger) Path() string { return filepath.Join(l.dir, "metrics.jsonl") }

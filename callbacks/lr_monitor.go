@@ -22,6 +22,7 @@ var (
 	_ trainer.StepEndStopper      = (*LearningRateMonitor)(nil)
 	_ trainer.TrainEpochStartHook = (*LearningRateMonitor)(nil)
 	_ trainer.Stateful            = (*LearningRateMonitor)(nil)
+	_ trainer.ReadyChecker        = (*LearningRateMonitor)(nil)
 )
 
 // NewLearningRateMonitor logs at every logged step (interval "step" or "",
@@ -39,6 +40,15 @@ func NewLearningRateMonitor(interval string) (*LearningRateMonitor, error) {
 }
 
 func (l *LearningRateMonitor) Name() string { return "LearningRateMonitor" }
+
+// CheckReady refuses a LearningRateMonitor not made by
+// NewLearningRateMonitor (trainer.ReadyChecker).
+func (l *LearningRateMonitor) CheckReady() error {
+	if l.interval == "" { // NewLearningRateMonitor always sets it
+		return literal("NewLearningRateMonitor", "has no interval and would log nothing")
+	}
+	return nil
+}
 
 // StopsAtStepEnd is false: it only logs (trainer.StepEndStopper).
 func (l *LearningRateMonitor) StopsAtStepEnd() bool { return false }

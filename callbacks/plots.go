@@ -94,6 +94,7 @@ var (
 	_ trainer.FitStartHook = (*Plots)(nil)
 	_ trainer.FitEndHook   = (*Plots)(nil)
 	_ trainer.TestEndHook  = (*Plots)(nil)
+	_ trainer.ReadyChecker = (*Plots)(nil)
 )
 
 // NewPlots validates cfg and returns the callback.
@@ -105,6 +106,14 @@ func NewPlots(cfg PlotsConfig) (*Plots, error) {
 }
 
 func (p *Plots) Name() string { return "Plots" }
+
+// CheckReady refuses a Plots not made by NewPlots (trainer.ReadyChecker).
+func (p *Plots) CheckReady() error {
+	if p.cfg.Dir == "" { // PlotsConfig.Validate refuses it
+		return literal("NewPlots", "has no Dir to read metrics.csv from and draw into")
+	}
+	return nil
+}
 
 // PlotsDir is the directory of the charts.
 func (p *Plots) PlotsDir() string { return filepath.Join(p.cfg.Dir, "plots") }

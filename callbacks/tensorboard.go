@@ -39,8 +39,9 @@ type TensorBoardLogger struct {
 }
 
 var (
-	_ trainer.Logger  = (*TensorBoardLogger)(nil)
-	_ trainer.Resumer = (*TensorBoardLogger)(nil)
+	_ trainer.Logger       = (*TensorBoardLogger)(nil)
+	_ trainer.Resumer      = (*TensorBoardLogger)(nil)
+	_ trainer.ReadyChecker = (*TensorBoardLogger)(nil)
 )
 
 var tbSeq atomic.Int64
@@ -58,6 +59,15 @@ func NewTensorBoardLogger(dir string, now func() time.Time) (*TensorBoardLogger,
 }
 
 func (l *TensorBoardLogger) Name() string { return "TensorBoardLogger" }
+
+// CheckReady refuses a TensorBoardLogger not made by NewTensorBoardLogger
+// (trainer.ReadyChecker).
+func (l *TensorBoardLogger) CheckReady() error {
+	if l.dir == "" { // NewTensorBoardLogger refuses it
+		return literal("NewTensorBoardLogger", "has no directory to write into")
+	}
+	return nil
+}
 
 // Path is the event file ("" before the first write).
 func (l *TensorBoardLogger) Path() string { return l.path }

@@ -43,6 +43,7 @@ var (
 	_ trainer.StepEndStopper    = (*Timer)(nil)
 	_ trainer.TrainEpochEndHook = (*Timer)(nil)
 	_ trainer.Stateful          = (*Timer)(nil)
+	_ trainer.ReadyChecker      = (*Timer)(nil)
 )
 
 // NewTimer validates cfg and returns the callback.
@@ -67,15 +68,15 @@ func NewTimer(cfg TimerConfig) (*Timer, error) {
 	return &Timer{cfg: cfg}, nil
 }
 
-// Name is "Timer", or "" for a Timer not made by NewTimer (a struct
-// literal, &callbacks.Timer{}, which has no budget): the trainer refuses a
-// checkpointed callback without a name, telling the user to make it with
-// NewTimer, where a zero budget would otherwise never stop training.
-func (t *Timer) Name() string {
+func (t *Timer) Name() string { return "Timer" }
+
+// CheckReady refuses a Timer not made by NewTimer (trainer.ReadyChecker):
+// a zero budget would never stop training.
+func (t *Timer) CheckReady() error {
 	if t.cfg.Now == nil { // NewTimer always sets it
-		return ""
+		return literal("NewTimer", "has no Duration and would never stop training")
 	}
-	return "Timer"
+	return nil
 }
 
 // Elapsed is the training time used so far, earlier runs included.

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"runtime"
 	"sync"
 
+	"github.com/fulgur-ml/fulgur/internal/typednil"
 	"github.com/fulgur-ml/fulgur/panics"
 )
 
@@ -91,7 +91,7 @@ func NewLoader(ds Dataset, cfg LoaderConfig) (*Loader, error) {
 	var fields []Field
 	if ds == nil {
 		errs = append(errs, errors.New("dataset is nil: pass a Dataset such as the one data.OpenFashionMNIST returns"))
-	} else if isNilPointer(ds) {
+	} else if typednil.Is(ds) {
 		errs = append(errs, fmt.Errorf("dataset is a nil %T: its constructor returned an error; check it, and pass the dataset it returns", ds))
 	} else {
 		fields = append([]Field(nil), ds.Fields()...)
@@ -122,14 +122,6 @@ func NewLoader(ds Dataset, cfg LoaderConfig) (*Loader, error) {
 	}
 	l.pool = &batchPool{}
 	return l, nil
-}
-
-// isNilPointer reports whether v, not nil itself, holds a nil pointer:
-// what a constructor that failed returns, whose methods would dereference
-// it.
-func isNilPointer(v any) bool {
-	rv := reflect.ValueOf(v)
-	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }
 
 // errNoDataset is what the zero Loader, made without NewLoader, reports.

@@ -23,6 +23,24 @@ func TestNewLoaderOfNilPointerDatasetNamesIt(t *testing.T) {
 	}
 }
 
+// rows is a Dataset kept in a slice: nil is its empty value, not a failed
+// constructor's.
+type rows [][]float32
+
+func (r rows) Len() int                          { return len(r) }
+func (r rows) Fields() []data.Field              { return []data.Field{{Name: "x", Shape: []int{2}}} }
+func (r rows) Read(i int, dst [][]float32) error { copy(dst[0], r[i]); return nil }
+
+// A nil slice dataset is an empty one, and NewLoader says so; it is not
+// told to check a constructor, as a nil *T is.
+func TestNewLoaderOfNilSliceDatasetSaysItIsEmpty(t *testing.T) {
+	var ds rows
+	_, err := data.NewLoader(ds, data.LoaderConfig{BatchSize: 4})
+	if err == nil || !strings.Contains(err.Error(), "0 examples") || strings.Contains(err.Error(), "constructor") {
+		t.Errorf("NewLoader(nil rows): %v\nwant the error of an empty dataset", err)
+	}
+}
+
 // The zero Loader (var l data.Loader, or &data.Loader{}) has no dataset:
 // Iter yields no batch and its Err names NewLoader; NumBatches, which has
 // no error to return, is 0, the batches Iter yields.

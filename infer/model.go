@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"reflect"
 	"slices"
 	"strings"
 
@@ -14,9 +13,9 @@ import (
 
 	"github.com/fulgur-ml/fulgur/blas"
 	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/internal/typednil"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/nn/ops"
-	"github.com/fulgur-ml/fulgur/panics"
 	"github.com/fulgur-ml/fulgur/strategy/device/engine"
 )
 
@@ -139,7 +138,7 @@ func New(m module.Module, cfg Config) (*Model, error) {
 		dt = tensor.Float64
 	}
 	b := module.NewBuilder(dt)
-	if err := configure(m, b); err != nil {
+	if err := typednil.Call(m, "module", m.Configure, b); err != nil {
 		return nil, fmt.Errorf("infer.New: Configure: %w", err)
 	}
 	specs, err := b.Specs()
@@ -166,21 +165,6 @@ func New(m module.Module, cfg Config) (*Model, error) {
 		return nil, fmt.Errorf("infer.New: building the predict graph for Inputs %s (when they are not what PredictStep reads, set Inputs to its fields and per-example shapes): %w", describe(fields), err)
 	}
 	return model, nil
-}
-
-// configure runs m.Configure, turning a panic in it into an error as
-// trainer.Fit does. A typed nil module (a constructor's nil *T passed on
-// unchecked) is the usual cause, so the error names it.
-func configure(m module.Module, b *module.Builder) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = panics.Recovered(r)
-			if rv := reflect.ValueOf(m); rv.Kind() == reflect.Pointer && rv.IsNil() {
-				err = fmt.Errorf("the module is a nil %T (its constructor returned an error: check it, and pass the module it returns): %w", m, err)
-			}
-		}
-	}()
-	return m.Configure(b)
 }
 
 type sizedEngine struct {

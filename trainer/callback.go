@@ -143,6 +143,19 @@ type Stateful interface {
 	LoadStateDict([]byte) error
 }
 
+// ReadyChecker is a callback or logger that can tell, before the run, that
+// it cannot work as it is: New (Config.Validate) calls CheckReady on every
+// entry of Callbacks and Loggers that has it, and refuses the Config with
+// each error, naming the entry; nil lets it run. The library's callbacks
+// and loggers refuse a struct literal (&callbacks.ModelCheckpoint{}) of a
+// type whose constructor fills and checks its settings, naming that
+// constructor: such a value would otherwise fail its first hook, or do
+// nothing, far from the line at fault. A callback of yours that needs its
+// constructor, or settings only it can check, can do the same.
+type ReadyChecker interface {
+	CheckReady() error
+}
+
 // Logger receives metrics on rank 0.
 type Logger interface {
 	Name() string

@@ -6,12 +6,13 @@ import (
 	"io"
 	"math"
 	"os"
-	"reflect"
 	"runtime"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/fulgur-ml/fulgur/internal/typednil"
+	"github.com/fulgur-ml/fulgur/panics"
 	"github.com/fulgur-ml/fulgur/profiler"
 	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/cluster"
@@ -259,7 +260,16 @@ func (c *Config) Validate() error {
 		bad("%s is %s", n("Profiler"), msg)
 		c.Profiler = nil
 	}
-	errs = append(errs, c.conflicts()...)
+	// CheckReady once per callback: conflicts leaves the refused ones out
+	// (a struct literal's Name and settings are its zero values, which
+	// would only add noise), and the loop at the end reports them.
+	unready := make([]error, len(c.Callbacks))
+	for i, cb := range c.Callbacks {
+		if nilEntry(cb, "") == "" {
+			unready[i] = checkReady(cb)
+		}
+	}
+	errs = append(errs, c.conflicts(unready)...)
 	if c.MaxEpochs < -1 {
 		bad("%s is %d: use a positive number, 0 (the default: 1000 epochs, or no limit beside %s) or -1 (no limit)", n("MaxEpochs"), c.MaxEpochs, n("MaxSteps"))
 	}
@@ -400,6 +410,8 @@ func (c *Config) Validate() error {
 	for i, cb := range c.Callbacks {
 		if msg := nilEntry(cb, "remove the entry"); msg != "" {
 			bad("Callbacks[%d] is %s", i, msg)
+		} else if err := unready[i]; err != nil {
+			bad("Callbacks[%d] (%T): %w", i, cb, err)
 		}
 		for _, msg := range wrongSignatures(cb, callbackInterfaces) {
 			bad("Callbacks[%d]: %s", i, msg)
@@ -408,6 +420,8 @@ func (c *Config) Validate() error {
 	for i, l := range c.Loggers {
 		if msg := nilEntry(l, "remove the entry"); msg != "" {
 			bad("Loggers[%d] is %s", i, msg)
+		} else if err := checkReady(l); err != nil {
+			bad("Loggers[%d] (%T): %w", i, l, err)
 		}
 		for _, msg := range wrongSignatures(l, loggerInterfaces) {
 			bad("Loggers[%d]: %s", i, msg)
@@ -453,13 +467,25 @@ func nilEntry(v any, fix string) string {
 	if v == nil {
 		return "nil: remove it"
 	}
-	switch rv := reflect.ValueOf(v); rv.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
-		if rv.IsNil() {
-			return fmt.Sprintf("a nil %T: its constructor returned an error; check it, or %s", v, fix)
-		}
+	if typednil.Is(v) {
+		return fmt.Sprintf("a nil %T: its constructor returned an error; check it, or %s", v, fix)
 	}
 	return ""
+}
+
+// checkReady is v's CheckReady error (nil when v is no ReadyChecker), a
+// panic in it returned as an error naming the method.
+func checkReady(v any) error {
+	r, ok := v.(ReadyChecker)
+	if !ok {
+		return nil
+	}
+	err := guarded(r.CheckReady)
+	var pe *panics.Error
+	if errors.As(err, &pe) {
+		return fmt.Errorf("CheckReady: %w", err)
+	}
+	return err
 }
 
 func (c *Config) progressBar() bool { return c.EnableProgressBar == nil || *c.EnableProgressBar }

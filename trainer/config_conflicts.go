@@ -3,8 +3,6 @@ package trainer
 import (
 	"fmt"
 	"path/filepath"
-	"reflect"
-	"strings"
 )
 
 // conflicts reports settings that contradict each other: with both set, one
@@ -17,7 +15,10 @@ import (
 // overrides MaxEpochs, MaxSteps, the Limit*Batches, ValCheckInterval and
 // CheckValEveryNEpoch (fastDevRunOverrides names the ones it replaces, and
 // Validate logs them).
-func (c *Config) conflicts() []error {
+//
+// unready holds each callback's CheckReady error: a callback refused there
+// is left out here.
+func (c *Config) conflicts(unready []error) []error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	n := c.name
@@ -42,18 +43,12 @@ func (c *Config) conflicts() []error {
 	type ckptNames struct{ dir, filename string }
 	namers := map[ckptNames]int{} // -> index of the first checkpointNamer
 	for i, cb := range c.Callbacks {
-		if nilEntry(cb, "") != "" {
-			continue // Validate names it; its methods would crash
+		if nilEntry(cb, "") != "" || unready[i] != nil {
+			continue // Validate names it; its methods would crash, or say nothing of use
 		}
 		if _, ok := cb.(Stateful); ok {
 			if cb.Name() == "" {
-				fix := "return a name from Name"
-				if t := reflect.TypeOf(cb); t.Kind() == reflect.Pointer && strings.HasSuffix(t.Elem().PkgPath(), "/fulgur/callbacks") {
-					// A struct literal of the library's own type: its
-					// constructor names it and checks its configuration.
-					fix = fmt.Sprintf("make it with callbacks.New%s, not a struct literal", t.Elem().Name())
-				}
-				bad("Callbacks[%d] (%T) keeps state in checkpoints under its Name, which is empty: %s", i, cb, fix)
+				bad("Callbacks[%d] (%T) keeps state in checkpoints under its Name, which is empty: return a name from Name", i, cb)
 			} else if j, dup := stateful[cb.Name()]; dup {
 				bad("Callbacks[%d] and Callbacks[%d] are both named %q, which keys their state in checkpoints: one would overwrite the other's and a resumed run would give both the same; give each its own Name (ModelCheckpointConfig.Name, EarlyStoppingConfig.Name)", j, i, cb.Name())
 			} else {

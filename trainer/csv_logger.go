@@ -53,6 +53,14 @@ func NewCSVLogger(dir string) (*CSVLogger, error) {
 
 func (l *CSVLogger) Name() string { return "CSVLogger" }
 
+// CheckReady refuses a CSVLogger not made by NewCSVLogger (ReadyChecker).
+func (l *CSVLogger) CheckReady() error {
+	if l.dir == "" { // NewCSVLogger refuses it
+		return errors.New("a struct literal, not made by trainer.NewCSVLogger (or callbacks.NewCSVLogger), has no directory to write into: make it with one of them")
+	}
+	return nil
+}
+
 // Dir is the run directory.
 func (l *CSVLogger) Dir() string { return l.dir }
 

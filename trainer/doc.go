@@ -234,6 +234,7 @@
 // error: Fit returns nil and Stats().StoppedEarly says why.
 //
 // trainer imports module, data, optim, nn, profiler, strategy, blas (the BLAS
-// choice at start) and panics (user panics as errors); it must
-// not be imported by any of them.
+// choice at start), panics (user panics as errors) and internal/typednil
+// (the typed-nil test data and infer make too); it must not be imported by
+// any of them.
 package trainer

@@ -36,9 +36,10 @@ var callbackInterfaces = []reflect.Type{
 	reflect.TypeFor[AfterBackwardHook](), reflect.TypeFor[BeforeZeroGradHook](),
 	reflect.TypeFor[AccumulationScheduler](), reflect.TypeFor[ProgressDisplay](),
 	reflect.TypeFor[StepEndStopper](), reflect.TypeFor[LayerShapesUser](), reflect.TypeFor[Stateful](),
+	reflect.TypeFor[ReadyChecker](),
 }
 
-var loggerInterfaces = []reflect.Type{reflect.TypeFor[Resumer](), reflect.TypeFor[RowResumer]()}
+var loggerInterfaces = []reflect.Type{reflect.TypeFor[Resumer](), reflect.TypeFor[RowResumer](), reflect.TypeFor[ReadyChecker]()}
 
 var moduleInterfaces = []reflect.Type{
 	reflect.TypeFor[module.Validator](), reflect.TypeFor[module.Tester](), reflect.TypeFor[module.Predictor](),

@@ -15,10 +15,10 @@ import (
 
 	"github.com/fulgur-ml/fulgur/blas"
 	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/internal/typednil"
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/nn/ops"
 	"github.com/fulgur-ml/fulgur/optim"
-	"github.com/fulgur-ml/fulgur/panics"
 	"github.com/fulgur-ml/fulgur/profiler"
 	"github.com/fulgur-ml/fulgur/strategy"
 )
@@ -437,13 +437,10 @@ func matchStore(specs []module.Spec, dtype tensor.Dtype, st *module.Store) error
 	return errors.Join(errs...)
 }
 
-func configure(m module.Module, b *module.Builder) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("module Configure: %w", panics.Recovered(r))
-		}
-	}()
-	if err := m.Configure(b); err != nil {
+// configure runs m's Configure, a panic in it (a typed nil module's, named
+// as such) returned as an error, as infer.New does.
+func configure(m module.Module, b *module.Builder) error {
+	if err := typednil.Call(m, "module", m.Configure, b); err != nil {
 		return fmt.Errorf("module Configure: %w", err)
 	}
 	return nil

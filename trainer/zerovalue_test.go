@@ -2,7 +2,9 @@ package trainer_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 
@@ -153,9 +155,14 @@ func TestWithWeightsOfNoPathNamesIt(t *testing.T) {
 	}
 }
 
-// A callbacks type written as a struct literal (&callbacks.ModelCheckpoint{})
-// is refused naming its constructor; before, the error told the user to
-// "return a name from Name", a method of the library's type.
+// A callbacks type or logger written as a struct literal
+// (&callbacks.ModelCheckpoint{}) is refused by New naming its constructor,
+// once: before, the stateful ones told the user to "return a name from
+// Name", a method of the library's type, and the others were accepted, to
+// log nothing (LearningRateMonitor), never accumulate
+// (GradientAccumulationScheduler) or fail their first hook with
+// "mkdir : no such file or directory" (the loggers). The ones whose zero
+// value is documented as usable are accepted.
 func TestCallbackStructLiteralNamesItsConstructor(t *testing.T) {
 	for _, c := range []struct {
 		cb   trainer.Callback
@@ -163,10 +170,82 @@ func TestCallbackStructLiteralNamesItsConstructor(t *testing.T) {
 	}{
 		{&callbacks.ModelCheckpoint{}, "callbacks.NewModelCheckpoint"},
 		{&callbacks.EarlyStopping{}, "callbacks.NewEarlyStopping"},
+		{&callbacks.Timer{}, "callbacks.NewTimer"},
+		{&callbacks.LearningRateMonitor{}, "callbacks.NewLearningRateMonitor"},
+		{&callbacks.GradientAccumulationScheduler{}, "callbacks.NewGradientAccumulationScheduler"},
+		{&callbacks.Plots{}, "callbacks.NewPlots"},
+		{&callbacks.ProgressBar{}, ""},
+		{&callbacks.ModelSummary{}, ""},
+		{&callbacks.DeviceStatsMonitor{}, ""},
 	} {
-		_, err := trainer.New(quiet(trainer.Config{Callbacks: []trainer.Callback{c.cb}}))
-		if err == nil || !strings.Contains(err.Error(), c.ctor) {
-			t.Errorf("New with a %T literal: %v\nwant an error naming %s", c.cb, err, c.ctor)
-		}
+		_, err := trainer.New(trainer.Config{Out: io.Discard, DefaultRootDir: t.TempDir(), Callbacks: []trainer.Callback{c.cb}})
+		checkRefused(t, fmt.Sprintf("%T", c.cb), "Callbacks[0]", c.ctor, err)
+	}
+	for _, c := range []struct {
+		l    trainer.Logger
+		ctor string
+	}{
+		{&trainer.CSVLogger{}, "NewCSVLogger"},
+		{&callbacks.JSONLLogger{}, "callbacks.NewJSONLLogger"},
+		{&callbacks.TensorBoardLogger{}, "callbacks.NewTensorBoardLogger"},
+	} {
+		_, err := trainer.New(trainer.Config{Out: io.Discard, DefaultRootDir: t.TempDir(), Loggers: []trainer.Logger{c.l}})
+		checkRefused(t, fmt.Sprintf("%T", c.l), "Loggers[0]", c.ctor, err)
 	}
 }
+
+// checkRefused says whether err, New's for a struct literal of typ, is one
+// problem naming the entry and ctor (nil when ctor is "").
+func checkRefused(t *testing.T, typ, entry, ctor string, err error) {
+	t.Helper()
+	if ctor == "" {
+		if err != nil {
+			t.Errorf("New with a %s literal: %v\nwant it accepted (its zero value is documented as usable)", typ, err)
+		}
+		return
+	}
+	if err == nil {
+		t.Errorf("New with a %s literal succeeded; want an error naming %s", typ, ctor)
+		return
+	}
+	msg := strings.TrimPrefix(err.Error(), "trainer config:\n")
+	if !strings.Contains(msg, ctor) || !strings.Contains(msg, entry) || strings.Contains(msg, "\n") {
+		t.Errorf("New with a %s literal: %q\nwant one line naming %s and %s", typ, msg, entry, ctor)
+	}
+}
+
+// A callback or logger of the user's can refuse a run the same way, by
+// implementing trainer.ReadyChecker: New reports its error naming the
+// entry, and a nil error lets it run.
+type needsPath struct{ path string }
+
+func (n *needsPath) Name() string { return "needsPath" }
+
+func (n *needsPath) CheckReady() error {
+	if n.path == "" {
+		return errors.New("path is empty: make it with newNeedsPath")
+	}
+	return nil
+}
+
+var _ trainer.ReadyChecker = (*needsPath)(nil)
+
+func TestReadyCheckerRefusesTheRun(t *testing.T) {
+	_, err := trainer.New(quiet(trainer.Config{Callbacks: []trainer.Callback{&needsPath{path: "x"}, &needsPath{}}}))
+	if err == nil || !strings.Contains(err.Error(), "Callbacks[1] (*trainer_test.needsPath): path is empty: make it with newNeedsPath") || strings.Contains(err.Error(), "Callbacks[0]") {
+		t.Errorf("New with an unready callback at 1: %v\nwant Callbacks[1]'s error alone", err)
+	}
+	if _, err := trainer.New(quiet(trainer.Config{Callbacks: []trainer.Callback{&needsPath{path: "x"}}})); err != nil {
+		t.Errorf("New with a ready callback: %v", err)
+	}
+	// A CheckReady with a bug is an error naming it, not a crash of New.
+	_, err = trainer.New(quiet(trainer.Config{Callbacks: []trainer.Callback{&readyPanics{}}}))
+	if err == nil || !strings.Contains(err.Error(), "Callbacks[0] (*trainer_test.readyPanics): CheckReady: panicked: runtime error: index out of range") {
+		t.Errorf("New with a CheckReady that panics: %v\nwant an error naming the entry and CheckReady", err)
+	}
+}
+
+type readyPanics struct{ dirs []string }
+
+func (r *readyPanics) Name() string      { return "readyPanics" }
+func (r *readyPanics) CheckReady() error { _ = r.dirs[1]; return nil }
