@@ -173,11 +173,18 @@ func New(name string, o Options) (Strategy, error) {
 
 // UnknownAdvice is what to write instead of name, which no strategy
 // registers: the registered name it differs from only in case or spaces
-// ("DDP"), or the list of names.
+// ("DDP"), or the shipped one and the package that registers it when that
+// is not linked, or the list of names.
 func UnknownAdvice(name string) string {
+	name = strings.TrimSpace(name)
 	for _, n := range Names() {
-		if strings.EqualFold(n, strings.TrimSpace(name)) {
+		if strings.EqualFold(n, name) {
 			return fmt.Sprintf("names are lower case: write %q (one of %v)", n, Names())
+		}
+	}
+	for n, p := range shipped {
+		if strings.EqualFold(n, name) {
+			return fmt.Sprintf("names are lower case: write %q, which package %s registers; import it blank (import _ %q) or build through the trainer, which links it", n, p, p)
 		}
 	}
 	return fmt.Sprintf("use one of %v", Names())

@@ -25,6 +25,15 @@ func TestNewNamesTheImportOfTheShippedStrategies(t *testing.T) {
 	}
 }
 
+// A shipped name in the wrong case is corrected to the name, and its
+// package named, in a binary that does not link it, as in one that does.
+func TestNewCorrectsTheCaseOfAShippedNameNotLinked(t *testing.T) {
+	_, err := strategy.New(" DDP", strategy.Options{})
+	if err == nil || !strings.Contains(err.Error(), `names are lower case: write "ddp"`) || !strings.Contains(err.Error(), `import _ "github.com/fulgur-ml/fulgur/strategy/ddp"`) {
+		t.Errorf("New(%q) = %v, want the lower-case name and the blank import of strategy/ddp", " DDP", err)
+	}
+}
+
 // "auto" with one device picks "ddp" in a rank a launcher (torchrun,
 // mpirun, srun, fulgur run) started, and "single" in a rank that a
 // program's own ddp or ddp_spawn started: such a rank runs the whole
