@@ -121,7 +121,13 @@ func (d *DP) Setup(ctx context.Context, su strategy.Setup) error {
 	return d.opt.Bind(0, store.NumParams())
 }
 
-func (d *DP) Store() *module.Store { return d.engs[0].Eng.Store() }
+// Store is replica 0's parameters, buffers and gradients; nil before Setup.
+func (d *DP) Store() *module.Store {
+	if len(d.engs) == 0 {
+		return nil
+	}
+	return d.engs[0].Eng.Store()
+}
 
 func (d *DP) Step(ctx context.Context, mode module.Mode, b *data.Batch, o strategy.TrainOptions) (strategy.StepResult, error) {
 	if d.engs == nil {
@@ -130,8 +136,12 @@ func (d *DP) Step(ctx context.Context, mode module.Mode, b *data.Batch, o strate
 	return replica.RunStep(ctx, replica.Steps{Train: d.trainStep, Eval: d.evalStep, Predict: d.predictStep}, mode, b, o)
 }
 
-// ReplicaStores returns every replica's store (replica 0's is Store()).
+// ReplicaStores returns every replica's store (replica 0's is Store()); nil
+// before Setup.
 func (d *DP) ReplicaStores() []*module.Store {
+	if len(d.engs) == 0 {
+		return nil
+	}
 	out := make([]*module.Store, len(d.engs))
 	for i, e := range d.engs {
 		out[i] = e.Eng.Store()

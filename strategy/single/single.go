@@ -56,7 +56,14 @@ func (s *Single) Rebind(m module.Module) error {
 	return nil
 }
 
-func (s *Single) Store() *module.Store { return s.eng.Store() }
+// Store is the replica's parameters, buffers and gradients; nil before
+// Setup.
+func (s *Single) Store() *module.Store {
+	if s.eng == nil {
+		return nil
+	}
+	return s.eng.Store()
+}
 
 func (s *Single) Step(ctx context.Context, mode module.Mode, b *data.Batch, o strategy.TrainOptions) (strategy.StepResult, error) {
 	if s.eng == nil {

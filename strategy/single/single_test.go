@@ -30,3 +30,11 @@ func TestSingleRegistered(t *testing.T) {
 		t.Error("New(\"single\", Devices 2) = nil error, want a refusal naming Devices")
 	}
 }
+
+// Store is nil before Setup, as strategy.Replica and Trainer.Store say,
+// not a nil dereference.
+func TestStoreBeforeSetupIsNil(t *testing.T) {
+	if st := single.NewSingle().Store(); st != nil {
+		t.Errorf("Store before Setup = %v, want nil", st)
+	}
+}
