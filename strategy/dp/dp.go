@@ -342,6 +342,9 @@ func (d *DP) combine(n int) []module.Metric {
 }
 
 func (d *DP) OptimizerStep(ctx context.Context, o strategy.OptimizerOptions) (float64, error) {
+	if d.engs == nil {
+		return math.NaN(), errors.New("dp: OptimizerStep before Setup")
+	}
 	st := d.engs[0].Eng.Store()
 	if err := replica.BeforeUpdate(o, st, 0, st.NumParams()); err != nil {
 		return math.NaN(), err
@@ -423,6 +426,9 @@ func (d *DP) Teardown(ctx context.Context) error {
 
 // Rebind runs m over the replicas' parameters from now on.
 func (d *DP) Rebind(m module.Module) error {
+	if d.engs == nil {
+		return errors.New("dp: Rebind before Setup")
+	}
 	for _, r := range d.engs {
 		r.Rebind(m)
 	}

@@ -61,7 +61,7 @@ func fit(cfg trainer.Config) []float32 {
 		panic(err)
 	}
 	defer os.RemoveAll(root)
-	cfg.MaxEpochs, cfg.Seed, cfg.Out, cfg.DefaultRootDir = 2, 1, io.Discard, root
+	cfg.MaxEpochs, cfg.Seed, cfg.Out, cfg.DefaultRootDir, cfg.DisableCheckpointing = 2, 1, io.Discard, root, true
 	tr, err := trainer.New(cfg)
 	if err != nil {
 		panic(err)

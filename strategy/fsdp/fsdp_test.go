@@ -825,3 +825,20 @@ func TestFSDPHybridShardRefusesMismatchedGroups(t *testing.T) {
 		t.Errorf("New: %v", err)
 	}
 }
+
+// Memory before Setup reports nothing held, as sharded's does, not a nil
+// dereference.
+func TestMemoryBeforeSetupIsZero(t *testing.T) {
+	g, err := inproc.NewGroup(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := fsdp.New(fsdp.Config{Group: g[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Teardown(t.Context())
+	if m := f.Memory(); m != (strategy.Memory{}) {
+		t.Errorf("Memory before Setup = %+v, want zero", m)
+	}
+}

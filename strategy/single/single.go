@@ -85,6 +85,9 @@ func (s *Single) Step(ctx context.Context, mode module.Mode, b *data.Batch, o st
 }
 
 func (s *Single) OptimizerStep(ctx context.Context, o strategy.OptimizerOptions) (float64, error) {
+	if s.eng == nil {
+		return math.NaN(), errors.New("single: OptimizerStep before Setup")
+	}
 	if err := replica.BeforeUpdate(o, s.eng.Store(), 0, s.eng.Store().NumParams()); err != nil {
 		return math.NaN(), err
 	}

@@ -1,6 +1,7 @@
 package single_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/fulgur-ml/fulgur/strategy"
@@ -36,5 +37,13 @@ func TestSingleRegistered(t *testing.T) {
 func TestStoreBeforeSetupIsNil(t *testing.T) {
 	if st := single.NewSingle().Store(); st != nil {
 		t.Errorf("Store before Setup = %v, want nil", st)
+	}
+}
+
+// OptimizerStep before Setup is an error, as Step's is.
+func TestOptimizerStepBeforeSetupIsAnError(t *testing.T) {
+	_, err := single.NewSingle().OptimizerStep(t.Context(), strategy.OptimizerOptions{})
+	if err == nil || !strings.Contains(err.Error(), "OptimizerStep before Setup") {
+		t.Errorf("OptimizerStep before Setup = %v, want an error saying so", err)
 	}
 }
