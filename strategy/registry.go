@@ -88,8 +88,19 @@ func Check(name string, o Options) error {
 }
 
 // Register makes a strategy available by name to New. Strategy packages
-// register themselves; libraries and tests pass values instead.
+// register themselves; libraries and tests pass values instead. A name
+// registered again is built by the later factory. Register panics on what
+// New could never build: "auto" (New picks "single" or "ddp" for it), an
+// empty name or a nil factory.
 func Register(name string, f Factory) {
+	switch {
+	case name == "auto":
+		panic(`strategy: Register("auto"): New picks "single" or "ddp" for "auto" and never builds a strategy of that name; register another name`)
+	case name == "":
+		panic("strategy: Register with an empty name: name the strategy as Config.Strategy will")
+	case f == nil:
+		panic(fmt.Sprintf("strategy: Register(%q) with a nil factory", name))
+	}
 	regMu.Lock()
 	defer regMu.Unlock()
 	registry[name] = f

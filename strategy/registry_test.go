@@ -62,3 +62,32 @@ func TestAutoInASelfLaunchedRank(t *testing.T) {
 		})
 	}
 }
+
+// Register refuses what New could never build: "auto" (New picks a
+// strategy for it before looking), an empty name, a nil factory. Each is a
+// mistake in the program, found when it starts.
+func TestRegisterRefusesWhatNewCannotBuild(t *testing.T) {
+	f := func(strategy.Options) (strategy.Strategy, error) { return nil, nil }
+	for _, tc := range []struct {
+		name string
+		f    strategy.Factory
+		want string
+	}{
+		{"auto", f, `"auto"`},
+		{"", f, "empty"},
+		{"nilfactory", nil, "nil"},
+	} {
+		func() {
+			defer func() {
+				r := recover()
+				if msg, _ := r.(string); !strings.Contains(msg, tc.want) {
+					t.Errorf("Register(%q) panicked with %v, want a message naming %s", tc.name, r, tc.want)
+				}
+			}()
+			strategy.Register(tc.name, tc.f)
+		}()
+	}
+	if strategy.Known("nilfactory") {
+		t.Error(`Register("nilfactory", nil) registered it`)
+	}
+}
