@@ -101,7 +101,11 @@ func Example() {
 // the same weights, bit for bit: replica 0 takes the optimizer step and
 // its weights are copied to the others.
 func ExampleNewDP() {
-	d, err := dp.NewDP(dp.DPConfig{Devices: []device.Device{device.NewCPU(0), device.NewCPU(1), device.NewCPU(2)}})
+	devices, err := device.Open("cpu", 3)
+	if err != nil {
+		panic(err)
+	}
+	d, err := dp.NewDP(dp.DPConfig{Devices: devices})
 	if err != nil {
 		panic(err)
 	}
