@@ -88,8 +88,19 @@ func Check(name string, o Options) error {
 }
 
 // Register makes a strategy available by name to New. Strategy packages
-// register themselves; libraries and tests pass values instead.
+// register themselves; libraries and tests pass values instead. A name
+// registered again is built by the later factory. Register panics on what
+// New could never build: "auto" (New picks "single" or "ddp" for it), an
+// empty name or a nil factory.
 func Register(name string, f Factory) {
+	switch {
+	case name == "auto":
+		panic(`strategy: Register("auto"): New picks "single" or "ddp" for "auto" and never builds a strategy of that name; register another name`)
+	case name == "":
+		panic("strategy: Register with an empty name: name the strategy as Config.Strategy will")
+	case f == nil:
+		panic(fmt.Sprintf("strategy: Register(%q) with a nil factory", name))
+	}
 	regMu.Lock()
 	defer regMu.Unlock()
 	registry[name] = f
@@ -173,11 +184,18 @@ func New(name string, o Options) (Strategy, error) {
 
 // UnknownAdvice is what to write instead of name, which no strategy
 // registers: the registered name it differs from only in case or spaces
-// ("DDP"), or the list of names.
+// ("DDP"), or the shipped one and the package that registers it when that
+// is not linked, or the list of names.
 func UnknownAdvice(name string) string {
+	name = strings.TrimSpace(name)
 	for _, n := range Names() {
-		if strings.EqualFold(n, strings.TrimSpace(name)) {
+		if strings.EqualFold(n, name) {
 			return fmt.Sprintf("names are lower case: write %q (one of %v)", n, Names())
+		}
+	}
+	for n, p := range shipped {
+		if strings.EqualFold(n, name) {
+			return fmt.Sprintf("names are lower case: write %q, which package %s registers; import it blank (import _ %q) or build through the trainer, which links it", n, p, p)
 		}
 	}
 	return fmt.Sprintf("use one of %v", Names())

@@ -25,6 +25,15 @@ func TestNewNamesTheImportOfTheShippedStrategies(t *testing.T) {
 	}
 }
 
+// A shipped name in the wrong case is corrected to the name, and its
+// package named, in a binary that does not link it, as in one that does.
+func TestNewCorrectsTheCaseOfAShippedNameNotLinked(t *testing.T) {
+	_, err := strategy.New(" DDP", strategy.Options{})
+	if err == nil || !strings.Contains(err.Error(), `names are lower case: write "ddp"`) || !strings.Contains(err.Error(), `import _ "github.com/fulgur-ml/fulgur/strategy/ddp"`) {
+		t.Errorf("New(%q) = %v, want the lower-case name and the blank import of strategy/ddp", " DDP", err)
+	}
+}
+
 // "auto" with one device picks "ddp" in a rank a launcher (torchrun,
 // mpirun, srun, fulgur run) started, and "single" in a rank that a
 // program's own ddp or ddp_spawn started: such a rank runs the whole
@@ -51,5 +60,34 @@ func TestAutoInASelfLaunchedRank(t *testing.T) {
 				t.Errorf("New(auto) = %v, want the error naming %s", err, tc.want)
 			}
 		})
+	}
+}
+
+// Register refuses what New could never build: "auto" (New picks a
+// strategy for it before looking), an empty name, a nil factory. Each is a
+// mistake in the program, found when it starts.
+func TestRegisterRefusesWhatNewCannotBuild(t *testing.T) {
+	f := func(strategy.Options) (strategy.Strategy, error) { return nil, nil }
+	for _, tc := range []struct {
+		name string
+		f    strategy.Factory
+		want string
+	}{
+		{"auto", f, `"auto"`},
+		{"", f, "empty"},
+		{"nilfactory", nil, "nil"},
+	} {
+		func() {
+			defer func() {
+				r := recover()
+				if msg, _ := r.(string); !strings.Contains(msg, tc.want) {
+					t.Errorf("Register(%q) panicked with %v, want a message naming %s", tc.name, r, tc.want)
+				}
+			}()
+			strategy.Register(tc.name, tc.f)
+		}()
+	}
+	if strategy.Known("nilfactory") {
+		t.Error(`Register("nilfactory", nil) registered it`)
 	}
 }

@@ -121,7 +121,13 @@ func (d *DP) Setup(ctx context.Context, su strategy.Setup) error {
 	return d.opt.Bind(0, store.NumParams())
 }
 
-func (d *DP) Store() *module.Store { return d.engs[0].Eng.Store() }
+// Store is replica 0's parameters, buffers and gradients; nil before Setup.
+func (d *DP) Store() *module.Store {
+	if len(d.engs) == 0 {
+		return nil
+	}
+	return d.engs[0].Eng.Store()
+}
 
 func (d *DP) Step(ctx context.Context, mode module.Mode, b *data.Batch, o strategy.TrainOptions) (strategy.StepResult, error) {
 	if d.engs == nil {
@@ -130,8 +136,12 @@ func (d *DP) Step(ctx context.Context, mode module.Mode, b *data.Batch, o strate
 	return replica.RunStep(ctx, replica.Steps{Train: d.trainStep, Eval: d.evalStep, Predict: d.predictStep}, mode, b, o)
 }
 
-// ReplicaStores returns every replica's store (replica 0's is Store()).
+// ReplicaStores returns every replica's store (replica 0's is Store()); nil
+// before Setup.
 func (d *DP) ReplicaStores() []*module.Store {
+	if len(d.engs) == 0 {
+		return nil
+	}
 	out := make([]*module.Store, len(d.engs))
 	for i, e := range d.engs {
 		out[i] = e.Eng.Store()
@@ -332,6 +342,9 @@ func (d *DP) combine(n int) []module.Metric {
 }
 
 func (d *DP) OptimizerStep(ctx context.Context, o strategy.OptimizerOptions) (float64, error) {
+	if d.engs == nil {
+		return math.NaN(), errors.New("dp: OptimizerStep before Setup")
+	}
 	st := d.engs[0].Eng.Store()
 	if err := replica.BeforeUpdate(o, st, 0, st.NumParams()); err != nil {
 		return math.NaN(), err
@@ -413,6 +426,9 @@ func (d *DP) Teardown(ctx context.Context) error {
 
 // Rebind runs m over the replicas' parameters from now on.
 func (d *DP) Rebind(m module.Module) error {
+	if d.engs == nil {
+		return errors.New("dp: Rebind before Setup")
+	}
 	for _, r := range d.engs {
 		r.Rebind(m)
 	}

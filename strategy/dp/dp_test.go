@@ -88,3 +88,32 @@ func TestDPRegistered(t *testing.T) {
 		t.Fatalf("dp over 2 nodes: error %v, want one naming NumNodes", err)
 	}
 }
+
+// Store and ReplicaStores are nil before Setup, as strategy.Replica and
+// Trainer.Store say, not an index out of range.
+func TestStoresBeforeSetupAreNil(t *testing.T) {
+	d, err := dp.NewDP(dp.DPConfig{Devices: []device.Device{device.NewCPU(0), device.NewCPU(1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := d.Store(); st != nil {
+		t.Errorf("Store before Setup = %v, want nil", st)
+	}
+	if sts := d.ReplicaStores(); sts != nil {
+		t.Errorf("ReplicaStores before Setup = %v, want nil", sts)
+	}
+}
+
+// OptimizerStep and Rebind before Setup are errors, as Step's is.
+func TestOptimizerStepAndRebindBeforeSetupAreErrors(t *testing.T) {
+	d, err := dp.NewDP(dp.DPConfig{Devices: []device.Device{device.NewCPU(0), device.NewCPU(1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.OptimizerStep(t.Context(), strategy.OptimizerOptions{}); err == nil || !strings.Contains(err.Error(), "OptimizerStep before Setup") {
+		t.Errorf("OptimizerStep before Setup = %v, want an error saying so", err)
+	}
+	if err := d.Rebind(&strategytest.MLP{In: 2, Hidden: 1, Out: 1}); err == nil || !strings.Contains(err.Error(), "Rebind before Setup") {
+		t.Errorf("Rebind before Setup = %v, want an error saying so", err)
+	}
+}

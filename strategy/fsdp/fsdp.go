@@ -716,8 +716,11 @@ func (f *FSDP) DistributedSampler(shuffle bool, seed uint64, train bool) data.Sa
 // gradient once a micro-batch without Sync has held one, and a second
 // gradient shard once SyncMicroBatches has reduce-scattered a window's
 // later micro-batch; the unit buffers are not counted (they are at most a
-// few units).
+// few units). Before Setup it is zero.
 func (f *FSDP) Memory() strategy.Memory {
+	if f.store == nil || f.opt == nil {
+		return strategy.Memory{}
+	}
 	e := 4
 	if f.p64 != nil {
 		e = 8

@@ -2,6 +2,7 @@ package fsdp_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
@@ -823,5 +825,56 @@ func TestFSDPHybridShardRefusesMismatchedGroups(t *testing.T) {
 	_, err = fsdp.New(fsdp.Config{Group: group[0], ShardGroup: s3[0]})
 	if err == nil || !strings.Contains(err.Error(), "only one of ShardGroup and ReplicaGroup is set") {
 		t.Errorf("New: %v", err)
+	}
+}
+
+// Memory before Setup reports nothing held, as sharded's does, not a nil
+// dereference.
+func TestMemoryBeforeSetupIsZero(t *testing.T) {
+	g, err := inproc.NewGroup(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := fsdp.New(fsdp.Config{Group: g[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Teardown(t.Context())
+	if m := f.Memory(); m != (strategy.Memory{}) {
+		t.Errorf("Memory before Setup = %+v, want zero", m)
+	}
+}
+
+// A Setup that fails at the optimizer leaves Memory reporting nothing held,
+// not a nil dereference.
+func TestMemoryAfterAFailedSetupIsZero(t *testing.T) {
+	g, err := inproc.NewGroup(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := fsdp.New(fsdp.Config{Group: g[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Teardown(t.Context())
+	m := &strategytest.MLP{In: 2, Hidden: 3, Out: 1}
+	b := module.NewBuilder(tensor.Float32)
+	if err := m.Configure(b); err != nil {
+		t.Fatal(err)
+	}
+	specs, err := b.Specs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := errors.New("no optimizer today")
+	err = f.Setup(t.Context(), strategy.Setup{Module: m, Specs: specs, Dtype: tensor.Float32, Seed: 1,
+		Fields:       []data.Field{{Name: "x", Shape: []int{2}}, {Name: "y", Shape: []int{1}}},
+		NewOptimizer: func() (optim.Optimizer, optim.Scheduler, error) { return nil, nil, bad },
+		Log:          zerolog.Nop()})
+	if !errors.Is(err, bad) {
+		t.Fatalf("Setup = %v, want the optimizer's error", err)
+	}
+	if mem := f.Memory(); mem != (strategy.Memory{}) {
+		t.Errorf("Memory after a failed Setup = %+v, want zero", mem)
 	}
 }

@@ -405,9 +405,10 @@ func (s *Sharded) DistributedSampler(shuffle bool, seed uint64, train bool) data
 // Memory reports what this rank holds, from the lengths of the buffers it
 // allocated: the whole model, the gradient buffer (whole under stage 1,
 // the shard under stage 2, where LocalGrads counts the engine's unit
-// buffers: at most two units) and the optimizer's shard.
+// buffers: at most two units) and the optimizer's shard. Before Setup, or
+// after one that failed, it is zero.
 func (s *Sharded) Memory() strategy.Memory {
-	if s.store == nil {
+	if s.store == nil || s.opt == nil {
 		return strategy.Memory{}
 	}
 	e := 4

@@ -9,7 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+	"gorgonia.org/tensor"
+
 	"github.com/fulgur-ml/fulgur/data"
+	"github.com/fulgur-ml/fulgur/module"
+	"github.com/fulgur-ml/fulgur/optim"
 	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
@@ -200,5 +205,39 @@ func TestUnits(t *testing.T) {
 	}
 	if want := []int{40, 8, 24, 3}; !slices.Equal(lens, want) {
 		t.Errorf("unit lengths %v, want %v", lens, want)
+	}
+}
+
+// A Setup that fails at the optimizer leaves Memory reporting nothing held,
+// not a nil dereference.
+func TestMemoryAfterAFailedSetupIsZero(t *testing.T) {
+	group, err := inproc.NewGroup(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sharded.New(sharded.Config{Group: group[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Teardown(t.Context())
+	m := &strategytest.MLP{In: 2, Hidden: 3, Out: 1}
+	b := module.NewBuilder(tensor.Float32)
+	if err := m.Configure(b); err != nil {
+		t.Fatal(err)
+	}
+	specs, err := b.Specs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := errors.New("no optimizer today")
+	err = s.Setup(t.Context(), strategy.Setup{Module: m, Specs: specs, Dtype: tensor.Float32, Seed: 1,
+		Fields:       []data.Field{{Name: "x", Shape: []int{2}}, {Name: "y", Shape: []int{1}}},
+		NewOptimizer: func() (optim.Optimizer, optim.Scheduler, error) { return nil, nil, bad },
+		Log:          zerolog.Nop()})
+	if !errors.Is(err, bad) {
+		t.Fatalf("Setup = %v, want the optimizer's error", err)
+	}
+	if mem := s.Memory(); mem != (strategy.Memory{}) {
+		t.Errorf("Memory after a failed Setup = %+v, want zero", mem)
 	}
 }

@@ -56,7 +56,14 @@ func (s *Single) Rebind(m module.Module) error {
 	return nil
 }
 
-func (s *Single) Store() *module.Store { return s.eng.Store() }
+// Store is the replica's parameters, buffers and gradients; nil before
+// Setup.
+func (s *Single) Store() *module.Store {
+	if s.eng == nil {
+		return nil
+	}
+	return s.eng.Store()
+}
 
 func (s *Single) Step(ctx context.Context, mode module.Mode, b *data.Batch, o strategy.TrainOptions) (strategy.StepResult, error) {
 	if s.eng == nil {
@@ -78,6 +85,9 @@ func (s *Single) Step(ctx context.Context, mode module.Mode, b *data.Batch, o st
 }
 
 func (s *Single) OptimizerStep(ctx context.Context, o strategy.OptimizerOptions) (float64, error) {
+	if s.eng == nil {
+		return math.NaN(), errors.New("single: OptimizerStep before Setup")
+	}
 	if err := replica.BeforeUpdate(o, s.eng.Store(), 0, s.eng.Store().NumParams()); err != nil {
 		return math.NaN(), err
 	}

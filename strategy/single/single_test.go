@@ -1,6 +1,7 @@
 package single_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/fulgur-ml/fulgur/strategy"
@@ -28,5 +29,21 @@ func TestSingleRegistered(t *testing.T) {
 	}
 	if _, err := strategy.New("single", strategy.Options{Devices: 2}); err == nil {
 		t.Error("New(\"single\", Devices 2) = nil error, want a refusal naming Devices")
+	}
+}
+
+// Store is nil before Setup, as strategy.Replica and Trainer.Store say,
+// not a nil dereference.
+func TestStoreBeforeSetupIsNil(t *testing.T) {
+	if st := single.NewSingle().Store(); st != nil {
+		t.Errorf("Store before Setup = %v, want nil", st)
+	}
+}
+
+// OptimizerStep before Setup is an error, as Step's is.
+func TestOptimizerStepBeforeSetupIsAnError(t *testing.T) {
+	_, err := single.NewSingle().OptimizerStep(t.Context(), strategy.OptimizerOptions{})
+	if err == nil || !strings.Contains(err.Error(), "OptimizerStep before Setup") {
+		t.Errorf("OptimizerStep before Setup = %v, want an error saying so", err)
 	}
 }

@@ -28,7 +28,8 @@
 // Shape describes the layout (which node each rank runs on, and its index
 // there); a job qualifies when every node runs the same number of ranks and
 // there is more than one node and more than one rank a node. New composes
-// the flat group with a local group (ranks of one node, built by the caller,
+// the flat group (a tcp ring: it must break every rank out of a failure,
+// Breaker) with a local group (ranks of one node, built by the caller,
 // typically shared memory) and a cross group (split from the flat group).
 // It imports no backend: strategy/ddp builds it from tcp and shm when ranks
 // run on several hosts ("auto").

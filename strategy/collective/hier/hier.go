@@ -107,9 +107,12 @@ type Group struct {
 }
 
 // New composes the two-level group of this rank over flat, the whole job's
-// group (which must implement collective.Splitter: the cross-node groups are
-// split from it), with the local groups local builds. Every rank calls it at
-// the same point with the same shape (len(shape.Node) == flat.Size()).
+// group, with the local groups local builds. flat must implement
+// collective.Splitter (the cross-node groups are split from it) and
+// Breaker: a *tcp.Ring (tcp.NewRing) does; the collective.Group that
+// tcp.New and tcp.NewGroup return, and inproc's, do not. Every rank calls
+// it at the same point with the same shape (len(shape.Node) ==
+// flat.Size()).
 // Nodes running different numbers of ranks are an error; a shape that does
 // not Qualify works (one level is a group of one) but gains nothing over
 // the flat group.
@@ -129,7 +132,7 @@ func New(ctx context.Context, flat collective.Collective, shape Shape, local Loc
 	}
 	brk, ok := flat.(Breaker)
 	if !ok {
-		return nil, fmt.Errorf("hier: %T cannot tell every rank of a failure (it does not implement hier.Breaker)", flat)
+		return nil, fmt.Errorf("hier: the flat group, a %T, cannot tell every rank of a failure (it does not implement hier.Breaker): pass the *tcp.Ring of tcp.NewRing", flat)
 	}
 	r := flat.Rank()
 	g := &Group{flat: flat, brk: brk, shape: shape, rank: r, at: make([][]int, shape.Nodes)}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/collective/collectivetest"
 	"github.com/fulgur-ml/fulgur/strategy/collective/hier"
+	"github.com/fulgur-ml/fulgur/strategy/collective/inproc"
 	"github.com/fulgur-ml/fulgur/strategy/collective/rendezvous"
 	"github.com/fulgur-ml/fulgur/strategy/collective/shm"
 	"github.com/fulgur-ml/fulgur/strategy/collective/tcp"
@@ -359,5 +361,22 @@ func TestClosedPeerDuringScatterGather(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A flat group that cannot break every rank out of a failure (any but a
+// *tcp.Ring: inproc's, or tcp.New's wrapped one) is refused with the
+// group to use instead.
+func TestNewNamesTheFlatGroupItNeeds(t *testing.T) {
+	flat, err := inproc.NewGroup(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shape := hier.ShapeOf([]string{"a", "a", "b", "b"})
+	_, err = hier.New(t.Context(), flat[0], shape, func(ctx context.Context, color, key int) (collective.Collective, error) {
+		return nil, errors.New("not reached")
+	})
+	if err == nil || !strings.Contains(err.Error(), "hier.Breaker") || !strings.Contains(err.Error(), "tcp.NewRing") {
+		t.Errorf("New over an inproc group = %v, want an error naming hier.Breaker and tcp.NewRing", err)
 	}
 }
