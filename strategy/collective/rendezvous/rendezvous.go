@@ -214,6 +214,8 @@ func (r *Rendezvous) serve(ctx context.Context) error {
 					also = " (refused meanwhile: " + also + ")"
 				} else if wt := adm.wrongToken(); wt != "" {
 					also = fmt.Sprintf(" (%s: give every rank the same %s)", wt, TokenEnv)
+				} else if tf := adm.tlsFailure(); tf != "" {
+					also = " (" + tf + ")"
 				} else {
 					also = fmt.Sprintf(" (no process claiming them reached port %d with the token: were they started, with MASTER_ADDR and MASTER_PORT naming this machine and port, and the same %s? FULGUR_TIMEOUT sets how long rank 0 waits)", port, TokenEnv)
 				}
@@ -302,6 +304,14 @@ type admission struct {
 
 	mu        sync.Mutex
 	lastWrong string // the last dialer refused for another token, said in words
+	lastTLS   string // the last dialer that failed the TLS handshake, said in words
+}
+
+// tlsFailure says who last failed the TLS handshake; "" if none did.
+func (a *admission) tlsFailure() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lastTLS
 }
 
 // wrongToken says who was last refused for holding another token; "" if
@@ -355,6 +365,13 @@ func (r *Rendezvous) admit(ln net.Listener, where string, check func(wire.Hello)
 						// with another token, rather than that none came.
 						a.mu.Lock()
 						a.lastWrong = fmt.Sprintf("a process claiming rank %d reached the %s from %s with another %s", wt.rank, where, c.RemoteAddr(), TokenEnv)
+						a.mu.Unlock()
+					}
+					if errors.Is(err, errTLSHandshake) {
+						// It may be a rank of this job whose certificate is
+						// wrong: a timeout then says that one came.
+						a.mu.Lock()
+						a.lastTLS = fmt.Sprintf("a process reached the %s from %s but failed the TLS handshake: %v", where, c.RemoteAddr(), err)
 						a.mu.Unlock()
 					}
 					if !errors.Is(err, errRefused) {
@@ -604,8 +621,16 @@ func (r *Rendezvous) joinOnce(ctx, outer context.Context) (net.Conn, []byte, err
 		if err == nil {
 			break
 		}
-		if errors.Is(err, syscall.ECONNREFUSED) {
+		// A connect that times out met nothing at all (no SYN-ACK, no
+		// refusal): an address no machine answers at, or a firewall that
+		// drops the packets. An unreachable one is said so by the network.
+		var ne net.Error
+		timedOut := errors.As(err, &ne) && ne.Timeout()
+		switch {
+		case errors.Is(err, syscall.ECONNREFUSED):
 			err = fmt.Errorf("%w (nothing listens at %s: was rank 0 started, with the same MASTER_PORT, on the machine MASTER_ADDR names? FULGUR_TIMEOUT sets how long a rank waits)", err, cfg.masterHostPort())
+		case timedOut, errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+			err = fmt.Errorf("%w (nothing at %s answered: is MASTER_ADDR %s node 0's address as this machine reaches it, and does no firewall drop MASTER_PORT %d between them? FULGUR_TIMEOUT sets how long a rank waits)", err, cfg.masterHostPort(), cfg.MasterAddr, cfg.MasterPort)
 		}
 		if now := time.Now(); every > 0 && now.After(nextWarn) && ctx.Err() == nil {
 			nextWarn = now.Add(every)
@@ -619,7 +644,9 @@ func (r *Rendezvous) joinOnce(ctx, outer context.Context) (net.Conn, []byte, err
 				cfg.Logger.Warn().Err(err).Msgf("rendezvous: trying again until the timeout (%v)", cfg.Timeout)
 			}
 		}
-		if ctx.Err() == nil || why == nil {
+		// A dial that the timeout cut short says less than one before it
+		// (a host unreachable, a refused connection): keep that one.
+		if why == nil || (ctx.Err() == nil && !timedOut) {
 			why = err
 		}
 		select {
