@@ -224,7 +224,7 @@ func RunElastic(ctx context.Context, e Elastic) ([]Attempt, error) {
 		}
 		switch {
 		case e.MaxRestarts == 0 && e.Nodes > 1:
-			return attempts, &ElasticError{Attempts: attempts, Reason: fmt.Sprintf("a job on %d machines is not restarted: restart it with its scheduler, from its last checkpoint", e.Nodes)}
+			return attempts, &ElasticError{Attempts: attempts, Reason: fmt.Sprintf("a job on %d machines is not restarted: start every machine's launcher again with the program resuming from the run's last checkpoint (a fulgur program: -ckpt-path naming the last.ckpt that rank 0 saved in its run directory on node 0, which every machine needs at that path: a -root-dir every machine sees, or a copy), or let its scheduler restart it", e.Nodes)}
 		case e.MaxRestarts == 0:
 			return attempts, &ElasticError{Attempts: attempts, Reason: fmt.Sprintf("restarts are off (MaxRestarts 0: fulgur run's -max-restarts, %s)", EnvMaxRestarts)}
 		case n >= e.MaxRestarts:

@@ -400,7 +400,8 @@ func TestElasticOnSeveralMachinesSaysItIsNotRestarted(t *testing.T) {
 	if !errors.As(err, &ee) {
 		t.Fatalf("RunElastic returned %v, want an *ElasticError\noutput:\n%s\nlog:\n%s", err, out.String(), log.String())
 	}
-	for _, w := range []string{"rank 1 (pid", "a job on 2 machines is not restarted", "restart it with its scheduler"} {
+	for _, w := range []string{"rank 1 (pid", "a job on 2 machines is not restarted", "start every machine's launcher again",
+		"-ckpt-path", "last.ckpt", "on node 0", "every machine", "its scheduler"} {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("error %q lacks %q", err, w)
 		}

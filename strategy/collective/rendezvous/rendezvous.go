@@ -371,7 +371,7 @@ func (r *Rendezvous) admit(ln net.Listener, where string, check func(wire.Hello)
 						// It may be a rank of this job whose certificate is
 						// wrong: a timeout then says that one came.
 						a.mu.Lock()
-						a.lastTLS = fmt.Sprintf("a process reached the %s from %s but failed the TLS handshake: %v", where, c.RemoteAddr(), err)
+						a.lastTLS = fmt.Sprintf("a process reached the %s from %s and failed: %v", where, c.RemoteAddr(), err)
 						a.mu.Unlock()
 					}
 					if !errors.Is(err, errRefused) {

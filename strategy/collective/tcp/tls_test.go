@@ -309,7 +309,7 @@ func TestRankZeroNamesATLSRefusalAtTheTimeout(t *testing.T) {
 		t.Errorf("rank 1, whose certificate another CA signed: got %v, want a refusal naming the certificate", err)
 	}
 	err := <-zero
-	for _, want := range []string{"ranks [1] did not join", "failed the TLS handshake", "FULGUR_TLS_CERT", "FULGUR_TLS_CA"} {
+	for _, want := range []string{"ranks [1] did not join", "and failed: TLS handshake", "FULGUR_TLS_CERT", "FULGUR_TLS_CA"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("rank 0's error %v lacks %q", err, want)
 		}
