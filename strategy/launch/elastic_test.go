@@ -401,9 +401,15 @@ func TestElasticOnSeveralMachinesSaysItIsNotRestarted(t *testing.T) {
 		t.Fatalf("RunElastic returned %v, want an *ElasticError\noutput:\n%s\nlog:\n%s", err, out.String(), log.String())
 	}
 	for _, w := range []string{"rank 1 (pid", "a job on 2 machines is not restarted", "start every machine's launcher again",
-		"-ckpt-path", "last.ckpt", "on node 0", "every machine", "its scheduler"} {
+		"-ckpt-path", "last.ckpt", "on node 0", "every machine", "its scheduler", "the job failed", "(1 rank of node 1 of 2)"} {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("error %q lacks %q", err, w)
+		}
+	}
+	// Nothing was elastic about it: no restarts were allowed.
+	for _, w := range []string{"elastic job", "1 ranks"} {
+		if strings.Contains(err.Error(), w) {
+			t.Errorf("error %q says %q", err, w)
 		}
 	}
 }
