@@ -1,8 +1,11 @@
 package rendezvous_test
 
 import (
+	"bytes"
 	"context"
 	"net"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -58,6 +61,55 @@ func TestJoinerNamesAMasterAddrWhereNothingAnswers(t *testing.T) {
 		Token: "t", BindAddr: "127.0.0.1", Timeout: 2 * time.Second, Logger: &nop})
 	for _, want := range []string{"did not answer within the timeout (2s)", "i/o timeout",
 		"nothing at 127.0.0.1:" + strconv.Itoa(port) + " answered", "MASTER_ADDR", "firewall", "FULGUR_TIMEOUT"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("rank 1's error %v lacks %q", err, want)
+		}
+	}
+}
+
+// noRouteEnv, set in the child process, says that it runs in the private
+// network namespace that TestJoinerKeepsNoRouteToHost made.
+const noRouteEnv = "FULGUR_TEST_NOROUTE_NETNS"
+
+// A MASTER_ADDR on this machine's network where no machine answers (a
+// mistyped address of the right subnet): each connect waits for the
+// neighbour lookup, then fails with "no route to host", and the last one,
+// cut by the timeout, with "i/o timeout". The error at the timeout keeps
+// the former, which says what happened, with what to check. The test runs
+// again in a private network namespace (unshare -n) that holds one veth
+// pair, 10.77.0.1/24 on one end and nothing answering on the other: no
+// packet leaves it.
+func TestJoinerKeepsNoRouteToHost(t *testing.T) {
+	if os.Getenv(noRouteEnv) == "" {
+		if os.Geteuid() != 0 {
+			t.Skip("making a private network namespace needs root (CI runs as root)")
+		}
+		for _, tool := range []string{"unshare", "ip"} {
+			if _, err := exec.LookPath(tool); err != nil {
+				t.Fatalf("%s (util-linux, iproute2) is needed to make a private network namespace: %v", tool, err)
+			}
+		}
+		exe, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("unshare", "-n", "sh", "-c",
+			`ip link set lo up && ip link add fgnr0 type veth peer name fgnr1 && ip addr add 10.77.0.1/24 dev fgnr0 && `+
+				`ip link set fgnr0 up && ip link set fgnr1 up && exec "$0" -test.run "^$1\$" -test.count 1 -test.v`, exe, t.Name())
+		cmd.Env = append(os.Environ(), noRouteEnv+"=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !bytes.Contains(out, []byte("--- PASS: "+t.Name())) {
+			t.Fatalf("in a private network namespace: %v\n%s", err, out)
+		}
+		return
+	}
+	nop := zerolog.Nop()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, err := rendezvous.Meet(ctx, rendezvous.Config{Rank: 1, Size: 2, MasterAddr: "10.77.0.3", MasterPort: 29500,
+		Token: "t", Timeout: 8 * time.Second, Logger: &nop})
+	for _, want := range []string{"did not answer within the timeout (8s)", "no route to host",
+		"nothing at 10.77.0.3:29500 answered", "MASTER_ADDR 10.77.0.3"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("rank 1's error %v lacks %q", err, want)
 		}
