@@ -214,6 +214,11 @@ func RunElastic(ctx context.Context, e Elastic) ([]Attempt, error) {
 		}
 		attempts = append(attempts, a)
 		if a.Failed == nil {
+			if e.Nodes > 1 && e.NodeRank > 0 {
+				// Its ranks wrote no run directory and printed no result:
+				// say where they are, rather than end in silence.
+				e.Log.Info().Int("node_rank", e.NodeRank).Msgf("this machine's ranks completed; a fulgur program keeps the job's run directory (checkpoints, metrics) and prints its result on node 0 (%s), where rank 0 ran", e.MasterAddr)
+			}
 			if n > 0 {
 				e.Log.Info().Int("restarts", n).Int("world", world).Msg("elastic: the job completed after restarting")
 			}

@@ -413,3 +413,27 @@ func TestElasticOnSeveralMachinesSaysItIsNotRestarted(t *testing.T) {
 		}
 	}
 }
+
+// On a machine other than node 0 of a job of several machines, the ranks
+// write no run directory and print no result: when they end well the
+// launcher says where those are, rather than ending silently.
+func TestElasticOnAnotherMachineSaysWhereTheRunDirectoryIs(t *testing.T) {
+	for _, node := range []int{0, 1} {
+		e, out, log := elasticJob("command", 1, 0, 0)
+		e.Nodes, e.NodeRank, e.MasterAddr, e.MasterPort, e.Token = 2, node, "node0.example", 29999, "t"
+		if _, err := launch.RunElastic(context.Background(), e); err != nil {
+			t.Fatalf("node %d: %v\noutput:\n%s\nlog:\n%s", node, err, out.String(), log.String())
+		}
+		said := strings.Contains(log.String(), "run directory")
+		if node == 0 && said {
+			t.Errorf("node 0, whose rank 0 prints where its run directory is, got a line about it:\n%s", log.String())
+		}
+		if node == 1 {
+			for _, w := range []string{"this machine's ranks completed", "run directory", "on node 0 (node0.example)", "where rank 0 ran"} {
+				if !strings.Contains(log.String(), w) {
+					t.Errorf("node 1's launcher log lacks %q:\n%s", w, log.String())
+				}
+			}
+		}
+	}
+}
