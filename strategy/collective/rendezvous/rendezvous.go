@@ -106,20 +106,47 @@ func masterOffBind(cfg Config) error {
 	if cfg.Size < 2 || bind == nil || bind.IsUnspecified() || master == nil || master.IsUnspecified() || master.Equal(bind) {
 		return nil
 	}
-	local := master.IsLoopback() // all of 127/8 and ::1 are this machine's
-	if !local {
-		addrs, _ := net.InterfaceAddrs()
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok && n.IP.Equal(master) {
-				local = true
-				break
-			}
-		}
-	}
-	if !local {
+	if !localIP(master) {
 		return nil
 	}
 	return fmt.Errorf("rendezvous: rank 0 would listen on %s only (the address of the interface FULGUR_SOCKET_IFNAME or GLOO_SOCKET_IFNAME names), but MASTER_ADDR %s, where the other ranks look for it, is another address of this machine, where nothing would answer them: set FULGUR_SOCKET_IFNAME to the interface that has %s (the one the other ranks reach), or MASTER_ADDR to %s", cfg.BindAddr, cfg.MasterAddr, cfg.MasterAddr, cfg.BindAddr)
+}
+
+// localIP reports whether ip is an address of this machine: loopback (all
+// of 127/8 and ::1) or an address of one of its interfaces.
+func localIP(ip net.IP) bool {
+	if ip.IsLoopback() {
+		return true
+	}
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// rankZeroElsewhere refuses a rank 0 on another machine that announces an
+// address of this one as its own. Rank 0 announces its MASTER_ADDR, so it
+// was started with another MASTER_ADDR than this rank (node 0's launcher
+// without -master-addr, 127.0.0.1, or with another machine's address):
+// every data connection to it would reach this machine instead, and fail
+// there. reached is where this rank found rank 0: an address of this
+// machine there means that the two share a network (containers on the
+// host's network, with /dev/shm of their own), where rank 0's 127.0.0.1
+// is this rank's too.
+func (r *Rendezvous) rankZeroElsewhere(reached net.Addr) error {
+	host, _, err := net.SplitHostPort(r.addrs[0])
+	ip := net.ParseIP(host)
+	if err != nil || ip == nil || ip.IsUnspecified() || r.hosts[0] == HostID() || !localIP(ip) {
+		return nil
+	}
+	if t, ok := reached.(*net.TCPAddr); !ok || localIP(t.IP) {
+		return nil
+	}
+	return fmt.Errorf("rendezvous: rank %d: rank 0, on host %s, which this rank reached at %s, announces %s as its address, but that is an address of this machine (host %s), not of rank 0's: rank 0 was started with MASTER_ADDR %s, this rank with %s: give every machine the same MASTER_ADDR, node 0's address as the others reach it (fulgur run: the same -master-addr on every machine, node 0's included)",
+		r.cfg.Rank, cluster.HostName(r.hosts[0]), reached, host, cluster.HostName(HostID()), host, r.cfg.MasterAddr)
 }
 
 func (r *Rendezvous) port() string {
@@ -574,6 +601,10 @@ func (r *Rendezvous) join(ctx, outer context.Context) error {
 			}
 			copy(r.hosts, hosts)
 			copy(r.addrs, addrs)
+			if err := r.rankZeroElsewhere(c.RemoteAddr()); err != nil {
+				c.Close()
+				return err
+			}
 			r.peers[0] = c
 			return nil
 		}
