@@ -127,28 +127,6 @@ func localIP(ip net.IP) bool {
 	return false
 }
 
-// rankZeroElsewhere refuses a rank 0 on another machine that announces an
-// address of this one as its own. Rank 0 announces its MASTER_ADDR, so it
-// was started with another MASTER_ADDR than this rank (node 0's launcher
-// without -master-addr, 127.0.0.1, or with another machine's address):
-// every data connection to it would reach this machine instead, and fail
-// there. reached is where this rank found rank 0: an address of this
-// machine there means that the two share a network (containers on the
-// host's network, with /dev/shm of their own), where rank 0's 127.0.0.1
-// is this rank's too.
-func (r *Rendezvous) rankZeroElsewhere(reached net.Addr) error {
-	host, _, err := net.SplitHostPort(r.addrs[0])
-	ip := net.ParseIP(host)
-	if err != nil || ip == nil || ip.IsUnspecified() || r.hosts[0] == HostID() || !localIP(ip) {
-		return nil
-	}
-	if t, ok := reached.(*net.TCPAddr); !ok || localIP(t.IP) {
-		return nil
-	}
-	return fmt.Errorf("rendezvous: rank %d: rank 0, on host %s, which this rank reached at %s, announces %s as its address, but that is an address of this machine (host %s), not of rank 0's: rank 0 was started with MASTER_ADDR %s, this rank with %s: give every machine the same MASTER_ADDR, node 0's address as the others reach it (fulgur run: the same -master-addr on every machine, node 0's included)",
-		r.cfg.Rank, cluster.HostName(r.hosts[0]), reached, host, cluster.HostName(HostID()), host, r.cfg.MasterAddr)
-}
-
 func (r *Rendezvous) port() string {
 	_, p, _ := net.SplitHostPort(r.ln.Addr().String())
 	return p
@@ -262,6 +240,19 @@ func (r *Rendezvous) serve(ctx context.Context) error {
 			refusedMu.Unlock()
 			continue
 		}
+		if why := announcedElsewhere(adv, r.hosts[0], a); why != "" {
+			// Every data connection to rank 0 would fail: end the job at
+			// once, telling the ranks that joined, as at a timeout.
+			r.refuse(a.c, "rendezvous", "%s", why)
+			a.c.Close()
+			for _, c := range r.peers[1:] {
+				if c != nil {
+					c.SetWriteDeadline(time.Now().Add(time.Second))
+					c.Write(wire.ControlFrame(wire.KindReject, 0, 0, []byte(why)))
+				}
+			}
+			return fmt.Errorf("rendezvous: rank 0: %s", why)
+		}
 		r.peers[a.h.Rank], r.hosts[a.h.Rank], r.addrs[a.h.Rank] = a.c, a.h.Host, a.h.DataAddr
 		proofs[a.h.Rank] = a.proof
 		joined++
@@ -275,6 +266,27 @@ func (r *Rendezvous) serve(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// announcedElsewhere says why rank 0, which announces adv (its
+// MASTER_ADDR) as its address, cannot be reached there by joiner a, which
+// came from another machine: adv is a loopback address, or the address
+// that joiner announces as its own; "" when neither. A joiner that reached
+// rank 0 over loopback shares its network (containers on the host's
+// network), where 127.0.0.1 is rank 0's too. Any other address may reach
+// rank 0 through a NAT, and is left alone.
+func announcedElsewhere(adv, host0 string, a arrival) string {
+	ip := net.ParseIP(adv)
+	local, ok := a.c.LocalAddr().(*net.TCPAddr) // where the joiner reached rank 0
+	if ip == nil || a.h.Host == host0 || !ok || local.IP.IsLoopback() {
+		return ""
+	}
+	joiner, _, _ := net.SplitHostPort(a.h.DataAddr)
+	if !ip.IsLoopback() && !ip.Equal(net.ParseIP(joiner)) {
+		return ""
+	}
+	return fmt.Sprintf("rank %d joined from another machine (host %s, at %s), which reached rank 0 at %s, but rank 0 was started with MASTER_ADDR %s, which it announces as its address and which names the joiner's own machine there: give every machine the same MASTER_ADDR, node 0's address as the others reach it (fulgur run: the same -master-addr on every machine, node 0's included: %s here)",
+		a.h.Rank, cluster.HostName(a.h.Host), a.c.RemoteAddr(), local, adv, local.IP)
 }
 
 // reachable makes the addresses of rank 0's machine that other machines
@@ -601,10 +613,6 @@ func (r *Rendezvous) join(ctx, outer context.Context) error {
 			}
 			copy(r.hosts, hosts)
 			copy(r.addrs, addrs)
-			if err := r.rankZeroElsewhere(c.RemoteAddr()); err != nil {
-				c.Close()
-				return err
-			}
 			r.peers[0] = c
 			return nil
 		}

@@ -14,19 +14,20 @@ import (
 )
 
 // twoHostsEnv, set in a child process, holds "RANK MASTER_ADDR": the
-// child is that rank of TestJoinerRefusesRankZeroAnnouncingThisMachine, in
+// child is that rank of TestRankZeroRefusesAMasterAddrNamingTheJoinersMachine, in
 // one of the two network namespaces the parent made.
 const twoHostsEnv = "FULGUR_TEST_TWO_HOSTS"
 
 // Node 0's launcher started without -master-addr (127.0.0.1), or with
 // another machine's address, while the other machines name node 0: the
-// ranks meet, since rank 0 listens on every address, but rank 0 announces
+// ranks reach rank 0, which listens on every address, but rank 0 announces
 // its MASTER_ADDR as its data address, an address of the joiner's own
-// machine. The joiner says so at once, naming both MASTER_ADDRs, instead of
-// failing its data connections to itself ("connection refused" at an
-// address of its own). Two network namespaces joined by a veth pair stand
+// machine. Rank 0 says so at once, and tells the joiner, naming the
+// MASTER_ADDR to give, instead of each failing its data connections
+// ("connection refused" at the joiner's own address, "connection reset" at
+// rank 0). Two network namespaces joined by a veth pair stand
 // for two machines (10.77.0.1 and 10.77.0.2); no packet leaves them.
-func TestJoinerRefusesRankZeroAnnouncingThisMachine(t *testing.T) {
+func TestRankZeroRefusesAMasterAddrNamingTheJoinersMachine(t *testing.T) {
 	if v := os.Getenv(twoHostsEnv); v != "" {
 		var rank int
 		var master string
@@ -86,10 +87,13 @@ func TestJoinerRefusesRankZeroAnnouncingThisMachine(t *testing.T) {
 				}()
 			}
 			zero, one := <-outs[0], <-outs[1]
-			for _, want := range []string{"rank 1: rendezvous: rank 1: rank 0, on host", "announces " + rank0Master + " as its address",
-				"an address of this machine", "rank 0 was started with MASTER_ADDR " + rank0Master + ", this rank with 10.77.0.1", "the same MASTER_ADDR"} {
-				if !strings.Contains(one, want) {
-					t.Errorf("rank 1 lacks %q:\n%s", want, one)
+			// Rank 0 sees the mistake first, ends, and tells rank 1 why.
+			for r, out := range []string{zero, one} {
+				for _, want := range []string{fmt.Sprintf("rank %d: rendezvous: rank %d: ", r, r), "rank 1 joined from another machine",
+					"reached rank 0 at 10.77.0.1:29500", "rank 0 was started with MASTER_ADDR " + rank0Master, "the same MASTER_ADDR", "10.77.0.1 here"} {
+					if !strings.Contains(out, want) {
+						t.Errorf("rank %d lacks %q:\n%s", r, want, out)
+					}
 				}
 			}
 			t.Logf("rank 0: %s\nrank 1: %s", zero, one)
