@@ -795,3 +795,21 @@ func TestFulgurRunWarnsWithoutMasterAddr(t *testing.T) {
 		}
 	}
 }
+
+// FULGUR_MAX_RESTARTS left exported from a one-machine elastic run (the
+// README's self-launch line) makes a -nnodes job's launcher refuse to
+// start: the error names the variable the user set, and that unsetting it
+// is the fix, not a -max-restarts flag that was never given.
+func TestFulgurRunSeveralMachinesNamesMaxRestartsFromTheEnvironment(t *testing.T) {
+	t.Setenv("FULGUR_TOKEN", "t")
+	t.Setenv("FULGUR_MAX_RESTARTS", "3")
+	err := run([]string{"run", "-nnodes", "2", "-node-rank", "0", "-nproc", "1", os.Args[0]}, io.Discard, io.Discard)
+	for _, want := range []string{"FULGUR_MAX_RESTARTS=3", "restarts do not cross machines", "unset FULGUR_MAX_RESTARTS"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("fulgur run -nnodes 2 with FULGUR_MAX_RESTARTS=3: error %v, want one containing %q", err, want)
+		}
+	}
+	if err != nil && strings.Contains(err.Error(), "-max-restarts 3") {
+		t.Errorf("error %v names a -max-restarts flag that was not given", err)
+	}
+}

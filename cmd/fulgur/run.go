@@ -83,7 +83,13 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	}
 	if *nnodes > 1 {
 		if *restarts > 0 || min != max {
-			return fmt.Errorf("run: -nnodes %d with -max-restarts %d and -nproc %s: restarts do not cross machines; use -max-restarts 0 and a fixed -nproc, and restart the job with your scheduler (SLURM's --requeue)", *nnodes, *restarts, *nproc)
+			what, fix := fmt.Sprintf("-max-restarts %d", *restarts), "use -max-restarts 0"
+			if *restarts > 0 && !flagSet(fs, "max-restarts") {
+				// The user never gave the flag: name what they did set.
+				what = fmt.Sprintf("$%s=%d", launch.EnvMaxRestarts, *restarts)
+				fix = fmt.Sprintf("unset %s (or give -max-restarts 0)", launch.EnvMaxRestarts)
+			}
+			return fmt.Errorf("run: -nnodes %d with %s and -nproc %s: restarts do not cross machines; %s and a fixed -nproc, and restart the job with your scheduler (SLURM's --requeue), or by hand from its last checkpoint", *nnodes, what, *nproc, fix)
 		}
 		if *masterPort == 0 {
 			*masterPort = 29500

@@ -157,11 +157,24 @@ func (e *StoppedError) Error() string {
 type ElasticError struct {
 	Attempts []Attempt
 	Reason   string
+	// Nodes and NodeRank place this machine in a job of several machines
+	// (Nodes above 1), which is never restarted: the error then names
+	// the machine rather than an attempt.
+	Nodes, NodeRank int
 }
 
 func (e *ElasticError) Error() string {
 	last := e.Attempts[len(e.Attempts)-1]
-	s := fmt.Sprintf("launch: elastic job failed: %s in attempt %d (%d ranks)", last.Failed, last.N+1, last.World)
+	var s string
+	if e.Nodes > 1 {
+		ranks := "ranks"
+		if last.World == 1 {
+			ranks = "rank"
+		}
+		s = fmt.Sprintf("launch: the job failed: %s (%d %s of node %d of %d)", last.Failed, last.World, ranks, e.NodeRank, e.Nodes)
+	} else {
+		s = fmt.Sprintf("launch: elastic job failed: %s in attempt %d (%d ranks)", last.Failed, last.N+1, last.World)
+	}
 	if last.Output != "" {
 		s += fmt.Sprintf(" (its last output: %q)", last.Output)
 	}
@@ -201,6 +214,11 @@ func RunElastic(ctx context.Context, e Elastic) ([]Attempt, error) {
 		}
 		attempts = append(attempts, a)
 		if a.Failed == nil {
+			if e.Nodes > 1 && e.NodeRank > 0 {
+				// Its ranks wrote no run directory and printed no result:
+				// say where they are, rather than end in silence.
+				e.Log.Info().Int("node_rank", e.NodeRank).Msgf("this machine's ranks completed; a fulgur program keeps the job's run directory (checkpoints, metrics) and prints its result on node 0 (%s), where rank 0 ran", e.MasterAddr)
+			}
 			if n > 0 {
 				e.Log.Info().Int("restarts", n).Int("world", world).Msg("elastic: the job completed after restarting")
 			}
@@ -224,7 +242,7 @@ func RunElastic(ctx context.Context, e Elastic) ([]Attempt, error) {
 		}
 		switch {
 		case e.MaxRestarts == 0 && e.Nodes > 1:
-			return attempts, &ElasticError{Attempts: attempts, Reason: fmt.Sprintf("a job on %d machines is not restarted: restart it with its scheduler, from its last checkpoint", e.Nodes)}
+			return attempts, &ElasticError{Attempts: attempts, Nodes: e.Nodes, NodeRank: e.NodeRank, Reason: fmt.Sprintf("a job on %d machines is not restarted: start every machine's launcher again with the program resuming from the run's last checkpoint (a fulgur program: -ckpt-path naming the last.ckpt that rank 0 saved in its run directory on node 0, which every machine needs at that path: a -root-dir every machine sees, or a copy), or let its scheduler restart it", e.Nodes)}
 		case e.MaxRestarts == 0:
 			return attempts, &ElasticError{Attempts: attempts, Reason: fmt.Sprintf("restarts are off (MaxRestarts 0: fulgur run's -max-restarts, %s)", EnvMaxRestarts)}
 		case n >= e.MaxRestarts:

@@ -400,9 +400,40 @@ func TestElasticOnSeveralMachinesSaysItIsNotRestarted(t *testing.T) {
 	if !errors.As(err, &ee) {
 		t.Fatalf("RunElastic returned %v, want an *ElasticError\noutput:\n%s\nlog:\n%s", err, out.String(), log.String())
 	}
-	for _, w := range []string{"rank 1 (pid", "a job on 2 machines is not restarted", "restart it with its scheduler"} {
+	for _, w := range []string{"rank 1 (pid", "a job on 2 machines is not restarted", "start every machine's launcher again",
+		"-ckpt-path", "last.ckpt", "on node 0", "every machine", "its scheduler", "the job failed", "(1 rank of node 1 of 2)"} {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("error %q lacks %q", err, w)
+		}
+	}
+	// Nothing was elastic about it: no restarts were allowed.
+	for _, w := range []string{"elastic job", "1 ranks"} {
+		if strings.Contains(err.Error(), w) {
+			t.Errorf("error %q says %q", err, w)
+		}
+	}
+}
+
+// On a machine other than node 0 of a job of several machines, the ranks
+// write no run directory and print no result: when they end well the
+// launcher says where those are, rather than ending silently.
+func TestElasticOnAnotherMachineSaysWhereTheRunDirectoryIs(t *testing.T) {
+	for _, node := range []int{0, 1} {
+		e, out, log := elasticJob("command", 1, 0, 0)
+		e.Nodes, e.NodeRank, e.MasterAddr, e.MasterPort, e.Token = 2, node, "node0.example", 29999, "t"
+		if _, err := launch.RunElastic(context.Background(), e); err != nil {
+			t.Fatalf("node %d: %v\noutput:\n%s\nlog:\n%s", node, err, out.String(), log.String())
+		}
+		said := strings.Contains(log.String(), "run directory")
+		if node == 0 && said {
+			t.Errorf("node 0, whose rank 0 prints where its run directory is, got a line about it:\n%s", log.String())
+		}
+		if node == 1 {
+			for _, w := range []string{"this machine's ranks completed", "run directory", "on node 0 (node0.example)", "where rank 0 ran"} {
+				if !strings.Contains(log.String(), w) {
+					t.Errorf("node 1's launcher log lacks %q:\n%s", w, log.String())
+				}
+			}
 		}
 	}
 }

@@ -128,7 +128,7 @@ func (r *Rendezvous) inJob(h wire.Hello) string {
 	cfg := r.cfg
 	switch _, _, err := net.SplitHostPort(h.DataAddr); {
 	case h.Size != cfg.Size:
-		return fmt.Sprintf("rank %d says the world has %d ranks, rank 0 says %d", h.Rank, h.Size, cfg.Size)
+		return fmt.Sprintf("rank %d says the world has %d ranks, rank 0 says %d: start every rank with the same WORLD_SIZE (with fulgur run, the same -nnodes and -nproc on every machine)", h.Rank, h.Size, cfg.Size)
 	case h.Rank < 1 || h.Rank >= cfg.Size:
 		return fmt.Sprintf("rank %d is outside 1..%d", h.Rank, cfg.Size-1)
 	case err != nil:

@@ -106,20 +106,25 @@ func masterOffBind(cfg Config) error {
 	if cfg.Size < 2 || bind == nil || bind.IsUnspecified() || master == nil || master.IsUnspecified() || master.Equal(bind) {
 		return nil
 	}
-	local := master.IsLoopback() // all of 127/8 and ::1 are this machine's
-	if !local {
-		addrs, _ := net.InterfaceAddrs()
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok && n.IP.Equal(master) {
-				local = true
-				break
-			}
-		}
-	}
-	if !local {
+	if !localIP(master) {
 		return nil
 	}
 	return fmt.Errorf("rendezvous: rank 0 would listen on %s only (the address of the interface FULGUR_SOCKET_IFNAME or GLOO_SOCKET_IFNAME names), but MASTER_ADDR %s, where the other ranks look for it, is another address of this machine, where nothing would answer them: set FULGUR_SOCKET_IFNAME to the interface that has %s (the one the other ranks reach), or MASTER_ADDR to %s", cfg.BindAddr, cfg.MasterAddr, cfg.MasterAddr, cfg.BindAddr)
+}
+
+// localIP reports whether ip is an address of this machine: loopback (all
+// of 127/8 and ::1) or an address of one of its interfaces.
+func localIP(ip net.IP) bool {
+	if ip.IsLoopback() {
+		return true
+	}
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *Rendezvous) port() string {
@@ -214,6 +219,8 @@ func (r *Rendezvous) serve(ctx context.Context) error {
 					also = " (refused meanwhile: " + also + ")"
 				} else if wt := adm.wrongToken(); wt != "" {
 					also = fmt.Sprintf(" (%s: give every rank the same %s)", wt, TokenEnv)
+				} else if tf := adm.tlsFailure(); tf != "" {
+					also = " (" + tf + ")"
 				} else {
 					also = fmt.Sprintf(" (no process claiming them reached port %d with the token: were they started, with MASTER_ADDR and MASTER_PORT naming this machine and port, and the same %s? FULGUR_TIMEOUT sets how long rank 0 waits)", port, TokenEnv)
 				}
@@ -233,6 +240,19 @@ func (r *Rendezvous) serve(ctx context.Context) error {
 			refusedMu.Unlock()
 			continue
 		}
+		if why := announcedElsewhere(adv, r.hosts[0], a); why != "" {
+			// Every data connection to rank 0 would fail: end the job at
+			// once, telling the ranks that joined, as at a timeout.
+			r.refuse(a.c, "rendezvous", "%s", why)
+			a.c.Close()
+			for _, c := range r.peers[1:] {
+				if c != nil {
+					c.SetWriteDeadline(time.Now().Add(time.Second))
+					c.Write(wire.ControlFrame(wire.KindReject, 0, 0, []byte(why)))
+				}
+			}
+			return fmt.Errorf("rendezvous: rank 0: %s", why)
+		}
 		r.peers[a.h.Rank], r.hosts[a.h.Rank], r.addrs[a.h.Rank] = a.c, a.h.Host, a.h.DataAddr
 		proofs[a.h.Rank] = a.proof
 		joined++
@@ -246,6 +266,27 @@ func (r *Rendezvous) serve(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// announcedElsewhere says why rank 0, which announces adv (its
+// MASTER_ADDR) as its address, cannot be reached there by joiner a, which
+// came from another machine: adv is a loopback address, or the address
+// that joiner announces as its own; "" when neither. A joiner that reached
+// rank 0 over loopback shares its network (containers on the host's
+// network), where 127.0.0.1 is rank 0's too. Any other address may reach
+// rank 0 through a NAT, and is left alone.
+func announcedElsewhere(adv, host0 string, a arrival) string {
+	ip := net.ParseIP(adv)
+	local, ok := a.c.LocalAddr().(*net.TCPAddr) // where the joiner reached rank 0
+	if ip == nil || a.h.Host == host0 || !ok || local.IP.IsLoopback() {
+		return ""
+	}
+	joiner, _, _ := net.SplitHostPort(a.h.DataAddr)
+	if !ip.IsLoopback() && !ip.Equal(net.ParseIP(joiner)) {
+		return ""
+	}
+	return fmt.Sprintf("rank %d joined from another machine (host %s, at %s), which reached rank 0 at %s, but rank 0 was started with MASTER_ADDR %s, which it announces as its address and which names the joiner's own machine there: give every machine the same MASTER_ADDR, node 0's address as the others reach it (fulgur run: the same -master-addr on every machine, node 0's included: %s here)",
+		a.h.Rank, cluster.HostName(a.h.Host), a.c.RemoteAddr(), local, adv, local.IP)
 }
 
 // reachable makes the addresses of rank 0's machine that other machines
@@ -302,6 +343,14 @@ type admission struct {
 
 	mu        sync.Mutex
 	lastWrong string // the last dialer refused for another token, said in words
+	lastTLS   string // the last dialer that failed the TLS handshake, said in words
+}
+
+// tlsFailure says who last failed the TLS handshake; "" if none did.
+func (a *admission) tlsFailure() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lastTLS
 }
 
 // wrongToken says who was last refused for holding another token; "" if
@@ -355,6 +404,13 @@ func (r *Rendezvous) admit(ln net.Listener, where string, check func(wire.Hello)
 						// with another token, rather than that none came.
 						a.mu.Lock()
 						a.lastWrong = fmt.Sprintf("a process claiming rank %d reached the %s from %s with another %s", wt.rank, where, c.RemoteAddr(), TokenEnv)
+						a.mu.Unlock()
+					}
+					if errors.Is(err, errTLSHandshake) {
+						// It may be a rank of this job whose certificate is
+						// wrong: a timeout then says that one came.
+						a.mu.Lock()
+						a.lastTLS = fmt.Sprintf("a process reached the %s from %s and failed: %v", where, c.RemoteAddr(), err)
 						a.mu.Unlock()
 					}
 					if !errors.Is(err, errRefused) {
@@ -604,8 +660,16 @@ func (r *Rendezvous) joinOnce(ctx, outer context.Context) (net.Conn, []byte, err
 		if err == nil {
 			break
 		}
-		if errors.Is(err, syscall.ECONNREFUSED) {
+		// A connect that times out met nothing at all (no SYN-ACK, no
+		// refusal): an address no machine answers at, or a firewall that
+		// drops the packets. An unreachable one is said so by the network.
+		var ne net.Error
+		timedOut := errors.As(err, &ne) && ne.Timeout()
+		switch {
+		case errors.Is(err, syscall.ECONNREFUSED):
 			err = fmt.Errorf("%w (nothing listens at %s: was rank 0 started, with the same MASTER_PORT, on the machine MASTER_ADDR names? FULGUR_TIMEOUT sets how long a rank waits)", err, cfg.masterHostPort())
+		case timedOut, errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+			err = fmt.Errorf("%w (nothing at %s answered: is MASTER_ADDR %s node 0's address as this machine reaches it, and does no firewall drop MASTER_PORT %d between them? FULGUR_TIMEOUT sets how long a rank waits)", err, cfg.masterHostPort(), cfg.MasterAddr, cfg.MasterPort)
 		}
 		if now := time.Now(); every > 0 && now.After(nextWarn) && ctx.Err() == nil {
 			nextWarn = now.Add(every)
@@ -619,7 +683,9 @@ func (r *Rendezvous) joinOnce(ctx, outer context.Context) (net.Conn, []byte, err
 				cfg.Logger.Warn().Err(err).Msgf("rendezvous: trying again until the timeout (%v)", cfg.Timeout)
 			}
 		}
-		if ctx.Err() == nil || why == nil {
+		// A dial that the timeout cut short says less than one before it
+		// (a host unreachable, a refused connection): keep that one.
+		if why == nil || (ctx.Err() == nil && !timedOut) {
 			why = err
 		}
 		select {

@@ -117,10 +117,18 @@ func (r *Rendezvous) serverConn(c net.Conn) (net.Conn, error) {
 	}
 	tc := tls.Server(c, r.cfg.TLS.server)
 	if err := tc.HandshakeContext(context.Background()); err != nil {
-		return nil, fmt.Errorf("TLS handshake: %w", err)
+		return nil, fmt.Errorf("%w: %w (%s)", errTLSHandshake, err, serverTLSHint)
 	}
 	return tc, nil
 }
+
+// errTLSHandshake marks a dialer that failed the accepting side's TLS
+// handshake.
+var errTLSHandshake = errors.New("TLS handshake")
+
+// serverTLSHint says what a TLS failure seen by the acceptor most likely
+// means.
+const serverTLSHint = "a rank whose certificate is not signed by the job's CA, or one without TLS: give every rank " + TLSCertEnv + ", " + TLSKeyEnv + " and the same " + TLSCAEnv
 
 // clientConn runs the dialing side's TLS handshake on c when TLS is on.
 func (r *Rendezvous) clientConn(ctx context.Context, c net.Conn) (net.Conn, error) {

@@ -288,3 +288,36 @@ func TestTLSHidesFrames(t *testing.T) {
 		t.Errorf("the rendezvous traffic (%d bytes) shows fulgur frames in clear under TLS", len(w))
 	}
 }
+
+// A rank whose certificate rank 0 refuses never joins: when rank 0 then
+// times out, its error says that a process came and failed the TLS
+// handshake, and what every rank needs, rather than asking whether the
+// ranks were started.
+func TestRankZeroNamesATLSRefusalAtTheTimeout(t *testing.T) {
+	ca, other := newCA(t, "job CA"), newCA(t, "another CA")
+	logs := []*syncBuf{{}, {}}
+	cfgs := rendezvousConfigs(t, 2, logs)
+	cfgs[0].TLS = ca.tls(t, ca.issue(t, "rank 0"))
+	cfgs[0].Timeout = 2 * time.Second
+	zero := make(chan error, 1)
+	go func() {
+		_, err := rendezvous.Meet(context.Background(), cfgs[0])
+		zero <- err
+	}()
+	cfgs[1].TLS = ca.tls(t, other.issue(t, "rank 1"))
+	if _, err := rendezvous.Meet(context.Background(), cfgs[1]); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("rank 1, whose certificate another CA signed: got %v, want a refusal naming the certificate", err)
+	}
+	err := <-zero
+	for _, want := range []string{"ranks [1] did not join", "and failed: TLS handshake", "FULGUR_TLS_CERT", "FULGUR_TLS_CA"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("rank 0's error %v lacks %q", err, want)
+		}
+	}
+	if err != nil && strings.Contains(err.Error(), "were they started") {
+		t.Errorf("rank 0's error %v asks whether a rank that came was started", err)
+	}
+	if l := logs[0].String(); !strings.Contains(l, "FULGUR_TLS_CA") {
+		t.Errorf("rank 0's log of the refusal does not say what every rank needs: %q", l)
+	}
+}
