@@ -1519,7 +1519,7 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 	if err := t.onTeardown(ctx, m, mode.String()); err != nil {
 		return nil, err
 	}
-	if err := t.logEvaluation(step, epochs, out); err != nil {
+	if err := t.logEvaluation(step, epochs, mode.String(), out); err != nil {
 		return nil, fmt.Errorf("%s: %w", mode, err)
 	}
 	return out, nil
@@ -1535,15 +1535,17 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 // a Fit as its current_epoch is: 2 after two epochs; for a checkpoint's
 // weights, the epochs they were trained for, where a Lightning trainer
 // that did not fit writes 0). The rows count as Fit's do at that step
-// (RowResumer), so a checkpoint saved later records them.
-func (t *Trainer) logEvaluation(step, epochs int, out map[string]float64) error {
+// (RowResumer), so a checkpoint saved later records them. An
+// EvaluationLogger gets the row as an evaluation's, stage "validate" or
+// "test".
+func (t *Trainer) logEvaluation(step, epochs int, stage string, out map[string]float64) error {
 	if !t.state.IsGlobalZero || len(t.loggers) == 0 {
 		return nil
 	}
 	if len(out) > 0 {
 		row := maps.Clone(out)
 		row["epoch"] = float64(epochs)
-		if err := t.logMetrics(step, row); err != nil {
+		if err := t.logRow(step, row, stage); err != nil {
 			return err
 		}
 	}
