@@ -220,7 +220,9 @@
 //     stopped Fit after a whole step, and its Checkpoint resumes the run;
 //     errors.Is(err, context.Canceled) (or context.DeadlineExceeded)
 //     holds when the context did. Validate, Test, Predict and PredictEach
-//     stopped by their context return its error wrapped.
+//     stopped by their context return its error wrapped, and so does a Fit
+//     cancelled inside a gradient accumulation window, which no checkpoint
+//     can resume (its error says so).
 //   - ErrCorruptCheckpoint: a checkpoint given to FromCheckpoint or
 //     WithCheckpoint (or read by LoadWeights, VerifyCheckpoint or
 //     ReadCheckpointInfo) is cut short, altered or no checkpoint; a

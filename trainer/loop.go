@@ -264,7 +264,19 @@ func (f *fitRun) epoch(ctx context.Context, epoch int) error {
 	}
 	if !now {
 		if err := it.Err(); err != nil {
-			return fmt.Errorf("epoch %d: training data: %w", epoch, err)
+			// A cancel the loader saw before the ranks agreed on it (in
+			// a batch's reading, inside an accumulation window, or with
+			// several ranks) is no fault of the data: said as an
+			// evaluation's is (loopDataErr).
+			done := first
+			if t.pos.Epoch == epoch {
+				done = max(done, t.pos.Batch)
+			}
+			if t.pos.midWindow && t.pos.Epoch == epoch && errors.Is(err, ctx.Err()) {
+				// Fit saves no interrupt checkpoint here.
+				return fmt.Errorf("epoch %d: training was cancelled after %d of %d batches, inside a gradient accumulation window, whose partial gradients no checkpoint can hold: nothing was saved since the last checkpoint: %w", epoch, done, nb, err)
+			}
+			return fmt.Errorf("epoch %d: %w", epoch, loopDataErr(ctx, "training", err, done, nb))
 		}
 		if err := ctx.Err(); err != nil {
 			return err
