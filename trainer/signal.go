@@ -60,6 +60,14 @@ func watchSignals(log *zerolog.Logger) *signalWatch {
 		sigs = append(sigs, sigUSR1)
 	}
 	w := &signalWatch{sigs: sigs, direct: make(chan os.Signal, len(sigs)), seen: make(chan struct{})}
+	// Under the elastic supervisor, every rank of a machine gets the
+	// signal and their output meets on one terminal: the machine's first
+	// rank says what they do with it, once (the others at debug level).
+	say := log.Warn
+	sayExit := log.Error
+	if strategy.BesideFirstRank(os.LookupEnv) {
+		say, sayExit = log.Debug, log.Debug
+	}
 	signal.Notify(w.direct, sigs...)
 	unwatch := strategy.WatchStopSignals(sigs, func(s os.Signal, first bool) {
 		if !first {
@@ -77,7 +85,7 @@ func watchSignals(log *zerolog.Logger) *signalWatch {
 		if s == sigUSR1 {
 			msg = "SLURM asked to stop: finishing the current step, saving a checkpoint and requeueing the job"
 		}
-		log.Warn().Str("signal", strategy.SignalName(s)).Msg(msg)
+		say().Str("signal", strategy.SignalName(s)).Msg(msg)
 	}, func(s os.Signal) {
 		// The user asked twice: exit now. Lightning ignores SIGINT while
 		// it shuts down after a KeyboardInterrupt, which saves nothing
@@ -86,7 +94,7 @@ func watchSignals(log *zerolog.Logger) *signalWatch {
 		// that only SIGKILL stops. A checkpoint being written is lost
 		// whole: saves go to a temporary file, renamed over the target
 		// once complete, which the next Fit removes.
-		log.Error().Str("signal", strategy.SignalName(s)).Msg(exitAtOnceMsg)
+		sayExit().Str("signal", strategy.SignalName(s)).Msg(exitAtOnceMsg)
 	})
 	w.stop = func() {
 		// The watcher's channel stays registered until unwatch: no window
