@@ -227,7 +227,11 @@ func (t *Trainer) trainEnd(ctx context.Context, m module.Module, err error) erro
 	herr := hook(t, hctx, "OnTrainEnd", "module.OnTrainEnd", modHook(m, func(h module.TrainEnder) error { return h.OnTrainEnd(hctx) }),
 		func(h TrainEndHook, s *State) error { return h.OnTrainEnd(hctx, s) })
 	_, fatal := splitStop(herr)
-	if aerr := t.agreeEnd(ctx, fatal, "OnTrainEnd", !t.pos.midWindow); aerr != nil {
+	stops := allStops
+	if t.pos.midWindow {
+		stops = noStops
+	}
+	if aerr := t.agreeEnd(ctx, fatal, "OnTrainEnd", stops); aerr != nil {
 		return aerr
 	}
 	return err

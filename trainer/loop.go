@@ -129,10 +129,6 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 	if p, ok := f.sched.(*optim.ReduceOnPlateau); ok && p.Config().Mode == "max" && p.Monitor() == "" {
 		return errors.New(`ReduceOnPlateau has Mode "max" and no Monitor: it would watch val_loss or train_loss, which should fall, and cut the learning rate while they do: set PlateauConfig.Monitor to the metric that should rise (such as val_acc), or use Mode "min"`)
 	}
-	if t.cfg.handleSignals() {
-		t.signals = watchSignals(t.cfg.Log)
-		defer t.signals.stop()
-	}
 	// A Stop from the hooks before the first batch (the sanity check's,
 	// OnTrainStart) is agreed on where it is asked, as one from
 	// OnTrainEpochStart is with the epoch's batch counts: every rank stops

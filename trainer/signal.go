@@ -157,9 +157,10 @@ func (w *signalWatch) received() os.Signal {
 // SIGUSR1 under SLURM) or the cancelling of its context stopped training:
 // every rank finished its optimizer step and the run was saved to
 // Checkpoint, from which FromCheckpoint(Checkpoint) resumes it. A signal
-// that comes during the last step ends Fit so too, with GlobalStep the
-// run's last (resuming finds nothing left to train), rather than being
-// lost when Fit stops watching. Under ddp_spawn a signal that reaches the
+// that comes during the last step, or during Fit's end hooks (OnFitEnd,
+// Teardown, once they ran), ends Fit so too, with GlobalStep the run's
+// last (resuming finds nothing left to train), rather than being lost
+// when Fit stops watching or killing the process in a hook. Under ddp_spawn a signal that reaches the
 // workers before they have started training stops them before anything is
 // saved: Checkpoint is "".
 type InterruptedError struct {

@@ -714,6 +714,16 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 	t.state.Optimizer, t.state.LogEveryNSteps = t.opt.Name(), t.cfg.LogEveryNSteps
 	t.state.warn = func(msg string) { t.cfg.Log.Warn().Msg(msg) }
 	t.state.rank0 = t.rank0Value
+	if t.cfg.handleSignals() {
+		// For the whole Fit, its setup and end hooks and the loggers'
+		// Finalize included (this stops after them): a signal outside
+		// the loop took its default action, and the process died in a
+		// hook, its work (a callback's cleanup, charts, a logger's
+		// flush) undone. The loop acts on one at its next agreement on
+		// stopping, the end hooks after they ran (agreeEnd).
+		t.signals = watchSignals(t.cfg.Log)
+		defer t.signals.stop()
+	}
 	status := "failed"
 	defer func() {
 		// The exception hooks before the loggers close, as Lightning's.
@@ -821,7 +831,15 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 	if herr == nil {
 		herr = t.onTeardown(hctx, m, "fit")
 	}
-	if err := t.agreeEnd(ctx, herr, "Fit's end hooks (OnFitEnd, Teardown)", false); err != nil {
+	// A signal during the hooks (the watch outlasts them) stops the
+	// program as one during training does, once they ran: the interrupt
+	// checkpoint (at the run's end: nothing is left to train) and the
+	// *InterruptedError. A cancel there is the hooks' to answer.
+	stops := signalStops
+	if t.pos.midWindow {
+		stops = noStops
+	}
+	if err := t.agreeEnd(ctx, herr, "Fit's end hooks (OnFitEnd, Teardown)", stops); err != nil {
 		return err
 	}
 	endFit()
@@ -1752,7 +1770,7 @@ func (t *Trainer) agreeEval(ctx context.Context, err error, what string) error {
 	if t.store() == nil {
 		return err
 	}
-	return t.agreeEnd(ctx, err, what, false)
+	return t.agreeEnd(ctx, err, what, noStops)
 }
 
 // maxPredictDims bounds the rank of one prediction row that ranks agree on
