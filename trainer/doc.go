@@ -42,8 +42,9 @@
 // all the same, checked once more after OnTrainEnd (agreeend.go); a
 // signal during OnFitStart or the setup before it, at the first
 // agreement; one during OnFitEnd or Teardown, once they ran (Fit watches
-// for signals from its setup to its loggers' Finalize: a signal outside
-// the loop no longer kills the process in a hook, its work undone). The
+// for signals from its setup to the agreement after its end hooks: a
+// signal outside the loop no longer kills the process in a hook, its work
+// undone). The
 // hooks that end a Fit (OnTrainEnd, OnFitEnd, Teardown) get the caller's
 // context, cancellation included, on every strategy; when one fails on
 // one rank, every rank's Fit fails naming it, as every rank's Validate,

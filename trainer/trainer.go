@@ -715,12 +715,13 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 	t.state.warn = func(msg string) { t.cfg.Log.Warn().Msg(msg) }
 	t.state.rank0 = t.rank0Value
 	if t.cfg.handleSignals() {
-		// For the whole Fit, its setup and end hooks and the loggers'
-		// Finalize included (this stops after them): a signal outside
-		// the loop took its default action, and the process died in a
-		// hook, its work (a callback's cleanup, charts, a logger's
-		// flush) undone. The loop acts on one at its next agreement on
-		// stopping, the end hooks after they ran (agreeEnd).
+		// From Fit's setup to the ranks' agreement after its end hooks
+		// (where a successful Fit stops it; a failed or interrupted one
+		// after its exception hooks and the loggers' Finalize): a signal
+		// outside the loop took its default action, and the process died
+		// in a hook, its work (a callback's cleanup, charts) undone. The
+		// loop acts on one at its next agreement on stopping, the end
+		// hooks after they ran (agreeEnd).
 		t.signals = watchSignals(t.cfg.Log)
 		defer t.signals.stop()
 	}
@@ -841,6 +842,12 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 	}
 	if err := t.agreeEnd(ctx, herr, "Fit's end hooks (OnFitEnd, Teardown)", stops); err != nil {
 		return err
+	}
+	if t.signals != nil {
+		// No later agreement would act on a signal: it takes its default
+		// action again, as before Fit, rather than being dropped.
+		t.signals.stop()
+		t.signals = nil
 	}
 	endFit()
 	if err := t.flushProfiler(ctx); err != nil {
