@@ -260,10 +260,10 @@ func (f *fitRun) epoch(ctx context.Context, epoch int) error {
 	}
 	if !now {
 		if err := it.Err(); err != nil {
-			// A cancel the loader saw before the ranks agreed on it (in
-			// a batch's reading, inside an accumulation window, or with
-			// several ranks) is no fault of the data: said as an
-			// evaluation's is (loopDataErr).
+			// A cancel the loader saw first is no fault of the data: said
+			// as an evaluation's is (loopDataErr). Fit returns it so
+			// inside an accumulation window and with several ranks;
+			// elsewhere it saves and returns the *InterruptedError.
 			done := first
 			if t.pos.Epoch == epoch {
 				done = max(done, t.pos.Batch)

@@ -60,9 +60,10 @@ func watchSignals(log *zerolog.Logger) *signalWatch {
 		sigs = append(sigs, sigUSR1)
 	}
 	w := &signalWatch{sigs: sigs, direct: make(chan os.Signal, len(sigs)), seen: make(chan struct{})}
-	// Under the elastic supervisor, every rank of a machine gets the
-	// signal and their output meets on one terminal: the machine's first
-	// rank says what they do with it, once (the others at debug level).
+	// Under the elastic supervisor and ddp_spawn, every rank of a machine
+	// gets the signal and their output meets on one terminal: the
+	// machine's first rank says what they do with it, once (the others at
+	// debug level).
 	say := log.Warn
 	sayExit := log.Error
 	if strategy.BesideFirstRank(os.LookupEnv) {
@@ -160,9 +161,9 @@ func (w *signalWatch) received() os.Signal {
 // that comes during the last step, or during Fit's end hooks (OnFitEnd,
 // Teardown, once they ran), ends Fit so too, with GlobalStep the run's
 // last (resuming finds nothing left to train), rather than being lost
-// when Fit stops watching or killing the process in a hook. Under ddp_spawn a signal that reaches the
-// workers before they have started training stops them before anything is
-// saved: Checkpoint is "".
+// when Fit stops watching or killing the process in a hook. Under
+// ddp_spawn a signal that reaches the workers before they have started
+// training stops them before anything is saved: Checkpoint is "".
 type InterruptedError struct {
 	// Signal is the signal that stopped training; nil when the context
 	// was cancelled (Err says why).
