@@ -35,9 +35,10 @@ type JSONLLogger struct {
 }
 
 var (
-	_ trainer.Logger       = (*JSONLLogger)(nil)
-	_ trainer.RowResumer   = (*JSONLLogger)(nil)
-	_ trainer.ReadyChecker = (*JSONLLogger)(nil)
+	_ trainer.Logger           = (*JSONLLogger)(nil)
+	_ trainer.RowResumer       = (*JSONLLogger)(nil)
+	_ trainer.EvaluationLogger = (*JSONLLogger)(nil)
+	_ trainer.ReadyChecker     = (*JSONLLogger)(nil)
 )
 
 // NewJSONLLogger logs into dir, usually from VersionDir.
@@ -122,6 +123,14 @@ func (l *JSONLLogger) LogMetrics(step int, m map[string]float64) error {
 		return err
 	}
 	return l.w.Flush()
+}
+
+// LogEvaluation writes the row of a Validate or Test with its
+// trainer.EvaluationColumn key set to 1.
+func (l *JSONLLogger) LogEvaluation(step int, stage string, m map[string]float64) error {
+	row := maps.Clone(m)
+	row[trainer.EvaluationColumn] = 1
+	return l.LogMetrics(step, row)
 }
 
 // dropTornLine cuts an unterminated last line off the file at path, if

@@ -104,6 +104,12 @@ func ctrlC(t *testing.T, strategy, restarts string) {
 	if n := strings.Count(errb.String(), "training interrupted"); restarts != "FULGUR_MAX_RESTARTS=" && n != 1 {
 		t.Errorf("%d lines say the training was interrupted, want rank 0's alone:\n%s", n, errb.String())
 	}
+	// So too what the ranks do with the signal (every rank gets it):
+	// one line, the first rank's, under ddp_spawn as under the elastic
+	// supervisor. Each rank logged its own.
+	if n := strings.Count(errb.String(), "finishing the current step"); n != 1 {
+		t.Errorf("%d lines say the ranks finish the current step, want the first rank's alone:\n%s", n, errb.String())
+	}
 	// A command-line program's ranks never point at the Go API to resume.
 	if strings.Contains(errb.String(), "trainer.FromCheckpoint") {
 		t.Errorf("a rank's message names trainer.FromCheckpoint, not the command:\n%s", errb.String())

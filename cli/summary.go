@@ -180,15 +180,13 @@ type Interrupted struct {
 }
 
 // besideFirstRank says whether this process is a rank that fulgur run (or
-// a program's own FULGUR_MAX_RESTARTS supervisor) started after its
-// machine's first rank: their output meets on one terminal, where the
-// first rank's account of a stop (rank 0's with the command that resumes
-// the run) is the one a user needs, not one line from every rank. Ranks
-// started any other way (mpirun, srun, torchrun variables set by hand)
-// each print theirs: their own output may be all a user sees of them.
-func besideFirstRank() bool {
-	return os.Getenv(launch.EnvLauncher) == "elastic" && os.Getenv(launch.EnvLocalRank) != "0"
-}
+// a program's own FULGUR_MAX_RESTARTS supervisor, or ddp_spawn) started
+// after its machine's first rank: their output meets on one terminal, where
+// the first rank's account of a stop (rank 0's with the command that
+// resumes the run) is the one a user needs, not one line from every rank
+// (launch.BesideFirstRank; the trainer's line on a signal is said once so
+// too). Ranks started any other way each print theirs.
+func besideFirstRank() bool { return launch.BesideFirstRank(os.LookupEnv) }
 
 func (e *Interrupted) Error() string {
 	if e.Resume == "" && e.Err.Checkpoint != "" {

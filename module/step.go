@@ -406,11 +406,15 @@ func (m *Metric) Values(f func(name string, v float64)) {
 // it can): every logger writes a row's global step as "step" (metrics.csv's
 // column, metrics.jsonl's key, TensorBoard's x axis) and the trainer the
 // epoch as "epoch", so a metric of either name would replace them in some
-// loggers and vanish in others; a metric needs a name.
+// loggers and vanish in others; a metric needs a name. "evaluation" marks
+// the row a Validate or Test logs (trainer.EvaluationColumn), so a metric
+// of that name would make its rows look like one.
 func ReservedMetricName(name string) string {
 	switch name {
 	case "":
 		return "a metric needs a name"
+	case "evaluation":
+		return fmt.Sprintf("the name %q is the loggers' mark of the row a Validate or Test logs: name the metric otherwise, such as %q", name, "my_"+name)
 	case "step", "epoch":
 		return fmt.Sprintf("the name %q is the loggers' own column of each row (the global step and the epoch): name the metric otherwise, such as %q", name, "my_"+name)
 	}

@@ -18,17 +18,26 @@ import (
 // MetricsFile is the name of the CSV logger's file in a run directory.
 const MetricsFile = "metrics.csv"
 
+// EvaluationColumn is the column of metrics.csv with which the trainer
+// marks the row of a Validate or Test (1; empty in other rows), as
+// trainer.EvaluationColumn says. Files written before it are read by
+// position (Row.Evaluation).
+const EvaluationColumn = "evaluation"
+
 // Row is one logging call: the metrics logged at one step.
 type Row struct {
 	Step int
 	// Epoch is the 0-based epoch logged with the row; NaN when the row has
 	// none, or is an Evaluation's.
 	Epoch float64
-	// Evaluation marks a row that ReadCSV or Log found logged by a
-	// Validate or Test after training: at the last step seen, with an
-	// epoch past the last (the epochs completed, as Lightning's
-	// current_epoch and fulgur's trainer write it, where an epoch's own
-	// rows write its 0-based index). It is drawn against step only.
+	// Evaluation marks a row logged by a Validate or Test: its epoch is
+	// the epochs the weights completed (as Lightning's current_epoch and
+	// fulgur's trainer write it), not an epoch of training, so it is
+	// drawn against step only. The trainer records it (EvaluationColumn);
+	// in a file without that record (Lightning's, an older fulgur's),
+	// ReadCSV and Log find it by position: a row at the last step seen
+	// with an epoch past the last, which finds an evaluation after
+	// training but not one alone in its file.
 	Evaluation bool
 	// Values holds the metrics of the row other than step and epoch.
 	Values map[string]float64
@@ -44,16 +53,31 @@ type History struct {
 
 // Log appends one row, as a trainer.Logger's LogMetrics receives it: an
 // "epoch" entry becomes the row's epoch, and a row of a Validate or Test
-// after training is marked as ReadCSV marks it (Row.Evaluation), so that a
-// run kept in memory is drawn as its metrics.csv is. m is copied.
+// is marked as ReadCSV marks it (Row.Evaluation: an EvaluationColumn entry
+// other than 0, or by position), so that a run kept in memory is drawn as
+// its metrics.csv is. m is copied.
 func (h *History) Log(step int, m map[string]float64) {
-	r := Row{Step: step, Epoch: math.NaN(), Values: make(map[string]float64, len(m))}
+	h.log(step, m, false)
+}
+
+// LogEvaluation appends the row of a Validate or Test, as a
+// trainer.EvaluationLogger's LogEvaluation receives it: Log with the row
+// marked an Evaluation.
+func (h *History) LogEvaluation(step int, m map[string]float64) {
+	h.log(step, m, true)
+}
+
+func (h *History) log(step int, m map[string]float64, eval bool) {
+	r := Row{Step: step, Epoch: math.NaN(), Values: make(map[string]float64, len(m)), Evaluation: eval}
 	for k, v := range m {
-		if k == "epoch" {
+		switch k {
+		case "epoch":
 			r.Epoch = v
-			continue
+		case EvaluationColumn:
+			r.Evaluation = r.Evaluation || v != 0 && !math.IsNaN(v)
+		default:
+			r.Values[k] = v
 		}
-		r.Values[k] = v
 	}
 	if h.marks.n != len(h.Rows) { // Rows set by hand
 		h.marks = evaluations{}
@@ -235,7 +259,7 @@ func ReadCSV(r io.Reader, name string) (*History, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: header: %w", name, err)
 	}
-	stepCol, epochCol := -1, -1
+	stepCol, epochCol, evalCol := -1, -1, -1
 	for i, c := range header {
 		header[i] = strings.TrimSpace(c)
 		switch header[i] {
@@ -243,6 +267,8 @@ func ReadCSV(r io.Reader, name string) (*History, error) {
 			stepCol = i
 		case "epoch":
 			epochCol = i
+		case EvaluationColumn:
+			evalCol = i
 		}
 	}
 	if stepCol < 0 {
@@ -278,6 +304,8 @@ func ReadCSV(r io.Reader, name string) (*History, error) {
 				row.Step = int(v)
 			case epochCol:
 				row.Epoch = v
+			case evalCol:
+				row.Evaluation = v != 0 && !math.IsNaN(v)
 			default:
 				row.Values[header[i]] = v
 			}
@@ -296,10 +324,11 @@ func ReadCSV(r io.Reader, name string) (*History, error) {
 	return h, nil
 }
 
-// evaluations marks, row after row, those a Validate or Test logged after
-// training (Row.Evaluation): an epoch past every earlier row's at a step no
-// later than theirs. A new epoch's own rows come after its first optimizer
-// step.
+// evaluations marks, row after row, those a Validate or Test logged
+// (Row.Evaluation): those the trainer recorded so, and in a file without
+// the record, by position, those after training: an epoch past every
+// earlier row's at a step no later than theirs. A new epoch's own rows
+// come after its first optimizer step.
 type evaluations struct {
 	n        int // rows seen
 	maxEpoch float64
@@ -310,6 +339,10 @@ type evaluations struct {
 // mark marks r, the row after the n seen, if it is an Evaluation's.
 func (e *evaluations) mark(r *Row) {
 	e.n++
+	if r.Evaluation {
+		r.Epoch = math.NaN()
+		return
+	}
 	if math.IsNaN(r.Epoch) {
 		return
 	}

@@ -25,3 +25,10 @@ func WatchStopSignals(sigs []os.Signal, request func(s os.Signal, first bool), a
 // SignalName names a stop signal (SIGINT, SIGTERM, SIGUSR1): see
 // launch.SignalName, which it is.
 func SignalName(s os.Signal) string { return launch.SignalName(s) }
+
+// BesideFirstRank says whether this process is a rank the elastic
+// supervisor started after its machine's first rank, whose account of a
+// stop that rank gives: see launch.BesideFirstRank, which it is.
+func BesideFirstRank(lookup func(string) (string, bool)) bool {
+	return launch.BesideFirstRank(lookup)
+}

@@ -14,6 +14,16 @@ const (
 	endCancelled = 2
 )
 
+// endStops says which stops that came since the ranks last agreed on
+// stopping the end of a part acts on (agreeEnd's interrupts).
+type endStops int
+
+const (
+	noStops     endStops = iota // none: an evaluation's end
+	signalStops                 // a signal: Fit's end hooks
+	allStops                    // a signal or a cancel: the end of training
+)
+
 // agreeEnd has the ranks of a job learn, at the end of a part of a call
 // that each runs on its own (an evaluation loop, whose steps exchange
 // nothing under a strategy that holds the whole model in each process;
@@ -42,9 +52,12 @@ const (
 // else nil. One small all-reduce, made without the context's
 // cancellation, so that a cancelled rank joins it; a rank that lost its
 // peers fails it at the collective's timeout, as any collective.
-func (t *Trainer) agreeEnd(ctx context.Context, err error, what string, interrupts bool) error {
+// stops says which stops count: with signalStops (Fit's end hooks), a
+// signal does and a cancel is the hooks' to answer, as their error.
+func (t *Trainer) agreeEnd(ctx context.Context, err error, what string, stops endStops) error {
 	info := t.strat.Info()
-	if interrupts && errors.Is(err, context.Canceled) && t.cancelled(ctx) != nil {
+	interrupts := stops != noStops
+	if stops == allStops && errors.Is(err, context.Canceled) && t.cancelled(ctx) != nil {
 		// A hook that gave up on the cancelled context: the cancel stops
 		// the run as one outside the hooks does.
 		err = nil
@@ -52,6 +65,9 @@ func (t *Trainer) agreeEnd(ctx context.Context, err error, what string, interrup
 	code := 0
 	if interrupts && err == nil {
 		code = t.stopCode(ctx)
+		if stops == signalStops && code == ctxCancelled {
+			code = 0 // the hooks' to answer
+		}
 	}
 	if info.WorldSize < 2 {
 		if err != nil {

@@ -176,6 +176,28 @@ type Logger interface {
 	Finalize(status string) error
 }
 
+// EvaluationLogger is a Logger that records which rows are an
+// evaluation's: the row of metrics a Validate or Test logs (see
+// Trainer.Validate) comes to LogEvaluation instead of LogMetrics, stage
+// "validate" or "test". Such a row carries as its "epoch" the epochs the
+// evaluated weights completed, not an epoch of training: a reader that
+// draws by epoch must leave it out, and cannot always tell it by position
+// (a Test of a checkpoint's weights in a trainer that did not fit writes it
+// alone). CSVLogger and callbacks.JSONLLogger implement it with a column
+// (key) EvaluationColumn of 1 in the row; a Logger without it gets the row
+// through LogMetrics, as Lightning's loggers do.
+type EvaluationLogger interface {
+	LogEvaluation(step int, stage string, metrics map[string]float64) error
+}
+
+// EvaluationColumn is the column of metrics.csv (and the key of
+// metrics.jsonl) that marks an evaluation's row with 1 (EvaluationLogger);
+// empty (absent) in every other row. It is numeric, as the metrics beside
+// it, so that a reader that knows nothing of it (pandas' mean over a
+// group of rows, an older plot) reads it as one more column. No metric may
+// take its name (module.ReservedMetricName).
+const EvaluationColumn = "evaluation"
+
 // Resumer is a Logger that can forget what it logged after a step. A Fit
 // that resumes from a checkpoint saved at global step S calls ResumeAt(S)
 // on rank 0 before training, so that the steps an interrupted run trained

@@ -39,8 +39,9 @@ type CSVLogger struct {
 }
 
 var (
-	_ Logger     = (*CSVLogger)(nil)
-	_ RowResumer = (*CSVLogger)(nil)
+	_ Logger           = (*CSVLogger)(nil)
+	_ RowResumer       = (*CSVLogger)(nil)
+	_ EvaluationLogger = (*CSVLogger)(nil)
 )
 
 // NewCSVLogger logs into dir, usually a run directory (State.LogDir, VersionDir).
@@ -379,6 +380,14 @@ func (l *CSVLogger) LogMetrics(step int, m map[string]float64) error {
 	l.w.Write(l.record(row))
 	l.w.Flush()
 	return l.w.Error()
+}
+
+// LogEvaluation appends the row of a Validate or Test with 1 in its
+// EvaluationColumn.
+func (l *CSVLogger) LogEvaluation(step int, stage string, m map[string]float64) error {
+	row := maps.Clone(m)
+	row[EvaluationColumn] = 1
+	return l.LogMetrics(step, row)
 }
 
 // Finalize closes the file; a later LogMetrics (a Test after the Fit)

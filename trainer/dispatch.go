@@ -227,7 +227,11 @@ func (t *Trainer) trainEnd(ctx context.Context, m module.Module, err error) erro
 	herr := hook(t, hctx, "OnTrainEnd", "module.OnTrainEnd", modHook(m, func(h module.TrainEnder) error { return h.OnTrainEnd(hctx) }),
 		func(h TrainEndHook, s *State) error { return h.OnTrainEnd(hctx, s) })
 	_, fatal := splitStop(herr)
-	if aerr := t.agreeEnd(ctx, fatal, "OnTrainEnd", !t.pos.midWindow); aerr != nil {
+	stops := allStops
+	if t.pos.midWindow {
+		stops = noStops
+	}
+	if aerr := t.agreeEnd(ctx, fatal, "OnTrainEnd", stops); aerr != nil {
 		return aerr
 	}
 	return err
@@ -631,6 +635,12 @@ func (t *Trainer) failed(ctx context.Context, err error) error {
 }
 
 func (t *Trainer) logMetrics(step int, m map[string]float64) error {
+	return t.logRow(step, m, "")
+}
+
+// logRow gives one row to the loggers; an evaluation's (stage "validate"
+// or "test") to an EvaluationLogger's LogEvaluation.
+func (t *Trainer) logRow(step int, m map[string]float64, stage string) error {
 	if !t.state.IsGlobalZero || len(m) == 0 {
 		return nil
 	}
@@ -641,11 +651,16 @@ func (t *Trainer) logMetrics(step int, m map[string]float64) error {
 		t.logRows++
 	}
 	for _, l := range t.loggers {
-		end := t.span("loggers/" + l.Name() + ".LogMetrics")
-		err := guarded(func() error { return l.LogMetrics(step, m) })
+		method, log := "LogMetrics", l.LogMetrics
+		if el, ok := l.(EvaluationLogger); ok && stage != "" {
+			method = "LogEvaluation"
+			log = func(step int, m map[string]float64) error { return el.LogEvaluation(step, stage, m) }
+		}
+		end := t.span("loggers/" + l.Name() + "." + method)
+		err := guarded(func() error { return log(step, m) })
 		end()
 		if err != nil {
-			return fmt.Errorf("loggers/%s.LogMetrics: %w", l.Name(), err)
+			return fmt.Errorf("loggers/%s.%s: %w", l.Name(), method, err)
 		}
 	}
 	return nil

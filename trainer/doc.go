@@ -39,7 +39,12 @@
 // last gradient all-reduce, sampled as it is queued. A signal or a cancel
 // after the ranks' last such agreement (in the validation and checkpoints
 // of an epoch a Stop ended, in OnTrainEnd) stops the Fit as an interrupt
-// all the same, checked once more after OnTrainEnd (agreeend.go). The
+// all the same, checked once more after OnTrainEnd (agreeend.go); a
+// signal during OnFitStart or the setup before it, at the first
+// agreement; one during OnFitEnd or Teardown, once they ran (Fit watches
+// for signals from its setup to the agreement after its end hooks: a
+// signal outside the loop no longer kills the process in a hook, its work
+// undone). The
 // hooks that end a Fit (OnTrainEnd, OnFitEnd, Teardown) get the caller's
 // context, cancellation included, on every strategy; when one fails on
 // one rank, every rank's Fit fails naming it, as every rank's Validate,
@@ -220,7 +225,9 @@
 //     stopped Fit after a whole step, and its Checkpoint resumes the run;
 //     errors.Is(err, context.Canceled) (or context.DeadlineExceeded)
 //     holds when the context did. Validate, Test, Predict and PredictEach
-//     stopped by their context return its error wrapped.
+//     stopped by their context return its error wrapped, and so does a Fit
+//     cancelled inside a gradient accumulation window, which no checkpoint
+//     can resume (its error says so).
 //   - ErrCorruptCheckpoint: a checkpoint given to FromCheckpoint or
 //     WithCheckpoint (or read by LoadWeights, VerifyCheckpoint or
 //     ReadCheckpointInfo) is cut short, altered or no checkpoint; a

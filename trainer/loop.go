@@ -129,10 +129,6 @@ func (t *Trainer) fitLoop(ctx context.Context, m module.Module, train, val *data
 	if p, ok := f.sched.(*optim.ReduceOnPlateau); ok && p.Config().Mode == "max" && p.Monitor() == "" {
 		return errors.New(`ReduceOnPlateau has Mode "max" and no Monitor: it would watch val_loss or train_loss, which should fall, and cut the learning rate while they do: set PlateauConfig.Monitor to the metric that should rise (such as val_acc), or use Mode "min"`)
 	}
-	if t.cfg.handleSignals() {
-		t.signals = watchSignals(t.cfg.Log)
-		defer t.signals.stop()
-	}
 	// A Stop from the hooks before the first batch (the sanity check's,
 	// OnTrainStart) is agreed on where it is asked, as one from
 	// OnTrainEpochStart is with the epoch's batch counts: every rank stops
@@ -264,7 +260,19 @@ func (f *fitRun) epoch(ctx context.Context, epoch int) error {
 	}
 	if !now {
 		if err := it.Err(); err != nil {
-			return fmt.Errorf("epoch %d: training data: %w", epoch, err)
+			// A cancel the loader saw first is no fault of the data: said
+			// as an evaluation's is (loopDataErr). Fit returns it so
+			// inside an accumulation window and with several ranks;
+			// elsewhere it saves and returns the *InterruptedError.
+			done := first
+			if t.pos.Epoch == epoch {
+				done = max(done, t.pos.Batch)
+			}
+			if t.pos.midWindow && t.pos.Epoch == epoch && errors.Is(err, ctx.Err()) {
+				// Fit saves no interrupt checkpoint here.
+				return fmt.Errorf("epoch %d: training was cancelled after %d of %d batches, inside a gradient accumulation window, whose partial gradients no checkpoint can hold: nothing was saved since the last checkpoint: %w", epoch, done, nb, err)
+			}
+			return fmt.Errorf("epoch %d: %w", epoch, loopDataErr(ctx, "training", err, done, nb))
 		}
 		if err := ctx.Err(); err != nil {
 			return err

@@ -36,7 +36,9 @@ func (c *callbackLogs) OnTrainEpochEnd(ctx context.Context, s *trainer.State) er
 // "epoch" the column the trainer fills in step and validation rows; a
 // metric of that name, or of none, would replace the row's step in
 // metrics.csv, vanish from metrics.jsonl and be a scalar in TensorBoard
-// (or an unnamed column). Logged by a module or by a callback, it is an
+// (or an unnamed column); "evaluation" marks the row of a Validate or
+// Test (trainer.EvaluationColumn) and would make a training row read as
+// one. Logged by a module or by a callback, it is an
 // error naming it and what to do.
 func TestReservedMetricNames(t *testing.T) {
 	ds := regression(t, 32, 0.01, 1)
@@ -51,6 +53,8 @@ func TestReservedMetricNames(t *testing.T) {
 		{"module empty", "", "", `Log("")`},
 		{"callback step", "train_loss", "step", `"step"`},
 		{"callback empty", "train_loss", "", `""`},
+		{"module evaluation", "evaluation", "", `Log("evaluation")`},
+		{"callback evaluation", "train_loss", "evaluation", `"evaluation"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := trainer.Config{MaxEpochs: 1, DefaultRootDir: t.TempDir()}

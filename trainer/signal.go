@@ -60,6 +60,15 @@ func watchSignals(log *zerolog.Logger) *signalWatch {
 		sigs = append(sigs, sigUSR1)
 	}
 	w := &signalWatch{sigs: sigs, direct: make(chan os.Signal, len(sigs)), seen: make(chan struct{})}
+	// Under the elastic supervisor and ddp_spawn, every rank of a machine
+	// gets the signal and their output meets on one terminal: the
+	// machine's first rank says what they do with it, once (the others at
+	// debug level).
+	say := log.Warn
+	sayExit := log.Error
+	if strategy.BesideFirstRank(os.LookupEnv) {
+		say, sayExit = log.Debug, log.Debug
+	}
 	signal.Notify(w.direct, sigs...)
 	unwatch := strategy.WatchStopSignals(sigs, func(s os.Signal, first bool) {
 		if !first {
@@ -77,7 +86,7 @@ func watchSignals(log *zerolog.Logger) *signalWatch {
 		if s == sigUSR1 {
 			msg = "SLURM asked to stop: finishing the current step, saving a checkpoint and requeueing the job"
 		}
-		log.Warn().Str("signal", strategy.SignalName(s)).Msg(msg)
+		say().Str("signal", strategy.SignalName(s)).Msg(msg)
 	}, func(s os.Signal) {
 		// The user asked twice: exit now. Lightning ignores SIGINT while
 		// it shuts down after a KeyboardInterrupt, which saves nothing
@@ -86,7 +95,7 @@ func watchSignals(log *zerolog.Logger) *signalWatch {
 		// that only SIGKILL stops. A checkpoint being written is lost
 		// whole: saves go to a temporary file, renamed over the target
 		// once complete, which the next Fit removes.
-		log.Error().Str("signal", strategy.SignalName(s)).Msg(exitAtOnceMsg)
+		sayExit().Str("signal", strategy.SignalName(s)).Msg(exitAtOnceMsg)
 	})
 	w.stop = func() {
 		// The watcher's channel stays registered until unwatch: no window
@@ -149,11 +158,12 @@ func (w *signalWatch) received() os.Signal {
 // SIGUSR1 under SLURM) or the cancelling of its context stopped training:
 // every rank finished its optimizer step and the run was saved to
 // Checkpoint, from which FromCheckpoint(Checkpoint) resumes it. A signal
-// that comes during the last step ends Fit so too, with GlobalStep the
-// run's last (resuming finds nothing left to train), rather than being
-// lost when Fit stops watching. Under ddp_spawn a signal that reaches the
-// workers before they have started training stops them before anything is
-// saved: Checkpoint is "".
+// that comes during the last step, or during Fit's end hooks (OnFitEnd,
+// Teardown, once they ran), ends Fit so too, with GlobalStep the run's
+// last (resuming finds nothing left to train), rather than being lost
+// when Fit stops watching or killing the process in a hook. Under
+// ddp_spawn a signal that reaches the workers before they have started
+// training stops them before anything is saved: Checkpoint is "".
 type InterruptedError struct {
 	// Signal is the signal that stopped training; nil when the context
 	// was cancelled (Err says why).

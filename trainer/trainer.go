@@ -711,6 +711,17 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 	t.state.Optimizer, t.state.LogEveryNSteps = t.opt.Name(), t.cfg.LogEveryNSteps
 	t.state.warn = func(msg string) { t.cfg.Log.Warn().Msg(msg) }
 	t.state.rank0 = t.rank0Value
+	if t.cfg.handleSignals() {
+		// From Fit's setup to the ranks' agreement after its end hooks
+		// (where a successful Fit stops it; a failed or interrupted one
+		// after its exception hooks and the loggers' Finalize): a signal
+		// outside the loop took its default action, and the process died
+		// in a hook, its work (a callback's cleanup, charts) undone. The
+		// loop acts on one at its next agreement on stopping, the end
+		// hooks after they ran (agreeEnd).
+		t.signals = watchSignals(t.cfg.Log)
+		defer t.signals.stop()
+	}
 	status := "failed"
 	defer func() {
 		// The exception hooks before the loggers close, as Lightning's.
@@ -818,8 +829,22 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 	if herr == nil {
 		herr = t.onTeardown(hctx, m, "fit")
 	}
-	if err := t.agreeEnd(ctx, herr, "Fit's end hooks (OnFitEnd, Teardown)", false); err != nil {
+	// A signal during the hooks (the watch outlasts them) stops the
+	// program as one during training does, once they ran: the interrupt
+	// checkpoint (at the run's end: nothing is left to train) and the
+	// *InterruptedError. A cancel there is the hooks' to answer.
+	stops := signalStops
+	if t.pos.midWindow {
+		stops = noStops
+	}
+	if err := t.agreeEnd(ctx, herr, "Fit's end hooks (OnFitEnd, Teardown)", stops); err != nil {
 		return err
+	}
+	if t.signals != nil {
+		// No later agreement would act on a signal: it takes its default
+		// action again, as before Fit, rather than being dropped.
+		t.signals.stop()
+		t.signals = nil
 	}
 	endFit()
 	if err := t.flushProfiler(ctx); err != nil {
@@ -1516,7 +1541,7 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 	if err := t.onTeardown(ctx, m, mode.String()); err != nil {
 		return nil, err
 	}
-	if err := t.logEvaluation(step, epochs, out); err != nil {
+	if err := t.logEvaluation(step, epochs, mode.String(), out); err != nil {
 		return nil, fmt.Errorf("%s: %w", mode, err)
 	}
 	return out, nil
@@ -1532,15 +1557,17 @@ func (t *Trainer) evaluate(ctx context.Context, m module.Module, l *data.Loader,
 // a Fit as its current_epoch is: 2 after two epochs; for a checkpoint's
 // weights, the epochs they were trained for, where a Lightning trainer
 // that did not fit writes 0). The rows count as Fit's do at that step
-// (RowResumer), so a checkpoint saved later records them.
-func (t *Trainer) logEvaluation(step, epochs int, out map[string]float64) error {
+// (RowResumer), so a checkpoint saved later records them. An
+// EvaluationLogger gets the row as an evaluation's, stage "validate" or
+// "test".
+func (t *Trainer) logEvaluation(step, epochs int, stage string, out map[string]float64) error {
 	if !t.state.IsGlobalZero || len(t.loggers) == 0 {
 		return nil
 	}
 	if len(out) > 0 {
 		row := maps.Clone(out)
 		row["epoch"] = float64(epochs)
-		if err := t.logMetrics(step, row); err != nil {
+		if err := t.logRow(step, row, stage); err != nil {
 			return err
 		}
 	}
@@ -1747,7 +1774,7 @@ func (t *Trainer) agreeEval(ctx context.Context, err error, what string) error {
 	if t.store() == nil {
 		return err
 	}
-	return t.agreeEnd(ctx, err, what, false)
+	return t.agreeEnd(ctx, err, what, noStops)
 }
 
 // maxPredictDims bounds the rank of one prediction row that ranks agree on

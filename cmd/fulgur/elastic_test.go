@@ -477,7 +477,8 @@ func TestFulgurRunRejectsBadFlags(t *testing.T) {
 // TestFulgurRunStopsOnCtrlC: a SIGINT to the fulgur run process stops the
 // job as torchrun's agent does: the ranks are asked to stop, save
 // interrupted.ckpt and end, and fulgur exits 130 saying so (it printed
-// "context canceled" and exited 2, as for a failed job).
+// "context canceled" and exited 2, as for a failed job), with one line, not
+// one per rank, on what the ranks do with the signal.
 func TestFulgurRunStopsOnCtrlC(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real multi-process training jobs")
@@ -519,6 +520,13 @@ func TestFulgurRunStopsOnCtrlC(t *testing.T) {
 	}
 	if m, _ := filepath.Glob(filepath.Join(root, "*", "*", "checkpoints", "interrupted.ckpt")); len(m) != 1 {
 		t.Errorf("interrupted.ckpt: found %v, want one: the ranks did not save", m)
+	}
+	// Both ranks got the signal (fulgur run passes it on to each), and
+	// their output meets on one terminal: one line says what a rank does
+	// with it, as one account says how the run stopped. Each rank logged
+	// its own.
+	if n := strings.Count(errb.String(), "finishing the current step"); n != 1 {
+		t.Errorf("%d lines say the ranks finish the current step, want one (the machine's first rank's):\n%s", n, errb.String())
 	}
 }
 

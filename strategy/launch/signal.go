@@ -111,3 +111,19 @@ func SignalName(s os.Signal) string {
 	}
 	return s.String()
 }
+
+// BesideFirstRank says whether this process is a rank started, after its
+// machine's first rank, by a launcher that shows every rank's output on
+// its own terminal: the elastic supervisor (fulgur run, or a program's
+// own FULGUR_MAX_RESTARTS supervisor) and ddp_spawn, which also pass a
+// stop signal on to every rank. What each rank would say of the stop
+// (that it finishes its step; how the run stopped) is then said once per
+// machine, by the first rank. Ranks started any other way (mpirun, srun,
+// torchrun variables set by hand, ddp's own ranks, which write rank_N.log)
+// each say theirs: their own output may be all a user sees of them.
+// lookup is os.LookupEnv, or a stand-in.
+func BesideFirstRank(lookup func(string) (string, bool)) bool {
+	l, _ := lookup(EnvLauncher)
+	r, _ := lookup(EnvLocalRank)
+	return (l == "elastic" || l == "ddp_spawn") && r != "0"
+}
