@@ -66,11 +66,11 @@ const (
 // on both sides: a Go process's runtime monitor (sysmon), starting work
 // after an idle wait (the rendezvous), wakes every 20 µs for its first
 // milliseconds and backs off only after 50 wake-ups with nothing to do; on
-// a rank bound to one core each wake-up takes the core from the rank (12
-// µs a time on this project's 2-core VM, every 0.1 ms for 7-57 ms of
-// all-reduces). A training's thousands of all-reduces see the steady
-// state; five operations of 256 KiB (half a millisecond) measured the
-// start-up instead (bench/RESULTS.md).
+// a rank bound to one core each wake-up takes the core from the rank
+// (12-17 µs a time on this project's 2-core VM, every 0.1 ms for the
+// first 5-7 ms, quiet). A training's thousands of all-reduces see the
+// steady state; the 25 operations of 256 KiB the old warm-up and timing
+// took (about 4 ms) measured the start-up instead (bench/RESULTS.md).
 const allreduceWarmTime = 100 * time.Millisecond
 
 var allreduceSizes = []int{256 << 10, 4 << 20, 25 << 20}
