@@ -313,7 +313,10 @@ func twoRankMem(t *testing.T) []byte {
 // in a row (each after a quick yield), the second found on another thread
 // than the first moved in the first. A pause that parked (its yield took
 // long: the OS ran something else, or another goroutine ran and may have
-// handed the P to another thread) ends a pair.
+// handed the P to another thread) ends a pair. The barrier's clock stands
+// still, so that every nap is a short one: past napAfter of waiting (which
+// a loaded machine reached within the 200 pairs) the long naps go through
+// the runtime's path by design, which may hand the P over.
 func TestBarrierNapKeepsItsThreadOnOneP(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	// A collection stops the world, which gives the P back to any
@@ -322,6 +325,8 @@ func TestBarrierNapKeepsItsThreadOnOneP(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	mem := twoRankMem(t)
 	g0 := &Group{rank: 0, size: 2, timeout: time.Minute, mem: mem, slot: SlotBytes, oneP: true}
+	start := time.Now()
+	g0.clock = func() time.Time { return start }
 	peer := &Group{rank: 1, size: 2, mem: mem, slot: SlotBytes}
 	const want, most = 200, 20000 // pairs of naps, pauses in all
 	var pairs, moved, loose, pauses int
