@@ -17,6 +17,7 @@ import (
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/nn/ops"
 	"github.com/fulgur-ml/fulgur/strategy/device/engine"
+	"github.com/fulgur-ml/fulgur/trainer"
 )
 
 // Config says how to build a Model. Zero values are documented per field.
@@ -31,6 +32,15 @@ type Config struct {
 	// weights (a ModelCheckpoint's LastModelPath or BestModelPath is "" when no
 	// checkpoint was saved) is an error, not a result.
 	Weights string
+	// WeightsOptions load a part of the Weights file, as trainer.WithWeights
+	// takes them (trainer.LoadWeightsInto): trainer.OnlyPrefix("encoder.")
+	// loads a module that declares only a trained model's encoder, under
+	// the same scope (module.Builder.Scope("encoder")), from the whole
+	// model's checkpoint or state dict, ignoring the file's other tensors;
+	// trainer.StripPrefix and trainer.Strict(false) as there; a file of
+	// the other precision is converted, as there. nil: the file holds
+	// exactly the module's tensors.
+	WeightsOptions []trainer.WeightsOption
 	// InitialWeights, with Weights "", keeps the weights drawn from Seed:
 	// for a model whose weights you then set yourself (Store, LoadWeights)
 	// or a test.
@@ -149,8 +159,16 @@ func New(m module.Module, cfg Config) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("infer.New: %w", err)
 	}
-	if cfg.Weights != "" {
+	if cfg.Weights != "" && len(cfg.WeightsOptions) > 0 {
+		if err := trainer.LoadWeightsInto(cfg.Weights, store, cfg.WeightsOptions...); err != nil {
+			return nil, fmt.Errorf("infer.New: %w", err)
+		}
+	} else if cfg.Weights != "" {
 		if err := LoadWeights(cfg.Weights, store); err != nil {
+			if strings.Contains(err.Error(), "that the model does not declare") {
+				// A part of a whole model (its encoder), most likely.
+				return nil, fmt.Errorf("infer.New: %w\nTo load a part of the file (a sub-module declared under the same scope, such as a trained autoencoder's encoder), set WeightsOptions: []trainer.WeightsOption{trainer.OnlyPrefix(\"encoder.\")}", err)
+			}
 			return nil, fmt.Errorf("infer.New: %w", err)
 		}
 	}

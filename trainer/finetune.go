@@ -476,3 +476,49 @@ func (t *Trainer) failedRank(ctx context.Context, err error) (int, error) {
 	}
 	return int(failed[0]) - 1, nil
 }
+
+// LoadWeightsInto copies into store the parameters and buffers of the
+// weights file at path, read as WithWeights reads it for a Fit: a
+// safetensors state dict (PyTorch's or infer.SaveStateDict's) or a fulgur
+// checkpoint (verified; its optimizer and loop position ignored), with the
+// same options. OnlyPrefix("encoder.") takes a sub-module out of a whole
+// model's file, as a Lightning user calls model.encoder(x) after
+// load_from_checkpoint: the store declares the sub-module under the same
+// scope (module.Builder.Scope("encoder")), and the file's other tensors
+// are ignored. Values of another dtype are converted to the store's.
+// Shapes must match, and without Strict(false) every tensor of the store
+// (under OnlyPrefix) must be in the file and the file must hold no other;
+// otherwise the error names each one and store is left unchanged. Tensors
+// not loaded keep their values.
+func LoadWeightsInto(path string, store *module.Store, opts ...WeightsOption) error {
+	if store == nil {
+		return errors.New("LoadWeightsInto: the store is nil: pass Trainer.Store() after setup, or infer's Model.Store()")
+	}
+	o := &weightsOptions{path: path, strict: true}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(o)
+		}
+	}
+	file, _, err := readWeightsFile(path)
+	if err != nil {
+		return err
+	}
+	specs := make([]module.Spec, 0, len(store.Entries()))
+	for _, e := range store.Entries() {
+		specs = append(specs, e.Spec)
+	}
+	w, err := matchWeights(file, specs, store.Dtype(), o)
+	if err != nil {
+		return fmt.Errorf("weights %s: %w", path, err)
+	}
+	for _, t := range w.tensors {
+		e, _ := store.Lookup(t.Name)
+		if d := store.Data32(); d != nil {
+			copy(d[e.Offset:e.Offset+e.Len], t.Data32)
+		} else {
+			copy(store.Data64()[e.Offset:e.Offset+e.Len], t.Data64)
+		}
+	}
+	return nil
+}
