@@ -103,15 +103,15 @@ func Check(name string, o Options) error {
 // (trainer.Config.StrategyImpl).
 //
 // Like database/sql.Register, it panics when name is registered already,
-// a shipped name ("ddp") included, which the trainer links: two packages
-// claiming one name is a mistake in the program, and the later
-// registration silently winning would make which strategy runs hang on
-// the order of their init functions. To train with a strategy of your own
-// in place of a shipped one, register it under a name of its own and set
-// Config.Strategy to that name, or pass the value as
-// trainer.Config.StrategyImpl. Register also panics on what New could
-// never build: "auto" (New picks "single" or "ddp" for it), an empty name
-// or a nil factory.
+// a shipped name ("ddp", registered by strategy/ddp, which the trainer
+// links) included: two packages claiming one name is a mistake in the
+// program, and the later registration silently winning would make which
+// strategy runs hang on the order of their init functions. To train with
+// a strategy of your own in place of a shipped one, register it under a
+// name of its own and set trainer.Config.Strategy to that name, or pass
+// the value as trainer.Config.StrategyImpl. Register also panics on what
+// New could never build: "auto" (New picks "single" or "ddp" for it), an
+// empty name or a nil factory.
 func Register(name string, f Factory) {
 	switch {
 	case name == "auto":

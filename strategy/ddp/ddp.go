@@ -43,8 +43,8 @@ type DDPConfig struct {
 	// Connect joins the job's group in Setup when Group is nil; the registry
 	// builds it from the cluster environment and the chosen backend.
 	Connect func(ctx context.Context) (collective.Collective, error)
-	// Rank and WorldSize describe this process before Connect has run; they
-	// are ignored when Group is set.
+	// Rank and WorldSize describe this process before Connect has run
+	// (WorldSize 0: 1); they are ignored when Group is set.
 	Rank, WorldSize int
 	// Device runs this rank's replica. nil: the CPU.
 	Device device.Device
