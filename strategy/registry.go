@@ -61,10 +61,20 @@ var (
 )
 
 // RegisterCheck gives the strategy called name a layout check, which Check
-// runs; its Factory should run it too.
+// runs; its Factory should run it too. It panics, as Register does, on a
+// name that has a check already, an empty name or a nil check.
 func RegisterCheck(name string, f LayoutCheck) {
+	switch {
+	case name == "":
+		panic("strategy: RegisterCheck with an empty name: name the strategy as Register does")
+	case f == nil:
+		panic(fmt.Sprintf("strategy: RegisterCheck(%q) with a nil check", name))
+	}
 	regMu.Lock()
 	defer regMu.Unlock()
+	if _, dup := checks[name]; dup {
+		panic(fmt.Sprintf("strategy: RegisterCheck(%q) called twice: the strategy has a layout check already (%s)", name, registeredBy(name)))
+	}
 	checks[name] = f
 }
 
@@ -87,9 +97,19 @@ func Check(name string, o Options) error {
 	return f(o)
 }
 
-// Register makes a strategy available by name to New. Strategy packages
-// register themselves; libraries and tests pass values instead. A name
-// registered again is built by the later factory. Register panics on what
+// Register makes a strategy available by name to New, and so to
+// trainer.Config.Strategy. Strategy packages register themselves in an
+// init function; libraries and tests pass values instead
+// (trainer.Config.StrategyImpl).
+//
+// Like database/sql.Register, it panics when name is registered already,
+// a shipped name ("ddp", registered by strategy/ddp, which the trainer
+// links) included: two packages claiming one name is a mistake in the
+// program, and the later registration silently winning would make which
+// strategy runs hang on the order of their init functions. To train with
+// a strategy of your own in place of a shipped one, register it under a
+// name of its own and set trainer.Config.Strategy to that name, or pass
+// the value as trainer.Config.StrategyImpl. Register also panics on what
 // New could never build: "auto" (New picks "single" or "ddp" for it), an
 // empty name or a nil factory.
 func Register(name string, f Factory) {
@@ -103,7 +123,19 @@ func Register(name string, f Factory) {
 	}
 	regMu.Lock()
 	defer regMu.Unlock()
+	if _, dup := registry[name]; dup {
+		panic(fmt.Sprintf("strategy: Register(%q) called twice: %s registered it already; register yours under a name of its own and set Config.Strategy to it, or pass it as trainer.Config.StrategyImpl", name, registeredBy(name)))
+	}
 	registry[name] = f
+}
+
+// registeredBy says who registered name: the shipped package, or an
+// earlier Register call.
+func registeredBy(name string) string {
+	if p, ok := shipped[name]; ok {
+		return "package " + p
+	}
+	return "an earlier call"
 }
 
 // shipped names the package whose init registers each strategy fulgur

@@ -1,6 +1,7 @@
 package strategy_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -89,5 +90,44 @@ func TestRegisterRefusesWhatNewCannotBuild(t *testing.T) {
 	}
 	if strategy.Known("nilfactory") {
 		t.Error(`Register("nilfactory", nil) registered it`)
+	}
+}
+
+// A name registered twice is a mistake in the program, as a database/sql
+// driver's is: two packages claiming one name, the later silently built
+// for both (which one wins hangs on the order of their init functions).
+// Register panics naming it, and the first registration stays: here
+// "custom", which example_register_test.go's init registers.
+func TestRegisterTwicePanics(t *testing.T) {
+	func() {
+		defer func() {
+			msg, _ := recover().(string)
+			for _, want := range []string{`Register("custom") called twice`, "an earlier call registered it already", "a name of its own", "StrategyImpl"} {
+				if !strings.Contains(msg, want) {
+					t.Errorf("the second Register(\"custom\") panicked with %q, want it to say %q", msg, want)
+				}
+			}
+		}()
+		strategy.Register("custom", func(strategy.Options) (strategy.Strategy, error) { return nil, errors.New("the second factory") })
+	}()
+	if s, err := strategy.New("custom", strategy.Options{}); err != nil || s.Info().Name != "custom" {
+		t.Errorf(`New("custom") = %v, %v, want the first registration's strategy`, s, err)
+	}
+
+	// A layout check, likewise. The first check is registered once per
+	// process: go test -count=2 runs this again.
+	if strategy.Check("twice", strategy.Options{}) == nil {
+		strategy.RegisterCheck("twice", func(strategy.Options) error { return errors.New("the first check") })
+	}
+	func() {
+		defer func() {
+			if msg, _ := recover().(string); !strings.Contains(msg, `RegisterCheck("twice") called twice`) {
+				t.Errorf("the second RegisterCheck(\"twice\") panicked with %q, want it to name the strategy and say it has a check already", msg)
+			}
+		}()
+		strategy.RegisterCheck("twice", func(strategy.Options) error { return errors.New("the second check") })
+	}()
+	if err := strategy.Check("twice", strategy.Options{}); err == nil || err.Error() != "the first check" {
+		t.Errorf(`Check("twice") = %v, want the first check's error`, err)
 	}
 }

@@ -43,8 +43,8 @@ type DDPConfig struct {
 	// Connect joins the job's group in Setup when Group is nil; the registry
 	// builds it from the cluster environment and the chosen backend.
 	Connect func(ctx context.Context) (collective.Collective, error)
-	// Rank and WorldSize describe this process before Connect has run; they
-	// are ignored when Group is set.
+	// Rank and WorldSize describe this process before Connect has run
+	// (WorldSize 0: 1); they are ignored when Group is set.
 	Rank, WorldSize int
 	// Device runs this rank's replica. nil: the CPU.
 	Device device.Device
@@ -185,7 +185,8 @@ func (o ddpOp) String() string {
 	return "none: it never finished one with this rank"
 }
 
-// NewDDP returns one rank of DDP.
+// NewDDP returns one rank of DDP, or an error naming every problem of
+// cfg.
 func NewDDP(cfg DDPConfig) (*DDP, error) {
 	var errs []error
 	if cfg.Group == nil && cfg.Connect == nil {
@@ -198,10 +199,16 @@ func NewDDP(cfg DDPConfig) (*DDP, error) {
 		errs = append(errs, fmt.Errorf("Timeout is %v: use 0 for the default or a positive duration", cfg.Timeout))
 	}
 	d := &DDP{cfg: cfg, name: "ddp", dev: cfg.Device, rank: cfg.Rank, world: max(cfg.WorldSize, 1)}
-	if cfg.Group != nil {
+	switch {
+	case cfg.Group != nil:
 		d.rank, d.world = cfg.Group.Rank(), cfg.Group.Size()
-	} else if cfg.Rank < 0 || cfg.Rank >= d.world {
-		errs = append(errs, fmt.Errorf("Rank %d is outside 0..%d (WorldSize %d)", cfg.Rank, d.world-1, d.world))
+	case cfg.WorldSize < 0:
+		errs = append(errs, fmt.Errorf("WorldSize is %d: use the number of ranks of the job (0: 1)", cfg.WorldSize))
+		if cfg.Rank < 0 {
+			errs = append(errs, fmt.Errorf("Rank %d is outside 0..WorldSize-1: use this process's rank", cfg.Rank))
+		}
+	case cfg.Rank < 0 || cfg.Rank >= d.world:
+		errs = append(errs, fmt.Errorf("Rank %d is outside 0..%d (WorldSize %d): use this process's rank, from 0 to WorldSize-1", cfg.Rank, d.world-1, d.world))
 	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("strategy ddp: %w", errors.Join(errs...))

@@ -386,9 +386,9 @@ func hostCount(hosts []string) int {
 // together, so two nodes started on one host (network namespaces) stay
 // two. A job whose nodes run different numbers of ranks, or one rank each,
 // or that runs on one node, connects as under auto (shared memory on one
-// host, else one tcp ring), and the log says why. On an error rv is still
-// the caller's to close. Exported for tools that measure the backend
-// (cmd/bench).
+// host, else one tcp ring), and the log says why. The group returned takes
+// rv over (its Close closes rv); on an error rv is still the caller's to
+// close. Exported for tools that measure the backend (cmd/bench).
 func ConnectHier(ctx context.Context, rv *rendezvous.Rendezvous, nodeRank int, log zerolog.Logger) (collective.Group, error) {
 	ids, err := rv.Exchange(ctx, []byte(fmt.Sprintf("%s node %d", rv.Hosts()[rv.Rank()], nodeRank)))
 	if err != nil {

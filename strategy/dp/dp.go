@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 
 	"gorgonia.org/tensor"
@@ -75,15 +76,24 @@ type DP struct {
 	releaseCores func()
 }
 
-// NewDP returns a DP strategy over cfg.Devices.
+// NewDP returns a DP strategy over cfg.Devices, or an error naming every
+// nil entry.
 func NewDP(cfg DPConfig) (*DP, error) {
 	if len(cfg.Devices) == 0 {
 		return nil, errors.New("strategy dp: no devices: pass at least one (device.Open(\"cpu\", n))")
 	}
+	var nils []string
 	for i, d := range cfg.Devices {
 		if d == nil {
-			return nil, fmt.Errorf("strategy dp: Devices[%d] is nil", i)
+			nils = append(nils, fmt.Sprintf("Devices[%d]", i))
 		}
+	}
+	switch len(nils) {
+	case 0:
+	case 1:
+		return nil, fmt.Errorf("strategy dp: %s is nil: pass a device in every entry (device.Open(\"cpu\", n) returns n)", nils[0])
+	default:
+		return nil, fmt.Errorf("strategy dp: %s and %s are nil: pass a device in every entry (device.Open(\"cpu\", n) returns n)", strings.Join(nils[:len(nils)-1], ", "), nils[len(nils)-1])
 	}
 	return &DP{devs: cfg.Devices}, nil
 }

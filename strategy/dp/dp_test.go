@@ -117,3 +117,18 @@ func TestOptimizerStepAndRebindBeforeSetupAreErrors(t *testing.T) {
 		t.Errorf("Rebind before Setup = %v, want an error saying so", err)
 	}
 }
+
+// Every nil entry of Devices is named at once, with the fix, not only the
+// first.
+func TestNewDPNamesEveryNilDevice(t *testing.T) {
+	_, err := dp.NewDP(dp.DPConfig{Devices: []device.Device{nil, device.NewCPU(1), nil}})
+	for _, want := range []string{"Devices[0] and Devices[2] are nil", `device.Open("cpu", n)`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("NewDP with two nil devices: %v, want it to say %q", err, want)
+		}
+	}
+	_, err = dp.NewDP(dp.DPConfig{Devices: []device.Device{device.NewCPU(0), nil}})
+	if err == nil || !strings.Contains(err.Error(), "Devices[1] is nil") {
+		t.Errorf("NewDP with one nil device: %v, want it to say Devices[1] is nil", err)
+	}
+}

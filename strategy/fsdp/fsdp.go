@@ -190,11 +190,9 @@ type FSDP struct {
 	scattered []bool
 }
 
-// New returns one rank of FSDP.
+// New returns one rank of FSDP over cfg.Group, or an error naming every
+// problem of cfg.
 func New(cfg Config) (*FSDP, error) {
-	if cfg.Group == nil {
-		return nil, errors.New("strategy fsdp: Group is nil: pass this rank's collective (e.g. from inproc.NewGroup or tcp.New), or build the strategy by name (\"fsdp\") to have it start and join the job's processes")
-	}
 	return newFSDP(cfg, nil)
 }
 
@@ -202,6 +200,13 @@ func New(cfg Config) (*FSDP, error) {
 // Setup.
 func newFSDP(cfg Config, joiner strategy.Strategy) (*FSDP, error) {
 	var errs []error
+	if cfg.Group == nil && joiner == nil {
+		hybrid := ""
+		if cfg.ShardGroup != nil || cfg.ReplicaGroup != nil {
+			hybrid = " (hybrid sharding over ShardGroup and ReplicaGroup needs the whole job's group too)"
+		}
+		errs = append(errs, fmt.Errorf("Group is nil: pass this rank's collective (e.g. from inproc.NewGroup or tcp.New)%s, or build the strategy by name (\"fsdp\") to have it start and join the job's processes", hybrid))
+	}
 	if cfg.Wrap != WrapLayer && cfg.Wrap != WrapSize {
 		errs = append(errs, fmt.Errorf("Wrap is %v: use WrapLayer or WrapSize", cfg.Wrap))
 	}
@@ -215,7 +220,7 @@ func newFSDP(cfg Config, joiner strategy.Strategy) (*FSDP, error) {
 	case (cfg.ShardGroup == nil) != (cfg.ReplicaGroup == nil):
 		errs = append(errs, errors.New("only one of ShardGroup and ReplicaGroup is set: set both for hybrid sharding, or neither"))
 	case cfg.ShardGroup != nil && cfg.Group == nil:
-		errs = append(errs, errors.New("ShardGroup and ReplicaGroup are set but Group is nil: hybrid sharding also needs the whole job's group"))
+		// Said with Group's own problem above.
 	case cfg.ShardGroup != nil && cfg.ShardGroup.Size()*cfg.ReplicaGroup.Size() != cfg.Group.Size():
 		errs = append(errs, fmt.Errorf("ShardGroup has %d ranks and ReplicaGroup %d, but Group has %d: each rank must be in one shard group and one replica group, %d × %d = %d", cfg.ShardGroup.Size(), cfg.ReplicaGroup.Size(), cfg.Group.Size(), cfg.ShardGroup.Size(), cfg.ReplicaGroup.Size(), cfg.ShardGroup.Size()*cfg.ReplicaGroup.Size()))
 	}

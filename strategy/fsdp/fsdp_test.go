@@ -598,8 +598,22 @@ func TestFSDPRefusesBadConfig(t *testing.T) {
 			t.Errorf("New: %v, want it to say %q", err, want)
 		}
 	}
-	if _, err := fsdp.New(fsdp.Config{}); err == nil || !strings.Contains(err.Error(), "Group is nil") {
-		t.Errorf("New without a group: %v", err)
+	// Without a group, the rest is reported too, not only the group.
+	_, err = fsdp.New(fsdp.Config{Wrap: fsdp.Wrap(7), MinUnitParams: -1, Timeout: -time.Second, Sharding: fsdp.HybridShard, NodeSize: -2})
+	for _, want := range []string{"Group is nil: pass this rank's collective", "Wrap is Wrap(7)", "MinUnitParams is -1", "Timeout is -1s", "NodeSize is -2"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("New without a group and with bad settings: %v, want it to say %q", err, want)
+		}
+	}
+	g2, _ := inproc.NewGroup(2)
+	_, err = fsdp.New(fsdp.Config{ShardGroup: g2[0], ReplicaGroup: g2[1], Timeout: -time.Second})
+	for _, want := range []string{"Group is nil", "hybrid sharding", "Timeout is -1s"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("New with ShardGroup and ReplicaGroup but no Group: %v, want it to say %q", err, want)
+		}
+	}
+	if err != nil && strings.Count(err.Error(), "Group is nil") != 1 {
+		t.Errorf("New with ShardGroup and ReplicaGroup but no Group says Group is nil more than once: %v", err)
 	}
 	env := map[string]string{fsdp.EnvWrap: "blocks", fsdp.EnvMinUnitParams: "many", fsdp.EnvReshardAfterForward: "yes", fsdp.EnvPrefetch: "2", fsdp.EnvSyncMicroBatches: "always", fsdp.EnvCPUOffload: "yes"}
 	_, err = strategy.New("fsdp", strategy.Options{Lookup: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})

@@ -127,16 +127,19 @@ type Sharded struct {
 	norm             []float64
 }
 
-// New returns one rank of Sharded.
+// New returns one rank of Sharded over cfg.Group, or an error naming
+// every problem of cfg.
 func New(cfg Config) (*Sharded, error) {
-	if cfg.Group == nil {
-		return nil, errors.New("strategy sharded: Group is nil: pass this rank's collective (e.g. from inproc.NewGroup or tcp.New), or build the strategy by name (\"sharded\") to have it start and join the job's processes")
-	}
 	return newSharded(cfg, "", nil)
 }
 
+// newSharded builds a rank over cfg.Group, or over the group joiner joins
+// in Setup.
 func newSharded(cfg Config, name string, joiner strategy.Strategy) (*Sharded, error) {
 	var errs []error
+	if cfg.Group == nil && joiner == nil {
+		errs = append(errs, errors.New("Group is nil: pass this rank's collective (e.g. from inproc.NewGroup or tcp.New), or build the strategy by name (\"sharded\") to have it start and join the job's processes"))
+	}
 	if cfg.Stage == 0 {
 		cfg.Stage = 2
 	}

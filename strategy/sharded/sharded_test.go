@@ -181,6 +181,13 @@ func TestShardedConfigErrors(t *testing.T) {
 			t.Errorf("New(%+v) = %v, want an error saying %q", tc.cfg, err, tc.want)
 		}
 	}
+	// Without a group, the rest is reported too, not only the group.
+	_, err := sharded.New(sharded.Config{Stage: 3, BucketBytes: -1, Timeout: -time.Second})
+	for _, want := range []string{"Group is nil: pass this rank's collective", "Stage is 3", "BucketBytes is -1", "Timeout is -1s"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("New without a group and with bad settings: %v, want it to say %q", err, want)
+		}
+	}
 }
 
 // Units hold whole tensors in store order, up to the cap, a larger tensor

@@ -245,11 +245,11 @@ func NewComm(ctx context.Context, rv *rendezvous.Rendezvous, cfg Config) (*Comm,
 	}
 	c.comm = comm
 	if rc := lib.malloc(&c.dhdr, 32); rc != 0 {
-		c.Close()
+		c.free()
 		return nil, fmt.Errorf("nccl: cudaMalloc: %s", lib.cudaErrorString(rc))
 	}
 	if rc := lib.malloc(&c.dhdrs, uintptr(32*c.size)); rc != 0 {
-		c.Close()
+		c.free()
 		return nil, fmt.Errorf("nccl: cudaMalloc: %s", lib.cudaErrorString(rc))
 	}
 	return c, nil
@@ -335,11 +335,19 @@ func initRank(ctx context.Context, lib *Lib, cfg Config, size int, id uniqueID, 
 func (c *Comm) Rank() int { return c.rank }
 func (c *Comm) Size() int { return c.size }
 
-// Close destroys the communicator and frees device memory.
+// Close destroys the communicator, frees device memory and closes the
+// rendezvous New was given.
 func (c *Comm) Close() error {
 	if c.closed {
 		return nil
 	}
+	c.free()
+	return c.rv.Close()
+}
+
+// free destroys the communicator and frees device memory: Close but for
+// the rendezvous, which stays the caller's when NewComm fails.
+func (c *Comm) free() {
 	c.closed = true
 	for i, b := range c.bufs {
 		if b != 0 {
@@ -362,7 +370,6 @@ func (c *Comm) Close() error {
 	if c.stream != 0 {
 		c.lib.streamDestroy(c.stream)
 	}
-	return nil
 }
 
 func (c *Comm) AllReduce(ctx context.Context, buf any, op collective.Op) error {

@@ -16,7 +16,7 @@ var ErrUnavailable = errors.New("nccl: unavailable: NCCL is supported on Linux o
 // Available reports ErrUnavailable.
 func Available(cfg Config) error { return ErrUnavailable }
 
-// New reports ErrUnavailable.
+// New reports ErrUnavailable; rv is still the caller's to close.
 func New(ctx context.Context, rv *rendezvous.Rendezvous, cfg Config) (collective.Group, error) {
 	return nil, ErrUnavailable
 }

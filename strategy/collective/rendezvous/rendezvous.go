@@ -935,7 +935,9 @@ func (r *Rendezvous) Exchange(ctx context.Context, blob []byte) ([][]byte, error
 	return out, nil
 }
 
-// Close closes the rendezvous connections and the data listener.
+// Close closes the rendezvous connections and the data listener. Closing
+// it again does nothing more: a caller that has handed it to a group whose
+// Close closes it too (tcp.NewRing, shm.New) may still close it itself.
 func (r *Rendezvous) Close() error {
 	for _, c := range r.peers {
 		if c != nil {

@@ -43,6 +43,9 @@ var fileMagic = [8]byte{'f', 'u', 'l', 'g', 'u', 'r', 's', 'm'}
 // Auto returns a shared-memory group when every rank of rv is on this host
 // and can map the shared file, and fallback(ctx, rv) otherwise (tcp.NewGroup:
 // the TCP ring over the same rendezvous). All ranks take the same decision.
+// The group returned takes rv over, as New's does, when fallback's does
+// too (tcp.NewGroup's does): its Close closes rv. On an error rv is still
+// the caller's to close, when fallback leaves it so on its errors.
 func Auto(ctx context.Context, rv *rendezvous.Rendezvous, fallback func(context.Context, *rendezvous.Rendezvous) (collective.Group, error)) (collective.Group, error) {
 	if rv.Size() > 1 && rv.SameHost() {
 		g, err := open(ctx, rv)
@@ -58,7 +61,10 @@ func Auto(ctx context.Context, rv *rendezvous.Rendezvous, fallback func(context.
 }
 
 // New returns a shared-memory group, or an error when the ranks are not all
-// on this host or cannot share memory.
+// on this host or cannot share memory. The group takes rv over: it watches
+// rv's connections for a peer that dies, and its Close closes them, so the
+// caller closes the group only. On an error rv is still the caller's to
+// close.
 func New(ctx context.Context, rv *rendezvous.Rendezvous) (collective.Group, error) {
 	if !rv.SameHost() {
 		return nil, fmt.Errorf("shm: %w: the ranks run on different hosts %v", errUnavailable, rv.Hosts())

@@ -18,7 +18,8 @@ func New(ctx context.Context, rv *rendezvous.Rendezvous) (collective.Group, erro
 	return nil, fmt.Errorf("shm: %w: only Linux is supported", errUnavailable)
 }
 
-// Auto returns fallback(ctx, rv): shared memory is Linux only.
+// Auto returns fallback(ctx, rv): shared memory is Linux only. Who owns
+// rv is as fallback says (tcp.NewGroup: the group it returns).
 func Auto(ctx context.Context, rv *rendezvous.Rendezvous, fallback func(context.Context, *rendezvous.Rendezvous) (collective.Group, error)) (collective.Group, error) {
 	return fallback(ctx, rv)
 }

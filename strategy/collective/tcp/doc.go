@@ -6,8 +6,9 @@
 // table of data addresses handed out), then each rank dials the next one on
 // the ring and accepts the previous one with rendezvous.DialPeer and
 // AcceptPeer, which prove the token both ways on the data connection too.
-// NewRing builds the ring over a rendezvous the caller already holds;
-// NewGroup is its collective.Group form (shm.Auto's fallback). With
+// NewRing builds the ring over a rendezvous the caller already holds, and
+// takes it over (the ring's Close closes it); NewGroup is its
+// collective.Group form (shm.Auto's fallback). With
 // Config.TLS the ring's connections run over TLS 1.3 with mutual
 // authentication (see rendezvous.TLS); the ring itself does not change.
 //

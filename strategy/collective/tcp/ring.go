@@ -37,7 +37,8 @@ func New(ctx context.Context, cfg Config) (collective.Group, error) {
 }
 
 // NewGroup is NewRing wrapped with collective.WithAsync (the shape
-// shm.Auto takes as its fallback).
+// shm.Auto takes as its fallback). Like NewRing, it takes rv over: the
+// group's Close closes it; on an error it is still the caller's.
 func NewGroup(ctx context.Context, rv *rendezvous.Rendezvous) (collective.Group, error) {
 	g, err := NewRing(ctx, rv)
 	if err != nil {
@@ -167,7 +168,10 @@ func sentinelOf(code uint8) error {
 
 // NewRing connects the ring over rv with the default segment and socket
 // buffer sizes: each rank dials the next and accepts the previous one, both
-// proving the token (rendezvous.DialPeer, AcceptPeer).
+// proving the token (rendezvous.DialPeer, AcceptPeer). The ring takes rv
+// over: it keeps it (Rendezvous, Split) and its Close closes it, so the
+// caller closes the ring only. On an error rv is still the caller's to
+// close.
 func NewRing(ctx context.Context, rv *rendezvous.Rendezvous) (*Ring, error) {
 	rc := rv.Config()
 	cfg := Config{Rank: rc.Rank, Size: rc.Size, Token: rc.Token, Timeout: rc.Timeout, Logger: rc.Logger}
@@ -255,7 +259,8 @@ func (g *Ring) Rank() int { return g.rank }
 // Size returns the number of ranks.
 func (g *Ring) Size() int { return g.size }
 
-// Rendezvous returns the star connections the ring was built from.
+// Rendezvous returns the star connections the ring was built from, which
+// the ring's Close closes.
 func (g *Ring) Rendezvous() *rendezvous.Rendezvous { return g.rv }
 
 // reverseReader watches the back channel of the connection to the next rank:
