@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -534,12 +535,22 @@ func (a App) parse(args []string) (*parsed, error) {
 			return nil, flag.ErrHelp
 		}
 	}
+	all := args
+	if explicit {
+		all = append([]string{p.command}, args...)
+	}
 	parseErr := func(err error, args []string) error {
 		// Go's flag package stops at the first unknown flag: name each,
-		// with the flag of ours it most likely means.
+		// with the flag of ours it most likely means, and when there are
+		// several, the command line with all of them replaced.
 		if strings.HasPrefix(err.Error(), "flag provided but not defined: ") {
-			if lines := unknownFlags(fs, args, a.Name); len(lines) > 0 {
-				return fmt.Errorf("%s (see %s -h)", strings.Join(lines, "\n"), a.Name)
+			if lines, fixed := unknownFlags(fs, args, a.Name); len(lines) > 0 {
+				msg := fmt.Sprintf("%s (see %s -h)", strings.Join(lines, "\n"), a.Name)
+				if len(lines) > 1 && fixed != nil {
+					before := all[:len(all)-len(args)]
+					msg += "\nwith our flags: " + commandLine(a.Name, append(slices.Clip(before), fixed...))
+				}
+				return errors.New(msg)
 			}
 		}
 		return fmt.Errorf("%v (see %s -h)", err, a.Name)
@@ -588,10 +599,14 @@ func (a App) parse(args []string) (*parsed, error) {
 		// for both, which the trainer may refuse.
 		for name, v := range map[string]*int{"max-epochs": &p.s.MaxEpochs, "max-steps": &p.s.MaxSteps,
 			"limit-train-batches": &p.s.LimitTrainBatches, "limit-val-batches": &p.s.LimitValBatches,
-			"limit-test-batches": &p.s.LimitTestBatches, "limit-predict-batches": &p.s.LimitPredictBatches} {
+			"limit-test-batches": &p.s.LimitTestBatches, "limit-predict-batches": &p.s.LimitPredictBatches,
+			"val-check-interval": &p.s.ValCheckInterval} {
 			if !p.set[name] {
 				*v = 0
 			}
+		}
+		if !p.set["check-val-every-n-epoch"] {
+			p.s.CheckValEveryNEpoch = 1
 		}
 	}
 	var errs []error
