@@ -24,6 +24,8 @@ func TestUnknownFlagsCorrectedCommandLine(t *testing.T) {
 		// Launcher-style: flags, the command, then the user's.
 		{[]string{"-num-nodes", "1", "fit", "--max_steps", "5", "--val_check_interval", "2"},
 			"with our flags: mlp -num-nodes 1 fit -max-steps 5 -val-check-interval 2"},
+		{[]string{"-fast-dev-run", "2", "-num-nodes", "1", "fit", "-fast-dev-run", "3", "--max_steps", "5", "--seed_everything", "2"},
+			"with our flags: mlp -fast-dev-run=2 -num-nodes 1 fit -fast-dev-run=3 -max-steps 5 -seed 2"},
 		// One unknown flag: its line says it all.
 		{[]string{"--max_epochs", "3"}, ""},
 		// No clear replacement for one of them: no line to copy.
