@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -534,19 +535,31 @@ func (a App) parse(args []string) (*parsed, error) {
 			return nil, flag.ErrHelp
 		}
 	}
-	parseErr := func(err error, args []string) error {
+	// before is what precedes args on the command line, for the
+	// corrected one.
+	parseErr := func(err error, args, before []string) error {
 		// Go's flag package stops at the first unknown flag: name each,
-		// with the flag of ours it most likely means.
+		// with the flag of ours it most likely means, and when there are
+		// several, the command line with all of them replaced.
 		if strings.HasPrefix(err.Error(), "flag provided but not defined: ") {
-			if lines := unknownFlags(fs, args, a.Name); len(lines) > 0 {
-				return fmt.Errorf("%s (see %s -h)", strings.Join(lines, "\n"), a.Name)
+			if lines, fixed := unknownFlags(fs, args, a.Name); len(lines) > 0 {
+				msg := fmt.Sprintf("%s (see %s -h)", strings.Join(lines, "\n"), a.Name)
+				if len(lines) > 1 && fixed != nil {
+					msg += "\nwith our flags: " + commandLine(a.Name, append(slices.Clip(before), fixed...))
+				}
+				return errors.New(msg)
 			}
 		}
 		return fmt.Errorf("%v (see %s -h)", err, a.Name)
 	}
 	last := args // the arguments parsed last, for a stray value's hint
-	if err := parseArgs(fs, args); err != nil {
-		return nil, parseErr(err, args)
+	var before []string
+	if explicit {
+		before = []string{p.command}
+	}
+	parsedArgs, err := parseArgs(fs, args)
+	if err != nil {
+		return nil, parseErr(err, args, before)
 	}
 	// A launcher script that puts its flags first (deploy/slurm's passes
 	// "-num-nodes N -devices M" and then the user's arguments) still names
@@ -554,8 +567,10 @@ func (a App) parse(args []string) (*parsed, error) {
 	if !explicit && fs.NArg() > 0 && isCommand(fs.Arg(0)) {
 		p.command = fs.Arg(0)
 		last = fs.Args()[1:]
-		if err := parseArgs(fs, last); err != nil {
-			return nil, parseErr(err, last)
+		// last is the tail of what fs parsed: the same arguments, a
+		// count's value joined to it (-fast-dev-run=5).
+		if _, err := parseArgs(fs, last); err != nil {
+			return nil, parseErr(err, last, parsedArgs[:len(parsedArgs)-len(last)])
 		}
 	}
 	if fs.NArg() > 0 {
@@ -588,10 +603,14 @@ func (a App) parse(args []string) (*parsed, error) {
 		// for both, which the trainer may refuse.
 		for name, v := range map[string]*int{"max-epochs": &p.s.MaxEpochs, "max-steps": &p.s.MaxSteps,
 			"limit-train-batches": &p.s.LimitTrainBatches, "limit-val-batches": &p.s.LimitValBatches,
-			"limit-test-batches": &p.s.LimitTestBatches, "limit-predict-batches": &p.s.LimitPredictBatches} {
+			"limit-test-batches": &p.s.LimitTestBatches, "limit-predict-batches": &p.s.LimitPredictBatches,
+			"val-check-interval": &p.s.ValCheckInterval} {
 			if !p.set[name] {
 				*v = 0
 			}
+		}
+		if !p.set["check-val-every-n-epoch"] {
+			p.s.CheckValEveryNEpoch = 1
 		}
 	}
 	var errs []error
@@ -729,11 +748,12 @@ func valueKind(v flag.Value) string {
 	return " string"
 }
 
-// parseArgs parses args into fs. A count flag that may be given bare
-// (-fast-dev-run) also takes its value as the next argument when that is a
-// number, "-fast-dev-run 5": Go's flag package would read a bare flag and
-// then a stray argument "5".
-func parseArgs(fs *flag.FlagSet, args []string) error {
+// parseArgs parses args into fs, and returns them as fs read them. A
+// count flag that may be given bare (-fast-dev-run) also takes its value
+// as the next argument when that is a number, "-fast-dev-run 5" (read as
+// "-fast-dev-run=5"): Go's flag package would read a bare flag and then a
+// stray argument "5".
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	out := make([]string, 0, len(args))
 	for i := 0; i < len(args); i++ {
 		a := args[i]
@@ -755,5 +775,5 @@ func parseArgs(fs *flag.FlagSet, args []string) error {
 			}
 		}
 	}
-	return fs.Parse(out)
+	return out, fs.Parse(out)
 }

@@ -35,6 +35,7 @@ func Example() {
 	// trainer:
 	//   accelerator: cpu
 	//   accumulate_grad_batches: 1
+	//   check_val_every_n_epoch: 1
 	//   ckpt_every_n_steps: 0
 	//   ckpt_mode: min
 	//   ckpt_monitor: ""
@@ -44,12 +45,14 @@ func Example() {
 	//   deterministic: false
 	//   devices: 1
 	//   fast_dev_run: 0
+	//   gradient_clip_algorithm: norm
 	//   gradient_clip_val: 0
 	//   limit_predict_batches: 0
 	//   limit_test_batches: 0
 	//   limit_train_batches: 0
 	//   limit_val_batches: 0
 	//   log_every_n_steps: 50
+	//   log_grad_norm: false
 	//   loggers: csv,tensorboard
 	//   max_epochs: 0
 	//   max_steps: 0
@@ -71,6 +74,7 @@ func Example() {
 	//   sharded_checkpoint: false
 	//   strategy: auto
 	//   sync_batchnorm: false
+	//   val_check_interval: 0
 	//   warn_on_nan: false
 	//   weights: ""
 	//   weights_not_strict: false

@@ -34,6 +34,7 @@ var lightningNames = map[string]lightningRename{
 	"gpus":                   {"devices", "with -accelerator cuda"},
 	"num-processes":          {"devices", ""},
 	"auto-lr-find":           {"", "it is the lr-find command here: PROGRAM lr-find"},
+	"track-grad-norm":        {"log-grad-norm", "the L2 norm, logged as grad_norm"},
 	// ModelCheckpoint's, given as --trainer.callbacks.init_args.monitor.
 	"monitor":             {"ckpt-monitor", ""},
 	"mode":                {"ckpt-mode", ""},
@@ -43,52 +44,61 @@ var lightningNames = map[string]lightningRename{
 }
 
 // lightningConfigOnly are Lightning Trainer arguments that trainer.Config
-// has but no flag sets: a program sets them in App.Callbacks.
-var lightningConfigOnly = map[string]string{
-	"check-val-every-n-epoch": "CheckValEveryNEpoch",
-	"val-check-interval":      "ValCheckInterval",
-	"gradient-clip-algorithm": "GradientClipAlgorithm",
-	"use-distributed-sampler": "UseDistributedSampler",
-	"track-grad-norm":         "LogGradNorm",
+// has but no flag sets, with why: a program sets them in App.Callbacks.
+var lightningConfigOnly = map[string]struct{ field, why string }{
+	// Off, every rank would read the whole of the DataModule's loaders,
+	// which are the same on every rank: only a program that shards its
+	// data itself may turn it off.
+	"use-distributed-sampler": {"UseDistributedSampler", "each rank reads its share of the data; a program that shards its loaders itself turns it off"},
 }
 
 // unknownFlags explains every flag in args that fs does not define, one
 // line each, the way fs.Parse reads args (it stopped at the first). name
-// is the program's, for PROGRAM in a hint.
-func unknownFlags(fs *flag.FlagSet, args []string, program string) []string {
-	var lines []string
+// is the program's, for PROGRAM in a hint. fixed is args with each
+// unknown flag (and its value) replaced by ours, or nil when one of them
+// has no clear replacement.
+func unknownFlags(fs *flag.FlagSet, args []string, program string) (lines, fixed []string) {
+	clear := true
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if a == "--" {
+			fixed = append(fixed, args[i:]...)
 			break
 		}
 		if len(a) < 2 || a[0] != '-' {
 			if isCommand(a) {
+				fixed = append(fixed, a)
 				continue // fit after flags, as a launcher script writes it
 			}
+			fixed = append(fixed, args[i:]...)
 			break
 		}
 		name := strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
 		if name == "" || name[0] == '-' || name[0] == '=' {
+			fixed = append(fixed, args[i:]...)
 			break
 		}
 		name, value, hasValue := strings.Cut(name, "=")
 		if fl := fs.Lookup(name); fl != nil {
+			fixed = append(fixed, a)
 			if _, count := fl.Value.(*Count); count && !hasValue && i+1 < len(args) {
 				if _, err := strconv.Atoi(args[i+1]); err == nil {
 					i++ // -fast-dev-run 5, as parseArgs reads it
+					fixed = append(fixed, args[i])
 				}
-			} else if !hasValue && !isBool(fl) {
+			} else if !hasValue && !isBool(fl) && i+1 < len(args) {
 				i++ // its value
+				fixed = append(fixed, args[i])
 			}
 			continue
 		}
 		target, hint := meant(fs, name)
-		if !hasValue && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") && !isCommand(args[i+1]) {
+		if !hasValue && i+1 < len(args) && (!strings.HasPrefix(args[i+1], "-") || isNumber(args[i+1])) && !isCommand(args[i+1]) {
 			// The next argument is this flag's value (Lightning's
 			// --enable_checkpointing false too), unless it cannot be.
 			_, notBool := strconv.ParseBool(args[i+1])
-			if fl := fs.Lookup(target); fl == nil || !isBool(fl) || notBool == nil {
+			// track_grad_norm takes the norm's order, our yes/no flag none.
+			if fl := fs.Lookup(target); fl == nil || !isBool(fl) || notBool == nil || target == "log-grad-norm" && isNumber(args[i+1]) {
 				i++
 				value, hasValue = args[i], true
 			}
@@ -108,8 +118,69 @@ func unknownFlags(fs *flag.FlagSet, args []string, program string) []string {
 			line += ": " + strings.ReplaceAll(hint, "PROGRAM", program)
 		}
 		lines = append(lines, line)
+		r, ok := replacement(fs, target, value, hasValue)
+		clear = clear && ok
+		fixed = append(fixed, r...)
 	}
-	return lines
+	if !clear {
+		fixed = nil
+	}
+	return lines, fixed
+}
+
+// replacement is what an unknown flag and its value are written as with
+// the flag target that it means; ok is false when that is not clear
+// (no flag meant, or a value that flag does not take).
+func replacement(fs *flag.FlagSet, target, value string, hasValue bool) (args []string, ok bool) {
+	fl := fs.Lookup(target)
+	if fl == nil {
+		return nil, false
+	}
+	if !hasValue {
+		// A bare Lightning enable_X is true, our no-X the opposite.
+		return []string{"-" + target}, isBool(fl) && !strings.HasPrefix(target, "no-")
+	}
+	b, boolErr := strconv.ParseBool(value)
+	switch {
+	case target == "log-grad-norm":
+		switch x, err := strconv.ParseFloat(value, 64); {
+		case err == nil && x == -1:
+			return nil, true
+		case err == nil:
+			return []string{"-log-grad-norm"}, true
+		}
+		return nil, false
+	case strings.HasPrefix(target, "no-") || target == "loggers":
+		switch {
+		case boolErr != nil && target == "loggers":
+			return []string{"-loggers", value}, true
+		case boolErr != nil:
+			return nil, false
+		case b:
+			return nil, true // the default
+		case target == "loggers":
+			return []string{"-loggers", "none"}, true
+		}
+		return []string{"-" + target}, true
+	case isBool(fl):
+		return []string{"-" + target + "=" + value}, boolErr == nil
+	}
+	// A value Lightning takes that we do not: its hint says what to write.
+	return []string{"-" + target, value}, lightningValueHint(target, value) == ""
+}
+
+// commandLine is program and args as a shell reads them back.
+func commandLine(program string, args []string) string {
+	out := []string{program}
+	for _, a := range args {
+		if a == "" || strings.ContainsFunc(a, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_.,/:=@%+", r))
+		}) {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		out = append(out, a)
+	}
+	return strings.Join(out, " ")
 }
 
 // renamedValue is flag given Lightning's value, as typed here: the
@@ -125,8 +196,23 @@ func renamedValue(flag, value string) string {
 		return "-loggers none"
 	case flag == "loggers" && err == nil:
 		return "nothing: it is the default"
+	case flag == "log-grad-norm":
+		// Lightning 1.x's track_grad_norm is the norm's order, -1 off.
+		switch x, err := strconv.ParseFloat(value, 64); {
+		case err == nil && x == -1:
+			return "nothing: it is the default"
+		case err == nil && x == 2:
+			return "-log-grad-norm"
+		}
+		return "-log-grad-norm (the L2 norm: no other order is logged)"
 	}
 	return "-" + flag + " " + value
+}
+
+// isNumber reports whether s is a number, such as -1: a value, not a flag.
+func isNumber(s string) bool {
+	_, err := strconv.ParseFloat(s, 64)
+	return err == nil
 }
 
 func isBool(fl *flag.Flag) bool {
@@ -172,8 +258,8 @@ func meant(fs *flag.FlagSet, name string) (target, hint string) {
 		}
 		return r.flag, hint
 	}
-	if f := lightningConfigOnly[last]; f != "" {
-		return "", "Lightning's " + lightning + " has no flag here (it is trainer.Config." + f + ", which a program sets in App.Callbacks)"
+	if c, ok := lightningConfigOnly[last]; ok {
+		return "", "Lightning's " + lightning + " has no flag here: " + c.why + " (trainer.Config." + c.field + ", in App.Callbacks)"
 	}
 	best, renamed := closest(fs, last)
 	if best == "" {
@@ -229,8 +315,8 @@ func configHint(fs *flag.FlagSet, key string) string {
 		}
 		return hint
 	}
-	if f := lightningConfigOnly[dashed]; f != "" {
-		return "Lightning's " + under(dashed) + " has no setting here (it is trainer.Config." + f + ", which a program sets in App.Callbacks)"
+	if c, ok := lightningConfigOnly[dashed]; ok {
+		return "Lightning's " + under(dashed) + " has no setting here: " + c.why + " (trainer.Config." + c.field + ", in App.Callbacks)"
 	}
 	if best, renamed := closest(fs, dashed); best != "" {
 		if renamed != "" {
@@ -317,6 +403,14 @@ func lightningValueHint(name, value string) string {
 	case "limit-train-batches", "limit-val-batches", "limit-test-batches", "limit-predict-batches":
 		if x, err := strconv.ParseFloat(v, 64); err == nil && x != float64(int64(x)) || strings.Contains(v, ".") {
 			return fmt.Sprintf("a fraction of the batches is Lightning's; here give a number of batches (0: all): -%s N", name)
+		}
+	case "val-check-interval":
+		x, err := strconv.ParseFloat(v, 64)
+		switch {
+		case err == nil && x == 1 && strings.Contains(v, "."):
+			return "Lightning's 1.0 (once, at the epoch's end) is the default here: drop the flag"
+		case err == nil && x > 0 && x < 1:
+			return "a fraction of the epoch is Lightning's; here give a number of training batches: -val-check-interval N (validation also runs at the epoch's end)"
 		}
 	case "max-time":
 		// Lightning's "DD:HH:MM:SS".

@@ -28,7 +28,12 @@ func TestLightningSpellingsNameOurFlags(t *testing.T) {
 		{[]string{"--trainer.enable_progress_bar", "true", "-fast-dev-run", "2", "-nope"}, []string{"-no-progress-bar here: write nothing: it is the default", "unknown flag -nope"}, nil},
 		{[]string{"--logger", "false"}, []string{"write -loggers none"}, []string{"-loggers false"}},
 		{[]string{"--logger", "tensorboard"}, []string{"write -loggers tensorboard"}, nil},
-		{[]string{"--check_val_every_n_epoch", "2"}, []string{"check_val_every_n_epoch has no flag here", "trainer.Config.CheckValEveryNEpoch"}, nil},
+		{[]string{"--check_val_every_n_epoch", "2"}, []string{"unknown flag -check_val_every_n_epoch: write -check-val-every-n-epoch 2"}, []string{"App.Callbacks"}},
+		{[]string{"--trainer.val_check_interval", "0.25"}, []string{"write -val-check-interval 0.25", `and for "0.25": a fraction of the epoch is Lightning's`}, nil},
+		{[]string{"--gradient_clip_algorithm", "value", "--gradient_clip_val", "0.5"}, []string{"write -gradient-clip-algorithm value", "write -gradient-clip-val 0.5"}, nil},
+		{[]string{"--track_grad_norm", "2"}, []string{"Lightning's track_grad_norm is -log-grad-norm here: write -log-grad-norm ("}, []string{"-log-grad-norm 2"}},
+		{[]string{"--track_grad_norm", "-1"}, []string{"track_grad_norm is -log-grad-norm here: write nothing: it is the default"}, []string{"unknown flag -1"}},
+		{[]string{"--use_distributed_sampler", "false"}, []string{"use_distributed_sampler has no flag here: each rank reads its share", "trainer.Config.UseDistributedSampler, in App.Callbacks"}, nil},
 		{[]string{"--auto_lr_find", "true", "-max-steps", "1"}, []string{"unknown flag -auto_lr_find: Lightning's auto_lr_find: it is the lr-find command here: mlp lr-find (see mlp -h)"}, nil},
 		// A Lightning name with a Lightning value: both answered.
 		{[]string{"--trainer.precision", "16-mixed"}, []string{"write -precision 16-mixed", `and for "16-mixed": fulgur computes in float32 or float64`}, nil},
@@ -86,7 +91,8 @@ func TestLightningConfigNamesOurSettings(t *testing.T) {
 		{"trainer:\n  default_root_dir: runs\n", "trainer.default_root_dir is not a flag of this program: Lightning's default_root_dir is root_dir here"},
 		{"trainer:\n  max_epoch: 3\n", "trainer.max_epoch is not a flag of this program: did you mean max_epochs?"},
 		{"trainer:\n  enable_checkpointing: false\n", "Lightning's enable_checkpointing is no_checkpoint here (checkpoints are written by default"},
-		{"trainer:\n  check_val_every_n_epoch: 2\n", "Lightning's check_val_every_n_epoch has no setting here (it is trainer.Config.CheckValEveryNEpoch"},
+		{"trainer:\n  use_distributed_sampler: false\n", "Lightning's use_distributed_sampler has no setting here: each rank reads its share of the data"},
+		{"trainer:\n  track_grad_norm: 2\n", "Lightning's track_grad_norm is log_grad_norm here"},
 		{"seed_everything: 42\n", "seed_everything: Lightning's seed_everything is seed here, under trainer: (trainer: {seed: 42})"},
 	} {
 		p := writeFile(t, "c.yaml", c.body)

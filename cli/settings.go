@@ -44,15 +44,20 @@ type Settings struct {
 	CkptEveryNSteps int    `flag:"ckpt-every-n-steps" check:">=0" help:"save a checkpoint every this many steps (0: at epoch ends)"`
 	// ShardedCheckpoint: fsdp's ranks save their shards, never gathered
 	// onto rank 0 (trainer.Config.ShardedCheckpoint).
-	ShardedCheckpoint bool    `flag:"sharded-checkpoint" help:"each rank saves only the state it holds, to PATH.rank<R>-of-<N> beside an index at PATH (fsdp: nothing gathered onto rank 0); any world size resumes from it"`
-	Profiler          string  `flag:"profiler" help:"simple, advanced or timeline (default: none)"`
-	Precision         string  `flag:"precision" default:"32" choices:"32,64" help:"32 or 64"`
-	AccumulateGrad    int     `flag:"accumulate-grad-batches" default:"1" check:">=1" help:"batches per optimizer step"`
-	GradientClipVal   float64 `flag:"gradient-clip-val" check:">=0" help:"clip the gradient norm to this (0: off)"`
-	LogEveryNSteps    int     `flag:"log-every-n-steps" default:"50" check:">=1" help:"record step metrics every this many steps"`
-	WarnOnNaN         bool    `flag:"warn-on-nan" help:"a NaN or infinite training loss is logged as a warning and training goes on (default: it stops training with an error saying where)"`
-	DetectAnomaly     bool    `flag:"detect-anomaly" help:"check every gradient after each backward pass and stop at the first NaN or infinite value, naming the parameter (slower)"`
-	NoProgressBar     bool    `flag:"no-progress-bar" help:"no progress bar or periodic progress lines"`
+	ShardedCheckpoint     bool    `flag:"sharded-checkpoint" help:"each rank saves only the state it holds, to PATH.rank<R>-of-<N> beside an index at PATH (fsdp: nothing gathered onto rank 0); any world size resumes from it"`
+	Profiler              string  `flag:"profiler" help:"simple, advanced or timeline (default: none)"`
+	Precision             string  `flag:"precision" default:"32" choices:"32,64" help:"32 or 64"`
+	AccumulateGrad        int     `flag:"accumulate-grad-batches" default:"1" check:">=1" help:"batches per optimizer step"`
+	GradientClipVal       float64 `flag:"gradient-clip-val" check:">=0" help:"clip the gradients to this, by -gradient-clip-algorithm (0: off)"`
+	GradientClipAlgorithm string  `flag:"gradient-clip-algorithm" default:"norm" choices:"norm,value" help:"norm: scale the gradients so that their global L2 norm is at most -gradient-clip-val; value: clamp each element to ±-gradient-clip-val"`
+	LogGradNorm           bool    `flag:"log-grad-norm" help:"log grad_norm, the global L2 norm of each step's gradients before clipping, with the step metrics (one more pass over the gradients per step)"`
+	// CheckValEveryNEpoch and ValCheckInterval: when validation runs.
+	CheckValEveryNEpoch int  `flag:"check-val-every-n-epoch" default:"1" check:">=1" help:"validate at the end of every this many epochs"`
+	ValCheckInterval    int  `flag:"val-check-interval" check:">=0" help:"also validate every this many training batches within an epoch that validates (0: at the epoch's end only)"`
+	LogEveryNSteps      int  `flag:"log-every-n-steps" default:"50" check:">=1" help:"record step metrics every this many steps"`
+	WarnOnNaN           bool `flag:"warn-on-nan" help:"a NaN or infinite training loss is logged as a warning and training goes on (default: it stops training with an error saying where)"`
+	DetectAnomaly       bool `flag:"detect-anomaly" help:"check every gradient after each backward pass and stop at the first NaN or infinite value, naming the parameter (slower)"`
+	NoProgressBar       bool `flag:"no-progress-bar" help:"no progress bar or periodic progress lines"`
 
 	// The options of trainer.WithWeights for -weights.
 	WeightsStripPrefix string `flag:"weights-strip-prefix" help:"fit -weights: first remove this prefix from the file's tensor names that have it, such as module. for the state_dict() of a model wrapped in DistributedDataParallel (PyTorch's consume_prefix_in_state_dict_if_present)"`
@@ -196,6 +201,8 @@ var configFlags = map[string]string{
 	"NumSanityValSteps": "-num-sanity-val-steps", "DisableSanityCheck": "-num-sanity-val-steps 0",
 	"OverfitBatches": "-overfit-batches", "FastDevRun": "-fast-dev-run",
 	"AccumulateGradBatches": "-accumulate-grad-batches", "GradientClipVal": "-gradient-clip-val",
+	"GradientClipAlgorithm": "-gradient-clip-algorithm", "LogGradNorm": "-log-grad-norm",
+	"CheckValEveryNEpoch": "-check-val-every-n-epoch", "ValCheckInterval": "-val-check-interval",
 	"Seed": "-seed", "Deterministic": "-deterministic", "SyncBatchNorm": "-sync-batchnorm",
 	"LogEveryNSteps": "-log-every-n-steps", "Precision": "-precision", "ShardedCheckpoint": "-sharded-checkpoint",
 	"WarnOnNaN": "-warn-on-nan", "DetectAnomaly": "-detect-anomaly",
@@ -253,6 +260,8 @@ func (s *Settings) trainerConfig() trainer.Config {
 		LimitTestBatches: s.LimitTestBatches, LimitPredictBatches: s.LimitPredictBatches,
 		NumSanityValSteps: s.NumSanityVal, DisableSanityCheck: s.NumSanityVal == 0, OverfitBatches: s.OverfitBatches,
 		FastDevRun: int(s.FastDevRun), AccumulateGradBatches: s.AccumulateGrad, GradientClipVal: s.GradientClipVal,
+		GradientClipAlgorithm: s.GradientClipAlgorithm, LogGradNorm: s.LogGradNorm,
+		CheckValEveryNEpoch: s.CheckValEveryNEpoch, ValCheckInterval: s.ValCheckInterval,
 		Seed: s.Seed, Deterministic: s.Deterministic, SyncBatchNorm: s.SyncBatchNorm, LogEveryNSteps: s.LogEveryNSteps,
 		DefaultRootDir: s.RootDir, Precision: s.Precision, ShardedCheckpoint: s.ShardedCheckpoint,
 		Devices: s.Devices, NumNodes: s.NumNodes, Strategy: s.Strategy, Accelerator: s.Accelerator,

@@ -24,7 +24,8 @@ func TestFulgurExitStatus(t *testing.T) {
 		{[]string{"plot", "-help"}, 0, "usage: fulgur plot"},
 		{[]string{"run", "-grace", "-1s", "true"}, 2, "-grace is -1s: use a duration above 0"},
 		{[]string{"run", "-grace", "0", "true"}, 2, "-grace is 0s: use a duration above 0"},
-		{[]string{"run", "-no-such-flag"}, 2, "flag provided but not defined: -no-such-flag"},
+		{[]string{"run", "-no-such-flag"}, 2, "fulgur: run: unknown flag -no-such-flag (see fulgur run -h)"},
+		{[]string{"run", "--nproc_per_node", "2", "--rdzv_backend", "c10d", "./train"}, 2, "\nwith our flags: fulgur run -nproc 2 ./train\n"},
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
 	} {
 		cmd := exec.Command(os.Args[0], append([]string{asFulgur}, c.args...)...)

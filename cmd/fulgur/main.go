@@ -13,6 +13,10 @@
 //
 //	fulgur run -nnodes 2 -node-rank 0 -nproc 2 -master-addr node0 ./train -strategy ddp -num-nodes 2 -devices 2
 //
+// torchrun's spellings (--nproc-per-node, --node_rank, --rdzv-endpoint,
+// --standalone...) are not flags of run: each is answered with the flag
+// to type, or what to do where run has none, and the command line to copy.
+//
 // A RUN_DIR is a directory holding metrics.csv, the file itself, or a root
 // directory with lightning_logs/version_N inside (the newest is used).
 // Several runs are drawn on the same charts, one colour per run.

@@ -24,7 +24,9 @@ import (
 // restarts them from the last checkpoint when one fails.
 func runRun(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("fulgur run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	// Parse's own message and the whole usage are left out: the error
+	// says what was wrong, and -h prints the usage.
+	fs.SetOutput(io.Discard)
 	nproc := fs.String("nproc", "2", "ranks to start on this machine: N, or MIN:MAX to let restarts go on with fewer ranks, down to MIN (as torchrun's --nnodes MIN:MAX)")
 	defRestarts, err := envRestarts()
 	if err != nil {
@@ -48,10 +50,14 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 			"On several machines, run it on each (no restarts):\n"+
 			"  node0$ fulgur run -nnodes 2 -node-rank 0 -nproc 2 -master-addr node0 ./train -strategy ddp -num-nodes 2 -devices 2\n"+
 			"  node1$ fulgur run -nnodes 2 -node-rank 1 -nproc 2 -master-addr node0 ./train -strategy ddp -num-nodes 2 -devices 2\n\nflags:\n")
+		fs.SetOutput(stderr)
 		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
 	}
+	usage := fs.Usage
+	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
-		return err
+		return runParseError(fs, args, err, usage)
 	}
 	min, max, err := parseNproc(*nproc)
 	if err != nil {
@@ -104,7 +110,7 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if fs.NArg() == 0 {
-		fs.Usage()
+		usage()
 		return errors.New("run: no PROGRAM given: pass the training program and its arguments, such as: fulgur run -nproc 2 -max-restarts 3 ./train -strategy ddp -devices 2")
 	}
 	prog, err := exec.LookPath(fs.Arg(0))
