@@ -563,7 +563,7 @@ func TestFulgurRunLabelsRankOutput(t *testing.T) {
 	}
 	seen := map[string]int{}
 	for _, line := range strings.Split(strings.TrimSpace(log), "\n") {
-		if strings.Contains(line, "elastic: ") && !strings.HasPrefix(line, "[rank") {
+		if (strings.Contains(line, "elastic: ") || strings.Contains(line, "launcher: ")) && !strings.HasPrefix(line, "[rank") {
 			continue // the launcher's own log
 		}
 		prefix, _, ok := strings.Cut(line, "] ")
