@@ -375,6 +375,11 @@ func (t *Trainer) stopFor(ctx context.Context, stop error, code int) (error, err
 	if code == 0 {
 		return t.holdStop(stop), nil
 	}
+	if sa, ok := t.strat.(strategy.StopAgreer); ok {
+		// Every rank knows: one that ends before the others close
+		// their groups ends as agreed, not lost.
+		sa.StopAgreed()
+	}
 	ie := &InterruptedError{GlobalStep: t.state.GlobalStep}
 	if code == ctxCancelled {
 		ie.Err = t.cancelled(ctx)

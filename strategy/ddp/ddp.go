@@ -254,6 +254,14 @@ func (d *DDP) fail(what string, err error) error {
 	return err
 }
 
+// StopAgreed tells the group that the ranks agreed to stop
+// (strategy.StopAgreer).
+func (d *DDP) StopAgreed() {
+	if d.c != nil {
+		collective.StopAgreed(d.c)
+	}
+}
+
 // ExplainPeerLoss adds to an error that lost a peer what this process's
 // launcher knows of the local rank that ended (strategy.PeerLossExplainer),
 // waiting up to 2 s for it to be reaped.

@@ -109,12 +109,20 @@ type Ring struct {
 	told       chan struct{}
 	closing    atomic.Bool
 	nextClosed atomic.Bool
+	// stopAgreed is set once the ranks agreed to stop (StopAgreed): a
+	// peer's end is then expected, and logged at debug level.
+	stopAgreed atomic.Bool
 	// inOp is set while an operation runs over the ring (do).
 	inOp       atomic.Bool
 	readerDone chan struct{}
 }
 
 var _ collective.Collective = (*Ring)(nil)
+var _ collective.StopAgreer = (*Ring)(nil)
+
+// StopAgreed records that the ranks agreed to stop: a peer that ends from
+// now on (its connection closes) is logged at debug level, not warned of.
+func (g *Ring) StopAgreed() { g.stopAgreed.Store(true) }
 
 // cause is why a group broke: the blamed rank (-1: none) and the error.
 type cause struct {
@@ -334,7 +342,11 @@ func (g *Ring) breakGroup(c cause) cause {
 		return c
 	}
 	if !g.closing.Load() {
-		g.cfg.Logger.Warn().Int("blame", c.peer).Err(c.err).Msg("collective group broken")
+		ev := g.cfg.Logger.Warn()
+		if g.stopAgreed.Load() {
+			ev = g.cfg.Logger.Debug() // a peer ending after the stop every rank agreed on
+		}
+		ev.Int("blame", c.peer).Err(c.err).Msg("collective group broken")
 	}
 	blame := c.peer
 	if blame < 0 {
