@@ -11,6 +11,7 @@ import (
 
 	"github.com/fulgur-ml/fulgur/cli"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
+	"github.com/fulgur-ml/fulgur/strategy/launch"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
@@ -38,13 +39,20 @@ func TestPeerLossNamesTheCheckpointToResume(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		err    error
+		env    []string
 		resume bool
 	}{
-		{"peer lost", fmt.Errorf("rank 0: allreduce #16: rank 1: %w", collective.ErrPeerLost), true},
-		{"timeout", fmt.Errorf("rank 0: allreduce #16: rank 1: %w", collective.ErrTimeout), true},
-		{"another failure", errors.New("the loss is NaN"), false},
+		{"peer lost", fmt.Errorf("rank 0: allreduce #16: rank 1: %w", collective.ErrPeerLost), nil, true},
+		{"timeout", fmt.Errorf("rank 0: allreduce #16: rank 1: %w", collective.ErrTimeout), nil, true},
+		{"another failure", errors.New("the loss is NaN"), nil, false},
+		// The elastic supervisor restarts the job from the checkpoint.
+		{"peer lost, restarts left", fmt.Errorf("rank 1: %w", collective.ErrPeerLost), []string{launch.EnvRestartCount, "0", launch.EnvMaxRestarts, "2"}, false},
+		{"peer lost, restarts used", fmt.Errorf("rank 1: %w", collective.ErrPeerLost), []string{launch.EnvRestartCount, "2", launch.EnvMaxRestarts, "2"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			for i := 0; i+1 < len(tc.env); i += 2 {
+				t.Setenv(tc.env[i], tc.env[i+1])
+			}
 			root := t.TempDir()
 			app := mlpApp(root)
 			var out, errb bytes.Buffer
