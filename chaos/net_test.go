@@ -166,6 +166,12 @@ func partition(t *testing.T, want string, perNode int) {
 			t.Errorf("rank %d's error names no rank of node %d:\n%s", i, other, j.stderr.String())
 			r.checked = "an error names no rank of the other node"
 		}
+		// Each side saw silence, not a reset: the other rank may be alive,
+		// and the message says the network may be at fault and what to
+		// check.
+		if perNode == 1 && !strings.Contains(msg, "the network between this machine and rank "+strconv.Itoa(1-i)+"'s ("+n.Addr[1-i]+")") {
+			t.Errorf("rank %d's error does not name the network to rank %d's machine (%s) as a possible cause:\n%s", i, 1-i, n.Addr[1-i], msg)
+		}
 		if d := j.ended.Sub(injected); d > timeout+margin {
 			t.Errorf("rank %d's error came %v after the partition, past the timeout %v + %v", i, d, timeout, margin)
 		}

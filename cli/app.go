@@ -23,7 +23,9 @@ import (
 	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/profiler"
 	"github.com/fulgur-ml/fulgur/strategy/cluster"
+	"github.com/fulgur-ml/fulgur/strategy/collective"
 	"github.com/fulgur-ml/fulgur/strategy/ddp"
+	"github.com/fulgur-ml/fulgur/strategy/launch"
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
@@ -268,6 +270,29 @@ func (a App) stdout() io.Writer {
 	return a.Stdout
 }
 
+// restartsLeft says whether this rank runs under an elastic supervisor
+// that restarts the job after a failure (restarts left), from the run's
+// last checkpoint, so that no one needs the command that resumes it.
+func restartsLeft() bool {
+	n, err := strconv.Atoi(os.Getenv(launch.EnvRestartCount))
+	k, kerr := strconv.Atoi(os.Getenv(launch.EnvMaxRestarts))
+	return err == nil && kerr == nil && n < k
+}
+
+// runCheckpoint is the checkpoint of the run in logDir to resume from
+// after a failure: its newest last.ckpt (or the checkpoint an interrupt
+// saved), else the newest one ModelCheckpoint kept; "" when it saved none.
+func runCheckpoint(logDir string) string {
+	if logDir == "" {
+		return ""
+	}
+	if p, err := trainer.ResolveCheckpoint(logDir, trainer.CkptLast); err == nil {
+		return p
+	}
+	p, _ := trainer.LatestCheckpoint(logDir)
+	return p
+}
+
 // fit trains, then tests when the data has a test split, and prints the
 // summary on rank 0.
 func (a App) fit(ctx context.Context, tr *trainer.Trainer, l Loaders, runs runOutputs, s *Settings, sum Summary, args []string, t0 time.Time) error {
@@ -317,6 +342,11 @@ func (a App) fit(ctx context.Context, tr *trainer.Trainer, l Loaders, runs runOu
 		return &Interrupted{Err: ie, Resume: resumeCommand(a.Name, args, ie.Checkpoint)}
 	}
 	if err != nil {
+		if tr.IsGlobalZero() && !restartsLeft() && (errors.Is(err, collective.ErrPeerLost) || errors.Is(err, collective.ErrTimeout)) {
+			if ckpt := runCheckpoint(tr.LogDir()); ckpt != "" {
+				return fmt.Errorf("%w\nthe run saved %s before the failure; once every rank can run again, resume with:\n  %s", err, ckpt, resumeCommand(a.Name, args, ckpt))
+			}
+		}
 		return err
 	}
 	if tr.IsWorker() {

@@ -6,7 +6,7 @@
 // talks to every strategy through the Strategy interface (eight methods:
 // Info, Setup, Step, OptimizerStep, Reduce, SaveState, LoadState, Teardown)
 // and finds further abilities (Replica, Launcher, FitRunner, Rebinder,
-// Sampler, MemoryReporter, GroupJoiner) by type assertion, as database/sql does with
+// Sampler, MemoryReporter, GroupJoiner, StopAgreer) by type assertion, as database/sql does with
 // drivers; it never switches on a strategy's type. The name registry (New,
 // Register, Known) serves the trainer's Config.Strategy names and
 // command-line programs only; the implementations fill it when linked.

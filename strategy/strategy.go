@@ -328,6 +328,14 @@ type PeerLossExplainer interface {
 	ExplainPeerLoss(err error) error
 }
 
+// StopAgreer is implemented by strategies whose group warns when a peer
+// ends: the trainer calls StopAgreed once every rank agreed to stop on a
+// signal or a cancelled context, after which a rank ending before the
+// others is the stop they agreed on (collective.StopAgreed), not a loss.
+type StopAgreer interface {
+	StopAgreed()
+}
+
 // Sampler is implemented by strategies that shard data across ranks; the
 // trainer inserts the returned sampler into its loaders unless told not to.
 type Sampler interface {

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/fulgur-ml/fulgur/trainer"
+	"github.com/rs/zerolog"
 )
 
 // endHookEnv makes the test binary the program of TestSignalInEndHooks:
@@ -54,6 +55,8 @@ func TestEndHookSignalProgram(t *testing.T) {
 	job := newResumeJob(t, 1, 0)
 	cfg := quiet(job.cfg)
 	cfg.MaxEpochs, cfg.DefaultRootDir = 1, dir
+	log := zerolog.New(os.Stderr).Level(zerolog.WarnLevel) // the signal line, for the parent to read
+	cfg.Log = &log
 	cfg.Callbacks = []trainer.Callback{&endHookWork{at: at, dir: dir}}
 	tr, err := trainer.New(cfg)
 	if err != nil {
@@ -105,6 +108,11 @@ func TestSignalInEndHooks(t *testing.T) {
 			}
 			if !strings.Contains(string(res), "SIGTERM") {
 				t.Errorf("Fit returned %q, want an interrupt by SIGTERM", res)
+			}
+			// The signal line says what is being finished: no step is
+			// left once the end hooks run.
+			if !strings.Contains(string(out), "training is over: finishing Fit's end hooks (OnFitEnd, Teardown)") || strings.Contains(string(out), "current step") {
+				t.Errorf("the signal line does not say that the end hooks are being finished:\n%s", out)
 			}
 		})
 	}

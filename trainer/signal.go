@@ -44,6 +44,10 @@ type signalWatch struct {
 	direct chan os.Signal
 	seen   chan struct{} // closed once the watcher took in the first signal
 	stop   func()        // stops watching
+	// endHooks is set once training is over and Fit runs its end hooks
+	// (OnFitEnd, Teardown): the signal line says those are being
+	// finished, as no step is left.
+	endHooks atomic.Bool
 }
 
 // InterruptCheckpointName is the file, under the run directory
@@ -75,16 +79,22 @@ func watchSignals(log *zerolog.Logger) *signalWatch {
 			log.Debug().Str("signal", strategy.SignalName(s)).Msg("repeat of the first signal within 2 s: the same request")
 			return
 		}
-		close(w.seen)
+		// seen is closed once the line is out: stop waits for it, so the
+		// line is never lost to the process ending first.
+		defer close(w.seen)
 		record := func() { w.got.CompareAndSwap(nil, &s) }
 		if testHookRecordSignal != nil {
 			testHookRecordSignal(record)
 		} else {
 			record()
 		}
-		msg := "finishing the current step, then saving a checkpoint and stopping; send the signal again after 2 s to exit at once"
+		finishing := "finishing the current step"
+		if w.endHooks.Load() {
+			finishing = "training is over: finishing Fit's end hooks (OnFitEnd, Teardown)"
+		}
+		msg := finishing + ", then saving a checkpoint and stopping; send the signal again after 2 s to exit at once"
 		if s == sigUSR1 {
-			msg = "SLURM asked to stop: finishing the current step, saving a checkpoint and requeueing the job"
+			msg = "SLURM asked to stop: " + finishing + ", saving a checkpoint and requeueing the job"
 		}
 		say().Str("signal", strategy.SignalName(s)).Msg(msg)
 	}, func(s os.Signal) {
@@ -374,6 +384,11 @@ func markStop(flags []float64, stop bool, code int) {
 func (t *Trainer) stopFor(ctx context.Context, stop error, code int) (error, error) {
 	if code == 0 {
 		return t.holdStop(stop), nil
+	}
+	if sa, ok := t.strat.(strategy.StopAgreer); ok {
+		// Every rank knows: one that ends before the others close
+		// their groups ends as agreed, not lost.
+		sa.StopAgreed()
 	}
 	ie := &InterruptedError{GlobalStep: t.state.GlobalStep}
 	if code == ctxCancelled {

@@ -824,6 +824,9 @@ func (t *Trainer) fit(ctx context.Context, m module.Module, train, val *data.Loa
 		}
 		return err
 	}
+	if t.signals != nil {
+		t.signals.endHooks.Store(true)
+	}
 	hctx := t.endHookCtx(ctx)
 	herr := t.stopOr(t.onFitEnd(hctx, m))
 	if herr == nil {

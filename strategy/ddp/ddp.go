@@ -237,7 +237,11 @@ func (d *DDP) Buckets() []Bucket { return d.buckets }
 func (d *DDP) fail(what string, err error) error {
 	err = d.ExplainPeerLoss(err)
 	if peer, ok := collective.PeerOf(err); ok && (errors.Is(err, collective.ErrTimeout) || errors.Is(err, collective.ErrPeerLost)) {
-		err = fmt.Errorf("%w; the last collective rank %d finished was %s: it stopped after that", err, peer, d.lastDone)
+		after := "it stopped after that"
+		if errors.Is(err, collective.ErrTimeout) {
+			after = "nothing came from it after that" // it may be alive; the network may have failed
+		}
+		err = fmt.Errorf("%w; the last collective rank %d finished was %s: %s", err, peer, d.lastDone, after)
 		if errors.Is(err, collective.ErrTimeout) && d.launch != nil && d.launch.g != nil {
 			// A rank silent past the timeout may be stopped (SIGSTOP) or
 			// wedged: it would never see this process end and would
@@ -255,6 +259,14 @@ func (d *DDP) fail(what string, err error) error {
 		d.rode, d.rideH, d.ride = false, nil, nil
 	}
 	return err
+}
+
+// StopAgreed tells the group that the ranks agreed to stop
+// (strategy.StopAgreer).
+func (d *DDP) StopAgreed() {
+	if d.c != nil {
+		collective.StopAgreed(d.c)
+	}
 }
 
 // ExplainPeerLoss adds to an error that lost a peer what this process's

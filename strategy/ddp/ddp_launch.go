@@ -326,7 +326,11 @@ func connect(ctx context.Context, k knobs, env cluster.Env, token string, ln net
 		return nil, fmt.Errorf("%s is not set: give every rank the same secret (e.g. export %s=$(openssl rand -hex 16)) so strangers cannot join the job", launch.EnvToken, launch.EnvToken)
 	}
 	if k.backend == "tcp" {
-		return tcp.New(ctx, cfg)
+		g, err := tcp.New(ctx, cfg)
+		if err == nil {
+			logTLS(k, env, log)
+		}
+		return g, err
 	}
 	rv, err := rendezvous.Meet(ctx, cfg.Rendezvous())
 	if err != nil {
@@ -347,27 +351,60 @@ func connect(ctx context.Context, k knobs, env cluster.Env, token string, ln net
 			return tcp.NewGroup(ctx, rv)
 		})
 		if err == nil && env.Rank == 0 {
-			log.Info().Str("backend", chose).Int("hosts", hostCount(rv.Hosts())).Msg(autoChoice(chose, rv))
+			log.Info().Str("backend", chose).Int("hosts", hostCount(rv.Hosts())).Msg(autoChoice(chose, rv, k.tls != nil))
 		}
 	}
 	if err != nil {
 		rv.Close()
 		return nil, err
 	}
+	if k.backend != "" && k.backend != "auto" { // auto's own line says it
+		logTLS(k, env, log)
+	}
 	return g, nil
+}
+
+// logTLS says on rank 0 what runs over TLS in a job that has it and named
+// its backend.
+func logTLS(k knobs, env cluster.Env, log zerolog.Logger) {
+	if env.Rank == 0 && k.tls != nil {
+		log.Info().Str("backend", k.backend).Msgf("%s=%s: %s", EnvBackend, k.backend, tlsNote(k.backend))
+	}
+}
+
+// tlsNote says, for rank 0's log, what runs over TLS when the job has it
+// (FULGUR_TLS_CERT, _KEY, _CA): the rendezvous always, the data too
+// wherever it goes over sockets.
+func tlsNote(backend string) string {
+	const auth = "TLS 1.3, each rank authenticated by a certificate of the job's CA (" + rendezvous.TLSCAEnv + ")"
+	switch backend {
+	case "shm":
+		return "the rendezvous connections run " + auth + "; the data moves through shared memory"
+	case "nccl":
+		return "the rendezvous connections run " + auth + "; the data moves over NCCL, outside it"
+	case "hier":
+		return "every connection between the ranks runs " + auth + "; inside a host the data moves through shared memory"
+	}
+	return "every connection between the ranks runs " + auth
 }
 
 // autoChoice says which backend FULGUR_BACKEND=auto chose and why, for
 // rank 0's log: the one line that tells a user whether the ranks share
 // memory or talk over the network.
-func autoChoice(chose string, rv *rendezvous.Rendezvous) string {
-	if chose == "shm" {
-		return fmt.Sprintf("%s=auto: shared memory between the %d ranks (every one on this host; %s=tcp to use sockets)", EnvBackend, rv.Size(), EnvBackend)
+func autoChoice(chose string, rv *rendezvous.Rendezvous, tls bool) string {
+	var s string
+	switch {
+	case chose == "shm":
+		s = fmt.Sprintf("%s=auto: shared memory between the %d ranks (every one on this host; %s=tcp to use sockets)", EnvBackend, rv.Size(), EnvBackend)
+	case rv.SameHost():
+		s = fmt.Sprintf("%s=auto: tcp between the %d ranks (all on this host, but shared memory is unavailable to them here)", EnvBackend, rv.Size())
+	default:
+		s = fmt.Sprintf("%s=auto: tcp between the %d ranks on %d hosts (%s=hier shares memory within each host)", EnvBackend, rv.Size(), hostCount(rv.Hosts()), EnvBackend)
 	}
-	if rv.SameHost() {
-		return fmt.Sprintf("%s=auto: tcp between the %d ranks (all on this host, but shared memory is unavailable to them here)", EnvBackend, rv.Size())
+	if tls {
+		s += "; " + tlsNote(chose)
 	}
-	return fmt.Sprintf("%s=auto: tcp between the %d ranks on %d hosts (%s=hier shares memory within each host)", EnvBackend, rv.Size(), hostCount(rv.Hosts()), EnvBackend)
+	return s
 }
 
 // hostCount is the number of distinct hosts in hosts.

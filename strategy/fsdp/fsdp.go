@@ -753,3 +753,7 @@ func (f *FSDP) Launch(ctx context.Context) (bool, error) { return f.job.Launch(c
 // Teardown waits for every rank (a last barrier), closes the groups and,
 // built by name, waits for the local ranks this process started.
 func (f *FSDP) Teardown(ctx context.Context) error { return f.job.Teardown(ctx) }
+
+// StopAgreed tells the job's groups that the ranks agreed to stop
+// (strategy.StopAgreer).
+func (f *FSDP) StopAgreed() { f.job.StopAgreed() }

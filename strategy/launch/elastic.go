@@ -231,7 +231,7 @@ func RunElastic(ctx context.Context, e Elastic) ([]Attempt, error) {
 		if a.Output != "" {
 			ev = ev.Str("last_output", a.Output)
 		}
-		ev.Msg("elastic: a rank failed; the other ranks were stopped")
+		ev.Msg(e.label() + ": a rank failed; the other ranks were stopped")
 		if ctx.Err() != nil {
 			return attempts, fmt.Errorf("launch: elastic job stopped: %w", ctx.Err())
 		}
@@ -258,6 +258,17 @@ func RunElastic(ctx context.Context, e Elastic) ([]Attempt, error) {
 		e.Log.Warn().Int("restart", n+1).Int("max_restarts", e.MaxRestarts).Int("world", world).Int("previous_world", prev).Int("min_world", e.MinWorld).
 			Msgf("elastic: restart %d of %d with %d ranks (was %d), from the last checkpoint", n+1, e.MaxRestarts, world, prev)
 	}
+}
+
+// label starts the log lines of e: "elastic" for a job that restarts its
+// ranks, "launcher" for one that only starts and watches them (fulgur run
+// without -max-restarts), where "elastic" would promise restarts that never
+// come.
+func (e *Elastic) label() string {
+	if e.MaxRestarts > 0 {
+		return "elastic"
+	}
+	return "launcher"
 }
 
 func (e *Elastic) validate() error {
@@ -417,7 +428,7 @@ func (e *Elastic) attempt(ctx context.Context, n, world int, dir string) (Attemp
 		// world counts this machine's ranks: say which of the job's.
 		ev = ev.Ints("ranks", ranks).Int("node_rank", e.NodeRank).Int("job_world", e.Nodes*world)
 	}
-	ev.Msg("elastic: started the ranks")
+	ev.Msg(e.label() + ": started the ranks")
 	failed := false
 	for !failed {
 		select {
@@ -467,7 +478,7 @@ func (e *Elastic) attempt(ctx context.Context, n, world int, dir string) (Attemp
 	case <-t.C:
 		if running := g.Running(); len(running) > 0 {
 			signalled = running
-			e.Log.Info().Ints("ranks", running).Stringer("settle", e.Settle).Msg("elastic: ranks still ran after the first failure: sending them SIGTERM")
+			e.Log.Info().Ints("ranks", running).Stringer("settle", e.Settle).Msg(e.label() + ": ranks still ran after the first failure: sending them SIGTERM")
 			g.Signal(syscall.SIGTERM)
 			t.Reset(e.Grace - time.Since(start))
 			select {
@@ -480,7 +491,7 @@ func (e *Elastic) attempt(ctx context.Context, n, world int, dir string) (Attemp
 	failures := g.Failed() // before the launcher kills anything
 	a.Stopped = stoppedStatus(g.Exited(), world)
 	if running := g.Running(); len(running) > 0 {
-		e.Log.Warn().Ints("ranks", running).Stringer("grace", e.Grace).Msg("elastic: ranks still ran after the first failure: killing them")
+		e.Log.Warn().Ints("ranks", running).Stringer("grace", e.Grace).Msg(e.label() + ": ranks still ran after the first failure: killing them")
 		g.Kill()
 		<-g.Done()
 	}

@@ -437,3 +437,32 @@ func TestElasticOnAnotherMachineSaysWhereTheRunDirectoryIs(t *testing.T) {
 		}
 	}
 }
+
+// A job without restarts (fulgur run's default, -max-restarts 0) is a
+// launcher, not an elastic job: its log lines say "launcher:"; a job that
+// restarts keeps "elastic:".
+func TestLogNamesTheLauncherByWhatItIs(t *testing.T) {
+	for _, c := range []struct {
+		restarts int
+		want     string
+		not      string
+	}{
+		{0, "launcher: ", "elastic"},
+		{1, "elastic: ", "launcher: "},
+	} {
+		e, out, log := elasticJob("kill:1:1", 2, 0, c.restarts)
+		_, err := launch.RunElastic(context.Background(), e)
+		if c.restarts == 0 && err == nil {
+			t.Fatalf("a rank was killed and restarts are off, yet the job succeeded\noutput:\n%s", out.String())
+		}
+		started, failed := c.want+"started the ranks", c.want+"a rank failed; the other ranks were stopped"
+		for _, want := range []string{started, failed} {
+			if !strings.Contains(log.String(), want) {
+				t.Errorf("MaxRestarts %d: the log lacks %q:\n%s", c.restarts, want, log.String())
+			}
+		}
+		if strings.Contains(log.String(), c.not) {
+			t.Errorf("MaxRestarts %d: the log says %q:\n%s", c.restarts, c.not, log.String())
+		}
+	}
+}

@@ -168,6 +168,17 @@ func (j *Job) Launch(ctx context.Context) (bool, error) {
 	return false, nil
 }
 
+// StopAgreed tells the job's groups that the ranks agreed to stop
+// (strategy.StopAgreer).
+func (j *Job) StopAgreed() {
+	if j.c != nil {
+		collective.StopAgreed(j.c)
+	}
+	for _, o := range j.others {
+		collective.StopAgreed(o)
+	}
+}
+
 // Teardown waits for every rank (a last barrier, unless the job failed),
 // closes the groups and, built by name, waits for the local ranks this
 // process started. A second call does nothing.

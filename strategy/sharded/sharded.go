@@ -443,3 +443,7 @@ func (s *Sharded) Launch(ctx context.Context) (bool, error) { return s.job.Launc
 // Teardown waits for every rank (a last barrier), closes the group and,
 // built by name, waits for the local ranks this process started.
 func (s *Sharded) Teardown(ctx context.Context) error { return s.job.Teardown(ctx) }
+
+// StopAgreed tells the job's groups that the ranks agreed to stop
+// (strategy.StopAgreer).
+func (s *Sharded) StopAgreed() { s.job.StopAgreed() }

@@ -444,3 +444,11 @@ func (g *Group) onFlat(ctx context.Context, kind collective.Kind, send, recv any
 func (g *Group) Close() error {
 	return errors.Join(g.cross.Close(), g.local.Close(), g.flat.Close())
 }
+
+// StopAgreed passes on to every level that the ranks agreed to stop
+// (collective.StopAgreer).
+func (g *Group) StopAgreed() {
+	for _, c := range []collective.Collective{g.flat, g.local, g.cross} {
+		collective.StopAgreed(c)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -378,5 +379,66 @@ func TestNewNamesTheFlatGroupItNeeds(t *testing.T) {
 	})
 	if err == nil || !strings.Contains(err.Error(), "hier.Breaker") || !strings.Contains(err.Error(), "tcp.NewRing") {
 		t.Errorf("New over an inproc group = %v, want an error naming hier.Breaker and tcp.NewRing", err)
+	}
+}
+
+// agreeRecorder is a level of a hier group that counts StopAgreed calls.
+type agreeRecorder struct {
+	collective.Collective
+	agreed *atomic.Int64
+}
+
+func (a agreeRecorder) StopAgreed() { a.agreed.Add(1) }
+
+// collective.StopAgreed on a hier group reaches every level it built
+// (the groups inside a node and across the nodes), so that none of them
+// warns of a peer ending after the stop the ranks agreed on.
+func TestStopAgreedReachesEveryLevel(t *testing.T) {
+	nodes := []string{"a", "a", "b", "b"}
+	n := len(nodes)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nop := zerolog.Nop()
+	shape := hier.ShapeOf(nodes)
+	var built, agreed atomic.Int64
+	gs := collectivetest.Start(t, n, func(r int) (collective.Collective, error) {
+		cfg := rendezvous.Config{Rank: r, Size: n, MasterAddr: "127.0.0.1", MasterPort: ln.Addr().(*net.TCPAddr).Port,
+			Token: "t", BindAddr: "127.0.0.1", Timeout: 20 * time.Second, Logger: &nop}
+		if r == 0 {
+			cfg.Listener = ln
+		}
+		ctx := context.Background()
+		rv, err := rendezvous.Meet(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		flat, err := tcp.NewRing(ctx, rv)
+		if err != nil {
+			rv.Close()
+			return nil, err
+		}
+		g, err := hier.New(ctx, flat, shape, func(ctx context.Context, color, key int) (collective.Collective, error) {
+			c, err := rendezvous.SplitGroup(ctx, rv, flat, color, key, func(ctx context.Context, sub *rendezvous.Rendezvous) (collective.Collective, error) {
+				return tcp.NewGroup(ctx, sub)
+			})
+			if err != nil {
+				return nil, err
+			}
+			built.Add(1)
+			return agreeRecorder{c, &agreed}, nil
+		})
+		if err != nil {
+			flat.Close()
+			return nil, err
+		}
+		return g, nil
+	})
+	for _, g := range gs {
+		collective.StopAgreed(g)
+	}
+	if built.Load() == 0 || agreed.Load() != built.Load() {
+		t.Errorf("StopAgreed reached %d of the %d groups the hier groups built", agreed.Load(), built.Load())
 	}
 }

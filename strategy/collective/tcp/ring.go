@@ -110,12 +110,20 @@ type Ring struct {
 	told       chan struct{}
 	closing    atomic.Bool
 	nextClosed atomic.Bool
+	// stopAgreed is set once the ranks agreed to stop (StopAgreed): a
+	// peer's end is then expected, and logged at debug level.
+	stopAgreed atomic.Bool
 	// inOp is set while an operation runs over the ring (do).
 	inOp       atomic.Bool
 	readerDone chan struct{}
 }
 
 var _ collective.Collective = (*Ring)(nil)
+var _ collective.StopAgreer = (*Ring)(nil)
+
+// StopAgreed records that the ranks agreed to stop: a peer that ends from
+// now on (its connection closes) is logged at debug level, not warned of.
+func (g *Ring) StopAgreed() { g.stopAgreed.Store(true) }
 
 // cause is why a group broke: the blamed rank (-1: none) and the error.
 type cause struct {
@@ -339,7 +347,11 @@ func (g *Ring) breakGroup(c cause) cause {
 		return c
 	}
 	if !g.closing.Load() {
-		g.cfg.Logger.Warn().Int("blame", c.peer).Err(c.err).Msg("collective group broken")
+		ev := g.cfg.Logger.Warn()
+		if g.stopAgreed.Load() {
+			ev = g.cfg.Logger.Debug() // a peer ending after the stop every rank agreed on
+		}
+		ev.Int("blame", c.peer).Err(c.err).Msg("collective group broken")
 	}
 	blame := c.peer
 	if blame < 0 {
@@ -1108,9 +1120,29 @@ func (g *Ring) sendFailed(h collective.Header, err error, quit <-chan struct{}) 
 
 func (g *Ring) writeErr(err error) error {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return fmt.Errorf("%w: rank %d accepted no data for %v", collective.ErrTimeout, g.nextRank(), g.cfg.Timeout)
+		return fmt.Errorf("%w: rank %d accepted no data for %v%s", collective.ErrTimeout, g.nextRank(), g.cfg.Timeout, g.silenceHint(g.nextRank()))
 	}
 	return fmt.Errorf("%w: sending to rank %d: %v", collective.ErrPeerLost, g.nextRank(), err)
+}
+
+// silenceHint names the network as a cause of peer's silence when peer
+// runs on another machine: no reset and no end of stream came, so its
+// process may be alive, and a link, switch or firewall between the two
+// machines that drops the traffic looks the same from here. "" when peer
+// shares this machine.
+func (g *Ring) silenceHint(peer int) string {
+	if g.rv == nil {
+		return ""
+	}
+	hosts := g.rv.Hosts()
+	if g.rank >= len(hosts) || peer >= len(hosts) || hosts[peer] == hosts[g.rank] {
+		return ""
+	}
+	addr := g.rv.Addr(peer)
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		addr = h
+	}
+	return fmt.Sprintf(": its process may be stopped or stuck, or the network between this machine and rank %d's (%s) drops their traffic; check that each machine still reaches the other (ping %s from here) and the links and firewalls between them", peer, addr, addr)
 }
 
 func (g *Ring) writeFrame(k wire.Kind, code uint8, seq uint64, payload []byte) error {
@@ -1190,7 +1222,7 @@ func (g *Ring) receiver(h collective.Header, algo uint8, data []byte, buf any, e
 			return g.opErr(h, *c)
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return fail(cause{prev, fmt.Errorf("%w: rank %d sent nothing for %v (waiting for %s)", collective.ErrTimeout, prev, g.cfg.Timeout, what)})
+			return fail(cause{prev, fmt.Errorf("%w: rank %d sent nothing for %v (waiting for %s)%s", collective.ErrTimeout, prev, g.cfg.Timeout, what, g.silenceHint(prev))})
 		}
 		if c := g.awaitAbort(); c != nil {
 			return g.opErr(h, *c)
