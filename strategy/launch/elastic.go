@@ -227,14 +227,18 @@ func RunElastic(ctx context.Context, e Elastic) ([]Attempt, error) {
 		if a.Stopped != 0 && e.Nodes > 1 {
 			return attempts, &StoppedError{Status: a.Stopped}
 		}
+		if ctx.Err() != nil {
+			// The stop this process got reached the ranks first (on a
+			// loaded machine its own watcher may run after they saved and
+			// exited): they ended on it, as their output says, and did not
+			// fail.
+			return attempts, fmt.Errorf("launch: elastic job stopped: %w", ctx.Err())
+		}
 		ev := e.Log.Error().Int("rank", a.Failed.Rank).Int("pid", a.Failed.Pid).Str("how", describe(a.Failed.Err)).Int("attempt", n+1).Int("world", world)
 		if a.Output != "" {
 			ev = ev.Str("last_output", a.Output)
 		}
 		ev.Msg(e.label() + ": a rank failed; the other ranks were stopped")
-		if ctx.Err() != nil {
-			return attempts, fmt.Errorf("launch: elastic job stopped: %w", ctx.Err())
-		}
 		if sig, ok := a.Failed.Signal(); ok && sig == syscall.SIGINT {
 			// Ctrl-C reached a rank before its program handled signals;
 			// this process got it too, and may not have read it yet.

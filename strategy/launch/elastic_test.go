@@ -39,6 +39,22 @@ func elasticChild(how string) {
 		fmt.Printf("rank=%s got %s\n", os.Getenv(launch.EnvRank), name)
 		os.Exit(0)
 	}
+	if dir, ok := strings.CutPrefix(how, "stopped:"); ok {
+		// A rank that a Ctrl-C reached before its launcher read it: it
+		// saves and exits 130, rank 0 first, rank 1 once the test says.
+		r := os.Getenv(launch.EnvRank)
+		if r == "1" {
+			for {
+				if _, err := os.Stat(filepath.Join(dir, "go")); err == nil {
+					break
+				}
+				time.Sleep(5 * time.Millisecond) // polling for the test's file
+			}
+		}
+		os.WriteFile(filepath.Join(dir, "exited-"+r), nil, 0o644)
+		fmt.Printf("rank=%s training interrupted (SIGINT)\n", r)
+		os.Exit(130)
+	}
 	rank, _ := strconv.Atoi(os.Getenv(launch.EnvRank))
 	restart, _ := strconv.Atoi(os.Getenv(launch.EnvRestartCount))
 	if how == "command" {
@@ -371,6 +387,40 @@ func TestElasticPassesStopOn(t *testing.T) {
 				t.Errorf("attempts %+v after a stop, want none restarted", atts)
 			}
 		})
+	}
+}
+
+// Ranks that a Ctrl-C reached before the launcher read its own (a loaded
+// machine) end with 130 before its context is cancelled: once it is, the
+// job stopped, and no rank is logged as failed. Before, the launcher logged
+// "a rank failed" with the rank's last line (so a terminal showed that
+// line twice) and only then saw its context.
+func TestElasticRanksStoppedBeforeTheLauncherSawTheSignal(t *testing.T) {
+	dir := t.TempDir()
+	e, out, log := elasticJob("x", 2, 0, 3)
+	e.Env = func(int) []string { return []string{childEnv + "=elastic:stopped:" + dir} }
+	e.Grace, e.Settle = time.Minute, time.Minute
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	go func() {
+		for ctx.Err() == nil {
+			if _, err := os.Stat(filepath.Join(dir, "exited-0")); err == nil {
+				// Rank 0 has ended; the launcher waits for rank 1.
+				cancel(&launch.StopSignal{Signal: os.Interrupt})
+				os.WriteFile(filepath.Join(dir, "go"), nil, 0o644)
+				return
+			}
+			time.Sleep(5 * time.Millisecond) // polling for rank 0's file
+		}
+	}()
+	// Which the launcher saw first, rank 0's exit or the cancel, is a race
+	// either way: the job stops, no rank failed.
+	_, err := launch.RunElastic(ctx, e)
+	if err == nil || !errors.Is(err, context.Canceled) {
+		t.Errorf("RunElastic returned %v, want the stop", err)
+	}
+	if strings.Contains(log.String(), "a rank failed") || strings.Contains(log.String(), "restart") {
+		t.Errorf("the launcher took ranks that stopped on the signal for a failure:\n%s\noutput:\n%s", log.String(), out.String())
 	}
 }
 
