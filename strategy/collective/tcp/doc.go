@@ -70,7 +70,8 @@
 // receives not) sends a wait frame (kind wait, the operation's sequence
 // number, no payload) every quarter timeout (its sender goroutine does, or,
 // in an operation on the caller's goroutine, its reads, whose deadline then
-// comes every quarter timeout); a receiver takes a wait frame
+// comes every quarter timeout however often the predecessor's own wait
+// frames arrive); a receiver takes a wait frame
 // for this operation or the one before as a sign of life and re-arms its
 // deadline. Only the successor of a rank that sends nothing at all, neither
 // data nor wait frames, times out, and it names that rank; its abort reaches

@@ -1373,13 +1373,19 @@ func reduceLanded[T collective.Float](dst []T, scratch []byte, lo, hi int, op co
 // set), it also does what the sender goroutine does in the ring: while a
 // read waits, it sends next a wait frame every quarter timeout (this rank
 // is alive and blocked on its predecessor; see the package doc, Faults).
-// The connection's deadline then comes every quarter timeout: one that
-// passes before the whole timeout sends the frame and reads on.
+// The connection's deadline then comes at the next wait frame due (or the
+// whole timeout, if sooner): one that passes before the whole timeout sends
+// the frame and reads on. The frames' pace is their own, not re-armed by
+// what arrives: a predecessor that sends only wait frames, a little more
+// often than every quarter timeout, would otherwise keep this rank's
+// deadline from ever passing, and its silence would get it blamed by next
+// for a rank stopped further back.
 type waitReader struct {
 	g     *Ring
 	waits bool
 	seq   uint64    // the operation the wait frames name
 	until time.Time // the whole timeout, from the last arm
+	due   time.Time // when the next wait frame is to go (zero: not yet set)
 	quiet bool      // a wait frame failed: send no more (next fails the data anyway)
 }
 
@@ -1388,18 +1394,32 @@ func (w *waitReader) tick() time.Duration { return max(w.g.cfg.Timeout/4, time.M
 
 // start readies w for operation seq; waits: send wait frames.
 func (w *waitReader) start(seq uint64, waits bool) {
-	w.seq, w.waits, w.quiet = seq, waits, false
+	w.seq, w.waits, w.quiet, w.due = seq, waits, false, time.Time{}
 }
 
-// arm starts a new whole timeout for what is read next.
+// arm starts a new whole timeout for what is read next. It leaves the
+// wait frames' pace alone: a frame from prev says prev is alive, not that
+// next has heard from us.
 func (w *waitReader) arm() {
 	now := time.Now()
 	w.until = now.Add(w.g.cfg.Timeout)
 	if w.waits {
-		w.g.prev.SetReadDeadline(now.Add(w.tick()))
+		if w.due.IsZero() {
+			w.due = now.Add(w.tick())
+		}
+		w.g.prev.SetReadDeadline(w.deadline())
 		return
 	}
 	w.g.prev.SetReadDeadline(w.until)
+}
+
+// deadline is when a read of a rank that sends wait frames stops: the next
+// frame due, or the whole timeout if sooner.
+func (w *waitReader) deadline() time.Time {
+	if w.due.Before(w.until) {
+		return w.due
+	}
+	return w.until
 }
 
 func (w *waitReader) Read(p []byte) (int, error) {
@@ -1412,15 +1432,14 @@ func (w *waitReader) Read(p []byte) (int, error) {
 		if !now.Before(w.until) {
 			return n, err // the whole timeout: prev sent nothing, not even wait frames
 		}
-		if !w.quiet && !w.g.nextClosed.Load() {
-			// Advice, never a reason to fail (see sender).
-			w.quiet = w.g.writeFrame(wire.KindWait, 0, w.seq, nil) != nil
+		if !now.Before(w.due) {
+			if !w.quiet && !w.g.nextClosed.Load() {
+				// Advice, never a reason to fail (see sender).
+				w.quiet = w.g.writeFrame(wire.KindWait, 0, w.seq, nil) != nil
+			}
+			w.due = now.Add(w.tick())
 		}
-		d := now.Add(w.tick())
-		if d.After(w.until) {
-			d = w.until
-		}
-		w.g.prev.SetReadDeadline(d)
+		w.g.prev.SetReadDeadline(w.deadline())
 		// Re-check after arming: breakGroup kicks the deadline only after
 		// recording the cause, so one of the two is seen.
 		if w.g.brokenCause() != nil {
