@@ -17,29 +17,12 @@ import (
 	"github.com/fulgur-ml/fulgur/trainer"
 )
 
-// subMLP is nn.Sequential(Linear(in, hid), ReLU(), Linear(hid, out)), its
-// layers named "0" and "2" as PyTorch's.
-type subMLP struct {
-	in, hid, out int
-	l0, l2       *nn.Linear
-}
-
-func (m *subMLP) Configure(b *module.Builder) error {
-	m.l0 = nn.NewLinear(b, "0", m.in, m.hid, nn.LinearReLU())
-	m.l2 = nn.NewLinear(b, "2", m.hid, m.out)
-	return nil
-}
-
-func (m *subMLP) forward(s *module.Step) *G.Node {
-	return m.l2.Forward(s, m.l0.Forward(s, s.Input("x")))
-}
-
 // subAE is an autoencoder of 6 features through 2: its loss is on its own
 // input; its PredictStep reconstructs.
-type subAE struct{ enc, dec *subMLP }
+type subAE struct{ enc, dec *Sequential2 }
 
 func newSubAE() *subAE {
-	return &subAE{enc: &subMLP{in: 6, hid: 4, out: 2}, dec: &subMLP{in: 2, hid: 4, out: 6}}
+	return &subAE{enc: &Sequential2{In: 6, Hid: 4, Out: 2}, dec: &Sequential2{In: 2, Hid: 4, Out: 6}}
 }
 
 func (m *subAE) Configure(b *module.Builder) error {
@@ -50,7 +33,7 @@ func (m *subAE) Configure(b *module.Builder) error {
 }
 
 func (m *subAE) reconstruct(s *module.Step) *G.Node {
-	return m.dec.l2.Forward(s, m.dec.l0.Forward(s, m.enc.forward(s)))
+	return m.dec.Forward(s, m.enc.Forward(s, s.Input("x")))
 }
 
 func (m *subAE) TrainingStep(s *module.Step) (*G.Node, error) {
@@ -63,14 +46,14 @@ func (m *subAE) PredictStep(s *module.Step) (*G.Node, error) { return m.reconstr
 // as Lightning's model.encoder after load_from_checkpoint.
 type subEncoder struct {
 	scope string
-	enc   *subMLP
+	enc   *Sequential2
 }
 
 func (m *subEncoder) Configure(b *module.Builder) error {
 	if m.scope != "" {
 		b = b.Scope(m.scope)
 	}
-	m.enc = &subMLP{in: 6, hid: 4, out: 2}
+	m.enc = &Sequential2{In: 6, Hid: 4, Out: 2}
 	return m.enc.Configure(b)
 }
 
@@ -78,7 +61,9 @@ func (m *subEncoder) TrainingStep(s *module.Step) (*G.Node, error) {
 	return nil, fmt.Errorf("not trained")
 }
 
-func (m *subEncoder) PredictStep(s *module.Step) (*G.Node, error) { return m.enc.forward(s), nil }
+func (m *subEncoder) PredictStep(s *module.Step) (*G.Node, error) {
+	return m.enc.Forward(s, s.Input("x")), nil
+}
 
 // TestSubModuleWeights takes the encoder out of a trained autoencoder's
 // checkpoint and out of its state dict with WeightsOptions, as Lightning
