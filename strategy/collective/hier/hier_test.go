@@ -28,6 +28,15 @@ import (
 // is this machine, so shared memory works for any grouping), tcp across.
 func build(t testing.TB, nodes []string) []collective.Collective {
 	t.Helper()
+	return buildWith(t, nodes, func(ctx context.Context, sub *rendezvous.Rendezvous) (collective.Collective, error) {
+		return shm.Auto(ctx, sub, tcp.NewGroup)
+	})
+}
+
+// buildWith is build with newSub making each level's groups over their
+// rendezvous.
+func buildWith(t testing.TB, nodes []string, newSub func(ctx context.Context, sub *rendezvous.Rendezvous) (collective.Collective, error)) []collective.Collective {
+	t.Helper()
 	n := len(nodes)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -52,9 +61,7 @@ func build(t testing.TB, nodes []string) []collective.Collective {
 			return nil, err
 		}
 		g, err := hier.New(ctx, flat, shape, func(ctx context.Context, color, key int) (collective.Collective, error) {
-			return rendezvous.SplitGroup(ctx, rv, flat, color, key, func(ctx context.Context, sub *rendezvous.Rendezvous) (collective.Collective, error) {
-				return shm.Auto(ctx, sub, tcp.NewGroup)
-			})
+			return rendezvous.SplitGroup(ctx, rv, flat, color, key, newSub)
 		})
 		if err != nil {
 			flat.Close()
@@ -394,46 +401,14 @@ func (a agreeRecorder) StopAgreed() { a.agreed.Add(1) }
 // (the groups inside a node and across the nodes), so that none of them
 // warns of a peer ending after the stop the ranks agreed on.
 func TestStopAgreedReachesEveryLevel(t *testing.T) {
-	nodes := []string{"a", "a", "b", "b"}
-	n := len(nodes)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	nop := zerolog.Nop()
-	shape := hier.ShapeOf(nodes)
 	var built, agreed atomic.Int64
-	gs := collectivetest.Start(t, n, func(r int) (collective.Collective, error) {
-		cfg := rendezvous.Config{Rank: r, Size: n, MasterAddr: "127.0.0.1", MasterPort: ln.Addr().(*net.TCPAddr).Port,
-			Token: "t", BindAddr: "127.0.0.1", Timeout: 20 * time.Second, Logger: &nop}
-		if r == 0 {
-			cfg.Listener = ln
-		}
-		ctx := context.Background()
-		rv, err := rendezvous.Meet(ctx, cfg)
+	gs := buildWith(t, []string{"a", "a", "b", "b"}, func(ctx context.Context, sub *rendezvous.Rendezvous) (collective.Collective, error) {
+		c, err := tcp.NewGroup(ctx, sub)
 		if err != nil {
 			return nil, err
 		}
-		flat, err := tcp.NewRing(ctx, rv)
-		if err != nil {
-			rv.Close()
-			return nil, err
-		}
-		g, err := hier.New(ctx, flat, shape, func(ctx context.Context, color, key int) (collective.Collective, error) {
-			c, err := rendezvous.SplitGroup(ctx, rv, flat, color, key, func(ctx context.Context, sub *rendezvous.Rendezvous) (collective.Collective, error) {
-				return tcp.NewGroup(ctx, sub)
-			})
-			if err != nil {
-				return nil, err
-			}
-			built.Add(1)
-			return agreeRecorder{c, &agreed}, nil
-		})
-		if err != nil {
-			flat.Close()
-			return nil, err
-		}
-		return g, nil
+		built.Add(1)
+		return agreeRecorder{c, &agreed}, nil
 	})
 	for _, g := range gs {
 		collective.StopAgreed(g)
