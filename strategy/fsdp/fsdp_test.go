@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
@@ -871,21 +870,14 @@ func TestMemoryAfterAFailedSetupIsZero(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Teardown(t.Context())
-	m := &strategytest.MLP{In: 2, Hidden: 3, Out: 1}
-	b := module.NewBuilder(tensor.Float32)
-	if err := m.Configure(b); err != nil {
-		t.Fatal(err)
-	}
-	specs, err := b.Specs()
+	setup, err := strategytest.SetupFor(&strategytest.MLP{In: 2, Hidden: 3, Out: 1},
+		[]data.Field{{Name: "x", Shape: []int{2}}, {Name: "y", Shape: []int{1}}}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	bad := errors.New("no optimizer today")
-	err = f.Setup(t.Context(), strategy.Setup{Module: m, Specs: specs, Dtype: tensor.Float32, Seed: 1,
-		Fields:       []data.Field{{Name: "x", Shape: []int{2}}, {Name: "y", Shape: []int{1}}},
-		NewOptimizer: func() (optim.Optimizer, optim.Scheduler, error) { return nil, nil, bad },
-		Log:          zerolog.Nop()})
-	if !errors.Is(err, bad) {
+	setup.NewOptimizer = func() (optim.Optimizer, optim.Scheduler, error) { return nil, nil, bad }
+	if err := f.Setup(t.Context(), setup); !errors.Is(err, bad) {
 		t.Fatalf("Setup = %v, want the optimizer's error", err)
 	}
 	if mem := f.Memory(); mem != (strategy.Memory{}) {

@@ -9,11 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-	"gorgonia.org/tensor"
-
 	"github.com/fulgur-ml/fulgur/data"
-	"github.com/fulgur-ml/fulgur/module"
 	"github.com/fulgur-ml/fulgur/optim"
 	"github.com/fulgur-ml/fulgur/strategy"
 	"github.com/fulgur-ml/fulgur/strategy/collective"
@@ -227,21 +223,14 @@ func TestMemoryAfterAFailedSetupIsZero(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Teardown(t.Context())
-	m := &strategytest.MLP{In: 2, Hidden: 3, Out: 1}
-	b := module.NewBuilder(tensor.Float32)
-	if err := m.Configure(b); err != nil {
-		t.Fatal(err)
-	}
-	specs, err := b.Specs()
+	setup, err := strategytest.SetupFor(&strategytest.MLP{In: 2, Hidden: 3, Out: 1},
+		[]data.Field{{Name: "x", Shape: []int{2}}, {Name: "y", Shape: []int{1}}}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	bad := errors.New("no optimizer today")
-	err = s.Setup(t.Context(), strategy.Setup{Module: m, Specs: specs, Dtype: tensor.Float32, Seed: 1,
-		Fields:       []data.Field{{Name: "x", Shape: []int{2}}, {Name: "y", Shape: []int{1}}},
-		NewOptimizer: func() (optim.Optimizer, optim.Scheduler, error) { return nil, nil, bad },
-		Log:          zerolog.Nop()})
-	if !errors.Is(err, bad) {
+	setup.NewOptimizer = func() (optim.Optimizer, optim.Scheduler, error) { return nil, nil, bad }
+	if err := s.Setup(t.Context(), setup); !errors.Is(err, bad) {
 		t.Fatalf("Setup = %v, want the optimizer's error", err)
 	}
 	if mem := s.Memory(); mem != (strategy.Memory{}) {
